@@ -1,0 +1,122 @@
+/*
+ * NAME
+ *	conf 3h
+ * SUMMARY
+ *	idemrelay configuration: libconfig file -> validated struct conf
+ * DESCRIPTION
+ *	conf_load() reads a libconfig file (or, with path NULL, the embedded
+ *	default text), applies defaults for everything not given, and checks
+ *	every value. Unknown settings and bad values are errors naming the
+ *	file, line and setting, e.g.
+ *	    "conf/x.conf:12: store.key_ttl: bad duration \"5 parsecs\"".
+ *	Durations are kept in seconds, sizes in bytes.
+ *	The struct owns all its strings; conf_free() releases them.
+ */
+#ifndef CONF_CONF_H
+#define CONF_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum conf_tls { CONF_TLS_NONE, CONF_TLS_STARTTLS, CONF_TLS_IMPLICIT };
+
+struct conf_listen {
+	char *address;		/* numeric IPv4/IPv6 address */
+	int port;
+	int starttls_required;	/* starttls = "required" */
+	int tls_implicit;	/* tls = "implicit" */
+	int auth_required;	/* auth = "required" */
+};
+
+struct conf_net {
+	int family;		/* AF_INET or AF_INET6 */
+	uint8_t addr[16];	/* network address, host bits cleared */
+	int prefix;		/* prefix length in bits */
+};
+
+struct conf_upstream_host {
+	char *host;
+	int port;
+};
+
+struct conf {
+	char *hostname;		/* default: gethostname() */
+	char *user;		/* NULL: no privilege drop */
+	char *control;		/* NULL: no control socket */
+	char *metrics_address;	/* NULL: no metrics listener */
+	int metrics_port;
+
+	struct conf_listen *listen;	/* default: one, 127.0.0.1:2525 */
+	size_t n_listen;
+
+	char *tls_cert, *tls_key;	/* NULL: no TLS */
+	char *auth_users;		/* NULL: no AUTH */
+
+	struct conf_net *networks;	/* default: 127.0.0.0/8, ::1/128 */
+	size_t n_networks;
+
+	struct {
+		char *path;		/* default "var/store" */
+		uint64_t map_size;	/* default 1G */
+		int64_t key_ttl;	/* seconds, default 24h */
+	} store;
+
+	struct {
+		char **headers;		/* default X-Idempotency-Key, Idempotency-Key */
+		size_t n_headers;
+		int shadow;		/* mode = "shadow" (default "enforce") */
+		int message_id;		/* default 1 */
+		int envid;		/* default 1 */
+		int require;		/* default 0 */
+		int strip_header;	/* default 1 */
+		int scope_user;		/* scope = "user" (default) vs "global" */
+		int mismatch_accept;	/* on_mismatch = "accept" (default "reject") */
+	} keys;
+
+	struct {
+		struct conf_upstream_host *hosts;	/* host+port or hosts[] */
+		size_t n_hosts;
+		char *maildir;		/* set: deliver into this Maildir */
+		enum conf_tls tls;	/* default none */
+		int tls_verify;		/* default 1 */
+		char *user, *password;
+		int connections;	/* default 4 */
+		int64_t timeout;	/* seconds, default 5m */
+		int ambiguous_retry;	/* ambiguous = "retry" (default assume-delivered) */
+	} upstream;
+
+	struct {
+		int64_t first, max, give_up;	/* default 1m, 1h, 5d */
+	} retry;
+
+	struct {
+		uint64_t message_size;	/* default 25M */
+		int recipients;		/* default 100 */
+		int connections;	/* default 1000 */
+		int64_t command_timeout;	/* default 5m */
+		int64_t data_timeout;	/* default 10m */
+		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
+	} limits;
+
+	struct {
+		int level;		/* enum log_level, default info */
+		int syslog;		/* target = "syslog" */
+	} log;
+};
+
+/* conf_load - load and validate; path NULL means the embedded default */
+int conf_load(struct conf *c, const char *path, char *err, size_t errlen);
+void conf_free(struct conf *c);
+
+/* conf_net_match - is this client address inside access.networks? */
+int conf_net_match(const struct conf *c, const struct sockaddr *sa);
+
+/* conf_parse_duration, conf_parse_size - "30s" "5m" "24h" "7d" / "25M"; -1 on error */
+int64_t conf_parse_duration(const char *s);
+int64_t conf_parse_size(const char *s);
+
+/* the embedded default configuration text (conf/idemrelay.conf) */
+extern const char conf_default_text[];
+
+#endif

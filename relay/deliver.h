@@ -1,0 +1,37 @@
+/*
+ * NAME
+ *	deliver 3h
+ * SUMMARY
+ *	delivery of spooled messages upstream (libesmtp) or into a Maildir
+ * DESCRIPTION
+ *	deliver_start() starts upstream.connections delivery threads and
+ *	loads the queue from the store: everything spooled and not finished
+ *	is scheduled again (a message whose inflight mark is set died after
+ *	its final dot may have gone out: it follows upstream.ambiguous).
+ *	deliver_enqueue() hands over a message just committed; it never
+ *	blocks acceptance for longer than a mutex.
+ *
+ *	Per recipient: 2xx sent; 4xx, or failure before the final dot,
+ *	deferred with exponential backoff retry.first .. retry.max, bounced
+ *	after retry.give_up; 5xx bounced, with an RFC 3464 delivery status
+ *	notification queued to the sender unless the sender is null. The
+ *	ambiguous case (final dot sent, no reply) is marked unconfirmed and
+ *	never resent, unless upstream.ambiguous = "retry".
+ *
+ *	Log lines, one per recipient event, Postfix-like:
+ *	  QID: to=<r>, relay=host[ip]:port, delay=0.12, dsn=2.0.0, status=sent (250 ...)
+ */
+#ifndef RELAY_DELIVER_H
+#define RELAY_DELIVER_H
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+
+struct deliver;
+
+struct deliver *deliver_start(const struct conf *c, struct store *st);
+void deliver_enqueue(struct deliver *d, const char *qid);
+void deliver_flush(struct deliver *d);		/* retry every deferred message now */
+void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */
+
+#endif

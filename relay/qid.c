@@ -1,0 +1,74 @@
+/*
+ * NAME
+ *	qid 3
+ * SUMMARY
+ *	queue ID generation
+ */
+#include <pthread.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "qid.h"
+
+static const char qid_digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUV";
+static pthread_mutex_t qid_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t qid_last;
+
+/* qid_encode - 12 base-32 digits, most significant first */
+void qid_encode(uint64_t v, char out[QID_LEN + 1])
+{
+	int i;
+
+	for (i = QID_LEN - 1; i >= 0; i--) {
+		out[i] = qid_digits[v & 31];
+		v >>= 5;
+	}
+	out[QID_LEN] = 0;
+}
+
+/* qid_decode - inverse of qid_encode */
+int qid_decode(const char *qid, uint64_t *v)
+{
+	uint64_t r = 0;
+	const char *p;
+	int i;
+
+	if (strlen(qid) != QID_LEN)
+		return -1;
+	for (i = 0; i < QID_LEN; i++) {
+		if ((p = strchr(qid_digits, qid[i])) == NULL || *p == 0)
+			return -1;
+		r = (r << 5) | (uint64_t) (p - qid_digits);
+	}
+	*v = r;
+	return 0;
+}
+
+/* qid_seed - never go below a QID already issued */
+void qid_seed(const char *last)
+{
+	uint64_t v;
+
+	if (last == NULL || qid_decode(last, &v) < 0)
+		return;
+	pthread_mutex_lock(&qid_lock);
+	if (v > qid_last)
+		qid_last = v;
+	pthread_mutex_unlock(&qid_lock);
+}
+
+/* qid_next - the next QID: the clock in microseconds, strictly increasing */
+void qid_next(char out[QID_LEN + 1])
+{
+	struct timeval tv;
+	uint64_t now;
+
+	gettimeofday(&tv, NULL);
+	now = (uint64_t) tv.tv_sec * 1000000u + (uint64_t) tv.tv_usec;
+	pthread_mutex_lock(&qid_lock);
+	if (now <= qid_last)
+		now = qid_last + 1;
+	qid_last = now;
+	pthread_mutex_unlock(&qid_lock);
+	qid_encode(now, out);
+}

@@ -1,0 +1,122 @@
+/*
+ * NAME
+ *	smtp 3h
+ * SUMMARY
+ *	the SMTP protocol engine: bytes in, replies out
+ * DESCRIPTION
+ *	An smtp_session is a server-side SMTP state machine with no
+ *	knowledge of sockets or storage. The caller feeds it the bytes read
+ *	from the client with smtp_session_feed(); the engine appends replies
+ *	to smtp_session_out(), which the caller writes to the client and
+ *	consumes. Decisions that need the outside world are hooks:
+ *
+ *	rcpt	after a syntactically valid RCPT TO (relay access, limits).
+ *	message	after end of DATA. The engine then waits: it consumes no more
+ *		input until the caller answers with smtp_session_reply().
+ *
+ *	The transaction (struct smtp_tx) is separate from the session: RSET,
+ *	HELO/EHLO and the end of each message free the transaction, not the
+ *	session.
+ *
+ *	Strictness (SPEC section 6): end of data is <CRLF>.<CRLF> only; bare
+ *	CR or LF in the message becomes CRLF (or, with bare_lf_reject, the
+ *	message is refused with 550 5.5.2); command lines over 512 octets get
+ *	500 5.5.2; memory is bounded by message_size, never by line length.
+ */
+#ifndef SMTP_SMTP_H
+#define SMTP_SMTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/buf.h"
+
+#define SMTP_LINE_MAX	512	/* command line, including CRLF */
+
+/* DSN NOTIFY bits (RFC 3461); 0 means not given */
+#define SMTP_NOTIFY_NEVER	1
+#define SMTP_NOTIFY_SUCCESS	2
+#define SMTP_NOTIFY_FAILURE	4
+#define SMTP_NOTIFY_DELAY	8
+
+enum smtp_ret { SMTP_RET_NONE, SMTP_RET_FULL, SMTP_RET_HDRS };
+enum smtp_body { SMTP_BODY_NONE, SMTP_BODY_7BIT, SMTP_BODY_8BITMIME };
+
+struct smtp_rcpt {
+	char *addr;		/* owned; mailbox without angle brackets */
+	int notify;		/* SMTP_NOTIFY_* bits */
+	char *orcpt;		/* owned; ORCPT value as given ("rfc822;x"), or NULL */
+};
+
+struct smtp_tx {
+	char *from;		/* owned; reverse-path without brackets, "" for <> */
+	enum smtp_body body;
+	enum smtp_ret ret;
+	char *envid;		/* owned; ENVID xtext-decoded, or NULL */
+	uint64_t size;		/* SIZE= as declared, 0 if absent */
+	struct smtp_rcpt *rcpts;	/* owned array */
+	size_t n_rcpts;
+	size_t cap_rcpts;
+	struct buf data;	/* message content: dot-unstuffed, every line ends CRLF */
+	int bare_eol;		/* a bare CR or LF was seen in DATA */
+};
+
+struct smtp_config {
+	const char *hostname;	/* greeting, EHLO reply */
+	uint64_t message_size;	/* SIZE limit: 552 5.3.4 past it */
+	int max_rcpts;		/* 452 4.5.3 past it */
+	int bare_lf_reject;	/* 550 5.5.2 for a message with bare CR/LF */
+};
+
+struct smtp_session;
+
+struct smtp_hooks {
+	/*
+	 * rcpt - decide a syntactically valid recipient. Return NULL to
+	 * accept (250 2.1.5 Ok), or a complete reply line without CRLF,
+	 * e.g. "554 5.7.1 <a@b>: Relay access denied". May be NULL.
+	 */
+	const char *(*rcpt) (void *ctx, const struct smtp_tx *tx, const char *addr);
+
+	/*
+	 * message - end of DATA for a message within limits. The engine
+	 * waits (feed consumes nothing more) until smtp_session_reply().
+	 * The tx stays valid, and owned by the engine, until then; the hook
+	 * may steal tx->data (leaving an empty buffer in its place).
+	 */
+	void (*message) (void *ctx, struct smtp_session *s, struct smtp_tx *tx);
+};
+
+struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
+				      const struct smtp_hooks *hooks, void *ctx);
+void smtp_session_free(struct smtp_session *s);	/* NULL-safe */
+
+/* smtp_session_greet - queue the 220 greeting */
+void smtp_session_greet(struct smtp_session *s);
+
+/*
+ * smtp_session_feed - process client bytes; returns how many were
+ * consumed. Fewer than len only while waiting for smtp_session_reply()
+ * or once the session is closing; the caller keeps the rest and feeds it
+ * again after the reply.
+ */
+size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len);
+
+/* smtp_session_reply - answer the message hook (one reply line, no CRLF) and resume */
+void smtp_session_reply(struct smtp_session *s, const char *reply);
+
+/* smtp_session_timeout - queue "421 4.4.2 ... timeout" and close */
+void smtp_session_timeout(struct smtp_session *s);
+
+/* smtp_session_shutdown - queue "421 4.3.2 ... shutting down" and close */
+void smtp_session_shutdown(struct smtp_session *s);
+
+/* pending output: the caller writes it and buf_consume()s what was written */
+struct buf *smtp_session_out(struct smtp_session *s);
+
+int smtp_session_closing(const struct smtp_session *s);	/* close once output is flushed */
+int smtp_session_waiting(const struct smtp_session *s);	/* in the message hook */
+int smtp_session_in_data(const struct smtp_session *s);	/* use data_timeout */
+const char *smtp_session_helo(const struct smtp_session *s);	/* "" before HELO/EHLO */
+
+#endif

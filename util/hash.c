@@ -1,0 +1,58 @@
+/*
+ * NAME
+ *	hash 3
+ * SUMMARY
+ *	SHA-256 via OpenSSL's EVP interface
+ */
+#include <openssl/evp.h>
+
+#include "hash.h"
+#include "log.h"
+
+/* hash_init - start a SHA-256 computation */
+void hash_init(struct hash_ctx *h)
+{
+	h->md = EVP_MD_CTX_new();
+	if (h->md == NULL || EVP_DigestInit_ex(h->md, EVP_sha256(), NULL) != 1)
+		msg_panic("hash_init: EVP_DigestInit_ex failed");
+}
+
+/* hash_update - feed bytes */
+void hash_update(struct hash_ctx *h, const void *p, size_t n)
+{
+	if (n && EVP_DigestUpdate(h->md, p, n) != 1)
+		msg_panic("hash_update: EVP_DigestUpdate failed");
+}
+
+/* hash_final - finish and release the context */
+void hash_final(struct hash_ctx *h, uint8_t out[HASH_LEN])
+{
+	unsigned int len = HASH_LEN;
+
+	if (EVP_DigestFinal_ex(h->md, out, &len) != 1)
+		msg_panic("hash_final: EVP_DigestFinal_ex failed");
+	EVP_MD_CTX_free(h->md);
+	h->md = NULL;
+}
+
+/* hash_once - SHA-256 of one byte string */
+void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN])
+{
+	unsigned int len = HASH_LEN;
+
+	if (EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) != 1)
+		msg_panic("hash_once: EVP_Digest failed");
+}
+
+/* hash_hex - lower-case hex form */
+void hash_hex(const uint8_t in[HASH_LEN], char out[2 * HASH_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	int i;
+
+	for (i = 0; i < HASH_LEN; i++) {
+		out[2 * i] = hex[in[i] >> 4];
+		out[2 * i + 1] = hex[in[i] & 15];
+	}
+	out[2 * HASH_LEN] = 0;
+}
