@@ -1,0 +1,285 @@
+/*
+ * NAME
+ *	commit 3
+ * SUMMARY
+ *	the group-commit writer thread
+ * DESCRIPTION
+ *	Why a thread: the fsync of a commit takes hundreds of microseconds
+ *	to milliseconds. While the writer waits for the disk, the event loop
+ *	keeps reading DATA from other sessions, and everything that finishes
+ *	meanwhile rides in the next transaction. The batch size adapts to
+ *	the load by itself; there is no timer and no added latency when idle.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "commit.h"
+
+struct commit {
+	struct store *st;		/* not owned */
+	void (*committed) (void *, const char *);
+	void *arg;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct commit_req *pending;	/* LIFO, under lock */
+	struct commit_req *done;	/* LIFO, under lock */
+	int stop;			/* under lock */
+	int efd;			/* eventfd, owned */
+};
+
+/* now_us - wall clock in microseconds */
+static int64_t now_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* commit_decide - SPEC section 4's table for one submission */
+void commit_decide(struct commit_req *req, const int *found,
+		   const struct store_claim *claims)
+{
+	size_t i, n = req->msg.n_rcpts;
+	size_t n_found = 0;
+	ssize_t mismatch = -1;
+
+	req->shadow_hit = 0;
+	req->orig_qid[0] = 0;
+	memset(req->claimed, 0, n);
+	if (req->hashes == NULL) {
+		req->outcome = COMMIT_QUEUED;
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		if (!found[i])
+			continue;
+		n_found++;
+		req->claimed[i] = 1;
+		if (mismatch < 0 && memcmp(claims[i].fingerprint, req->fingerprint, HASH_LEN) != 0)
+			mismatch = (ssize_t) i;
+	}
+	if (n_found == 0) {
+		req->outcome = COMMIT_QUEUED;
+		return;
+	}
+	for (i = 0; i < n && !found[i]; i++)
+		 /* void */ ;
+	strcpy(req->orig_qid, claims[mismatch >= 0 ? (size_t) mismatch : i].qid);
+	if (req->shadow) {			/* count it, relay it anyway */
+		req->shadow_hit = 1;
+		memset(req->claimed, 0, n);
+		req->outcome = COMMIT_QUEUED;
+	} else if (mismatch >= 0 && req->mismatch_accept) {
+		memset(req->claimed, 0, n);
+		req->outcome = COMMIT_QUEUED;
+	} else if (mismatch >= 0) {
+		req->outcome = COMMIT_MISMATCH;
+	} else if (n_found == n) {
+		req->outcome = COMMIT_DUPLICATE;
+	} else {
+		req->outcome = COMMIT_PARTIAL;
+	}
+}
+
+/* commit_one - decide one request inside the open transaction and write it */
+static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
+{
+	size_t i, n = req->msg.n_rcpts, kept = 0;
+	struct store_claim *claims = NULL, claim;
+	struct store_rcpt *all = req->msg.rcpts;
+	int *found = NULL;
+
+	if (req->hashes) {
+		claims = xcalloc(n, sizeof(*claims));
+		found = xcalloc(n, sizeof(*found));
+		for (i = 0; i < n; i++)
+			found[i] = store_txn_claim_get(t, req->hashes[i], now, claims + i) == 0;
+	}
+	commit_decide(req, found, claims);
+	if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
+		goto out;
+
+	/* spool only the recipients that are new */
+	req->msg.rcpts = xcalloc(n, sizeof(*all));
+	for (i = 0; i < n; i++)
+		if (!req->claimed[i])
+			req->msg.rcpts[kept++] = all[i];
+	req->msg.n_rcpts = kept;
+	req->msg.accepted = now;
+	store_txn_msg_put(t, &req->msg);
+	free(req->msg.rcpts);
+	req->msg.rcpts = all;
+	req->msg.n_rcpts = n;
+
+	if (req->hashes == NULL)
+		goto out;
+	memset(&claim, 0, sizeof(claim));
+	strcpy(claim.qid, req->msg.qid);
+	memcpy(claim.fingerprint, req->fingerprint, HASH_LEN);
+	claim.accepted = now;
+	claim.expires = now + req->ttl;
+	for (i = 0; i < n; i++) {
+		/* shadow mode keeps the first claim, so the duplicate rate stays measurable */
+		if (found[i] && (req->shadow || !req->mismatch_accept))
+			continue;
+		store_txn_claim_put(t, req->hashes[i], &claim);
+	}
+out:
+	free(claims);
+	free(found);
+}
+
+/* commit_batch - one transaction for the whole batch; 0 or a STORE_E* code */
+static int commit_batch(struct commit *cm, struct commit_req *batch)
+{
+	struct store_txn *t;
+	struct commit_req *req;
+	int64_t now = now_us();
+	int err;
+
+	if ((err = store_txn_begin(cm->st, &t)) != 0)
+		return err;
+	for (req = batch; req && store_txn_error(t) == 0; req = req->next)
+		commit_one(t, req, now);
+	return store_txn_commit(t);
+}
+
+/* commit_finish - hand a request back to the event loop */
+static void commit_finish(struct commit *cm, struct commit_req *req)
+{
+	uint64_t one = 1;
+
+	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
+		cm->committed(cm->arg, req->msg.qid);
+	pthread_mutex_lock(&cm->lock);
+	req->next = cm->done;
+	cm->done = req;
+	pthread_mutex_unlock(&cm->lock);
+	(void) !write(cm->efd, &one, sizeof(one));
+}
+
+/* commit_main - the writer thread */
+static void *commit_main(void *arg)
+{
+	struct commit *cm = arg;
+	struct commit_req *batch, *req, *next, *fifo;
+	int err;
+
+	for (;;) {
+		pthread_mutex_lock(&cm->lock);
+		while (cm->pending == NULL && !cm->stop)
+			pthread_cond_wait(&cm->wake, &cm->lock);
+		batch = cm->pending;
+		cm->pending = NULL;
+		pthread_mutex_unlock(&cm->lock);
+		if (batch == NULL)
+			break;
+		for (fifo = NULL; batch; batch = next) {	/* submission order */
+			next = batch->next;
+			batch->next = fifo;
+			fifo = batch;
+		}
+		err = commit_batch(cm, fifo);
+		for (req = fifo; req; req = next) {
+			next = req->next;
+			req->next = NULL;
+			if (err != 0 && fifo->next != NULL) {
+				/* retry alone, so one oversized message fails only itself */
+				int e = commit_batch(cm, req);
+
+				if (e != 0) {
+					req->outcome = COMMIT_FAILED;
+					req->error = e;
+				}
+			} else if (err != 0) {
+				req->outcome = COMMIT_FAILED;
+				req->error = err;
+			}
+			commit_finish(cm, req);
+		}
+	}
+	return NULL;
+}
+
+/* commit_start - start the writer thread */
+struct commit *commit_start(struct store *st, void (*committed) (void *, const char *),
+			    void *arg)
+{
+	struct commit *cm = xcalloc(1, sizeof(*cm));
+
+	cm->st = st;
+	cm->committed = committed;
+	cm->arg = arg;
+	pthread_mutex_init(&cm->lock, NULL);
+	pthread_cond_init(&cm->wake, NULL);
+	if ((cm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		msg_fatal("eventfd: %m");
+	if (pthread_create(&cm->thread, NULL, commit_main, cm) != 0)
+		msg_fatal("cannot start the commit thread");
+	return cm;
+}
+
+/* commit_submit - queue a request for the next transaction */
+void commit_submit(struct commit *cm, struct commit_req *req)
+{
+	pthread_mutex_lock(&cm->lock);
+	req->next = cm->pending;
+	cm->pending = req;
+	pthread_cond_signal(&cm->wake);
+	pthread_mutex_unlock(&cm->lock);
+}
+
+/* commit_fd - the eventfd the event loop watches */
+int commit_fd(const struct commit *cm)
+{
+	return cm->efd;
+}
+
+/* commit_reap - run the done callbacks of finished requests, in order */
+void commit_reap(struct commit *cm)
+{
+	struct commit_req *list, *fifo = NULL, *next;
+	uint64_t n;
+
+	(void) !read(cm->efd, &n, sizeof(n));
+	pthread_mutex_lock(&cm->lock);
+	list = cm->done;
+	cm->done = NULL;
+	pthread_mutex_unlock(&cm->lock);
+	for (; list; list = next) {
+		next = list->next;
+		list->next = fifo;
+		fifo = list;
+	}
+	for (; fifo; fifo = next) {
+		next = fifo->next;
+		fifo->next = NULL;
+		fifo->done(fifo);
+	}
+}
+
+/* commit_stop - drain, stop and join the writer */
+void commit_stop(struct commit *cm)
+{
+	if (cm == NULL)
+		return;
+	pthread_mutex_lock(&cm->lock);
+	cm->stop = 1;
+	pthread_cond_signal(&cm->wake);
+	pthread_mutex_unlock(&cm->lock);
+	pthread_join(cm->thread, NULL);
+	commit_reap(cm);
+	close(cm->efd);
+	pthread_mutex_destroy(&cm->lock);
+	pthread_cond_destroy(&cm->wake);
+	free(cm);
+}

@@ -1,0 +1,76 @@
+/*
+ * NAME
+ *	commit 3h
+ * SUMMARY
+ *	group commit: one LMDB write transaction and one fsync for every
+ *	submission ready at that moment
+ * DESCRIPTION
+ *	The event loop hands finished submissions to commit_submit(); a
+ *	writer thread takes all that are pending, decides each one against
+ *	the claims inside one write transaction (so that racers on one key
+ *	in one batch see each other), spools the new ones with their claims,
+ *	and commits. Finished requests come back through a completion list
+ *	and an eventfd that the event loop polls; commit_reap() runs their
+ *	done callbacks in the event loop's thread.
+ *
+ *	If a batch fails to commit (map full), each of its requests is
+ *	tried again alone, so one oversized message cannot fail its
+ *	neighbours.
+ */
+#ifndef RELAY_COMMIT_H
+#define RELAY_COMMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../store/store.h"
+#include "../util/hash.h"
+
+enum commit_outcome {
+	COMMIT_QUEUED,		/* every recipient new: spooled under req->qid */
+	COMMIT_PARTIAL,		/* some recipients claimed: the rest spooled under req->qid */
+	COMMIT_DUPLICATE,	/* every recipient claimed, same content: req->orig_qid */
+	COMMIT_MISMATCH,	/* a claim with other content: req->orig_qid */
+	COMMIT_FAILED,		/* the store could not commit: req->error */
+};
+
+struct commit_req {
+	/* input, owned by the submitter */
+	uint8_t (*hashes)[HASH_LEN];	/* one per msg.rcpts[i]; NULL: no key */
+	uint8_t fingerprint[HASH_LEN];
+	int shadow;			/* keys.mode = "shadow" */
+	int mismatch_accept;		/* keys.on_mismatch = "accept" */
+	int64_t ttl;			/* claim lifetime, microseconds */
+	struct store_msg msg;		/* qid preset; the recipients that are new get spooled */
+
+	/* output */
+	enum commit_outcome outcome;
+	int shadow_hit;			/* shadow: this would have been a duplicate/mismatch */
+	char orig_qid[STORE_QID_SIZE];
+	uint8_t *claimed;		/* owned by submitter; per recipient: already claimed */
+	int error;			/* STORE_E* for COMMIT_FAILED */
+
+	void (*done) (struct commit_req *req);	/* runs in the event loop */
+	void *ctx;
+	struct commit_req *next;	/* owned by the commit module while queued */
+};
+
+struct commit;
+
+struct commit *commit_start(struct store *st, void (*committed) (void *arg, const char *qid),
+			    void *arg);
+void commit_submit(struct commit *cm, struct commit_req *req);
+int commit_fd(const struct commit *cm);		/* readable when requests are done */
+void commit_reap(struct commit *cm);		/* run done callbacks */
+void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
+
+/*
+ * commit_decide - the acceptance rules of SPEC section 4 for one request,
+ * given its claims as found (found[i], claims[i]). Shared by the writer
+ * and the event loop's read-only fast path for duplicates. Sets outcome,
+ * orig_qid, claimed[] and shadow_hit.
+ */
+void commit_decide(struct commit_req *req, const int *found,
+		   const struct store_claim *claims);
+
+#endif

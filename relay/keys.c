@@ -1,0 +1,220 @@
+/*
+ * NAME
+ *	keys 3
+ * SUMMARY
+ *	key derivation, fingerprint and claim hashing
+ * DESCRIPTION
+ *	The message is already normalised by the SMTP engine: every line ends
+ *	in CRLF. The header block ends at the first empty line; a message
+ *	with no empty line is all header and has an empty body.
+ */
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+#include "keys.h"
+
+/* header_next - find the header field starting at off; returns its end */
+static size_t header_next(const char *data, size_t len, size_t off,
+			  size_t *name_len, size_t *value_off)
+{
+	size_t p = off, colon = 0;
+
+	*name_len = 0;
+	*value_off = off;
+	for (;;) {
+		const char *nl = memchr(data + p, '\n', len - p);
+
+		p = nl ? (size_t) (nl - data) + 1 : len;
+		if (p >= len || (data[p] != ' ' && data[p] != '\t'))
+			break;
+	}
+	for (colon = off; colon < p && data[colon] != ':'; colon++)
+		if (data[colon] == '\r' || data[colon] == '\n')
+			break;
+	if (colon < p && data[colon] == ':') {
+		*name_len = colon - off;
+		*value_off = colon + 1;
+	}
+	return p;
+}
+
+/* value_copy - unfold and trim a header value into out; 0 or -1 if too long */
+static int value_copy(const char *v, size_t n, char *out, size_t outlen, size_t *got)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i < n; i++) {
+		if (v[i] == '\r' || v[i] == '\n')
+			continue;
+		if (o + 1 >= outlen)
+			return -1;
+		out[o++] = v[i];
+	}
+	while (o > 0 && (out[o - 1] == ' ' || out[o - 1] == '\t'))
+		o--;
+	out[o] = 0;
+	for (i = 0; out[i] == ' ' || out[i] == '\t'; i++)
+		 /* void */ ;
+	memmove(out, out + i, o - i + 1);
+	*got = o - i;
+	return 0;
+}
+
+/* key_check - 1-200 printable ASCII characters */
+static const char *key_check(const char *k, size_t n)
+{
+	size_t i;
+
+	if (n == 0)
+		return "550 5.7.0 Idempotency key header is empty";
+	if (n > KEYS_MAX_LEN)
+		return "550 5.7.0 Idempotency key is longer than 200 characters";
+	for (i = 0; i < n; i++)
+		if ((unsigned char) k[i] < 0x20 || (unsigned char) k[i] > 0x7e)
+			return "550 5.7.0 Idempotency key has characters other than printable ASCII";
+	return NULL;
+}
+
+/* keys_derive - find the key, the fingerprint and the headers to strip */
+int keys_derive(const struct conf *c, const char *data, size_t len,
+		const char *from, const char *envid, struct keys_result *r)
+{
+	char value[KEYS_MAX_LEN + 2];
+	char msgid[1000];
+	size_t off = 0, end, name_len, value_off, got, i;
+	size_t best = c->keys.n_headers;	/* index of the header giving the key */
+	int have_msgid = 0;
+	struct hash_ctx h;
+
+	memset(r, 0, sizeof(*r));
+	while (off < len) {
+		if (data[off] == '\r' || data[off] == '\n') {	/* the empty line */
+			off += (data[off] == '\r' && off + 1 < len && data[off + 1] == '\n') ? 2 : 1;
+			break;
+		}
+		end = header_next(data, len, off, &name_len, &value_off);
+		for (i = 0; name_len && i < c->keys.n_headers; i++) {
+			if (strlen(c->keys.headers[i]) != name_len
+			    || strncasecmp(data + off, c->keys.headers[i], name_len) != 0)
+				continue;
+			if (r->n_strip < KEYS_MAX_STRIP) {
+				r->strip[r->n_strip].off = off;
+				r->strip[r->n_strip].len = end - off;
+				r->n_strip++;
+			}
+			if (i < best) {
+				best = i;
+				if (value_copy(data + value_off, end - value_off, value,
+					       sizeof(value), &got) < 0)
+					r->error = "550 5.7.0 Idempotency key is longer than 200 characters";
+				else if ((r->error = key_check(value, got)) == NULL)
+					memcpy(r->key, value, got + 1);
+			}
+		}
+		if (!have_msgid && name_len == 10 && strncasecmp(data + off, "Message-ID", 10) == 0
+		    && value_copy(data + value_off, end - value_off, msgid, sizeof(msgid), &got) == 0) {
+			char *p = msgid, *q = msgid + got;
+
+			if (*p == '<')
+				p++;
+			if (q > p && q[-1] == '>')
+				q--;
+			while (p < q && (*p == ' ' || *p == '\t'))
+				p++;
+			while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+				q--;
+			*q = 0;
+			memmove(msgid, p, (size_t) (q - p) + 1);
+			have_msgid = msgid[0] != 0;
+		}
+		off = end;
+	}
+	r->body_off = off;
+
+	if (r->error == NULL) {
+		if (best < c->keys.n_headers) {
+			r->source = KEYS_HEADER;
+		} else if (c->keys.envid && envid && *envid) {
+			r->source = KEYS_ENVID;
+			if (key_check(envid, strlen(envid)) == NULL) {
+				strcpy(r->key, envid);
+			} else {	/* an ENVID may hold anything xtext can carry */
+				uint8_t d[HASH_LEN];
+
+				hash_once(envid, strlen(envid), d);
+				hash_hex(d, r->key);
+			}
+		} else if (c->keys.message_id && have_msgid) {
+			uint8_t d[HASH_LEN];
+
+			r->source = KEYS_MESSAGE_ID;
+			hash_once(msgid, strlen(msgid), d);
+			hash_hex(d, r->key);
+		} else if (c->keys.require) {
+			r->error = "550 5.7.0 Message has no idempotency key";
+		}
+	}
+	if (!c->keys.strip_header)
+		r->n_strip = 0;
+
+	hash_init(&h);
+	hash_update(&h, from, strlen(from) + 1);
+	hash_update(&h, data + r->body_off, len - r->body_off);
+	hash_final(&h, r->fingerprint);
+	return r->error ? -1 : 0;
+}
+
+/* keys_claim_hash - SHA-256 over scope, key and recipient (domain folded to lower case) */
+void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
+		     uint8_t out[HASH_LEN])
+{
+	struct hash_ctx h;
+	const char *at = strrchr(rcpt, '@');
+	char dom[256];
+	size_t i, n;
+
+	hash_init(&h);
+	hash_update(&h, scope, strlen(scope) + 1);
+	hash_update(&h, key, strlen(key) + 1);
+	if (at == NULL || strlen(at) >= sizeof(dom)) {
+		hash_update(&h, rcpt, strlen(rcpt));
+	} else {
+		n = strlen(at);
+		for (i = 0; i < n; i++)
+			dom[i] = (char) tolower((unsigned char) at[i]);
+		hash_update(&h, rcpt, (size_t) (at - rcpt));
+		hash_update(&h, dom, n);
+	}
+	hash_final(&h, out);
+}
+
+/* keys_source_name - for logs */
+const char *keys_source_name(enum keys_source s)
+{
+	switch (s) {
+	case KEYS_HEADER:
+		return "header";
+	case KEYS_ENVID:
+		return "envid";
+	case KEYS_MESSAGE_ID:
+		return "message-id";
+	default:
+		return "none";
+	}
+}
+
+/* keys_rewrite - the message as relayed: our header first, key headers gone */
+void keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
+		  const struct keys_result *r)
+{
+	size_t off = 0, i;
+
+	buf_reserve(out, strlen(prepend) + len);
+	buf_append(out, prepend, strlen(prepend));
+	for (i = 0; i < r->n_strip; i++) {
+		buf_append(out, data + off, r->strip[i].off - off);
+		off = r->strip[i].off + r->strip[i].len;
+	}
+	buf_append(out, data + off, len - off);
+}

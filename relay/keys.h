@@ -1,0 +1,56 @@
+/*
+ * NAME
+ *	keys 3h
+ * SUMMARY
+ *	idempotency keys, claim hashes and fingerprints (SPEC section 3)
+ * DESCRIPTION
+ *	keys_derive() reads a finished message (CRLF lines, header block then
+ *	body) and its envelope, and finds the key: the first header named in
+ *	keys.headers, else the DSN ENVID, else the SHA-256 of the Message-ID.
+ *	It also computes the fingerprint (SHA-256 over the envelope sender and
+ *	the body, headers excluded) and notes where the key headers are, so
+ *	that keys_rewrite() can strip them.
+ *
+ *	Only hashes reach the store: keys_claim_hash() hashes (scope, key,
+ *	recipient) into the 32 bytes a claim is filed under.
+ */
+#ifndef RELAY_KEYS_H
+#define RELAY_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../conf/conf.h"
+#include "../util/buf.h"
+#include "../util/hash.h"
+
+#define KEYS_MAX_LEN	200
+#define KEYS_MAX_STRIP	8
+
+enum keys_source { KEYS_NONE, KEYS_HEADER, KEYS_ENVID, KEYS_MESSAGE_ID };
+
+struct keys_span {
+	size_t off, len;	/* a header field, continuation lines included */
+};
+
+struct keys_result {
+	enum keys_source source;
+	char key[KEYS_MAX_LEN + 1];	/* header value, ENVID, or Message-ID hash in hex */
+	uint8_t fingerprint[HASH_LEN];
+	struct keys_span strip[KEYS_MAX_STRIP];	/* key headers to remove when relaying */
+	size_t n_strip;
+	size_t body_off;		/* where the body starts in the data */
+	const char *error;		/* set: refuse with this reply */
+};
+
+int keys_derive(const struct conf *c, const char *data, size_t len,
+		const char *from, const char *envid, struct keys_result *r);
+void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
+		     uint8_t out[HASH_LEN]);
+const char *keys_source_name(enum keys_source s);
+
+/* keys_rewrite - prepend a header and copy data without the strip spans */
+void keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
+		  const struct keys_result *r);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * NAME
+ *	smtp_parse 3h
+ * SUMMARY
+ *	SMTP command argument parsing (engine-internal)
+ * DESCRIPTION
+ *	Strict parsers for what follows the MAIL and RCPT verbs: the path
+ *	(RFC 5321 section 4.1.2), the ESMTP parameters (SIZE, BODY, RET,
+ *	ENVID; NOTIFY, ORCPT) and xtext (RFC 3461 section 4). Every parser
+ *	takes a pointer and a length, so a NUL byte is just another invalid
+ *	character. On failure the complete SMTP reply line (no CRLF) is
+ *	written into the caller's reply buffer.
+ */
+#ifndef SMTP_SMTP_PARSE_H
+#define SMTP_SMTP_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "smtp.h"
+
+#define SMTP_REPLY_MAX	256	/* one reply line, no CRLF */
+#define SMTP_LOCAL_MAX	64	/* local-part octets (RFC 5321 4.5.3.1.1) */
+#define SMTP_ADDR_MAX	254	/* mailbox octets, as in RFC 3696 errata */
+#define SMTP_DOMAIN_MAX	253
+#define SMTP_LABEL_MAX	63
+#define SMTP_ENVID_MAX	100	/* decoded ENVID (RFC 3461 4.4) */
+#define SMTP_ORCPT_MAX	500	/* ORCPT value as given (RFC 3461 4.2) */
+
+/*
+ * smtp_parse_path - parse "<...>" at p. allow_null accepts "<>". On
+ * success returns 0, sets *addr (owned by the caller; "" for <>, source
+ * route stripped) and *used (octets up to and including '>').
+ */
+int smtp_parse_path(const char *p, size_t len, int allow_null,
+		    char **addr, size_t *used);
+
+/* smtp_parse_domain_ok - is p[0..len) a domain or address literal? */
+int smtp_parse_domain_ok(const char *p, size_t len);
+
+/*
+ * smtp_parse_mail - parse "FROM:<path> [params]" into tx (from, size,
+ * body, ret, envid). limit is message_size (0: none). 0 or -1 + reply.
+ */
+int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
+		    struct smtp_tx *tx, char reply[SMTP_REPLY_MAX]);
+
+/* smtp_parse_rcpt - parse "TO:<path> [params]" into r. 0 or -1 + reply */
+int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
+		    char reply[SMTP_REPLY_MAX]);
+
+#endif
