@@ -1,0 +1,999 @@
+/*
+ * NAME
+ *	conf 3
+ * SUMMARY
+ *	load and validate the idemrelay configuration
+ * DESCRIPTION
+ *	conf_load() parses a libconfig file (or the embedded default) and
+ *	walks it group by group. Each group has a table of the names it
+ *	knows; anything else is an unknown setting. Values are checked as
+ *	they are copied into struct conf, so every diagnostic can point at
+ *	the setting that caused it: "FILE:LINE: store.key_ttl: problem".
+ *	Checks that involve two groups (listen needs tls, auth needs tls,
+ *	upstream needs exactly one destination) run after the groups they
+ *	depend on, and point at the setting that makes the demand.
+ *
+ *	The first problem stops the load: one precise message is more use
+ *	to an operator than a cascade caused by the first.
+ * DIAGNOSTICS
+ *	conf_load() returns 0, or -1 with a one-line message in err and
+ *	*c released (still safe to conf_free()).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "conf.h"
+
+#define CONF_DEFAULT_NAME	"<default>"
+#define CONF_SMTP_PORT		25
+#define CONF_SMTPS_PORT		465
+
+/* One load in progress: where messages go and what to call the file. */
+struct conf_ctx {
+	const char *file;		/* path, or "<default>" */
+	const char *dir;		/* where relative @includes are found */
+	char   *err;			/* caller's buffer */
+	size_t  errlen;
+};
+
+/* conf_file_name - a file as the operator can find it: includes with dir */
+static void conf_file_name(const struct conf_ctx *x, const char *f,
+			   struct buf *b)
+{
+	if (f == NULL || strcmp(f, x->file) == 0)
+		buf_printf(b, "%s", x->file);
+	else if (f[0] != '/' && x->dir != NULL)
+		buf_printf(b, "%s/%s", x->dir, f);	/* libconfig keeps it relative */
+	else
+		buf_printf(b, "%s", f);
+}
+
+/* conf_path - dotted path of a setting, list elements as [N] */
+static void conf_path(const config_setting_t *s, struct buf *b)
+{
+	const config_setting_t *parent = config_setting_parent(s);
+
+	if (parent == NULL)			/* the root has no name */
+		return;
+	conf_path(parent, b);
+	if (config_setting_name(s) != NULL)
+		buf_printf(b, "%s%s", b->len ? "." : "", config_setting_name(s));
+	else
+		buf_printf(b, "[%d]", config_setting_index(s));
+}
+
+/* conf_error - format "FILE:LINE: path[.child]: problem", return -1 */
+static int __attribute__((format(printf, 4, 5)))
+conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
+	   const char *fmt, ...)
+{
+	struct buf path = BUF_INIT, file = BUF_INIT;
+	unsigned line = 0;
+	char msg[512];
+	va_list ap;
+
+	if (s != NULL) {
+		conf_path(s, &path);
+		line = config_setting_source_line(s);
+	}
+	conf_file_name(x, s ? config_setting_source_file(s) : NULL, &file);
+	if (child != NULL)
+		buf_printf(&path, "%s%s", path.len ? "." : "", child);
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (x->errlen > 0) {
+		char lbuf[16] = "";
+
+		if (line > 0)
+			snprintf(lbuf, sizeof(lbuf), ":%u", line);
+		snprintf(x->err, x->errlen, "%s%s: %s%s%s", file.data, lbuf,
+			 path.len ? path.data : "", path.len ? ": " : "", msg);
+	}
+	buf_free(&path);
+	buf_free(&file);
+	return -1;
+}
+
+/* conf_type_name - a setting's type, as the operator wrote it */
+static const char *conf_type_name(const config_setting_t *s)
+{
+	switch (config_setting_type(s)) {
+	case CONFIG_TYPE_GROUP:
+		return "a group";
+	case CONFIG_TYPE_INT:
+	case CONFIG_TYPE_INT64:
+		return "an integer";
+	case CONFIG_TYPE_FLOAT:
+		return "a float";
+	case CONFIG_TYPE_STRING:
+		return "a string";
+	case CONFIG_TYPE_BOOL:
+		return "a boolean";
+	case CONFIG_TYPE_ARRAY:
+		return "an array";
+	case CONFIG_TYPE_LIST:
+		return "a list";
+	default:
+		return "something else";
+	}
+}
+
+/* conf_wrong_type - "expected X, got Y" */
+static int conf_wrong_type(struct conf_ctx *x, const config_setting_t *s,
+			   const char *want)
+{
+	return conf_error(x, s, NULL, "expected %s, got %s", want,
+			  conf_type_name(s));
+}
+
+/* conf_check_names - every child of group g must be in names[] */
+static int conf_check_names(struct conf_ctx *x, const config_setting_t *g,
+			    const char *const *names)
+{
+	int i, n = config_setting_length(g);
+
+	for (i = 0; i < n; i++) {
+		const config_setting_t *s = config_setting_get_elem(g, i);
+		const char *const *np;
+
+		for (np = names; *np; np++)
+			if (strcmp(*np, config_setting_name(s)) == 0)
+				break;
+		if (*np == NULL)
+			return conf_error(x, s, NULL, "unknown setting");
+	}
+	return 0;
+}
+
+/* conf_group - find an optional group; 1 found, 0 absent, -1 error */
+static int conf_group(struct conf_ctx *x, const config_setting_t *parent,
+		      const char *name, const char *const *names,
+		      config_setting_t **out)
+{
+	config_setting_t *s = config_setting_get_member(parent, name);
+
+	*out = s;
+	if (s == NULL)
+		return 0;
+	if (!config_setting_is_group(s))
+		return conf_wrong_type(x, s, "a group { ... }");
+	if (conf_check_names(x, s, names) < 0)
+		return -1;
+	return 1;
+}
+
+/* conf_text_ok - non-empty, printable, and (if token) without spaces */
+static int conf_text_ok(const char *v, int token)
+{
+	const unsigned char *p = (const unsigned char *) v;
+
+	if (*p == 0)
+		return 0;
+	for (; *p; p++)
+		if (*p < 0x20 || *p == 0x7f || (token && *p == ' '))
+			return 0;
+	return 1;
+}
+
+/* conf_string - optional string setting; replaces *out when present */
+static int conf_string(struct conf_ctx *x, const config_setting_t *g,
+		       const char *name, int token, char **out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+	const char *v;
+
+	if (s == NULL)
+		return 0;
+	if (config_setting_type(s) != CONFIG_TYPE_STRING)
+		return conf_wrong_type(x, s, "a string");
+	v = config_setting_get_string(s);
+	if (*v == 0)
+		return conf_error(x, s, NULL, "empty value");
+	if (!conf_text_ok(v, token))
+		return conf_error(x, s, NULL, "bad value \"%s\"", v);
+	free(*out);
+	*out = xstrdup(v);
+	return 1;
+}
+
+/* conf_int - optional integer setting within [min, max] */
+static int conf_int(struct conf_ctx *x, const config_setting_t *g,
+		    const char *name, long long min, long long max, int *out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+	long long v;
+
+	if (s == NULL)
+		return 0;
+	if (config_setting_type(s) != CONFIG_TYPE_INT
+	    && config_setting_type(s) != CONFIG_TYPE_INT64)
+		return conf_wrong_type(x, s, "an integer");
+	v = config_setting_get_int64(s);
+	if (v < min || v > max)
+		return conf_error(x, s, NULL, "%lld out of range %lld..%lld",
+				  v, min, max);
+	*out = (int) v;
+	return 1;
+}
+
+/* conf_bool - optional boolean setting */
+static int conf_bool(struct conf_ctx *x, const config_setting_t *g,
+		     const char *name, int *out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+
+	if (s == NULL)
+		return 0;
+	if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+		return conf_wrong_type(x, s, "true or false");
+	*out = config_setting_get_bool(s);
+	return 1;
+}
+
+/* conf_enum - optional string setting from a fixed word list; *out = index */
+static int conf_enum(struct conf_ctx *x, const config_setting_t *g,
+		     const char *name, const char *const *words, int *out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+	struct buf want = BUF_INIT;
+	const char *v;
+	int i;
+
+	if (s == NULL)
+		return 0;
+	if (config_setting_type(s) != CONFIG_TYPE_STRING)
+		return conf_wrong_type(x, s, "a string");
+	v = config_setting_get_string(s);
+	for (i = 0; words[i]; i++) {
+		if (strcmp(words[i], v) == 0) {
+			*out = i;
+			return 1;
+		}
+	}
+	for (i = 0; words[i]; i++)
+		buf_printf(&want, "%s\"%s\"", i == 0 ? "" : words[i + 1] ?
+			   ", " : " or ", words[i]);
+	conf_error(x, s, NULL, "bad value \"%s\" (expected %s)", v, want.data);
+	buf_free(&want);
+	return -1;
+}
+
+/* conf_number - shared by durations and sizes: integer or string */
+static int conf_number(struct conf_ctx *x, const config_setting_t *g,
+		       const char *name, const char *what,
+		       int64_t (*parse)(const char *), int64_t min,
+		       int64_t *out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+	int64_t v;
+
+	if (s == NULL)
+		return 0;
+	switch (config_setting_type(s)) {
+	case CONFIG_TYPE_INT:
+	case CONFIG_TYPE_INT64:
+		v = config_setting_get_int64(s);
+		/* libconfig 1.5 wraps integers past 2^31 unless written 123L */
+		if (v < 0)
+			return conf_error(x, s, NULL, "bad %s %lld%s", what,
+					  (long long) v, parse == conf_parse_size
+					  ? " (write large sizes with a unit, "
+					  "e.g. \"4G\")" : "");
+		break;
+	case CONFIG_TYPE_STRING:
+		v = parse(config_setting_get_string(s));
+		if (v < 0)
+			return conf_error(x, s, NULL, "bad %s \"%s\"", what,
+					  config_setting_get_string(s));
+		break;
+	default:
+		return conf_wrong_type(x, s, "an integer or a string");
+	}
+	if (v < min)
+		return conf_error(x, s, NULL, "%s must be at least %lld", what,
+				  (long long) min);
+	*out = v;
+	return 1;
+}
+
+/* conf_duration - optional duration setting, in seconds, at least min */
+static int conf_duration(struct conf_ctx *x, const config_setting_t *g,
+			 const char *name, int64_t min, int64_t *out)
+{
+	return conf_number(x, g, name, "duration", conf_parse_duration, min, out);
+}
+
+/* conf_size - optional size setting, in bytes, at least min */
+static int conf_size(struct conf_ctx *x, const config_setting_t *g,
+		     const char *name, int64_t min, uint64_t *out)
+{
+	int64_t v;
+	int rc = conf_number(x, g, name, "size", conf_parse_size, min, &v);
+
+	if (rc == 1)
+		*out = (uint64_t) v;
+	return rc;
+}
+
+/* conf_strings - optional array or list of strings; 1 found, 0, -1 */
+static int conf_strings(struct conf_ctx *x, const config_setting_t *g,
+			const char *name, config_setting_t **out)
+{
+	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
+	int i, n;
+
+	*out = s;
+	if (s == NULL)
+		return 0;
+	if (!config_setting_is_array(s) && !config_setting_is_list(s))
+		return conf_wrong_type(x, s, "an array of strings [ ... ]");
+	n = config_setting_length(s);
+	for (i = 0; i < n; i++) {
+		config_setting_t *e = config_setting_get_elem(s, i);
+
+		if (config_setting_type(e) != CONFIG_TYPE_STRING)
+			return conf_wrong_type(x, e, "a string");
+		if (!conf_text_ok(config_setting_get_string(e), 1))
+			return conf_error(x, e, NULL, "bad value \"%s\"",
+					  config_setting_get_string(e));
+	}
+	return 1;
+}
+
+/* conf_numeric_addr - is this a numeric IPv4 or IPv6 address? */
+static int conf_numeric_addr(const char *a)
+{
+	unsigned char tmp[16];
+
+	return inet_pton(AF_INET, a, tmp) == 1 || inet_pton(AF_INET6, a, tmp) == 1;
+}
+
+/* conf_parse_net - "a.b.c.d/n", "x::y/n" or a bare address; 0 or -1 */
+static int conf_parse_net(const char *text, struct conf_net *net,
+			  const char **why)
+{
+	char addr[INET6_ADDRSTRLEN + 1];
+	const char *slash = strchr(text, '/');
+	size_t alen = slash ? (size_t) (slash - text) : strlen(text);
+	int bits, i;
+
+	memset(net, 0, sizeof(*net));
+	*why = "bad network";
+	if (alen == 0 || alen >= sizeof(addr))
+		return -1;
+	memcpy(addr, text, alen);
+	addr[alen] = 0;
+	if (inet_pton(AF_INET, addr, net->addr) == 1) {
+		net->family = AF_INET;
+		bits = 32;
+	} else if (inet_pton(AF_INET6, addr, net->addr) == 1) {
+		net->family = AF_INET6;
+		bits = 128;
+	} else
+		return -1;
+	net->prefix = bits;
+	if (slash != NULL) {
+		const char *p = slash + 1;
+		int v = 0;
+
+		if (*p == 0 || strlen(p) > 3)
+			return -1;
+		for (; *p; p++) {
+			if (!isdigit((unsigned char) *p))
+				return -1;
+			v = v * 10 + (*p - '0');
+		}
+		if (v > bits)
+			return -1;
+		net->prefix = v;
+	}
+	/* 10.0.0.1/8 is a typo more often than a wish: refuse, as Postfix does */
+	for (i = net->prefix; i < bits; i++) {
+		if (net->addr[i / 8] & (0x80 >> (i % 8))) {
+			*why = "host bits set in network";
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* conf_parse_hostport - "host", "host:port", "[v6]:port"; 0 or -1 */
+static int conf_parse_hostport(const char *text, int defport,
+			       struct conf_upstream_host *h)
+{
+	const char *colon, *end;
+	char *stop;
+	long port = defport;
+
+	if (text[0] == '[') {
+		end = strchr(text, ']');
+		if (end == NULL || end == text + 1 || (end[1] != 0 && end[1] != ':'))
+			return -1;
+		h->host = xstrndup(text + 1, end - text - 1);
+		colon = end[1] ? end + 1 : NULL;
+	} else {
+		colon = strchr(text, ':');
+		if (colon != NULL && strchr(colon + 1, ':') != NULL)
+			colon = NULL;		/* bare IPv6 address, no port */
+		end = colon ? colon : text + strlen(text);
+		if (end == text)
+			return -1;
+		h->host = xstrndup(text, end - text);
+	}
+	if (colon != NULL) {
+		if (!isdigit((unsigned char) colon[1]))
+			return -1;
+		errno = 0;
+		port = strtol(colon + 1, &stop, 10);
+		if (errno || *stop || port < 1 || port > 65535)
+			return -1;
+	}
+	h->port = (int) port;
+	return 0;
+}
+
+/* conf_listen - the listen = ( ... ) list */
+static int conf_listen(struct conf_ctx *x, struct conf *c,
+		       const config_setting_t *root)
+{
+	static const char *const names[] = {
+		"address", "port", "starttls", "tls", "auth", 0};
+	static const char *const starttls_words[] = {"optional", "required", 0};
+	static const char *const tls_words[] = {"none", "implicit", 0};
+	static const char *const auth_words[] = {"optional", "required", 0};
+	config_setting_t *ls = config_setting_get_member(root, "listen");
+	int i, j, n;
+
+	if (ls == NULL) {
+		c->listen = xcalloc(1, sizeof(*c->listen));
+		c->n_listen = 1;
+		c->listen[0].address = xstrdup("127.0.0.1");
+		c->listen[0].port = 2525;
+		return 0;
+	}
+	if (!config_setting_is_list(ls))
+		return conf_wrong_type(x, ls, "a list ( { ... }, ... )");
+	if ((n = config_setting_length(ls)) == 0)
+		return conf_error(x, ls, NULL, "no listeners");
+	c->listen = xcalloc(n, sizeof(*c->listen));
+	for (i = 0; i < n; i++) {
+		config_setting_t *g = config_setting_get_elem(ls, i);
+		struct conf_listen *l = &c->listen[i];
+
+		c->n_listen = i + 1;
+		if (!config_setting_is_group(g))
+			return conf_wrong_type(x, g, "a group { ... }");
+		if (conf_check_names(x, g, names) < 0
+		    || conf_string(x, g, "address", 1, &l->address) < 0
+		    || conf_int(x, g, "port", 1, 65535, &l->port) < 0
+		    || conf_enum(x, g, "starttls", starttls_words,
+				 &l->starttls_required) < 0
+		    || conf_enum(x, g, "tls", tls_words, &l->tls_implicit) < 0
+		    || conf_enum(x, g, "auth", auth_words, &l->auth_required) < 0)
+			return -1;
+		if (l->address == NULL)
+			return conf_error(x, g, "address", "missing setting");
+		if (!conf_numeric_addr(l->address))
+			return conf_error(x, g, "address", "not a numeric IP "
+					  "address: \"%s\"", l->address);
+		if (l->port == 0)
+			return conf_error(x, g, "port", "missing setting");
+		if (l->starttls_required && l->tls_implicit)
+			return conf_error(x, g, "starttls", "makes no sense "
+					  "with tls = \"implicit\"");
+		if ((l->starttls_required || l->tls_implicit) && !c->tls_cert)
+			return conf_error(x, g, l->tls_implicit ? "tls" :
+				     "starttls", "requires tls { cert; key; }");
+		if (l->auth_required && !c->auth_users)
+			return conf_error(x, g, "auth", "requires auth { users; }");
+		for (j = 0; j < i; j++)
+			if (c->listen[j].port == l->port
+			    && strcmp(c->listen[j].address, l->address) == 0)
+				return conf_error(x, g, NULL, "duplicate of "
+						  "listen[%d]", j);
+	}
+	return 0;
+}
+
+/* conf_networks - access = { networks = [ ... ]; } */
+static int conf_networks(struct conf_ctx *x, struct conf *c,
+			 const config_setting_t *root)
+{
+	static const char *const names[] = {"networks", 0};
+	config_setting_t *g, *a = NULL;
+	int i, n;
+
+	if (conf_group(x, root, "access", names, &g) < 0
+	    || conf_strings(x, g, "networks", &a) < 0)
+		return -1;
+	if (a == NULL) {
+		static const char *const def[] = {"127.0.0.0/8", "::1/128"};
+		const char *why;
+
+		c->networks = xcalloc(2, sizeof(*c->networks));
+		for (i = 0; i < 2; i++)
+			if (conf_parse_net(def[i], &c->networks[i], &why) < 0)
+				msg_panic("conf: bad built-in network %s", def[i]);
+		c->n_networks = 2;
+		return 0;
+	}
+	n = config_setting_length(a);
+	c->networks = xcalloc(n, sizeof(*c->networks));
+	for (i = 0; i < n; i++) {
+		const char *v = config_setting_get_string_elem(a, i);
+		const char *why;
+
+		if (conf_parse_net(v, &c->networks[i], &why) < 0)
+			return conf_error(x, config_setting_get_elem(a, i),
+					  NULL, "%s \"%s\"", why, v);
+		c->n_networks = i + 1;
+	}
+	return 0;
+}
+
+/* conf_field_name - RFC 5322 field-name: 1*(%d33-57 / %d59-126) */
+static int conf_field_name(const char *v)
+{
+	const unsigned char *p = (const unsigned char *) v;
+
+	if (*p == 0 || strlen(v) > 200)
+		return 0;
+	for (; *p; p++)
+		if (*p < 33 || *p > 126 || *p == ':')
+			return 0;
+	return 1;
+}
+
+/* conf_keys - keys = { ... } */
+static int conf_keys(struct conf_ctx *x, struct conf *c,
+		     const config_setting_t *root)
+{
+	static const char *const names[] = {"headers", "mode", "message_id",
+		"envid", "require", "strip_header", "scope", "on_mismatch", 0};
+	static const char *const mode_words[] = {"enforce", "shadow", 0};
+	static const char *const scope_words[] = {"global", "user", 0};
+	static const char *const mismatch_words[] = {"reject", "accept", 0};
+	static const char *const def[] = {"X-Idempotency-Key", "Idempotency-Key"};
+	config_setting_t *g, *a = NULL;
+	int i, n;
+
+	if (conf_group(x, root, "keys", names, &g) < 0
+	    || conf_strings(x, g, "headers", &a) < 0
+	    || conf_enum(x, g, "mode", mode_words, &c->keys.shadow) < 0
+	    || conf_bool(x, g, "message_id", &c->keys.message_id) < 0
+	    || conf_bool(x, g, "envid", &c->keys.envid) < 0
+	    || conf_bool(x, g, "require", &c->keys.require) < 0
+	    || conf_bool(x, g, "strip_header", &c->keys.strip_header) < 0
+	    || conf_enum(x, g, "scope", scope_words, &c->keys.scope_user) < 0
+	    || conf_enum(x, g, "on_mismatch", mismatch_words,
+			 &c->keys.mismatch_accept) < 0)
+		return -1;
+	n = a ? config_setting_length(a) : 2;
+	c->keys.headers = xcalloc(n, sizeof(char *));
+	for (i = 0; i < n; i++) {
+		const char *v = a ? config_setting_get_string_elem(a, i) : def[i];
+
+		if (!conf_field_name(v))
+			return conf_error(x, config_setting_get_elem(a, i), NULL,
+					  "bad header name \"%s\"", v);
+		c->keys.headers[i] = xstrdup(v);
+		c->keys.n_headers = i + 1;
+	}
+	return 0;
+}
+
+/* conf_upstream - upstream = { host; port | hosts | maildir; ... } */
+static int conf_upstream(struct conf_ctx *x, struct conf *c,
+			 const config_setting_t *root)
+{
+	static const char *const names[] = {"host", "port", "hosts", "maildir",
+		"tls", "tls_verify", "user", "password", "connections",
+		"timeout", "ambiguous", 0};
+	/* in enum conf_tls order */
+	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
+	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
+	config_setting_t *g, *a = NULL;
+	char *host = NULL;
+	int tls = CONF_TLS_NONE, port = 0, i, n;
+
+	if (conf_group(x, root, "upstream", names, &g) < 0)
+		goto fail;
+	if (g == NULL) {
+		conf_error(x, NULL, "upstream", "missing (needs host, hosts "
+			   "or maildir)");
+		goto fail;
+	}
+	if (conf_string(x, g, "host", 1, &host) < 0
+	    || conf_int(x, g, "port", 1, 65535, &port) < 0
+	    || conf_strings(x, g, "hosts", &a) < 0
+	    || conf_string(x, g, "maildir", 0, &c->upstream.maildir) < 0
+	    || conf_enum(x, g, "tls", tls_words, &tls) < 0
+	    || conf_bool(x, g, "tls_verify", &c->upstream.tls_verify) < 0
+	    || conf_string(x, g, "user", 0, &c->upstream.user) < 0
+	    || conf_string(x, g, "password", 0, &c->upstream.password) < 0
+	    || conf_int(x, g, "connections", 1, 1000,
+			&c->upstream.connections) < 0
+	    || conf_duration(x, g, "timeout", 1, &c->upstream.timeout) < 0
+	    || conf_enum(x, g, "ambiguous", amb_words,
+			 &c->upstream.ambiguous_retry) < 0)
+		goto fail;
+	c->upstream.tls = tls;
+	if ((host != NULL) + (a != NULL) + (c->upstream.maildir != NULL) != 1) {
+		conf_error(x, g, NULL, "needs exactly one of host, hosts "
+			   "or maildir");
+		goto fail;
+	}
+	if (port && host == NULL && a == NULL) {
+		conf_error(x, g, "port", "only with host or hosts");
+		goto fail;
+	}
+	if ((c->upstream.user != NULL) != (c->upstream.password != NULL)) {
+		conf_error(x, g, c->upstream.user ? "password" : "user",
+			   "missing setting (user and password go together)");
+		goto fail;
+	}
+	if (port == 0)
+		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
+	if (host != NULL) {
+		c->upstream.hosts = xcalloc(1, sizeof(*c->upstream.hosts));
+		c->upstream.hosts[0].host = host;
+		c->upstream.hosts[0].port = port;
+		c->upstream.n_hosts = 1;
+		host = NULL;
+	} else if (a != NULL) {
+		if ((n = config_setting_length(a)) == 0) {
+			conf_error(x, a, NULL, "empty list");
+			goto fail;
+		}
+		c->upstream.hosts = xcalloc(n, sizeof(*c->upstream.hosts));
+		for (i = 0; i < n; i++) {
+			const char *v = config_setting_get_string_elem(a, i);
+
+			c->upstream.n_hosts = i + 1;
+			if (conf_parse_hostport(v, port, &c->upstream.hosts[i]) < 0) {
+				conf_error(x, config_setting_get_elem(a, i), NULL,
+					   "bad host[:port] \"%s\"", v);
+				goto fail;
+			}
+		}
+	}
+	return 0;
+
+fail:
+	free(host);
+	return -1;
+}
+
+/* conf_limits - limits = { ... } */
+static int conf_limits(struct conf_ctx *x, struct conf *c,
+		       config_setting_t *root)
+{
+	static const char *const names[] = {"message_size", "recipients",
+		"connections", "command_timeout", "data_timeout", "bare_lf", 0};
+	static const char *const lf_words[] = {"normalize", "reject", 0};
+	config_setting_t *g;
+
+	if (conf_group(x, root, "limits", names, &g) < 0
+	    || conf_size(x, g, "message_size", 1, &c->limits.message_size) < 0
+	    || conf_int(x, g, "recipients", 1, 100000, &c->limits.recipients) < 0
+	    || conf_int(x, g, "connections", 1, 1000000,
+			&c->limits.connections) < 0
+	    || conf_duration(x, g, "command_timeout", 1,
+			     &c->limits.command_timeout) < 0
+	    || conf_duration(x, g, "data_timeout", 1,
+			     &c->limits.data_timeout) < 0
+	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0)
+		return -1;
+	/* a message bigger than the whole store could never be accepted */
+	if (c->limits.message_size >= c->store.map_size) {
+		config_setting_t *s;
+
+		if ((s = config_setting_lookup(root, "limits.message_size")) != NULL)
+			return conf_error(x, s, NULL, "must be smaller than "
+					  "store.map_size");
+		return conf_error(x, config_setting_lookup(root, "store.map_size"),
+				  NULL, "must be larger than limits.message_size");
+	}
+	return 0;
+}
+
+/* conf_defaults - every non-string default from conf.h */
+static void conf_defaults(struct conf *c)
+{
+	c->store.map_size = 1ULL << 30;
+	c->store.key_ttl = 24 * 3600;
+	c->keys.message_id = 1;
+	c->keys.envid = 1;
+	c->keys.strip_header = 1;
+	c->keys.scope_user = 1;
+	c->upstream.tls = CONF_TLS_NONE;
+	c->upstream.tls_verify = 1;
+	c->upstream.connections = 4;
+	c->upstream.timeout = 5 * 60;
+	c->retry.first = 60;
+	c->retry.max = 3600;
+	c->retry.give_up = 5 * 86400;
+	c->limits.message_size = 25ULL << 20;
+	c->limits.recipients = 100;
+	c->limits.connections = 1000;
+	c->limits.command_timeout = 5 * 60;
+	c->limits.data_timeout = 10 * 60;
+	c->log.level = LOG_LEVEL_INFO;
+}
+
+/* conf_walk - validate the parsed tree into c */
+static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
+{
+	static const char *const top[] = {"hostname", "user", "control",
+		"metrics", "listen", "tls", "auth", "access", "store", "keys",
+		"upstream", "retry", "limits", "log", 0};
+	static const char *const metrics_names[] = {"address", "port", 0};
+	static const char *const tls_names[] = {"cert", "key", 0};
+	static const char *const auth_names[] = {"users", 0};
+	static const char *const store_names[] = {"path", "map_size", "key_ttl", 0};
+	static const char *const retry_names[] = {"first", "max", "give_up", 0};
+	static const char *const log_names[] = {"level", "target", 0};
+	static const char *const level_words[] = {"debug", "info", "warn",
+		"error", 0};
+	static const char *const target_words[] = {"stderr", "syslog", 0};
+	config_setting_t *g;
+	char host[256];
+
+	conf_defaults(c);
+	if (conf_check_names(x, root, top) < 0
+	    || conf_string(x, root, "hostname", 1, &c->hostname) < 0
+	    || conf_string(x, root, "user", 1, &c->user) < 0
+	    || conf_string(x, root, "control", 0, &c->control) < 0)
+		return -1;
+
+	if (conf_group(x, root, "metrics", metrics_names, &g) < 0
+	    || conf_string(x, g, "address", 1, &c->metrics_address) < 0
+	    || conf_int(x, g, "port", 1, 65535, &c->metrics_port) < 0)
+		return -1;
+	if (g != NULL && c->metrics_port == 0)
+		return conf_error(x, g, "port", "missing setting");
+	if (g != NULL && c->metrics_address == NULL)
+		c->metrics_address = xstrdup("127.0.0.1");
+	if (c->metrics_address && !conf_numeric_addr(c->metrics_address))
+		return conf_error(x, g, "address", "not a numeric IP address: "
+				  "\"%s\"", c->metrics_address);
+
+	if (conf_group(x, root, "tls", tls_names, &g) < 0
+	    || conf_string(x, g, "cert", 0, &c->tls_cert) < 0
+	    || conf_string(x, g, "key", 0, &c->tls_key) < 0)
+		return -1;
+	if (g != NULL && (c->tls_cert == NULL || c->tls_key == NULL))
+		return conf_error(x, g, c->tls_cert ? "key" : "cert",
+				  "missing setting");
+
+	/* AUTH is only ever offered over TLS: users without TLS is a mistake */
+	if (conf_group(x, root, "auth", auth_names, &g) < 0
+	    || conf_string(x, g, "users", 0, &c->auth_users) < 0)
+		return -1;
+	if (g != NULL && c->auth_users == NULL)
+		return conf_error(x, g, "users", "missing setting");
+	if (c->auth_users && c->tls_cert == NULL)
+		return conf_error(x, config_setting_get_member(g, "users"), NULL,
+				  "AUTH needs tls { cert; key; }");
+
+	if (conf_listen(x, c, root) < 0 || conf_networks(x, c, root) < 0)
+		return -1;
+
+	if (conf_group(x, root, "store", store_names, &g) < 0
+	    || conf_string(x, g, "path", 0, &c->store.path) < 0
+	    || conf_size(x, g, "map_size", 1, &c->store.map_size) < 0
+	    || conf_duration(x, g, "key_ttl", 1, &c->store.key_ttl) < 0)
+		return -1;
+	if (c->store.path == NULL)
+		c->store.path = xstrdup("var/store");
+
+	if (conf_keys(x, c, root) < 0 || conf_upstream(x, c, root) < 0)
+		return -1;
+
+	if (conf_group(x, root, "retry", retry_names, &g) < 0
+	    || conf_duration(x, g, "first", 1, &c->retry.first) < 0
+	    || conf_duration(x, g, "max", 1, &c->retry.max) < 0
+	    || conf_duration(x, g, "give_up", 1, &c->retry.give_up) < 0)
+		return -1;
+	if (c->retry.max < c->retry.first)
+		return conf_error(x, g, "max", "shorter than retry.first");
+
+	if (conf_limits(x, c, root) < 0)
+		return -1;
+
+	if (conf_group(x, root, "log", log_names, &g) < 0
+	    || conf_enum(x, g, "level", level_words, &c->log.level) < 0
+	    || conf_enum(x, g, "target", target_words, &c->log.syslog) < 0)
+		return -1;
+
+	if (c->hostname == NULL) {
+		if (gethostname(host, sizeof(host)) < 0 || host[0] == 0)
+			strcpy(host, "localhost");
+		host[sizeof(host) - 1] = 0;
+		c->hostname = xstrdup(host);
+	}
+	return 0;
+}
+
+/* conf_load - load and validate; path NULL means the embedded default */
+int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
+{
+	struct conf_ctx x = {path ? path : CONF_DEFAULT_NAME, NULL, err, errlen};
+	struct buf file = BUF_INIT;
+	char   *dir = NULL, *slash;
+	const char *text;
+	FILE   *fp = NULL;
+	config_t cfg;
+	int     ok, rc = -1;
+
+	memset(c, 0, sizeof(*c));
+	if (errlen > 0)
+		err[0] = 0;
+	config_init(&cfg);
+	if (path == NULL) {
+		ok = config_read_string(&cfg, conf_default_text);
+	} else {
+		if ((fp = fopen(path, "r")) == NULL) {
+			conf_error(&x, NULL, NULL, "cannot open: %s", strerror(errno));
+			goto fail;
+		}
+		/* @include "x" is relative to the including file, not the cwd */
+		dir = xstrdup(path);
+		if ((slash = strrchr(dir, '/')) != NULL) {
+			slash[slash == dir] = 0;
+			config_set_include_dir(&cfg, dir);
+			x.dir = dir;
+		}
+		ok = config_read(&cfg, fp);
+	}
+	if (!ok) {
+		/* libconfig's own text is often just "syntax error": say it once */
+		text = config_error_text(&cfg) ? config_error_text(&cfg) : "";
+		if (strcmp(text, "syntax error") == 0)
+			text = "";
+		conf_file_name(&x, config_error_file(&cfg), &file);
+		if (errlen > 0)
+			snprintf(err, errlen, "%s:%d: syntax error%s%s", file.data,
+				 config_error_line(&cfg), *text ? ": " : "", text);
+		goto fail;
+	}
+	if (conf_walk(&x, c, config_root_setting(&cfg)) < 0)
+		goto fail;
+	rc = 0;
+
+fail:
+	config_destroy(&cfg);
+	if (fp)
+		fclose(fp);
+	free(dir);
+	buf_free(&file);
+	if (rc < 0)
+		conf_free(c);
+	return rc;
+}
+
+/* conf_free - release everything; safe on a zeroed or half-loaded struct */
+void    conf_free(struct conf *c)
+{
+	size_t  i;
+
+	if (c == NULL)
+		return;
+	free(c->hostname);
+	free(c->user);
+	free(c->control);
+	free(c->metrics_address);
+	for (i = 0; i < c->n_listen; i++)
+		free(c->listen[i].address);
+	free(c->listen);
+	free(c->tls_cert);
+	free(c->tls_key);
+	free(c->auth_users);
+	free(c->networks);
+	free(c->store.path);
+	for (i = 0; i < c->keys.n_headers; i++)
+		free(c->keys.headers[i]);
+	free(c->keys.headers);
+	for (i = 0; i < c->upstream.n_hosts; i++)
+		free(c->upstream.hosts[i].host);
+	free(c->upstream.hosts);
+	free(c->upstream.maildir);
+	free(c->upstream.user);
+	if (c->upstream.password)
+		explicit_bzero(c->upstream.password, strlen(c->upstream.password));
+	free(c->upstream.password);
+	memset(c, 0, sizeof(*c));
+}
+
+/* conf_net_match - is this client address inside access.networks? */
+int     conf_net_match(const struct conf *c, const struct sockaddr *sa)
+{
+	const uint8_t *addr;
+	int     family, skip = 0;
+	size_t  i;
+
+	if (c == NULL || sa == NULL)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		family = AF_INET;
+		addr = (const uint8_t *) &((const struct sockaddr_in *) sa)->sin_addr;
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a6 = &((const struct sockaddr_in6 *) sa)->sin6_addr;
+
+		family = AF_INET6;
+		addr = a6->s6_addr;
+		/* dual-stack sockets show IPv4 clients as ::ffff:a.b.c.d */
+		if (IN6_IS_ADDR_V4MAPPED(a6)) {
+			family = AF_INET;
+			skip = 12;
+		}
+	} else
+		return 0;
+	addr += skip;
+	for (i = 0; i < c->n_networks; i++) {
+		const struct conf_net *n = &c->networks[i];
+		int     full = n->prefix / 8, rest = n->prefix % 8;
+
+		if (n->family != family)
+			continue;
+		if (memcmp(n->addr, addr, full) != 0)
+			continue;
+		if (rest && ((n->addr[full] ^ addr[full]) & (0xff00 >> rest) & 0xff))
+			continue;
+		return 1;
+	}
+	return 0;
+}
+
+/* conf_parse_number - digits and a one-letter unit from units[]; -1 on error */
+static int64_t conf_parse_number(const char *s, const char *units,
+				 const int64_t *mults)
+{
+	int64_t n = 0, mul = 1;
+	const char *p = s, *u;
+
+	if (s == NULL || !isdigit((unsigned char) *p))
+		return -1;
+	for (; isdigit((unsigned char) *p); p++) {
+		if (n > (INT64_MAX - (*p - '0')) / 10)
+			return -1;
+		n = n * 10 + (*p - '0');
+	}
+	if (*p != 0) {
+		if (p[1] != 0 || (u = strchr(units, *p)) == NULL)
+			return -1;
+		mul = mults[u - units];
+	}
+	if (n > INT64_MAX / mul)
+		return -1;
+	return n * mul;
+}
+
+/* conf_parse_duration - "30s" "5m" "24h" "7d" or plain seconds; -1 on error */
+int64_t conf_parse_duration(const char *s)
+{
+	static const int64_t mults[] = {1, 60, 3600, 86400};
+
+	return conf_parse_number(s, "smhd", mults);
+}
+
+/* conf_parse_size - bytes, or K/M/G binary multiples; -1 on error */
+int64_t conf_parse_size(const char *s)
+{
+	static const int64_t mults[] = {1LL << 10, 1LL << 20, 1LL << 30,
+		1LL << 10, 1LL << 20, 1LL << 30};
+
+	return conf_parse_number(s, "KMGkmg", mults);
+}
