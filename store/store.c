@@ -1,0 +1,240 @@
+/*
+ * NAME
+ *	store 3
+ * SUMMARY
+ *	the LMDB environment: open, close, errors, statistics
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	store_open() creates the environment directory if it is missing
+ *	and opens five named databases: claims, expiry, msg, queue and
+ *	meta. The environment keeps LMDB's default durability (every
+ *	commit is fsync'd) and uses MDB_NOTLS, so that read transactions
+ *	are not tied to a thread and any thread may call any function.
+ *
+ *	This file also holds the one place where LMDB codes become STORE_E*
+ *	codes (store_mdb_error()), and the read-only queries that belong to
+ *	no other concept: store_last_qid() and store_stats().
+ *
+ *	The claims live in store_claim.c, the spool in store_msg.c, write
+ *	transactions in store_txn.c and the record formats in store_codec.c.
+ * DIAGNOSTICS
+ *	Functions return 0 or a negative STORE_E* code. LMDB failures that
+ *	are not "not found" or "no space" are logged as warnings with
+ *	LMDB's own text, since the STORE_E* code alone loses it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "store_int.h"
+
+#define STORE_MAX_DBS		8
+#define STORE_MAX_READERS	256
+#define META_LAST_QID		"last_qid"
+
+/* store_mdb_error - translate an LMDB or errno code at the boundary */
+int store_mdb_error(int rc, const char *what)
+{
+	switch (rc) {
+	case MDB_SUCCESS:
+		return 0;
+	case MDB_NOTFOUND:
+		return STORE_ENOTFOUND;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+	case ENOSPC:
+	case EDQUOT:
+		return STORE_ENOSPC;
+	case MDB_BAD_VALSIZE:
+	case MDB_KEYEXIST:
+	case EINVAL:
+		msg_warn("store: %s: %s", what, mdb_strerror(rc));
+		return STORE_EINVAL;
+	default:
+		msg_warn("store: %s: %s", what, mdb_strerror(rc));
+		return STORE_EIO;
+	}
+}
+
+/* store_strerror - human text for a STORE_E* code */
+const char *store_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case STORE_ENOTFOUND:
+		return "not found";
+	case STORE_ENOSPC:
+		return "no space left in the store";
+	case STORE_EIO:
+		return "store I/O error";
+	case STORE_EINVAL:
+		return "corrupt store record or invalid argument";
+	default:
+		return "unknown store error";
+	}
+}
+
+/* store_read_begin - a read-only transaction, usable from any thread */
+int store_read_begin(struct store *st, MDB_txn **txn)
+{
+	return store_mdb_error(mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn), "begin read");
+}
+
+/* store_qid_key - a QID as a database key (without its NUL) */
+int store_qid_key(const char *qid, MDB_val *key)
+{
+	size_t n;
+
+	if (qid == NULL || (n = strnlen(qid, STORE_QID_SIZE)) == 0 || n >= STORE_QID_SIZE)
+		return STORE_EINVAL;
+	key->mv_data = (void *) qid;
+	key->mv_size = n;
+	return 0;
+}
+
+/* store_mkdir - create the environment directory if missing */
+static int store_mkdir(const char *path)
+{
+	struct stat sb;
+
+	if (mkdir(path, 0700) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return errno;
+	if (stat(path, &sb) != 0)
+		return errno;
+	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+}
+
+/*
+ * store_open - open or create the store at path. One sequence, one
+ * failure path: whatever step fails, the environment is closed and err
+ * says which step and why.
+ */
+int store_open(struct store **out, const char *path, uint64_t map_size,
+	       char *err, size_t errlen)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+	MDB_txn *txn = NULL;
+	const char *step;
+	int rc, dead;
+
+	*out = NULL;
+	step = "mkdir";
+	if ((rc = store_mkdir(path)) != 0)
+		goto fail;
+	step = "mdb_env_create";
+	if ((rc = mdb_env_create(&st->env)) != 0)
+		goto fail;
+	step = "mdb_env_set_maxdbs";
+	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
+		goto fail;
+	step = "mdb_env_set_maxreaders";
+	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
+		goto fail;
+	/* no transaction can be open yet: the only safe time to set the map size */
+	step = "mdb_env_set_mapsize";
+	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
+		goto fail;
+	step = "mdb_env_open";
+	if ((rc = mdb_env_open(st->env, path, MDB_NOTLS, 0600)) != 0)
+		goto fail;
+	/* reader slots of processes that died would pin old pages forever */
+	step = "mdb_reader_check";
+	if ((rc = mdb_reader_check(st->env, &dead)) != 0)
+		goto fail;
+	step = "mdb_txn_begin";
+	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
+		goto fail;
+	step = "mdb_dbi_open";
+	if ((rc = mdb_dbi_open(txn, "claims", MDB_CREATE, &st->claims)) != 0
+	    || (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &st->expiry)) != 0
+	    || (rc = mdb_dbi_open(txn, "msg", MDB_CREATE, &st->msg)) != 0
+	    || (rc = mdb_dbi_open(txn, "queue", MDB_CREATE, &st->queue)) != 0
+	    || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &st->meta)) != 0)
+		goto fail;
+	step = "mdb_txn_commit";
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc != 0)
+		goto fail;
+	*out = st;
+	return 0;
+
+fail:
+	if (err && errlen)
+		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
+	if (txn)
+		mdb_txn_abort(txn);
+	if (st->env)
+		mdb_env_close(st->env);
+	free(st);
+	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
+	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+}
+
+/* store_close - close the environment; every transaction must be over */
+void store_close(struct store *st)
+{
+	if (st == NULL)
+		return;
+	mdb_env_close(st->env);
+	free(st);
+}
+
+/* store_last_qid - the greatest QID ever spooled, "" if none */
+int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
+{
+	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val;
+	MDB_txn *txn;
+	int err;
+
+	qid[0] = 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	err = store_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
+	if (err == 0) {
+		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
+		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
+			msg_warn("store: corrupt last_qid record");
+			err = STORE_EINVAL;
+		} else {
+			memcpy(qid, val.mv_data, val.mv_size);
+			qid[val.mv_size] = 0;
+		}
+	} else if (err == STORE_ENOTFOUND) {
+		err = 0;
+	}
+	mdb_txn_abort(txn);
+	return err;
+}
+
+/* store_stats - entry counts and map usage */
+int store_stats(struct store *st, struct store_stats *s)
+{
+	MDB_stat claims, queue, env;
+	MDB_envinfo info;
+	MDB_txn *txn;
+	int rc, err;
+
+	memset(s, 0, sizeof(*s));
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_stat(txn, st->claims, &claims)) == 0
+	    && (rc = mdb_stat(txn, st->queue, &queue)) == 0
+	    && (rc = mdb_env_stat(st->env, &env)) == 0
+	    && (rc = mdb_env_info(st->env, &info)) == 0) {
+		s->claims = claims.ms_entries;
+		s->queued = queue.ms_entries;
+		s->map_size = info.me_mapsize;
+		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
+	}
+	mdb_txn_abort(txn);
+	return store_mdb_error(rc, "stat");
+}

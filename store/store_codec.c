@@ -1,0 +1,467 @@
+/*
+ * NAME
+ *	store_codec 3
+ * SUMMARY
+ *	the store's record formats: encoding and defensive decoding
+ * DESCRIPTION
+ *	Records are portable: integers big-endian, fixed width; strings a
+ *	32-bit length then the bytes (no NUL), length 0xffffffff for NULL.
+ *	Each record starts with a version byte, so that a later format can
+ *	be told apart from this one.
+ *
+ *	claim (claims DB, key: 32-byte hash):
+ *	    version=1, qid length (u8), qid, fingerprint[32],
+ *	    accepted (i64), expires (i64)
+ *	message (msg DB, key: qid), written once:
+ *	    version=1, accepted (i64), from, envid?, ret (i32), body (i32),
+ *	    client, user?, n_rcpts (u32), n x { addr, notify (i32), orcpt? },
+ *	    data length (u64), data
+ *	delivery state (queue DB, key: qid), rewritten on every attempt:
+ *	    version=1, attempts (i32), next_attempt (i64), inflight (u8),
+ *	    n_rcpts (u32), n x { state (u8), reply? }
+ *	expiry index key (expiry DB, empty value):
+ *	    expires (u64 big-endian, sign bit flipped so that byte order is
+ *	    time order), hash[32]
+ *
+ *	Encoders run twice over one description of the record: once to
+ *	size it, once to write it into space the caller reserved (for the
+ *	message record, space inside the LMDB map: MDB_RESERVE, no copy).
+ *
+ *	Decoders trust nothing: every length is checked against what is
+ *	left of the record before anything is allocated.
+ * DIAGNOSTICS
+ *	Decoders return STORE_EINVAL on any malformed record.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "store_int.h"
+
+#define REC_VERSION	1
+#define STR_NULL	0xffffffffu
+#define QUEUE_INFLIGHT_OFF	(1 + 4 + 8)
+#define QUEUE_HEAD_LEN		(QUEUE_INFLIGHT_OFF + 1 + 4)
+
+/* encoder: with p == NULL it only counts */
+struct enc {
+	uint8_t *p;
+	size_t len;
+	size_t pos;
+};
+
+/* decoder: err is sticky, reads after it return zeros */
+struct dec {
+	const uint8_t *p;
+	size_t len;
+	size_t pos;
+	int err;
+};
+
+/* enc_bytes - append raw bytes */
+static void enc_bytes(struct enc *e, const void *v, size_t n)
+{
+	if (e->p) {
+		if (n > e->len - e->pos)
+			msg_panic("store: record encoder overrun (%zu + %zu > %zu)",
+				  e->pos, n, e->len);
+		if (n)
+			memcpy(e->p + e->pos, v, n);
+	}
+	e->pos += n;
+}
+
+/* enc_u64 - append big-endian, n bytes wide */
+static void enc_uint(struct enc *e, uint64_t v, int n)
+{
+	uint8_t b[8];
+	int i;
+
+	for (i = n - 1; i >= 0; i--) {
+		b[i] = (uint8_t) v;
+		v >>= 8;
+	}
+	enc_bytes(e, b, n);
+}
+
+#define enc_u8(e, v)	enc_uint((e), (uint8_t) (v), 1)
+#define enc_i32(e, v)	enc_uint((e), (uint32_t) (int32_t) (v), 4)
+#define enc_u32(e, v)	enc_uint((e), (uint32_t) (v), 4)
+#define enc_i64(e, v)	enc_uint((e), (uint64_t) (int64_t) (v), 8)
+#define enc_u64(e, v)	enc_uint((e), (uint64_t) (v), 8)
+
+/* enc_str - append a string that may be NULL */
+static void enc_str(struct enc *e, const char *s)
+{
+	size_t n;
+
+	if (s == NULL) {
+		enc_u32(e, STR_NULL);
+		return;
+	}
+	n = strlen(s);
+	enc_u32(e, n);
+	enc_bytes(e, s, n);
+}
+
+/* dec_take - consume n bytes, or fail */
+static const uint8_t *dec_take(struct dec *d, size_t n)
+{
+	const uint8_t *p;
+
+	if (d->err || n > d->len - d->pos) {
+		d->err = STORE_EINVAL;
+		return NULL;
+	}
+	p = d->p + d->pos;
+	d->pos += n;
+	return p;
+}
+
+/* dec_uint - read a big-endian integer n bytes wide */
+static uint64_t dec_uint(struct dec *d, int n)
+{
+	const uint8_t *p = dec_take(d, n);
+	uint64_t v = 0;
+	int i;
+
+	if (p == NULL)
+		return 0;
+	for (i = 0; i < n; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+#define dec_u8(d)	((uint8_t) dec_uint((d), 1))
+#define dec_i32(d)	((int32_t) (uint32_t) dec_uint((d), 4))
+#define dec_u32(d)	((uint32_t) dec_uint((d), 4))
+#define dec_i64(d)	((int64_t) dec_uint((d), 8))
+#define dec_u64(d)	dec_uint((d), 8)
+
+/* dec_str - read a string into a new allocation; NULL only if nullable */
+static char *dec_str(struct dec *d, int nullable)
+{
+	uint32_t n = dec_u32(d);
+	const uint8_t *p;
+	char *s;
+
+	if (d->err)
+		return NULL;
+	if (n == STR_NULL) {
+		if (!nullable)
+			d->err = STORE_EINVAL;
+		return NULL;
+	}
+	if ((p = dec_take(d, n)) == NULL)
+		return NULL;
+	if (memchr(p, 0, n) != NULL) {
+		d->err = STORE_EINVAL;
+		return NULL;
+	}
+	s = xmalloc((size_t) n + 1);
+	memcpy(s, p, n);
+	s[n] = 0;
+	return s;
+}
+
+/* dec_version - check the leading version byte */
+static void dec_version(struct dec *d)
+{
+	if (dec_u8(d) != REC_VERSION)
+		d->err = STORE_EINVAL;
+}
+
+/* dec_end - the record must be consumed exactly */
+static int dec_end(struct dec *d)
+{
+	if (d->err == 0 && d->pos != d->len)
+		d->err = STORE_EINVAL;
+	return d->err;
+}
+
+/* store_msg_valid - can this message be encoded? */
+int store_msg_valid(const struct store_msg *m)
+{
+	size_t i, qlen = strnlen(m->qid, STORE_QID_SIZE);
+
+	if (qlen == 0 || qlen >= STORE_QID_SIZE)
+		return 0;
+	if (m->from == NULL || m->client == NULL || m->n_rcpts == 0 || m->rcpts == NULL)
+		return 0;
+	if (m->n_rcpts > UINT32_MAX || (m->data == NULL && m->data_len != 0))
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++) {
+		if (m->rcpts[i].addr == NULL)
+			return 0;
+		switch (m->rcpts[i].state) {
+		case STORE_RCPT_QUEUED:
+		case STORE_RCPT_SENT:
+		case STORE_RCPT_BOUNCED:
+		case STORE_RCPT_UNCONFIRMED:
+			break;
+		default:
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* claim_codec - the claim record */
+static void claim_codec(struct enc *e, const struct store_claim *c)
+{
+	size_t qlen = strnlen(c->qid, STORE_QID_SIZE - 1);
+
+	enc_u8(e, REC_VERSION);
+	enc_u8(e, qlen);
+	enc_bytes(e, c->qid, qlen);
+	enc_bytes(e, c->fingerprint, STORE_HASH_LEN);
+	enc_i64(e, c->accepted);
+	enc_i64(e, c->expires);
+}
+
+/* store_claim_encode - write a claim record, return its length */
+size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c)
+{
+	struct enc e = { out, STORE_CLAIM_REC_LEN, 0 };
+
+	claim_codec(&e, c);
+	return e.pos;
+}
+
+/* store_claim_decode - read a claim record */
+int store_claim_decode(const void *p, size_t len, struct store_claim *c)
+{
+	struct dec d = { p, len, 0, 0 };
+	const uint8_t *b;
+	size_t qlen;
+
+	memset(c, 0, sizeof(*c));
+	dec_version(&d);
+	qlen = dec_u8(&d);
+	if (qlen == 0 || qlen >= STORE_QID_SIZE)
+		d.err = STORE_EINVAL;
+	if ((b = dec_take(&d, qlen)) != NULL)
+		memcpy(c->qid, b, qlen);
+	if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
+		memcpy(c->fingerprint, b, STORE_HASH_LEN);
+	c->accepted = dec_i64(&d);
+	c->expires = dec_i64(&d);
+	if (dec_end(&d) != 0 || memchr(c->qid, 0, qlen) != NULL) {
+		memset(c, 0, sizeof(*c));
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* msg_codec - the immutable message record */
+static void msg_codec(struct enc *e, const struct store_msg *m)
+{
+	size_t i;
+
+	enc_u8(e, REC_VERSION);
+	enc_i64(e, m->accepted);
+	enc_str(e, m->from);
+	enc_str(e, m->envid);
+	enc_i32(e, m->ret);
+	enc_i32(e, m->body);
+	enc_str(e, m->client);
+	enc_str(e, m->user);
+	enc_u32(e, m->n_rcpts);
+	for (i = 0; i < m->n_rcpts; i++) {
+		enc_str(e, m->rcpts[i].addr);
+		enc_i32(e, m->rcpts[i].notify);
+		enc_str(e, m->rcpts[i].orcpt);
+	}
+	enc_u64(e, m->data_len);
+	enc_bytes(e, m->data, m->data_len);
+}
+
+/* store_msg_rec_size - bytes the message record needs */
+size_t store_msg_rec_size(const struct store_msg *m)
+{
+	struct enc e = { NULL, 0, 0 };
+
+	msg_codec(&e, m);
+	return e.pos;
+}
+
+/* store_msg_rec_encode - write the message record into exactly len bytes */
+void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
+{
+	struct enc e = { out, len, 0 };
+
+	msg_codec(&e, m);
+	if (e.pos != len)
+		msg_panic("store: message record is %zu bytes, sized as %zu", e.pos, len);
+}
+
+/*
+ * store_msg_rec_decode - read the message record into m (whose qid the
+ * caller set); the delivery state fields are left zero. On failure m
+ * holds nothing that needs freeing.
+ */
+int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
+{
+	struct dec d = { p, len, 0, 0 };
+	const uint8_t *b;
+	uint32_t i, n;
+	uint64_t dlen;
+
+	dec_version(&d);
+	m->accepted = dec_i64(&d);
+	m->from = dec_str(&d, 0);
+	m->envid = dec_str(&d, 1);
+	m->ret = dec_i32(&d);
+	m->body = dec_i32(&d);
+	m->client = dec_str(&d, 0);
+	m->user = dec_str(&d, 1);
+	n = dec_u32(&d);
+	/* each recipient takes at least 12 bytes: bound the allocation */
+	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 12))
+		d.err = STORE_EINVAL;
+	if (d.err == 0) {
+		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
+		m->n_rcpts = n;
+	}
+	for (i = 0; d.err == 0 && i < n; i++) {
+		m->rcpts[i].addr = dec_str(&d, 0);
+		m->rcpts[i].notify = dec_i32(&d);
+		m->rcpts[i].orcpt = dec_str(&d, 1);
+	}
+	dlen = dec_u64(&d);
+	if (d.err == 0 && dlen != d.len - d.pos)
+		d.err = STORE_EINVAL;
+	if ((b = dec_take(&d, dlen)) != NULL) {
+		m->data = xmalloc(dlen + 1);
+		memcpy(m->data, b, dlen);
+		m->data[dlen] = 0;
+		m->data_len = dlen;
+	}
+	if (dec_end(&d) != 0) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* queue_codec - the delivery state record */
+static void queue_codec(struct enc *e, const struct store_msg *m)
+{
+	size_t i;
+
+	enc_u8(e, REC_VERSION);
+	enc_i32(e, m->attempts);
+	enc_i64(e, m->next_attempt);
+	enc_u8(e, m->inflight ? 1 : 0);
+	enc_u32(e, m->n_rcpts);
+	for (i = 0; i < m->n_rcpts; i++) {
+		enc_u8(e, m->rcpts[i].state);
+		enc_str(e, m->rcpts[i].reply);
+	}
+}
+
+/* store_queue_rec_size - bytes the delivery state record needs */
+size_t store_queue_rec_size(const struct store_msg *m)
+{
+	struct enc e = { NULL, 0, 0 };
+
+	queue_codec(&e, m);
+	return e.pos;
+}
+
+/* store_queue_rec_encode - write the delivery state into exactly len bytes */
+void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
+{
+	struct enc e = { out, len, 0 };
+
+	queue_codec(&e, m);
+	if (e.pos != len)
+		msg_panic("store: queue record is %zu bytes, sized as %zu", e.pos, len);
+}
+
+/*
+ * store_queue_rec_decode - read delivery state into a message already
+ * decoded by store_msg_rec_decode(); the recipient counts must agree.
+ * On failure the replies read so far are freed and set to NULL.
+ */
+int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
+{
+	struct dec d = { p, len, 0, 0 };
+	uint32_t i, n;
+	uint8_t state;
+
+	dec_version(&d);
+	m->attempts = dec_i32(&d);
+	m->next_attempt = dec_i64(&d);
+	m->inflight = dec_u8(&d);
+	n = dec_u32(&d);
+	if (d.err == 0 && (n != m->n_rcpts || m->inflight > 1))
+		d.err = STORE_EINVAL;
+	for (i = 0; d.err == 0 && i < n; i++) {
+		state = dec_u8(&d);
+		if (state > STORE_RCPT_UNCONFIRMED)
+			d.err = STORE_EINVAL;
+		m->rcpts[i].state = (enum store_rcpt_state) state;
+		m->rcpts[i].reply = dec_str(&d, 1);
+	}
+	if (dec_end(&d) != 0) {
+		for (i = 0; i < m->n_rcpts; i++) {
+			free(m->rcpts[i].reply);
+			m->rcpts[i].reply = NULL;
+		}
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* store_queue_rec_peek - the recipient count and next attempt, cheaply */
+int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt)
+{
+	struct dec d = { p, len, 0, 0 };
+	int64_t next;
+	uint32_t n;
+
+	dec_version(&d);
+	(void) dec_i32(&d);
+	next = dec_i64(&d);
+	(void) dec_u8(&d);
+	n = dec_u32(&d);
+	/* each recipient takes at least 5 bytes */
+	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 5))
+		d.err = STORE_EINVAL;
+	if (d.err)
+		return STORE_EINVAL;
+	if (n_rcpts)
+		*n_rcpts = n;
+	if (next_attempt)
+		*next_attempt = next;
+	return 0;
+}
+
+/* store_queue_rec_set_inflight - patch the mark in a copy of the record */
+int store_queue_rec_set_inflight(void *p, size_t len, int on)
+{
+	if (store_queue_rec_peek(p, len, NULL, NULL) != 0)
+		return STORE_EINVAL;
+	((uint8_t *) p)[QUEUE_INFLIGHT_OFF] = on ? 1 : 0;
+	return 0;
+}
+
+/* store_expiry_key - index key: sortable expiry time, then the claim's hash */
+void store_expiry_key(uint8_t out[STORE_EXPIRY_KEY_LEN], int64_t expires,
+		      const uint8_t hash[STORE_HASH_LEN])
+{
+	struct enc e = { out, STORE_EXPIRY_KEY_LEN, 0 };
+
+	enc_u64(&e, (uint64_t) expires ^ 0x8000000000000000ull);
+	enc_bytes(&e, hash, STORE_HASH_LEN);
+}
+
+/* store_expiry_key_time - the expiry time of an index key */
+int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN])
+{
+	struct dec d = { key, STORE_EXPIRY_KEY_LEN, 0, 0 };
+
+	return (int64_t) (dec_u64(&d) ^ 0x8000000000000000ull);
+}

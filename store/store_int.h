@@ -1,0 +1,66 @@
+/*
+ * NAME
+ *	store_int 3h
+ * SUMMARY
+ *	internals shared by the store's files; never included outside store/
+ * DESCRIPTION
+ *	The LMDB handles live here, so that MDB_* types stay inside the
+ *	store module. The record codec (store_codec.c) knows nothing of
+ *	LMDB: it turns structs into bytes and back.
+ */
+#ifndef STORE_STORE_INT_H
+#define STORE_STORE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <lmdb.h>
+
+#include "store.h"
+
+struct store {
+	MDB_env *env;		/* owned */
+	MDB_dbi claims;		/* hash -> claim record */
+	MDB_dbi expiry;		/* expiry key -> empty, in time order */
+	MDB_dbi msg;		/* qid -> immutable message record */
+	MDB_dbi queue;		/* qid -> mutable delivery state record */
+	MDB_dbi meta;		/* name -> value ("last_qid") */
+};
+
+struct store_txn {
+	struct store *st;	/* not owned */
+	MDB_txn *txn;		/* owned until commit or abort */
+	int err;		/* sticky: first STORE_E* seen, or 0 */
+};
+
+/* store.c */
+int store_mdb_error(int rc, const char *what);
+int store_read_begin(struct store *st, MDB_txn **txn);
+int store_qid_key(const char *qid, MDB_val *key);
+
+/* store_txn.c */
+int store_txn_fail(struct store_txn *t, int err);
+
+/* store_codec.c: record encoding, portable, with a version byte */
+#define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)
+#define STORE_EXPIRY_KEY_LEN	(8 + STORE_HASH_LEN)
+
+size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c);
+int store_claim_decode(const void *p, size_t len, struct store_claim *c);
+
+size_t store_msg_rec_size(const struct store_msg *m);
+void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m);
+int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
+
+size_t store_queue_rec_size(const struct store_msg *m);
+void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
+int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
+int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
+int store_queue_rec_set_inflight(void *p, size_t len, int on);
+
+void store_expiry_key(uint8_t out[STORE_EXPIRY_KEY_LEN], int64_t expires,
+		      const uint8_t hash[STORE_HASH_LEN]);
+int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN]);
+
+int store_msg_valid(const struct store_msg *m);
+
+#endif
