@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -176,8 +177,19 @@ static void *commit_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && !cm->stop)
-			pthread_cond_wait(&cm->wake, &cm->lock);
+		while (cm->pending == NULL && !cm->stop) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) == ETIMEDOUT
+			    && cm->pending == NULL) {
+				/* idle: reclaim expired claims (lookups already ignore them) */
+				pthread_mutex_unlock(&cm->lock);
+				store_expire(cm->st, now_us(), 1000);
+				pthread_mutex_lock(&cm->lock);
+			}
+		}
 		batch = cm->pending;
 		cm->pending = NULL;
 		pthread_mutex_unlock(&cm->lock);

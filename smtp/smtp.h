@@ -119,4 +119,11 @@ int smtp_session_waiting(const struct smtp_session *s);	/* in the message hook *
 int smtp_session_in_data(const struct smtp_session *s);	/* use data_timeout */
 const char *smtp_session_helo(const struct smtp_session *s);	/* "" before HELO/EHLO */
 
+/*
+ * smtp_xtext_decode - append the RFC 3461 xtext decoding of in[0..len)
+ * to out (e.g. the address part of an ORCPT value, for the relay). 0, or
+ * -1 if in is not valid xtext; out may then hold a partial result.
+ */
+int smtp_xtext_decode(struct buf *out, const char *in, size_t len);
+
 #endif

@@ -35,9 +35,6 @@
 int smtp_parse_path(const char *p, size_t len, int allow_null,
 		    char **addr, size_t *used);
 
-/* smtp_parse_domain_ok - is p[0..len) a domain or address literal? */
-int smtp_parse_domain_ok(const char *p, size_t len);
-
 /*
  * smtp_parse_mail - parse "FROM:<path> [params]" into tx (from, size,
  * body, ret, envid). limit is message_size (0: none). 0 or -1 + reply.
