@@ -39,6 +39,7 @@
 #include "server.h"
 
 #define READ_CHUNK	65536
+#define OUT_MAX		(256 * 1024)	/* unread replies before we stop reading */
 
 enum tag { TAG_LISTEN, TAG_CONN, TAG_SIGNAL, TAG_COMMIT };
 
@@ -146,12 +147,17 @@ static void conn_reap(struct server *srv)
 	}
 }
 
-/* conn_interest - EPOLLIN unless waiting or closing, EPOLLOUT while output is pending */
+/*
+ * conn_interest - EPOLLIN unless waiting, closing, or the client does not
+ * read its replies (a pipelining client that never reads would otherwise
+ * grow the output without bound); EPOLLOUT while output is pending.
+ */
 static void conn_interest(struct conn *c)
 {
 	uint32_t ev = 0;
 
-	if (!smtp_session_waiting(c->s) && !smtp_session_closing(c->s))
+	if (!smtp_session_waiting(c->s) && !smtp_session_closing(c->s)
+	    && smtp_session_out(c->s)->len < OUT_MAX)
 		ev |= EPOLLIN;
 	if (smtp_session_out(c->s)->len)
 		ev |= EPOLLOUT;

@@ -1,0 +1,323 @@
+/*
+ * NAME
+ *	smtp_command 3
+ * SUMMARY
+ *	SMTP commands: dispatch table, handlers, EHLO extensions
+ * DESCRIPTION
+ *	smtp_command() splits a line into verb and arguments and calls the
+ *	handler from smtp_cmd_table. Each handler starts with guard clauses
+ *	that reply and return (out of order: 503 5.5.1; bad syntax: 501),
+ *	then does its work and replies.
+ *
+ *	Ordering policy: MAIL is accepted without a prior HELO/EHLO, as
+ *	Postfix does by default (smtpd_helo_required = no); HELO/EHLO and RSET
+ *	end any transaction; MAIL inside a transaction, RCPT before MAIL and
+ *	DATA before a recipient get 503 5.5.1.
+ *
+ *	What EHLO advertises comes from smtp_ext_table; an extension that
+ *	depends on the session (STARTTLS before TLS, AUTH after it) gets an
+ *	"offered" predicate, one that has parameters a "params" printer.
+ *
+ *	A NUL byte in a command line gets 500 5.5.2, except in MAIL and RCPT,
+ *	whose length-aware parsers give the more precise 501 (a NUL in an
+ *	address or in an ESMTP parameter, SPEC section 6).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "smtp_parse.h"
+#include "smtp_session.h"
+#include "smtp_tx.h"
+
+ /*
+  * EHLO extensions, in the order advertised.
+  */
+struct smtp_ext {
+	const char *name;
+	void    (*params) (const struct smtp_session *, struct buf *);
+	int     (*offered) (const struct smtp_session *);	/* NULL: always */
+};
+
+/* smtp_ext_size - "SIZE n" (RFC 1870); bare "SIZE" means no fixed limit */
+static void smtp_ext_size(const struct smtp_session *s, struct buf *b)
+{
+	if (s->cfg.message_size)
+		buf_printf(b, " %llu", (unsigned long long) s->cfg.message_size);
+}
+
+static const struct smtp_ext smtp_ext_table[] = {
+	{"PIPELINING", NULL, NULL},
+	{"SIZE", smtp_ext_size, NULL},
+	{"8BITMIME", NULL, NULL},
+	{"ENHANCEDSTATUSCODES", NULL, NULL},
+	{"DSN", NULL, NULL},
+};
+
+#define SMTP_EXT_COUNT (sizeof(smtp_ext_table) / sizeof(smtp_ext_table[0]))
+
+/* smtp_ehlo_reply - the multi-line 250 from the extension table */
+static void smtp_ehlo_reply(struct smtp_session *s)
+{
+	const struct smtp_ext *e;
+	size_t i, n = 0, k = 0;
+
+	for (i = 0; i < SMTP_EXT_COUNT; i++)
+		if (smtp_ext_table[i].offered == NULL || smtp_ext_table[i].offered(s))
+			n++;
+	smtp_reply(s, "250%c%s", n ? '-' : ' ', s->cfg.hostname);
+	for (i = 0; i < SMTP_EXT_COUNT; i++) {
+		e = smtp_ext_table + i;
+		if (e->offered && !e->offered(s))
+			continue;
+		buf_printf(&s->out, "250%c%s", ++k < n ? '-' : ' ', e->name);
+		if (e->params)
+			e->params(s, &s->out);
+		buf_append(&s->out, "\r\n", 2);
+	}
+}
+
+/* smtp_helo_ok - one token of printable ASCII, as Postfix takes it */
+static int smtp_helo_ok(const char *args, size_t len)
+{
+	size_t i;
+
+	if (len == 0 || len > 255)
+		return 0;
+	for (i = 0; i < len; i++)
+		if ((unsigned char) args[i] <= ' ' || (unsigned char) args[i] > '~')
+			return 0;
+	return 1;
+}
+
+/* smtp_helo_common - HELO and EHLO: remember the name, end the tx */
+static int smtp_helo_common(struct smtp_session *s, const char *verb,
+			    const char *args, size_t len, int esmtp)
+{
+	if (!smtp_helo_ok(args, len)) {
+		smtp_reply(s, "501 5.5.4 Syntax: %s hostname", verb);
+		return -1;
+	}
+	smtp_tx_end(s);
+	free(s->helo);
+	s->helo = xstrndup(args, len);
+	s->esmtp = esmtp;
+	return 0;
+}
+
+/* smtp_cmd_helo - HELO hostname */
+static void smtp_cmd_helo(struct smtp_session *s, const char *args, size_t len)
+{
+	if (smtp_helo_common(s, "HELO", args, len, 0) < 0)
+		return;
+	smtp_reply(s, "250 %s", s->cfg.hostname);
+}
+
+/* smtp_cmd_ehlo - EHLO hostname */
+static void smtp_cmd_ehlo(struct smtp_session *s, const char *args, size_t len)
+{
+	if (smtp_helo_common(s, "EHLO", args, len, 1) < 0)
+		return;
+	smtp_ehlo_reply(s);
+}
+
+/* smtp_cmd_mail - MAIL FROM:<path> [params] */
+static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
+{
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_tx *tx;
+
+	if (s->tx) {
+		smtp_reply(s, "503 5.5.1 Error: nested MAIL command");
+		return;
+	}
+	tx = smtp_tx_new();
+	if (smtp_parse_mail(args, len, s->cfg.message_size, tx, reply) < 0) {
+		smtp_tx_free(tx);
+		smtp_reply(s, "%s", reply);
+		return;
+	}
+	s->tx = tx;
+	smtp_reply(s, "250 2.1.0 Ok");
+}
+
+/* smtp_cmd_rcpt - RCPT TO:<path> [params] */
+static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
+{
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_rcpt r = {NULL, 0, NULL};
+	const char *verdict;
+
+	if (s->tx == NULL) {
+		smtp_reply(s, "503 5.5.1 Error: need MAIL command");
+		return;
+	}
+	if (smtp_parse_rcpt(args, len, &r, reply) < 0) {
+		smtp_reply(s, "%s", reply);
+		goto done;
+	}
+	/* a repeated recipient was decided already; claims are per recipient */
+	if (smtp_tx_has_rcpt(s->tx, r.addr)) {
+		smtp_reply(s, "250 2.1.5 Ok");
+		goto done;
+	}
+	if (s->tx->n_rcpts >= (size_t) s->cfg.max_rcpts) {
+		smtp_reply(s, "452 4.5.3 Too many recipients");
+		goto done;
+	}
+	if (s->hooks.rcpt && (verdict = s->hooks.rcpt(s->ctx, s->tx, r.addr)) != NULL) {
+		smtp_reply_external(s, verdict);
+		goto done;
+	}
+	smtp_tx_add_rcpt(s->tx, &r);
+	smtp_reply(s, "250 2.1.5 Ok");
+done:
+	smtp_rcpt_clear(&r);
+}
+
+/* smtp_cmd_data - DATA: start reading the message */
+static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	if (s->tx == NULL || s->tx->n_rcpts == 0) {
+		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
+		return;
+	}
+	if (len) {
+		smtp_reply(s, "501 5.5.4 Syntax: DATA");
+		return;
+	}
+	buf_reset(&s->tx->data);
+	s->tx->bare_eol = 0;
+	smtp_data_init(&s->data, s->cfg.message_size);
+	smtp_reply(s, "354 End data with <CR><LF>.<CR><LF>");
+	smtp_enter_state(s, SMTP_STATE_DATA);
+}
+
+/* smtp_cmd_rset - RSET: end the transaction, keep the session */
+static void smtp_cmd_rset(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	if (len) {
+		smtp_reply(s, "501 5.5.4 Syntax: RSET");
+		return;
+	}
+	smtp_tx_end(s);
+	smtp_reply(s, "250 2.0.0 Ok");
+}
+
+/* smtp_cmd_noop - NOOP [string] */
+static void smtp_cmd_noop(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	(void) len;
+	smtp_reply(s, "250 2.0.0 Ok");
+}
+
+/* smtp_cmd_quit - QUIT: say goodbye and close (arguments are ignored) */
+static void smtp_cmd_quit(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	(void) len;
+	smtp_tx_end(s);
+	smtp_reply(s, "221 2.0.0 Bye");
+	smtp_enter_state(s, SMTP_STATE_CLOSED);
+}
+
+/* smtp_cmd_vrfy - VRFY: never disclose, never refuse (RFC 5321 3.5.3) */
+static void smtp_cmd_vrfy(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	if (len == 0) {
+		smtp_reply(s, "501 5.5.4 Syntax: VRFY address");
+		return;
+	}
+	smtp_reply(s, "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery");
+}
+
+static void smtp_cmd_help(struct smtp_session *, const char *, size_t);
+
+ /*
+  * The dispatch table. Verbs match case-insensitively and exactly.
+  */
+#define SMTP_CMD_NUL_OK	(1<<0)		/* handler's parser rejects NUL itself */
+
+struct smtp_cmd {
+	const char *name;
+	void    (*handler) (struct smtp_session *, const char *, size_t);
+	int     flags;
+};
+
+static const struct smtp_cmd smtp_cmd_table[] = {
+	{"EHLO", smtp_cmd_ehlo, 0},
+	{"HELO", smtp_cmd_helo, 0},
+	{"MAIL", smtp_cmd_mail, SMTP_CMD_NUL_OK},
+	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK},
+	{"DATA", smtp_cmd_data, 0},
+	{"RSET", smtp_cmd_rset, 0},
+	{"NOOP", smtp_cmd_noop, 0},
+	{"QUIT", smtp_cmd_quit, 0},
+	{"VRFY", smtp_cmd_vrfy, 0},
+	{"HELP", smtp_cmd_help, 0},
+};
+
+#define SMTP_CMD_COUNT (sizeof(smtp_cmd_table) / sizeof(smtp_cmd_table[0]))
+
+/* smtp_cmd_help - HELP [topic]: the verbs we know */
+static void smtp_cmd_help(struct smtp_session *s, const char *args, size_t len)
+{
+	size_t i;
+
+	(void) args;
+	(void) len;
+	buf_append(&s->out, "214 2.0.0 Commands:", 19);
+	for (i = 0; i < SMTP_CMD_COUNT; i++)
+		buf_printf(&s->out, " %s", smtp_cmd_table[i].name);
+	buf_append(&s->out, "\r\n", 2);
+}
+
+/* smtp_cmd_find - look a verb up in the table */
+static const struct smtp_cmd *smtp_cmd_find(const char *verb, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < SMTP_CMD_COUNT; i++)
+		if (strlen(smtp_cmd_table[i].name) == len
+		    && strncasecmp(smtp_cmd_table[i].name, verb, len) == 0)
+			return smtp_cmd_table + i;
+	return NULL;
+}
+
+/* smtp_command - one line, LF included, at most SMTP_LINE_MAX octets */
+void smtp_command(struct smtp_session *s, char *line, size_t len)
+{
+	const struct smtp_cmd *cmd;
+	const char *sp;
+	size_t verb_len;
+
+	if (len && line[len - 1] == '\n')
+		len--;
+	if (len && line[len - 1] == '\r')
+		len--;
+	while (len && line[len - 1] == ' ')
+		len--;
+	line[len] = 0;
+
+	if (len == 0) {
+		smtp_reply(s, "500 5.5.2 Error: bad syntax");
+		return;
+	}
+	sp = memchr(line, ' ', len);
+	verb_len = sp ? (size_t) (sp - line) : len;
+	if ((cmd = smtp_cmd_find(line, verb_len)) == NULL) {
+		smtp_reply(s, "500 5.5.2 Error: command not recognized");
+		return;
+	}
+	if (!(cmd->flags & SMTP_CMD_NUL_OK) && memchr(line, 0, len) != NULL) {
+		smtp_reply(s, "500 5.5.2 Error: NUL in command line");
+		return;
+	}
+	if (sp)
+		cmd->handler(s, sp + 1, len - verb_len - 1);
+	else
+		cmd->handler(s, line + len, 0);
+}

@@ -1,0 +1,136 @@
+/*
+ * NAME
+ *	smtp_data 3
+ * SUMMARY
+ *	DATA reader: end-of-data detection, dot-unstuffing, line endings
+ * DESCRIPTION
+ *	SMTP smuggling (CVE-2023-51764 and relatives) works when two hops
+ *	disagree on where a message ends. This reader agrees with RFC 5321
+ *	section 4.1.1.4 and nothing else: only <CR><LF>.<CR><LF> ends the
+ *	message, and the CR LF before the dot must be a real pair. A bare CR
+ *	or bare LF is stored as CRLF, so the stored message has one kind of
+ *	line ending and no next hop can read a different end into it.
+ *
+ *	State is kept between calls and nothing is emitted until it is
+ *	decided (a CR waits for the next byte to know whether it is bare, a
+ *	dot at the start of a line waits to know whether it terminates), so
+ *	any split of the input gives the same result. Runs of ordinary bytes
+ *	are copied in one go.
+ *
+ *	The stored size is bounded by the limit: past it, what was stored is
+ *	released and storing stops, but scanning goes on, so the client still
+ *	gets its reply at the real end of data. Long lines cost nothing extra: there is no line buffer.
+ */
+#include "smtp_data.h"
+
+/* smtp_data_init - start reading a message */
+void smtp_data_init(struct smtp_data *d, uint64_t limit)
+{
+	d->state = SMTP_DATA_BOL;
+	d->limit = limit;
+	d->too_big = 0;
+	d->bare_eol = 0;
+}
+
+/* smtp_data_done - was the terminator seen? */
+int smtp_data_done(const struct smtp_data *d)
+{
+	return d->state == SMTP_DATA_DONE;
+}
+
+/* smtp_data_emit - store message bytes, within the limit */
+static void smtp_data_emit(struct smtp_data *d, struct buf *out,
+			   const char *p, size_t n)
+{
+	if (d->too_big)
+		return;
+	if (d->limit && (uint64_t) out->len + n > d->limit) {
+		/* the message will be refused: give the memory back now */
+		d->too_big = 1;
+		buf_free(out);
+		return;
+	}
+	buf_append(out, p, n);
+}
+
+/* smtp_data_bare - a bare CR or LF: store it as CRLF, remember it */
+static void smtp_data_bare(struct smtp_data *d, struct buf *out)
+{
+	d->bare_eol = 1;
+	smtp_data_emit(d, out, "\r\n", 2);
+}
+
+/* smtp_data_feed - scan input; stop after the terminator */
+size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
+		      const char *in, size_t len)
+{
+	size_t i = 0, j;
+	char c;
+
+	/*
+	 * Each case either consumes the byte (i++) or changes state and
+	 * looks at the same byte again ("continue" without i++).
+	 */
+	while (i < len && d->state != SMTP_DATA_DONE) {
+		c = in[i];
+		switch (d->state) {
+		case SMTP_DATA_BOL:
+			if (c == '.') {
+				d->state = SMTP_DATA_DOT;
+				i++;
+			} else {
+				d->state = SMTP_DATA_TEXT;
+			}
+			continue;
+		case SMTP_DATA_TEXT:
+			for (j = i; j < len && in[j] != '\r' && in[j] != '\n'; j++)
+				 /* void */ ;
+			if (j > i) {
+				smtp_data_emit(d, out, in + i, j - i);
+				i = j;
+			} else if (c == '\r') {
+				d->state = SMTP_DATA_CR;
+				i++;
+			} else {
+				smtp_data_bare(d, out);
+				i++;
+			}
+			continue;
+		case SMTP_DATA_CR:
+			if (c == '\n') {
+				smtp_data_emit(d, out, "\r\n", 2);
+				d->state = SMTP_DATA_BOL;
+				i++;
+			} else {
+				/* the pending CR was bare; a CR now is pending again */
+				smtp_data_bare(d, out);
+				if (c == '\r')
+					i++;
+				else
+					d->state = SMTP_DATA_TEXT;
+			}
+			continue;
+		case SMTP_DATA_DOT:
+			if (c == '\r') {
+				d->state = SMTP_DATA_DOT_CR;
+				i++;
+			} else {
+				/* not the terminator: the dot was stuffing, drop it */
+				d->state = SMTP_DATA_TEXT;
+			}
+			continue;
+		case SMTP_DATA_DOT_CR:
+			if (c == '\n') {
+				d->state = SMTP_DATA_DONE;
+				i++;
+			} else {
+				/* ".\r" + other: drop the dot, the CR is bare */
+				d->state = SMTP_DATA_CR;
+			}
+			continue;
+		case SMTP_DATA_DONE:
+			break;
+		}
+	}
+	return i;
+}

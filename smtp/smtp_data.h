@@ -1,0 +1,51 @@
+/*
+ * NAME
+ *	smtp_data 3h
+ * SUMMARY
+ *	DATA reader: end-of-data detection, dot-unstuffing, line endings
+ * DESCRIPTION
+ *	A byte-driven state machine: input may be cut anywhere, down to one
+ *	byte per call, and the result is the same. The message ends only at
+ *	<CRLF>.<CRLF> where the CR LF before the dot is a real pair (the
+ *	start of the message counts as following one). Lines starting with
+ *	a dot lose it. A bare CR or LF is stored as CRLF and noted in
+ *	bare_eol. Past limit octets the output is emptied and nothing more is
+ *	stored, but the input is still scanned for the end; too_big says so.
+ */
+#ifndef SMTP_SMTP_DATA_H
+#define SMTP_SMTP_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/buf.h"
+
+enum smtp_data_state {
+	SMTP_DATA_BOL,			/* after a real CRLF (or at the start) */
+	SMTP_DATA_TEXT,			/* inside a line */
+	SMTP_DATA_CR,			/* CR seen, not yet known to be bare */
+	SMTP_DATA_DOT,			/* "." seen at BOL, not yet emitted */
+	SMTP_DATA_DOT_CR,		/* ".\r" seen at BOL */
+	SMTP_DATA_DONE,			/* <CRLF>.<CRLF> consumed */
+};
+
+struct smtp_data {
+	enum smtp_data_state state;
+	uint64_t limit;			/* message_size; 0: none */
+	int too_big;			/* stopped storing at limit */
+	int bare_eol;			/* a bare CR or LF was seen */
+};
+
+void smtp_data_init(struct smtp_data *d, uint64_t limit);
+
+/*
+ * smtp_data_feed - scan input, append message content to out. Returns
+ * the octets consumed: all of them, or up to and including the LF of the
+ * terminator, after which smtp_data_done() is true.
+ */
+size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
+		      const char *in, size_t len);
+
+int smtp_data_done(const struct smtp_data *d);
+
+#endif

@@ -1,0 +1,582 @@
+/*
+ * NAME
+ *	smtp_parse 3
+ * SUMMARY
+ *	strict parsing of MAIL/RCPT paths, ESMTP parameters and xtext
+ * DESCRIPTION
+ *	smtp_parse_mail() and smtp_parse_rcpt() take what follows the verb
+ *	("FROM:<a@b> SIZE=10") and fill in the transaction or recipient.
+ *
+ *	Paths follow RFC 5321 section 4.1.2 to the letter: angle brackets
+ *	are required (one space after the colon is tolerated, as Postfix
+ *	does), the local-part is a dot-string of atext or a quoted string,
+ *	the domain is a host name or an IPv4/IPv6 address literal, and a
+ *	source route is checked and stripped. Anything else, such as
+ *	"<;sleep 66;>", is refused: an address is later handed to other
+ *	programs, and the cheapest place to stop an injection is here.
+ *
+ *	ESMTP parameters are first checked for syntax as a whole
+ *	(esmtp-keyword ["=" esmtp-value], RFC 5321 section 4.1.2), so that a
+ *	control character anywhere gets 501 5.5.4 before any parameter is
+ *	acted on; then each parameter is looked up in a per-command table.
+ *	Adding an extension parameter (AUTH=, SMTPUTF8) means adding a row.
+ * DIAGNOSTICS
+ *	501 5.5.4 for syntax, 501 5.1.7 / 501 5.1.3 for a bad sender /
+ *	recipient address, 555 5.5.4 for an unknown parameter, 552 5.3.4 for
+ *	a declared SIZE over the limit.
+ */
+#include <sys/types.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "smtp_parse.h"
+
+#define SMTP_ALPHA(c)	(((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z'))
+#define SMTP_DIGIT(c)	((c) >= '0' && (c) <= '9')
+#define SMTP_ALNUM(c)	(SMTP_ALPHA(c) || SMTP_DIGIT(c))
+
+/* smtp_atext - RFC 5322 atext: may appear unquoted in a local-part */
+static int smtp_atext(unsigned char c)
+{
+	if (SMTP_ALNUM(c))
+		return 1;
+	switch (c) {
+	case '!': case '#': case '$': case '%': case '&': case '\'':
+	case '*': case '+': case '-': case '/': case '=': case '?':
+	case '^': case '_': case '`': case '{': case '|': case '}':
+	case '~':
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* smtp_mem_caseeq - ASCII case-insensitive compare of p[0..len) with s */
+static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
+{
+	size_t i;
+	unsigned char a, b;
+
+	if (strlen(s) != len)
+		return 0;
+	for (i = 0; i < len; i++) {
+		a = (unsigned char) p[i];
+		b = (unsigned char) s[i];
+		if (a >= 'A' && a <= 'Z')
+			a += 'a' - 'A';
+		if (b >= 'A' && b <= 'Z')
+			b += 'a' - 'A';
+		if (a != b)
+			return 0;
+	}
+	return 1;
+}
+
+/* smtp_hostname_ok - RFC 5321 Domain: dot-separated Let-dig [Ldh-str] */
+static int smtp_hostname_ok(const char *p, size_t len)
+{
+	size_t i, label = 0;
+	unsigned char c;
+
+	if (len == 0 || len > SMTP_DOMAIN_MAX)
+		return 0;
+	for (i = 0; i < len; i++) {
+		c = (unsigned char) p[i];
+		if (c == '.') {
+			if (label == 0 || p[i - 1] == '-')
+				return 0;
+			label = 0;
+			continue;
+		}
+		if (!SMTP_ALNUM(c) && !(c == '-' && label > 0))
+			return 0;
+		if (++label > SMTP_LABEL_MAX)
+			return 0;
+	}
+	return label > 0 && p[len - 1] != '-';
+}
+
+/* smtp_literal_ok - "[1.2.3.4]" or "[IPv6:...]" */
+static int smtp_literal_ok(const char *p, size_t len)
+{
+	char tmp[64];
+	unsigned char addr[16];
+	size_t n;
+
+	if (len < 3 || p[0] != '[' || p[len - 1] != ']')
+		return 0;
+	n = len - 2;
+	if (n >= sizeof(tmp) || memchr(p + 1, 0, n) != NULL)
+		return 0;
+	memcpy(tmp, p + 1, n);
+	tmp[n] = 0;
+	if (n > 5 && smtp_mem_caseeq(tmp, 5, "IPv6:"))
+		return inet_pton(AF_INET6, tmp + 5, addr) == 1;
+	return inet_pton(AF_INET, tmp, addr) == 1;
+}
+
+/* smtp_path_domain - length of the domain or literal at p, or -1 */
+static ssize_t smtp_path_domain(const char *p, size_t len)
+{
+	size_t i = 0;
+	unsigned char c;
+
+	if (len > 0 && p[0] == '[') {
+		while (i < len && p[i] != ']')
+			i++;
+		if (i == len || !smtp_literal_ok(p, i + 1))
+			return -1;
+		return (ssize_t) i + 1;
+	}
+	while (i < len) {
+		c = (unsigned char) p[i];
+		if (!SMTP_ALNUM(c) && c != '-' && c != '.')
+			break;
+		i++;
+	}
+	return smtp_hostname_ok(p, i) ? (ssize_t) i : -1;
+}
+
+/* smtp_path_local - length of the local-part at p, or -1 */
+static ssize_t smtp_path_local(const char *p, size_t len)
+{
+	size_t i, j;
+	unsigned char c;
+
+	if (len > 0 && p[0] == '"') {
+		for (i = 1; i < len; i++) {
+			c = (unsigned char) p[i];
+			if (c == '"')
+				return i > 1 ? (ssize_t) i + 1 : -1;
+			if (c == '\\') {
+				if (i + 1 >= len || (unsigned char) p[i + 1] < 32
+				    || (unsigned char) p[i + 1] > 126)
+					return -1;
+				i++;
+			} else if (c < 32 || c > 126) {
+				return -1;
+			}
+		}
+		return -1;
+	}
+	for (i = 0;;) {
+		for (j = i; j < len && smtp_atext((unsigned char) p[j]); j++)
+			 /* void */ ;
+		if (j == i)
+			return -1;
+		i = j;
+		if (i < len && p[i] == '.') {
+			i++;
+			continue;
+		}
+		return (ssize_t) i;
+	}
+}
+
+/* smtp_parse_path - RFC 5321 Path or "<>" */
+int smtp_parse_path(const char *p, size_t len, int allow_null,
+		    char **addr, size_t *used)
+{
+	size_t i, start;
+	ssize_t n;
+
+	if (len < 2 || p[0] != '<')
+		return -1;
+	i = 1;
+	if (p[i] == '>') {
+		if (!allow_null)
+			return -1;
+		*addr = xstrdup("");
+		*used = 2;
+		return 0;
+	}
+	if (p[i] == '@') {
+		/* A-d-l ":" - obsolete source route, checked then dropped */
+		for (;;) {
+			if (i >= len || p[i] != '@')
+				return -1;
+			i++;
+			if ((n = smtp_path_domain(p + i, len - i)) < 0)
+				return -1;
+			i += (size_t) n;
+			if (i < len && p[i] == ',') {
+				i++;
+				continue;
+			}
+			if (i < len && p[i] == ':') {
+				i++;
+				break;
+			}
+			return -1;
+		}
+	}
+	start = i;
+	if ((n = smtp_path_local(p + i, len - i)) < 0 || n > SMTP_LOCAL_MAX)
+		return -1;
+	i += (size_t) n;
+	if (i >= len || p[i] != '@')
+		return -1;
+	i++;
+	if ((n = smtp_path_domain(p + i, len - i)) < 0)
+		return -1;
+	i += (size_t) n;
+	if (i >= len || p[i] != '>' || i - start > SMTP_ADDR_MAX)
+		return -1;
+	*addr = xstrndup(p + start, i - start);
+	*used = i + 1;
+	return 0;
+}
+
+/* smtp_hexval - value of an upper-case hex digit, or -1 */
+static int smtp_hexval(char c)
+{
+	if (SMTP_DIGIT(c))
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* smtp_xtext_decode - RFC 3461 xtext: "+" and two upper-case hex digits */
+int smtp_xtext_decode(struct buf *out, const char *in, size_t len)
+{
+	unsigned char c;
+	size_t i;
+	int hi, lo;
+
+	for (i = 0; i < len; i++) {
+		c = (unsigned char) in[i];
+		if (c == '+') {
+			if (len - i < 3 || (hi = smtp_hexval(in[i + 1])) < 0
+			    || (lo = smtp_hexval(in[i + 2])) < 0)
+				return -1;
+			buf_putc(out, (char) (hi << 4 | lo));
+			i += 2;
+		} else if (c < 33 || c > 126 || c == '=') {
+			return -1;
+		} else {
+			buf_putc(out, (char) c);
+		}
+	}
+	return 0;
+}
+
+ /*
+  * ESMTP parameters. A handler gets the value (never empty: the syntax
+  * pass guarantees one) and writes the reply on failure.
+  */
+struct smtp_param_ctx {
+	struct smtp_tx *tx;		/* MAIL parameters go here */
+	struct smtp_rcpt *rcpt;		/* RCPT parameters go here */
+	uint64_t limit;			/* message_size, 0: none */
+	char *reply;			/* SMTP_REPLY_MAX bytes */
+};
+
+struct smtp_param {
+	const char *name;
+	int     (*apply) (struct smtp_param_ctx *, const char *, size_t);
+};
+
+/* smtp_param_bad - the usual 501 for a parameter's value */
+static int smtp_param_bad(struct smtp_param_ctx *c, const char *name)
+{
+	snprintf(c->reply, SMTP_REPLY_MAX, "501 5.5.4 Bad %s parameter syntax", name);
+	return -1;
+}
+
+/* smtp_param_size - SIZE=n (RFC 1870) */
+static int smtp_param_size(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	uint64_t n = 0;
+	int over = 0;
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		if (!SMTP_DIGIT(v[i]))
+			return smtp_param_bad(c, "SIZE");
+		if (n > (UINT64_MAX - 9) / 10)
+			over = 1;
+		else
+			n = n * 10 + (uint64_t) (v[i] - '0');
+	}
+	if (over || (c->limit && n > c->limit)) {
+		snprintf(c->reply, SMTP_REPLY_MAX,
+			 "552 5.3.4 Message size exceeds fixed limit");
+		return -1;
+	}
+	c->tx->size = n;
+	return 0;
+}
+
+/* smtp_param_body - BODY=7BIT|8BITMIME (RFC 6152) */
+static int smtp_param_body(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	if (smtp_mem_caseeq(v, len, "7BIT"))
+		c->tx->body = SMTP_BODY_7BIT;
+	else if (smtp_mem_caseeq(v, len, "8BITMIME"))
+		c->tx->body = SMTP_BODY_8BITMIME;
+	else
+		return smtp_param_bad(c, "BODY");
+	return 0;
+}
+
+/* smtp_param_ret - RET=FULL|HDRS (RFC 3461 4.3) */
+static int smtp_param_ret(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	if (smtp_mem_caseeq(v, len, "FULL"))
+		c->tx->ret = SMTP_RET_FULL;
+	else if (smtp_mem_caseeq(v, len, "HDRS"))
+		c->tx->ret = SMTP_RET_HDRS;
+	else
+		return smtp_param_bad(c, "RET");
+	return 0;
+}
+
+/* smtp_printable - every byte printable US-ASCII (SP allowed)? */
+static int smtp_printable(const char *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if ((unsigned char) p[i] < 32 || (unsigned char) p[i] > 126)
+			return 0;
+	return 1;
+}
+
+/* smtp_param_envid - ENVID=xtext, printable when decoded (RFC 3461 4.4) */
+static int smtp_param_envid(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	struct buf dec = BUF_INIT;
+
+	if (smtp_xtext_decode(&dec, v, len) < 0 || dec.len == 0
+	    || dec.len > SMTP_ENVID_MAX || !smtp_printable(dec.data, dec.len)) {
+		buf_free(&dec);
+		return smtp_param_bad(c, "ENVID");
+	}
+	c->tx->envid = xstrndup(dec.data, dec.len);
+	buf_free(&dec);
+	return 0;
+}
+
+/* smtp_param_notify - NOTIFY=NEVER or a list of SUCCESS,FAILURE,DELAY */
+static int smtp_param_notify(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	static const struct {
+		const char *name;
+		int bit;
+	} kw[] = {
+		{"NEVER", SMTP_NOTIFY_NEVER},
+		{"SUCCESS", SMTP_NOTIFY_SUCCESS},
+		{"FAILURE", SMTP_NOTIFY_FAILURE},
+		{"DELAY", SMTP_NOTIFY_DELAY},
+	};
+	size_t i = 0, j, k;
+	int bits = 0, bit;
+
+	while (i <= len) {
+		for (j = i; j < len && v[j] != ','; j++)
+			 /* void */ ;
+		for (bit = 0, k = 0; k < sizeof(kw) / sizeof(kw[0]); k++)
+			if (smtp_mem_caseeq(v + i, j - i, kw[k].name))
+				bit = kw[k].bit;
+		if (bit == 0 || (bits & bit))
+			return smtp_param_bad(c, "NOTIFY");
+		bits |= bit;
+		i = j + 1;
+	}
+	if ((bits & SMTP_NOTIFY_NEVER) && bits != SMTP_NOTIFY_NEVER)
+		return smtp_param_bad(c, "NOTIFY");
+	c->rcpt->notify = bits;
+	return 0;
+}
+
+/* smtp_param_orcpt - ORCPT=addr-type;xtext (RFC 3461 4.2), kept encoded */
+static int smtp_param_orcpt(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	struct buf dec = BUF_INIT;
+	size_t i;
+	int ok;
+
+	for (i = 0; i < len && smtp_atext((unsigned char) v[i]); i++)
+		 /* void */ ;
+	if (i == 0 || i + 1 >= len || v[i] != ';' || len > SMTP_ORCPT_MAX)
+		return smtp_param_bad(c, "ORCPT");
+	ok = smtp_xtext_decode(&dec, v + i + 1, len - i - 1) == 0
+		&& smtp_printable(dec.data, dec.len);
+	buf_free(&dec);
+	if (!ok)
+		return smtp_param_bad(c, "ORCPT");
+	c->rcpt->orcpt = xstrndup(v, len);
+	return 0;
+}
+
+static const struct smtp_param smtp_mail_params[] = {
+	{"SIZE", smtp_param_size},
+	{"BODY", smtp_param_body},
+	{"RET", smtp_param_ret},
+	{"ENVID", smtp_param_envid},
+	{NULL, NULL},
+};
+
+static const struct smtp_param smtp_rcpt_params[] = {
+	{"NOTIFY", smtp_param_notify},
+	{"ORCPT", smtp_param_orcpt},
+	{NULL, NULL},
+};
+
+/* smtp_param_token - split one parameter at p; returns its length */
+static size_t smtp_param_token(const char *p, size_t len, size_t *name_len,
+			       const char **val, size_t *val_len)
+{
+	size_t i, eq;
+
+	for (i = 0; i < len && p[i] != ' '; i++)
+		 /* void */ ;
+	for (eq = 0; eq < i && p[eq] != '='; eq++)
+		 /* void */ ;
+	*name_len = eq;
+	*val = eq < i ? p + eq + 1 : NULL;
+	*val_len = eq < i ? i - eq - 1 : 0;
+	return i;
+}
+
+/* smtp_param_syntax_ok - esmtp-keyword ["=" esmtp-value] */
+static int smtp_param_syntax_ok(const char *p, size_t name_len,
+				const char *val, size_t val_len)
+{
+	size_t i;
+	unsigned char c;
+
+	if (name_len == 0 || !SMTP_ALNUM(p[0]))
+		return 0;
+	for (i = 1; i < name_len; i++)
+		if (!SMTP_ALNUM(p[i]) && p[i] != '-')
+			return 0;
+	if (val == NULL)
+		return 1;
+	if (val_len == 0)
+		return 0;
+	for (i = 0; i < val_len; i++) {
+		c = (unsigned char) val[i];
+		if (c < 33 || c > 126 || c == '=')
+			return 0;
+	}
+	return 1;
+}
+
+/* smtp_parse_params - check all parameters, then apply them in order */
+static int smtp_parse_params(const char *p, size_t len,
+			     const struct smtp_param *table,
+			     struct smtp_param_ctx *c)
+{
+	const char *val;
+	size_t i, n, name_len, val_len;
+	unsigned seen = 0;
+	int k, pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		for (i = 0; i < len; i += n) {
+			if (p[i] == ' ') {
+				n = 1;
+				continue;
+			}
+			n = smtp_param_token(p + i, len - i, &name_len, &val, &val_len);
+			if (pass == 0) {
+				if (!smtp_param_syntax_ok(p + i, name_len, val, val_len)) {
+					snprintf(c->reply, SMTP_REPLY_MAX,
+					     "501 5.5.4 Syntax error in parameters");
+					return -1;
+				}
+				continue;
+			}
+			for (k = 0; table[k].name; k++)
+				if (smtp_mem_caseeq(p + i, name_len, table[k].name))
+					break;
+			if (table[k].name == NULL) {
+				snprintf(c->reply, SMTP_REPLY_MAX,
+					 "555 5.5.4 Unsupported option: %.*s",
+					 (int) (name_len > 64 ? 64 : name_len), p + i);
+				return -1;
+			}
+			if (seen & (1u << k)) {
+				snprintf(c->reply, SMTP_REPLY_MAX,
+					 "501 5.5.4 Duplicate %s parameter", table[k].name);
+				return -1;
+			}
+			seen |= 1u << k;
+			if (val == NULL)
+				return smtp_param_bad(c, table[k].name);
+			if (table[k].apply(c, val, val_len) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* smtp_parse_cmd_path - "<prefix>[ ]<path>" then SP or end; 0, -1 syntax, -2 address */
+static int smtp_parse_cmd_path(const char *args, size_t len, const char *prefix,
+			       int allow_null, char **addr, size_t *used)
+{
+	size_t i = strlen(prefix), n;
+
+	if (len < i || !smtp_mem_caseeq(args, i, prefix))
+		return -1;
+	if (i < len && args[i] == ' ')
+		i++;
+	if (i == len)
+		return -1;
+	if (smtp_parse_path(args + i, len - i, allow_null, addr, &n) < 0)
+		return -2;
+	i += n;
+	if (i < len && args[i] != ' ') {
+		free(*addr);
+		*addr = NULL;
+		return -2;
+	}
+	*used = i;
+	return 0;
+}
+
+/* smtp_parse_mail - "FROM:<path> [params]" */
+int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
+		    struct smtp_tx *tx, char reply[SMTP_REPLY_MAX])
+{
+	struct smtp_param_ctx c = {tx, NULL, limit, reply};
+	size_t used;
+	char *from;
+
+	switch (smtp_parse_cmd_path(args, len, "FROM:", 1, &from, &used)) {
+	case -1:
+		snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: MAIL FROM:<address>");
+		return -1;
+	case -2:
+		snprintf(reply, SMTP_REPLY_MAX, "501 5.1.7 Bad sender address syntax");
+		return -1;
+	}
+	free(tx->from);
+	tx->from = from;
+	return smtp_parse_params(args + used, len - used, smtp_mail_params, &c);
+}
+
+/* smtp_parse_rcpt - "TO:<path> [params]" */
+int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
+		    char reply[SMTP_REPLY_MAX])
+{
+	struct smtp_param_ctx c = {NULL, r, 0, reply};
+	size_t used;
+	char *to;
+
+	switch (smtp_parse_cmd_path(args, len, "TO:", 0, &to, &used)) {
+	case -1:
+		snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: RCPT TO:<address>");
+		return -1;
+	case -2:
+		snprintf(reply, SMTP_REPLY_MAX, "501 5.1.3 Bad recipient address syntax");
+		return -1;
+	}
+	free(r->addr);
+	r->addr = to;
+	return smtp_parse_params(args + used, len - used, smtp_rcpt_params, &c);
+}

@@ -1,0 +1,286 @@
+/*
+ * NAME
+ *	smtp_session 3
+ * SUMMARY
+ *	SMTP session: input loop, state machine, replies
+ * DESCRIPTION
+ *	smtp_session_feed() cuts the client's bytes into command lines
+ *	(bounded by SMTP_LINE_MAX) or hands them to the DATA reader,
+ *	depending on the state:
+ *
+ *	COMMAND	lines go to smtp_command(); DATA moves to DATA, QUIT to
+ *		CLOSED.
+ *	DATA	bytes go to the DATA reader; at <CRLF>.<CRLF> the message is
+ *		refused (size, bare CR/LF) or handed to the message hook,
+ *		moving to WAIT.
+ *	WAIT	nothing is consumed until smtp_session_reply(), which sends
+ *		the reply, ends the transaction and returns to COMMAND.
+ *	CLOSED	nothing is consumed; the caller flushes and closes.
+ *
+ *	Pipelined commands are answered in order into one output buffer.
+ *	A 421 (timeout, shutdown) that arrives while the hook holds the
+ *	message is sent after the hook's reply, so that a message the store
+ *	accepted is never answered with 421 alone.
+ * DIAGNOSTICS
+ *	State changes are logged at debug level. A reply from a hook that is
+ *	not a single SMTP reply line is logged and replaced with 451 4.3.0.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/log.h"
+#include "smtp_session.h"
+#include "smtp_tx.h"
+
+static const char *const smtp_state_names[] = {
+	[SMTP_STATE_COMMAND] = "command",
+	[SMTP_STATE_DATA] = "data",
+	[SMTP_STATE_WAIT] = "wait",
+	[SMTP_STATE_CLOSED] = "closed",
+};
+
+/* smtp_enter_state - the one place the session state changes */
+void smtp_enter_state(struct smtp_session *s, enum smtp_state state)
+{
+	if (s->state == state)
+		return;
+	msg_debug("smtp: helo=%s state %s -> %s", s->helo ? s->helo : "",
+		  smtp_state_names[s->state], smtp_state_names[state]);
+	s->state = state;
+}
+
+/* smtp_reply - queue one reply line built by the engine */
+void smtp_reply(struct smtp_session *s, const char *fmt,...)
+{
+	char line[SMTP_REPLY_LINE_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 2, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		msg_panic("smtp_reply: bad format %s", fmt);
+	if ((size_t) n > sizeof(line) - 3)
+		n = (int) sizeof(line) - 3;
+	buf_append(&s->out, line, (size_t) n);
+	buf_append(&s->out, "\r\n", 2);
+}
+
+/* smtp_reply_external - queue a hook's reply: one line, or 451 */
+void smtp_reply_external(struct smtp_session *s, const char *reply)
+{
+	size_t n;
+
+	n = reply ? strcspn(reply, "\r\n") : 0;
+	if (n > SMTP_REPLY_LINE_MAX - 2)
+		n = SMTP_REPLY_LINE_MAX - 2;
+	if (n < 3 || reply[0] < '2' || reply[0] > '5'
+	    || reply[1] < '0' || reply[1] > '9' || reply[2] < '0' || reply[2] > '9'
+	    || (n > 3 && reply[3] != ' ')) {
+		msg_warn("smtp: hook gave a malformed reply \"%.*s\"",
+			 (int) (n > 80 ? 80 : n), reply ? reply : "");
+		smtp_reply(s, "451 4.3.0 Error: internal error");
+		return;
+	}
+	buf_append(&s->out, reply, n);
+	buf_append(&s->out, "\r\n", 2);
+}
+
+/* smtp_tx_end - drop the transaction (RSET, HELO, end of message) */
+void smtp_tx_end(struct smtp_session *s)
+{
+	smtp_tx_free(s->tx);
+	s->tx = NULL;
+}
+
+/* smtp_session_new - a session waiting for smtp_session_greet() */
+struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
+				      const struct smtp_hooks *hooks, void *ctx)
+{
+	struct smtp_session *s = xcalloc(1, sizeof(*s));
+
+	s->cfg = *cfg;
+	s->cfg.hostname = xstrdup(cfg->hostname ? cfg->hostname : "localhost");
+	if (s->cfg.max_rcpts <= 0)
+		s->cfg.max_rcpts = SMTP_RCPTS_DEFAULT;
+	if (hooks)
+		s->hooks = *hooks;
+	s->ctx = ctx;
+	s->state = SMTP_STATE_COMMAND;
+	return s;
+}
+
+/* smtp_session_free - release the session and its transaction */
+void smtp_session_free(struct smtp_session *s)
+{
+	if (s == NULL)
+		return;
+	smtp_tx_end(s);
+	free((char *) s->cfg.hostname);
+	free(s->helo);
+	buf_free(&s->line);
+	buf_free(&s->out);
+	free(s);
+}
+
+/* smtp_session_greet - queue the 220 greeting */
+void smtp_session_greet(struct smtp_session *s)
+{
+	smtp_reply(s, "220 %s ESMTP idemrelay", s->cfg.hostname);
+}
+
+/* smtp_feed_line - gather one command line, bounded; run it at LF */
+static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
+{
+	const char *lf = memchr(in, '\n', len);
+	size_t n = lf ? (size_t) (lf - in) + 1 : len;
+
+	if (!s->line_long) {
+		if (s->line.len + n > SMTP_LINE_MAX) {
+			s->line_long = 1;
+			buf_reset(&s->line);
+		} else {
+			buf_append(&s->line, in, n);
+		}
+	}
+	if (lf == NULL)
+		return n;
+	if (s->line_long) {
+		s->line_long = 0;
+		smtp_reply(s, "500 5.5.2 Line too long");
+	} else {
+		smtp_command(s, s->line.data, s->line.len);
+	}
+	buf_reset(&s->line);
+	return n;
+}
+
+/* smtp_data_end - refuse the message or hand it to the hook */
+static void smtp_data_end(struct smtp_session *s)
+{
+	struct smtp_tx *tx = s->tx;
+
+	tx->bare_eol = s->data.bare_eol;
+	if (s->data.too_big) {
+		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+	} else if (tx->bare_eol && s->cfg.bare_lf_reject) {
+		smtp_reply(s, "550 5.5.2 Message contains bare CR or LF");
+	} else if (s->hooks.message == NULL) {
+		smtp_reply(s, "451 4.3.0 Error: no message handler");
+	} else {
+		smtp_enter_state(s, SMTP_STATE_WAIT);
+		s->hooks.message(s->ctx, s, tx);	/* may reply at once */
+		return;
+	}
+	smtp_tx_end(s);
+	smtp_enter_state(s, SMTP_STATE_COMMAND);
+}
+
+/* smtp_session_feed - consume client bytes until done, waiting or closed */
+size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len) {
+		switch (s->state) {
+		case SMTP_STATE_COMMAND:
+			i += smtp_feed_line(s, in + i, len - i);
+			break;
+		case SMTP_STATE_DATA:
+			i += smtp_data_feed(&s->data, &s->tx->data, in + i, len - i);
+			if (smtp_data_done(&s->data))
+				smtp_data_end(s);
+			break;
+		case SMTP_STATE_WAIT:
+		case SMTP_STATE_CLOSED:
+			return i;
+		}
+	}
+	return i;
+}
+
+/* smtp_session_reply - the message hook's answer; resume input */
+void smtp_session_reply(struct smtp_session *s, const char *reply)
+{
+	if (s->state != SMTP_STATE_WAIT) {
+		msg_warn("smtp: reply \"%.80s\" while not waiting for one",
+			 reply ? reply : "");
+		return;
+	}
+	smtp_reply_external(s, reply);
+	smtp_tx_end(s);
+	if (s->close_after[0]) {
+		smtp_reply(s, "%s", s->close_after);
+		smtp_enter_state(s, SMTP_STATE_CLOSED);
+	} else {
+		smtp_enter_state(s, SMTP_STATE_COMMAND);
+	}
+}
+
+/* smtp_session_close - 421 and close, or after the pending hook reply */
+static void smtp_session_close(struct smtp_session *s, const char *text)
+{
+	if (s->state == SMTP_STATE_CLOSED)
+		return;
+	if (s->state == SMTP_STATE_WAIT) {
+		if (s->close_after[0] == 0)
+			snprintf(s->close_after, sizeof(s->close_after), "%s", text);
+		return;
+	}
+	smtp_reply(s, "%s", text);
+	smtp_tx_end(s);
+	smtp_enter_state(s, SMTP_STATE_CLOSED);
+}
+
+/* smtp_session_timeout - idle or stalled client */
+void smtp_session_timeout(struct smtp_session *s)
+{
+	char text[SMTP_REPLY_LINE_MAX];
+
+	snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
+		 s->cfg.hostname);
+	smtp_session_close(s, text);
+}
+
+/* smtp_session_shutdown - the daemon is stopping */
+void smtp_session_shutdown(struct smtp_session *s)
+{
+	char text[SMTP_REPLY_LINE_MAX];
+
+	snprintf(text, sizeof(text), "421 4.3.2 %s Service shutting down",
+		 s->cfg.hostname);
+	smtp_session_close(s, text);
+}
+
+/* smtp_session_out - replies for the caller to write */
+struct buf *smtp_session_out(struct smtp_session *s)
+{
+	return &s->out;
+}
+
+/* smtp_session_closing - QUIT or 421 queued */
+int smtp_session_closing(const struct smtp_session *s)
+{
+	return s->state == SMTP_STATE_CLOSED;
+}
+
+/* smtp_session_waiting - the message hook has not replied yet */
+int smtp_session_waiting(const struct smtp_session *s)
+{
+	return s->state == SMTP_STATE_WAIT;
+}
+
+/* smtp_session_in_data - reading a message */
+int smtp_session_in_data(const struct smtp_session *s)
+{
+	return s->state == SMTP_STATE_DATA;
+}
+
+/* smtp_session_helo - the HELO/EHLO argument, "" before one */
+const char *smtp_session_helo(const struct smtp_session *s)
+{
+	return s->helo ? s->helo : "";
+}

@@ -1,0 +1,51 @@
+/*
+ * NAME
+ *	smtp_session 3h
+ * SUMMARY
+ *	session state shared by the engine's files (engine-internal)
+ * DESCRIPTION
+ *	struct smtp_session is private to smtp/: smtp_session.c owns its
+ *	life cycle, input loop and replies, smtp_command.c its commands.
+ *	The state only changes through smtp_enter_state().
+ */
+#ifndef SMTP_SMTP_SESSION_H
+#define SMTP_SMTP_SESSION_H
+
+#include "smtp.h"
+#include "smtp_data.h"
+
+#define SMTP_REPLY_LINE_MAX	512	/* reply line we build, incl. CRLF */
+#define SMTP_RCPTS_DEFAULT	1000	/* when max_rcpts is not positive */
+
+enum smtp_state {
+	SMTP_STATE_COMMAND,		/* reading command lines */
+	SMTP_STATE_DATA,		/* reading the message */
+	SMTP_STATE_WAIT,		/* message hook holds the tx; no input */
+	SMTP_STATE_CLOSED,		/* QUIT or 421 queued; no input */
+};
+
+struct smtp_session {
+	struct smtp_config cfg;		/* copy; cfg.hostname owned */
+	struct smtp_hooks hooks;	/* copy */
+	void   *ctx;			/* not owned; passed to the hooks */
+	enum smtp_state state;		/* see smtp_enter_state() */
+	char   *helo;			/* owned; NULL before HELO/EHLO */
+	int     esmtp;			/* greeted with EHLO */
+	struct smtp_tx *tx;		/* owned; NULL outside a transaction */
+	struct smtp_data data;		/* DATA reader, in SMTP_STATE_DATA */
+	struct buf line;		/* owned; partial command line */
+	int     line_long;		/* past SMTP_LINE_MAX: discard to LF */
+	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
+	struct buf out;			/* owned; replies not yet written */
+};
+
+void smtp_enter_state(struct smtp_session *s, enum smtp_state state);
+void smtp_reply(struct smtp_session *s, const char *fmt,...)
+	__attribute__((format(printf, 2, 3)));
+void smtp_reply_external(struct smtp_session *s, const char *reply);
+void smtp_tx_end(struct smtp_session *s);
+
+/* smtp_command - dispatch one command line (smtp_command.c) */
+void smtp_command(struct smtp_session *s, char *line, size_t len);
+
+#endif

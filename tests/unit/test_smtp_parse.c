@@ -1,0 +1,500 @@
+/*
+ * NAME
+ *	test_smtp_parse 1
+ * SUMMARY
+ *	unit tests: MAIL/RCPT paths, ESMTP parameters, xtext
+ * DESCRIPTION
+ *	Table-driven: every row is run, every mismatch is printed as
+ *	"name: got ..., want ...", and the test fails once at the end.
+ *	Inputs carry explicit lengths so that NUL bytes can be tested.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../smtp/smtp.h"
+#include "../../smtp/smtp_parse.h"
+#include "../../smtp/smtp_tx.h"
+
+#define S(x)	x, sizeof(x) - 1	/* string literal with its length */
+
+/* esc - printable form of bytes for messages (rotating static buffers) */
+static const char *esc(const char *p, size_t n)
+{
+	static char bufs[4][2048];
+	static int k;
+	char *b = bufs[k++ & 3], *o = b;
+	size_t i;
+
+	if (p == NULL)
+		return "(null)";
+	for (i = 0; i < n && o < b + sizeof(bufs[0]) - 8; i++) {
+		unsigned char c = (unsigned char) p[i];
+
+		if (c == '\r')
+			o += sprintf(o, "\\r");
+		else if (c == '\n')
+			o += sprintf(o, "\\n");
+		else if (c < 32 || c > 126 || c == '\\')
+			o += sprintf(o, "\\x%02x", c);
+		else
+			*o++ = (char) c;
+	}
+	*o = 0;
+	return b;
+}
+
+/* streq0 - equal strings, NULL equal only to NULL */
+static int streq0(const char *a, const char *b)
+{
+	return (a == NULL || b == NULL) ? a == b : strcmp(a, b) == 0;
+}
+
+ /*
+  * Paths.
+  */
+struct path_case {
+	const char *in;
+	size_t len;
+	int allow_null;
+	const char *want;		/* address, or NULL: rejected */
+	size_t want_used;
+};
+
+static void test_path(void **state)
+{
+	struct path_case cases[] = {
+		{S("<a@b.c>"), 0, "a@b.c", 7},
+		{S("<user+tag@example.com>"), 0, "user+tag@example.com", 22},
+		{S("<o'brien@x.ie>"), 0, "o'brien@x.ie", 14},
+		{S("<a.b.c@d-e.f>"), 0, "a.b.c@d-e.f", 13},
+		{S("<!#$%&'*+-/=?^_`{|}~@x>"), 0, "!#$%&'*+-/=?^_`{|}~@x", 23},
+		{S("<a@localhost>"), 0, "a@localhost", 13},
+		{S("<A@B.C> SIZE=1"), 0, "A@B.C", 7},
+		{S("<>"), 1, "", 2},
+		{S("<>"), 0, NULL, 0},
+		{S("<@a,@b.c:u@d>"), 0, "u@d", 13},
+		{S("<@a:u@d>"), 0, "u@d", 8},
+		{S("<\"john doe\"@example.com>"), 0, "\"john doe\"@example.com", 24},
+		{S("<\"a\\\"b\"@x.y>"), 0, "\"a\\\"b\"@x.y", 12},
+		{S("<\"a@b\"@x>"), 0, "\"a@b\"@x", 9},
+		{S("<a@[127.0.0.1]>"), 0, "a@[127.0.0.1]", 15},
+		{S("<a@[IPv6:::1]>"), 0, "a@[IPv6:::1]", 14},
+		{S("<a@[ipv6:2001:db8::1]>"), 0, "a@[ipv6:2001:db8::1]", 22},
+		/* injection and plain garbage */
+		{S("<;sleep 66;>"), 1, NULL, 0},
+		{S("<;sleep 66;@x>"), 1, NULL, 0},
+		{S("<`id`@x>"), 1, "`id`@x", 8},	/* atext, legal */
+		{S("<$(id)@x>"), 1, NULL, 0},
+		{S("<a|b;c@x>"), 1, NULL, 0},
+		{S("a@b.c"), 1, NULL, 0},
+		{S("<a@b.c"), 1, NULL, 0},
+		{S("<a>"), 1, NULL, 0},
+		{S("<a@>"), 1, NULL, 0},
+		{S("<@>"), 1, NULL, 0},
+		{S("<@b>"), 1, NULL, 0},
+		{S("<@a:b>"), 1, NULL, 0},
+		{S("<@a,b:u@d>"), 1, NULL, 0},
+		{S("<@a;u@d>"), 1, NULL, 0},
+		{S("<a..b@c>"), 1, NULL, 0},
+		{S("<.a@c>"), 1, NULL, 0},
+		{S("<a.@c>"), 1, NULL, 0},
+		{S("<a@b..c>"), 1, NULL, 0},
+		{S("<a@.b>"), 1, NULL, 0},
+		{S("<a@b.>"), 1, NULL, 0},
+		{S("<a@-b.c>"), 1, NULL, 0},
+		{S("<a@b-.c>"), 1, NULL, 0},
+		{S("<a@b_c.d>"), 1, NULL, 0},
+		{S("<a b@c>"), 1, NULL, 0},
+		{S("<\"\"@c>"), 1, NULL, 0},
+		{S("<\"a@c>"), 1, NULL, 0},
+		{S("<\"a\rb\"@c>"), 1, NULL, 0},
+		{S("<\"a\\\x01\"@c>"), 1, NULL, 0},
+		{S("<a@[1.2.3]>"), 1, NULL, 0},
+		{S("<a@[01.2.3.4]>"), 1, NULL, 0},
+		{S("<a@[IPv6:zz]>"), 1, NULL, 0},
+		{S("<a@[1.2.3.4>"), 1, NULL, 0},
+		{S("<a@[]>"), 1, NULL, 0},
+		{S("<a\0b@c>"), 1, NULL, 0},
+		{S("<a@b\0>"), 1, NULL, 0},
+		{S("<a@b\r>"), 1, NULL, 0},
+		{S("<a@b\n>"), 1, NULL, 0},
+		{S("<\xc3\xa9@x>"), 1, NULL, 0},
+		{S("<a@\xc3\xa9.x>"), 1, NULL, 0},
+		{S("<"), 1, NULL, 0},
+		{S(""), 1, NULL, 0},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]), used;
+	int fails = 0, rc;
+	char *addr;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		struct path_case *c = cases + i;
+
+		addr = NULL;
+		used = 0;
+		rc = smtp_parse_path(c->in, c->len, c->allow_null, &addr, &used);
+		if (rc == 0 && c->want == NULL) {
+			print_error("path %s: got accepted \"%s\", want rejected\n",
+				    esc(c->in, c->len), esc(addr, strlen(addr)));
+			fails++;
+		} else if (rc != 0 && c->want != NULL) {
+			print_error("path %s: got rejected, want \"%s\"\n",
+				    esc(c->in, c->len), c->want);
+			fails++;
+		} else if (rc == 0 && (strcmp(addr, c->want) != 0 || used != c->want_used)) {
+			print_error("path %s: got \"%s\" used %zu, want \"%s\" used %zu\n",
+				    esc(c->in, c->len), esc(addr, strlen(addr)), used,
+				    c->want, c->want_used);
+			fails++;
+		}
+		free(addr);
+	}
+	assert_int_equal(fails, 0);
+}
+
+/* make_path - "<" + local of n1 'l' + "@" + labels of n2 'd' joined by '.' + ">" */
+static char *make_path(size_t local_len, size_t label_len, size_t labels)
+{
+	char *p = malloc(local_len + labels * (label_len + 1) + 4), *o = p;
+	size_t i;
+
+	*o++ = '<';
+	memset(o, 'l', local_len);
+	o += local_len;
+	*o++ = '@';
+	for (i = 0; i < labels; i++) {
+		if (i)
+			*o++ = '.';
+		memset(o, 'd', label_len);
+		o += label_len;
+	}
+	*o++ = '>';
+	*o = 0;
+	return p;
+}
+
+static void test_path_limits(void **state)
+{
+	static const struct {
+		size_t local_len, label_len, labels;
+		int ok;
+	} cases[] = {
+		{64, 1, 1, 1},		/* local-part of 64 */
+		{65, 1, 1, 0},		/* local-part of 65 */
+		{1, 63, 1, 1},		/* label of 63 */
+		{1, 64, 1, 0},		/* label of 64 */
+		{60, 63, 3, 1},		/* 60 + 1 + 191 = 252 */
+		{62, 63, 3, 1},		/* 254 */
+		{63, 63, 3, 0},		/* 255 */
+		{1, 49, 5, 1},		/* domain of 249 */
+		{1, 62, 4, 1},		/* 1 + 1 + 251 = 253 */
+		{2, 62, 4, 1},		/* 254 */
+		{3, 62, 4, 0},		/* 255 */
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]), used, len;
+	int fails = 0, rc, ok;
+	char *p, *addr;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		p = make_path(cases[i].local_len, cases[i].label_len, cases[i].labels);
+		len = strlen(p);
+		addr = NULL;
+		rc = smtp_parse_path(p, len, 0, &addr, &used);
+		ok = cases[i].ok;
+		if ((rc == 0) != ok || (rc == 0 && (used != len || strlen(addr) != len - 2))) {
+			print_error("path of local %zu, %zu labels of %zu (mailbox %zu): got rc %d, want %s\n",
+				    cases[i].local_len, cases[i].labels, cases[i].label_len,
+				    len - 2, rc, ok ? "accepted" : "rejected");
+			fails++;
+		}
+		free(addr);
+		free(p);
+	}
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * MAIL FROM arguments.
+  */
+struct mail_case {
+	const char *in;
+	size_t len;
+	uint64_t limit;
+	const char *reply;		/* NULL: accepted */
+	const char *from;
+	uint64_t size;
+	enum smtp_body body;
+	enum smtp_ret ret;
+	const char *envid;
+};
+
+#define BADP	"501 5.5.4 Syntax error in parameters"
+#define BADFROM	"501 5.1.7 Bad sender address syntax"
+#define SYNMAIL	"501 5.5.4 Syntax: MAIL FROM:<address>"
+#define TOOBIG	"552 5.3.4 Message size exceeds fixed limit"
+
+static void test_mail(void **state)
+{
+	static const struct mail_case cases[] = {
+		{S("FROM:<a@b.c>"), 0, NULL, "a@b.c", 0, 0, 0, NULL},
+		{S("FROM: <a@b.c>"), 0, NULL, "a@b.c", 0, 0, 0, NULL},
+		{S("from:<a@b.c>"), 0, NULL, "a@b.c", 0, 0, 0, NULL},
+		{S("FROM:<>"), 0, NULL, "", 0, 0, 0, NULL},
+		{S("FROM:<@r1,@r2:a@b.c>"), 0, NULL, "a@b.c", 0, 0, 0, NULL},
+		{S("FROM:<\"x y\"@b.c>"), 0, NULL, "\"x y\"@b.c", 0, 0, 0, NULL},
+		{S("FROM:<;sleep 66;>"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:a@b.c"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:  <a@b.c>"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c>SIZE=1"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c>>"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a\0@b.c>"), 0, BADFROM, NULL, 0, 0, 0, NULL},
+		{S("FROM:"), 0, SYNMAIL, NULL, 0, 0, 0, NULL},
+		{S("FROM: "), 0, SYNMAIL, NULL, 0, 0, 0, NULL},
+		{S("FROM <a@b.c>"), 0, SYNMAIL, NULL, 0, 0, 0, NULL},
+		{S("TO:<a@b.c>"), 0, SYNMAIL, NULL, 0, 0, 0, NULL},
+		{S(""), 0, SYNMAIL, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=100"), 1000, NULL, "a@b.c", 100, 0, 0, NULL},
+		{S("FROM:<a@b.c> size=1000"), 1000, NULL, "a@b.c", 1000, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=1001"), 1000, TOOBIG, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=99999999999999999999999"), 1000, TOOBIG, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=99999999999"), 0, NULL, "a@b.c", 99999999999ULL, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=12a"), 0, "501 5.5.4 Bad SIZE parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=-1"), 0, "501 5.5.4 Bad SIZE parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE"), 0, "501 5.5.4 Bad SIZE parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=100 BODY=8BITMIME RET=HDRS ENVID=abc+2Bdef"), 1000, NULL,
+		 "a@b.c", 100, SMTP_BODY_8BITMIME, SMTP_RET_HDRS, "abc+def"},
+		{S("FROM:<a@b.c>  BODY=7bit   RET=full "), 0, NULL, "a@b.c", 0, SMTP_BODY_7BIT, SMTP_RET_FULL, NULL},
+		{S("FROM:<a@b.c> BODY=BINARYMIME"), 0, "501 5.5.4 Bad BODY parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> RET=NONE"), 0, "501 5.5.4 Bad RET parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=+2b"), 0, "501 5.5.4 Bad ENVID parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=+2"), 0, "501 5.5.4 Bad ENVID parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a+00b"), 0, "501 5.5.4 Bad ENVID parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a+0D+0Ab"), 0, "501 5.5.4 Bad ENVID parameter syntax", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a+20b"), 0, NULL, "a@b.c", 0, 0, 0, "a b"},
+		{S("FROM:<a@b.c> ENVID=0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"),
+		 0, NULL, "a@b.c", 0, 0, 0, "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"},
+		{S("FROM:<a@b.c> ENVID=0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789x"),
+		 0, "501 5.5.4 Bad ENVID parameter syntax", NULL, 0, 0, 0, NULL},
+		/* control characters and malformed name=value: 501 5.5.4 */
+		{S("FROM:<a@b.c> ENVID=a\rb"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a\nb"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a\0b"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=1\r"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=1\tBODY=7BIT"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE="), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> =1"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ="), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=a=b"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> -X=1"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> X_Y=1"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=\xc3\xa9"), 0, BADP, NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> FOO=1 SIZE=\r"), 0, BADP, NULL, 0, 0, 0, NULL},
+		/* unknown and duplicated */
+		{S("FROM:<a@b.c> FOO=bar"), 0, "555 5.5.4 Unsupported option: FOO", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SMTPUTF8"), 0, "555 5.5.4 Unsupported option: SMTPUTF8", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> NOTIFY=NEVER"), 0, "555 5.5.4 Unsupported option: NOTIFY", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> SIZE=1 SIZE=2"), 0, "501 5.5.4 Duplicate SIZE parameter", NULL, 0, 0, 0, NULL},
+		{S("FROM:<a@b.c> ENVID=x envid=y"), 0, "501 5.5.4 Duplicate ENVID parameter", NULL, 0, 0, 0, NULL},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_tx *tx;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct mail_case *c = cases + i;
+
+		tx = smtp_tx_new();
+		reply[0] = 0;
+		rc = smtp_parse_mail(c->in, c->len, c->limit, tx, reply);
+		if (c->reply) {
+			if (rc == 0 || strcmp(reply, c->reply) != 0) {
+				print_error("MAIL %s: got rc %d \"%s\", want \"%s\"\n",
+					    esc(c->in, c->len), rc, reply, c->reply);
+				fails++;
+			}
+		} else if (rc != 0) {
+			print_error("MAIL %s: got \"%s\", want accepted\n", esc(c->in, c->len), reply);
+			fails++;
+		} else if (!streq0(tx->from, c->from) || tx->size != c->size
+			   || tx->body != c->body || tx->ret != c->ret
+			   || !streq0(tx->envid, c->envid)) {
+			print_error("MAIL %s: got from=%s size=%llu body=%d ret=%d envid=%s, "
+				    "want from=%s size=%llu body=%d ret=%d envid=%s\n",
+				    esc(c->in, c->len), tx->from,
+				    (unsigned long long) tx->size, tx->body, tx->ret,
+				    tx->envid ? tx->envid : "(null)", c->from,
+				    (unsigned long long) c->size, c->body, c->ret,
+				    c->envid ? c->envid : "(null)");
+			fails++;
+		}
+		smtp_tx_free(tx);
+	}
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * RCPT TO arguments.
+  */
+struct rcpt_case {
+	const char *in;
+	size_t len;
+	const char *reply;		/* NULL: accepted */
+	const char *addr;
+	int notify;
+	const char *orcpt;
+};
+
+#define BADTO	"501 5.1.3 Bad recipient address syntax"
+#define BADNOT	"501 5.5.4 Bad NOTIFY parameter syntax"
+#define BADORC	"501 5.5.4 Bad ORCPT parameter syntax"
+
+static void test_rcpt(void **state)
+{
+	static const struct rcpt_case cases[] = {
+		{S("TO:<a@b.c>"), NULL, "a@b.c", 0, NULL},
+		{S("to: <a@b.c>"), NULL, "a@b.c", 0, NULL},
+		{S("TO:<>"), BADTO, NULL, 0, NULL},
+		{S("TO:<;sleep 66;>"), BADTO, NULL, 0, NULL},
+		{S("TO:<postmaster>"), BADTO, NULL, 0, NULL},
+		{S("TO:"), "501 5.5.4 Syntax: RCPT TO:<address>", NULL, 0, NULL},
+		{S("FROM:<a@b.c>"), "501 5.5.4 Syntax: RCPT TO:<address>", NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=NEVER"), NULL, "a@b.c", SMTP_NOTIFY_NEVER, NULL},
+		{S("TO:<a@b.c> NOTIFY=never"), NULL, "a@b.c", SMTP_NOTIFY_NEVER, NULL},
+		{S("TO:<a@b.c> NOTIFY=SUCCESS,FAILURE"), NULL, "a@b.c",
+		 SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE, NULL},
+		{S("TO:<a@b.c> NOTIFY=DELAY,SUCCESS,FAILURE"), NULL, "a@b.c",
+		 SMTP_NOTIFY_SUCCESS | SMTP_NOTIFY_FAILURE | SMTP_NOTIFY_DELAY, NULL},
+		{S("TO:<a@b.c> NOTIFY=NEVER,SUCCESS"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=SUCCESS,NEVER"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=SUCCESS,,FAILURE"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=SUCCESS,"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=,SUCCESS"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=SUCCESS,SUCCESS"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=BOGUS"), BADNOT, NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY="), BADP, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a+40b.c"), NULL, "a@b.c", 0, "rfc822;a+40b.c"},
+		{S("TO:<a@b.c> ORCPT=rfc822;x@y NOTIFY=FAILURE"), NULL, "a@b.c",
+		 SMTP_NOTIFY_FAILURE, "rfc822;x@y"},
+		{S("TO:<a@b.c> ORCPT=rfc822"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=;a@b"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a+0Db"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a+zz"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a\rb"), BADP, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a\0b"), BADP, NULL, 0, NULL},
+		{S("TO:<a@b.c> SIZE=1"), "555 5.5.4 Unsupported option: SIZE", NULL, 0, NULL},
+		{S("TO:<a@b.c> NOTIFY=NEVER NOTIFY=NEVER"), "501 5.5.4 Duplicate NOTIFY parameter", NULL, 0, NULL},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_rcpt r;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct rcpt_case *c = cases + i;
+
+		memset(&r, 0, sizeof(r));
+		reply[0] = 0;
+		rc = smtp_parse_rcpt(c->in, c->len, &r, reply);
+		if (c->reply) {
+			if (rc == 0 || strcmp(reply, c->reply) != 0) {
+				print_error("RCPT %s: got rc %d \"%s\", want \"%s\"\n",
+					    esc(c->in, c->len), rc, reply, c->reply);
+				fails++;
+			}
+		} else if (rc != 0) {
+			print_error("RCPT %s: got \"%s\", want accepted\n", esc(c->in, c->len), reply);
+			fails++;
+		} else if (!streq0(r.addr, c->addr) || r.notify != c->notify
+			   || !streq0(r.orcpt, c->orcpt)) {
+			print_error("RCPT %s: got addr=%s notify=%d orcpt=%s, want %s %d %s\n",
+				    esc(c->in, c->len), r.addr, r.notify,
+				    r.orcpt ? r.orcpt : "(null)", c->addr, c->notify,
+				    c->orcpt ? c->orcpt : "(null)");
+			fails++;
+		}
+		smtp_rcpt_clear(&r);
+	}
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * xtext.
+  */
+struct xtext_case {
+	const char *in;
+	size_t len;
+	int ok;
+	const char *want;
+	size_t want_len;
+};
+
+static void test_xtext(void **state)
+{
+	static const struct xtext_case cases[] = {
+		{S("abc"), 1, S("abc")},
+		{S(""), 1, S("")},
+		{S("a+2Bb"), 1, S("a+b")},
+		{S("+3D"), 1, S("=")},
+		{S("+41+42"), 1, S("AB")},
+		{S("+00"), 1, S("\0")},
+		{S("+FF"), 1, S("\xff")},
+		{S("a+"), 0, S("")},
+		{S("a+2"), 0, S("")},
+		{S("+2b"), 0, S("")},
+		{S("+G0"), 0, S("")},
+		{S("a=b"), 0, S("")},
+		{S("a b"), 0, S("")},
+		{S("a\x7f"), 0, S("")},
+		{S("\xc3\xa9"), 0, S("")},
+		{S("a\0b"), 0, S("")},
+		{S("+2\0"), 0, S("")},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	struct buf out = BUF_INIT;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct xtext_case *c = cases + i;
+
+		buf_reset(&out);
+		rc = smtp_xtext_decode(&out, c->in, c->len);
+		if ((rc == 0) != c->ok) {
+			print_error("xtext %s: got rc %d, want %s\n", esc(c->in, c->len), rc,
+				    c->ok ? "ok" : "error");
+			fails++;
+		} else if (c->ok && (out.len != c->want_len
+				     || memcmp(out.data ? out.data : "", c->want, c->want_len) != 0)) {
+			print_error("xtext %s: got \"%s\", want \"%s\"\n", esc(c->in, c->len),
+				    esc(out.data, out.len), esc(c->want, c->want_len));
+			fails++;
+		}
+	}
+	buf_free(&out);
+	assert_int_equal(fails, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_path),
+		cmocka_unit_test(test_path_limits),
+		cmocka_unit_test(test_mail),
+		cmocka_unit_test(test_rcpt),
+		cmocka_unit_test(test_xtext),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

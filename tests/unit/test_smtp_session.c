@@ -1,0 +1,731 @@
+/*
+ * NAME
+ *	test_smtp_session 1
+ * SUMMARY
+ *	unit tests: the SMTP session (commands, order, pipelining, DATA,
+ *	waiting for the message hook, timeouts)
+ * DESCRIPTION
+ *	Scripted sessions: each row is a client's input and the exact
+ *	output wanted (greeting included). Every row is fed twice, in one
+ *	call (as a pipelining client does) and one byte per call; both must
+ *	give the same output. A fake message hook records what it was given
+ *	and answers at once; other tests make it wait.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../smtp/smtp.h"
+#include "../../smtp/smtp_session.h"	/* for the bounded-memory checks */
+#include "../../util/log.h"
+
+#define S(x)	x, sizeof(x) - 1	/* string literal with its length */
+#define IN(x)	.in = x, .len = sizeof(x) - 1
+#define MSG(x)	.data = x, .data_len = sizeof(x) - 1
+
+/* esc - printable form of bytes for messages (rotating static buffers) */
+static const char *esc(const char *p, size_t n)
+{
+	static char bufs[4][8192];
+	static int k;
+	char *b = bufs[k++ & 3], *o = b;
+	size_t i;
+
+	if (p == NULL)
+		return "";
+	for (i = 0; i < n && o < b + sizeof(bufs[0]) - 8; i++) {
+		unsigned char c = (unsigned char) p[i];
+
+		if (c == '\r')
+			o += sprintf(o, "\\r");
+		else if (c == '\n')
+			o += sprintf(o, "\\n");
+		else if (c < 32 || c > 126 || c == '\\')
+			o += sprintf(o, "\\x%02x", c);
+		else
+			*o++ = (char) c;
+	}
+	if (i < n)
+		o += sprintf(o, "...");
+	*o = 0;
+	return b;
+}
+
+ /*
+  * The fake world behind the hooks.
+  */
+struct fake {
+	int     async;			/* message hook does not reply itself */
+	const char *reply;		/* message hook's answer */
+	int     calls;			/* message hook calls */
+	struct buf data;		/* last message, stolen from the tx */
+	struct buf from;		/* last sender */
+	struct buf rcpts;		/* last recipients, "a,b," */
+	int     bare_eol;
+	char    deny[300];		/* rcpt hook's last refusal */
+};
+
+/* fake_rcpt - refuse recipients whose local-part starts with "deny" */
+static const char *fake_rcpt(void *ctx, const struct smtp_tx *tx, const char *addr)
+{
+	struct fake *f = ctx;
+
+	(void) tx;
+	if (strncmp(addr, "deny", 4) != 0)
+		return NULL;
+	snprintf(f->deny, sizeof(f->deny), "554 5.7.1 <%s>: Relay access denied", addr);
+	return f->deny;
+}
+
+/* fake_message - record the message, steal its data, maybe reply */
+static void fake_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
+{
+	struct fake *f = ctx;
+	size_t i;
+
+	f->calls++;
+	buf_free(&f->data);
+	f->data = tx->data;
+	tx->data = (struct buf) BUF_INIT;
+	buf_reset(&f->from);
+	buf_printf(&f->from, "%s", tx->from);
+	buf_reset(&f->rcpts);
+	for (i = 0; i < tx->n_rcpts; i++)
+		buf_printf(&f->rcpts, "%s,", tx->rcpts[i].addr);
+	f->bare_eol = tx->bare_eol;
+	if (!f->async)
+		smtp_session_reply(s, f->reply ? f->reply : "250 2.0.0 Ok: queued as TESTQID");
+}
+
+static const struct smtp_hooks fake_hooks = {fake_rcpt, fake_message};
+
+/* fake_free - release what the fake recorded */
+static void fake_free(struct fake *f)
+{
+	buf_free(&f->data);
+	buf_free(&f->from);
+	buf_free(&f->rcpts);
+}
+
+/* new_session - the usual test configuration */
+static struct smtp_session *new_session(struct fake *f, int bare_lf_reject)
+{
+	struct smtp_config cfg = {"mx.test", 1000, 3, 0};
+	struct smtp_session *s;
+
+	cfg.bare_lf_reject = bare_lf_reject;
+	s = smtp_session_new(&cfg, &fake_hooks, f);
+	smtp_session_greet(s);
+	return s;
+}
+
+#define GREET	"220 mx.test ESMTP idemrelay\r\n"
+#define EHLO_R	"250-mx.test\r\n250-PIPELINING\r\n250-SIZE 1000\r\n250-8BITMIME\r\n" \
+		"250-ENHANCEDSTATUSCODES\r\n250 DSN\r\n"
+#define OK	"250 2.0.0 Ok\r\n"
+#define OK_MAIL	"250 2.1.0 Ok\r\n"
+#define OK_RCPT	"250 2.1.5 Ok\r\n"
+#define GO	"354 End data with <CR><LF>.<CR><LF>\r\n"
+#define QUEUED	"250 2.0.0 Ok: queued as TESTQID\r\n"
+#define BYE	"221 2.0.0 Bye\r\n"
+#define NEED_MAIL "503 5.5.1 Error: need MAIL command\r\n"
+#define NEED_RCPT "503 5.5.1 Error: need RCPT command\r\n"
+#define UNKNOWN	"500 5.5.2 Error: command not recognized\r\n"
+#define TOOLONG	"500 5.5.2 Line too long\r\n"
+#define ENVELOPE "EHLO c\r\nMAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nDATA\r\n"
+#define ENVELOPE_R GREET EHLO_R OK_MAIL OK_RCPT GO
+
+struct script {
+	const char *name;
+	const char *in;
+	size_t len;
+	const char *want;		/* whole output, greeting included */
+	int bare_lf_reject;
+	const char *hook_reply;		/* NULL: "250 2.0.0 Ok: queued as TESTQID" */
+	size_t rest;			/* octets left unconsumed (after QUIT) */
+	int closing;
+	int calls;			/* message hook calls */
+	const char *data;		/* last message stored, NULL: unchecked */
+	size_t data_len;
+	const char *rcpts;		/* last recipients, NULL: unchecked */
+};
+
+/* run_script - feed in chunks of step octets (0: at once); check */
+static int run_script(const struct script *c, size_t step, const char *how)
+{
+	struct fake f;
+	struct smtp_session *s;
+	struct buf *out;
+	size_t i = 0, n, got;
+	int bad = 0;
+
+	memset(&f, 0, sizeof(f));
+	f.reply = c->hook_reply;
+	s = new_session(&f, c->bare_lf_reject);
+	while (i < c->len) {
+		n = step && step < c->len - i ? step : c->len - i;
+		got = smtp_session_feed(s, c->in + i, n);
+		i += got;
+		if (got < n)
+			break;
+	}
+	if (smtp_session_closing(s) && smtp_session_feed(s, "NOOP\r\n", 6) != 0) {
+		print_error("%s (%s): feed consumed input after closing\n", c->name, how);
+		bad = 1;
+	}
+	out = smtp_session_out(s);
+	if (out->len != strlen(c->want) || memcmp(out->data, c->want, out->len) != 0) {
+		print_error("%s (%s): output\n got  \"%s\"\n want \"%s\"\n", c->name, how,
+			    esc(out->data, out->len), esc(c->want, strlen(c->want)));
+		bad = 1;
+	}
+	if (c->len - i != c->rest || smtp_session_closing(s) != c->closing
+	    || f.calls != c->calls || smtp_session_waiting(s)) {
+		print_error("%s (%s): got rest=%zu closing=%d calls=%d waiting=%d, "
+			    "want rest=%zu closing=%d calls=%d waiting=0\n", c->name, how,
+			    c->len - i, smtp_session_closing(s), f.calls,
+			    smtp_session_waiting(s), c->rest, c->closing, c->calls);
+		bad = 1;
+	}
+	if (c->data && (f.data.len != c->data_len
+			|| memcmp(f.data.data ? f.data.data : "", c->data, c->data_len) != 0)) {
+		print_error("%s (%s): message\n got  \"%s\"\n want \"%s\"\n", c->name, how,
+			    esc(f.data.data, f.data.len), esc(c->data, c->data_len));
+		bad = 1;
+	}
+	if (c->rcpts && strcmp(f.rcpts.data ? f.rcpts.data : "", c->rcpts) != 0) {
+		print_error("%s (%s): recipients got \"%s\", want \"%s\"\n", c->name, how,
+			    f.rcpts.data ? f.rcpts.data : "", c->rcpts);
+		bad = 1;
+	}
+	smtp_session_free(s);
+	fake_free(&f);
+	return bad;
+}
+
+/* run_scripts - each row at once and byte by byte */
+static int run_scripts(const struct script *cases, size_t n)
+{
+	size_t i;
+	int fails = 0;
+
+	for (i = 0; i < n; i++) {
+		fails += run_script(cases + i, 0, "one feed");
+		fails += run_script(cases + i, 1, "byte by byte");
+		fails += run_script(cases + i, 7, "chunks of 7");
+	}
+	return fails;
+}
+
+ /*
+  * Commands and their order.
+  */
+static void test_commands(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "greeting only", IN(""),
+		 .want = GREET},
+		{.name = "EHLO", IN("EHLO client.example\r\n"),
+		 .want = GREET EHLO_R},
+		{.name = "HELO", IN("HELO client\r\n"),
+		 .want = GREET "250 mx.test\r\n"},
+		{.name = "HELO needs a name", IN("HELO\r\nEHLO a b\r\nEHLO a\x01\r\n"),
+		 .want = GREET "501 5.5.4 Syntax: HELO hostname\r\n501 5.5.4 Syntax: EHLO hostname\r\n"
+		 "501 5.5.4 Syntax: EHLO hostname\r\n"},
+		{.name = "full transaction", IN(ENVELOPE "Subject: t\r\n\r\nhi\r\n.\r\nQUIT\r\n"),
+		 .want = ENVELOPE_R QUEUED BYE,
+		 .closing = 1,
+		 .calls = 1,
+		 MSG("Subject: t\r\n\r\nhi\r\n"),
+		 .rcpts = "x@y.z,"},
+		{.name = "QUIT leaves the rest", IN("QUIT\r\nNOOP\r\n"),
+		 .want = GREET BYE,
+		 .rest = 6,
+		 .closing = 1},
+		{.name = "QUIT drops the tx", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nQUIT\r\n"),
+		 .want = GREET OK_MAIL OK_RCPT BYE,
+		 .closing = 1},
+		{.name = "MAIL without HELO is accepted", IN("MAIL FROM:<a@b.c>\r\n"),
+		 .want = GREET OK_MAIL},
+		{.name = "out of order", IN("RCPT TO:<x@y.z>\r\nDATA\r\nMAIL FROM:<a@b.c>\r\n"
+				   "MAIL FROM:<a@b.c>\r\nDATA\r\n"),
+		 .want = GREET NEED_MAIL NEED_RCPT OK_MAIL "503 5.5.1 Error: nested MAIL command\r\n" NEED_RCPT},
+		{.name = "EHLO ends the tx", IN("MAIL FROM:<a@b.c>\r\nEHLO c\r\nRCPT TO:<x@y.z>\r\n"),
+		 .want = GREET OK_MAIL EHLO_R NEED_MAIL},
+		{.name = "RSET", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nRSET\r\nDATA\r\nRSET x\r\n"
+			   "MAIL FROM:<a@b.c>\r\n"),
+		 .want = GREET OK_MAIL OK_RCPT OK NEED_RCPT "501 5.5.4 Syntax: RSET\r\n" OK_MAIL},
+		{.name = "NOOP VRFY HELP", IN("NOOP\r\nNOOP hello\r\nVRFY root\r\nVRFY\r\nHELP\r\nhelp me\r\n"),
+		 .want = GREET OK OK
+		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n"
+		 "501 5.5.4 Syntax: VRFY address\r\n"
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP\r\n"
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP\r\n"},
+		{.name = "unknown and empty", IN("FOO\r\n\r\nEXPN x\r\nSTARTTLS\r\nmail FROM:<a@b.c>\r\n"),
+		 .want = GREET UNKNOWN "500 5.5.2 Error: bad syntax\r\n" UNKNOWN UNKNOWN OK_MAIL},
+		{.name = "bad addresses", IN("MAIL FROM:<;sleep 66;>\r\nMAIL FROM:a@b.c\r\nMAIL FROM:<a@b.c>\r\n"
+				    "RCPT TO:<;sleep 66;>\r\nRCPT TO:<>\r\nRCPT TO x\r\n"),
+		 .want = GREET "501 5.1.7 Bad sender address syntax\r\n501 5.1.7 Bad sender address syntax\r\n"
+		 OK_MAIL "501 5.1.3 Bad recipient address syntax\r\n"
+		 "501 5.1.3 Bad recipient address syntax\r\n501 5.5.4 Syntax: RCPT TO:<address>\r\n"},
+		{.name = "null sender", IN("MAIL FROM:<>\r\n"),
+		 .want = GREET OK_MAIL},
+		{.name = "MAIL parameters", IN("MAIL FROM:<a@b.c> SIZE=2000\r\nMAIL FROM:<a@b.c> FOO=1\r\n"
+				      "MAIL FROM:<a@b.c> ENVID=a\rb\r\nMAIL FROM:<a@b.c> SIZE=1 SIZE=1\r\n"
+				      "MAIL FROM:<a@b.c> SIZE=10 BODY=8BITMIME RET=HDRS ENVID=x\r\n"
+				      "RCPT TO:<x@y.z> NOTIFY=NEVER,DELAY\r\nRCPT TO:<x@y.z> NOTIFY=NEVER\r\n"),
+		 .want = GREET "552 5.3.4 Message size exceeds fixed limit\r\n"
+		 "555 5.5.4 Unsupported option: FOO\r\n"
+		 "501 5.5.4 Syntax error in parameters\r\n"
+		 "501 5.5.4 Duplicate SIZE parameter\r\n" OK_MAIL
+		 "501 5.5.4 Bad NOTIFY parameter syntax\r\n" OK_RCPT},
+		{.name = "NUL in command lines", IN("NOOP a\0b\r\nMAIL FROM:<a@b.c> ENVID=a\0b\r\n"
+					   "MAIL FROM:<a\0@b.c>\r\n\0QUIT\r\nRSET\0\r\n"),
+		 .want = GREET "500 5.5.2 Error: NUL in command line\r\n"
+		 "501 5.5.4 Syntax error in parameters\r\n"
+		 "501 5.1.7 Bad sender address syntax\r\n" UNKNOWN UNKNOWN},
+		{.name = "bare LF ends a command line", IN("NOOP\nMAIL FROM:<a@b.c>\n"),
+		 .want = GREET OK OK_MAIL},
+		{.name = "trailing spaces", IN("DATA \r\nNOOP  \r\nMAIL FROM:<a@b.c> \r\n"),
+		 .want = GREET NEED_RCPT OK OK_MAIL},
+		{.name = "DATA with an argument", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nDATA now\r\n"),
+		 .want = GREET OK_MAIL OK_RCPT "501 5.5.4 Syntax: DATA\r\n"},
+	};
+
+	(void) state;
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+}
+
+ /*
+  * Recipients: limit, duplicates, the rcpt hook.
+  */
+static void test_recipients(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "too many recipients", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<r1@x.y>\r\nRCPT TO:<r1@x.y>\r\nRCPT TO:<r2@x.y>\r\n"
+		   "RCPT TO:<r3@x.y>\r\nRCPT TO:<r4@x.y>\r\nDATA\r\nhi\r\n.\r\n"),
+		 .want = GREET OK_MAIL OK_RCPT OK_RCPT OK_RCPT OK_RCPT "452 4.5.3 Too many recipients\r\n"
+		 GO QUEUED,
+		 .calls = 1,
+		 MSG("hi\r\n"),
+		 .rcpts = "r1@x.y,r2@x.y,r3@x.y,"},
+		{.name = "rcpt hook refuses", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<deny@x.y>\r\nDATA\r\nRCPT TO:<ok@x.y>\r\n"),
+		 .want = GREET OK_MAIL "554 5.7.1 <deny@x.y>: Relay access denied\r\n" NEED_RCPT OK_RCPT},
+	};
+
+	(void) state;
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+}
+
+ /*
+  * DATA through the session: smuggling, size, bare LF, pipelining.
+  */
+static void test_data(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "smuggled transaction stays in the message", IN(ENVELOPE "a\n.\nMAIL FROM:<e@x.y>\r\nRCPT TO:<v@x.y>\r\nDATA\r\nevil\r\n.\r\nQUIT\r\n"),
+		 .want = ENVELOPE_R QUEUED BYE,
+		 .closing = 1,
+		 .calls = 1,
+		 MSG("a\r\n.\r\nMAIL FROM:<e@x.y>\r\nRCPT TO:<v@x.y>\r\nDATA\r\nevil\r\n"),
+		 .rcpts = "x@y.z,"},
+		{.name = "smuggling with \\r\\n.\\r", IN(ENVELOPE "a\r\n.\rMAIL FROM:<e@x.y>\r\n.\r\n"),
+		 .want = ENVELOPE_R QUEUED,
+		 .calls = 1,
+		 MSG("a\r\n\r\nMAIL FROM:<e@x.y>\r\n")},
+		{.name = "dot-unstuffing", IN(ENVELOPE "..x\r\n.y\r\n.\r\n"),
+		 .want = ENVELOPE_R QUEUED,
+		 .calls = 1,
+		 MSG(".x\r\ny\r\n")},
+		{.name = "bare LF normalized", IN(ENVELOPE "a\nb\r\n.\r\n"),
+		 .want = ENVELOPE_R QUEUED,
+		 .calls = 1,
+		 MSG("a\r\nb\r\n")},
+		{.name = "bare LF rejected", IN(ENVELOPE "a\nb\r\n.\r\nNOOP\r\n"),
+		 .want = ENVELOPE_R "550 5.5.2 Message contains bare CR or LF\r\n" OK,
+		 .bare_lf_reject = 1},
+		{.name = "bare CR rejected", IN(ENVELOPE "a\rb\r\n.\r\n"),
+		 .want = ENVELOPE_R "550 5.5.2 Message contains bare CR or LF\r\n",
+		 .bare_lf_reject = 1},
+		{.name = "clean message with bare_lf reject", IN(ENVELOPE "a\r\n.\r\n"),
+		 .want = ENVELOPE_R QUEUED,
+		 .bare_lf_reject = 1,
+		 .calls = 1,
+		 MSG("a\r\n")},
+		{.name = "message too big, session goes on", IN(ENVELOPE
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "\r\n"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+		   "\r\n.\r\nRCPT TO:<x@y.z>\r\nNOOP\r\n"),
+		 .want = ENVELOPE_R "552 5.3.4 Message size exceeds fixed limit\r\n" NEED_MAIL OK},
+		{.name = "two messages pipelined", IN(ENVELOPE "one\r\n.\r\nMAIL FROM:<>\r\nRCPT TO:<y@y.z>\r\nRCPT TO:<z@y.z>\r\nDATA\r\n"
+		   "two\r\n.\r\nQUIT\r\n"),
+		 .want = ENVELOPE_R QUEUED OK_MAIL OK_RCPT OK_RCPT GO QUEUED BYE,
+		 .closing = 1,
+		 .calls = 2,
+		 MSG("two\r\n"),
+		 .rcpts = "y@y.z,z@y.z,"},
+		{.name = "tx is reset after the message", IN(ENVELOPE "x\r\n.\r\nRCPT TO:<x@y.z>\r\nDATA\r\n"),
+		 .want = ENVELOPE_R QUEUED NEED_MAIL NEED_RCPT,
+		 .calls = 1},
+		{.name = "hook refuses", IN(ENVELOPE "x\r\n.\r\nNOOP\r\n"),
+		 .want = ENVELOPE_R "554 5.7.0 idempotency key already used\r\n" OK,
+		 .hook_reply = "554 5.7.0 idempotency key already used",
+		 .calls = 1},
+		{.name = "hook reply malformed", IN(ENVELOPE "x\r\n.\r\n"),
+		 .want = ENVELOPE_R "451 4.3.0 Error: internal error\r\n",
+		 .hook_reply = "bogus",
+		 .calls = 1},
+		{.name = "hook reply cut at CRLF", IN(ENVELOPE "x\r\n.\r\n"),
+		 .want = ENVELOPE_R "250 2.0.0 Ok\r\n",
+		 .hook_reply = "250 2.0.0 Ok\r\n250 injected",
+		 .calls = 1},
+		{.name = "QUIT inside DATA is data", IN(ENVELOPE "QUIT\r\n.\r\n"),
+		 .want = ENVELOPE_R QUEUED,
+		 .calls = 1,
+		 MSG("QUIT\r\n")},
+	};
+
+	(void) state;
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+}
+
+/* repeat - n copies of c, as a malloc'ed string */
+static char *repeat(const char *head, char c, size_t n, const char *tail)
+{
+	size_t h = strlen(head), t = strlen(tail);
+	char *p = malloc(h + n + t + 1);
+
+	memcpy(p, head, h);
+	memset(p + h, c, n);
+	memcpy(p + h + n, tail, t + 1);
+	return p;
+}
+
+ /*
+  * Command lines over SMTP_LINE_MAX: 500 5.5.2, then business as usual.
+  */
+static void test_long_lines(void **state)
+{
+	char *l600 = repeat("NOOP ", 'x', 593, "\r\n");		/* 600 octets */
+	char *l512 = repeat("NOOP ", 'x', 505, "\r\n");		/* 512: the limit */
+	char *l513 = repeat("NOOP ", 'x', 506, "\r\n");		/* 513 */
+	char *lf512 = repeat("NOOP ", 'x', 506, "\n");		/* 512 with bare LF */
+	char *mail = repeat("MAIL FROM:<", 'a', 600, "@b.c>\r\n");
+	char in[4][2048];
+	struct script cases[] = {
+		{.name = "600-octet line", .in = in[0],
+		 .want = GREET TOOLONG OK},
+		{.name = "512 ok, 513 too long", .in = in[1],
+		 .want = GREET OK TOOLONG OK},
+		{.name = "long line inside a tx", .in = in[2],
+		 .want = GREET OK_MAIL TOOLONG OK_RCPT},
+		{.name = "long MAIL, then MAIL", .in = in[3],
+		 .want = GREET TOOLONG OK_MAIL},
+	};
+
+	(void) state;
+	snprintf(in[0], sizeof(in[0]), "%sNOOP\r\n", l600);
+	snprintf(in[1], sizeof(in[1]), "%s%s%s", l512, l513, lf512);
+	snprintf(in[2], sizeof(in[2]), "MAIL FROM:<a@b.c>\r\n%sRCPT TO:<x@y.z>\r\n", l600);
+	snprintf(in[3], sizeof(in[3]), "%sMAIL FROM:<a@b.c>\r\n", mail);
+	cases[0].len = strlen(in[0]);
+	cases[1].len = strlen(in[1]);
+	cases[2].len = strlen(in[2]);
+	cases[3].len = strlen(in[3]);
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	free(l600);
+	free(l512);
+	free(l513);
+	free(lf512);
+	free(mail);
+}
+
+ /*
+  * A client that never sends LF costs at most one line of memory.
+  */
+static void test_line_memory(void **state)
+{
+	struct fake f;
+	struct smtp_session *s;
+	char chunk[4096];
+	size_t i;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	memset(chunk, 'x', sizeof(chunk));
+	s = new_session(&f, 0);
+	for (i = 0; i < 256; i++)
+		assert_int_equal(smtp_session_feed(s, chunk, sizeof(chunk)), sizeof(chunk));
+	assert_true(s->line.cap <= 2 * SMTP_LINE_MAX);
+	assert_int_equal(smtp_session_feed(s, "\r\nNOOP\r\n", 8), 8);
+	assert_string_equal(smtp_session_out(s)->data, GREET TOOLONG OK);
+	smtp_session_free(s);
+	fake_free(&f);
+}
+
+ /*
+  * The message hook answers later: feed stops after the message and
+  * consumes nothing until smtp_session_reply().
+  */
+static void test_wait_resume(void **state)
+{
+	static const char in[] = ENVELOPE "hello\r\n.\r\nNOOP\r\nQUIT\r\n";
+	size_t len = sizeof(in) - 1, got;
+	struct fake f;
+	struct smtp_session *s;
+	struct buf *out;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	f.async = 1;
+	s = new_session(&f, 0);
+	out = smtp_session_out(s);
+
+	got = smtp_session_feed(s, in, len);
+	assert_int_equal(got, len - strlen("NOOP\r\nQUIT\r\n"));
+	assert_true(smtp_session_waiting(s));
+	assert_false(smtp_session_in_data(s));
+	assert_int_equal(f.calls, 1);
+	assert_string_equal(out->data, ENVELOPE_R);
+	assert_int_equal(smtp_session_feed(s, in + got, len - got), 0);
+
+	smtp_session_reply(s, "250 2.0.0 Ok: queued as LATER");
+	assert_false(smtp_session_waiting(s));
+	assert_int_equal(smtp_session_feed(s, in + got, len - got), len - got);
+	assert_string_equal(out->data, ENVELOPE_R "250 2.0.0 Ok: queued as LATER\r\n" OK BYE);
+	assert_true(smtp_session_closing(s));
+	assert_memory_equal(f.data.data, "hello\r\n", 7);
+
+	/* a reply nobody asked for changes nothing */
+	smtp_session_reply(s, "250 2.0.0 Ok");
+	assert_string_equal(out->data, ENVELOPE_R "250 2.0.0 Ok: queued as LATER\r\n" OK BYE);
+	smtp_session_free(s);
+	fake_free(&f);
+}
+
+ /*
+  * The caller consumes output as it writes it.
+  */
+static void test_out_consume(void **state)
+{
+	struct fake f;
+	struct smtp_session *s;
+	struct buf *out;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	s = new_session(&f, 0);
+	out = smtp_session_out(s);
+	buf_consume(out, out->len);
+	smtp_session_feed(s, "NOOP\r\n", 6);
+	assert_string_equal(out->data, OK);
+	buf_consume(out, 4);
+	smtp_session_feed(s, "RSET\r\n", 6);
+	assert_string_equal(out->data, "2.0.0 Ok\r\n" OK);
+	assert_string_equal(smtp_session_helo(s), "");
+	smtp_session_feed(s, "EHLO client.example\r\n", 21);
+	assert_string_equal(smtp_session_helo(s), "client.example");
+	smtp_session_free(s);
+	fake_free(&f);
+}
+
+ /*
+  * Timeouts and shutdown: 421, closing, nothing more consumed.
+  */
+static void test_timeout(void **state)
+{
+	struct fake f;
+	struct smtp_session *s;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+
+	/* idle in the command phase */
+	s = new_session(&f, 0);
+	smtp_session_timeout(s);
+	assert_true(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data,
+			    GREET "421 4.4.2 mx.test Error: timeout exceeded\r\n");
+	assert_int_equal(smtp_session_feed(s, "NOOP\r\n", 6), 0);
+	smtp_session_timeout(s);		/* only once */
+	smtp_session_shutdown(s);
+	assert_string_equal(smtp_session_out(s)->data,
+			    GREET "421 4.4.2 mx.test Error: timeout exceeded\r\n");
+	smtp_session_free(s);
+
+	/* stalled in DATA: the message is dropped, never handed on */
+	s = new_session(&f, 0);
+	smtp_session_feed(s, ENVELOPE "partial", sizeof(ENVELOPE "partial") - 1);
+	assert_true(smtp_session_in_data(s));
+	smtp_session_timeout(s);
+	assert_false(smtp_session_in_data(s));
+	assert_true(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data,
+			    ENVELOPE_R "421 4.4.2 mx.test Error: timeout exceeded\r\n");
+	assert_int_equal(smtp_session_feed(s, "\r\n.\r\n", 5), 0);
+	assert_int_equal(f.calls, 0);
+	smtp_session_free(s);
+
+	/* shutdown */
+	s = new_session(&f, 0);
+	smtp_session_feed(s, "MAIL FROM:<a@b.c>\r\n", 19);
+	smtp_session_shutdown(s);
+	assert_true(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data,
+			    GREET OK_MAIL "421 4.3.2 mx.test Service shutting down\r\n");
+	smtp_session_free(s);
+	fake_free(&f);
+}
+
+ /*
+  * Shutdown while the hook holds the message: its reply goes first.
+  */
+static void test_shutdown_while_waiting(void **state)
+{
+	struct fake f;
+	struct smtp_session *s;
+	static const char in[] = ENVELOPE "x\r\n.\r\nNOOP\r\n";
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	f.async = 1;
+	s = new_session(&f, 0);
+	assert_int_equal(smtp_session_feed(s, in, sizeof(in) - 1), sizeof(in) - 1 - 6);
+	assert_true(smtp_session_waiting(s));
+	smtp_session_shutdown(s);
+	assert_true(smtp_session_waiting(s));
+	assert_false(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data, ENVELOPE_R);
+	smtp_session_reply(s, "250 2.0.0 Ok: queued as Q1");
+	assert_true(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data, ENVELOPE_R
+			    "250 2.0.0 Ok: queued as Q1\r\n"
+			    "421 4.3.2 mx.test Service shutting down\r\n");
+	assert_int_equal(smtp_session_feed(s, "NOOP\r\n", 6), 0);
+	smtp_session_free(s);
+
+	/* freeing a session whose hook never answered is clean too */
+	s = new_session(&f, 0);
+	smtp_session_feed(s, in, sizeof(in) - 1);
+	assert_true(smtp_session_waiting(s));
+	smtp_session_free(s);
+	smtp_session_free(NULL);
+	fake_free(&f);
+}
+
+ /*
+  * No hooks at all: recipients are accepted, messages are not.
+  */
+static void test_no_hooks(void **state)
+{
+	struct smtp_config cfg = {NULL, 0, 0, 0};
+	struct smtp_session *s;
+
+	(void) state;
+	s = smtp_session_new(&cfg, NULL, NULL);
+	smtp_session_greet(s);
+	smtp_session_feed(s, S("EHLO c\r\nMAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nDATA\r\nx\r\n.\r\n"));
+	assert_string_equal(smtp_session_out(s)->data,
+			    "220 localhost ESMTP idemrelay\r\n"
+			    "250-localhost\r\n250-PIPELINING\r\n250-SIZE\r\n250-8BITMIME\r\n"
+			    "250-ENHANCEDSTATUSCODES\r\n250 DSN\r\n"
+			    OK_MAIL OK_RCPT GO "451 4.3.0 Error: no message handler\r\n");
+	smtp_session_free(s);
+}
+
+ /*
+  * Robustness: pseudo-random input made of SMTP fragments and junk, in
+  * pseudo-random chunks. Nothing may crash or leak (run under valgrind);
+  * memory stays bounded.
+  */
+static void test_random_input(void **state)
+{
+	static const char *const frags[] = {
+		"EHLO x\r\n", "HELO x\r\n", "MAIL FROM:<a@b.c>\r\n", "MAIL FROM:<>\r\n",
+		"RCPT TO:<x@y.z>\r\n", "RCPT TO:<deny@y.z>\r\n", "DATA\r\n", "RSET\r\n",
+		"NOOP\r\n", "VRFY x\r\n", "HELP\r\n", "QUIT\r\n", ".\r\n", "\r\n.\r\n",
+		"\n.\n", "\r.\r", ".", "\r", "\n", "\0", "\r\n", "..", "SIZE=9999 ",
+		"ENVID=+41 ", "NOTIFY=NEVER ", "ORCPT=rfc822;a ", "<", ">", "@", "\"",
+		"MAIL FROM:<a@b.c> SIZE=1 BODY=8BITMIME\r\n", "RCPT TO:<a@b.c> NOTIFY=",
+		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+	};
+	size_t nfrags = sizeof(frags) / sizeof(frags[0]);
+	struct buf in = BUF_INIT;
+	uint64_t seed = 42;
+	struct fake f;
+	struct smtp_session *s;
+	size_t i, n, got, round, len;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+#define NEXT()	(seed = seed * 6364136223846793005ULL + 1442695040888963407ULL, \
+		 (size_t) (seed >> 33))
+	for (round = 0; round < 200; round++) {
+		buf_reset(&in);
+		for (i = 0; i < 400; i++) {
+			if (NEXT() % 8 == 0) {
+				buf_putc(&in, (char) NEXT());
+			} else {
+				const char *fr = frags[NEXT() % nfrags];
+
+				/* "\0" is one NUL octet */
+				len = fr[0] ? strlen(fr) : 1;
+				buf_append(&in, fr, len);
+			}
+		}
+		s = new_session(&f, (int) (round & 1));
+		for (i = 0; i < in.len; i += got) {
+			n = 1 + NEXT() % 64;
+			if (n > in.len - i)
+				n = in.len - i;
+			got = smtp_session_feed(s, in.data + i, n);
+			buf_consume(smtp_session_out(s), smtp_session_out(s)->len);
+			if (got < n) {
+				assert_true(smtp_session_closing(s));
+				break;
+			}
+		}
+		assert_true(s->line.cap <= 2 * SMTP_LINE_MAX);
+		if (s->tx)
+			assert_true(s->tx->n_rcpts <= 3);
+		smtp_session_free(s);
+	}
+#undef NEXT
+	buf_free(&in);
+	fake_free(&f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_commands),
+		cmocka_unit_test(test_recipients),
+		cmocka_unit_test(test_data),
+		cmocka_unit_test(test_long_lines),
+		cmocka_unit_test(test_line_memory),
+		cmocka_unit_test(test_wait_resume),
+		cmocka_unit_test(test_out_consume),
+		cmocka_unit_test(test_timeout),
+		cmocka_unit_test(test_shutdown_while_waiting),
+		cmocka_unit_test(test_no_hooks),
+		cmocka_unit_test(test_random_input),
+	};
+
+	log_setup("test_smtp_session", 0, LOG_LEVEL_ERROR);	/* expected warnings */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
