@@ -44,7 +44,9 @@ static int value_copy(const char *v, size_t n, char *out, size_t outlen, size_t 
 {
 	size_t i, o = 0;
 
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == '\r' || v[i] == '\n'); i++)
+		 /* void */ ;
+	for (; i < n; i++) {
 		if (v[i] == '\r' || v[i] == '\n')
 			continue;
 		if (o + 1 >= outlen)
@@ -80,7 +82,7 @@ static const char *key_check(const char *k, size_t n)
 int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r)
 {
-	char value[KEYS_MAX_LEN + 2];
+	char value[1000];
 	char msgid[1000];
 	size_t off = 0, end, name_len, value_off, got, i;
 	size_t best = c->keys.n_headers;	/* index of the header giving the key */

@@ -101,6 +101,9 @@ static void test_long_key(void **state)
 	snprintf(msg, sizeof(msg), "X-Idempotency-Key: %0200d\r\n\r\n", 7);
 	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), 0);
 	assert_int_equal(strlen(r.key), 200);
+	snprintf(msg, sizeof(msg), "X-Idempotency-Key:   %0200d   \r\n\r\n", 7);	/* trimmed first */
+	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), 0);
+	assert_int_equal(strlen(r.key), 200);
 	snprintf(msg, sizeof(msg), "X-Idempotency-Key: %0201d\r\n\r\n", 7);
 	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), -1);
 }

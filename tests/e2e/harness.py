@@ -1,0 +1,663 @@
+"""
+NAME
+    harness - processes, clients and assertions for the end-to-end tests
+
+DESCRIPTION
+    Each test gets a T: a temporary directory, and methods that start the
+    upstream sink (tests/e2e/sink.py) and the real bin/idemrelay with a
+    generated libconfig file on free 127.0.0.1 ports. Everything a test
+    starts is stopped when it ends; logs are printed when it fails.
+
+    Clients: submit() speaks SMTP with smtplib as an application would;
+    Raw is a socket client for protocol-level checks. Every wait has a
+    deadline (wait_until).
+"""
+
+import base64
+import json
+import os
+import re
+import select
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("IDEMRELAY_BIN", os.path.join(REPO, "bin", "idemrelay"))
+SINK = os.path.join(HERE, "sink.py")
+
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer")
+QID_RE = re.compile(r"queued as ([0-9A-Z]{12,20})\b")
+HOSTNAME = "idemrelay.test"
+
+
+class Skip(Exception):
+    """raised by a test that cannot run here"""
+
+
+# ---------------------------------------------------------------- waiting
+
+def wait_until(fn, timeout=15.0, what="condition", interval=0.05):
+    """wait_until - poll fn until it returns something truthy; fail at the deadline"""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def port_open(port, host="127.0.0.1"):
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- assertions
+
+def eq(got, want, what=""):
+    if got != want:
+        raise AssertionError("%s: got %r, want %r" % (what or "value", got, want))
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def qid_of(reply_text, what="reply"):
+    """qid_of - the QID in a '250 ... queued as QID' reply text"""
+    if isinstance(reply_text, bytes):
+        reply_text = reply_text.decode("latin-1")
+    m = QID_RE.search(reply_text)
+    check(m, "%s has no 'queued as QID' (QID = 12-20 of [0-9A-Z]): %r" % (what, reply_text))
+    return m.group(1)
+
+
+def expect_reply(reply, code, enhanced=None, what="reply"):
+    """expect_reply - (code, text) has this code and starts with this enhanced status"""
+    c, text = reply
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
+    check(c == code, "%s: got %d %r, want %d %s" % (what, c, text, code, enhanced or ""))
+    if enhanced:
+        check(text.startswith(enhanced),
+              "%s: got %d %r, want enhanced status %s" % (what, c, text, enhanced))
+    return text
+
+
+def bare_eols(data):
+    """bare_eols - positions of CR not followed by LF and LF not preceded by CR"""
+    bad = []
+    for i, b in enumerate(data):
+        if b == 13 and (i + 1 >= len(data) or data[i + 1] != 10):
+            bad.append(i)
+        elif b == 10 and (i == 0 or data[i - 1] != 13):
+            bad.append(i)
+    return bad
+
+
+# ---------------------------------------------------------------- messages
+
+def make_msg(key=None, subject="test", body="Hello.\r\n", msgid=None,
+             date="Mon, 01 Jan 2024 00:00:00 +0000", frm="sender@example.org",
+             to="rcpt@example.com", extra=(), key_header="X-Idempotency-Key"):
+    """make_msg - a small RFC 5322 message as CRLF bytes"""
+    h = ["From: <%s>" % frm, "To: <%s>" % to, "Subject: %s" % subject]
+    if date:
+        h.append("Date: %s" % date)
+    if msgid:
+        h.append("Message-ID: %s" % msgid)
+    if key is not None:
+        h.append("%s: %s" % (key_header, key))
+    h.extend(extra)
+    h.append("MIME-Version: 1.0")
+    if isinstance(body, str):
+        body = body.encode()
+    return ("\r\n".join(h) + "\r\n\r\n").encode() + body
+
+
+def header_fields(data):
+    """header_fields - (list of (name, raw field bytes incl. folding), body)"""
+    i = data.find(b"\r\n\r\n")
+    if i < 0:
+        head, body = data, b""
+    else:
+        head, body = data[:i + 2], data[i + 4:]
+    fields = []
+    for line in head.split(b"\r\n")[:-1] if head.endswith(b"\r\n") else head.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] = (fields[-1][0], fields[-1][1] + b"\r\n" + line)
+        else:
+            fields.append((line.split(b":", 1)[0].strip().lower().decode("latin-1"), line))
+    return fields, body
+
+
+def received_qids(data):
+    """received_qids - QIDs named in Received: ... (idemrelay) ... headers"""
+    out = []
+    for name, raw in header_fields(data)[0]:
+        if name == "received" and b"(idemrelay)" in raw:
+            out.extend(m.decode() for m in re.findall(rb"\bid\s+([0-9A-Z]{12,20})\b", raw))
+    return out
+
+
+def check_relayed(got, sent, qid, strip=("x-idempotency-key", "idempotency-key")):
+    """check_relayed - got == sent plus one Received (idemrelay) with qid, minus key headers"""
+    gf, gbody = header_fields(got)
+    sf, sbody = header_fields(sent)
+    ours = [f for f in gf if f[0] == "received" and b"(idemrelay)" in f[1]]
+    check(len(ours) == 1, "want exactly one Received: ... (idemrelay) header, got %d in %r"
+          % (len(ours), got[:600]))
+    rcv = ours[0][1].decode("latin-1")
+    check(qid in rcv, "Received header lacks the QID %s: %r" % (qid, rcv))
+    check(HOSTNAME in rcv, "Received header lacks 'by %s': %r" % (HOSTNAME, rcv))
+    for name in strip:
+        check(not any(f[0] == name for f in gf), "key header %s was relayed" % name)
+    rest = [f[1] for f in gf if f is not ours[0]]
+    want = [f[1] for f in sf if f[0] not in strip]
+    if rest != want:
+        raise AssertionError("relayed header block differs:\n got  %r\n want %r" % (rest, want))
+    if gbody != sbody:
+        raise AssertionError("relayed body differs:\n got  %r\n want %r" % (gbody[:400], sbody[:400]))
+
+
+# ---------------------------------------------------------------- config
+
+def render_value(v, ind=""):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        inner = ind + "  "
+        items = "".join("%s%s = %s;\n" % (inner, k, render_value(x, inner))
+                        for k, x in v.items())
+        return "{\n" + items + ind + "}"
+    if isinstance(v, (list, tuple)):
+        if v and all(isinstance(x, dict) for x in v):
+            return "( " + ", ".join(render_value(x, ind) for x in v) + " )"
+        return "[ " + ", ".join(render_value(x, ind) for x in v) + " ]"
+    raise TypeError("cannot render %r" % (v,))
+
+
+def render_conf(conf):
+    """render_conf - a dict as libconfig text"""
+    return "".join("%s = %s;\n" % (k, render_value(v)) for k, v in conf.items())
+
+
+DELETE = object()
+
+
+def merge(base, over):
+    """merge - deep-merge over into a copy of base; DELETE removes a setting"""
+    out = dict(base)
+    for k, v in over.items():
+        if v is DELETE:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------- processes
+
+def read_ready_line(proc, timeout, what):
+    """read_ready_line - the first stdout line of a child, within a deadline"""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError("%s did not start within %.0fs" % (what, timeout))
+        r, _, _ = select.select([fd], [], [], left)
+        if r:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise AssertionError("%s exited at start (rc=%s)" % (what, proc.wait()))
+            buf += chunk
+    return buf.split(b"\n", 1)[0].decode()
+
+
+class Sink:
+    """The upstream sink subprocess, its record directory and control file."""
+
+    def __init__(self, t, name):
+        self.t = t
+        self.dir = os.path.join(t.tmp, name)
+        os.makedirs(self.dir)
+        self.record_dir = os.path.join(self.dir, "records")
+        self.control_path = os.path.join(self.dir, "control.json")
+        self.events_path = os.path.join(self.dir, "events.jsonl")
+        self.log_path = os.path.join(self.dir, "sink.log")
+        self.proc = None
+        self.port = None
+
+    def start(self, port=0):
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, SINK, "--port", str(port or self.port or 0),
+             "--record", self.record_dir, "--control", self.control_path,
+             "--events", self.events_path],
+            stdout=subprocess.PIPE, stderr=logf, stdin=subprocess.DEVNULL)
+        logf.close()
+        line = read_ready_line(self.proc, 10, "sink")
+        self.port = int(line.split()[-1])
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def control(self, **ctl):
+        """control - rewrite the control file atomically (greeting=421, rcpt={}, default=spec)"""
+        tmp = self.control_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(ctl, f)
+        os.rename(tmp, self.control_path)
+
+    def records(self):
+        """records - every message the sink read completely, in arrival order"""
+        out = []
+        try:
+            names = sorted(n for n in os.listdir(self.record_dir) if n.endswith(".json")
+                           and not n.startswith("."))
+        except FileNotFoundError:
+            return out
+        for n in names:
+            with open(os.path.join(self.record_dir, n)) as f:
+                r = json.load(f)
+            r["data"] = base64.b64decode(r["data_b64"])
+            r["to"] = [x["addr"] for x in r["rcpts"]]
+            out.append(r)
+        return out
+
+    def accepted(self, pred=None):
+        """accepted - records the sink took (2xx, or read fully and dropped)"""
+        return [r for r in self.records() if r["accepted"] and (pred is None or pred(r))]
+
+    def wait_count(self, n, pred=None, timeout=15, what=None):
+        """wait_count - wait until at least n accepted records match; return them"""
+        return wait_until(lambda: (lambda rs: rs if len(rs) >= n else None)(self.accepted(pred)),
+                          timeout, what or "%d message(s) at the sink" % n)
+
+    def events(self, ev=None):
+        out = []
+        try:
+            with open(self.events_path) as f:
+                for line in f:
+                    e = json.loads(line)
+                    if ev is None or e["ev"] == ev:
+                        out.append(e)
+        except FileNotFoundError:
+            pass
+        return out
+
+    def rcpt_attempts(self, addr):
+        return [e for e in self.events("rcpt") if e["addr"] == addr]
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("latin-1")
+        except FileNotFoundError:
+            return ""
+
+
+def base_conf(store, port, sink_port):
+    return {
+        "hostname": HOSTNAME,
+        "listen": [{"address": "127.0.0.1", "port": port}],
+        "access": {"networks": ["127.0.0.0/8"]},
+        "store": {"path": store, "map_size": "64M", "key_ttl": "1h"},
+        "keys": {"headers": ["X-Idempotency-Key", "Idempotency-Key"]},
+        "upstream": {"host": "127.0.0.1", "port": sink_port, "tls": "none",
+                     "connections": 2, "timeout": "5s", "ambiguous": "assume-delivered"},
+        "retry": {"first": "1s", "max": "2s", "give_up": "1h"},
+        "limits": {"message_size": "10M", "recipients": 100,
+                   "command_timeout": "60s", "data_timeout": "60s"},
+        "log": {"level": "info", "target": "stderr"},
+    }
+
+
+class Daemon:
+    """bin/idemrelay with a generated config, on a free port, logging to a file."""
+
+    def __init__(self, t, name, sink, conf):
+        self.t = t
+        self.dir = os.path.join(t.tmp, name)
+        os.makedirs(self.dir)
+        self.store = os.path.join(self.dir, "store")
+        self.port = free_port()
+        self.conf_path = os.path.join(self.dir, "idemrelay.conf")
+        self.log_path = os.path.join(self.dir, "idemrelay.log")
+        sink_port = sink.port if sink else free_port()
+        self.conf = merge(base_conf(self.store, self.port, sink_port), conf or {})
+        with open(self.conf_path, "w") as f:
+            f.write(render_conf(self.conf))
+        self.proc = None
+        self.runs = 0
+        self.stopped = False        # did the test end the process on purpose?
+
+    def start(self, timeout=10):
+        check(os.access(BIN, os.X_OK), "%s is missing: run make first" % BIN)
+        self.runs += 1
+        self.stopped = False
+        with open(self.log_path, "ab") as logf:
+            logf.write(b"=== e2e: start #%d ===\n" % self.runs)
+            logf.flush()
+            self.proc = subprocess.Popen([BIN, "-c", self.conf_path], cwd=self.dir,
+                                         stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            rc = self.proc.poll()
+            if rc is not None:
+                raise AssertionError("idemrelay exited at start with %d" % rc)
+            if time.monotonic() > deadline:
+                raise AssertionError("idemrelay did not listen on %d within %ds" % (self.port, timeout))
+            time.sleep(0.05)
+        return self
+
+    def kill9(self):
+        self.stopped = True
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """stop - signal and wait; SIGKILL after the timeout. Returns the exit status."""
+        if self.proc is None:
+            return None
+        self.stopped = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("idemrelay did not exit within %ds of signal %d" % (timeout, sig))
+        return self.proc.returncode
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("latin-1")
+        except FileNotFoundError:
+            return ""
+
+    def log_lines(self, *words):
+        """log_lines - lines containing every one of words"""
+        return [l for l in self.log().splitlines() if all(w in l for w in words)]
+
+    def wait_log(self, *words, timeout=15):
+        return wait_until(lambda: self.log_lines(*words), timeout,
+                          "a daemon log line with %s" % " ".join(words))
+
+
+class T:
+    """One test's resources: tmp dir, sinks, daemons; cleaned up at the end."""
+
+    def __init__(self, name, tmp):
+        self.name = name
+        self.tmp = tmp
+        self.sinks = []
+        self.daemons = []
+        self.extra_logs = []
+
+    def sink(self, **control):
+        s = Sink(self, "sink%d" % len(self.sinks))
+        if control:
+            s.control(**control)
+        self.sinks.append(s)
+        return s.start()
+
+    def daemon(self, sink=None, conf=None, start=True):
+        d = Daemon(self, "daemon%d" % len(self.daemons), sink, conf)
+        self.daemons.append(d)
+        return d.start() if start else d
+
+    def finish(self):
+        """finish - after a passing test: each daemon still alive (none died on
+        its own), exits 0 on SIGTERM, and no sanitizer reported anything"""
+        problems = []
+        for d in self.daemons:
+            if d.proc is None:
+                continue
+            if d.proc.poll() is not None and not d.stopped:
+                problems.append("idemrelay (%s) died during the test with status %d"
+                                % (d.dir, d.proc.returncode))
+            elif d.proc.poll() is None:
+                try:
+                    rc = d.stop(signal.SIGTERM, 15)
+                except AssertionError as e:
+                    problems.append(str(e))
+                    continue
+                if rc != 0:
+                    problems.append("idemrelay (%s) exited %d after SIGTERM" % (d.dir, rc))
+        logs = [d.log_path for d in self.daemons] + [path for _, path in self.extra_logs]
+        for path in logs:
+            try:
+                with open(path, "rb") as f:
+                    text = f.read().decode("latin-1")
+            except OSError:
+                continue
+            for pat in SANITIZER_REPORTS:
+                if pat in text:
+                    problems.append("%r in %s" % (pat, path))
+        if problems:
+            raise AssertionError("after the test:\n  " + "\n  ".join(problems))
+
+    def cleanup(self):
+        for d in self.daemons:
+            try:
+                if d.running():
+                    d.stop(signal.SIGKILL, 5)
+            except Exception:
+                pass
+        for s in self.sinks:
+            s.stop()
+
+    def dump_logs(self, out, tail=150):
+        for d in self.daemons:
+            lines = d.log().splitlines()
+            out.write("--- daemon log %s (last %d of %d lines) ---\n"
+                      % (d.log_path, min(tail, len(lines)), len(lines)))
+            out.write("\n".join(lines[-tail:]) + "\n")
+        for s in self.sinks:
+            lines = s.log().splitlines()
+            out.write("--- sink log %s (last %d of %d lines) ---\n"
+                      % (s.log_path, min(tail // 2, len(lines)), len(lines)))
+            out.write("\n".join(lines[-(tail // 2):]) + "\n")
+        for title, path in self.extra_logs:
+            try:
+                with open(path, "rb") as f:
+                    text = f.read().decode("latin-1")
+            except OSError:
+                continue
+            out.write("--- %s (%s) ---\n%s\n" % (title, path, text[-8000:]))
+
+
+# ---------------------------------------------------------------- clients
+
+class Result:
+    """What a submission saw: replies to MAIL, each RCPT, and DATA."""
+
+    def __init__(self):
+        self.mail = None
+        self.rcpts = []
+        self.data = None
+
+    @property
+    def code(self):
+        return self.data[0] if self.data else None
+
+    @property
+    def text(self):
+        return self.data[1].decode("latin-1") if self.data else ""
+
+    @property
+    def qid(self):
+        return qid_of(self.text)
+
+    def __repr__(self):
+        return "Result(mail=%r, rcpts=%r, data=%r)" % (self.mail, self.rcpts, self.data)
+
+
+def submit(port, to, msg, sender="sender@example.org", mail_opts=(), rcpt_opts=(),
+           timeout=20, smtp=None):
+    """submit - one message with smtplib, as an application does. Raises on
+    a failed MAIL; DATA is sent when at least one RCPT was accepted."""
+    if isinstance(to, str):
+        to = [to]
+    own = smtp is None
+    s = smtp or smtplib.SMTP("127.0.0.1", port, timeout=timeout)
+    try:
+        if own:
+            s.ehlo("client.test")
+        r = Result()
+        r.mail = s.mail(sender, list(mail_opts))
+        if r.mail[0] != 250:
+            s.rset()
+            return r
+        for a in to:
+            r.rcpts.append(s.rcpt(a, list(rcpt_opts)))
+        if any(c == 250 for c, _ in r.rcpts):
+            r.data = s.data(msg)
+        else:
+            s.rset()
+        return r
+    finally:
+        if own:
+            try:
+                s.quit()
+            except Exception:
+                s.close()
+
+
+def submit_ok(port, to, msg, **kw):
+    """submit_ok - submit and insist on 250 queued as QID; returns the QID"""
+    r = submit(port, to, msg, **kw)
+    check(r.data is not None, "message not sent: %r" % r)
+    expect_reply(r.data, 250, "2.0.0", "end of DATA")
+    return r.qid
+
+
+class Raw:
+    """A raw socket SMTP client for protocol-level checks."""
+
+    def __init__(self, port, timeout=10, greet=True):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        self.greeting = self.reply() if greet else None
+
+    def readline(self):
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise EOFError("connection closed by server (pending %r)" % self.buf)
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.rstrip(b"\r").decode("latin-1")
+
+    def reply(self):
+        """reply - one (possibly multi-line) reply as (code, text); lines joined by \\n"""
+        lines = []
+        while True:
+            line = self.readline()
+            lines.append(line)
+            if len(line) < 4 or line[3] != "-":
+                break
+        try:
+            code = int(lines[0][:3])
+        except ValueError:
+            raise AssertionError("not an SMTP reply: %r" % lines)
+        return code, "\n".join(l[4:] for l in lines)
+
+    def send(self, data):
+        if isinstance(data, str):
+            data = data.encode()
+        self.sock.sendall(data)
+
+    def cmd(self, line):
+        self.send(line + "\r\n")
+        return self.reply()
+
+    def rest(self, timeout=2.0):
+        """rest - everything the server sends until it closes or stays quiet"""
+        self.sock.settimeout(timeout)
+        out = self.buf
+        self.buf = b""
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (socket.timeout, ConnectionError):
+            pass
+        return out.decode("latin-1")
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
+def run(cmd, timeout=30, **kw):
+    """run - a command with a deadline; returns CompletedProcess with text output"""
+    return subprocess.run(cmd, capture_output=True, timeout=timeout, text=True,
+                          errors="replace", stdin=subprocess.DEVNULL, **kw)
+
+
+# ---------------------------------------------------------------- registry
+
+CASES = {}
+
+
+def case(timeout=90, needs_daemon=True):
+    """case - register a test function f(t); run.py runs each in its own process"""
+    def reg(fn):
+        check(fn.__name__.startswith("test_"), "test names start with test_")
+        check(fn.__name__ not in CASES, "duplicate test name %s" % fn.__name__)
+        fn.timeout = timeout
+        fn.needs_daemon = needs_daemon
+        CASES[fn.__name__] = fn
+        return fn
+    return reg

@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""
+NAME
+    sink.py - fault-injecting upstream SMTP server for the end-to-end tests
+
+SYNOPSIS
+    python3 tests/e2e/sink.py --port N --record DIR [--control FILE]
+                              [--events FILE] [--hostname NAME]
+
+DESCRIPTION
+    An ESMTP server (EHLO with PIPELINING, 8BITMIME, DSN, SIZE,
+    ENHANCEDSTATUSCODES; HELO, MAIL, RCPT, DATA, RSET, NOOP, VRFY, QUIT;
+    several messages per connection) that stands in for the upstream
+    provider idemrelay relays to. With --port 0 it picks a free port. Once
+    listening it prints "listening on PORT" on stdout.
+
+    End of data is <CRLF>.<CRLF> only; lines starting with a dot are
+    unstuffed; everything else (bare CR, bare LF, NUL) is kept as is so
+    that the tests can see exactly what idemrelay relayed.
+
+    Every message whose data was read completely is recorded as one JSON
+    file in DIR, written atomically (tmp file + rename):
+        conn, seq, time, helo, mail_from, mail_params, rcpts
+        ([{addr, params}], the accepted recipients only), data_b64,
+        reply (the reply given to the final dot, or "drop" when the
+        connection was closed instead), accepted (true when the sink
+        took responsibility for the message, or may have: 2xx or drop).
+
+    With --events, one JSON line per connection, RCPT and end of data is
+    appended to FILE (so tests can count delivery attempts).
+
+FAULTS
+    A fault is named by a spec string:
+        tempfail            RCPT -> 451 4.3.0
+        permfail            RCPT -> 550 5.1.1
+        fail-first-N        RCPT -> 451 4.3.0 for the first N attempts
+        data-tempfail       final dot -> 451 4.3.0
+        data-permfail       final dot -> 554 5.6.0
+        drop-after-dot      read the final dot, close without replying
+        drop-before-data    close the connection when DATA arrives
+        delay-N             sleep N seconds before replying to the dot
+    and any of them may carry "-first-N": active only for the first N
+    attempts of that recipient, then the recipient is accepted normally.
+
+    The spec comes, per recipient, from (first match):
+      1. the control file's "rcpt" object, keyed by the full address;
+      2. the recipient's local part, when it starts with a spec followed
+         by "-" or the end: "permfail-x@example.com",
+         "drop-after-dot-first-1-y@example.com", "delay-3-z@example.com";
+      3. the control file's "default" spec.
+    Data-stage faults apply to a message when any accepted recipient has
+    one (the first in recipient order wins).
+
+    The control file (JSON, re-read before every command, rewritten
+    atomically by the tests) may also say "greeting": 421 to refuse new
+    connections with "421 4.3.2".
+"""
+
+import argparse
+import asyncio
+import base64
+import itertools
+import json
+import os
+import re
+import sys
+import time
+
+MAX_LINE = 4096
+SIZE_LIMIT = 64 * 1024 * 1024
+
+FAULT_RE = re.compile(
+    r"^(?P<kind>tempfail|permfail|fail|data-tempfail|data-permfail|"
+    r"drop-after-dot|drop-before-data|delay-(?P<delay>\d+))"
+    r"(?:-first-(?P<first>\d+))?(?=-|$)")
+
+RCPT_FAULTS = ("tempfail", "permfail")
+DATA_FAULTS = ("data-tempfail", "data-permfail", "drop-after-dot", "delay")
+
+
+class Fault:
+    """A parsed fault spec."""
+
+    def __init__(self, spec, kind, delay, first):
+        self.spec = spec
+        self.kind = kind
+        self.delay = delay
+        self.first = first
+
+
+def parse_fault(spec):
+    """parse_fault - a spec string (or a local part starting with one) -> Fault or None"""
+    if not spec:
+        return None
+    m = FAULT_RE.match(spec.lower())
+    if not m:
+        return None
+    kind = m.group("kind")
+    delay = int(m.group("delay")) if m.group("delay") else 0
+    first = int(m.group("first")) if m.group("first") else None
+    if kind == "fail":
+        if first is None:
+            return None
+        kind = "tempfail"
+    if kind.startswith("delay-"):
+        kind = "delay"
+    return Fault(m.group(0), kind, delay, first)
+
+
+class Sink:
+    """Shared state: record dir, control file, attempt counters."""
+
+    def __init__(self, args):
+        self.record_dir = args.record
+        self.control_path = args.control
+        self.events_path = args.events
+        self.hostname = args.hostname
+        self.control = {}
+        self.control_mtime = None
+        self.conn_ids = itertools.count(1)
+        self.seq = itertools.count(1)
+        self.attempts = {}      # (addr, fault spec) -> attempts seen
+
+    def reload_control(self):
+        """reload_control - re-read the control file if it changed"""
+        if not self.control_path:
+            return
+        try:
+            st = os.stat(self.control_path)
+        except FileNotFoundError:
+            self.control, self.control_mtime = {}, None
+            return
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if key == self.control_mtime:
+            return
+        try:
+            with open(self.control_path, "rb") as f:
+                ctl = json.loads(f.read() or b"{}")
+            if isinstance(ctl, dict):
+                self.control, self.control_mtime = ctl, key
+        except (OSError, ValueError) as e:
+            log("control file unreadable, keeping the old one: %s" % e)
+
+    def fault_for(self, addr):
+        """fault_for - the fault spec that applies to a recipient, or None"""
+        rcpt_map = self.control.get("rcpt") or {}
+        for k, v in rcpt_map.items():
+            if k.lower() == addr.lower():
+                return parse_fault(v)
+        f = parse_fault(addr.split("@", 1)[0])
+        if f:
+            return f
+        return parse_fault(self.control.get("default"))
+
+    def active(self, addr, fault):
+        """active - count one attempt; is the fault in force for it?"""
+        key = (addr.lower(), fault.spec)
+        n = self.attempts.get(key, 0) + 1
+        self.attempts[key] = n
+        return fault.first is None or n <= fault.first
+
+    def event(self, **ev):
+        """event - append one JSON line to the events file"""
+        if not self.events_path:
+            return
+        ev["t"] = time.time()
+        line = (json.dumps(ev, sort_keys=True) + "\n").encode()
+        fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def record(self, conn, tx, data, reply, accepted):
+        """record - write one message as a JSON file, atomically"""
+        seq = next(self.seq)
+        rec = {
+            "conn": conn.id,
+            "seq": seq,
+            "time": time.time(),
+            "helo": conn.helo,
+            "mail_from": tx["from"],
+            "mail_params": tx["params"],
+            "rcpts": tx["rcpts"],
+            "data_b64": base64.b64encode(data).decode(),
+            "size": len(data),
+            "reply": reply,
+            "accepted": accepted,
+        }
+        name = "%019d-%06d-c%d.json" % (time.time_ns(), seq, conn.id)
+        tmp = os.path.join(self.record_dir, "." + name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(rec, f, indent=1, sort_keys=True)
+        os.rename(tmp, os.path.join(self.record_dir, name))
+        return rec
+
+
+def log(msg):
+    sys.stderr.write("%.3f sink: %s\n" % (time.time(), msg))
+    sys.stderr.flush()
+
+
+def show(b, limit=200):
+    s = b.decode("latin-1")
+    s = s.encode("unicode_escape").decode("ascii")
+    return s if len(s) <= limit else s[:limit] + "...(%d)" % len(b)
+
+
+def unstuff(data):
+    """unstuff - remove the leading dot of every CRLF line that has one"""
+    lines = data.split(b"\r\n")
+    return b"\r\n".join(l[1:] if l.startswith(b".") else l for l in lines)
+
+
+def parse_path(arg, prefix):
+    """parse_path - "FROM:<a@b> P=1 Q" -> ("a@b", ["P=1", "Q"]) or None"""
+    if not arg.upper().startswith(prefix):
+        return None
+    rest = arg[len(prefix):].lstrip(" ")
+    if rest.startswith("<"):
+        end = rest.find(">")
+        if end < 0:
+            return None
+        addr, params = rest[1:end], rest[end + 1:]
+    else:
+        parts = rest.split(" ", 1)
+        addr, params = parts[0], parts[1] if len(parts) > 1 else ""
+    return addr, params.split()
+
+
+class Conn:
+    """One client connection: command loop and DATA reader over one buffer."""
+
+    def __init__(self, sink, reader, writer):
+        self.sink = sink
+        self.reader = reader
+        self.writer = writer
+        self.id = next(sink.conn_ids)
+        self.buf = b""
+        self.helo = None
+        self.tx = None
+        self.closed = False
+
+    async def fill(self):
+        chunk = await self.reader.read(65536)
+        if not chunk:
+            raise EOFError
+        self.buf += chunk
+
+    async def read_line(self):
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line, self.buf = self.buf[:i + 1], self.buf[i + 1:]
+                return line
+            if len(self.buf) > MAX_LINE:
+                line, self.buf = self.buf, b""
+                return line
+            await self.fill()
+
+    async def read_data(self):
+        """read_data - up to <CRLF>.<CRLF>; returns the unstuffed content"""
+        start = 0
+        while True:
+            if self.buf.startswith(b".\r\n"):
+                self.buf = self.buf[3:]
+                return b""
+            i = self.buf.find(b"\r\n.\r\n", start)
+            if i >= 0:
+                data, self.buf = self.buf[:i + 2], self.buf[i + 5:]
+                return unstuff(data)
+            start = max(0, len(self.buf) - 4)
+            if len(self.buf) > SIZE_LIMIT + 65536:
+                raise EOFError
+            await self.fill()
+
+    async def reply(self, text):
+        log("c%d > %s" % (self.id, text.replace("\r\n", " | ")))
+        self.writer.write(text.encode() + b"\r\n")
+        await self.writer.drain()
+
+    def close(self, why):
+        log("c%d closing: %s" % (self.id, why))
+        self.closed = True
+        self.sink.event(ev="close", conn=self.id, why=why)
+        try:
+            self.writer.transport.abort()
+        except Exception:
+            pass
+
+    async def run(self):
+        sink = self.sink
+        sink.reload_control()
+        sink.event(ev="connect", conn=self.id)
+        log("c%d connect" % self.id)
+        if str(sink.control.get("greeting", "")).startswith("421"):
+            await self.reply("421 4.3.2 %s sink: service not available" % sink.hostname)
+            self.close("greeting 421")
+            return
+        await self.reply("220 %s ESMTP sink" % sink.hostname)
+        while not self.closed:
+            line = await self.read_line()
+            sink.reload_control()
+            log("c%d < %s" % (self.id, show(line)))
+            await self.command(line.rstrip(b"\r\n").decode("latin-1"))
+
+    async def command(self, line):
+        verb, _, arg = line.partition(" ")
+        verb = verb.upper()
+        handler = getattr(self, "do_" + verb, None)
+        if handler is None:
+            await self.reply("500 5.5.2 command not recognized")
+            return
+        await handler(arg)
+
+    async def do_EHLO(self, arg):
+        self.helo, self.tx = arg, None
+        await self.reply("\r\n".join([
+            "250-%s" % self.sink.hostname,
+            "250-PIPELINING",
+            "250-SIZE %d" % SIZE_LIMIT,
+            "250-8BITMIME",
+            "250-DSN",
+            "250 ENHANCEDSTATUSCODES"]))
+
+    async def do_HELO(self, arg):
+        self.helo, self.tx = arg, None
+        await self.reply("250 %s" % self.sink.hostname)
+
+    async def do_MAIL(self, arg):
+        if self.helo is None:
+            await self.reply("503 5.5.1 send EHLO first")
+            return
+        if self.tx is not None:
+            await self.reply("503 5.5.1 nested MAIL")
+            return
+        p = parse_path(arg, "FROM:")
+        if p is None:
+            await self.reply("501 5.5.4 syntax: MAIL FROM:<address>")
+            return
+        self.tx = {"from": p[0], "params": p[1], "rcpts": [], "faults": []}
+        await self.reply("250 2.1.0 ok")
+
+    async def do_RCPT(self, arg):
+        if self.tx is None:
+            await self.reply("503 5.5.1 need MAIL first")
+            return
+        p = parse_path(arg, "TO:")
+        if p is None:
+            await self.reply("501 5.5.4 syntax: RCPT TO:<address>")
+            return
+        addr, params = p
+        fault = self.sink.fault_for(addr)
+        reply = "250 2.1.5 ok"
+        if fault and fault.kind in RCPT_FAULTS:
+            if self.sink.active(addr, fault):
+                reply = ("451 4.3.0 sink: %s" if fault.kind == "tempfail"
+                         else "550 5.1.1 sink: %s") % fault.spec
+        elif fault:
+            self.tx["faults"].append((addr, fault))
+        if reply.startswith("2"):
+            self.tx["rcpts"].append({"addr": addr, "params": params})
+        self.sink.event(ev="rcpt", conn=self.id, addr=addr, reply=reply)
+        await self.reply(reply)
+
+    def data_fault(self, tx, kinds):
+        """data_fault - the first active fault of these kinds among the recipients"""
+        for addr, fault in tx["faults"]:
+            if fault.kind in kinds and self.sink.active(addr, fault):
+                return fault
+        return None
+
+    async def do_DATA(self, arg):
+        if self.tx is None:
+            await self.reply("503 5.5.1 need MAIL first")
+            return
+        if not self.tx["rcpts"]:
+            self.tx = None
+            await self.reply("554 5.5.1 no valid recipients")
+            return
+        if self.data_fault(self.tx, ("drop-before-data",)):
+            self.sink.event(ev="drop-before-data", conn=self.id)
+            self.close("drop-before-data")
+            return
+        await self.reply("354 end data with <CRLF>.<CRLF>")
+        data = await self.read_data()
+        tx, self.tx = self.tx, None
+        log("c%d data %d bytes" % (self.id, len(data)))
+        fault = self.data_fault(tx, DATA_FAULTS)
+        kind = fault.kind if fault else None
+        if kind == "drop-after-dot":
+            self.sink.record(self, tx, data, "drop", True)
+            self.sink.event(ev="dot", conn=self.id, reply="drop")
+            self.close("drop-after-dot")
+            return
+        if kind == "data-tempfail":
+            reply = "451 4.3.0 sink: data-tempfail"
+        elif kind == "data-permfail":
+            reply = "554 5.6.0 sink: data-permfail"
+        else:
+            reply = "250 2.0.0 ok: sink stored c%d" % self.id
+        rec = self.sink.record(self, tx, data, reply, reply.startswith("2"))
+        self.sink.event(ev="dot", conn=self.id, reply=reply, seq=rec["seq"])
+        if kind == "delay":
+            log("c%d delaying reply %ds" % (self.id, fault.delay))
+            await asyncio.sleep(fault.delay)
+        await self.reply(reply)
+
+    async def do_RSET(self, arg):
+        self.tx = None
+        await self.reply("250 2.0.0 ok")
+
+    async def do_NOOP(self, arg):
+        await self.reply("250 2.0.0 ok")
+
+    async def do_VRFY(self, arg):
+        await self.reply("252 2.0.0 cannot verify")
+
+    async def do_QUIT(self, arg):
+        await self.reply("221 2.0.0 bye")
+        self.close("quit")
+
+
+async def serve(sink, port):
+    async def handle(reader, writer):
+        conn = Conn(sink, reader, writer)
+        try:
+            await conn.run()
+        except (EOFError, ConnectionError, asyncio.IncompleteReadError):
+            if not conn.closed:
+                conn.close("client went away")
+        except Exception as e:          # never die on one bad session
+            log("c%d error: %r" % (conn.id, e))
+            conn.close("error")
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port,
+                                        reuse_address=True, limit=MAX_LINE)
+    actual = server.sockets[0].getsockname()[1]
+    print("listening on %d" % actual, flush=True)
+    log("listening on 127.0.0.1:%d" % actual)
+    async with server:
+        await server.serve_forever()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="fault-injecting upstream SMTP sink")
+    ap.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    ap.add_argument("--record", required=True, help="directory for message records")
+    ap.add_argument("--control", help="JSON control file, re-read on each command")
+    ap.add_argument("--events", help="append JSON lines of protocol events here")
+    ap.add_argument("--hostname", default="sink.test")
+    args = ap.parse_args()
+    os.makedirs(args.record, exist_ok=True)
+    try:
+        asyncio.run(serve(Sink(args), args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
