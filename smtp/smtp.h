@@ -11,8 +11,9 @@
  *	consumes. Decisions that need the outside world are hooks:
  *
  *	rcpt	after a syntactically valid RCPT TO (relay access, limits).
- *	message	after end of DATA. The engine then waits: it consumes no more
- *		input until the caller answers with smtp_session_reply().
+ *	message	after end of DATA, or after BDAT ... LAST. The engine then
+ *		waits: it consumes no more input until the caller answers
+ *		with smtp_session_reply().
  *
  *	The transaction (struct smtp_tx) is separate from the session: RSET,
  *	HELO/EHLO and the end of each message free the transaction, not the
@@ -21,7 +22,9 @@
  *	Strictness (SPEC section 6): end of data is <CRLF>.<CRLF> only; bare
  *	CR or LF in the message becomes CRLF (or, with bare_lf_reject, the
  *	message is refused with 550 5.5.2); command lines over 512 octets get
- *	500 5.5.2; memory is bounded by message_size, never by line length.
+ *	500 5.5.2; memory is bounded by message_size, never by line length
+ *	or chunk size. BDAT chunks (RFC 3030) are taken as they are, with no
+ *	dot-unstuffing, under the same line-ending policy.
  */
 #ifndef SMTP_SMTP_H
 #define SMTP_SMTP_H
@@ -57,8 +60,9 @@ struct smtp_tx {
 	struct smtp_rcpt *rcpts;	/* owned array */
 	size_t n_rcpts;
 	size_t cap_rcpts;
-	struct buf data;	/* message content: dot-unstuffed, every line ends CRLF */
-	int bare_eol;		/* a bare CR or LF was seen in DATA */
+	struct buf data;	/* message content: dot-unstuffed (DATA) or as
+				 * chunked (BDAT); every line ends CRLF */
+	int bare_eol;		/* a bare CR or LF was seen in the message */
 };
 
 struct smtp_config {
@@ -79,8 +83,9 @@ struct smtp_hooks {
 	const char *(*rcpt) (void *ctx, const struct smtp_tx *tx, const char *addr);
 
 	/*
-	 * message - end of DATA for a message within limits. The engine
-	 * waits (feed consumes nothing more) until smtp_session_reply().
+	 * message - end of DATA (or BDAT LAST) for a message within
+	 * limits. The engine waits (feed consumes nothing more) until
+	 * smtp_session_reply().
 	 * The tx stays valid, and owned by the engine, until then; the hook
 	 * may steal tx->data (leaving an empty buffer in its place).
 	 */
@@ -116,7 +121,7 @@ struct buf *smtp_session_out(struct smtp_session *s);
 
 int smtp_session_closing(const struct smtp_session *s);	/* close once output is flushed */
 int smtp_session_waiting(const struct smtp_session *s);	/* in the message hook */
-int smtp_session_in_data(const struct smtp_session *s);	/* use data_timeout */
+int smtp_session_in_data(const struct smtp_session *s);	/* message octets: data_timeout */
 const char *smtp_session_helo(const struct smtp_session *s);	/* "" before HELO/EHLO */
 
 /*

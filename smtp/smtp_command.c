@@ -14,6 +14,16 @@
  *	end any transaction; MAIL inside a transaction, RCPT before MAIL and
  *	DATA before a recipient get 503 5.5.1.
  *
+ *	BDAT (RFC 3030) differs from every other command in that the client
+ *	sends the chunk without waiting for a reply. So once its arguments
+ *	parse, the announced octets are always consumed, even when the
+ *	command is refused (503 out of order, 552 after the message grew
+ *	too big); otherwise the chunk would be read as commands, a smuggling
+ *	channel of its own. If the arguments do not parse, the length is
+ *	unknown: 501, and what follows is read as commands, as Postfix does.
+ *	Once a BDAT is accepted the envelope is closed: RCPT and DATA get 503
+ *	until the message ends or RSET.
+ *
  *	What EHLO advertises comes from smtp_ext_table; an extension that
  *	depends on the session (STARTTLS before TLS, AUTH after it) gets an
  *	"offered" predicate, one that has parameters a "params" printer.
@@ -51,6 +61,7 @@ static const struct smtp_ext smtp_ext_table[] = {
 	{"8BITMIME", NULL, NULL},
 	{"ENHANCEDSTATUSCODES", NULL, NULL},
 	{"DSN", NULL, NULL},
+	{"CHUNKING", NULL, NULL},	/* BDAT, without BINARYMIME */
 };
 
 #define SMTP_EXT_COUNT (sizeof(smtp_ext_table) / sizeof(smtp_ext_table[0]))
@@ -151,6 +162,10 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "503 5.5.1 Error: need MAIL command");
 		return;
 	}
+	if (s->chunk.active) {
+		smtp_reply(s, "503 5.5.1 Error: RCPT after BDAT");
+		return;
+	}
 	if (smtp_parse_rcpt(args, len, &r, reply) < 0) {
 		smtp_reply(s, "%s", reply);
 		goto done;
@@ -182,6 +197,10 @@ static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
 		return;
 	}
+	if (s->chunk.active) {
+		smtp_reply(s, "503 5.5.1 Error: DATA after BDAT");
+		return;
+	}
 	if (len) {
 		smtp_reply(s, "501 5.5.4 Syntax: DATA");
 		return;
@@ -191,6 +210,38 @@ static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
 	smtp_data_init(&s->data, s->cfg.message_size);
 	smtp_reply(s, "354 End data with <CR><LF>.<CR><LF>");
 	smtp_enter_state(s, SMTP_STATE_DATA);
+}
+
+/* smtp_cmd_bdat - BDAT chunk-size [LAST]: read one chunk */
+static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
+{
+	char reply[SMTP_REPLY_MAX];
+	uint64_t size;
+	int last;
+
+	if (smtp_parse_bdat(args, len, &size, &last, reply) < 0) {
+		smtp_reply(s, "%s", reply);	/* length unknown: nothing to skip */
+		return;
+	}
+	if (s->tx == NULL || s->tx->n_rcpts == 0) {
+		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
+		smtp_chunk_start(s, size, last, 1);
+		return;
+	}
+	if (s->chunk.failed) {
+		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+		if (last)
+			smtp_tx_end(s);
+		smtp_chunk_start(s, size, last, 1);
+		return;
+	}
+	if (!s->chunk.active) {
+		s->chunk.active = 1;
+		buf_reset(&s->tx->data);
+		s->tx->bare_eol = 0;
+		smtp_data_init_raw(&s->data, s->cfg.message_size);
+	}
+	smtp_chunk_start(s, size, last, 0);
 }
 
 /* smtp_cmd_rset - RSET: end the transaction, keep the session */
@@ -253,6 +304,7 @@ static const struct smtp_cmd smtp_cmd_table[] = {
 	{"MAIL", smtp_cmd_mail, SMTP_CMD_NUL_OK},
 	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK},
 	{"DATA", smtp_cmd_data, 0},
+	{"BDAT", smtp_cmd_bdat, 0},
 	{"RSET", smtp_cmd_rset, 0},
 	{"NOOP", smtp_cmd_noop, 0},
 	{"QUIT", smtp_cmd_quit, 0},

@@ -20,6 +20,12 @@
  *	The stored size is bounded by the limit: past it, what was stored is
  *	released and storing stops, but scanning goes on, so the client still
  *	gets its reply at the real end of data. Long lines cost nothing extra: there is no line buffer.
+ *
+ *	BDAT chunks (RFC 3030) go through the same code in raw mode, where
+ *	a dot at the start of a line is just an octet: the chunk sizes, not
+ *	the content, say where a BDAT message ends, so there is nothing to
+ *	smuggle and nothing to unstuff. Line endings are still made uniform,
+ *	because the next hop may well receive the message with DATA.
  */
 #include "smtp_data.h"
 
@@ -27,9 +33,17 @@
 void smtp_data_init(struct smtp_data *d, uint64_t limit)
 {
 	d->state = SMTP_DATA_BOL;
+	d->raw = 0;
 	d->limit = limit;
 	d->too_big = 0;
 	d->bare_eol = 0;
+}
+
+/* smtp_data_init_raw - start reading a message sent in BDAT chunks */
+void smtp_data_init_raw(struct smtp_data *d, uint64_t limit)
+{
+	smtp_data_init(d, limit);
+	d->raw = 1;
 }
 
 /* smtp_data_done - was the terminator seen? */
@@ -75,7 +89,7 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 		c = in[i];
 		switch (d->state) {
 		case SMTP_DATA_BOL:
-			if (c == '.') {
+			if (c == '.' && !d->raw) {
 				d->state = SMTP_DATA_DOT;
 				i++;
 			} else {
@@ -133,4 +147,17 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 		}
 	}
 	return i;
+}
+
+/* smtp_data_finish - the last BDAT chunk is in: close the last line */
+void smtp_data_finish(struct smtp_data *d, struct buf *out)
+{
+	/* in raw mode only BOL, TEXT and CR are reachable */
+	if (d->state == SMTP_DATA_CR)
+		smtp_data_bare(d, out);
+	/* every stored LF ends a CRLF, so a last octet other than LF means
+	 * an unterminated last line (an empty or refused message has none) */
+	if (out->len && out->data[out->len - 1] != '\n')
+		smtp_data_emit(d, out, "\r\n", 2);
+	d->state = SMTP_DATA_DONE;
 }

@@ -11,6 +11,13 @@
  *	a dot lose it. A bare CR or LF is stored as CRLF and noted in
  *	bare_eol. Past limit octets the output is emptied and nothing more is
  *	stored, but the input is still scanned for the end; too_big says so.
+ *
+ *	The same reader takes BDAT chunks (RFC 3030) in raw mode: no
+ *	dot-unstuffing and no end detection, since the chunk sizes say where
+ *	the message ends, but the same line-ending policy and limit. The
+ *	reader's state runs on from one chunk to the next, so a CR that ends
+ *	one chunk and an LF that starts the next are one real CRLF;
+ *	smtp_data_finish() closes the message after the LAST chunk.
  */
 #ifndef SMTP_SMTP_DATA_H
 #define SMTP_SMTP_DATA_H
@@ -31,12 +38,14 @@ enum smtp_data_state {
 
 struct smtp_data {
 	enum smtp_data_state state;
+	int raw;			/* BDAT: no dot-unstuffing, no end */
 	uint64_t limit;			/* message_size; 0: none */
 	int too_big;			/* stopped storing at limit */
 	int bare_eol;			/* a bare CR or LF was seen */
 };
 
 void smtp_data_init(struct smtp_data *d, uint64_t limit);
+void smtp_data_init_raw(struct smtp_data *d, uint64_t limit);	/* for BDAT */
 
 /*
  * smtp_data_feed - scan input, append message content to out. Returns
@@ -47,5 +56,12 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 		      const char *in, size_t len);
 
 int smtp_data_done(const struct smtp_data *d);
+
+/*
+ * smtp_data_finish - end a raw (BDAT) message: a pending CR is bare, and
+ * a message that does not end in CRLF gets one (within the limit).
+ * smtp_data_done() is true afterwards.
+ */
+void smtp_data_finish(struct smtp_data *d, struct buf *out);
 
 #endif

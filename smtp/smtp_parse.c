@@ -15,6 +15,9 @@
  *	"<;sleep 66;>", is refused: an address is later handed to other
  *	programs, and the cheapest place to stop an injection is here.
  *
+ *	smtp_parse_bdat() takes "chunk-size [LAST]" (RFC 3030): 1 to 20
+ *	decimal digits that fit in 64 bits; zero only with LAST.
+ *
  *	ESMTP parameters are first checked for syntax as a whole
  *	(esmtp-keyword ["=" esmtp-value], RFC 5321 section 4.1.2), so that a
  *	control character anywhere gets 501 5.5.4 before any parameter is
@@ -579,4 +582,45 @@ int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
 	free(r->addr);
 	r->addr = to;
 	return smtp_parse_params(args + used, len - used, smtp_rcpt_params, &c);
+}
+
+/* smtp_parse_bdat - "chunk-size [LAST]" (RFC 3030 section 3) */
+int smtp_parse_bdat(const char *args, size_t len, uint64_t *size, int *last,
+		    char reply[SMTP_REPLY_MAX])
+{
+	size_t i = 0, start;
+	uint64_t n = 0;
+
+	/* runs of spaces are tolerated: they leave the length unambiguous */
+	while (i < len && args[i] == ' ')
+		i++;
+	for (start = i; i < len && SMTP_DIGIT(args[i]); i++) {
+		if (i - start >= SMTP_BDAT_DIGITS_MAX
+		    || n > (UINT64_MAX - (uint64_t) (args[i] - '0')) / 10)
+			goto syntax;
+		n = n * 10 + (uint64_t) (args[i] - '0');
+	}
+	if (i == start)
+		goto syntax;
+	*last = 0;
+	if (i < len) {
+		if (args[i] != ' ')
+			goto syntax;
+		while (i < len && args[i] == ' ')
+			i++;
+		if (!smtp_mem_caseeq(args + i, len - i, "LAST"))
+			goto syntax;
+		*last = 1;
+	}
+	if (n == 0 && !*last) {
+		/* an empty chunk would be a free NOOP that resets no timer */
+		snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Error: empty BDAT chunk without LAST");
+		return -1;
+	}
+	*size = n;
+	return 0;
+
+syntax:
+	snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: BDAT chunk-size [LAST]");
+	return -1;
 }

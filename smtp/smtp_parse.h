@@ -4,9 +4,10 @@
  * SUMMARY
  *	SMTP command argument parsing (engine-internal)
  * DESCRIPTION
- *	Strict parsers for what follows the MAIL and RCPT verbs: the path
- *	(RFC 5321 section 4.1.2), the ESMTP parameters (SIZE, BODY, RET,
- *	ENVID; NOTIFY, ORCPT) and xtext (RFC 3461 section 4). Every parser
+ *	Strict parsers for what follows the MAIL, RCPT and BDAT verbs: the
+ *	path (RFC 5321 section 4.1.2), the ESMTP parameters (SIZE, BODY, RET,
+ *	ENVID; NOTIFY, ORCPT), xtext (RFC 3461 section 4) and the BDAT chunk
+ *	size (RFC 3030 section 3). Every parser
  *	takes a pointer and a length, so a NUL byte is just another invalid
  *	character. On failure the complete SMTP reply line (no CRLF) is
  *	written into the caller's reply buffer.
@@ -26,6 +27,7 @@
 #define SMTP_LABEL_MAX	63
 #define SMTP_ENVID_MAX	100	/* decoded ENVID (RFC 3461 4.4) */
 #define SMTP_ORCPT_MAX	500	/* ORCPT value as given (RFC 3461 4.2) */
+#define SMTP_BDAT_DIGITS_MAX 20	/* chunk-size digits (RFC 3030 3) */
 
 /*
  * smtp_parse_path - parse "<...>" at p. allow_null accepts "<>". On
@@ -44,6 +46,13 @@ int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
 
 /* smtp_parse_rcpt - parse "TO:<path> [params]" into r. 0 or -1 + reply */
 int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
+		    char reply[SMTP_REPLY_MAX]);
+
+/*
+ * smtp_parse_bdat - parse "chunk-size [LAST]" after BDAT. 0 and *size,
+ * *last, or -1 + reply (501: the chunk's length is then unknown).
+ */
+int smtp_parse_bdat(const char *args, size_t len, uint64_t *size, int *last,
 		    char reply[SMTP_REPLY_MAX]);
 
 #endif

@@ -13,6 +13,9 @@
  *	DATA	bytes go to the DATA reader; at <CRLF>.<CRLF> the message is
  *		refused (size, bare CR/LF) or handed to the message hook,
  *		moving to WAIT.
+ *	CHUNK	exactly the octets a BDAT command announced go to the same
+ *		reader in raw mode (or nowhere, if the command was refused);
+ *		then back to COMMAND, or, after LAST, on as at end of DATA.
  *	WAIT	nothing is consumed until smtp_session_reply(), which sends
  *		the reply, ends the transaction and returns to COMMAND.
  *	CLOSED	nothing is consumed; the caller flushes and closes.
@@ -37,6 +40,7 @@
 static const char *const smtp_state_names[] = {
 	[SMTP_STATE_COMMAND] = "command",
 	[SMTP_STATE_DATA] = "data",
+	[SMTP_STATE_CHUNK] = "chunk",
 	[SMTP_STATE_WAIT] = "wait",
 	[SMTP_STATE_CLOSED] = "closed",
 };
@@ -94,6 +98,8 @@ void smtp_tx_end(struct smtp_session *s)
 {
 	smtp_tx_free(s->tx);
 	s->tx = NULL;
+	s->chunk.active = 0;
+	s->chunk.failed = 0;
 }
 
 /* smtp_session_new - a session waiting for smtp_session_greet() */
@@ -179,6 +185,57 @@ static void smtp_data_end(struct smtp_session *s)
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
 }
 
+/* smtp_chunk_end - a whole chunk is in: reply, or end the message */
+static void smtp_chunk_end(struct smtp_session *s)
+{
+	struct smtp_chunk *c = &s->chunk;
+
+	if (c->skip) {
+		/* refused when announced, and answered then */
+	} else if (s->data.too_big) {
+		/* RFC 3030: the client must send no more chunks, but those
+		 * already in the pipeline are discarded with the same reply */
+		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+		c->failed = 1;
+		if (c->last)
+			smtp_tx_end(s);
+	} else if (!c->last) {
+		smtp_reply(s, "250 2.0.0 Ok: %llu octets received",
+			   (unsigned long long) c->size);
+	} else {
+		smtp_data_finish(&s->data, &s->tx->data);
+		smtp_data_end(s);		/* COMMAND or WAIT */
+		return;
+	}
+	smtp_enter_state(s, SMTP_STATE_COMMAND);
+}
+
+/* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
+void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
+{
+	s->chunk.size = s->chunk.left = size;
+	s->chunk.last = last;
+	s->chunk.skip = skip;
+	if (size == 0)
+		smtp_chunk_end(s);		/* BDAT 0 LAST */
+	else
+		smtp_enter_state(s, SMTP_STATE_CHUNK);
+}
+
+/* smtp_chunk_feed - the next octets of the chunk, and not one more */
+static size_t smtp_chunk_feed(struct smtp_session *s, const char *in, size_t len)
+{
+	size_t n = s->chunk.left < len ? (size_t) s->chunk.left : len;
+
+	/* raw mode has no end of data: the reader takes all n octets */
+	if (!s->chunk.skip)
+		smtp_data_feed(&s->data, &s->tx->data, in, n);
+	s->chunk.left -= n;
+	if (s->chunk.left == 0)
+		smtp_chunk_end(s);
+	return n;
+}
+
 /* smtp_session_feed - consume client bytes until done, waiting or closed */
 size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 {
@@ -193,6 +250,9 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 			i += smtp_data_feed(&s->data, &s->tx->data, in + i, len - i);
 			if (smtp_data_done(&s->data))
 				smtp_data_end(s);
+			break;
+		case SMTP_STATE_CHUNK:
+			i += smtp_chunk_feed(s, in + i, len - i);
 			break;
 		case SMTP_STATE_WAIT:
 		case SMTP_STATE_CLOSED:
@@ -273,10 +333,10 @@ int smtp_session_waiting(const struct smtp_session *s)
 	return s->state == SMTP_STATE_WAIT;
 }
 
-/* smtp_session_in_data - reading a message */
+/* smtp_session_in_data - reading a message (DATA or a BDAT chunk) */
 int smtp_session_in_data(const struct smtp_session *s)
 {
-	return s->state == SMTP_STATE_DATA;
+	return s->state == SMTP_STATE_DATA || s->state == SMTP_STATE_CHUNK;
 }
 
 /* smtp_session_helo - the HELO/EHLO argument, "" before one */

@@ -20,8 +20,22 @@
 enum smtp_state {
 	SMTP_STATE_COMMAND,		/* reading command lines */
 	SMTP_STATE_DATA,		/* reading the message */
+	SMTP_STATE_CHUNK,		/* reading (or skipping) a BDAT chunk */
 	SMTP_STATE_WAIT,		/* message hook holds the tx; no input */
 	SMTP_STATE_CLOSED,		/* QUIT or 421 queued; no input */
+};
+
+/*
+ * BDAT (RFC 3030). The transaction-wide fields are cleared with the tx;
+ * the chunk fields describe the chunk being read in SMTP_STATE_CHUNK.
+ */
+struct smtp_chunk {
+	int     active;			/* BDAT in this tx: data reads raw */
+	int     failed;			/* 552 given: refuse the rest alike */
+	uint64_t size;			/* this chunk, as announced */
+	uint64_t left;			/* octets of it still to come */
+	int     last;			/* it ends the message */
+	int     skip;			/* refused: discard its octets */
 };
 
 struct smtp_session {
@@ -32,7 +46,8 @@ struct smtp_session {
 	char   *helo;			/* owned; NULL before HELO/EHLO */
 	int     esmtp;			/* greeted with EHLO */
 	struct smtp_tx *tx;		/* owned; NULL outside a transaction */
-	struct smtp_data data;		/* DATA reader, in SMTP_STATE_DATA */
+	struct smtp_data data;		/* DATA reader; BDAT's while chunk.active */
+	struct smtp_chunk chunk;	/* BDAT state */
 	struct buf line;		/* owned; partial command line */
 	int     line_long;		/* past SMTP_LINE_MAX: discard to LF */
 	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
@@ -44,6 +59,9 @@ void smtp_reply(struct smtp_session *s, const char *fmt,...)
 	__attribute__((format(printf, 2, 3)));
 void smtp_reply_external(struct smtp_session *s, const char *reply);
 void smtp_tx_end(struct smtp_session *s);
+
+/* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
+void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip);
 
 /* smtp_command - dispatch one command line (smtp_command.c) */
 void smtp_command(struct smtp_session *s, char *line, size_t len);

@@ -1,0 +1,195 @@
+/*
+ * NAME
+ *	deliver_maildir 3
+ * SUMMARY
+ *	delivery into a Maildir (upstream.maildir), for development
+ * DESCRIPTION
+ *	Each message becomes one file, whatever its recipients: written to
+ *	DIR/tmp/NAME with CRLF turned into LF (the local mailbox
+ *	convention), fsync'ed, then renamed into DIR/new/NAME and the
+ *	directory fsync'ed. NAME is "SECONDS.MUSECPpidQqid.hostname", unique
+ *	because the QID is. DIR, tmp, new and cur are created if missing.
+ *
+ *	The rename is this backend's "final dot": the inflight mark is set
+ *	just before it, so a daemon that dies between the rename and the
+ *	store update does not put a second copy in the Maildir (with the
+ *	default upstream.ambiguous).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../util/log.h"
+#include "deliver_impl.h"
+
+#define MAILDIR_CHUNK	65536
+
+/* mkdir_p - create a directory and its parents; EEXIST is fine */
+static int mkdir_p(const char *path)
+{
+	char tmp[4096];
+	size_t len = strlen(path), i;
+
+	if (len == 0 || len >= sizeof(tmp)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(tmp, path, len + 1);
+	for (i = 1; i <= len; i++) {
+		if (tmp[i] != '/' && tmp[i] != 0)
+			continue;
+		tmp[i] = 0;
+		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+			return -1;
+		tmp[i] = i < len ? '/' : 0;
+	}
+	return 0;
+}
+
+/* maildir_dirs - DIR, DIR/tmp, DIR/new, DIR/cur */
+static int maildir_dirs(const char *dir, char *why, size_t whylen)
+{
+	static const char *const sub[] = { "tmp", "new", "cur" };
+	char path[4096];
+	size_t i;
+
+	if (mkdir_p(dir) < 0) {
+		snprintf(why, whylen, "cannot create maildir %.300s: %s", dir, strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, sub[i]);
+		if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+			snprintf(why, whylen, "cannot create %.300s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* write_all - write everything or fail */
+static int write_all(int fd, const char *p, size_t n)
+{
+	ssize_t w;
+
+	while (n > 0) {
+		if ((w = write(fd, p, n)) < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t) w;
+	}
+	return 0;
+}
+
+/* write_lf - the message with every CRLF written as LF */
+static int write_lf(int fd, const char *data, size_t len)
+{
+	char out[MAILDIR_CHUNK];
+	size_t i, n = 0;
+
+	for (i = 0; i < len; i++) {
+		if (data[i] == '\r' && i + 1 < len && data[i + 1] == '\n')
+			continue;
+		out[n++] = data[i];
+		if (n == sizeof(out)) {
+			if (write_all(fd, out, n) < 0)
+				return -1;
+			n = 0;
+		}
+	}
+	return write_all(fd, out, n);
+}
+
+/* unique_name - "sec.MusecPpidQqid.host", host with '/' and ':' escaped */
+static void unique_name(char *out, size_t outlen, const char *qid, const char *host)
+{
+	struct timeval tv;
+	size_t n;
+	int w;
+
+	gettimeofday(&tv, NULL);
+	w = snprintf(out, outlen, "%lld.M%06ldP%ldQ%s.", (long long) tv.tv_sec,
+		     (long) tv.tv_usec, (long) getpid(), qid);
+	n = w < 0 ? 0 : (size_t) w;
+	for (; host && *host && n + 5 < outlen; host++) {
+		if (*host == '/')
+			n += (size_t) snprintf(out + n, outlen - n, "\\057");
+		else if (*host == ':')
+			n += (size_t) snprintf(out + n, outlen - n, "\\072");
+		else
+			out[n++] = *host;
+	}
+	out[n < outlen ? n : outlen - 1] = 0;
+}
+
+/* fsync_dir - make a rename in the directory durable */
+static int fsync_dir(const char *path)
+{
+	int fd, rc;
+
+	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* deliver_maildir_one - one message into the Maildir */
+void deliver_maildir_one(struct deliver *d, struct deliver_job *j)
+{
+	const char *dir = d->c->upstream.maildir;
+	char name[512], tmp[4096 + 600], new[4096 + 600], newdir[4096 + 8];
+	char why[DELIVER_REPLY_MAX];
+	const char *dsn = "4.3.0";
+	int fd = -1, err;
+
+	snprintf(j->relay, sizeof(j->relay), "maildir");
+	if (maildir_dirs(dir, why, sizeof(why)) < 0)
+		goto fail;
+	unique_name(name, sizeof(name), j->m.qid, d->c->hostname);
+	snprintf(tmp, sizeof(tmp), "%s/tmp/%s", dir, name);
+	snprintf(new, sizeof(new), "%s/new/%s", dir, name);
+	snprintf(newdir, sizeof(newdir), "%s/new", dir);
+
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0
+	    || write_lf(fd, j->m.data, j->m.data_len) < 0 || fsync(fd) < 0) {
+		if (errno == ENOSPC || errno == EDQUOT)
+			dsn = "4.3.1";
+		snprintf(why, sizeof(why), "cannot write %.300s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		snprintf(why, sizeof(why), "cannot write %.300s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	fd = -1;
+	if ((err = store_msg_set_inflight(d->st, j->m.qid, 1)) != 0) {
+		snprintf(why, sizeof(why), "cannot set the inflight mark: %s", store_strerror(err));
+		goto fail_unlink;
+	}
+	if (rename(tmp, new) < 0) {
+		snprintf(why, sizeof(why), "cannot rename %.200s to %.200s: %s", tmp, new,
+			 strerror(errno));
+		goto fail_unlink;
+	}
+	if (fsync_dir(newdir) < 0)
+		msg_warn("%s: fsync %s: %m", j->m.qid, newdir);
+	snprintf(why, sizeof(why), "delivered to maildir as new/%.400s", name);
+	deliver_set_all(j, DELIVER_SENT, "2.0.0", why);
+	return;
+
+fail_unlink:
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+fail:
+	deliver_set_all(j, DELIVER_DEFERRED, dsn, why);
+}

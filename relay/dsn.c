@@ -1,0 +1,241 @@
+/*
+ * NAME
+ *	dsn 3
+ * SUMMARY
+ *	build RFC 3464 delivery status notifications
+ * DESCRIPTION
+ *	See dsn.h. Layout (RFC 3462 multipart/report):
+ *
+ *	    headers: From MAILER-DAEMON, To the sender, Subject, Date,
+ *	             Message-ID, Auto-Submitted, MIME
+ *	    part 1   text/plain, one line per failed recipient
+ *	    part 2   message/delivery-status: per-message fields, then
+ *	             per recipient Final-Recipient, Original-Recipient,
+ *	             Action: failed, Status, Remote-MTA, Diagnostic-Code
+ *	    part 3   message/rfc822 (whole message) or text/rfc822-headers
+ *
+ *	Every value that came from outside (addresses, ENVID, upstream
+ *	replies) is written through put_clean(), so no CR, LF or control
+ *	character can start a header of its own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "deliver_policy.h"
+#include "dsn.h"
+
+/* dsn_date - RFC 5322 date in UTC, independent of the locale */
+void dsn_date(int64_t us, char *out, size_t outlen)
+{
+	static const char *const days[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+	static const char *const months[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+		"Jul", "Aug", "Sep", "Oct", "Nov", "Dec"
+	};
+	time_t t = (time_t) (us / 1000000);
+	struct tm tm;
+
+	if (gmtime_r(&t, &tm) == NULL) {
+		snprintf(out, outlen, "Thu, 1 Jan 1970 00:00:00 +0000");
+		return;
+	}
+	snprintf(out, outlen, "%s, %d %s %d %02d:%02d:%02d +0000", days[tm.tm_wday],
+		 tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+		 tm.tm_sec);
+}
+
+/* put_clean - append text with controls and 8-bit bytes made harmless */
+static void put_clean(struct buf *b, const char *s)
+{
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char) *s;
+
+		buf_putc(b, c >= 0x20 && c < 0x7f ? (char) c : (c == '\t' ? ' ' : '?'));
+	}
+}
+
+/* has_8bit - does the text hold bytes above 127? */
+static int has_8bit(const char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if ((unsigned char) p[i] & 0x80)
+			return 1;
+	return 0;
+}
+
+/* header_len - length of the header block, each line with its CRLF, no empty line */
+static size_t header_len(const char *msg, size_t len)
+{
+	const char *p;
+
+	if (len >= 2 && msg[0] == '\r' && msg[1] == '\n')
+		return 0;
+	p = memmem(msg, len, "\r\n\r\n", 4);
+	return p ? (size_t) (p - msg) + 2 : len;
+}
+
+/* make_boundary - a boundary that does not occur in the original */
+static void make_boundary(const struct dsn_report *r, char *out, size_t outlen)
+{
+	size_t n;
+
+	n = (size_t) snprintf(out, outlen, "%s.%lld/", r->qid, (long long) (r->now / 1000000));
+	if (n < outlen)
+		for (const char *h = r->hostname; *h && n + 1 < outlen; h++)
+			out[n++] = (*h > ' ' && *h < 0x7f && *h != '"') ? *h : '_';
+	out[n < outlen ? n : outlen - 1] = 0;
+	while (r->msg_len && memmem(r->msg, r->msg_len, out, strlen(out)) != NULL
+	       && strlen(out) + 2 < outlen)
+		strcat(out, "=_");
+}
+
+/* put_orcpt - "Original-Recipient: rfc822; decoded" from the ORCPT parameter */
+static void put_orcpt(struct buf *b, const char *orcpt)
+{
+	const char *semi = strchr(orcpt, ';');
+	char *type, *addr;
+
+	if (semi == NULL || semi == orcpt)
+		return;
+	type = xstrndup(orcpt, (size_t) (semi - orcpt));
+	addr = deliver_xtext_decode(semi + 1);
+	buf_printf(b, "Original-Recipient: ");
+	put_clean(b, type);
+	buf_printf(b, "; ");
+	put_clean(b, addr);
+	buf_printf(b, "\r\n");
+	free(type);
+	free(addr);
+}
+
+/* put_text_part - the part for people */
+static void put_text_part(const struct dsn_report *r, struct buf *b, const char *bnd)
+{
+	size_t i;
+
+	buf_printf(b, "--%s\r\n", bnd);
+	buf_printf(b, "Content-Description: Notification\r\n"
+		   "Content-Type: text/plain; charset=us-ascii\r\n\r\n");
+	buf_printf(b, "This is the mail system at host ");
+	put_clean(b, r->hostname);
+	buf_printf(b, ".\r\n\r\n"
+		   "I'm sorry to have to inform you that your message could not\r\n"
+		   "be delivered to one or more recipients. It's attached below.\r\n\r\n");
+	for (i = 0; i < r->n_rcpts; i++) {
+		const struct dsn_rcpt *rc = &r->rcpts[i];
+
+		buf_printf(b, "<");
+		put_clean(b, rc->addr);
+		buf_printf(b, ">: ");
+		if (rc->remote_mta) {
+			buf_printf(b, "host ");
+			put_clean(b, rc->remote_mta);
+			buf_printf(b, " said: ");
+		}
+		if (rc->diag)
+			put_clean(b, rc->diag);
+		else
+			buf_printf(b, "delivery failed (status %s)", rc->status);
+		buf_printf(b, "\r\n\r\n");
+	}
+}
+
+/* put_status_part - the message/delivery-status part for programs */
+static void put_status_part(const struct dsn_report *r, struct buf *b, const char *bnd)
+{
+	char date[64];
+	size_t i;
+
+	buf_printf(b, "--%s\r\n", bnd);
+	buf_printf(b, "Content-Description: Delivery report\r\n"
+		   "Content-Type: message/delivery-status\r\n\r\n");
+	buf_printf(b, "Reporting-MTA: dns; ");
+	put_clean(b, r->hostname);
+	buf_printf(b, "\r\nX-Idemrelay-Queue-ID: ");
+	put_clean(b, r->qid);
+	buf_printf(b, "\r\n");
+	if (r->envid) {
+		buf_printf(b, "Original-Envelope-Id: ");
+		put_clean(b, r->envid);
+		buf_printf(b, "\r\n");
+	}
+	dsn_date(r->arrival, date, sizeof(date));
+	buf_printf(b, "Arrival-Date: %s\r\n", date);
+	for (i = 0; i < r->n_rcpts; i++) {
+		const struct dsn_rcpt *rc = &r->rcpts[i];
+
+		buf_printf(b, "\r\nFinal-Recipient: rfc822; ");
+		put_clean(b, rc->addr);
+		buf_printf(b, "\r\n");
+		if (rc->orcpt)
+			put_orcpt(b, rc->orcpt);
+		buf_printf(b, "Action: failed\r\nStatus: ");
+		put_clean(b, rc->status);
+		buf_printf(b, "\r\n");
+		if (rc->remote_mta) {
+			buf_printf(b, "Remote-MTA: dns; ");
+			put_clean(b, rc->remote_mta);
+			buf_printf(b, "\r\n");
+		}
+		if (rc->diag) {
+			buf_printf(b, "Diagnostic-Code: smtp; ");
+			put_clean(b, rc->diag);
+			buf_printf(b, "\r\n");
+		}
+	}
+	buf_printf(b, "\r\n");
+}
+
+/* dsn_build - the whole notification */
+int dsn_build(const struct dsn_report *r, struct buf *out)
+{
+	char bnd[256], date[64];
+	size_t ret_len;
+	int full, eight;
+
+	full = r->ret == 1 /* SMTP_RET_FULL */
+	    || (r->ret != 2 /* SMTP_RET_HDRS */ && r->msg_len <= DSN_FULL_LIMIT);
+	ret_len = full ? r->msg_len : header_len(r->msg, r->msg_len);
+	eight = has_8bit(r->msg, ret_len);
+	make_boundary(r, bnd, sizeof(bnd));
+	dsn_date(r->now, date, sizeof(date));
+
+	buf_printf(out, "From: MAILER-DAEMON@");
+	put_clean(out, r->hostname);
+	buf_printf(out, " (Mail Delivery System)\r\nTo: <");
+	put_clean(out, r->sender);
+	buf_printf(out, ">\r\nSubject: Undelivered Mail Returned to Sender\r\n");
+	buf_printf(out, "Date: %s\r\nMessage-ID: <", date);
+	put_clean(out, r->dsn_qid);
+	buf_printf(out, "@");
+	put_clean(out, r->hostname);
+	buf_printf(out, ">\r\nAuto-Submitted: auto-replied\r\nMIME-Version: 1.0\r\n"
+		   "Content-Type: multipart/report; report-type=delivery-status;\r\n"
+		   "\tboundary=\"%s\"\r\n", bnd);
+	if (eight)
+		buf_printf(out, "Content-Transfer-Encoding: 8bit\r\n");
+	buf_printf(out, "\r\nThis is a MIME-encapsulated message.\r\n\r\n");
+
+	put_text_part(r, out, bnd);
+	put_status_part(r, out, bnd);
+
+	buf_printf(out, "--%s\r\n", bnd);
+	if (full)
+		buf_printf(out, "Content-Description: Undelivered Message\r\n"
+			   "Content-Type: message/rfc822\r\n");
+	else
+		buf_printf(out, "Content-Description: Undelivered Message Headers\r\n"
+			   "Content-Type: text/rfc822-headers\r\n");
+	if (eight)
+		buf_printf(out, "Content-Transfer-Encoding: 8bit\r\n");
+	buf_printf(out, "\r\n");
+	buf_append(out, r->msg, ret_len);
+	if (ret_len > 0 && (ret_len < 2 || r->msg[ret_len - 2] != '\r'
+			    || r->msg[ret_len - 1] != '\n'))
+		buf_printf(out, "\r\n");
+	buf_printf(out, "\r\n--%s--\r\n", bnd);
+	return eight;
+}

@@ -1,0 +1,406 @@
+/*
+ * test_deliver - the pure parts of delivery: backoff, outcome
+ * classification, reply text and status codes, the libesmtp header scan,
+ * xtext, and the scheduler's queue (relay/deliver_policy.c,
+ * relay/deliver_queue.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../relay/deliver_policy.h"
+#include "../../relay/deliver_queue.h"
+
+#define N(a)	(sizeof(a) / sizeof((a)[0]))
+
+struct backoff_case {
+	int64_t first, max;
+	int attempts;
+	int64_t want;
+};
+
+static const struct backoff_case backoff_cases[] = {
+	{ 60, 3600, 1, 60 },
+	{ 60, 3600, 2, 120 },
+	{ 60, 3600, 3, 240 },
+	{ 60, 3600, 6, 1920 },
+	{ 60, 3600, 7, 3600 },			/* 3840 capped */
+	{ 60, 3600, 1000, 3600 },		/* no overflow */
+	{ 60, 3600, 0, 60 },			/* nonsense attempts: first */
+	{ 2, 10, 3, 8 },
+	{ 2, 10, 4, 10 },
+	{ 7200, 3600, 1, 3600 },		/* first above max: max */
+	{ INT64_MAX / 2, INT64_MAX, 5, INT64_MAX },
+};
+
+static void test_backoff(void **state)
+{
+	size_t i;
+	int64_t got;
+
+	(void) state;
+	for (i = 0; i < N(backoff_cases); i++) {
+		const struct backoff_case *c = &backoff_cases[i];
+
+		got = deliver_backoff(c->first, c->max, c->attempts);
+		if (got != c->want)
+			fail_msg("backoff(first=%lld, max=%lld, attempts=%d): got %lld, want %lld",
+				 (long long) c->first, (long long) c->max, c->attempts,
+				 (long long) got, (long long) c->want);
+	}
+}
+
+struct classify_case {
+	const char *name;
+	int mail, rcpt, data, marked, final;
+	enum deliver_outcome outcome;
+	enum deliver_source source;
+};
+
+static const struct classify_case classify_cases[] = {
+	{ "delivered", 250, 250, 250, 1, 1, DELIVER_SENT, DELIVER_SRC_DATA },
+	{ "rcpt 5xx", 250, 550, 250, 1, 1, DELIVER_BOUNCED, DELIVER_SRC_RCPT },
+	{ "rcpt 4xx", 250, 450, 250, 1, 1, DELIVER_DEFERRED, DELIVER_SRC_RCPT },
+	{ "rcpt 5xx, nothing sent", 250, 550, 0, 0, 0, DELIVER_BOUNCED, DELIVER_SRC_RCPT },
+	{ "data 4xx after dot", 250, 250, 451, 1, 1, DELIVER_DEFERRED, DELIVER_SRC_DATA },
+	{ "data 5xx after dot", 250, 250, 554, 1, 1, DELIVER_BOUNCED, DELIVER_SRC_DATA },
+	{ "no reply after dot (timeout, 354 left)", 250, 250, 354, 1, 0,
+	  DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION },
+	{ "no reply after dot (reset)", 250, 250, 0, 1, 0, DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION },
+	{ "BDAT: chunk 250 left, no LAST reply", 250, 250, 250, 1, 0,
+	  DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION },
+	{ "BDAT pipelined: no RCPT reply read", 250, 0, 0, 1, 0,
+	  DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION },
+	{ "odd reply to the dot", 250, 250, 399, 1, 1, DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION },
+	{ "dropped during data: not marked", 250, 250, 354, 0, 0,
+	  DELIVER_DEFERRED, DELIVER_SRC_SESSION },
+	{ "connect refused", 0, 0, 0, 0, 0, DELIVER_DEFERRED, DELIVER_SRC_SESSION },
+	{ "mail 5xx", 553, 0, 0, 0, 0, DELIVER_BOUNCED, DELIVER_SRC_MAIL },
+	{ "mail 4xx", 451, 0, 0, 0, 0, DELIVER_DEFERRED, DELIVER_SRC_MAIL },
+	{ "DATA refused 5xx", 250, 250, 554, 0, 1, DELIVER_BOUNCED, DELIVER_SRC_DATA },
+	{ "DATA refused 4xx", 250, 250, 451, 0, 1, DELIVER_DEFERRED, DELIVER_SRC_DATA },
+	{ "DATA answered 250 (protocol error)", 250, 250, 250, 0, 1,
+	  DELIVER_DEFERRED, DELIVER_SRC_SESSION },
+	{ "dropped in envelope", 250, 0, 0, 0, 0, DELIVER_DEFERRED, DELIVER_SRC_SESSION },
+};
+
+static void test_classify(void **state)
+{
+	struct deliver_verdict v;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(classify_cases); i++) {
+		const struct classify_case *c = &classify_cases[i];
+
+		v = deliver_classify(c->mail, c->rcpt, c->data, c->marked, c->final);
+		if (v.outcome != c->outcome || v.source != c->source)
+			fail_msg("%s: got %s/%d, want %s/%d", c->name,
+				 deliver_outcome_name(v.outcome), v.source,
+				 deliver_outcome_name(c->outcome), c->source);
+	}
+}
+
+struct reply_case {
+	int code, cls, subj, det;
+	const char *text;
+	const char *want;
+	const char *want_dsn;
+};
+
+static const struct reply_case reply_cases[] = {
+	{ 250, 2, 0, 0, "Ok queued\r\n", "250 2.0.0 Ok queued", "2.0.0" },
+	{ 550, 5, 1, 1, "no such\r\n user\r\n", "550 5.1.1 no such user", "5.1.1" },
+	{ 451, 0, 0, 0, "4.3.0 later", "451 4.3.0 later", "4.3.0" },	/* no ENHANCEDSTATUSCODES */
+	{ 421, 0, 0, 0, "bye", "421 bye", "4.0.0" },
+	/* the class of the status follows the reply code */
+	{ 550, 4, 2, 0, "inconsistent", "550 4.2.0 inconsistent", "5.2.0" },
+	{ 250, 0, 0, 0, NULL, "250", "2.0.0" },
+	{ 250, 0, 0, 0, "  \t lots   of\x01space  ", "250 lots of space", "2.0.0" },
+	{ 0, 0, 0, 0, "no code", "0 no code", "4.0.0" },
+};
+
+static void test_reply(void **state)
+{
+	char line[128], dsn[16];
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(reply_cases); i++) {
+		const struct reply_case *c = &reply_cases[i];
+
+		deliver_reply_format(line, sizeof(line), c->code, c->cls, c->subj, c->det, c->text);
+		if (strcmp(line, c->want) != 0)
+			fail_msg("reply %d: got \"%s\", want \"%s\"", c->code, line, c->want);
+		deliver_dsn_code(dsn, line);
+		if (strcmp(dsn, c->want_dsn) != 0)
+			fail_msg("dsn of \"%s\": got %s, want %s", line, dsn, c->want_dsn);
+	}
+	/* truncation keeps a terminated line */
+	deliver_reply_format(line, 8, 250, 2, 0, 0, "a long text");
+	assert_string_equal(line, "250 2.0");
+}
+
+struct hdr_case {
+	const char *name;
+	const char *msg;
+	unsigned want;
+};
+
+#define ALL_PRESENT "Date: d\r\nFrom: f\r\nMessage-ID: <m>\r\n"
+
+static const struct hdr_case hdr_cases[] = {
+	{ "complete", "Received: x\r\n" ALL_PRESENT "Subject: s\r\n\r\nbody\r\n", 0 },
+	{ "case-insensitive names", "date: d\r\nFROM: f\r\nmessage-id: <m>\r\n\r\nb\r\n", 0 },
+	{ "nothing", "Subject: s\r\n\r\nb\r\n",
+	  DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM | DELIVER_HDR_NO_MSGID },
+	{ "no headers at all", "\r\nbody\r\n",
+	  DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM | DELIVER_HDR_NO_MSGID },
+	{ "Return-Path", ALL_PRESENT "Return-Path: <a>\r\n\r\n", DELIVER_HDR_STRIPPED },
+	{ "Original-Recipient", ALL_PRESENT "Original-Recipient: rfc822;a\r\n\r\n",
+	  DELIVER_HDR_STRIPPED },
+	{ "two To", ALL_PRESENT "To: a\r\nTo: b\r\n\r\n", DELIVER_HDR_STRIPPED },
+	{ "two Received are fine", "Received: a\r\nReceived: b\r\n" ALL_PRESENT "\r\n", 0 },
+	{ "two X- are fine", ALL_PRESENT "X-A: 1\r\nX-A: 2\r\n\r\n", 0 },
+	{ "Resent-Date is not Date", "Resent-Date: x\r\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
+	  DELIVER_HDR_NO_DATE },
+	{ "folded header is one", ALL_PRESENT "To: a,\r\n b\r\n\r\nx\r\n", 0 },
+	{ "header in body ignored", ALL_PRESENT "\r\nReturn-Path: x\r\nTo: a\r\nTo: b\r\n", 0 },
+	{ "no empty line", ALL_PRESENT, DELIVER_HDR_NO_BODY },
+	{ "bare LF does not end a line", "Date: d\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
+	  DELIVER_HDR_NO_FROM },
+	{ "name with space is not known", "Date : d\r\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
+	  DELIVER_HDR_NO_DATE },
+	{ "starts folded", " x\r\n" ALL_PRESENT "\r\n", DELIVER_HDR_FOLDED_START },
+};
+
+static void test_hdr_scan(void **state)
+{
+	unsigned got;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(hdr_cases); i++) {
+		const struct hdr_case *c = &hdr_cases[i];
+
+		got = deliver_hdr_scan(c->msg, strlen(c->msg));
+		if (got != c->want)
+			fail_msg("%s: got 0x%x, want 0x%x", c->name, got, c->want);
+	}
+}
+
+static void test_hdr_describe(void **state)
+{
+	char out[200];
+
+	(void) state;
+	deliver_hdr_describe(DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM, out, sizeof(out));
+	assert_string_equal(out, "added Date:, added From:");
+	deliver_hdr_describe(0, out, sizeof(out));
+	assert_string_equal(out, "");
+}
+
+static void test_xtext(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "a+2Bb@c", "a+b@c" },
+		{ "plain", "plain" },
+		{ "+3D+2b", "=+" },		/* lower-case hex accepted */
+		{ "bad+Z1", "bad+Z1" },		/* malformed kept */
+		{ "end+4", "end+4" },
+		{ "", "" },
+	};
+	size_t i;
+	char *got;
+
+	(void) state;
+	for (i = 0; i < N(cases); i++) {
+		got = deliver_xtext_decode(cases[i][0]);
+		if (strcmp(got, cases[i][1]) != 0)
+			fail_msg("xtext \"%s\": got \"%s\", want \"%s\"", cases[i][0], got,
+				 cases[i][1]);
+		free(got);
+	}
+}
+
+static void test_queue_order(void **state)
+{
+	char out[8][STORE_QID_SIZE];
+	struct dq q;
+	size_t n;
+
+	(void) state;
+	dq_init(&q);
+	assert_int_equal(dq_next_due(&q), INT64_MAX);
+	assert_int_equal(dq_add(&q, "C", 30), 1);
+	assert_int_equal(dq_add(&q, "A", 10), 1);
+	assert_int_equal(dq_add(&q, "B", 20), 1);
+	assert_int_equal(dq_add(&q, "D", 10), 1);
+	assert_int_equal(dq_count(&q), 4);
+	assert_int_equal(dq_next_due(&q), 10);
+
+	/* nothing due before 10; at 20, A and D (equal times: QID order) then B */
+	assert_int_equal(dq_take_due(&q, 9, out, 8), 0);
+	n = dq_take_due(&q, 20, out, 8);
+	assert_int_equal(n, 3);
+	assert_string_equal(out[0], "A");
+	assert_string_equal(out[1], "D");
+	assert_string_equal(out[2], "B");
+	assert_int_equal(dq_busy(&q), 3);
+	assert_int_equal(dq_next_due(&q), 30);
+	dq_free(&q);
+}
+
+static void test_queue_busy(void **state)
+{
+	char out[8][STORE_QID_SIZE];
+	struct dq q;
+
+	(void) state;
+	dq_init(&q);
+	dq_add(&q, "A", 10);
+	assert_int_equal(dq_take_due(&q, 10, out, 8), 1);
+	/* busy: not handed out again, enqueue ignored, flush ignores it */
+	assert_int_equal(dq_add(&q, "A", 0), 0);
+	dq_flush(&q, 100);
+	assert_int_equal(dq_take_due(&q, 1000, out, 8), 0);
+	/* done with a retry time: back in the heap */
+	dq_done(&q, "A", 50);
+	assert_int_equal(dq_busy(&q), 0);
+	assert_int_equal(dq_next_due(&q), 50);
+	assert_int_equal(dq_take_due(&q, 50, out, 8), 1);
+	/* done for good: forgotten */
+	dq_done(&q, "A", -1);
+	assert_int_equal(dq_count(&q), 0);
+	assert_int_equal(dq_add(&q, "A", 5), 1);
+	assert_int_equal(dq_count(&q), 1);
+	dq_free(&q);
+}
+
+static void test_queue_enqueue_earlier(void **state)
+{
+	char out[8][STORE_QID_SIZE];
+	struct dq q;
+
+	(void) state;
+	dq_init(&q);
+	dq_add(&q, "A", 100);
+	dq_add(&q, "B", 50);
+	assert_int_equal(dq_add(&q, "A", 200), 0);	/* later: unchanged */
+	assert_int_equal(dq_add(&q, "A", 10), 1);	/* earlier: moved */
+	assert_int_equal(dq_next_due(&q), 10);
+	assert_int_equal(dq_take_due(&q, 10, out, 8), 1);
+	assert_string_equal(out[0], "A");
+	assert_int_equal(dq_add(&q, "", 1), 0);		/* not a QID */
+	dq_free(&q);
+}
+
+static void test_queue_flush(void **state)
+{
+	char out[8][STORE_QID_SIZE];
+	struct dq q;
+	size_t n;
+
+	(void) state;
+	dq_init(&q);
+	dq_add(&q, "Z", 5);
+	dq_add(&q, "M", 500);
+	dq_add(&q, "A", 900);
+	dq_flush(&q, 100);
+	n = dq_take_due(&q, 100, out, 8);
+	assert_int_equal(n, 3);
+	/* all due: Z was already due at 5, M and A are now due at 100 in QID order */
+	assert_string_equal(out[0], "Z");
+	assert_string_equal(out[1], "A");
+	assert_string_equal(out[2], "M");
+	dq_free(&q);
+}
+
+/* heap invariants under a pseudo-random workload, checked against a plain array */
+static void test_queue_random(void **state)
+{
+	enum { NQ = 200 };
+	int64_t when[NQ];
+	int busy[NQ], known[NQ];
+	char qid[STORE_QID_SIZE], out[16][STORE_QID_SIZE];
+	uint32_t r = 12345;
+	struct dq q;
+	int64_t now = 0, prev;
+	size_t i, n, k, want;
+
+	(void) state;
+	dq_init(&q);
+	memset(busy, 0, sizeof(busy));
+	memset(known, 0, sizeof(known));
+	for (k = 0; k < 20000; k++) {
+		r = r * 1103515245u + 12345u;
+		i = (r >> 8) % NQ;
+		snprintf(qid, sizeof(qid), "Q%03zu", i);
+		switch ((r >> 20) % 4) {
+		case 0:
+		case 1:
+			if (!known[i]) {
+				when[i] = now + (int64_t) ((r >> 4) % 1000);
+				known[i] = 1;
+				dq_add(&q, qid, when[i]);
+			} else if (!busy[i] && now < when[i]) {
+				when[i] = now;
+				dq_add(&q, qid, now);
+			}
+			break;
+		case 2:
+			now += 37;
+			n = dq_take_due(&q, now, out, 16);
+			prev = INT64_MIN;
+			for (size_t j = 0; j < n; j++) {
+				size_t t = (size_t) atoi(out[j] + 1);
+
+				assert_true(known[t] && !busy[t] && when[t] <= now);
+				assert_true(when[t] >= prev);
+				prev = when[t];
+				busy[t] = 1;
+			}
+			break;
+		case 3:
+			if (busy[i]) {
+				busy[i] = 0;
+				if (r & 1) {
+					known[i] = 0;
+					dq_done(&q, qid, -1);
+				} else {
+					when[i] = now + 100;
+					dq_done(&q, qid, when[i]);
+				}
+			}
+			break;
+		}
+		for (i = 0, want = 0; i < NQ; i++)
+			want += known[i];
+		assert_int_equal(dq_count(&q), want);
+	}
+	dq_free(&q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_backoff),
+		cmocka_unit_test(test_classify),
+		cmocka_unit_test(test_reply),
+		cmocka_unit_test(test_hdr_scan),
+		cmocka_unit_test(test_hdr_describe),
+		cmocka_unit_test(test_xtext),
+		cmocka_unit_test(test_queue_order),
+		cmocka_unit_test(test_queue_busy),
+		cmocka_unit_test(test_queue_enqueue_earlier),
+		cmocka_unit_test(test_queue_flush),
+		cmocka_unit_test(test_queue_random),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
