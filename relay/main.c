@@ -15,6 +15,9 @@
  *	loop has answered or aborted every transaction in progress.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +47,53 @@ static void mkdir_parents(const char *path)
 		*s = '/';
 	}
 	free(p);
+}
+
+/* chown_tree - give a directory and what is directly in it to the user */
+static void chown_tree(const char *dir, uid_t uid, gid_t gid)
+{
+	char path[4096];
+	const char *names[] = { "", "/data.mdb", "/lock.mdb", "/new", "/cur", "/tmp" };
+	size_t i;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", dir, names[i]);
+		if (lchown(path, uid, gid) < 0 && errno != ENOENT)
+			msg_fatal("chown %s: %m", path);
+	}
+}
+
+/*
+ * privdrop - become the configured user once the ports are bound, before
+ * any network input is read. The store and the Maildir must stay
+ * writable, so they are handed over first (as postfix set-permissions
+ * would).
+ */
+static void privdrop(const struct conf *cf)
+{
+	struct passwd *pw;
+
+	if ((pw = getpwnam(cf->user)) == NULL)
+		msg_fatal("user %s: no such user", cf->user);
+	if (getuid() != 0) {
+		if (getuid() != pw->pw_uid)
+			msg_fatal("user = \"%s\" needs to start as root", cf->user);
+		return;
+	}
+	if (mkdir(cf->store.path, 0700) < 0 && errno != EEXIST)
+		msg_fatal("mkdir %s: %m", cf->store.path);
+	chown_tree(cf->store.path, pw->pw_uid, pw->pw_gid);
+	if (cf->upstream.maildir) {
+		mkdir_parents(cf->upstream.maildir);
+		if (mkdir(cf->upstream.maildir, 0700) < 0 && errno != EEXIST)
+			msg_fatal("mkdir %s: %m", cf->upstream.maildir);
+		chown_tree(cf->upstream.maildir, pw->pw_uid, pw->pw_gid);
+	}
+	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+		msg_fatal("cannot become user %s: %m", cf->user);
+	if (setuid(0) == 0)
+		msg_panic("privileges were not dropped");
+	msg_info("running as user %s", cf->user);
 }
 
 /* usage - say how to run it */
@@ -90,13 +140,15 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	mkdir_parents(cf.store.path);
+	srv = server_new(&cf, NULL);
+	server_listen(srv);		/* signals are blocked from here: threads inherit that */
+	if (cf.user)
+		privdrop(&cf);
 	if (store_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
 		msg_fatal("store %s: %s", cf.store.path, err);
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
-
-	srv = server_new(&cf, st);
-	server_listen(srv);		/* signals are blocked from here: threads inherit that */
+	server_set_store(srv, st);
 	dl = deliver_start(&cf, st);
 	server_set_deliver(srv, dl);
 	msg_info("started: store=%s upstream=%s", cf.store.path,

@@ -584,6 +584,12 @@ static void committed(void *arg, const char *qid)
 		deliver_enqueue(srv->dl, qid);
 }
 
+/* server_set_store - the store, opened after the listeners were bound */
+void server_set_store(struct server *srv, struct store *st)
+{
+	srv->st = st;
+}
+
 /* server_set_deliver - where committed messages go */
 void server_set_deliver(struct server *srv, struct deliver *dl)
 {

@@ -22,6 +22,7 @@ struct server;
 
 struct server *server_new(const struct conf *c, struct store *st);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
+void server_set_store(struct server *srv, struct store *st);
 void server_set_deliver(struct server *srv, struct deliver *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */
 void server_free(struct server *srv);
