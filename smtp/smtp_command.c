@@ -17,10 +17,11 @@
  *	BDAT (RFC 3030) differs from every other command in that the client
  *	sends the chunk without waiting for a reply. So once its arguments
  *	parse, the announced octets are always consumed, even when the
- *	command is refused (503 out of order, 552 after the message grew
- *	too big); otherwise the chunk would be read as commands, a smuggling
- *	channel of its own. If the arguments do not parse, the length is
- *	unknown: 501, and what follows is read as commands, as Postfix does.
+ *	command is refused (503 out of order) or the message has outgrown
+ *	message_size (552, then for every later chunk of the tx); otherwise
+ *	the chunk would be read as commands, a smuggling channel of its own.
+ *	If the arguments do not parse, the length is unknown: 501, and what
+ *	follows is read as commands, as Postfix does.
  *	Once a BDAT is accepted the envelope is closed: RCPT and DATA get 503
  *	until the message ends or RSET.
  *
@@ -225,13 +226,6 @@ static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
 	}
 	if (s->tx == NULL || s->tx->n_rcpts == 0) {
 		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
-		smtp_chunk_start(s, size, last, 1);
-		return;
-	}
-	if (s->chunk.failed) {
-		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-		if (last)
-			smtp_tx_end(s);
 		smtp_chunk_start(s, size, last, 1);
 		return;
 	}

@@ -99,7 +99,6 @@ void smtp_tx_end(struct smtp_session *s)
 	smtp_tx_free(s->tx);
 	s->tx = NULL;
 	s->chunk.active = 0;
-	s->chunk.failed = 0;
 }
 
 /* smtp_session_new - a session waiting for smtp_session_greet() */
@@ -193,10 +192,12 @@ static void smtp_chunk_end(struct smtp_session *s)
 	if (c->skip) {
 		/* refused when announced, and answered then */
 	} else if (s->data.too_big) {
-		/* RFC 3030: the client must send no more chunks, but those
-		 * already in the pipeline are discarded with the same reply */
+		/*
+		 * RFC 3030: the client must send no more chunks, but those
+		 * already in the pipeline are discarded. too_big stays set for
+		 * the tx, so each of them gets this reply too; LAST ends the tx.
+		 */
 		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-		c->failed = 1;
 		if (c->last)
 			smtp_tx_end(s);
 	} else if (!c->last) {

@@ -31,7 +31,6 @@ enum smtp_state {
  */
 struct smtp_chunk {
 	int     active;			/* BDAT in this tx: data reads raw */
-	int     failed;			/* 552 given: refuse the rest alike */
 	uint64_t size;			/* this chunk, as announced */
 	uint64_t left;			/* octets of it still to come */
 	int     last;			/* it ends the message */

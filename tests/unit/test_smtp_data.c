@@ -2,12 +2,14 @@
  * NAME
  *	test_smtp_data 1
  * SUMMARY
- *	unit tests: the DATA reader (end of data, smuggling, dot-stuffing)
+ *	unit tests: the DATA reader (end of data, smuggling, dot-stuffing),
+ *	and its raw mode for BDAT
  * DESCRIPTION
  *	Every row is fed three ways: whole, one byte per call, and cut in
  *	two at every position. Each way must give the same verdict: ended or
  *	not, octets left unconsumed after the terminator's LF, the exact
- *	stored bytes, bare_eol and too_big.
+ *	stored bytes, bare_eol and too_big. Raw rows are finished with
+ *	smtp_data_finish() after the last octet, as at BDAT LAST.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,13 +74,16 @@ struct result {
 };
 
 /* feed_split - feed in chunks of at most step octets (0: all at once) */
-static void feed_split(const struct data_case *c, size_t first, size_t step,
+static void feed_split(const struct data_case *c, int raw, size_t first, size_t step,
 		       struct result *r)
 {
 	struct smtp_data d;
 	size_t i = 0, n, got;
 
-	smtp_data_init(&d, c->limit);
+	if (raw)
+		smtp_data_init_raw(&d, c->limit);
+	else
+		smtp_data_init(&d, c->limit);
 	memset(r, 0, sizeof(*r));
 	while (i < c->len && !smtp_data_done(&d)) {
 		n = c->len - i;
@@ -90,7 +95,11 @@ static void feed_split(const struct data_case *c, size_t first, size_t step,
 		i += got;
 		if (got < n && !smtp_data_done(&d))
 			break;			/* short without the end: a bug */
+		if (raw && smtp_data_done(&d))
+			break;			/* raw data never ends by itself */
 	}
+	if (raw && !smtp_data_done(&d))
+		smtp_data_finish(&d, &r->out);
 	/* once done, the reader takes nothing more */
 	if (smtp_data_done(&d) && smtp_data_feed(&d, &r->out, "x", 1) != 0)
 		i = (size_t) -1;
@@ -124,7 +133,7 @@ static int check(const struct data_case *c, const char *how, struct result *r)
 }
 
 /* run_cases - every row, fed whole, byte by byte, and cut at every point */
-static int run_cases(const struct data_case *cases, size_t n)
+static int run_cases(const struct data_case *cases, size_t n, int raw)
 {
 	struct result r;
 	char how[64];
@@ -132,12 +141,12 @@ static int run_cases(const struct data_case *cases, size_t n)
 	int fails = 0;
 
 	for (i = 0; i < n; i++) {
-		feed_split(cases + i, 0, 0, &r);
+		feed_split(cases + i, raw, 0, 0, &r);
 		fails += check(cases + i, "whole", &r);
-		feed_split(cases + i, 1, 1, &r);
+		feed_split(cases + i, raw, 1, 1, &r);
 		fails += check(cases + i, "byte by byte", &r);
 		for (cut = 1; cut < cases[i].len && cut < 300; cut++) {
-			feed_split(cases + i, cut, 0, &r);
+			feed_split(cases + i, raw, cut, 0, &r);
 			snprintf(how, sizeof(how), "cut at %zu", cut);
 			if (check(cases + i, how, &r)) {
 				fails++;
@@ -193,7 +202,7 @@ static void test_smuggling(void **state)
 	};
 
 	(void) state;
-	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0]), 0), 0);
 }
 
  /*
@@ -224,7 +233,7 @@ static void test_end_and_unstuffing(void **state)
 	};
 
 	(void) state;
-	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0]), 0), 0);
 }
 
  /*
@@ -243,7 +252,7 @@ static void test_size_limit(void **state)
 	};
 
 	(void) state;
-	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0]), 0), 0);
 }
 
  /*
@@ -267,14 +276,46 @@ static void test_long_line(void **state)
 	c.done = 1;
 	c.want = in;
 	c.want_len = n + 2;
-	feed_split(&c, 0, 0, &r);
+	feed_split(&c, 0, 0, 0, &r);
 	fails += check(&c, "whole", &r);
-	feed_split(&c, 1, 1, &r);
+	feed_split(&c, 0, 1, 1, &r);
 	fails += check(&c, "byte by byte", &r);
-	feed_split(&c, 999, 1001, &r);
+	feed_split(&c, 0, 999, 1001, &r);
 	fails += check(&c, "chunks of 1001", &r);
 	free(in);
 	assert_int_equal(fails, 0);
+}
+
+#define RAW	1, 0			/* done (finished), nothing left */
+
+ /*
+  * Raw mode (BDAT chunks): no end of data, no unstuffing, the same line
+  * endings; finish closes the last line. Cutting the input anywhere is
+  * what a chunk boundary does.
+  */
+static void test_raw(void **state)
+{
+	static const struct data_case cases[] = {
+		{"raw empty", S(""), 0, RAW, S(""), 0, 0},
+		{"raw terminator is data", S("a" END "MAIL FROM:<x@y>\r\n"), 0, RAW,
+		 S("a\r\n.\r\nMAIL FROM:<x@y>\r\n"), 0, 0},
+		{"raw dots kept", S(".\r\n..x\r\n.y\r\n"), 0, RAW, S(".\r\n..x\r\n.y\r\n"), 0, 0},
+		{"raw final CRLF appended", S("abc"), 0, RAW, S("abc\r\n"), 0, 0},
+		{"raw final CRLF kept", S("abc\r\n"), 0, RAW, S("abc\r\n"), 0, 0},
+		{"raw bare LF", S("a\nb"), 0, RAW, S("a\r\nb\r\n"), 1, 0},
+		{"raw bare LF at the end", S("a\n"), 0, RAW, S("a\r\n"), 1, 0},
+		{"raw CR at the end", S("a\r"), 0, RAW, S("a\r\n"), 1, 0},
+		{"raw CR CR at the end", S("a\r\r"), 0, RAW, S("a\r\n\r\n"), 1, 0},
+		{"raw smuggling vectors", S("a\n.\nb\r.\rc\r\n.\nd"), 0, RAW,
+		 S("a\r\n.\r\nb\r\n.\r\nc\r\n.\r\nd\r\n"), 1, 0},
+		{"raw NUL kept", S("\0.\r\n"), 0, RAW, S("\0.\r\n"), 0, 0},
+		{"raw exactly the limit", S("01234567"), 10, RAW, S("01234567\r\n"), 0, 0},
+		{"raw final CRLF over the limit", S("012345678"), 10, RAW, S(""), 0, 1},
+		{"raw over the limit", S("0123456789abc\r\n"), 10, RAW, S(""), 0, 1},
+	};
+
+	(void) state;
+	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0]), 1), 0);
 }
 
 int main(void)
@@ -284,6 +325,7 @@ int main(void)
 		cmocka_unit_test(test_end_and_unstuffing),
 		cmocka_unit_test(test_size_limit),
 		cmocka_unit_test(test_long_line),
+		cmocka_unit_test(test_raw),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

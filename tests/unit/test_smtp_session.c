@@ -3,12 +3,12 @@
  *	test_smtp_session 1
  * SUMMARY
  *	unit tests: the SMTP session (commands, order, pipelining, DATA,
- *	waiting for the message hook, timeouts)
+ *	BDAT, waiting for the message hook, timeouts)
  * DESCRIPTION
  *	Scripted sessions: each row is a client's input and the exact
- *	output wanted (greeting included). Every row is fed twice, in one
- *	call (as a pipelining client does) and one byte per call; both must
- *	give the same output. A fake message hook records what it was given
+ *	output wanted (greeting included). Every row is fed in one call (as
+ *	a pipelining client does), one byte per call and in chunks of 7 (BDAT
+ *	rows also cut in two at every point); all must give the same output. A fake message hook records what it was given
  *	and answers at once; other tests make it wait.
  */
 #include <setjmp.h>
@@ -126,7 +126,7 @@ static struct smtp_session *new_session(struct fake *f, int bare_lf_reject)
 
 #define GREET	"220 mx.test ESMTP idemrelay\r\n"
 #define EHLO_R	"250-mx.test\r\n250-PIPELINING\r\n250-SIZE 1000\r\n250-8BITMIME\r\n" \
-		"250-ENHANCEDSTATUSCODES\r\n250 DSN\r\n"
+		"250-ENHANCEDSTATUSCODES\r\n250-DSN\r\n250 CHUNKING\r\n"
 #define OK	"250 2.0.0 Ok\r\n"
 #define OK_MAIL	"250 2.1.0 Ok\r\n"
 #define OK_RCPT	"250 2.1.5 Ok\r\n"
@@ -146,6 +146,7 @@ struct script {
 	size_t len;
 	const char *want;		/* whole output, greeting included */
 	int bare_lf_reject;
+	int bare_eol;			/* tx->bare_eol at the last hook call */
 	const char *hook_reply;		/* NULL: "250 2.0.0 Ok: queued as TESTQID" */
 	size_t rest;			/* octets left unconsumed (after QUIT) */
 	int closing;
@@ -155,8 +156,8 @@ struct script {
 	const char *rcpts;		/* last recipients, NULL: unchecked */
 };
 
-/* run_script - feed in chunks of step octets (0: at once); check */
-static int run_script(const struct script *c, size_t step, const char *how)
+/* run_script - feed first octets, then chunks of step (0: all); check */
+static int run_script(const struct script *c, size_t first, size_t step, const char *how)
 {
 	struct fake f;
 	struct smtp_session *s;
@@ -168,7 +169,9 @@ static int run_script(const struct script *c, size_t step, const char *how)
 	f.reply = c->hook_reply;
 	s = new_session(&f, c->bare_lf_reject);
 	while (i < c->len) {
-		n = step && step < c->len - i ? step : c->len - i;
+		n = i == 0 && first ? first : step;
+		if (n == 0 || n > c->len - i)
+			n = c->len - i;
 		got = smtp_session_feed(s, c->in + i, n);
 		i += got;
 		if (got < n)
@@ -185,11 +188,13 @@ static int run_script(const struct script *c, size_t step, const char *how)
 		bad = 1;
 	}
 	if (c->len - i != c->rest || smtp_session_closing(s) != c->closing
-	    || f.calls != c->calls || smtp_session_waiting(s)) {
-		print_error("%s (%s): got rest=%zu closing=%d calls=%d waiting=%d, "
-			    "want rest=%zu closing=%d calls=%d waiting=0\n", c->name, how,
+	    || f.calls != c->calls || smtp_session_waiting(s)
+	    || (c->calls && f.bare_eol != c->bare_eol)) {
+		print_error("%s (%s): got rest=%zu closing=%d calls=%d waiting=%d bare=%d, "
+			    "want rest=%zu closing=%d calls=%d waiting=0 bare=%d\n", c->name, how,
 			    c->len - i, smtp_session_closing(s), f.calls,
-			    smtp_session_waiting(s), c->rest, c->closing, c->calls);
+			    smtp_session_waiting(s), f.bare_eol, c->rest, c->closing, c->calls,
+			    c->bare_eol);
 		bad = 1;
 	}
 	if (c->data && (f.data.len != c->data_len
@@ -215,9 +220,28 @@ static int run_scripts(const struct script *cases, size_t n)
 	int fails = 0;
 
 	for (i = 0; i < n; i++) {
-		fails += run_script(cases + i, 0, "one feed");
-		fails += run_script(cases + i, 1, "byte by byte");
-		fails += run_script(cases + i, 7, "chunks of 7");
+		fails += run_script(cases + i, 0, 0, "one feed");
+		fails += run_script(cases + i, 0, 1, "byte by byte");
+		fails += run_script(cases + i, 0, 7, "chunks of 7");
+	}
+	return fails;
+}
+
+/* run_scripts_cut - as run_scripts, and cut in two at every point */
+static int run_scripts_cut(const struct script *cases, size_t n)
+{
+	char how[64];
+	size_t i, cut;
+	int fails = run_scripts(cases, n);
+
+	for (i = 0; i < n; i++) {
+		for (cut = 1; cut < cases[i].len; cut++) {
+			snprintf(how, sizeof(how), "cut at %zu", cut);
+			if (run_script(cases + i, cut, 0, how)) {
+				fails++;
+				break;
+			}
+		}
 	}
 	return fails;
 }
@@ -264,8 +288,8 @@ static void test_commands(void **state)
 		 .want = GREET OK OK
 		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n"
 		 "501 5.5.4 Syntax: VRFY address\r\n"
-		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP\r\n"
-		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP\r\n"},
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP\r\n"
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP\r\n"},
 		{.name = "unknown and empty", IN("FOO\r\n\r\nEXPN x\r\nSTARTTLS\r\nmail FROM:<a@b.c>\r\n"),
 		 .want = GREET UNKNOWN "500 5.5.2 Error: bad syntax\r\n" UNKNOWN UNKNOWN OK_MAIL},
 		{.name = "bad addresses", IN("MAIL FROM:<;sleep 66;>\r\nMAIL FROM:a@b.c\r\nMAIL FROM:<a@b.c>\r\n"
@@ -332,11 +356,13 @@ static void test_data(void **state)
 		 .want = ENVELOPE_R QUEUED BYE,
 		 .closing = 1,
 		 .calls = 1,
+		 .bare_eol = 1,
 		 MSG("a\r\n.\r\nMAIL FROM:<e@x.y>\r\nRCPT TO:<v@x.y>\r\nDATA\r\nevil\r\n"),
 		 .rcpts = "x@y.z,"},
 		{.name = "smuggling with \\r\\n.\\r", IN(ENVELOPE "a\r\n.\rMAIL FROM:<e@x.y>\r\n.\r\n"),
 		 .want = ENVELOPE_R QUEUED,
 		 .calls = 1,
+		 .bare_eol = 1,
 		 MSG("a\r\n\r\nMAIL FROM:<e@x.y>\r\n")},
 		{.name = "dot-unstuffing", IN(ENVELOPE "..x\r\n.y\r\n.\r\n"),
 		 .want = ENVELOPE_R QUEUED,
@@ -345,6 +371,7 @@ static void test_data(void **state)
 		{.name = "bare LF normalized", IN(ENVELOPE "a\nb\r\n.\r\n"),
 		 .want = ENVELOPE_R QUEUED,
 		 .calls = 1,
+		 .bare_eol = 1,
 		 MSG("a\r\nb\r\n")},
 		{.name = "bare LF rejected", IN(ENVELOPE "a\nb\r\n.\r\nNOOP\r\n"),
 		 .want = ENVELOPE_R "550 5.5.2 Message contains bare CR or LF\r\n" OK,
@@ -475,6 +502,290 @@ static void test_line_memory(void **state)
 	assert_int_equal(smtp_session_feed(s, "\r\nNOOP\r\n", 8), 8);
 	assert_string_equal(smtp_session_out(s)->data, GREET TOOLONG OK);
 	smtp_session_free(s);
+	fake_free(&f);
+}
+
+ /*
+  * BDAT (RFC 3030): chunks are raw octets counted by the command, never
+  * commands and never dot-stuffed; refused chunks are still consumed.
+  */
+#define ENV_B	"EHLO c\r\nMAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\n"
+#define ENV_B_R	GREET EHLO_R OK_MAIL OK_RCPT
+#define GOT(n)	"250 2.0.0 Ok: " #n " octets received\r\n"
+#define TOOBIG	"552 5.3.4 Message size exceeds fixed limit\r\n"
+#define BARE	"550 5.5.2 Message contains bare CR or LF\r\n"
+#define BDAT_SYNTAX "501 5.5.4 Syntax: BDAT chunk-size [LAST]\r\n"
+
+static void test_bdat(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "single chunk LAST", IN(ENV_B "BDAT 18 LAST\r\nSubject: t\r\n\r\nhi\r\nQUIT\r\n"),
+		 .want = ENV_B_R QUEUED BYE,
+		 .closing = 1,
+		 .calls = 1,
+		 MSG("Subject: t\r\n\r\nhi\r\n"),
+		 .rcpts = "x@y.z,"},
+		{.name = "three chunks", IN(ENV_B "BDAT 3\r\nabcBDAT 5\r\ndef\r\nBDAT 5 LAST\r\nghi\r\n"),
+		 .want = ENV_B_R GOT(3) GOT(5) QUEUED,
+		 .calls = 1,
+		 MSG("abcdef\r\nghi\r\n")},
+		{.name = "commands between chunks", IN(ENV_B "BDAT 2\r\nabNOOP\r\nVRFY x\r\nbdat  2  last\r\ncd"),
+		 .want = ENV_B_R GOT(2) OK
+		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n" QUEUED,
+		 .calls = 1,
+		 MSG("abcd\r\n")},
+		{.name = "dot lines are data, not unstuffed", IN(ENV_B "BDAT 11 LAST\r\na\r\n.\r\n..b\r\nNOOP\r\n"),
+		 .want = ENV_B_R QUEUED OK,
+		 .calls = 1,
+		 MSG("a\r\n.\r\n..b\r\n")},
+		{.name = "smuggled MAIL in a chunk is data", IN(ENV_B "BDAT 22\r\n\r\n.\r\nMAIL FROM:<x@y>\r\n"
+		   "BDAT 17 LAST\r\nRCPT TO:<v@x.y>\r\nQUIT\r\n"),
+		 .want = ENV_B_R GOT(22) QUEUED BYE,
+		 .closing = 1,
+		 .calls = 1,
+		 MSG("\r\n.\r\nMAIL FROM:<x@y>\r\nRCPT TO:<v@x.y>\r\n"),
+		 .rcpts = "x@y.z,"},
+		{.name = "QUIT in a chunk is data", IN(ENV_B "BDAT 6 LAST\r\nQUIT\r\n"),
+		 .want = ENV_B_R QUEUED,
+		 .calls = 1,
+		 MSG("QUIT\r\n")},
+		{.name = "BDAT 0 LAST: empty message", IN(ENV_B "BDAT 0 LAST\r\nNOOP\r\n"),
+		 .want = ENV_B_R QUEUED OK,
+		 .calls = 1,
+		 MSG("")},
+		{.name = "BDAT 0 LAST after chunks", IN(ENV_B "BDAT 4\r\nab\r\nBDAT 0 LAST\r\n"),
+		 .want = ENV_B_R GOT(4) QUEUED,
+		 .calls = 1,
+		 MSG("ab\r\n")},
+		{.name = "CRLF split across chunks is not bare", IN(ENV_B "BDAT 2\r\na\rBDAT 4 LAST\r\n\nb\r\n"),
+		 .want = ENV_B_R GOT(2) QUEUED,
+		 .bare_lf_reject = 1,
+		 .calls = 1,
+		 MSG("a\r\nb\r\n")},
+		{.name = "bare LF normalized", IN(ENV_B "BDAT 2\r\na\nBDAT 3 LAST\r\nb\nc"),
+		 .want = ENV_B_R GOT(2) QUEUED,
+		 .calls = 1,
+		 .bare_eol = 1,
+		 MSG("a\r\nb\r\nc\r\n")},
+		{.name = "bare LF rejected at LAST", IN(ENV_B "BDAT 2\r\na\nBDAT 2 LAST\r\nb\nRCPT TO:<x@y.z>\r\nNOOP\r\n"),
+		 .want = ENV_B_R GOT(2) BARE NEED_MAIL OK,
+		 .bare_lf_reject = 1},
+		{.name = "CR ending the message is bare", IN(ENV_B "BDAT 2 LAST\r\na\r"),
+		 .want = ENV_B_R BARE,
+		 .bare_lf_reject = 1},
+		{.name = "CR ending the message normalized", IN(ENV_B "BDAT 2 LAST\r\na\r"),
+		 .want = ENV_B_R QUEUED,
+		 .calls = 1,
+		 .bare_eol = 1,
+		 MSG("a\r\n")},
+		{.name = "missing final CRLF appended", IN(ENV_B "BDAT 5 LAST\r\nhello"),
+		 .want = ENV_B_R QUEUED,
+		 .bare_lf_reject = 1,
+		 .calls = 1,
+		 MSG("hello\r\n")},
+		{.name = "no extra CRLF after a final bare LF", IN(ENV_B "BDAT 2 LAST\r\na\n"),
+		 .want = ENV_B_R QUEUED,
+		 .calls = 1,
+		 .bare_eol = 1,
+		 MSG("a\r\n")},
+		{.name = "BDAT before MAIL: chunk skipped", IN("BDAT 6 LAST\r\nQUIT\r\nNOOP\r\n"),
+		 .want = GREET NEED_RCPT OK},
+		{.name = "BDAT before RCPT: chunk skipped", IN("MAIL FROM:<a@b.c>\r\nBDAT 6\r\nRSET\r\n"
+		   "BDAT 3 LAST\r\nxyzRCPT TO:<x@y.z>\r\nBDAT 3 LAST\r\nabc"),
+		 .want = GREET OK_MAIL NEED_RCPT NEED_RCPT OK_RCPT QUEUED,
+		 .calls = 1,
+		 MSG("abc\r\n")},
+		{.name = "refused BDAT 0 LAST", IN("BDAT 0 LAST\r\nNOOP\r\n"),
+		 .want = GREET NEED_RCPT OK},
+		{.name = "bad syntax: the rest is commands", IN("BDAT\r\nBDAT x\r\nBDAT -1\r\nBDAT 5 LAST x\r\n"
+		   "BDAT 5 NOTLAST\r\nBDAT 5LAST\r\nBDAT 123456789012345678901\r\n"
+		   "BDAT 18446744073709551616\r\nBDAT 0\r\nBDAT 4\0\r\nNOOP\r\n"),
+		 .want = GREET BDAT_SYNTAX BDAT_SYNTAX BDAT_SYNTAX BDAT_SYNTAX BDAT_SYNTAX BDAT_SYNTAX
+		 BDAT_SYNTAX BDAT_SYNTAX "501 5.5.4 Error: empty BDAT chunk without LAST\r\n"
+		 "500 5.5.2 Error: NUL in command line\r\n" OK},
+		{.name = "bad syntax inside a tx", IN(ENV_B "BDAT 3 x\r\nBDAT 3 LAST\r\nabc"),
+		 .want = ENV_B_R BDAT_SYNTAX QUEUED,
+		 .calls = 1,
+		 MSG("abc\r\n")},
+		{.name = "20 digits", IN(ENV_B "BDAT 00000000000000000003 LAST\r\nabc"),
+		 .want = ENV_B_R QUEUED,
+		 .calls = 1,
+		 MSG("abc\r\n")},
+		{.name = "DATA and RCPT after BDAT", IN(ENV_B "BDAT 3\r\nabcDATA\r\nRCPT TO:<q@y.z>\r\n"
+		   "MAIL FROM:<a@b.c>\r\nBDAT 3 LAST\r\ndef"),
+		 .want = ENV_B_R GOT(3) "503 5.5.1 Error: DATA after BDAT\r\n"
+		 "503 5.5.1 Error: RCPT after BDAT\r\n" "503 5.5.1 Error: nested MAIL command\r\n" QUEUED,
+		 .calls = 1,
+		 MSG("abcdef\r\n"),
+		 .rcpts = "x@y.z,"},
+		{.name = "RSET between chunks", IN(ENV_B "BDAT 3\r\nabcRSET\r\nBDAT 3 LAST\r\nxyz"
+		   "MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nBDAT 3 LAST\r\ndef"),
+		 .want = ENV_B_R GOT(3) OK NEED_RCPT OK_MAIL OK_RCPT QUEUED,
+		 .calls = 1,
+		 MSG("def\r\n")},
+		{.name = "RSET forgets a pending CR", IN(ENV_B "BDAT 2\r\na\rRSET\r\n"
+		   "MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nBDAT 2 LAST\r\n\nb"),
+		 .want = ENV_B_R GOT(2) OK OK_MAIL OK_RCPT BARE,
+		 .bare_lf_reject = 1},
+		{.name = "EHLO between chunks ends the tx", IN(ENV_B "BDAT 3\r\nabcEHLO d\r\nBDAT 3 LAST\r\nxyzNOOP\r\n"),
+		 .want = ENV_B_R GOT(3) EHLO_R NEED_RCPT OK},
+		{.name = "two BDAT messages pipelined", IN(ENV_B "BDAT 5 LAST\r\none\r\n"
+		   "MAIL FROM:<>\r\nRCPT TO:<y@y.z>\r\nBDAT 5 LAST\r\ntwo\r\nQUIT\r\n"),
+		 .want = ENV_B_R QUEUED OK_MAIL OK_RCPT QUEUED BYE,
+		 .closing = 1,
+		 .calls = 2,
+		 MSG("two\r\n"),
+		 .rcpts = "y@y.z,"},
+		{.name = "DATA in the tx after a BDAT message", IN(ENV_B "BDAT 2 LAST\r\nab"
+		   "MAIL FROM:<>\r\nRCPT TO:<y@y.z>\r\nDATA\r\n..cd\r\n.\r\n"),
+		 .want = ENV_B_R QUEUED OK_MAIL OK_RCPT GO QUEUED,
+		 .calls = 2,
+		 MSG(".cd\r\n")},
+		{.name = "hook refuses after LAST", IN(ENV_B "BDAT 1 LAST\r\nxRCPT TO:<x@y.z>\r\n"),
+		 .want = ENV_B_R "554 5.7.0 idempotency key already used\r\n" NEED_MAIL,
+		 .hook_reply = "554 5.7.0 idempotency key already used",
+		 .calls = 1},
+	};
+
+	(void) state;
+	assert_int_equal(run_scripts_cut(cases, sizeof(cases) / sizeof(cases[0])), 0);
+}
+
+ /*
+  * BDAT past message_size (1000 here): the chunk that crosses the limit
+  * gets 552, later chunks of the tx are discarded with 552 too, LAST
+  * ends the tx.
+  */
+static void test_bdat_size(void **state)
+{
+	char *k1 = repeat("", 'k', 1000, "");
+	char *k6 = repeat("", 'k', 600, "");
+	char *k998 = repeat("", 'k', 998, "\r\n");
+	char *k999 = repeat("", 'k', 999, "");
+	char in[6][3000];
+	struct script cases[] = {
+		{.name = "exactly the limit", .in = in[0],
+		 .want = ENV_B_R QUEUED,
+		 .calls = 1},
+		{.name = "final CRLF crosses the limit", .in = in[1],
+		 .want = ENV_B_R TOOBIG NEED_MAIL},
+		{.name = "second chunk crosses: the rest refused alike", .in = in[2],
+		 .want = ENV_B_R GOT(600) TOOBIG TOOBIG TOOBIG NEED_MAIL OK},
+		{.name = "oversize LAST chunk, session goes on", .in = in[3],
+		 .want = ENV_B_R TOOBIG NEED_MAIL OK_MAIL},
+		{.name = "oversize, DATA refused, RSET clears", .in = in[4],
+		 .want = ENV_B_R TOOBIG "503 5.5.1 Error: DATA after BDAT\r\n" OK OK_MAIL OK_RCPT QUEUED,
+		 .calls = 1,
+		 MSG("ok\r\n")},
+		{.name = "failed BDAT 0 LAST ends the tx", .in = in[5],
+		 .want = ENV_B_R TOOBIG TOOBIG NEED_MAIL},
+	};
+	size_t i;
+
+	(void) state;
+	snprintf(in[0], sizeof(in[0]), ENV_B "BDAT 1000 LAST\r\n%s", k998);
+	snprintf(in[1], sizeof(in[1]), ENV_B "BDAT 999 LAST\r\n%sRCPT TO:<x@y.z>\r\n", k999);
+	snprintf(in[2], sizeof(in[2]), ENV_B "BDAT 600\r\n%sBDAT 600\r\n%sBDAT 3\r\nabc"
+		 "BDAT 2 LAST\r\nxyRCPT TO:<x@y.z>\r\nNOOP\r\n", k6, k6);
+	snprintf(in[3], sizeof(in[3]), ENV_B "BDAT 1001 LAST\r\n%sxRCPT TO:<x@y.z>\r\n"
+		 "MAIL FROM:<a@b.c>\r\n", k1);
+	snprintf(in[4], sizeof(in[4]), ENV_B "BDAT 1001\r\n%sxDATA\r\nRSET\r\n"
+		 "MAIL FROM:<a@b.c>\r\nRCPT TO:<x@y.z>\r\nBDAT 4 LAST\r\nok\r\n", k1);
+	snprintf(in[5], sizeof(in[5]), ENV_B "BDAT 1001\r\n%sxBDAT 0 LAST\r\n"
+		 "RCPT TO:<x@y.z>\r\n", k1);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		cases[i].len = strlen(in[i]);
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	free(k1);
+	free(k6);
+	free(k998);
+	free(k999);
+}
+
+ /*
+  * A huge chunk is streamed: memory stays bounded by message_size, and
+  * a refused chunk of any announced size is consumed, never run.
+  */
+static void test_bdat_memory(void **state)
+{
+	struct fake f;
+	struct smtp_session *s;
+	char chunk[4096];
+	size_t i;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	memset(chunk, 'x', sizeof(chunk));
+	s = new_session(&f, 0);
+	smtp_session_feed(s, S(ENV_B "BDAT 1048576 LAST\r\n"));
+	for (i = 0; i < 256; i++) {
+		assert_true(smtp_session_in_data(s));
+		assert_int_equal(smtp_session_feed(s, chunk, sizeof(chunk)), sizeof(chunk));
+		assert_true(s->tx == NULL || s->tx->data.cap <= 2 * 1000);
+	}
+	assert_false(smtp_session_in_data(s));
+	assert_int_equal(smtp_session_feed(s, S("NOOP\r\n")), 6);
+	assert_string_equal(smtp_session_out(s)->data, ENV_B_R TOOBIG OK);
+	smtp_session_free(s);
+
+	/* the largest size there is, refused: everything after is chunk */
+	s = new_session(&f, 0);
+	smtp_session_feed(s, S("BDAT 18446744073709551615\r\n"));
+	for (i = 0; i < 16; i++)
+		assert_int_equal(smtp_session_feed(s, S("QUIT\r\n")), 6);
+	assert_true(smtp_session_in_data(s));
+	assert_false(smtp_session_closing(s));
+	assert_string_equal(smtp_session_out(s)->data, GREET NEED_RCPT);
+	smtp_session_free(s);
+	assert_int_equal(f.calls, 0);
+	fake_free(&f);
+}
+
+ /*
+  * After BDAT LAST the engine waits for the hook like after DATA, also
+  * for BDAT 0 LAST, whose hook call comes from the command itself.
+  */
+static void test_bdat_wait(void **state)
+{
+	static const char in1[] = ENV_B "BDAT 3\r\nabcBDAT 2 LAST\r\ndeNOOP\r\n";
+	static const char in2[] = ENV_B "BDAT 3\r\nabcBDAT 0 LAST\r\nNOOP\r\n";
+	const char *const ins[] = {in1, in2};
+	size_t k, len, got;
+	struct fake f;
+	struct smtp_session *s;
+
+	(void) state;
+	memset(&f, 0, sizeof(f));
+	f.async = 1;
+	for (k = 0; k < 2; k++) {
+		s = new_session(&f, 0);
+		len = strlen(ins[k]);
+		got = smtp_session_feed(s, ins[k], len);
+		assert_int_equal(got, len - 6);
+		assert_true(smtp_session_waiting(s));
+		assert_false(smtp_session_in_data(s));
+		assert_int_equal(smtp_session_feed(s, ins[k] + got, len - got), 0);
+		smtp_session_reply(s, "250 2.0.0 Ok: queued as LATER");
+		assert_int_equal(smtp_session_feed(s, ins[k] + got, len - got), 6);
+		assert_string_equal(smtp_session_out(s)->data,
+				    ENV_B_R GOT(3) "250 2.0.0 Ok: queued as LATER\r\n" OK);
+		smtp_session_free(s);
+	}
+	assert_int_equal(f.calls, 2);
+	assert_memory_equal(f.data.data, "abc\r\n", 6);
+
+	/* a client stalled inside a chunk times out; nothing is handed on */
+	s = new_session(&f, 0);
+	smtp_session_feed(s, S(ENV_B "BDAT 10 LAST\r\nabc"));
+	assert_true(smtp_session_in_data(s));
+	smtp_session_timeout(s);
+	assert_true(smtp_session_closing(s));
+	assert_false(smtp_session_in_data(s));
+	assert_string_equal(smtp_session_out(s)->data,
+			    ENV_B_R "421 4.4.2 mx.test Error: timeout exceeded\r\n");
+	assert_int_equal(smtp_session_feed(s, S("defghij")), 0);
+	smtp_session_free(s);
+	assert_int_equal(f.calls, 2);
 	fake_free(&f);
 }
 
@@ -643,7 +954,7 @@ static void test_no_hooks(void **state)
 	assert_string_equal(smtp_session_out(s)->data,
 			    "220 localhost ESMTP idemrelay\r\n"
 			    "250-localhost\r\n250-PIPELINING\r\n250-SIZE\r\n250-8BITMIME\r\n"
-			    "250-ENHANCEDSTATUSCODES\r\n250 DSN\r\n"
+			    "250-ENHANCEDSTATUSCODES\r\n250-DSN\r\n250 CHUNKING\r\n"
 			    OK_MAIL OK_RCPT GO "451 4.3.0 Error: no message handler\r\n");
 	smtp_session_free(s);
 }
@@ -662,6 +973,8 @@ static void test_random_input(void **state)
 		"\n.\n", "\r.\r", ".", "\r", "\n", "\0", "\r\n", "..", "SIZE=9999 ",
 		"ENVID=+41 ", "NOTIFY=NEVER ", "ORCPT=rfc822;a ", "<", ">", "@", "\"",
 		"MAIL FROM:<a@b.c> SIZE=1 BODY=8BITMIME\r\n", "RCPT TO:<a@b.c> NOTIFY=",
+		"BDAT 1\r\n", "BDAT 7\r\n", "BDAT 40\r\n", "BDAT 3 LAST\r\n", "BDAT 0 LAST\r\n",
+		"BDAT 2000 LAST\r\n", "BDAT x\r\n",
 		"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
 	};
 	size_t nfrags = sizeof(frags) / sizeof(frags[0]);
@@ -718,6 +1031,10 @@ int main(void)
 		cmocka_unit_test(test_data),
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_line_memory),
+		cmocka_unit_test(test_bdat),
+		cmocka_unit_test(test_bdat_size),
+		cmocka_unit_test(test_bdat_memory),
+		cmocka_unit_test(test_bdat_wait),
 		cmocka_unit_test(test_wait_resume),
 		cmocka_unit_test(test_out_consume),
 		cmocka_unit_test(test_timeout),
