@@ -83,7 +83,7 @@ unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
 e2e: $(PROGS)
-	IDEMRELAY_BIN=$(BIN)/idemrelay python3 tests/e2e/run.py
+	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay python3 tests/e2e/run.py
 
 test: all unit fuzz-replay e2e
 
