@@ -100,3 +100,82 @@ clean:
 
 .PHONY: all unit e2e test asan run clean fuzz fuzz-replay
 -include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d
+
+# Install: programs in sbin (as Postfix does), man pages, the example
+# configuration in $(SYSCONFDIR)/idemrelay (never the live idemrelay.conf),
+# README and unit in $(DOCDIR). `make install-systemd` adds the unit and
+# its sysusers.d file. DESTDIR stages the whole tree for a package.
+PREFIX      ?= /usr/local
+SBINDIR     ?= $(PREFIX)/sbin
+MANDIR      ?= $(PREFIX)/share/man
+DOCDIR      ?= $(PREFIX)/share/doc/idemrelay
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+INSTALL     ?= install
+MAN5        = doc/idemrelay.conf.5
+MAN8        = doc/idemrelay.8 doc/idemrelayctl.8
+
+install: $(PROGS)
+	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+	    $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/idemrelay
+	$(INSTALL) -m 0755 $(PROGS) $(DESTDIR)$(SBINDIR)/
+	$(INSTALL) -m 0644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
+	$(INSTALL) -m 0644 $(MAN8) $(DESTDIR)$(MANDIR)/man8/
+	$(INSTALL) -m 0644 doc/idemrelay.conf.example $(DESTDIR)$(SYSCONFDIR)/idemrelay/
+	$(INSTALL) -m 0644 README.md contrib/idemrelay.service $(DESTDIR)$(DOCDIR)/
+
+# The unit names the installed programs and configuration.
+install-systemd:
+	$(INSTALL) -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+	sed -e 's|/usr/sbin/|$(SBINDIR)/|g' -e 's|/etc/idemrelay/|$(SYSCONFDIR)/idemrelay/|g' \
+	    contrib/idemrelay.service > $(DESTDIR)$(UNITDIR)/idemrelay.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/idemrelay.service
+	$(INSTALL) -m 0644 contrib/idemrelay.sysusers $(DESTDIR)$(SYSUSERSDIR)/idemrelay.conf
+
+# Leaves $(SYSCONFDIR)/idemrelay/idemrelay.conf and the store alone.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/idemrelay $(DESTDIR)$(SBINDIR)/idemrelayctl \
+	    $(DESTDIR)$(MANDIR)/man5/idemrelay.conf.5 $(DESTDIR)$(MANDIR)/man8/idemrelay.8 \
+	    $(DESTDIR)$(MANDIR)/man8/idemrelayctl.8 \
+	    $(DESTDIR)$(SYSCONFDIR)/idemrelay/idemrelay.conf.example \
+	    $(DESTDIR)$(UNITDIR)/idemrelay.service $(DESTDIR)$(SYSUSERSDIR)/idemrelay.conf
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+# Man pages: mandoc's warnings and groff's are errors. `make test` runs it;
+# where mandoc or groff is missing it says so and skips, except in CI
+# (CI=true) and when asked for by name, where a missing tool is an error.
+lint-man:
+	@if ! command -v mandoc >/dev/null || ! command -v groff >/dev/null; then \
+	  echo "lint-man: mandoc or groff is not installed (apt-get install mandoc groff-base):" \
+	       "man pages not checked"; \
+	  [ -z "$$CI" ] && [ -z "$(filter lint-man,$(MAKECMDGOALS))" ]; exit; fi; \
+	mandoc -Tlint -W warning $(MAN5) $(MAN8) || exit 1; \
+	for m in $(MAN5) $(MAN8); do \
+	  out=$$(groff -ww -mandoc -Tutf8 -z $$m 2>&1) || { echo "$$out"; exit 1; }; \
+	  if [ -n "$$out" ]; then echo "$$m: $$out"; exit 1; fi; \
+	done; \
+	echo "lint-man: $(MAN5) $(MAN8) clean"
+
+test: lint-man
+
+.PHONY: install install-systemd uninstall lint-man
+
+# Benchmarks against Postfix (issue 4), not part of `make test`: see
+# BENCHMARKS.md. The load generator is libc only, always at -O2; fill
+# writes claims straight into a store through store.h.
+BENCH_PROGS = $(B)/bench/load $(B)/bench/fill
+
+$(B)/bench/load: tests/bench/load.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -D_GNU_SOURCE $(LDFLAGS) -o $@ $<
+
+$(B)/bench/fill: tests/bench/fill.c $(B)/libidemrelay.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+bench: all $(BENCH_PROGS)
+	IDEMRELAY_BIN=$(BIN)/idemrelay LOAD_BIN=$(B)/bench/load FILL_BIN=$(B)/bench/fill \
+	    python3 tests/bench/bench.py
+
+.PHONY: bench
