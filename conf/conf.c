@@ -644,6 +644,11 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 			   "missing setting (user and password go together)");
 		goto fail;
 	}
+	if (c->upstream.user != NULL && tls == CONF_TLS_NONE) {
+		/* credentials are never sent in clear */
+		conf_error(x, g, "user", "requires tls = \"starttls\" or \"implicit\"");
+		goto fail;
+	}
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
 	if (host != NULL) {

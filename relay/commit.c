@@ -22,6 +22,7 @@
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "commit.h"
+#include "metrics.h"
 
 struct commit {
 	struct store *st;		/* not owned */
@@ -117,6 +118,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	req->msg.n_rcpts = kept;
 	req->msg.accepted = now;
 	store_txn_msg_put(t, &req->msg);
+	store_txn_hist_put(t, &req->msg, req->hashes ? req->keyhash : NULL, req->ttl);
 	free(req->msg.rcpts);
 	req->msg.rcpts = all;
 	req->msg.n_rcpts = n;
@@ -133,6 +135,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 		if (found[i] && (req->shadow || !req->mismatch_accept))
 			continue;
 		store_txn_claim_put(t, req->hashes[i], &claim);
+		store_txn_key_put(t, req->keyhash, req->hashes[i], req->msg.qid);
 	}
 out:
 	free(claims);
@@ -144,13 +147,14 @@ static int commit_batch(struct commit *cm, struct commit_req *batch)
 {
 	struct store_txn *t;
 	struct commit_req *req;
-	int64_t now = now_us();
+	int64_t now = now_us(), n = 0;
 	int err;
 
 	if ((err = store_txn_begin(cm->st, &t)) != 0)
 		return err;
-	for (req = batch; req && store_txn_error(t) == 0; req = req->next)
+	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
+	metrics_observe(METRICS_COMMIT_BATCH, n);
 	return store_txn_commit(t);
 }
 

@@ -38,6 +38,7 @@ struct commit_req {
 	/* input, owned by the submitter */
 	uint8_t (*hashes)[HASH_LEN];	/* one per msg.rcpts[i]; NULL: no key */
 	uint8_t fingerprint[HASH_LEN];
+	uint8_t keyhash[HASH_LEN];	/* keys_index_hash(key), when hashes is set */
 	int shadow;			/* keys.mode = "shadow" */
 	int mismatch_accept;		/* keys.on_mismatch = "accept" */
 	int64_t ttl;			/* claim lifetime, microseconds */

@@ -45,6 +45,7 @@
 #include "../util/log.h"
 #include "deliver_impl.h"
 #include "dsn.h"
+#include "metrics.h"
 #include "qid.h"
 
 #define DELIVER_BATCH_SMTP	50	/* messages per upstream connection */
@@ -123,6 +124,7 @@ static void log_result(const struct deliver_job *j, size_t i, const char *status
 
 	if (delay < 0)
 		delay = 0;
+	metrics_delivered(status, delay);
 	msg_info("%s: to=<%s>, relay=%s, delay=%lld.%02lld, dsn=%s, status=%s (%s%s)",
 		 j->m.qid, j->m.rcpts[i].addr, j->relay[0] ? j->relay : "none",
 		 (long long) (delay / US), (long long) (delay % US / 10000), r->dsn, status,
@@ -448,10 +450,6 @@ struct deliver *deliver_start(const struct conf *c, struct store *st)
 	} else {
 		d->n_threads = c->upstream.connections > 0 ? (size_t) c->upstream.connections : 1;
 		d->batch = DELIVER_BATCH_SMTP;
-		if (c->upstream.tls == CONF_TLS_IMPLICIT || c->upstream.user)
-			msg_warn("delivery: upstream %s is not implemented yet:"
-				 " messages stay queued",
-				 c->upstream.user ? "AUTH" : "implicit TLS");
 	}
 	if ((err = store_queue_list(st, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));
@@ -482,6 +480,34 @@ void deliver_flush(struct deliver *d)
 	dq_flush(&d->q, deliver_now());
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
+}
+
+/* deliver_retry - make one waiting message due now (idemrelayctl retry) */
+int deliver_retry(struct deliver *d, const char *qid)
+{
+	enum dq_state state;
+
+	if (d == NULL)
+		return -1;
+	pthread_mutex_lock(&d->lock);
+	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, deliver_now()))
+		pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;
+}
+
+/* deliver_drop - take a waiting message out of the schedule (idemrelayctl drop) */
+int deliver_drop(struct deliver *d, const char *qid)
+{
+	enum dq_state state;
+
+	if (d == NULL)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	if ((state = dq_state(&d->q, qid)) == DQ_WAITING)
+		dq_done(&d->q, qid, -1);
+	pthread_mutex_unlock(&d->lock);
+	return state == DQ_BUSY_NOW;
 }
 
 /* deliver_stop - stop taking work, let sessions in progress end, join */

@@ -32,6 +32,11 @@ struct deliver;
 struct deliver *deliver_start(const struct conf *c, struct store *st);
 void deliver_enqueue(struct deliver *d, const char *qid);
 void deliver_flush(struct deliver *d);		/* retry every deferred message now */
+/* deliver_retry - one message due now: 0, 1 if being delivered right now, -1 if not queued */
+int deliver_retry(struct deliver *d, const char *qid);
+/* deliver_drop - forget a message (the caller removes it from the store):
+ * 0, or 1 if it is being delivered right now and was left alone */
+int deliver_drop(struct deliver *d, const char *qid);
 void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */
 
 #endif

@@ -215,6 +215,16 @@ void dq_flush(struct dq *q, int64_t now)
 		heap_down(q, i);
 }
 
+/* dq_state - is a QID known, and handed out? */
+enum dq_state dq_state(const struct dq *q, const char *qid)
+{
+	const struct dq_item *it = dq_find(q, qid);
+
+	if (it == NULL)
+		return DQ_UNKNOWN;
+	return it->slot == DQ_BUSY ? DQ_BUSY_NOW : DQ_WAITING;
+}
+
 /* dq_count - items known */
 size_t dq_count(const struct dq *q)
 {

@@ -47,6 +47,10 @@ int64_t dq_next_due(const struct dq *q);
 /* dq_flush - make everything not busy due at now */
 void dq_flush(struct dq *q, int64_t now);
 
+/* dq_state - DQ_UNKNOWN, DQ_WAITING (in the heap) or DQ_BUSY_NOW (handed out) */
+enum dq_state { DQ_UNKNOWN, DQ_WAITING, DQ_BUSY_NOW };
+enum dq_state dq_state(const struct dq *q, const char *qid);
+
 /* dq_count - QIDs known (busy included), dq_busy - of which busy */
 size_t dq_count(const struct dq *q);
 size_t dq_busy(const struct dq *q);

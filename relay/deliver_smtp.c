@@ -52,15 +52,31 @@
  *	session when any message asks for BODY=8BITMIME; the batch is then
  *	run again without BODY= (the content is sent unchanged, as Postfix
  *	does with MIME conversion disabled).
+ *
+ *	TLS and AUTH (xsess_security, xsess_connect, deliver_tls.h,
+ *	deliver_auth.h). With
+ *	upstream.tls = "starttls" (required, never opportunistic) or
+ *	"implicit", the bridge of deliver_tls.c connects, establishes TLS
+ *	(1.2+, certificate and host name verified against the system CAs
+ *	unless upstream.tls_verify = false) and hands libesmtp a plain
+ *	loopback connection: libESMTP 1.1.0 has no implicit TLS and its
+ *	STARTTLS has bugs we cannot work around (deliver_tls.c). A host
+ *	without STARTTLS, or with a certificate that fails, is a failed
+ *	address, and the next one is tried. upstream.user logs in with
+ *	libesmtp's SASL client (PLAIN, LOGIN), only ever over TLS. The
+ *	guard sees each command before libesmtp writes it: MAIL before a
+ *	successful AUTH cuts the connection first, so such a batch is
+ *	deferred with nothing sent. A failed AUTH is deferred (4.7.8), not
+ *	bounced, as with Postfix's default smtp_sasl_auth_soft_bounce.
  * BUGS
  *	libesmtp has no connect timeout: an upstream that drops SYNs holds
- *	a thread for the kernel's connect timeout (about two minutes).
- *	An IPv6 address cannot be given to smtp_set_server(), so a host
- *	with IPv6 addresses is given by name and the log shows its first
- *	address; so is the host when upstream.tls = "starttls", because
- *	libesmtp checks the certificate against the name it was given.
- *	Upstream AUTH and implicit TLS are not implemented yet
- *	(xsess_security): such messages stay deferred.
+ *	a thread for the kernel's connect timeout (about two minutes); the
+ *	TLS bridge connects within upstream.timeout.
+ *	An IPv6 address cannot be given to smtp_set_server(), so without
+ *	TLS a host with IPv6 addresses is given by name and the log shows
+ *	its first address.
+ *	A session that failed on AUTH is deferred without trying the next
+ *	host: the credentials are the same there.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -75,13 +91,17 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <auth-client.h>		/* before libesmtp.h: smtp_auth_set_context() */		/* before libesmtp.h: smtp_auth_set_context() */
 #include <libesmtp.h>
-#include <openssl/x509.h>
 
 #include "../smtp/smtp.h"
 #include "../util/buf.h"
 #include "../util/log.h"
+#include "deliver_auth.h"
 #include "deliver_impl.h"
+#include "deliver_tls.h"
 
 #define XMSG_CHUNK	65536		/* bytes handed to libesmtp per callback */
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
@@ -126,15 +146,19 @@ struct xsess {
 	int body8;			/* pass BODY=8BITMIME on */
 	int any8;			/* some message asked for it */
 	int no8bit;			/* upstream said it has no 8BITMIME */
-	int by_name;			/* give libesmtp the host name (TLS name check) */
 	int connected;			/* a session ran with relay below */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port" */
 	char host[256];			/* upstream host name of relay */
 	char why[DELIVER_REPLY_MAX];	/* why no session ran */
 	char why_dsn[16];
-	char error[128];		/* libesmtp's error after the session, or a TLS problem */
-	char tls_error[128];		/* set by the TLS events */
+	char error[128];		/* libesmtp's error after the session */
 	char last_reply[256];		/* last line read from the server */
+
+	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
+	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */
+	auth_context_t auth;		/* owned; NULL without upstream.user */
+	struct deliver_tls_bridge *bridge;	/* owned; this connection's, with TLS */
+	struct deliver_auth_guard guard;	/* this connection's */
 };
 
 /* xmsg_enter - change a message's state, and say so at debug level */
@@ -200,8 +224,8 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		return m->data + x->pos - n;
 	}
 	*len = 0;
-	if (x->state == XMSG_CONTENT && xsess_broken_pipe()) {
-		/* the server is gone before the end: no mark, and no dot */
+	if (x->state == XMSG_CONTENT && (xsess_broken_pipe() || x->xs->guard.cut)) {
+		/* the server is gone before the end, or we cut it: no mark, and no dot */
 		xmsg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {
 		if ((err = store_msg_set_inflight(x->xs->d->st, m->qid, 1)) == 0) {
@@ -228,13 +252,26 @@ static struct xmsg *xsess_find(struct xsess *xs, smtp_message_t sm)
 	return NULL;
 }
 
+/*
+ * xsess_cut - the guard said the conversation must end before the next
+ * write: the bridge forwards nothing libesmtp writes from now on
+ */
+static void xsess_cut(struct xsess *xs)
+{
+	msg_info("upstream %s: %s", xs->relay, xs->guard.why);
+	if (xs->bridge)
+		deliver_tls_bridge_cut(xs->bridge);
+	else
+		msg_error("upstream %s: no TLS bridge to cut (upstream.user without TLS?)",
+			  xs->relay);
+}
+
 /* xsess_event - libesmtp events; the variable arguments depend on the event */
 static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 {
 	struct xsess *xs = arg;
 	struct xmsg *x;
 	va_list ap;
-	long vfy;
 	int *ok;
 
 	(void) s;
@@ -256,40 +293,33 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 		if ((ok = va_arg(ap, int *)) != NULL)
 			*ok = 0;		/* this one is "quit now" */
 		break;
-	case SMTP_EV_EXTNA_STARTTLS:
-		snprintf(xs->tls_error, sizeof(xs->tls_error),
-			 "TLS is required, but was not offered");
-		break;
-	case SMTP_EV_INVALID_PEER_CERTIFICATE:
-		vfy = va_arg(ap, long);
-		if ((ok = va_arg(ap, int *)) != NULL)
-			*ok = !xs->d->c->upstream.tls_verify;
-		if (xs->d->c->upstream.tls_verify)
-			snprintf(xs->tls_error, sizeof(xs->tls_error),
-				 "server certificate not trusted: %s",
-				 X509_verify_cert_error_string(vfy));
-		break;
-	case SMTP_EV_NO_PEER_CERTIFICATE:
-	case SMTP_EV_WRONG_PEER_CERTIFICATE:
-		if ((ok = va_arg(ap, int *)) != NULL)
-			*ok = !xs->d->c->upstream.tls_verify;
-		if (xs->d->c->upstream.tls_verify)
-			snprintf(xs->tls_error, sizeof(xs->tls_error), "server certificate %s",
-				 event == SMTP_EV_NO_PEER_CERTIFICATE ? "missing"
-				 : "does not match the host name");
-		break;
 	default:
 		break;
 	}
 	va_end(ap);
 }
 
-/* xsess_monitor - keep the server's last line (for error text); debug trace */
+/*
+ * xsess_monitor - everything libesmtp reads, and each command before it is
+ * written: the guard (deliver_auth.h), the server's last line (for error
+ * text), the debug trace (without AUTH secrets)
+ */
 static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 {
 	struct xsess *xs = arg;
-	int end = buflen, start, n;
+	int end = buflen, start, n, shown;
 
+	if (!xs->guard.need_auth || xs->guard.cut) {
+		/* nothing to watch */
+	} else if (writing == SMTP_CB_READING && !xs->guard.authed) {
+		deliver_auth_guard_read(&xs->guard, buf, (size_t) buflen);
+		if (xs->guard.authed)
+			msg_info("upstream %s: authenticated as %s (%s)", xs->relay,
+				 xs->d->c->upstream.user, xs->guard.auth_mech);
+	} else if (writing == SMTP_CB_WRITING
+		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
+		xsess_cut(xs);
+	}
 	if (writing == SMTP_CB_READING) {
 		while (end > 0 && (buf[end - 1] == '\r' || buf[end - 1] == '\n'))
 			end--;
@@ -308,10 +338,13 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 			n = end - start - 1;
 		else
 			n = end - start;
+		shown = writing == SMTP_CB_READING ? n
+		    : (int) deliver_auth_guard_redact(&xs->guard, buf + start, (size_t) n);
 		if (n > 0)
-			msg_debug("smtp %s: %s %.*s", xs->relay[0] ? xs->relay : "-",
-				  writing == SMTP_CB_READING ? "S:" : "C:", n > 400 ? 400 : n,
-				  buf + start);
+			msg_debug("smtp %s: %s %.*s%s", xs->relay[0] ? xs->relay : "-",
+				  writing == SMTP_CB_READING ? "S:" : "C:",
+				  shown > 400 ? 400 : shown, buf + start,
+				  shown < n ? " [redacted]" : "");
 	}
 }
 
@@ -409,36 +442,38 @@ static int xmsg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j)
 	return ok ? 0 : -1;
 }
 
+/* xsess_refuse - no session: why, and the RFC 3463 code */
+static int xsess_refuse(struct xsess *xs, const char *dsn, const char *why)
+{
+	snprintf(xs->why, sizeof(xs->why), "%s", why);
+	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "%s", dsn);
+	return -1;
+}
+
 /*
- * xsess_security - upstream TLS and AUTH. STARTTLS is required when
- * upstream.tls = "starttls" (libesmtp checks the certificate name against
- * the host name it was given, hence by_name); implicit TLS and AUTH are a
- * later issue: until then the batch is deferred rather than sent in clear
- * or unauthenticated.
+ * xsess_security - upstream TLS and AUTH. TLS, required with either
+ * "starttls" or "implicit", is the bridge's (deliver_tls.c), with our
+ * context; AUTH is libesmtp's SASL client, watched by the guard
+ * (deliver_auth.h).
+ * Credentials only ever go over TLS: conf.c refuses upstream.user without
+ * it, and this defers if it ever gets one.
  */
 static int xsess_security(struct xsess *xs)
 {
 	const struct conf *c = xs->d->c;
+	char err[256];
 
-	if (c->upstream.tls == CONF_TLS_IMPLICIT) {
-		snprintf(xs->why, sizeof(xs->why),
-			 "upstream tls = \"implicit\" is not supported yet");
-		snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.7.0");
-		return -1;
+	if (c->upstream.tls == CONF_TLS_NONE) {
+		if (c->upstream.user)
+			return xsess_refuse(xs, "4.7.0", "upstream.user is set without upstream.tls:"
+					    " credentials are never sent in clear");
+		return 0;
 	}
-	if (c->upstream.user) {
-		snprintf(xs->why, sizeof(xs->why), "upstream AUTH is not supported yet");
-		snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.7.0");
-		return -1;
-	}
-	if (c->upstream.tls == CONF_TLS_STARTTLS) {
-		if (!smtp_starttls_enable(xs->s, Starttls_REQUIRED)) {
-			snprintf(xs->why, sizeof(xs->why), "this libesmtp has no STARTTLS");
-			snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.7.0");
-			return -1;
-		}
-		xs->by_name = 1;
-	}
+	if ((xs->tls_ctx = deliver_tls_ctx_new(c->upstream.tls_verify, err, sizeof(err))) == NULL)
+		return xsess_refuse(xs, "4.3.0", err);
+	if (c->upstream.user && ((xs->auth = deliver_auth_context(c)) == NULL
+				 || !smtp_auth_set_context(xs->s, xs->auth)))
+		return xsess_refuse(xs, "4.3.0", "cannot set up libesmtp's SASL client");
 	return 0;
 }
 
@@ -497,16 +532,25 @@ static void xsess_free(struct xsess *xs)
 
 	if (xs->s)
 		smtp_destroy_session(xs->s);
+	if (xs->auth)
+		auth_destroy_context(xs->auth);
+	SSL_CTX_free(xs->tls_ctx);
+	deliver_tls_bridge_close(xs->bridge);
 	for (i = 0; xs->msgs && i < xs->n; i++)
 		free(xs->msgs[i].sr);
 	free(xs->msgs);
 	xs->s = NULL;
+	xs->auth = NULL;
+	xs->tls_ctx = NULL;
+	xs->bridge = NULL;
 	xs->msgs = NULL;
 }
 
 struct xaddr {
 	char server[300];		/* for smtp_set_server(): "ip:port" or "name:port" */
 	char relay[DELIVER_RELAY_MAX];	/* for logs: "name[ip]:port" */
+	struct sockaddr_storage sa;	/* for the TLS bridge */
+	socklen_t salen;
 };
 
 /* xsess_addrs - where to connect for one upstream host, in resolver order */
@@ -538,12 +582,19 @@ static size_t xsess_addrs(struct xsess *xs, const struct conf_upstream_host *h,
 		if (inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
 			continue;
 		snprintf(out[n].relay, sizeof(out[n].relay), "%.200s[%s]:%d", h->host, ip, h->port);
-		if (ai->ai_family == AF_INET && !xs->by_name) {
+		memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
+		out[n].salen = ai->ai_addrlen;
+		if (ai->ai_family == AF_INET)
+			((struct sockaddr_in *) &out[n].sa)->sin_port = htons((uint16_t) h->port);
+		else
+			((struct sockaddr_in6 *) &out[n].sa)->sin6_port = htons((uint16_t) h->port);
+		/* the TLS bridge connects itself, to any address */
+		if (ai->ai_family == AF_INET || xs->d->c->upstream.tls != CONF_TLS_NONE) {
 			snprintf(out[n].server, sizeof(out[n].server), "%s:%d", ip, h->port);
 			n++;
 			continue;
 		}
-		/* libesmtp takes no IPv6 literal, and TLS checks the name: use the name */
+		/* libesmtp takes no IPv6 literal: use the name */
 		snprintf(out[n].server, sizeof(out[n].server), "%.200s:%d", h->host, h->port);
 		n++;
 		break;
@@ -552,13 +603,73 @@ static size_t xsess_addrs(struct xsess *xs, const struct conf_upstream_host *h,
 	return n;
 }
 
+/*
+ * xsess_failed - one address did not work: log why, and keep it as the
+ * batch's reason unless an earlier address got further than a connection
+ * (a certificate or STARTTLS problem says more than "refused" from a
+ * second address)
+ */
+static void xsess_failed(struct xsess *xs, const char *dsn, const char *why)
+{
+	msg_info("%s", why);
+	if (xs->why[0] && strcmp(xs->why_dsn, "4.4.1") != 0 && strcmp(dsn, "4.4.1") == 0)
+		return;
+	snprintf(xs->why, sizeof(xs->why), "%s", why);
+	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "%s", dsn);
+}
+
+/*
+ * xsess_connect - set up one connection attempt: the guard, and with TLS
+ * the bridge, connected and TLS established (or the reason why not)
+ */
+static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
+{
+	const struct conf *c = xs->d->c;
+	long ms = c->upstream.timeout >= INT_MAX / 1000 ? INT_MAX : (long) c->upstream.timeout * 1000;
+	char why[DELIVER_REPLY_MAX - DELIVER_RELAY_MAX - 32], dsn[16];
+	char line[DELIVER_REPLY_MAX];
+	const char *helo = c->hostname ? c->hostname : "localhost";
+
+	deliver_tls_bridge_close(xs->bridge);
+	xs->bridge = NULL;
+	xs->last_reply[0] = 0;
+	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
+	(void) xsess_broken_pipe();	/* forget earlier sessions' */
+	if (xs->tls_ctx) {
+		ERR_clear_error();
+		if (deliver_tls_ctx_host(xs->tls_ctx, host) < 0) {
+			xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
+			return -1;
+		}
+		xs->bridge = deliver_tls_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa,
+						     a->salen, c->upstream.tls == CONF_TLS_STARTTLS
+						     ? helo : NULL, (int) ms, why, sizeof(why), dsn);
+		if (xs->bridge == NULL) {
+			snprintf(line, sizeof(line), "upstream %s: %s", a->relay, why);
+			xsess_failed(xs, dsn, line);
+			return -1;
+		}
+		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
+			 c->upstream.tls_verify ? "Verified" : "Unverified",
+			 c->upstream.tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
+			 deliver_tls_bridge_tls(xs->bridge));
+		snprintf(a->server, sizeof(a->server), "%s", deliver_tls_bridge_address(xs->bridge));
+	}
+	if (!smtp_set_server(xs->s, a->server)) {
+		xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
+		return -1;
+	}
+	return 0;
+}
+
 /* xsess_run - connect to the first upstream address that works and run the session */
 static int xsess_run(struct xsess *xs)
 {
 	const struct conf *c = xs->d->c;
 	struct xaddr addrs[XSESS_MAX_ADDRS];
-	char err[128];
+	char err[128], why[DELIVER_REPLY_MAX];
 	size_t h, i, n;
+	int ran;
 
 	for (h = 0; h < c->upstream.n_hosts; h++) {
 		n = xsess_addrs(xs, &c->upstream.hosts[h], addrs, XSESS_MAX_ADDRS);
@@ -569,32 +680,27 @@ static int xsess_run(struct xsess *xs)
 				return -1;
 			}
 			snprintf(xs->relay, sizeof(xs->relay), "%s", addrs[i].relay);
-			xs->last_reply[0] = 0;
-			if (!smtp_set_server(xs->s, addrs[i].server))
+			if (xsess_connect(xs, c->upstream.hosts[h].host, &addrs[i]) < 0)
 				continue;
-			(void) xsess_broken_pipe();	/* forget earlier sessions' */
-			xs->tls_error[0] = 0;
-			if (smtp_start_session(xs->s)) {
+			ran = smtp_start_session(xs->s);
+			deliver_tls_bridge_close(xs->bridge);	/* libesmtp has hung up */
+			xs->bridge = NULL;
+			ERR_clear_error();
+			if (ran || xs->guard.cut) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 c->upstream.hosts[h].host);
-				if (xs->tls_error[0])
-					snprintf(xs->error, sizeof(xs->error), "%s", xs->tls_error);
-				else
-					smtp_strerror(smtp_errno(), xs->error, sizeof(xs->error));
+				smtp_strerror(smtp_errno(), xs->error, sizeof(xs->error));
 				return 0;
 			}
 			/* nothing was sent: no connection, or greeting/EHLO refused */
 			smtp_strerror(smtp_errno(), err, sizeof(err));
 			if (xs->last_reply[0])
-				snprintf(xs->why, sizeof(xs->why),
-					 "host %s refused to talk to me: %s", addrs[i].relay,
-					 xs->last_reply);
+				snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
+					 addrs[i].relay, xs->last_reply);
 			else
-				snprintf(xs->why, sizeof(xs->why), "connect to %s: %s",
-					 addrs[i].relay, err);
-			snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.1");
-			msg_info("%s", xs->why);
+				snprintf(why, sizeof(why), "connect to %s: %s", addrs[i].relay, err);
+			xsess_failed(xs, "4.4.1", why);
 		}
 	}
 	xs->relay[0] = 0;
@@ -653,6 +759,11 @@ static void xmsg_collect(struct xmsg *x)
 
 	snprintf(j->relay, sizeof(j->relay), "%s", x->xs->relay);
 	snprintf(j->remote_mta, sizeof(j->remote_mta), "%s", x->xs->host);
+	if (x->xs->guard.cut) {
+		/* cut before the write it objected to: nothing of this reached the server */
+		deliver_set_all(j, DELIVER_DEFERRED, x->xs->guard.dsn, x->xs->guard.why);
+		return;
+	}
 	ms = smtp_reverse_path_status(x->sm);
 	ts = smtp_message_transfer_status(x->sm);
 	for (i = 0; i < j->m.n_rcpts; i++) {

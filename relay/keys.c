@@ -191,6 +191,20 @@ void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
 	hash_final(&h, out);
 }
 
+/*
+ * keys_index_hash - the key index hash (store_keys.c). No scope in it: an
+ * operator asks about a key value, and the stories say whose it was.
+ */
+void keys_index_hash(const char *key, uint8_t out[HASH_LEN])
+{
+	struct hash_ctx h;
+
+	hash_init(&h);
+	hash_update(&h, "idemrelay key index", 20);	/* with its NUL: not a claim hash */
+	hash_update(&h, key, strlen(key));
+	hash_final(&h, out);
+}
+
 /* keys_source_name - for logs */
 const char *keys_source_name(enum keys_source s)
 {

@@ -29,7 +29,9 @@
 #include "../conf/conf.h"
 #include "../store/store.h"
 #include "../util/log.h"
+#include "control.h"
 #include "deliver.h"
+#include "metrics.h"
 #include "qid.h"
 #include "server.h"
 
@@ -110,6 +112,8 @@ int main(int argc, char **argv)
 	struct store *st;
 	struct server *srv;
 	struct deliver *dl;
+	struct control *ctl;
+	struct metrics *mx;
 	char err[512], last[STORE_QID_SIZE];
 	int ch, test = 0, rc;
 
@@ -140,7 +144,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	mkdir_parents(cf.store.path);
-	srv = server_new(&cf, NULL);
+	srv = server_new(&cf, NULL);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
 	if (cf.user)
 		privdrop(&cf);
@@ -151,9 +155,13 @@ int main(int argc, char **argv)
 	server_set_store(srv, st);
 	dl = deliver_start(&cf, st);
 	server_set_deliver(srv, dl);
+	ctl = control_start(&cf, st, dl);
+	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s", cf.store.path,
 		 cf.upstream.maildir ? cf.upstream.maildir : cf.upstream.hosts[0].host);
 	rc = server_run(srv);
+	metrics_stop(mx);
+	control_stop(ctl);		/* after the last answer: it writes the last counts */
 	deliver_stop(dl);
 	server_free(srv);
 	store_close(st);

@@ -14,6 +14,16 @@
  *	message	after end of DATA, or after BDAT ... LAST. The engine then
  *		waits: it consumes no more input until the caller answers
  *		with smtp_session_reply().
+ *	auth	after AUTH PLAIN or LOGIN gave credentials. The engine waits
+ *		until smtp_session_auth_reply(), so that the caller can check
+ *		them off the event loop and delay a refusal.
+ *
+ *	TLS itself is the caller's: after STARTTLS the engine queues the
+ *	220, discards every octet fed to it (smtp_session_starttls() is
+ *	true) until the caller has done the handshake and called
+ *	smtp_session_set_tls(), and then starts over (RFC 3207 section 4.2).
+ *	Discarding is what defeats command injection before the handshake
+ *	(CVE-2011-0411). AUTH is offered and accepted only once TLS is up.
  *
  *	The transaction (struct smtp_tx) is separate from the session: RSET,
  *	HELO/EHLO and the end of each message free the transaction, not the
@@ -65,11 +75,21 @@ struct smtp_tx {
 	int bare_eol;		/* a bare CR or LF was seen in the message */
 };
 
+#define SMTP_AUTH_FAILURES_DEFAULT 3	/* 535s before 421 and close */
+
 struct smtp_config {
 	const char *hostname;	/* greeting, EHLO reply */
 	uint64_t message_size;	/* SIZE limit: 552 5.3.4 past it */
 	int max_rcpts;		/* 452 4.5.3 past it */
 	int bare_lf_reject;	/* 550 5.5.2 for a message with bare CR/LF */
+	int starttls;		/* offer STARTTLS while TLS is not up */
+	int starttls_required;	/* before TLS only EHLO HELO STARTTLS NOOP RSET
+				 * QUIT; the rest gets 530 5.7.0 */
+	int auth;		/* offer AUTH PLAIN LOGIN once TLS is up (needs
+				 * the auth hook) */
+	int auth_required;	/* MAIL before AUTH: 530 5.7.0 (RFC 6409) */
+	int auth_max_failures;	/* 421 and close after this many 535s;
+				 * <= 0: SMTP_AUTH_FAILURES_DEFAULT */
 };
 
 struct smtp_session;
@@ -90,6 +110,16 @@ struct smtp_hooks {
 	 * may steal tx->data (leaving an empty buffer in its place).
 	 */
 	void (*message) (void *ctx, struct smtp_session *s, struct smtp_tx *tx);
+
+	/*
+	 * auth - credentials from AUTH (mech "PLAIN" or "LOGIN"); user is
+	 * 1-255 octets without controls or spaces, pass has no NUL. Both
+	 * are the engine's and are wiped after the call: copy them. The
+	 * engine waits (feed consumes nothing) until
+	 * smtp_session_auth_reply(), which the hook may call itself.
+	 */
+	void (*auth) (void *ctx, struct smtp_session *s, const char *mech,
+		      const char *user, const char *pass);
 };
 
 struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
@@ -110,6 +140,20 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len);
 /* smtp_session_reply - answer the message hook (one reply line, no CRLF) and resume */
 void smtp_session_reply(struct smtp_session *s, const char *reply);
 
+/*
+ * smtp_session_auth_reply - answer the auth hook: ok 1 gives 235 and
+ * makes the user authenticated; 0 gives 535 (and 421 and close after
+ * auth_max_failures of them). Resumes input.
+ */
+void smtp_session_auth_reply(struct smtp_session *s, int ok);
+
+/*
+ * smtp_session_set_tls - TLS is up: after the STARTTLS handshake, or for
+ * implicit TLS before smtp_session_greet(). The session forgets what it
+ * knew (HELO/EHLO, transaction, partial input) and takes commands again.
+ */
+void smtp_session_set_tls(struct smtp_session *s);
+
 /* smtp_session_timeout - queue "421 4.4.2 ... timeout" and close */
 void smtp_session_timeout(struct smtp_session *s);
 
@@ -120,9 +164,12 @@ void smtp_session_shutdown(struct smtp_session *s);
 struct buf *smtp_session_out(struct smtp_session *s);
 
 int smtp_session_closing(const struct smtp_session *s);	/* close once output is flushed */
-int smtp_session_waiting(const struct smtp_session *s);	/* in the message hook */
+int smtp_session_waiting(const struct smtp_session *s);	/* in the message or auth hook */
 int smtp_session_in_data(const struct smtp_session *s);	/* message octets: data_timeout */
 const char *smtp_session_helo(const struct smtp_session *s);	/* "" before HELO/EHLO */
+int smtp_session_starttls(const struct smtp_session *s);	/* 220 queued: flush, handshake */
+int smtp_session_tls(const struct smtp_session *s);	/* smtp_session_set_tls() was called */
+const char *smtp_session_user(const struct smtp_session *s);	/* AUTH user, or NULL */
 
 /*
  * smtp_xtext_decode - append the RFC 3461 xtext decoding of in[0..len)

@@ -29,6 +29,12 @@
  *	depends on the session (STARTTLS before TLS, AUTH after it) gets an
  *	"offered" predicate, one that has parameters a "params" printer.
  *
+ *	On a starttls_required listener, before TLS, only the commands
+ *	flagged SMTP_CMD_PRE_TLS run; the others get 530 5.7.0 (RFC 3207
+ *	section 4). BDAT checks that itself, after parsing, so that its
+ *	chunk is skipped rather than read as commands. On an auth_required
+ *	listener MAIL needs AUTH first (530 5.7.0, RFC 6409 section 4.3).
+ *
  *	A NUL byte in a command line gets 500 5.5.2, except in MAIL and RCPT,
  *	whose length-aware parsers give the more precise 501 (a NUL in an
  *	address or in an ESMTP parameter, SPEC section 6).
@@ -56,9 +62,24 @@ static void smtp_ext_size(const struct smtp_session *s, struct buf *b)
 		buf_printf(b, " %llu", (unsigned long long) s->cfg.message_size);
 }
 
+/* smtp_ext_starttls - until TLS is up, where configured */
+static int smtp_ext_starttls(const struct smtp_session *s)
+{
+	return s->cfg.starttls && !s->tls;
+}
+
+/* smtp_ext_auth - the mechanisms (RFC 4954) */
+static void smtp_ext_auth(const struct smtp_session *s, struct buf *b)
+{
+	(void) s;
+	buf_printf(b, " PLAIN LOGIN");
+}
+
 static const struct smtp_ext smtp_ext_table[] = {
 	{"PIPELINING", NULL, NULL},
 	{"SIZE", smtp_ext_size, NULL},
+	{"STARTTLS", NULL, smtp_ext_starttls},
+	{"AUTH", smtp_ext_auth, smtp_auth_offered},
 	{"8BITMIME", NULL, NULL},
 	{"ENHANCEDSTATUSCODES", NULL, NULL},
 	{"DSN", NULL, NULL},
@@ -132,12 +153,25 @@ static void smtp_cmd_ehlo(struct smtp_session *s, const char *args, size_t len)
 	smtp_ehlo_reply(s);
 }
 
+/* smtp_tls_gate - 530 before STARTTLS on a starttls_required listener; 1 if refused */
+int smtp_tls_gate(struct smtp_session *s)
+{
+	if (!s->cfg.starttls_required || s->tls)
+		return 0;
+	smtp_reply(s, "530 5.7.0 Must issue a STARTTLS command first");
+	return 1;
+}
+
 /* smtp_cmd_mail - MAIL FROM:<path> [params] */
 static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
 {
 	char reply[SMTP_REPLY_MAX];
 	struct smtp_tx *tx;
 
+	if (s->cfg.auth_required && s->user == NULL) {
+		smtp_reply(s, "530 5.7.0 Authentication required");
+		return;
+	}
 	if (s->tx) {
 		smtp_reply(s, "503 5.5.1 Error: nested MAIL command");
 		return;
@@ -224,6 +258,10 @@ static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "%s", reply);	/* length unknown: nothing to skip */
 		return;
 	}
+	if (smtp_tls_gate(s)) {
+		smtp_chunk_start(s, size, last, 1);
+		return;
+	}
 	if (s->tx == NULL || s->tx->n_rcpts == 0) {
 		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
 		smtp_chunk_start(s, size, last, 1);
@@ -268,6 +306,26 @@ static void smtp_cmd_quit(struct smtp_session *s, const char *args, size_t len)
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
 }
 
+/* smtp_cmd_starttls - STARTTLS: 220, then the caller's handshake (RFC 3207) */
+static void smtp_cmd_starttls(struct smtp_session *s, const char *args, size_t len)
+{
+	(void) args;
+	if (s->tls) {
+		smtp_reply(s, "554 5.5.1 Error: TLS already active");
+		return;
+	}
+	if (!s->cfg.starttls) {
+		smtp_reply(s, "502 5.5.1 Error: command not implemented");
+		return;
+	}
+	if (len) {
+		smtp_reply(s, "501 5.5.4 Syntax: STARTTLS");
+		return;
+	}
+	smtp_reply(s, "220 2.0.0 Ready to start TLS");
+	smtp_enter_state(s, SMTP_STATE_STARTTLS);
+}
+
 /* smtp_cmd_vrfy - VRFY: never disclose, never refuse (RFC 5321 3.5.3) */
 static void smtp_cmd_vrfy(struct smtp_session *s, const char *args, size_t len)
 {
@@ -285,6 +343,8 @@ static void smtp_cmd_help(struct smtp_session *, const char *, size_t);
   * The dispatch table. Verbs match case-insensitively and exactly.
   */
 #define SMTP_CMD_NUL_OK	(1<<0)		/* handler's parser rejects NUL itself */
+#define SMTP_CMD_PRE_TLS (1<<1)		/* allowed before STARTTLS when required */
+#define SMTP_CMD_GATE_SELF (1<<2)	/* handler applies smtp_tls_gate() itself */
 
 struct smtp_cmd {
 	const char *name;
@@ -293,17 +353,19 @@ struct smtp_cmd {
 };
 
 static const struct smtp_cmd smtp_cmd_table[] = {
-	{"EHLO", smtp_cmd_ehlo, 0},
-	{"HELO", smtp_cmd_helo, 0},
+	{"EHLO", smtp_cmd_ehlo, SMTP_CMD_PRE_TLS},
+	{"HELO", smtp_cmd_helo, SMTP_CMD_PRE_TLS},
 	{"MAIL", smtp_cmd_mail, SMTP_CMD_NUL_OK},
 	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK},
 	{"DATA", smtp_cmd_data, 0},
-	{"BDAT", smtp_cmd_bdat, 0},
-	{"RSET", smtp_cmd_rset, 0},
-	{"NOOP", smtp_cmd_noop, 0},
-	{"QUIT", smtp_cmd_quit, 0},
+	{"BDAT", smtp_cmd_bdat, SMTP_CMD_GATE_SELF},
+	{"RSET", smtp_cmd_rset, SMTP_CMD_PRE_TLS},
+	{"NOOP", smtp_cmd_noop, SMTP_CMD_PRE_TLS},
+	{"QUIT", smtp_cmd_quit, SMTP_CMD_PRE_TLS},
 	{"VRFY", smtp_cmd_vrfy, 0},
 	{"HELP", smtp_cmd_help, 0},
+	{"STARTTLS", smtp_cmd_starttls, SMTP_CMD_PRE_TLS},
+	{"AUTH", smtp_cmd_auth, 0},
 };
 
 #define SMTP_CMD_COUNT (sizeof(smtp_cmd_table) / sizeof(smtp_cmd_table[0]))
@@ -362,6 +424,8 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 		smtp_reply(s, "500 5.5.2 Error: NUL in command line");
 		return;
 	}
+	if (!(cmd->flags & (SMTP_CMD_PRE_TLS | SMTP_CMD_GATE_SELF)) && smtp_tls_gate(s))
+		return;
 	if (sp)
 		cmd->handler(s, sp + 1, len - verb_len - 1);
 	else

@@ -18,15 +18,24 @@
  *		then back to COMMAND, or, after LAST, on as at end of DATA.
  *	WAIT	nothing is consumed until smtp_session_reply(), which sends
  *		the reply, ends the transaction and returns to COMMAND.
+ *	STARTTLS the 220 is queued; every octet fed is consumed and
+ *		dropped, for it was sent before the handshake and could be
+ *		an attacker's (CVE-2011-0411). smtp_session_set_tls() returns
+ *		to COMMAND with a fresh session.
+ *	AUTH	a 334 challenge is out: the next line is the client's
+ *		response (smtp_auth.c), bounded like a command line.
+ *	AUTH_WAIT nothing is consumed until smtp_session_auth_reply().
  *	CLOSED	nothing is consumed; the caller flushes and closes.
  *
  *	Pipelined commands are answered in order into one output buffer.
  *	A 421 (timeout, shutdown) that arrives while the hook holds the
  *	message is sent after the hook's reply, so that a message the store
- *	accepted is never answered with 421 alone.
+ *	accepted is never answered with 421 alone; the same holds for an
+ *	AUTH answer.
  * DIAGNOSTICS
  *	State changes are logged at debug level. A reply from a hook that is
  *	not a single SMTP reply line is logged and replaced with 451 4.3.0.
+ *	Octets discarded after STARTTLS are logged once, when TLS is up.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +51,9 @@ static const char *const smtp_state_names[] = {
 	[SMTP_STATE_DATA] = "data",
 	[SMTP_STATE_CHUNK] = "chunk",
 	[SMTP_STATE_WAIT] = "wait",
+	[SMTP_STATE_STARTTLS] = "starttls",
+	[SMTP_STATE_AUTH] = "auth",
+	[SMTP_STATE_AUTH_WAIT] = "auth-wait",
 	[SMTP_STATE_CLOSED] = "closed",
 };
 
@@ -111,6 +123,8 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 	s->cfg.hostname = xstrdup(cfg->hostname ? cfg->hostname : "localhost");
 	if (s->cfg.max_rcpts <= 0)
 		s->cfg.max_rcpts = SMTP_RCPTS_DEFAULT;
+	if (s->cfg.auth_max_failures <= 0)
+		s->cfg.auth_max_failures = SMTP_AUTH_FAILURES_DEFAULT;
 	if (hooks)
 		s->hooks = *hooks;
 	s->ctx = ctx;
@@ -124,8 +138,12 @@ void smtp_session_free(struct smtp_session *s)
 	if (s == NULL)
 		return;
 	smtp_tx_end(s);
+	smtp_auth_clear(s);
 	free((char *) s->cfg.hostname);
 	free(s->helo);
+	free(s->user);
+	if (s->line.data)
+		explicit_bzero(s->line.data, s->line.cap);	/* may hold an AUTH line */
 	buf_free(&s->line);
 	buf_free(&s->out);
 	free(s);
@@ -155,7 +173,15 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 		return n;
 	if (s->line_long) {
 		s->line_long = 0;
-		smtp_reply(s, "500 5.5.2 Line too long");
+		if (s->state == SMTP_STATE_AUTH) {
+			smtp_auth_clear(s);
+			smtp_reply(s, "500 5.5.6 Authentication exchange line is too long");
+			smtp_enter_state(s, SMTP_STATE_COMMAND);
+		} else {
+			smtp_reply(s, "500 5.5.2 Line too long");
+		}
+	} else if (s->state == SMTP_STATE_AUTH) {
+		smtp_auth_response(s, s->line.data, s->line.len);
 	} else {
 		smtp_command(s, s->line.data, s->line.len);
 	}
@@ -245,8 +271,12 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 	while (i < len) {
 		switch (s->state) {
 		case SMTP_STATE_COMMAND:
+		case SMTP_STATE_AUTH:
 			i += smtp_feed_line(s, in + i, len - i);
 			break;
+		case SMTP_STATE_STARTTLS:
+			s->discarded += len - i;
+			return len;
 		case SMTP_STATE_DATA:
 			i += smtp_data_feed(&s->data, &s->tx->data, in + i, len - i);
 			if (smtp_data_done(&s->data))
@@ -256,6 +286,7 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 			i += smtp_chunk_feed(s, in + i, len - i);
 			break;
 		case SMTP_STATE_WAIT:
+		case SMTP_STATE_AUTH_WAIT:
 		case SMTP_STATE_CLOSED:
 			return i;
 		}
@@ -273,6 +304,12 @@ void smtp_session_reply(struct smtp_session *s, const char *reply)
 	}
 	smtp_reply_external(s, reply);
 	smtp_tx_end(s);
+	smtp_session_resume(s);
+}
+
+/* smtp_session_resume - a hook answered: take commands, or close if a 421 waited */
+void smtp_session_resume(struct smtp_session *s)
+{
 	if (s->close_after[0]) {
 		smtp_reply(s, "%s", s->close_after);
 		smtp_enter_state(s, SMTP_STATE_CLOSED);
@@ -281,18 +318,44 @@ void smtp_session_reply(struct smtp_session *s, const char *reply)
 	}
 }
 
+/* smtp_session_set_tls - TLS is up: start over (RFC 3207 section 4.2) */
+void smtp_session_set_tls(struct smtp_session *s)
+{
+	if (s->tls || (s->state != SMTP_STATE_STARTTLS && s->state != SMTP_STATE_COMMAND)) {
+		msg_warn("smtp: TLS up in state %s%s", smtp_state_names[s->state],
+			 s->tls ? " with TLS already up" : "");
+		return;
+	}
+	if (s->discarded)
+		msg_info("smtp: helo=%s discarded %zu octets sent after STARTTLS",
+			 s->helo ? s->helo : "", s->discarded);
+	s->discarded = 0;
+	smtp_tx_end(s);
+	smtp_auth_clear(s);
+	free(s->helo);
+	s->helo = NULL;
+	s->esmtp = 0;
+	free(s->user);
+	s->user = NULL;
+	buf_reset(&s->line);
+	s->line_long = 0;
+	s->tls = 1;
+	smtp_enter_state(s, SMTP_STATE_COMMAND);
+}
+
 /* smtp_session_close - 421 and close, or after the pending hook reply */
 static void smtp_session_close(struct smtp_session *s, const char *text)
 {
 	if (s->state == SMTP_STATE_CLOSED)
 		return;
-	if (s->state == SMTP_STATE_WAIT) {
+	if (s->state == SMTP_STATE_WAIT || s->state == SMTP_STATE_AUTH_WAIT) {
 		if (s->close_after[0] == 0)
 			snprintf(s->close_after, sizeof(s->close_after), "%s", text);
 		return;
 	}
 	smtp_reply(s, "%s", text);
 	smtp_tx_end(s);
+	smtp_auth_clear(s);
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
 }
 
@@ -328,10 +391,10 @@ int smtp_session_closing(const struct smtp_session *s)
 	return s->state == SMTP_STATE_CLOSED;
 }
 
-/* smtp_session_waiting - the message hook has not replied yet */
+/* smtp_session_waiting - the message or auth hook has not replied yet */
 int smtp_session_waiting(const struct smtp_session *s)
 {
-	return s->state == SMTP_STATE_WAIT;
+	return s->state == SMTP_STATE_WAIT || s->state == SMTP_STATE_AUTH_WAIT;
 }
 
 /* smtp_session_in_data - reading a message (DATA or a BDAT chunk) */
@@ -344,4 +407,22 @@ int smtp_session_in_data(const struct smtp_session *s)
 const char *smtp_session_helo(const struct smtp_session *s)
 {
 	return s->helo ? s->helo : "";
+}
+
+/* smtp_session_starttls - 220 queued: the caller flushes it, then does the handshake */
+int smtp_session_starttls(const struct smtp_session *s)
+{
+	return s->state == SMTP_STATE_STARTTLS;
+}
+
+/* smtp_session_tls - TLS is up */
+int smtp_session_tls(const struct smtp_session *s)
+{
+	return s->tls;
+}
+
+/* smtp_session_user - the authenticated AUTH user, NULL before AUTH */
+const char *smtp_session_user(const struct smtp_session *s)
+{
+	return s->user;
 }

@@ -22,7 +22,23 @@ enum smtp_state {
 	SMTP_STATE_DATA,		/* reading the message */
 	SMTP_STATE_CHUNK,		/* reading (or skipping) a BDAT chunk */
 	SMTP_STATE_WAIT,		/* message hook holds the tx; no input */
+	SMTP_STATE_STARTTLS,		/* 220 queued: input discarded until TLS */
+	SMTP_STATE_AUTH,		/* 334 sent: reading an AUTH response line */
+	SMTP_STATE_AUTH_WAIT,		/* auth hook holds the credentials; no input */
 	SMTP_STATE_CLOSED,		/* QUIT or 421 queued; no input */
+};
+
+enum smtp_mech { SMTP_MECH_PLAIN, SMTP_MECH_LOGIN };
+
+/*
+ * An AUTH exchange in progress (SMTP_STATE_AUTH, SMTP_STATE_AUTH_WAIT).
+ * The authenticated identity is the session's user, not this.
+ */
+struct smtp_auth {
+	enum smtp_mech mech;
+	char   *user;			/* owned; LOGIN: name given, password due;
+					 * AUTH_WAIT: the name being checked */
+	int     failures;		/* 535s in this session */
 };
 
 /*
@@ -47,6 +63,10 @@ struct smtp_session {
 	struct smtp_tx *tx;		/* owned; NULL outside a transaction */
 	struct smtp_data data;		/* DATA reader; BDAT's while chunk.active */
 	struct smtp_chunk chunk;	/* BDAT state */
+	int     tls;			/* smtp_session_set_tls() was called */
+	size_t  discarded;		/* octets dropped after STARTTLS */
+	char   *user;			/* owned; authenticated AUTH user, or NULL */
+	struct smtp_auth auth;		/* AUTH exchange state */
 	struct buf line;		/* owned; partial command line */
 	int     line_long;		/* past SMTP_LINE_MAX: discard to LF */
 	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
@@ -58,11 +78,21 @@ void smtp_reply(struct smtp_session *s, const char *fmt,...)
 	__attribute__((format(printf, 2, 3)));
 void smtp_reply_external(struct smtp_session *s, const char *reply);
 void smtp_tx_end(struct smtp_session *s);
+void smtp_session_resume(struct smtp_session *s);	/* after a hook's answer */
 
 /* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
 void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip);
 
 /* smtp_command - dispatch one command line (smtp_command.c) */
 void smtp_command(struct smtp_session *s, char *line, size_t len);
+
+/* smtp_tls_gate - 530 before STARTTLS on a starttls_required listener; 1 if refused */
+int smtp_tls_gate(struct smtp_session *s);
+
+/* AUTH (smtp_auth.c): the command, a response line, the end of an exchange */
+void smtp_cmd_auth(struct smtp_session *s, const char *args, size_t len);
+void smtp_auth_response(struct smtp_session *s, char *line, size_t len);
+void smtp_auth_clear(struct smtp_session *s);	/* wipe and free the exchange */
+int smtp_auth_offered(const struct smtp_session *s);
 
 #endif

@@ -7,8 +7,10 @@
  *	#include "store/store.h"
  * DESCRIPTION
  *	store_open() creates the environment directory if it is missing
- *	and opens five named databases: claims, expiry, msg, queue and
- *	meta. The environment keeps LMDB's default durability (every
+ *	and opens eight named databases: claims, expiry, msg, queue, meta,
+ *	and for the stories hist, hexpiry and keys (store_hist.c).
+ *	store_open_readonly() opens an existing store without creating or
+ *	writing anything, for idemrelayctl. The environment keeps LMDB's default durability (every
  *	commit is fsync'd) and uses MDB_NOTLS, so that read transactions
  *	are not tied to a thread and any thread may call any function.
  *
@@ -33,7 +35,7 @@
 #include "../util/log.h"
 #include "store_int.h"
 
-#define STORE_MAX_DBS		8
+#define STORE_MAX_DBS		12
 #define STORE_MAX_READERS	256
 #define META_LAST_QID		"last_qid"
 
@@ -157,8 +159,12 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	    || (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &st->expiry)) != 0
 	    || (rc = mdb_dbi_open(txn, "msg", MDB_CREATE, &st->msg)) != 0
 	    || (rc = mdb_dbi_open(txn, "queue", MDB_CREATE, &st->queue)) != 0
-	    || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &st->meta)) != 0)
+	    || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &st->meta)) != 0
+	    || (rc = mdb_dbi_open(txn, "hist", MDB_CREATE, &st->hist)) != 0
+	    || (rc = mdb_dbi_open(txn, "hexpiry", MDB_CREATE, &st->hexpiry)) != 0
+	    || (rc = mdb_dbi_open(txn, "keys", MDB_CREATE | MDB_DUPSORT, &st->keys)) != 0)
 		goto fail;
+	st->has_hist = 1;
 	step = "mdb_txn_commit";
 	rc = mdb_txn_commit(txn);
 	txn = NULL;
@@ -176,6 +182,74 @@ fail:
 		mdb_env_close(st->env);
 	free(st);
 	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
+	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+}
+
+/*
+ * store_open_readonly - open an existing store for reading only. The
+ * story databases may be missing from a store no recent daemon opened:
+ * then the store reads as having no stories.
+ */
+int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
+{
+	struct store *st;
+	MDB_txn *txn = NULL;
+	struct stat sb;
+	char data[4096];
+	const char *step;
+	int rc;
+
+	*out = NULL;
+	snprintf(data, sizeof(data), "%s/data.mdb", path);
+	if (stat(data, &sb) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "no store at %s", path);
+		return STORE_ENOTFOUND;
+	}
+	st = xcalloc(1, sizeof(*st));
+	step = "mdb_env_create";
+	if ((rc = mdb_env_create(&st->env)) != 0)
+		goto fail;
+	step = "mdb_env_set_maxdbs";
+	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
+		goto fail;
+	step = "mdb_env_set_maxreaders";
+	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
+		goto fail;
+	step = "mdb_env_open";
+	if ((rc = mdb_env_open(st->env, path, MDB_RDONLY | MDB_NOTLS, 0600)) != 0)
+		goto fail;
+	step = "mdb_txn_begin";
+	if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)) != 0)
+		goto fail;
+	step = "mdb_dbi_open";
+	if ((rc = mdb_dbi_open(txn, "claims", 0, &st->claims)) != 0
+	    || (rc = mdb_dbi_open(txn, "expiry", 0, &st->expiry)) != 0
+	    || (rc = mdb_dbi_open(txn, "msg", 0, &st->msg)) != 0
+	    || (rc = mdb_dbi_open(txn, "queue", 0, &st->queue)) != 0
+	    || (rc = mdb_dbi_open(txn, "meta", 0, &st->meta)) != 0)
+		goto fail;
+	st->has_hist = mdb_dbi_open(txn, "hist", 0, &st->hist) == 0
+	    && mdb_dbi_open(txn, "hexpiry", 0, &st->hexpiry) == 0
+	    && mdb_dbi_open(txn, "keys", MDB_DUPSORT, &st->keys) == 0;
+	/* handles opened in a read transaction outlive it only if it commits */
+	step = "mdb_txn_commit";
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc != 0)
+		goto fail;
+	*out = st;
+	return 0;
+
+fail:
+	if (err && errlen)
+		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
+	if (txn)
+		mdb_txn_abort(txn);
+	if (st->env)
+		mdb_env_close(st->env);
+	free(st);
+	return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
 	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
 

@@ -133,4 +133,96 @@ struct store_stats {
 };
 int store_stats(struct store *st, struct store_stats *s);
 
+/*
+ * Read-only access, for idemrelayctl: the environment is opened with
+ * MDB_RDONLY and nothing is created. STORE_ENOTFOUND if there is no
+ * store at path.
+ */
+int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
+
+/*
+ * store_queue_walk - every queued message in QID order, envelope and
+ * delivery state (m->data is NULL, m->data_len its size), decoded in one
+ * read transaction; cb must not call the store. A non-zero return from
+ * cb stops the walk and is returned.
+ */
+int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
+		     void *arg);
+
+/* store_queue_oldest - acceptance time of the oldest queued message; STORE_ENOTFOUND if none */
+int store_queue_oldest(struct store *st, int64_t *accepted);
+
+/*
+ * History: the story of each message, kept after it leaves the spool so
+ * that "what happened to QID / to key K" can still be answered while the
+ * key's claims answer duplicates.
+ *
+ * A story is written with the message, in the same transaction
+ * (store_txn_hist_put), and rewritten by store_msg_update() and
+ * store_msg_drop() inside their own transactions. It expires ttl after
+ * the message left the spool, so it outlives the claims it explains.
+ *
+ * The key index maps a hash of the key alone (relay/keys.c
+ * keys_index_hash: no scope, no recipient) to (claim hash, QID) pairs,
+ * one per claim written; it is written with the claims, and is how a
+ * key's claims are found to show or forget them.
+ */
+struct store_story {
+	struct store_msg m;	/* envelope and recipients; data NULL, data_len its size */
+	int queued;		/* still spooled: m.next_attempt and m.inflight are live */
+	int has_key;
+	uint8_t keyhash[STORE_HASH_LEN];	/* key index hash, if has_key */
+	int64_t ttl;		/* how long the story is kept once finished */
+	int64_t updated;	/* last delivery update, 0 if none yet */
+	int64_t finished;	/* when it left the spool, 0 while queued */
+	int64_t expires;	/* when the story goes, 0 while queued */
+	int64_t forgotten;	/* when its key was forgotten, 0 if not */
+	int dropped;		/* it left the spool by store_msg_drop() */
+	uint32_t duplicates;	/* duplicates answered with this QID (as persisted) */
+	uint32_t mismatches;	/* other content under its key, refused naming it */
+};
+
+/* store_txn_hist_put - the story of a message being spooled in t (keyhash NULL: no key) */
+void store_txn_hist_put(struct store_txn *t, const struct store_msg *m,
+			const uint8_t keyhash[STORE_HASH_LEN], int64_t ttl);
+/* store_txn_key_put - index one claim under its key */
+void store_txn_key_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		       const uint8_t claim[STORE_HASH_LEN], const char *qid);
+
+/* store_story_get - a QID's story, live spool state merged in; STORE_ENOTFOUND */
+int store_story_get(struct store *st, const char *qid, struct store_story *s);
+void store_story_free(struct store_story *s);	/* NULL-safe */
+
+/* store_key_qids - the QIDs that hold claims under a key, oldest first (owned array) */
+int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		   char (**qids)[STORE_QID_SIZE], size_t *n);
+
+/*
+ * store_key_forget - delete a key's claims, so that its next submission
+ * is new; user non-NULL: only claims of messages submitted by that AUTH
+ * user. The index entries go too, and each story notes when. Returns
+ * STORE_ENOTFOUND if the key has no entry (for that user).
+ */
+struct store_forget {
+	size_t claims;				/* claims deleted */
+	char (*qids)[STORE_QID_SIZE];		/* owned; the messages concerned */
+	size_t n_qids;
+};
+int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, int64_t now, struct store_forget *out);
+void store_forget_free(struct store_forget *f);	/* NULL-safe */
+
+/* store_hist_count - add answered duplicates and mismatches to stories, in one transaction */
+struct store_count {
+	char qid[STORE_QID_SIZE];
+	uint32_t duplicates, mismatches;
+};
+int store_hist_count(struct store *st, const struct store_count *c, size_t n);
+
+/* store_hist_expire - delete up to max stories past their expiry, with their key index entries */
+int store_hist_expire(struct store *st, int64_t now, size_t max);
+
+/* store_hist_stats - how many stories and key index entries are kept */
+int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys);
+
 #endif

@@ -19,6 +19,15 @@
  *	delivery state (queue DB, key: qid), rewritten on every attempt:
  *	    version=1, attempts (i32), next_attempt (i64), inflight (u8),
  *	    n_rcpts (u32), n x { state (u8), reply? }
+ *	history (hist DB, key: qid), the story, rewritten on each update:
+ *	    version=1, accepted, updated, finished, expires, forgotten,
+ *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped), keyhash[32],
+ *	    duplicates (u32), mismatches (u32), attempts (i32), size (u64),
+ *	    from, envid?, client, user?, n_rcpts (u32),
+ *	    n x { addr, state (u8), reply? }
+ *	history expiry key (hexpiry DB, empty value): expires as below, qid
+ *	key index (keys DB, key: 32-byte key hash, sorted duplicates):
+ *	    claim hash[32], qid
  *	expiry index key (expiry DB, empty value):
  *	    expires (u64 big-endian, sign bit flipped so that byte order is
  *	    time order), hash[32]
@@ -296,12 +305,8 @@ void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 		msg_panic("store: message record is %zu bytes, sized as %zu", e.pos, len);
 }
 
-/*
- * store_msg_rec_decode - read the message record into m (whose qid the
- * caller set); the delivery state fields are left zero. On failure m
- * holds nothing that needs freeing.
- */
-int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
+/* msg_rec_decode - the message record, with or without its data */
+static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with_data)
 {
 	struct dec d = { p, len, 0, 0 };
 	const uint8_t *b;
@@ -333,9 +338,11 @@ int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
 	if (d.err == 0 && dlen != d.len - d.pos)
 		d.err = STORE_EINVAL;
 	if ((b = dec_take(&d, dlen)) != NULL) {
-		m->data = xmalloc(dlen + 1);
-		memcpy(m->data, b, dlen);
-		m->data[dlen] = 0;
+		if (with_data) {
+			m->data = xmalloc(dlen + 1);
+			memcpy(m->data, b, dlen);
+			m->data[dlen] = 0;
+		}
 		m->data_len = dlen;
 	}
 	if (dec_end(&d) != 0) {
@@ -343,6 +350,32 @@ int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
 		return STORE_EINVAL;
 	}
 	return 0;
+}
+
+/*
+ * store_msg_rec_decode - read the message record into m (whose qid the
+ * caller set); the delivery state fields are left zero. On failure m
+ * holds nothing that needs freeing.
+ */
+int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
+{
+	return msg_rec_decode(p, len, m, 1);
+}
+
+/* store_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
+int store_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
+{
+	return msg_rec_decode(p, len, m, 0);
+}
+
+/* store_msg_rec_peek_accepted - when the message was accepted, cheaply */
+int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
+{
+	struct dec d = { p, len, 0, 0 };
+
+	dec_version(&d);
+	*accepted = dec_i64(&d);
+	return d.err;
 }
 
 /* queue_codec - the delivery state record */
@@ -464,4 +497,115 @@ int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN])
 	struct dec d = { key, STORE_EXPIRY_KEY_LEN, 0, 0 };
 
 	return (int64_t) (dec_u64(&d) ^ 0x8000000000000000ull);
+}
+
+#define HIST_HAS_KEY	1
+#define HIST_DROPPED	2
+
+/* hist_codec - the history record */
+static void hist_codec(struct enc *e, const struct store_story *s)
+{
+	const struct store_msg *m = &s->m;
+	static const uint8_t zero[STORE_HASH_LEN];
+	size_t i;
+
+	enc_u8(e, REC_VERSION);
+	enc_i64(e, m->accepted);
+	enc_i64(e, s->updated);
+	enc_i64(e, s->finished);
+	enc_i64(e, s->expires);
+	enc_i64(e, s->forgotten);
+	enc_i64(e, s->ttl);
+	enc_u8(e, (s->has_key ? HIST_HAS_KEY : 0) | (s->dropped ? HIST_DROPPED : 0));
+	enc_bytes(e, s->has_key ? s->keyhash : zero, STORE_HASH_LEN);
+	enc_u32(e, s->duplicates);
+	enc_u32(e, s->mismatches);
+	enc_i32(e, m->attempts);
+	enc_u64(e, m->data_len);
+	enc_str(e, m->from);
+	enc_str(e, m->envid);
+	enc_str(e, m->client);
+	enc_str(e, m->user);
+	enc_u32(e, m->n_rcpts);
+	for (i = 0; i < m->n_rcpts; i++) {
+		enc_str(e, m->rcpts[i].addr);
+		enc_u8(e, m->rcpts[i].state);
+		enc_str(e, m->rcpts[i].reply);
+	}
+}
+
+/* store_hist_rec_size - bytes the history record needs */
+size_t store_hist_rec_size(const struct store_story *s)
+{
+	struct enc e = { NULL, 0, 0 };
+
+	hist_codec(&e, s);
+	return e.pos;
+}
+
+/* store_hist_rec_encode - write the history record into exactly len bytes */
+void store_hist_rec_encode(void *out, size_t len, const struct store_story *s)
+{
+	struct enc e = { out, len, 0 };
+
+	hist_codec(&e, s);
+	if (e.pos != len)
+		msg_panic("store: history record is %zu bytes, sized as %zu", e.pos, len);
+}
+
+/*
+ * store_hist_rec_decode - read a history record into s (whose m.qid the
+ * caller set). On failure s holds nothing that needs freeing.
+ */
+int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
+{
+	struct dec d = { p, len, 0, 0 };
+	struct store_msg *m = &s->m;
+	const uint8_t *b;
+	uint32_t i, n;
+	uint8_t flags, state;
+
+	dec_version(&d);
+	m->accepted = dec_i64(&d);
+	s->updated = dec_i64(&d);
+	s->finished = dec_i64(&d);
+	s->expires = dec_i64(&d);
+	s->forgotten = dec_i64(&d);
+	s->ttl = dec_i64(&d);
+	flags = dec_u8(&d);
+	s->has_key = (flags & HIST_HAS_KEY) != 0;
+	s->dropped = (flags & HIST_DROPPED) != 0;
+	if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
+		memcpy(s->keyhash, b, STORE_HASH_LEN);
+	s->duplicates = dec_u32(&d);
+	s->mismatches = dec_u32(&d);
+	m->attempts = dec_i32(&d);
+	m->data_len = dec_u64(&d);
+	m->from = dec_str(&d, 0);
+	m->envid = dec_str(&d, 1);
+	m->client = dec_str(&d, 0);
+	m->user = dec_str(&d, 1);
+	n = dec_u32(&d);
+	/* each recipient takes at least 9 bytes: bound the allocation */
+	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 9))
+		d.err = STORE_EINVAL;
+	if (d.err == 0) {
+		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
+		m->n_rcpts = n;
+	}
+	for (i = 0; d.err == 0 && i < n; i++) {
+		m->rcpts[i].addr = dec_str(&d, 0);
+		state = dec_u8(&d);
+		if (state > STORE_RCPT_UNCONFIRMED)
+			d.err = STORE_EINVAL;
+		m->rcpts[i].state = (enum store_rcpt_state) state;
+		m->rcpts[i].reply = dec_str(&d, 1);
+	}
+	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED))
+		d.err = STORE_EINVAL;
+	if (dec_end(&d) != 0) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
 }

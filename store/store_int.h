@@ -24,6 +24,10 @@ struct store {
 	MDB_dbi msg;		/* qid -> immutable message record */
 	MDB_dbi queue;		/* qid -> mutable delivery state record */
 	MDB_dbi meta;		/* name -> value ("last_qid") */
+	MDB_dbi hist;		/* qid -> history record (the story) */
+	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
+	MDB_dbi keys;		/* key index hash -> claim hash + qid (sorted duplicates) */
+	int has_hist;		/* the three above are open (a read-only open may lack them) */
 };
 
 struct store_txn {
@@ -62,5 +66,22 @@ void store_expiry_key(uint8_t out[STORE_EXPIRY_KEY_LEN], int64_t expires,
 int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN]);
 
 int store_msg_valid(const struct store_msg *m);
+
+int store_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
+int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
+
+size_t store_hist_rec_size(const struct store_story *s);
+void store_hist_rec_encode(void *out, size_t len, const struct store_story *s);
+int store_hist_rec_decode(const void *p, size_t len, struct store_story *s);
+
+/* store_hist.c: the story, kept in step by the spool's own transactions */
+void store_hist_update(struct store_txn *t, const struct store_msg *m, int queued);
+void store_hist_drop(struct store_txn *t, const char *qid);
+int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
+int store_hist_write(struct store_txn *t, const struct store_story *s);
+
+/* store_keys.c: remove a QID's entries under a key (a story expired) */
+int store_keys_unlink(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const char *qid);
 
 #endif

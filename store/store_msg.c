@@ -153,8 +153,8 @@ static int queue_state_valid(const struct store_msg *m)
 	return 1;
 }
 
-/* store_msg_update - rewrite delivery state; all final: leave the spool */
-int store_msg_update(struct store *st, const struct store_msg *m)
+/* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
+static int msg_update(struct store *st, const struct store_msg *m, int with_hist)
 {
 	struct store_txn *t;
 	MDB_val key, val;
@@ -186,10 +186,27 @@ int store_msg_update(struct store *st, const struct store_msg *m)
 	}
 	if (err != 0)
 		goto fail;
+	if (with_hist)
+		store_hist_update(t, m, queued);
 	return store_txn_commit(t);
 
 fail:
 	store_txn_abort(t);
+	return err;
+}
+
+/*
+ * store_msg_update - rewrite delivery state; all final: leave the spool.
+ * The story is rewritten in the same transaction; if that is what does
+ * not fit in a full map, the outcome is recorded without it, since a
+ * delivery outcome that cannot be recorded may be sent again.
+ */
+int store_msg_update(struct store *st, const struct store_msg *m)
+{
+	int err = msg_update(st, m, 1);
+
+	if (err == STORE_ENOSPC && (err = msg_update(st, m, 0)) == 0)
+		msg_warn("%s: store full: delivery recorded without its history", m->qid);
 	return err;
 }
 
@@ -227,8 +244,8 @@ fail:
 	return err;
 }
 
-/* store_msg_drop - remove a message and its delivery state */
-int store_msg_drop(struct store *st, const char *qid)
+/* msg_drop - remove a message and its delivery state; note it in its story */
+static int msg_drop(struct store *st, const char *qid, int with_hist)
 {
 	struct store_txn *t;
 	MDB_val key;
@@ -248,7 +265,19 @@ int store_msg_drop(struct store *st, const char *qid)
 		store_txn_abort(t);
 		return err;
 	}
+	if (with_hist)
+		store_hist_drop(t, qid);
 	return store_txn_commit(t);
+}
+
+/* store_msg_drop - remove a message from the spool (its story says so) */
+int store_msg_drop(struct store *st, const char *qid)
+{
+	int err = msg_drop(st, qid, 1);
+
+	if (err == STORE_ENOSPC)
+		err = msg_drop(st, qid, 0);
+	return err;
 }
 
 struct queue_entry {
@@ -299,4 +328,68 @@ walked:
 		err = cb(arg, list[i].qid, list[i].next_attempt);
 	free(list);
 	return err;
+}
+
+/* store_queue_walk - each queued message's envelope and state, in one read transaction */
+int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
+		     void *arg)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val key, qval, mval;
+	struct store_msg m;
+	MDB_txn *txn;
+	int rc, err = 0;
+
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
+		goto out;
+	for (rc = mdb_cursor_get(cur, &key, &qval, MDB_FIRST); rc == 0 && err == 0;
+	     rc = mdb_cursor_get(cur, &key, &qval, MDB_NEXT)) {
+		memset(&m, 0, sizeof(m));
+		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE
+		    || memchr(key.mv_data, 0, key.mv_size) != NULL
+		    || mdb_get(txn, st->msg, &key, &mval) != 0) {
+			msg_warn("store: corrupt queue record skipped");
+			continue;
+		}
+		memcpy(m.qid, key.mv_data, key.mv_size);
+		if (store_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, &m) != 0
+		    || store_queue_rec_decode(qval.mv_data, qval.mv_size, &m) != 0) {
+			msg_warn("%s: store: corrupt message record skipped", m.qid);
+			store_msg_free(&m);
+			continue;
+		}
+		err = cb(arg, &m);
+		store_msg_free(&m);
+	}
+out:
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	if (err != 0)
+		return err;
+	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "queue walk");
+}
+
+/* store_queue_oldest - QIDs sort by time: the first queued one is the oldest */
+int store_queue_oldest(struct store *st, int64_t *accepted)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val key, val;
+	MDB_txn *txn;
+	int rc, err;
+
+	*accepted = 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) == 0
+	    && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == 0
+	    && (rc = mdb_get(txn, st->msg, &key, &val)) == 0
+	    && store_msg_rec_peek_accepted(val.mv_data, val.mv_size, accepted) != 0)
+		rc = MDB_CORRUPTED;
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return store_mdb_error(rc, "oldest");
 }

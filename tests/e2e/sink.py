@@ -6,6 +6,8 @@ NAME
 SYNOPSIS
     python3 tests/e2e/sink.py --port N --record DIR [--control FILE]
                               [--events FILE] [--hostname NAME]
+                              [--tls-cert PEM --tls-key PEM [--implicit-tls]
+                               [--starttls-inject]] [--auth USER:PASS]
 
 DESCRIPTION
     An ESMTP server (EHLO with PIPELINING, 8BITMIME, DSN, SIZE,
@@ -28,6 +30,24 @@ DESCRIPTION
 
     With --events, one JSON line per connection, RCPT and end of data is
     appended to FILE (so tests can count delivery attempts).
+
+TLS AND AUTH
+    With --tls-cert and --tls-key the sink offers STARTTLS and refuses
+    MAIL before it ("530 5.7.0 Must issue a STARTTLS command first");
+    input pipelined behind STARTTLS is discarded. With --implicit-tls it
+    speaks TLS from the first byte instead (port 465 style) and offers
+    no STARTTLS. --starttls-inject misbehaves on purpose: it sends
+    "250 injected" in the same write as its 220 to STARTTLS, before the
+    handshake (the libESMTP 1.1.0 response injection).
+
+    With --auth USER:PASS it offers AUTH PLAIN LOGIN (only over TLS when
+    TLS is configured; AUTH before it gets "538 5.7.11") and refuses MAIL
+    before a successful AUTH ("530 5.7.0 Authentication required"); bad
+    credentials get "535 5.7.8".
+
+    Records then also carry tls (the protocol version, or null), sni
+    (the server name the client sent, or null) and auth (the user, or
+    null); events add "starttls" and "auth" (with ok).
 
 FAULTS
     A fault is named by a spec string:
@@ -63,6 +83,7 @@ import itertools
 import json
 import os
 import re
+import ssl
 import sys
 import time
 
@@ -111,6 +132,14 @@ class Sink:
     """Shared state: record dir, control file, attempt counters."""
 
     def __init__(self, args):
+        self.ssl_ctx = None
+        if args.tls_cert:
+            self.ssl_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ssl_ctx.load_cert_chain(args.tls_cert, args.tls_key)
+            self.ssl_ctx.sni_callback = remember_sni
+        self.implicit = args.implicit_tls
+        self.inject = args.starttls_inject
+        self.auth = tuple(args.auth.split(":", 1)) if args.auth else None
         self.record_dir = args.record
         self.control_path = args.control
         self.events_path = args.events
@@ -186,6 +215,9 @@ class Sink:
             "size": len(data),
             "reply": reply,
             "accepted": accepted,
+            "tls": conn.tls,
+            "sni": conn.sni,
+            "auth": conn.auth_user,
         }
         name = "%019d-%06d-c%d.json" % (time.time_ns(), seq, conn.id)
         tmp = os.path.join(self.record_dir, "." + name + ".tmp")
@@ -193,6 +225,11 @@ class Sink:
             json.dump(rec, f, indent=1, sort_keys=True)
         os.rename(tmp, os.path.join(self.record_dir, name))
         return rec
+
+
+def remember_sni(sslobj, name, ctx):
+    """remember_sni - keep the server name a TLS client sent, on its SSL object"""
+    sslobj.idemrelay_sni = name
 
 
 def log(msg):
@@ -240,6 +277,17 @@ class Conn:
         self.helo = None
         self.tx = None
         self.closed = False
+        self.tls = None             # TLS version once TLS is up
+        self.sni = None
+        self.auth_user = None       # the user once AUTH succeeded
+        if sink.implicit:
+            self.tls_up()
+
+    def tls_up(self):
+        obj = self.writer.get_extra_info("ssl_object")
+        self.tls = obj.version()
+        self.sni = getattr(obj, "idemrelay_sni", None)
+        log("c%d TLS %s %s sni=%s" % (self.id, self.tls, obj.cipher()[0], self.sni))
 
     async def fill(self):
         chunk = await self.reader.read(65536)
@@ -315,13 +363,96 @@ class Conn:
 
     async def do_EHLO(self, arg):
         self.helo, self.tx = arg, None
-        await self.reply("\r\n".join([
-            "250-%s" % self.sink.hostname,
-            "250-PIPELINING",
-            "250-SIZE %d" % SIZE_LIMIT,
-            "250-8BITMIME",
-            "250-DSN",
-            "250 ENHANCEDSTATUSCODES"]))
+        lines = ["250-%s" % self.sink.hostname,
+                 "250-PIPELINING",
+                 "250-SIZE %d" % SIZE_LIMIT,
+                 "250-8BITMIME",
+                 "250-DSN"]
+        if self.sink.ssl_ctx and not self.tls:
+            lines.append("250-STARTTLS")
+        if self.sink.auth and (self.tls or not self.sink.ssl_ctx):
+            lines.append("250-AUTH PLAIN LOGIN")
+        lines.append("250 ENHANCEDSTATUSCODES")
+        await self.reply("\r\n".join(lines))
+
+    async def do_STARTTLS(self, arg):
+        if not self.sink.ssl_ctx or self.sink.implicit:
+            await self.reply("502 5.5.1 STARTTLS not offered")
+            return
+        if self.tls:
+            await self.reply("503 5.5.1 TLS already active")
+            return
+        text = "220 2.0.0 ready to start TLS"
+        if self.sink.inject:
+            text += "\r\n250 injected before the handshake"
+        await self.reply(text)
+        self.buf = b""              # what the client pipelined: never executed
+        try:
+            await self.writer.start_tls(self.sink.ssl_ctx)
+        except (ssl.SSLError, OSError) as e:
+            self.sink.event(ev="starttls", conn=self.id, ok=False, error=str(e))
+            self.close("TLS handshake failed: %s" % e)
+            return
+        self.helo, self.tx, self.auth_user = None, None, None
+        self.tls_up()
+        self.sink.event(ev="starttls", conn=self.id, ok=True, version=self.tls, sni=self.sni)
+
+    async def auth_line(self, prompt):
+        """auth_line - send a 334 challenge, return the client's decoded answer (None: cancelled)"""
+        await self.reply("334 " + base64.b64encode(prompt).decode())
+        line = (await self.read_line()).rstrip(b"\r\n")
+        log("c%d < (AUTH answer, %d bytes)" % (self.id, len(line)))
+        if line == b"*":
+            return None
+        return base64.b64decode(line, validate=True)
+
+    async def do_AUTH(self, arg):
+        if not self.sink.auth:
+            await self.reply("502 5.5.1 AUTH not offered")
+            return
+        if self.sink.ssl_ctx and not self.tls:
+            await self.reply("538 5.7.11 Encryption required for requested authentication mechanism")
+            return
+        if self.auth_user:
+            await self.reply("503 5.5.1 already authenticated")
+            return
+        mech, _, initial = arg.partition(" ")
+        mech = mech.upper()
+        try:
+            if mech == "PLAIN":
+                if initial and initial != "=":
+                    raw = base64.b64decode(initial, validate=True)
+                else:
+                    raw = await self.auth_line(b"")
+                if raw is None:
+                    await self.reply("501 5.7.0 AUTH cancelled")
+                    return
+                parts = raw.split(b"\0")
+                if len(parts) != 3:
+                    await self.reply("501 5.5.2 bad PLAIN response")
+                    return
+                user, pw = parts[1], parts[2]
+            elif mech == "LOGIN":
+                user = (base64.b64decode(initial, validate=True) if initial
+                        else await self.auth_line(b"Username:"))
+                pw = None if user is None else await self.auth_line(b"Password:")
+                if user is None or pw is None:
+                    await self.reply("501 5.7.0 AUTH cancelled")
+                    return
+            else:
+                await self.reply("504 5.5.4 mechanism not supported")
+                return
+        except ValueError:
+            await self.reply("501 5.5.2 bad base64")
+            return
+        user, pw = user.decode("latin-1"), pw.decode("latin-1")
+        ok = (user, pw) == self.sink.auth
+        self.sink.event(ev="auth", conn=self.id, mech=mech, user=user, ok=ok)
+        if not ok:
+            await self.reply("535 5.7.8 authentication credentials invalid")
+            return
+        self.auth_user = user
+        await self.reply("235 2.7.0 authentication successful")
 
     async def do_HELO(self, arg):
         self.helo, self.tx = arg, None
@@ -333,6 +464,12 @@ class Conn:
             return
         if self.tx is not None:
             await self.reply("503 5.5.1 nested MAIL")
+            return
+        if self.sink.ssl_ctx and not self.tls:
+            await self.reply("530 5.7.0 Must issue a STARTTLS command first")
+            return
+        if self.sink.auth and not self.auth_user:
+            await self.reply("530 5.7.0 Authentication required")
             return
         p = parse_path(arg, "FROM:")
         if p is None:
@@ -434,7 +571,8 @@ async def serve(sink, port):
             conn.close("error")
 
     server = await asyncio.start_server(handle, "127.0.0.1", port,
-                                        reuse_address=True, limit=MAX_LINE)
+                                        reuse_address=True, limit=MAX_LINE,
+                                        ssl=sink.ssl_ctx if sink.implicit else None)
     actual = server.sockets[0].getsockname()[1]
     print("listening on %d" % actual, flush=True)
     log("listening on 127.0.0.1:%d" % actual)
@@ -449,7 +587,17 @@ def main():
     ap.add_argument("--control", help="JSON control file, re-read on each command")
     ap.add_argument("--events", help="append JSON lines of protocol events here")
     ap.add_argument("--hostname", default="sink.test")
+    ap.add_argument("--tls-cert", help="PEM certificate (chain): offer STARTTLS, require it")
+    ap.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    ap.add_argument("--implicit-tls", action="store_true", help="TLS from the first byte")
+    ap.add_argument("--starttls-inject", action="store_true",
+                    help="send a reply line behind the 220 to STARTTLS, before TLS")
+    ap.add_argument("--auth", metavar="USER:PASS", help="offer and require AUTH PLAIN/LOGIN")
     args = ap.parse_args()
+    if bool(args.tls_cert) != bool(args.tls_key):
+        ap.error("--tls-cert and --tls-key go together")
+    if (args.implicit_tls or args.starttls_inject) and not args.tls_cert:
+        ap.error("--implicit-tls and --starttls-inject need --tls-cert")
     os.makedirs(args.record, exist_ok=True)
     try:
         asyncio.run(serve(Sink(args), args.port))

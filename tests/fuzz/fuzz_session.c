@@ -2,8 +2,12 @@
  * fuzz_session - a whole SMTP session fed to the protocol engine.
  *
  * The first byte picks how the input is cut into feeds (whole, byte by
- * byte, or in chunks of a few bytes), so chunk boundaries are fuzzed too.
- * The message hook answers at once, alternating 250 and 554, and the
+ * byte, or in chunks of a few bytes), so chunk boundaries are fuzzed too;
+ * its higher bits pick the listener: STARTTLS required, AUTH required,
+ * implicit TLS (STARTTLS and AUTH are offered on all). TLS comes up as
+ * soon as a STARTTLS is pending, as after a handshake.
+ * The message hook answers at once, alternating 250 and 554, the auth
+ * hook alike with success and failure, and the
  * output buffer is drained after each feed as the server does. Checks:
  * no crash, no sanitizer report, bounded memory, and the engine never
  * consumes more than it was given.
@@ -14,9 +18,11 @@
 #include <string.h>
 
 #include "../../smtp/smtp.h"
+#include "../../util/log.h"
 
 struct fuzz_ctx {
 	int waiting;
+	int auth_waiting;
 	unsigned n;
 };
 
@@ -37,23 +43,44 @@ static void fuzz_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	f->waiting = 1;
 }
 
+static void fuzz_auth(void *ctx, struct smtp_session *s, const char *mech,
+		      const char *user, const char *pass)
+{
+	struct fuzz_ctx *f = ctx;
+
+	(void) s;
+	if (strlen(mech) != 5 || *user == 0 || strlen(user) > 255 || pass == NULL)
+		abort();		/* the engine promised a name and a password */
+	f->auth_waiting = 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct smtp_config cfg = {
+	struct smtp_config cfg = {
 		.hostname = "fuzz.example", .message_size = 4096, .max_rcpts = 5,
+		.starttls = 1, .auth = 1,
 	};
-	static const struct smtp_hooks hooks = { fuzz_rcpt, fuzz_message };
-	struct fuzz_ctx f = { 0, 0 };
+	static const struct smtp_hooks hooks = {
+		.rcpt = fuzz_rcpt, .message = fuzz_message, .auth = fuzz_auth,
+	};
+	struct fuzz_ctx f = { 0, 0, 0 };
 	struct smtp_session *s;
 	size_t off = 0, step, n, chunk;
 	int stalls = 0;
+	uint8_t mode;
 
 	if (size < 1)
 		return 0;
-	step = data[0] % 8;		/* 0: whole input at once */
+	log_setup("fuzz_session", 0, LOG_LEVEL_ERROR);	/* info lines would drown the fuzzer */
+	mode = data[0];
+	step = mode % 8;		/* 0: whole input at once */
+	cfg.starttls_required = (mode & 0x08) != 0;
+	cfg.auth_required = (mode & 0x10) != 0;
 	data++;
 	size--;
 	s = smtp_session_new(&cfg, &hooks, &f);
+	if (mode & 0x20)
+		smtp_session_set_tls(s);	/* implicit TLS */
 	smtp_session_greet(s);
 	while (off < size && !smtp_session_closing(s)) {
 		chunk = step ? step : size - off;
@@ -63,9 +90,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (n > chunk)
 			abort();
 		off += n;
+		if (smtp_session_starttls(s))
+			smtp_session_set_tls(s);	/* the handshake went well */
 		if (f.waiting) {
 			f.waiting = 0;
 			smtp_session_reply(s, (f.n++ & 1) ? "554 5.7.0 no" : "250 2.0.0 Ok: queued as X");
+			stalls = 0;
+		} else if (f.auth_waiting) {
+			f.auth_waiting = 0;
+			smtp_session_auth_reply(s, (int) (f.n++ & 1));
 			stalls = 0;
 		} else if (n < chunk && !smtp_session_closing(s) && ++stalls > 2) {
 			abort();	/* consumed nothing while neither waiting nor closing */

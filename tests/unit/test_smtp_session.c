@@ -102,7 +102,7 @@ static void fake_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 		smtp_session_reply(s, f->reply ? f->reply : "250 2.0.0 Ok: queued as TESTQID");
 }
 
-static const struct smtp_hooks fake_hooks = {fake_rcpt, fake_message};
+static const struct smtp_hooks fake_hooks = {.rcpt = fake_rcpt, .message = fake_message};
 
 /* fake_free - release what the fake recorded */
 static void fake_free(struct fake *f)
@@ -115,7 +115,7 @@ static void fake_free(struct fake *f)
 /* new_session - the usual test configuration */
 static struct smtp_session *new_session(struct fake *f, int bare_lf_reject)
 {
-	struct smtp_config cfg = {"mx.test", 1000, 3, 0};
+	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3};
 	struct smtp_session *s;
 
 	cfg.bare_lf_reject = bare_lf_reject;
@@ -288,10 +288,12 @@ static void test_commands(void **state)
 		 .want = GREET OK OK
 		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n"
 		 "501 5.5.4 Syntax: VRFY address\r\n"
-		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP\r\n"
-		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP\r\n"},
-		{.name = "unknown and empty", IN("FOO\r\n\r\nEXPN x\r\nSTARTTLS\r\nmail FROM:<a@b.c>\r\n"),
-		 .want = GREET UNKNOWN "500 5.5.2 Error: bad syntax\r\n" UNKNOWN UNKNOWN OK_MAIL},
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP STARTTLS AUTH\r\n"
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP STARTTLS AUTH\r\n"},
+		{.name = "unknown and empty", IN("FOO\r\n\r\nEXPN x\r\nSTARTTLS\r\nAUTH PLAIN\r\nmail FROM:<a@b.c>\r\n"),
+		 .want = GREET UNKNOWN "500 5.5.2 Error: bad syntax\r\n" UNKNOWN
+		 "502 5.5.1 Error: command not implemented\r\n"
+		 "503 5.5.1 Error: authentication not enabled\r\n" OK_MAIL},
 		{.name = "bad addresses", IN("MAIL FROM:<;sleep 66;>\r\nMAIL FROM:a@b.c\r\nMAIL FROM:<a@b.c>\r\n"
 				    "RCPT TO:<;sleep 66;>\r\nRCPT TO:<>\r\nRCPT TO x\r\n"),
 		 .want = GREET "501 5.1.7 Bad sender address syntax\r\n501 5.1.7 Bad sender address syntax\r\n"
@@ -944,7 +946,7 @@ static void test_shutdown_while_waiting(void **state)
   */
 static void test_no_hooks(void **state)
 {
-	struct smtp_config cfg = {NULL, 0, 0, 0};
+	struct smtp_config cfg = {.hostname = NULL};
 	struct smtp_session *s;
 
 	(void) state;

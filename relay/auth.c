@@ -1,0 +1,417 @@
+/*
+ * NAME
+ *	auth 3
+ * SUMMARY
+ *	the users file, password checks with libcrypt, checking threads
+ * DESCRIPTION
+ *	The table is sorted by name for bsearch. Hashes are checked with
+ *	crypt_checksalt() when loaded, so that a typo is an error at start
+ *	(or a refused reload) and not a user who can never log in. Only the
+ *	"$id$" forms are taken: traditional DES has no prefix, and a
+ *	password pasted in by mistake would pass for a DES hash. Weak
+ *	methods ($1$) and cheap settings load with a warning.
+ *
+ *	Thread safety: a table is immutable once parsed. The checking
+ *	threads take a reference under the lock, so that auth_set_users()
+ *	can swap tables while a check is running; the last one to let go of
+ *	an old table frees it.
+ * DIAGNOSTICS
+ *	Parse errors name the file and line: "users:3: bad user name".
+ */
+#include <crypt.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "auth.h"
+
+#define AUTH_USERS_MAX_SIZE	(16 * 1024 * 1024)	/* a users file, at most */
+#define AUTH_DUMMY_SETTING	"$6$idemrelay.dummy$"	/* for a table with no hash */
+
+struct auth_user {
+	char   *name;			/* owned */
+	char   *hash;			/* owned; crypt(3) output, or a lock */
+};
+
+struct auth_users {
+	struct auth_user *v;		/* owned, sorted by name */
+	size_t  n;
+	const char *dummy;		/* a hash of the file's kind, for unknown users */
+	int     refs;			/* checks running on it; under the auth lock */
+};
+
+/* auth_locked - "*" or "!..." never matches, as in shadow(5) */
+static int auth_locked(const char *hash)
+{
+	return hash[0] == '!' || strcmp(hash, "*") == 0;
+}
+
+/* auth_name_ok - what the SMTP engine lets through, minus ':' */
+static int auth_name_ok(const char *p, size_t n)
+{
+	size_t  i;
+
+	if (n == 0 || n > AUTH_NAME_MAX)
+		return 0;
+	for (i = 0; i < n; i++)
+		if ((unsigned char) p[i] <= ' ' || p[i] == 0x7f || p[i] == ':')
+			return 0;
+	return 1;
+}
+
+/* auth_hash_check - 0, or -1 with why; warns about weak hashes */
+static int auth_hash_check(const char *hash, const char **why)
+{
+	size_t  i;
+
+	if (hash[0] == 0) {
+		*why = "empty hash";
+		return -1;
+	}
+	for (i = 0; hash[i]; i++)
+		if ((unsigned char) hash[i] <= ' ' || hash[i] == 0x7f) {
+			*why = "space or control character in hash";
+			return -1;
+		}
+	if (auth_locked(hash))
+		return 0;
+	/* traditional DES has no prefix: a password pasted in would pass for one */
+	if (hash[0] != '$') {
+		*why = "not a crypt(3) hash";
+		return -1;
+	}
+	switch (crypt_checksalt(hash)) {
+	case CRYPT_SALT_OK:
+		return 0;
+	case CRYPT_SALT_METHOD_LEGACY:
+	case CRYPT_SALT_TOO_CHEAP:
+		*why = "weak hash";
+		return 1;
+	case CRYPT_SALT_METHOD_DISABLED:
+		*why = "hash method disabled in libcrypt";
+		return -1;
+	default:
+		*why = "not a crypt(3) hash";
+		return -1;
+	}
+}
+
+/* auth_user_cmp - for qsort and bsearch */
+static int auth_user_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct auth_user *) a)->name, ((const struct auth_user *) b)->name);
+}
+
+/* auth_users_free - release a table; NULL-safe */
+void auth_users_free(struct auth_users *u)
+{
+	size_t  i;
+
+	if (u == NULL)
+		return;
+	for (i = 0; i < u->n; i++) {
+		free(u->v[i].name);
+		explicit_bzero(u->v[i].hash, strlen(u->v[i].hash));
+		free(u->v[i].hash);
+	}
+	free(u->v);
+	free(u);
+}
+
+/* auth_users_parse - the table from a users file's text */
+int auth_users_parse(struct auth_users **out, const char *text, size_t len,
+		     const char *name, char *err, size_t errlen)
+{
+	struct auth_users *u = xcalloc(1, sizeof(*u));
+	const char *p = text, *end = text + len, *eol, *colon, *why;
+	size_t  cap = 0, i, lineno = 0, n;
+	char   *hash;
+
+	*out = NULL;
+	for (; p < end; p = eol + 1) {
+		lineno++;
+		if ((eol = memchr(p, '\n', (size_t) (end - p))) == NULL)
+			eol = end;
+		n = (size_t) (eol - p);
+		while (n && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		while (n && (*p == ' ' || *p == '\t')) {
+			p++;
+			n--;
+		}
+		if (n == 0 || *p == '#')
+			continue;
+		if (memchr(p, 0, n) != NULL) {
+			snprintf(err, errlen, "%s:%zu: NUL in line", name, lineno);
+			goto fail;
+		}
+		if ((colon = memchr(p, ':', n)) == NULL) {
+			snprintf(err, errlen, "%s:%zu: expected name:hash", name, lineno);
+			goto fail;
+		}
+		if (!auth_name_ok(p, (size_t) (colon - p))) {
+			snprintf(err, errlen, "%s:%zu: bad user name", name, lineno);
+			goto fail;
+		}
+		hash = xstrndup(colon + 1, n - (size_t) (colon + 1 - p));
+		switch (auth_hash_check(hash, &why)) {
+		case -1:
+			snprintf(err, errlen, "%s:%zu: %s", name, lineno, why);
+			free(hash);
+			goto fail;
+		case 1:
+			msg_warn("%s:%zu: %s for user %.*s", name, lineno, why,
+				 (int) (colon - p), p);
+			break;
+		}
+		if (u->n == cap) {
+			cap = cap ? 2 * cap : 16;
+			u->v = xrealloc(u->v, cap * sizeof(*u->v));
+		}
+		u->v[u->n].name = xstrndup(p, (size_t) (colon - p));
+		u->v[u->n].hash = hash;
+		u->n++;
+	}
+	if (u->n)
+		qsort(u->v, u->n, sizeof(*u->v), auth_user_cmp);
+	for (i = 1; i < u->n; i++)
+		if (strcmp(u->v[i - 1].name, u->v[i].name) == 0) {
+			snprintf(err, errlen, "%s: user %s given twice", name, u->v[i].name);
+			goto fail;
+		}
+	u->dummy = AUTH_DUMMY_SETTING;
+	for (i = 0; i < u->n; i++)
+		if (!auth_locked(u->v[i].hash)) {
+			u->dummy = u->v[i].hash;
+			break;
+		}
+	*out = u;
+	return 0;
+
+fail:
+	auth_users_free(u);
+	return -1;
+}
+
+/* auth_users_load - read and parse a users file */
+int auth_users_load(struct auth_users **out, const char *path, char *err, size_t errlen)
+{
+	struct buf text = BUF_INIT;
+	char    chunk[8192];
+	size_t  n;
+	FILE   *fp;
+	int     rc;
+
+	*out = NULL;
+	if ((fp = fopen(path, "re")) == NULL) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+		if (text.len + n > AUTH_USERS_MAX_SIZE) {
+			snprintf(err, errlen, "%s: larger than %d octets", path, AUTH_USERS_MAX_SIZE);
+			break;
+		}
+		buf_append(&text, chunk, n);
+	}
+	explicit_bzero(chunk, sizeof(chunk));
+	if (ferror(fp))
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	rc = ferror(fp) || n > 0 ? -1
+	    : auth_users_parse(out, text.data ? text.data : "", text.len, path, err, errlen);
+	fclose(fp);
+	if (text.data)
+		explicit_bzero(text.data, text.len);
+	buf_free(&text);
+	return rc;
+}
+
+/* auth_users_count - how many users */
+size_t auth_users_count(const struct auth_users *u)
+{
+	return u->n;
+}
+
+/* auth_equal - compare without stopping at the first difference */
+static int auth_equal(const char *a, const char *b)
+{
+	size_t  la = strlen(a), lb = strlen(b), i;
+	unsigned char d = la != lb;
+
+	for (i = 0; i < la && i < lb; i++)
+		d |= (unsigned char) (a[i] ^ b[i]);
+	return d == 0;
+}
+
+/* auth_users_verify - 1 if pass is user's password; one crypt whatever the user */
+int auth_users_verify(const struct auth_users *u, const char *user, const char *pass)
+{
+	struct auth_user key = {(char *) user, NULL}, *e;
+	struct crypt_data *cd;
+	const char *setting, *got;
+	int     ok;
+
+	e = u->n ? bsearch(&key, u->v, u->n, sizeof(*u->v), auth_user_cmp) : NULL;
+	if (e && auth_locked(e->hash))
+		e = NULL;
+	setting = e ? e->hash : u->dummy;
+	cd = xcalloc(1, sizeof(*cd));
+	got = crypt_rn(pass, setting, cd, (int) sizeof(*cd));
+	ok = e != NULL && got != NULL && got[0] != '*' && auth_equal(got, e->hash);
+	explicit_bzero(cd, sizeof(*cd));
+	free(cd);
+	return ok;
+}
+
+ /*
+  * Checking threads.
+  */
+struct auth {
+	pthread_t *threads;		/* owned */
+	int     n_threads;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct auth_req *head, *tail;	/* FIFO, under lock */
+	struct auth_req *done;		/* LIFO, under lock */
+	struct auth_users *users;	/* owned, under lock */
+	int     stop;			/* under lock */
+	int     efd;			/* eventfd, owned */
+};
+
+/* auth_unref - let go of a table; the last user of a replaced one frees it */
+static void auth_unref(struct auth *a, struct auth_users *u)
+{
+	if (--u->refs == 0 && u != a->users)
+		auth_users_free(u);
+}
+
+/* auth_main - a checking thread: take a request, crypt, hand it back */
+static void *auth_main(void *arg)
+{
+	struct auth *a = arg;
+	struct auth_users *u;
+	struct auth_req *req;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		while (a->head == NULL && !a->stop)
+			pthread_cond_wait(&a->wake, &a->lock);
+		if ((req = a->head) == NULL)
+			break;			/* stopping, and nothing left */
+		if ((a->head = req->next) == NULL)
+			a->tail = NULL;
+		u = a->users;
+		u->refs++;
+		pthread_mutex_unlock(&a->lock);
+
+		req->ok = auth_users_verify(u, req->user, req->pass);
+		explicit_bzero(req->pass, sizeof(req->pass));
+
+		pthread_mutex_lock(&a->lock);
+		auth_unref(a, u);
+		req->next = a->done;
+		a->done = req;
+		(void) !write(a->efd, &one, sizeof(one));
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+/* auth_start - checking threads over a table */
+struct auth *auth_start(struct auth_users *users, int threads)
+{
+	struct auth *a = xcalloc(1, sizeof(*a));
+	int     i;
+
+	a->users = users;
+	a->n_threads = threads > 0 ? threads : 1;
+	a->threads = xcalloc((size_t) a->n_threads, sizeof(*a->threads));
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->wake, NULL);
+	if ((a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		msg_fatal("eventfd: %m");
+	for (i = 0; i < a->n_threads; i++)
+		if (pthread_create(&a->threads[i], NULL, auth_main, a) != 0)
+			msg_fatal("cannot start an auth thread");
+	return a;
+}
+
+/* auth_set_users - checks from now on use this table */
+void auth_set_users(struct auth *a, struct auth_users *users)
+{
+	struct auth_users *old;
+
+	pthread_mutex_lock(&a->lock);
+	old = a->users;
+	a->users = users;
+	if (old->refs == 0)
+		auth_users_free(old);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* auth_submit - queue a check */
+void auth_submit(struct auth *a, struct auth_req *req)
+{
+	pthread_mutex_lock(&a->lock);
+	req->next = NULL;
+	if (a->tail)
+		a->tail->next = req;
+	else
+		a->head = req;
+	a->tail = req;
+	pthread_cond_signal(&a->wake);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* auth_fd - the eventfd the event loop watches */
+int auth_fd(const struct auth *a)
+{
+	return a->efd;
+}
+
+/* auth_reap - run the done callbacks of finished checks */
+void auth_reap(struct auth *a)
+{
+	struct auth_req *list, *next;
+	uint64_t n;
+
+	(void) !read(a->efd, &n, sizeof(n));
+	pthread_mutex_lock(&a->lock);
+	list = a->done;
+	a->done = NULL;
+	pthread_mutex_unlock(&a->lock);
+	for (; list; list = next) {
+		next = list->next;
+		list->done(list);
+	}
+}
+
+/* auth_stop - finish the queued checks, join, release */
+void auth_stop(struct auth *a)
+{
+	int     i;
+
+	if (a == NULL)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->stop = 1;
+	pthread_cond_broadcast(&a->wake);
+	pthread_mutex_unlock(&a->lock);
+	for (i = 0; i < a->n_threads; i++)
+		pthread_join(a->threads[i], NULL);
+	auth_reap(a);
+	close(a->efd);
+	pthread_mutex_destroy(&a->lock);
+	pthread_cond_destroy(&a->wake);
+	auth_users_free(a->users);
+	free(a->threads);
+	free(a);
+}

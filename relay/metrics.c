@@ -1,0 +1,471 @@
+/*
+ * NAME
+ *	metrics 3
+ * SUMMARY
+ *	atomic counters and histograms; Prometheus text over a tiny HTTP server
+ * DESCRIPTION
+ *	Each histogram keeps one atomic count per bucket (not cumulative, so
+ *	an observation is one increment) and an atomic integer sum in its
+ *	own unit (microseconds for latencies); rendering accumulates the
+ *	buckets and converts the unit. Relaxed ordering is enough: a scrape
+ *	may see one counter a moment ahead of another, as Prometheus allows.
+ *
+ *	The listener is deliberately small: HTTP/1.0, one request per
+ *	connection, a two-second budget to send the request line, served in
+ *	turn on its own thread. It never touches the SMTP event loop.
+ * DIAGNOSTICS
+ *	A listener that cannot be bound is fatal at start-up, like the SMTP
+ *	listeners. Failures while serving are logged as warnings.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../util/log.h"
+#include "commit.h"
+#include "metrics.h"
+
+#define REQ_MAX		4096
+#define REQ_TIMEOUT_MS	2000
+
+static _Atomic uint64_t counters[METRICS_N_COUNTERS];
+
+struct histogram {
+	const char *name, *help;
+	const int64_t *bounds;		/* upper bounds, in unit */
+	size_t n_bounds;		/* buckets: n_bounds + 1 (+Inf) */
+	double unit;			/* divide by this to render */
+	_Atomic uint64_t buckets[METRICS_MAX_BUCKETS];
+	_Atomic uint64_t count, sum;
+};
+
+static const int64_t batch_bounds[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512 };
+static const int64_t accept_bounds[] = {	/* microseconds: 0.5 ms .. 10 s */
+	500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+	1000000, 2500000, 5000000, 10000000
+};
+static const int64_t delivery_bounds[] = {	/* microseconds: 10 ms .. 1 day */
+	10000, 50000, 100000, 500000, 1000000, 5000000, 10000000, 30000000,
+	60000000, 300000000, 900000000, 3600000000LL, 14400000000LL, 86400000000LL
+};
+
+#define N(a)	(sizeof(a) / sizeof((a)[0]))
+
+_Static_assert(N(batch_bounds) < METRICS_MAX_BUCKETS && N(accept_bounds) < METRICS_MAX_BUCKETS
+	       && N(delivery_bounds) < METRICS_MAX_BUCKETS, "a histogram has too many buckets");
+
+static struct histogram hists[METRICS_N_HISTOGRAMS] = {
+	[METRICS_COMMIT_BATCH] = {
+		.name = "idemrelay_commit_batch_size",
+		.help = "Submissions decided in one group-commit write transaction.",
+		.bounds = batch_bounds, .n_bounds = N(batch_bounds), .unit = 1 },
+	[METRICS_ACCEPT_LATENCY] = {
+		.name = "idemrelay_accept_latency_seconds",
+		.help = "From the end of DATA to the reply (durable commit or duplicate lookup).",
+		.bounds = accept_bounds, .n_bounds = N(accept_bounds), .unit = 1e6 },
+	[METRICS_DELIVERY_LATENCY] = {
+		.name = "idemrelay_delivery_latency_seconds",
+		.help = "From acceptance to a recipient's successful delivery upstream.",
+		.bounds = delivery_bounds, .n_bounds = N(delivery_bounds), .unit = 1e6 },
+};
+
+static const struct {
+	const char *name, *help, *label;
+} counter_info[METRICS_N_COUNTERS] = {
+	[METRICS_SUBMISSIONS] = { "submissions", "Messages whose DATA ended (every outcome).", 0 },
+	[METRICS_ACCEPTED] = { "accepted", "Messages queued under a new QID (partial duplicates included).", 0 },
+	[METRICS_DUPLICATES] = { "duplicates", "Submissions answered with the original QID, nothing stored.", 0 },
+	[METRICS_PARTIAL] = { "partial_duplicates", "Submissions with some recipients already claimed; the rest queued.", 0 },
+	[METRICS_MISMATCHES] = { "mismatches", "Submissions reusing a key for different content.", 0 },
+	[METRICS_SHADOW] = { "shadow_duplicates", "Shadow mode: duplicates or mismatches detected and relayed anyway.", 0 },
+	[METRICS_SENT] = { "sent", 0, "sent" },
+	[METRICS_DEFERRED] = { "deferred", 0, "deferred" },
+	[METRICS_BOUNCED] = { "bounced", 0, "bounced" },
+	[METRICS_UNCONFIRMED] = { "unconfirmed", 0, "unconfirmed" },
+};
+
+struct metrics {
+	struct store *st;		/* not owned */
+	int lfd;			/* listener, owned */
+	int stopfd;			/* eventfd, owned */
+	pthread_t thread;
+	double start_time;
+};
+
+/* metrics_inc - one more */
+void metrics_inc(enum metrics_counter c)
+{
+	atomic_fetch_add_explicit(&counters[c], 1, memory_order_relaxed);
+}
+
+/* metrics_observe - one observation in the histogram's unit */
+void metrics_observe(enum metrics_histogram h, int64_t v)
+{
+	struct histogram *x = &hists[h];
+	size_t i;
+
+	if (v < 0)
+		v = 0;
+	for (i = 0; i < x->n_bounds && v > x->bounds[i]; i++)
+		 /* void */ ;
+	atomic_fetch_add_explicit(&x->buckets[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&x->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&x->sum, (uint64_t) v, memory_order_relaxed);
+}
+
+/* metrics_answered - count an answered submission by its outcome */
+void metrics_answered(int outcome, int shadow_hit, int64_t latency_us)
+{
+	switch (outcome) {
+	case COMMIT_PARTIAL:
+		metrics_inc(METRICS_PARTIAL);
+		/* FALLTHROUGH */
+	case COMMIT_QUEUED:
+		metrics_inc(METRICS_ACCEPTED);
+		break;
+	case COMMIT_DUPLICATE:
+		metrics_inc(METRICS_DUPLICATES);
+		break;
+	case COMMIT_MISMATCH:
+		metrics_inc(METRICS_MISMATCHES);
+		break;
+	default:
+		break;
+	}
+	if (shadow_hit)
+		metrics_inc(METRICS_SHADOW);
+	metrics_observe(METRICS_ACCEPT_LATENCY, latency_us);
+}
+
+/* metrics_delivered - count one recipient's outcome; time the sent ones */
+void metrics_delivered(const char *status, int64_t since_accept_us)
+{
+	enum metrics_counter c;
+
+	for (c = METRICS_SENT; c <= METRICS_UNCONFIRMED; c++) {
+		if (strcmp(status, counter_info[c].label) != 0)
+			continue;
+		metrics_inc(c);
+		if (c == METRICS_SENT)
+			metrics_observe(METRICS_DELIVERY_LATENCY, since_accept_us);
+		return;
+	}
+}
+
+/* metrics_name - a counter's short name */
+const char *metrics_name(enum metrics_counter c)
+{
+	return counter_info[c].name;
+}
+
+/* metrics_snapshot - copy every counter and histogram */
+void metrics_snapshot(struct metrics_snapshot *s)
+{
+	size_t i, h;
+
+	memset(s, 0, sizeof(*s));
+	for (i = 0; i < METRICS_N_COUNTERS; i++)
+		s->counters[i] = atomic_load_explicit(&counters[i], memory_order_relaxed);
+	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
+		for (i = 0; i <= hists[h].n_bounds; i++)
+			s->hist[h].buckets[i] = atomic_load_explicit(&hists[h].buckets[i],
+								    memory_order_relaxed);
+		s->hist[h].count = atomic_load_explicit(&hists[h].count, memory_order_relaxed);
+		s->hist[h].sum = atomic_load_explicit(&hists[h].sum, memory_order_relaxed);
+	}
+}
+
+/* metrics_reset - everything back to zero (unit tests) */
+void metrics_reset(void)
+{
+	size_t i, h;
+
+	for (i = 0; i < METRICS_N_COUNTERS; i++)
+		atomic_store(&counters[i], 0);
+	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
+		for (i = 0; i < METRICS_MAX_BUCKETS; i++)
+			atomic_store(&hists[h].buckets[i], 0);
+		atomic_store(&hists[h].count, 0);
+		atomic_store(&hists[h].sum, 0);
+	}
+}
+
+/* now_s - wall clock, seconds */
+static double now_s(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (double) tv.tv_sec + tv.tv_usec / 1e6;
+}
+
+/* metrics_gauges_read - what the store says now */
+void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
+{
+	struct store_stats s;
+	int64_t oldest;
+	double start = g->start_time;
+
+	memset(g, 0, sizeof(*g));
+	g->start_time = start;
+	if (st == NULL || store_stats(st, &s) != 0)
+		return;
+	g->store_ok = 1;
+	g->queue_depth = s.queued;
+	g->claims = s.claims;
+	g->map_size = s.map_size;
+	g->map_used = s.map_used;
+	if (store_queue_oldest(st, &oldest) == 0 && oldest > 0) {
+		g->oldest_seconds = now_s() - oldest / 1e6;
+		if (g->oldest_seconds < 0)
+			g->oldest_seconds = 0;
+	}
+}
+
+/* render_histogram - one histogram, buckets cumulative */
+static void render_histogram(struct buf *out, const struct histogram *x,
+			     const struct metrics_snapshot *s, size_t h)
+{
+	uint64_t acc = 0;
+	size_t i;
+
+	buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", x->name, x->help, x->name);
+	for (i = 0; i < x->n_bounds; i++) {
+		acc += s->hist[h].buckets[i];
+		buf_printf(out, "%s_bucket{le=\"%.10g\"} %llu\n", x->name, x->bounds[i] / x->unit,
+			   (unsigned long long) acc);
+	}
+	acc += s->hist[h].buckets[x->n_bounds];
+	buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", x->name, (unsigned long long) acc);
+	buf_printf(out, "%s_sum %.10g\n", x->name, s->hist[h].sum / x->unit);
+	buf_printf(out, "%s_count %llu\n", x->name, (unsigned long long) s->hist[h].count);
+}
+
+/* gauge - one gauge with its help */
+static void gauge(struct buf *out, const char *name, const char *help, double v)
+{
+	buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+}
+
+/* metrics_render - the Prometheus text exposition (format 0.0.4) */
+void metrics_render(struct buf *out, const struct metrics_snapshot *s,
+		    const struct metrics_gauges *g)
+{
+	size_t i;
+
+	for (i = 0; i < METRICS_SENT; i++)
+		buf_printf(out, "# HELP idemrelay_%s_total %s\n# TYPE idemrelay_%s_total counter\n"
+			   "idemrelay_%s_total %llu\n", counter_info[i].name, counter_info[i].help,
+			   counter_info[i].name, counter_info[i].name,
+			   (unsigned long long) s->counters[i]);
+	buf_printf(out, "# HELP idemrelay_deliveries_total Recipient delivery attempts by outcome.\n"
+		   "# TYPE idemrelay_deliveries_total counter\n");
+	for (i = METRICS_SENT; i <= METRICS_UNCONFIRMED; i++)
+		buf_printf(out, "idemrelay_deliveries_total{status=\"%s\"} %llu\n",
+			   counter_info[i].label, (unsigned long long) s->counters[i]);
+	for (i = 0; i < METRICS_N_HISTOGRAMS; i++)
+		render_histogram(out, &hists[i], s, i);
+	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
+	      g->store_ok);
+	if (g->store_ok) {
+		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->queue_depth);
+		gauge(out, "idemrelay_queue_oldest_seconds",
+		      "Age of the oldest queued message, 0 if none.", g->oldest_seconds);
+		gauge(out, "idemrelay_claims", "Claims stored (live or awaiting expiry).",
+		      (double) g->claims);
+		gauge(out, "idemrelay_store_map_size_bytes", "LMDB map size.",
+		      (double) g->map_size);
+		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",
+		      (double) g->map_used);
+	}
+	if (g->start_time > 0)
+		gauge(out, "idemrelay_start_time_seconds", "When the daemon started (Unix time).",
+		      g->start_time);
+}
+
+/* read_request - read up to the end of the request head, or what came in time */
+static ssize_t read_request(int fd, char *req, size_t size)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	size_t len = 0;
+	ssize_t n;
+
+	while (len + 1 < size) {
+		if (poll(&p, 1, REQ_TIMEOUT_MS) <= 0)
+			break;
+		if ((n = read(fd, req + len, size - 1 - len)) < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t) n;
+		req[len] = 0;
+		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+			break;
+	}
+	req[len] = 0;
+	return (ssize_t) len;
+}
+
+/* write_all - the whole buffer, or give up */
+static void write_all(int fd, const char *p, size_t n)
+{
+	ssize_t w;
+
+	while (n > 0) {
+		if ((w = write(fd, p, n)) < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t) w;
+	}
+}
+
+/* serve_one - answer one connection */
+static void serve_one(struct metrics *m, int fd)
+{
+	char req[REQ_MAX], method[16], path[256];
+	struct buf body = BUF_INIT, resp = BUF_INIT;
+	struct metrics_snapshot snap;
+	struct metrics_gauges g;
+	const char *status = "200 OK", *type = "text/plain; version=0.0.4; charset=utf-8";
+	struct timeval tv = { 2, 0 };
+	char *q;
+
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (read_request(fd, req, sizeof(req)) <= 0
+	    || sscanf(req, "%15s %255s", method, path) != 2) {
+		status = "400 Bad Request";
+		type = "text/plain";
+		buf_printf(&body, "bad request\n");
+		goto send;
+	}
+	if ((q = strchr(path, '?')) != NULL)
+		*q = 0;
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		status = "405 Method Not Allowed";
+		type = "text/plain";
+		buf_printf(&body, "method not allowed\n");
+	} else if (strcmp(path, "/metrics") != 0) {
+		status = "404 Not Found";
+		type = "text/plain";
+		buf_printf(&body, "not found: try /metrics\n");
+	} else {
+		metrics_snapshot(&snap);
+		g.start_time = m->start_time;
+		metrics_gauges_read(m->st, &g);
+		metrics_render(&body, &snap, &g);
+	}
+send:
+	buf_printf(&resp, "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+		   "Connection: close\r\n\r\n", status, type, body.len);
+	if (strncmp(req, "HEAD ", 5) != 0 && body.len)
+		buf_append(&resp, body.data, body.len);
+	write_all(fd, resp.data, resp.len);
+	buf_free(&body);
+	buf_free(&resp);
+}
+
+/* metrics_main - the listener thread */
+static void *metrics_main(void *arg)
+{
+	struct metrics *m = arg;
+	struct pollfd p[2] = { { m->lfd, POLLIN, 0 }, { m->stopfd, POLLIN, 0 } };
+	int fd;
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			msg_warn("metrics: poll: %m");
+			break;
+		}
+		if (p[1].revents)
+			break;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		if ((fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				msg_warn("metrics: accept: %m");
+			continue;
+		}
+		serve_one(m, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+/* listen_on - bind the metrics listener; fatal on failure */
+static int listen_on(const char *address, int port)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
+	socklen_t sl;
+	int fd, one = 1;
+
+	memset(&ss, 0, sizeof(ss));
+	if (inet_pton(AF_INET, address, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t) port);
+		sl = sizeof(*sin);
+	} else if (inet_pton(AF_INET6, address, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t) port);
+		sl = sizeof(*sin6);
+	} else {
+		msg_fatal("metrics: bad address %s", address);
+	}
+	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+		msg_fatal("metrics: socket: %m");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *) &ss, sl) < 0)
+		msg_fatal("metrics: bind %s port %d: %m", address, port);
+	if (listen(fd, 64) < 0)
+		msg_fatal("metrics: listen %s port %d: %m", address, port);
+	return fd;
+}
+
+/* metrics_start - bind and serve, if configured */
+struct metrics *metrics_start(const struct conf *c, struct store *st)
+{
+	struct metrics *m;
+	int err;
+
+	if (c->metrics_address == NULL || c->metrics_port == 0)
+		return NULL;
+	m = xcalloc(1, sizeof(*m));
+	m->st = st;
+	m->start_time = now_s();
+	m->lfd = listen_on(c->metrics_address, c->metrics_port);
+	if ((m->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
+		msg_fatal("metrics: eventfd: %m");
+	if ((err = pthread_create(&m->thread, NULL, metrics_main, m)) != 0)
+		msg_fatal("metrics: cannot start a thread: %s", strerror(err));
+	msg_info("metrics on http://%s:%d/metrics", c->metrics_address, c->metrics_port);
+	return m;
+}
+
+/* metrics_stop - stop serving, join, close */
+void metrics_stop(struct metrics *m)
+{
+	uint64_t one = 1;
+
+	if (m == NULL)
+		return;
+	(void) !write(m->stopfd, &one, sizeof(one));
+	pthread_join(m->thread, NULL);
+	close(m->lfd);
+	close(m->stopfd);
+	free(m);
+}

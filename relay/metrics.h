@@ -1,0 +1,93 @@
+/*
+ * NAME
+ *	metrics 3h
+ * SUMMARY
+ *	counters and histograms, and the Prometheus /metrics listener
+ * DESCRIPTION
+ *	Counters and histograms are process-wide C11 atomics: the event loop,
+ *	the commit thread and the delivery threads bump them without a lock
+ *	(metrics_inc, metrics_observe, and the two hooks named after where
+ *	they are called). Gauges (queue depth, oldest message, claims, map
+ *	usage) are read from the store when scraped.
+ *
+ *	metrics_start() binds metrics.address:metrics.port and serves
+ *	GET /metrics (Prometheus text format 0.0.4) on a thread of its own,
+ *	one short connection at a time; anything else gets 404. It returns
+ *	NULL when no metrics listener is configured.
+ *
+ *	metrics_render() is pure (a snapshot and gauges in, text out), so
+ *	that the unit tests can pin the format down.
+ */
+#ifndef RELAY_METRICS_H
+#define RELAY_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+#include "../util/buf.h"
+
+enum metrics_counter {
+	METRICS_SUBMISSIONS,		/* end of DATA reached */
+	METRICS_ACCEPTED,		/* 250 with a new QID (partial included) */
+	METRICS_DUPLICATES,		/* 250 with the original QID */
+	METRICS_PARTIAL,		/* some recipients already claimed */
+	METRICS_MISMATCHES,		/* same key, other content */
+	METRICS_SHADOW,			/* shadow mode: would have been a duplicate */
+	METRICS_SENT,			/* per recipient and attempt */
+	METRICS_DEFERRED,
+	METRICS_BOUNCED,
+	METRICS_UNCONFIRMED,
+	METRICS_N_COUNTERS
+};
+
+enum metrics_histogram {
+	METRICS_COMMIT_BATCH,		/* submissions per write transaction */
+	METRICS_ACCEPT_LATENCY,		/* end of DATA to reply, microseconds */
+	METRICS_DELIVERY_LATENCY,	/* acceptance to sent, microseconds */
+	METRICS_N_HISTOGRAMS
+};
+
+#define METRICS_MAX_BUCKETS	16
+
+struct metrics_snapshot {
+	uint64_t counters[METRICS_N_COUNTERS];
+	struct {
+		uint64_t buckets[METRICS_MAX_BUCKETS];	/* not cumulative; last is +Inf */
+		uint64_t count, sum;			/* sum in the histogram's unit */
+	} hist[METRICS_N_HISTOGRAMS];
+};
+
+struct metrics_gauges {
+	int store_ok;			/* 0: the store could not be read, no gauges */
+	uint64_t queue_depth;
+	double oldest_seconds;		/* 0 with an empty queue */
+	uint64_t claims;
+	uint64_t map_size, map_used;
+	double start_time;		/* Unix seconds */
+};
+
+void metrics_inc(enum metrics_counter c);
+void metrics_observe(enum metrics_histogram h, int64_t v);
+
+/* metrics_answered - server.c: a submission was answered (outcome is enum commit_outcome) */
+void metrics_answered(int outcome, int shadow_hit, int64_t latency_us);
+/* metrics_delivered - deliver.c: one recipient's logged status ("sent", "deferred", ...) */
+void metrics_delivered(const char *status, int64_t since_accept_us);
+
+void metrics_snapshot(struct metrics_snapshot *s);
+void metrics_reset(void);			/* tests */
+void metrics_gauges_read(struct store *st, struct metrics_gauges *g);
+void metrics_render(struct buf *out, const struct metrics_snapshot *s,
+		    const struct metrics_gauges *g);
+
+/* metrics_name - a counter's name in JSON output ("accepted", ...) */
+const char *metrics_name(enum metrics_counter c);
+
+struct metrics;
+
+struct metrics *metrics_start(const struct conf *c, struct store *st);
+void metrics_stop(struct metrics *m);		/* NULL-safe */
+
+#endif

@@ -1,0 +1,335 @@
+/*
+ * NAME
+ *	tls 3
+ * SUMMARY
+ *	inbound TLS with OpenSSL: the server context and the TLS transport
+ * DESCRIPTION
+ *	The context: TLS 1.2 and up (RFC 8996 retired 1.0 and 1.1), no
+ *	compression (CRIME), the server's cipher order, no renegotiation
+ *	(a client could make us pay for handshakes without end), and a
+ *	missing close_notify taken as a plain end of stream: SMTP frames its
+ *	own data, so truncation cannot go unnoticed.
+ *
+ *	The transport: SSL_read/SSL_write on a non-blocking socket. OpenSSL
+ *	may need the socket readable to write, or writable to read; its
+ *	SSL_ERROR_WANT_* codes become IO_AGAIN and the epoll event to wait
+ *	for. A write that has to be retried is retried with the same length
+ *	(the buffer may move and grow meanwhile: ACCEPT_MOVING_WRITE_BUFFER).
+ *	OpenSSL's error codes are turned into text here, where they enter.
+ * DIAGNOSTICS
+ *	tls_new() and tls_reload() return what went wrong, naming the file;
+ *	the loaded certificate's subject and SHA-256 fingerprint are logged.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "tls.h"
+
+/* TLS 1.2 suites, best first (TLS 1.3 has only good ones, OpenSSL's defaults) */
+#define TLS_CIPHERS "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:" \
+	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:" \
+	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:" \
+	"DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305"
+
+#define TLS_FP_LEN	(2 * 32 + 1)
+
+struct tls {
+	SSL_CTX *ctx;			/* owned reference; each SSL holds its own */
+	char   *cert, *key;		/* owned paths */
+	char    fingerprint[TLS_FP_LEN];
+};
+
+struct tls_io {
+	struct io io;			/* first: a struct io * points here */
+	SSL    *ssl;			/* owned */
+	int     fatal;			/* after a fatal error: no close_notify */
+	size_t  retry_len;		/* a write to repeat with this length */
+};
+
+/* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
+static void tls_errtext(char *buf, size_t len, const char *what)
+{
+	unsigned long e = ERR_get_error();
+	char    reason[200];
+
+	if (e == 0)
+		snprintf(buf, len, "%s: %s", what, errno ? strerror(errno) : "connection closed");
+	else {
+		ERR_error_string_n(e, reason, sizeof(reason));
+		snprintf(buf, len, "%s: %s", what, reason);
+	}
+	ERR_clear_error();
+}
+
+/* tls_ctx_new - a server context from cert and key, or NULL and err */
+static SSL_CTX *tls_ctx_new(const char *cert, const char *key, char fp[TLS_FP_LEN],
+			    char *err, size_t errlen)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0, i;
+	char    what[300];
+	SSL_CTX *ctx;
+	X509   *x;
+
+	ERR_clear_error();
+	errno = 0;
+	if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
+		tls_errtext(err, errlen, "SSL_CTX_new");
+		return NULL;
+	}
+	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1
+	    || SSL_CTX_set_cipher_list(ctx, TLS_CIPHERS) != 1) {
+		tls_errtext(err, errlen, "TLS settings");
+		goto fail;
+	}
+	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE
+			    | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+			 | SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_set_dh_auto(ctx, 1);
+	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+		snprintf(what, sizeof(what), "cert %s", cert);
+		tls_errtext(err, errlen, what);
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+		snprintf(what, sizeof(what), "key %s", key);
+		tls_errtext(err, errlen, what);
+		goto fail;
+	}
+	if (SSL_CTX_check_private_key(ctx) != 1) {
+		snprintf(what, sizeof(what), "key %s does not match cert %s", key, cert);
+		tls_errtext(err, errlen, what);
+		goto fail;
+	}
+	if ((x = SSL_CTX_get0_certificate(ctx)) == NULL
+	    || X509_digest(x, EVP_sha256(), md, &mdlen) != 1 || mdlen != 32) {
+		snprintf(what, sizeof(what), "cert %s", cert);
+		tls_errtext(err, errlen, what);
+		goto fail;
+	}
+	for (i = 0; i < mdlen; i++)
+		snprintf(fp + 2 * i, 3, "%02x", md[i]);
+	X509_NAME_oneline(X509_get_subject_name(x), what, sizeof(what));
+	msg_info("tls: loaded cert=%s subject=%s sha256=%s", cert, what, fp);
+	return ctx;
+
+fail:
+	SSL_CTX_free(ctx);
+	return NULL;
+}
+
+/* tls_new - the context for the configured files */
+int tls_new(struct tls **out, const char *cert, const char *key, char *err, size_t errlen)
+{
+	struct tls *t = xcalloc(1, sizeof(*t));
+
+	if ((t->ctx = tls_ctx_new(cert, key, t->fingerprint, err, errlen)) == NULL) {
+		free(t);
+		*out = NULL;
+		return -1;
+	}
+	t->cert = xstrdup(cert);
+	t->key = xstrdup(key);
+	*out = t;
+	return 0;
+}
+
+/* tls_reload - new connections get a context from the files as they are now */
+int tls_reload(struct tls *t, char *err, size_t errlen)
+{
+	char    fp[TLS_FP_LEN];
+	SSL_CTX *ctx;
+
+	if ((ctx = tls_ctx_new(t->cert, t->key, fp, err, errlen)) == NULL)
+		return -1;
+	SSL_CTX_free(t->ctx);		/* live connections keep their reference */
+	t->ctx = ctx;
+	memcpy(t->fingerprint, fp, sizeof(fp));
+	return 0;
+}
+
+/* tls_free - release the context; NULL-safe */
+void tls_free(struct tls *t)
+{
+	if (t == NULL)
+		return;
+	SSL_CTX_free(t->ctx);
+	free(t->cert);
+	free(t->key);
+	free(t);
+}
+
+/* tls_fingerprint - SHA-256 of the certificate new connections get, in hex */
+const char *tls_fingerprint(const struct tls *t)
+{
+	return t->fingerprint;
+}
+
+/* tls_result - an SSL call's failure as IO_AGAIN (and what to wait for), 0 (EOF) or IO_ERROR */
+static ssize_t tls_result(struct tls_io *t, int ret, uint32_t *wants, const char *what)
+{
+	switch (SSL_get_error(t->ssl, ret)) {
+	case SSL_ERROR_WANT_READ:
+		*wants = EPOLLIN;
+		return IO_AGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		*wants = EPOLLOUT;
+		return IO_AGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	default:
+		t->fatal = 1;
+		tls_errtext(t->io.err, sizeof(t->io.err), what);
+		return IO_ERROR;
+	}
+}
+
+/* tls_read - decrypted octets, 0 at the end, IO_AGAIN or IO_ERROR */
+static ssize_t tls_read(struct io *io, void *buf, size_t len)
+{
+	struct tls_io *t = (struct tls_io *) io;
+	int     n;
+
+	ERR_clear_error();
+	errno = 0;
+	io->read_wants = 0;
+	n = SSL_read(t->ssl, buf, len > INT_MAX ? INT_MAX : (int) len);
+	if (n > 0)
+		return n;
+	return tls_result(t, n, &io->read_wants, "read");
+}
+
+/* tls_write - octets taken, IO_AGAIN or IO_ERROR; a retry repeats the length */
+static ssize_t tls_write(struct io *io, const void *buf, size_t len)
+{
+	struct tls_io *t = (struct tls_io *) io;
+	ssize_t r;
+	int     n;
+
+	if (len > INT_MAX)
+		len = INT_MAX;
+	if (t->retry_len && t->retry_len <= len)
+		len = t->retry_len;
+	ERR_clear_error();
+	errno = 0;
+	io->write_wants = 0;
+	n = SSL_write(t->ssl, buf, (int) len);
+	if (n > 0) {
+		t->retry_len = 0;
+		return n;
+	}
+	r = tls_result(t, n, &io->write_wants, "write");
+	if (r == IO_AGAIN)
+		t->retry_len = len;
+	return r == 0 ? IO_ERROR : r;
+}
+
+/* tls_handshake - 1 done, 0 again (hs_wants set), -1 failed (err set) */
+static int tls_handshake(struct io *io)
+{
+	struct tls_io *t = (struct tls_io *) io;
+	ssize_t r;
+	int     n;
+
+	ERR_clear_error();
+	errno = 0;
+	n = SSL_accept(t->ssl);
+	if (n == 1) {
+		io->ready = 1;
+		io->hs_wants = 0;
+		return 1;
+	}
+	r = tls_result(t, n, &io->hs_wants, "handshake");
+	if (r == IO_AGAIN)
+		return 0;
+	if (r == 0) {
+		t->fatal = 1;
+		snprintf(io->err, sizeof(io->err), "handshake: connection closed");
+	}
+	return -1;
+}
+
+/* tls_pending - decrypted or buffered input no epoll event will announce */
+static size_t tls_pending(const struct io *io)
+{
+	const struct tls_io *t = (const struct tls_io *) io;
+	int     n = SSL_pending(t->ssl);
+
+	return n > 0 ? (size_t) n : (size_t) SSL_has_pending(t->ssl);
+}
+
+/* tls_describe - protocol and cipher, for logs */
+static void tls_describe(const struct io *io, char *buf, size_t len)
+{
+	const struct tls_io *t = (const struct tls_io *) io;
+
+	if (!io->ready) {
+		snprintf(buf, len, "tls=handshake");
+		return;
+	}
+	snprintf(buf, len, "tls=%s cipher=%s bits=%d", SSL_get_version(t->ssl),
+		 SSL_get_cipher_name(t->ssl), SSL_get_cipher_bits(t->ssl, NULL));
+}
+
+/* tls_close - close_notify if the session is sound, then close and free */
+static void tls_close(struct io *io)
+{
+	struct tls_io *t = (struct tls_io *) io;
+
+	if (io->ready && !t->fatal) {
+		SSL_shutdown(t->ssl);	/* one try: the socket is non-blocking */
+		ERR_clear_error();
+	}
+	SSL_free(t->ssl);
+	if (io->fd >= 0)
+		close(io->fd);
+	free(t);
+}
+
+static const struct io_ops tls_ops = {
+	.name = "tls",
+	.read = tls_read,
+	.write = tls_write,
+	.handshake = tls_handshake,
+	.pending = tls_pending,
+	.describe = tls_describe,
+	.close = tls_close,
+};
+
+/* tls_io_new - a server TLS session on fd, handshake pending; NULL if OpenSSL fails */
+struct io *tls_io_new(struct tls *tl, int fd)
+{
+	struct tls_io *t;
+	SSL    *ssl;
+	char    err[IO_ERR_MAX];
+
+	ERR_clear_error();
+	errno = 0;
+	if ((ssl = SSL_new(tl->ctx)) == NULL || SSL_set_fd(ssl, fd) != 1) {
+		tls_errtext(err, sizeof(err), "SSL_new");
+		msg_warn("tls: %s", err);
+		SSL_free(ssl);
+		close(fd);
+		return NULL;
+	}
+	SSL_set_accept_state(ssl);
+	t = xcalloc(1, sizeof(*t));
+	t->io.ops = &tls_ops;
+	t->io.fd = fd;
+	t->io.hs_wants = EPOLLIN;	/* the ClientHello */
+	t->ssl = ssl;
+	return &t->io;
+}

@@ -1,0 +1,292 @@
+"""Operations (issue 5): idemrelayctl against a running daemon, and /metrics."""
+
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+
+from harness import (BIN, case, check, eq, free_port, make_msg, run, submit, submit_ok,
+                     wait_until)
+
+CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
+
+# a deferred message stays deferred until an operator acts
+SLOW_RETRY = {"retry": {"first": "1h", "max": "1h", "give_up": "5d"}}
+
+
+def ops_daemon(t, sink, extra=None):
+    """ops_daemon - a daemon with a control socket and slow retries"""
+    conf = dict(SLOW_RETRY)
+    conf["control"] = os.path.join(t.tmp, "ctl.sock")
+    conf.update(extra or {})
+    return t.daemon(sink, conf)
+
+
+def ctl(d, *args, want=0, conf=None):
+    """ctl - run idemrelayctl on the daemon's config; check the exit status"""
+    check(os.access(CTL, os.X_OK), "%s is missing: run make first" % CTL)
+    r = run([CTL, "-c", conf or d.conf_path] + list(args))
+    check(r.returncode == want, "idemrelayctl %s: exit %d, want %d\nstdout: %s\nstderr: %s"
+          % (" ".join(args), r.returncode, want, r.stdout, r.stderr))
+    return r
+
+
+def ctl_json(d, *args, want=0, conf=None):
+    """ctl_json - the same with --json; the output must be one JSON object"""
+    r = ctl(d, "--json", *args, want=want, conf=conf)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError as e:
+        raise AssertionError("idemrelayctl --json %s: not JSON (%s): %r"
+                             % (" ".join(args), e, r.stdout))
+    eq(out.get("ok"), want == 0, "--json %s: ok" % " ".join(args))
+    return out
+
+
+def queued_qids(d):
+    return [m["qid"] for m in ctl_json(d, "queue")["queue"]]
+
+
+@case()
+def test_ctl_queue_show_flush(t):
+    """queue shows a deferred message; show by QID and by KEY tells its story; flush delivers it"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    rcpt = "fail-first-1-ops@example.com"
+    msg = make_msg(key="ops-flush-1")
+    qid = submit_ok(d.port, rcpt, msg)
+    d.wait_log(qid, "status=deferred")
+
+    out = ctl(d, "queue").stdout
+    check(qid in out and "deferred" in out and rcpt in out,
+          "queue lists the deferred message: %r" % out)
+    q = ctl_json(d, "queue")
+    eq(q["count"], 1, "queue count")
+    m = q["queue"][0]
+    eq((m["qid"], m["state"], m["attempts"], m["from"]),
+       (qid, "deferred", 1, "sender@example.org"), "queue entry")
+    check(m["next_attempt"] is not None and m["age"] >= 0, "next attempt and age: %r" % m)
+    eq([(r["addr"], r["state"]) for r in m["recipients"]], [(rcpt, "deferred")], "recipients")
+    check(m["recipients"][0]["reply"].startswith("451"), "last reply: %r" % m["recipients"])
+
+    # a duplicate answered with the QID is part of its story at once
+    r = submit(d.port, rcpt, msg)
+    eq(r.qid, qid, "duplicate's QID")
+
+    text = ctl(d, "show", qid).stdout
+    for want in (qid, "deferred", "client.test", "127.0.0.1", "<sender@example.org>",
+                 rcpt, "451", "1 answered"):
+        check(want in text, "show QID lacks %r:\n%s" % (want, text))
+    by_qid = ctl_json(d, "show", qid)["messages"]
+    by_key = ctl_json(d, "show", "ops-flush-1")["messages"]
+    eq([x["qid"] for x in by_key], [qid], "show KEY finds the message")
+    s = by_qid[0]
+    eq((s["qid"], s["state"], s["queued"], s["key"], s["duplicates"], s["attempts"]),
+       (qid, "deferred", True, True, 1, 1), "story while deferred")
+    check(s["client"].startswith("client.test") and s["from"] == "sender@example.org",
+          "story names client and sender: %r" % s)
+
+    ctl(d, "flush")
+    sink.wait_count(1, timeout=15)
+    d.wait_log(qid, "status=sent")
+    wait_until(lambda: queued_qids(d) == [], 10, "an empty queue after the flush")
+    check("Queue is empty" in ctl(d, "queue").stdout, "queue says it is empty")
+    s = ctl_json(d, "show", qid)["messages"][0]
+    eq((s["state"], s["queued"], s["attempts"], s["duplicates"]), ("sent", False, 2, 1),
+       "story after delivery")
+    check(s["recipients"][0]["reply"].startswith("250") and s["finished"],
+          "the upstream's 250 is in the story: %r" % s)
+    d.wait_log("control: flush")
+
+
+@case()
+def test_ctl_retry_drop(t):
+    """retry QID delivers one deferred message now; drop QID removes another for good"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    qa = submit_ok(d.port, "fail-first-1-ra@example.com", make_msg(key="ops-retry-a"))
+    qb = submit_ok(d.port, "tempfail-rb@example.com", make_msg(key="ops-drop-b"))
+    d.wait_log(qa, "status=deferred")
+    d.wait_log(qb, "status=deferred")
+    eq(sorted(queued_qids(d)), sorted([qa, qb]), "queued")
+
+    out = ctl(d, "retry", qa).stdout
+    check(qa in out, "retry says which: %r" % out)
+    rec = sink.wait_count(1, timeout=15)[0]
+    eq(rec["to"], ["fail-first-1-ra@example.com"], "retried message delivered")
+    d.wait_log(qa, "status=sent")
+    wait_until(lambda: queued_qids(d) == [qb], 10, "only the other message left")
+
+    j = ctl_json(d, "drop", qb)
+    eq(j["qid"], qb, "drop reply")
+    eq(queued_qids(d), [], "queue after drop")
+    d.wait_log(qb, "removed by the operator")
+    s = ctl_json(d, "show", qb)["messages"][0]
+    eq((s["state"], s["queued"]), ("dropped", False), "dropped story")
+    eq(s["recipients"][0]["state"], "dropped", "dropped recipient")
+
+    # errors: a QID gone, a QID never seen, a malformed one
+    r = ctl(d, "drop", qb, want=1)
+    check("not queued" in r.stderr, "drop twice: %r" % r.stderr)
+    r = ctl(d, "retry", "0000000000ZZ", want=1)
+    check("unknown QID 0000000000ZZ" in r.stderr, "retry unknown: %r" % r.stderr)
+    j = ctl_json(d, "retry", "0000000000ZZ", want=1)
+    check("unknown QID" in j["error"], "--json error: %r" % j)
+    r = ctl(d, "show", "0000000000ZZ", want=1)
+    check("unknown QID or key" in r.stderr, "show unknown: %r" % r.stderr)
+    time.sleep(1.5)
+    eq(len(sink.accepted()), 1, "nothing else reached the sink")
+
+
+@case()
+def test_ctl_forget_then_resubmit(t):
+    """forget KEY: the next submission with that key is a new message, delivered again"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    msg = make_msg(key="ops-forget-1")
+    q1 = submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg)
+    sink.wait_count(1)
+    eq(submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg), q1, "duplicate before")
+
+    r = ctl(d, "-u", "nobody", "forget", "ops-forget-1", want=1)
+    check("unknown key" in r.stderr, "another user's key: %r" % r.stderr)
+    j = ctl_json(d, "forget", "ops-forget-1")
+    eq((j["claims"], j["qids"]), (2, [q1]), "forget reply")
+    d.wait_log(q1, "key forgotten by the operator")
+    r = ctl(d, "forget", "ops-forget-1", want=1)
+    check("unknown key ops-forget-1" in r.stderr, "forget twice: %r" % r.stderr)
+
+    q2 = submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg)
+    check(q2 != q1, "resubmission after forget got a new QID (%s, %s)" % (q1, q2))
+    recs = sink.wait_count(2, timeout=15)
+    eq(sorted(r["to"] for r in recs), [["fa@example.com", "fb@example.com"]] * 2,
+       "delivered twice")
+    eq(submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg), q2, "duplicate after")
+
+    eq([m["qid"] for m in ctl_json(d, "show", "ops-forget-1")["messages"]], [q2],
+       "the key now names the new message")
+    old = ctl_json(d, "show", q1)["messages"][0]
+    check(old["key_forgotten"] is not None and old["duplicates"] == 1,
+          "the old story says its key was forgotten: %r" % old)
+
+    # a Message-ID key is found by the Message-ID itself
+    q3 = submit_ok(d.port, "fc@example.com", make_msg(msgid="<ops-3@example.org>"))
+    eq([m["qid"] for m in ctl_json(d, "show", "<ops-3@example.org>")["messages"]], [q3],
+       "show by Message-ID")
+
+
+@case()
+def test_ctl_stats_and_errors(t):
+    """stats (text and --json), an absent store, and what needs a daemon when none runs"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "tempfail-st@example.com", make_msg(key="ops-stats-1"))
+    d.wait_log(qid, "status=deferred")
+    out = ctl(d, "stats").stdout
+    check("queue        1 message" in out and "pid" in out, "stats text: %r" % out)
+    s = ctl_json(d, "stats")
+    eq((s["store"]["queued"], s["store"]["claims"]), (1, 1), "store figures")
+    check(s["store"]["map_used"] > 0 and s["store"]["map_size"] >= s["store"]["map_used"],
+          "map figures: %r" % s["store"])
+    c = s["daemon"]["counters"]
+    eq((c["submissions"], c["accepted"], c["deferred"]), (1, 1, 1), "daemon counters")
+
+    # absent store
+    absent = os.path.join(t.tmp, "absent.conf")
+    with open(d.conf_path) as f:
+        text = f.read().replace(d.store, os.path.join(t.tmp, "no-such-store"))
+    with open(absent, "w") as f:
+        f.write(text)
+    for cmd in (["queue"], ["show", qid], ["stats"]):
+        r = ctl(d, *cmd, want=1, conf=absent)
+        check("no store at %s" % os.path.join(t.tmp, "no-such-store") in r.stderr,
+              "%s on an absent store: %r" % (cmd[0], r.stderr))
+    j = ctl_json(d, "queue", want=1, conf=absent)
+    check(j["error"].startswith("no store at"), "--json absent store: %r" % j)
+
+    # the daemon stopped: reading still works, flush and retry say why they cannot
+    eq(d.stop(), 0, "daemon exit status")
+    check(not os.path.exists(d.conf["control"]), "control socket removed at exit")
+    eq(queued_qids(d), [qid], "queue read without the daemon")
+    r = ctl(d, "flush", want=1)
+    check("not running" in r.stderr, "flush without daemon: %r" % r.stderr)
+    r = ctl(d, "retry", qid, want=1)
+    check("not running" in r.stderr, "retry without daemon: %r" % r.stderr)
+    eq(ctl_json(d, "stats")["daemon"], None, "stats without daemon")
+    # drop works on the store itself then, and a restarted daemon does not deliver it
+    eq(ctl_json(d, "drop", qid)["offline"], True, "offline drop")
+    eq(queued_qids(d), [], "queue after offline drop")
+    d.start()
+    time.sleep(1.5)
+    eq(sink.accepted(), [], "dropped message never delivered")
+
+
+def scrape(port, path="/metrics"):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, "", ""
+
+
+def samples(text):
+    """samples - {name{labels}: value} of a Prometheus text exposition"""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+@case()
+def test_metrics_scrape(t):
+    """/metrics after exactly 1 accepted, 1 duplicate, 1 mismatch"""
+    sink = t.sink()
+    port = free_port()
+    d = t.daemon(sink, {"metrics": {"address": "127.0.0.1", "port": port}})
+    msg = make_msg(key="metrics-1")
+    qid = submit_ok(d.port, "m@example.com", msg)
+    eq(submit(d.port, "m@example.com", msg).qid, qid, "duplicate")
+    r = submit(d.port, "m@example.com", make_msg(key="metrics-1", body="Other.\r\n"))
+    eq(r.code, 554, "mismatch")
+    sink.wait_count(1)
+    d.wait_log(qid, "status=sent")
+
+    status, ctype, text = scrape(port)
+    eq(status, 200, "GET /metrics")
+    check(ctype.startswith("text/plain"), "content type %r" % ctype)
+    s = samples(text)
+    want = {
+        "idemrelay_submissions_total": 3,
+        "idemrelay_accepted_total": 1,
+        "idemrelay_duplicates_total": 1,
+        "idemrelay_mismatches_total": 1,
+        "idemrelay_partial_duplicates_total": 0,
+        "idemrelay_shadow_duplicates_total": 0,
+        'idemrelay_deliveries_total{status="sent"}': 1,
+        'idemrelay_deliveries_total{status="deferred"}': 0,
+        "idemrelay_queue_depth": 0,
+        "idemrelay_claims": 1,
+        "idemrelay_accept_latency_seconds_count": 3,
+        "idemrelay_delivery_latency_seconds_count": 1,
+        'idemrelay_commit_batch_size_bucket{le="+Inf"}': 1,
+    }
+    for k, v in want.items():
+        eq(s.get(k), v, k)
+    for k in ("idemrelay_store_map_size_bytes", "idemrelay_store_used_bytes",
+              "idemrelay_queue_oldest_seconds", "idemrelay_commit_batch_size_count"):
+        check(k in s, "%s missing from /metrics" % k)
+    check("# TYPE idemrelay_accept_latency_seconds histogram" in text, "histogram type")
+    eq(scrape(port, "/other")[0], 404, "GET /other")
+
+    # the Grafana dashboard only asks for what /metrics serves
+    dash = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "contrib", "grafana-idemrelay.json")
+    with open(dash) as f:
+        used = set(re.findall(r"idemrelay_[a-z_]+", json.dumps(json.load(f))))
+    served = set(re.findall(r"^# TYPE (idemrelay_[a-z_]+)", text, re.M))
+    served |= {n + sfx for n in served for sfx in ("_bucket", "_sum", "_count")}
+    eq(sorted(used - served), [], "dashboard metrics missing from /metrics")

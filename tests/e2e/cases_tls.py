@@ -1,0 +1,581 @@
+"""Inbound TLS and AUTH (SPEC section 6, issue 3): STARTTLS and its injection attack,
+implicit TLS, protocol versions, AUTH PLAIN and LOGIN, submission ports, relaying for
+AUTH users, per-user key scope, SIGHUP reloads. Certificates and password hashes are
+made by the tests (openssl req, openssl passwd -6, libcrypt's yescrypt)."""
+
+import base64
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import shutil
+import signal
+import smtplib
+import socket
+import ssl
+import time
+
+from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, port_open,
+                     qid_of, render_conf, run, submit, wait_until)
+
+READY = (220, "2.0.0 Ready to start TLS")
+
+
+# ---------------------------------------------------------------- fixtures
+
+def make_cert(t, name="cert", cn="idemrelay.test"):
+    """make_cert - a self-signed EC certificate and key in the test's directory"""
+    crt = os.path.join(t.tmp, name + ".pem")
+    key = os.path.join(t.tmp, name + "-key.pem")
+    r = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
+             "-days", "2", "-subj", "/CN=" + cn])
+    check(r.returncode == 0, "openssl req failed: %s" % r.stderr)
+    return crt, key
+
+
+def hash6(password):
+    """hash6 - a $6$ hash as `openssl passwd -6` makes it"""
+    r = run(["openssl", "passwd", "-6", password])
+    check(r.returncode == 0 and r.stdout.startswith("$6$"), "openssl passwd -6: %r" % r)
+    return r.stdout.strip()
+
+
+def hash_y(password):
+    """hash_y - a $y$ (yescrypt) hash from libcrypt, or None where it has none"""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
+        lib.crypt_gensalt.restype = ctypes.c_char_p
+        lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
+                                      ctypes.c_int]
+        lib.crypt.restype = ctypes.c_char_p
+        lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        setting = lib.crypt_gensalt(b"$y$", 0, None, 0)
+        h = lib.crypt(password.encode(), setting) if setting else None
+    except (OSError, AttributeError):
+        return None
+    return h.decode() if h and h.startswith(b"$y$") else None
+
+
+def write_users(t, users, name="users"):
+    """write_users - a users file of name:hash lines ({name: password}), with a comment"""
+    path = os.path.join(t.tmp, name)
+    lines = ["# idemrelay users, made by the test", ""]
+    for user, pw in users.items():
+        lines.append("%s:%s" % (user, pw if pw.startswith(("$", "!", "*")) else hash6(pw)))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.rename(tmp, path)
+    return path
+
+
+def tls_daemon(t, sink, listeners=({},), users=None, conf=None, cert=None):
+    """tls_daemon - a daemon with tls { } (and auth { } with users) and these
+    listeners (extra settings each); d.ports[i] is listener i's port"""
+    crt, key = cert or make_cert(t)
+    conf = dict(conf or {})
+    conf["tls"] = {"cert": crt, "key": key}
+    if users:
+        conf["auth"] = {"users": write_users(t, users)}
+    d = t.daemon(sink, conf, start=False)
+    d.ports = [d.port] + [free_port() for _ in listeners[1:]]
+    d.conf["listen"] = [dict({"address": "127.0.0.1", "port": p}, **extra)
+                        for p, extra in zip(d.ports, listeners)]
+    with open(d.conf_path, "w") as f:
+        f.write(render_conf(d.conf))
+    d.start()
+    wait_until(lambda: all(port_open(p) for p in d.ports), 10, "every listener")
+    return d
+
+
+def client_ctx(maximum=None):
+    """client_ctx - a TLS client context that takes the test's self-signed certificate"""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if maximum:
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # so the client itself would speak it
+        ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        ctx.maximum_version = maximum
+    return ctx
+
+
+def starttls(c):
+    """starttls - STARTTLS on a Raw client, then the handshake over its socket"""
+    eq(c.cmd("STARTTLS"), READY, "reply to STARTTLS")
+    eq(c.buf, b"", "octets after the 220, before the handshake")
+    c.sock = client_ctx().wrap_socket(c.sock)
+    return c
+
+
+def tls_raw(port, timeout=10):
+    """tls_raw - a Raw client on an implicit-TLS port, greeting read"""
+    c = Raw(port, timeout=timeout, greet=False)
+    c.sock = client_ctx().wrap_socket(c.sock)
+    c.greeting = c.reply()
+    return c
+
+
+def b64(s):
+    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+
+
+def plain(user, pw):
+    return b64("\0%s\0%s" % (user, pw))
+
+
+def ehlo_keywords(reply):
+    """ehlo_keywords - the extension lines of an EHLO reply (code, text)"""
+    expect_reply(reply, 250)
+    return reply[1].split("\n")[1:]
+
+
+def peer_fingerprint(port):
+    """peer_fingerprint - SHA-256 of the certificate an implicit-TLS port serves"""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with client_ctx().wrap_socket(s) as ss:
+            return hashlib.sha256(ss.getpeercert(binary_form=True)).hexdigest()
+
+
+def cert_fingerprint(crt):
+    r = run(["openssl", "x509", "-in", crt, "-noout", "-fingerprint", "-sha256"])
+    check(r.returncode == 0, "openssl x509: %s" % r.stderr)
+    return r.stdout.strip().split("=", 1)[1].replace(":", "").lower()
+
+
+def swaks(port, *extra, to="a@example.com"):
+    r = run(["swaks", "--server", "127.0.0.1:%d" % port, "--to", to, "--timeout", "20"]
+            + list(extra), timeout=60)
+    check(r.returncode == 0, "swaks exited %d:\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
+def received_line(data):
+    """received_line - our Received: field, unfolded"""
+    text = data.decode("latin-1")
+    i = text.find("Received: ")
+    check(i >= 0, "no Received header in %r" % text[:300])
+    return " ".join(text[i:text.find("\r\n\r\n")].split("\r\n\t")[:2])
+
+
+# ---------------------------------------------------------------- STARTTLS
+
+@case()
+def test_starttls_delivers(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"alice": "secret"})
+    s = smtplib.SMTP("127.0.0.1", d.port, timeout=20)
+    try:
+        s.ehlo("client.test")
+        check(s.has_extn("starttls"), "STARTTLS not offered: %r" % s.esmtp_features)
+        check(not s.has_extn("auth"), "AUTH offered before TLS: %r" % s.esmtp_features)
+        code, _ = s.starttls(context=client_ctx())
+        eq(code, 220, "STARTTLS")
+        s.ehlo("client.test")
+        check(not s.has_extn("starttls"), "STARTTLS offered again over TLS")
+        eq(s.esmtp_features.get("auth", "").split(), ["PLAIN", "LOGIN"], "AUTH over TLS")
+        msg = make_msg(key="tls-1", subject="over TLS")
+        r = submit(d.port, ["a@example.com"], msg, smtp=s)
+        expect_reply(r.data, 250, "2.0.0", "end of DATA over TLS")
+    finally:
+        s.quit()
+    rec = sink.wait_count(1)[0]
+    check(b"over TLS" in rec["data"], "the message reached the sink")
+    rcv = received_line(rec["data"])
+    check(" with ESMTPS id " in rcv, "Received says ESMTPS: %r" % rcv)
+    check(d.log_lines("tls: client=[127.0.0.1] tls=TLSv1."), "the handshake is logged")
+
+
+@case()
+def test_starttls_injection(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink)
+    for i, vector in enumerate([b"STARTTLS\r\nRSET\r\n",
+                                b"STARTTLS\r\nMAIL FROM:<evil@example.org>\r\n"]):
+        with Raw(d.port) as c:
+            expect_reply(c.cmd("EHLO client.test"), 250)
+            c.send(vector)                          # one segment (TCP_NODELAY, one send)
+            c.sock.settimeout(1.5)
+            got = b""
+            try:
+                while True:
+                    chunk = c.sock.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            except socket.timeout:
+                pass
+            eq(got, b"220 2.0.0 Ready to start TLS\r\n", "everything sent before the handshake")
+            c.sock.settimeout(10)
+            c.sock = client_ctx().wrap_socket(c.sock)
+            # the injected command was not run after the handshake either
+            eq(c.cmd("HELP")[0], 214, "first reply over TLS")
+            expect_reply(c.cmd("RCPT TO:<a@example.com>"), 503, "5.5.1",
+                         "RCPT over TLS (no MAIL survived the handshake)")
+            expect_reply(c.cmd("QUIT"), 221)
+        d.wait_log("discarded %d octets sent after STARTTLS" % (len(vector) - 10))
+    time.sleep(0.5)
+    eq(sink.accepted(), [], "nothing relayed")
+
+
+@case()
+def test_starttls_required(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"starttls": "required"},))
+    with Raw(d.port) as c:
+        check("STARTTLS" in ehlo_keywords(c.cmd("EHLO client.test")), "STARTTLS offered")
+        for cmd in ("MAIL FROM:<sender@example.org>", "RCPT TO:<a@example.com>", "DATA",
+                    "VRFY postmaster"):
+            expect_reply(c.cmd(cmd), 530, "5.7.0", cmd + " before STARTTLS")
+        eq(c.cmd("MAIL FROM:<x@example.org>")[1],
+           "5.7.0 Must issue a STARTTLS command first", "the text")
+        expect_reply(c.cmd("NOOP"), 250)
+        expect_reply(c.cmd("RSET"), 250)
+        starttls(c)
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250, "2.1.0", "MAIL after TLS")
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="required-1") + b".\r\n")
+        expect_reply(c.reply(), 250, "2.0.0", "end of DATA")
+        expect_reply(c.cmd("QUIT"), 221)
+    sink.wait_count(1)
+
+
+@case()
+def test_implicit_tls(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users={"alice": "secret"})
+    port = d.ports[1]
+    s = smtplib.SMTP_SSL("127.0.0.1", port, context=client_ctx(), timeout=20)
+    try:
+        s.ehlo("client.test")
+        check(not s.has_extn("starttls"), "STARTTLS offered on an implicit-TLS port")
+        check(s.has_extn("auth"), "AUTH not offered over implicit TLS")
+        expect_reply(s.mail("sender@example.org"), 530, "5.7.0", "MAIL before AUTH")
+        s.rset()
+        eq(s.login("alice", "secret")[0], 235, "AUTH")
+        r = submit(port, ["a@example.com"], make_msg(key="implicit-1"), smtp=s)
+        expect_reply(r.data, 250, "2.0.0")
+    finally:
+        s.quit()
+    out = swaks(port, "--tlsc", "--auth", "PLAIN", "--auth-user", "alice",
+                "--auth-password", "secret", "--header", "X-Idempotency-Key: implicit-2")
+    check("250 2.0.0 Ok: queued as" in out, "swaks --tlsc: %s" % out)
+    recs = sink.wait_count(2)
+    for rec in recs:
+        rcv = received_line(rec["data"])
+        check(" with ESMTPSA id " in rcv, "Received says ESMTPSA: %r" % rcv)
+    # a client speaking in the clear to the TLS port gets no SMTP at all
+    failed = len(d.log_lines("tls: handshake failed from [127.0.0.1]"))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"EHLO client.test\r\n")
+        try:
+            data = s.recv(4096)             # a TLS alert, at most
+        except ConnectionResetError:
+            data = b""
+        check(not data.startswith(b"220") and not data.startswith(b"250"),
+              "SMTP in the clear on the TLS port: %r" % data)
+    wait_until(lambda: len(d.log_lines("tls: handshake failed from [127.0.0.1]")) > failed,
+               10, "the failed handshake in the log")
+
+
+@case()
+def test_old_tls_refused(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}))
+    for port, how in ((d.ports[1], "implicit"), (d.port, "STARTTLS")):
+        with Raw(port, greet=how == "STARTTLS") as c:
+            if how == "STARTTLS":
+                eq(c.cmd("STARTTLS"), READY, "STARTTLS")
+            try:
+                c.sock = client_ctx(ssl.TLSVersion.TLSv1_1).wrap_socket(c.sock)
+                raise AssertionError("a TLS 1.1 handshake succeeded (%s)" % how)
+            except ssl.SSLError as e:
+                check("PROTOCOL_VERSION" in str(e).upper(),
+                      "TLS 1.1 refused by the server with protocol_version (%s): %s" % (how, e))
+    with socket.create_connection(("127.0.0.1", d.ports[1]), timeout=10) as s:
+        with client_ctx(ssl.TLSVersion.TLSv1_2).wrap_socket(s) as ss:
+            eq(ss.version(), "TLSv1.2", "TLS 1.2 is still spoken")
+            check(ss.recv(100).startswith(b"220 "), "greeting over TLS 1.2")
+    d.wait_log("unsupported protocol")
+
+
+@case()
+def test_tls_handshake_timeout(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}),
+                   conf={"limits": {"command_timeout": "2s"}})
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", d.ports[1]), timeout=15) as s:
+        eq(s.recv(100), b"", "the silent client is dropped without a word")
+    check(time.monotonic() - start < 8, "dropped within command_timeout and a sweep")
+    d.wait_log("timeout during TLS handshake from [127.0.0.1]")
+    with Raw(d.port) as c:                  # STARTTLS, then silence
+        eq(c.cmd("STARTTLS"), READY, "STARTTLS")
+        c.sock.settimeout(15)
+        eq(c.sock.recv(100), b"", "dropped in the handshake")
+
+
+@case()
+def test_tls_big_and_pipelined(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}))
+    body = b"".join(b"line %06d of a big message over TLS\r\n" % i for i in range(60000))
+    one = make_msg(key="big-1", body=body)
+    two = make_msg(key="big-2", body=b"small\r\n")
+    with tls_raw(d.ports[1]) as c:
+        c.send(b"EHLO client.test\r\nMAIL FROM:<s@example.org>\r\nRCPT TO:<a@example.com>\r\n"
+               b"DATA\r\n")
+        for _ in range(4):
+            c.reply()
+        c.send(one + b".\r\nMAIL FROM:<s@example.org>\r\nRCPT TO:<b@example.com>\r\nDATA\r\n")
+        q1 = qid_of(expect_reply(c.reply(), 250, "2.0.0", "big message"))
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 354)
+        c.send(two + b".\r\nQUIT\r\n")
+        q2 = qid_of(expect_reply(c.reply(), 250, "2.0.0", "second message"))
+        expect_reply(c.reply(), 221)
+    check(q1 != q2, "two messages")
+    recs = sink.wait_count(2, timeout=30)
+    big = [r for r in recs if b"big-1" in r["data"] or len(r["data"]) > len(body)]
+    check(big and big[0]["data"].endswith(body), "the big message arrived whole")
+
+
+# ---------------------------------------------------------------- AUTH
+
+@case()
+def test_auth_needs_tls(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"alice": "secret"})
+    with Raw(d.port) as c:
+        kw = ehlo_keywords(c.cmd("EHLO client.test"))
+        check(not any(k.startswith("AUTH") for k in kw), "AUTH offered in the clear: %r" % kw)
+        for cmd in ("AUTH PLAIN " + plain("alice", "secret"), "AUTH LOGIN"):
+            eq(c.cmd(cmd), (538, "5.7.11 Encryption required for requested authentication "
+                                 "mechanism"), cmd + " in the clear")
+        starttls(c)
+        kw = ehlo_keywords(c.cmd("EHLO client.test"))
+        check("AUTH PLAIN LOGIN" in kw, "AUTH PLAIN LOGIN offered over TLS: %r" % kw)
+        check("STARTTLS" not in kw, "STARTTLS offered over TLS: %r" % kw)
+        eq(c.cmd("AUTH PLAIN " + plain("alice", "secret")),
+           (235, "2.7.0 Authentication successful"), "AUTH over TLS")
+
+
+@case()
+def test_auth_plain_and_login(t):
+    sink = t.sink()
+    users = {"alice": "secret", "bob": "hunter2"}
+    hy = hash_y("yes-pass")
+    if hy:
+        users["yves"] = hy
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}), users=users)
+    port = d.ports[1]
+    ok = (235, "2.7.0 Authentication successful")
+    with tls_raw(port) as c:                # PLAIN with an initial response
+        eq(c.cmd("AUTH PLAIN " + plain("alice", "secret")), ok, "AUTH PLAIN")
+        expect_reply(c.cmd("AUTH PLAIN " + plain("alice", "secret")), 503, "5.5.1",
+                     "a second AUTH")
+    with tls_raw(port) as c:                # PLAIN after an empty challenge
+        eq(c.cmd("AUTH PLAIN"), (334, ""), "PLAIN challenge")
+        eq(c.cmd(plain("bob", "hunter2")), ok, "PLAIN response")
+    with tls_raw(port) as c:                # LOGIN, both challenges
+        eq(c.cmd("AUTH LOGIN"), (334, "VXNlcm5hbWU6"), "LOGIN user challenge")
+        eq(c.cmd(b64("alice")), (334, "UGFzc3dvcmQ6"), "LOGIN password challenge")
+        eq(c.cmd(b64("secret")), ok, "LOGIN")
+    with tls_raw(port) as c:                # cancelled, then a syntax error, then right
+        eq(c.cmd("AUTH LOGIN"), (334, "VXNlcm5hbWU6"), "LOGIN")
+        eq(c.cmd("*"), (501, "5.7.0 Authentication aborted"), "cancel")
+        expect_reply(c.cmd("AUTH PLAIN not-base64"), 501, "5.5.2", "bad base64")
+        expect_reply(c.cmd("AUTH CRAM-MD5"), 504, "5.5.4", "unknown mechanism")
+        eq(c.cmd("AUTH LOGIN " + b64("bob")), (334, "UGFzc3dvcmQ6"), "LOGIN with the name")
+        eq(c.cmd(b64("hunter2")), ok, "LOGIN with an initial response")
+    if hy:
+        with tls_raw(port) as c:
+            eq(c.cmd("AUTH PLAIN " + plain("yves", "yes-pass")), ok, "a $y$ (yescrypt) user")
+    for mech in ("PLAIN", "LOGIN"):
+        out = swaks(port, "--tlsc", "--auth", mech, "--auth-user", "bob",
+                    "--auth-password", "hunter2", "--quit-after", "AUTH")
+        check("235 2.7.0" in out, "swaks --auth %s: %s" % (mech, out))
+    check(d.log_lines("auth: client=[127.0.0.1] sasl_username=alice status=ok"), "logged")
+    check(not [l for l in d.log().splitlines() if "secret" in l or "hunter2" in l],
+          "a password in the log")
+
+
+@case()
+def test_auth_failures(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}), users={"alice": "secret"})
+    port = d.ports[1]
+    fail = (535, "5.7.8 Error: authentication failed")
+    with tls_raw(port, timeout=20) as c:
+        for i, cmd in enumerate(["AUTH PLAIN " + plain("alice", "wrong"),
+                                 "AUTH PLAIN " + plain("mallory", "secret")]):
+            start = time.monotonic()
+            eq(c.cmd(cmd), fail, "bad credentials #%d" % (i + 1))
+            check(time.monotonic() - start >= 0.9, "535 #%d came without a delay" % (i + 1))
+        eq(c.cmd("AUTH LOGIN"), (334, "VXNlcm5hbWU6"), "LOGIN")
+        eq(c.cmd(b64("alice")), (334, "UGFzc3dvcmQ6"), "LOGIN")
+        eq(c.cmd(b64("wrong")), fail, "bad credentials #3")
+        code, text = c.reply()
+        eq(code, 421, "after the third failure: %r" % text)
+        check("too many failed authentication attempts" in text, text)
+        eq(c.rest(timeout=5), "", "the connection is closed")
+    # others are not slowed meanwhile, and the right password still works
+    with tls_raw(port) as c:
+        start = time.monotonic()
+        eq(c.cmd("AUTH PLAIN " + plain("alice", "secret"))[0], 235, "good credentials")
+        check(time.monotonic() - start < 0.9, "a success was delayed")
+    eq(len(d.log_lines("sasl_username=alice status=failed")), 2, "failures logged")
+    eq(len(d.log_lines("sasl_username=mallory status=failed")), 1, "unknown user logged")
+
+
+@case()
+def test_auth_required_submission(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"starttls": "required", "auth": "required"},),
+                   users={"alice": "secret"})
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        eq(c.cmd("MAIL FROM:<sender@example.org>"),
+           (530, "5.7.0 Must issue a STARTTLS command first"), "MAIL before TLS")
+        expect_reply(c.cmd("AUTH PLAIN " + plain("alice", "secret")), 530, "5.7.0",
+                     "AUTH before TLS on a starttls=required port")
+        starttls(c)
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        eq(c.cmd("MAIL FROM:<sender@example.org>"), (530, "5.7.0 Authentication required"),
+           "MAIL before AUTH")
+        eq(c.cmd("AUTH PLAIN " + plain("alice", "secret"))[0], 235, "AUTH")
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250, "2.1.0", "MAIL after AUTH")
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="submission-1") + b".\r\n")
+        expect_reply(c.reply(), 250, "2.0.0")
+    out = swaks(d.port, "--tls", "--auth", "PLAIN", "--auth-user", "alice",
+                "--auth-password", "secret", "--header", "X-Idempotency-Key: submission-2")
+    check("250 2.0.0 Ok: queued as" in out, "swaks --tls --auth: %s" % out)
+    sink.wait_count(2)
+
+
+@case()
+def test_auth_relay(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"alice": "secret"},
+                   conf={"access": {"networks": ["10.0.0.0/8"]}})
+    with Raw(d.port) as c:                  # TLS alone is not enough
+        starttls(c)
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        eq(c.cmd("RCPT TO:<a@example.com>"),
+           (554, "5.7.1 <a@example.com>: Relay access denied"), "unauthenticated RCPT")
+    with Raw(d.port) as c:
+        starttls(c)
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        eq(c.cmd("AUTH PLAIN " + plain("alice", "secret"))[0], 235, "AUTH")
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250, "2.1.5", "authenticated RCPT")
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="relay-1", subject="relayed for alice") + b".\r\n")
+        q = qid_of(expect_reply(c.reply(), 250, "2.0.0"))
+    rec = sink.wait_count(1)[0]
+    check(b"relayed for alice" in rec["data"], "delivered")
+    check(" with ESMTPSA id %s" % q in received_line(rec["data"]), "ESMTPSA in Received")
+
+
+def auth_submit(port, user, pw, key, to="same@example.com", subject="s"):
+    """auth_submit - one message over implicit TLS as user, the same sender and body
+    whoever sends it (so that only the scope tells them apart); the end-of-DATA reply"""
+    with tls_raw(port) as c:
+        eq(c.cmd("AUTH PLAIN " + plain(user, pw))[0], 235, "AUTH as " + user)
+        expect_reply(c.cmd("MAIL FROM:<app@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<%s>" % to), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key=key, subject=subject, frm="app@example.org", to=to) + b".\r\n")
+        return expect_reply(c.reply(), 250, "2.0.0", "end of DATA for " + user)
+
+
+@case()
+def test_scope_user(t):
+    sink = t.sink()
+    users = {"alice": "secret", "bob": "hunter2"}
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=users, conf={"keys": {"scope": "user"}})
+    port = d.ports[1]
+    a1 = auth_submit(port, "alice", "secret", "order-42", subject="from alice")
+    b1 = auth_submit(port, "bob", "hunter2", "order-42", subject="from bob")
+    check("duplicate" not in b1, "bob's message taken for alice's: %r" % b1)
+    check(qid_of(a1) != qid_of(b1), "one QID for two tenants")
+    a2 = auth_submit(port, "alice", "secret", "order-42", subject="from alice")
+    eq(qid_of(a2), qid_of(a1), "alice's retry gets her original QID")
+    check("duplicate" in a2, "alice's retry is a duplicate: %r" % a2)
+    sink.wait_count(2)
+    time.sleep(1)
+    recs = sink.accepted()
+    eq(sorted(r["data"].split(b"Subject: ")[1].split(b"\r\n")[0] for r in recs),
+       [b"from alice", b"from bob"], "one message per tenant at the sink")
+    # in one global namespace the same key from bob is alice's duplicate
+    d2 = tls_daemon(t, sink, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                    users=users, conf={"keys": {"scope": "global"}})
+    g1 = auth_submit(d2.ports[1], "alice", "secret", "order-43")
+    g2 = auth_submit(d2.ports[1], "bob", "hunter2", "order-43")
+    eq(qid_of(g2), qid_of(g1), "global scope: bob's is alice's duplicate")
+
+
+# ---------------------------------------------------------------- SIGHUP
+
+@case()
+def test_sighup_reloads_certificate(t):
+    sink = t.sink()
+    crt, key = make_cert(t, "live")
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}), cert=(crt, key))
+    port = d.ports[1]
+    eq(peer_fingerprint(port), cert_fingerprint(crt), "the first certificate")
+    old = tls_raw(port)                     # a session that outlives the reload
+    crt2, key2 = make_cert(t, "next", cn="next.idemrelay.test")
+    shutil.copy(crt2, crt)
+    shutil.copy(key2, key)
+    d.proc.send_signal(signal.SIGHUP)
+    fp2 = cert_fingerprint(crt2)
+    d.wait_log("sha256=" + fp2)
+    eq(peer_fingerprint(port), fp2, "the certificate after SIGHUP")
+    with Raw(d.port) as c:                  # STARTTLS gets it too
+        starttls(c)
+        eq(hashlib.sha256(c.sock.getpeercert(binary_form=True)).hexdigest(), fp2,
+           "STARTTLS certificate after SIGHUP")
+    expect_reply(old.cmd("NOOP"), 250, what="a session from before the reload")
+    old.close()
+    # a broken file: the reload fails, the certificate in use stays
+    with open(crt, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_log("reload: tls: cert " + crt)
+    check(d.log_lines("keeping the certificate in use"), "the failure says what stays")
+    eq(peer_fingerprint(port), fp2, "the certificate after a failed reload")
+
+
+@case()
+def test_sighup_reloads_users(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}), users={"alice": "secret"})
+    port = d.ports[1]
+
+    def try_auth(user, pw):
+        with tls_raw(port) as c:
+            return c.cmd("AUTH PLAIN " + plain(user, pw))[0]
+
+    eq(try_auth("alice", "secret"), 235, "alice before the reload")
+    eq(try_auth("carol", "s3cret"), 535, "carol before the reload")
+    write_users(t, {"carol": "s3cret", "alice": "!locked"})
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_log("reload: auth: 2 users from")
+    eq(try_auth("carol", "s3cret"), 235, "carol after the reload")
+    eq(try_auth("alice", "secret"), 535, "alice (locked) after the reload")
+    with open(os.path.join(t.tmp, "users"), "a") as f:
+        f.write("broken line without a colon\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_log("keeping the users in use")
+    check(d.log_lines("expected name:hash"), "the error names the problem")
+    eq(try_auth("carol", "s3cret"), 235, "carol after a failed reload")

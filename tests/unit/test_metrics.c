@@ -1,0 +1,235 @@
+/*
+ * test_metrics - counters, histograms and the Prometheus text rendering
+ * (relay/metrics.c), and the control protocol's little JSON (relay/ctl_json.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../relay/commit.h"
+#include "../../relay/ctl_json.h"
+#include "../../relay/metrics.h"
+#include "../../util/buf.h"
+
+/* has_line - the rendered text holds this exact line */
+static void has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+	const char *p;
+
+	for (p = text; (p = strstr(p, line)) != NULL; p += n)
+		if ((p == text || p[-1] == '\n') && p[n] == '\n')
+			return;
+	fail_msg("missing line %s in:\n%s", line, text);
+}
+
+/* render - the text for the current counters and the given gauges */
+static void render(struct buf *out, const struct metrics_gauges *g)
+{
+	struct metrics_snapshot s;
+
+	buf_reset(out);
+	metrics_snapshot(&s);
+	metrics_render(out, &s, g);
+}
+
+static void test_counters(void **state)
+{
+	struct metrics_gauges g;
+	struct buf out = BUF_INIT;
+	static const struct {
+		int outcome, shadow;
+	} answers[] = {
+		{ COMMIT_QUEUED, 0 }, { COMMIT_DUPLICATE, 0 }, { COMMIT_MISMATCH, 0 },
+		{ COMMIT_PARTIAL, 0 }, { COMMIT_QUEUED, 1 }, { COMMIT_FAILED, 0 },
+	};
+	size_t i;
+
+	(void) state;
+	metrics_reset();
+	memset(&g, 0, sizeof(g));
+	for (i = 0; i < sizeof(answers) / sizeof(answers[0]); i++) {
+		metrics_inc(METRICS_SUBMISSIONS);
+		metrics_answered(answers[i].outcome, answers[i].shadow, 1000);
+	}
+	metrics_delivered("sent", 2000000);
+	metrics_delivered("sent", 1);
+	metrics_delivered("deferred", 5);
+	metrics_delivered("bounced", 5);
+	metrics_delivered("unconfirmed", 5);
+	metrics_delivered("something else", 5);
+	render(&out, &g);
+	has_line(out.data, "# TYPE idemrelay_submissions_total counter");
+	has_line(out.data, "idemrelay_submissions_total 6");
+	has_line(out.data, "idemrelay_accepted_total 3");	/* queued, partial, shadow */
+	has_line(out.data, "idemrelay_duplicates_total 1");
+	has_line(out.data, "idemrelay_partial_duplicates_total 1");
+	has_line(out.data, "idemrelay_mismatches_total 1");
+	has_line(out.data, "idemrelay_shadow_duplicates_total 1");
+	has_line(out.data, "idemrelay_deliveries_total{status=\"sent\"} 2");
+	has_line(out.data, "idemrelay_deliveries_total{status=\"deferred\"} 1");
+	has_line(out.data, "idemrelay_deliveries_total{status=\"bounced\"} 1");
+	has_line(out.data, "idemrelay_deliveries_total{status=\"unconfirmed\"} 1");
+	/* without a readable store, only store_up says so */
+	has_line(out.data, "idemrelay_store_up 0");
+	if (strstr(out.data, "idemrelay_queue_depth"))
+		fail_msg("queue depth rendered without a store");
+	buf_free(&out);
+}
+
+static void test_histograms(void **state)
+{
+	struct metrics_gauges g;
+	struct buf out = BUF_INIT;
+
+	(void) state;
+	metrics_reset();
+	memset(&g, 0, sizeof(g));
+	metrics_observe(METRICS_COMMIT_BATCH, 1);
+	metrics_observe(METRICS_COMMIT_BATCH, 3);
+	metrics_observe(METRICS_COMMIT_BATCH, 4);
+	metrics_observe(METRICS_COMMIT_BATCH, 1000);
+	metrics_observe(METRICS_ACCEPT_LATENCY, 400);		/* 0.4 ms */
+	metrics_observe(METRICS_ACCEPT_LATENCY, 1000);		/* exactly on a bound: le */
+	metrics_observe(METRICS_ACCEPT_LATENCY, -5);		/* clock step: counted as 0 */
+	render(&out, &g);
+	has_line(out.data, "# TYPE idemrelay_commit_batch_size histogram");
+	has_line(out.data, "idemrelay_commit_batch_size_bucket{le=\"1\"} 1");
+	has_line(out.data, "idemrelay_commit_batch_size_bucket{le=\"2\"} 1");
+	has_line(out.data, "idemrelay_commit_batch_size_bucket{le=\"4\"} 3");
+	has_line(out.data, "idemrelay_commit_batch_size_bucket{le=\"512\"} 3");
+	has_line(out.data, "idemrelay_commit_batch_size_bucket{le=\"+Inf\"} 4");
+	has_line(out.data, "idemrelay_commit_batch_size_sum 1008");
+	has_line(out.data, "idemrelay_commit_batch_size_count 4");
+	has_line(out.data, "idemrelay_accept_latency_seconds_bucket{le=\"0.0005\"} 2");
+	has_line(out.data, "idemrelay_accept_latency_seconds_bucket{le=\"0.001\"} 3");
+	has_line(out.data, "idemrelay_accept_latency_seconds_bucket{le=\"10\"} 3");
+	has_line(out.data, "idemrelay_accept_latency_seconds_sum 0.0014");
+	has_line(out.data, "idemrelay_accept_latency_seconds_count 3");
+	has_line(out.data, "idemrelay_delivery_latency_seconds_bucket{le=\"86400\"} 0");
+	has_line(out.data, "idemrelay_delivery_latency_seconds_count 0");
+	buf_free(&out);
+}
+
+static void test_gauges(void **state)
+{
+	struct metrics_gauges g;
+	struct buf out = BUF_INIT;
+
+	(void) state;
+	metrics_reset();
+	memset(&g, 0, sizeof(g));
+	g.store_ok = 1;
+	g.queue_depth = 7;
+	g.oldest_seconds = 12.5;
+	g.claims = 42;
+	g.map_size = 1073741824;
+	g.map_used = 65536;
+	g.start_time = 1700000000;
+	render(&out, &g);
+	has_line(out.data, "# TYPE idemrelay_queue_depth gauge");
+	has_line(out.data, "idemrelay_store_up 1");
+	has_line(out.data, "idemrelay_queue_depth 7");
+	has_line(out.data, "idemrelay_queue_oldest_seconds 12.5");
+	has_line(out.data, "idemrelay_claims 42");
+	has_line(out.data, "idemrelay_store_map_size_bytes 1073741824");
+	has_line(out.data, "idemrelay_store_used_bytes 65536");
+	has_line(out.data, "idemrelay_start_time_seconds 1700000000");
+	/* every sample line is "name[{labels}] value", and each family has HELP and TYPE */
+	for (char *line = strtok(out.data, "\n"); line; line = strtok(NULL, "\n")) {
+		if (line[0] == '#')
+			continue;
+		if (strncmp(line, "idemrelay_", 10) != 0 || strchr(line, ' ') == NULL
+		    || strchr(line, ' ') != strrchr(line, ' '))
+			fail_msg("malformed sample line %s", line);
+	}
+	buf_free(&out);
+}
+
+static void test_json_write(void **state)
+{
+	static const struct {
+		const char *in, *want;
+	} cases[] = {
+		{ "plain", "\"plain\"" },
+		{ "q\"b\\", "\"q\\\"b\\\\\"" },
+		{ "a\nb\tc\x01", "\"a\\nb\\u0009c\\u0001\"" },
+		{ "caf\xc3\xa9", "\"caf\xc3\xa9\"" },		/* valid UTF-8 kept */
+		{ "bad\xff\xc3", "\"bad\\u00ff\\u00c3\"" },	/* invalid bytes escaped */
+		{ NULL, "null" },
+	};
+	struct buf b = BUF_INIT;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		buf_reset(&b);
+		ctl_json_str(&b, cases[i].in);
+		if (strcmp(b.data, cases[i].want) != 0)
+			fail_msg("json_str case %zu: got %s, want %s", i, b.data, cases[i].want);
+	}
+	buf_reset(&b);
+	ctl_json_time(&b, 1700000000LL * 1000000 + 5);
+	assert_string_equal(b.data, "\"2023-11-14T22:13:20Z\"");
+	buf_reset(&b);
+	ctl_json_time(&b, 0);
+	assert_string_equal(b.data, "null");
+	buf_free(&b);
+}
+
+static void test_json_read(void **state)
+{
+	const char *j = "{\"ok\":true, \"nested\":{\"error\":\"not me\",\"a\":[1,{\"b\":2}]},"
+	    "\"error\":\"unknown QID \\\"X\\\" \\u00e9\",\"claims\":12,\"neg\":-3,"
+	    "\"qids\":[\"A\",\"B\"],\"off\":false}";
+	const char *v;
+	size_t len;
+	char s[64];
+	long long n;
+	int b;
+
+	(void) state;
+	assert_int_equal(ctl_json_get_bool(j, "ok", &b), 0);
+	assert_int_equal(b, 1);
+	assert_int_equal(ctl_json_get_bool(j, "off", &b), 0);
+	assert_int_equal(b, 0);
+	assert_int_equal(ctl_json_get_str(j, "error", s, sizeof(s)), 0);
+	assert_string_equal(s, "unknown QID \"X\" \xc3\xa9");	/* the top-level one */
+	assert_int_equal(ctl_json_get_int(j, "claims", &n), 0);
+	assert_int_equal(n, 12);
+	assert_int_equal(ctl_json_get_int(j, "neg", &n), 0);
+	assert_int_equal(n, -3);
+	assert_int_equal(ctl_json_get(j, "qids", &v, &len), 0);
+	assert_int_equal(len, 9);
+	assert_memory_equal(v, "[\"A\",\"B\"]", 9);
+	assert_int_equal(ctl_json_get(j, "b", &v, &len), -1);		/* nested only */
+	assert_int_equal(ctl_json_get_int(j, "error", &n), -1);	/* wrong type */
+	assert_int_equal(ctl_json_get_str(j, "claims", s, sizeof(s)), -1);
+	assert_int_equal(ctl_json_get_str(j, "error", s, 8), 0);	/* truncated to fit */
+	assert_string_equal(s, "unknown");
+	/* malformed input never reads past its end */
+	assert_int_equal(ctl_json_get(j + 1, "ok", &v, &len), -1);
+	assert_int_equal(ctl_json_get("{\"ok\":", "ok", &v, &len), -1);
+	assert_int_equal(ctl_json_get("{\"ok\":\"unterminated}", "ok", &v, &len), -1);
+	assert_int_equal(ctl_json_get("{\"a\":[1,2}", "a", &v, &len), -1);
+	assert_int_equal(ctl_json_get("{}", "a", &v, &len), -1);
+	assert_int_equal(ctl_json_get("", "a", &v, &len), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counters),
+		cmocka_unit_test(test_histograms),
+		cmocka_unit_test(test_gauges),
+		cmocka_unit_test(test_json_write),
+		cmocka_unit_test(test_json_read),
+	};
+
+	return cmocka_run_group_tests_name("metrics", tests, NULL, NULL);
+}

@@ -1,0 +1,446 @@
+/*
+ * test_story - the store's stories and key index (store_hist.c, store_keys.c):
+ * the history record codec, a story through spool, delivery updates, drop,
+ * duplicate counts and expiry, forgetting a key, and the read-only open
+ * idemrelayctl uses. Each test gets a fresh store in a temporary directory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ftw.h>
+#include <sys/time.h>
+#include <cmocka.h>
+
+#include "../../store/store.h"
+#include "../../store/store_int.h"
+#include "../../util/buf.h"
+
+#define SEC		1000000LL
+#define TTL		(3600 * SEC)
+
+#define CHECK_INT(what, got, want) do { \
+	long long g_ = (long long) (got), w_ = (long long) (want); \
+	if (g_ != w_) \
+		fail_msg("%s: got %lld, want %lld", (what), g_, w_); \
+} while (0)
+
+#define CHECK_STR(what, got, want) do { \
+	const char *g_ = (got), *w_ = (want); \
+	if ((g_ == NULL) != (w_ == NULL) || (g_ && strcmp(g_, w_) != 0)) \
+		fail_msg("%s: got %s, want %s", (what), g_ ? g_ : "NULL", w_ ? w_ : "NULL"); \
+} while (0)
+
+struct fx {
+	char dir[64];
+	char path[96];
+	struct store *st;
+};
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void) sb;
+	(void) flag;
+	(void) ftw;
+	return remove(p);
+}
+
+static int fx_setup(void **state)
+{
+	struct fx *f = xcalloc(1, sizeof(*f));
+	char err[256];
+
+	strcpy(f->dir, "/tmp/test_story.XXXXXX");
+	if (mkdtemp(f->dir) == NULL)
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/store", f->dir);
+	if (store_open(&f->st, f->path, 64u << 20, err, sizeof(err)) != 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+
+	store_close(f->st);
+	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static int64_t now_us(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (int64_t) tv.tv_sec * SEC + tv.tv_usec;
+}
+
+static void hash_of(uint8_t h[STORE_HASH_LEN], int i)
+{
+	memset(h, i, STORE_HASH_LEN);
+	h[0] = 0xa5;
+}
+
+/* msg_new - a message with n recipients, as server.c builds it */
+static void msg_new(struct store_msg *m, const char *qid, size_t n, const char *user)
+{
+	char a[64];
+	size_t i;
+
+	memset(m, 0, sizeof(*m));
+	strcpy(m->qid, qid);
+	m->accepted = now_us();
+	m->from = xstrdup("sender@example.com");
+	m->client = xstrdup("helo.example [192.0.2.1]");
+	m->user = user ? xstrdup(user) : NULL;
+	m->rcpts = xcalloc(n, sizeof(*m->rcpts));
+	m->n_rcpts = n;
+	for (i = 0; i < n; i++) {
+		snprintf(a, sizeof(a), "r%zu@example.net", i);
+		m->rcpts[i].addr = xstrdup(a);
+	}
+	m->data = xstrdup("Subject: x\r\n\r\nbody\r\n");
+	m->data_len = strlen(m->data);
+	m->next_attempt = m->accepted;
+}
+
+/* accept_msg - what commit_one() writes: message, story, claims and key index */
+static void accept_msg(struct store *st, struct store_msg *m, int key, const int *claims)
+{
+	struct store_txn *t;
+	struct store_claim c;
+	uint8_t kh[STORE_HASH_LEN], ch[STORE_HASH_LEN];
+	size_t i;
+
+	hash_of(kh, key);
+	assert_int_equal(store_txn_begin(st, &t), 0);
+	store_txn_msg_put(t, m);
+	store_txn_hist_put(t, m, key ? kh : NULL, TTL);
+	memset(&c, 0, sizeof(c));
+	strcpy(c.qid, m->qid);
+	c.accepted = m->accepted;
+	c.expires = m->accepted + TTL;
+	for (i = 0; key && i < m->n_rcpts; i++) {
+		hash_of(ch, claims[i]);
+		store_txn_claim_put(t, ch, &c);
+		store_txn_key_put(t, kh, ch, m->qid);
+	}
+	CHECK_INT("accept commit", store_txn_commit(t), 0);
+}
+
+static int claim_live(struct store *st, int i)
+{
+	uint8_t h[1][STORE_HASH_LEN];
+	struct store_claim c;
+	int found = -1;
+
+	hash_of(h[0], i);
+	assert_int_equal(store_claims_get(st, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now_us(),
+					  &c, &found), 0);
+	return found;
+}
+
+static void test_codec(void **state)
+{
+	struct store_story s, got;
+	struct store_rcpt r[2] = { { "a@x", 0, NULL, STORE_RCPT_SENT, "250 ok" },
+				   { "b@x", 0, NULL, STORE_RCPT_QUEUED, NULL } };
+	uint8_t *buf;
+	size_t len, i;
+
+	(void) state;
+	memset(&s, 0, sizeof(s));
+	strcpy(s.m.qid, "0123456789AB");
+	s.m.accepted = 11;
+	s.m.from = "";
+	s.m.client = "c [1.2.3.4]";
+	s.m.user = "alice";
+	s.m.rcpts = r;
+	s.m.n_rcpts = 2;
+	s.m.attempts = 3;
+	s.m.data_len = 1234;
+	s.updated = 12;
+	s.finished = 13;
+	s.expires = 14;
+	s.forgotten = 15;
+	s.ttl = 16;
+	s.has_key = 1;
+	memset(s.keyhash, 7, STORE_HASH_LEN);
+	s.dropped = 1;
+	s.duplicates = 5;
+	s.mismatches = 6;
+	len = store_hist_rec_size(&s);
+	buf = xmalloc(len);
+	store_hist_rec_encode(buf, len, &s);
+	memset(&got, 0, sizeof(got));
+	CHECK_INT("decode", store_hist_rec_decode(buf, len, &got), 0);
+	CHECK_INT("accepted", got.m.accepted, 11);
+	CHECK_STR("from", got.m.from, "");
+	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
+	CHECK_STR("user", got.m.user, "alice");
+	CHECK_STR("envid", got.m.envid, NULL);
+	CHECK_INT("n_rcpts", got.m.n_rcpts, 2);
+	CHECK_STR("rcpt 1", got.m.rcpts[1].addr, "b@x");
+	CHECK_INT("rcpt 0 state", got.m.rcpts[0].state, STORE_RCPT_SENT);
+	CHECK_STR("rcpt 0 reply", got.m.rcpts[0].reply, "250 ok");
+	CHECK_STR("rcpt 1 reply", got.m.rcpts[1].reply, NULL);
+	CHECK_INT("attempts", got.m.attempts, 3);
+	CHECK_INT("size", got.m.data_len, 1234);
+	CHECK_INT("times", got.updated + got.finished + got.expires + got.forgotten + got.ttl,
+		  12 + 13 + 14 + 15 + 16);
+	CHECK_INT("flags", got.has_key * 10 + got.dropped, 11);
+	CHECK_INT("keyhash", got.keyhash[31], 7);
+	CHECK_INT("counts", got.duplicates * 10 + got.mismatches, 56);
+	store_story_free(&got);
+	/* every truncation, and a trailing byte, is refused without a leak */
+	for (i = 0; i < len; i++)
+		if (store_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
+			fail_msg("decode of %zu of %zu bytes: want STORE_EINVAL", i, len);
+	buf = xrealloc(buf, len + 1);
+	buf[len] = 0;
+	CHECK_INT("trailing byte", store_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
+	buf[0] = 9;
+	CHECK_INT("version", store_hist_rec_decode(buf, len, &got), STORE_EINVAL);
+	free(buf);
+}
+
+static void test_story_lifecycle(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, live;
+	struct store_story s;
+	int claims[2] = { 1, 2 };
+	int64_t before = now_us();
+
+	msg_new(&m, "0000000000A1", 2, NULL);
+	accept_msg(f->st, &m, 9, claims);
+	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("queued", s.queued, 1);
+	CHECK_INT("has key", s.has_key, 1);
+	CHECK_INT("ttl", s.ttl, TTL);
+	CHECK_STR("client", s.m.client, "helo.example [192.0.2.1]");
+	CHECK_INT("size", s.m.data_len, m.data_len);
+	if (s.m.data != NULL)
+		fail_msg("a story carries no data");
+	store_story_free(&s);
+
+	/* an attempt: one sent, one deferred */
+	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
+	live.rcpts[0].state = STORE_RCPT_SENT;
+	live.rcpts[0].reply = xstrdup("250 2.0.0 ok");
+	live.rcpts[1].reply = xstrdup("451 4.3.0 later");
+	live.attempts = 1;
+	CHECK_INT("update", store_msg_update(f->st, &live), 0);
+	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("still queued", s.queued, 1);
+	CHECK_INT("rcpt 0", s.m.rcpts[0].state, STORE_RCPT_SENT);
+	CHECK_STR("rcpt 1 reply", s.m.rcpts[1].reply, "451 4.3.0 later");
+	CHECK_INT("expires while queued", s.expires, 0);
+	store_story_free(&s);
+
+	/* the last attempt: it leaves the spool, the story stays */
+	live.rcpts[1].state = STORE_RCPT_BOUNCED;
+	free(live.rcpts[1].reply);
+	live.rcpts[1].reply = xstrdup("550 5.1.1 no");
+	CHECK_INT("final update", store_msg_update(f->st, &live), 0);
+	store_msg_free(&live);
+	CHECK_INT("spool", store_msg_load(f->st, m.qid, &live), STORE_ENOTFOUND);
+	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("left", s.queued, 0);
+	CHECK_INT("attempts", s.m.attempts, 2);
+	CHECK_INT("rcpt 1", s.m.rcpts[1].state, STORE_RCPT_BOUNCED);
+	CHECK_STR("rcpt 1 reply", s.m.rcpts[1].reply, "550 5.1.1 no");
+	CHECK_STR("from kept", s.m.from, "sender@example.com");
+	if (s.finished < before || s.expires < s.finished + TTL)
+		fail_msg("finished %lld, expires %lld: want expiry ttl after leaving",
+			 (long long) s.finished, (long long) s.expires);
+	store_story_free(&s);
+	CHECK_INT("claims stay", claim_live(f->st, 1) + claim_live(f->st, 2), 2);
+	store_msg_free(&m);
+	CHECK_INT("unknown", store_story_get(f->st, "0000000000ZZ", &s), STORE_ENOTFOUND);
+}
+
+static void test_drop_and_counts(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+	struct store_story s;
+	struct store_count c[2];
+	int claims[1] = { 3 };
+
+	msg_new(&m, "0000000000B1", 1, NULL);
+	accept_msg(f->st, &m, 4, claims);
+	memset(c, 0, sizeof(c));
+	strcpy(c[0].qid, m.qid);
+	c[0].duplicates = 2;
+	c[0].mismatches = 1;
+	strcpy(c[1].qid, "0000000000ZZ");	/* no story: skipped */
+	c[1].duplicates = 9;
+	CHECK_INT("count", store_hist_count(f->st, c, 2), 0);
+	CHECK_INT("count again", store_hist_count(f->st, c, 1), 0);
+	CHECK_INT("drop", store_msg_drop(f->st, m.qid), 0);
+	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("dropped", s.dropped, 1);
+	CHECK_INT("queued", s.queued, 0);
+	CHECK_INT("duplicates", s.duplicates, 4);
+	CHECK_INT("mismatches", s.mismatches, 2);
+	CHECK_INT("rcpt still queued", s.m.rcpts[0].state, STORE_RCPT_QUEUED);
+	store_story_free(&s);
+	CHECK_INT("no story for the unknown", store_story_get(f->st, "0000000000ZZ", &s),
+		  STORE_ENOTFOUND);
+	store_msg_free(&m);
+}
+
+static void test_forget(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m1, m2, m3;
+	struct store_story s;
+	struct store_forget out;
+	char (*qids)[STORE_QID_SIZE];
+	uint8_t kh[STORE_HASH_LEN];
+	size_t n;
+	int c1[2] = { 10, 11 }, c2[1] = { 12 }, c3[1] = { 13 };
+
+	/* two messages under key 5 (alice's, then bob's), one under key 6 */
+	msg_new(&m1, "0000000000C1", 2, "alice");
+	msg_new(&m2, "0000000000C2", 1, "bob");
+	msg_new(&m3, "0000000000C3", 1, NULL);
+	accept_msg(f->st, &m1, 5, c1);
+	accept_msg(f->st, &m2, 5, c2);
+	accept_msg(f->st, &m3, 6, c3);
+	hash_of(kh, 5);
+	CHECK_INT("qids", store_key_qids(f->st, kh, &qids, &n), 0);
+	CHECK_INT("n", n, 2);
+	CHECK_STR("oldest first", qids[0], "0000000000C1");
+	CHECK_STR("then", qids[1], "0000000000C2");
+	free(qids);
+
+	CHECK_INT("forget bob's", store_key_forget(f->st, kh, "bob", 77, &out), 0);
+	CHECK_INT("claims", out.claims, 1);
+	CHECK_INT("n_qids", out.n_qids, 1);
+	CHECK_STR("qid", out.qids[0], "0000000000C2");
+	store_forget_free(&out);
+	CHECK_INT("bob's claim gone", claim_live(f->st, 12), 0);
+	CHECK_INT("alice's stay", claim_live(f->st, 10) + claim_live(f->st, 11), 2);
+	CHECK_INT("carol has none", store_key_forget(f->st, kh, "carol", 78, &out),
+		  STORE_ENOTFOUND);
+
+	CHECK_INT("forget all", store_key_forget(f->st, kh, NULL, 79, &out), 0);
+	CHECK_INT("claims", out.claims, 2);
+	CHECK_STR("qid", out.qids[0], "0000000000C1");
+	store_forget_free(&out);
+	CHECK_INT("alice's gone", claim_live(f->st, 10) + claim_live(f->st, 11), 0);
+	CHECK_INT("other key untouched", claim_live(f->st, 13), 1);
+	CHECK_INT("nothing left", store_key_forget(f->st, kh, NULL, 80, &out), STORE_ENOTFOUND);
+	CHECK_INT("no qids", store_key_qids(f->st, kh, &qids, &n), STORE_ENOTFOUND);
+	CHECK_INT("story", store_story_get(f->st, "0000000000C1", &s), 0);
+	CHECK_INT("forgotten at", s.forgotten, 79);
+	store_story_free(&s);
+	/* the spool is untouched: forgetting is about claims */
+	CHECK_INT("still queued", store_story_get(f->st, "0000000000C1", &s), 0);
+	CHECK_INT("queued", s.queued, 1);
+	store_story_free(&s);
+	store_msg_free(&m1);
+	store_msg_free(&m2);
+	store_msg_free(&m3);
+}
+
+static void test_expire(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, live;
+	struct store_story s;
+	uint64_t stories, keys;
+	int claims[1] = { 20 };
+
+	msg_new(&m, "0000000000D1", 1, NULL);
+	accept_msg(f->st, &m, 7, claims);
+	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stories", stories, 1);
+	CHECK_INT("keys", keys, 1);
+	/* queued: never expires */
+	CHECK_INT("expire queued", store_hist_expire(f->st, now_us() + 10 * TTL, 100), 0);
+	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
+	store_story_free(&s);
+
+	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
+	live.rcpts[0].state = STORE_RCPT_SENT;
+	CHECK_INT("update", store_msg_update(f->st, &live), 0);
+	store_msg_free(&live);
+	CHECK_INT("not yet", store_hist_expire(f->st, now_us(), 100), 0);
+	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
+	store_story_free(&s);
+	CHECK_INT("later", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 0);
+	CHECK_INT("story gone", store_story_get(f->st, m.qid, &s), STORE_ENOTFOUND);
+	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stories", stories, 0);
+	CHECK_INT("key entries", keys, 0);
+	store_msg_free(&m);
+}
+
+static int walk_cb(void *arg, const struct store_msg *m)
+{
+	size_t *n = arg;
+
+	if (m->data != NULL || m->data_len == 0 || m->from == NULL || m->n_rcpts != 1)
+		fail_msg("walk: want the envelope without data");
+	(*n)++;
+	return 0;
+}
+
+static void test_readonly(void **state)
+{
+	struct fx *f = *state;
+	struct store *ro;
+	struct store_msg m;
+	struct store_story s;
+	struct store_txn *t;
+	char err[256] = "", absent[128];
+	int64_t oldest;
+	size_t n = 0;
+	int claims[1] = { 30 };
+
+	snprintf(absent, sizeof(absent), "%s/nothing", f->dir);
+	CHECK_INT("absent", store_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
+	if (strstr(err, "no store at") == NULL)
+		fail_msg("absent store: got %s", err);
+	CHECK_INT("oldest of none", store_queue_oldest(f->st, &oldest), STORE_ENOTFOUND);
+	msg_new(&m, "0000000000E1", 1, NULL);
+	accept_msg(f->st, &m, 8, claims);
+	CHECK_INT("open ro", store_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	CHECK_INT("story", store_story_get(ro, m.qid, &s), 0);
+	store_story_free(&s);
+	CHECK_INT("walk", store_queue_walk(ro, walk_cb, &n), 0);
+	CHECK_INT("walked", n, 1);
+	CHECK_INT("oldest", store_queue_oldest(ro, &oldest), 0);
+	CHECK_INT("oldest time", oldest, m.accepted);
+	if (store_txn_begin(ro, &t) == 0) {
+		store_txn_abort(t);
+		fail_msg("a read-only store began a write transaction");
+	}
+	store_close(ro);
+	store_msg_free(&m);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_codec),
+		T(test_story_lifecycle),
+		T(test_drop_and_counts),
+		T(test_forget),
+		T(test_expire),
+		T(test_readonly),
+	};
+
+	return cmocka_run_group_tests_name("story", tests, NULL, NULL);
+}
