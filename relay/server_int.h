@@ -1,0 +1,83 @@
+/*
+ * NAME
+ *	server_int 3h
+ * SUMMARY
+ *	what server.c (connections, event loop) and submit.c (the end of
+ *	each message) share; internal to the daemon
+ */
+#ifndef RELAY_SERVER_INT_H
+#define RELAY_SERVER_INT_H
+
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdint.h>
+
+#include "../conf/conf.h"
+#include "../smtp/smtp.h"
+#include "../store/store.h"
+#include "../util/buf.h"
+#include "commit.h"
+#include "deliver.h"
+
+#define READ_CHUNK	65536
+#define OUT_MAX		(256 * 1024)	/* unread replies before we stop reading */
+#define AUTH_FAIL_DELAY	1000000		/* microseconds before a 535 goes out */
+#define AUTH_THREADS	2		/* password checks in parallel */
+
+enum tag { TAG_LISTEN, TAG_CONN, TAG_SIGNAL, TAG_COMMIT, TAG_AUTH };
+
+struct listener {
+	enum tag tag;			/* first: epoll data points here */
+	int fd;
+	const struct conf_listen *cf;	/* not owned */
+	struct smtp_config smtp_cf;	/* the server's, with this listener's TLS and AUTH */
+};
+
+struct conn {
+	enum tag tag;			/* first: epoll data points here */
+	struct server *srv;		/* not owned */
+	const struct listener *l;	/* not owned */
+	struct io *io;			/* owned: the socket, plain or TLS; NULL once closed */
+	struct smtp_session *s;		/* owned */
+	struct buf in;			/* unconsumed input, owned */
+	char addr[INET6_ADDRSTRLEN];
+	int relay_ok;			/* client inside access.networks */
+	int64_t last_active;		/* microseconds */
+	uint32_t events;		/* epoll interest */
+	struct commit_req *req;		/* in flight, owned */
+	const char *sync_reply;		/* answer decided inside the message hook */
+	char sync_buf[256];
+	struct auth_req *auth;		/* password check in flight, owned */
+	int64_t auth_due;		/* when the delayed 535 goes out, 0: none */
+	int dead;			/* socket gone; free when req and auth return */
+	struct conn *prev, *next;	/* server's list */
+};
+
+struct server {
+	const struct conf *cf;		/* not owned */
+	struct store *st;		/* not owned */
+	struct deliver *dl;		/* not owned */
+	struct commit *cm;		/* owned */
+	struct smtp_config smtp_cf;
+	struct smtp_hooks hooks;
+	struct tls *tls;		/* owned; NULL without tls { } */
+	struct auth_users *users;	/* owned until server_run() hands it to auth */
+	struct auth *auth;		/* owned; checking threads, while running */
+	size_t n_auth_delayed;		/* connections with auth_due set */
+	int epfd, sigfd;
+	struct listener *ls;		/* owned array */
+	size_t n_ls;
+	struct conn *conns;
+	size_t n_conns;
+	size_t n_inflight;		/* commit requests not yet answered */
+	int64_t stopping;		/* when SIGTERM came, 0 while running */
+	enum tag commit_tag, signal_tag, auth_tag;
+};
+
+int64_t server_now(void);
+int conn_process(struct conn *c);
+
+/* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
+void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);
+
+#endif

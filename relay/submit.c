@@ -1,0 +1,284 @@
+/*
+ * NAME
+ *	submit 3
+ * SUMMARY
+ *	the end of each message: key, duplicate answer, commit, reply
+ * DESCRIPTION
+ *	submit_message() is the engine's message hook. It derives the key
+ *	and fingerprint (keys.h), answers a duplicate or a mismatch from a
+ *	read transaction without touching the writer, and otherwise builds
+ *	the message as it will be relayed (our Received header first, key
+ *	headers stripped) and hands it to the group commit. commit_done()
+ *	turns the decision into the SMTP reply and the log line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "../util/log.h"
+#include "control.h"
+#include "keys.h"
+#include "metrics.h"
+#include "qid.h"
+#include "server_int.h"
+
+/* log_rcpts - " to=<a> to=<b>" for a log line */
+static void log_rcpts(struct buf *b, const struct store_msg *m, const uint8_t *skip, int want)
+{
+	size_t i;
+
+	for (i = 0; i < m->n_rcpts; i++)
+		if (skip == NULL || skip[i] == want)
+			buf_printf(b, " to=<%s>", m->rcpts[i].addr);
+}
+
+/*
+ * A submission: the commit request and what the event loop keeps beside
+ * it. req comes first, so the commit callback's pointer is the submission.
+ */
+struct submission {
+	struct commit_req req;
+	struct conn *c;			/* not owned */
+	char keylog[KEYS_MAX_LEN + 32];	/* "key=K (source)", logged once */
+	int64_t t0;			/* end of DATA, for the accept latency */
+};
+
+/* req_free - release a submission and what it owns */
+static void req_free(struct commit_req *req)
+{
+	size_t i;
+
+	if (req == NULL)
+		return;
+	for (i = 0; i < req->msg.n_rcpts; i++) {
+		free(req->msg.rcpts[i].addr);
+		free(req->msg.rcpts[i].orcpt);
+	}
+	free(req->msg.rcpts);
+	free(req->msg.from);
+	free(req->msg.user);
+	free(req->msg.envid);
+	free(req->msg.client);
+	free(req->msg.data);
+	free(req->hashes);
+	free(req->claimed);
+	free((struct submission *) req);
+}
+
+/* answer - the SMTP reply and the log line for a decided request */
+static const char *answer(struct conn *c, struct commit_req *req, const char *keylog,
+			  char *reply, size_t len)
+{
+	struct buf line = BUF_INIT;
+
+	metrics_answered(req->outcome, req->shadow_hit, server_now() - ((struct submission *) req)->t0);
+	control_answered(req->outcome, req->orig_qid);
+	switch (req->outcome) {
+	case COMMIT_QUEUED:
+	case COMMIT_PARTIAL:
+		snprintf(reply, len, "250 2.0.0 Ok: queued as %s", req->msg.qid);
+		buf_printf(&line, "%s: client=%s %s from=<%s>", req->msg.qid,
+			   req->msg.client, keylog, req->msg.from);
+		log_rcpts(&line, &req->msg, req->claimed, 0);
+		if (req->msg.user)
+			buf_printf(&line, " sasl_username=%s", req->msg.user);
+		buf_printf(&line, " size=%zu status=queued", req->msg.data_len);
+		if (req->shadow_hit)
+			buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
+		msg_info("%s", line.data);
+		if (req->outcome == COMMIT_PARTIAL) {
+			buf_reset(&line);
+			buf_printf(&line, "%s: client=%s from=<%s>", req->orig_qid,
+				   req->msg.client, req->msg.from);
+			log_rcpts(&line, &req->msg, req->claimed, 1);
+			buf_printf(&line, " status=duplicate partial=%s", req->msg.qid);
+			msg_info("%s", line.data);
+		}
+		break;
+	case COMMIT_DUPLICATE:
+		snprintf(reply, len, "250 2.0.0 Ok: queued as %s (duplicate)", req->orig_qid);
+		buf_printf(&line, "%s: client=%s %s from=<%s>", req->orig_qid,
+			   req->msg.client, keylog, req->msg.from);
+		log_rcpts(&line, &req->msg, NULL, 0);
+		buf_printf(&line, " status=duplicate");
+		msg_info("%s", line.data);
+		break;
+	case COMMIT_MISMATCH:
+		snprintf(reply, len, "554 5.7.0 idempotency key already used for different "
+			 "content (queued as %s)", req->orig_qid);
+		msg_info("%s: client=%s %s from=<%s> status=mismatch", req->orig_qid,
+			 req->msg.client, keylog, req->msg.from);
+		break;
+	case COMMIT_FAILED:
+		snprintf(reply, len, "452 4.3.1 Insufficient system storage");
+		msg_warn("%s: client=%s from=<%s> status=refused store: %s", req->msg.qid,
+			 req->msg.client, req->msg.from, store_strerror(req->error));
+		break;
+	}
+	(void) c;
+	buf_free(&line);
+	return reply;
+}
+
+/* commit_done - a commit answered: reply, and resume the session */
+static void commit_done(struct commit_req *req)
+{
+	struct submission *sub = (struct submission *) req;
+	struct conn *c = sub->c;
+	char reply[256];
+
+	c->srv->n_inflight--;
+	c->req = NULL;
+	answer(c, req, sub->keylog, reply, sizeof(reply));
+	req_free(req);
+	if (c->dead)
+		return;
+	smtp_session_reply(c->s, reply);
+	conn_process(c);
+}
+
+/* received_header - the one header idemrelay adds */
+static void received_header(struct buf *b, const struct server *srv, const struct conn *c,
+			    const char *helo, const char *qid, const struct smtp_tx *tx)
+{
+	char date[64];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
+	/* RFC 3848: ESMTPS over TLS, ESMTPSA authenticated too (AUTH needs TLS here) */
+	buf_printf(b, "Received: from %s ([%s])\r\n\tby %s (idemrelay) with %s id %s",
+		   *helo ? helo : "unknown", c->addr, srv->cf->hostname,
+		   !smtp_session_tls(c->s) ? "ESMTP" : smtp_session_user(c->s) ? "ESMTPSA" : "ESMTPS",
+		   qid);
+	if (tx->n_rcpts == 1)
+		buf_printf(b, "\r\n\tfor <%s>", tx->rcpts[0].addr);
+	buf_printf(b, "; %s\r\n", date);
+}
+
+/* same_rcpt - one mailbox given twice (domain case folded) */
+static int same_rcpt(const char *a, const char *b)
+{
+	const char *da = strrchr(a, '@'), *db = strrchr(b, '@');
+
+	if (da == NULL || db == NULL)
+		return strcmp(a, b) == 0;
+	return da - a == db - b && strncmp(a, b, (size_t) (da - a)) == 0
+	    && strcasecmp(da, db) == 0;
+}
+
+/* submission_new - envelope, recipients (each once) and claim hashes */
+static struct submission *submission_new(struct conn *c, const struct smtp_tx *tx,
+					 const struct keys_result *kr)
+{
+	const struct conf *cf = c->srv->cf;
+	struct submission *sub = xcalloc(1, sizeof(*sub));
+	struct commit_req *req = &sub->req;
+	struct store_msg *m = &req->msg;
+	const char *user = smtp_session_user(c->s);
+	const char *scope = cf->keys.scope_user && user ? user : "";	/* per-tenant keys */
+	size_t i, j;
+
+	sub->c = c;
+	req->ctx = sub;
+	req->done = commit_done;
+	req->shadow = cf->keys.shadow;
+	req->mismatch_accept = cf->keys.mismatch_accept;
+	req->ttl = cf->store.key_ttl * 1000000;
+	memcpy(req->fingerprint, kr->fingerprint, HASH_LEN);
+	m->from = xstrdup(tx->from);
+	m->user = user ? xstrdup(user) : NULL;
+	m->envid = tx->envid ? xstrdup(tx->envid) : NULL;
+	m->ret = tx->ret;
+	m->body = tx->body;
+	m->rcpts = xcalloc(tx->n_rcpts, sizeof(*m->rcpts));
+	for (i = 0; i < tx->n_rcpts; i++) {
+		for (j = 0; j < m->n_rcpts && !same_rcpt(m->rcpts[j].addr, tx->rcpts[i].addr); j++)
+			 /* void */ ;
+		if (j < m->n_rcpts)
+			continue;
+		m->rcpts[m->n_rcpts].addr = xstrdup(tx->rcpts[i].addr);
+		m->rcpts[m->n_rcpts].notify = tx->rcpts[i].notify;
+		m->rcpts[m->n_rcpts].orcpt = tx->rcpts[i].orcpt ? xstrdup(tx->rcpts[i].orcpt) : NULL;
+		m->n_rcpts++;
+	}
+	req->claimed = xcalloc(m->n_rcpts ? m->n_rcpts : 1, 1);
+	if (kr->source != KEYS_NONE) {
+		req->hashes = xcalloc(m->n_rcpts ? m->n_rcpts : 1, sizeof(*req->hashes));
+		for (i = 0; i < m->n_rcpts; i++)
+			keys_claim_hash(scope, kr->key, m->rcpts[i].addr, req->hashes[i]);
+		keys_index_hash(kr->key, req->keyhash);
+	}
+	snprintf(sub->keylog, sizeof(sub->keylog), "key=%s (%s)",
+		 kr->source == KEYS_NONE ? "none" : kr->key, keys_source_name(kr->source));
+	return sub;
+}
+
+/* fast_duplicate - answer a duplicate or mismatch from a read transaction; 1 if answered */
+static int fast_duplicate(struct conn *c, struct commit_req *req)
+{
+	size_t n = req->msg.n_rcpts;
+	struct store_claim *claims;
+	int *found;
+	int answered = 0;
+
+	if (req->hashes == NULL || req->shadow)
+		return 0;
+	claims = xcalloc(n, sizeof(*claims));
+	found = xcalloc(n, sizeof(*found));
+	if (store_claims_get(c->srv->st, (const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n,
+			     server_now(), claims, found) == 0) {
+		commit_decide(req, found, claims);
+		answered = req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_MISMATCH;
+	}
+	free(claims);
+	free(found);
+	return answered;
+}
+
+/* submit_message - end of DATA: derive the key, answer duplicates, else commit */
+void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
+{
+	struct conn *c = ctx;
+	struct server *srv = c->srv;
+	struct keys_result kr;
+	struct submission *sub;
+	struct buf data = BUF_INIT;
+	struct buf received = BUF_INIT;
+	const char *helo = smtp_session_helo(s);
+	int64_t t0 = server_now();
+
+	metrics_inc(METRICS_SUBMISSIONS);
+	if (keys_derive(srv->cf, tx->data.data ? tx->data.data : "", tx->data.len,
+			tx->from, tx->envid, &kr) < 0) {
+		msg_info("NOQUEUE: client=%s[%s] from=<%s> status=reject (%s)",
+			 helo, c->addr, tx->from, kr.error);
+		c->sync_reply = kr.error;
+		return;
+	}
+	sub = submission_new(c, tx, &kr);
+	sub->t0 = t0;
+	buf_printf(&received, "%s [%s]", *helo ? helo : "unknown", c->addr);
+	sub->req.msg.client = xstrndup(received.data, received.len);
+	if (fast_duplicate(c, &sub->req)) {
+		answer(c, &sub->req, sub->keylog, c->sync_buf, sizeof(c->sync_buf));
+		c->sync_reply = c->sync_buf;
+		req_free(&sub->req);
+		buf_free(&received);
+		return;
+	}
+	qid_next(sub->req.msg.qid);
+	buf_reset(&received);
+	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
+	keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "", tx->data.len, &kr);
+	buf_free(&received);
+	sub->req.msg.data = data.data;
+	sub->req.msg.data_len = data.len;
+	c->req = &sub->req;
+	srv->n_inflight++;
+	commit_submit(srv->cm, &sub->req);
+}
+
