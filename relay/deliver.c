@@ -54,6 +54,22 @@
 #define DELIVER_MAX_SLEEP	60	/* seconds: re-check even if nothing is due */
 #define US			1000000LL
 
+/*
+ * The retry settings change on SIGHUP while delivery threads read them:
+ * they are read and written atomically, one value at a time.
+ */
+#define RETRY(c, name)	__atomic_load_n(&(c)->retry.name, __ATOMIC_RELAXED)
+
+/* deliver_reload - new retry settings, for attempts from now on */
+void deliver_reload(struct deliver *d, const struct conf *nc)
+{
+	struct conf *c = (struct conf *) d->c;	/* the live conf main owns */
+
+	__atomic_store_n(&c->retry.first, nc->retry.first, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->retry.max, nc->retry.max, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->retry.give_up, nc->retry.give_up, __ATOMIC_RELAXED);
+}
+
 /* deliver_now - wall clock in microseconds, as the store keeps time */
 int64_t deliver_now(void)
 {
@@ -226,7 +242,7 @@ static void job_finish(struct deliver *d, struct deliver_job *j)
 	const struct conf *c = d->c;
 	struct store_msg *m = &j->m;
 	int64_t now = deliver_now(), next = -1;
-	int expired = now - m->accepted >= c->retry.give_up * US;
+	int expired = now - m->accepted >= RETRY(c, give_up) * US;
 	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
 	int queued = 0, err;
 
@@ -287,7 +303,7 @@ static void job_finish(struct deliver *d, struct deliver_job *j)
 	m->inflight = 0;
 	if (queued) {
 		m->attempts++;
-		m->next_attempt = now + deliver_backoff(c->retry.first, c->retry.max,
+		m->next_attempt = now + deliver_backoff(RETRY(c, first), RETRY(c, max),
 							m->attempts) * US;
 		next = m->next_attempt;
 	}
@@ -295,7 +311,7 @@ static void job_finish(struct deliver *d, struct deliver_job *j)
 		/* the inflight mark may still be set: the next load treats it as ambiguous */
 		msg_error("%s: cannot record the delivery outcome: %s", m->qid,
 			  store_strerror(err));
-		next = now + (c->retry.first > 0 ? c->retry.first : 60) * US;
+		next = now + (RETRY(c, first) > 0 ? RETRY(c, first) : 60) * US;
 	} else if (!queued) {
 		msg_info("%s: removed", m->qid);
 	}
@@ -321,7 +337,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 			return 0;
 		}
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
-		finished(d, qid, now + (c->retry.first > 0 ? c->retry.first : 60) * US);
+		finished(d, qid, now + (RETRY(c, first) > 0 ? RETRY(c, first) : 60) * US);
 		return 0;
 	}
 	j->res = xcalloc(j->m.n_rcpts, sizeof(*j->res));

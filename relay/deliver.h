@@ -31,7 +31,9 @@ struct deliver;
 
 struct deliver *deliver_start(const struct conf *c, struct store *st);
 void deliver_enqueue(struct deliver *d, const char *qid);
-void deliver_flush(struct deliver *d);		/* retry every deferred message now */
+void deliver_flush(struct deliver *d);
+/* deliver_reload - take new retry settings (SIGHUP) */
+void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
 /* deliver_retry - one message due now: 0, 1 if being delivered right now, -1 if not queued */
 int deliver_retry(struct deliver *d, const char *qid);
 /* deliver_drop - forget a message (the caller removes it from the store):

@@ -144,7 +144,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	mkdir_parents(cf.store.path);
-	srv = server_new(&cf, NULL);	/* reads the TLS key and AUTH users: still root */
+	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
 	if (cf.user)
 		privdrop(&cf);

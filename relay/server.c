@@ -481,12 +481,56 @@ static void server_load_secrets(struct server *srv)
 	}
 }
 
-/* server_reload - SIGHUP: new certificate and users; what fails to load is kept as it was */
+/*
+ * server_reload_conf - SIGHUP: read the configuration again and take what
+ * can change while running: access.networks, limits, retry, log. The rest
+ * (listeners, store, keys, upstream) needs a restart; a configuration
+ * that does not load changes nothing.
+ */
+static void server_reload_conf(struct server *srv)
+{
+	struct conf nc, *cf = srv->cf;
+	struct conf_net *nets;
+	size_t i, n;
+	char err[512];
+
+	if (conf_load(&nc, srv->conf_path, err, sizeof(err)) < 0) {
+		msg_warn("reload: %s; keeping the configuration in use", err);
+		return;
+	}
+	nets = cf->networks;			/* only this thread reads them */
+	n = cf->n_networks;
+	cf->networks = nc.networks;
+	cf->n_networks = nc.n_networks;
+	nc.networks = nets;
+	nc.n_networks = n;
+	cf->limits = nc.limits;
+	srv->smtp_cf.message_size = cf->limits.message_size;
+	srv->smtp_cf.max_rcpts = cf->limits.recipients;
+	srv->smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
+	for (i = 0; i < srv->n_ls; i++) {	/* sessions point at these */
+		srv->ls[i].smtp_cf.message_size = cf->limits.message_size;
+		srv->ls[i].smtp_cf.max_rcpts = cf->limits.recipients;
+		srv->ls[i].smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
+	}
+	if (srv->dl)
+		deliver_reload(srv->dl, &nc);
+	cf->log = nc.log;
+	log_setup("idemrelay", cf->log.syslog, (enum log_level) cf->log.level);
+	msg_info("reload: %s: %zu networks, message_size=%llu recipients=%d retry=%llds..%llds",
+		 srv->conf_path ? srv->conf_path : "<default>", cf->n_networks,
+		 (unsigned long long) cf->limits.message_size, cf->limits.recipients,
+		 (long long) nc.retry.first, (long long) nc.retry.max);
+	conf_free(&nc);
+}
+
+/* server_reload - SIGHUP: configuration, certificate and users; what fails to load is kept */
 static void server_reload(struct server *srv)
 {
 	struct auth_users *u;
 	char err[512];
 
+	server_reload_conf(srv);
 	if (srv->tls && tls_reload(srv->tls, err, sizeof(err)) < 0)
 		msg_warn("reload: tls: %s; keeping the certificate in use (sha256=%s)", err,
 			 tls_fingerprint(srv->tls));
@@ -502,11 +546,12 @@ static void server_reload(struct server *srv)
 }
 
 /* server_new - set up everything but the sockets */
-struct server *server_new(const struct conf *cf, struct store *st)
+struct server *server_new(struct conf *cf, const char *conf_path, struct store *st)
 {
 	struct server *srv = xcalloc(1, sizeof(*srv));
 
 	srv->cf = cf;
+	srv->conf_path = conf_path;
 	srv->st = st;
 	srv->smtp_cf.hostname = cf->hostname;
 	srv->smtp_cf.message_size = cf->limits.message_size;

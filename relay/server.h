@@ -20,7 +20,7 @@
 
 struct server;
 
-struct server *server_new(const struct conf *c, struct store *st);
+struct server *server_new(struct conf *c, const char *conf_path, struct store *st);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
 void server_set_store(struct server *srv, struct store *st);
 void server_set_deliver(struct server *srv, struct deliver *dl);

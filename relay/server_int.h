@@ -54,7 +54,8 @@ struct conn {
 };
 
 struct server {
-	const struct conf *cf;		/* not owned */
+	struct conf *cf;		/* not owned; SIGHUP updates what can change */
+	const char *conf_path;		/* not owned; NULL: the embedded default */
 	struct store *st;		/* not owned */
 	struct deliver *dl;		/* not owned */
 	struct commit *cm;		/* owned */

@@ -1,0 +1,45 @@
+"""SIGHUP: what can change while running is taken from the configuration file again."""
+
+import signal
+
+from harness import case, check, eq, make_msg, merge, render_conf, submit, wait_until
+
+
+def rewrite(d, over):
+    """rewrite - change the daemon's configuration file (not the running daemon)"""
+    d.conf = merge(d.conf, over)
+    with open(d.conf_path, "w") as f:
+        f.write(render_conf(d.conf))
+
+
+def hup(d, n):
+    """hup - SIGHUP, then wait for the n-th reload line"""
+    d.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: len(d.log_lines("reload:", "networks")) + len(d.log_lines("reload:", "keeping"))
+               >= n, 10, "reload #%d in the log" % n)
+
+
+@case()
+def test_sighup_reloads_networks_and_limits(t):
+    sink = t.sink()
+    d = t.daemon(sink, {"access": {"networks": ["10.0.0.0/8"]}})
+    r = submit(d.port, "a@example.com", make_msg(key="hup-1"))
+    eq(r.rcpts[0][0], 554, "RCPT from outside access.networks")
+
+    rewrite(d, {"access": {"networks": ["127.0.0.0/8"]}, "limits": {"message_size": "20K"}})
+    hup(d, 1)
+    r = submit(d.port, "a@example.com", make_msg(key="hup-1"))
+    eq(r.code, 250, "after the reload 127.0.0.1 may relay (%r)" % (r,))
+    big = make_msg(key="hup-2", body="x" * 100 + "\r\n" * 300 + "y" * 30000 + "\r\n")
+    r = submit(d.port, "a@example.com", big)
+    eq(r.code, 552, "message over the reloaded message_size (%r)" % (r,))
+    sink.wait_count(1)
+
+    # a configuration that does not load changes nothing
+    with open(d.conf_path, "a") as f:
+        f.write("no_such_setting = 1;\n")
+    hup(d, 2)
+    check(d.log_lines("reload:", "keeping the configuration in use"), "bad config reported")
+    r = submit(d.port, "a@example.com", make_msg(key="hup-3"))
+    eq(r.code, 250, "still relaying after a failed reload (%r)" % (r,))
+    sink.wait_count(2)
