@@ -13,11 +13,12 @@
  *	the rest is handed back), hands them to the backend in one go (one
  *	upstream connection for the lot), then records each result.
  *
- *	Recording (job_finish): one log line per recipient, Postfix-like;
+ *	Recording (job_decide, job_record): one log line per recipient;
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null;
- *	then one store_msg_update() writes the recipients' states, the
- *	attempt count and next_attempt, and clears the inflight mark. When
+ *	then one store_msg_update_many() per batch writes the recipients'
+ *	states, attempt counts and next_attempt, and clears the inflight
+ *	marks, in one transaction for the whole connection. When
  *	no recipient is left queued the message leaves the spool.
  *
  *	The inflight mark found on a message at load time means an attempt
@@ -234,17 +235,18 @@ done:
 }
 
 /*
- * job_finish - record one attempt: log each recipient, bounce, update the
- * store (which also clears the inflight mark), reschedule or forget.
+ * job_decide - the outcome of one attempt: log each recipient, bounce,
+ * and set the new delivery state in j->m (the inflight mark cleared) and
+ * j->queued, j->next. job_record() then writes it.
  */
-static void job_finish(struct deliver *d, struct deliver_job *j)
+static void job_decide(struct deliver *d, struct deliver_job *j)
 {
 	const struct conf *c = d->c;
 	struct store_msg *m = &j->m;
 	int64_t now = deliver_now(), next = -1;
 	int expired = now - m->accepted >= RETRY(c, give_up) * US;
 	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
-	int queued = 0, err;
+	int queued = 0;
 
 	for (i = 0; i < m->n_rcpts; i++) {
 		struct deliver_result *r = &j->res[i];
@@ -307,16 +309,47 @@ static void job_finish(struct deliver *d, struct deliver_job *j)
 							m->attempts) * US;
 		next = m->next_attempt;
 	}
-	if ((err = store_msg_update(d->st, m)) != 0) {
-		/* the inflight mark may still be set: the next load treats it as ambiguous */
-		msg_error("%s: cannot record the delivery outcome: %s", m->qid,
-			  store_strerror(err));
-		next = now + (RETRY(c, first) > 0 ? RETRY(c, first) : 60) * US;
-	} else if (!queued) {
-		msg_info("%s: removed", m->qid);
-	}
+	j->queued = queued;
+	j->next = next;
 	free(bounced);
-	finished(d, m->qid, next);
+}
+
+/*
+ * job_record - write the decided outcomes of a batch in one transaction,
+ * then reschedule or forget each message.
+ */
+static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	struct store_msg **ms = xcalloc(n, sizeof(*ms));
+	int *errs = xcalloc(n, sizeof(*errs));
+	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		ms[i] = &jobs[i]->m;
+	store_msg_update_many(d->st, ms, n, errs);
+	for (i = 0; i < n; i++) {
+		struct deliver_job *j = jobs[i];
+
+		if (errs[i] != 0) {
+			/* the inflight mark may still be set: the next load treats it as ambiguous */
+			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
+				  store_strerror(errs[i]));
+			j->next = deliver_now() + retry * US;
+		} else if (!j->queued) {
+			msg_info("%s: removed", j->m.qid);
+		}
+		finished(d, j->m.qid, j->next);
+	}
+	free(errs);
+	free(ms);
+}
+
+/* job_finish - decide and record one attempt on its own */
+static void job_finish(struct deliver *d, struct deliver_job *j)
+{
+	job_decide(d, j);
+	job_record(d, &j, 1);
 }
 
 /*
@@ -426,10 +459,11 @@ static void *deliver_thread(void *arg)
 				deliver_maildir_one(d, ready[i]);
 		else
 			deliver_smtp_batch(d, ready, n_ready);
-		for (i = 0; i < n_ready; i++) {
-			job_finish(d, ready[i]);
+		for (i = 0; i < n_ready; i++)
+			job_decide(d, ready[i]);
+		job_record(d, ready, n_ready);
+		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);
-		}
 	}
 	free(ready);
 	free(jobs);

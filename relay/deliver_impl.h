@@ -54,6 +54,8 @@ struct deliver_job {
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
 	int warned;			/* message-level warning logged this attempt */
+	int queued;			/* after job_decide: a recipient is left to try */
+	int64_t next;			/* after job_decide: next attempt, -1 if none */
 };
 
 /* deliver_now - the store's clock: Unix microseconds */

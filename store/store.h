@@ -121,6 +121,9 @@ int store_msg_set_inflight(struct store *st, const char *qid, int on);	/* durabl
  * when no recipient is STORE_RCPT_QUEUED the message leaves the spool
  * (its claims stay until they expire) */
 int store_msg_update(struct store *st, const struct store_msg *m);
+/* store_msg_update_many - store_msg_update() for a batch in one transaction;
+ * errs[i] per message; returns 0 or one of the errors */
+int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 

@@ -153,10 +153,10 @@ static int queue_state_valid(const struct store_msg *m)
 	return 1;
 }
 
-/* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
-static int msg_update(struct store *st, const struct store_msg *m, int with_hist)
+/* msg_update_in - rewrite one message's delivery state inside t */
+static int msg_update_in(struct store *st, struct store_txn *t, const struct store_msg *m,
+			 int with_hist)
 {
-	struct store_txn *t;
 	MDB_val key, val;
 	size_t i, n;
 	int err, queued = 0;
@@ -166,14 +166,11 @@ static int msg_update(struct store *st, const struct store_msg *m, int with_hist
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
-	if ((err = store_txn_begin(st, &t)) != 0)
-		return err;
 	if ((err = store_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
-		goto fail;
+		return err;
 	if (store_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) != 0 || n != m->n_rcpts) {
 		msg_warn("%s: store: queue record does not match the update", m->qid);
-		err = STORE_EINVAL;
-		goto fail;
+		return STORE_EINVAL;
 	}
 	if (queued) {
 		err = put_reserved(t->txn, st->queue, &key, store_queue_rec_size(m), 0,
@@ -184,15 +181,24 @@ static int msg_update(struct store *st, const struct store_msg *m, int with_hist
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 	}
-	if (err != 0)
-		goto fail;
-	if (with_hist)
+	if (err == 0 && with_hist)
 		store_hist_update(t, m, queued);
-	return store_txn_commit(t);
-
-fail:
-	store_txn_abort(t);
 	return err;
+}
+
+/* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
+static int msg_update(struct store *st, const struct store_msg *m, int with_hist)
+{
+	struct store_txn *t;
+	int err;
+
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	if ((err = msg_update_in(st, t, m, with_hist)) != 0) {
+		store_txn_abort(t);
+		return err;
+	}
+	return store_txn_commit(t);
 }
 
 /*
@@ -208,6 +214,33 @@ int store_msg_update(struct store *st, const struct store_msg *m)
 	if (err == STORE_ENOSPC && (err = msg_update(st, m, 0)) == 0)
 		msg_warn("%s: store full: delivery recorded without its history", m->qid);
 	return err;
+}
+
+/*
+ * store_msg_update_many - the outcomes of one delivery batch in one
+ * transaction (one fsync instead of one per message). If the batch fails,
+ * each message is recorded alone, so one bad record fails only itself.
+ */
+int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs)
+{
+	struct store_txn *t;
+	size_t i;
+	int err = 0, bad = 0;
+
+	if (n > 1 && store_txn_begin(st, &t) == 0) {
+		for (i = 0; i < n && err == 0; i++)
+			err = msg_update_in(st, t, m[i], 1);
+		if (err != 0)
+			store_txn_abort(t);
+		else if (store_txn_commit(t) == 0) {
+			memset(errs, 0, n * sizeof(*errs));
+			return 0;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if ((errs[i] = store_msg_update(st, m[i])) != 0)
+			bad = errs[i];
+	return bad;
 }
 
 /* store_msg_set_inflight - durably set or clear the "final dot may be out" mark */

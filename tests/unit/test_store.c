@@ -657,6 +657,48 @@ static void test_msg_update(void **state)
 	store_msg_free(&m);
 }
 
+/* one transaction for a delivery batch; a bad member fails only itself */
+static void test_msg_update_many(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg a, b, gone, got;
+	struct store_msg *batch[3] = { &a, &b, &gone };
+	int errs[3] = { -1, -1, -1 };
+
+	msg_new(&a, "MANY00000001", 1, 10);
+	msg_new(&b, "MANY00000002", 2, 10);
+	msg_new(&gone, "MANY00000003", 1, 10);
+	assert_int_equal(spool(f->st, &a, NULL, 0, 0), 0);
+	assert_int_equal(spool(f->st, &b, NULL, 0, 0), 0);
+	a.rcpts[0].state = STORE_RCPT_SENT;
+	b.rcpts[0].state = STORE_RCPT_SENT;
+	b.attempts = 1;
+	b.inflight = 0;
+
+	/* all good: one transaction */
+	CHECK_INT("batch of two", store_msg_update_many(f->st, batch, 2, errs), 0);
+	CHECK_INT("errs[0]", errs[0], 0);
+	CHECK_INT("errs[1]", errs[1], 0);
+	CHECK_INT("all sent: left the spool", store_msg_load(f->st, a.qid, &got), STORE_ENOTFOUND);
+	CHECK_INT("one queued: stays", store_msg_load(f->st, b.qid, &got), 0);
+	CHECK_INT("its attempts", got.attempts, 1);
+	CHECK_INT("its first recipient", got.rcpts[0].state, STORE_RCPT_SENT);
+	store_msg_free(&got);
+
+	/* a member that is not in the spool: the others are still recorded */
+	b.rcpts[1].state = STORE_RCPT_BOUNCED;
+	batch[0] = &gone;
+	batch[1] = &b;
+	CHECK_INT("batch with a missing member", store_msg_update_many(f->st, batch, 2, errs),
+		  STORE_ENOTFOUND);
+	CHECK_INT("errs[0]", errs[0], STORE_ENOTFOUND);
+	CHECK_INT("errs[1]", errs[1], 0);
+	CHECK_INT("recorded alone", store_msg_load(f->st, b.qid, &got), STORE_ENOTFOUND);
+	store_msg_free(&a);
+	store_msg_free(&b);
+	store_msg_free(&gone);
+}
+
 static void test_inflight(void **state)
 {
 	struct fx *f = *state;
@@ -1096,6 +1138,7 @@ int main(void)
 		T(test_expire_many),
 		T(test_msg_roundtrip),
 		T(test_msg_update),
+		T(test_msg_update_many),
 		T(test_inflight),
 		T(test_queue_list_drop),
 		T(test_last_qid),
