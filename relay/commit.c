@@ -33,6 +33,8 @@ struct commit {
 	pthread_cond_t wake;
 	struct commit_req *pending;	/* LIFO, under lock */
 	struct commit_req *done;	/* LIFO, under lock */
+	struct commit_mark *marks;	/* LIFO, under lock: inflight marks to write */
+	pthread_cond_t marked;		/* a batch of marks is durable */
 	int stop;			/* under lock */
 	int efd;			/* eventfd, owned */
 };
@@ -142,8 +144,20 @@ out:
 	free(found);
 }
 
+/*
+ * An inflight mark (deliver.h) waiting for the next transaction. Marks
+ * share the submissions' fsync: under load a delivery thread's mark
+ * costs no disk flush of its own.
+ */
+struct commit_mark {
+	const char *qid;		/* not owned */
+	int err;
+	int done;
+	struct commit_mark *next;
+};
+
 /* commit_batch - one transaction for the whole batch; 0 or a STORE_E* code */
-static int commit_batch(struct commit *cm, struct commit_req *batch)
+static int commit_batch(struct commit *cm, struct commit_req *batch, struct commit_mark *marks)
 {
 	struct store_txn *t;
 	struct commit_req *req;
@@ -154,7 +168,10 @@ static int commit_batch(struct commit *cm, struct commit_req *batch)
 		return err;
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
-	metrics_observe(METRICS_COMMIT_BATCH, n);
+	for (; marks && store_txn_error(t) == 0; marks = marks->next)
+		store_txn_msg_set_inflight(t, marks->qid, 1);
+	if (n > 0)			/* a batch of marks alone is no submission batch */
+		metrics_observe(METRICS_COMMIT_BATCH, n);
 	return store_txn_commit(t);
 }
 
@@ -177,17 +194,18 @@ static void *commit_main(void *arg)
 {
 	struct commit *cm = arg;
 	struct commit_req *batch, *req, *next, *fifo;
+	struct commit_mark *marks, *mk;
 	int err;
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && !cm->stop) {
+		while (cm->pending == NULL && cm->marks == NULL && !cm->stop) {
 			struct timespec ts;
 
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) == ETIMEDOUT
-			    && cm->pending == NULL) {
+			    && cm->pending == NULL && cm->marks == NULL) {
 				/* idle: reclaim expired claims (lookups already ignore them) */
 				pthread_mutex_unlock(&cm->lock);
 				store_expire(cm->st, now_us(), 1000);
@@ -196,21 +214,33 @@ static void *commit_main(void *arg)
 		}
 		batch = cm->pending;
 		cm->pending = NULL;
+		marks = cm->marks;
+		cm->marks = NULL;
 		pthread_mutex_unlock(&cm->lock);
-		if (batch == NULL)
+		if (batch == NULL && marks == NULL)
 			break;
 		for (fifo = NULL; batch; batch = next) {	/* submission order */
 			next = batch->next;
 			batch->next = fifo;
 			fifo = batch;
 		}
-		err = commit_batch(cm, fifo);
+		err = commit_batch(cm, fifo, marks);
+		if (marks) {
+			/* a failed batch: each mark alone, so that it fails only itself */
+			for (mk = marks; mk; mk = mk->next)
+				mk->err = err == 0 ? 0 : store_msg_set_inflight(cm->st, mk->qid, 1);
+			pthread_mutex_lock(&cm->lock);
+			for (mk = marks; mk; mk = mk->next)
+				mk->done = 1;
+			pthread_cond_broadcast(&cm->marked);
+			pthread_mutex_unlock(&cm->lock);
+		}
 		for (req = fifo; req; req = next) {
 			next = req->next;
 			req->next = NULL;
-			if (err != 0 && fifo->next != NULL) {
+			if (err != 0 && (fifo->next != NULL || marks != NULL)) {
 				/* retry alone, so one oversized message fails only itself */
-				int e = commit_batch(cm, req);
+				int e = commit_batch(cm, req, NULL);
 
 				if (e != 0) {
 					req->outcome = COMMIT_FAILED;
@@ -237,6 +267,7 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	cm->arg = arg;
 	pthread_mutex_init(&cm->lock, NULL);
 	pthread_cond_init(&cm->wake, NULL);
+	pthread_cond_init(&cm->marked, NULL);
 	if ((cm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		msg_fatal("eventfd: %m");
 	if (pthread_create(&cm->thread, NULL, commit_main, cm) != 0)
@@ -252,6 +283,28 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 	cm->pending = req;
 	pthread_cond_signal(&cm->wake);
 	pthread_mutex_unlock(&cm->lock);
+}
+
+/*
+ * commit_mark_inflight - durably set a message's inflight mark in the next
+ * group commit; blocks the calling (delivery) thread until it is on disk.
+ */
+int commit_mark_inflight(struct commit *cm, const char *qid)
+{
+	struct commit_mark mk = { qid, 0, 0, NULL };
+
+	pthread_mutex_lock(&cm->lock);
+	if (cm->stop) {			/* the writer is draining: write it here */
+		pthread_mutex_unlock(&cm->lock);
+		return store_msg_set_inflight(cm->st, qid, 1);
+	}
+	mk.next = cm->marks;
+	cm->marks = &mk;
+	pthread_cond_signal(&cm->wake);
+	while (!mk.done)
+		pthread_cond_wait(&cm->marked, &cm->lock);
+	pthread_mutex_unlock(&cm->lock);
+	return mk.err;
 }
 
 /* commit_fd - the eventfd the event loop watches */
@@ -297,5 +350,6 @@ void commit_stop(struct commit *cm)
 	close(cm->efd);
 	pthread_mutex_destroy(&cm->lock);
 	pthread_cond_destroy(&cm->wake);
+	pthread_cond_destroy(&cm->marked);
 	free(cm);
 }

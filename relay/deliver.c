@@ -44,6 +44,7 @@
 #include "../smtp/smtp.h"
 #include "../util/buf.h"
 #include "../util/log.h"
+#include "commit.h"
 #include "deliver_impl.h"
 #include "dsn.h"
 #include "metrics.h"
@@ -69,6 +70,12 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	__atomic_store_n(&c->retry.first, nc->retry.first, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->retry.max, nc->retry.max, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->retry.give_up, nc->retry.give_up, __ATOMIC_RELAXED);
+}
+
+/* deliver_mark - the inflight mark, in the next group commit when there is one */
+int deliver_mark(struct deliver *d, const char *qid)
+{
+	return d->cm ? commit_mark_inflight(d->cm, qid) : store_msg_set_inflight(d->st, qid, 1);
 }
 
 /* deliver_now - wall clock in microseconds, as the store keeps time */
@@ -481,7 +488,7 @@ static int load_one(void *arg, const char *qid, int64_t next_attempt)
 }
 
 /* deliver_start - load the queue and start the threads */
-struct deliver *deliver_start(const struct conf *c, struct store *st)
+struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm)
 {
 	struct deliver *d = xcalloc(1, sizeof(*d));
 	size_t i;
@@ -489,6 +496,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st)
 
 	d->c = c;
 	d->st = st;
+	d->cm = cm;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	dq_init(&d->q);

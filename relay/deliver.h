@@ -29,7 +29,10 @@
 
 struct deliver;
 
-struct deliver *deliver_start(const struct conf *c, struct store *st);
+struct commit;
+
+/* deliver_start - cm, if given, carries the inflight marks in its group commits */
+struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm);
 void deliver_enqueue(struct deliver *d, const char *qid);
 void deliver_flush(struct deliver *d);
 /* deliver_reload - take new retry settings (SIGHUP) */

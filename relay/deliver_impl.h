@@ -30,6 +30,7 @@
 struct deliver {
 	const struct conf *c;		/* not owned */
 	struct store *st;		/* not owned */
+	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
 	pthread_mutex_t lock;		/* protects q and stop */
 	pthread_cond_t wake;		/* new work, earlier work, or stop */
 	struct dq q;			/* owned */
@@ -57,6 +58,9 @@ struct deliver_job {
 	int queued;			/* after job_decide: a recipient is left to try */
 	int64_t next;			/* after job_decide: next attempt, -1 if none */
 };
+
+/* deliver_mark - durably mark a message: its final dot is about to go out */
+int deliver_mark(struct deliver *d, const char *qid);
 
 /* deliver_now - the store's clock: Unix microseconds */
 int64_t deliver_now(void);

@@ -228,7 +228,7 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		/* the server is gone before the end, or we cut it: no mark, and no dot */
 		xmsg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {
-		if ((err = store_msg_set_inflight(x->xs->d->st, m->qid, 1)) == 0) {
+		if ((err = deliver_mark(x->xs->d, m->qid)) == 0) {
 			xmsg_enter(x, XMSG_MARKED);
 		} else {
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"

@@ -153,7 +153,7 @@ int main(int argc, char **argv)
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
 	server_set_store(srv, st);
-	dl = deliver_start(&cf, st);
+	dl = deliver_start(&cf, st, server_commit(srv));
 	server_set_deliver(srv, dl);
 	ctl = control_start(&cf, st, dl);
 	mx = metrics_start(&cf, st);

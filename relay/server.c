@@ -579,10 +579,17 @@ static void committed(void *arg, const char *qid)
 		deliver_enqueue(srv->dl, qid);
 }
 
-/* server_set_store - the store, opened after the listeners were bound */
+/* server_set_store - the store, opened after the listeners were bound; starts the writer */
 void server_set_store(struct server *srv, struct store *st)
 {
 	srv->st = st;
+	srv->cm = commit_start(st, committed, srv);
+}
+
+/* server_commit - the group commit, which delivery shares for its inflight marks */
+struct commit *server_commit(struct server *srv)
+{
+	return srv->cm;
 }
 
 /* server_set_deliver - where committed messages go */
@@ -706,7 +713,6 @@ int server_run(struct server *srv)
 	int64_t last_sweep = server_now();
 	int i, n;
 
-	srv->cm = commit_start(srv->st, committed, srv);
 	ep_set(srv, EPOLL_CTL_ADD, commit_fd(srv->cm), EPOLLIN, &srv->commit_tag);
 	if (srv->users) {
 		srv->auth = auth_start(srv->users, AUTH_THREADS);
@@ -771,8 +777,6 @@ int server_run(struct server *srv)
 		}
 		conn_reap(srv);
 	}
-	commit_stop(srv->cm);
-	srv->cm = NULL;
 	auth_stop(srv->auth);		/* answers what is queued; sessions are not freed yet */
 	srv->auth = NULL;
 	return 0;
@@ -794,6 +798,7 @@ void server_free(struct server *srv)
 	if (srv->sigfd >= 0)
 		close(srv->sigfd);
 	close(srv->epfd);
+	commit_stop(srv->cm);		/* after delivery stopped: its marks go through here */
 	auth_stop(srv->auth);
 	auth_users_free(srv->users);
 	tls_free(srv->tls);

@@ -23,6 +23,7 @@ struct server;
 struct server *server_new(struct conf *c, const char *conf_path, struct store *st);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
 void server_set_store(struct server *srv, struct store *st);
+struct commit *server_commit(struct server *srv);
 void server_set_deliver(struct server *srv, struct deliver *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */
 void server_free(struct server *srv);

@@ -117,6 +117,7 @@ int store_queue_list(struct store *st,
 int store_msg_load(struct store *st, const char *qid, struct store_msg *m);
 void store_msg_free(struct store_msg *m);	/* frees the fields; NULL-safe */
 int store_msg_set_inflight(struct store *st, const char *qid, int on);	/* durable */
+void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
 /* store_msg_update - persist rcpt states, attempts, next_attempt, inflight;
  * when no recipient is STORE_RCPT_QUEUED the message leaves the spool
  * (its claims stay until they expire) */

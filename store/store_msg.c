@@ -243,38 +243,52 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 	return bad;
 }
 
-/* store_msg_set_inflight - durably set or clear the "final dot may be out" mark */
-int store_msg_set_inflight(struct store *st, const char *qid, int on)
+/*
+ * store_txn_msg_set_inflight - set or clear the "final dot may be out"
+ * mark inside t, so that marks can share a group commit's fsync.
+ */
+void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
 {
-	struct store_txn *t;
+	struct store *st = t->st;
 	MDB_val key, val;
-	void *copy = NULL;
+	void *copy;
 	int err;
 
-	if (store_qid_key(qid, &key) != 0)
-		return STORE_EINVAL;
-	if ((err = store_txn_begin(st, &t)) != 0)
-		return err;
-	if ((err = store_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
-		goto fail;
+	if (t->err != 0)
+		return;
+	if (store_qid_key(qid, &key) != 0) {
+		store_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	if ((err = store_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0) {
+		store_txn_fail(t, err);
+		return;
+	}
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
 	if (store_queue_rec_set_inflight(copy, val.mv_size, on) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
-		err = STORE_EINVAL;
-		goto fail;
+		store_txn_fail(t, STORE_EINVAL);
+	} else {
+		val.mv_data = copy;
+		if ((err = store_mdb_error(mdb_put(t->txn, st->queue, &key, &val, 0),
+					   "put queue")) != 0)
+			store_txn_fail(t, err);
 	}
-	val.mv_data = copy;
-	if ((err = store_mdb_error(mdb_put(t->txn, st->queue, &key, &val, 0), "put queue")) != 0)
-		goto fail;
 	free(copy);
-	return store_txn_commit(t);
+}
 
-fail:
-	free(copy);
-	store_txn_abort(t);
-	return err;
+/* store_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
+int store_msg_set_inflight(struct store *st, const char *qid, int on)
+{
+	struct store_txn *t;
+	int err;
+
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	store_txn_msg_set_inflight(t, qid, on);
+	return store_txn_commit(t);
 }
 
 /* msg_drop - remove a message and its delivery state; note it in its story */

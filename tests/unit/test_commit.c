@@ -1,0 +1,230 @@
+/*
+ * test_commit - the group-commit writer (relay/commit.c) on a real store:
+ * racers on one key inside one batch end with one queued message and one
+ * QID; inflight marks ride in the group commit and fail alone.
+ */
+#include <ftw.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../../relay/commit.h"
+#include "../../relay/keys.h"
+#include "../../util/buf.h"
+
+struct fx {
+	char dir[64];
+	struct store *st;
+	struct commit *cm;
+	int n_committed;	/* committed() calls, under the commit's own ordering */
+};
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void) sb;
+	(void) flag;
+	(void) ftw;
+	return remove(p);
+}
+
+static void committed(void *arg, const char *qid)
+{
+	struct fx *f = arg;
+
+	(void) qid;
+	__atomic_add_fetch(&f->n_committed, 1, __ATOMIC_SEQ_CST);
+}
+
+static int setup(void **state)
+{
+	struct fx *f = xcalloc(1, sizeof(*f));
+	char err[256], path[96];
+
+	strcpy(f->dir, "/tmp/test_commit.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(path, sizeof(path), "%s/store", f->dir);
+	if (store_open(&f->st, path, 64u << 20, err, sizeof(err)) != 0)
+		fail_msg("store_open: %s", err);
+	f->cm = commit_start(f->st, committed, f);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	commit_stop(f->cm);
+	store_close(f->st);
+	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static int n_done;
+
+static void done(struct commit_req *req)
+{
+	(void) req;
+	n_done++;
+}
+
+/* req_new - a submission of one message to rcpts under key */
+static struct commit_req *req_new(const char *qid, const char *key, const char *body,
+				  const char *const *rcpts, size_t n)
+{
+	struct commit_req *r = xcalloc(1, sizeof(*r));
+	size_t i;
+
+	strcpy(r->msg.qid, qid);
+	r->msg.from = xstrdup("s@example.org");
+	r->msg.client = xstrdup("c [127.0.0.1]");
+	r->msg.rcpts = xcalloc(n, sizeof(*r->msg.rcpts));
+	r->msg.n_rcpts = n;
+	r->hashes = xcalloc(n, sizeof(*r->hashes));
+	r->claimed = xcalloc(n, 1);
+	for (i = 0; i < n; i++) {
+		r->msg.rcpts[i].addr = xstrdup(rcpts[i]);
+		keys_claim_hash("", key, rcpts[i], r->hashes[i]);
+	}
+	r->msg.data = xstrdup(body);
+	r->msg.data_len = strlen(body);
+	hash_once(body, strlen(body), r->fingerprint);
+	r->ttl = 3600LL * 1000000;
+	r->done = done;
+	return r;
+}
+
+static void req_free(struct commit_req *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->msg.n_rcpts; i++)
+		free(r->msg.rcpts[i].addr);
+	free(r->msg.rcpts);
+	free(r->msg.from);
+	free(r->msg.client);
+	free(r->msg.data);
+	free(r->hashes);
+	free(r->claimed);
+	free(r);
+}
+
+/* wait_done - reap until n requests have been answered */
+static void wait_done(struct fx *f, int n)
+{
+	int i;
+
+	for (i = 0; i < 5000 && n_done < n; i++) {
+		usleep(1000);
+		commit_reap(f->cm);
+	}
+	if (n_done < n)
+		fail_msg("only %d of %d requests answered", n_done, n);
+}
+
+/* racers on one key submitted together: one queued, the rest duplicates of it */
+static void test_race_in_batch(void **state)
+{
+	static const char *const rc[] = { "a@example.com", "b@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r[8];
+	char qid[16];
+	int i, queued = 0, dups = 0;
+	const char *winner = NULL;
+
+	n_done = 0;
+	for (i = 0; i < 8; i++) {
+		snprintf(qid, sizeof(qid), "RACE%08d", i);
+		r[i] = req_new(qid, "k1", "body\r\n", rc, 2);
+	}
+	for (i = 0; i < 8; i++)
+		commit_submit(f->cm, r[i]);
+	wait_done(f, 8);
+	for (i = 0; i < 8; i++) {
+		if (r[i]->outcome == COMMIT_QUEUED) {
+			queued++;
+			winner = r[i]->msg.qid;
+		}
+	}
+	assert_int_equal(queued, 1);
+	for (i = 0; i < 8; i++) {
+		if (r[i]->outcome != COMMIT_DUPLICATE)
+			continue;
+		dups++;
+		if (strcmp(r[i]->orig_qid, winner) != 0)
+			fail_msg("racer %d: got orig %s, want %s", i, r[i]->orig_qid, winner);
+	}
+	assert_int_equal(dups, 7);
+	assert_int_equal(f->n_committed, 1);
+	for (i = 0; i < 8; i++)
+		req_free(r[i]);
+}
+
+/* partial and mismatch against what the store already holds */
+static void test_partial_and_mismatch(void **state)
+{
+	static const char *const ab[] = { "a@example.com", "b@example.com" };
+	static const char *const abc[] = { "a@example.com", "b@example.com", "c@example.com" };
+	struct fx *f = *state;
+	struct commit_req *first, *partial, *mismatch;
+
+	n_done = 0;
+	first = req_new("PART00000001", "k2", "body\r\n", ab, 2);
+	commit_submit(f->cm, first);
+	wait_done(f, 1);
+	assert_int_equal(first->outcome, COMMIT_QUEUED);
+
+	partial = req_new("PART00000002", "k2", "body\r\n", abc, 3);
+	commit_submit(f->cm, partial);
+	wait_done(f, 2);
+	assert_int_equal(partial->outcome, COMMIT_PARTIAL);
+	assert_int_equal(partial->claimed[0], 1);
+	assert_int_equal(partial->claimed[2], 0);
+
+	mismatch = req_new("PART00000003", "k2", "other body\r\n", ab, 2);
+	commit_submit(f->cm, mismatch);
+	wait_done(f, 3);
+	assert_int_equal(mismatch->outcome, COMMIT_MISMATCH);
+	assert_string_equal(mismatch->orig_qid, "PART00000001");
+	req_free(first);
+	req_free(partial);
+	req_free(mismatch);
+}
+
+/* inflight marks share the group commit; a mark on no message fails alone */
+static void test_marks(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r = req_new("MARK00000001", "k3", "x\r\n", a, 1);
+	struct store_msg m;
+
+	n_done = 0;
+	commit_submit(f->cm, r);
+	wait_done(f, 1);
+	assert_int_equal(commit_mark_inflight(f->cm, "MARK00000001"), 0);
+	assert_int_equal(store_msg_load(f->st, "MARK00000001", &m), 0);
+	assert_int_equal(m.inflight, 1);
+	store_msg_free(&m);
+	assert_int_equal(commit_mark_inflight(f->cm, "NOSUCH000001"), STORE_ENOTFOUND);
+	req_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_race_in_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_and_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("commit", tests, NULL, NULL);
+}
