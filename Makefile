@@ -14,7 +14,7 @@ endif
 B        = build
 BIN      = bin
 LIB_SRC  = $(wildcard util/*.c smtp/*.c store/*.c conf/*.c) \
-           $(filter-out relay/main.c relay/ctl.c, $(wildcard relay/*.c))
+           $(filter-out relay/main.c relay/ctl.c relay/nodelay.c, $(wildcard relay/*.c))
 LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(B)/conf_default.o
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -22,7 +22,7 @@ PROGS    = $(BIN)/idemrelay $(if $(wildcard relay/ctl.c),$(BIN)/idemrelayctl)
 
 all: $(PROGS)
 
-$(BIN)/idemrelay: $(B)/relay/main.o $(B)/libidemrelay.a
+$(BIN)/idemrelay: $(B)/relay/main.o $(B)/relay/nodelay.o $(B)/libidemrelay.a
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -79,6 +79,11 @@ fuzz:
 	    -artifact_prefix=build-fuzz/ build-fuzz/corpus_$$f tests/fuzz/corpus/$$f || exit 1; \
 	done
 
+# nodelay.o is the daemon's own connect(), outside the library
+$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/relay/nodelay.o
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lpthread -lcmocka
+
 unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
@@ -99,7 +104,7 @@ clean:
 	rm -rf build build-asan build-fuzz bin
 
 .PHONY: all unit e2e test asan run clean fuzz fuzz-replay
--include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d
+-include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d $(B)/relay/nodelay.d
 
 # Install: programs in sbin (as Postfix does), man pages, the example
 # configuration in $(SYSCONFDIR)/idemrelay (never the live idemrelay.conf),

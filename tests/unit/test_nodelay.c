@@ -1,0 +1,95 @@
+/*
+ * test_nodelay - relay/nodelay.c: every outgoing TCP connection gets
+ * TCP_NODELAY (libesmtp's too, through ELF interposition), other sockets
+ * are left alone, and connect() still behaves as connect().
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+static int listener(struct sockaddr_in *sin)
+{
+	socklen_t sl = sizeof(*sin);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *) sin, sizeof(*sin)), 0);
+	assert_int_equal(listen(fd, 4), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *) sin, &sl), 0);
+	return fd;
+}
+
+static int nodelay(int fd)
+{
+	int v = -1;
+	socklen_t l = sizeof(v);
+
+	assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &l), 0);
+	return v;
+}
+
+static void test_tcp_gets_nodelay(void **state)
+{
+	struct sockaddr_in sin;
+	int l = listener(&sin), fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	(void) state;
+	assert_int_equal(nodelay(fd), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *) &sin, sizeof(sin)), 0);
+	if (nodelay(fd) == 0)
+		fail_msg("got TCP_NODELAY 0 after connect(), want 1");
+	close(fd);
+	close(l);
+}
+
+static void test_errors_pass_through(void **state)
+{
+	struct sockaddr_in sin;
+	int l = listener(&sin), fd;
+
+	(void) state;
+	close(l);			/* nothing listens there now */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	errno = 0;
+	assert_int_equal(connect(fd, (struct sockaddr *) &sin, sizeof(sin)), -1);
+	assert_int_equal(errno, ECONNREFUSED);
+	close(fd);
+}
+
+static void test_unix_untouched(void **state)
+{
+	struct sockaddr_un sun;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	(void) state;
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	strcpy(sun.sun_path, "/nonexistent/test_nodelay.sock");
+	errno = 0;
+	assert_int_equal(connect(fd, (struct sockaddr *) &sun, sizeof(sun)), -1);
+	assert_int_equal(errno, ENOENT);
+	close(fd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tcp_gets_nodelay),
+		cmocka_unit_test(test_errors_pass_through),
+		cmocka_unit_test(test_unix_untouched),
+	};
+
+	return cmocka_run_group_tests_name("nodelay", tests, NULL, NULL);
+}
