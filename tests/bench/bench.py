@@ -1,0 +1,668 @@
+#!/usr/bin/env python3
+"""
+NAME
+    bench.py - idemrelay against Postfix on this machine, side by side (issue 4)
+
+SYNOPSIS
+    make bench
+    BENCH_SCALE=0.2 BENCH_ROUNDS=3 BENCH_ONLY=fresh,dup make bench
+
+DESCRIPTION
+    In one run on one machine, starts
+      - a private Postfix (tests/postfix/postfix.sh, Debian's Postfix with
+        its defaults, relaying to an smtp-sink),
+      - idemrelay (bin/idemrelay, default durable settings, its LMDB store
+        in a temporary directory on local disk, relaying to another
+        smtp-sink),
+    and drives both with the same load, alternating Postfix and idemrelay
+    (A B A B ...) over BENCH_ROUNDS rounds (default 3). Prints the median
+    of each figure, the idemrelay/Postfix ratio and the issue's target:
+
+      fresh     accepted/s, smtp-source -s 20 -l 2000 -m N (unique Message-IDs)
+      e2e       the same load, accepted and delivered to the sink, msgs/s
+      dup       duplicates answered/s (every key claimed) vs Postfix's
+                accept rate of the same load (tests/bench/load -k replay)
+      latency   one session, fresh messages: p50/p99 of the reply to the dot
+      idle      idemrelay RSS with 1,000 idle connections
+      claims    accept rate with 1k vs BENCH_CLAIMS (default 10M x scale)
+                claims in the store (filled by tests/bench/fill); bytes/claim
+      big       100 KB messages, 20 sessions: MB/s accepted
+
+    Between measurements the benchmark waits until the server under test
+    has delivered everything it accepted, so that every round starts
+    from an empty queue.
+
+ENVIRONMENT
+    BENCH_SCALE     multiplies every message count (default 1: about 7 min on 2 cores)
+    BENCH_ROUNDS    rounds per figure (default 5)
+    BENCH_ONLY      comma-separated figures to run (default all)
+    BENCH_CLAIMS    claims in the large store (default 10,000,000 x scale)
+    BENCH_TMP       where the temporary directory goes (default /tmp); it
+                    must be on the disk to measure, reachable by user postfix
+    BENCH_OUT       results as JSON (default build/bench/results.json)
+    BENCH_KEEP=1    keep the temporary directory (logs, stores)
+    IDEMRELAY_BIN, LOAD_BIN, FILL_BIN   the programs (default bin/, build/bench/)
+
+    Needs root (Postfix), Debian's postfix package (smtp-source, smtp-sink),
+    and lmdb-utils (mdb_stat) for the bytes per claim.
+"""
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+POSTFIX_SH = os.path.join(REPO, "tests", "postfix", "postfix.sh")
+# relative paths are taken from the current directory (make runs in the repository)
+IDEMRELAY = os.path.abspath(os.environ.get("IDEMRELAY_BIN", os.path.join(REPO, "bin", "idemrelay")))
+LOAD = os.path.abspath(os.environ.get("LOAD_BIN", os.path.join(REPO, "build", "bench", "load")))
+FILL = os.path.abspath(os.environ.get("FILL_BIN", os.path.join(REPO, "build", "bench", "fill")))
+SBIN = "/usr/sbin"
+
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+ONLY = set(x for x in os.environ.get("BENCH_ONLY", "").split(",") if x)
+N_CLAIMS = int(float(os.environ.get("BENCH_CLAIMS", str(10_000_000 * SCALE))))
+OUT = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(REPO, "build", "bench", "results.json")))
+
+DRAIN_CAP = 180         # seconds to wait for a server to deliver its backlog
+
+
+def n(x, least=1):
+    return max(least, int(x * SCALE))
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout, proc=None, what="server"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError("%s exited at start (rc=%s)" % (what, proc.returncode))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on %d within %ds" % (what, port, timeout))
+
+
+class Sink:
+    """Postfix's smtp-sink, counting messages (its -c counters, on stdout)."""
+
+    def __init__(self, tmp, name):
+        self.port = free_port()
+        self.out = os.path.join(tmp, name + ".out")
+        with open(self.out, "wb") as f:
+            self.proc = subprocess.Popen(
+                [os.path.join(SBIN, "smtp-sink"), "-c", "-u", "postfix",
+                 "127.0.0.1:%d" % self.port, "1000"],
+                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_port(self.port, 10, self.proc, "smtp-sink")
+
+    def count(self):
+        with open(self.out, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 200))
+            m = re.findall(rb"mesg=(\d+)", f.read())
+        return int(m[-1]) if m else 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Server:
+    """What the figures need of either server: a port, a sink, a backlog."""
+
+    name = "?"
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.expected = 0       # messages it must eventually deliver
+
+    def accepted(self, k):
+        self.expected += k
+
+    def idle(self):
+        return True
+
+    def drain(self, cap=DRAIN_CAP):
+        """drain - wait until everything accepted reached the sink; seconds waited"""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < cap:
+            if self.sink.count() >= self.expected and self.idle():
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        say("  ! %s: %d of %d messages delivered after %ds; going on"
+            % (self.name, self.sink.count(), self.expected, cap))
+        self.expected = self.sink.count()
+        return None
+
+
+class Postfix(Server):
+    name = "Postfix"
+
+    def __init__(self, tmp, sink):
+        super().__init__(sink)
+        self.dir = os.path.join(tmp, "postfix")
+        self.port = free_port()
+        r = subprocess.run([POSTFIX_SH, "start", self.dir, str(self.port), str(sink.port)],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError("postfix.sh start failed: %s%s" % (r.stdout, r.stderr))
+
+    def idle(self):
+        r = subprocess.run([POSTFIX_SH, "queue", self.dir], capture_output=True, text=True)
+        return r.stdout.strip() == "0"
+
+    def stop(self):
+        subprocess.run([POSTFIX_SH, "stop", self.dir], timeout=60)
+
+
+class Idemrelay(Server):
+    name = "idemrelay"
+
+    def __init__(self, tmp, sink, name="idemrelay", store=None, map_size="4G"):
+        super().__init__(sink)
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.store = store or os.path.join(self.dir, "store")
+        self.port = free_port()
+        self.log = os.path.join(self.dir, "idemrelay.log")
+        conf = os.path.join(self.dir, "idemrelay.conf")
+        # Default durable settings: only where to listen, whom to relay for,
+        # where the store and the upstream are, and room for 1,000 idle
+        # connections next to the load.
+        with open(conf, "w") as f:
+            f.write('hostname = "idemrelay.bench";\n'
+                    'listen = ( { address = "127.0.0.1"; port = %d; } );\n'
+                    'access = { networks = [ "127.0.0.0/8" ]; };\n'
+                    'store = { path = "%s"; map_size = "%s"; };\n'
+                    'upstream = { host = "127.0.0.1"; port = %d; tls = "none"; };\n'
+                    'limits = { connections = 1100; };\n'
+                    'log = { level = "info"; target = "stderr"; };\n'
+                    % (self.port, self.store, map_size, sink.port))
+        with open(self.log, "ab") as lf:
+            self.proc = subprocess.Popen([IDEMRELAY, "-c", conf], cwd=self.dir,
+                                         stdout=lf, stderr=lf, stdin=subprocess.DEVNULL)
+        wait_port(self.port, 30, self.proc, "idemrelay")
+
+    def rss(self):
+        """rss - VmRSS, VmHWM, RssAnon, RssFile in MB"""
+        out = {}
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                    out[k] = int(v.split()[0]) / 1024.0
+        return out
+
+    def log_count(self, word):
+        with open(self.log, "rb") as f:
+            return f.read().count(word.encode())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------- clients
+
+def smtp_source(port, sessions, length, msgs):
+    """smtp_source - Postfix's smtp-source; (seconds, exit status)"""
+    t0 = time.monotonic()
+    r = subprocess.run([os.path.join(SBIN, "smtp-source"), "-s", str(sessions), "-l", str(length),
+                        "-m", str(msgs), "127.0.0.1:%d" % port],
+                       capture_output=True, text=True, timeout=1800)
+    secs = time.monotonic() - t0
+    if r.returncode != 0:
+        raise RuntimeError("smtp-source failed (rc=%d): %s" % (r.returncode, r.stderr[-500:]))
+    return secs
+
+
+def load(port, *args, check=True):
+    """load - tests/bench/load; its summary as a dict of floats"""
+    r = subprocess.run([LOAD] + [str(a) for a in args] + ["127.0.0.1:%d" % port],
+                       capture_output=True, text=True, timeout=1800)
+    line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    out = {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+    if check and (r.returncode != 0 or not out):
+        raise RuntimeError("load %s failed (rc=%d): %s %s" % (" ".join(map(str, args)),
+                                                            r.returncode, line, r.stderr[-800:]))
+    return out
+
+
+def timed_delivery(server, k, fn):
+    """timed_delivery - run fn (a submission of k messages); (fn's result,
+    seconds until all k reached the sink, or None past the cap)"""
+    base = server.sink.count()
+    t0 = time.monotonic()
+    res = fn()
+    server.accepted(k)
+    while time.monotonic() - t0 < DRAIN_CAP:
+        if server.sink.count() >= base + k:
+            return res, time.monotonic() - t0
+        time.sleep(0.02)
+    server.drain(1)
+    return res, None
+
+
+# ---------------------------------------------------------------- figures
+
+def fig_fresh(pf, ir, res):
+    """fresh accept/s and end to end, smtp-source -s 20 -l 2000 -m N"""
+    m = n(2000)
+    say("fresh: smtp-source -s 20 -l 2000 -m %d, then wait for the sink" % m)
+    for rnd in range(ROUNDS):
+        for srv in (pf, ir):
+            srv.drain()
+            dup0 = srv.log_count("status=duplicate") if srv is ir else 0
+            secs, e2e = timed_delivery(srv, m, lambda: smtp_source(srv.port, 20, 2000, m))
+            rate = m / secs
+            e2e_rate = m / e2e if e2e else None
+            res.add("fresh", srv.name, rate)
+            res.add("e2e", srv.name, e2e_rate)
+            extra = ""
+            if srv is ir:
+                dups = srv.log_count("status=duplicate") - dup0
+                extra = ", duplicates seen %d" % dups
+                if dups:
+                    res.note("fresh: idemrelay saw %d duplicates in a fresh run: smtp-source"
+                             " Message-IDs collided" % dups)
+            say("  round %d %-9s accepted %7.1f msgs/s  delivered %s%s"
+                % (rnd + 1, srv.name, rate, "%.1f msgs/s" % e2e_rate if e2e_rate else "n/a", extra))
+
+
+def fig_dup(pf, ir, res):
+    """duplicates answered/s vs Postfix's accept rate of the same load"""
+    pool = n(2000)
+    m_pf, m_ir = n(2000), n(10000)
+    prefix = "dup-%d" % os.getpid()
+    say("dup: %d keys claimed once; then load -c 20 -k replay (%d msgs to Postfix, %d to idemrelay)"
+        % (pool, m_pf, m_ir))
+    r = load(ir.port, "-c", 20, "-n", pool, "-k", "unique", "-K", prefix, "-u", pool)
+    ir.accepted(int(r["ok"]))
+    ir.drain()
+    for rnd in range(ROUNDS):
+        pf.drain()
+        r = load(pf.port, "-c", 20, "-n", m_pf, "-s", 2000, "-k", "replay", "-K", prefix,
+                 "-u", pool)
+        pf.accepted(int(r["ok"]))
+        res.add("dup", pf.name, r["msgs_per_s"])
+        say("  round %d Postfix   accepted %7.1f msgs/s" % (rnd + 1, r["msgs_per_s"]))
+        ir.drain()
+        r = load(ir.port, "-c", 20, "-n", m_ir, "-s", 2000, "-k", "replay", "-K", prefix,
+                 "-u", pool)
+        res.add("dup", ir.name, r["msgs_per_s"])
+        if r["dup"] != m_ir:
+            res.note("dup: round %d: only %d of %d replies said duplicate" % (rnd + 1, r["dup"], m_ir))
+        say("  round %d idemrelay answered %7.1f msgs/s (%d duplicates, p99 %.2f ms)"
+            % (rnd + 1, r["msgs_per_s"], r["dup"], r["p99_ms"]))
+
+
+def fig_latency(pf, ir, res):
+    """one session, fresh messages back to back: p50/p99 of the reply to the dot"""
+    m = n(300, 50)
+    say("latency: one session, %d fresh messages of 2 KB" % m)
+    for rnd in range(ROUNDS):
+        for srv in (pf, ir):
+            srv.drain()
+            r = load(srv.port, "-c", 1, "-C", 0, "-n", m, "-s", 2000, "-k", "unique")
+            srv.accepted(int(r["ok"]))
+            res.add("p50", srv.name, r["p50_ms"])
+            res.add("p99", srv.name, r["p99_ms"])
+            res.add("one", srv.name, r["msgs_per_s"])
+            say("  round %d %-9s p50 %6.2f ms  p99 %6.2f ms  (%.0f msgs/s)"
+                % (rnd + 1, srv.name, r["p50_ms"], r["p99_ms"], r["msgs_per_s"]))
+
+
+def fig_idle(tmp, sink, res):
+    """idemrelay's RSS while 1,000 idle connections are open, on a daemon
+    just started (the long-running one's RSS also holds the store's pages
+    it has touched: LMDB maps data.mdb, and those pages count as RssFile)"""
+    k = 1000
+    say("idle: %d connections open, EHLO said, nothing else (a fresh idemrelay)" % k)
+    ir = Idemrelay(tmp, sink, name="idemrelay-idle")
+    try:
+        for rnd in range(ROUNDS):
+            before = ir.rss()
+            p = subprocess.Popen([LOAD, "-I", str(k), "-w", "2", "127.0.0.1:%d" % ir.port],
+                                 stdout=subprocess.PIPE, text=True)
+            line = p.stdout.readline()
+            time.sleep(0.5)
+            with_idle = ir.rss()
+            p.wait(60)
+            res.add("idle_rss", ir.name, with_idle["VmRSS"])
+            res.add("idle_anon", ir.name, with_idle["RssAnon"])
+            res.add("idle_per_conn_kb", ir.name,
+                    (with_idle["VmRSS"] - before["VmRSS"]) * 1024 / k)
+            say("  round %d idemrelay RSS %.1f MB (anon %.1f, file %.1f) with %s; %.1f MB before"
+                % (rnd + 1, with_idle["VmRSS"], with_idle["RssAnon"], with_idle["RssFile"],
+                   line.strip(), before["VmRSS"]))
+    finally:
+        ir.stop()
+
+
+def fig_big(pf, ir, res):
+    """100 KB messages, 20 sessions: MB/s accepted"""
+    m = n(300, 40)
+    size = 102400
+    say("big: smtp-source -s 20 -l %d -m %d" % (size, m))
+    for rnd in range(ROUNDS):
+        for srv in (pf, ir):
+            srv.drain()
+            secs, e2e = timed_delivery(srv, m, lambda: smtp_source(srv.port, 20, size, m))
+            mbs = m * size / 1e6 / secs
+            res.add("big", srv.name, mbs)
+            res.add("big_e2e", srv.name, m * size / 1e6 / e2e if e2e else None)
+            say("  round %d %-9s %6.1f MB/s accepted (%.0f msgs/s), delivered in %s"
+                % (rnd + 1, srv.name, mbs, m / secs, "%.1fs" % e2e if e2e else "n/a"))
+
+
+def mdb_claim_bytes(store):
+    """mdb_claim_bytes - (claims, bytes in the claims + expiry trees, data.mdb size)"""
+    r = subprocess.run(["mdb_stat", "-ea", store], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    psize = int(re.search(r"Page size: (\d+)", r.stdout).group(1))
+    dbs = {}
+    for name, body in re.findall(r"Status of (\w+)\n((?:  .*\n?)*)", r.stdout):
+        f = dict((k.strip(), int(v)) for k, v in re.findall(r"  ([\w ]+): (\d+)", body))
+        dbs[name] = f
+    pages = sum(dbs[d]["Branch pages"] + dbs[d]["Leaf pages"] + dbs[d]["Overflow pages"]
+                for d in ("claims", "expiry") if d in dbs)
+    return (dbs.get("claims", {}).get("Entries", 0), pages * psize,
+            os.path.getsize(os.path.join(store, "data.mdb")))
+
+
+def fig_claims(tmp, res):
+    """accept rate with 1k vs N_CLAIMS claims in the store"""
+    m = n(2000)
+    big = N_CLAIMS
+    say("claims: fill stores with 1,000 and %d claims (tests/bench/fill)" % big)
+    stores = {}
+    for label, count in (("1k", 1000), ("big", big)):
+        path = os.path.join(tmp, "store-" + label)
+        os.makedirs(path)
+        t0 = time.monotonic()
+        r = subprocess.run([FILL, "-n", str(count), "-m", "32768", path],
+                           capture_output=True, text=True, timeout=3600)
+        if r.returncode != 0:
+            raise RuntimeError("fill failed: %s%s" % (r.stdout, r.stderr))
+        say("  %s: %s (%.0fs)" % (label, r.stdout.strip(), time.monotonic() - t0))
+        stores[label] = path
+    st = mdb_claim_bytes(stores["big"])
+    if st:
+        claims, tree_bytes, file_bytes = st
+        res.extra["claims"] = {"claims": claims, "tree_bytes_per_claim": tree_bytes / claims,
+                               "file_bytes_per_claim": file_bytes / claims}
+        say("  %d claims: %.0f bytes/claim in the claims and expiry B-trees, %.0f bytes/claim"
+            " of data.mdb" % (claims, tree_bytes / claims, file_bytes / claims))
+    sinks, daemons = [], {}
+    try:
+        for label in ("1k", "big"):
+            s = Sink(tmp, "sink-" + label)
+            sinks.append(s)
+            daemons[label] = Idemrelay(tmp, s, name="idemrelay-" + label, store=stores[label],
+                                       map_size="32G")
+        say("  fresh load -c 20 -n %d -s 2000 against each" % m)
+        for rnd in range(ROUNDS):
+            for label in ("1k", "big"):
+                d = daemons[label]
+                d.drain()
+                r = load(d.port, "-c", 20, "-n", m, "-s", 2000, "-k", "unique")
+                d.accepted(int(r["ok"]))
+                res.add("claims_" + label, "idemrelay", r["msgs_per_s"])
+                say("  round %d %-4s store %7.1f msgs/s (p99 %.2f ms)"
+                    % (rnd + 1, label, r["msgs_per_s"], r["p99_ms"]))
+    finally:
+        for d in daemons.values():
+            d.stop()
+        for s in sinks:
+            s.stop()
+
+
+# ---------------------------------------------------------------- results
+
+class Results:
+    def __init__(self):
+        self.v = {}
+        self.notes = []
+        self.extra = {}
+
+    def add(self, fig, who, value):
+        self.v.setdefault(fig, {}).setdefault(who, []).append(value)
+
+    def note(self, text):
+        self.notes.append(text)
+        say("  ! " + text)
+
+    def med(self, fig, who):
+        vals = [x for x in self.v.get(fig, {}).get(who, []) if x is not None]
+        return statistics.median(vals) if vals else None
+
+    def ratio(self, fig_a, who_a, fig_b, who_b):
+        """ratio - median over rounds of a/b, each round's pair measured back to back
+        (steadier than a ratio of medians when the machine's speed drifts)"""
+        a = self.v.get(fig_a, {}).get(who_a, [])
+        b = self.v.get(fig_b, {}).get(who_b, [])
+        rs = [x / y for x, y in zip(a, b) if x is not None and y]
+        return statistics.median(rs) if rs else None
+
+
+def fmt(x, unit=""):
+    if x is None:
+        return "n/a"
+    if x >= 100:
+        return "%.0f%s" % (x, unit)
+    return "%.2f%s" % (x, unit) if x < 10 else "%.1f%s" % (x, unit)
+
+
+def table(res):
+    rows = []
+
+    def ratio_row(label, fig, unit, target, want):
+        p, i = res.med(fig, "Postfix"), res.med(fig, "idemrelay")
+        ratio = res.ratio(fig, "idemrelay", fig, "Postfix")
+        ok = None if ratio is None or want is None else want(ratio)
+        rows.append((label, fmt(p, unit), fmt(i, unit), fmt(ratio, "x") if ratio else "n/a",
+                     target, {True: "met", False: "NOT met", None: "-"}[ok]))
+
+    if "fresh" in res.v:
+        ratio_row("fresh submissions accepted/s (smtp-source -s 20 -l 2000)", "fresh", "",
+                  ">= 3x", lambda r: r >= 3)
+        ratio_row("end to end: accepted and delivered to the sink, msgs/s", "e2e", "",
+                  ">= 2x", lambda r: r >= 2)
+    if "dup" in res.v:
+        ratio_row("duplicates answered/s (idemrelay) vs Postfix accept/s", "dup", "",
+                  ">= 10x", lambda r: r >= 10)
+    if "p50" in res.v:
+        ratio_row("one session: p50 latency of the reply to the dot", "p50", " ms",
+                  "<= 0.5x", lambda r: r <= 0.5)
+        ratio_row("one session: p99 latency of the reply to the dot", "p99", " ms", "-", None)
+    if "idle_rss" in res.v:
+        i = res.med("idle_rss", "idemrelay")
+        rows.append(("idemrelay RSS with 1,000 idle connections (%.1f KB each)"
+                     % res.med("idle_per_conn_kb", "idemrelay"), "-", fmt(i, " MB"), "-",
+                     "<= 64 MB", "met" if i is not None and i <= 64 else "NOT met"))
+    if "claims_1k" in res.v:
+        a, b = res.med("claims_1k", "idemrelay"), res.med("claims_big", "idemrelay")
+        r = res.ratio("claims_big", "idemrelay", "claims_1k", "idemrelay")
+        bpc = res.extra.get("claims", {})
+        rows.append(("idemrelay accept/s: 1k claims in the store vs %s (both under idemrelay)"
+                     % "{:,}".format(N_CLAIMS), "-", "%s vs %s" % (fmt(a), fmt(b)),
+                     fmt(r, "x") if r else "n/a", ">= 0.8x",
+                     "met" if r and r >= 0.8 else "NOT met"))
+        if bpc:
+            rows.append(("bytes per claim, filled store (claims + expiry B-trees / data.mdb)", "-",
+                         "%.0f / %.0f" % (bpc["tree_bytes_per_claim"], bpc["file_bytes_per_claim"]),
+                         "-", "reported", "-"))
+    dbc = res.extra.get("daemon_claims")
+    if dbc:
+        rows.append(("bytes per claim, the daemon's own store after the runs (B-trees)", "-",
+                     "%.0f" % dbc["tree_bytes_per_claim"], "-", "reported", "-"))
+    if "big" in res.v:
+        ratio_row("100 KB messages, 20 sessions: MB/s accepted", "big", "", ">= 2x",
+                  lambda r: r >= 2)
+    return rows
+
+
+def machine():
+    info = {"nproc": os.cpu_count(), "kernel": platform.release()}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        m = re.search(r"Model name:\s*(.*)", out)
+        info["cpu"] = m.group(1).strip() if m else "?"
+    except OSError:
+        info["cpu"] = "?"
+    with open("/proc/meminfo") as f:
+        info["mem_gb"] = round(int(f.readline().split()[1]) / 1024 / 1024, 1)
+    r = subprocess.run(["postconf", "-d", "-h", "mail_version"], capture_output=True, text=True)
+    info["postfix"] = r.stdout.strip()
+    r = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    info["commit"] = r.stdout.strip()
+    info["idemrelay_bin"] = IDEMRELAY
+    info["loadavg_start"] = os.getloadavg()[0]
+    return info
+
+
+def disk_probe(path):
+    """disk_probe - the file system of path, and the latency of a 4 KB write + fdatasync"""
+    r = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE,OPTIONS", "-T", path],
+                       capture_output=True, text=True)
+    fs = r.stdout.strip()
+    f = os.path.join(path, "fsync.probe")
+    fd = os.open(f, os.O_WRONLY | os.O_CREAT, 0o600)
+    ts = []
+    try:
+        for i in range(300):
+            os.pwrite(fd, b"x" * 4096, (i % 64) * 4096)
+            t0 = time.perf_counter()
+            os.fdatasync(fd)
+            ts.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        os.close(fd)
+        os.unlink(f)
+    ts.sort()
+    return {"fs": fs, "fsync_p50_us": round(ts[len(ts) // 2]), "fsync_p99_us": round(ts[int(len(ts) * 0.99)])}
+
+
+def main():
+    for prog, what in ((IDEMRELAY, "run make"), (LOAD, "run make bench"), (FILL, "run make bench")):
+        if not os.access(prog, os.X_OK):
+            sys.exit("bench: %s is missing: %s" % (prog, what))
+    for prog in ("smtp-source", "smtp-sink", "postfix"):
+        if not os.access(os.path.join(SBIN, prog), os.X_OK):
+            sys.exit("bench: %s is missing: apt-get install -y postfix (see tests/postfix/postfix.sh)"
+                     % prog)
+    if os.geteuid() != 0:
+        sys.exit("bench: run as root (the private Postfix instance needs it)")
+
+    tmp = tempfile.mkdtemp(prefix="idemrelay-bench-", dir=os.environ.get("BENCH_TMP", "/tmp"))
+    os.chmod(tmp, 0o755)
+    res = Results()
+    info = machine()
+    info.update(disk_probe(tmp))
+    info.update({"scale": SCALE, "rounds": ROUNDS, "tmp": tmp})
+    say("bench: %(nproc)s cores (%(cpu)s), %(mem_gb)s GB, Postfix %(postfix)s, kernel %(kernel)s" % info)
+    say("bench: %(tmp)s on %(fs)s; 4 KB write+fdatasync p50 %(fsync_p50_us)d us, p99 %(fsync_p99_us)d us"
+        % info)
+    if info["loadavg_start"] > 0.5:
+        say("bench: warning: load average %.2f before the start: other work on this machine"
+            " makes the figures noisy" % info["loadavg_start"])
+    t_start = time.monotonic()
+    stopping = []
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    want = lambda f: not ONLY or f in ONLY  # noqa: E731
+    try:
+        if any(want(f) for f in ("fresh", "dup", "latency", "idle", "big")):
+            sink_pf, sink_ir = Sink(tmp, "sink-postfix"), Sink(tmp, "sink-idemrelay")
+            stopping += [sink_pf, sink_ir]
+            pf = Postfix(tmp, sink_pf)
+            stopping.insert(0, pf)
+            ir = Idemrelay(tmp, sink_ir)
+            stopping.insert(0, ir)
+            for f, fn in (("fresh", fig_fresh), ("dup", fig_dup), ("latency", fig_latency),
+                          ("big", fig_big)):
+                if want(f):
+                    fn(pf, ir, res)
+            if want("idle"):
+                fig_idle(tmp, sink_ir, res)
+            info["idemrelay_rss_after_mb"] = ir.rss()
+            st = mdb_claim_bytes(ir.store)
+            if st and st[0]:
+                res.extra["daemon_claims"] = {"claims": st[0], "tree_bytes_per_claim": st[1] / st[0],
+                                              "file_bytes_per_claim": st[2] / st[0]}
+                say("store of the daemon after the runs: %d claims, %.0f bytes/claim in the claims"
+                    " and expiry B-trees (random inserts, as in production)" % (st[0], st[1] / st[0]))
+            for s in stopping:
+                s.stop()
+            stopping = []
+        if want("claims"):
+            fig_claims(tmp, res)
+    finally:
+        for s in stopping:
+            try:
+                s.stop()
+            except Exception as e:   # keep stopping the others
+                say("bench: stopping %s: %s" % (type(s).__name__, e))
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            say("bench: kept %s" % tmp)
+
+    info["minutes"] = round((time.monotonic() - t_start) / 60, 1)
+    info["loadavg_end"] = os.getloadavg()[0]
+    rows = table(res)
+    say("")
+    say("| figure | Postfix | idemrelay | ratio | target | |")
+    say("|---|---:|---:|---:|---|---|")
+    for r in rows:
+        say("| %s | %s | %s | %s | %s | %s |" % r)
+    for x in res.notes:
+        say("note: " + x)
+    say("(medians of %d rounds; a ratio is the median of the rounds' ratios; BENCH_SCALE=%g,"
+        " %.1f min)" % (ROUNDS, SCALE, info["minutes"]))
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w") as f:
+        json.dump({"machine": info, "values": res.v, "extra": res.extra, "notes": res.notes,
+                   "table": rows}, f, indent=1)
+    say("bench: results in %s" % OUT)
+
+
+if __name__ == "__main__":
+    main()
