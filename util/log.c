@@ -19,12 +19,14 @@
 static const char *log_prog = "idemrelay";
 static int log_syslog;
 static enum log_level log_min = LOG_LEVEL_INFO;
+static long log_pid;		/* the daemon never forks after log_setup() */
 
 /* log_setup - choose target and threshold */
 void log_setup(const char *progname, int use_syslog, enum log_level level)
 {
 	if (progname)
 		log_prog = progname;
+	log_pid = (long) getpid();
 	log_min = level;
 	if (log_syslog)
 		closelog();
@@ -57,7 +59,8 @@ static void log_vwrite(enum log_level level, const char *tag, const char *fmt, v
 			syslog(prio[level], "%s", line);
 		return;
 	}
-	n = snprintf(line, sizeof(line), "%s[%ld]: %s%s", log_prog, (long) getpid(),
+	n = snprintf(line, sizeof(line), "%s[%ld]: %s%s", log_prog,
+		     log_pid ? log_pid : (long) getpid(),
 		     tag ? tag : "", tag ? ": " : "");
 	if (n < 0 || (size_t) n >= sizeof(line) - 2)
 		n = 0;
