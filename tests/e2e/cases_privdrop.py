@@ -29,11 +29,12 @@ def test_privilege_drop(t):
     d = t.daemon(sink, {"user": "nobody"}, start=False)
     os.chmod(d.dir, 0o755)
     d.start()
+    # the port is bound (and so open) before the drop: wait for it
+    d.wait_log("running as user nobody")
     ids = proc_ids(d.proc.pid)
     eq(ids["Uid"], [str(nobody.pw_uid)] * 4, "uids of the running daemon")
     eq(ids["Gid"], [str(nobody.pw_gid)] * 4, "gids of the running daemon")
     eq(ids["Groups"], [], "supplementary groups")
-    d.wait_log("running as user nobody")
     st = os.stat(os.path.join(d.store, "data.mdb"))
     eq(st.st_uid, nobody.pw_uid, "owner of the store")
 
