@@ -33,8 +33,8 @@ struct commit {
 	pthread_cond_t wake;
 	struct commit_req *pending;	/* LIFO, under lock */
 	struct commit_req *done;	/* LIFO, under lock */
-	struct commit_mark *marks;	/* LIFO, under lock: inflight marks to write */
-	pthread_cond_t marked;		/* a batch of marks is durable */
+	struct commit_op *ops;		/* LIFO, under lock: delivery writes to carry */
+	pthread_cond_t marked;		/* a batch of ops is durable */
 	int stop;			/* under lock */
 	int efd;			/* eventfd, owned */
 };
@@ -145,19 +145,32 @@ out:
 }
 
 /*
- * An inflight mark (deliver.h) waiting for the next transaction. Marks
- * share the submissions' fsync: under load a delivery thread's mark
- * costs no disk flush of its own.
+ * A delivery thread's write (an inflight mark, a batch of outcomes)
+ * waiting for the next transaction. It shares the submissions' fsync,
+ * and a submission never waits behind it for LMDB's writer lock.
  */
-struct commit_mark {
-	const char *qid;		/* not owned */
+struct commit_op {
+	void (*fn) (struct store_txn *t, void *arg);	/* steps with a sticky error */
+	void *arg;			/* not owned */
 	int err;
 	int done;
-	struct commit_mark *next;
+	struct commit_op *next;
 };
 
+/* commit_op_alone - one op in a transaction of its own */
+static int commit_op_alone(struct commit *cm, struct commit_op *op)
+{
+	struct store_txn *t;
+	int err;
+
+	if ((err = store_txn_begin(cm->st, &t)) != 0)
+		return err;
+	op->fn(t, op->arg);
+	return store_txn_commit(t);
+}
+
 /* commit_batch - one transaction for the whole batch; 0 or a STORE_E* code */
-static int commit_batch(struct commit *cm, struct commit_req *batch, struct commit_mark *marks)
+static int commit_batch(struct commit *cm, struct commit_req *batch, struct commit_op *ops)
 {
 	struct store_txn *t;
 	struct commit_req *req;
@@ -168,9 +181,9 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 		return err;
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
-	for (; marks && store_txn_error(t) == 0; marks = marks->next)
-		store_txn_msg_set_inflight(t, marks->qid, 1);
-	if (n > 0)			/* a batch of marks alone is no submission batch */
+	for (; ops && store_txn_error(t) == 0; ops = ops->next)
+		ops->fn(t, ops->arg);
+	if (n > 0)			/* a batch of ops alone is no submission batch */
 		metrics_observe(METRICS_COMMIT_BATCH, n);
 	return store_txn_commit(t);
 }
@@ -194,18 +207,18 @@ static void *commit_main(void *arg)
 {
 	struct commit *cm = arg;
 	struct commit_req *batch, *req, *next, *fifo;
-	struct commit_mark *marks, *mk;
+	struct commit_op *ops, *op;
 	int err;
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && cm->marks == NULL && !cm->stop) {
+		while (cm->pending == NULL && cm->ops == NULL && !cm->stop) {
 			struct timespec ts;
 
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) == ETIMEDOUT
-			    && cm->pending == NULL && cm->marks == NULL) {
+			    && cm->pending == NULL && cm->ops == NULL) {
 				/* idle: reclaim expired claims (lookups already ignore them) */
 				pthread_mutex_unlock(&cm->lock);
 				store_expire(cm->st, now_us(), 1000);
@@ -214,31 +227,31 @@ static void *commit_main(void *arg)
 		}
 		batch = cm->pending;
 		cm->pending = NULL;
-		marks = cm->marks;
-		cm->marks = NULL;
+		ops = cm->ops;
+		cm->ops = NULL;
 		pthread_mutex_unlock(&cm->lock);
-		if (batch == NULL && marks == NULL)
+		if (batch == NULL && ops == NULL)
 			break;
 		for (fifo = NULL; batch; batch = next) {	/* submission order */
 			next = batch->next;
 			batch->next = fifo;
 			fifo = batch;
 		}
-		err = commit_batch(cm, fifo, marks);
-		if (marks) {
-			/* a failed batch: each mark alone, so that it fails only itself */
-			for (mk = marks; mk; mk = mk->next)
-				mk->err = err == 0 ? 0 : store_msg_set_inflight(cm->st, mk->qid, 1);
+		err = commit_batch(cm, fifo, ops);
+		if (ops) {
+			/* a failed batch: each op alone, so that it fails only itself */
+			for (op = ops; op; op = op->next)
+				op->err = err == 0 ? 0 : commit_op_alone(cm, op);
 			pthread_mutex_lock(&cm->lock);
-			for (mk = marks; mk; mk = mk->next)
-				mk->done = 1;
+			for (op = ops; op; op = op->next)
+				op->done = 1;
 			pthread_cond_broadcast(&cm->marked);
 			pthread_mutex_unlock(&cm->lock);
 		}
 		for (req = fifo; req; req = next) {
 			next = req->next;
 			req->next = NULL;
-			if (err != 0 && (fifo->next != NULL || marks != NULL)) {
+			if (err != 0 && (fifo->next != NULL || ops != NULL)) {
 				/* retry alone, so one oversized message fails only itself */
 				int e = commit_batch(cm, req, NULL);
 
@@ -286,25 +299,37 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 }
 
 /*
- * commit_mark_inflight - durably set a message's inflight mark in the next
- * group commit; blocks the calling (delivery) thread until it is on disk.
+ * commit_run - run fn(t, arg) inside the next group commit and wait until
+ * it is durable; returns 0 or a STORE_E* code. For delivery threads.
  */
-int commit_mark_inflight(struct commit *cm, const char *qid)
+int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg)
 {
-	struct commit_mark mk = { qid, 0, 0, NULL };
+	struct commit_op op = { fn, arg, 0, 0, NULL };
 
 	pthread_mutex_lock(&cm->lock);
 	if (cm->stop) {			/* the writer is draining: write it here */
 		pthread_mutex_unlock(&cm->lock);
-		return store_msg_set_inflight(cm->st, qid, 1);
+		return commit_op_alone(cm, &op);
 	}
-	mk.next = cm->marks;
-	cm->marks = &mk;
+	op.next = cm->ops;
+	cm->ops = &op;
 	pthread_cond_signal(&cm->wake);
-	while (!mk.done)
+	while (!op.done)
 		pthread_cond_wait(&cm->marked, &cm->lock);
 	pthread_mutex_unlock(&cm->lock);
-	return mk.err;
+	return op.err;
+}
+
+/* mark_fn - commit_run() step: the inflight mark */
+static void mark_fn(struct store_txn *t, void *qid)
+{
+	store_txn_msg_set_inflight(t, qid, 1);
+}
+
+/* commit_mark_inflight - durably set a message's inflight mark in the next group commit */
+int commit_mark_inflight(struct commit *cm, const char *qid)
+{
+	return commit_run(cm, mark_fn, (void *) qid);
 }
 
 /* commit_fd - the eventfd the event loop watches */

@@ -62,6 +62,7 @@ struct commit *commit_start(struct store *st, void (*committed) (void *arg, cons
 			    void *arg);
 void commit_submit(struct commit *cm, struct commit_req *req);
 int commit_mark_inflight(struct commit *cm, const char *qid);	/* durable; blocks */
+int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg);
 int commit_fd(const struct commit *cm);		/* readable when requests are done */
 void commit_reap(struct commit *cm);		/* run done callbacks */
 void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */

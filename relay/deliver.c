@@ -321,12 +321,29 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 	free(bounced);
 }
 
+/* a batch of outcomes to write in one transaction */
+struct record {
+	struct store_msg **ms;
+	size_t n;
+};
+
+/* record_fn - commit_run() step: every outcome of the batch */
+static void record_fn(struct store_txn *t, void *arg)
+{
+	struct record *r = arg;
+	size_t i;
+
+	for (i = 0; i < r->n; i++)
+		store_txn_msg_update(t, r->ms[i]);
+}
+
 /*
  * job_record - write the decided outcomes of a batch in one transaction,
  * then reschedule or forget each message.
  */
 static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
+	struct record record;
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
 	int *errs = xcalloc(n, sizeof(*errs));
 	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
@@ -334,7 +351,11 @@ static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 
 	for (i = 0; i < n; i++)
 		ms[i] = &jobs[i]->m;
-	store_msg_update_many(d->st, ms, n, errs);
+	record.ms = ms;
+	record.n = n;
+	/* in the group commit if there is one; else, or if that fails, as many as it can */
+	if (d->cm == NULL || commit_run(d->cm, record_fn, &record) != 0)
+		store_msg_update_many(d->st, ms, n, errs);
 	for (i = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
 

@@ -125,6 +125,7 @@ int store_msg_update(struct store *st, const struct store_msg *m);
 /* store_msg_update_many - store_msg_update() for a batch in one transaction;
  * errs[i] per message; returns 0 or one of the errors */
 int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs);
+void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 

@@ -186,6 +186,15 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 	return err;
 }
 
+/* store_txn_msg_update - store_msg_update() as a step of the open transaction t */
+void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
+{
+	int err;
+
+	if (t->err == 0 && (err = msg_update_in(t->st, t, m, 1)) != 0)
+		store_txn_fail(t, err);
+}
+
 /* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
 static int msg_update(struct store *st, const struct store_msg *m, int with_hist)
 {

@@ -218,12 +218,43 @@ static void test_marks(void **state)
 	req_free(r);
 }
 
+/* commit_run - a delivery batch's outcomes written in the group commit */
+static void update_fn(struct store_txn *t, void *arg)
+{
+	store_txn_msg_update(t, arg);
+}
+
+static void test_run_outcomes(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r = req_new("RUN000000001", "k4", "x\r\n", a, 1);
+	struct store_msg m;
+
+	n_done = 0;
+	commit_submit(f->cm, r);
+	wait_done(f, 1);
+	assert_int_equal(store_msg_load(f->st, "RUN000000001", &m), 0);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	assert_int_equal(commit_run(f->cm, update_fn, &m), 0);
+	store_msg_free(&m);
+	assert_int_equal(store_msg_load(f->st, "RUN000000001", &m), STORE_ENOTFOUND);
+
+	/* an op that fails fails alone, with the store's code */
+	assert_int_equal(store_msg_load(f->st, "MARK00000001", &m), STORE_ENOTFOUND);
+	strcpy(r->msg.qid, "RUN000000002");	/* never spooled */
+	r->msg.rcpts[0].state = STORE_RCPT_SENT;
+	assert_int_equal(commit_run(f->cm, update_fn, &r->msg), STORE_ENOTFOUND);
+	req_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_race_in_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_and_mismatch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_outcomes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("commit", tests, NULL, NULL);
