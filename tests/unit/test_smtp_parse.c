@@ -20,34 +20,9 @@
 #include "../../smtp/smtp.h"
 #include "../../smtp/smtp_parse.h"
 #include "../../smtp/smtp_tx.h"
+#include "test_util.h"
 
-#define S(x)	x, sizeof(x) - 1	/* string literal with its length */
 
-/* esc - printable form of bytes for messages (rotating static buffers) */
-static const char *esc(const char *p, size_t n)
-{
-	static char bufs[4][2048];
-	static int k;
-	char *b = bufs[k++ & 3], *o = b;
-	size_t i;
-
-	if (p == NULL)
-		return "(null)";
-	for (i = 0; i < n && o < b + sizeof(bufs[0]) - 8; i++) {
-		unsigned char c = (unsigned char) p[i];
-
-		if (c == '\r')
-			o += sprintf(o, "\\r");
-		else if (c == '\n')
-			o += sprintf(o, "\\n");
-		else if (c < 32 || c > 126 || c == '\\')
-			o += sprintf(o, "\\x%02x", c);
-		else
-			*o++ = (char) c;
-	}
-	*o = 0;
-	return b;
-}
 
 /* streq0 - equal strings, NULL equal only to NULL */
 static int streq0(const char *a, const char *b)
