@@ -115,6 +115,46 @@ static int store_mkdir(const char *path)
 }
 
 /*
+ * store_env_open - create the environment and open it at path with flags:
+ * the steps store_open() and store_open_readonly() share. On failure
+ * *step names the LMDB call that failed.
+ */
+static int store_env_open(struct store *st, const char *path, uint64_t map_size,
+			  unsigned int flags, const char **step)
+{
+	int rc;
+
+	*step = "mdb_env_create";
+	if ((rc = mdb_env_create(&st->env)) != 0)
+		return rc;
+	*step = "mdb_env_set_maxdbs";
+	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
+		return rc;
+	*step = "mdb_env_set_maxreaders";
+	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
+		return rc;
+	/* no transaction can be open yet: the only safe time to set the map size */
+	*step = "mdb_env_set_mapsize";
+	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
+		return rc;
+	*step = "mdb_env_open";
+	return mdb_env_open(st->env, path, flags | MDB_NOTLS, 0600);
+}
+
+/* store_open_failed - the one failure path of both opens: say why, release */
+static void store_open_failed(struct store *st, MDB_txn *txn, const char *path,
+			      const char *step, int rc, char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
+	if (txn)
+		mdb_txn_abort(txn);
+	if (st->env)
+		mdb_env_close(st->env);
+	free(st);
+}
+
+/*
  * store_open - open or create the store at path. One sequence, one
  * failure path: whatever step fails, the environment is closed and err
  * says which step and why.
@@ -131,21 +171,7 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	step = "mkdir";
 	if ((rc = store_mkdir(path)) != 0)
 		goto fail;
-	step = "mdb_env_create";
-	if ((rc = mdb_env_create(&st->env)) != 0)
-		goto fail;
-	step = "mdb_env_set_maxdbs";
-	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
-		goto fail;
-	step = "mdb_env_set_maxreaders";
-	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
-		goto fail;
-	/* no transaction can be open yet: the only safe time to set the map size */
-	step = "mdb_env_set_mapsize";
-	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
-		goto fail;
-	step = "mdb_env_open";
-	if ((rc = mdb_env_open(st->env, path, MDB_NOTLS, 0600)) != 0)
+	if ((rc = store_env_open(st, path, map_size, 0, &step)) != 0)
 		goto fail;
 	/* reader slots of processes that died would pin old pages forever */
 	step = "mdb_reader_check";
@@ -174,13 +200,7 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	return 0;
 
 fail:
-	if (err && errlen)
-		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
-	if (txn)
-		mdb_txn_abort(txn);
-	if (st->env)
-		mdb_env_close(st->env);
-	free(st);
+	store_open_failed(st, txn, path, step, rc, err, errlen);
 	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
 	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
@@ -207,17 +227,7 @@ int store_open_readonly(struct store **out, const char *path, char *err, size_t 
 		return STORE_ENOTFOUND;
 	}
 	st = xcalloc(1, sizeof(*st));
-	step = "mdb_env_create";
-	if ((rc = mdb_env_create(&st->env)) != 0)
-		goto fail;
-	step = "mdb_env_set_maxdbs";
-	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
-		goto fail;
-	step = "mdb_env_set_maxreaders";
-	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
-		goto fail;
-	step = "mdb_env_open";
-	if ((rc = mdb_env_open(st->env, path, MDB_RDONLY | MDB_NOTLS, 0600)) != 0)
+	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0)
 		goto fail;
 	step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)) != 0)
@@ -242,13 +252,7 @@ int store_open_readonly(struct store **out, const char *path, char *err, size_t 
 	return 0;
 
 fail:
-	if (err && errlen)
-		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
-	if (txn)
-		mdb_txn_abort(txn);
-	if (st->env)
-		mdb_env_close(st->env);
-	free(st);
+	store_open_failed(st, txn, path, step, rc, err, errlen);
 	return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
 	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
