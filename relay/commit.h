@@ -16,6 +16,11 @@
  *	If a batch fails to commit (map full), each of its requests is
  *	tried again alone, so one oversized message cannot fail its
  *	neighbours.
+ *
+ *	Delivery threads put their writes in the same transactions with
+ *	commit_run() (inflight marks, a batch's outcomes): they share the
+ *	fsync, and a submission never waits behind a delivery transaction
+ *	for LMDB's writer lock. commit_stop() only after delivery stopped.
  */
 #ifndef RELAY_COMMIT_H
 #define RELAY_COMMIT_H
