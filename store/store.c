@@ -37,7 +37,6 @@
 
 #define STORE_MAX_DBS		12
 #define STORE_MAX_READERS	256
-#define META_LAST_QID		"last_qid"
 
 /* store_mdb_error - translate an LMDB or errno code at the boundary */
 int store_mdb_error(int rc, const char *what)
@@ -257,6 +256,14 @@ fail:
 	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
 
+/* store_qid_greater - key order as LMDB sees it: bytes, then length */
+int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
+{
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	return c > 0 || (c == 0 && alen > blen);
+}
+
 /* store_close - close the environment; every transaction must be over */
 void store_close(struct store *st)
 {
@@ -266,12 +273,16 @@ void store_close(struct store *st)
 	free(st);
 }
 
-/* store_last_qid - the greatest QID ever spooled, "" if none */
+/*
+ * store_last_qid - the greatest QID ever spooled, "" if none: the last
+ * message still spooled, or the greatest that left (store_msg.c)
+ */
 int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 {
-	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val;
+	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val, mkey;
+	MDB_cursor *cur;
 	MDB_txn *txn;
-	int err;
+	int err, rc;
 
 	qid[0] = 0;
 	if ((err = store_read_begin(st, &txn)) != 0)
@@ -288,6 +299,17 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 		}
 	} else if (err == STORE_ENOTFOUND) {
 		err = 0;
+	}
+	if (err == 0 && (err = store_mdb_error(mdb_cursor_open(txn, st->msg, &cur), "cursor")) == 0) {
+		rc = mdb_cursor_get(cur, &mkey, &val, MDB_LAST);
+		if (rc == 0 && mkey.mv_size < STORE_QID_SIZE
+		    && store_qid_greater(mkey.mv_data, mkey.mv_size, qid, strlen(qid))) {
+			memcpy(qid, mkey.mv_data, mkey.mv_size);
+			qid[mkey.mv_size] = 0;
+		} else if (rc != 0 && rc != MDB_NOTFOUND) {
+			err = store_mdb_error(rc, "last msg");
+		}
+		mdb_cursor_close(cur);
 	}
 	mdb_txn_abort(txn);
 	return err;

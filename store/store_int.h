@@ -40,6 +40,8 @@ struct store_txn {
 int store_mdb_error(int rc, const char *what);
 int store_read_begin(struct store *st, MDB_txn **txn);
 int store_qid_key(const char *qid, MDB_val *key);
+int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
+#define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
 
 /* store_txn.c */
 int store_txn_fail(struct store_txn *t, int err);

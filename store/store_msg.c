@@ -31,15 +31,6 @@
 #include "../util/log.h"
 #include "store_int.h"
 
-#define META_LAST_QID	"last_qid"
-
-/* qid_greater - key order as LMDB sees it: bytes, then length */
-static int qid_greater(const void *a, size_t alen, const void *b, size_t blen)
-{
-	int c = memcmp(a, b, alen < blen ? alen : blen);
-
-	return c > 0 || (c == 0 && alen > blen);
-}
 
 /* put_reserved - reserve space for a record and encode into it */
 static int put_reserved(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, size_t len, unsigned flags,
@@ -55,11 +46,30 @@ static int put_reserved(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, size_t len, uns
 	return 0;
 }
 
-/* store_txn_msg_put - spool a new message: message, state, last_qid */
+/*
+ * last_qid_note - remember the QID of a message leaving the spool if it is
+ * the greatest yet. Spooling writes no last_qid: the greatest QID still
+ * spooled is the msg DB's last key (store_last_qid() takes both), so the
+ * accepting commit touches no meta page.
+ */
+static int last_qid_note(struct store *st, MDB_txn *txn, const MDB_val *key)
+{
+	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
+	int err;
+
+	err = store_mdb_error(mdb_get(txn, st->meta, &mkey, &last), "get last_qid");
+	if (err == 0 && !store_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
+		return 0;
+	if (err != 0 && err != STORE_ENOTFOUND)
+		return err;
+	return store_mdb_error(mdb_put(txn, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
+}
+
+/* store_txn_msg_put - spool a new message: message and delivery state */
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 {
 	struct store *st = t->st;
-	MDB_val key, mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
+	MDB_val key;
 	int err;
 
 	if (t->err)
@@ -71,18 +81,7 @@ void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 	if ((err = put_reserved(t->txn, st->msg, &key, store_msg_rec_size(m), MDB_NOOVERWRITE,
 				store_msg_rec_encode, m, "put msg")) != 0
 	    || (err = put_reserved(t->txn, st->queue, &key, store_queue_rec_size(m),
-				   MDB_NOOVERWRITE, store_queue_rec_encode, m, "put queue")) != 0) {
-		store_txn_fail(t, err);
-		return;
-	}
-	err = store_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
-	if (err == 0 && !qid_greater(key.mv_data, key.mv_size, last.mv_data, last.mv_size))
-		return;
-	if (err != 0 && err != STORE_ENOTFOUND) {
-		store_txn_fail(t, err);
-		return;
-	}
-	if ((err = store_mdb_error(mdb_put(t->txn, st->meta, &mkey, &key, 0), "put last_qid")) != 0)
+				   MDB_NOOVERWRITE, store_queue_rec_encode, m, "put queue")) != 0)
 		store_txn_fail(t, err);
 }
 
@@ -180,6 +179,8 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 		err = store_mdb_error(mdb_del(t->txn, st->msg, &key, NULL), "delete msg");
 		if (err == STORE_ENOTFOUND)
 			err = 0;
+		if (err == 0)
+			err = last_qid_note(st, t->txn, &key);
 	}
 	if (err == 0 && with_hist)
 		store_hist_update(t, m, queued);
@@ -317,6 +318,8 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 		err = 0;
 	else if (err == 0 && err2 != STORE_ENOTFOUND)
 		err = err2;
+	if (err == 0)
+		err = last_qid_note(st, t->txn, &key);
 	if (err != 0) {
 		store_txn_abort(t);
 		return err;
