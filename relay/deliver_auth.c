@@ -192,3 +192,23 @@ size_t deliver_auth_guard_redact(const struct deliver_auth_guard *g, const char 
 	}
 	return g->in_auth ? 0 : len;
 }
+
+/* deliver_auth_guard_trace - one debug line per protocol line, secrets redacted */
+void deliver_auth_guard_trace(const struct deliver_auth_guard *g, const char *relay,
+			      const char *buf, size_t len, int reading)
+{
+	size_t start, end, n, shown;
+
+	if (!log_enabled(LOG_LEVEL_DEBUG))
+		return;
+	for (start = 0; start < len; start = end + 1) {
+		for (end = start; end < len && buf[end] != '\n'; end++)
+			continue;
+		n = end > start && buf[end - 1] == '\r' ? end - start - 1 : end - start;
+		shown = reading ? n : deliver_auth_guard_redact(g, buf + start, n);
+		if (n > 0)
+			msg_debug("smtp %s: %s %.*s%s", relay, reading ? "S:" : "C:",
+				  (int) (shown > 400 ? 400 : shown), buf + start,
+				  shown < n ? " [redacted]" : "");
+	}
+}

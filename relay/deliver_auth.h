@@ -13,7 +13,7 @@
  *	libesmtp's monitor callback, which sees each command before it is
  *	written, and says when the connection must be cut first: MAIL when
  *	upstream.user is set and AUTH has not succeeded. It also says which
- *	written lines are secrets, for the debug trace.
+ *	written lines are secrets, and writes the debug trace without them.
  */
 #ifndef RELAY_DELIVER_AUTH_H
 #define RELAY_DELIVER_AUTH_H
@@ -57,5 +57,12 @@ int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size
 /* deliver_auth_guard_redact - how much of a written line may be logged: 0 none */
 size_t deliver_auth_guard_redact(const struct deliver_auth_guard *g, const char *line,
 				 size_t len);
+
+/*
+ * deliver_auth_guard_trace - log bytes read (reading) or about to be
+ * written at debug level, one line per protocol line, redacted as above
+ */
+void deliver_auth_guard_trace(const struct deliver_auth_guard *g, const char *relay,
+			      const char *buf, size_t len, int reading);
 
 #endif

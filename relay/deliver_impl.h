@@ -54,7 +54,6 @@ struct deliver_job {
 	struct deliver_result *res;	/* owned; one per m.rcpts[] */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
-	int warned;			/* message-level warning logged this attempt */
 	int queued;			/* after job_decide: a recipient is left to try */
 	int64_t next;			/* after job_decide: next attempt, -1 if none */
 };

@@ -2,7 +2,7 @@
  * NAME
  *	deliver_policy 3
  * SUMMARY
- *	backoff, outcome classification, reply text, libesmtp header scan
+ *	backoff, outcome classification, reply text
  * DESCRIPTION
  *	Pure functions; see deliver_policy.h. The outcome table, per
  *	recipient, first match wins:
@@ -20,15 +20,15 @@
  *	    anything else                         deferred   (no reply)
  *
  *	"marked" means the durable inflight mark was written, so the final
- *	dot may have left: only then can the outcome be ambiguous. With
- *	BDAT and PIPELINING libesmtp sends the content before it reads the
- *	RCPT replies, so a marked recipient with no RCPT reply is ambiguous
- *	too.
+ *	dot may have left: only then can the outcome be ambiguous. A marked
+ *	recipient with no RCPT reply is ambiguous too (with BDAT and
+ *	PIPELINING a client sends the content before it reads the RCPT
+ *	replies; the bridge hides CHUNKING from libesmtp, but this table
+ *	does not depend on that).
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "../util/buf.h"
 #include "deliver_policy.h"
@@ -154,112 +154,6 @@ int deliver_dsn_code(char out[16], const char *reply)
 	else
 		snprintf(out, 16, "%c.0.0", '0' + cls);
 	return 0;
-}
-
-/* the headers libesmtp keeps to one copy, and the ones it strips */
-static const char *const hdr_single[] = {
-	"Date", "From", "Message-Id", "Sender", "To", "Cc", "Bcc", "Reply-To",
-	"Disposition-Notification-To",
-};
-#define HDR_N_SINGLE	(sizeof(hdr_single) / sizeof(hdr_single[0]))
-
-/* hdr_is - does the header name (not NUL-terminated) equal want, ignoring case? */
-static int hdr_is(const char *name, size_t len, const char *want)
-{
-	return strlen(want) == len && strncasecmp(name, want, len) == 0;
-}
-
-/* line_end - offset just past the CRLF ending the line at p (or len) */
-static size_t line_end(const char *data, size_t len, size_t p)
-{
-	const char *q;
-
-	while (p < len) {
-		if ((q = memchr(data + p, '\n', len - p)) == NULL)
-			return len;
-		p = (size_t) (q - data) + 1;
-		if (p >= 2 && data[p - 2] == '\r')
-			return p;
-	}
-	return len;
-}
-
-/*
- * deliver_hdr_scan - walk the header block as libesmtp does: a line ends
- * at CRLF only; a header is a line plus the lines after it that start
- * with SP or TAB; the block ends at an empty line or the end of data;
- * a header's name is what precedes the first ':' in it, compared exactly
- * (ignoring case) with the names libesmtp knows.
- */
-unsigned deliver_hdr_scan(const char *data, size_t len)
-{
-	unsigned bits = 0, seen[HDR_N_SINGLE] = { 0 };
-	size_t p = 0, q, i, namelen;
-	const char *colon;
-
-	if (len > 0 && (data[0] == ' ' || data[0] == '\t'))
-		bits |= DELIVER_HDR_FOLDED_START;
-	for (;;) {
-		if (p >= len) {
-			bits |= DELIVER_HDR_NO_BODY;
-			break;
-		}
-		if (len - p >= 2 && data[p] == '\r' && data[p + 1] == '\n')
-			break;
-		q = line_end(data, len, p);
-		while (q < len && (data[q] == ' ' || data[q] == '\t'))
-			q = line_end(data, len, q);
-		if ((colon = memchr(data + p, ':', q - p)) != NULL) {
-			namelen = (size_t) (colon - (data + p));
-			if (hdr_is(data + p, namelen, "Return-Path")
-			    || hdr_is(data + p, namelen, "Original-Recipient"))
-				bits |= DELIVER_HDR_STRIPPED;
-			for (i = 0; i < HDR_N_SINGLE; i++) {
-				if (!hdr_is(data + p, namelen, hdr_single[i]))
-					continue;
-				if (seen[i]++)
-					bits |= DELIVER_HDR_STRIPPED;
-			}
-		}
-		p = q;
-	}
-	if (!seen[0])
-		bits |= DELIVER_HDR_NO_DATE;
-	if (!seen[1])
-		bits |= DELIVER_HDR_NO_FROM;
-	if (!seen[2])
-		bits |= DELIVER_HDR_NO_MSGID;
-	return bits;
-}
-
-/* deliver_hdr_describe - human words for deliver_hdr_scan bits */
-void deliver_hdr_describe(unsigned bits, char *out, size_t outlen)
-{
-	static const struct {
-		unsigned bit;
-		const char *text;
-	} words[] = {
-		{ DELIVER_HDR_NO_DATE, "added Date:" },
-		{ DELIVER_HDR_NO_FROM, "added From:" },
-		{ DELIVER_HDR_NO_MSGID, "added Message-Id:" },
-		{ DELIVER_HDR_STRIPPED,
-		  "dropped a Return-Path:, Original-Recipient: or repeated header" },
-		{ DELIVER_HDR_NO_BODY, "appended an empty line" },
-	};
-	size_t i, n = 0;
-	int w;
-
-	if (outlen == 0)
-		return;
-	out[0] = 0;
-	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-		if (!(bits & words[i].bit))
-			continue;
-		w = snprintf(out + n, outlen - n, "%s%s", n ? ", " : "", words[i].text);
-		if (w < 0 || (size_t) w >= outlen - n)
-			break;
-		n += (size_t) w;
-	}
 }
 
 /* hexval - value of a hex digit, -1 if not one (xtext uses upper case) */

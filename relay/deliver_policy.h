@@ -2,7 +2,7 @@
  * NAME
  *	deliver_policy 3h
  * SUMMARY
- *	the pure decisions of delivery: backoff, outcome, replies, headers
+ *	the pure decisions of delivery: backoff, outcome, replies
  * DESCRIPTION
  *	Everything here is a function of its arguments (no store, no
  *	sockets, no clock), so that the unit tests can pin it down.
@@ -12,14 +12,7 @@
  *
  *	deliver_classify() turns what libesmtp reported for one recipient
  *	into an outcome (see the table in deliver_policy.c).
- *
- *	deliver_hdr_scan() predicts what libesmtp 1.1.0's header processing
- *	would change in a message (it cannot be switched off): it adds
- *	Date:, From: and Message-Id: when missing, strips Return-Path: and
- *	Original-Recipient:, and drops the second and later copies of
- *	Date, From, Message-Id, Sender, To, Cc, Bcc, Reply-To and
- *	Disposition-Notification-To. A missing Message-Id: can be hidden
- *	(see deliver_smtp.c); the rest is reported so it can be logged.
+
  */
 #ifndef RELAY_DELIVER_POLICY_H
 #define RELAY_DELIVER_POLICY_H
@@ -78,20 +71,6 @@ void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
  * if the line does not start with a 2xx/4xx/5xx code (out is "4.0.0").
  */
 int deliver_dsn_code(char out[16], const char *reply);
-
-/* what libesmtp 1.1.0 would change in a message (deliver_hdr_scan bits) */
-#define DELIVER_HDR_NO_DATE	(1u << 0)	/* would add Date: */
-#define DELIVER_HDR_NO_FROM	(1u << 1)	/* would add From: */
-#define DELIVER_HDR_NO_MSGID	(1u << 2)	/* would add Message-Id: */
-#define DELIVER_HDR_STRIPPED	(1u << 3)	/* would drop a header */
-#define DELIVER_HDR_NO_BODY	(1u << 4)	/* no blank line: would append one */
-#define DELIVER_HDR_FOLDED_START (1u << 5)	/* first line starts with SP/TAB */
-
-/* deliver_hdr_scan - mirror libesmtp's header phase over a CRLF message */
-unsigned deliver_hdr_scan(const char *data, size_t len);
-
-/* deliver_hdr_describe - "added Date:, dropped a header" for a log line */
-void deliver_hdr_describe(unsigned bits, char *out, size_t outlen);
 
 /* deliver_xtext_decode - RFC 3461 xtext to bytes (owned result; bad "+XX" kept) */
 char *deliver_xtext_decode(const char *s);

@@ -11,21 +11,29 @@
  *
  *	Per message: the envelope sender, the queued recipients, DSN (RET,
  *	ENVID per message; NOTIFY, ORCPT per recipient), BODY=8BITMIME,
- *	SIZE. The content is read from the stored data by xmsg_read(), in
- *	chunks. When libesmtp asks past the end, the final dot (or BDAT
- *	LAST) is the next thing it writes, so that is where the inflight
+ *	SIZE (the stored size, which is what goes out). The content is read
+ *	from the stored data by xmsg_read(), in chunks, after a throw-away
+ *	header block of our own: libesmtp 1.1.0 edits the header block of
+ *	every message (adds Date:, From:, Message-Id:, strips Return-Path:,
+ *	drops repeated headers) and cannot be told not to, so it gets one to
+ *	edit, and takes the stored message, headers and all, for body, which
+ *	it sends unchanged. The bridge's filter (deliver_filter.h) cuts that
+ *	block out of the stream, and hides CHUNKING from libesmtp, which
+ *	would otherwise send BDAT. When libesmtp asks past the end, the
+ *	final dot is the next thing it writes, so that is where the inflight
  *	mark is made durable. If that fails, xmsg_read() sets errno, which
  *	makes libesmtp drop the connection before the final dot.
  *
  *	Whether the final dot was answered is known from the
  *	SMTP_EV_MESSAGESENT event, not from the transfer status: after a
- *	timeout that status still holds the 354 of DATA, and with BDAT the
- *	250 of an earlier chunk. An xmsg goes through explicit states:
+ *	timeout that status still holds the 354 of DATA. An xmsg goes
+ *	through explicit states:
  *
  *	    ENVELOPE -> CONTENT -> MARKED -> REPLIED	normal
- *	    ENVELOPE or CONTENT -> REFUSED		DATA or a chunk refused
+ *	    ENVELOPE or CONTENT -> REFUSED		DATA refused
  *	    CONTENT -> NOMARK				mark not written: no dot
  *	    CONTENT -> LOST				a write failed: no mark, no dot
+ *	    MARKED -> CUT				the filter refused: no dot
  *
  *	and deliver_classify() turns state and replies into outcomes.
  *
@@ -38,43 +46,28 @@
  *	dot: a hang-up then is genuinely ambiguous (Postfix: "message may
  *	be sent more than once").
  *
- *	libesmtp 1.1.0 edits message headers and cannot be told not to:
- *	deliver_hdr_scan() predicts it. A missing Message-Id: is hidden by
- *	feeding a throw-away "Message-Id:" line first and prohibiting the
- *	header, which strips that line and stops libesmtp generating one.
- *	A missing Date: or From:, a Return-Path: or Original-Recipient:, or
- *	a repeated Date/From/To/Cc/... header cannot be protected; such a
- *	message is sent anyway and a warning is logged. The Date: libesmtp
- *	adds is set to the acceptance time and the From: it adds is the
- *	envelope sender, so every attempt sends the same bytes.
- *
  *	If the upstream does not offer 8BITMIME, libesmtp refuses the whole
  *	session when any message asks for BODY=8BITMIME; the batch is then
  *	run again without BODY= (the content is sent unchanged, as Postfix
  *	does with MIME conversion disabled).
  *
- *	TLS and AUTH (xsess_security, xsess_connect, deliver_tls.h,
- *	deliver_auth.h). With
- *	upstream.tls = "starttls" (required, never opportunistic) or
- *	"implicit", the bridge of deliver_tls.c connects, establishes TLS
- *	(1.2+, certificate and host name verified against the system CAs
- *	unless upstream.tls_verify = false) and hands libesmtp a plain
- *	loopback connection: libESMTP 1.1.0 has no implicit TLS and its
- *	STARTTLS has bugs we cannot work around (deliver_tls.c). A host
- *	without STARTTLS, or with a certificate that fails, is a failed
- *	address, and the next one is tried. upstream.user logs in with
- *	libesmtp's SASL client (PLAIN, LOGIN), only ever over TLS. The
- *	guard sees each command before libesmtp writes it: MAIL before a
- *	successful AUTH cuts the connection first, so such a batch is
+ *	The bridge, TLS and AUTH (xsess_security, xsess_connect,
+ *	deliver_bridge.h, deliver_tls.h, deliver_auth.h). Every connection
+ *	goes through the bridge: it connects (within upstream.timeout, to
+ *	any address), and with upstream.tls = "starttls" (required, never
+ *	opportunistic) or "implicit" establishes TLS (1.2+, certificate and
+ *	host name verified against the system CAs unless upstream.tls_verify
+ *	= false), then hands libesmtp a plain loopback connection: libESMTP
+ *	1.1.0 has no implicit TLS and its STARTTLS has bugs we cannot work
+ *	around (deliver_tls.c). A host without STARTTLS, or with a
+ *	certificate that fails, is a failed address, and the next one is
+ *	tried. upstream.user logs in with libesmtp's SASL client (PLAIN,
+ *	LOGIN), only ever over TLS. The guard sees each command before
+ *	libesmtp writes it: MAIL before a successful AUTH cuts the bridge
+ *	first, so that nothing more is forwarded, and such a batch is
  *	deferred with nothing sent. A failed AUTH is deferred (4.7.8), not
  *	bounced, as with Postfix's default smtp_sasl_auth_soft_bounce.
  * BUGS
- *	libesmtp has no connect timeout: an upstream that drops SYNs holds
- *	a thread for the kernel's connect timeout (about two minutes); the
- *	TLS bridge connects within upstream.timeout.
- *	An IPv6 address cannot be given to smtp_set_server(), so without
- *	TLS a host with IPv6 addresses is given by name and the log shows
- *	its first address.
  *	A session that failed on AUTH is deferred without trying the next
  *	host: the credentials are the same there.
  */
@@ -100,14 +93,16 @@
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "deliver_auth.h"
+#include "deliver_bridge.h"
+#include "deliver_filter.h"
 #include "deliver_impl.h"
 #include "deliver_tls.h"
 
 #define XMSG_CHUNK	65536		/* bytes handed to libesmtp per callback */
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 
-/* the line fed before a message that has no Message-Id:; libesmtp strips it */
-static const char xmsg_ink[] = "Message-Id: <idemrelay.placeholder@invalid>\r\n";
+/* the header block libesmtp edits instead of ours; the bridge's filter cuts it */
+static const char xmsg_block[] = DELIVER_FILTER_SENTINEL "\r\n";
 
 enum xmsg_state {
 	XMSG_ENVELOPE,			/* added to the session, no content read yet */
@@ -116,11 +111,12 @@ enum xmsg_state {
 	XMSG_NOMARK,			/* mark not written: transfer abandoned before the dot */
 	XMSG_LOST,			/* a write failed first: abandoned before the dot */
 	XMSG_REPLIED,			/* reply to the final dot read */
-	XMSG_REFUSED,			/* DATA or a chunk refused before the end */
+	XMSG_REFUSED,			/* DATA refused before the end */
+	XMSG_CUT,			/* marked, but the bridge refused the content: no dot */
 };
 
 static const char *const xmsg_state_name[] = {
-	"envelope", "content", "marked", "nomark", "lost", "replied", "refused",
+	"envelope", "content", "marked", "nomark", "lost", "replied", "refused", "cut",
 };
 
 struct xsess;
@@ -132,8 +128,7 @@ struct xmsg {
 	smtp_message_t sm;		/* owned by the libesmtp session */
 	smtp_recipient_t *sr;		/* owned array, by m.rcpts index; NULL if not sent */
 	enum xmsg_state state;
-	int ink;			/* feed xmsg_ink first */
-	int ink_done;
+	int block_fed;			/* xmsg_block given since the last rewind */
 	size_t pos;			/* next byte of m.data to feed */
 };
 
@@ -157,7 +152,7 @@ struct xsess {
 	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */
 	auth_context_t auth;		/* owned; NULL without upstream.user */
-	struct deliver_tls_bridge *bridge;	/* owned; this connection's, with TLS */
+	struct deliver_bridge *bridge;	/* owned; this connection attempt's */
 	struct deliver_auth_guard guard;	/* this connection's */
 };
 
@@ -205,15 +200,15 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 	(void) ctx;
 	if (len == NULL) {
 		x->pos = 0;
-		x->ink_done = 0;
+		x->block_fed = 0;
 		return NULL;
 	}
 	if (x->state == XMSG_ENVELOPE)
 		xmsg_enter(x, XMSG_CONTENT);
-	if (x->ink && !x->ink_done) {
-		x->ink_done = 1;
-		*len = (int) (sizeof(xmsg_ink) - 1);
-		return xmsg_ink;
+	if (!x->block_fed) {
+		x->block_fed = 1;
+		*len = (int) (sizeof(xmsg_block) - 1);
+		return xmsg_block;
 	}
 	if (x->pos < m->data_len) {
 		n = m->data_len - x->pos;
@@ -254,16 +249,13 @@ static struct xmsg *xsess_find(struct xsess *xs, smtp_message_t sm)
 
 /*
  * xsess_cut - the guard said the conversation must end before the next
- * write: the bridge forwards nothing libesmtp writes from now on
+ * write: the bridge (every connection has one) forwards nothing libesmtp
+ * writes from now on
  */
 static void xsess_cut(struct xsess *xs)
 {
 	msg_info("upstream %s: %s", xs->relay, xs->guard.why);
-	if (xs->bridge)
-		deliver_tls_bridge_cut(xs->bridge);
-	else
-		msg_error("upstream %s: no TLS bridge to cut (upstream.user without TLS?)",
-			  xs->relay);
+	deliver_bridge_cut(xs->bridge);
 }
 
 /* xsess_event - libesmtp events; the variable arguments depend on the event */
@@ -307,7 +299,7 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 {
 	struct xsess *xs = arg;
-	int end = buflen, start, n, shown;
+	int end = buflen, start;
 
 	if (!xs->guard.need_auth || xs->guard.cut) {
 		/* nothing to watch */
@@ -329,23 +321,8 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 			snprintf(xs->last_reply, sizeof(xs->last_reply), "%.*s", end - start,
 				 buf + start);
 	}
-	if (!log_enabled(LOG_LEVEL_DEBUG))
-		return;
-	for (start = 0; start < buflen; start = end + 1) {	/* one log line per protocol line */
-		for (end = start; end < buflen && buf[end] != '\n'; end++)
-			continue;
-		if (end - start > 0 && buf[end - 1] == '\r')
-			n = end - start - 1;
-		else
-			n = end - start;
-		shown = writing == SMTP_CB_READING ? n
-		    : (int) deliver_auth_guard_redact(&xs->guard, buf + start, (size_t) n);
-		if (n > 0)
-			msg_debug("smtp %s: %s %.*s%s", xs->relay[0] ? xs->relay : "-",
-				  writing == SMTP_CB_READING ? "S:" : "C:",
-				  shown > 400 ? 400 : shown, buf + start,
-				  shown < n ? " [redacted]" : "");
-	}
+	deliver_auth_guard_trace(&xs->guard, xs->relay[0] ? xs->relay : "-", buf,
+				 (size_t) buflen, writing == SMTP_CB_READING);
 }
 
 /* notify_flags - our NOTIFY bits as libesmtp's */
@@ -391,8 +368,6 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 static int xmsg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j)
 {
 	const struct store_msg *m = &j->m;
-	char what[200];
-	unsigned hdr;
 	size_t i;
 	int ok = 1;
 
@@ -417,25 +392,6 @@ static int xmsg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j)
 		ok &= smtp_dsn_set_ret(x->sm, Ret_HDRS);
 	if (m->envid)
 		ok &= smtp_dsn_set_envid(x->sm, m->envid);
-
-	hdr = deliver_hdr_scan(m->data, m->data_len);
-	if ((hdr & DELIVER_HDR_NO_MSGID) && !(hdr & DELIVER_HDR_FOLDED_START)) {
-		x->ink = 1;
-		ok &= smtp_set_header_option(x->sm, "Message-Id", Hdr_PROHIBIT, 1);
-		hdr &= ~DELIVER_HDR_NO_MSGID;
-	}
-	if (hdr & DELIVER_HDR_NO_DATE) {
-		/* libesmtp adds one anyway: the acceptance time, the same on every try */
-		time_t when = (time_t) (m->accepted / 1000000);
-
-		ok &= smtp_set_header(x->sm, "Date", &when);
-	}
-	hdr &= ~DELIVER_HDR_FOLDED_START;
-	if (hdr && !j->warned) {
-		deliver_hdr_describe(hdr, what, sizeof(what));
-		msg_warn("%s: libesmtp changes this message in transit: %s", m->qid, what);
-		j->warned = 1;
-	}
 	for (i = 0; i < m->n_rcpts; i++)
 		if (j->res[i].attempted && xmsg_add_rcpt(x, i) < 0)
 			ok = 0;
@@ -535,7 +491,7 @@ static void xsess_free(struct xsess *xs)
 	if (xs->auth)
 		auth_destroy_context(xs->auth);
 	SSL_CTX_free(xs->tls_ctx);
-	deliver_tls_bridge_close(xs->bridge);
+	deliver_bridge_close(xs->bridge);
 	for (i = 0; xs->msgs && i < xs->n; i++)
 		free(xs->msgs[i].sr);
 	free(xs->msgs);
@@ -547,10 +503,9 @@ static void xsess_free(struct xsess *xs)
 }
 
 struct xaddr {
-	char server[300];		/* for smtp_set_server(): "ip:port" or "name:port" */
-	char relay[DELIVER_RELAY_MAX];	/* for logs: "name[ip]:port" */
-	struct sockaddr_storage sa;	/* for the TLS bridge */
+	struct sockaddr_storage sa;	/* for the bridge */
 	socklen_t salen;
+	char relay[DELIVER_RELAY_MAX];	/* for logs: "name[ip]:port" */
 };
 
 /* xsess_addrs - where to connect for one upstream host, in resolver order */
@@ -588,16 +543,7 @@ static size_t xsess_addrs(struct xsess *xs, const struct conf_upstream_host *h,
 			((struct sockaddr_in *) &out[n].sa)->sin_port = htons((uint16_t) h->port);
 		else
 			((struct sockaddr_in6 *) &out[n].sa)->sin6_port = htons((uint16_t) h->port);
-		/* the TLS bridge connects itself, to any address */
-		if (ai->ai_family == AF_INET || xs->d->c->upstream.tls != CONF_TLS_NONE) {
-			snprintf(out[n].server, sizeof(out[n].server), "%s:%d", ip, h->port);
-			n++;
-			continue;
-		}
-		/* libesmtp takes no IPv6 literal: use the name */
-		snprintf(out[n].server, sizeof(out[n].server), "%.200s:%d", h->host, h->port);
 		n++;
-		break;
 	}
 	freeaddrinfo(res);
 	return n;
@@ -619,8 +565,9 @@ static void xsess_failed(struct xsess *xs, const char *dsn, const char *why)
 }
 
 /*
- * xsess_connect - set up one connection attempt: the guard, and with TLS
- * the bridge, connected and TLS established (or the reason why not)
+ * xsess_connect - set up one connection attempt: the guard, and the
+ * bridge, connected and with TLS established if asked (or the reason why
+ * not)
  */
 static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 {
@@ -630,36 +577,56 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	char line[DELIVER_REPLY_MAX];
 	const char *helo = c->hostname ? c->hostname : "localhost";
 
-	deliver_tls_bridge_close(xs->bridge);
+	deliver_bridge_close(xs->bridge);
 	xs->bridge = NULL;
 	xs->last_reply[0] = 0;
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
 	(void) xsess_broken_pipe();	/* forget earlier sessions' */
-	if (xs->tls_ctx) {
-		ERR_clear_error();
-		if (deliver_tls_ctx_host(xs->tls_ctx, host) < 0) {
-			xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
-			return -1;
-		}
-		xs->bridge = deliver_tls_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa,
-						     a->salen, c->upstream.tls == CONF_TLS_STARTTLS
-						     ? helo : NULL, (int) ms, why, sizeof(why), dsn);
-		if (xs->bridge == NULL) {
-			snprintf(line, sizeof(line), "upstream %s: %s", a->relay, why);
-			xsess_failed(xs, dsn, line);
-			return -1;
-		}
+	ERR_clear_error();
+	if (xs->tls_ctx && deliver_tls_ctx_host(xs->tls_ctx, host) < 0) {
+		xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
+		return -1;
+	}
+	xs->bridge = deliver_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa, a->salen,
+					 c->upstream.tls == CONF_TLS_STARTTLS ? helo : NULL,
+					 (int) ms, why, sizeof(why), dsn);
+	if (xs->bridge == NULL) {
+		snprintf(line, sizeof(line), "upstream %s: %s", a->relay, why);
+		xsess_failed(xs, dsn, line);
+		return -1;
+	}
+	if (xs->tls_ctx)
 		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
 			 c->upstream.tls_verify ? "Verified" : "Unverified",
 			 c->upstream.tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
-			 deliver_tls_bridge_tls(xs->bridge));
-		snprintf(a->server, sizeof(a->server), "%s", deliver_tls_bridge_address(xs->bridge));
-	}
-	if (!smtp_set_server(xs->s, a->server)) {
+			 deliver_bridge_tls(xs->bridge));
+	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge))) {
 		xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * xsess_end_bridge - libesmtp is done with the connection. If the bridge
+ * hung up because its filter refused libesmtp's content, nothing after
+ * that reached the server: the message being sent, its mark written,
+ * never got its final dot.
+ */
+static void xsess_end_bridge(struct xsess *xs)
+{
+	const char *broke = deliver_bridge_end(xs->bridge);
+	size_t i;
+
+	if (broke) {
+		msg_warn("upstream %s: the bridge hung up before the final dot: %s", xs->relay,
+			 broke);
+		for (i = 0; i < xs->n; i++)
+			if (xs->msgs[i].state == XMSG_MARKED)
+				xmsg_enter(&xs->msgs[i], XMSG_CUT);
+	}
+	deliver_bridge_close(xs->bridge);
+	xs->bridge = NULL;
 }
 
 /* xsess_run - connect to the first upstream address that works and run the session */
@@ -683,8 +650,7 @@ static int xsess_run(struct xsess *xs)
 			if (xsess_connect(xs, c->upstream.hosts[h].host, &addrs[i]) < 0)
 				continue;
 			ran = smtp_start_session(xs->s);
-			deliver_tls_bridge_close(xs->bridge);	/* libesmtp has hung up */
-			xs->bridge = NULL;
+			xsess_end_bridge(xs);	/* libesmtp has hung up */
 			ERR_clear_error();
 			if (ran || xs->guard.cut) {
 				xs->connected = 1;
@@ -732,6 +698,11 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 		*dsn = "4.3.0";
 		snprintf(out, outlen, "could not record the inflight mark; transfer to %s"
 			 " abandoned before the final dot", xs->relay);
+		break;
+	case XMSG_CUT:
+		*dsn = "4.3.0";
+		snprintf(out, outlen, "the bridge refused libesmtp's content; transfer to %s"
+			 " cut before the final dot", xs->relay);
 		break;
 	case XMSG_CONTENT:
 	case XMSG_LOST:

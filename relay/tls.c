@@ -309,6 +309,17 @@ static const struct io_ops tls_ops = {
 	.close = tls_close,
 };
 
+/* tls_io_alloc - the transport over ssl and fd, not ready */
+static struct tls_io *tls_io_alloc(SSL *ssl, int fd)
+{
+	struct tls_io *t = xcalloc(1, sizeof(*t));
+
+	t->io.ops = &tls_ops;
+	t->io.fd = fd;
+	t->ssl = ssl;
+	return t;
+}
+
 /* tls_io_new - a server TLS session on fd, handshake pending; NULL if OpenSSL fails */
 struct io *tls_io_new(struct tls *tl, int fd)
 {
@@ -326,10 +337,16 @@ struct io *tls_io_new(struct tls *tl, int fd)
 		return NULL;
 	}
 	SSL_set_accept_state(ssl);
-	t = xcalloc(1, sizeof(*t));
-	t->io.ops = &tls_ops;
-	t->io.fd = fd;
+	t = tls_io_alloc(ssl, fd);
 	t->io.hs_wants = EPOLLIN;	/* the ClientHello */
-	t->ssl = ssl;
+	return &t->io;
+}
+
+/* tls_io_wrap - a TLS session whose handshake is done, as a transport; takes both */
+struct io *tls_io_wrap(SSL *ssl, int fd)
+{
+	struct tls_io *t = tls_io_alloc(ssl, fd);
+
+	t->io.ready = 1;
 	return &t->io;
 }

@@ -17,11 +17,15 @@
  *
  *	tls_io_new() starts a server-side TLS session on a connected socket,
  *	as a struct io (io.h) whose handshake is still to be done.
+ *	tls_io_wrap() makes a transport of a session whose handshake is done
+ *	already: the upstream bridge's client side (deliver_bridge.c).
  */
 #ifndef RELAY_TLS_H
 #define RELAY_TLS_H
 
 #include <stddef.h>
+
+#include <openssl/ssl.h>
 
 #include "io.h"
 
@@ -32,5 +36,6 @@ int tls_reload(struct tls *t, char *err, size_t errlen);	/* 0, or -1 and the old
 void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */
 struct io *tls_io_new(struct tls *t, int fd);		/* takes the socket */
+struct io *tls_io_wrap(SSL *ssl, int fd);		/* takes both; handshake done */
 
 #endif

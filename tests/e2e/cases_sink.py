@@ -50,6 +50,28 @@ def test_sink_end_of_data_strict(t):
     eq(rec["data"], b"Subject: s\r\n\r\nA\n.\nB\r.\rC\r\n.\nD\r\n\x00.\r\nE\r\n", "data")
 
 
+@case(timeout=30, needs_daemon=False)
+def test_sink_chunking(t):
+    """CHUNKING only when the control file asks; BDAT chunks make one message."""
+    sink = t.sink()
+    with Raw(sink.port) as c:
+        code, text = c.cmd("EHLO c.test")
+        check("CHUNKING" not in text, "CHUNKING offered unasked")
+        sink.control(chunking=True)
+        code, text = c.cmd("EHLO c.test")
+        check("CHUNKING" in text, "CHUNKING not offered")
+        c.cmd("MAIL FROM:<a@example.org>")
+        c.cmd("RCPT TO:<x@example.com>")
+        c.send(b"BDAT 14\r\nSubject: s\r\n\r\n")
+        expect_reply(c.reply(), 250)
+        c.send(b"BDAT 7 LAST\r\n.body\r\n")
+        expect_reply(c.reply(), 250, "2.0.0")
+        expect_reply(c.cmd("QUIT"), 221)
+    rec = sink.wait_count(1)[0]
+    eq(rec["data"], b"Subject: s\r\n\r\n.body\r\n", "data")
+    eq(rec["via"], "BDAT", "via")
+
+
 @case(timeout=40, needs_daemon=False)
 def test_sink_faults(t):
     sink = t.sink()

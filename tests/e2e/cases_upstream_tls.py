@@ -334,7 +334,7 @@ def test_upstream_failover_plain(t):
     qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="fo-1"))
     sink.wait_count(1, timeout=20)
     d.wait_log(qid, "status=sent", "relay=127.0.0.1[127.0.0.1]:%d" % sink.port)
-    d.wait_log("connect to 127.0.0.1[127.0.0.1]:%d" % dead)
+    d.wait_log("upstream 127.0.0.1[127.0.0.1]:%d: connect:" % dead)
 
 
 @case()

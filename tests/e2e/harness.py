@@ -158,7 +158,8 @@ def received_qids(data):
 
 
 def check_relayed(got, sent, qid, strip=("x-idempotency-key", "idempotency-key")):
-    """check_relayed - got == sent plus one Received (idemrelay) with qid, minus key headers"""
+    """check_relayed - got == sent, byte for byte, plus one Received (idemrelay) with qid,
+    minus key headers"""
     gf, gbody = header_fields(got)
     sf, sbody = header_fields(sent)
     ours = [f for f in gf if f[0] == "received" and b"(idemrelay)" in f[1]]
@@ -175,6 +176,13 @@ def check_relayed(got, sent, qid, strip=("x-idempotency-key", "idempotency-key")
         raise AssertionError("relayed header block differs:\n got  %r\n want %r" % (rest, want))
     if gbody != sbody:
         raise AssertionError("relayed body differs:\n got  %r\n want %r" % (gbody[:400], sbody[:400]))
+    # and byte for byte: nothing added, dropped or moved (an empty line, say)
+    rest = got.replace(ours[0][1] + b"\r\n", b"", 1)
+    for f in sf:
+        if f[0] in strip:
+            sent = sent.replace(f[1] + b"\r\n", b"", 1)
+    if rest != sent:
+        raise AssertionError("relayed bytes differ:\n got  %r\n want %r" % (rest[:600], sent[:600]))
 
 
 # ---------------------------------------------------------------- config

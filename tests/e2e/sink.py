@@ -11,8 +11,8 @@ SYNOPSIS
 
 DESCRIPTION
     An ESMTP server (EHLO with PIPELINING, 8BITMIME, DSN, SIZE,
-    ENHANCEDSTATUSCODES; HELO, MAIL, RCPT, DATA, RSET, NOOP, VRFY, QUIT;
-    several messages per connection) that stands in for the upstream
+    ENHANCEDSTATUSCODES, and CHUNKING when asked; HELO, MAIL, RCPT, DATA,
+    BDAT, RSET, NOOP, VRFY, QUIT; several messages per connection) that stands in for the upstream
     provider idemrelay relays to. With --port 0 it picks a free port. Once
     listening it prints "listening on PORT" on stdout.
 
@@ -73,7 +73,9 @@ FAULTS
 
     The control file (JSON, re-read before every command, rewritten
     atomically by the tests) may also say "greeting": 421 to refuse new
-    connections with "421 4.3.2".
+    connections with "421 4.3.2", and "chunking": true to offer CHUNKING
+    (RFC 3030) in EHLO and take BDAT; records then say "via": "BDAT"
+    for a message that came that way ("DATA" otherwise).
 """
 
 import argparse
@@ -200,7 +202,7 @@ class Sink:
         finally:
             os.close(fd)
 
-    def record(self, conn, tx, data, reply, accepted):
+    def record(self, conn, tx, data, reply, accepted, via="DATA"):
         """record - write one message as a JSON file, atomically"""
         seq = next(self.seq)
         rec = {
@@ -218,6 +220,7 @@ class Sink:
             "tls": conn.tls,
             "sni": conn.sni,
             "auth": conn.auth_user,
+            "via": via,
         }
         name = "%019d-%06d-c%d.json" % (time.time_ns(), seq, conn.id)
         tmp = os.path.join(self.record_dir, "." + name + ".tmp")
@@ -306,6 +309,13 @@ class Conn:
                 return line
             await self.fill()
 
+    async def read_exact(self, n):
+        """read_exact - exactly n octets (BDAT)"""
+        while len(self.buf) < n:
+            await self.fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
     async def read_data(self):
         """read_data - up to <CRLF>.<CRLF>; returns the unstuffed content"""
         start = 0
@@ -372,6 +382,8 @@ class Conn:
             lines.append("250-STARTTLS")
         if self.sink.auth and (self.tls or not self.sink.ssl_ctx):
             lines.append("250-AUTH PLAIN LOGIN")
+        if self.sink.control.get("chunking"):
+            lines.append("250-CHUNKING")
         lines.append("250 ENHANCEDSTATUSCODES")
         await self.reply("\r\n".join(lines))
 
@@ -541,6 +553,30 @@ class Conn:
         if kind == "delay":
             log("c%d delaying reply %ds" % (self.id, fault.delay))
             await asyncio.sleep(fault.delay)
+        await self.reply(reply)
+
+    async def do_BDAT(self, arg):
+        """BDAT size [LAST]: the chunk is read whatever the reply (RFC 3030)"""
+        parts = arg.split()
+        if not parts or not parts[0].isdigit() or len(parts) > 2 or (
+                len(parts) == 2 and parts[1].upper() != "LAST"):
+            await self.reply("501 5.5.4 syntax: BDAT size [LAST]")
+            return
+        chunk = await self.read_exact(int(parts[0]))
+        if not self.sink.control.get("chunking"):
+            await self.reply("502 5.5.1 CHUNKING not offered")
+            return
+        if self.tx is None or not self.tx["rcpts"]:
+            await self.reply("503 5.5.1 need MAIL and RCPT first")
+            return
+        self.tx["bdat"] = self.tx.get("bdat", b"") + chunk
+        if len(parts) == 1:
+            await self.reply("250 2.0.0 %d octets received" % len(chunk))
+            return
+        tx, self.tx = self.tx, None
+        reply = "250 2.0.0 ok: sink stored c%d" % self.id
+        rec = self.sink.record(self, tx, tx["bdat"], reply, True, via="BDAT")
+        self.sink.event(ev="dot", conn=self.id, reply=reply, seq=rec["seq"])
         await self.reply(reply)
 
     async def do_RSET(self, arg):

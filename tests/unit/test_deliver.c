@@ -146,65 +146,6 @@ static void test_reply(void **state)
 	assert_string_equal(line, "250 2.0");
 }
 
-struct hdr_case {
-	const char *name;
-	const char *msg;
-	unsigned want;
-};
-
-#define ALL_PRESENT "Date: d\r\nFrom: f\r\nMessage-ID: <m>\r\n"
-
-static const struct hdr_case hdr_cases[] = {
-	{ "complete", "Received: x\r\n" ALL_PRESENT "Subject: s\r\n\r\nbody\r\n", 0 },
-	{ "case-insensitive names", "date: d\r\nFROM: f\r\nmessage-id: <m>\r\n\r\nb\r\n", 0 },
-	{ "nothing", "Subject: s\r\n\r\nb\r\n",
-	  DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM | DELIVER_HDR_NO_MSGID },
-	{ "no headers at all", "\r\nbody\r\n",
-	  DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM | DELIVER_HDR_NO_MSGID },
-	{ "Return-Path", ALL_PRESENT "Return-Path: <a>\r\n\r\n", DELIVER_HDR_STRIPPED },
-	{ "Original-Recipient", ALL_PRESENT "Original-Recipient: rfc822;a\r\n\r\n",
-	  DELIVER_HDR_STRIPPED },
-	{ "two To", ALL_PRESENT "To: a\r\nTo: b\r\n\r\n", DELIVER_HDR_STRIPPED },
-	{ "two Received are fine", "Received: a\r\nReceived: b\r\n" ALL_PRESENT "\r\n", 0 },
-	{ "two X- are fine", ALL_PRESENT "X-A: 1\r\nX-A: 2\r\n\r\n", 0 },
-	{ "Resent-Date is not Date", "Resent-Date: x\r\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
-	  DELIVER_HDR_NO_DATE },
-	{ "folded header is one", ALL_PRESENT "To: a,\r\n b\r\n\r\nx\r\n", 0 },
-	{ "header in body ignored", ALL_PRESENT "\r\nReturn-Path: x\r\nTo: a\r\nTo: b\r\n", 0 },
-	{ "no empty line", ALL_PRESENT, DELIVER_HDR_NO_BODY },
-	{ "bare LF does not end a line", "Date: d\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
-	  DELIVER_HDR_NO_FROM },
-	{ "name with space is not known", "Date : d\r\nFrom: f\r\nMessage-Id: <m>\r\n\r\n",
-	  DELIVER_HDR_NO_DATE },
-	{ "starts folded", " x\r\n" ALL_PRESENT "\r\n", DELIVER_HDR_FOLDED_START },
-};
-
-static void test_hdr_scan(void **state)
-{
-	unsigned got;
-	size_t i;
-
-	(void) state;
-	for (i = 0; i < N(hdr_cases); i++) {
-		const struct hdr_case *c = &hdr_cases[i];
-
-		got = deliver_hdr_scan(c->msg, strlen(c->msg));
-		if (got != c->want)
-			fail_msg("%s: got 0x%x, want 0x%x", c->name, got, c->want);
-	}
-}
-
-static void test_hdr_describe(void **state)
-{
-	char out[200];
-
-	(void) state;
-	deliver_hdr_describe(DELIVER_HDR_NO_DATE | DELIVER_HDR_NO_FROM, out, sizeof(out));
-	assert_string_equal(out, "added Date:, added From:");
-	deliver_hdr_describe(0, out, sizeof(out));
-	assert_string_equal(out, "");
-}
-
 static void test_xtext(void **state)
 {
 	static const char *const cases[][2] = {
@@ -392,8 +333,6 @@ int main(void)
 		cmocka_unit_test(test_backoff),
 		cmocka_unit_test(test_classify),
 		cmocka_unit_test(test_reply),
-		cmocka_unit_test(test_hdr_scan),
-		cmocka_unit_test(test_hdr_describe),
 		cmocka_unit_test(test_xtext),
 		cmocka_unit_test(test_queue_order),
 		cmocka_unit_test(test_queue_busy),

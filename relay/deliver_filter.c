@@ -1,0 +1,149 @@
+/*
+ * NAME
+ *	deliver_filter 3
+ * SUMMARY
+ *	the bridge's stream filter: libesmtp's own header block taken out
+ * DESCRIPTION
+ *	See deliver_filter.h. Pure functions of their state and input: no
+ *	sockets, so the unit tests feed them at every split point.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "deliver_filter.h"
+
+static const char sentinel[] = DELIVER_FILTER_SENTINEL;
+static const char eoh[] = "\r\n\r\n";
+
+/* "250-CHUNKING" or "250 CHUNKING", then a space or the end of the line */
+#define KW_AT		4
+#define KW		"CHUNKING"
+#define KW_LEN		(sizeof(KW) - 1)
+#define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
+
+/* deliver_filter_init - a filter for a new connection */
+void deliver_filter_init(struct deliver_filter *f)
+{
+	memset(f, 0, sizeof(*f));
+}
+
+/* is_digit - an ASCII digit? (no locale) */
+static int is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* head_open - may the held start of a line still need more bytes? */
+static int head_open(const struct deliver_filter *f)
+{
+	const char *h = f->head;
+	size_t n = f->head_len;
+
+	if (h[n - 1] == '\n' || n > KW_AT + KW_LEN || n >= sizeof(f->head))
+		return 0;
+	if (n < 3)
+		return 1;		/* the reply code */
+	return memcmp(h, "250", 3) == 0 && (n == 3 || h[3] == '-' || h[3] == ' ')
+	    && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0);
+}
+
+/* head_chunking - is the held start of a line the CHUNKING keyword of EHLO? */
+static int head_chunking(const struct deliver_filter *f)
+{
+	char after = f->head[KW_AT + KW_LEN];
+
+	return f->head_len == KW_AT + KW_LEN + 1 && memcmp(f->head, "250", 3) == 0
+	    && (f->head[3] == '-' || f->head[3] == ' ')
+	    && strncasecmp(f->head + KW_AT, KW, KW_LEN) == 0
+	    && (after == ' ' || after == '\t' || after == '\r' || after == '\n');
+}
+
+/* head_decide - act on a line's start: arm the cut, hide CHUNKING */
+static void head_decide(struct deliver_filter *f)
+{
+	const char *h = f->head;
+
+	if (f->head_len >= 3 && h[0] == '3' && is_digit(h[1]) && is_digit(h[2])
+	    && !(h[1] == '3' && h[2] == '4')) {
+		f->armed = 1;
+		f->cut = 0;
+		f->eoh = 0;
+	}
+	if (head_chunking(f))
+		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
+}
+
+/* deliver_filter_down - the server's bytes as libesmtp gets them, in out */
+size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len, char *out)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < len; i++) {
+		if (f->in_line) {
+			out[n++] = in[i];
+			f->in_line = in[i] != '\n';
+			continue;
+		}
+		f->head[f->head_len++] = in[i];
+		if (head_open(f))
+			continue;
+		head_decide(f);
+		memcpy(out + n, f->head, f->head_len);
+		n += f->head_len;
+		f->in_line = in[i] != '\n';
+		f->head_len = 0;
+	}
+	return n;
+}
+
+/* deliver_filter_down_end - the server is gone: what was held, in out */
+size_t deliver_filter_down_end(struct deliver_filter *f, char *out)
+{
+	size_t n = f->head_len;
+
+	memcpy(out, f->head, n);
+	f->head_len = 0;
+	return n;
+}
+
+/* cut_byte - one byte of armed content: 1 dropped, 0 kept (disarmed), -1 failed */
+static int cut_byte(struct deliver_filter *f, char c)
+{
+	if (f->cut == 0 && c == '.') {
+		f->armed = 0;		/* a lone ".": libesmtp sends no content */
+		return 0;
+	}
+	if (f->cut < sizeof(sentinel) - 1 && c != sentinel[f->cut]) {
+		snprintf(f->why, sizeof(f->why), "libesmtp's content does not start with"
+			 " the sentinel line (byte %zu)", f->cut);
+		return -1;
+	}
+	if (++f->cut > DELIVER_FILTER_BLOCK_MAX) {
+		snprintf(f->why, sizeof(f->why), "libesmtp's header block has no end within"
+			 " %d bytes", DELIVER_FILTER_BLOCK_MAX);
+		return -1;
+	}
+	f->eoh = c == eoh[f->eoh] ? f->eoh + 1 : c == '\r';
+	if (f->eoh == 4) {
+		f->armed = 0;
+		f->blocks++;
+	}
+	return 1;
+}
+
+/* deliver_filter_up - libesmtp's bytes as the server gets them, in place */
+ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
+{
+	size_t drop = 0;
+	int r = 1;
+
+	if (f->why[0])
+		return -1;
+	while (drop < len && f->armed && (r = cut_byte(f, buf[drop])) == 1)
+		drop++;
+	if (r < 0)
+		return -1;
+	memmove(buf, buf + drop, len - drop);
+	return (ssize_t) (len - drop);
+}

@@ -1,0 +1,418 @@
+/*
+ * test_deliver_bridge - the bridge of relay/deliver_bridge.c against
+ * in-process servers: implicit TLS (it serves this process and refuses
+ * another's connection; an untrusted certificate fails), and plain SMTP,
+ * where the stream filter takes libesmtp's header block out of the content,
+ * hides CHUNKING, and makes the bridge hang up when the block is missing.
+ * The test plays libesmtp's part on the loopback side. (STARTTLS, AUTH and
+ * libesmtp itself end to end, in tests/e2e.)
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/x509v3.h>
+
+#include "../../relay/deliver_bridge.h"
+#include "../../relay/deliver_filter.h"
+#include "../../relay/deliver_tls.h"
+#include "test_util.h"
+
+#define BLOCK	DELIVER_FILTER_SENTINEL "Date: Mon, 1 Jan 2024 00:00:00 +0000\r\n" \
+		"From: a@b\r\n\r\n"
+
+/*
+ * a one-connection server: with a context, implicit TLS (greeting, then
+ * 221 to anything); without, plain SMTP enough for the filter, recording
+ * what it received
+ */
+struct tserver {
+	SSL_CTX *ctx;			/* owned; NULL: plain */
+	int lfd;
+	struct sockaddr_in addr;
+	pthread_t thread;
+	char got[8192];			/* plain: every byte the client sent */
+	size_t got_len;
+};
+
+/* tserver_ctx - a server context with a fresh self-signed certificate for localhost */
+static SSL_CTX *tserver_ctx(void)
+{
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *x = X509_new();
+	X509_NAME *name;
+	X509_EXTENSION *ext;
+	X509V3_CTX v3;
+	SSL_CTX *ctx;
+
+	assert_non_null(key);
+	assert_non_null(x);
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), -60);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	X509_set_pubkey(x, key);
+	name = X509_get_subject_name(x);
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *) "localhost",
+				   -1, -1, 0);
+	X509_set_issuer_name(x, name);
+	X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+	ext = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, "DNS:localhost");
+	assert_non_null(ext);
+	X509_add_ext(x, ext, -1);
+	X509_EXTENSION_free(ext);
+	assert_true(X509_sign(x, key, EVP_sha256()) > 0);
+	ctx = SSL_CTX_new(TLS_server_method());
+	assert_non_null(ctx);
+	assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
+	assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
+	X509_free(x);
+	EVP_PKEY_free(key);
+	return ctx;
+}
+
+/* tls_main - implicit TLS: greeting, then 221 to anything */
+static void tls_main(struct tserver *t, int fd)
+{
+	char buf[512];
+	SSL *ssl = SSL_new(t->ctx);
+
+	SSL_set_fd(ssl, fd);
+	if (SSL_accept(ssl) == 1) {
+		SSL_write(ssl, "220 tserver ready\r\n", 19);
+		if (SSL_read(ssl, buf, sizeof(buf)) > 0)
+			SSL_write(ssl, "221 bye\r\n", 9);
+		SSL_shutdown(ssl);
+	}
+	SSL_free(ssl);
+}
+
+/* plain_line - the next line the client sent (recorded), or -1 at the end */
+static int plain_line(struct tserver *t, int fd, size_t *start)
+{
+	ssize_t n;
+	char *nl;
+
+	for (;;) {
+		nl = memchr(t->got + *start, '\n', t->got_len - *start);
+		if (nl) {
+			*start = (size_t) (nl + 1 - t->got);
+			return 0;
+		}
+		if (t->got_len == sizeof(t->got))
+			return -1;
+		if ((n = recv(fd, t->got + t->got_len, sizeof(t->got) - t->got_len, 0)) <= 0)
+			return -1;
+		t->got_len += (size_t) n;
+	}
+}
+
+/* plain_main - plain SMTP: EHLO offers CHUNKING, DATA reads to the dot */
+static void plain_main(struct tserver *t, int fd)
+{
+	size_t pos = 0, line;
+	const char *cmd, *reply;
+
+	send(fd, "220 pserver\r\n", 13, MSG_NOSIGNAL);
+	for (;;) {
+		line = pos;
+		if (plain_line(t, fd, &pos) < 0)
+			return;
+		cmd = t->got + line;
+		if (strncmp(cmd, "EHLO", 4) == 0)
+			reply = "250-pserver\r\n250-CHUNKING\r\n250 PIPELINING\r\n";
+		else if (strncmp(cmd, "DATA", 4) == 0)
+			reply = "354 go\r\n";
+		else if (strncmp(cmd, "QUIT", 4) == 0)
+			reply = "221 bye\r\n";
+		else if (pos - line == 3 && memcmp(cmd, ".\r\n", 3) == 0)
+			reply = "250 stored\r\n";
+		else if (strncmp(cmd, "MAIL", 4) == 0 || strncmp(cmd, "RCPT", 4) == 0)
+			reply = "250 ok\r\n";
+		else
+			continue;		/* content */
+		send(fd, reply, strlen(reply), MSG_NOSIGNAL);
+		if (*reply == '2' && reply[1] == '2')
+			return;
+	}
+}
+
+static void *tserver_main(void *arg)
+{
+	struct tserver *t = arg;
+	int fd;
+
+	if ((fd = accept(t->lfd, NULL, NULL)) < 0)
+		return NULL;
+	if (t->ctx)
+		tls_main(t, fd);
+	else
+		plain_main(t, fd);
+	close(fd);
+	return NULL;
+}
+
+static void tserver_start(struct tserver *t, SSL_CTX *ctx)
+{
+	socklen_t len = sizeof(t->addr);
+
+	memset(t, 0, sizeof(*t));
+	t->ctx = ctx;
+	t->addr.sin_family = AF_INET;
+	t->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	t->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(t->lfd >= 0);
+	assert_int_equal(bind(t->lfd, (struct sockaddr *) &t->addr, sizeof(t->addr)), 0);
+	assert_int_equal(listen(t->lfd, 1), 0);
+	assert_int_equal(getsockname(t->lfd, (struct sockaddr *) &t->addr, &len), 0);
+	assert_int_equal(pthread_create(&t->thread, NULL, tserver_main, t), 0);
+}
+
+static void tserver_stop(struct tserver *t)
+{
+	shutdown(t->lfd, SHUT_RDWR);
+	pthread_join(t->thread, NULL);
+	close(t->lfd);
+	SSL_CTX_free(t->ctx);
+}
+
+/* connect_to - a blocking TCP connection to "127.0.0.1:PORT", 5s receive timeout */
+static int connect_to(const char *address)
+{
+	struct timeval tv = { 5, 0 };
+	struct sockaddr_in a;
+	int fd;
+
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t) atoi(strchr(address, ':') + 1));
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *) &a, sizeof(a)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void test_bridge_implicit(void **state)
+{
+	struct deliver_bridge *b;
+	struct tserver t;
+	char why[256], dsn[16], buf[256];
+	SSL_CTX *ctx;
+	int fd, status;
+	ssize_t n;
+	pid_t pid;
+
+	(void) state;
+	tserver_start(&t, tserver_ctx());
+	ctx = deliver_tls_ctx_new(0, why, sizeof(why));	/* self-signed: no verification */
+	assert_non_null(ctx);
+	assert_int_equal(deliver_tls_ctx_host(ctx, "localhost"), 0);
+	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
+				    why, sizeof(why), dsn);
+	if (b == NULL)
+		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
+
+	/* another process connects first: hung up on, never given the server */
+	if ((pid = fork()) == 0) {
+		fd = connect_to(deliver_bridge_address(b));
+		n = fd < 0 ? -1 : recv(fd, buf, sizeof(buf), 0);
+		_exit(n == 0 ? 0 : 1);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("a connection from another process was not refused");
+
+	/* this process: the server's greeting, over TLS behind the bridge */
+	fd = connect_to(deliver_bridge_address(b));
+	assert_true(fd >= 0);
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	assert_true(n > 0);
+	buf[n] = 0;
+	assert_string_equal(buf, "220 tserver ready\r\n");
+	assert_int_equal(send(fd, "QUIT\r\n", 6, 0), 6);
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	assert_true(n > 0);
+	buf[n] = 0;
+	assert_string_equal(buf, "221 bye\r\n");
+	close(fd);
+	assert_non_null(strstr(deliver_bridge_tls(b), "TLSv1."));
+	deliver_bridge_close(b);
+	SSL_CTX_free(ctx);
+	tserver_stop(&t);
+}
+
+static void test_bridge_untrusted(void **state)
+{
+	struct deliver_bridge *b;
+	struct tserver t;
+	char why[256], dsn[16];
+	SSL_CTX *ctx;
+
+	(void) state;
+	tserver_start(&t, tserver_ctx());
+	ctx = deliver_tls_ctx_new(1, why, sizeof(why));
+	assert_non_null(ctx);
+	assert_int_equal(deliver_tls_ctx_host(ctx, "localhost"), 0);
+	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
+				    why, sizeof(why), dsn);
+	assert_null(b);
+	assert_string_equal(dsn, "4.7.5");
+	if (strstr(why, "server certificate not trusted") == NULL)
+		fail_msg("why: %s", why);
+	SSL_CTX_free(ctx);
+	tserver_stop(&t);
+}
+
+/* expect - read from fd until want has come (5 s at most); fail otherwise */
+static void expect(int fd, const char *want)
+{
+	char buf[4096];
+	size_t len = 0;
+	ssize_t n;
+
+	for (;;) {
+		buf[len] = 0;
+		if (strstr(buf, want))
+			return;
+		if (len == sizeof(buf) - 1 || (n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0)) <= 0)
+			fail_msg("want \"%s\", got \"%s\"", esc(want, strlen(want)), esc(buf, len));
+		len += (size_t) n;
+	}
+}
+
+/* say - send a string on fd */
+static void say(int fd, const char *s)
+{
+	assert_int_equal(send(fd, s, strlen(s), 0), (ssize_t) strlen(s));
+}
+
+/* plain_bridge - a plain server and a bridge to it, and our connection to the bridge */
+static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
+{
+	struct deliver_bridge *b;
+	char why[256], dsn[16];
+
+	tserver_start(t, NULL);
+	b = deliver_bridge_open(NULL, (struct sockaddr *) &t->addr, sizeof(t->addr), NULL, 5000,
+				why, sizeof(why), dsn);
+	if (b == NULL)
+		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
+	assert_string_equal(deliver_bridge_tls(b), "");
+	*fd = connect_to(deliver_bridge_address(b));
+	assert_true(*fd >= 0);
+	expect(*fd, "220 pserver\r\n");
+	return b;
+}
+
+static void test_bridge_plain_two_messages(void **state)
+{
+	static const char want[] = "EHLO relay\r\n"
+	    "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"
+	    "Subject: one\r\nTo: x\r\nTo: y\r\n\r\nfirst\r\n.\r\n"
+	    "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n"
+	    "Return-Path: <z>\r\n.\r\n"
+	    "QUIT\r\n";
+	struct deliver_bridge *b;
+	struct tserver t;
+	int fd;
+
+	(void) state;
+	b = plain_bridge(&t, &fd);
+	say(fd, "EHLO relay\r\n");
+	expect(fd, "250-X-HIDDEN\r\n250 PIPELINING\r\n");
+	say(fd, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n");
+	expect(fd, "354 go\r\n");
+	say(fd, BLOCK "Subject: one\r\nTo: x\r\n");
+	say(fd, "To: y\r\n\r\nfirst\r\n.\r\n");
+	expect(fd, "250 stored\r\n");
+	say(fd, "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n");
+	expect(fd, "354 go\r\n");
+	say(fd, DELIVER_FILTER_SENTINEL "\r");
+	say(fd, "\nReturn-Path: <z>\r\n.\r\n");
+	expect(fd, "250 stored\r\n");
+	say(fd, "QUIT\r\n");
+	expect(fd, "221 bye\r\n");
+	close(fd);
+	assert_null(deliver_bridge_end(b));
+	deliver_bridge_close(b);
+	tserver_stop(&t);
+	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
+		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len),
+			 esc(want, sizeof(want) - 1));
+}
+
+static void test_bridge_plain_refused(void **state)
+{
+	static const char want[] = "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n";
+	struct deliver_bridge *b;
+	struct tserver t;
+	const char *why;
+	char buf[64];
+	int fd;
+
+	(void) state;
+	b = plain_bridge(&t, &fd);
+	say(fd, want);
+	expect(fd, "354 go\r\n");
+	say(fd, "Subject: no block\r\n\r\nbody\r\n.\r\n");
+	assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);	/* hung up on, no reply */
+	close(fd);
+	why = deliver_bridge_end(b);
+	if (why == NULL || strstr(why, "sentinel") == NULL)
+		fail_msg("deliver_bridge_end: %s", why ? why : "(null)");
+	deliver_bridge_close(b);
+	tserver_stop(&t);
+	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
+		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len), esc(want, sizeof(want) - 1));
+}
+
+static void test_bridge_plain_cut(void **state)
+{
+	struct deliver_bridge *b;
+	struct tserver t;
+	char buf[64];
+	int fd;
+
+	(void) state;
+	b = plain_bridge(&t, &fd);
+	deliver_bridge_cut(b);
+	(void) send(fd, "MAIL FROM:<a@b>\r\n", 17, MSG_NOSIGNAL);
+	assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);
+	close(fd);
+	assert_null(deliver_bridge_end(b));
+	deliver_bridge_close(b);
+	tserver_stop(&t);
+	assert_int_equal(t.got_len, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bridge_implicit),
+		cmocka_unit_test(test_bridge_untrusted),
+		cmocka_unit_test(test_bridge_plain_two_messages),
+		cmocka_unit_test(test_bridge_plain_refused),
+		cmocka_unit_test(test_bridge_plain_cut),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,319 @@
+/*
+ * NAME
+ *	test_deliver_filter 1
+ * SUMMARY
+ *	unit tests: the bridge's stream filter (relay/deliver_filter.c)
+ * DESCRIPTION
+ *	Every row is fed whole, one byte per call, and cut in two at every
+ *	position; each way must give the same output and the same verdict
+ *	(armed or not; refused or not). Then whole conversations: two
+ *	messages on one connection, replies split anywhere.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../relay/deliver_filter.h"
+#include "test_util.h"
+
+#define N(a)	(sizeof(a) / sizeof((a)[0]))
+#define BLOCK	DELIVER_FILTER_SENTINEL "Date: Mon, 1 Jan 2024 00:00:00 +0000\r\n" \
+		"From: s@example.org\r\nMessage-Id: <1.2@host>\r\n\r\n"
+#define OUT_MAX	8192
+
+/* piece - how many bytes to feed at offset i: first, then step (0: all the rest) */
+static size_t piece(size_t i, size_t len, size_t first, size_t step)
+{
+	size_t k = i == 0 && first ? first : step ? step : len - i;
+
+	return k > len - i ? len - i : k;
+}
+
+/* each_way - check a row fed whole, byte by byte, and cut in two everywhere */
+static void each_way(const void *c, size_t len, void (*check)(const void *, size_t, size_t))
+{
+	size_t cut;
+
+	check(c, 0, 0);
+	check(c, 0, 1);
+	for (cut = 1; cut < len; cut++)
+		check(c, cut, 0);
+}
+
+/* ---------------------------------------------------------------- server to libesmtp */
+
+struct down_case {
+	const char *name;
+	const char *in;
+	const char *want;
+	int armed;
+};
+
+static const struct down_case down_cases[] = {
+	{ "greeting", "220 sink ESMTP\r\n", "220 sink ESMTP\r\n", 0 },
+	{ "354 arms", "354 go ahead\r\n", "354 go ahead\r\n", 1 },
+	{ "354 alone", "354\r\n", "354\r\n", 1 },
+	{ "pipelined replies, 354 last", "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n",
+	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n", 1 },
+	{ "multi-line 354", "354-one\r\n354 two\r\n", "354-one\r\n354 two\r\n", 1 },
+	{ "any 3xx to DATA arms", "350 whatever\r\n", "350 whatever\r\n", 1 },
+	{ "334 is AUTH", "334 VXNlcm5hbWU6\r\n", "334 VXNlcm5hbWU6\r\n", 0 },
+	{ "354 inside a line", "250 354 ok\r\n250-x 354\r\n", "250 354 ok\r\n250-x 354\r\n", 0 },
+	{ "554 to DATA", "554 5.5.1 no valid recipients\r\n",
+	  "554 5.5.1 no valid recipients\r\n", 0 },
+	{ "EHLO with CHUNKING",
+	  "250-sink\r\n250-PIPELINING\r\n250-CHUNKING\r\n250-SIZE 1000\r\n250 8BITMIME\r\n",
+	  "250-sink\r\n250-PIPELINING\r\n250-X-HIDDEN\r\n250-SIZE 1000\r\n250 8BITMIME\r\n", 0 },
+	{ "CHUNKING last, lower case", "250-sink\r\n250 chunking\r\n",
+	  "250-sink\r\n250 X-HIDDEN\r\n", 0 },
+	{ "CHUNKING with a parameter", "250-CHUNKING x\r\n250 ok\r\n",
+	  "250-X-HIDDEN x\r\n250 ok\r\n", 0 },
+	{ "CHUNKING, bare LF", "250-CHUNKING\n250 ok\n", "250-X-HIDDEN\n250 ok\n", 0 },
+	{ "CHUNKINGS is another word", "250-CHUNKINGS\r\n250 ok\r\n",
+	  "250-CHUNKINGS\r\n250 ok\r\n", 0 },
+	{ "CHUNKING in text", "250-sink CHUNKING\r\n250 CHUNK\r\n",
+	  "250-sink CHUNKING\r\n250 CHUNK\r\n", 0 },
+	{ "BINARYMIME left alone", "250-BINARYMIME\r\n250 ok\r\n",
+	  "250-BINARYMIME\r\n250 ok\r\n", 0 },
+	{ "354 then a line that does not end", "354 go\r\n25", "354 go\r\n25", 1 },
+};
+
+/* down_feed - feed in at first, then in pieces of step (0: the rest at once) */
+static size_t down_feed(struct deliver_filter *f, const char *in, size_t len, size_t first,
+			size_t step, char *out)
+{
+	size_t i = 0, n = 0, k;
+
+	while (i < len) {
+		k = piece(i, len, first, step);
+		n += deliver_filter_down(f, in + i, k, out + n);
+		i += k;
+	}
+	return n + deliver_filter_down_end(f, out + n);
+}
+
+/* down_check - one row, one way of feeding it */
+static void down_check(const void *row, size_t first, size_t step)
+{
+	const struct down_case *c = row;
+	struct deliver_filter f;
+	char out[OUT_MAX];
+	size_t n;
+
+	deliver_filter_init(&f);
+	n = down_feed(&f, c->in, strlen(c->in), first, step, out);
+	if (n != strlen(c->want) || memcmp(out, c->want, n) != 0)
+		fail_msg("%s (first %zu, step %zu): got \"%s\", want \"%s\"", c->name, first,
+			 step, esc(out, n), esc(c->want, strlen(c->want)));
+	if (f.armed != c->armed)
+		fail_msg("%s (first %zu, step %zu): armed %d, want %d", c->name, first, step,
+			 f.armed, c->armed);
+}
+
+static void test_down(void **state)
+{
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(down_cases); i++)
+		each_way(&down_cases[i], strlen(down_cases[i].in), down_check);
+}
+
+/* ---------------------------------------------------------------- libesmtp to server */
+
+struct up_case {
+	const char *name;
+	int armed;			/* a go-ahead came first */
+	const char *in;
+	const char *want;		/* NULL: refused */
+};
+
+static const struct up_case up_cases[] = {
+	{ "not armed: commands pass", 0, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
+	  "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n" },
+	{ "block with libesmtp's headers", 1,
+	  BLOCK "Received: x\r\nTo: a\r\nTo: b\r\n\r\nbody\r\n.\r\n",
+	  "Received: x\r\nTo: a\r\nTo: b\r\n\r\nbody\r\n.\r\n" },
+	{ "bare block", 1, DELIVER_FILTER_SENTINEL "\r\nSubject: s\r\n\r\nb\r\n.\r\n",
+	  "Subject: s\r\n\r\nb\r\n.\r\n" },
+	{ "header-only message", 1, BLOCK "Subject: s\r\n.\r\n", "Subject: s\r\n.\r\n" },
+	{ "message starting with an empty line", 1, BLOCK "\r\nbody\r\n.\r\n",
+	  "\r\nbody\r\n.\r\n" },
+	{ "stuffed dot after the block", 1, BLOCK "..x\r\n.\r\n", "..x\r\n.\r\n" },
+	{ "then commands pass", 1, BLOCK "m\r\n.\r\nMAIL FROM:<a@b>\r\n",
+	  "m\r\n.\r\nMAIL FROM:<a@b>\r\n" },
+	{ "lone dot: no recipient took it", 1, ".\r\nQUIT\r\n", ".\r\nQUIT\r\n" },
+	{ "no block", 1, "Subject: s\r\n\r\nbody\r\n.\r\n", NULL },
+	{ "another sentinel", 1, "X-Idemrelay-Cut: 2\r\n\r\nbody\r\n.\r\n", NULL },
+	{ "sentinel without CRLF", 1, "X-Idemrelay-Cut: 1\n\r\n\r\nbody\r\n.\r\n", NULL },
+	{ "AUTH answer after a strange 3xx", 1, "dXNlcg==\r\n", NULL },
+};
+
+/* up_feed - like down_feed: the bytes forwarded, -1 once refused */
+static ssize_t up_feed(struct deliver_filter *f, const char *in, size_t len, size_t first,
+		       size_t step, char *out)
+{
+	size_t i = 0, n = 0, k;
+	ssize_t got;
+
+	while (i < len) {
+		k = piece(i, len, first, step);
+		memcpy(out + n, in + i, k);
+		if ((got = deliver_filter_up(f, out + n, k)) < 0)
+			return n == 0 ? -1 : (ssize_t) n;	/* n > 0: forwarded, then refused */
+		n += (size_t) got;
+		i += k;
+	}
+	return (ssize_t) n;
+}
+
+/* up_check - one row, one way of feeding it */
+static void up_check(const void *row, size_t first, size_t step)
+{
+	const struct up_case *c = row;
+	struct deliver_filter f;
+	char out[OUT_MAX];
+	ssize_t n;
+
+	deliver_filter_init(&f);
+	f.armed = c->armed;
+	n = up_feed(&f, c->in, strlen(c->in), first, step, out);
+	if (c->want == NULL) {
+		if (n != -1 || f.why[0] == 0)
+			fail_msg("%s (first %zu, step %zu): forwarded \"%s\", want refused",
+				 c->name, first, step, n < 0 ? "" : esc(out, (size_t) n));
+		assert_int_equal(deliver_filter_up(&f, out, 1), -1);	/* for good */
+		return;
+	}
+	if (n < 0 || (size_t) n != strlen(c->want) || memcmp(out, c->want, (size_t) n) != 0)
+		fail_msg("%s (first %zu, step %zu): got %s\"%s\", want \"%s\"", c->name, first,
+			 step, n < 0 ? "refused: " : "", n < 0 ? f.why : esc(out, (size_t) n),
+			 esc(c->want, strlen(c->want)));
+	assert_int_equal(f.armed, 0);
+}
+
+static void test_up(void **state)
+{
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(up_cases); i++)
+		each_way(&up_cases[i], strlen(up_cases[i].in), up_check);
+}
+
+static void test_block_too_long(void **state)
+{
+	struct deliver_filter f;
+	char *in = malloc(DELIVER_FILTER_BLOCK_MAX + 100);
+	size_t len = strlen(DELIVER_FILTER_SENTINEL);
+
+	(void) state;
+	memcpy(in, DELIVER_FILTER_SENTINEL, len);
+	memset(in + len, 'a', DELIVER_FILTER_BLOCK_MAX + 100 - len);
+	deliver_filter_init(&f);
+	f.armed = 1;
+	assert_int_equal(deliver_filter_up(&f, in, DELIVER_FILTER_BLOCK_MAX), 0);
+	assert_int_equal(deliver_filter_up(&f, in + DELIVER_FILTER_BLOCK_MAX, 100), -1);
+	assert_non_null(strstr(f.why, "no end"));
+	free(in);
+}
+
+/* ---------------------------------------------------------------- conversations */
+
+/* a step of a conversation: the server's bytes, or libesmtp's and what must pass */
+struct step {
+	int down;
+	const char *in;
+	const char *want;		/* up: what reaches the server (NULL: refused) */
+};
+
+#define S_DOWN(x)	{ 1, x, x }
+#define S_UP(x, w)	{ 0, x, w }
+
+static const struct step two_messages[] = {
+	S_DOWN("220 sink ESMTP\r\n"),
+	S_UP("EHLO relay\r\n", "EHLO relay\r\n"),
+	{ 1, "250-sink\r\n250-CHUNKING\r\n250 PIPELINING\r\n",
+	  "250-sink\r\n250-X-HIDDEN\r\n250 PIPELINING\r\n" },
+	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
+	     "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"),
+	{ 1, "250 ok\r\n250 ok\r\n35", "250 ok\r\n250 ok\r\n" },	/* "35" held */
+	{ 1, "4 go\r\n", "354 go\r\n" },
+	S_UP(BLOCK "Subject: one\r\n", "Subject: one\r\n"),
+	S_UP("\r\nfirst\r\n.\r\n", "\r\nfirst\r\n.\r\n"),
+	S_DOWN("250 ok\r\n"),
+	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n",
+	     "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n"),
+	S_DOWN("250 ok\r\n250 ok\r\n354 go\r\n"),
+	S_UP(DELIVER_FILTER_SENTINEL "Date: d\r", ""),
+	S_UP("\n\r", ""),
+	S_UP("\nSubject: two\r\n\r\nsecond\r\n.\r\nQUIT\r\n",
+	     "Subject: two\r\n\r\nsecond\r\n.\r\nQUIT\r\n"),
+	S_DOWN("250 ok\r\n221 bye\r\n"),
+};
+
+static const struct step refused_second[] = {
+	S_DOWN("354 go\r\n"),
+	S_UP(BLOCK "one\r\n.\r\n", "one\r\n.\r\n"),
+	S_DOWN("250 ok\r\n"),
+	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n",
+	     "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n"),
+	S_DOWN("354 go\r\n"),
+	S_UP("Subject: no block\r\n\r\ntwo\r\n.\r\n", NULL),
+	S_UP("QUIT\r\n", NULL),
+};
+
+/* run_steps - a conversation through one filter; returns the blocks cut */
+static unsigned run_steps(const struct step *steps, size_t n)
+{
+	struct deliver_filter f;
+	char out[OUT_MAX];
+	size_t i, len;
+	ssize_t got;
+
+	deliver_filter_init(&f);
+	for (i = 0; i < n; i++) {
+		len = strlen(steps[i].in);
+		memcpy(out, steps[i].in, len);
+		if (steps[i].down)
+			got = (ssize_t) deliver_filter_down(&f, steps[i].in, len, out);
+		else
+			got = deliver_filter_up(&f, out, len);
+		if (steps[i].want == NULL) {
+			if (got != -1)
+				fail_msg("step %zu: forwarded \"%s\", want refused", i,
+					 esc(out, (size_t) got));
+			continue;
+		}
+		if (got < 0 || (size_t) got != strlen(steps[i].want)
+		    || memcmp(out, steps[i].want, (size_t) got) != 0)
+			fail_msg("step %zu: got %s\"%s\", want \"%s\"", i, got < 0 ? "refused: " : "",
+				 got < 0 ? f.why : esc(out, (size_t) got),
+				 esc(steps[i].want, strlen(steps[i].want)));
+	}
+	return f.blocks;
+}
+
+static void test_two_messages(void **state)
+{
+	(void) state;
+	assert_int_equal(run_steps(two_messages, N(two_messages)), 2);
+	assert_int_equal(run_steps(refused_second, N(refused_second)), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_down),
+		cmocka_unit_test(test_up),
+		cmocka_unit_test(test_block_too_long),
+		cmocka_unit_test(test_two_messages),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

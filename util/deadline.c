@@ -1,0 +1,49 @@
+/*
+ * NAME
+ *	deadline 3
+ * SUMMARY
+ *	absolute deadlines on the monotonic clock
+ * DESCRIPTION
+ *	See deadline.h. The monotonic clock, so that setting the system
+ *	time neither cuts a wait short nor stretches it.
+ */
+#include <errno.h>
+#include <poll.h>
+
+#include "deadline.h"
+
+/* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
+struct timespec deadline_in(int ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (long) (ms % 1000) * 1000000;
+	if (t.tv_nsec >= 1000000000)
+		t.tv_sec++, t.tv_nsec -= 1000000000;
+	return t;
+}
+
+/* deadline_left - milliseconds until the deadline, at least 0 */
+int deadline_left(const struct timespec *deadline)
+{
+	struct timespec now;
+	long long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long) (deadline->tv_sec - now.tv_sec) * 1000
+	    + (deadline->tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : ms > 0x7fffffff ? 0x7fffffff : (int) ms;
+}
+
+/* deadline_wait - poll fd for events until the deadline: 1 ready, 0 not */
+int deadline_wait(int fd, short events, const struct timespec *deadline)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int n;
+
+	while ((n = poll(&p, 1, deadline_left(deadline))) < 0 && errno == EINTR)
+		continue;
+	return n > 0;
+}

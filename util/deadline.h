@@ -1,0 +1,26 @@
+/*
+ * NAME
+ *	deadline 3h
+ * SUMMARY
+ *	absolute deadlines on the monotonic clock, and waiting for one socket
+ * DESCRIPTION
+ *	A step-by-step exchange (connect, a few commands, a handshake) gets
+ *	one deadline for the whole, not a timeout per step: deadline_in()
+ *	makes it, deadline_left() says how much is left, and deadline_wait()
+ *	polls one descriptor until it is ready or the deadline passes.
+ */
+#ifndef UTIL_DEADLINE_H
+#define UTIL_DEADLINE_H
+
+#include <time.h>
+
+/* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
+struct timespec deadline_in(int ms);
+
+/* deadline_left - milliseconds until the deadline, at least 0 */
+int deadline_left(const struct timespec *deadline);
+
+/* deadline_wait - poll fd for events until the deadline: 1 ready, 0 not */
+int deadline_wait(int fd, short events, const struct timespec *deadline);
+
+#endif
