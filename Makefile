@@ -55,9 +55,9 @@ $(B)/tests/%: tests/unit/%.c $(B)/libidemrelay.a
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
 # through a plain driver, so it needs no clang.
-FUZZERS   = session parse
+FUZZERS   = session parse filter
 FUZZ_TIME ?= 60
-FUZZ_SRC  = $(wildcard util/*.c smtp/*.c)
+FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) relay/deliver_filter.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(B)/libidemrelay.a

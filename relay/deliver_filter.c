@@ -66,6 +66,10 @@ static void head_decide(struct deliver_filter *f)
 
 	if (f->head_len >= 3 && h[0] == '3' && is_digit(h[1]) && is_digit(h[2])
 	    && !(h[1] == '3' && h[2] == '4')) {
+		/* libesmtp is in the middle of the content: no reply is due */
+		if (f->armed && f->cut > 0 && f->why[0] == 0)
+			snprintf(f->why, sizeof(f->why), "the server sent a go-ahead (%.3s)"
+				 " in the middle of the content", h);
 		f->armed = 1;
 		f->cut = 0;
 		f->eoh = 0;

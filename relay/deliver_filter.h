@@ -30,9 +30,11 @@
  *	start with the sentinel line and end within DELIVER_FILTER_BLOCK_MAX
  *	bytes; if not, the filter fails for good, and the bridge hangs up
  *	rather than pass on something else: the final dot never goes out, and
- *	the message is deferred. The one content without the block is a lone
- *	".", libesmtp's answer to a 354 when the server refused every
- *	recipient: it passes, and disarms the cut.
+ *	the message is deferred. A go-ahead from the server while a block is
+ *	half cut (no reply is due then) fails the filter the same way. The
+ *	one content without the block is a lone ".", libesmtp's answer to a
+ *	354 when the server refused every recipient: it passes, and disarms
+ *	the cut.
  *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the

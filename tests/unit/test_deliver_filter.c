@@ -206,6 +206,32 @@ static void test_up(void **state)
 		each_way(&up_cases[i], strlen(up_cases[i].in), up_check);
 }
 
+/* a go-ahead in the middle of the block: the server is off script */
+static void test_go_ahead_mid_block(void **state)
+{
+	static const char go[] = "354 go\r\n", part[] = DELIVER_FILTER_SENTINEL "Date: x";
+	struct deliver_filter f;
+	char out[OUT_MAX], buf[sizeof(part)];
+
+	(void) state;
+	deliver_filter_init(&f);
+	assert_int_equal(deliver_filter_down(&f, go, sizeof(go) - 1, out), sizeof(go) - 1);
+	memcpy(buf, part, sizeof(part) - 1);
+	assert_int_equal(deliver_filter_up(&f, buf, sizeof(part) - 1), 0);
+	assert_int_equal(deliver_filter_down(&f, go, sizeof(go) - 1, out), sizeof(go) - 1);
+	memcpy(buf, ".\r\n", 3);
+	assert_int_equal(deliver_filter_up(&f, buf, 3), -1);
+	assert_non_null(strstr(f.why, "middle of the content"));
+
+	/* before any of the content, a second go-ahead is harmless */
+	deliver_filter_init(&f);
+	deliver_filter_down(&f, go, sizeof(go) - 1, out);
+	deliver_filter_down(&f, go, sizeof(go) - 1, out);
+	memcpy(buf, part, sizeof(part) - 1);
+	assert_int_equal(deliver_filter_up(&f, buf, sizeof(part) - 1), 0);
+	assert_int_equal(f.why[0], 0);
+}
+
 static void test_block_too_long(void **state)
 {
 	struct deliver_filter f;
@@ -312,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_down),
 		cmocka_unit_test(test_up),
 		cmocka_unit_test(test_block_too_long),
+		cmocka_unit_test(test_go_ahead_mid_block),
 		cmocka_unit_test(test_two_messages),
 	};
 

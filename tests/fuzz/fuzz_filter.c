@@ -1,0 +1,128 @@
+/*
+ * fuzz_filter - the bridge's stream filter (relay/deliver_filter.h) on an
+ * arbitrary conversation. The input is a list of chunks: one byte whose
+ * high bit says the direction (set: the server's replies, down to
+ * libesmtp; clear: libesmtp's writes, up to the server) and whose low
+ * bits give a length, then that many bytes.
+ *
+ * The same conversation goes through two filters: one gets each chunk
+ * whole, the other one byte at a time, in the same order. Properties:
+ *
+ *   - where reads split the streams never matters: both filters give
+ *     the same bytes in each direction, and fail at the same point;
+ *   - down, the filter only ever rewrites a keyword in place: as many
+ *     bytes come out as went in, once what it held is flushed;
+ *   - up, what a call passes on is the end of what it was given (the
+ *     cut is always a prefix of one write), and once the filter has
+ *     failed it passes nothing more;
+ *   - each block cut out is the sentinel line, then header lines, then
+ *     the empty line, and nothing past it: "\r\n\r\n" ends it and
+ *     appears nowhere before its end.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../relay/deliver_filter.h"
+
+#define OUT_MAX	(64 * 1024)
+
+struct side {
+	struct deliver_filter f;
+	char down[OUT_MAX + DELIVER_FILTER_HOLD], up[OUT_MAX];
+	size_t down_len, up_len, down_in;
+	int failed;			/* the chunk index at which up failed, or -1 */
+	char cut[OUT_MAX];		/* what the block being cut has dropped so far */
+	size_t cut_len;
+};
+
+/* check_block - a block the filter has just finished cutting */
+static void check_block(const struct side *s)
+{
+	static const char sentinel[] = DELIVER_FILTER_SENTINEL;
+	const char *end = memmem(s->cut, s->cut_len, "\r\n\r\n", 4);
+
+	if (s->cut_len < sizeof(sentinel) - 1 + 2
+	    || memcmp(s->cut, sentinel, sizeof(sentinel) - 1) != 0
+	    || end == NULL || end + 4 != s->cut + s->cut_len)
+		abort();
+}
+
+/* feed - one chunk through a filter, in pieces of step bytes (0: whole) */
+static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, size_t step,
+		 int chunk)
+{
+	char buf[256 + DELIVER_FILTER_HOLD];
+	size_t off, n;
+	ssize_t kept;
+	unsigned blocks;
+
+	for (off = 0; off < len; off += n) {
+		n = step && len - off > step ? step : len - off;
+		if (!to_server) {
+			s->down_in += n;
+			s->down_len += deliver_filter_down(&s->f, (const char *) p + off, n,
+							   s->down + s->down_len);
+			continue;
+		}
+		memcpy(buf, p + off, n);
+		blocks = s->f.blocks;
+		kept = deliver_filter_up(&s->f, buf, n);
+		if (kept < 0) {
+			if (s->failed < 0)
+				s->failed = chunk;
+			continue;
+		}
+		if (s->failed >= 0 || (size_t) kept > n || memcmp(buf, p + off + n - kept, kept))
+			abort();		/* not a suffix, or alive again after failing */
+		memcpy(s->cut + s->cut_len, p + off, n - (size_t) kept);
+		s->cut_len += n - (size_t) kept;
+		if (s->f.blocks != blocks) {
+			if (s->f.blocks != blocks + 1)
+				abort();
+			check_block(s);
+			s->cut_len = 0;
+		} else if (s->cut_len > 0 && !s->f.armed) {
+			abort();		/* dropped bytes, yet no block ended */
+		}
+		memcpy(s->up + s->up_len, buf, (size_t) kept);
+		s->up_len += (size_t) kept;
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct side whole, bytes;
+	size_t i = 0, len;
+	int chunk = 0, dir;
+
+	if (size > OUT_MAX / 2)
+		return 0;
+	memset(&whole, 0, sizeof(whole));
+	memset(&bytes, 0, sizeof(bytes));
+	deliver_filter_init(&whole.f);
+	deliver_filter_init(&bytes.f);
+	whole.failed = bytes.failed = -1;
+	while (i < size) {
+		dir = data[i] & 0x80;
+		len = data[i] & 0x7f;
+		i++;
+		if (len > size - i)
+			len = size - i;
+		feed(&whole, dir == 0, data + i, len, 0, chunk);
+		feed(&bytes, dir == 0, data + i, len, 1, chunk);
+		i += len;
+		chunk++;
+	}
+	whole.down_len += deliver_filter_down_end(&whole.f, whole.down + whole.down_len);
+	bytes.down_len += deliver_filter_down_end(&bytes.f, bytes.down + bytes.down_len);
+	if (whole.down_len != whole.down_in || bytes.down_len != bytes.down_in)
+		abort();		/* down may rewrite, never add or drop */
+	if (whole.down_len != bytes.down_len || memcmp(whole.down, bytes.down, whole.down_len))
+		abort();
+	if (whole.failed != bytes.failed || whole.up_len != bytes.up_len
+	    || memcmp(whole.up, bytes.up, whole.up_len))
+		abort();
+	return 0;
+}
