@@ -74,6 +74,18 @@ static void smtp_data_bare(struct smtp_data *d, struct buf *out)
 	smtp_data_emit(d, out, "\r\n", 2);
 }
 
+/*
+ * smtp_data_expect - a state that waits for one octet: want moves to
+ * yes and is consumed (1); anything else moves to no, where the same
+ * octet is looked at again (0)
+ */
+static size_t smtp_data_expect(struct smtp_data *d, char c, char want,
+			       enum smtp_data_state yes, enum smtp_data_state no)
+{
+	d->state = c == want ? yes : no;
+	return c == want;
+}
+
 /* smtp_data_feed - scan input; stop after the terminator */
 size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 		      const char *in, size_t len)
@@ -82,19 +94,17 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 	char c;
 
 	/*
-	 * Each case either consumes the byte (i++) or changes state and
-	 * looks at the same byte again ("continue" without i++).
+	 * Each case either consumes the byte (i++, or smtp_data_expect()
+	 * giving 1) or changes state and looks at the same byte again.
 	 */
 	while (i < len && d->state != SMTP_DATA_DONE) {
 		c = in[i];
 		switch (d->state) {
 		case SMTP_DATA_BOL:
-			if (c == '.' && !d->raw) {
-				d->state = SMTP_DATA_DOT;
-				i++;
-			} else {
-				d->state = SMTP_DATA_TEXT;
-			}
+			if (d->raw)
+				d->state = SMTP_DATA_TEXT;	/* BDAT: a dot is an octet */
+			else
+				i += smtp_data_expect(d, c, '.', SMTP_DATA_DOT, SMTP_DATA_TEXT);
 			continue;
 		case SMTP_DATA_TEXT:
 			for (j = i; j < len && in[j] != '\r' && in[j] != '\n'; j++)
@@ -125,22 +135,12 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 			}
 			continue;
 		case SMTP_DATA_DOT:
-			if (c == '\r') {
-				d->state = SMTP_DATA_DOT_CR;
-				i++;
-			} else {
-				/* not the terminator: the dot was stuffing, drop it */
-				d->state = SMTP_DATA_TEXT;
-			}
+			/* not CR, so not the terminator: the dot was stuffing, drop it */
+			i += smtp_data_expect(d, c, '\r', SMTP_DATA_DOT_CR, SMTP_DATA_TEXT);
 			continue;
 		case SMTP_DATA_DOT_CR:
-			if (c == '\n') {
-				d->state = SMTP_DATA_DONE;
-				i++;
-			} else {
-				/* ".\r" + other: drop the dot, the CR is bare */
-				d->state = SMTP_DATA_CR;
-			}
+			/* ".\r" + other: drop the dot, the CR is bare */
+			i += smtp_data_expect(d, c, '\n', SMTP_DATA_DONE, SMTP_DATA_CR);
 			continue;
 		case SMTP_DATA_DONE:
 			break;

@@ -6,6 +6,9 @@
  * DESCRIPTION
  *	smtp_parse_mail() and smtp_parse_rcpt() take what follows the verb
  *	("FROM:<a@b> SIZE=10") and fill in the transaction or recipient.
+ *	One parser serves both; a small descriptor per command gives what
+ *	differs: the prefix, whether "<>" is allowed, the replies and the
+ *	parameter table.
  *
  *	Paths follow RFC 5321 section 4.1.2 to the letter: angle brackets
  *	are required (one space after the colon is tolerated, as Postfix
@@ -142,6 +145,16 @@ static ssize_t smtp_path_domain(const char *p, size_t len)
 	return smtp_hostname_ok(p, i) ? (ssize_t) i : -1;
 }
 
+/* smtp_path_at_domain - length of "@" and a domain or literal at p, or -1 */
+static ssize_t smtp_path_at_domain(const char *p, size_t len)
+{
+	ssize_t n;
+
+	if (len == 0 || p[0] != '@' || (n = smtp_path_domain(p + 1, len - 1)) < 0)
+		return -1;
+	return n + 1;
+}
+
 /* smtp_path_local - length of the local-part at p, or -1 */
 static ssize_t smtp_path_local(const char *p, size_t len)
 {
@@ -198,10 +211,7 @@ int smtp_parse_path(const char *p, size_t len, int allow_null,
 	if (p[i] == '@') {
 		/* A-d-l ":" - obsolete source route, checked then dropped */
 		for (;;) {
-			if (i >= len || p[i] != '@')
-				return -1;
-			i++;
-			if ((n = smtp_path_domain(p + i, len - i)) < 0)
+			if ((n = smtp_path_at_domain(p + i, len - i)) < 0)
 				return -1;
 			i += (size_t) n;
 			if (i < len && p[i] == ',') {
@@ -219,10 +229,7 @@ int smtp_parse_path(const char *p, size_t len, int allow_null,
 	if ((n = smtp_path_local(p + i, len - i)) < 0 || n > SMTP_LOCAL_MAX)
 		return -1;
 	i += (size_t) n;
-	if (i >= len || p[i] != '@')
-		return -1;
-	i++;
-	if ((n = smtp_path_domain(p + i, len - i)) < 0)
+	if ((n = smtp_path_at_domain(p + i, len - i)) < 0)
 		return -1;
 	i += (size_t) n;
 	if (i >= len || p[i] != '>' || i - start > SMTP_ADDR_MAX)
@@ -518,28 +525,64 @@ static int smtp_parse_params(const char *p, size_t len,
 	return 0;
 }
 
-/* smtp_parse_cmd_path - "<prefix>[ ]<path>" then SP or end; 0, -1 syntax, -2 address */
-static int smtp_parse_cmd_path(const char *args, size_t len, const char *prefix,
-			       int allow_null, char **addr, size_t *used)
-{
-	size_t i = strlen(prefix), n;
+/*
+ * MAIL and RCPT differ only in what this says: the same parser serves
+ * both, so a path or parameter rule cannot drift between them.
+ */
+struct smtp_path_cmd {
+	const char *prefix;		/* "FROM:" or "TO:", any case */
+	int     allow_null;		/* "<>" accepted */
+	const char *syntax_reply;	/* no prefix, no path */
+	const char *addr_reply;		/* the path itself is bad */
+	const struct smtp_param *params;
+};
 
-	if (len < i || !smtp_mem_caseeq(args, i, prefix))
-		return -1;
+static const struct smtp_path_cmd smtp_mail_cmd = {
+	.prefix = "FROM:", .allow_null = 1, .params = smtp_mail_params,
+	.syntax_reply = "501 5.5.4 Syntax: MAIL FROM:<address>",
+	.addr_reply = "501 5.1.7 Bad sender address syntax",
+};
+
+static const struct smtp_path_cmd smtp_rcpt_cmd = {
+	.prefix = "TO:", .allow_null = 0, .params = smtp_rcpt_params,
+	.syntax_reply = "501 5.5.4 Syntax: RCPT TO:<address>",
+	.addr_reply = "501 5.1.3 Bad recipient address syntax",
+};
+
+/*
+ * smtp_parse_path_cmd - "<prefix>[ ]<path>[ params]" for cmd. A good
+ * path replaces *addr (the old one is freed) before the parameters are
+ * applied through c; a bad prefix or path leaves *addr alone.
+ */
+static int smtp_parse_path_cmd(const struct smtp_path_cmd *cmd, const char *args,
+			       size_t len, char **addr, struct smtp_param_ctx *c)
+{
+	size_t i = strlen(cmd->prefix), n;
+	char *path;
+
+	if (len < i || !smtp_mem_caseeq(args, i, cmd->prefix))
+		goto syntax;
 	if (i < len && args[i] == ' ')
 		i++;
 	if (i == len)
-		return -1;
-	if (smtp_parse_path(args + i, len - i, allow_null, addr, &n) < 0)
-		return -2;
+		goto syntax;
+	if (smtp_parse_path(args + i, len - i, cmd->allow_null, &path, &n) < 0)
+		goto bad_addr;
 	i += n;
 	if (i < len && args[i] != ' ') {
-		free(*addr);
-		*addr = NULL;
-		return -2;
+		free(path);
+		goto bad_addr;
 	}
-	*used = i;
-	return 0;
+	free(*addr);
+	*addr = path;
+	return smtp_parse_params(args + i, len - i, cmd->params, c);
+
+syntax:
+	snprintf(c->reply, SMTP_REPLY_MAX, "%s", cmd->syntax_reply);
+	return -1;
+bad_addr:
+	snprintf(c->reply, SMTP_REPLY_MAX, "%s", cmd->addr_reply);
+	return -1;
 }
 
 /* smtp_parse_mail - "FROM:<path> [params]" */
@@ -547,20 +590,8 @@ int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
 		    struct smtp_tx *tx, char reply[SMTP_REPLY_MAX])
 {
 	struct smtp_param_ctx c = {tx, NULL, limit, reply};
-	size_t used;
-	char *from;
 
-	switch (smtp_parse_cmd_path(args, len, "FROM:", 1, &from, &used)) {
-	case -1:
-		snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: MAIL FROM:<address>");
-		return -1;
-	case -2:
-		snprintf(reply, SMTP_REPLY_MAX, "501 5.1.7 Bad sender address syntax");
-		return -1;
-	}
-	free(tx->from);
-	tx->from = from;
-	return smtp_parse_params(args + used, len - used, smtp_mail_params, &c);
+	return smtp_parse_path_cmd(&smtp_mail_cmd, args, len, &tx->from, &c);
 }
 
 /* smtp_parse_rcpt - "TO:<path> [params]" */
@@ -568,20 +599,8 @@ int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
 		    char reply[SMTP_REPLY_MAX])
 {
 	struct smtp_param_ctx c = {NULL, r, 0, reply};
-	size_t used;
-	char *to;
 
-	switch (smtp_parse_cmd_path(args, len, "TO:", 0, &to, &used)) {
-	case -1:
-		snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: RCPT TO:<address>");
-		return -1;
-	case -2:
-		snprintf(reply, SMTP_REPLY_MAX, "501 5.1.3 Bad recipient address syntax");
-		return -1;
-	}
-	free(r->addr);
-	r->addr = to;
-	return smtp_parse_params(args + used, len - used, smtp_rcpt_params, &c);
+	return smtp_parse_path_cmd(&smtp_rcpt_cmd, args, len, &r->addr, &c);
 }
 
 /* smtp_parse_bdat - "chunk-size [LAST]" (RFC 3030 section 3) */
