@@ -114,14 +114,20 @@ static int store_mkdir(const char *path)
 }
 
 /*
- * store_env_open - create the environment and open it at path with flags:
- * the steps store_open() and store_open_readonly() share. On failure
- * *step names the LMDB call that failed.
+ * store_env_open - open the environment at path with flags, then its
+ * databases in one transaction: the sequence store_open() and
+ * store_open_readonly() share. Writable, every database is created if
+ * missing. Read-only, the story databases may be missing from a store
+ * no recent daemon opened: then the store reads as having no stories.
+ * On failure *step names the LMDB call that failed; st->env, if set,
+ * is the caller's to close.
  */
 static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 			  unsigned int flags, const char **step)
 {
-	int rc;
+	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
+	MDB_txn *txn;
+	int rc, dead;
 
 	*step = "mdb_env_create";
 	if ((rc = mdb_env_create(&st->env)) != 0)
@@ -137,17 +143,43 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
 		return rc;
 	*step = "mdb_env_open";
-	return mdb_env_open(st->env, path, flags | MDB_NOTLS, 0600);
+	if ((rc = mdb_env_open(st->env, path, flags | MDB_NOTLS, 0600)) != 0)
+		return rc;
+	/* reader slots of processes that died would pin old pages forever */
+	*step = "mdb_reader_check";
+	if (!rdonly && (rc = mdb_reader_check(st->env, &dead)) != 0)
+		return rc;
+	*step = "mdb_txn_begin";
+	if ((rc = mdb_txn_begin(st->env, NULL, rdonly, &txn)) != 0)
+		return rc;
+	*step = "mdb_dbi_open";
+	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims)) != 0
+	    || (rc = mdb_dbi_open(txn, "expiry", create, &st->expiry)) != 0
+	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
+	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
+	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0)
+		goto fail;
+	if ((rc = mdb_dbi_open(txn, "hist", create, &st->hist)) == 0
+	    && (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) == 0
+	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
+		st->has_hist = 1;
+	else if (!rdonly)
+		goto fail;
+	/* handles opened in a transaction outlive it only if it commits */
+	*step = "mdb_txn_commit";
+	return mdb_txn_commit(txn);
+
+fail:
+	mdb_txn_abort(txn);
+	return rc;
 }
 
 /* store_open_failed - the one failure path of both opens: say why, release */
-static void store_open_failed(struct store *st, MDB_txn *txn, const char *path,
-			      const char *step, int rc, char *err, size_t errlen)
+static void store_open_failed(struct store *st, const char *path, const char *step, int rc,
+			      char *err, size_t errlen)
 {
 	if (err && errlen)
 		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
-	if (txn)
-		mdb_txn_abort(txn);
 	if (st->env)
 		mdb_env_close(st->env);
 	free(st);
@@ -162,57 +194,24 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen)
 {
 	struct store *st = xcalloc(1, sizeof(*st));
-	MDB_txn *txn = NULL;
-	const char *step;
-	int rc, dead;
+	const char *step = "mkdir";
+	int rc;
 
 	*out = NULL;
-	step = "mkdir";
-	if ((rc = store_mkdir(path)) != 0)
-		goto fail;
-	if ((rc = store_env_open(st, path, map_size, 0, &step)) != 0)
-		goto fail;
-	/* reader slots of processes that died would pin old pages forever */
-	step = "mdb_reader_check";
-	if ((rc = mdb_reader_check(st->env, &dead)) != 0)
-		goto fail;
-	step = "mdb_txn_begin";
-	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
-		goto fail;
-	step = "mdb_dbi_open";
-	if ((rc = mdb_dbi_open(txn, "claims", MDB_CREATE, &st->claims)) != 0
-	    || (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &st->expiry)) != 0
-	    || (rc = mdb_dbi_open(txn, "msg", MDB_CREATE, &st->msg)) != 0
-	    || (rc = mdb_dbi_open(txn, "queue", MDB_CREATE, &st->queue)) != 0
-	    || (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &st->meta)) != 0
-	    || (rc = mdb_dbi_open(txn, "hist", MDB_CREATE, &st->hist)) != 0
-	    || (rc = mdb_dbi_open(txn, "hexpiry", MDB_CREATE, &st->hexpiry)) != 0
-	    || (rc = mdb_dbi_open(txn, "keys", MDB_CREATE | MDB_DUPSORT, &st->keys)) != 0)
-		goto fail;
-	st->has_hist = 1;
-	step = "mdb_txn_commit";
-	rc = mdb_txn_commit(txn);
-	txn = NULL;
-	if (rc != 0)
-		goto fail;
+	if ((rc = store_mkdir(path)) != 0
+	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0) {
+		store_open_failed(st, path, step, rc, err, errlen);
+		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
+		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+	}
 	*out = st;
 	return 0;
-
-fail:
-	store_open_failed(st, txn, path, step, rc, err, errlen);
-	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
-	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
 
-/*
- * store_open_readonly - open an existing store for reading only. The
- * story databases may be missing from a store no recent daemon opened:
- * then the store reads as having no stories.
- */
+/* store_open_readonly - open an existing store for reading only */
 int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
 {
 	struct store *st;
-	MDB_txn *txn = NULL;
 	struct stat sb;
 	char data[4096];
 	const char *step;
@@ -226,34 +225,13 @@ int store_open_readonly(struct store **out, const char *path, char *err, size_t 
 		return STORE_ENOTFOUND;
 	}
 	st = xcalloc(1, sizeof(*st));
-	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0)
-		goto fail;
-	step = "mdb_txn_begin";
-	if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)) != 0)
-		goto fail;
-	step = "mdb_dbi_open";
-	if ((rc = mdb_dbi_open(txn, "claims", 0, &st->claims)) != 0
-	    || (rc = mdb_dbi_open(txn, "expiry", 0, &st->expiry)) != 0
-	    || (rc = mdb_dbi_open(txn, "msg", 0, &st->msg)) != 0
-	    || (rc = mdb_dbi_open(txn, "queue", 0, &st->queue)) != 0
-	    || (rc = mdb_dbi_open(txn, "meta", 0, &st->meta)) != 0)
-		goto fail;
-	st->has_hist = mdb_dbi_open(txn, "hist", 0, &st->hist) == 0
-	    && mdb_dbi_open(txn, "hexpiry", 0, &st->hexpiry) == 0
-	    && mdb_dbi_open(txn, "keys", MDB_DUPSORT, &st->keys) == 0;
-	/* handles opened in a read transaction outlive it only if it commits */
-	step = "mdb_txn_commit";
-	rc = mdb_txn_commit(txn);
-	txn = NULL;
-	if (rc != 0)
-		goto fail;
+	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
+		store_open_failed(st, path, step, rc, err, errlen);
+		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
+		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+	}
 	*out = st;
 	return 0;
-
-fail:
-	store_open_failed(st, txn, path, step, rc, err, errlen);
-	return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
-	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
 
 /* store_qid_greater - key order as LMDB sees it: bytes, then length */

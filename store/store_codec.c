@@ -35,6 +35,9 @@
  *	Encoders run twice over one description of the record: once to
  *	size it, once to write it into space the caller reserved (for the
  *	message record, space inside the LMDB map: MDB_RESERVE, no copy).
+ *	The envelope and the recipient array are written and read by one
+ *	pair of functions for all three spool records, told by a field set
+ *	which parts the record carries.
  *
  *	Decoders trust nothing: every length is checked against what is
  *	left of the record before anything is allocated.
@@ -51,7 +54,6 @@
 #define REC_VERSION	1
 #define STR_NULL	0xffffffffu
 #define QUEUE_INFLIGHT_OFF	(1 + 4 + 8)
-#define QUEUE_HEAD_LEN		(QUEUE_INFLIGHT_OFF + 1 + 4)
 
 /* encoder: with p == NULL it only counts */
 struct enc {
@@ -189,6 +191,155 @@ static int dec_end(struct dec *d)
 	return d->err;
 }
 
+/*
+ * The envelope fields a record carries, always in this order: from,
+ * envid?, [ret (i32), body (i32)], client, user?; then n_rcpts (u32) and
+ * n x { [addr], [notify (i32)], [orcpt?], [state (u8)], [reply?] }.
+ */
+#define F_SENDER	0x01	/* from, envid?, client, user? */
+#define F_DSN		0x02	/* ret, body */
+#define F_ADDR		0x04	/* the record brings the recipient array */
+#define F_NOTIFY	0x08
+#define F_ORCPT		0x10
+#define F_STATE		0x20
+#define F_REPLY		0x40
+
+#define MSG_FIELDS	(F_SENDER | F_DSN | F_ADDR | F_NOTIFY | F_ORCPT)
+#define QUEUE_FIELDS	(F_STATE | F_REPLY)
+#define HIST_FIELDS	(F_SENDER | F_ADDR | F_STATE | F_REPLY)
+
+/* enc_rcpt - one recipient's fields */
+static void enc_rcpt(struct enc *e, const struct store_rcpt *r, unsigned int fields)
+{
+	if (fields & F_ADDR)
+		enc_str(e, r->addr);
+	if (fields & F_NOTIFY)
+		enc_i32(e, r->notify);
+	if (fields & F_ORCPT)
+		enc_str(e, r->orcpt);
+	if (fields & F_STATE)
+		enc_u8(e, r->state);
+	if (fields & F_REPLY)
+		enc_str(e, r->reply);
+}
+
+/* enc_envelope - the envelope fields and recipients a record carries */
+static void enc_envelope(struct enc *e, const struct store_msg *m, unsigned int fields)
+{
+	size_t i;
+
+	if (fields & F_SENDER) {
+		enc_str(e, m->from);
+		enc_str(e, m->envid);
+		if (fields & F_DSN) {
+			enc_i32(e, m->ret);
+			enc_i32(e, m->body);
+		}
+		enc_str(e, m->client);
+		enc_str(e, m->user);
+	}
+	enc_u32(e, m->n_rcpts);
+	for (i = 0; i < m->n_rcpts; i++)
+		enc_rcpt(e, &m->rcpts[i], fields);
+}
+
+/*
+ * dec_rcpt_count - a recipient count: at least one, and no more than
+ * what is left of the record could hold, since each recipient takes at
+ * least as much as an empty one (every string NULL). This bounds the
+ * allocation before anything is allocated.
+ */
+static uint32_t dec_rcpt_count(struct dec *d, unsigned int fields)
+{
+	static const struct store_rcpt empty;
+	struct enc least = { NULL, 0, 0 };
+	uint32_t n = dec_u32(d);
+
+	enc_rcpt(&least, &empty, fields);
+	if (d->err == 0 && (n == 0 || n > (d->len - d->pos) / least.pos))
+		d->err = STORE_EINVAL;
+	return n;
+}
+
+/* dec_rcpt - one recipient's fields */
+static void dec_rcpt(struct dec *d, struct store_rcpt *r, unsigned int fields)
+{
+	uint8_t state;
+
+	if (fields & F_ADDR)
+		r->addr = dec_str(d, 0);
+	if (fields & F_NOTIFY)
+		r->notify = dec_i32(d);
+	if (fields & F_ORCPT)
+		r->orcpt = dec_str(d, 1);
+	if (fields & F_STATE) {
+		state = dec_u8(d);
+		if (state > STORE_RCPT_UNCONFIRMED)
+			d->err = STORE_EINVAL;
+		r->state = (enum store_rcpt_state) state;
+	}
+	if (fields & F_REPLY)
+		r->reply = dec_str(d, 1);
+}
+
+/*
+ * dec_envelope - the envelope fields and recipients a record carries. A
+ * record with addresses brings the recipient array (allocated here); one
+ * without fills in the array an earlier record brought, and must agree
+ * on its length.
+ */
+static void dec_envelope(struct dec *d, struct store_msg *m, unsigned int fields)
+{
+	uint32_t i, n;
+
+	if (fields & F_SENDER) {
+		m->from = dec_str(d, 0);
+		m->envid = dec_str(d, 1);
+		if (fields & F_DSN) {
+			m->ret = dec_i32(d);
+			m->body = dec_i32(d);
+		}
+		m->client = dec_str(d, 0);
+		m->user = dec_str(d, 1);
+	}
+	if (fields & F_ADDR) {
+		n = dec_rcpt_count(d, fields);
+		if (d->err == 0) {
+			m->rcpts = xcalloc(n, sizeof(*m->rcpts));
+			m->n_rcpts = n;
+		}
+	} else {
+		n = dec_u32(d);
+		if (d->err == 0 && n != m->n_rcpts)
+			d->err = STORE_EINVAL;
+	}
+	for (i = 0; d->err == 0 && i < n; i++)
+		dec_rcpt(d, &m->rcpts[i], fields);
+}
+
+/* the size-then-write pair every variable-length record goes through */
+typedef void rec_codec(struct enc *e, const void *rec);
+
+/* rec_size - bytes a record needs: its codec, only counting */
+static size_t rec_size(rec_codec *codec, const void *rec)
+{
+	struct enc e = { NULL, 0, 0 };
+
+	codec(&e, rec);
+	return e.pos;
+}
+
+/* rec_encode - write a record into exactly the len bytes rec_size() said */
+static void rec_encode(rec_codec *codec, const char *what, void *out, size_t len,
+		       const void *rec)
+{
+	struct enc e = { out, len, 0 };
+
+	codec(&e, rec);
+	if (e.pos != len)
+		msg_panic("store: %s record is %zu bytes, sized as %zu", what, e.pos, len);
+}
+
 /* store_msg_valid - can this message be encoded? */
 int store_msg_valid(const struct store_msg *m)
 {
@@ -264,24 +415,13 @@ int store_claim_decode(const void *p, size_t len, struct store_claim *c)
 }
 
 /* msg_codec - the immutable message record */
-static void msg_codec(struct enc *e, const struct store_msg *m)
+static void msg_codec(struct enc *e, const void *rec)
 {
-	size_t i;
+	const struct store_msg *m = rec;
 
 	enc_u8(e, REC_VERSION);
 	enc_i64(e, m->accepted);
-	enc_str(e, m->from);
-	enc_str(e, m->envid);
-	enc_i32(e, m->ret);
-	enc_i32(e, m->body);
-	enc_str(e, m->client);
-	enc_str(e, m->user);
-	enc_u32(e, m->n_rcpts);
-	for (i = 0; i < m->n_rcpts; i++) {
-		enc_str(e, m->rcpts[i].addr);
-		enc_i32(e, m->rcpts[i].notify);
-		enc_str(e, m->rcpts[i].orcpt);
-	}
+	enc_envelope(e, m, MSG_FIELDS);
 	enc_u64(e, m->data_len);
 	enc_bytes(e, m->data, m->data_len);
 }
@@ -289,20 +429,13 @@ static void msg_codec(struct enc *e, const struct store_msg *m)
 /* store_msg_rec_size - bytes the message record needs */
 size_t store_msg_rec_size(const struct store_msg *m)
 {
-	struct enc e = { NULL, 0, 0 };
-
-	msg_codec(&e, m);
-	return e.pos;
+	return rec_size(msg_codec, m);
 }
 
 /* store_msg_rec_encode - write the message record into exactly len bytes */
 void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 {
-	struct enc e = { out, len, 0 };
-
-	msg_codec(&e, m);
-	if (e.pos != len)
-		msg_panic("store: message record is %zu bytes, sized as %zu", e.pos, len);
+	rec_encode(msg_codec, "message", out, len, m);
 }
 
 /* msg_rec_decode - the message record, with or without its data */
@@ -310,30 +443,11 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 {
 	struct dec d = { p, len, 0, 0 };
 	const uint8_t *b;
-	uint32_t i, n;
 	uint64_t dlen;
 
 	dec_version(&d);
 	m->accepted = dec_i64(&d);
-	m->from = dec_str(&d, 0);
-	m->envid = dec_str(&d, 1);
-	m->ret = dec_i32(&d);
-	m->body = dec_i32(&d);
-	m->client = dec_str(&d, 0);
-	m->user = dec_str(&d, 1);
-	n = dec_u32(&d);
-	/* each recipient takes at least 12 bytes: bound the allocation */
-	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 12))
-		d.err = STORE_EINVAL;
-	if (d.err == 0) {
-		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
-		m->n_rcpts = n;
-	}
-	for (i = 0; d.err == 0 && i < n; i++) {
-		m->rcpts[i].addr = dec_str(&d, 0);
-		m->rcpts[i].notify = dec_i32(&d);
-		m->rcpts[i].orcpt = dec_str(&d, 1);
-	}
+	dec_envelope(&d, m, MSG_FIELDS);
 	dlen = dec_u64(&d);
 	if (d.err == 0 && dlen != d.len - d.pos)
 		d.err = STORE_EINVAL;
@@ -379,38 +493,36 @@ int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
 }
 
 /* queue_codec - the delivery state record */
-static void queue_codec(struct enc *e, const struct store_msg *m)
+static void queue_codec(struct enc *e, const void *rec)
 {
-	size_t i;
+	const struct store_msg *m = rec;
 
 	enc_u8(e, REC_VERSION);
 	enc_i32(e, m->attempts);
 	enc_i64(e, m->next_attempt);
 	enc_u8(e, m->inflight ? 1 : 0);
-	enc_u32(e, m->n_rcpts);
-	for (i = 0; i < m->n_rcpts; i++) {
-		enc_u8(e, m->rcpts[i].state);
-		enc_str(e, m->rcpts[i].reply);
-	}
+	enc_envelope(e, m, QUEUE_FIELDS);
 }
 
 /* store_queue_rec_size - bytes the delivery state record needs */
 size_t store_queue_rec_size(const struct store_msg *m)
 {
-	struct enc e = { NULL, 0, 0 };
-
-	queue_codec(&e, m);
-	return e.pos;
+	return rec_size(queue_codec, m);
 }
 
 /* store_queue_rec_encode - write the delivery state into exactly len bytes */
 void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 {
-	struct enc e = { out, len, 0 };
+	rec_encode(queue_codec, "queue", out, len, m);
+}
 
-	queue_codec(&e, m);
-	if (e.pos != len)
-		msg_panic("store: queue record is %zu bytes, sized as %zu", e.pos, len);
+/* dec_queue_head - the delivery state record up to its recipients */
+static void dec_queue_head(struct dec *d, struct store_msg *m)
+{
+	dec_version(d);
+	m->attempts = dec_i32(d);
+	m->next_attempt = dec_i64(d);
+	m->inflight = dec_u8(d);
 }
 
 /*
@@ -421,23 +533,12 @@ void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
 	struct dec d = { p, len, 0, 0 };
-	uint32_t i, n;
-	uint8_t state;
+	size_t i;
 
-	dec_version(&d);
-	m->attempts = dec_i32(&d);
-	m->next_attempt = dec_i64(&d);
-	m->inflight = dec_u8(&d);
-	n = dec_u32(&d);
-	if (d.err == 0 && (n != m->n_rcpts || m->inflight > 1))
+	dec_queue_head(&d, m);
+	if (d.err == 0 && m->inflight > 1)
 		d.err = STORE_EINVAL;
-	for (i = 0; d.err == 0 && i < n; i++) {
-		state = dec_u8(&d);
-		if (state > STORE_RCPT_UNCONFIRMED)
-			d.err = STORE_EINVAL;
-		m->rcpts[i].state = (enum store_rcpt_state) state;
-		m->rcpts[i].reply = dec_str(&d, 1);
-	}
+	dec_envelope(&d, m, QUEUE_FIELDS);
 	if (dec_end(&d) != 0) {
 		for (i = 0; i < m->n_rcpts; i++) {
 			free(m->rcpts[i].reply);
@@ -452,23 +553,17 @@ int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt)
 {
 	struct dec d = { p, len, 0, 0 };
-	int64_t next;
+	struct store_msg head;
 	uint32_t n;
 
-	dec_version(&d);
-	(void) dec_i32(&d);
-	next = dec_i64(&d);
-	(void) dec_u8(&d);
-	n = dec_u32(&d);
-	/* each recipient takes at least 5 bytes */
-	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 5))
-		d.err = STORE_EINVAL;
+	dec_queue_head(&d, &head);
+	n = dec_rcpt_count(&d, QUEUE_FIELDS);
 	if (d.err)
 		return STORE_EINVAL;
 	if (n_rcpts)
 		*n_rcpts = n;
 	if (next_attempt)
-		*next_attempt = next;
+		*next_attempt = head.next_attempt;
 	return 0;
 }
 
@@ -503,11 +598,11 @@ int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN])
 #define HIST_DROPPED	2
 
 /* hist_codec - the history record */
-static void hist_codec(struct enc *e, const struct store_story *s)
+static void hist_codec(struct enc *e, const void *rec)
 {
+	const struct store_story *s = rec;
 	const struct store_msg *m = &s->m;
 	static const uint8_t zero[STORE_HASH_LEN];
-	size_t i;
 
 	enc_u8(e, REC_VERSION);
 	enc_i64(e, m->accepted);
@@ -522,35 +617,19 @@ static void hist_codec(struct enc *e, const struct store_story *s)
 	enc_u32(e, s->mismatches);
 	enc_i32(e, m->attempts);
 	enc_u64(e, m->data_len);
-	enc_str(e, m->from);
-	enc_str(e, m->envid);
-	enc_str(e, m->client);
-	enc_str(e, m->user);
-	enc_u32(e, m->n_rcpts);
-	for (i = 0; i < m->n_rcpts; i++) {
-		enc_str(e, m->rcpts[i].addr);
-		enc_u8(e, m->rcpts[i].state);
-		enc_str(e, m->rcpts[i].reply);
-	}
+	enc_envelope(e, m, HIST_FIELDS);
 }
 
 /* store_hist_rec_size - bytes the history record needs */
 size_t store_hist_rec_size(const struct store_story *s)
 {
-	struct enc e = { NULL, 0, 0 };
-
-	hist_codec(&e, s);
-	return e.pos;
+	return rec_size(hist_codec, s);
 }
 
 /* store_hist_rec_encode - write the history record into exactly len bytes */
 void store_hist_rec_encode(void *out, size_t len, const struct store_story *s)
 {
-	struct enc e = { out, len, 0 };
-
-	hist_codec(&e, s);
-	if (e.pos != len)
-		msg_panic("store: history record is %zu bytes, sized as %zu", e.pos, len);
+	rec_encode(hist_codec, "history", out, len, s);
 }
 
 /*
@@ -562,8 +641,7 @@ int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 	struct dec d = { p, len, 0, 0 };
 	struct store_msg *m = &s->m;
 	const uint8_t *b;
-	uint32_t i, n;
-	uint8_t flags, state;
+	uint8_t flags;
 
 	dec_version(&d);
 	m->accepted = dec_i64(&d);
@@ -581,26 +659,7 @@ int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 	s->mismatches = dec_u32(&d);
 	m->attempts = dec_i32(&d);
 	m->data_len = dec_u64(&d);
-	m->from = dec_str(&d, 0);
-	m->envid = dec_str(&d, 1);
-	m->client = dec_str(&d, 0);
-	m->user = dec_str(&d, 1);
-	n = dec_u32(&d);
-	/* each recipient takes at least 9 bytes: bound the allocation */
-	if (d.err == 0 && (n == 0 || n > (d.len - d.pos) / 9))
-		d.err = STORE_EINVAL;
-	if (d.err == 0) {
-		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
-		m->n_rcpts = n;
-	}
-	for (i = 0; d.err == 0 && i < n; i++) {
-		m->rcpts[i].addr = dec_str(&d, 0);
-		state = dec_u8(&d);
-		if (state > STORE_RCPT_UNCONFIRMED)
-			d.err = STORE_EINVAL;
-		m->rcpts[i].state = (enum store_rcpt_state) state;
-		m->rcpts[i].reply = dec_str(&d, 1);
-	}
+	dec_envelope(&d, m, HIST_FIELDS);
 	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED))
 		d.err = STORE_EINVAL;
 	if (dec_end(&d) != 0) {

@@ -2,106 +2,28 @@
  * test_store - the LMDB store (the store/ files): claims and their expiry, the
  * spool and its delivery state, durability across reopen, map full,
  * corrupt records and concurrent use. Each test gets a fresh store in a
- * temporary directory, removed afterwards.
+ * temporary directory, removed afterwards (test_store_fx.h).
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <unistd.h>
-#include <cmocka.h>
 #include <lmdb.h>
 
 #include "../../store/store.h"
 #include "../../store/store_int.h"
 #include "../../util/buf.h"
+#include "test_store_fx.h"
 
 #define NOW		1700000000000000LL	/* microseconds */
 #define SEC		1000000LL
-#define TEST_MAP	(64u << 20)
-
-struct fx {
-	char dir[64];		/* mkdtemp result */
-	char path[96];		/* dir/store: the store creates it */
-	struct store *st;
-};
-
-#define CHECK_INT(what, got, want) do { \
-	long long g_ = (long long) (got), w_ = (long long) (want); \
-	if (g_ != w_) \
-		fail_msg("%s: got %lld, want %lld", (what), g_, w_); \
-} while (0)
-
-#define CHECK_STR(what, got, want) do { \
-	const char *g_ = (got), *w_ = (want); \
-	if ((g_ == NULL) != (w_ == NULL) || (g_ && strcmp(g_, w_) != 0)) \
-		fail_msg("%s: got %s%s%s, want %s%s%s", (what), g_ ? "\"" : "", \
-			 g_ ? g_ : "NULL", g_ ? "\"" : "", w_ ? "\"" : "", \
-			 w_ ? w_ : "NULL", w_ ? "\"" : ""); \
-} while (0)
-
-/* rm_one - nftw callback removing everything below the temp dir */
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void) sb;
-	(void) flag;
-	(void) ftw;
-	return remove(p);
-}
-
-/* fx_reopen - close and open the store again, failing the test on error */
-static void fx_reopen(struct fx *f, uint64_t map)
-{
-	char err[256] = "";
-	int rc;
-
-	store_close(f->st);
-	f->st = NULL;
-	rc = store_open(&f->st, f->path, map, err, sizeof(err));
-	if (rc != 0)
-		fail_msg("store_open %s: got %d (%s), want 0", f->path, rc, err);
-}
-
-/* fx_setup_map - a fresh store in a new temporary directory */
-static int fx_setup_map(void **state, uint64_t map)
-{
-	struct fx *f = xcalloc(1, sizeof(*f));
-
-	strcpy(f->dir, "/tmp/test_store.XXXXXX");
-	if (mkdtemp(f->dir) == NULL)
-		return -1;
-	snprintf(f->path, sizeof(f->path), "%s/store", f->dir);
-	*state = f;
-	fx_reopen(f, map);
-	return 0;
-}
-
-/* fx_setup - the usual store: a map large enough for multi-MB messages */
-static int fx_setup(void **state)
-{
-	return fx_setup_map(state, TEST_MAP);
-}
 
 /* fx_setup_tiny - a 256 KiB map, to run out of space */
 static int fx_setup_tiny(void **state)
 {
 	return fx_setup_map(state, 256u << 10);
-}
-
-/* fx_teardown - close the store, remove its directory */
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-
-	store_close(f->st);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	free(f);
-	return 0;
 }
 
 /* hash_of - a distinct test hash per number */

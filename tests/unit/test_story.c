@@ -2,76 +2,22 @@
  * test_story - the store's stories and key index (store_hist.c, store_keys.c):
  * the history record codec, a story through spool, delivery updates, drop,
  * duplicate counts and expiry, forgetting a key, and the read-only open
- * idemrelayctl uses. Each test gets a fresh store in a temporary directory.
+ * idemrelayctl uses. Each test gets a fresh store in a temporary directory
+ * (test_store_fx.h).
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <sys/time.h>
-#include <cmocka.h>
 
 #include "../../store/store.h"
 #include "../../store/store_int.h"
 #include "../../util/buf.h"
+#include "test_store_fx.h"
 
 #define SEC		1000000LL
 #define TTL		(3600 * SEC)
-
-#define CHECK_INT(what, got, want) do { \
-	long long g_ = (long long) (got), w_ = (long long) (want); \
-	if (g_ != w_) \
-		fail_msg("%s: got %lld, want %lld", (what), g_, w_); \
-} while (0)
-
-#define CHECK_STR(what, got, want) do { \
-	const char *g_ = (got), *w_ = (want); \
-	if ((g_ == NULL) != (w_ == NULL) || (g_ && strcmp(g_, w_) != 0)) \
-		fail_msg("%s: got %s, want %s", (what), g_ ? g_ : "NULL", w_ ? w_ : "NULL"); \
-} while (0)
-
-struct fx {
-	char dir[64];
-	char path[96];
-	struct store *st;
-};
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void) sb;
-	(void) flag;
-	(void) ftw;
-	return remove(p);
-}
-
-static int fx_setup(void **state)
-{
-	struct fx *f = xcalloc(1, sizeof(*f));
-	char err[256];
-
-	strcpy(f->dir, "/tmp/test_story.XXXXXX");
-	if (mkdtemp(f->dir) == NULL)
-		return -1;
-	snprintf(f->path, sizeof(f->path), "%s/store", f->dir);
-	if (store_open(&f->st, f->path, 64u << 20, err, sizeof(err)) != 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int fx_teardown(void **state)
-{
-	struct fx *f = *state;
-
-	store_close(f->st);
-	nftw(f->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-	free(f);
-	return 0;
-}
 
 static int64_t now_us(void)
 {
