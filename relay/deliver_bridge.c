@@ -22,6 +22,14 @@
  *	serves only a peer whose socket is open in this process (found
  *	through /proc/self/fd), and refuses others.
  *
+ *	In the daemon, libesmtp's connect() never reaches the loopback port:
+ *	the daemon's own connect() (nodelay.c) hands it to
+ *	deliver_bridge_attach(), which turns libesmtp's socket into one end
+ *	of an AF_UNIX socketpair and gives the other end to the bridge. The
+ *	copy then costs one TCP connection, not two (measured in
+ *	BENCHMARKS.md), and no one else can get in. The loopback port stays
+ *	for programs without that connect(), such as the unit tests.
+ *
  *	When the filter refuses what libesmtp writes, the thread hangs up on
  *	both sides at once, so nothing after the refused bytes reaches the
  *	upstream, and says why (deliver_bridge_end).
@@ -75,7 +83,34 @@ struct deliver_bridge {
 	char tls[160];			/* deliver_tls_describe(); "" for plain */
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
+	/* deliver_bridge_attach(): under waiting_lock */
+	int attached;			/* libesmtp's end of a socketpair, until taken */
+	int waiting;			/* on the waiting list */
+	struct deliver_bridge *next_waiting;
 };
+
+/*
+ * The bridges that wait for libesmtp, for deliver_bridge_attach(): it runs
+ * in a delivery thread (in libesmtp's connect), the bridge in its own.
+ */
+static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct deliver_bridge *waiting;
+
+/* waiting_del - take b off the waiting list, if it is on it */
+static void waiting_del(struct deliver_bridge *b)
+{
+	struct deliver_bridge **pp;
+
+	pthread_mutex_lock(&waiting_lock);
+	for (pp = &waiting; b->waiting && *pp; pp = &(*pp)->next_waiting) {
+		if (*pp == b) {
+			*pp = b->next_waiting;
+			b->waiting = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&waiting_lock);
+}
 
 /* bridge_connect - non-blocking TCP connect within the deadline; fd or -1 */
 static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
@@ -326,13 +361,24 @@ static int bridge_accept(struct deliver_bridge *b)
 	struct sockaddr_in peer;
 	socklen_t len;
 	int cfd, one = 1;
+	char c;
 
 	for (;;) {
 		p[0] = (struct pollfd) { .fd = b->lfd, .events = POLLIN };
 		p[1] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		if (poll(p, 2, deadline_left(&deadline)) < 0 && errno != EINTR)
 			return -1;
-		if (p[1].revents || deadline_left(&deadline) == 0)
+		if (p[1].revents) {
+			/* deliver_bridge_attach() handed libesmtp over, or a stop */
+			pthread_mutex_lock(&waiting_lock);
+			cfd = b->attached;
+			b->attached = -1;
+			pthread_mutex_unlock(&waiting_lock);
+			if (cfd >= 0)
+				(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
+			return cfd;
+		}
+		if (deadline_left(&deadline) == 0)
 			return -1;
 		if (!(p[0].revents & POLLIN))
 			continue;
@@ -342,6 +388,7 @@ static int bridge_accept(struct deliver_bridge *b)
 		if (cfd < 0)
 			continue;
 		if (bridge_ours(b, &peer)) {
+			waiting_del(b);
 			/* replies go in small writes: Nagle would hold the 354 (see nodelay.c) */
 			(void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 			return cfd;
@@ -471,7 +518,9 @@ static void *bridge_main(void *arg)
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
-	if ((cfd = bridge_accept(b)) >= 0) {
+	cfd = bridge_accept(b);
+	waiting_del(b);			/* served, or given up: attach no more */
+	if (cfd >= 0) {
 		client = io_plain_new(cfd);
 		bridge_pump(b, client);
 		io_close(client);
@@ -490,7 +539,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	struct timespec deadline = deadline_in(timeout_ms);
 	int err;
 
-	b->lfd = b->tfd = b->stop[0] = b->stop[1] = -1;
+	b->lfd = b->tfd = b->stop[0] = b->stop[1] = b->attached = -1;
 	atomic_init(&b->cut, 0);
 	deliver_filter_init(&b->filter);
 	b->timeout_ms = timeout_ms;
@@ -515,11 +564,48 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		goto fail;
 	}
 	b->running = 1;
+	pthread_mutex_lock(&waiting_lock);
+	b->next_waiting = waiting;
+	waiting = b;
+	b->waiting = 1;
+	pthread_mutex_unlock(&waiting_lock);
 	return b;
 
 fail:
 	deliver_bridge_close(b);
 	return NULL;
+}
+
+/* deliver_bridge_attach - libesmtp's connect() to a waiting bridge, done in-process */
+int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	const struct sockaddr_in *to = (const struct sockaddr_in *) sa;
+	struct deliver_bridge *b, **pp;
+	int sp[2], fl, fdfl, done = 0;
+
+	if (sa == NULL || len < sizeof(*to) || sa->sa_family != AF_INET
+	    || to->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		return 0;
+	pthread_mutex_lock(&waiting_lock);
+	for (pp = &waiting; (b = *pp) != NULL && !same_in(&b->laddr, to); pp = &b->next_waiting)
+		continue;
+	/* fd becomes our end of a socketpair, its flags kept; on failure, connect as asked */
+	if (b != NULL && (fl = fcntl(fd, F_GETFL)) >= 0 && (fdfl = fcntl(fd, F_GETFD)) >= 0
+	    && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0) {
+		if (dup2(sp[0], fd) >= 0 && fcntl(fd, F_SETFL, fl) == 0
+		    && fcntl(fd, F_SETFD, fdfl) == 0 && fcntl(sp[1], F_SETFL, O_NONBLOCK) == 0) {
+			*pp = b->next_waiting;
+			b->waiting = 0;
+			b->attached = sp[1];
+			done = 1;
+			(void) !write(b->stop[1], "a", 1);	/* wake the bridge */
+		} else {
+			close(sp[1]);
+		}
+		close(sp[0]);
+	}
+	pthread_mutex_unlock(&waiting_lock);
+	return done;
 }
 
 /* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
@@ -560,7 +646,10 @@ void deliver_bridge_close(struct deliver_bridge *b)
 {
 	if (b == NULL)
 		return;
+	waiting_del(b);
 	(void) deliver_bridge_end(b);
+	if (b->attached >= 0)
+		close(b->attached);
 	io_close(b->up);
 	if (b->tfd >= 0)
 		close(b->tfd);

@@ -39,6 +39,15 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 					   socklen_t salen, const char *helo, int timeout_ms,
 					   char *why, size_t whylen, char dsn[16]);
 
+/*
+ * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
+ * of a bridge still waiting for libesmtp, make fd one end of an AF_UNIX
+ * socketpair (its file flags kept) and hand the other end to that bridge,
+ * and return 1: fd is connected. 0: not a bridge, or it could not be done;
+ * connect as asked. For the daemon's connect() (nodelay.h).
+ */
+int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
+
 /* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
 const char *deliver_bridge_address(const struct deliver_bridge *b);
 

@@ -31,7 +31,9 @@
 #include "../util/log.h"
 #include "control.h"
 #include "deliver.h"
+#include "deliver_bridge.h"
 #include "metrics.h"
+#include "nodelay.h"
 #include "qid.h"
 #include "server.h"
 
@@ -142,6 +144,7 @@ int main(int argc, char **argv)
 	}
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
 	signal(SIGPIPE, SIG_IGN);
+	nodelay_connect_hook = deliver_bridge_attach;	/* before any thread */
 
 	mkdir_parents(cf.store.path);
 	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */

@@ -16,6 +16,10 @@
  *	before libc's for libesmtp too (ELF interposition); it sets the
  *	option on stream sockets of the Internet families and calls the
  *	real connect(). It is linked into bin/idemrelay only.
+ *
+ *	Before that, nodelay_connect_hook (if the daemon set one) may take
+ *	the connection over: the daemon hands libesmtp's connections to its
+ *	delivery bridges that way (deliver_bridge_attach).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,6 +27,10 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/socket.h>
+
+#include "nodelay.h"
+
+int (*nodelay_connect_hook) (int fd, const struct sockaddr *sa, socklen_t len);
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
@@ -40,6 +48,10 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	int one = 1, type = 0, saved = errno;
 	socklen_t tl = sizeof(type);
 
+	if (nodelay_connect_hook != NULL && nodelay_connect_hook(fd, sa, len) == 1) {
+		errno = saved;
+		return 0;
+	}
 	pthread_once(&real_once, find_real);
 	if (real_connect == NULL) {
 		errno = ENOSYS;

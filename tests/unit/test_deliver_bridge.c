@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -404,6 +405,60 @@ static void test_bridge_plain_cut(void **state)
 	assert_int_equal(t.got_len, 0);
 }
 
+/* attach_to - deliver_bridge_attach() as the daemon's connect() calls it */
+static int attach_to(int fd, const char *address)
+{
+	struct sockaddr_in a;
+
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t) atoi(strchr(address, ':') + 1));
+	return deliver_bridge_attach(fd, (struct sockaddr *) &a, sizeof(a));
+}
+
+/* libesmtp's connection handed over in-process: an AF_UNIX socket, flags kept */
+static void test_bridge_attach(void **state)
+{
+	static const char want[] = "EHLO relay\r\nQUIT\r\n";
+	struct timeval tv = { 5, 0 };
+	struct deliver_bridge *b;
+	struct tserver t;
+	char why[256], dsn[16], server[32];
+	int fd, domain = 0;
+	socklen_t len = sizeof(domain);
+
+	(void) state;
+	tserver_start(&t, NULL);
+	b = deliver_bridge_open(NULL, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
+				why, sizeof(why), dsn);
+	if (b == NULL)
+		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
+	snprintf(server, sizeof(server), "127.0.0.1:%u", ntohs(t.addr.sin_port));
+	assert_true((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0);
+	assert_int_equal(attach_to(fd, server), 0);	/* not a bridge: connect as asked */
+	assert_int_equal(attach_to(fd, deliver_bridge_address(b)), 1);
+	assert_int_equal(attach_to(fd, deliver_bridge_address(b)), 0);	/* taken */
+	assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
+	assert_int_equal(domain, AF_UNIX);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	assert_true(fcntl(fd, F_GETFL) & O_NONBLOCK);
+	assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	expect(fd, "220 pserver\r\n");
+	say(fd, "EHLO relay\r\n");
+	expect(fd, "250-X-HIDDEN\r\n250 PIPELINING\r\n");
+	say(fd, "QUIT\r\n");
+	expect(fd, "221 bye\r\n");
+	close(fd);
+	assert_null(deliver_bridge_end(b));
+	deliver_bridge_close(b);
+	tserver_stop(&t);
+	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
+		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len),
+			 esc(want, sizeof(want) - 1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -412,6 +467,7 @@ int main(void)
 		cmocka_unit_test(test_bridge_plain_two_messages),
 		cmocka_unit_test(test_bridge_plain_refused),
 		cmocka_unit_test(test_bridge_plain_cut),
+		cmocka_unit_test(test_bridge_attach),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
