@@ -50,7 +50,7 @@ $(B)/conf_default.o: $(B)/conf_default.c
 
 $(B)/tests/%: tests/unit/%.c $(B)/libidemrelay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS) -lcmocka
 
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
@@ -62,7 +62,7 @@ REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(B)/libidemrelay.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 fuzz-replay: $(REPLAY_BIN)
 	@for f in $(FUZZERS); do $(B)/fuzz/replay_$$f tests/fuzz/corpus/$$f || exit 1; done
@@ -82,7 +82,7 @@ fuzz:
 # nodelay.o is the daemon's own connect(), outside the library
 $(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/relay/nodelay.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lpthread -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) -lpthread -lcmocka
 
 unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
@@ -104,7 +104,7 @@ clean:
 	rm -rf build build-asan build-fuzz bin
 
 .PHONY: all unit e2e test asan run clean fuzz fuzz-replay
--include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d $(B)/relay/nodelay.d
+-include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d $(B)/relay/nodelay.d $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d)
 
 # Install: programs in sbin (as Postfix does), man pages, the example
 # configuration in $(SYSCONFDIR)/idemrelay (never the live idemrelay.conf),

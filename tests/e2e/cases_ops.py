@@ -253,7 +253,7 @@ def test_metrics_scrape(t):
     r = submit(d.port, "m@example.com", make_msg(key="metrics-1", body="Other.\r\n"))
     eq(r.code, 554, "mismatch")
     sink.wait_count(1)
-    d.wait_log(qid, "status=sent")
+    d.wait_log(qid, "removed")  # after the outcome is committed
 
     status, ctype, text = scrape(port)
     eq(status, 200, "GET /metrics")
