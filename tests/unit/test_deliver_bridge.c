@@ -324,6 +324,24 @@ static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
 	return b;
 }
 
+/* server_got - the server must have got exactly want */
+static void server_got(const struct tserver *t, const char *want)
+{
+	if (t->got_len != strlen(want) || memcmp(t->got, want, t->got_len) != 0)
+		fail_msg("server got \"%s\", want \"%s\"", esc(t->got, t->got_len),
+			 esc(want, strlen(want)));
+}
+
+/* plain_finish - hang up, the bridge ends on its own, the server got want */
+static void plain_finish(struct deliver_bridge *b, struct tserver *t, int fd, const char *want)
+{
+	close(fd);
+	assert_null(deliver_bridge_end(b));
+	deliver_bridge_close(b);
+	tserver_stop(t);
+	server_got(t, want);
+}
+
 static void test_bridge_plain_two_messages(void **state)
 {
 	static const char want[] = "EHLO relay\r\n"
@@ -352,13 +370,7 @@ static void test_bridge_plain_two_messages(void **state)
 	expect(fd, "250 stored\r\n");
 	say(fd, "QUIT\r\n");
 	expect(fd, "221 bye\r\n");
-	close(fd);
-	assert_null(deliver_bridge_end(b));
-	deliver_bridge_close(b);
-	tserver_stop(&t);
-	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
-		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len),
-			 esc(want, sizeof(want) - 1));
+	plain_finish(b, &t, fd, want);
 }
 
 static void test_bridge_plain_refused(void **state)
@@ -382,8 +394,7 @@ static void test_bridge_plain_refused(void **state)
 		fail_msg("deliver_bridge_end: %s", why ? why : "(null)");
 	deliver_bridge_close(b);
 	tserver_stop(&t);
-	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
-		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len), esc(want, sizeof(want) - 1));
+	server_got(&t, want);
 }
 
 static void test_bridge_plain_cut(void **state)
@@ -450,13 +461,7 @@ static void test_bridge_attach(void **state)
 	expect(fd, "250-X-HIDDEN\r\n250 PIPELINING\r\n");
 	say(fd, "QUIT\r\n");
 	expect(fd, "221 bye\r\n");
-	close(fd);
-	assert_null(deliver_bridge_end(b));
-	deliver_bridge_close(b);
-	tserver_stop(&t);
-	if (t.got_len != sizeof(want) - 1 || memcmp(t.got, want, t.got_len) != 0)
-		fail_msg("server got \"%s\", want \"%s\"", esc(t.got, t.got_len),
-			 esc(want, sizeof(want) - 1));
+	plain_finish(b, &t, fd, want);
 }
 
 int main(void)
