@@ -256,7 +256,7 @@ def test_upstream_starttls_injection(t):
 
 @case()
 def test_upstream_implicit_tls(t):
-    """tls = "implicit" (port 465 style) with AUTH, through the daemon's TLS bridge."""
+    """tls = "implicit" (port 465 style) with AUTH, through the delivery bridge."""
     certs = make_certs(t)
     sink = tls_sink(t, certs, implicit=True)
     trust(certs["ca"])
