@@ -737,6 +737,17 @@ static void test_last_qid(void **state)
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
 	CHECK_STR("after drop and reopen", qid, "00000000000C1");
+
+	/* nor does delivering it: it leaves the spool through store_msg_update() */
+	msg_new(&m, "00000000000D", 1, 1);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	assert_int_equal(store_msg_update(f->st, &m), 0);
+	store_msg_free(&m);
+	CHECK_INT("delivered: gone", store_msg_load(f->st, "00000000000D", &m), STORE_ENOTFOUND);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_STR("after delivery and reopen", qid, "00000000000D");
 }
 
 static void test_bad_arguments(void **state)
