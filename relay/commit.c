@@ -10,13 +10,11 @@
  *	meanwhile rides in the next transaction. The batch size adapts to
  *	the load by itself; there is no timer and no added latency when idle.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -212,19 +210,8 @@ static void *commit_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && cm->ops == NULL && !cm->stop) {
-			struct timespec ts;
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) == ETIMEDOUT
-			    && cm->pending == NULL && cm->ops == NULL) {
-				/* idle: reclaim expired claims (lookups already ignore them) */
-				pthread_mutex_unlock(&cm->lock);
-				store_expire(cm->st, now_us(), 1000);
-				pthread_mutex_lock(&cm->lock);
-			}
-		}
+		while (cm->pending == NULL && cm->ops == NULL && !cm->stop)
+			pthread_cond_wait(&cm->wake, &cm->lock);
 		batch = cm->pending;
 		cm->pending = NULL;
 		ops = cm->ops;

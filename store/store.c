@@ -7,10 +7,12 @@
  *	#include "store/store.h"
  * DESCRIPTION
  *	store_open() creates the environment directory if it is missing
- *	and opens eight named databases: claims, expiry, msg, queue, meta,
- *	and for the stories hist, hexpiry and keys (store_hist.c).
- *	store_open_readonly() opens an existing store without creating or
- *	writing anything, for idemrelayctl. The environment keeps LMDB's default durability (every
+ *	and opens seven named databases: claims, msg, queue, meta, and for
+ *	the stories hist, hexpiry and keys (store_hist.c). A store made
+ *	before claims went with their stories also has a claims expiry
+ *	index; store_open() drops it. store_open_readonly() opens an
+ *	existing store without creating or writing anything, for
+ *	idemrelayctl. The environment keeps LMDB's default durability (every
  *	commit is fsync'd) and uses MDB_NOTLS, so that read transactions
  *	are not tied to a thread and any thread may call any function.
  *
@@ -127,6 +129,7 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 {
 	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
 	MDB_txn *txn;
+	MDB_dbi old;
 	int rc, dead;
 
 	*step = "mdb_env_create";
@@ -154,7 +157,6 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 		return rc;
 	*step = "mdb_dbi_open";
 	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims)) != 0
-	    || (rc = mdb_dbi_open(txn, "expiry", create, &st->expiry)) != 0
 	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
 	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
 	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0)
@@ -164,6 +166,10 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
 		st->has_hist = 1;
 	else if (!rdonly)
+		goto fail;
+	/* a store from before claims went with their stories: its expiry index goes */
+	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
+	    && (rc = mdb_drop(txn, old, 1)) != 0)
 		goto fail;
 	/* handles opened in a transaction outlive it only if it commits */
 	*step = "mdb_txn_commit";

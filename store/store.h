@@ -11,6 +11,7 @@
  *	recipient) and say which QID first took that recipient for that key,
  *	with the submission's fingerprint. A claim is live until its expiry
  *	time, and also after it for as long as its message is still queued.
+ *	Its record goes when its message's story expires (store_hist_expire).
  *
  *	The spool holds each queued message: envelope, per-recipient state
  *	and content. Message, envelope and claims go into one write
@@ -129,9 +130,6 @@ void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 
-/* store_expire - delete up to max expired claims whose message left the spool */
-int store_expire(struct store *st, int64_t now, size_t max);
-
 struct store_stats {
 	uint64_t claims, queued;
 	uint64_t map_size, map_used;
@@ -224,7 +222,10 @@ struct store_count {
 };
 int store_hist_count(struct store *st, const struct store_count *c, size_t n);
 
-/* store_hist_expire - delete up to max stories past their expiry, with their key index entries */
+/*
+ * store_hist_expire - delete up to max stories past their expiry, with
+ * their claims and key index entries
+ */
 int store_hist_expire(struct store *st, int64_t now, size_t max);
 
 /* store_hist_stats - how many stories and key index entries are kept */

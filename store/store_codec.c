@@ -25,12 +25,11 @@
  *	    duplicates (u32), mismatches (u32), attempts (i32), size (u64),
  *	    from, envid?, client, user?, n_rcpts (u32),
  *	    n x { addr, state (u8), reply? }
- *	history expiry key (hexpiry DB, empty value): expires as below, qid
+ *	history expiry key (hexpiry DB, empty value):
+ *	    expires (u64 big-endian, sign bit flipped so that byte order is
+ *	    time order), qid
  *	key index (keys DB, key: 32-byte key hash, sorted duplicates):
  *	    claim hash[32], qid
- *	expiry index key (expiry DB, empty value):
- *	    expires (u64 big-endian, sign bit flipped so that byte order is
- *	    time order), hash[32]
  *
  *	Encoders run twice over one description of the record: once to
  *	size it, once to write it into space the caller reserved (for the
@@ -574,24 +573,6 @@ int store_queue_rec_set_inflight(void *p, size_t len, int on)
 		return STORE_EINVAL;
 	((uint8_t *) p)[QUEUE_INFLIGHT_OFF] = on ? 1 : 0;
 	return 0;
-}
-
-/* store_expiry_key - index key: sortable expiry time, then the claim's hash */
-void store_expiry_key(uint8_t out[STORE_EXPIRY_KEY_LEN], int64_t expires,
-		      const uint8_t hash[STORE_HASH_LEN])
-{
-	struct enc e = { out, STORE_EXPIRY_KEY_LEN, 0 };
-
-	enc_u64(&e, (uint64_t) expires ^ 0x8000000000000000ull);
-	enc_bytes(&e, hash, STORE_HASH_LEN);
-}
-
-/* store_expiry_key_time - the expiry time of an index key */
-int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN])
-{
-	struct dec d = { key, STORE_EXPIRY_KEY_LEN, 0, 0 };
-
-	return (int64_t) (dec_u64(&d) ^ 0x8000000000000000ull);
 }
 
 #define HIST_HAS_KEY	1

@@ -19,10 +19,10 @@
  *	or a store from before stories) gets one at its first update.
  *
  *	A story expires ttl after its message left the spool, through an
- *	index in time order (hexpiry DB) like the claims'. Claims live ttl
- *	after acceptance, or until the message leaves, whichever is later:
- *	so a story always outlives the claims it explains. Expiring a story
- *	also removes its key index entries (store_keys.c).
+ *	index in time order (hexpiry DB). Claims live ttl after acceptance,
+ *	or until the message leaves, whichever is later: so a story always
+ *	outlives the claims it explains, and expiring a story deletes them,
+ *	with its key index entries (store_keys.c).
  *
  *	Duplicate counts are not written per duplicate: the daemon counts
  *	them in memory and adds them in batches (store_hist_count).
@@ -359,7 +359,8 @@ static int expire_one(struct store_txn *t, const struct due *d)
 		qid[d->len - 8] = 0;
 		err = store_hist_read(st, t->txn, qid, &s);
 		if (err == 0 && s.expires == hexpiry_time(d->key)) {
-			if (s.has_key && (err = store_keys_unlink(t, s.keyhash, qid)) != 0) {
+			if (s.has_key && (err = store_keys_expire(t, s.keyhash, qid,
+								  hexpiry_time(d->key))) != 0) {
 				store_story_free(&s);
 				return err;
 			}

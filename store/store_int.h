@@ -20,7 +20,6 @@
 struct store {
 	MDB_env *env;		/* owned */
 	MDB_dbi claims;		/* hash -> claim record */
-	MDB_dbi expiry;		/* expiry key -> empty, in time order */
 	MDB_dbi msg;		/* qid -> immutable message record */
 	MDB_dbi queue;		/* qid -> mutable delivery state record */
 	MDB_dbi meta;		/* name -> value ("last_qid") */
@@ -48,7 +47,6 @@ int store_txn_fail(struct store_txn *t, int err);
 
 /* store_codec.c: record encoding, portable, with a version byte */
 #define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)
-#define STORE_EXPIRY_KEY_LEN	(8 + STORE_HASH_LEN)
 
 size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c);
 int store_claim_decode(const void *p, size_t len, struct store_claim *c);
@@ -62,10 +60,6 @@ void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
 int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
 int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
 int store_queue_rec_set_inflight(void *p, size_t len, int on);
-
-void store_expiry_key(uint8_t out[STORE_EXPIRY_KEY_LEN], int64_t expires,
-		      const uint8_t hash[STORE_HASH_LEN]);
-int64_t store_expiry_key_time(const uint8_t key[STORE_EXPIRY_KEY_LEN]);
 
 int store_msg_valid(const struct store_msg *m);
 
@@ -82,8 +76,8 @@ void store_hist_drop(struct store_txn *t, const char *qid);
 int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
 int store_hist_write(struct store_txn *t, const struct store_story *s);
 
-/* store_keys.c: remove a QID's entries under a key (a story expired) */
-int store_keys_unlink(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		      const char *qid);
+/* store_keys.c: a story expired: its claims and its entries under the key go */
+int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const char *qid, int64_t now);
 
 #endif

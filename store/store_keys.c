@@ -14,8 +14,9 @@
  *	(store_txn_key_put), so the two never disagree after a crash.
  *
  *	An entry goes when its story expires (store_hist.c), which is after
- *	the claim itself expired; store_key_forget() deletes a key's claims
- *	and its entries at once. An entry whose claim was since renewed
+ *	the claim itself expired, and takes the claim with it
+ *	(store_keys_expire); store_key_forget() deletes a key's claims and
+ *	its entries at once. An entry whose claim was since renewed
  *	for another message (on_mismatch = "accept") names the old QID and
  *	is skipped: the new message has its own entry.
  * DIAGNOSTICS
@@ -152,28 +153,6 @@ int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	return 0;
 }
 
-/* store_keys_unlink - delete a QID's entries under a key */
-int store_keys_unlink(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		      const char *qid)
-{
-	MDB_val key = { STORE_HASH_LEN, (void *) keyhash };
-	struct key_entry *e;
-	size_t n, i;
-	int err;
-
-	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0)
-		return store_txn_fail(t, err);
-	for (i = 0; i < n && err == 0; i++) {
-		if (strcmp(e[i].qid, qid) != 0)
-			continue;
-		err = store_mdb_error(mdb_del(t->txn, t->st->keys, &key, &e[i].val), "delete key");
-		if (err == STORE_ENOTFOUND)
-			err = 0;
-	}
-	free(e);
-	return err ? store_txn_fail(t, err) : 0;
-}
-
 /* story_user_is - was the message submitted by this AUTH user? */
 static int story_user_is(struct store_txn *t, const char *qid, const char *user)
 {
@@ -201,12 +180,16 @@ static int story_forgotten(struct store_txn *t, const char *qid, int64_t now)
 	return err;
 }
 
-/* claim_del - delete a claim if it still belongs to qid; 1 if deleted */
-static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], const char *qid)
+/*
+ * claim_del - delete a claim if it still belongs to qid and, when live_at
+ * is not 0, has expired by then; 1 if deleted
+ */
+static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], const char *qid,
+		     int64_t live_at)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) claim }, val;
 	struct store_claim c;
-	int err;
+	int err, ok;
 
 	err = store_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
 	if (err == STORE_ENOTFOUND)
@@ -214,11 +197,43 @@ static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], c
 	if (err != 0)
 		return err;
 	/* a claim renewed for another message is that message's to forget */
-	if (store_claim_decode(val.mv_data, val.mv_size, &c) == 0 && strcmp(c.qid, qid) != 0)
+	ok = store_claim_decode(val.mv_data, val.mv_size, &c) == 0;
+	if (ok && strcmp(c.qid, qid) != 0)
 		return 0;
-	/* its expiry index entry is stale now; store_expire() drops it when met */
+	if (ok && live_at != 0 && live_at < c.expires) {
+		msg_warn("%s: store: a claim outlives its story; left in place", qid);
+		return 0;
+	}
 	err = store_mdb_error(mdb_del(t->txn, t->st->claims, &key, NULL), "delete claim");
 	return err == 0 ? 1 : err;
+}
+
+/*
+ * store_keys_expire - a story expired: delete its claims (those still
+ * naming qid) and its entries under the key. A claim still live is left
+ * (it cannot be: a story outlives its claims) and logged.
+ */
+int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const char *qid, int64_t now)
+{
+	MDB_val key = { STORE_HASH_LEN, (void *) keyhash };
+	struct key_entry *e;
+	size_t n, i;
+	int err;
+
+	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0)
+		return store_txn_fail(t, err);
+	for (i = 0; i < n && err == 0; i++) {
+		if (strcmp(e[i].qid, qid) != 0)
+			continue;
+		if ((err = claim_del(t, e[i].claim, qid, now)) < 0)
+			break;
+		err = store_mdb_error(mdb_del(t->txn, t->st->keys, &key, &e[i].val), "delete key");
+		if (err == STORE_ENOTFOUND)
+			err = 0;
+	}
+	free(e);
+	return err ? store_txn_fail(t, err) : 0;
 }
 
 /* store_key_forget - delete a key's claims and index entries */
@@ -241,7 +256,7 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	for (i = 0; i < n; i++) {
 		if (user && !story_user_is(t, e[i].qid, user))
 			continue;
-		if ((err = claim_del(t, e[i].claim, e[i].qid)) < 0)
+		if ((err = claim_del(t, e[i].claim, e[i].qid, 0)) < 0)
 			goto fail;
 		out->claims += (size_t) err;
 		err = store_mdb_error(mdb_del(t->txn, st->keys, &key, &e[i].val), "delete key");

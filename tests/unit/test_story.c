@@ -301,33 +301,75 @@ static void test_forget(void **state)
 static void test_expire(void **state)
 {
 	struct fx *f = *state;
-	struct store_msg m, live;
+	struct store_msg m, m2, live;
 	struct store_story s;
+	struct store_stats st;
 	uint64_t stories, keys;
-	int claims[1] = { 20 };
+	int claims[2] = { 20, 21 }, renewed[1] = { 21 };
 
-	msg_new(&m, "0000000000D1", 1, NULL);
+	msg_new(&m, "0000000000D1", 2, NULL);
 	accept_msg(f->st, &m, 7, claims);
+	/* other content under the key, accepted anyway: claim 21 is D2's now */
+	msg_new(&m2, "0000000000D2", 1, NULL);
+	accept_msg(f->st, &m2, 7, renewed);
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
-	CHECK_INT("stories", stories, 1);
-	CHECK_INT("keys", keys, 1);
+	CHECK_INT("stories", stories, 2);
+	CHECK_INT("keys", keys, 3);
 	/* queued: never expires */
 	CHECK_INT("expire queued", store_hist_expire(f->st, now_us() + 10 * TTL, 100), 0);
 	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
 	store_story_free(&s);
 
 	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
-	live.rcpts[0].state = STORE_RCPT_SENT;
+	live.rcpts[0].state = live.rcpts[1].state = STORE_RCPT_SENT;
 	CHECK_INT("update", store_msg_update(f->st, &live), 0);
 	store_msg_free(&live);
 	CHECK_INT("not yet", store_hist_expire(f->st, now_us(), 100), 0);
 	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
 	store_story_free(&s);
+	CHECK_INT("claims before", store_stats(f->st, &st), 0);
+	CHECK_INT("claims", st.claims, 2);
 	CHECK_INT("later", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 0);
 	CHECK_INT("story gone", store_story_get(f->st, m.qid, &s), STORE_ENOTFOUND);
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
-	CHECK_INT("stories", stories, 0);
-	CHECK_INT("key entries", keys, 0);
+	CHECK_INT("stories: D2's is left", stories, 1);
+	CHECK_INT("key entries: D2's is left", keys, 1);
+	/* its claims went with it, but not the one D2 took over */
+	CHECK_INT("claims after", store_stats(f->st, &st), 0);
+	CHECK_INT("claims", st.claims, 1);
+	CHECK_INT("D2's claim", claim_live(f->st, 21), 1);
+	store_msg_free(&m);
+	store_msg_free(&m2);
+}
+
+/* a story that expires before one of its claims leaves that claim (and says so) */
+static void test_expire_claim_outlives(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, live;
+	struct store_stats st;
+	struct store_txn *t;
+	struct store_claim c;
+	uint8_t ch[STORE_HASH_LEN];
+	int claims[1] = { 30 };
+
+	msg_new(&m, "0000000000E1", 1, NULL);
+	accept_msg(f->st, &m, 8, claims);
+	/* renewed for the same message with a far expiry (not what the daemon does) */
+	memset(&c, 0, sizeof(c));
+	strcpy(c.qid, m.qid);
+	c.expires = now_us() + 100 * TTL;
+	hash_of(ch, 30);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_claim_put(t, ch, &c);
+	assert_int_equal(store_txn_commit(t), 0);
+	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
+	live.rcpts[0].state = STORE_RCPT_SENT;
+	CHECK_INT("update", store_msg_update(f->st, &live), 0);
+	store_msg_free(&live);
+	CHECK_INT("expire", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 0);
+	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("the live claim stays", st.claims, 1);
 	store_msg_free(&m);
 }
 
@@ -385,6 +427,7 @@ int main(void)
 		T(test_drop_and_counts),
 		T(test_forget),
 		T(test_expire),
+		T(test_expire_claim_outlives),
 		T(test_readonly),
 	};
 
