@@ -76,8 +76,8 @@ void store_hist_drop(struct store_txn *t, const char *qid);
 int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
 int store_hist_write(struct store_txn *t, const struct store_story *s);
 
-/* store_keys.c: a story expired: its claims and its entries under the key go */
+/* store_keys.c: a story expired at when: its claims and its entries under the key go */
 int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		      const char *qid, int64_t now);
+		      const char *qid, int64_t when);
 
 #endif

@@ -209,12 +209,12 @@ static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], c
 }
 
 /*
- * store_keys_expire - a story expired: delete its claims (those still
- * naming qid) and its entries under the key. A claim still live is left
- * (it cannot be: a story outlives its claims) and logged.
+ * store_keys_expire - a story expired at when: delete its claims (those
+ * still naming qid) and its entries under the key. A claim still live
+ * then is left (it cannot be: a story outlives its claims) and logged.
  */
 int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		      const char *qid, int64_t now)
+		      const char *qid, int64_t when)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash };
 	struct key_entry *e;
@@ -226,7 +226,7 @@ int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
 	for (i = 0; i < n && err == 0; i++) {
 		if (strcmp(e[i].qid, qid) != 0)
 			continue;
-		if ((err = claim_del(t, e[i].claim, qid, now)) < 0)
+		if ((err = claim_del(t, e[i].claim, qid, when)) < 0)
 			break;
 		err = store_mdb_error(mdb_del(t->txn, t->st->keys, &key, &e[i].val), "delete key");
 		if (err == STORE_ENOTFOUND)
