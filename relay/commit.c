@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "../util/clock.h"
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "commit.h"
@@ -36,15 +36,6 @@ struct commit {
 	int stop;			/* under lock */
 	int efd;			/* eventfd, owned */
 };
-
-/* now_us - wall clock in microseconds */
-static int64_t now_us(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-}
 
 /* commit_decide - SPEC section 4's table for one submission */
 void commit_decide(struct commit_req *req, const int *found,
@@ -172,7 +163,7 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 {
 	struct store_txn *t;
 	struct commit_req *req;
-	int64_t now = now_us(), n = 0;
+	int64_t now = clock_us(), n = 0;
 	int err;
 
 	if ((err = store_txn_begin(cm->st, &t)) != 0)

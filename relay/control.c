@@ -31,10 +31,10 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../util/clock.h"
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "commit.h"
@@ -71,15 +71,6 @@ struct control {
 	pthread_t thread;
 	int64_t started;
 };
-
-/* now_us - wall clock in microseconds */
-static int64_t now_us(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-}
 
 /* pend_cmp - tsearch order */
 static int pend_cmp(const void *a, const void *b)
@@ -280,7 +271,7 @@ static void do_forget(struct control *ctl, char *args, struct buf *out)
 			buf_free(&qids);
 			return;
 		}
-		err = store_key_forget(ctl->st, hash, user, now_us(), &f);
+		err = store_key_forget(ctl->st, hash, user, clock_us(), &f);
 		if (err == STORE_ENOTFOUND)
 			continue;
 		if (err != 0) {
@@ -342,7 +333,7 @@ static void do_stats(struct control *ctl, struct buf *out)
 
 	metrics_snapshot(&s);
 	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"counters\":{", (long) getpid(),
-		   (long long) ((now_us() - ctl->started) / 1000000));
+		   (long long) ((clock_us() - ctl->started) / 1000000));
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		buf_printf(out, "%s\"%s\":%llu", i ? "," : "", metrics_name(i),
 			   (unsigned long long) s.counters[i]);
@@ -452,7 +443,7 @@ static void *control_main(void *arg)
 {
 	struct control *ctl = arg;
 	struct pollfd p[2] = { { ctl->stopfd, POLLIN, 0 }, { ctl->lfd, POLLIN, 0 } };
-	int64_t last_persist = now_us(), last_expire = 0, now;
+	int64_t last_persist = clock_us(), last_expire = 0, now;
 	int fd, n;
 
 	for (;;) {
@@ -471,7 +462,7 @@ static void *control_main(void *arg)
 				msg_warn("control: accept: %m");
 			}
 		}
-		now = now_us();
+		now = clock_us();
 		if (now - last_persist >= FLUSH_EVERY) {
 			persist(ctl);
 			last_persist = now;
@@ -530,7 +521,7 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->lfd = -1;
-	ctl->started = now_us();
+	ctl->started = clock_us();
 	if (c->control) {
 		ctl->lfd = control_listen(c->control);
 		msg_info("control socket %s", c->control);

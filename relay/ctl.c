@@ -40,10 +40,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/log.h"
 #include "ctl.h"
@@ -384,7 +384,6 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct ctl x;
-	struct timeval tv;
 	const char *path = NULL, *cmd, *arg;
 	char err[512];
 	int ch, rc, nargs;
@@ -415,8 +414,7 @@ int main(int argc, char **argv)
 	log_setup("idemrelayctl", 0, LOG_LEVEL_ERROR);
 	if (conf_load(&x.cf, path, err, sizeof(err)) < 0)
 		ctl_fail(&x, "%s", err);
-	gettimeofday(&tv, NULL);
-	x.now = (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+	x.now = clock_us();
 
 	if (strcmp(cmd, "queue") == 0 && nargs == 0)
 		rc = ctl_queue(&x);

@@ -38,10 +38,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include "../smtp/smtp.h"
+#include "../util/clock.h"
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "commit.h"
@@ -76,15 +76,6 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 int deliver_mark(struct deliver *d, const char *qid)
 {
 	return d->cm ? commit_mark_inflight(d->cm, qid) : store_msg_set_inflight(d->st, qid, 1);
-}
-
-/* deliver_now - wall clock in microseconds, as the store keeps time */
-int64_t deliver_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t) tv.tv_sec * US + tv.tv_usec;
 }
 
 /* deliver_set - one recipient's result */
@@ -250,7 +241,7 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 {
 	const struct conf *c = d->c;
 	struct store_msg *m = &j->m;
-	int64_t now = deliver_now(), next = -1;
+	int64_t now = clock_us(), next = -1;
 	int expired = now - m->accepted >= RETRY(c, give_up) * US;
 	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
 	int queued = 0;
@@ -363,7 +354,7 @@ static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 			/* the inflight mark may still be set: the next load treats it as ambiguous */
 			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
 				  store_strerror(errs[i]));
-			j->next = deliver_now() + retry * US;
+			j->next = clock_us() + retry * US;
 		} else if (!j->queued) {
 			msg_info("%s: removed", j->m.qid);
 		}
@@ -387,7 +378,7 @@ static void job_finish(struct deliver *d, struct deliver_job *j)
 static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 {
 	const struct conf *c = d->c;
-	int64_t now = deliver_now();
+	int64_t now = clock_us();
 	size_t i, n_queued = 0;
 	int err;
 
@@ -441,7 +432,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 /* sched_wait - sleep until the earliest due time, new work or stop (lock held) */
 static void sched_wait(struct deliver *d)
 {
-	int64_t now = deliver_now(), due = dq_next_due(&d->q);
+	int64_t now = clock_us(), due = dq_next_due(&d->q);
 	struct timespec ts;
 
 	if (due > now + DELIVER_MAX_SLEEP * US)
@@ -463,7 +454,7 @@ static void *deliver_thread(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
 		n = 0;
-		while (!d->stop && (n = dq_take_due(&d->q, deliver_now(), qids, d->batch)) == 0)
+		while (!d->stop && (n = dq_take_due(&d->q, clock_us(), qids, d->batch)) == 0)
 			sched_wait(d);
 		pthread_mutex_unlock(&d->lock);
 		if (n == 0)
@@ -471,7 +462,7 @@ static void *deliver_thread(void *arg)
 		for (i = n_ready = bytes = 0; i < n; i++) {
 			/* bounded memory: leave the rest to the next pass */
 			if (bytes >= DELIVER_BATCH_BYTES) {
-				finished(d, qids[i], deliver_now());
+				finished(d, qids[i], clock_us());
 				continue;
 			}
 			if (!job_load(d, qids[i], &jobs[n_ready]))
@@ -547,7 +538,7 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 {
 	if (d == NULL || qid == NULL)
 		return;
-	schedule(d, qid, deliver_now());
+	schedule(d, qid, clock_us());
 }
 
 /* deliver_flush - every waiting message is due now */
@@ -556,7 +547,7 @@ void deliver_flush(struct deliver *d)
 	if (d == NULL)
 		return;
 	pthread_mutex_lock(&d->lock);
-	dq_flush(&d->q, deliver_now());
+	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 }
@@ -569,7 +560,7 @@ int deliver_retry(struct deliver *d, const char *qid)
 	if (d == NULL)
 		return -1;
 	pthread_mutex_lock(&d->lock);
-	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, deliver_now()))
+	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, clock_us()))
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;

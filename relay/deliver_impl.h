@@ -61,8 +61,6 @@ struct deliver_job {
 /* deliver_mark - durably mark a message: its final dot is about to go out */
 int deliver_mark(struct deliver *d, const char *qid);
 
-/* deliver_now - the store's clock: Unix microseconds */
-int64_t deliver_now(void);
 
 /* deliver_set - record one recipient's result (dsn NULL: taken from reply) */
 void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,

@@ -28,9 +28,10 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "../util/clock.h"
+#include "../util/listen.h"
 #include "../util/log.h"
 #include "commit.h"
 #include "metrics.h"
@@ -200,15 +201,6 @@ void metrics_reset(void)
 	}
 }
 
-/* now_s - wall clock, seconds */
-static double now_s(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (double) tv.tv_sec + tv.tv_usec / 1e6;
-}
-
 /* metrics_gauges_read - what the store says now */
 void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
@@ -226,7 +218,7 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	g->map_size = s.map_size;
 	g->map_used = s.map_used;
 	if (store_queue_oldest(st, &oldest) == 0 && oldest > 0) {
-		g->oldest_seconds = now_s() - oldest / 1e6;
+		g->oldest_seconds = (double) clock_us() / 1e6 - oldest / 1e6;
 		if (g->oldest_seconds < 0)
 			g->oldest_seconds = 0;
 	}
@@ -405,37 +397,6 @@ static void *metrics_main(void *arg)
 	return NULL;
 }
 
-/* listen_on - bind the metrics listener; fatal on failure */
-static int listen_on(const char *address, int port)
-{
-	struct sockaddr_storage ss;
-	struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
-	socklen_t sl;
-	int fd, one = 1;
-
-	memset(&ss, 0, sizeof(ss));
-	if (inet_pton(AF_INET, address, &sin->sin_addr) == 1) {
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons((uint16_t) port);
-		sl = sizeof(*sin);
-	} else if (inet_pton(AF_INET6, address, &sin6->sin6_addr) == 1) {
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons((uint16_t) port);
-		sl = sizeof(*sin6);
-	} else {
-		msg_fatal("metrics: bad address %s", address);
-	}
-	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
-		msg_fatal("metrics: socket: %m");
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *) &ss, sl) < 0)
-		msg_fatal("metrics: bind %s port %d: %m", address, port);
-	if (listen(fd, 64) < 0)
-		msg_fatal("metrics: listen %s port %d: %m", address, port);
-	return fd;
-}
-
 /* metrics_start - bind and serve, if configured */
 struct metrics *metrics_start(const struct conf *c, struct store *st)
 {
@@ -446,8 +407,8 @@ struct metrics *metrics_start(const struct conf *c, struct store *st)
 		return NULL;
 	m = xcalloc(1, sizeof(*m));
 	m->st = st;
-	m->start_time = now_s();
-	m->lfd = listen_on(c->metrics_address, c->metrics_port);
+	m->start_time = (double) clock_us() / 1e6;
+	m->lfd = listen_tcp("metrics", c->metrics_address, c->metrics_port, 64);
 	if ((m->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
 		msg_fatal("metrics: eventfd: %m");
 	if ((err = pthread_create(&m->thread, NULL, metrics_main, m)) != 0)

@@ -6,8 +6,8 @@
  */
 #include <pthread.h>
 #include <string.h>
-#include <sys/time.h>
 
+#include "../util/clock.h"
 #include "qid.h"
 
 static const char qid_digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUV";
@@ -60,11 +60,9 @@ void qid_seed(const char *last)
 /* qid_next - the next QID: the clock in microseconds, strictly increasing */
 void qid_next(char out[QID_LEN + 1])
 {
-	struct timeval tv;
 	uint64_t now;
 
-	gettimeofday(&tv, NULL);
-	now = (uint64_t) tv.tv_sec * 1000000u + (uint64_t) tv.tv_usec;
+	now = (uint64_t) clock_us();
 	pthread_mutex_lock(&qid_lock);
 	if (now <= qid_last)
 		now = qid_last + 1;

@@ -41,12 +41,13 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../smtp/smtp.h"
+#include "../util/clock.h"
 #include "../util/buf.h"
+#include "../util/listen.h"
 #include "../util/log.h"
 #include "auth.h"
 #include "commit.h"
@@ -58,15 +59,6 @@
 #include "server.h"
 #include "server_int.h"
 #include "tls.h"
-
-/* server_now - wall clock in microseconds */
-int64_t server_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-}
 
 /* ep_set - add or change a descriptor's epoll interest */
 static void ep_set(struct server *srv, int op, int fd, uint32_t events, void *ptr)
@@ -237,7 +229,7 @@ static int conn_handshake(struct conn *c)
 	}
 	io_describe(c->io, desc, sizeof(desc));
 	msg_info("tls: client=[%s] %s", c->addr, desc);
-	c->last_active = server_now();
+	c->last_active = clock_us();
 	smtp_session_set_tls(c->s);
 	if (c->l->cf->tls_implicit)
 		smtp_session_greet(c->s);
@@ -258,7 +250,7 @@ static int conn_starttls(struct conn *c)
 		c->dead = 1;			/* tls_io_new closed the socket */
 		return -1;
 	}
-	c->last_active = server_now();
+	c->last_active = clock_us();
 	return conn_handshake(c);
 }
 
@@ -291,7 +283,7 @@ static void auth_done(struct auth_req *req)
 		smtp_session_auth_reply(c->s, 1);
 		conn_process(c);
 	} else if (!c->dead) {
-		c->auth_due = server_now() + AUTH_FAIL_DELAY;
+		c->auth_due = clock_us() + AUTH_FAIL_DELAY;
 		c->srv->n_auth_delayed++;
 	}
 	free(req);
@@ -301,7 +293,7 @@ static void auth_done(struct auth_req *req)
 static void auth_delayed(struct server *srv)
 {
 	struct conn *c, *next;
-	int64_t now = server_now();
+	int64_t now = clock_us();
 
 	for (c = srv->conns; c && srv->n_auth_delayed; c = next) {
 		next = c->next;
@@ -376,7 +368,7 @@ static void conn_accept(struct server *srv, struct listener *l)
 		c->srv = srv;
 		c->l = l;
 		c->io = io;
-		c->last_active = server_now();
+		c->last_active = clock_us();
 		if (ss.ss_family == AF_INET6)
 			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, c->addr, sizeof(c->addr));
 		else
@@ -415,7 +407,7 @@ static void conn_read(struct conn *c)
 		return;
 	}
 	c->in.len += (size_t) n;
-	c->last_active = server_now();
+	c->last_active = clock_us();
 	conn_process(c);
 }
 
@@ -440,7 +432,7 @@ static void conn_event(struct conn *c, uint32_t ev)
 static void conn_timeouts(struct server *srv)
 {
 	struct conn *c, *next;
-	int64_t now = server_now(), limit;
+	int64_t now = clock_us(), limit;
 
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
@@ -598,39 +590,6 @@ void server_set_deliver(struct server *srv, struct deliver *dl)
 	srv->dl = dl;
 }
 
-/* listen_one - bind one listener */
-static int listen_one(const struct conf_listen *l)
-{
-	struct sockaddr_storage ss;
-	struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
-	socklen_t sl;
-	int fd, one = 1;
-
-	memset(&ss, 0, sizeof(ss));
-	if (inet_pton(AF_INET, l->address, &sin->sin_addr) == 1) {
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons((uint16_t) l->port);
-		sl = sizeof(*sin);
-	} else if (inet_pton(AF_INET6, l->address, &sin6->sin6_addr) == 1) {
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons((uint16_t) l->port);
-		sl = sizeof(*sin6);
-	} else {
-		msg_fatal("listen: bad address %s", l->address);
-	}
-	if ((fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
-		msg_fatal("socket: %m");
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (ss.ss_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *) &ss, sl) < 0)
-		msg_fatal("bind %s port %d: %m", l->address, l->port);
-	if (listen(fd, 1024) < 0)
-		msg_fatal("listen %s port %d: %m", l->address, l->port);
-	return fd;
-}
-
 /* server_listen - bind every listener, block the signals we take by signalfd */
 void server_listen(struct server *srv)
 {
@@ -649,7 +608,7 @@ void server_listen(struct server *srv)
 		if ((srv->ls[i].cf->tls_implicit || srv->ls[i].cf->starttls_required) && !srv->tls)
 			msg_fatal("listen %s port %d: TLS without tls { }", srv->ls[i].cf->address,
 				  srv->ls[i].cf->port);
-		srv->ls[i].fd = listen_one(srv->cf->listen + i);
+		srv->ls[i].fd = listen_tcp("listen", srv->ls[i].cf->address, srv->ls[i].cf->port, 1024);
 		ep_set(srv, EPOLL_CTL_ADD, srv->ls[i].fd, EPOLLIN, srv->ls + i);
 		msg_info("listening on %s port %d", srv->cf->listen[i].address, srv->cf->listen[i].port);
 	}
@@ -670,7 +629,7 @@ static void server_stop(struct server *srv)
 	struct conn *c, *next;
 	size_t i;
 
-	srv->stopping = server_now();
+	srv->stopping = clock_us();
 	for (i = 0; i < srv->n_ls; i++) {
 		close(srv->ls[i].fd);
 		srv->ls[i].fd = -1;
@@ -710,7 +669,7 @@ static void on_signal(struct server *srv)
 int server_run(struct server *srv)
 {
 	struct epoll_event evs[256];
-	int64_t last_sweep = server_now();
+	int64_t last_sweep = clock_us();
 	int i, n;
 
 	ep_set(srv, EPOLL_CTL_ADD, commit_fd(srv->cm), EPOLLIN, &srv->commit_tag);
@@ -736,7 +695,7 @@ int server_run(struct server *srv)
 				conn_flush(c);
 			}
 			conn_reap(srv);
-			if (srv->conns == NULL || server_now() - srv->stopping > 10 * 1000000)
+			if (srv->conns == NULL || clock_us() - srv->stopping > 10 * 1000000)
 				break;
 		}
 		/* a delayed 535 is due within a second: look every 100ms */
@@ -771,8 +730,8 @@ int server_run(struct server *srv)
 		}
 		if (srv->n_auth_delayed)
 			auth_delayed(srv);
-		if (server_now() - last_sweep >= 1000000) {
-			last_sweep = server_now();
+		if (clock_us() - last_sweep >= 1000000) {
+			last_sweep = clock_us();
 			conn_timeouts(srv);
 		}
 		conn_reap(srv);

@@ -75,7 +75,6 @@ struct server {
 	enum tag commit_tag, signal_tag, auth_tag;
 };
 
-int64_t server_now(void);
 int conn_process(struct conn *c);
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */

@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "../util/clock.h"
 #include "../util/log.h"
 #include "control.h"
 #include "keys.h"
@@ -73,7 +74,7 @@ static const char *answer(struct conn *c, struct commit_req *req, const char *ke
 {
 	struct buf line = BUF_INIT;
 
-	metrics_answered(req->outcome, req->shadow_hit, server_now() - ((struct submission *) req)->t0);
+	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
 	control_answered(req->outcome, req->orig_qid);
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
@@ -230,7 +231,7 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 	claims = xcalloc(n, sizeof(*claims));
 	found = xcalloc(n, sizeof(*found));
 	if (store_claims_get(c->srv->st, (const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n,
-			     server_now(), claims, found) == 0) {
+			     clock_us(), claims, found) == 0) {
 		commit_decide(req, found, claims);
 		answered = req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_MISMATCH;
 	}
@@ -249,7 +250,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	struct buf data = BUF_INIT;
 	struct buf received = BUF_INIT;
 	const char *helo = smtp_session_helo(s);
-	int64_t t0 = server_now();
+	int64_t t0 = clock_us();
 
 	metrics_inc(METRICS_SUBMISSIONS);
 	if (keys_derive(srv->cf, tx->data.data ? tx->data.data : "", tx->data.len,

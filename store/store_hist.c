@@ -33,23 +33,14 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
+#include "../util/clock.h"
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "store_int.h"
 
 #define HIST_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* stories made at first update */
 #define HEXPIRY_KEY_MAX		(8 + STORE_QID_SIZE)
-
-/* hist_now - the store's clock */
-static int64_t hist_now(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
-}
 
 /* hexpiry_key - sortable expiry time, then the QID; returns the length */
 static size_t hexpiry_key(uint8_t out[HEXPIRY_KEY_MAX], int64_t expires, const char *qid)
@@ -166,7 +157,7 @@ void store_hist_update(struct store_txn *t, const struct store_msg *m, int queue
 {
 	struct store_story old, s;
 	struct store_rcpt *rcpts = NULL;
-	int64_t now = hist_now();
+	int64_t now = clock_us();
 	size_t i;
 	int err;
 
@@ -212,7 +203,7 @@ out:
 void store_hist_drop(struct store_txn *t, const char *qid)
 {
 	struct store_story s;
-	int64_t now = hist_now();
+	int64_t now = clock_us();
 	int err;
 
 	if (t->err || !t->st->has_hist)

@@ -1,0 +1,19 @@
+/*
+ * NAME
+ *	clock 3h
+ * SUMMARY
+ *	the wall clock as the store keeps time
+ * DESCRIPTION
+ *	clock_us() is the wall clock in Unix microseconds: acceptance and
+ *	expiry times, next attempts, stories, QIDs. One definition, so that
+ *	every part of the relay reads time the same way.
+ */
+#ifndef UTIL_CLOCK_H
+#define UTIL_CLOCK_H
+
+#include <stdint.h>
+
+/* clock_us - the wall clock in Unix microseconds */
+int64_t clock_us(void);
+
+#endif
