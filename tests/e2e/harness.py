@@ -42,6 +42,15 @@ class Skip(Exception):
 
 # ---------------------------------------------------------------- waiting
 
+def read_text(path):
+    """read_text - a log file as text ("" if it is not there yet)"""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("latin-1")
+    except FileNotFoundError:
+        return ""
+
+
 def wait_until(fn, timeout=15.0, what="condition", interval=0.05):
     """wait_until - poll fn until it returns something truthy; fail at the deadline"""
     deadline = time.monotonic() + timeout
@@ -332,11 +341,7 @@ class Sink:
         return [e for e in self.events("rcpt") if e["addr"] == addr]
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("latin-1")
-        except FileNotFoundError:
-            return ""
+        return read_text(self.log_path)
 
 
 def base_conf(store, port, sink_port):
@@ -417,11 +422,7 @@ class Daemon:
         return self.proc is not None and self.proc.poll() is None
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("latin-1")
-        except FileNotFoundError:
-            return ""
+        return read_text(self.log_path)
 
     def log_lines(self, *words):
         """log_lines - lines containing every one of words"""
