@@ -86,6 +86,12 @@ struct store_msg {
 
 int store_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen);
+/*
+ * store_grow - keep zero-filled file ahead of LMDB's last page, so that
+ * commits do not grow the file (store_grow.c); for the one thread that
+ * does most of the writing, between its commits
+ */
+int store_grow(struct store *st);
 void store_close(struct store *st);	/* NULL-safe */
 const char *store_strerror(int err);
 

@@ -1,0 +1,209 @@
+/*
+ * test_store_grow - store_grow(): zero-filled file ahead of LMDB's last
+ * page, so that commits overwrite blocks the file already has instead of
+ * growing it; never past the map size; nothing LMDB wrote is touched;
+ * the store reads the same afterwards, also read-only and after reopen.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <lmdb.h>
+
+#include "../../store/store.h"
+#include "../../store/store_int.h"
+#include "../../util/buf.h"
+#include "test_store_fx.h"
+
+#define MB	(1u << 20)
+
+/* fx_setup_tiny - a map smaller than one growth step */
+static int fx_setup_tiny(void **state)
+{
+	return fx_setup_map(state, 256u << 10);
+}
+
+/* file_size - the size of the store's data file */
+static uint64_t file_size(const struct fx *f)
+{
+	char p[160];
+	struct stat sb;
+
+	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
+	if (stat(p, &sb) != 0)
+		fail_msg("stat %s: %s", p, strerror(errno));
+	return (uint64_t) sb.st_size;
+}
+
+/* used_bytes - what LMDB uses: up to and including its last page */
+static uint64_t used_bytes(const struct fx *f)
+{
+	MDB_envinfo info;
+	MDB_stat stat;
+
+	assert_int_equal(mdb_env_info(f->st->env, &info), 0);
+	assert_int_equal(mdb_env_stat(f->st->env, &stat), 0);
+	return ((uint64_t) info.me_last_pgno + 1) * stat.ms_psize;
+}
+
+/* zeros_from - every byte of the data file from off on is zero */
+static void zeros_from(const struct fx *f, uint64_t off)
+{
+	char p[160], buf[65536];
+	ssize_t n;
+	int fd, i;
+
+	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
+	assert_true((fd = open(p, O_RDONLY)) >= 0);
+	while ((n = pread(fd, buf, sizeof(buf), (off_t) off)) > 0) {
+		for (i = 0; i < n; i++)
+			if (buf[i] != 0)
+				fail_msg("byte %llu past LMDB's last page: got %d, want 0",
+					 (unsigned long long) off + (unsigned) i, buf[i]);
+		off += (uint64_t) n;
+	}
+	close(fd);
+}
+
+/* put_msg - one committed message of len bytes, content derived from i */
+static int put_msg(struct store *st, int i, size_t len)
+{
+	struct store_msg m;
+	struct store_rcpt r;
+	struct store_txn *t;
+	char addr[] = "rcpt@example.net";
+	int rc;
+
+	memset(&m, 0, sizeof(m));
+	memset(&r, 0, sizeof(r));
+	snprintf(m.qid, sizeof(m.qid), "GROW%08d", i);
+	m.from = "sender@example.com";
+	m.client = "helo [192.0.2.1]";
+	r.addr = addr;
+	m.rcpts = &r;
+	m.n_rcpts = 1;
+	m.data = xmalloc(len);
+	memset(m.data, 'a' + i % 26, len);
+	m.data_len = len;
+	if ((rc = store_txn_begin(st, &t)) == 0) {
+		store_txn_msg_put(t, &m);
+		rc = store_txn_commit(t);
+	}
+	free(m.data);
+	return rc;
+}
+
+/* check_msg - message i is there, whole */
+static void check_msg(struct store *st, int i, size_t len)
+{
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	size_t k;
+
+	snprintf(qid, sizeof(qid), "GROW%08d", i);
+	CHECK_INT(qid, store_msg_load(st, qid, &m), 0);
+	CHECK_INT("data_len", m.data_len, len);
+	for (k = 0; k < len; k++)
+		if (m.data[k] != 'a' + i % 26)
+			fail_msg("%s: byte %zu: got %d, want %d", qid, k, m.data[k], 'a' + i % 26);
+	store_msg_free(&m);
+}
+
+/* test_grow_reserves - a step of zeros past the last page; commits then keep the size */
+static void test_grow_reserves(void **state)
+{
+	struct fx *f = *state;
+	uint64_t used, size;
+	int i;
+
+	CHECK_INT("put", put_msg(f->st, 0, 3000), 0);
+	used = used_bytes(f);
+	CHECK_INT("store_grow", store_grow(f->st), 0);
+	size = file_size(f);
+	if (size < used + MB / 2 || size > used + MB)
+		fail_msg("file size: got %llu, want in [%llu, %llu]", (unsigned long long) size,
+			 (unsigned long long) (used + MB / 2), (unsigned long long) (used + MB));
+	zeros_from(f, used);
+	CHECK_INT("a second store_grow changes nothing", store_grow(f->st), 0);
+	CHECK_INT("size", file_size(f), size);
+
+	/* commits inside the reserve overwrite it: the file keeps its size */
+	for (i = 1; used_bytes(f) + 64 * 1024 < size; i++) {
+		CHECK_INT("put", put_msg(f->st, i, 3000), 0);
+		CHECK_INT("file size while inside the reserve", file_size(f), size);
+	}
+	if (i < 20)
+		fail_msg("messages inside the reserve: got %d, want at least 20", i);
+	zeros_from(f, used_bytes(f));
+	while (i-- > 0)
+		check_msg(f->st, i, 3000);
+}
+
+/* test_grow_follows - the reserve moves on as the store grows, and reopens whole */
+static void test_grow_follows(void **state)
+{
+	struct fx *f = *state;
+	struct store *ro;
+	char err[256];
+	uint64_t size;
+	int i;
+
+	for (i = 0; i < 400; i++) {
+		CHECK_INT("put", put_msg(f->st, i, 20000), 0);
+		CHECK_INT("store_grow", store_grow(f->st), 0);
+		size = file_size(f);
+		if (size < used_bytes(f) + MB / 2 || size > TEST_MAP)
+			fail_msg("after %d: file %llu, used %llu: want at least half a MB ahead,"
+				 " within the map", i, (unsigned long long) size,
+				 (unsigned long long) used_bytes(f));
+	}
+	if (used_bytes(f) < 6 * MB)
+		fail_msg("used: got %llu, want the store past 6 MB",
+			 (unsigned long long) used_bytes(f));
+	/* a quarter of what is used, once past the first MB */
+	if (file_size(f) < used_bytes(f) + used_bytes(f) / 8)
+		fail_msg("reserve: got %llu, want at least %llu",
+			 (unsigned long long) (file_size(f) - used_bytes(f)),
+			 (unsigned long long) (used_bytes(f) / 8));
+	zeros_from(f, used_bytes(f));
+
+	CHECK_INT("read-only open", store_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	check_msg(ro, 123, 20000);
+	store_close(ro);
+	fx_reopen(f, TEST_MAP);
+	for (i = 0; i < 400; i++)
+		check_msg(f->st, i, 20000);
+	CHECK_INT("put after reopen", put_msg(f->st, 400, 20000), 0);
+	check_msg(f->st, 400, 20000);
+}
+
+/* test_grow_map_cap - never past the map; a full map is still a full map */
+static void test_grow_map_cap(void **state)
+{
+	struct fx *f = *state;
+	int i, rc = 0;
+
+	CHECK_INT("store_grow", store_grow(f->st), 0);
+	CHECK_INT("file size: the map", file_size(f), 256u << 10);
+	zeros_from(f, used_bytes(f));
+	for (i = 0; i < 1000 && (rc = put_msg(f->st, i, 3000)) == 0; i++)
+		CHECK_INT("store_grow", store_grow(f->st), 0);
+	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
+	CHECK_INT("file size still the map", file_size(f), 256u << 10);
+	while (i-- > 0)
+		check_msg(f->st, i, 3000);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_grow_reserves, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_grow_follows, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_grow_map_cap, fx_setup_tiny, fx_teardown),
+	};
+
+	return cmocka_run_group_tests_name("store_grow", tests, NULL, NULL);
+}
