@@ -177,18 +177,41 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 	return store_txn_commit(t);
 }
 
-/* commit_finish - hand a request back to the event loop */
-static void commit_finish(struct commit *cm, struct commit_req *req)
+/*
+ * commit_finish - hand a decided batch back to the event loop, then to
+ * delivery. The event loop is woken first: with two cores, a delivery
+ * thread woken first takes the core the event loop would have replied
+ * on (tens of microseconds at the final dot, measured). The requests
+ * belong to the event loop from the eventfd write on, so the QIDs to
+ * deliver are copied out before.
+ */
+static void commit_finish(struct commit *cm, struct commit_req *fifo)
 {
+	char (*qids)[STORE_QID_SIZE] = NULL;
+	struct commit_req *req, *next, *last = NULL;
+	size_t n = 0, i;
 	uint64_t one = 1;
 
-	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
-		cm->committed(cm->arg, req->msg.qid);
+	for (req = fifo; req; req = req->next)
+		n += req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL;
+	if (n > 0)
+		qids = xcalloc(n, sizeof(*qids));
+	for (i = 0, req = fifo; req; req = req->next)
+		if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
+			memcpy(qids[i++], req->msg.qid, STORE_QID_SIZE);
 	pthread_mutex_lock(&cm->lock);
-	req->next = cm->done;
-	cm->done = req;
+	for (req = fifo; req; req = next) {	/* the done list is LIFO */
+		next = req->next;
+		req->next = cm->done;
+		cm->done = req;
+		last = req;
+	}
 	pthread_mutex_unlock(&cm->lock);
-	(void) !write(cm->efd, &one, sizeof(one));
+	if (last != NULL)
+		(void) !write(cm->efd, &one, sizeof(one));
+	for (i = 0; i < n; i++)
+		cm->committed(cm->arg, qids[i]);
+	free(qids);
 }
 
 /* commit_main - the writer thread */
@@ -226,13 +249,15 @@ static void *commit_main(void *arg)
 			pthread_cond_broadcast(&cm->marked);
 			pthread_mutex_unlock(&cm->lock);
 		}
-		for (req = fifo; req; req = next) {
-			next = req->next;
-			req->next = NULL;
+		for (req = fifo; req; req = req->next) {
 			if (err != 0 && (fifo->next != NULL || ops != NULL)) {
 				/* retry alone, so one oversized message fails only itself */
-				int e = commit_batch(cm, req, NULL);
+				int e;
 
+				next = req->next;
+				req->next = NULL;
+				e = commit_batch(cm, req, NULL);
+				req->next = next;
 				if (e != 0) {
 					req->outcome = COMMIT_FAILED;
 					req->error = e;
@@ -241,8 +266,10 @@ static void *commit_main(void *arg)
 				req->outcome = COMMIT_FAILED;
 				req->error = err;
 			}
-			commit_finish(cm, req);
 		}
+		commit_finish(cm, fifo);
+		if (fifo != NULL)
+			(void) store_grow(cm->st);	/* warns by itself; the store is unharmed */
 	}
 	return NULL;
 }

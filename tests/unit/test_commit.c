@@ -24,6 +24,7 @@ struct fx {
 	struct store *st;
 	struct commit *cm;
 	int n_committed;	/* committed() calls, under the commit's own ordering */
+	char last_committed[STORE_QID_SIZE];	/* the QID of the last one */
 };
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
@@ -38,7 +39,8 @@ static void committed(void *arg, const char *qid)
 {
 	struct fx *f = arg;
 
-	(void) qid;
+	/* a copy: the request may be the event loop's, and freed, by now */
+	snprintf(f->last_committed, sizeof(f->last_committed), "%s", qid);
 	__atomic_add_fetch(&f->n_committed, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -163,7 +165,11 @@ static void test_race_in_batch(void **state)
 			fail_msg("racer %d: got orig %s, want %s", i, r[i]->orig_qid, winner);
 	}
 	assert_int_equal(dups, 7);
+	for (i = 0; i < 1000 && __atomic_load_n(&f->n_committed, __ATOMIC_SEQ_CST) < 1; i++)
+		usleep(1000);		/* delivery hears of it after the event loop */
 	assert_int_equal(f->n_committed, 1);
+	if (strcmp(f->last_committed, winner) != 0)
+		fail_msg("handed to delivery: got %s, want %s", f->last_committed, winner);
 	for (i = 0; i < 8; i++)
 		req_free(r[i]);
 }
