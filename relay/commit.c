@@ -35,6 +35,8 @@ struct commit {
 	pthread_cond_t marked;		/* a batch of ops is durable */
 	int stop;			/* under lock */
 	int efd;			/* eventfd, owned */
+	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
+	size_t spooled_cap;
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -187,31 +189,30 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
  */
 static void commit_finish(struct commit *cm, struct commit_req *fifo)
 {
-	char (*qids)[STORE_QID_SIZE] = NULL;
-	struct commit_req *req, *next, *last = NULL;
+	struct commit_req *req, *next;
 	size_t n = 0, i;
 	uint64_t one = 1;
 
-	for (req = fifo; req; req = req->next)
-		n += req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL;
-	if (n > 0)
-		qids = xcalloc(n, sizeof(*qids));
-	for (i = 0, req = fifo; req; req = req->next)
-		if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
-			memcpy(qids[i++], req->msg.qid, STORE_QID_SIZE);
+	for (req = fifo; req; req = req->next) {
+		if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
+			continue;
+		if (n == cm->spooled_cap) {	/* grows to the largest batch, then stays */
+			cm->spooled_cap = cm->spooled_cap ? 2 * cm->spooled_cap : 64;
+			cm->spooled = xrealloc(cm->spooled, cm->spooled_cap * sizeof(*cm->spooled));
+		}
+		memcpy(cm->spooled[n++], req->msg.qid, STORE_QID_SIZE);
+	}
 	pthread_mutex_lock(&cm->lock);
 	for (req = fifo; req; req = next) {	/* the done list is LIFO */
 		next = req->next;
 		req->next = cm->done;
 		cm->done = req;
-		last = req;
 	}
 	pthread_mutex_unlock(&cm->lock);
-	if (last != NULL)
+	if (fifo != NULL)
 		(void) !write(cm->efd, &one, sizeof(one));
 	for (i = 0; i < n; i++)
-		cm->committed(cm->arg, qids[i]);
-	free(qids);
+		cm->committed(cm->arg, cm->spooled[i]);
 }
 
 /* commit_main - the writer thread */
@@ -378,6 +379,7 @@ void commit_stop(struct commit *cm)
 	pthread_join(cm->thread, NULL);
 	commit_reap(cm);
 	close(cm->efd);
+	free(cm->spooled);
 	pthread_mutex_destroy(&cm->lock);
 	pthread_cond_destroy(&cm->wake);
 	pthread_cond_destroy(&cm->marked);
