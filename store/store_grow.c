@@ -88,17 +88,28 @@ static int grow_fill(int fd, uint64_t end, uint64_t want)
 	return fdatasync(fd) == 0 ? 0 : STORE_EIO;
 }
 
-/* store_grow - keep half a step to a step of zeros past LMDB's last page */
+/* grow_due - has the store come within half a step of the end? */
+static int grow_due(uint64_t used, uint64_t end, uint64_t map)
+{
+	return end < map && end < used + grow_step(used) / 2;
+}
+
+/*
+ * store_grow - keep half a step to a step of zeros past LMDB's last page.
+ * A failed try (a full disk) is not tried again before the store has
+ * grown by another half step, so that a full disk costs the writer no
+ * write per batch, and the warning comes that often at most.
+ */
 int store_grow(struct store *st)
 {
-	uint64_t used, map, want;
+	uint64_t used, map, size, want;
 	struct stat sb;
 	MDB_txn *txn;
 	int fd, rc, err;
 
 	if ((err = grow_used(st, &used, &map)) != 0)
 		return err;
-	if (used + grow_step(used) / 2 <= st->grown_to || st->grown_to >= map)
+	if (!grow_due(used, st->grown_to, map))
 		return 0;			/* the common case: no lock, no syscall */
 	if ((err = store_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
 		return err;
@@ -108,19 +119,16 @@ int store_grow(struct store *st)
 	if (err == 0 && fstat(fd, &sb) != 0)
 		err = STORE_EIO;
 	if (err == 0) {
-		st->grown_to = (uint64_t) sb.st_size;
-		want = used + grow_step(used);
-		if (want > map)
-			want = map;
-		if (st->grown_to < used + grow_step(used) / 2 && st->grown_to < want) {
-			err = grow_fill(fd, st->grown_to > used ? st->grown_to : used, want);
-			if (err == 0)
-				st->grown_to = want;
+		size = (uint64_t) sb.st_size;
+		want = used + grow_step(used) < map ? used + grow_step(used) : map;
+		st->grown_to = size;
+		if (grow_due(used, size, map)) {
+			err = grow_fill(fd, size > used ? size : used, want);
+			st->grown_to = want;	/* made, or tried for */
 		}
 	}
 	mdb_txn_abort(txn);
-	if (err != 0 && !st->grow_failed)
+	if (err != 0)
 		msg_warn("store: cannot reserve space ahead of the store: %s", store_strerror(err));
-	st->grow_failed = err != 0;
 	return err;
 }

@@ -27,8 +27,7 @@ struct store {
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
 	MDB_dbi keys;		/* key index hash -> claim hash + qid (sorted duplicates) */
 	int has_hist;		/* the three above are open (a read-only open may lack them) */
-	uint64_t grown_to;	/* store_grow.c: file size last seen or made; its caller's */
-	int grow_failed;	/* store_grow.c: the last try failed (warned once) */
+	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 };
 
 struct store_txn {

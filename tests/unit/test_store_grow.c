@@ -2,13 +2,17 @@
  * test_store_grow - store_grow(): zero-filled file ahead of LMDB's last
  * page, so that commits overwrite blocks the file already has instead of
  * growing it; never past the map size; nothing LMDB wrote is touched;
- * the store reads the same afterwards, also read-only and after reopen.
+ * the store reads the same afterwards, also read-only and after reopen;
+ * a disk that refuses the zeros costs one try per half step, and the
+ * store goes on.
  */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <lmdb.h>
@@ -197,12 +201,57 @@ static void test_grow_map_cap(void **state)
 		check_msg(f->st, i, 3000);
 }
 
+/* fsize_limit - writes past limit bytes fail with EFBIG (SIGXFSZ ignored) */
+static void fsize_limit(rlim_t limit)
+{
+	struct rlimit rl;
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &rl), 0);
+	rl.rlim_cur = limit;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+}
+
+/* test_grow_refused - the zeros cannot be written: the store goes on, tried again later */
+static void test_grow_refused(void **state)
+{
+	struct fx *f = *state;
+	uint64_t size0, limit;
+	int i, n = 0, rc = -1;
+
+	signal(SIGXFSZ, SIG_IGN);
+	CHECK_INT("put", put_msg(f->st, n++, 3000), 0);
+	size0 = file_size(f);
+	limit = size0 + 64 * 1024;
+	fsize_limit((rlim_t) limit);
+	if (store_grow(f->st) == 0)
+		fail_msg("store_grow past the file size limit: got 0, want an error");
+	if (file_size(f) > limit)
+		fail_msg("file size: got %llu, want at most the limit %llu",
+			 (unsigned long long) file_size(f), (unsigned long long) limit);
+	/* not again at the next batch: the store must grow by half a step first */
+	CHECK_INT("store_grow right after a failure", store_grow(f->st), 0);
+	CHECK_INT("put after the failure", put_msg(f->st, n++, 3000), 0);
+
+	fsize_limit(RLIM_INFINITY);
+	for (i = 0; i < 2000 && rc != 0; i++) {
+		CHECK_INT("put", put_msg(f->st, n++, 3000), 0);
+		if (store_grow(f->st) == 0 && file_size(f) >= used_bytes(f) + MB / 2)
+			rc = 0;
+	}
+	CHECK_INT("reserve made once the disk takes it", rc, 0);
+	zeros_from(f, used_bytes(f));
+	while (n-- > 0)
+		check_msg(f->st, n, 3000);
+	signal(SIGXFSZ, SIG_DFL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_grow_reserves, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_grow_follows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_grow_map_cap, fx_setup_tiny, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_grow_refused, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests_name("store_grow", tests, NULL, NULL);
