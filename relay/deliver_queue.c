@@ -169,6 +169,33 @@ size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_
 	return n;
 }
 
+/* due_below - due items in the subheap at slot i, counting on from n up to max */
+static size_t due_below(const struct dq *q, size_t i, int64_t now, size_t n, size_t max)
+{
+	if (n >= max || i >= q->n_heap || q->heap[i]->next > now)
+		return n;			/* a parent not due has no due child */
+	n = due_below(q, 2 * i + 1, now, n + 1, max);
+	return due_below(q, 2 * i + 2, now, n, max);
+}
+
+/* dq_due_count - how many are due at now, counting no further than max */
+size_t dq_due_count(const struct dq *q, int64_t now, size_t max)
+{
+	return due_below(q, 0, now, 0, max);
+}
+
+/* dq_batch_start - when the next batch may start (INT64_MAX: nothing queued) */
+int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max)
+{
+	int64_t due = dq_next_due(q);
+
+	if (due == INT64_MAX)
+		return INT64_MAX;
+	if (due <= now && dq_due_count(q, now, max) >= max)
+		return now;			/* a full batch waits for nothing */
+	return due > INT64_MAX - gather ? INT64_MAX : due + gather;
+}
+
 /* dq_done - finish a busy QID */
 void dq_done(struct dq *q, const char *qid, int64_t next)
 {

@@ -38,6 +38,16 @@ int dq_add(struct dq *q, const char *qid, int64_t next);
 /* dq_take_due - hand out up to max QIDs due at now, earliest first; they become busy */
 size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max);
 
+/* dq_due_count - how many QIDs are due at now, counting no further than max */
+size_t dq_due_count(const struct dq *q, int64_t now, size_t max);
+
+/*
+ * dq_batch_start - when the next batch may start: once the earliest QID
+ * has been due for gather, so that others due meanwhile share its
+ * connection, or at once when max are due. INT64_MAX if none is waiting.
+ */
+int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max);
+
 /* dq_done - a busy QID is finished: reschedule at next, or forget it if next < 0 */
 void dq_done(struct dq *q, const char *qid, int64_t next);
 

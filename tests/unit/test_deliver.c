@@ -197,6 +197,51 @@ static void test_queue_order(void **state)
 	dq_free(&q);
 }
 
+/* when a batch may start: gathering for 100 after the earliest due, at once when full */
+static void test_queue_batch_start(void **state)
+{
+	static const struct {
+		int64_t now;
+		size_t max;
+		size_t due;		/* dq_due_count(now, max) */
+		int64_t start;
+	} t[] = {
+		{ 5, 3, 0, 110 },	/* nothing due yet: the earliest's due time + gather */
+		{ 10, 3, 1, 110 },	/* one due: it waits for company */
+		{ 50, 3, 2, 110 },
+		{ 60, 3, 3, 60 },	/* a full batch is due: at once */
+		{ 60, 8, 3, 110 },	/* not full under a larger batch */
+		{ 110, 8, 4, 110 },	/* the earliest has waited long enough */
+		{ 500, 8, 5, 110 },
+		{ 500, 2, 2, 500 },	/* counting stops at max */
+	};
+	char out[8][STORE_QID_SIZE];
+	struct dq q;
+	size_t i;
+
+	(void) state;
+	dq_init(&q);
+	assert_int_equal(dq_batch_start(&q, 0, 100, 8), INT64_MAX);
+	dq_add(&q, "E", 200);
+	dq_add(&q, "B", 20);
+	dq_add(&q, "A", 10);
+	dq_add(&q, "D", 100);
+	dq_add(&q, "C", 60);
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		assert_int_equal(dq_due_count(&q, t[i].now, t[i].max), t[i].due);
+		assert_int_equal(dq_batch_start(&q, t[i].now, 100, t[i].max), t[i].start);
+	}
+	/* the busy are not counted: the next batch gathers after the earliest left */
+	assert_int_equal(dq_take_due(&q, 110, out, 2), 2);
+	assert_int_equal(dq_due_count(&q, 110, 8), 2);
+	assert_int_equal(dq_batch_start(&q, 110, 100, 8), 160);
+	/* no overflow far in the future */
+	dq_add(&q, "F", INT64_MAX - 10);
+	assert_int_equal(dq_take_due(&q, 1000, out, 8), 3);
+	assert_int_equal(dq_batch_start(&q, 1000, 100, 8), INT64_MAX);
+	dq_free(&q);
+}
+
 static void test_queue_busy(void **state)
 {
 	char out[8][STORE_QID_SIZE];
@@ -335,6 +380,7 @@ int main(void)
 		cmocka_unit_test(test_reply),
 		cmocka_unit_test(test_xtext),
 		cmocka_unit_test(test_queue_order),
+		cmocka_unit_test(test_queue_batch_start),
 		cmocka_unit_test(test_queue_busy),
 		cmocka_unit_test(test_queue_enqueue_earlier),
 		cmocka_unit_test(test_queue_flush),
