@@ -9,9 +9,18 @@
  *	keeps reading DATA from other sessions, and everything that finishes
  *	meanwhile rides in the next transaction. The batch size adapts to
  *	the load by itself; there is no timer and no added latency when idle.
+ *
+ *	Delivery threads' writes (inflight marks, outcomes) ride in the same
+ *	transactions. While submissions are coming in (the last batch less
+ *	than COMMIT_BUSY_US ago), a delivery write that finds none waiting
+ *	is held for up to COMMIT_HOLD_US for one to share its fsync: a
+ *	submission that arrives while a delivery-only commit is on the disk
+ *	would wait for it, then pay its own (measured in BENCHMARKS.md).
+ *	When nothing is being submitted, delivery writes go at once.
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -21,6 +30,9 @@
 #include "../util/log.h"
 #include "commit.h"
 #include "metrics.h"
+
+#define COMMIT_HOLD_US	500	/* a delivery write alone waits this long for a submission */
+#define COMMIT_BUSY_US	2000	/* ... when the last submission batch is this recent */
 
 struct commit {
 	struct store *st;		/* not owned */
@@ -37,6 +49,7 @@ struct commit {
 	int efd;			/* eventfd, owned */
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
+	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -215,6 +228,21 @@ static void commit_finish(struct commit *cm, struct commit_req *fifo)
 		cm->committed(cm->arg, cm->spooled[i]);
 }
 
+/* hold_ops - delivery writes alone while submissions come: wait a little for one (lock held) */
+static void hold_ops(struct commit *cm)
+{
+	int64_t now = clock_mono_us(), until = now + COMMIT_HOLD_US;
+	struct timespec ts;
+
+	if (cm->pending || cm->ops == NULL || cm->stop || now - cm->last_batch >= COMMIT_BUSY_US)
+		return;
+	ts.tv_sec = (time_t) (until / 1000000);
+	ts.tv_nsec = (long) (until % 1000000) * 1000;
+	while (cm->pending == NULL && !cm->stop)
+		if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) != 0)
+			break;
+}
+
 /* commit_main - the writer thread */
 static void *commit_main(void *arg)
 {
@@ -227,6 +255,7 @@ static void *commit_main(void *arg)
 		pthread_mutex_lock(&cm->lock);
 		while (cm->pending == NULL && cm->ops == NULL && !cm->stop)
 			pthread_cond_wait(&cm->wake, &cm->lock);
+		hold_ops(cm);
 		batch = cm->pending;
 		cm->pending = NULL;
 		ops = cm->ops;
@@ -234,6 +263,8 @@ static void *commit_main(void *arg)
 		pthread_mutex_unlock(&cm->lock);
 		if (batch == NULL && ops == NULL)
 			break;
+		if (batch != NULL)
+			cm->last_batch = clock_mono_us();
 		for (fifo = NULL; batch; batch = next) {	/* submission order */
 			next = batch->next;
 			batch->next = fifo;
@@ -280,12 +311,16 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 			    void *arg)
 {
 	struct commit *cm = xcalloc(1, sizeof(*cm));
+	pthread_condattr_t attr;
 
 	cm->st = st;
 	cm->committed = committed;
 	cm->arg = arg;
 	pthread_mutex_init(&cm->lock, NULL);
-	pthread_cond_init(&cm->wake, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* hold_ops() waits on it */
+	pthread_cond_init(&cm->wake, &attr);
+	pthread_condattr_destroy(&attr);
 	pthread_cond_init(&cm->marked, NULL);
 	if ((cm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		msg_fatal("eventfd: %m");

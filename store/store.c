@@ -318,6 +318,7 @@ int store_stats(struct store *st, struct store_stats *s)
 		s->queued = queue.ms_entries;
 		s->map_size = info.me_mapsize;
 		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
+		s->txns = info.me_last_txnid;
 	}
 	mdb_txn_abort(txn);
 	return store_mdb_error(rc, "stat");

@@ -139,6 +139,7 @@ int store_msg_drop(struct store *st, const char *qid);
 struct store_stats {
 	uint64_t claims, queued;
 	uint64_t map_size, map_used;
+	uint64_t txns;			/* write transactions committed, ever */
 };
 int store_stats(struct store *st, struct store_stats *s);
 

@@ -6,6 +6,7 @@
  */
 #include <stddef.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "clock.h"
 
@@ -16,4 +17,13 @@ int64_t clock_us(void)
 
 	gettimeofday(&tv, NULL);
 	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* clock_mono_us - CLOCK_MONOTONIC in microseconds */
+int64_t clock_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

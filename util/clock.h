@@ -6,7 +6,9 @@
  * DESCRIPTION
  *	clock_us() is the wall clock in Unix microseconds: acceptance and
  *	expiry times, next attempts, stories, QIDs. One definition, so that
- *	every part of the relay reads time the same way.
+ *	every part of the relay reads time the same way. clock_mono_us()
+ *	is for intervals inside the process, which a clock step must not
+ *	stretch or cut.
  */
 #ifndef UTIL_CLOCK_H
 #define UTIL_CLOCK_H
@@ -15,5 +17,8 @@
 
 /* clock_us - the wall clock in Unix microseconds */
 int64_t clock_us(void);
+
+/* clock_mono_us - CLOCK_MONOTONIC in microseconds */
+int64_t clock_mono_us(void);
 
 #endif
