@@ -1,7 +1,7 @@
 # idemrelay - see README.md. `make` builds bin/, `make test` runs every test.
 
 CC      ?= cc
-PKGS     = libconfig openssl
+PKGS     = libconfig openssl zlib
 CFLAGS  ?= -O2 -g
 # Flags the code needs whatever CFLAGS a caller passes (make asan does).
 override CFLAGS += -std=gnu11 -Wall -Wextra -D_GNU_SOURCE -MMD -MP \

@@ -12,9 +12,12 @@
  *	before claims went with their stories also has a claims expiry
  *	index; store_open() drops it. store_open_readonly() opens an
  *	existing store without creating or writing anything, for
- *	idemrelayctl. The environment keeps LMDB's default durability (every
- *	commit is fsync'd) and uses MDB_NOTLS, so that read transactions
- *	are not tied to a thread and any thread may call any function.
+ *	idemrelayctl. Every commit is durable when it returns; opened for
+ *	writing, the environment leaves each commit's meta page unflushed
+ *	(MDB_NOMETASYNC) and the journal (store_journal.c) covers it, which
+ *	flushes in parallel what LMDB would flush after. It uses MDB_NOTLS,
+ *	so that read transactions are not tied to a thread and any thread
+ *	may call any function.
  *
  *	This file also holds the one place where LMDB codes become STORE_E*
  *	codes (store_mdb_error()), and the read-only queries that belong to
@@ -145,8 +148,10 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 	*step = "mdb_env_set_mapsize";
 	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
 		return rc;
+	/* written: the meta page is flushed by the next commit, or the journal covers it */
 	*step = "mdb_env_open";
-	if ((rc = mdb_env_open(st->env, path, flags | MDB_NOTLS, 0600)) != 0)
+	if ((rc = mdb_env_open(st->env, path, flags | MDB_NOTLS | (rdonly ? 0 : MDB_NOMETASYNC),
+			       0600)) != 0)
 		return rc;
 	/* reader slots of processes that died would pin old pages forever */
 	*step = "mdb_reader_check";
@@ -173,7 +178,10 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 		goto fail;
 	/* handles opened in a transaction outlive it only if it commits */
 	*step = "mdb_txn_commit";
-	return mdb_txn_commit(txn);
+	if ((rc = mdb_txn_commit(txn)) != 0 || rdonly)
+		return rc;
+	*step = "mdb_env_sync";
+	return mdb_env_sync(st->env, 1);
 
 fail:
 	mdb_txn_abort(txn);
@@ -205,7 +213,8 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 
 	*out = NULL;
 	if ((rc = store_mkdir(path)) != 0
-	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0) {
+	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0
+	    || (step = "journal", rc = journal_open(st, path)) != 0) {
 		store_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
 		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
@@ -251,8 +260,15 @@ int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
 /* store_close - close the environment; every transaction must be over */
 void store_close(struct store *st)
 {
+	unsigned int flags = 0;
+
 	if (st == NULL)
 		return;
+	journal_close(st);
+	/* the last commit's meta page, which the journal covered until now */
+	if (mdb_env_get_flags(st->env, &flags) == 0 && !(flags & MDB_RDONLY)
+	    && mdb_env_sync(st->env, 1) != 0)
+		msg_warn("store: cannot sync at close: %m");
 	mdb_env_close(st->env);
 	free(st);
 }

@@ -126,7 +126,7 @@ void store_txn_claim_put(struct store_txn *t, const uint8_t hash[STORE_HASH_LEN]
 	}
 	val.mv_size = store_claim_encode(rec, c);
 	val.mv_data = rec;
-	if ((err = store_mdb_error(mdb_put(t->txn, t->st->claims, &key, &val, 0),
+	if ((err = store_mdb_error(store_put(t, t->st->claims, &key, &val, 0),
 				   "put claim")) != 0)
 		store_txn_fail(t, err);
 }

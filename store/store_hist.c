@@ -102,7 +102,7 @@ int store_hist_write(struct store_txn *t, const struct store_story *s)
 		return store_txn_fail(t, STORE_EINVAL);
 	val.mv_size = len;
 	val.mv_data = NULL;
-	if ((err = store_mdb_error(mdb_put(t->txn, st->hist, &key, &val, MDB_RESERVE),
+	if ((err = store_mdb_error(store_put(t, st->hist, &key, &val, MDB_RESERVE),
 				   "put hist")) != 0)
 		return store_txn_fail(t, err);
 	store_hist_rec_encode(val.mv_data, len, s);
@@ -110,7 +110,7 @@ int store_hist_write(struct store_txn *t, const struct store_story *s)
 		return 0;
 	ikey.mv_size = hexpiry_key(ik, s->expires, s->m.qid);
 	ikey.mv_data = ik;
-	if ((err = store_mdb_error(mdb_put(t->txn, st->hexpiry, &ikey, &empty, 0),
+	if ((err = store_mdb_error(store_put(t, st->hexpiry, &ikey, &empty, 0),
 				   "put hexpiry")) != 0)
 		return store_txn_fail(t, err);
 	return 0;
@@ -356,13 +356,13 @@ static int expire_one(struct store_txn *t, const struct due *d)
 				return err;
 			}
 			store_qid_key(qid, &key);
-			err = store_mdb_error(mdb_del(t->txn, st->hist, &key, NULL), "delete hist");
+			err = store_mdb_error(store_del(t, st->hist, &key, NULL), "delete hist");
 		}
 		store_story_free(&s);
 		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
 			return err;
 	}
-	err = store_mdb_error(mdb_del(t->txn, st->hexpiry, &ikey, NULL), "delete hexpiry");
+	err = store_mdb_error(store_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
 	return err == STORE_ENOTFOUND ? 0 : err;
 }
 

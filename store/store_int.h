@@ -16,6 +16,9 @@
 #include <lmdb.h>
 
 #include "store.h"
+#include "../util/buf.h"
+
+struct journal;
 
 struct store {
 	MDB_env *env;		/* owned */
@@ -28,12 +31,18 @@ struct store {
 	MDB_dbi keys;		/* key index hash -> claim hash + qid (sorted duplicates) */
 	int has_hist;		/* the three above are open (a read-only open may lack them) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
+	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 };
 
 struct store_txn {
 	struct store *st;	/* not owned */
 	MDB_txn *txn;		/* owned until commit or abort */
 	int err;		/* sticky: first STORE_E* seen, or 0 */
+	struct buf redo;	/* store_journal.c: the puts and deletes, when st->j */
+	size_t resv_off;	/* ... where the value of an MDB_RESERVE put goes */
+	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
+	size_t resv_len;
+	int no_redo;		/* ... too large to journal: synced at commit */
 };
 
 /* store.c */
@@ -42,6 +51,13 @@ int store_read_begin(struct store *st, MDB_txn **txn);
 int store_qid_key(const char *qid, MDB_val *key);
 int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
+
+/* store_journal.c: every write of a store_txn goes through these two */
+int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
+int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
+int journal_open(struct store *st, const char *path);
+void journal_close(struct store *st);
+int journal_commit(struct store_txn *t);
 
 /* store_txn.c */
 int store_txn_fail(struct store_txn *t, int err);

@@ -99,7 +99,7 @@ void store_txn_key_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN
 	val.mv_size = STORE_HASH_LEN + qlen;
 	val.mv_data = raw;
 	/* the same pair twice is no error: it is already filed */
-	if ((rc = mdb_put(t->txn, t->st->keys, &key, &val, MDB_NODUPDATA)) != 0
+	if ((rc = store_put(t, t->st->keys, &key, &val, MDB_NODUPDATA)) != 0
 	    && rc != MDB_KEYEXIST)
 		store_txn_fail(t, store_mdb_error(rc, "put key index"));
 }
@@ -204,7 +204,7 @@ static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], c
 		msg_warn("%s: store: a claim outlives its story; left in place", qid);
 		return 0;
 	}
-	err = store_mdb_error(mdb_del(t->txn, t->st->claims, &key, NULL), "delete claim");
+	err = store_mdb_error(store_del(t, t->st->claims, &key, NULL), "delete claim");
 	return err == 0 ? 1 : err;
 }
 
@@ -228,7 +228,7 @@ int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
 			continue;
 		if ((err = claim_del(t, e[i].claim, qid, when)) < 0)
 			break;
-		err = store_mdb_error(mdb_del(t->txn, t->st->keys, &key, &e[i].val), "delete key");
+		err = store_mdb_error(store_del(t, t->st->keys, &key, &e[i].val), "delete key");
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 	}
@@ -259,7 +259,7 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		if ((err = claim_del(t, e[i].claim, e[i].qid, 0)) < 0)
 			goto fail;
 		out->claims += (size_t) err;
-		err = store_mdb_error(mdb_del(t->txn, st->keys, &key, &e[i].val), "delete key");
+		err = store_mdb_error(store_del(t, st->keys, &key, &e[i].val), "delete key");
 		if (err != 0 && err != STORE_ENOTFOUND)
 			goto fail;
 		if (qid_add(&out->qids, &out->n_qids, e[i].qid)

@@ -33,14 +33,14 @@
 
 
 /* put_reserved - reserve space for a record and encode into it */
-static int put_reserved(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, size_t len, unsigned flags,
+static int put_reserved(struct store_txn *t, MDB_dbi dbi, MDB_val *key, size_t len, unsigned flags,
 			void (*encode) (void *, size_t, const struct store_msg *),
 			const struct store_msg *m, const char *what)
 {
 	MDB_val val = { len, NULL };
 	int err;
 
-	if ((err = store_mdb_error(mdb_put(txn, dbi, key, &val, flags | MDB_RESERVE), what)) != 0)
+	if ((err = store_mdb_error(store_put(t, dbi, key, &val, flags | MDB_RESERVE), what)) != 0)
 		return err;
 	encode(val.mv_data, len, m);
 	return 0;
@@ -52,17 +52,17 @@ static int put_reserved(MDB_txn *txn, MDB_dbi dbi, MDB_val *key, size_t len, uns
  * spooled is the msg DB's last key (store_last_qid() takes both), so the
  * accepting commit touches no meta page.
  */
-static int last_qid_note(struct store *st, MDB_txn *txn, const MDB_val *key)
+static int last_qid_note(struct store *st, struct store_txn *t, const MDB_val *key)
 {
 	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
 	int err;
 
-	err = store_mdb_error(mdb_get(txn, st->meta, &mkey, &last), "get last_qid");
+	err = store_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
 	if (err == 0 && !store_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
 		return 0;
 	if (err != 0 && err != STORE_ENOTFOUND)
 		return err;
-	return store_mdb_error(mdb_put(txn, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
+	return store_mdb_error(store_put(t, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
 }
 
 /* store_txn_msg_put - spool a new message: message and delivery state */
@@ -78,9 +78,9 @@ void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 		store_txn_fail(t, STORE_EINVAL);
 		return;
 	}
-	if ((err = put_reserved(t->txn, st->msg, &key, store_msg_rec_size(m), MDB_NOOVERWRITE,
+	if ((err = put_reserved(t, st->msg, &key, store_msg_rec_size(m), MDB_NOOVERWRITE,
 				store_msg_rec_encode, m, "put msg")) != 0
-	    || (err = put_reserved(t->txn, st->queue, &key, store_queue_rec_size(m),
+	    || (err = put_reserved(t, st->queue, &key, store_queue_rec_size(m),
 				   MDB_NOOVERWRITE, store_queue_rec_encode, m, "put queue")) != 0)
 		store_txn_fail(t, err);
 }
@@ -172,15 +172,15 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 		return STORE_EINVAL;
 	}
 	if (queued) {
-		err = put_reserved(t->txn, st->queue, &key, store_queue_rec_size(m), 0,
+		err = put_reserved(t, st->queue, &key, store_queue_rec_size(m), 0,
 				   store_queue_rec_encode, m, "put queue");
-	} else if ((err = store_mdb_error(mdb_del(t->txn, st->queue, &key, NULL),
+	} else if ((err = store_mdb_error(store_del(t, st->queue, &key, NULL),
 					  "delete queue")) == 0) {
-		err = store_mdb_error(mdb_del(t->txn, st->msg, &key, NULL), "delete msg");
+		err = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 		if (err == 0)
-			err = last_qid_note(st, t->txn, &key);
+			err = last_qid_note(st, t, &key);
 	}
 	if (err == 0 && with_hist)
 		store_hist_update(t, m, queued);
@@ -282,7 +282,7 @@ void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
 		store_txn_fail(t, STORE_EINVAL);
 	} else {
 		val.mv_data = copy;
-		if ((err = store_mdb_error(mdb_put(t->txn, st->queue, &key, &val, 0),
+		if ((err = store_mdb_error(store_put(t, st->queue, &key, &val, 0),
 					   "put queue")) != 0)
 			store_txn_fail(t, err);
 	}
@@ -312,14 +312,14 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 		return STORE_EINVAL;
 	if ((err = store_txn_begin(st, &t)) != 0)
 		return err;
-	err = store_mdb_error(mdb_del(t->txn, st->queue, &key, NULL), "delete queue");
-	err2 = store_mdb_error(mdb_del(t->txn, st->msg, &key, NULL), "delete msg");
+	err = store_mdb_error(store_del(t, st->queue, &key, NULL), "delete queue");
+	err2 = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
 	if (err == STORE_ENOTFOUND && err2 == 0)
 		err = 0;
 	else if (err == 0 && err2 != STORE_ENOTFOUND)
 		err = err2;
 	if (err == 0)
-		err = last_qid_note(st, t->txn, &key);
+		err = last_qid_note(st, t, &key);
 	if (err != 0) {
 		store_txn_abort(t);
 		return err;

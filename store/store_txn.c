@@ -15,6 +15,10 @@
  *	frees a transaction whose commit fails (map full, disk full), and
  *	the next transaction starts from the last good state.
  *
+ *	A commit is durable when it returns 0: through the journal
+ *	(store_journal.c) when the store has one, else synced the way LMDB
+ *	does it by default.
+ *
  *	LMDB's writer lock belongs to the thread that took it: a write
  *	transaction must end on the thread that began it.
  * DIAGNOSTICS
@@ -57,7 +61,7 @@ int store_txn_error(const struct store_txn *t)
 	return t->err;
 }
 
-/* store_txn_commit - make the transaction durable (fsync), or abort it if failed */
+/* store_txn_commit - make the transaction durable, or abort it if failed */
 int store_txn_commit(struct store_txn *t)
 {
 	int err;
@@ -67,7 +71,8 @@ int store_txn_commit(struct store_txn *t)
 	if ((err = t->err) != 0)
 		mdb_txn_abort(t->txn);
 	else
-		err = store_mdb_error(mdb_txn_commit(t->txn), "commit");
+		err = store_mdb_error(journal_commit(t), "commit");
+	buf_free(&t->redo);
 	free(t);
 	return err;
 }
@@ -78,5 +83,6 @@ void store_txn_abort(struct store_txn *t)
 	if (t == NULL)
 		return;
 	mdb_txn_abort(t->txn);
+	buf_free(&t->redo);
 	free(t);
 }

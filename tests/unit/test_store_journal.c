@@ -1,0 +1,258 @@
+/*
+ * test_store_journal - the redo journal (store/store_journal.c). A crash
+ * that loses the last commit's meta page is made by putting back a copy
+ * of data.mdb taken before that commit: the journal must then give the
+ * commit back, whole, on the next open; a torn record, a record of
+ * another store, or a record whose commit failed must not be applied.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_store_fx.h"
+
+#define J_BLOCK		4096	/* the first record's offset */
+
+static const int64_t NOW = 1700000000000000LL;
+
+/* copy_file - cp from to */
+static void copy_file(const char *from, const char *to)
+{
+	char chunk[65536];
+	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ssize_t n;
+
+	assert_true(in >= 0 && out >= 0);
+	while ((n = read(in, chunk, sizeof(chunk))) > 0)
+		assert_int_equal(write(out, chunk, (size_t) n), n);
+	assert_int_equal(n, 0);
+	assert_int_equal(fsync(out), 0);
+	close(in);
+	close(out);
+}
+
+/* in_store - path of a file of the store */
+static const char *in_store(const struct fx *f, const char *name)
+{
+	static char p[2][160];
+	static int i;
+
+	i = !i;
+	snprintf(p[i], sizeof(p[i]), "%s/%s", f->path, name);
+	return p[i];
+}
+
+/* msg_of - a message of one recipient with data_len bytes */
+static void msg_of(struct store_msg *m, const char *qid, size_t data_len)
+{
+	memset(m, 0, sizeof(*m));
+	strcpy(m->qid, qid);
+	m->accepted = NOW;
+	m->from = xstrdup("sender@example.com");
+	m->client = xstrdup("helo.example [192.0.2.1]");
+	m->rcpts = xcalloc(1, sizeof(*m->rcpts));
+	m->n_rcpts = 1;
+	m->rcpts[0].addr = xstrdup("rcpt@example.net");
+	m->data = xmalloc(data_len + 1);
+	for (size_t i = 0; i < data_len; i++)
+		m->data[i] = (char) ('a' + i % 26);
+	m->data[data_len] = 0;
+	m->data_len = data_len;
+	m->next_attempt = NOW;
+}
+
+/* accept - what the commit of a submission writes: message, story, claim, key index */
+static void accept(struct store_txn *t, const struct store_msg *m, int tag)
+{
+	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN];
+	struct store_claim c;
+
+	memset(h, tag, sizeof(h));
+	memset(kh, tag + 100, sizeof(kh));
+	memset(&c, 0, sizeof(c));
+	strcpy(c.qid, m->qid);
+	c.accepted = NOW;
+	c.expires = NOW + 3600LL * 1000000;
+	store_txn_msg_put(t, m);
+	store_txn_hist_put(t, m, kh, 3600LL * 1000000);
+	store_txn_claim_put(t, h, &c);
+	store_txn_key_put(t, kh, h, m->qid);
+}
+
+/* claim_found - whether the claim of tag is live */
+static int claim_found(struct store *st, int tag)
+{
+	uint8_t h[1][STORE_HASH_LEN];
+	struct store_claim c;
+	int found = 0;
+
+	memset(h[0], tag, sizeof(h[0]));
+	assert_int_equal(store_claims_get(st, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, NOW,
+					  &c, &found), 0);
+	return found;
+}
+
+/* queued - whether a QID is in the spool */
+static int queued(struct store *st, const char *qid)
+{
+	struct store_msg m;
+	int rc = store_msg_load(st, qid, &m);
+
+	if (rc == 0)
+		store_msg_free(&m);
+	assert_true(rc == 0 || rc == STORE_ENOTFOUND);
+	return rc == 0;
+}
+
+/*
+ * before_and_after - A spooled and synced, data.mdb saved; then one
+ * commit B that spools B (a message with overflow pages) and delivers A
+ * (its spool records deleted, its story rewritten); the store is closed
+ * and data.mdb put back as it was before B.
+ */
+static void before_and_after(struct fx *f)
+{
+	struct store_msg a, b, *am;
+	struct store_txn *t;
+
+	msg_of(&a, "JRNA00000001", 100);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &a, 1);
+	assert_int_equal(store_txn_commit(t), 0);
+	store_close(f->st);
+	f->st = NULL;
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.before"));
+	fx_reopen(f, TEST_MAP);
+
+	msg_of(&b, "JRNB00000001", 20000);
+	am = &a;
+	am->rcpts[0].state = STORE_RCPT_SENT;
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &b, 2);
+	store_txn_msg_update(t, am);
+	assert_int_equal(store_txn_commit(t), 0);
+	store_close(f->st);
+	f->st = NULL;
+	copy_file(in_store(f, "data.mdb.before"), in_store(f, "data.mdb"));
+	store_msg_free(&a);
+	store_msg_free(&b);
+}
+
+/* the lost commit comes back whole from the journal */
+static void test_replay(void **state)
+{
+	struct fx *f = *state;
+	struct store_story s;
+	struct store_msg b;
+
+	before_and_after(f);
+	fx_reopen(f, TEST_MAP);
+	assert_int_equal(store_msg_load(f->st, "JRNB00000001", &b), 0);
+	CHECK_INT("B data_len", b.data_len, 20000);
+	CHECK_INT("B data", b.data[19999], 'a' + 19999 % 26);
+	CHECK_STR("B rcpt", b.rcpts[0].addr, "rcpt@example.net");
+	store_msg_free(&b);
+	CHECK_INT("B claim", claim_found(f->st, 2), 1);
+	CHECK_INT("A left the spool", queued(f->st, "JRNA00000001"), 0);
+	assert_int_equal(store_story_get(f->st, "JRNA00000001", &s), 0);
+	CHECK_INT("A story finished", s.finished != 0, 1);
+	CHECK_INT("A story recipient", s.m.rcpts[0].state, STORE_RCPT_SENT);
+	store_story_free(&s);
+
+	/* applied once: the next open finds nothing to do, and commits go on */
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B still queued", queued(f->st, "JRNB00000001"), 1);
+}
+
+/* a record torn by the crash was never acknowledged: the store opens without it */
+static void test_torn_record(void **state)
+{
+	struct fx *f = *state;
+	int fd;
+
+	before_and_after(f);
+	assert_true((fd = open(in_store(f, "journal"), O_RDWR)) >= 0);
+	assert_int_equal(pwrite(fd, "X", 1, J_BLOCK + 100), 1);
+	close(fd);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B not queued", queued(f->st, "JRNB00000001"), 0);
+	CHECK_INT("B claim", claim_found(f->st, 2), 0);
+	CHECK_INT("A still queued", queued(f->st, "JRNA00000001"), 1);
+}
+
+/* another store's journal, whose record would fit the transaction id, is not applied */
+static void test_other_store(void **state)
+{
+	struct fx *f = *state;
+	struct fx g;
+
+	before_and_after(f);
+	/* g: a second store the same steps made, so its ids run the same */
+	memset(&g, 0, sizeof(g));
+	snprintf(g.dir, sizeof(g.dir), "%s", f->dir);
+	snprintf(g.path, sizeof(g.path), "%s/other", f->dir);
+	fx_reopen(&g, TEST_MAP);
+	before_and_after(&g);
+	copy_file(in_store(&g, "journal"), in_store(f, "journal"));
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B not queued", queued(f->st, "JRNB00000001"), 0);
+	CHECK_INT("A still queued", queued(f->st, "JRNA00000001"), 1);
+	/* g's own journal still gives its commit back */
+	fx_reopen(&g, TEST_MAP);
+	CHECK_INT("g: B queued", queued(g.st, "JRNB00000001"), 1);
+	store_close(g.st);
+}
+
+/*
+ * A commit that fails after its record was written (the file cannot
+ * grow) voids the record: the next open does not take it for the lost
+ * transaction that has its id.
+ */
+static void test_failed_commit(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg a, big;
+	struct store_txn *t;
+	struct rlimit old, lim;
+	struct stat sb;
+
+	msg_of(&a, "JRNA00000001", 100);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &a, 1);
+	assert_int_equal(store_txn_commit(t), 0);
+
+	assert_int_equal(stat(in_store(f, "data.mdb"), &sb), 0);
+	assert_true(sb.st_size >= 10 * J_BLOCK);	/* the record fits under the limit */
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t) sb.st_size;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	msg_of(&big, "JRNF00000001", 16000);	/* new pages past the end of data.mdb */
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &big, 3);
+	assert_int_not_equal(store_txn_commit(t), 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, SIG_DFL);
+
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("failed message not queued", queued(f->st, "JRNF00000001"), 0);
+	CHECK_INT("failed claim", claim_found(f->st, 3), 0);
+	CHECK_INT("A queued", queued(f->st, "JRNA00000001"), 1);
+	store_msg_free(&a);
+	store_msg_free(&big);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_replay, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_torn_record, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_other_store, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
