@@ -123,8 +123,11 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 			req->msg.rcpts[kept++] = all[i];
 	req->msg.n_rcpts = kept;
 	req->msg.accepted = now;
+	req->msg.has_key = req->hashes != NULL;	/* what its story starts from */
+	if (req->hashes)
+		memcpy(req->msg.keyhash, req->keyhash, STORE_HASH_LEN);
+	req->msg.ttl = req->ttl;
 	store_txn_msg_put(t, &req->msg);
-	store_txn_hist_put(t, &req->msg, req->hashes ? req->keyhash : NULL, req->ttl);
 	free(req->msg.rcpts);
 	req->msg.rcpts = all;
 	req->msg.n_rcpts = n;

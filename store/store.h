@@ -78,6 +78,11 @@ struct store_msg {
 	char *data;		/* owned; the message as it will be relayed */
 	size_t data_len;
 
+	/* what its story starts from (store_hist.c), written once with the message */
+	int has_key;
+	uint8_t keyhash[STORE_HASH_LEN];	/* key index hash, if has_key */
+	int64_t ttl;		/* story kept this long once finished; 0: the default */
+
 	/* delivery state, rewritten by store_msg_update() */
 	int attempts;
 	int64_t next_attempt;
@@ -167,9 +172,10 @@ int store_queue_oldest(struct store *st, int64_t *accepted);
  * that "what happened to QID / to key K" can still be answered while the
  * key's claims answer duplicates.
  *
- * A story is written with the message, in the same transaction
- * (store_txn_hist_put), and rewritten by store_msg_update() and
- * store_msg_drop() inside their own transactions. It expires ttl after
+ * While the message is queued its story is made from the spool (the
+ * message record has its key hash and ttl); it is written at its first
+ * update, by store_msg_update() and store_msg_drop() inside their own
+ * transactions. It expires ttl after
  * the message left the spool, so it outlives the claims it explains.
  *
  * The key index maps a hash of the key alone (relay/keys.c
@@ -192,9 +198,6 @@ struct store_story {
 	uint32_t mismatches;	/* other content under its key, refused naming it */
 };
 
-/* store_txn_hist_put - the story of a message being spooled in t (keyhash NULL: no key) */
-void store_txn_hist_put(struct store_txn *t, const struct store_msg *m,
-			const uint8_t keyhash[STORE_HASH_LEN], int64_t ttl);
 /* store_txn_key_put - index one claim under its key */
 void store_txn_key_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		       const uint8_t claim[STORE_HASH_LEN], const char *qid);

@@ -13,9 +13,12 @@
  *	    version=1, qid length (u8), qid, fingerprint[32],
  *	    accepted (i64), expires (i64)
  *	message (msg DB, key: qid), written once:
- *	    version=1, accepted (i64), from, envid?, ret (i32), body (i32),
+ *	    version=2, accepted (i64), from, envid?, ret (i32), body (i32),
  *	    client, user?, n_rcpts (u32), n x { addr, notify (i32), orcpt? },
+ *	    flags (u8: 1 has key), keyhash[32], ttl (i64),
  *	    data length (u64), data
+ *	    (version 1, still read, lacks the flags, keyhash and ttl: what
+ *	    the message's story starts from, before it has a record of its own)
  *	delivery state (queue DB, key: qid), rewritten on every attempt:
  *	    version=1, attempts (i32), next_attempt (i64), inflight (u8),
  *	    n_rcpts (u32), n x { state (u8), reply? }
@@ -51,6 +54,7 @@
 #include "store_int.h"
 
 #define REC_VERSION	1
+#define MSG_VERSION	2	/* the message record's: 1 is still read */
 #define STR_NULL	0xffffffffu
 #define QUEUE_INFLIGHT_OFF	(1 + 4 + 8)
 
@@ -180,6 +184,16 @@ static void dec_version(struct dec *d)
 {
 	if (dec_u8(d) != REC_VERSION)
 		d->err = STORE_EINVAL;
+}
+
+/* dec_msg_version - the message record's version byte: 1 or 2, else EINVAL */
+static int dec_msg_version(struct dec *d)
+{
+	int v = dec_u8(d);
+
+	if (v != REC_VERSION && v != MSG_VERSION)
+		d->err = STORE_EINVAL;
+	return v;
 }
 
 /* dec_end - the record must be consumed exactly */
@@ -418,9 +432,12 @@ static void msg_codec(struct enc *e, const void *rec)
 {
 	const struct store_msg *m = rec;
 
-	enc_u8(e, REC_VERSION);
+	enc_u8(e, MSG_VERSION);
 	enc_i64(e, m->accepted);
 	enc_envelope(e, m, MSG_FIELDS);
+	enc_u8(e, m->has_key ? 1 : 0);
+	enc_bytes(e, m->keyhash, STORE_HASH_LEN);
+	enc_i64(e, m->ttl);
 	enc_u64(e, m->data_len);
 	enc_bytes(e, m->data, m->data_len);
 }
@@ -443,10 +460,16 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 	struct dec d = { p, len, 0, 0 };
 	const uint8_t *b;
 	uint64_t dlen;
+	int v = dec_msg_version(&d);
 
-	dec_version(&d);
 	m->accepted = dec_i64(&d);
 	dec_envelope(&d, m, MSG_FIELDS);
+	if (v == MSG_VERSION) {
+		m->has_key = dec_u8(&d) & 1;
+		if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
+			memcpy(m->keyhash, b, STORE_HASH_LEN);
+		m->ttl = dec_i64(&d);
+	}
 	dlen = dec_u64(&d);
 	if (d.err == 0 && dlen != d.len - d.pos)
 		d.err = STORE_EINVAL;
@@ -486,7 +509,7 @@ int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
 {
 	struct dec d = { p, len, 0, 0 };
 
-	dec_version(&d);
+	dec_msg_version(&d);
 	*accepted = dec_i64(&d);
 	return d.err;
 }

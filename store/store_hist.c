@@ -11,12 +11,17 @@
  *	and last upstream reply, the attempts, whether its key has one, and
  *	how many duplicates were answered with its QID. There is no body.
  *
- *	It is written with the message in the accepting transaction
- *	(store_txn_hist_put) and rewritten inside the spool's own
- *	transactions: store_msg_update() and store_msg_drop() call
- *	store_hist_update() and store_hist_drop(), so a story never
- *	disagrees with the spool. A message spooled without one (a bounce,
- *	or a store from before stories) gets one at its first update.
+ *	While its message is queued, a story is made from the spool: the
+ *	message record keeps what the story starts from (its key hash and
+ *	ttl), and store_hist_read() falls back to it. The accepting commit
+ *	so writes no story, which saves it a page on every level of this
+ *	B-tree (three, once a store holds ten thousand stories). The first
+ *	write of a story gives it its record: store_msg_update() and
+ *	store_msg_drop() call store_hist_update() and store_hist_drop()
+ *	inside the spool's own transactions, so a story never disagrees
+ *	with the spool; counting duplicates and forgetting a key write it
+ *	too. A bounce, or a message from before message records kept a key
+ *	hash, has a story without a key and the default ttl.
  *
  *	A story expires ttl after its message left the spool, through an
  *	index in time order (hexpiry DB). Claims live ttl after acceptance,
@@ -65,7 +70,27 @@ static int64_t hexpiry_time(const uint8_t *k)
 	return (int64_t) (v ^ 0x8000000000000000ull);
 }
 
-/* store_hist_read - decode a QID's story from txn; 0, STORE_ENOTFOUND or STORE_EINVAL */
+static int spool_read(struct store *st, MDB_txn *txn, const char *qid, struct store_msg *m);
+
+/* story_of_spool - the story of a queued message that has no record yet */
+static int story_of_spool(struct store *st, MDB_txn *txn, const char *qid,
+			  struct store_story *s)
+{
+	int err;
+
+	if ((err = spool_read(st, txn, qid, &s->m)) != 0)
+		return err;
+	s->has_key = s->m.has_key;
+	memcpy(s->keyhash, s->m.keyhash, STORE_HASH_LEN);
+	s->ttl = s->m.ttl > 0 ? s->m.ttl : HIST_DEFAULT_TTL;
+	return 0;
+}
+
+/*
+ * store_hist_read - a QID's story from txn: its record, or made from
+ * the spool while the message is queued and has none; 0,
+ * STORE_ENOTFOUND or STORE_EINVAL
+ */
 int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s)
 {
 	MDB_val key, val;
@@ -76,7 +101,10 @@ int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct stor
 		return STORE_ENOTFOUND;
 	if (store_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = store_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist")) != 0)
+	err = store_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist");
+	if (err == STORE_ENOTFOUND)
+		return story_of_spool(st, txn, qid, s);
+	if (err != 0)
 		return err;
 	memcpy(s->m.qid, qid, key.mv_size);
 	if (store_hist_rec_decode(val.mv_data, val.mv_size, s) != 0) {
@@ -116,25 +144,6 @@ int store_hist_write(struct store_txn *t, const struct store_story *s)
 	return 0;
 }
 
-/* store_txn_hist_put - the story of a message spooled in this transaction */
-void store_txn_hist_put(struct store_txn *t, const struct store_msg *m,
-			const uint8_t keyhash[STORE_HASH_LEN], int64_t ttl)
-{
-	struct store_story s;
-
-	if (t->err || !t->st->has_hist)
-		return;
-	memset(&s, 0, sizeof(s));
-	s.m = *m;			/* borrowed: nothing of s is freed */
-	s.m.attempts = 0;
-	s.ttl = ttl;
-	if (keyhash) {
-		s.has_key = 1;
-		memcpy(s.keyhash, keyhash, STORE_HASH_LEN);
-	}
-	store_hist_write(t, &s);
-}
-
 /* envelope_ok - does m carry a whole envelope (store_msg_load gave it)? */
 static int envelope_ok(const struct store_msg *m)
 {
@@ -169,7 +178,7 @@ void store_hist_update(struct store_txn *t, const struct store_msg *m, int queue
 		return;
 	}
 	if (err != 0)
-		old.ttl = HIST_DEFAULT_TTL;
+		old.ttl = HIST_DEFAULT_TTL;	/* the spool lacks it too, or it is corrupt */
 	s = old;
 	if (envelope_ok(m)) {
 		s.m = *m;
@@ -281,7 +290,7 @@ int store_story_get(struct store *st, const char *qid, struct store_story *s)
 	return err == STORE_ENOTFOUND ? herr : err;
 }
 
-/* store_hist_count - add counts to stories in one transaction; missing stories are skipped */
+/* store_hist_count - add counts to stories in one transaction; unknown QIDs are skipped */
 int store_hist_count(struct store *st, const struct store_count *c, size_t n)
 {
 	struct store_txn *t;
@@ -404,7 +413,24 @@ out:
 	return err;
 }
 
-/* store_hist_stats - entries in the story and key index databases */
+/* unwritten - queued messages whose story has no record yet (a walk of the queue) */
+static int unwritten(struct store *st, MDB_txn *txn, uint64_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	int rc;
+
+	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
+		return rc;
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+		if (mdb_get(txn, st->hist, &key, &val) == MDB_NOTFOUND)
+			(*n)++;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* store_hist_stats - stories (written or made from the spool), and key index entries */
 int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 {
 	MDB_stat h, k;
@@ -416,8 +442,9 @@ int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 		return 0;
 	if ((err = store_read_begin(st, &txn)) != 0)
 		return err;
-	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->keys, &k)) == 0) {
-		*stories = h.ms_entries;
+	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->keys, &k)) == 0
+	    && (rc = unwritten(st, txn, stories)) == 0) {
+		*stories += h.ms_entries;
 		*keys = k.ms_entries;
 	}
 	mdb_txn_abort(txn);

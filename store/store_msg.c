@@ -171,6 +171,9 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 		msg_warn("%s: store: queue record does not match the update", m->qid);
 		return STORE_EINVAL;
 	}
+	/* first: a story without a record yet is made from the spool records */
+	if (with_hist)
+		store_hist_update(t, m, queued);
 	if (queued) {
 		err = put_reserved(t, st->queue, &key, store_queue_rec_size(m), 0,
 				   store_queue_rec_encode, m, "put queue");
@@ -182,8 +185,6 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 		if (err == 0)
 			err = last_qid_note(st, t, &key);
 	}
-	if (err == 0 && with_hist)
-		store_hist_update(t, m, queued);
 	return err;
 }
 
@@ -312,6 +313,8 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 		return STORE_EINVAL;
 	if ((err = store_txn_begin(st, &t)) != 0)
 		return err;
+	if (with_hist)			/* first, while the spool can still tell it */
+		store_hist_drop(t, qid);
 	err = store_mdb_error(store_del(t, st->queue, &key, NULL), "delete queue");
 	err2 = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
 	if (err == STORE_ENOTFOUND && err2 == 0)
@@ -324,8 +327,6 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 		store_txn_abort(t);
 		return err;
 	}
-	if (with_hist)
-		store_hist_drop(t, qid);
 	return store_txn_commit(t);
 }
 

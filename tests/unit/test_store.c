@@ -849,6 +849,51 @@ static void test_corrupt_records(void **state)
 }
 
 /* test_codec_truncated - every prefix and many bit flips decode safely */
+/* what a story starts from rides in the message record; a version-1 record reads without it */
+static void test_msg_story_seed(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, got;
+	uint8_t *rec, *v1;
+	size_t len, seed = 1 + STORE_HASH_LEN + 8, at;
+
+	msg_new(&m, "SEED00000001", 2, 300);
+	m.has_key = 1;
+	memset(m.keyhash, 0xa5, STORE_HASH_LEN);
+	m.ttl = 7200LL * 1000000;
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	CHECK_INT("load", store_msg_load(f->st, m.qid, &got), 0);
+	CHECK_INT("has_key", got.has_key, 1);
+	CHECK_INT("keyhash", memcmp(got.keyhash, m.keyhash, STORE_HASH_LEN), 0);
+	CHECK_INT("ttl", got.ttl, m.ttl);
+	msg_check("seeded", &got, &m);
+	store_msg_free(&got);
+
+	/* the same record as version 1 wrote it: no flags, key hash or ttl */
+	len = store_msg_rec_size(&m);
+	rec = xmalloc(len);
+	store_msg_rec_encode(rec, len, &m);
+	at = len - m.data_len - 8 - seed;
+	v1 = xmalloc(len - seed);
+	memcpy(v1, rec, at);
+	memcpy(v1 + at, rec + at + seed, len - at - seed);
+	v1[0] = 1;
+	memset(&got, 0, sizeof(got));
+	strcpy(got.qid, m.qid);
+	CHECK_INT("version 1", store_msg_rec_decode(v1, len - seed, &got), 0);
+	CHECK_INT("v1 has_key", got.has_key, 0);
+	CHECK_INT("v1 ttl", got.ttl, 0);
+	CHECK_INT("v1 data_len", got.data_len, m.data_len);
+	CHECK_INT("v1 data", memcmp(got.data, m.data, m.data_len), 0);
+	CHECK_STR("v1 from", got.from, m.from);
+	store_msg_free(&got);
+	v1[0] = 3;
+	CHECK_INT("version 3", store_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);
+	free(v1);
+	free(rec);
+	store_msg_free(&m);
+}
+
 static void test_codec_truncated(void **state)
 {
 	struct store_msg m, got;
@@ -990,6 +1035,7 @@ int main(void)
 		T(test_claim_live),
 		T(test_old_expiry_index),
 		T(test_msg_roundtrip),
+		T(test_msg_story_seed),
 		T(test_msg_update),
 		T(test_msg_update_many),
 		T(test_inflight),

@@ -63,8 +63,8 @@ static void msg_of(struct store_msg *m, const char *qid, size_t data_len)
 	m->next_attempt = NOW;
 }
 
-/* accept - what the commit of a submission writes: message, story, claim, key index */
-static void accept(struct store_txn *t, const struct store_msg *m, int tag)
+/* accept - what the commit of a submission writes: message, claim, key index */
+static void accept(struct store_txn *t, struct store_msg *m, int tag)
 {
 	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN];
 	struct store_claim c;
@@ -75,8 +75,10 @@ static void accept(struct store_txn *t, const struct store_msg *m, int tag)
 	strcpy(c.qid, m->qid);
 	c.accepted = NOW;
 	c.expires = NOW + 3600LL * 1000000;
+	m->has_key = 1;
+	memcpy(m->keyhash, kh, STORE_HASH_LEN);
+	m->ttl = 3600LL * 1000000;
 	store_txn_msg_put(t, m);
-	store_txn_hist_put(t, m, kh, 3600LL * 1000000);
 	store_txn_claim_put(t, h, &c);
 	store_txn_key_put(t, kh, h, m->qid);
 }

@@ -56,7 +56,7 @@ static void msg_new(struct store_msg *m, const char *qid, size_t n, const char *
 	m->next_attempt = m->accepted;
 }
 
-/* accept_msg - what commit_one() writes: message, story, claims and key index */
+/* accept_msg - what commit_one() writes: message (with its story's seed), claims, key index */
 static void accept_msg(struct store *st, struct store_msg *m, int key, const int *claims)
 {
 	struct store_txn *t;
@@ -65,9 +65,11 @@ static void accept_msg(struct store *st, struct store_msg *m, int key, const int
 	size_t i;
 
 	hash_of(kh, key);
+	m->has_key = key != 0;
+	memcpy(m->keyhash, kh, STORE_HASH_LEN);
+	m->ttl = TTL;
 	assert_int_equal(store_txn_begin(st, &t), 0);
 	store_txn_msg_put(t, m);
-	store_txn_hist_put(t, m, key ? kh : NULL, TTL);
 	memset(&c, 0, sizeof(c));
 	strcpy(c.qid, m->qid);
 	c.accepted = m->accepted;
@@ -315,9 +317,11 @@ static void test_expire(void **state)
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
 	CHECK_INT("stories", stories, 2);
 	CHECK_INT("keys", keys, 3);
-	/* queued: never expires */
+	/* queued: never expires; its story is made from the message record, key and ttl too */
 	CHECK_INT("expire queued", store_hist_expire(f->st, now_us() + 10 * TTL, 100), 0);
 	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("queued story has its key", s.has_key, 1);
+	CHECK_INT("queued story ttl", s.ttl, TTL);
 	store_story_free(&s);
 
 	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
@@ -326,6 +330,8 @@ static void test_expire(void **state)
 	store_msg_free(&live);
 	CHECK_INT("not yet", store_hist_expire(f->st, now_us(), 100), 0);
 	CHECK_INT("story stays", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("written story has its key", s.has_key, 1);
+	CHECK_INT("written story expires a ttl after", s.expires - s.finished, TTL + 1);
 	store_story_free(&s);
 	CHECK_INT("claims before", store_stats(f->st, &st), 0);
 	CHECK_INT("claims", st.claims, 2);
