@@ -50,6 +50,8 @@ struct commit {
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
 	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
+	int busy;			/* under lock: the writer is in a round */
+	int grow;			/* under lock: store_grow() is due (after commit_now) */
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -246,44 +248,63 @@ static void hold_ops(struct commit *cm)
 			break;
 }
 
+/* ops_done - delivery writes of a committed (err 0) or failed batch: failed, each alone */
+static void ops_done(struct commit *cm, struct commit_op *ops, int err)
+{
+	struct commit_op *op;
+
+	if (ops == NULL)
+		return;
+	for (op = ops; op; op = op->next)
+		op->err = err == 0 ? 0 : commit_op_alone(cm, op);
+	pthread_mutex_lock(&cm->lock);
+	for (op = ops; op; op = op->next)
+		op->done = 1;
+	pthread_cond_broadcast(&cm->marked);
+	pthread_mutex_unlock(&cm->lock);
+}
+
 /* commit_main - the writer thread */
 static void *commit_main(void *arg)
 {
 	struct commit *cm = arg;
 	struct commit_req *batch, *req, *next, *fifo;
-	struct commit_op *ops, *op;
-	int err;
+	struct commit_op *ops;
+	int err, grow, stop;
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && cm->ops == NULL && !cm->stop)
+		while (cm->pending == NULL && cm->ops == NULL && !cm->grow && !cm->stop)
 			pthread_cond_wait(&cm->wake, &cm->lock);
 		hold_ops(cm);
 		batch = cm->pending;
 		cm->pending = NULL;
 		ops = cm->ops;
 		cm->ops = NULL;
-		pthread_mutex_unlock(&cm->lock);
-		if (batch == NULL && ops == NULL)
-			break;
+		grow = cm->grow || batch != NULL;
+		cm->grow = 0;
+		cm->busy = batch != NULL || ops != NULL || grow;	/* commit_now() waits */
 		if (batch != NULL)
 			cm->last_batch = clock_mono_us();
+		stop = cm->stop;
+		pthread_mutex_unlock(&cm->lock);
+		if (batch == NULL && ops == NULL) {
+			if (grow)
+				(void) store_grow(cm->st);
+			pthread_mutex_lock(&cm->lock);
+			cm->busy = 0;
+			pthread_mutex_unlock(&cm->lock);
+			if (stop)
+				break;
+			continue;		/* commit_now() took what was held */
+		}
 		for (fifo = NULL; batch; batch = next) {	/* submission order */
 			next = batch->next;
 			batch->next = fifo;
 			fifo = batch;
 		}
 		err = commit_batch(cm, fifo, ops);
-		if (ops) {
-			/* a failed batch: each op alone, so that it fails only itself */
-			for (op = ops; op; op = op->next)
-				op->err = err == 0 ? 0 : commit_op_alone(cm, op);
-			pthread_mutex_lock(&cm->lock);
-			for (op = ops; op; op = op->next)
-				op->done = 1;
-			pthread_cond_broadcast(&cm->marked);
-			pthread_mutex_unlock(&cm->lock);
-		}
+		ops_done(cm, ops, err);
 		for (req = fifo; req; req = req->next) {
 			if (err != 0 && (fifo->next != NULL || ops != NULL)) {
 				/* retry alone, so one oversized message fails only itself */
@@ -303,8 +324,11 @@ static void *commit_main(void *arg)
 			}
 		}
 		commit_finish(cm, fifo);
-		if (fifo != NULL)
+		if (grow)
 			(void) store_grow(cm->st);	/* warns by itself; the store is unharmed */
+		pthread_mutex_lock(&cm->lock);
+		cm->busy = 0;
+		pthread_mutex_unlock(&cm->lock);
 	}
 	return NULL;
 }
@@ -340,6 +364,48 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 	cm->pending = req;
 	pthread_cond_signal(&cm->wake);
 	pthread_mutex_unlock(&cm->lock);
+}
+
+/*
+ * commit_now - commit req on the calling thread if the writer is idle and
+ * nothing else waits: 1 if done (req decided, its QID handed to delivery,
+ * not put on the done list), 0 if it must go through commit_submit().
+ * Delivery writes waiting for a submission ride along.
+ */
+int commit_now(struct commit *cm, struct commit_req *req)
+{
+	struct commit_op *ops;
+	int err;
+
+	pthread_mutex_lock(&cm->lock);
+	if (cm->busy || cm->pending != NULL || cm->stop) {
+		pthread_mutex_unlock(&cm->lock);
+		return 0;
+	}
+	ops = cm->ops;
+	cm->ops = NULL;
+	cm->last_batch = clock_mono_us();
+	pthread_mutex_unlock(&cm->lock);
+
+	req->next = NULL;
+	err = commit_batch(cm, req, ops);
+	ops_done(cm, ops, err);
+	if (err != 0 && ops != NULL)	/* alone, so that only its own failure is its */
+		err = commit_batch(cm, req, NULL);
+	if (err != 0) {
+		req->outcome = COMMIT_FAILED;
+		req->error = err;
+	}
+	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
+		cm->committed(cm->arg, req->msg.qid);
+
+	if (store_grow_due(cm->st)) {	/* the writer fills, never this thread */
+		pthread_mutex_lock(&cm->lock);
+		cm->grow = 1;
+		pthread_cond_signal(&cm->wake);
+		pthread_mutex_unlock(&cm->lock);
+	}
+	return 1;
 }
 
 /*

@@ -66,6 +66,12 @@ struct commit;
 struct commit *commit_start(struct store *st, void (*committed) (void *arg, const char *qid),
 			    void *arg);
 void commit_submit(struct commit *cm, struct commit_req *req);
+/*
+ * commit_now - commit req on the calling thread when the writer is idle
+ * and nothing else is waiting; 1 if done (req decided; its done callback
+ * is not called), 0 if it must go to commit_submit()
+ */
+int commit_now(struct commit *cm, struct commit_req *req);
 int commit_mark_inflight(struct commit *cm, const char *qid);	/* durable; blocks */
 int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg);
 int commit_fd(const struct commit *cm);		/* readable when requests are done */

@@ -68,9 +68,30 @@ static void req_free(struct commit_req *req)
 	free((struct submission *) req);
 }
 
-/* answer - the SMTP reply and the log line for a decided request */
-static const char *answer(struct conn *c, struct commit_req *req, const char *keylog,
-			  char *reply, size_t len)
+/* reply_text - the SMTP reply for a decided request */
+static const char *reply_text(const struct commit_req *req, char *reply, size_t len)
+{
+	switch (req->outcome) {
+	case COMMIT_QUEUED:
+	case COMMIT_PARTIAL:
+		snprintf(reply, len, "250 2.0.0 Ok: queued as %s", req->msg.qid);
+		break;
+	case COMMIT_DUPLICATE:
+		snprintf(reply, len, "250 2.0.0 Ok: queued as %s (duplicate)", req->orig_qid);
+		break;
+	case COMMIT_MISMATCH:
+		snprintf(reply, len, "554 5.7.0 idempotency key already used for different "
+			 "content (queued as %s)", req->orig_qid);
+		break;
+	case COMMIT_FAILED:
+		snprintf(reply, len, "452 4.3.1 Insufficient system storage");
+		break;
+	}
+	return reply;
+}
+
+/* answered - count a decided request and log it, once its reply is out */
+static void answered(struct commit_req *req, const char *keylog)
 {
 	struct buf line = BUF_INIT;
 
@@ -79,7 +100,6 @@ static const char *answer(struct conn *c, struct commit_req *req, const char *ke
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
-		snprintf(reply, len, "250 2.0.0 Ok: queued as %s", req->msg.qid);
 		buf_printf(&line, "%s: client=%s %s from=<%s>", req->msg.qid,
 			   req->msg.client, keylog, req->msg.from);
 		log_rcpts(&line, &req->msg, req->claimed, 0);
@@ -99,7 +119,6 @@ static const char *answer(struct conn *c, struct commit_req *req, const char *ke
 		}
 		break;
 	case COMMIT_DUPLICATE:
-		snprintf(reply, len, "250 2.0.0 Ok: queued as %s (duplicate)", req->orig_qid);
 		buf_printf(&line, "%s: client=%s %s from=<%s>", req->orig_qid,
 			   req->msg.client, keylog, req->msg.from);
 		log_rcpts(&line, &req->msg, NULL, 0);
@@ -107,20 +126,15 @@ static const char *answer(struct conn *c, struct commit_req *req, const char *ke
 		msg_info("%s", line.data);
 		break;
 	case COMMIT_MISMATCH:
-		snprintf(reply, len, "554 5.7.0 idempotency key already used for different "
-			 "content (queued as %s)", req->orig_qid);
 		msg_info("%s: client=%s %s from=<%s> status=mismatch", req->orig_qid,
 			 req->msg.client, keylog, req->msg.from);
 		break;
 	case COMMIT_FAILED:
-		snprintf(reply, len, "452 4.3.1 Insufficient system storage");
 		msg_warn("%s: client=%s from=<%s> status=refused store: %s", req->msg.qid,
 			 req->msg.client, req->msg.from, store_strerror(req->error));
 		break;
 	}
-	(void) c;
 	buf_free(&line);
-	return reply;
 }
 
 /* commit_done - a commit answered: reply, and resume the session */
@@ -132,12 +146,12 @@ static void commit_done(struct commit_req *req)
 
 	c->srv->n_inflight--;
 	c->req = NULL;
-	answer(c, req, sub->keylog, reply, sizeof(reply));
+	if (!c->dead) {			/* the reply first, the bookkeeping after */
+		smtp_session_reply(c->s, reply_text(req, reply, sizeof(reply)));
+		conn_process(c);
+	}
+	answered(req, sub->keylog);
 	req_free(req);
-	if (c->dead)
-		return;
-	smtp_session_reply(c->s, reply);
-	conn_process(c);
 }
 
 /* received_header - the one header idemrelay adds */
@@ -265,8 +279,8 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	buf_printf(&received, "%s [%s]", *helo ? helo : "unknown", c->addr);
 	sub->req.msg.client = xstrndup(received.data, received.len);
 	if (fast_duplicate(c, &sub->req)) {
-		answer(c, &sub->req, sub->keylog, c->sync_buf, sizeof(c->sync_buf));
-		c->sync_reply = c->sync_buf;
+		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
+		answered(&sub->req, sub->keylog);
 		req_free(&sub->req);
 		buf_free(&received);
 		return;
@@ -278,6 +292,17 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	buf_free(&received);
 	sub->req.msg.data = data.data;
 	sub->req.msg.data_len = data.len;
+	/*
+	 * A lone session with nothing else in flight: no other session's DATA
+	 * can wait behind this thread, so it commits here, and the reply
+	 * skips two thread hand-offs (about 40 us at the dot, BENCHMARKS.md).
+	 */
+	if (srv->n_conns == 1 && srv->n_inflight == 0 && commit_now(srv->cm, &sub->req)) {
+		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
+		answered(&sub->req, sub->keylog);
+		req_free(&sub->req);
+		return;
+	}
 	c->req = &sub->req;
 	srv->n_inflight++;
 	commit_submit(srv->cm, &sub->req);

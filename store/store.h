@@ -97,6 +97,7 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
  * does most of the writing, between its commits
  */
 int store_grow(struct store *st);
+int store_grow_due(struct store *st);	/* would store_grow() write now? cheap, any thread */
 void store_close(struct store *st);	/* NULL-safe */
 const char *store_strerror(int err);
 

@@ -107,6 +107,15 @@ static int grow_due(uint64_t used, uint64_t end, uint64_t map)
  * grown by another half step, so that a full disk costs the writer no
  * write per batch, and the warning comes that often at most.
  */
+/* store_grow_due - would store_grow() write now? (cheap, any thread) */
+int store_grow_due(struct store *st)
+{
+	uint64_t used, map;
+
+	return grow_used(st, &used, &map) == 0
+	    && grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map);
+}
+
 int store_grow(struct store *st)
 {
 	uint64_t used, map, size, want;
@@ -116,7 +125,7 @@ int store_grow(struct store *st)
 
 	if ((err = grow_used(st, &used, &map)) != 0)
 		return err;
-	if (!grow_due(used, st->grown_to, map))
+	if (!grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map))
 		return 0;			/* the common case: no lock, no syscall */
 	if ((err = store_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
 		return err;
@@ -128,10 +137,11 @@ int store_grow(struct store *st)
 	if (err == 0) {
 		size = (uint64_t) sb.st_size;
 		want = used + grow_step(used) < map ? used + grow_step(used) : map;
-		st->grown_to = size;
+		__atomic_store_n(&st->grown_to, size, __ATOMIC_RELAXED);
 		if (grow_due(used, size, map)) {
 			err = grow_fill(fd, size > used ? size : used, want);
-			st->grown_to = want;	/* made, or tried for */
+			/* made, or tried for */
+			__atomic_store_n(&st->grown_to, want, __ATOMIC_RELAXED);
 		}
 	}
 	mdb_txn_abort(txn);
