@@ -2,7 +2,8 @@
  * test_commit - the group-commit writer (relay/commit.c) on a real store:
  * racers on one key inside one batch end with one queued message and one
  * QID; inflight marks ride in the group commit and fail alone, and while
- * submissions come in they wait for one to share its transaction.
+ * submissions come in they wait for one to share its transaction; a lone
+ * submission may be committed on the caller's thread (commit_now).
  */
 #include <ftw.h>
 #include <pthread.h>
@@ -256,6 +257,35 @@ static void test_run_outcomes(void **state)
 	req_free(r);
 }
 
+/* commit_now on an idle writer: decided on this thread, handed to delivery, no done callback */
+static void test_commit_now(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r = req_new("NOW000000001", "k7", "x\r\n", a, 1);
+	struct commit_req *dup = req_new("NOW000000002", "k7", "x\r\n", a, 1);
+	struct store_msg m;
+	int i;
+
+	n_done = 0;
+	for (i = 0; i < 1000 && !commit_now(f->cm, r); i++)
+		usleep(1000);		/* the writer may still be filling the reserve */
+	assert_int_equal(r->outcome, COMMIT_QUEUED);
+	assert_int_equal(f->n_committed, 1);
+	assert_string_equal(f->last_committed, "NOW000000001");
+	assert_int_equal(store_msg_load(f->st, "NOW000000001", &m), 0);
+	store_msg_free(&m);
+	for (i = 0; i < 1000 && !commit_now(f->cm, dup); i++)
+		usleep(1000);
+	assert_int_equal(dup->outcome, COMMIT_DUPLICATE);
+	assert_string_equal(dup->orig_qid, "NOW000000001");
+	assert_int_equal(f->n_committed, 1);	/* a duplicate is not delivered */
+	commit_reap(f->cm);
+	assert_int_equal(n_done, 0);		/* answered by the caller, not the done list */
+	req_free(r);
+	req_free(dup);
+}
+
 struct mark_arg {
 	struct commit *cm;
 	const char *qid;
@@ -335,6 +365,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_outcomes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_for_submission, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("commit", tests, NULL, NULL);
