@@ -112,7 +112,8 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 		claims = xcalloc(n, sizeof(*claims));
 		found = xcalloc(n, sizeof(*found));
 		for (i = 0; i < n; i++)
-			found[i] = store_txn_claim_get(t, req->hashes[i], now, claims + i) == 0;
+			found[i] = store_txn_claim_get(t, req->keyhash, req->hashes[i], now,
+							claims + i) == 0;
 	}
 	commit_decide(req, found, claims);
 	if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
@@ -145,8 +146,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 		/* shadow mode keeps the first claim, so the duplicate rate stays measurable */
 		if (found[i] && (req->shadow || !req->mismatch_accept))
 			continue;
-		store_txn_claim_put(t, req->hashes[i], &claim);
-		store_txn_key_put(t, req->keyhash, req->hashes[i], req->msg.qid);
+		store_txn_claim_put(t, req->keyhash, req->hashes[i], &claim);
 	}
 out:
 	free(claims);

@@ -172,6 +172,9 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 		st->has_hist = 1;
 	else if (!rdonly)
 		goto fail;
+	*step = "claims format";
+	if ((rc = store_claims_format(st, txn, rdonly)) != 0)
+		goto fail;
 	/* a store from before claims went with their stories: its expiry index goes */
 	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
 	    && (rc = mdb_drop(txn, old, 1)) != 0)

@@ -106,15 +106,18 @@ const char *store_strerror(int err);
  * for the writer). found[i] is set to 1 and claims[i] filled for each
  * live claim, 0 otherwise.
  */
-int store_claims_get(struct store *st, const uint8_t (*hashes)[STORE_HASH_LEN],
-		     size_t n, int64_t now, struct store_claim *claims, int *found);
+int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+		     struct store_claim *claims, int *found);
 
 /* write transactions: begin, steps with sticky error, commit (fsync) or abort */
 int store_txn_begin(struct store *st, struct store_txn **out);
-int store_txn_claim_get(struct store_txn *t, const uint8_t hash[STORE_HASH_LEN],
-			int64_t now, struct store_claim *c);	/* 0 or STORE_ENOTFOUND */
-void store_txn_claim_put(struct store_txn *t, const uint8_t hash[STORE_HASH_LEN],
-			 const struct store_claim *c);
+/* a claim is filed under its key's index hash, then its own hash (store_claim.c) */
+int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t hash[STORE_HASH_LEN], int64_t now,
+			struct store_claim *c);	/* 0 or STORE_ENOTFOUND */
+void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 int store_txn_error(const struct store_txn *t);
 int store_txn_commit(struct store_txn *t);	/* frees t; aborts if failed */
@@ -179,10 +182,11 @@ int store_queue_oldest(struct store *st, int64_t *accepted);
  * transactions. It expires ttl after
  * the message left the spool, so it outlives the claims it explains.
  *
- * The key index maps a hash of the key alone (relay/keys.c
- * keys_index_hash: no scope, no recipient) to (claim hash, QID) pairs,
- * one per claim written; it is written with the claims, and is how a
- * key's claims are found to show or forget them.
+ * Claims are filed under a hash of the key alone (relay/keys.c
+ * keys_index_hash: no scope, no recipient), then their own hash: a key's
+ * claims are one range of the claims B-tree, which is how they are found
+ * to show, forget or expire them. A store from before that also has a key
+ * index (keys DB) listing its older claims, still read until they go.
  */
 struct store_story {
 	struct store_msg m;	/* envelope and recipients; data NULL, data_len its size */
@@ -198,10 +202,6 @@ struct store_story {
 	uint32_t duplicates;	/* duplicates answered with this QID (as persisted) */
 	uint32_t mismatches;	/* other content under its key, refused naming it */
 };
-
-/* store_txn_key_put - index one claim under its key */
-void store_txn_key_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		       const uint8_t claim[STORE_HASH_LEN], const char *qid);
 
 /* store_story_get - a QID's story, live spool state merged in; STORE_ENOTFOUND */
 int store_story_get(struct store *st, const char *qid, struct store_story *s);
@@ -235,11 +235,11 @@ int store_hist_count(struct store *st, const struct store_count *c, size_t n);
 
 /*
  * store_hist_expire - delete up to max stories past their expiry, with
- * their claims and key index entries
+ * their claims (and an old store's key index entries)
  */
 int store_hist_expire(struct store *st, int64_t now, size_t max);
 
-/* store_hist_stats - how many stories and key index entries are kept */
+/* store_hist_stats - how many stories are kept, and claims findable by their key */
 int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys);
 
 #endif

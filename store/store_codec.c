@@ -9,7 +9,8 @@
  *	Each record starts with a version byte, so that a later format can
  *	be told apart from this one.
  *
- *	claim (claims DB, key: 32-byte hash):
+ *	claim (claims DB, key: the key's 32-byte index hash, then the
+ *	claim's 32-byte hash; an older store's claims, the claim hash alone):
  *	    version=1, qid length (u8), qid, fingerprint[32],
  *	    accepted (i64), expires (i64)
  *	message (msg DB, key: qid), written once:
@@ -31,7 +32,8 @@
  *	history expiry key (hexpiry DB, empty value):
  *	    expires (u64 big-endian, sign bit flipped so that byte order is
  *	    time order), qid
- *	key index (keys DB, key: 32-byte key hash, sorted duplicates):
+ *	key index (keys DB, key: 32-byte key hash, sorted duplicates), of
+ *	an older store's claims, read and deleted, no longer written:
  *	    claim hash[32], qid
  *
  *	Encoders run twice over one description of the record: once to

@@ -430,7 +430,11 @@ static int unwritten(struct store *st, MDB_txn *txn, uint64_t *n)
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-/* store_hist_stats - stories (written or made from the spool), and key index entries */
+/*
+ * store_hist_stats - stories (written or made from the spool), and key
+ * index entries: the claims, each filed under its key (an old store's
+ * index entries name its old claims, which are counted once as claims)
+ */
 int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 {
 	MDB_stat h, k;
@@ -442,7 +446,7 @@ int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 		return 0;
 	if ((err = store_read_begin(st, &txn)) != 0)
 		return err;
-	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->keys, &k)) == 0
+	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
 	    && (rc = unwritten(st, txn, stories)) == 0) {
 		*stories += h.ms_entries;
 		*keys = k.ms_entries;

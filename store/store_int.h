@@ -28,8 +28,9 @@ struct store {
 	MDB_dbi meta;		/* name -> value ("last_qid") */
 	MDB_dbi hist;		/* qid -> history record (the story) */
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
-	MDB_dbi keys;		/* key index hash -> claim hash + qid (sorted duplicates) */
+	MDB_dbi keys;		/* old claims' key index: key hash -> claim hash + qid (dups) */
 	int has_hist;		/* the three above are open (a read-only open may lack them) */
+	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 };
@@ -92,6 +93,12 @@ void store_hist_update(struct store_txn *t, const struct store_msg *m, int queue
 void store_hist_drop(struct store_txn *t, const char *qid);
 int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
 int store_hist_write(struct store_txn *t, const struct store_story *s);
+
+/* store_claim.c */
+#define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
+void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t hash[STORE_HASH_LEN]);
+int store_claims_format(struct store *st, MDB_txn *txn, int rdonly);
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */
 int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

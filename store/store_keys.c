@@ -6,19 +6,20 @@
  * SYNOPSIS
  *	#include "store/store.h"
  * DESCRIPTION
- *	Claims are filed under a hash of (scope, key, recipient), which
- *	cannot be walked back to the key. The key index (keys DB, sorted
- *	duplicates) files each claim again under a hash of the key alone:
- *	key hash -> claim hash (32 bytes) followed by the QID that took it.
- *	The accepting transaction writes it beside the claims
- *	(store_txn_key_put), so the two never disagree after a crash.
+ *	A key's claims are filed under the hash of the key alone, then each
+ *	claim's own hash (store_claim.c): they are one range of the claims
+ *	B-tree, walked from the key hash. A store from before that also has
+ *	a key index (keys DB, sorted duplicates) for the claims it filed
+ *	under their claim hash alone: key hash -> claim hash (32 bytes)
+ *	followed by the QID that took it. Both are read as one list of
+ *	entries (key_entries), told apart by where the claim is filed.
  *
- *	An entry goes when its story expires (store_hist.c), which is after
- *	the claim itself expired, and takes the claim with it
- *	(store_keys_expire); store_key_forget() deletes a key's claims and
- *	its entries at once. An entry whose claim was since renewed
- *	for another message (on_mismatch = "accept") names the old QID and
- *	is skipped: the new message has its own entry.
+ *	A claim goes when its story expires (store_hist.c), which is after
+ *	the claim itself expired (store_keys_expire); store_key_forget()
+ *	deletes a key's claims at once. A claim since renewed for another
+ *	message (on_mismatch = "accept") names the new QID, and an old index
+ *	entry then names the old one: either way it is skipped for the old
+ *	message, whose claim it no longer is.
  * DIAGNOSTICS
  *	0, STORE_ENOTFOUND for a key with no entry, or a STORE_E* failure.
  */
@@ -32,26 +33,72 @@
 struct key_entry {
 	uint8_t claim[STORE_HASH_LEN];
 	char qid[STORE_QID_SIZE];
-	MDB_val val;			/* points into e->raw */
+	int old;			/* filed under its claim hash alone, with an index entry */
+	MDB_val val;			/* old: the index entry, pointing into e->raw */
 	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];
 };
 
-/* key_entries - copy every entry under a key; *n = 0 if none */
+/* entry_add - room for one more entry */
+static struct key_entry *entry_add(struct key_entry **e, size_t *n, size_t *cap)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 8;
+		*e = xrealloc(*e, *cap * sizeof(**e));
+	}
+	memset(*e + *n, 0, sizeof(**e));
+	return *e + (*n)++;
+}
+
+/* filed - the claims filed under a key: the range of the claims B-tree */
+static int filed(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		 struct key_entry **e, size_t *n, size_t *cap)
+{
+	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
+	MDB_cursor *cur;
+	struct store_claim c;
+	struct key_entry *x;
+	int rc;
+
+	if ((rc = mdb_cursor_open(txn, st->claims, &cur)) != 0)
+		return store_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size < STORE_HASH_LEN || memcmp(key.mv_data, keyhash, STORE_HASH_LEN) != 0)
+			break;
+		if (key.mv_size != STORE_CLAIM_KEY_LEN)
+			continue;		/* an old claim whose hash is the key's: not filed here */
+		if (store_claim_decode(val.mv_data, val.mv_size, &c) != 0) {
+			msg_warn("store: corrupt claim record skipped");
+			continue;
+		}
+		x = entry_add(e, n, cap);
+		memcpy(x->claim, (uint8_t *) key.mv_data + STORE_HASH_LEN, STORE_HASH_LEN);
+		strcpy(x->qid, c.qid);
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_error(rc, "claims walk");
+}
+
+/* key_entries - every claim of a key, filed under it or listed by an old index entry */
 static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		       struct key_entry **out, size_t *n)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
 	MDB_cursor *cur;
-	struct key_entry *e = NULL;
-	size_t cap = 0, qlen;
+	struct key_entry *e = NULL, *x;
+	size_t cap = 0, qlen, i;
 	int rc;
 
 	*out = NULL;
 	*n = 0;
-	if (!st->has_hist)
-		return 0;
-	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0)
+	if ((rc = filed(st, txn, keyhash, &e, n, &cap)) != 0 || !st->has_hist) {
+		*out = e;
+		return rc;
+	}
+	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0) {
+		*out = e;
 		return store_mdb_error(rc, "cursor");
+	}
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT_DUP)) {
 		if (val.mv_size <= STORE_HASH_LEN
@@ -59,49 +106,20 @@ static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STO
 			msg_warn("store: corrupt key index entry skipped");
 			continue;
 		}
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 8;
-			e = xrealloc(e, cap * sizeof(*e));
-		}
-		memcpy(e[*n].raw, val.mv_data, val.mv_size);
-		memcpy(e[*n].claim, val.mv_data, STORE_HASH_LEN);
-		memcpy(e[*n].qid, (uint8_t *) val.mv_data + STORE_HASH_LEN, qlen);
-		e[*n].qid[qlen] = 0;
-		(*n)++;
+		x = entry_add(&e, n, &cap);
+		x->old = 1;
+		memcpy(x->raw, val.mv_data, val.mv_size);
+		memcpy(x->claim, val.mv_data, STORE_HASH_LEN);
+		memcpy(x->qid, (uint8_t *) val.mv_data + STORE_HASH_LEN, qlen);
+		x->qid[qlen] = 0;
 	}
 	mdb_cursor_close(cur);
-	for (size_t i = 0; i < *n; i++) {	/* the array moved while growing */
+	for (i = 0; i < *n; i++) {	/* the array moved while growing */
 		e[i].val.mv_data = e[i].raw;
-		e[i].val.mv_size = STORE_HASH_LEN + strlen(e[i].qid);
+		e[i].val.mv_size = e[i].old ? STORE_HASH_LEN + strlen(e[i].qid) : 0;
 	}
 	*out = e;
 	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "key index walk");
-}
-
-/* store_txn_key_put - file one claim under its key */
-void store_txn_key_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		       const uint8_t claim[STORE_HASH_LEN], const char *qid)
-{
-	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];
-	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
-	size_t qlen;
-	int rc;
-
-	if (t->err || !t->st->has_hist)
-		return;
-	qlen = strnlen(qid, STORE_QID_SIZE);
-	if (qlen == 0 || qlen >= STORE_QID_SIZE) {
-		store_txn_fail(t, STORE_EINVAL);
-		return;
-	}
-	memcpy(raw, claim, STORE_HASH_LEN);
-	memcpy(raw + STORE_HASH_LEN, qid, qlen);
-	val.mv_size = STORE_HASH_LEN + qlen;
-	val.mv_data = raw;
-	/* the same pair twice is no error: it is already filed */
-	if ((rc = store_put(t, t->st->keys, &key, &val, MDB_NODUPDATA)) != 0
-	    && rc != MDB_KEYEXIST)
-		store_txn_fail(t, store_mdb_error(rc, "put key index"));
 }
 
 /* qid_cmp - QIDs sort by time */
@@ -181,16 +199,26 @@ static int story_forgotten(struct store_txn *t, const char *qid, int64_t now)
 }
 
 /*
- * claim_del - delete a claim if it still belongs to qid and, when live_at
- * is not 0, has expired by then; 1 if deleted
+ * claim_del - delete an entry's claim if it still belongs to qid and, when
+ * live_at is not 0, has expired by then; 1 if deleted. An old entry's
+ * index entry goes too, whatever became of its claim.
  */
-static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], const char *qid,
-		     int64_t live_at)
+static int claim_del(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		     struct key_entry *e, const char *qid, int64_t live_at)
 {
-	MDB_val key = { STORE_HASH_LEN, (void *) claim }, val;
+	uint8_t k[STORE_CLAIM_KEY_LEN];
+	MDB_val key = { sizeof(k), k }, ikey = { STORE_HASH_LEN, (void *) keyhash }, val;
 	struct store_claim c;
 	int err, ok;
 
+	if (e->old) {
+		key.mv_size = STORE_HASH_LEN;
+		key.mv_data = (void *) e->claim;
+		err = store_mdb_error(store_del(t, t->st->keys, &ikey, &e->val), "delete key");
+		if (err != 0 && err != STORE_ENOTFOUND)
+			return err;
+	} else
+		store_claim_key(k, keyhash, e->claim);
 	err = store_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
 	if (err == STORE_ENOTFOUND)
 		return 0;
@@ -216,39 +244,31 @@ static int claim_del(struct store_txn *t, const uint8_t claim[STORE_HASH_LEN], c
 int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const char *qid, int64_t when)
 {
-	MDB_val key = { STORE_HASH_LEN, (void *) keyhash };
 	struct key_entry *e;
 	size_t n, i;
 	int err;
 
-	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0)
+	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0) {
+		free(e);
 		return store_txn_fail(t, err);
-	for (i = 0; i < n && err == 0; i++) {
-		if (strcmp(e[i].qid, qid) != 0)
-			continue;
-		if ((err = claim_del(t, e[i].claim, qid, when)) < 0)
-			break;
-		err = store_mdb_error(store_del(t, t->st->keys, &key, &e[i].val), "delete key");
-		if (err == STORE_ENOTFOUND)
-			err = 0;
 	}
+	for (i = 0, err = 0; i < n && err >= 0; i++)
+		if (strcmp(e[i].qid, qid) == 0)
+			err = claim_del(t, keyhash, &e[i], qid, when);
 	free(e);
-	return err ? store_txn_fail(t, err) : 0;
+	return err < 0 ? store_txn_fail(t, err) : 0;
 }
 
 /* store_key_forget - delete a key's claims and index entries */
 int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out)
 {
-	MDB_val key = { STORE_HASH_LEN, (void *) keyhash };
 	struct store_txn *t;
 	struct key_entry *e = NULL;
 	size_t n, i;
 	int err;
 
 	memset(out, 0, sizeof(*out));
-	if (!st->has_hist)
-		return STORE_ENOTFOUND;
 	if ((err = store_txn_begin(st, &t)) != 0)
 		return err;
 	if ((err = key_entries(st, t->txn, keyhash, &e, &n)) != 0)
@@ -256,12 +276,9 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	for (i = 0; i < n; i++) {
 		if (user && !story_user_is(t, e[i].qid, user))
 			continue;
-		if ((err = claim_del(t, e[i].claim, e[i].qid, 0)) < 0)
+		if ((err = claim_del(t, keyhash, &e[i], e[i].qid, 0)) < 0)
 			goto fail;
 		out->claims += (size_t) err;
-		err = store_mdb_error(store_del(t, st->keys, &key, &e[i].val), "delete key");
-		if (err != 0 && err != STORE_ENOTFOUND)
-			goto fail;
 		if (qid_add(&out->qids, &out->n_qids, e[i].qid)
 		    && (err = story_forgotten(t, e[i].qid, now)) != 0)
 			goto fail;

@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 		for (j = i; j < n && j < i + batch; j++) {
 			memcpy(c.fingerprint, hashes[j], sizeof(c.fingerprint));
 			qid_of(c.qid, j);
-			store_txn_claim_put(t, hashes[j], &c);
+			store_txn_claim_put(t, hashes[j], hashes[j], &c);	/* a key each */
 		}
 		if ((rc = store_txn_commit(t)) != 0) {
 			fprintf(stderr, "fill: commit after %ld claims: %s\n", i, store_strerror(rc));

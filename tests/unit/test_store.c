@@ -20,6 +20,8 @@
 #define NOW		1700000000000000LL	/* microseconds */
 #define SEC		1000000LL
 
+static const uint8_t KH[STORE_HASH_LEN] = { 0x4b };	/* the key every claim here is under */
+
 /* fx_setup_tiny - a 256 KiB map, to run out of space */
 static int fx_setup_tiny(void **state)
 {
@@ -94,24 +96,32 @@ static int spool(struct store *st, const struct store_msg *m, const int *hashes,
 	for (i = 0; i < n; i++) {
 		hash_of(h, hashes[i]);
 		claim_of(&c, m ? m->qid : "QIDNOMSG0000", 1, expires);
-		store_txn_claim_put(t, h, &c);
+		store_txn_claim_put(t, KH, h, &c);
 	}
 	return store_txn_commit(t);
 }
 
-/* claim_found - 1 live, 0 absent; fails the test on an error */
-static int claim_found(struct store *st, int hash, int64_t now, struct store_claim *out)
+/* claim_found_under - 1 live, 0 absent, for a claim filed under keyhash; fails on an error */
+static int claim_found_under(struct store *st, const uint8_t keyhash[STORE_HASH_LEN], int hash,
+			     int64_t now, struct store_claim *out)
 {
 	uint8_t h[1][STORE_HASH_LEN];
 	struct store_claim c;
 	int found = -1, rc;
 
 	hash_of(h[0], hash);
-	if ((rc = store_claims_get(st, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c, &found)) != 0)
+	if ((rc = store_claims_get(st, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c,
+				   &found)) != 0)
 		fail_msg("claims_get(%d): got %d (%s), want 0", hash, rc, store_strerror(rc));
 	if (out)
 		*out = c;
 	return found;
+}
+
+/* claim_found - the same under KH */
+static int claim_found(struct store *st, int hash, int64_t now, struct store_claim *out)
+{
+	return claim_found_under(st, KH, hash, now, out);
 }
 
 /* msg_check - compare every field, saying which differs */
@@ -255,10 +265,10 @@ static void test_claims(void **state)
 		if (cases[i].want < 0)
 			continue;
 		claim_of(&c, "0123456789AB", cases[i].hash, cases[i].expires);
-		store_txn_claim_put(t, h[i], &c);
+		store_txn_claim_put(t, KH, h[i], &c);
 	}
 	CHECK_INT("commit", store_txn_commit(t), 0);
-	CHECK_INT("claims_get", store_claims_get(f->st, (const uint8_t (*)[STORE_HASH_LEN]) h, n,
+	CHECK_INT("claims_get", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, n,
 						   NOW, got, found), 0);
 	for (i = 0; i < n; i++) {
 		snprintf(what, sizeof(what), "hash %d found", cases[i].hash);
@@ -270,7 +280,7 @@ static void test_claims(void **state)
 		CHECK_INT("accepted", got[i].accepted, NOW - SEC);
 		CHECK_INT("expires", got[i].expires, cases[i].expires);
 	}
-	CHECK_INT("claims_get n=0", store_claims_get(f->st, NULL, 0, NOW, NULL, NULL), 0);
+	CHECK_INT("claims_get n=0", store_claims_get(f->st, KH, NULL, 0, NOW, NULL, NULL), 0);
 	free(h);
 	free(got);
 	free(found);
@@ -286,11 +296,11 @@ static void test_txn_sees_own_claims(void **state)
 	hash_of(h, 7);
 	claim_of(&c, "AAAAAAAAAAAA", 9, NOW + SEC);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
-	CHECK_INT("before put", store_txn_claim_get(t, h, NOW, &got), STORE_ENOTFOUND);
-	store_txn_claim_put(t, h, &c);
-	CHECK_INT("after put", store_txn_claim_get(t, h, NOW, &got), 0);
+	CHECK_INT("before put", store_txn_claim_get(t, KH, h, NOW, &got), STORE_ENOTFOUND);
+	store_txn_claim_put(t, KH, h, &c);
+	CHECK_INT("after put", store_txn_claim_get(t, KH, h, NOW, &got), 0);
 	CHECK_STR("qid", got.qid, "AAAAAAAAAAAA");
-	CHECK_INT("after put, expired", store_txn_claim_get(t, h, NOW + SEC, &got),
+	CHECK_INT("after put, expired", store_txn_claim_get(t, KH, h, NOW + SEC, &got),
 		  STORE_ENOTFOUND);
 	CHECK_INT("no sticky error", store_txn_error(t), 0);
 	CHECK_INT("outside, before commit", claim_found(f->st, 7, NOW, NULL), 0);
@@ -688,8 +698,8 @@ static void test_bad_arguments(void **state)
 	store_txn_msg_put(t, &m);
 	CHECK_INT("sticky after NULL from", store_txn_error(t), STORE_EINVAL);
 	claim_of(&c, m.qid, 1, NOW + SEC);
-	store_txn_claim_put(t, h, &c);		/* a no-op now */
-	CHECK_INT("claim_get after failure", store_txn_claim_get(t, h, NOW, &c), STORE_EINVAL);
+	store_txn_claim_put(t, KH, h, &c);		/* a no-op now */
+	CHECK_INT("claim_get after failure", store_txn_claim_get(t, KH, h, NOW, &c), STORE_EINVAL);
 	CHECK_INT("commit of failed txn", store_txn_commit(t), STORE_EINVAL);
 	CHECK_INT("nothing written", claim_found(f->st, hash, NOW, NULL), 0);
 	m.from = xstrdup("x@y");
@@ -702,7 +712,7 @@ static void test_bad_arguments(void **state)
 	CHECK_INT("long qid", store_txn_commit(t), STORE_EINVAL);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	claim_of(&c, "", 1, NOW + SEC);
-	store_txn_claim_put(t, h, &c);
+	store_txn_claim_put(t, KH, h, &c);
 	CHECK_INT("empty claim qid", store_txn_commit(t), STORE_EINVAL);
 	strcpy(m.qid, "BADARG000001");
 	m.n_rcpts = 0;
@@ -782,7 +792,7 @@ static void test_corrupt_records(void **state)
 	struct store_txn *t;
 	struct store_claim c, claims[2];
 	struct list_acc a;
-	uint8_t h[2][STORE_HASH_LEN], *orphan;
+	uint8_t h[2][STORE_HASH_LEN], ck[2 * STORE_HASH_LEN], *orphan;
 	int found[2], hash = 1;
 	MDB_env *env;
 	char qid[STORE_QID_SIZE];
@@ -805,7 +815,9 @@ static void test_corrupt_records(void **state)
 
 	env = raw_env(f->path);
 	hash_of(h[1], 2);
-	raw_put(env, "claims", h[1], STORE_HASH_LEN, "\x01\x05junk", 7);
+	memcpy(ck, KH, STORE_HASH_LEN);		/* filed under its key, then its hash */
+	memcpy(ck + STORE_HASH_LEN, h[1], STORE_HASH_LEN);
+	raw_put(env, "claims", ck, sizeof(ck), "\x01\x05junk", 7);
 	raw_put(env, "queue", "QBAD00000001", 12, "\x01\xff", 2);
 	raw_put(env, "msg", "MBAD00000001", 12, "\x02garbage", 8);
 	raw_put(env, "queue", "ORPHAN000001", 12, orphan, orphan_len);
@@ -816,12 +828,12 @@ static void test_corrupt_records(void **state)
 
 	hash_of(h[0], 1);
 	CHECK_INT("claims_get with a corrupt one",
-		  store_claims_get(f->st, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
+		  store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
 				   claims, found),
 		  STORE_EINVAL);
 	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
-	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, h[1], NOW, &c), STORE_EINVAL);
+	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
 	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
 	store_txn_abort(t);
 
@@ -842,7 +854,7 @@ static void test_corrupt_records(void **state)
 	/* a corrupt claim can be replaced */
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	claim_of(&c, "GOOD00000001", 1, NOW - SEC);
-	store_txn_claim_put(t, h[1], &c);
+	store_txn_claim_put(t, KH, h[1], &c);
 	CHECK_INT("overwrite corrupt claim", store_txn_commit(t), 0);
 	CHECK_INT("dropped orphan", store_msg_drop(f->st, "ORPHAN000001"), 0);
 	CHECK_INT("dropped corrupt", store_msg_drop(f->st, "MBAD00000001"), 0);
@@ -892,6 +904,81 @@ static void test_msg_story_seed(void **state)
 	free(v1);
 	free(rec);
 	store_msg_free(&m);
+}
+
+/* raw_op - put (v non-NULL) or delete one record of db opened with flags, store closed */
+static void raw_op(MDB_env *env, const char *db, unsigned flags, const void *k, size_t klen,
+		   const void *v, size_t vlen)
+{
+	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, flags, &dbi), 0);
+	assert_int_equal(v ? mdb_put(txn, dbi, &key, &val, 0) : mdb_del(txn, dbi, &key, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/*
+ * A store from before claims were filed under their key: a claim under
+ * its claim hash alone, listed by a key index entry. It is still found,
+ * listed under its key, and forgotten with its entry; a new claim for the
+ * same recipient is filed under the key and shadows it.
+ */
+static void test_old_claims(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[1][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	struct store_forget out;
+	struct store_claim c, got;
+	struct store_txn *t;
+	char (*qids)[STORE_QID_SIZE];
+	size_t n, len;
+	int found = 0;
+	MDB_env *env;
+
+	store_close(f->st);
+	f->st = NULL;
+	env = raw_env(f->path);
+	hash_of(h[0], 77);
+	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+	len = store_claim_encode(rec, &c);
+	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
+	memcpy(entry, h[0], STORE_HASH_LEN);
+	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
+	raw_op(env, "meta", 0, "claims_by_key", 13, NULL, 0);	/* as before the mark */
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+
+	CHECK_INT("old claim found", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h,
+						      1, NOW, &got, &found), 0);
+	CHECK_INT("found", found, 1);
+	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
+	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
+	CHECK_INT("one", n, 1);
+	CHECK_STR("qid", qids[0], "OLDCLAIM0001");
+	free(qids);
+	/* the store still has old claims: reopening does not mark it */
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("still found", claim_found_under(f->st, KH, 77, NOW, NULL), 1);
+
+	/* a new claim for the same recipient is filed under the key and wins */
+	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_claim_put(t, KH, h[0], &c);
+	CHECK_INT("renew", store_txn_commit(t), 0);
+	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
+					      NOW, &got, &found), 0);
+	CHECK_STR("new qid", got.qid, "NEWCLAIM0001");
+
+	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
+	CHECK_INT("both claims deleted", out.claims, 2);
+	CHECK_INT("two messages", out.n_qids, 2);
+	store_forget_free(&out);
+	CHECK_INT("gone", claim_found_under(f->st, KH, 77, NOW, NULL), 0);
+	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
 }
 
 static void test_codec_truncated(void **state)
@@ -1036,6 +1123,7 @@ int main(void)
 		T(test_old_expiry_index),
 		T(test_msg_roundtrip),
 		T(test_msg_story_seed),
+		T(test_old_claims),
 		T(test_msg_update),
 		T(test_msg_update_many),
 		T(test_inflight),

@@ -79,19 +79,19 @@ static void accept(struct store_txn *t, struct store_msg *m, int tag)
 	memcpy(m->keyhash, kh, STORE_HASH_LEN);
 	m->ttl = 3600LL * 1000000;
 	store_txn_msg_put(t, m);
-	store_txn_claim_put(t, h, &c);
-	store_txn_key_put(t, kh, h, m->qid);
+	store_txn_claim_put(t, kh, h, &c);
 }
 
 /* claim_found - whether the claim of tag is live */
 static int claim_found(struct store *st, int tag)
 {
-	uint8_t h[1][STORE_HASH_LEN];
+	uint8_t h[1][STORE_HASH_LEN], kh[STORE_HASH_LEN];
 	struct store_claim c;
 	int found = 0;
 
 	memset(h[0], tag, sizeof(h[0]));
-	assert_int_equal(store_claims_get(st, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, NOW,
+	memset(kh, tag + 100, sizeof(kh));
+	assert_int_equal(store_claims_get(st, kh, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, NOW,
 					  &c, &found), 0);
 	return found;
 }
