@@ -108,11 +108,19 @@ void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
 			deliver_set(j, i, o, dsn, reply);
 }
 
-/* schedule - (re)queue a QID and wake a thread; the caller does not hold the lock */
+/*
+ * schedule - (re)queue a QID, and wake a thread if that moves when the
+ * next batch may start: a message joining a batch that is gathering
+ * wakes no one (the caller does not hold the lock)
+ */
 static void schedule(struct deliver *d, const char *qid, int64_t when)
 {
+	int64_t now = clock_us(), before;
+
 	pthread_mutex_lock(&d->lock);
-	if (dq_add(&d->q, qid, when))
+	before = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
+	if (dq_add(&d->q, qid, when)
+	    && dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch) != before)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 }
