@@ -337,8 +337,10 @@ int journal_commit(struct store_txn *t)
 	redo_settle(t);
 	if (j == NULL)
 		return synced(st, t->txn);
+	if (t->redo.len == 0 && !t->no_redo)
+		return mdb_txn_commit(t->txn);	/* nothing written: LMDB writes nothing either */
 	pthread_mutex_lock(&j->commit);	/* a writer whose commit just ended may be waiting */
-	if (t->no_redo || t->redo.len == 0 || (off = place(j, size = align(t->redo.len))) == 0) {
+	if (t->no_redo || (off = place(j, size = align(t->redo.len))) == 0) {
 		rc = synced(st, t->txn);
 		pthread_mutex_unlock(&j->commit);
 		return rc;
