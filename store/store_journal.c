@@ -15,9 +15,10 @@
  *
  *	The journal covers that one transaction. Every put and delete of a
  *	write transaction is also recorded here (store_put(), store_del()),
- *	and the commit writes the record to the journal file and fsyncs it
- *	on a thread of its own while LMDB flushes its pages: two flushes at
- *	once instead of one after the other. The commit is durable when
+ *	and the commit writes the record to the journal file on a thread of
+ *	its own, with O_DIRECT | O_DSYNC (through the page cache and
+ *	fdatasync where the file system has no O_DIRECT), while LMDB flushes
+ *	its pages: two flushes at once instead of one after the other. The commit is durable when
  *	both are done. At the next open, a record whose LMDB transaction
  *	id follows the store's last one is the lost transaction: its puts
  *	and deletes are applied again on the snapshot they were made on,
