@@ -2,7 +2,7 @@
 
 import smtplib
 
-from harness import Raw, case, check, eq, expect_reply, make_msg, run
+from harness import Raw, case, check, eq, expect_reply, make_msg, run, wait_until
 
 
 @case(timeout=30, needs_daemon=False)
@@ -157,5 +157,7 @@ def test_sink_delay_and_swaks(t):
     rec = sink.wait_count(1)[0]
     check(b"X-Idempotency-Key: k1\r\n" in rec["data"], "header kept")
     dots = sink.events("dot")
-    close = [e for e in sink.events("close") if e["conn"] == dots[0]["conn"]]
-    check(close and close[0]["t"] - dots[0]["t"] >= 1.9, "delay-2 held the reply ~2s")
+    # swaks may exit before the sink has noted the close: wait for it
+    close = wait_until(lambda: [e for e in sink.events("close") if e["conn"] == dots[0]["conn"]],
+                       timeout=10, what="the sink's close event")
+    check(close[0]["t"] - dots[0]["t"] >= 1.9, "delay-2 held the reply ~2s")
