@@ -215,6 +215,11 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	int rc;
 
 	*out = NULL;
+	/* the journal's region goes past the end of LMDB's map, inside map_size */
+	if (map_size >= 4 * (uint64_t) STORE_JOURNAL_SIZE) {
+		st->jbase = (map_size - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
+		map_size = st->jbase;
+	}
 	if ((rc = store_mkdir(path)) != 0
 	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0
 	    || (step = "journal", rc = journal_open(st, path)) != 0) {

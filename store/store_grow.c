@@ -121,6 +121,7 @@ int store_grow(struct store *st)
 	uint64_t used, map, size, want;
 	struct stat sb;
 	MDB_txn *txn;
+	off_t hole;
 	int fd, rc, err;
 
 	if ((err = grow_used(st, &used, &map)) != 0)
@@ -135,7 +136,10 @@ int store_grow(struct store *st)
 	if (err == 0 && fstat(fd, &sb) != 0)
 		err = STORE_EIO;
 	if (err == 0) {
-		size = (uint64_t) sb.st_size;
+		/* written up to the first hole: the journal's region lies past one */
+		hole = lseek(fd, (off_t) used, SEEK_HOLE);
+		size = hole >= 0 && (uint64_t) hole < (uint64_t) sb.st_size ? (uint64_t) hole
+		    : (uint64_t) sb.st_size;
 		want = used + grow_step(used) < map ? used + grow_step(used) : map;
 		__atomic_store_n(&st->grown_to, size, __ATOMIC_RELAXED);
 		if (grow_due(used, size, map)) {

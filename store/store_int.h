@@ -33,6 +33,7 @@ struct store {
 	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
+	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
 };
 
 struct store_txn {
@@ -54,6 +55,7 @@ int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
 
 /* store_journal.c: every write of a store_txn goes through these two */
+#define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
 int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
 int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
 int journal_open(struct store *st, const char *path);

@@ -2,7 +2,7 @@
  * NAME
  *	store_journal 3
  * SUMMARY
- *	the redo journal: a durable commit with its two flushes side by side
+ *	the redo journal: a durable commit with one flush instead of two
  * SYNOPSIS
  *	#include "store/store_int.h"
  * DESCRIPTION
@@ -15,31 +15,36 @@
  *
  *	The journal covers that one transaction. Every put and delete of a
  *	write transaction is also recorded here (store_put(), store_del()),
- *	and the commit writes the record to the journal file on a thread of
- *	its own, with O_DIRECT | O_DSYNC (through the page cache and
- *	fdatasync where the file system has no O_DIRECT), while LMDB flushes
- *	its pages: two flushes at once instead of one after the other. The commit is durable when
- *	both are done. At the next open, a record whose LMDB transaction
- *	id follows the store's last one is the lost transaction: its puts
- *	and deletes are applied again on the snapshot they were made on,
- *	which gives the same result, and the open syncs it.
+ *	and just before LMDB commits, the record is written into a region of
+ *	data.mdb itself, past the end of LMDB's map: LMDB never writes
+ *	there, and its fdatasync of the file then flushes the record with
+ *	the pages, in the one flush. (A journal file of its own cost a
+ *	second flush, which this disk served after the first even when both
+ *	were issued at once: BENCHMARKS.md.) The map LMDB is given is so the
+ *	region's size smaller than store.map_size (store.c), and the file is
+ *	sparse between the two. At the next open, a record whose LMDB
+ *	transaction id follows the store's last one is the lost transaction:
+ *	its puts and deletes are applied again on the snapshot they were
+ *	made on, which gives the same result, and the open syncs it.
  *
  *	Only the newest record is ever needed: the next commit's flush also
  *	writes the previous meta page. Records follow each other from the
- *	first block on and wrap to the start when the end is reached; a
- *	record never overwrites the one still needed. A transaction whose
- *	record does not fit, or any commit when the journal cannot be used
- *	(another process holds it, its file cannot be made), is synced the
- *	way LMDB does it without NOMETASYNC, so durability never depends
- *	on the journal being there.
+ *	region's first block on and wrap to the start when the end is
+ *	reached; a record never overwrites the one still needed. A
+ *	transaction whose record does not fit, or any commit when the
+ *	journal cannot be used (another process holds it, the map is too
+ *	small to spare the region), is synced the way LMDB does it without
+ *	NOMETASYNC, so durability never depends on the journal being there.
  *
- *	The file begins with a block naming it (magic, size, and a random
- *	id that the store's meta DB also keeps), so that a journal is never
- *	applied to another store. Each record has the id, the transaction
- *	id, the length and a CRC-32 over all of it: a record torn by a crash
- *	is not applied, and was never acknowledged. A record whose commit
- *	failed is voided (its transaction id zeroed) before the failure is
- *	returned, so that it cannot be taken for the next transaction.
+ *	The region begins with a block naming it (magic, size, and a random
+ *	id that the store's meta DB also keeps, with the region's offset, so
+ *	that it is found again when map_size changes), so that a journal is
+ *	never applied to another store. Each record has the id, the
+ *	transaction id, the length and a CRC-32 over all of it: a record torn
+ *	by a crash is not applied, and was never acknowledged. A record whose
+ *	commit failed is voided (its transaction id zeroed) before the
+ *	failure is returned, so that it cannot be taken for the next
+ *	transaction.
  * DIAGNOSTICS
  *	Warnings when the journal cannot be used and commits are synced
  *	without it; an error, and a failed open, when a record that must be
@@ -62,35 +67,25 @@
 #include "../util/log.h"
 #include "store_int.h"
 
-#define J_SIZE		(8u << 20)	/* the file, made all at once */
+#define J_SIZE		STORE_JOURNAL_SIZE	/* the region, made all at once */
 #define J_BLOCK		4096u		/* records start on a block boundary */
 #define J_MAGIC		"IDEMJRN1"
 #define J_REC_MAGIC	0x314a5249u	/* "IRJ1" */
 #define J_HDR		32		/* magic, crc, txnid, id, length, pad */
 #define J_MAX_REDO	(J_SIZE / 2)	/* a larger transaction is synced without a record */
 #define META_JOURNAL_ID	"journal_id"
+#define META_JOURNAL_AT	"journal_at"	/* the region's offset in data.mdb */
 
 enum { OP_PUT = 1, OP_DEL = 2, OP_DEL_VAL = 3 };
 
 struct journal {
-	int fd;				/* owned; flock'd for as long as it is open */
-	int dfd;			/* owned: O_DIRECT | O_DSYNC for records, or -1 */
-	uint8_t *abuf;			/* owned: a block-aligned copy for dfd */
-	size_t abuf_cap;
+	int fd;				/* owned: data.mdb again, flock'd while it is open */
+	uint64_t base;			/* where the region starts in data.mdb */
 	uint64_t id;			/* this store's journal id */
 	uint64_t size;
-	uint64_t next;			/* where the next record goes */
+	uint64_t next;			/* where the next record goes, from base */
 	uint64_t need_start, need_end;	/* the newest record, still needed; empty if equal */
 	pthread_mutex_t commit;		/* one journaled commit at a time */
-	/* the writing thread */
-	pthread_t thread;
-	int started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	const uint8_t *job;		/* record to write, NULL: none */
-	size_t job_len;
-	uint64_t job_off;
-	int job_done, job_err, stop;
 	int warned;			/* a failed write was logged */
 };
 
@@ -237,62 +232,6 @@ static int write_all(int fd, const uint8_t *p, size_t len, uint64_t off)
 	return 0;
 }
 
-/* write_synced - a record through the page cache, then fdatasync */
-static int write_synced(struct journal *j, const uint8_t *rec, size_t len)
-{
-	int err = write_all(j->fd, rec, len, j->job_off);
-
-	return err == 0 && fdatasync(j->fd) != 0 ? errno : err;
-}
-
-/* write_direct - a record padded to blocks, straight to the disk (one flush) */
-static int write_direct(struct journal *j, const uint8_t *rec, size_t len)
-{
-	size_t alen = (size_t) align(len);
-
-	if (alen > j->abuf_cap) {
-		free(j->abuf);
-		if (posix_memalign((void **) &j->abuf, J_BLOCK, alen) != 0) {
-			j->abuf = NULL;
-			j->abuf_cap = 0;
-			return write_synced(j, rec, len);
-		}
-		j->abuf_cap = alen;
-	}
-	memcpy(j->abuf, rec, len);
-	memset(j->abuf + len, 0, alen - len);
-	return write_all(j->dfd, j->abuf, alen, j->job_off);
-}
-
-/* journal_main - write and fsync each record handed over */
-static void *journal_main(void *arg)
-{
-	struct journal *j = arg;
-	const uint8_t *rec;
-	size_t len;
-	int err;
-
-	pthread_mutex_lock(&j->lock);
-	for (;;) {
-		while (j->job == NULL && !j->stop)
-			pthread_cond_wait(&j->cond, &j->lock);
-		if (j->job == NULL)
-			break;
-		rec = j->job;
-		len = j->job_len;
-		pthread_mutex_unlock(&j->lock);
-		le32((uint8_t *) rec + 4, rec_crc(rec, len));
-		err = j->dfd >= 0 ? write_direct(j, rec, len) : write_synced(j, rec, len);
-		pthread_mutex_lock(&j->lock);
-		j->job = NULL;
-		j->job_err = err;
-		j->job_done = 1;
-		pthread_cond_broadcast(&j->cond);
-	}
-	pthread_mutex_unlock(&j->lock);
-	return NULL;
-}
-
 /* place - where a record of size bytes may go; 0 if nowhere now */
 static uint64_t place(const struct journal *j, uint64_t size)
 {
@@ -321,7 +260,7 @@ static void void_record(struct journal *j, uint64_t off)
 {
 	uint8_t zero[8] = { 0 };
 
-	if (pwrite(j->fd, zero, sizeof(zero), (off_t) (off + 8)) != (ssize_t) sizeof(zero)
+	if (pwrite(j->fd, zero, sizeof(zero), (off_t) (j->base + off + 8)) != (ssize_t) sizeof(zero)
 	    || fdatasync(j->fd) != 0)
 		msg_warn("store journal: cannot void a failed record: %m");
 }
@@ -340,7 +279,8 @@ int journal_commit(struct store_txn *t)
 		return synced(st, t->txn);
 	if (t->redo.len == 0 && !t->no_redo)
 		return mdb_txn_commit(t->txn);	/* nothing written: LMDB writes nothing either */
-	pthread_mutex_lock(&j->commit);	/* a writer whose commit just ended may be waiting */
+	/* what follows LMDB's commit is past its writer lock: the next writer waits here */
+	pthread_mutex_lock(&j->commit);
 	if (t->no_redo || (off = place(j, size = align(t->redo.len))) == 0) {
 		rc = synced(st, t->txn);
 		pthread_mutex_unlock(&j->commit);
@@ -351,30 +291,20 @@ int journal_commit(struct store_txn *t)
 	le64(rec + 8, mdb_txn_id(t->txn));
 	le64(rec + 16, j->id);
 	le32(rec + 24, (uint32_t) (t->redo.len - J_HDR));
-	pthread_mutex_lock(&j->lock);
-	j->job = rec;
-	j->job_len = t->redo.len;
-	j->job_off = off;
-	j->job_done = 0;
-	pthread_cond_signal(&j->cond);
-	pthread_mutex_unlock(&j->lock);
-
-	rc = mdb_txn_commit(t->txn);	/* the pages, flushed; the meta page, not yet */
-
-	pthread_mutex_lock(&j->lock);
-	while (!j->job_done)
-		pthread_cond_wait(&j->cond, &j->lock);
-	err = j->job_err;
-	pthread_mutex_unlock(&j->lock);
-	if (rc != 0) {
-		void_record(j, off);		/* it may be on the disk, whole, even if err */
-		j->next = off;			/* the slot is free again */
-	} else if (err != 0) {
+	le32(rec + 4, rec_crc(rec, t->redo.len));
+	if ((err = write_all(j->fd, rec, t->redo.len, j->base + off)) != 0) {
 		if (!j->warned++)
 			msg_warn("store journal: write failed (%s): syncing without it",
 				 strerror(err));
-		if ((rc = mdb_env_sync(st->env, 1)) == 0)
-			j->need_start = j->need_end = 0;
+		void_record(j, off);		/* a part of it may be there */
+		rc = synced(st, t->txn);
+		pthread_mutex_unlock(&j->commit);
+		return rc;
+	}
+	/* LMDB's fdatasync of data.mdb flushes the record with the pages */
+	if ((rc = mdb_txn_commit(t->txn)) != 0) {
+		void_record(j, off);		/* it may be on the disk, whole */
+		j->next = off;			/* the slot is free again */
 	} else {
 		j->need_start = off;
 		j->need_end = j->next = off + size;
@@ -438,10 +368,10 @@ static int recover(struct store *st, struct journal *j, const char *path)
 
 	if ((rc = mdb_env_info(st->env, &info)) != 0)
 		return rc;
-	if (fstat(j->fd, &sb) != 0 || (uint64_t) sb.st_size < j->size)
+	if (fstat(j->fd, &sb) != 0 || (uint64_t) sb.st_size < j->base + j->size)
 		return 0;			/* cut short: its records are not read */
 	want = (uint64_t) info.me_last_txnid + 1;
-	map = mmap(NULL, j->size, PROT_READ, MAP_SHARED, j->fd, 0);
+	map = mmap(NULL, j->size, PROT_READ, MAP_SHARED, j->fd, (off_t) j->base);
 	if (map == MAP_FAILED)
 		return errno;
 	for (off = J_BLOCK; off + J_HDR <= j->size; off += align(J_HDR + len)) {
@@ -463,108 +393,102 @@ static int recover(struct store *st, struct journal *j, const char *path)
 	return rc;
 }
 
-/* meta_id - the journal id the store keeps; 0 if none */
-static uint64_t meta_id(struct store *st)
+/* meta_u64 - a number the store's meta DB keeps; 0 if none */
+static uint64_t meta_u64(struct store *st, const char *name)
 {
-	MDB_val key = { sizeof(META_JOURNAL_ID) - 1, META_JOURNAL_ID }, val;
+	MDB_val key = { strlen(name), (void *) name }, val;
 	MDB_txn *txn;
-	uint64_t id = 0;
+	uint64_t v = 0;
 
 	if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
 		return 0;
 	if (mdb_get(txn, st->meta, &key, &val) == 0 && val.mv_size == 8)
-		id = rd64(val.mv_data);
+		v = rd64(val.mv_data);
 	mdb_txn_abort(txn);
-	return id;
+	return v;
 }
 
-/* make - a new journal file of zeros with its header, and its id in the store */
-static int make(struct store *st, struct journal *j, const char *path)
+/* make - a new region of zeros with its header at j->base, its place and id in the store */
+static int make(struct store *st, struct journal *j)
 {
-	static const uint8_t zero[1 << 16];
-	MDB_val key = { sizeof(META_JOURNAL_ID) - 1, META_JOURNAL_ID }, val;
-	uint8_t head[J_BLOCK] = { 0 }, idb[8];
+	static const uint8_t zero[J_BLOCK];
+	MDB_val key, val;
+	uint8_t head[J_BLOCK] = { 0 }, idb[8], atb[8];
 	MDB_txn *txn;
 	uint64_t off;
-	int rc, dfd;
+	int rc;
 
 	do {
 		if (getrandom(&j->id, sizeof(j->id), 0) != sizeof(j->id))
 			return errno;
 	} while (j->id == 0);
-	if (ftruncate(j->fd, 0) != 0)
-		return errno;
-	/* zeros written, not a hole: a commit then changes no block map */
+	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
 	for (off = J_BLOCK; off < J_SIZE; off += sizeof(zero))
-		if (pwrite(j->fd, zero, sizeof(zero), (off_t) off) != (ssize_t) sizeof(zero))
+		if (pwrite(j->fd, zero, sizeof(zero), (off_t) (j->base + off)) != (ssize_t) sizeof(zero))
 			return errno ? errno : ENOSPC;
 	memcpy(head, J_MAGIC, 8);
 	le64(head + 8, J_SIZE);
 	le64(head + 16, j->id);
-	if (pwrite(j->fd, head, sizeof(head), 0) != (ssize_t) sizeof(head) || fsync(j->fd) != 0)
+	if (pwrite(j->fd, head, sizeof(head), (off_t) j->base) != (ssize_t) sizeof(head)
+	    || fsync(j->fd) != 0)		/* fsync: the file's size changed */
 		return errno ? errno : EIO;
-	if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-		(void) fsync(dfd);		/* the new name, durable before a record counts on it */
-		close(dfd);
-	}
 	j->size = J_SIZE;
 	le64(idb, j->id);
-	val.mv_size = sizeof(idb);
-	val.mv_data = idb;
+	le64(atb, j->base);
 	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
 		return rc;
-	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) != 0) {
+	key.mv_size = sizeof(META_JOURNAL_ID) - 1;
+	key.mv_data = META_JOURNAL_ID;
+	val.mv_size = sizeof(idb);
+	val.mv_data = idb;
+	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) == 0) {
+		key.mv_size = sizeof(META_JOURNAL_AT) - 1;
+		key.mv_data = META_JOURNAL_AT;
+		val.mv_data = atb;
+		rc = mdb_put(txn, st->meta, &key, &val, 0);
+	}
+	if (rc != 0) {
 		mdb_txn_abort(txn);
 		return rc;
 	}
 	return synced(st, txn);
 }
 
-/* journal_stop - end the thread and close the file */
+/* journal_free - close the journal's descriptor (its flock goes with it) */
 static void journal_free(struct journal *j)
 {
-	if (j->started) {
-		pthread_mutex_lock(&j->lock);
-		j->stop = 1;
-		pthread_cond_signal(&j->cond);
-		pthread_mutex_unlock(&j->lock);
-		pthread_join(j->thread, NULL);
-	}
-	pthread_mutex_destroy(&j->lock);
 	pthread_mutex_destroy(&j->commit);
-	pthread_cond_destroy(&j->cond);
-	if (j->dfd >= 0)
-		close(j->dfd);
-	close(j->fd);
-	free(j->abuf);
+	if (j->fd >= 0)
+		close(j->fd);
 	free(j);
 }
 
 /*
  * journal_open - after the environment is open for writing: take the
- * journal, apply what it holds, and start its thread. 0, or a code
- * when a record that must be applied cannot be; a journal that cannot
- * be used only leaves st->j NULL, with a warning.
+ * region of data.mdb past LMDB's map (at st->jbase; 0: the map is too
+ * small to spare one), apply what it holds, and make a new one where
+ * the map now ends if it was elsewhere. 0, or a code when a record that
+ * must be applied cannot be; a journal that cannot be used only leaves
+ * st->j NULL, with a warning.
  */
 int journal_open(struct store *st, const char *path)
 {
-	struct journal *j = xcalloc(1, sizeof(*j));
+	struct journal *j;
 	char file[4096];
 	uint8_t head[24];
-	uint64_t have = meta_id(st);
+	uint64_t have = meta_u64(st, META_JOURNAL_ID), at = meta_u64(st, META_JOURNAL_AT);
+	MDB_envinfo info;
+	MDB_stat ms;
 	int rc = 0;
 
-	j->dfd = -1;
-	pthread_mutex_init(&j->lock, NULL);
+	if (st->jbase == 0)
+		return 0;
+	j = xcalloc(1, sizeof(*j));
 	pthread_mutex_init(&j->commit, NULL);
-	pthread_cond_init(&j->cond, NULL);
-	snprintf(file, sizeof(file), "%s/journal", path);
-	if ((j->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+	snprintf(file, sizeof(file), "%s/data.mdb", path);
+	if ((j->fd = open(file, O_RDWR | O_CLOEXEC)) < 0) {
 		msg_warn("store %s: no journal (%m): every commit is synced without it", path);
-		pthread_mutex_destroy(&j->lock);
-		pthread_mutex_destroy(&j->commit);
-		pthread_cond_destroy(&j->cond);
-		free(j);
+		journal_free(j);
 		return 0;
 	}
 	if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
@@ -573,19 +497,30 @@ int journal_open(struct store *st, const char *path)
 		journal_free(j);
 		return 0;
 	}
-	if (pread(j->fd, head, sizeof(head), 0) == (ssize_t) sizeof(head)
-	    && memcmp(head, J_MAGIC, 8) == 0 && rd64(head + 16) == have && have != 0
+	if (mdb_env_info(st->env, &info) != 0 || mdb_env_stat(st->env, &ms) != 0
+	    || ((uint64_t) info.me_last_pgno + 1) * ms.ms_psize > st->jbase) {
+		msg_warn("store %s: the store reaches past where the journal goes:"
+			 " every commit is synced without it", path);
+		journal_free(j);
+		return 0;
+	}
+	if (have != 0 && at != 0
+	    && pread(j->fd, head, sizeof(head), (off_t) at) == (ssize_t) sizeof(head)
+	    && memcmp(head, J_MAGIC, 8) == 0 && rd64(head + 16) == have
 	    && (j->size = rd64(head + 8)) > J_BLOCK) {
 		j->id = have;
+		j->base = at;
 		if ((rc = recover(st, j, path)) != 0) {
 			journal_free(j);
 			return rc;
 		}
-	} else {
-		if (have != 0)
-			msg_warn("store %s: the journal is missing or is another store's:"
-				 " a transaction acknowledged just before a crash may be lost", path);
-		if ((rc = make(st, j, path)) != 0) {
+	} else if (have != 0) {
+		msg_warn("store %s: the journal is missing or is another store's:"
+			 " a transaction acknowledged just before a crash may be lost", path);
+	}
+	if (j->base != st->jbase) {	/* new, or the map size changed: the store is synced */
+		j->base = st->jbase;
+		if ((rc = make(st, j)) != 0) {
 			msg_warn("store %s: cannot make the journal (%s):"
 				 " every commit is synced without it", path,
 				 rc > 0 ? strerror(rc) : mdb_strerror(rc));
@@ -594,14 +529,6 @@ int journal_open(struct store *st, const char *path)
 		}
 	}
 	j->next = J_BLOCK;
-	/* where the file system has no O_DIRECT (tmpfs), through the page cache */
-	j->dfd = open(file, O_WRONLY | O_DIRECT | O_DSYNC | O_CLOEXEC);
-	if (pthread_create(&j->thread, NULL, journal_main, j) != 0) {
-		journal_free(j);
-		msg_warn("store %s: no journal thread: every commit is synced without it", path);
-		return 0;
-	}
-	j->started = 1;
 	st->j = j;
 	return 0;
 }

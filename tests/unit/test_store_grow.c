@@ -30,16 +30,23 @@ static int fx_setup_tiny(void **state)
 	return fx_setup_map(state, 256u << 10);
 }
 
-/* file_size - the size of the store's data file */
+/*
+ * file_size - how much of the store's data file is written: up to its
+ * first hole, past which the journal's region lies (or its size if none)
+ */
 static uint64_t file_size(const struct fx *f)
 {
 	char p[160];
 	struct stat sb;
+	off_t hole;
+	int fd;
 
 	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
-	if (stat(p, &sb) != 0)
+	if ((fd = open(p, O_RDONLY)) < 0 || fstat(fd, &sb) != 0)
 		fail_msg("stat %s: %s", p, strerror(errno));
-	return (uint64_t) sb.st_size;
+	hole = lseek(fd, 0, SEEK_HOLE);
+	close(fd);
+	return hole >= 0 && hole < sb.st_size ? (uint64_t) hole : (uint64_t) sb.st_size;
 }
 
 /* used_bytes - what LMDB uses: up to and including its last page */
@@ -53,16 +60,18 @@ static uint64_t used_bytes(const struct fx *f)
 	return ((uint64_t) info.me_last_pgno + 1) * stat.ms_psize;
 }
 
-/* zeros_from - every byte of the data file from off on is zero */
+/* zeros_from - every written byte of the data file from off on is zero */
 static void zeros_from(const struct fx *f, uint64_t off)
 {
 	char p[160], buf[65536];
+	uint64_t end;
 	ssize_t n;
 	int fd, i;
 
 	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
 	assert_true((fd = open(p, O_RDONLY)) >= 0);
-	while ((n = pread(fd, buf, sizeof(buf), (off_t) off)) > 0) {
+	for (end = file_size(f); off < end && (n = pread(fd, buf, sizeof(buf) < end - off ? sizeof(buf)
+							 : (size_t) (end - off), (off_t) off)) > 0;) {
 		for (i = 0; i < n; i++)
 			if (buf[i] != 0)
 				fail_msg("byte %llu past LMDB's last page: got %d, want 0",

@@ -1,9 +1,10 @@
 /*
- * test_store_journal - the redo journal (store/store_journal.c). A crash
- * that loses the last commit's meta page is made by putting back a copy
- * of data.mdb taken before that commit: the journal must then give the
- * commit back, whole, on the next open; a torn record, a record of
- * another store, or a record whose commit failed must not be applied.
+ * test_store_journal - the redo journal (store/store_journal.c), a region
+ * of data.mdb past LMDB's map. A crash that loses the last commit's meta
+ * page is made by putting back LMDB's part of a copy of data.mdb taken
+ * before that commit: the journal must then give the commit back, whole,
+ * on the next open; a torn record, a record of another store, or a
+ * record whose commit failed must not be applied.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -12,8 +13,10 @@
 #include <unistd.h>
 
 #include "test_store_fx.h"
+#include "../../store/store_int.h"
 
-#define J_BLOCK		4096	/* the first record's offset */
+#define J_BLOCK		4096	/* the first record's offset in the region */
+#define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the region starts */
 
 static const int64_t NOW = 1700000000000000LL;
 
@@ -28,6 +31,24 @@ static void copy_file(const char *from, const char *to)
 	while ((n = read(in, chunk, sizeof(chunk))) > 0)
 		assert_int_equal(write(out, chunk, (size_t) n), n);
 	assert_int_equal(n, 0);
+	assert_int_equal(fsync(out), 0);
+	close(in);
+	close(out);
+}
+
+/* copy_range - len bytes at off of from over the same bytes of to */
+static void copy_range(const char *from, const char *to, uint64_t off, uint64_t len)
+{
+	char chunk[65536];
+	int in = open(from, O_RDONLY), out = open(to, O_WRONLY);
+	ssize_t n;
+
+	assert_true(in >= 0 && out >= 0);
+	for (; len > 0; off += (uint64_t) n, len -= (uint64_t) n) {
+		n = pread(in, chunk, len < sizeof(chunk) ? (size_t) len : sizeof(chunk), (off_t) off);
+		assert_true(n > 0);
+		assert_int_equal(pwrite(out, chunk, (size_t) n, (off_t) off), n);
+	}
 	assert_int_equal(fsync(out), 0);
 	close(in);
 	close(out);
@@ -112,7 +133,8 @@ static int queued(struct store *st, const char *qid)
  * before_and_after - A spooled and synced, data.mdb saved; then one
  * commit B that spools B (a message with overflow pages) and delivers A
  * (its spool records deleted, its story rewritten); the store is closed
- * and data.mdb put back as it was before B.
+ * and LMDB's part of data.mdb put back as it was before B, the journal's
+ * region kept as B left it.
  */
 static void before_and_after(struct fx *f)
 {
@@ -137,7 +159,10 @@ static void before_and_after(struct fx *f)
 	assert_int_equal(store_txn_commit(t), 0);
 	store_close(f->st);
 	f->st = NULL;
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.after"));
 	copy_file(in_store(f, "data.mdb.before"), in_store(f, "data.mdb"));
+	copy_range(in_store(f, "data.mdb.after"), in_store(f, "data.mdb"), REGION,
+		   STORE_JOURNAL_SIZE);
 	store_msg_free(&a);
 	store_msg_free(&b);
 }
@@ -175,8 +200,8 @@ static void test_torn_record(void **state)
 	int fd;
 
 	before_and_after(f);
-	assert_true((fd = open(in_store(f, "journal"), O_RDWR)) >= 0);
-	assert_int_equal(pwrite(fd, "X", 1, J_BLOCK + 100), 1);
+	assert_true((fd = open(in_store(f, "data.mdb"), O_RDWR)) >= 0);
+	assert_int_equal(pwrite(fd, "X", 1, REGION + J_BLOCK + 100), 1);
 	close(fd);
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("B not queued", queued(f->st, "JRNB00000001"), 0);
@@ -197,7 +222,7 @@ static void test_other_store(void **state)
 	snprintf(g.path, sizeof(g.path), "%s/other", f->dir);
 	fx_reopen(&g, TEST_MAP);
 	before_and_after(&g);
-	copy_file(in_store(&g, "journal"), in_store(f, "journal"));
+	copy_range(in_store(&g, "data.mdb"), in_store(f, "data.mdb"), REGION, STORE_JOURNAL_SIZE);
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("B not queued", queued(f->st, "JRNB00000001"), 0);
 	CHECK_INT("A still queued", queued(f->st, "JRNA00000001"), 1);
@@ -208,9 +233,9 @@ static void test_other_store(void **state)
 }
 
 /*
- * A commit that fails after its record was written (the file cannot
- * grow) voids the record: the next open does not take it for the lost
- * transaction that has its id.
+ * A commit that fails (no file write may go past where LMDB's part ends,
+ * so neither LMDB's new pages nor the record can be written) returns its
+ * error, and the next open does not bring the message back.
  */
 static void test_failed_commit(void **state)
 {
@@ -218,19 +243,22 @@ static void test_failed_commit(void **state)
 	struct store_msg a, big;
 	struct store_txn *t;
 	struct rlimit old, lim;
-	struct stat sb;
+	off_t end;
+	int fd;
 
 	msg_of(&a, "JRNA00000001", 100);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
 
-	assert_int_equal(stat(in_store(f, "data.mdb"), &sb), 0);
-	assert_true(sb.st_size >= 10 * J_BLOCK);	/* the record fits under the limit */
+	assert_true((fd = open(in_store(f, "data.mdb"), O_RDONLY)) >= 0);
+	end = lseek(fd, 0, SEEK_HOLE);		/* LMDB's part: the region lies past a hole */
+	close(fd);
+	assert_true(end > 0 && end < REGION);
 	signal(SIGXFSZ, SIG_IGN);
 	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
 	lim = old;
-	lim.rlim_cur = (rlim_t) sb.st_size;
+	lim.rlim_cur = (rlim_t) end;
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
 	msg_of(&big, "JRNF00000001", 16000);	/* new pages past the end of data.mdb */
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
