@@ -393,8 +393,9 @@ def fig_big(pf, ir, res):
 
 
 def mdb_claim_bytes(store):
-    """mdb_claim_bytes - (claims, bytes in the claims and key index trees, data.mdb size);
-    the key index has one entry per claim the daemon writes (fill writes none)"""
+    """mdb_claim_bytes - (claims, bytes in the claims and key index trees, data.mdb's
+    disk space: the file is sparse, its journal region past a hole, so not its size);
+    claims are filed under their key, and only an older store has key index entries"""
     r = subprocess.run(["mdb_stat", "-ea", store], capture_output=True, text=True)
     if r.returncode != 0:
         return None
@@ -406,7 +407,7 @@ def mdb_claim_bytes(store):
     pages = sum(dbs[d]["Branch pages"] + dbs[d]["Leaf pages"] + dbs[d]["Overflow pages"]
                 for d in ("claims", "keys") if d in dbs)
     return (dbs.get("claims", {}).get("Entries", 0), pages * psize,
-            os.path.getsize(os.path.join(store, "data.mdb")))
+            os.stat(os.path.join(store, "data.mdb")).st_blocks * 512)
 
 
 def fig_claims(tmp, res):
