@@ -264,13 +264,40 @@ static void ops_done(struct commit *cm, struct commit_op *ops, int err)
 	pthread_mutex_unlock(&cm->lock);
 }
 
+/*
+ * commit_round - one transaction for fifo (submission order) and ops; a
+ * failed batch is retried one submission at a time, so that one oversized
+ * message fails only itself, and each op alone (ops_done)
+ */
+static void commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops)
+{
+	struct commit_req *req, *next;
+	int err, e;
+
+	err = commit_batch(cm, fifo, ops);
+	ops_done(cm, ops, err);
+	for (req = fifo; req && err != 0; req = req->next) {
+		e = err;
+		if (fifo->next != NULL || ops != NULL) {
+			next = req->next;
+			req->next = NULL;
+			e = commit_batch(cm, req, NULL);
+			req->next = next;
+		}
+		if (e != 0) {
+			req->outcome = COMMIT_FAILED;
+			req->error = e;
+		}
+	}
+}
+
 /* commit_main - the writer thread */
 static void *commit_main(void *arg)
 {
 	struct commit *cm = arg;
-	struct commit_req *batch, *req, *next, *fifo;
+	struct commit_req *batch, *next, *fifo;
 	struct commit_op *ops;
-	int err, grow, stop;
+	int grow, stop;
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
@@ -303,26 +330,7 @@ static void *commit_main(void *arg)
 			batch->next = fifo;
 			fifo = batch;
 		}
-		err = commit_batch(cm, fifo, ops);
-		ops_done(cm, ops, err);
-		for (req = fifo; req; req = req->next) {
-			if (err != 0 && (fifo->next != NULL || ops != NULL)) {
-				/* retry alone, so one oversized message fails only itself */
-				int e;
-
-				next = req->next;
-				req->next = NULL;
-				e = commit_batch(cm, req, NULL);
-				req->next = next;
-				if (e != 0) {
-					req->outcome = COMMIT_FAILED;
-					req->error = e;
-				}
-			} else if (err != 0) {
-				req->outcome = COMMIT_FAILED;
-				req->error = err;
-			}
-		}
+		commit_round(cm, fifo, ops);
 		commit_finish(cm, fifo);
 		if (grow)
 			(void) store_grow(cm->st);	/* warns by itself; the store is unharmed */
@@ -375,7 +383,6 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 int commit_now(struct commit *cm, struct commit_req *req)
 {
 	struct commit_op *ops;
-	int err;
 
 	pthread_mutex_lock(&cm->lock);
 	if (cm->busy || cm->pending != NULL || cm->stop) {
@@ -388,14 +395,7 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	pthread_mutex_unlock(&cm->lock);
 
 	req->next = NULL;
-	err = commit_batch(cm, req, ops);
-	ops_done(cm, ops, err);
-	if (err != 0 && ops != NULL)	/* alone, so that only its own failure is its */
-		err = commit_batch(cm, req, NULL);
-	if (err != 0) {
-		req->outcome = COMMIT_FAILED;
-		req->error = err;
-	}
+	commit_round(cm, req, ops);
 	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
 		cm->committed(cm->arg, req->msg.qid);
 
