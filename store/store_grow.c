@@ -79,19 +79,29 @@ static int grow_used(struct store *st, uint64_t *used, uint64_t *map)
 	return 0;
 }
 
-/* grow_fill - zeros from the end of the file to want, then one fdatasync */
-static int grow_fill(int fd, uint64_t end, uint64_t want)
+/* store_fill_zeros - write zeros from from to to, a page per pwrite; 0 or errno */
+int store_fill_zeros(int fd, uint64_t from, uint64_t to)
 {
 	static const char zeros[GROW_CHUNK];
 	ssize_t n;
 
-	while (end < want) {
-		size_t len = want - end < GROW_CHUNK ? (size_t) (want - end) : GROW_CHUNK;
+	while (from < to) {
+		size_t len = to - from < GROW_CHUNK ? (size_t) (to - from) : GROW_CHUNK;
 
-		if ((n = pwrite(fd, zeros, len, (off_t) end)) < 0)
-			return errno == ENOSPC || errno == EDQUOT ? STORE_ENOSPC : STORE_EIO;
-		end += (uint64_t) n;
+		if ((n = pwrite(fd, zeros, len, (off_t) from)) < 0)
+			return errno;
+		from += (uint64_t) n;
 	}
+	return 0;
+}
+
+/* grow_fill - zeros from the end of the file to want, then one fdatasync */
+static int grow_fill(int fd, uint64_t end, uint64_t want)
+{
+	int err = store_fill_zeros(fd, end, want);
+
+	if (err != 0)
+		return err == ENOSPC || err == EDQUOT ? STORE_ENOSPC : STORE_EIO;
 	return fdatasync(fd) == 0 ? 0 : STORE_EIO;
 }
 

@@ -54,6 +54,9 @@ int store_qid_key(const char *qid, MDB_val *key);
 int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
 
+/* store_grow.c */
+int store_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
+
 /* store_journal.c: every write of a store_txn goes through these two */
 #define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
 int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);

@@ -411,11 +411,9 @@ static uint64_t meta_u64(struct store *st, const char *name)
 /* make - a new region of zeros with its header at j->base, its place and id in the store */
 static int make(struct store *st, struct journal *j)
 {
-	static const uint8_t zero[J_BLOCK];
 	MDB_val key, val;
 	uint8_t head[J_BLOCK] = { 0 }, idb[8], atb[8];
 	MDB_txn *txn;
-	uint64_t off;
 	int rc;
 
 	do {
@@ -423,9 +421,8 @@ static int make(struct store *st, struct journal *j)
 			return errno;
 	} while (j->id == 0);
 	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
-	for (off = J_BLOCK; off < J_SIZE; off += sizeof(zero))
-		if (pwrite(j->fd, zero, sizeof(zero), (off_t) (j->base + off)) != (ssize_t) sizeof(zero))
-			return errno ? errno : ENOSPC;
+	if ((rc = store_fill_zeros(j->fd, j->base + J_BLOCK, j->base + J_SIZE)) != 0)
+		return rc;
 	memcpy(head, J_MAGIC, 8);
 	le64(head + 8, J_SIZE);
 	le64(head + 16, j->id);
