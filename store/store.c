@@ -14,10 +14,10 @@
  *	existing store without creating or writing anything, for
  *	idemrelayctl. Every commit is durable when it returns; opened for
  *	writing, the environment leaves each commit's meta page unflushed
- *	(MDB_NOMETASYNC) and the journal (store_journal.c) covers it, which
- *	flushes in parallel what LMDB would flush after. It uses MDB_NOTLS,
- *	so that read transactions are not tied to a thread and any thread
- *	may call any function.
+ *	(MDB_NOMETASYNC) and the journal (store_journal.c) covers it: a redo
+ *	record in data.mdb past LMDB's map, flushed with LMDB's pages. It
+ *	uses MDB_NOTLS, so that read transactions are not tied to a thread
+ *	and any thread may call any function.
  *
  *	This file also holds the one place where LMDB codes become STORE_E*
  *	codes (store_mdb_error()), and the read-only queries that belong to

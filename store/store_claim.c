@@ -51,7 +51,7 @@ void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STO
 /* store_claims_format - at open: may claims under the old key be left? An LMDB code */
 int store_claims_format(struct store *st, MDB_txn *txn, int rdonly)
 {
-	MDB_val key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY }, val = { 1, "1" };
+	MDB_val key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY }, val;
 	MDB_stat sb;
 	int rc;
 
