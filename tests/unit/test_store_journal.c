@@ -275,6 +275,47 @@ static void test_failed_commit(void **state)
 	store_msg_free(&big);
 }
 
+/*
+ * A record that can be written only in part (the file-size limit falls
+ * inside it) is voided, and the commit goes the LMDB way and succeeds.
+ */
+static void test_record_cut(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg a, b;
+	struct store_txn *t;
+	struct rlimit old, lim;
+	uint8_t txnid[8], zero[8] = { 0 };
+	int fd;
+
+	msg_of(&a, "JRNA00000001", 100);	/* its record takes the region's first block */
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &a, 1);
+	assert_int_equal(store_txn_commit(t), 0);
+
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t) (REGION + 2 * J_BLOCK + 100);	/* inside the next record */
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	msg_of(&b, "JRNB00000001", 3000);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	accept(t, &b, 2);
+	CHECK_INT("commit without the record", store_txn_commit(t), 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, SIG_DFL);
+
+	assert_true((fd = open(in_store(f, "data.mdb"), O_RDONLY)) >= 0);
+	assert_int_equal(pread(fd, txnid, 8, REGION + 2 * J_BLOCK + 8), 8);
+	close(fd);
+	CHECK_INT("the cut record is voided", memcmp(txnid, zero, 8), 0);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B queued", queued(f->st, "JRNB00000001"), 1);
+	CHECK_INT("B's claim", claim_found(f->st, 2), 1);
+	store_msg_free(&a);
+	store_msg_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +323,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_torn_record, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_other_store, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_record_cut, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
