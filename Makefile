@@ -13,26 +13,44 @@ endif
 
 B        = build
 BIN      = bin
-LIB_SRC  = $(wildcard util/*.c smtp/*.c store/*.c conf/*.c) \
-           $(filter-out relay/main.c relay/ctl.c relay/nodelay.c, $(wildcard relay/*.c))
-LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(B)/conf_default.o
+
+# One library per folder, linked in the order the folders depend on each
+# other (top first); `make check-layers` enforces that order on #include.
+# Each program names the libraries it needs.
+LAYERS   = deliver relay tls smtp store conf util
+deliver_SRC = $(wildcard deliver/*.c deliver/esmtp/*.c)
+relay_SRC   = $(wildcard relay/*.c)
+tls_SRC     = $(wildcard tls/*.c)
+smtp_SRC    = $(wildcard smtp/*.c)
+store_SRC   = $(wildcard store/*.c store/lmdb/*.c)
+conf_SRC    = $(wildcard conf/*.c)
+util_SRC    = $(wildcard util/*.c)
+lib         = $(B)/lib$(1).a
+LIBS_ALL    = $(foreach l,$(LAYERS),$(call lib,$(l)))
+LIBS_CTL    = $(foreach l,relay store conf util,$(call lib,$(l)))
+LIB_OBJ     = $(foreach l,$(LAYERS),$($(l)_SRC:%.c=$(B)/%.o)) $(B)/conf_default.o
+DAEMON_OBJ  = $(patsubst %.c,$(B)/%.o,$(wildcard daemon/*.c))
+CTL_OBJ     = $(patsubst %.c,$(B)/%.o,$(wildcard ctl/*.c))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
-PROGS    = $(BIN)/idemrelay $(if $(wildcard relay/ctl.c),$(BIN)/idemrelayctl)
+PROGS    = $(BIN)/idemrelay $(BIN)/idemrelayctl
 
 all: $(PROGS)
 
-$(BIN)/idemrelay: $(B)/relay/main.o $(B)/relay/nodelay.o $(B)/libidemrelay.a
+$(BIN)/idemrelay: $(DAEMON_OBJ) $(LIBS_ALL)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BIN)/idemrelayctl: $(B)/relay/ctl.o $(B)/libidemrelay.a
+$(BIN)/idemrelayctl: $(CTL_OBJ) $(LIBS_CTL)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/libidemrelay.a: $(LIB_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+define lib_rule
+$(call lib,$(1)): $$($(1)_SRC:%.c=$(B)/%.o) $(if $(filter conf,$(1)),$(B)/conf_default.o)
+	rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call lib_rule,$(l))))
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -48,7 +66,7 @@ $(B)/conf_default.c: conf/idemrelay.conf
 $(B)/conf_default.o: $(B)/conf_default.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/tests/%: tests/unit/%.c $(B)/libidemrelay.a
+$(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS) -lcmocka
 
@@ -57,10 +75,10 @@ $(B)/tests/%: tests/unit/%.c $(B)/libidemrelay.a
 # through a plain driver, so it needs no clang.
 FUZZERS   = session parse filter
 FUZZ_TIME ?= 60
-FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) relay/deliver_filter.c
+FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 
-$(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(B)/libidemrelay.a
+$(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
@@ -79,8 +97,8 @@ fuzz:
 	    -artifact_prefix=build-fuzz/ build-fuzz/corpus_$$f tests/fuzz/corpus/$$f || exit 1; \
 	done
 
-# nodelay.o is the daemon's own connect(), outside the library
-$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/relay/nodelay.o
+# nodelay.o is the daemon's own connect(), outside the libraries
+$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) -lpthread -lcmocka
 
@@ -90,7 +108,11 @@ unit: $(UNIT_BIN)
 e2e: $(PROGS)
 	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay python3 tests/e2e/run.py
 
-test: all unit fuzz-replay e2e
+# #include points down the folder order (tests/layers.py has the table)
+check-layers:
+	@python3 tests/layers.py
+
+test: check-layers all unit fuzz-replay e2e
 
 # Sanitizer build in its own tree, then the whole suite against it.
 asan:
@@ -103,8 +125,8 @@ run: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
-.PHONY: all unit e2e test asan run clean fuzz fuzz-replay
--include $(LIB_OBJ:.o=.d) $(B)/relay/main.d $(B)/relay/ctl.d $(B)/relay/nodelay.d $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d)
+.PHONY: all unit e2e test asan run clean fuzz fuzz-replay check-layers
+-include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d)
 
 # Install: programs in sbin (as Postfix does), man pages, the example
 # configuration in $(SYSCONFDIR)/idemrelay (never the live idemrelay.conf),
@@ -175,7 +197,7 @@ $(B)/bench/load: tests/bench/load.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -D_GNU_SOURCE $(LDFLAGS) -o $@ $<
 
-$(B)/bench/fill: tests/bench/fill.c $(B)/libidemrelay.a
+$(B)/bench/fill: tests/bench/fill.c $(foreach l,store util,$(call lib,$(l)))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -51,14 +51,14 @@
 #include "../util/log.h"
 #include "auth.h"
 #include "commit.h"
-#include "control.h"
-#include "io.h"
+#include "dupcount.h"
+#include "../tls/io.h"
 #include "keys.h"
 #include "metrics.h"
 #include "qid.h"
 #include "server.h"
 #include "server_int.h"
-#include "tls.h"
+#include "../tls/tls.h"
 
 /* ep_set - add or change a descriptor's epoll interest */
 static void ep_set(struct server *srv, int op, int fd, uint32_t events, void *ptr)
@@ -505,8 +505,8 @@ static void server_reload_conf(struct server *srv)
 		srv->ls[i].smtp_cf.max_rcpts = cf->limits.recipients;
 		srv->ls[i].smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
 	}
-	if (srv->dl)
-		deliver_reload(srv->dl, &nc);
+	if (srv->dl.reload)
+		srv->dl.reload(srv->dl.arg, &nc);
 	cf->log = nc.log;
 	log_setup("idemrelay", cf->log.syslog, (enum log_level) cf->log.level);
 	msg_info("reload: %s: %zu networks, message_size=%llu recipients=%d retry=%llds..%llds",
@@ -556,6 +556,7 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	srv->signal_tag = TAG_SIGNAL;
 	srv->auth_tag = TAG_AUTH;
 	srv->sigfd = -1;
+	srv->dc = dupcount_new();
 	if ((srv->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		msg_fatal("epoll_create1: %m");
 	server_load_secrets(srv);
@@ -567,8 +568,8 @@ static void committed(void *arg, const char *qid)
 {
 	struct server *srv = arg;
 
-	if (srv->dl)
-		deliver_enqueue(srv->dl, qid);
+	if (srv->dl.enqueue)
+		srv->dl.enqueue(srv->dl.arg, qid);
 }
 
 /* server_set_store - the store, opened after the listeners were bound; starts the writer */
@@ -584,10 +585,16 @@ struct commit *server_commit(struct server *srv)
 	return srv->cm;
 }
 
-/* server_set_deliver - where committed messages go */
-void server_set_deliver(struct server *srv, struct deliver *dl)
+/* server_dupcount - the duplicate counts, which the admin thread writes */
+struct dupcount *server_dupcount(struct server *srv)
 {
-	srv->dl = dl;
+	return srv->dc;
+}
+
+/* server_set_delivery - where committed messages go; before server_run() */
+void server_set_delivery(struct server *srv, const struct server_delivery *dl)
+{
+	srv->dl = *dl;
 }
 
 /* server_listen - bind every listener, block the signals we take by signalfd */
@@ -761,5 +768,6 @@ void server_free(struct server *srv)
 	auth_stop(srv->auth);
 	auth_users_free(srv->users);
 	tls_free(srv->tls);
+	dupcount_free(srv->dc);
 	free(srv);
 }

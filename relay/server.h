@@ -16,15 +16,26 @@
 
 #include "../conf/conf.h"
 #include "../store/store.h"
-#include "deliver.h"
 
 struct server;
+
+/*
+ * Where committed messages go: delivery sits above acceptance, so the
+ * daemon wires it in (daemon/main.c) and relay/ never includes it.
+ * enqueue runs on the writer thread, reload on the event loop.
+ */
+struct server_delivery {
+	void (*enqueue) (void *arg, const char *qid);
+	void (*reload) (void *arg, const struct conf *nc);	/* SIGHUP's new settings */
+	void *arg;
+};
 
 struct server *server_new(struct conf *c, const char *conf_path, struct store *st);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
 void server_set_store(struct server *srv, struct store *st);
 struct commit *server_commit(struct server *srv);
-void server_set_deliver(struct server *srv, struct deliver *dl);
+struct dupcount *server_dupcount(struct server *srv);	/* owned by the server */
+void server_set_delivery(struct server *srv, const struct server_delivery *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */
 void server_free(struct server *srv);
 

@@ -17,7 +17,7 @@
 #include "../store/store.h"
 #include "../util/buf.h"
 #include "commit.h"
-#include "deliver.h"
+#include "server.h"
 
 #define READ_CHUNK	65536
 #define OUT_MAX		(256 * 1024)	/* unread replies before we stop reading */
@@ -57,7 +57,8 @@ struct server {
 	struct conf *cf;		/* not owned; SIGHUP updates what can change */
 	const char *conf_path;		/* not owned; NULL: the embedded default */
 	struct store *st;		/* not owned */
-	struct deliver *dl;		/* not owned */
+	struct dupcount *dc;		/* owned: counts for the stories */
+	struct server_delivery dl;	/* where committed messages go; enqueue NULL: nowhere */
 	struct commit *cm;		/* owned */
 	struct smtp_config smtp_cf;
 	struct smtp_hooks hooks;

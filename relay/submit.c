@@ -19,7 +19,7 @@
 
 #include "../util/clock.h"
 #include "../util/log.h"
-#include "control.h"
+#include "dupcount.h"
 #include "keys.h"
 #include "metrics.h"
 #include "qid.h"
@@ -91,12 +91,12 @@ static const char *reply_text(const struct commit_req *req, char *reply, size_t 
 }
 
 /* answered - count a decided request and log it, once its reply is out */
-static void answered(struct commit_req *req, const char *keylog)
+static void answered(struct server *srv, struct commit_req *req, const char *keylog)
 {
 	struct buf line = BUF_INIT;
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
-	control_answered(req->outcome, req->orig_qid);
+	dupcount_add(srv->dc, req->outcome, req->orig_qid);
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
@@ -150,7 +150,7 @@ static void commit_done(struct commit_req *req)
 		smtp_session_reply(c->s, reply_text(req, reply, sizeof(reply)));
 		conn_process(c);
 	}
-	answered(req, sub->keylog);
+	answered(c->srv, req, sub->keylog);
 	req_free(req);
 }
 
@@ -281,7 +281,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	sub->req.msg.client = xstrndup(received.data, received.len);
 	if (fast_duplicate(c, &sub->req)) {
 		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(&sub->req, sub->keylog);
+		answered(srv, &sub->req, sub->keylog);
 		req_free(&sub->req);
 		buf_free(&received);
 		return;
@@ -300,7 +300,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	 */
 	if (srv->n_conns == 1 && srv->n_inflight == 0 && commit_now(srv->cm, &sub->req)) {
 		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(&sub->req, sub->keylog);
+		answered(srv, &sub->req, sub->keylog);
 		req_free(&sub->req);
 		return;
 	}

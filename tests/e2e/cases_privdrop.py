@@ -35,7 +35,7 @@ def test_privilege_drop(t):
     eq(ids["Uid"], [str(nobody.pw_uid)] * 4, "uids of the running daemon")
     eq(ids["Gid"], [str(nobody.pw_gid)] * 4, "gids of the running daemon")
     eq(ids["Groups"], [], "supplementary groups")
-    # the drop is logged before the store is opened (relay/main.c): wait for the file
+    # the drop is logged before the store is opened (daemon/main.c): wait for the file
     data = os.path.join(d.store, "data.mdb")
     wait_until(lambda: os.path.exists(data), 10, "the store after the drop")
     eq(os.stat(data).st_uid, nobody.pw_uid, "owner of the store")

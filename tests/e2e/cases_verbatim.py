@@ -2,7 +2,7 @@
 Received: header, strips the key header, and changes nothing else), even those that
 libesmtp 1.1.0 would edit on its own: no Date: or From:, Return-Path: and
 Original-Recipient:, repeated To:/Date:/Subject:, no body at all. The bridge's filter
-cuts libesmtp's header block out (relay/deliver_filter.h); the sink offers CHUNKING,
+cuts libesmtp's header block out (deliver/esmtp/deliver_filter.h); the sink offers CHUNKING,
 which the filter hides, so libesmtp must use DATA.
 
 Each transport: plain, STARTTLS, implicit TLS. One delivery thread, held up by a

@@ -1,5 +1,5 @@
 /*
- * fuzz_filter - the bridge's stream filter (relay/deliver_filter.h) on an
+ * fuzz_filter - the bridge's stream filter (deliver/esmtp/deliver_filter.h) on an
  * arbitrary conversation. The input is a list of chunks: one byte whose
  * high bit says the direction (set: the server's replies, down to
  * libesmtp; clear: libesmtp's writes, up to the server) and whose low
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../relay/deliver_filter.h"
+#include "../../deliver/esmtp/deliver_filter.h"
 
 #define OUT_MAX	(64 * 1024)
 

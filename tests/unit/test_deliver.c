@@ -1,8 +1,8 @@
 /*
  * test_deliver - the pure parts of delivery: backoff, outcome
  * classification, reply text and status codes, the libesmtp header scan,
- * xtext, and the scheduler's queue (relay/deliver_policy.c,
- * relay/deliver_queue.c).
+ * xtext, and the scheduler's queue (deliver/deliver_policy.c,
+ * deliver/deliver_queue.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,8 +13,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/deliver_policy.h"
-#include "../../relay/deliver_queue.h"
+#include "../../deliver/deliver_policy.h"
+#include "../../deliver/deliver_queue.h"
 
 #define N(a)	(sizeof(a) / sizeof((a)[0]))
 

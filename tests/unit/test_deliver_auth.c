@@ -1,5 +1,5 @@
 /*
- * test_deliver_auth - the AUTH guard of relay/deliver_auth.c: what it
+ * test_deliver_auth - the AUTH guard of deliver/esmtp/deliver_auth.c: what it
  * cuts, why, and what it keeps out of the debug trace (end to end:
  * tests/e2e/cases_upstream_tls.py).
  */
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/deliver_auth.h"
+#include "../../deliver/esmtp/deliver_auth.h"
 
 #define N(a)	(sizeof(a) / sizeof((a)[0]))
 

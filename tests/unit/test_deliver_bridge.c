@@ -1,5 +1,5 @@
 /*
- * test_deliver_bridge - the bridge of relay/deliver_bridge.c against
+ * test_deliver_bridge - the bridge of deliver/esmtp/deliver_bridge.c against
  * in-process servers: implicit TLS (it serves this process and refuses
  * another's connection; an untrusted certificate fails), and plain SMTP,
  * where the stream filter takes libesmtp's header block out of the content,
@@ -27,9 +27,9 @@
 #include <openssl/evp.h>
 #include <openssl/x509v3.h>
 
-#include "../../relay/deliver_bridge.h"
-#include "../../relay/deliver_filter.h"
-#include "../../relay/deliver_tls.h"
+#include "../../deliver/esmtp/deliver_bridge.h"
+#include "../../deliver/esmtp/deliver_filter.h"
+#include "../../deliver/esmtp/deliver_tls.h"
 #include "test_util.h"
 
 #define BLOCK	DELIVER_FILTER_SENTINEL "Date: Mon, 1 Jan 2024 00:00:00 +0000\r\n" \

@@ -2,7 +2,7 @@
  * NAME
  *	test_deliver_filter 1
  * SUMMARY
- *	unit tests: the bridge's stream filter (relay/deliver_filter.c)
+ *	unit tests: the bridge's stream filter (deliver/esmtp/deliver_filter.c)
  * DESCRIPTION
  *	Every row is fed whole, one byte per call, and cut in two at every
  *	position; each way must give the same output and the same verdict
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/deliver_filter.h"
+#include "../../deliver/esmtp/deliver_filter.h"
 #include "test_util.h"
 
 #define N(a)	(sizeof(a) / sizeof((a)[0]))

@@ -1,5 +1,5 @@
 /*
- * test_deliver_tls - the client TLS context of relay/deliver_tls.c. (The
+ * test_deliver_tls - the client TLS context of deliver/esmtp/deliver_tls.c. (The
  * handshake through the bridge in test_deliver_bridge.c; STARTTLS, AUTH
  * and the rest end to end, in tests/e2e/cases_upstream_tls.py.)
  */
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/deliver_tls.h"
+#include "../../deliver/esmtp/deliver_tls.h"
 
 static void test_ctx_host(void **state)
 {

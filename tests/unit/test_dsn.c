@@ -1,5 +1,5 @@
 /*
- * test_dsn - RFC 3464 bounce messages (relay/dsn.c).
+ * test_dsn - RFC 3464 bounce messages (deliver/dsn.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/dsn.h"
+#include "../../deliver/dsn.h"
 #include "../../smtp/smtp.h"
 
 static const char original[] =

@@ -1,6 +1,6 @@
 /*
  * test_metrics - counters, histograms and the Prometheus text rendering
- * (relay/metrics.c), and the control protocol's little JSON (relay/ctl_json.c).
+ * (relay/metrics.c), and the control protocol's little JSON (util/json.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "../../relay/commit.h"
-#include "../../relay/ctl_json.h"
+#include "../../util/json.h"
 #include "../../relay/metrics.h"
 #include "../../util/buf.h"
 
@@ -169,15 +169,15 @@ static void test_json_write(void **state)
 	(void) state;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		buf_reset(&b);
-		ctl_json_str(&b, cases[i].in);
+		json_str(&b, cases[i].in);
 		if (strcmp(b.data, cases[i].want) != 0)
 			fail_msg("json_str case %zu: got %s, want %s", i, b.data, cases[i].want);
 	}
 	buf_reset(&b);
-	ctl_json_time(&b, 1700000000LL * 1000000 + 5);
+	json_time(&b, 1700000000LL * 1000000 + 5);
 	assert_string_equal(b.data, "\"2023-11-14T22:13:20Z\"");
 	buf_reset(&b);
-	ctl_json_time(&b, 0);
+	json_time(&b, 0);
 	assert_string_equal(b.data, "null");
 	buf_free(&b);
 }
@@ -194,31 +194,31 @@ static void test_json_read(void **state)
 	int b;
 
 	(void) state;
-	assert_int_equal(ctl_json_get_bool(j, "ok", &b), 0);
+	assert_int_equal(json_get_bool(j, "ok", &b), 0);
 	assert_int_equal(b, 1);
-	assert_int_equal(ctl_json_get_bool(j, "off", &b), 0);
+	assert_int_equal(json_get_bool(j, "off", &b), 0);
 	assert_int_equal(b, 0);
-	assert_int_equal(ctl_json_get_str(j, "error", s, sizeof(s)), 0);
+	assert_int_equal(json_get_str(j, "error", s, sizeof(s)), 0);
 	assert_string_equal(s, "unknown QID \"X\" \xc3\xa9");	/* the top-level one */
-	assert_int_equal(ctl_json_get_int(j, "claims", &n), 0);
+	assert_int_equal(json_get_int(j, "claims", &n), 0);
 	assert_int_equal(n, 12);
-	assert_int_equal(ctl_json_get_int(j, "neg", &n), 0);
+	assert_int_equal(json_get_int(j, "neg", &n), 0);
 	assert_int_equal(n, -3);
-	assert_int_equal(ctl_json_get(j, "qids", &v, &len), 0);
+	assert_int_equal(json_get(j, "qids", &v, &len), 0);
 	assert_int_equal(len, 9);
 	assert_memory_equal(v, "[\"A\",\"B\"]", 9);
-	assert_int_equal(ctl_json_get(j, "b", &v, &len), -1);		/* nested only */
-	assert_int_equal(ctl_json_get_int(j, "error", &n), -1);	/* wrong type */
-	assert_int_equal(ctl_json_get_str(j, "claims", s, sizeof(s)), -1);
-	assert_int_equal(ctl_json_get_str(j, "error", s, 8), 0);	/* truncated to fit */
+	assert_int_equal(json_get(j, "b", &v, &len), -1);		/* nested only */
+	assert_int_equal(json_get_int(j, "error", &n), -1);	/* wrong type */
+	assert_int_equal(json_get_str(j, "claims", s, sizeof(s)), -1);
+	assert_int_equal(json_get_str(j, "error", s, 8), 0);	/* truncated to fit */
 	assert_string_equal(s, "unknown");
 	/* malformed input never reads past its end */
-	assert_int_equal(ctl_json_get(j + 1, "ok", &v, &len), -1);
-	assert_int_equal(ctl_json_get("{\"ok\":", "ok", &v, &len), -1);
-	assert_int_equal(ctl_json_get("{\"ok\":\"unterminated}", "ok", &v, &len), -1);
-	assert_int_equal(ctl_json_get("{\"a\":[1,2}", "a", &v, &len), -1);
-	assert_int_equal(ctl_json_get("{}", "a", &v, &len), -1);
-	assert_int_equal(ctl_json_get("", "a", &v, &len), -1);
+	assert_int_equal(json_get(j + 1, "ok", &v, &len), -1);
+	assert_int_equal(json_get("{\"ok\":", "ok", &v, &len), -1);
+	assert_int_equal(json_get("{\"ok\":\"unterminated}", "ok", &v, &len), -1);
+	assert_int_equal(json_get("{\"a\":[1,2}", "a", &v, &len), -1);
+	assert_int_equal(json_get("{}", "a", &v, &len), -1);
+	assert_int_equal(json_get("", "a", &v, &len), -1);
 }
 
 int main(void)

@@ -1,5 +1,5 @@
 /*
- * test_nodelay - relay/nodelay.c: every outgoing TCP connection gets
+ * test_nodelay - daemon/nodelay.c: every outgoing TCP connection gets
  * TCP_NODELAY (libesmtp's too, through ELF interposition), other sockets
  * are left alone, and connect() still behaves as connect().
  */

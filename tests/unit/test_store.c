@@ -13,7 +13,7 @@
 #include <lmdb.h>
 
 #include "../../store/store.h"
-#include "../../store/store_int.h"
+#include "../../store/lmdb/store_int.h"
 #include "../../util/buf.h"
 #include "test_store_fx.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "test_store_fx.h"
-#include "../../store/store_int.h"
+#include "../../store/lmdb/store_int.h"
 
 #define J_BLOCK		4096	/* the first record's offset in the region */
 #define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the region starts */

@@ -1,7 +1,8 @@
 /*
  * test_story - the store's stories and key index (store_hist.c, store_keys.c):
  * the history record codec, a story through spool, delivery updates, drop,
- * duplicate counts and expiry, forgetting a key, and the read-only open
+ * duplicate counts (and relay/dupcount.c, which holds them until they are
+ * written) and expiry, forgetting a key, and the read-only open
  * idemrelayctl uses. Each test gets a fresh store in a temporary directory
  * (test_store_fx.h).
  */
@@ -12,7 +13,9 @@
 #include <sys/time.h>
 
 #include "../../store/store.h"
-#include "../../store/store_int.h"
+#include "../../store/lmdb/store_int.h"
+#include "../../relay/commit.h"
+#include "../../relay/dupcount.h"
 #include "../../util/buf.h"
 #include "test_store_fx.h"
 
@@ -425,6 +428,57 @@ static void test_readonly(void **state)
 	store_msg_free(&m);
 }
 
+/* test_dupcount - counts held in memory, read exactly, written once */
+static void test_dupcount(void **state)
+{
+	static const struct {
+		int outcome;
+		const char *qid;
+	} add[] = {
+		{ COMMIT_DUPLICATE, "0000000000D1" },
+		{ COMMIT_PARTIAL, "0000000000D1" },	/* counts as a duplicate */
+		{ COMMIT_MISMATCH, "0000000000D1" },
+		{ COMMIT_QUEUED, "0000000000D1" },	/* not an answer from a claim */
+		{ COMMIT_FAILED, "0000000000D1" },
+		{ COMMIT_DUPLICATE, "" },		/* no QID named */
+		{ COMMIT_DUPLICATE, NULL },
+		{ COMMIT_DUPLICATE, "0000000000ZZ" },	/* no story: dropped at persist */
+	};
+	struct fx *f = *state;
+	struct dupcount *dc = dupcount_new();
+	struct store_msg m;
+	int claims[1] = { 5 };
+	uint64_t dups, mism;
+	size_t i, n;
+
+	msg_new(&m, "0000000000D1", 1, NULL);
+	accept_msg(f->st, &m, 6, claims);
+	for (i = 0; i < sizeof(add) / sizeof(add[0]); i++)
+		dupcount_add(dc, add[i].outcome, add[i].qid);
+	CHECK_INT("pending: known", dupcount_get(dc, f->st, m.qid, &dups, &mism), 0);
+	CHECK_INT("pending: duplicates", dups, 2);
+	CHECK_INT("pending: mismatches", mism, 1);
+	CHECK_INT("persist", dupcount_persist(dc, f->st, &n), 0);
+	CHECK_INT("persisted QIDs", n, 2);
+	CHECK_INT("written: known", dupcount_get(dc, f->st, m.qid, &dups, &mism), 0);
+	CHECK_INT("written: duplicates", dups, 2);
+	CHECK_INT("written: mismatches", mism, 1);
+	dupcount_add(dc, COMMIT_DUPLICATE, m.qid);
+	CHECK_INT("both: known", dupcount_get(dc, f->st, m.qid, &dups, &mism), 0);
+	CHECK_INT("both: duplicates", dups, 3);
+	CHECK_INT("persist again", dupcount_persist(dc, f->st, &n), 0);
+	CHECK_INT("persisted again", n, 1);
+	CHECK_INT("nothing left", dupcount_persist(dc, f->st, &n), 0);
+	CHECK_INT("nothing persisted", n, 0);
+	CHECK_INT("after: duplicates", (dupcount_get(dc, f->st, m.qid, &dups, &mism), dups), 3);
+	CHECK_INT("unknown", dupcount_get(dc, f->st, "0000000000ZZ", &dups, &mism), -1);
+	CHECK_INT("unknown: nothing", dups + mism, 0);
+	dupcount_add(dc, COMMIT_DUPLICATE, m.qid);	/* freed unwritten */
+	dupcount_free(dc);
+	dupcount_free(NULL);
+	store_msg_free(&m);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -437,6 +491,7 @@ int main(void)
 		T(test_expire),
 		T(test_expire_claim_outlives),
 		T(test_readonly),
+		T(test_dupcount),
 	};
 
 	return cmocka_run_group_tests_name("story", tests, NULL, NULL);

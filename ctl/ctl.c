@@ -1,0 +1,438 @@
+/*
+ * NAME
+ *	idemrelayctl 8
+ * SUMMARY
+ *	look at and act on idemrelay's queue, keys and stories
+ * SYNOPSIS
+ *	idemrelayctl [-c config] [--json] [-u user] command [argument]
+ * DESCRIPTION
+ *	Reads the configuration the daemon reads (with no -c, the embedded
+ *	default), then:
+ *
+ *	queue		the queued messages: QID, size, arrival, state,
+ *			attempts, next attempt, sender, recipients
+ *	show QID|KEY	a message's story; for a key, the story of every
+ *			message that holds claims under it. KEY is the key
+ *			header's value, the ENVID, or the Message-ID
+ *	stats		store figures, and the daemon's counters if it runs
+ *	flush		every deferred message is attempted now
+ *	retry QID	one message is attempted now
+ *	drop QID	the message leaves the queue, never delivered
+ *	forget KEY	the key's claims are deleted: its next submission
+ *			is a new message (-u: only that AUTH user's)
+ *
+ *	queue, show and stats read the LMDB store directly, read-only, so
+ *	they work whether or not the daemon runs. flush and retry need the
+ *	daemon (over the control socket). drop and forget go through the
+ *	daemon when it runs, so that its scheduler knows; when it does not,
+ *	they write to the store directly.
+ * DIAGNOSTICS
+ *	Exit 0 on success; 1 with a message for an unknown QID or key, an
+ *	absent store ("no store at PATH"), a daemon that is needed and not
+ *	running, or any failure; 2 for bad usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../util/clock.h"
+#include "../util/hash.h"
+#include "../util/log.h"
+#include "ctl.h"
+#include "../util/json.h"
+#include "../relay/keys.h"
+
+#define REPLY_MAX	(1u << 20)
+#define TIMEOUT_MS	10000
+
+/* usage - say how to run it */
+static void usage(int rc) __attribute__((noreturn));
+static void usage(int rc)
+{
+	fprintf(rc ? stderr : stdout,
+		"usage: idemrelayctl [-c config] [--json] [-u user] command [argument]\n"
+		"  queue            list the queued messages\n"
+		"  show QID|KEY     a message's story, or those of a key's messages\n"
+		"  stats            store figures and the daemon's counters\n"
+		"  flush            attempt every deferred message now (daemon)\n"
+		"  retry QID        attempt one message now (daemon)\n"
+		"  drop QID         remove a message from the queue\n"
+		"  forget KEY       delete a key's claims: its next submission is new\n");
+	exit(rc);
+}
+
+/* ctl_fail - report and exit 1 */
+void ctl_fail(struct ctl *x, const char *fmt, ...)
+{
+	char text[1024];
+	struct buf b = BUF_INIT;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "idemrelayctl: %s\n", text);
+	if (x && x->json) {
+		buf_printf(&b, "{\"ok\":false,\"error\":");
+		json_str(&b, text);
+		printf("%s}\n", b.data);
+		buf_free(&b);
+	}
+	exit(1);
+}
+
+/* ctl_store - open the store read-only, once */
+struct store *ctl_store(struct ctl *x)
+{
+	char err[512];
+
+	if (x->st == NULL && store_open_readonly(&x->st, x->cf.store.path, err, sizeof(err)) != 0)
+		ctl_fail(x, "%s", err);
+	return x->st;
+}
+
+/* store_rw - the store opened for writing, when the daemon is not there to write */
+static struct store *store_rw(struct ctl *x)
+{
+	char err[512], data[4096];
+	struct stat sb;
+
+	snprintf(data, sizeof(data), "%s/data.mdb", x->cf.store.path);
+	if (stat(data, &sb) != 0)
+		ctl_fail(x, "no store at %s", x->cf.store.path);
+	if (store_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
+		ctl_fail(x, "%s", err);
+	return x->st;
+}
+
+/* read_reply - everything the daemon sends until it closes */
+static int read_reply(int fd, struct buf *reply)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	char chunk[4096];
+	ssize_t n;
+
+	for (;;) {
+		if (poll(&p, 1, TIMEOUT_MS) <= 0)
+			return -1;
+		if ((n = read(fd, chunk, sizeof(chunk))) < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			return reply->len ? 0 : -1;
+		if (reply->len + (size_t) n > REPLY_MAX)
+			return -1;
+		buf_append(reply, chunk, (size_t) n);
+	}
+}
+
+/* ctl_request - a line to the control socket, its JSON reply back */
+int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen)
+{
+	struct sockaddr_un sun;
+	size_t len = strlen(line);
+	int fd;
+
+	buf_reset(reply);
+	if (x->cf.control == NULL) {
+		snprintf(why, whylen, "no control socket is configured (control = \"...\")");
+		return -1;
+	}
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(x->cf.control) >= sizeof(sun.sun_path))
+		ctl_fail(x, "control socket path too long: %s", x->cf.control);
+	strcpy(sun.sun_path, x->cf.control);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		ctl_fail(x, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0) {
+		snprintf(why, whylen, "the daemon is not running (control socket %s: %s)",
+			 x->cf.control, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
+	    || read_reply(fd, reply) != 0) {
+		close(fd);
+		ctl_fail(x, "no reply from the daemon on %s", x->cf.control);
+	}
+	close(fd);
+	while (reply->len && (reply->data[reply->len - 1] == '\n'))
+		reply->data[--reply->len] = 0;
+	return 0;
+}
+
+/* need_daemon - a request that only the daemon can carry out; the reply if ok */
+static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
+{
+	char why[512], err[1024];
+	int ok = 0;
+
+	if (ctl_request(x, line, reply, why, sizeof(why)) != 0)
+		ctl_fail(x, "%s", why);
+	if (json_get_bool(reply->data, "ok", &ok) != 0)
+		ctl_fail(x, "the daemon replied with something else than JSON: %.200s", reply->data);
+	if (!ok) {
+		if (json_get_str(reply->data, "error", err, sizeof(err)) != 0)
+			snprintf(err, sizeof(err), "the daemon refused: %.200s", reply->data);
+		ctl_fail(x, "%s", err);
+	}
+}
+
+/* is_qid - QID syntax: 12-20 of [0-9A-Z] */
+static int is_qid(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n < 12 || n > 20 || n >= STORE_QID_SIZE)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'A' && s[i] <= 'Z')))
+			return 0;
+	return 1;
+}
+
+/* ctl_key_hashes - KEY as the daemon would have derived it from a header/ENVID or a Message-ID */
+size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN])
+{
+	char id[1000], hex[2 * HASH_LEN + 1];
+	uint8_t d[HASH_LEN];
+	size_t n = strlen(key), a = 0;
+
+	keys_index_hash(key, out[0]);
+	/* a Message-ID key is the hex SHA-256 of the ID without <> and spaces */
+	while (a < n && (key[a] == ' ' || key[a] == '\t' || key[a] == '<'))
+		a++;
+	while (n > a && (key[n - 1] == ' ' || key[n - 1] == '\t' || key[n - 1] == '>'))
+		n--;
+	if (n == a || n - a >= sizeof(id))
+		return 1;
+	memcpy(id, key + a, n - a);
+	id[n - a] = 0;
+	hash_once(id, strlen(id), d);
+	hash_hex(d, hex);
+	keys_index_hash(hex, out[1]);
+	return 2;
+}
+
+/* cmd_flush - every deferred message due now */
+static int cmd_flush(struct ctl *x)
+{
+	struct buf reply = BUF_INIT;
+
+	need_daemon(x, "flush", &reply);
+	if (x->json)
+		printf("%s\n", reply.data);
+	else
+		printf("flush: every deferred message will be attempted now\n");
+	buf_free(&reply);
+	return 0;
+}
+
+/* cmd_retry - one message due now */
+static int cmd_retry(struct ctl *x, const char *qid)
+{
+	struct buf reply = BUF_INIT, line = BUF_INIT;
+	char state[32] = "";
+
+	if (!is_qid(qid))
+		ctl_fail(x, "not a QID: %s", qid);
+	buf_printf(&line, "retry %s", qid);
+	need_daemon(x, line.data, &reply);
+	json_get_str(reply.data, "state", state, sizeof(state));
+	if (x->json)
+		printf("%s\n", reply.data);
+	else if (strcmp(state, "active") == 0)
+		printf("%s: being delivered right now\n", qid);
+	else
+		printf("%s: will be attempted now\n", qid);
+	buf_free(&reply);
+	buf_free(&line);
+	return 0;
+}
+
+/* cmd_drop - through the daemon, or on the store if the daemon is not running */
+static int cmd_drop(struct ctl *x, const char *qid)
+{
+	struct buf reply = BUF_INIT, line = BUF_INIT;
+	char why[512], err[1024];
+	struct store_story s;
+	int ok = 0, rc;
+
+	if (!is_qid(qid))
+		ctl_fail(x, "not a QID: %s", qid);
+	buf_printf(&line, "drop %s", qid);
+	if (ctl_request(x, line.data, &reply, why, sizeof(why)) == 0) {
+		if (json_get_bool(reply.data, "ok", &ok) != 0 || !ok) {
+			if (json_get_str(reply.data, "error", err, sizeof(err)) != 0)
+				snprintf(err, sizeof(err), "%.200s", reply.data);
+			ctl_fail(x, "%s", err);
+		}
+	} else {
+		/* no daemon to race: the store alone knows the queue */
+		if ((rc = store_msg_drop(store_rw(x), qid)) == STORE_ENOTFOUND) {
+			if (store_story_get(x->st, qid, &s) == 0)
+				ctl_fail(x, "%s is not queued: it %s", qid,
+					 s.dropped ? "was dropped" : "has left the queue");
+			ctl_fail(x, "unknown QID %s", qid);
+		}
+		if (rc != 0)
+			ctl_fail(x, "cannot drop %s: %s", qid, store_strerror(rc));
+		buf_reset(&reply);
+		buf_printf(&reply, "{\"ok\":true,\"qid\":\"%s\",\"offline\":true}", qid);
+	}
+	if (x->json)
+		printf("%s\n", reply.data);
+	else
+		printf("%s: dropped from the queue\n", qid);
+	buf_free(&reply);
+	buf_free(&line);
+	return 0;
+}
+
+/* forget_offline - forget on the store itself; the reply as the daemon would give it */
+static void forget_offline(struct ctl *x, uint8_t (*h)[STORE_HASH_LEN], size_t n,
+			   struct buf *reply)
+{
+	struct store_forget f;
+	size_t i, j, claims = 0, n_qids = 0;
+	struct buf qids = BUF_INIT;
+	int err;
+
+	store_rw(x);
+	for (i = 0; i < n; i++) {
+		if ((err = store_key_forget(x->st, h[i], x->user, x->now, &f)) == STORE_ENOTFOUND)
+			continue;
+		if (err != 0)
+			ctl_fail(x, "cannot forget: %s", store_strerror(err));
+		claims += f.claims;
+		for (j = 0; j < f.n_qids; j++)
+			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[j]);
+		store_forget_free(&f);
+	}
+	if (n_qids == 0)
+		buf_printf(reply, "{\"ok\":false,\"error\":\"unknown key\"}");
+	else
+		buf_printf(reply, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"offline\":true}",
+			   claims, qids.data);
+	buf_free(&qids);
+}
+
+/* cmd_forget - delete a key's claims */
+static int cmd_forget(struct ctl *x, const char *key)
+{
+	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	char hex[2 * HASH_LEN + 1], why[512], err[1024];
+	struct buf reply = BUF_INIT, line = BUF_INIT;
+	const char *p, *q;
+	size_t n = ctl_key_hashes(key, h), i, len;
+	long long claims = 0;
+	int ok = 0;
+
+	if (x->user && strchr(x->user, ' '))
+		ctl_fail(x, "bad user name: %s", x->user);
+	buf_printf(&line, "forget %s", x->user ? x->user : "-");
+	for (i = 0; i < n; i++) {
+		hash_hex(h[i], hex);
+		buf_printf(&line, " %s", hex);
+	}
+	if (ctl_request(x, line.data, &reply, why, sizeof(why)) != 0)
+		forget_offline(x, h, n, &reply);
+	if (json_get_bool(reply.data, "ok", &ok) != 0 || !ok) {
+		if (json_get_str(reply.data, "error", err, sizeof(err)) != 0)
+			snprintf(err, sizeof(err), "%.200s", reply.data);
+		if (strncmp(err, "unknown key", 11) == 0)
+			ctl_fail(x, "unknown key %s%s%s", key, x->user ? " for user " : "",
+				 x->user ? x->user : "");
+		ctl_fail(x, "%s", err);
+	}
+	json_get_int(reply.data, "claims", &claims);
+	if (x->json) {
+		printf("%s\n", reply.data);
+	} else {
+		printf("%s: %lld claim%s deleted; its next submission is a new message\n", key,
+		       claims, claims == 1 ? "" : "s");
+		if (json_get(reply.data, "qids", &p, &len) == 0) {
+			printf("  messages: ");
+			for (q = p; q < p + len; q++)
+				if (*q != '[' && *q != ']' && *q != '"')
+					putchar(*q == ',' ? ' ' : *q);
+			printf("\n");
+		}
+	}
+	buf_free(&reply);
+	buf_free(&line);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct ctl x;
+	const char *path = NULL, *cmd, *arg;
+	char err[512];
+	int ch, rc, nargs;
+
+	memset(&x, 0, sizeof(x));
+	while ((ch = getopt_long(argc, argv, "c:ju:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'c':
+			path = optarg;
+			break;
+		case 'j':
+			x.json = 1;
+			break;
+		case 'u':
+			x.user = optarg;
+			break;
+		case 'h':
+			usage(0);
+		default:
+			usage(2);
+		}
+	}
+	if (optind >= argc)
+		usage(2);
+	cmd = argv[optind];
+	arg = optind + 1 < argc ? argv[optind + 1] : NULL;
+	nargs = argc - optind - 1;
+	log_setup("idemrelayctl", 0, LOG_LEVEL_ERROR);
+	if (conf_load(&x.cf, path, err, sizeof(err)) < 0)
+		ctl_fail(&x, "%s", err);
+	x.now = clock_us();
+
+	if (strcmp(cmd, "queue") == 0 && nargs == 0)
+		rc = ctl_queue(&x);
+	else if (strcmp(cmd, "show") == 0 && nargs == 1)
+		rc = ctl_show(&x, arg);
+	else if (strcmp(cmd, "stats") == 0 && nargs == 0)
+		rc = ctl_stats(&x);
+	else if (strcmp(cmd, "flush") == 0 && nargs == 0)
+		rc = cmd_flush(&x);
+	else if (strcmp(cmd, "retry") == 0 && nargs == 1)
+		rc = cmd_retry(&x, arg);
+	else if (strcmp(cmd, "drop") == 0 && nargs == 1)
+		rc = cmd_drop(&x, arg);
+	else if (strcmp(cmd, "forget") == 0 && nargs == 1)
+		rc = cmd_forget(&x, arg);
+	else
+		usage(2);
+	store_close(x.st);
+	conf_free(&x.cf);
+	return rc;
+}

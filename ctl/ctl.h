@@ -1,0 +1,50 @@
+/*
+ * NAME
+ *	ctl 3h
+ * SUMMARY
+ *	what idemrelayctl's files share
+ * DESCRIPTION
+ *	ctl/ctl.c is the program: options, the control socket client and
+ *	the actions (flush, retry, drop, forget). ctl/ctl_show.c reads the
+ *	store for queue, show and stats. Both print for people, or with
+ *	--json one JSON object per run for scripts; every failure goes
+ *	through ctl_fail(), which exits 1.
+ */
+#ifndef CTL_CTL_H
+#define CTL_CTL_H
+
+#include <stdint.h>
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+#include "../util/buf.h"
+
+#define CTL_MAX_KEYS	2	/* the key as given, and as a Message-ID */
+
+struct ctl {
+	struct conf cf;
+	int json;			/* --json */
+	const char *user;		/* -u: AUTH user, or NULL */
+	struct store *st;		/* owned, opened on demand */
+	int64_t now;			/* microseconds, one clock for the whole run */
+};
+
+/* ctl_fail - say why (stderr, and stdout as JSON with --json), exit 1 */
+void ctl_fail(struct ctl *x, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3), noreturn));
+
+/* ctl_store - the store, opened read-only; fails with "no store at PATH" */
+struct store *ctl_store(struct ctl *x);
+
+/* ctl_request - one request to the daemon: 0 and its reply, or -1 (why) if unreachable */
+int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);
+
+/* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
+size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN]);
+
+/* ctl_show.c */
+int ctl_queue(struct ctl *x);
+int ctl_show(struct ctl *x, const char *arg);
+int ctl_stats(struct ctl *x);
+
+#endif

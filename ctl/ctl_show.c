@@ -1,0 +1,404 @@
+/*
+ * NAME
+ *	ctl_show 3
+ * SUMMARY
+ *	idemrelayctl queue, show and stats: reading the store for people and scripts
+ * DESCRIPTION
+ *	Everything here reads the store read-only (ctl_store()). A message's
+ *	state is named as an operator knows it: "queued" (not attempted
+ *	yet), "deferred" (attempted, waiting), "active" (its final dot may
+ *	be out right now), and once it left the queue "sent", "bounced",
+ *	"unconfirmed", "finished" (recipients ended differently) or
+ *	"dropped".
+ *
+ *	Duplicate counts: the daemon writes them to the stories about once
+ *	a second. When it runs, `show` asks it for the exact figures (what
+ *	is written plus what is not yet); otherwise the stories hold them all.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../util/hash.h"
+#include "ctl.h"
+#include "../util/json.h"
+
+#define US	1000000LL
+
+/* rcpt_state - one recipient's state by name */
+static const char *rcpt_state(const struct store_story *s, const struct store_rcpt *r)
+{
+	switch (r->state) {
+	case STORE_RCPT_SENT:
+		return "sent";
+	case STORE_RCPT_BOUNCED:
+		return "bounced";
+	case STORE_RCPT_UNCONFIRMED:
+		return "unconfirmed";
+	default:
+		if (s->dropped)
+			return "dropped";
+		return s->m.attempts > 0 ? "deferred" : "queued";
+	}
+}
+
+/* msg_state - the message's state by name */
+static const char *msg_state(const struct store_story *s)
+{
+	size_t i;
+
+	if (s->queued)
+		return s->m.inflight ? "active" : s->m.attempts > 0 ? "deferred" : "queued";
+	if (s->dropped)
+		return "dropped";
+	for (i = 1; i < s->m.n_rcpts; i++)
+		if (s->m.rcpts[i].state != s->m.rcpts[0].state)
+			return "finished";
+	return s->m.n_rcpts ? rcpt_state(s, &s->m.rcpts[0]) : "finished";
+}
+
+/* fmt_dur - "3d04h", "2h05m", "4m12s", "12s" */
+static const char *fmt_dur(char *out, size_t len, int64_t us)
+{
+	long long s = (us < 0 ? -us : us) / US;
+
+	if (s >= 86400)
+		snprintf(out, len, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+	else if (s >= 3600)
+		snprintf(out, len, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+	else if (s >= 60)
+		snprintf(out, len, "%lldm%02llds", s / 60, s % 60);
+	else
+		snprintf(out, len, "%llds", s);
+	return out;
+}
+
+/* fmt_time - local time for people */
+static const char *fmt_time(char *out, size_t len, int64_t us)
+{
+	time_t t = (time_t) (us / US);
+	struct tm tm;
+
+	localtime_r(&t, &tm);
+	strftime(out, len, "%Y-%m-%d %H:%M:%S", &tm);
+	return out;
+}
+
+/* fmt_next - "now", "in 45s" */
+static const char *fmt_next(char *out, size_t len, int64_t next, int64_t now)
+{
+	char d[32];
+
+	if (next <= now)
+		snprintf(out, len, "now");
+	else
+		snprintf(out, len, "in %s", fmt_dur(d, sizeof(d), next - now));
+	return out;
+}
+
+/* json_rcpts - "recipients":[...] */
+static void json_rcpts(struct buf *b, const struct store_story *s)
+{
+	size_t i;
+
+	buf_printf(b, "\"recipients\":[");
+	for (i = 0; i < s->m.n_rcpts; i++) {
+		buf_printf(b, "%s{\"addr\":", i ? "," : "");
+		json_str(b, s->m.rcpts[i].addr);
+		buf_printf(b, ",\"state\":\"%s\",\"reply\":", rcpt_state(s, &s->m.rcpts[i]));
+		json_str(b, s->m.rcpts[i].reply);
+		buf_putc(b, '}');
+	}
+	buf_putc(b, ']');
+}
+
+/* what the queue walk gathers */
+struct queue_acc {
+	struct ctl *x;
+	struct buf out;			/* --json: the entries so far */
+	size_t n;
+};
+
+/* queue_cb - one queued message */
+static int queue_cb(void *arg, const struct store_msg *m)
+{
+	struct queue_acc *a = arg;
+	struct store_story s;
+	char t[64], n[64];
+	size_t i;
+
+	memset(&s, 0, sizeof(s));
+	s.m = *m;			/* borrowed */
+	s.queued = 1;
+	if (a->x->json) {
+		buf_printf(&a->out, "%s{\"qid\":\"%s\",\"state\":\"%s\",\"accepted\":", a->n ? "," : "",
+			   m->qid, msg_state(&s));
+		json_time(&a->out, m->accepted);
+		buf_printf(&a->out, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d,\"next_attempt\":",
+			   (long long) ((a->x->now - m->accepted) / US), m->data_len, m->attempts);
+		json_time(&a->out, m->next_attempt);
+		buf_printf(&a->out, ",\"from\":");
+		json_str(&a->out, m->from);
+		buf_putc(&a->out, ',');
+		json_rcpts(&a->out, &s);
+		buf_putc(&a->out, '}');
+	} else {
+		if (a->n == 0)
+			printf("%-20s %9s  %-19s  %-8s  %8s  %s\n", "QID", "Size", "Arrival", "State",
+			       "Attempts", "Next");
+		printf("%-20s %9zu  %-19s  %-8s  %8d  %s\n", m->qid, m->data_len,
+		       fmt_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
+		       fmt_next(n, sizeof(n), m->next_attempt, a->x->now));
+		printf("    from=<%s>\n", m->from);
+		for (i = 0; i < m->n_rcpts; i++)
+			printf("    to=<%s> %s%s%s%s\n", m->rcpts[i].addr, rcpt_state(&s, &m->rcpts[i]),
+			       m->rcpts[i].reply ? " (" : "",
+			       m->rcpts[i].reply ? m->rcpts[i].reply : "",
+			       m->rcpts[i].reply ? ")" : "");
+	}
+	a->n++;
+	return 0;
+}
+
+/* ctl_queue - the queue listing */
+int ctl_queue(struct ctl *x)
+{
+	struct queue_acc a = { x, BUF_INIT, 0 };
+	int err;
+
+	if ((err = store_queue_walk(ctl_store(x), queue_cb, &a)) != 0)
+		ctl_fail(x, "cannot read the queue: %s", store_strerror(err));
+	if (x->json)
+		printf("{\"ok\":true,\"count\":%zu,\"queue\":[%s]}\n", a.n, a.out.data ? a.out.data : "");
+	else if (a.n == 0)
+		printf("Queue is empty\n");
+	else
+		printf("-- %zu message%s in the queue\n", a.n, a.n == 1 ? "" : "s");
+	buf_free(&a.out);
+	return 0;
+}
+
+/* live_counts - the daemon's exact duplicate counts, if it runs */
+static void live_counts(struct ctl *x, struct store_story *s)
+{
+	struct buf line = BUF_INIT, reply = BUF_INIT;
+	char why[256];
+	long long d, m;
+	int ok = 0;
+
+	buf_printf(&line, "count %s", s->m.qid);
+	if (ctl_request(x, line.data, &reply, why, sizeof(why)) == 0
+	    && json_get_bool(reply.data, "ok", &ok) == 0 && ok
+	    && json_get_int(reply.data, "duplicates", &d) == 0
+	    && json_get_int(reply.data, "mismatches", &m) == 0) {
+		s->duplicates = (uint32_t) d;
+		s->mismatches = (uint32_t) m;
+	}
+	buf_free(&line);
+	buf_free(&reply);
+}
+
+/* story_json - one story as a JSON object */
+static void story_json(struct buf *b, struct ctl *x, const struct store_story *s)
+{
+	buf_printf(b, "{\"qid\":\"%s\",\"state\":\"%s\",\"queued\":%s,\"accepted\":", s->m.qid,
+		   msg_state(s), s->queued ? "true" : "false");
+	json_time(b, s->m.accepted);
+	buf_printf(b, ",\"age\":%lld,\"client\":", (long long) ((x->now - s->m.accepted) / US));
+	json_str(b, s->m.client);
+	buf_printf(b, ",\"user\":");
+	json_str(b, s->m.user);
+	buf_printf(b, ",\"from\":");
+	json_str(b, s->m.from);
+	buf_printf(b, ",\"envid\":");
+	json_str(b, s->m.envid);
+	buf_printf(b, ",\"size\":%zu,\"attempts\":%d,\"next_attempt\":", s->m.data_len,
+		   s->m.attempts);
+	json_time(b, s->queued ? s->m.next_attempt : 0);
+	buf_printf(b, ",\"updated\":");
+	json_time(b, s->updated);
+	buf_printf(b, ",\"finished\":");
+	json_time(b, s->finished);
+	buf_printf(b, ",\"story_expires\":");
+	json_time(b, s->expires);
+	buf_printf(b, ",\"key\":%s,\"key_forgotten\":", s->has_key ? "true" : "false");
+	json_time(b, s->forgotten);
+	buf_printf(b, ",\"duplicates\":%u,\"mismatches\":%u,", s->duplicates, s->mismatches);
+	json_rcpts(b, s);
+	buf_putc(b, '}');
+}
+
+/* story_text - one story for people */
+static void story_text(struct ctl *x, const struct store_story *s)
+{
+	char t[64], d[32], n[64];
+	size_t i;
+
+	printf("%s: %s\n", s->m.qid, msg_state(s));
+	printf("  accepted    %s (%s ago) from %s%s%s\n", fmt_time(t, sizeof(t), s->m.accepted),
+	       fmt_dur(d, sizeof(d), x->now - s->m.accepted), s->m.client,
+	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
+	printf("  sender      <%s>%s%s, %zu bytes\n", s->m.from, s->m.envid ? ", envid " : "",
+	       s->m.envid ? s->m.envid : "", s->m.data_len);
+	printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
+	if (s->forgotten)
+		printf(" (forgotten by the operator %s)", fmt_time(t, sizeof(t), s->forgotten));
+	printf("\n  duplicates  %u answered with this QID", s->duplicates);
+	if (s->mismatches)
+		printf(", %u refused as other content under its key", s->mismatches);
+	printf("\n  attempts    %d", s->m.attempts);
+	if (s->queued)
+		printf(", next %s", fmt_next(n, sizeof(n), s->m.next_attempt, x->now));
+	else if (s->updated)
+		printf(", last %s", fmt_time(t, sizeof(t), s->updated));
+	printf("\n");
+	for (i = 0; i < s->m.n_rcpts; i++)
+		printf("  to=<%s> %s%s%s%s\n", s->m.rcpts[i].addr, rcpt_state(s, &s->m.rcpts[i]),
+		       s->m.rcpts[i].reply ? " (" : "", s->m.rcpts[i].reply ? s->m.rcpts[i].reply : "",
+		       s->m.rcpts[i].reply ? ")" : "");
+	if (s->finished)
+		printf("  left the queue %s%s; story kept until %s\n",
+		       fmt_time(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
+		       fmt_time(n, sizeof(n), s->expires));
+}
+
+/* key_qids - the QIDs filed under any form of the key */
+static size_t key_qids(struct ctl *x, const char *key, char (**out)[STORE_QID_SIZE])
+{
+	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	char (*q)[STORE_QID_SIZE];
+	size_t nh = ctl_key_hashes(key, h), i, j, k, n = 0, nq;
+	int err;
+
+	*out = NULL;
+	for (i = 0; i < nh; i++) {
+		if ((err = store_key_qids(ctl_store(x), h[i], &q, &nq)) == STORE_ENOTFOUND)
+			continue;
+		if (err != 0)
+			ctl_fail(x, "cannot read the key index: %s", store_strerror(err));
+		for (j = 0; j < nq; j++) {
+			for (k = 0; k < n && strcmp((*out)[k], q[j]) != 0; k++)
+				 /* void */ ;
+			if (k < n)
+				continue;
+			*out = xrealloc(*out, (n + 1) * sizeof(**out));
+			strcpy((*out)[n++], q[j]);
+		}
+		free(q);
+	}
+	return n;
+}
+
+/* ctl_show - a QID's story, or the stories under a key */
+int ctl_show(struct ctl *x, const char *arg)
+{
+	char (*qids)[STORE_QID_SIZE] = NULL;
+	struct store_story s;
+	struct buf out = BUF_INIT;
+	size_t n = 0, i, shown = 0;
+	int err;
+
+	ctl_store(x);
+	if (strlen(arg) < STORE_QID_SIZE && (err = store_story_get(x->st, arg, &s)) == 0) {
+		store_story_free(&s);
+		qids = xcalloc(1, sizeof(*qids));
+		strcpy(qids[0], arg);
+		n = 1;
+	} else if ((n = key_qids(x, arg, &qids)) == 0) {
+		ctl_fail(x, "unknown QID or key: %s", arg);
+	}
+	for (i = 0; i < n; i++) {
+		if ((err = store_story_get(x->st, qids[i], &s)) != 0)
+			continue;		/* went between two reads */
+		live_counts(x, &s);
+		if (x->json) {
+			buf_printf(&out, "%s", shown ? "," : "");
+			story_json(&out, x, &s);
+		} else {
+			printf("%s", shown ? "\n" : "");
+			story_text(x, &s);
+		}
+		shown++;
+		store_story_free(&s);
+	}
+	if (x->json)
+		printf("{\"ok\":true,\"count\":%zu,\"messages\":[%s]}\n", shown,
+		       out.data ? out.data : "");
+	free(qids);
+	buf_free(&out);
+	return 0;
+}
+
+/* ctl_stats - store figures, and the daemon's counters when it runs */
+int ctl_stats(struct ctl *x)
+{
+	struct store_stats s;
+	struct buf reply = BUF_INIT;
+	uint64_t stories = 0, keys = 0;
+	int64_t oldest = 0;
+	char why[512] = "", d[32];
+	const char *counters = NULL;
+	size_t clen = 0;
+	long long pid = 0, up = 0;
+	int err, live;
+
+	if ((err = store_stats(ctl_store(x), &s)) != 0
+	    || (err = store_hist_stats(x->st, &stories, &keys)) != 0)
+		ctl_fail(x, "cannot read the store: %s", store_strerror(err));
+	if (store_queue_oldest(x->st, &oldest) != 0)
+		oldest = 0;
+	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
+	    && json_get(reply.data, "counters", &counters, &clen) == 0;
+	if (live) {
+		json_get_int(reply.data, "pid", &pid);
+		json_get_int(reply.data, "uptime", &up);
+	}
+	if (x->json) {
+		struct buf b = BUF_INIT;
+
+		buf_printf(&b, "{\"ok\":true,\"store\":{\"path\":");
+		json_str(&b, x->cf.store.path);
+		buf_printf(&b, ",\"queued\":%llu,\"oldest_seconds\":%lld,\"claims\":%llu,"
+			   "\"stories\":%llu,\"key_entries\":%llu,\"map_size\":%llu,"
+			   "\"map_used\":%llu},\"daemon\":",
+			   (unsigned long long) s.queued,
+			   (long long) (oldest ? (x->now - oldest) / US : 0),
+			   (unsigned long long) s.claims, (unsigned long long) stories,
+			   (unsigned long long) keys, (unsigned long long) s.map_size,
+			   (unsigned long long) s.map_used);
+		if (live)
+			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"counters\":%.*s}", pid, up,
+				   (int) clen, counters);
+		else
+			buf_printf(&b, "null");
+		printf("%s}\n", b.data);
+		buf_free(&b);
+		buf_free(&reply);
+		return 0;
+	}
+	printf("store        %s\n", x->cf.store.path);
+	printf("queue        %llu message%s", (unsigned long long) s.queued,
+	       s.queued == 1 ? "" : "s");
+	if (oldest)
+		printf(", oldest %s", fmt_dur(d, sizeof(d), x->now - oldest));
+	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
+	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
+	       (unsigned long long) keys);
+	printf("map          %.1f MiB used of %.1f MiB (%.1f%%)\n", s.map_used / 1048576.0,
+	       s.map_size / 1048576.0, s.map_size ? 100.0 * s.map_used / s.map_size : 0.0);
+	if (!live) {
+		printf("daemon       %s\n", why);
+	} else {
+		const char *p;
+
+		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
+		printf("since start ");
+		for (p = counters; p < counters + clen; p++)
+			if (*p != '{' && *p != '}' && *p != '"')
+				putchar(*p == ',' ? ' ' : *p == ':' ? '=' : *p);
+		printf("\n");
+	}
+	buf_free(&reply);
+	return 0;
+}

@@ -1,0 +1,447 @@
+/*
+ * NAME
+ *	control 3
+ * SUMMARY
+ *	the admin thread: control socket requests, duplicate counts, story expiry
+ * DESCRIPTION
+ *	One thread, one connection at a time, each with a two-second budget
+ *	to send its line: operator requests are rare and quick, and none of
+ *	this runs on the SMTP event loop. Actions go through the same
+ *	interfaces the daemon uses (deliver_*, store_*), so an operator's
+ *	drop can never race a delivery thread: a message being delivered at
+ *	that moment is refused with "try again".
+ *
+ *	The duplicate counts the event loop keeps (relay/dupcount.h) are
+ *	written here once a second, and at stop.
+ * DIAGNOSTICS
+ *	control: flush | retry QID | drop QID | forget ... (one line each)
+ *	QID: removed by the operator (idemrelayctl drop)
+ *	QID: key forgotten by the operator: N claims removed
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../util/clock.h"
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "../relay/commit.h"
+#include "../relay/dupcount.h"
+#include "control.h"
+#include "../util/json.h"
+#include "../relay/metrics.h"
+
+#define LINE_MAX_CTL	4096
+#define REQ_TIMEOUT_MS	2000
+#define FLUSH_EVERY	1000000LL	/* microseconds */
+#define EXPIRE_EVERY	10000000LL
+
+struct control {
+	const struct conf *c;		/* not owned */
+	struct store *st;		/* not owned */
+	struct deliver *dl;		/* not owned */
+	struct dupcount *dc;		/* not owned */
+	int lfd;			/* listener, owned, or -1 */
+	int stopfd;			/* eventfd, owned */
+	pthread_t thread;
+	int64_t started;
+};
+
+/* persist - move the pending duplicate counts into the stories */
+static void persist(struct control *ctl)
+{
+	size_t n;
+	int err;
+
+	if ((err = dupcount_persist(ctl->dc, ctl->st, &n)) != 0)
+		msg_warn("control: duplicate counts of %zu messages not recorded: %s", n,
+			 store_strerror(err));
+}
+
+/* reply_error - {"ok":false,"error":...} */
+static void reply_error(struct buf *out, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void reply_error(struct buf *out, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	buf_reset(out);
+	buf_printf(out, "{\"ok\":false,\"error\":");
+	json_str(out, text);
+	buf_putc(out, '}');
+}
+
+/* qid_arg - a plausible QID argument, or NULL */
+static const char *qid_arg(const char *arg)
+{
+	size_t n = arg ? strlen(arg) : 0, i;
+
+	if (n == 0 || n >= STORE_QID_SIZE)
+		return NULL;
+	for (i = 0; i < n; i++)
+		if (!((arg[i] >= '0' && arg[i] <= '9') || (arg[i] >= 'A' && arg[i] <= 'Z')))
+			return NULL;
+	return arg;
+}
+
+/* not_queued - the error for a QID that is not in the queue */
+static void not_queued(struct control *ctl, struct buf *out, const char *qid)
+{
+	struct store_story s;
+
+	if (store_story_get(ctl->st, qid, &s) == 0) {
+		reply_error(out, "%s is not queued: it %s", qid,
+			    s.dropped ? "was dropped" : "has left the queue");
+		store_story_free(&s);
+	} else {
+		reply_error(out, "unknown QID %s", qid);
+	}
+}
+
+/* do_retry - one message due now */
+static void do_retry(struct control *ctl, const char *qid, struct buf *out)
+{
+	int rc = deliver_retry(ctl->dl, qid);
+
+	if (rc < 0) {
+		not_queued(ctl, out, qid);
+		return;
+	}
+	msg_info("%s: control: retry%s", qid, rc ? " (being delivered already)" : "");
+	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
+		   rc ? "active" : "due");
+}
+
+/* do_drop - out of the schedule, then out of the spool */
+static void do_drop(struct control *ctl, const char *qid, struct buf *out)
+{
+	int err;
+
+	if (deliver_drop(ctl->dl, qid) == 1) {
+		reply_error(out, "%s is being delivered right now; try again in a moment", qid);
+		return;
+	}
+	if ((err = store_msg_drop(ctl->st, qid)) == STORE_ENOTFOUND) {
+		not_queued(ctl, out, qid);
+		return;
+	}
+	if (err != 0) {
+		reply_error(out, "cannot drop %s: %s", qid, store_strerror(err));
+		return;
+	}
+	msg_info("%s: removed by the operator (idemrelayctl drop)", qid);
+	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\"}", qid);
+}
+
+/* hex_hash - 64 hex digits to 32 bytes */
+static int hex_hash(const char *s, uint8_t out[STORE_HASH_LEN])
+{
+	unsigned v;
+	size_t i;
+
+	if (strlen(s) != 2 * STORE_HASH_LEN)
+		return -1;
+	for (i = 0; i < STORE_HASH_LEN; i++) {
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (uint8_t) v;
+	}
+	return 0;
+}
+
+/* do_forget - delete the claims filed under each key hash given */
+static void do_forget(struct control *ctl, char *args, struct buf *out)
+{
+	char *save = NULL, *user = strtok_r(args, " ", &save), *h;
+	uint8_t hash[STORE_HASH_LEN];
+	struct store_forget f;
+	struct buf qids = BUF_INIT;
+	size_t claims = 0, n_qids = 0, i;
+	int err, any = 0;
+
+	if (user == NULL || (h = strtok_r(NULL, " ", &save)) == NULL) {
+		reply_error(out, "usage: forget USER|- KEYHASH...");
+		return;
+	}
+	if (strcmp(user, "-") == 0)
+		user = NULL;
+	for (; h; h = strtok_r(NULL, " ", &save)) {
+		if (hex_hash(h, hash) != 0) {
+			reply_error(out, "bad key hash %.80s", h);
+			buf_free(&qids);
+			return;
+		}
+		err = store_key_forget(ctl->st, hash, user, clock_us(), &f);
+		if (err == STORE_ENOTFOUND)
+			continue;
+		if (err != 0) {
+			reply_error(out, "cannot forget: %s", store_strerror(err));
+			buf_free(&qids);
+			return;
+		}
+		any = 1;
+		claims += f.claims;
+		for (i = 0; i < f.n_qids; i++) {
+			msg_info("%s: key forgotten by the operator (idemrelayctl forget)", f.qids[i]);
+			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[i]);
+		}
+		store_forget_free(&f);
+	}
+	if (!any)
+		reply_error(out, "unknown key%s%s", user ? " for user " : "", user ? user : "");
+	else
+		buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s]}", claims,
+			   qids.data ? qids.data : "");
+	buf_free(&qids);
+}
+
+/* do_count - duplicates answered with a QID: written plus pending */
+static void do_count(struct control *ctl, const char *qid, struct buf *out)
+{
+	uint64_t dups, mism;
+	int known = dupcount_get(ctl->dc, ctl->st, qid, &dups, &mism) == 0;
+
+	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"known\":%s,\"duplicates\":%llu,"
+		   "\"mismatches\":%llu}", qid, known ? "true" : "false",
+		   (unsigned long long) dups, (unsigned long long) mism);
+}
+
+/* do_stats - the counters since start */
+static void do_stats(struct control *ctl, struct buf *out)
+{
+	struct metrics_snapshot s;
+	size_t i;
+
+	metrics_snapshot(&s);
+	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"counters\":{", (long) getpid(),
+		   (long long) ((clock_us() - ctl->started) / 1000000));
+	for (i = 0; i < METRICS_N_COUNTERS; i++)
+		buf_printf(out, "%s\"%s\":%llu", i ? "," : "", metrics_name(i),
+			   (unsigned long long) s.counters[i]);
+	buf_printf(out, "}}");
+}
+
+/* dispatch - one request line to one reply */
+static void dispatch(struct control *ctl, char *line, struct buf *out)
+{
+	char *save = NULL, *cmd = strtok_r(line, " \t", &save);
+	char *rest = save ? save + strspn(save, " \t") : NULL;
+	const char *qid = NULL;
+
+	if (cmd == NULL) {
+		reply_error(out, "empty request");
+		return;
+	}
+	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "drop") == 0 || strcmp(cmd, "count") == 0) {
+		if ((qid = qid_arg(rest)) == NULL) {
+			reply_error(out, "%s: bad or missing QID", cmd);
+			return;
+		}
+	}
+	if (strcmp(cmd, "ping") == 0) {
+		buf_printf(out, "{\"ok\":true,\"pid\":%ld}", (long) getpid());
+	} else if (strcmp(cmd, "flush") == 0) {
+		msg_info("control: flush");
+		deliver_flush(ctl->dl);
+		buf_printf(out, "{\"ok\":true}");
+	} else if (strcmp(cmd, "retry") == 0) {
+		do_retry(ctl, qid, out);
+	} else if (strcmp(cmd, "drop") == 0) {
+		do_drop(ctl, qid, out);
+	} else if (strcmp(cmd, "forget") == 0) {
+		do_forget(ctl, rest ? rest : (char *) "", out);
+	} else if (strcmp(cmd, "count") == 0) {
+		do_count(ctl, qid, out);
+	} else if (strcmp(cmd, "stats") == 0) {
+		do_stats(ctl, out);
+	} else {
+		reply_error(out, "unknown request %.40s", cmd);
+	}
+}
+
+/* read_line - one request line within the time budget; -1 if none */
+static int read_line(int fd, char *line, size_t size)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	size_t len = 0;
+	ssize_t n;
+	char *nl;
+
+	while (len + 1 < size) {
+		if (poll(&p, 1, REQ_TIMEOUT_MS) <= 0)
+			return -1;
+		if ((n = read(fd, line + len, size - 1 - len)) < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t) n;
+		line[len] = 0;
+		if ((nl = strchr(line, '\n')) != NULL) {
+			*nl = 0;
+			if (nl > line && nl[-1] == '\r')
+				nl[-1] = 0;
+			return 0;
+		}
+	}
+	line[len] = 0;
+	return len > 0 && len + 1 < size ? 0 : -1;
+}
+
+/* serve_one - one connection: a line in, a line out */
+static void serve_one(struct control *ctl, int fd)
+{
+	char line[LINE_MAX_CTL];
+	struct buf out = BUF_INIT;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	const char *p;
+	size_t left;
+	ssize_t w;
+
+	/* the socket is 0600 already; this also holds if its mode was changed */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
+	    && cred.uid != 0 && cred.uid != geteuid()) {
+		reply_error(&out, "permission denied");
+	} else if (read_line(fd, line, sizeof(line)) != 0) {
+		reply_error(&out, "no request line");
+	} else {
+		dispatch(ctl, line, &out);
+	}
+	buf_putc(&out, '\n');
+	for (p = out.data, left = out.len; left > 0;) {
+		if ((w = write(fd, p, left)) < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		p += w;
+		left -= (size_t) w;
+	}
+	buf_free(&out);
+}
+
+/* control_main - the admin thread */
+static void *control_main(void *arg)
+{
+	struct control *ctl = arg;
+	struct pollfd p[2] = { { ctl->stopfd, POLLIN, 0 }, { ctl->lfd, POLLIN, 0 } };
+	int64_t last_persist = clock_us(), last_expire = 0, now;
+	int fd, n;
+
+	for (;;) {
+		n = poll(p, ctl->lfd >= 0 ? 2 : 1, 250);
+		if (n < 0 && errno != EINTR) {
+			msg_warn("control: poll: %m");
+			break;
+		}
+		if (n > 0 && p[0].revents)
+			break;
+		if (n > 0 && ctl->lfd >= 0 && (p[1].revents & POLLIN)) {
+			if ((fd = accept4(ctl->lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+				serve_one(ctl, fd);
+				close(fd);
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+				msg_warn("control: accept: %m");
+			}
+		}
+		now = clock_us();
+		if (now - last_persist >= FLUSH_EVERY) {
+			persist(ctl);
+			last_persist = now;
+		}
+		if (now - last_expire >= EXPIRE_EVERY) {
+			store_hist_expire(ctl->st, now, 1000);
+			last_expire = now;
+		}
+	}
+	persist(ctl);
+	return NULL;
+}
+
+/* control_listen - the UNIX socket, mode 0600; a stale one is replaced */
+static int control_listen(const char *path)
+{
+	struct sockaddr_un sun;
+	struct stat sb;
+	int fd, probe;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun.sun_path))
+		msg_fatal("control: socket path too long: %s", path);
+	strcpy(sun.sun_path, path);
+	if (lstat(path, &sb) == 0) {
+		if (!S_ISSOCK(sb.st_mode))
+			msg_fatal("control: %s exists and is not a socket", path);
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *) &sun, sizeof(sun)) == 0)
+			msg_fatal("control: %s is in use: is another idemrelay running?", path);
+		if (probe >= 0)
+			close(probe);
+		if (unlink(path) < 0)
+			msg_fatal("control: cannot remove stale socket %s: %m", path);
+	}
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+		msg_fatal("control: socket: %m");
+	if (bind(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0)
+		msg_fatal("control: bind %s: %m", path);
+	/* the umask left it at most 0777 & ~umask for a moment; connect needs write */
+	if (chmod(path, 0600) < 0)
+		msg_fatal("control: chmod %s: %m", path);
+	if (listen(fd, 16) < 0)
+		msg_fatal("control: listen %s: %m", path);
+	return fd;
+}
+
+/* control_start - the admin thread, with the control socket if configured */
+struct control *control_start(const struct conf *c, struct store *st, struct deliver *dl,
+			      struct dupcount *dc)
+{
+	struct control *ctl = xcalloc(1, sizeof(*ctl));
+	int err;
+
+	ctl->c = c;
+	ctl->st = st;
+	ctl->dl = dl;
+	ctl->dc = dc;
+	ctl->lfd = -1;
+	ctl->started = clock_us();
+	if (c->control) {
+		ctl->lfd = control_listen(c->control);
+		msg_info("control socket %s", c->control);
+	}
+	if ((ctl->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
+		msg_fatal("control: eventfd: %m");
+	if ((err = pthread_create(&ctl->thread, NULL, control_main, ctl)) != 0)
+		msg_fatal("control: cannot start a thread: %s", strerror(err));
+	return ctl;
+}
+
+/* control_stop - stop, write the last counts, remove the socket */
+void control_stop(struct control *ctl)
+{
+	uint64_t one = 1;
+
+	if (ctl == NULL)
+		return;
+	(void) !write(ctl->stopfd, &one, sizeof(one));
+	pthread_join(ctl->thread, NULL);
+	if (ctl->lfd >= 0) {
+		close(ctl->lfd);
+		unlink(ctl->c->control);
+	}
+	close(ctl->stopfd);
+	free(ctl);
+}

@@ -1,0 +1,43 @@
+/*
+ * NAME
+ *	control 3h
+ * SUMMARY
+ *	the daemon's control socket, and the stories' duplicate counts
+ * DESCRIPTION
+ *	control_start() starts the admin thread. If `control` is set it
+ *	listens on that UNIX socket (mode 0600; a stale socket is removed,
+ *	a live one is fatal) for idemrelayctl: one request line in, one
+ *	JSON object line out, then the connection closes.
+ *
+ *	    ping                  {"ok":true,"pid":N}
+ *	    flush                 every deferred message due now
+ *	    retry QID             one message due now
+ *	    drop QID              out of the schedule and the spool
+ *	    forget USER|- HEX...  delete the claims filed under these key
+ *	                          index hashes (USER: only that AUTH user's)
+ *	    count QID             duplicates/mismatches answered with QID
+ *	    stats                 the counters since start
+ *
+ *	Failures are {"ok":false,"error":"..."}.
+ *
+ *	Duplicate counts (relay/dupcount.h) are written to the stories once
+ *	a second in one write transaction, and at stop; `count` adds what is
+ *	not written yet, so it is exact while the daemon runs. The admin
+ *	thread also expires old stories. It runs whether or not a
+ *	control socket is configured.
+ */
+#ifndef DAEMON_CONTROL_H
+#define DAEMON_CONTROL_H
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+#include "../deliver/deliver.h"
+#include "../relay/dupcount.h"
+
+struct control;
+
+struct control *control_start(const struct conf *c, struct store *st, struct deliver *dl,
+			      struct dupcount *dc);
+void control_stop(struct control *ctl);		/* writes pending counts, joins; NULL-safe */
+
+#endif

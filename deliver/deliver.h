@@ -1,0 +1,47 @@
+/*
+ * NAME
+ *	deliver 3h
+ * SUMMARY
+ *	delivery of spooled messages upstream (libesmtp) or into a Maildir
+ * DESCRIPTION
+ *	deliver_start() starts upstream.connections delivery threads and
+ *	loads the queue from the store: everything spooled and not finished
+ *	is scheduled again (a message whose inflight mark is set died after
+ *	its final dot may have gone out: it follows upstream.ambiguous).
+ *	deliver_enqueue() hands over a message just committed; it never
+ *	blocks acceptance for longer than a mutex.
+ *
+ *	Per recipient: 2xx sent; 4xx, or failure before the final dot,
+ *	deferred with exponential backoff retry.first .. retry.max, bounced
+ *	after retry.give_up; 5xx bounced, with an RFC 3464 delivery status
+ *	notification queued to the sender unless the sender is null. The
+ *	ambiguous case (final dot sent, no reply) is marked unconfirmed and
+ *	never resent, unless upstream.ambiguous = "retry".
+ *
+ *	Log lines, one per recipient event, Postfix-like:
+ *	  QID: to=<r>, relay=host[ip]:port, delay=0.12, dsn=2.0.0, status=sent (250 ...)
+ */
+#ifndef DELIVER_DELIVER_H
+#define DELIVER_DELIVER_H
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+
+struct deliver;
+
+struct commit;
+
+/* deliver_start - cm, if given, carries the inflight marks in its group commits */
+struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm);
+void deliver_enqueue(struct deliver *d, const char *qid);
+void deliver_flush(struct deliver *d);
+/* deliver_reload - take new retry settings (SIGHUP) */
+void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
+/* deliver_retry - one message due now: 0, 1 if being delivered right now, -1 if not queued */
+int deliver_retry(struct deliver *d, const char *qid);
+/* deliver_drop - forget a message (the caller removes it from the store):
+ * 0, or 1 if it is being delivered right now and was left alone */
+int deliver_drop(struct deliver *d, const char *qid);
+void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * NAME
+ *	deliver_impl 3h
+ * SUMMARY
+ *	what the delivery files share: the scheduler and one message's job
+ * DESCRIPTION
+ *	deliver.c owns the scheduler and the bookkeeping: it loads a job,
+ *	hands a batch of jobs to a backend (deliver_smtp.c, deliver_maildir.c),
+ *	and records each job's results: log lines, store update, retry time,
+ *	bounce notifications. A backend only fills in job->res[] and
+ *	job->relay; every recipient still queued at load time has a result,
+ *	"deferred, not attempted" until the backend says otherwise.
+ *	Not for use outside relay/deliver*.c.
+ */
+#ifndef DELIVER_DELIVER_IMPL_H
+#define DELIVER_DELIVER_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "../conf/conf.h"
+#include "../store/store.h"
+#include "deliver.h"
+#include "deliver_policy.h"
+#include "deliver_queue.h"
+
+#define DELIVER_REPLY_MAX	1024	/* one result's reply text */
+#define DELIVER_RELAY_MAX	320	/* "host[address]:port" */
+
+struct deliver {
+	const struct conf *c;		/* not owned */
+	struct store *st;		/* not owned */
+	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
+	pthread_mutex_t lock;		/* protects q and stop */
+	pthread_cond_t wake;		/* new work, earlier work, or stop */
+	struct dq q;			/* owned */
+	int stop;
+	pthread_t *threads;		/* owned */
+	size_t n_threads;
+	size_t batch;			/* messages per upstream session */
+};
+
+/* one recipient's result of this attempt */
+struct deliver_result {
+	int attempted;			/* the recipient was queued at load time */
+	enum deliver_outcome outcome;
+	char dsn[16];			/* "4.4.1" */
+	char reply[DELIVER_REPLY_MAX];	/* upstream reply or our own words */
+};
+
+/* one message being delivered */
+struct deliver_job {
+	struct store_msg m;		/* owned: store_msg_free() */
+	struct deliver_result *res;	/* owned; one per m.rcpts[] */
+	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
+	char remote_mta[256];		/* upstream host for the DSN, "" if none */
+	int queued;			/* after job_decide: a recipient is left to try */
+	int64_t next;			/* after job_decide: next attempt, -1 if none */
+};
+
+/* deliver_mark - durably mark a message: its final dot is about to go out */
+int deliver_mark(struct deliver *d, const char *qid);
+
+
+/* deliver_set - record one recipient's result (dsn NULL: taken from reply) */
+void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
+		 const char *dsn, const char *reply);
+
+/* deliver_set_all - the same result for every attempted recipient */
+void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
+		     const char *dsn, const char *reply);
+
+/* deliver_stopping - has deliver_stop() been called? */
+int deliver_stopping(struct deliver *d);
+
+/* the backends */
+void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n);
+void deliver_maildir_one(struct deliver *d, struct deliver_job *j);
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * NAME
+ *	deliver_queue 3h
+ * SUMMARY
+ *	the scheduler's in-memory queue: (qid, next_attempt), busy marks
+ * DESCRIPTION
+ *	A min-heap on next_attempt for "what is due", and an index by QID
+ *	(tsearch) so that an enqueue of a QID already known only moves it
+ *	earlier. A QID handed out by dq_take_due() is busy: it leaves the
+ *	heap, stays in the index, and is not handed out again until
+ *	dq_done() puts it back (or forgets it). Not thread-safe: the
+ *	caller holds the scheduler's mutex. Times are opaque int64s (the
+ *	store's microseconds).
+ */
+#ifndef DELIVER_DELIVER_QUEUE_H
+#define DELIVER_DELIVER_QUEUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../store/store.h"
+
+struct dq_item;
+
+struct dq {
+	void *index;			/* tsearch tree of struct dq_item, by qid; owns items */
+	struct dq_item **heap;		/* owned array; items not busy */
+	size_t n_heap, cap_heap;
+	size_t n_items;			/* in the index, busy or not */
+};
+
+void dq_init(struct dq *q);
+void dq_free(struct dq *q);
+
+/* dq_add - schedule qid at next, or earlier if already scheduled; busy: ignored. 1 if changed */
+int dq_add(struct dq *q, const char *qid, int64_t next);
+
+/* dq_take_due - hand out up to max QIDs due at now, earliest first; they become busy */
+size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max);
+
+/* dq_due_count - how many QIDs are due at now, counting no further than max */
+size_t dq_due_count(const struct dq *q, int64_t now, size_t max);
+
+/*
+ * dq_batch_start - when the next batch may start: once the earliest QID
+ * has been due for gather, so that others due meanwhile share its
+ * connection, or at once when max are due. INT64_MAX if none is waiting.
+ */
+int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max);
+
+/* dq_done - a busy QID is finished: reschedule at next, or forget it if next < 0 */
+void dq_done(struct dq *q, const char *qid, int64_t next);
+
+/* dq_next_due - earliest next_attempt among the non-busy, INT64_MAX if none */
+int64_t dq_next_due(const struct dq *q);
+
+/* dq_flush - make everything not busy due at now */
+void dq_flush(struct dq *q, int64_t now);
+
+/* dq_state - DQ_UNKNOWN, DQ_WAITING (in the heap) or DQ_BUSY_NOW (handed out) */
+enum dq_state { DQ_UNKNOWN, DQ_WAITING, DQ_BUSY_NOW };
+enum dq_state dq_state(const struct dq *q, const char *qid);
+
+/* dq_count - QIDs known (busy included), dq_busy - of which busy */
+size_t dq_count(const struct dq *q);
+size_t dq_busy(const struct dq *q);
+
+#endif

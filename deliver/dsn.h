@@ -1,0 +1,54 @@
+/*
+ * NAME
+ *	dsn 3h
+ * SUMMARY
+ *	RFC 3464 delivery status notifications (bounces), as message text
+ * DESCRIPTION
+ *	dsn_build() writes a complete multipart/report message (CRLF line
+ *	ends) telling the sender which recipients failed and why: a text
+ *	part for people, a message/delivery-status part for programs, and
+ *	the original message (RET=FULL, or by default when it is small) or
+ *	only its headers (RET=HDRS, or a large message). It is a pure
+ *	function of its arguments: the caller gives the clock and the QIDs.
+ */
+#ifndef DELIVER_DSN_H
+#define DELIVER_DSN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/buf.h"
+
+/* the original message goes back whole up to this size when RET is not given */
+#define DSN_FULL_LIMIT	50000
+
+struct dsn_rcpt {
+	const char *addr;	/* Final-Recipient */
+	const char *orcpt;	/* ORCPT as given ("rfc822;a+2Bb@c"), or NULL */
+	const char *status;	/* "5.1.1" */
+	const char *diag;	/* upstream reply "550 5.1.1 ...", or NULL */
+	const char *remote_mta;	/* upstream host name, or NULL */
+};
+
+struct dsn_report {
+	const char *hostname;	/* Reporting-MTA, and MAILER-DAEMON@hostname */
+	const char *qid;	/* the original message */
+	const char *dsn_qid;	/* the notification's own QID (Message-ID) */
+	const char *sender;	/* original envelope sender: where this goes */
+	const char *envid;	/* ENVID, or NULL */
+	int ret;		/* enum smtp_ret */
+	int64_t arrival;	/* when the original was accepted, Unix us */
+	int64_t now;		/* Date:, Unix us */
+	const struct dsn_rcpt *rcpts;
+	size_t n_rcpts;
+	const char *msg;	/* the original message, CRLF lines */
+	size_t msg_len;
+};
+
+/* dsn_build - append the notification to out; returns 1 if it holds 8-bit data */
+int dsn_build(const struct dsn_report *r, struct buf *out);
+
+/* dsn_date - RFC 5322 date-time in UTC, e.g. "Sun, 29 Nov 2026 13:27:41 +0000" */
+void dsn_date(int64_t us, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,663 @@
+/*
+ * NAME
+ *	deliver_bridge 3
+ * SUMMARY
+ *	the loopback bridge between libesmtp and the upstream
+ * DESCRIPTION
+ *	See deliver_bridge.h for what it is. Notes on why:
+ *
+ *	Every connection goes through it, plain ones too, for three reasons.
+ *	libesmtp's header edits are undone on the way (deliver_filter.h),
+ *	which needs the bytes libesmtp writes. The TCP connect gets the
+ *	timeout libesmtp lacks, and any address, IPv6 included (libesmtp
+ *	1.1.0 takes no IPv6 literal). And libESMTP's STARTTLS is not used
+ *	(deliver_tls.c): the pre-TLS part of STARTTLS and the handshake are
+ *	done here, in the delivery thread, so each failure is known with its
+ *	reason before libesmtp starts.
+ *
+ *	Then a thread copies between libesmtp's loopback connection and the
+ *	upstream, both non-blocking transports (io.h: plain, or TLS), in one
+ *	loop for both kinds: each transport says what it waits for. Another
+ *	local user could connect to the loopback port first; the thread
+ *	serves only a peer whose socket is open in this process (found
+ *	through /proc/self/fd), and refuses others.
+ *
+ *	In the daemon, libesmtp's connect() never reaches the loopback port:
+ *	the daemon's own connect() (nodelay.c) hands it to
+ *	deliver_bridge_attach(), which turns libesmtp's socket into one end
+ *	of an AF_UNIX socketpair and gives the other end to the bridge. The
+ *	copy then costs one TCP connection, not two (measured in
+ *	BENCHMARKS.md), and no one else can get in. The loopback port stays
+ *	for programs without that connect(), such as the unit tests.
+ *
+ *	When the filter refuses what libesmtp writes, the thread hangs up on
+ *	both sides at once, so nothing after the refused bytes reaches the
+ *	upstream, and says why (deliver_bridge_end).
+ * DIAGNOSTICS
+ *	Failures to set up are returned as text for the caller's log line
+ *	and deferral reason; a connection from another process is logged.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../util/buf.h"
+#include "../../util/deadline.h"
+#include "../../util/log.h"
+#include "deliver_bridge.h"
+#include "deliver_filter.h"
+#include "deliver_tls.h"
+#include "../../tls/io.h"
+
+#define BRIDGE_BUF	16384
+#define SMTP_REPLY_MAX	4096		/* one whole reply before TLS */
+
+struct deliver_bridge {
+	pthread_t thread;
+	int running;			/* thread started, not joined */
+	int lfd;			/* loopback listener; owned */
+	int tfd;			/* TCP to the upstream until up has it; owned */
+	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
+					 * once it runs */
+	int stop[2];			/* pipe: a byte asks the thread to end; owned */
+	atomic_int cut;			/* forward nothing more from libesmtp */
+	struct deliver_filter filter;	/* the thread's */
+	char broke[160];		/* why the thread hung up on its own; "" if not */
+	struct sockaddr_in laddr;	/* the listener's address */
+	int timeout_ms;
+	char address[32];		/* "127.0.0.1:PORT" */
+	char tls[160];			/* deliver_tls_describe(); "" for plain */
+	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
+	size_t greeting_len;
+	/* deliver_bridge_attach(): under waiting_lock */
+	int attached;			/* libesmtp's end of a socketpair, until taken */
+	int waiting;			/* on the waiting list */
+	struct deliver_bridge *next_waiting;
+};
+
+/*
+ * The bridges that wait for libesmtp, for deliver_bridge_attach(): it runs
+ * in a delivery thread (in libesmtp's connect), the bridge in its own.
+ */
+static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct deliver_bridge *waiting;
+
+/* waiting_del - take b off the waiting list, if it is on it */
+static void waiting_del(struct deliver_bridge *b)
+{
+	struct deliver_bridge **pp;
+
+	pthread_mutex_lock(&waiting_lock);
+	for (pp = &waiting; b->waiting && *pp; pp = &(*pp)->next_waiting) {
+		if (*pp == b) {
+			*pp = b->next_waiting;
+			b->waiting = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&waiting_lock);
+}
+
+/* bridge_connect - non-blocking TCP connect within the deadline; fd or -1 */
+static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
+			  const struct timespec *deadline, char *why, size_t whylen)
+{
+	int fd, err = 0;
+	socklen_t len = sizeof(err);
+
+	if ((fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0) {
+		snprintf(why, whylen, "socket: %s", strerror(errno));
+		return -1;
+	}
+	if (connect(fd, sa, salen) < 0) {
+		if (errno != EINPROGRESS)
+			err = errno;
+		else if (!deadline_wait(fd, POLLOUT, deadline))
+			err = ETIMEDOUT;
+		else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			err = errno;
+	}
+	if (err) {
+		snprintf(why, whylen, "connect: %s", strerror(err));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* what was read before TLS and not yet used */
+struct plain_in {
+	char buf[SMTP_REPLY_MAX];
+	size_t len;
+};
+
+/* plain_send - a whole command before TLS, within the deadline */
+static int plain_send(int fd, const char *cmd, const struct timespec *deadline)
+{
+	size_t off = 0, len = strlen(cmd);
+	ssize_t n;
+
+	while (off < len) {
+		n = send(fd, cmd + off, len - off, MSG_NOSIGNAL);
+		if (n > 0)
+			off += (size_t) n;
+		else if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -1;
+		else if (!deadline_wait(fd, POLLOUT, deadline))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * plain_reply - one whole reply before TLS, within the deadline: its code,
+ * its last line (for messages) in last, whether a line announced STARTTLS,
+ * and, if raw is set, its bytes appended there. -1: no reply (why set).
+ */
+static int plain_reply(int fd, struct plain_in *in, const struct timespec *deadline,
+		       char *last, size_t lastlen, int *starttls,
+		       struct deliver_bridge *raw, char *why, size_t whylen)
+{
+	int code = -1, c;
+	size_t n, text;
+	ssize_t got;
+	char *nl;
+
+	for (;;) {
+		if ((nl = memchr(in->buf, '\n', in->len)) == NULL) {
+			if (in->len == sizeof(in->buf)) {
+				snprintf(why, whylen, "reply line too long");
+				return -1;
+			}
+			got = recv(fd, in->buf + in->len, sizeof(in->buf) - in->len, 0);
+			if (got > 0) {
+				in->len += (size_t) got;
+			} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+				snprintf(why, whylen, "lost connection (%s)",
+					 got == 0 ? "closed by the server" : strerror(errno));
+				return -1;
+			} else if (!deadline_wait(fd, POLLIN, deadline)) {
+				snprintf(why, whylen, "timed out waiting for the server");
+				return -1;
+			}
+			continue;
+		}
+		n = (size_t) (nl + 1 - in->buf);
+		if (n < 4 || in->buf[0] < '2' || in->buf[0] > '5' || in->buf[1] < '0'
+		    || in->buf[1] > '9' || in->buf[2] < '0' || in->buf[2] > '9'
+		    || (in->buf[3] != ' ' && in->buf[3] != '-' && in->buf[3] != '\r'
+			&& in->buf[3] != '\n')) {
+			snprintf(why, whylen, "malformed reply \"%.*s\"",
+				 (int) (n > 80 ? 80 : n - 1), in->buf);
+			return -1;
+		}
+		c = (in->buf[0] - '0') * 100 + (in->buf[1] - '0') * 10 + (in->buf[2] - '0');
+		if (code >= 0 && c != code) {
+			snprintf(why, whylen, "malformed multi-line reply");
+			return -1;
+		}
+		code = c;
+		for (text = 4; text < n && (in->buf[text] == ' ' || in->buf[text] == '\t'); text++)
+			continue;
+		if (starttls && n - text >= 8 && strncasecmp(in->buf + text, "STARTTLS", 8) == 0
+		    && (n - text == 8 || in->buf[text + 8] <= ' '))
+			*starttls = 1;
+		if (raw && raw->greeting_len + n <= sizeof(raw->greeting)) {
+			memcpy(raw->greeting + raw->greeting_len, in->buf, n);
+			raw->greeting_len += n;
+		}
+		snprintf(last, lastlen, "%.*s", (int) (n - (n > 1 && in->buf[n - 2] == '\r' ? 2 : 1)),
+			 in->buf);
+		memmove(in->buf, in->buf + n, in->len - n);
+		in->len -= n;
+		if (last[3] != '-')
+			return code;		/* "250 text" or "250" alone: the last line */
+	}
+}
+
+/*
+ * bridge_starttls - the plain part of STARTTLS: greeting (kept for
+ * libesmtp), EHLO, STARTTLS required, 220, and nothing after it
+ */
+static int bridge_starttls(struct deliver_bridge *b, const char *helo,
+			   const struct timespec *deadline, char *why, size_t whylen, char dsn[16])
+{
+	struct plain_in *in = xcalloc(1, sizeof(*in));
+	char cmd[300], last[SMTP_REPLY_MAX], err[200];
+	int code = -1, offered = 0, rc = -1;
+
+	snprintf(dsn, 16, "4.4.2");
+	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, b, err,
+				sizeof(err))) < 0) {
+		snprintf(why, whylen, "no greeting: %s", err);
+		goto out;
+	}
+	if (code != 220) {
+		snprintf(dsn, 16, "4.4.1");	/* as a refused connection: try the next */
+		snprintf(why, whylen, "refused to talk to me: %.300s", last);
+		goto out;
+	}
+	snprintf(cmd, sizeof(cmd), "EHLO %.250s\r\n", helo);
+	if (plain_send(b->tfd, cmd, deadline) < 0
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), &offered, NULL,
+				   err, sizeof(err))) < 0) {
+		snprintf(why, whylen, "EHLO: %s", code < 0 ? err : "lost connection");
+		goto out;
+	}
+	if (code / 100 != 2) {
+		snprintf(why, whylen, "EHLO refused: %.300s", last);
+		goto out;
+	}
+	if (!offered) {
+		snprintf(dsn, 16, "4.7.4");
+		snprintf(why, whylen, "TLS is required, but was not offered");
+		goto out;
+	}
+	if (plain_send(b->tfd, "STARTTLS\r\n", deadline) < 0
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, NULL,
+				   err, sizeof(err))) < 0) {
+		snprintf(why, whylen, "STARTTLS: %s", code < 0 ? err : "lost connection");
+		goto out;
+	}
+	if (code != 220) {
+		snprintf(dsn, 16, code / 100 == 5 ? "4.7.4" : "4.7.0");
+		snprintf(why, whylen, "STARTTLS refused: %.300s", last);
+		goto out;
+	}
+	if (in->len > 0) {
+		/* only the handshake may follow: anything else was injected before TLS */
+		snprintf(dsn, 16, "4.7.0");
+		snprintf(why, whylen, "the server sent data after its 220 to STARTTLS, before"
+			 " TLS (command injection)");
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0 && code >= 0)
+		(void) send(b->tfd, "QUIT\r\n", 6, MSG_NOSIGNAL);	/* courtesy, unanswered */
+	free(in);
+	return rc;
+}
+
+/* bridge_listen - a listener on an ephemeral loopback port */
+static int bridge_listen(struct deliver_bridge *b, char *why, size_t whylen)
+{
+	socklen_t len = sizeof(b->laddr);
+
+	memset(&b->laddr, 0, sizeof(b->laddr));
+	b->laddr.sin_family = AF_INET;
+	b->laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((b->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0
+	    || bind(b->lfd, (struct sockaddr *) &b->laddr, sizeof(b->laddr)) < 0
+	    || listen(b->lfd, 4) < 0
+	    || getsockname(b->lfd, (struct sockaddr *) &b->laddr, &len) < 0) {
+		snprintf(why, whylen, "cannot listen on the loopback for the bridge: %s",
+			 strerror(errno));
+		return -1;
+	}
+	snprintf(b->address, sizeof(b->address), "127.0.0.1:%u", ntohs(b->laddr.sin_port));
+	return 0;
+}
+
+/* same_in - the same IPv4 address and port? */
+static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_family == AF_INET && b->sin_family == AF_INET
+	    && a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+}
+
+/* bridge_ours - is the peer of an accepted connection a socket of this process? */
+static int bridge_ours(const struct deliver_bridge *b, const struct sockaddr_in *peer)
+{
+	struct sockaddr_in local, remote;
+	struct dirent *de;
+	struct stat st;
+	socklen_t len;
+	DIR *dir;
+	int fd, found = 0;
+	char *end;
+
+	if ((dir = opendir("/proc/self/fd")) == NULL) {
+		msg_warn("bridge %s: cannot tell who connected: /proc/self/fd: %s",
+			 b->address, strerror(errno));
+		return 0;
+	}
+	while (!found && (de = readdir(dir)) != NULL) {
+		fd = (int) strtol(de->d_name, &end, 10);
+		if (*end || end == de->d_name || fd == dirfd(dir))
+			continue;
+		if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		len = sizeof(local);
+		if (getsockname(fd, (struct sockaddr *) &local, &len) < 0 || !same_in(&local, peer))
+			continue;
+		len = sizeof(remote);
+		found = getpeername(fd, (struct sockaddr *) &remote, &len) == 0
+		    && same_in(&remote, &b->laddr);
+	}
+	closedir(dir);
+	return found;
+}
+
+/* bridge_accept - libesmtp's connection, or -1 (stopped, timed out) */
+static int bridge_accept(struct deliver_bridge *b)
+{
+	struct timespec deadline = deadline_in(b->timeout_ms + 1000);
+	struct pollfd p[2];
+	struct sockaddr_in peer;
+	socklen_t len;
+	int cfd, one = 1;
+	char c;
+
+	for (;;) {
+		p[0] = (struct pollfd) { .fd = b->lfd, .events = POLLIN };
+		p[1] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
+		if (poll(p, 2, deadline_left(&deadline)) < 0 && errno != EINTR)
+			return -1;
+		if (p[1].revents) {
+			/* deliver_bridge_attach() handed libesmtp over, or a stop */
+			pthread_mutex_lock(&waiting_lock);
+			cfd = b->attached;
+			b->attached = -1;
+			pthread_mutex_unlock(&waiting_lock);
+			if (cfd >= 0)
+				(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
+			return cfd;
+		}
+		if (deadline_left(&deadline) == 0)
+			return -1;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		len = sizeof(peer);
+		cfd = accept4(b->lfd, (struct sockaddr *) &peer, &len,
+			      SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (cfd < 0)
+			continue;
+		if (bridge_ours(b, &peer)) {
+			waiting_del(b);
+			/* replies go in small writes: Nagle would hold the 354 (see nodelay.c) */
+			(void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			return cfd;
+		}
+		msg_warn("bridge %s: refused a connection from 127.0.0.1:%u,"
+			 " which is not ours", b->address, ntohs(peer.sin_port));
+		close(cfd);
+	}
+}
+
+/* a direction of the copy: bytes waiting to be written */
+struct pending {
+	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* the filter adds what it held */
+	size_t off, len;
+};
+
+/* poll_events - the poll(2) events a transport's IO_AGAIN waits for */
+static short poll_events(uint32_t wants)
+{
+	return (short) ((wants & EPOLLIN ? POLLIN : 0) | (wants & EPOLLOUT ? POLLOUT : 0));
+}
+
+/* pending_write - write some of p to io: 1 moved, 0 waits (for *ev), -1 failed */
+static int pending_write(struct pending *p, struct io *io, short *ev)
+{
+	ssize_t n = io_write(io, p->buf + p->off, p->len - p->off);
+
+	if (n == IO_AGAIN) {
+		*ev |= poll_events(io->write_wants);
+		return 0;
+	}
+	if (n < 0)
+		return -1;
+	p->off += (size_t) n;
+	if (p->off == p->len)
+		p->off = p->len = 0;
+	return 1;
+}
+
+/*
+ * bridge_pump - copy between libesmtp and the upstream through the filter
+ * until either side ends, the bridge is cut, the filter refuses libesmtp's
+ * bytes, or nothing moves for the timeout. Each transport says, after
+ * IO_AGAIN, what it waits for (TLS may need to read to write).
+ */
+static void bridge_pump(struct deliver_bridge *b, struct io *client)
+{
+	struct pending *up = xcalloc(1, sizeof(*up)), *down = xcalloc(1, sizeof(*down));
+	char *raw = xmalloc(BRIDGE_BUF);
+	int client_eof = 0, server_eof = 0, moved, r;
+	struct pollfd p[3];
+	ssize_t n, kept = 0;
+
+	/* STARTTLS: the greeting was read already */
+	down->len = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, down->buf);
+	for (;;) {
+		moved = 0;
+		p[0].events = p[1].events = 0;
+		if (atomic_load(&b->cut))
+			break;
+		if (up->len == 0 && !client_eof) {
+			n = io_read(client, up->buf, BRIDGE_BUF);
+			if (n > 0 && atomic_load(&b->cut))
+				break;		/* written after the cut: never forwarded */
+			if (n > 0 && (kept = deliver_filter_up(&b->filter, up->buf, (size_t) n)) < 0) {
+				snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
+				break;
+			}
+			if (n > 0)
+				up->len = (size_t) kept, moved = 1;
+			else if (n == 0)
+				client_eof = 1;
+			else if (n == IO_AGAIN)
+				p[0].events |= poll_events(client->read_wants);
+			else
+				break;
+		}
+		if (up->len > 0 && (r = pending_write(up, b->up, &p[1].events)) != 0) {
+			if (r < 0)
+				break;
+			moved = 1;
+		}
+		if (down->len == 0 && !server_eof) {
+			n = io_read(b->up, raw, BRIDGE_BUF);
+			if (n > 0) {
+				down->len = deliver_filter_down(&b->filter, raw, (size_t) n, down->buf);
+				moved = 1;
+			} else if (n == IO_AGAIN) {
+				p[1].events |= poll_events(b->up->read_wants);
+			} else {
+				server_eof = 1;
+				down->len = deliver_filter_down_end(&b->filter, down->buf);
+			}
+		}
+		if (down->len > 0 && (r = pending_write(down, client, &p[0].events)) != 0) {
+			if (r < 0)
+				break;
+			moved = 1;
+		}
+		if ((client_eof && up->len == 0) || (server_eof && down->len == 0))
+			break;
+		if (moved)
+			continue;
+		/* a side we wait for nothing from is left out: its hang-up would spin the loop */
+		p[0].fd = p[0].events ? client->fd : -1;
+		p[1].fd = p[1].events ? b->up->fd : -1;
+		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
+		while ((r = poll(p, 3, b->timeout_ms)) < 0 && errno == EINTR)
+			continue;
+		if (r <= 0 || p[2].revents)
+			break;
+	}
+	free(up);
+	free(down);
+	free(raw);
+}
+
+/* bridge_main - the bridge thread: accept libesmtp, copy, hang up on both */
+static void *bridge_main(void *arg)
+{
+	struct deliver_bridge *b = arg;
+	struct io *client;
+	sigset_t block;
+	int cfd;
+
+	/* a write to a side that has gone fails with EPIPE instead */
+	sigemptyset(&block);
+	sigaddset(&block, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &block, NULL);
+	cfd = bridge_accept(b);
+	waiting_del(b);			/* served, or given up: attach no more */
+	if (cfd >= 0) {
+		client = io_plain_new(cfd);
+		bridge_pump(b, client);
+		io_close(client);
+	}
+	io_close(b->up);
+	b->up = NULL;
+	return NULL;
+}
+
+/* deliver_bridge_open - connect, set up TLS if asked, listen, start the thread */
+struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
+					   socklen_t salen, const char *helo, int timeout_ms,
+					   char *why, size_t whylen, char dsn[16])
+{
+	struct deliver_bridge *b = xcalloc(1, sizeof(*b));
+	struct timespec deadline = deadline_in(timeout_ms);
+	int err;
+
+	b->lfd = b->tfd = b->stop[0] = b->stop[1] = b->attached = -1;
+	atomic_init(&b->cut, 0);
+	deliver_filter_init(&b->filter);
+	b->timeout_ms = timeout_ms;
+	snprintf(dsn, 16, "4.4.1");
+	if ((b->tfd = bridge_connect(sa, salen, &deadline, why, whylen)) < 0
+	    || (ctx && helo && bridge_starttls(b, helo, &deadline, why, whylen, dsn) < 0))
+		goto fail;
+	b->up = ctx ? deliver_tls_connect(ctx, b->tfd, &deadline, b->tls, sizeof(b->tls), why,
+					  whylen, dsn) : io_plain_new(b->tfd);
+	if (b->up == NULL)
+		goto fail;
+	b->tfd = -1;			/* b->up has it */
+	snprintf(dsn, 16, "4.3.0");
+	if (bridge_listen(b, why, whylen) < 0)
+		goto fail;
+	if (pipe2(b->stop, O_CLOEXEC | O_NONBLOCK) < 0) {
+		snprintf(why, whylen, "pipe: %s", strerror(errno));
+		goto fail;
+	}
+	if ((err = pthread_create(&b->thread, NULL, bridge_main, b)) != 0) {
+		snprintf(why, whylen, "cannot start the bridge: %s", strerror(err));
+		goto fail;
+	}
+	b->running = 1;
+	pthread_mutex_lock(&waiting_lock);
+	b->next_waiting = waiting;
+	waiting = b;
+	b->waiting = 1;
+	pthread_mutex_unlock(&waiting_lock);
+	return b;
+
+fail:
+	deliver_bridge_close(b);
+	return NULL;
+}
+
+/* deliver_bridge_attach - libesmtp's connect() to a waiting bridge, done in-process */
+int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	const struct sockaddr_in *to = (const struct sockaddr_in *) sa;
+	struct deliver_bridge *b, **pp;
+	int sp[2], fl, fdfl, done = 0;
+
+	if (sa == NULL || len < sizeof(*to) || sa->sa_family != AF_INET
+	    || to->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		return 0;
+	pthread_mutex_lock(&waiting_lock);
+	for (pp = &waiting; (b = *pp) != NULL && !same_in(&b->laddr, to); pp = &b->next_waiting)
+		continue;
+	/* fd becomes our end of a socketpair, its flags kept; on failure, connect as asked */
+	if (b != NULL && (fl = fcntl(fd, F_GETFL)) >= 0 && (fdfl = fcntl(fd, F_GETFD)) >= 0
+	    && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0) {
+		if (dup2(sp[0], fd) >= 0 && fcntl(fd, F_SETFL, fl) == 0
+		    && fcntl(fd, F_SETFD, fdfl) == 0 && fcntl(sp[1], F_SETFL, O_NONBLOCK) == 0) {
+			*pp = b->next_waiting;
+			b->waiting = 0;
+			b->attached = sp[1];
+			done = 1;
+			(void) !write(b->stop[1], "a", 1);	/* wake the bridge */
+		} else {
+			close(sp[1]);
+		}
+		close(sp[0]);
+	}
+	pthread_mutex_unlock(&waiting_lock);
+	return done;
+}
+
+/* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
+const char *deliver_bridge_address(const struct deliver_bridge *b)
+{
+	return b->address;
+}
+
+/* deliver_bridge_tls - the TLS connection's description; "" for plain */
+const char *deliver_bridge_tls(const struct deliver_bridge *b)
+{
+	return b->tls;
+}
+
+/* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
+void deliver_bridge_cut(struct deliver_bridge *b)
+{
+	atomic_store(&b->cut, 1);
+	if (b->stop[1] >= 0)
+		(void) write(b->stop[1], "x", 1);
+}
+
+/* deliver_bridge_end - wait for the thread to end; why it hung up on its own */
+const char *deliver_bridge_end(struct deliver_bridge *b)
+{
+	if (b->running) {
+		if (write(b->stop[1], "x", 1) < 0 && errno != EAGAIN)
+			msg_warn("bridge %s: cannot stop the thread: %s", b->address,
+				 strerror(errno));
+		pthread_join(b->thread, NULL);
+		b->running = 0;
+	}
+	return b->broke[0] ? b->broke : NULL;
+}
+
+/* deliver_bridge_close - end the thread, close everything; NULL-safe */
+void deliver_bridge_close(struct deliver_bridge *b)
+{
+	if (b == NULL)
+		return;
+	waiting_del(b);
+	(void) deliver_bridge_end(b);
+	if (b->attached >= 0)
+		close(b->attached);
+	io_close(b->up);
+	if (b->tfd >= 0)
+		close(b->tfd);
+	if (b->lfd >= 0)
+		close(b->lfd);
+	if (b->stop[0] >= 0)
+		close(b->stop[0]);
+	if (b->stop[1] >= 0)
+		close(b->stop[1]);
+	free(b);
+}

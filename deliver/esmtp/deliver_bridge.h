@@ -1,0 +1,70 @@
+/*
+ * NAME
+ *	deliver_bridge 3h
+ * SUMMARY
+ *	the loopback bridge between libesmtp and the upstream
+ * DESCRIPTION
+ *	Every upstream connection goes through a bridge: libesmtp 1.1.0
+ *	connects to a port on 127.0.0.1, and a thread copies bytes between
+ *	that connection and the upstream, plain or TLS, through the stream
+ *	filter of deliver_filter.h (which undoes libesmtp's edits to the
+ *	message headers).
+ *
+ *	deliver_bridge_open() connects to the upstream itself, within the
+ *	timeout, and with a TLS context establishes TLS: from the first byte
+ *	(implicit TLS, port 465) or after the server's greeting, EHLO and
+ *	STARTTLS (required: no STARTTLS, no bridge). It then listens on an
+ *	ephemeral loopback port; libesmtp connects there and gets the
+ *	server's greeting. Only a connection from a socket of this process
+ *	is served.
+ */
+#ifndef DELIVER_ESMTP_DELIVER_BRIDGE_H
+#define DELIVER_ESMTP_DELIVER_BRIDGE_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include <openssl/ssl.h>
+
+struct deliver_bridge;
+
+/*
+ * deliver_bridge_open - connect to sa within timeout_ms and, with a context,
+ * establish TLS: from the first byte if helo is NULL, else after EHLO helo
+ * and STARTTLS (ctx NULL: plain, helo unused). The certificate is checked
+ * as the context says. NULL on failure, with why and an RFC 3463 code in
+ * dsn ("4.4.1": no connection).
+ */
+struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
+					   socklen_t salen, const char *helo, int timeout_ms,
+					   char *why, size_t whylen, char dsn[16]);
+
+/*
+ * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
+ * of a bridge still waiting for libesmtp, make fd one end of an AF_UNIX
+ * socketpair (its file flags kept) and hand the other end to that bridge,
+ * and return 1: fd is connected. 0: not a bridge, or it could not be done;
+ * connect as asked. For the daemon's connect() (nodelay.h).
+ */
+int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
+
+/* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
+const char *deliver_bridge_address(const struct deliver_bridge *b);
+
+/* deliver_bridge_tls - the TLS connection's description; "" for plain */
+const char *deliver_bridge_tls(const struct deliver_bridge *b);
+
+/* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
+void deliver_bridge_cut(struct deliver_bridge *b);
+
+/*
+ * deliver_bridge_end - libesmtp is done: wait for the thread to end. NULL,
+ * or why the bridge hung up on its own before forwarding libesmtp's
+ * content (the filter refused it: no final dot went out)
+ */
+const char *deliver_bridge_end(struct deliver_bridge *b);
+
+/* deliver_bridge_close - end the thread, close everything; NULL-safe */
+void deliver_bridge_close(struct deliver_bridge *b);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * NAME
+ *	deliver_filter 3h
+ * SUMMARY
+ *	the bridge's stream filter: libesmtp's own header block taken out
+ * DESCRIPTION
+ *	libesmtp 1.1.0 processes the header block of every message it sends,
+ *	and cannot be told not to: it adds Date:, From: and Message-Id: when
+ *	they are missing, strips Return-Path: and Original-Recipient:, and
+ *	drops second copies of Date, From, To, Cc, Subject and others. So
+ *	deliver_smtp.c gives it a header block of its own to process: the
+ *	line DELIVER_FILTER_SENTINEL and an empty line. The stored message
+ *	follows, headers and body, and libesmtp takes all of it for body,
+ *	which it copies unchanged (dot-stuffed). The bridge (deliver_bridge.h)
+ *	passes both directions of the conversation through this filter, which
+ *	takes libesmtp's block out again:
+ *
+ *	deliver_filter_down(), the server's replies to libesmtp: a 3xx reply
+ *	other than 334 (AUTH) is the go-ahead to DATA (libesmtp sends the
+ *	content after any 3xx to DATA). It arms the cut before the line is
+ *	passed on, so before libesmtp can write a byte of content. CHUNKING
+ *	in an EHLO reply is hidden (the keyword overwritten, same length):
+ *	libesmtp sends BDAT whenever the server offers it, and the cut would
+ *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
+ *	only when asked to, and deliver_smtp.c never asks. A reply line's
+ *	first bytes are held back until they tell which case it is.
+ *
+ *	deliver_filter_up(), libesmtp's writes to the server: once armed, the
+ *	content up to and including its first empty line is dropped. It must
+ *	start with the sentinel line and end within DELIVER_FILTER_BLOCK_MAX
+ *	bytes; if not, the filter fails for good, and the bridge hangs up
+ *	rather than pass on something else: the final dot never goes out, and
+ *	the message is deferred. A go-ahead from the server while a block is
+ *	half cut (no reply is due then) fails the filter the same way. The
+ *	one content without the block is a lone ".", libesmtp's answer to a
+ *	354 when the server refused every recipient: it passes, and disarms
+ *	the cut.
+ *
+ *	Both work a byte at a time across calls: reads may split the streams
+ *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the
+ *	stored message's size: exactly what goes out once the block is cut.
+ */
+#ifndef DELIVER_ESMTP_DELIVER_FILTER_H
+#define DELIVER_ESMTP_DELIVER_FILTER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define DELIVER_FILTER_SENTINEL	"X-Idemrelay-Cut: 1\r\n"
+#define DELIVER_FILTER_BLOCK_MAX 4096	/* sentinel, Date:, From: <sender>, Message-Id: */
+#define DELIVER_FILTER_HOLD	16	/* the most bytes a reply line's start is held */
+
+struct deliver_filter {
+	/* the server's replies */
+	char head[DELIVER_FILTER_HOLD];	/* the start of the current line, held back */
+	size_t head_len;
+	int in_line;			/* past a line's start: copy up to its end */
+	/* libesmtp's writes */
+	int armed;			/* a go-ahead passed: the block comes next */
+	size_t cut;			/* bytes of the block dropped so far */
+	int eoh;			/* how much of "\r\n\r\n" the last bytes were */
+	unsigned blocks;		/* blocks taken out */
+	char why[128];			/* why the filter failed; "" while it has not */
+};
+
+/* deliver_filter_init - a filter for a new connection */
+void deliver_filter_init(struct deliver_filter *f);
+
+/*
+ * deliver_filter_down - the server's bytes as libesmtp gets them, in out
+ * (room for len + DELIVER_FILTER_HOLD); returns how many
+ */
+size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len, char *out);
+
+/* deliver_filter_down_end - the server is gone: what was held, in out */
+size_t deliver_filter_down_end(struct deliver_filter *f, char *out);
+
+/*
+ * deliver_filter_up - libesmtp's bytes as the server gets them, in place;
+ * returns how many, or -1 when the filter has failed (why in f->why)
+ */
+ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,349 @@
+/*
+ * NAME
+ *	store 3
+ * SUMMARY
+ *	the LMDB environment: open, close, errors, statistics
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	store_open() creates the environment directory if it is missing
+ *	and opens seven named databases: claims, msg, queue, meta, and for
+ *	the stories hist, hexpiry and keys (store_hist.c). A store made
+ *	before claims went with their stories also has a claims expiry
+ *	index; store_open() drops it. store_open_readonly() opens an
+ *	existing store without creating or writing anything, for
+ *	idemrelayctl. Every commit is durable when it returns; opened for
+ *	writing, the environment leaves each commit's meta page unflushed
+ *	(MDB_NOMETASYNC) and the journal (store_journal.c) covers it: a redo
+ *	record in data.mdb past LMDB's map, flushed with LMDB's pages. It
+ *	uses MDB_NOTLS, so that read transactions are not tied to a thread
+ *	and any thread may call any function.
+ *
+ *	This file also holds the one place where LMDB codes become STORE_E*
+ *	codes (store_mdb_error()), and the read-only queries that belong to
+ *	no other concept: store_last_qid() and store_stats().
+ *
+ *	The claims live in store_claim.c, the spool in store_msg.c, write
+ *	transactions in store_txn.c and the record formats in store_codec.c.
+ * DIAGNOSTICS
+ *	Functions return 0 or a negative STORE_E* code. LMDB failures that
+ *	are not "not found" or "no space" are logged as warnings with
+ *	LMDB's own text, since the STORE_E* code alone loses it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_int.h"
+
+#define STORE_MAX_DBS		12
+#define STORE_MAX_READERS	256
+
+/* store_mdb_error - translate an LMDB or errno code at the boundary */
+int store_mdb_error(int rc, const char *what)
+{
+	switch (rc) {
+	case MDB_SUCCESS:
+		return 0;
+	case MDB_NOTFOUND:
+		return STORE_ENOTFOUND;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+	case ENOSPC:
+	case EDQUOT:
+		return STORE_ENOSPC;
+	case MDB_BAD_VALSIZE:
+	case MDB_KEYEXIST:
+	case EINVAL:
+		msg_warn("store: %s: %s", what, mdb_strerror(rc));
+		return STORE_EINVAL;
+	default:
+		msg_warn("store: %s: %s", what, mdb_strerror(rc));
+		return STORE_EIO;
+	}
+}
+
+/* store_strerror - human text for a STORE_E* code */
+const char *store_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case STORE_ENOTFOUND:
+		return "not found";
+	case STORE_ENOSPC:
+		return "no space left in the store";
+	case STORE_EIO:
+		return "store I/O error";
+	case STORE_EINVAL:
+		return "corrupt store record or invalid argument";
+	default:
+		return "unknown store error";
+	}
+}
+
+/* store_read_begin - a read-only transaction, usable from any thread */
+int store_read_begin(struct store *st, MDB_txn **txn)
+{
+	return store_mdb_error(mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn), "begin read");
+}
+
+/* store_qid_key - a QID as a database key (without its NUL) */
+int store_qid_key(const char *qid, MDB_val *key)
+{
+	size_t n;
+
+	if (qid == NULL || (n = strnlen(qid, STORE_QID_SIZE)) == 0 || n >= STORE_QID_SIZE)
+		return STORE_EINVAL;
+	key->mv_data = (void *) qid;
+	key->mv_size = n;
+	return 0;
+}
+
+/* store_mkdir - create the environment directory if missing */
+static int store_mkdir(const char *path)
+{
+	struct stat sb;
+
+	if (mkdir(path, 0700) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return errno;
+	if (stat(path, &sb) != 0)
+		return errno;
+	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+}
+
+/*
+ * store_env_open - open the environment at path with flags, then its
+ * databases in one transaction: the sequence store_open() and
+ * store_open_readonly() share. Writable, every database is created if
+ * missing. Read-only, the story databases may be missing from a store
+ * no recent daemon opened: then the store reads as having no stories.
+ * On failure *step names the LMDB call that failed; st->env, if set,
+ * is the caller's to close.
+ */
+static int store_env_open(struct store *st, const char *path, uint64_t map_size,
+			  unsigned int flags, const char **step)
+{
+	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
+	MDB_txn *txn;
+	MDB_dbi old;
+	int rc, dead;
+
+	*step = "mdb_env_create";
+	if ((rc = mdb_env_create(&st->env)) != 0)
+		return rc;
+	*step = "mdb_env_set_maxdbs";
+	if ((rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0)
+		return rc;
+	*step = "mdb_env_set_maxreaders";
+	if ((rc = mdb_env_set_maxreaders(st->env, STORE_MAX_READERS)) != 0)
+		return rc;
+	/* no transaction can be open yet: the only safe time to set the map size */
+	*step = "mdb_env_set_mapsize";
+	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
+		return rc;
+	/* written: the meta page is flushed by the next commit, or the journal covers it */
+	*step = "mdb_env_open";
+	if ((rc = mdb_env_open(st->env, path, flags | MDB_NOTLS | (rdonly ? 0 : MDB_NOMETASYNC),
+			       0600)) != 0)
+		return rc;
+	/* reader slots of processes that died would pin old pages forever */
+	*step = "mdb_reader_check";
+	if (!rdonly && (rc = mdb_reader_check(st->env, &dead)) != 0)
+		return rc;
+	*step = "mdb_txn_begin";
+	if ((rc = mdb_txn_begin(st->env, NULL, rdonly, &txn)) != 0)
+		return rc;
+	*step = "mdb_dbi_open";
+	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims)) != 0
+	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
+	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
+	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0)
+		goto fail;
+	if ((rc = mdb_dbi_open(txn, "hist", create, &st->hist)) == 0
+	    && (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) == 0
+	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
+		st->has_hist = 1;
+	else if (!rdonly)
+		goto fail;
+	*step = "claims format";
+	if ((rc = store_claims_format(st, txn, rdonly)) != 0)
+		goto fail;
+	/* a store from before claims went with their stories: its expiry index goes */
+	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
+	    && (rc = mdb_drop(txn, old, 1)) != 0)
+		goto fail;
+	/* handles opened in a transaction outlive it only if it commits */
+	*step = "mdb_txn_commit";
+	if ((rc = mdb_txn_commit(txn)) != 0 || rdonly)
+		return rc;
+	*step = "mdb_env_sync";
+	return mdb_env_sync(st->env, 1);
+
+fail:
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+/* store_open_failed - the one failure path of both opens: say why, release */
+static void store_open_failed(struct store *st, const char *path, const char *step, int rc,
+			      char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
+	if (st->env)
+		mdb_env_close(st->env);
+	free(st);
+}
+
+/*
+ * store_open - open or create the store at path. One sequence, one
+ * failure path: whatever step fails, the environment is closed and err
+ * says which step and why.
+ */
+int store_open(struct store **out, const char *path, uint64_t map_size,
+	       char *err, size_t errlen)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+	const char *step = "mkdir";
+	int rc;
+
+	*out = NULL;
+	/* the journal's region goes past the end of LMDB's map, inside map_size */
+	if (map_size >= 4 * (uint64_t) STORE_JOURNAL_SIZE) {
+		st->jbase = (map_size - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
+		map_size = st->jbase;
+	}
+	if ((rc = store_mkdir(path)) != 0
+	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0
+	    || (step = "journal", rc = journal_open(st, path)) != 0) {
+		store_open_failed(st, path, step, rc, err, errlen);
+		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
+		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+	}
+	*out = st;
+	return 0;
+}
+
+/* store_open_readonly - open an existing store for reading only */
+int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
+{
+	struct store *st;
+	struct stat sb;
+	char data[4096];
+	const char *step;
+	int rc;
+
+	*out = NULL;
+	snprintf(data, sizeof(data), "%s/data.mdb", path);
+	if (stat(data, &sb) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "no store at %s", path);
+		return STORE_ENOTFOUND;
+	}
+	st = xcalloc(1, sizeof(*st));
+	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
+		store_open_failed(st, path, step, rc, err, errlen);
+		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
+		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+	}
+	*out = st;
+	return 0;
+}
+
+/* store_qid_greater - key order as LMDB sees it: bytes, then length */
+int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
+{
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	return c > 0 || (c == 0 && alen > blen);
+}
+
+/* store_close - close the environment; every transaction must be over */
+void store_close(struct store *st)
+{
+	unsigned int flags = 0;
+
+	if (st == NULL)
+		return;
+	journal_close(st);
+	/* the last commit's meta page, which the journal covered until now */
+	if (mdb_env_get_flags(st->env, &flags) == 0 && !(flags & MDB_RDONLY)
+	    && mdb_env_sync(st->env, 1) != 0)
+		msg_warn("store: cannot sync at close: %m");
+	mdb_env_close(st->env);
+	free(st);
+}
+
+/*
+ * store_last_qid - the greatest QID ever spooled, "" if none: the last
+ * message still spooled, or the greatest that left (store_msg.c)
+ */
+int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
+{
+	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val, mkey;
+	MDB_cursor *cur;
+	MDB_txn *txn;
+	int err, rc;
+
+	qid[0] = 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	err = store_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
+	if (err == 0) {
+		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
+		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
+			msg_warn("store: corrupt last_qid record");
+			err = STORE_EINVAL;
+		} else {
+			memcpy(qid, val.mv_data, val.mv_size);
+			qid[val.mv_size] = 0;
+		}
+	} else if (err == STORE_ENOTFOUND) {
+		err = 0;
+	}
+	if (err == 0 && (err = store_mdb_error(mdb_cursor_open(txn, st->msg, &cur), "cursor")) == 0) {
+		rc = mdb_cursor_get(cur, &mkey, &val, MDB_LAST);
+		if (rc == 0 && mkey.mv_size < STORE_QID_SIZE
+		    && store_qid_greater(mkey.mv_data, mkey.mv_size, qid, strlen(qid))) {
+			memcpy(qid, mkey.mv_data, mkey.mv_size);
+			qid[mkey.mv_size] = 0;
+		} else if (rc != 0 && rc != MDB_NOTFOUND) {
+			err = store_mdb_error(rc, "last msg");
+		}
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	return err;
+}
+
+/* store_stats - entry counts and map usage */
+int store_stats(struct store *st, struct store_stats *s)
+{
+	MDB_stat claims, queue, env;
+	MDB_envinfo info;
+	MDB_txn *txn;
+	int rc, err;
+
+	memset(s, 0, sizeof(*s));
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_stat(txn, st->claims, &claims)) == 0
+	    && (rc = mdb_stat(txn, st->queue, &queue)) == 0
+	    && (rc = mdb_env_stat(st->env, &env)) == 0
+	    && (rc = mdb_env_info(st->env, &info)) == 0) {
+		s->claims = claims.ms_entries;
+		s->queued = queue.ms_entries;
+		s->map_size = info.me_mapsize;
+		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
+		s->txns = info.me_last_txnid;
+	}
+	mdb_txn_abort(txn);
+	return store_mdb_error(rc, "stat");
+}

@@ -1,0 +1,182 @@
+/*
+ * NAME
+ *	store_claim 3
+ * SUMMARY
+ *	claims: which message first took a recipient for a key, and expiry
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A claim is filed under the hash of its key alone (relay/keys.c
+ *	keys_index_hash) followed by the caller's 32-byte claim hash of
+ *	(scope, key, recipient). A key's claims are so one range of the
+ *	B-tree, which is how they are found to show, forget or expire
+ *	(store_keys.c), with no index of their own to write: one message's
+ *	claims share a leaf, and the accepting commit copies one path of
+ *	pages for them instead of two. A store from before this filed each
+ *	claim under its claim hash alone, with a separate key index (keys
+ *	DB); those claims are still found, looked up by their old key when
+ *	the new one has none, until they expire. A new store, or one whose
+ *	claims B-tree was empty at open, is marked so that no lookup tries
+ *	the old key (meta "claims_by_key").
+ *
+ *	A claim is live while now < expires, and after that for as long as
+ *	its message is still in the queue: a key must keep answering
+ *	duplicates while the message it names may still be delivered.
+ *	Lookups ignore a claim that is no longer live, so when its record
+ *	goes is only a matter of space.
+ *
+ *	It goes with its message's story (store_hist.c), which expires ttl
+ *	after the message left the spool, so never before the claim. No
+ *	index of the claims' own expiry times is kept: it would be one more
+ *	B-tree entry per claim, and pages, in every accepting commit.
+ * DIAGNOSTICS
+ *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* failure. A
+ *	failure inside a write transaction is also its sticky error.
+ */
+#include <string.h>
+
+#include "../../util/log.h"
+#include "store_int.h"
+
+#define META_CLAIMS_BY_KEY	"claims_by_key"
+
+/* store_claim_key - where a claim is filed: its key's hash, then its own */
+void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t hash[STORE_HASH_LEN])
+{
+	memcpy(out, keyhash, STORE_HASH_LEN);
+	memcpy(out + STORE_HASH_LEN, hash, STORE_HASH_LEN);
+}
+
+/* store_claims_format - at open: may claims under the old key be left? An LMDB code */
+int store_claims_format(struct store *st, MDB_txn *txn, int rdonly)
+{
+	MDB_val key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY }, val;
+	MDB_stat sb;
+	int rc;
+
+	st->old_claims = 1;
+	if ((rc = mdb_get(txn, st->meta, &key, &val)) == 0) {
+		st->old_claims = 0;
+		return 0;
+	}
+	if (rc != MDB_NOTFOUND || rdonly)
+		return rc == MDB_NOTFOUND ? 0 : rc;
+	if ((rc = mdb_stat(txn, st->claims, &sb)) != 0 || sb.ms_entries != 0)
+		return rc;
+	val.mv_size = 1;
+	val.mv_data = "1";
+	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) == 0)
+		st->old_claims = 0;
+	return rc;
+}
+
+/* claim_read - the claim record filed for (keyhash, hash), live or not */
+static int claim_read(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		      const uint8_t hash[STORE_HASH_LEN], struct store_claim *c)
+{
+	uint8_t k[STORE_CLAIM_KEY_LEN];
+	MDB_val key = { sizeof(k), k }, old = { STORE_HASH_LEN, (void *) hash }, val;
+	int err;
+
+	memset(c, 0, sizeof(*c));
+	store_claim_key(k, keyhash, hash);
+	err = store_mdb_error(mdb_get(txn, st->claims, &key, &val), "get claim");
+	if (err == STORE_ENOTFOUND && st->old_claims)
+		err = store_mdb_error(mdb_get(txn, st->claims, &old, &val), "get claim");
+	if (err != 0)
+		return err;
+	if (store_claim_decode(val.mv_data, val.mv_size, c) != 0) {
+		msg_warn("store: corrupt claim record");
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* claim_queued - 0 if the claim's message is still queued, else STORE_ENOTFOUND */
+static int claim_queued(struct store *st, MDB_txn *txn, const struct store_claim *c)
+{
+	MDB_val key, val;
+
+	if (store_qid_key(c->qid, &key) != 0)
+		return STORE_EINVAL;
+	return store_mdb_error(mdb_get(txn, st->queue, &key, &val), "get queue");
+}
+
+/* claim_live - the claim for (keyhash, hash) if it is live at now */
+static int claim_live(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		      const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+{
+	int err;
+
+	if ((err = claim_read(st, txn, keyhash, hash, c)) != 0)
+		return err;
+	if (now < c->expires)
+		return 0;
+	if ((err = claim_queued(st, txn, c)) != 0)
+		memset(c, 0, sizeof(*c));
+	return err;
+}
+
+/* store_claims_get - look n claims up in one read transaction */
+int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+		     struct store_claim *claims, int *found)
+{
+	MDB_txn *txn;
+	size_t i;
+	int err = 0;
+
+	if (n == 0)
+		return 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	for (i = 0; i < n; i++) {
+		err = claim_live(st, txn, keyhash, hashes[i], now, claims + i);
+		found[i] = err == 0;
+		if (err == STORE_ENOTFOUND)
+			err = 0;
+		if (err != 0)
+			break;
+	}
+	mdb_txn_abort(txn);
+	return err;
+}
+
+/* store_txn_claim_get - look a claim up, seeing this transaction's own writes */
+int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+{
+	int err;
+
+	memset(c, 0, sizeof(*c));
+	if (t->err)
+		return t->err;
+	if ((err = claim_live(t->st, t->txn, keyhash, hash, now, c)) != 0 && err != STORE_ENOTFOUND)
+		store_txn_fail(t, err);
+	return err;
+}
+
+/* store_txn_claim_put - write a claim under its key, replacing any there (an old-key one stays, unseen) */
+void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
+{
+	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
+	MDB_val key = { sizeof(k), k }, val;
+	size_t qlen;
+	int err;
+
+	if (t->err)
+		return;
+	qlen = strnlen(c->qid, STORE_QID_SIZE);
+	if (qlen == 0 || qlen >= STORE_QID_SIZE) {
+		store_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	store_claim_key(k, keyhash, hash);
+	val.mv_size = store_claim_encode(rec, c);
+	val.mv_data = rec;
+	if ((err = store_mdb_error(store_put(t, t->st->claims, &key, &val, 0),
+				   "put claim")) != 0)
+		store_txn_fail(t, err);
+}

@@ -1,0 +1,456 @@
+/*
+ * NAME
+ *	store_hist 3
+ * SUMMARY
+ *	history: each message's story, kept after it leaves the spool
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A story (hist DB, by QID) holds what an operator asks at 3 a.m.:
+ *	when and from whom a message was accepted, each recipient's state
+ *	and last upstream reply, the attempts, whether its key has one, and
+ *	how many duplicates were answered with its QID. There is no body.
+ *
+ *	While its message is queued, a story is made from the spool: the
+ *	message record keeps what the story starts from (its key hash and
+ *	ttl), and store_hist_read() falls back to it. The accepting commit
+ *	so writes no story, which saves it a page on every level of this
+ *	B-tree (three, once a store holds ten thousand stories). The first
+ *	write of a story gives it its record: store_msg_update() and
+ *	store_msg_drop() call store_hist_update() and store_hist_drop()
+ *	inside the spool's own transactions, so a story never disagrees
+ *	with the spool; counting duplicates and forgetting a key write it
+ *	too. A bounce, or a message from before message records kept a key
+ *	hash, has a story without a key and the default ttl.
+ *
+ *	A story expires ttl after its message left the spool, through an
+ *	index in time order (hexpiry DB). Claims live ttl after acceptance,
+ *	or until the message leaves, whichever is later: so a story always
+ *	outlives the claims it explains, and expiring a story deletes them,
+ *	with its key index entries (store_keys.c).
+ *
+ *	Duplicate counts are not written per duplicate: the daemon counts
+ *	them in memory and adds them in batches (store_hist_count).
+ * DIAGNOSTICS
+ *	0 or a STORE_E* code. Inside the spool's transactions a story that
+ *	cannot be written fails the transaction (the caller retries without
+ *	it: see store_msg.c); a corrupt story is logged and replaced.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/clock.h"
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_int.h"
+
+#define HIST_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* stories made at first update */
+#define HEXPIRY_KEY_MAX		(8 + STORE_QID_SIZE)
+
+/* hexpiry_key - sortable expiry time, then the QID; returns the length */
+static size_t hexpiry_key(uint8_t out[HEXPIRY_KEY_MAX], int64_t expires, const char *qid)
+{
+	uint64_t v = (uint64_t) expires ^ 0x8000000000000000ull;
+	size_t i, n = strnlen(qid, STORE_QID_SIZE - 1);
+
+	for (i = 0; i < 8; i++)
+		out[i] = (uint8_t) (v >> (56 - 8 * i));
+	memcpy(out + 8, qid, n);
+	return 8 + n;
+}
+
+/* hexpiry_time - the time in an index key */
+static int64_t hexpiry_time(const uint8_t *k)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v = (v << 8) | k[i];
+	return (int64_t) (v ^ 0x8000000000000000ull);
+}
+
+static int spool_read(struct store *st, MDB_txn *txn, const char *qid, struct store_msg *m);
+
+/* story_of_spool - the story of a queued message that has no record yet */
+static int story_of_spool(struct store *st, MDB_txn *txn, const char *qid,
+			  struct store_story *s)
+{
+	int err;
+
+	if ((err = spool_read(st, txn, qid, &s->m)) != 0)
+		return err;
+	s->has_key = s->m.has_key;
+	memcpy(s->keyhash, s->m.keyhash, STORE_HASH_LEN);
+	s->ttl = s->m.ttl > 0 ? s->m.ttl : HIST_DEFAULT_TTL;
+	return 0;
+}
+
+/*
+ * store_hist_read - a QID's story from txn: its record, or made from
+ * the spool while the message is queued and has none; 0,
+ * STORE_ENOTFOUND or STORE_EINVAL
+ */
+int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s)
+{
+	MDB_val key, val;
+	int err;
+
+	memset(s, 0, sizeof(*s));
+	if (!st->has_hist)
+		return STORE_ENOTFOUND;
+	if (store_qid_key(qid, &key) != 0)
+		return STORE_EINVAL;
+	err = store_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist");
+	if (err == STORE_ENOTFOUND)
+		return story_of_spool(st, txn, qid, s);
+	if (err != 0)
+		return err;
+	memcpy(s->m.qid, qid, key.mv_size);
+	if (store_hist_rec_decode(val.mv_data, val.mv_size, s) != 0) {
+		msg_warn("%s: store: corrupt history record", qid);
+		memset(s, 0, sizeof(*s));
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* store_hist_write - put a story, and its expiry entry once it has one */
+int store_hist_write(struct store_txn *t, const struct store_story *s)
+{
+	struct store *st = t->st;
+	uint8_t ik[HEXPIRY_KEY_MAX];
+	MDB_val key, val, ikey, empty = { 0, NULL };
+	size_t len = store_hist_rec_size(s);
+	int err;
+
+	if (t->err)
+		return t->err;
+	if (store_qid_key(s->m.qid, &key) != 0)
+		return store_txn_fail(t, STORE_EINVAL);
+	val.mv_size = len;
+	val.mv_data = NULL;
+	if ((err = store_mdb_error(store_put(t, st->hist, &key, &val, MDB_RESERVE),
+				   "put hist")) != 0)
+		return store_txn_fail(t, err);
+	store_hist_rec_encode(val.mv_data, len, s);
+	if (s->expires == 0)
+		return 0;
+	ikey.mv_size = hexpiry_key(ik, s->expires, s->m.qid);
+	ikey.mv_data = ik;
+	if ((err = store_mdb_error(store_put(t, st->hexpiry, &ikey, &empty, 0),
+				   "put hexpiry")) != 0)
+		return store_txn_fail(t, err);
+	return 0;
+}
+
+/* envelope_ok - does m carry a whole envelope (store_msg_load gave it)? */
+static int envelope_ok(const struct store_msg *m)
+{
+	size_t i;
+
+	if (m->from == NULL || m->client == NULL || m->rcpts == NULL || m->n_rcpts == 0)
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].addr == NULL)
+			return 0;
+	return 1;
+}
+
+/*
+ * store_hist_update - rewrite a story after a delivery update (queued:
+ * recipients are left); made from m if there was none. Pointers in the
+ * story written are borrowed from m and from the old story.
+ */
+void store_hist_update(struct store_txn *t, const struct store_msg *m, int queued)
+{
+	struct store_story old, s;
+	struct store_rcpt *rcpts = NULL;
+	int64_t now = clock_us();
+	size_t i;
+	int err;
+
+	if (t->err || !t->st->has_hist)
+		return;
+	err = store_hist_read(t->st, t->txn, m->qid, &old);
+	if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL) {
+		store_txn_fail(t, err);
+		return;
+	}
+	if (err != 0)
+		old.ttl = HIST_DEFAULT_TTL;	/* the spool lacks it too, or it is corrupt */
+	s = old;
+	if (envelope_ok(m)) {
+		s.m = *m;
+		s.m.data = NULL;
+	} else if (err != 0 || old.m.n_rcpts != m->n_rcpts) {
+		goto out;			/* nothing to tell the story with */
+	}
+	memcpy(s.m.qid, m->qid, STORE_QID_SIZE);
+	rcpts = xcalloc(m->n_rcpts, sizeof(*rcpts));
+	for (i = 0; i < m->n_rcpts; i++) {
+		rcpts[i].addr = m->rcpts[i].addr ? m->rcpts[i].addr : old.m.rcpts[i].addr;
+		rcpts[i].state = m->rcpts[i].state;
+		rcpts[i].reply = m->rcpts[i].reply;
+	}
+	s.m.rcpts = rcpts;
+	s.m.n_rcpts = m->n_rcpts;
+	/* the spool counts attempts that left recipients queued; the last one counts too */
+	s.m.attempts = m->attempts + (queued ? 0 : 1);
+	s.updated = now;
+	if (!queued) {
+		s.finished = now;
+		s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
+	}
+	store_hist_write(t, &s);
+out:
+	free(rcpts);
+	store_story_free(&old);
+}
+
+/* store_hist_drop - the message left the spool by an operator's drop */
+void store_hist_drop(struct store_txn *t, const char *qid)
+{
+	struct store_story s;
+	int64_t now = clock_us();
+	int err;
+
+	if (t->err || !t->st->has_hist)
+		return;
+	if ((err = store_hist_read(t->st, t->txn, qid, &s)) != 0) {
+		if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
+			store_txn_fail(t, err);
+		return;
+	}
+	s.dropped = 1;
+	s.updated = now;
+	s.finished = now;
+	s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
+	store_hist_write(t, &s);
+	store_story_free(&s);
+}
+
+/* store_story_free - release a story's fields */
+void store_story_free(struct store_story *s)
+{
+	if (s == NULL)
+		return;
+	store_msg_free(&s->m);
+	memset(s, 0, sizeof(*s));
+}
+
+/* spool_read - the spooled message's envelope and live state; 0 or STORE_ENOTFOUND */
+static int spool_read(struct store *st, MDB_txn *txn, const char *qid, struct store_msg *m)
+{
+	MDB_val key, mval, qval;
+	int err;
+
+	memset(m, 0, sizeof(*m));
+	if (store_qid_key(qid, &key) != 0)
+		return STORE_EINVAL;
+	if ((err = store_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0
+	    || (err = store_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0)
+		return err;
+	memcpy(m->qid, qid, key.mv_size);
+	if (store_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, m) != 0
+	    || store_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/* store_story_get - the story, with the spool's live state if still queued */
+int store_story_get(struct store *st, const char *qid, struct store_story *s)
+{
+	struct store_msg live;
+	MDB_val key;
+	MDB_txn *txn;
+	int err, herr;
+
+	memset(s, 0, sizeof(*s));
+	if (store_qid_key(qid, &key) != 0)
+		return STORE_EINVAL;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	herr = store_hist_read(st, txn, qid, s);
+	err = spool_read(st, txn, qid, &live);
+	mdb_txn_abort(txn);
+	if (err == 0) {
+		/* the spool is the authority on a queued message */
+		store_msg_free(&s->m);
+		s->m = live;
+		s->queued = 1;
+		s->finished = s->expires = 0;
+		return 0;
+	}
+	if (herr == 0)
+		return 0;
+	store_story_free(s);
+	return err == STORE_ENOTFOUND ? herr : err;
+}
+
+/* store_hist_count - add counts to stories in one transaction; unknown QIDs are skipped */
+int store_hist_count(struct store *st, const struct store_count *c, size_t n)
+{
+	struct store_txn *t;
+	struct store_story s;
+	size_t i, changed = 0;
+	int err;
+
+	if (n == 0 || !st->has_hist)
+		return 0;
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	for (i = 0; i < n && t->err == 0; i++) {
+		if ((err = store_hist_read(st, t->txn, c[i].qid, &s)) != 0) {
+			if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
+				store_txn_fail(t, err);
+			continue;
+		}
+		s.duplicates += c[i].duplicates;
+		s.mismatches += c[i].mismatches;
+		store_hist_write(t, &s);
+		store_story_free(&s);
+		changed++;
+	}
+	if (changed == 0 && t->err == 0) {
+		store_txn_abort(t);
+		return 0;
+	}
+	return store_txn_commit(t);
+}
+
+/* hist_due - is any story due at now? (a read transaction: no writer lock for nothing) */
+static int hist_due(struct store *st, int64_t now)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	MDB_txn *txn;
+	int due = 0;
+
+	if (store_read_begin(st, &txn) != 0)
+		return 0;
+	if (mdb_cursor_open(txn, st->hexpiry, &cur) == 0) {
+		if (mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0)
+			due = key.mv_size < 8 || hexpiry_time(key.mv_data) <= now;
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	return due;
+}
+
+struct due {
+	uint8_t key[HEXPIRY_KEY_MAX];
+	size_t len;
+};
+
+/* expire_one - delete one due index entry, and its story if the entry is current */
+static int expire_one(struct store_txn *t, const struct due *d)
+{
+	struct store *st = t->st;
+	MDB_val ikey = { d->len, (void *) d->key }, key;
+	struct store_story s;
+	char qid[STORE_QID_SIZE];
+	int err;
+
+	if (d->len > 8 && d->len - 8 < STORE_QID_SIZE) {
+		memcpy(qid, d->key + 8, d->len - 8);
+		qid[d->len - 8] = 0;
+		err = store_hist_read(st, t->txn, qid, &s);
+		if (err == 0 && s.expires == hexpiry_time(d->key)) {
+			if (s.has_key && (err = store_keys_expire(t, s.keyhash, qid,
+								  hexpiry_time(d->key))) != 0) {
+				store_story_free(&s);
+				return err;
+			}
+			store_qid_key(qid, &key);
+			err = store_mdb_error(store_del(t, st->hist, &key, NULL), "delete hist");
+		}
+		store_story_free(&s);
+		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
+			return err;
+	}
+	err = store_mdb_error(store_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
+	return err == STORE_ENOTFOUND ? 0 : err;
+}
+
+/* store_hist_expire - delete up to max stories whose time is over */
+int store_hist_expire(struct store *st, int64_t now, size_t max)
+{
+	struct store_txn *t;
+	struct due *due = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_val key, val;
+	size_t n = 0, i;
+	int rc, err;
+
+	if (max == 0 || !st->has_hist || !hist_due(st, now))
+		return 0;
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	due = xcalloc(max, sizeof(*due));
+	if ((err = store_mdb_error(mdb_cursor_open(t->txn, st->hexpiry, &cur), "cursor")) != 0)
+		goto out;
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && n < max;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size >= 8 && hexpiry_time(key.mv_data) > now)
+			break;
+		due[n].len = key.mv_size < HEXPIRY_KEY_MAX ? key.mv_size : HEXPIRY_KEY_MAX;
+		memcpy(due[n].key, key.mv_data, due[n].len);
+		n++;
+	}
+	mdb_cursor_close(cur);
+	if (rc != 0 && rc != MDB_NOTFOUND && (err = store_mdb_error(rc, "hexpiry walk")) != 0)
+		goto out;
+	for (i = 0; i < n && err == 0; i++)
+		err = expire_one(t, &due[i]);
+out:
+	free(due);
+	if (err == 0 && n > 0)
+		return store_txn_commit(t);
+	store_txn_abort(t);
+	return err;
+}
+
+/* unwritten - queued messages whose story has no record yet (a walk of the queue) */
+static int unwritten(struct store *st, MDB_txn *txn, uint64_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	int rc;
+
+	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
+		return rc;
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+		if (mdb_get(txn, st->hist, &key, &val) == MDB_NOTFOUND)
+			(*n)++;
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/*
+ * store_hist_stats - stories (written or made from the spool), and key
+ * index entries: the claims, each filed under its key (an old store's
+ * index entries name its old claims, which are counted once as claims)
+ */
+int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
+{
+	MDB_stat h, k;
+	MDB_txn *txn;
+	int rc, err;
+
+	*stories = *keys = 0;
+	if (!st->has_hist)
+		return 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
+	    && (rc = unwritten(st, txn, stories)) == 0) {
+		*stories += h.ms_entries;
+		*keys = k.ms_entries;
+	}
+	mdb_txn_abort(txn);
+	return store_mdb_error(rc, "stat");
+}

@@ -1,0 +1,112 @@
+/*
+ * NAME
+ *	store_int 3h
+ * SUMMARY
+ *	internals shared by the store's files; never included outside store/
+ * DESCRIPTION
+ *	The LMDB handles live here, so that MDB_* types stay inside the
+ *	store module. The record codec (store_codec.c) knows nothing of
+ *	LMDB: it turns structs into bytes and back.
+ */
+#ifndef STORE_LMDB_STORE_INT_H
+#define STORE_LMDB_STORE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <lmdb.h>
+
+#include "../store.h"
+#include "../../util/buf.h"
+
+struct journal;
+
+struct store {
+	MDB_env *env;		/* owned */
+	MDB_dbi claims;		/* hash -> claim record */
+	MDB_dbi msg;		/* qid -> immutable message record */
+	MDB_dbi queue;		/* qid -> mutable delivery state record */
+	MDB_dbi meta;		/* name -> value ("last_qid") */
+	MDB_dbi hist;		/* qid -> history record (the story) */
+	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
+	MDB_dbi keys;		/* old claims' key index: key hash -> claim hash + qid (dups) */
+	int has_hist;		/* the three above are open (a read-only open may lack them) */
+	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
+	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
+	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
+	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
+};
+
+struct store_txn {
+	struct store *st;	/* not owned */
+	MDB_txn *txn;		/* owned until commit or abort */
+	int err;		/* sticky: first STORE_E* seen, or 0 */
+	struct buf redo;	/* store_journal.c: the puts and deletes, when st->j */
+	size_t resv_off;	/* ... where the value of an MDB_RESERVE put goes */
+	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
+	size_t resv_len;
+	int no_redo;		/* ... too large to journal: synced at commit */
+};
+
+/* store.c */
+int store_mdb_error(int rc, const char *what);
+int store_read_begin(struct store *st, MDB_txn **txn);
+int store_qid_key(const char *qid, MDB_val *key);
+int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
+#define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
+
+/* store_grow.c */
+int store_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
+
+/* store_journal.c: every write of a store_txn goes through these two */
+#define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
+int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
+int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
+int journal_open(struct store *st, const char *path);
+void journal_close(struct store *st);
+int journal_commit(struct store_txn *t);
+
+/* store_txn.c */
+int store_txn_fail(struct store_txn *t, int err);
+
+/* store_codec.c: record encoding, portable, with a version byte */
+#define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)
+
+size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c);
+int store_claim_decode(const void *p, size_t len, struct store_claim *c);
+
+size_t store_msg_rec_size(const struct store_msg *m);
+void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m);
+int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
+
+size_t store_queue_rec_size(const struct store_msg *m);
+void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
+int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
+int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
+int store_queue_rec_set_inflight(void *p, size_t len, int on);
+
+int store_msg_valid(const struct store_msg *m);
+
+int store_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
+int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
+
+size_t store_hist_rec_size(const struct store_story *s);
+void store_hist_rec_encode(void *out, size_t len, const struct store_story *s);
+int store_hist_rec_decode(const void *p, size_t len, struct store_story *s);
+
+/* store_hist.c: the story, kept in step by the spool's own transactions */
+void store_hist_update(struct store_txn *t, const struct store_msg *m, int queued);
+void store_hist_drop(struct store_txn *t, const char *qid);
+int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
+int store_hist_write(struct store_txn *t, const struct store_story *s);
+
+/* store_claim.c */
+#define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
+void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t hash[STORE_HASH_LEN]);
+int store_claims_format(struct store *st, MDB_txn *txn, int rdonly);
+
+/* store_keys.c: a story expired at when: its claims and its entries under the key go */
+int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const char *qid, int64_t when);
+
+#endif

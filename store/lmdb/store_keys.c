@@ -1,0 +1,311 @@
+/*
+ * NAME
+ *	store_keys 3
+ * SUMMARY
+ *	the key index: from a key to its claims, to show or forget them
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A key's claims are filed under the hash of the key alone, then each
+ *	claim's own hash (store_claim.c): they are one range of the claims
+ *	B-tree, walked from the key hash. A store from before that also has
+ *	a key index (keys DB, sorted duplicates) for the claims it filed
+ *	under their claim hash alone: key hash -> claim hash (32 bytes)
+ *	followed by the QID that took it. Both are read as one list of
+ *	entries (key_entries), told apart by where the claim is filed.
+ *
+ *	A claim goes when its story expires (store_hist.c), which is after
+ *	the claim itself expired (store_keys_expire); store_key_forget()
+ *	deletes a key's claims at once. A claim since renewed for another
+ *	message (on_mismatch = "accept") names the new QID, and an old index
+ *	entry then names the old one: either way it is skipped for the old
+ *	message, whose claim it no longer is.
+ * DIAGNOSTICS
+ *	0, STORE_ENOTFOUND for a key with no entry, or a STORE_E* failure.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_int.h"
+
+struct key_entry {
+	uint8_t claim[STORE_HASH_LEN];
+	char qid[STORE_QID_SIZE];
+	int old;			/* filed under its claim hash alone, with an index entry */
+	MDB_val val;			/* old: the index entry, pointing into e->raw */
+	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];
+};
+
+/* entry_add - room for one more entry */
+static struct key_entry *entry_add(struct key_entry **e, size_t *n, size_t *cap)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 8;
+		*e = xrealloc(*e, *cap * sizeof(**e));
+	}
+	memset(*e + *n, 0, sizeof(**e));
+	return *e + (*n)++;
+}
+
+/* filed - the claims filed under a key: the range of the claims B-tree */
+static int filed(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		 struct key_entry **e, size_t *n, size_t *cap)
+{
+	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
+	MDB_cursor *cur;
+	struct store_claim c;
+	struct key_entry *x;
+	int rc;
+
+	if ((rc = mdb_cursor_open(txn, st->claims, &cur)) != 0)
+		return store_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size < STORE_HASH_LEN || memcmp(key.mv_data, keyhash, STORE_HASH_LEN) != 0)
+			break;
+		if (key.mv_size != STORE_CLAIM_KEY_LEN)
+			continue;		/* an old claim whose hash is the key's: not filed here */
+		if (store_claim_decode(val.mv_data, val.mv_size, &c) != 0) {
+			msg_warn("store: corrupt claim record skipped");
+			continue;
+		}
+		x = entry_add(e, n, cap);
+		memcpy(x->claim, (uint8_t *) key.mv_data + STORE_HASH_LEN, STORE_HASH_LEN);
+		strcpy(x->qid, c.qid);
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_error(rc, "claims walk");
+}
+
+/* key_entries - every claim of a key, filed under it or listed by an old index entry */
+static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		       struct key_entry **out, size_t *n)
+{
+	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
+	MDB_cursor *cur;
+	struct key_entry *e = NULL, *x;
+	size_t cap = 0, qlen, i;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if ((rc = filed(st, txn, keyhash, &e, n, &cap)) != 0 || !st->has_hist) {
+		*out = e;
+		return rc;
+	}
+	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0) {
+		*out = e;
+		return store_mdb_error(rc, "cursor");
+	}
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT_DUP)) {
+		if (val.mv_size <= STORE_HASH_LEN
+		    || (qlen = val.mv_size - STORE_HASH_LEN) >= STORE_QID_SIZE) {
+			msg_warn("store: corrupt key index entry skipped");
+			continue;
+		}
+		x = entry_add(&e, n, &cap);
+		x->old = 1;
+		memcpy(x->raw, val.mv_data, val.mv_size);
+		memcpy(x->claim, val.mv_data, STORE_HASH_LEN);
+		memcpy(x->qid, (uint8_t *) val.mv_data + STORE_HASH_LEN, qlen);
+		x->qid[qlen] = 0;
+	}
+	mdb_cursor_close(cur);
+	for (i = 0; i < *n; i++) {	/* the array moved while growing */
+		e[i].val.mv_data = e[i].raw;
+		e[i].val.mv_size = e[i].old ? STORE_HASH_LEN + strlen(e[i].qid) : 0;
+	}
+	*out = e;
+	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "key index walk");
+}
+
+/* qid_cmp - QIDs sort by time */
+static int qid_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* qid_add - add a QID to a set kept as an array; 1 if it was new */
+static int qid_add(char (**qids)[STORE_QID_SIZE], size_t *n, const char *qid)
+{
+	size_t i;
+
+	for (i = 0; i < *n; i++)
+		if (strcmp((*qids)[i], qid) == 0)
+			return 0;
+	*qids = xrealloc(*qids, (*n + 1) * sizeof(**qids));
+	strcpy((*qids)[(*n)++], qid);
+	return 1;
+}
+
+/* store_key_qids - the messages filed under a key, oldest first */
+int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		   char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	struct key_entry *e;
+	size_t ne, i;
+	MDB_txn *txn;
+	int err;
+
+	*qids = NULL;
+	*n = 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	err = key_entries(st, txn, keyhash, &e, &ne);
+	mdb_txn_abort(txn);
+	for (i = 0; err == 0 && i < ne; i++)
+		qid_add(qids, n, e[i].qid);
+	free(e);
+	if (err == 0 && *n == 0)
+		err = STORE_ENOTFOUND;
+	if (err != 0) {
+		free(*qids);
+		*qids = NULL;
+		*n = 0;
+		return err;
+	}
+	qsort(*qids, *n, sizeof(**qids), qid_cmp);
+	return 0;
+}
+
+/* story_user_is - was the message submitted by this AUTH user? */
+static int story_user_is(struct store_txn *t, const char *qid, const char *user)
+{
+	struct store_story s;
+	int yes;
+
+	if (store_hist_read(t->st, t->txn, qid, &s) != 0)
+		return 0;
+	yes = s.m.user != NULL && strcmp(s.m.user, user) == 0;
+	store_story_free(&s);
+	return yes;
+}
+
+/* story_forgotten - note in a story when its key was forgotten */
+static int story_forgotten(struct store_txn *t, const char *qid, int64_t now)
+{
+	struct store_story s;
+	int err;
+
+	if ((err = store_hist_read(t->st, t->txn, qid, &s)) != 0)
+		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
+	s.forgotten = now;
+	err = store_hist_write(t, &s);
+	store_story_free(&s);
+	return err;
+}
+
+/*
+ * claim_del - delete an entry's claim if it still belongs to qid and, when
+ * live_at is not 0, has expired by then; 1 if deleted. An old entry's
+ * index entry goes too, whatever became of its claim.
+ */
+static int claim_del(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		     struct key_entry *e, const char *qid, int64_t live_at)
+{
+	uint8_t k[STORE_CLAIM_KEY_LEN];
+	MDB_val key = { sizeof(k), k }, ikey = { STORE_HASH_LEN, (void *) keyhash }, val;
+	struct store_claim c;
+	int err, ok;
+
+	if (e->old) {
+		key.mv_size = STORE_HASH_LEN;
+		key.mv_data = (void *) e->claim;
+		err = store_mdb_error(store_del(t, t->st->keys, &ikey, &e->val), "delete key");
+		if (err != 0 && err != STORE_ENOTFOUND)
+			return err;
+	} else
+		store_claim_key(k, keyhash, e->claim);
+	err = store_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
+	if (err == STORE_ENOTFOUND)
+		return 0;
+	if (err != 0)
+		return err;
+	/* a claim renewed for another message is that message's to forget */
+	ok = store_claim_decode(val.mv_data, val.mv_size, &c) == 0;
+	if (ok && strcmp(c.qid, qid) != 0)
+		return 0;
+	if (ok && live_at != 0 && live_at < c.expires) {
+		msg_warn("%s: store: a claim outlives its story; left in place", qid);
+		return 0;
+	}
+	err = store_mdb_error(store_del(t, t->st->claims, &key, NULL), "delete claim");
+	return err == 0 ? 1 : err;
+}
+
+/*
+ * store_keys_expire - a story expired at when: delete its claims (those
+ * still naming qid) and its entries under the key. A claim still live
+ * then is left (it cannot be: a story outlives its claims) and logged.
+ */
+int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const char *qid, int64_t when)
+{
+	struct key_entry *e;
+	size_t n, i;
+	int err;
+
+	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0) {
+		free(e);
+		return store_txn_fail(t, err);
+	}
+	for (i = 0, err = 0; i < n && err >= 0; i++)
+		if (strcmp(e[i].qid, qid) == 0)
+			err = claim_del(t, keyhash, &e[i], qid, when);
+	free(e);
+	return err < 0 ? store_txn_fail(t, err) : 0;
+}
+
+/* store_key_forget - delete a key's claims and index entries */
+int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, int64_t now, struct store_forget *out)
+{
+	struct store_txn *t;
+	struct key_entry *e = NULL;
+	size_t n, i;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	if ((err = key_entries(st, t->txn, keyhash, &e, &n)) != 0)
+		goto fail;
+	for (i = 0; i < n; i++) {
+		if (user && !story_user_is(t, e[i].qid, user))
+			continue;
+		if ((err = claim_del(t, keyhash, &e[i], e[i].qid, 0)) < 0)
+			goto fail;
+		out->claims += (size_t) err;
+		if (qid_add(&out->qids, &out->n_qids, e[i].qid)
+		    && (err = story_forgotten(t, e[i].qid, now)) != 0)
+			goto fail;
+	}
+	err = 0;
+	if (out->n_qids == 0) {
+		err = STORE_ENOTFOUND;
+		goto fail;
+	}
+	free(e);
+	qsort(out->qids, out->n_qids, sizeof(*out->qids), qid_cmp);
+	if ((err = store_txn_commit(t)) != 0)
+		store_forget_free(out);
+	return err;
+
+fail:
+	free(e);
+	store_txn_abort(t);
+	store_forget_free(out);
+	return err;
+}
+
+/* store_forget_free - release what store_key_forget() gave */
+void store_forget_free(struct store_forget *f)
+{
+	if (f == NULL)
+		return;
+	free(f->qids);
+	memset(f, 0, sizeof(*f));
+}

@@ -1,0 +1,262 @@
+/*
+ * NAME
+ *	json 3
+ * SUMMARY
+ *	JSON string escaping and a member lookup for flat replies
+ * DESCRIPTION
+ *	See json.h. The reader is a skipper, not a parser into a tree:
+ *	the replies it reads are a few dozen bytes long and read once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "json.h"
+
+/* utf8_len - length of a valid UTF-8 sequence at p, 0 if invalid */
+static size_t utf8_len(const unsigned char *p)
+{
+	size_t n, i;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		n = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		n = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	for (i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+/* json_str - a JSON string, or null */
+void json_str(struct buf *b, const char *s)
+{
+	const unsigned char *p = (const unsigned char *) s;
+	size_t n;
+
+	if (s == NULL) {
+		buf_append(b, "null", 4);
+		return;
+	}
+	buf_putc(b, '"');
+	while (*p) {
+		if (*p == '"' || *p == '\\') {
+			buf_putc(b, '\\');
+			buf_putc(b, (char) *p++);
+		} else if (*p == '\n') {
+			buf_append(b, "\\n", 2);
+			p++;
+		} else if (*p < 0x20 || *p == 0x7f) {
+			buf_printf(b, "\\u%04x", *p++);
+		} else if ((n = utf8_len(p)) == 0) {
+			buf_printf(b, "\\u%04x", *p++);	/* as Latin-1 */
+		} else {
+			buf_append(b, p, n);
+			p += n;
+		}
+	}
+	buf_putc(b, '"');
+}
+
+/* json_time - RFC 3339 UTC, or null */
+void json_time(struct buf *b, int64_t us)
+{
+	time_t t = (time_t) (us / 1000000);
+	struct tm tm;
+	char s[40];
+
+	if (us == 0) {
+		buf_append(b, "null", 4);
+		return;
+	}
+	gmtime_r(&t, &tm);
+	strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	buf_printf(b, "\"%s\"", s);
+}
+
+/* ws - skip white space */
+static const char *ws(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+		p++;
+	return p;
+}
+
+/* skip_string - past a string starting at its quote; NULL if unterminated */
+static const char *skip_string(const char *p)
+{
+	for (p++; *p && *p != '"'; p++)
+		if (*p == '\\' && *++p == 0)
+			return NULL;
+	return *p == '"' ? p + 1 : NULL;
+}
+
+/* skip_value - past one value; NULL if malformed */
+static const char *skip_value(const char *p, int depth)
+{
+	char close;
+
+	p = ws(p);
+	if (*p == '"')
+		return skip_string(p);
+	if (*p == '{' || *p == '[') {
+		if (depth > 32)
+			return NULL;
+		close = *p == '{' ? '}' : ']';
+		p = ws(p + 1);
+		if (*p == close)
+			return p + 1;
+		for (;;) {
+			if (close == '}') {
+				if (*p != '"' || (p = skip_string(p)) == NULL)
+					return NULL;
+				p = ws(p);
+				if (*p++ != ':')
+					return NULL;
+			}
+			if ((p = skip_value(p, depth + 1)) == NULL)
+				return NULL;
+			p = ws(p);
+			if (*p == close)
+				return p + 1;
+			if (*p++ != ',')
+				return NULL;
+			p = ws(p);
+		}
+	}
+	if (*p == 0 || strchr(",:]}", *p))
+		return NULL;
+	while (*p && !strchr(",]} \t\r\n", *p))
+		p++;
+	return p;
+}
+
+/* json_get - the raw text of a top-level member */
+int json_get(const char *json, const char *name, const char **val, size_t *len)
+{
+	const char *p = ws(json), *k, *v;
+	size_t n = strlen(name), klen;
+
+	if (*p++ != '{')
+		return -1;
+	p = ws(p);
+	if (*p == '}')
+		return -1;
+	for (;;) {
+		if (*p != '"' || (v = skip_string(p)) == NULL)
+			return -1;
+		k = p + 1;
+		klen = (size_t) (v - 1 - k);	/* our names carry no escapes */
+		p = ws(v);
+		if (*p++ != ':')
+			return -1;
+		p = ws(p);
+		if ((v = skip_value(p, 0)) == NULL)
+			return -1;
+		if (klen == n && strncmp(k, name, n) == 0) {
+			*val = p;
+			*len = (size_t) (v - p);
+			return 0;
+		}
+		p = ws(v);
+		if (*p++ != ',')
+			return -1;
+		p = ws(p);
+	}
+}
+
+/* put_utf8 - one code point */
+static size_t put_utf8(char *o, unsigned c)
+{
+	if (c < 0x80) {
+		o[0] = (char) c;
+		return 1;
+	}
+	if (c < 0x800) {
+		o[0] = (char) (0xc0 | c >> 6);
+		o[1] = (char) (0x80 | (c & 0x3f));
+		return 2;
+	}
+	o[0] = (char) (0xe0 | c >> 12);
+	o[1] = (char) (0x80 | ((c >> 6) & 0x3f));
+	o[2] = (char) (0x80 | (c & 0x3f));
+	return 3;
+}
+
+/* json_get_str - a string member, decoded (truncated to fit) */
+int json_get_str(const char *json, const char *name, char *out, size_t outlen)
+{
+	const char *p, *end;
+	size_t len, o = 0, n;
+	char u[4];
+	unsigned c;
+
+	if (outlen == 0 || json_get(json, name, &p, &len) != 0 || *p != '"')
+		return -1;
+	end = p + len - 1;
+	for (p++; p < end; p++) {
+		n = 1;
+		u[0] = *p;
+		if (*p == '\\' && p + 1 < end) {
+			switch (*++p) {
+			case 'n': u[0] = '\n'; break;
+			case 't': u[0] = '\t'; break;
+			case 'r': u[0] = '\r'; break;
+			case 'b': u[0] = '\b'; break;
+			case 'f': u[0] = '\f'; break;
+			case 'u':
+				if (end - p < 5 || sscanf(p + 1, "%4x", &c) != 1)
+					return -1;
+				n = put_utf8(u, c);
+				p += 4;
+				break;
+			default: u[0] = *p; break;
+			}
+		}
+		if (o + n >= outlen)
+			break;
+		memcpy(out + o, u, n);
+		o += n;
+	}
+	out[o] = 0;
+	return 0;
+}
+
+/* json_get_int - an integer member */
+int json_get_int(const char *json, const char *name, long long *v)
+{
+	const char *p;
+	size_t len;
+	char num[32], *end;
+
+	if (json_get(json, name, &p, &len) != 0 || len == 0 || len >= sizeof(num))
+		return -1;
+	memcpy(num, p, len);
+	num[len] = 0;
+	*v = strtoll(num, &end, 10);
+	return *end == 0 ? 0 : -1;
+}
+
+/* json_get_bool - true or false */
+int json_get_bool(const char *json, const char *name, int *v)
+{
+	const char *p;
+	size_t len;
+
+	if (json_get(json, name, &p, &len) != 0)
+		return -1;
+	if (len == 4 && strncmp(p, "true", 4) == 0)
+		*v = 1;
+	else if (len == 5 && strncmp(p, "false", 5) == 0)
+		*v = 0;
+	else
+		return -1;
+	return 0;
+}

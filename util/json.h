@@ -1,0 +1,34 @@
+/*
+ * NAME
+ *	json 3h
+ * SUMMARY
+ *	a little JSON: escaped strings and times out, top-level members in
+ * DESCRIPTION
+ *	Writing: strings escaped (invalid UTF-8 bytes become \u00XX, so the
+ *	output always parses), times as RFC 3339 UTC strings.
+ *
+ *	Reading: only what idemrelayctl needs of the daemon's one-line
+ *	replies, a top-level member of an object by name. Values are found
+ *	by skipping over whole JSON values, nested ones included, so a
+ *	member named like a string inside another value is never mistaken
+ *	for it.
+ */
+#ifndef UTIL_JSON_H
+#define UTIL_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+void json_str(struct buf *b, const char *s);	/* NULL: null */
+void json_time(struct buf *b, int64_t us);		/* 0: null */
+
+/* json_get - the raw text of a top-level member; 0, or -1 if absent or malformed */
+int json_get(const char *json, const char *name, const char **val, size_t *len);
+/* typed readers: 0, or -1 if absent or of another type */
+int json_get_str(const char *json, const char *name, char *out, size_t outlen);
+int json_get_int(const char *json, const char *name, long long *v);
+int json_get_bool(const char *json, const char *name, int *v);
+
+#endif
