@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
@@ -186,17 +187,77 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 	return 0;
 }
 
+/* conf_pin - "sha256:HEX" (64 digits, pairs may be colon-separated); 0 or -1 */
+static int conf_pin(const char *v, uint8_t out[32])
+{
+	size_t n = 0;
+	int hi = -1, d;
+
+	if (strncasecmp(v, "sha256:", 7) != 0)
+		return -1;
+	for (v += 7; *v; v++) {
+		if (*v == ':' && hi < 0 && n > 0 && v[1])
+			continue;
+		if (!isxdigit((unsigned char) *v) || n == 32)
+			return -1;
+		d = isdigit((unsigned char) *v) ? *v - '0' : tolower((unsigned char) *v) - 'a' + 10;
+		if (hi < 0) {
+			hi = d;
+		} else {
+			out[n++] = (uint8_t) (hi << 4 | d);
+			hi = -1;
+		}
+	}
+	return n == 32 && hi < 0 ? 0 : -1;
+}
+
+/*
+ * conf_upstream_trust - tls_ca, tls_servername, tls_fingerprint: how the
+ * upstream's certificate is trusted. Pins replace the chain check (as
+ * Postfix's "fingerprint" level), so they need verification on.
+ */
+static int conf_upstream_trust(struct conf_ctx *x, struct conf *c,
+			       const config_setting_t *g)
+{
+	config_setting_t *a = NULL;
+	int i, n;
+
+	if (conf_string(x, g, "tls_ca", 0, &c->upstream.tls_ca) < 0
+	    || conf_string(x, g, "tls_servername", 1, &c->upstream.tls_servername) < 0
+	    || conf_strings(x, g, "tls_fingerprint", &a) < 0)
+		return -1;
+	if (c->upstream.tls_servername && strlen(c->upstream.tls_servername) > 253)
+		return conf_error(x, g, "tls_servername", "longer than 253 characters");
+	if (a == NULL)
+		return 0;
+	if ((n = config_setting_length(a)) == 0)
+		return conf_error(x, a, NULL, "empty list");
+	c->upstream.tls_fingerprint = xcalloc(n, sizeof(*c->upstream.tls_fingerprint));
+	for (i = 0; i < n; i++) {
+		const char *v = config_setting_get_string_elem(a, i);
+
+		if (conf_pin(v, c->upstream.tls_fingerprint[i]) < 0)
+			return conf_error(x, config_setting_get_elem(a, i), NULL,
+					  "bad fingerprint \"%s\" (want sha256: and 64 "
+					  "hex digits)", v);
+		c->upstream.n_tls_fingerprint = i + 1;
+	}
+	return 0;
+}
+
 /* conf_upstream - upstream = { host; port | hosts | maildir; ... } */
 static int conf_upstream(struct conf_ctx *x, struct conf *c,
 			 const config_setting_t *root)
 {
 	static const char *const names[] = {"host", "port", "hosts", "maildir",
-		"tls", "tls_verify", "user", "password", "connections",
-		"timeout", "ambiguous", 0};
+		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
+		"user", "password", "connections", "timeout", "ambiguous", 0};
 	/* in enum conf_tls order */
 	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
-	config_setting_t *g, *a = NULL;
+	static const char *const trust_names[] = {"tls_ca", "tls_servername",
+		"tls_fingerprint", 0};
+	config_setting_t *g, *s, *a = NULL;
 	char *host = NULL;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
 
@@ -213,6 +274,7 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 	    || conf_string(x, g, "maildir", 0, &c->upstream.maildir) < 0
 	    || conf_enum(x, g, "tls", tls_words, &tls) < 0
 	    || conf_bool(x, g, "tls_verify", &c->upstream.tls_verify) < 0
+	    || conf_upstream_trust(x, c, g) < 0
 	    || conf_string(x, g, "user", 0, &c->upstream.user) < 0
 	    || conf_string(x, g, "password", 0, &c->upstream.password) < 0
 	    || conf_int(x, g, "connections", 1, 1000,
@@ -234,6 +296,16 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 	if ((c->upstream.user != NULL) != (c->upstream.password != NULL)) {
 		conf_error(x, g, c->upstream.user ? "password" : "user",
 			   "missing setting (user and password go together)");
+		goto fail;
+	}
+	for (i = 0; tls == CONF_TLS_NONE && trust_names[i]; i++)
+		if ((s = config_setting_get_member(g, trust_names[i])) != NULL) {
+			conf_error(x, s, NULL, "requires tls = \"starttls\" or \"implicit\"");
+			goto fail;
+		}
+	if (!c->upstream.tls_verify && (c->upstream.tls_ca || c->upstream.n_tls_fingerprint)) {
+		conf_error(x, config_setting_get_member(g, c->upstream.tls_ca ? "tls_ca" :
+			   "tls_fingerprint"), NULL, "makes no sense with tls_verify = false");
 		goto fail;
 	}
 	if (c->upstream.user != NULL && tls == CONF_TLS_NONE) {
@@ -508,6 +580,9 @@ void    conf_free(struct conf *c)
 		free(c->upstream.hosts[i].host);
 	free(c->upstream.hosts);
 	free(c->upstream.maildir);
+	free(c->upstream.tls_ca);
+	free(c->upstream.tls_servername);
+	free(c->upstream.tls_fingerprint);
 	free(c->upstream.user);
 	if (c->upstream.password)
 		explicit_bzero(c->upstream.password, strlen(c->upstream.password));

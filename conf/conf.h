@@ -80,6 +80,10 @@ struct conf {
 		char *maildir;		/* set: deliver into this Maildir */
 		enum conf_tls tls;	/* default none */
 		int tls_verify;		/* default 1 */
+		char *tls_ca;		/* CA file or hashed directory; NULL: system store */
+		char *tls_servername;	/* name to verify and send (SNI); NULL: host */
+		uint8_t (*tls_fingerprint)[32];	/* SHA-256 pins, certificate or SPKI */
+		size_t n_tls_fingerprint;	/* set: a matching pin is all that counts */
 		char *user, *password;
 		int connections;	/* default 4 */
 		int64_t timeout;	/* seconds, default 5m */

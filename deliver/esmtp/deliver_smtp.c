@@ -425,7 +425,7 @@ static int xsess_security(struct xsess *xs)
 					    " credentials are never sent in clear");
 		return 0;
 	}
-	if ((xs->tls_ctx = deliver_tls_ctx_new(c->upstream.tls_verify, err, sizeof(err))) == NULL)
+	if ((xs->tls_ctx = deliver_tls_ctx_conf(c, err, sizeof(err))) == NULL)
 		return xsess_refuse(xs, "4.3.0", err);
 	if (c->upstream.user && ((xs->auth = deliver_auth_context(c)) == NULL
 				 || !smtp_auth_set_context(xs->s, xs->auth)))

@@ -21,7 +21,15 @@
  *	their verify parameters, so OpenSSL checks the name (RFC 6125, IP
  *	addresses included) as part of the chain, and SSL_VERIFY_PEER fails
  *	the handshake before any SMTP goes over it. SNI is set per SSL
- *	from the same name.
+ *	from the same name. upstream.tls_servername, when set, is that
+ *	name instead of the host: an address in host still gets a name
+ *	checked and sent.
+ *
+ *	Pins (upstream.tls_fingerprint) replace OpenSSL's whole chain check
+ *	through the context's certificate verify callback, so a self-signed
+ *	or expired certificate that matches is accepted and nothing else is,
+ *	whatever the CAs say; the result goes through the same verify
+ *	result, so the handshake fails before any SMTP as with a chain.
  * DIAGNOSTICS
  *	Returned as text for the caller's log line and deferral reason.
  */
@@ -30,13 +38,17 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/x509v3.h>
 
+#include "../../conf/conf.h"
 #include "../../util/buf.h"
 #include "../../util/deadline.h"
 #include "../../util/log.h"
@@ -47,9 +59,14 @@
 
 /* what a context knows of the connection it is for (SSL_CTX ex_data) */
 struct tls_peer {
-	char host[256];			/* configured name or address */
+	char host[256];			/* the name checked: servername, or host */
+	char servername[256];		/* upstream.tls_servername; "" for none */
 	int verify;
 	int is_ip;			/* no SNI for an address (RFC 6066) */
+	uint8_t (*pins)[32];		/* owned; n_pins set: only a pin counts */
+	size_t n_pins;
+	uint8_t seen_crt[32], seen_spki[32];	/* the last certificate pins were held to */
+	int seen;
 };
 
 static int tls_peer_index = -1;
@@ -59,8 +76,12 @@ static pthread_once_t tls_peer_once = PTHREAD_ONCE_INIT;
 static void tls_peer_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
 			  void *argp)
 {
+	struct tls_peer *p = ptr;
+
 	(void) parent, (void) ad, (void) idx, (void) argl, (void) argp;
-	free(ptr);
+	if (p)
+		free(p->pins);
+	free(p);
 }
 
 /* tls_peer_init - once: the ex_data slot */
@@ -89,8 +110,8 @@ static void tls_err(char *out, size_t outlen, const char *what)
 	snprintf(out, outlen, "%s: %s", what, buf);
 }
 
-/* deliver_tls_ctx_new - a client context; verify 0: accept any certificate */
-SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen)
+/* tls_ctx_base - a client context with its tls_peer, nothing trusted yet */
+static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 {
 	struct tls_peer *p;
 	SSL_CTX *ctx;
@@ -112,10 +133,116 @@ SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen)
 	(void) SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
 	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
-	if (verify && !SSL_CTX_set_default_verify_paths(ctx)) {
+	return ctx;
+}
+
+/* deliver_tls_ctx_new - a client context; verify 0: accept any certificate */
+SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen)
+{
+	SSL_CTX *ctx = tls_ctx_base(verify, err, errlen);
+
+	if (ctx && verify && !SSL_CTX_set_default_verify_paths(ctx)) {
 		/* no CA store: every certificate will be refused, with a reason */
 		tls_err(err, errlen, "cannot load the system CA store");
 		msg_warn("%s", err);
+	}
+	ERR_clear_error();
+	return ctx;
+}
+
+/* deliver_tls_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
+int deliver_tls_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32])
+{
+	unsigned char *der = NULL;
+	unsigned int n = 0;
+	int len;
+
+	if (!X509_digest(cert, EVP_sha256(), crt, &n) || n != 32)
+		return -1;
+	/* the whole SPKI DER, as Postfix and RFC 7469 pin it (not just the key bits) */
+	if ((len = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert), &der)) <= 0)
+		return -1;
+	n = 0;
+	if (!EVP_Digest(der, (size_t) len, spki, &n, EVP_sha256(), NULL) || n != 32)
+		n = 0;
+	OPENSSL_free(der);
+	return n == 32 ? 0 : -1;
+}
+
+/*
+ * tls_pin_verify - replaces OpenSSL's chain check when pins are set: the
+ * server's own certificate (or its public key) must match one, and then
+ * neither a CA nor the name matters (Postfix's "fingerprint" level)
+ */
+static int tls_pin_verify(X509_STORE_CTX *sctx, void *arg)
+{
+	struct tls_peer *p = arg;
+	X509 *cert = X509_STORE_CTX_get0_cert(sctx);
+	size_t i;
+
+	/* kept for the reason: a refused handshake leaves the session no peer certificate */
+	p->seen = cert != NULL && deliver_tls_digests(cert, p->seen_crt, p->seen_spki) == 0;
+	if (!p->seen) {
+		X509_STORE_CTX_set_error(sctx, X509_V_ERR_UNSPECIFIED);
+		return 0;
+	}
+	for (i = 0; i < p->n_pins; i++)
+		if (memcmp(p->pins[i], p->seen_crt, 32) == 0
+		    || memcmp(p->pins[i], p->seen_spki, 32) == 0) {
+			X509_STORE_CTX_set_error(sctx, X509_V_OK);
+			return 1;
+		}
+	X509_STORE_CTX_set_error(sctx, X509_V_ERR_CERT_REJECTED);
+	return 0;
+}
+
+/* tls_load_ca - upstream.tls_ca: a PEM file, or a directory of c_rehash links */
+static int tls_load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
+{
+	struct stat st;
+	char what[300];
+
+	snprintf(what, sizeof(what), "upstream.tls_ca %.256s", ca);
+	if (stat(ca, &st) < 0) {
+		snprintf(err, errlen, "%s: %s", what, strerror(errno));
+		return -1;
+	}
+	if (!SSL_CTX_load_verify_locations(ctx, S_ISDIR(st.st_mode) ? NULL : ca,
+					   S_ISDIR(st.st_mode) ? ca : NULL)) {
+		tls_err(err, errlen, what);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * deliver_tls_ctx_conf - the client context upstream.tls_* ask for: pins,
+ * or a chain to tls_ca (else the system store), or no check at all
+ */
+SSL_CTX *deliver_tls_ctx_conf(const struct conf *c, char *err, size_t errlen)
+{
+	size_t npins = c->upstream.n_tls_fingerprint;
+	struct tls_peer *p;
+	SSL_CTX *ctx;
+
+	if (npins == 0 && c->upstream.tls_ca == NULL)
+		ctx = deliver_tls_ctx_new(c->upstream.tls_verify, err, errlen);
+	else
+		ctx = tls_ctx_base(1, err, errlen);
+	if (ctx == NULL)
+		return NULL;
+	p = tls_peer_of(ctx);
+	if (c->upstream.tls_servername)
+		snprintf(p->servername, sizeof(p->servername), "%s", c->upstream.tls_servername);
+	if (npins) {
+		p->pins = xcalloc(npins, sizeof(*p->pins));
+		memcpy(p->pins, c->upstream.tls_fingerprint, npins * sizeof(*p->pins));
+		p->n_pins = npins;
+		SSL_CTX_set_cert_verify_callback(ctx, tls_pin_verify, p);
+	} else if (c->upstream.tls_ca && tls_load_ca(ctx, c->upstream.tls_ca, err, errlen) < 0) {
+		SSL_CTX_free(ctx);
+		ERR_clear_error();
+		return NULL;
 	}
 	ERR_clear_error();
 	return ctx;
@@ -130,9 +257,11 @@ int deliver_tls_ctx_host(SSL_CTX *ctx, const char *host)
 
 	if (p == NULL || strlen(host) >= sizeof(p->host))
 		return -1;
+	if (p->servername[0])
+		host = p->servername;
 	snprintf(p->host, sizeof(p->host), "%s", host);
 	p->is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
-	if (!p->verify)
+	if (!p->verify || p->n_pins)
 		return 0;
 	/* set1_host(NULL) and set1_ip(NULL) clear what the previous host left */
 	if (!X509_VERIFY_PARAM_set1_host(param, NULL, 0)
@@ -158,6 +287,34 @@ void deliver_tls_describe(const SSL *ssl, char *out, size_t outlen)
 /* ---------------------------------------------------------------- handshake */
 
 /*
+ * tls_verify_why - the reason a certificate was refused, in words an
+ * operator can act on; a pin mismatch gives the server's digests to pin
+ */
+static void tls_verify_why(const struct tls_peer *p, long vr, char *why, size_t whylen)
+{
+	char hc[65], hs[65];
+	int i;
+
+	if (p->n_pins && vr == X509_V_ERR_CERT_REJECTED) {
+		if (!p->seen) {
+			snprintf(why, whylen, "certificate fingerprint mismatch");
+			return;
+		}
+		for (i = 0; i < 32; i++) {
+			snprintf(hc + 2 * i, 3, "%02x", p->seen_crt[i]);
+			snprintf(hs + 2 * i, 3, "%02x", p->seen_spki[i]);
+		}
+		snprintf(why, whylen, "certificate fingerprint mismatch: the certificate is "
+			 "sha256:%s, its public key sha256:%s", hc, hs);
+	} else if (vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+		snprintf(why, whylen, "certificate name mismatch: wanted %s", p->host);
+	} else {
+		snprintf(why, whylen, "certificate verify failed: %s",
+			 X509_verify_cert_error_string(vr));
+	}
+}
+
+/*
  * deliver_tls_connect - the client handshake on fd within the deadline,
  * the certificate checked as the context says
  */
@@ -165,7 +322,7 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 			       char *desc, size_t desclen, char *why, size_t whylen,
 			       char dsn[16])
 {
-	const struct tls_peer *p = tls_peer_of(ctx);
+	struct tls_peer *p = tls_peer_of(ctx);
 	SSL *ssl;
 	long vr;
 	int r, e;
@@ -177,6 +334,8 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 		tls_err(why, whylen, "cannot set up TLS");
 		goto fail;
 	}
+	if (p)
+		p->seen = 0;
 	while ((r = SSL_connect(ssl)) != 1) {
 		e = SSL_get_error(ssl, r);
 		if ((e == SSL_ERROR_WANT_READ && deadline_wait(fd, POLLIN, deadline))
@@ -184,8 +343,7 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 			continue;
 		vr = SSL_get_verify_result(ssl);
 		if (p && p->verify && vr != X509_V_OK) {
-			snprintf(why, whylen, "server certificate not trusted: %s",
-				 X509_verify_cert_error_string(vr));
+			tls_verify_why(p, vr, why, whylen);
 			ERR_clear_error();
 		} else if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
 			snprintf(why, whylen, "TLS handshake timed out");

@@ -7,9 +7,11 @@
  *	libesmtp 1.1.0 speaks to the upstream in plain text only; TLS is
  *	done by the bridge, with OpenSSL, through these.
  *
- *	deliver_tls_ctx_new() makes the client context: TLS 1.2 or later,
- *	the system CA store (OpenSSL's default paths, so SSL_CERT_FILE and
- *	SSL_CERT_DIR apply) unless verification is off, and, per connection
+ *	deliver_tls_ctx_conf() makes the client context from upstream.tls_*
+ *	(deliver_tls_ctx_new() the plain one it starts from): TLS 1.2 or later,
+ *	upstream.tls_ca or else the system CA store (OpenSSL's default paths,
+ *	so SSL_CERT_FILE and SSL_CERT_DIR apply) unless verification is off,
+ *	or only the pins of upstream.tls_fingerprint; and, per connection
  *	attempt (deliver_tls_ctx_host), the configured host name, checked
  *	against the certificate by OpenSSL and sent as SNI.
  *
@@ -21,14 +23,28 @@
 #define DELIVER_ESMTP_DELIVER_TLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <openssl/ssl.h>
 
+#include "../../conf/conf.h"
 #include "../../tls/io.h"
 
 /* deliver_tls_ctx_new - a client context; verify 0: accept any certificate */
 SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen);
+
+/*
+ * deliver_tls_ctx_conf - the context upstream.tls_* ask for: with
+ * tls_fingerprint, a certificate is accepted if and only if it or its
+ * public key matches a pin; else with tls_verify, its chain must lead to
+ * tls_ca (or the system store) and name the host (or tls_servername).
+ * NULL with err (naming the setting) when tls_ca cannot be loaded.
+ */
+SSL_CTX *deliver_tls_ctx_conf(const struct conf *c, char *err, size_t errlen);
+
+/* deliver_tls_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
+int deliver_tls_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32]);
 
 /* deliver_tls_ctx_host - the name the next connection checks and sends (SNI) */
 int deliver_tls_ctx_host(SSL_CTX *ctx, const char *host);

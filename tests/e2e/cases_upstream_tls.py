@@ -9,14 +9,16 @@ daemon's environment: each test runs in its own process, so setting it in
 os.environ reaches only this test's daemon)."""
 
 import base64
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import harness
 from harness import (case, check, check_relayed, eq, free_port, make_msg, read_ready_line,
-                     run, submit_ok)
+                     run, submit_ok, wait_until)
 
 USER, PASSWORD = "relay-user", "s3cret-pw!"
 
@@ -160,7 +162,7 @@ def test_upstream_untrusted_certificate_refused(t):
     trust(None)
     d = t.daemon(sink, upstream(sink))
     qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-2"))
-    deferred_only(t, d, sink, qid, "dsn=4.7.5", "not trusted")
+    deferred_only(t, d, sink, qid, "dsn=4.7.5", "certificate verify failed")
     eq(sink.events("auth"), [], "AUTH attempts at the sink")
     check(not sink_saw(sink, "MAIL"), "the sink saw MAIL")
 
@@ -188,7 +190,7 @@ def test_upstream_certificate_name_mismatch(t):
     trust(certs["ca"])
     d = t.daemon(sink, upstream(sink))
     qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-4"))
-    deferred_only(t, d, sink, qid, "dsn=4.7.5", "hostname mismatch")
+    deferred_only(t, d, sink, qid, "dsn=4.7.5", "certificate name mismatch: wanted localhost")
 
 
 @case()
@@ -298,7 +300,7 @@ def test_upstream_implicit_tls_untrusted(t):
     trust(None)
     d = t.daemon(sink, upstream(sink, tls="implicit"))
     qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-11"))
-    deferred_only(t, d, sink, qid, "dsn=4.7.5", "not trusted")
+    deferred_only(t, d, sink, qid, "dsn=4.7.5", "certificate verify failed")
     eq(sink.events("auth"), [], "AUTH attempts at the sink")
 
 
@@ -364,3 +366,163 @@ def test_upstream_user_requires_tls(t):
     eq(r.returncode, 1, "idemrelay -t exit status (stderr %r)" % r.stderr)
     check("upstream.user" in r.stderr and "requires tls" in r.stderr,
           "want an error naming upstream.user, got %r" % r.stderr)
+
+
+# ------------------------------------------------ a real Postfix as the upstream (issue 12)
+#
+# upstream.tls_ca, tls_servername and tls_fingerprint against Postfix's own smtpd with
+# STARTTLS and a certificate from a private CA, relaying on to a plain sink. Nothing of
+# the system's CA store is trusted in these tests (trust(None)): only what the settings say.
+
+def postfix_upstream(t, sink, certs):
+    """postfix_upstream - a private Postfix offering STARTTLS with certs, relaying to sink"""
+    from cases_postfix import Postfix
+    return Postfix(t, sink.port, ["smtpd_tls_security_level=may",
+                                  "smtpd_tls_cert_file=" + certs["cert"],
+                                  "smtpd_tls_key_file=" + certs["key"],
+                                  "smtpd_tls_loglevel=1"])
+
+
+def digest(certs, what):
+    """digest - "sha256:HEX" of the server certificate, or of its public key (SPKI DER)"""
+    def der(cmd, data=None):
+        return subprocess.run(cmd, input=data, capture_output=True, timeout=10).stdout
+    if what == "cert":
+        out = der(["openssl", "x509", "-in", certs["cert"], "-outform", "DER"])
+    else:
+        pem = der(["openssl", "x509", "-in", certs["cert"], "-noout", "-pubkey"])
+        out = der(["openssl", "pkey", "-pubin", "-outform", "DER"], pem)
+    check(out, "openssl gave no DER for the %s" % what)
+    return "sha256:" + hashlib.sha256(out).hexdigest()
+
+
+def daemon_via(t, sink, pf, host, trust_kw):
+    """daemon_via - idemrelay with Postfix as its STARTTLS upstream and upstream.tls_*"""
+    trust(None)
+    return t.daemon(sink, {"upstream": {"host": host, "port": pf.port, "tls": "starttls",
+                                        "tls_verify": True, **trust_kw}})
+
+
+def delivered_via_postfix(t, certs, key, host="localhost", **kw):
+    """delivered_via_postfix - a message reaches the sink through Postfix over verified TLS"""
+    sink = t.sink()
+    with postfix_upstream(t, sink, certs) as pf:
+        d = daemon_via(t, sink, pf, host, kw)
+        qid = submit_ok(d.port, "rcpt@example.com", make_msg(key=key))
+        rec = sink.wait_count(1, timeout=30)[0]
+        eq(rec["to"], ["rcpt@example.com"], "recipient at the sink")
+        d.wait_log(qid, "status=sent", "relay=%s[127.0.0.1]:%d" % (host, pf.port))
+        d.wait_log("Verified TLS connection established (STARTTLS)")
+        check("TLS connection established from" in pf.log(),
+              "Postfix logged no TLS connection:\n" + pf.log())
+
+
+def refused_by_trust(t, certs, key, why, host="localhost", **kw):
+    """refused_by_trust - deferred with dsn=4.7.5 and why in the log line, why in
+    idemrelayctl show; Postfix was sent no MAIL"""
+    sink = t.sink()
+    with postfix_upstream(t, sink, certs) as pf:
+        d = daemon_via(t, sink, pf, host, kw)
+        qid = submit_ok(d.port, "rcpt@example.com", make_msg(key=key))
+        d.wait_log(qid, "status=deferred", "dsn=4.7.5", why)
+        time.sleep(1.5)
+        # Postfix's own notices to its postmaster may reach the sink; ours may not
+        eq([r for r in sink.accepted() if "rcpt@example.com" in r["to"]], [],
+           "our message at the sink")
+        check("from=<sender@example.org>" not in pf.log(),
+              "Postfix took our message:\n" + pf.log())
+        ctl = os.path.join(os.path.dirname(os.path.abspath(harness.BIN)), "idemrelayctl")
+        r = run([ctl, "-c", d.conf_path, "show", qid])
+        eq(r.returncode, 0, "idemrelayctl show: %s" % r.stderr)
+        check("to=<rcpt@example.com> deferred (upstream localhost" in r.stdout or host != "localhost",
+              "show %s: not deferred:\n%s" % (qid, r.stdout))
+        check(why in r.stdout, "show %s lacks %r:\n%s" % (qid, why, r.stdout))
+        return d
+
+
+@case(timeout=90)
+def test_upstream_postfix_tls_ca_file(t):
+    """tls_ca = the private CA's file: Postfix's certificate is verified, the mail goes."""
+    certs = make_certs(t)
+    delivered_via_postfix(t, certs, "pf-ca-1", tls_ca=certs["ca"])
+
+
+@case(timeout=90)
+def test_upstream_postfix_tls_ca_dir_servername(t):
+    """tls_ca = a hashed directory, host = an address, tls_servername = the certificate's
+    only name: verified by that name."""
+    certs = make_certs(t, names=("DNS:mail.test",), cn="mail.test", tag="mail")
+    cadir = os.path.join(t.tmp, "cadir")
+    os.makedirs(cadir)
+    shutil.copy(certs["ca"], os.path.join(cadir, "private-ca.pem"))
+    openssl("rehash", cadir, cwd=cadir)
+    delivered_via_postfix(t, certs, "pf-ca-2", host="127.0.0.1", tls_ca=cadir,
+                          tls_servername="mail.test")
+
+
+@case(timeout=90)
+def test_upstream_postfix_untrusted(t):
+    """No tls_ca and a system store without the private CA: deferred with the reason."""
+    certs = make_certs(t)
+    refused_by_trust(t, certs, "pf-untrusted",
+                     "certificate verify failed: unable to get local issuer certificate")
+
+
+@case(timeout=90)
+def test_upstream_postfix_other_ca(t):
+    """tls_ca names another CA than the one that signed Postfix's certificate."""
+    certs = make_certs(t)
+    other = os.path.join(t.tmp, "other-ca")
+    os.makedirs(other)
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=another CA", cwd=other)
+    refused_by_trust(t, certs, "pf-other-ca",
+                     "certificate verify failed: unable to get local issuer certificate",
+                     tls_ca=os.path.join(other, "ca.pem"))
+
+
+@case(timeout=90)
+def test_upstream_postfix_wrong_name(t):
+    """A certificate from the trusted CA for another name: the name is the reason."""
+    certs = make_certs(t, names=("DNS:other.example",), cn="other.example", tag="other")
+    refused_by_trust(t, certs, "pf-name", "certificate name mismatch: wanted localhost",
+                     tls_ca=certs["ca"])
+
+
+@case(timeout=90)
+def test_upstream_postfix_address_needs_servername(t):
+    """host = an address, no tls_servername, a certificate with only a DNS name."""
+    certs = make_certs(t, names=("DNS:mail.test",), cn="mail.test", tag="mail")
+    refused_by_trust(t, certs, "pf-addr", "certificate name mismatch: wanted 127.0.0.1",
+                     host="127.0.0.1", tls_ca=certs["ca"])
+
+
+@case(timeout=90)
+def test_upstream_postfix_pinned_cert(t):
+    """tls_fingerprint pins the certificate: accepted with no CA trusted and another
+    name on it (the pin is sufficient)."""
+    certs = make_certs(t, names=("DNS:other.example",), cn="other.example", tag="other")
+    delivered_via_postfix(t, certs, "pf-pin-1", tls_fingerprint=[digest(certs, "cert")])
+
+
+@case(timeout=90)
+def test_upstream_postfix_pinned_pubkey(t):
+    """tls_fingerprint pins the public key (SPKI), in the colon-separated upper-case
+    spelling openssl prints, next to a pin that does not match."""
+    certs = make_certs(t)
+    hexd = digest(certs, "pubkey")[7:].upper()
+    pin = "sha256:" + ":".join(hexd[i:i + 2] for i in range(0, 64, 2))
+    delivered_via_postfix(t, certs, "pf-pin-2",
+                          tls_fingerprint=["sha256:" + "00" * 32, pin])
+
+
+@case(timeout=90)
+def test_upstream_postfix_wrong_pin(t):
+    """A pin that matches nothing: refused even though tls_ca trusts the certificate
+    (the pin is required), and the reason gives the digests to pin."""
+    certs = make_certs(t)
+    d = refused_by_trust(t, certs, "pf-pin-3", "certificate fingerprint mismatch",
+                         tls_ca=certs["ca"], tls_fingerprint=["sha256:" + "ab" * 32])
+    d.wait_log("certificate fingerprint mismatch: the certificate is %s, its public key %s"
+               % (digest(certs, "cert"), digest(certs, "pubkey")))

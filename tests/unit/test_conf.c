@@ -275,6 +275,32 @@ static void test_default_text(void **state)
 	conf_free(&c);
 }
 
+#define PIN_HEX_63 "30c9c3c4589ac3fa0e2b190cfe5635b33767b2e7f56575d7697205ba7e4016d"
+#define PIN_HEX	PIN_HEX_63 "4"
+
+/* test_upstream_trust - tls_ca, tls_servername and pins, in both spellings */
+static void test_upstream_trust(void **state)
+{
+	static const char text[] = "upstream = { host = \"192.0.2.1\"; tls = \"starttls\";\n"
+		" tls_ca = \"/etc/idemrelay/ca\"; tls_servername = \"mx.example.net\";\n"
+		" tls_fingerprint = [ \"sha256:" PIN_HEX "\",\n"
+		"  \"SHA256:30:C9:C3:C4:58:9A:C3:FA:0E:2B:19:0C:FE:56:35:B3:37:67:B2:E7:F5:65:"
+		"75:D7:69:72:05:BA:7E:40:16:D4\" ]; };\n";
+	struct conf c;
+	char err[512];
+
+	(void) state;
+	if (load_text(&c, text, err, sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+	assert_string_equal(c.upstream.tls_ca, "/etc/idemrelay/ca");
+	assert_string_equal(c.upstream.tls_servername, "mx.example.net");
+	assert_int_equal(c.upstream.n_tls_fingerprint, 2);
+	assert_int_equal(c.upstream.tls_fingerprint[0][0], 0x30);
+	assert_int_equal(c.upstream.tls_fingerprint[0][31], 0xd4);
+	assert_memory_equal(c.upstream.tls_fingerprint[0], c.upstream.tls_fingerprint[1], 32);
+	conf_free(&c);
+}
+
 /* Each case: config text, and the message prefix wanted ("%s" = file). */
 static const struct {
 	const char *name;
@@ -370,6 +396,22 @@ static const struct {
 	 "%s:1: upstream.hosts: empty list"},
 	{"metrics no port", MINIMAL "metrics = { address = \"::1\"; };\n",
 	 "%s:2: metrics.port: missing setting"},
+	{"pin short", "upstream = { host = \"h\"; tls = \"starttls\";\n"
+	 " tls_fingerprint = [ \"sha256:00ff\" ]; };\n",
+	 "%s:2: upstream.tls_fingerprint[0]: bad fingerprint \"sha256:00ff\""},
+	{"pin digest", "upstream = { host = \"h\"; tls = \"starttls\";\n"
+	 " tls_fingerprint = [ \"sha1:" PIN_HEX "\" ]; };\n",
+	 "%s:2: upstream.tls_fingerprint[0]: bad fingerprint"},
+	{"pin not hex", "upstream = { host = \"h\"; tls = \"starttls\";\n"
+	 " tls_fingerprint = [ \"sha256:" PIN_HEX_63 "g\" ]; };\n",
+	 "%s:2: upstream.tls_fingerprint[0]: bad fingerprint"},
+	{"pins empty", "upstream = { host = \"h\"; tls = \"starttls\";\n"
+	 " tls_fingerprint = [ ]; };\n", "%s:2: upstream.tls_fingerprint: empty list"},
+	{"trust needs tls", "upstream = { host = \"h\";\n tls_ca = \"/etc/ca.pem\"; };\n",
+	 "%s:2: upstream.tls_ca: requires tls = \"starttls\" or \"implicit\""},
+	{"pins need verify", "upstream = { host = \"h\"; tls = \"starttls\"; tls_verify = false;\n"
+	 " tls_fingerprint = [ \"sha256:" PIN_HEX "\" ]; };\n",
+	 "%s:2: upstream.tls_fingerprint: makes no sense with tls_verify = false"},
 };
 
 static void test_errors(void **state)
@@ -560,6 +602,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_full, cleanup),
 		cmocka_unit_test_teardown(test_defaults, cleanup),
 		cmocka_unit_test(test_default_text),
+		cmocka_unit_test_teardown(test_upstream_trust, cleanup),
 		cmocka_unit_test_teardown(test_errors, cleanup),
 		cmocka_unit_test_teardown(test_file_errors, cleanup),
 		cmocka_unit_test(test_include),
