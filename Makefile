@@ -34,8 +34,9 @@ CTL_OBJ     = $(patsubst %.c,$(B)/%.o,$(wildcard ctl/*.c))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 PROGS    = $(BIN)/idemrelay $(BIN)/idemrelayctl
+POWERFS  = $(B)/tests/powerfs
 
-all: $(PROGS)
+all: $(PROGS) $(POWERFS)
 
 $(BIN)/idemrelay: $(DAEMON_OBJ) $(LIBS_ALL)
 	@mkdir -p $(BIN)
@@ -97,6 +98,13 @@ fuzz:
 	    -artifact_prefix=build-fuzz/ build-fuzz/corpus_$$f tests/fuzz/corpus/$$f || exit 1; \
 	done
 
+# The power-cut file system of the e2e tests (tests/powerfs/powerfs.c): a
+# test tool, no part of the daemon; it needs libfuse3 (libfuse3-dev, fuse3).
+$(POWERFS): tests/powerfs/powerfs.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(shell pkg-config --cflags fuse3) $(LDFLAGS) -o $@ $< \
+	    $(shell pkg-config --libs fuse3)
+
 # nodelay.o is the daemon's own connect(), outside the libraries
 $(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o
 	@mkdir -p $(dir $@)
@@ -105,8 +113,9 @@ $(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o
 unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail
 
-e2e: $(PROGS)
-	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay python3 tests/e2e/run.py
+e2e: $(PROGS) $(POWERFS)
+	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay POWERFS_BIN=$(abspath $(POWERFS)) \
+	    python3 tests/e2e/run.py
 
 # #include points down the folder order (tests/layers.py has the table)
 check-layers:
@@ -126,7 +135,7 @@ clean:
 	rm -rf build build-asan build-fuzz bin
 
 .PHONY: all unit e2e test asan run clean fuzz fuzz-replay check-layers
--include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d) $(POWERFS).d
 
 # Install: programs in sbin (as Postfix does), man pages, the example
 # configuration in $(SYSCONFDIR)/idemrelay (never the live idemrelay.conf),

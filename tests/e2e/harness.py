@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BIN = os.environ.get("IDEMRELAY_BIN", os.path.join(REPO, "bin", "idemrelay"))
 SINK = os.path.join(HERE, "sink.py")
+POWERFS = os.environ.get("POWERFS_BIN", os.path.join(REPO, "build", "tests", "powerfs"))
 
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "WARNING: ThreadSanitizer")
@@ -433,6 +434,56 @@ class Daemon:
                           "a daemon log line with %s" % " ".join(words))
 
 
+class PowerFS:
+    """tests/powerfs: a FUSE mount over a backing directory that keeps unsynced
+    writes in memory. cut() is a power cut (what was not synced is gone);
+    fail_next_sync() makes the next fsync/fdatasync fail with EIO. Needs root
+    and /dev/fuse: without them the test fails, it is never skipped."""
+
+    def __init__(self, t, name):
+        self.dir = os.path.join(t.tmp, name)
+        self.backing = os.path.join(self.dir, "disk")
+        self.mnt = os.path.join(self.dir, "mnt")
+        self.log_path = os.path.join(self.dir, "powerfs.log")
+        os.makedirs(self.backing)
+        os.makedirs(self.mnt)
+        self.proc = None
+        self.cuts = 0
+
+    def mount(self, timeout=10):
+        check(os.access(POWERFS, os.X_OK), "%s is missing: run make first" % POWERFS)
+        check(os.path.exists("/dev/fuse"), "/dev/fuse is missing: the power-cut tests need FUSE")
+        check(os.geteuid() == 0, "the power-cut tests mount a FUSE file system: run them as root")
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen([POWERFS, self.backing, self.mnt], stdin=subprocess.DEVNULL,
+                                         stdout=logf, stderr=logf)
+        wait_until(lambda: os.path.ismount(self.mnt) or self.proc.poll() is not None, timeout,
+                   "powerfs mounted on %s" % self.mnt)
+        check(self.proc.poll() is None, "powerfs exited at start with %s (see %s)"
+              % (self.proc.returncode, self.log_path))
+        return self
+
+    def _detach(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        # a dead FUSE mount fails stat (ENOTCONN), so ismount() cannot tell: always try
+        run(["umount", "-l", self.mnt], timeout=10)
+
+    def cut(self):
+        """cut - the power goes: powerfs dies with what it held, the mount is
+        detached and a new powerfs serves what was synced. Kill the daemon first."""
+        self.cuts += 1
+        self._detach()
+        self.mount()
+
+    def fail_next_sync(self):
+        os.kill(self.proc.pid, signal.SIGUSR1)
+
+    def log(self):
+        return read_text(self.log_path)
+
+
 class T:
     """One test's resources: tmp dir, sinks, daemons; cleaned up at the end."""
 
@@ -449,6 +500,13 @@ class T:
             s.control(**control)
         self.sinks.append(s)
         return s.start()
+
+    def powerfs(self):
+        """powerfs - a mounted tests/powerfs, detached at cleanup"""
+        fs = PowerFS(self, "powerfs%d" % len(self.__dict__.setdefault("mounts", [])))
+        self.mounts.append(fs)
+        self.extra_logs.append(("powerfs log", fs.log_path))
+        return fs.mount()
 
     def daemon(self, sink=None, conf=None, start=True):
         d = Daemon(self, "daemon%d" % len(self.daemons), sink, conf)
@@ -495,6 +553,11 @@ class T:
                 pass
         for s in self.sinks:
             s.stop()
+        for fs in getattr(self, "mounts", []):
+            try:
+                fs._detach()
+            except Exception:
+                pass
 
     def dump_logs(self, out, tail=150):
         for d in self.daemons:
