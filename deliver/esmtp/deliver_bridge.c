@@ -33,6 +33,25 @@
  *	When the filter refuses what libesmtp writes, the thread hangs up on
  *	both sides at once, so nothing after the refused bytes reaches the
  *	upstream, and says why (deliver_bridge_end).
+ *
+ *	Whether a final dot reached the server is the kernel's to say, not
+ *	libesmtp's: a small message and its dot are written into the socket
+ *	buffers at once, so a server that resets the connection after 1,000
+ *	bytes leaves libesmtp with no write error, just a lost connection
+ *	after the dot. So the bridge writes each message's content up to and
+ *	including its final dot (found by the filter) as a write of its own,
+ *	and notes the TCP sequence that write ended at: the bytes the peer
+ *	acknowledged plus the send queue (tcpi_bytes_acked + SIOCOUTQ, read
+ *	until no ACK came in between). When the upstream side ends, for
+ *	whatever reason, it reads tcpi_bytes_acked again: the dot reached
+ *	the peer's TCP only if that got as far. What Linux (6.18 here) was
+ *	seen to report, which this relies on: bytes_acked counts the SYN
+ *	(1 after connect), as the mark does, so the two compare; after an RST
+ *	with data still unacknowledged, bytes_acked stays at the last ACK
+ *	and SIOCOUTQ still counts the lost bytes (it is not emptied), and
+ *	TCP_INFO still answers; a FIN carries the ACK of everything the peer
+ *	read. When a count cannot be read, the dot is taken as acknowledged:
+ *	ambiguous, as before.
  * DIAGNOSTICS
  *	Failures to set up are returned as text for the caller's log line
  *	and deferral reason; a connection from another process is logged.
@@ -41,17 +60,21 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>		/* the kernel's struct tcp_info: glibc's lacks bytes_acked */
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,6 +100,12 @@ struct deliver_bridge {
 	atomic_int cut;			/* forward nothing more from libesmtp */
 	struct deliver_filter filter;	/* the thread's */
 	char broke[160];		/* why the thread hung up on its own; "" if not */
+	/* the final dots, the thread's until it is joined */
+	unsigned dots_out;		/* messages' final dots written upstream */
+	uint64_t dot_seq;		/* the last one's end: bytes acked + send queue */
+	int dot_seq_known;		/* dot_seq could be read */
+	int dot_acked;			/* at the end, the peer's TCP had acked dot_seq */
+	char ended[160];		/* how the upstream side ended; "" if it did not */
 	struct sockaddr_in laddr;	/* the listener's address */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
@@ -403,6 +432,7 @@ static int bridge_accept(struct deliver_bridge *b)
 struct pending {
 	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* the filter adds what it held */
 	size_t off, len;
+	size_t dot;			/* just past a final dot in buf; 0 if none */
 };
 
 /* poll_events - the poll(2) events a transport's IO_AGAIN waits for */
@@ -411,10 +441,15 @@ static short poll_events(uint32_t wants)
 	return (short) ((wants & EPOLLIN ? POLLIN : 0) | (wants & EPOLLOUT ? POLLOUT : 0));
 }
 
-/* pending_write - write some of p to io: 1 moved, 0 waits (for *ev), -1 failed */
+/*
+ * pending_write - write some of p to io, never past a final dot in one
+ * write: 2 the dot's last byte went, 1 moved, 0 waits (for *ev), -1 failed
+ */
 static int pending_write(struct pending *p, struct io *io, short *ev)
 {
-	ssize_t n = io_write(io, p->buf + p->off, p->len - p->off);
+	size_t end = p->dot > p->off ? p->dot : p->len;
+	ssize_t n = io_write(io, p->buf + p->off, end - p->off);
+	int r = 1;
 
 	if (n == IO_AGAIN) {
 		*ev |= poll_events(io->write_wants);
@@ -423,9 +458,77 @@ static int pending_write(struct pending *p, struct io *io, short *ev)
 	if (n < 0)
 		return -1;
 	p->off += (size_t) n;
+	if (p->dot && p->off == p->dot) {
+		p->dot = 0;
+		r = 2;
+	}
 	if (p->off == p->len)
 		p->off = p->len = 0;
-	return 1;
+	return r;
+}
+
+/* tcp_acked - the bytes the peer's TCP acknowledged, SYN included; -1 unknown */
+static int tcp_acked(int fd, uint64_t *acked)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	memset(&ti, 0, sizeof(ti));
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0
+	    || len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+		return -1;
+	*acked = ti.tcpi_bytes_acked;
+	return 0;
+}
+
+/*
+ * tcp_written - the sequence just past everything written to the socket,
+ * in tcp_acked()'s count: acked plus the send queue, read again until no
+ * ACK moved the one between the two reads
+ */
+static int tcp_written(int fd, uint64_t *seq)
+{
+	uint64_t a1, a2;
+	int outq, tries;
+
+	for (tries = 0; tries < 8; tries++) {
+		if (tcp_acked(fd, &a1) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0
+		    || tcp_acked(fd, &a2) < 0)
+			return -1;
+		if (a1 == a2 && outq >= 0) {
+			*seq = a1 + (uint64_t) outq;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* bridge_dot_out - a message's final dot is in the kernel: note where it ends */
+static void bridge_dot_out(struct deliver_bridge *b)
+{
+	b->dots_out++;
+	b->dot_seq_known = tcp_written(b->up->fd, &b->dot_seq) == 0;
+}
+
+/*
+ * bridge_settle - the upstream side ends (reset, closed, timed out, or
+ * libesmtp hung up): had the peer's TCP acknowledged the last final dot?
+ * Read at once, before anything is closed.
+ */
+static void bridge_settle(struct deliver_bridge *b, const char *ended)
+{
+	uint64_t acked;
+
+	if (b->ended[0] == 0 && ended)
+		snprintf(b->ended, sizeof(b->ended), "%s", ended);
+	if (b->dots_out == 0)
+		return;
+	b->dot_acked = !b->dot_seq_known || tcp_acked(b->up->fd, &acked) < 0
+	    || acked >= b->dot_seq;
+	if (log_enabled(LOG_LEVEL_DEBUG))
+		msg_debug("bridge %s: final dot %u %s by the server's TCP (%s)", b->address,
+			  b->dots_out, b->dot_acked ? "acknowledged" : "not acknowledged",
+			  b->ended[0] ? b->ended : "ended");
 }
 
 /*
@@ -441,6 +544,8 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	int client_eof = 0, server_eof = 0, moved, r;
 	struct pollfd p[3];
 	ssize_t n, kept = 0;
+	const char *ended = NULL;
+	char err[IO_ERR_MAX + 64];
 
 	/* STARTTLS: the greeting was read already */
 	down->len = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, down->buf);
@@ -457,8 +562,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 				snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
 				break;
 			}
-			if (n > 0)
+			if (n > 0) {
 				up->len = (size_t) kept, moved = 1;
+				up->dot = b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
+			}
 			else if (n == 0)
 				client_eof = 1;
 			else if (n == IO_AGAIN)
@@ -467,8 +574,14 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 				break;
 		}
 		if (up->len > 0 && (r = pending_write(up, b->up, &p[1].events)) != 0) {
-			if (r < 0)
+			if (r < 0) {
+				snprintf(err, sizeof(err), "lost connection writing to the server (%s)",
+					 b->up->err[0] ? b->up->err : "write failed");
+				ended = err;
 				break;
+			}
+			if (r == 2)
+				bridge_dot_out(b);
 			moved = 1;
 		}
 		if (down->len == 0 && !server_eof) {
@@ -480,6 +593,12 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 				p[1].events |= poll_events(b->up->read_wants);
 			} else {
 				server_eof = 1;
+				if (n == 0)
+					snprintf(err, sizeof(err), "the server closed the connection");
+				else
+					snprintf(err, sizeof(err), "lost connection with the server (%s)",
+						 b->up->err[0] ? b->up->err : "read failed");
+				bridge_settle(b, err);	/* now: before anything else is read */
 				down->len = deliver_filter_down_end(&b->filter, down->buf);
 			}
 		}
@@ -498,9 +617,14 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		while ((r = poll(p, 3, b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
+		if (r == 0) {
+			snprintf(err, sizeof(err), "timeout: nothing moved for %d s", b->timeout_ms / 1000);
+			ended = err;
+		}
 		if (r <= 0 || p[2].revents)
 			break;
 	}
+	bridge_settle(b, ended);
 	free(up);
 	free(down);
 	free(raw);
@@ -639,6 +763,20 @@ const char *deliver_bridge_end(struct deliver_bridge *b)
 		b->running = 0;
 	}
 	return b->broke[0] ? b->broke : NULL;
+}
+
+/* deliver_bridge_dot_acked - did the nth final dot reach the server's TCP? */
+int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth)
+{
+	if (nth == 0 || nth > b->dots_out)
+		return 0;		/* never written upstream */
+	return nth < b->dots_out || b->dot_acked;
+}
+
+/* deliver_bridge_ended - how the upstream side ended; "" if it is not known */
+const char *deliver_bridge_ended(const struct deliver_bridge *b)
+{
+	return b->ended;
 }
 
 /* deliver_bridge_close - end the thread, close everything; NULL-safe */

@@ -64,6 +64,24 @@ void deliver_bridge_cut(struct deliver_bridge *b);
  */
 const char *deliver_bridge_end(struct deliver_bridge *b);
 
+/*
+ * deliver_bridge_dot_acked - after deliver_bridge_end: did the nth final
+ * dot (1: the first message's content this connection carried) reach the
+ * server? 1: it was written and the server's TCP had acknowledged every
+ * byte up to it when the upstream side ended (or that could not be
+ * told), or a later one was written; 0: it was never written upstream, or
+ * was still unacknowledged when the server reset or closed the connection
+ * or the bridge gave up: the message did not arrive (SPEC section 5).
+ */
+int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth);
+
+/*
+ * deliver_bridge_ended - after deliver_bridge_end: how the upstream side
+ * ended ("the server closed the connection", "lost connection with the
+ * server (...)", "timeout: ..."), "" when libesmtp hung up first
+ */
+const char *deliver_bridge_ended(const struct deliver_bridge *b);
+
 /* deliver_bridge_close - end the thread, close everything; NULL-safe */
 void deliver_bridge_close(struct deliver_bridge *b);
 

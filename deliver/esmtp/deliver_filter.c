@@ -15,6 +15,7 @@
 
 static const char sentinel[] = DELIVER_FILTER_SENTINEL;
 static const char eoh[] = "\r\n\r\n";
+static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CRLF */
 
 /* "250-CHUNKING" or "250 CHUNKING", then a space or the end of the line */
 #define KW_AT		4
@@ -26,6 +27,7 @@ static const char eoh[] = "\r\n\r\n";
 void deliver_filter_init(struct deliver_filter *f)
 {
 	memset(f, 0, sizeof(*f));
+	f->dot_end = -1;
 }
 
 /* is_digit - an ASCII digit? (no locale) */
@@ -132,8 +134,30 @@ static int cut_byte(struct deliver_filter *f, char c)
 	if (f->eoh == 4) {
 		f->armed = 0;
 		f->blocks++;
+		f->body = 1;
+		f->dotst = 2;		/* the block's last CRLF starts the first line */
 	}
 	return 1;
+}
+
+/*
+ * body_scan - follow the content towards its final dot; the offset just
+ * past the dot's LF in buf, or -1. The match falls back to a lone CR only:
+ * no proper prefix of "\r\n.\r\n" ends with a longer one of itself.
+ */
+static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len && f->body; i++) {
+		f->dotst = buf[i] == eod[f->dotst] ? f->dotst + 1 : buf[i] == '\r';
+		if (f->dotst == 5) {
+			f->body = 0;
+			f->dots++;
+			return (ssize_t) i + 1;
+		}
+	}
+	return -1;
 }
 
 /* deliver_filter_up - libesmtp's bytes as the server gets them, in place */
@@ -142,6 +166,7 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	size_t drop = 0;
 	int r = 1;
 
+	f->dot_end = -1;
 	if (f->why[0])
 		return -1;
 	while (drop < len && f->armed && (r = cut_byte(f, buf[drop])) == 1)
@@ -149,5 +174,6 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	if (r < 0)
 		return -1;
 	memmove(buf, buf + drop, len - drop);
+	f->dot_end = body_scan(f, buf, len - drop);
 	return (ssize_t) (len - drop);
 }

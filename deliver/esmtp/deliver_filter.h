@@ -36,6 +36,13 @@
  *	354 when the server refused every recipient: it passes, and disarms
  *	the cut.
  *
+ *	It also finds where each message's content ends: the first
+ *	<CRLF>.<CRLF> after a cut block (libesmtp dot-stuffs the content, so
+ *	nothing earlier can look like it), and says where in its output that
+ *	final dot ended (dot_end), so that the bridge can learn whether the
+ *	server's TCP acknowledged every byte up to it (deliver_bridge.h).
+ *	The lone "." has no block and is not counted.
+ *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the
  *	stored message's size: exactly what goes out once the block is cut.
@@ -60,6 +67,11 @@ struct deliver_filter {
 	size_t cut;			/* bytes of the block dropped so far */
 	int eoh;			/* how much of "\r\n\r\n" the last bytes were */
 	unsigned blocks;		/* blocks taken out */
+	int body;			/* in a message's content, after its block */
+	int dotst;			/* how much of "\r\n.\r\n" the last bytes were */
+	unsigned dots;			/* final dots of messages passed */
+	ssize_t dot_end;		/* after deliver_filter_up(): offset just past a
+					 * final dot in its output; -1 if none */
 	char why[128];			/* why the filter failed; "" while it has not */
 };
 
@@ -77,7 +89,8 @@ size_t deliver_filter_down_end(struct deliver_filter *f, char *out);
 
 /*
  * deliver_filter_up - libesmtp's bytes as the server gets them, in place;
- * returns how many, or -1 when the filter has failed (why in f->why)
+ * returns how many, or -1 when the filter has failed (why in f->why).
+ * f->dot_end says where a message's final dot ended in them, if it did.
  */
 ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
 

@@ -34,17 +34,28 @@
  *	    CONTENT -> NOMARK				mark not written: no dot
  *	    CONTENT -> LOST				a write failed: no mark, no dot
  *	    MARKED -> CUT				the filter refused: no dot
+ *	    MARKED -> UNACKED				the dot never reached the peer
  *
  *	and deliver_classify() turns state and replies into outcomes.
+ *
+ *	UNACKED: a message marked but unanswered is ambiguous only if its
+ *	final dot reached the server. The bridge knows (deliver_bridge.h):
+ *	it writes each message's content up to its dot and notes where the
+ *	dot ended in the TCP stream, and when the upstream side ends
+ *	(reset, closed, timed out) it checks whether the peer's TCP had
+ *	acknowledged that far. A dot never written upstream, or still
+ *	unacknowledged then, did not arrive: a plain deferral, whichever
+ *	upstream.ambiguous says (SPEC section 5).
  *
  *	LOST: libesmtp ignores write errors, so a server that hangs up in
  *	the middle of the content would otherwise look, at the end, like
  *	one that may have the whole message. The delivery threads block
  *	SIGPIPE; a pending SIGPIPE at the end of the content says a write
  *	failed, and the attempt is simply deferred. A message small enough
- *	to sit in libesmtp's buffer goes out in one write with its final
- *	dot: a hang-up then is genuinely ambiguous (Postfix: "message may
- *	be sent more than once").
+ *	to sit in the socket buffers goes out with its final dot before any
+ *	write can fail: whether a hang-up then is ambiguous (Postfix:
+ *	"message may be sent more than once") is the bridge's to say
+ *	(UNACKED above).
  *
  *	If the upstream does not offer 8BITMIME, libesmtp refuses the whole
  *	session when any message asks for BODY=8BITMIME; the batch is then
@@ -113,10 +124,12 @@ enum xmsg_state {
 	XMSG_REPLIED,			/* reply to the final dot read */
 	XMSG_REFUSED,			/* DATA refused before the end */
 	XMSG_CUT,			/* marked, but the bridge refused the content: no dot */
+	XMSG_UNACKED,			/* marked, but the dot never reached the peer's TCP */
 };
 
 static const char *const xmsg_state_name[] = {
 	"envelope", "content", "marked", "nomark", "lost", "replied", "refused", "cut",
+	"unacked",
 };
 
 struct xsess;
@@ -130,6 +143,7 @@ struct xmsg {
 	enum xmsg_state state;
 	int block_fed;			/* xmsg_block given since the last rewind */
 	size_t pos;			/* next byte of m.data to feed */
+	unsigned dot_nth;		/* MARKED: its dot is this connection's nth */
 };
 
 /* one libesmtp session over a batch */
@@ -148,6 +162,8 @@ struct xsess {
 	char why_dsn[16];
 	char error[128];		/* libesmtp's error after the session */
 	char last_reply[256];		/* last line read from the server */
+	unsigned dots;			/* messages marked on this connection */
+	char ended[160];		/* how the bridge saw the upstream end; "" if not */
 
 	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */
@@ -224,6 +240,7 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		xmsg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {
 		if ((err = deliver_mark(x->xs->d, m->qid)) == 0) {
+			x->dot_nth = ++x->xs->dots;
 			xmsg_enter(x, XMSG_MARKED);
 		} else {
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"
@@ -580,6 +597,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	deliver_bridge_close(xs->bridge);
 	xs->bridge = NULL;
 	xs->last_reply[0] = 0;
+	xs->ended[0] = 0;
+	xs->dots = 0;
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
 	(void) xsess_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
@@ -611,20 +630,28 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
  * xsess_end_bridge - libesmtp is done with the connection. If the bridge
  * hung up because its filter refused libesmtp's content, nothing after
  * that reached the server: the message being sent, its mark written,
- * never got its final dot.
+ * never got its final dot. A message marked but unanswered whose dot the
+ * server's TCP never acknowledged did not arrive either.
  */
 static void xsess_end_bridge(struct xsess *xs)
 {
 	const char *broke = deliver_bridge_end(xs->bridge);
+	struct xmsg *x;
 	size_t i;
 
-	if (broke) {
+	snprintf(xs->ended, sizeof(xs->ended), "%s", deliver_bridge_ended(xs->bridge));
+	for (i = 0; i < xs->n; i++) {
+		x = &xs->msgs[i];
+		if (x->state != XMSG_MARKED)
+			continue;
+		if (broke)
+			xmsg_enter(x, XMSG_CUT);
+		else if (!deliver_bridge_dot_acked(xs->bridge, x->dot_nth))
+			xmsg_enter(x, XMSG_UNACKED);
+	}
+	if (broke)
 		msg_warn("upstream %s: the bridge hung up before the final dot: %s", xs->relay,
 			 broke);
-		for (i = 0; i < xs->n; i++)
-			if (xs->msgs[i].state == XMSG_MARKED)
-				xmsg_enter(&xs->msgs[i], XMSG_CUT);
-	}
 	deliver_bridge_close(xs->bridge);
 	xs->bridge = NULL;
 }
@@ -690,7 +717,7 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 	*dsn = "4.4.2";
 	if (o == DELIVER_AMBIGUOUS) {
 		snprintf(out, outlen, "no reply from %s after the final dot (%s)", xs->relay,
-			 xs->error);
+			 xs->ended[0] ? xs->ended : xs->error);
 		return;
 	}
 	switch (x->state) {
@@ -703,6 +730,10 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 		*dsn = "4.3.0";
 		snprintf(out, outlen, "the bridge refused libesmtp's content; transfer to %s"
 			 " cut before the final dot", xs->relay);
+		break;
+	case XMSG_UNACKED:
+		snprintf(out, outlen, "lost connection with %s before the final dot was"
+			 " acknowledged (%s)", xs->relay, xs->ended[0] ? xs->ended : xs->error);
 		break;
 	case XMSG_CONTENT:
 	case XMSG_LOST:

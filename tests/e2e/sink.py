@@ -57,6 +57,19 @@ FAULTS
         data-tempfail       final dot -> 451 4.3.0
         data-permfail       final dot -> 554 5.6.0
         drop-after-dot      read the final dot, close without replying
+        close-after-dot     read the final dot, close cleanly (FIN once
+                            every reply written) without replying: the
+                            dot was acknowledged, so this is ambiguous
+        hang-after-dot      read the final dot, never reply, keep the
+                            connection open until the client goes
+        reset-after-N       after the 354, read N octets of the content,
+                            stop reading and reset the connection (SO_LINGER
+                            0): the rest, final dot included, is never read;
+                            with a small "rcvbuf" (below) it is never even
+                            acknowledged by this side's TCP
+        trickle-data        send the 354 to DATA one octet per second
+        trickle-dot         send the reply to the final dot one octet per
+                            second
         drop-before-data    close the connection when DATA arrives
         delay-N             sleep N seconds before replying to the dot
     and any of them may carry "-first-N": active only for the first N
@@ -75,7 +88,11 @@ FAULTS
     atomically by the tests) may also say "greeting": 421 to refuse new
     connections with "421 4.3.2", and "chunking": true to offer CHUNKING
     (RFC 3030) in EHLO and take BDAT; records then say "via": "BDAT"
-    for a message that came that way ("DATA" otherwise).
+    for a message that came that way ("DATA" otherwise). "rcvbuf": N sets
+    SO_RCVBUF on the listening socket, for connections from then on (read
+    at start and whenever the file changes): a small receive window, so
+    that what reset-after-N leaves unread stays unacknowledged in the
+    client's send queue.
 """
 
 import argparse
@@ -85,7 +102,9 @@ import itertools
 import json
 import os
 import re
+import socket
 import ssl
+import struct
 import sys
 import time
 
@@ -94,11 +113,13 @@ SIZE_LIMIT = 64 * 1024 * 1024
 
 FAULT_RE = re.compile(
     r"^(?P<kind>tempfail|permfail|fail|data-tempfail|data-permfail|"
-    r"drop-after-dot|drop-before-data|delay-(?P<delay>\d+))"
+    r"drop-after-dot|close-after-dot|hang-after-dot|reset-after-(?P<reset>\d+)|"
+    r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+))"
     r"(?:-first-(?P<first>\d+))?(?=-|$)")
 
 RCPT_FAULTS = ("tempfail", "permfail")
-DATA_FAULTS = ("data-tempfail", "data-permfail", "drop-after-dot", "delay")
+DATA_FAULTS = ("data-tempfail", "data-permfail", "drop-after-dot", "close-after-dot",
+               "hang-after-dot", "trickle-dot", "delay")
 
 
 class Fault:
@@ -120,6 +141,8 @@ def parse_fault(spec):
         return None
     kind = m.group("kind")
     delay = int(m.group("delay")) if m.group("delay") else 0
+    if m.group("reset"):
+        kind, delay = "reset", int(m.group("reset"))
     first = int(m.group("first")) if m.group("first") else None
     if kind == "fail":
         if first is None:
@@ -151,6 +174,8 @@ class Sink:
         self.conn_ids = itertools.count(1)
         self.seq = itertools.count(1)
         self.attempts = {}      # (addr, fault spec) -> attempts seen
+        self.listener = None    # the listening socket, once serving
+        self.rcvbuf = None      # the SO_RCVBUF set on it
 
     def reload_control(self):
         """reload_control - re-read the control file if it changed"""
@@ -171,6 +196,16 @@ class Sink:
                 self.control, self.control_mtime = ctl, key
         except (OSError, ValueError) as e:
             log("control file unreadable, keeping the old one: %s" % e)
+        self.apply_rcvbuf()
+
+    def apply_rcvbuf(self):
+        """apply_rcvbuf - the control file's "rcvbuf" on the listener (inherited at SYN)"""
+        want = self.control.get("rcvbuf")
+        if self.listener is None or not want or want == self.rcvbuf:
+            return
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(want))
+        self.rcvbuf = want
+        log("listener SO_RCVBUF %d (the kernel doubles it)" % int(want))
 
     def fault_for(self, addr):
         """fault_for - the fault spec that applies to a recipient, or None"""
@@ -337,12 +372,39 @@ class Conn:
         self.writer.write(text.encode() + b"\r\n")
         await self.writer.drain()
 
-    def close(self, why):
+    async def trickle(self, text):
+        """trickle - a reply one octet per second (a peer that stalls without going quiet)"""
+        log("c%d > (1 octet/s) %s" % (self.id, text))
+        for b in text.encode() + b"\r\n":
+            self.writer.write(bytes([b]))
+            await self.writer.drain()
+            await asyncio.sleep(1)
+
+    async def reset_after(self, n):
+        """reset_after - read n octets of content, stop reading, reset (SO_LINGER 0)"""
+        while len(self.buf) < n:
+            await self.fill()
+        self.writer.transport.pause_reading()
+        sock = self.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sink.event(ev="reset", conn=self.id, read=len(self.buf))
+        self.close("reset after %d octets of content" % len(self.buf))
+
+    async def hang(self):
+        """hang - say nothing more; wait for the client to go"""
+        log("c%d hanging after the dot" % self.id)
+        while True:
+            await self.fill()
+
+    def close(self, why, clean=False):
         log("c%d closing: %s" % (self.id, why))
         self.closed = True
         self.sink.event(ev="close", conn=self.id, why=why)
         try:
-            self.writer.transport.abort()
+            if clean:
+                self.writer.close()     # FIN once what was written is sent
+            else:
+                self.writer.transport.abort()
         except Exception:
             pass
 
@@ -531,7 +593,15 @@ class Conn:
             self.sink.event(ev="drop-before-data", conn=self.id)
             self.close("drop-before-data")
             return
-        await self.reply("354 end data with <CRLF>.<CRLF>")
+        start = self.data_fault(self.tx, ("reset", "trickle-data"))
+        if start and start.kind == "trickle-data":
+            self.sink.event(ev="trickle", conn=self.id, what="354")
+            await self.trickle("354 end data with <CRLF>.<CRLF>")
+        else:
+            await self.reply("354 end data with <CRLF>.<CRLF>")
+        if start and start.kind == "reset":
+            await self.reset_after(start.delay)
+            return
         data = await self.read_data()
         tx, self.tx = self.tx, None
         log("c%d data %d bytes" % (self.id, len(data)))
@@ -541,6 +611,15 @@ class Conn:
             self.sink.record(self, tx, data, "drop", True)
             self.sink.event(ev="dot", conn=self.id, reply="drop")
             self.close("drop-after-dot")
+            return
+        if kind in ("close-after-dot", "hang-after-dot"):
+            word = kind.split("-")[0]
+            self.sink.record(self, tx, data, word, True)
+            self.sink.event(ev="dot", conn=self.id, reply=word)
+            if kind == "close-after-dot":
+                self.close(kind, clean=True)
+            else:
+                await self.hang()
             return
         if kind == "data-tempfail":
             reply = "451 4.3.0 sink: data-tempfail"
@@ -553,6 +632,9 @@ class Conn:
         if kind == "delay":
             log("c%d delaying reply %ds" % (self.id, fault.delay))
             await asyncio.sleep(fault.delay)
+        if kind == "trickle-dot":
+            await self.trickle(reply)
+            return
         await self.reply(reply)
 
     async def do_BDAT(self, arg):
@@ -609,6 +691,9 @@ async def serve(sink, port):
     server = await asyncio.start_server(handle, "127.0.0.1", port,
                                         reuse_address=True, limit=MAX_LINE,
                                         ssl=sink.ssl_ctx if sink.implicit else None)
+    sink.listener = server.sockets[0]
+    sink.reload_control()
+    sink.apply_rcvbuf()
     actual = server.sockets[0].getsockname()[1]
     print("listening on %d" % actual, flush=True)
     log("listening on 127.0.0.1:%d" % actual)

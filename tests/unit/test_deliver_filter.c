@@ -232,6 +232,52 @@ static void test_go_ahead_mid_block(void **state)
 	assert_int_equal(f.why[0], 0);
 }
 
+/*
+ * the final dot: found once, at the right place, however the content is
+ * split; a dot-stuffed line, a dot inside a line and "\r\n.\r" followed by
+ * more text are not it; a lone "." (no block) is not a message's dot
+ */
+static void test_final_dot(void **state)
+{
+	static const char go[] = "354 go\r\n";
+	static const char in[] = BLOCK "a\r\n..x\r\n.\r\r\nb.\r\n\r\n.\r\nMAIL FROM:<>\r\n";
+	static const char body[] = "a\r\n..x\r\n.\r\r\nb.\r\n\r\n.\r\n";
+	size_t len = sizeof(in) - 1, cut, at, got_at, total;
+	struct deliver_filter f;
+	char out[OUT_MAX], buf[sizeof(in)];
+	ssize_t n;
+
+	(void) state;
+	for (cut = 1; cut < len; cut++) {
+		deliver_filter_init(&f);
+		deliver_filter_down(&f, go, sizeof(go) - 1, out);
+		got_at = 0;
+		total = 0;
+		for (at = 0; at < len; at += cut) {
+			size_t k = at + cut > len ? len - at : cut;
+
+			memcpy(buf, in + at, k);
+			n = deliver_filter_up(&f, buf, k);
+			assert_true(n >= 0);
+			if (f.dot_end >= 0) {
+				if (got_at)
+					fail_msg("cut %zu: a second final dot at %zu", cut, total);
+				got_at = total + (size_t) f.dot_end;
+			}
+			total += (size_t) n;
+		}
+		if (f.dots != 1 || got_at != sizeof(body) - 1)
+			fail_msg("cut %zu: %u dots, the dot ends at %zu, want 1 at %zu", cut, f.dots,
+				 got_at, sizeof(body) - 1);
+	}
+	deliver_filter_init(&f);
+	deliver_filter_down(&f, go, sizeof(go) - 1, out);
+	memcpy(buf, ".\r\n", 3);
+	assert_int_equal(deliver_filter_up(&f, buf, 3), 3);
+	assert_int_equal(f.dots, 0);
+	assert_int_equal(f.dot_end, -1);
+}
+
 static void test_block_too_long(void **state)
 {
 	struct deliver_filter f;
@@ -340,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_block_too_long),
 		cmocka_unit_test(test_go_ahead_mid_block),
 		cmocka_unit_test(test_two_messages),
+		cmocka_unit_test(test_final_dot),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
