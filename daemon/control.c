@@ -4,9 +4,11 @@
  * SUMMARY
  *	the admin thread: control socket requests, duplicate counts, story expiry
  * DESCRIPTION
- *	One thread, one connection at a time, each with a two-second budget
- *	to send its line: operator requests are rare and quick, and none of
- *	this runs on the SMTP event loop. Actions go through the same
+ *	One thread (util/admin.h: several connections at once, each with a
+ *	two-second budget in all to send its line), which also writes the
+ *	duplicate counts and expires stories on its ticks: operator
+ *	requests are rare and quick, and none of this runs on the SMTP
+ *	event loop. Actions go through the same
  *	interfaces the daemon uses (deliver_*, store_*), so an operator's
  *	drop can never race a delivery thread: a message being delivered at
  *	that moment is refused with "try again".
@@ -19,41 +21,39 @@
  *	QID: key forgotten by the operator: N claims removed
  */
 #include <errno.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../util/clock.h"
-#include "../util/buf.h"
-#include "../util/log.h"
 #include "../relay/commit.h"
 #include "../relay/dupcount.h"
-#include "control.h"
-#include "../util/json.h"
 #include "../relay/metrics.h"
+#include "../util/admin.h"
+#include "../util/buf.h"
+#include "../util/clock.h"
+#include "../util/json.h"
+#include "../util/log.h"
+#include "control.h"
 
-#define LINE_MAX_CTL	4096
-#define REQ_TIMEOUT_MS	2000
-#define FLUSH_EVERY	1000000LL	/* microseconds */
+#define CONTROL_BACKLOG	16
+#define TICK_MS		250		/* how often the timers below are looked at */
+#define PERSIST_EVERY	1000000LL	/* microseconds */
 #define EXPIRE_EVERY	10000000LL
+#define EXPIRE_BATCH	1000		/* stories expired per pass: a short write */
 
 struct control {
 	const struct conf *c;		/* not owned */
 	struct store *st;		/* not owned */
 	struct deliver *dl;		/* not owned */
 	struct dupcount *dc;		/* not owned */
-	int lfd;			/* listener, owned, or -1 */
-	int stopfd;			/* eventfd, owned */
-	pthread_t thread;
+	struct admin *admin;		/* owned: the thread, the socket */
 	int64_t started;
+	int64_t last_persist, last_expire;	/* admin thread only */
 };
 
 /* persist - move the pending duplicate counts into the stories */
@@ -272,102 +272,52 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	}
 }
 
-/* read_line - one request line within the time budget; -1 if none */
-static int read_line(int fd, char *line, size_t size)
+/* line_complete - admin_ops: a request is one line */
+static int line_complete(const char *req, size_t len)
 {
-	struct pollfd p = { fd, POLLIN, 0 };
-	size_t len = 0;
-	ssize_t n;
-	char *nl;
-
-	while (len + 1 < size) {
-		if (poll(&p, 1, REQ_TIMEOUT_MS) <= 0)
-			return -1;
-		if ((n = read(fd, line + len, size - 1 - len)) < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t) n;
-		line[len] = 0;
-		if ((nl = strchr(line, '\n')) != NULL) {
-			*nl = 0;
-			if (nl > line && nl[-1] == '\r')
-				nl[-1] = 0;
-			return 0;
-		}
-	}
-	line[len] = 0;
-	return len > 0 && len + 1 < size ? 0 : -1;
+	return memchr(req, '\n', len) != NULL;
 }
 
-/* serve_one - one connection: a line in, a line out */
-static void serve_one(struct control *ctl, int fd)
+/* serve - admin_ops: a line in, a line out */
+static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
+		  struct buf *out)
 {
-	char line[LINE_MAX_CTL];
-	struct buf out = BUF_INIT;
+	struct control *ctl = arg;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
-	const char *p;
-	size_t left;
-	ssize_t w;
+	char *nl;
 
+	(void) len;
 	/* the socket is 0600 already; this also holds if its mode was changed */
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
 	    && cred.uid != 0 && cred.uid != geteuid()) {
-		reply_error(&out, "permission denied");
-	} else if (read_line(fd, line, sizeof(line)) != 0) {
-		reply_error(&out, "no request line");
+		reply_error(out, "permission denied");
+	} else if (end == ADMIN_CUT || req[0] == 0) {
+		reply_error(out, "no request line");
 	} else {
-		dispatch(ctl, line, &out);
+		if ((nl = strchr(req, '\n')) != NULL)
+			*nl = 0;
+		if ((nl = strchr(req, '\r')) != NULL)
+			*nl = 0;
+		dispatch(ctl, req, out);
 	}
-	buf_putc(&out, '\n');
-	for (p = out.data, left = out.len; left > 0;) {
-		if ((w = write(fd, p, left)) < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		p += w;
-		left -= (size_t) w;
-	}
-	buf_free(&out);
+	buf_putc(out, '\n');
 }
 
-/* control_main - the admin thread */
-static void *control_main(void *arg)
+/* tick - admin_ops: write the duplicate counts, expire old stories */
+static void tick(void *arg)
 {
 	struct control *ctl = arg;
-	struct pollfd p[2] = { { ctl->stopfd, POLLIN, 0 }, { ctl->lfd, POLLIN, 0 } };
-	int64_t last_persist = clock_us(), last_expire = 0, now;
-	int fd, n;
+	int64_t now = clock_us();
 
-	for (;;) {
-		n = poll(p, ctl->lfd >= 0 ? 2 : 1, 250);
-		if (n < 0 && errno != EINTR) {
-			msg_warn("control: poll: %m");
-			break;
-		}
-		if (n > 0 && p[0].revents)
-			break;
-		if (n > 0 && ctl->lfd >= 0 && (p[1].revents & POLLIN)) {
-			if ((fd = accept4(ctl->lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-				serve_one(ctl, fd);
-				close(fd);
-			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-				msg_warn("control: accept: %m");
-			}
-		}
-		now = clock_us();
-		if (now - last_persist >= FLUSH_EVERY) {
-			persist(ctl);
-			last_persist = now;
-		}
-		if (now - last_expire >= EXPIRE_EVERY) {
-			store_hist_expire(ctl->st, now, 1000);
-			last_expire = now;
-		}
+	if (now - ctl->last_persist >= PERSIST_EVERY) {
+		persist(ctl);
+		ctl->last_persist = now;
 	}
-	persist(ctl);
-	return NULL;
+	if (now - ctl->last_expire >= EXPIRE_EVERY) {
+		store_hist_expire(ctl->st, now, EXPIRE_BATCH);
+		ctl->last_expire = now;
+	}
 }
 
 /* control_listen - the UNIX socket, mode 0600; a stale one is replaced */
@@ -400,7 +350,7 @@ static int control_listen(const char *path)
 	/* the umask left it at most 0777 & ~umask for a moment; connect needs write */
 	if (chmod(path, 0600) < 0)
 		msg_fatal("control: chmod %s: %m", path);
-	if (listen(fd, 16) < 0)
+	if (listen(fd, CONTROL_BACKLOG) < 0)
 		msg_fatal("control: listen %s: %m", path);
 	return fd;
 }
@@ -410,38 +360,31 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 			      struct dupcount *dc)
 {
 	struct control *ctl = xcalloc(1, sizeof(*ctl));
-	int err;
+	int lfd = -1;
 
 	ctl->c = c;
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->dc = dc;
-	ctl->lfd = -1;
-	ctl->started = clock_us();
+	ctl->started = ctl->last_persist = clock_us();
 	if (c->control) {
-		ctl->lfd = control_listen(c->control);
+		lfd = control_listen(c->control);
 		msg_info("control socket %s", c->control);
 	}
-	if ((ctl->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
-		msg_fatal("control: eventfd: %m");
-	if ((err = pthread_create(&ctl->thread, NULL, control_main, ctl)) != 0)
-		msg_fatal("control: cannot start a thread: %s", strerror(err));
+	ctl->admin = admin_start(lfd, &(struct admin_ops) {
+		.name = "control", .complete = line_complete, .serve = serve,
+		.tick = tick, .tick_ms = TICK_MS, .arg = ctl });
 	return ctl;
 }
 
 /* control_stop - stop, write the last counts, remove the socket */
 void control_stop(struct control *ctl)
 {
-	uint64_t one = 1;
-
 	if (ctl == NULL)
 		return;
-	(void) !write(ctl->stopfd, &one, sizeof(one));
-	pthread_join(ctl->thread, NULL);
-	if (ctl->lfd >= 0) {
-		close(ctl->lfd);
+	admin_stop(ctl->admin);
+	persist(ctl);
+	if (ctl->c->control)
 		unlink(ctl->c->control);
-	}
-	close(ctl->stopfd);
 	free(ctl);
 }

@@ -11,8 +11,9 @@
  *	may see one counter a moment ahead of another, as Prometheus allows.
  *
  *	The listener is deliberately small: HTTP/1.0, one request per
- *	connection, a two-second budget to send the request line, served in
- *	turn on its own thread. It never touches the SMTP event loop.
+ *	connection, on a thread of its own (util/admin.h: several clients at
+ *	once, a two-second budget in all to send the request head). It
+ *	never touches the SMTP event loop.
  * DIAGNOSTICS
  *	A listener that cannot be bound is fatal at start-up, like the SMTP
  *	listeners. Failures while serving are logged as warnings.
@@ -20,24 +21,21 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../util/admin.h"
 #include "../util/clock.h"
 #include "../util/listen.h"
 #include "../util/log.h"
 #include "commit.h"
 #include "metrics.h"
 
-#define REQ_MAX		4096
-#define REQ_TIMEOUT_MS	2000
+#define METRICS_BACKLOG	64
 
 static _Atomic uint64_t counters[METRICS_N_COUNTERS];
 
@@ -97,9 +95,7 @@ static const struct {
 
 struct metrics {
 	struct store *st;		/* not owned */
-	int lfd;			/* listener, owned */
-	int stopfd;			/* eventfd, owned */
-	pthread_t thread;
+	struct admin *admin;		/* owned: the thread and the listener */
 	double start_time;
 };
 
@@ -285,58 +281,28 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		      g->start_time);
 }
 
-/* read_request - read up to the end of the request head, or what came in time */
-static ssize_t read_request(int fd, char *req, size_t size)
+/* head_complete - admin_ops: the request head is in */
+static int head_complete(const char *req, size_t len)
 {
-	struct pollfd p = { fd, POLLIN, 0 };
-	size_t len = 0;
-	ssize_t n;
-
-	while (len + 1 < size) {
-		if (poll(&p, 1, REQ_TIMEOUT_MS) <= 0)
-			break;
-		if ((n = read(fd, req + len, size - 1 - len)) < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t) n;
-		req[len] = 0;
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
-	}
-	req[len] = 0;
-	return (ssize_t) len;
+	(void) len;
+	return strstr(req, "\r\n\r\n") != NULL || strstr(req, "\n\n") != NULL;
 }
 
-/* write_all - the whole buffer, or give up */
-static void write_all(int fd, const char *p, size_t n)
+/* serve - admin_ops: answer one request, whole or as much of it as came */
+static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
+		  struct buf *resp)
 {
-	ssize_t w;
-
-	while (n > 0) {
-		if ((w = write(fd, p, n)) < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		p += w;
-		n -= (size_t) w;
-	}
-}
-
-/* serve_one - answer one connection */
-static void serve_one(struct metrics *m, int fd)
-{
-	char req[REQ_MAX], method[16], path[256];
-	struct buf body = BUF_INIT, resp = BUF_INIT;
+	struct metrics *m = arg;
+	char method[16], path[256];
+	struct buf body = BUF_INIT;
 	struct metrics_snapshot snap;
 	struct metrics_gauges g;
 	const char *status = "200 OK", *type = "text/plain; version=0.0.4; charset=utf-8";
-	struct timeval tv = { 2, 0 };
 	char *q;
 
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (read_request(fd, req, sizeof(req)) <= 0
-	    || sscanf(req, "%15s %255s", method, path) != 2) {
+	(void) fd;
+	(void) end;
+	if (len == 0 || sscanf(req, "%15s %255s", method, path) != 2) {
 		status = "400 Bad Request";
 		type = "text/plain";
 		buf_printf(&body, "bad request\n");
@@ -359,60 +325,27 @@ static void serve_one(struct metrics *m, int fd)
 		metrics_render(&body, &snap, &g);
 	}
 send:
-	buf_printf(&resp, "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	buf_printf(resp, "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 		   "Connection: close\r\n\r\n", status, type, body.len);
 	if (strncmp(req, "HEAD ", 5) != 0 && body.len)
-		buf_append(&resp, body.data, body.len);
-	write_all(fd, resp.data, resp.len);
+		buf_append(resp, body.data, body.len);
 	buf_free(&body);
-	buf_free(&resp);
-}
-
-/* metrics_main - the listener thread */
-static void *metrics_main(void *arg)
-{
-	struct metrics *m = arg;
-	struct pollfd p[2] = { { m->lfd, POLLIN, 0 }, { m->stopfd, POLLIN, 0 } };
-	int fd;
-
-	for (;;) {
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			msg_warn("metrics: poll: %m");
-			break;
-		}
-		if (p[1].revents)
-			break;
-		if (!(p[0].revents & POLLIN))
-			continue;
-		if ((fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				msg_warn("metrics: accept: %m");
-			continue;
-		}
-		serve_one(m, fd);
-		close(fd);
-	}
-	return NULL;
 }
 
 /* metrics_start - bind and serve, if configured */
 struct metrics *metrics_start(const struct conf *c, struct store *st)
 {
 	struct metrics *m;
-	int err;
 
 	if (c->metrics_address == NULL || c->metrics_port == 0)
 		return NULL;
 	m = xcalloc(1, sizeof(*m));
 	m->st = st;
 	m->start_time = (double) clock_us() / 1e6;
-	m->lfd = listen_tcp("metrics", c->metrics_address, c->metrics_port, 64);
-	if ((m->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
-		msg_fatal("metrics: eventfd: %m");
-	if ((err = pthread_create(&m->thread, NULL, metrics_main, m)) != 0)
-		msg_fatal("metrics: cannot start a thread: %s", strerror(err));
+	m->admin = admin_start(listen_tcp("metrics", c->metrics_address, c->metrics_port,
+					  METRICS_BACKLOG),
+			       &(struct admin_ops) { .name = "metrics", .complete = head_complete,
+						     .serve = serve, .arg = m });
 	msg_info("metrics on http://%s:%d/metrics", c->metrics_address, c->metrics_port);
 	return m;
 }
@@ -420,13 +353,8 @@ struct metrics *metrics_start(const struct conf *c, struct store *st)
 /* metrics_stop - stop serving, join, close */
 void metrics_stop(struct metrics *m)
 {
-	uint64_t one = 1;
-
 	if (m == NULL)
 		return;
-	(void) !write(m->stopfd, &one, sizeof(one));
-	pthread_join(m->thread, NULL);
-	close(m->lfd);
-	close(m->stopfd);
+	admin_stop(m->admin);
 	free(m);
 }

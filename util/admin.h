@@ -1,0 +1,58 @@
+/*
+ * NAME
+ *	admin 3h
+ * SUMMARY
+ *	a small request/response listener on a thread of its own
+ * DESCRIPTION
+ *	The pattern both admin listeners (the control socket and /metrics)
+ *	share: one thread polls a listening socket, a stop event, and up to
+ *	ADMIN_CLIENTS connections at once. Each connection has one request
+ *	and one response, and ADMIN_DEADLINE_MS in all for both, counted
+ *	from its accept: a client that sends a byte now and then, or never
+ *	reads, is cut off at the deadline, and never stops the others.
+ *
+ *	ops->complete says when the bytes read so far are a whole request;
+ *	ops->serve then answers it into a buffer (on the admin thread: it
+ *	must be quick), which the loop writes without blocking. A request
+ *	cut short (by the deadline, by ADMIN_REQUEST_MAX, or by the client
+ *	closing its side) is served too, and ops->serve is told how it
+ *	ended, so that each listener decides what a partial request means.
+ *	A response that was not taken by the deadline is dropped with its
+ *	connection. ops->tick, if set, runs about every ops->tick_ms,
+ *	whether or not clients come.
+ */
+#ifndef UTIL_ADMIN_H
+#define UTIL_ADMIN_H
+
+#include <stddef.h>
+
+#include "buf.h"
+
+#define ADMIN_CLIENTS		16	/* connections served at once; more wait in the backlog */
+#define ADMIN_DEADLINE_MS	2000	/* per connection, request and response together */
+#define ADMIN_REQUEST_MAX	4096	/* bytes of one request */
+
+enum admin_end {
+	ADMIN_WHOLE,			/* ops->complete said so */
+	ADMIN_EOF,			/* the client closed its side first */
+	ADMIN_CUT,			/* the deadline passed, or the request filled the buffer */
+};
+
+struct admin_ops {
+	const char *name;		/* in log lines */
+	int (*complete) (const char *req, size_t len);	/* req is NUL-terminated */
+	void (*serve) (void *arg, int fd, char *req, size_t len, enum admin_end end,
+		       struct buf *out);	/* req NUL-terminated; out empty: close */
+	void (*tick) (void *arg);	/* NULL: none */
+	int tick_ms;
+	void *arg;
+};
+
+struct admin;
+
+/* admin_start - serve lfd (taken; -1: ticks only) on a new thread; fatal if it cannot start */
+struct admin *admin_start(int lfd, const struct admin_ops *ops);
+/* admin_stop - stop and join; open connections are closed unanswered; NULL-safe */
+void admin_stop(struct admin *a);
+
+#endif
