@@ -25,11 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
 #include "../util/log.h"
+#include "../util/workq.h"
 #include "auth.h"
 
 #define AUTH_USERS_MAX_SIZE	(16 * 1024 * 1024)	/* a users file, at most */
@@ -274,15 +274,9 @@ int auth_users_verify(const struct auth_users *u, const char *user, const char *
   * Checking threads.
   */
 struct auth {
-	pthread_t *threads;		/* owned */
-	int     n_threads;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	struct auth_req *head, *tail;	/* FIFO, under lock */
-	struct auth_req *done;		/* LIFO, under lock */
+	struct workq *q;		/* owned: the checking threads */
+	pthread_mutex_t lock;		/* the table below */
 	struct auth_users *users;	/* owned, under lock */
-	int     stop;			/* under lock */
-	int     efd;			/* eventfd, owned */
 };
 
 /* auth_unref - let go of a table; the last user of a replaced one frees it */
@@ -292,55 +286,44 @@ static void auth_unref(struct auth *a, struct auth_users *u)
 		auth_users_free(u);
 }
 
-/* auth_main - a checking thread: take a request, crypt, hand it back */
-static void *auth_main(void *arg)
+/* check - workq_ops: one password check, on a checking thread */
+static void check(void *arg, struct workq_item *it)
 {
 	struct auth *a = arg;
+	struct auth_req *req = (struct auth_req *) it;
 	struct auth_users *u;
-	struct auth_req *req;
-	uint64_t one = 1;
 
 	pthread_mutex_lock(&a->lock);
-	for (;;) {
-		while (a->head == NULL && !a->stop)
-			pthread_cond_wait(&a->wake, &a->lock);
-		if ((req = a->head) == NULL)
-			break;			/* stopping, and nothing left */
-		if ((a->head = req->next) == NULL)
-			a->tail = NULL;
-		u = a->users;
-		u->refs++;
-		pthread_mutex_unlock(&a->lock);
-
-		req->ok = auth_users_verify(u, req->user, req->pass);
-		explicit_bzero(req->pass, sizeof(req->pass));
-
-		pthread_mutex_lock(&a->lock);
-		auth_unref(a, u);
-		req->next = a->done;
-		a->done = req;
-		(void) !write(a->efd, &one, sizeof(one));
-	}
+	u = a->users;
+	u->refs++;
 	pthread_mutex_unlock(&a->lock);
-	return NULL;
+
+	req->ok = auth_users_verify(u, req->user, req->pass);
+	explicit_bzero(req->pass, sizeof(req->pass));
+
+	pthread_mutex_lock(&a->lock);
+	auth_unref(a, u);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* checked - workq_ops: a finished check's callback, in the event loop */
+static void checked(void *arg, struct workq_item *it)
+{
+	struct auth_req *req = (struct auth_req *) it;
+
+	(void) arg;
+	req->done(req);
 }
 
 /* auth_start - checking threads over a table */
 struct auth *auth_start(struct auth_users *users, int threads)
 {
 	struct auth *a = xcalloc(1, sizeof(*a));
-	int     i;
 
 	a->users = users;
-	a->n_threads = threads > 0 ? threads : 1;
-	a->threads = xcalloc((size_t) a->n_threads, sizeof(*a->threads));
 	pthread_mutex_init(&a->lock, NULL);
-	pthread_cond_init(&a->wake, NULL);
-	if ((a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		msg_fatal("eventfd: %m");
-	for (i = 0; i < a->n_threads; i++)
-		if (pthread_create(&a->threads[i], NULL, auth_main, a) != 0)
-			msg_fatal("cannot start an auth thread");
+	a->q = workq_start(&(struct workq_ops) { .name = "auth", .work = check, .done = checked,
+						 .arg = a }, threads > 0 ? threads : 1);
 	return a;
 }
 
@@ -360,58 +343,28 @@ void auth_set_users(struct auth *a, struct auth_users *users)
 /* auth_submit - queue a check */
 void auth_submit(struct auth *a, struct auth_req *req)
 {
-	pthread_mutex_lock(&a->lock);
-	req->next = NULL;
-	if (a->tail)
-		a->tail->next = req;
-	else
-		a->head = req;
-	a->tail = req;
-	pthread_cond_signal(&a->wake);
-	pthread_mutex_unlock(&a->lock);
+	workq_submit(a->q, &req->item);
 }
 
 /* auth_fd - the eventfd the event loop watches */
 int auth_fd(const struct auth *a)
 {
-	return a->efd;
+	return workq_fd(a->q);
 }
 
 /* auth_reap - run the done callbacks of finished checks */
 void auth_reap(struct auth *a)
 {
-	struct auth_req *list, *next;
-	uint64_t n;
-
-	(void) !read(a->efd, &n, sizeof(n));
-	pthread_mutex_lock(&a->lock);
-	list = a->done;
-	a->done = NULL;
-	pthread_mutex_unlock(&a->lock);
-	for (; list; list = next) {
-		next = list->next;
-		list->done(list);
-	}
+	workq_reap(a->q);
 }
 
 /* auth_stop - finish the queued checks, join, release */
 void auth_stop(struct auth *a)
 {
-	int     i;
-
 	if (a == NULL)
 		return;
-	pthread_mutex_lock(&a->lock);
-	a->stop = 1;
-	pthread_cond_broadcast(&a->wake);
-	pthread_mutex_unlock(&a->lock);
-	for (i = 0; i < a->n_threads; i++)
-		pthread_join(a->threads[i], NULL);
-	auth_reap(a);
-	close(a->efd);
+	workq_stop(a->q);
 	pthread_mutex_destroy(&a->lock);
-	pthread_cond_destroy(&a->wake);
 	auth_users_free(a->users);
-	free(a->threads);
 	free(a);
 }

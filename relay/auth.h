@@ -27,6 +27,8 @@
 
 #include <stddef.h>
 
+#include "../util/workq.h"
+
 #define AUTH_NAME_MAX	255
 #define AUTH_PASS_MAX	512
 
@@ -40,6 +42,7 @@ size_t auth_users_count(const struct auth_users *u);
 int auth_users_verify(const struct auth_users *u, const char *user, const char *pass);	/* 1 ok */
 
 struct auth_req {
+	struct workq_item item;		/* first: the work queue's while queued */
 	/* input, owned by the submitter */
 	char    user[AUTH_NAME_MAX + 1];
 	char    pass[AUTH_PASS_MAX + 1];	/* wiped by the checker */
@@ -47,7 +50,6 @@ struct auth_req {
 	int     ok;
 	void    (*done) (struct auth_req *req);	/* runs in the event loop */
 	void   *ctx;
-	struct auth_req *next;		/* owned by the auth module while queued */
 };
 
 struct auth;
