@@ -68,6 +68,8 @@ IDEMRELAY = os.path.abspath(os.environ.get("IDEMRELAY_BIN", os.path.join(REPO, "
 LOAD = os.path.abspath(os.environ.get("LOAD_BIN", os.path.join(REPO, "build", "bench", "load")))
 FILL = os.path.abspath(os.environ.get("FILL_BIN", os.path.join(REPO, "build", "bench", "fill")))
 SBIN = "/usr/sbin"
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+from harness import stop_process  # noqa: E402  (one way to stop a child, the tests' own)
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -126,13 +128,7 @@ class Sink:
         return int(m[-1]) if m else 0
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 class Server:
@@ -226,13 +222,7 @@ class Idemrelay(Server):
             return f.read().count(word.encode())
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 60)
 
 
 # ---------------------------------------------------------------- clients

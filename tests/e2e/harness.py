@@ -52,6 +52,21 @@ def read_text(path):
         return ""
 
 
+def stop_process(proc, timeout=5, sig=signal.SIGTERM):
+    """stop_process - signal a child and wait; SIGKILL after the timeout.
+    True if it exited by itself in time (or had already)."""
+    if proc is None or proc.poll() is not None:
+        return True
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+
+
 def wait_until(fn, timeout=15.0, what="condition", interval=0.05):
     """wait_until - poll fn until it returns something truthy; fail at the deadline"""
     deadline = time.monotonic() + timeout
@@ -284,13 +299,7 @@ class Sink:
         return self
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         if self.proc and self.proc.stdout:
             self.proc.stdout.close()
 
@@ -409,14 +418,8 @@ class Daemon:
         if self.proc is None:
             return None
         self.stopped = True
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError("idemrelay did not exit within %ds of signal %d" % (timeout, sig))
+        if not stop_process(self.proc, timeout, sig):
+            raise AssertionError("idemrelay did not exit within %ds of signal %d" % (timeout, sig))
         return self.proc.returncode
 
     def running(self):

@@ -22,12 +22,6 @@
 
 static const uint8_t KH[STORE_HASH_LEN] = { 0x4b };	/* the key every claim here is under */
 
-/* fx_setup_tiny - a 256 KiB map, to run out of space */
-static int fx_setup_tiny(void **state)
-{
-	return fx_setup_map(state, 256u << 10);
-}
-
 /* hash_of - a distinct test hash per number */
 static void hash_of(uint8_t h[STORE_HASH_LEN], int i)
 {

@@ -85,6 +85,12 @@ static inline int fx_setup(void **state)
 	return fx_setup_map(state, TEST_MAP);
 }
 
+/* fx_setup_tiny - a 256 KiB map: smaller than one growth step, soon full */
+static inline int fx_setup_tiny(void **state)
+{
+	return fx_setup_map(state, 256u << 10);
+}
+
 /* fx_teardown - close the store, remove its directory */
 static inline int fx_teardown(void **state)
 {

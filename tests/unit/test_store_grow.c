@@ -24,12 +24,6 @@
 
 #define MB	(1u << 20)
 
-/* fx_setup_tiny - a map smaller than one growth step */
-static int fx_setup_tiny(void **state)
-{
-	return fx_setup_map(state, 256u << 10);
-}
-
 /*
  * file_size - how much of the store's data file is written: up to its
  * first hole, past which the journal's region lies (or its size if none)
