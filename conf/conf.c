@@ -497,6 +497,49 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	return 0;
 }
 
+/* conf_places - record where each setting under s was written (conf_where) */
+static void conf_places(struct conf_ctx *x, struct conf *c, const config_setting_t *s,
+			const char *prefix)
+{
+	struct buf name = BUF_INIT, where = BUF_INIT;
+	config_setting_t *e;
+	int i, n = config_setting_length(s);
+
+	for (i = 0; i < n; i++) {
+		e = config_setting_get_elem(s, (unsigned) i);
+		buf_reset(&name);
+		buf_reset(&where);
+		if (config_setting_name(e))
+			buf_printf(&name, "%s%s%s", prefix, *prefix ? "." : "",
+				   config_setting_name(e));
+		else
+			buf_printf(&name, "%s[%d]", prefix, i);
+		conf_file_name(x, config_setting_source_file(e), &where);
+		buf_printf(&where, ":%u", config_setting_source_line(e));
+		c->places = xrealloc(c->places, (c->n_places + 1) * sizeof(*c->places));
+		c->places[c->n_places].name = xstrdup(name.data);
+		c->places[c->n_places++].where = xstrdup(where.data);
+		if (config_setting_is_aggregate(e))
+			conf_places(x, c, e, name.data);
+	}
+	buf_free(&name);
+	buf_free(&where);
+}
+
+/* conf_where - "FILE:LINE: name" as written, or "FILE: name (default)" */
+const char *conf_where(const struct conf *c, const char *name, char *out, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < c->n_places; i++)
+		if (strcmp(c->places[i].name, name) == 0) {
+			snprintf(out, len, "%s: %s", c->places[i].where, name);
+			return out;
+		}
+	snprintf(out, len, "%s: %s (default)", c->file ? c->file : CONF_DEFAULT_NAME, name);
+	return out;
+}
+
 /* conf_load - load and validate; path NULL means the embedded default */
 int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 {
@@ -541,6 +584,8 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	}
 	if (conf_walk(&x, c, config_root_setting(&cfg)) < 0)
 		goto fail;
+	c->file = xstrdup(x.file);
+	conf_places(&x, c, config_root_setting(&cfg), "");
 	rc = 0;
 
 fail:
@@ -561,6 +606,12 @@ void    conf_free(struct conf *c)
 
 	if (c == NULL)
 		return;
+	for (i = 0; i < c->n_places; i++) {
+		free(c->places[i].name);
+		free(c->places[i].where);
+	}
+	free(c->places);
+	free(c->file);
 	free(c->hostname);
 	free(c->user);
 	free(c->control);

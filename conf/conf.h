@@ -40,7 +40,17 @@ struct conf_upstream_host {
 	int port;
 };
 
+/* where a setting was written: "listen[1].port" at "FILE:LINE" */
+struct conf_place {
+	char *name;
+	char *where;
+};
+
 struct conf {
+	char *file;		/* the file loaded; "<default>" for the embedded text */
+	struct conf_place *places;	/* every setting written, for conf_where() */
+	size_t n_places;
+
 	char *hostname;		/* default: gethostname() */
 	char *user;		/* NULL: no privilege drop */
 	char *control;		/* NULL: no control socket */
@@ -112,6 +122,12 @@ struct conf {
 /* conf_load - load and validate; path NULL means the embedded default */
 int conf_load(struct conf *c, const char *path, char *err, size_t errlen);
 void conf_free(struct conf *c);
+
+/*
+ * conf_where - "FILE:LINE: name" for a setting as written, or "FILE: name
+ * (default)" when it was not: for start-up messages that point at it
+ */
+const char *conf_where(const struct conf *c, const char *name, char *out, size_t len);
 
 /* conf_net_match - is this client address inside access.networks? */
 int conf_net_match(const struct conf *c, const struct sockaddr *sa);

@@ -320,29 +320,58 @@ static void tick(void *arg)
 	}
 }
 
+/*
+ * control_socket_check - can the control socket be made at path: short
+ * enough, and nothing but a stale socket there (not one in use)?
+ */
+int control_socket_check(const char *path, char *why, size_t whylen)
+{
+	struct sockaddr_un sun;
+	struct stat sb;
+	int probe, live;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		snprintf(why, whylen, "socket path longer than %zu characters: choose a "
+			 "shorter one", sizeof(sun.sun_path) - 1);
+		return -1;
+	}
+	if (lstat(path, &sb) < 0)
+		return 0;
+	if (!S_ISSOCK(sb.st_mode)) {
+		snprintf(why, whylen, "%s exists and is not a socket: remove it or choose "
+			 "another path", path);
+		return -1;
+	}
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	strcpy(sun.sun_path, path);
+	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	live = probe >= 0 && connect(probe, (struct sockaddr *) &sun, sizeof(sun)) == 0;
+	if (probe >= 0)
+		close(probe);
+	if (live) {
+		snprintf(why, whylen, "%s is in use: is another idemrelay running? Stop it "
+			 "or choose another path", path);
+		return -1;
+	}
+	return 0;
+}
+
 /* control_listen - the UNIX socket, mode 0600; a stale one is replaced */
 static int control_listen(const char *path)
 {
 	struct sockaddr_un sun;
 	struct stat sb;
-	int fd, probe;
+	char why[512];
+	int fd;
 
+	if (control_socket_check(path, why, sizeof(why)) < 0)
+		msg_fatal("control: %s", why);
 	memset(&sun, 0, sizeof(sun));
 	sun.sun_family = AF_UNIX;
-	if (strlen(path) >= sizeof(sun.sun_path))
-		msg_fatal("control: socket path too long: %s", path);
 	strcpy(sun.sun_path, path);
-	if (lstat(path, &sb) == 0) {
-		if (!S_ISSOCK(sb.st_mode))
-			msg_fatal("control: %s exists and is not a socket", path);
-		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (probe >= 0 && connect(probe, (struct sockaddr *) &sun, sizeof(sun)) == 0)
-			msg_fatal("control: %s is in use: is another idemrelay running?", path);
-		if (probe >= 0)
-			close(probe);
-		if (unlink(path) < 0)
-			msg_fatal("control: cannot remove stale socket %s: %m", path);
-	}
+	if (lstat(path, &sb) == 0 && unlink(path) < 0)
+		msg_fatal("control: cannot remove stale socket %s: %m", path);
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
 		msg_fatal("control: socket: %m");
 	if (bind(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0)

@@ -40,4 +40,7 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 			      struct dupcount *dc);
 void control_stop(struct control *ctl);		/* writes pending counts, joins; NULL-safe */
 
+/* control_socket_check - can the socket be made at path? 0, or -1 with why */
+int control_socket_check(const char *path, char *why, size_t whylen);
+
 #endif

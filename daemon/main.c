@@ -10,8 +10,10 @@
  *	configuration (conf/idemrelay.conf) is used. -t checks the
  *	configuration and exits 0 or 1.
  *
- *	Start-up order: configuration, store, QID seed, delivery threads,
- *	listeners, event loop. Shutdown runs it backwards, after the event
+ *	Start-up order: configuration, the checks -t makes (check.h: the
+ *	first problem is fatal, in -t's words), store and control
+ *	directories, listeners, privilege drop, store, QID seed, delivery
+ *	threads, control and metrics, event loop. Shutdown runs it backwards, after the event
  *	loop has answered or aborted every transaction in progress.
  */
 #include <errno.h>
@@ -28,7 +30,9 @@
 
 #include "../conf/conf.h"
 #include "../store/store.h"
+#include "../util/buf.h"
 #include "../util/log.h"
+#include "check.h"
 #include "control.h"
 #include "../deliver/deliver.h"
 #include "../deliver/esmtp/deliver_bridge.h"
@@ -37,17 +41,18 @@
 #include "../relay/qid.h"
 #include "../relay/server.h"
 
-/* mkdir_parents - create the directories above path, as mkdir -p would */
-static void mkdir_parents(const char *path)
+/* mkdir_parents - create the directories above the setting's path, as mkdir -p would */
+static void mkdir_parents(const struct conf *cf, const char *setting, const char *path)
 {
-	char *p = strdup(path), *s;
+	char *p = strdup(path), *s, where[512];
 
 	if (p == NULL)
 		return;
 	for (s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
 		*s = 0;
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			msg_fatal("mkdir %s: %m", p);
+			msg_fatal("%s: mkdir %s: %m: choose another path",
+				  conf_where(cf, setting, where, sizeof(where)), p);
 		*s = '/';
 	}
 	free(p);
@@ -71,33 +76,78 @@ static void chown_tree(const char *dir, uid_t uid, gid_t gid)
  * privdrop - become the configured user once the ports are bound, before
  * any network input is read. The store and the Maildir must stay
  * writable, so they are handed over first (as postfix set-permissions
- * would).
+ * would), and so is the control socket's directory if the start made it.
  */
-static void privdrop(const struct conf *cf)
+static void privdrop(const struct conf *cf, const char *made_control_dir)
 {
 	struct passwd *pw;
+	char where[512];
 
+	/* check_startup() found the user and the directories: these are races */
 	if ((pw = getpwnam(cf->user)) == NULL)
-		msg_fatal("user %s: no such user", cf->user);
+		msg_fatal("%s: no such user \"%s\"", conf_where(cf, "user", where, sizeof(where)),
+			  cf->user);
 	if (getuid() != 0) {
 		if (getuid() != pw->pw_uid)
-			msg_fatal("user = \"%s\" needs to start as root", cf->user);
+			msg_fatal("%s: becoming \"%s\" needs idemrelay to start as root",
+				  conf_where(cf, "user", where, sizeof(where)), cf->user);
 		return;
 	}
 	if (mkdir(cf->store.path, 0700) < 0 && errno != EEXIST)
-		msg_fatal("mkdir %s: %m", cf->store.path);
+		msg_fatal("%s: mkdir %s: %m", conf_where(cf, "store.path", where, sizeof(where)),
+			  cf->store.path);
 	chown_tree(cf->store.path, pw->pw_uid, pw->pw_gid);
 	if (cf->upstream.maildir) {
-		mkdir_parents(cf->upstream.maildir);
+		mkdir_parents(cf, "upstream.maildir", cf->upstream.maildir);
 		if (mkdir(cf->upstream.maildir, 0700) < 0 && errno != EEXIST)
-			msg_fatal("mkdir %s: %m", cf->upstream.maildir);
+			msg_fatal("%s: mkdir %s: %m", conf_where(cf, "upstream.maildir", where,
+				  sizeof(where)), cf->upstream.maildir);
 		chown_tree(cf->upstream.maildir, pw->pw_uid, pw->pw_gid);
 	}
+	if (made_control_dir && lchown(made_control_dir, pw->pw_uid, pw->pw_gid) < 0)
+		msg_fatal("%s: chown %s: %m", conf_where(cf, "control", where, sizeof(where)),
+			  made_control_dir);
 	if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
 		msg_fatal("cannot become user %s: %m", cf->user);
 	if (setuid(0) == 0)
 		msg_panic("privileges were not dropped");
 	msg_info("running as user %s", cf->user);
+}
+
+/*
+ * control_dir - make the control socket's directory if it is missing, as
+ * systemd's RuntimeDirectory= would (mkdir -p); the directory made, to be
+ * handed to the user, or NULL
+ */
+static char *control_dir(const struct conf *cf)
+{
+	char *dir, *slash;
+	struct stat st;
+
+	if (cf->control == NULL || (slash = strrchr(cf->control, '/')) == NULL)
+		return NULL;
+	dir = xstrdup(cf->control);
+	dir[slash - cf->control + (slash == cf->control)] = 0;
+	if (stat(dir, &st) == 0) {
+		free(dir);
+		return NULL;
+	}
+	mkdir_parents(cf, "control", cf->control);
+	return dir;
+}
+
+/* check_print - -t: every problem on stderr */
+static void check_print(void *arg, const char *problem)
+{
+	(void) arg;
+	fprintf(stderr, "idemrelay: %s\n", problem);
+}
+
+/* check_stop - the start: the first problem is fatal, in the words -t uses */
+static void check_stop(void *arg, const char *problem)
+{
+	(void) arg;
+	msg_fatal("%s", problem);
 }
 
 /* usage - say how to run it */
@@ -128,7 +178,7 @@ int main(int argc, char **argv)
 	struct deliver *dl;
 	struct control *ctl;
 	struct metrics *mx;
-	char err[512], last[STORE_QID_SIZE];
+	char err[512], where[512], last[STORE_QID_SIZE], *made;
 	int ch, test = 0, rc;
 
 	while ((ch = getopt(argc, argv, "c:th")) != -1) {
@@ -150,21 +200,32 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (test) {
-		printf("idemrelay: %s: configuration OK\n", path ? path : "<default>");
+		/* what start would find, like postfix check: files, user, directories, ports */
+		log_setup("idemrelay", 0, LOG_LEVEL_WARN);
+		rc = check_startup(&cf, check_print, NULL) ? 1 : 0;
+		if (rc == 0)
+			printf("idemrelay: %s: configuration OK\n", path ? path : "<default>");
 		conf_free(&cf);
-		return 0;
+		return rc;
 	}
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
 	signal(SIGPIPE, SIG_IGN);
 	nodelay_connect_hook = deliver_bridge_attach;	/* before any thread */
 
-	mkdir_parents(cf.store.path);
+	/* quietly: the start says "tls: loaded" itself, once */
+	log_setup("idemrelay", cf.log.syslog, LOG_LEVEL_WARN);
+	(void) check_startup(&cf, check_stop, NULL);
+	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
+	mkdir_parents(&cf, "store.path", cf.store.path);
+	made = control_dir(&cf);
 	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
 	if (cf.user)
-		privdrop(&cf);
+		privdrop(&cf, made);
+	free(made);
 	if (store_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
-		msg_fatal("store %s: %s", cf.store.path, err);
+		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
+			  conf_where(&cf, "store.path", where, sizeof(where)), err);
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
 	server_set_store(srv, st);

@@ -2,12 +2,16 @@
 
 import os
 import re
+import shutil
 import signal
+import socket
+import stat
 import subprocess
+import tempfile
 import time
 
-from harness import (BIN, Skip, base_conf, case, check, eq, port_open, qid_of, render_conf,
-                     run, wait_until)
+from harness import (BIN, Skip, base_conf, case, check, eq, free_port, merge, port_open,
+                     qid_of, render_conf, run, wait_until)
 
 
 def swaks(port, *extra, to="a@example.com"):
@@ -49,7 +53,8 @@ def write(path, text):
 @case(timeout=60)
 def test_config_check(t):
     store = os.path.join(t.tmp, "store")
-    good = write(os.path.join(t.tmp, "good.conf"), render_conf(base_conf(store, 2999, 2998)))
+    good = write(os.path.join(t.tmp, "good.conf"),
+                 render_conf(base_conf(store, free_port(), free_port())))
     r = run([BIN, "-t", "-c", good])
     eq(r.returncode, 0, "idemrelay -t on a good config (output: %s%s)" % (r.stdout, r.stderr))
 
@@ -126,3 +131,208 @@ def test_default_config_maildir(t):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+# ------------------------------------------- -t checks what the start needs (issue 12 item 3)
+
+def line_of(text, setting):
+    """line_of - the line a rendered setting is on: "user", "tls.cert", "listen[0].port" """
+    lines = text.splitlines()
+    top, _, rest = setting.partition(".")
+    top = top.split("[")[0]
+    i = next(n for n, l in enumerate(lines) if l.startswith(top + " = "))
+    if rest:
+        i = next(n for n in range(i, len(lines)) if lines[n].strip().startswith(rest + " = "))
+    return i + 1
+
+
+def pem_pair(t, tag):
+    """pem_pair - a self-signed certificate and its key, made by openssl"""
+    d = os.path.join(t.tmp, "pki")
+    os.makedirs(d, exist_ok=True)
+    cert, key = os.path.join(d, tag + ".pem"), os.path.join(d, tag + ".key")
+    r = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+             "-days", "2", "-subj", "/CN=localhost"])
+    check(r.returncode == 0, "openssl: %s" % r.stderr)
+    return cert, key
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def start_fails(conf_path, cwd, preexec=None):
+    """start_fails - a real start of the daemon: it must exit non-zero by itself; its output"""
+    p = subprocess.Popen([BIN, "-c", conf_path], cwd=cwd, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         preexec_fn=preexec)
+    try:
+        out, _ = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise AssertionError("idemrelay started (and ran 10 s) with %s" % conf_path)
+    check(p.returncode != 0, "idemrelay exited 0 at start with %s" % conf_path)
+    return out.decode(errors="replace")
+
+
+# what each row sets up: (name, setting named, words in the message, make(t, d) -> conf)
+def row_cert_missing(t, d):
+    cert, key = pem_pair(t, "a")
+    return {"tls": {"cert": os.path.join(d, "nonexistent.pem"), "key": key}}
+
+
+def row_cert_garbage(t, d):
+    cert, key = pem_pair(t, "a")
+    return {"tls": {"cert": write(os.path.join(d, "garbage.pem"), "not a certificate\n"),
+                    "key": key}}
+
+
+def row_key_mismatch(t, d):
+    cert, _ = pem_pair(t, "a")
+    _, key = pem_pair(t, "b")
+    return {"tls": {"cert": cert, "key": key}}
+
+
+def row_users_missing(t, d):
+    cert, key = pem_pair(t, "a")
+    return {"tls": {"cert": cert, "key": key},
+            "auth": {"users": os.path.join(d, "no-users")}}
+
+
+def row_user(t, d):
+    return {"user": "nosuchuser"}
+
+
+def row_control_dir(t, d):
+    return {"control": os.path.join(write(os.path.join(d, "a-file"), "x"), "run", "ctl.sock")}
+
+
+def row_store_under_file(t, d):
+    return {"store": {"path": os.path.join(write(os.path.join(d, "a-file"), "x"), "store")}}
+
+
+def row_store_not_writable(t, d):
+    ro = os.path.join(d, "root-only")
+    os.makedirs(ro)
+    os.chmod(ro, 0o755)
+    return {"store": {"path": os.path.join(ro, "store")}}
+
+
+def row_port_taken(t, d):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    t.held = s          # kept open until the test ends
+    return {"listen": [{"address": "127.0.0.1", "port": s.getsockname()[1]}]}
+
+
+def row_tls_ca(t, d):
+    return {"upstream": {"tls": "starttls", "tls_ca": os.path.join(d, "no-ca.pem")}}
+
+
+CHECK_ROWS = [
+    ("certificate missing", "tls.cert", "No such file or directory", row_cert_missing),
+    ("certificate unreadable", "tls.cert", "want a PEM file with", row_cert_garbage),
+    ("key does not match", "tls.key", "is not the private key of the certificate",
+     row_key_mismatch),
+    ("users file missing", "auth.users", "No such file or directory", row_users_missing),
+    ("no such user", "user", 'no such user "nosuchuser"', row_user),
+    ("control in a directory that cannot be made", "control", "which is not a directory",
+     row_control_dir),
+    ("store under a file", "store.path", "which is not a directory", row_store_under_file),
+    ("store not writable", "store.path", "is not writable by uid 65534",
+     row_store_not_writable),
+    ("listen port taken", "listen[0].port", "Address already in use", row_port_taken),
+    ("upstream.tls_ca missing", "upstream.tls_ca", "No such file or directory", row_tls_ca),
+]
+
+
+@case(timeout=120, needs_daemon=False)
+def test_config_check_startup(t):
+    """Each row: idemrelay -t exits 1 naming the setting at FILE:LINE with what to do,
+    and a real start fails with the same message (as root; "store not writable" runs
+    both as nobody)."""
+    base = tempfile.mkdtemp(prefix="idemrelay-check-")     # nobody must reach it
+    os.chmod(base, 0o755)
+    try:
+        for n, (name, setting, words, make) in enumerate(CHECK_ROWS):
+            d = os.path.join(base, "row%d" % n)
+            os.makedirs(d)
+            os.chmod(d, 0o755)
+            conf = merge(base_conf(os.path.join(d, "store"), free_port(), free_port()),
+                         make(t, d))
+            text = render_conf(conf)
+            path = write(os.path.join(d, "idemrelay.conf"), text)
+            os.chmod(path, 0o644)
+            pre = as_nobody if "nobody" in words or "65534" in words else None
+            r = subprocess.run([BIN, "-t", "-c", path], cwd=d, capture_output=True, text=True,
+                               timeout=30, preexec_fn=pre)
+            eq(r.returncode, 1, "%s: idemrelay -t exit status (stdout %r, stderr %r)"
+               % (name, r.stdout, r.stderr))
+            where = "%s:%d: %s: " % (path, line_of(text, setting), setting)
+            lines = [l for l in r.stderr.splitlines() if where in l]
+            check(len(lines) == 1 and words in lines[0],
+                  "%s: want one line with %r and %r, got %r" % (name, where, words, r.stderr))
+            check(lines[0].rstrip().endswith(tuple("abcdefghijklmnopqrstuvwxyz)")) and
+                  re.search(r": (create|choose|point|give|want|stop|make|remove)\b|"
+                            r"\((useradd)", lines[0]),
+                  "%s: the message does not say what to do: %r" % (name, lines[0]))
+            msg = lines[0][len("idemrelay: "):]
+            print(msg)
+            out = start_fails(path, d, pre)
+            check(("fatal: " + msg) in out, "%s: the start does not fail with the -t message"
+                  " %r:\n%s" % (name, msg, out))
+            if getattr(t, "held", None):
+                t.held.close()
+                t.held = None
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@case(timeout=60, needs_daemon=False)
+def test_config_check_reports_all(t):
+    """-t reports every problem, one line each, not only the first."""
+    d = t.tmp
+    conf = merge(base_conf(os.path.join(d, "store"), free_port(), free_port()),
+                 dict(row_user(t, d), **row_control_dir(t, d), **row_cert_missing(t, d)))
+    path = write(os.path.join(d, "several.conf"), render_conf(conf))
+    r = run([BIN, "-t", "-c", path])
+    eq(r.returncode, 1, "idemrelay -t exit status (%r)" % r.stderr)
+    for setting in ("tls.cert", "user", "control"):
+        check(re.search(r"several\.conf:\d+: %s: " % re.escape(setting), r.stderr),
+              "-t does not report %s: %r" % (setting, r.stderr))
+    eq(len(r.stderr.strip().splitlines()), 3, "problems reported: %r" % r.stderr)
+    check("configuration OK" not in r.stdout, "-t said OK: %r" % r.stdout)
+
+
+@case(timeout=60)
+def test_control_dir_made(t):
+    """A control socket in a missing directory: -t is content, the start makes the
+    directory (as systemd's RuntimeDirectory= would) and listens there."""
+    sock = os.path.join(t.tmp, "run", "idemrelay", "ctl.sock")
+    sink = t.sink()
+    d = t.daemon(sink, {"control": sock}, start=False)
+    r = run([BIN, "-t", "-c", d.conf_path])
+    eq(r.returncode, 0, "idemrelay -t exit status (%r)" % r.stderr)
+    d.start()
+    wait_until(lambda: os.path.exists(sock), 10, "the control socket in its new directory")
+    check(stat.S_ISSOCK(os.lstat(sock).st_mode), "%s is not a socket" % sock)
+    if os.getuid() != 0:
+        return
+    # with user = nobody: the directory made is handed over, the socket made in it
+    d.stop()
+    for path in (os.path.dirname(t.tmp), t.tmp):
+        os.chmod(path, 0o755)
+    sock2 = os.path.join(t.tmp, "run2", "idemrelay", "ctl.sock")
+    d2 = t.daemon(sink, {"control": sock2, "user": "nobody"}, start=False)
+    os.chmod(d2.dir, 0o755)
+    d2.start()
+    d2.wait_log("running as user nobody")
+    wait_until(lambda: os.path.exists(sock2), 10, "the control socket made as nobody")
+    eq(os.stat(os.path.dirname(sock2)).st_uid, 65534, "owner of the directory made")
+    eq(os.stat(os.path.dirname(os.path.dirname(sock2))).st_uid, 0,
+       "owner of the directory above it (root's, as mkdir -p made it)")

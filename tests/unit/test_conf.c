@@ -301,6 +301,25 @@ static void test_upstream_trust(void **state)
 	conf_free(&c);
 }
 
+/* test_where - start-up messages point at a setting where it was written */
+static void test_where(void **state)
+{
+	struct conf c;
+	char err[512], got[512], want[512];
+
+	(void) state;
+	if (load_text(&c, MINIMAL "store = {\n  path = \"x\";\n};\nlisten = (\n"
+		      "  { address = \"::1\";\n    port = 25; } );\n", err, sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+	snprintf(want, sizeof(want), "%s:3: store.path", tmp_path);
+	assert_string_equal(conf_where(&c, "store.path", got, sizeof(got)), want);
+	snprintf(want, sizeof(want), "%s:7: listen[0].port", tmp_path);
+	assert_string_equal(conf_where(&c, "listen[0].port", got, sizeof(got)), want);
+	snprintf(want, sizeof(want), "%s: user (default)", tmp_path);
+	assert_string_equal(conf_where(&c, "user", got, sizeof(got)), want);
+	conf_free(&c);
+}
+
 /* Each case: config text, and the message prefix wanted ("%s" = file). */
 static const struct {
 	const char *name;
@@ -603,6 +622,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_defaults, cleanup),
 		cmocka_unit_test(test_default_text),
 		cmocka_unit_test_teardown(test_upstream_trust, cleanup),
+		cmocka_unit_test_teardown(test_where, cleanup),
 		cmocka_unit_test_teardown(test_errors, cleanup),
 		cmocka_unit_test_teardown(test_file_errors, cleanup),
 		cmocka_unit_test(test_include),

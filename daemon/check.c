@@ -1,0 +1,300 @@
+/*
+ * NAME
+ *	check 3
+ * SUMMARY
+ *	start-up checks shared by `idemrelay -t` and the start itself
+ * DESCRIPTION
+ *	See check.h. Every check only looks: files are opened for reading,
+ *	directories are stat()ed and access()ed, ports are bound and let go
+ *	at once; nothing is created. The start runs the same checks first,
+ *	so what -t said is what the start says, and the later steps (which
+ *	still stop on an error) are left with races only.
+ *
+ *	Directories the start creates (the store, the Maildir, the control
+ *	socket's directory, and above them, mkdir -p style) are checked
+ *	where they would be created: the nearest existing ancestor must be
+ *	a writable directory.
+ * DIAGNOSTICS
+ *	"FILE:LINE: setting: what is wrong: what to do", one per problem.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../conf/conf.h"
+#include "../deliver/esmtp/deliver_tls.h"
+#include "../relay/auth.h"
+#include "../tls/tls.h"
+#include "check.h"
+#include "control.h"
+
+#define CHECK_PATH_MAX	4096
+
+/* one run: where problems go, and how many there were */
+struct check {
+	const struct conf *c;
+	check_report report;
+	void *arg;
+	int n;
+};
+
+/* check_fail - report "WHERE: problem" for setting */
+static void check_fail(struct check *k, const char *setting, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void check_fail(struct check *k, const char *setting, const char *fmt, ...)
+{
+	char where[512], msg[1024], line[1600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snprintf(line, sizeof(line), "%s: %s", conf_where(k->c, setting, where, sizeof(where)),
+		 msg);
+	k->report(k->arg, line);
+	k->n++;
+}
+
+/* check_readable - can this file be opened for reading? 0, or -1 with errno */
+static int check_readable(const char *path)
+{
+	FILE *fp = fopen(path, "r");
+
+	if (fp == NULL)
+		return -1;
+	fclose(fp);
+	return 0;
+}
+
+/* check_tls - tls.cert and tls.key: readable, PEM, and one pair */
+static void check_tls(struct check *k)
+{
+	const struct conf *c = k->c;
+	struct tls *t = NULL;
+	char err[512];
+
+	if (c->tls_cert == NULL)
+		return;
+	if (check_readable(c->tls_cert) < 0) {
+		check_fail(k, "tls.cert", "cannot read %s: %s: point it at the server's PEM "
+			   "certificate (chain) file", c->tls_cert, strerror(errno));
+		return;
+	}
+	if (check_readable(c->tls_key) < 0) {
+		check_fail(k, "tls.key", "cannot read %s: %s: point it at the certificate's "
+			   "PEM private key file", c->tls_key, strerror(errno));
+		return;
+	}
+	if (tls_new(&t, c->tls_cert, c->tls_key, err, sizeof(err)) == 0) {
+		tls_free(t);
+		return;
+	}
+	/*
+	 * tls_new says which file: "cert X: ...", "key X: ...", "key X does not
+	 * match"; OpenSSL finds most mismatches as it loads the key
+	 */
+	if (strncmp(err, "key ", 4) == 0 && (strstr(err, " does not match cert ")
+					     || strstr(err, "key values mismatch")))
+		check_fail(k, "tls.key", "%s is not the private key of the certificate in "
+			   "tls.cert (%s): give the key the certificate was issued for",
+			   c->tls_key, c->tls_cert);
+	else if (strncmp(err, "key ", 4) == 0)
+		check_fail(k, "tls.key", "%s: want a PEM private key, unencrypted", err);
+	else
+		check_fail(k, "tls.cert", "%s: want a PEM file with the server's certificate first, "
+			   "then its chain", err);
+}
+
+/* check_users - auth.users: readable and every line name:hash */
+static void check_users(struct check *k)
+{
+	struct auth_users *u = NULL;
+	char err[512];
+
+	if (k->c->auth_users == NULL)
+		return;
+	if (auth_users_load(&u, k->c->auth_users, err, sizeof(err)) < 0)
+		check_fail(k, "auth.users", "%s: want a readable file of name:hash lines "
+			   "(openssl passwd -6)", err);
+	auth_users_free(u);
+}
+
+/* check_user - user: exists, and can be become */
+static void check_user(struct check *k)
+{
+	const char *name = k->c->user;
+	struct passwd *pw;
+
+	if (name == NULL)
+		return;
+	errno = 0;
+	if ((pw = getpwnam(name)) == NULL)
+		check_fail(k, "user", "no such user \"%s\": create it (useradd --system "
+			   "--no-create-home %s) or remove the setting", name, name);
+	else if (getuid() != 0 && getuid() != pw->pw_uid)
+		check_fail(k, "user", "becoming \"%s\" needs idemrelay to start as root: start "
+			   "it as root or as %s, or remove the setting", name, name);
+}
+
+/*
+ * check_dir - a directory the start creates (mkdir -p) and writes in:
+ * it, or its nearest existing ancestor, is a directory we may write
+ */
+static void check_dir(struct check *k, const char *setting, const char *path)
+{
+	char dir[CHECK_PATH_MAX], *slash;
+	struct stat st;
+
+	if (strlen(path) >= sizeof(dir)) {
+		check_fail(k, setting, "path longer than %zu characters", sizeof(dir) - 1);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	while (stat(dir, &st) < 0) {
+		if (errno != ENOENT && errno != ENOTDIR) {
+			check_fail(k, setting, "%s: %s", dir, strerror(errno));
+			return;
+		}
+		if ((slash = strrchr(dir, '/')) == NULL)
+			snprintf(dir, sizeof(dir), ".");
+		else
+			slash[slash == dir] = 0;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		if (strcmp(dir, path) == 0)
+			check_fail(k, setting, "%s is not a directory: remove it or choose another "
+				   "path", path);
+		else
+			check_fail(k, setting, "%s is under %s, which is not a directory: choose a "
+				   "path in a directory", path, dir);
+		return;
+	}
+	if (access(dir, W_OK | X_OK) < 0 && strcmp(dir, path) == 0)
+		check_fail(k, setting, "%s is not writable by uid %u: %s: make it writable "
+			   "(chown, chmod) or choose another path", dir, (unsigned) getuid(),
+			   strerror(errno));
+	else if (access(dir, W_OK | X_OK) < 0)
+		check_fail(k, setting, "%s would be created in %s, which is not writable by uid "
+			   "%u: %s: make it writable (chown, chmod) or choose another path", path,
+			   dir, (unsigned) getuid(), strerror(errno));
+}
+
+/* check_control - control: a socket we can make, in a directory we can make */
+static void check_control(struct check *k)
+{
+	const struct conf *c = k->c;
+	char dir[CHECK_PATH_MAX], why[512], *slash;
+
+	if (c->control == NULL)
+		return;
+	if (control_socket_check(c->control, why, sizeof(why)) < 0) {
+		check_fail(k, "control", "%s", why);
+		return;
+	}
+	snprintf(dir, sizeof(dir), "%s", c->control);
+	if ((slash = strrchr(dir, '/')) == NULL)
+		return;			/* in the working directory, checked as the store's */
+	slash[slash == dir] = 0;
+	check_dir(k, "control", dir);
+}
+
+/* check_port - can address:port be bound now? 0, or -1 with why */
+static int check_port(const char *address, int port, char *why, size_t whylen)
+{
+	struct addrinfo hints, *ai = NULL;
+	char service[16];
+	int fd, one = 1, rc = -1, e;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(service, sizeof(service), "%d", port);
+	if ((e = getaddrinfo(address, service, &hints, &ai)) != 0) {
+		snprintf(why, whylen, "%s", gai_strerror(e));
+		return -1;
+	}
+	if ((fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		freeaddrinfo(ai);
+		return -1;
+	}
+	/* as listen_tcp() binds: a port in TIME_WAIT is free, one listened on is not */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		rc = 0;
+	else if (errno == EADDRINUSE)
+		snprintf(why, whylen, "%s: stop what listens there (ss -ltnp) or choose "
+			 "another port", strerror(errno));
+	else if (errno == EACCES)
+		snprintf(why, whylen, "%s: ports below 1024 need idemrelay to start as root",
+			 strerror(errno));
+	else
+		snprintf(why, whylen, "%s: use an address of this host", strerror(errno));
+	close(fd);
+	freeaddrinfo(ai);
+	return rc;
+}
+
+/* check_ports - every listener and the metrics listener */
+static void check_ports(struct check *k)
+{
+	const struct conf *c = k->c;
+	char name[64], why[512];
+	size_t i;
+
+	for (i = 0; i < c->n_listen; i++) {
+		if (check_port(c->listen[i].address, c->listen[i].port, why, sizeof(why)) == 0)
+			continue;
+		snprintf(name, sizeof(name), "listen[%zu].port", i);
+		check_fail(k, name, "cannot listen on %s port %d: %s", c->listen[i].address,
+			   c->listen[i].port, why);
+	}
+	if (c->metrics_address && check_port(c->metrics_address, c->metrics_port, why,
+					     sizeof(why)) < 0)
+		check_fail(k, "metrics.port", "cannot listen on %s port %d: %s",
+			   c->metrics_address, c->metrics_port, why);
+}
+
+/* check_upstream - upstream.tls_ca loads as the delivery threads will load it */
+static void check_upstream(struct check *k)
+{
+	const struct conf *c = k->c;
+	char err[512];
+	SSL_CTX *ctx;
+
+	if (c->upstream.maildir)
+		check_dir(k, "upstream.maildir", c->upstream.maildir);
+	if (c->upstream.tls == CONF_TLS_NONE || c->upstream.tls_ca == NULL)
+		return;
+	if ((ctx = deliver_tls_ctx_conf(c, err, sizeof(err))) == NULL)
+		check_fail(k, "upstream.tls_ca", "%s: want a PEM file of CA certificates or a "
+			   "directory hashed with openssl rehash",
+			   strncmp(err, "upstream.tls_ca ", 16) == 0 ? err + 16 : err);
+	SSL_CTX_free(ctx);
+}
+
+/* check_startup - every problem to report(); the number found */
+int check_startup(const struct conf *c, check_report report, void *arg)
+{
+	struct check k = {c, report, arg, 0};
+
+	check_tls(&k);
+	check_users(&k);
+	check_user(&k);
+	check_dir(&k, "store.path", c->store.path);
+	check_control(&k);
+	check_ports(&k);
+	check_upstream(&k);
+	return k.n;
+}
