@@ -106,9 +106,9 @@ $(POWERFS): tests/powerfs/powerfs.c
 	    $(shell pkg-config --libs fuse3)
 
 # nodelay.o is the daemon's own connect(), outside the libraries
-$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o
+$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) -lpthread -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o %.a,$^) $(LDLIBS) -lcmocka
 
 unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail

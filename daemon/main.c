@@ -35,9 +35,7 @@
 #include "check.h"
 #include "control.h"
 #include "../deliver/deliver.h"
-#include "../deliver/esmtp/deliver_bridge.h"
 #include "../relay/metrics.h"
-#include "nodelay.h"
 #include "../relay/qid.h"
 #include "../relay/server.h"
 
@@ -210,7 +208,6 @@ int main(int argc, char **argv)
 	}
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
 	signal(SIGPIPE, SIG_IGN);
-	nodelay_connect_hook = deliver_bridge_attach;	/* before any thread */
 
 	/* quietly: the start says "tls: loaded" itself, once */
 	log_setup("idemrelay", cf.log.syslog, LOG_LEVEL_WARN);

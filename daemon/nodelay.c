@@ -17,9 +17,9 @@
  *	option on stream sockets of the Internet families and calls the
  *	real connect(). It is linked into bin/idemrelay only.
  *
- *	Before that, nodelay_connect_hook (if the daemon set one) may take
- *	the connection over: the daemon hands libesmtp's connections to its
- *	delivery bridges that way (deliver_bridge_attach).
+ *	Before that, deliver_bridge_attach() may take the connection over:
+ *	libesmtp's connect() to the bridge its thread opened becomes one end
+ *	of a socketpair whose other end the bridge copies from.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,9 +28,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "nodelay.h"
-
-int (*nodelay_connect_hook) (int fd, const struct sockaddr *sa, socklen_t len);
+#include "../deliver/esmtp/deliver_bridge.h"
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
@@ -48,7 +46,7 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	int one = 1, type = 0, saved = errno;
 	socklen_t tl = sizeof(type);
 
-	if (nodelay_connect_hook != NULL && nodelay_connect_hook(fd, sa, len) == 1) {
+	if (deliver_bridge_attach(fd, sa, len) == 1) {
 		errno = saved;
 		return 0;
 	}

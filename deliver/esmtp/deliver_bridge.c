@@ -15,20 +15,27 @@
  *	done here, in the delivery thread, so each failure is known with its
  *	reason before libesmtp starts.
  *
- *	Then a thread copies between libesmtp's loopback connection and the
+ *	Then a thread copies between libesmtp's connection and the
  *	upstream, both non-blocking transports (io.h: plain, or TLS), in one
- *	loop for both kinds: each transport says what it waits for. Another
- *	local user could connect to the loopback port first; the thread
- *	serves only a peer whose socket is open in this process (found
- *	through /proc/self/fd), and refuses others.
+ *	loop for both kinds: each transport says what it waits for.
  *
- *	In the daemon, libesmtp's connect() never reaches the loopback port:
- *	the daemon's own connect() (nodelay.c) hands it to
- *	deliver_bridge_attach(), which turns libesmtp's socket into one end
- *	of an AF_UNIX socketpair and gives the other end to the bridge. The
- *	copy then costs one TCP connection, not two (measured in
- *	BENCHMARKS.md), and no one else can get in. The loopback port stays
- *	for programs without that connect(), such as the unit tests.
+ *	libesmtp is told a loopback address that nothing listens on: a port
+ *	the bridge keeps bound, so that no one else can take it. Its
+ *	connect() never gets there: the daemon's own connect() (nodelay.c)
+ *	hands it to deliver_bridge_attach(), which turns libesmtp's socket
+ *	into one end of an AF_UNIX socketpair and gives the other end to the
+ *	bridge that this thread opened last. libesmtp connects on the thread
+ *	that called deliver_bridge_open(), so a thread-local pointer is all
+ *	the bookkeeping; a connect() from anywhere else, another process
+ *	included, is refused by the kernel. One TCP connection per delivery,
+ *	not two (measured in BENCHMARKS.md), no listener, no accept.
+ *
+ *	When the bridge could go: it does three things libesmtp 1.1.0
+ *	cannot. A libesmtp with a STARTTLS that discards what was buffered
+ *	before the 220 and with implicit TLS would take the TLS half; one
+ *	that can send a message without its header pass (or an MSA policy
+ *	that lets it add Date/Message-Id) would take the filter's cut; the
+ *	connect timeout and IPv6 literals would have to come with them.
  *
  *	When the filter refuses what libesmtp writes, the thread hangs up on
  *	both sides at once, so nothing after the refused bytes reaches the
@@ -57,7 +64,6 @@
  *	and deferral reason; a connection from another process is logged.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -92,7 +98,7 @@
 struct deliver_bridge {
 	pthread_t thread;
 	int running;			/* thread started, not joined */
-	int lfd;			/* loopback listener; owned */
+	int rfd;			/* bound, never listening: reserves the address; owned */
 	int tfd;			/* TCP to the upstream until up has it; owned */
 	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
 					 * once it runs */
@@ -106,40 +112,21 @@ struct deliver_bridge {
 	int dot_seq_known;		/* dot_seq could be read */
 	int dot_acked;			/* at the end, the peer's TCP had acked dot_seq */
 	char ended[160];		/* how the upstream side ended; "" if it did not */
-	struct sockaddr_in laddr;	/* the listener's address */
+	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
 	char tls[160];			/* deliver_tls_describe(); "" for plain */
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
-	/* deliver_bridge_attach(): under waiting_lock */
-	int attached;			/* libesmtp's end of a socketpair, until taken */
-	int waiting;			/* on the waiting list */
-	struct deliver_bridge *next_waiting;
+	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
 };
 
 /*
- * The bridges that wait for libesmtp, for deliver_bridge_attach(): it runs
- * in a delivery thread (in libesmtp's connect), the bridge in its own.
+ * The bridge this thread opened last, until libesmtp's connect() takes it:
+ * libesmtp connects on the thread that called deliver_bridge_open(), so
+ * nothing else needs to know which bridge a connect() is for.
  */
-static pthread_mutex_t waiting_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct deliver_bridge *waiting;
-
-/* waiting_del - take b off the waiting list, if it is on it */
-static void waiting_del(struct deliver_bridge *b)
-{
-	struct deliver_bridge **pp;
-
-	pthread_mutex_lock(&waiting_lock);
-	for (pp = &waiting; b->waiting && *pp; pp = &(*pp)->next_waiting) {
-		if (*pp == b) {
-			*pp = b->next_waiting;
-			b->waiting = 0;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&waiting_lock);
-}
+static __thread struct deliver_bridge *current;
 
 /* bridge_connect - non-blocking TCP connect within the deadline; fd or -1 */
 static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
@@ -322,19 +309,23 @@ out:
 	return rc;
 }
 
-/* bridge_listen - a listener on an ephemeral loopback port */
-static int bridge_listen(struct deliver_bridge *b, char *why, size_t whylen)
+/*
+ * bridge_reserve - an ephemeral loopback port, bound and never listened
+ * on: the address libesmtp is told. Only this thread's connect() to it
+ * reaches the bridge (deliver_bridge_attach); anyone else's, or one
+ * without the daemon's connect(), is refused by the kernel.
+ */
+static int bridge_reserve(struct deliver_bridge *b, char *why, size_t whylen)
 {
 	socklen_t len = sizeof(b->laddr);
 
 	memset(&b->laddr, 0, sizeof(b->laddr));
 	b->laddr.sin_family = AF_INET;
 	b->laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((b->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0
-	    || bind(b->lfd, (struct sockaddr *) &b->laddr, sizeof(b->laddr)) < 0
-	    || listen(b->lfd, 4) < 0
-	    || getsockname(b->lfd, (struct sockaddr *) &b->laddr, &len) < 0) {
-		snprintf(why, whylen, "cannot listen on the loopback for the bridge: %s",
+	if ((b->rfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0
+	    || bind(b->rfd, (struct sockaddr *) &b->laddr, sizeof(b->laddr)) < 0
+	    || getsockname(b->rfd, (struct sockaddr *) &b->laddr, &len) < 0) {
+		snprintf(why, whylen, "cannot reserve a loopback port for the bridge: %s",
 			 strerror(errno));
 		return -1;
 	}
@@ -349,82 +340,26 @@ static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 	    && a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
 }
 
-/* bridge_ours - is the peer of an accepted connection a socket of this process? */
-static int bridge_ours(const struct deliver_bridge *b, const struct sockaddr_in *peer)
-{
-	struct sockaddr_in local, remote;
-	struct dirent *de;
-	struct stat st;
-	socklen_t len;
-	DIR *dir;
-	int fd, found = 0;
-	char *end;
-
-	if ((dir = opendir("/proc/self/fd")) == NULL) {
-		msg_warn("bridge %s: cannot tell who connected: /proc/self/fd: %s",
-			 b->address, strerror(errno));
-		return 0;
-	}
-	while (!found && (de = readdir(dir)) != NULL) {
-		fd = (int) strtol(de->d_name, &end, 10);
-		if (*end || end == de->d_name || fd == dirfd(dir))
-			continue;
-		if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
-			continue;
-		len = sizeof(local);
-		if (getsockname(fd, (struct sockaddr *) &local, &len) < 0 || !same_in(&local, peer))
-			continue;
-		len = sizeof(remote);
-		found = getpeername(fd, (struct sockaddr *) &remote, &len) == 0
-		    && same_in(&remote, &b->laddr);
-	}
-	closedir(dir);
-	return found;
-}
-
-/* bridge_accept - libesmtp's connection, or -1 (stopped, timed out) */
-static int bridge_accept(struct deliver_bridge *b)
+/* bridge_wait - libesmtp's end, once attached, or -1 (stopped, timed out) */
+static int bridge_wait(struct deliver_bridge *b)
 {
 	struct timespec deadline = deadline_in(b->timeout_ms + 1000);
-	struct pollfd p[2];
-	struct sockaddr_in peer;
-	socklen_t len;
-	int cfd, one = 1;
+	struct pollfd p;
+	int cfd;
 	char c;
 
 	for (;;) {
-		p[0] = (struct pollfd) { .fd = b->lfd, .events = POLLIN };
-		p[1] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
-		if (poll(p, 2, deadline_left(&deadline)) < 0 && errno != EINTR)
+		p = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
+		if (poll(&p, 1, deadline_left(&deadline)) < 0 && errno != EINTR)
 			return -1;
-		if (p[1].revents) {
+		if (p.revents) {
 			/* deliver_bridge_attach() handed libesmtp over, or a stop */
-			pthread_mutex_lock(&waiting_lock);
-			cfd = b->attached;
-			b->attached = -1;
-			pthread_mutex_unlock(&waiting_lock);
-			if (cfd >= 0)
+			if ((cfd = atomic_exchange(&b->attached, -1)) >= 0)
 				(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
 			return cfd;
 		}
 		if (deadline_left(&deadline) == 0)
 			return -1;
-		if (!(p[0].revents & POLLIN))
-			continue;
-		len = sizeof(peer);
-		cfd = accept4(b->lfd, (struct sockaddr *) &peer, &len,
-			      SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (cfd < 0)
-			continue;
-		if (bridge_ours(b, &peer)) {
-			waiting_del(b);
-			/* replies go in small writes: Nagle would hold the 354 (see nodelay.c) */
-			(void) setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-			return cfd;
-		}
-		msg_warn("bridge %s: refused a connection from 127.0.0.1:%u,"
-			 " which is not ours", b->address, ntohs(peer.sin_port));
-		close(cfd);
 	}
 }
 
@@ -630,7 +565,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	free(raw);
 }
 
-/* bridge_main - the bridge thread: accept libesmtp, copy, hang up on both */
+/* bridge_main - the bridge thread: wait for libesmtp, copy, hang up on both */
 static void *bridge_main(void *arg)
 {
 	struct deliver_bridge *b = arg;
@@ -642,8 +577,7 @@ static void *bridge_main(void *arg)
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
-	cfd = bridge_accept(b);
-	waiting_del(b);			/* served, or given up: attach no more */
+	cfd = bridge_wait(b);
 	if (cfd >= 0) {
 		client = io_plain_new(cfd);
 		bridge_pump(b, client);
@@ -663,7 +597,8 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	struct timespec deadline = deadline_in(timeout_ms);
 	int err;
 
-	b->lfd = b->tfd = b->stop[0] = b->stop[1] = b->attached = -1;
+	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
+	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
 	deliver_filter_init(&b->filter);
 	b->timeout_ms = timeout_ms;
@@ -677,7 +612,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		goto fail;
 	b->tfd = -1;			/* b->up has it */
 	snprintf(dsn, 16, "4.3.0");
-	if (bridge_listen(b, why, whylen) < 0)
+	if (bridge_reserve(b, why, whylen) < 0)
 		goto fail;
 	if (pipe2(b->stop, O_CLOEXEC | O_NONBLOCK) < 0) {
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
@@ -688,11 +623,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		goto fail;
 	}
 	b->running = 1;
-	pthread_mutex_lock(&waiting_lock);
-	b->next_waiting = waiting;
-	waiting = b;
-	b->waiting = 1;
-	pthread_mutex_unlock(&waiting_lock);
+	current = b;
 	return b;
 
 fail:
@@ -700,27 +631,22 @@ fail:
 	return NULL;
 }
 
-/* deliver_bridge_attach - libesmtp's connect() to a waiting bridge, done in-process */
+/* deliver_bridge_attach - libesmtp's connect() to this thread's bridge, done in-process */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	const struct sockaddr_in *to = (const struct sockaddr_in *) sa;
-	struct deliver_bridge *b, **pp;
+	struct deliver_bridge *b = current;
 	int sp[2], fl, fdfl, done = 0;
 
-	if (sa == NULL || len < sizeof(*to) || sa->sa_family != AF_INET
-	    || to->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+	if (b == NULL || sa == NULL || len < sizeof(struct sockaddr_in)
+	    || !same_in((const struct sockaddr_in *) sa, &b->laddr))
 		return 0;
-	pthread_mutex_lock(&waiting_lock);
-	for (pp = &waiting; (b = *pp) != NULL && !same_in(&b->laddr, to); pp = &b->next_waiting)
-		continue;
 	/* fd becomes our end of a socketpair, its flags kept; on failure, connect as asked */
-	if (b != NULL && (fl = fcntl(fd, F_GETFL)) >= 0 && (fdfl = fcntl(fd, F_GETFD)) >= 0
+	if ((fl = fcntl(fd, F_GETFL)) >= 0 && (fdfl = fcntl(fd, F_GETFD)) >= 0
 	    && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0) {
 		if (dup2(sp[0], fd) >= 0 && fcntl(fd, F_SETFL, fl) == 0
 		    && fcntl(fd, F_SETFD, fdfl) == 0 && fcntl(sp[1], F_SETFL, O_NONBLOCK) == 0) {
-			*pp = b->next_waiting;
-			b->waiting = 0;
-			b->attached = sp[1];
+			current = NULL;
+			atomic_store(&b->attached, sp[1]);
 			done = 1;
 			(void) !write(b->stop[1], "a", 1);	/* wake the bridge */
 		} else {
@@ -728,7 +654,6 @@ int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 		close(sp[0]);
 	}
-	pthread_mutex_unlock(&waiting_lock);
 	return done;
 }
 
@@ -784,15 +709,16 @@ void deliver_bridge_close(struct deliver_bridge *b)
 {
 	if (b == NULL)
 		return;
-	waiting_del(b);
+	if (current == b)
+		current = NULL;
 	(void) deliver_bridge_end(b);
-	if (b->attached >= 0)
-		close(b->attached);
+	if (atomic_load(&b->attached) >= 0)
+		close(atomic_load(&b->attached));
 	io_close(b->up);
 	if (b->tfd >= 0)
 		close(b->tfd);
-	if (b->lfd >= 0)
-		close(b->lfd);
+	if (b->rfd >= 0)
+		close(b->rfd);
 	if (b->stop[0] >= 0)
 		close(b->stop[0]);
 	if (b->stop[1] >= 0)

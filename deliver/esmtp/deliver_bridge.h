@@ -4,19 +4,20 @@
  * SUMMARY
  *	the loopback bridge between libesmtp and the upstream
  * DESCRIPTION
- *	Every upstream connection goes through a bridge: libesmtp 1.1.0
- *	connects to a port on 127.0.0.1, and a thread copies bytes between
- *	that connection and the upstream, plain or TLS, through the stream
- *	filter of deliver_filter.h (which undoes libesmtp's edits to the
- *	message headers).
+ *	Every upstream connection goes through a bridge: libesmtp 1.1.0 is
+ *	handed one end of a socketpair where it connects, and a thread
+ *	copies bytes between it and the upstream, plain or TLS, through the
+ *	stream filter of deliver_filter.h (which undoes libesmtp's edits to
+ *	the message headers).
  *
  *	deliver_bridge_open() connects to the upstream itself, within the
  *	timeout, and with a TLS context establishes TLS: from the first byte
  *	(implicit TLS, port 465) or after the server's greeting, EHLO and
- *	STARTTLS (required: no STARTTLS, no bridge). It then listens on an
- *	ephemeral loopback port; libesmtp connects there and gets the
- *	server's greeting. Only a connection from a socket of this process
- *	is served.
+ *	STARTTLS (required: no STARTTLS, no bridge). It reserves a loopback
+ *	address (bound, never listening) for libesmtp to connect to; the
+ *	next connect() to it on the same thread goes to deliver_bridge_attach()
+ *	(the daemon's connect(), daemon/nodelay.c) and gets the server's
+ *	greeting. A connect() from anywhere else is refused.
  */
 #ifndef DELIVER_ESMTP_DELIVER_BRIDGE_H
 #define DELIVER_ESMTP_DELIVER_BRIDGE_H
@@ -41,14 +42,15 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 
 /*
  * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
- * of a bridge still waiting for libesmtp, make fd one end of an AF_UNIX
- * socketpair (its file flags kept) and hand the other end to that bridge,
- * and return 1: fd is connected. 0: not a bridge, or it could not be done;
- * connect as asked. For the daemon's connect() (nodelay.h).
+ * of the bridge this thread opened last and that no connect() took yet,
+ * make fd one end of an AF_UNIX socketpair (its file flags kept), hand the
+ * other end to that bridge, and return 1: fd is connected. 0: not that
+ * bridge, or it could not be done; connect as asked (and be refused, if
+ * it was a bridge's address). For the daemon's connect() (nodelay.c).
  */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
 
-/* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
+/* deliver_bridge_address - where libesmtp is told to connect: "127.0.0.1:PORT" */
 const char *deliver_bridge_address(const struct deliver_bridge *b);
 
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */

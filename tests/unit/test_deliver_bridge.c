@@ -1,7 +1,8 @@
 /*
  * test_deliver_bridge - the bridge of deliver/esmtp/deliver_bridge.c against
- * in-process servers: implicit TLS (it serves this process and refuses
- * another's connection; an untrusted certificate fails), and plain SMTP,
+ * in-process servers: implicit TLS (it is handed over to the thread that
+ * opened it; another process's connect() is refused, another thread is
+ * not given it; an untrusted certificate fails), and plain SMTP,
  * where the stream filter takes libesmtp's header block out of the content,
  * hides CHUNKING, and makes the bridge hang up when the block is missing.
  * The test plays libesmtp's part on the loopback side. (STARTTLS, AUTH and
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -190,25 +192,63 @@ static void tserver_stop(struct tserver *t)
 	SSL_CTX_free(t->ctx);
 }
 
-/* connect_to - a blocking TCP connection to "127.0.0.1:PORT", 5s receive timeout */
-static int connect_to(const char *address)
+/* address_of - "127.0.0.1:PORT" as a sockaddr */
+static struct sockaddr_in address_of(const char *address)
 {
-	struct timeval tv = { 5, 0 };
 	struct sockaddr_in a;
-	int fd;
 
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	a.sin_port = htons((uint16_t) atoi(strchr(address, ':') + 1));
+	return a;
+}
+
+/* dial - a plain TCP connect() to "127.0.0.1:PORT", as another program would make */
+static int dial(const char *address)
+{
+	struct sockaddr_in a = address_of(address);
+	int fd;
+
 	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
 		return -1;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *) &a, sizeof(a)) < 0) {
 		close(fd);
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * connect_to - libesmtp's connection to a bridge, as the daemon's
+ * connect() makes it: handed over in-process; blocking, 5 s receive timeout
+ */
+static int connect_to(const char *address)
+{
+	struct timeval tv = { 5, 0 };
+	struct sockaddr_in a = address_of(address);
+	int fd;
+
+	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (deliver_bridge_attach(fd, (struct sockaddr *) &a, sizeof(a)) != 1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* other_thread - a connect() to a bridge from a thread that did not open it */
+static void *other_thread(void *arg)
+{
+	struct sockaddr_in a = address_of(arg);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	intptr_t took = fd >= 0 && deliver_bridge_attach(fd, (struct sockaddr *) &a, sizeof(a));
+
+	if (fd >= 0)
+		close(fd);
+	return (void *) took;
 }
 
 static void test_bridge_implicit(void **state)
@@ -220,6 +260,8 @@ static void test_bridge_implicit(void **state)
 	int fd, status;
 	ssize_t n;
 	pid_t pid;
+	pthread_t th;
+	void *took;
 
 	(void) state;
 	tserver_start(&t, tserver_ctx());
@@ -231,16 +273,19 @@ static void test_bridge_implicit(void **state)
 	if (b == NULL)
 		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
 
-	/* another process connects first: hung up on, never given the server */
-	if ((pid = fork()) == 0) {
-		fd = connect_to(deliver_bridge_address(b));
-		n = fd < 0 ? -1 : recv(fd, buf, sizeof(buf), 0);
-		_exit(n == 0 ? 0 : 1);
-	}
+	/* another process connects first: refused, nothing listens there */
+	if ((pid = fork()) == 0)
+		_exit(dial(deliver_bridge_address(b)) < 0 && errno == ECONNREFUSED ? 0 : 1);
 	assert_true(pid > 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		fail_msg("a connection from another process was not refused");
+	/* another thread of this process: not its bridge */
+	assert_int_equal(pthread_create(&th, NULL, other_thread,
+					(void *) deliver_bridge_address(b)), 0);
+	assert_int_equal(pthread_join(th, &took), 0);
+	if (took != NULL)
+		fail_msg("a thread that did not open the bridge was handed it");
 
 	/* this process: the server's greeting, over TLS behind the bridge */
 	fd = connect_to(deliver_bridge_address(b));
