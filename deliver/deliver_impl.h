@@ -44,7 +44,7 @@ struct deliver {
 struct deliver_result {
 	int attempted;			/* the recipient was queued at load time */
 	enum deliver_outcome outcome;
-	char dsn[16];			/* "4.4.1" */
+	char dsn[DELIVER_DSN_SIZE];			/* "4.4.1" */
 	char reply[DELIVER_REPLY_MAX];	/* upstream reply or our own words */
 };
 

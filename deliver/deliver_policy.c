@@ -136,23 +136,23 @@ void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
 }
 
 /* deliver_dsn_code - RFC 3463 status of "NNN [c.s.d] text" */
-int deliver_dsn_code(char out[16], const char *reply)
+int deliver_dsn_code(char out[DELIVER_DSN_SIZE], const char *reply)
 {
 	int cls, subj = 0, det = 0, n = 0;
 
 	if (!isdigit((unsigned char) reply[0]) || !isdigit((unsigned char) reply[1])
 	    || !isdigit((unsigned char) reply[2]) || (reply[3] != ' ' && reply[3] != 0)
 	    || ((cls = reply[0] - '0') != 2 && cls != 4 && cls != 5)) {
-		snprintf(out, 16, "4.0.0");
+		snprintf(out, DELIVER_DSN_SIZE, "4.0.0");
 		return -1;
 	}
 	if (reply[3] == ' ' && (reply[4] == '2' || reply[4] == '4' || reply[4] == '5')
 	    && sscanf(reply + 5, ".%3d.%3d%n", &subj, &det, &n) == 2 && n > 0
 	    && (reply[5 + n] == ' ' || reply[5 + n] == 0) && subj >= 0 && det >= 0
 	    && subj <= 999 && det <= 999)
-		snprintf(out, 16, "%c.%d.%d", '0' + cls, subj, det);
+		snprintf(out, DELIVER_DSN_SIZE, "%c.%d.%d", '0' + cls, subj, det);
 	else
-		snprintf(out, 16, "%c.0.0", '0' + cls);
+		snprintf(out, DELIVER_DSN_SIZE, "%c.0.0", '0' + cls);
 	return 0;
 }
 

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define DELIVER_DSN_SIZE	16	/* an RFC 3463 code ("4.7.5") and its NUL, with room */
+
 /* deliver_backoff - seconds to wait after the given number of attempts (>= 1) */
 int64_t deliver_backoff(int64_t first, int64_t max, int attempts);
 
@@ -70,7 +72,7 @@ void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
  * forced to agree with the reply code), else X.0.0. Returns 0, or -1
  * if the line does not start with a 2xx/4xx/5xx code (out is "4.0.0").
  */
-int deliver_dsn_code(char out[16], const char *reply);
+int deliver_dsn_code(char out[DELIVER_DSN_SIZE], const char *reply);
 
 /* deliver_xtext_decode - RFC 3461 xtext to bytes (owned result; bad "+XX" kept) */
 char *deliver_xtext_decode(const char *s);

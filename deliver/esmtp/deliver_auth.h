@@ -23,6 +23,7 @@
 #include <auth-client.h>
 
 #include "../../conf/conf.h"
+#include "../deliver_policy.h"
 
 /* deliver_auth_context - a SASL context for c->upstream.user; NULL on failure */
 auth_context_t deliver_auth_context(const struct conf *c);
@@ -40,7 +41,7 @@ struct deliver_auth_guard {
 	char auth_reply[256];		/* last refusal of AUTH */
 	int cut;			/* the guard asked to cut the connection */
 	char why[384];			/* why, for the log and the deferral */
-	char dsn[16];
+	char dsn[DELIVER_DSN_SIZE];
 	char line[DELIVER_GUARD_LINE];	/* partial reply line */
 	size_t line_len;
 };

@@ -250,20 +250,20 @@ static int plain_reply(int fd, struct plain_in *in, const struct timespec *deadl
  * libesmtp), EHLO, STARTTLS required, 220, and nothing after it
  */
 static int bridge_starttls(struct deliver_bridge *b, const char *helo,
-			   const struct timespec *deadline, char *why, size_t whylen, char dsn[16])
+			   const struct timespec *deadline, char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE])
 {
 	struct plain_in *in = xcalloc(1, sizeof(*in));
 	char cmd[300], last[SMTP_REPLY_MAX], err[200];
 	int code = -1, offered = 0, rc = -1;
 
-	snprintf(dsn, 16, "4.4.2");
+	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.2");
 	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, b, err,
 				sizeof(err))) < 0) {
 		snprintf(why, whylen, "no greeting: %s", err);
 		goto out;
 	}
 	if (code != 220) {
-		snprintf(dsn, 16, "4.4.1");	/* as a refused connection: try the next */
+		snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");	/* as a refused connection: try the next */
 		snprintf(why, whylen, "refused to talk to me: %.300s", last);
 		goto out;
 	}
@@ -279,7 +279,7 @@ static int bridge_starttls(struct deliver_bridge *b, const char *helo,
 		goto out;
 	}
 	if (!offered) {
-		snprintf(dsn, 16, "4.7.4");
+		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.4");
 		snprintf(why, whylen, "TLS is required, but was not offered");
 		goto out;
 	}
@@ -290,13 +290,13 @@ static int bridge_starttls(struct deliver_bridge *b, const char *helo,
 		goto out;
 	}
 	if (code != 220) {
-		snprintf(dsn, 16, code / 100 == 5 ? "4.7.4" : "4.7.0");
+		snprintf(dsn, DELIVER_DSN_SIZE, code / 100 == 5 ? "4.7.4" : "4.7.0");
 		snprintf(why, whylen, "STARTTLS refused: %.300s", last);
 		goto out;
 	}
 	if (in->len > 0) {
 		/* only the handshake may follow: anything else was injected before TLS */
-		snprintf(dsn, 16, "4.7.0");
+		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.0");
 		snprintf(why, whylen, "the server sent data after its 220 to STARTTLS, before"
 			 " TLS (command injection)");
 		goto out;
@@ -591,7 +591,7 @@ static void *bridge_main(void *arg)
 /* deliver_bridge_open - connect, set up TLS if asked, listen, start the thread */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,
-					   char *why, size_t whylen, char dsn[16])
+					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE])
 {
 	struct deliver_bridge *b = xcalloc(1, sizeof(*b));
 	struct timespec deadline = deadline_in(timeout_ms);
@@ -602,7 +602,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	atomic_init(&b->cut, 0);
 	deliver_filter_init(&b->filter);
 	b->timeout_ms = timeout_ms;
-	snprintf(dsn, 16, "4.4.1");
+	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");
 	if ((b->tfd = bridge_connect(sa, salen, &deadline, why, whylen)) < 0
 	    || (ctx && helo && bridge_starttls(b, helo, &deadline, why, whylen, dsn) < 0))
 		goto fail;
@@ -611,7 +611,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	if (b->up == NULL)
 		goto fail;
 	b->tfd = -1;			/* b->up has it */
-	snprintf(dsn, 16, "4.3.0");
+	snprintf(dsn, DELIVER_DSN_SIZE, "4.3.0");
 	if (bridge_reserve(b, why, whylen) < 0)
 		goto fail;
 	if (pipe2(b->stop, O_CLOEXEC | O_NONBLOCK) < 0) {

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 
 #include <openssl/ssl.h>
+#include "../deliver_policy.h"
 
 struct deliver_bridge;
 
@@ -38,7 +39,7 @@ struct deliver_bridge;
  */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,
-					   char *why, size_t whylen, char dsn[16]);
+					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE]);
 
 /*
  * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address

@@ -6,8 +6,11 @@
  * DESCRIPTION
  *	libesmtp 1.1.0 processes the header block of every message it sends,
  *	and cannot be told not to: it adds Date:, From: and Message-Id: when
- *	they are missing, strips Return-Path: and Original-Recipient:, and
- *	drops second copies of Date, From, To, Cc, Subject and others. So
+ *	they are missing, strips Return-Path:, Original-Recipient: and
+ *	Resent-Reply-To:, and drops second copies of the headers it knows
+ *	(Date, From, Message-Id, Sender, To, Cc, Bcc, Reply-To,
+ *	Disposition-Notification-To; not Subject, which it does not know:
+ *	libESMTP's headers.c). So
  *	deliver_smtp.c gives it a header block of its own to process: the
  *	line DELIVER_FILTER_SENTINEL and an empty line. The stored message
  *	follows, headers and body, and libesmtp takes all of it for body,

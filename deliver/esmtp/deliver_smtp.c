@@ -97,7 +97,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <auth-client.h>		/* before libesmtp.h: smtp_auth_set_context() */		/* before libesmtp.h: smtp_auth_set_context() */
+#include <auth-client.h>		/* before libesmtp.h: smtp_auth_set_context() */
 #include <libesmtp.h>
 
 #include "../../smtp/smtp.h"
@@ -159,7 +159,7 @@ struct xsess {
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port" */
 	char host[256];			/* upstream host name of relay */
 	char why[DELIVER_REPLY_MAX];	/* why no session ran */
-	char why_dsn[16];
+	char why_dsn[DELIVER_DSN_SIZE];
 	char error[128];		/* libesmtp's error after the session */
 	char last_reply[256];		/* last line read from the server */
 	unsigned dots;			/* messages marked on this connection */
@@ -171,6 +171,14 @@ struct xsess {
 	struct deliver_bridge *bridge;	/* owned; this connection attempt's */
 	struct deliver_auth_guard guard;	/* this connection's */
 };
+
+/* upstream_timeout_ms - upstream.timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
+static int upstream_timeout_ms(const struct conf *c)
+{
+	if (c->upstream.timeout >= INT_MAX / 1000)
+		return INT_MAX;
+	return c->upstream.timeout < 1 ? 1000 : (int) c->upstream.timeout * 1000;
+}
 
 /* xmsg_enter - change a message's state, and say so at debug level */
 static void xmsg_enter(struct xmsg *x, enum xmsg_state to)
@@ -455,7 +463,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 		      size_t n, int body8)
 {
 	const struct conf *c = d->c;
-	long ms;
+	int ms;
 	size_t i;
 	int w, ok = 1;
 
@@ -473,9 +481,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 	if (c->hostname)
 		ok &= smtp_set_hostname(xs->s, c->hostname);
 	/* every phase, including the wait after the final dot, bounded by upstream.timeout */
-	ms = c->upstream.timeout >= INT_MAX / 1000 ? INT_MAX : (long) c->upstream.timeout * 1000;
-	if (ms < 1000)
-		ms = 1000;
+	ms = upstream_timeout_ms(c);
 	for (w = Timeout_GREETING; w <= Timeout_DATA2; w++)
 		ok &= smtp_set_timeout(xs->s, w | Timeout_OVERRIDE_RFC2822_MINIMUM, ms) != 0;
 	ok &= smtp_set_eventcb(xs->s, xsess_event, xs);
@@ -589,8 +595,8 @@ static void xsess_failed(struct xsess *xs, const char *dsn, const char *why)
 static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 {
 	const struct conf *c = xs->d->c;
-	long ms = c->upstream.timeout >= INT_MAX / 1000 ? INT_MAX : (long) c->upstream.timeout * 1000;
-	char why[DELIVER_REPLY_MAX - DELIVER_RELAY_MAX - 32], dsn[16];
+	int ms = upstream_timeout_ms(c);
+	char why[DELIVER_REPLY_MAX - DELIVER_RELAY_MAX - 32], dsn[DELIVER_DSN_SIZE];
 	char line[DELIVER_REPLY_MAX];
 	const char *helo = c->hostname ? c->hostname : "localhost";
 
@@ -608,7 +614,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	}
 	xs->bridge = deliver_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa, a->salen,
 					 c->upstream.tls == CONF_TLS_STARTTLS ? helo : NULL,
-					 (int) ms, why, sizeof(why), dsn);
+					 ms, why, sizeof(why), dsn);
 	if (xs->bridge == NULL) {
 		snprintf(line, sizeof(line), "upstream %s: %s", a->relay, why);
 		xsess_failed(xs, dsn, line);

@@ -320,7 +320,7 @@ static void tls_verify_why(const struct tls_peer *p, long vr, char *why, size_t 
  */
 struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,
 			       char *desc, size_t desclen, char *why, size_t whylen,
-			       char dsn[16])
+			       char dsn[DELIVER_DSN_SIZE])
 {
 	struct tls_peer *p = tls_peer_of(ctx);
 	SSL *ssl;
@@ -328,7 +328,7 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 	int r, e;
 
 	ERR_clear_error();
-	snprintf(dsn, 16, "4.7.5");
+	snprintf(dsn, DELIVER_DSN_SIZE, "4.7.5");
 	if ((ssl = SSL_new(ctx)) == NULL || !SSL_set_fd(ssl, fd)
 	    || (p && p->host[0] && !p->is_ip && !SSL_set_tlsext_host_name(ssl, p->host))) {
 		tls_err(why, whylen, "cannot set up TLS");

@@ -30,6 +30,7 @@
 
 #include "../../conf/conf.h"
 #include "../../tls/io.h"
+#include "../deliver_policy.h"
 
 /* deliver_tls_ctx_new - a client context; verify 0: accept any certificate */
 SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen);
@@ -61,6 +62,6 @@ void deliver_tls_describe(const SSL *ssl, char *out, size_t outlen);
  */
 struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,
 			       char *desc, size_t desclen, char *why, size_t whylen,
-			       char dsn[16]);
+			       char dsn[DELIVER_DSN_SIZE]);
 
 #endif

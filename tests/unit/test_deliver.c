@@ -127,7 +127,7 @@ static const struct reply_case reply_cases[] = {
 
 static void test_reply(void **state)
 {
-	char line[128], dsn[16];
+	char line[128], dsn[DELIVER_DSN_SIZE];
 	size_t i;
 
 	(void) state;

@@ -255,7 +255,7 @@ static void test_bridge_implicit(void **state)
 {
 	struct deliver_bridge *b;
 	struct tserver t;
-	char why[256], dsn[16], buf[256];
+	char why[256], dsn[DELIVER_DSN_SIZE], buf[256];
 	SSL_CTX *ctx;
 	int fd, status;
 	ssize_t n;
@@ -310,7 +310,7 @@ static void test_bridge_untrusted(void **state)
 {
 	struct deliver_bridge *b;
 	struct tserver t;
-	char why[256], dsn[16];
+	char why[256], dsn[DELIVER_DSN_SIZE];
 	SSL_CTX *ctx;
 
 	(void) state;
@@ -355,7 +355,7 @@ static void say(int fd, const char *s)
 static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
 {
 	struct deliver_bridge *b;
-	char why[256], dsn[16];
+	char why[256], dsn[DELIVER_DSN_SIZE];
 
 	tserver_start(t, NULL);
 	b = deliver_bridge_open(NULL, (struct sockaddr *) &t->addr, sizeof(t->addr), NULL, 5000,
@@ -480,7 +480,7 @@ static void test_bridge_attach(void **state)
 	struct timeval tv = { 5, 0 };
 	struct deliver_bridge *b;
 	struct tserver t;
-	char why[256], dsn[16], server[32];
+	char why[256], dsn[DELIVER_DSN_SIZE], server[32];
 	int fd, domain = 0;
 	socklen_t len = sizeof(domain);
 
