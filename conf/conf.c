@@ -42,7 +42,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		       const config_setting_t *root)
 {
 	static const char *const names[] = {
-		"address", "port", "starttls", "tls", "auth", 0};
+		"address", "port", "starttls", "tls", "auth", "smtputf8", 0};
 	static const char *const starttls_words[] = {"optional", "required", 0};
 	static const char *const tls_words[] = {"none", "implicit", 0};
 	static const char *const auth_words[] = {"optional", "required", 0};
@@ -54,6 +54,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		c->n_listen = 1;
 		c->listen[0].address = xstrdup("127.0.0.1");
 		c->listen[0].port = 2525;
+		c->listen[0].smtputf8 = 1;
 		return 0;
 	}
 	if (!config_setting_is_list(ls))
@@ -66,6 +67,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		struct conf_listen *l = &c->listen[i];
 
 		c->n_listen = i + 1;
+		l->smtputf8 = 1;	/* as Postfix's smtputf8_enable = yes */
 		if (!config_setting_is_group(g))
 			return conf_wrong_type(x, g, "a group { ... }");
 		if (conf_check_names(x, g, names) < 0
@@ -74,7 +76,8 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		    || conf_enum(x, g, "starttls", starttls_words,
 				 &l->starttls_required) < 0
 		    || conf_enum(x, g, "tls", tls_words, &l->tls_implicit) < 0
-		    || conf_enum(x, g, "auth", auth_words, &l->auth_required) < 0)
+		    || conf_enum(x, g, "auth", auth_words, &l->auth_required) < 0
+		    || conf_bool(x, g, "smtputf8", &l->smtputf8) < 0)
 			return -1;
 		if (l->address == NULL)
 			return conf_error(x, g, "address", "missing setting");

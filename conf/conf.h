@@ -27,6 +27,7 @@ struct conf_listen {
 	int starttls_required;	/* starttls = "required" */
 	int tls_implicit;	/* tls = "implicit" */
 	int auth_required;	/* auth = "required" */
+	int smtputf8;		/* smtputf8 = true (default): offer SMTPUTF8 */
 };
 
 struct conf_net {

@@ -612,6 +612,7 @@ void server_listen(struct server *srv)
 		srv->ls[i].smtp_cf.starttls_required = srv->ls[i].cf->starttls_required;
 		srv->ls[i].smtp_cf.auth = srv->users != NULL;
 		srv->ls[i].smtp_cf.auth_required = srv->ls[i].cf->auth_required;
+		srv->ls[i].smtp_cf.smtputf8 = srv->ls[i].cf->smtputf8;
 		if ((srv->ls[i].cf->tls_implicit || srv->ls[i].cf->starttls_required) && !srv->tls)
 			msg_fatal("listen %s port %d: TLS without tls { }", srv->ls[i].cf->address,
 				  srv->ls[i].cf->port);

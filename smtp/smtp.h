@@ -35,6 +35,12 @@
  *	500 5.5.2; memory is bounded by message_size, never by line length
  *	or chunk size. BDAT chunks (RFC 3030) are taken as they are, with no
  *	dot-unstuffing, under the same line-ending policy.
+ *
+ *	SMTPUTF8 (RFC 6531), where offered: a MAIL that declares it may give
+ *	UTF-8 local-parts and domains in MAIL and RCPT (valid UTF-8, no
+ *	controls); tx->smtputf8 tells the relay. Without the declaration a
+ *	UTF-8 address gets 553 5.6.7. The message content is octets either
+ *	way: the engine never looked at a header's charset.
  */
 #ifndef SMTP_SMTP_H
 #define SMTP_SMTP_H
@@ -67,6 +73,7 @@ struct smtp_tx {
 	enum smtp_ret ret;
 	char *envid;		/* owned; ENVID xtext-decoded, or NULL */
 	uint64_t size;		/* SIZE= as declared, 0 if absent */
+	int smtputf8;		/* MAIL declared SMTPUTF8 (RFC 6531) */
 	struct smtp_rcpt *rcpts;	/* owned array */
 	size_t n_rcpts;
 	size_t cap_rcpts;
@@ -90,6 +97,7 @@ struct smtp_config {
 	int auth_required;	/* MAIL before AUTH: 530 5.7.0 (RFC 6409) */
 	int auth_max_failures;	/* 421 and close after this many 535s;
 				 * <= 0: SMTP_AUTH_FAILURES_DEFAULT */
+	int smtputf8;		/* offer SMTPUTF8 (RFC 6531): UTF-8 addresses */
 };
 
 struct smtp_session;

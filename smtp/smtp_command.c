@@ -75,6 +75,12 @@ static void smtp_ext_auth(const struct smtp_session *s, struct buf *b)
 	buf_printf(b, " PLAIN LOGIN");
 }
 
+/* smtp_ext_smtputf8 - where configured (listen[].smtputf8, on by default) */
+static int smtp_ext_smtputf8(const struct smtp_session *s)
+{
+	return s->cfg.smtputf8;
+}
+
 static const struct smtp_ext smtp_ext_table[] = {
 	{"PIPELINING", NULL, NULL},
 	{"SIZE", smtp_ext_size, NULL},
@@ -84,6 +90,7 @@ static const struct smtp_ext smtp_ext_table[] = {
 	{"ENHANCEDSTATUSCODES", NULL, NULL},
 	{"DSN", NULL, NULL},
 	{"CHUNKING", NULL, NULL},	/* BDAT, without BINARYMIME */
+	{"SMTPUTF8", NULL, smtp_ext_smtputf8},
 };
 
 #define SMTP_EXT_COUNT (sizeof(smtp_ext_table) / sizeof(smtp_ext_table[0]))
@@ -177,7 +184,7 @@ static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
 		return;
 	}
 	tx = smtp_tx_new();
-	if (smtp_parse_mail(args, len, s->cfg.message_size, tx, reply) < 0) {
+	if (smtp_parse_mail(args, len, s->cfg.message_size, s->cfg.smtputf8, tx, reply) < 0) {
 		smtp_tx_free(tx);
 		smtp_reply(s, "%s", reply);
 		return;
@@ -201,7 +208,7 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "503 5.5.1 Error: RCPT after BDAT");
 		return;
 	}
-	if (smtp_parse_rcpt(args, len, &r, reply) < 0) {
+	if (smtp_parse_rcpt(args, len, s->tx->smtputf8, &r, reply) < 0) {
 		smtp_reply(s, "%s", reply);
 		goto done;
 	}

@@ -25,11 +25,19 @@
  *	(esmtp-keyword ["=" esmtp-value], RFC 5321 section 4.1.2), so that a
  *	control character anywhere gets 501 5.5.4 before any parameter is
  *	acted on; then each parameter is looked up in a per-command table.
- *	Adding an extension parameter (AUTH=, SMTPUTF8) means adding a row.
+ *	Adding an extension parameter (AUTH=) means adding a row.
+ *
+ *	SMTPUTF8 (RFC 6531): local-parts and domain labels may hold UTF-8
+ *	characters, valid ones only (no overlong forms, surrogates, code
+ *	points past U+10FFFF, C1 controls; C0 controls stay refused as in
+ *	ASCII); such a path is accepted only in a transaction whose MAIL
+ *	declared SMTPUTF8. Lengths stay in octets.
  * DIAGNOSTICS
  *	501 5.5.4 for syntax, 501 5.1.7 / 501 5.1.3 for a bad sender /
- *	recipient address, 555 5.5.4 for an unknown parameter, 552 5.3.4 for
- *	a declared SIZE over the limit.
+ *	recipient address (invalid UTF-8 included), 553 5.6.7 for a valid
+ *	UTF-8 address without SMTPUTF8, 555 5.5.4 for an unknown parameter
+ *	(SMTPUTF8 too, where not offered), 552 5.3.4 for a declared SIZE
+ *	over the limit.
  */
 #include <sys/types.h>
 #include <arpa/inet.h>
@@ -59,6 +67,40 @@ static int smtp_atext(unsigned char c)
 	}
 }
 
+/*
+ * smtp_utf8_len - octets of one valid UTF-8 character at p that is not
+ * US-ASCII (RFC 6531 UTF8-non-ascii, RFC 3629 section 4), or 0: an
+ * overlong form, a surrogate, a code point past U+10FFFF, a truncated
+ * sequence or a C1 control (U+0080-U+009F) is refused, so that no
+ * next hop can read the octets as something else.
+ */
+static size_t smtp_utf8_len(const char *p, size_t len)
+{
+	const unsigned char *u = (const unsigned char *) p;
+	size_t n, i;
+	uint32_t cp, min;
+
+	if (len == 0 || u[0] < 0xc2 || u[0] > 0xf4)
+		return 0;		/* ASCII, continuation, C0/C1 lead, overlong 2-octet */
+	if (u[0] < 0xe0)
+		n = 2, cp = u[0] & 0x1f, min = 0x80;
+	else if (u[0] < 0xf0)
+		n = 3, cp = u[0] & 0x0f, min = 0x800;
+	else
+		n = 4, cp = u[0] & 0x07, min = 0x10000;
+	if (len < n)
+		return 0;
+	for (i = 1; i < n; i++) {
+		if ((u[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (u[i] & 0x3f);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)
+	    || (cp >= 0x80 && cp <= 0x9f))
+		return 0;
+	return n;
+}
+
 /* smtp_mem_caseeq - ASCII case-insensitive compare of p[0..len) with s */
 static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
 {
@@ -80,10 +122,14 @@ static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
 	return 1;
 }
 
-/* smtp_hostname_ok - RFC 5321 Domain: dot-separated Let-dig [Ldh-str] */
+/*
+ * smtp_hostname_ok - RFC 5321 Domain: dot-separated Let-dig [Ldh-str];
+ * a label may hold UTF-8 characters too (RFC 6531 section 3.3 U-label,
+ * checked for valid UTF-8, not for IDNA2008). Limits are in octets.
+ */
 static int smtp_hostname_ok(const char *p, size_t len)
 {
-	size_t i, label = 0;
+	size_t i, n, label = 0;
 	unsigned char c;
 
 	if (len == 0 || len > SMTP_DOMAIN_MAX)
@@ -96,8 +142,14 @@ static int smtp_hostname_ok(const char *p, size_t len)
 			label = 0;
 			continue;
 		}
-		if (!SMTP_ALNUM(c) && !(c == '-' && label > 0))
+		if (c >= 0x80) {
+			if ((n = smtp_utf8_len(p + i, len - i)) == 0)
+				return 0;
+			i += n - 1;
+			label += n - 1;
+		} else if (!SMTP_ALNUM(c) && !(c == '-' && label > 0)) {
 			return 0;
+		}
 		if (++label > SMTP_LABEL_MAX)
 			return 0;
 	}
@@ -138,7 +190,7 @@ static ssize_t smtp_path_domain(const char *p, size_t len)
 	}
 	while (i < len) {
 		c = (unsigned char) p[i];
-		if (!SMTP_ALNUM(c) && c != '-' && c != '.')
+		if (!SMTP_ALNUM(c) && c != '-' && c != '.' && c < 0x80)
 			break;
 		i++;
 	}
@@ -155,10 +207,14 @@ static ssize_t smtp_path_at_domain(const char *p, size_t len)
 	return n + 1;
 }
 
-/* smtp_path_local - length of the local-part at p, or -1 */
+/*
+ * smtp_path_local - length of the local-part at p, or -1. UTF-8
+ * characters count as atext and qtext (RFC 6531 section 3.3); a
+ * quoted-pair stays ASCII.
+ */
 static ssize_t smtp_path_local(const char *p, size_t len)
 {
-	size_t i, j;
+	size_t i, j, n;
 	unsigned char c;
 
 	if (len > 0 && p[0] == '"') {
@@ -171,6 +227,10 @@ static ssize_t smtp_path_local(const char *p, size_t len)
 				    || (unsigned char) p[i + 1] > 126)
 					return -1;
 				i++;
+			} else if (c >= 0x80) {
+				if ((n = smtp_utf8_len(p + i, len - i)) == 0)
+					return -1;
+				i += n - 1;
 			} else if (c < 32 || c > 126) {
 				return -1;
 			}
@@ -178,8 +238,15 @@ static ssize_t smtp_path_local(const char *p, size_t len)
 		return -1;
 	}
 	for (i = 0;;) {
-		for (j = i; j < len && smtp_atext((unsigned char) p[j]); j++)
-			 /* void */ ;
+		for (j = i; j < len; j++) {
+			if ((unsigned char) p[j] >= 0x80) {
+				if ((n = smtp_utf8_len(p + j, len - j)) == 0)
+					return -1;
+				j += n - 1;
+			} else if (!smtp_atext((unsigned char) p[j])) {
+				break;
+			}
+		}
 		if (j == i)
 			return -1;
 		i = j;
@@ -281,12 +348,15 @@ struct smtp_param_ctx {
 	struct smtp_tx *tx;		/* MAIL parameters go here */
 	struct smtp_rcpt *rcpt;		/* RCPT parameters go here */
 	uint64_t limit;			/* message_size, 0: none */
+	int utf8;			/* MAIL: SMTPUTF8 offered; RCPT: the tx
+					 * declared it */
 	char *reply;			/* SMTP_REPLY_MAX bytes */
 };
 
 struct smtp_param {
 	const char *name;
 	int     (*apply) (struct smtp_param_ctx *, const char *, size_t);
+	int     bare;			/* takes no value: apply gets NULL, 0 */
 };
 
 /* smtp_param_bad - the usual 501 for a parameter's value */
@@ -422,18 +492,36 @@ static int smtp_param_orcpt(struct smtp_param_ctx *c, const char *v, size_t len)
 	return 0;
 }
 
+/*
+ * smtp_param_smtputf8 - SMTPUTF8 (RFC 6531 section 3.4): the envelope
+ * and headers may be UTF-8. Unknown where it is not offered, as any
+ * extension is (smtputf8_enable = no in Postfix).
+ */
+static int smtp_param_smtputf8(struct smtp_param_ctx *c, const char *v, size_t len)
+{
+	(void) v;
+	(void) len;
+	if (!c->utf8) {
+		snprintf(c->reply, SMTP_REPLY_MAX, "555 5.5.4 Unsupported option: SMTPUTF8");
+		return -1;
+	}
+	c->tx->smtputf8 = 1;
+	return 0;
+}
+
 static const struct smtp_param smtp_mail_params[] = {
-	{"SIZE", smtp_param_size},
-	{"BODY", smtp_param_body},
-	{"RET", smtp_param_ret},
-	{"ENVID", smtp_param_envid},
-	{NULL, NULL},
+	{"SIZE", smtp_param_size, 0},
+	{"BODY", smtp_param_body, 0},
+	{"RET", smtp_param_ret, 0},
+	{"ENVID", smtp_param_envid, 0},
+	{"SMTPUTF8", smtp_param_smtputf8, 1},
+	{NULL, NULL, 0},
 };
 
 static const struct smtp_param smtp_rcpt_params[] = {
-	{"NOTIFY", smtp_param_notify},
-	{"ORCPT", smtp_param_orcpt},
-	{NULL, NULL},
+	{"NOTIFY", smtp_param_notify, 0},
+	{"ORCPT", smtp_param_orcpt, 0},
+	{NULL, NULL, 0},
 };
 
 /* smtp_param_token - split one parameter at p; returns its length */
@@ -516,7 +604,7 @@ static int smtp_parse_params(const char *p, size_t len,
 				return -1;
 			}
 			seen |= 1u << k;
-			if (val == NULL)
+			if ((val == NULL) != table[k].bare)
 				return smtp_param_bad(c, table[k].name);
 			if (table[k].apply(c, val, val_len) < 0)
 				return -1;
@@ -534,6 +622,8 @@ struct smtp_path_cmd {
 	int     allow_null;		/* "<>" accepted */
 	const char *syntax_reply;	/* no prefix, no path */
 	const char *addr_reply;		/* the path itself is bad */
+	const char *utf8_reply;		/* UTF-8 path, SMTPUTF8 not declared */
+	const char *utf8_off_reply;	/* UTF-8 path, SMTPUTF8 not offered */
 	const struct smtp_param *params;
 };
 
@@ -541,24 +631,41 @@ static const struct smtp_path_cmd smtp_mail_cmd = {
 	.prefix = "FROM:", .allow_null = 1, .params = smtp_mail_params,
 	.syntax_reply = "501 5.5.4 Syntax: MAIL FROM:<address>",
 	.addr_reply = "501 5.1.7 Bad sender address syntax",
+	.utf8_reply = "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 sender address",
+	.utf8_off_reply = "553 5.6.7 UTF-8 sender address refused: SMTPUTF8 is not offered",
 };
 
 static const struct smtp_path_cmd smtp_rcpt_cmd = {
 	.prefix = "TO:", .allow_null = 0, .params = smtp_rcpt_params,
 	.syntax_reply = "501 5.5.4 Syntax: RCPT TO:<address>",
 	.addr_reply = "501 5.1.3 Bad recipient address syntax",
+	.utf8_reply = "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address",
+	.utf8_off_reply = "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address",
 };
+
+/* smtp_ascii - no octet above 127? */
+static int smtp_ascii(const char *p)
+{
+	for (; *p; p++)
+		if ((unsigned char) *p >= 0x80)
+			return 0;
+	return 1;
+}
 
 /*
  * smtp_parse_path_cmd - "<prefix>[ ]<path>[ params]" for cmd. A good
  * path replaces *addr (the old one is freed) before the parameters are
- * applied through c; a bad prefix or path leaves *addr alone.
+ * applied through c; a bad prefix or path leaves *addr alone. A UTF-8
+ * path is good only in a transaction that declared SMTPUTF8, which
+ * MAIL does after its path: so it is judged once the parameters are.
  */
 static int smtp_parse_path_cmd(const struct smtp_path_cmd *cmd, const char *args,
-			       size_t len, char **addr, struct smtp_param_ctx *c)
+			       size_t len, char **addr, int *declared,
+			       struct smtp_param_ctx *c)
 {
 	size_t i = strlen(cmd->prefix), n;
 	char *path;
+	int offered = c->utf8;	/* MAIL: offered; RCPT: declared (see its replies) */
 
 	if (len < i || !smtp_mem_caseeq(args, i, cmd->prefix))
 		goto syntax;
@@ -575,7 +682,14 @@ static int smtp_parse_path_cmd(const struct smtp_path_cmd *cmd, const char *args
 	}
 	free(*addr);
 	*addr = path;
-	return smtp_parse_params(args + i, len - i, cmd->params, c);
+	if (smtp_parse_params(args + i, len - i, cmd->params, c) < 0)
+		return -1;
+	if (!smtp_ascii(path) && !*declared) {
+		snprintf(c->reply, SMTP_REPLY_MAX, "%s",
+			 offered ? cmd->utf8_reply : cmd->utf8_off_reply);
+		return -1;
+	}
+	return 0;
 
 syntax:
 	snprintf(c->reply, SMTP_REPLY_MAX, "%s", cmd->syntax_reply);
@@ -586,21 +700,22 @@ bad_addr:
 }
 
 /* smtp_parse_mail - "FROM:<path> [params]" */
-int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
+int smtp_parse_mail(const char *args, size_t len, uint64_t limit, int utf8,
 		    struct smtp_tx *tx, char reply[SMTP_REPLY_MAX])
 {
-	struct smtp_param_ctx c = {tx, NULL, limit, reply};
+	struct smtp_param_ctx c = {tx, NULL, limit, utf8, reply};
 
-	return smtp_parse_path_cmd(&smtp_mail_cmd, args, len, &tx->from, &c);
+	return smtp_parse_path_cmd(&smtp_mail_cmd, args, len, &tx->from,
+				   &tx->smtputf8, &c);
 }
 
 /* smtp_parse_rcpt - "TO:<path> [params]" */
-int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
+int smtp_parse_rcpt(const char *args, size_t len, int utf8, struct smtp_rcpt *r,
 		    char reply[SMTP_REPLY_MAX])
 {
-	struct smtp_param_ctx c = {NULL, r, 0, reply};
+	struct smtp_param_ctx c = {NULL, r, 0, utf8, reply};
 
-	return smtp_parse_path_cmd(&smtp_rcpt_cmd, args, len, &r->addr, &c);
+	return smtp_parse_path_cmd(&smtp_rcpt_cmd, args, len, &r->addr, &utf8, &c);
 }
 
 /* smtp_parse_bdat - "chunk-size [LAST]" (RFC 3030 section 3) */

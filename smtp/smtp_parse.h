@@ -5,8 +5,8 @@
  *	SMTP command argument parsing (engine-internal)
  * DESCRIPTION
  *	Strict parsers for what follows the MAIL, RCPT and BDAT verbs: the
- *	path (RFC 5321 section 4.1.2), the ESMTP parameters (SIZE, BODY, RET,
- *	ENVID; NOTIFY, ORCPT), xtext (RFC 3461 section 4) and the BDAT chunk
+ *	path (RFC 5321 section 4.1.2, with RFC 6531's UTF-8), the ESMTP
+ *	parameters (SIZE, BODY, RET, ENVID, SMTPUTF8; NOTIFY, ORCPT), xtext (RFC 3461 section 4) and the BDAT chunk
  *	size (RFC 3030 section 3). Every parser
  *	takes a pointer and a length, so a NUL byte is just another invalid
  *	character. On failure the complete SMTP reply line (no CRLF) is
@@ -39,13 +39,17 @@ int smtp_parse_path(const char *p, size_t len, int allow_null,
 
 /*
  * smtp_parse_mail - parse "FROM:<path> [params]" into tx (from, size,
- * body, ret, envid). limit is message_size (0: none). 0 or -1 + reply.
+ * body, ret, envid, smtputf8). limit is message_size (0: none); utf8:
+ * SMTPUTF8 is offered. 0 or -1 + reply.
  */
-int smtp_parse_mail(const char *args, size_t len, uint64_t limit,
+int smtp_parse_mail(const char *args, size_t len, uint64_t limit, int utf8,
 		    struct smtp_tx *tx, char reply[SMTP_REPLY_MAX]);
 
-/* smtp_parse_rcpt - parse "TO:<path> [params]" into r. 0 or -1 + reply */
-int smtp_parse_rcpt(const char *args, size_t len, struct smtp_rcpt *r,
+/*
+ * smtp_parse_rcpt - parse "TO:<path> [params]" into r; utf8: the
+ * transaction declared SMTPUTF8 (a UTF-8 path is allowed). 0 or -1 + reply
+ */
+int smtp_parse_rcpt(const char *args, size_t len, int utf8, struct smtp_rcpt *r,
 		    char reply[SMTP_REPLY_MAX]);
 
 /*

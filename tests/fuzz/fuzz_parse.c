@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(addr);
 	}
 	tx = smtp_tx_new();
-	if (smtp_parse_mail((const char *) data, size, 1000, tx, reply) == 0) {
+	if (smtp_parse_mail((const char *) data, size, 1000, 1, tx, reply) == 0) {
 		check_clean(tx->from);
 		check_clean(tx->envid);
 	} else if (strncmp(reply, "5", 1) != 0 && strncmp(reply, "4", 1) != 0) {
@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	smtp_tx_free(tx);
 	memset(&r, 0, sizeof(r));
-	if (smtp_parse_rcpt((const char *) data, size, &r, reply) == 0) {
+	if (smtp_parse_rcpt((const char *) data, size, 1, &r, reply) == 0) {
 		check_clean(r.addr);
 		check_clean(r.orcpt);
 	}

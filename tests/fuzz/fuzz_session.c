@@ -4,13 +4,14 @@
  * The first byte picks how the input is cut into feeds (whole, byte by
  * byte, or in chunks of a few bytes), so chunk boundaries are fuzzed too;
  * its higher bits pick the listener: STARTTLS required, AUTH required,
- * implicit TLS (STARTTLS and AUTH are offered on all). TLS comes up as
+ * implicit TLS, no SMTPUTF8 (STARTTLS and AUTH are offered on all). TLS comes up as
  * soon as a STARTTLS is pending, as after a handshake.
  * The message hook answers at once, alternating 250 and 554, the auth
  * hook alike with success and failure, and the
  * output buffer is drained after each feed as the server does. Checks:
- * no crash, no sanitizer report, bounded memory, and the engine never
- * consumes more than it was given.
+ * no crash, no sanitizer report, bounded memory, the engine never
+ * consumes more than it was given, and a UTF-8 address reaches the
+ * hooks only in a transaction that declared SMTPUTF8.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -26,10 +27,20 @@ struct fuzz_ctx {
 	unsigned n;
 };
 
+/* ascii - no octet above 127 */
+static int ascii(const char *p)
+{
+	for (; *p; p++)
+		if ((unsigned char) *p >= 0x80)
+			return 0;
+	return 1;
+}
+
 static const char *fuzz_rcpt(void *ctx, const struct smtp_tx *tx, const char *addr)
 {
 	(void) ctx;
-	(void) tx;
+	if (!tx->smtputf8 && (!ascii(addr) || !ascii(tx->from)))
+		abort();		/* RFC 6531: UTF-8 only once declared */
 	return strchr(addr, '!') ? "554 5.7.1 Relay access denied" : NULL;
 }
 
@@ -76,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	step = mode % 8;		/* 0: whole input at once */
 	cfg.starttls_required = (mode & 0x08) != 0;
 	cfg.auth_required = (mode & 0x10) != 0;
+	cfg.smtputf8 = (mode & 0x40) == 0;
 	data++;
 	size--;
 	s = smtp_session_new(&cfg, &hooks, &f);

@@ -109,7 +109,8 @@ static const char full_conf[] =
 	"listen = (\n"
 	"  { address = \"127.0.0.1\"; port = 2525; },\n"
 	"  { address = \"0.0.0.0\"; port = 587; starttls = \"required\"; auth = \"required\"; },\n"
-	"  { address = \"::\"; port = 465; tls = \"implicit\"; auth = \"required\"; }\n"
+	"  { address = \"::\"; port = 465; tls = \"implicit\"; auth = \"required\";\n"
+	"    smtputf8 = false; }\n"
 	");\n"
 	"tls = { cert = \"/etc/idemrelay/cert.pem\"; key = \"/etc/idemrelay/key.pem\"; };\n"
 	"auth = { users = \"/etc/idemrelay/users\"; };\n"
@@ -150,6 +151,8 @@ static void test_full(void **state)
 	assert_true(c.listen[1].starttls_required && c.listen[1].auth_required);
 	assert_false(c.listen[1].tls_implicit);
 	assert_true(c.listen[2].tls_implicit && c.listen[2].auth_required);
+	assert_true(c.listen[0].smtputf8 && c.listen[1].smtputf8);	/* the default */
+	assert_false(c.listen[2].smtputf8);
 	assert_false(c.listen[0].starttls_required || c.listen[0].tls_implicit
 		     || c.listen[0].auth_required);
 	assert_string_equal(c.tls_cert, "/etc/idemrelay/cert.pem");
@@ -213,6 +216,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.n_listen, 1);
 	assert_string_equal(c.listen[0].address, "127.0.0.1");
 	assert_int_equal(c.listen[0].port, 2525);
+	assert_true(c.listen[0].smtputf8);
 	assert_null(c.tls_cert);
 	assert_null(c.tls_key);
 	assert_null(c.auth_users);
@@ -346,6 +350,8 @@ static const struct {
 	 "%s:2: keys.mode: bad value \"enforcing\" (expected \"enforce\" or \"shadow\")"},
 	{"bad enum 3", "upstream = { host = \"h\"; tls = \"ssl\"; };\n",
 	 "%s:1: upstream.tls: bad value \"ssl\" (expected \"none\", \"starttls\" or \"implicit\")"},
+	{"bad smtputf8", MINIMAL "listen = ( { address = \"::1\"; port = 25; smtputf8 = \"yes\"; } );\n",
+	 "%s:2: listen[0].smtputf8: "},
 	{"bad level", MINIMAL "log = { level = \"notice\"; };\n", "%s:2: log.level: bad value"},
 	{"bad port", MINIMAL "listen = ( { address = \"127.0.0.1\"; port = 70000; } );\n",
 	 "%s:2: listen[0].port: 70000 out of range 1..65535"},

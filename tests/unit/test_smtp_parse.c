@@ -99,8 +99,39 @@ static void test_path(void **state)
 		{S("<a@b\0>"), 1, NULL, 0},
 		{S("<a@b\r>"), 1, NULL, 0},
 		{S("<a@b\n>"), 1, NULL, 0},
-		{S("<\xc3\xa9@x>"), 1, NULL, 0},
-		{S("<a@\xc3\xa9.x>"), 1, NULL, 0},
+		/* UTF-8 (RFC 6531): the path takes valid UTF-8; SMTPUTF8 is MAIL's to judge */
+		{S("<\xc3\xa9@x>"), 1, "\xc3\xa9@x", 6},
+		{S("<a@\xc3\xa9.x>"), 1, "a@\xc3\xa9.x", 8},
+		{S("<\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95>"), 0,
+		 "\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95", 22},
+		{S("<\"\xc3\xa9 x\"@x>"), 0, "\"\xc3\xa9 x\"@x", 10},
+		{S("<\xf0\x9f\x98\x80.a@x-\xc3\xa9>"), 0, "\xf0\x9f\x98\x80.a@x-\xc3\xa9", 13},
+		{S("<\xf4\x8f\xbf\xbf@x>"), 0, "\xf4\x8f\xbf\xbf@x", 8},	/* U+10FFFF */
+		{S("<\xc2\xa0@x>"), 0, "\xc2\xa0@x", 6},	/* U+00A0, first past C1 */
+		{S("<\xc0\xbb@x>"), 1, NULL, 0},	/* overlong ';' */
+		{S("<\xc1\xbf@x>"), 1, NULL, 0},	/* overlong DEL */
+		{S("<\xe0\x80\xbc@x>"), 1, NULL, 0},	/* overlong '<' in 3 */
+		{S("<\xf0\x80\x80\xbe@x>"), 1, NULL, 0},	/* overlong '>' in 4 */
+		{S("<\xc0\x8d\xc0\x8a@x>"), 1, NULL, 0},	/* overlong CR LF */
+		{S("<\xed\xa0\x80@x>"), 1, NULL, 0},	/* surrogate U+D800 */
+		{S("<\xed\xbf\xbf@x>"), 1, NULL, 0},	/* surrogate U+DFFF */
+		{S("<\xf4\x90\x80\x80@x>"), 1, NULL, 0},	/* U+110000 */
+		{S("<\xf5\x80\x80\x80@x>"), 1, NULL, 0},
+		{S("<\xff@x>"), 1, NULL, 0},
+		{S("<\xc2\x80@x>"), 1, NULL, 0},	/* C1 U+0080 */
+		{S("<\xc2\x85@x>"), 1, NULL, 0},	/* C1 NEL: a line break to some */
+		{S("<\xc2\x9f@x>"), 1, NULL, 0},	/* C1 U+009F */
+		{S("<a@x\xc2\x85y>"), 1, NULL, 0},
+		{S("<\"\xc2\x8d\"@x>"), 1, NULL, 0},
+		{S("<\xc3@x>"), 1, NULL, 0},	/* truncated */
+		{S("<\xe7\x94@x>"), 1, NULL, 0},
+		{S("<a@\xe7\x94>"), 1, NULL, 0},
+		{S("<\xa9@x>"), 1, NULL, 0},	/* lone continuation */
+		{S("<\xc3\xa9\xa9@x>"), 1, NULL, 0},
+		{S("<\"a\\\xc3\xa9\"@x>"), 1, NULL, 0},	/* quoted-pair stays ASCII */
+		{S("<a@[\xc3\xa9]>"), 1, NULL, 0},
+		{S("<a@-\xc3\xa9>"), 1, NULL, 0},
+		{S("<a@\xc3\xa9->"), 1, NULL, 0},
 		{S("<"), 1, NULL, 0},
 		{S(""), 1, NULL, 0},
 	};
@@ -290,7 +321,7 @@ static void test_mail(void **state)
 
 		tx = smtp_tx_new();
 		reply[0] = 0;
-		rc = smtp_parse_mail(c->in, c->len, c->limit, tx, reply);
+		rc = smtp_parse_mail(c->in, c->len, c->limit, 0, tx, reply);
 		if (c->reply) {
 			if (rc == 0 || strcmp(reply, c->reply) != 0) {
 				print_error("MAIL %s: got rc %d \"%s\", want \"%s\"\n",
@@ -381,7 +412,7 @@ static void test_rcpt(void **state)
 
 		memset(&r, 0, sizeof(r));
 		reply[0] = 0;
-		rc = smtp_parse_rcpt(c->in, c->len, &r, reply);
+		rc = smtp_parse_rcpt(c->in, c->len, 0, &r, reply);
 		if (c->reply) {
 			if (rc == 0 || strcmp(reply, c->reply) != 0) {
 				print_error("RCPT %s: got rc %d \"%s\", want \"%s\"\n",
@@ -397,6 +428,125 @@ static void test_rcpt(void **state)
 				    esc(c->in, c->len), r.addr, r.notify,
 				    r.orcpt ? r.orcpt : "(null)", c->addr, c->notify,
 				    c->orcpt ? c->orcpt : "(null)");
+			fails++;
+		}
+		smtp_rcpt_clear(&r);
+	}
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * SMTPUTF8 (RFC 6531): MAIL with the listener offering it or not, RCPT
+  * in a transaction that declared it or not.
+  */
+struct utf8_case {
+	const char *in;
+	size_t len;
+	int utf8;			/* MAIL: offered; RCPT: declared */
+	const char *reply;		/* NULL: accepted */
+	const char *addr;
+	int smtputf8;			/* MAIL: tx->smtputf8 wanted */
+};
+
+#define NEEDU8F	"553 5.6.7 Must declare SMTPUTF8 to send UTF-8 sender address"
+#define OFFU8F	"553 5.6.7 UTF-8 sender address refused: SMTPUTF8 is not offered"
+#define NEEDU8T	"553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address"
+#define UNSU8	"555 5.5.4 Unsupported option: SMTPUTF8"
+#define U8ADDR	"\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95"
+
+static void test_mail_utf8(void **state)
+{
+	static const struct utf8_case cases[] = {
+		{S("FROM:<a@b.c> SMTPUTF8"), 1, NULL, "a@b.c", 1},
+		{S("FROM:<a@b.c> smtputf8"), 1, NULL, "a@b.c", 1},
+		{S("FROM:<a@b.c>"), 1, NULL, "a@b.c", 0},
+		{S("FROM:<> SMTPUTF8"), 1, NULL, "", 1},
+		{S("FROM:<" U8ADDR "> SMTPUTF8"), 1, NULL, U8ADDR, 1},
+		{S("FROM:<" U8ADDR "> BODY=8BITMIME SMTPUTF8 SIZE=10"), 1, NULL, U8ADDR, 1},
+		{S("FROM:<" U8ADDR ">"), 1, NEEDU8F, NULL, 0},
+		{S("FROM:<" U8ADDR ">"), 0, OFFU8F, NULL, 0},
+		{S("FROM:<" U8ADDR "> SMTPUTF8"), 0, UNSU8, NULL, 0},
+		{S("FROM:<a@b.c> SMTPUTF8"), 0, UNSU8, NULL, 0},
+		{S("FROM:<a@b.c> SMTPUTF8=yes"), 1, "501 5.5.4 Bad SMTPUTF8 parameter syntax", NULL, 0},
+		{S("FROM:<a@b.c> SMTPUTF8 SMTPUTF8"), 1, "501 5.5.4 Duplicate SMTPUTF8 parameter", NULL, 0},
+		/* invalid UTF-8 is bad syntax, declared or not */
+		{S("FROM:<\xc0\xbb@x> SMTPUTF8"), 1, BADFROM, NULL, 0},
+		{S("FROM:<\xed\xa0\x80@x> SMTPUTF8"), 1, BADFROM, NULL, 0},
+		{S("FROM:<\xc2\x85@x> SMTPUTF8"), 1, BADFROM, NULL, 0},
+		{S("FROM:<a@x> SMTPUTF8 ENVID=\xc3\xa9"), 1, BADP, NULL, 0},
+		{S("FROM:<\xc3\xa9@x> SMTPUTF8\r"), 1, BADP, NULL, 0},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_tx *tx;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct utf8_case *c = cases + i;
+
+		tx = smtp_tx_new();
+		reply[0] = 0;
+		rc = smtp_parse_mail(c->in, c->len, 1000, c->utf8, tx, reply);
+		if (c->reply) {
+			if (rc == 0 || strcmp(reply, c->reply) != 0) {
+				print_error("MAIL %s (offered %d): got rc %d \"%s\", want \"%s\"\n",
+					    esc(c->in, c->len), c->utf8, rc, reply, c->reply);
+				fails++;
+			}
+		} else if (rc != 0) {
+			print_error("MAIL %s (offered %d): got \"%s\", want accepted\n",
+				    esc(c->in, c->len), c->utf8, reply);
+			fails++;
+		} else if (!streq0(tx->from, c->addr) || tx->smtputf8 != c->smtputf8) {
+			print_error("MAIL %s: got from=%s smtputf8=%d, want %s %d\n",
+				    esc(c->in, c->len), esc(tx->from, strlen(tx->from)),
+				    tx->smtputf8, esc(c->addr, strlen(c->addr)), c->smtputf8);
+			fails++;
+		}
+		smtp_tx_free(tx);
+	}
+	assert_int_equal(fails, 0);
+}
+
+static void test_rcpt_utf8(void **state)
+{
+	static const struct utf8_case cases[] = {
+		{S("TO:<" U8ADDR ">"), 1, NULL, U8ADDR, 0},
+		{S("TO:<a@" "\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95" ">"), 1, NULL,
+		 "a@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95", 0},
+		{S("TO:<a@b.c>"), 1, NULL, "a@b.c", 0},
+		{S("TO:<a@b.c>"), 0, NULL, "a@b.c", 0},
+		{S("TO:<" U8ADDR ">"), 0, NEEDU8T, NULL, 0},
+		{S("TO:<\xc3\xa9@x> NOTIFY=NEVER"), 0, NEEDU8T, NULL, 0},
+		{S("TO:<" U8ADDR "> SMTPUTF8"), 1, "555 5.5.4 Unsupported option: SMTPUTF8", NULL, 0},
+		{S("TO:<\xc0\xbb@x>"), 1, BADTO, NULL, 0},
+		{S("TO:<\xf4\x90\x80\x80@x>"), 1, BADTO, NULL, 0},
+		{S("TO:<\xc2\x9b@x>"), 1, BADTO, NULL, 0},
+		{S("TO:<a@b\xe7\x94>"), 1, BADTO, NULL, 0},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	char reply[SMTP_REPLY_MAX];
+	struct smtp_rcpt r;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct utf8_case *c = cases + i;
+
+		memset(&r, 0, sizeof(r));
+		reply[0] = 0;
+		rc = smtp_parse_rcpt(c->in, c->len, c->utf8, &r, reply);
+		if (c->reply) {
+			if (rc == 0 || strcmp(reply, c->reply) != 0) {
+				print_error("RCPT %s (declared %d): got rc %d \"%s\", want \"%s\"\n",
+					    esc(c->in, c->len), c->utf8, rc, reply, c->reply);
+				fails++;
+			}
+		} else if (rc != 0 || !streq0(r.addr, c->addr)) {
+			print_error("RCPT %s (declared %d): got rc %d \"%s\" addr %s, want %s\n",
+				    esc(c->in, c->len), c->utf8, rc, reply, esc(r.addr, r.addr ? strlen(r.addr) : 0),
+				    esc(c->addr, strlen(c->addr)));
 			fails++;
 		}
 		smtp_rcpt_clear(&r);
@@ -468,6 +618,8 @@ int main(void)
 		cmocka_unit_test(test_path_limits),
 		cmocka_unit_test(test_mail),
 		cmocka_unit_test(test_rcpt),
+		cmocka_unit_test(test_mail_utf8),
+		cmocka_unit_test(test_rcpt_utf8),
 		cmocka_unit_test(test_xtext),
 	};
 

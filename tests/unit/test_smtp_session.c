@@ -40,6 +40,7 @@ struct fake {
 	struct buf from;		/* last sender */
 	struct buf rcpts;		/* last recipients, "a,b," */
 	int     bare_eol;
+	int     smtputf8;		/* the last tx declared SMTPUTF8 */
 	char    deny[300];		/* rcpt hook's last refusal */
 };
 
@@ -71,6 +72,7 @@ static void fake_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	for (i = 0; i < tx->n_rcpts; i++)
 		buf_printf(&f->rcpts, "%s,", tx->rcpts[i].addr);
 	f->bare_eol = tx->bare_eol;
+	f->smtputf8 = tx->smtputf8;
 	if (!f->async)
 		smtp_session_reply(s, f->reply ? f->reply : "250 2.0.0 Ok: queued as TESTQID");
 }
@@ -85,16 +87,23 @@ static void fake_free(struct fake *f)
 	buf_free(&f->rcpts);
 }
 
-/* new_session - the usual test configuration */
-static struct smtp_session *new_session(struct fake *f, int bare_lf_reject)
+/* new_session_utf8 - the usual test configuration, SMTPUTF8 offered or not */
+static struct smtp_session *new_session_utf8(struct fake *f, int bare_lf_reject, int smtputf8)
 {
 	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3};
 	struct smtp_session *s;
 
 	cfg.bare_lf_reject = bare_lf_reject;
+	cfg.smtputf8 = smtputf8;
 	s = smtp_session_new(&cfg, &fake_hooks, f);
 	smtp_session_greet(s);
 	return s;
+}
+
+/* new_session - the usual test configuration (no SMTPUTF8: the EHLO_R reply) */
+static struct smtp_session *new_session(struct fake *f, int bare_lf_reject)
+{
+	return new_session_utf8(f, bare_lf_reject, 0);
 }
 
 #define NEED_RCPT "503 5.5.1 Error: need RCPT command\r\n"
@@ -117,6 +126,8 @@ struct script {
 	const char *data;		/* last message stored, NULL: unchecked */
 	size_t data_len;
 	const char *rcpts;		/* last recipients, NULL: unchecked */
+	int smtputf8;			/* the listener offers SMTPUTF8 */
+	int tx_utf8;			/* tx->smtputf8 at the last hook call */
 };
 
 /* run_script - feed first octets, then chunks of step (0: all); check */
@@ -129,7 +140,7 @@ static int run_script(const struct script *c, size_t first, size_t step, const c
 
 	memset(&f, 0, sizeof(f));
 	f.reply = c->hook_reply;
-	s = new_session(&f, c->bare_lf_reject);
+	s = new_session_utf8(&f, c->bare_lf_reject, c->smtputf8);
 	i = feed_chunks(s, c->in, c->len, first, step);
 	if (smtp_session_closing(s) && smtp_session_feed(s, "NOOP\r\n", 6) != 0) {
 		print_error("%s (%s): feed consumed input after closing\n", c->name, how);
@@ -138,12 +149,13 @@ static int run_script(const struct script *c, size_t first, size_t step, const c
 	bad |= check_output(s, c->name, how, c->want);
 	if (c->len - i != c->rest || smtp_session_closing(s) != c->closing
 	    || f.calls != c->calls || smtp_session_waiting(s)
-	    || (c->calls && f.bare_eol != c->bare_eol)) {
-		print_error("%s (%s): got rest=%zu closing=%d calls=%d waiting=%d bare=%d, "
-			    "want rest=%zu closing=%d calls=%d waiting=0 bare=%d\n", c->name, how,
+	    || (c->calls && (f.bare_eol != c->bare_eol || f.smtputf8 != c->tx_utf8))) {
+		print_error("%s (%s): got rest=%zu closing=%d calls=%d waiting=%d bare=%d "
+			    "smtputf8=%d, want rest=%zu closing=%d calls=%d waiting=0 bare=%d "
+			    "smtputf8=%d\n", c->name, how,
 			    c->len - i, smtp_session_closing(s), f.calls,
-			    smtp_session_waiting(s), f.bare_eol, c->rest, c->closing, c->calls,
-			    c->bare_eol);
+			    smtp_session_waiting(s), f.bare_eol, f.smtputf8, c->rest, c->closing,
+			    c->calls, c->bare_eol, c->tx_utf8);
 		bad = 1;
 	}
 	if (c->data)
@@ -894,6 +906,71 @@ static void test_shutdown_while_waiting(void **state)
 }
 
  /*
+  * SMTPUTF8 (RFC 6531): offered in EHLO where configured; a declaring
+  * MAIL opens UTF-8 addresses for the transaction, and only for it.
+  */
+#define EHLO_U8	EHLO_HEAD "250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250-DSN\r\n" \
+		"250-CHUNKING\r\n250 SMTPUTF8\r\n"
+#define U8FROM	"\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95"
+#define U8TO	"\xc3\xa9l\xc3\xa8ve@\xc3\xa9cole.example"
+#define U8SUBJ	"Subject: \xe4\xbd\xa0\xe5\xa5\xbd\r\n\r\nbody\r\n"
+#define NEED_U8F "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 sender address\r\n"
+#define NEED_U8T "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address\r\n"
+#define OFF_U8F	"553 5.6.7 UTF-8 sender address refused: SMTPUTF8 is not offered\r\n"
+
+static void test_smtputf8(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "EHLO offers SMTPUTF8", .smtputf8 = 1, IN("EHLO c\r\n"),
+		 .want = GREET EHLO_U8},
+		{.name = "EHLO without it", .smtputf8 = 0, IN("EHLO c\r\n"),
+		 .want = GREET EHLO_R},
+		{.name = "UTF-8 envelope", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<" U8FROM "> SMTPUTF8\r\nRCPT TO:<" U8TO ">\r\n"
+		    "DATA\r\n" U8SUBJ ".\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL OK_RCPT GO QUEUED, .calls = 1, .tx_utf8 = 1,
+		 MSG(U8SUBJ), .rcpts = U8TO ","},
+		{.name = "ASCII envelope declaring it", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<a@b.c> SMTPUTF8\r\nRCPT TO:<x@y.z>\r\nDATA\r\n"
+		    U8SUBJ ".\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL OK_RCPT GO QUEUED, .calls = 1, .tx_utf8 = 1},
+		{.name = "UTF-8 headers without it", .smtputf8 = 1,
+		 IN(ENVELOPE U8SUBJ ".\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL OK_RCPT GO QUEUED, .calls = 1, .tx_utf8 = 0,
+		 MSG(U8SUBJ)},
+		{.name = "UTF-8 sender undeclared", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<" U8FROM ">\r\nRCPT TO:<x@y.z>\r\n"),
+		 .want = GREET EHLO_U8 NEED_U8F NEED_MAIL},
+		{.name = "UTF-8 sender, not offered", .smtputf8 = 0,
+		 IN("EHLO c\r\nMAIL FROM:<" U8FROM ">\r\nMAIL FROM:<a@b.c> SMTPUTF8\r\n"),
+		 .want = GREET EHLO_R OFF_U8F "555 5.5.4 Unsupported option: SMTPUTF8\r\n"},
+		{.name = "UTF-8 recipient undeclared", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<a@b.c>\r\nRCPT TO:<" U8TO ">\r\nRCPT TO:<x@y.z>\r\n"
+		    "DATA\r\nx\r\n.\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL NEED_U8T OK_RCPT GO QUEUED, .calls = 1,
+		 .rcpts = "x@y.z,"},
+		{.name = "declaration ends with the tx", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<a@b.c> SMTPUTF8\r\nRSET\r\nMAIL FROM:<a@b.c>\r\n"
+		    "RCPT TO:<" U8TO ">\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL OK OK_MAIL NEED_U8T},
+		{.name = "overlong CRLF in an address", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<a@b.c> SMTPUTF8\r\nRCPT TO:<x\xc0\x8d\xc0\x8ay@z>\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL "501 5.1.3 Bad recipient address syntax\r\n"},
+		{.name = "C1 NEL in an address", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<a\xc2\x85@b.c> SMTPUTF8\r\n"),
+		 .want = GREET EHLO_U8 "501 5.1.7 Bad sender address syntax\r\n"},
+		{.name = "UTF-8 smuggling end of data stays CRLF.CRLF", .smtputf8 = 1,
+		 IN("EHLO c\r\nMAIL FROM:<" U8FROM "> SMTPUTF8\r\nRCPT TO:<x@y.z>\r\nDATA\r\n"
+		    "a\xc0\x8d\xc0\x8a.\xc0\x8d\xc0\x8aMAIL FROM:<e@f>\r\n.\r\n"),
+		 .want = GREET EHLO_U8 OK_MAIL OK_RCPT GO QUEUED, .calls = 1, .tx_utf8 = 1,
+		 MSG("a\xc0\x8d\xc0\x8a.\xc0\x8d\xc0\x8aMAIL FROM:<e@f>\r\n")},
+	};
+
+	(void) state;
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+}
+
+ /*
   * No hooks at all: recipients are accepted, messages are not.
   */
 static void test_no_hooks(void **state)
@@ -968,6 +1045,7 @@ int main(void)
 		cmocka_unit_test(test_out_consume),
 		cmocka_unit_test(test_timeout),
 		cmocka_unit_test(test_shutdown_while_waiting),
+		cmocka_unit_test(test_smtputf8),
 		cmocka_unit_test(test_no_hooks),
 		cmocka_unit_test(test_random_input),
 	};
