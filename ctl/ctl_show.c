@@ -213,6 +213,7 @@ static void story_json(struct buf *b, struct ctl *x, const struct store_story *s
 	json_str(b, s->m.from);
 	buf_printf(b, ",\"envid\":");
 	json_str(b, s->m.envid);
+	buf_printf(b, ",\"smtputf8\":%s", s->m.smtputf8 ? "true" : "false");
 	buf_printf(b, ",\"size\":%zu,\"attempts\":%d,\"next_attempt\":", s->m.data_len,
 		   s->m.attempts);
 	json_time(b, s->queued ? s->m.next_attempt : 0);
@@ -239,8 +240,8 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	printf("  accepted    %s (%s ago) from %s%s%s\n", fmt_time(t, sizeof(t), s->m.accepted),
 	       fmt_dur(d, sizeof(d), x->now - s->m.accepted), s->m.client,
 	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
-	printf("  sender      <%s>%s%s, %zu bytes\n", s->m.from, s->m.envid ? ", envid " : "",
-	       s->m.envid ? s->m.envid : "", s->m.data_len);
+	printf("  sender      <%s>%s%s, %zu bytes%s\n", s->m.from, s->m.envid ? ", envid " : "",
+	       s->m.envid ? s->m.envid : "", s->m.data_len, s->m.smtputf8 ? ", SMTPUTF8" : "");
 	printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
 	if (s->forgotten)
 		printf(" (forgotten by the operator %s)", fmt_time(t, sizeof(t), s->forgotten));

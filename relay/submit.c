@@ -105,7 +105,10 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		log_rcpts(&line, &req->msg, req->claimed, 0);
 		if (req->msg.user)
 			buf_printf(&line, " sasl_username=%s", req->msg.user);
-		buf_printf(&line, " size=%zu status=queued", req->msg.data_len);
+		buf_printf(&line, " size=%zu", req->msg.data_len);
+		if (req->msg.smtputf8)
+			buf_printf(&line, " smtputf8=yes");
+		buf_printf(&line, " status=queued");
 		if (req->shadow_hit)
 			buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
 		msg_info("%s", line.data);
@@ -164,11 +167,14 @@ static void received_header(struct buf *b, const struct server *srv, const struc
 
 	gmtime_r(&now, &tm);
 	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
-	/* RFC 3848: ESMTPS over TLS, ESMTPSA authenticated too (AUTH needs TLS here) */
-	buf_printf(b, "Received: from %s ([%s])\r\n\tby %s (idemrelay) with %s id %s",
+	/*
+	 * RFC 3848: ESMTPS over TLS, ESMTPSA authenticated too (AUTH needs
+	 * TLS here); RFC 6531 section 4.3: UTF8SMTP* for an SMTPUTF8 tx
+	 */
+	buf_printf(b, "Received: from %s ([%s])\r\n\tby %s (idemrelay) with %s%s id %s",
 		   *helo ? helo : "unknown", c->addr, srv->cf->hostname,
-		   !smtp_session_tls(c->s) ? "ESMTP" : smtp_session_user(c->s) ? "ESMTPSA" : "ESMTPS",
-		   qid);
+		   tx->smtputf8 ? "UTF8SMTP" : "ESMTP",
+		   !smtp_session_tls(c->s) ? "" : smtp_session_user(c->s) ? "SA" : "S", qid);
 	if (tx->n_rcpts == 1)
 		buf_printf(b, "\r\n\tfor <%s>", tx->rcpts[0].addr);
 	buf_printf(b, "; %s\r\n", date);
@@ -209,6 +215,7 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	m->envid = tx->envid ? xstrdup(tx->envid) : NULL;
 	m->ret = tx->ret;
 	m->body = tx->body;
+	m->smtputf8 = tx->smtputf8;
 	m->rcpts = xcalloc(tx->n_rcpts, sizeof(*m->rcpts));
 	for (i = 0; i < tx->n_rcpts; i++) {
 		for (j = 0; j < m->n_rcpts && !same_rcpt(m->rcpts[j].addr, tx->rcpts[i].addr); j++)

@@ -71,6 +71,7 @@ struct store_msg {
 	char *envid;		/* owned, or NULL */
 	int ret;		/* enum smtp_ret */
 	int body;		/* enum smtp_body */
+	int smtputf8;		/* MAIL declared SMTPUTF8 (RFC 6531) */
 	char *client;		/* owned; "helo [ip]" as for Received */
 	char *user;		/* owned; AUTH user, or NULL */
 	struct store_rcpt *rcpts;	/* owned array */

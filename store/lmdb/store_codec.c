@@ -16,16 +16,18 @@
  *	message (msg DB, key: qid), written once:
  *	    version=2, accepted (i64), from, envid?, ret (i32), body (i32),
  *	    client, user?, n_rcpts (u32), n x { addr, notify (i32), orcpt? },
- *	    flags (u8: 1 has key), keyhash[32], ttl (i64),
+ *	    flags (u8: 1 has key, 2 SMTPUTF8), keyhash[32], ttl (i64),
  *	    data length (u64), data
  *	    (version 1, still read, lacks the flags, keyhash and ttl: what
- *	    the message's story starts from, before it has a record of its own)
+ *	    the message's story starts from, before it has a record of its own;
+ *	    a version 2 record written before SMTPUTF8 has flag 2 clear,
+ *	    which is what it meant, so the flag needed no new version)
  *	delivery state (queue DB, key: qid), rewritten on every attempt:
  *	    version=1, attempts (i32), next_attempt (i64), inflight (u8),
  *	    n_rcpts (u32), n x { state (u8), reply? }
  *	history (hist DB, key: qid), the story, rewritten on each update:
  *	    version=1, accepted, updated, finished, expires, forgotten,
- *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped), keyhash[32],
+ *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped, 4 SMTPUTF8), keyhash[32],
  *	    duplicates (u32), mismatches (u32), attempts (i32), size (u64),
  *	    from, envid?, client, user?, n_rcpts (u32),
  *	    n x { addr, state (u8), reply? }
@@ -58,6 +60,8 @@
 #define REC_VERSION	1
 #define MSG_VERSION	2	/* the message record's: 1 is still read */
 #define STR_NULL	0xffffffffu
+#define MSG_HAS_KEY	1	/* the message record's flags */
+#define MSG_SMTPUTF8	2
 #define QUEUE_INFLIGHT_OFF	(1 + 4 + 8)
 
 /* encoder: with p == NULL it only counts */
@@ -437,7 +441,7 @@ static void msg_codec(struct enc *e, const void *rec)
 	enc_u8(e, MSG_VERSION);
 	enc_i64(e, m->accepted);
 	enc_envelope(e, m, MSG_FIELDS);
-	enc_u8(e, m->has_key ? 1 : 0);
+	enc_u8(e, (m->has_key ? MSG_HAS_KEY : 0) | (m->smtputf8 ? MSG_SMTPUTF8 : 0));
 	enc_bytes(e, m->keyhash, STORE_HASH_LEN);
 	enc_i64(e, m->ttl);
 	enc_u64(e, m->data_len);
@@ -463,11 +467,14 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 	const uint8_t *b;
 	uint64_t dlen;
 	int v = dec_msg_version(&d);
+	uint8_t flags;
 
 	m->accepted = dec_i64(&d);
 	dec_envelope(&d, m, MSG_FIELDS);
 	if (v == MSG_VERSION) {
-		m->has_key = dec_u8(&d) & 1;
+		flags = dec_u8(&d);
+		m->has_key = (flags & MSG_HAS_KEY) != 0;
+		m->smtputf8 = (flags & MSG_SMTPUTF8) != 0;
 		if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
 			memcpy(m->keyhash, b, STORE_HASH_LEN);
 		m->ttl = dec_i64(&d);
@@ -602,6 +609,7 @@ int store_queue_rec_set_inflight(void *p, size_t len, int on)
 
 #define HIST_HAS_KEY	1
 #define HIST_DROPPED	2
+#define HIST_SMTPUTF8	4
 
 /* hist_codec - the history record */
 static void hist_codec(struct enc *e, const void *rec)
@@ -617,7 +625,8 @@ static void hist_codec(struct enc *e, const void *rec)
 	enc_i64(e, s->expires);
 	enc_i64(e, s->forgotten);
 	enc_i64(e, s->ttl);
-	enc_u8(e, (s->has_key ? HIST_HAS_KEY : 0) | (s->dropped ? HIST_DROPPED : 0));
+	enc_u8(e, (s->has_key ? HIST_HAS_KEY : 0) | (s->dropped ? HIST_DROPPED : 0)
+	       | (m->smtputf8 ? HIST_SMTPUTF8 : 0));
 	enc_bytes(e, s->has_key ? s->keyhash : zero, STORE_HASH_LEN);
 	enc_u32(e, s->duplicates);
 	enc_u32(e, s->mismatches);
@@ -659,6 +668,7 @@ int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 	flags = dec_u8(&d);
 	s->has_key = (flags & HIST_HAS_KEY) != 0;
 	s->dropped = (flags & HIST_DROPPED) != 0;
+	m->smtputf8 = (flags & HIST_SMTPUTF8) != 0;
 	if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
 		memcpy(s->keyhash, b, STORE_HASH_LEN);
 	s->duplicates = dec_u32(&d);
@@ -666,7 +676,7 @@ int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 	m->attempts = dec_i32(&d);
 	m->data_len = dec_u64(&d);
 	dec_envelope(&d, m, HIST_FIELDS);
-	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED))
+	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED | HIST_SMTPUTF8))
 		d.err = STORE_EINVAL;
 	if (dec_end(&d) != 0) {
 		store_msg_free(m);

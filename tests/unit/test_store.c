@@ -868,9 +868,11 @@ static void test_msg_story_seed(void **state)
 	m.has_key = 1;
 	memset(m.keyhash, 0xa5, STORE_HASH_LEN);
 	m.ttl = 7200LL * 1000000;
+	m.smtputf8 = 1;
 	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
 	CHECK_INT("load", store_msg_load(f->st, m.qid, &got), 0);
 	CHECK_INT("has_key", got.has_key, 1);
+	CHECK_INT("smtputf8", got.smtputf8, 1);
 	CHECK_INT("keyhash", memcmp(got.keyhash, m.keyhash, STORE_HASH_LEN), 0);
 	CHECK_INT("ttl", got.ttl, m.ttl);
 	msg_check("seeded", &got, &m);
@@ -889,10 +891,19 @@ static void test_msg_story_seed(void **state)
 	strcpy(got.qid, m.qid);
 	CHECK_INT("version 1", store_msg_rec_decode(v1, len - seed, &got), 0);
 	CHECK_INT("v1 has_key", got.has_key, 0);
+	CHECK_INT("v1 smtputf8", got.smtputf8, 0);
 	CHECK_INT("v1 ttl", got.ttl, 0);
 	CHECK_INT("v1 data_len", got.data_len, m.data_len);
 	CHECK_INT("v1 data", memcmp(got.data, m.data, m.data_len), 0);
 	CHECK_STR("v1 from", got.from, m.from);
+	store_msg_free(&got);
+	/* version 2 as written before SMTPUTF8: the flags byte had only has_key */
+	rec[at] = 1;
+	memset(&got, 0, sizeof(got));
+	strcpy(got.qid, m.qid);
+	CHECK_INT("pre-SMTPUTF8 v2", store_msg_rec_decode(rec, len, &got), 0);
+	CHECK_INT("pre-SMTPUTF8 has_key", got.has_key, 1);
+	CHECK_INT("pre-SMTPUTF8 smtputf8", got.smtputf8, 0);
 	store_msg_free(&got);
 	v1[0] = 3;
 	CHECK_INT("version 3", store_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);

@@ -125,6 +125,7 @@ static void test_codec(void **state)
 	s.has_key = 1;
 	memset(s.keyhash, 7, STORE_HASH_LEN);
 	s.dropped = 1;
+	s.m.smtputf8 = 1;
 	s.duplicates = 5;
 	s.mismatches = 6;
 	len = store_hist_rec_size(&s);
@@ -147,6 +148,7 @@ static void test_codec(void **state)
 	CHECK_INT("times", got.updated + got.finished + got.expires + got.forgotten + got.ttl,
 		  12 + 13 + 14 + 15 + 16);
 	CHECK_INT("flags", got.has_key * 10 + got.dropped, 11);
+	CHECK_INT("smtputf8", got.m.smtputf8, 1);
 	CHECK_INT("keyhash", got.keyhash[31], 7);
 	CHECK_INT("counts", got.duplicates * 10 + got.mismatches, 56);
 	store_story_free(&got);

@@ -1,0 +1,157 @@
+"""SMTPUTF8 (RFC 6531-6533, SPEC section 6): UTF-8 addresses and headers, end to end."""
+
+import email.message
+import os
+import smtplib
+
+from harness import (Raw, case, check, eq, expect_reply, make_msg, qid_of, render_conf,
+                     submit_ok)
+from cases_ops import ctl, ctl_json
+
+U8_FROM = "用户@例子.测试"
+U8_TO = "élève@école.example"
+U8_SUBJECT = "Grüße, 你好"
+
+
+def u8(s):
+    """u8 - the sink records lines as latin-1: back to the UTF-8 text"""
+    return s.encode("latin-1").decode("utf-8")
+
+
+def lat(s):
+    """lat - text as the harness reads the daemon's log (UTF-8 octets as latin-1)"""
+    return s.encode("utf-8").decode("latin-1")
+
+
+def u8_msg(key, subject=U8_SUBJECT, frm=U8_FROM, to=U8_TO, body="Hej då.\r\n"):
+    """u8_msg - a message with raw UTF-8 headers (RFC 6532), as bytes"""
+    return make_msg(key=key, subject=subject, frm=frm, to=to, body=body).replace(
+        b"\r\nMIME-Version", b"\r\nContent-Type: text/plain; charset=utf-8\r\nMIME-Version")
+
+
+def raw_cmd(c, line):
+    """raw_cmd - one command line as UTF-8 octets; the reply"""
+    c.send(line.encode("utf-8") + b"\r\n")
+    return c.reply()
+
+
+def u8_daemon(t, sink, listen=None, conf=None):
+    """u8_daemon - a daemon with a control socket; listen: extra listen[0] settings"""
+    over = {"control": os.path.join(t.tmp, "ctl.sock")}
+    over.update(conf or {})
+    d = t.daemon(sink, over, start=False)
+    if listen:
+        d.conf["listen"] = [dict({"address": "127.0.0.1", "port": d.port}, **listen)]
+        with open(d.conf_path, "w") as f:
+            f.write(render_conf(d.conf))
+    return d.start()
+
+
+@case()
+def test_smtputf8_smtplib(t):
+    """smtplib's SMTPUTF8 mail option: UTF-8 sender and recipient accepted, logged, shown"""
+    sink = t.sink()
+    d = u8_daemon(t, sink)
+    msg = u8_msg("u8-smtplib-1")
+    with smtplib.SMTP("127.0.0.1", d.port, timeout=20) as s:
+        s.ehlo("client.test")
+        check(s.has_extn("smtputf8"), "EHLO offers SMTPUTF8: %r" % s.esmtp_features)
+        s.sendmail(U8_FROM, [U8_TO], msg, mail_options=["SMTPUTF8"])
+    line = d.wait_log("smtputf8=yes", "status=queued")[0]
+    qid = line.split(": ")[1]
+    check(("from=<%s>" % lat(U8_FROM)) in line, "UTF-8 sender in the log: %r" % line)
+    check(lat(U8_TO) in line, "UTF-8 recipient in the log: %r" % line)
+    text = ctl(d, "show", qid).stdout
+    check("SMTPUTF8" in text and U8_FROM in text, "show tells SMTPUTF8: %r" % text)
+    eq(ctl_json(d, "show", qid)["messages"][0]["smtputf8"], True, "show --json smtputf8")
+    # a resubmission with the same (ASCII) key: the same QID, one copy queued
+    with smtplib.SMTP("127.0.0.1", d.port, timeout=20) as s:
+        s.ehlo("client.test")
+        s.mail(U8_FROM, ["SMTPUTF8"])
+        s.rcpt(U8_TO)
+        code, text = s.data(msg)
+    eq(code, 250, "duplicate's reply")
+    eq(qid_of(text.decode()), qid, "duplicate answered with the first QID")
+    # a plain ASCII message is not marked
+    qid2 = submit_ok(d.port, "a@example.com", make_msg(key="u8-ascii-1"))
+    check(not d.log_lines(qid2, "smtputf8="), "ASCII message marked smtputf8")
+    eq(ctl_json(d, "show", qid2)["messages"][0]["smtputf8"], False, "show --json plain")
+
+
+@case()
+def test_smtputf8_send_message(t):
+    """smtplib's send_message adds SMTPUTF8 by itself for UTF-8 addresses"""
+    sink = t.sink()
+    d = u8_daemon(t, sink)
+    m = email.message.EmailMessage()
+    m["From"] = U8_FROM
+    m["To"] = U8_TO
+    m["Subject"] = U8_SUBJECT
+    m["X-Idempotency-Key"] = "u8-send-message-1"
+    m.set_content("Hej då.\n")
+    with smtplib.SMTP("127.0.0.1", d.port, timeout=20) as s:
+        s.ehlo("client.test")
+        s.send_message(m)
+    d.wait_log("smtputf8=yes", "status=queued", lat(U8_TO))
+
+
+@case()
+def test_smtputf8_key_header(t):
+    """the key header stays 1-200 printable ASCII; UTF-8 elsewhere in the headers is fine"""
+    sink = t.sink()
+    d = u8_daemon(t, sink)
+    with Raw(d.port) as c:
+        c.cmd("EHLO client.test")
+        expect_reply(raw_cmd(c, "MAIL FROM:<a@example.org> SMTPUTF8"), 250)
+        expect_reply(raw_cmd(c, "RCPT TO:<b@example.com>"), 250)
+        expect_reply(raw_cmd(c, "DATA"), 354)
+        c.send(u8_msg("clé-1", frm="a@example.org", to="b@example.com") + b".\r\n")
+        expect_reply(c.reply(), 550, "5.7.0", "UTF-8 key value")
+    # the same bytes make the same key, whatever else the headers carry
+    qid = submit_ok(d.port, "b@example.com", u8_msg("u8-key-2", frm="a@example.org",
+                                                     to="b@example.com"),
+                    sender="a@example.org", mail_opts=["SMTPUTF8"])
+    again = submit_ok(d.port, "b@example.com",
+                      u8_msg("u8-key-2", subject="Другая тема", frm="a@example.org",
+                             to="b@example.com"), sender="a@example.org")
+    eq(again, qid, "same key, other UTF-8 subject, no SMTPUTF8: same QID")
+
+
+@case()
+def test_smtputf8_raw_socket(t):
+    """a raw client with 用户@例子.测试: 250 with SMTPUTF8, 553 5.6.7 without"""
+    sink = t.sink()
+    d = t.daemon(sink)
+    with Raw(d.port) as c:
+        code, text = c.cmd("EHLO client.test")
+        check("SMTPUTF8" in text.split("\n"), "EHLO lists SMTPUTF8: %r" % text)
+        expect_reply(raw_cmd(c, "MAIL FROM:<%s>" % U8_FROM), 553, "5.6.7", "undeclared sender")
+        expect_reply(raw_cmd(c, "MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(raw_cmd(c, "RCPT TO:<%s>" % U8_FROM), 553, "5.6.7", "undeclared recipient")
+        expect_reply(raw_cmd(c, "RSET"), 250)
+        expect_reply(raw_cmd(c, "MAIL FROM:<%s> SMTPUTF8" % U8_FROM), 250, "2.1.0")
+        expect_reply(raw_cmd(c, "RCPT TO:<%s>" % U8_FROM), 250, "2.1.5")
+        # invalid UTF-8 stays bad syntax: an overlong CR, a surrogate, a C1 control
+        for bad in (b"a\xc0\x8db@x", b"\xed\xa0\x80@x", b"a\xc2\x85@x", b"a@\xf4\x90\x80\x80"):
+            c.send(b"RCPT TO:<" + bad + b">\r\n")
+            expect_reply(c.reply(), 501, "5.1.3", "RCPT %r" % bad)
+        expect_reply(raw_cmd(c, "DATA"), 354)
+        c.send(u8_msg("u8-raw-1", frm=U8_FROM, to=U8_FROM) + b".\r\n")
+        qid = qid_of(expect_reply(c.reply(), 250, "2.0.0", "end of DATA"))
+        expect_reply(raw_cmd(c, "QUIT"), 221)
+    line = d.wait_log(qid, "status=queued")[0]
+    check("smtputf8=yes" in line, "acceptance line says smtputf8=yes: %r" % line)
+
+
+@case()
+def test_smtputf8_off(t):
+    """listen[].smtputf8 = false: not offered, the parameter is unknown, UTF-8 refused"""
+    sink = t.sink()
+    d = u8_daemon(t, sink, listen={"smtputf8": False})
+    with Raw(d.port) as c:
+        code, text = c.cmd("EHLO client.test")
+        check("SMTPUTF8" not in text, "EHLO must not offer SMTPUTF8: %r" % text)
+        expect_reply(raw_cmd(c, "MAIL FROM:<a@example.org> SMTPUTF8"), 555, "5.5.4")
+        expect_reply(raw_cmd(c, "MAIL FROM:<%s>" % U8_FROM), 553, "5.6.7")
+        expect_reply(raw_cmd(c, "MAIL FROM:<a@example.org>"), 250)
+        expect_reply(raw_cmd(c, "RCPT TO:<%s>" % U8_TO), 553, "5.6.7")
