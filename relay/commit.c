@@ -17,6 +17,19 @@
  *	submission that arrives while a delivery-only commit is on the disk
  *	would wait for it, then pay its own (measured in BENCHMARKS.md).
  *	When nothing is being submitted, delivery writes go at once.
+ *
+ *	A failed sync breaks the store (store/lmdb/store.c): the batch whose
+ *	commit failed gets no 250 (each of its submissions is tried alone,
+ *	and refused, so each gets 452 4.3.1), and nothing more is committed
+ *	on that environment. Before its next round the writer reopens the
+ *	store from what is durable (store_reopen()), then commits what has
+ *	come meanwhile; while the disk keeps failing it tries again every
+ *	COMMIT_REOPEN_US, and every submission gets 452 4.3.1. The writer
+ *	reopens because it holds no transaction between rounds, and because
+ *	the gate makes the others wait: the event loop's duplicate lookups,
+ *	delivery's reads and the admin thread's block for the reopen (a few
+ *	milliseconds), then find the store as the disk has it. commit_now()
+ *	leaves a broken store to the writer.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +46,7 @@
 
 #define COMMIT_HOLD_US	500	/* a delivery write alone waits this long for a submission */
 #define COMMIT_BUSY_US	2000	/* ... when the last submission batch is this recent */
+#define COMMIT_REOPEN_US 1000000	/* a broken store that did not reopen is tried again */
 
 struct commit {
 	struct store *st;		/* not owned */
@@ -52,6 +66,7 @@ struct commit {
 	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
 	int busy;			/* under lock: the writer is in a round */
 	int grow;			/* under lock: store_grow() is due (after commit_now) */
+	int64_t reopen_at;		/* writer thread's: a failed reopen is tried again then */
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -291,6 +306,34 @@ static void commit_round(struct commit *cm, struct commit_req *fifo, struct comm
 	}
 }
 
+/* commit_recover - a sync failed: reopen the store before the next round (writer thread) */
+static void commit_recover(struct commit *cm)
+{
+	int64_t now;
+
+	if (!store_broken(cm->st) || (now = clock_mono_us()) < cm->reopen_at)
+		return;
+	cm->reopen_at = store_reopen(cm->st) == 0 ? 0 : now + COMMIT_REOPEN_US;
+}
+
+/* wait_work - sleep until there is work, or a broken store's reopen is due (lock held) */
+static void wait_work(struct commit *cm)
+{
+	struct timespec ts;
+
+	while (cm->pending == NULL && cm->ops == NULL && !cm->grow && !cm->stop) {
+		if (!store_broken(cm->st)) {
+			pthread_cond_wait(&cm->wake, &cm->lock);
+			continue;
+		}
+		if (clock_mono_us() >= cm->reopen_at)
+			return;
+		ts.tv_sec = (time_t) (cm->reopen_at / 1000000);
+		ts.tv_nsec = (long) (cm->reopen_at % 1000000) * 1000;
+		(void) pthread_cond_timedwait(&cm->wake, &cm->lock, &ts);
+	}
+}
+
 /* commit_main - the writer thread */
 static void *commit_main(void *arg)
 {
@@ -301,8 +344,7 @@ static void *commit_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
-		while (cm->pending == NULL && cm->ops == NULL && !cm->grow && !cm->stop)
-			pthread_cond_wait(&cm->wake, &cm->lock);
+		wait_work(cm);
 		hold_ops(cm);
 		batch = cm->pending;
 		cm->pending = NULL;
@@ -315,6 +357,7 @@ static void *commit_main(void *arg)
 			cm->last_batch = clock_mono_us();
 		stop = cm->stop;
 		pthread_mutex_unlock(&cm->lock);
+		commit_recover(cm);		/* before the round: it then commits */
 		if (batch == NULL && ops == NULL) {
 			if (grow)
 				(void) store_grow(cm->st);
@@ -385,7 +428,7 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	struct commit_op *ops;
 
 	pthread_mutex_lock(&cm->lock);
-	if (cm->busy || cm->pending != NULL || cm->stop) {
+	if (cm->busy || cm->pending != NULL || cm->stop || store_broken(cm->st)) {
 		pthread_mutex_unlock(&cm->lock);
 		return 0;
 	}
@@ -399,7 +442,8 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
 		cm->committed(cm->arg, req->msg.qid);
 
-	if (store_grow_due(cm->st)) {	/* the writer fills, never this thread */
+	/* the writer fills, never this thread; and reopens a store this commit broke */
+	if (store_grow_due(cm->st) || store_broken(cm->st)) {
 		pthread_mutex_lock(&cm->lock);
 		cm->grow = 1;
 		pthread_cond_signal(&cm->wake);

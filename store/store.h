@@ -100,6 +100,14 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 int store_grow(struct store *st);
 int store_grow_due(struct store *st);	/* would store_grow() write now? cheap, any thread */
 void store_close(struct store *st);	/* NULL-safe */
+/*
+ * store_broken - a sync failed: every transaction is refused (STORE_EIO)
+ * until store_reopen() has opened the store again from what is durable;
+ * store_reopen() waits for the transactions in progress, so the caller
+ * must hold none (store.c). 0 when the store serves again, else STORE_EIO.
+ */
+int store_broken(struct store *st);
+int store_reopen(struct store *st);
 const char *store_strerror(int err);
 
 /*

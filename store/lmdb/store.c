@@ -25,16 +25,42 @@
  *
  *	The claims live in store_claim.c, the spool in store_msg.c, write
  *	transactions in store_txn.c and the record formats in store_codec.c.
+ *	A failed sync (an fsync or fdatasync of data.mdb that returned an
+ *	error) breaks the environment (store_break()): Linux may have thrown
+ *	the pages that sync was to write away, and what the process sees of
+ *	the file may then not be what the disk holds, in either direction:
+ *	the last commit's meta page may be gone while its pages are there.
+ *	From then on every transaction, read or write, is refused with
+ *	STORE_EIO (a caller answers 452 4.3.1 or tries again later) until
+ *	store_reopen() has closed the environment, zeroed the failed commit's
+ *	redo record and flushed the file, asked the kernel to drop its
+ *	cached pages, and opened the environment again from what is durable:
+ *	the journal (store_journal.c) replays the last acknowledged commit
+ *	if its meta page was lost, as after a crash. PostgreSQL does the same
+ *	after a failed fsync (a crash and recovery from its log), since a
+ *	second fsync that succeeds proves nothing about the first.
+ *
+ *	Closing an environment is only safe with no transaction open. So
+ *	every transaction holds the store's gate, a read-write lock, shared
+ *	from begin to end (store_read_begin()/store_read_end(), and
+ *	store_txn.c's begin, commit and abort), and store_reopen() takes it
+ *	alone: it waits for the transactions in progress (each is short: no
+ *	caller holds one across a wait on another thread) and new ones wait
+ *	for it. The lock prefers readers, so that a thread that opens a
+ *	second transaction while it holds one never waits for the reopen
+ *	behind itself. Only the writer thread reopens (relay/commit.c).
  * DIAGNOSTICS
  *	Functions return 0 or a negative STORE_E* code. LMDB failures that
  *	are not "not found" or "no space" are logged as warnings with
  *	LMDB's own text, since the STORE_E* code alone loses it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../../util/buf.h"
 #include "../../util/log.h"
@@ -86,10 +112,55 @@ const char *store_strerror(int err)
 	}
 }
 
+/* store_gate_enter - hold the gate for one transaction; STORE_EIO while broken */
+int store_gate_enter(struct store *st)
+{
+	pthread_rwlock_rdlock(&st->gate);
+	if (st->env == NULL || __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE)) {
+		pthread_rwlock_unlock(&st->gate);
+		return STORE_EIO;
+	}
+	return 0;
+}
+
+/* store_gate_leave - the transaction is over */
+void store_gate_leave(struct store *st)
+{
+	pthread_rwlock_unlock(&st->gate);
+}
+
 /* store_read_begin - a read-only transaction, usable from any thread */
 int store_read_begin(struct store *st, MDB_txn **txn)
 {
-	return store_mdb_error(mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn), "begin read");
+	int err;
+
+	if ((err = store_gate_enter(st)) != 0)
+		return err;
+	err = store_mdb_error(mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn), "begin read");
+	if (err != 0)
+		store_gate_leave(st);
+	return err;
+}
+
+/* store_read_end - end a read transaction of store_read_begin() */
+void store_read_end(struct store *st, MDB_txn *txn)
+{
+	mdb_txn_abort(txn);
+	store_gate_leave(st);
+}
+
+/* store_break - a sync failed: no transaction until store_reopen() */
+void store_break(struct store *st, const char *why)
+{
+	if (__atomic_exchange_n(&st->broken, 1, __ATOMIC_ACQ_REL) == 0)
+		msg_error("store %s: %s: no commits until it is reopened from what is durable",
+			  st->path ? st->path : "", why);
+}
+
+/* store_broken - did a sync fail since the store was last opened? */
+int store_broken(struct store *st)
+{
+	return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
 }
 
 /* store_qid_key - a QID as a database key (without its NUL) */
@@ -191,6 +262,24 @@ fail:
 	return rc;
 }
 
+/* store_new - a store not yet opened */
+static struct store *store_new(const char *path)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+
+	pthread_rwlock_init(&st->gate, NULL);	/* readers first: see the header */
+	st->path = xstrdup(path);
+	return st;
+}
+
+/* store_free - release what store_new() made */
+static void store_free(struct store *st)
+{
+	pthread_rwlock_destroy(&st->gate);
+	free(st->path);
+	free(st);
+}
+
 /* store_open_failed - the one failure path of both opens: say why, release */
 static void store_open_failed(struct store *st, const char *path, const char *step, int rc,
 			      char *err, size_t errlen)
@@ -199,7 +288,7 @@ static void store_open_failed(struct store *st, const char *path, const char *st
 		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
 	if (st->env)
 		mdb_env_close(st->env);
-	free(st);
+	store_free(st);
 }
 
 /*
@@ -210,7 +299,7 @@ static void store_open_failed(struct store *st, const char *path, const char *st
 int store_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen)
 {
-	struct store *st = xcalloc(1, sizeof(*st));
+	struct store *st = store_new(path);
 	const char *step = "mkdir";
 	int rc;
 
@@ -220,6 +309,7 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 		st->jbase = (map_size - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
 		map_size = st->jbase;
 	}
+	st->map_size = map_size;
 	if ((rc = store_mkdir(path)) != 0
 	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0
 	    || (step = "journal", rc = journal_open(st, path)) != 0) {
@@ -247,7 +337,7 @@ int store_open_readonly(struct store **out, const char *path, char *err, size_t 
 			snprintf(err, errlen, "no store at %s", path);
 		return STORE_ENOTFOUND;
 	}
-	st = xcalloc(1, sizeof(*st));
+	st = store_new(path);
 	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
 		store_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
@@ -274,11 +364,81 @@ void store_close(struct store *st)
 		return;
 	journal_close(st);
 	/* the last commit's meta page, which the journal covered until now */
-	if (mdb_env_get_flags(st->env, &flags) == 0 && !(flags & MDB_RDONLY)
-	    && mdb_env_sync(st->env, 1) != 0)
+	if (st->env && !store_broken(st) && mdb_env_get_flags(st->env, &flags) == 0
+	    && !(flags & MDB_RDONLY) && mdb_env_sync(st->env, 1) != 0)
 		msg_warn("store: cannot sync at close: %m");
-	mdb_env_close(st->env);
-	free(st);
+	if (st->env)
+		mdb_env_close(st->env);
+	store_free(st);
+}
+
+/*
+ * reopen_flush - with the environment closed: zero the failed record's
+ * transaction id, flush data.mdb, and drop the kernel's clean pages of
+ * it, so that the next open reads what the disk has. 0 or errno.
+ */
+static int reopen_flush(struct store *st)
+{
+	static const uint8_t zero[8];
+	char file[4096];
+	int fd, rc = 0;
+
+	snprintf(file, sizeof(file), "%s/data.mdb", st->path);
+	if ((fd = open(file, O_RDWR | O_CLOEXEC)) < 0)
+		return errno;
+	if (st->void_pos != 0 && pwrite(fd, zero, sizeof(zero), (off_t) st->void_pos)
+	    != (ssize_t) sizeof(zero))
+		rc = errno ? errno : EIO;
+	/* a descriptor opened after the failure reports only new ones */
+	if (rc == 0 && fdatasync(fd) != 0)
+		rc = errno;
+	if (rc == 0)
+		(void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	return rc;
+}
+
+/*
+ * store_reopen - after a failed sync: close the environment and open it
+ * again from what is durable (see the header). Waits for every
+ * transaction to end; for the writer thread, which holds none. 0 when
+ * the store serves again; STORE_EIO when it is still broken (the disk
+ * still fails): try again later.
+ */
+int store_reopen(struct store *st)
+{
+	const char *step = "flush";
+	int rc;
+
+	pthread_rwlock_wrlock(&st->gate);
+	if (!store_broken(st)) {
+		pthread_rwlock_unlock(&st->gate);
+		return 0;
+	}
+	journal_close(st);
+	if (st->env) {
+		mdb_env_close(st->env);		/* no sync: what it holds may not be on the disk */
+		st->env = NULL;
+	}
+	if ((rc = reopen_flush(st)) == 0
+	    && (rc = store_env_open(st, st->path, st->map_size, 0, &step)) == 0
+	    && (step = "journal", rc = journal_open(st, st->path)) != 0)
+		journal_close(st);
+	if (rc != 0 && st->env) {
+		mdb_env_close(st->env);
+		st->env = NULL;
+	}
+	if (rc == 0) {
+		st->void_pos = 0;
+		__atomic_store_n(&st->grown_to, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&st->broken, 0, __ATOMIC_RELEASE);
+		msg_info("store %s: reopened from what is durable after a failed sync", st->path);
+	} else {
+		msg_warn("store %s: cannot reopen after a failed sync: %s: %s", st->path, step,
+			 rc > 0 ? strerror(rc) : mdb_strerror(rc));
+	}
+	pthread_rwlock_unlock(&st->gate);
+	return rc == 0 ? 0 : STORE_EIO;
 }
 
 /*
@@ -319,7 +479,7 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 		}
 		mdb_cursor_close(cur);
 	}
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return err;
 }
 
@@ -344,6 +504,6 @@ int store_stats(struct store *st, struct store_stats *s)
 		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
 		s->txns = info.me_last_txnid;
 	}
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return store_mdb_error(rc, "stat");
 }

@@ -139,7 +139,7 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		if (err != 0)
 			break;
 	}
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return err;
 }
 

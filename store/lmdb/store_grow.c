@@ -95,14 +95,21 @@ int store_fill_zeros(int fd, uint64_t from, uint64_t to)
 	return 0;
 }
 
-/* grow_fill - zeros from the end of the file to want, then one fdatasync */
-static int grow_fill(int fd, uint64_t end, uint64_t want)
+/*
+ * grow_fill - zeros from the end of the file to want, then one fdatasync.
+ * That flush also carries the last commit's meta page: if it fails, the
+ * store is broken as by a failed commit (store_journal.c).
+ */
+static int grow_fill(struct store *st, int fd, uint64_t end, uint64_t want)
 {
 	int err = store_fill_zeros(fd, end, want);
 
 	if (err != 0)
 		return err == ENOSPC || err == EDQUOT ? STORE_ENOSPC : STORE_EIO;
-	return fdatasync(fd) == 0 ? 0 : STORE_EIO;
+	if (fdatasync(fd) == 0)
+		return 0;
+	store_break(st, "the sync of the space reserved ahead failed");
+	return STORE_EIO;
 }
 
 /* grow_due - has the store come within half a step of the end? */
@@ -111,22 +118,22 @@ static int grow_due(uint64_t used, uint64_t end, uint64_t map)
 	return end < map && end < used + grow_step(used) / 2;
 }
 
-/*
- * store_grow - keep half a step to a step of zeros past LMDB's last page.
- * A failed try (a full disk) is not tried again before the store has
- * grown by another half step, so that a full disk costs the writer no
- * write per batch, and the warning comes that often at most.
- */
 /* store_grow_due - would store_grow() write now? (cheap, any thread) */
 int store_grow_due(struct store *st)
 {
 	uint64_t used, map;
+	int due;
 
-	return grow_used(st, &used, &map) == 0
+	if (store_gate_enter(st) != 0)	/* broken: nothing to do until reopened */
+		return 0;
+	due = grow_used(st, &used, &map) == 0
 	    && grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map);
+	store_gate_leave(st);
+	return due;
 }
 
-int store_grow(struct store *st)
+/* grow_run - store_grow() with the store's gate held */
+static int grow_run(struct store *st)
 {
 	uint64_t used, map, size, want;
 	struct stat sb;
@@ -153,7 +160,7 @@ int store_grow(struct store *st)
 		want = used + grow_step(used) < map ? used + grow_step(used) : map;
 		__atomic_store_n(&st->grown_to, size, __ATOMIC_RELAXED);
 		if (grow_due(used, size, map)) {
-			err = grow_fill(fd, size > used ? size : used, want);
+			err = grow_fill(st, fd, size > used ? size : used, want);
 			/* made, or tried for */
 			__atomic_store_n(&st->grown_to, want, __ATOMIC_RELAXED);
 		}
@@ -161,5 +168,22 @@ int store_grow(struct store *st)
 	mdb_txn_abort(txn);
 	if (err != 0)
 		msg_warn("store: cannot reserve space ahead of the store: %s", store_strerror(err));
+	return err;
+}
+
+/*
+ * store_grow - keep half a step to a step of zeros past LMDB's last page.
+ * A failed try (a full disk) is not tried again before the store has
+ * grown by another half step, so that a full disk costs the writer no
+ * write per batch, and the warning comes that often at most.
+ */
+int store_grow(struct store *st)
+{
+	int err;
+
+	if ((err = store_gate_enter(st)) != 0)
+		return err;
+	err = grow_run(st);
+	store_gate_leave(st);
 	return err;
 }

@@ -275,7 +275,7 @@ int store_story_get(struct store *st, const char *qid, struct store_story *s)
 		return err;
 	herr = store_hist_read(st, txn, qid, s);
 	err = spool_read(st, txn, qid, &live);
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	if (err == 0) {
 		/* the spool is the authority on a queued message */
 		store_msg_free(&s->m);
@@ -336,7 +336,7 @@ static int hist_due(struct store *st, int64_t now)
 			due = key.mv_size < 8 || hexpiry_time(key.mv_data) <= now;
 		mdb_cursor_close(cur);
 	}
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return due;
 }
 
@@ -451,6 +451,6 @@ int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 		*stories += h.ms_entries;
 		*keys = k.ms_entries;
 	}
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return store_mdb_error(rc, "stat");
 }

@@ -11,6 +11,7 @@
 #ifndef STORE_LMDB_STORE_INT_H
 #define STORE_LMDB_STORE_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <lmdb.h>
@@ -34,6 +35,13 @@ struct store {
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
+
+	/* store.c: a failed sync and the reopen that follows it */
+	pthread_rwlock_t gate;	/* every transaction holds it shared; store_reopen() alone */
+	int broken;		/* atomic: a sync failed; no transaction until reopened */
+	uint64_t void_pos;	/* data.mdb offset of a failed record's txnid to zero; 0 none */
+	char *path;		/* owned: the environment directory, for the reopen */
+	uint64_t map_size;	/* LMDB's map as opened (store.map_size less the region) */
 };
 
 struct store_txn {
@@ -50,6 +58,10 @@ struct store_txn {
 /* store.c */
 int store_mdb_error(int rc, const char *what);
 int store_read_begin(struct store *st, MDB_txn **txn);
+void store_read_end(struct store *st, MDB_txn *txn);	/* ends what store_read_begin began */
+int store_gate_enter(struct store *st);	/* 0, or STORE_EIO when broken */
+void store_gate_leave(struct store *st);
+void store_break(struct store *st, const char *why);	/* a sync failed: stop, reopen */
 int store_qid_key(const char *qid, MDB_val *key);
 int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */

@@ -45,6 +45,21 @@
  *	commit failed is voided (its transaction id zeroed) before the
  *	failure is returned, so that it cannot be taken for the next
  *	transaction.
+ *
+ *	A commit whose sync failed (an errno from LMDB's commit, or from the
+ *	sync after it; LMDB's own codes such as a full map write nothing that
+ *	could be lost) breaks the store (store.c): Linux may have dropped the
+ *	pages of that flush, among them the previous commit's meta page that
+ *	this journal's record stands in for. Going on would build the next
+ *	commits on a view the disk does not have, and since only one record
+ *	is ever replayed, a later crash could lose acknowledged commits. So
+ *	the commit in progress fails, every later one is refused under the
+ *	same lock, and store_reopen() zeros the failed record (its void here
+ *	may not have reached the disk either) before it opens the store again
+ *	and replays what is needed. A record whose void never reaches the
+ *	disk (the process dies before the reopen) may be replayed at the next
+ *	open: its message is then queued though its client got 452 4.3.1;
+ *	its key answers a retry with its QID, so it is still sent once.
  * DIAGNOSTICS
  *	Warnings when the journal cannot be used and commits are synced
  *	without it; an error, and a failed open, when a record that must be
@@ -252,6 +267,8 @@ static int synced(struct store *st, MDB_txn *txn)
 
 	if ((rc = mdb_txn_commit(txn)) == 0 && (rc = mdb_env_sync(st->env, 1)) == 0 && st->j)
 		st->j->need_start = st->j->need_end = 0;	/* nothing left to cover */
+	if (rc > 0)			/* an errno: a write or a sync of the file failed */
+		store_break(st, "a commit's sync failed");
 	return rc;
 }
 
@@ -265,6 +282,16 @@ static void void_record(struct journal *j, uint64_t off)
 		msg_warn("store journal: cannot void a failed record: %m");
 }
 
+/* failed - the commit of the record at off failed: void it; a failed sync breaks the store */
+static void failed(struct store *st, struct journal *j, uint64_t off, int rc)
+{
+	void_record(j, off);
+	if (rc > 0) {
+		st->void_pos = j->base + off + 8;	/* voided again, durably, by the reopen */
+		store_break(st, "a commit's sync failed");
+	}
+}
+
 /* journal_commit - commit t->txn durably; an LMDB code or errno */
 int journal_commit(struct store_txn *t)
 {
@@ -275,12 +302,22 @@ int journal_commit(struct store_txn *t)
 	int rc, err;
 
 	redo_settle(t);
-	if (j == NULL)
-		return synced(st, t->txn);
-	if (t->redo.len == 0 && !t->no_redo)
+	if (j == NULL || (t->redo.len == 0 && !t->no_redo)) {
+		if (store_broken(st)) {
+			mdb_txn_abort(t->txn);
+			return EIO;
+		}
+		if (j == NULL)
+			return synced(st, t->txn);
 		return mdb_txn_commit(t->txn);	/* nothing written: LMDB writes nothing either */
+	}
 	/* what follows LMDB's commit is past its writer lock: the next writer waits here */
 	pthread_mutex_lock(&j->commit);
+	if (store_broken(st)) {		/* broken while this one waited: see the header */
+		mdb_txn_abort(t->txn);
+		pthread_mutex_unlock(&j->commit);
+		return EIO;
+	}
 	if (t->no_redo || (off = place(j, size = align(t->redo.len))) == 0) {
 		rc = synced(st, t->txn);
 		pthread_mutex_unlock(&j->commit);
@@ -297,13 +334,14 @@ int journal_commit(struct store_txn *t)
 			msg_warn("store journal: write failed (%s): syncing without it",
 				 strerror(err));
 		void_record(j, off);		/* a part of it may be there */
-		rc = synced(st, t->txn);
+		if ((rc = synced(st, t->txn)) > 0)
+			st->void_pos = j->base + off + 8;
 		pthread_mutex_unlock(&j->commit);
 		return rc;
 	}
 	/* LMDB's fdatasync of data.mdb flushes the record with the pages */
 	if ((rc = mdb_txn_commit(t->txn)) != 0) {
-		void_record(j, off);		/* it may be on the disk, whole */
+		failed(st, j, off, rc);		/* it may be on the disk, whole */
 		j->next = off;			/* the slot is free again */
 	} else {
 		j->need_start = off;

@@ -155,7 +155,7 @@ int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	if ((err = store_read_begin(st, &txn)) != 0)
 		return err;
 	err = key_entries(st, txn, keyhash, &e, &ne);
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	for (i = 0; err == 0 && i < ne; i++)
 		qid_add(qids, n, e[i].qid);
 	free(e);

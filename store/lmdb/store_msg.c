@@ -135,7 +135,7 @@ int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 		store_msg_free(m);
 	}
 out:
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return err;
 }
 
@@ -382,7 +382,7 @@ int store_queue_list(struct store *st,
 walked:
 	if (cur)
 		mdb_cursor_close(cur);
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	err = rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "queue walk");
 	for (i = 0; err == 0 && i < n; i++)
 		err = cb(arg, list[i].qid, list[i].next_attempt);
@@ -426,7 +426,7 @@ int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_
 out:
 	if (cur)
 		mdb_cursor_close(cur);
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	if (err != 0)
 		return err;
 	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "queue walk");
@@ -450,6 +450,6 @@ int store_queue_oldest(struct store *st, int64_t *accepted)
 		rc = MDB_CORRUPTED;
 	if (cur)
 		mdb_cursor_close(cur);
-	mdb_txn_abort(txn);
+	store_read_end(st, txn);
 	return store_mdb_error(rc, "oldest");
 }

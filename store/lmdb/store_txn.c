@@ -21,6 +21,11 @@
  *
  *	LMDB's writer lock belongs to the thread that took it: a write
  *	transaction must end on the thread that began it.
+ *
+ *	A transaction holds the store's gate from begin to its end, and is
+ *	refused (STORE_EIO) while the store is broken by a failed sync
+ *	(store.c); the check is made again once LMDB's writer lock is held,
+ *	since store_grow() may break the store while it holds that lock.
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A step after a failure returns the sticky code.
  */
@@ -46,8 +51,17 @@ int store_txn_begin(struct store *st, struct store_txn **out)
 	int err;
 
 	*out = NULL;
-	if ((err = store_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
+	if ((err = store_gate_enter(st)) != 0)
 		return err;
+	if ((err = store_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0) {
+		store_gate_leave(st);
+		return err;
+	}
+	if (store_broken(st)) {
+		mdb_txn_abort(txn);
+		store_gate_leave(st);
+		return STORE_EIO;
+	}
 	t = xcalloc(1, sizeof(*t));
 	t->st = st;
 	t->txn = txn;
@@ -64,16 +78,19 @@ int store_txn_error(const struct store_txn *t)
 /* store_txn_commit - make the transaction durable, or abort it if failed */
 int store_txn_commit(struct store_txn *t)
 {
+	struct store *st;
 	int err;
 
 	if (t == NULL)
 		return STORE_EINVAL;
+	st = t->st;
 	if ((err = t->err) != 0)
 		mdb_txn_abort(t->txn);
 	else
 		err = store_mdb_error(journal_commit(t), "commit");
 	buf_free(&t->redo);
 	free(t);
+	store_gate_leave(st);
 	return err;
 }
 
@@ -84,5 +101,6 @@ void store_txn_abort(struct store_txn *t)
 		return;
 	mdb_txn_abort(t->txn);
 	buf_free(&t->redo);
+	store_gate_leave(t->st);
 	free(t);
 }
