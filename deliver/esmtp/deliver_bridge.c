@@ -365,7 +365,8 @@ static int bridge_wait(struct deliver_bridge *b)
 
 /* a direction of the copy: bytes waiting to be written */
 struct pending {
-	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* the filter adds what it held */
+	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* the filter adds what it held,
+							 * or SMTPUTF8 (GROW <= HOLD) */
 	size_t off, len;
 	size_t dot;			/* just past a final dot in buf; 0 if none */
 };
@@ -667,6 +668,13 @@ const char *deliver_bridge_address(const struct deliver_bridge *b)
 const char *deliver_bridge_tls(const struct deliver_bridge *b)
 {
 	return b->tls;
+}
+
+/* deliver_bridge_mail_utf8 - which MAIL lines get SMTPUTF8 (before libesmtp attaches) */
+void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n)
+{
+	/* the attach's atomic hand-over orders this before the bridge thread reads it */
+	deliver_filter_mail_utf8(&b->filter, want, n);
 }
 
 /* deliver_bridge_cut - forward nothing more from libesmtp; hang up */

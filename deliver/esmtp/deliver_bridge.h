@@ -57,6 +57,13 @@ const char *deliver_bridge_address(const struct deliver_bridge *b);
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */
 const char *deliver_bridge_tls(const struct deliver_bridge *b);
 
+/*
+ * deliver_bridge_mail_utf8 - before libesmtp connects: per message, in the
+ * order of its session, 1 to send the MAIL with SMTPUTF8 if the server
+ * offers it (deliver_filter.h); want stays the caller's until the end
+ */
+void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n);
+
 /* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
 void deliver_bridge_cut(struct deliver_bridge *b);
 

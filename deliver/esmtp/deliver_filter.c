@@ -22,12 +22,22 @@ static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CR
 #define KW		"CHUNKING"
 #define KW_LEN		(sizeof(KW) - 1)
 #define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
+#define KW_UTF8		"SMTPUTF8"	/* same length as KW: one hold rule serves both */
+
+static const char mail_from[] = "MAIL FROM:";
 
 /* deliver_filter_init - a filter for a new connection */
 void deliver_filter_init(struct deliver_filter *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->dot_end = -1;
+}
+
+/* deliver_filter_mail_utf8 - which messages' MAIL gets SMTPUTF8 where offered */
+void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n)
+{
+	f->mail_utf8 = want;
+	f->n_mail_utf8 = n;
 }
 
 /* is_digit - an ASCII digit? (no locale) */
@@ -47,17 +57,18 @@ static int head_open(const struct deliver_filter *f)
 	if (n < 3)
 		return 1;		/* the reply code */
 	return memcmp(h, "250", 3) == 0 && (n == 3 || h[3] == '-' || h[3] == ' ')
-	    && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0);
+	    && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0
+		|| strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0);
 }
 
-/* head_chunking - is the held start of a line the CHUNKING keyword of EHLO? */
-static int head_chunking(const struct deliver_filter *f)
+/* head_keyword - is the held start of a line this keyword of EHLO? */
+static int head_keyword(const struct deliver_filter *f, const char *kw)
 {
 	char after = f->head[KW_AT + KW_LEN];
 
 	return f->head_len == KW_AT + KW_LEN + 1 && memcmp(f->head, "250", 3) == 0
 	    && (f->head[3] == '-' || f->head[3] == ' ')
-	    && strncasecmp(f->head + KW_AT, KW, KW_LEN) == 0
+	    && strncasecmp(f->head + KW_AT, kw, KW_LEN) == 0
 	    && (after == ' ' || after == '\t' || after == '\r' || after == '\n');
 }
 
@@ -76,8 +87,10 @@ static void head_decide(struct deliver_filter *f)
 		f->cut = 0;
 		f->eoh = 0;
 	}
-	if (head_chunking(f))
+	if (head_keyword(f, KW))
 		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
+	if (head_keyword(f, KW_UTF8))
+		f->utf8_offered = 1;
 }
 
 /* deliver_filter_down - the server's bytes as libesmtp gets them, in out */
@@ -160,6 +173,48 @@ static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 	return -1;
 }
 
+/*
+ * cmd_scan - libesmtp's command lines in buf[from..len): SMTPUTF8 added
+ * to the MAIL line of a marked message where offered, in place (room for
+ * DELIVER_FILTER_GROW more). The new length, or -1 (f->why).
+ */
+static ssize_t cmd_scan(struct deliver_filter *f, char *buf, size_t from, size_t len)
+{
+	size_t i, grown = 0;
+	char c;
+
+	for (i = from; i < len; i++) {
+		c = buf[i];
+		if (!f->cmd_mid) {
+			f->cmd_mid = 1;
+			f->cmd_match = 0;
+		}
+		if (f->cmd_match >= 0 && f->cmd_match < (int) sizeof(mail_from) - 1)
+			f->cmd_match = (c == mail_from[f->cmd_match]) ? f->cmd_match + 1 : -1;
+		if (c != '\r' && c != '\n')
+			continue;
+		if (f->cmd_match == (int) sizeof(mail_from) - 1) {
+			if (f->utf8_offered && f->mails < f->n_mail_utf8 && f->mail_utf8[f->mails]) {
+				if (grown) {
+					snprintf(f->why, sizeof(f->why), "two MAIL commands to mark"
+						 " with SMTPUTF8 in one write");
+					return -1;
+				}
+				memmove(buf + i + DELIVER_FILTER_GROW, buf + i, len - i);
+				memcpy(buf + i, DELIVER_FILTER_UTF8, DELIVER_FILTER_GROW);
+				grown = DELIVER_FILTER_GROW;
+				len += grown;
+				i += grown;
+			}
+			f->mails++;
+		}
+		f->cmd_match = -1;	/* the rest of the line (LF after CR) is not MAIL */
+		if (c == '\n')
+			f->cmd_mid = 0;
+	}
+	return (ssize_t) len;
+}
+
 /* deliver_filter_up - libesmtp's bytes as the server gets them, in place */
 ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 {
@@ -169,11 +224,17 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	f->dot_end = -1;
 	if (f->why[0])
 		return -1;
+	if (!f->armed && !f->body)
+		return cmd_scan(f, buf, 0, len);	/* commands: content needs a go-ahead first */
 	while (drop < len && f->armed && (r = cut_byte(f, buf[drop])) == 1)
 		drop++;
 	if (r < 0)
 		return -1;
 	memmove(buf, buf + drop, len - drop);
-	f->dot_end = body_scan(f, buf, len - drop);
-	return (ssize_t) (len - drop);
+	len -= drop;
+	f->dot_end = body_scan(f, buf, len);
+	if (f->dot_end < 0 || f->body)
+		return (ssize_t) len;
+	f->cmd_mid = 0;		/* the final dot's line ended: commands follow */
+	return cmd_scan(f, buf, (size_t) f->dot_end, len);
 }

@@ -46,6 +46,16 @@
  *	server's TCP acknowledged every byte up to it (deliver_bridge.h).
  *	The lone "." has no block and is not counted.
  *
+ *	SMTPUTF8 (RFC 6531), which libesmtp 1.1.0 does not know: the filter
+ *	notes an SMTPUTF8 line in the server's EHLO reply (utf8_offered), and
+ *	where it was offered appends " SMTPUTF8" to libesmtp's MAIL FROM line
+ *	of each message the caller marked (deliver_filter_mail_utf8(): one flag
+ *	per message, in the order they were added to libesmtp's session, which
+ *	is the order libesmtp sends them in). That makes the output longer
+ *	than the input, by DELIVER_FILTER_GROW at most per call: more than one
+ *	such MAIL line in one write fails the filter (libesmtp writes its next
+ *	MAIL only after the reply to the last message's dot).
+ *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the
  *	stored message's size: exactly what goes out once the block is cut.
@@ -59,6 +69,8 @@
 #define DELIVER_FILTER_SENTINEL	"X-Idemrelay-Cut: 1\r\n"
 #define DELIVER_FILTER_BLOCK_MAX 4096	/* sentinel, Date:, From: <sender>, Message-Id: */
 #define DELIVER_FILTER_HOLD	16	/* the most bytes a reply line's start is held */
+#define DELIVER_FILTER_UTF8	" SMTPUTF8"
+#define DELIVER_FILTER_GROW	(sizeof(DELIVER_FILTER_UTF8) - 1)	/* <= HOLD */
 
 struct deliver_filter {
 	/* the server's replies */
@@ -76,10 +88,24 @@ struct deliver_filter {
 	ssize_t dot_end;		/* after deliver_filter_up(): offset just past a
 					 * final dot in its output; -1 if none */
 	char why[128];			/* why the filter failed; "" while it has not */
+	/* SMTPUTF8 */
+	int utf8_offered;		/* the server's EHLO reply listed SMTPUTF8 */
+	const unsigned char *mail_utf8;	/* not owned; per message: append SMTPUTF8 */
+	size_t n_mail_utf8;
+	unsigned mails;			/* MAIL FROM lines passed */
+	int cmd_mid;			/* inside a command line */
+	int cmd_match;			/* octets of "MAIL FROM:" matched; -1: not MAIL */
 };
 
 /* deliver_filter_init - a filter for a new connection */
 void deliver_filter_init(struct deliver_filter *f);
+
+/*
+ * deliver_filter_mail_utf8 - per message, in libesmtp's order: 1 to send
+ * its MAIL with SMTPUTF8 where offered. want stays the caller's, and must
+ * outlive the filter's use.
+ */
+void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n);
 
 /*
  * deliver_filter_down - the server's bytes as libesmtp gets them, in out
@@ -91,7 +117,8 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 size_t deliver_filter_down_end(struct deliver_filter *f, char *out);
 
 /*
- * deliver_filter_up - libesmtp's bytes as the server gets them, in place;
+ * deliver_filter_up - libesmtp's bytes as the server gets them, in place
+ * (buf has room for len + DELIVER_FILTER_HOLD: SMTPUTF8 may be added);
  * returns how many, or -1 when the filter has failed (why in f->why).
  * f->dot_end says where a message's final dot ended in them, if it did.
  */

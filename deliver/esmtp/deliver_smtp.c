@@ -57,6 +57,17 @@
  *	"message may be sent more than once") is the bridge's to say
  *	(UNACKED above).
  *
+ *	SMTPUTF8 (RFC 6531), which libesmtp 1.1.0 does not know: a message
+ *	submitted with it goes out with it where the upstream offers it (the
+ *	bridge's filter appends it to the MAIL line, deliver_filter.h). Where
+ *	the upstream does not, a message that needs it (a UTF-8 address in
+ *	the envelope, or UTF-8 in its header block) bounces 5.6.7, and one
+ *	that does not (all ASCII there) goes out without it, as Postfix does.
+ *	The monitor reads the EHLO reply; when it lacks SMTPUTF8 and the batch
+ *	holds a message that needs it, the bridge is cut before the next
+ *	command (nothing of any message was sent), those messages bounce, and
+ *	the rest of the batch is run again, as below for 8BITMIME.
+ *
  *	If the upstream does not offer 8BITMIME, libesmtp refuses the whole
  *	session when any message asks for BODY=8BITMIME; the batch is then
  *	run again without BODY= (the content is sent unchanged, as Postfix
@@ -155,6 +166,11 @@ struct xsess {
 	int body8;			/* pass BODY=8BITMIME on */
 	int any8;			/* some message asked for it */
 	int no8bit;			/* upstream said it has no 8BITMIME */
+	unsigned char *utf8_want;	/* owned, per message: declared SMTPUTF8 */
+	int utf8_needed;		/* some message needs SMTPUTF8 (xmsg_needs_utf8) */
+	int in_ehlo;			/* libesmtp wrote EHLO, its reply is being read */
+	int utf8_seen;			/* that reply listed SMTPUTF8 */
+	int no_utf8;			/* it did not, and utf8_needed: bridge cut */
 	int connected;			/* a session ran with relay below */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port" */
 	char host[256];			/* upstream host name of relay */
@@ -302,7 +318,7 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 		else if (x->state == XMSG_ENVELOPE || x->state == XMSG_CONTENT)
 			xmsg_enter(x, XMSG_REFUSED);
 		break;
-	case SMTP_EV_EXTNA_8BITMIME:
+	case SMTP_EV_EXTNA_8BITMIME:	/* EHLO is over when libesmtp says this */
 		xs->no8bit = 1;
 		break;
 	case SMTP_EV_EXTNA_DSN:
@@ -314,6 +330,36 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 		break;
 	}
 	va_end(ap);
+}
+
+/*
+ * xsess_ehlo_line - what libesmtp read of its EHLO reply: SMTPUTF8 listed?
+ * At the reply's last line, without it, a batch that needs it is cut
+ * before libesmtp writes anything more (no message started).
+ */
+static void xsess_ehlo_line(struct xsess *xs, const char *buf, int len)
+{
+	const char *p = buf, *end = buf + len, *nl;
+	size_t n;
+
+	for (; p < end; p = nl + 1) {
+		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
+			nl = end;
+		n = (size_t) (nl - p);
+		if (n > 0 && p[n - 1] == '\r')
+			n--;
+		if (n >= 12 && (p[3] == '-' || p[3] == ' ') && strncasecmp(p + 4, "SMTPUTF8", 8) == 0
+		    && (n == 12 || p[12] == ' '))
+			xs->utf8_seen = 1;
+		if (n < 4 || p[3] != '-') {
+			xs->in_ehlo = 0;	/* the last line */
+			if (strncmp(p, "250", 3) == 0 && !xs->utf8_seen && xs->utf8_needed) {
+				xs->no_utf8 = 1;
+				deliver_bridge_cut(xs->bridge);
+			}
+			return;
+		}
+	}
 }
 
 /*
@@ -337,6 +383,10 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
 		xsess_cut(xs);
 	}
+	if (writing == SMTP_CB_WRITING && buflen >= 5 && strncasecmp(buf, "EHLO ", 5) == 0)
+		xs->in_ehlo = 1;
+	else if (writing == SMTP_CB_READING && xs->in_ehlo)
+		xsess_ehlo_line(xs, buf, buflen);
 	if (writing == SMTP_CB_READING) {
 		while (end > 0 && (buf[end - 1] == '\r' || buf[end - 1] == '\n'))
 			end--;
@@ -390,6 +440,38 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 }
 
 /* xmsg_add - put one job into the session */
+/* ascii_only - no octet above 127 in p[0..len) */
+static int ascii_only(const char *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if ((unsigned char) p[i] >= 0x80)
+			return 0;
+	return 1;
+}
+
+/*
+ * xmsg_needs_utf8 - submitted with SMTPUTF8, and it matters: a UTF-8
+ * address in the envelope or UTF-8 in the header block (RFC 6531 section
+ * 3.2; what Postfix bounces 5.6.7 for when the next hop lacks SMTPUTF8)
+ */
+static int xmsg_needs_utf8(const struct store_msg *m)
+{
+	const char *eoh;
+	size_t i;
+
+	if (!m->smtputf8)
+		return 0;
+	if (!ascii_only(m->from, strlen(m->from)))
+		return 1;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (!ascii_only(m->rcpts[i].addr, strlen(m->rcpts[i].addr)))
+			return 1;
+	eoh = m->data ? memmem(m->data, m->data_len, "\r\n\r\n", 4) : NULL;
+	return m->data && !ascii_only(m->data, eoh ? (size_t) (eoh - m->data) : m->data_len);
+}
+
 static int xmsg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j)
 {
 	const struct store_msg *m = &j->m;
@@ -400,6 +482,8 @@ static int xmsg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j)
 	x->job = j;
 	x->state = XMSG_ENVELOPE;
 	x->sr = xcalloc(m->n_rcpts, sizeof(*x->sr));
+	xs->utf8_want[x - xs->msgs] = (unsigned char) (m->smtputf8 != 0);
+	xs->utf8_needed |= xmsg_needs_utf8(m);
 	if ((x->sm = smtp_add_message(xs->s)) == NULL)
 		return -1;
 	ok &= smtp_set_reverse_path(x->sm, m->from);
@@ -477,6 +561,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 		return -1;
 	}
 	xs->msgs = xcalloc(n, sizeof(*xs->msgs));
+	xs->utf8_want = xcalloc(n ? n : 1, 1);
 	xs->n = n;
 	if (c->hostname)
 		ok &= smtp_set_hostname(xs->s, c->hostname);
@@ -518,6 +603,8 @@ static void xsess_free(struct xsess *xs)
 	for (i = 0; xs->msgs && i < xs->n; i++)
 		free(xs->msgs[i].sr);
 	free(xs->msgs);
+	free(xs->utf8_want);
+	xs->utf8_want = NULL;
 	xs->s = NULL;
 	xs->auth = NULL;
 	xs->tls_ctx = NULL;
@@ -605,6 +692,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	xs->last_reply[0] = 0;
 	xs->ended[0] = 0;
 	xs->dots = 0;
+	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = 0;
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
 	(void) xsess_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
@@ -625,6 +713,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 			 c->upstream.tls_verify ? "Verified" : "Unverified",
 			 c->upstream.tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
 			 deliver_bridge_tls(xs->bridge));
+	deliver_bridge_mail_utf8(xs->bridge, xs->utf8_want, xs->n);
 	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge))) {
 		xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
 		return -1;
@@ -685,7 +774,7 @@ static int xsess_run(struct xsess *xs)
 			ran = smtp_start_session(xs->s);
 			xsess_end_bridge(xs);	/* libesmtp has hung up */
 			ERR_clear_error();
-			if (ran || xs->guard.cut) {
+			if (ran || xs->guard.cut || xs->no_utf8) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 c->upstream.hosts[h].host);
@@ -798,6 +887,28 @@ static void xmsg_collect(struct xmsg *x)
 	}
 }
 
+/*
+ * utf8_bounce - the upstream lacks SMTPUTF8: bounce the jobs that need it
+ * (as Postfix words it), keep the others in jobs; how many are left
+ */
+static size_t utf8_bounce(struct deliver_job **jobs, size_t n, const char *relay)
+{
+	char why[DELIVER_REPLY_MAX];
+	size_t i, k = 0;
+
+	snprintf(why, sizeof(why), "SMTPUTF8 is required, but was not offered by host %s",
+		 relay);
+	for (i = 0; i < n; i++) {
+		if (!xmsg_needs_utf8(&jobs[i]->m)) {
+			jobs[k++] = jobs[i];
+			continue;
+		}
+		snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "%s", relay);
+		deliver_set_all(jobs[i], DELIVER_BOUNCED, "5.6.7", why);
+	}
+	return k;
+}
+
 /* deliver_smtp_batch - deliver a batch over one upstream connection */
 void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
@@ -805,22 +916,32 @@ void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 	int body8 = 1, round;
 	sigset_t block;
 	size_t i;
+	struct deliver_job **own = xmalloc((n ? n : 1) * sizeof(*own));
 
 	/* see xsess_broken_pipe(): SIGPIPE stays pending in this thread */
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
 
-	for (round = 0; round < 2; round++) {
+	memcpy(own, jobs, n * sizeof(*own));
+	jobs = own;		/* utf8_bounce() takes jobs out of it */
+	for (round = 0; round < 3 && n > 0; round++) {
 		if (xsess_init(&xs, d, jobs, n, body8) < 0 || xsess_run(&xs) < 0) {
 			for (i = 0; i < n; i++) {
 				snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
 				deliver_set_all(jobs[i], DELIVER_DEFERRED, xs.why_dsn, xs.why);
 			}
 			xsess_free(&xs);
-			return;
+			break;
 		}
-		if (round == 0 && xs.no8bit && xs.any8) {
+		if (xs.no_utf8) {
+			/* cut after EHLO: nothing was sent; bounce what needs it, go again */
+			msg_info("upstream %s does not offer SMTPUTF8", xs.relay);
+			n = utf8_bounce(jobs, n, xs.relay);
+			xsess_free(&xs);
+			continue;
+		}
+		if (xs.no8bit && xs.any8 && body8) {
 			/* libesmtp quit after EHLO: nothing was sent; go again without BODY= */
 			msg_warn("upstream %s does not offer 8BITMIME: sending 8-bit messages"
 				 " without BODY=8BITMIME", xs.relay);
@@ -831,6 +952,7 @@ void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 		for (i = 0; i < n; i++)
 			xmsg_collect(&xs.msgs[i]);
 		xsess_free(&xs);
-		return;
+		break;
 	}
+	free(own);
 }

@@ -1,11 +1,12 @@
 """SMTPUTF8 (RFC 6531-6533, SPEC section 6): UTF-8 addresses and headers, end to end."""
 
+import base64
 import email.message
 import os
 import smtplib
 
-from harness import (Raw, case, check, eq, expect_reply, make_msg, qid_of, render_conf,
-                     submit_ok)
+from harness import (Raw, case, check, check_relayed, eq, expect_reply, make_msg, qid_of,
+                     render_conf, submit_ok)
 from cases_ops import ctl, ctl_json
 
 U8_FROM = "用户@例子.测试"
@@ -155,3 +156,65 @@ def test_smtputf8_off(t):
         expect_reply(raw_cmd(c, "MAIL FROM:<%s>" % U8_FROM), 553, "5.6.7")
         expect_reply(raw_cmd(c, "MAIL FROM:<a@example.org>"), 250)
         expect_reply(raw_cmd(c, "RCPT TO:<%s>" % U8_TO), 553, "5.6.7")
+
+
+def sent_raw(d, mail, rcpts, msg, opts=("SMTPUTF8",)):
+    """sent_raw - one message over a raw socket, UTF-8 addresses as octets; the QID"""
+    with Raw(d.port) as c:
+        c.cmd("EHLO client.test")
+        expect_reply(raw_cmd(c, "MAIL FROM:<%s>%s" % (mail, "".join(" " + o for o in opts))),
+                     250, what="MAIL")
+        for r in rcpts:
+            expect_reply(raw_cmd(c, "RCPT TO:<%s>" % r), 250, what="RCPT")
+        expect_reply(raw_cmd(c, "DATA"), 354)
+        c.send(msg + b".\r\n")
+        return qid_of(expect_reply(c.reply(), 250, "2.0.0", "end of DATA"))
+
+
+@case()
+def test_smtputf8_upstream_offers(t):
+    """upstream offers SMTPUTF8: the MAIL carries it (libesmtp does not know it: the
+    bridge adds it), addresses and content pass unchanged; plain mail goes without it"""
+    sink = t.sink(smtputf8=True)
+    d = u8_daemon(t, sink)
+    msg = u8_msg("u8-up-1")
+    qid = sent_raw(d, U8_FROM, [U8_TO], msg)
+    plain = submit_ok(d.port, "a@example.com", make_msg(key="u8-up-plain"))
+    recs = sink.wait_count(2)
+    by_key = {r["mail_from"] != "sender@example.org": r for r in recs}
+    rec = by_key[True]
+    eq(u8(rec["mail_from"]), U8_FROM, "UTF-8 sender upstream")
+    eq([u8(a) for a in rec["to"]], [U8_TO], "UTF-8 recipient upstream")
+    check("SMTPUTF8" in [p.upper() for p in rec["mail_params"]],
+          "MAIL upstream has SMTPUTF8: %r" % rec["mail_params"])
+    check_relayed(base64.b64decode(rec["data_b64"]), msg, qid)
+    eq([p for p in by_key[False]["mail_params"] if p.upper() == "SMTPUTF8"], [],
+       "plain message sent without SMTPUTF8")
+    d.wait_log(qid, "status=sent")
+    d.wait_log(plain, "status=sent")
+
+
+@case()
+def test_smtputf8_upstream_lacks_it(t):
+    """upstream without SMTPUTF8: a UTF-8 envelope or header bounces 5.6.7 with a DSN;
+    a declared but all-ASCII message goes without SMTPUTF8 (Postfix's behaviour)"""
+    sink = t.sink()
+    d = u8_daemon(t, sink)
+    q_env = sent_raw(d, "s@example.org", [U8_TO], make_msg(key="u8-lack-env"))
+    q_hdr = sent_raw(d, "s@example.org", ["b@example.com"],
+                     u8_msg("u8-lack-hdr", frm="s@example.org", to="b@example.com"))
+    q_ok = sent_raw(d, "s@example.org", ["b@example.com"], make_msg(key="u8-lack-ascii"))
+    for q in (q_env, q_hdr):
+        line = d.wait_log(q, "status=bounced")[0]
+        check("dsn=5.6.7" in line and "SMTPUTF8 is required, but was not offered" in line,
+              "bounce line: %r" % line)
+    d.wait_log(q_ok, "status=sent")
+    recs = sink.wait_count(3)      # q_ok and the two DSNs to s@example.org
+    ok = [r for r in recs if r["mail_from"] == "s@example.org"]
+    eq(len(ok), 1, "only the ASCII message went upstream")
+    eq([p for p in ok[0]["mail_params"] if p.upper() == "SMTPUTF8"], [], "sent without SMTPUTF8")
+    dsns = [r for r in recs if r["mail_from"] == ""]
+    eq(len(dsns), 2, "two DSNs to the sender")
+    for r in dsns:
+        data = base64.b64decode(r["data_b64"])
+        check(b"5.6.7" in data, "DSN names 5.6.7: %r" % data[:800])

@@ -88,7 +88,9 @@ FAULTS
     atomically by the tests) may also say "greeting": 421 to refuse new
     connections with "421 4.3.2", and "chunking": true to offer CHUNKING
     (RFC 3030) in EHLO and take BDAT; records then say "via": "BDAT"
-    for a message that came that way ("DATA" otherwise). "rcvbuf": N sets
+    for a message that came that way ("DATA" otherwise); "smtputf8": true
+    offers SMTPUTF8 (the sink takes any MAIL parameter either way, so the
+    records' mail_params show what was sent). "rcvbuf": N sets
     SO_RCVBUF on the listening socket, for connections from then on (read
     at start and whenever the file changes): a small receive window, so
     that what reset-after-N leaves unread stays unacknowledged in the
@@ -446,6 +448,8 @@ class Conn:
             lines.append("250-AUTH PLAIN LOGIN")
         if self.sink.control.get("chunking"):
             lines.append("250-CHUNKING")
+        if self.sink.control.get("smtputf8"):
+            lines.append("250-SMTPUTF8")
         lines.append("250 ENHANCEDSTATUSCODES")
         await self.reply("\r\n".join(lines))
 

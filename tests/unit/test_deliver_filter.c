@@ -206,6 +206,81 @@ static void test_up(void **state)
 		each_way(&up_cases[i], strlen(up_cases[i].in), up_check);
 }
 
+/* ---------------------------------------------------------------- SMTPUTF8 */
+
+#define EHLO_U8	"250-sink\r\n250-PIPELINING\r\n250-SMTPUTF8\r\n250 8BITMIME\r\n"
+#define EHLO_NO	"250-sink\r\n250-PIPELINING\r\n250 8BITMIME\r\n"
+#define U8	"\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95"
+
+struct utf8_case {
+	const char *name;
+	const char *ehlo;		/* the server's EHLO reply, fed first */
+	const char *want_flags;		/* per message: '1' SMTPUTF8 wanted */
+	const char *in;			/* libesmtp's commands */
+	const char *want;
+};
+
+static const struct utf8_case utf8_cases[] = {
+	{ "offered, wanted", EHLO_U8, "1", "MAIL FROM:<" U8 "> SIZE=10\r\nRCPT TO:<" U8 ">\r\nDATA\r\n",
+	  "MAIL FROM:<" U8 "> SIZE=10 SMTPUTF8\r\nRCPT TO:<" U8 ">\r\nDATA\r\n" },
+	{ "offered, not wanted", EHLO_U8, "0", "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\n",
+	  "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\n" },
+	{ "not offered", EHLO_NO, "1", "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\n",
+	  "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\n" },
+	{ "the second message", EHLO_U8, "01", "MAIL FROM:<a@b>\r\nRSET\r\nMAIL FROM:<c@d>\r\n",
+	  "MAIL FROM:<a@b>\r\nRSET\r\nMAIL FROM:<c@d> SMTPUTF8\r\n" },
+	{ "lower case, bare LF", "250-sink\n250 smtputf8\n", "1", "MAIL FROM:<a@b>\n",
+	  "MAIL FROM:<a@b> SMTPUTF8\n" },
+	{ "SMTPUTF8X is another word", "250-SMTPUTF8X\r\n250 ok\r\n", "1", "MAIL FROM:<a@b>\r\n",
+	  "MAIL FROM:<a@b>\r\n" },
+	{ "MAIL FROM only at a line's start", EHLO_U8, "1",
+	  "XMAIL FROM:<a@b>\r\nRCPT TO:<MAIL FROM:x@y>\r\n",
+	  "XMAIL FROM:<a@b>\r\nRCPT TO:<MAIL FROM:x@y>\r\n" },
+	{ "more messages than flags", EHLO_U8, "", "MAIL FROM:<a@b>\r\n", "MAIL FROM:<a@b>\r\n" },
+};
+
+/* utf8_check - one row, one way of feeding libesmtp's side */
+static void utf8_check(const void *row, size_t first, size_t step)
+{
+	const struct utf8_case *c = row;
+	unsigned char want[8];
+	struct deliver_filter f;
+	char out[OUT_MAX];
+	size_t i, nf = strlen(c->want_flags);
+	ssize_t n;
+
+	for (i = 0; i < nf; i++)
+		want[i] = c->want_flags[i] == '1';
+	deliver_filter_init(&f);
+	deliver_filter_mail_utf8(&f, want, nf);
+	down_feed(&f, c->ehlo, strlen(c->ehlo), 0, 0, out);
+	n = up_feed(&f, c->in, strlen(c->in), first, step, out);
+	if (n < 0 || (size_t) n != strlen(c->want) || memcmp(out, c->want, (size_t) n) != 0)
+		fail_msg("%s (first %zu, step %zu): got %s\"%s\", want \"%s\"", c->name, first,
+			 step, n < 0 ? "refused: " : "", n < 0 ? f.why : esc(out, (size_t) n),
+			 esc(c->want, strlen(c->want)));
+}
+
+static void test_smtputf8(void **state)
+{
+	static const unsigned char both[2] = {1, 1};
+	struct deliver_filter f;
+	char out[OUT_MAX];
+	size_t i;
+	static const char two[] = "MAIL FROM:<a@b>\r\nRSET\r\nMAIL FROM:<c@d>\r\n";
+
+	(void) state;
+	for (i = 0; i < N(utf8_cases); i++)
+		each_way(&utf8_cases[i], strlen(utf8_cases[i].in), utf8_check);
+	/* two MAIL lines to mark in one write: more than the room there is */
+	deliver_filter_init(&f);
+	deliver_filter_mail_utf8(&f, both, 2);
+	down_feed(&f, EHLO_U8, strlen(EHLO_U8), 0, 0, out);
+	memcpy(out, two, sizeof(two) - 1);
+	assert_int_equal(deliver_filter_up(&f, out, sizeof(two) - 1), -1);
+	assert_true(f.why[0] != 0);
+}
+
 /* a go-ahead in the middle of the block: the server is off script */
 static void test_go_ahead_mid_block(void **state)
 {
@@ -387,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_go_ahead_mid_block),
 		cmocka_unit_test(test_two_messages),
 		cmocka_unit_test(test_final_dot),
+		cmocka_unit_test(test_smtputf8),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -912,7 +912,7 @@ static void test_shutdown_while_waiting(void **state)
 #define EHLO_U8	EHLO_HEAD "250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250-DSN\r\n" \
 		"250-CHUNKING\r\n250 SMTPUTF8\r\n"
 #define U8FROM	"\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95"
-#define U8TO	"\xc3\xa9l\xc3\xa8ve@\xc3\xa9cole.example"
+#define U8TO	"\xc3\xa9l\xc3\xa8ve@\xc3\xa9" "cole.example"
 #define U8SUBJ	"Subject: \xe4\xbd\xa0\xe5\xa5\xbd\r\n\r\nbody\r\n"
 #define NEED_U8F "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 sender address\r\n"
 #define NEED_U8T "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address\r\n"
