@@ -4,7 +4,7 @@
  * SUMMARY
  *	look at and act on idemrelay's queue, keys and stories
  * SYNOPSIS
- *	idemrelayctl [-c config] [--json] [-u user] command [argument]
+ *	idemrelayctl [-c config] [--json] [-u user] [--force|--drop] command [argument]
  * DESCRIPTION
  *	Reads the configuration the daemon reads (with no -c, the embedded
  *	default), then:
@@ -19,7 +19,11 @@
  *	retry QID	one message is attempted now
  *	drop QID	the message leaves the queue, never delivered
  *	forget KEY	the key's claims are deleted: its next submission
- *			is a new message (-u: only that AUTH user's)
+ *			is a new message (-u: only that AUTH user's). While
+ *			a message of the key is still queued it is refused
+ *			(the resubmission would be delivered as well as the
+ *			queued copy) unless --drop (the copy is dropped too)
+ *			or --force (forgotten anyway)
  *
  *	queue, show and stats read the LMDB store directly, read-only, so
  *	they work whether or not the daemon runs. flush and retry need the
@@ -65,7 +69,9 @@ static void usage(int rc)
 		"  flush            attempt every deferred message now (daemon)\n"
 		"  retry QID        attempt one message now (daemon)\n"
 		"  drop QID         remove a message from the queue\n"
-		"  forget KEY       delete a key's claims: its next submission is new\n");
+		"  forget KEY       delete a key's claims: its next submission is new;\n"
+		"                   refused while its message is queued, unless\n"
+		"                   --drop (drop it too) or --force (forget anyway)\n");
 	exit(rc);
 }
 
@@ -299,16 +305,46 @@ static int cmd_drop(struct ctl *x, const char *qid)
 	return 0;
 }
 
-/* forget_offline - forget on the store itself; the reply as the daemon would give it */
-static void forget_offline(struct ctl *x, uint8_t (*h)[STORE_HASH_LEN], size_t n,
-			   struct buf *reply)
+/* forget_list - a set of QIDs as a JSON list's items */
+static void forget_list(struct buf *b, char (*q)[STORE_QID_SIZE], size_t n)
 {
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		buf_printf(b, "%s\"%s\"", i ? "," : "", q[i]);
+}
+
+/*
+ * forget_offline - forget on the store itself, with the daemon's rules for
+ * queued messages (daemon/control.c do_forget); the reply as it would give it
+ */
+static void forget_offline(struct ctl *x, uint8_t (*h)[STORE_HASH_LEN], size_t n,
+			   const char *mode, struct buf *reply)
+{
+	char (*queued)[STORE_QID_SIZE] = NULL, (*q)[STORE_QID_SIZE];
 	struct store_forget f;
-	size_t i, j, claims = 0, n_qids = 0;
-	struct buf qids = BUF_INIT;
+	size_t i, j, claims = 0, n_qids = 0, nq = 0, m;
+	struct buf qids = BUF_INIT, qlist = BUF_INIT;
 	int err;
 
 	store_rw(x);
+	for (i = 0; i < n; i++) {
+		if ((err = store_key_queued(x->st, h[i], x->user, &q, &m)) != 0)
+			ctl_fail(x, "cannot forget: %s", store_strerror(err));
+		queued = xrealloc(queued, (nq + m + 1) * sizeof(*queued));
+		memcpy(queued + nq, q, m * sizeof(*q));
+		nq += m;
+		free(q);
+	}
+	forget_list(&qlist, queued, nq);
+	if (nq && mode == NULL) {
+		buf_printf(reply, "{\"ok\":false,\"error\":\"still queued\",\"queued\":[%s]}",
+			   qlist.data);
+		goto done;
+	}
+	for (i = 0; mode && strcmp(mode, "--drop") == 0 && i < nq; i++)
+		if ((err = store_msg_drop(x->st, queued[i])) != 0 && err != STORE_ENOTFOUND)
+			ctl_fail(x, "cannot drop %s: %s", queued[i], store_strerror(err));
 	for (i = 0; i < n; i++) {
 		if ((err = store_key_forget(x->st, h[i], x->user, x->now, &f)) == STORE_ENOTFOUND)
 			continue;
@@ -322,37 +358,77 @@ static void forget_offline(struct ctl *x, uint8_t (*h)[STORE_HASH_LEN], size_t n
 	if (n_qids == 0)
 		buf_printf(reply, "{\"ok\":false,\"error\":\"unknown key\"}");
 	else
-		buf_printf(reply, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"offline\":true}",
-			   claims, qids.data);
+		buf_printf(reply, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"%s\":[%s],"
+			   "\"offline\":true}", claims, qids.data,
+			   mode && strcmp(mode, "--drop") == 0 ? "dropped" : "queued",
+			   qlist.data ? qlist.data : "");
+done:
+	free(queued);
 	buf_free(&qids);
+	buf_free(&qlist);
 }
 
-/* cmd_forget - delete a key's claims */
-static int cmd_forget(struct ctl *x, const char *key)
+/* print_qids - a reply's list of QIDs, space-separated, after a label */
+static void print_qids(const char *reply, const char *name, const char *label)
+{
+	const char *p, *q;
+	size_t len;
+
+	if (json_get(reply, name, &p, &len) != 0 || len <= 2)
+		return;
+	printf("%s", label);
+	for (q = p; q < p + len; q++)
+		if (*q != '[' && *q != ']' && *q != '"')
+			putchar(*q == ',' ? ' ' : *q);
+	printf("\n");
+}
+
+/*
+ * cmd_forget - delete a key's claims. mode NULL: refused while a message
+ * of the key is queued (a resubmission would be queued and delivered as
+ * well); "--force": forgotten anyway; "--drop": that message dropped too.
+ */
+static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 {
 	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
 	char hex[2 * HASH_LEN + 1], why[512], err[1024];
-	struct buf reply = BUF_INIT, line = BUF_INIT;
-	const char *p, *q;
+	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
+	const char *p;
 	size_t n = ctl_key_hashes(key, h), i, len;
 	long long claims = 0;
 	int ok = 0;
 
-	if (x->user && strchr(x->user, ' '))
+	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
-	buf_printf(&line, "forget %s", x->user ? x->user : "-");
+	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",
+		   x->user ? x->user : "-");
 	for (i = 0; i < n; i++) {
 		hash_hex(h[i], hex);
 		buf_printf(&line, " %s", hex);
 	}
 	if (ctl_request(x, line.data, &reply, why, sizeof(why)) != 0)
-		forget_offline(x, h, n, &reply);
+		forget_offline(x, h, n, mode, &reply);
 	if (json_get_bool(reply.data, "ok", &ok) != 0 || !ok) {
 		if (json_get_str(reply.data, "error", err, sizeof(err)) != 0)
 			snprintf(err, sizeof(err), "%.200s", reply.data);
 		if (strncmp(err, "unknown key", 11) == 0)
 			ctl_fail(x, "unknown key %s%s%s", key, x->user ? " for user " : "",
 				 x->user ? x->user : "");
+		if (strcmp(err, "still queued") == 0 && x->json) {
+			printf("%s\n", reply.data);	/* with "queued": [QIDs], for scripts */
+			exit(1);
+		}
+		if (strcmp(err, "still queued") == 0 && json_get(reply.data, "queued", &p, &len) == 0) {
+			for (i = 0; i < len; i++)
+				if (p[i] != '[' && p[i] != ']' && p[i] != '"')
+					buf_putc(&ql, p[i] == ',' ? ' ' : p[i]);
+			ctl_fail(x, "%s: not forgotten: its message %s is still queued. Forgetting the "
+				 "key now would let the next submission queue a second copy, and "
+				 "both would be delivered. Wait until it has left the queue "
+				 "(idemrelayctl show %s), or add --drop to drop the queued copy "
+				 "too, or --force to forget anyway (the queued copy is still "
+				 "delivered)", key, ql.data, key);
+		}
 		ctl_fail(x, "%s", err);
 	}
 	json_get_int(reply.data, "claims", &claims);
@@ -361,16 +437,13 @@ static int cmd_forget(struct ctl *x, const char *key)
 	} else {
 		printf("%s: %lld claim%s deleted; its next submission is a new message\n", key,
 		       claims, claims == 1 ? "" : "s");
-		if (json_get(reply.data, "qids", &p, &len) == 0) {
-			printf("  messages: ");
-			for (q = p; q < p + len; q++)
-				if (*q != '[' && *q != ']' && *q != '"')
-					putchar(*q == ',' ? ' ' : *q);
-			printf("\n");
-		}
+		print_qids(reply.data, "qids", "  messages: ");
+		print_qids(reply.data, "dropped", "  dropped from the queue: ");
+		print_qids(reply.data, "queued", "  still queued, and still to be delivered: ");
 	}
 	buf_free(&reply);
 	buf_free(&line);
+	buf_free(&ql);
 	return 0;
 }
 
@@ -380,11 +453,13 @@ int main(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "user", required_argument, NULL, 'u' },
+		{ "force", no_argument, NULL, 'F' },
+		{ "drop", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct ctl x;
-	const char *path = NULL, *cmd, *arg;
+	const char *path = NULL, *cmd, *arg, *forget_mode = NULL;
 	char err[512];
 	int ch, rc, nargs;
 
@@ -400,6 +475,12 @@ int main(int argc, char **argv)
 		case 'u':
 			x.user = optarg;
 			break;
+		case 'F':
+		case 'D':
+			if (forget_mode)
+				usage(2);
+			forget_mode = ch == 'F' ? "--force" : "--drop";
+			break;
 		case 'h':
 			usage(0);
 		default:
@@ -411,6 +492,8 @@ int main(int argc, char **argv)
 	cmd = argv[optind];
 	arg = optind + 1 < argc ? argv[optind + 1] : NULL;
 	nargs = argc - optind - 1;
+	if (forget_mode && strcmp(cmd, "forget") != 0)
+		usage(2);
 	log_setup("idemrelayctl", 0, LOG_LEVEL_ERROR);
 	if (conf_load(&x.cf, path, err, sizeof(err)) < 0)
 		ctl_fail(&x, "%s", err);
@@ -429,7 +512,7 @@ int main(int argc, char **argv)
 	else if (strcmp(cmd, "drop") == 0 && nargs == 1)
 		rc = cmd_drop(&x, arg);
 	else if (strcmp(cmd, "forget") == 0 && nargs == 1)
-		rc = cmd_forget(&x, arg);
+		rc = cmd_forget(&x, arg, forget_mode);
 	else
 		usage(2);
 	store_close(x.st);

@@ -242,9 +242,12 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
 	printf("  sender      <%s>%s%s, %zu bytes%s\n", s->m.from, s->m.envid ? ", envid " : "",
 	       s->m.envid ? s->m.envid : "", s->m.data_len, s->m.smtputf8 ? ", SMTPUTF8" : "");
-	printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
-	if (s->forgotten)
-		printf(" (forgotten by the operator %s)", fmt_time(t, sizeof(t), s->forgotten));
+	/* forgotten: no claim answers for it any more, whatever it was */
+	if (s->has_key && s->forgotten)
+		printf("  key         yes, but forgotten by the operator %s: its duplicates are "
+		       "new messages", fmt_time(t, sizeof(t), s->forgotten));
+	else
+		printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
 	printf("\n  duplicates  %u answered with this QID", s->duplicates);
 	if (s->mismatches)
 		printf(", %u refused as other content under its key", s->mismatches);

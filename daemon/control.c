@@ -162,50 +162,123 @@ static int hex_hash(const char *s, uint8_t out[STORE_HASH_LEN])
 	return 0;
 }
 
-/* do_forget - delete the claims filed under each key hash given */
+/* how forget treats a key whose message is still queued */
+enum forget_mode {
+	FORGET_REFUSE,			/* say so, forget nothing */
+	FORGET_FORCE,			/* forget; the queued copy is still delivered */
+	FORGET_DROP,			/* drop the queued copy, then forget */
+};
+
+/* forget_queued - the keys' messages still queued: a set, and as a JSON list */
+static int forget_queued(struct control *ctl, char **hashes, size_t n, const char *user,
+			 struct buf *list, char (**qids)[STORE_QID_SIZE], size_t *nq)
+{
+	char (*q)[STORE_QID_SIZE];
+	uint8_t hash[STORE_HASH_LEN];
+	size_t i, j, k, m;
+	int err;
+
+	for (i = 0; i < n; i++) {
+		if (hex_hash(hashes[i], hash) != 0)
+			return STORE_EINVAL;
+		if ((err = store_key_queued(ctl->st, hash, user, &q, &m)) != 0)
+			return err;
+		for (j = 0; j < m; j++) {
+			for (k = 0; k < *nq && strcmp((*qids)[k], q[j]) != 0; k++)
+				;
+			if (k < *nq)
+				continue;
+			*qids = xrealloc(*qids, (*nq + 1) * sizeof(**qids));
+			strcpy((*qids)[(*nq)++], q[j]);
+			buf_printf(list, "%s\"%s\"", *nq > 1 ? "," : "", q[j]);
+		}
+		free(q);
+	}
+	return 0;
+}
+
+/*
+ * do_forget - delete the claims filed under each key hash given. A key
+ * whose message is still queued is refused unless --force (its copy is
+ * still delivered, and so is the next submission) or --drop (the copy
+ * leaves the queue first): forgetting it silently made two deliveries.
+ */
 static void do_forget(struct control *ctl, char *args, struct buf *out)
 {
-	char *save = NULL, *user = strtok_r(args, " ", &save), *h;
+	char *save = NULL, *user = strtok_r(args, " ", &save), *h, *hashes[16];
+	char (*queued)[STORE_QID_SIZE] = NULL;
 	uint8_t hash[STORE_HASH_LEN];
 	struct store_forget f;
-	struct buf qids = BUF_INIT;
-	size_t claims = 0, n_qids = 0, i;
+	struct buf qids = BUF_INIT, qlist = BUF_INIT;
+	size_t claims = 0, n_qids = 0, nh = 0, nq = 0, i, j;
+	enum forget_mode mode = FORGET_REFUSE;
 	int err, any = 0;
 
-	if (user == NULL || (h = strtok_r(NULL, " ", &save)) == NULL) {
-		reply_error(out, "usage: forget USER|- KEYHASH...");
+	if (user && strcmp(user, "--force") == 0)
+		mode = FORGET_FORCE;
+	else if (user && strcmp(user, "--drop") == 0)
+		mode = FORGET_DROP;
+	if (mode != FORGET_REFUSE)
+		user = strtok_r(NULL, " ", &save);
+	while (user && nh < sizeof(hashes) / sizeof(hashes[0])
+	       && (h = strtok_r(NULL, " ", &save)) != NULL)
+		hashes[nh++] = h;
+	if (user == NULL || nh == 0) {
+		reply_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
 		return;
 	}
 	if (strcmp(user, "-") == 0)
 		user = NULL;
-	for (; h; h = strtok_r(NULL, " ", &save)) {
-		if (hex_hash(h, hash) != 0) {
-			reply_error(out, "bad key hash %.80s", h);
-			buf_free(&qids);
-			return;
+	if ((err = forget_queued(ctl, hashes, nh, user, &qlist, &queued, &nq)) != 0) {
+		reply_error(out, err == STORE_EINVAL ? "bad key hash" : "cannot forget: %s",
+			    store_strerror(err));
+		goto done;
+	}
+	if (nq > 0 && mode == FORGET_REFUSE) {
+		buf_printf(out, "{\"ok\":false,\"error\":\"still queued\",\"queued\":[%s]}",
+			   qlist.data);
+		goto done;
+	}
+	for (i = 0; mode == FORGET_DROP && i < nq; i++) {
+		if (deliver_drop(ctl->dl, queued[i]) == 1) {
+			reply_error(out, "%s is being delivered right now; try again in a moment",
+				    queued[i]);
+			goto done;
 		}
+		if ((err = store_msg_drop(ctl->st, queued[i])) != 0 && err != STORE_ENOTFOUND) {
+			reply_error(out, "cannot drop %s: %s", queued[i], store_strerror(err));
+			goto done;
+		}
+		msg_info("%s: removed by the operator (idemrelayctl forget --drop)", queued[i]);
+	}
+	for (i = 0; i < nh; i++) {
+		(void) hex_hash(hashes[i], hash);
 		err = store_key_forget(ctl->st, hash, user, clock_us(), &f);
 		if (err == STORE_ENOTFOUND)
 			continue;
 		if (err != 0) {
 			reply_error(out, "cannot forget: %s", store_strerror(err));
-			buf_free(&qids);
-			return;
+			goto done;
 		}
 		any = 1;
 		claims += f.claims;
-		for (i = 0; i < f.n_qids; i++) {
-			msg_info("%s: key forgotten by the operator (idemrelayctl forget)", f.qids[i]);
-			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[i]);
+		for (j = 0; j < f.n_qids; j++) {
+			msg_info("%s: key forgotten by the operator (idemrelayctl forget%s)", f.qids[j],
+				 mode == FORGET_FORCE && nq ? " --force, while queued" : "");
+			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[j]);
 		}
 		store_forget_free(&f);
 	}
 	if (!any)
 		reply_error(out, "unknown key%s%s", user ? " for user " : "", user ? user : "");
 	else
-		buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s]}", claims,
-			   qids.data ? qids.data : "");
+		buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"%s\":[%s]}", claims,
+			   qids.data ? qids.data : "", mode == FORGET_DROP ? "dropped" : "queued",
+			   qlist.data ? qlist.data : "");
+done:
+	free(queued);
 	buf_free(&qids);
+	buf_free(&qlist);
 }
 
 /* do_count - duplicates answered with a QID: written plus pending */

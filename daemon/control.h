@@ -13,8 +13,12 @@
  *	    flush                 every deferred message due now
  *	    retry QID             one message due now
  *	    drop QID              out of the schedule and the spool
- *	    forget USER|- HEX...  delete the claims filed under these key
- *	                          index hashes (USER: only that AUTH user's)
+ *	    forget [--force|--drop] USER|- HEX...
+ *	                          delete the claims filed under these key
+ *	                          index hashes (USER: only that AUTH user's);
+ *	                          refused ("still queued", with "queued")
+ *	                          while a message of theirs is queued, unless
+ *	                          --force, or --drop (it is dropped first)
  *	    count QID             duplicates/mismatches answered with QID
  *	    stats                 the counters since start
  *

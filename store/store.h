@@ -235,6 +235,10 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out);
 void store_forget_free(struct store_forget *f);	/* NULL-safe */
 
+/* store_key_queued - the key's messages still queued (that user's): an owned array, maybe empty */
+int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
+
 /* store_hist_count - add answered duplicates and mismatches to stories, in one transaction */
 struct store_count {
 	char qid[STORE_QID_SIZE];

@@ -301,6 +301,33 @@ fail:
 	return err;
 }
 
+/*
+ * store_key_queued - the key's messages still in the queue (user non-NULL:
+ * that AUTH user's), whose claims a forget would leave them without
+ */
+int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	char (*all)[STORE_QID_SIZE] = NULL;
+	struct store_story s;
+	size_t na = 0, i;
+	int err;
+
+	*qids = NULL;
+	*n = 0;
+	if ((err = store_key_qids(st, keyhash, &all, &na)) != 0)
+		return err == STORE_ENOTFOUND ? 0 : err;
+	for (i = 0; i < na; i++) {
+		if (store_story_get(st, all[i], &s) != 0)
+			continue;
+		if (s.queued && (user == NULL || (s.m.user && strcmp(s.m.user, user) == 0)))
+			qid_add(qids, n, all[i]);
+		store_story_free(&s);
+	}
+	free(all);
+	return 0;
+}
+
 /* store_forget_free - release what store_key_forget() gave */
 void store_forget_free(struct store_forget *f)
 {

@@ -148,6 +148,7 @@ def test_ctl_forget_then_resubmit(t):
     msg = make_msg(key="ops-forget-1")
     q1 = submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg)
     sink.wait_count(1)
+    d.wait_log(q1, "removed")      # out of the queue: forget is refused before
     eq(submit_ok(d.port, ["fa@example.com", "fb@example.com"], msg), q1, "duplicate before")
 
     r = ctl(d, "-u", "nobody", "forget", "ops-forget-1", want=1)
@@ -175,6 +176,70 @@ def test_ctl_forget_then_resubmit(t):
     q3 = submit_ok(d.port, "fc@example.com", make_msg(msgid="<ops-3@example.org>"))
     eq([m["qid"] for m in ctl_json(d, "show", "<ops-3@example.org>")["messages"]], [q3],
        "show by Message-ID")
+
+
+@case()
+def test_ctl_forget_while_queued(t):
+    """forget KEY while its message is queued: refused, saying why and what to do;
+    --force forgets (both copies are then delivered, as said); --drop drops the
+    queued copy too (one delivery); show says the key was forgotten; the same
+    rules with no daemon running"""
+    sink = t.sink(default="tempfail")
+    d = ops_daemon(t, sink)
+    rc = ["wq@example.com"]
+
+    qa = submit_ok(d.port, rc, make_msg(key="ops-fq-a"))
+    d.wait_log(qa, "status=deferred")
+    r = ctl(d, "forget", "ops-fq-a", want=1)
+    for want in ("not forgotten", qa, "still queued", "second copy", "both would be delivered",
+                 "--drop", "--force"):
+        check(want in r.stderr, "refusal lacks %r: %r" % (want, r.stderr))
+    j = ctl_json(d, "forget", "ops-fq-a", want=1)
+    eq((j["error"], j["queued"]), ("still queued", [qa]), "--json refusal")
+    eq(submit_ok(d.port, rc, make_msg(key="ops-fq-a")), qa, "still a duplicate after refusal")
+    check("yes, claims answer its duplicates" in ctl(d, "show", qa).stdout, "show before")
+
+    # --drop: the queued copy goes, the key is forgotten, the next submission is new
+    r = ctl(d, "--drop", "forget", "ops-fq-a")
+    check("1 claim deleted" in r.stdout and "dropped from the queue: %s" % qa in r.stdout,
+          "--drop output: %r" % r.stdout)
+    d.wait_log(qa, "removed by the operator (idemrelayctl forget --drop)")
+    out = ctl(d, "show", qa).stdout
+    check("dropped" in out and "forgotten by the operator" in out
+          and "claims answer its duplicates" not in out, "show after --drop:\n" + out)
+
+    # --force: forgotten while queued; the old copy and the new one are both delivered
+    qb = submit_ok(d.port, rc, make_msg(key="ops-fq-b"))
+    d.wait_log(qb, "status=deferred")
+    j = ctl_json(d, "--force", "forget", "ops-fq-b")
+    eq((j["qids"], j["queued"]), ([qb], [qb]), "--force reply")
+    d.wait_log(qb, "key forgotten by the operator (idemrelayctl forget --force, while queued)")
+    out = ctl(d, "show", qb).stdout
+    check(out.startswith("%s: deferred" % qb) and "forgotten by the operator" in out
+          and "its duplicates are new messages" in out, "show after --force:\n" + out)
+    qb2 = submit_ok(d.port, rc, make_msg(key="ops-fq-b"))
+    check(qb2 != qb, "after --force the resubmission is new (%s, %s)" % (qb, qb2))
+    sink.control()
+    ctl(d, "flush")
+    recs = sink.wait_count(2, timeout=20)
+    time.sleep(1.5)
+    eq(len(sink.accepted()), 2, "--force: both copies delivered, --drop's copy not")
+    check(all(r["to"] == rc for r in recs), "recipients: %r" % [r["to"] for r in recs])
+
+    ctl(d, "forget", "ops-fq-c", want=1)        # unknown key: still 1
+    ctl(d, "--force", "--drop", "forget", "ops-fq-a", want=2)
+    ctl(d, "--force", "queue", want=2)
+
+    # no daemon: the same refusal, and --drop on the store itself
+    sink.control(default="tempfail")
+    qc = submit_ok(d.port, rc, make_msg(key="ops-fq-c"))
+    d.wait_log(qc, "status=deferred")
+    d.stop()
+    r = ctl(d, "forget", "ops-fq-c", want=1)
+    check("still queued" in r.stderr and qc in r.stderr, "offline refusal: %r" % r.stderr)
+    j = ctl_json(d, "--drop", "forget", "ops-fq-c")
+    eq((j["dropped"], j["offline"]), ([qc], True), "offline --drop reply")
+    check(qc not in ctl(d, "queue").stdout, "offline --drop left %s queued" % qc)
 
 
 @case()
