@@ -5,6 +5,9 @@ powerfs keeps every write in memory until the file is synced; a cut throws away
 what was not (tests/powerfs/powerfs.c says what it models). Clients retry each
 key until they get a 250, as SPEC asks of them, while the power goes at random
 moments; every 250 must survive with its QID and reach the sink exactly once.
+A failed sync must cost no 250 and the daemon must serve again by itself; and
+a commit whose sync failed but which the disk kept whole may come back at the
+next open only as one message under one QID, which a retry of its key gets.
 """
 
 import random
@@ -189,3 +192,59 @@ def test_failed_sync_under_load(t):
     check(load.refused.get(452, 0) >= 1, "no 452 was seen after a failed sync: %r" % load.refused)
     print("keys given up after a 452: %s" % load.abandoned)
     verify(t, d, sink, load)     # an abandoned key at the sink fails it: nobody got a 250
+
+
+@case(timeout=90)
+def test_failed_sync_kept_by_disk(t):
+    """The one case where a 452 is not the end of a message: its commit's
+    sync wrote everything yet failed, the disk died before the record could
+    be voided, and the daemon died before it could reopen. The next open
+    then replays the commit (it cannot be told from one whose meta page was
+    lost): the message is queued and delivered once, and a retry of its key
+    is answered 250 with its QID. Every 250 given before survives."""
+    fs = t.powerfs()
+    sink = t.sink()
+    d = t.daemon(sink, {"store": {"path": fs.mnt + "/store"}})
+    before = {}
+    for i in range(5):
+        key = "kept-%d" % i
+        before[key] = submit_ok(d.port, "kept@example.com",
+                                make_msg(key=key, subject="cut %s" % key, body="%s\r\n" % key))
+    sink.wait_count(5)
+    # quiet: every outcome recorded, so that the dying sync is the submission's
+    wait_until(lambda: len(d.log_lines(": removed")) >= 5, 15, "5 outcomes recorded")
+    time.sleep(0.5)
+    fs.die()
+    msg = make_msg(key="kept-failed", subject="cut kept-failed", body="kept-failed\r\n")
+    r = submit(d.port, "kept@example.com", msg)
+    eq(r.code, 452, "reply to the submission whose sync failed")
+    d.wait_log("cannot reopen after a failed sync")
+    r2 = submit(d.port, "kept@example.com", make_msg(key="kept-later", body="later\r\n"))
+    eq(r2.code, 452, "reply while the store cannot be reopened")
+    d.kill9()
+    fs.cut()
+    d.start(timeout=20)
+    dying = [l for l in fs.log().splitlines() if "written but failed" in l]
+    check(dying, "powerfs did not fail a sync: %r" % fs.log())
+    time.sleep(2)
+    kept = [rec for rec in sink.accepted() if b"kept-failed" in rec["data"]]
+    r = submit(d.port, "kept@example.com", msg)
+    eq(r.code, 250, "a retry of the failed key")
+    if kept:                # the failed commit was replayed: SPEC's one exception
+        print("the failed commit was replayed and its message delivered")
+        eq(len(kept), 1, "copies of the message whose commit failed")
+        eq(r.qid, received_qids(kept[0]["data"])[0], "QID a retry of the failed key gets")
+        check("(duplicate)" in r.text, "the retry is answered as a duplicate: %r" % r.text)
+    else:                   # another sync took the failure: the message was never kept
+        print("the dying sync was not the submission's: nothing to replay")
+        sink.wait_count(6, timeout=20, what="the retried message upstream")
+    for key, q in before.items():
+        eq(submit_ok(d.port, "kept@example.com",
+                     make_msg(key=key, subject="cut %s" % key, body="%s\r\n" % key)), q,
+           "QID of %s after the dead disk and the cut" % key)
+    time.sleep(2)
+    eq(len([rec for rec in sink.accepted() if b"kept-failed" in rec["data"]]), 1,
+       "copies of the failed message after its retry")
+    eq(len(sink.accepted()), 6, "messages upstream")
+    check(not any(b"kept-later" in rec["data"] for rec in sink.accepted()),
+          "a submission refused while the store was broken reached the sink")

@@ -483,6 +483,11 @@ class PowerFS:
     def fail_next_sync(self):
         os.kill(self.proc.pid, signal.SIGUSR1)
 
+    def die(self):
+        """die - the next sync writes its data yet fails, and every later one
+        fails, until cut()"""
+        os.kill(self.proc.pid, signal.SIGUSR2)
+
     def log(self):
         return read_text(self.log_path)
 

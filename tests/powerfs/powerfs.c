@@ -28,6 +28,12 @@
  *	As with Linux's errseq, every descriptor of the file that was open
  *	at the failure reports EIO at its next sync, once.
  *
+ *	SIGUSR2 makes the disk die: the next sync writes its data (the disk
+ *	has it) but still returns EIO, and every later sync of any file
+ *	fails as above, writing nothing, until this powerfs is gone (a cut).
+ *	So a commit can fail and yet be on the disk, whole, and nothing
+ *	written after it, such as a void of its redo record, gets there.
+ *
  *	What it models: lost unsynced data and sizes of regular files,
  *	whatever their writes' order; a failed sync and what it drops.
  *	What it does not: directory operations (create, unlink, rename,
@@ -90,6 +96,8 @@ static int root_fd = -1;
 static struct node *nodes;		/* under lock */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile sig_atomic_t fail_next;	/* SIGUSR1 */
+static volatile sig_atomic_t die_next;	/* SIGUSR2 */
+static int dead;			/* under lock: every sync fails */
 
 /* rel - a FUSE path as one relative to the backing root */
 static const char *rel(const char *path)
@@ -438,12 +446,23 @@ static int pfs_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 		return 0;
 	pthread_mutex_lock(&lock);
 	n = node_get(path, h->fd);
-	if (fail_next) {
+	if (die_next) {				/* written, and yet reported failed */
+		die_next = 0;
+		dead = 1;
+		rc = node_sync(n, h->fd);
+		n->errseq++;
+		h->seen = n->errseq;
+		pthread_mutex_unlock(&lock);
+		fprintf(stderr, "powerfs: %s: sync written but failed on command: the disk is dead"
+			" from now on (rc %d)\n", path, rc);
+		return -EIO;
+	}
+	if (fail_next || dead) {
 		fail_next = 0;
 		n->errseq++;
 		node_drop_pages(n, h->fd);
 		pthread_mutex_unlock(&lock);
-		fprintf(stderr, "powerfs: %s: sync failed on command: unsynced data dropped\n", path);
+		fprintf(stderr, "powerfs: %s: sync failed: unsynced data dropped\n", path);
 		invalidate(path);
 		h->seen = n->errseq;
 		return -EIO;
@@ -602,11 +621,13 @@ static const struct fuse_operations ops = {
 	.utimens = pfs_utimens,
 };
 
-/* on_usr1 - arm a failed sync */
-static void on_usr1(int sig)
+/* on_signal - SIGUSR1 arms a failed sync, SIGUSR2 a dying disk */
+static void on_signal(int sig)
 {
-	(void) sig;
-	fail_next = 1;
+	if (sig == SIGUSR1)
+		fail_next = 1;
+	else
+		die_next = 1;
 }
 
 int main(int argc, char **argv)
@@ -623,9 +644,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_usr1;
+	sa.sa_handler = on_signal;
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR2, &sa, NULL);
 	fargv[4] = argv[2];
 	return fuse_main(5, fargv, &ops, NULL);
 }
