@@ -195,7 +195,13 @@ lint-man:
 
 test: lint-man
 
-.PHONY: install install-systemd uninstall lint-man
+# The Debian package (debian/): built from a copy of the tree in a
+# temporary directory, checked with lintian, installed, run and purged on
+# this machine. Needs root; see tests/deb/deb-test.sh.
+deb-test:
+	tests/deb/deb-test.sh
+
+.PHONY: install install-systemd uninstall lint-man deb-test
 
 # Benchmarks against Postfix (issue 4), not part of `make test`: see
 # BENCHMARKS.md. The load generator is libc only, always at -O2; fill
