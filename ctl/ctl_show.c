@@ -74,14 +74,15 @@ static const char *fmt_dur(char *out, size_t len, int64_t us)
 	return out;
 }
 
-/* fmt_time - local time for people */
+/* fmt_time - UTC in ISO 8601 with its Z, as --json writes it: the
+ * same in every TZ, so two operators (or a log and a ticket) agree */
 static const char *fmt_time(char *out, size_t len, int64_t us)
 {
 	time_t t = (time_t) (us / US);
 	struct tm tm;
 
-	localtime_r(&t, &tm);
-	strftime(out, len, "%Y-%m-%d %H:%M:%S", &tm);
+	gmtime_r(&t, &tm);
+	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	return out;
 }
 
@@ -145,9 +146,9 @@ static int queue_cb(void *arg, const struct store_msg *m)
 		buf_putc(&a->out, '}');
 	} else {
 		if (a->n == 0)
-			printf("%-20s %9s  %-19s  %-8s  %8s  %s\n", "QID", "Size", "Arrival", "State",
-			       "Attempts", "Next");
-		printf("%-20s %9zu  %-19s  %-8s  %8d  %s\n", m->qid, m->data_len,
+			printf("%-20s %9s  %-20s  %-8s  %8s  %s\n", "QID", "Size", "Arrival",
+			       "State", "Attempts", "Next");
+		printf("%-20s %9zu  %-20s  %-8s  %8d  %s\n", m->qid, m->data_len,
 		       fmt_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
 		       fmt_next(n, sizeof(n), m->next_attempt, a->x->now));
 		printf("    from=<%s>\n", m->from);

@@ -24,10 +24,10 @@ def ops_daemon(t, sink, extra=None):
     return t.daemon(sink, conf)
 
 
-def ctl(d, *args, want=0, conf=None):
+def ctl(d, *args, want=0, conf=None, env=None):
     """ctl - run idemrelayctl on the daemon's config; check the exit status"""
     check(os.access(CTL, os.X_OK), "%s is missing: run make first" % CTL)
-    r = run([CTL, "-c", conf or d.conf_path] + list(args))
+    r = run([CTL, "-c", conf or d.conf_path] + list(args), env=env)
     check(r.returncode == want, "idemrelayctl %s: exit %d, want %d\nstdout: %s\nstderr: %s"
           % (" ".join(args), r.returncode, want, r.stdout, r.stderr))
     return r
@@ -82,6 +82,14 @@ def test_ctl_queue_show_flush(t):
     by_qid = ctl_json(d, "show", qid)["messages"]
     by_key = ctl_json(d, "show", "ops-flush-1")["messages"]
     eq([x["qid"] for x in by_key], [qid], "show KEY finds the message")
+    # Times for people are UTC with their Z, the JSON's own, whatever TZ says.
+    accepted = by_qid[0]["accepted"]
+    check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", accepted or ""),
+          "--json accepted: %r" % accepted)
+    for args in (["show", qid], ["queue"]):
+        out = ctl(d, *args, env=dict(os.environ, TZ="EST+5")).stdout
+        check(accepted in out, "idemrelayctl %s with TZ=EST+5 does not give the arrival as %s:\n%s"
+              % (" ".join(args), accepted, out))
     s = by_qid[0]
     eq((s["qid"], s["state"], s["queued"], s["key"], s["duplicates"], s["attempts"]),
        (qid, "deferred", True, True, 1, 1), "story while deferred")
