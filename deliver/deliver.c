@@ -211,6 +211,7 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 	rep.n_rcpts = k;
 	rep.msg = j->m.data;
 	rep.msg_len = j->m.data_len;
+	rep.utf8 = j->m.smtputf8;
 	eight = dsn_build(&rep, &text);
 
 	memset(&rcpt, 0, sizeof(rcpt));
@@ -221,6 +222,7 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 	b.from = null_sender;
 	b.ret = SMTP_RET_NONE;
 	b.body = eight ? SMTP_BODY_8BITMIME : SMTP_BODY_NONE;
+	b.smtputf8 = j->m.smtputf8;	/* a UTF-8 sender, a global report: RFC 6533 */
 	b.client = client;
 	b.rcpts = &rcpt;
 	b.n_rcpts = 1;

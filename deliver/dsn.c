@@ -9,7 +9,8 @@
  *	    headers: From MAILER-DAEMON, To the sender, Subject, Date,
  *	             Message-ID, Auto-Submitted, MIME
  *	    part 1   text/plain, one line per failed recipient
- *	    part 2   message/delivery-status: per-message fields, then
+ *	    part 2   message/delivery-status (message/global-delivery-status
+ *	             for an SMTPUTF8 message, RFC 6533): per-message fields, then
  *	             per recipient Final-Recipient, Original-Recipient,
  *	             Action: failed, Status, Remote-MTA, Diagnostic-Code
  *	    part 3   message/rfc822 (whole message) or text/rfc822-headers
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../smtp/smtp.h"
 #include "deliver_policy.h"
 #include "dsn.h"
 
@@ -45,14 +47,41 @@ void dsn_date(int64_t us, char *out, size_t outlen)
 		 tm.tm_sec);
 }
 
-/* put_clean - append text with controls and 8-bit bytes made harmless */
-static void put_clean(struct buf *b, const char *s)
+/*
+ * put_text - append text with controls and 8-bit bytes made harmless;
+ * utf8: valid UTF-8 characters are kept (RFC 6533), other octets not
+ */
+static void put_text(struct buf *b, const char *s, int utf8)
 {
+	size_t n;
+
 	for (; s && *s; s++) {
 		unsigned char c = (unsigned char) *s;
 
+		if (utf8 && c >= 0x80 && (n = smtp_utf8_len(s, strlen(s))) > 0) {
+			buf_append(b, s, n);
+			s += n - 1;
+			continue;
+		}
 		buf_putc(b, c >= 0x20 && c < 0x7f ? (char) c : (c == '\t' ? ' ' : '?'));
 	}
+}
+
+/* put_clean - put_text for ASCII-only reports */
+static void put_clean(struct buf *b, const char *s)
+{
+	put_text(b, s, 0);
+}
+
+/* put_addr_type - "rfc822; " or, for a UTF-8 address in a global report, "utf-8; " */
+static void put_addr_type(struct buf *b, const char *addr, int utf8)
+{
+	int ascii = 1;
+
+	for (const char *p = addr; p && *p; p++)
+		if ((unsigned char) *p >= 0x80)
+			ascii = 0;
+	buf_printf(b, utf8 && !ascii ? "utf-8; " : "rfc822; ");
 }
 
 /* has_8bit - does the text hold bytes above 127? */
@@ -118,7 +147,7 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 
 	buf_printf(b, "--%s\r\n", bnd);
 	buf_printf(b, "Content-Description: Notification\r\n"
-		   "Content-Type: text/plain; charset=us-ascii\r\n\r\n");
+		   "Content-Type: text/plain; charset=%s\r\n\r\n", r->utf8 ? "utf-8" : "us-ascii");
 	buf_printf(b, "This is the mail system at host ");
 	put_clean(b, r->hostname);
 	buf_printf(b, ".\r\n\r\n"
@@ -128,7 +157,7 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 		const struct dsn_rcpt *rc = &r->rcpts[i];
 
 		buf_printf(b, "<");
-		put_clean(b, rc->addr);
+		put_text(b, rc->addr, r->utf8);
 		buf_printf(b, ">: ");
 		if (rc->remote_mta) {
 			buf_printf(b, "host ");
@@ -136,7 +165,7 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 			buf_printf(b, " said: ");
 		}
 		if (rc->diag)
-			put_clean(b, rc->diag);
+			put_text(b, rc->diag, r->utf8);
 		else
 			buf_printf(b, "delivery failed (status %s)", rc->status);
 		buf_printf(b, "\r\n\r\n");
@@ -151,7 +180,7 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 
 	buf_printf(b, "--%s\r\n", bnd);
 	buf_printf(b, "Content-Description: Delivery report\r\n"
-		   "Content-Type: message/delivery-status\r\n\r\n");
+		   "Content-Type: message/%sdelivery-status\r\n\r\n", r->utf8 ? "global-" : "");
 	buf_printf(b, "Reporting-MTA: dns; ");
 	put_clean(b, r->hostname);
 	buf_printf(b, "\r\nX-Idemrelay-Queue-ID: ");
@@ -167,8 +196,9 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 	for (i = 0; i < r->n_rcpts; i++) {
 		const struct dsn_rcpt *rc = &r->rcpts[i];
 
-		buf_printf(b, "\r\nFinal-Recipient: rfc822; ");
-		put_clean(b, rc->addr);
+		buf_printf(b, "\r\nFinal-Recipient: ");
+		put_addr_type(b, rc->addr, r->utf8);
+		put_text(b, rc->addr, r->utf8);
 		buf_printf(b, "\r\n");
 		if (rc->orcpt)
 			put_orcpt(b, rc->orcpt);
@@ -182,7 +212,7 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 		}
 		if (rc->diag) {
 			buf_printf(b, "Diagnostic-Code: smtp; ");
-			put_clean(b, rc->diag);
+			put_text(b, rc->diag, r->utf8);
 			buf_printf(b, "\r\n");
 		}
 	}
@@ -206,15 +236,17 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	buf_printf(out, "From: MAILER-DAEMON@");
 	put_clean(out, r->hostname);
 	buf_printf(out, " (Mail Delivery System)\r\nTo: <");
-	put_clean(out, r->sender);
+	put_text(out, r->sender, r->utf8);
 	buf_printf(out, ">\r\nSubject: Undelivered Mail Returned to Sender\r\n");
 	buf_printf(out, "Date: %s\r\nMessage-ID: <", date);
 	put_clean(out, r->dsn_qid);
 	buf_printf(out, "@");
 	put_clean(out, r->hostname);
 	buf_printf(out, ">\r\nAuto-Submitted: auto-replied\r\nMIME-Version: 1.0\r\n"
-		   "Content-Type: multipart/report; report-type=delivery-status;\r\n"
-		   "\tboundary=\"%s\"\r\n", bnd);
+		   "Content-Type: multipart/report; report-type=%sdelivery-status;\r\n"
+		   "\tboundary=\"%s\"\r\n", r->utf8 ? "global-" : "", bnd);
+	if (r->utf8)
+		eight = 1;	/* UTF-8 in the report itself: 8bit, sent with SMTPUTF8 */
 	if (eight)
 		buf_printf(out, "Content-Transfer-Encoding: 8bit\r\n");
 	buf_printf(out, "\r\nThis is a MIME-encapsulated message.\r\n\r\n");
@@ -225,10 +257,11 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	buf_printf(out, "--%s\r\n", bnd);
 	if (full)
 		buf_printf(out, "Content-Description: Undelivered Message\r\n"
-			   "Content-Type: message/rfc822\r\n");
+			   "Content-Type: message/%s\r\n", r->utf8 ? "global" : "rfc822");
 	else
 		buf_printf(out, "Content-Description: Undelivered Message Headers\r\n"
-			   "Content-Type: text/rfc822-headers\r\n");
+			   "Content-Type: %s\r\n", r->utf8 ? "message/global-headers"
+			   : "text/rfc822-headers");
 	if (eight)
 		buf_printf(out, "Content-Transfer-Encoding: 8bit\r\n");
 	buf_printf(out, "\r\n");

@@ -8,7 +8,11 @@
  *	ends) telling the sender which recipients failed and why: a text
  *	part for people, a message/delivery-status part for programs, and
  *	the original message (RET=FULL, or by default when it is small) or
- *	only its headers (RET=HDRS, or a large message). It is a pure
+ *	only its headers (RET=HDRS, or a large message). For a message that
+ *	came with SMTPUTF8 (utf8), the report is RFC 6533's: UTF-8 addresses
+ *	kept (type "utf-8" where not ASCII), message/global-delivery-status,
+ *	message/global or message/global-headers; it must then go out with
+ *	SMTPUTF8 itself. It is a pure
  *	function of its arguments: the caller gives the clock and the QIDs.
  */
 #ifndef DELIVER_DSN_H
@@ -43,6 +47,7 @@ struct dsn_report {
 	size_t n_rcpts;
 	const char *msg;	/* the original message, CRLF lines */
 	size_t msg_len;
+	int utf8;		/* the original came with SMTPUTF8: RFC 6533 */
 };
 
 /* dsn_build - append the notification to out; returns 1 if it holds 8-bit data */

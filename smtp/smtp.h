@@ -186,4 +186,11 @@ const char *smtp_session_user(const struct smtp_session *s);	/* AUTH user, or NU
  */
 int smtp_xtext_decode(struct buf *out, const char *in, size_t len);
 
+/*
+ * smtp_utf8_len - octets of the one valid, non-ASCII UTF-8 character at p
+ * (no overlong form, surrogate, code point past U+10FFFF or C1 control),
+ * or 0: what an SMTPUTF8 address may hold beyond ASCII
+ */
+size_t smtp_utf8_len(const char *p, size_t len);
+
 #endif

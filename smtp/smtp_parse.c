@@ -74,7 +74,7 @@ static int smtp_atext(unsigned char c)
  * sequence or a C1 control (U+0080-U+009F) is refused, so that no
  * next hop can read the octets as something else.
  */
-static size_t smtp_utf8_len(const char *p, size_t len)
+size_t smtp_utf8_len(const char *p, size_t len)
 {
 	const unsigned char *u = (const unsigned char *) p;
 	size_t n, i;

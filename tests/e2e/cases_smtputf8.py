@@ -217,4 +217,27 @@ def test_smtputf8_upstream_lacks_it(t):
     eq(len(dsns), 2, "two DSNs to the sender")
     for r in dsns:
         data = base64.b64decode(r["data_b64"])
-        check(b"5.6.7" in data, "DSN names 5.6.7: %r" % data[:800])
+        check(b"5.6.7" in data and b"message/global-delivery-status" in data,
+              "RFC 6533 DSN naming 5.6.7: %r" % data[:800])
+        eq([p for p in r["mail_params"] if p.upper() == "SMTPUTF8"], [],
+           "an all-ASCII DSN header block goes without SMTPUTF8")
+
+
+@case()
+def test_smtputf8_dsn_to_utf8_sender(t):
+    """a bounce for an SMTPUTF8 message is RFC 6533's, and goes to the UTF-8 sender
+    with SMTPUTF8 itself"""
+    sink = t.sink(smtputf8=True)
+    d = u8_daemon(t, sink)
+    qid = sent_raw(d, U8_FROM, ["permfail-u8@example.com"],
+                   u8_msg("u8-dsn-1", to="permfail-u8@example.com"))
+    d.wait_log(qid, "status=bounced")
+    rec = sink.wait_count(1, pred=lambda r: r["mail_from"] == "")[0]
+    eq([u8(a) for a in rec["to"]], [U8_FROM], "DSN to the UTF-8 sender")
+    check("SMTPUTF8" in [p.upper() for p in rec["mail_params"]],
+          "DSN sent with SMTPUTF8: %r" % rec["mail_params"])
+    data = base64.b64decode(rec["data_b64"])
+    for want in (b"report-type=global-delivery-status", b"message/global-delivery-status",
+                 b"Final-Recipient: rfc822; permfail-u8@example.com",
+                 ("To: <%s>" % U8_FROM).encode(), b"Content-Type: message/global\r\n"):
+        check(want in data, "DSN lacks %r: %r" % (want, data[:1500]))

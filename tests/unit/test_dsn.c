@@ -109,6 +109,41 @@ static void test_full(void **state)
 	buf_free(&b);
 }
 
+/* test_global - RFC 6533: an SMTPUTF8 message's report keeps UTF-8, typed utf-8 */
+static void test_global(void **state)
+{
+	static const struct dsn_rcpt u8rcpts[] = {
+		{ "\xc3\xa9l\xc3\xa8ve@\xc3\xa9" "cole.test", NULL, "5.6.7",
+		  "SMTPUTF8 is required, but was not offered by host mx.test", NULL },
+		{ "ascii@y.test", NULL, "5.1.1", "550 5.1.1 \xc3\xa9 \xc0\xaf \xc2\x85 x", NULL },
+	};
+	struct dsn_report r = report(SMTP_RET_FULL);
+	struct buf b = BUF_INIT;
+
+	(void) state;
+	r.utf8 = 1;
+	r.sender = "\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95";
+	r.rcpts = u8rcpts;
+	assert_int_equal(dsn_build(&r, &b), 1);	/* 8-bit: goes with SMTPUTF8 */
+	lines_crlf(&b);
+	has(&b, "To: <\xe7\x94\xa8\xe6\x88\xb7@\xe4\xbe\x8b\xe5\xad\x90.\xe6\xb5\x8b\xe8\xaf\x95>\r\n");
+	has(&b, "report-type=global-delivery-status;");
+	has(&b, "Content-Type: text/plain; charset=utf-8\r\n");
+	has(&b, "Content-Type: message/global-delivery-status\r\n");
+	has(&b, "Final-Recipient: utf-8; \xc3\xa9l\xc3\xa8ve@\xc3\xa9" "cole.test\r\n");
+	has(&b, "Final-Recipient: rfc822; ascii@y.test\r\n");
+	has(&b, "Status: 5.6.7\r\n");
+	/* valid UTF-8 kept; an overlong '/' and a C1 control made harmless */
+	has(&b, "Diagnostic-Code: smtp; 550 5.1.1 \xc3\xa9 ?? ?? x\r\n");
+	has(&b, "Content-Type: message/global\r\nContent-Transfer-Encoding: 8bit\r\n");
+	buf_free(&b);
+	r = report(SMTP_RET_HDRS);
+	r.utf8 = 1;
+	dsn_build(&r, &b);
+	has(&b, "Content-Type: message/global-headers\r\n");
+	buf_free(&b);
+}
+
 static void test_headers_only(void **state)
 {
 	struct dsn_report r = report(SMTP_RET_HDRS);
@@ -225,6 +260,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_global),
 		cmocka_unit_test(test_headers_only),
 		cmocka_unit_test(test_default_ret),
 		cmocka_unit_test(test_eight_bit),
