@@ -128,6 +128,13 @@ int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LE
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
+/*
+ * store_txn_room - before an acceptance's store_txn_msg_put(): STORE_ENOSPC
+ * if spooling m with n_claims claims would use the room kept for the
+ * delivery writes of what is queued (store_space.c). Delivery writes do
+ * not call it, so an outcome can always be recorded.
+ */
+void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims);
 int store_txn_error(const struct store_txn *t);
 int store_txn_commit(struct store_txn *t);	/* frees t; aborts if failed */
 void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */

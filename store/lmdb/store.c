@@ -24,7 +24,8 @@
  *	no other concept: store_last_qid() and store_stats().
  *
  *	The claims live in store_claim.c, the spool in store_msg.c, write
- *	transactions in store_txn.c and the record formats in store_codec.c.
+ *	transactions in store_txn.c, the record formats in store_codec.c and
+ *	the room kept for delivery writes in store_space.c.
  *	A failed sync (an fsync or fdatasync of data.mdb that returned an
  *	error) breaks the environment (store_break()): Linux may have thrown
  *	the pages that sync was to write away, and what the process sees of

@@ -42,6 +42,7 @@ struct store {
 	uint64_t void_pos;	/* data.mdb offset of a failed record's txnid to zero; 0 none */
 	char *path;		/* owned: the environment directory, for the reopen */
 	uint64_t map_size;	/* LMDB's map as opened (store.map_size less the region) */
+	int grow_wanted;	/* store_space.c: an acceptance was refused for room (atomic) */
 };
 
 struct store_txn {
@@ -53,6 +54,11 @@ struct store_txn {
 	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
 	size_t resv_len;
 	int no_redo;		/* ... too large to journal: synced at commit */
+	uint64_t room_msgs;	/* store_space.c: acceptances asked for so far */
+	uint64_t room_queued;	/* ... messages queued before this transaction */
+	uint64_t room_pages;	/* ... pages those acceptances may take */
+	uint64_t room_free;	/* ... free pages (tail and freelist), once counted */
+	int room_free_known;
 };
 
 /* store.c */
@@ -76,6 +82,11 @@ int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
 int journal_open(struct store *st, const char *path);
 void journal_close(struct store *st);
 int journal_commit(struct store_txn *t);
+
+/* store_space.c: the reserve for delivery writes */
+#define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */
+int store_space_freelist(struct store *st, uint64_t *n);
+uint64_t store_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued);
 
 /* store_txn.c */
 int store_txn_fail(struct store_txn *t, int err);

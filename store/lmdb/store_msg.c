@@ -174,6 +174,9 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 	/* first: a story without a record yet is made from the spool records */
 	if (with_hist)
 		store_hist_update(t, m, queued);
+	/* a failed put leaves LMDB's transaction unusable (MDB_BAD_TXN): stop here */
+	if (t->err)
+		return t->err;
 	if (queued) {
 		err = put_reserved(t, st->queue, &key, store_queue_rec_size(m), 0,
 				   store_queue_rec_encode, m, "put queue");
@@ -315,6 +318,10 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 		return err;
 	if (with_hist)			/* first, while the spool can still tell it */
 		store_hist_drop(t, qid);
+	if ((err = t->err) != 0) {	/* LMDB's transaction is unusable after a failed put */
+		store_txn_abort(t);
+		return err;
+	}
 	err = store_mdb_error(store_del(t, st->queue, &key, NULL), "delete queue");
 	err2 = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
 	if (err == STORE_ENOTFOUND && err2 == 0)

@@ -1,0 +1,159 @@
+/*
+ * NAME
+ *	store_space 3
+ * SUMMARY
+ *	the reserve: room kept for the outcome of every queued message
+ * SYNOPSIS
+ *	#include "store/store.h"
+ *
+ *	void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims);
+ * DESCRIPTION
+ *	A message answered 250 must be delivered once. Its delivery needs
+ *	writes of its own: the inflight mark, each deferral's new state,
+ *	the outcome, the removal from the spool, and its story. If a full
+ *	map refused them, a delivered message would stay queued and be
+ *	sent again. So acceptance may not fill the map: each accepting
+ *	transaction first asks store_txn_room() whether, with the message
+ *	it is about to spool, as many pages stay free as every queued
+ *	message's delivery writes need, plus a fixed floor. If not, the
+ *	transaction fails with STORE_ENOSPC (the client gets 452 4.3.1
+ *	and retries later); delivery writes never ask, and so may use the
+ *	reserve.
+ *
+ *	Free pages are the map's untouched tail plus LMDB's freelist (the
+ *	pages of older snapshots, reused by later commits); the freelist is
+ *	only walked when the tail alone is too short, which is rare.
+ *
+ *	What a queued message needs is estimated, not counted: removal
+ *	frees its own records, but only after its transaction; before that
+ *	the transaction copies the B-tree pages it touches (the floor: one
+ *	delivery batch's worth, or an eighth of a small map) and adds its
+ *	story and expiry entry (STORE_RESERVE_PER_MSG bytes each, a story's
+ *	size with half-filled leaves). If even that is short, an outcome is
+ *	recorded without its story (store_msg.c): the story is the one write
+ *	of a delivery that can be let go.
+ * DIAGNOSTICS
+ *	STORE_ENOSPC in the transaction's sticky error when the reserve
+ *	would be touched.
+ */
+#include <string.h>
+
+#include "../../util/log.h"
+#include "store_int.h"
+
+#define FREE_DBI	0		/* LMDB's freelist database */
+#define RESERVE_FLOOR	(1u << 20)	/* one delivery batch's copied pages, with room */
+#define RESERVE_MIN	(64u << 10)	/* what one outcome alone needs, at the least */
+#define ROOM_TXN	16		/* pages an accepting transaction copies besides records */
+#define ROOM_CLAIM	(STORE_CLAIM_KEY_LEN + STORE_CLAIM_REC_LEN + 16)
+
+/* space_geometry - page size, map pages and pages used up to the last; 0 or a STORE_E* */
+static int space_geometry(struct store *st, uint64_t *psize, uint64_t *pages, uint64_t *last)
+{
+	MDB_envinfo info;
+	MDB_stat ms;
+	int rc;
+
+	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &ms)) != 0)
+		return store_mdb_error(rc, "env info");
+	*psize = ms.ms_psize;
+	*pages = info.me_mapsize / ms.ms_psize;
+	*last = (uint64_t) info.me_last_pgno + 1;
+	return 0;
+}
+
+/*
+ * store_space_freelist - pages on LMDB's freelist, in a read transaction
+ * of its own (LMDB opens no cursor on it in a write transaction). Each
+ * record is a list of page numbers, its count first.
+ */
+int store_space_freelist(struct store *st, uint64_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	MDB_txn *txn;
+	size_t count;
+	int rc, err;
+
+	*n = 0;
+	if ((err = store_read_begin(st, &txn)) != 0)
+		return err;
+	if ((rc = mdb_cursor_open(txn, FREE_DBI, &cur)) == 0) {
+		for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+			if (val.mv_size < sizeof(count))
+				continue;
+			memcpy(&count, val.mv_data, sizeof(count));
+			*n += count;
+		}
+		mdb_cursor_close(cur);
+	}
+	store_read_end(st, txn);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_error(rc, "freelist");
+}
+
+/* store_space_reserve - pages kept for the delivery writes of queued messages */
+uint64_t store_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
+{
+	uint64_t floor = RESERVE_FLOOR / psize, least = RESERVE_MIN / psize;
+
+	if (floor > pages / 8)
+		floor = pages / 8;
+	if (floor < least)
+		floor = least;
+	return floor + (queued * STORE_RESERVE_PER_MSG + psize - 1) / psize;
+}
+
+/* room_need - pages spooling m with n claims may take (records, overflow pages, slack) */
+static uint64_t room_need(uint64_t psize, const struct store_msg *m, size_t n_claims)
+{
+	uint64_t bytes = store_msg_rec_size(m) + store_queue_rec_size(m) + 64
+	    + (uint64_t) n_claims * ROOM_CLAIM;
+
+	return bytes / psize + 2;
+}
+
+/*
+ * store_txn_room - a step of an accepting transaction: fail it with
+ * STORE_ENOSPC if spooling m with n_claims claims would leave fewer free
+ * pages than the reserve. The transaction's earlier acceptances count.
+ */
+void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
+{
+	struct store *st = t->st;
+	uint64_t psize = 4096, pages = 0, last = 0, freel = 0, want;
+	MDB_stat qs;
+	int rc, err;
+
+	if (t->err)
+		return;
+	if ((err = space_geometry(st, &psize, &pages, &last)) != 0) {
+		store_txn_fail(t, err);
+		return;
+	}
+	if (t->room_msgs == 0) {		/* the first acceptance: what was queued before */
+		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0) {
+			store_txn_fail(t, store_mdb_error(rc, "stat queue"));
+			return;
+		}
+		t->room_queued = qs.ms_entries;
+		t->room_pages = ROOM_TXN;
+	}
+	t->room_pages += room_need(psize, m, n_claims);
+	t->room_msgs++;
+	want = t->room_pages + store_space_reserve(psize, pages, t->room_queued + t->room_msgs);
+	if (last + want <= pages)
+		return;				/* the common case: the tail is enough */
+	if (!t->room_free_known) {
+		if ((err = store_space_freelist(st, &freel)) != 0) {
+			store_txn_fail(t, err);
+			return;
+		}
+		t->room_free = (last < pages ? pages - last : 0) + freel;
+		t->room_free_known = 1;
+	}
+	if (want > t->room_free) {
+		__atomic_store_n(&st->grow_wanted, 1, __ATOMIC_RELAXED);
+		store_txn_fail(t, STORE_ENOSPC);
+	}
+}

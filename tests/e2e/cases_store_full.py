@@ -1,0 +1,127 @@
+"""A full store (issue 11 items 2 and 8): acceptance is refused while every
+outcome of what is queued can still be recorded, and nothing accepted is lost
+or sent twice when the queue drains, in both upstream.ambiguous modes."""
+
+import json
+import os
+import re
+import smtplib
+import threading
+import time
+
+from harness import (BIN, case, check, eq, expect_reply, make_msg, received_qids, run, submit,
+                     submit_ok, wait_until)
+
+CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
+SUBJECT_RE = re.compile(rb"^Subject: full (\S+)\r$", re.M)
+BODY = "".join("line %03d of a message that fills the store, and then some more\r\n" % i
+               for i in range(40))         # ~2.6 KB
+
+
+def ctl_stats(d):
+    """ctl_stats - idemrelayctl --json stats: the store's figures"""
+    r = run([CTL, "-c", d.conf_path, "--json", "stats"])
+    check(r.returncode == 0, "idemrelayctl stats: exit %d: %s" % (r.returncode, r.stderr))
+    return json.loads(r.stdout)["store"]
+
+
+def by_key(sink):
+    """by_key - what the sink received, by the key in each Subject"""
+    out = {}
+    for r in sink.accepted():
+        m = SUBJECT_RE.search(r["data"])
+        check(m, "a message upstream without a test subject: %r" % r["data"][:300])
+        out.setdefault(m.group(1).decode(), []).append(r)
+    return out
+
+
+def fill(d, n_clients, refusals_each, got, tag):
+    """fill - n_clients submit keyed messages until each has seen
+    refusals_each 452 4.3.1 replies; got[key] = QID of every 250"""
+    errors, lock = [], threading.Lock()
+
+    def client(cid):
+        refused, i = 0, 0
+        deadline = time.monotonic() + 60
+        while refused < refusals_each:
+            if time.monotonic() > deadline:
+                errors.append("client %d: %d refusals in 60 s" % (cid, refused))
+                return
+            key = "%s-%d-%04d" % (tag, cid, i)
+            i += 1
+            msg = make_msg(key=key, subject="full %s" % key, body=BODY)
+            try:
+                r = submit(d.port, "full%d@example.com" % cid, msg, timeout=15)
+            except (OSError, smtplib.SMTPException) as e:
+                errors.append("%s: %r" % (key, e))
+                return
+            if r.data[0] == 250:
+                with lock:
+                    got[key] = r.qid
+            else:
+                expect_reply(r.data, 452, "4.3.1", "%s into a full store" % key)
+                refused += 1
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(n_clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(90)
+    check(not errors, "clients failed:\n  " + "\n  ".join(errors[:10]))
+
+
+def store_full(t, ambiguous):
+    """The store fills up under load from four clients while the upstream
+    refuses everything (the queue only grows, and every deferral is a write):
+    452 4.3.1 once the reserve is reached. kill -9 and a restart while full;
+    then the upstream accepts, the queue drains, and every message that got
+    250 reaches it exactly once; the store empties and acceptance resumes."""
+    sink = t.sink(greeting=421)
+    d = t.daemon(sink, {"store": {"map_size": "4M"},
+                        "limits": {"message_size": "1M"},
+                        "upstream": {"ambiguous": ambiguous}})
+    got = {}
+    fill(d, 4, 3, got, "a")
+    check(len(got) > 100, "only %d messages fitted into a 4 MB map" % len(got))
+    d.wait_log("status=deferred")
+    check(d.running(), "the daemon died on a full store")
+
+    d.kill9()
+    d.start()
+    r = submit(d.port, "full@example.com", make_msg(key="after-restart", subject="full x",
+                                                     body=BODY))
+    expect_reply(r.data, 452, "4.3.1", "a submission into the full store after kill -9")
+    time.sleep(2.5)                         # deferrals of the whole queue after the restart
+
+    sink.control()
+    wait_until(lambda: len(by_key(sink)) >= len(got), 60,
+               "%d messages at the sink" % len(got))
+    time.sleep(3)                           # resends, if anything is sent twice
+    recs = by_key(sink)
+    unknown = sorted(set(recs) - set(got))
+    check(not unknown, "refused messages reached the sink: %s" % unknown[:5])
+    dups = ["%s x%d" % (k, len(v)) for k, v in sorted(recs.items()) if len(v) > 1]
+    lost = sorted(k for k in got if k not in recs)
+    wrong = ["%s: got %s, relayed as %s" % (k, q, received_qids(recs[k][0]["data"]))
+             for k, q in sorted(got.items()) if k in recs
+             and received_qids(recs[k][0]["data"]) != [q]]
+    check(not dups and not lost and not wrong,
+          "%d accepted: %d sent twice %s, %d lost %s, %d under another QID %s"
+          % (len(got), len(dups), dups[:5], len(lost), lost[:5], len(wrong), wrong[:3]))
+    check(not d.log_lines("cannot record the delivery outcome"),
+          "outcomes not recorded:\n" + "\n".join(d.log_lines("cannot record")[:5]))
+    check(not d.log_lines("status=unconfirmed"), "deliveries logged unconfirmed")
+    wait_until(lambda: ctl_stats(d)["queued"] == 0, 20, "an empty queue")
+    submit_ok(d.port, "full@example.com", make_msg(key="after-drain", subject="full y",
+                                                    body=BODY))
+
+
+@case(timeout=240)
+def test_store_full_assume_delivered(t):
+    store_full(t, "assume-delivered")
+
+
+@case(timeout=240)
+def test_store_full_retry(t):
+    store_full(t, "retry")

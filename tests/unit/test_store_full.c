@@ -1,0 +1,209 @@
+/*
+ * test_store_full - a full store still records every outcome: the reserve
+ * acceptance may not use (store_space.c), and an outcome written into a
+ * map with no room left for its story (store_msg.c: the transaction is
+ * not used again after a failed put).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <lmdb.h>
+
+#include "../../store/store.h"
+#include "../../store/lmdb/store_int.h"
+#include "../../util/buf.h"
+#include "test_store_fx.h"
+
+#define NOW		1700000000000000LL
+#define SMALL_MAP	(2u << 20)	/* no journal: every page is LMDB's */
+#define MAX_MSGS	4000
+
+/* fx_setup_small - a 2 MB map, filled by a few hundred messages */
+static int fx_setup_small(void **state)
+{
+	return fx_setup_map(state, SMALL_MAP);
+}
+
+/* msg_make - a queued message with one recipient and len bytes of data */
+static void msg_make(struct store_msg *m, int i, size_t len)
+{
+	char qid[STORE_QID_SIZE], rcpt[64];
+
+	memset(m, 0, sizeof(*m));
+	snprintf(qid, sizeof(qid), "FULL%08d", i);
+	strcpy(m->qid, qid);
+	snprintf(rcpt, sizeof(rcpt), "rcpt%d@example.net", i);
+	m->accepted = NOW;
+	m->from = xstrdup("sender@example.com");
+	m->client = xstrdup("helo.example [192.0.2.1]");
+	m->rcpts = xcalloc(1, sizeof(*m->rcpts));
+	m->rcpts[0].addr = xstrdup(rcpt);
+	m->n_rcpts = 1;
+	m->data = xmalloc(len + 1);
+	memset(m->data, 'x', len);
+	m->data[len] = 0;
+	m->data_len = len;
+	m->next_attempt = NOW;
+	m->has_key = 1;
+	m->keyhash[0] = (uint8_t) i;
+	m->ttl = 3600 * 1000000LL;
+}
+
+/* accept_one - an acceptance as the writer makes it: room, message, one claim */
+static int accept_one(struct store *st, int i, size_t len, int room)
+{
+	struct store_claim c;
+	struct store_msg m;
+	struct store_txn *t;
+	uint8_t h[STORE_HASH_LEN] = { 0 };
+	int rc;
+
+	msg_make(&m, i, len);
+	memset(&c, 0, sizeof(c));
+	strcpy(c.qid, m.qid);
+	c.accepted = NOW;
+	c.expires = NOW + m.ttl;
+	memcpy(h, &i, sizeof(i));
+	if ((rc = store_txn_begin(st, &t)) == 0) {
+		if (room)
+			store_txn_room(t, &m, 1);
+		store_txn_msg_put(t, &m);
+		store_txn_claim_put(t, m.keyhash, h, &c);
+		rc = store_txn_commit(t);
+	}
+	store_msg_free(&m);
+	return rc;
+}
+
+/* fill - accept messages until the store refuses; how many it took */
+static int fill(struct store *st, size_t len, int room)
+{
+	int i, rc = 0;
+
+	for (i = 0; i < MAX_MSGS && rc == 0; i++)
+		if ((rc = accept_one(st, i, len, room)) != 0)
+			CHECK_INT("filling ends in", rc, STORE_ENOSPC);
+	if (rc == 0)
+		fail_msg("filling: %d messages and no refusal", MAX_MSGS);
+	return i - 1;
+}
+
+/* outcome - record a delivery of message i: deferred (with a reply) or sent */
+static int outcome(struct store *st, int i, enum store_rcpt_state state, const char *reply)
+{
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	int rc;
+
+	snprintf(qid, sizeof(qid), "FULL%08d", i);
+	if ((rc = store_msg_load(st, qid, &m)) != 0)
+		return rc;
+	m.rcpts[0].state = state;
+	free(m.rcpts[0].reply);
+	m.rcpts[0].reply = xstrdup(reply);
+	m.attempts++;
+	m.inflight = 0;
+	rc = store_msg_update(st, &m);
+	store_msg_free(&m);
+	return rc;
+}
+
+/* drain - defer each message once, then deliver it: every write must succeed */
+static void drain(struct store *st, int n)
+{
+	struct store_stats s;
+	char what[64];
+	int i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "deferral of message %d of %d", i, n);
+		CHECK_INT(what, outcome(st, i, STORE_RCPT_QUEUED,
+					"451 4.3.0 the upstream is busy, try again later"), 0);
+	}
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "outcome of message %d of %d", i, n);
+		CHECK_INT(what, outcome(st, i, STORE_RCPT_SENT,
+					"250 2.0.0 Ok: queued as 4XyZabcdEF0123"), 0);
+	}
+	CHECK_INT("stats", store_stats(st, &s), 0);
+	CHECK_INT("queued after the drain", s.queued, 0);
+}
+
+/*
+ * test_reserve - acceptance stops while every queued message's deferral,
+ * outcome and removal still fit; then they all do, and acceptance
+ * resumes. Without the reserve the map fills and outcomes are refused.
+ */
+static void test_reserve(void **state)
+{
+	struct fx *f = *state;
+	int n;
+
+	n = fill(f->st, 1500, 1);
+	if (n < 50)
+		fail_msg("accepted: got %d messages into a 2 MB map, want at least 50", n);
+	drain(f->st, n);
+	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500, 1), 0);
+}
+
+/* test_reserve_reopen - the reserve holds across a restart while full */
+static void test_reserve_reopen(void **state)
+{
+	struct fx *f = *state;
+	int n = fill(f->st, 300, 1);
+
+	fx_reopen(f, SMALL_MAP);
+	CHECK_INT("refused after reopen", accept_one(f->st, MAX_MSGS + 1, 300, 1), STORE_ENOSPC);
+	drain(f->st, n);
+}
+
+/*
+ * test_full_map_outcome - a map filled to the last page without the
+ * reserve (as a store from before it may be): an outcome whose story
+ * does not fit is recorded without it, instead of failing on a
+ * transaction LMDB already gave up (MDB_BAD_TXN, "store I/O error").
+ */
+static void test_full_map_outcome(void **state)
+{
+	struct fx *f = *state;
+	int n = fill(f->st, 1500, 0), i, rc;
+	char what[64], *reply = xmalloc(SMALL_MAP / 4);
+
+	/* a story far larger than what is left: its put fails, the deletes do not */
+	memset(reply, 'r', SMALL_MAP / 4 - 1);
+	memcpy(reply, "250 ", 4);
+	reply[SMALL_MAP / 4 - 1] = 0;
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "outcome of message %d of %d", i, n);
+		rc = outcome(f->st, i, STORE_RCPT_SENT, i % 2 ? reply : "250 2.0.0 Ok");
+		if (rc != 0)
+			fail_msg("%s: got %d (%s), want 0", what, rc, store_strerror(rc));
+	}
+	free(reply);
+}
+
+/* test_reserve_size - the reserve's floor follows the map, and each queued message adds */
+static void test_reserve_size(void **state)
+{
+	(void) state;
+	CHECK_INT("floor of a 1 GB map", store_space_reserve(4096, 262144, 0), 256);
+	CHECK_INT("floor of a 2 MB map", store_space_reserve(4096, 512, 0), 64);
+	CHECK_INT("floor of a 256 KB map", store_space_reserve(4096, 64, 0), 16);
+	CHECK_INT("1000 queued", store_space_reserve(4096, 262144, 1000),
+		  256 + (1000 * STORE_RESERVE_PER_MSG + 4095) / 4096);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup_small, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_reserve),
+		T(test_reserve_reopen),
+		T(test_full_map_outcome),
+		cmocka_unit_test(test_reserve_size),
+	};
+
+	return cmocka_run_group_tests_name("store_full", tests, NULL, NULL);
+}
