@@ -4,10 +4,13 @@ import base64
 import email.message
 import os
 import smtplib
+import subprocess
+import time
 
 from harness import (Raw, case, check, check_relayed, eq, expect_reply, make_msg, qid_of,
-                     render_conf, submit_ok)
+                     render_conf, submit_ok, wait_until)
 from cases_ops import ctl, ctl_json
+from cases_postfix import Postfix
 
 U8_FROM = "用户@例子.测试"
 U8_TO = "élève@école.example"
@@ -241,3 +244,72 @@ def test_smtputf8_dsn_to_utf8_sender(t):
                  b"Final-Recipient: rfc822; permfail-u8@example.com",
                  ("To: <%s>" % U8_FROM).encode(), b"Content-Type: message/global\r\n"):
         check(want in data, "DSN lacks %r: %r" % (want, data[:1500]))
+
+
+# ---------------------------------------------------------------- a real Postfix
+
+def pf_sendmail(pf, msg):
+    """pf_sendmail - submit with Postfix's sendmail(1) (the pickup path, which its
+    default smtputf8_autodetect_classes marks as SMTPUTF8 when a header is UTF-8)"""
+    r = subprocess.run(["/usr/sbin/sendmail", "-C", os.path.join(pf.dir, "etc"), "-f",
+                        "app@example.org", "-t"], input=msg, capture_output=True, timeout=30)
+    check(r.returncode == 0, "sendmail: rc %d: %s" % (r.returncode, r.stderr))
+
+
+@case(timeout=90)
+def test_smtputf8_postfix_in_front_sendmail(t):
+    """Postfix in front (README), default autodetect classes: sendmail with a UTF-8
+    Subject, twice with one key: no 5.6.7 bounce, one delivery, the second answered
+    with the first QID"""
+    sink = t.sink()
+    d = u8_daemon(t, sink)
+    msg = (("From: app@example.org\r\nTo: b@example.com\r\nSubject: %s\r\n"
+            "X-Idempotency-Key: u8-postfix-1\r\nMIME-Version: 1.0\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n\r\nHej då.\r\n") % U8_SUBJECT
+           ).encode("utf-8")
+    with Postfix(t, d.port) as pf:
+        pf_sendmail(pf, msg)
+        wait_until(lambda: [x for x in pf.deliveries() if x[4] != "deferred"], 30,
+                   "Postfix to relay the first copy", interval=0.2)
+        pf_sendmail(pf, msg)
+        wait_until(lambda: len([x for x in pf.deliveries() if x[4] != "deferred"]) >= 2, 30,
+                   "Postfix to relay the second copy", interval=0.2)
+        got = [x for x in pf.deliveries() if x[4] != "deferred"]
+        eq([x[4] for x in got], ["sent", "sent"], "Postfix's outcomes: %r" % got)
+        q1 = qid_of(got[0][5], "idemrelay's first reply to Postfix")
+        eq(qid_of(got[1][5], "idemrelay's second reply"), q1, "second copy: the first QID")
+        check("SMTPUTF8 is required" not in pf.log(), "Postfix bounced 5.6.7")
+    check(d.log_lines(q1, "smtputf8=yes", "status=queued"),
+          "Postfix declared SMTPUTF8 and idemrelay logged it")
+    time.sleep(1.5)
+    eq(len(sink.accepted()), 1, "one delivery upstream")
+
+
+def pf_upstream(t, sink, enable):
+    """pf_upstream - a Postfix as idemrelay's upstream (smtputf8_enable as given),
+    relaying to the sink, which offers SMTPUTF8"""
+    return Postfix(t, sink.port, ["smtputf8_enable=%s" % ("yes" if enable else "no")])
+
+
+@case(timeout=90)
+def test_smtputf8_postfix_upstream(t):
+    """Postfix upstream with smtputf8_enable = yes: a UTF-8 envelope goes with SMTPUTF8
+    and arrives; with no: it bounces 5.6.7, an ASCII one still goes"""
+    sink = t.sink(smtputf8=True)
+    with pf_upstream(t, sink, True) as pf:
+        d = u8_daemon(t, None, conf={"upstream": {"port": pf.port}})
+        qid = sent_raw(d, U8_FROM, [U8_TO], u8_msg("u8-pfup-1"))
+        d.wait_log(qid, "status=sent", timeout=30)
+        rec = sink.wait_count(1, timeout=30)[0]
+        eq([u8(a) for a in rec["to"]], [U8_TO], "UTF-8 recipient through Postfix")
+        check("SMTPUTF8" in [p.upper() for p in rec["mail_params"]],
+              "Postfix passed SMTPUTF8 on: %r" % rec["mail_params"])
+        d.stop()
+    with pf_upstream(t, sink, False) as pf:
+        d = u8_daemon(t, None, conf={"upstream": {"port": pf.port}})
+        q_u8 = sent_raw(d, "s@example.org", [U8_TO], make_msg(key="u8-pfup-2"))
+        q_ok = sent_raw(d, "s@example.org", ["b@example.com"], make_msg(key="u8-pfup-3"))
+        line = d.wait_log(q_u8, "status=bounced", timeout=30)[0]
+        check("dsn=5.6.7" in line and "not offered" in line, "bounce: %r" % line)
+        d.wait_log(q_ok, "status=sent", timeout=30)
+        d.stop()
