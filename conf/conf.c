@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -382,6 +383,30 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	return 0;
 }
 
+/*
+ * conf_store_map - a map the daemon can start with: one mmap of map_size
+ * must fit the address space (and RLIMIT_AS), and the ceiling is no
+ * lower than the start
+ */
+static int conf_store_map(struct conf_ctx *x, const struct conf *c, config_setting_t *g)
+{
+	/* x86-64 and arm64 give a process 128 TiB; a 32-bit one a few GB at most */
+	uint64_t space = sizeof(void *) >= 8 ? 1ULL << 47 : 1ULL << 31;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+	    && (uint64_t) rl.rlim_cur < space)
+		space = (uint64_t) rl.rlim_cur;
+	if (c->store.map_size >= space)
+		return conf_error(x, g, "map_size", "%llu bytes do not fit this process's"
+				  " address space (%llu bytes)",
+				  (unsigned long long) c->store.map_size,
+				  (unsigned long long) space);
+	if (c->store.map_size_max != 0 && c->store.map_size_max < c->store.map_size)
+		return conf_error(x, g, "map_size_max", "must be at least store.map_size");
+	return 0;
+}
+
 /* conf_defaults - every non-string default from conf.h */
 static void conf_defaults(struct conf *c)
 {
@@ -415,7 +440,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	static const char *const metrics_names[] = {"address", "port", 0};
 	static const char *const tls_names[] = {"cert", "key", 0};
 	static const char *const auth_names[] = {"users", 0};
-	static const char *const store_names[] = {"path", "map_size", "key_ttl", 0};
+	static const char *const store_names[] = {"path", "map_size", "map_size_max",
+		"key_ttl", 0};
 	static const char *const retry_names[] = {"first", "max", "give_up", 0};
 	static const char *const log_names[] = {"level", "target", 0};
 	static const char *const level_words[] = {"debug", "info", "warn",
@@ -467,7 +493,9 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	if (conf_group(x, root, "store", store_names, &g) < 0
 	    || conf_string(x, g, "path", 0, &c->store.path) < 0
 	    || conf_size(x, g, "map_size", 1, &c->store.map_size) < 0
-	    || conf_duration(x, g, "key_ttl", 1, &c->store.key_ttl) < 0)
+	    || conf_size(x, g, "map_size_max", 1, &c->store.map_size_max) < 0
+	    || conf_duration(x, g, "key_ttl", 1, &c->store.key_ttl) < 0
+	    || conf_store_map(x, c, g) < 0)
 		return -1;
 	if (c->store.path == NULL)
 		c->store.path = xstrdup("var/store");

@@ -69,7 +69,8 @@ struct conf {
 
 	struct {
 		char *path;		/* default "var/store" */
-		uint64_t map_size;	/* default 1G */
+		uint64_t map_size;	/* default 1G: where the map starts */
+		uint64_t map_size_max;	/* how far it grows; default 0: as far as the disk */
 		int64_t key_ttl;	/* seconds, default 24h */
 	} store;
 

@@ -102,6 +102,7 @@ struct store *ctl_store(struct ctl *x)
 
 	if (x->st == NULL && store_open_readonly(&x->st, x->cf.store.path, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
+	store_set_map_max(x->st, x->cf.store.map_size_max);	/* the ceiling stats show */
 	return x->st;
 }
 

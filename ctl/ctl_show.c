@@ -366,12 +366,14 @@ int ctl_stats(struct ctl *x)
 		json_str(&b, x->cf.store.path);
 		buf_printf(&b, ",\"queued\":%llu,\"oldest_seconds\":%lld,\"claims\":%llu,"
 			   "\"stories\":%llu,\"key_entries\":%llu,\"map_size\":%llu,"
-			   "\"map_used\":%llu},\"daemon\":",
+			   "\"map_used\":%llu,\"map_ceiling\":%llu,\"full_percent\":%.1f},"
+			   "\"daemon\":",
 			   (unsigned long long) s.queued,
 			   (long long) (oldest ? (x->now - oldest) / US : 0),
 			   (unsigned long long) s.claims, (unsigned long long) stories,
 			   (unsigned long long) keys, (unsigned long long) s.map_size,
-			   (unsigned long long) s.map_used);
+			   (unsigned long long) s.map_used, (unsigned long long) s.map_ceiling,
+			   s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
 		if (live)
 			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"counters\":%.*s}", pid, up,
 				   (int) clen, counters);
@@ -390,8 +392,10 @@ int ctl_stats(struct ctl *x)
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
 	       (unsigned long long) keys);
-	printf("map          %.1f MiB used of %.1f MiB (%.1f%%)\n", s.map_used / 1048576.0,
-	       s.map_size / 1048576.0, s.map_size ? 100.0 * s.map_used / s.map_size : 0.0);
+	printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
+	       " (%.1f%% full)\n", s.map_used / 1048576.0, s.map_size / 1048576.0,
+	       s.map_ceiling / 1048576.0,
+	       s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
 	if (!live) {
 		printf("daemon       %s\n", why);
 	} else {

@@ -223,6 +223,7 @@ int main(int argc, char **argv)
 	if (store_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
 		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
 			  conf_where(&cf, "store.path", where, sizeof(where)), err);
+	store_set_map_max(st, cf.store.map_size_max);
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
 	server_set_store(srv, st);

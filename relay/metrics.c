@@ -213,6 +213,7 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	g->claims = s.claims;
 	g->map_size = s.map_size;
 	g->map_used = s.map_used;
+	g->map_ceiling = s.map_ceiling;
 	if (store_queue_oldest(st, &oldest) == 0 && oldest > 0) {
 		g->oldest_seconds = (double) clock_us() / 1e6 - oldest / 1e6;
 		if (g->oldest_seconds < 0)
@@ -275,6 +276,11 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		      (double) g->map_size);
 		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",
 		      (double) g->map_used);
+		gauge(out, "idemrelay_store_map_ceiling_bytes",
+		      "How far the map may grow (store.map_size_max, or the disk).",
+		      (double) g->map_ceiling);
+		gauge(out, "idemrelay_store_full_ratio", "Used bytes over the ceiling, 0 to 1.",
+		      g->map_ceiling ? (double) g->map_used / (double) g->map_ceiling : 0.0);
 	}
 	if (g->start_time > 0)
 		gauge(out, "idemrelay_start_time_seconds", "When the daemon started (Unix time).",

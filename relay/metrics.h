@@ -64,7 +64,7 @@ struct metrics_gauges {
 	uint64_t queue_depth;
 	double oldest_seconds;		/* 0 with an empty queue */
 	uint64_t claims;
-	uint64_t map_size, map_used;
+	uint64_t map_size, map_used, map_ceiling;
 	double start_time;		/* Unix seconds */
 };
 

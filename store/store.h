@@ -99,6 +99,8 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
  */
 int store_grow(struct store *st);
 int store_grow_due(struct store *st);	/* would store_grow() write now? cheap, any thread */
+/* store_set_map_max - how far the map may grow (store.map_size_max); 0: the disk (store_map.c) */
+void store_set_map_max(struct store *st, uint64_t max);
 void store_close(struct store *st);	/* NULL-safe */
 /*
  * store_broken - a sync failed: every transaction is refused (STORE_EIO)
@@ -163,7 +165,8 @@ int store_msg_drop(struct store *st, const char *qid);
 
 struct store_stats {
 	uint64_t claims, queued;
-	uint64_t map_size, map_used;
+	uint64_t map_size, map_used;	/* LMDB's map now, and what of it is in use */
+	uint64_t map_ceiling;		/* how far it may grow: store.map_size_max, the disk */
 	uint64_t txns;			/* write transactions committed, ever */
 };
 int store_stats(struct store *st, struct store_stats *s);

@@ -130,17 +130,30 @@ void store_gate_leave(struct store *st)
 	pthread_rwlock_unlock(&st->gate);
 }
 
-/* store_read_begin - a read-only transaction, usable from any thread */
+/*
+ * store_read_begin - a read-only transaction, usable from any thread.
+ * When another process grew the map past this one's (idemrelayctl while
+ * the daemon grows it: store_map.c), LMDB says MDB_MAP_RESIZED: take the
+ * new size, with no transaction open (the gate held alone), and retry.
+ */
 int store_read_begin(struct store *st, MDB_txn **txn)
 {
-	int err;
+	int err, rc, tries = 0;
 
-	if ((err = store_gate_enter(st)) != 0)
-		return err;
-	err = store_mdb_error(mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn), "begin read");
-	if (err != 0)
+	for (;;) {
+		if ((err = store_gate_enter(st)) != 0)
+			return err;
+		if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn)) == 0)
+			return 0;
 		store_gate_leave(st);
-	return err;
+		if (rc != MDB_MAP_RESIZED || tries++ > 2)
+			return store_mdb_error(rc, "begin read");
+		pthread_rwlock_wrlock(&st->gate);
+		rc = mdb_env_set_mapsize(st->env, 0);
+		pthread_rwlock_unlock(&st->gate);
+		if (rc != 0)
+			return store_mdb_error(rc, "map resized");
+	}
 }
 
 /* store_read_end - end a read transaction of store_read_begin() */
@@ -292,28 +305,55 @@ static void store_open_failed(struct store *st, const char *path, const char *st
 	store_free(st);
 }
 
+/* grown_total - the total the map was grown to at run time (meta DB); 0 if never */
+static uint64_t grown_total(struct store *st)
+{
+	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val;
+	MDB_txn *txn;
+	uint64_t v = 0;
+
+	if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	if (mdb_get(txn, st->meta, &key, &val) == 0 && val.mv_size == sizeof(v))
+		memcpy(&v, val.mv_data, sizeof(v));
+	mdb_txn_abort(txn);
+	return v;
+}
+
 /*
  * store_open - open or create the store at path. One sequence, one
  * failure path: whatever step fails, the environment is closed and err
- * says which step and why.
+ * says which step and why. A map grown at run time (store_map.c) opens
+ * at its grown size when that is larger than map_size: what it holds may
+ * lie past map_size, and its journal's region lies past the grown map.
  */
 int store_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen)
 {
 	struct store *st = store_new(path);
 	const char *step = "mkdir";
+	uint64_t grown;
 	int rc;
 
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
-	if (map_size >= 4 * (uint64_t) STORE_JOURNAL_SIZE) {
-		st->jbase = (map_size - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
-		map_size = st->jbase;
-	}
-	st->map_size = map_size;
+	st->total = map_size;
+	st->jbase = store_map_jbase(map_size);
+	st->map_size = st->jbase ? st->jbase : map_size;
 	if ((rc = store_mkdir(path)) != 0
-	    || (rc = store_env_open(st, path, map_size, 0, &step)) != 0
-	    || (step = "journal", rc = journal_open(st, path)) != 0) {
+	    || (rc = store_env_open(st, path, st->map_size, 0, &step)) != 0)
+		goto fail;
+	/* no transaction is open yet: the map may still be set */
+	if ((grown = grown_total(st)) > map_size) {
+		st->total = grown;
+		st->jbase = store_map_jbase(grown);
+		st->map_size = st->jbase ? st->jbase : grown;
+		step = "mdb_env_set_mapsize";
+		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
+			goto fail;
+	}
+	if ((step = "journal", rc = journal_open(st, path)) != 0) {
+fail:
 		store_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
 		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
@@ -484,12 +524,13 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 	return err;
 }
 
-/* store_stats - entry counts and map usage */
+/* store_stats - entry counts and map usage: used, size and ceiling of LMDB's map */
 int store_stats(struct store *st, struct store_stats *s)
 {
 	MDB_stat claims, queue, env;
 	MDB_envinfo info;
 	MDB_txn *txn;
+	uint64_t freel;
 	int rc, err;
 
 	memset(s, 0, sizeof(*s));
@@ -506,5 +547,15 @@ int store_stats(struct store *st, struct store_stats *s)
 		s->txns = info.me_last_txnid;
 	}
 	store_read_end(st, txn);
-	return store_mdb_error(rc, "stat");
+	if ((err = store_mdb_error(rc, "stat")) != 0)
+		return err;
+	/* what LMDB holds: its pages up to the last, less those it may use again */
+	if (store_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->map_used)
+		s->map_used -= freel * env.ms_psize;
+	s->map_ceiling = store_map_ceiling(st);
+	if (store_map_jbase(s->map_ceiling))
+		s->map_ceiling = store_map_jbase(s->map_ceiling);
+	if (s->map_ceiling < s->map_size)
+		s->map_ceiling = s->map_size;
+	return 0;
 }

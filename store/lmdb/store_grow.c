@@ -33,7 +33,8 @@
  *	write transaction that is then aborted), so that no commit writes
  *	pages past the end of the file at the same time; what lies beyond
  *	LMDB's last page is no page of LMDB's. The writer thread calls it
- *	after each group commit, once the replies are out.
+ *	after each group commit, once the replies are out; it first lets the
+ *	map itself grow when it is due (store_map.c).
  * DIAGNOSTICS
  *	0, or a STORE_E* code when the zeros could not be written (the store
  *	itself is unchanged and usable).
@@ -127,7 +128,8 @@ int store_grow_due(struct store *st)
 	if (store_gate_enter(st) != 0)	/* broken: nothing to do until reopened */
 		return 0;
 	due = grow_used(st, &used, &map) == 0
-	    && grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map);
+	    && (grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map)
+		|| store_map_due(st, map / 4096, used / 4096));	/* the map itself */
 	store_gate_leave(st);
 	return due;
 }
@@ -181,6 +183,7 @@ int store_grow(struct store *st)
 {
 	int err;
 
+	(void) store_map_check(st);	/* the map first (the gate alone): zeros go up to its end */
 	if ((err = store_gate_enter(st)) != 0)
 		return err;
 	err = grow_run(st);

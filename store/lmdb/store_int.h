@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <lmdb.h>
+#include <pthread.h>
 
 #include "../store.h"
 #include "../../util/buf.h"
@@ -43,6 +44,11 @@ struct store {
 	char *path;		/* owned: the environment directory, for the reopen */
 	uint64_t map_size;	/* LMDB's map as opened (store.map_size less the region) */
 	int grow_wanted;	/* store_space.c: an acceptance was refused for room (atomic) */
+	/* store_map.c: the map grows at run time, with the gate held alone */
+	uint64_t total;		/* the map with the journal's region: store.map_size, as grown */
+	uint64_t map_max;	/* store.map_size_max; 0: as far as the disk allows */
+	uint64_t checked_last;	/* last page when the map was last found roomy enough */
+	int warned;		/* fullness of the ceiling last warned about: 0, 80, 95 */
 };
 
 struct store_txn {
@@ -75,6 +81,15 @@ int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 /* store_grow.c */
 int store_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
 
+/* store_map.c: the map grows at run time */
+#define META_MAP_SIZE	"map_size"	/* meta DB: the total the map was grown to */
+uint64_t store_map_jbase(uint64_t total);	/* where the journal goes in a map of total; 0 none */
+/* store_map_grow - grow the map to total; steps < 3 stops after that many (tests) */
+int store_map_grow(struct store *st, uint64_t total, int steps);
+int store_map_due(struct store *st, uint64_t pages, uint64_t last);
+int store_map_check(struct store *st);
+uint64_t store_map_ceiling(struct store *st);
+
 /* store_journal.c: every write of a store_txn goes through these two */
 #define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
 int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
@@ -82,6 +97,8 @@ int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
 int journal_open(struct store *st, const char *path);
 void journal_close(struct store *st);
 int journal_commit(struct store_txn *t);
+int journal_region_new(struct store *st, uint64_t base, uint64_t *id);
+int journal_move_commit(struct store *st, MDB_txn *txn, uint64_t base, uint64_t id);
 
 /* store_space.c: the reserve for delivery writes */
 #define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */

@@ -446,47 +446,99 @@ static uint64_t meta_u64(struct store *st, const char *name)
 	return v;
 }
 
-/* make - a new region of zeros with its header at j->base, its place and id in the store */
-static int make(struct store *st, struct journal *j)
+/* region - a new region of zeros at base with its header and a new id; not yet the store's */
+static int region(struct journal *j, uint64_t base, uint64_t *id)
 {
-	MDB_val key, val;
-	uint8_t head[J_BLOCK] = { 0 }, idb[8], atb[8];
-	MDB_txn *txn;
+	uint8_t head[J_BLOCK] = { 0 };
 	int rc;
 
 	do {
-		if (getrandom(&j->id, sizeof(j->id), 0) != sizeof(j->id))
+		if (getrandom(id, sizeof(*id), 0) != sizeof(*id))
 			return errno;
-	} while (j->id == 0);
+	} while (*id == 0);
 	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
-	if ((rc = store_fill_zeros(j->fd, j->base + J_BLOCK, j->base + J_SIZE)) != 0)
+	if ((rc = store_fill_zeros(j->fd, base + J_BLOCK, base + J_SIZE)) != 0)
 		return rc;
 	memcpy(head, J_MAGIC, 8);
 	le64(head + 8, J_SIZE);
-	le64(head + 16, j->id);
-	if (pwrite(j->fd, head, sizeof(head), (off_t) j->base) != (ssize_t) sizeof(head)
+	le64(head + 16, *id);
+	if (pwrite(j->fd, head, sizeof(head), (off_t) base) != (ssize_t) sizeof(head)
 	    || fsync(j->fd) != 0)		/* fsync: the file's size changed */
 		return errno ? errno : EIO;
-	j->size = J_SIZE;
-	le64(idb, j->id);
-	le64(atb, j->base);
-	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
-		return rc;
-	key.mv_size = sizeof(META_JOURNAL_ID) - 1;
-	key.mv_data = META_JOURNAL_ID;
+	return 0;
+}
+
+/* meta_put - the region's id and place, in txn */
+static int meta_put(struct store *st, MDB_txn *txn, uint64_t id, uint64_t base)
+{
+	MDB_val key = { sizeof(META_JOURNAL_ID) - 1, META_JOURNAL_ID }, val;
+	uint8_t idb[8], atb[8];
+	int rc;
+
+	le64(idb, id);
+	le64(atb, base);
 	val.mv_size = sizeof(idb);
 	val.mv_data = idb;
-	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) == 0) {
-		key.mv_size = sizeof(META_JOURNAL_AT) - 1;
-		key.mv_data = META_JOURNAL_AT;
-		val.mv_data = atb;
-		rc = mdb_put(txn, st->meta, &key, &val, 0);
-	}
-	if (rc != 0) {
+	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) != 0)
+		return rc;
+	key.mv_size = sizeof(META_JOURNAL_AT) - 1;
+	key.mv_data = META_JOURNAL_AT;
+	val.mv_data = atb;
+	return mdb_put(txn, st->meta, &key, &val, 0);
+}
+
+/* make - a new region at j->base, its place and id in the store */
+static int make(struct store *st, struct journal *j)
+{
+	MDB_txn *txn;
+	int rc;
+
+	if ((rc = region(j, j->base, &j->id)) != 0)
+		return rc;
+	j->size = J_SIZE;
+	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
+		return rc;
+	if ((rc = meta_put(st, txn, j->id, j->base)) != 0) {
 		mdb_txn_abort(txn);
 		return rc;
 	}
 	return synced(st, txn);
+}
+
+/*
+ * journal_region_new - the first step of moving the journal when the map
+ * grows over it (store_grow.c): a new region at base, past the new end of
+ * LMDB's map, that nothing refers to yet. 0 or errno.
+ */
+int journal_region_new(struct store *st, uint64_t base, uint64_t *id)
+{
+	return st->j ? region(st->j, base, id) : 0;
+}
+
+/*
+ * journal_move_commit - the second step: txn (the caller's, which may
+ * hold more) names the new region, and is committed synced, so that every
+ * earlier commit is durable without a record and a crash from here on
+ * finds the new region; only then may LMDB write over the old one. The
+ * caller holds the store's map lock exclusively: no other commit can put
+ * a record in the old region meanwhile. An LMDB code or errno.
+ */
+int journal_move_commit(struct store *st, MDB_txn *txn, uint64_t base, uint64_t id)
+{
+	struct journal *j = st->j;
+	int rc;
+
+	if (j && (rc = meta_put(st, txn, id, base)) != 0) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	if ((rc = synced(st, txn)) != 0 || j == NULL)
+		return rc;
+	j->base = base;
+	j->id = id;
+	j->next = J_BLOCK;
+	j->need_start = j->need_end = 0;
+	return 0;
 }
 
 /* journal_free - close the journal's descriptor (its flock goes with it) */

@@ -273,7 +273,8 @@ def test_map_full(t):
     the map is filled by messages held queued): 452 4.3.1, nothing
     half-written, and the daemon keeps accepting what fits."""
     sink = t.sink(greeting=421)             # hold everything in the spool
-    d = t.daemon(sink, {"store": {"map_size": "4M"}, "limits": {"message_size": "3M"}})
+    d = t.daemon(sink, {"store": {"map_size": "4M", "map_size_max": "4M"},
+                           "limits": {"message_size": "3M"}})
     big = [make_msg(key="big-%d" % i, body=("%d" % i * 998 + "\r\n") * 2400)   # ~2.4 MB
            for i in range(3)]
     replies = []

@@ -78,7 +78,7 @@ def store_full(t, ambiguous):
     then the upstream accepts, the queue drains, and every message that got
     250 reaches it exactly once; the store empties and acceptance resumes."""
     sink = t.sink(greeting=421)
-    d = t.daemon(sink, {"store": {"map_size": "4M"},
+    d = t.daemon(sink, {"store": {"map_size": "4M", "map_size_max": "4M"},
                         "limits": {"message_size": "1M"},
                         "upstream": {"ambiguous": ambiguous}})
     got = {}
@@ -125,3 +125,72 @@ def test_store_full_assume_delivered(t):
 @case(timeout=240)
 def test_store_full_retry(t):
     store_full(t, "retry")
+
+
+@case(timeout=180)
+def test_store_grows_under_load(t):
+    """A 4 MB start map filled under load from four clients while the
+    upstream holds everything: the map grows by itself past its start size
+    and nothing is refused; then everything is delivered once."""
+    sink = t.sink(greeting=421)
+    d = t.daemon(sink, {"store": {"map_size": "4M"}, "limits": {"message_size": "1M"}})
+    got, errors, lock = {}, [], threading.Lock()
+
+    def client(cid):
+        for i in range(300):            # ~3 MB each: three times the start map in all
+            key = "g-%d-%04d" % (cid, i)
+            msg = make_msg(key=key, subject="full %s" % key, body=BODY)
+            try:
+                r = submit(d.port, "grow%d@example.com" % cid, msg, timeout=15)
+            except (OSError, smtplib.SMTPException) as e:
+                errors.append("%s: %r" % (key, e))
+                return
+            if r.data[0] != 250:
+                errors.append("%s: %r" % (key, r.data))
+                return
+            with lock:
+                got[key] = r.qid
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    check(not errors, "refused while the map could grow:\n  " + "\n  ".join(errors[:5]))
+    eq(len(got), 1200, "messages accepted")
+    check(d.log_lines("store: map grown"), "no growth logged")
+    s = ctl_stats(d)
+    check(s["map_size"] > 4 << 20, "map_size %d: not past the 4 MB start" % s["map_size"])
+    check(s["map_ceiling"] >= s["map_size"] and 0 < s["map_used"] < s["map_size"]
+          and 0 <= s["full_percent"] <= 100,
+          "ceiling and fullness: %r" % s)
+    sink.control()
+    wait_until(lambda: len(by_key(sink)) >= len(got), 90, "%d messages at the sink" % len(got))
+    time.sleep(2)
+    eq(sum(len(v) for v in by_key(sink).values()), len(got), "copies at the sink")
+
+
+@case(timeout=180)
+def test_store_ceiling(t):
+    """A start map that may grow to 34 MB: it grows, then 452 4.3.1 at the
+    ceiling, and the log warned before (80% and 95% of the ceiling)."""
+    sink = t.sink(greeting=421)
+    d = t.daemon(sink, {"store": {"map_size": "4M", "map_size_max": "34M"},
+                        "limits": {"message_size": "1M"}})
+    big = "".join("%05d %s\r\n" % (i, "x" * 90) for i in range(1000))    # ~100 KB
+    got = {}
+    for i in range(600):
+        r = submit(d.port, "ceil@example.com", make_msg(key="c-%d" % i, subject="full c-%d" % i,
+                                                         body=big), timeout=15)
+        if r.data[0] != 250:
+            expect_reply(r.data, 452, "4.3.1", "message %d at the ceiling" % i)
+            break
+        got[i] = r.qid
+    else:
+        raise AssertionError("600 messages of 100 KB and no 452 at a 34 MB ceiling")
+    check(len(got) > 100, "only %d messages of 100 KB under a 34 MB ceiling" % len(got))
+    d.wait_log("store: map grown")
+    d.wait_log("store: 80% full")
+    d.wait_log("store: 95% full")
+    s = ctl_stats(d)
+    check(s["full_percent"] > 80, "full_percent %r at the ceiling" % s["full_percent"])
