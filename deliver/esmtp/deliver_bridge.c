@@ -47,18 +47,11 @@
  *	bytes leaves libesmtp with no write error, just a lost connection
  *	after the dot. So the bridge writes each message's content up to and
  *	including its final dot (found by the filter) as a write of its own,
- *	and notes the TCP sequence that write ended at: the bytes the peer
- *	acknowledged plus the send queue (tcpi_bytes_acked + SIOCOUTQ, read
- *	until no ACK came in between). When the upstream side ends, for
- *	whatever reason, it reads tcpi_bytes_acked again: the dot reached
- *	the peer's TCP only if that got as far. What Linux (6.18 here) was
- *	seen to report, which this relies on: bytes_acked counts the SYN
- *	(1 after connect), as the mark does, so the two compare; after an RST
- *	with data still unacknowledged, bytes_acked stays at the last ACK
- *	and SIOCOUTQ still counts the lost bytes (it is not emptied), and
- *	TCP_INFO still answers; a FIN carries the ACK of everything the peer
- *	read. When a count cannot be read, the dot is taken as acknowledged:
- *	ambiguous, as before.
+ *	and its watch (deliver_watch.h) notes where in the TCP stream that
+ *	ended and, when the upstream side ends, whether the peer's TCP had
+ *	acknowledged that far. The watch also keeps each reply's deadline,
+ *	which no byte of a trickled reply moves; when one passes, the bridge
+ *	hangs up on both sides and says so (deliver_bridge_ended).
  * DIAGNOSTICS
  *	Failures to set up are returned as text for the caller's log line
  *	and deferral reason; a connection from another process is logged.
@@ -66,21 +59,17 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sockios.h>
-#include <linux/tcp.h>		/* the kernel's struct tcp_info: glibc's lacks bytes_acked */
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,6 +79,7 @@
 #include "deliver_bridge.h"
 #include "deliver_filter.h"
 #include "deliver_tls.h"
+#include "deliver_watch.h"
 #include "../../tls/io.h"
 
 #define BRIDGE_BUF	16384
@@ -106,12 +96,9 @@ struct deliver_bridge {
 	atomic_int cut;			/* forward nothing more from libesmtp */
 	struct deliver_filter filter;	/* the thread's */
 	char broke[160];		/* why the thread hung up on its own; "" if not */
-	/* the final dots, the thread's until it is joined */
-	unsigned dots_out;		/* messages' final dots written upstream */
-	uint64_t dot_seq;		/* the last one's end: bytes acked + send queue */
-	int dot_seq_known;		/* dot_seq could be read */
-	int dot_acked;			/* at the end, the peer's TCP had acked dot_seq */
-	char ended[160];		/* how the upstream side ended; "" if it did not */
+	struct deliver_watch watch;	/* the upstream's TCP; the thread's until joined */
+	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
+	int timed_out;			/* it ended on a deadline */
 	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
@@ -403,68 +390,16 @@ static int pending_write(struct pending *p, struct io *io, short *ev)
 	return r;
 }
 
-/* tcp_acked - the bytes the peer's TCP acknowledged, SYN included; -1 unknown */
-static int tcp_acked(int fd, uint64_t *acked)
-{
-	struct tcp_info ti;
-	socklen_t len = sizeof(ti);
-
-	memset(&ti, 0, sizeof(ti));
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0
-	    || len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
-		return -1;
-	*acked = ti.tcpi_bytes_acked;
-	return 0;
-}
-
-/*
- * tcp_written - the sequence just past everything written to the socket,
- * in tcp_acked()'s count: acked plus the send queue, read again until no
- * ACK moved the one between the two reads
- */
-static int tcp_written(int fd, uint64_t *seq)
-{
-	uint64_t a1, a2;
-	int outq, tries;
-
-	for (tries = 0; tries < 8; tries++) {
-		if (tcp_acked(fd, &a1) < 0 || ioctl(fd, SIOCOUTQ, &outq) < 0
-		    || tcp_acked(fd, &a2) < 0)
-			return -1;
-		if (a1 == a2 && outq >= 0) {
-			*seq = a1 + (uint64_t) outq;
-			return 0;
-		}
-	}
-	return -1;
-}
-
-/* bridge_dot_out - a message's final dot is in the kernel: note where it ends */
-static void bridge_dot_out(struct deliver_bridge *b)
-{
-	b->dots_out++;
-	b->dot_seq_known = tcp_written(b->up->fd, &b->dot_seq) == 0;
-}
-
 /*
  * bridge_settle - the upstream side ends (reset, closed, timed out, or
- * libesmtp hung up): had the peer's TCP acknowledged the last final dot?
- * Read at once, before anything is closed.
+ * libesmtp hung up): how, and had the peer's TCP acknowledged the last
+ * final dot? Read at once, before anything is closed.
  */
 static void bridge_settle(struct deliver_bridge *b, const char *ended)
 {
-	uint64_t acked;
-
 	if (b->ended[0] == 0 && ended)
 		snprintf(b->ended, sizeof(b->ended), "%s", ended);
-	if (b->dots_out == 0)
-		return;
-	b->dot_acked = !b->dot_seq_known || tcp_acked(b->up->fd, &acked) < 0
-	    || acked >= b->dot_seq;
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		msg_debug("bridge %s: final dot %u %s by the server's TCP (%s)", b->address,
-			  b->dots_out, b->dot_acked ? "acknowledged" : "not acknowledged",
-			  b->ended[0] ? b->ended : "ended");
+	deliver_watch_settle(&b->watch);
 }
 
 /*
@@ -477,7 +412,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
 	struct pending *up = xcalloc(1, sizeof(*up)), *down = xcalloc(1, sizeof(*down));
 	char *raw = xmalloc(BRIDGE_BUF);
-	int client_eof = 0, server_eof = 0, moved, r;
+	int client_eof = 0, server_eof = 0, moved, wrote, r, wait;
 	struct pollfd p[3];
 	ssize_t n, kept = 0;
 	const char *ended = NULL;
@@ -485,8 +420,9 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 
 	/* STARTTLS: the greeting was read already */
 	down->len = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, down->buf);
+	deliver_watch_init(&b->watch, b->up->fd, b->timeout_ms);
 	for (;;) {
-		moved = 0;
+		moved = wrote = 0;
 		p[0].events = p[1].events = 0;
 		if (atomic_load(&b->cut))
 			break;
@@ -517,8 +453,8 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 				break;
 			}
 			if (r == 2)
-				bridge_dot_out(b);
-			moved = 1;
+				deliver_watch_dot_out(&b->watch);
+			moved = wrote = 1;
 		}
 		if (down->len == 0 && !server_eof) {
 			n = io_read(b->up, raw, BRIDGE_BUF);
@@ -545,15 +481,25 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		}
 		if ((client_eof && up->len == 0) || (server_eof && down->len == 0))
 			break;
+		wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
+					  b->filter.replies, wrote);
+		if (wait == 0) {
+			b->timed_out = 1;
+			ended = b->watch.why;
+			break;
+		}
 		if (moved)
 			continue;
 		/* a side we wait for nothing from is left out: its hang-up would spin the loop */
 		p[0].fd = p[0].events ? client->fd : -1;
 		p[1].fd = p[1].events ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
-		while ((r = poll(p, 3, b->timeout_ms)) < 0 && errno == EINTR)
+		while ((r = poll(p, 3, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
+		if (r == 0 && wait > 0)
+			continue;	/* the watch decides */
 		if (r == 0) {
+			b->timed_out = 1;
 			snprintf(err, sizeof(err), "timeout: nothing moved for %d s", b->timeout_ms / 1000);
 			ended = err;
 		}
@@ -701,14 +647,14 @@ const char *deliver_bridge_end(struct deliver_bridge *b)
 /* deliver_bridge_dot_acked - did the nth final dot reach the server's TCP? */
 int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth)
 {
-	if (nth == 0 || nth > b->dots_out)
-		return 0;		/* never written upstream */
-	return nth < b->dots_out || b->dot_acked;
+	return deliver_watch_dot_acked(&b->watch, nth);
 }
 
 /* deliver_bridge_ended - how the upstream side ended; "" if it is not known */
-const char *deliver_bridge_ended(const struct deliver_bridge *b)
+const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out)
 {
+	if (timed_out)
+		*timed_out = b->timed_out;
 	return b->ended;
 }
 

@@ -88,9 +88,12 @@ int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth);
 /*
  * deliver_bridge_ended - after deliver_bridge_end: how the upstream side
  * ended ("the server closed the connection", "lost connection with the
- * server (...)", "timeout: ..."), "" when libesmtp hung up first
+ * server (...)", "timeout waiting for the reply to DATA"), "" when
+ * libesmtp hung up first; *timed_out (if not NULL) set when a deadline
+ * passed (deliver_watch.h), which the bridge enforces: every reply has
+ * one of the timeout given to deliver_bridge_open()
  */
-const char *deliver_bridge_ended(const struct deliver_bridge *b);
+const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out);
 
 /* deliver_bridge_close - end the thread, close everything; NULL-safe */
 void deliver_bridge_close(struct deliver_bridge *b);

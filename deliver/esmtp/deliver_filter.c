@@ -31,6 +31,42 @@ void deliver_filter_init(struct deliver_filter *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->dot_end = -1;
+	f->cmds = 1;
+	snprintf(f->verbs[0], sizeof(f->verbs[0]), "the greeting");
+}
+
+/* owe - one more reply due, for what */
+static void owe(struct deliver_filter *f, const char *what)
+{
+	snprintf(f->verbs[f->cmds % DELIVER_FILTER_VERBS], DELIVER_FILTER_VERB, "%s", what);
+	f->cmds++;
+}
+
+/* reply_scan - count the complete replies in the server's bytes */
+static void reply_scan(struct deliver_filter *f, const char *in, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		if (f->rpos++ == 3)
+			f->rcont = in[i] == '-';
+		if (in[i] != '\n')
+			continue;
+		if (!f->rcont && f->replies < f->cmds)
+			f->replies++;
+		f->rpos = 0;
+		f->rcont = 0;
+	}
+}
+
+/* deliver_filter_owed - the oldest reply owed, or NULL */
+const char *deliver_filter_owed(const struct deliver_filter *f)
+{
+	if (f->replies >= f->cmds)
+		return NULL;
+	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
+		return "a pipelined command";	/* its name was overwritten */
+	return f->verbs[f->replies % DELIVER_FILTER_VERBS];
 }
 
 /* deliver_filter_mail_utf8 - which messages' MAIL gets SMTPUTF8 where offered */
@@ -98,6 +134,7 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 {
 	size_t i, n = 0;
 
+	reply_scan(f, in, len);
 	for (i = 0; i < len; i++) {
 		if (f->in_line) {
 			out[n++] = in[i];
@@ -154,9 +191,46 @@ static int cut_byte(struct deliver_filter *f, char c)
 }
 
 /*
- * body_scan - follow the content towards its final dot; the offset just
- * past the dot's LF in buf, or -1. The match falls back to a lone CR only:
- * no proper prefix of "\r\n.\r\n" ends with a longer one of itself.
+ * verb_name - what a command line is called in logs: its verb if it is
+ * one libesmtp sends; anything else is an answer to AUTH's 334 (a secret:
+ * never logged)
+ */
+static const char *verb_name(const char *verb)
+{
+	static const char *const known[] = {
+		"EHLO", "HELO", "MAIL", "RCPT", "DATA", "RSET", "QUIT", "NOOP", "VRFY",
+		"AUTH", "BDAT", "STARTTLS", "ETRN", "EXPN", "HELP",
+	};
+	size_t i;
+
+	if (strcmp(verb, ".") == 0)
+		return "the final dot";
+	for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (strcmp(verb, known[i]) == 0)
+			return known[i];
+	return "an AUTH answer";
+}
+
+/* cmd_byte - one octet of a command line: its verb, and a reply due at its end */
+static void cmd_byte(struct deliver_filter *f, char c)
+{
+	if (c == '\n') {
+		f->verb[f->verb_len] = 0;
+		owe(f, verb_name(f->verb));
+		f->verb_len = 0;
+		f->verb_done = 0;
+	} else if (c == ' ' || c == '\r' || f->verb_len == sizeof(f->verb) - 1) {
+		f->verb_done = f->verb_len > 0;
+	} else if (!f->verb_done) {
+		f->verb[f->verb_len++] = c >= 'a' && c <= 'z' ? (char) (c - 'a' + 'A') : c;
+	}
+}
+
+/*
+ * body_scan - follow the content towards its final dot, which is owed a
+ * reply; the offset just past the dot's LF in buf, or -1. The match falls
+ * back to a lone CR only: no proper prefix of "\r\n.\r\n" ends with a
+ * longer one of itself.
  */
 static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 {
@@ -167,6 +241,7 @@ static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 		if (f->dotst == 5) {
 			f->body = 0;
 			f->dots++;
+			owe(f, "the final dot");
 			return (ssize_t) i + 1;
 		}
 	}
@@ -185,6 +260,7 @@ static ssize_t cmd_scan(struct deliver_filter *f, char *buf, size_t from, size_t
 
 	for (i = from; i < len; i++) {
 		c = buf[i];
+		cmd_byte(f, c);		/* a reply owed at each line's end */
 		if (!f->cmd_mid) {
 			f->cmd_mid = 1;
 			f->cmd_match = 0;
@@ -233,8 +309,10 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	memmove(buf, buf + drop, len - drop);
 	len -= drop;
 	f->dot_end = body_scan(f, buf, len);
-	if (f->dot_end < 0 || f->body)
+	if (f->body)
 		return (ssize_t) len;
+	if (f->dot_end < 0)	/* a lone ".": no block, no content */
+		return cmd_scan(f, buf, 0, len);
 	f->cmd_mid = 0;		/* the final dot's line ended: commands follow */
 	return cmd_scan(f, buf, (size_t) f->dot_end, len);
 }

@@ -56,6 +56,12 @@
  *	such MAIL line in one write fails the filter (libesmtp writes its next
  *	MAIL only after the reply to the last message's dot).
  *
+ *	And it keeps count of the replies the server owes, for the bridge's
+ *	reply deadline: one for the greeting, one per command line libesmtp
+ *	writes outside the content (AUTH's answers to 334 included), one per
+ *	final dot; a reply is complete at the end of a line whose fourth
+ *	octet is not "-". deliver_filter_owed() names the oldest reply owed.
+ *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the
  *	stored message's size: exactly what goes out once the block is cut.
@@ -71,6 +77,8 @@
 #define DELIVER_FILTER_HOLD	16	/* the most bytes a reply line's start is held */
 #define DELIVER_FILTER_UTF8	" SMTPUTF8"
 #define DELIVER_FILTER_GROW	(sizeof(DELIVER_FILTER_UTF8) - 1)	/* <= HOLD */
+#define DELIVER_FILTER_VERBS	16	/* owed replies named (more pipelined: unnamed) */
+#define DELIVER_FILTER_VERB	16
 
 struct deliver_filter {
 	/* the server's replies */
@@ -87,6 +95,15 @@ struct deliver_filter {
 	unsigned dots;			/* final dots of messages passed */
 	ssize_t dot_end;		/* after deliver_filter_up(): offset just past a
 					 * final dot in its output; -1 if none */
+	/* the replies owed */
+	unsigned long cmds;		/* replies due: the greeting, commands, final dots */
+	unsigned long replies;		/* complete replies read */
+	char verbs[DELIVER_FILTER_VERBS][DELIVER_FILTER_VERB];	/* by cmds % VERBS */
+	char verb[DELIVER_FILTER_VERB];	/* the first word of the command being written */
+	size_t verb_len;
+	int verb_done;			/* past that word */
+	size_t rpos;			/* octets of the reply line being read */
+	int rcont;			/* it is a "250-" line */
 	char why[128];			/* why the filter failed; "" while it has not */
 	/* SMTPUTF8 */
 	int utf8_offered;		/* the server's EHLO reply listed SMTPUTF8 */
@@ -123,5 +140,12 @@ size_t deliver_filter_down_end(struct deliver_filter *f, char *out);
  * f->dot_end says where a message's final dot ended in them, if it did.
  */
 ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
+
+/*
+ * deliver_filter_owed - the oldest reply the server owes: "the greeting",
+ * a command's verb ("DATA"), "the final dot", "a pipelined command";
+ * NULL when none is owed
+ */
+const char *deliver_filter_owed(const struct deliver_filter *f);
 
 #endif

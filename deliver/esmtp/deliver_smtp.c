@@ -179,7 +179,8 @@ struct xsess {
 	char error[128];		/* libesmtp's error after the session */
 	char last_reply[256];		/* last line read from the server */
 	unsigned dots;			/* messages marked on this connection */
-	char ended[160];		/* how the bridge saw the upstream end; "" if not */
+	char ended[256];		/* how the bridge saw the upstream end; "" if not */
+	int timed_out;			/* the bridge's reply deadline passed */
 
 	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */
@@ -565,8 +566,14 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 	xs->n = n;
 	if (c->hostname)
 		ok &= smtp_set_hostname(xs->s, c->hostname);
-	/* every phase, including the wait after the final dot, bounded by upstream.timeout */
+	/*
+	 * The bridge bounds every reply by upstream.timeout, a deadline no byte
+	 * of a trickled reply moves (deliver_watch.h); libesmtp's own timers
+	 * restart on every read, so they are only a backstop, set longer so
+	 * that the bridge, which can say what was late, always goes first.
+	 */
 	ms = upstream_timeout_ms(c);
+	ms = ms >= (INT_MAX - 5000) / 2 ? INT_MAX : ms * 2 + 5000;
 	for (w = Timeout_GREETING; w <= Timeout_DATA2; w++)
 		ok &= smtp_set_timeout(xs->s, w | Timeout_OVERRIDE_RFC2822_MINIMUM, ms) != 0;
 	ok &= smtp_set_eventcb(xs->s, xsess_event, xs);
@@ -691,6 +698,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	xs->bridge = NULL;
 	xs->last_reply[0] = 0;
 	xs->ended[0] = 0;
+	xs->timed_out = 0;
 	xs->dots = 0;
 	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = 0;
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
@@ -734,7 +742,8 @@ static void xsess_end_bridge(struct xsess *xs)
 	struct xmsg *x;
 	size_t i;
 
-	snprintf(xs->ended, sizeof(xs->ended), "%s", deliver_bridge_ended(xs->bridge));
+	snprintf(xs->ended, sizeof(xs->ended), "%s",
+		 deliver_bridge_ended(xs->bridge, &xs->timed_out));
 	for (i = 0; i < xs->n; i++) {
 		x = &xs->msgs[i];
 		if (x->state != XMSG_MARKED)
@@ -810,6 +819,11 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 	const char *last = xs->last_reply[0] ? xs->last_reply : "none";
 
 	*dsn = "4.4.2";
+	if (xs->timed_out && o != DELIVER_AMBIGUOUS) {
+		/* "timeout waiting for the reply to DATA from HOST" */
+		snprintf(out, outlen, "%s from %s", xs->ended, xs->relay);
+		return;
+	}
 	if (o == DELIVER_AMBIGUOUS) {
 		snprintf(out, outlen, "no reply from %s after the final dot (%s)", xs->relay,
 			 xs->ended[0] ? xs->ended : xs->error);

@@ -14,7 +14,8 @@ socket buffers, dot included, goes nowhere.
 
 import time
 
-from harness import case, check, check_relayed, eq, make_msg, received_qids, submit_ok
+from harness import (case, check, check_relayed, eq, make_msg, received_qids, submit_ok,
+                     wait_until)
 
 RCVBUF = 2048               # the kernel makes it 4 KB; the window is about 2 KB
 
@@ -95,3 +96,61 @@ def test_acked_dot_close_retry_resends(t):
     d.wait_log(qid, "status=sent")
     d.wait_log(qid, "ambiguous, will resend")
     exactly(sink, 2, 2.5, "ambiguous=retry")
+
+
+@case()
+def test_trickled_reply_deferred_others_delivered(t):
+    """A 354 sent one octet a second (issue 11, item 6: nothing delivered for 75 s):
+    the reply's deadline is upstream.timeout, which no octet moves, so the message
+    is deferred within about the timeout, with a reason that says so; meanwhile
+    the other connection delivers the rest; then the trickled one goes once."""
+    timeout = 3
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"timeout": "%ds" % timeout, "connections": 2}})
+    slow = submit_ok(d.port, "trickle-data-first-1-a@example.com", make_msg(key="trickle-1"))
+    wait_until(lambda: sink.events("trickle"), 10, "the sink trickling its 354")
+    t0 = time.monotonic()
+    qids = [submit_ok(d.port, "b%d@example.com" % i, make_msg(key="fast-%d" % i))
+            for i in range(3)]
+    sink.wait_count(3, timeout=timeout - 0.5,
+                    what="3 messages delivered by the other connection meanwhile")
+    line = d.wait_log(slow, "status=deferred", timeout=timeout + 5)[0]
+    took = time.monotonic() - t0
+    check(took <= timeout + 2, "deferred after %.1fs, want about %ds" % (took, timeout))
+    check("timeout waiting for the reply to DATA from 127.0.0.1" in line,
+          "the reason names the reply and the host: %s" % line)
+    for q in qids:
+        d.wait_log(q, "status=sent")
+    sink.wait_count(4, timeout=15, what="the trickled message on a later try")
+    d.wait_log(slow, "status=sent")
+    exactly(sink, 4, 2, "after the trickle")
+
+
+@case()
+def test_trickled_dot_reply_ambiguous_timeout(t):
+    """The reply to the final dot trickled: ambiguous (the dot was acknowledged),
+    logged with "timeout" as the reason, not "dropped connection"."""
+    timeout = 3
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"timeout": "%ds" % timeout}})
+    qid = submit_ok(d.port, "trickle-dot-a@example.com", make_msg(key="trickle-2"))
+    sink.wait_count(1)
+    t0 = time.monotonic()
+    line = d.wait_log(qid, "status=unconfirmed", timeout=timeout + 5)[0]
+    check(time.monotonic() - t0 <= timeout + 2, "unconfirmed only after %.1fs"
+          % (time.monotonic() - t0))
+    check("timeout waiting for the reply to the final dot" in line, "reason: %s" % line)
+    check("dropped connection" not in line, "reason: %s" % line)
+    exactly(sink, 1, 2, "the trickled dot")
+
+
+@case()
+def test_hang_after_dot_ambiguous_timeout(t):
+    """The sink reads the dot and says nothing more: ambiguous within the timeout."""
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"timeout": "2s", "ambiguous": "retry"}})
+    qid = submit_ok(d.port, "hang-after-dot-first-1-a@example.com", make_msg(key="hang-1"))
+    line = d.wait_log(qid, "ambiguous, will resend", timeout=10)[0]
+    check("timeout waiting for the reply to the final dot" in line, "reason: %s" % line)
+    sink.wait_count(2, timeout=15, what="the message resent after the hang")
+    d.wait_log(qid, "status=sent")

@@ -353,6 +353,69 @@ static void test_final_dot(void **state)
 	assert_int_equal(f.dot_end, -1);
 }
 
+/* the replies owed, after each step of a conversation, fed whole and byte by byte */
+static const struct owed_step {
+	int down;
+	const char *in;
+	const char *owed;		/* NULL: none */
+} owed_steps[] = {
+	{ 0, "", "the greeting" },
+	{ 1, "220 sink ESMTP\r\n", NULL },
+	{ 0, "EHLO me\r\n", "EHLO" },
+	{ 1, "250-sink\r\n250-PIPELINING\r\n", "EHLO" },
+	{ 1, "250 DSN\r\n", NULL },
+	{ 0, "AUTH LOGIN\r\n", "AUTH" },
+	{ 1, "334 VXNlcm5hbWU6\r\n", NULL },
+	{ 0, "c2VjcmV0\r\n", "an AUTH answer" },	/* a secret is never a name */
+	{ 1, "235 2.7.0 ok\r\n", NULL },
+	{ 0, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\ndata\r\n", "MAIL" },
+	{ 1, "250 ok\r\n", "RCPT" },
+	{ 1, "250 ok\r\n", "DATA" },
+	{ 1, "354", "DATA" },
+	{ 1, " go\r\n", NULL },
+	{ 0, BLOCK "x\r\n.", NULL },
+	{ 0, "\r\n", "the final dot" },
+	{ 1, "250\r\n", NULL },
+	{ 0, "QUIT\r\n", "QUIT" },
+	{ 1, "221 bye\r\n", NULL },
+};
+
+/* owed_run - feed the steps, step bytes at a time (0: whole) */
+static void owed_run(size_t step)
+{
+	struct deliver_filter f;
+	char out[OUT_MAX], buf[OUT_MAX];
+	const char *got;
+	size_t i, at, k, len;
+
+	deliver_filter_init(&f);
+	for (i = 0; i < N(owed_steps); i++) {
+		len = strlen(owed_steps[i].in);
+		for (at = 0; at < len; at += k) {
+			k = piece(at, len, 0, step);
+			memcpy(buf, owed_steps[i].in + at, k);
+			if (owed_steps[i].down)
+				deliver_filter_down(&f, buf, k, out);
+			else
+				assert_true(deliver_filter_up(&f, buf, k) >= 0);
+		}
+		got = deliver_filter_owed(&f);
+		if ((got == NULL) != (owed_steps[i].owed == NULL)
+		    || (got && strcmp(got, owed_steps[i].owed) != 0))
+			fail_msg("step %zu (by %zu): owed \"%s\", want \"%s\"", i, step,
+				 got ? got : "(none)",
+				 owed_steps[i].owed ? owed_steps[i].owed : "(none)");
+	}
+}
+
+static void test_owed(void **state)
+{
+	(void) state;
+	owed_run(0);
+	owed_run(1);
+	owed_run(3);
+}
+
 static void test_block_too_long(void **state)
 {
 	struct deliver_filter f;
@@ -463,6 +526,7 @@ int main(void)
 		cmocka_unit_test(test_two_messages),
 		cmocka_unit_test(test_final_dot),
 		cmocka_unit_test(test_smtputf8),
+		cmocka_unit_test(test_owed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
