@@ -20,10 +20,16 @@
  *	Recording (job_decide, job_record): one log line per recipient;
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null;
- *	then one store_msg_update_many() per batch writes the recipients'
- *	states, attempt counts and next_attempt, and clears the inflight
- *	marks, in one transaction for the whole connection. When
- *	no recipient is left queued the message leaves the spool.
+ *	then the recipients' states, attempt counts and next_attempt are
+ *	written and the inflight mark cleared. When no recipient is left
+ *	queued the message leaves the spool. A message whose final dot was
+ *	answered is decided at once (deliver_replied) and written in the
+ *	same group commit as the next message's inflight mark, which the
+ *	connection waits for anyway: a kill -9 then finds at most one
+ *	message per connection marked with its outcome unwritten (the one
+ *	whose dot is out, or the last one answered), not a whole batch,
+ *	and costs no extra fsync. The rest of the batch is written in one
+ *	transaction at its end.
  *
  *	The inflight mark found on a message at load time means an attempt
  *	died after its final dot may have gone out (the mark is always
@@ -77,10 +83,40 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	__atomic_store_n(&c->retry.give_up, nc->retry.give_up, __ATOMIC_RELAXED);
 }
 
-/* deliver_mark - the inflight mark, in the next group commit when there is one */
-int deliver_mark(struct deliver *d, const char *qid)
+/* a mark and the outcomes that go with it */
+struct mark {
+	const char *qid;
+	struct deliver_job *const *jobs;
+	size_t n;
+};
+
+/* mark_fn - commit_run() step: the outcomes decided and unwritten, then the mark */
+static void mark_fn(struct store_txn *t, void *arg)
 {
-	return d->cm ? commit_mark_inflight(d->cm, qid) : store_msg_set_inflight(d->st, qid, 1);
+	const struct mark *mk = arg;
+	size_t i;
+
+	for (i = 0; i < mk->n; i++)
+		if (mk->jobs[i]->decided && !mk->jobs[i]->recorded)
+			store_txn_msg_update(t, &mk->jobs[i]->m);
+	store_txn_msg_set_inflight(t, mk->qid, 1);
+}
+
+/* deliver_mark - the inflight mark, with the outcomes waiting, in the next group commit */
+int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
+		 size_t n)
+{
+	struct mark mk = { qid, jobs, n };
+	size_t i;
+	int err;
+
+	if (d->cm == NULL)
+		return store_msg_set_inflight(d->st, qid, 1);
+	if ((err = commit_run(d->cm, mark_fn, &mk)) == 0)
+		for (i = 0; i < n; i++)
+			if (jobs[i]->decided)
+				jobs[i]->recorded = 1;
+	return err;
 }
 
 /* deliver_set - one recipient's result */
@@ -324,7 +360,15 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 	}
 	j->queued = queued;
 	j->next = next;
+	j->decided = 1;
 	free(bounced);
+}
+
+/* deliver_replied - decide a job now; it is written with the next mark or the batch */
+void deliver_replied(struct deliver *d, struct deliver_job *j)
+{
+	if (!j->decided)
+		job_decide(d, j);
 }
 
 /* a batch of outcomes to write in one transaction */
@@ -344,31 +388,33 @@ static void record_fn(struct store_txn *t, void *arg)
 }
 
 /*
- * job_record - write the decided outcomes of a batch in one transaction,
- * then reschedule or forget each message.
+ * job_record - write the decided outcomes of a batch not yet written in
+ * one transaction, then reschedule or forget each message.
  */
 static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
 	struct record record;
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
-	int *errs = xcalloc(n, sizeof(*errs));
+	int *errs = xcalloc(n, sizeof(*errs)), err;
 	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
-	size_t i;
+	size_t i, k;
 
-	for (i = 0; i < n; i++)
-		ms[i] = &jobs[i]->m;
+	for (i = k = 0; i < n; i++)
+		if (!jobs[i]->recorded)
+			ms[k++] = &jobs[i]->m;
 	record.ms = ms;
-	record.n = n;
+	record.n = k;
 	/* in the group commit if there is one; else, or if that fails, as many as it can */
-	if (d->cm == NULL || commit_run(d->cm, record_fn, &record) != 0)
-		store_msg_update_many(d->st, ms, n, errs);
-	for (i = 0; i < n; i++) {
+	if (k > 0 && (d->cm == NULL || commit_run(d->cm, record_fn, &record) != 0))
+		store_msg_update_many(d->st, ms, k, errs);
+	for (i = k = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
 
-		if (errs[i] != 0) {
+		err = j->recorded ? 0 : errs[k++];
+		if (err != 0) {
 			/* the inflight mark may still be set: the next load treats it as ambiguous */
 			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
-				  store_strerror(errs[i]));
+				  store_strerror(err));
 			j->next = clock_us() + retry * US;
 		} else if (!j->queued) {
 			msg_info("%s: removed", j->m.qid);
@@ -508,7 +554,8 @@ static void *deliver_thread(void *arg)
 		else
 			deliver_smtp_batch(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
-			job_decide(d, ready[i]);
+			if (!ready[i]->decided)
+				job_decide(d, ready[i]);
 		job_record(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);

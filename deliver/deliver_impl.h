@@ -56,10 +56,25 @@ struct deliver_job {
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
 	int queued;			/* after job_decide: a recipient is left to try */
 	int64_t next;			/* after job_decide: next attempt, -1 if none */
+	int decided;			/* job_decide done: the outcome is final */
+	int recorded;			/* and written to the store */
 };
 
-/* deliver_mark - durably mark a message: its final dot is about to go out */
-int deliver_mark(struct deliver *d, const char *qid);
+/*
+ * deliver_mark - durably mark a message: its final dot is about to go out.
+ * The outcomes of jobs[] that deliver_replied() decided and that are not
+ * yet written go in the same transaction, so that an outcome waits for
+ * no more than the next message's mark (or the end of the batch).
+ */
+int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
+		 size_t n);
+
+/*
+ * deliver_replied - every result of j is known (its final dot was
+ * answered): decide it now, log it, and have it written with the next
+ * mark, or after the batch
+ */
+void deliver_replied(struct deliver *d, struct deliver_job *j);
 
 
 /* deliver_set - record one recipient's result (dsn NULL: taken from reply) */

@@ -171,7 +171,7 @@ void deliver_maildir_one(struct deliver *d, struct deliver_job *j)
 		goto fail_unlink;
 	}
 	fd = -1;
-	if ((err = deliver_mark(d, j->m.qid)) != 0) {
+	if ((err = deliver_mark(d, j->m.qid, NULL, 0)) != 0) {
 		snprintf(why, sizeof(why), "cannot set the inflight mark: %s", store_strerror(err));
 		goto fail_unlink;
 	}

@@ -155,6 +155,7 @@ struct xmsg {
 	int block_fed;			/* xmsg_block given since the last rewind */
 	size_t pos;			/* next byte of m.data to feed */
 	unsigned dot_nth;		/* MARKED: its dot is this connection's nth */
+	int collected;			/* its results are in job->res */
 };
 
 /* one libesmtp session over a batch */
@@ -162,6 +163,7 @@ struct xsess {
 	struct deliver *d;		/* not owned */
 	smtp_session_t s;		/* owned */
 	struct xmsg *msgs;		/* owned array */
+	struct deliver_job **jobs;	/* not owned; msgs[i].job is jobs[i] */
 	size_t n;
 	int body8;			/* pass BODY=8BITMIME on */
 	int any8;			/* some message asked for it */
@@ -264,7 +266,7 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		/* the server is gone before the end, or we cut it: no mark, and no dot */
 		xmsg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {
-		if ((err = deliver_mark(x->xs->d, m->qid)) == 0) {
+		if ((err = deliver_mark(x->xs->d, m->qid, x->xs->jobs, x->xs->n)) == 0) {
 			x->dot_nth = ++x->xs->dots;
 			xmsg_enter(x, XMSG_MARKED);
 		} else {
@@ -277,6 +279,8 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 	errno = x->state == XMSG_NOMARK ? EIO : x->state == XMSG_LOST ? EPIPE : saved;
 	return NULL;
 }
+
+static void xmsg_settle(struct xmsg *x);
 
 /* xsess_find - the xmsg of a libesmtp message */
 static struct xmsg *xsess_find(struct xsess *xs, smtp_message_t sm)
@@ -314,9 +318,10 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 	case SMTP_EV_MESSAGESENT:
 		if ((x = xsess_find(xs, va_arg(ap, smtp_message_t))) == NULL)
 			break;
-		if (x->state == XMSG_MARKED)
+		if (x->state == XMSG_MARKED) {
 			xmsg_enter(x, XMSG_REPLIED);
-		else if (x->state == XMSG_ENVELOPE || x->state == XMSG_CONTENT)
+			xmsg_settle(x);
+		} else if (x->state == XMSG_ENVELOPE || x->state == XMSG_CONTENT)
 			xmsg_enter(x, XMSG_REFUSED);
 		break;
 	case SMTP_EV_EXTNA_8BITMIME:	/* EHLO is over when libesmtp says this */
@@ -563,6 +568,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 	}
 	xs->msgs = xcalloc(n, sizeof(*xs->msgs));
 	xs->utf8_want = xcalloc(n ? n : 1, 1);
+	xs->jobs = jobs;
 	xs->n = n;
 	if (c->hostname)
 		ok &= smtp_set_hostname(xs->s, c->hostname);
@@ -783,14 +789,14 @@ static int xsess_run(struct xsess *xs)
 			ran = smtp_start_session(xs->s);
 			xsess_end_bridge(xs);	/* libesmtp has hung up */
 			ERR_clear_error();
-			if (ran || xs->guard.cut || xs->no_utf8) {
+			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 c->upstream.hosts[h].host);
 				smtp_strerror(smtp_errno(), xs->error, sizeof(xs->error));
 				return 0;
 			}
-			/* nothing was sent: no connection, or greeting/EHLO refused */
+			/* nothing was sent (no dot went out): no connection, or greeting/EHLO refused */
 			smtp_strerror(smtp_errno(), err, sizeof(err));
 			if (xs->last_reply[0])
 				snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
@@ -923,6 +929,18 @@ static size_t utf8_bounce(struct deliver_job **jobs, size_t n, const char *relay
 	return k;
 }
 
+/*
+ * xmsg_settle - the final dot was answered: the results now, decided and
+ * written with the next message's mark (deliver_replied), so that a kill
+ * -9 later in the batch does not leave this delivery unconfirmed
+ */
+static void xmsg_settle(struct xmsg *x)
+{
+	xmsg_collect(x);
+	x->collected = 1;
+	deliver_replied(x->xs->d, x->job);
+}
+
 /* deliver_smtp_batch - deliver a batch over one upstream connection */
 void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
@@ -964,7 +982,8 @@ void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 			continue;
 		}
 		for (i = 0; i < n; i++)
-			xmsg_collect(&xs.msgs[i]);
+			if (!xs.msgs[i].collected)
+				xmsg_collect(&xs.msgs[i]);
 		xsess_free(&xs);
 		break;
 	}
