@@ -82,6 +82,7 @@ int store_mdb_error(int rc, const char *what)
 	case MDB_TXN_FULL:
 	case ENOSPC:
 	case EDQUOT:
+	case EFBIG:			/* the file size limit: no space, not an I/O error */
 		return STORE_ENOSPC;
 	case MDB_BAD_VALSIZE:
 	case MDB_KEYEXIST:
@@ -103,7 +104,7 @@ const char *store_strerror(int err)
 	case STORE_ENOTFOUND:
 		return "not found";
 	case STORE_ENOSPC:
-		return "no space left in the store";
+		return "no space left (store map full, or no space left on device)";
 	case STORE_EIO:
 		return "store I/O error";
 	case STORE_EINVAL:

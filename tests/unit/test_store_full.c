@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <lmdb.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "../../store/store.h"
 #include "../../store/lmdb/store_int.h"
@@ -194,6 +197,33 @@ static void test_reserve_size(void **state)
 		  256 + (1000 * STORE_RESERVE_PER_MSG + 4095) / 4096);
 }
 
+/*
+ * test_disk_full_wording - a write the file system refuses (the file size
+ * limit stands in for a full disk) is "no space", not an I/O error
+ */
+static void test_disk_full_wording(void **state)
+{
+	struct fx *f = *state;
+	struct rlimit rl, old;
+	struct stat sb;
+	char data[160];
+	int rc;
+
+	signal(SIGXFSZ, SIG_IGN);
+	snprintf(data, sizeof(data), "%s/data.mdb", f->path);
+	assert_int_equal(stat(data, &sb), 0);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	rl = old;
+	rl.rlim_cur = (rlim_t) sb.st_size;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	rc = accept_one(f->st, 1, 512u << 10, 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	CHECK_INT("a commit past the file size limit", rc, STORE_ENOSPC);
+	if (strstr(store_strerror(rc), "no space left on device") == NULL)
+		fail_msg("wording: got \"%s\", want it to say no space left on device",
+			 store_strerror(rc));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup_small, fx_teardown)
 
 int main(void)
@@ -203,6 +233,7 @@ int main(void)
 		T(test_reserve_reopen),
 		T(test_full_map_outcome),
 		cmocka_unit_test(test_reserve_size),
+		T(test_disk_full_wording),
 	};
 
 	return cmocka_run_group_tests_name("store_full", tests, NULL, NULL);
