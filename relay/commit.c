@@ -32,10 +32,10 @@
  *	leaves a broken store to the writer.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "../util/clock.h"
@@ -56,11 +56,10 @@ struct commit {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	struct commit_req *pending;	/* LIFO, under lock */
-	struct commit_req *done;	/* LIFO, under lock */
+	struct workq *back;		/* owned: decided requests, to the event loop */
 	struct commit_op *ops;		/* LIFO, under lock: delivery writes to carry */
 	pthread_cond_t marked;		/* a batch of ops is durable */
 	int stop;			/* under lock */
-	int efd;			/* eventfd, owned */
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
 	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
@@ -219,14 +218,14 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
  * delivery. The event loop is woken first: with two cores, a delivery
  * thread woken first takes the core the event loop would have replied
  * on (tens of microseconds at the final dot, measured). The requests
- * belong to the event loop from the eventfd write on, so the QIDs to
+ * belong to the event loop from workq_finish() on, so the QIDs to
  * deliver are copied out before.
  */
 static void commit_finish(struct commit *cm, struct commit_req *fifo)
 {
-	struct commit_req *req, *next;
+	struct commit_req *req;
+	struct workq_item *back = NULL, **tail = &back;
 	size_t n = 0, i;
-	uint64_t one = 1;
 
 	for (req = fifo; req; req = req->next) {
 		if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
@@ -237,15 +236,12 @@ static void commit_finish(struct commit *cm, struct commit_req *fifo)
 		}
 		memcpy(cm->spooled[n++], req->msg.qid, STORE_QID_SIZE);
 	}
-	pthread_mutex_lock(&cm->lock);
-	for (req = fifo; req; req = next) {	/* the done list is LIFO */
-		next = req->next;
-		req->next = cm->done;
-		cm->done = req;
+	for (req = fifo; req; req = req->next) {	/* copied out before: see above */
+		*tail = &req->item;
+		tail = &req->item.next;
 	}
-	pthread_mutex_unlock(&cm->lock);
-	if (fifo != NULL)
-		(void) !write(cm->efd, &one, sizeof(one));
+	*tail = NULL;
+	workq_finish(cm->back, back);
 	for (i = 0; i < n; i++)
 		cm->committed(cm->arg, cm->spooled[i]);
 }
@@ -386,6 +382,15 @@ static void *commit_main(void *arg)
 	return NULL;
 }
 
+/* decided - workq_ops: a request's done callback, in the event loop */
+static void decided(void *arg, struct workq_item *it)
+{
+	struct commit_req *req = (struct commit_req *) ((char *) it - offsetof(struct commit_req, item));
+
+	(void) arg;
+	req->done(req);
+}
+
 /* commit_start - start the writer thread */
 struct commit *commit_start(struct store *st, void (*committed) (void *, const char *),
 			    void *arg)
@@ -402,8 +407,7 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	pthread_cond_init(&cm->wake, &attr);
 	pthread_condattr_destroy(&attr);
 	pthread_cond_init(&cm->marked, NULL);
-	if ((cm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
-		msg_fatal("eventfd: %m");
+	cm->back = workq_start(&(struct workq_ops) { .name = "commit", .done = decided }, 0);
 	if (pthread_create(&cm->thread, NULL, commit_main, cm) != 0)
 		msg_fatal("cannot start the commit thread");
 	return cm;
@@ -491,30 +495,13 @@ int commit_mark_inflight(struct commit *cm, const char *qid)
 /* commit_fd - the eventfd the event loop watches */
 int commit_fd(const struct commit *cm)
 {
-	return cm->efd;
+	return workq_fd(cm->back);
 }
 
 /* commit_reap - run the done callbacks of finished requests, in order */
 void commit_reap(struct commit *cm)
 {
-	struct commit_req *list, *fifo = NULL, *next;
-	uint64_t n;
-
-	(void) !read(cm->efd, &n, sizeof(n));
-	pthread_mutex_lock(&cm->lock);
-	list = cm->done;
-	cm->done = NULL;
-	pthread_mutex_unlock(&cm->lock);
-	for (; list; list = next) {
-		next = list->next;
-		list->next = fifo;
-		fifo = list;
-	}
-	for (; fifo; fifo = next) {
-		next = fifo->next;
-		fifo->next = NULL;
-		fifo->done(fifo);
-	}
+	workq_reap(cm->back);
 }
 
 /* commit_stop - drain, stop and join the writer */
@@ -527,8 +514,7 @@ void commit_stop(struct commit *cm)
 	pthread_cond_signal(&cm->wake);
 	pthread_mutex_unlock(&cm->lock);
 	pthread_join(cm->thread, NULL);
-	commit_reap(cm);
-	close(cm->efd);
+	workq_stop(cm->back);		/* reaps what is left */
 	free(cm->spooled);
 	pthread_mutex_destroy(&cm->lock);
 	pthread_cond_destroy(&cm->wake);

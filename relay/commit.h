@@ -30,6 +30,7 @@
 
 #include "../store/store.h"
 #include "../util/hash.h"
+#include "../util/workq.h"
 
 enum commit_outcome {
 	COMMIT_QUEUED,		/* every recipient new: spooled under req->qid */
@@ -59,6 +60,7 @@ struct commit_req {
 	void (*done) (struct commit_req *req);	/* runs in the event loop */
 	void *ctx;
 	struct commit_req *next;	/* owned by the commit module while queued */
+	struct workq_item item;		/* the way back to the event loop (commit_reap) */
 };
 
 struct commit;
