@@ -628,7 +628,7 @@ void deliver_bridge_cut(struct deliver_bridge *b)
 {
 	atomic_store(&b->cut, 1);
 	if (b->stop[1] >= 0)
-		(void) write(b->stop[1], "x", 1);
+		(void) !write(b->stop[1], "x", 1);
 }
 
 /* deliver_bridge_end - wait for the thread to end; why it hung up on its own */
