@@ -355,7 +355,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 		       config_setting_t *root)
 {
 	static const char *const names[] = {"message_size", "recipients",
-		"connections", "command_timeout", "data_timeout", "bare_lf", 0};
+		"connections", "command_timeout", "data_timeout", "bare_lf",
+		"min_data_rate", "stress_timeout", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
 	config_setting_t *g;
 
@@ -368,7 +369,9 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 			     &c->limits.command_timeout) < 0
 	    || conf_duration(x, g, "data_timeout", 1,
 			     &c->limits.data_timeout) < 0
-	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0)
+	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0
+	    || conf_int(x, g, "min_data_rate", 0, 1000000000, &c->limits.min_data_rate) < 0
+	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */
 	if (c->limits.message_size >= c->store.map_size) {
@@ -428,6 +431,8 @@ static void conf_defaults(struct conf *c)
 	c->limits.connections = 1000;
 	c->limits.command_timeout = 5 * 60;
 	c->limits.data_timeout = 10 * 60;
+	c->limits.min_data_rate = 500;		/* Postfix's smtpd_min_data_rate */
+	c->limits.stress_timeout = 10;		/* Postfix's ${stress?10} */
 	c->log.level = LOG_LEVEL_INFO;
 }
 

@@ -112,6 +112,8 @@ struct conf {
 		int connections;	/* default 1000 */
 		int64_t command_timeout;	/* default 5m */
 		int64_t data_timeout;	/* default 10m */
+		int min_data_rate;	/* octets/s a message must keep up, 0: off; default 500 */
+		int64_t stress_timeout;	/* both timeouts' cap under stress, default 10s */
 		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
 	} limits;
 

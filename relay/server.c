@@ -55,6 +55,7 @@
 #include "../tls/io.h"
 #include "keys.h"
 #include "metrics.h"
+#include "pace.h"
 #include "qid.h"
 #include "server.h"
 #include "server_int.h"
@@ -84,6 +85,8 @@ static void conn_free(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	srv->n_conns--;
+	if (c->dead)
+		srv->n_dead--;
 	if (c->auth_due)
 		srv->n_auth_delayed--;
 	smtp_session_free(c->s);
@@ -92,15 +95,37 @@ static void conn_free(struct conn *c)
 }
 
 /*
- * conn_close - drop the socket. The struct is freed by conn_reap() at the
- * end of the loop iteration, once no commit request points at it: events
+ * conn_close - drop the socket, and log the disconnect as Postfix does,
+ * with the command counts. The struct is freed by conn_reap() at the end
+ * of the loop iteration, once no commit request points at it: events
  * already fetched in this iteration may still name it.
  */
-static void conn_close(struct conn *c)
+void conn_close(struct conn *c)
 {
+	char stats[512];
+
+	if (c->dead)
+		return;
+	if (smtp_session_why(c->s) == SMTP_CLOSE_ERRORS)
+		msg_info("too many errors after %s from unknown[%s]", smtp_session_where(c->s),
+			 c->addr);
+	smtp_session_stats(c->s, stats, sizeof(stats));
+	msg_info("disconnect from unknown[%s]%s", c->addr, stats);
 	io_close(c->io);		/* TLS says goodbye; the socket leaves the epoll set */
 	c->io = NULL;
 	c->dead = 1;
+	c->srv->n_dead++;
+}
+
+/* conn_lost - the client went away (or its socket failed) before we closed */
+static void conn_lost(struct conn *c, const char *err)
+{
+	if (!smtp_session_closing(c->s))
+		msg_info("lost connection after %s from unknown[%s]", smtp_session_where(c->s),
+			 c->addr);
+	if (err)
+		msg_debug("lost connection from unknown[%s]: %s", c->addr, err);
+	conn_close(c);
 }
 
 /* conn_reap - free closed connections nothing points at any more */
@@ -153,7 +178,7 @@ static void conn_interest(struct conn *c)
 static int conn_starttls(struct conn *c);
 
 /* conn_flush - write pending output; close when done and closing. 0, or -1 if closed */
-static int conn_flush(struct conn *c)
+int conn_flush(struct conn *c)
 {
 	struct buf *out = smtp_session_out(c->s);
 	ssize_t n;
@@ -163,7 +188,7 @@ static int conn_flush(struct conn *c)
 		if (n == IO_AGAIN)
 			break;
 		if (n < 0) {
-			conn_close(c);
+			conn_lost(c, c->io->err);
 			return -1;
 		}
 		buf_consume(out, (size_t) n);
@@ -204,7 +229,7 @@ int conn_process(struct conn *c)
 		if (got == IO_AGAIN)
 			break;
 		if (got <= 0) {
-			conn_close(c);
+			conn_lost(c, got < 0 ? c->io->err : NULL);
 			return -1;
 		}
 		c->in.len += (size_t) got;
@@ -219,7 +244,7 @@ static int conn_handshake(struct conn *c)
 	int r = io_handshake(c->io);
 
 	if (r < 0) {
-		msg_info("tls: handshake failed from [%s]: %s", c->addr, c->io->err);
+		msg_info("tls: handshake failed from unknown[%s]: %s", c->addr, c->io->err);
 		conn_close(c);
 		return -1;
 	}
@@ -229,8 +254,8 @@ static int conn_handshake(struct conn *c)
 	}
 	io_describe(c->io, desc, sizeof(desc));
 	msg_info("tls: client=[%s] %s", c->addr, desc);
-	c->last_active = clock_us();
 	smtp_session_set_tls(c->s);
+	pace_arm(c);
 	if (c->l->cf->tls_implicit)
 		smtp_session_greet(c->s);
 	return conn_process(c);
@@ -247,10 +272,10 @@ static int conn_starttls(struct conn *c)
 
 	buf_reset(&c->in);
 	if ((c->io = tls_io_new(c->srv->tls, fd)) == NULL) {
-		c->dead = 1;			/* tls_io_new closed the socket */
+		conn_close(c);			/* tls_io_new closed the socket */
 		return -1;
 	}
-	c->last_active = clock_us();
+	pace_arm(c);			/* the handshake gets command_timeout */
 	return conn_handshake(c);
 }
 
@@ -350,13 +375,14 @@ static void conn_accept(struct server *srv, struct listener *l)
 				msg_warn("accept: %m");
 			return;
 		}
-		if (srv->n_conns >= (size_t) srv->cf->limits.connections) {
+		if (srv->n_conns - srv->n_dead >= (size_t) srv->cf->limits.connections
+		    && !pace_make_room(srv)) {
 			static const char busy[] = "421 4.7.0 Too many connections, try again later\r\n";
 
 			if (!l->cf->tls_implicit)	/* no 421 in the clear on a TLS port */
 				(void) !write(fd, busy, sizeof(busy) - 1);
 			close(fd);
-			msg_warn("connection limit %d reached", srv->cf->limits.connections);
+			pace_refused(srv);
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -368,13 +394,14 @@ static void conn_accept(struct server *srv, struct listener *l)
 		c->srv = srv;
 		c->l = l;
 		c->io = io;
-		c->last_active = clock_us();
 		if (ss.ss_family == AF_INET6)
 			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, c->addr, sizeof(c->addr));
 		else
 			inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, c->addr, sizeof(c->addr));
 		c->relay_ok = conf_net_match(srv->cf, (struct sockaddr *) &ss);
 		c->s = smtp_session_new(&l->smtp_cf, &srv->hooks, c);
+		pace_arm(c);
+		msg_info("connect from unknown[%s]", c->addr);
 		c->next = srv->conns;
 		if (srv->conns)
 			srv->conns->prev = c;
@@ -401,14 +428,12 @@ static void conn_read(struct conn *c)
 		return;
 	}
 	if (n <= 0) {
-		if (n == IO_ERROR)
-			msg_debug("lost connection from [%s]: %s", c->addr, c->io->err);
-		conn_close(c);
+		conn_lost(c, n == IO_ERROR ? c->io->err : NULL);
 		return;
 	}
 	c->in.len += (size_t) n;
-	c->last_active = clock_us();
-	conn_process(c);
+	if (conn_process(c) == 0)
+		pace_input(c, (size_t) n);
 }
 
 /*
@@ -426,32 +451,6 @@ static void conn_event(struct conn *c, uint32_t ev)
 		conn_read(c);
 	else
 		conn_flush(c);
-}
-
-/* conn_timeouts - drop clients idle past command_timeout or data_timeout */
-static void conn_timeouts(struct server *srv)
-{
-	struct conn *c, *next;
-	int64_t now = clock_us(), limit;
-
-	for (c = srv->conns; c; c = next) {
-		next = c->next;
-		if (c->dead || smtp_session_waiting(c->s))
-			continue;
-		limit = smtp_session_in_data(c->s) ? srv->cf->limits.data_timeout
-		    : srv->cf->limits.command_timeout;
-		if (now - c->last_active < limit * 1000000)
-			continue;
-		if (!c->io->ready) {	/* nothing can be said mid-handshake */
-			msg_info("timeout during TLS handshake from [%s]", c->addr);
-			conn_close(c);
-			continue;
-		}
-		msg_info("timeout after %s from [%s]",
-			 smtp_session_in_data(c->s) ? "DATA" : "command", c->addr);
-		smtp_session_timeout(c->s);
-		conn_flush(c);
-	}
 }
 
 /*
@@ -740,7 +739,7 @@ int server_run(struct server *srv)
 			auth_delayed(srv);
 		if (clock_us() - last_sweep >= 1000000) {
 			last_sweep = clock_us();
-			conn_timeouts(srv);
+			pace_sweep(srv);
 		}
 		conn_reap(srv);
 	}

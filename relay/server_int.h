@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../conf/conf.h"
 #include "../smtp/smtp.h"
@@ -42,7 +43,9 @@ struct conn {
 	struct buf in;			/* unconsumed input, owned */
 	char addr[INET6_ADDRSTRLEN];
 	int relay_ok;			/* client inside access.networks */
-	int64_t last_active;		/* microseconds */
+	int64_t armed, deadline;	/* monotonic microseconds (pace.h) */
+	unsigned long records;		/* the session's records when armed */
+	int in_data;			/* the deadline is a message's credit */
 	uint32_t events;		/* epoll interest */
 	struct commit_req *req;		/* in flight, owned */
 	const char *sync_reply;		/* answer decided inside the message hook */
@@ -71,12 +74,18 @@ struct server {
 	size_t n_ls;
 	struct conn *conns;
 	size_t n_conns;
+	size_t n_dead;			/* of them closed, waiting to be freed */
+	unsigned long limit_refused;	/* at the connection limit, since limit_since */
+	time_t limit_since;
+	int64_t limit_report;		/* monotonic: episode's last line; 0: no episode */
 	size_t n_inflight;		/* commit requests not yet answered */
 	int64_t stopping;		/* when SIGTERM came, 0 while running */
 	enum tag commit_tag, signal_tag, auth_tag;
 };
 
 int conn_process(struct conn *c);
+int conn_flush(struct conn *c);		/* write pending output; 0, or -1 if closed */
+void conn_close(struct conn *c);	/* drop the socket, log the disconnect */
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);

@@ -179,6 +179,29 @@ int smtp_session_starttls(const struct smtp_session *s);	/* 220 queued: flush, h
 int smtp_session_tls(const struct smtp_session *s);	/* smtp_session_set_tls() was called */
 const char *smtp_session_user(const struct smtp_session *s);	/* AUTH user, or NULL */
 
+/* why a session closed (smtp_session_why()) */
+enum smtp_close {
+	SMTP_CLOSE_NONE,		/* open, or closed by the caller */
+	SMTP_CLOSE_QUIT,		/* the client said QUIT */
+	SMTP_CLOSE_TIMEOUT,		/* smtp_session_timeout() */
+	SMTP_CLOSE_ERRORS,		/* too many errors (failed AUTH) */
+	SMTP_CLOSE_SHUTDOWN,		/* smtp_session_shutdown() */
+};
+
+/*
+ * For the caller's deadlines and logs: records counts what the client
+ * completed (a command line, an AUTH response line, a whole message, a
+ * BDAT chunk), so that a deadline can run per record rather than per
+ * read; where names the last command ("CONNECT" before any, "DATA",
+ * "END-OF-MESSAGE" once a message is in) as Postfix's "lost connection
+ * after CMD" does; stats formats the command counts of its disconnect
+ * line (" ehlo=1 mail=1 rcpt=1/2 data=1 quit=1 commands=5/6").
+ */
+unsigned long smtp_session_records(const struct smtp_session *s);
+const char *smtp_session_where(const struct smtp_session *s);
+void smtp_session_stats(const struct smtp_session *s, char *buf, size_t len);
+enum smtp_close smtp_session_why(const struct smtp_session *s);
+
 /*
  * smtp_xtext_decode - append the RFC 3461 xtext decoding of in[0..len)
  * to out (e.g. the address part of an ORCPT value, for the relay). 0, or

@@ -130,6 +130,7 @@ static void smtp_auth_fail(struct smtp_session *s)
 	if (++s->auth.failures >= s->cfg.auth_max_failures) {
 		smtp_reply(s, "421 4.7.0 %s Error: too many failed authentication attempts",
 			   s->cfg.hostname);
+		s->why = SMTP_CLOSE_ERRORS;
 		smtp_enter_state(s, SMTP_STATE_CLOSED);
 		return;
 	}

@@ -310,6 +310,7 @@ static void smtp_cmd_quit(struct smtp_session *s, const char *args, size_t len)
 	(void) len;
 	smtp_tx_end(s);
 	smtp_reply(s, "221 2.0.0 Bye");
+	s->why = SMTP_CLOSE_QUIT;
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
 }
 
@@ -407,7 +408,7 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 {
 	const struct smtp_cmd *cmd;
 	const char *sp;
-	size_t verb_len;
+	size_t verb_len, mark;
 
 	if (len && line[len - 1] == '\n')
 		len--;
@@ -423,6 +424,7 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 	}
 	sp = memchr(line, ' ', len);
 	verb_len = sp ? (size_t) (sp - line) : len;
+	smtp_stats_begin(&s->stats, line, verb_len);
 	if ((cmd = smtp_cmd_find(line, verb_len)) == NULL) {
 		smtp_reply(s, "500 5.5.2 Error: command not recognized");
 		return;
@@ -433,8 +435,12 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 	}
 	if (!(cmd->flags & (SMTP_CMD_PRE_TLS | SMTP_CMD_GATE_SELF)) && smtp_tls_gate(s))
 		return;
+	mark = s->out.len;
 	if (sp)
 		cmd->handler(s, sp + 1, len - verb_len - 1);
 	else
 		cmd->handler(s, line + len, 0);
+	/* a reply written around smtp_reply() (HELP's) still ends the command */
+	if (s->state == SMTP_STATE_COMMAND && s->out.len > mark)
+		smtp_stats_reply(&s->stats, s->out.data + mark, s->out.len - mark);
 }

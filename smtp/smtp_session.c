@@ -83,6 +83,7 @@ void smtp_reply(struct smtp_session *s, const char *fmt,...)
 		n = (int) sizeof(line) - 3;
 	buf_append(&s->out, line, (size_t) n);
 	buf_append(&s->out, "\r\n", 2);
+	smtp_stats_reply(&s->stats, line, (size_t) n);
 }
 
 /* smtp_reply_external - queue a hook's reply: one line, or 451 */
@@ -103,6 +104,7 @@ void smtp_reply_external(struct smtp_session *s, const char *reply)
 	}
 	buf_append(&s->out, reply, n);
 	buf_append(&s->out, "\r\n", 2);
+	smtp_stats_reply(&s->stats, reply, n);
 }
 
 /* smtp_tx_end - drop the transaction (RSET, HELO, end of message) */
@@ -129,6 +131,7 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 		s->hooks = *hooks;
 	s->ctx = ctx;
 	s->state = SMTP_STATE_COMMAND;
+	smtp_stats_init(&s->stats);
 	return s;
 }
 
@@ -171,6 +174,7 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 	}
 	if (lf == NULL)
 		return n;
+	s->records++;
 	if (s->line_long) {
 		s->line_long = 0;
 		if (s->state == SMTP_STATE_AUTH) {
@@ -194,6 +198,8 @@ static void smtp_data_end(struct smtp_session *s)
 {
 	struct smtp_tx *tx = s->tx;
 
+	s->records++;
+	smtp_stats_where(&s->stats, "END-OF-MESSAGE");
 	tx->bare_eol = s->data.bare_eol;
 	if (s->data.too_big) {
 		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
@@ -215,6 +221,7 @@ static void smtp_chunk_end(struct smtp_session *s)
 {
 	struct smtp_chunk *c = &s->chunk;
 
+	s->records++;
 	if (c->skip) {
 		/* refused when announced, and answered then */
 	} else if (s->data.too_big) {
@@ -359,6 +366,15 @@ static void smtp_session_close(struct smtp_session *s, const char *text)
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
 }
 
+/* smtp_session_close_why - close as smtp_session_close() does, saying why */
+static void smtp_session_close_why(struct smtp_session *s, enum smtp_close why,
+				   const char *text)
+{
+	if (s->state != SMTP_STATE_CLOSED && s->why == SMTP_CLOSE_NONE)
+		s->why = why;
+	smtp_session_close(s, text);
+}
+
 /* smtp_session_timeout - idle or stalled client */
 void smtp_session_timeout(struct smtp_session *s)
 {
@@ -366,7 +382,7 @@ void smtp_session_timeout(struct smtp_session *s)
 
 	snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
 		 s->cfg.hostname);
-	smtp_session_close(s, text);
+	smtp_session_close_why(s, SMTP_CLOSE_TIMEOUT, text);
 }
 
 /* smtp_session_shutdown - the daemon is stopping */
@@ -376,7 +392,7 @@ void smtp_session_shutdown(struct smtp_session *s)
 
 	snprintf(text, sizeof(text), "421 4.3.2 %s Service shutting down",
 		 s->cfg.hostname);
-	smtp_session_close(s, text);
+	smtp_session_close_why(s, SMTP_CLOSE_SHUTDOWN, text);
 }
 
 /* smtp_session_out - replies for the caller to write */
@@ -425,4 +441,28 @@ int smtp_session_tls(const struct smtp_session *s)
 const char *smtp_session_user(const struct smtp_session *s)
 {
 	return s->user;
+}
+
+/* smtp_session_records - what the client completed: lines, messages, chunks */
+unsigned long smtp_session_records(const struct smtp_session *s)
+{
+	return s->records;
+}
+
+/* smtp_session_where - the last command, for "lost connection after CMD" */
+const char *smtp_session_where(const struct smtp_session *s)
+{
+	return s->stats.where;
+}
+
+/* smtp_session_stats - the command counts of the disconnect line */
+void smtp_session_stats(const struct smtp_session *s, char *buf, size_t len)
+{
+	smtp_stats_format(&s->stats, buf, len);
+}
+
+/* smtp_session_why - why the session closed; SMTP_CLOSE_NONE while open */
+enum smtp_close smtp_session_why(const struct smtp_session *s)
+{
+	return s->state == SMTP_STATE_CLOSED ? s->why : SMTP_CLOSE_NONE;
 }

@@ -13,6 +13,7 @@
 
 #include "smtp.h"
 #include "smtp_data.h"
+#include "smtp_stats.h"
 
 #define SMTP_REPLY_LINE_MAX	512	/* reply line we build, incl. CRLF */
 #define SMTP_RCPTS_DEFAULT	1000	/* when max_rcpts is not positive */
@@ -71,6 +72,10 @@ struct smtp_session {
 	int     line_long;		/* past SMTP_LINE_MAX: discard to LF */
 	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
 	struct buf out;			/* owned; replies not yet written */
+	struct smtp_stats stats;	/* command counts, the last command */
+	unsigned long records;		/* command lines, AUTH lines, messages
+					 * and BDAT chunks received in full */
+	enum smtp_close why;		/* why CLOSED, once it is */
 };
 
 void smtp_enter_state(struct smtp_session *s, enum smtp_state state);

@@ -1,8 +1,11 @@
-"""limits.connections and data_timeout: refused or dropped with 421, and nothing relayed."""
+"""limits.connections and data_timeout: refused or dropped with 421, and nothing relayed;
+the connection log lines, as Postfix writes them (SPEC section 6)."""
 
+import re
 import time
 
 from cases_protocol import reply_codes
+from cases_tls import plain, starttls, tls_daemon
 from harness import Raw, case, check, eq, expect_reply, make_msg, submit_ok
 
 
@@ -21,17 +24,26 @@ def hold(port):
 @case()
 def test_connection_limit(t):
     sink = t.sink()
-    d = t.daemon(sink, {"limits": {"connections": 3}})
+    # stress_timeout 60s: the idle held sessions must not make room (cases_slow.py)
+    d = t.daemon(sink, {"limits": {"connections": 3, "stress_timeout": "60s"}})
     held = [hold(d.port) for _ in range(3)]
-    with Raw(d.port, greet=False) as extra:
-        out = extra.rest(timeout=5)
-    eq(reply_codes(out)[:1], [421], "the connection over the limit (%r)" % out)
-    check("4.7.0" in out, "421 4.7.0 Too many connections (%r)" % out)
+    for _ in range(5):
+        with Raw(d.port, greet=False) as extra:
+            out = extra.rest(timeout=5)
+        eq(reply_codes(out)[:1], [421], "the connection over the limit (%r)" % out)
+        check("4.7.0" in out, "421 4.7.0 Too many connections (%r)" % out)
+    # one line as the episode starts, not one per refusal
+    eq(len([l for l in d.log_lines("connection limit 3 reached") if "refused" not in l]), 1,
+       "'connection limit 3 reached' lines")
     held.pop().close()
+    # and its count once it ends (hold() may have been refused a time or two more)
+    line = d.wait_log("connection limit 3 reached; ", "connections refused since", timeout=5)
+    m = re.search(r"; (\d+) connections refused since", line[0])
+    check(m and 5 <= int(m.group(1)) <= 8, "the episode's count: %r" % line)
     time.sleep(0.3)         # the daemon notices the close on its next turn
     q = submit_ok(d.port, ["a@example.com"], make_msg(key="limit-1"))
     sink.wait_count(1)
-    check(d.log_lines(q, "status=sent"), "a new connection after one closed is served")
+    d.wait_log(q, "status=sent")            # a new connection after one closed is served
     for c in held:
         c.close()
 
@@ -54,3 +66,68 @@ def test_data_timeout(t):
     d.wait_log("timeout after DATA")
     time.sleep(1.0)
     eq(len(sink.accepted()), 0, "messages upstream")
+
+
+@case()
+def test_connection_log(t):
+    sink = t.sink()
+    d = t.daemon(sink, {"limits": {"command_timeout": "2s"}})
+    disconnect = "disconnect from unknown[127.0.0.1]"
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("FROB"), 500)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("RCPT TO:<b@example.com"), 501)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="log-1") + b".\r\n")
+        expect_reply(c.reply(), 250)
+        expect_reply(c.cmd("QUIT"), 221)
+    d.wait_log(disconnect, "ehlo=1 mail=1 rcpt=1/2 data=1 quit=1 unknown=0/1 commands=5/7")
+    check(d.log_lines("connect from unknown[127.0.0.1]"), "a 'connect from' line")
+    # a client dying mid-DATA leaves a trace
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("HELO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(b"Subject: cut\r\n\r\nhalf")
+    d.wait_log("lost connection after DATA from unknown[127.0.0.1]")
+    d.wait_log(disconnect, "helo=1 mail=1 rcpt=1 data=0/1 commands=3/4")
+    # silence after a command
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        out = c.rest(timeout=6)
+    check("421 4.4.2" in out, "the idle client's 421 (%r)" % out)
+    d.wait_log("timeout after RCPT from unknown[127.0.0.1]")
+    d.wait_log(disconnect, "ehlo=1 mail=1 rcpt=1 commands=3")
+
+
+@case()
+def test_connection_log_tls(t):
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"alice": "secret"})
+    disconnect = "disconnect from unknown[127.0.0.1]"
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        starttls(c)
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("AUTH PLAIN " + plain("alice", "secret")), 235)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("RCPT TO:<b@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="log-tls-1") + b".\r\n")
+        expect_reply(c.reply(), 250)
+        expect_reply(c.cmd("QUIT"), 221)
+    d.wait_log(disconnect, "ehlo=2 starttls=1 auth=1 mail=1 rcpt=2 data=1 quit=1 commands=9")
+    with Raw(d.port, timeout=20) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        starttls(c)
+        for _ in range(3):
+            expect_reply(c.cmd("AUTH PLAIN " + plain("alice", "wrong")), 535)
+        expect_reply(c.reply(), 421)
+    d.wait_log("too many errors after AUTH from unknown[127.0.0.1]")
+    d.wait_log(disconnect, "ehlo=1 starttls=1 auth=0/3 commands=2/5")

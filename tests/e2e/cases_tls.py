@@ -269,7 +269,7 @@ def test_implicit_tls(t):
         rcv = received_line(rec["data"])
         check(" with ESMTPSA id " in rcv, "Received says ESMTPSA: %r" % rcv)
     # a client speaking in the clear to the TLS port gets no SMTP at all
-    failed = len(d.log_lines("tls: handshake failed from [127.0.0.1]"))
+    failed = len(d.log_lines("tls: handshake failed from unknown[127.0.0.1]"))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"EHLO client.test\r\n")
         try:
@@ -278,7 +278,7 @@ def test_implicit_tls(t):
             data = b""
         check(not data.startswith(b"220") and not data.startswith(b"250"),
               "SMTP in the clear on the TLS port: %r" % data)
-    wait_until(lambda: len(d.log_lines("tls: handshake failed from [127.0.0.1]")) > failed,
+    wait_until(lambda: len(d.log_lines("tls: handshake failed from unknown[127.0.0.1]")) > failed,
                10, "the failed handshake in the log")
 
 
@@ -312,7 +312,7 @@ def test_tls_handshake_timeout(t):
     with socket.create_connection(("127.0.0.1", d.ports[1]), timeout=15) as s:
         eq(s.recv(100), b"", "the silent client is dropped without a word")
     check(time.monotonic() - start < 8, "dropped within command_timeout and a sweep")
-    d.wait_log("timeout during TLS handshake from [127.0.0.1]")
+    d.wait_log("timeout during TLS handshake from unknown[127.0.0.1]")
     with Raw(d.port) as c:                  # STARTTLS, then silence
         eq(c.cmd("STARTTLS"), READY, "STARTTLS")
         c.sock.settimeout(15)
