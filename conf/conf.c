@@ -356,7 +356,7 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 {
 	static const char *const names[] = {"message_size", "recipients",
 		"connections", "command_timeout", "data_timeout", "bare_lf",
-		"min_data_rate", "stress_timeout", 0};
+		"min_data_rate", "stress_timeout", "data_memory", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
 	config_setting_t *g;
 
@@ -371,7 +371,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 			     &c->limits.data_timeout) < 0
 	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0
 	    || conf_int(x, g, "min_data_rate", 0, 1000000000, &c->limits.min_data_rate) < 0
-	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0)
+	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0
+	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */
 	if (c->limits.message_size >= c->store.map_size) {
@@ -433,6 +434,7 @@ static void conf_defaults(struct conf *c)
 	c->limits.data_timeout = 10 * 60;
 	c->limits.min_data_rate = 500;		/* Postfix's smtpd_min_data_rate */
 	c->limits.stress_timeout = 10;		/* Postfix's ${stress?10} */
+	c->limits.data_memory = 64ULL << 20;
 	c->log.level = LOG_LEVEL_INFO;
 }
 

@@ -114,6 +114,7 @@ struct conf {
 		int64_t data_timeout;	/* default 10m */
 		int min_data_rate;	/* octets/s a message must keep up, 0: off; default 500 */
 		int64_t stress_timeout;	/* both timeouts' cap under stress, default 10s */
+		uint64_t data_memory;	/* message octets held across sessions, default 64M */
 		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
 	} limits;
 

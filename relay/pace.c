@@ -158,7 +158,8 @@ void pace_sweep(struct server *srv)
 		next = c->next;
 		if (c->dead)
 			continue;
-		if (smtp_session_waiting(c->s) || smtp_session_records(c->s) != c->records) {
+		if (smtp_session_waiting(c->s) || c->paused
+		    || smtp_session_records(c->s) != c->records) {
 			pace_arm(c);	/* the daemon's time is not the client's */
 			continue;
 		}
@@ -185,7 +186,7 @@ int pace_make_room(struct server *srv)
 	char why[96];
 
 	for (c = srv->conns; c; c = c->next) {
-		if (c->dead || smtp_session_waiting(c->s))
+		if (c->dead || smtp_session_waiting(c->s) || c->paused)
 			continue;
 		left = pace_left(c, now, 1);
 		if (left > room || (best && left >= best_left))

@@ -54,6 +54,7 @@
 #include "dupcount.h"
 #include "../tls/io.h"
 #include "keys.h"
+#include "budget.h"
 #include "metrics.h"
 #include "pace.h"
 #include "qid.h"
@@ -84,6 +85,7 @@ static void conn_free(struct conn *c)
 		srv->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	budget_release(c);
 	srv->n_conns--;
 	if (c->dead)
 		srv->n_dead--;
@@ -149,7 +151,8 @@ static void conn_reap(struct server *srv)
 static int conn_accepting(struct conn *c)
 {
 	return !smtp_session_waiting(c->s) && !smtp_session_closing(c->s)
-	    && !smtp_session_starttls(c->s) && smtp_session_out(c->s)->len < OUT_MAX;
+	    && !smtp_session_starttls(c->s) && smtp_session_out(c->s)->len < OUT_MAX
+	    && !budget_paused(c);
 }
 
 /*
@@ -157,9 +160,15 @@ static int conn_accepting(struct conn *c)
  * accepting input, EPOLLOUT while output is pending. A TLS read may wait
  * for EPOLLOUT, and a TLS write for EPOLLIN.
  */
-static void conn_interest(struct conn *c)
+void conn_interest(struct conn *c)
 {
 	uint32_t ev = 0;
+	int paused = c->io->ready && budget_paused(c);
+
+	if (paused != c->paused) {	/* budget_resume() looks for these */
+		c->paused = paused;
+		c->srv->n_paused += paused ? 1 : (size_t) -1;
+	}
 
 	if (!c->io->ready) {
 		ev = c->io->hs_wants;
@@ -234,6 +243,7 @@ int conn_process(struct conn *c)
 		}
 		c->in.len += (size_t) got;
 	}
+	budget_account(c);
 	return conn_flush(c);
 }
 
@@ -541,6 +551,7 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 {
 	struct server *srv = xcalloc(1, sizeof(*srv));
 
+	budget_setup();			/* before the threads: the thresholds are process-wide */
 	srv->cf = cf;
 	srv->conf_path = conf_path;
 	srv->st = st;
@@ -737,9 +748,12 @@ int server_run(struct server *srv)
 		}
 		if (srv->n_auth_delayed)
 			auth_delayed(srv);
+		if (srv->n_paused)
+			budget_resume(srv);
 		if (clock_us() - last_sweep >= 1000000) {
 			last_sweep = clock_us();
 			pace_sweep(srv);
+			budget_trim(srv);
 		}
 		conn_reap(srv);
 	}

@@ -46,6 +46,8 @@ struct conn {
 	int64_t armed, deadline;	/* monotonic microseconds (pace.h) */
 	unsigned long records;		/* the session's records when armed */
 	int in_data;			/* the deadline is a message's credit */
+	size_t held;			/* message octets counted in srv->held (budget.h) */
+	int paused;			/* not reading: the data budget is spent */
 	uint32_t events;		/* epoll interest */
 	struct commit_req *req;		/* in flight, owned */
 	const char *sync_reply;		/* answer decided inside the message hook */
@@ -75,6 +77,9 @@ struct server {
 	struct conn *conns;
 	size_t n_conns;
 	size_t n_dead;			/* of them closed, waiting to be freed */
+	size_t held, held_peak;		/* message octets in memory, the peak since a trim */
+	struct conn *leader;		/* reads even when the budget is spent; not owned */
+	size_t n_paused;		/* connections with paused set */
 	unsigned long limit_refused;	/* at the connection limit, since limit_since */
 	time_t limit_since;
 	int64_t limit_report;		/* monotonic: episode's last line; 0: no episode */
@@ -86,6 +91,7 @@ struct server {
 int conn_process(struct conn *c);
 int conn_flush(struct conn *c);		/* write pending output; 0, or -1 if closed */
 void conn_close(struct conn *c);	/* drop the socket, log the disconnect */
+void conn_interest(struct conn *c);	/* epoll interest from the state */
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);

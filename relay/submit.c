@@ -298,6 +298,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
 	keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "", tx->data.len, &kr);
 	buf_free(&received);
+	buf_free(&tx->data);		/* the copy above is the message now: one in memory, not two */
 	sub->req.msg.data = data.data;
 	sub->req.msg.data_len = data.len;
 	/*

@@ -202,6 +202,9 @@ const char *smtp_session_where(const struct smtp_session *s);
 void smtp_session_stats(const struct smtp_session *s, char *buf, size_t len);
 enum smtp_close smtp_session_why(const struct smtp_session *s);
 
+/* smtp_session_data_len - octets of message the transaction holds, 0 without one */
+size_t smtp_session_data_len(const struct smtp_session *s);
+
 /*
  * smtp_xtext_decode - append the RFC 3461 xtext decoding of in[0..len)
  * to out (e.g. the address part of an ORCPT value, for the relay). 0, or

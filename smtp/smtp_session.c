@@ -466,3 +466,9 @@ enum smtp_close smtp_session_why(const struct smtp_session *s)
 {
 	return s->state == SMTP_STATE_CLOSED ? s->why : SMTP_CLOSE_NONE;
 }
+
+/* smtp_session_data_len - the message octets held, for the caller's memory budget */
+size_t smtp_session_data_len(const struct smtp_session *s)
+{
+	return s->tx ? s->tx->data.len : 0;
+}
