@@ -284,12 +284,15 @@ def test_upstream_tls_large_message(t):
     for n, implicit in enumerate((False, True)):
         sink = tls_sink(t, certs, implicit=implicit)
         trust(certs["ca"])
-        d = t.daemon(sink, upstream(sink, tls="implicit" if implicit else "starttls"))
+        # the Python sink takes about 8 s for 3 MB over TLS on a loaded machine:
+        # the reply to the dot must not time out first (the usual 5 s here)
+        d = t.daemon(sink, upstream(sink, tls="implicit" if implicit else "starttls",
+                                    timeout="60s"))
         msg = make_msg(key="big-%d" % n, body=body)
         qid = submit_ok(d.port, "rcpt@example.com", msg)
-        rec = sink.wait_count(1, timeout=30)[0]
+        rec = sink.wait_count(1, timeout=60)[0]
         check_relayed(rec["data"], msg, qid)
-        d.wait_log(qid, "status=sent")
+        d.wait_log(qid, "status=sent", timeout=30)
 
 
 @case()
