@@ -126,7 +126,7 @@ test: check-layers all unit fuzz-replay e2e
 # Sanitizer build in its own tree, then the whole suite against it.
 asan:
 	$(MAKE) B=build-asan BIN=build-asan/bin CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	    LDFLAGS="-fsanitize=address,undefined" all unit fuzz-replay e2e
+	    LDFLAGS="-fsanitize=address,undefined" E2E_SANITIZER=1 all unit fuzz-replay e2e
 
 run: all
 	bin/idemrelay
