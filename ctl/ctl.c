@@ -47,6 +47,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../store/lmdb/store_lmdb.h"
 #include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/log.h"
@@ -100,7 +101,7 @@ struct store *ctl_store(struct ctl *x)
 {
 	char err[512];
 
-	if (x->st == NULL && store_open_readonly(&x->st, x->cf.store.path, err, sizeof(err)) != 0)
+	if (x->st == NULL && store_lmdb_open_readonly(&x->st, x->cf.store.path, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	store_set_map_max(x->st, x->cf.store.map_size_max);	/* the ceiling stats show */
 	return x->st;
@@ -115,7 +116,7 @@ static struct store *store_rw(struct ctl *x)
 	snprintf(data, sizeof(data), "%s/data.mdb", x->cf.store.path);
 	if (stat(data, &sb) != 0)
 		ctl_fail(x, "no store at %s", x->cf.store.path);
-	if (store_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
+	if (store_lmdb_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;
 }

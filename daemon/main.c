@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../conf/conf.h"
+#include "../store/lmdb/store_lmdb.h"
 #include "../store/store.h"
 #include "../util/buf.h"
 #include "../util/log.h"
@@ -220,7 +221,7 @@ int main(int argc, char **argv)
 	if (cf.user)
 		privdrop(&cf, made);
 	free(made);
-	if (store_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
+	if (store_lmdb_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
 		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
 			  conf_where(&cf, "store.path", where, sizeof(where)), err);
 	store_set_map_max(st, cf.store.map_size_max);

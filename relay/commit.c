@@ -18,7 +18,7 @@
  *	would wait for it, then pay its own (measured in BENCHMARKS.md).
  *	When nothing is being submitted, delivery writes go at once.
  *
- *	A failed sync breaks the store (store/lmdb/store.c): the batch whose
+ *	A failed sync breaks the store (store/lmdb/store_lmdb.c): the batch whose
  *	commit failed gets no 250 (each of its submissions is tried alone,
  *	and refused, so each gets 452 4.3.1), and nothing more is committed
  *	on that environment. Before its next round the writer reopens the

@@ -2,10 +2,16 @@
  * NAME
  *	store 3h
  * SUMMARY
- *	the LMDB store: claims, spool and delivery queue
+ *	the store interface: claims, spool and delivery queue
  * DESCRIPTION
- *	One module owns all LMDB access; no MDB_* type leaks out. Errors are
- *	translated at the boundary into the STORE_E* codes below.
+ *	What acceptance, delivery, control and idemrelayctl call; they do
+ *	not know which backend is behind it. Two backends implement it
+ *	(store_backend.h): LMDB in store/lmdb/ (the embedded default: one
+ *	node, its own disk) and PostgreSQL in store/pg/ (several nodes
+ *	share one database). The wiring opens one (store_lmdb_open(),
+ *	store_pg_open()); from then on only these functions are used.
+ *	Each backend translates its own errors at the boundary into the
+ *	STORE_E* codes below.
  *
  *	Claims are keyed by a 32-byte hash (the caller hashes scope, key and
  *	recipient) and say which QID first took that recipient for that key,
@@ -22,7 +28,15 @@
  *	every later step is a no-op, and store_txn_commit() reports it.
  *
  *	All times are Unix microseconds. Thread-safety: any thread may call
- *	any function; write transactions serialise on LMDB's writer lock.
+ *	any function; write transactions serialise (LMDB's writer lock, or
+ *	PostgreSQL's row and advisory locks).
+ *
+ *	Several nodes (store_shared()): other nodes accept into the same
+ *	store and deliver from it. A node delivers a message only under a
+ *	lease, given by store_txn_msg_put() to the accepting node and by
+ *	store_queue_take() to any node once the message is due; every
+ *	later delivery write of it is fenced by the lease and fails with
+ *	STORE_ELEASE when another node has taken it since.
  */
 #ifndef STORE_STORE_H
 #define STORE_STORE_H
@@ -38,6 +52,8 @@
 #define STORE_ENOSPC	(-3)	/* map full or disk full */
 #define STORE_EIO	(-4)	/* I/O or other LMDB failure */
 #define STORE_EINVAL	(-5)	/* corrupt record, bad argument */
+#define STORE_ELEASE	(-6)	/* shared store: the message's lease went to another node */
+#define STORE_EAGAIN	(-7)	/* the database is unreachable, or a commit's outcome unknown */
 
 struct store;
 struct store_txn;
@@ -90,8 +106,8 @@ struct store_msg {
 	int inflight;		/* durable mark: the final dot may have gone out */
 };
 
-int store_open(struct store **out, const char *path, uint64_t map_size,
-	       char *err, size_t errlen);
+/* opening is the backend's: store/lmdb/store_lmdb.h, store/pg/store_pg.h */
+const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
 /*
  * store_grow - keep zero-filled file ahead of LMDB's last page, so that
  * commits do not grow the file (store_grow.c); for the one thread that
@@ -106,7 +122,7 @@ void store_close(struct store *st);	/* NULL-safe */
  * store_broken - a sync failed: every transaction is refused (STORE_EIO)
  * until store_reopen() has opened the store again from what is durable;
  * store_reopen() waits for the transactions in progress, so the caller
- * must hold none (store.c). 0 when the store serves again, else STORE_EIO.
+ * must hold none (store/lmdb/store_lmdb.c). 0 when the store serves again, else STORE_EIO.
  */
 int store_broken(struct store *st);
 int store_reopen(struct store *st);
@@ -123,6 +139,13 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 
 /* write transactions: begin, steps with sticky error, commit (fsync) or abort */
 int store_txn_begin(struct store *st, struct store_txn **out);
+/*
+ * store_txn_keys - the keys a batch is about to claim, before its first
+ * store_txn_claim_get(): a shared store locks them in one order (racing
+ * batches on other nodes never deadlock) and reads their claims in one
+ * round trip. Optional for the caller; a no-op on LMDB (one writer).
+ */
+void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
 /* a claim is filed under its key's index hash, then its own hash (store_claim.c) */
 int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now,
@@ -144,7 +167,15 @@ void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */
 /* store_last_qid - the greatest QID ever spooled ("" if none), for monotonic QIDs */
 int store_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
 
+/*
+ * store_node_id - the node's number in a shared store (0..255), unique
+ * among the nodes while it runs, for QIDs that never collide across
+ * nodes; -1 for a store of one node
+ */
+int store_node_id(struct store *st);
+
 /* delivery */
+/* store_queue_list - what this node is to deliver at start (on a shared store: what it holds leased) */
 int store_queue_list(struct store *st,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
 		     void *arg);
@@ -157,26 +188,38 @@ void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
  * (its claims stay until they expire) */
 int store_msg_update(struct store *st, const struct store_msg *m);
 /* store_msg_update_many - store_msg_update() for a batch in one transaction;
- * errs[i] per message; returns 0 or one of the errors */
+ * errs[i] per message (a lost lease fails its message alone); returns 0 or
+ * one of the errors */
 int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs);
 void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 
+/*
+ * Several nodes. store_shared() is 1 when other nodes deliver from this
+ * store too: then a deferred message goes back to the shared queue (its
+ * lease is given up by the store_msg_update() that defers it), and due
+ * messages are taken with store_queue_take(), which leases up to max of
+ * them to this node and calls cb for each. store_lease_renew() extends
+ * every lease this node holds. store_queue_due() makes one message (qid)
+ * or every queued message (qid NULL) due at when, for every node. On a
+ * store of one node: 0, and the three do nothing.
+ */
+int store_shared(struct store *st);
+int store_queue_take(struct store *st, int64_t now, size_t max,
+		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
+int store_lease_renew(struct store *st, int64_t now);
+/* store_lease_release - this node is done with qid without a write that gave its lease up: let it go */
+void store_lease_release(struct store *st, const char *qid);
+int store_queue_due(struct store *st, const char *qid, int64_t when);
+
 struct store_stats {
 	uint64_t claims, queued;
-	uint64_t map_size, map_used;	/* LMDB's map now, and what of it is in use */
+	uint64_t map_size, map_used;	/* LMDB's map now, and what of it is in use (0 on PostgreSQL) */
 	uint64_t map_ceiling;		/* how far it may grow: store.map_size_max, the disk */
 	uint64_t txns;			/* write transactions committed, ever */
 };
 int store_stats(struct store *st, struct store_stats *s);
-
-/*
- * Read-only access, for idemrelayctl: the environment is opened with
- * MDB_RDONLY and nothing is created. STORE_ENOTFOUND if there is no
- * store at path.
- */
-int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
 
 /*
  * store_queue_walk - every queued message in QID order, envelope and

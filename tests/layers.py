@@ -18,13 +18,15 @@ MAY_USE = {
     'conf': ['util'],
     'store': ['util'],
     'store/lmdb': ['store', 'util'],
+    'store/pg': ['store', 'util'],
     'smtp': ['util'],
     'tls': ['util'],
     'relay': ['tls', 'smtp', 'store', 'conf', 'util'],
     'deliver': ['relay', 'tls', 'smtp', 'store', 'conf', 'util'],
     'deliver/esmtp': ['deliver', 'relay', 'tls', 'smtp', 'store', 'conf', 'util'],
-    'ctl': ['relay', 'store', 'conf', 'util'],
-    'daemon': ['deliver', 'deliver/esmtp', 'relay', 'tls', 'smtp', 'store', 'conf', 'util'],
+    'ctl': ['relay', 'store', 'store/lmdb', 'store/pg', 'conf', 'util'],
+    'daemon': ['deliver', 'deliver/esmtp', 'relay', 'tls', 'smtp', 'store', 'store/lmdb',
+               'store/pg', 'conf', 'util'],
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

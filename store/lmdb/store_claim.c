@@ -40,16 +40,16 @@
 
 #define META_CLAIMS_BY_KEY	"claims_by_key"
 
-/* store_claim_key - where a claim is filed: its key's hash, then its own */
-void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_claim_key - where a claim is filed: its key's hash, then its own */
+void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN])
 {
 	memcpy(out, keyhash, STORE_HASH_LEN);
 	memcpy(out + STORE_HASH_LEN, hash, STORE_HASH_LEN);
 }
 
-/* store_claims_format - at open: may claims under the old key be left? An LMDB code */
-int store_claims_format(struct store *st, MDB_txn *txn, int rdonly)
+/* lmdb_claims_format - at open: may claims under the old key be left? An LMDB code */
+int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 {
 	MDB_val key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY }, val;
 	MDB_stat sb;
@@ -72,7 +72,7 @@ int store_claims_format(struct store *st, MDB_txn *txn, int rdonly)
 }
 
 /* claim_read - the claim record filed for (keyhash, hash), live or not */
-static int claim_read(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], struct store_claim *c)
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN];
@@ -80,13 +80,13 @@ static int claim_read(struct store *st, MDB_txn *txn, const uint8_t keyhash[STOR
 	int err;
 
 	memset(c, 0, sizeof(*c));
-	store_claim_key(k, keyhash, hash);
-	err = store_mdb_error(mdb_get(txn, st->claims, &key, &val), "get claim");
+	lmdb_claim_key(k, keyhash, hash);
+	err = lmdb_mdb_error(mdb_get(txn, st->claims, &key, &val), "get claim");
 	if (err == STORE_ENOTFOUND && st->old_claims)
-		err = store_mdb_error(mdb_get(txn, st->claims, &old, &val), "get claim");
+		err = lmdb_mdb_error(mdb_get(txn, st->claims, &old, &val), "get claim");
 	if (err != 0)
 		return err;
-	if (store_claim_decode(val.mv_data, val.mv_size, c) != 0) {
+	if (lmdb_claim_decode(val.mv_data, val.mv_size, c) != 0) {
 		msg_warn("store: corrupt claim record");
 		return STORE_EINVAL;
 	}
@@ -94,17 +94,17 @@ static int claim_read(struct store *st, MDB_txn *txn, const uint8_t keyhash[STOR
 }
 
 /* claim_queued - 0 if the claim's message is still queued, else STORE_ENOTFOUND */
-static int claim_queued(struct store *st, MDB_txn *txn, const struct store_claim *c)
+static int claim_queued(struct lmdb_store *st, MDB_txn *txn, const struct store_claim *c)
 {
 	MDB_val key, val;
 
-	if (store_qid_key(c->qid, &key) != 0)
+	if (lmdb_qid_key(c->qid, &key) != 0)
 		return STORE_EINVAL;
-	return store_mdb_error(mdb_get(txn, st->queue, &key, &val), "get queue");
+	return lmdb_mdb_error(mdb_get(txn, st->queue, &key, &val), "get queue");
 }
 
 /* claim_live - the claim for (keyhash, hash) if it is live at now */
-static int claim_live(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+static int claim_live(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
 	int err;
@@ -118,18 +118,19 @@ static int claim_live(struct store *st, MDB_txn *txn, const uint8_t keyhash[STOR
 	return err;
 }
 
-/* store_claims_get - look n claims up in one read transaction */
-int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_claims_get - look n claims up in one read transaction */
+int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_txn *txn;
 	size_t i;
 	int err = 0;
 
 	if (n == 0)
 		return 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	for (i = 0; i < n; i++) {
 		err = claim_live(st, txn, keyhash, hashes[i], now, claims + i);
@@ -139,28 +140,30 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		if (err != 0)
 			break;
 	}
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	return err;
 }
 
-/* store_txn_claim_get - look a claim up, seeing this transaction's own writes */
-int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_txn_claim_get - look a claim up, seeing this transaction's own writes */
+int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
 	memset(c, 0, sizeof(*c));
 	if (t->err)
 		return t->err;
 	if ((err = claim_live(t->st, t->txn, keyhash, hash, now, c)) != 0 && err != STORE_ENOTFOUND)
-		store_txn_fail(t, err);
+		lmdb_txn_fail(t, err);
 	return err;
 }
 
-/* store_txn_claim_put - write a claim under its key, replacing any there (an old-key one stays, unseen) */
-void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_txn_claim_put - write a claim under its key, replacing any there (an old-key one stays, unseen) */
+void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, val;
 	size_t qlen;
@@ -170,13 +173,13 @@ void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_L
 		return;
 	qlen = strnlen(c->qid, STORE_QID_SIZE);
 	if (qlen == 0 || qlen >= STORE_QID_SIZE) {
-		store_txn_fail(t, STORE_EINVAL);
+		lmdb_txn_fail(t, STORE_EINVAL);
 		return;
 	}
-	store_claim_key(k, keyhash, hash);
-	val.mv_size = store_claim_encode(rec, c);
+	lmdb_claim_key(k, keyhash, hash);
+	val.mv_size = lmdb_claim_encode(rec, c);
 	val.mv_data = rec;
-	if ((err = store_mdb_error(store_put(t, t->st->claims, &key, &val, 0),
+	if ((err = lmdb_mdb_error(lmdb_put(t, t->st->claims, &key, &val, 0),
 				   "put claim")) != 0)
-		store_txn_fail(t, err);
+		lmdb_txn_fail(t, err);
 }

@@ -359,8 +359,8 @@ static void rec_encode(rec_codec *codec, const char *what, void *out, size_t len
 		msg_panic("store: %s record is %zu bytes, sized as %zu", what, e.pos, len);
 }
 
-/* store_msg_valid - can this message be encoded? */
-int store_msg_valid(const struct store_msg *m)
+/* lmdb_msg_valid - can this message be encoded? */
+int lmdb_msg_valid(const struct store_msg *m)
 {
 	size_t i, qlen = strnlen(m->qid, STORE_QID_SIZE);
 
@@ -399,8 +399,8 @@ static void claim_codec(struct enc *e, const struct store_claim *c)
 	enc_i64(e, c->expires);
 }
 
-/* store_claim_encode - write a claim record, return its length */
-size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c)
+/* lmdb_claim_encode - write a claim record, return its length */
+size_t lmdb_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c)
 {
 	struct enc e = { out, STORE_CLAIM_REC_LEN, 0 };
 
@@ -408,8 +408,8 @@ size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_c
 	return e.pos;
 }
 
-/* store_claim_decode - read a claim record */
-int store_claim_decode(const void *p, size_t len, struct store_claim *c)
+/* lmdb_claim_decode - read a claim record */
+int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c)
 {
 	struct dec d = { p, len, 0, 0 };
 	const uint8_t *b;
@@ -448,14 +448,14 @@ static void msg_codec(struct enc *e, const void *rec)
 	enc_bytes(e, m->data, m->data_len);
 }
 
-/* store_msg_rec_size - bytes the message record needs */
-size_t store_msg_rec_size(const struct store_msg *m)
+/* lmdb_msg_rec_size - bytes the message record needs */
+size_t lmdb_msg_rec_size(const struct store_msg *m)
 {
 	return rec_size(msg_codec, m);
 }
 
-/* store_msg_rec_encode - write the message record into exactly len bytes */
-void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
+/* lmdb_msg_rec_encode - write the message record into exactly len bytes */
+void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 {
 	rec_encode(msg_codec, "message", out, len, m);
 }
@@ -502,19 +502,19 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
  * caller set); the delivery state fields are left zero. On failure m
  * holds nothing that needs freeing.
  */
-int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
+int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
 	return msg_rec_decode(p, len, m, 1);
 }
 
-/* store_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
-int store_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
+/* lmdb_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
+int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
 {
 	return msg_rec_decode(p, len, m, 0);
 }
 
-/* store_msg_rec_peek_accepted - when the message was accepted, cheaply */
-int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
+/* lmdb_msg_rec_peek_accepted - when the message was accepted, cheaply */
+int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
 {
 	struct dec d = { p, len, 0, 0 };
 
@@ -535,14 +535,14 @@ static void queue_codec(struct enc *e, const void *rec)
 	enc_envelope(e, m, QUEUE_FIELDS);
 }
 
-/* store_queue_rec_size - bytes the delivery state record needs */
-size_t store_queue_rec_size(const struct store_msg *m)
+/* lmdb_queue_rec_size - bytes the delivery state record needs */
+size_t lmdb_queue_rec_size(const struct store_msg *m)
 {
 	return rec_size(queue_codec, m);
 }
 
-/* store_queue_rec_encode - write the delivery state into exactly len bytes */
-void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
+/* lmdb_queue_rec_encode - write the delivery state into exactly len bytes */
+void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 {
 	rec_encode(queue_codec, "queue", out, len, m);
 }
@@ -558,10 +558,10 @@ static void dec_queue_head(struct dec *d, struct store_msg *m)
 
 /*
  * store_queue_rec_decode - read delivery state into a message already
- * decoded by store_msg_rec_decode(); the recipient counts must agree.
+ * decoded by lmdb_msg_rec_decode(); the recipient counts must agree.
  * On failure the replies read so far are freed and set to NULL.
  */
-int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
+int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
 	struct dec d = { p, len, 0, 0 };
 	size_t i;
@@ -580,8 +580,8 @@ int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 	return 0;
 }
 
-/* store_queue_rec_peek - the recipient count and next attempt, cheaply */
-int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt)
+/* lmdb_queue_rec_peek - the recipient count and next attempt, cheaply */
+int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt)
 {
 	struct dec d = { p, len, 0, 0 };
 	struct store_msg head;
@@ -598,10 +598,10 @@ int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *ne
 	return 0;
 }
 
-/* store_queue_rec_set_inflight - patch the mark in a copy of the record */
-int store_queue_rec_set_inflight(void *p, size_t len, int on)
+/* lmdb_queue_rec_set_inflight - patch the mark in a copy of the record */
+int lmdb_queue_rec_set_inflight(void *p, size_t len, int on)
 {
-	if (store_queue_rec_peek(p, len, NULL, NULL) != 0)
+	if (lmdb_queue_rec_peek(p, len, NULL, NULL) != 0)
 		return STORE_EINVAL;
 	((uint8_t *) p)[QUEUE_INFLIGHT_OFF] = on ? 1 : 0;
 	return 0;
@@ -635,14 +635,14 @@ static void hist_codec(struct enc *e, const void *rec)
 	enc_envelope(e, m, HIST_FIELDS);
 }
 
-/* store_hist_rec_size - bytes the history record needs */
-size_t store_hist_rec_size(const struct store_story *s)
+/* lmdb_hist_rec_size - bytes the history record needs */
+size_t lmdb_hist_rec_size(const struct store_story *s)
 {
 	return rec_size(hist_codec, s);
 }
 
-/* store_hist_rec_encode - write the history record into exactly len bytes */
-void store_hist_rec_encode(void *out, size_t len, const struct store_story *s)
+/* lmdb_hist_rec_encode - write the history record into exactly len bytes */
+void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s)
 {
 	rec_encode(hist_codec, "history", out, len, s);
 }
@@ -651,7 +651,7 @@ void store_hist_rec_encode(void *out, size_t len, const struct store_story *s)
  * store_hist_rec_decode - read a history record into s (whose m.qid the
  * caller set). On failure s holds nothing that needs freeing.
  */
-int store_hist_rec_decode(const void *p, size_t len, struct store_story *s)
+int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 {
 	struct dec d = { p, len, 0, 0 };
 	struct store_msg *m = &s->m;

@@ -6,7 +6,7 @@
  * SYNOPSIS
  *	#include "store/store.h"
  *
- *	int store_grow(struct store *st);
+ *	int lmdb_grow(struct lmdb_store *st);
  * DESCRIPTION
  *	Without MDB_WRITEMAP, LMDB grows data.mdb one commit at a time:
  *	every page written past the end of the file makes the file system
@@ -15,7 +15,7 @@
  *	journal, the inode and the block bitmap, scattered). Measured here,
  *	that is a quarter of a fresh message's commit while the spool grows.
  *
- *	store_grow() writes zeros past the end of the file, fdatasync()s
+ *	lmdb_grow() writes zeros past the end of the file, fdatasync()s
  *	them once, and so keeps between half a step and a step of file
  *	beyond LMDB's last page: later commits only overwrite blocks that
  *	exist, inside the size the file already has. This is what databases
@@ -67,21 +67,21 @@ static uint64_t grow_step(uint64_t used)
 }
 
 /* grow_used - bytes LMDB uses: up to and including its last page */
-static int grow_used(struct store *st, uint64_t *used, uint64_t *map)
+static int grow_used(struct lmdb_store *st, uint64_t *used, uint64_t *map)
 {
 	MDB_envinfo info;
 	MDB_stat stat;
 	int rc;
 
 	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &stat)) != 0)
-		return store_mdb_error(rc, "env info");
+		return lmdb_mdb_error(rc, "env info");
 	*used = ((uint64_t) info.me_last_pgno + 1) * stat.ms_psize;
 	*map = info.me_mapsize;
 	return 0;
 }
 
-/* store_fill_zeros - write zeros from from to to, a page per pwrite; 0 or errno */
-int store_fill_zeros(int fd, uint64_t from, uint64_t to)
+/* lmdb_fill_zeros - write zeros from from to to, a page per pwrite; 0 or errno */
+int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to)
 {
 	static const char zeros[GROW_CHUNK];
 	ssize_t n;
@@ -101,15 +101,15 @@ int store_fill_zeros(int fd, uint64_t from, uint64_t to)
  * That flush also carries the last commit's meta page: if it fails, the
  * store is broken as by a failed commit (store_journal.c).
  */
-static int grow_fill(struct store *st, int fd, uint64_t end, uint64_t want)
+static int grow_fill(struct lmdb_store *st, int fd, uint64_t end, uint64_t want)
 {
-	int err = store_fill_zeros(fd, end, want);
+	int err = lmdb_fill_zeros(fd, end, want);
 
 	if (err != 0)
 		return err == ENOSPC || err == EDQUOT ? STORE_ENOSPC : STORE_EIO;
 	if (fdatasync(fd) == 0)
 		return 0;
-	store_break(st, "the sync of the space reserved ahead failed");
+	lmdb_break(st, "the sync of the space reserved ahead failed");
 	return STORE_EIO;
 }
 
@@ -119,23 +119,24 @@ static int grow_due(uint64_t used, uint64_t end, uint64_t map)
 	return end < map && end < used + grow_step(used) / 2;
 }
 
-/* store_grow_due - would store_grow() write now? (cheap, any thread) */
-int store_grow_due(struct store *st)
+/* lmdb_grow_due - would lmdb_grow() write now? (cheap, any thread) */
+int lmdb_grow_due(struct store *base)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	uint64_t used, map;
 	int due;
 
-	if (store_gate_enter(st) != 0)	/* broken: nothing to do until reopened */
+	if (lmdb_gate_enter(st) != 0)	/* broken: nothing to do until reopened */
 		return 0;
 	due = grow_used(st, &used, &map) == 0
 	    && (grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map)
-		|| store_map_due(st, map / 4096, used / 4096));	/* the map itself */
-	store_gate_leave(st);
+		|| lmdb_map_due(st, map / 4096, used / 4096));	/* the map itself */
+	lmdb_gate_leave(st);
 	return due;
 }
 
-/* grow_run - store_grow() with the store's gate held */
-static int grow_run(struct store *st)
+/* grow_run - lmdb_grow() with the store's gate held */
+static int grow_run(struct lmdb_store *st)
 {
 	uint64_t used, map, size, want;
 	struct stat sb;
@@ -147,11 +148,11 @@ static int grow_run(struct store *st)
 		return err;
 	if (!grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map))
 		return 0;			/* the common case: no lock, no syscall */
-	if ((err = store_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
+	if ((err = lmdb_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
 		return err;
 	if ((err = grow_used(st, &used, &map)) == 0
 	    && (rc = mdb_env_get_fd(st->env, &fd)) != 0)
-		err = store_mdb_error(rc, "env fd");
+		err = lmdb_mdb_error(rc, "env fd");
 	if (err == 0 && fstat(fd, &sb) != 0)
 		err = STORE_EIO;
 	if (err == 0) {
@@ -179,14 +180,15 @@ static int grow_run(struct store *st)
  * grown by another half step, so that a full disk costs the writer no
  * write per batch, and the warning comes that often at most.
  */
-int store_grow(struct store *st)
+int lmdb_grow(struct store *base)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	int err;
 
-	(void) store_map_check(st);	/* the map first (the gate alone): zeros go up to its end */
-	if ((err = store_gate_enter(st)) != 0)
+	(void) lmdb_map_check(st);	/* the map first (the gate alone): zeros go up to its end */
+	if ((err = lmdb_gate_enter(st)) != 0)
 		return err;
 	err = grow_run(st);
-	store_gate_leave(st);
+	lmdb_gate_leave(st);
 	return err;
 }

@@ -13,11 +13,11 @@
  *
  *	While its message is queued, a story is made from the spool: the
  *	message record keeps what the story starts from (its key hash and
- *	ttl), and store_hist_read() falls back to it. The accepting commit
+ *	ttl), and lmdb_hist_read() falls back to it. The accepting commit
  *	so writes no story, which saves it a page on every level of this
  *	B-tree (three, once a store holds ten thousand stories). The first
- *	write of a story gives it its record: store_msg_update() and
- *	store_msg_drop() call store_hist_update() and store_hist_drop()
+ *	write of a story gives it its record: lmdb_msg_update() and
+ *	lmdb_msg_drop() call lmdb_hist_update() and lmdb_hist_drop()
  *	inside the spool's own transactions, so a story never disagrees
  *	with the spool; counting duplicates and forgetting a key write it
  *	too. A bounce, or a message from before message records kept a key
@@ -70,10 +70,10 @@ static int64_t hexpiry_time(const uint8_t *k)
 	return (int64_t) (v ^ 0x8000000000000000ull);
 }
 
-static int spool_read(struct store *st, MDB_txn *txn, const char *qid, struct store_msg *m);
+static int spool_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_msg *m);
 
 /* story_of_spool - the story of a queued message that has no record yet */
-static int story_of_spool(struct store *st, MDB_txn *txn, const char *qid,
+static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
 			  struct store_story *s)
 {
 	int err;
@@ -91,7 +91,7 @@ static int story_of_spool(struct store *st, MDB_txn *txn, const char *qid,
  * the spool while the message is queued and has none; 0,
  * STORE_ENOTFOUND or STORE_EINVAL
  */
-int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s)
+int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s)
 {
 	MDB_val key, val;
 	int err;
@@ -99,15 +99,15 @@ int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct stor
 	memset(s, 0, sizeof(*s));
 	if (!st->has_hist)
 		return STORE_ENOTFOUND;
-	if (store_qid_key(qid, &key) != 0)
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	err = store_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist");
+	err = lmdb_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist");
 	if (err == STORE_ENOTFOUND)
 		return story_of_spool(st, txn, qid, s);
 	if (err != 0)
 		return err;
 	memcpy(s->m.qid, qid, key.mv_size);
-	if (store_hist_rec_decode(val.mv_data, val.mv_size, s) != 0) {
+	if (lmdb_hist_rec_decode(val.mv_data, val.mv_size, s) != 0) {
 		msg_warn("%s: store: corrupt history record", qid);
 		memset(s, 0, sizeof(*s));
 		return STORE_EINVAL;
@@ -115,32 +115,32 @@ int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct stor
 	return 0;
 }
 
-/* store_hist_write - put a story, and its expiry entry once it has one */
-int store_hist_write(struct store_txn *t, const struct store_story *s)
+/* lmdb_hist_write - put a story, and its expiry entry once it has one */
+int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
-	struct store *st = t->st;
+	struct lmdb_store *st = t->st;
 	uint8_t ik[HEXPIRY_KEY_MAX];
 	MDB_val key, val, ikey, empty = { 0, NULL };
-	size_t len = store_hist_rec_size(s);
+	size_t len = lmdb_hist_rec_size(s);
 	int err;
 
 	if (t->err)
 		return t->err;
-	if (store_qid_key(s->m.qid, &key) != 0)
-		return store_txn_fail(t, STORE_EINVAL);
+	if (lmdb_qid_key(s->m.qid, &key) != 0)
+		return lmdb_txn_fail(t, STORE_EINVAL);
 	val.mv_size = len;
 	val.mv_data = NULL;
-	if ((err = store_mdb_error(store_put(t, st->hist, &key, &val, MDB_RESERVE),
+	if ((err = lmdb_mdb_error(lmdb_put(t, st->hist, &key, &val, MDB_RESERVE),
 				   "put hist")) != 0)
-		return store_txn_fail(t, err);
-	store_hist_rec_encode(val.mv_data, len, s);
+		return lmdb_txn_fail(t, err);
+	lmdb_hist_rec_encode(val.mv_data, len, s);
 	if (s->expires == 0)
 		return 0;
 	ikey.mv_size = hexpiry_key(ik, s->expires, s->m.qid);
 	ikey.mv_data = ik;
-	if ((err = store_mdb_error(store_put(t, st->hexpiry, &ikey, &empty, 0),
+	if ((err = lmdb_mdb_error(lmdb_put(t, st->hexpiry, &ikey, &empty, 0),
 				   "put hexpiry")) != 0)
-		return store_txn_fail(t, err);
+		return lmdb_txn_fail(t, err);
 	return 0;
 }
 
@@ -162,7 +162,7 @@ static int envelope_ok(const struct store_msg *m)
  * recipients are left); made from m if there was none. Pointers in the
  * story written are borrowed from m and from the old story.
  */
-void store_hist_update(struct store_txn *t, const struct store_msg *m, int queued)
+void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 {
 	struct store_story old, s;
 	struct store_rcpt *rcpts = NULL;
@@ -172,9 +172,9 @@ void store_hist_update(struct store_txn *t, const struct store_msg *m, int queue
 
 	if (t->err || !t->st->has_hist)
 		return;
-	err = store_hist_read(t->st, t->txn, m->qid, &old);
+	err = lmdb_hist_read(t->st, t->txn, m->qid, &old);
 	if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL) {
-		store_txn_fail(t, err);
+		lmdb_txn_fail(t, err);
 		return;
 	}
 	if (err != 0)
@@ -202,14 +202,14 @@ void store_hist_update(struct store_txn *t, const struct store_msg *m, int queue
 		s.finished = now;
 		s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
 	}
-	store_hist_write(t, &s);
+	lmdb_hist_write(t, &s);
 out:
 	free(rcpts);
 	store_story_free(&old);
 }
 
-/* store_hist_drop - the message left the spool by an operator's drop */
-void store_hist_drop(struct store_txn *t, const char *qid)
+/* lmdb_hist_drop - the message left the spool by an operator's drop */
+void lmdb_hist_drop(struct lmdb_txn *t, const char *qid)
 {
 	struct store_story s;
 	int64_t now = clock_us();
@@ -217,65 +217,57 @@ void store_hist_drop(struct store_txn *t, const char *qid)
 
 	if (t->err || !t->st->has_hist)
 		return;
-	if ((err = store_hist_read(t->st, t->txn, qid, &s)) != 0) {
+	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0) {
 		if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
-			store_txn_fail(t, err);
+			lmdb_txn_fail(t, err);
 		return;
 	}
 	s.dropped = 1;
 	s.updated = now;
 	s.finished = now;
 	s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
-	store_hist_write(t, &s);
+	lmdb_hist_write(t, &s);
 	store_story_free(&s);
 }
 
-/* store_story_free - release a story's fields */
-void store_story_free(struct store_story *s)
-{
-	if (s == NULL)
-		return;
-	store_msg_free(&s->m);
-	memset(s, 0, sizeof(*s));
-}
-
 /* spool_read - the spooled message's envelope and live state; 0 or STORE_ENOTFOUND */
-static int spool_read(struct store *st, MDB_txn *txn, const char *qid, struct store_msg *m)
+static int spool_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_msg *m)
 {
 	MDB_val key, mval, qval;
 	int err;
 
 	memset(m, 0, sizeof(*m));
-	if (store_qid_key(qid, &key) != 0)
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = store_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0
-	    || (err = store_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0)
+	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0
+	    || (err = lmdb_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0)
 		return err;
 	memcpy(m->qid, qid, key.mv_size);
-	if (store_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, m) != 0
-	    || store_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
+	if (lmdb_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, m) != 0
+	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
 		store_msg_free(m);
 		return STORE_EINVAL;
 	}
 	return 0;
 }
 
-/* store_story_get - the story, with the spool's live state if still queued */
-int store_story_get(struct store *st, const char *qid, struct store_story *s)
+/* lmdb_story_get - the story, with the spool's live state if still queued */
+int lmdb_story_get(struct store *base, const char *qid, struct store_story *s)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct store_msg live;
 	MDB_val key;
 	MDB_txn *txn;
 	int err, herr;
 
 	memset(s, 0, sizeof(*s));
-	if (store_qid_key(qid, &key) != 0)
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
-	herr = store_hist_read(st, txn, qid, s);
+	herr = lmdb_hist_read(st, txn, qid, s);
 	err = spool_read(st, txn, qid, &live);
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	if (err == 0) {
 		/* the spool is the authority on a queued message */
 		store_msg_free(&s->m);
@@ -290,53 +282,54 @@ int store_story_get(struct store *st, const char *qid, struct store_story *s)
 	return err == STORE_ENOTFOUND ? herr : err;
 }
 
-/* store_hist_count - add counts to stories in one transaction; unknown QIDs are skipped */
-int store_hist_count(struct store *st, const struct store_count *c, size_t n)
+/* lmdb_hist_count - add counts to stories in one transaction; unknown QIDs are skipped */
+int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 {
-	struct store_txn *t;
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
 	struct store_story s;
 	size_t i, changed = 0;
 	int err;
 
 	if (n == 0 || !st->has_hist)
 		return 0;
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	for (i = 0; i < n && t->err == 0; i++) {
-		if ((err = store_hist_read(st, t->txn, c[i].qid, &s)) != 0) {
+		if ((err = lmdb_hist_read(st, t->txn, c[i].qid, &s)) != 0) {
 			if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
-				store_txn_fail(t, err);
+				lmdb_txn_fail(t, err);
 			continue;
 		}
 		s.duplicates += c[i].duplicates;
 		s.mismatches += c[i].mismatches;
-		store_hist_write(t, &s);
+		lmdb_hist_write(t, &s);
 		store_story_free(&s);
 		changed++;
 	}
 	if (changed == 0 && t->err == 0) {
-		store_txn_abort(t);
+		lmdb_txn_abort(&t->base);
 		return 0;
 	}
-	return store_txn_commit(t);
+	return lmdb_txn_commit(&t->base);
 }
 
 /* hist_due - is any story due at now? (a read transaction: no writer lock for nothing) */
-static int hist_due(struct store *st, int64_t now)
+static int hist_due(struct lmdb_store *st, int64_t now)
 {
 	MDB_cursor *cur;
 	MDB_val key, val;
 	MDB_txn *txn;
 	int due = 0;
 
-	if (store_read_begin(st, &txn) != 0)
+	if (lmdb_read_begin(st, &txn) != 0)
 		return 0;
 	if (mdb_cursor_open(txn, st->hexpiry, &cur) == 0) {
 		if (mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0)
 			due = key.mv_size < 8 || hexpiry_time(key.mv_data) <= now;
 		mdb_cursor_close(cur);
 	}
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	return due;
 }
 
@@ -346,9 +339,9 @@ struct due {
 };
 
 /* expire_one - delete one due index entry, and its story if the entry is current */
-static int expire_one(struct store_txn *t, const struct due *d)
+static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
-	struct store *st = t->st;
+	struct lmdb_store *st = t->st;
 	MDB_val ikey = { d->len, (void *) d->key }, key;
 	struct store_story s;
 	char qid[STORE_QID_SIZE];
@@ -357,28 +350,29 @@ static int expire_one(struct store_txn *t, const struct due *d)
 	if (d->len > 8 && d->len - 8 < STORE_QID_SIZE) {
 		memcpy(qid, d->key + 8, d->len - 8);
 		qid[d->len - 8] = 0;
-		err = store_hist_read(st, t->txn, qid, &s);
+		err = lmdb_hist_read(st, t->txn, qid, &s);
 		if (err == 0 && s.expires == hexpiry_time(d->key)) {
-			if (s.has_key && (err = store_keys_expire(t, s.keyhash, qid,
+			if (s.has_key && (err = lmdb_keys_expire(t, s.keyhash, qid,
 								  hexpiry_time(d->key))) != 0) {
 				store_story_free(&s);
 				return err;
 			}
-			store_qid_key(qid, &key);
-			err = store_mdb_error(store_del(t, st->hist, &key, NULL), "delete hist");
+			lmdb_qid_key(qid, &key);
+			err = lmdb_mdb_error(lmdb_del(t, st->hist, &key, NULL), "delete hist");
 		}
 		store_story_free(&s);
 		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
 			return err;
 	}
-	err = store_mdb_error(store_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
+	err = lmdb_mdb_error(lmdb_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
 	return err == STORE_ENOTFOUND ? 0 : err;
 }
 
-/* store_hist_expire - delete up to max stories whose time is over */
-int store_hist_expire(struct store *st, int64_t now, size_t max)
+/* lmdb_hist_expire - delete up to max stories whose time is over */
+int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 {
-	struct store_txn *t;
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
 	struct due *due = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
@@ -387,10 +381,10 @@ int store_hist_expire(struct store *st, int64_t now, size_t max)
 
 	if (max == 0 || !st->has_hist || !hist_due(st, now))
 		return 0;
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	due = xcalloc(max, sizeof(*due));
-	if ((err = store_mdb_error(mdb_cursor_open(t->txn, st->hexpiry, &cur), "cursor")) != 0)
+	if ((err = lmdb_mdb_error(mdb_cursor_open(t->txn, st->hexpiry, &cur), "cursor")) != 0)
 		goto out;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && n < max;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -401,20 +395,20 @@ int store_hist_expire(struct store *st, int64_t now, size_t max)
 		n++;
 	}
 	mdb_cursor_close(cur);
-	if (rc != 0 && rc != MDB_NOTFOUND && (err = store_mdb_error(rc, "hexpiry walk")) != 0)
+	if (rc != 0 && rc != MDB_NOTFOUND && (err = lmdb_mdb_error(rc, "hexpiry walk")) != 0)
 		goto out;
 	for (i = 0; i < n && err == 0; i++)
 		err = expire_one(t, &due[i]);
 out:
 	free(due);
 	if (err == 0 && n > 0)
-		return store_txn_commit(t);
-	store_txn_abort(t);
+		return lmdb_txn_commit(&t->base);
+	lmdb_txn_abort(&t->base);
 	return err;
 }
 
 /* unwritten - queued messages whose story has no record yet (a walk of the queue) */
-static int unwritten(struct store *st, MDB_txn *txn, uint64_t *n)
+static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 {
 	MDB_cursor *cur;
 	MDB_val key, val;
@@ -435,8 +429,9 @@ static int unwritten(struct store *st, MDB_txn *txn, uint64_t *n)
  * index entries: the claims, each filed under its key (an old store's
  * index entries name its old claims, which are counted once as claims)
  */
-int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
+int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_stat h, k;
 	MDB_txn *txn;
 	int rc, err;
@@ -444,13 +439,13 @@ int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
 	*stories = *keys = 0;
 	if (!st->has_hist)
 		return 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
 	    && (rc = unwritten(st, txn, stories)) == 0) {
 		*stories += h.ms_entries;
 		*keys = k.ms_entries;
 	}
-	store_read_end(st, txn);
-	return store_mdb_error(rc, "stat");
+	lmdb_read_end(st, txn);
+	return lmdb_mdb_error(rc, "stat");
 }

@@ -2,7 +2,7 @@
  * NAME
  *	store_int 3h
  * SUMMARY
- *	internals shared by the store's files; never included outside store/
+ *	internals of the LMDB backend; never included outside store/lmdb/
  * DESCRIPTION
  *	The LMDB handles live here, so that MDB_* types stay inside the
  *	store module. The record codec (store_codec.c) knows nothing of
@@ -17,12 +17,14 @@
 #include <lmdb.h>
 #include <pthread.h>
 
-#include "../store.h"
+#include "../store_backend.h"
+#include "store_lmdb.h"
 #include "../../util/buf.h"
 
 struct journal;
 
-struct store {
+struct lmdb_store {
+	struct store base;	/* the interface's table: first */
 	MDB_env *env;		/* owned */
 	MDB_dbi claims;		/* hash -> claim record */
 	MDB_dbi msg;		/* qid -> immutable message record */
@@ -37,8 +39,8 @@ struct store {
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
 
-	/* store.c: a failed sync and the reopen that follows it */
-	pthread_rwlock_t gate;	/* every transaction holds it shared; store_reopen() alone */
+	/* store_lmdb.c: a failed sync and the reopen that follows it */
+	pthread_rwlock_t gate;	/* every transaction holds it shared; lmdb_reopen() alone */
 	int broken;		/* atomic: a sync failed; no transaction until reopened */
 	uint64_t void_pos;	/* data.mdb offset of a failed record's txnid to zero; 0 none */
 	char *path;		/* owned: the environment directory, for the reopen */
@@ -51,8 +53,9 @@ struct store {
 	int warned;		/* fullness of the ceiling last warned about: 0, 80, 95 */
 };
 
-struct store_txn {
-	struct store *st;	/* not owned */
+struct lmdb_txn {
+	struct store_txn base;	/* the interface's table: first */
+	struct lmdb_store *st;	/* not owned */
 	MDB_txn *txn;		/* owned until commit or abort */
 	int err;		/* sticky: first STORE_E* seen, or 0 */
 	struct buf redo;	/* store_journal.c: the puts and deletes, when st->j */
@@ -67,86 +70,140 @@ struct store_txn {
 	int room_free_known;
 };
 
-/* store.c */
-int store_mdb_error(int rc, const char *what);
-int store_read_begin(struct store *st, MDB_txn **txn);
-void store_read_end(struct store *st, MDB_txn *txn);	/* ends what store_read_begin began */
-int store_gate_enter(struct store *st);	/* 0, or STORE_EIO when broken */
-void store_gate_leave(struct store *st);
-void store_break(struct store *st, const char *why);	/* a sync failed: stop, reopen */
-int store_qid_key(const char *qid, MDB_val *key);
-int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
+/* lmdb_of - the LMDB handle behind the interface's */
+static inline struct lmdb_store *lmdb_of(struct store *st)
+{
+	return (struct lmdb_store *) st;
+}
+
+/* the interface's entries (store_backend.h), one per store.h function */
+void lmdb_close(struct store *base);
+int lmdb_grow(struct store *base);
+int lmdb_grow_due(struct store *base);
+void lmdb_set_map_max(struct store *base, uint64_t max);
+int lmdb_broken(struct store *base);
+int lmdb_reopen(struct store *base);
+int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+		     struct store_claim *claims, int *found);
+int lmdb_txn_begin(struct store *base, struct store_txn **out);
+int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
+void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
+void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m);
+void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_claims);
+void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on);
+void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
+int lmdb_txn_error(const struct store_txn *base);
+int lmdb_txn_commit(struct store_txn *base);
+void lmdb_txn_abort(struct store_txn *base);
+int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE]);
+int lmdb_queue_list(struct store *base,
+		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
+		     void *arg);
+int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
+int lmdb_msg_set_inflight(struct store *base, const char *qid, int on);
+int lmdb_msg_update(struct store *base, const struct store_msg *m);
+int lmdb_msg_update_many(struct store *base, struct store_msg *const *m, size_t n, int *errs);
+int lmdb_msg_drop(struct store *base, const char *qid);
+int lmdb_stats(struct store *base, struct store_stats *s);
+int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),
+		     void *arg);
+int lmdb_queue_oldest(struct store *base, int64_t *accepted);
+int lmdb_story_get(struct store *base, const char *qid, struct store_story *s);
+int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+		   char (**qids)[STORE_QID_SIZE], size_t *n);
+int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, int64_t now, struct store_forget *out);
+int lmdb_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
+int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n);
+int lmdb_hist_expire(struct store *base, int64_t now, size_t max);
+int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys);
+extern const struct store_ops lmdb_ops;
+
+/* store_lmdb.c */
+int lmdb_mdb_error(int rc, const char *what);
+int lmdb_read_begin(struct lmdb_store *st, MDB_txn **txn);
+void lmdb_read_end(struct lmdb_store *st, MDB_txn *txn);	/* ends what store_read_begin began */
+int lmdb_gate_enter(struct lmdb_store *st);	/* 0, or STORE_EIO when broken */
+void lmdb_gate_leave(struct lmdb_store *st);
+void lmdb_break(struct lmdb_store *st, const char *why);	/* a sync failed: stop, reopen */
+int lmdb_qid_key(const char *qid, MDB_val *key);
+int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
 
 /* store_grow.c */
-int store_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
+int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
 
 /* store_map.c: the map grows at run time */
 #define META_MAP_SIZE	"map_size"	/* meta DB: the total the map was grown to */
-uint64_t store_map_jbase(uint64_t total);	/* where the journal goes in a map of total; 0 none */
-/* store_map_grow - grow the map to total; steps < 3 stops after that many (tests) */
-int store_map_grow(struct store *st, uint64_t total, int steps);
-int store_map_due(struct store *st, uint64_t pages, uint64_t last);
-int store_map_check(struct store *st);
-uint64_t store_map_ceiling(struct store *st);
+uint64_t lmdb_map_jbase(uint64_t total);	/* where the journal goes in a map of total; 0 none */
+/* lmdb_map_grow - grow the map to total; steps < 3 stops after that many (tests) */
+int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps);
+int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last);
+int lmdb_map_check(struct lmdb_store *st);
+uint64_t lmdb_map_ceiling(struct lmdb_store *st);
 
 /* store_journal.c: every write of a store_txn goes through these two */
 #define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
-int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
-int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
-int journal_open(struct store *st, const char *path);
-void journal_close(struct store *st);
-int journal_commit(struct store_txn *t);
-int journal_region_new(struct store *st, uint64_t base, uint64_t *id);
-int journal_move_commit(struct store *st, MDB_txn *txn, uint64_t base, uint64_t id);
+int lmdb_put(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
+int lmdb_del(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
+int journal_open(struct lmdb_store *st, const char *path);
+void journal_close(struct lmdb_store *st);
+int journal_commit(struct lmdb_txn *t);
+int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id);
+int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint64_t id);
 
 /* store_space.c: the reserve for delivery writes */
 #define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */
-int store_space_freelist(struct store *st, uint64_t *n);
-uint64_t store_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued);
+int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n);
+uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued);
 
 /* store_txn.c */
-int store_txn_fail(struct store_txn *t, int err);
+int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);
+int lmdb_txn_fail(struct lmdb_txn *t, int err);
 
 /* store_codec.c: record encoding, portable, with a version byte */
 #define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)
 
-size_t store_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c);
-int store_claim_decode(const void *p, size_t len, struct store_claim *c);
+size_t lmdb_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c);
+int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c);
 
-size_t store_msg_rec_size(const struct store_msg *m);
-void store_msg_rec_encode(void *out, size_t len, const struct store_msg *m);
-int store_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
+size_t lmdb_msg_rec_size(const struct store_msg *m);
+void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m);
+int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
 
-size_t store_queue_rec_size(const struct store_msg *m);
-void store_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
-int store_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
-int store_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
-int store_queue_rec_set_inflight(void *p, size_t len, int on);
+size_t lmdb_queue_rec_size(const struct store_msg *m);
+void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
+int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
+int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
+int lmdb_queue_rec_set_inflight(void *p, size_t len, int on);
 
-int store_msg_valid(const struct store_msg *m);
+int lmdb_msg_valid(const struct store_msg *m);
 
-int store_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
-int store_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
+int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
+int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
 
-size_t store_hist_rec_size(const struct store_story *s);
-void store_hist_rec_encode(void *out, size_t len, const struct store_story *s);
-int store_hist_rec_decode(const void *p, size_t len, struct store_story *s);
+size_t lmdb_hist_rec_size(const struct store_story *s);
+void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s);
+int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s);
 
 /* store_hist.c: the story, kept in step by the spool's own transactions */
-void store_hist_update(struct store_txn *t, const struct store_msg *m, int queued);
-void store_hist_drop(struct store_txn *t, const char *qid);
-int store_hist_read(struct store *st, MDB_txn *txn, const char *qid, struct store_story *s);
-int store_hist_write(struct store_txn *t, const struct store_story *s);
+void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued);
+void lmdb_hist_drop(struct lmdb_txn *t, const char *qid);
+int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s);
+int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s);
 
 /* store_claim.c */
 #define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
-void store_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
+void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
-int store_claims_format(struct store *st, MDB_txn *txn, int rdonly);
+int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly);
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */
-int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const char *qid, int64_t when);
 
 #endif

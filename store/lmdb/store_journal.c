@@ -14,14 +14,14 @@
  *	whole (LMDB keeps the previous snapshot intact).
  *
  *	The journal covers that one transaction. Every put and delete of a
- *	write transaction is also recorded here (store_put(), store_del()),
+ *	write transaction is also recorded here (lmdb_put(), lmdb_del()),
  *	and just before LMDB commits, the record is written into a region of
  *	data.mdb itself, past the end of LMDB's map: LMDB never writes
  *	there, and its fdatasync of the file then flushes the record with
  *	the pages, in the one flush. (A journal file of its own cost a
  *	second flush, which this disk served after the first even when both
  *	were issued at once: BENCHMARKS.md.) The map LMDB is given is so the
- *	region's size smaller than store.map_size (store.c), and the file is
+ *	region's size smaller than store.map_size (store_lmdb.c), and the file is
  *	sparse between the two. At the next open, a record whose LMDB
  *	transaction id follows the store's last one is the lost transaction:
  *	its puts and deletes are applied again on the snapshot they were
@@ -48,13 +48,13 @@
  *
  *	A commit whose sync failed (an errno from LMDB's commit, or from the
  *	sync after it; LMDB's own codes such as a full map write nothing that
- *	could be lost) breaks the store (store.c): Linux may have dropped the
+ *	could be lost) breaks the store (store_lmdb.c): Linux may have dropped the
  *	pages of that flush, among them the previous commit's meta page that
  *	this journal's record stands in for. Going on would build the next
  *	commits on a view the disk does not have, and since only one record
  *	is ever replayed, a later crash could lose acknowledged commits. So
  *	the commit in progress fails, every later one is refused under the
- *	same lock, and store_reopen() zeros the failed record (its void here
+ *	same lock, and lmdb_reopen() zeros the failed record (its void here
  *	may not have reached the disk either) before it opens the store again
  *	and replays what is needed. A record whose void never reaches the
  *	disk (the process dies before the reopen) may be replayed at the next
@@ -146,7 +146,7 @@ static uint64_t align(uint64_t n)
 }
 
 /* db_code - a database as the journal names it, and back */
-static MDB_dbi *db_slot(struct store *st, unsigned code)
+static MDB_dbi *db_slot(struct lmdb_store *st, unsigned code)
 {
 	MDB_dbi *dbs[] = { &st->claims, &st->msg, &st->queue, &st->meta,
 		&st->hist, &st->hexpiry, &st->keys
@@ -155,7 +155,7 @@ static MDB_dbi *db_slot(struct store *st, unsigned code)
 	return code < sizeof(dbs) / sizeof(dbs[0]) ? dbs[code] : NULL;
 }
 
-static unsigned db_code(struct store *st, MDB_dbi dbi)
+static unsigned db_code(struct lmdb_store *st, MDB_dbi dbi)
 {
 	unsigned c;
 
@@ -166,7 +166,7 @@ static unsigned db_code(struct store *st, MDB_dbi dbi)
 }
 
 /* redo_settle - copy the value of the last MDB_RESERVE put, now written */
-static void redo_settle(struct store_txn *t)
+static void redo_settle(struct lmdb_txn *t)
 {
 	if (t->resv_ptr) {
 		memcpy(t->redo.data + t->resv_off, t->resv_ptr, t->resv_len);
@@ -175,7 +175,7 @@ static void redo_settle(struct store_txn *t)
 }
 
 /* redo_add - record one operation; a reserved value is copied later */
-static void redo_add(struct store_txn *t, int op, MDB_dbi dbi, const MDB_val *key,
+static void redo_add(struct lmdb_txn *t, int op, MDB_dbi dbi, const MDB_val *key,
 		     const MDB_val *val, unsigned flags)
 {
 	uint8_t h[12];
@@ -214,8 +214,8 @@ static void redo_add(struct store_txn *t, int op, MDB_dbi dbi, const MDB_val *ke
 		buf_append(&t->redo, val->mv_data, vlen);
 }
 
-/* store_put - mdb_put, recorded for the journal */
-int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags)
+/* lmdb_put - mdb_put, recorded for the journal */
+int lmdb_put(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags)
 {
 	int rc;
 
@@ -225,8 +225,8 @@ int store_put(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsi
 	return rc;
 }
 
-/* store_del - mdb_del, recorded for the journal */
-int store_del(struct store_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val)
+/* lmdb_del - mdb_del, recorded for the journal */
+int lmdb_del(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val)
 {
 	int rc;
 
@@ -261,14 +261,14 @@ static uint64_t place(const struct journal *j, uint64_t size)
 }
 
 /* synced - commit the LMDB way: pages, then the meta page, each flushed */
-static int synced(struct store *st, MDB_txn *txn)
+static int synced(struct lmdb_store *st, MDB_txn *txn)
 {
 	int rc;
 
 	if ((rc = mdb_txn_commit(txn)) == 0 && (rc = mdb_env_sync(st->env, 1)) == 0 && st->j)
 		st->j->need_start = st->j->need_end = 0;	/* nothing left to cover */
 	if (rc > 0)			/* an errno: a write or a sync of the file failed */
-		store_break(st, "a commit's sync failed");
+		lmdb_break(st, "a commit's sync failed");
 	return rc;
 }
 
@@ -283,19 +283,19 @@ static void void_record(struct journal *j, uint64_t off)
 }
 
 /* failed - the commit of the record at off failed: void it; a failed sync breaks the store */
-static void failed(struct store *st, struct journal *j, uint64_t off, int rc)
+static void failed(struct lmdb_store *st, struct journal *j, uint64_t off, int rc)
 {
 	void_record(j, off);
 	if (rc > 0) {
 		st->void_pos = j->base + off + 8;	/* voided again, durably, by the reopen */
-		store_break(st, "a commit's sync failed");
+		lmdb_break(st, "a commit's sync failed");
 	}
 }
 
 /* journal_commit - commit t->txn durably; an LMDB code or errno */
-int journal_commit(struct store_txn *t)
+int journal_commit(struct lmdb_txn *t)
 {
-	struct store *st = t->st;
+	struct lmdb_store *st = t->st;
 	struct journal *j = st->j;
 	uint64_t size, off;
 	uint8_t *rec;
@@ -303,7 +303,7 @@ int journal_commit(struct store_txn *t)
 
 	redo_settle(t);
 	if (j == NULL || (t->redo.len == 0 && !t->no_redo)) {
-		if (store_broken(st)) {
+		if (lmdb_broken(&st->base)) {
 			mdb_txn_abort(t->txn);
 			return EIO;
 		}
@@ -313,7 +313,7 @@ int journal_commit(struct store_txn *t)
 	}
 	/* what follows LMDB's commit is past its writer lock: the next writer waits here */
 	pthread_mutex_lock(&j->commit);
-	if (store_broken(st)) {		/* broken while this one waited: see the header */
+	if (lmdb_broken(&st->base)) {		/* broken while this one waited: see the header */
 		mdb_txn_abort(t->txn);
 		pthread_mutex_unlock(&j->commit);
 		return EIO;
@@ -352,7 +352,7 @@ int journal_commit(struct store_txn *t)
 }
 
 /* replay - apply one record's operations in a transaction of their own, synced */
-static int replay(struct store *st, const uint8_t *rec, size_t len, uint64_t txnid)
+static int replay(struct lmdb_store *st, const uint8_t *rec, size_t len, uint64_t txnid)
 {
 	const uint8_t *p = rec + J_HDR, *end = rec + len;
 	MDB_txn *txn;
@@ -396,7 +396,7 @@ static int replay(struct store *st, const uint8_t *rec, size_t len, uint64_t txn
 }
 
 /* recover - find the record of the transaction after the store's last, and apply it */
-static int recover(struct store *st, struct journal *j, const char *path)
+static int recover(struct lmdb_store *st, struct journal *j, const char *path)
 {
 	MDB_envinfo info;
 	const uint8_t *map, *r;
@@ -432,7 +432,7 @@ static int recover(struct store *st, struct journal *j, const char *path)
 }
 
 /* meta_u64 - a number the store's meta DB keeps; 0 if none */
-static uint64_t meta_u64(struct store *st, const char *name)
+static uint64_t meta_u64(struct lmdb_store *st, const char *name)
 {
 	MDB_val key = { strlen(name), (void *) name }, val;
 	MDB_txn *txn;
@@ -457,7 +457,7 @@ static int region(struct journal *j, uint64_t base, uint64_t *id)
 			return errno;
 	} while (*id == 0);
 	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
-	if ((rc = store_fill_zeros(j->fd, base + J_BLOCK, base + J_SIZE)) != 0)
+	if ((rc = lmdb_fill_zeros(j->fd, base + J_BLOCK, base + J_SIZE)) != 0)
 		return rc;
 	memcpy(head, J_MAGIC, 8);
 	le64(head + 8, J_SIZE);
@@ -469,7 +469,7 @@ static int region(struct journal *j, uint64_t base, uint64_t *id)
 }
 
 /* meta_put - the region's id and place, in txn */
-static int meta_put(struct store *st, MDB_txn *txn, uint64_t id, uint64_t base)
+static int meta_put(struct lmdb_store *st, MDB_txn *txn, uint64_t id, uint64_t base)
 {
 	MDB_val key = { sizeof(META_JOURNAL_ID) - 1, META_JOURNAL_ID }, val;
 	uint8_t idb[8], atb[8];
@@ -488,7 +488,7 @@ static int meta_put(struct store *st, MDB_txn *txn, uint64_t id, uint64_t base)
 }
 
 /* make - a new region at j->base, its place and id in the store */
-static int make(struct store *st, struct journal *j)
+static int make(struct lmdb_store *st, struct journal *j)
 {
 	MDB_txn *txn;
 	int rc;
@@ -510,7 +510,7 @@ static int make(struct store *st, struct journal *j)
  * grows over it (store_grow.c): a new region at base, past the new end of
  * LMDB's map, that nothing refers to yet. 0 or errno.
  */
-int journal_region_new(struct store *st, uint64_t base, uint64_t *id)
+int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id)
 {
 	return st->j ? region(st->j, base, id) : 0;
 }
@@ -523,7 +523,7 @@ int journal_region_new(struct store *st, uint64_t base, uint64_t *id)
  * caller holds the store's map lock exclusively: no other commit can put
  * a record in the old region meanwhile. An LMDB code or errno.
  */
-int journal_move_commit(struct store *st, MDB_txn *txn, uint64_t base, uint64_t id)
+int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint64_t id)
 {
 	struct journal *j = st->j;
 	int rc;
@@ -558,7 +558,7 @@ static void journal_free(struct journal *j)
  * must be applied cannot be; a journal that cannot be used only leaves
  * st->j NULL, with a warning.
  */
-int journal_open(struct store *st, const char *path)
+int journal_open(struct lmdb_store *st, const char *path)
 {
 	struct journal *j;
 	char file[4096];
@@ -621,7 +621,7 @@ int journal_open(struct store *st, const char *path)
 }
 
 /* journal_close - stop the journal; the caller syncs the environment after */
-void journal_close(struct store *st)
+void journal_close(struct lmdb_store *st)
 {
 	if (st->j) {
 		journal_free(st->j);

@@ -15,7 +15,7 @@
  *	entries (key_entries), told apart by where the claim is filed.
  *
  *	A claim goes when its story expires (store_hist.c), which is after
- *	the claim itself expired (store_keys_expire); store_key_forget()
+ *	the claim itself expired (store_keys_expire); lmdb_key_forget()
  *	deletes a key's claims at once. A claim since renewed for another
  *	message (on_mismatch = "accept") names the new QID, and an old index
  *	entry then names the old one: either way it is skipped for the old
@@ -50,7 +50,7 @@ static struct key_entry *entry_add(struct key_entry **e, size_t *n, size_t *cap)
 }
 
 /* filed - the claims filed under a key: the range of the claims B-tree */
-static int filed(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		 struct key_entry **e, size_t *n, size_t *cap)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
@@ -60,14 +60,14 @@ static int filed(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HAS
 	int rc;
 
 	if ((rc = mdb_cursor_open(txn, st->claims, &cur)) != 0)
-		return store_mdb_error(rc, "cursor");
+		return lmdb_mdb_error(rc, "cursor");
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
 		if (key.mv_size < STORE_HASH_LEN || memcmp(key.mv_data, keyhash, STORE_HASH_LEN) != 0)
 			break;
 		if (key.mv_size != STORE_CLAIM_KEY_LEN)
 			continue;		/* an old claim whose hash is the key's: not filed here */
-		if (store_claim_decode(val.mv_data, val.mv_size, &c) != 0) {
+		if (lmdb_claim_decode(val.mv_data, val.mv_size, &c) != 0) {
 			msg_warn("store: corrupt claim record skipped");
 			continue;
 		}
@@ -76,11 +76,11 @@ static int filed(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HAS
 		strcpy(x->qid, c.qid);
 	}
 	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_error(rc, "claims walk");
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "claims walk");
 }
 
 /* key_entries - every claim of a key, filed under it or listed by an old index entry */
-static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		       struct key_entry **out, size_t *n)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
@@ -97,7 +97,7 @@ static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STO
 	}
 	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0) {
 		*out = e;
-		return store_mdb_error(rc, "cursor");
+		return lmdb_mdb_error(rc, "cursor");
 	}
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT_DUP)) {
@@ -119,7 +119,7 @@ static int key_entries(struct store *st, MDB_txn *txn, const uint8_t keyhash[STO
 		e[i].val.mv_size = e[i].old ? STORE_HASH_LEN + strlen(e[i].qid) : 0;
 	}
 	*out = e;
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "key index walk");
+	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "key index walk");
 }
 
 /* qid_cmp - QIDs sort by time */
@@ -141,10 +141,11 @@ static int qid_add(char (**qids)[STORE_QID_SIZE], size_t *n, const char *qid)
 	return 1;
 }
 
-/* store_key_qids - the messages filed under a key, oldest first */
-int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_key_qids - the messages filed under a key, oldest first */
+int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		   char (**qids)[STORE_QID_SIZE], size_t *n)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct key_entry *e;
 	size_t ne, i;
 	MDB_txn *txn;
@@ -152,10 +153,10 @@ int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 
 	*qids = NULL;
 	*n = 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	err = key_entries(st, txn, keyhash, &e, &ne);
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	for (i = 0; err == 0 && i < ne; i++)
 		qid_add(qids, n, e[i].qid);
 	free(e);
@@ -172,12 +173,12 @@ int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 }
 
 /* story_user_is - was the message submitted by this AUTH user? */
-static int story_user_is(struct store_txn *t, const char *qid, const char *user)
+static int story_user_is(struct lmdb_txn *t, const char *qid, const char *user)
 {
 	struct store_story s;
 	int yes;
 
-	if (store_hist_read(t->st, t->txn, qid, &s) != 0)
+	if (lmdb_hist_read(t->st, t->txn, qid, &s) != 0)
 		return 0;
 	yes = s.m.user != NULL && strcmp(s.m.user, user) == 0;
 	store_story_free(&s);
@@ -185,15 +186,15 @@ static int story_user_is(struct store_txn *t, const char *qid, const char *user)
 }
 
 /* story_forgotten - note in a story when its key was forgotten */
-static int story_forgotten(struct store_txn *t, const char *qid, int64_t now)
+static int story_forgotten(struct lmdb_txn *t, const char *qid, int64_t now)
 {
 	struct store_story s;
 	int err;
 
-	if ((err = store_hist_read(t->st, t->txn, qid, &s)) != 0)
+	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0)
 		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
 	s.forgotten = now;
-	err = store_hist_write(t, &s);
+	err = lmdb_hist_write(t, &s);
 	store_story_free(&s);
 	return err;
 }
@@ -203,7 +204,7 @@ static int story_forgotten(struct store_txn *t, const char *qid, int64_t now)
  * live_at is not 0, has expired by then; 1 if deleted. An old entry's
  * index entry goes too, whatever became of its claim.
  */
-static int claim_del(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     struct key_entry *e, const char *qid, int64_t live_at)
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN];
@@ -214,25 +215,25 @@ static int claim_del(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	if (e->old) {
 		key.mv_size = STORE_HASH_LEN;
 		key.mv_data = (void *) e->claim;
-		err = store_mdb_error(store_del(t, t->st->keys, &ikey, &e->val), "delete key");
+		err = lmdb_mdb_error(lmdb_del(t, t->st->keys, &ikey, &e->val), "delete key");
 		if (err != 0 && err != STORE_ENOTFOUND)
 			return err;
 	} else
-		store_claim_key(k, keyhash, e->claim);
-	err = store_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
+		lmdb_claim_key(k, keyhash, e->claim);
+	err = lmdb_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
 	if (err == STORE_ENOTFOUND)
 		return 0;
 	if (err != 0)
 		return err;
 	/* a claim renewed for another message is that message's to forget */
-	ok = store_claim_decode(val.mv_data, val.mv_size, &c) == 0;
+	ok = lmdb_claim_decode(val.mv_data, val.mv_size, &c) == 0;
 	if (ok && strcmp(c.qid, qid) != 0)
 		return 0;
 	if (ok && live_at != 0 && live_at < c.expires) {
 		msg_warn("%s: store: a claim outlives its story; left in place", qid);
 		return 0;
 	}
-	err = store_mdb_error(store_del(t, t->st->claims, &key, NULL), "delete claim");
+	err = lmdb_mdb_error(lmdb_del(t, t->st->claims, &key, NULL), "delete claim");
 	return err == 0 ? 1 : err;
 }
 
@@ -241,7 +242,7 @@ static int claim_del(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
  * still naming qid) and its entries under the key. A claim still live
  * then is left (it cannot be: a story outlives its claims) and logged.
  */
-int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const char *qid, int64_t when)
 {
 	struct key_entry *e;
@@ -250,26 +251,27 @@ int store_keys_expire(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
 
 	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0) {
 		free(e);
-		return store_txn_fail(t, err);
+		return lmdb_txn_fail(t, err);
 	}
 	for (i = 0, err = 0; i < n && err >= 0; i++)
 		if (strcmp(e[i].qid, qid) == 0)
 			err = claim_del(t, keyhash, &e[i], qid, when);
 	free(e);
-	return err < 0 ? store_txn_fail(t, err) : 0;
+	return err < 0 ? lmdb_txn_fail(t, err) : 0;
 }
 
-/* store_key_forget - delete a key's claims and index entries */
-int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+/* lmdb_key_forget - delete a key's claims and index entries */
+int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out)
 {
-	struct store_txn *t;
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
 	struct key_entry *e = NULL;
 	size_t n, i;
 	int err;
 
 	memset(out, 0, sizeof(*out));
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	if ((err = key_entries(st, t->txn, keyhash, &e, &n)) != 0)
 		goto fail;
@@ -290,13 +292,13 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	}
 	free(e);
 	qsort(out->qids, out->n_qids, sizeof(*out->qids), qid_cmp);
-	if ((err = store_txn_commit(t)) != 0)
+	if ((err = lmdb_txn_commit(&t->base)) != 0)
 		store_forget_free(out);
 	return err;
 
 fail:
 	free(e);
-	store_txn_abort(t);
+	lmdb_txn_abort(&t->base);
 	store_forget_free(out);
 	return err;
 }
@@ -305,9 +307,10 @@ fail:
  * store_key_queued - the key's messages still in the queue (user non-NULL:
  * that AUTH user's), whose claims a forget would leave them without
  */
-int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+int lmdb_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	char (*all)[STORE_QID_SIZE] = NULL;
 	struct store_story s;
 	size_t na = 0, i;
@@ -315,10 +318,10 @@ int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 
 	*qids = NULL;
 	*n = 0;
-	if ((err = store_key_qids(st, keyhash, &all, &na)) != 0)
+	if ((err = lmdb_key_qids(&st->base, keyhash, &all, &na)) != 0)
 		return err == STORE_ENOTFOUND ? 0 : err;
 	for (i = 0; i < na; i++) {
-		if (store_story_get(st, all[i], &s) != 0)
+		if (lmdb_story_get(&st->base, all[i], &s) != 0)
 			continue;
 		if (s.queued && (user == NULL || (s.m.user && strcmp(s.m.user, user) == 0)))
 			qid_add(qids, n, all[i]);
@@ -328,11 +331,3 @@ int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	return 0;
 }
 
-/* store_forget_free - release what store_key_forget() gave */
-void store_forget_free(struct store_forget *f)
-{
-	if (f == NULL)
-		return;
-	free(f->qids);
-	memset(f, 0, sizeof(*f));
-}

@@ -6,13 +6,13 @@
  * SYNOPSIS
  *	#include "store/store.h"
  *
- *	void store_set_map_max(struct store *st, uint64_t max);
+ *	void lmdb_set_map_max(struct lmdb_store *st, uint64_t max);
  * DESCRIPTION
  *	store.map_size is where the map starts. When less than a quarter of
  *	it is left beyond the reserve (store_space.c; the untouched tail and
  *	LMDB's freelist together count as left), or an acceptance
  *	was refused for room (store_space.c), the writer thread doubles it
- *	between two commits (store_grow() calls store_map_check()), up to
+ *	between two commits (lmdb_grow() calls lmdb_map_check()), up to
  *	the ceiling: store.map_size_max if set, and never past what the
  *	disk holding the store can still give (nine tenths of its free space
  *	plus what the file has). The map so grows as far as the disk, which
@@ -20,12 +20,12 @@
  *
  *	mdb_env_set_mapsize() remaps the file: no transaction of this process
  *	may be open then. Every transaction holds the store's gate shared
- *	(store.c, store_txn.c); growing holds it alone, as store_reopen() does. Readers in
+ *	(store_lmdb.c, store_txn.c); growing holds it alone, as lmdb_reopen() does. Readers in
  *	other processes (idemrelayctl) are told MDB_MAP_RESIZED by LMDB and
- *	take the new size (store_read_begin()).
+ *	take the new size (lmdb_read_begin()).
  *
  *	The journal's region (store_journal.c) lies just past LMDB's map,
- *	which is store_map_jbase(total): the grown map covers it, so it moves
+ *	which is lmdb_map_jbase(total): the grown map covers it, so it moves
  *	first, in steps that each leave a store that opens correctly:
  *
  *	1. a new region past the new map: zeros, a header with a new id,
@@ -33,7 +33,7 @@
  *	   the old region.
  *	2. one transaction, synced the LMDB way (no record needed: every
  *	   earlier commit is then durable), says where the new region is and
- *	   the map's new total (meta DB "map_size", read by store_open()). A
+ *	   the map's new total (meta DB "map_size", read by store_lmdb_open()). A
  *	   crash from here opens the grown map with the new region, which
  *	   holds no record yet.
  *	3. mdb_env_set_mapsize(): only now may LMDB write pages over the old
@@ -58,22 +58,24 @@
 #define WARN_AT		80
 #define WARN_LAST	95
 
-/* store_map_jbase - where the journal's region starts in a map of total bytes; 0: none */
-uint64_t store_map_jbase(uint64_t total)
+/* lmdb_map_jbase - where the journal's region starts in a map of total bytes; 0: none */
+uint64_t lmdb_map_jbase(uint64_t total)
 {
 	if (total < 4 * (uint64_t) STORE_JOURNAL_SIZE)
 		return 0;
 	return (total - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
 }
 
-/* store_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
-void store_set_map_max(struct store *st, uint64_t max)
+/* lmdb_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
+void lmdb_set_map_max(struct store *base, uint64_t max)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
+
 	st->map_max = max;
 }
 
 /* disk_cap - the largest total the disk lets the map reach; 0 if it cannot tell */
-static uint64_t disk_cap(struct store *st)
+static uint64_t disk_cap(struct lmdb_store *st)
 {
 	struct statvfs vfs;
 	struct stat sb;
@@ -85,8 +87,8 @@ static uint64_t disk_cap(struct store *st)
 	return (uint64_t) sb.st_blocks * 512 + (uint64_t) vfs.f_bavail * vfs.f_frsize / 10 * 9;
 }
 
-/* store_map_ceiling - the total the map may grow to now: the setting, the disk */
-uint64_t store_map_ceiling(struct store *st)
+/* lmdb_map_ceiling - the total the map may grow to now: the setting, the disk */
+uint64_t lmdb_map_ceiling(struct lmdb_store *st)
 {
 	uint64_t cap = disk_cap(st), max = st->map_max;
 
@@ -96,7 +98,7 @@ uint64_t store_map_ceiling(struct store *st)
 }
 
 /* meta_total - the map's new total, in the transaction that moves the journal */
-static int meta_total(struct store *st, MDB_txn *txn, uint64_t total)
+static int meta_total(struct lmdb_store *st, MDB_txn *txn, uint64_t total)
 {
 	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val = { 8, &total };
 
@@ -108,9 +110,9 @@ static int meta_total(struct store *st, MDB_txn *txn, uint64_t total)
  * steps < 3 stops after that many, as a crash there would (tests). Called
  * with no transaction open on this thread.
  */
-int store_map_grow(struct store *st, uint64_t total, int steps)
+int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps)
 {
-	uint64_t jbase = store_map_jbase(total), id = 0;
+	uint64_t jbase = lmdb_map_jbase(total), id = 0;
 	MDB_txn *txn;
 	int rc;
 
@@ -124,7 +126,7 @@ int store_map_grow(struct store *st, uint64_t total, int steps)
 	if (steps < 2)
 		return 0;
 	pthread_rwlock_wrlock(&st->gate);
-	if (st->env == NULL || store_broken(st))
+	if (st->env == NULL || lmdb_broken(&st->base))
 		rc = EIO;			/* a failed sync: the reopen comes first */
 	else if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) == 0) {
 		if ((rc = meta_total(st, txn, total)) != 0)
@@ -138,17 +140,17 @@ int store_map_grow(struct store *st, uint64_t total, int steps)
 			 (unsigned long long) (st->total / MB), (unsigned long long) (total / MB));
 		st->total = total;
 		st->jbase = jbase;
-		st->map_size = jbase ? jbase : total;	/* what store_reopen() opens */
+		st->map_size = jbase ? jbase : total;	/* what lmdb_reopen() opens */
 	}
 	pthread_rwlock_unlock(&st->gate);
 	if (rc != 0)
 		msg_warn("store: cannot grow the map to %llu MB: %s",
 			 (unsigned long long) (total / MB), rc > 0 ? strerror(rc) : mdb_strerror(rc));
-	return store_mdb_error(rc, "grow map");
+	return lmdb_mdb_error(rc, "grow map");
 }
 
 /* warn_full - say once per episode that the store nears its ceiling */
-static void warn_full(struct store *st, uint64_t used, uint64_t ceiling)
+static void warn_full(struct lmdb_store *st, uint64_t used, uint64_t ceiling)
 {
 	uint64_t pct = ceiling ? used * 100 / ceiling : 0;
 	int level = pct >= WARN_LAST ? WARN_LAST : pct >= WARN_AT ? WARN_AT : 0;
@@ -158,7 +160,7 @@ static void warn_full(struct store *st, uint64_t used, uint64_t ceiling)
 			 " new mail is refused when it is full",
 			 (unsigned long long) pct, (unsigned long long) (used / MB),
 			 (unsigned long long) (ceiling / MB),
-			 st->map_max && ceiling >= store_map_jbase(st->map_max)
+			 st->map_max && ceiling >= lmdb_map_jbase(st->map_max)
 			 ? "store.map_size_max" : "the disk");
 		st->warned = level;
 	} else if ((st->warned == WARN_LAST && pct < WARN_LAST - 5)
@@ -167,8 +169,8 @@ static void warn_full(struct store *st, uint64_t used, uint64_t ceiling)
 	}
 }
 
-/* store_map_due - should store_map_check() look now? cheap, any thread */
-int store_map_due(struct store *st, uint64_t pages, uint64_t last)
+/* lmdb_map_due - should lmdb_map_check() look now? cheap, any thread */
+int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last)
 {
 	if (__atomic_load_n(&st->grow_wanted, __ATOMIC_RELAXED))
 		return 1;
@@ -180,7 +182,7 @@ int store_map_due(struct store *st, uint64_t pages, uint64_t last)
  * store_map_check - between commits, on the writer thread: warn as the
  * ceiling nears, and grow the map when a quarter of it is left
  */
-int store_map_check(struct store *st)
+int lmdb_map_check(struct lmdb_store *st)
 {
 	uint64_t psize, pages, last, freel = 0, room, ceiling = 0, lmdb_ceiling, want;
 	MDB_envinfo info;
@@ -189,34 +191,34 @@ int store_map_check(struct store *st)
 	uint64_t reserve;
 	int rc, err, wanted;
 
-	if ((err = store_gate_enter(st)) != 0)
+	if ((err = lmdb_gate_enter(st)) != 0)
 		return err;
 	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &ms)) != 0) {
-		store_gate_leave(st);
-		return store_mdb_error(rc, "env info");
+		lmdb_gate_leave(st);
+		return lmdb_mdb_error(rc, "env info");
 	}
 	psize = ms.ms_psize;
 	pages = info.me_mapsize / psize;
 	last = (uint64_t) info.me_last_pgno + 1;
-	if (!store_map_due(st, pages, last)) {
-		store_gate_leave(st);
+	if (!lmdb_map_due(st, pages, last)) {
+		lmdb_gate_leave(st);
 		return 0;
 	}
 	wanted = __atomic_exchange_n(&st->grow_wanted, 0, __ATOMIC_RELAXED);
-	if ((err = store_space_freelist(st, &freel)) == 0
-	    && (err = store_read_begin(st, &txn)) == 0) {
+	if ((err = lmdb_space_freelist(st, &freel)) == 0
+	    && (err = lmdb_read_begin(st, &txn)) == 0) {
 		if ((rc = mdb_stat(txn, st->queue, &qs)) != 0)
-			err = store_mdb_error(rc, "stat queue");
-		store_read_end(st, txn);
-		ceiling = store_map_ceiling(st);
+			err = lmdb_mdb_error(rc, "stat queue");
+		lmdb_read_end(st, txn);
+		ceiling = lmdb_map_ceiling(st);
 	}
-	store_gate_leave(st);
+	lmdb_gate_leave(st);
 	if (err != 0)
 		return err;
 	/* the reserve counts as used: full is where acceptance stops */
-	reserve = store_space_reserve(psize, pages, qs.ms_entries);
+	reserve = lmdb_space_reserve(psize, pages, qs.ms_entries);
 	room = (last < pages ? pages - last : 0) + freel;
-	lmdb_ceiling = store_map_jbase(ceiling) ? store_map_jbase(ceiling) : ceiling;
+	lmdb_ceiling = lmdb_map_jbase(ceiling) ? lmdb_map_jbase(ceiling) : ceiling;
 	warn_full(st, ((last > freel ? last - freel : 0) + reserve) * psize, lmdb_ceiling);
 	/* early enough that a burst between two checks does not reach the reserve */
 	if (room >= reserve + pages / 4 && !wanted) {
@@ -228,5 +230,5 @@ int store_map_check(struct store *st)
 		__atomic_store_n(&st->checked_last, last, __ATOMIC_RELAXED);
 		return 0;
 	}
-	return store_map_grow(st, want, 3);
+	return lmdb_map_grow(st, want, 3);
 }

@@ -15,13 +15,13 @@
  *	The message record is encoded straight into the map (MDB_RESERVE):
  *	a multi-megabyte body is copied once, from the caller into LMDB.
  *
- *	store_queue_list() reads the queue in QID (thus time) order inside
+ *	lmdb_queue_list() reads the queue in QID (thus time) order inside
  *	one read transaction, then calls back after that transaction ended,
  *	so that the callback may call anything in the store, writes included.
  *	A callback returning non-zero stops the walk; that value is returned.
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A queue record without its message record is
- *	reported as STORE_EINVAL by store_msg_load(); store_msg_drop()
+ *	reported as STORE_EINVAL by lmdb_msg_load(); lmdb_msg_drop()
  *	removes either half alone.
  */
 #include <stdlib.h>
@@ -33,14 +33,14 @@
 
 
 /* put_reserved - reserve space for a record and encode into it */
-static int put_reserved(struct store_txn *t, MDB_dbi dbi, MDB_val *key, size_t len, unsigned flags,
+static int put_reserved(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, size_t len, unsigned flags,
 			void (*encode) (void *, size_t, const struct store_msg *),
 			const struct store_msg *m, const char *what)
 {
 	MDB_val val = { len, NULL };
 	int err;
 
-	if ((err = store_mdb_error(store_put(t, dbi, key, &val, flags | MDB_RESERVE), what)) != 0)
+	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, key, &val, flags | MDB_RESERVE), what)) != 0)
 		return err;
 	encode(val.mv_data, len, m);
 	return 0;
@@ -49,79 +49,60 @@ static int put_reserved(struct store_txn *t, MDB_dbi dbi, MDB_val *key, size_t l
 /*
  * last_qid_note - remember the QID of a message leaving the spool if it is
  * the greatest yet. Spooling writes no last_qid: the greatest QID still
- * spooled is the msg DB's last key (store_last_qid() takes both), so the
+ * spooled is the msg DB's last key (lmdb_last_qid() takes both), so the
  * accepting commit touches no meta page.
  */
-static int last_qid_note(struct store *st, struct store_txn *t, const MDB_val *key)
+static int last_qid_note(struct lmdb_store *st, struct lmdb_txn *t, const MDB_val *key)
 {
 	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
 	int err;
 
-	err = store_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
-	if (err == 0 && !store_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
+	err = lmdb_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
+	if (err == 0 && !lmdb_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
 		return 0;
 	if (err != 0 && err != STORE_ENOTFOUND)
 		return err;
-	return store_mdb_error(store_put(t, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
+	return lmdb_mdb_error(lmdb_put(t, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
 }
 
-/* store_txn_msg_put - spool a new message: message and delivery state */
-void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
+/* lmdb_txn_msg_put - spool a new message: message and delivery state */
+void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
-	struct store *st = t->st;
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
+	struct lmdb_store *st = t->st;
 	MDB_val key;
 	int err;
 
 	if (t->err)
 		return;
-	if (!store_msg_valid(m) || store_qid_key(m->qid, &key) != 0) {
-		store_txn_fail(t, STORE_EINVAL);
+	if (!lmdb_msg_valid(m) || lmdb_qid_key(m->qid, &key) != 0) {
+		lmdb_txn_fail(t, STORE_EINVAL);
 		return;
 	}
-	if ((err = put_reserved(t, st->msg, &key, store_msg_rec_size(m), MDB_NOOVERWRITE,
-				store_msg_rec_encode, m, "put msg")) != 0
-	    || (err = put_reserved(t, st->queue, &key, store_queue_rec_size(m),
-				   MDB_NOOVERWRITE, store_queue_rec_encode, m, "put queue")) != 0)
-		store_txn_fail(t, err);
+	if ((err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
+				lmdb_msg_rec_encode, m, "put msg")) != 0
+	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),
+				   MDB_NOOVERWRITE, lmdb_queue_rec_encode, m, "put queue")) != 0)
+		lmdb_txn_fail(t, err);
 }
 
-/* store_msg_free - free what store_msg_load() gave; the struct is zeroed */
-void store_msg_free(struct store_msg *m)
+/* lmdb_msg_load - a queued message with owned copies of every field */
+int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m)
 {
-	size_t i;
-
-	if (m == NULL)
-		return;
-	free(m->from);
-	free(m->envid);
-	free(m->client);
-	free(m->user);
-	for (i = 0; m->rcpts && i < m->n_rcpts; i++) {
-		free(m->rcpts[i].addr);
-		free(m->rcpts[i].orcpt);
-		free(m->rcpts[i].reply);
-	}
-	free(m->rcpts);
-	free(m->data);
-	memset(m, 0, sizeof(*m));
-}
-
-/* store_msg_load - a queued message with owned copies of every field */
-int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
-{
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_val key, mval, qval;
 	MDB_txn *txn;
 	int err;
 
 	memset(m, 0, sizeof(*m));
-	if (store_qid_key(qid, &key) != 0)
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	/* the queue record says whether it is queued; then the message must exist */
-	if ((err = store_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0)
+	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0)
 		goto out;
-	if ((err = store_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0) {
+	if ((err = lmdb_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0) {
 		if (err == STORE_ENOTFOUND) {
 			msg_warn("%s: store: queue record without message", qid);
 			err = STORE_EINVAL;
@@ -129,17 +110,17 @@ int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 		goto out;
 	}
 	memcpy(m->qid, qid, key.mv_size);
-	if ((err = store_msg_rec_decode(mval.mv_data, mval.mv_size, m)) != 0
-	    || (err = store_queue_rec_decode(qval.mv_data, qval.mv_size, m)) != 0) {
+	if ((err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, m)) != 0
+	    || (err = lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m)) != 0) {
 		msg_warn("%s: store: corrupt message record", qid);
 		store_msg_free(m);
 	}
 out:
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	return err;
 }
 
-/* queue_state_valid - what store_msg_update() needs of m */
+/* queue_state_valid - what lmdb_msg_update() needs of m */
 static int queue_state_valid(const struct store_msg *m)
 {
 	size_t i;
@@ -153,36 +134,36 @@ static int queue_state_valid(const struct store_msg *m)
 }
 
 /* msg_update_in - rewrite one message's delivery state inside t */
-static int msg_update_in(struct store *st, struct store_txn *t, const struct store_msg *m,
+static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct store_msg *m,
 			 int with_hist)
 {
 	MDB_val key, val;
 	size_t i, n;
 	int err, queued = 0;
 
-	if (store_qid_key(m->qid, &key) != 0 || !queue_state_valid(m))
+	if (lmdb_qid_key(m->qid, &key) != 0 || !queue_state_valid(m))
 		return STORE_EINVAL;
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
-	if ((err = store_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
+	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
 		return err;
-	if (store_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) != 0 || n != m->n_rcpts) {
+	if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) != 0 || n != m->n_rcpts) {
 		msg_warn("%s: store: queue record does not match the update", m->qid);
 		return STORE_EINVAL;
 	}
 	/* first: a story without a record yet is made from the spool records */
 	if (with_hist)
-		store_hist_update(t, m, queued);
+		lmdb_hist_update(t, m, queued);
 	/* a failed put leaves LMDB's transaction unusable (MDB_BAD_TXN): stop here */
 	if (t->err)
 		return t->err;
 	if (queued) {
-		err = put_reserved(t, st->queue, &key, store_queue_rec_size(m), 0,
-				   store_queue_rec_encode, m, "put queue");
-	} else if ((err = store_mdb_error(store_del(t, st->queue, &key, NULL),
+		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m), 0,
+				   lmdb_queue_rec_encode, m, "put queue");
+	} else if ((err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL),
 					  "delete queue")) == 0) {
-		err = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
+		err = lmdb_mdb_error(lmdb_del(t, st->msg, &key, NULL), "delete msg");
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 		if (err == 0)
@@ -191,28 +172,29 @@ static int msg_update_in(struct store *st, struct store_txn *t, const struct sto
 	return err;
 }
 
-/* store_txn_msg_update - store_msg_update() as a step of the open transaction t */
-void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
+/* lmdb_txn_msg_update - lmdb_msg_update() as a step of the open transaction t */
+void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
 	if (t->err == 0 && (err = msg_update_in(t->st, t, m, 1)) != 0)
-		store_txn_fail(t, err);
+		lmdb_txn_fail(t, err);
 }
 
 /* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
-static int msg_update(struct store *st, const struct store_msg *m, int with_hist)
+static int msg_update(struct lmdb_store *st, const struct store_msg *m, int with_hist)
 {
-	struct store_txn *t;
+	struct lmdb_txn *t;
 	int err;
 
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	if ((err = msg_update_in(st, t, m, with_hist)) != 0) {
-		store_txn_abort(t);
+		lmdb_txn_abort(&t->base);
 		return err;
 	}
-	return store_txn_commit(t);
+	return lmdb_txn_commit(&t->base);
 }
 
 /*
@@ -221,8 +203,9 @@ static int msg_update(struct store *st, const struct store_msg *m, int with_hist
  * not fit in a full map, the outcome is recorded without it, since a
  * delivery outcome that cannot be recorded may be sent again.
  */
-int store_msg_update(struct store *st, const struct store_msg *m)
+int lmdb_msg_update(struct store *base, const struct store_msg *m)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	int err = msg_update(st, m, 1);
 
 	if (err == STORE_ENOSPC && (err = msg_update(st, m, 0)) == 0)
@@ -235,24 +218,25 @@ int store_msg_update(struct store *st, const struct store_msg *m)
  * transaction (one fsync instead of one per message). If the batch fails,
  * each message is recorded alone, so one bad record fails only itself.
  */
-int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs)
+int lmdb_msg_update_many(struct store *base, struct store_msg *const *m, size_t n, int *errs)
 {
-	struct store_txn *t;
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
 	size_t i;
 	int err = 0, bad = 0;
 
-	if (n > 1 && store_txn_begin(st, &t) == 0) {
+	if (n > 1 && lmdb_begin(st, &t) == 0) {
 		for (i = 0; i < n && err == 0; i++)
 			err = msg_update_in(st, t, m[i], 1);
 		if (err != 0)
-			store_txn_abort(t);
-		else if (store_txn_commit(t) == 0) {
+			lmdb_txn_abort(&t->base);
+		else if (lmdb_txn_commit(&t->base) == 0) {
 			memset(errs, 0, n * sizeof(*errs));
 			return 0;
 		}
 	}
 	for (i = 0; i < n; i++)
-		if ((errs[i] = store_msg_update(st, m[i])) != 0)
+		if ((errs[i] = lmdb_msg_update(&st->base, m[i])) != 0)
 			bad = errs[i];
 	return bad;
 }
@@ -261,69 +245,71 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
  * store_txn_msg_set_inflight - set or clear the "final dot may be out"
  * mark inside t, so that marks can share a group commit's fsync.
  */
-void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
+void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 {
-	struct store *st = t->st;
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
+	struct lmdb_store *st = t->st;
 	MDB_val key, val;
 	void *copy;
 	int err;
 
 	if (t->err != 0)
 		return;
-	if (store_qid_key(qid, &key) != 0) {
-		store_txn_fail(t, STORE_EINVAL);
+	if (lmdb_qid_key(qid, &key) != 0) {
+		lmdb_txn_fail(t, STORE_EINVAL);
 		return;
 	}
-	if ((err = store_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0) {
-		store_txn_fail(t, err);
+	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0) {
+		lmdb_txn_fail(t, err);
 		return;
 	}
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
-	if (store_queue_rec_set_inflight(copy, val.mv_size, on) != 0) {
+	if (lmdb_queue_rec_set_inflight(copy, val.mv_size, on) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
-		store_txn_fail(t, STORE_EINVAL);
+		lmdb_txn_fail(t, STORE_EINVAL);
 	} else {
 		val.mv_data = copy;
-		if ((err = store_mdb_error(store_put(t, st->queue, &key, &val, 0),
+		if ((err = lmdb_mdb_error(lmdb_put(t, st->queue, &key, &val, 0),
 					   "put queue")) != 0)
-			store_txn_fail(t, err);
+			lmdb_txn_fail(t, err);
 	}
 	free(copy);
 }
 
-/* store_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
-int store_msg_set_inflight(struct store *st, const char *qid, int on)
+/* lmdb_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
+int lmdb_msg_set_inflight(struct store *base, const char *qid, int on)
 {
-	struct store_txn *t;
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
 	int err;
 
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
-	store_txn_msg_set_inflight(t, qid, on);
-	return store_txn_commit(t);
+	lmdb_txn_msg_set_inflight(&t->base, qid, on);
+	return lmdb_txn_commit(&t->base);
 }
 
 /* msg_drop - remove a message and its delivery state; note it in its story */
-static int msg_drop(struct store *st, const char *qid, int with_hist)
+static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 {
-	struct store_txn *t;
+	struct lmdb_txn *t;
 	MDB_val key;
 	int err, err2;
 
-	if (store_qid_key(qid, &key) != 0)
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	if (with_hist)			/* first, while the spool can still tell it */
-		store_hist_drop(t, qid);
+		lmdb_hist_drop(t, qid);
 	if ((err = t->err) != 0) {	/* LMDB's transaction is unusable after a failed put */
-		store_txn_abort(t);
+		lmdb_txn_abort(&t->base);
 		return err;
 	}
-	err = store_mdb_error(store_del(t, st->queue, &key, NULL), "delete queue");
-	err2 = store_mdb_error(store_del(t, st->msg, &key, NULL), "delete msg");
+	err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL), "delete queue");
+	err2 = lmdb_mdb_error(lmdb_del(t, st->msg, &key, NULL), "delete msg");
 	if (err == STORE_ENOTFOUND && err2 == 0)
 		err = 0;
 	else if (err == 0 && err2 != STORE_ENOTFOUND)
@@ -331,15 +317,16 @@ static int msg_drop(struct store *st, const char *qid, int with_hist)
 	if (err == 0)
 		err = last_qid_note(st, t, &key);
 	if (err != 0) {
-		store_txn_abort(t);
+		lmdb_txn_abort(&t->base);
 		return err;
 	}
-	return store_txn_commit(t);
+	return lmdb_txn_commit(&t->base);
 }
 
-/* store_msg_drop - remove a message from the spool (its story says so) */
-int store_msg_drop(struct store *st, const char *qid)
+/* lmdb_msg_drop - remove a message from the spool (its story says so) */
+int lmdb_msg_drop(struct store *base, const char *qid)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	int err = msg_drop(st, qid, 1);
 
 	if (err == STORE_ENOSPC)
@@ -352,11 +339,12 @@ struct queue_entry {
 	int64_t next_attempt;
 };
 
-/* store_queue_list - call cb for each queued message in QID order */
-int store_queue_list(struct store *st,
+/* lmdb_queue_list - call cb for each queued message in QID order */
+int lmdb_queue_list(struct store *base,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
 		     void *arg)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct queue_entry *list = NULL;
 	size_t n = 0, cap = 0, i;
 	MDB_cursor *cur = NULL;
@@ -365,7 +353,7 @@ int store_queue_list(struct store *st,
 	int64_t next;
 	int rc, err;
 
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
 		goto walked;
@@ -373,7 +361,7 @@ int store_queue_list(struct store *st,
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
 		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE
 		    || memchr(key.mv_data, 0, key.mv_size) != NULL
-		    || store_queue_rec_peek(val.mv_data, val.mv_size, NULL, &next) != 0) {
+		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &next) != 0) {
 			msg_warn("store: corrupt queue record skipped");
 			continue;
 		}
@@ -389,25 +377,26 @@ int store_queue_list(struct store *st,
 walked:
 	if (cur)
 		mdb_cursor_close(cur);
-	store_read_end(st, txn);
-	err = rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "queue walk");
+	lmdb_read_end(st, txn);
+	err = rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
 	for (i = 0; err == 0 && i < n; i++)
 		err = cb(arg, list[i].qid, list[i].next_attempt);
 	free(list);
 	return err;
 }
 
-/* store_queue_walk - each queued message's envelope and state, in one read transaction */
-int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
+/* lmdb_queue_walk - each queued message's envelope and state, in one read transaction */
+int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),
 		     void *arg)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_cursor *cur = NULL;
 	MDB_val key, qval, mval;
 	struct store_msg m;
 	MDB_txn *txn;
 	int rc, err = 0;
 
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
 		goto out;
@@ -421,8 +410,8 @@ int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_
 			continue;
 		}
 		memcpy(m.qid, key.mv_data, key.mv_size);
-		if (store_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, &m) != 0
-		    || store_queue_rec_decode(qval.mv_data, qval.mv_size, &m) != 0) {
+		if (lmdb_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, &m) != 0
+		    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, &m) != 0) {
 			msg_warn("%s: store: corrupt message record skipped", m.qid);
 			store_msg_free(&m);
 			continue;
@@ -433,30 +422,31 @@ int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_
 out:
 	if (cur)
 		mdb_cursor_close(cur);
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	if (err != 0)
 		return err;
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_error(rc, "queue walk");
+	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
 }
 
-/* store_queue_oldest - QIDs sort by time: the first queued one is the oldest */
-int store_queue_oldest(struct store *st, int64_t *accepted)
+/* lmdb_queue_oldest - QIDs sort by time: the first queued one is the oldest */
+int lmdb_queue_oldest(struct store *base, int64_t *accepted)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
 	MDB_txn *txn;
 	int rc, err;
 
 	*accepted = 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) == 0
 	    && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == 0
 	    && (rc = mdb_get(txn, st->msg, &key, &val)) == 0
-	    && store_msg_rec_peek_accepted(val.mv_data, val.mv_size, accepted) != 0)
+	    && lmdb_msg_rec_peek_accepted(val.mv_data, val.mv_size, accepted) != 0)
 		rc = MDB_CORRUPTED;
 	if (cur)
 		mdb_cursor_close(cur);
-	store_read_end(st, txn);
-	return store_mdb_error(rc, "oldest");
+	lmdb_read_end(st, txn);
+	return lmdb_mdb_error(rc, "oldest");
 }

@@ -6,14 +6,14 @@
  * SYNOPSIS
  *	#include "store/store.h"
  *
- *	void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims);
+ *	void lmdb_txn_room(struct lmdb_txn *t, const struct store_msg *m, size_t n_claims);
  * DESCRIPTION
  *	A message answered 250 must be delivered once. Its delivery needs
  *	writes of its own: the inflight mark, each deferral's new state,
  *	the outcome, the removal from the spool, and its story. If a full
  *	map refused them, a delivered message would stay queued and be
  *	sent again. So acceptance may not fill the map: each accepting
- *	transaction first asks store_txn_room() whether, with the message
+ *	transaction first asks lmdb_txn_room() whether, with the message
  *	it is about to spool, as many pages stay free as every queued
  *	message's delivery writes need, plus a fixed floor. If not, the
  *	transaction fails with STORE_ENOSPC (the client gets 452 4.3.1
@@ -48,14 +48,14 @@
 #define ROOM_CLAIM	(STORE_CLAIM_KEY_LEN + STORE_CLAIM_REC_LEN + 16)
 
 /* space_geometry - page size, map pages and pages used up to the last; 0 or a STORE_E* */
-static int space_geometry(struct store *st, uint64_t *psize, uint64_t *pages, uint64_t *last)
+static int space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *pages, uint64_t *last)
 {
 	MDB_envinfo info;
 	MDB_stat ms;
 	int rc;
 
 	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &ms)) != 0)
-		return store_mdb_error(rc, "env info");
+		return lmdb_mdb_error(rc, "env info");
 	*psize = ms.ms_psize;
 	*pages = info.me_mapsize / ms.ms_psize;
 	*last = (uint64_t) info.me_last_pgno + 1;
@@ -67,7 +67,7 @@ static int space_geometry(struct store *st, uint64_t *psize, uint64_t *pages, ui
  * of its own (LMDB opens no cursor on it in a write transaction). Each
  * record is a list of page numbers, its count first.
  */
-int store_space_freelist(struct store *st, uint64_t *n)
+int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n)
 {
 	MDB_cursor *cur;
 	MDB_val key, val;
@@ -76,7 +76,7 @@ int store_space_freelist(struct store *st, uint64_t *n)
 	int rc, err;
 
 	*n = 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, FREE_DBI, &cur)) == 0) {
 		for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
@@ -88,12 +88,12 @@ int store_space_freelist(struct store *st, uint64_t *n)
 		}
 		mdb_cursor_close(cur);
 	}
-	store_read_end(st, txn);
-	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_error(rc, "freelist");
+	lmdb_read_end(st, txn);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "freelist");
 }
 
-/* store_space_reserve - pages kept for the delivery writes of queued messages */
-uint64_t store_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
+/* lmdb_space_reserve - pages kept for the delivery writes of queued messages */
+uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
 {
 	uint64_t floor = RESERVE_FLOOR / psize, least = RESERVE_MIN / psize;
 
@@ -107,7 +107,7 @@ uint64_t store_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
 /* room_need - pages spooling m with n claims may take (records, overflow pages, slack) */
 static uint64_t room_need(uint64_t psize, const struct store_msg *m, size_t n_claims)
 {
-	uint64_t bytes = store_msg_rec_size(m) + store_queue_rec_size(m) + 64
+	uint64_t bytes = lmdb_msg_rec_size(m) + lmdb_queue_rec_size(m) + 64
 	    + (uint64_t) n_claims * ROOM_CLAIM;
 
 	return bytes / psize + 2;
@@ -118,9 +118,10 @@ static uint64_t room_need(uint64_t psize, const struct store_msg *m, size_t n_cl
  * STORE_ENOSPC if spooling m with n_claims claims would leave fewer free
  * pages than the reserve. The transaction's earlier acceptances count.
  */
-void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
+void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_claims)
 {
-	struct store *st = t->st;
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
+	struct lmdb_store *st = t->st;
 	uint64_t psize = 4096, pages = 0, last = 0, freel = 0, want;
 	MDB_stat qs;
 	int rc, err;
@@ -128,12 +129,12 @@ void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_cla
 	if (t->err)
 		return;
 	if ((err = space_geometry(st, &psize, &pages, &last)) != 0) {
-		store_txn_fail(t, err);
+		lmdb_txn_fail(t, err);
 		return;
 	}
 	if (t->room_msgs == 0) {		/* the first acceptance: what was queued before */
 		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0) {
-			store_txn_fail(t, store_mdb_error(rc, "stat queue"));
+			lmdb_txn_fail(t, lmdb_mdb_error(rc, "stat queue"));
 			return;
 		}
 		t->room_queued = qs.ms_entries;
@@ -141,12 +142,12 @@ void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_cla
 	}
 	t->room_pages += room_need(psize, m, n_claims);
 	t->room_msgs++;
-	want = t->room_pages + store_space_reserve(psize, pages, t->room_queued + t->room_msgs);
+	want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued + t->room_msgs);
 	if (last + want <= pages)
 		return;				/* the common case: the tail is enough */
 	if (!t->room_free_known) {
-		if ((err = store_space_freelist(st, &freel)) != 0) {
-			store_txn_fail(t, err);
+		if ((err = lmdb_space_freelist(st, &freel)) != 0) {
+			lmdb_txn_fail(t, err);
 			return;
 		}
 		t->room_free = (last < pages ? pages - last : 0) + freel;
@@ -154,6 +155,6 @@ void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_cla
 	}
 	if (want > t->room_free) {
 		__atomic_store_n(&st->grow_wanted, 1, __ATOMIC_RELAXED);
-		store_txn_fail(t, STORE_ENOSPC);
+		lmdb_txn_fail(t, STORE_ENOSPC);
 	}
 }

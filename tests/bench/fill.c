@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "../../store/store.h"
+#include "../../store/lmdb/store_lmdb.h"
 
 /* splitmix64 - a fast, well-mixed 64-bit sequence */
 static uint64_t splitmix64(uint64_t *s)
@@ -104,7 +105,7 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc - 1 || n < 0 || batch < 1)
 		goto usage;
-	if (store_open(&st, argv[optind], (uint64_t) map_mb << 20, err, sizeof(err)) != 0) {
+	if (store_lmdb_open(&st, argv[optind], (uint64_t) map_mb << 20, err, sizeof(err)) != 0) {
 		fprintf(stderr, "fill: %s\n", err);
 		return 1;
 	}

@@ -20,6 +20,7 @@
 
 #include "../../relay/commit.h"
 #include "../../relay/keys.h"
+#include "../../store/lmdb/store_lmdb.h"
 #include "../../util/buf.h"
 
 struct fx {
@@ -55,7 +56,7 @@ static int setup(void **state)
 	strcpy(f->dir, "/tmp/test_commit.XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
 	snprintf(path, sizeof(path), "%s/store", f->dir);
-	if (store_open(&f->st, path, 64u << 20, err, sizeof(err)) != 0)
+	if (store_lmdb_open(&f->st, path, 64u << 20, err, sizeof(err)) != 0)
 		fail_msg("store_open: %s", err);
 	f->cm = commit_start(f->st, committed, f);
 	*state = f;

@@ -222,12 +222,12 @@ static void test_open_reopen(void **state)
 
 	/* only the last component is created */
 	snprintf(bad, sizeof(bad), "%s/no/such", f->dir);
-	if (store_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0 || st != NULL)
+	if (store_lmdb_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0 || st != NULL)
 		fail_msg("store_open %s: got success, want failure", bad);
 	if (strstr(err, "mkdir") == NULL)
 		fail_msg("store_open error text: got \"%s\", want the failed step", err);
 	snprintf(bad, sizeof(bad), "%s/store/data.mdb", f->dir);
-	if (store_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0)
+	if (store_lmdb_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0)
 		fail_msg("store_open on a file: got success, want failure");
 	store_close(NULL);
 }
@@ -801,9 +801,9 @@ static void test_corrupt_records(void **state)
 	store_msg_free(&m);
 	msg_new(&m, "MBAD00000001", 1, 10);
 	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
-	orphan_len = store_queue_rec_size(&m);
+	orphan_len = lmdb_queue_rec_size(&m);
 	orphan = xmalloc(orphan_len);
-	store_queue_rec_encode(orphan, orphan_len, &m);
+	lmdb_queue_rec_encode(orphan, orphan_len, &m);
 	store_msg_free(&m);
 	store_close(f->st);
 	f->st = NULL;
@@ -879,9 +879,9 @@ static void test_msg_story_seed(void **state)
 	store_msg_free(&got);
 
 	/* the same record as version 1 wrote it: no flags, key hash or ttl */
-	len = store_msg_rec_size(&m);
+	len = lmdb_msg_rec_size(&m);
 	rec = xmalloc(len);
-	store_msg_rec_encode(rec, len, &m);
+	lmdb_msg_rec_encode(rec, len, &m);
 	at = len - m.data_len - 8 - seed;
 	v1 = xmalloc(len - seed);
 	memcpy(v1, rec, at);
@@ -889,7 +889,7 @@ static void test_msg_story_seed(void **state)
 	v1[0] = 1;
 	memset(&got, 0, sizeof(got));
 	strcpy(got.qid, m.qid);
-	CHECK_INT("version 1", store_msg_rec_decode(v1, len - seed, &got), 0);
+	CHECK_INT("version 1", lmdb_msg_rec_decode(v1, len - seed, &got), 0);
 	CHECK_INT("v1 has_key", got.has_key, 0);
 	CHECK_INT("v1 smtputf8", got.smtputf8, 0);
 	CHECK_INT("v1 ttl", got.ttl, 0);
@@ -901,12 +901,12 @@ static void test_msg_story_seed(void **state)
 	rec[at] = 1;
 	memset(&got, 0, sizeof(got));
 	strcpy(got.qid, m.qid);
-	CHECK_INT("pre-SMTPUTF8 v2", store_msg_rec_decode(rec, len, &got), 0);
+	CHECK_INT("pre-SMTPUTF8 v2", lmdb_msg_rec_decode(rec, len, &got), 0);
 	CHECK_INT("pre-SMTPUTF8 has_key", got.has_key, 1);
 	CHECK_INT("pre-SMTPUTF8 smtputf8", got.smtputf8, 0);
 	store_msg_free(&got);
 	v1[0] = 3;
-	CHECK_INT("version 3", store_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);
+	CHECK_INT("version 3", lmdb_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);
 	free(v1);
 	free(rec);
 	store_msg_free(&m);
@@ -949,7 +949,7 @@ static void test_old_claims(void **state)
 	env = raw_env(f->path);
 	hash_of(h[0], 77);
 	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
-	len = store_claim_encode(rec, &c);
+	len = lmdb_claim_encode(rec, &c);
 	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
 	memcpy(entry, h[0], STORE_HASH_LEN);
 	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
@@ -998,20 +998,20 @@ static void test_codec_truncated(void **state)
 	(void) state;
 	msg_new(&m, "CODEC0000001", 3, 40);
 	m.rcpts[1].reply = xstrdup("250 ok");
-	len = store_msg_rec_size(&m);
+	len = lmdb_msg_rec_size(&m);
 	rec = xmalloc(len);
-	store_msg_rec_encode(rec, len, &m);
-	qlen = store_queue_rec_size(&m);
+	lmdb_msg_rec_encode(rec, len, &m);
+	qlen = lmdb_queue_rec_size(&m);
 	q = xmalloc(qlen);
-	store_queue_rec_encode(q, qlen, &m);
+	lmdb_queue_rec_encode(q, qlen, &m);
 	claim_of(&c, "CODEC0000001", 4, NOW);
-	clen = store_claim_encode(crec, &c);
+	clen = lmdb_claim_encode(crec, &c);
 
 	for (i = 0; i < len; i++) {
 		memset(&got, 0, sizeof(got));
 		copy = xmalloc(i + 1);
 		memcpy(copy, rec, i);
-		if (store_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
+		if (lmdb_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
 			fail_msg("msg record cut at %zu of %zu: got success, want EINVAL", i, len);
 		if (got.rcpts || got.from || got.data)
 			fail_msg("msg record cut at %zu: left allocations behind", i);
@@ -1019,15 +1019,15 @@ static void test_codec_truncated(void **state)
 	}
 	for (i = 0; i < qlen; i++) {
 		memset(&got, 0, sizeof(got));
-		assert_int_equal(store_msg_rec_decode(rec, len, &got), 0);
-		if (store_queue_rec_decode(q, i, &got) != STORE_EINVAL)
+		assert_int_equal(lmdb_msg_rec_decode(rec, len, &got), 0);
+		if (lmdb_queue_rec_decode(q, i, &got) != STORE_EINVAL)
 			fail_msg("queue record cut at %zu of %zu: got success, want EINVAL", i, qlen);
 		store_msg_free(&got);
 	}
 	for (i = 0; i < clen; i++)
-		if (store_claim_decode(crec, i, &cg) != STORE_EINVAL)
+		if (lmdb_claim_decode(crec, i, &cg) != STORE_EINVAL)
 			fail_msg("claim record cut at %zu of %zu: got success, want EINVAL", i, clen);
-	CHECK_INT("whole claim", store_claim_decode(crec, clen, &cg), 0);
+	CHECK_INT("whole claim", lmdb_claim_decode(crec, clen, &cg), 0);
 	CHECK_STR("whole claim qid", cg.qid, c.qid);
 
 	/* flips: must not crash or leak; success is fine when the flip hit data */
@@ -1036,10 +1036,10 @@ static void test_codec_truncated(void **state)
 		memcpy(copy, rec, len);
 		copy[bit / 8] ^= (uint8_t) (1u << (bit % 8));
 		memset(&got, 0, sizeof(got));
-		rc = store_msg_rec_decode(copy, len, &got);
+		rc = lmdb_msg_rec_decode(copy, len, &got);
 		if (rc != 0 && rc != STORE_EINVAL)
 			fail_msg("flip %zu: got %d, want 0 or EINVAL", bit, rc);
-		if (rc == 0 && store_queue_rec_decode(q, qlen, &got) == 0
+		if (rc == 0 && lmdb_queue_rec_decode(q, qlen, &got) == 0
 		    && got.n_rcpts != m.n_rcpts)
 			fail_msg("flip %zu: queue record accepted with the wrong count", bit);
 		store_msg_free(&got);

@@ -190,10 +190,10 @@ static void test_full_map_outcome(void **state)
 static void test_reserve_size(void **state)
 {
 	(void) state;
-	CHECK_INT("floor of a 1 GB map", store_space_reserve(4096, 262144, 0), 256);
-	CHECK_INT("floor of a 2 MB map", store_space_reserve(4096, 512, 0), 64);
-	CHECK_INT("floor of a 256 KB map", store_space_reserve(4096, 64, 0), 16);
-	CHECK_INT("1000 queued", store_space_reserve(4096, 262144, 1000),
+	CHECK_INT("floor of a 1 GB map", lmdb_space_reserve(4096, 262144, 0), 256);
+	CHECK_INT("floor of a 2 MB map", lmdb_space_reserve(4096, 512, 0), 64);
+	CHECK_INT("floor of a 256 KB map", lmdb_space_reserve(4096, 64, 0), 16);
+	CHECK_INT("1000 queued", lmdb_space_reserve(4096, 262144, 1000),
 		  256 + (1000 * STORE_RESERVE_PER_MSG + 4095) / 4096);
 }
 

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "../../store/store.h"
+#include "../../store/lmdb/store_lmdb.h"
 #include "../../util/buf.h"
 
 #define TEST_MAP	(64u << 20)	/* the usual map: room for multi-MB messages */
@@ -60,7 +61,7 @@ static inline void fx_reopen(struct fx *f, uint64_t map)
 
 	store_close(f->st);
 	f->st = NULL;
-	rc = store_open(&f->st, f->path, map, err, sizeof(err));
+	rc = store_lmdb_open(&f->st, f->path, map, err, sizeof(err));
 	if (rc != 0)
 		fail_msg("store_open %s: got %d (%s), want 0", f->path, rc, err);
 }

@@ -49,8 +49,8 @@ static uint64_t used_bytes(const struct fx *f)
 	MDB_envinfo info;
 	MDB_stat stat;
 
-	assert_int_equal(mdb_env_info(f->st->env, &info), 0);
-	assert_int_equal(mdb_env_stat(f->st->env, &stat), 0);
+	assert_int_equal(mdb_env_info(lmdb_of(f->st)->env, &info), 0);
+	assert_int_equal(mdb_env_stat(lmdb_of(f->st)->env, &stat), 0);
 	return ((uint64_t) info.me_last_pgno + 1) * stat.ms_psize;
 }
 
@@ -177,7 +177,7 @@ static void test_grow_follows(void **state)
 			 (unsigned long long) (used_bytes(f) / 8));
 	zeros_from(f, used_bytes(f));
 
-	CHECK_INT("read-only open", store_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	CHECK_INT("read-only open", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
 	check_msg(ro, 123, 20000);
 	store_close(ro);
 	fx_reopen(f, TEST_MAP);

@@ -89,19 +89,19 @@ static uint64_t map(struct store *st)
  */
 static void grow_after(struct fx *f, int steps)
 {
-	uint64_t want = steps >= 2 ? store_map_jbase(GROWN) : store_map_jbase(START);
+	uint64_t want = steps >= 2 ? lmdb_map_jbase(GROWN) : lmdb_map_jbase(START);
 	int i, n = 0;
 
 	for (i = 0; i < 20; i++)
 		CHECK_INT("put before", put(f->st, n++, 50000), 0);
-	CHECK_INT("grow", store_map_grow(f->st, GROWN, steps), 0);
+	CHECK_INT("grow", lmdb_map_grow(lmdb_of(f->st), GROWN, steps), 0);
 	fx_reopen(f, START);
 	CHECK_INT("map after the reopen", map(f->st), want);
 	for (i = 0; i < n; i++)
 		check(f->st, i, 50000, 0);
 	if (steps < 2) {
-		CHECK_INT("grow again", store_map_grow(f->st, GROWN, 3), 0);
-		CHECK_INT("map grown", map(f->st), store_map_jbase(GROWN));
+		CHECK_INT("grow again", lmdb_map_grow(lmdb_of(f->st), GROWN, 3), 0);
+		CHECK_INT("map grown", map(f->st), lmdb_map_jbase(GROWN));
 	}
 	/* 30 MB more: LMDB's pages now cover where the old region was */
 	for (i = 0; i < 600; i++)
@@ -113,7 +113,7 @@ static void grow_after(struct fx *f, int steps)
 		CHECK_INT("drop", store_msg_drop(f->st, qid), 0);
 	}
 	fx_reopen(f, START);
-	CHECK_INT("map after the second reopen", map(f->st), store_map_jbase(GROWN));
+	CHECK_INT("map after the second reopen", map(f->st), lmdb_map_jbase(GROWN));
 	for (i = 0; i < n; i++)
 		check(f->st, i, 50000, i < 10);
 }
@@ -143,11 +143,11 @@ static void test_grow_by_itself(void **state)
 	for (i = 0; i < 4000 && (rc = put(f->st, i, 50000)) == 0; i++)
 		(void) store_grow(f->st);
 	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
-	CHECK_INT("map at the ceiling", map(f->st), store_map_jbase(3 * (uint64_t) START));
+	CHECK_INT("map at the ceiling", map(f->st), lmdb_map_jbase(3 * (uint64_t) START));
 	if (i < 1500)
 		fail_msg("accepted: got %d messages of 50 KB, want more than 1500 in 96 MB", i);
 	fx_reopen(f, START);
-	CHECK_INT("map after a reopen", map(f->st), store_map_jbase(3 * (uint64_t) START));
+	CHECK_INT("map after a reopen", map(f->st), lmdb_map_jbase(3 * (uint64_t) START));
 	while (i-- > 0)
 		check(f->st, i, 50000, 0);
 }

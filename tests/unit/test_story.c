@@ -128,11 +128,11 @@ static void test_codec(void **state)
 	s.m.smtputf8 = 1;
 	s.duplicates = 5;
 	s.mismatches = 6;
-	len = store_hist_rec_size(&s);
+	len = lmdb_hist_rec_size(&s);
 	buf = xmalloc(len);
-	store_hist_rec_encode(buf, len, &s);
+	lmdb_hist_rec_encode(buf, len, &s);
 	memset(&got, 0, sizeof(got));
-	CHECK_INT("decode", store_hist_rec_decode(buf, len, &got), 0);
+	CHECK_INT("decode", lmdb_hist_rec_decode(buf, len, &got), 0);
 	CHECK_INT("accepted", got.m.accepted, 11);
 	CHECK_STR("from", got.m.from, "");
 	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
@@ -154,13 +154,13 @@ static void test_codec(void **state)
 	store_story_free(&got);
 	/* every truncation, and a trailing byte, is refused without a leak */
 	for (i = 0; i < len; i++)
-		if (store_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
+		if (lmdb_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
 			fail_msg("decode of %zu of %zu bytes: want STORE_EINVAL", i, len);
 	buf = xrealloc(buf, len + 1);
 	buf[len] = 0;
-	CHECK_INT("trailing byte", store_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
+	CHECK_INT("trailing byte", lmdb_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
 	buf[0] = 9;
-	CHECK_INT("version", store_hist_rec_decode(buf, len, &got), STORE_EINVAL);
+	CHECK_INT("version", lmdb_hist_rec_decode(buf, len, &got), STORE_EINVAL);
 	free(buf);
 }
 
@@ -409,13 +409,13 @@ static void test_readonly(void **state)
 	int claims[1] = { 30 };
 
 	snprintf(absent, sizeof(absent), "%s/nothing", f->dir);
-	CHECK_INT("absent", store_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
+	CHECK_INT("absent", store_lmdb_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
 	if (strstr(err, "no store at") == NULL)
 		fail_msg("absent store: got %s", err);
 	CHECK_INT("oldest of none", store_queue_oldest(f->st, &oldest), STORE_ENOTFOUND);
 	msg_new(&m, "0000000000E1", 1, NULL);
 	accept_msg(f->st, &m, 8, claims);
-	CHECK_INT("open ro", store_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	CHECK_INT("open ro", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
 	CHECK_INT("story", store_story_get(ro, m.qid, &s), 0);
 	store_story_free(&s);
 	CHECK_INT("walk", store_queue_walk(ro, walk_cb, &n), 0);

@@ -1,16 +1,16 @@
 /*
  * NAME
- *	store 3
+ *	store_lmdb 3
  * SUMMARY
  *	the LMDB environment: open, close, errors, statistics
  * SYNOPSIS
  *	#include "store/store.h"
  * DESCRIPTION
- *	store_open() creates the environment directory if it is missing
+ *	store_lmdb_open() creates the environment directory if it is missing
  *	and opens seven named databases: claims, msg, queue, meta, and for
  *	the stories hist, hexpiry and keys (store_hist.c). A store made
  *	before claims went with their stories also has a claims expiry
- *	index; store_open() drops it. store_open_readonly() opens an
+ *	index; store_lmdb_open() drops it. store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
  *	idemrelayctl. Every commit is durable when it returns; opened for
  *	writing, the environment leaves each commit's meta page unflushed
@@ -20,20 +20,20 @@
  *	and any thread may call any function.
  *
  *	This file also holds the one place where LMDB codes become STORE_E*
- *	codes (store_mdb_error()), and the read-only queries that belong to
- *	no other concept: store_last_qid() and store_stats().
+ *	codes (lmdb_mdb_error()), and the read-only queries that belong to
+ *	no other concept: lmdb_last_qid() and lmdb_stats().
  *
  *	The claims live in store_claim.c, the spool in store_msg.c, write
  *	transactions in store_txn.c, the record formats in store_codec.c and
  *	the room kept for delivery writes in store_space.c.
  *	A failed sync (an fsync or fdatasync of data.mdb that returned an
- *	error) breaks the environment (store_break()): Linux may have thrown
+ *	error) breaks the environment (lmdb_break()): Linux may have thrown
  *	the pages that sync was to write away, and what the process sees of
  *	the file may then not be what the disk holds, in either direction:
  *	the last commit's meta page may be gone while its pages are there.
  *	From then on every transaction, read or write, is refused with
  *	STORE_EIO (a caller answers 452 4.3.1 or tries again later) until
- *	store_reopen() has closed the environment, zeroed the failed commit's
+ *	lmdb_reopen() has closed the environment, zeroed the failed commit's
  *	redo record and flushed the file, asked the kernel to drop its
  *	cached pages, and opened the environment again from what is durable:
  *	the journal (store_journal.c) replays the last acknowledged commit
@@ -43,8 +43,8 @@
  *
  *	Closing an environment is only safe with no transaction open. So
  *	every transaction holds the store's gate, a read-write lock, shared
- *	from begin to end (store_read_begin()/store_read_end(), and
- *	store_txn.c's begin, commit and abort), and store_reopen() takes it
+ *	from begin to end (lmdb_read_begin()/lmdb_read_end(), and
+ *	store_txn.c's begin, commit and abort), and lmdb_reopen() takes it
  *	alone: it waits for the transactions in progress (each is short: no
  *	caller holds one across a wait on another thread) and new ones wait
  *	for it. The lock prefers readers, so that a thread that opens a
@@ -70,8 +70,8 @@
 #define STORE_MAX_DBS		12
 #define STORE_MAX_READERS	256
 
-/* store_mdb_error - translate an LMDB or errno code at the boundary */
-int store_mdb_error(int rc, const char *what)
+/* lmdb_mdb_error - translate an LMDB or errno code at the boundary */
+int lmdb_mdb_error(int rc, const char *what)
 {
 	switch (rc) {
 	case MDB_SUCCESS:
@@ -95,27 +95,8 @@ int store_mdb_error(int rc, const char *what)
 	}
 }
 
-/* store_strerror - human text for a STORE_E* code */
-const char *store_strerror(int err)
-{
-	switch (err) {
-	case 0:
-		return "success";
-	case STORE_ENOTFOUND:
-		return "not found";
-	case STORE_ENOSPC:
-		return "no space left (store map full, or no space left on device)";
-	case STORE_EIO:
-		return "store I/O error";
-	case STORE_EINVAL:
-		return "corrupt store record or invalid argument";
-	default:
-		return "unknown store error";
-	}
-}
-
-/* store_gate_enter - hold the gate for one transaction; STORE_EIO while broken */
-int store_gate_enter(struct store *st)
+/* lmdb_gate_enter - hold the gate for one transaction; STORE_EIO while broken */
+int lmdb_gate_enter(struct lmdb_store *st)
 {
 	pthread_rwlock_rdlock(&st->gate);
 	if (st->env == NULL || __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE)) {
@@ -125,8 +106,8 @@ int store_gate_enter(struct store *st)
 	return 0;
 }
 
-/* store_gate_leave - the transaction is over */
-void store_gate_leave(struct store *st)
+/* lmdb_gate_leave - the transaction is over */
+void lmdb_gate_leave(struct lmdb_store *st)
 {
 	pthread_rwlock_unlock(&st->gate);
 }
@@ -137,49 +118,51 @@ void store_gate_leave(struct store *st)
  * the daemon grows it: store_map.c), LMDB says MDB_MAP_RESIZED: take the
  * new size, with no transaction open (the gate held alone), and retry.
  */
-int store_read_begin(struct store *st, MDB_txn **txn)
+int lmdb_read_begin(struct lmdb_store *st, MDB_txn **txn)
 {
 	int err, rc, tries = 0;
 
 	for (;;) {
-		if ((err = store_gate_enter(st)) != 0)
+		if ((err = lmdb_gate_enter(st)) != 0)
 			return err;
 		if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn)) == 0)
 			return 0;
-		store_gate_leave(st);
+		lmdb_gate_leave(st);
 		if (rc != MDB_MAP_RESIZED || tries++ > 2)
-			return store_mdb_error(rc, "begin read");
+			return lmdb_mdb_error(rc, "begin read");
 		pthread_rwlock_wrlock(&st->gate);
 		rc = mdb_env_set_mapsize(st->env, 0);
 		pthread_rwlock_unlock(&st->gate);
 		if (rc != 0)
-			return store_mdb_error(rc, "map resized");
+			return lmdb_mdb_error(rc, "map resized");
 	}
 }
 
-/* store_read_end - end a read transaction of store_read_begin() */
-void store_read_end(struct store *st, MDB_txn *txn)
+/* lmdb_read_end - end a read transaction of lmdb_read_begin() */
+void lmdb_read_end(struct lmdb_store *st, MDB_txn *txn)
 {
 	mdb_txn_abort(txn);
-	store_gate_leave(st);
+	lmdb_gate_leave(st);
 }
 
-/* store_break - a sync failed: no transaction until store_reopen() */
-void store_break(struct store *st, const char *why)
+/* lmdb_break - a sync failed: no transaction until lmdb_reopen() */
+void lmdb_break(struct lmdb_store *st, const char *why)
 {
 	if (__atomic_exchange_n(&st->broken, 1, __ATOMIC_ACQ_REL) == 0)
 		msg_error("store %s: %s: no commits until it is reopened from what is durable",
 			  st->path ? st->path : "", why);
 }
 
-/* store_broken - did a sync fail since the store was last opened? */
-int store_broken(struct store *st)
+/* lmdb_broken - did a sync fail since the store was last opened? */
+int lmdb_broken(struct store *base)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
+
 	return __atomic_load_n(&st->broken, __ATOMIC_ACQUIRE);
 }
 
-/* store_qid_key - a QID as a database key (without its NUL) */
-int store_qid_key(const char *qid, MDB_val *key)
+/* lmdb_qid_key - a QID as a database key (without its NUL) */
+int lmdb_qid_key(const char *qid, MDB_val *key)
 {
 	size_t n;
 
@@ -190,8 +173,8 @@ int store_qid_key(const char *qid, MDB_val *key)
 	return 0;
 }
 
-/* store_mkdir - create the environment directory if missing */
-static int store_mkdir(const char *path)
+/* lmdb_mkdir - create the environment directory if missing */
+static int lmdb_mkdir(const char *path)
 {
 	struct stat sb;
 
@@ -206,14 +189,14 @@ static int store_mkdir(const char *path)
 
 /*
  * store_env_open - open the environment at path with flags, then its
- * databases in one transaction: the sequence store_open() and
- * store_open_readonly() share. Writable, every database is created if
+ * databases in one transaction: the sequence store_lmdb_open() and
+ * store_lmdb_open_readonly() share. Writable, every database is created if
  * missing. Read-only, the story databases may be missing from a store
  * no recent daemon opened: then the store reads as having no stories.
  * On failure *step names the LMDB call that failed; st->env, if set,
  * is the caller's to close.
  */
-static int store_env_open(struct store *st, const char *path, uint64_t map_size,
+static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_size,
 			  unsigned int flags, const char **step)
 {
 	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
@@ -259,7 +242,7 @@ static int store_env_open(struct store *st, const char *path, uint64_t map_size,
 	else if (!rdonly)
 		goto fail;
 	*step = "claims format";
-	if ((rc = store_claims_format(st, txn, rdonly)) != 0)
+	if ((rc = lmdb_claims_format(st, txn, rdonly)) != 0)
 		goto fail;
 	/* a store from before claims went with their stories: its expiry index goes */
 	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
@@ -277,37 +260,39 @@ fail:
 	return rc;
 }
 
-/* store_new - a store not yet opened */
-static struct store *store_new(const char *path)
+/* lmdb_new - a store not yet opened */
+static struct lmdb_store *lmdb_new(const char *path)
 {
-	struct store *st = xcalloc(1, sizeof(*st));
+	struct lmdb_store *st = xcalloc(1, sizeof(*st));
+
+	st->base.ops = &lmdb_ops;
 
 	pthread_rwlock_init(&st->gate, NULL);	/* readers first: see the header */
 	st->path = xstrdup(path);
 	return st;
 }
 
-/* store_free - release what store_new() made */
-static void store_free(struct store *st)
+/* lmdb_free - release what lmdb_new() made */
+static void lmdb_free(struct lmdb_store *st)
 {
 	pthread_rwlock_destroy(&st->gate);
 	free(st->path);
 	free(st);
 }
 
-/* store_open_failed - the one failure path of both opens: say why, release */
-static void store_open_failed(struct store *st, const char *path, const char *step, int rc,
+/* lmdb_open_failed - the one failure path of both opens: say why, release */
+static void lmdb_open_failed(struct lmdb_store *st, const char *path, const char *step, int rc,
 			      char *err, size_t errlen)
 {
 	if (err && errlen)
 		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
 	if (st->env)
 		mdb_env_close(st->env);
-	store_free(st);
+	lmdb_free(st);
 }
 
 /* grown_total - the total the map was grown to at run time (meta DB); 0 if never */
-static uint64_t grown_total(struct store *st)
+static uint64_t grown_total(struct lmdb_store *st)
 {
 	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val;
 	MDB_txn *txn;
@@ -328,10 +313,10 @@ static uint64_t grown_total(struct store *st)
  * at its grown size when that is larger than map_size: what it holds may
  * lie past map_size, and its journal's region lies past the grown map.
  */
-int store_open(struct store **out, const char *path, uint64_t map_size,
+int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen)
 {
-	struct store *st = store_new(path);
+	struct lmdb_store *st = lmdb_new(path);
 	const char *step = "mkdir";
 	uint64_t grown;
 	int rc;
@@ -339,15 +324,15 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
 	st->total = map_size;
-	st->jbase = store_map_jbase(map_size);
+	st->jbase = lmdb_map_jbase(map_size);
 	st->map_size = st->jbase ? st->jbase : map_size;
-	if ((rc = store_mkdir(path)) != 0
-	    || (rc = store_env_open(st, path, st->map_size, 0, &step)) != 0)
+	if ((rc = lmdb_mkdir(path)) != 0
+	    || (rc = lmdb_env_open(st, path, st->map_size, 0, &step)) != 0)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
 	if ((grown = grown_total(st)) > map_size) {
 		st->total = grown;
-		st->jbase = store_map_jbase(grown);
+		st->jbase = lmdb_map_jbase(grown);
 		st->map_size = st->jbase ? st->jbase : grown;
 		step = "mdb_env_set_mapsize";
 		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
@@ -355,18 +340,18 @@ int store_open(struct store **out, const char *path, uint64_t map_size,
 	}
 	if ((step = "journal", rc = journal_open(st, path)) != 0) {
 fail:
-		store_open_failed(st, path, step, rc, err, errlen);
+		lmdb_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
 		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 	}
-	*out = st;
+	*out = &st->base;
 	return 0;
 }
 
-/* store_open_readonly - open an existing store for reading only */
-int store_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
+/* lmdb_open_readonly - open an existing store for reading only */
+int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
 {
-	struct store *st;
+	struct lmdb_store *st;
 	struct stat sb;
 	char data[4096];
 	const char *step;
@@ -379,39 +364,40 @@ int store_open_readonly(struct store **out, const char *path, char *err, size_t 
 			snprintf(err, errlen, "no store at %s", path);
 		return STORE_ENOTFOUND;
 	}
-	st = store_new(path);
-	if ((rc = store_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
-		store_open_failed(st, path, step, rc, err, errlen);
+	st = lmdb_new(path);
+	if ((rc = lmdb_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
+		lmdb_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
 		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 	}
-	*out = st;
+	*out = &st->base;
 	return 0;
 }
 
-/* store_qid_greater - key order as LMDB sees it: bytes, then length */
-int store_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
+/* lmdb_qid_greater - key order as LMDB sees it: bytes, then length */
+int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
 {
 	int c = memcmp(a, b, alen < blen ? alen : blen);
 
 	return c > 0 || (c == 0 && alen > blen);
 }
 
-/* store_close - close the environment; every transaction must be over */
-void store_close(struct store *st)
+/* lmdb_close - close the environment; every transaction must be over */
+void lmdb_close(struct store *base)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	unsigned int flags = 0;
 
 	if (st == NULL)
 		return;
 	journal_close(st);
 	/* the last commit's meta page, which the journal covered until now */
-	if (st->env && !store_broken(st) && mdb_env_get_flags(st->env, &flags) == 0
+	if (st->env && !lmdb_broken(&st->base) && mdb_env_get_flags(st->env, &flags) == 0
 	    && !(flags & MDB_RDONLY) && mdb_env_sync(st->env, 1) != 0)
 		msg_warn("store: cannot sync at close: %m");
 	if (st->env)
 		mdb_env_close(st->env);
-	store_free(st);
+	lmdb_free(st);
 }
 
 /*
@@ -419,7 +405,7 @@ void store_close(struct store *st)
  * transaction id, flush data.mdb, and drop the kernel's clean pages of
  * it, so that the next open reads what the disk has. 0 or errno.
  */
-static int reopen_flush(struct store *st)
+static int reopen_flush(struct lmdb_store *st)
 {
 	static const uint8_t zero[8];
 	char file[4096];
@@ -447,13 +433,14 @@ static int reopen_flush(struct store *st)
  * the store serves again; STORE_EIO when it is still broken (the disk
  * still fails): try again later.
  */
-int store_reopen(struct store *st)
+int lmdb_reopen(struct store *base)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	const char *step = "flush";
 	int rc;
 
 	pthread_rwlock_wrlock(&st->gate);
-	if (!store_broken(st)) {
+	if (!lmdb_broken(&st->base)) {
 		pthread_rwlock_unlock(&st->gate);
 		return 0;
 	}
@@ -463,7 +450,7 @@ int store_reopen(struct store *st)
 		st->env = NULL;
 	}
 	if ((rc = reopen_flush(st)) == 0
-	    && (rc = store_env_open(st, st->path, st->map_size, 0, &step)) == 0
+	    && (rc = lmdb_env_open(st, st->path, st->map_size, 0, &step)) == 0
 	    && (step = "journal", rc = journal_open(st, st->path)) != 0)
 		journal_close(st);
 	if (rc != 0 && st->env) {
@@ -487,17 +474,18 @@ int store_reopen(struct store *st)
  * store_last_qid - the greatest QID ever spooled, "" if none: the last
  * message still spooled, or the greatest that left (store_msg.c)
  */
-int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
+int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val, mkey;
 	MDB_cursor *cur;
 	MDB_txn *txn;
 	int err, rc;
 
 	qid[0] = 0;
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
-	err = store_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
+	err = lmdb_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
 	if (err == 0) {
 		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
 		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
@@ -510,24 +498,25 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 	} else if (err == STORE_ENOTFOUND) {
 		err = 0;
 	}
-	if (err == 0 && (err = store_mdb_error(mdb_cursor_open(txn, st->msg, &cur), "cursor")) == 0) {
+	if (err == 0 && (err = lmdb_mdb_error(mdb_cursor_open(txn, st->msg, &cur), "cursor")) == 0) {
 		rc = mdb_cursor_get(cur, &mkey, &val, MDB_LAST);
 		if (rc == 0 && mkey.mv_size < STORE_QID_SIZE
-		    && store_qid_greater(mkey.mv_data, mkey.mv_size, qid, strlen(qid))) {
+		    && lmdb_qid_greater(mkey.mv_data, mkey.mv_size, qid, strlen(qid))) {
 			memcpy(qid, mkey.mv_data, mkey.mv_size);
 			qid[mkey.mv_size] = 0;
 		} else if (rc != 0 && rc != MDB_NOTFOUND) {
-			err = store_mdb_error(rc, "last msg");
+			err = lmdb_mdb_error(rc, "last msg");
 		}
 		mdb_cursor_close(cur);
 	}
-	store_read_end(st, txn);
+	lmdb_read_end(st, txn);
 	return err;
 }
 
-/* store_stats - entry counts and map usage: used, size and ceiling of LMDB's map */
-int store_stats(struct store *st, struct store_stats *s)
+/* lmdb_stats - entry counts and map usage: used, size and ceiling of LMDB's map */
+int lmdb_stats(struct store *base, struct store_stats *s)
 {
+	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_stat claims, queue, env;
 	MDB_envinfo info;
 	MDB_txn *txn;
@@ -535,7 +524,7 @@ int store_stats(struct store *st, struct store_stats *s)
 	int rc, err;
 
 	memset(s, 0, sizeof(*s));
-	if ((err = store_read_begin(st, &txn)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_stat(txn, st->claims, &claims)) == 0
 	    && (rc = mdb_stat(txn, st->queue, &queue)) == 0
@@ -547,16 +536,55 @@ int store_stats(struct store *st, struct store_stats *s)
 		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
 		s->txns = info.me_last_txnid;
 	}
-	store_read_end(st, txn);
-	if ((err = store_mdb_error(rc, "stat")) != 0)
+	lmdb_read_end(st, txn);
+	if ((err = lmdb_mdb_error(rc, "stat")) != 0)
 		return err;
 	/* what LMDB holds: its pages up to the last, less those it may use again */
-	if (store_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->map_used)
+	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->map_used)
 		s->map_used -= freel * env.ms_psize;
-	s->map_ceiling = store_map_ceiling(st);
-	if (store_map_jbase(s->map_ceiling))
-		s->map_ceiling = store_map_jbase(s->map_ceiling);
+	s->map_ceiling = lmdb_map_ceiling(st);
+	if (lmdb_map_jbase(s->map_ceiling))
+		s->map_ceiling = lmdb_map_jbase(s->map_ceiling);
 	if (s->map_ceiling < s->map_size)
 		s->map_ceiling = s->map_size;
 	return 0;
 }
+
+/* the interface's table for LMDB */
+const struct store_ops lmdb_ops = {
+	.name = "lmdb",
+	.close = lmdb_close,
+	.grow = lmdb_grow,
+	.grow_due = lmdb_grow_due,
+	.set_map_max = lmdb_set_map_max,
+	.broken = lmdb_broken,
+	.reopen = lmdb_reopen,
+	.claims_get = lmdb_claims_get,
+	.txn_begin = lmdb_txn_begin,
+	.txn_claim_get = lmdb_txn_claim_get,
+	.txn_claim_put = lmdb_txn_claim_put,
+	.txn_msg_put = lmdb_txn_msg_put,
+	.txn_room = lmdb_txn_room,
+	.txn_msg_set_inflight = lmdb_txn_msg_set_inflight,
+	.txn_msg_update = lmdb_txn_msg_update,
+	.txn_error = lmdb_txn_error,
+	.txn_commit = lmdb_txn_commit,
+	.txn_abort = lmdb_txn_abort,
+	.last_qid = lmdb_last_qid,
+	.queue_list = lmdb_queue_list,
+	.msg_load = lmdb_msg_load,
+	.msg_set_inflight = lmdb_msg_set_inflight,
+	.msg_update = lmdb_msg_update,
+	.msg_update_many = lmdb_msg_update_many,
+	.msg_drop = lmdb_msg_drop,
+	.stats = lmdb_stats,
+	.queue_walk = lmdb_queue_walk,
+	.queue_oldest = lmdb_queue_oldest,
+	.story_get = lmdb_story_get,
+	.key_qids = lmdb_key_qids,
+	.key_forget = lmdb_key_forget,
+	.key_queued = lmdb_key_queued,
+	.hist_count = lmdb_hist_count,
+	.hist_expire = lmdb_hist_expire,
+	.hist_stats = lmdb_hist_stats,
+};

@@ -1,0 +1,27 @@
+/*
+ * NAME
+ *	store_lmdb 3h
+ * SUMMARY
+ *	the LMDB store backend: the embedded default, one node
+ * DESCRIPTION
+ *	One module owns all LMDB access; no MDB_* type leaks out
+ *	(store_int.h holds the handles, for store/lmdb/ alone).
+ *
+ *	store_lmdb_open() opens or creates the environment at path with a
+ *	map of map_size to start with. store_lmdb_open_readonly() is for
+ *	idemrelayctl: MDB_RDONLY, nothing created; STORE_ENOTFOUND if there
+ *	is no store at path.
+ */
+#ifndef STORE_LMDB_STORE_LMDB_H
+#define STORE_LMDB_STORE_LMDB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../store.h"
+
+int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
+		    char *err, size_t errlen);
+int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,310 @@
+/*
+ * NAME
+ *	store 3
+ * SUMMARY
+ *	the store interface: one call, the backend's entry
+ * DESCRIPTION
+ *	Every store.h function that a backend implements passes through
+ *	to its table (store_backend.h); the few that are the same for every
+ *	backend (freeing what the store gave, error text) live here. An
+ *	optional entry a backend leaves NULL means what a store of one
+ *	node with no map to manage means: nothing to grow, never broken,
+ *	no queue shared with other nodes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_backend.h"
+
+#define OPS(st)		((st)->ops)
+#define TOPS(t)		((t)->ops)
+
+/* store_backend - the backend's name */
+const char *store_backend(const struct store *st)
+{
+	return OPS(st)->name;
+}
+
+/* store_strerror - human text for a STORE_E* code */
+const char *store_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case STORE_ENOTFOUND:
+		return "not found";
+	case STORE_ENOSPC:
+		return "no space left (store map full, or no space left on device)";
+	case STORE_EIO:
+		return "store I/O error";
+	case STORE_EINVAL:
+		return "corrupt store record or invalid argument";
+	case STORE_ELEASE:
+		return "another node holds the message's lease";
+	case STORE_EAGAIN:
+		return "store unreachable, or a commit's outcome unknown";
+	default:
+		return "unknown store error";
+	}
+}
+
+/* store_close - close through the backend; NULL-safe */
+void store_close(struct store *st)
+{
+	if (st)
+		OPS(st)->close(st);
+}
+
+int store_grow(struct store *st)
+{
+	return OPS(st)->grow ? OPS(st)->grow(st) : 0;
+}
+
+int store_grow_due(struct store *st)
+{
+	return OPS(st)->grow_due ? OPS(st)->grow_due(st) : 0;
+}
+
+void store_set_map_max(struct store *st, uint64_t max)
+{
+	if (OPS(st)->set_map_max)
+		OPS(st)->set_map_max(st, max);
+}
+
+int store_broken(struct store *st)
+{
+	return OPS(st)->broken ? OPS(st)->broken(st) : 0;
+}
+
+int store_reopen(struct store *st)
+{
+	return OPS(st)->reopen ? OPS(st)->reopen(st) : 0;
+}
+
+int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+		     struct store_claim *claims, int *found)
+{
+	return OPS(st)->claims_get(st, keyhash, hashes, n, now, claims, found);
+}
+
+int store_txn_begin(struct store *st, struct store_txn **out)
+{
+	return OPS(st)->txn_begin(st, out);
+}
+
+void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
+{
+	if (TOPS(t)->txn_keys)
+		TOPS(t)->txn_keys(t, keyhashes, n);
+}
+
+int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+{
+	return TOPS(t)->txn_claim_get(t, keyhash, hash, now, c);
+}
+
+void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
+{
+	TOPS(t)->txn_claim_put(t, keyhash, hash, c);
+}
+
+void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
+{
+	TOPS(t)->txn_msg_put(t, m);
+}
+
+void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
+{
+	if (TOPS(t)->txn_room)
+		TOPS(t)->txn_room(t, m, n_claims);
+}
+
+int store_txn_error(const struct store_txn *t)
+{
+	return TOPS(t)->txn_error(t);
+}
+
+int store_txn_commit(struct store_txn *t)
+{
+	return t ? TOPS(t)->txn_commit(t) : STORE_EINVAL;
+}
+
+void store_txn_abort(struct store_txn *t)
+{
+	if (t)
+		TOPS(t)->txn_abort(t);
+}
+
+void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
+{
+	TOPS(t)->txn_msg_set_inflight(t, qid, on);
+}
+
+void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
+{
+	TOPS(t)->txn_msg_update(t, m);
+}
+
+int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
+{
+	return OPS(st)->last_qid(st, qid);
+}
+
+int store_node_id(struct store *st)
+{
+	return OPS(st)->node_id ? OPS(st)->node_id(st) : -1;
+}
+
+int store_queue_list(struct store *st,
+		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
+{
+	return OPS(st)->queue_list(st, cb, arg);
+}
+
+int store_shared(struct store *st)
+{
+	return OPS(st)->queue_take != NULL;
+}
+
+int store_queue_take(struct store *st, int64_t now, size_t max,
+		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
+{
+	return OPS(st)->queue_take ? OPS(st)->queue_take(st, now, max, cb, arg) : 0;
+}
+
+int store_lease_renew(struct store *st, int64_t now)
+{
+	return OPS(st)->lease_renew ? OPS(st)->lease_renew(st, now) : 0;
+}
+
+void store_lease_release(struct store *st, const char *qid)
+{
+	if (OPS(st)->lease_release)
+		OPS(st)->lease_release(st, qid);
+}
+
+int store_queue_due(struct store *st, const char *qid, int64_t when)
+{
+	return OPS(st)->queue_due ? OPS(st)->queue_due(st, qid, when) : 0;
+}
+
+int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
+{
+	return OPS(st)->msg_load(st, qid, m);
+}
+
+int store_msg_set_inflight(struct store *st, const char *qid, int on)
+{
+	return OPS(st)->msg_set_inflight(st, qid, on);
+}
+
+int store_msg_update(struct store *st, const struct store_msg *m)
+{
+	return OPS(st)->msg_update(st, m);
+}
+
+int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs)
+{
+	return OPS(st)->msg_update_many(st, m, n, errs);
+}
+
+int store_msg_drop(struct store *st, const char *qid)
+{
+	return OPS(st)->msg_drop(st, qid);
+}
+
+int store_stats(struct store *st, struct store_stats *s)
+{
+	return OPS(st)->stats(st, s);
+}
+
+int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
+		     void *arg)
+{
+	return OPS(st)->queue_walk(st, cb, arg);
+}
+
+int store_queue_oldest(struct store *st, int64_t *accepted)
+{
+	return OPS(st)->queue_oldest(st, accepted);
+}
+
+int store_story_get(struct store *st, const char *qid, struct store_story *s)
+{
+	return OPS(st)->story_get(st, qid, s);
+}
+
+int store_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		   char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	return OPS(st)->key_qids(st, keyhash, qids, n);
+}
+
+int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, int64_t now, struct store_forget *out)
+{
+	return OPS(st)->key_forget(st, keyhash, user, now, out);
+}
+
+int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	return OPS(st)->key_queued(st, keyhash, user, qids, n);
+}
+
+int store_hist_count(struct store *st, const struct store_count *c, size_t n)
+{
+	return OPS(st)->hist_count(st, c, n);
+}
+
+int store_hist_expire(struct store *st, int64_t now, size_t max)
+{
+	return OPS(st)->hist_expire(st, now, max);
+}
+
+int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
+{
+	return OPS(st)->hist_stats(st, stories, keys);
+}
+
+/* store_msg_free - free what the store gave in a message; the struct is zeroed */
+void store_msg_free(struct store_msg *m)
+{
+	size_t i;
+
+	if (m == NULL)
+		return;
+	free(m->from);
+	free(m->envid);
+	free(m->client);
+	free(m->user);
+	for (i = 0; m->rcpts && i < m->n_rcpts; i++) {
+		free(m->rcpts[i].addr);
+		free(m->rcpts[i].orcpt);
+		free(m->rcpts[i].reply);
+	}
+	free(m->rcpts);
+	free(m->data);
+	memset(m, 0, sizeof(*m));
+}
+
+/* store_story_free - release a story's fields */
+void store_story_free(struct store_story *s)
+{
+	if (s == NULL)
+		return;
+	store_msg_free(&s->m);
+	memset(s, 0, sizeof(*s));
+}
+
+/* store_forget_free - release what store_key_forget() gave */
+void store_forget_free(struct store_forget *f)
+{
+	if (f == NULL)
+		return;
+	free(f->qids);
+	memset(f, 0, sizeof(*f));
+}

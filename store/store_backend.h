@@ -1,0 +1,102 @@
+/*
+ * NAME
+ *	store_backend 3h
+ * SUMMARY
+ *	what a store backend implements; included by backends only
+ * DESCRIPTION
+ *	The store interface (store.h) is a table of functions, one table
+ *	per backend: LMDB (store/lmdb/, the embedded default) and
+ *	PostgreSQL (store/pg/, shared by several nodes). A backend's
+ *	handle and transaction begin with struct store and struct
+ *	store_txn, so that store.c can find the table; everything after
+ *	them is the backend's own.
+ *
+ *	Each entry has the meaning of the store.h function of the same
+ *	name, less the "store_" prefix. An entry marked optional may be
+ *	NULL: store.c then does what a backend without that feature means
+ *	(no map to grow, never broken, a queue of its own node only).
+ *
+ *	The backend is chosen by the wiring (daemon/, ctl/), which opens
+ *	it with its own open function (store_lmdb_open(), store_pg_open());
+ *	nothing here knows the backends.
+ */
+#ifndef STORE_STORE_BACKEND_H
+#define STORE_STORE_BACKEND_H
+
+#include "store.h"
+
+struct store_ops {
+	const char *name;		/* "lmdb", "postgresql" */
+	void (*close) (struct store *st);
+
+	/* the map and a failed sync: LMDB's (optional) */
+	int (*grow) (struct store *st);
+	int (*grow_due) (struct store *st);
+	void (*set_map_max) (struct store *st, uint64_t max);
+	int (*broken) (struct store *st);
+	int (*reopen) (struct store *st);
+
+	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+			   struct store_claim *claims, int *found);
+
+	int (*txn_begin) (struct store *st, struct store_txn **out);
+	void (*txn_keys) (struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN],
+			  size_t n);	/* optional */
+	int (*txn_claim_get) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			      const uint8_t hash[STORE_HASH_LEN], int64_t now,
+			      struct store_claim *c);
+	void (*txn_claim_put) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			       const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
+	void (*txn_msg_put) (struct store_txn *t, const struct store_msg *m);
+	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* optional */
+	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
+	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
+	int (*txn_error) (const struct store_txn *t);
+	int (*txn_commit) (struct store_txn *t);
+	void (*txn_abort) (struct store_txn *t);
+
+	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
+	int (*node_id) (struct store *st);	/* optional */
+
+	int (*queue_list) (struct store *st,
+			   int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
+	int (*queue_take) (struct store *st, int64_t now, size_t max,
+			   int (*cb) (void *arg, const char *qid, int64_t next_attempt),
+			   void *arg);	/* optional */
+	int (*lease_renew) (struct store *st, int64_t now);	/* optional */
+	void (*lease_release) (struct store *st, const char *qid);	/* optional */
+	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* optional */
+	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
+	int (*msg_set_inflight) (struct store *st, const char *qid, int on);
+	int (*msg_update) (struct store *st, const struct store_msg *m);
+	int (*msg_update_many) (struct store *st, struct store_msg *const *m, size_t n, int *errs);
+	int (*msg_drop) (struct store *st, const char *qid);
+
+	int (*stats) (struct store *st, struct store_stats *s);
+	int (*queue_walk) (struct store *st, int (*cb) (void *arg, const struct store_msg *m),
+			   void *arg);
+	int (*queue_oldest) (struct store *st, int64_t *accepted);
+
+	int (*story_get) (struct store *st, const char *qid, struct store_story *s);
+	int (*key_qids) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			 char (**qids)[STORE_QID_SIZE], size_t *n);
+	int (*key_forget) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			   const char *user, int64_t now, struct store_forget *out);
+	int (*key_queued) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			   const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
+	int (*hist_count) (struct store *st, const struct store_count *c, size_t n);
+	int (*hist_expire) (struct store *st, int64_t now, size_t max);
+	int (*hist_stats) (struct store *st, uint64_t *stories, uint64_t *keys);
+};
+
+/* the first member of every backend's handle and transaction */
+struct store {
+	const struct store_ops *ops;
+};
+
+struct store_txn {
+	const struct store_ops *ops;
+};
+
+#endif
