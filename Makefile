@@ -121,7 +121,14 @@ e2e: $(PROGS) $(POWERFS)
 check-layers:
 	@python3 tests/layers.py
 
-test: check-layers all unit fuzz-replay e2e
+test: check-layers all unit fuzz-replay e2e test-pg
+
+# The PostgreSQL backend (issue 14) against a real server: tests/pg/cluster.py
+# starts private clusters (initdb in a temporary directory, run as the
+# postgres user, on a loopback port) and removes them after.
+PG_CLUSTER = python3 tests/pg/cluster.py
+test-pg: all
+	$(PG_CLUSTER) selftest
 
 # Sanitizer build in its own tree, then the whole suite against it.
 asan:
@@ -134,7 +141,7 @@ run: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
-.PHONY: all unit e2e test asan run clean fuzz fuzz-replay check-layers
+.PHONY: all unit e2e test test-pg asan run clean fuzz fuzz-replay check-layers
 -include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d) $(POWERFS).d
 
 # Install: programs in sbin (as Postfix does), man pages, the example
