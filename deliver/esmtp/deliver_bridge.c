@@ -94,6 +94,8 @@ struct deliver_bridge {
 					 * once it runs */
 	int stop[2];			/* pipe: a byte asks the thread to end; owned */
 	atomic_int cut;			/* forward nothing more from libesmtp */
+	atomic_uint rewinds;		/* libesmtp's rewinds (deliver_bridge_rewind) */
+	unsigned rewound;		/* the thread's: those the filter was told of */
 	struct deliver_filter filter;	/* the thread's */
 	char broke[160];		/* why the thread hung up on its own; "" if not */
 	struct deliver_watch watch;	/* the upstream's TCP; the thread's until joined */
@@ -403,6 +405,24 @@ static void bridge_settle(struct deliver_bridge *b, const char *ended)
 }
 
 /*
+ * bridge_rewound - tell the filter of libesmtp's rewinds, after a read
+ * from libesmtp and before its bytes are filtered. After: libesmtp counts
+ * a rewind before it writes a byte of the content, so bytes of a content
+ * come with its rewind counted. And every byte libesmtp wrote before the
+ * rewind was read earlier (the server has answered the DATA they end with),
+ * so the cut starts at the first byte of the read, exactly where the
+ * rewind fell; a server that answers before it has the DATA line only
+ * makes the filter refuse a block that does not start with the sentinel.
+ */
+static void bridge_rewound(struct deliver_bridge *b)
+{
+	unsigned n = atomic_load(&b->rewinds);
+
+	for (; b->rewound != n; b->rewound++)
+		deliver_filter_rewind(&b->filter);
+}
+
+/*
  * bridge_pump - copy between libesmtp and the upstream through the filter
  * until either side ends, the bridge is cut, the filter refuses libesmtp's
  * bytes, or nothing moves for the timeout. Each transport says, after
@@ -430,6 +450,8 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			n = io_read(client, up->buf, BRIDGE_BUF);
 			if (n > 0 && atomic_load(&b->cut))
 				break;		/* written after the cut: never forwarded */
+			if (n > 0)
+				bridge_rewound(b);
 			if (n > 0 && (kept = deliver_filter_up(&b->filter, up->buf, (size_t) n)) < 0) {
 				snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
 				break;
@@ -547,6 +569,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
 	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
+	atomic_init(&b->rewinds, 0);
 	deliver_filter_init(&b->filter);
 	b->timeout_ms = timeout_ms;
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");
@@ -621,6 +644,12 @@ void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *wan
 {
 	/* the attach's atomic hand-over orders this before the bridge thread reads it */
 	deliver_filter_mail_utf8(&b->filter, want, n);
+}
+
+/* deliver_bridge_rewind - libesmtp's content starts with the next byte it writes */
+void deliver_bridge_rewind(struct deliver_bridge *b)
+{
+	atomic_fetch_add(&b->rewinds, 1);
 }
 
 /* deliver_bridge_cut - forward nothing more from libesmtp; hang up */

@@ -25,6 +25,8 @@ static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CR
 #define KW_UTF8		"SMTPUTF8"	/* same length as KW: one hold rule serves both */
 
 static const char mail_from[] = "MAIL FROM:";
+#define SENTINEL_KEY	16	/* "X-Idemrelay-Cut:": no command starts so */
+_Static_assert(SENTINEL_KEY < sizeof(DELIVER_FILTER_SENTINEL) - 1, "the key is a prefix");
 
 /* deliver_filter_init - a filter for a new connection */
 void deliver_filter_init(struct deliver_filter *f)
@@ -76,13 +78,11 @@ void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *wan
 	f->n_mail_utf8 = n;
 }
 
-/* is_digit - an ASCII digit? (no locale) */
-static int is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-/* head_open - may the held start of a line still need more bytes? */
+/*
+ * head_open - may the held start of a line still need more bytes? Only a
+ * "250" line can be the EHLO keyword looked for; anything else goes on at
+ * once (a trickled reply is not held up a byte at a time)
+ */
 static int head_open(const struct deliver_filter *f)
 {
 	const char *h = f->head;
@@ -90,11 +90,11 @@ static int head_open(const struct deliver_filter *f)
 
 	if (h[n - 1] == '\n' || n > KW_AT + KW_LEN || n >= sizeof(f->head))
 		return 0;
-	if (n < 3)
-		return 1;		/* the reply code */
-	return memcmp(h, "250", 3) == 0 && (n == 3 || h[3] == '-' || h[3] == ' ')
-	    && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0
-		|| strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0);
+	if (memcmp(h, "250", n < 3 ? n : 3) != 0)
+		return 0;
+	return n <= 3 || ((h[3] == '-' || h[3] == ' ')
+			  && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0
+			      || strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0));
 }
 
 /* head_keyword - is the held start of a line this keyword of EHLO? */
@@ -108,21 +108,9 @@ static int head_keyword(const struct deliver_filter *f, const char *kw)
 	    && (after == ' ' || after == '\t' || after == '\r' || after == '\n');
 }
 
-/* head_decide - act on a line's start: arm the cut, hide CHUNKING */
+/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8 */
 static void head_decide(struct deliver_filter *f)
 {
-	const char *h = f->head;
-
-	if (f->head_len >= 3 && h[0] == '3' && is_digit(h[1]) && is_digit(h[2])
-	    && !(h[1] == '3' && h[2] == '4')) {
-		/* libesmtp is in the middle of the content: no reply is due */
-		if (f->armed && f->cut > 0 && f->why[0] == 0)
-			snprintf(f->why, sizeof(f->why), "the server sent a go-ahead (%.3s)"
-				 " in the middle of the content", h);
-		f->armed = 1;
-		f->cut = 0;
-		f->eoh = 0;
-	}
 	if (head_keyword(f, KW))
 		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
 	if (head_keyword(f, KW_UTF8))
@@ -163,13 +151,24 @@ size_t deliver_filter_down_end(struct deliver_filter *f, char *out)
 	return n;
 }
 
-/* cut_byte - one byte of armed content: 1 dropped, 0 kept (disarmed), -1 failed */
+/*
+ * deliver_filter_rewind - libesmtp rewound the message: the next byte it
+ * writes starts the content, block first. Before any of the content a
+ * second one changes nothing; in the middle of it, libesmtp is off script.
+ */
+void deliver_filter_rewind(struct deliver_filter *f)
+{
+	if ((f->body || (f->armed && f->cut > 0)) && f->why[0] == 0)
+		snprintf(f->why, sizeof(f->why), "libesmtp rewound its message in the middle"
+			 " of the content");
+	f->armed = 1;
+	f->cut = 0;
+	f->eoh = 0;
+}
+
+/* cut_byte - one byte of armed content: 1 dropped, -1 failed */
 static int cut_byte(struct deliver_filter *f, char c)
 {
-	if (f->cut == 0 && c == '.') {
-		f->armed = 0;		/* a lone ".": libesmtp sends no content */
-		return 0;
-	}
 	if (f->cut < sizeof(sentinel) - 1 && c != sentinel[f->cut]) {
 		snprintf(f->why, sizeof(f->why), "libesmtp's content does not start with"
 			 " the sentinel line (byte %zu)", f->cut);
@@ -264,6 +263,15 @@ static ssize_t cmd_scan(struct deliver_filter *f, char *buf, size_t from, size_t
 		if (!f->cmd_mid) {
 			f->cmd_mid = 1;
 			f->cmd_match = 0;
+			f->cmd_sentinel = 0;
+		}
+		if (f->cmd_sentinel >= 0)
+			f->cmd_sentinel = c == sentinel[f->cmd_sentinel] ? f->cmd_sentinel + 1 : -1;
+		if (f->cmd_sentinel == SENTINEL_KEY) {
+			/* content with no rewind before it: its dot must not go out */
+			snprintf(f->why, sizeof(f->why), "libesmtp's header block came without"
+				 " a rewind before it");
+			return -1;
 		}
 		if (f->cmd_match >= 0 && f->cmd_match < (int) sizeof(mail_from) - 1)
 			f->cmd_match = (c == mail_from[f->cmd_match]) ? f->cmd_match + 1 : -1;
@@ -301,7 +309,7 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	if (f->why[0])
 		return -1;
 	if (!f->armed && !f->body)
-		return cmd_scan(f, buf, 0, len);	/* commands: content needs a go-ahead first */
+		return cmd_scan(f, buf, 0, len);	/* commands: content comes after a rewind */
 	while (drop < len && f->armed && (r = cut_byte(f, buf[drop])) == 1)
 		drop++;
 	if (r < 0)
@@ -309,10 +317,8 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len)
 	memmove(buf, buf + drop, len - drop);
 	len -= drop;
 	f->dot_end = body_scan(f, buf, len);
-	if (f->body)
-		return (ssize_t) len;
-	if (f->dot_end < 0)	/* a lone ".": no block, no content */
-		return cmd_scan(f, buf, 0, len);
+	if (f->body || f->armed)
+		return (ssize_t) len;	/* len is 0 while the block is still being cut */
 	f->cmd_mid = 0;		/* the final dot's line ended: commands follow */
 	return cmd_scan(f, buf, (size_t) f->dot_end, len);
 }

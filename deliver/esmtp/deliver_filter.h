@@ -18,26 +18,35 @@
  *	passes both directions of the conversation through this filter, which
  *	takes libesmtp's block out again:
  *
- *	deliver_filter_down(), the server's replies to libesmtp: a 3xx reply
- *	other than 334 (AUTH) is the go-ahead to DATA (libesmtp sends the
- *	content after any 3xx to DATA). It arms the cut before the line is
- *	passed on, so before libesmtp can write a byte of content. CHUNKING
- *	in an EHLO reply is hidden (the keyword overwritten, same length):
- *	libesmtp sends BDAT whenever the server offers it, and the cut would
- *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
- *	only when asked to, and deliver_smtp.c never asks. A reply line's
- *	first bytes are held back until they tell which case it is.
+ *	deliver_filter_rewind(), libesmtp rewound the message: it calls the
+ *	message callback so (length pointer NULL) once per message it sends,
+ *	right after reading the 354 to DATA and before it writes a byte of the
+ *	content (libESMTP's protocol.c, cmd_data2(); also cmd_bdat(), never
+ *	reached, as CHUNKING is hidden). So everything libesmtp wrote before
+ *	is through the filter by then: libesmtp flushed it before reading the
+ *	reply, and the server answered the DATA line only once it had it (the
+ *	bridge says where the rewind falls in libesmtp's stream,
+ *	deliver_bridge_rewind()). This arms the cut; the server's replies play no part in
+ *	it, so no 3xx or 334 (AUTH) a server sends, in whatever reply, can arm
+ *	or disarm it. A rewind in the middle of the content fails the filter.
  *
  *	deliver_filter_up(), libesmtp's writes to the server: once armed, the
  *	content up to and including its first empty line is dropped. It must
  *	start with the sentinel line and end within DELIVER_FILTER_BLOCK_MAX
  *	bytes; if not, the filter fails for good, and the bridge hangs up
  *	rather than pass on something else: the final dot never goes out, and
- *	the message is deferred. A go-ahead from the server while a block is
- *	half cut (no reply is due then) fails the filter the same way. The
- *	one content without the block is a lone ".", libesmtp's answer to a
- *	354 when the server refused every recipient: it passes, and disarms
- *	the cut.
+ *	the message is deferred. A lone ".", libesmtp's answer to a 354 when
+ *	the server refused every recipient, comes without a rewind: it passes
+ *	as a command. The sentinel line never does: a command line starting
+ *	with it is a content that came with no rewind, and fails the filter
+ *	the same way, so that its block never reaches a server's mailbox.
+ *
+ *	deliver_filter_down(), the server's replies to libesmtp: CHUNKING in
+ *	an EHLO reply is hidden (the keyword overwritten, same length):
+ *	libesmtp sends BDAT whenever the server offers it, and the cut would
+ *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
+ *	only when asked to, and deliver_smtp.c never asks. The start of a
+ *	"250" line is held back until it tells whether it is that keyword.
  *
  *	It also finds where each message's content ends: the first
  *	<CRLF>.<CRLF> after a cut block (libesmtp dot-stuffs the content, so
@@ -86,7 +95,7 @@ struct deliver_filter {
 	size_t head_len;
 	int in_line;			/* past a line's start: copy up to its end */
 	/* libesmtp's writes */
-	int armed;			/* a go-ahead passed: the block comes next */
+	int armed;			/* libesmtp rewound: the block comes next */
 	size_t cut;			/* bytes of the block dropped so far */
 	int eoh;			/* how much of "\r\n\r\n" the last bytes were */
 	unsigned blocks;		/* blocks taken out */
@@ -112,6 +121,7 @@ struct deliver_filter {
 	unsigned mails;			/* MAIL FROM lines passed */
 	int cmd_mid;			/* inside a command line */
 	int cmd_match;			/* octets of "MAIL FROM:" matched; -1: not MAIL */
+	int cmd_sentinel;		/* octets of the sentinel matched; -1: not it */
 };
 
 /* deliver_filter_init - a filter for a new connection */
@@ -123,6 +133,13 @@ void deliver_filter_init(struct deliver_filter *f);
  * outlive the filter's use.
  */
 void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n);
+
+/*
+ * deliver_filter_rewind - libesmtp rewound the message: what it writes
+ * next is a message's content, the block first (f->why if it was in the
+ * middle of one)
+ */
+void deliver_filter_rewind(struct deliver_filter *f);
 
 /*
  * deliver_filter_down - the server's bytes as libesmtp gets them, in out

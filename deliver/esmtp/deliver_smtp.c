@@ -18,8 +18,9 @@
  *	drops repeated headers) and cannot be told not to, so it gets one to
  *	edit, and takes the stored message, headers and all, for body, which
  *	it sends unchanged. The bridge's filter (deliver_filter.h) cuts that
- *	block out of the stream, and hides CHUNKING from libesmtp, which
- *	would otherwise send BDAT. When libesmtp asks past the end, the
+ *	block out of the stream, from where xmsg_read()'s rewind (libesmtp
+ *	calls it after the 354, before the content) says the content starts,
+ *	and hides CHUNKING from libesmtp, which would otherwise send BDAT. When libesmtp asks past the end, the
  *	final dot is the next thing it writes, so that is where the inflight
  *	mark is made durable. If that fails, xmsg_read() sets errno, which
  *	makes libesmtp drop the connection before the final dot.
@@ -229,7 +230,8 @@ static int xsess_broken_pipe(void)
 }
 
 /*
- * xmsg_read - libesmtp's message callback. len NULL: rewind. Otherwise
+ * xmsg_read - libesmtp's message callback. len NULL: rewind, which the
+ * bridge is told of (deliver_bridge_rewind). Otherwise
  * the next chunk, or NULL at the end, where the inflight mark is set
  * (once; libesmtp may ask past the end more than once).
  */
@@ -242,8 +244,10 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 
 	(void) ctx;
 	if (len == NULL) {
+		/* after the 354, before a byte of content: the filter's cut starts here */
 		x->pos = 0;
 		x->block_fed = 0;
+		deliver_bridge_rewind(x->xs->bridge);
 		return NULL;
 	}
 	if (x->state == XMSG_ENVELOPE)

@@ -3,13 +3,19 @@
  * arbitrary conversation. The input is a list of chunks: one byte whose
  * high bit says the direction (set: the server's replies, down to
  * libesmtp; clear: libesmtp's writes, up to the server) and whose low
- * bits give a length, then that many bytes.
+ * bits give a length, then that many bytes. An empty chunk up (a 0 byte)
+ * is libesmtp's rewind (deliver_filter_rewind()), which arms the cut.
  *
  * The same conversation goes through two filters: one gets each chunk
  * whole, the other one byte at a time, in the same order. Properties:
  *
  *   - where reads split the streams never matters: both filters give
  *     the same bytes in each direction, and fail at the same point;
+ *     the one slack: a command line refused for starting with the
+ *     sentinel fails at its 16th octet, so fed a byte at a time the
+ *     filter has passed on what came before in that write, and the
+ *     line's first 15 octets, which fed whole it has not (the line
+ *     never ends: nothing of it is a command, or content);
  *   - down, the filter only ever rewrites a keyword in place: as many
  *     bytes come out as went in, once what it held is flushed;
  *   - up, what a call passes on is the end of what it was given (the
@@ -58,6 +64,8 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 	ssize_t kept;
 	unsigned blocks;
 
+	if (to_server && len == 0)
+		deliver_filter_rewind(&s->f);
 	for (off = 0; off < len; off += n) {
 		n = step && len - off > step ? step : len - off;
 		if (!to_server) {
@@ -94,7 +102,8 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct side whole, bytes;
-	size_t i = 0, len;
+	static const char key[] = "X-Idemrelay-Cut:";	/* the filter's SENTINEL_KEY */
+	size_t i = 0, len, extra, failed_len = 0;
 	int chunk = 0, dir;
 
 	if (size > OUT_MAX / 2)
@@ -112,6 +121,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			len = size - i;
 		feed(&whole, dir == 0, data + i, len, 0, chunk);
 		feed(&bytes, dir == 0, data + i, len, 1, chunk);
+		if (whole.failed == chunk)
+			failed_len = len;
 		i += len;
 		chunk++;
 	}
@@ -121,8 +132,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();		/* down may rewrite, never add or drop */
 	if (whole.down_len != bytes.down_len || memcmp(whole.down, bytes.down, whole.down_len))
 		abort();
-	if (whole.failed != bytes.failed || whole.up_len != bytes.up_len
+	if (whole.failed != bytes.failed || whole.up_len > bytes.up_len
 	    || memcmp(whole.up, bytes.up, whole.up_len))
 		abort();
+	extra = bytes.up_len - whole.up_len;
+	if (extra > 0 && (whole.failed < 0 || extra > failed_len || bytes.up_len < sizeof(key) - 2
+			  || memcmp(bytes.up + bytes.up_len - (sizeof(key) - 2), key,
+				    sizeof(key) - 2) != 0))
+		abort();		/* more than the failed write up to a sentinel's key */
 	return 0;
 }

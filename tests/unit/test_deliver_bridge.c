@@ -3,8 +3,9 @@
  * in-process servers: implicit TLS (it is handed over to the thread that
  * opened it; another process's connect() is refused, another thread is
  * not given it; an untrusted certificate fails), and plain SMTP,
- * where the stream filter takes libesmtp's header block out of the content,
- * hides CHUNKING, and makes the bridge hang up when the block is missing.
+ * where the stream filter takes libesmtp's header block out of the content
+ * from libesmtp's rewind on (deliver_bridge_rewind), hides CHUNKING, and
+ * makes the bridge hang up when the block is missing.
  * The test plays libesmtp's part on the loopback side. (STARTTLS, AUTH and
  * libesmtp itself end to end, in tests/e2e.)
  */
@@ -405,11 +406,13 @@ static void test_bridge_plain_two_messages(void **state)
 	expect(fd, "250-X-HIDDEN\r\n250 PIPELINING\r\n");
 	say(fd, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n");
 	expect(fd, "354 go\r\n");
+	deliver_bridge_rewind(b);	/* as libesmtp's message callback is told, then writes */
 	say(fd, BLOCK "Subject: one\r\nTo: x\r\n");
 	say(fd, "To: y\r\n\r\nfirst\r\n.\r\n");
 	expect(fd, "250 stored\r\n");
 	say(fd, "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n");
 	expect(fd, "354 go\r\n");
+	deliver_bridge_rewind(b);
 	say(fd, DELIVER_FILTER_SENTINEL "\r");
 	say(fd, "\nReturn-Path: <z>\r\n.\r\n");
 	expect(fd, "250 stored\r\n");
@@ -431,6 +434,7 @@ static void test_bridge_plain_refused(void **state)
 	b = plain_bridge(&t, &fd);
 	say(fd, want);
 	expect(fd, "354 go\r\n");
+	deliver_bridge_rewind(b);
 	say(fd, "Subject: no block\r\n\r\nbody\r\n.\r\n");
 	assert_true(recv(fd, buf, sizeof(buf), 0) <= 0);	/* hung up on, no reply */
 	close(fd);

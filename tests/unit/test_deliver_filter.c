@@ -6,8 +6,10 @@
  * DESCRIPTION
  *	Every row is fed whole, one byte per call, and cut in two at every
  *	position; each way must give the same output and the same verdict
- *	(armed or not; refused or not). Then whole conversations: two
- *	messages on one connection, replies split anywhere.
+ *	(refused or not). The cut is armed by libesmtp's rewind alone
+ *	(deliver_filter_rewind()), never by a reply. Then whole
+ *	conversations: two messages on one connection, replies split
+ *	anywhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,18 +53,20 @@ struct down_case {
 	const char *name;
 	const char *in;
 	const char *want;
-	int armed;
+	int armed;			/* always 0: no reply arms the cut */
 };
 
 static const struct down_case down_cases[] = {
 	{ "greeting", "220 sink ESMTP\r\n", "220 sink ESMTP\r\n", 0 },
-	{ "354 arms", "354 go ahead\r\n", "354 go ahead\r\n", 1 },
-	{ "354 alone", "354\r\n", "354\r\n", 1 },
+	{ "354 does not arm", "354 go ahead\r\n", "354 go ahead\r\n", 0 },
+	{ "354 alone", "354\r\n", "354\r\n", 0 },
 	{ "pipelined replies, 354 last", "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n",
-	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n", 1 },
-	{ "multi-line 354", "354-one\r\n354 two\r\n", "354-one\r\n354 two\r\n", 1 },
-	{ "any 3xx to DATA arms", "350 whatever\r\n", "350 whatever\r\n", 1 },
+	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n", 0 },
+	{ "multi-line 354", "354-one\r\n354 two\r\n", "354-one\r\n354 two\r\n", 0 },
+	{ "another 3xx", "350 whatever\r\n", "350 whatever\r\n", 0 },
 	{ "334 is AUTH", "334 VXNlcm5hbWU6\r\n", "334 VXNlcm5hbWU6\r\n", 0 },
+	{ "a 3xx line in a 250 reply", "250-sink\r\n354-x\r\n250 ok\r\n",
+	  "250-sink\r\n354-x\r\n250 ok\r\n", 0 },
 	{ "354 inside a line", "250 354 ok\r\n250-x 354\r\n", "250 354 ok\r\n250-x 354\r\n", 0 },
 	{ "554 to DATA", "554 5.5.1 no valid recipients\r\n",
 	  "554 5.5.1 no valid recipients\r\n", 0 },
@@ -80,7 +84,7 @@ static const struct down_case down_cases[] = {
 	  "250-sink CHUNKING\r\n250 CHUNK\r\n", 0 },
 	{ "BINARYMIME left alone", "250-BINARYMIME\r\n250 ok\r\n",
 	  "250-BINARYMIME\r\n250 ok\r\n", 0 },
-	{ "354 then a line that does not end", "354 go\r\n25", "354 go\r\n25", 1 },
+	{ "354 then a line that does not end", "354 go\r\n25", "354 go\r\n25", 0 },
 };
 
 /* down_feed - feed in at first, then in pieces of step (0: the rest at once) */
@@ -128,7 +132,7 @@ static void test_down(void **state)
 
 struct up_case {
 	const char *name;
-	int armed;			/* a go-ahead came first */
+	int rewound;			/* libesmtp rewound first */
 	const char *in;
 	const char *want;		/* NULL: refused */
 };
@@ -147,11 +151,13 @@ static const struct up_case up_cases[] = {
 	{ "stuffed dot after the block", 1, BLOCK "..x\r\n.\r\n", "..x\r\n.\r\n" },
 	{ "then commands pass", 1, BLOCK "m\r\n.\r\nMAIL FROM:<a@b>\r\n",
 	  "m\r\n.\r\nMAIL FROM:<a@b>\r\n" },
-	{ "lone dot: no recipient took it", 1, ".\r\nQUIT\r\n", ".\r\nQUIT\r\n" },
+	{ "lone dot: no recipient took it", 0, ".\r\nQUIT\r\n", ".\r\nQUIT\r\n" },
+	{ "a dot first after a rewind", 1, ".\r\nQUIT\r\n", NULL },
 	{ "no block", 1, "Subject: s\r\n\r\nbody\r\n.\r\n", NULL },
 	{ "another sentinel", 1, "X-Idemrelay-Cut: 2\r\n\r\nbody\r\n.\r\n", NULL },
 	{ "sentinel without CRLF", 1, "X-Idemrelay-Cut: 1\n\r\n\r\nbody\r\n.\r\n", NULL },
-	{ "AUTH answer after a strange 3xx", 1, "dXNlcg==\r\n", NULL },
+	{ "a command like the sentinel", 0, "X-Idemrelay-Cu\r\nX-Idemrelay-Cut\r\n",
+	  "X-Idemrelay-Cu\r\nX-Idemrelay-Cut\r\n" },
 };
 
 /* up_feed - like down_feed: the bytes forwarded, -1 once refused */
@@ -181,7 +187,8 @@ static void up_check(const void *row, size_t first, size_t step)
 	ssize_t n;
 
 	deliver_filter_init(&f);
-	f.armed = c->armed;
+	if (c->rewound)
+		deliver_filter_rewind(&f);
 	n = up_feed(&f, c->in, strlen(c->in), first, step, out);
 	if (c->want == NULL) {
 		if (n != -1 || f.why[0] == 0)
@@ -281,27 +288,64 @@ static void test_smtputf8(void **state)
 	assert_true(f.why[0] != 0);
 }
 
-/* a go-ahead in the middle of the block: the server is off script */
-static void test_go_ahead_mid_block(void **state)
+/*
+ * a block with no rewind before it: refused by its sentinel's 16th octet
+ * however it is split, so neither the block nor a final dot gets through
+ */
+static void test_sentinel_without_rewind(void **state)
 {
-	static const char go[] = "354 go\r\n", part[] = DELIVER_FILTER_SENTINEL "Date: x";
+	static const char in[] = "DATA\r\n" BLOCK "x\r\n.\r\n";
+	size_t len = sizeof(in) - 1, first, step;
 	struct deliver_filter f;
-	char out[OUT_MAX], buf[sizeof(part)];
+	char out[OUT_MAX];
+	ssize_t n;
 
 	(void) state;
+	for (first = 0; first < len; first++) {
+		for (step = 0; step <= 1; step++) {
+			deliver_filter_init(&f);
+			n = up_feed(&f, in, len, first, step, out);
+			if (f.why[0] == 0 || n >= (ssize_t) (sizeof("DATA\r\nX-Idemrelay-Cut:") - 1))
+				fail_msg("first %zu, step %zu: forwarded \"%s\", want refused by"
+					 " the sentinel's key", first, step,
+					 n < 0 ? "" : esc(out, (size_t) n));
+		}
+	}
+}
+
+/* a rewind in the middle of the content: libesmtp is off script */
+static void test_rewind_mid_content(void **state)
+{
+	static const char part[] = DELIVER_FILTER_SENTINEL "Date: x";
+	static const char body[] = BLOCK "line\r\n";
+	struct deliver_filter f;
+	char buf[sizeof(body)];
+
+	(void) state;
+	/* half the block cut */
 	deliver_filter_init(&f);
-	assert_int_equal(deliver_filter_down(&f, go, sizeof(go) - 1, out), sizeof(go) - 1);
+	deliver_filter_rewind(&f);
 	memcpy(buf, part, sizeof(part) - 1);
 	assert_int_equal(deliver_filter_up(&f, buf, sizeof(part) - 1), 0);
-	assert_int_equal(deliver_filter_down(&f, go, sizeof(go) - 1, out), sizeof(go) - 1);
+	deliver_filter_rewind(&f);
 	memcpy(buf, ".\r\n", 3);
 	assert_int_equal(deliver_filter_up(&f, buf, 3), -1);
 	assert_non_null(strstr(f.why, "middle of the content"));
 
-	/* before any of the content, a second go-ahead is harmless */
+	/* in the body, before its final dot */
 	deliver_filter_init(&f);
-	deliver_filter_down(&f, go, sizeof(go) - 1, out);
-	deliver_filter_down(&f, go, sizeof(go) - 1, out);
+	deliver_filter_rewind(&f);
+	memcpy(buf, body, sizeof(body) - 1);
+	assert_int_equal(deliver_filter_up(&f, buf, sizeof(body) - 1), 6);
+	deliver_filter_rewind(&f);
+	memcpy(buf, ".\r\n", 3);
+	assert_int_equal(deliver_filter_up(&f, buf, 3), -1);
+	assert_non_null(strstr(f.why, "middle of the content"));
+
+	/* before any of the content, a second rewind is harmless */
+	deliver_filter_init(&f);
+	deliver_filter_rewind(&f);
+	deliver_filter_rewind(&f);
 	memcpy(buf, part, sizeof(part) - 1);
 	assert_int_equal(deliver_filter_up(&f, buf, sizeof(part) - 1), 0);
 	assert_int_equal(f.why[0], 0);
@@ -314,18 +358,17 @@ static void test_go_ahead_mid_block(void **state)
  */
 static void test_final_dot(void **state)
 {
-	static const char go[] = "354 go\r\n";
 	static const char in[] = BLOCK "a\r\n..x\r\n.\r\r\nb.\r\n\r\n.\r\nMAIL FROM:<>\r\n";
 	static const char body[] = "a\r\n..x\r\n.\r\r\nb.\r\n\r\n.\r\n";
 	size_t len = sizeof(in) - 1, cut, at, got_at, total;
 	struct deliver_filter f;
-	char out[OUT_MAX], buf[sizeof(in)];
+	char buf[sizeof(in)];
 	ssize_t n;
 
 	(void) state;
 	for (cut = 1; cut < len; cut++) {
 		deliver_filter_init(&f);
-		deliver_filter_down(&f, go, sizeof(go) - 1, out);
+		deliver_filter_rewind(&f);
 		got_at = 0;
 		total = 0;
 		for (at = 0; at < len; at += cut) {
@@ -345,8 +388,7 @@ static void test_final_dot(void **state)
 			fail_msg("cut %zu: %u dots, the dot ends at %zu, want 1 at %zu", cut, f.dots,
 				 got_at, sizeof(body) - 1);
 	}
-	deliver_filter_init(&f);
-	deliver_filter_down(&f, go, sizeof(go) - 1, out);
+	deliver_filter_init(&f);	/* no rewind: the 354 went to a refused message */
 	memcpy(buf, ".\r\n", 3);
 	assert_int_equal(deliver_filter_up(&f, buf, 3), 3);
 	assert_int_equal(f.dots, 0);
@@ -355,7 +397,7 @@ static void test_final_dot(void **state)
 
 /* the replies owed, after each step of a conversation, fed whole and byte by byte */
 static const struct owed_step {
-	int down;
+	int down;			/* 1: the server's; 0: libesmtp's; 2: it rewinds */
 	const char *in;
 	const char *owed;		/* NULL: none */
 } owed_steps[] = {
@@ -373,6 +415,7 @@ static const struct owed_step {
 	{ 1, "250 ok\r\n", "DATA" },
 	{ 1, "354", "DATA" },
 	{ 1, " go\r\n", NULL },
+	{ 2, "", NULL },
 	{ 0, BLOCK "x\r\n.", NULL },
 	{ 0, "\r\n", "the final dot" },
 	{ 1, "250\r\n", NULL },
@@ -391,6 +434,8 @@ static void owed_run(size_t step)
 	deliver_filter_init(&f);
 	for (i = 0; i < N(owed_steps); i++) {
 		len = strlen(owed_steps[i].in);
+		if (owed_steps[i].down == 2)
+			deliver_filter_rewind(&f);
 		for (at = 0; at < len; at += k) {
 			k = piece(at, len, 0, step);
 			memcpy(buf, owed_steps[i].in + at, k);
@@ -426,7 +471,7 @@ static void test_block_too_long(void **state)
 	memcpy(in, DELIVER_FILTER_SENTINEL, len);
 	memset(in + len, 'a', DELIVER_FILTER_BLOCK_MAX + 100 - len);
 	deliver_filter_init(&f);
-	f.armed = 1;
+	deliver_filter_rewind(&f);
 	assert_int_equal(deliver_filter_up(&f, in, DELIVER_FILTER_BLOCK_MAX), 0);
 	assert_int_equal(deliver_filter_up(&f, in + DELIVER_FILTER_BLOCK_MAX, 100), -1);
 	assert_non_null(strstr(f.why, "no end"));
@@ -435,15 +480,20 @@ static void test_block_too_long(void **state)
 
 /* ---------------------------------------------------------------- conversations */
 
-/* a step of a conversation: the server's bytes, or libesmtp's and what must pass */
+/*
+ * a step of a conversation: the server's bytes, or libesmtp's and what
+ * must pass, or libesmtp's rewind (as deliver_smtp.c's message callback
+ * tells the bridge)
+ */
 struct step {
-	int down;
+	int down;			/* 1: the server's; 0: libesmtp's; 2: it rewinds */
 	const char *in;
 	const char *want;		/* up: what reaches the server (NULL: refused) */
 };
 
 #define S_DOWN(x)	{ 1, x, x }
 #define S_UP(x, w)	{ 0, x, w }
+#define S_REWIND	{ 2, "", "" }
 
 static const struct step two_messages[] = {
 	S_DOWN("220 sink ESMTP\r\n"),
@@ -452,14 +502,18 @@ static const struct step two_messages[] = {
 	  "250-sink\r\n250-X-HIDDEN\r\n250 PIPELINING\r\n" },
 	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
 	     "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"),
-	{ 1, "250 ok\r\n250 ok\r\n35", "250 ok\r\n250 ok\r\n" },	/* "35" held */
-	{ 1, "4 go\r\n", "354 go\r\n" },
+	{ 1, "250 ok\r\n2", "250 ok\r\n" },	/* "2" held: it may be 250 CHUNKING */
+	{ 1, "5", "" },
+	{ 1, "0 ok\r\n35", "250 ok\r\n35" },	/* "35": no keyword, not held */
+	{ 1, "4 go\r\n", "4 go\r\n" },
+	S_REWIND,
 	S_UP(BLOCK "Subject: one\r\n", "Subject: one\r\n"),
 	S_UP("\r\nfirst\r\n.\r\n", "\r\nfirst\r\n.\r\n"),
 	S_DOWN("250 ok\r\n"),
 	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n",
 	     "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n"),
 	S_DOWN("250 ok\r\n250 ok\r\n354 go\r\n"),
+	S_REWIND,
 	S_UP(DELIVER_FILTER_SENTINEL "Date: d\r", ""),
 	S_UP("\n\r", ""),
 	S_UP("\nSubject: two\r\n\r\nsecond\r\n.\r\nQUIT\r\n",
@@ -469,13 +523,47 @@ static const struct step two_messages[] = {
 
 static const struct step refused_second[] = {
 	S_DOWN("354 go\r\n"),
+	S_REWIND,
 	S_UP(BLOCK "one\r\n.\r\n", "one\r\n.\r\n"),
 	S_DOWN("250 ok\r\n"),
 	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n",
 	     "MAIL FROM:<a@b>\r\nRCPT TO:<e@f>\r\nDATA\r\n"),
 	S_DOWN("354 go\r\n"),
+	S_REWIND,
 	S_UP("Subject: no block\r\n\r\ntwo\r\n.\r\n", NULL),
 	S_UP("QUIT\r\n", NULL),
+};
+
+/*
+ * the cut is armed by the rewind, not by a reply: 3xx lines where no
+ * content follows (inside an EHLO reply, to AUTH besides 334) arm
+ * nothing, and a rewind arms the cut whatever the reply before it was
+ */
+static const struct step replies_do_not_arm[] = {
+	S_DOWN("220 sink ESMTP\r\n"),
+	S_UP("EHLO relay\r\n", "EHLO relay\r\n"),
+	S_DOWN("250-sink\r\n354-looks like a go-ahead\r\n250 AUTH LOGIN\r\n"),
+	S_UP("AUTH LOGIN\r\n", "AUTH LOGIN\r\n"),
+	S_DOWN("334 VXNlcm5hbWU6\r\n"),
+	S_UP("dXNlcg==\r\n", "dXNlcg==\r\n"),
+	S_DOWN("330 UGFzc3dvcmQ6\r\n"),
+	S_UP("cGFzcw==\r\n", "cGFzcw==\r\n"),
+	S_DOWN("235 2.7.0 ok\r\n"),
+	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
+	     "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"),
+	S_DOWN("250 ok\r\n250 ok\r\n354 go\r\n"),
+	S_REWIND,
+	S_UP(BLOCK "Subject: s\r\n\r\nbody\r\n.\r\n", "Subject: s\r\n\r\nbody\r\n.\r\n"),
+	S_DOWN("250 ok\r\n"),
+	S_UP("QUIT\r\n", "QUIT\r\n"),
+};
+
+static const struct step rewind_alone_arms[] = {
+	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
+	     "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"),
+	S_REWIND,			/* the 354 did not go through this filter */
+	S_UP(BLOCK "Subject: s\r\n\r\nbody\r\n.\r\nQUIT\r\n",
+	     "Subject: s\r\n\r\nbody\r\n.\r\nQUIT\r\n"),
 };
 
 /* run_steps - a conversation through one filter; returns the blocks cut */
@@ -490,6 +578,10 @@ static unsigned run_steps(const struct step *steps, size_t n)
 	for (i = 0; i < n; i++) {
 		len = strlen(steps[i].in);
 		memcpy(out, steps[i].in, len);
+		if (steps[i].down == 2) {
+			deliver_filter_rewind(&f);
+			continue;
+		}
 		if (steps[i].down)
 			got = (ssize_t) deliver_filter_down(&f, steps[i].in, len, out);
 		else
@@ -516,14 +608,23 @@ static void test_two_messages(void **state)
 	assert_int_equal(run_steps(refused_second, N(refused_second)), 1);
 }
 
+static void test_rewind_arms(void **state)
+{
+	(void) state;
+	assert_int_equal(run_steps(replies_do_not_arm, N(replies_do_not_arm)), 1);
+	assert_int_equal(run_steps(rewind_alone_arms, N(rewind_alone_arms)), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_down),
 		cmocka_unit_test(test_up),
 		cmocka_unit_test(test_block_too_long),
-		cmocka_unit_test(test_go_ahead_mid_block),
+		cmocka_unit_test(test_rewind_mid_content),
+		cmocka_unit_test(test_sentinel_without_rewind),
 		cmocka_unit_test(test_two_messages),
+		cmocka_unit_test(test_rewind_arms),
 		cmocka_unit_test(test_final_dot),
 		cmocka_unit_test(test_smtputf8),
 		cmocka_unit_test(test_owed),
