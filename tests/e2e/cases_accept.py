@@ -3,6 +3,7 @@
 import threading
 import time
 
+from harness import LMDB_ONLY
 from harness import (Raw, case, check, check_relayed, eq, expect_reply, make_msg, qid_of,
                      received_qids, submit, submit_ok, wait_until)
 
@@ -267,7 +268,7 @@ def test_bad_key_value(t):
     settle(sink, 1, "bad keys")
 
 
-@case()
+@case(stores=LMDB_ONLY)
 def test_map_full(t):
     """The map fills up (limits.message_size must stay below store.map_size, so
     the map is filled by messages held queued): 452 4.3.1, nothing

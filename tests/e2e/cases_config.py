@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+from harness import LMDB_ONLY
 from harness import (BIN, Skip, base_conf, case, check, eq, free_port, merge, port_open,
                      qid_of, render_conf, run, wait_until)
 
@@ -50,7 +51,7 @@ def write(path, text):
     return path
 
 
-@case(timeout=60)
+@case(timeout=60, stores=LMDB_ONLY)
 def test_config_check(t):
     store = os.path.join(t.tmp, "store")
     good = write(os.path.join(t.tmp, "good.conf"),
@@ -95,7 +96,7 @@ def test_config_check(t):
     eq(r.returncode, 1, "idemrelay -c with a bad config")
 
 
-@case(timeout=90)
+@case(timeout=90, stores=LMDB_ONLY)
 def test_default_config_maildir(t):
     """bin/idemrelay with no -c, as a newcomer runs it: swaks twice, one message."""
     if port_open(2525):
@@ -251,7 +252,7 @@ CHECK_ROWS = [
 ]
 
 
-@case(timeout=120, needs_daemon=False)
+@case(timeout=120, needs_daemon=False, stores=LMDB_ONLY)
 def test_config_check_startup(t):
     """Each row: idemrelay -t exits 1 naming the setting at FILE:LINE with what to do,
     and a real start fails with the same message (as root; "store not writable" runs
@@ -293,7 +294,7 @@ def test_config_check_startup(t):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@case(timeout=60, needs_daemon=False)
+@case(timeout=60, needs_daemon=False, stores=LMDB_ONLY)
 def test_config_check_reports_all(t):
     """-t reports every problem, one line each, not only the first."""
     d = t.tmp

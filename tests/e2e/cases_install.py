@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 
+from harness import LMDB_ONLY
 from harness import (BIN, REPO, Skip, case, check, eq, free_port, make_msg, port_open, run,
                      submit_ok, wait_until)
 
@@ -51,7 +52,7 @@ def substitute(text, pattern, repl):
     return new
 
 
-@case(timeout=120)
+@case(timeout=120, stores=LMDB_ONLY)
 def test_make_install(t):
     dest = os.path.join(t.tmp, "dest")
     make(t, "install", "DESTDIR=" + dest, "PREFIX=/usr")
@@ -99,7 +100,7 @@ def test_make_install(t):
         eq(f.read(), "# the operator's\n", "the live configuration after make uninstall")
 
 
-@case(timeout=60)
+@case(timeout=60, stores=LMDB_ONLY)
 def test_make_install_systemd(t):
     for prefix in ("/usr", "/usr/local"):
         dest = os.path.join(t.tmp, "dest" + prefix.replace("/", "-"))
@@ -117,7 +118,7 @@ def test_make_install_systemd(t):
               "%s: no User= or StateDirectory=" % unit)
 
 
-@case(timeout=90)
+@case(timeout=90, stores=LMDB_ONLY)
 def test_installed_example_runs(t):
     """the installed example, with this test's ports and directories, relays mail"""
     dest = os.path.join(t.tmp, "dest")

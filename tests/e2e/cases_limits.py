@@ -8,6 +8,7 @@ import time
 
 from cases_protocol import reply_codes
 from cases_tls import plain, starttls, tls_daemon
+from harness import LMDB_ONLY
 from harness import Raw, case, check, eq, expect_reply, make_msg, submit_ok, wait_until
 
 
@@ -144,7 +145,7 @@ def status_kb(pid, field):
     raise AssertionError("no %s in /proc/%d/status" % (field, pid))
 
 
-@case(timeout=240)
+@case(timeout=240, stores=LMDB_ONLY)
 def test_memory_bounded(t):
     """Ten concurrent 20 MB submissions with data_memory = 64M: the daemon's
     anonymous memory peaks well below 10 x 20 MB x 2 (the message and its

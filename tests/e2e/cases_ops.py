@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
+from harness import LMDB_ONLY
 from harness import (BIN, case, check, eq, free_port, make_msg, run, submit, submit_ok,
                      wait_until)
 
@@ -250,7 +251,7 @@ def test_ctl_forget_while_queued(t):
     check(qc not in ctl(d, "queue").stdout, "offline --drop left %s queued" % qc)
 
 
-@case()
+@case(stores=LMDB_ONLY)
 def test_ctl_stats_and_errors(t):
     """stats (text and --json), an absent store, and what needs a daemon when none runs"""
     sink = t.sink()
@@ -314,7 +315,7 @@ def samples(text):
     return out
 
 
-@case()
+@case(stores=LMDB_ONLY)
 def test_metrics_scrape(t):
     """/metrics after exactly 1 accepted, 1 duplicate, 1 mismatch"""
     sink = t.sink()

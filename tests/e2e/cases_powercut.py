@@ -16,6 +16,7 @@ import smtplib
 import threading
 import time
 
+from harness import LMDB_ONLY
 from harness import case, check, eq, make_msg, received_qids, submit, submit_ok, wait_until
 
 SUBJECT_RE = re.compile(rb"^Subject: cut (\S+)\r$", re.M)
@@ -127,7 +128,7 @@ def verify(t, d, sink, load):
     return qids
 
 
-@case(timeout=120)
+@case(timeout=120, stores=LMDB_ONLY)
 def test_powercut_under_load(t):
     """Four clients retry their keys until 250 while the power goes four times
     at random moments (the daemon killed -9, powerfs's unsynced writes gone);
@@ -157,7 +158,7 @@ def test_powercut_under_load(t):
     print("journal replays at open: %d" % len(replays))
 
 
-@case(timeout=120)
+@case(timeout=120, stores=LMDB_ONLY)
 def test_failed_sync_under_load(t):
     """A sync fails under load (powerfs drops data.mdb's unsynced writes, as
     Linux may): the batch in flight is answered 452 4.3.1, the daemon goes
@@ -194,7 +195,7 @@ def test_failed_sync_under_load(t):
     verify(t, d, sink, load)     # an abandoned key at the sink fails it: nobody got a 250
 
 
-@case(timeout=90)
+@case(timeout=90, stores=LMDB_ONLY)
 def test_failed_sync_kept_by_disk(t):
     """The one case where a 452 is not the end of a message: its commit's
     sync wrote everything yet failed, the disk died before the record could

@@ -3,6 +3,7 @@
 import os
 import pwd
 
+from harness import LMDB_ONLY
 from harness import case, check, eq, make_msg, Skip, submit_ok, wait_until
 
 
@@ -17,7 +18,7 @@ def proc_ids(pid):
     return ids
 
 
-@case()
+@case(stores=LMDB_ONLY)
 def test_privilege_drop(t):
     if os.getuid() != 0:
         raise Skip("needs root to start")   # CI and the sessions run as root

@@ -9,6 +9,7 @@ import smtplib
 import threading
 import time
 
+from harness import LMDB_ONLY
 from harness import (BIN, case, check, eq, expect_reply, make_msg, received_qids, run, submit,
                      submit_ok, wait_until)
 
@@ -117,17 +118,17 @@ def store_full(t, ambiguous):
                                                     body=BODY))
 
 
-@case(timeout=240)
+@case(timeout=240, stores=LMDB_ONLY)
 def test_store_full_assume_delivered(t):
     store_full(t, "assume-delivered")
 
 
-@case(timeout=240)
+@case(timeout=240, stores=LMDB_ONLY)
 def test_store_full_retry(t):
     store_full(t, "retry")
 
 
-@case(timeout=180)
+@case(timeout=180, stores=LMDB_ONLY)
 def test_store_grows_under_load(t):
     """A 4 MB start map filled under load from four clients while the
     upstream holds everything: the map grows by itself past its start size
@@ -170,7 +171,7 @@ def test_store_grows_under_load(t):
     eq(sum(len(v) for v in by_key(sink).values()), len(got), "copies at the sink")
 
 
-@case(timeout=180)
+@case(timeout=180, stores=LMDB_ONLY)
 def test_store_ceiling(t):
     """A start map that may grow to 34 MB: it grows, then 452 4.3.1 at the
     ceiling, and the log warned before (80% and 95% of the ceiling)."""

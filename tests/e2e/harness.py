@@ -11,6 +11,14 @@ DESCRIPTION
     Clients: submit() speaks SMTP with smtplib as an application would;
     Raw is a socket client for protocol-level checks. Every wait has a
     deadline (wait_until).
+
+    The store backend is E2E_STORE's ("lmdb", the default, or
+    "postgresql"). On PostgreSQL every daemon of a test uses the test's own
+    database (t.pg_url(), created on the run's cluster, E2E_PG_ADMIN) under
+    a node name of its own, so one test can start several nodes on one
+    database; t.pg_cluster() starts a private cluster (and standby) for a
+    test that stops or kills the server. A case says which backends it
+    runs on (case(stores=LMDB_ONLY), PG_ONLY; both by default).
 """
 
 import base64
@@ -30,6 +38,15 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 BIN = os.environ.get("IDEMRELAY_BIN", os.path.join(REPO, "bin", "idemrelay"))
 SINK = os.path.join(HERE, "sink.py")
 POWERFS = os.environ.get("POWERFS_BIN", os.path.join(REPO, "build", "tests", "powerfs"))
+
+sys.path.insert(0, os.path.join(REPO, "tests", "pg"))
+import cluster as pgcluster  # noqa: E402
+
+STORE = os.environ.get("E2E_STORE", "lmdb")     # the backend of this run's daemons
+STORES = ("lmdb", "postgresql")
+LMDB_ONLY = ("lmdb",)               # map, store files, powerfs: the embedded store's own
+PG_ONLY = ("postgresql",)           # several nodes on one database
+PG_LEASE = "5s"                     # store.lease: short, so a dead node's mail moves soon
 
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "WARNING: ThreadSanitizer")
@@ -354,12 +371,20 @@ class Sink:
         return read_text(self.log_path)
 
 
-def base_conf(store, port, sink_port):
-    return {
+def store_conf(path=None, pg_url=None):
+    """store_conf - the store section: LMDB at path, or PostgreSQL at pg_url"""
+    if pg_url:
+        return {"backend": "postgresql", "url": pg_url, "lease": PG_LEASE, "key_ttl": "1h"}
+    return {"path": path, "map_size": "64M", "key_ttl": "1h"}
+
+
+def base_conf(store, port, sink_port, pg_url=None, node=None):
+    """base_conf - a daemon's config; on PostgreSQL (pg_url) as node"""
+    conf = {
         "hostname": HOSTNAME,
         "listen": [{"address": "127.0.0.1", "port": port}],
         "access": {"networks": ["127.0.0.0/8"]},
-        "store": {"path": store, "map_size": "64M", "key_ttl": "1h"},
+        "store": store_conf(store, pg_url),
         "keys": {"headers": ["X-Idempotency-Key", "Idempotency-Key"]},
         "upstream": {"host": "127.0.0.1", "port": sink_port, "tls": "none",
                      "connections": 2, "timeout": "5s", "ambiguous": "assume-delivered"},
@@ -368,21 +393,33 @@ def base_conf(store, port, sink_port):
                    "command_timeout": "60s", "data_timeout": "60s"},
         "log": {"level": "info", "target": "stderr"},
     }
+    if pg_url:
+        conf["node"] = node
+    return conf
 
 
 class Daemon:
-    """bin/idemrelay with a generated config, on a free port, logging to a file."""
+    """bin/idemrelay with a generated config, on a free port, logging to a file.
+    On PostgreSQL it is node `node` (default: its directory's name) on the
+    test's database (or the store.url conf gives)."""
 
-    def __init__(self, t, name, sink, conf):
+    def __init__(self, t, name, sink, conf, node=None):
         self.t = t
         self.dir = os.path.join(t.tmp, name)
         os.makedirs(self.dir)
-        self.store = os.path.join(self.dir, "store")
+        self.backend = t.store
+        self.store = os.path.join(self.dir, "store") if self.backend == "lmdb" else None
+        self.node = (node or name) if self.backend == "postgresql" else None
         self.port = free_port()
         self.conf_path = os.path.join(self.dir, "idemrelay.conf")
         self.log_path = os.path.join(self.dir, "idemrelay.log")
         sink_port = sink.port if sink else free_port()
-        self.conf = merge(base_conf(self.store, self.port, sink_port), conf or {})
+        pg_url = None
+        if self.backend == "postgresql":
+            given = (conf or {}).get("store", {})
+            pg_url = given["url"] if isinstance(given, dict) and "url" in given else t.pg_url()
+        self.conf = merge(base_conf(self.store, self.port, sink_port, pg_url, self.node),
+                          conf or {})
         with open(self.conf_path, "w") as f:
             f.write(render_conf(self.conf))
         self.proc = None
@@ -495,12 +532,17 @@ class PowerFS:
 class T:
     """One test's resources: tmp dir, sinks, daemons; cleaned up at the end."""
 
-    def __init__(self, name, tmp):
+    def __init__(self, name, tmp, store=None):
         self.name = name
         self.tmp = tmp
+        self.store = store or STORE
         self.sinks = []
         self.daemons = []
         self.extra_logs = []
+        self.pg_clusters = []           # private clusters, destroyed at cleanup
+        self.pg_dbs = []                # names of this test's databases on the run's cluster
+        self._pg_shared = None
+        self._pg_url = None
 
     def sink(self, **control):
         s = Sink(self, "sink%d" % len(self.sinks))
@@ -516,10 +558,50 @@ class T:
         self.extra_logs.append(("powerfs log", fs.log_path))
         return fs.mount()
 
-    def daemon(self, sink=None, conf=None, start=True):
-        d = Daemon(self, "daemon%d" % len(self.daemons), sink, conf)
+    def daemon(self, sink=None, conf=None, start=True, node=None):
+        d = Daemon(self, "daemon%d" % len(self.daemons), sink, conf, node)
         self.daemons.append(d)
         return d.start() if start else d
+
+    def pg_shared(self):
+        """pg_shared - the run's cluster (run.py starts it, E2E_PG_ADMIN names it);
+        a private one when this test runs alone"""
+        if self._pg_shared is None:
+            admin = os.environ.get("E2E_PG_ADMIN")
+            if admin:
+                self._pg_shared = pgcluster.attach(admin, os.environ.get("E2E_PG_LOG"))
+            else:
+                self._pg_shared = self.pg_cluster()
+        return self._pg_shared
+
+    def pg_database(self, server=None):
+        """pg_database - a fresh database on server (default: the run's cluster); its URL"""
+        url = (server or self.pg_shared()).new_database(self.name[5:] or "t")
+        self.pg_dbs.append(url.rsplit("/", 1)[1])
+        return url
+
+    def pg_url(self):
+        """pg_url - the test's database, made on first use; every daemon of the test
+        shares it unless its conf names another store.url"""
+        if self._pg_url is None:
+            self._pg_url = self.pg_database()
+        return self._pg_url
+
+    def pg_cluster(self, standby=False):
+        """pg_cluster - a private cluster for a test that stops, kills or fails over
+        the server (with a synchronous standby if asked: cluster.standbys[0]).
+        Its directory is noted in the test's tmp so that run.py can kill what a
+        dead test process left running."""
+        c = pgcluster.Cluster()
+        self.pg_clusters.append(c)
+        with open(os.path.join(self.tmp, "pg-clusters"), "a") as f:
+            f.write(c.base + "\n")
+        c.start()
+        self.extra_logs.append(("postgresql log %s" % c.name, c.log_path))
+        if standby:
+            sb = c.add_standby()
+            self.extra_logs.append(("postgresql log %s" % sb.name, sb.log_path))
+        return c
 
     def finish(self):
         """finish - after a passing test: each daemon still alive (none died on
@@ -566,6 +648,11 @@ class T:
                 fs._detach()
             except Exception:
                 pass
+        for c in self.pg_clusters:
+            try:
+                c.destroy()
+            except Exception:
+                pass
 
     def dump_logs(self, out, tail=150):
         for d in self.daemons:
@@ -585,6 +672,9 @@ class T:
             except OSError:
                 continue
             out.write("--- %s (%s) ---\n%s\n" % (title, path, text[-8000:]))
+        if self._pg_shared is not None and self._pg_shared not in self.pg_clusters:
+            for db in self.pg_dbs:       # the run's cluster logs the database (%d)
+                out.write(self._pg_shared.log_tail(40, " %s " % db) + "\n")
 
 
 # ---------------------------------------------------------------- clients
@@ -731,13 +821,16 @@ def run(cmd, timeout=30, **kw):
 CASES = {}
 
 
-def case(timeout=90, needs_daemon=True):
-    """case - register a test function f(t); run.py runs each in its own process"""
+def case(timeout=90, needs_daemon=True, stores=STORES):
+    """case - register a test function f(t); run.py runs each in its own process,
+    when E2E_STORE is one of its stores (LMDB_ONLY, PG_ONLY; both by default)"""
     def reg(fn):
         check(fn.__name__.startswith("test_"), "test names start with test_")
         check(fn.__name__ not in CASES, "duplicate test name %s" % fn.__name__)
+        check(all(s in STORES for s in stores), "stores of %s: %r" % (fn.__name__, stores))
         fn.timeout = timeout
         fn.needs_daemon = needs_daemon
+        fn.stores = tuple(stores)
         CASES[fn.__name__] = fn
         return fn
     return reg

@@ -4,7 +4,8 @@ NAME
     run.py - run idemrelay's end-to-end tests against the real daemon
 
 SYNOPSIS
-    python3 tests/e2e/run.py [-j JOBS] [-v] [--keep] [--list] [NAME|GLOB|PART ...]
+    python3 tests/e2e/run.py [-j JOBS] [-v] [--keep] [--list] [NAME|GLOB|PART|FILE ...]
+    E2E_STORE=postgresql python3 tests/e2e/run.py [...]
 
 DESCRIPTION
     Runs the test cases in tests/e2e/cases_*.py, each in its own process
@@ -12,6 +13,16 @@ DESCRIPTION
     bin/idemrelay and upstream sink on free 127.0.0.1 ports), JOBS at a
     time (default 4), each within its own deadline. A failing test
     prints its traceback, the daemon's log and the sink's log.
+
+    A FILE (cases_accept, or cases_accept.py) selects every case in it.
+
+    E2E_STORE picks the store backend of every daemon: lmdb (the default)
+    or postgresql. Cases run only on the backends they are marked for
+    (harness.case(stores=...)); the others are reported skipped. On
+    postgresql one cluster (tests/pg/cluster.py) serves the whole run and
+    each test gets a fresh database on it; the cluster that
+    tests/pg/cluster.py run set up (IDEMRELAY_PG_ADMIN) if there is one,
+    else one started here and removed at the end.
 
     Ends with "N passed, N failed" (", N skipped" when any were) and
     exits 1 if any test failed. IDEMRELAY_BIN overrides bin/idemrelay;
@@ -53,6 +64,7 @@ def select(cases, names):
     out = []
     for n in names:
         hits = [c for c in cases if c == n or c == "test_" + n]
+        hits = hits or [c for c in cases if cases[c].__module__ == n.rsplit(".py", 1)[0]]
         hits = hits or [c for c in cases if fnmatch.fnmatch(c, n) or n in c]
         if not hits:
             sys.exit("run.py: no test matches %r (try --list)" % n)
@@ -92,6 +104,42 @@ def child(name, tmp):
     os._exit(rc)
 
 
+def reap_clusters(tmp):
+    """reap_clusters - the private PostgreSQL clusters a test noted (t.pg_cluster()),
+    killed and removed if it could not do so itself: pg_ctl starts the server in a
+    session of its own, out of reach of killpg"""
+    try:
+        with open(os.path.join(tmp, "pg-clusters")) as f:
+            bases = f.read().split()
+    except FileNotFoundError:
+        return
+    for b in bases:
+        harness.pgcluster.reap(b)
+        shutil.rmtree(b, ignore_errors=True)
+
+
+def shared_cluster(cases, todo):
+    """shared_cluster - on postgresql, the run's cluster for the tests in todo that
+    start a daemon: the one tests/pg/cluster.py run made, or a new one (returned,
+    for main to destroy). E2E_PG_ADMIN tells the test processes where it is."""
+    if harness.STORE != "postgresql" or not any(cases[n].needs_daemon for n in todo):
+        return None
+    if os.environ.get("IDEMRELAY_PG_ADMIN"):
+        os.environ["E2E_PG_ADMIN"] = os.environ["IDEMRELAY_PG_ADMIN"]
+        os.environ["E2E_PG_LOG"] = os.environ.get("IDEMRELAY_PG_LOG", "")
+        return None
+    pg = harness.pgcluster.Cluster("shared")
+    try:
+        pg.start()
+    except BaseException:
+        pg.destroy()
+        raise
+    os.environ["E2E_PG_ADMIN"] = pg.admin_url()
+    os.environ["E2E_PG_LOG"] = pg.log_path
+    print("run.py: PostgreSQL on 127.0.0.1:%d for this run (%s)" % (pg.port, pg.base), flush=True)
+    return pg
+
+
 def run_one(name, fn, base, verbose, lock):
     """run_one - a test in a child process with a deadline; returns (status, secs)"""
     tmp = os.path.join(base, name)
@@ -118,6 +166,7 @@ def run_one(name, fn, base, verbose, lock):
             pass
         if rc is None:
             rc = p.wait()
+        reap_clusters(tmp)
     secs = time.monotonic() - start
     status = {EXIT_PASS: "PASS", EXIT_SKIP: "SKIP"}.get(rc, "FAIL")
     if timed_out:
@@ -149,6 +198,8 @@ def main():
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    # a SIGTERM unwinds main, so the run's cluster is stopped and removed
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
 
     if args.child:
         child(args.child, args.tmp)
@@ -156,27 +207,39 @@ def main():
     cases = load_cases()
     if args.list:
         for n, fn in cases.items():
-            print("%-40s %3ds%s" % (n, fn.timeout, "" if fn.needs_daemon else "  (no daemon)"))
+            print("%-40s %3ds%s%s" % (n, fn.timeout, "" if fn.needs_daemon else "  (no daemon)",
+                                      "" if fn.stores == harness.STORES
+                                      else "  (%s only)" % "/".join(fn.stores)))
         return 0
+    if harness.STORE not in harness.STORES:
+        sys.exit("run.py: E2E_STORE=%s: want one of %s" % (harness.STORE, ", ".join(harness.STORES)))
     names = select(cases, args.names)
     passed = failed = skipped = 0
     lock = threading.Lock()
 
-    todo = names
+    todo = []
+    for n in names:
+        if harness.STORE in cases[n].stores:
+            todo.append(n)
+            continue
+        print("SKIP %s -- %s only (E2E_STORE=%s)" % (n, "/".join(cases[n].stores), harness.STORE))
+        skipped += 1
     if not os.access(harness.BIN, os.X_OK):
         print("run.py: %s is missing or not executable: build it with `make` first;"
               " the tests that need the daemon fail." % harness.BIN, flush=True)
-        todo = [n for n in names if not cases[n].needs_daemon]
-        for n in names:
-            if cases[n].needs_daemon:
-                print("FAIL %s -- bin/idemrelay missing" % n)
-                failed += 1
+        failing = [n for n in todo if cases[n].needs_daemon]
+        todo = [n for n in todo if not cases[n].needs_daemon]
+        for n in failing:
+            print("FAIL %s -- bin/idemrelay missing" % n)
+            failed += 1
 
     base = tempfile.mkdtemp(prefix="idemrelay-e2e-", dir=os.environ.get("E2E_TMP"))
     # the slowest first, so that the pool drains evenly
     todo = sorted(todo, key=lambda n: -cases[n].timeout)
     start = time.monotonic()
+    pg = None
     try:
+        pg = shared_cluster(cases, todo)
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futs = [pool.submit(run_one, n, cases[n], base, args.verbose, lock) for n in todo]
             for f in futs:
@@ -185,6 +248,8 @@ def main():
                 failed += s == "FAIL"
                 skipped += s == "SKIP"
     finally:
+        if pg:
+            pg.destroy()
         if args.keep:
             print("kept %s" % base)
         else:

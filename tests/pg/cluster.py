@@ -40,7 +40,8 @@ DESCRIPTION
 
     run: starts a cluster, creates the database "idemrelay", runs CMD with
     IDEMRELAY_PG_URL set to its URL and IDEMRELAY_PG_ADMIN to a superuser
-    URL (for tests that create databases of their own), stops the cluster
+    URL (for tests that create databases of their own: tests/e2e/run.py
+    then uses this cluster) and IDEMRELAY_PG_LOG to its log, stops the cluster
     and exits with CMD's status. --standby adds a synchronous standby
     first (IDEMRELAY_PG_STANDBY_PORT names its port).
 
@@ -67,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 SUPERUSER = "postgres"
 ROLE = "idemrelay"
@@ -193,20 +195,77 @@ def multi_url(clusters, db, user=ROLE, **params):
     return "postgresql://%s@%s/%s?%s" % (user, hosts, db, query)
 
 
-class Cluster:
+class Server:
+    """A running PostgreSQL server reached over TCP on 127.0.0.1: SQL and URLs.
+    A Cluster is one this module started; attach() gives one someone else did."""
+
+    def __init__(self, name, port=None, log_path=None):
+        self.name = name
+        self.port = port
+        self.log_path = log_path
+        self.dbs = 0
+
+    def url(self, db, user=ROLE, **params):
+        """url - libpq URL of database db on this server"""
+        q = "&".join("%s=%s" % kv for kv in sorted(params.items()))
+        return "postgresql://%s@127.0.0.1:%d/%s%s" % (user, self.port, db, "?" + q if q else "")
+
+    def admin_url(self):
+        return self.url("postgres", SUPERUSER)
+
+    def log_tail(self, n=40, only=None):
+        """log_tail - the server log's last n lines (those containing only, if given)"""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = f.read().splitlines()
+        except (OSError, TypeError):
+            return ""
+        if only:
+            lines = [l for l in lines if only in l]
+        return "--- %s (last %d lines%s) ---\n%s" % (
+            self.log_path, n, " with %s" % only if only else "", "\n".join(lines[-n:]))
+
+    def sql(self, sql, db="postgres", user=SUPERUSER, timeout=30):
+        """sql - run SQL with psql over TCP; the rows as text ('|' between columns)"""
+        try:
+            r = subprocess.run([prog("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                                "-d", self.url(db, user, connect_timeout=5), "-c", sql],
+                               capture_output=True, text=True, errors="replace",
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ClusterError("%s: psql did not finish within %ds: %s" % (self.name, timeout, sql))
+        if r.returncode != 0:
+            raise ClusterError("%s: psql failed: %s: %s" % (self.name, sql, r.stderr.strip()))
+        return r.stdout.strip()
+
+    def new_database(self, prefix="t"):
+        """new_database - a fresh, empty database owned by idemrelay; its URL"""
+        self.dbs += 1
+        name = "%s_%d_%d" % ("".join(c if c.isalnum() else "_" for c in prefix.lower())[:40],
+                             os.getpid(), self.dbs)
+        self.sql('CREATE DATABASE "%s" OWNER %s' % (name, ROLE), timeout=60)
+        return self.url(name)
+
+    def in_recovery(self):
+        return self.sql("SELECT pg_is_in_recovery()") == "t"
+
+
+def attach(admin_url, log_path=None):
+    """attach - a Server for a cluster another process started (its superuser URL)"""
+    return Server("shared", urllib.parse.urlsplit(admin_url).port, log_path)
+
+
+class Cluster(Server):
     """One PostgreSQL server with its data directory in a temporary directory."""
 
     def __init__(self, name="primary", base=None):
-        self.name = name
         self.owned_base = base is None
         self.base = base or tempfile.mkdtemp(prefix="idemrelay-pg-", dir=os.environ.get("PG_TMP"))
         self.dir = os.path.join(self.base, name)
+        Server.__init__(self, name, None, os.path.join(self.dir, "postgresql.log"))
         self.data = os.path.join(self.dir, "data")
         self.sock = os.path.join(self.dir, "sock")
-        self.log_path = os.path.join(self.dir, "postgresql.log")
-        self.port = None
         self.standbys = []
-        self.dbs = 0
         self.destroyed = False
         os.makedirs(self.sock, exist_ok=True)
         self._own(self.base)
@@ -249,22 +308,6 @@ class Cluster:
                     "host all all 127.0.0.1/32 trust\n"
                     "local replication all trust\n"
                     "host replication all 127.0.0.1/32 trust\n")
-
-    def log_tail(self, n=40):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            return ""
-        return "--- %s (last %d lines) ---\n%s" % (self.log_path, n, "\n".join(lines[-n:]))
-
-    def url(self, db, user=ROLE, **params):
-        """url - libpq URL of database db on this server"""
-        q = "&".join("%s=%s" % kv for kv in sorted(params.items()))
-        return "postgresql://%s@127.0.0.1:%d/%s%s" % (user, self.port, db, "?" + q if q else "")
-
-    def admin_url(self):
-        return self.url("postgres", SUPERUSER)
 
     # ------------------------------------------------------------ life
 
@@ -360,32 +403,6 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
         if self.owned_base:
             shutil.rmtree(self.base, ignore_errors=True)
-
-    # ------------------------------------------------------------ SQL
-
-    def sql(self, sql, db="postgres", user=SUPERUSER, timeout=30):
-        """sql - run SQL with psql over TCP; the rows as text ('|' between columns)"""
-        try:
-            r = subprocess.run([prog("psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-                                "-d", self.url(db, user, connect_timeout=5), "-c", sql],
-                               capture_output=True, text=True, errors="replace",
-                               stdin=subprocess.DEVNULL, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise ClusterError("%s: psql did not finish within %ds: %s" % (self.name, timeout, sql))
-        if r.returncode != 0:
-            raise ClusterError("%s: psql failed: %s: %s" % (self.name, sql, r.stderr.strip()))
-        return r.stdout.strip()
-
-    def new_database(self, prefix="t"):
-        """new_database - a fresh, empty database owned by idemrelay; its URL"""
-        self.dbs += 1
-        name = "%s_%d_%d" % ("".join(c if c.isalnum() else "_" for c in prefix.lower())[:40],
-                             os.getpid(), self.dbs)
-        self.sql('CREATE DATABASE "%s" OWNER %s' % (name, ROLE), timeout=60)
-        return self.url(name)
-
-    def in_recovery(self):
-        return self.sql("SELECT pg_is_in_recovery()") == "t"
 
     # ------------------------------------------------------------ replication
 
@@ -499,7 +516,8 @@ def run(cmd, standby=False):
     signal.signal(signal.SIGINT, lambda *a: sys.exit(130))
     pg.start()
     pg.sql('CREATE DATABASE idemrelay OWNER %s' % ROLE)
-    env = dict(os.environ, IDEMRELAY_PG_URL=pg.url("idemrelay"), IDEMRELAY_PG_ADMIN=pg.admin_url())
+    env = dict(os.environ, IDEMRELAY_PG_URL=pg.url("idemrelay"), IDEMRELAY_PG_ADMIN=pg.admin_url(),
+               IDEMRELAY_PG_LOG=pg.log_path)
     if standby:
         env["IDEMRELAY_PG_STANDBY_PORT"] = str(pg.add_standby().port)
     print("cluster.py: PostgreSQL on 127.0.0.1:%d (%s)" % (pg.port, pg.base), flush=True)
