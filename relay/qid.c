@@ -13,6 +13,7 @@
 static const char qid_digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUV";
 static pthread_mutex_t qid_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t qid_last;
+static int qid_node = -1;	/* set once at start, before any qid_next() */
 
 /* qid_encode - 12 base-32 digits, most significant first */
 void qid_encode(uint64_t v, char out[QID_LEN + 1])
@@ -44,6 +45,14 @@ int qid_decode(const char *qid, uint64_t *v)
 	return 0;
 }
 
+/* qid_set_node - this node's number in a shared store, or -1 */
+void qid_set_node(int node)
+{
+	pthread_mutex_lock(&qid_lock);
+	qid_node = node >= 0 && node < (1 << QID_NODE_BITS) ? node : -1;
+	pthread_mutex_unlock(&qid_lock);
+}
+
 /* qid_seed - never go below a QID already issued */
 void qid_seed(const char *last)
 {
@@ -64,8 +73,13 @@ void qid_next(char out[QID_LEN + 1])
 
 	now = (uint64_t) clock_us();
 	pthread_mutex_lock(&qid_lock);
-	if (now <= qid_last)
+	if (qid_node >= 0) {		/* the node's number in the low bits, always */
+		now = now << QID_NODE_BITS | (uint64_t) qid_node;
+		if (now <= qid_last)
+			now = ((qid_last >> QID_NODE_BITS) + 1) << QID_NODE_BITS | (uint64_t) qid_node;
+	} else if (now <= qid_last) {
 		now = qid_last + 1;
+	}
 	qid_last = now;
 	pthread_mutex_unlock(&qid_lock);
 	qid_encode(now, out);

@@ -213,6 +213,34 @@ static void test_qid(void **state)
 	assert_int_equal(qid_decode("0000000000a0", &v), -1);
 }
 
+/* nodes of a shared store: their number in the low bits, still increasing, never equal */
+static void test_qid_node(void **state)
+{
+	char a[QID_LEN + 1], b[QID_LEN + 1];
+	uint64_t va, vb, last = 0;
+	int i;
+
+	(void) state;
+	qid_set_node(5);
+	for (i = 0; i < 1000; i++) {
+		qid_next(a);
+		assert_int_equal(qid_decode(a, &va), 0);
+		if ((va & 0xff) != 5)
+			fail_msg("QID %s: node bits %llu, want 5", a, (unsigned long long) (va & 0xff));
+		if (va <= last)
+			fail_msg("QIDs not increasing: %llu then %llu", (unsigned long long) last,
+				 (unsigned long long) va);
+		last = va;
+	}
+	/* another node, same instant: a different QID in the same microsecond */
+	qid_set_node(3);
+	qid_next(b);
+	assert_int_equal(qid_decode(b, &vb), 0);
+	assert_int_equal(vb & 0xff, 3);
+	assert_true(vb > va && strcmp(b, a) > 0);
+	qid_set_node(-1);
+}
+
 /* the SPEC section 4 table */
 struct decide_case {
 	const char *name;
@@ -283,6 +311,7 @@ int main(void)
 		cmocka_unit_test(test_rewrite),
 		cmocka_unit_test(test_claim_hash),
 		cmocka_unit_test(test_qid),
+		cmocka_unit_test(test_qid_node),
 		cmocka_unit_test(test_decide),
 	};
 
