@@ -194,6 +194,31 @@ static int commit_op_alone(struct commit *cm, struct commit_op *op)
 	return store_txn_commit(t);
 }
 
+/*
+ * commit_keys - tell the store every key the batch will claim, before the
+ * first claim is read: a shared store locks them in one order, so racing
+ * batches on other nodes serialise on a key and never deadlock
+ */
+static void commit_keys(struct store_txn *t, const struct commit_req *batch)
+{
+	uint8_t (*keys)[STORE_HASH_LEN] = NULL;
+	const struct commit_req *req;
+	size_t n = 0, cap = 0;
+
+	for (req = batch; req; req = req->next) {
+		if (req->hashes == NULL)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			keys = xrealloc(keys, cap * sizeof(*keys));
+		}
+		memcpy(keys[n++], req->keyhash, STORE_HASH_LEN);
+	}
+	if (n > 0)
+		store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) keys, n);
+	free(keys);
+}
+
 /* commit_batch - one transaction for the whole batch; 0 or a STORE_E* code */
 static int commit_batch(struct commit *cm, struct commit_req *batch, struct commit_op *ops)
 {
@@ -204,6 +229,7 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 
 	if ((err = store_txn_begin(cm->st, &t)) != 0)
 		return err;
+	commit_keys(t, batch);
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
 	for (; ops && store_txn_error(t) == 0; ops = ops->next)
@@ -291,7 +317,8 @@ static void commit_round(struct commit *cm, struct commit_req *fifo, struct comm
 	ops_done(cm, ops, err);
 	for (req = fifo; req && err != 0; req = req->next) {
 		e = err;
-		if (fifo->next != NULL || ops != NULL) {
+		/* the database away: one at a time would fail the same way, each slowly */
+		if ((fifo->next != NULL || ops != NULL) && err != STORE_EAGAIN) {
 			next = req->next;
 			req->next = NULL;
 			e = commit_batch(cm, req, NULL);

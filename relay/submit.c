@@ -84,7 +84,12 @@ static const char *reply_text(const struct commit_req *req, char *reply, size_t 
 			 "content (queued as %s)", req->orig_qid);
 		break;
 	case COMMIT_FAILED:
-		snprintf(reply, len, "452 4.3.1 Insufficient system storage");
+		/* the database away, or the commit's fate unknown and not read back (SPEC 7) */
+		if (req->error == STORE_EAGAIN)
+			snprintf(reply, len, "451 4.3.0 Temporary failure: the store cannot be"
+				 " reached; try again later");
+		else
+			snprintf(reply, len, "452 4.3.1 Insufficient system storage");
 		break;
 	}
 	return reply;
@@ -239,7 +244,12 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	return sub;
 }
 
-/* fast_duplicate - answer a duplicate or mismatch from a read transaction; 1 if answered */
+/*
+ * fast_duplicate - answer a duplicate or mismatch from a read transaction;
+ * 1 if answered. Not on a shared store: the read is a round trip to the
+ * database, and the event loop never waits on the network; the commit
+ * thread answers duplicates there, a batch of them per transaction.
+ */
 static int fast_duplicate(struct conn *c, struct commit_req *req)
 {
 	size_t n = req->msg.n_rcpts;
@@ -247,7 +257,7 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 	int *found;
 	int answered = 0;
 
-	if (req->hashes == NULL || req->shadow)
+	if (req->hashes == NULL || req->shadow || store_shared(c->srv->st))
 		return 0;
 	claims = xcalloc(n, sizeof(*claims));
 	found = xcalloc(n, sizeof(*found));
