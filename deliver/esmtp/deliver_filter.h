@@ -11,7 +11,7 @@
  *	(Date, From, Message-Id, Sender, To, Cc, Bcc, Reply-To,
  *	Disposition-Notification-To; not Subject, which it does not know:
  *	libESMTP's headers.c). So
- *	deliver_smtp.c gives it a header block of its own to process: the
+ *	deliver_smtp_msg.c gives it a header block of its own to process: the
  *	line DELIVER_FILTER_SENTINEL and an empty line. The stored message
  *	follows, headers and body, and libesmtp takes all of it for body,
  *	which it copies unchanged (dot-stuffed). The bridge (deliver_bridge.h)
@@ -45,7 +45,7 @@
  *	an EHLO reply is hidden (the keyword overwritten, same length):
  *	libesmtp sends BDAT whenever the server offers it, and the cut would
  *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
- *	only when asked to, and deliver_smtp.c never asks. The start of a
+ *	only when asked to, and deliver_smtp_msg.c never asks. The start of a
  *	"250" line is held back until it tells whether it is that keyword.
  *
  *	It also finds where each message's content ends: the first
@@ -72,7 +72,7 @@
  *	octet is not "-". deliver_filter_owed() names the oldest reply owed.
  *
  *	Both work a byte at a time across calls: reads may split the streams
- *	anywhere. The SIZE= libesmtp sends is deliver_smtp.c's estimate, the
+ *	anywhere. The SIZE= libesmtp sends is deliver_smtp_msg.c's estimate, the
  *	stored message's size: exactly what goes out once the block is cut.
  */
 #ifndef DELIVER_ESMTP_DELIVER_FILTER_H

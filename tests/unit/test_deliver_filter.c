@@ -482,7 +482,7 @@ static void test_block_too_long(void **state)
 
 /*
  * a step of a conversation: the server's bytes, or libesmtp's and what
- * must pass, or libesmtp's rewind (as deliver_smtp.c's message callback
+ * must pass, or libesmtp's rewind (as deliver_smtp_msg.c's message callback
  * tells the bridge)
  */
 struct step {
