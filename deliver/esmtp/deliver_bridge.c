@@ -30,12 +30,9 @@
  *	included, is refused by the kernel. One TCP connection per delivery,
  *	not two (measured in BENCHMARKS.md), no listener, no accept.
  *
- *	When the bridge could go: it does three things libesmtp 1.1.0
- *	cannot. A libesmtp with a STARTTLS that discards what was buffered
- *	before the 220 and with implicit TLS would take the TLS half; one
- *	that can send a message without its header pass (or an MSA policy
- *	that lets it add Date/Message-Id) would take the filter's cut; the
- *	connect timeout and IPv6 literals would have to come with them.
+ *	When the bridge could go is in deliver_bridge.h: a libESMTP release
+ *	with the STARTTLS fix and a way to send a message untouched (or an
+ *	MSA header policy of ours), and a new home for the watch.
  *
  *	When the filter refuses what libesmtp writes, the thread hangs up on
  *	both sides at once, so nothing after the refused bytes reaches the

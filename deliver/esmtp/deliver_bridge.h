@@ -18,6 +18,39 @@
  *	next connect() to it on the same thread goes to deliver_bridge_attach()
  *	(the daemon's connect(), daemon/nodelay.c) and gets the server's
  *	greeting. A connect() from anywhere else is refused.
+ *
+ *	When the bridge could go: it does what libESMTP 1.1.0 (the last
+ *	tagged release, and Debian 12's) cannot. Each of these has to come
+ *	first.
+ *
+ *	The header cut (deliver_filter.h), and with it the CHUNKING mask:
+ *	libESMTP's header pass (headers.c) runs on every message. It goes
+ *	with a libESMTP that can send a message untouched, or with an MSA
+ *	header policy of our own that leaves the pass nothing to do: add a
+ *	missing Date: and Message-Id: at submission (RFC 6409 section 8),
+ *	refuse a message without From:, and refuse or remove there what
+ *	libESMTP would strip or drop (Return-Path:, Original-Recipient:,
+ *	Resent-Reply-To:, second copies of the headers it knows, listed in
+ *	deliver_filter.h). That policy is a change to SPEC section 4, under
+ *	which idemrelay changes nothing in a message but its Received: and
+ *	key headers.
+ *
+ *	TLS: a released libESMTP whose STARTTLS has the faults listed in
+ *	deliver_tls.c fixed. Keeping the plain text a server pipelines
+ *	behind its 220, and the shared context, are fixed on libESMTP's
+ *	libesmtp-1.1 branch, version 1.1.1 (commit 4ea8209 and others,
+ *	2022), never tagged nor merged into master (as of March 2025); the
+ *	wait on TLS 1.3 session tickets is not known to be. And implicit
+ *	TLS, which no libESMTP has, for upstream.tls = "implicit".
+ *
+ *	And the rest the bridge carries: SMTPUTF8 on MAIL (RFC 6531, which
+ *	libESMTP does not know); the connect within upstream.timeout, to any
+ *	address; every reply's deadline and whether the final dot reached
+ *	the server's TCP (deliver_watch.h). Those need only the upstream
+ *	socket, so they could move to the daemon's connect() (nodelay.c),
+ *	which has libESMTP's, and a watchdog over it. Until all of this is
+ *	there the bridge stays; with the header cut gone it would shrink to
+ *	TLS and the watch.
  */
 #ifndef DELIVER_ESMTP_DELIVER_BRIDGE_H
 #define DELIVER_ESMTP_DELIVER_BRIDGE_H

@@ -10,7 +10,8 @@
  *	wide context from ~/.config/libesmtp (or ~/.authenticate) and frees
  *	it with the first session that used it; it keeps bytes the server
  *	pipelined behind its 220 to STARTTLS and reads them as if they had
- *	come over TLS (fixed in 1.1.1); and when a TLS 1.3 server's session
+ *	come over TLS (fixed on the libesmtp-1.1 branch, 1.1.1, commit
+ *	4ea8209, never tagged); and when a TLS 1.3 server's session
  *	tickets arrive before libesmtp has flushed its next command, it
  *	polls for reading first and waits out the whole timeout (seen with
  *	QUIT after a refused certificate). So the bridge (deliver_bridge.c)
