@@ -1,7 +1,7 @@
 # idemrelay - see README.md. `make` builds bin/, `make test` runs every test.
 
 CC      ?= cc
-PKGS     = libconfig openssl zlib
+PKGS     = libconfig openssl zlib libpq
 CFLAGS  ?= -O2 -g
 # Flags the code needs whatever CFLAGS a caller passes (make asan does).
 override CFLAGS += -std=gnu11 -Wall -Wextra -D_GNU_SOURCE -MMD -MP \
@@ -22,7 +22,7 @@ deliver_SRC = $(wildcard deliver/*.c deliver/esmtp/*.c)
 relay_SRC   = $(wildcard relay/*.c)
 tls_SRC     = $(wildcard tls/*.c)
 smtp_SRC    = $(wildcard smtp/*.c)
-store_SRC   = $(wildcard store/*.c store/lmdb/*.c)
+store_SRC   = $(wildcard store/*.c store/lmdb/*.c store/pg/*.c)
 conf_SRC    = $(wildcard conf/*.c)
 util_SRC    = $(wildcard util/*.c)
 lib         = $(B)/lib$(1).a

@@ -218,6 +218,8 @@ struct store_stats {
 	uint64_t map_size, map_used;	/* LMDB's map now, and what of it is in use (0 on PostgreSQL) */
 	uint64_t map_ceiling;		/* how far it may grow: store.map_size_max, the disk */
 	uint64_t txns;			/* write transactions committed, ever */
+	int unavailable;		/* PostgreSQL: the database cannot be reached now */
+	uint64_t outages;		/* PostgreSQL: times it became unreachable since start */
 };
 int store_stats(struct store *st, struct store_stats *s);
 

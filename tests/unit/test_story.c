@@ -1,10 +1,9 @@
 /*
- * test_story - the store's stories and key index (store_hist.c, store_keys.c):
- * the history record codec, a story through spool, delivery updates, drop,
+ * test_story - the store's stories and key index, on either backend
+ * (test_store_fx.h): a story through spool, delivery updates, drop,
  * duplicate counts (and relay/dupcount.c, which holds them until they are
- * written) and expiry, forgetting a key, and the read-only open
- * idemrelayctl uses. Each test gets a fresh store in a temporary directory
- * (test_store_fx.h).
+ * written) and expiry, forgetting a key. Each test gets a fresh store.
+ * LMDB's history record codec and read-only open are in test_store_lmdb.c.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +12,6 @@
 #include <sys/time.h>
 
 #include "../../store/store.h"
-#include "../../store/lmdb/store_int.h"
 #include "../../relay/commit.h"
 #include "../../relay/dupcount.h"
 #include "../../util/buf.h"
@@ -96,72 +94,6 @@ static int claim_live(struct store *st, int key, int i)
 	assert_int_equal(store_claims_get(st, kh, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now_us(),
 					  &c, &found), 0);
 	return found;
-}
-
-static void test_codec(void **state)
-{
-	struct store_story s, got;
-	struct store_rcpt r[2] = { { "a@x", 0, NULL, STORE_RCPT_SENT, "250 ok" },
-				   { "b@x", 0, NULL, STORE_RCPT_QUEUED, NULL } };
-	uint8_t *buf;
-	size_t len, i;
-
-	(void) state;
-	memset(&s, 0, sizeof(s));
-	strcpy(s.m.qid, "0123456789AB");
-	s.m.accepted = 11;
-	s.m.from = "";
-	s.m.client = "c [1.2.3.4]";
-	s.m.user = "alice";
-	s.m.rcpts = r;
-	s.m.n_rcpts = 2;
-	s.m.attempts = 3;
-	s.m.data_len = 1234;
-	s.updated = 12;
-	s.finished = 13;
-	s.expires = 14;
-	s.forgotten = 15;
-	s.ttl = 16;
-	s.has_key = 1;
-	memset(s.keyhash, 7, STORE_HASH_LEN);
-	s.dropped = 1;
-	s.m.smtputf8 = 1;
-	s.duplicates = 5;
-	s.mismatches = 6;
-	len = lmdb_hist_rec_size(&s);
-	buf = xmalloc(len);
-	lmdb_hist_rec_encode(buf, len, &s);
-	memset(&got, 0, sizeof(got));
-	CHECK_INT("decode", lmdb_hist_rec_decode(buf, len, &got), 0);
-	CHECK_INT("accepted", got.m.accepted, 11);
-	CHECK_STR("from", got.m.from, "");
-	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
-	CHECK_STR("user", got.m.user, "alice");
-	CHECK_STR("envid", got.m.envid, NULL);
-	CHECK_INT("n_rcpts", got.m.n_rcpts, 2);
-	CHECK_STR("rcpt 1", got.m.rcpts[1].addr, "b@x");
-	CHECK_INT("rcpt 0 state", got.m.rcpts[0].state, STORE_RCPT_SENT);
-	CHECK_STR("rcpt 0 reply", got.m.rcpts[0].reply, "250 ok");
-	CHECK_STR("rcpt 1 reply", got.m.rcpts[1].reply, NULL);
-	CHECK_INT("attempts", got.m.attempts, 3);
-	CHECK_INT("size", got.m.data_len, 1234);
-	CHECK_INT("times", got.updated + got.finished + got.expires + got.forgotten + got.ttl,
-		  12 + 13 + 14 + 15 + 16);
-	CHECK_INT("flags", got.has_key * 10 + got.dropped, 11);
-	CHECK_INT("smtputf8", got.m.smtputf8, 1);
-	CHECK_INT("keyhash", got.keyhash[31], 7);
-	CHECK_INT("counts", got.duplicates * 10 + got.mismatches, 56);
-	store_story_free(&got);
-	/* every truncation, and a trailing byte, is refused without a leak */
-	for (i = 0; i < len; i++)
-		if (lmdb_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
-			fail_msg("decode of %zu of %zu bytes: want STORE_EINVAL", i, len);
-	buf = xrealloc(buf, len + 1);
-	buf[len] = 0;
-	CHECK_INT("trailing byte", lmdb_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
-	buf[0] = 9;
-	CHECK_INT("version", lmdb_hist_rec_decode(buf, len, &got), STORE_EINVAL);
-	free(buf);
 }
 
 static void test_story_lifecycle(void **state)
@@ -386,50 +318,6 @@ static void test_expire_claim_outlives(void **state)
 	store_msg_free(&m);
 }
 
-static int walk_cb(void *arg, const struct store_msg *m)
-{
-	size_t *n = arg;
-
-	if (m->data != NULL || m->data_len == 0 || m->from == NULL || m->n_rcpts != 1)
-		fail_msg("walk: want the envelope without data");
-	(*n)++;
-	return 0;
-}
-
-static void test_readonly(void **state)
-{
-	struct fx *f = *state;
-	struct store *ro;
-	struct store_msg m;
-	struct store_story s;
-	struct store_txn *t;
-	char err[256] = "", absent[128];
-	int64_t oldest;
-	size_t n = 0;
-	int claims[1] = { 30 };
-
-	snprintf(absent, sizeof(absent), "%s/nothing", f->dir);
-	CHECK_INT("absent", store_lmdb_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
-	if (strstr(err, "no store at") == NULL)
-		fail_msg("absent store: got %s", err);
-	CHECK_INT("oldest of none", store_queue_oldest(f->st, &oldest), STORE_ENOTFOUND);
-	msg_new(&m, "0000000000E1", 1, NULL);
-	accept_msg(f->st, &m, 8, claims);
-	CHECK_INT("open ro", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
-	CHECK_INT("story", store_story_get(ro, m.qid, &s), 0);
-	store_story_free(&s);
-	CHECK_INT("walk", store_queue_walk(ro, walk_cb, &n), 0);
-	CHECK_INT("walked", n, 1);
-	CHECK_INT("oldest", store_queue_oldest(ro, &oldest), 0);
-	CHECK_INT("oldest time", oldest, m.accepted);
-	if (store_txn_begin(ro, &t) == 0) {
-		store_txn_abort(t);
-		fail_msg("a read-only store began a write transaction");
-	}
-	store_close(ro);
-	store_msg_free(&m);
-}
-
 /* test_dupcount - counts held in memory, read exactly, written once */
 static void test_dupcount(void **state)
 {
@@ -486,13 +374,11 @@ static void test_dupcount(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codec),
 		T(test_story_lifecycle),
 		T(test_drop_and_counts),
 		T(test_forget),
 		T(test_expire),
 		T(test_expire_claim_outlives),
-		T(test_readonly),
 		T(test_dupcount),
 	};
 

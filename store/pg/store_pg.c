@@ -1,0 +1,588 @@
+/*
+ * NAME
+ *	store_pg 3
+ * SUMMARY
+ *	the PostgreSQL store: open, close, the connection pool, outages, errors
+ * SYNOPSIS
+ *	#include "store/pg/store_pg.h"
+ * DESCRIPTION
+ *	store_pg_open() connects, makes the schema current (store_pg_schema.c),
+ *	gives the node its slot and takes the slot's lock, then gives up the
+ *	leases the node's previous life held: a second process of the same
+ *	name is refused, so nothing else can be using them. Without a node
+ *	name it opens a client (idemrelayctl): the schema must exist and be
+ *	this build's version, no node is registered and nothing is leased.
+ *
+ *	The anchor is a connection of its own, kept for the node's life, that
+ *	holds the slot's session advisory lock; it is checked now and then
+ *	(store_pg_anchor_check(), from the delivery poller's calls) and the
+ *	lock taken again after a reconnect.
+ *
+ *	Any thread may call any function: each call takes a connection from
+ *	a pool (PG_POOL_START opened at start, grown on demand up to
+ *	PG_POOL_MAX) and gives it back; a batch transaction holds one from
+ *	its first statement to its end. A caller finding every connection
+ *	taken waits for one, at most PG_WAIT_US.
+ *
+ *	When PostgreSQL cannot be reached, every call returns STORE_EAGAIN
+ *	at once: connection attempts are spaced by a backoff of 0.1 s
+ *	doubling to 5 s, and until the next attempt is due no call tries. An
+ *	outage is logged once when it starts and once when it ends, and
+ *	store_stats() says so (unavailable, outages). libpq's connect_timeout
+ *	(5 s) and TCP keepalives and user timeout bound each attempt and
+ *	each statement on a dead network, unless the URL sets them.
+ *
+ *	A connection that failed, or that reached a server which is shutting
+ *	down or is a standby (after a failover, target_session_attrs finds
+ *	the new primary at the next connect), is closed, and with it the
+ *	idle ones: they were opened before the same event.
+ * DIAGNOSTICS
+ *	store_pg_result() is the one place where libpq results and SQLSTATEs
+ *	become STORE_E* codes. Errors that are neither an outage, a full
+ *	disk, a lost lease nor a bad argument are logged with the server's
+ *	message, once each.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg.h"
+#include "store_pg_int.h"
+
+/* what libpq gets besides the URL, which overrides any of them (it comes last) */
+static const char *const conn_keys[] = {
+	"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+	"keepalives_count", "tcp_user_timeout", "application_name", "dbname", NULL
+};
+static const char *const conn_vals[] = {
+	"5", "1", "5", "2", "3", "10000", "idemrelay", NULL, NULL
+};
+
+#define NODE_LOCK "hashtextextended('idemrelay node ' || coalesce(current_schema(), '') " \
+	"|| ' ' || $1::int, 0)"
+
+/* one_line - libpq's message without its newlines and tabs, in place */
+static char *one_line(char *s)
+{
+	char *p;
+	size_t n;
+
+	for (p = s; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+	while ((n = strlen(s)) > 0 && s[n - 1] == ' ')
+		s[n - 1] = 0;
+	return s;
+}
+
+/* conn_open - a new connection to url; NULL and why in err */
+static PGconn *conn_open(const char *url, char *err, size_t errlen)
+{
+	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
+	char *msg;
+	PGconn *c;
+
+	memcpy(vals, conn_vals, sizeof(vals));
+	vals[7] = url;
+	c = PQconnectdbParams(conn_keys, vals, 1);
+	if (c != NULL && PQstatus(c) == CONNECTION_OK)
+		return c;
+	msg = xstrdup(c ? PQerrorMessage(c) : "out of memory");
+	snprintf(err, errlen, "%s", one_line(msg));
+	free(msg);
+	PQfinish(c);
+	return NULL;
+}
+
+/* note_down - connecting failed: start or continue an outage, and back off */
+static void note_down(struct pg_store *st, const char *why)
+{
+	int64_t now = clock_mono_us();
+
+	pthread_mutex_lock(&st->mu);
+	if (!st->down) {
+		st->down = 1;
+		st->down_since = now;
+		st->outages++;
+		msg_warn("store: PostgreSQL unreachable: %s", why);
+	}
+	st->backoff = st->backoff ? st->backoff * 2 : PG_BACKOFF_MIN;
+	if (st->backoff > PG_BACKOFF_MAX)
+		st->backoff = PG_BACKOFF_MAX;
+	st->next_try = now + st->backoff;
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* note_up - a connection was made: an outage, if any, is over (mu held) */
+static void note_up(struct pg_store *st)
+{
+	if (st->down)
+		msg_info("store: PostgreSQL reachable again after %.1f s",
+			 (double) (clock_mono_us() - st->down_since) / 1e6);
+	st->down = 0;
+	st->backoff = 0;
+	st->next_try = 0;
+}
+
+/* idle_alive - has an idle connection kept its server? (reads what it sent: EOF, errors) */
+static int idle_alive(PGconn *c)
+{
+	return PQconsumeInput(c) == 1 && PQstatus(c) == CONNECTION_OK && !PQisBusy(c)
+	    && PQtransactionStatus(c) == PQTRANS_IDLE;
+}
+
+/*
+ * store_pg_take - a connection of the pool, idle, opened, or given back
+ * by another caller within PG_WAIT_US; STORE_EAGAIN if PostgreSQL
+ * cannot be reached (or not before the backoff is over) or none is free
+ */
+int store_pg_take(struct pg_store *st, PGconn **out)
+{
+	int64_t deadline = clock_us() + PG_WAIT_US;
+	struct timespec ts = { (time_t) (deadline / 1000000), (long) (deadline % 1000000) * 1000 };
+	char err[512];
+	PGconn *c;
+
+	*out = NULL;
+	pthread_mutex_lock(&st->mu);
+	for (;;) {
+		while (st->n_idle > 0) {
+			c = st->idle[--st->n_idle];
+			if (idle_alive(c)) {
+				pthread_mutex_unlock(&st->mu);
+				*out = c;
+				return 0;
+			}
+			PQfinish(c);
+			st->n_open--;
+		}
+		if (st->n_open < PG_POOL_MAX)
+			break;
+		if (pthread_cond_timedwait(&st->freed, &st->mu, &ts) != 0) {
+			pthread_mutex_unlock(&st->mu);
+			msg_warn("store: no PostgreSQL connection free within %lld s",
+				 (long long) (PG_WAIT_US / 1000000));
+			return STORE_EAGAIN;
+		}
+	}
+	if (st->down && clock_mono_us() < st->next_try) {
+		pthread_mutex_unlock(&st->mu);
+		return STORE_EAGAIN;
+	}
+	st->n_open++;
+	pthread_mutex_unlock(&st->mu);
+	if ((c = conn_open(st->url, err, sizeof(err))) == NULL) {
+		pthread_mutex_lock(&st->mu);
+		st->n_open--;
+		pthread_cond_signal(&st->freed);
+		pthread_mutex_unlock(&st->mu);
+		note_down(st, err);
+		return STORE_EAGAIN;
+	}
+	pthread_mutex_lock(&st->mu);
+	note_up(st);
+	pthread_mutex_unlock(&st->mu);
+	*out = c;
+	return 0;
+}
+
+/* store_pg_give - a connection back to the pool; one that failed is closed, and the idle with it */
+void store_pg_give(struct pg_store *st, PGconn *c)
+{
+	size_t i;
+
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE
+	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset) {
+		PQfinish(c);
+		st->n_open--;
+		if (st->reset || PQstatus(c) != CONNECTION_OK) {
+			for (i = 0; i < st->n_idle; i++)
+				PQfinish(st->idle[i]);
+			st->n_open -= st->n_idle;
+			st->n_idle = 0;
+			st->reset = 0;
+		}
+	} else {
+		st->idle[st->n_idle++] = c;
+	}
+	pthread_cond_signal(&st->freed);
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* store_pg_run - one statement on a connection of the pool; *r is the caller's to PQclear */
+int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
+		 const char *what)
+{
+	PGconn *c;
+	int err;
+
+	*r = NULL;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	err = store_pg_exec(st, c, sql, p, r, what);
+	store_pg_give(st, c);
+	return err;
+}
+
+/* store_pg_error_code - an SQLSTATE as a STORE_E* code */
+int store_pg_error_code(const char *sqlstate)
+{
+	static const struct {
+		const char *prefix;
+		int err;
+	} map[] = {
+		{ PG_SQLSTATE_FENCE, STORE_ELEASE },	/* our fence: the lease went elsewhere */
+		{ "53100", STORE_ENOSPC },	/* disk_full */
+		{ "53", STORE_EAGAIN },		/* out of memory, too many connections */
+		{ "40", STORE_EAGAIN },		/* serialization failure, deadlock: retry the batch */
+		{ "08", STORE_EAGAIN },		/* connection exceptions */
+		{ "57", STORE_EAGAIN },		/* shutting down, cannot connect now, cancelled */
+		{ "25006", STORE_EAGAIN },	/* read-only transaction: a standby, after a failover */
+		{ "55P03", STORE_EAGAIN },	/* lock not available */
+		{ "23", STORE_EINVAL },		/* integrity: the same QID twice */
+		{ "22", STORE_EINVAL },		/* data exception: bad text */
+	};
+	size_t i;
+
+	if (sqlstate == NULL)
+		return STORE_EAGAIN;
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (strncmp(sqlstate, map[i].prefix, strlen(map[i].prefix)) == 0)
+			return map[i].err;
+	return STORE_EIO;
+}
+
+/*
+ * store_pg_result - a statement's result as 0 or a STORE_E* code: no
+ * result or a lost connection is STORE_EAGAIN; a server shutting down
+ * or read-only resets the pool (see the header)
+ */
+int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what)
+{
+	const char *state;
+	char *msg;
+	int err;
+
+	if (r != NULL && (PQresultStatus(r) == PGRES_COMMAND_OK
+			  || PQresultStatus(r) == PGRES_TUPLES_OK))
+		return 0;
+	if (r == NULL || PQstatus(c) != CONNECTION_OK)
+		return STORE_EAGAIN;
+	if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
+		return STORE_EIO;	/* an earlier statement failed: its error is the one */
+	state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	err = store_pg_error_code(state);
+	if (state && (strncmp(state, "57", 2) == 0 || strcmp(state, "25006") == 0)) {
+		pthread_mutex_lock(&st->mu);
+		st->reset = 1;
+		pthread_mutex_unlock(&st->mu);
+	}
+	if (err == STORE_EIO || err == STORE_ENOSPC) {
+		msg = xstrdup(PQresultErrorMessage(r));
+		msg_warn("store: %s: %s", what, one_line(msg));
+		free(msg);
+	}
+	return err;
+}
+
+/* node_lock - take the slot's session lock on the anchor: 1 taken, 0 held elsewhere, <0 error */
+static int node_lock(struct pg_store *st, PGconn *c)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&p);
+	store_pg_p_i32(&p, st->slot);
+	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" NODE_LOCK ")", &p, &r,
+			    "node lock");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	err = PQntuples(r) == 1 ? (int) store_pg_int(r, 0, 0) : STORE_EIO;
+	PQclear(r);
+	return err;
+}
+
+/* node_slot - the node's slot: the lowest free one, given once to a new name */
+static int node_slot(struct pg_store *st, PGconn *c, char *err, size_t errlen)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc;
+
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, st->node);
+	rc = store_pg_exec(st, c, "INSERT INTO nodes (name, slot) SELECT $1, s "
+			   "FROM generate_series(0, 255) s WHERE NOT EXISTS "
+			   "(SELECT 1 FROM nodes WHERE slot = s) AND NOT EXISTS "
+			   "(SELECT 1 FROM nodes WHERE name = $1) ORDER BY s LIMIT 1", &p, &r,
+			   "node slot");
+	PQclear(r);
+	if (rc == 0)
+		rc = store_pg_exec(st, c, "SELECT slot FROM nodes WHERE name = $1", &p, &r,
+				   "node slot");
+	store_pg_params_free(&p);
+	if (rc != 0) {
+		snprintf(err, errlen, "store: node %s: cannot register: %s", st->node,
+			 store_strerror(rc));
+		return rc;
+	}
+	if (PQntuples(r) != 1) {
+		snprintf(err, errlen, "store: node %s: no free node slot (256 node names known)",
+			 st->node);
+		PQclear(r);
+		return STORE_EINVAL;
+	}
+	st->slot = (int) store_pg_int(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
+/*
+ * node_start - under the schema lock: the node's slot, its lock, and the
+ * leases of its previous life given up
+ */
+static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc;
+
+	if ((rc = node_slot(st, c, err, errlen)) != 0)
+		return rc;
+	if ((rc = node_lock(st, c)) != 1) {
+		if (rc == 0)
+			snprintf(err, errlen, "store: node %s is running already", st->node);
+		else
+			snprintf(err, errlen, "store: node %s: cannot take its lock: %s", st->node,
+				 store_strerror(rc));
+		return rc == 0 ? STORE_EINVAL : rc;
+	}
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, st->node);
+	rc = store_pg_exec(st, c, "UPDATE messages SET lease_owner = NULL "
+			   "WHERE lease_owner = $1", &p, &r, "leases of a previous life");
+	store_pg_params_free(&p);
+	PQclear(r);
+	if (rc != 0)
+		snprintf(err, errlen, "store: node %s: cannot give up old leases: %s", st->node,
+			 store_strerror(rc));
+	return rc;
+}
+
+/*
+ * store_pg_anchor_check - at most once a second: is the anchor still
+ * connected? If not, connect again and take the slot's lock again
+ */
+void store_pg_anchor_check(struct pg_store *st)
+{
+	int64_t now = clock_mono_us();
+	char err[512];
+	PGconn *c;
+	int rc;
+
+	if (pthread_mutex_trylock(&st->amu) != 0)
+		return;
+	if (now - st->anchor_checked < 1000000) {
+		pthread_mutex_unlock(&st->amu);
+		return;
+	}
+	st->anchor_checked = now;
+	if (st->anchor && idle_alive(st->anchor)) {
+		pthread_mutex_unlock(&st->amu);
+		return;
+	}
+	PQfinish(st->anchor);
+	st->anchor = NULL;
+	if ((c = conn_open(st->url, err, sizeof(err))) != NULL) {
+		if ((rc = node_lock(st, c)) == 1) {
+			st->anchor = c;
+			msg_info("store: node %s: slot lock taken again after a reconnect", st->node);
+		} else {
+			if (rc == 0)
+				msg_error("store: node %s: its slot lock is held by another process: "
+					  "is a second node of that name running?", st->node);
+			PQfinish(c);
+		}
+	}
+	pthread_mutex_unlock(&st->amu);
+}
+
+/* pg_free - release a handle and every connection it holds */
+static void pg_free(struct pg_store *st)
+{
+	size_t i;
+
+	for (i = 0; i < st->n_idle; i++)
+		PQfinish(st->idle[i]);
+	PQfinish(st->anchor);
+	pthread_mutex_destroy(&st->mu);
+	pthread_mutex_destroy(&st->amu);
+	pthread_mutex_destroy(&st->lmu);
+	pthread_cond_destroy(&st->freed);
+	free(st->leases);
+	free(st->url);
+	free(st->node);
+	free(st);
+}
+
+/* pg_close - close the store; every transaction must be over */
+static void pg_close(struct store *base)
+{
+	if (base != NULL)
+		pg_free((struct pg_store *) base);
+}
+
+/*
+ * store_pg_open - connect, make the schema current, start the node.
+ * One sequence, one failure path: err says what failed and why.
+ */
+int store_pg_open(struct store **out, const char *url, const char *node, int64_t lease_us,
+		  char *err, size_t errlen)
+{
+	struct pg_store *st = xcalloc(1, sizeof(*st));
+	char why[512] = "", dummy[1];
+	PGconn *c;
+	PGresult *r;
+	int rc;
+	size_t i;
+
+	*out = NULL;
+	if (err == NULL || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	st->base.ops = &store_pg_ops;
+	st->url = xstrdup(url ? url : "");
+	st->node = node ? xstrdup(node) : NULL;
+	st->lease_us = lease_us > 0 ? lease_us : 60 * 1000000LL;
+	st->slot = -1;
+	pthread_mutex_init(&st->mu, NULL);
+	pthread_mutex_init(&st->amu, NULL);
+	pthread_mutex_init(&st->lmu, NULL);
+	pthread_cond_init(&st->freed, NULL);
+	if (node && (*node == 0 || strlen(node) > 255)) {
+		snprintf(err, errlen, "store: node name must be 1 to 255 bytes");
+		rc = STORE_EINVAL;
+		goto fail;
+	}
+	if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
+		snprintf(err, errlen, "store.url: %s", why);
+		rc = STORE_EAGAIN;
+		goto fail;
+	}
+	if (node == NULL) {		/* a client: the schema read, nothing else */
+		st->idle[st->n_idle++] = c;
+		st->n_open++;
+		if ((rc = store_pg_schema(st, c, 1, err, errlen)) != 0)
+			goto fail;
+		*out = &st->base;
+		return 0;
+	}
+	st->anchor = c;
+	if ((rc = store_pg_schema(st, st->anchor, 0, err, errlen)) != 0)
+		goto fail;
+	rc = node_start(st, st->anchor, err, errlen);
+	/* the schema lock store_pg_schema() took: other starters may go on */
+	if (store_pg_exec(st, st->anchor, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")", NULL,
+			  &r, "schema unlock") == 0)
+		PQclear(r);
+	if (rc != 0)
+		goto fail;
+	st->anchor_checked = clock_mono_us();
+	for (i = 0; i < PG_POOL_START; i++) {
+		if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
+			snprintf(err, errlen, "store.url: %s", why);
+			rc = STORE_EAGAIN;
+			goto fail;
+		}
+		st->idle[st->n_idle++] = c;
+		st->n_open++;
+	}
+	*out = &st->base;
+	return 0;
+
+fail:
+	pg_free(st);
+	return rc;
+}
+
+/* pg_node_id - the node's slot, 0..255 */
+static int pg_node_id(struct store *base)
+{
+	return ((struct pg_store *) base)->slot;
+}
+
+/* pg_stats - claims and queued messages, commits, and whether the database is reachable */
+static int pg_stats(struct store *base, struct store_stats *s)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	PGconn *c;
+	PGresult *r;
+	int err;
+
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_lock(&st->mu);
+	s->unavailable = st->down;
+	s->outages = st->outages;
+	s->txns = st->txns;
+	pthread_mutex_unlock(&st->mu);
+	if ((err = store_pg_take(st, &c)) != 0) {
+		s->unavailable = 1;
+		return err;
+	}
+	err = store_pg_exec(st, c, "SELECT (SELECT count(*) FROM claims), "
+			    "(SELECT count(*) FROM messages WHERE queued)", NULL, &r, "stats");
+	store_pg_give(st, c);
+	if (err != 0)
+		return err;
+	s->claims = (uint64_t) store_pg_int(r, 0, 0);
+	s->queued = (uint64_t) store_pg_int(r, 0, 1);
+	PQclear(r);
+	return 0;
+}
+
+const struct store_ops store_pg_ops = {
+	.name = "postgresql",
+	.close = pg_close,
+	.claims_get = store_pg_claims_get,
+	.txn_begin = store_pg_txn_begin,
+	.txn_keys = store_pg_txn_keys,
+	.txn_claim_get = store_pg_txn_claim_get,
+	.txn_claim_put = store_pg_txn_claim_put,
+	.txn_msg_put = store_pg_txn_msg_put,
+	.txn_msg_set_inflight = store_pg_txn_msg_set_inflight,
+	.txn_msg_update = store_pg_txn_msg_update,
+	.txn_error = store_pg_txn_error,
+	.txn_commit = store_pg_txn_commit,
+	.txn_abort = store_pg_txn_abort,
+	.last_qid = store_pg_last_qid,
+	.node_id = pg_node_id,
+	.queue_list = store_pg_queue_list,
+	.queue_take = store_pg_queue_take,
+	.lease_renew = store_pg_lease_renew,
+	.queue_due = store_pg_queue_due,
+	.lease_release = store_pg_lease_release,
+	.msg_load = store_pg_msg_load,
+	.msg_set_inflight = store_pg_msg_set_inflight,
+	.msg_update = store_pg_msg_update,
+	.msg_update_many = store_pg_msg_update_many,
+	.msg_drop = store_pg_msg_drop,
+	.stats = pg_stats,
+	.queue_walk = store_pg_queue_walk,
+	.queue_oldest = store_pg_queue_oldest,
+	.story_get = store_pg_story_get,
+	.key_qids = store_pg_key_qids,
+	.key_forget = store_pg_key_forget,
+	.key_queued = store_pg_key_queued,
+	.hist_count = store_pg_hist_count,
+	.hist_expire = store_pg_hist_expire,
+	.hist_stats = store_pg_hist_stats,
+};

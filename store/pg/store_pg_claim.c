@@ -1,0 +1,331 @@
+/*
+ * NAME
+ *	store_pg_claim 3
+ * SUMMARY
+ *	claims on PostgreSQL: key locks in one order, a cache per batch, lookups
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	store_pg_txn_keys() is a batch's first round trip: BEGIN, the
+ *	advisory lock of every key of the batch (the first 8 bytes of its
+ *	hash as a bigint, sorted and each once: concurrent batches on any
+ *	node lock in one order, so racers on a key serialise and never
+ *	deadlock), and every claim under those keys, with whether its
+ *	message is still queued, read into the transaction's cache (open
+ *	addressing on the claim hash). Claim lookups are answered from it and
+ *	from the claims the transaction put. A key not given beforehand is
+ *	locked and read when first asked for: a round trip, correct and
+ *	slower (then a deadlock with another batch is possible, and
+ *	PostgreSQL breaks it: STORE_EAGAIN, the batch is retried).
+ *
+ *	A claim is live until it expires, and after while its message is
+ *	queued (in the database, or put by this transaction).
+ *
+ *	store_pg_claims_get() is the lookup outside a transaction, one
+ *	statement, which never waits for a lock.
+ * DIAGNOSTICS
+ *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* code; inside a
+ *	transaction a failure is also its sticky error.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+static const char SQL_LOCK[] = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
+static const char SQL_KEY_CLAIMS[] =
+	"SELECT c.hash, c.keyhash, c.qid, c.fingerprint, c.accepted, c.expires, "
+	"coalesce(m.queued, false) FROM claims c LEFT JOIN messages m ON m.qid = c.qid "
+	"WHERE c.keyhash = ANY($1::bytea[])";
+
+/* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
+static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STORE_HASH_LEN])
+{
+	size_t mask = t->cap_cache - 1, i;
+	uint64_t h = (uint64_t) store_pg_key_lock(hash);
+
+	for (i = (size_t) (h ^ (h >> 29)) & mask;; i = (i + 1) & mask)
+		if (!t->cache[i].used || memcmp(t->cache[i].hash, hash, STORE_HASH_LEN) == 0)
+			return &t->cache[i];
+}
+
+/* cache_put - file a claim in the cache, replacing any under its hash */
+static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c, int queued)
+{
+	struct pg_claim_ent *old = t->cache, *e;
+	size_t oldcap = t->cap_cache, i;
+
+	if (2 * (t->n_cache + 1) > t->cap_cache) {	/* at most half full */
+		t->cap_cache = t->cap_cache ? 2 * t->cap_cache : 64;
+		t->cache = xcalloc(t->cap_cache, sizeof(*t->cache));
+		t->n_cache = 0;
+		for (i = 0; i < oldcap; i++)
+			if (old[i].used) {
+				*cache_slot(t, old[i].hash) = old[i];
+				t->n_cache++;
+			}
+		free(old);
+	}
+	e = cache_slot(t, hash);
+	if (!e->used)
+		t->n_cache++;
+	e->used = 1;
+	memcpy(e->hash, hash, STORE_HASH_LEN);
+	memcpy(e->keyhash, keyhash, STORE_HASH_LEN);
+	e->c = *c;
+	e->queued = queued;
+}
+
+/* key_loaded - were the claims under keyhash read in this transaction? */
+static int key_loaded(const struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN])
+{
+	size_t i;
+
+	for (i = 0; i < t->n_loaded; i++)
+		if (memcmp(t->loaded[i], keyhash, STORE_HASH_LEN) == 0)
+			return 1;
+	return 0;
+}
+
+/* i64_cmp - for qsort */
+static int i64_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* claims_read - file the rows of SQL_KEY_CLAIMS in the cache; 0 or STORE_EINVAL */
+static int claims_read(struct pg_txn *t, const PGresult *r)
+{
+	uint8_t hash[STORE_HASH_LEN], keyhash[STORE_HASH_LEN];
+	struct store_claim c;
+	int i, n = PQntuples(r);
+
+	for (i = 0; i < n; i++) {
+		memset(&c, 0, sizeof(c));
+		if (store_pg_copy(r, i, 0, hash, STORE_HASH_LEN) != 0
+		    || store_pg_copy(r, i, 1, keyhash, STORE_HASH_LEN) != 0
+		    || store_pg_qid(r, i, 2, c.qid) != 0
+		    || store_pg_copy(r, i, 3, c.fingerprint, STORE_HASH_LEN) != 0) {
+			msg_warn("store: corrupt claim row");
+			return STORE_EINVAL;
+		}
+		c.accepted = store_pg_int(r, i, 4);
+		c.expires = store_pg_int(r, i, 5);
+		/* a claim this transaction put before its key was read stays */
+		if (t->cap_cache == 0 || !cache_slot(t, hash)->used)
+			cache_put(t, keyhash, hash, &c, (int) store_pg_int(r, i, 6));
+	}
+	return 0;
+}
+
+/*
+ * keys_load - lock the keys not locked yet, in order, and read their
+ * claims, in one round trip (BEGIN first, if not sent yet)
+ */
+static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
+{
+	struct pg_params lp, cp;
+	struct pg_arr locks, keys;
+	int64_t *want = xcalloc(n ? n : 1, sizeof(*want));
+	size_t i, k = 0, nk = 0;
+	PGresult *r;
+	int err = 0, sent_begin = 0, sent_lock = 0;
+
+	store_pg_arr_init(&locks, PG_OID_INT8);
+	store_pg_arr_init(&keys, PG_OID_BYTEA);
+	for (i = 0; i < n; i++) {
+		if (key_loaded(t, keyhashes[i]))
+			continue;
+		want[k++] = store_pg_key_lock(keyhashes[i]);
+		store_pg_a_bytes(&keys, keyhashes[i], STORE_HASH_LEN);
+		if (t->n_loaded == t->cap_loaded) {
+			t->cap_loaded = t->cap_loaded ? 2 * t->cap_loaded : 16;
+			t->loaded = xrealloc(t->loaded, t->cap_loaded * sizeof(*t->loaded));
+		}
+		memcpy(t->loaded[t->n_loaded++], keyhashes[i], STORE_HASH_LEN);
+		nk++;
+	}
+	if (nk == 0)
+		goto out;
+	/* sorted, each once, those not held yet: every batch takes its locks in this order */
+	qsort(want, k, sizeof(*want), i64_cmp);
+	for (i = 0; i < k; i++) {
+		if ((i > 0 && want[i] == want[i - 1])
+		    || bsearch(&want[i], t->locked, t->n_locked, sizeof(*t->locked), i64_cmp))
+			continue;
+		store_pg_a_i64(&locks, want[i]);
+		if (t->n_locked == t->cap_locked) {
+			t->cap_locked = t->cap_locked ? 2 * t->cap_locked : 16;
+			t->locked = xrealloc(t->locked, t->cap_locked * sizeof(*t->locked));
+		}
+		t->locked[t->n_locked++] = want[i];
+	}
+	qsort(t->locked, t->n_locked, sizeof(*t->locked), i64_cmp);
+	store_pg_params_init(&lp);
+	store_pg_params_init(&cp);
+	sent_lock = locks.n > 0;
+	store_pg_p_arr(&lp, &locks);
+	store_pg_p_arr(&cp, &keys);
+	if (PQenterPipelineMode(t->c) != 1)
+		err = STORE_EAGAIN;
+	if (err == 0 && !t->begun) {
+		sent_begin = 1;
+		err = store_pg_send(t->c, "BEGIN", NULL);
+	}
+	if (err == 0 && sent_lock)
+		err = store_pg_send(t->c, SQL_LOCK, &lp);
+	if (err == 0)
+		err = store_pg_send(t->c, SQL_KEY_CLAIMS, &cp);
+	if (err == 0 && PQpipelineSync(t->c) != 1)
+		err = -1;
+	store_pg_params_free(&lp);
+	store_pg_params_free(&cp);
+	if (err != 0) {
+		store_pg_txn_fail(t, STORE_EAGAIN);
+		goto out;
+	}
+	t->begun = 1;
+	if (sent_begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
+		PQclear(r);
+	if (err == 0 && sent_lock && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0)
+		PQclear(r);
+	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "read claims")) == 0) {
+		err = claims_read(t, r);
+		PQclear(r);
+	}
+	if (store_pg_pipe_end(t->c) != 0 && err == 0)
+		err = STORE_EAGAIN;
+	if (err != 0)
+		store_pg_txn_fail(t, err);
+out:
+	store_pg_arr_free(&locks);
+	store_pg_arr_free(&keys);
+	free(want);
+}
+
+/* store_pg_txn_keys - lock the batch's keys in one order and read their claims */
+void store_pg_txn_keys(struct store_txn *base, const uint8_t (*keyhashes)[STORE_HASH_LEN],
+		       size_t n)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+
+	if (t->err == 0 && n > 0)
+		keys_load(t, keyhashes, n);
+}
+
+/* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
+int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
+			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_claim_ent *e;
+
+	memset(c, 0, sizeof(*c));
+	if (t->err)
+		return t->err;
+	if (!key_loaded(t, keyhash))
+		keys_load(t, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1);
+	if (t->err)
+		return t->err;
+	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
+	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
+		return STORE_ENOTFOUND;
+	/* live until it expires, and after while its message is queued */
+	if (now >= e->c.expires && !e->queued && !store_pg_qids_has(t->put_qids, t->n_put, e->c.qid))
+		return STORE_ENOTFOUND;
+	*c = e->c;
+	return 0;
+}
+
+/* store_pg_txn_claim_put - buffer a claim, replacing any under its hash */
+void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
+			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	char key[STORE_QID_SIZE];
+	struct pg_seg *s;
+	size_t i;
+
+	if (t->err)
+		return;
+	if (!store_pg_qid_ok(c->qid)) {
+		store_pg_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	for (i = 0; i < 11; i++)	/* the hash's first 11 bytes in hex tell repeats apart */
+		snprintf(key + 2 * i, 3, "%02x", hash[i]);
+	s = store_pg_seg_for(t, PG_SEG_CLAIMS, key);
+	store_pg_a_bytes(&s->a[0], hash, STORE_HASH_LEN);
+	store_pg_a_bytes(&s->a[1], keyhash, STORE_HASH_LEN);
+	store_pg_a_text(&s->a[2], c->qid);
+	store_pg_a_bytes(&s->a[3], c->fingerprint, STORE_HASH_LEN);
+	store_pg_a_i64(&s->a[4], c->accepted);
+	store_pg_a_i64(&s->a[5], c->expires);
+	cache_put(t, keyhash, hash, c, 0);
+}
+
+/* store_pg_claims_get - look n claims up under keyhash, outside any transaction */
+int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+			struct store_claim *claims, int *found)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	struct pg_arr h;
+	uint8_t hash[STORE_HASH_LEN];
+	struct store_claim c;
+	PGconn *conn;
+	PGresult *r;
+	size_t i;
+	int row, err;
+
+	if (n == 0)
+		return 0;
+	for (i = 0; i < n; i++) {
+		found[i] = 0;
+		memset(&claims[i], 0, sizeof(claims[i]));
+	}
+	if ((err = store_pg_take(st, &conn)) != 0)
+		return err;
+	store_pg_params_init(&p);
+	store_pg_arr_init(&h, PG_OID_BYTEA);
+	for (i = 0; i < n; i++)
+		store_pg_a_bytes(&h, hashes[i], STORE_HASH_LEN);
+	store_pg_p_arr(&p, &h);
+	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
+	err = store_pg_exec(st, conn, "SELECT c.hash, c.qid, c.fingerprint, c.accepted, c.expires, "
+			    "coalesce(m.queued, false) FROM claims c LEFT JOIN messages m "
+			    "ON m.qid = c.qid WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2",
+			    &p, &r, "claims");
+	store_pg_params_free(&p);
+	store_pg_give(st, conn);
+	if (err != 0)
+		return err;
+	for (row = 0; row < PQntuples(r) && err == 0; row++) {
+		memset(&c, 0, sizeof(c));
+		if (store_pg_copy(r, row, 0, hash, STORE_HASH_LEN) != 0
+		    || store_pg_qid(r, row, 1, c.qid) != 0
+		    || store_pg_copy(r, row, 2, c.fingerprint, STORE_HASH_LEN) != 0) {
+			msg_warn("store: corrupt claim row");
+			err = STORE_EINVAL;
+			break;
+		}
+		c.accepted = store_pg_int(r, row, 3);
+		c.expires = store_pg_int(r, row, 4);
+		if (now >= c.expires && !store_pg_int(r, row, 5))
+			continue;	/* expired, and its message left the spool */
+		for (i = 0; i < n; i++)
+			if (memcmp(hashes[i], hash, STORE_HASH_LEN) == 0) {
+				claims[i] = c;
+				found[i] = 1;
+			}
+	}
+	PQclear(r);
+	return err;
+}

@@ -1,0 +1,265 @@
+/*
+ * NAME
+ *	store_pg_hist 3
+ * SUMMARY
+ *	history on PostgreSQL: stories, a key's claims, forgetting, counts, expiry
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A message's row is its story: while queued the spool's live state,
+ *	after it left the spool what became of it, until it expires ttl
+ *	later (store_pg_queue.c writes both). A key's claims are the claims
+ *	rows with its key hash (an index), so showing, forgetting and
+ *	expiring them is a range of that index.
+ *
+ *	store_pg_hist_expire() runs on one node at a time, under a
+ *	transaction advisory lock that another node does not wait for: if
+ *	one is expiring, the others return at once. It deletes up to max
+ *	expired stories, with their recipients and those of their claims
+ *	that still name them and expired by then (a claim renewed for
+ *	another message is that message's), in one short transaction.
+ * DIAGNOSTICS
+ *	0, STORE_ENOTFOUND where the interface says, or a STORE_E* code.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+#define EXPIRY_LOCK "hashtextextended('idemrelay expiry ' || coalesce(current_schema(), ''), 0)"
+
+/* qids_of - column 0 of every row as an owned QID array */
+static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	int i, rows = PQntuples(r);
+
+	*qids = xcalloc(rows ? (size_t) rows : 1, sizeof(**qids));
+	*n = 0;
+	for (i = 0; i < rows; i++)
+		if (store_pg_qid(r, i, 0, (*qids)[*n]) == 0)
+			(*n)++;
+	return 0;
+}
+
+/* store_pg_story_get - a QID's story; the spool's live state while queued */
+int store_pg_story_get(struct store *base, const char *qid, struct store_story *s)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	PGresult *r = NULL, *rr = NULL;
+	PGconn *c;
+	int err, row = 0;
+
+	memset(s, 0, sizeof(*s));
+	if (!store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	if ((err = store_pg_exec(st, c, "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1",
+				 &p, &r, "story")) == 0 && PQntuples(r) == 1)
+		err = store_pg_exec(st, c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
+				    "ORDER BY r.idx", &p, &rr, "story recipients");
+	store_pg_params_free(&p);
+	store_pg_give(st, c);
+	if (err == 0 && PQntuples(r) != 1)
+		err = STORE_ENOTFOUND;
+	if (err == 0 && (err = store_pg_msg_row(r, 0, s)) == 0
+	    && (err = store_pg_rcpts_fill(rr, &row, &s->m)) != 0)
+		store_story_free(s);
+	if (err == 0 && s->queued)
+		s->finished = s->expires = 0;
+	PQclear(r);
+	PQclear(rr);
+	return err;
+}
+
+/* store_pg_key_qids - the QIDs holding claims under a key, oldest first */
+int store_pg_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+		      char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	*qids = NULL;
+	*n = 0;
+	store_pg_params_init(&p);
+	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
+	err = store_pg_run((struct pg_store *) base, "SELECT DISTINCT qid FROM claims WHERE keyhash = $1 "
+		  "ORDER BY qid", &p, &r, "key qids");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	qids_of(r, qids, n);
+	PQclear(r);
+	if (*n == 0) {
+		free(*qids);
+		*qids = NULL;
+		return STORE_ENOTFOUND;
+	}
+	return 0;
+}
+
+/*
+ * store_pg_key_forget - delete a key's claims (user non-NULL: of that AUTH
+ * user's messages), noting in each story when, in one statement
+ */
+int store_pg_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+			const char *user, int64_t now, struct store_forget *out)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err, i;
+
+	memset(out, 0, sizeof(*out));
+	store_pg_params_init(&p);
+	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
+	store_pg_p_text(&p, user);
+	store_pg_p_i64(&p, now);
+	err = store_pg_run((struct pg_store *) base,
+		  "WITH d AS (DELETE FROM claims c WHERE c.keyhash = $1 AND ($2::text IS NULL "
+		  "OR EXISTS (SELECT 1 FROM messages m WHERE m.qid = c.qid AND m.auth_user = $2)) "
+		  "RETURNING c.qid), q AS (SELECT qid, count(*) AS n FROM d GROUP BY qid), "
+		  "u AS (UPDATE messages m SET forgotten = $3 FROM q WHERE m.qid = q.qid) "
+		  "SELECT qid, n FROM q ORDER BY qid", &p, &r, "key forget");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	qids_of(r, &out->qids, &out->n_qids);
+	for (i = 0; i < PQntuples(r); i++)
+		out->claims += (size_t) store_pg_int(r, i, 1);
+	PQclear(r);
+	if (out->n_qids == 0) {
+		store_forget_free(out);
+		return STORE_ENOTFOUND;
+	}
+	return 0;
+}
+
+/* store_pg_key_queued - the key's messages still queued (that user's) */
+int store_pg_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
+			const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	*qids = NULL;
+	*n = 0;
+	store_pg_params_init(&p);
+	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
+	store_pg_p_text(&p, user);
+	err = store_pg_run((struct pg_store *) base, "SELECT DISTINCT m.qid FROM claims c JOIN messages m "
+		  "ON m.qid = c.qid WHERE c.keyhash = $1 AND m.queued AND ($2::text IS NULL "
+		  "OR m.auth_user = $2) ORDER BY m.qid", &p, &r, "key queued");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	qids_of(r, qids, n);
+	PQclear(r);
+	return 0;
+}
+
+/* store_pg_hist_count - add answered duplicates and mismatches to stories, in one statement */
+int store_pg_hist_count(struct store *base, const struct store_count *c, size_t n)
+{
+	struct pg_params p;
+	struct pg_arr q, d, m;
+	PGresult *r;
+	size_t i;
+	int err;
+
+	if (n == 0)
+		return 0;
+	store_pg_arr_init(&q, PG_OID_TEXT);
+	store_pg_arr_init(&d, PG_OID_INT8);
+	store_pg_arr_init(&m, PG_OID_INT8);
+	for (i = 0; i < n; i++) {
+		if (!store_pg_qid_ok(c[i].qid))
+			continue;
+		store_pg_a_text(&q, c[i].qid);
+		store_pg_a_i64(&d, c[i].duplicates);
+		store_pg_a_i64(&m, c[i].mismatches);
+	}
+	store_pg_params_init(&p);
+	store_pg_p_arr(&p, &q);
+	store_pg_p_arr(&p, &d);
+	store_pg_p_arr(&p, &m);
+	err = store_pg_run((struct pg_store *) base,
+		  "UPDATE messages m SET duplicates = m.duplicates + v.d, "
+		  "mismatches = m.mismatches + v.mm FROM (SELECT qid, sum(d)::int AS d, "
+		  "sum(mm)::int AS mm FROM unnest($1::text[], $2::int8[], $3::int8[]) "
+		  "AS u(qid, d, mm) GROUP BY qid) v WHERE m.qid = v.qid", &p, &r, "count");
+	store_pg_params_free(&p);
+	PQclear(r);
+	return err;
+}
+
+/*
+ * store_pg_hist_expire - delete up to max stories past their expiry, and
+ * their claims, on one node at a time (see the header)
+ */
+int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	PGconn *c;
+	PGresult *r;
+	int err, mine = 0;
+
+	if (max == 0)
+		return 0;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	if ((err = store_pg_exec(st, c, "BEGIN", NULL, &r, "expire")) != 0)
+		goto out;
+	PQclear(r);
+	if ((err = store_pg_exec(st, c, "SELECT pg_try_advisory_xact_lock(" EXPIRY_LOCK ")", NULL,
+				 &r, "expiry lock")) == 0) {
+		mine = PQntuples(r) == 1 && store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	if (err == 0 && mine) {
+		store_pg_params_init(&p);
+		store_pg_p_i64(&p, now);
+		store_pg_p_i64(&p, (int64_t) max);
+		err = store_pg_exec(st, c, "WITH e AS (SELECT qid, keyhash, expires FROM messages "
+				    "WHERE NOT queued AND expires <= $1 ORDER BY expires LIMIT $2 "
+				    "FOR UPDATE SKIP LOCKED), "
+				    "dc AS (DELETE FROM claims c USING e WHERE c.keyhash = e.keyhash "
+				    "AND c.qid = e.qid AND c.expires <= e.expires RETURNING 1), "
+				    "dm AS (DELETE FROM messages m USING e WHERE m.qid = e.qid "
+				    "RETURNING 1) SELECT (SELECT count(*) FROM dm), "
+				    "(SELECT count(*) FROM dc)", &p, &r, "expire");
+		store_pg_params_free(&p);
+		if (err == 0)
+			PQclear(r);
+	}
+	if (store_pg_exec(st, c, err == 0 ? "COMMIT" : "ROLLBACK", NULL, &r, "expire") == 0)
+		PQclear(r);
+	else if (err == 0)
+		err = STORE_EAGAIN;
+out:
+	store_pg_give(st, c);
+	return err;
+}
+
+/* store_pg_hist_stats - stories kept (rows of messages) and claims findable by their key */
+int store_pg_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
+{
+	PGresult *r;
+	int err;
+
+	*stories = *keys = 0;
+	if ((err = store_pg_run((struct pg_store *) base, "SELECT (SELECT count(*) FROM messages), "
+		       "(SELECT count(*) FROM claims)", NULL, &r, "history stats")) != 0)
+		return err;
+	*stories = (uint64_t) store_pg_int(r, 0, 0);
+	*keys = (uint64_t) store_pg_int(r, 0, 1);
+	PQclear(r);
+	return 0;
+}

@@ -1,0 +1,254 @@
+/*
+ * NAME
+ *	store_pg_int 3h
+ * SUMMARY
+ *	internals shared by the PostgreSQL backend's files; never included outside store/pg/
+ * DESCRIPTION
+ *	The handle (struct pg_store) and the batch transaction (struct
+ *	pg_txn) begin with the interface's struct store and struct
+ *	store_txn, so that store.c finds the table. libpq types stay here.
+ *
+ *	Every statement is sent with binary parameters and asks for binary
+ *	results (store_pg_wire.c): message data goes as bytea without
+ *	escaping, numbers without formatting, and a batch's rows go as a
+ *	few arrays (unnest() on the server) instead of one statement each.
+ */
+#ifndef STORE_PG_STORE_PG_INT_H
+#define STORE_PG_STORE_PG_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <libpq-fe.h>
+
+#include "../store_backend.h"
+#include "../../util/buf.h"
+
+#define PG_POOL_START	2	/* connections opened at start, besides the anchor */
+#define PG_POOL_MAX	16
+#define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
+#define PG_BACKOFF_MIN	(100 * 1000LL)
+#define PG_BACKOFF_MAX	(5 * 1000000LL)
+#define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
+#define PG_SCHEMA_VERSION 1
+#define PG_PARAMS_MAX	24
+
+/* the element types of arrays and parameters */
+#define PG_OID_BOOL	16
+#define PG_OID_BYTEA	17
+#define PG_OID_INT8	20
+#define PG_OID_INT4	23
+#define PG_OID_TEXT	25
+
+/* the database's clock in Unix microseconds: leases are compared on it, never a node's */
+#define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+/* the fence's SQLSTATE (store_pg_schema.c's idemrelay_fenced()): a lease went elsewhere */
+#define PG_SQLSTATE_FENCE "IR001"
+
+/* lease map: qid -> lease token of each message this node holds leased */
+struct pg_lease {
+	char qid[STORE_QID_SIZE];	/* "" empty, "\1" deleted */
+	int64_t token;
+};
+
+struct pg_store {
+	struct store base;		/* first: store.c dispatches on base.ops */
+	char *url;			/* owned: libpq connection string or URI */
+	char *node;			/* owned: this node's name; NULL for a client (idemrelayctl) */
+	int64_t lease_us;
+	int slot;			/* nodes.slot: store_node_id() */
+
+	pthread_mutex_t mu;		/* guards everything below but the lease map */
+	pthread_cond_t freed;		/* a connection went back to the pool */
+	PGconn *idle[PG_POOL_MAX];	/* owned: connections free to take */
+	size_t n_idle;
+	size_t n_open;			/* idle plus taken */
+	PGconn *anchor;			/* owned: holds the node's slot lock (store_pg.c) */
+	int64_t anchor_checked;		/* monotonic us of its last check (amu) */
+	pthread_mutex_t amu;		/* one anchor check at a time */
+	int reset;			/* close the pool's connections as they come back */
+	int down;			/* PostgreSQL unreachable: connecting failed */
+	int64_t down_since;		/* monotonic us */
+	int64_t backoff;		/* next wait between tries, us */
+	int64_t next_try;		/* monotonic us: no connection attempt before */
+	uint64_t outages;
+	uint64_t txns;			/* transactions committed by this handle */
+
+	pthread_mutex_t lmu;		/* guards the lease map */
+	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
+	size_t n_leases, n_used, cap_leases;	/* live; live + deleted; slots */
+};
+
+/* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
+enum pg_seg_kind { PG_SEG_CLAIMS, PG_SEG_MSGS, PG_SEG_UPDATES, PG_SEG_INFLIGHT };
+
+struct pg_arr;
+struct pg_params;
+
+struct pg_claim_ent {
+	uint8_t hash[STORE_HASH_LEN];
+	uint8_t keyhash[STORE_HASH_LEN];
+	struct store_claim c;
+	int queued;			/* its message still queued, as read */
+	int used;			/* the slot is taken */
+};
+
+struct pg_txn {
+	struct store_txn base;		/* first: store.c dispatches on base.ops */
+	struct pg_store *st;		/* not owned */
+	PGconn *c;			/* taken from the pool at the first need; given back at the end */
+	int err;			/* sticky: first STORE_E* seen, or 0 */
+	int begun;			/* BEGIN was sent: locks are held */
+	int64_t *locked;		/* owned, sorted: key locks held (first 8 bytes of a keyhash) */
+	size_t n_locked, cap_locked;
+	uint8_t (*loaded)[STORE_HASH_LEN];	/* owned: keys whose claims were read */
+	size_t n_loaded, cap_loaded;
+	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put */
+	size_t n_cache, cap_cache;
+	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
+	size_t n_put, cap_put;
+	char (*gone_qids)[STORE_QID_SIZE];	/* owned: leases given up at commit */
+	size_t n_gone, cap_gone;
+	struct pg_seg *segs;		/* owned: buffered writes, in order */
+	size_t n_segs, cap_segs;
+};
+
+
+/* store_pg.c: the pool, reconnects, errors */
+int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
+void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
+int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what);
+int store_pg_error_code(const char *sqlstate);
+extern const struct store_ops store_pg_ops;
+
+void store_pg_anchor_check(struct pg_store *st);
+int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
+		 const char *what);
+
+/* store_pg_schema.c: made current under this session lock, one starter at a time */
+#define PG_SCHEMA_LOCK	"hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
+int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen);
+
+/* store_pg_wire.c: binary parameters, arrays, results */
+struct pg_params {
+	int n;
+	Oid types[PG_PARAMS_MAX];
+	const char *vals[PG_PARAMS_MAX];
+	int lens[PG_PARAMS_MAX];
+	int fmts[PG_PARAMS_MAX];
+	struct buf own[PG_PARAMS_MAX];	/* owned: each parameter's bytes */
+};
+struct pg_arr {
+	struct buf b;			/* owned: the array's binary form, header patched at the end */
+	Oid elem;
+	uint32_t n;
+	int has_null;
+};
+#define SEG_COLS	18	/* the most columns of a run: messages put */
+
+struct pg_seg {
+	enum pg_seg_kind kind;
+	size_t n;			/* rows */
+	struct pg_arr a[SEG_COLS];	/* owned: the rows, a column each */
+	struct pg_arr r[7];		/* owned: their recipients (messages, updates) */
+	char (*qids)[STORE_QID_SIZE];	/* owned: each row's QID or claim hash prefix, to see repeats */
+};
+
+void store_pg_params_init(struct pg_params *p);
+void store_pg_params_free(struct pg_params *p);
+void store_pg_p_i64(struct pg_params *p, int64_t v);
+void store_pg_p_i32(struct pg_params *p, int32_t v);
+void store_pg_p_bool(struct pg_params *p, int v);
+void store_pg_p_text(struct pg_params *p, const char *s);	/* NULL: SQL NULL */
+void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len);
+void store_pg_p_arr(struct pg_params *p, struct pg_arr *a);	/* takes a's bytes */
+
+void store_pg_arr_init(struct pg_arr *a, Oid elem);
+void store_pg_arr_free(struct pg_arr *a);
+void store_pg_a_i64(struct pg_arr *a, int64_t v);
+void store_pg_a_i32(struct pg_arr *a, int32_t v);
+void store_pg_a_bool(struct pg_arr *a, int v);
+void store_pg_a_text(struct pg_arr *a, const char *s);		/* NULL: SQL NULL */
+void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len);	/* NULL: SQL NULL */
+
+int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
+		  PGresult **out, const char *what);
+int store_pg_send(PGconn *c, const char *sql, struct pg_params *p);
+int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what);
+int store_pg_pipe_end(PGconn *c);
+
+int64_t store_pg_int(const PGresult *r, int row, int col);	/* int2/4/8 or bool; NULL: 0 */
+char *store_pg_strdup(const PGresult *r, int row, int col);	/* NULL stays NULL */
+int store_pg_copy(const PGresult *r, int row, int col, void *out, size_t len);	/* exact length */
+int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE]);
+int store_pg_qid_ok(const char *qid);
+int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
+
+/* store_pg_queue.c: the spool's rows, leases */
+#define PG_MSG_COLS	"m.qid, m.accepted, m.sender, m.envid, m.ret, m.body, m.smtputf8, " \
+	"m.client, m.auth_user, m.data_len, m.has_key, m.keyhash, m.ttl, m.attempts, " \
+	"m.next_attempt, m.inflight, m.queued, m.updated, m.finished, m.expires, " \
+	"m.forgotten, m.dropped, m.duplicates, m.mismatches"
+#define PG_MSG_NCOLS	24
+#define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
+struct store_story;
+int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
+int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m);
+int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
+void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
+void store_pg_lease_del(struct pg_store *st, const char *qid);
+int store_pg_msg_valid(const struct store_msg *m);
+int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts);
+
+/* store_pg_txn.c: the interface's transaction, and what the standalone writes share with it */
+int store_pg_txn_new(struct pg_store *st, struct pg_txn **out);
+int store_pg_txn_fail(struct pg_txn *t, int err);
+struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
+int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
+/* tests only: called once a commit's pipeline is sent, before its results are read */
+extern void (*store_pg_commit_hook) (PGconn *c);
+int store_pg_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
+			struct store_claim *claims, int *found);
+int store_pg_txn_begin(struct store *st, struct store_txn **out);
+void store_pg_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
+int store_pg_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
+void store_pg_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
+void store_pg_txn_msg_put(struct store_txn *t, const struct store_msg *m);
+void store_pg_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
+void store_pg_txn_msg_update(struct store_txn *t, const struct store_msg *m);
+int store_pg_txn_error(const struct store_txn *t);
+int store_pg_txn_commit(struct store_txn *t);
+void store_pg_txn_abort(struct store_txn *t);
+
+/* store_pg_queue.c: the spool and delivery */
+int store_pg_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
+int store_pg_queue_list(struct store *st, int (*cb) (void *, const char *, int64_t), void *arg);
+int store_pg_queue_take(struct store *st, int64_t now, size_t max,
+			int (*cb) (void *, const char *, int64_t), void *arg);
+int store_pg_lease_renew(struct store *st, int64_t now);
+int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
+void store_pg_lease_release(struct store *st, const char *qid);
+int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
+int store_pg_msg_set_inflight(struct store *st, const char *qid, int on);
+int store_pg_msg_update(struct store *st, const struct store_msg *m);
+int store_pg_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs);
+int store_pg_msg_drop(struct store *st, const char *qid);
+int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
+int store_pg_queue_oldest(struct store *st, int64_t *accepted);
+
+/* store_pg_hist.c: stories and keys */
+int store_pg_story_get(struct store *st, const char *qid, struct store_story *s);
+int store_pg_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+		      char (**qids)[STORE_QID_SIZE], size_t *n);
+int store_pg_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			const char *user, int64_t now, struct store_forget *out);
+int store_pg_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
+int store_pg_hist_count(struct store *st, const struct store_count *c, size_t n);
+int store_pg_hist_expire(struct store *st, int64_t now, size_t max);
+int store_pg_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys);
+
+#endif

@@ -1,0 +1,347 @@
+/*
+ * NAME
+ *	store_pg_lease 3
+ * SUMMARY
+ *	delivery leases: taking due messages, renewing, the leases a node holds
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	Any node delivers any due message, under a lease: an owner (the
+ *	node's name), an expiry and a fencing token from lease_seq, new at
+ *	every take. The node keeps the token of each lease it holds in a
+ *	small hash map (qid -> token, under its own mutex); every later
+ *	delivery write of that message is fenced by it (store_pg_txn.c),
+ *	so a node whose lease ran out and went to another node can no
+ *	longer write anything of that delivery.
+ *
+ *	store_pg_queue_take() leases up to max due messages with FOR UPDATE
+ *	SKIP LOCKED: nodes taking at once take different messages and never
+ *	wait for each other. Lease expiry is compared on the database's
+ *	clock, so a node's clock skew cannot break a lease; next_attempt is
+ *	the node's clock, as on LMDB. store_pg_lease_renew() extends every
+ *	lease held; those not renewed (taken by another node since) are
+ *	forgotten.
+ *
+ *	store_pg_queue_due() makes one or every queued message due, for
+ *	every node (idemrelayctl flush on any node). store_pg_queue_list()
+ *	is what this node holds leased: nothing after a start, since
+ *	store_pg_open() gives up the previous life's leases.
+ * DIAGNOSTICS
+ *	0 or a STORE_E* code; a non-zero return of a callback stops the
+ *	calls and is returned.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+#define DELETED		"\1"
+
+struct taken {
+	char qid[STORE_QID_SIZE];
+	int64_t next_attempt;
+};
+
+/* qid_hash - FNV-1a of a QID */
+static size_t qid_hash(const char *qid)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *qid; qid++)
+		h = (h ^ (uint8_t) *qid) * 1099511628211ull;
+	return (size_t) h;
+}
+
+/* slot_of - qid's slot, or the free one it would take (lmu held, cap > 0) */
+static struct pg_lease *slot_of(struct pg_store *st, const char *qid, int for_insert)
+{
+	size_t mask = st->cap_leases - 1, i;
+	struct pg_lease *tomb = NULL, *e;
+
+	for (i = qid_hash(qid) & mask;; i = (i + 1) & mask) {
+		e = &st->leases[i];
+		if (e->qid[0] == 0)
+			return for_insert && tomb ? tomb : e;
+		if (strcmp(e->qid, DELETED) == 0) {
+			if (tomb == NULL)
+				tomb = e;
+		} else if (strcmp(e->qid, qid) == 0) {
+			return e;
+		}
+	}
+}
+
+/* grow - twice the slots, without the deleted ones (lmu held) */
+static void grow(struct pg_store *st)
+{
+	struct pg_lease *old = st->leases;
+	size_t oldcap = st->cap_leases, i;
+
+	st->cap_leases = oldcap ? 2 * oldcap : 64;
+	while (st->n_leases * 2 >= st->cap_leases)
+		st->cap_leases *= 2;
+	st->leases = xcalloc(st->cap_leases, sizeof(*st->leases));
+	st->n_used = st->n_leases;
+	for (i = 0; i < oldcap; i++)
+		if (old[i].qid[0] && strcmp(old[i].qid, DELETED) != 0)
+			*slot_of(st, old[i].qid, 1) = old[i];
+	free(old);
+}
+
+/* store_pg_lease_get - the token of the lease this node holds on qid; STORE_ENOTFOUND */
+int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token)
+{
+	struct pg_lease *e;
+	int err = STORE_ENOTFOUND;
+
+	pthread_mutex_lock(&st->lmu);
+	if (st->cap_leases && (e = slot_of(st, qid, 0))->qid[0] != 0) {
+		*token = e->token;
+		err = 0;
+	}
+	pthread_mutex_unlock(&st->lmu);
+	return err;
+}
+
+/* store_pg_lease_set - this node holds qid's lease, with token */
+void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token)
+{
+	struct pg_lease *e;
+
+	pthread_mutex_lock(&st->lmu);
+	if (2 * (st->n_used + 1) > st->cap_leases)
+		grow(st);
+	e = slot_of(st, qid, 1);
+	if (e->qid[0] == 0 || strcmp(e->qid, DELETED) == 0) {
+		if (e->qid[0] == 0)
+			st->n_used++;
+		st->n_leases++;
+		strcpy(e->qid, qid);
+	}
+	e->token = token;
+	pthread_mutex_unlock(&st->lmu);
+}
+
+/* lease_del_locked - forget qid's lease (lmu held); only if its token is token, when token != 0 */
+static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token)
+{
+	struct pg_lease *e;
+
+	if (st->cap_leases == 0 || (e = slot_of(st, qid, 0))->qid[0] == 0)
+		return;
+	if (token != 0 && e->token != token)
+		return;
+	strcpy(e->qid, DELETED);
+	st->n_leases--;
+}
+
+/* store_pg_lease_del - this node no longer holds qid's lease */
+void store_pg_lease_del(struct pg_store *st, const char *qid)
+{
+	pthread_mutex_lock(&st->lmu);
+	lease_del_locked(st, qid, 0);
+	pthread_mutex_unlock(&st->lmu);
+}
+
+/* held - every lease this node holds: tokens as an array, and their QIDs (owned) */
+static size_t held(struct pg_store *st, struct pg_arr *tokens, struct pg_lease **copy)
+{
+	size_t i, n = 0;
+
+	pthread_mutex_lock(&st->lmu);
+	*copy = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(**copy));
+	for (i = 0; i < st->cap_leases; i++)
+		if (st->leases[i].qid[0] && strcmp(st->leases[i].qid, DELETED) != 0) {
+			(*copy)[n++] = st->leases[i];
+			store_pg_a_i64(tokens, st->leases[i].token);
+		}
+	pthread_mutex_unlock(&st->lmu);
+	return n;
+}
+
+/* call_back - cb for each (qid, next_attempt) of r's first two columns; a non-zero stops */
+static int call_back(const PGresult *r, int (*cb) (void *, const char *, int64_t), void *arg)
+{
+	struct taken *v;
+	int i, n = PQntuples(r), k = 0, err = 0;
+
+	v = xcalloc(n ? (size_t) n : 1, sizeof(*v));
+	for (i = 0; i < n; i++)
+		if (store_pg_qid(r, i, 0, v[k].qid) == 0)
+			v[k++].next_attempt = store_pg_int(r, i, 1);
+	for (i = 0; i < k && err == 0; i++)
+		err = cb(arg, v[i].qid, v[i].next_attempt);
+	free(v);
+	return err;
+}
+
+/* store_pg_queue_take - lease up to max due messages to this node; cb for each */
+int store_pg_queue_take(struct store *base, int64_t now, size_t max,
+			int (*cb) (void *, const char *, int64_t), void *arg)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	char qid[STORE_QID_SIZE];
+	PGresult *r;
+	int err, i;
+
+	if (st->node == NULL || max == 0)
+		return 0;		/* a client (idemrelayctl) delivers nothing */
+	store_pg_anchor_check(st);
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, st->node);
+	store_pg_p_i64(&p, st->lease_us);
+	store_pg_p_i64(&p, now);
+	store_pg_p_i64(&p, (int64_t) max);
+	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
+		  "lease_token = nextval('lease_seq') FROM (SELECT qid FROM messages "
+		  "WHERE queued AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
+		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED) d "
+		  "WHERE m.qid = d.qid RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r,
+		  "queue take");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	for (i = 0; i < PQntuples(r); i++)
+		if (store_pg_qid(r, i, 0, qid) == 0)
+			store_pg_lease_set(st, qid, store_pg_int(r, i, 2));
+	err = call_back(r, cb, arg);
+	PQclear(r);
+	return err;
+}
+
+/* store_pg_lease_renew - extend every lease this node holds; forget those lost */
+int store_pg_lease_renew(struct store *base, int64_t now)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	struct pg_arr tokens;
+	struct pg_lease *mine;
+	int64_t *kept;
+	size_t n, i, k, lost = 0;
+	PGresult *r;
+	int err, j;
+
+	(void) now;			/* leases run on the database's clock */
+	if (st->node == NULL)
+		return 0;
+	store_pg_anchor_check(st);
+	store_pg_arr_init(&tokens, PG_OID_INT8);
+	if ((n = held(st, &tokens, &mine)) == 0) {
+		store_pg_arr_free(&tokens);
+		free(mine);
+		return 0;
+	}
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, st->lease_us);
+	store_pg_p_arr(&p, &tokens);
+	store_pg_p_text(&p, st->node);
+	err = store_pg_run(st, "UPDATE messages SET lease_until = " PG_DB_NOW " + $1 "
+		  "WHERE lease_token = ANY($2::int8[]) AND lease_owner = $3 AND queued "
+		  "RETURNING lease_token", &p, &r, "lease renew");
+	store_pg_params_free(&p);
+	if (err != 0) {
+		free(mine);
+		return err;
+	}
+	kept = xcalloc((size_t) PQntuples(r) + 1, sizeof(*kept));
+	for (j = 0; j < PQntuples(r); j++)
+		kept[j] = store_pg_int(r, j, 0);
+	pthread_mutex_lock(&st->lmu);
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < (size_t) PQntuples(r) && kept[k] != mine[i].token; k++)
+			;
+		if (k == (size_t) PQntuples(r)) {
+			lease_del_locked(st, mine[i].qid, mine[i].token);
+			lost++;
+		}
+	}
+	pthread_mutex_unlock(&st->lmu);
+	if (lost)
+		msg_info("store: %zu lease%s lost to other nodes or finished", lost,
+			 lost == 1 ? "" : "s");
+	PQclear(r);
+	free(kept);
+	free(mine);
+	return 0;
+}
+
+/*
+ * store_pg_lease_release - this node is done with qid without a write
+ * that gave its lease up (delivery abandoned it): give the lease up now,
+ * for any node to take when due, rather than at its expiry
+ */
+void store_pg_lease_release(struct store *base, const char *qid)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	int64_t token;
+	PGresult *r;
+
+	if (!store_pg_qid_ok(qid) || store_pg_lease_get(st, qid, &token) != 0)
+		return;
+	store_pg_lease_del(st, qid);
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_i64(&p, token);
+	if (store_pg_run(st, "UPDATE messages SET lease_owner = NULL WHERE qid = $1 "
+			 "AND lease_token = $2 AND queued", &p, &r, "lease release") == 0)
+		PQclear(r);
+	store_pg_params_free(&p);
+}
+
+/* store_pg_queue_due - make one queued message, or all (qid NULL), due at when for every node */
+int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	if (qid && !store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, when);
+	store_pg_p_text(&p, qid);
+	err = store_pg_run(st, "UPDATE messages SET next_attempt = $1 WHERE queued "
+		  "AND ($2::text IS NULL OR qid = $2)", &p, &r, "queue due");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	if (qid && strcmp(PQcmdTuples(r), "0") == 0)
+		err = STORE_ENOTFOUND;
+	PQclear(r);
+	return err;
+}
+
+/* store_pg_queue_list - the messages this node holds leased, in QID order */
+int store_pg_queue_list(struct store *base, int (*cb) (void *, const char *, int64_t), void *arg)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	struct pg_arr tokens;
+	struct pg_lease *mine;
+	PGresult *r;
+	int err;
+
+	store_pg_arr_init(&tokens, PG_OID_INT8);
+	if (held(st, &tokens, &mine) == 0) {
+		store_pg_arr_free(&tokens);
+		free(mine);
+		return 0;
+	}
+	free(mine);
+	store_pg_params_init(&p);
+	store_pg_p_arr(&p, &tokens);
+	store_pg_p_text(&p, st->node);
+	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE lease_token = ANY($1::int8[]) "
+		  "AND lease_owner = $2 AND queued ORDER BY qid", &p, &r, "queue list");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	err = call_back(r, cb, arg);
+	PQclear(r);
+	return err;
+}

@@ -1,0 +1,396 @@
+/*
+ * NAME
+ *	store_pg_queue 3
+ * SUMMARY
+ *	the spool on PostgreSQL: messages loaded, updated, marked, dropped, walked
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A message is one row of messages (envelope, data, delivery state,
+ *	lease, story) and one row of rcpts per recipient. It is in the spool
+ *	while queued; the row stays as its story after (store_pg_hist.c).
+ *	Every field of struct store_msg has a column and comes back as it
+ *	went in; data is bytea, sent and read in binary.
+ *
+ *	The writes here are the batch transaction's (store_pg_txn.c) run
+ *	alone: fenced by the lease this node holds. When a fenced write
+ *	finds nothing to write, store_pg_why() tells the caller why: the
+ *	message is not queued (STORE_ENOTFOUND), the update's recipients
+ *	do not match (STORE_EINVAL), or its lease is another node's
+ *	(STORE_ELEASE).
+ *
+ *	store_pg_msg_drop() is the operator's, from any node: refused while
+ *	another node holds a live lease on the message, since that node may
+ *	be sending it now.
+ * DIAGNOSTICS
+ *	0 or a STORE_E* code. A row that cannot be a message (a recipient
+ *	missing, a QID too long) is STORE_EINVAL, and logged.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+
+/* store_pg_msg_valid - can this message be spooled? */
+int store_pg_msg_valid(const struct store_msg *m)
+{
+	size_t i;
+
+	if (!store_pg_qid_ok(m->qid) || m->from == NULL || m->client == NULL || m->n_rcpts == 0
+	    || m->rcpts == NULL || m->n_rcpts > INT32_MAX || (m->data == NULL && m->data_len != 0))
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].addr == NULL || m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
+			return 0;
+	return 1;
+}
+
+/* store_pg_msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no recipients */
+int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
+{
+	struct store_msg *m = &s->m;
+
+	memset(s, 0, sizeof(*s));
+	if (store_pg_qid(r, row, 0, m->qid) != 0)
+		return STORE_EINVAL;
+	m->accepted = store_pg_int(r, row, 1);
+	m->from = store_pg_strdup(r, row, 2);
+	m->envid = store_pg_strdup(r, row, 3);
+	m->ret = (int) store_pg_int(r, row, 4);
+	m->body = (int) store_pg_int(r, row, 5);
+	m->smtputf8 = (int) store_pg_int(r, row, 6);
+	m->client = store_pg_strdup(r, row, 7);
+	m->user = store_pg_strdup(r, row, 8);
+	m->data_len = (size_t) store_pg_int(r, row, 9);
+	m->has_key = (int) store_pg_int(r, row, 10);
+	if (m->has_key && store_pg_copy(r, row, 11, m->keyhash, STORE_HASH_LEN) != 0)
+		m->has_key = 0;
+	m->ttl = store_pg_int(r, row, 12);
+	m->attempts = (int) store_pg_int(r, row, 13);
+	m->next_attempt = store_pg_int(r, row, 14);
+	m->inflight = (int) store_pg_int(r, row, 15);
+	s->queued = (int) store_pg_int(r, row, 16);
+	s->has_key = m->has_key;
+	memcpy(s->keyhash, m->keyhash, STORE_HASH_LEN);
+	s->ttl = m->ttl > 0 ? m->ttl : PG_DEFAULT_TTL;
+	s->updated = store_pg_int(r, row, 17);
+	s->finished = store_pg_int(r, row, 18);
+	s->expires = store_pg_int(r, row, 19);
+	s->forgotten = store_pg_int(r, row, 20);
+	s->dropped = (int) store_pg_int(r, row, 21);
+	s->duplicates = (uint32_t) store_pg_int(r, row, 22);
+	s->mismatches = (uint32_t) store_pg_int(r, row, 23);
+	if (m->from == NULL || m->client == NULL) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * store_pg_rcpts_fill - m's recipients from rows of PG_RCPT_COLS (ordered
+ * by qid, idx) starting at *row, which moves past them; each index once,
+ * from 0 up, or STORE_EINVAL
+ */
+int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m)
+{
+	char qid[STORE_QID_SIZE];
+	size_t n = 0, cap = 0;
+	struct store_rcpt *v = NULL;
+	int rows = PQntuples(r);
+
+	for (; *row < rows; (*row)++) {
+		if (store_pg_qid(r, *row, 0, qid) != 0 || strcmp(qid, m->qid) > 0)
+			break;
+		if (strcmp(qid, m->qid) < 0)
+			continue;	/* recipients of a message not asked for */
+		if (store_pg_int(r, *row, 1) != (int64_t) n || PQgetisnull(r, *row, 2))
+			goto bad;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 4;
+			v = xrealloc(v, cap * sizeof(*v));
+		}
+		v[n].addr = store_pg_strdup(r, *row, 2);
+		v[n].notify = (int) store_pg_int(r, *row, 3);
+		v[n].orcpt = store_pg_strdup(r, *row, 4);
+		v[n].state = (enum store_rcpt_state) store_pg_int(r, *row, 5);
+		v[n].reply = store_pg_strdup(r, *row, 6);
+		n++;
+	}
+	if (n == 0)
+		goto bad;
+	m->rcpts = v;
+	m->n_rcpts = n;
+	return 0;
+bad:
+	m->rcpts = v;
+	m->n_rcpts = n;
+	msg_warn("%s: store: recipients missing or out of order", m->qid);
+	return STORE_EINVAL;
+}
+
+/* store_pg_msg_load - a queued message with owned copies of every field */
+int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct store_story s;
+	struct pg_params p;
+	PGresult *r = NULL, *rr = NULL;
+	PGconn *c;
+	int err, row = 0;
+	size_t len;
+
+	memset(m, 0, sizeof(*m));
+	if (!store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	if ((err = store_pg_exec(st, c, "SELECT " PG_MSG_COLS ", m.data FROM messages m "
+				 "WHERE m.qid = $1 AND m.queued", &p, &r, "load")) == 0
+	    && PQntuples(r) == 1)
+		err = store_pg_exec(st, c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
+				    "ORDER BY r.idx", &p, &rr, "load recipients");
+	store_pg_params_free(&p);
+	store_pg_give(st, c);
+	if (err == 0 && PQntuples(r) != 1)
+		err = STORE_ENOTFOUND;
+	if (err == 0 && (err = store_pg_msg_row(r, 0, &s)) == 0) {
+		*m = s.m;
+		len = (size_t) PQgetlength(r, 0, PG_MSG_NCOLS);
+		if (PQgetisnull(r, 0, PG_MSG_NCOLS) || len != m->data_len) {
+			msg_warn("%s: store: message data missing or of the wrong size", qid);
+			err = STORE_EINVAL;
+		} else {
+			m->data = xmalloc(len + 1);
+			memcpy(m->data, PQgetvalue(r, 0, PG_MSG_NCOLS), len);
+			m->data[len] = 0;
+			err = store_pg_rcpts_fill(rr, &row, m);
+		}
+		if (err != 0)
+			store_msg_free(m);
+	}
+	PQclear(r);
+	PQclear(rr);
+	return err;
+}
+
+/*
+ * store_pg_why - a fenced write of qid found nothing: STORE_ENOTFOUND if
+ * it is not queued, STORE_EINVAL if it has not n_rcpts recipients (when
+ * n_rcpts is not 0), else STORE_ELEASE (and this node forgets the lease)
+ */
+int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	err = c ? store_pg_exec(st, c, "SELECT m.queued, (SELECT count(*) FROM rcpts r WHERE "
+				"r.qid = m.qid) FROM messages m WHERE m.qid = $1", &p, &r, "why")
+	    : store_pg_run(st, "SELECT m.queued, (SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) "
+		  "FROM messages m WHERE m.qid = $1", &p, &r, "why");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	if (PQntuples(r) != 1 || !store_pg_int(r, 0, 0))
+		err = STORE_ENOTFOUND;
+	else if (n_rcpts != 0 && store_pg_int(r, 0, 1) != (int64_t) n_rcpts)
+		err = STORE_EINVAL;
+	else
+		err = STORE_ELEASE;
+	PQclear(r);
+	if (err != STORE_EINVAL)
+		store_pg_lease_del(st, qid);
+	return err;
+}
+
+/* alone - one write of the batch kind in a transaction of its own; a fence says why */
+static int alone(struct pg_store *st, const struct store_msg *m, const char *qid, int on)
+{
+	struct pg_txn *t;
+	int err;
+
+	if ((err = store_pg_txn_new(st, &t)) != 0)
+		return err;
+	if (m)
+		store_pg_txn_msg_update(&t->base, m);
+	else
+		store_pg_txn_msg_set_inflight(&t->base, qid, on);
+	if ((err = store_pg_txn_commit(&t->base)) == STORE_ELEASE)
+		err = store_pg_why(st, NULL, m ? m->qid : qid, m ? m->n_rcpts : 0);
+	return err;
+}
+
+/* store_pg_msg_update - rewrite delivery state; all final: it leaves the spool */
+int store_pg_msg_update(struct store *base, const struct store_msg *m)
+{
+	return alone((struct pg_store *) base, m, NULL, 0);
+}
+
+/*
+ * store_pg_msg_update_many - a delivery batch's outcomes in one
+ * transaction; if it fails, each alone, so that one bad member fails
+ * only itself
+ */
+int store_pg_msg_update_many(struct store *base, struct store_msg *const *m, size_t n, int *errs)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_txn *t;
+	size_t i;
+	int bad = 0;
+
+	if (n > 1 && store_pg_txn_new(st, &t) == 0) {
+		for (i = 0; i < n; i++)
+			store_pg_txn_msg_update(&t->base, m[i]);
+		if (store_pg_txn_commit(&t->base) == 0) {
+			memset(errs, 0, n * sizeof(*errs));
+			return 0;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if ((errs[i] = alone(st, m[i], NULL, 0)) != 0)
+			bad = errs[i];
+	return bad;
+}
+
+/* store_pg_msg_set_inflight - durably set or clear the mark, fenced */
+int store_pg_msg_set_inflight(struct store *base, const char *qid, int on)
+{
+	if (!store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	return alone((struct pg_store *) base, NULL, qid, on);
+}
+
+/* store_pg_msg_drop - out of the spool, story kept; refused while another node's lease is live */
+int store_pg_msg_drop(struct store *base, const char *qid)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	int64_t now = clock_us();
+	PGresult *r;
+	int err;
+
+	if (!store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_i64(&p, now);
+	store_pg_p_text(&p, st->node);
+	store_pg_p_i64(&p, PG_DEFAULT_TTL);
+	err = store_pg_run(st, "UPDATE messages SET queued = false, data = NULL, dropped = true, "
+		  "updated = $2, finished = $2, expires = $2 + CASE WHEN ttl > 0 THEN ttl "
+		  "ELSE $4 END + 1, lease_owner = NULL WHERE qid = $1 AND queued AND "
+		  "(lease_owner IS NULL OR lease_owner = $3 OR lease_until < " PG_DB_NOW ")",
+		  &p, &r, "drop");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	if (strcmp(PQcmdTuples(r), "1") != 0)
+		err = store_pg_why(st, NULL, qid, 0);
+	else
+		store_pg_lease_del(st, qid);
+	PQclear(r);
+	return err;
+}
+
+/* snapshot - two statements seeing one state of the database (a read-only transaction) */
+static int snapshot(struct pg_store *st, const char *a, const char *b, struct pg_params *p,
+		    PGresult **ra, PGresult **rb, const char *what)
+{
+	PGconn *c;
+	PGresult *x;
+	int err;
+
+	*ra = *rb = NULL;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	if ((err = store_pg_exec(st, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", NULL,
+				 &x, what)) == 0) {
+		PQclear(x);
+		if ((err = store_pg_exec(st, c, a, p, ra, what)) == 0)
+			err = store_pg_exec(st, c, b, p, rb, what);
+		if (store_pg_exec(st, c, "COMMIT", NULL, &x, what) == 0)
+			PQclear(x);
+	}
+	store_pg_give(st, c);
+	if (err != 0) {
+		PQclear(*ra);
+		PQclear(*rb);
+		*ra = *rb = NULL;
+	}
+	return err;
+}
+
+/* store_pg_queue_walk - every queued message of every node, envelope and state, in QID order */
+int store_pg_queue_walk(struct store *base, int (*cb) (void *, const struct store_msg *),
+			void *arg)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct store_story s;
+	PGresult *r, *rr;
+	int i, row = 0, err;
+
+	if ((err = snapshot(st, "SELECT " PG_MSG_COLS " FROM messages m WHERE m.queued "
+			    "ORDER BY m.qid", "SELECT " PG_RCPT_COLS " FROM rcpts r JOIN messages m "
+			    "ON m.qid = r.qid WHERE m.queued ORDER BY r.qid, r.idx", NULL, &r, &rr,
+			    "queue walk")) != 0)
+		return err;
+	for (i = 0; i < PQntuples(r) && err == 0; i++) {
+		if (store_pg_msg_row(r, i, &s) != 0 || store_pg_rcpts_fill(rr, &row, &s.m) != 0) {
+			msg_warn("%s: store: corrupt message row skipped", s.m.qid);
+			store_msg_free(&s.m);
+			continue;
+		}
+		err = cb(arg, &s.m);
+		store_msg_free(&s.m);
+	}
+	PQclear(r);
+	PQclear(rr);
+	return err;
+}
+
+/* store_pg_queue_oldest - acceptance time of the oldest queued message; STORE_ENOTFOUND if none */
+int store_pg_queue_oldest(struct store *base, int64_t *accepted)
+{
+	PGresult *r;
+	int err;
+
+	*accepted = 0;
+	if ((err = store_pg_run((struct pg_store *) base, "SELECT min(accepted) FROM messages WHERE queued",
+		       NULL, &r, "oldest")) != 0)
+		return err;
+	if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+		err = STORE_ENOTFOUND;
+	else
+		*accepted = store_pg_int(r, 0, 0);
+	PQclear(r);
+	return err;
+}
+
+/*
+ * store_pg_last_qid - the greatest QID in the store ("" if none), in
+ * byte order (the qid columns are COLLATE "C"). Stories keep their rows
+ * for their ttl, so a QID that left the spool still counts until then.
+ */
+int store_pg_last_qid(struct store *base, char qid[STORE_QID_SIZE])
+{
+	PGresult *r;
+	int err;
+
+	qid[0] = 0;
+	if ((err = store_pg_run((struct pg_store *) base, "SELECT max(qid) FROM messages", NULL, &r,
+		       "last qid")) != 0)
+		return err;
+	if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && store_pg_qid(r, 0, 0, qid) != 0)
+		err = STORE_EINVAL;
+	PQclear(r);
+	return err;
+}

@@ -1,0 +1,164 @@
+/*
+ * NAME
+ *	store_pg_schema 3
+ * SUMMARY
+ *	the PostgreSQL schema: created, upgraded by forward migrations, a newer one refused
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	idemrelay_schema(version) says which version the schema is at;
+ *	migrations[v] brings version v to v + 1 (migrations[0] creates
+ *	everything, as version 1). store_pg_schema() runs, under a session
+ *	advisory lock so that nodes starting together migrate once, every
+ *	migration the schema lacks, in order, each in one transaction with
+ *	the version it reaches; a schema newer than this build knows is
+ *	refused, since an older node would write rows the newer schema
+ *	does not expect. The lock is left held: store_pg_open() gives it up
+ *	once the node is registered. The tables are described in
+ *	idemrelay(8), "PostgreSQL schema".
+ *
+ *	The tables live in the connection's current schema (search_path):
+ *	several idemrelay installations, or tests, may share a database in
+ *	schemas of their own. Advisory lock keys include the schema's name.
+ *
+ *	A message's row is its spool entry while queued and its story after
+ *	(data NULL once it leaves the spool, data_len kept), until expires.
+ *	Claims name a message; they are not bound to it by a foreign key,
+ *	since a claim may outlive its message's story being written, and a
+ *	story its claims being forgotten. Recipients go with their message.
+ *
+ *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
+ *	write found fewer rows than it meant to: a lease went to another
+ *	node. Raised inside the batch's transaction, it aborts the whole
+ *	of it, so that no write of a message whose lease was lost commits.
+ * DIAGNOSTICS
+ *	0, or a STORE_E* code with the reason in err.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+static const char *const migrations[PG_SCHEMA_VERSION] = {
+	/* 0 -> 1: everything */
+	"CREATE TABLE idemrelay_schema (version int NOT NULL);"
+	"INSERT INTO idemrelay_schema (version) VALUES (0);"
+	"CREATE TABLE nodes (name text PRIMARY KEY,"
+	"  slot int UNIQUE NOT NULL CHECK (slot BETWEEN 0 AND 255));"
+	"CREATE TABLE claims (hash bytea PRIMARY KEY, keyhash bytea NOT NULL,"
+	"  qid text COLLATE \"C\" NOT NULL, fingerprint bytea NOT NULL,"
+	"  accepted bigint NOT NULL, expires bigint NOT NULL);"
+	"CREATE INDEX claims_keyhash ON claims (keyhash);"
+	"CREATE TABLE messages (qid text COLLATE \"C\" PRIMARY KEY, node text NOT NULL,"
+	"  accepted bigint NOT NULL, sender text NOT NULL, envid text, ret int NOT NULL,"
+	"  body int NOT NULL, smtputf8 bool NOT NULL, client text NOT NULL, auth_user text,"
+	"  data bytea, data_len bigint NOT NULL, has_key bool NOT NULL, keyhash bytea,"
+	"  ttl bigint NOT NULL, attempts int NOT NULL, next_attempt bigint NOT NULL,"
+	"  inflight bool NOT NULL, queued bool NOT NULL,"
+	"  lease_owner text, lease_until bigint, lease_token bigint,"
+	"  updated bigint NOT NULL DEFAULT 0, finished bigint NOT NULL DEFAULT 0,"
+	"  expires bigint NOT NULL DEFAULT 0, forgotten bigint NOT NULL DEFAULT 0,"
+	"  dropped bool NOT NULL DEFAULT false, duplicates int NOT NULL DEFAULT 0,"
+	"  mismatches int NOT NULL DEFAULT 0);"
+	/* message data is mostly compressed already (base64, images): no CPU spent on it */
+	"ALTER TABLE messages ALTER COLUMN data SET STORAGE EXTERNAL;"
+	"CREATE INDEX messages_due ON messages (next_attempt) WHERE queued;"
+	"CREATE INDEX messages_expiry ON messages (expires) WHERE NOT queued;"
+	"CREATE INDEX messages_keyhash ON messages (keyhash) WHERE has_key;"
+	"CREATE INDEX messages_lease ON messages (lease_token) WHERE queued;"
+	"CREATE TABLE rcpts (qid text COLLATE \"C\" NOT NULL REFERENCES messages ON DELETE CASCADE,"
+	"  idx int NOT NULL, addr text NOT NULL, notify int NOT NULL, orcpt text,"
+	"  state int NOT NULL, reply text, PRIMARY KEY (qid, idx));"
+	"CREATE SEQUENCE lease_seq;"
+	"CREATE FUNCTION idemrelay_fenced(got bigint, want bigint) RETURNS bigint"
+	"  LANGUAGE plpgsql AS $f$ BEGIN"
+	"  IF got <> want THEN RAISE EXCEPTION 'lease lost: % of % fenced writes found their lease',"
+	"    got, want USING ERRCODE = '" PG_SQLSTATE_FENCE "'; END IF;"
+	"  RETURN got; END $f$;",
+};
+
+/* simple - one or more statements without parameters, in one implicit transaction */
+static int simple(struct pg_store *st, PGconn *c, const char *sql, const char *what)
+{
+	PGresult *r = PQexec(c, sql);
+	int err = store_pg_result(st, c, r, what);
+
+	PQclear(r);
+	return err;
+}
+
+/* schema_version - the schema's version; 0 if there is none yet */
+static int schema_version(struct pg_store *st, PGconn *c, int *version)
+{
+	PGresult *r;
+	int err;
+
+	*version = 0;
+	if ((err = store_pg_exec(st, c, "SELECT to_regclass('idemrelay_schema') IS NOT NULL", NULL,
+				 &r, "schema version")) != 0)
+		return err;
+	if (PQntuples(r) != 1 || !store_pg_int(r, 0, 0)) {
+		PQclear(r);
+		return 0;
+	}
+	PQclear(r);
+	if ((err = store_pg_exec(st, c, "SELECT max(version) FROM idemrelay_schema", NULL, &r,
+				 "schema version")) != 0)
+		return err;
+	*version = PQntuples(r) == 1 ? (int) store_pg_int(r, 0, 0) : 0;
+	PQclear(r);
+	return 0;
+}
+
+/*
+ * store_pg_schema - make the schema current, or refuse one newer than
+ * this build; a client (idemrelayctl) only reads it: STORE_ENOTFOUND if
+ * there is none, refused unless it is this build's version
+ */
+int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen)
+{
+	struct buf sql = BUF_INIT;
+	char what[64];
+	int version, rc;
+
+	if ((!client && (rc = simple(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
+				     "schema lock")) != 0)
+	    || (rc = schema_version(st, c, &version)) != 0) {
+		snprintf(err, errlen, "store: cannot read the schema version: %s",
+			 PQerrorMessage(c)[0] ? PQerrorMessage(c) : store_strerror(rc));
+		return rc;
+	}
+	if (version > PG_SCHEMA_VERSION) {
+		snprintf(err, errlen, "store: schema version %d is newer than this idemrelay (%d); "
+			 "upgrade idemrelay", version, PG_SCHEMA_VERSION);
+		return STORE_EINVAL;
+	}
+	if (client && version == 0) {
+		snprintf(err, errlen, "store: no idemrelay schema in this database (no node ran yet)");
+		return STORE_ENOTFOUND;
+	}
+	if (client && version < PG_SCHEMA_VERSION) {
+		snprintf(err, errlen, "store: schema version %d is older than this idemrelay (%d); "
+			 "start a node to upgrade it", version, PG_SCHEMA_VERSION);
+		return STORE_EINVAL;
+	}
+	for (; version < PG_SCHEMA_VERSION; version++) {
+		/* the migration and the version it reaches, in one transaction */
+		buf_reset(&sql);
+		buf_printf(&sql, "%s;UPDATE idemrelay_schema SET version = %d", migrations[version],
+			   version + 1);
+		snprintf(what, sizeof(what), "schema migration to version %d", version + 1);
+		if ((rc = simple(st, c, sql.data, what)) != 0) {
+			snprintf(err, errlen, "store: schema migration to version %d failed: %s",
+				 version + 1, store_strerror(rc));
+			buf_free(&sql);
+			return rc;
+		}
+		msg_info("store: PostgreSQL schema %s version %d", version ? "migrated to" : "created at",
+			 version + 1);
+	}
+	buf_free(&sql);
+	return 0;
+}

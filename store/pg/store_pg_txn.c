@@ -1,0 +1,593 @@
+/*
+ * NAME
+ *	store_pg_txn 3
+ * SUMMARY
+ *	the batch transaction: buffered writes, one pipelined commit, an unknown outcome read back
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A group-commit batch is one PostgreSQL transaction, in two round
+ *	trips: the keys' locks and claims (store_pg_claim.c), then every
+ *	write and COMMIT. A transaction takes a connection of the pool at
+ *	begin and sends nothing until it needs to.
+ *
+ *	Writes are buffered as runs of one kind (segments), each a set of
+ *	arrays, one per column; store_pg_txn_commit() sends every run as one
+ *	or two statements, in order, then COMMIT, in one pipeline. A run
+ *	ends where a row would meet its own key a second time in it (one
+ *	statement cannot update a row twice).
+ *
+ *	A message put gets a lease to this node (owner, expiry on the
+ *	database's clock, a token from lease_seq): the accepting node
+ *	delivers it at once. Delivery writes are fenced by the lease token
+ *	this node holds (store_pg_lease.c); a message put in the same
+ *	transaction is fenced by owner, its token not known yet. A fence
+ *	that finds fewer rows than it meant aborts the transaction
+ *	(idemrelay_fenced(), SQLSTATE IR001: STORE_ELEASE).
+ *
+ *	When the connection breaks after COMMIT was sent and before its
+ *	result came, the outcome is unknown: a fresh connection reads back
+ *	whether the transaction's first new message exists. Yes: committed.
+ *	No, or it cannot be read: STORE_EAGAIN. Nothing of the batch is
+ *	answered before this is known.
+ * DIAGNOSTICS
+ *	Steps record their first failure (sticky) and become no-ops; commit
+ *	reports it, or the commit's own.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+
+static const struct {
+	int cols, rcols;
+	Oid types[SEG_COLS];
+	Oid rtypes[7];
+} seg_shape[] = {
+	[PG_SEG_CLAIMS] = { 6, 0, { PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_BYTEA,
+				    PG_OID_INT8, PG_OID_INT8 }, { 0 } },
+	[PG_SEG_MSGS] = { 17, 7, { PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT4,
+				   PG_OID_INT4, PG_OID_BOOL, PG_OID_TEXT, PG_OID_TEXT, PG_OID_BYTEA,
+				   PG_OID_INT8, PG_OID_BOOL, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
+				   PG_OID_INT8, PG_OID_BOOL },
+			  { PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT,
+			    PG_OID_INT4, PG_OID_TEXT } },
+	[PG_SEG_UPDATES] = { 8, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
+				     PG_OID_INT8, PG_OID_BOOL, PG_OID_BOOL, PG_OID_BOOL },
+			     { PG_OID_TEXT, PG_OID_INT4, PG_OID_INT4, PG_OID_TEXT } },
+	[PG_SEG_INFLIGHT] = { 3, 0, { PG_OID_TEXT, PG_OID_INT8, PG_OID_BOOL }, { 0 } },
+};
+
+static const char SQL_CLAIMS[] =
+	"INSERT INTO claims (hash, keyhash, qid, fingerprint, accepted, expires) "
+	"SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::text[], $4::bytea[], $5::int8[], "
+	"$6::int8[]) ON CONFLICT (hash) DO UPDATE SET keyhash = excluded.keyhash, "
+	"qid = excluded.qid, fingerprint = excluded.fingerprint, accepted = excluded.accepted, "
+	"expires = excluded.expires";
+
+static const char SQL_MSGS[] =
+	"INSERT INTO messages (qid, node, accepted, sender, envid, ret, body, smtputf8, client, "
+	"auth_user, data, data_len, has_key, keyhash, ttl, attempts, next_attempt, inflight, "
+	"queued, lease_owner, lease_until, lease_token) "
+	"SELECT u.qid, $1, u.accepted, u.sender, u.envid, u.ret, u.body, u.smtputf8, u.client, "
+	"u.auth_user, u.data, u.data_len, u.has_key, u.keyhash, u.ttl, u.attempts, "
+	"u.next_attempt, u.inflight, true, $1, " PG_DB_NOW " + $2, nextval('lease_seq') "
+	"FROM unnest($3::text[], $4::int8[], $5::text[], $6::text[], $7::int4[], $8::int4[], "
+	"$9::bool[], $10::text[], $11::text[], $12::bytea[], $13::int8[], $14::bool[], "
+	"$15::bytea[], $16::int8[], $17::int4[], $18::int8[], $19::bool[]) AS u(qid, accepted, "
+	"sender, envid, ret, body, smtputf8, client, auth_user, data, data_len, has_key, keyhash, "
+	"ttl, attempts, next_attempt, inflight) RETURNING qid, lease_token";
+
+static const char SQL_RCPTS[] =
+	"INSERT INTO rcpts (qid, idx, addr, notify, orcpt, state, reply) "
+	"SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::int4[], $5::text[], "
+	"$6::int4[], $7::text[])";
+
+/* fenced: by the token this node holds, or by owner for a message put in this transaction */
+#define FENCE "m.queued AND (m.lease_token = v.token OR (v.token IS NULL AND m.lease_owner = $1))"
+
+static const char SQL_UPDATES[] =
+	"WITH v AS (SELECT * FROM unnest($3::text[], $4::int8[], $5::int4[], $6::int4[], "
+	"$7::int8[], $8::bool[], $9::bool[], $10::bool[]) AS v(qid, token, n, attempts, "
+	"next_attempt, inflight, done, release)), "
+	"u AS (UPDATE messages m SET attempts = v.attempts + CASE WHEN v.done THEN 1 ELSE 0 END, "
+	"next_attempt = v.next_attempt, inflight = v.inflight, updated = $2, queued = NOT v.done, "
+	"data = CASE WHEN v.done THEN NULL ELSE m.data END, "
+	"finished = CASE WHEN v.done THEN $2 ELSE m.finished END, "
+	"expires = CASE WHEN v.done THEN $2 + CASE WHEN m.ttl > 0 THEN m.ttl ELSE $11 END + 1 "
+	"ELSE m.expires END, "
+	"lease_owner = CASE WHEN v.done OR v.release THEN NULL ELSE m.lease_owner END "
+	"FROM v WHERE m.qid = v.qid AND " FENCE " AND "
+	"(SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) = v.n RETURNING 1) "
+	"SELECT idemrelay_fenced(count(*), $12) FROM u";
+
+static const char SQL_RCPT_STATES[] =
+	"UPDATE rcpts r SET state = v.state, reply = v.reply FROM unnest($1::text[], $2::int4[], "
+	"$3::int4[], $4::text[]) AS v(qid, idx, state, reply) "
+	"WHERE r.qid = v.qid AND r.idx = v.idx";
+
+static const char SQL_INFLIGHT[] =
+	"WITH u AS (UPDATE messages m SET inflight = v.flag FROM unnest($2::text[], $3::int8[], "
+	"$4::bool[]) AS v(qid, token, flag) WHERE m.qid = v.qid AND " FENCE " RETURNING 1) "
+	"SELECT idemrelay_fenced(count(*), $5) FROM u";
+
+void (*store_pg_commit_hook) (PGconn *c);
+
+/* store_pg_txn_fail - record the first failure; return the sticky code */
+int store_pg_txn_fail(struct pg_txn *t, int err)
+{
+	if (t->err == 0)
+		t->err = err;
+	return t->err;
+}
+
+/* qids_add - append a QID to an owned array */
+static void qids_add(char (**v)[STORE_QID_SIZE], size_t *n, size_t *cap, const char *qid)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 16;
+		*v = xrealloc(*v, *cap * sizeof(**v));
+	}
+	strcpy((*v)[(*n)++], qid);
+}
+
+/* store_pg_qids_has - is qid in the array? */
+int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(v[i], qid) == 0)
+			return 1;
+	return 0;
+}
+
+/* seg_free - release a run's arrays */
+static void seg_free(struct pg_seg *s)
+{
+	int i;
+
+	for (i = 0; i < SEG_COLS; i++)
+		store_pg_arr_free(&s->a[i]);
+	for (i = 0; i < 7; i++)
+		store_pg_arr_free(&s->r[i]);
+	free(s->qids);
+}
+
+/* store_pg_seg_for - the run to append a row of kind to, keyed by key: a new one if key is in the last */
+struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key)
+{
+	struct pg_seg *s = t->n_segs ? &t->segs[t->n_segs - 1] : NULL;
+	size_t cap;
+	int i;
+
+	if (s && s->kind == kind && !store_pg_qids_has(s->qids, s->n, key)) {
+		s->qids = xrealloc(s->qids, (s->n + 1) * sizeof(*s->qids));
+		strcpy(s->qids[s->n++], key);
+		return s;
+	}
+	if (t->n_segs == t->cap_segs) {
+		t->cap_segs = t->cap_segs ? 2 * t->cap_segs : 4;
+		t->segs = xrealloc(t->segs, t->cap_segs * sizeof(*t->segs));
+	}
+	s = &t->segs[t->n_segs++];
+	memset(s, 0, sizeof(*s));
+	s->kind = kind;
+	for (i = 0; i < seg_shape[kind].cols; i++)
+		store_pg_arr_init(&s->a[i], seg_shape[kind].types[i]);
+	for (i = 0; i < seg_shape[kind].rcols; i++)
+		store_pg_arr_init(&s->r[i], seg_shape[kind].rtypes[i]);
+	cap = 1;
+	s->qids = xcalloc(cap, sizeof(*s->qids));
+	strcpy(s->qids[s->n++], key);
+	return s;
+}
+
+/* store_pg_txn_new - a transaction with a connection of the pool, nothing sent */
+int store_pg_txn_new(struct pg_store *st, struct pg_txn **out)
+{
+	struct pg_txn *t;
+	PGconn *c;
+	int err;
+
+	*out = NULL;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	t = xcalloc(1, sizeof(*t));
+	t->base.ops = &store_pg_ops;
+	t->st = st;
+	t->c = c;
+	*out = t;
+	return 0;
+}
+
+/* store_pg_txn_begin - the interface's txn_begin */
+int store_pg_txn_begin(struct store *base, struct store_txn **out)
+{
+	struct pg_txn *t;
+	int err;
+
+	*out = NULL;
+	if ((err = store_pg_txn_new((struct pg_store *) base, &t)) != 0)
+		return err;
+	*out = &t->base;
+	return 0;
+}
+
+/* store_pg_txn_msg_put - buffer a new message and its recipients */
+void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_seg *s;
+	size_t i;
+
+	if (t->err)
+		return;
+	if (!store_pg_msg_valid(m)) {
+		store_pg_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	s = store_pg_seg_for(t, PG_SEG_MSGS, m->qid);
+	store_pg_a_text(&s->a[0], m->qid);
+	store_pg_a_i64(&s->a[1], m->accepted);
+	store_pg_a_text(&s->a[2], m->from);
+	store_pg_a_text(&s->a[3], m->envid);
+	store_pg_a_i32(&s->a[4], m->ret);
+	store_pg_a_i32(&s->a[5], m->body);
+	store_pg_a_bool(&s->a[6], m->smtputf8);
+	store_pg_a_text(&s->a[7], m->client);
+	store_pg_a_text(&s->a[8], m->user);
+	store_pg_a_bytes(&s->a[9], m->data ? m->data : "", m->data_len);
+	store_pg_a_i64(&s->a[10], (int64_t) m->data_len);
+	store_pg_a_bool(&s->a[11], m->has_key);
+	store_pg_a_bytes(&s->a[12], m->has_key ? m->keyhash : NULL, STORE_HASH_LEN);
+	store_pg_a_i64(&s->a[13], m->ttl);
+	store_pg_a_i32(&s->a[14], m->attempts);
+	store_pg_a_i64(&s->a[15], m->next_attempt);
+	store_pg_a_bool(&s->a[16], m->inflight);
+	for (i = 0; i < m->n_rcpts; i++) {
+		store_pg_a_text(&s->r[0], m->qid);
+		store_pg_a_i32(&s->r[1], (int32_t) i);
+		store_pg_a_text(&s->r[2], m->rcpts[i].addr);
+		store_pg_a_i32(&s->r[3], m->rcpts[i].notify);
+		store_pg_a_text(&s->r[4], m->rcpts[i].orcpt);
+		store_pg_a_i32(&s->r[5], (int32_t) m->rcpts[i].state);
+		store_pg_a_text(&s->r[6], m->rcpts[i].reply);
+	}
+	qids_add(&t->put_qids, &t->n_put, &t->cap_put, m->qid);
+}
+
+/*
+ * fence_token - the token a delivery write of qid is fenced with: the
+ * lease this node holds, or NULL (has 0) for a message put in this
+ * transaction; STORE_ELEASE if this node holds none
+ */
+static int fence_token(struct pg_txn *t, const char *qid, int64_t *token, int *has)
+{
+	*has = 0;
+	if (store_pg_qids_has(t->put_qids, t->n_put, qid))
+		return 0;
+	if (store_pg_lease_get(t->st, qid, token) != 0)
+		return STORE_ELEASE;
+	*has = 1;
+	return 0;
+}
+
+/* state_valid - what an update needs of m */
+static int state_valid(const struct store_msg *m)
+{
+	size_t i;
+
+	if (!store_pg_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
+			return 0;
+	return 1;
+}
+
+/*
+ * store_pg_txn_msg_update - buffer a delivery update, fenced. All final:
+ * it leaves the spool (data gone, the story kept until expires); still
+ * queued and due later: its lease is given up, for any node to take.
+ */
+void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_seg *s;
+	int64_t token = 0;
+	size_t i;
+	int has, err, queued = 0;
+
+	if (t->err)
+		return;
+	if (!state_valid(m)) {
+		store_pg_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	if ((err = fence_token(t, m->qid, &token, &has)) != 0) {
+		store_pg_txn_fail(t, err);
+		return;
+	}
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
+			queued = 1;
+	s = store_pg_seg_for(t, PG_SEG_UPDATES, m->qid);
+	store_pg_a_text(&s->a[0], m->qid);
+	if (has)
+		store_pg_a_i64(&s->a[1], token);
+	else
+		store_pg_a_bytes(&s->a[1], NULL, 0);
+	store_pg_a_i32(&s->a[2], (int32_t) m->n_rcpts);
+	store_pg_a_i32(&s->a[3], m->attempts);
+	store_pg_a_i64(&s->a[4], m->next_attempt);
+	store_pg_a_bool(&s->a[5], m->inflight);
+	store_pg_a_bool(&s->a[6], !queued);
+	store_pg_a_bool(&s->a[7], queued && m->next_attempt > clock_us());
+	for (i = 0; i < m->n_rcpts; i++) {
+		store_pg_a_text(&s->r[0], m->qid);
+		store_pg_a_i32(&s->r[1], (int32_t) i);
+		store_pg_a_i32(&s->r[2], (int32_t) m->rcpts[i].state);
+		store_pg_a_text(&s->r[3], m->rcpts[i].reply);
+	}
+	if (!queued || m->next_attempt > clock_us())
+		qids_add(&t->gone_qids, &t->n_gone, &t->cap_gone, m->qid);
+}
+
+/* store_pg_txn_msg_set_inflight - buffer the inflight mark, fenced */
+void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_seg *s;
+	int64_t token = 0;
+	int has, err;
+
+	if (t->err)
+		return;
+	if (!store_pg_qid_ok(qid)) {
+		store_pg_txn_fail(t, STORE_EINVAL);
+		return;
+	}
+	if ((err = fence_token(t, qid, &token, &has)) != 0) {
+		store_pg_txn_fail(t, err);
+		return;
+	}
+	s = store_pg_seg_for(t, PG_SEG_INFLIGHT, qid);
+	store_pg_a_text(&s->a[0], qid);
+	if (has)
+		store_pg_a_i64(&s->a[1], token);
+	else
+		store_pg_a_bytes(&s->a[1], NULL, 0);
+	store_pg_a_bool(&s->a[2], on);
+}
+
+/* store_pg_txn_error - the sticky error */
+int store_pg_txn_error(const struct store_txn *base)
+{
+	return ((const struct pg_txn *) base)->err;
+}
+
+/* txn_free - give the connection back (rolled back if a transaction is open) and free */
+static void txn_free(struct pg_txn *t)
+{
+	PGresult *r;
+	size_t i;
+
+	if (t->c && PQstatus(t->c) == CONNECTION_OK && PQtransactionStatus(t->c) != PQTRANS_IDLE
+	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF) {
+		r = PQexec(t->c, "ROLLBACK");
+		PQclear(r);
+	}
+	store_pg_give(t->st, t->c);
+	for (i = 0; i < t->n_segs; i++)
+		seg_free(&t->segs[i]);
+	free(t->segs);
+	free(t->cache);
+	free(t->locked);
+	free(t->loaded);
+	free(t->put_qids);
+	free(t->gone_qids);
+	free(t);
+}
+
+/* store_pg_txn_abort - forget the transaction */
+void store_pg_txn_abort(struct store_txn *base)
+{
+	if (base != NULL)
+		txn_free((struct pg_txn *) base);
+}
+
+/* seg_send - queue a run's statements; returns how many, or -1 */
+static int seg_send(struct pg_txn *t, struct pg_seg *s)
+{
+	struct pg_params p, q;
+	int i, n = 0, bad = 0;
+
+	store_pg_params_init(&p);
+	store_pg_params_init(&q);
+	if (s->kind == PG_SEG_MSGS) {
+		store_pg_p_text(&p, t->st->node);
+		store_pg_p_i64(&p, t->st->lease_us);
+	} else if (s->kind == PG_SEG_UPDATES) {
+		store_pg_p_text(&p, t->st->node);
+		store_pg_p_i64(&p, clock_us());
+	} else if (s->kind == PG_SEG_INFLIGHT) {
+		store_pg_p_text(&p, t->st->node);
+	}
+	for (i = 0; i < seg_shape[s->kind].cols; i++)
+		store_pg_p_arr(&p, &s->a[i]);
+	if (s->kind == PG_SEG_UPDATES)
+		store_pg_p_i64(&p, PG_DEFAULT_TTL);
+	if (s->kind == PG_SEG_UPDATES || s->kind == PG_SEG_INFLIGHT)
+		store_pg_p_i64(&p, (int64_t) s->n);
+	for (i = 0; i < seg_shape[s->kind].rcols; i++)
+		store_pg_p_arr(&q, &s->r[i]);
+	switch (s->kind) {
+	case PG_SEG_CLAIMS:
+		bad = store_pg_send(t->c, SQL_CLAIMS, &p);
+		n = 1;
+		break;
+	case PG_SEG_MSGS:
+		bad = store_pg_send(t->c, SQL_MSGS, &p) || store_pg_send(t->c, SQL_RCPTS, &q);
+		n = 2;
+		break;
+	case PG_SEG_UPDATES:
+		bad = store_pg_send(t->c, SQL_UPDATES, &p) || store_pg_send(t->c, SQL_RCPT_STATES, &q);
+		n = 2;
+		break;
+	case PG_SEG_INFLIGHT:
+		bad = store_pg_send(t->c, SQL_INFLIGHT, &p);
+		n = 1;
+		break;
+	}
+	store_pg_params_free(&p);
+	store_pg_params_free(&q);
+	return bad ? -1 : n;
+}
+
+/* leases_add - the leases a commit's messages got, from RETURNING qid, lease_token */
+static void leases_add(struct pg_store *st, const PGresult *r)
+{
+	char qid[STORE_QID_SIZE];
+	int i;
+
+	for (i = 0; i < PQntuples(r); i++)
+		if (store_pg_qid(r, i, 0, qid) == 0)
+			store_pg_lease_set(st, qid, store_pg_int(r, i, 1));
+}
+
+/*
+ * read_back - the commit's outcome is unknown: on a fresh connection,
+ * does its first new message exist? Then its leases are read too.
+ * 0 committed, STORE_EAGAIN not, or not known.
+ */
+static int read_back(struct pg_txn *t)
+{
+	struct pg_store *st = t->st;
+	struct pg_params p;
+	struct pg_arr qids;
+	PGconn *c;
+	PGresult *r;
+	size_t i;
+	int err, found;
+
+	if (t->n_put == 0 || store_pg_take(st, &c) != 0)
+		return STORE_EAGAIN;
+	store_pg_params_init(&p);
+	store_pg_arr_init(&qids, PG_OID_TEXT);
+	for (i = 0; i < t->n_put; i++)
+		store_pg_a_text(&qids, t->put_qids[i]);
+	store_pg_p_arr(&p, &qids);
+	store_pg_p_text(&p, t->put_qids[0]);
+	store_pg_p_text(&p, st->node);
+	err = store_pg_exec(st, c, "SELECT qid, lease_token FROM messages "
+			    "WHERE qid = ANY($1::text[]) AND lease_owner = $3 AND "
+			    "EXISTS (SELECT 1 FROM messages WHERE qid = $2)", &p, &r,
+			    "read back");
+	store_pg_params_free(&p);
+	store_pg_give(st, c);
+	if (err != 0)
+		return STORE_EAGAIN;
+	found = PQntuples(r) > 0;
+	if (found)
+		leases_add(st, r);
+	PQclear(r);
+	msg_warn("store: a commit's outcome was unknown (connection lost): read back: %s",
+		 found ? "committed" : "not committed");
+	return found ? 0 : STORE_EAGAIN;
+}
+
+/* commit_send - the buffered runs, then COMMIT, in one pipeline; *sent statements */
+static int commit_send(struct pg_txn *t, int *sent)
+{
+	size_t i;
+	int n;
+
+	*sent = 0;
+	if (PQenterPipelineMode(t->c) != 1)
+		return -1;
+	if (!t->begun) {
+		if (store_pg_send(t->c, "BEGIN", NULL) != 0)
+			return -1;
+		(*sent)++;
+	}
+	t->begun = 1;
+	for (i = 0; i < t->n_segs; i++) {
+		if ((n = seg_send(t, &t->segs[i])) < 0)
+			return -1;
+		*sent += n;
+	}
+	if (store_pg_send(t->c, "COMMIT", NULL) != 0 || PQpipelineSync(t->c) != 1)
+		return -1;
+	(*sent)++;
+	return 0;
+}
+
+/*
+ * store_pg_txn_commit - send the buffered writes and COMMIT in one
+ * round trip; resolve an unknown outcome (see the header). Frees t.
+ */
+int store_pg_txn_commit(struct store_txn *base)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_store *st;
+	PGresult *r;
+	int sent = 0, err = 0, failed = 0, committed = 0, k, j;
+	size_t i;
+
+	if (t == NULL)
+		return STORE_EINVAL;
+	st = t->st;
+	if ((err = t->err) != 0) {
+		txn_free(t);
+		return err;
+	}
+	if (t->n_segs == 0 && !t->begun) {
+		txn_free(t);
+		return 0;
+	}
+	failed = commit_send(t, &sent) != 0;
+	if (!failed && store_pg_commit_hook)
+		store_pg_commit_hook(t->c);
+	/* each statement's result in order: the first error is the transaction's */
+	for (i = 0, k = 0; !failed && k < sent; k++) {
+		if ((j = store_pg_pipe_next(st, t->c, &r, "commit")) != 0) {
+			if (PQstatus(t->c) != CONNECTION_OK) {
+				failed = 1;	/* the connection broke: outcome unknown */
+				break;
+			}
+			if (err == 0)
+				err = j;
+			continue;
+		}
+		if (k == sent - 1)
+			committed = 1;
+		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)
+			leases_add(st, r);	/* a run of messages put: their leases */
+		PQclear(r);
+	}
+	if (!failed && store_pg_pipe_end(t->c) != 0)
+		failed = !committed && err == 0;
+	if (committed)
+		err = 0;
+	else if (err == 0)		/* no error seen and no COMMIT: unknown */
+		committed = (err = read_back(t)) == 0;
+	/* else an error was reported: nothing was committed */
+	if (committed) {
+		for (i = 0; i < t->n_gone; i++)
+			store_pg_lease_del(st, t->gone_qids[i]);
+		pthread_mutex_lock(&st->mu);
+		st->txns++;
+		pthread_mutex_unlock(&st->mu);
+	} else {
+		/* a message put whose lease was recorded from a result is not ours: undo */
+		for (i = 0; i < t->n_put; i++)
+			store_pg_lease_del(st, t->put_qids[i]);
+	}
+	txn_free(t);
+	return err;
+}

@@ -1,0 +1,366 @@
+/*
+ * NAME
+ *	store_pg_wire 3
+ * SUMMARY
+ *	PostgreSQL's binary formats: parameters, arrays, results, pipelines
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	Every statement goes with binary parameters and binary results:
+ *	a message's data is sent as the bytes it is (no escaping, no hex,
+ *	binary-safe), integers as 4 or 8 bytes in network order, booleans
+ *	as one byte. A batch's rows go as one array per column, unnested on
+ *	the server (INSERT ... SELECT FROM unnest($1, $2, ...)), so that a
+ *	batch of any size is one statement with a fixed text, not a
+ *	statement per row or a text built per batch.
+ *
+ *	An array's binary form is a header (dimensions, a has-null flag,
+ *	the element type, then size and lower bound of its one dimension)
+ *	and each element as a 4-byte length (-1 for NULL) and its bytes.
+ *	The elements are gathered first, the header written when the array
+ *	becomes a parameter.
+ *
+ *	A pipeline sends several statements and one sync in one write, then
+ *	reads each statement's result in order (libpq pipeline mode): a
+ *	batch's transaction costs one round trip.
+ * DIAGNOSTICS
+ *	store_pg_exec() and store_pg_pipe_next() return 0 or a STORE_E*
+ *	code through store_pg_result() (store_pg.c).
+ */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "store_pg_int.h"
+
+#define ARR_HEADER	20	/* dimensions, has-null, element type, size, lower bound */
+
+/* put_be - n bytes of v in network order */
+static void put_be(struct buf *b, uint64_t v, int n)
+{
+	uint8_t x[8];
+	int i;
+
+	for (i = 0; i < n; i++)
+		x[i] = (uint8_t) (v >> (8 * (n - 1 - i)));
+	buf_append(b, x, (size_t) n);
+}
+
+/* store_pg_params_init - no parameters yet */
+void store_pg_params_init(struct pg_params *p)
+{
+	memset(p, 0, sizeof(*p));
+}
+
+/* store_pg_params_free - release every parameter's bytes */
+void store_pg_params_free(struct pg_params *p)
+{
+	int i;
+
+	for (i = 0; i < p->n; i++)
+		buf_free(&p->own[i]);
+	p->n = 0;
+}
+
+/* param_add - the next parameter, of type oid, its bytes in p->own; NULL when full */
+static struct buf *param_add(struct pg_params *p, Oid oid)
+{
+	struct buf *b;
+
+	if (p->n >= PG_PARAMS_MAX)
+		abort();		/* a statement of this backend with too many: a bug */
+	b = &p->own[p->n];
+	memset(b, 0, sizeof(*b));
+	p->types[p->n] = oid;
+	p->fmts[p->n] = 1;
+	return b;
+}
+
+/* param_done - the parameter's bytes are in place */
+static void param_done(struct pg_params *p, int null)
+{
+	struct buf *b = &p->own[p->n];
+
+	p->vals[p->n] = null ? NULL : b->data ? b->data : "";
+	p->lens[p->n] = null ? 0 : (int) b->len;
+	p->n++;
+}
+
+/* store_pg_p_i64 - a bigint */
+void store_pg_p_i64(struct pg_params *p, int64_t v)
+{
+	put_be(param_add(p, PG_OID_INT8), (uint64_t) v, 8);
+	param_done(p, 0);
+}
+
+/* store_pg_p_i32 - an int */
+void store_pg_p_i32(struct pg_params *p, int32_t v)
+{
+	put_be(param_add(p, PG_OID_INT4), (uint32_t) v, 4);
+	param_done(p, 0);
+}
+
+/* store_pg_p_bool - a boolean */
+void store_pg_p_bool(struct pg_params *p, int v)
+{
+	buf_putc(param_add(p, PG_OID_BOOL), v ? 1 : 0);
+	param_done(p, 0);
+}
+
+/* store_pg_p_text - a text, or NULL */
+void store_pg_p_text(struct pg_params *p, const char *s)
+{
+	struct buf *b = param_add(p, PG_OID_TEXT);
+
+	if (s)
+		buf_append(b, s, strlen(s));
+	param_done(p, s == NULL);
+}
+
+/* store_pg_p_bytes - a bytea */
+void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len)
+{
+	buf_append(param_add(p, PG_OID_BYTEA), v, len);
+	param_done(p, 0);
+}
+
+/* array_oid - the array type of an element type */
+static Oid array_oid(Oid elem)
+{
+	switch (elem) {
+	case PG_OID_BOOL:
+		return 1000;
+	case PG_OID_BYTEA:
+		return 1001;
+	case PG_OID_INT4:
+		return 1007;
+	case PG_OID_TEXT:
+		return 1009;
+	default:
+		return 1016;		/* int8 */
+	}
+}
+
+/*
+ * store_pg_p_arr - an array, from the elements gathered in a; a is
+ * emptied. The elements' buffer becomes the parameter as it is: its
+ * header goes into the room store_pg_arr_init() left at its front.
+ */
+void store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
+{
+	struct buf *b = param_add(p, array_oid(a->elem)), h = BUF_INIT;
+	size_t off = a->n ? 0 : 8;	/* an empty array has no dimension: 12 bytes */
+
+	put_be(&h, a->n ? 1 : 0, 4);
+	put_be(&h, (uint32_t) a->has_null, 4);
+	put_be(&h, a->elem, 4);
+	put_be(&h, a->n, 4);
+	put_be(&h, 1, 4);		/* lower bound */
+	if (a->n)
+		memcpy(a->b.data, h.data, ARR_HEADER);
+	else
+		memcpy(a->b.data + off, h.data, ARR_HEADER - off);
+	buf_free(&h);
+	*b = a->b;			/* moved, not copied: it may hold megabytes of data */
+	memset(&a->b, 0, sizeof(a->b));
+	p->vals[p->n] = b->data + off;
+	p->lens[p->n] = (int) (b->len - off);
+	p->n++;
+	store_pg_arr_init(a, a->elem);
+}
+
+/* store_pg_arr_init - an empty array of elem (PG_OID_*), with room for its header */
+void store_pg_arr_init(struct pg_arr *a, Oid elem)
+{
+	static const char room[ARR_HEADER];
+
+	memset(a, 0, sizeof(*a));
+	a->elem = elem;
+	buf_append(&a->b, room, sizeof(room));
+}
+
+/* store_pg_arr_free - release the gathered elements */
+void store_pg_arr_free(struct pg_arr *a)
+{
+	buf_free(&a->b);
+	memset(a, 0, sizeof(*a));
+}
+
+/* store_pg_a_i64 - append a bigint */
+void store_pg_a_i64(struct pg_arr *a, int64_t v)
+{
+	put_be(&a->b, 8, 4);
+	put_be(&a->b, (uint64_t) v, 8);
+	a->n++;
+}
+
+/* store_pg_a_i32 - append an int */
+void store_pg_a_i32(struct pg_arr *a, int32_t v)
+{
+	put_be(&a->b, 4, 4);
+	put_be(&a->b, (uint32_t) v, 4);
+	a->n++;
+}
+
+/* store_pg_a_bool - append a boolean */
+void store_pg_a_bool(struct pg_arr *a, int v)
+{
+	put_be(&a->b, 1, 4);
+	buf_putc(&a->b, v ? 1 : 0);
+	a->n++;
+}
+
+/* store_pg_a_bytes - append a bytea (or text's bytes), or NULL */
+void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len)
+{
+	if (v == NULL) {
+		put_be(&a->b, 0xffffffffu, 4);
+		a->has_null = 1;
+	} else {
+		put_be(&a->b, (uint32_t) len, 4);
+		buf_append(&a->b, v, len);
+	}
+	a->n++;
+}
+
+/* store_pg_a_text - append a text, or NULL */
+void store_pg_a_text(struct pg_arr *a, const char *s)
+{
+	store_pg_a_bytes(a, s, s ? strlen(s) : 0);
+}
+
+/* store_pg_exec - one statement, binary in and out; *out is the caller's to PQclear */
+int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
+		  PGresult **out, const char *what)
+{
+	PGresult *r;
+	int err;
+
+	*out = NULL;
+	r = PQexecParams(c, sql, p ? p->n : 0, p ? p->types : NULL, p ? p->vals : NULL,
+			 p ? p->lens : NULL, p ? p->fmts : NULL, 1);
+	if ((err = store_pg_result(st, c, r, what)) != 0) {
+		PQclear(r);
+		return err;
+	}
+	*out = r;
+	return 0;
+}
+
+/* store_pg_send - queue one statement of a pipeline; 0 or -1 (the connection failed) */
+int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
+{
+	return PQsendQueryParams(c, sql, p ? p->n : 0, p ? p->types : NULL, p ? p->vals : NULL,
+				 p ? p->lens : NULL, p ? p->fmts : NULL, 1) == 1 ? 0 : -1;
+}
+
+/*
+ * store_pg_pipe_next - the next statement's result in a pipeline (and
+ * the NULL that ends it); *out, if set, is the caller's to PQclear
+ */
+int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what)
+{
+	PGresult *r = PQgetResult(c), *extra;
+	int err;
+
+	*out = NULL;
+	while (r && (extra = PQgetResult(c)) != NULL)	/* one result per statement here */
+		PQclear(extra);
+	if ((err = store_pg_result(st, c, r, what)) != 0) {
+		PQclear(r);
+		return err;
+	}
+	*out = r;
+	return 0;
+}
+
+/* store_pg_pipe_end - read up to the sync and leave pipeline mode; 0 or -1 */
+int store_pg_pipe_end(PGconn *c)
+{
+	PGresult *r;
+	int nulls = 0, sync = 0;
+
+	while (!sync && nulls < 64) {
+		if ((r = PQgetResult(c)) == NULL) {
+			if (PQstatus(c) != CONNECTION_OK)
+				break;
+			nulls++;	/* the end of an aborted statement's results */
+			continue;
+		}
+		sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+		PQclear(r);
+	}
+	if (!sync || PQexitPipelineMode(c) != 1)
+		return -1;
+	return 0;
+}
+
+/* store_pg_int - an int2, int4, int8 or bool column in binary; NULL or odd: 0 */
+int64_t store_pg_int(const PGresult *r, int row, int col)
+{
+	const uint8_t *v = (const uint8_t *) PQgetvalue(r, row, col);
+	int len = PQgetlength(r, row, col), i;
+	uint64_t x = 0;
+
+	if (PQgetisnull(r, row, col) || (len != 1 && len != 2 && len != 4 && len != 8))
+		return 0;
+	if (len == 1)
+		return v[0] != 0;
+	for (i = 0; i < len; i++)
+		x = (x << 8) | v[i];
+	if (len == 2)
+		return (int16_t) x;
+	if (len == 4)
+		return (int32_t) x;
+	return (int64_t) x;
+}
+
+/* store_pg_strdup - a text column as an owned string; NULL stays NULL */
+char *store_pg_strdup(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	return xstrndup(PQgetvalue(r, row, col), (size_t) PQgetlength(r, row, col));
+}
+
+/* store_pg_copy - a bytea column of exactly len bytes into out; 0 or STORE_EINVAL */
+int store_pg_copy(const PGresult *r, int row, int col, void *out, size_t len)
+{
+	if (PQgetisnull(r, row, col) || (size_t) PQgetlength(r, row, col) != len)
+		return STORE_EINVAL;
+	memcpy(out, PQgetvalue(r, row, col), len);
+	return 0;
+}
+
+/* store_pg_qid - a QID column; 0 or STORE_EINVAL */
+int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE])
+{
+	int len = PQgetlength(r, row, col);
+
+	qid[0] = 0;
+	if (PQgetisnull(r, row, col) || len <= 0 || len >= STORE_QID_SIZE)
+		return STORE_EINVAL;
+	memcpy(qid, PQgetvalue(r, row, col), (size_t) len);
+	qid[len] = 0;
+	return 0;
+}
+
+/* store_pg_qid_ok - can this be a QID: 1 to STORE_QID_SIZE - 1 bytes */
+int store_pg_qid_ok(const char *qid)
+{
+	size_t n;
+
+	return qid != NULL && (n = strnlen(qid, STORE_QID_SIZE)) > 0 && n < STORE_QID_SIZE;
+}
+
+/* store_pg_key_lock - a key's advisory lock: the first 8 bytes of its hash, as a bigint */
+int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN])
+{
+	uint64_t x = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		x = (x << 8) | keyhash[i];
+	return (int64_t) x;
+}

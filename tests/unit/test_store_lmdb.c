@@ -1,0 +1,561 @@
+/*
+ * test_store_lmdb - what only the LMDB backend has (store/lmdb/): its map
+ * as stats see it, opens that fail, a full map, records corrupted under
+ * its feet, its record codecs and their older versions, stores from
+ * before claims were filed under their key, and the read-only open
+ * idemrelayctl uses. Always on LMDB, whatever IDEMRELAY_PG_URL says.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <lmdb.h>
+
+#include "../../store/store.h"
+#include "../../store/lmdb/store_int.h"
+#include "../../util/buf.h"
+#include "test_store_help.h"
+
+/* raw_env - the same environment opened directly, store closed */
+static MDB_env *raw_env(const char *path)
+{
+	MDB_env *env;
+
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+	assert_int_equal(mdb_env_set_mapsize(env, TEST_MAP), 0);
+	assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+	return env;
+}
+
+/* raw_put - write one record behind the store's back */
+static void raw_put(MDB_env *env, const char *db, const void *k, size_t klen,
+		    const void *v, size_t vlen)
+{
+	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+	assert_int_equal(mdb_put(txn, dbi, &key, &val, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* raw_exists - is there a named database? the store must be closed */
+static int raw_exists(const char *path, const char *db)
+{
+	MDB_env *env = raw_env(path);
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	int rc;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	rc = mdb_dbi_open(txn, db, 0, &dbi);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return rc == 0;
+}
+
+/* test_open_lmdb - the map as stats see it, and opens that fail */
+static void test_open_lmdb(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	struct store_stats s;
+	char err[256] = "", bad[160];
+
+	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	/* LMDB's map: map_size less the journal's region past it */
+	CHECK_INT("stats map_size", s.map_size, TEST_MAP - STORE_JOURNAL_SIZE);
+	if (s.map_used == 0 || s.map_used > s.map_size)
+		fail_msg("stats map_used: got %llu, want in (0, %llu]",
+			 (unsigned long long) s.map_used, (unsigned long long) s.map_size);
+
+	/* only the last component is created */
+	snprintf(bad, sizeof(bad), "%s/no/such", f->dir);
+	if (store_lmdb_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0 || st != NULL)
+		fail_msg("store_open %s: got success, want failure", bad);
+	if (strstr(err, "mkdir") == NULL)
+		fail_msg("store_open error text: got \"%s\", want the failed step", err);
+	snprintf(bad, sizeof(bad), "%s/store/data.mdb", f->dir);
+	if (store_lmdb_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0)
+		fail_msg("store_open on a file: got success, want failure");
+	store_close(NULL);
+}
+
+/* test_old_expiry_index - a store from before claims went with their stories */
+static void test_old_expiry_index(void **state)
+{
+	struct fx *f = *state;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	store_close(f->st);
+	f->st = NULL;
+	CHECK_INT("a new store has none", raw_exists(f->path, "expiry"), 0);
+	env = raw_env(f->path);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "expiry", MDB_CREATE, &dbi), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	raw_put(env, "expiry", "0123456789abcdef", 16, "", 0);
+	mdb_env_close(env);
+	CHECK_INT("made one", raw_exists(f->path, "expiry"), 1);
+	fx_reopen(f, TEST_MAP);
+	store_close(f->st);
+	f->st = NULL;
+	CHECK_INT("the open dropped it", raw_exists(f->path, "expiry"), 0);
+	fx_reopen(f, TEST_MAP);
+}
+
+/* a version-1 message record reads without what a story starts from */
+static void test_msg_record_versions(void **state)
+{
+	struct store_msg m, got;
+	uint8_t *rec, *v1;
+	size_t len, seed = 1 + STORE_HASH_LEN + 8, at;
+
+	(void) state;
+	msg_new(&m, "SEED00000001", 2, 300);
+	m.has_key = 1;
+	memset(m.keyhash, 0xa5, STORE_HASH_LEN);
+	m.ttl = 7200LL * 1000000;
+	m.smtputf8 = 1;
+	/* the same record as version 1 wrote it: no flags, key hash or ttl */
+	len = lmdb_msg_rec_size(&m);
+	rec = xmalloc(len);
+	lmdb_msg_rec_encode(rec, len, &m);
+	at = len - m.data_len - 8 - seed;
+	v1 = xmalloc(len - seed);
+	memcpy(v1, rec, at);
+	memcpy(v1 + at, rec + at + seed, len - at - seed);
+	v1[0] = 1;
+	memset(&got, 0, sizeof(got));
+	strcpy(got.qid, m.qid);
+	CHECK_INT("version 1", lmdb_msg_rec_decode(v1, len - seed, &got), 0);
+	CHECK_INT("v1 has_key", got.has_key, 0);
+	CHECK_INT("v1 smtputf8", got.smtputf8, 0);
+	CHECK_INT("v1 ttl", got.ttl, 0);
+	CHECK_INT("v1 data_len", got.data_len, m.data_len);
+	CHECK_INT("v1 data", memcmp(got.data, m.data, m.data_len), 0);
+	CHECK_STR("v1 from", got.from, m.from);
+	store_msg_free(&got);
+	/* version 2 as written before SMTPUTF8: the flags byte had only has_key */
+	rec[at] = 1;
+	memset(&got, 0, sizeof(got));
+	strcpy(got.qid, m.qid);
+	CHECK_INT("pre-SMTPUTF8 v2", lmdb_msg_rec_decode(rec, len, &got), 0);
+	CHECK_INT("pre-SMTPUTF8 has_key", got.has_key, 1);
+	CHECK_INT("pre-SMTPUTF8 smtputf8", got.smtputf8, 0);
+	store_msg_free(&got);
+	v1[0] = 3;
+	CHECK_INT("version 3", lmdb_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);
+	free(v1);
+	free(rec);
+	store_msg_free(&m);
+}
+
+
+/* raw_op - put (v non-NULL) or delete one record of db opened with flags, store closed */
+static void raw_op(MDB_env *env, const char *db, unsigned flags, const void *k, size_t klen,
+		   const void *v, size_t vlen)
+{
+	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, flags, &dbi), 0);
+	assert_int_equal(v ? mdb_put(txn, dbi, &key, &val, 0) : mdb_del(txn, dbi, &key, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/*
+ * A store from before claims were filed under their key: a claim under
+ * its claim hash alone, listed by a key index entry. It is still found,
+ * listed under its key, and forgotten with its entry; a new claim for the
+ * same recipient is filed under the key and shadows it.
+ */
+static void test_old_claims(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[1][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	struct store_forget out;
+	struct store_claim c, got;
+	struct store_txn *t;
+	char (*qids)[STORE_QID_SIZE];
+	size_t n, len;
+	int found = 0;
+	MDB_env *env;
+
+	store_close(f->st);
+	f->st = NULL;
+	env = raw_env(f->path);
+	hash_of(h[0], 77);
+	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+	len = lmdb_claim_encode(rec, &c);
+	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
+	memcpy(entry, h[0], STORE_HASH_LEN);
+	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
+	raw_op(env, "meta", 0, "claims_by_key", 13, NULL, 0);	/* as before the mark */
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+
+	CHECK_INT("old claim found", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h,
+						      1, NOW, &got, &found), 0);
+	CHECK_INT("found", found, 1);
+	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
+	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
+	CHECK_INT("one", n, 1);
+	CHECK_STR("qid", qids[0], "OLDCLAIM0001");
+	free(qids);
+	/* the store still has old claims: reopening does not mark it */
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("still found", claim_found_under(f->st, KH, 77, NOW, NULL), 1);
+
+	/* a new claim for the same recipient is filed under the key and wins */
+	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_claim_put(t, KH, h[0], &c);
+	CHECK_INT("renew", store_txn_commit(t), 0);
+	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
+					      NOW, &got, &found), 0);
+	CHECK_STR("new qid", got.qid, "NEWCLAIM0001");
+
+	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
+	CHECK_INT("both claims deleted", out.claims, 2);
+	CHECK_INT("two messages", out.n_qids, 2);
+	store_forget_free(&out);
+	CHECK_INT("gone", claim_found_under(f->st, KH, 77, NOW, NULL), 0);
+	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
+}
+
+static void test_map_full(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, got;
+	struct store_stats s;
+	int hash = 77, i, rc = 0, stored = 0;
+	char qid[16];
+
+	/* one message bigger than the whole map: nothing of it may remain */
+	msg_new(&m, "BIG000000001", 2, 1u << 20);
+	CHECK_INT("big message", spool(f->st, &m, &hash, 1, NOW + SEC), STORE_ENOSPC);
+	store_msg_free(&m);
+	CHECK_INT("no claim from the failed txn", claim_found(f->st, hash, NOW, NULL), 0);
+	CHECK_INT("no message from the failed txn", store_msg_load(f->st, "BIG000000001", &got),
+		  STORE_ENOTFOUND);
+	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	CHECK_INT("queued after failure", s.queued, 0);
+
+	msg_new(&m, "SMALL0000001", 1, 100);
+	CHECK_INT("small txn after failure", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its claim", claim_found(f->st, hash, NOW, NULL), 1);
+
+	/* fill it up; every message committed before the failure stays whole */
+	for (i = 0; i < 1000; i++) {
+		snprintf(qid, sizeof(qid), "FILL%08d", i);
+		msg_new(&m, qid, 1, 3000);
+		hash = 1000 + i;
+		rc = spool(f->st, &m, &hash, 1, NOW + SEC);
+		store_msg_free(&m);
+		if (rc != 0)
+			break;
+		stored++;
+	}
+	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
+	if (stored < 5)
+		fail_msg("filled: got %d messages, want at least 5", stored);
+	CHECK_INT("failed claim absent", claim_found(f->st, 1000 + stored, NOW, NULL), 0);
+	for (i = 0; i < stored; i++) {
+		snprintf(qid, sizeof(qid), "FILL%08d", i);
+		CHECK_INT(qid, store_msg_load(f->st, qid, &got), 0);
+		CHECK_INT("data_len", got.data_len, 3000);
+		store_msg_free(&got);
+	}
+	/* freeing space makes room again */
+	for (i = 0; i < stored; i++) {
+		snprintf(qid, sizeof(qid), "FILL%08d", i);
+		assert_int_equal(store_msg_drop(f->st, qid), 0);
+	}
+	msg_new(&m, "AFTER0000001", 1, 3000);
+	CHECK_INT("after freeing", spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	if (s.map_used > s.map_size)
+		fail_msg("map_used: got %llu, want <= %llu", (unsigned long long) s.map_used,
+			 (unsigned long long) s.map_size);
+}
+
+/* test_corrupt_records - garbage written under the store's feet */
+static void test_corrupt_records(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, got;
+	struct store_txn *t;
+	struct store_claim c, claims[2];
+	struct list_acc a;
+	uint8_t h[2][STORE_HASH_LEN], ck[2 * STORE_HASH_LEN], *orphan;
+	int found[2], hash = 1;
+	MDB_env *env;
+	char qid[STORE_QID_SIZE];
+	size_t orphan_len;
+
+	msg_new(&m, "GOOD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	msg_new(&m, "QBAD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	msg_new(&m, "MBAD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	orphan_len = lmdb_queue_rec_size(&m);
+	orphan = xmalloc(orphan_len);
+	lmdb_queue_rec_encode(orphan, orphan_len, &m);
+	store_msg_free(&m);
+	store_close(f->st);
+	f->st = NULL;
+
+	env = raw_env(f->path);
+	hash_of(h[1], 2);
+	memcpy(ck, KH, STORE_HASH_LEN);		/* filed under its key, then its hash */
+	memcpy(ck + STORE_HASH_LEN, h[1], STORE_HASH_LEN);
+	raw_put(env, "claims", ck, sizeof(ck), "\x01\x05junk", 7);
+	raw_put(env, "queue", "QBAD00000001", 12, "\x01\xff", 2);
+	raw_put(env, "msg", "MBAD00000001", 12, "\x02garbage", 8);
+	raw_put(env, "queue", "ORPHAN000001", 12, orphan, orphan_len);
+	free(orphan);
+	raw_put(env, "meta", "last_qid", 8, "", 0);
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+
+	hash_of(h[0], 1);
+	CHECK_INT("claims_get with a corrupt one",
+		  store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
+				   claims, found),
+		  STORE_EINVAL);
+	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
+	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
+	store_txn_abort(t);
+
+	CHECK_INT("corrupt queue record", store_msg_load(f->st, "QBAD00000001", &got), STORE_EINVAL);
+	CHECK_INT("corrupt msg record", store_msg_load(f->st, "MBAD00000001", &got), STORE_EINVAL);
+	CHECK_INT("queue without msg", store_msg_load(f->st, "ORPHAN000001", &got), STORE_EINVAL);
+	CHECK_INT("inflight on corrupt", store_msg_set_inflight(f->st, "QBAD00000001", 1),
+		  STORE_EINVAL);
+	CHECK_INT("good message", store_msg_load(f->st, "GOOD00000001", &got), 0);
+	store_msg_free(&got);
+	CHECK_INT("last_qid corrupt", store_last_qid(f->st, qid), STORE_EINVAL);
+
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("queue_list skips corrupt", store_queue_list(f->st, list_cb, &a), 0);
+	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
+
+	/* a corrupt claim can be replaced */
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	claim_of(&c, "GOOD00000001", 1, NOW - SEC);
+	store_txn_claim_put(t, KH, h[1], &c);
+	CHECK_INT("overwrite corrupt claim", store_txn_commit(t), 0);
+	CHECK_INT("dropped orphan", store_msg_drop(f->st, "ORPHAN000001"), 0);
+	CHECK_INT("dropped corrupt", store_msg_drop(f->st, "MBAD00000001"), 0);
+}
+
+static void test_codec_truncated(void **state)
+{
+	struct store_msg m, got;
+	struct store_claim c, cg;
+	uint8_t crec[STORE_CLAIM_REC_LEN], *rec, *q, *copy;
+	size_t len, qlen, clen, i, bit;
+	int rc;
+
+	(void) state;
+	msg_new(&m, "CODEC0000001", 3, 40);
+	m.rcpts[1].reply = xstrdup("250 ok");
+	len = lmdb_msg_rec_size(&m);
+	rec = xmalloc(len);
+	lmdb_msg_rec_encode(rec, len, &m);
+	qlen = lmdb_queue_rec_size(&m);
+	q = xmalloc(qlen);
+	lmdb_queue_rec_encode(q, qlen, &m);
+	claim_of(&c, "CODEC0000001", 4, NOW);
+	clen = lmdb_claim_encode(crec, &c);
+
+	for (i = 0; i < len; i++) {
+		memset(&got, 0, sizeof(got));
+		copy = xmalloc(i + 1);
+		memcpy(copy, rec, i);
+		if (lmdb_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
+			fail_msg("msg record cut at %zu of %zu: got success, want EINVAL", i, len);
+		if (got.rcpts || got.from || got.data)
+			fail_msg("msg record cut at %zu: left allocations behind", i);
+		free(copy);
+	}
+	for (i = 0; i < qlen; i++) {
+		memset(&got, 0, sizeof(got));
+		assert_int_equal(lmdb_msg_rec_decode(rec, len, &got), 0);
+		if (lmdb_queue_rec_decode(q, i, &got) != STORE_EINVAL)
+			fail_msg("queue record cut at %zu of %zu: got success, want EINVAL", i, qlen);
+		store_msg_free(&got);
+	}
+	for (i = 0; i < clen; i++)
+		if (lmdb_claim_decode(crec, i, &cg) != STORE_EINVAL)
+			fail_msg("claim record cut at %zu of %zu: got success, want EINVAL", i, clen);
+	CHECK_INT("whole claim", lmdb_claim_decode(crec, clen, &cg), 0);
+	CHECK_STR("whole claim qid", cg.qid, c.qid);
+
+	/* flips: must not crash or leak; success is fine when the flip hit data */
+	for (bit = 0; bit < len * 8; bit++) {
+		copy = xmalloc(len);
+		memcpy(copy, rec, len);
+		copy[bit / 8] ^= (uint8_t) (1u << (bit % 8));
+		memset(&got, 0, sizeof(got));
+		rc = lmdb_msg_rec_decode(copy, len, &got);
+		if (rc != 0 && rc != STORE_EINVAL)
+			fail_msg("flip %zu: got %d, want 0 or EINVAL", bit, rc);
+		if (rc == 0 && lmdb_queue_rec_decode(q, qlen, &got) == 0
+		    && got.n_rcpts != m.n_rcpts)
+			fail_msg("flip %zu: queue record accepted with the wrong count", bit);
+		store_msg_free(&got);
+		free(copy);
+	}
+	free(rec);
+	free(q);
+	store_msg_free(&m);
+}
+/* test_story_codec - the history record, every field; truncations refused */
+static void test_story_codec(void **state)
+{
+	struct store_story s, got;
+	struct store_rcpt r[2] = { { "a@x", 0, NULL, STORE_RCPT_SENT, "250 ok" },
+				   { "b@x", 0, NULL, STORE_RCPT_QUEUED, NULL } };
+	uint8_t *buf;
+	size_t len, i;
+
+	(void) state;
+	memset(&s, 0, sizeof(s));
+	strcpy(s.m.qid, "0123456789AB");
+	s.m.accepted = 11;
+	s.m.from = "";
+	s.m.client = "c [1.2.3.4]";
+	s.m.user = "alice";
+	s.m.rcpts = r;
+	s.m.n_rcpts = 2;
+	s.m.attempts = 3;
+	s.m.data_len = 1234;
+	s.updated = 12;
+	s.finished = 13;
+	s.expires = 14;
+	s.forgotten = 15;
+	s.ttl = 16;
+	s.has_key = 1;
+	memset(s.keyhash, 7, STORE_HASH_LEN);
+	s.dropped = 1;
+	s.m.smtputf8 = 1;
+	s.duplicates = 5;
+	s.mismatches = 6;
+	len = lmdb_hist_rec_size(&s);
+	buf = xmalloc(len);
+	lmdb_hist_rec_encode(buf, len, &s);
+	memset(&got, 0, sizeof(got));
+	CHECK_INT("decode", lmdb_hist_rec_decode(buf, len, &got), 0);
+	CHECK_INT("accepted", got.m.accepted, 11);
+	CHECK_STR("from", got.m.from, "");
+	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
+	CHECK_STR("user", got.m.user, "alice");
+	CHECK_STR("envid", got.m.envid, NULL);
+	CHECK_INT("n_rcpts", got.m.n_rcpts, 2);
+	CHECK_STR("rcpt 1", got.m.rcpts[1].addr, "b@x");
+	CHECK_INT("rcpt 0 state", got.m.rcpts[0].state, STORE_RCPT_SENT);
+	CHECK_STR("rcpt 0 reply", got.m.rcpts[0].reply, "250 ok");
+	CHECK_STR("rcpt 1 reply", got.m.rcpts[1].reply, NULL);
+	CHECK_INT("attempts", got.m.attempts, 3);
+	CHECK_INT("size", got.m.data_len, 1234);
+	CHECK_INT("times", got.updated + got.finished + got.expires + got.forgotten + got.ttl,
+		  12 + 13 + 14 + 15 + 16);
+	CHECK_INT("flags", got.has_key * 10 + got.dropped, 11);
+	CHECK_INT("smtputf8", got.m.smtputf8, 1);
+	CHECK_INT("keyhash", got.keyhash[31], 7);
+	CHECK_INT("counts", got.duplicates * 10 + got.mismatches, 56);
+	store_story_free(&got);
+	/* every truncation, and a trailing byte, is refused without a leak */
+	for (i = 0; i < len; i++)
+		if (lmdb_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
+			fail_msg("decode of %zu of %zu bytes: want STORE_EINVAL", i, len);
+	buf = xrealloc(buf, len + 1);
+	buf[len] = 0;
+	CHECK_INT("trailing byte", lmdb_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
+	buf[0] = 9;
+	CHECK_INT("version", lmdb_hist_rec_decode(buf, len, &got), STORE_EINVAL);
+	free(buf);
+}
+
+static int walk_cb(void *arg, const struct store_msg *m)
+{
+	size_t *n = arg;
+
+	if (m->data != NULL || m->data_len == 0 || m->from == NULL || m->n_rcpts != 1)
+		fail_msg("walk: want the envelope without data");
+	(*n)++;
+	return 0;
+}
+
+static void test_readonly(void **state)
+{
+	struct fx *f = *state;
+	struct store *ro;
+	struct store_msg m;
+	struct store_story s;
+	struct store_txn *t;
+	char err[256] = "", absent[128];
+	int64_t oldest;
+	size_t n = 0;
+	int hash = 30;
+
+	snprintf(absent, sizeof(absent), "%s/nothing", f->dir);
+	CHECK_INT("absent", store_lmdb_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
+	if (strstr(err, "no store at") == NULL)
+		fail_msg("absent store: got %s", err);
+	CHECK_INT("oldest of none", store_queue_oldest(f->st, &oldest), STORE_ENOTFOUND);
+	msg_new(&m, "0000000000E1", 1, 40);
+	assert_int_equal(spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	CHECK_INT("open ro", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	CHECK_INT("story", store_story_get(ro, m.qid, &s), 0);
+	store_story_free(&s);
+	CHECK_INT("walk", store_queue_walk(ro, walk_cb, &n), 0);
+	CHECK_INT("walked", n, 1);
+	CHECK_INT("oldest", store_queue_oldest(ro, &oldest), 0);
+	CHECK_INT("oldest time", oldest, m.accepted);
+	if (store_txn_begin(ro, &t) == 0) {
+		store_txn_abort(t);
+		fail_msg("a read-only store began a write transaction");
+	}
+	store_close(ro);
+	store_msg_free(&m);
+}
+
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_open_lmdb),
+		T(test_old_expiry_index),
+		cmocka_unit_test(test_msg_record_versions),
+		T(test_old_claims),
+		cmocka_unit_test_setup_teardown(test_map_full, fx_setup_tiny, fx_teardown),
+		T(test_corrupt_records),
+		cmocka_unit_test(test_codec_truncated),
+		cmocka_unit_test(test_story_codec),
+		T(test_readonly),
+	};
+
+	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
+	return cmocka_run_group_tests_name("store_lmdb", tests, NULL, NULL);
+}

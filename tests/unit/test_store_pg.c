@@ -1,0 +1,491 @@
+/*
+ * test_store_pg - what only the PostgreSQL backend has (store/pg/): node
+ * names and slots, a second node of one name refused, the schema's
+ * version (a newer one refused, a client finding none), an unreachable
+ * server, delivery leases and their fencing, renewal, a deferred message
+ * going back to the shared queue, drop against another node's lease, two
+ * nodes racing on one key, and a commit whose outcome was unknown read
+ * back. Each test has a schema of its own (test_store_fx.h); a second
+ * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../store/store.h"
+#include "../../store/pg/store_pg_int.h"
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "test_store_help.h"
+
+#define ROUNDS		30
+
+/* node_open - a second node on the fixture's schema */
+static struct store *node_open(struct fx *f, const char *name)
+{
+	struct store *st = NULL;
+	char err[512] = "";
+	int rc;
+
+	if ((rc = store_pg_open(&st, f->url, name, TEST_LEASE, err, sizeof(err))) != 0)
+		fail_msg("open node %s: got %d (%s), want 0", name, rc, err);
+	return st;
+}
+
+/* sql - run sql with the fixture's schema first in the search path */
+static void sql(struct fx *f, const char *fmt, const char *arg)
+{
+	char text[512], q[640];
+
+	snprintf(text, sizeof(text), fmt, arg ? arg : "");
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; %s", f->schema, text);
+	fx_pg_sql(q);
+}
+
+/* count_cb - count the messages offered */
+static int count_cb(void *arg, const char *qid, int64_t next)
+{
+	(void) qid;
+	(void) next;
+	(*(int *) arg)++;
+	return 0;
+}
+
+/* taken - how many due messages node st takes at now */
+static int taken(struct store *st, int64_t now)
+{
+	int n = 0;
+
+	CHECK_INT("queue_take", store_queue_take(st, now, 100, count_cb, &n), 0);
+	return n;
+}
+
+/* listed - how many messages node st holds leased */
+static int listed(struct store *st)
+{
+	int n = 0;
+
+	CHECK_INT("queue_list", store_queue_list(st, count_cb, &n), 0);
+	return n;
+}
+
+/* spool_one - a message of one recipient with a claim, leased to st by its acceptance */
+static void spool_one(struct store *st, const char *qid, int hash)
+{
+	struct store_msg m;
+
+	msg_new(&m, qid, 1, 100);
+	CHECK_INT(qid, spool(st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+}
+
+/* sent - st's update of qid: its one recipient sent */
+static int sent(struct store *st, const char *qid)
+{
+	struct store_msg m;
+	int rc;
+
+	msg_new(&m, qid, 1, 100);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	rc = store_msg_update(st, &m);
+	store_msg_free(&m);
+	return rc;
+}
+
+static void test_nodes(void **state)
+{
+	struct fx *f = *state;
+	struct store *b, *again = NULL;
+	char err[512] = "";
+
+	CHECK_STR("backend", store_backend(f->st), "postgresql");
+	CHECK_INT("shared", store_shared(f->st), 1);
+	CHECK_INT("first node's slot", store_node_id(f->st), 0);
+	CHECK_INT("same name again", store_pg_open(&again, f->url, TEST_NODE, TEST_LEASE, err,
+						   sizeof(err)), STORE_EINVAL);
+	if (again != NULL || strstr(err, "node " TEST_NODE " is running already") == NULL)
+		fail_msg("second node of one name: got \"%s\", want it refused as running", err);
+	b = node_open(f, "node-b");
+	CHECK_INT("second node's slot", store_node_id(b), 1);
+	store_close(b);
+	b = node_open(f, "node-c");
+	CHECK_INT("third node's slot", store_node_id(b), 2);
+	store_close(b);
+	b = node_open(f, "node-b");
+	CHECK_INT("a name keeps its slot", store_node_id(b), 1);
+	store_close(b);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("after a restart", store_node_id(f->st), 0);
+}
+
+static void test_schema_version(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	char err[512] = "", *url, empty[96];
+
+	store_close(f->st);
+	f->st = NULL;
+	sql(f, "UPDATE idemrelay_schema SET version = 99", NULL);
+	CHECK_INT("newer schema", store_pg_open(&st, f->url, TEST_NODE, TEST_LEASE, err,
+						sizeof(err)), STORE_EINVAL);
+	if (strstr(err, "schema version 99 is newer than this idemrelay (1); upgrade idemrelay")
+	    == NULL)
+		fail_msg("newer schema: got \"%s\"", err);
+	sql(f, "UPDATE idemrelay_schema SET version = 1", NULL);
+	fx_open(f, TEST_MAP);
+
+	/* a client (idemrelayctl) creates nothing */
+	snprintf(empty, sizeof(empty), "%s_empty", f->schema);
+	sql(f, "CREATE SCHEMA %s", empty);
+	url = fx_pg_url(fx_pg(), empty);
+	CHECK_INT("client, no schema", store_pg_open(&st, url, NULL, 0, err, sizeof(err)),
+		  STORE_ENOTFOUND);
+	sql(f, "DROP SCHEMA %s", empty);
+	free(url);
+	CHECK_INT("client", store_pg_open(&st, f->url, NULL, 0, err, sizeof(err)), 0);
+	CHECK_INT("client has no slot", store_node_id(st), -1);
+	CHECK_INT("client takes nothing", taken(st, clock_us()), 0);
+	store_close(st);
+}
+
+static void test_unreachable(void **state)
+{
+	struct store *st = NULL;
+	char err[512] = "";
+
+	(void) state;
+	CHECK_INT("refused", store_pg_open(&st, "postgresql://idemrelay@127.0.0.1:1/x",
+					   TEST_NODE, TEST_LEASE, err, sizeof(err)), STORE_EAGAIN);
+	if (st != NULL || strncmp(err, "store.url: connection to server", 31) != 0)
+		fail_msg("unreachable: got \"%s\", want store.url: connection to server ...", err);
+}
+
+/* a node's lease fences every write; when it runs out, another node takes the message */
+static void test_lease_fencing(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+
+	spool_one(f->st, "LEASE0000001", 1);
+	CHECK_INT("acceptance leased it to A", listed(f->st), 1);
+	CHECK_INT("B takes nothing while A's lease is live", taken(b, clock_us()), 0);
+	CHECK_INT("B without a lease", store_msg_set_inflight(b, "LEASE0000001", 1), STORE_ELEASE);
+	CHECK_INT("A with it", store_msg_set_inflight(f->st, "LEASE0000001", 1), 0);
+
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);	/* A's lease runs out */
+	CHECK_INT("B takes it", taken(b, clock_us()), 1);
+	CHECK_INT("B again: its own now", taken(b, clock_us()), 0);
+	CHECK_INT("A fenced off", store_msg_set_inflight(f->st, "LEASE0000001", 0), STORE_ELEASE);
+	CHECK_INT("A's update fenced off", sent(f->st, "LEASE0000001"), STORE_ELEASE);
+	CHECK_INT("A forgot it", listed(f->st), 0);
+	CHECK_INT("B delivers", sent(b, "LEASE0000001"), 0);
+	CHECK_INT("B is done with it", listed(b), 0);
+	CHECK_INT("A after it left", sent(f->st, "LEASE0000001"), STORE_ENOTFOUND);
+	store_close(b);
+}
+
+static void test_lease_renew(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+
+	spool_one(f->st, "RENEW0000001", 1);
+	spool_one(f->st, "RENEW0000002", 2);
+	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("A holds both", listed(f->st), 2);
+	CHECK_INT("B takes none", taken(b, clock_us()), 0);
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'RENEW0000002'", NULL);
+	CHECK_INT("B takes the one whose lease ran out", taken(b, clock_us()), 1);
+	CHECK_INT("renew again", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("A holds what it renewed", listed(f->st), 1);
+	CHECK_INT("B renews", store_lease_renew(b, clock_us()), 0);
+	CHECK_INT("B holds its own", listed(b), 1);
+	store_lease_release(f->st, "RENEW0000001");
+	CHECK_INT("A released it", listed(f->st), 0);
+	CHECK_INT("B takes it", taken(b, clock_us()), 1);
+	store_close(b);
+}
+
+/* a deferral gives the lease up: any node takes the message when due; a flush makes it due */
+static void test_defer_and_flush(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg m;
+	int64_t later = clock_us() + 3600 * SEC;
+
+	msg_new(&m, "DEFER0000001", 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	m.attempts = 1;
+	m.next_attempt = later;
+	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
+	CHECK_INT("A gave the lease up", listed(f->st), 0);
+	CHECK_INT("not due yet", taken(b, clock_us()), 0);
+	CHECK_INT("B takes it when due", taken(b, later), 1);
+	m.rcpts[1].state = STORE_RCPT_SENT;
+	CHECK_INT("A's write fenced", store_msg_update(f->st, &m), STORE_ELEASE);
+	CHECK_INT("B's write", store_msg_update(b, &m), 0);
+	store_msg_free(&m);
+
+	msg_new(&m, "DEFER0000002", 1, 100);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	m.next_attempt = later;
+	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
+	CHECK_INT("flush on B", store_queue_due(b, NULL, NOW), 0);
+	CHECK_INT("A takes it at once", taken(f->st, clock_us()), 1);
+	CHECK_INT("due of one unknown", store_queue_due(b, "NOSUCHQID000", NOW), STORE_ENOTFOUND);
+	store_msg_free(&m);
+	store_close(b);
+}
+
+static void test_drop_leased(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_story s;
+
+	spool_one(f->st, "DROP00000001", 1);
+	CHECK_INT("B drops A's", store_msg_drop(b, "DROP00000001"), STORE_ELEASE);
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);
+	CHECK_INT("B drops it once A's lease ran out", store_msg_drop(b, "DROP00000001"), 0);
+	CHECK_INT("story", store_story_get(f->st, "DROP00000001", &s), 0);
+	CHECK_INT("dropped", s.dropped, 1);
+	CHECK_INT("queued", s.queued, 0);
+	store_story_free(&s);
+	CHECK_INT("A forgot the lease", store_msg_set_inflight(f->st, "DROP00000001", 1),
+		  STORE_ENOTFOUND);
+	CHECK_INT("again", store_msg_drop(f->st, "DROP00000001"), STORE_ENOTFOUND);
+	store_close(b);
+}
+
+/* a batch of outcomes: the one whose lease went elsewhere fails alone */
+static void test_update_many_lease(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg x, y, *batch[2] = { &x, &y };
+	int errs[2] = { -1, -1 };
+
+	spool_one(f->st, "MANYL0000001", 1);
+	spool_one(f->st, "MANYL0000002", 2);
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'MANYL0000002'", NULL);
+	CHECK_INT("B takes the second", taken(b, clock_us()), 1);
+	msg_new(&x, "MANYL0000001", 1, 100);
+	msg_new(&y, "MANYL0000002", 1, 100);
+	x.rcpts[0].state = y.rcpts[0].state = STORE_RCPT_SENT;
+	CHECK_INT("batch", store_msg_update_many(f->st, batch, 2, errs), STORE_ELEASE);
+	CHECK_INT("errs[0]", errs[0], 0);
+	CHECK_INT("errs[1]", errs[1], STORE_ELEASE);
+	CHECK_INT("B's own write", store_msg_update(b, &y), 0);
+	store_msg_free(&x);
+	store_msg_free(&y);
+	store_close(b);
+}
+
+struct racer {
+	struct store *st;
+	const char *node;
+	pthread_barrier_t *start;
+	char qids[ROUNDS][STORE_QID_SIZE];	/* what each round answered */
+	int err;
+};
+
+/* race_round - one submission of round r's key: a duplicate names the winner's QID */
+static int race_round(struct racer *w, int r)
+{
+	uint8_t kh[1][STORE_HASH_LEN] = { { 0 } }, h[STORE_HASH_LEN];
+	struct store_claim c;
+	struct store_txn *t;
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	int rc;
+
+	kh[0][0] = 0x52;
+	kh[0][1] = (uint8_t) r;
+	hash_of(h, 9000 + r);
+	snprintf(qid, sizeof(qid), "RACE%02d%.6s", r, w->node);
+	if ((rc = store_txn_begin(w->st, &t)) != 0)
+		return rc;
+	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) kh, 1);
+	if ((rc = store_txn_claim_get(t, kh[0], h, NOW, &c)) == 0) {
+		strcpy(w->qids[r], c.qid);	/* a duplicate: the other node's */
+		store_txn_abort(t);
+		return 0;
+	}
+	msg_new(&m, qid, 1, 50);
+	store_txn_msg_put(t, &m);
+	store_msg_free(&m);
+	claim_of(&c, qid, 1, NOW + SEC);
+	store_txn_claim_put(t, kh[0], h, &c);
+	if ((rc = store_txn_commit(t)) == 0)
+		strcpy(w->qids[r], qid);
+	return rc;
+}
+
+/* racer_main - every round at the same instant as the other node */
+static void *racer_main(void *arg)
+{
+	struct racer *w = arg;
+	int r, rc, tries;
+
+	for (r = 0; r < ROUNDS && w->err == 0; r++) {
+		pthread_barrier_wait(w->start);
+		for (tries = 0; (rc = race_round(w, r)) == STORE_EAGAIN && tries < 5; tries++)
+			;
+		w->err = rc;
+	}
+	return NULL;
+}
+
+/* two nodes, one key per round, submitted at once: one message, one QID for both */
+static void test_race_two_nodes(void **state)
+{
+	struct fx *f = *state;
+	struct racer w[2];
+	pthread_t th[2];
+	pthread_barrier_t start;
+	uint8_t kh[STORE_HASH_LEN] = { 0x52 };
+	char (*qids)[STORE_QID_SIZE], what[64];
+	size_t n;
+	int i, r;
+
+	memset(w, 0, sizeof(w));
+	pthread_barrier_init(&start, NULL, 2);
+	w[0].st = f->st;
+	w[0].node = "nodeA";
+	w[1].st = node_open(f, "node-b");
+	w[1].node = "nodeB";
+	for (i = 0; i < 2; i++) {
+		w[i].start = &start;
+		assert_int_equal(pthread_create(&th[i], NULL, racer_main, &w[i]), 0);
+	}
+	for (i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_INT("racer error", w[i].err, 0);
+	}
+	for (r = 0; r < ROUNDS; r++) {
+		snprintf(what, sizeof(what), "round %d: one QID for both", r);
+		CHECK_STR(what, w[0].qids[r], w[1].qids[r]);
+		kh[1] = (uint8_t) r;
+		CHECK_INT("key qids", store_key_qids(f->st, kh, &qids, &n), 0);
+		snprintf(what, sizeof(what), "round %d: messages under the key", r);
+		CHECK_INT(what, n, 1);
+		CHECK_STR(what, qids[0], w[0].qids[r]);
+		free(qids);
+	}
+	store_close(w[1].st);
+	pthread_barrier_destroy(&start);
+}
+
+static struct fx *hook_fx;
+static const char *hook_qid;
+
+/* cut_after_commit - the commit hook: wait until the commit is visible, then cut the connection */
+static void cut_after_commit(PGconn *c)
+{
+	char q[256];
+	int64_t deadline = clock_mono_us() + 5 * SEC;
+	PGconn *o = PQconnectdb(hook_fx->url);
+	PGresult *r;
+	int seen = 0, sv[2];
+
+	snprintf(q, sizeof(q), "SELECT 1 FROM messages WHERE qid = '%s'", hook_qid);
+	while (!seen && clock_mono_us() < deadline) {
+		r = PQexec(o, q);
+		seen = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+		PQclear(r);
+		if (!seen)
+			usleep(10000);
+	}
+	PQfinish(o);
+	if (!seen)
+		fail_msg("the commit did not become visible within 5 s");
+	/* its result is lost on the way: the connection's socket now reads end of file */
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || dup2(sv[0], PQsocket(c)) < 0)
+		fail_msg("socketpair: %s", strerror(errno));
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static PGconn *blocker;
+
+/* kill_blocked - the commit hook: end the backend while it waits on a lock, COMMIT unrun */
+static void kill_blocked(PGconn *c)
+{
+	char q[128];
+	PGresult *r;
+
+	usleep(200000);			/* it waits for the blocker's row by now */
+	snprintf(q, sizeof(q), "SELECT pg_terminate_backend(%d)", PQbackendPID(c));
+	r = PQexec(blocker, q);
+	PQclear(r);
+}
+
+/* a commit whose result never came: read back, committed or not */
+static void test_unknown_commit(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+	PGresult *r;
+	char q[256];
+	int hash = 77;
+
+	hook_fx = f;
+	hook_qid = "UNKNOWN00001";
+	store_pg_commit_hook = cut_after_commit;
+	msg_new(&m, hook_qid, 1, 100);
+	CHECK_INT("committed, read back", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_pg_commit_hook = NULL;
+	store_msg_free(&m);
+	CHECK_INT("its lease was read back too", store_msg_set_inflight(f->st, hook_qid, 1), 0);
+	CHECK_INT("its claim", claim_found(f->st, 77, NOW, NULL), 1);
+
+	/* another transaction holds the claim's row: the commit waits, then its backend ends */
+	blocker = PQconnectdb(f->url);
+	snprintf(q, sizeof(q), "BEGIN; UPDATE claims SET expires = expires WHERE qid = '%s'",
+		 hook_qid);
+	r = PQexec(blocker, q);
+	CHECK_INT("blocker", PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	store_pg_commit_hook = kill_blocked;
+	msg_new(&m, "UNKNOWN00002", 1, 100);
+	CHECK_INT("not committed, read back", spool(f->st, &m, &hash, 1, NOW + SEC), STORE_EAGAIN);
+	store_pg_commit_hook = NULL;
+	store_msg_free(&m);
+	r = PQexec(blocker, "ROLLBACK");
+	PQclear(r);
+	PQfinish(blocker);
+	CHECK_INT("nothing of it", store_msg_load(f->st, "UNKNOWN00002", &m), STORE_ENOTFOUND);
+	CHECK_INT("the store serves on", store_msg_set_inflight(f->st, hook_qid, 0), 0);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_nodes),
+		T(test_schema_version),
+		cmocka_unit_test(test_unreachable),
+		T(test_lease_fencing),
+		T(test_lease_renew),
+		T(test_defer_and_flush),
+		T(test_drop_leased),
+		T(test_update_many_lease),
+		T(test_race_two_nodes),
+		T(test_unknown_commit),
+	};
+
+	if (fx_pg() == NULL) {
+		printf("test_store_pg: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
+		return 0;
+	}
+	return cmocka_run_group_tests_name("store_pg", tests, NULL, NULL);
+}
