@@ -55,11 +55,25 @@
 /* what libpq gets besides the URL, which overrides any of them (it comes last) */
 static const char *const conn_keys[] = {
 	"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
-	"keepalives_count", "tcp_user_timeout", "application_name", "dbname", NULL
+	"keepalives_count", "tcp_user_timeout", "application_name", "options", "dbname", NULL
 };
+/*
+ * A server backend whose connection was cut (store_pg_wire.c) notices it
+ * within a second even while it waits for a lock, and aborts what it had
+ * not committed, rather than commit a batch nobody waits for any more.
+ */
 static const char *const conn_vals[] = {
-	"5", "1", "5", "2", "3", "10000", "idemrelay", NULL, NULL
+	"5", "1", "5", "2", "3", "10000", "idemrelay", "-c client_connection_check_interval=1000",
+	NULL, NULL
 };
+#define CONN_URL	8	/* the index of dbname: the URL, expanded; it comes last */
+
+/* quiet - the server's notices are not ours to print on stderr */
+static void quiet(void *arg, const char *message)
+{
+	(void) arg;
+	msg_debug("store: PostgreSQL: %s", message);
+}
 
 #define NODE_LOCK "hashtextextended('idemrelay node ' || coalesce(current_schema(), '') " \
 	"|| ' ' || $1::int, 0)"
@@ -86,10 +100,12 @@ static PGconn *conn_open(const char *url, char *err, size_t errlen)
 	PGconn *c;
 
 	memcpy(vals, conn_vals, sizeof(vals));
-	vals[7] = url;
+	vals[CONN_URL] = url;
 	c = PQconnectdbParams(conn_keys, vals, 1);
-	if (c != NULL && PQstatus(c) == CONNECTION_OK)
+	if (c != NULL && PQstatus(c) == CONNECTION_OK) {
+		PQsetNoticeProcessor(c, quiet, NULL);
 		return c;
+	}
 	msg = xstrdup(c ? PQerrorMessage(c) : "out of memory");
 	snprintf(err, errlen, "%s", one_line(msg));
 	free(msg);

@@ -27,6 +27,7 @@
 #define PG_POOL_START	2	/* connections opened at start, besides the anchor */
 #define PG_POOL_MAX	16
 #define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
+#define PG_RESULT_US	(10 * 1000000LL)	/* longest wait for a statement's result */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
@@ -173,6 +174,7 @@ void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len);	/* NULL: SQL
 
 int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
 		  PGresult **out, const char *what);
+int store_pg_simple(struct pg_store *st, PGconn *c, const char *sql, const char *what);
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p);
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what);
 int store_pg_pipe_end(PGconn *c);
@@ -205,6 +207,7 @@ int store_pg_txn_new(struct pg_store *st, struct pg_txn **out);
 int store_pg_txn_fail(struct pg_txn *t, int err);
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
+extern int64_t store_pg_result_us;	/* PG_RESULT_US; tests make it shorter */
 /* tests only: called once a commit's pipeline is sent, before its results are read */
 extern void (*store_pg_commit_hook) (PGconn *c);
 int store_pg_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],

@@ -79,16 +79,6 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"  RETURN got; END $f$;",
 };
 
-/* simple - one or more statements without parameters, in one implicit transaction */
-static int simple(struct pg_store *st, PGconn *c, const char *sql, const char *what)
-{
-	PGresult *r = PQexec(c, sql);
-	int err = store_pg_result(st, c, r, what);
-
-	PQclear(r);
-	return err;
-}
-
 /* schema_version - the schema's version; 0 if there is none yet */
 static int schema_version(struct pg_store *st, PGconn *c, int *version)
 {
@@ -123,7 +113,7 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 	char what[64];
 	int version, rc;
 
-	if ((!client && (rc = simple(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
+	if ((!client && (rc = store_pg_simple(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
 				     "schema lock")) != 0)
 	    || (rc = schema_version(st, c, &version)) != 0) {
 		snprintf(err, errlen, "store: cannot read the schema version: %s",
@@ -150,7 +140,7 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 		buf_printf(&sql, "%s;UPDATE idemrelay_schema SET version = %d", migrations[version],
 			   version + 1);
 		snprintf(what, sizeof(what), "schema migration to version %d", version + 1);
-		if ((rc = simple(st, c, sql.data, what)) != 0) {
+		if ((rc = store_pg_simple(st, c, sql.data, what)) != 0) {
 			snprintf(err, errlen, "store: schema migration to version %d failed: %s",
 				 version + 1, store_strerror(rc));
 			buf_free(&sql);

@@ -379,8 +379,8 @@ static void txn_free(struct pg_txn *t)
 
 	if (t->c && PQstatus(t->c) == CONNECTION_OK && PQtransactionStatus(t->c) != PQTRANS_IDLE
 	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF) {
-		r = PQexec(t->c, "ROLLBACK");
-		PQclear(r);
+		if (store_pg_exec(t->st, t->c, "ROLLBACK", NULL, &r, "rollback") == 0)
+			PQclear(r);
 	}
 	store_pg_give(t->st, t->c);
 	for (i = 0; i < t->n_segs; i++)

@@ -23,15 +23,23 @@
  *	A pipeline sends several statements and one sync in one write, then
  *	reads each statement's result in order (libpq pipeline mode): a
  *	batch's transaction costs one round trip.
+ *
+ *	Every result is waited for at most PG_RESULT_US; a server that does
+ *	not answer by then loses the connection (closed by the pool), and
+ *	the caller gets STORE_EAGAIN, or an unknown outcome read back.
  * DIAGNOSTICS
  *	store_pg_exec() and store_pg_pipe_next() return 0 or a STORE_E*
  *	code through store_pg_result() (store_pg.c).
  */
-#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
 #include "store_pg_int.h"
 
 #define ARR_HEADER	20	/* dimensions, has-null, element type, size, lower bound */
@@ -230,16 +238,89 @@ void store_pg_a_text(struct pg_arr *a, const char *s)
 	store_pg_a_bytes(a, s, s ? strlen(s) : 0);
 }
 
+int64_t store_pg_result_us = PG_RESULT_US;
+
+/*
+ * cut - a connection whose server did not answer in time: shut its
+ * socket, so that libpq sees the end of it and the pool closes it
+ */
+static void cut(PGconn *c)
+{
+	msg_warn("store: no answer from PostgreSQL within %.1f s: connection closed",
+		 (double) store_pg_result_us / 1e6);
+	shutdown(PQsocket(c), SHUT_RDWR);
+	(void) PQconsumeInput(c);
+}
+
+/*
+ * ready - wait until the next result can be read without blocking, at
+ * most store_pg_result_us: a server that stopped answering (a synchronous
+ * standby gone, a network that drops packets) costs the caller a bounded
+ * wait and the connection, never a hang. 0, or -1 with the connection cut.
+ */
+static int ready(PGconn *c)
+{
+	int64_t deadline = clock_mono_us() + store_pg_result_us, left;
+	struct pollfd p;
+
+	while (PQisBusy(c)) {
+		if ((left = deadline - clock_mono_us()) <= 0) {
+			cut(c);
+			return -1;
+		}
+		p.fd = PQsocket(c);
+		p.events = POLLIN;
+		p.revents = 0;
+		if (poll(&p, 1, (int) ((left + 999) / 1000)) < 0 && errno != EINTR) {
+			cut(c);
+			return -1;
+		}
+		if (PQconsumeInput(c) != 1)
+			return -1;	/* the connection failed: PQgetResult says so */
+	}
+	return 0;
+}
+
+/*
+ * next - the next result, waited for within the deadline; NULL at the
+ * end. A connection cut or failed gives libpq's account of it, then NULL.
+ */
+static PGresult *next(PGconn *c)
+{
+	(void) ready(c);
+	return PQgetResult(c);
+}
+
+/* last - the last result of what was sent; NULL if nothing came */
+static PGresult *last(PGconn *c)
+{
+	PGresult *r = next(c), *x;
+
+	while (r && (x = next(c)) != NULL) {
+		PQclear(r);
+		r = x;
+	}
+	return r;
+}
+
+/* store_pg_simple - statements without parameters in one string (the simple protocol) */
+int store_pg_simple(struct pg_store *st, PGconn *c, const char *sql, const char *what)
+{
+	PGresult *r = PQsendQuery(c, sql) == 1 ? last(c) : NULL;
+	int err = store_pg_result(st, c, r, what);
+
+	PQclear(r);
+	return err;
+}
+
 /* store_pg_exec - one statement, binary in and out; *out is the caller's to PQclear */
 int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
 		  PGresult **out, const char *what)
 {
-	PGresult *r;
+	PGresult *r = store_pg_send(c, sql, p) == 0 ? last(c) : NULL;
 	int err;
 
 	*out = NULL;
-	r = PQexecParams(c, sql, p ? p->n : 0, p ? p->types : NULL, p ? p->vals : NULL,
-			 p ? p->lens : NULL, p ? p->fmts : NULL, 1);
 	if ((err = store_pg_result(st, c, r, what)) != 0) {
 		PQclear(r);
 		return err;
@@ -248,7 +329,7 @@ int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_par
 	return 0;
 }
 
-/* store_pg_send - queue one statement of a pipeline; 0 or -1 (the connection failed) */
+/* store_pg_send - send one statement, or queue it in a pipeline; 0 or -1 (the connection failed) */
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
 {
 	return PQsendQueryParams(c, sql, p ? p->n : 0, p ? p->types : NULL, p ? p->vals : NULL,
@@ -261,11 +342,11 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
  */
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what)
 {
-	PGresult *r = PQgetResult(c), *extra;
+	PGresult *r = next(c), *extra;
 	int err;
 
 	*out = NULL;
-	while (r && (extra = PQgetResult(c)) != NULL)	/* one result per statement here */
+	while (r && (extra = next(c)) != NULL)	/* one result per statement here */
 		PQclear(extra);
 	if ((err = store_pg_result(st, c, r, what)) != 0) {
 		PQclear(r);
@@ -282,7 +363,7 @@ int store_pg_pipe_end(PGconn *c)
 	int nulls = 0, sync = 0;
 
 	while (!sync && nulls < 64) {
-		if ((r = PQgetResult(c)) == NULL) {
+		if ((r = next(c)) == NULL) {
 			if (PQstatus(c) != CONNECTION_OK)
 				break;
 			nulls++;	/* the end of an aborted statement's results */

@@ -5,7 +5,7 @@
  * server, delivery leases and their fencing, renewal, a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
- * back. Each test has a schema of its own (test_store_fx.h); a second
+ * back, a result that never comes. Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
 #include <pthread.h>
@@ -466,6 +466,36 @@ static void test_unknown_commit(void **state)
 	CHECK_INT("the store serves on", store_msg_set_inflight(f->st, hook_qid, 0), 0);
 }
 
+/* a server that does not answer costs a bounded wait and the connection, never a hang */
+static void test_result_deadline(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_msg m;
+	PGconn *blocker = PQconnectdb(f->url);
+	PGresult *r;
+	char q[128];
+	int64_t start;
+	int hash = 5;
+
+	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%lld)", (long long) store_pg_key_lock(KH));
+	r = PQexec(blocker, q);		/* holds the key's lock, as a batch stuck elsewhere would */
+	CHECK_INT("blocker", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	store_pg_result_us = 500000;
+	start = clock_mono_us();
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1);
+	CHECK_INT("the lock never came", store_txn_commit(t), STORE_EAGAIN);
+	store_pg_result_us = PG_RESULT_US;
+	if (clock_mono_us() - start > 3 * SEC)
+		fail_msg("waited %lld ms, want about 500", (long long) (clock_mono_us() - start) / 1000);
+	PQfinish(blocker);		/* the lock goes with it */
+	msg_new(&m, "DEADLINE0001", 1, 10);
+	CHECK_INT("serves again", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -481,6 +511,7 @@ int main(void)
 		T(test_update_many_lease),
 		T(test_race_two_nodes),
 		T(test_unknown_commit),
+		T(test_result_deadline),
 	};
 
 	if (fx_pg() == NULL) {
