@@ -63,6 +63,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+# the daemon runs in its own directory: a relative IDEMRELAY_BIN (make passes
+# bin/idemrelay) is taken from the current one, before harness reads it
+if os.environ.get("IDEMRELAY_BIN"):
+    os.environ["IDEMRELAY_BIN"] = os.path.abspath(os.environ["IDEMRELAY_BIN"])
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 import harness  # noqa: E402
 
