@@ -375,7 +375,7 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */
-	if (c->limits.message_size >= c->store.map_size) {
+	if (c->store.backend == CONF_STORE_LMDB && c->limits.message_size >= c->store.map_size) {
 		config_setting_t *s;
 
 		if ((s = config_setting_lookup(root, "limits.message_size")) != NULL)
@@ -411,11 +411,30 @@ static int conf_store_map(struct conf_ctx *x, const struct conf *c, config_setti
 	return 0;
 }
 
+/*
+ * conf_store_backend - what the chosen backend needs, and nothing of the
+ * other's: a url only for postgresql, the map settings checked for lmdb
+ */
+static int conf_store_backend(struct conf_ctx *x, const struct conf *c, config_setting_t *g)
+{
+	if (c->store.backend == CONF_STORE_POSTGRESQL) {
+		if (c->store.url == NULL)
+			return conf_error(x, g, "backend", "\"postgresql\" needs store.url");
+		return 0;
+	}
+	if (c->store.url != NULL)
+		return conf_error(x, g, "url", "only with backend = \"postgresql\"");
+	if (g != NULL && config_setting_get_member(g, "lease") != NULL)
+		return conf_error(x, g, "lease", "only with backend = \"postgresql\"");
+	return conf_store_map(x, c, g);
+}
+
 /* conf_defaults - every non-string default from conf.h */
 static void conf_defaults(struct conf *c)
 {
 	c->store.map_size = 1ULL << 30;
 	c->store.key_ttl = 24 * 3600;
+	c->store.lease = 30;
 	c->keys.message_id = 1;
 	c->keys.envid = 1;
 	c->keys.strip_header = 1;
@@ -441,14 +460,15 @@ static void conf_defaults(struct conf *c)
 /* conf_walk - validate the parsed tree into c */
 static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 {
-	static const char *const top[] = {"hostname", "user", "control",
+	static const char *const top[] = {"hostname", "node", "user", "control",
 		"metrics", "listen", "tls", "auth", "access", "store", "keys",
 		"upstream", "retry", "limits", "log", 0};
 	static const char *const metrics_names[] = {"address", "port", 0};
 	static const char *const tls_names[] = {"cert", "key", 0};
 	static const char *const auth_names[] = {"users", 0};
-	static const char *const store_names[] = {"path", "map_size", "map_size_max",
-		"key_ttl", 0};
+	static const char *const store_names[] = {"backend", "url", "lease", "path",
+		"map_size", "map_size_max", "key_ttl", 0};
+	static const char *const backend_words[] = {"lmdb", "postgresql", 0};
 	static const char *const retry_names[] = {"first", "max", "give_up", 0};
 	static const char *const log_names[] = {"level", "target", 0};
 	static const char *const level_words[] = {"debug", "info", "warn",
@@ -460,6 +480,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	conf_defaults(c);
 	if (conf_check_names(x, root, top) < 0
 	    || conf_string(x, root, "hostname", 1, &c->hostname) < 0
+	    || conf_string(x, root, "node", 1, &c->node) < 0
 	    || conf_string(x, root, "user", 1, &c->user) < 0
 	    || conf_string(x, root, "control", 0, &c->control) < 0)
 		return -1;
@@ -498,11 +519,14 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		return -1;
 
 	if (conf_group(x, root, "store", store_names, &g) < 0
+	    || conf_enum(x, g, "backend", backend_words, &c->store.backend) < 0
+	    || conf_string(x, g, "url", 0, &c->store.url) < 0
+	    || conf_duration(x, g, "lease", 1, &c->store.lease) < 0
 	    || conf_string(x, g, "path", 0, &c->store.path) < 0
 	    || conf_size(x, g, "map_size", 1, &c->store.map_size) < 0
 	    || conf_size(x, g, "map_size_max", 1, &c->store.map_size_max) < 0
 	    || conf_duration(x, g, "key_ttl", 1, &c->store.key_ttl) < 0
-	    || conf_store_map(x, c, g) < 0)
+	    || conf_store_backend(x, c, g) < 0)
 		return -1;
 	if (c->store.path == NULL)
 		c->store.path = xstrdup("var/store");
@@ -532,6 +556,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		host[sizeof(host) - 1] = 0;
 		c->hostname = xstrdup(host);
 	}
+	if (c->node == NULL)
+		c->node = xstrdup(c->hostname);
 	return 0;
 }
 
@@ -651,6 +677,8 @@ void    conf_free(struct conf *c)
 	free(c->places);
 	free(c->file);
 	free(c->hostname);
+	free(c->node);
+	free(c->store.url);
 	free(c->user);
 	free(c->control);
 	free(c->metrics_address);

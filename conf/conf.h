@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 enum conf_tls { CONF_TLS_NONE, CONF_TLS_STARTTLS, CONF_TLS_IMPLICIT };
+enum conf_backend { CONF_STORE_LMDB, CONF_STORE_POSTGRESQL };
 
 struct conf_listen {
 	char *address;		/* numeric IPv4/IPv6 address */
@@ -53,6 +54,7 @@ struct conf {
 	size_t n_places;
 
 	char *hostname;		/* default: gethostname() */
+	char *node;		/* this node's name in a shared store; default: hostname */
 	char *user;		/* NULL: no privilege drop */
 	char *control;		/* NULL: no control socket */
 	char *metrics_address;	/* NULL: no metrics listener */
@@ -68,6 +70,9 @@ struct conf {
 	size_t n_networks;
 
 	struct {
+		int backend;		/* enum conf_backend, default lmdb */
+		char *url;		/* postgresql: the libpq connection string */
+		int64_t lease;		/* postgresql: seconds a delivery lease lasts, default 30 */
 		char *path;		/* default "var/store" */
 		uint64_t map_size;	/* default 1G: where the map starts */
 		uint64_t map_size_max;	/* how far it grows; default 0: as far as the disk */

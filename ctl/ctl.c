@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "../store/lmdb/store_lmdb.h"
+#include "../store/pg/store_pg.h"
 #include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/log.h"
@@ -96,14 +97,32 @@ void ctl_fail(struct ctl *x, const char *fmt, ...)
 	exit(1);
 }
 
-/* ctl_store - open the store read-only, once */
+/* ctl_store_try - open the store read-only, once; NULL and why in err if it cannot be */
+struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen)
+{
+	int rc;
+
+	if (x->st != NULL)
+		return x->st;
+	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* a client: no node, no leases */
+		rc = store_pg_open(&x->st, x->cf.store.url, NULL, 0, err, errlen);
+	else
+		rc = store_lmdb_open_readonly(&x->st, x->cf.store.path, err, errlen);
+	if (rc != 0) {
+		x->st = NULL;
+		return NULL;
+	}
+	store_set_map_max(x->st, x->cf.store.map_size_max);	/* the ceiling stats show */
+	return x->st;
+}
+
+/* ctl_store - open the store read-only, once; fail if it cannot be */
 struct store *ctl_store(struct ctl *x)
 {
 	char err[512];
 
-	if (x->st == NULL && store_lmdb_open_readonly(&x->st, x->cf.store.path, err, sizeof(err)) != 0)
+	if (ctl_store_try(x, err, sizeof(err)) == NULL)
 		ctl_fail(x, "%s", err);
-	store_set_map_max(x->st, x->cf.store.map_size_max);	/* the ceiling stats show */
 	return x->st;
 }
 
@@ -113,6 +132,8 @@ static struct store *store_rw(struct ctl *x)
 	char err[512], data[4096];
 	struct stat sb;
 
+	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* the same database either way */
+		return ctl_store(x);
 	snprintf(data, sizeof(data), "%s/data.mdb", x->cf.store.path);
 	if (stat(data, &sb) != 0)
 		ctl_fail(x, "no store at %s", x->cf.store.path);

@@ -35,6 +35,8 @@ void ctl_fail(struct ctl *x, const char *fmt, ...)
 
 /* ctl_store - the store, opened read-only; fails with "no store at PATH" */
 struct store *ctl_store(struct ctl *x);
+/* ctl_store_try - ctl_store() that says why in err and returns NULL instead of failing */
+struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 
 /* ctl_request - one request to the daemon: 0 and its reply, or -1 (why) if unreachable */
 int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);

@@ -13,7 +13,8 @@
  *	Directories the start creates (the store, the Maildir, the control
  *	socket's directory, and above them, mkdir -p style) are checked
  *	where they would be created: the nearest existing ancestor must be
- *	a writable directory.
+ *	a writable directory. A PostgreSQL store is connected to as a client
+ *	(no node registered, the schema neither created nor changed).
  * DIAGNOSTICS
  *	"FILE:LINE: setting: what is wrong: what to do", one per problem.
  */
@@ -32,6 +33,7 @@
 #include "../conf/conf.h"
 #include "../deliver/esmtp/deliver_tls.h"
 #include "../relay/auth.h"
+#include "../store/pg/store_pg.h"
 #include "../tls/tls.h"
 #include "check.h"
 #include "control.h"
@@ -284,6 +286,25 @@ static void check_upstream(struct check *k)
 	SSL_CTX_free(ctx);
 }
 
+/* check_store - the LMDB directory, or that the PostgreSQL database answers */
+static void check_store(struct check *k)
+{
+	const struct conf *c = k->c;
+	struct store *st = NULL;
+	char err[512];
+	int rc;
+
+	if (c->store.backend == CONF_STORE_LMDB) {
+		check_dir(k, "store.path", c->store.path);
+		return;
+	}
+	rc = store_pg_open(&st, c->store.url, NULL, 0, err, sizeof(err));
+	store_close(st);
+	if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
+		check_fail(k, "store.url", "%s: check the connection string, and that "
+			   "PostgreSQL runs and lets this user in", err);
+}
+
 /* check_startup - every problem to report(); the number found */
 int check_startup(const struct conf *c, check_report report, void *arg)
 {
@@ -292,7 +313,7 @@ int check_startup(const struct conf *c, check_report report, void *arg)
 	check_tls(&k);
 	check_users(&k);
 	check_user(&k);
-	check_dir(&k, "store.path", c->store.path);
+	check_store(&k);
 	check_control(&k);
 	check_ports(&k);
 	check_upstream(&k);

@@ -30,6 +30,7 @@
 
 #include "../conf/conf.h"
 #include "../store/lmdb/store_lmdb.h"
+#include "../store/pg/store_pg.h"
 #include "../store/store.h"
 #include "../util/buf.h"
 #include "../util/log.h"
@@ -150,6 +151,28 @@ static void check_stop(void *arg, const char *problem)
 }
 
 /* usage - say how to run it */
+/*
+ * open_store - the backend store.backend names; a store that cannot be
+ * opened stops the start, saying which setting to look at
+ */
+static struct store *open_store(const struct conf *cf)
+{
+	char err[512], where[256];
+	struct store *st = NULL;
+
+	if (cf->store.backend == CONF_STORE_POSTGRESQL) {
+		if (store_pg_open(&st, cf->store.url, cf->node, cf->store.lease * 1000000LL,
+				  err, sizeof(err)) != 0)
+			msg_fatal("%s: %s", conf_where(cf, "store.url", where, sizeof(where)), err);
+		return st;
+	}
+	if (store_lmdb_open(&st, cf->store.path, cf->store.map_size, err, sizeof(err)) != 0)
+		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
+			  conf_where(cf, "store.path", where, sizeof(where)), err);
+	store_set_map_max(st, cf->store.map_size_max);
+	return st;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: idemrelay [-t] [-c config]\n");
@@ -177,7 +200,7 @@ int main(int argc, char **argv)
 	struct deliver *dl;
 	struct control *ctl;
 	struct metrics *mx;
-	char err[512], where[512], last[STORE_QID_SIZE], *made;
+	char err[512], last[STORE_QID_SIZE], *made;
 	int ch, test = 0, rc;
 
 	while ((ch = getopt(argc, argv, "c:th")) != -1) {
@@ -214,17 +237,16 @@ int main(int argc, char **argv)
 	log_setup("idemrelay", cf.log.syslog, LOG_LEVEL_WARN);
 	(void) check_startup(&cf, check_stop, NULL);
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
-	mkdir_parents(&cf, "store.path", cf.store.path);
+	if (cf.store.backend == CONF_STORE_LMDB)
+		mkdir_parents(&cf, "store.path", cf.store.path);
 	made = control_dir(&cf);
 	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
 	if (cf.user)
 		privdrop(&cf, made);
 	free(made);
-	if (store_lmdb_open(&st, cf.store.path, cf.store.map_size, err, sizeof(err)) != 0)
-		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
-			  conf_where(&cf, "store.path", where, sizeof(where)), err);
-	store_set_map_max(st, cf.store.map_size_max);
+	st = open_store(&cf);
+	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
 	server_set_store(srv, st);
@@ -232,7 +254,8 @@ int main(int argc, char **argv)
 	server_set_delivery(srv, &(struct server_delivery) { enqueue, reload, dl });
 	ctl = control_start(&cf, st, dl, server_dupcount(srv));
 	mx = metrics_start(&cf, st);
-	msg_info("started: store=%s upstream=%s", cf.store.path,
+	msg_info("started: store=%s upstream=%s",
+		 cf.store.backend == CONF_STORE_LMDB ? cf.store.path : "postgresql",
 		 cf.upstream.maildir ? cf.upstream.maildir : cf.upstream.hosts[0].host);
 	rc = server_run(srv);
 	metrics_stop(mx);

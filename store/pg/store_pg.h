@@ -13,6 +13,9 @@
  *	url is a libpq connection string or URI; node the node's name
  *	(unique among running nodes: a second node of the same name is
  *	refused); lease_us how long a delivery lease lasts unless renewed.
+ *	node NULL opens it as a client (idemrelayctl): no node registered,
+ *	no leases, no slot (store_node_id() -1), the schema not created
+ *	(STORE_ENOTFOUND if it is absent) and not upgraded.
  */
 #ifndef STORE_PG_STORE_PG_H
 #define STORE_PG_STORE_PG_H

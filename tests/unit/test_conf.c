@@ -210,6 +210,9 @@ static void test_defaults(void **state)
 		fail_msg("conf_load: %s", err);
 	gethostname(host, sizeof(host));
 	assert_string_equal(c.hostname, host[0] ? host : "localhost");
+	assert_string_equal(c.node, c.hostname);
+	assert_int_equal(c.store.backend, CONF_STORE_LMDB);
+	assert_null(c.store.url);
 	assert_null(c.user);
 	assert_null(c.control);
 	assert_null(c.metrics_address);
@@ -260,6 +263,18 @@ static void test_defaults(void **state)
 		      err, sizeof(err)) != 0)
 		fail_msg("conf_load: %s", err);
 	assert_int_equal(c.upstream.hosts[0].port, 465);
+	conf_free(&c);
+
+	/* postgresql: the url and lease; the map is LMDB's and not checked */
+	if (load_text(&c, MINIMAL "node = \"relay2\"; store = { backend = \"postgresql\"; "
+		      "url = \"host=db1,db2 dbname=idemrelay target_session_attrs=read-write\"; "
+		      "lease = \"10s\"; map_size = \"10M\"; };", err, sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+	assert_string_equal(c.node, "relay2");
+	assert_int_equal(c.store.backend, CONF_STORE_POSTGRESQL);
+	assert_string_equal(c.store.url,
+			    "host=db1,db2 dbname=idemrelay target_session_attrs=read-write");
+	assert_int_equal(c.store.lease, 10);
 	conf_free(&c);
 }
 
@@ -350,6 +365,15 @@ static const struct {
 	 "%s:2: store.map_size: 1125899906842624 bytes do not fit this process's address space"},
 	{"ceiling below the start", MINIMAL "store = { map_size = \"2G\"; map_size_max = \"1G\"; };\n",
 	 "%s:2: store.map_size_max: must be at least store.map_size"},
+	{"postgresql without url", MINIMAL "store = { backend = \"postgresql\"; };\n",
+	 "%s:2: store.backend: \"postgresql\" needs store.url"},
+	{"url with lmdb", MINIMAL "store = { url = \"postgresql://db/x\"; };\n",
+	 "%s:2: store.url: only with backend = \"postgresql\""},
+	{"lease with lmdb", MINIMAL "store = { lease = \"10s\"; };\n",
+	 "%s:2: store.lease: only with backend = \"postgresql\""},
+	{"bad backend", MINIMAL "store = { backend = \"redis\"; };\n",
+	 "%s:2: store.backend: bad value \"redis\" (expected \"lmdb\" or \"postgresql\")"},
+	{"node with a space", MINIMAL "node = \"relay 1\";\n", "%s:2: node: "},
 	{"bad enum", MINIMAL "keys = { mode = \"enforcing\"; };\n",
 	 "%s:2: keys.mode: bad value \"enforcing\" (expected \"enforce\" or \"shadow\")"},
 	{"bad enum 3", "upstream = { host = \"h\"; tls = \"ssl\"; };\n",
