@@ -6,7 +6,10 @@
  * DESCRIPTION
  *	deliver_start() loads every queued QID from the store into an
  *	in-memory queue (deliver_queue.c) and starts the delivery threads:
- *	upstream.connections of them for SMTP, one for a Maildir. A thread
+ *	upstream.connections of them for SMTP, one for a Maildir. (They are
+ *	not util/workq.c's workers: they wait on a schedule ordered by time,
+ *	gathering batches, not on a FIFO of jobs; a dispatcher feeding a
+ *	work queue would add a hop and a wake-up to every batch.) A thread
  *	sleeps until a batch may start: once the earliest due message has
  *	waited DELIVER_GATHER for others to come due, or at once when a full
  *	batch is due. Messages accepted one by one then share a connection
@@ -37,6 +40,20 @@
  *	decides: "assume-delivered" makes the queued recipients unconfirmed
  *	and the message is never sent again; "retry" clears the mark and
  *	delivers again.
+ *
+ *	On a store shared by several nodes (store_shared()) the in-memory
+ *	queue holds only what this node is about to deliver, each message
+ *	under this node's lease: what it accepted itself (leased by the
+ *	commit) and what the taker thread leased from the shared queue once
+ *	due (store_queue_take(), every DELIVER_TAKE_EVERY or at a flush).
+ *	A message deferred goes back to the shared queue (its lease given
+ *	up by the write that defers it) and leaves the local one; any node
+ *	takes it when due. The taker renews the leases held every third of
+ *	store.lease. Delivery writes are fenced by the lease, so they are
+ *	not put in the submissions' group commit: a lost lease
+ *	(STORE_ELEASE) fails that message alone, which is then left to the
+ *	node that holds it; its inflight mark fails too, so no final dot
+ *	goes out from a node that lost the lease.
  * DIAGNOSTICS
  *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
@@ -66,6 +83,7 @@
 #define DELIVER_MAX_SLEEP	60	/* seconds: re-check even if nothing is due */
 #define DELIVER_GATHER		10000	/* us a due message waits for others to share its batch */
 #define US			1000000LL
+#define DELIVER_TAKE_EVERY	(1 * US)	/* shared store: due mail looked for this often */
 
 /*
  * The retry settings change on SIGHUP while delivery threads read them:
@@ -161,9 +179,17 @@ static void schedule(struct deliver *d, const char *qid, int64_t when)
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* finished - a busy QID is done: reschedule at next, or forget it (next < 0) */
+/*
+ * finished - a busy QID is done: reschedule at next, or forget it (next
+ * < 0). On a shared store it is always forgotten and its lease let go
+ * (if a write has not already): the shared queue has it.
+ */
 static void finished(struct deliver *d, const char *qid, int64_t next)
 {
+	if (d->shared) {
+		store_lease_release(d->st, qid);
+		next = -1;
+	}
 	pthread_mutex_lock(&d->lock);
 	dq_done(&d->q, qid, next);
 	if (next >= 0)
@@ -411,7 +437,10 @@ static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		struct deliver_job *j = jobs[i];
 
 		err = j->recorded ? 0 : errs[k++];
-		if (err != 0) {
+		if (err == STORE_ELEASE) {
+			msg_warn("%s: the lease went to another node before the outcome was"
+				 " written; left to it", j->m.qid);
+		} else if (err != 0) {
 			/* the inflight mark may still be set: the next load treats it as ambiguous */
 			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
 				  store_strerror(err));
@@ -566,6 +595,53 @@ static void *deliver_thread(void *arg)
 	return NULL;
 }
 
+/* take_one - store_queue_take() callback: leased to this node, due now */
+static int take_one(void *arg, const char *qid, int64_t next_attempt)
+{
+	(void) next_attempt;
+	schedule(arg, qid, clock_us());
+	return 0;
+}
+
+/*
+ * take_thread - a shared store: renew the leases held, and lease due mail
+ * while the local queue has room for it (what every delivery thread can
+ * take in one batch), every DELIVER_TAKE_EVERY or at once after a flush
+ */
+static void *take_thread(void *arg)
+{
+	struct deliver *d = arg;
+	size_t room, want = d->batch * d->n_threads;
+	int64_t now, renew_at = 0;
+	struct timespec ts;
+	int err;
+
+	for (;;) {
+		pthread_mutex_lock(&d->lock);
+		if (!d->stop && !d->take_now) {
+			now = clock_us() + DELIVER_TAKE_EVERY;
+			ts.tv_sec = (time_t) (now / US);
+			ts.tv_nsec = (long) (now % US) * 1000;
+			pthread_cond_timedwait(&d->take_wake, &d->lock, &ts);
+		}
+		d->take_now = 0;
+		room = dq_count(&d->q) < want ? want - dq_count(&d->q) : 0;
+		pthread_mutex_unlock(&d->lock);
+		if (deliver_stopping(d))
+			break;
+		now = clock_us();
+		if (now >= renew_at) {
+			if ((err = store_lease_renew(d->st, now)) != 0)
+				msg_debug("delivery: leases not renewed: %s", store_strerror(err));
+			renew_at = now + d->lease / 3;
+		}
+		if (room > 0 && (err = store_queue_take(d->st, now, room, take_one, d)) != 0)
+			msg_debug("delivery: nothing taken from the shared queue: %s",
+				  store_strerror(err));
+	}
+	return NULL;
+}
+
 /* load_one - store_queue_list callback: schedule what the store holds */
 static int load_one(void *arg, const char *qid, int64_t next_attempt)
 {
@@ -585,8 +661,13 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->c = c;
 	d->st = st;
 	d->cm = cm;
+	d->shared = store_shared(st);
+	d->lease = c->store.lease * US;
+	if (d->shared)			/* fenced writes: one message's lost lease fails it alone */
+		d->cm = NULL;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
+	pthread_cond_init(&d->take_wake, NULL);
 	dq_init(&d->q);
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
@@ -606,6 +687,8 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	for (i = 0; i < d->n_threads; i++)
 		if ((err = pthread_create(&d->threads[i], NULL, deliver_thread, d)) != 0)
 			msg_fatal("delivery: cannot start a thread: %s", strerror(err));
+	if (d->shared && (err = pthread_create(&d->taker, NULL, take_thread, d)) != 0)
+		msg_fatal("delivery: cannot start a thread: %s", strerror(err));
 	return d;
 }
 
@@ -620,11 +703,17 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 /* deliver_flush - every waiting message is due now */
 void deliver_flush(struct deliver *d)
 {
+	int err;
+
 	if (d == NULL)
 		return;
+	if (d->shared && (err = store_queue_due(d->st, NULL, clock_us())) != 0)
+		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
 	pthread_mutex_lock(&d->lock);
 	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);
+	d->take_now = 1;
+	pthread_cond_signal(&d->take_wake);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -639,6 +728,15 @@ int deliver_retry(struct deliver *d, const char *qid)
 	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, clock_us()))
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
+	if (d->shared && state == DQ_UNKNOWN) {	/* waiting in the shared queue, maybe */
+		if (store_queue_due(d->st, qid, clock_us()) != 0)
+			return -1;
+		pthread_mutex_lock(&d->lock);
+		d->take_now = 1;
+		pthread_cond_signal(&d->take_wake);
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
 	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;
 }
 
@@ -666,12 +764,16 @@ void deliver_stop(struct deliver *d)
 	pthread_mutex_lock(&d->lock);
 	d->stop = 1;
 	pthread_cond_broadcast(&d->wake);
+	pthread_cond_signal(&d->take_wake);
 	pthread_mutex_unlock(&d->lock);
 	for (i = 0; i < d->n_threads; i++)
 		pthread_join(d->threads[i], NULL);
+	if (d->shared)
+		pthread_join(d->taker, NULL);
 	free(d->threads);
 	dq_free(&d->q);
 	pthread_cond_destroy(&d->wake);
+	pthread_cond_destroy(&d->take_wake);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }

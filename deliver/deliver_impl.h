@@ -31,8 +31,14 @@ struct deliver {
 	const struct conf *c;		/* not owned */
 	struct store *st;		/* not owned */
 	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
-	pthread_mutex_t lock;		/* protects q and stop */
+	pthread_mutex_t lock;		/* protects q, stop and take_now */
 	pthread_cond_t wake;		/* new work, earlier work, or stop */
+	/* a shared store (store_shared()): the taker thread leases due mail from it */
+	int shared;
+	int64_t lease;			/* us: store.lease */
+	pthread_t taker;
+	pthread_cond_t take_wake;	/* flush, or stop */
+	int take_now;			/* a flush asked the taker to look at once */
 	struct dq q;			/* owned */
 	int stop;
 	pthread_t *threads;		/* owned */
