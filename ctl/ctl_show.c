@@ -346,23 +346,43 @@ int ctl_stats(struct ctl *x)
 	const char *counters = NULL;
 	size_t clen = 0;
 	long long pid = 0, up = 0;
+	const char *dstore = NULL;
+	size_t dlen = 0;
+	char unread[512] = "";
 	int err, live;
 
-	if ((err = store_stats(ctl_store(x), &s)) != 0
-	    || (err = store_hist_stats(x->st, &stories, &keys)) != 0)
-		ctl_fail(x, "cannot read the store: %s", store_strerror(err));
-	if (store_queue_oldest(x->st, &oldest) != 0)
+	/* a shared store that cannot be read now is news to show, not a failure */
+	memset(&s, 0, sizeof(s));
+	if (x->cf.store.backend == CONF_STORE_POSTGRESQL
+	    && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
+		/* unread says why */
+	} else if ((err = store_stats(ctl_store(x), &s)) != 0
+		   || (err = store_hist_stats(x->st, &stories, &keys)) != 0) {
+		if (x->cf.store.backend != CONF_STORE_POSTGRESQL)
+			ctl_fail(x, "cannot read the store: %s", store_strerror(err));
+		snprintf(unread, sizeof(unread), "%s", store_strerror(err));
+	}
+	if (unread[0] == 0 && store_queue_oldest(x->st, &oldest) != 0)
 		oldest = 0;
 	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
 	    && json_get(reply.data, "counters", &counters, &clen) == 0;
 	if (live) {
 		json_get_int(reply.data, "pid", &pid);
 		json_get_int(reply.data, "uptime", &up);
+		if (json_get(reply.data, "store", &dstore, &dlen) != 0)
+			dstore = NULL;
 	}
 	if (x->json) {
 		struct buf b = BUF_INIT;
 
-		buf_printf(&b, "{\"ok\":true,\"store\":{\"path\":");
+		buf_printf(&b, "{\"ok\":true,\"store\":{\"backend\":\"%s\",",
+			   x->cf.store.backend == CONF_STORE_POSTGRESQL ? "postgresql" : "lmdb");
+		if (unread[0]) {
+			buf_printf(&b, "\"readable\":false,\"error\":");
+			json_str(&b, unread);
+			buf_printf(&b, ",");
+		}
+		buf_printf(&b, "\"path\":");
 		json_str(&b, x->cf.store.path);
 		buf_printf(&b, ",\"queued\":%llu,\"oldest_seconds\":%lld,\"claims\":%llu,"
 			   "\"stories\":%llu,\"key_entries\":%llu,\"map_size\":%llu,"
@@ -374,7 +394,11 @@ int ctl_stats(struct ctl *x)
 			   (unsigned long long) keys, (unsigned long long) s.map_size,
 			   (unsigned long long) s.map_used, (unsigned long long) s.map_ceiling,
 			   s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
-		if (live)
+		if (live && dstore)
+			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"store\":%.*s,"
+				   "\"counters\":%.*s}", pid, up, (int) dlen, dstore,
+				   (int) clen, counters);
+		else if (live)
 			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"counters\":%.*s}", pid, up,
 				   (int) clen, counters);
 		else
@@ -384,7 +408,25 @@ int ctl_stats(struct ctl *x)
 		buf_free(&reply);
 		return 0;
 	}
-	printf("store        %s\n", x->cf.store.path);
+	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)
+		printf("store        postgresql%s%s\n", unread[0] ? ": cannot be read: " : "",
+		       unread);
+	else
+		printf("store        %s\n", x->cf.store.path);
+	if (live && dstore) {
+		int dup = 1;
+		long long outages = 0;
+		char ds[256];
+
+		snprintf(ds, sizeof(ds), "%.*s", (int) (dlen < 255 ? dlen : 255), dstore);
+		json_get_bool(ds, "up", &dup);
+		json_get_int(ds, "outages", &outages);
+		if (x->cf.store.backend == CONF_STORE_POSTGRESQL)
+			printf("reachable    %s from the daemon, %lld outage%s since its start\n",
+			       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
+	}
+	if (unread[0])
+		goto daemon;
 	printf("queue        %llu message%s", (unsigned long long) s.queued,
 	       s.queued == 1 ? "" : "s");
 	if (oldest)
@@ -392,10 +434,12 @@ int ctl_stats(struct ctl *x)
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
 	       (unsigned long long) keys);
-	printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
-	       " (%.1f%% full)\n", s.map_used / 1048576.0, s.map_size / 1048576.0,
-	       s.map_ceiling / 1048576.0,
-	       s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
+	if (x->cf.store.backend == CONF_STORE_LMDB)
+		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
+		       " (%.1f%% full)\n", s.map_used / 1048576.0, s.map_size / 1048576.0,
+		       s.map_ceiling / 1048576.0,
+		       s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
+daemon:
 	if (!live) {
 		printf("daemon       %s\n", why);
 	} else {

@@ -205,9 +205,16 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	double start = g->start_time;
 
 	memset(g, 0, sizeof(*g));
+	memset(&s, 0, sizeof(s));
 	g->start_time = start;
-	if (st == NULL || store_stats(st, &s) != 0)
+	if (st == NULL)
 		return;
+	g->shared = store_shared(st);
+	if (store_stats(st, &s) != 0) {
+		g->outages = s.outages;		/* filled even when the store is away */
+		return;
+	}
+	g->outages = s.outages;
 	g->store_ok = 1;
 	g->queue_depth = s.queued;
 	g->claims = s.claims;
@@ -266,12 +273,19 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		render_histogram(out, &hists[i], s, i);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
+	if (g->shared)
+		buf_printf(out, "# HELP idemrelay_store_outages_total Times the shared store "
+			   "became unreachable since start.\n# TYPE idemrelay_store_outages_total "
+			   "counter\nidemrelay_store_outages_total %llu\n",
+			   (unsigned long long) g->outages);
 	if (g->store_ok) {
 		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->queue_depth);
 		gauge(out, "idemrelay_queue_oldest_seconds",
 		      "Age of the oldest queued message, 0 if none.", g->oldest_seconds);
 		gauge(out, "idemrelay_claims", "Claims stored (live or awaiting expiry).",
 		      (double) g->claims);
+	}
+	if (g->store_ok && !g->shared) {	/* LMDB's map */
 		gauge(out, "idemrelay_store_map_size_bytes", "LMDB map size.",
 		      (double) g->map_size);
 		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",

@@ -65,6 +65,8 @@ struct metrics_gauges {
 	double oldest_seconds;		/* 0 with an empty queue */
 	uint64_t claims;
 	uint64_t map_size, map_used, map_ceiling;
+	int shared;			/* a store shared by several nodes (PostgreSQL) */
+	uint64_t outages;		/* ... times it became unreachable since start */
 	double start_time;		/* Unix seconds */
 };
 

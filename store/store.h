@@ -221,6 +221,7 @@ struct store_stats {
 	int unavailable;		/* PostgreSQL: the database cannot be reached now */
 	uint64_t outages;		/* PostgreSQL: times it became unreachable since start */
 };
+/* store_stats - the figures; unavailable and outages are filled even when it fails */
 int store_stats(struct store *st, struct store_stats *s);
 
 /*
