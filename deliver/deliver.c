@@ -53,7 +53,8 @@
  *	not put in the submissions' group commit: a lost lease
  *	(STORE_ELEASE) fails that message alone, which is then left to the
  *	node that holds it; its inflight mark fails too, so no final dot
- *	goes out from a node that lost the lease.
+ *	goes out from a node that lost the lease. The outcomes answered
+ *	still go with the next mark, in a transaction of their own.
  * DIAGNOSTICS
  *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
@@ -120,7 +121,25 @@ static void mark_fn(struct store_txn *t, void *arg)
 	store_txn_msg_set_inflight(t, mk->qid, 1);
 }
 
-/* deliver_mark - the inflight mark, with the outcomes waiting, in the next group commit */
+/* mark_alone - mark_fn() in a transaction of its own (a shared store's fenced writes) */
+static int mark_alone(struct deliver *d, struct mark *mk)
+{
+	struct store_txn *t;
+	int err;
+
+	if ((err = store_txn_begin(d->st, &t)) != 0)
+		return err;
+	mark_fn(t, mk);
+	return store_txn_commit(t);
+}
+
+/*
+ * deliver_mark - the inflight mark, with the outcomes waiting, in the next
+ * group commit; on a shared store in a transaction of its own, since a
+ * lost lease fails the whole of it: then the mark is tried alone (it
+ * fails too if the lease lost is this message's), and the outcomes wait
+ * for the end of the batch, where each is written on its own.
+ */
 int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
 		 size_t n)
 {
@@ -128,9 +147,15 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 	size_t i;
 	int err;
 
-	if (d->cm == NULL)
+	if (d->shared)
+		err = mark_alone(d, &mk);
+	else if (d->cm == NULL)
 		return store_msg_set_inflight(d->st, qid, 1);
-	if ((err = commit_run(d->cm, mark_fn, &mk)) == 0)
+	else
+		err = commit_run(d->cm, mark_fn, &mk);
+	if (err == STORE_ELEASE)
+		return store_msg_set_inflight(d->st, qid, 1);
+	if (err == 0)
 		for (i = 0; i < n; i++)
 			if (jobs[i]->decided)
 				jobs[i]->recorded = 1;
