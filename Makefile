@@ -125,10 +125,14 @@ test: check-layers all unit fuzz-replay e2e test-pg
 
 # The PostgreSQL backend (issue 14) against a real server: tests/pg/cluster.py
 # starts private clusters (initdb in a temporary directory, run as the
-# postgres user, on a loopback port) and removes them after.
-PG_CLUSTER = python3 tests/pg/cluster.py
-test-pg: all
+# postgres user, on a loopback port) and removes them after. One cluster
+# serves the store unit tests that run on it with IDEMRELAY_PG_URL (a schema
+# per test).
+PG_CLUSTER   = python3 tests/pg/cluster.py
+PG_UNIT      = $(filter $(UNIT_BIN),$(B)/tests/test_store $(B)/tests/test_story $(B)/tests/test_store_pg)
+test-pg: all $(PG_UNIT)
 	$(PG_CLUSTER) selftest
+	$(PG_CLUSTER) run -- sh -c 'for t in $(PG_UNIT); do echo "== $$t (PostgreSQL)"; $$t || exit 1; done'
 
 # Sanitizer build in its own tree, then the whole suite against it.
 asan:
