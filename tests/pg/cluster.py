@@ -521,9 +521,17 @@ def run(cmd, standby=False):
     if standby:
         env["IDEMRELAY_PG_STANDBY_PORT"] = str(pg.add_standby().port)
     print("cluster.py: PostgreSQL on 127.0.0.1:%d (%s)" % (pg.port, pg.base), flush=True)
+    child = subprocess.Popen(cmd, env=env)
     try:
-        return subprocess.call(cmd, env=env)
+        return child.wait()
     finally:
+        if child.poll() is None:        # we were interrupted: CMD goes first
+            child.terminate()
+            try:
+                child.wait(15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
         pg.destroy()
 
 
