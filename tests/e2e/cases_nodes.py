@@ -1,0 +1,409 @@
+"""Several nodes on one PostgreSQL database (issue 14, SPEC section 7).
+
+Every case starts two or three idemrelay nodes (t.daemon(..., node=NAME)) on
+one database: the test's own on the run's cluster, or, where the case stops,
+kills or fails over the server, a private cluster (t.pg_cluster()). The
+clients retry as applications do: a 4xx, a refused connection or a
+connection lost before the reply sends the same message, with the same
+key, to the next node. What must hold, whatever fails: every 250 is
+delivered exactly once, a key has one QID on every node, and the nodes serve
+again by themselves once the database is back.
+
+They run with E2E_STORE=postgresql only (make test-pg).
+"""
+
+import os
+import re
+import threading
+import time
+
+from harness import (PG_ONLY, case, pgcluster, check, eq, expect_reply, make_msg, qid_of, received_qids,
+                     run, submit, submit_ok, wait_until)
+from cases_ops import CTL
+from cases_postfix import Postfix
+
+# a deferred message waits for the operator (or the test) to make it due
+QUEUED_RE = re.compile(r"\b([0-9A-Z]{12,20}): client=.* status=queued")
+SLOW_RETRY = {"retry": {"first": "1h", "max": "1h", "give_up": "5d"}}
+FAST_LEASE = "3s"
+
+
+def nodes(t, sinks, names=("a", "b"), conf=None, url=None, lease=None):
+    """nodes - one daemon per name on one database (the test's, or url), each
+    with a control socket of its own; node i delivers to sinks[i] (or to the
+    one sink given)"""
+    if not isinstance(sinks, (list, tuple)):
+        sinks = [sinks] * len(names)
+    store = {}
+    if url:
+        store["url"] = url
+    if lease:
+        store["lease"] = lease
+    out = []
+    for name, sink in zip(names, sinks):
+        c = dict(conf or {})
+        c.setdefault("control", os.path.join(t.tmp, "ctl-%s.sock" % name))
+        if store:
+            c["store"] = dict(c.get("store", {}), **store)
+        out.append(t.daemon(sink, c, node=name))
+    for d in out:
+        # a node listens before it has opened the store: a case that stops the
+        # server or its standby waits until each one is fully up
+        d.wait_log("started:", timeout=30)
+    return out
+
+
+def retry_submit(ds, rcpt, msg, start=0, deadline=60, log=None):
+    """retry_submit - submit msg to ds[start], then the next node, ... until one
+    answers 250; a 4xx or a failed connection moves on (after a short pause).
+    Returns (qid, node index, tries). A 5xx is a failure of the test."""
+    end = time.monotonic() + deadline
+    i = start
+    tries = 0
+    last = None
+    while time.monotonic() < end:
+        d = ds[i % len(ds)]
+        tries += 1
+        try:
+            r = submit(d.port, rcpt, msg, timeout=15)
+            if r.data is not None and r.data[0] == 250:
+                q = r.qid
+                if log is not None:
+                    log.append((d.node, q))
+                return q, i % len(ds), tries
+            last = r
+            code = r.data[0] if r.data else (r.rcpts[-1][0] if r.rcpts else r.mail[0])
+            check(code < 500, "a node refused for good: %r" % r)
+        except (OSError, EOFError) as e:    # refused, reset, closed before the reply
+            last = e                        # (smtplib's exceptions are OSErrors)
+        i += 1
+        time.sleep(0.1)
+    raise AssertionError("no node answered 250 within %ds (last: %r)" % (deadline, last))
+
+
+def deliveries(sinks):
+    """deliveries - QID -> how many times it reached any of the sinks"""
+    out = {}
+    for s in sinks:
+        for r in s.accepted():
+            for q in received_qids(r["data"]):
+                out[q] = out.get(q, 0) + 1
+    return out
+
+
+def check_exactly_once(sinks, qids, timeout=60, settle=2.0, what=""):
+    """check_exactly_once - every QID in qids reached the sinks exactly once
+    (waiting for the last ones), and no other QID did"""
+    qids = set(qids)
+    try:
+        wait_until(lambda: qids <= set(deliveries(sinks)), timeout,
+                   "%d message(s) at the sinks" % len(qids), interval=0.2)
+    except AssertionError as e:
+        raise AssertionError("%s%s; never delivered: %s" % (
+            what and what + ": ", e, " ".join(sorted(qids - set(deliveries(sinks))))))
+    time.sleep(settle)          # a second copy would come now (retry.first 1s)
+    got = deliveries(sinks)
+    twice = {q: n for q, n in got.items() if n != 1}
+    extra = sorted(set(got) - qids)
+    check(not twice and not extra, "%sdelivered more than once: %r; delivered without a 250: %r"
+          % (what and what + ": ", twice, extra))
+
+
+def queued_qids(d):
+    """queued_qids - the QIDs node d logged as accepted (status=queued)"""
+    return {m.group(1) for m in map(QUEUED_RE.search, d.log_lines("status=queued")) if m}
+
+
+def ctl(d, *args, want=0):
+    r = run([CTL, "-c", d.conf_path] + list(args))
+    check(r.returncode == want, "idemrelayctl %s on node %s: exit %d, want %d\n%s%s"
+          % (" ".join(args), d.node, r.returncode, want, r.stdout, r.stderr))
+    return r
+
+
+# ---------------------------------------------------------------- duplicates
+
+@case(stores=PG_ONLY)
+def test_nodes_cross_duplicate(t):
+    """The same key to node A, then to node B: one message, A's QID from both,
+    one delivery; a different message under the key is a mismatch on B too, and
+    a new recipient under it (a partial duplicate) is a new message on B."""
+    sink = t.sink()
+    a, b = nodes(t, sink)
+    msg = make_msg(key="nodes-dup-1")
+    qa = submit_ok(a.port, "x@example.com", msg)
+    qb = submit_ok(b.port, "x@example.com", msg)
+    eq(qb, qa, "QID of the duplicate on node b")
+    b.wait_log(qa, "status=duplicate")
+    r = submit(b.port, "x@example.com", make_msg(key="nodes-dup-1", body="Other.\r\n"))
+    expect_reply(r.data, 554, None, "a mismatch on node b")
+    r = submit(b.port, ["x@example.com", "y@example.com"], msg)
+    expect_reply(r.data, 250, "2.0.0", "a partial duplicate on node b")
+    qy = r.qid
+    check(qy != qa, "the new recipient is a new message (%s, %s)" % (qa, qy))
+    check_exactly_once([sink], [qa, qy])
+    recs = {received_qids(r["data"])[0]: r["to"] for r in sink.accepted()}
+    eq((recs[qa], recs[qy]), (["x@example.com"], ["y@example.com"]), "recipients per message")
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_nodes_cross_race(t):
+    """The same key to three nodes at the same instant, 25 rounds: in each round
+    every node answers 250 with one QID, and the message is delivered once."""
+    sink = t.sink()
+    ds = nodes(t, sink, ("a", "b", "c"))
+    rounds = 25
+    qids = []
+    for n in range(rounds):
+        msg = make_msg(key="nodes-race-%d" % n, subject="race %d" % n)
+        barrier = threading.Barrier(len(ds))
+        got = [None] * len(ds)
+
+        def racer(i):
+            try:
+                barrier.wait(10)
+                got[i] = submit(ds[i].port, "race@example.com", msg, timeout=20)
+            except Exception as e:
+                got[i] = e
+        ths = [threading.Thread(target=racer, args=(i,)) for i in range(len(ds))]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(30)
+        for i, r in enumerate(got):
+            check(not isinstance(r, Exception) and r is not None, "round %d node %s: %r"
+                  % (n, ds[i].node, r))
+            expect_reply(r.data, 250, "2.0.0", "round %d node %s" % (n, ds[i].node))
+        q = {r.qid for r in got}
+        check(len(q) == 1, "round %d: the racers got different QIDs: %r" % (n, q))
+        qids.append(q.pop())
+    check_exactly_once([sink], qids, what="%d races" % rounds)
+
+
+# ---------------------------------------------------------------- a node dies
+
+class Load:
+    """Client threads that each send their own messages (their own keys) with
+    retry_submit over the nodes, pause seconds apart, until stopped; they
+    remember every 250."""
+
+    def __init__(self, ds, threads=3, prefix="load", pause=0.2):
+        self.ds = ds
+        self.prefix = prefix
+        self.pause = pause
+        self.lock = threading.Lock()
+        self.ok = {}                # key -> set of QIDs answered 250
+        self.errors = []
+        self.stop = threading.Event()
+        self.ths = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                    for i in range(threads)]
+
+    def start(self):
+        for th in self.ths:
+            th.start()
+        return self
+
+    def _run(self, i):
+        n = 0
+        while not self.stop.is_set():
+            key = "%s-%d-%d" % (self.prefix, i, n)
+            msg = make_msg(key=key, subject=key)
+            try:
+                q, _, _ = retry_submit(self.ds, "load-%d@example.com" % i, msg, start=i + n,
+                                       deadline=60)
+            except Exception as e:
+                with self.lock:
+                    self.errors.append("%s: %s" % (key, e))
+                return
+            with self.lock:
+                self.ok.setdefault(key, set()).add(q)
+            n += 1
+            self.stop.wait(self.pause)
+
+    def wait_count(self, n, timeout=30):
+        wait_until(lambda: len(self.ok) >= n, timeout, "%d messages answered 250" % n)
+
+    def finish(self, timeout=90):
+        self.stop.set()
+        for th in self.ths:
+            th.join(timeout)
+        check(not any(th.is_alive() for th in self.ths), "a client thread did not finish")
+        check(not self.errors, "clients failed: %r" % self.errors[:5])
+        one = {k: q for k, q in self.ok.items() if len(q) != 1}
+        check(not one, "a key answered with more than one QID: %r" % one)
+        return {next(iter(q)) for q in self.ok.values()}
+
+
+@case(timeout=180, stores=PG_ONLY)
+def test_nodes_kill9_under_load(t):
+    """Node a is killed with -9 while a private Postfix (both nodes as next
+    hops) and retrying clients keep sending: every 250 is delivered exactly
+    once, and the mail a held leased (it delivers slowly, one connection to a
+    sink that takes 2 s a message) is delivered by b once its lease runs out."""
+    slow = t.sink(default="delay-2")
+    fast = t.sink()
+    a, b = nodes(t, [slow, fast], lease=FAST_LEASE, conf={"upstream": {"connections": 1}})
+    relayhost = "relayhost=[127.0.0.1]:%d, [127.0.0.1]:%d" % (a.port, b.port)
+    with Postfix(t, a.port, [relayhost, "smtp_connect_timeout=2s"]) as pf:
+        load = Load([a, b], threads=3, prefix="k9").start()
+        for n in range(10):
+            r = submit(pf.port, "pf-%d@example.com" % n,
+                       make_msg(msgid="<k9-pf-%d@app.example.org>" % n, subject="pf %d" % n))
+            expect_reply(r.data, 250, "2.0.0", "Postfix's reply")
+        load.wait_count(20)
+        a_before = queued_qids(a)
+        a.kill9()
+        kill_time = time.monotonic()
+        for n in range(10, 20):
+            r = submit(pf.port, "pf-%d@example.com" % n,
+                       make_msg(msgid="<k9-pf-%d@app.example.org>" % n, subject="pf %d" % n))
+            expect_reply(r.data, 250, "2.0.0", "Postfix's reply after the kill")
+        load.wait_count(len(load.ok) + 20)
+        qids = load.finish()
+        wait_until(lambda: pf.queued() == 0, 60, "Postfix's queue to drain", interval=0.5)
+        sent = [x for x in pf.deliveries() if x[4] == "sent"]
+        eq(sorted({x[2] for x in sent}), sorted("pf-%d@example.com" % n for n in range(20)),
+           "recipients Postfix relayed")
+        pf_qids = {qid_of(x[5], "Postfix's relay reply") for x in sent}
+    check_exactly_once([slow, fast], qids | pf_qids, timeout=60,
+                       what="after the kill of node a")
+    # a's accepted mail that it had not delivered when it died went out through b
+    delivered_by_a = set()
+    for r in slow.accepted():
+        delivered_by_a.update(received_qids(r["data"]))
+    moved = {q for q in a_before if q not in delivered_by_a}
+    check(moved, "node a had no undelivered mail when it was killed: the case proves nothing")
+    via_b = set()
+    for r in fast.accepted():
+        via_b.update(received_qids(r["data"]))
+    eq(sorted(moved - via_b), [], "a's leased mail not delivered by b")
+    print("kill -9: %d QIDs, %d of node a's moved to b, %.1fs after the kill"
+          % (len(qids | pf_qids), len(moved), time.monotonic() - kill_time))
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_crash_between_commit_and_reply(t):
+    """Node a commits a message and dies before it replies (its commit waits on
+    the synchronous standby, which is stopped, when a is killed; the standby
+    then comes back and the commit completes): the client retries on b and gets
+    the QID a committed; b delivers it once a's lease has run out."""
+    pg = t.pg_cluster(standby=True)
+    sb = pg.standbys[0]
+    url = t.pg_database(pg)
+    db = url.rsplit("/", 1)[1]
+    sink = t.sink()
+    a, b = nodes(t, sink, url=url, lease=FAST_LEASE)
+    msg = make_msg(key="nodes-crash-1")
+    sb.stop()
+    got = []
+    th = threading.Thread(target=lambda: got.append(_try_submit(a.port, msg)), daemon=True)
+    th.start()
+    wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+               not in ("", "0"), 15, "node a's commit to wait for the standby")
+    a.kill9()
+    th.join(10)
+    check(not got or not isinstance(got[0], tuple) or got[0][0] != 250,
+          "node a replied before its commit was replicated: %r" % got)
+    sb.start()
+    q, i, tries = retry_submit([b], "x@example.com", msg, deadline=30)
+    eq(pg.sql("SELECT node FROM messages WHERE qid = '%s'" % q, db), "a",
+       "the node that committed QID %s" % q)
+    check(b.log_lines(q, "status=duplicate"), "b did not answer the retry as a duplicate")
+    check_exactly_once([sink], [q], timeout=30)
+
+
+def _try_submit(port, msg):
+    """_try_submit - one submission whose reply may never come: (code, text) or the error"""
+    try:
+        r = submit(port, "x@example.com", msg, timeout=30)
+        return r.data
+    except Exception as e:
+        return e
+
+
+# ---------------------------------------------------------------- the database fails
+
+@case(timeout=180, stores=PG_ONLY)
+def test_nodes_failover_under_load(t):
+    """The primary is killed with -9 under load and the synchronous standby
+    promoted (pg_ctl promote): the nodes, whose store.url names both servers
+    with target_session_attrs=read-write, serve again within seconds; no 250
+    is lost and nothing is delivered twice."""
+    pg = t.pg_cluster(standby=True)
+    sb = pg.standbys[0]
+    db = t.pg_database(pg).rsplit("/", 1)[1]
+    url = pg_multi_url([pg, sb], db)
+    sink = t.sink()
+    a, b = nodes(t, sink, url=url)
+    load = Load([a, b], threads=4, prefix="fo").start()
+    load.wait_count(30)
+    pg.kill9()
+    killed = time.monotonic()
+    sb.promote()
+    promoted = time.monotonic()
+    n = len(load.ok)
+    load.wait_count(n + 30, timeout=60)
+    back = time.monotonic()
+    qids = load.finish()
+    check_exactly_once([sink], qids, timeout=60, what="after the failover")
+    print("failover: %d QIDs; promoted %.1fs after the kill, 30 more 250s %.1fs after promote"
+          % (len(qids), promoted - killed, back - promoted))
+    check(back - promoted < 30, "the nodes took %.0fs to serve again after promote"
+          % (back - promoted))
+
+
+def pg_multi_url(clusters, db):
+    return pgcluster.multi_url(clusters, db, connect_timeout=2)
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_nodes_postgresql_stopped(t):
+    """PostgreSQL stops: the nodes answer 451 4.3.0 at the end of DATA (nothing
+    accepted), log the outage once, and serve again by themselves when it
+    starts; the refused messages, sent again, are accepted then, and every 250
+    is delivered exactly once."""
+    pg = t.pg_cluster()
+    sink = t.sink()
+    a, b = nodes(t, sink, url=t.pg_database(pg))
+    before = [submit_ok(d.port, "x@example.com", make_msg(key="stop-before-%s" % d.node))
+              for d in (a, b)]
+    check_exactly_once([sink], before, settle=0)
+    pg.stop()
+    refused = []
+    for n in range(3):
+        for d in (a, b):
+            msg = make_msg(key="stop-during-%s-%d" % (d.node, n))
+            r = submit(d.port, "x@example.com", msg, timeout=30)
+            check(r.data is not None, "no DATA reply while PostgreSQL is down: %r" % r)
+            expect_reply(r.data, 451, "4.3.0", "node %s while PostgreSQL is down" % d.node)
+            refused.append(msg)
+    for d in (a, b):
+        eq(len(d.log_lines("PostgreSQL unreachable")), 1, "outage log lines of node %s" % d.node)
+    pg.start()
+    after = [retry_submit([a, b], "x@example.com", m, start=i, deadline=30)[0]
+             for i, m in enumerate(refused)]
+    for d in (a, b):
+        d.wait_log("PostgreSQL reachable again", timeout=30)
+    check_exactly_once([sink], before + after, what="after the outage")
+
+
+# ---------------------------------------------------------------- operations
+
+@case(stores=PG_ONLY)
+def test_nodes_flush_any_node(t):
+    """Messages accepted by a and by b are deferred (retry in an hour);
+    idemrelayctl flush on b alone makes them all due, and they are delivered."""
+    sink = t.sink(default="tempfail")
+    conf = dict(SLOW_RETRY)
+    a, b = nodes(t, sink, conf=conf)
+    qids = [submit_ok(d.port, "fl-%s-%d@example.com" % (d.node, n),
+                      make_msg(key="flush-%s-%d" % (d.node, n)))
+            for d in (a, b) for n in range(3)]
+    for q in qids:
+        wait_until(lambda: a.log_lines(q, "status=deferred") or b.log_lines(q, "status=deferred"),
+                   15, "%s deferred" % q)
+    sink.control()
+    time.sleep(1.5)
+    eq(sink.accepted(), [], "delivered before the flush")
+    ctl(b, "flush")
+    check_exactly_once([sink], qids, timeout=20, what="after flush on b")
