@@ -133,6 +133,8 @@ PG_UNIT      = $(filter $(UNIT_BIN),$(B)/tests/test_store $(B)/tests/test_story 
 test-pg: all $(PG_UNIT)
 	$(PG_CLUSTER) selftest
 	$(PG_CLUSTER) run -- sh -c 'for t in $(PG_UNIT); do echo "== $$t (PostgreSQL)"; $$t || exit 1; done'
+	E2E_STORE=postgresql IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay \
+	    python3 tests/e2e/run.py cases_accept cases_delivery cases_crash cases_nodes
 
 # Sanitizer build in its own tree, then the whole suite against it.
 asan:
