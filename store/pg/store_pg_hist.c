@@ -46,28 +46,13 @@ static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 /* store_pg_story_get - a QID's story; the spool's live state while queued */
 int store_pg_story_get(struct store *base, const char *qid, struct store_story *s)
 {
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_params p;
-	PGresult *r = NULL, *rr = NULL;
-	PGconn *c;
+	PGresult *r, *rr;
 	int err, row = 0;
 
 	memset(s, 0, sizeof(*s));
-	if (!store_pg_qid_ok(qid))
-		return STORE_EINVAL;
-	if ((err = store_pg_take(st, &c)) != 0)
+	if ((err = store_pg_msg_fetch((struct pg_store *) base, qid, 0, &r, &rr)) != 0)
 		return err;
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, qid);
-	if ((err = store_pg_exec(st, c, "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1",
-				 &p, &r, "story")) == 0 && PQntuples(r) == 1)
-		err = store_pg_exec(st, c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
-				    "ORDER BY r.idx", &p, &rr, "story recipients");
-	store_pg_params_free(&p);
-	store_pg_give(st, c);
-	if (err == 0 && PQntuples(r) != 1)
-		err = STORE_ENOTFOUND;
-	if (err == 0 && (err = store_pg_msg_row(r, 0, s)) == 0
+	if ((err = store_pg_msg_row(r, 0, s)) == 0
 	    && (err = store_pg_rcpts_fill(rr, &row, &s->m)) != 0)
 		store_story_free(s);
 	if (err == 0 && s->queued)

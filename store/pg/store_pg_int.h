@@ -196,6 +196,8 @@ int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 struct store_story;
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
 int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m);
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r,
+		       PGresult **rr);
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid);

@@ -133,34 +133,57 @@ bad:
 	return STORE_EINVAL;
 }
 
-/* store_pg_msg_load - a queued message with owned copies of every field */
-int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
+/*
+ * store_pg_msg_fetch - a message's row and its recipients' rows, for
+ * store_pg_msg_load() (load: queued only, with its data) and
+ * store_pg_story_get(); 0 with both results the caller clears, or
+ * STORE_ENOTFOUND / an error with none
+ */
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r,
+		       PGresult **rr)
 {
-	struct pg_store *st = (struct pg_store *) base;
-	struct store_story s;
 	struct pg_params p;
-	PGresult *r = NULL, *rr = NULL;
 	PGconn *c;
-	int err, row = 0;
-	size_t len;
+	int err;
 
-	memset(m, 0, sizeof(*m));
+	*r = *rr = NULL;
 	if (!store_pg_qid_ok(qid))
 		return STORE_EINVAL;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	if ((err = store_pg_exec(st, c, "SELECT " PG_MSG_COLS ", m.data FROM messages m "
-				 "WHERE m.qid = $1 AND m.queued", &p, &r, "load")) == 0
-	    && PQntuples(r) == 1)
+	if ((err = store_pg_exec(st, c, load ? "SELECT " PG_MSG_COLS ", m.data FROM messages m "
+				 "WHERE m.qid = $1 AND m.queued"
+				 : "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1",
+				 &p, r, load ? "load" : "story")) == 0 && PQntuples(*r) == 1)
 		err = store_pg_exec(st, c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
-				    "ORDER BY r.idx", &p, &rr, "load recipients");
+				    "ORDER BY r.idx", &p, rr, "recipients");
 	store_pg_params_free(&p);
 	store_pg_give(st, c);
-	if (err == 0 && PQntuples(r) != 1)
+	if (err == 0 && PQntuples(*r) != 1)
 		err = STORE_ENOTFOUND;
-	if (err == 0 && (err = store_pg_msg_row(r, 0, &s)) == 0) {
+	if (err != 0) {
+		PQclear(*r);
+		PQclear(*rr);
+		*r = *rr = NULL;
+	}
+	return err;
+}
+
+/* store_pg_msg_load - a queued message with owned copies of every field */
+int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct store_story s;
+	PGresult *r, *rr;
+	int err, row = 0;
+	size_t len;
+
+	memset(m, 0, sizeof(*m));
+	if ((err = store_pg_msg_fetch(st, qid, 1, &r, &rr)) != 0)
+		return err;
+	if ((err = store_pg_msg_row(r, 0, &s)) == 0) {
 		*m = s.m;
 		len = (size_t) PQgetlength(r, 0, PG_MSG_NCOLS);
 		if (PQgetisnull(r, 0, PG_MSG_NCOLS) || len != m->data_len) {
