@@ -44,7 +44,8 @@
 #define TICK_MS		250		/* how often the timers below are looked at */
 #define PERSIST_EVERY	1000000LL	/* microseconds */
 #define EXPIRE_EVERY	10000000LL
-#define EXPIRE_BATCH	1000		/* stories expired per pass: a short write */
+#define EXPIRE_BATCH	1000		/* stories expired per transaction: a short write */
+#define EXPIRE_BUDGET	100000LL	/* per tick; a backlog goes on at the next tick */
 
 struct control {
 	const struct conf *c;		/* not owned */
@@ -54,6 +55,7 @@ struct control {
 	struct admin *admin;		/* owned: the thread, the socket */
 	int64_t started;
 	int64_t last_persist, last_expire;	/* admin thread only */
+	int expire_failed;			/* logged once until a pass works */
 };
 
 /* persist - move the pending duplicate counts into the stories */
@@ -384,6 +386,26 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	buf_putc(out, '\n');
 }
 
+/*
+ * expire - delete the stories that are due, a batch per transaction,
+ * for at most EXPIRE_BUDGET: a backlog (a busy day, a daemon that was
+ * down) goes on at the next tick instead of waiting EXPIRE_EVERY, so
+ * expiry keeps up with any rate the store can write.
+ */
+static void expire(struct control *ctl, int64_t now)
+{
+	int n;
+
+	do
+		n = store_hist_expire(ctl->st, now, EXPIRE_BATCH);
+	while (n == EXPIRE_BATCH && clock_us() - now < EXPIRE_BUDGET);
+	if (n < 0 && !ctl->expire_failed)
+		msg_warn("control: expiring old stories: %s (will try again)", store_strerror(n));
+	ctl->expire_failed = n < 0;
+	if (n != EXPIRE_BATCH)
+		ctl->last_expire = now;
+}
+
 /* tick - admin_ops: write the duplicate counts, expire old stories */
 static void tick(void *arg)
 {
@@ -394,10 +416,8 @@ static void tick(void *arg)
 		persist(ctl);
 		ctl->last_persist = now;
 	}
-	if (now - ctl->last_expire >= EXPIRE_EVERY) {
-		store_hist_expire(ctl->st, now, EXPIRE_BATCH);
-		ctl->last_expire = now;
-	}
+	if (now - ctl->last_expire >= EXPIRE_EVERY)
+		expire(ctl, now);
 }
 
 /*

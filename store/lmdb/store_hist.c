@@ -368,7 +368,10 @@ static int expire_one(struct lmdb_txn *t, const struct due *d)
 	return err == STORE_ENOTFOUND ? 0 : err;
 }
 
-/* lmdb_hist_expire - delete up to max stories whose time is over */
+/*
+ * lmdb_hist_expire - delete up to max stories whose time is over: the
+ * number of due entries done (fewer than max when no more are due)
+ */
 int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
@@ -402,7 +405,7 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 out:
 	free(due);
 	if (err == 0 && n > 0)
-		return lmdb_txn_commit(&t->base);
+		return (err = lmdb_txn_commit(&t->base)) != 0 ? err : (int) n;
 	lmdb_txn_abort(&t->base);
 	return err;
 }

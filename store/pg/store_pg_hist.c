@@ -14,12 +14,13 @@
  *
  *	store_pg_hist_expire() runs on one node at a time, under a
  *	transaction advisory lock that another node does not wait for: if
- *	one is expiring, the others return at once. It deletes up to max
+ *	one is expiring, the others return at once (0 done). It deletes up to max
  *	expired stories, with their recipients and those of their claims
  *	that still name them and expired by then (a claim renewed for
  *	another message is that message's), in one short transaction.
  * DIAGNOSTICS
- *	0, STORE_ENOTFOUND where the interface says, or a STORE_E* code.
+ *	0 (store_pg_hist_expire: how many it deleted), STORE_ENOTFOUND where
+ *	the interface says, or a STORE_E* code.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,7 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 	struct pg_params p;
 	PGconn *c;
 	PGresult *r;
-	int err, mine = 0;
+	int err, mine = 0, done = 0;
 
 	if (max == 0)
 		return 0;
@@ -221,8 +222,10 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 				    "RETURNING 1) SELECT (SELECT count(*) FROM dm), "
 				    "(SELECT count(*) FROM dc)", &p, &r, "expire");
 		store_pg_params_free(&p);
-		if (err == 0)
+		if (err == 0) {
+			done = store_pg_int(r, 0, 0);
 			PQclear(r);
+		}
 	}
 	if (store_pg_exec(st, c, err == 0 ? "COMMIT" : "ROLLBACK", NULL, &r, "expire") == 0)
 		PQclear(r);
@@ -230,7 +233,7 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 		err = STORE_EAGAIN;
 out:
 	store_pg_give(st, c);
-	return err;
+	return err != 0 ? err : done;
 }
 
 /* store_pg_hist_stats - stories kept (rows of messages) and claims findable by their key */

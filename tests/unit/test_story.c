@@ -273,7 +273,7 @@ static void test_expire(void **state)
 	store_story_free(&s);
 	CHECK_INT("claims before", store_stats(f->st, &st), 0);
 	CHECK_INT("claims", st.claims, 2);
-	CHECK_INT("later", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 0);
+	CHECK_INT("later: one deleted", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 1);
 	CHECK_INT("story gone", store_story_get(f->st, m.qid, &s), STORE_ENOTFOUND);
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
 	CHECK_INT("stories: D2's is left", stories, 1);
@@ -312,10 +312,42 @@ static void test_expire_claim_outlives(void **state)
 	live.rcpts[0].state = STORE_RCPT_SENT;
 	CHECK_INT("update", store_msg_update(f->st, &live), 0);
 	store_msg_free(&live);
-	CHECK_INT("expire", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 0);
+	CHECK_INT("expire", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 1);
 	CHECK_INT("stats", store_stats(f->st, &st), 0);
 	CHECK_INT("the live claim stays", st.claims, 1);
 	store_msg_free(&m);
+}
+
+/* a backlog goes a batch at a time, each saying how many went, until none is due */
+static void test_expire_backlog(void **state)
+{
+	static const int batches[] = { 10, 10, 5, 0 };
+	struct fx *f = *state;
+	struct store_msg m, live;
+	struct store_stats st;
+	uint64_t stories, keys;
+	char qid[STORE_QID_SIZE];
+	int claims[1];
+	size_t i;
+
+	for (i = 0; i < 25; i++) {
+		snprintf(qid, sizeof(qid), "00000000B%03zu", i);
+		msg_new(&m, qid, 1, NULL);
+		claims[0] = 40 + (int) i;
+		accept_msg(f->st, &m, 10, claims);
+		CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
+		live.rcpts[0].state = STORE_RCPT_SENT;
+		CHECK_INT("update", store_msg_update(f->st, &live), 0);
+		store_msg_free(&live);
+		store_msg_free(&m);
+	}
+	for (i = 0; i < sizeof(batches) / sizeof(batches[0]); i++)
+		CHECK_INT("batch", store_hist_expire(f->st, now_us() + 2 * TTL, 10), batches[i]);
+	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("no story left", stories, 0);
+	CHECK_INT("no key entry left", keys, 0);
+	CHECK_INT("claims", store_stats(f->st, &st), 0);
+	CHECK_INT("no claim left", st.claims, 0);
 }
 
 /* test_dupcount - counts held in memory, read exactly, written once */
@@ -379,6 +411,7 @@ int main(void)
 		T(test_forget),
 		T(test_expire),
 		T(test_expire_claim_outlives),
+		T(test_expire_backlog),
 		T(test_dupcount),
 	};
 
