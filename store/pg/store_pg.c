@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../util/buf.h"
 #include "../../util/clock.h"
@@ -75,6 +76,7 @@ static void quiet(void *arg, const char *message)
 	msg_debug("store: PostgreSQL: %s", message);
 }
 
+#define NODE_LOCK_TRIES	30	/* 0.1 s apart: a dead backend's lock outlives it that long */
 #define NODE_LOCK "hashtextextended('idemrelay node ' || coalesce(current_schema(), '') " \
 	"|| ' ' || $1::int, 0)"
 
@@ -369,11 +371,14 @@ static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 {
 	struct pg_params p;
 	PGresult *r;
-	int rc;
+	int rc, tries;
 
 	if ((rc = node_slot(st, c, err, errlen)) != 0)
 		return rc;
-	if ((rc = node_lock(st, c)) != 1) {
+	/* a previous life killed a moment ago: its backend may not have ended yet */
+	for (tries = 0; (rc = node_lock(st, c)) == 0 && tries < NODE_LOCK_TRIES; tries++)
+		usleep(100000);
+	if (rc != 1) {
 		if (rc == 0)
 			snprintf(err, errlen, "store: node %s is running already", st->node);
 		else
@@ -449,11 +454,22 @@ static void pg_free(struct pg_store *st)
 	free(st);
 }
 
-/* pg_close - close the store; every transaction must be over */
+/*
+ * pg_close - close the store; every transaction must be over. The slot's
+ * lock is given up before the anchor goes: a backend ends some time after
+ * its connection closes, and a restart at once would find it still held.
+ */
 static void pg_close(struct store *base)
 {
-	if (base != NULL)
-		pg_free((struct pg_store *) base);
+	struct pg_store *st = (struct pg_store *) base;
+	PGresult *r;
+
+	if (st == NULL)
+		return;
+	if (st->anchor && PQstatus(st->anchor) == CONNECTION_OK
+	    && (r = PQexec(st->anchor, "SELECT pg_advisory_unlock_all()")) != NULL)
+		PQclear(r);
+	pg_free(st);
 }
 
 /*
