@@ -51,6 +51,8 @@ struct lmdb_store {
 	uint64_t map_max;	/* store.map_size_max; 0: as far as the disk allows */
 	uint64_t checked_last;	/* last page when the map was last found roomy enough */
 	int warned;		/* fullness of the ceiling last warned about: 0, 80, 95 */
+	/* store_space.c: recipients of the queued messages (atomic), for the reserve */
+	uint64_t queued_rcpts;
 };
 
 struct lmdb_txn {
@@ -65,6 +67,8 @@ struct lmdb_txn {
 	int no_redo;		/* ... too large to journal: synced at commit */
 	uint64_t room_msgs;	/* store_space.c: acceptances asked for so far */
 	uint64_t room_queued;	/* ... messages queued before this transaction */
+	uint64_t room_rcpts;	/* ... their recipients, and those asked for since */
+	int64_t rcpt_delta;	/* recipients it adds to the queue (or takes away) */
 	uint64_t room_pages;	/* ... pages those acceptances may take */
 	uint64_t room_free;	/* ... free pages (tail and freelist), once counted */
 	int room_free_known;
@@ -158,8 +162,10 @@ int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint
 
 /* store_space.c: the reserve for delivery writes */
 #define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */
+#define STORE_RESERVE_PER_RCPT	192	/* ... and each recipient's address and final reply */
 int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n);
-uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued);
+uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts);
+int lmdb_space_count(struct lmdb_store *st);
 
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);

@@ -338,7 +338,8 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
 			goto fail;
 	}
-	if ((step = "journal", rc = journal_open(st, path)) != 0) {
+	if ((step = "journal", rc = journal_open(st, path)) != 0
+	    || (step = "count queue", rc = lmdb_space_count(st)) != 0) {
 fail:
 		lmdb_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
@@ -457,6 +458,9 @@ int lmdb_reopen(struct store *base)
 		mdb_env_close(st->env);
 		st->env = NULL;
 	}
+	if (rc == 0 && lmdb_space_count(st) != 0)
+		msg_warn("store %s: cannot count the queue after reopening: the reserve "
+			 "counts what it had", st->path);
 	if (rc == 0) {
 		st->void_pos = 0;
 		__atomic_store_n(&st->grown_to, 0, __ATOMIC_RELAXED);

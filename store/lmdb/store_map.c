@@ -216,7 +216,8 @@ int lmdb_map_check(struct lmdb_store *st)
 	if (err != 0)
 		return err;
 	/* the reserve counts as used: full is where acceptance stops */
-	reserve = lmdb_space_reserve(psize, pages, qs.ms_entries);
+	reserve = lmdb_space_reserve(psize, pages, qs.ms_entries,
+				     __atomic_load_n(&st->queued_rcpts, __ATOMIC_RELAXED));
 	room = (last < pages ? pages - last : 0) + freel;
 	lmdb_ceiling = lmdb_map_jbase(ceiling) ? lmdb_map_jbase(ceiling) : ceiling;
 	warn_full(st, ((last > freel ? last - freel : 0) + reserve) * psize, lmdb_ceiling);

@@ -84,6 +84,8 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),
 				   MDB_NOOVERWRITE, lmdb_queue_rec_encode, m, "put queue")) != 0)
 		lmdb_txn_fail(t, err);
+	else
+		t->rcpt_delta += (int64_t) m->n_rcpts;
 }
 
 /* lmdb_msg_load - a queued message with owned copies of every field */
@@ -163,6 +165,7 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 				   lmdb_queue_rec_encode, m, "put queue");
 	} else if ((err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL),
 					  "delete queue")) == 0) {
+		t->rcpt_delta -= (int64_t) n;
 		err = lmdb_mdb_error(lmdb_del(t, st->msg, &key, NULL), "delete msg");
 		if (err == STORE_ENOTFOUND)
 			err = 0;
@@ -295,13 +298,17 @@ int lmdb_msg_set_inflight(struct store *base, const char *qid, int on)
 static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 {
 	struct lmdb_txn *t;
-	MDB_val key;
+	MDB_val key, val;
+	size_t n;
 	int err, err2;
 
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
 	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
+	if (mdb_get(t->txn, st->queue, &key, &val) == 0
+	    && lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) == 0)
+		t->rcpt_delta = -(int64_t) n;	/* taken away when the commit is */
 	if (with_hist)			/* first, while the spool can still tell it */
 		lmdb_hist_drop(t, qid);
 	if ((err = t->err) != 0) {	/* LMDB's transaction is unusable after a failed put */

@@ -7,6 +7,8 @@
  *	#include "store/store.h"
  *
  *	void lmdb_txn_room(struct lmdb_txn *t, const struct store_msg *m, size_t n_claims);
+ *
+ *	int lmdb_space_count(struct lmdb_store *st);
  * DESCRIPTION
  *	A message answered 250 must be delivered once. Its delivery needs
  *	writes of its own: the inflight mark, each deferral's new state,
@@ -28,10 +30,19 @@
  *	frees its own records, but only after its transaction; before that
  *	the transaction copies the B-tree pages it touches (the floor: one
  *	delivery batch's worth, or an eighth of a small map) and adds its
- *	story and expiry entry (STORE_RESERVE_PER_MSG bytes each, a story's
- *	size with half-filled leaves). If even that is short, an outcome is
- *	recorded without its story (store_msg.c): the story is the one write
- *	of a delivery that can be let go.
+ *	story and expiry entry: STORE_RESERVE_PER_MSG bytes a message and
+ *	STORE_RESERVE_PER_RCPT a recipient (its address and final reply),
+ *	a story's size with half-filled leaves. A story of 100 recipients
+ *	is some 8 KB, so messages alone would not do. If even that is
+ *	short, an outcome is recorded without its story (store_msg.c): the
+ *	story is the one write of a delivery that can be let go.
+ *
+ *	The queued recipients are counted once, by lmdb_space_count() when
+ *	the store opens (a walk of the queue), and then kept by every
+ *	commit (rcpt_delta: store_msg.c adds a message's recipients when it
+ *	spools it and takes them away when it leaves the queue). The count
+ *	is read without the writer's lock, so it may lag a commit behind:
+ *	an estimate, like the rest of the reserve.
  * DIAGNOSTICS
  *	STORE_ENOSPC in the transaction's sticky error when the reserve
  *	would be touched.
@@ -92,8 +103,37 @@ int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n)
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "freelist");
 }
 
+/*
+ * lmdb_space_count - count the queued messages' recipients: at open, and
+ * after a reopen (what is durable may be less than what was counted).
+ * Its read transaction does not enter the gate: at open nothing else
+ * uses the store yet, and lmdb_reopen() holds the gate alone.
+ */
+int lmdb_space_count(struct lmdb_store *st)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	MDB_txn *txn;
+	uint64_t sum = 0;
+	size_t n;
+	int rc;
+
+	if ((rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)) != 0)
+		return lmdb_mdb_error(rc, "count queue");
+	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) == 0) {
+		for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+			if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) == 0)
+				sum += n;
+		mdb_cursor_close(cur);
+	}
+	mdb_txn_abort(txn);
+	__atomic_store_n(&st->queued_rcpts, sum, __ATOMIC_RELAXED);
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "count queue");
+}
+
 /* lmdb_space_reserve - pages kept for the delivery writes of queued messages */
-uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
+uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts)
 {
 	uint64_t floor = RESERVE_FLOOR / psize, least = RESERVE_MIN / psize;
 
@@ -101,7 +141,8 @@ uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued)
 		floor = pages / 8;
 	if (floor < least)
 		floor = least;
-	return floor + (queued * STORE_RESERVE_PER_MSG + psize - 1) / psize;
+	return floor + (queued * STORE_RESERVE_PER_MSG + rcpts * STORE_RESERVE_PER_RCPT
+			+ psize - 1) / psize;
 }
 
 /* room_need - pages spooling m with n claims may take (records, overflow pages, slack) */
@@ -138,11 +179,14 @@ void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_c
 			return;
 		}
 		t->room_queued = qs.ms_entries;
+		t->room_rcpts = __atomic_load_n(&st->queued_rcpts, __ATOMIC_RELAXED);
 		t->room_pages = ROOM_TXN;
 	}
 	t->room_pages += room_need(psize, m, n_claims);
 	t->room_msgs++;
-	want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued + t->room_msgs);
+	t->room_rcpts += m->n_rcpts;
+	want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued + t->room_msgs,
+						  t->room_rcpts);
 	if (last + want <= pages)
 		return;				/* the common case: the tail is enough */
 	if (!t->room_free_known) {

@@ -103,6 +103,8 @@ int lmdb_txn_commit(struct store_txn *base)
 		mdb_txn_abort(t->txn);
 	else
 		err = lmdb_mdb_error(journal_commit(t), "commit");
+	if (err == 0 && t->rcpt_delta != 0)
+		__atomic_add_fetch(&st->queued_rcpts, (uint64_t) t->rcpt_delta, __ATOMIC_RELAXED);
 	buf_free(&t->redo);
 	free(t);
 	lmdb_gate_leave(st);

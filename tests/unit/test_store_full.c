@@ -22,27 +22,34 @@
 #define SMALL_MAP	(2u << 20)	/* no journal: every page is LMDB's */
 #define MAX_MSGS	4000
 
-/* fx_setup_small - a 2 MB map, filled by a few hundred messages */
+static size_t n_rcpts;		/* of each message msg_make() makes */
+
+/* fx_setup_small - a 2 MB map, filled by a few hundred messages of one recipient */
 static int fx_setup_small(void **state)
 {
+	n_rcpts = 1;
 	return fx_setup_map(state, SMALL_MAP);
 }
 
-/* msg_make - a queued message with one recipient and len bytes of data */
+
+/* msg_make - a queued message with n_rcpts recipients and len bytes of data */
 static void msg_make(struct store_msg *m, int i, size_t len)
 {
 	char qid[STORE_QID_SIZE], rcpt[64];
+	size_t r;
 
 	memset(m, 0, sizeof(*m));
 	snprintf(qid, sizeof(qid), "FULL%08d", i);
 	strcpy(m->qid, qid);
-	snprintf(rcpt, sizeof(rcpt), "rcpt%d@example.net", i);
 	m->accepted = NOW;
 	m->from = xstrdup("sender@example.com");
 	m->client = xstrdup("helo.example [192.0.2.1]");
-	m->rcpts = xcalloc(1, sizeof(*m->rcpts));
-	m->rcpts[0].addr = xstrdup(rcpt);
-	m->n_rcpts = 1;
+	m->rcpts = xcalloc(n_rcpts, sizeof(*m->rcpts));
+	m->n_rcpts = n_rcpts;
+	for (r = 0; r < n_rcpts; r++) {
+		snprintf(rcpt, sizeof(rcpt), "rcpt%d.%zu@example.net", i, r);
+		m->rcpts[r].addr = xstrdup(rcpt);
+	}
 	m->data = xmalloc(len + 1);
 	memset(m->data, 'x', len);
 	m->data[len] = 0;
@@ -97,14 +104,17 @@ static int outcome(struct store *st, int i, enum store_rcpt_state state, const c
 {
 	struct store_msg m;
 	char qid[STORE_QID_SIZE];
+	size_t r;
 	int rc;
 
 	snprintf(qid, sizeof(qid), "FULL%08d", i);
 	if ((rc = store_msg_load(st, qid, &m)) != 0)
 		return rc;
-	m.rcpts[0].state = state;
-	free(m.rcpts[0].reply);
-	m.rcpts[0].reply = xstrdup(reply);
+	for (r = 0; r < m.n_rcpts; r++) {
+		m.rcpts[r].state = state;
+		free(m.rcpts[r].reply);
+		m.rcpts[r].reply = xstrdup(reply);
+	}
 	m.attempts++;
 	m.inflight = 0;
 	rc = store_msg_update(st, &m);
@@ -150,6 +160,42 @@ static void test_reserve(void **state)
 	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500, 1), 0);
 }
 
+/*
+ * test_reserve_rcpts - the reserve grows with recipients, not messages
+ * alone: a story holds each recipient's address and final reply, so
+ * messages of 100 recipients each leave no room for their stories when
+ * only a message's worth is kept for each, and a story is then dropped.
+ */
+static void test_reserve_rcpts(void **state)
+{
+	static const char reply[] = "250 2.0.0 Ok: queued as 4XyZabcdEF0123 (upstream id)";
+	struct fx *f = *state;
+	struct store_story s;
+	char qid[STORE_QID_SIZE], what[64];
+	int n, i;
+
+	n_rcpts = 100;
+	n = fill(f->st, 200, 1);
+	if (n < 5)
+		fail_msg("accepted: got %d messages of 100 recipients into a 2 MB map, want 5", n);
+	CHECK_INT("queued recipients, kept by the commits", lmdb_of(f->st)->queued_rcpts, n * 100);
+	fx_reopen(f, SMALL_MAP);
+	CHECK_INT("queued recipients, counted at open", lmdb_of(f->st)->queued_rcpts, n * 100);
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "outcome of message %d of %d", i, n);
+		CHECK_INT(what, outcome(f->st, i, STORE_RCPT_SENT, reply), 0);
+	}
+	CHECK_INT("queued recipients after the drain", lmdb_of(f->st)->queued_rcpts, 0);
+	for (i = 0; i < n; i++) {
+		snprintf(qid, sizeof(qid), "FULL%08d", i);
+		snprintf(what, sizeof(what), "story of message %d of %d", i, n);
+		CHECK_INT(what, store_story_get(f->st, qid, &s), 0);
+		CHECK_INT("its recipients", s.m.n_rcpts, 100);
+		CHECK_STR("a final reply", s.m.rcpts[99].reply, reply);
+		store_story_free(&s);
+	}
+}
+
 /* test_reserve_reopen - the reserve holds across a restart while full */
 static void test_reserve_reopen(void **state)
 {
@@ -186,15 +232,17 @@ static void test_full_map_outcome(void **state)
 	free(reply);
 }
 
-/* test_reserve_size - the reserve's floor follows the map, and each queued message adds */
+/* test_reserve_size - the reserve's floor follows the map; each queued message and recipient adds */
 static void test_reserve_size(void **state)
 {
 	(void) state;
-	CHECK_INT("floor of a 1 GB map", lmdb_space_reserve(4096, 262144, 0), 256);
-	CHECK_INT("floor of a 2 MB map", lmdb_space_reserve(4096, 512, 0), 64);
-	CHECK_INT("floor of a 256 KB map", lmdb_space_reserve(4096, 64, 0), 16);
-	CHECK_INT("1000 queued", lmdb_space_reserve(4096, 262144, 1000),
-		  256 + (1000 * STORE_RESERVE_PER_MSG + 4095) / 4096);
+	CHECK_INT("floor of a 1 GB map", lmdb_space_reserve(4096, 262144, 0, 0), 256);
+	CHECK_INT("floor of a 2 MB map", lmdb_space_reserve(4096, 512, 0, 0), 64);
+	CHECK_INT("floor of a 256 KB map", lmdb_space_reserve(4096, 64, 0, 0), 16);
+	CHECK_INT("1000 queued", lmdb_space_reserve(4096, 262144, 1000, 1000),
+		  256 + (1000 * (STORE_RESERVE_PER_MSG + STORE_RESERVE_PER_RCPT) + 4095) / 4096);
+	CHECK_INT("10 queued of 100 recipients", lmdb_space_reserve(4096, 262144, 10, 1000),
+		  256 + (10 * STORE_RESERVE_PER_MSG + 1000 * STORE_RESERVE_PER_RCPT + 4095) / 4096);
 }
 
 /*
@@ -230,6 +278,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_reserve),
+		T(test_reserve_rcpts),
 		T(test_reserve_reopen),
 		T(test_full_map_outcome),
 		cmocka_unit_test(test_reserve_size),
