@@ -106,6 +106,30 @@ def test_bounce_on_rcpt_5xx(t):
 
 
 @case()
+def test_bounce_story_keeps_key_ttl(t):
+    """a bounce's own story is kept for store.key_ttl, like every other, not a fixed day"""
+    import calendar
+    import json
+    from cases_ops import ctl
+    sink = t.sink()
+    d = t.daemon(sink, {"store": {"key_ttl": "90s"}, "control": t.tmp + "/ctl.sock"})
+    sender = "bounce-to@example.org"
+    qid = submit_ok(d.port, "permfail-ttl@example.com", make_msg(key="bounce-ttl"), sender=sender)
+    sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=20, what="a DSN to %s" % sender)
+    line = d.wait_log("sender non-delivery notification: %s" % qid)[0]
+    dsn_qid = re.search(r"(\w+): sender non-delivery notification", line).group(1)
+    d.wait_log(dsn_qid, "status=sent")
+
+    def ttl(q):
+        s = json.loads(ctl(d, "--json", "show", q).stdout)["messages"][0]
+        when = [calendar.timegm(time.strptime(s[k], "%Y-%m-%dT%H:%M:%SZ"))
+                for k in ("finished", "story_expires")]
+        return when[1] - when[0]
+    check(abs(ttl(qid) - 90) <= 1, "the bounced message's story kept %d s, want 90" % ttl(qid))
+    check(abs(ttl(dsn_qid) - 90) <= 1, "the bounce's story kept %d s, want 90" % ttl(dsn_qid))
+
+
+@case()
 def test_bounce_on_data_5xx(t):
     sink = t.sink()
     d = t.daemon(sink)
