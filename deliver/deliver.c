@@ -66,7 +66,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../smtp/smtp.h"
 #include "../util/clock.h"
@@ -695,6 +697,8 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	pthread_cond_init(&d->wake, NULL);
 	pthread_cond_init(&d->take_wake, NULL);
 	dq_init(&d->q);
+	if ((d->stopping_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
 	if (c->upstream.maildir) {
@@ -792,11 +796,13 @@ void deliver_stop(struct deliver *d)
 	pthread_cond_broadcast(&d->wake);
 	pthread_cond_signal(&d->take_wake);
 	pthread_mutex_unlock(&d->lock);
+	(void) !eventfd_write(d->stopping_fd, 1);	/* stays readable: wakes every bridge */
 	for (i = 0; i < d->n_threads; i++)
 		pthread_join(d->threads[i], NULL);
 	if (d->shared)
 		pthread_join(d->taker, NULL);
 	free(d->threads);
+	close(d->stopping_fd);
 	dq_free(&d->q);
 	pthread_cond_destroy(&d->wake);
 	pthread_cond_destroy(&d->take_wake);

@@ -41,6 +41,8 @@ struct deliver {
 	int take_now;			/* a flush asked the taker to look at once */
 	struct dq q;			/* owned */
 	int stop;
+	int stopping_fd;		/* eventfd, readable from deliver_stop() on: the
+					 * bridges' waits end (deliver_bridge_stopping) */
 	pthread_t *threads;		/* owned */
 	size_t n_threads;
 	size_t batch;			/* messages per upstream session */

@@ -105,6 +105,7 @@ struct deliver_bridge {
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
 	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
+	int stopping_fd;		/* readable when delivery stops; -1 none; not owned */
 };
 
 /*
@@ -430,7 +431,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	struct pending *up = xcalloc(1, sizeof(*up)), *down = xcalloc(1, sizeof(*down));
 	char *raw = xmalloc(BRIDGE_BUF);
 	int client_eof = 0, server_eof = 0, moved, wrote, r, wait;
-	struct pollfd p[3];
+	struct pollfd p[4];
 	ssize_t n, kept = 0;
 	const char *ended = NULL;
 	char err[IO_ERR_MAX + 64];
@@ -513,8 +514,25 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[0].fd = p[0].events ? client->fd : -1;
 		p[1].fd = p[1].events ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
-		while ((r = poll(p, 3, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
+		p[3] = (struct pollfd) { .fd = b->stopping_fd, .events = POLLIN };
+		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
+		/*
+		 * Delivery stops: a connection owed no final dot's reply has
+		 * nothing out there, so it goes now (a message marked but not
+		 * dotted is retried: its dot was never written). One waiting
+		 * for a dot's reply waits for it, as long as the deadline lets.
+		 */
+		if (r > 0 && p[3].revents) {
+			if (!deliver_filter_dot_owed(&b->filter)) {
+				snprintf(err, sizeof(err), "delivery is stopping");
+				ended = err;
+				break;
+			}
+			b->stopping_fd = -1;	/* seen: poll(2) leaves a negative fd out */
+			if (r == 1)
+				continue;
+		}
 		if (r == 0 && wait > 0)
 			continue;	/* the watch decides */
 		if (r == 0) {
@@ -563,7 +581,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	struct timespec deadline = deadline_in(timeout_ms);
 	int err;
 
-	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
+	b->rfd = b->tfd = b->stop[0] = b->stop[1] = b->stopping_fd = -1;
 	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
@@ -641,6 +659,13 @@ void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *wan
 {
 	/* the attach's atomic hand-over orders this before the bridge thread reads it */
 	deliver_filter_mail_utf8(&b->filter, want, n);
+}
+
+/* deliver_bridge_stopping - delivery stops when fd becomes readable (before libesmtp attaches) */
+void deliver_bridge_stopping(struct deliver_bridge *b, int fd)
+{
+	/* the attach's atomic hand-over orders this before the bridge thread reads it */
+	b->stopping_fd = fd;
 }
 
 /* deliver_bridge_rewind - libesmtp's content starts with the next byte it writes */

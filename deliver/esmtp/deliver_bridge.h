@@ -75,6 +75,13 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE]);
 
 /*
+ * deliver_bridge_stopping - fd becomes readable (and stays so) when
+ * delivery stops: then the bridge hangs up at once unless a final dot's
+ * reply is owed, which it waits for. Call before libesmtp connects.
+ */
+void deliver_bridge_stopping(struct deliver_bridge *b, int fd);
+
+/*
  * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
  * of the bridge this thread opened last and that no connect() took yet,
  * make fd one end of an AF_UNIX socketpair (its file flags kept), hand the

@@ -71,6 +71,19 @@ const char *deliver_filter_owed(const struct deliver_filter *f)
 	return f->verbs[f->replies % DELIVER_FILTER_VERBS];
 }
 
+/* deliver_filter_dot_owed - is the reply to a final dot among those owed? */
+int deliver_filter_dot_owed(const struct deliver_filter *f)
+{
+	unsigned long i;
+
+	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
+		return 1;			/* names overwritten: it may be */
+	for (i = f->replies; i < f->cmds; i++)
+		if (strcmp(f->verbs[i % DELIVER_FILTER_VERBS], "the final dot") == 0)
+			return 1;
+	return 0;
+}
+
 /* deliver_filter_mail_utf8 - which messages' MAIL gets SMTPUTF8 where offered */
 void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n)
 {

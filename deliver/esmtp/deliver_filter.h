@@ -165,4 +165,7 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
  */
 const char *deliver_filter_owed(const struct deliver_filter *f);
 
+/* deliver_filter_dot_owed - is a reply to a final dot owed? (then the outcome is out there) */
+int deliver_filter_dot_owed(const struct deliver_filter *f);
+
 #endif

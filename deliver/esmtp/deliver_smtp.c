@@ -414,6 +414,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 		xsess_failed(xs, dsn, line);
 		return -1;
 	}
+	deliver_bridge_stopping(xs->bridge, xs->d->stopping_fd);
 	if (xs->tls_ctx)
 		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
 			 c->upstream.tls_verify ? "Verified" : "Unverified",
@@ -493,8 +494,10 @@ static int xsess_run(struct xsess *xs)
 			if (xs->last_reply[0])
 				snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
 					 addrs[i].relay, xs->last_reply);
-			else
-				snprintf(why, sizeof(why), "connect to %s: %s", addrs[i].relay, err);
+			else		/* the bridge knows a deadline or a stop from a hang-up */
+				snprintf(why, sizeof(why), "connect to %s: %s", addrs[i].relay,
+					 xs->ended[0] && (xs->timed_out || deliver_stopping(xs->d))
+					 ? xs->ended : err);
 			xsess_failed(xs, "4.4.1", why);
 		}
 	}

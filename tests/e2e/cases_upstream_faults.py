@@ -16,8 +16,8 @@ import os
 import re
 import time
 
-from harness import (BIN, case, check, check_relayed, eq, make_msg, received_qids, run,
-                     submit_ok, wait_until)
+from harness import (BIN, case, check, check_relayed, eq, make_msg, received_qids,
+                     render_conf, run, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
 SUBJECT_RE = re.compile(rb"^Subject: burst (\S+)\r$", re.M)
@@ -222,3 +222,36 @@ def test_kill9_mid_batch_unconfirmed_bounded(t):
     check(not lost, "never delivered and not unconfirmed: %s" % lost[:10])
     check(len(unconf) <= conns, "%d unconfirmed after kill -9, want at most %d (one per"
           " connection): %s" % (len(unconf), conns, sorted(unconf)))
+
+
+@case()
+def test_greeting_hang_timeout_and_stop(t):
+    """an upstream that accepts and never greets: the attempt is deferred on
+    upstream.timeout, logged as a timeout (not a dropped connection); and a
+    SIGTERM while one such connection is open stops the daemon at once, not
+    when the timeout runs out, leaving the message queued for the next start"""
+    sink = t.sink(greeting="hang")
+    d = t.daemon(sink, {"upstream": {"timeout": "2s"},
+                        "retry": {"first": "1s", "max": "1s", "give_up": "5d"}})
+    qid = submit_ok(d.port, "a@example.com", make_msg(key="greet-hang-1"))
+    line = d.wait_log(qid, "status=deferred", timeout=15)[0]
+    check("timeout" in line or "timed out" in line, "deferral reason: %s" % line)
+    check("dropped connection" not in line, "a hung greeting logged as a drop: %s" % line)
+
+    # stop while the next connection hangs: the daemon goes within a few seconds
+    d.stop()
+    d.conf["upstream"]["timeout"] = "60s"
+    with open(d.conf_path, "w") as f:
+        f.write(render_conf(d.conf))
+    d.start()
+    qid2 = submit_ok(d.port, "b@example.com", make_msg(key="greet-hang-2"))
+    wait_until(lambda: len(sink.events("connect")) >= 2, 15, "a second connection to the sink")
+    time.sleep(0.5)
+    began = time.time()
+    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
+    took = time.time() - began
+    check(took < 5, "SIGTERM took %.1f s with an upstream stuck before its greeting" % took)
+    sink.control()
+    d.start()
+    recs = sink.wait_count(2, timeout=20, what="both messages delivered after the restart")
+    eq(sorted(q for r in recs for q in received_qids(r["data"])), sorted([qid, qid2]), "QIDs")

@@ -86,7 +86,7 @@ FAULTS
 
     The control file (JSON, re-read before every command, rewritten
     atomically by the tests) may also say "greeting": 421 to refuse new
-    connections with "421 4.3.2", and "chunking": true to offer CHUNKING
+    connections with "421 4.3.2" ("hang": accept them and never greet), and "chunking": true to offer CHUNKING
     (RFC 3030) in EHLO and take BDAT; records then say "via": "BDAT"
     for a message that came that way ("DATA" otherwise); "smtputf8": true
     offers SMTPUTF8 (the sink takes any MAIL parameter either way, so the
@@ -418,6 +418,11 @@ class Conn:
         if str(sink.control.get("greeting", "")).startswith("421"):
             await self.reply("421 4.3.2 %s sink: service not available" % sink.hostname)
             self.close("greeting 421")
+            return
+        if sink.control.get("greeting") == "hang":
+            log("c%d hanging before the greeting" % self.id)
+            await self.reader.read()        # until the client goes
+            self.close("hung before the greeting")
             return
         await self.reply("220 %s ESMTP sink" % sink.hostname)
         while not self.closed:
