@@ -243,8 +243,8 @@ int store_pg_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 	int err;
 
 	*stories = *keys = 0;
-	if ((err = store_pg_run((struct pg_store *) base, "SELECT (SELECT count(*) FROM messages), "
-		       "(SELECT count(*) FROM claims)", NULL, &r, "history stats")) != 0)
+	if ((err = store_pg_run((struct pg_store *) base, "SELECT " PG_ROWS("messages") ", "
+				PG_ROWS("claims"), NULL, &r, "history stats")) != 0)
 		return err;
 	*stories = (uint64_t) store_pg_int(r, 0, 0);
 	*keys = (uint64_t) store_pg_int(r, 0, 1);

@@ -45,6 +45,15 @@
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
 /* the fence's SQLSTATE (store_pg_schema.c's idemrelay_fenced()): a lease went elsewhere */
 #define PG_SQLSTATE_FENCE "IR001"
+/*
+ * PG_ROWS - a table's rows for the figures (stats, /metrics): counted while
+ * the planner's estimate says it is small, the estimate above that, so a
+ * scrape never scans millions of claims (the count is an init plan, run
+ * only when the CASE needs it; reltuples is -1 before the first ANALYZE)
+ */
+#define PG_ROWS_EXACT	"100000"
+#define PG_ROWS(t)	"(SELECT CASE WHEN c.reltuples > " PG_ROWS_EXACT " THEN c.reltuples::bigint " \
+	"ELSE (SELECT count(*) FROM " t ") END FROM pg_class c WHERE c.oid = '" t "'::regclass)"
 
 /* lease map: qid -> lease token of each message this node holds leased */
 struct pg_lease {
