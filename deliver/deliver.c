@@ -72,6 +72,7 @@
 
 #include "../smtp/smtp.h"
 #include "../util/clock.h"
+#include "../util/deadline.h"
 #include "../util/buf.h"
 #include "../util/log.h"
 #include "../relay/commit.h"
@@ -585,6 +586,7 @@ static void *deliver_thread(void *arg)
 	struct deliver_job **ready = xcalloc(d->batch, sizeof(*ready));
 	size_t n, i, n_ready, bytes;
 
+	deadline_stop_on(d->stopping_fd);	/* a connect or handshake ends at a stop */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
 		n = take_batch(d, qids);

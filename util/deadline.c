@@ -12,6 +12,8 @@
 
 #include "deadline.h"
 
+static __thread int stop_fd = -1;	/* deadline_stop_on() */
+
 /* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
 struct timespec deadline_in(int ms)
 {
@@ -37,13 +39,22 @@ int deadline_left(const struct timespec *deadline)
 	return ms < 0 ? 0 : ms > 0x7fffffff ? 0x7fffffff : (int) ms;
 }
 
-/* deadline_wait - poll fd for events until the deadline: 1 ready, 0 not */
+/* deadline_wait - poll fd for events until the deadline or a stop: 1 ready, 0 not */
 int deadline_wait(int fd, short events, const struct timespec *deadline)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	struct pollfd p[2] = {
+		{ .fd = fd, .events = events },
+		{ .fd = stop_fd, .events = POLLIN },	/* a negative fd is left out */
+	};
 	int n;
 
-	while ((n = poll(&p, 1, deadline_left(deadline))) < 0 && errno == EINTR)
+	while ((n = poll(p, 2, deadline_left(deadline))) < 0 && errno == EINTR)
 		continue;
-	return n > 0;
+	return n > 0 && p[0].revents != 0;
+}
+
+/* deadline_stop_on - this thread's waits end when fd is readable; -1: none */
+void deadline_stop_on(int fd)
+{
+	stop_fd = fd;
 }

@@ -8,6 +8,10 @@
  *	one deadline for the whole, not a timeout per step: deadline_in()
  *	makes it, deadline_left() says how much is left, and deadline_wait()
  *	polls one descriptor until it is ready or the deadline passes.
+ *
+ *	A thread may name, with deadline_stop_on(), a descriptor that ends
+ *	its waits early once readable: a stop (delivery threads name theirs,
+ *	so that no connect or handshake holds up the daemon's exit).
  */
 #ifndef UTIL_DEADLINE_H
 #define UTIL_DEADLINE_H
@@ -20,7 +24,10 @@ struct timespec deadline_in(int ms);
 /* deadline_left - milliseconds until the deadline, at least 0 */
 int deadline_left(const struct timespec *deadline);
 
-/* deadline_wait - poll fd for events until the deadline: 1 ready, 0 not */
+/* deadline_wait - poll fd for events until the deadline or a stop: 1 ready, 0 not */
 int deadline_wait(int fd, short events, const struct timespec *deadline);
+
+/* deadline_stop_on - this thread's waits end when fd is readable; -1: none */
+void deadline_stop_on(int fd);
 
 #endif

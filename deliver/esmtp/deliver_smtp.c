@@ -410,7 +410,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 					 c->upstream.tls == CONF_TLS_STARTTLS ? helo : NULL,
 					 ms, why, sizeof(why), dsn);
 	if (xs->bridge == NULL) {
-		snprintf(line, sizeof(line), "upstream %s: %s", a->relay, why);
+		snprintf(line, sizeof(line), "upstream %s: %s", a->relay,
+			 deliver_stopping(xs->d) ? "delivery is stopping" : why);
 		xsess_failed(xs, dsn, line);
 		return -1;
 	}

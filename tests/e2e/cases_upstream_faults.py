@@ -255,3 +255,21 @@ def test_greeting_hang_timeout_and_stop(t):
     d.start()
     recs = sink.wait_count(2, timeout=20, what="both messages delivered after the restart")
     eq(sorted(q for r in recs for q in received_qids(r["data"])), sorted([qid, qid2]), "QIDs")
+
+
+@case()
+def test_greeting_hang_stop_starttls(t):
+    """the same stop while the bridge itself waits for the greeting of a
+    STARTTLS upstream (before libesmtp has the connection): at once too"""
+    sink = t.sink(greeting="hang")
+    d = t.daemon(sink, {"upstream": {"timeout": "60s", "tls": "starttls", "tls_verify": False},
+                        "retry": {"first": "1s", "max": "1s", "give_up": "5d"}})
+    qid = submit_ok(d.port, "a@example.com", make_msg(key="greet-hang-tls"))
+    wait_until(lambda: len(sink.events("connect")) >= 1, 15, "a connection to the sink")
+    time.sleep(0.5)
+    began = time.time()
+    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
+    took = time.time() - began
+    check(took < 5, "SIGTERM took %.1f s with a STARTTLS upstream stuck before its greeting" % took)
+    check(d.log_lines(qid, "status=deferred", "delivery is stopping"),
+          "the attempt deferred as stopped:\n%s" % "\n".join(d.log_lines(qid)))
