@@ -224,6 +224,17 @@ def test_kill9_mid_batch_unconfirmed_bounded(t):
           " connection): %s" % (len(unconf), conns, sorted(unconf)))
 
 
+def stop_while_hung(d, sink, conns, upstream):
+    """stop_while_hung - once the sink has conns connections (the last one
+    hanging before its greeting), SIGTERM must end the daemon within 5 s"""
+    wait_until(lambda: len(sink.events("connect")) >= conns, 15, "connection %d to the sink" % conns)
+    time.sleep(0.5)
+    began = time.time()
+    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
+    took = time.time() - began
+    check(took < 5, "SIGTERM took %.1f s with %s stuck before its greeting" % (took, upstream))
+
+
 @case()
 def test_greeting_hang_timeout_and_stop(t):
     """an upstream that accepts and never greets: the attempt is deferred on
@@ -245,12 +256,7 @@ def test_greeting_hang_timeout_and_stop(t):
         f.write(render_conf(d.conf))
     d.start()
     qid2 = submit_ok(d.port, "b@example.com", make_msg(key="greet-hang-2"))
-    wait_until(lambda: len(sink.events("connect")) >= 2, 15, "a second connection to the sink")
-    time.sleep(0.5)
-    began = time.time()
-    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
-    took = time.time() - began
-    check(took < 5, "SIGTERM took %.1f s with an upstream stuck before its greeting" % took)
+    stop_while_hung(d, sink, 2, "an upstream")
     sink.control()
     d.start()
     recs = sink.wait_count(2, timeout=20, what="both messages delivered after the restart")
@@ -265,11 +271,6 @@ def test_greeting_hang_stop_starttls(t):
     d = t.daemon(sink, {"upstream": {"timeout": "60s", "tls": "starttls", "tls_verify": False},
                         "retry": {"first": "1s", "max": "1s", "give_up": "5d"}})
     qid = submit_ok(d.port, "a@example.com", make_msg(key="greet-hang-tls"))
-    wait_until(lambda: len(sink.events("connect")) >= 1, 15, "a connection to the sink")
-    time.sleep(0.5)
-    began = time.time()
-    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
-    took = time.time() - began
-    check(took < 5, "SIGTERM took %.1f s with a STARTTLS upstream stuck before its greeting" % took)
+    stop_while_hung(d, sink, 1, "a STARTTLS upstream")
     check(d.log_lines(qid, "status=deferred", "delivery is stopping"),
           "the attempt deferred as stopped:\n%s" % "\n".join(d.log_lines(qid)))
