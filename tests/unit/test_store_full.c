@@ -16,9 +16,8 @@
 #include "../../store/store.h"
 #include "../../store/lmdb/store_int.h"
 #include "../../util/buf.h"
-#include "test_store_fx.h"
+#include "test_store_help.h"
 
-#define NOW		1700000000000000LL
 #define SMALL_MAP	(2u << 20)	/* no journal: every page is LMDB's */
 #define MAX_MSGS	4000
 
@@ -32,32 +31,16 @@ static int fx_setup_small(void **state)
 }
 
 
-/* msg_make - a queued message with n_rcpts recipients and len bytes of data */
+/* msg_make - test_store_help's message number i, queued, n_rcpts recipients, len bytes, a key */
 static void msg_make(struct store_msg *m, int i, size_t len)
 {
-	char qid[STORE_QID_SIZE], rcpt[64];
-	size_t r;
+	char qid[STORE_QID_SIZE];
 
-	memset(m, 0, sizeof(*m));
 	snprintf(qid, sizeof(qid), "FULL%08d", i);
-	strcpy(m->qid, qid);
-	m->accepted = NOW;
-	m->from = xstrdup("sender@example.com");
-	m->client = xstrdup("helo.example [192.0.2.1]");
-	m->rcpts = xcalloc(n_rcpts, sizeof(*m->rcpts));
-	m->n_rcpts = n_rcpts;
-	for (r = 0; r < n_rcpts; r++) {
-		snprintf(rcpt, sizeof(rcpt), "rcpt%d.%zu@example.net", i, r);
-		m->rcpts[r].addr = xstrdup(rcpt);
-	}
-	m->data = xmalloc(len + 1);
-	memset(m->data, 'x', len);
-	m->data[len] = 0;
-	m->data_len = len;
-	m->next_attempt = NOW;
+	msg_new(m, qid, n_rcpts, len);
 	m->has_key = 1;
 	m->keyhash[0] = (uint8_t) i;
-	m->ttl = 3600 * 1000000LL;
+	m->ttl = 3600 * SEC;
 }
 
 /* accept_one - an acceptance as the writer makes it: room, message, one claim */

@@ -12,13 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test_store_fx.h"
+#include "test_store_help.h"
 #include "../../store/lmdb/store_int.h"
 
 #define J_BLOCK		4096	/* the first record's offset in the region */
 #define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the region starts */
 
-static const int64_t NOW = 1700000000000000LL;
 
 /* copy_file - cp from to */
 static void copy_file(const char *from, const char *to)
@@ -65,33 +64,14 @@ static const char *in_store(const struct fx *f, const char *name)
 	return p[i];
 }
 
-/* msg_of - a message of one recipient with data_len bytes */
-static void msg_of(struct store_msg *m, const char *qid, size_t data_len)
-{
-	memset(m, 0, sizeof(*m));
-	strcpy(m->qid, qid);
-	m->accepted = NOW;
-	m->from = xstrdup("sender@example.com");
-	m->client = xstrdup("helo.example [192.0.2.1]");
-	m->rcpts = xcalloc(1, sizeof(*m->rcpts));
-	m->n_rcpts = 1;
-	m->rcpts[0].addr = xstrdup("rcpt@example.net");
-	m->data = xmalloc(data_len + 1);
-	for (size_t i = 0; i < data_len; i++)
-		m->data[i] = (char) ('a' + i % 26);
-	m->data[data_len] = 0;
-	m->data_len = data_len;
-	m->next_attempt = NOW;
-}
-
 /* accept - what the commit of a submission writes: message, claim, key index */
 static void accept(struct store_txn *t, struct store_msg *m, int tag)
 {
 	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN];
 	struct store_claim c;
 
-	memset(h, tag, sizeof(h));
-	memset(kh, tag + 100, sizeof(kh));
+	hash_of(h, tag);
+	hash_of(kh, tag + 100);
 	memset(&c, 0, sizeof(c));
 	strcpy(c.qid, m->qid);
 	c.accepted = NOW;
@@ -103,18 +83,13 @@ static void accept(struct store_txn *t, struct store_msg *m, int tag)
 	store_txn_claim_put(t, kh, h, &c);
 }
 
-/* claim_found - whether the claim of tag is live */
-static int claim_found(struct store *st, int tag)
+/* tag_live - whether the claim of tag is live */
+static int tag_live(struct store *st, int tag)
 {
-	uint8_t h[1][STORE_HASH_LEN], kh[STORE_HASH_LEN];
-	struct store_claim c;
-	int found = 0;
+	uint8_t kh[STORE_HASH_LEN];
 
-	memset(h[0], tag, sizeof(h[0]));
-	memset(kh, tag + 100, sizeof(kh));
-	assert_int_equal(store_claims_get(st, kh, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, NOW,
-					  &c, &found), 0);
-	return found;
+	hash_of(kh, tag + 100);
+	return claim_found_under(st, kh, tag, NOW, NULL);
 }
 
 /* queued - whether a QID is in the spool */
@@ -141,7 +116,7 @@ static void before_and_after(struct fx *f)
 	struct store_msg a, b, *am;
 	struct store_txn *t;
 
-	msg_of(&a, "JRNA00000001", 100);
+	msg_new(&a, "JRNA00000001", 1, 100);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
@@ -150,7 +125,7 @@ static void before_and_after(struct fx *f)
 	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.before"));
 	fx_reopen(f, TEST_MAP);
 
-	msg_of(&b, "JRNB00000001", 20000);
+	msg_new(&b, "JRNB00000001", 1, 20000);
 	am = &a;
 	am->rcpts[0].state = STORE_RCPT_SENT;
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
@@ -172,16 +147,16 @@ static void test_replay(void **state)
 {
 	struct fx *f = *state;
 	struct store_story s;
-	struct store_msg b;
+	struct store_msg b, want;
 
 	before_and_after(f);
 	fx_reopen(f, TEST_MAP);
 	assert_int_equal(store_msg_load(f->st, "JRNB00000001", &b), 0);
-	CHECK_INT("B data_len", b.data_len, 20000);
-	CHECK_INT("B data", b.data[19999], 'a' + 19999 % 26);
-	CHECK_STR("B rcpt", b.rcpts[0].addr, "rcpt@example.net");
+	msg_new(&want, "JRNB00000001", 1, 20000);	/* as before_and_after() spooled it */
+	msg_check("B", &b, &want);
+	store_msg_free(&want);
 	store_msg_free(&b);
-	CHECK_INT("B claim", claim_found(f->st, 2), 1);
+	CHECK_INT("B claim", tag_live(f->st, 2), 1);
 	CHECK_INT("A left the spool", queued(f->st, "JRNA00000001"), 0);
 	assert_int_equal(store_story_get(f->st, "JRNA00000001", &s), 0);
 	CHECK_INT("A story finished", s.finished != 0, 1);
@@ -205,7 +180,7 @@ static void test_torn_record(void **state)
 	close(fd);
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("B not queued", queued(f->st, "JRNB00000001"), 0);
-	CHECK_INT("B claim", claim_found(f->st, 2), 0);
+	CHECK_INT("B claim", tag_live(f->st, 2), 0);
 	CHECK_INT("A still queued", queued(f->st, "JRNA00000001"), 1);
 }
 
@@ -246,7 +221,7 @@ static void test_failed_commit(void **state)
 	off_t end;
 	int fd;
 
-	msg_of(&a, "JRNA00000001", 100);
+	msg_new(&a, "JRNA00000001", 1, 100);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
@@ -260,7 +235,7 @@ static void test_failed_commit(void **state)
 	lim = old;
 	lim.rlim_cur = (rlim_t) end;
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-	msg_of(&big, "JRNF00000001", 16000);	/* new pages past the end of data.mdb */
+	msg_new(&big, "JRNF00000001", 1, 16000);	/* new pages past the end of data.mdb */
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &big, 3);
 	assert_int_not_equal(store_txn_commit(t), 0);
@@ -269,7 +244,7 @@ static void test_failed_commit(void **state)
 
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("failed message not queued", queued(f->st, "JRNF00000001"), 0);
-	CHECK_INT("failed claim", claim_found(f->st, 3), 0);
+	CHECK_INT("failed claim", tag_live(f->st, 3), 0);
 	CHECK_INT("A queued", queued(f->st, "JRNA00000001"), 1);
 	store_msg_free(&a);
 	store_msg_free(&big);
@@ -288,7 +263,7 @@ static void test_record_cut(void **state)
 	uint8_t txnid[8], zero[8] = { 0 };
 	int fd;
 
-	msg_of(&a, "JRNA00000001", 100);	/* its record takes the region's first block */
+	msg_new(&a, "JRNA00000001", 1, 100);	/* its record takes the region's first block */
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
@@ -298,7 +273,7 @@ static void test_record_cut(void **state)
 	lim = old;
 	lim.rlim_cur = (rlim_t) (REGION + 2 * J_BLOCK + 100);	/* inside the next record */
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-	msg_of(&b, "JRNB00000001", 3000);
+	msg_new(&b, "JRNB00000001", 1, 3000);
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	accept(t, &b, 2);
 	CHECK_INT("commit without the record", store_txn_commit(t), 0);
@@ -311,7 +286,7 @@ static void test_record_cut(void **state)
 	CHECK_INT("the cut record is voided", memcmp(txnid, zero, 8), 0);
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("B queued", queued(f->st, "JRNB00000001"), 1);
-	CHECK_INT("B's claim", claim_found(f->st, 2), 1);
+	CHECK_INT("B's claim", tag_live(f->st, 2), 1);
 	store_msg_free(&a);
 	store_msg_free(&b);
 }

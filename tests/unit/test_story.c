@@ -15,9 +15,8 @@
 #include "../../relay/commit.h"
 #include "../../relay/dupcount.h"
 #include "../../util/buf.h"
-#include "test_store_fx.h"
+#include "test_store_help.h"
 
-#define SEC		1000000LL
 #define TTL		(3600 * SEC)
 
 static int64_t now_us(void)
@@ -28,33 +27,13 @@ static int64_t now_us(void)
 	return (int64_t) tv.tv_sec * SEC + tv.tv_usec;
 }
 
-static void hash_of(uint8_t h[STORE_HASH_LEN], int i)
+/* story_msg - test_store_help's message, accepted now, by user (NULL: no AUTH) */
+static void story_msg(struct store_msg *m, const char *qid, size_t n, const char *user)
 {
-	memset(h, i, STORE_HASH_LEN);
-	h[0] = 0xa5;
-}
-
-/* msg_new - a message with n recipients, as server.c builds it */
-static void msg_new(struct store_msg *m, const char *qid, size_t n, const char *user)
-{
-	char a[64];
-	size_t i;
-
-	memset(m, 0, sizeof(*m));
-	strcpy(m->qid, qid);
-	m->accepted = now_us();
-	m->from = xstrdup("sender@example.com");
-	m->client = xstrdup("helo.example [192.0.2.1]");
+	msg_new(m, qid, n, 20);
+	m->accepted = m->next_attempt = now_us();
+	free(m->user);
 	m->user = user ? xstrdup(user) : NULL;
-	m->rcpts = xcalloc(n, sizeof(*m->rcpts));
-	m->n_rcpts = n;
-	for (i = 0; i < n; i++) {
-		snprintf(a, sizeof(a), "r%zu@example.net", i);
-		m->rcpts[i].addr = xstrdup(a);
-	}
-	m->data = xstrdup("Subject: x\r\n\r\nbody\r\n");
-	m->data_len = strlen(m->data);
-	m->next_attempt = m->accepted;
 }
 
 /* accept_msg - what commit_one() writes: message (with its story's seed), claims, key index */
@@ -104,7 +83,7 @@ static void test_story_lifecycle(void **state)
 	int claims[2] = { 1, 2 };
 	int64_t before = now_us();
 
-	msg_new(&m, "0000000000A1", 2, NULL);
+	story_msg(&m, "0000000000A1", 2, NULL);
 	accept_msg(f->st, &m, 9, claims);
 	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
 	CHECK_INT("queued", s.queued, 1);
@@ -160,7 +139,7 @@ static void test_drop_and_counts(void **state)
 	struct store_count c[2];
 	int claims[1] = { 3 };
 
-	msg_new(&m, "0000000000B1", 1, NULL);
+	story_msg(&m, "0000000000B1", 1, NULL);
 	accept_msg(f->st, &m, 4, claims);
 	memset(c, 0, sizeof(c));
 	strcpy(c[0].qid, m.qid);
@@ -195,9 +174,9 @@ static void test_forget(void **state)
 	int c1[2] = { 10, 11 }, c2[1] = { 12 }, c3[1] = { 13 };
 
 	/* two messages under key 5 (alice's, then bob's), one under key 6 */
-	msg_new(&m1, "0000000000C1", 2, "alice");
-	msg_new(&m2, "0000000000C2", 1, "bob");
-	msg_new(&m3, "0000000000C3", 1, NULL);
+	story_msg(&m1, "0000000000C1", 2, "alice");
+	story_msg(&m2, "0000000000C2", 1, "bob");
+	story_msg(&m3, "0000000000C3", 1, NULL);
 	accept_msg(f->st, &m1, 5, c1);
 	accept_msg(f->st, &m2, 5, c2);
 	accept_msg(f->st, &m3, 6, c3);
@@ -247,10 +226,10 @@ static void test_expire(void **state)
 	uint64_t stories, keys;
 	int claims[2] = { 20, 21 }, renewed[1] = { 21 };
 
-	msg_new(&m, "0000000000D1", 2, NULL);
+	story_msg(&m, "0000000000D1", 2, NULL);
 	accept_msg(f->st, &m, 7, claims);
 	/* other content under the key, accepted anyway: claim 21 is D2's now */
-	msg_new(&m2, "0000000000D2", 1, NULL);
+	story_msg(&m2, "0000000000D2", 1, NULL);
 	accept_msg(f->st, &m2, 7, renewed);
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
 	CHECK_INT("stories", stories, 2);
@@ -297,7 +276,7 @@ static void test_expire_claim_outlives(void **state)
 	uint8_t ch[STORE_HASH_LEN], kh[STORE_HASH_LEN];
 	int claims[1] = { 30 };
 
-	msg_new(&m, "0000000000E1", 1, NULL);
+	story_msg(&m, "0000000000E1", 1, NULL);
 	accept_msg(f->st, &m, 8, claims);
 	/* renewed for the same message with a far expiry (not what the daemon does) */
 	memset(&c, 0, sizeof(c));
@@ -332,7 +311,7 @@ static void test_expire_backlog(void **state)
 
 	for (i = 0; i < 25; i++) {
 		snprintf(qid, sizeof(qid), "00000000B%03zu", i);
-		msg_new(&m, qid, 1, NULL);
+		story_msg(&m, qid, 1, NULL);
 		claims[0] = 40 + (int) i;
 		accept_msg(f->st, &m, 10, claims);
 		CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
@@ -373,7 +352,7 @@ static void test_dupcount(void **state)
 	uint64_t dups, mism;
 	size_t i, n;
 
-	msg_new(&m, "0000000000D1", 1, NULL);
+	story_msg(&m, "0000000000D1", 1, NULL);
 	accept_msg(f->st, &m, 6, claims);
 	for (i = 0; i < sizeof(add) / sizeof(add[0]); i++)
 		dupcount_add(dc, add[i].outcome, add[i].qid);
