@@ -211,15 +211,17 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 void store_pg_give(struct pg_store *st, PGconn *c)
 {
 	size_t i;
+	int lost;
 
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE
+	lost = PQstatus(c) != CONNECTION_OK;
+	if (lost || PQtransactionStatus(c) != PQTRANS_IDLE
 	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset) {
 		PQfinish(c);
 		st->n_open--;
-		if (st->reset || PQstatus(c) != CONNECTION_OK) {
+		if (st->reset || lost) {
 			for (i = 0; i < st->n_idle; i++)
 				PQfinish(st->idle[i]);
 			st->n_open -= st->n_idle;

@@ -136,8 +136,9 @@ bad:
 /*
  * store_pg_msg_fetch - a message's row and its recipients' rows, for
  * store_pg_msg_load() (load: queued only, with its data) and
- * store_pg_story_get(); 0 with both results the caller clears, or
- * STORE_ENOTFOUND / an error with none
+ * store_pg_story_get(), in one round trip (a pipeline of the two
+ * SELECTs); 0 with both results the caller clears, or STORE_ENOTFOUND /
+ * an error with none
  */
 int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r,
 		       PGresult **rr)
@@ -153,12 +154,20 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 		return err;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	if ((err = store_pg_exec(st, c, load ? "SELECT " PG_MSG_COLS ", m.data FROM messages m "
-				 "WHERE m.qid = $1 AND m.queued"
-				 : "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1",
-				 &p, r, load ? "load" : "story")) == 0 && PQntuples(*r) == 1)
-		err = store_pg_exec(st, c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
-				    "ORDER BY r.idx", &p, rr, "recipients");
+	if (PQenterPipelineMode(c) != 1
+	    || store_pg_send(c, load ? "SELECT " PG_MSG_COLS ", m.data FROM messages m "
+			     "WHERE m.qid = $1 AND m.queued"
+			     : "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1", &p) != 0
+	    || store_pg_send(c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
+			     "ORDER BY r.idx", &p) != 0
+	    || PQpipelineSync(c) != 1)
+		err = STORE_EAGAIN;		/* the pool closes a connection left so */
+	if (err == 0)
+		err = store_pg_pipe_next(st, c, r, load ? "load" : "story");
+	if (err == 0)
+		err = store_pg_pipe_next(st, c, rr, "recipients");
+	if (store_pg_pipe_end(c) != 0 && err == 0)
+		err = STORE_EAGAIN;
 	store_pg_params_free(&p);
 	store_pg_give(st, c);
 	if (err == 0 && PQntuples(*r) != 1)
