@@ -51,6 +51,18 @@
  *	which has libESMTP's, and a watchdog over it. Until all of this is
  *	there the bridge stays; with the header cut gone it would shrink to
  *	TLS and the watch.
+ *
+ *	A thread per bridge, not one event loop for all of them: weighed
+ *	and kept (issue 13). There are upstream.connections bridges at most
+ *	(4 by default), each asleep in poll(2) but while bytes move, so a
+ *	shared loop would save a few idle threads and nothing per message:
+ *	a byte still crosses the socketpair and wakes a thread either way.
+ *	What it would cost: one connection's TLS work (a handshake, a large
+ *	SSL_write) would hold up the others, and the pump's state, now on
+ *	its thread's stack, would become a table of connections. The
+ *	benches of the 2 December layout (BENCHMARKS.md) found the delivery
+ *	path's time in the upstream's replies and the store's syncs, not in
+ *	the bridge.
  */
 #ifndef DELIVER_ESMTP_DELIVER_BRIDGE_H
 #define DELIVER_ESMTP_DELIVER_BRIDGE_H
