@@ -520,11 +520,12 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		/*
 		 * Delivery stops: a connection owed no final dot's reply has
 		 * nothing out there, so it goes now (a message marked but not
-		 * dotted is retried: its dot was never written). One waiting
-		 * for a dot's reply waits for it, as long as the deadline lets.
+		 * dotted is retried: its dot was never written), once libesmtp
+		 * has every reply read. One waiting for a dot's reply waits for
+		 * it, as long as the deadline lets.
 		 */
 		if (r > 0 && p[3].revents) {
-			if (!deliver_filter_dot_owed(&b->filter)) {
+			if (!deliver_filter_dot_owed(&b->filter) && down->len == 0) {
 				snprintf(err, sizeof(err), "delivery is stopping");
 				ended = err;
 				break;
