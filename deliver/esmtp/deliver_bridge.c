@@ -430,7 +430,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
 	struct pending *up = xcalloc(1, sizeof(*up)), *down = xcalloc(1, sizeof(*down));
 	char *raw = xmalloc(BRIDGE_BUF);
-	int client_eof = 0, server_eof = 0, moved, wrote, r, wait;
+	int client_eof = 0, server_eof = 0, stopping = 0, moved, wrote, r, wait;
 	struct pollfd p[4];
 	ssize_t n, kept = 0;
 	const char *ended = NULL;
@@ -444,6 +444,18 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[0].events = p[1].events = 0;
 		if (atomic_load(&b->cut))
 			break;
+		/*
+		 * Delivery stops: a connection owed no final dot's reply has
+		 * nothing out there, so it goes now (a message marked but not
+		 * dotted is retried: its dot was never written), once libesmtp
+		 * has every reply. One waiting for a dot's reply waits for it,
+		 * as long as the deadline lets.
+		 */
+		if (stopping && !deliver_filter_dot_owed(&b->filter) && down->len == 0) {
+			snprintf(err, sizeof(err), "delivery is stopping");
+			ended = err;
+			break;
+		}
 		if (up->len == 0 && !client_eof) {
 			n = io_read(client, up->buf, BRIDGE_BUF);
 			if (n > 0 && atomic_load(&b->cut))
@@ -514,23 +526,11 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[0].fd = p[0].events ? client->fd : -1;
 		p[1].fd = p[1].events ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
-		p[3] = (struct pollfd) { .fd = b->stopping_fd, .events = POLLIN };
+		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
-		/*
-		 * Delivery stops: a connection owed no final dot's reply has
-		 * nothing out there, so it goes now (a message marked but not
-		 * dotted is retried: its dot was never written), once libesmtp
-		 * has every reply read. One waiting for a dot's reply waits for
-		 * it, as long as the deadline lets.
-		 */
 		if (r > 0 && p[3].revents) {
-			if (!deliver_filter_dot_owed(&b->filter) && down->len == 0) {
-				snprintf(err, sizeof(err), "delivery is stopping");
-				ended = err;
-				break;
-			}
-			b->stopping_fd = -1;	/* seen: poll(2) leaves a negative fd out */
+			stopping = 1;		/* the loop's head decides */
 			if (r == 1)
 				continue;
 		}

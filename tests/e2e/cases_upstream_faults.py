@@ -274,3 +274,22 @@ def test_greeting_hang_stop_starttls(t):
     stop_while_hung(d, sink, 1, "a STARTTLS upstream")
     check(d.log_lines(qid, "status=deferred", "delivery is stopping"),
           "the attempt deferred as stopped:\n%s" % "\n".join(d.log_lines(qid)))
+
+
+@case()
+def test_stop_waits_for_dot_reply(t):
+    """a SIGTERM while the reply to a final dot is owed waits for that
+    reply: the message is recorded sent before the exit, and not sent
+    again after the restart (nothing ambiguous, nothing twice)"""
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"timeout": "30s"}})
+    qid = submit_ok(d.port, "delay-3-stop@example.com", make_msg(key="stop-dot"))
+    wait_until(lambda: sink.events("dot"), 15, "the final dot at the sink")
+    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
+    lines = d.log_lines(qid, "relay=", "status=")
+    check(len(lines) == 1 and "status=sent" in lines[0],
+          "the outcome recorded before the exit: %s" % lines)
+    d.start()
+    time.sleep(2)
+    eq(len(sink.accepted()), 1, "copies at the sink after the restart")
+    check(not d.log_lines(qid, "unconfirmed"), "logged unconfirmed: %s" % d.log_lines(qid))
