@@ -444,15 +444,21 @@ static void record_fn(struct store_txn *t, void *arg)
 
 /*
  * job_record - write the decided outcomes of a batch not yet written in
- * one transaction, then reschedule or forget each message.
+ * one transaction, then reschedule or forget each message. An outcome
+ * the store refused stays with its job (unwritten): the message is
+ * neither rescheduled nor let go, and the caller tries the write again
+ * (job_wait_written). Rescheduled, the next load would find the inflight
+ * mark the write was to clear and take the message for an ambiguous
+ * delivery, though the upstream answered it or its dot never went out
+ * (SPEC 5: the outcome waits, it is not guessed). How many stay so.
  */
-static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
+static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
 	struct record record;
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
 	int *errs = xcalloc(n, sizeof(*errs)), err;
 	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
-	size_t i, k;
+	size_t i, k, left = 0;
 
 	for (i = k = 0; i < n; i++)
 		if (!jobs[i]->recorded)
@@ -466,28 +472,84 @@ static void job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		struct deliver_job *j = jobs[i];
 
 		err = j->recorded ? 0 : errs[k++];
+		if (err == STORE_EAGAIN || err == STORE_EIO || err == STORE_ENOSPC) {
+			if (!j->unwritten)
+				msg_error("%s: cannot record the delivery outcome: %s; trying again",
+					  j->m.qid, store_strerror(err));
+			j->unwritten = j->unwritten ? j->unwritten : clock_us();
+			left++;
+			continue;
+		}
 		if (err == STORE_ELEASE) {
 			msg_warn("%s: the lease went to another node before the outcome was"
 				 " written; left to it", j->m.qid);
+		} else if (err == STORE_ENOTFOUND) {
+			msg_info("%s: gone from the queue before its outcome was written", j->m.qid);
+			j->next = -1;
 		} else if (err != 0) {
-			/* the inflight mark may still be set: the next load treats it as ambiguous */
+			/* a record the store cannot take: the next load says what it finds */
 			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
 				  store_strerror(err));
 			j->next = clock_us() + retry * US;
-		} else if (!j->queued) {
-			msg_info("%s: removed", j->m.qid);
+		} else if (j->unwritten) {
+			msg_info("%s: delivery outcome recorded after %.1f s", j->m.qid,
+				 (double) (clock_us() - j->unwritten) / US);
 		}
+		if (err == 0 && !j->queued)
+			msg_info("%s: removed", j->m.qid);
+		j->unwritten = 0;
 		finished(d, j->m.qid, j->next);
 	}
 	free(errs);
 	free(ms);
+	return left;
+}
+
+/*
+ * job_wait_written - write the outcomes job_record() could not, once a
+ * second, until they are written or delivery stops (then the next start
+ * finds their inflight marks, as after a crash). The thread takes no
+ * other work meanwhile: its store refuses writes.
+ */
+static void job_wait_written(struct deliver *d, struct deliver_job *const *batch, size_t n)
+{
+	struct deliver_job **jobs = xcalloc(n, sizeof(*jobs));
+	struct timespec ts;
+	int64_t at;
+	size_t i, k;
+
+	memcpy(jobs, batch, n * sizeof(*jobs));
+	for (;;) {
+		for (i = k = 0; i < n; i++)
+			if (jobs[i]->unwritten)
+				jobs[k++] = jobs[i];
+		if ((n = k) == 0)
+			break;
+		pthread_mutex_lock(&d->lock);
+		if (!d->stop) {
+			at = clock_us() + US;
+			ts.tv_sec = (time_t) (at / US);
+			ts.tv_nsec = (long) (at % US) * 1000;
+			pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+		}
+		pthread_mutex_unlock(&d->lock);
+		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
+			for (i = 0; i < n; i++)
+				if (jobs[i]->unwritten)
+					msg_error("%s: delivery outcome not recorded at stop: the next"
+						  " start finds its inflight mark", jobs[i]->m.qid);
+			break;
+		}
+	}
+	free(jobs);
 }
 
 /* job_finish - decide and record one attempt on its own */
 static void job_finish(struct deliver *d, struct deliver_job *j)
 {
 	job_decide(d, j);
-	job_record(d, &j, 1);
+	if (job_record(d, &j, 1) > 0)
+		job_wait_written(d, &j, 1);
 }
 
 /*
@@ -615,7 +677,8 @@ static void *deliver_thread(void *arg)
 		for (i = 0; i < n_ready; i++)
 			if (!ready[i]->decided)
 				job_decide(d, ready[i]);
-		job_record(d, ready, n_ready);
+		if (job_record(d, ready, n_ready) > 0)
+			job_wait_written(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);
 	}

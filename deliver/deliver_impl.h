@@ -66,6 +66,7 @@ struct deliver_job {
 	int64_t next;			/* after job_decide: next attempt, -1 if none */
 	int decided;			/* job_decide done: the outcome is final */
 	int recorded;			/* and written to the store */
+	int64_t unwritten;		/* job_record: the store refused it since then; 0 not */
 };
 
 /*
