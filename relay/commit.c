@@ -9,6 +9,10 @@
  *	keeps reading DATA from other sessions, and everything that finishes
  *	meanwhile rides in the next transaction. The batch size adapts to
  *	the load by itself; there is no timer and no added latency when idle.
+ *	It is bounded by COMMIT_BATCH_BYTES of message data (the rest waits
+ *	for the next transaction, first in line): a store that copies what
+ *	it sends (PostgreSQL's statements) then holds at most that much more
+ *	than the sessions do, whatever a burst of large messages brings.
  *
  *	Delivery threads' writes (inflight marks, outcomes) ride in the same
  *	transactions. While submissions are coming in (the last batch less
@@ -47,6 +51,7 @@
 #define COMMIT_HOLD_US	500	/* a delivery write alone waits this long for a submission */
 #define COMMIT_BUSY_US	2000	/* ... when the last submission batch is this recent */
 #define COMMIT_REOPEN_US 1000000	/* a broken store that did not reopen is tried again */
+#define COMMIT_BATCH_BYTES (16u << 20)	/* message data per transaction (one message at least) */
 
 struct commit {
 	struct store *st;		/* not owned */
@@ -360,11 +365,43 @@ static void wait_work(struct commit *cm)
 	}
 }
 
+/*
+ * take_fifo - the pending submissions, oldest first, up to
+ * COMMIT_BATCH_BYTES of data; the rest stays pending, ahead of any that
+ * come later (lock held)
+ */
+static struct commit_req *take_fifo(struct commit *cm)
+{
+	struct commit_req *fifo = NULL, *next, *req, *rest, *back = NULL;
+	size_t bytes = 0;
+
+	for (req = cm->pending; req; req = next) {	/* submission order */
+		next = req->next;
+		req->next = fifo;
+		fifo = req;
+	}
+	cm->pending = NULL;
+	for (req = fifo; req; req = req->next) {
+		bytes += req->msg.data_len;
+		if (req->next && bytes + req->next->msg.data_len > COMMIT_BATCH_BYTES)
+			break;
+	}
+	if (req == NULL)
+		return fifo;
+	for (rest = req->next, req->next = NULL; rest; rest = next) {
+		next = rest->next;		/* back to newest first */
+		rest->next = back;
+		back = rest;
+	}
+	cm->pending = back;
+	return fifo;
+}
+
 /* commit_main - the writer thread */
 static void *commit_main(void *arg)
 {
 	struct commit *cm = arg;
-	struct commit_req *batch, *next, *fifo;
+	struct commit_req *batch;
 	struct commit_op *ops;
 	int grow, stop;
 
@@ -372,8 +409,7 @@ static void *commit_main(void *arg)
 		pthread_mutex_lock(&cm->lock);
 		wait_work(cm);
 		hold_ops(cm);
-		batch = cm->pending;
-		cm->pending = NULL;
+		batch = take_fifo(cm);
 		ops = cm->ops;
 		cm->ops = NULL;
 		grow = cm->grow || batch != NULL;
@@ -394,13 +430,8 @@ static void *commit_main(void *arg)
 				break;
 			continue;		/* commit_now() took what was held */
 		}
-		for (fifo = NULL; batch; batch = next) {	/* submission order */
-			next = batch->next;
-			batch->next = fifo;
-			fifo = batch;
-		}
-		commit_round(cm, fifo, ops);
-		commit_finish(cm, fifo);
+		commit_round(cm, batch, ops);
+		commit_finish(cm, batch);
 		if (grow)
 			(void) store_grow(cm->st);	/* warns by itself; the store is unharmed */
 		pthread_mutex_lock(&cm->lock);

@@ -235,6 +235,24 @@ void store_pg_give(struct pg_store *st, PGconn *c)
 	pthread_mutex_unlock(&st->mu);
 }
 
+/*
+ * store_pg_give_sized - give c back after it carried bytes of message
+ * data: past PG_CONN_BIG it is closed instead, so that a burst of large
+ * messages leaves no connection holding buffers of their size
+ */
+void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
+{
+	if (c != NULL && bytes >= PG_CONN_BIG) {
+		pthread_mutex_lock(&st->mu);
+		PQfinish(c);
+		st->n_open--;
+		pthread_cond_signal(&st->freed);
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	store_pg_give(st, c);
+}
+
 /* store_pg_run - one statement on a connection of the pool; *r is the caller's to PQclear */
 int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
 		 const char *what)

@@ -26,6 +26,8 @@
 
 #define PG_POOL_START	2	/* connections opened at start, besides the anchor */
 #define PG_POOL_MAX	16
+#define PG_CONN_BIG	(4u << 20)	/* a connection that moved a message this big is closed:
+					 * libpq keeps its buffers as large as they grew */
 #define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
 #define PG_RESULT_US	(10 * 1000000LL)	/* longest wait for a statement's result */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
@@ -121,12 +123,14 @@ struct pg_txn {
 	size_t n_gone, cap_gone;
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
+	size_t data_bytes;		/* message data put: the connection's buffers grow so */
 };
 
 
 /* store_pg.c: the pool, reconnects, errors */
 int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
 void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
+void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes);	/* closed if bytes is big */
 int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what);
 int store_pg_error_code(const char *sqlstate);
 extern const struct store_ops store_pg_ops;

@@ -169,7 +169,8 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 	if (store_pg_pipe_end(c) != 0 && err == 0)
 		err = STORE_EAGAIN;
 	store_pg_params_free(&p);
-	store_pg_give(st, c);
+	store_pg_give_sized(st, c, err == 0 && load && PQntuples(*r) == 1
+			    ? (size_t) PQgetlength(*r, 0, PG_MSG_NCOLS) : 0);
 	if (err == 0 && PQntuples(*r) != 1)
 		err = STORE_ENOTFOUND;
 	if (err != 0) {

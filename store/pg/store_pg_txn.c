@@ -242,6 +242,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	store_pg_a_text(&s->a[7], m->client);
 	store_pg_a_text(&s->a[8], m->user);
 	store_pg_a_bytes(&s->a[9], m->data ? m->data : "", m->data_len);
+	t->data_bytes += m->data_len;
 	store_pg_a_i64(&s->a[10], (int64_t) m->data_len);
 	store_pg_a_bool(&s->a[11], m->has_key);
 	store_pg_a_bytes(&s->a[12], m->has_key ? m->keyhash : NULL, STORE_HASH_LEN);
@@ -382,7 +383,7 @@ static void txn_free(struct pg_txn *t)
 		if (store_pg_exec(t->st, t->c, "ROLLBACK", NULL, &r, "rollback") == 0)
 			PQclear(r);
 	}
-	store_pg_give(t->st, t->c);
+	store_pg_give_sized(t->st, t->c, t->data_bytes);
 	for (i = 0; i < t->n_segs; i++)
 		seg_free(&t->segs[i]);
 	free(t->segs);
