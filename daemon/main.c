@@ -93,10 +93,12 @@ static void privdrop(const struct conf *cf, const char *made_control_dir)
 				  conf_where(cf, "user", where, sizeof(where)), cf->user);
 		return;
 	}
-	if (mkdir(cf->store.path, 0700) < 0 && errno != EEXIST)
-		msg_fatal("%s: mkdir %s: %m", conf_where(cf, "store.path", where, sizeof(where)),
-			  cf->store.path);
-	chown_tree(cf->store.path, pw->pw_uid, pw->pw_gid);
+	if (cf->store.backend == CONF_STORE_LMDB) {	/* PostgreSQL has no directory here */
+		if (mkdir(cf->store.path, 0700) < 0 && errno != EEXIST)
+			msg_fatal("%s: mkdir %s: %m", conf_where(cf, "store.path", where,
+				  sizeof(where)), cf->store.path);
+		chown_tree(cf->store.path, pw->pw_uid, pw->pw_gid);
+	}
 	if (cf->upstream.maildir) {
 		mkdir_parents(cf, "upstream.maildir", cf->upstream.maildir);
 		if (mkdir(cf->upstream.maildir, 0700) < 0 && errno != EEXIST)
