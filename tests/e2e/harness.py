@@ -426,22 +426,33 @@ class Daemon:
         self.runs = 0
         self.stopped = False        # did the test end the process on purpose?
 
-    def start(self, timeout=10):
+    def start(self, timeout=None):
+        """start - run it and wait until it has started: it listens, and, when it
+        logs at info level to the file, it has said "started:" (it listens before
+        it opens the store, which on PostgreSQL takes a while: a client connecting
+        in between would wait). timeout: 10 s, 30 s on PostgreSQL."""
         check(os.access(BIN, os.X_OK), "%s is missing: run make first" % BIN)
+        timeout = timeout or (30 if self.backend == "postgresql" else 10)
         self.runs += 1
         self.stopped = False
         with open(self.log_path, "ab") as logf:
             logf.write(b"=== e2e: start #%d ===\n" % self.runs)
             logf.flush()
+            offset = logf.tell()
             self.proc = subprocess.Popen([BIN, "-c", self.conf_path], cwd=self.dir,
                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        log = self.conf.get("log", {})
+        says = log.get("target", "stderr") == "stderr" and log.get("level", "info") in ("info", "debug")
+        started = "idemrelay[%d]: started: " % self.proc.pid
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not port_open(self.port) or (says and started not in self.log()[offset:]):
             rc = self.proc.poll()
             if rc is not None:
                 raise AssertionError("idemrelay exited at start with %d" % rc)
             if time.monotonic() > deadline:
-                raise AssertionError("idemrelay did not listen on %d within %ds" % (self.port, timeout))
+                raise AssertionError("idemrelay did not %s within %ds" % (
+                    "listen on %d" % self.port if not port_open(self.port) else "log started:",
+                    timeout))
             time.sleep(0.05)
         return self
 
