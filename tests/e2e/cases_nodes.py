@@ -53,10 +53,22 @@ def nodes(t, sinks, names=("a", "b"), conf=None, url=None, lease=None):
     return out
 
 
-def retry_submit(ds, rcpt, msg, start=0, deadline=60, log=None):
+class Attempt:
+    """One submission of retry_submit: when it started and ended (monotonic), the
+    node, and its last reply (code None and the error when the connection failed)"""
+
+    def __init__(self, node, t0, t1, code, text):
+        self.node, self.t0, self.t1, self.code, self.text = node, t0, t1, code, text
+
+    def __repr__(self):
+        return "Attempt(%s, %.1f-%.1f, %s %r)" % (self.node, self.t0, self.t1, self.code, self.text)
+
+
+def retry_submit(ds, rcpt, msg, start=0, deadline=60, log=None, attempts=None):
     """retry_submit - submit msg to ds[start], then the next node, ... until one
     answers 250; a 4xx or a failed connection moves on (after a short pause).
-    Returns (qid, node index, tries). A 5xx is a failure of the test."""
+    Returns (qid, node index, tries). A 5xx is a failure of the test. Each try
+    is appended to attempts (an Attempt) if given."""
     end = time.monotonic() + deadline
     i = start
     tries = 0
@@ -64,18 +76,24 @@ def retry_submit(ds, rcpt, msg, start=0, deadline=60, log=None):
     while time.monotonic() < end:
         d = ds[i % len(ds)]
         tries += 1
+        t0 = time.monotonic()
         try:
             r = submit(d.port, rcpt, msg, timeout=15)
+            reply = r.data or (r.rcpts[-1] if r.rcpts else r.mail)
+            if attempts is not None:
+                attempts.append(Attempt(d.node, t0, time.monotonic(), reply[0],
+                                        reply[1].decode("latin-1")))
             if r.data is not None and r.data[0] == 250:
                 q = r.qid
                 if log is not None:
                     log.append((d.node, q))
                 return q, i % len(ds), tries
             last = r
-            code = r.data[0] if r.data else (r.rcpts[-1][0] if r.rcpts else r.mail[0])
-            check(code < 500, "a node refused for good: %r" % r)
+            check(reply[0] < 500, "a node refused for good: %r" % r)
         except (OSError, EOFError) as e:    # refused, reset, closed before the reply
             last = e                        # (smtplib's exceptions are OSErrors)
+            if attempts is not None:
+                attempts.append(Attempt(d.node, t0, time.monotonic(), None, repr(e)))
         i += 1
         time.sleep(0.1)
     raise AssertionError("no node answered 250 within %ds (last: %r)" % (deadline, last))
@@ -187,8 +205,9 @@ class Load:
     retry_submit over the nodes, pause seconds apart, until stopped; they
     remember every 250."""
 
-    def __init__(self, ds, threads=3, prefix="load", pause=0.2):
+    def __init__(self, ds, threads=3, prefix="load", pause=0.2, attempts=None):
         self.ds = ds
+        self.attempts = attempts
         self.prefix = prefix
         self.pause = pause
         self.lock = threading.Lock()
@@ -210,7 +229,7 @@ class Load:
             msg = make_msg(key=key, subject=key)
             try:
                 q, _, _ = retry_submit(self.ds, "load-%d@example.com" % i, msg, start=i + n,
-                                       deadline=60)
+                                       deadline=60, attempts=self.attempts)
             except Exception as e:
                 with self.lock:
                     self.errors.append("%s: %s" % (key, e))
@@ -385,6 +404,58 @@ def test_nodes_postgresql_stopped(t):
     for d in (a, b):
         d.wait_log("PostgreSQL reachable again", timeout=30)
     check_exactly_once([sink], before + after, what="after the outage")
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_nodes_network_outage_under_load(t):
+    """The network between the nodes and PostgreSQL fails under load from
+    retrying clients (a proxy in between drops every connection, mid-transaction
+    as they may be, and black-holes new ones), then heals: meanwhile the nodes
+    answer 451 4.3.0, never 250; each logs the outage once and its end once, and
+    serves again within seconds of the heal; every 250 is delivered exactly once."""
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, b = nodes(t, sink, url=proxy.url_of(t.pg_url()))
+    attempts = []
+    load = Load([a, b], threads=4, prefix="net", pause=0.05, attempts=attempts).start()
+    load.wait_count(40)
+    dropped = proxy.cut()
+    cut = time.monotonic()
+    for d in (a, b):
+        d.wait_log("PostgreSQL unreachable", timeout=20)
+    # longer than libpq's connect_timeout (5 s): black-holed connects time out
+    time.sleep(8)
+    proxy.heal()
+    healed = time.monotonic()
+    n = len(load.ok)
+    load.wait_count(n + 40, timeout=60)
+    qids = load.finish()
+    check_exactly_once([sink], qids, timeout=60, what="after the network outage")
+
+    during = [x for x in attempts if x.t0 >= cut and x.t1 <= healed]
+    eq([x for x in during if x.code == 250], [], "250s while the network was cut")
+    other = [x for x in during if x.code != 451 or not x.text.startswith("4.3.0")]
+    eq(other, [], "replies other than 451 4.3.0 while the network was cut")
+    check(len(during) >= 4, "the clients tried only %d times during the outage" % len(during))
+    first = {}
+    for x in attempts:
+        if x.code == 250 and x.t0 >= healed:
+            first[x.node] = min(first.get(x.node, x.t1), x.t1)
+    for d in (a, b):
+        eq(len(d.log_lines("PostgreSQL unreachable")), 1, "outage log lines of node %s" % d.node)
+        d.wait_log("PostgreSQL reachable again", timeout=10)
+        eq(len(d.log_lines("PostgreSQL reachable again")), 1, "end of outage lines of node %s"
+           % d.node)
+        check(d.node in first, "node %s answered no 250 after the heal" % d.node)
+        check(first[d.node] - healed < 10, "node %s took %.1fs to serve again after the heal"
+              % (d.node, first[d.node] - healed))
+    torn = [x for x in attempts if x.t0 < cut < x.t1]
+    print("network outage: %d connections dropped, %d black-holed; %d submissions under way "
+          "at the cut (%s); %d tries answered 451 in %.1fs; first 250 after the heal: %s; "
+          "%d QIDs" % (dropped, proxy.held_total, len(torn), " ".join(str(x.code) for x in torn),
+                       len(during), healed - cut,
+             ", ".join("%s %.1fs" % (k, v - healed) for k, v in sorted(first.items())),
+             len(qids)))
 
 
 # ---------------------------------------------------------------- operations

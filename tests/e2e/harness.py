@@ -17,7 +17,9 @@ DESCRIPTION
     database (t.pg_url(), created on the run's cluster, E2E_PG_ADMIN) under
     a node name of its own, so one test can start several nodes on one
     database; t.pg_cluster() starts a private cluster (and standby) for a
-    test that stops or kills the server. A case says which backends it
+    test that stops or kills the server, and t.pg_proxy() puts a TCP proxy
+    (Proxy) between the daemons and the server for a test that cuts the
+    network to it (proxy.cut(), proxy.heal()). A case says which backends it
     runs on (case(stores=LMDB_ONLY), PG_ONLY; both by default).
 """
 
@@ -29,8 +31,10 @@ import select
 import signal
 import smtplib
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -540,6 +544,145 @@ class PowerFS:
         return read_text(self.log_path)
 
 
+class Proxy:
+    """A TCP proxy on 127.0.0.1 in front of a server's port (PostgreSQL's), for an
+    outage of the network between a daemon and its database without touching
+    the server. cut(): every connection through it is dropped at once (reset,
+    mid-transaction as it may be), and new ones are black-holed: accepted and
+    never forwarded nor answered, as by a server that took the connection and
+    hangs (the client's connect_timeout ends them); with refuse=True, new ones
+    are reset at once instead. heal(): new connections go through again; the
+    black-holed ones are reset. Counts: accepted, forwarded, dropped, held."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(128)
+        self.lsock.settimeout(0.2)      # the accept loop sees close() in time
+        self.port = self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.mode = "pass"              # pass, blackhole, refuse
+        self.pairs = {}                 # (client, server) -> pumps still running
+        self.held = []
+        self.accepted = self.forwarded = self.dropped = self.held_total = 0
+        self.closing = False
+        self.th = threading.Thread(target=self._accept_loop, daemon=True)
+        self.th.start()
+
+    def url_of(self, url):
+        """url_of - a libpq URL of the target's with this proxy's port instead"""
+        old = "127.0.0.1:%d/" % self.target
+        check(old in url, "%s does not name 127.0.0.1:%d" % (url, self.target))
+        return url.replace(old, "127.0.0.1:%d/" % self.port)
+
+    @staticmethod
+    def _reset(sock):
+        """_reset - close with an RST (SO_LINGER 0), not a FIN"""
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        sock.close()
+
+    def _accept_loop(self):
+        while not self.closing:
+            try:
+                c, _ = self.lsock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            c.settimeout(None)
+            with self.lock:
+                self.accepted += 1
+                mode = self.mode
+                if mode == "blackhole":
+                    self.held.append(c)
+                    self.held_total += 1
+            if mode == "refuse":
+                self._reset(c)
+            elif mode == "pass":
+                self._forward(c)
+
+    def _forward(self, c):
+        try:
+            s = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            self._reset(c)
+            return
+        s.settimeout(None)
+        for x in (c, s):
+            x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pair = (c, s)
+        with self.lock:
+            if self.mode != "pass":     # cut while we connected
+                self._reset(c)
+                self._reset(s)
+                return
+            self.pairs[pair] = 2
+            self.forwarded += 1
+        for src, dst in ((c, s), (s, c)):
+            threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
+
+    def _pump(self, src, dst, pair):
+        """_pump - one direction; the last of a pair's two pumps closes its sockets
+        (a socket closed under another thread's recv could be reused meanwhile)"""
+        while True:
+            try:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+            except OSError:
+                break
+        for x in pair:                  # wake the other direction
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self.lock:
+            self.pairs[pair] -= 1
+            last = self.pairs[pair] == 0
+            if last:
+                del self.pairs[pair]
+        if last:
+            for x in pair:
+                self._reset(x)
+
+    def cut(self, refuse=False):
+        """cut - drop every connection now and black-hole (or refuse) new ones;
+        how many were dropped"""
+        with self.lock:
+            self.mode = "refuse" if refuse else "blackhole"
+            pairs = list(self.pairs)
+            self.dropped += len(pairs)
+        for pair in pairs:
+            for x in pair:
+                try:
+                    x.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        return len(pairs)
+
+    def heal(self):
+        """heal - forward new connections again; reset the black-holed ones"""
+        with self.lock:
+            self.mode = "pass"
+            held, self.held = self.held, []
+        for c in held:
+            self._reset(c)
+
+    def close(self):
+        self.closing = True
+        self.th.join(5)
+        self.lsock.close()
+        self.cut(refuse=True)
+        self.heal()
+
+
 class T:
     """One test's resources: tmp dir, sinks, daemons; cleaned up at the end."""
 
@@ -554,6 +697,7 @@ class T:
         self.pg_dbs = []                # names of this test's databases on the run's cluster
         self._pg_shared = None
         self._pg_url = None
+        self.proxies = []
 
     def sink(self, **control):
         s = Sink(self, "sink%d" % len(self.sinks))
@@ -614,6 +758,13 @@ class T:
             self.extra_logs.append(("postgresql log %s" % sb.name, sb.log_path))
         return c
 
+    def pg_proxy(self, server=None):
+        """pg_proxy - a Proxy in front of server (default: the run's cluster), closed
+        at cleanup; proxy.url_of(t.pg_url()) reaches the test's database through it"""
+        p = Proxy((server or self.pg_shared()).port)
+        self.proxies.append(p)
+        return p
+
     def finish(self):
         """finish - after a passing test: each daemon still alive (none died on
         its own), exits 0 on SIGTERM, and no sanitizer reported anything"""
@@ -657,6 +808,11 @@ class T:
         for fs in getattr(self, "mounts", []):
             try:
                 fs._detach()
+            except Exception:
+                pass
+        for p in self.proxies:
+            try:
+                p.close()
             except Exception:
                 pass
         for c in self.pg_clusters:
