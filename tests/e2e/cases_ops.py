@@ -9,7 +9,6 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import LMDB_ONLY
 from harness import (BIN, case, check, eq, free_port, make_msg, run, submit, submit_ok,
                      wait_until)
 
@@ -253,34 +252,55 @@ def test_ctl_forget_while_queued(t):
     check(qc not in ctl(d, "queue").stdout, "offline --drop left %s queued" % qc)
 
 
-@case(stores=LMDB_ONLY)
+def pg_via_proxy(t):
+    """pg_via_proxy - on PostgreSQL, a proxy to the test's database (to cut the
+    daemon off it) and the store setting that goes through it; (None, {}) on LMDB"""
+    if t.store != "postgresql":
+        return None, {}
+    proxy = t.pg_proxy()
+    return proxy, {"store": {"url": proxy.url_of(t.pg_url())}}
+
+
+def direct_conf(t, d):
+    """direct_conf - d's conf file with its store.url going straight to PostgreSQL"""
+    path = os.path.join(t.tmp, "direct.conf")
+    with open(d.conf_path) as f:
+        text = f.read().replace(d.conf["store"]["url"], t.pg_url())
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+@case()
 def test_ctl_stats_and_errors(t):
-    """stats (text and --json), an absent store, and what needs a daemon when none runs"""
+    """stats (text and --json), an absent store, and what needs a daemon when none
+    runs; on PostgreSQL, stats while the daemon is cut off the database (it is not
+    reachable, one outage) and after (reachable again, still one)"""
     sink = t.sink()
-    d = ops_daemon(t, sink)
+    proxy, over = pg_via_proxy(t)
+    d = ops_daemon(t, sink, over)
+    pg = d.backend == "postgresql"
     qid = submit_ok(d.port, "tempfail-st@example.com", make_msg(key="ops-stats-1"))
     d.wait_log(qid, "status=deferred")
     out = ctl(d, "stats").stdout
     check("queue        1 message" in out and "pid" in out, "stats text: %r" % out)
+    if pg:
+        check("reachable    yes from the daemon, 0 outages since its start" in out,
+              "stats text, PostgreSQL reachable: %r" % out)
     s = ctl_json(d, "stats")
     eq((s["store"]["queued"], s["store"]["claims"]), (1, 1), "store figures")
-    check(s["store"]["map_used"] > 0 and s["store"]["map_size"] >= s["store"]["map_used"],
-          "map figures: %r" % s["store"])
+    eq(s["daemon"]["store"], {"backend": d.backend, "up": True, "outages": 0},
+       "the store as the daemon sees it")
+    if not pg:
+        check(s["store"]["map_used"] > 0 and s["store"]["map_size"] >= s["store"]["map_used"],
+              "map figures: %r" % s["store"])
     c = s["daemon"]["counters"]
     eq((c["submissions"], c["accepted"], c["deferred"]), (1, 1, 1), "daemon counters")
 
-    # absent store
-    absent = os.path.join(t.tmp, "absent.conf")
-    with open(d.conf_path) as f:
-        text = f.read().replace(d.store, os.path.join(t.tmp, "no-such-store"))
-    with open(absent, "w") as f:
-        f.write(text)
-    for cmd in (["queue"], ["show", qid], ["stats"]):
-        r = ctl(d, *cmd, want=1, conf=absent)
-        check("no store at %s" % os.path.join(t.tmp, "no-such-store") in r.stderr,
-              "%s on an absent store: %r" % (cmd[0], r.stderr))
-    j = ctl_json(d, "queue", want=1, conf=absent)
-    check(j["error"].startswith("no store at"), "--json absent store: %r" % j)
+    if pg:
+        stats_pg_outage(t, d, proxy, qid)
+    else:
+        stats_absent_store(t, d, qid)
 
     # the daemon stopped: reading still works, flush and retry say why they cannot
     eq(d.stop(), 0, "daemon exit status")
@@ -297,6 +317,63 @@ def test_ctl_stats_and_errors(t):
     d.start()
     time.sleep(1.5)
     eq(sink.accepted(), [], "dropped message never delivered")
+
+
+def stats_absent_store(t, d, qid):
+    """stats_absent_store - LMDB: a store path with no store in it"""
+    absent = os.path.join(t.tmp, "absent.conf")
+    with open(d.conf_path) as f:
+        text = f.read().replace(d.store, os.path.join(t.tmp, "no-such-store"))
+    with open(absent, "w") as f:
+        f.write(text)
+    for cmd in (["queue"], ["show", qid], ["stats"]):
+        r = ctl(d, *cmd, want=1, conf=absent)
+        check("no store at %s" % os.path.join(t.tmp, "no-such-store") in r.stderr,
+              "%s on an absent store: %r" % (cmd[0], r.stderr))
+    j = ctl_json(d, "queue", want=1, conf=absent)
+    check(j["error"].startswith("no store at"), "--json absent store: %r" % j)
+
+
+def stats_pg_outage(t, d, proxy, qid):
+    """stats_pg_outage - PostgreSQL: the daemon cut off its database (new
+    connections refused), then back. idemrelayctl reads the database through the
+    proxy too (it cannot then, and says so) or straight (it can)."""
+    direct = direct_conf(t, d)
+    proxy.cut(refuse=True)
+    r = submit(d.port, "st@example.com", make_msg(key="ops-stats-2"))
+    check(r.data is not None and r.data[0] == 451 and r.data[1].startswith(b"4.3.0"),
+          "a submission while the daemon is cut off PostgreSQL: %r" % r)
+    d.wait_log("PostgreSQL unreachable")
+    want = "reachable    NO from the daemon, 1 outage since its start"
+    out = ctl(d, "stats", conf=direct).stdout
+    check(want in out and "queue        1 message" in out, "stats text during the outage: %r" % out)
+    s = ctl_json(d, "stats", conf=direct)
+    eq(s["daemon"]["store"], {"backend": "postgresql", "up": False, "outages": 1},
+       "the store as the daemon sees it during the outage")
+    eq(s["store"]["queued"], 1, "queued, read straight from the database")
+    # through the cut proxy idemrelayctl cannot read the database either: it says so
+    out = ctl(d, "stats").stdout
+    check("store        postgresql: cannot be read: " in out and want in out,
+          "stats text, cut off as the daemon: %r" % out)
+    s = ctl_json(d, "stats")
+    check(s["store"].get("readable") is False and s["store"].get("error"),
+          "--json stats, cut off: %r" % s["store"])
+    r = ctl(d, "queue", want=1)
+    check(r.stderr.strip(), "queue cut off says nothing")
+    proxy.heal()
+    wait_until(lambda: ctl_json(d, "stats", conf=direct)["daemon"]["store"]["up"], 15,
+               "the daemon to see PostgreSQL again")
+    s = ctl_json(d, "stats")
+    eq(s["daemon"]["store"], {"backend": "postgresql", "up": True, "outages": 1},
+       "the store as the daemon sees it after the outage")
+    out = ctl(d, "stats").stdout
+    check("reachable    yes from the daemon, 1 outage since its start" in out,
+          "stats text after the outage: %r" % out)
+    d.wait_log("PostgreSQL reachable again")
+    eq(len(d.log_lines("PostgreSQL unreachable")), 1, "outage log lines")
+    eq(queued_qids(d), [qid], "the queue after the outage")
+    print("outage: %d connection(s) dropped, %d refused" % (proxy.dropped, proxy.accepted
+                                                           - proxy.forwarded))
 
 
 def scrape(port, path="/metrics"):
@@ -317,12 +394,20 @@ def samples(text):
     return out
 
 
-@case(stores=LMDB_ONLY)
+# LMDB's map: not served on PostgreSQL
+MAP_METRICS = ("idemrelay_store_map_size_bytes", "idemrelay_store_used_bytes",
+               "idemrelay_store_map_ceiling_bytes", "idemrelay_store_full_ratio")
+
+
+@case()
 def test_metrics_scrape(t):
-    """/metrics after exactly 1 accepted, 1 duplicate, 1 mismatch"""
+    """/metrics after exactly 1 accepted, 1 duplicate, 1 mismatch; on PostgreSQL,
+    the outages while the daemon is cut off the database and after"""
     sink = t.sink()
     port = free_port()
-    d = t.daemon(sink, {"metrics": {"address": "127.0.0.1", "port": port}})
+    proxy, over = pg_via_proxy(t)
+    d = t.daemon(sink, dict(over, metrics={"address": "127.0.0.1", "port": port}))
+    pg = d.backend == "postgresql"
     msg = make_msg(key="metrics-1")
     qid = submit_ok(d.port, "m@example.com", msg)
     eq(submit(d.port, "m@example.com", msg).qid, qid, "duplicate")
@@ -348,13 +433,19 @@ def test_metrics_scrape(t):
         "idemrelay_claims": 1,
         "idemrelay_accept_latency_seconds_count": 3,
         "idemrelay_delivery_latency_seconds_count": 1,
-        'idemrelay_commit_batch_size_bucket{le="+Inf"}': 1,
+        # on PostgreSQL the commit thread answers duplicates and mismatches too
+        # (relay/submit.c, fast_duplicate), one transaction each here
+        'idemrelay_commit_batch_size_bucket{le="+Inf"}': 3 if pg else 1,
+        "idemrelay_store_up": 1,
     }
+    if pg:
+        want["idemrelay_store_outages_total"] = 0
     for k, v in want.items():
         eq(s.get(k), v, k)
-    for k in ("idemrelay_store_map_size_bytes", "idemrelay_store_used_bytes",
-              "idemrelay_queue_oldest_seconds", "idemrelay_commit_batch_size_count"):
+    for k in ("idemrelay_queue_oldest_seconds", "idemrelay_commit_batch_size_count"):
         check(k in s, "%s missing from /metrics" % k)
+    for k in MAP_METRICS[:2] + ("idemrelay_store_outages_total",):
+        eq(k in s, (k in MAP_METRICS) != pg, "%s in /metrics (store %s)" % (k, d.backend))
     check("# TYPE idemrelay_accept_latency_seconds histogram" in text, "histogram type")
     eq(scrape(port, "/other")[0], 404, "GET /other")
 
@@ -365,7 +456,29 @@ def test_metrics_scrape(t):
         used = set(re.findall(r"idemrelay_[a-z_]+", json.dumps(json.load(f))))
     served = set(re.findall(r"^# TYPE (idemrelay_[a-z_]+)", text, re.M))
     served |= {n + sfx for n in served for sfx in ("_bucket", "_sum", "_count")}
+    if pg:
+        served |= set(MAP_METRICS)
     eq(sorted(used - served), [], "dashboard metrics missing from /metrics")
+    if pg:
+        metrics_pg_outage(d, proxy, port)
+
+
+def metrics_pg_outage(d, proxy, port):
+    """metrics_pg_outage - the daemon cut off PostgreSQL: store down, one outage,
+    the store's gauges gone; then back: up, still one outage"""
+    proxy.cut(refuse=True)
+    r = submit(d.port, "m@example.com", make_msg(key="metrics-2"))
+    eq(r.code, 451, "a submission while cut off PostgreSQL")
+    s = samples(scrape(port)[2])
+    eq((s.get("idemrelay_store_up"), s.get("idemrelay_store_outages_total")), (0, 1),
+       "store up, outages during the outage")
+    check("idemrelay_queue_depth" not in s, "queue depth served while the store is away")
+    proxy.heal()
+    wait_until(lambda: samples(scrape(port)[2]).get("idemrelay_store_up") == 1, 15,
+               "/metrics to say the store is up again")
+    s = samples(scrape(port)[2])
+    eq((s.get("idemrelay_store_outages_total"), s.get("idemrelay_queue_depth")), (1, 0),
+       "outages, queue depth after the outage")
 
 
 @case(timeout=120)
