@@ -458,6 +458,31 @@ def test_nodes_network_outage_under_load(t):
              len(qids)))
 
 
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_mark_outcome_unknown(t):
+    """The connection to PostgreSQL is lost while the inflight mark commits: the
+    server commits it, the node never hears (the proxy drops the reply, then
+    cuts the network for 3 s). The node abandons the transfer before the final
+    dot (SPEC 5: no mark known, no dot), so the message did not arrive: once the
+    network is back it must be sent, once, not taken for an ambiguous delivery
+    (delivered-unconfirmed, never sent: a 250 lost, SPEC 7)."""
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=proxy.url_of(t.pg_url()))
+    proxy.cut_after(b"SET inflight = v.flag", delay=0.5)
+    q = submit_ok(a.port, "mark@example.com", make_msg(key="mark-unknown-1"))
+    wait_until(lambda: proxy.triggered, 15, "the inflight mark's commit through the proxy")
+    a.wait_log(q, "cannot set the inflight mark", timeout=15)
+    time.sleep(3)
+    proxy.heal()
+    a.wait_log("PostgreSQL reachable again", timeout=30)
+    try:
+        check_exactly_once([sink], [q], timeout=30, what="after the mark's unknown outcome")
+    finally:
+        print("\n".join(a.log_lines(q)))
+    eq(a.log_lines(q, "status=unconfirmed"), [], "delivered-unconfirmed lines")
+
+
 # ---------------------------------------------------------------- operations
 
 @case(stores=PG_ONLY)

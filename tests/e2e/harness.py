@@ -552,7 +552,11 @@ class Proxy:
     never forwarded nor answered, as by a server that took the connection and
     hangs (the client's connect_timeout ends them); with refuse=True, new ones
     are reset at once instead. heal(): new connections go through again; the
-    black-holed ones are reset. Counts: accepted, forwarded, dropped, held."""
+    black-holed ones are reset. cut_after(pattern): the next time a client sends
+    bytes containing pattern, they reach the server, its replies from then on
+    do not reach the client, and a moment later everything is cut: a request
+    (a COMMIT) that the server carried out and whose outcome the client never
+    learns. Counts: accepted, forwarded, dropped, held_total, triggered."""
 
     def __init__(self, target_port):
         self.target = target_port
@@ -567,6 +571,9 @@ class Proxy:
         self.pairs = {}                 # (client, server) -> pumps still running
         self.held = []
         self.accepted = self.forwarded = self.dropped = self.held_total = 0
+        self.trigger = None             # (pattern, delay, refuse) of cut_after()
+        self.muted = False              # the server's replies are dropped
+        self.triggered = 0
         self.closing = False
         self.th = threading.Thread(target=self._accept_loop, daemon=True)
         self.th.start()
@@ -629,14 +636,18 @@ class Proxy:
     def _pump(self, src, dst, pair):
         """_pump - one direction; the last of a pair's two pumps closes its sockets
         (a socket closed under another thread's recv could be reused meanwhile)"""
+        upward = src is pair[0]
         while True:
             try:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                if upward or not self.muted:
+                    dst.sendall(data)
             except OSError:
                 break
+            if upward and self.trigger and self.trigger[0] in data:
+                self._fire()
         for x in pair:                  # wake the other direction
             try:
                 x.shutdown(socket.SHUT_RDWR)
@@ -650,6 +661,26 @@ class Proxy:
         if last:
             for x in pair:
                 self._reset(x)
+
+    def cut_after(self, pattern, delay=0.5, refuse=False):
+        """cut_after - arm the trigger (see the class): pattern as bytes; the cut
+        comes delay seconds after the bytes went through"""
+        self.trigger = (pattern, delay, refuse)
+
+    def _fire(self):
+        with self.lock:
+            if self.trigger is None:
+                return
+            _, delay, refuse = self.trigger
+            self.trigger = None
+            self.muted = True
+            self.triggered += 1
+
+        def later():
+            time.sleep(delay)
+            self.cut(refuse)
+            self.muted = False
+        threading.Thread(target=later, daemon=True).start()
 
     def cut(self, refuse=False):
         """cut - drop every connection now and black-hole (or refuse) new ones;
