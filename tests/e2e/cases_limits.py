@@ -145,7 +145,7 @@ def status_kb(pid, field):
     raise AssertionError("no %s in /proc/%d/status" % (field, pid))
 
 
-@case(timeout=240, stores=LMDB_ONLY)
+@case(timeout=240)
 def test_memory_bounded(t):
     """Ten concurrent 20 MB submissions with data_memory = 64M: the daemon's
     anonymous memory peaks well below 10 x 20 MB x 2 (the message and its
