@@ -51,11 +51,18 @@ def write(path, text):
     return path
 
 
-@case(timeout=60, stores=LMDB_ONLY)
+def conf_for(t, d):
+    """conf_for - a daemon's config in directory d, on the test's store: LMDB in
+    d/store, or the test's PostgreSQL database (the run's cluster's)"""
+    if t.store == "postgresql":
+        return base_conf(None, free_port(), free_port(), t.pg_url(), "check")
+    return base_conf(os.path.join(d, "store"), free_port(), free_port())
+
+
+@case(timeout=60)
 def test_config_check(t):
     store = os.path.join(t.tmp, "store")
-    good = write(os.path.join(t.tmp, "good.conf"),
-                 render_conf(base_conf(store, free_port(), free_port())))
+    good = write(os.path.join(t.tmp, "good.conf"), render_conf(conf_for(t, t.tmp)))
     r = run([BIN, "-t", "-c", good])
     eq(r.returncode, 0, "idemrelay -t on a good config (output: %s%s)" % (r.stdout, r.stderr))
 
@@ -223,6 +230,10 @@ def row_store_not_writable(t, d):
     return {"store": {"path": os.path.join(ro, "store")}}
 
 
+def row_store_url_refused(t, d):
+    return {"store": {"url": "postgresql://idemrelay@127.0.0.1:%d/nodb" % free_port()}}
+
+
 def row_port_taken(t, d):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -244,28 +255,34 @@ CHECK_ROWS = [
     ("no such user", "user", 'no such user "nosuchuser"', row_user),
     ("control in a directory that cannot be made", "control", "which is not a directory",
      row_control_dir),
-    ("store under a file", "store.path", "which is not a directory", row_store_under_file),
-    ("store not writable", "store.path", "is not writable by uid 65534",
-     row_store_not_writable),
     ("listen port taken", "listen[0].port", "Address already in use", row_port_taken),
     ("upstream.tls_ca missing", "upstream.tls_ca", "No such file or directory", row_tls_ca),
 ]
+LMDB_CHECK_ROWS = [
+    ("store under a file", "store.path", "which is not a directory", row_store_under_file),
+    ("store not writable", "store.path", "is not writable by uid 65534",
+     row_store_not_writable),
+]
+PG_CHECK_ROWS = [
+    ("nothing listens at store.url", "store.url", "Connection refused", row_store_url_refused),
+]
 
 
-@case(timeout=120, needs_daemon=False, stores=LMDB_ONLY)
+@case(timeout=120, needs_daemon=False)
 def test_config_check_startup(t):
     """Each row: idemrelay -t exits 1 naming the setting at FILE:LINE with what to do,
     and a real start fails with the same message (as root; "store not writable" runs
-    both as nobody)."""
+    both as nobody). The store rows are the backend's: store.path's on LMDB,
+    store.url's on PostgreSQL."""
     base = tempfile.mkdtemp(prefix="idemrelay-check-")     # nobody must reach it
     os.chmod(base, 0o755)
+    rows = CHECK_ROWS + (PG_CHECK_ROWS if t.store == "postgresql" else LMDB_CHECK_ROWS)
     try:
-        for n, (name, setting, words, make) in enumerate(CHECK_ROWS):
+        for n, (name, setting, words, make) in enumerate(rows):
             d = os.path.join(base, "row%d" % n)
             os.makedirs(d)
             os.chmod(d, 0o755)
-            conf = merge(base_conf(os.path.join(d, "store"), free_port(), free_port()),
-                         make(t, d))
+            conf = merge(conf_for(t, d), make(t, d))
             text = render_conf(conf)
             path = write(os.path.join(d, "idemrelay.conf"), text)
             os.chmod(path, 0o644)
@@ -279,7 +296,7 @@ def test_config_check_startup(t):
             check(len(lines) == 1 and words in lines[0],
                   "%s: want one line with %r and %r, got %r" % (name, where, words, r.stderr))
             check(lines[0].rstrip().endswith(tuple("abcdefghijklmnopqrstuvwxyz)")) and
-                  re.search(r": (create|choose|point|give|want|stop|make|remove)\b|"
+                  re.search(r": (create|choose|point|give|want|stop|make|remove|check)\b|"
                             r"\((useradd)", lines[0]),
                   "%s: the message does not say what to do: %r" % (name, lines[0]))
             msg = lines[0][len("idemrelay: "):]
@@ -294,11 +311,11 @@ def test_config_check_startup(t):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@case(timeout=60, needs_daemon=False, stores=LMDB_ONLY)
+@case(timeout=60, needs_daemon=False)
 def test_config_check_reports_all(t):
     """-t reports every problem, one line each, not only the first."""
     d = t.tmp
-    conf = merge(base_conf(os.path.join(d, "store"), free_port(), free_port()),
+    conf = merge(conf_for(t, d),
                  dict(row_user(t, d), **row_control_dir(t, d), **row_cert_missing(t, d)))
     path = write(os.path.join(d, "several.conf"), render_conf(conf))
     r = run([BIN, "-t", "-c", path])
