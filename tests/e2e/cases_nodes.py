@@ -45,11 +45,7 @@ def nodes(t, sinks, names=("a", "b"), conf=None, url=None, lease=None):
         c.setdefault("control", os.path.join(t.tmp, "ctl-%s.sock" % name))
         if store:
             c["store"] = dict(c.get("store", {}), **store)
-        out.append(t.daemon(sink, c, node=name))
-    for d in out:
-        # a node listens before it has opened the store: a case that stops the
-        # server or its standby waits until each one is fully up
-        d.wait_log("started:", timeout=30)
+        out.append(t.daemon(sink, c, node=name))     # started: its store is open
     return out
 
 
