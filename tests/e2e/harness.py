@@ -547,7 +547,7 @@ class PowerFS:
 class Proxy:
     """A TCP proxy on 127.0.0.1 in front of a server's port (PostgreSQL's), for an
     outage of the network between a daemon and its database without touching
-    the server. cut(): every connection through it is dropped at once (reset,
+    the server. cut(): every connection through it is dropped at once (shut down, then reset;
     mid-transaction as it may be), and new ones are black-holed: accepted and
     never forwarded nor answered, as by a server that took the connection and
     hangs (the client's connect_timeout ends them); with refuse=True, new ones
