@@ -295,6 +295,8 @@ def test_config_check_startup(t):
             lines = [l for l in r.stderr.splitlines() if where in l]
             check(len(lines) == 1 and words in lines[0],
                   "%s: want one line with %r and %r, got %r" % (name, where, words, r.stderr))
+            eq(lines[0].count("%s: " % setting), 1, "%s: the setting named once in %r"
+               % (name, lines[0]))
             check(lines[0].rstrip().endswith(tuple("abcdefghijklmnopqrstuvwxyz)")) and
                   re.search(r": (create|choose|point|give|want|stop|make|remove|check)\b|"
                             r"\((useradd)", lines[0]),
