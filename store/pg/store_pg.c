@@ -321,7 +321,8 @@ int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *wha
 		st->reset = 1;
 		pthread_mutex_unlock(&st->mu);
 	}
-	if (err == STORE_EIO || err == STORE_ENOSPC) {
+	if (err == STORE_EIO || err == STORE_ENOSPC
+	    || (state && (strncmp(state, "40", 2) == 0 || strcmp(state, "55P03") == 0))) {
 		msg = xstrdup(PQresultErrorMessage(r));
 		msg_warn("store: %s: %s", what, one_line(msg));
 		free(msg);

@@ -19,8 +19,10 @@
  *	wait for each other. Lease expiry is compared on the database's
  *	clock, so a node's clock skew cannot break a lease; next_attempt is
  *	the node's clock, as on LMDB. store_pg_lease_renew() extends every
- *	lease held; those not renewed (taken by another node since) are
- *	forgotten.
+ *	lease held but those a delivery write has locked at that moment
+ *	(SKIP LOCKED: never a wait, so never a deadlock; the next renewal
+ *	comes a third of a lease later); those no longer this node's (taken
+ *	by another node since, or finished) are forgotten.
  *
  *	store_pg_queue_due() makes one or every queued message due, for
  *	every node (idemrelayctl flush on any node). store_pg_queue_list()
@@ -238,9 +240,19 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_arr(&p, &tokens);
 	store_pg_p_text(&p, st->node);
-	err = store_pg_run(st, "UPDATE messages SET lease_until = " PG_DB_NOW " + $1 "
+	/*
+	 * Rows a delivery write has locked are skipped, not waited for: the
+	 * renewal took rows in no order and deadlocked with a mark carrying
+	 * the previous outcome (two rows). The leases still held are what the
+	 * statement's snapshot shows as this node's, renewed or not this time.
+	 */
+	err = store_pg_run(st, "WITH c AS (SELECT qid FROM messages "
 		  "WHERE lease_token = ANY($2::int8[]) AND lease_owner = $3 AND queued "
-		  "RETURNING lease_token", &p, &r, "lease renew");
+		  "FOR UPDATE SKIP LOCKED), u AS (UPDATE messages m SET lease_until = "
+		  PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid) "
+		  "SELECT lease_token FROM messages "
+		  "WHERE lease_token = ANY($2::int8[]) AND lease_owner = $3 AND queued",
+		  &p, &r, "lease renew");
 	store_pg_params_free(&p);
 	if (err != 0) {
 		free(mine);

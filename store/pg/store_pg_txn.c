@@ -158,14 +158,34 @@ static void seg_free(struct pg_seg *s)
 	free(s->qids);
 }
 
-/* store_pg_seg_for - the run to append a row of kind to, keyed by key: a new one if key is in the last */
+/* inserts_only - a run of new rows that no other kind's rows depend on (no FK between them) */
+static int inserts_only(enum pg_seg_kind kind)
+{
+	return kind == PG_SEG_CLAIMS || kind == PG_SEG_MSGS;
+}
+
+/*
+ * store_pg_seg_for - the run to append a row of kind to, keyed by key:
+ * the last run of that kind, if key is not in it and only runs of new
+ * claims and messages came after it (they do not depend on each other,
+ * so a batch's submissions make one INSERT per table, not one each);
+ * else a new run at the end, so that writes of one key keep their order
+ */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key)
 {
-	struct pg_seg *s = t->n_segs ? &t->segs[t->n_segs - 1] : NULL;
-	size_t cap;
+	struct pg_seg *s = NULL;
+	size_t cap, j;
 	int i;
 
-	if (s && s->kind == kind && !store_pg_qids_has(s->qids, s->n, key)) {
+	for (j = t->n_segs; j > 0; j--) {
+		if (t->segs[j - 1].kind == kind) {
+			s = &t->segs[j - 1];
+			break;
+		}
+		if (!inserts_only(kind) || !inserts_only(t->segs[j - 1].kind))
+			break;
+	}
+	if (s && !store_pg_qids_has(s->qids, s->n, key)) {
 		s->qids = xrealloc(s->qids, (s->n + 1) * sizeof(*s->qids));
 		strcpy(s->qids[s->n++], key);
 		return s;
