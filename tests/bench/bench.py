@@ -14,6 +14,11 @@ DESCRIPTION
       - idemrelay (bin/idemrelay, default durable settings, its LMDB store
         in a temporary directory on local disk, relaying to another
         smtp-sink),
+      - with BENCH_PG (issue 14), a private PostgreSQL cluster
+        (tests/pg/cluster.py, tests/bench/pgbench_nodes.py) and on it
+        pg1, one idemrelay node with store.backend = "postgresql", and
+        pg2, two nodes sharing another database, each relaying to a
+        sink of their own setup,
     and drives both with the same load, alternating Postfix and idemrelay
     (A B A B ...) over BENCH_ROUNDS rounds (default 3). Prints the median
     of each figure, the idemrelay/Postfix ratio and the issue's target:
@@ -28,6 +33,18 @@ DESCRIPTION
                 claims in the store (filled by tests/bench/fill); bytes/claim
       big       100 KB messages, 20 sessions: MB/s accepted
 
+    pg1 takes part in fresh, e2e, dup and latency beside Postfix and
+    LMDB (the same load, in the same rounds); pg2 in fresh and e2e, the
+    load split across its two nodes (two smtp-source runs of half the
+    sessions and messages at once). Then "where the time goes": one more
+    run of each figure per setup, alone, between settled snapshots of
+    PostgreSQL's own counters (WAL records and flushes, commits, rows,
+    statements with their execution and planning time), printed per
+    message and per accepting batch; the same for one session on a
+    third node, pg1-stalled, whose upstream never answers (the accepting
+    path without delivery beside it); and pgbench's floors on the same
+    cluster (a round trip, a one-row durable commit).
+
     Between measurements the benchmark waits until the server under test
     has delivered everything it accepted, so that every round starts
     from an empty queue.
@@ -35,7 +52,13 @@ DESCRIPTION
 ENVIRONMENT
     BENCH_SCALE     multiplies every message count (default 1: about 7 min on 2 cores)
     BENCH_ROUNDS    rounds per figure (default 5)
-    BENCH_ONLY      comma-separated figures to run (default all)
+    BENCH_ONLY      comma-separated figures to run (default all); "pg" adds
+                    the PostgreSQL setups to fresh, dup and latency, so
+                    BENCH_ONLY=pg alone runs those figures on PostgreSQL
+                    only (no ratio to Postfix or LMDB then), and
+                    BENCH_ONLY=pg,fresh,dup,latency everything issue 14 asks
+    BENCH_PG=0      no PostgreSQL setups (default 1: they run when
+                    PostgreSQL's server programs are installed)
     BENCH_CLAIMS    claims in the large store (default 10,000,000 x scale)
     BENCH_TMP       where the temporary directory goes (default /tmp); it
                     must be on the disk to measure, reachable by user postfix
@@ -44,7 +67,9 @@ ENVIRONMENT
     IDEMRELAY_BIN, LOAD_BIN, FILL_BIN   the programs (default bin/, build/bench/)
 
     Needs root (Postfix), Debian's postfix package (smtp-source, smtp-sink),
-    and lmdb-utils (mdb_stat) for the bytes per claim.
+    and lmdb-utils (mdb_stat) for the bytes per claim; the PostgreSQL
+    setups need the postgresql package (15 here, its pg_stat_statements
+    for the statement counts).
 """
 
 import json
@@ -70,13 +95,16 @@ FILL = os.path.abspath(os.environ.get("FILL_BIN", os.path.join(REPO, "build", "b
 SBIN = "/usr/sbin"
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 from harness import stop_process  # noqa: E402  (one way to stop a child, the tests' own)
+import pgbench_nodes  # noqa: E402  (the PostgreSQL cluster and its counters)
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 ONLY = set(x for x in os.environ.get("BENCH_ONLY", "").split(",") if x)
 N_CLAIMS = int(float(os.environ.get("BENCH_CLAIMS", str(10_000_000 * SCALE))))
+PG = os.environ.get("BENCH_PG", "1") != "0"
 OUT = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(REPO, "build", "bench", "results.json")))
 
+DUP_PREFIX = "dup-%d" % os.getpid()     # the dup figure's keys
 DRAIN_CAP = 180         # seconds to wait for a server to deliver its backlog
 
 
@@ -136,9 +164,16 @@ class Server:
 
     name = "?"
 
+    counters = None             # pgbench_nodes.Counters of a PostgreSQL setup
+
     def __init__(self, sink):
         self.sink = sink
         self.expected = 0       # messages it must eventually deliver
+
+    @property
+    def ports(self):
+        """ports - where a load goes: split evenly across them"""
+        return [self.port]
 
     def accepted(self, k):
         self.expected += k
@@ -182,8 +217,11 @@ class Postfix(Server):
 class Idemrelay(Server):
     name = "idemrelay"
 
-    def __init__(self, tmp, sink, name="idemrelay", store=None, map_size="4G"):
+    def __init__(self, tmp, sink, name="idemrelay", store=None, map_size="4G", pg_url=None,
+                 node=None, metrics_port=None, label=None):
         super().__init__(sink)
+        self.name = label or self.name    # in the figures: "idemrelay" (LMDB), "pg1"
+        self.metrics_port = metrics_port
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir, exist_ok=True)
         self.store = store or os.path.join(self.dir, "store")
@@ -192,16 +230,24 @@ class Idemrelay(Server):
         conf = os.path.join(self.dir, "idemrelay.conf")
         # Default durable settings: only where to listen, whom to relay for,
         # where the store and the upstream are, and room for 1,000 idle
-        # connections next to the load.
+        # connections next to the load. On PostgreSQL, the database and the
+        # node's name instead of the LMDB path, and /metrics for its batches.
+        if pg_url:
+            store_conf = 'store = { backend = "postgresql"; url = "%s"; };\nnode = "%s";\n' \
+                % (pg_url, node)
+        else:
+            store_conf = 'store = { path = "%s"; map_size = "%s"; };\n' % (self.store, map_size)
+        if metrics_port:
+            store_conf += 'metrics = { address = "127.0.0.1"; port = %d; };\n' % metrics_port
         with open(conf, "w") as f:
             f.write('hostname = "idemrelay.bench";\n'
                     'listen = ( { address = "127.0.0.1"; port = %d; } );\n'
                     'access = { networks = [ "127.0.0.0/8" ]; };\n'
-                    'store = { path = "%s"; map_size = "%s"; };\n'
+                    '%s'
                     'upstream = { host = "127.0.0.1"; port = %d; tls = "none"; };\n'
                     'limits = { connections = 1100; };\n'
                     'log = { level = "info"; target = "stderr"; };\n'
-                    % (self.port, self.store, map_size, sink.port))
+                    % (self.port, store_conf, sink.port))
         with open(self.log, "ab") as lf:
             self.proc = subprocess.Popen([IDEMRELAY, "-c", conf], cwd=self.dir,
                                          stdout=lf, stderr=lf, stdin=subprocess.DEVNULL)
@@ -225,17 +271,45 @@ class Idemrelay(Server):
         stop_process(self.proc, 60)
 
 
+class NodePair(Server):
+    """pg2: two idemrelay nodes on one PostgreSQL database, one sink; a load
+    is split across both, and either may deliver what the other accepted"""
+
+    def __init__(self, name, nodes, sink):
+        super().__init__(sink)
+        self.name = name
+        self.nodes = nodes
+
+    @property
+    def ports(self):
+        return [d.port for d in self.nodes]
+
+    def log_count(self, word):
+        return sum(d.log_count(word) for d in self.nodes)
+
+    def stop(self):
+        for d in self.nodes:
+            d.stop()
+
+
 # ---------------------------------------------------------------- clients
 
-def smtp_source(port, sessions, length, msgs):
-    """smtp_source - Postfix's smtp-source; (seconds, exit status)"""
+def smtp_source(ports, sessions, length, msgs):
+    """smtp_source - Postfix's smtp-source, one per port at once, the sessions and
+    messages split evenly; seconds until the last one finished"""
+    ports = [ports] if isinstance(ports, int) else ports
+    k = len(ports)
     t0 = time.monotonic()
-    r = subprocess.run([os.path.join(SBIN, "smtp-source"), "-s", str(sessions), "-l", str(length),
-                        "-m", str(msgs), "127.0.0.1:%d" % port],
-                       capture_output=True, text=True, timeout=1800)
+    procs = [subprocess.Popen([os.path.join(SBIN, "smtp-source"), "-s", str(sessions // k),
+                               "-l", str(length), "-m", str(msgs // k + (i < msgs % k)),
+                               "127.0.0.1:%d" % p],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for i, p in enumerate(ports)]
+    errs = [p.communicate(timeout=1800)[1] for p in procs]
     secs = time.monotonic() - t0
-    if r.returncode != 0:
-        raise RuntimeError("smtp-source failed (rc=%d): %s" % (r.returncode, r.stderr[-500:]))
+    for p, e in zip(procs, errs):
+        if p.returncode != 0:
+            raise RuntimeError("smtp-source failed (rc=%d): %s" % (p.returncode, e[-500:]))
     return secs
 
 
@@ -268,63 +342,75 @@ def timed_delivery(server, k, fn):
 
 # ---------------------------------------------------------------- figures
 
-def fig_fresh(pf, ir, res):
+def fig_fresh(servers, res):
     """fresh accept/s and end to end, smtp-source -s 20 -l 2000 -m N"""
     m = n(2000)
     say("fresh: smtp-source -s 20 -l 2000 -m %d, then wait for the sink" % m)
     for rnd in range(ROUNDS):
-        for srv in (pf, ir):
+        for srv in servers:
             srv.drain()
-            dup0 = srv.log_count("status=duplicate") if srv is ir else 0
-            secs, e2e = timed_delivery(srv, m, lambda: smtp_source(srv.port, 20, 2000, m))
+            mine = not isinstance(srv, Postfix)
+            dup0 = srv.log_count("status=duplicate") if mine else 0
+            secs, e2e = timed_delivery(srv, m, lambda: smtp_source(srv.ports, 20, 2000, m))
             rate = m / secs
             e2e_rate = m / e2e if e2e else None
             res.add("fresh", srv.name, rate)
             res.add("e2e", srv.name, e2e_rate)
             extra = ""
-            if srv is ir:
+            if mine:
                 dups = srv.log_count("status=duplicate") - dup0
                 extra = ", duplicates seen %d" % dups
                 if dups:
-                    res.note("fresh: idemrelay saw %d duplicates in a fresh run: smtp-source"
-                             " Message-IDs collided" % dups)
+                    res.note("fresh: %s saw %d duplicates in a fresh run: smtp-source"
+                             " Message-IDs collided" % (srv.name, dups))
             say("  round %d %-9s accepted %7.1f msgs/s  delivered %s%s"
                 % (rnd + 1, srv.name, rate, "%.1f msgs/s" % e2e_rate if e2e_rate else "n/a", extra))
 
 
-def fig_dup(pf, ir, res):
+def fig_dup(servers, res):
     """duplicates answered/s vs Postfix's accept rate of the same load"""
-    pool = n(2000)
+    pool, prefix = n(2000), DUP_PREFIX
     m_pf, m_ir = n(2000), n(10000)
-    prefix = "dup-%d" % os.getpid()
     say("dup: %d keys claimed once; then load -c 20 -k replay (%d msgs to Postfix, %d to idemrelay)"
         % (pool, m_pf, m_ir))
-    r = load(ir.port, "-c", 20, "-n", pool, "-k", "unique", "-K", prefix, "-u", pool)
-    ir.accepted(int(r["ok"]))
-    ir.drain()
+    for srv in servers:
+        if not isinstance(srv, Postfix):
+            dup_claim(srv, pool)
     for rnd in range(ROUNDS):
-        pf.drain()
-        r = load(pf.port, "-c", 20, "-n", m_pf, "-s", 2000, "-k", "replay", "-K", prefix,
-                 "-u", pool)
-        pf.accepted(int(r["ok"]))
-        res.add("dup", pf.name, r["msgs_per_s"])
-        say("  round %d Postfix   accepted %7.1f msgs/s" % (rnd + 1, r["msgs_per_s"]))
-        ir.drain()
-        r = load(ir.port, "-c", 20, "-n", m_ir, "-s", 2000, "-k", "replay", "-K", prefix,
-                 "-u", pool)
-        res.add("dup", ir.name, r["msgs_per_s"])
-        if r["dup"] != m_ir:
-            res.note("dup: round %d: only %d of %d replies said duplicate" % (rnd + 1, r["dup"], m_ir))
-        say("  round %d idemrelay answered %7.1f msgs/s (%d duplicates, p99 %.2f ms)"
-            % (rnd + 1, r["msgs_per_s"], r["dup"], r["p99_ms"]))
+        for srv in servers:
+            srv.drain()
+            if isinstance(srv, Postfix):
+                r = load(srv.port, "-c", 20, "-n", m_pf, "-s", 2000, "-k", "replay", "-K", prefix,
+                         "-u", pool)
+                srv.accepted(int(r["ok"]))
+                res.add("dup", srv.name, r["msgs_per_s"])
+                say("  round %d Postfix   accepted %7.1f msgs/s" % (rnd + 1, r["msgs_per_s"]))
+                continue
+            r = load(srv.port, "-c", 20, "-n", m_ir, "-s", 2000, "-k", "replay", "-K", prefix,
+                     "-u", pool)
+            res.add("dup", srv.name, r["msgs_per_s"])
+            if r["dup"] != m_ir:
+                res.note("dup: %s round %d: only %d of %d replies said duplicate"
+                         % (srv.name, rnd + 1, r["dup"], m_ir))
+            say("  round %d %-9s answered %7.1f msgs/s (%d duplicates, p99 %.2f ms)"
+                % (rnd + 1, srv.name, r["msgs_per_s"], r["dup"], r["p99_ms"]))
 
 
-def fig_latency(pf, ir, res):
+def dup_claim(srv, pool):
+    """dup_claim - claim the dup figure's keys (again: the second time they are
+    duplicates), and wait until the messages are delivered"""
+    r = load(srv.port, "-c", 20, "-n", pool, "-k", "unique", "-K", DUP_PREFIX, "-u", pool)
+    srv.accepted(int(r["ok"]) - int(r["dup"]))
+    srv.drain()
+
+
+def fig_latency(servers, res):
     """one session, fresh messages back to back: p50/p99 of the reply to the dot"""
     m = n(300, 50)
     say("latency: one session, %d fresh messages of 2 KB" % m)
+    lmdb = [s for s in servers if s.name == "idemrelay"]
     for rnd in range(ROUNDS):
-        for srv in (pf, ir):
+        for srv in servers:
             srv.drain()
             r = load(srv.port, "-c", 1, "-C", 0, "-n", m, "-s", 2000, "-k", "unique")
             srv.accepted(int(r["ok"]))
@@ -333,10 +419,55 @@ def fig_latency(pf, ir, res):
             res.add("one", srv.name, r["msgs_per_s"])
             say("  round %d %-9s p50 %6.2f ms  p99 %6.2f ms  (%.0f msgs/s)"
                 % (rnd + 1, srv.name, r["p50_ms"], r["p99_ms"], r["msgs_per_s"]))
-        floor = commit_floor(ir.dir, 1)
-        res.add("floor", "idemrelay", floor)
-        say("  round %d LMDB's durable-commit floor (1 page, 2 ordered flushes) %.2f ms"
-            % (rnd + 1, floor))
+        for ir in lmdb:
+            floor = commit_floor(ir.dir, 1)
+            res.add("floor", "idemrelay", floor)
+            say("  round %d LMDB's durable-commit floor (1 page, 2 ordered flushes) %.2f ms"
+                % (rnd + 1, floor))
+
+
+def fig_where(setups, res):
+    """where the time goes on PostgreSQL: for each setup, one more run of each of
+    its figures, alone, between snapshots of PostgreSQL's counters (taken once
+    they have settled: a backend sends its statistics up to 10 s late); the
+    runs' rates are printed, not counted in the figures"""
+    m, m_dup, m_one, pool = n(2000), n(10000), n(300, 50), n(2000)
+    say("where the time goes: one more run per figure and PostgreSQL setup, alone,"
+        " between settled counters")
+
+    def fresh(srv):
+        secs, e2e = timed_delivery(srv, m, lambda: smtp_source(srv.ports, 20, 2000, m))
+        return "accepted %.1f msgs/s, delivered %s" % (
+            m / secs, "%.1f msgs/s" % (m / e2e) if e2e else "n/a")
+
+    def dup(srv):
+        r = load(srv.port, "-c", 20, "-n", m_dup, "-s", 2000, "-k", "replay", "-K", DUP_PREFIX,
+                 "-u", pool)
+        return "answered %.1f msgs/s (%d duplicates)" % (r["msgs_per_s"], r["dup"])
+
+    def latency(srv):
+        one = lambda: load(srv.port, "-c", 1, "-C", 0, "-n", m_one, "-s", 2000,  # noqa: E731
+                           "-k", "unique")
+        r = one() if srv.name.endswith("stalled") else timed_delivery(srv, m_one, one)[0]
+        res.add("p50_where", srv.name, r["p50_ms"])
+        return "p50 %.2f ms, p99 %.2f ms" % (r["p50_ms"], r["p99_ms"])
+
+    setups[0].counters.bench.track_planning()
+    fl = setups[0].counters.bench.floors()
+    res.add("pg_floor_rt", "pg1", fl["round_trip"])
+    res.add("pg_floor_commit", "pg1", fl["commit"])
+    say("  floors (pgbench, one client): a round trip %.3f ms, a one-row durable commit %.3f ms"
+        % (fl["round_trip"], fl["commit"]))
+    for srv in setups:
+        figs = [("fresh", m, fresh)]
+        if srv.name.endswith("stalled"):
+            figs = [("latency", m_one, latency)]
+        elif not isinstance(srv, NodePair):
+            dup_claim(srv, pool)        # before the first snapshot: not counted
+            figs += [("dup", m_dup, dup), ("latency", m_one, latency)]
+        for fig, k, fn in figs:
+            say("  %s %-7s %s" % (srv.name, fig, srv.counters.measure(fig, k, lambda: fn(srv))))
+        res.extra.setdefault("pg_counters", {})[srv.name] = srv.counters.summaries()
 
 
 def fig_idle(tmp, sink, res):
@@ -501,15 +632,18 @@ def table(res):
         rows.append((label, fmt(p, unit), fmt(i, unit), fmt(ratio, "x") if ratio else "n/a",
                      target, {True: "met", False: "NOT met", None: "-"}[ok]))
 
-    if "fresh" in res.v:
+    def ran(fig):       # by Postfix or LMDB (the PostgreSQL setups have their own table)
+        return any(w in res.v.get(fig, {}) for w in ("Postfix", "idemrelay"))
+
+    if ran("fresh"):
         ratio_row("fresh submissions accepted/s (smtp-source -s 20 -l 2000)", "fresh", "",
                   ">= 3x", lambda r: r >= 3)
         ratio_row("end to end: accepted and delivered to the sink, msgs/s", "e2e", "",
                   ">= 2x", lambda r: r >= 2)
-    if "dup" in res.v:
+    if ran("dup"):
         ratio_row("duplicates answered/s (idemrelay) vs Postfix accept/s", "dup", "",
                   ">= 10x", lambda r: r >= 10)
-    if "p50" in res.v:
+    if ran("p50"):
         ratio_row("one session: p50 latency of the reply to the dot", "p50", " ms",
                   "<= 0.5x", lambda r: r <= 0.5)
         ratio_row("one session: p99 latency of the reply to the dot", "p99", " ms", "-", None)
@@ -646,27 +780,52 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     want = lambda f: not ONLY or f in ONLY  # noqa: E731
+    classic = any(want(f) for f in ("fresh", "dup", "latency", "idle", "big"))
+    pg_on = PG and want("pg")
+    if pg_on:
+        try:
+            pgbench_nodes.pgcluster.bindir()
+        except pgbench_nodes.pgcluster.ClusterError as e:
+            res.note("PostgreSQL setups skipped: %s" % e)
+            pg_on = False
+    pg1 = pg2 = pg1s = None
     try:
-        if any(want(f) for f in ("fresh", "dup", "latency", "idle", "big")):
-            sink_pf, sink_ir = Sink(tmp, "sink-postfix"), Sink(tmp, "sink-idemrelay")
-            stopping += [sink_pf, sink_ir]
-            pf = Postfix(tmp, sink_pf)
-            stopping.insert(0, pf)
-            ir = Idemrelay(tmp, sink_ir)
-            stopping.insert(0, ir)
-            for f, fn in (("fresh", fig_fresh), ("dup", fig_dup), ("latency", fig_latency),
-                          ("big", fig_big)):
-                if want(f):
-                    fn(pf, ir, res)
+        if classic or pg_on:
+            if classic:
+                sink_pf, sink_ir = Sink(tmp, "sink-postfix"), Sink(tmp, "sink-idemrelay")
+                stopping += [sink_pf, sink_ir]
+                pf = Postfix(tmp, sink_pf)
+                stopping.insert(0, pf)
+                ir = Idemrelay(tmp, sink_ir)
+                stopping.insert(0, ir)
+            if pg_on:
+                pg1, pg2, pg1s = pgbench_nodes.setups(
+                    tmp, stopping, say, lambda name: Sink(tmp, name),
+                    lambda sink, label, node, url: Idemrelay(
+                        tmp, sink, name="idemrelay-%s-%s" % (label, node), pg_url=url, node=node,
+                        metrics_port=free_port(), label=label),
+                    NodePair)
+            for f, fn, pgs in (("fresh", fig_fresh, [pg1, pg2]), ("dup", fig_dup, [pg1]),
+                               ("latency", fig_latency, [pg1])):
+                servers = ([pf, ir] if want(f) else []) + (pgs if pg_on else [])
+                if servers:
+                    fn(servers, res)
+            if want("big"):
+                fig_big(pf, ir, res)
             if want("idle"):
                 fig_idle(tmp, sink_ir, res)
-            info["idemrelay_rss_after_mb"] = ir.rss()
-            st = mdb_claim_bytes(ir.store)
-            if st and st[0]:
-                res.extra["daemon_claims"] = {"claims": st[0], "tree_bytes_per_claim": st[1] / st[0],
-                                              "file_bytes_per_claim": st[2] / st[0]}
-                say("store of the daemon after the runs: %d claims, %.0f bytes/claim in the claims"
-                    " and key index B-trees (random inserts, as in production)" % (st[0], st[1] / st[0]))
+            if classic:
+                info["idemrelay_rss_after_mb"] = ir.rss()
+                st = mdb_claim_bytes(ir.store)
+                if st and st[0]:
+                    res.extra["daemon_claims"] = {"claims": st[0],
+                                                  "tree_bytes_per_claim": st[1] / st[0],
+                                                  "file_bytes_per_claim": st[2] / st[0]}
+                    say("store of the daemon after the runs: %d claims, %.0f bytes/claim in the"
+                        " claims and key index B-trees (random inserts, as in production)"
+                        % (st[0], st[1] / st[0]))
+            if pg_on:
+                fig_where([pg1, pg2, pg1s], res)
             for s in stopping:
                 s.stop()
             stopping = []
@@ -686,11 +845,23 @@ def main():
     info["minutes"] = round((time.monotonic() - t_start) / 60, 1)
     info["loadavg_end"] = os.getloadavg()[0]
     rows = table(res)
-    say("")
-    say("| figure | Postfix | idemrelay | ratio | target | |")
-    say("|---|---:|---:|---:|---|---|")
-    for r in rows:
-        say("| %s | %s | %s | %s | %s | %s |" % r)
+    if rows:
+        say("")
+        say("| figure | Postfix | idemrelay | ratio | target | |")
+        say("|---|---:|---:|---:|---|---|")
+        for r in rows:
+            say("| %s | %s | %s | %s | %s | %s |" % r)
+    pg_rows = pgbench_nodes.table(res, fmt)
+    if pg_rows:
+        say("")
+        say("| PostgreSQL backend (issue 14) | Postfix | LMDB | PostgreSQL | ratio | target | |")
+        say("|---|---:|---:|---:|---:|---|---|")
+        for r in pg_rows:
+            say("| %s | %s | %s | %s | %s | %s | %s |" % r)
+    for srv in (pg1, pg2, pg1s) if pg_on else ():
+        say("")
+        for line in srv.counters.report(srv.name):
+            say(line)
     for x in res.notes:
         say("note: " + x)
     say("(medians of %d rounds; a ratio is the median of the rounds' ratios; BENCH_SCALE=%g,"
@@ -698,7 +869,7 @@ def main():
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump({"machine": info, "values": res.v, "extra": res.extra, "notes": res.notes,
-                   "table": rows}, f, indent=1)
+                   "table": rows, "table_pg": pg_rows}, f, indent=1)
     say("bench: results in %s" % OUT)
 
 

@@ -1,0 +1,392 @@
+"""
+NAME
+    pgbench_nodes.py - the PostgreSQL part of make bench (issue 14): a private
+    cluster, a database per setup, and where the time goes by its own counters
+
+SYNOPSIS
+    import pgbench_nodes
+    pg = pgbench_nodes.PgBench(tmp).start()
+    url, db = pg.database("pg1")
+    c = pgbench_nodes.Counters(pg, db, [metrics_port])
+    s0 = c.snap(); ...run...; c.add("fresh", s0, c.snap(), msgs)
+    for line in c.report("pg1"): print(line)
+    pg.stop()
+
+DESCRIPTION
+    PgBench starts a private PostgreSQL cluster with tests/pg/cluster.py
+    (initdb as user postgres, loopback only, fsync and synchronous_commit
+    on) in the bench's temporary directory, on the disk the LMDB store
+    uses. Two settings differ from cluster.py's test clusters, set with
+    ALTER SYSTEM and a restart: shared_buffers goes back to PostgreSQL's
+    default (128MB; the test clusters keep 16MB), and pg_stat_statements
+    is loaded through shared_preload_libraries when the server has it.
+    Every other setting is PostgreSQL's default, as Postfix's are.
+    track_planning() turns on pg_stat_statements.track_planning, for the
+    runs that say where the time goes (it costs a little).
+
+    database() makes a fresh database owned by the role idemrelay for one
+    setup (pg1: one node; pg2: two nodes sharing it).
+
+    Counters reads PostgreSQL's cumulative statistics, from the postgres
+    database so that its own reads do not count in the one measured:
+      pg_stat_wal           wal_records, wal_bytes, wal_write, wal_sync
+                            (cluster-wide: the only other work on this
+                            cluster is the other setup's idle nodes)
+      pg_stat_database      xact_commit, xact_rollback, tup_inserted,
+                            tup_updated, tup_deleted of the database
+      pg_stat_statements    calls, rows and execution time per statement
+                            (top level; absent if it could not be loaded)
+    and each node's /metrics: idemrelay_commit_batch_size count and sum,
+    the group commits that decided submissions. add() sums the
+    differences over a figure's rounds; report() divides them by the
+    messages and by the batches.
+
+    A backend sends its statistics when idle, but at most once a second,
+    and else 10 s later (PGSTAT_IDLE_INTERVAL): snap() waits STATS_SETTLE
+    seconds first, so that what a run did is all in the next snapshot
+    (pg_stat_statements counts at once). Each snapshot scrapes the
+    nodes' /metrics, which costs each node two reads of the database
+    (claims and queue counts): a few transactions in thousands.
+"""
+
+import json
+import os
+import re
+import glob
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pg"))
+import cluster as pgcluster  # noqa: E402
+
+STATS_SETTLE = 11.0     # seconds: an idle backend sends its statistics within 10 s (PGSTAT_IDLE_INTERVAL)
+
+
+class PgBench:
+    """a private PostgreSQL cluster for the bench, with pg_stat_statements if it loads"""
+
+    def __init__(self, tmp):
+        self.base = os.path.join(tmp, "pg")
+        os.makedirs(self.base, exist_ok=True)
+        self.pg = pgcluster.Cluster("bench", self.base)
+        self.statements = False
+        self.version = "?"
+
+    def start(self):
+        self.pg.start()
+        self.version = self.pg.sql("SHOW server_version")
+        lib = os.path.join(self.pg.sql("SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR'"),
+                           "pg_stat_statements.so")
+        self.pg.sql("ALTER SYSTEM SET shared_buffers = '128MB'")
+        if os.path.exists(lib):
+            self.pg.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        self.pg.restart()
+        if os.path.exists(lib):
+            self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            self.statements = True
+        return self
+
+    def track_planning(self):
+        """track_planning - pg_stat_statements counts planning time from now on (the
+        daemon's statements are unnamed, so planned at every call); it costs a little,
+        so only the runs that say where the time goes have it"""
+        if self.statements:
+            self.pg.sql("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+            self.pg.sql("SELECT pg_reload_conf()")
+
+    def database(self, name):
+        """database - a fresh database for one setup; (its URL, its name)"""
+        url = self.pg.new_database(name)
+        return url, url.rsplit("/", 1)[1]
+
+    def settings(self):
+        """settings - what the figures depend on, as PostgreSQL reports it"""
+        rows = self.pg.sql("SELECT name || '=' || setting || coalesce(unit, '') FROM pg_settings"
+                           " WHERE name IN ('fsync', 'synchronous_commit', 'wal_sync_method',"
+                           " 'shared_buffers', 'commit_delay', 'wal_level', 'full_page_writes',"
+                           " 'shared_preload_libraries', 'pg_stat_statements.track_planning')"
+                           " ORDER BY name")
+        return rows.replace("\n", ", ")
+
+    def floors(self, n=1000):
+        """floors - p50 in ms, one client (PostgreSQL's pgbench), of a round trip
+        (SELECT 1) and of the least durable commit (one autocommit INSERT of a row:
+        a round trip and a WAL flush), on this cluster and disk"""
+        url, db = self.database("bench_floor")
+        self.pg.sql("CREATE TABLE f (v int)", db, pgcluster.ROLE)
+        out = {}
+        for what, sql in (("round_trip", "SELECT 1;\n"), ("commit", "INSERT INTO f VALUES (1);\n")):
+            script = os.path.join(self.base, "%s.sql" % what)
+            with open(script, "w") as f:
+                f.write(sql)
+            prefix = os.path.join(self.base, "floor-" + what)
+            subprocess.run([pgcluster.prog("pgbench"), "-n", "-c", "1", "-t", str(n), "-f", script,
+                            "-l", "--log-prefix", prefix, url], check=True, capture_output=True,
+                           timeout=300)
+            lat = []
+            for log in glob.glob(prefix + ".*"):
+                with open(log) as f:
+                    lat += [int(line.split()[2]) / 1000.0 for line in f if line.strip()]
+                os.unlink(log)
+            out[what] = statistics.median(lat)
+        return out
+
+    def stop(self):
+        self.pg.destroy()
+
+
+def scrape(port):
+    """scrape - a node's /metrics: (accepting batches, submissions decided in them)"""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        text = r.read().decode()
+    count = re.search(r"^idemrelay_commit_batch_size_count (\d+)", text, re.M)
+    total = re.search(r"^idemrelay_commit_batch_size_sum ([0-9.e+]+)", text, re.M)
+    return (int(count.group(1)) if count else 0, float(total.group(1)) if total else 0.0)
+
+
+class Counters:
+    """PostgreSQL's counters for one database (and its nodes' batches), per figure"""
+
+    FIELDS = ("wal_records", "wal_bytes", "wal_write", "wal_sync", "xact_commit",
+              "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "batches",
+              "batched")
+
+    def __init__(self, bench, db, metrics_ports):
+        self.bench = bench
+        self.db = db
+        self.ports = list(metrics_ports)
+        self.figs = {}          # figure -> {"msgs": n, field: sum, "stmts": {text: [calls, rows, ms]}}
+        self.last = None        # the latest snapshot, if nothing ran since
+
+    def measure(self, fig, msgs, fn):
+        """measure - fn(), one run of msgs messages, between settled snapshots, its
+        counts added to fig's; fn's result. fn must leave nothing in flight (wait
+        for the deliveries): the snapshot after it is the next one's before."""
+        before = self.last or self.snap()
+        out = fn()
+        self.last = self.snap()
+        self.add(fig, before, self.last, msgs)
+        return out
+
+    def snap(self):
+        time.sleep(STATS_SETTLE)
+        stmts = ("(SELECT coalesce(json_agg(json_build_object('q', left(regexp_replace(query,"
+                 " '\\s+', ' ', 'g'), 90), 'calls', calls, 'rows', rows, 'ms', total_exec_time, 'plan', total_plan_time)),"
+                 " '[]') FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                 " WHERE d.datname = '%s' AND toplevel)" % self.db) if self.bench.statements else "'[]'"
+        out = self.bench.pg.sql(
+            "SELECT json_build_object("
+            "'wal', (SELECT row_to_json(w) FROM pg_stat_wal w),"
+            "'db', (SELECT row_to_json(d) FROM pg_stat_database d WHERE datname = '%s'),"
+            "'stmts', %s)" % (self.db, stmts))
+        j = json.loads(out)
+        s = {k: float(j["wal"][k]) for k in ("wal_records", "wal_bytes", "wal_write", "wal_sync")}
+        for k in ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted"):
+            s[k] = float(j["db"][k])
+        s["batches"] = s["batched"] = 0.0
+        for p in self.ports:
+            b, t = scrape(p)
+            s["batches"] += b
+            s["batched"] += t
+        s["stmts"] = {}
+        for x in j["stmts"]:        # one row per (user, statement): add them up by text
+            a = s["stmts"].setdefault(x["q"], [0.0, 0.0, 0.0, 0.0])
+            a[0] += x["calls"]
+            a[1] += x["rows"]
+            a[2] += x["ms"]
+            a[3] += x["plan"]
+        return s
+
+    def add(self, fig, before, after, msgs):
+        f = self.figs.setdefault(fig, {"msgs": 0, "stmts": {}})
+        f["msgs"] += msgs
+        for k in self.FIELDS:
+            f[k] = f.get(k, 0.0) + after[k] - before[k]
+        for q, a in after["stmts"].items():
+            b = before["stmts"].get(q, [0.0, 0.0, 0.0, 0.0])
+            d = [a[i] - b[i] for i in range(4)]
+            if d[0] > 0:
+                t = f["stmts"].setdefault(q, [0.0, 0.0, 0.0, 0.0])
+                for i in range(4):
+                    t[i] += d[i]
+
+    def summary(self, fig):
+        """summary - a figure's per-message and per-batch ratios, as a dict (for the JSON)"""
+        f = self.figs.get(fig)
+        if not f or not f["msgs"]:
+            return None
+        m, b = float(f["msgs"]), f["batches"]
+        calls = sum(a[0] for a in f["stmts"].values())
+        rows = f["tup_inserted"] + f["tup_updated"] + f["tup_deleted"]
+        out = {"msgs": f["msgs"], "batches": b,
+               "msgs_per_batch": f["batched"] / b if b else None,
+               "xacts_per_msg": f["xact_commit"] / m,
+               "rollbacks": f["xact_rollback"],
+               "statements_per_msg": calls / m if self.bench.statements else None,
+               "exec_ms_per_msg": sum(a[2] for a in f["stmts"].values()) / m,
+               "plan_ms_per_msg": sum(a[3] for a in f["stmts"].values()) / m,
+               "wal_records_per_msg": f["wal_records"] / m,
+               "wal_bytes_per_msg": f["wal_bytes"] / m,
+               "wal_syncs_per_msg": f["wal_sync"] / m,
+               "wal_writes_per_msg": f["wal_write"] / m,
+               "rows_per_msg": rows / m,
+               "ins_upd_del_per_msg": [f["tup_inserted"] / m, f["tup_updated"] / m,
+                                       f["tup_deleted"] / m]}
+        if b:
+            out.update({"wal_syncs_per_batch": f["wal_sync"] / b,
+                        "xacts_per_batch": f["xact_commit"] / b, "rows_per_batch": rows / b,
+                        "statements_per_batch": calls / b if self.bench.statements else None})
+        top = sorted(f["stmts"].items(), key=lambda kv: -kv[1][0])
+        out["top_statements"] = [{"per_msg": a[0] / m, "rows_per_call": a[1] / a[0] if a[0] else 0,
+                                  "mean_ms": a[2] / a[0] if a[0] else 0,
+                                  "plan_ms": a[3] / a[0] if a[0] else 0, "query": q}
+                                 for q, a in top]
+        return out
+
+    def summaries(self):
+        return {fig: self.summary(fig) for fig in self.figs}
+
+    def report(self, who):
+        """report - lines saying where the time goes in each figure of this setup"""
+        lines = []
+        for fig in self.figs:
+            s = self.summary(fig)
+            if s is None:
+                continue
+            lines.append("where the time goes, %s %s: %d msgs, %d accepting batches%s"
+                         % (who, fig, s["msgs"], s["batches"],
+                            " (%.1f submissions each)" % s["msgs_per_batch"]
+                            if s["msgs_per_batch"] else ""))
+            lines.append("  per message: %.2f commits, %s statements, %.1f WAL records,"
+                         " %.0f WAL bytes, %.2f WAL flushes (fdatasync), %.2f WAL writes,"
+                         " %.1f rows written (%.1f ins, %.1f upd, %.1f del)"
+                         % (s["xacts_per_msg"],
+                            "%.2f" % s["statements_per_msg"] if s["statements_per_msg"] is not None
+                            else "n/a", s["wal_records_per_msg"], s["wal_bytes_per_msg"],
+                            s["wal_syncs_per_msg"], s["wal_writes_per_msg"], s["rows_per_msg"],
+                            *s["ins_upd_del_per_msg"]))
+            if self.bench.statements:
+                lines.append("  server time per message: %.3f ms executing, %.3f ms planning"
+                             " (pg_stat_statements)" % (s["exec_ms_per_msg"], s["plan_ms_per_msg"]))
+            if s["batches"]:
+                lines.append("  per accepting batch: %.2f commits, %s statements, %.2f WAL"
+                             " flushes, %.1f rows written (every commit, delivery's included)"
+                             % (s["xacts_per_batch"],
+                                "%.1f" % s["statements_per_batch"]
+                                if s["statements_per_batch"] is not None else "n/a",
+                                s["wal_syncs_per_batch"], s["rows_per_batch"]))
+            if s["rollbacks"]:
+                lines.append("  rollbacks: %d" % s["rollbacks"])
+            for t in s["top_statements"]:
+                if t["per_msg"] < 0.005:
+                    continue
+                lines.append("  %6.3f/msg %6.2f rows %7.3f ms exec %7.3f ms plan  %s"
+                             % (t["per_msg"], t["rows_per_call"], t["mean_ms"], t["plan_ms"],
+                                t["query"]))
+        return lines
+
+
+class Silent:
+    """an upstream that takes connections and never answers (they wait in its
+    backlog): deliveries stall at the greeting, so no delivery writes run beside
+    the submissions; stopped, it resets them"""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1000)
+        self.port = self.sock.getsockname()[1]
+
+    def count(self):
+        return 0
+
+    def stop(self):
+        self.sock.close()
+
+
+def setups(tmp, stopping, say, make_sink, make_node, make_pair):
+    """setups - a private PostgreSQL cluster; on it pg1, one node (bench-a), pg2,
+    two nodes (bench-a, bench-b) sharing another database, and pg1-stalled, one
+    node whose upstream never answers (Silent), each on a database of its own with
+    a sink of its own (make_sink(name)) and PostgreSQL's counters. make_node(sink,
+    label, node, url) starts a node with /metrics (its metrics_port), make_pair(label,
+    nodes, sink) makes two nodes one server. Every part goes on stopping, the nodes
+    before their sinks (a Silent upstream before its node) and the cluster.
+    (pg1, pg2, pg1-stalled)"""
+    pg = PgBench(tmp)
+    stopping.append(pg)
+    pg.start()
+    say("pg: PostgreSQL %s on 127.0.0.1:%d (%s): %s%s"
+        % (pg.version, pg.pg.port, pg.base, pg.settings(),
+           "" if pg.statements else "; no pg_stat_statements: commit counts only"))
+    out = []
+    for label, nodes in (("pg1", ("bench-a",)), ("pg2", ("bench-a", "bench-b")),
+                         ("pg1-stalled", ("bench-a",))):
+        url, db = pg.database("bench_" + label)
+        sink = Silent() if label.endswith("stalled") else make_sink("sink-" + label)
+        stopping.insert(0, sink)
+        daemons = []
+        for node in nodes:
+            d = make_node(sink, label, node, url)
+            stopping.insert(1 if isinstance(sink, Silent) else 0, d)
+            daemons.append(d)
+        srv = daemons[0] if len(daemons) == 1 else make_pair(label, daemons, sink)
+        srv.counters = Counters(pg, db, [d.metrics_port for d in daemons])
+        out.append(srv)
+    return out
+
+
+def table(res, fmt):
+    """table - issue 14's figures, PostgreSQL (pg1, pg2) beside Postfix and LMDB
+    (res: bench.py's Results, fmt its number format); rows of (figure, Postfix,
+    LMDB, PostgreSQL, ratio, target, verdict)"""
+    rows = []
+
+    def row(label, fig, who, unit, vs, target=None, want=None):
+        """vs: whom the ratio is against ("Postfix", or "idemrelay": LMDB's node)"""
+        r = res.ratio(fig, who, fig, vs)
+        ok = None if r is None or want is None else want(r)
+        rows.append((label, fmt(res.med(fig, "Postfix"), unit), fmt(res.med(fig, "idemrelay"), unit),
+                     fmt(res.med(fig, who), unit),
+                     fmt(r, "x") if r else "n/a (no %s run)" % ("LMDB" if vs == "idemrelay" else vs),
+                     target or "-", {True: "met", False: "NOT met", None: "-"}[ok]))
+
+    def ran(fig, who):
+        return who in res.v.get(fig, {})
+
+    if ran("fresh", "pg1"):
+        row("pg1 fresh accepted/s vs Postfix", "fresh", "pg1", "", "Postfix", ">= 2x",
+            lambda r: r >= 2)
+        row("pg1 fresh accepted/s vs LMDB", "fresh", "pg1", "", "idemrelay", ">= 0.5x",
+            lambda r: r >= 0.5)
+        row("pg1 end to end, accepted and delivered, msgs/s", "e2e", "pg1", "", "Postfix")
+    if ran("p50", "pg1"):
+        row("pg1 one session: p50 of the reply to the dot", "p50", "pg1", " ms", "Postfix",
+            "<= 1x", lambda r: r <= 1)
+        row("pg1 one session: p99", "p99", "pg1", " ms", "Postfix")
+    stalled, pp = res.med("p50_where", "pg1-stalled"), res.med("p50", "Postfix")
+    if stalled is not None:
+        rows.append(("pg1 one session: p50 with deliveries stalled (accepting alone; one run)",
+                     fmt(pp, " ms"), "-", fmt(stalled, " ms"), fmt(stalled / pp, "x") if pp else
+                     "n/a (no Postfix run)", "-", "-"))
+    for fig, what in (("pg_floor_rt", "a round trip (SELECT 1)"),
+                      ("pg_floor_commit", "a one-row autocommit INSERT (1 round trip, 1 WAL flush)")):
+        v = res.med(fig, "pg1")
+        if v is not None:
+            rows.append(("PostgreSQL floor, one pgbench client: %s" % what, fmt(pp, " ms"), "-",
+                         fmt(v, " ms"), fmt(v / pp, "x") if pp else "n/a", "-", "-"))
+    if ran("dup", "pg1"):
+        row("pg1 duplicates answered/s vs Postfix accept/s (same load)", "dup", "pg1", "",
+            "Postfix", ">= 5x", lambda r: r >= 5)
+    if ran("fresh", "pg2"):
+        row("pg2 (2 nodes, 1 database) fresh accepted/s", "fresh", "pg2", "", "Postfix")
+        row("pg2 end to end, accepted and delivered, msgs/s", "e2e", "pg2", "", "Postfix")
+        r = res.ratio("fresh", "pg2", "fresh", "pg1")
+        rows.append(("pg2 fresh accepted/s vs pg1", "-", "-", fmt(res.med("fresh", "pg2")),
+                     fmt(r, "x") if r else "n/a", "-", "-"))
+    return rows
