@@ -36,10 +36,14 @@ DESCRIPTION
                             tup_updated, tup_deleted of the database
       pg_stat_statements    calls, rows and execution time per statement
                             (top level; absent if it could not be loaded)
-    and each node's /metrics: idemrelay_commit_batch_size count and sum,
-    the group commits that decided submissions. add() sums the
-    differences over a figure's rounds; report() divides them by the
-    messages and by the batches.
+    each node's /metrics: idemrelay_commit_batch_size count and sum, the
+    group commits that decided submissions; and the TCP data segments on
+    each node's connections to PostgreSQL (ss -ti: data_segs_out, the
+    node's sends, and data_segs_in): libpq sets TCP_NODELAY and a
+    pipeline goes out in one write, so a send is a round trip (a
+    connection closed within the window is missed). add() sums the
+    differences; report() divides them by the messages and by the
+    batches.
 
     A backend sends its statistics when idle, but at most once a second,
     and else 10 s later (PGSTAT_IDLE_INTERVAL): snap() waits STATS_SETTLE
@@ -156,10 +160,11 @@ class Counters:
               "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "batches",
               "batched")
 
-    def __init__(self, bench, db, metrics_ports):
+    def __init__(self, bench, db, metrics_ports, pids):
         self.bench = bench
         self.db = db
         self.ports = list(metrics_ports)
+        self.pids = set(pids)
         self.figs = {}          # figure -> {"msgs": n, field: sum, "stmts": {text: [calls, rows, ms]}}
         self.last = None        # the latest snapshot, if nothing ran since
 
@@ -193,6 +198,7 @@ class Counters:
             b, t = scrape(p)
             s["batches"] += b
             s["batched"] += t
+        s["socks"] = self.segments()
         s["stmts"] = {}
         for x in j["stmts"]:        # one row per (user, statement): add them up by text
             a = s["stmts"].setdefault(x["q"], [0.0, 0.0, 0.0, 0.0])
@@ -202,11 +208,30 @@ class Counters:
             a[3] += x["plan"]
         return s
 
+    def segments(self):
+        """segments - {local port: (data segments sent, received)} of the nodes'
+        TCP connections to PostgreSQL"""
+        r = subprocess.run(["ss", "-tinpH", "state", "established",
+                            "( dport = :%d )" % self.bench.pg.port],
+                           capture_output=True, text=True, timeout=30)
+        out = {}
+        for sock, info in re.findall(r"^\S*\s*\d+\s+\d+\s+\S+:(\d+)\s+(.*\n\s+.*)$",
+                                     r.stdout, re.M):
+            pid = re.search(r"pid=(\d+)", info)
+            sent = re.search(r"data_segs_out:(\d+)", info)
+            got = re.search(r"data_segs_in:(\d+)", info)
+            if pid and int(pid.group(1)) in self.pids:
+                out[sock] = (int(sent.group(1)) if sent else 0, int(got.group(1)) if got else 0)
+        return out
+
     def add(self, fig, before, after, msgs):
         f = self.figs.setdefault(fig, {"msgs": 0, "stmts": {}})
         f["msgs"] += msgs
         for k in self.FIELDS:
             f[k] = f.get(k, 0.0) + after[k] - before[k]
+        for i, k in enumerate(("sends", "recvs")):
+            f[k] = f.get(k, 0.0) + sum(v[i] - before["socks"].get(sock, (0, 0))[i]
+                                       for sock, v in after["socks"].items())
         for q, a in after["stmts"].items():
             b = before["stmts"].get(q, [0.0, 0.0, 0.0, 0.0])
             d = [a[i] - b[i] for i in range(4)]
@@ -235,11 +260,13 @@ class Counters:
                "wal_syncs_per_msg": f["wal_sync"] / m,
                "wal_writes_per_msg": f["wal_write"] / m,
                "rows_per_msg": rows / m,
+               "round_trips_per_msg": f["sends"] / m, "replies_per_msg": f["recvs"] / m,
                "ins_upd_del_per_msg": [f["tup_inserted"] / m, f["tup_updated"] / m,
                                        f["tup_deleted"] / m]}
         if b:
             out.update({"wal_syncs_per_batch": f["wal_sync"] / b,
                         "xacts_per_batch": f["xact_commit"] / b, "rows_per_batch": rows / b,
+                        "round_trips_per_batch": f["sends"] / b,
                         "statements_per_batch": calls / b if self.bench.statements else None})
         top = sorted(f["stmts"].items(), key=lambda kv: -kv[1][0])
         out["top_statements"] = [{"per_msg": a[0] / m, "rows_per_call": a[1] / a[0] if a[0] else 0,
@@ -262,10 +289,11 @@ class Counters:
                          % (who, fig, s["msgs"], s["batches"],
                             " (%.1f submissions each)" % s["msgs_per_batch"]
                             if s["msgs_per_batch"] else ""))
-            lines.append("  per message: %.2f commits, %s statements, %.1f WAL records,"
+            lines.append("  per message: %.2f round trips (%.2f reply segments), %.2f commits,"
+                         " %s statements, %.1f WAL records,"
                          " %.0f WAL bytes, %.2f WAL flushes (fdatasync), %.2f WAL writes,"
                          " %.1f rows written (%.1f ins, %.1f upd, %.1f del)"
-                         % (s["xacts_per_msg"],
+                         % (s["round_trips_per_msg"], s["replies_per_msg"], s["xacts_per_msg"],
                             "%.2f" % s["statements_per_msg"] if s["statements_per_msg"] is not None
                             else "n/a", s["wal_records_per_msg"], s["wal_bytes_per_msg"],
                             s["wal_syncs_per_msg"], s["wal_writes_per_msg"], s["rows_per_msg"],
@@ -274,9 +302,9 @@ class Counters:
                 lines.append("  server time per message: %.3f ms executing, %.3f ms planning"
                              " (pg_stat_statements)" % (s["exec_ms_per_msg"], s["plan_ms_per_msg"]))
             if s["batches"]:
-                lines.append("  per accepting batch: %.2f commits, %s statements, %.2f WAL"
-                             " flushes, %.1f rows written (every commit, delivery's included)"
-                             % (s["xacts_per_batch"],
+                lines.append("  per accepting batch: %.2f round trips, %.2f commits, %s statements,"
+                             " %.2f WAL flushes, %.1f rows written (every commit, delivery's"
+                             " included)" % (s["round_trips_per_batch"], s["xacts_per_batch"],
                                 "%.1f" % s["statements_per_batch"]
                                 if s["statements_per_batch"] is not None else "n/a",
                                 s["wal_syncs_per_batch"], s["rows_per_batch"]))
@@ -336,7 +364,8 @@ def setups(tmp, stopping, say, make_sink, make_node, make_pair):
             stopping.insert(1 if isinstance(sink, Silent) else 0, d)
             daemons.append(d)
         srv = daemons[0] if len(daemons) == 1 else make_pair(label, daemons, sink)
-        srv.counters = Counters(pg, db, [d.metrics_port for d in daemons])
+        srv.counters = Counters(pg, db, [d.metrics_port for d in daemons],
+                                [d.proc.pid for d in daemons])
         out.append(srv)
     return out
 
