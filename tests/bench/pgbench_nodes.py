@@ -34,6 +34,9 @@ DESCRIPTION
                             cluster is the other setup's idle nodes)
       pg_stat_database      xact_commit, xact_rollback, tup_inserted,
                             tup_updated, tup_deleted of the database
+      pg_stat_all_tables    the same rows by table, TOAST tables named
+                            after theirs (read in the database itself: one
+                            more transaction there per snapshot)
       pg_stat_statements    calls, rows and execution time per statement
                             (top level; absent if it could not be loaded)
     each node's /metrics: idemrelay_commit_batch_size count and sum, the
@@ -199,6 +202,13 @@ class Counters:
             s["batches"] += b
             s["batched"] += t
         s["socks"] = self.segments()
+        s["tables"] = json.loads(self.bench.pg.sql(
+            "SELECT coalesce(json_object_agg(coalesce(o.relname || ' (TOAST)', t.relname),"
+            " json_build_array(t.n_tup_ins, t.n_tup_upd, t.n_tup_del)), '{}')"
+            " FROM pg_stat_all_tables t LEFT JOIN pg_class o ON o.reltoastrelid = t.relid"
+            " WHERE t.schemaname NOT IN ('pg_catalog', 'information_schema')"
+            " AND coalesce(o.relnamespace <> 'pg_catalog'::regnamespace, true)"
+            " AND t.n_tup_ins + t.n_tup_upd + t.n_tup_del > 0", self.db))
         s["stmts"] = {}
         for x in j["stmts"]:        # one row per (user, statement): add them up by text
             a = s["stmts"].setdefault(x["q"], [0.0, 0.0, 0.0, 0.0])
@@ -229,6 +239,12 @@ class Counters:
         f["msgs"] += msgs
         for k in self.FIELDS:
             f[k] = f.get(k, 0.0) + after[k] - before[k]
+        tables = f.setdefault("tables", {})
+        for name, a in after["tables"].items():
+            b = before["tables"].get(name, [0, 0, 0])
+            t = tables.setdefault(name, [0, 0, 0])
+            for i in range(3):
+                t[i] += a[i] - b[i]
         for i, k in enumerate(("sends", "recvs")):
             f[k] = f.get(k, 0.0) + sum(v[i] - before["socks"].get(sock, (0, 0))[i]
                                        for sock, v in after["socks"].items())
@@ -268,6 +284,8 @@ class Counters:
                         "xacts_per_batch": f["xact_commit"] / b, "rows_per_batch": rows / b,
                         "round_trips_per_batch": f["sends"] / b,
                         "statements_per_batch": calls / b if self.bench.statements else None})
+        out["tables_per_msg"] = {name: [x / m for x in t] for name, t in f.get("tables", {}).items()
+                                 if any(t)}
         top = sorted(f["stmts"].items(), key=lambda kv: -kv[1][0])
         out["top_statements"] = [{"per_msg": a[0] / m, "rows_per_call": a[1] / a[0] if a[0] else 0,
                                   "mean_ms": a[2] / a[0] if a[0] else 0,
@@ -298,6 +316,8 @@ class Counters:
                             else "n/a", s["wal_records_per_msg"], s["wal_bytes_per_msg"],
                             s["wal_syncs_per_msg"], s["wal_writes_per_msg"], s["rows_per_msg"],
                             *s["ins_upd_del_per_msg"]))
+            lines.append("  rows per message by table (ins/upd/del): " + ", ".join(
+                "%s %.1f/%.1f/%.1f" % (name, *t) for name, t in sorted(s["tables_per_msg"].items())))
             if self.bench.statements:
                 lines.append("  server time per message: %.3f ms executing, %.3f ms planning"
                              " (pg_stat_statements)" % (s["exec_ms_per_msg"], s["plan_ms_per_msg"]))
