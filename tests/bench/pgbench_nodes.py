@@ -71,7 +71,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pg"))
 import cluster as pgcluster  # noqa: E402
 
-STATS_SETTLE = 11.0     # seconds: an idle backend sends its statistics within 10 s (PGSTAT_IDLE_INTERVAL)
+STATS_SETTLE = 11.0     # seconds: an idle backend reports within 10 s (PGSTAT_IDLE_INTERVAL)
 
 
 class PgBench:
@@ -168,7 +168,9 @@ class Counters:
         self.db = db
         self.ports = list(metrics_ports)
         self.pids = set(pids)
-        self.figs = {}          # figure -> {"msgs": n, field: sum, "stmts": {text: [calls, rows, ms]}}
+        # figure -> {"msgs": n, field: sum, "stmts": {text: [calls, rows, exec ms, plan ms]},
+        #            "tables": {name: [ins, upd, del]}}
+        self.figs = {}
         self.last = None        # the latest snapshot, if nothing ran since
 
     def measure(self, fig, msgs, fn):
@@ -183,10 +185,13 @@ class Counters:
 
     def snap(self):
         time.sleep(STATS_SETTLE)
-        stmts = ("(SELECT coalesce(json_agg(json_build_object('q', left(regexp_replace(query,"
-                 " '\\s+', ' ', 'g'), 90), 'calls', calls, 'rows', rows, 'ms', total_exec_time, 'plan', total_plan_time)),"
-                 " '[]') FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
-                 " WHERE d.datname = '%s' AND toplevel)" % self.db) if self.bench.statements else "'[]'"
+        stmts = "'[]'"
+        if self.bench.statements:
+            stmts = ("(SELECT coalesce(json_agg(json_build_object("
+                     "'q', left(regexp_replace(query, '\\s+', ' ', 'g'), 90), 'calls', calls,"
+                     " 'rows', rows, 'ms', total_exec_time, 'plan', total_plan_time)), '[]')"
+                     " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                     " WHERE d.datname = '%s' AND toplevel)" % self.db)
         out = self.bench.pg.sql(
             "SELECT json_build_object("
             "'wal', (SELECT row_to_json(w) FROM pg_stat_wal w),"
