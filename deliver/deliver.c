@@ -484,7 +484,8 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 			msg_warn("%s: the lease went to another node before the outcome was"
 				 " written; left to it", j->m.qid);
 		} else if (err == STORE_ENOTFOUND) {
-			msg_info("%s: gone from the queue before its outcome was written", j->m.qid);
+			msg_info("%s: no longer queued when its outcome was written again (the"
+				 " first write had been taken, or it was dropped)", j->m.qid);
 			j->next = -1;
 		} else if (err != 0) {
 			/* a record the store cannot take: the next load says what it finds */

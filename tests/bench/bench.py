@@ -116,6 +116,17 @@ def say(*a):
     print(*a, flush=True)
 
 
+def say_table(head, num, rows):
+    """say_table - a Markdown table: the first and the last two columns text, the rest num"""
+    if not rows:
+        return
+    say("")
+    say("| " + " | ".join(head) + " |")
+    say("|---|" + "".join(num + "|" for _ in head[1:-2]) + "---|---|")
+    for r in rows:
+        say("| " + " | ".join(str(x) for x in r) + " |")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -844,20 +855,9 @@ def main():
 
     info["minutes"] = round((time.monotonic() - t_start) / 60, 1)
     info["loadavg_end"] = os.getloadavg()[0]
-    rows = table(res)
-    if rows:
-        say("")
-        say("| figure | Postfix | idemrelay | ratio | target | |")
-        say("|---|---:|---:|---:|---|---|")
-        for r in rows:
-            say("| %s | %s | %s | %s | %s | %s |" % r)
-    pg_rows = pgbench_nodes.table(res, fmt)
-    if pg_rows:
-        say("")
-        say("| PostgreSQL backend (issue 14) | Postfix | LMDB | PostgreSQL | ratio | target | |")
-        say("|---|---:|---:|---:|---:|---|---|")
-        for r in pg_rows:
-            say("| %s | %s | %s | %s | %s | %s | %s |" % r)
+    say_table(["figure", "Postfix", "idemrelay", "ratio", "target", ""], "---:", table(res))
+    say_table(["PostgreSQL backend (issue 14)", "Postfix", "LMDB", "PostgreSQL", "ratio",
+               "target", ""], "---:", pgbench_nodes.table(res, fmt))
     for srv in (pg1, pg2, pg1s) if pg_on else ():
         say("")
         for line in srv.counters.report(srv.name):

@@ -411,7 +411,10 @@ def test_nodes_network_outage_under_load(t):
     serves again within seconds of the heal; every 250 is delivered exactly once."""
     proxy = t.pg_proxy()
     sink = t.sink()
-    a, b = nodes(t, sink, url=proxy.url_of(t.pg_url()))
+    # a lease that outlasts the outage: each node writes the outcomes it holds once the
+    # network is back. Past its lease a node cut off is a dead node to the others, and
+    # its inflight marks read as ambiguous deliveries (idemrelay(8), SEVERAL NODES)
+    a, b = nodes(t, sink, url=proxy.url_of(t.pg_url()), lease="30s")
     attempts = []
     load = Load([a, b], threads=4, prefix="net", pause=0.05, attempts=attempts).start()
     load.wait_count(40)
@@ -425,6 +428,10 @@ def test_nodes_network_outage_under_load(t):
     healed = time.monotonic()
     n = len(load.ok)
     load.wait_count(n + 40, timeout=60)
+    # and until each node has served again: one may reconnect seconds after the other
+    # (its backoff), and the other answer the 40 meanwhile
+    wait_until(lambda: {x.node for x in attempts if x.code == 250 and x.t0 >= healed}
+               >= {a.node, b.node}, 30, "a 250 from each node after the heal")
     qids = load.finish()
     check_exactly_once([sink], qids, timeout=60, what="after the network outage")
 

@@ -90,14 +90,7 @@ def stop_process(proc, timeout=5, sig=signal.SIGTERM):
 
 def wait_until(fn, timeout=15.0, what="condition", interval=0.05):
     """wait_until - poll fn until it returns something truthy; fail at the deadline"""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
-        time.sleep(interval)
+    return pgcluster.wait_until(fn, timeout, what, interval, AssertionError)
 
 
 def port_open(port, host="127.0.0.1"):

@@ -116,15 +116,16 @@ def server_cmd(args):
     return args
 
 
-def wait_until(fn, timeout, what, interval=0.05):
-    """wait_until - poll fn until truthy; ClusterError at the deadline"""
+def wait_until(fn, timeout, what, interval=0.05, error=ClusterError):
+    """wait_until - poll fn until truthy; error (ClusterError) at the deadline.
+    The e2e harness's wait_until is this one, raising AssertionError."""
     deadline = time.monotonic() + timeout
     while True:
         v = fn()
         if v:
             return v
         if time.monotonic() >= deadline:
-            raise ClusterError("timed out after %.0fs waiting for %s" % (timeout, what))
+            raise error("timed out after %.1fs waiting for %s" % (timeout, what))
         time.sleep(interval)
 
 
