@@ -855,9 +855,10 @@ def main():
 
     info["minutes"] = round((time.monotonic() - t_start) / 60, 1)
     info["loadavg_end"] = os.getloadavg()[0]
-    say_table(["figure", "Postfix", "idemrelay", "ratio", "target", ""], "---:", table(res))
+    rows, pg_rows = table(res), pgbench_nodes.table(res, fmt)
+    say_table(["figure", "Postfix", "idemrelay", "ratio", "target", ""], "---:", rows)
     say_table(["PostgreSQL backend (issue 14)", "Postfix", "LMDB", "PostgreSQL", "ratio",
-               "target", ""], "---:", pgbench_nodes.table(res, fmt))
+               "target", ""], "---:", pg_rows)
     for srv in (pg1, pg2, pg1s) if pg_on else ():
         say("")
         for line in srv.counters.report(srv.name):
