@@ -137,10 +137,10 @@ test-pg: all $(PG_UNIT)
 	E2E_STORE=postgresql IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay \
 	    python3 tests/e2e/run.py
 
-# Sanitizer build in its own tree, then the whole suite against it.
+# Sanitizer build in its own tree, then the whole suite against it, PostgreSQL's too.
 asan:
 	$(MAKE) B=build-asan BIN=build-asan/bin CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
-	    LDFLAGS="-fsanitize=address,undefined" E2E_SANITIZER=1 all unit fuzz-replay e2e
+	    LDFLAGS="-fsanitize=address,undefined" E2E_SANITIZER=1 all unit fuzz-replay e2e test-pg
 
 run: all
 	bin/idemrelay

@@ -156,8 +156,8 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	/* sorted, each once, those not held yet: every batch takes its locks in this order */
 	qsort(want, k, sizeof(*want), i64_cmp);
 	for (i = 0; i < k; i++) {
-		if ((i > 0 && want[i] == want[i - 1])
-		    || bsearch(&want[i], t->locked, t->n_locked, sizeof(*t->locked), i64_cmp))
+		if ((i > 0 && want[i] == want[i - 1]) || (t->n_locked > 0
+		    && bsearch(&want[i], t->locked, t->n_locked, sizeof(*t->locked), i64_cmp)))
 			continue;
 		store_pg_a_i64(&locks, want[i]);
 		if (t->n_locked == t->cap_locked) {

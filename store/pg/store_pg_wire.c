@@ -150,16 +150,28 @@ static Oid array_oid(Oid elem)
 	}
 }
 
+/* arr_room - the room for the header at the front of an array's first bytes */
+static void arr_room(struct pg_arr *a)
+{
+	static const char room[ARR_HEADER];
+
+	if (a->b.len == 0)
+		buf_append(&a->b, room, sizeof(room));
+}
+
 /*
  * store_pg_p_arr - an array, from the elements gathered in a; a is
- * emptied. The elements' buffer becomes the parameter as it is: its
- * header goes into the room store_pg_arr_init() left at its front.
+ * emptied, owning nothing (ready for more elements; store_pg_arr_free()
+ * is then a no-op). The elements' buffer becomes the parameter as it is:
+ * its header goes into the room arr_room() left at its front.
  */
 void store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 {
 	struct buf *b = param_add(p, array_oid(a->elem)), h = BUF_INIT;
 	size_t off = a->n ? 0 : 8;	/* an empty array has no dimension: 12 bytes */
+	Oid elem = a->elem;
 
+	arr_room(a);
 	put_be(&h, a->n ? 1 : 0, 4);
 	put_be(&h, (uint32_t) a->has_null, 4);
 	put_be(&h, a->elem, 4);
@@ -175,17 +187,15 @@ void store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 	p->vals[p->n] = b->data + off;
 	p->lens[p->n] = (int) (b->len - off);
 	p->n++;
-	store_pg_arr_init(a, a->elem);
-}
-
-/* store_pg_arr_init - an empty array of elem (PG_OID_*), with room for its header */
-void store_pg_arr_init(struct pg_arr *a, Oid elem)
-{
-	static const char room[ARR_HEADER];
-
 	memset(a, 0, sizeof(*a));
 	a->elem = elem;
-	buf_append(&a->b, room, sizeof(room));
+}
+
+/* store_pg_arr_init - an empty array of elem (PG_OID_*); its bytes come with its first element */
+void store_pg_arr_init(struct pg_arr *a, Oid elem)
+{
+	memset(a, 0, sizeof(*a));
+	a->elem = elem;
 }
 
 /* store_pg_arr_free - release the gathered elements */
@@ -198,6 +208,7 @@ void store_pg_arr_free(struct pg_arr *a)
 /* store_pg_a_i64 - append a bigint */
 void store_pg_a_i64(struct pg_arr *a, int64_t v)
 {
+	arr_room(a);
 	put_be(&a->b, 8, 4);
 	put_be(&a->b, (uint64_t) v, 8);
 	a->n++;
@@ -206,6 +217,7 @@ void store_pg_a_i64(struct pg_arr *a, int64_t v)
 /* store_pg_a_i32 - append an int */
 void store_pg_a_i32(struct pg_arr *a, int32_t v)
 {
+	arr_room(a);
 	put_be(&a->b, 4, 4);
 	put_be(&a->b, (uint32_t) v, 4);
 	a->n++;
@@ -214,6 +226,7 @@ void store_pg_a_i32(struct pg_arr *a, int32_t v)
 /* store_pg_a_bool - append a boolean */
 void store_pg_a_bool(struct pg_arr *a, int v)
 {
+	arr_room(a);
 	put_be(&a->b, 1, 4);
 	buf_putc(&a->b, v ? 1 : 0);
 	a->n++;
@@ -222,6 +235,7 @@ void store_pg_a_bool(struct pg_arr *a, int v)
 /* store_pg_a_bytes - append a bytea (or text's bytes), or NULL */
 void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len)
 {
+	arr_room(a);
 	if (v == NULL) {
 		put_be(&a->b, 0xffffffffu, 4);
 		a->has_null = 1;
