@@ -41,8 +41,9 @@ struct deliver {
 	int take_now;			/* a flush asked the taker to look at once */
 	struct dq q;			/* owned */
 	int stop;
-	int stopping_fd;		/* eventfd, readable from deliver_stop() on: the
-					 * bridges' waits end (deliver_bridge_stopping) */
+	int stopping_fd;		/* eventfd, readable from deliver_stop() on: each
+					 * delivery thread's deadline_stop_on(), and so its
+					 * bridges' (deliver_bridge.c) */
 	pthread_t *threads;		/* owned */
 	size_t n_threads;
 	size_t batch;			/* messages per upstream session */

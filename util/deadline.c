@@ -58,3 +58,9 @@ void deadline_stop_on(int fd)
 {
 	stop_fd = fd;
 }
+
+/* deadline_stop_fd - this thread's stop descriptor, for a poll of its own; -1: none */
+int deadline_stop_fd(void)
+{
+	return stop_fd;
+}

@@ -30,4 +30,7 @@ int deadline_wait(int fd, short events, const struct timespec *deadline);
 /* deadline_stop_on - this thread's waits end when fd is readable; -1: none */
 void deadline_stop_on(int fd);
 
+/* deadline_stop_fd - this thread's stop descriptor, for a poll of its own; -1: none */
+int deadline_stop_fd(void);
+
 #endif

@@ -105,7 +105,7 @@ struct deliver_bridge {
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
 	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
-	int stopping_fd;		/* readable when delivery stops; -1 none; not owned */
+	int stopping_fd;		/* readable when delivery stops (deadline_stop_fd()); -1 none */
 };
 
 /*
@@ -582,7 +582,8 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	struct timespec deadline = deadline_in(timeout_ms);
 	int err;
 
-	b->rfd = b->tfd = b->stop[0] = b->stop[1] = b->stopping_fd = -1;
+	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
+	b->stopping_fd = deadline_stop_fd();	/* the opener's: its thread's stop is the bridge's */
 	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
@@ -660,13 +661,6 @@ void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *wan
 {
 	/* the attach's atomic hand-over orders this before the bridge thread reads it */
 	deliver_filter_mail_utf8(&b->filter, want, n);
-}
-
-/* deliver_bridge_stopping - delivery stops when fd becomes readable (before libesmtp attaches) */
-void deliver_bridge_stopping(struct deliver_bridge *b, int fd)
-{
-	/* the attach's atomic hand-over orders this before the bridge thread reads it */
-	b->stopping_fd = fd;
 }
 
 /* deliver_bridge_rewind - libesmtp's content starts with the next byte it writes */

@@ -80,18 +80,13 @@ struct deliver_bridge;
  * establish TLS: from the first byte if helo is NULL, else after EHLO helo
  * and STARTTLS (ctx NULL: plain, helo unused). The certificate is checked
  * as the context says. NULL on failure, with why and an RFC 3463 code in
- * dsn ("4.4.1": no connection).
+ * dsn ("4.4.1": no connection). The bridge stops with the thread that
+ * opens it (deadline_stop_on()): once that descriptor is readable it
+ * hangs up, unless the reply to a final dot is owed, which it waits for.
  */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,
 					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE]);
-
-/*
- * deliver_bridge_stopping - fd becomes readable (and stays so) when
- * delivery stops: then the bridge hangs up at once unless a final dot's
- * reply is owed, which it waits for. Call before libesmtp connects.
- */
-void deliver_bridge_stopping(struct deliver_bridge *b, int fd);
 
 /*
  * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address

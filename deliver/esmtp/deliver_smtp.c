@@ -415,7 +415,6 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 		xsess_failed(xs, dsn, line);
 		return -1;
 	}
-	deliver_bridge_stopping(xs->bridge, xs->d->stopping_fd);
 	if (xs->tls_ctx)
 		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
 			 c->upstream.tls_verify ? "Verified" : "Unverified",
