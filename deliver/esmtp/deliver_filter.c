@@ -13,6 +13,8 @@
 
 #include "deliver_filter.h"
 
+#define DOT_OWED	"the final dot"	/* the name owed to a final dot's reply */
+
 static const char sentinel[] = DELIVER_FILTER_SENTINEL;
 static const char eoh[] = "\r\n\r\n";
 static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CRLF */
@@ -79,7 +81,7 @@ int deliver_filter_dot_owed(const struct deliver_filter *f)
 	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
 		return 1;			/* names overwritten: it may be */
 	for (i = f->replies; i < f->cmds; i++)
-		if (strcmp(f->verbs[i % DELIVER_FILTER_VERBS], "the final dot") == 0)
+		if (strcmp(f->verbs[i % DELIVER_FILTER_VERBS], DOT_OWED) == 0)
 			return 1;
 	return 0;
 }
@@ -216,7 +218,7 @@ static const char *verb_name(const char *verb)
 	size_t i;
 
 	if (strcmp(verb, ".") == 0)
-		return "the final dot";
+		return DOT_OWED;
 	for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
 		if (strcmp(verb, known[i]) == 0)
 			return known[i];
@@ -253,7 +255,7 @@ static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 		if (f->dotst == 5) {
 			f->body = 0;
 			f->dots++;
-			owe(f, "the final dot");
+			owe(f, DOT_OWED);
 			return (ssize_t) i + 1;
 		}
 	}

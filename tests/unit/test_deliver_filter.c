@@ -400,30 +400,31 @@ static const struct owed_step {
 	int down;			/* 1: the server's; 0: libesmtp's; 2: it rewinds */
 	const char *in;
 	const char *owed;		/* NULL: none */
+	int dot;			/* a final dot's reply among those owed */
 } owed_steps[] = {
-	{ 0, "", "the greeting" },
-	{ 1, "220 sink ESMTP\r\n", NULL },
-	{ 0, "EHLO me\r\n", "EHLO" },
-	{ 1, "250-sink\r\n250-PIPELINING\r\n", "EHLO" },
-	{ 1, "250 DSN\r\n", NULL },
-	{ 0, "AUTH LOGIN\r\n", "AUTH" },
-	{ 1, "334 VXNlcm5hbWU6\r\n", NULL },
-	{ 0, "c2VjcmV0\r\n", "an AUTH answer" },	/* a secret is never a name */
-	{ 1, "235 2.7.0 ok\r\n", NULL },
-	{ 0, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\ndata\r\n", "MAIL" },
-	{ 1, "250 ok\r\n", "RCPT" },
-	{ 1, "250 ok\r\n", "DATA" },
-	{ 1, "354", "DATA" },
-	{ 1, " go\r\n", NULL },
-	{ 2, "", NULL },
-	{ 0, BLOCK "x\r\n.", NULL },
-	{ 0, "\r\n", "the final dot" },
-	{ 1, "250\r\n", NULL },
-	{ 0, "QUIT\r\n", "QUIT" },
-	{ 1, "221 bye\r\n", NULL },
+	{ 0, "", "the greeting", 0 },
+	{ 1, "220 sink ESMTP\r\n", NULL, 0 },
+	{ 0, "EHLO me\r\n", "EHLO", 0 },
+	{ 1, "250-sink\r\n250-PIPELINING\r\n", "EHLO", 0 },
+	{ 1, "250 DSN\r\n", NULL, 0 },
+	{ 0, "AUTH LOGIN\r\n", "AUTH", 0 },
+	{ 1, "334 VXNlcm5hbWU6\r\n", NULL, 0 },
+	{ 0, "c2VjcmV0\r\n", "an AUTH answer", 0 },	/* a secret is never a name */
+	{ 1, "235 2.7.0 ok\r\n", NULL, 0 },
+	{ 0, "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\ndata\r\n", "MAIL", 0 },
+	{ 1, "250 ok\r\n", "RCPT", 0 },
+	{ 1, "250 ok\r\n", "DATA", 0 },
+	{ 1, "354", "DATA", 0 },
+	{ 1, " go\r\n", NULL, 0 },
+	{ 2, "", NULL, 0 },
+	{ 0, BLOCK "x\r\n.", NULL, 0 },
+	{ 0, "\r\n", "the final dot", 1 },
+	{ 0, "QUIT\r\n", "the final dot", 1 },	/* pipelined behind the dot */
+	{ 1, "250\r\n", "QUIT", 0 },
+	{ 1, "221 bye\r\n", NULL, 0 },
 };
 
-/* owed_run - feed the steps, step bytes at a time (0: whole) */
+/* owed_run - feed the steps, step bytes at a time (0: whole): what is owed, and whether a dot's reply is */
 static void owed_run(size_t step)
 {
 	struct deliver_filter f;
@@ -450,6 +451,9 @@ static void owed_run(size_t step)
 			fail_msg("step %zu (by %zu): owed \"%s\", want \"%s\"", i, step,
 				 got ? got : "(none)",
 				 owed_steps[i].owed ? owed_steps[i].owed : "(none)");
+	if (deliver_filter_dot_owed(&f) != owed_steps[i].dot)
+			fail_msg("step %zu (by %zu): a final dot's reply owed %d, want %d", i, step,
+				 deliver_filter_dot_owed(&f), owed_steps[i].dot);
 	}
 }
 
