@@ -207,8 +207,14 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	return 0;
 }
 
-/* store_pg_give - a connection back to the pool; one that failed is closed, and the idle with it */
-void store_pg_give(struct pg_store *st, PGconn *c)
+/*
+ * store_pg_give_sized - a connection back to the pool after it carried
+ * bytes of message data. One that failed is closed, and the idle with
+ * it; one past PG_CONN_BIG is closed alone, so that a burst of large
+ * messages leaves no connection holding buffers of their size (libpq
+ * keeps them as large as they grew).
+ */
+void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
 {
 	size_t i;
 	int lost;
@@ -218,7 +224,7 @@ void store_pg_give(struct pg_store *st, PGconn *c)
 	pthread_mutex_lock(&st->mu);
 	lost = PQstatus(c) != CONNECTION_OK;
 	if (lost || PQtransactionStatus(c) != PQTRANS_IDLE
-	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset) {
+	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset || bytes >= PG_CONN_BIG) {
 		PQfinish(c);
 		st->n_open--;
 		if (st->reset || lost) {
@@ -235,22 +241,10 @@ void store_pg_give(struct pg_store *st, PGconn *c)
 	pthread_mutex_unlock(&st->mu);
 }
 
-/*
- * store_pg_give_sized - give c back after it carried bytes of message
- * data: past PG_CONN_BIG it is closed instead, so that a burst of large
- * messages leaves no connection holding buffers of their size
- */
-void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
+/* store_pg_give - the same, after a connection carried no message data */
+void store_pg_give(struct pg_store *st, PGconn *c)
 {
-	if (c != NULL && bytes >= PG_CONN_BIG) {
-		pthread_mutex_lock(&st->mu);
-		PQfinish(c);
-		st->n_open--;
-		pthread_cond_signal(&st->freed);
-		pthread_mutex_unlock(&st->mu);
-		return;
-	}
-	store_pg_give(st, c);
+	store_pg_give_sized(st, c, 0);
 }
 
 /* store_pg_run - one statement on a connection of the pool; *r is the caller's to PQclear */
@@ -527,7 +521,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		goto fail;
 	}
 	if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
-		snprintf(err, errlen, "store.url: %s", why);
+		snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 		rc = STORE_EAGAIN;
 		goto fail;
 	}
@@ -552,7 +546,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	st->anchor_checked = clock_mono_us();
 	for (i = 0; i < PG_POOL_START; i++) {
 		if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
-			snprintf(err, errlen, "store.url: %s", why);
+			snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 			rc = STORE_EAGAIN;
 			goto fail;
 		}
