@@ -100,13 +100,15 @@ void ctl_fail(struct ctl *x, const char *fmt, ...)
 /* ctl_store_try - open the store read-only, once; NULL and why in err if it cannot be */
 struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen)
 {
+	char why[512];
 	int rc;
 
 	if (x->st != NULL)
 		return x->st;
-	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* a client: no node, no leases */
-		rc = store_pg_open(&x->st, x->cf.store.url, NULL, 0, err, errlen);
-	else
+	if (x->cf.store.backend == CONF_STORE_POSTGRESQL) {	/* a client: no node, no leases */
+		if ((rc = store_pg_open(&x->st, x->cf.store.url, NULL, 0, why, sizeof(why))) != 0)
+			snprintf(err, errlen, "store.url: %s", why);
+	} else
 		rc = store_lmdb_open_readonly(&x->st, x->cf.store.path, err, errlen);
 	if (rc != 0) {
 		x->st = NULL;

@@ -291,7 +291,6 @@ static void check_store(struct check *k)
 {
 	const struct conf *c = k->c;
 	struct store *st = NULL;
-	const char *why;
 	char err[512];
 	int rc;
 
@@ -301,11 +300,9 @@ static void check_store(struct check *k)
 	}
 	rc = store_pg_open(&st, c->store.url, NULL, 0, err, sizeof(err));
 	store_close(st);
-	/* the store names the setting too: check_fail() says where it is */
-	why = strncmp(err, "store.url: ", 11) == 0 ? err + 11 : err;
 	if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
 		check_fail(k, "store.url", "%s: check the connection string, and that "
-			   "PostgreSQL runs and lets this user in", why);
+			   "PostgreSQL runs and lets this user in", err);
 }
 
 /* check_startup - every problem to report(); the number found */
