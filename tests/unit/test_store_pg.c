@@ -218,6 +218,46 @@ static void test_lease_renew(void **state)
 	store_close(b);
 }
 
+/*
+ * a renewal does not wait for a row a delivery write holds (it deadlocked
+ * with marks that also wrote the previous outcome): that lease is kept,
+ * unrenewed this time, and the others are renewed at once
+ */
+static void test_lease_renew_skips_locked(void **state)
+{
+	struct fx *f = *state;
+	int64_t before, began;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	char q[256];
+
+	spool_one(f->st, "RENEWLK00001", 1);
+	spool_one(f->st, "RENEWLK00002", 2);
+	/* the server ends the holder if a failed check leaves it behind */
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
+		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'RENEWLK00001' FOR UPDATE",
+		 f->schema);
+	r = PQexec(o, q);
+	CHECK_INT("the other transaction holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT lease_until FROM messages "
+		 "WHERE qid = 'RENEWLK00002'", f->schema);
+	r = PQexec(o, q);			/* text results: PQexec */
+	before = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	began = clock_us();
+	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
+	if (clock_us() - began > 2 * SEC)
+		fail_msg("the renewal waited %.1f s for the locked row",
+			 (double) (clock_us() - began) / SEC);
+	CHECK_INT("both still held", listed(f->st), 2);
+	r = PQexec(o, q);
+	if (atoll(PQgetvalue(r, 0, 0)) <= before)
+		fail_msg("the lease of the row nobody held was not renewed");
+	PQclear(r);
+	PQfinish(o);
+}
+
 /* a deferral gives the lease up: any node takes the message when due; a flush makes it due */
 static void test_defer_and_flush(void **state)
 {
@@ -540,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_unreachable),
 		T(test_lease_fencing),
 		T(test_lease_renew),
+		T(test_lease_renew_skips_locked),
 		T(test_defer_and_flush),
 		T(test_drop_leased),
 		T(test_update_many_lease),
