@@ -108,6 +108,41 @@ static void test_txn_sees_own_claims(void **state)
 }
 
 /*
+ * test_batch_claims_order - one transaction of two submissions, the
+ * second taking over a claim of the first (other content accepted under
+ * the key): the later write of one claim wins, however a backend groups
+ * the batch's rows (PostgreSQL: one INSERT per table, store_pg_seg_for)
+ */
+static void test_batch_claims_order(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg a, b;
+	struct store_txn *t;
+	struct store_claim c, got;
+	uint8_t h1[STORE_HASH_LEN], h2[STORE_HASH_LEN];
+
+	msg_new(&a, "ORDER0000001", 1, 10);
+	msg_new(&b, "ORDER0000002", 1, 10);
+	hash_of(h1, 31);
+	hash_of(h2, 32);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_msg_put(t, &a);
+	claim_of(&c, a.qid, 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h1, &c);
+	store_txn_msg_put(t, &b);
+	claim_of(&c, b.qid, 2, NOW + SEC);
+	store_txn_claim_put(t, KH, h2, &c);
+	store_txn_claim_put(t, KH, h1, &c);	/* b takes h1 over */
+	CHECK_INT("commit", store_txn_commit(t), 0);
+	CHECK_INT("h1 found", claim_found(f->st, 31, NOW, &got), 1);
+	CHECK_STR("h1 is b's: the later write", got.qid, b.qid);
+	CHECK_INT("h2 found", claim_found(f->st, 32, NOW, &got), 1);
+	CHECK_STR("h2 is b's", got.qid, b.qid);
+	store_msg_free(&a);
+	store_msg_free(&b);
+}
+
+/*
  * test_claim_live - a claim answers while it has not expired, and after
  * that while its message is queued; then it answers no more, whatever is
  * left of its record (which goes with its story: test_story.c)
@@ -582,6 +617,7 @@ int main(void)
 		T(test_open_reopen),
 		T(test_claims),
 		T(test_txn_sees_own_claims),
+		T(test_batch_claims_order),
 		T(test_claim_live),
 		T(test_msg_roundtrip),
 		T(test_msg_story_seed),
