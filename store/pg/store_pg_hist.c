@@ -201,9 +201,14 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 		return 0;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
-	if ((err = store_pg_exec(st, c, "BEGIN", NULL, &r, "expire")) != 0)
+	/*
+	 * Planned at each call (the pool's sessions force generic plans,
+	 * store_pg.c): a generic plan takes LIMIT $2 for a tenth of the
+	 * stories and joins them with every claim by a sequential scan.
+	 */
+	if ((err = store_pg_simple(st, c, "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan",
+				   "expire")) != 0)
 		goto out;
-	PQclear(r);
 	if ((err = store_pg_exec(st, c, "SELECT pg_try_advisory_xact_lock(" EXPIRY_LOCK ")", NULL,
 				 &r, "expiry lock")) == 0) {
 		mine = PQntuples(r) == 1 && store_pg_int(r, 0, 0);

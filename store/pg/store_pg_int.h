@@ -192,6 +192,19 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p);
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what);
 int store_pg_pipe_end(PGconn *c);
 
+/* store_pg_stmt.c: each connection's prepared statements, and what its pipeline owes */
+#define PG_STMT_NAME	16
+int store_pg_stmt_attach(PGconn *c);
+int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
+		       char name[PG_STMT_NAME]);
+int store_pg_stmt_ready(PGconn *c, int i);
+void store_pg_stmt_prepared(PGconn *c, int i, int ok);
+void store_pg_stmt_sent_prepare(PGconn *c, int i);
+void store_pg_stmt_sent(PGconn *c);
+int store_pg_stmt_owed(PGconn *c);
+void store_pg_stmt_paid(PGconn *c);
+void store_pg_stmt_settled(PGconn *c);
+
 int64_t store_pg_int(const PGresult *r, int row, int col);	/* int2/4/8 or bool; NULL: 0 */
 char *store_pg_strdup(const PGresult *r, int row, int col);	/* NULL stays NULL */
 int store_pg_copy(const PGresult *r, int row, int col, void *out, size_t len);	/* exact length */

@@ -343,11 +343,75 @@ int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_par
 	return 0;
 }
 
-/* store_pg_send - send one statement, or queue it in a pipeline; 0 or -1 (the connection failed) */
+/*
+ * prepare_now - outside a pipeline: prepare statement i and wait for
+ * the answer (once per connection and statement); 0 prepared, -1 not
+ */
+static int prepare_now(PGconn *c, int i, const char *name, const char *sql,
+		       const struct pg_params *p)
+{
+	PGresult *r = PQsendPrepare(c, name, sql, p->n, p->types) == 1 ? last(c) : NULL;
+	int ok = r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK;
+
+	PQclear(r);
+	store_pg_stmt_prepared(c, i, ok);
+	return ok ? 0 : -1;
+}
+
+/*
+ * store_pg_send - send one statement, or queue it in a pipeline; 0 or
+ * -1 (the connection failed). A statement with parameters goes by the
+ * name the connection prepared it under (store_pg_stmt.c): prepared
+ * first, in a pipeline just before it. A prepare refused outside a
+ * pipeline (a transaction already failed) leaves the statement to go
+ * unnamed, so that its own error is the one reported.
+ */
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
 {
-	return PQsendQueryParams(c, sql, p ? p->n : 0, p ? p->types : NULL, p ? p->vals : NULL,
-				 p ? p->lens : NULL, p ? p->fmts : NULL, 1) == 1 ? 0 : -1;
+	int pipe = PQpipelineStatus(c) != PQ_PIPELINE_OFF, ok;
+	char name[PG_STMT_NAME];
+	int i = store_pg_stmt_find(c, sql, p, name);
+
+	if (i >= 0 && !store_pg_stmt_ready(c, i)) {
+		if (!pipe) {
+			if (prepare_now(c, i, name, sql, p) != 0) {
+				if (PQstatus(c) != CONNECTION_OK)
+					return -1;
+				i = -1;
+			}
+		} else if (PQsendPrepare(c, name, sql, p->n, p->types) == 1) {
+			store_pg_stmt_sent_prepare(c, i);
+		} else {
+			return -1;
+		}
+	}
+	if (i >= 0)
+		ok = PQsendQueryPrepared(c, name, p->n, p->vals, p->lens, p->fmts, 1) == 1;
+	else
+		ok = PQsendQueryParams(c, sql, p ? p->n : 0, p ? p->types : NULL,
+				       p ? p->vals : NULL, p ? p->lens : NULL,
+				       p ? p->fmts : NULL, 1) == 1;
+	if (ok && pipe)
+		store_pg_stmt_sent(c);
+	return ok ? 0 : -1;
+}
+
+/*
+ * entry - the results of the entry the pipeline owes next, up to the
+ * NULL that ends them: the first, the rest cleared. A prepare's result
+ * marks its statement prepared or not.
+ */
+static PGresult *entry(PGconn *c)
+{
+	int owed = store_pg_stmt_owed(c);
+	PGresult *r = next(c), *extra;
+
+	while (r && (extra = next(c)) != NULL)	/* one result per statement here */
+		PQclear(extra);
+	store_pg_stmt_paid(c);
+	if (owed >= 0)
+		store_pg_stmt_prepared(c, owed, r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK);
+	return r;
 }
 
 /*
@@ -356,12 +420,23 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
  */
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what)
 {
-	PGresult *r = next(c), *extra;
+	PGresult *r, *failed = NULL;
 	int err;
 
 	*out = NULL;
-	while (r && (extra = next(c)) != NULL)	/* one result per statement here */
-		PQclear(extra);
+	/* a prepare's result comes before its statement's: its error is the statement's */
+	while (store_pg_stmt_owed(c) >= 0 && PQstatus(c) == CONNECTION_OK) {
+		r = entry(c);
+		if (failed == NULL && r != NULL && PQresultStatus(r) == PGRES_FATAL_ERROR)
+			failed = r;
+		else
+			PQclear(r);
+	}
+	r = entry(c);
+	if (failed) {
+		PQclear(r);	/* aborted with the pipeline */
+		r = failed;
+	}
 	if ((err = store_pg_result(st, c, r, what)) != 0) {
 		PQclear(r);
 		return err;
@@ -376,6 +451,9 @@ int store_pg_pipe_end(PGconn *c)
 	PGresult *r;
 	int nulls = 0, sync = 0;
 
+	while (store_pg_stmt_owed(c) != -2 && PQstatus(c) == CONNECTION_OK)
+		PQclear(entry(c));	/* what the caller did not read, prepares included */
+	store_pg_stmt_settled(c);
 	while (!sync && nulls < 64) {
 		if ((r = next(c)) == NULL) {
 			if (PQstatus(c) != CONNECTION_OK)

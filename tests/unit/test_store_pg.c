@@ -5,7 +5,8 @@
  * server, delivery leases and their fencing, renewal, a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
- * back, a result that never comes. Each test has a schema of its own (test_store_fx.h); a second
+ * back, a result that never comes, statements prepared per connection.
+ * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
 #include <pthread.h>
@@ -569,6 +570,111 @@ static void test_stats_estimate(void **state)
 	CHECK_INT("stories: few, counted", stories, 0);
 }
 
+/* one_i64 - a statement of one bigint parameter, outside a pipeline: its one value, or -1 */
+static int64_t one_i64(struct pg_store *pst, PGconn *c, const char *q, int64_t v)
+{
+	struct pg_params p;
+	PGresult *r;
+	int64_t got = -1;
+
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, v);
+	if (store_pg_exec(pst, c, q, &p, &r, "test") == 0) {
+		got = PQntuples(r) == 1 ? store_pg_int(r, 0, 0) : -1;
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return got;
+}
+
+/* prepared - how many statements of this text the connection's session has prepared */
+static int64_t prepared(struct pg_store *pst, PGconn *c, const char *q)
+{
+	char text[256];
+	PGresult *r;
+	int64_t n = -1;
+
+	snprintf(text, sizeof(text), "SELECT count(*) FROM pg_prepared_statements "
+		 "WHERE statement = '%s'", q);
+	if (store_pg_exec(pst, c, text, NULL, &r, "test") == 0) {
+		n = store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	return n;
+}
+
+/* pipe_two - a pipeline of a and b (one bigint parameter each): each one's STORE_E* code */
+static void pipe_two(struct pg_store *pst, PGconn *c, const char *a, const char *b, int *ea,
+		     int *eb)
+{
+	struct pg_params p;
+	PGresult *r;
+
+	assert_int_equal(PQenterPipelineMode(c), 1);
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, 0);
+	assert_int_equal(store_pg_send(c, a, &p), 0);
+	assert_int_equal(store_pg_send(c, b, &p), 0);
+	store_pg_params_free(&p);
+	assert_int_equal(PQpipelineSync(c), 1);
+	*ea = store_pg_pipe_next(pst, c, &r, "test a");
+	PQclear(r);
+	*eb = store_pg_pipe_next(pst, c, &r, "test b");
+	PQclear(r);
+	CHECK_INT("pipeline end", store_pg_pipe_end(c), 0);
+}
+
+/*
+ * test_prepared - statements are prepared once per connection (outside a
+ * pipeline and in one, a rollback keeping them); a prepare a pipeline never
+ * made (an earlier statement failed) or the server refused is made at the
+ * next use, and a refused prepare's error is its statement's
+ */
+static void test_prepared(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	static const char add[] = "SELECT $1::int8 + 1", twice[] = "SELECT $1::int8 * 2",
+		thrice[] = "SELECT $1::int8 * 3", div0[] = "SELECT 1 / $1::int8",
+		bad[] = "SELECT $1::int8 FROM no_such_table";
+	PGconn *c;
+	int ea, eb;
+
+	assert_int_equal(store_pg_take(pst, &c), 0);
+	CHECK_INT("first use", one_i64(pst, c, add, 41), 42);
+	CHECK_INT("prepared", prepared(pst, c, add), 1);
+	CHECK_INT("second use", one_i64(pst, c, add, 1), 2);
+	CHECK_INT("prepared once", prepared(pst, c, add), 1);
+
+	/* the prepare of twice comes after a statement that fails: never made */
+	pipe_two(pst, c, div0, twice, &ea, &eb);
+	CHECK_INT("division by zero", ea, STORE_EINVAL);
+	assert_int_not_equal(eb, 0);
+	CHECK_INT("twice not prepared", prepared(pst, c, twice), 0);
+	CHECK_INT("twice prepared at its next use", one_i64(pst, c, twice, 21), 42);
+	CHECK_INT("and now prepared", prepared(pst, c, twice), 1);
+
+	/* a prepare the server refuses: its error, then the pipeline's statements again */
+	pipe_two(pst, c, bad, add, &ea, &eb);
+	CHECK_INT("undefined table", ea, STORE_EIO);
+	assert_int_not_equal(eb, 0);
+	CHECK_INT("add still works", one_i64(pst, c, add, 2), 3);
+
+	/* a rollback keeps what a transaction prepared */
+	CHECK_INT("begin", store_pg_simple(pst, c, "BEGIN", "test"), 0);
+	CHECK_INT("thrice in a transaction", one_i64(pst, c, thrice, 2), 6);
+	CHECK_INT("rollback", store_pg_simple(pst, c, "ROLLBACK", "test"), 0);
+	CHECK_INT("thrice after the rollback", one_i64(pst, c, thrice, 3), 9);
+	CHECK_INT("thrice prepared once", prepared(pst, c, thrice), 1);
+
+	/* in a pipeline: the prepare's result is skipped where it comes */
+	pipe_two(pst, c, "SELECT $1::int8 - 1", "SELECT $1::int8 - 1", &ea, &eb);
+	CHECK_INT("a", ea, 0);
+	CHECK_INT("b, the same statement", eb, 0);
+	CHECK_INT("prepared in the pipeline, once", prepared(pst, c, "SELECT $1::int8 - 1"), 1);
+	store_pg_give(pst, c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -587,6 +693,7 @@ int main(void)
 		T(test_race_two_nodes),
 		T(test_unknown_commit),
 		T(test_result_deadline),
+		T(test_prepared),
 	};
 
 	if (fx_pg() == NULL) {
