@@ -49,12 +49,14 @@
  *	A message deferred goes back to the shared queue (its lease given
  *	up by the write that defers it) and leaves the local one; any node
  *	takes it when due. The taker renews the leases held every third of
- *	store.lease. Delivery writes are fenced by the lease, so they are
- *	not put in the submissions' group commit: a lost lease
- *	(STORE_ELEASE) fails that message alone, which is then left to the
- *	node that holds it; its inflight mark fails too, so no final dot
- *	goes out from a node that lost the lease. The outcomes answered
- *	still go with the next mark, in a transaction of their own.
+ *	store.lease. Delivery writes are fenced by the lease and ride in
+ *	the submissions' group commit as on LMDB, sharing its round trip
+ *	and WAL flush: a lost lease (STORE_ELEASE) fails that transaction,
+ *	whose submissions the writer then commits one by one and whose
+ *	delivery writes each alone (relay/commit.c), so it fails that
+ *	message alone, which is then left to the node that holds it; its
+ *	inflight mark fails too, so no final dot goes out from a node that
+ *	lost the lease.
  * DIAGNOSTICS
  *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
@@ -124,24 +126,11 @@ static void mark_fn(struct store_txn *t, void *arg)
 	store_txn_msg_set_inflight(t, mk->qid, 1);
 }
 
-/* mark_alone - mark_fn() in a transaction of its own (a shared store's fenced writes) */
-static int mark_alone(struct deliver *d, struct mark *mk)
-{
-	struct store_txn *t;
-	int err;
-
-	if ((err = store_txn_begin(d->st, &t)) != 0)
-		return err;
-	mark_fn(t, mk);
-	return store_txn_commit(t);
-}
-
 /*
  * deliver_mark - the inflight mark, with the outcomes waiting, in the next
- * group commit; on a shared store in a transaction of its own, since a
- * lost lease fails the whole of it: then the mark is tried alone (it
- * fails too if the lease lost is this message's), and the outcomes wait
- * for the end of the batch, where each is written on its own.
+ * group commit. A lost lease fails the whole of it: then the mark is
+ * tried alone (it fails too if the lease lost is this message's), and the
+ * outcomes wait for the end of the batch, where each is written on its own.
  */
 int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
 		 size_t n)
@@ -150,12 +139,9 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 	size_t i;
 	int err;
 
-	if (d->shared)
-		err = mark_alone(d, &mk);
-	else if (d->cm == NULL)
+	if (d->cm == NULL)
 		return store_msg_set_inflight(d->st, qid, 1);
-	else
-		err = commit_run(d->cm, mark_fn, &mk);
+	err = commit_run(d->cm, mark_fn, &mk);
 	if (err == STORE_ELEASE)
 		return store_msg_set_inflight(d->st, qid, 1);
 	if (err == 0)
@@ -757,8 +743,6 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->cm = cm;
 	d->shared = store_shared(st);
 	d->lease = c->store.lease * US;
-	if (d->shared)			/* fenced writes: one message's lost lease fails it alone */
-		d->cm = NULL;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	pthread_cond_init(&d->take_wake, NULL);

@@ -5,7 +5,8 @@
  * server, delivery leases and their fencing, renewal, a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
- * back, a result that never comes, statements prepared per connection.
+ * back, a result that never comes, statements prepared per connection, a
+ * lost lease in a group commit failing only its own write.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <semaphore.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include "../../util/buf.h"
 #include "../../util/clock.h"
 #include "test_store_help.h"
+#include "test_commit_help.h"
 
 #define ROUNDS		30
 
@@ -675,6 +678,105 @@ static void test_prepared(void **state)
 	store_pg_give(pst, c);
 }
 
+/* the writer held in its first commit (store_pg_commit_hook), so that what comes next shares one */
+static sem_t writer_in, writer_go;
+
+static void hold_writer(PGconn *c)
+{
+	(void) c;
+	store_pg_commit_hook = NULL;
+	sem_post(&writer_in);
+	sem_wait(&writer_go);
+}
+
+static int gc_answered;
+
+static void gc_done(struct commit_req *r)
+{
+	(void) r;
+	gc_answered++;
+}
+
+static void gc_committed(void *arg, const char *qid)
+{
+	(void) arg;
+	(void) qid;
+}
+
+struct gc_mark {
+	struct commit *cm;
+	const char *qid;
+	int err;
+};
+
+static void gc_mark_fn(struct store_txn *t, void *qid)
+{
+	store_txn_msg_set_inflight(t, qid, 1);
+}
+
+static void *gc_mark_thread(void *arg)
+{
+	struct gc_mark *g = arg;
+
+	g->err = commit_run(g->cm, gc_mark_fn, (void *) g->qid);
+	return NULL;
+}
+
+/*
+ * test_group_commit_lost_lease - delivery writes ride in the submissions'
+ * group commit on PostgreSQL too: a mark whose lease went to another node
+ * fails the transaction it shares, and then it alone (STORE_ELEASE, no
+ * mark written), while the submission beside it is committed and queued
+ */
+static void test_group_commit_lost_lease(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct commit *cm = commit_start(f->st, gc_committed, NULL);
+	struct commit_req *r0 = req_make("GCFIRST00001", "gc0", "x\r\n", a, 1, gc_done),
+		*r1 = req_make("GCBESIDE0001", "gc1", "y\r\n", a, 1, gc_done);
+	struct gc_mark g = { cm, "GCLOST000001", -1 };
+	struct store_msg m;
+	pthread_t th;
+	int i;
+
+	spool_one(f->st, "GCLOST000001", 1);
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);	/* A's lease runs out */
+	CHECK_INT("B takes it", taken(b, clock_us()), 1);
+
+	gc_answered = 0;
+	assert_int_equal(sem_init(&writer_in, 0, 0), 0);
+	assert_int_equal(sem_init(&writer_go, 0, 0), 0);
+	store_pg_commit_hook = hold_writer;
+	commit_submit(cm, r0);
+	sem_wait(&writer_in);		/* the writer is in r0's commit */
+	assert_int_equal(pthread_create(&th, NULL, gc_mark_thread, &g), 0);
+	commit_submit(cm, r1);
+	usleep(100000);			/* the mark is waiting beside r1 */
+	sem_post(&writer_go);
+	pthread_join(th, NULL);
+	for (i = 0; i < 5000 && gc_answered < 2; i++) {
+		usleep(1000);
+		commit_reap(cm);
+	}
+	CHECK_INT("both submissions answered", gc_answered, 2);
+	CHECK_INT("the mark: lease lost", g.err, STORE_ELEASE);
+	CHECK_INT("r0 queued", r0->outcome, COMMIT_QUEUED);
+	CHECK_INT("r1 queued beside the lost mark", r1->outcome, COMMIT_QUEUED);
+	CHECK_INT("r1 in the store", store_msg_load(f->st, "GCBESIDE0001", &m), 0);
+	store_msg_free(&m);
+	CHECK_INT("B's message", store_msg_load(b, "GCLOST000001", &m), 0);
+	CHECK_INT("no mark written on it", m.inflight, 0);
+	store_msg_free(&m);
+	commit_stop(cm);
+	sem_destroy(&writer_in);
+	sem_destroy(&writer_go);
+	req_free(r0);
+	req_free(r1);
+	store_close(b);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -694,6 +796,7 @@ int main(void)
 		T(test_unknown_commit),
 		T(test_result_deadline),
 		T(test_prepared),
+		T(test_group_commit_lost_lease),
 	};
 
 	if (fx_pg() == NULL) {
