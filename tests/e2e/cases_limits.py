@@ -149,7 +149,8 @@ def status_kb(pid, field):
 def test_memory_bounded(t):
     """Ten concurrent 20 MB submissions with data_memory = 64M: the daemon's
     anonymous memory peaks well below 10 x 20 MB x 2 (the message and its
-    committed copy), and goes back down once they are in. Memory is not flaky:
+    committed copy; PostgreSQL's bound allows for libpq's copies, below), and
+    goes back down once they are in. Memory is not flaky:
     the bound is generous, the sampling fine."""
     d = t.daemon(None, {"limits": {"message_size": "25M", "data_memory": "64M"},
                         "store": {"map_size": "1G"}})
@@ -192,6 +193,13 @@ def test_memory_bounded(t):
         # ASan's allocator keeps freed blocks in quarantine and adds shadow
         # memory: RSS says nothing of ours there (make test checks the bound)
         return
-    check(peak[0] < 200 * 1024, "peak anonymous memory %d kB for 10 x 20 MB "
-          "with data_memory=64M (410 MB before the budget)" % peak[0])
+    # LMDB maps the data it commits and delivers; PostgreSQL's libpq holds it in
+    # anonymous memory: a group commit's 16 MB twice (our arrays, libpq's output
+    # buffer), and each of the 2 delivery threads' 20 MB message twice while it
+    # is loaded (the result, our copy): 64 + 32 + 80 = 176 MB at the worst
+    # moment, 145-215 MB measured
+    bound = 200 if t.store == "lmdb" else 256
+    check(peak[0] < bound * 1024, "peak anonymous memory %d kB for 10 x 20 MB "
+          "with data_memory=64M (410 MB before the budget; bound %d MB on %s)"
+          % (peak[0], bound, t.store))
     check(after < 64 * 1024, "anonymous memory after the burst: %d kB" % after)
