@@ -9,7 +9,7 @@
  *	backend (freeing what the store gave, error text) live here. An
  *	optional entry a backend leaves NULL means what a store of one
  *	node with no map to manage means: nothing to grow, never broken,
- *	no queue shared with other nodes.
+ *	no queue shared with other nodes, no lease lost.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +214,12 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 int store_msg_drop(struct store *st, const char *qid)
 {
 	return OPS(st)->msg_drop(st, qid);
+}
+
+/* store_msg_revive - a store of one node never loses a lease: nothing to revive */
+int store_msg_revive(struct store *st, const struct store_msg *m)
+{
+	return OPS(st)->msg_revive ? OPS(st)->msg_revive(st, m) : STORE_ENOTFOUND;
 }
 
 int store_stats(struct store *st, struct store_stats *s)

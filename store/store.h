@@ -104,6 +104,8 @@ struct store_msg {
 	int attempts;
 	int64_t next_attempt;
 	int inflight;		/* durable mark: the final dot may have gone out */
+	int64_t lease;		/* shared store: the lease it was loaded under (the
+				 * backend's token, for store_msg_revive); 0 none */
 };
 
 /* opening is the backend's: store/lmdb/store_lmdb.h, store/pg/store_pg.h */
@@ -194,6 +196,22 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
+/*
+ * store_msg_revive - a shared store: this node loaded m under lease
+ * m->lease, wrote its inflight mark (or the mark's commit had an unknown
+ * outcome) and sent no final dot; its outcome was then refused, the
+ * lease lost. If another node has since found that very mark, taken it
+ * for an ambiguous delivery and finished the message unconfirmed, and
+ * nothing else happened to it (no newer mark, not dropped, its key not
+ * forgotten), the message is queued again, due now for any node: its
+ * recipients the verdict made unconfirmed get m's state and reply back,
+ * its attempts m's, and its data m's if the verdict let it go. In one
+ * transaction. 0 revived; STORE_ELEASE another node holds it with that
+ * mark still on it, its verdict not made yet (ask again); STORE_ENOTFOUND
+ * nothing to revive (always so on a store of one node, which never loses
+ * a lease); or an error (ask again).
+ */
+int store_msg_revive(struct store *st, const struct store_msg *m);
 
 /*
  * Several nodes. store_shared() is 1 when other nodes deliver from this

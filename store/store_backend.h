@@ -14,7 +14,8 @@
  *	Each entry has the meaning of the store.h function of the same
  *	name, less the "store_" prefix. An entry marked optional may be
  *	NULL: store.c then does what a backend without that feature means
- *	(no map to grow, never broken, a queue of its own node only).
+ *	(no map to grow, never broken, a queue of its own node only, no
+ *	lease ever lost).
  *
  *	The backend is chosen by the wiring (daemon/, ctl/), which opens
  *	it with its own open function (store_lmdb_open(), store_pg_open());
@@ -72,6 +73,7 @@ struct store_ops {
 	int (*msg_update) (struct store *st, const struct store_msg *m);
 	int (*msg_update_many) (struct store *st, struct store_msg *const *m, size_t n, int *errs);
 	int (*msg_drop) (struct store *st, const char *qid);
+	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* optional */
 
 	int (*stats) (struct store *st, struct store_stats *s);
 	int (*queue_walk) (struct store *st, int (*cb) (void *arg, const struct store_msg *m),

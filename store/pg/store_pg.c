@@ -632,6 +632,7 @@ const struct store_ops store_pg_ops = {
 	.msg_update = store_pg_msg_update,
 	.msg_update_many = store_pg_msg_update_many,
 	.msg_drop = store_pg_msg_drop,
+	.msg_revive = store_pg_msg_revive,
 	.stats = pg_stats,
 	.queue_walk = store_pg_queue_walk,
 	.queue_oldest = store_pg_queue_oldest,

@@ -33,7 +33,7 @@
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
-#define PG_SCHEMA_VERSION 1
+#define PG_SCHEMA_VERSION 2
 #define PG_PARAMS_MAX	24
 
 /* the element types of arrays and parameters */
@@ -142,6 +142,7 @@ int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGre
 /* store_pg_schema.c: made current under this session lock, one starter at a time */
 #define PG_SCHEMA_LOCK	"hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
 int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen);
+const char *store_pg_migration(int v);	/* migration v's text (v to v + 1); tests */
 
 /* store_pg_wire.c: binary parameters, arrays, results */
 struct pg_params {
@@ -269,6 +270,9 @@ int store_pg_msg_update_many(struct store *st, struct store_msg *const *m, size_
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_oldest(struct store *st, int64_t *accepted);
+
+/* store_pg_revive.c: a verdict on this node's mark undone */
+int store_pg_msg_revive(struct store *st, const struct store_msg *m);
 
 /* store_pg_hist.c: stories and keys */
 int store_pg_story_get(struct store *st, const char *qid, struct store_story *s);

@@ -207,6 +207,8 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 		}
 		if (err != 0)
 			store_msg_free(m);
+		else if (store_pg_lease_get(st, qid, &m->lease) != 0)
+			m->lease = 0;		/* not leased to this node */
 	}
 	PQclear(r);
 	PQclear(rr);

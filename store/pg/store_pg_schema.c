@@ -27,6 +27,12 @@
  *	since a claim may outlive its message's story being written, and a
  *	story its claims being forgotten. Recipients go with their message.
  *
+ *	Version 2 adds who made a message's inflight mark (mark_token, the
+ *	lease's token) and, when another lease's update finished the message
+ *	clearing that mark, on whose mark that verdict was made (verdict_on),
+ *	kept by a trigger (idemrelay_mark()) whatever statement writes the
+ *	flag.
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -77,7 +83,32 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"  IF got <> want THEN RAISE EXCEPTION 'lease lost: % of % fenced writes found their lease',"
 	"    got, want USING ERRCODE = '" PG_SQLSTATE_FENCE "'; END IF;"
 	"  RETURN got; END $f$;",
+	/*
+	 * 1 -> 2: an inflight mark names the lease that made it (mark_token),
+	 * and an update under another lease that clears it while finishing
+	 * the message (a verdict on a mark found at load) keeps that name
+	 * (verdict_on): store_pg_revive.c undoes such a verdict for the node
+	 * that made the mark and knows it sent no final dot. A trigger, not
+	 * the statements, so that whatever writes the flag (a node of any
+	 * version during an upgrade) writes these two with it; it runs only
+	 * when the flag changes.
+	 */
+	"ALTER TABLE messages ADD COLUMN mark_token bigint, ADD COLUMN verdict_on bigint;"
+	"CREATE FUNCTION idemrelay_mark() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN"
+	"  IF NEW.inflight THEN NEW.mark_token := NEW.lease_token; NEW.verdict_on := NULL;"
+	"  ELSIF NOT NEW.queued AND OLD.mark_token IS DISTINCT FROM NEW.lease_token THEN"
+	"    NEW.verdict_on := OLD.mark_token;"
+	"  ELSE NEW.verdict_on := NULL; END IF;"
+	"  RETURN NEW; END $f$;"
+	"CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
+	"  WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight) EXECUTE FUNCTION idemrelay_mark();",
 };
+
+/* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */
+const char *store_pg_migration(int v)
+{
+	return v >= 0 && v < PG_SCHEMA_VERSION ? migrations[v] : NULL;
+}
 
 /* schema_version - the schema's version; 0 if there is none yet */
 static int schema_version(struct pg_store *st, PGconn *c, int *version)

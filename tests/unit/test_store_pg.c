@@ -6,8 +6,10 @@
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
  * back, a result that never comes, statements prepared per connection, a
- * lost lease in a group commit failing only its own write.
- * Each test has a schema of its own (test_store_fx.h); a second
+ * lost lease in a group commit failing only its own write; a verdict
+ * another node made on a mark whose node sent no final dot undone
+ * (store_msg_revive), and each case where it must not be; a version 1
+ * schema upgraded. Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
 #include <pthread.h>
@@ -144,10 +146,10 @@ static void test_schema_version(void **state)
 	sql(f, "UPDATE idemrelay_schema SET version = 99", NULL);
 	CHECK_INT("newer schema", store_pg_open(&st, f->url, TEST_NODE, TEST_LEASE, err,
 						sizeof(err)), STORE_EINVAL);
-	if (strstr(err, "schema version 99 is newer than this idemrelay (1); upgrade idemrelay")
+	if (strstr(err, "schema version 99 is newer than this idemrelay (2); upgrade idemrelay")
 	    == NULL)
 		fail_msg("newer schema: got \"%s\"", err);
-	sql(f, "UPDATE idemrelay_schema SET version = 1", NULL);
+	sql(f, "UPDATE idemrelay_schema SET version = 2", NULL);
 	fx_open(f, TEST_MAP);
 
 	/* a client (idemrelayctl) creates nothing */
@@ -777,6 +779,237 @@ static void test_group_commit_lost_lease(void **state)
 	store_close(b);
 }
 
+/* sql_int - the first column of the first row of query on the schema, as text read as a number */
+static long long sql_int(const char *url, const char *query)
+{
+	PGconn *o = PQconnectdb(url);
+	PGresult *r = PQexec(o, query);
+	long long v;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		fail_msg("%s: %s", query, PQerrorMessage(o));
+	v = PQgetisnull(r, 0, 0) ? -1 : strcmp(PQgetvalue(r, 0, 0), "t") == 0 ? 1
+	    : strcmp(PQgetvalue(r, 0, 0), "f") == 0 ? 0 : atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	PQfinish(o);
+	return v;
+}
+
+/*
+ * marked_and_lost - A (the fixture's node) accepts qid, loads it as its
+ * delivery would (into *a) and writes its inflight mark; then its lease
+ * runs out and node b takes the message
+ */
+static void marked_and_lost(struct fx *f, struct store *b, const char *qid, int hash,
+			    struct store_msg *a)
+{
+	char q[128];
+
+	spool_one(f->st, qid, hash);
+	CHECK_INT("A loads it", store_msg_load(f->st, qid, a), 0);
+	if (a->lease == 0)
+		fail_msg("%s: loaded with no lease named, want A's", qid);
+	CHECK_INT("A's mark", store_msg_set_inflight(f->st, qid, 1), 0);
+	snprintf(q, sizeof(q), "UPDATE messages SET lease_until = 0 WHERE qid = '%s'", qid);
+	sql(f, "%s", q);
+	CHECK_INT("B takes it", taken(b, clock_us()), 1);
+}
+
+/* verdict - node st loads qid, finds the mark, and finishes it unconfirmed as deliver.c does */
+static void verdict(struct store *st, const char *qid)
+{
+	struct store_msg m;
+
+	CHECK_INT("the verdict's load", store_msg_load(st, qid, &m), 0);
+	CHECK_INT("the mark found", m.inflight, 1);
+	m.rcpts[0].state = STORE_RCPT_UNCONFIRMED;
+	free(m.rcpts[0].reply);
+	m.rcpts[0].reply = xstrdup("delivery was interrupted after the final dot may have been sent");
+	m.inflight = 0;
+	CHECK_INT("the verdict", store_msg_update(st, &m), 0);
+	store_msg_free(&m);
+}
+
+/* deferral - A's outcome of the attempt whose mark it could not confirm: no dot, deferred */
+static void deferral(struct store_msg *a)
+{
+	free(a->rcpts[0].reply);
+	a->rcpts[0].reply = xstrdup("could not record the inflight mark");
+	a->attempts++;
+	a->next_attempt = clock_us() + 3600 * SEC;
+	a->inflight = 0;
+}
+
+/*
+ * A's mark commits but A never sends the dot, and its lease runs out; B
+ * takes the message, finds the mark and finishes it unconfirmed. A's held
+ * deferral is refused, and A's revive queues the message again: its data
+ * back, its recipient pending with A's reply, due now for any node.
+ */
+static void test_revive(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg a, m;
+	struct store_story s;
+	const char *qid = "REVIVE000001";
+
+	marked_and_lost(f, b, qid, 1, &a);
+	CHECK_INT("B holds it, A's mark on it: its verdict is to come", store_msg_revive(f->st, &a),
+		  STORE_ELEASE);
+	verdict(b, qid);
+	deferral(&a);
+	CHECK_INT("A's held deferral refused", store_msg_update(f->st, &a), STORE_ENOTFOUND);
+	CHECK_INT("A revives it", store_msg_revive(f->st, &a), 0);
+
+	CHECK_INT("story", store_story_get(f->st, qid, &s), 0);
+	CHECK_INT("queued again", s.queued, 1);
+	CHECK_INT("not finished", s.finished, 0);
+	CHECK_INT("no mark", s.m.inflight, 0);
+	CHECK_INT("A's attempt counted, B's verdict not", s.m.attempts, 1);
+	CHECK_INT("recipient pending again", s.m.rcpts[0].state, STORE_RCPT_QUEUED);
+	CHECK_STR("A's reply", s.m.rcpts[0].reply, "could not record the inflight mark");
+	if (s.m.next_attempt > clock_us())
+		fail_msg("revived due at %lld, want now", (long long) s.m.next_attempt);
+	store_story_free(&s);
+	CHECK_INT("queued, for the figures", sql_int(f->url, "SELECT count(*) FROM messages "
+						   "WHERE queued"), 1);
+
+	CHECK_INT("any node takes it: B", taken(b, clock_us()), 1);
+	CHECK_INT("B loads it", store_msg_load(b, qid, &m), 0);
+	CHECK_INT("its data's size", m.data_len, a.data_len);
+	if (memcmp(m.data, a.data, a.data_len) != 0)
+		fail_msg("the revived data differ from A's copy");
+	CHECK_INT("no mark on it", m.inflight, 0);
+	store_msg_free(&m);
+	CHECK_INT("a second revive: nothing to revive", store_msg_revive(f->st, &a),
+		  STORE_ENOTFOUND);
+	CHECK_INT("B delivers it", sent(b, qid), 0);
+	CHECK_INT("after it was delivered", store_msg_revive(f->st, &a), STORE_ENOTFOUND);
+	store_msg_free(&a);
+	store_close(b);
+}
+
+/* a verdict on another lease's mark is not A's to undo; nor one on a mark cleared and made again */
+static void test_revive_not_its_mark(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b"), *c = node_open(f, "node-c");
+	struct store_msg a;
+	const char *qid = "REVIVE000002";
+
+	marked_and_lost(f, b, qid, 2, &a);
+	/* B, upstream.ambiguous = retry: clears A's mark and delivers again, marking */
+	CHECK_INT("B clears A's mark", store_msg_set_inflight(b, qid, 0), 0);
+	CHECK_INT("mark cleared, no verdict: nothing to revive", store_msg_revive(f->st, &a),
+		  STORE_ENOTFOUND);
+	CHECK_INT("B's own mark", store_msg_set_inflight(b, qid, 1), 0);
+	CHECK_INT("B's mark on it: not A's to wait for", store_msg_revive(f->st, &a),
+		  STORE_ENOTFOUND);
+	sql(f, "UPDATE messages SET lease_until = 0%s", NULL);
+	CHECK_INT("C takes it", taken(c, clock_us()), 1);
+	verdict(c, qid);
+	deferral(&a);
+	CHECK_INT("refused: the verdict was on B's mark", store_msg_revive(f->st, &a),
+		  STORE_ENOTFOUND);
+	CHECK_INT("still finished", sql_int(f->url, "SELECT count(*) FROM messages WHERE queued"), 0);
+	store_msg_free(&a);
+	store_close(c);
+	store_close(b);
+}
+
+/* delivered, dropped, its key forgotten since: the revive is refused, nothing changed */
+static void test_revive_refused(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_forget fg;
+	struct store_msg a, d, k;
+
+	/* B delivered it, clearing A's mark without taking it for ambiguous */
+	marked_and_lost(f, b, "REVIVE000003", 3, &a);
+	CHECK_INT("B sends it", sent(b, "REVIVE000003"), 0);
+	deferral(&a);
+	CHECK_INT("delivered since", store_msg_revive(f->st, &a), STORE_ENOTFOUND);
+	CHECK_INT("still delivered", sql_int(f->url, "SELECT state FROM rcpts WHERE "
+					     "qid = 'REVIVE000003'"), STORE_RCPT_SENT);
+
+	/* the operator dropped it once A's lease had run out */
+	marked_and_lost(f, b, "REVIVE000004", 4, &d);
+	CHECK_INT("drop", store_msg_drop(b, "REVIVE000004"), 0);
+	deferral(&d);
+	CHECK_INT("dropped since", store_msg_revive(f->st, &d), STORE_ENOTFOUND);
+
+	/* B's verdict, then the operator forgot its key (its application may send it again) */
+	marked_and_lost(f, b, "REVIVE000005", 5, &k);
+	verdict(b, "REVIVE000005");
+	CHECK_INT("forget", store_key_forget(b, KH, NULL, clock_us(), &fg), 0);
+	store_forget_free(&fg);
+	deferral(&k);
+	CHECK_INT("forgotten since", store_msg_revive(f->st, &k), STORE_ENOTFOUND);
+
+	CHECK_INT("none queued again", sql_int(f->url, "SELECT count(*) FROM messages WHERE queued"),
+		  0);
+	store_msg_free(&a);
+	store_msg_free(&d);
+	store_msg_free(&k);
+	store_close(b);
+}
+
+/*
+ * a schema at version 1, made by that version's own text, with a message
+ * marked: a node's start upgrades it; the old mark names no lease, so a
+ * verdict on it is nobody's to undo; a mark made after names its lease
+ */
+static void test_schema_upgrade(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	struct store_msg m;
+	struct buf q = BUF_INIT;
+	char err[512] = "", old[96], *url;
+
+	snprintf(old, sizeof(old), "%s_v1", f->schema);
+	sql(f, "CREATE SCHEMA %s", old);
+	buf_printf(&q, "SET search_path = \"%s\"; %s; UPDATE idemrelay_schema SET version = 1; "
+		 "INSERT INTO messages (qid, node, accepted, sender, ret, body, smtputf8, client, "
+		 "data, data_len, has_key, ttl, attempts, next_attempt, inflight, queued) VALUES "
+		 "('UPGRADE00001', 'old', 0, 's@example.com', 0, 0, false, 'c', '\\x61', 1, false, "
+		 "0, 0, 0, true, true); INSERT INTO rcpts VALUES ('UPGRADE00001', 0, "
+		 "'r@example.net', 0, NULL, 0, NULL)", old, store_pg_migration(0));
+	fx_pg_sql(q.data);
+	url = fx_pg_url(fx_pg(), old);
+	CHECK_INT("version 1", sql_int(url, "SELECT max(version) FROM idemrelay_schema"), 1);
+	CHECK_INT("open upgrades", store_pg_open(&st, url, "node-up", TEST_LEASE, err,
+						 sizeof(err)), 0);
+	CHECK_INT("version 2", sql_int(url, "SELECT max(version) FROM idemrelay_schema"), 2);
+
+	CHECK_INT("the old message taken", taken(st, clock_us()), 1);
+	CHECK_INT("loaded", store_msg_load(st, "UPGRADE00001", &m), 0);
+	CHECK_INT("its old mark", m.inflight, 1);
+	m.rcpts[0].state = STORE_RCPT_UNCONFIRMED;
+	m.inflight = 0;
+	CHECK_INT("a verdict on it", store_msg_update(st, &m), 0);
+	CHECK_INT("the old mark named nobody", sql_int(url, "SELECT verdict_on FROM messages "
+						      "WHERE qid = 'UPGRADE00001'"), -1);
+	m.rcpts[0].state = STORE_RCPT_QUEUED;
+	CHECK_INT("nothing to revive", store_msg_revive(st, &m), STORE_ENOTFOUND);
+	store_msg_free(&m);
+
+	msg_new(&m, "UPGRADE00002", 1, 10);
+	CHECK_INT("spool after the upgrade", spool(st, &m, NULL, 0, 0), 0);
+	CHECK_INT("a new mark", store_msg_set_inflight(st, "UPGRADE00002", 1), 0);
+	CHECK_INT("names its lease", sql_int(url, "SELECT mark_token = lease_token FROM messages "
+					     "WHERE qid = 'UPGRADE00002'"), 1);
+	store_msg_free(&m);
+	store_close(st);
+	free(url);
+	buf_reset(&q);
+	buf_printf(&q, "SET client_min_messages = warning; DROP SCHEMA \"%s\" CASCADE", old);
+	fx_pg_sql(q.data);
+	buf_free(&q);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -797,6 +1030,10 @@ int main(void)
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_group_commit_lost_lease),
+		T(test_revive),
+		T(test_revive_not_its_mark),
+		T(test_revive_refused),
+		T(test_schema_upgrade),
 	};
 
 	if (fx_pg() == NULL) {

@@ -1,0 +1,205 @@
+/*
+ * NAME
+ *	store_pg_revive 3
+ * SUMMARY
+ *	a verdict on this node's inflight mark undone: the message queued again
+ * SYNOPSIS
+ *	#include "store/store.h"
+ * DESCRIPTION
+ *	A node writes a message's inflight mark before its final dot. When
+ *	that commit's outcome is unknown (the connection lost after COMMIT
+ *	was sent) it sends no dot and holds a deferral; cut off from the
+ *	database longer than store.lease, it loses the lease, and the node
+ *	that takes the message finds the mark (it was committed after all),
+ *	takes it for an ambiguous delivery and, by default, finishes it
+ *	unconfirmed: a 250 never delivered. store_pg_msg_revive() is that
+ *	first node's answer once its held write is refused: since schema
+ *	version 2 a mark names the lease that made it (mark_token) and a
+ *	verdict under another lease that cleared it keeps that name
+ *	(verdict_on; both kept by a trigger, store_pg_schema.c).
+ *
+ *	In one transaction, the message's row locked: it is revived only if
+ *	the verdict was made on the mark of the caller's lease (verdict_on),
+ *	the message is finished and has not been dropped, its key not
+ *	forgotten (its application may have sent it again), its data length
+ *	is the caller's, and every recipient is in the caller's state or
+ *	unconfirmed (the verdict's): one sent or bounced since, or in
+ *	another number, refuses it. Those the verdict made unconfirmed get
+ *	the caller's state and reply back; the message is queued, due now,
+ *	for any node (no lease), with the caller's attempts, its story open
+ *	again (finished and expires 0), and its data written back from the
+ *	caller's copy if the verdict let it go.
+ *
+ *	While another node holds it queued with the caller's mark still on
+ *	it, its verdict is to come: STORE_ELEASE, to ask again. A second
+ *	revive finds verdict_on cleared: nothing to revive.
+ * DIAGNOSTICS
+ *	0 revived, STORE_ELEASE, STORE_ENOTFOUND (nothing to revive, or the
+ *	message is gone), or a STORE_E* code of the database.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+/* what the locked row says */
+struct found {
+	int queued, inflight, dropped, data_gone;
+	int64_t mark_token, verdict_on, forgotten, data_len, n_rcpts;
+};
+
+static const char SQL_ROW[] =
+	"SELECT m.queued, m.inflight, coalesce(m.mark_token, 0), coalesce(m.verdict_on, 0), "
+	"m.dropped, m.forgotten, m.data IS NULL, m.data_len, "
+	"(SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) "
+	"FROM messages m WHERE m.qid = $1 FOR UPDATE";
+
+static const char SQL_RCPTS[] =
+	"SELECT r.idx, r.state FROM rcpts r WHERE r.qid = $1 ORDER BY r.idx";
+
+static const char SQL_RCPTS_BACK[] =
+	"UPDATE rcpts r SET state = v.state, reply = v.reply FROM unnest($2::int4[], $3::int4[], "
+	"$4::text[]) AS v(idx, state, reply) WHERE r.qid = $1 AND r.idx = v.idx";
+
+/* the message queued again, no lease: any node takes it when due */
+#define SQL_QUEUE "UPDATE messages SET queued = true, verdict_on = NULL, next_attempt = $2, " \
+	"attempts = $3, updated = $2, finished = 0, expires = 0, lease_owner = NULL"
+static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
+static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $4 WHERE qid = $1";
+
+/* row_read - the message's row, locked; STORE_ENOTFOUND if there is none */
+static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f)
+{
+	PGresult *r;
+	int err;
+
+	if ((err = store_pg_exec(st, c, SQL_ROW, q, &r, "revive")) != 0)
+		return err;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return STORE_ENOTFOUND;
+	}
+	f->queued = (int) store_pg_int(r, 0, 0);
+	f->inflight = (int) store_pg_int(r, 0, 1);
+	f->mark_token = store_pg_int(r, 0, 2);
+	f->verdict_on = store_pg_int(r, 0, 3);
+	f->dropped = (int) store_pg_int(r, 0, 4);
+	f->forgotten = store_pg_int(r, 0, 5);
+	f->data_gone = (int) store_pg_int(r, 0, 6);
+	f->data_len = store_pg_int(r, 0, 7);
+	f->n_rcpts = store_pg_int(r, 0, 8);
+	PQclear(r);
+	return 0;
+}
+
+/* row_verdict - may the row's verdict be undone for m? 0, STORE_ELEASE (not yet), STORE_ENOTFOUND */
+static int row_verdict(const struct found *f, const struct store_msg *m)
+{
+	if (f->queued && f->inflight && f->mark_token == m->lease)
+		return STORE_ELEASE;		/* another node holds it on this mark: to decide */
+	if (f->queued || f->inflight || f->dropped || f->forgotten != 0
+	    || f->verdict_on != m->lease || f->data_len != (int64_t) m->data_len
+	    || f->n_rcpts != (int64_t) m->n_rcpts)
+		return STORE_ENOTFOUND;
+	return 0;
+}
+
+/*
+ * rcpts_back - the recipients to give m's state back (those the verdict
+ * made unconfirmed) as three arrays; STORE_ENOTFOUND if one ended some
+ * other way since, or none is left to deliver
+ */
+static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_arr *idx,
+		      struct pg_arr *state, struct pg_arr *reply)
+{
+	int i, pending = 0;
+	enum store_rcpt_state was;
+
+	if (PQntuples(r) != (int) m->n_rcpts)
+		return STORE_ENOTFOUND;
+	for (i = 0; i < PQntuples(r); i++) {
+		if (store_pg_int(r, i, 0) != i)
+			return STORE_ENOTFOUND;
+		was = (enum store_rcpt_state) store_pg_int(r, i, 1);
+		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
+			pending = 1;
+		if (was == m->rcpts[i].state)
+			continue;
+		if (was != STORE_RCPT_UNCONFIRMED)
+			return STORE_ENOTFOUND;	/* delivered or bounced since */
+		store_pg_a_i32(idx, i);
+		store_pg_a_i32(state, (int32_t) m->rcpts[i].state);
+		store_pg_a_text(reply, m->rcpts[i].reply);
+	}
+	return pending ? 0 : STORE_ENOTFOUND;
+}
+
+/* revive_in - the checks and writes, in the transaction open on c */
+static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
+{
+	struct pg_params q, p;
+	struct pg_arr idx, state, reply;
+	struct found f;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&q);
+	store_pg_p_text(&q, m->qid);
+	if ((err = row_read(st, c, &q, &f)) != 0 || (err = row_verdict(&f, m)) != 0
+	    || (err = store_pg_exec(st, c, SQL_RCPTS, &q, &r, "revive")) != 0) {
+		store_pg_params_free(&q);
+		return err;
+	}
+	store_pg_params_free(&q);
+	store_pg_arr_init(&idx, PG_OID_INT4);
+	store_pg_arr_init(&state, PG_OID_INT4);
+	store_pg_arr_init(&reply, PG_OID_TEXT);
+	err = rcpts_back(r, m, &idx, &state, &reply);
+	PQclear(r);
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, m->qid);
+	store_pg_p_arr(&p, &idx);
+	store_pg_p_arr(&p, &state);
+	store_pg_p_arr(&p, &reply);
+	if (err == 0 && (err = store_pg_exec(st, c, SQL_RCPTS_BACK, &p, &r, "revive")) == 0)
+		PQclear(r);
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, m->qid);
+	store_pg_p_i64(&p, clock_us());
+	store_pg_p_i32(&p, m->attempts);
+	if (f.data_gone)
+		store_pg_p_bytes(&p, m->data ? m->data : "", m->data_len);
+	if ((err = store_pg_exec(st, c, f.data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP, &p, &r,
+				 "revive")) == 0)
+		PQclear(r);
+	store_pg_params_free(&p);
+	return err;
+}
+
+/* store_pg_msg_revive - undo another node's verdict on this node's mark (see the header) */
+int store_pg_msg_revive(struct store *base, const struct store_msg *m)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	PGconn *c;
+	int err, end;
+
+	if (st->node == NULL || m->lease == 0 || !store_pg_msg_valid(m))
+		return STORE_ENOTFOUND;
+	if ((err = store_pg_take(st, &c)) != 0)
+		return err;
+	if ((err = store_pg_simple(st, c, "BEGIN", "revive")) == 0) {
+		err = revive_in(st, c, m);
+		/* a COMMIT whose outcome is unknown: asked again, verdict_on says if it took */
+		end = store_pg_simple(st, c, err == 0 ? "COMMIT" : "ROLLBACK", "revive");
+		if (err == 0)
+			err = end;
+	}
+	store_pg_give_sized(st, c, m->data_len);
+	return err;
+}
