@@ -57,12 +57,20 @@
  *	message alone, which is then left to the node that holds it; its
  *	inflight mark fails too, so no final dot goes out from a node that
  *	lost the lease.
+ *
+ *	A mark whose commit's outcome is unknown sends no dot, and the
+ *	deferral waits with its job; if the node stays cut off past its
+ *	lease, another node may find that mark durable and finish the
+ *	message unconfirmed. When the deferral's write is refused so, the
+ *	job asks the store to undo that verdict (job_revive,
+ *	store_msg_revive): the message is queued again, for any node.
  * DIAGNOSTICS
  *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
  *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
  *	NEWQID: sender non-delivery notification: QID
  *	QID: removed
+ *	QID: revived: its inflight mark was never followed by a final dot; ...
  */
 #include <errno.h>
 #include <stdio.h>
@@ -429,6 +437,46 @@ static void record_fn(struct store_txn *t, void *arg)
 }
 
 /*
+ * job_revive - the outcome of an attempt that sent no final dot, though
+ * its mark may be durable (its commit's outcome was unknown), was refused:
+ * the lease went to another node, which may have found that mark, taken
+ * it for an ambiguous delivery and finished the message unconfirmed, a
+ * 250 never delivered. The store undoes such a verdict, and nothing else
+ * (store_msg_revive). 1: ask again later (the verdict is yet to come, or
+ * the store is away), 0: done with the job.
+ */
+static int job_revive(struct deliver *d, struct deliver_job *j, int refused)
+{
+	int64_t now = clock_us();
+	int err;
+
+	if (!j->reviving) {
+		msg_warn("%s: its outcome was refused (%s); its final dot never went out:"
+			 " reviving it if its mark was taken for an ambiguous delivery",
+			 j->m.qid, store_strerror(refused));
+		j->reviving = now;
+	}
+	switch (err = store_msg_revive(d->st, &j->m)) {
+	case 0:
+		msg_info("%s: revived: its inflight mark was never followed by a final dot;"
+			 " another node's unconfirmed verdict undone", j->m.qid);
+		metrics_inc(METRICS_REVIVED);
+		return 0;
+	case STORE_ENOTFOUND:
+		msg_info("%s: nothing to revive: left to the node that took it", j->m.qid);
+		return 0;
+	default:
+		/* a verdict to come is made as soon as a node loads the message */
+		if (now - j->reviving > 2 * d->lease + 60 * US) {
+			msg_warn("%s: not revived within %lld s (%s): left to the node that took it",
+				 j->m.qid, (long long) ((now - j->reviving) / US), store_strerror(err));
+			return 0;
+		}
+		return 1;
+	}
+}
+
+/*
  * job_record - write the decided outcomes of a batch not yet written in
  * one transaction, then reschedule or forget each message. An outcome
  * the store refused stays with its job (unwritten): the message is
@@ -437,6 +485,8 @@ static void record_fn(struct store_txn *t, void *arg)
  * mark the write was to clear and take the message for an ambiguous
  * delivery, though the upstream answered it or its dot never went out
  * (SPEC 5: the outcome waits, it is not guessed). How many stay so.
+ * Refused for a lost lease after an attempt that sent no dot, the write
+ * becomes a revive (job_revive), which waits likewise.
  */
 static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
@@ -447,7 +497,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 	size_t i, k, left = 0;
 
 	for (i = k = 0; i < n; i++)
-		if (!jobs[i]->recorded)
+		if (!jobs[i]->recorded && !jobs[i]->reviving)
 			ms[k++] = &jobs[i]->m;
 	record.ms = ms;
 	record.n = k;
@@ -457,7 +507,18 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 	for (i = k = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
 
-		err = j->recorded ? 0 : errs[k++];
+		err = j->recorded || j->reviving ? 0 : errs[k++];
+		if (j->reviving || (d->shared && j->no_dot
+				    && (err == STORE_ELEASE || err == STORE_ENOTFOUND))) {
+			if (job_revive(d, j, err)) {
+				j->unwritten = j->unwritten ? j->unwritten : clock_us();
+				left++;
+				continue;
+			}
+			j->unwritten = 0;
+			finished(d, j->m.qid, -1);
+			continue;
+		}
 		if (err == STORE_EAGAIN || err == STORE_EIO || err == STORE_ENOSPC) {
 			if (!j->unwritten)
 				msg_error("%s: cannot record the delivery outcome: %s; trying again",
@@ -522,7 +583,10 @@ static void job_wait_written(struct deliver *d, struct deliver_job *const *batch
 		pthread_mutex_unlock(&d->lock);
 		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
 			for (i = 0; i < n; i++)
-				if (jobs[i]->unwritten)
+				if (jobs[i]->reviving)
+					msg_error("%s: not revived at stop: left as the node that took"
+						  " it leaves it", jobs[i]->m.qid);
+				else if (jobs[i]->unwritten)
 					msg_error("%s: delivery outcome not recorded at stop: the next"
 						  " start finds its inflight mark", jobs[i]->m.qid);
 			break;

@@ -91,6 +91,8 @@ static const struct {
 	[METRICS_DEFERRED] = { "deferred", 0, "deferred" },
 	[METRICS_BOUNCED] = { "bounced", 0, "bounced" },
 	[METRICS_UNCONFIRMED] = { "unconfirmed", 0, "unconfirmed" },
+	[METRICS_REVIVED] = { "revived", "Messages another node had finished unconfirmed on this "
+			      "node's inflight mark, which sent no final dot: queued again.", 0 },
 };
 
 struct metrics {
@@ -259,11 +261,12 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 {
 	size_t i;
 
-	for (i = 0; i < METRICS_SENT; i++)
-		buf_printf(out, "# HELP idemrelay_%s_total %s\n# TYPE idemrelay_%s_total counter\n"
-			   "idemrelay_%s_total %llu\n", counter_info[i].name, counter_info[i].help,
-			   counter_info[i].name, counter_info[i].name,
-			   (unsigned long long) s->counters[i]);
+	for (i = 0; i < METRICS_N_COUNTERS; i++)
+		if (counter_info[i].label == NULL)
+			buf_printf(out, "# HELP idemrelay_%s_total %s\n# TYPE idemrelay_%s_total "
+				   "counter\nidemrelay_%s_total %llu\n", counter_info[i].name,
+				   counter_info[i].help, counter_info[i].name, counter_info[i].name,
+				   (unsigned long long) s->counters[i]);
 	buf_printf(out, "# HELP idemrelay_deliveries_total Recipient delivery attempts by outcome.\n"
 		   "# TYPE idemrelay_deliveries_total counter\n");
 	for (i = METRICS_SENT; i <= METRICS_UNCONFIRMED; i++)

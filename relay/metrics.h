@@ -39,6 +39,7 @@ enum metrics_counter {
 	METRICS_DEFERRED,
 	METRICS_BOUNCED,
 	METRICS_UNCONFIRMED,
+	METRICS_REVIVED,		/* messages another node finished unconfirmed, queued again */
 	METRICS_N_COUNTERS
 };
 

@@ -163,6 +163,8 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		} else {
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"
 				  " before the final dot", m->qid, store_strerror(err));
+			/* an unknown outcome: the mark may be durable all the same */
+			x->job->no_dot = err == STORE_EAGAIN;
 			deliver_smtp_msg_enter(x, XMSG_NOMARK);
 		}
 	}

@@ -19,7 +19,7 @@ import time
 
 from harness import (PG_ONLY, case, pgcluster, check, eq, expect_reply, make_msg, qid_of, received_qids,
                      run, submit, submit_ok, wait_until)
-from cases_ops import CTL
+from cases_ops import CTL, ctl_json
 from cases_postfix import Postfix
 
 # a deferred message waits for the operator (or the test) to make it due
@@ -413,7 +413,9 @@ def test_nodes_network_outage_under_load(t):
     sink = t.sink()
     # a lease that outlasts the outage: each node writes the outcomes it holds once the
     # network is back. Past its lease a node cut off is a dead node to the others, and
-    # its inflight marks read as ambiguous deliveries (idemrelay(8), SEVERAL NODES)
+    # its inflight marks read as ambiguous deliveries: those it sent no dot after are
+    # revived once it is back (test_nodes_mark_unknown_past_lease), the others' stories
+    # stay unconfirmed (idemrelay(8), SEVERAL NODES)
     a, b = nodes(t, sink, url=proxy.url_of(t.pg_url()), lease="30s")
     attempts = []
     load = Load([a, b], threads=4, prefix="net", pause=0.05, attempts=attempts).start()
@@ -484,6 +486,41 @@ def test_nodes_mark_outcome_unknown(t):
     finally:
         print("\n".join(a.log_lines(q)))
     eq(a.log_lines(q, "status=unconfirmed"), [], "delivered-unconfirmed lines")
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_mark_unknown_past_lease(t):
+    """Node a's inflight mark commits but a never hears (the proxy between a and
+    PostgreSQL drops the reply, then cuts a off), so it sends no final dot and
+    holds a deferral; the cut lasts longer than store.lease, and node b, which
+    reaches PostgreSQL directly, takes the message, finds the mark and finishes it
+    unconfirmed (upstream.ambiguous = assume-delivered). Once a is back, its held
+    write is refused and it revives the message (store_msg_revive): it is
+    delivered, exactly once, and its story ends sent, not unconfirmed. The cut
+    comes right after the mark's COMMIT went through the proxy, before its result
+    could be read; whether b's verdict came first is waited for, not guessed."""
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=proxy.url_of(t.pg_url()), lease=FAST_LEASE)
+    b, = nodes(t, sink, names=("b",), lease=FAST_LEASE)
+    proxy.cut_after(b"SET inflight = v.flag", delay=0.5)
+    q = submit_ok(a.port, "revive@example.com", make_msg(key="mark-past-lease-1"))
+    wait_until(lambda: proxy.triggered, 15, "a's inflight mark's commit through the proxy")
+    a.wait_log(q, "cannot set the inflight mark", timeout=15)
+    # a's lease (3 s) runs out during the cut; b's verdict on a's mark
+    b.wait_log(q, "status=unconfirmed", timeout=30)
+    eq(sink.accepted(), [], "delivered while a was cut off")
+    proxy.heal()
+    try:
+        check_exactly_once([sink], [q], timeout=30, what="after a's link came back")
+    finally:
+        print("\n".join(a.log_lines(q) + b.log_lines(q)))
+    check(a.log_lines(q, "revived: its inflight mark was never followed by a final dot"),
+          "a did not log the revive")
+    s = ctl_json(b, "show", q)["messages"][0]
+    eq((s["state"], s["queued"]), ("sent", False), "the story in the end")
+    eq([r["state"] for r in s["recipients"]], ["sent"], "recipients in the end")
+    eq(ctl_json(a, "stats")["daemon"]["counters"]["revived"], 1, "a's revived counter")
 
 
 # ---------------------------------------------------------------- operations

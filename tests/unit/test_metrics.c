@@ -63,6 +63,7 @@ static void test_counters(void **state)
 	metrics_delivered("bounced", 5);
 	metrics_delivered("unconfirmed", 5);
 	metrics_delivered("something else", 5);
+	metrics_inc(METRICS_REVIVED);
 	render(&out, &g);
 	has_line(out.data, "# TYPE idemrelay_submissions_total counter");
 	has_line(out.data, "idemrelay_submissions_total 6");
@@ -75,6 +76,8 @@ static void test_counters(void **state)
 	has_line(out.data, "idemrelay_deliveries_total{status=\"deferred\"} 1");
 	has_line(out.data, "idemrelay_deliveries_total{status=\"bounced\"} 1");
 	has_line(out.data, "idemrelay_deliveries_total{status=\"unconfirmed\"} 1");
+	has_line(out.data, "# TYPE idemrelay_revived_total counter");
+	has_line(out.data, "idemrelay_revived_total 1");
 	/* without a readable store, only store_up says so */
 	has_line(out.data, "idemrelay_store_up 0");
 	if (strstr(out.data, "idemrelay_queue_depth"))
