@@ -3,7 +3,9 @@
  * racers on one key inside one batch end with one queued message and one
  * QID; inflight marks ride in the group commit and fail alone, and while
  * submissions come in they wait for one to share its transaction; a lone
- * submission may be committed on the caller's thread (commit_now).
+ * submission may be committed on the caller's thread (commit_now); a
+ * transaction takes at most COMMIT_BATCH_BYTES of message data (one
+ * submission at least), the rest going first in the next.
  */
 #include <ftw.h>
 #include <pthread.h>
@@ -29,6 +31,11 @@ struct fx {
 	struct commit *cm;
 	int n_committed;	/* committed() calls, under the commit's own ordering */
 	char last_committed[STORE_QID_SIZE];	/* the QID of the last one */
+	/* writer thread's, read once n_committed says they are written */
+	char log_qid[16][STORE_QID_SIZE];	/* committed() QIDs in order, the first 16 */
+	uint64_t log_txn[16];			/* ... and the store's txns count then (0: unknown) */
+	struct commit_req **late;	/* submitted at the first committed() call */
+	size_t n_late;
 };
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
@@ -42,9 +49,20 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 static void committed(void *arg, const char *qid)
 {
 	struct fx *f = arg;
+	struct store_stats s;
+	size_t i;
+	int n = f->n_committed;
 
 	/* a copy: the request may be the event loop's, and freed, by now */
 	snprintf(f->last_committed, sizeof(f->last_committed), "%s", qid);
+	/* between the batch's commit and the next: its transaction, as counted */
+	if (n < 16) {
+		snprintf(f->log_qid[n], sizeof(f->log_qid[n]), "%s", qid);
+		f->log_txn[n] = store_stats(f->st, &s) == 0 ? s.txns : 0;
+	}
+	for (i = 0; i < f->n_late; i++)	/* after this batch was taken, before the next */
+		commit_submit(f->cm, f->late[i]);
+	f->n_late = 0;
 	__atomic_add_fetch(&f->n_committed, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -359,6 +377,148 @@ static void test_hold_for_submission(void **state)
 	req_free(r);
 }
 
+#define MB	(1u << 20)
+#define CAP	(16u * MB)	/* COMMIT_BATCH_BYTES in relay/commit.c */
+
+struct block {
+	struct commit *cm;
+	sem_t started;		/* posted: the writer is inside the op */
+	sem_t go;		/* posted: let it finish */
+};
+
+/* block_fn - commit_run() step: hold the writer inside its transaction */
+static void block_fn(struct store_txn *t, void *arg)
+{
+	struct block *b = arg;
+
+	(void) t;
+	sem_post(&b->started);
+	sem_wait(&b->go);
+}
+
+static void *block_thread(void *arg)
+{
+	struct block *b = arg;
+
+	(void) commit_run(b->cm, block_fn, b);
+	return NULL;
+}
+
+/* req_sized - a submission of size bytes of data, under a key of its own */
+static struct commit_req *req_sized(const char *qid, size_t size)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct commit_req *r = req_new(qid, qid, "", a, 1);
+
+	free(r->msg.data);
+	r->msg.data = xmalloc(size);
+	memset(r->msg.data, 'x', size);
+	r->msg.data_len = size;
+	return r;
+}
+
+/*
+ * A group commit takes at most CAP of data, and one submission at least
+ * however large; what is left goes first, in order, in the next, ahead
+ * of what came in meanwhile. The submissions are queued while the writer
+ * is held inside a transaction, so that it finds them all pending at
+ * once; late ones come at the first committed() call, after the first
+ * batch was taken. want: the QIDs' letters by transaction.
+ */
+static void test_batch_cap(void **state)
+{
+	static const struct {
+		const char *name;
+		size_t size[6];		/* pending when the writer looks; 0 ends */
+		size_t late[3];		/* submitted once the first batch is taken */
+		const char *want;
+	} cases[] = {
+		{ "under the cap: one transaction",
+		  { 1024, 1024, 1024, 1024 }, { 0 }, "ABCD" },
+		{ "to the cap exactly; the rest first in the next",
+		  { 6 * MB, 6 * MB, 4 * MB, 6 * MB, 1024 }, { 1024, 1024 }, "ABC|DEFG" },
+		{ "a byte past the cap",
+		  { 8 * MB, 8 * MB + 1 }, { 0 }, "A|B" },
+		{ "the rest split again",
+		  { 9 * MB, 9 * MB, 9 * MB }, { 1024 }, "A|B|CD" },
+		{ "one bigger than the cap goes alone, first",
+		  { CAP + MB, 1024 }, { 0 }, "A|B" },
+		{ "one bigger than the cap between small ones",
+		  { 1024, CAP + MB, 1024 }, { 0 }, "A|B|C" },
+	};
+	struct fx *f = *state;
+	struct commit_req *r[9];
+	struct block b;
+	pthread_t th;
+	size_t c, i, n, n_init, bytes, in_txn;
+	char got[32], *o, qid[STORE_QID_SIZE], letter;
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		if (c > 0) {		/* a fresh store and writer per case */
+			teardown((void **) &f);
+			setup((void **) &f);
+			*state = f;
+		}
+		n_done = 0;
+		for (n = 0; n < 6 && cases[c].size[n]; n++) {
+			snprintf(qid, sizeof(qid), "CAP%zu%c0000000", c, (char) ('A' + n));
+			r[n] = req_sized(qid, cases[c].size[n]);
+		}
+		n_init = n;
+		for (i = 0; i < 3 && cases[c].late[i]; i++, n++) {
+			snprintf(qid, sizeof(qid), "CAP%zu%c0000000", c, (char) ('A' + n));
+			r[n] = req_sized(qid, cases[c].late[i]);
+		}
+		f->late = r + n_init;
+		f->n_late = n - n_init;
+
+		assert_int_equal(sem_init(&b.started, 0, 0), 0);
+		assert_int_equal(sem_init(&b.go, 0, 0), 0);
+		b.cm = f->cm;
+		assert_int_equal(pthread_create(&th, NULL, block_thread, &b), 0);
+		sem_wait(&b.started);
+		for (i = 0; i < n_init; i++)
+			commit_submit(f->cm, r[i]);
+		sem_post(&b.go);
+		wait_done(f, (int) n);
+		pthread_join(th, NULL);
+		sem_destroy(&b.started);
+		sem_destroy(&b.go);
+		for (i = 0; i < 1000 && __atomic_load_n(&f->n_committed, __ATOMIC_SEQ_CST) < (int) n; i++)
+			usleep(1000);	/* delivery hears of it after the event loop */
+		if (f->n_committed != (int) n)
+			fail_msg("%s: %d handed to delivery, want %zu", cases[c].name, f->n_committed, n);
+
+		/* the transactions as the committed() calls saw them */
+		o = got;
+		bytes = 0;
+		in_txn = 0;
+		for (i = 0; i < n; i++) {
+			if (r[i]->outcome != COMMIT_QUEUED)
+				fail_msg("%s: %s: outcome %d, want queued", cases[c].name,
+					 r[i]->msg.qid, r[i]->outcome);
+			if (i > 0 && f->log_txn[i] != f->log_txn[i - 1]) {
+				*o++ = '|';
+				bytes = in_txn = 0;
+			}
+			letter = f->log_qid[i][4];	/* CAP<case><letter>... */
+			if (letter < 'A' || letter >= 'A' + (char) n || f->log_txn[i] == 0)
+				fail_msg("%s: committed() call %zu: QID %s, txns %llu", cases[c].name,
+					 i, f->log_qid[i], (unsigned long long) f->log_txn[i]);
+			*o++ = letter;
+			bytes += r[letter - 'A']->msg.data_len;
+			if (++in_txn > 1 && bytes > CAP)
+				fail_msg("%s: %zu submissions of %zu bytes in one transaction",
+					 cases[c].name, in_txn, bytes);
+		}
+		*o = 0;
+		if (strcmp(got, cases[c].want) != 0)
+			fail_msg("%s: got %s, want %s", cases[c].name, got, cases[c].want);
+		for (i = 0; i < n; i++)
+			req_free(r[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -368,6 +528,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_run_outcomes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_for_submission, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_cap, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("commit", tests, NULL, NULL);
