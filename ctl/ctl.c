@@ -32,8 +32,9 @@
  *	they write to the store directly.
  * DIAGNOSTICS
  *	Exit 0 on success; 1 with a message for an unknown QID or key, an
- *	absent store ("no store at PATH"), a daemon that is needed and not
- *	running, or any failure; 2 for bad usage.
+ *	absent store ("no store at PATH"), a PostgreSQL store that cannot be
+ *	reached ("FILE:LINE: store.url: why", as idemrelay -t says it), a
+ *	daemon that is needed and not running, or any failure; 2 for bad usage.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -100,14 +101,15 @@ void ctl_fail(struct ctl *x, const char *fmt, ...)
 /* ctl_store_try - open the store read-only, once; NULL and why in err if it cannot be */
 struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen)
 {
-	char why[512];
+	char why[512], where[512];
 	int rc;
 
 	if (x->st != NULL)
 		return x->st;
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL) {	/* a client: no node, no leases */
 		if ((rc = store_pg_open(&x->st, x->cf.store.url, NULL, 0, why, sizeof(why))) != 0)
-			snprintf(err, errlen, "store.url: %s", why);
+			snprintf(err, errlen, "%s: %s",	/* FILE:LINE: store.url, as -t says */
+				 conf_where(&x->cf, "store.url", where, sizeof(where)), why);
 	} else
 		rc = store_lmdb_open_readonly(&x->st, x->cf.store.path, err, errlen);
 	if (rc != 0) {

@@ -9,8 +9,8 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import (BIN, case, check, eq, free_port, make_msg, run, submit, submit_ok,
-                     wait_until)
+from harness import (BIN, base_conf, case, check, eq, free_port, make_msg, render_conf, run,
+                     submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
 
@@ -374,6 +374,45 @@ def stats_pg_outage(t, d, proxy, qid):
     eq(queued_qids(d), [qid], "the queue after the outage")
     print("outage: %d connection(s) dropped, %d refused" % (proxy.dropped, proxy.accepted
                                                            - proxy.forwarded))
+
+
+@case(needs_daemon=False)
+def test_ctl_store_url_where(t):
+    """idemrelayctl names a PostgreSQL store it cannot reach as idemrelay -t does:
+    FILE:LINE: store.url: and libpq's words, once, for every command that reads
+    or writes the store (stats shows it as the reason it cannot read). The store
+    is a free loopback port, so no server is needed and it runs on either store."""
+    url = "postgresql://idemrelay@127.0.0.1:%d/nodb" % free_port()
+    text = render_conf(base_conf(None, free_port(), free_port(), url, "ctl"))
+    path = os.path.join(t.tmp, "refused.conf")
+    with open(path, "w") as f:
+        f.write(text)
+    line = next(n for n, l in enumerate(text.splitlines(), 1) if l.strip().startswith("url = "))
+    where = "%s:%d: store.url: " % (path, line)
+
+    def says(what, msg):
+        check(msg.startswith(where) and "Connection refused" in msg,
+              "%s: want %r... Connection refused, got %r" % (what, where, msg))
+        eq(msg.count("store.url"), 1, "%s: store.url named once in %r" % (what, msg))
+
+    r = run([BIN, "-t", "-c", path])
+    check(any(l.startswith("idemrelay: " + where) for l in r.stderr.splitlines()),
+          "idemrelay -t does not name %r: %r" % (where, r.stderr))
+    qid = "ABCDEF012345"
+    for cmd in (["queue"], ["show", qid], ["show", "a-key"], ["drop", qid], ["forget", "a-key"]):
+        err = ctl(None, *cmd, want=1, conf=path).stderr.strip()
+        check(err.startswith("idemrelayctl: ") and "\n" not in err,
+              "%s: want one idemrelayctl: line, got %r" % (cmd[0], err))
+        says(" ".join(cmd), err[len("idemrelayctl: "):])
+    says("--json queue", ctl_json(None, "queue", want=1, conf=path)["error"])
+    out = ctl(None, "stats", conf=path).stdout
+    head = "store        postgresql: cannot be read: "
+    first = out.splitlines()[0] if out else ""
+    check(first.startswith(head), "stats text: %r" % out)
+    says("stats", first[len(head):])
+    s = ctl_json(None, "stats", conf=path)["store"]
+    eq(s.get("readable"), False, "--json stats: readable")
+    says("--json stats", s.get("error", ""))
 
 
 def scrape(port, path="/metrics"):
