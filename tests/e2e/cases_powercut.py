@@ -10,6 +10,7 @@ a commit whose sync failed but which the disk kept whole may come back at the
 next open only as one message under one QID, which a retry of its key gets.
 """
 
+import itertools
 import random
 import re
 import smtplib
@@ -24,17 +25,23 @@ SUBJECT_RE = re.compile(rb"^Subject: cut (\S+)\r$", re.M)
 
 class Load:
     """Retrying clients: each sends its keys in turn, each until it gets a 250,
-    until finish() (the key in progress is still seen through). Every 250 is
-    kept (a key may get several, from retries after a cut): all of one key's
-    must name one QID. A client in quitters gives a key up at its first 452
-    (its message must then never reach the sink)."""
+    until finish() (the key in progress is still seen through), or until it has
+    sent per_client keys if that is given. Every 250 is kept (a key may get
+    several, from retries after a cut): all of one key's must name one QID. A
+    client in quitters gives a key up at its first 452 (its message must then
+    never reach the sink). busy() is how many clients are in a transaction,
+    between their EHLO and the reply to their DATA; each attempt is kept with
+    the monotonic times it began and ended and whether it got a 250
+    (under_way())."""
 
-    def __init__(self, d, n_clients, prefix, per_client=50, quitters=()):
+    def __init__(self, d, n_clients, prefix, per_client=None, quitters=()):
         self.d = d
         self.quitters = quitters
         self.abandoned = []     # keys given up after a 452
         self.got = {}           # key -> the QIDs of every 250 it got
         self.refused = {}       # reply code other than 250 -> count
+        self.attempts = []      # (began, ended, got a 250) of each attempt
+        self.in_txn = 0         # clients between EHLO and the DATA reply
         self.errors = []
         self.lock = threading.Lock()
         self.stop = False
@@ -46,26 +53,49 @@ class Load:
     def msg(self, key):
         return make_msg(key=key, subject="cut %s" % key, body="payload of %s\r\n" % key)
 
+    def attempt(self, cid, key):
+        """attempt - one connection, one submission of key, counted in busy()
+        until its DATA reply (not through its QUIT)"""
+        s = smtplib.SMTP("127.0.0.1", self.d.port, timeout=10)
+        try:
+            s.ehlo("client.test")
+            with self.lock:
+                self.in_txn += 1
+            try:
+                return submit(self.d.port, "cut%d@example.com" % cid, self.msg(key), smtp=s)
+            finally:
+                with self.lock:
+                    self.in_txn -= 1
+        finally:
+            try:
+                s.quit()
+            except Exception:
+                s.close()
+
     def client(self, cid, n, prefix):
-        for i in range(n):
+        for i in (range(n) if n else itertools.count()):
             if self.stop:
                 return
             key = "%s-%d-%03d" % (prefix, cid, i)
             deadline = time.monotonic() + 40
             while True:
+                began = time.monotonic()
                 try:
-                    r = submit(self.d.port, "cut%d@example.com" % cid, self.msg(key), timeout=10)
+                    r = self.attempt(cid, key)
                     if r.code == 250:
                         with self.lock:
                             self.got.setdefault(key, []).append(r.qid)
+                            self.attempts.append((began, time.monotonic(), True))
                         break
                     with self.lock:
+                        self.attempts.append((began, time.monotonic(), False))
                         self.refused[r.code] = self.refused.get(r.code, 0) + 1
                         if r.code == 452 and cid in self.quitters:
                             self.abandoned.append(key)
                             break
                 except (OSError, EOFError, smtplib.SMTPException) as e:
                     with self.lock:
+                        self.attempts.append((began, time.monotonic(), False))
                         self.refused[type(e).__name__] = self.refused.get(type(e).__name__, 0) + 1
                 if time.monotonic() > deadline:
                     self.errors.append("%s: no 250 within 40s" % key)
@@ -75,6 +105,16 @@ class Load:
     def count(self):
         with self.lock:
             return len(self.got)
+
+    def busy(self):
+        with self.lock:
+            return self.in_txn
+
+    def under_way(self, at):
+        """under_way - (attempts under way at time at, those of them that got no 250)"""
+        with self.lock:
+            span = [ok for began, ended, ok in self.attempts if began < at <= ended]
+        return len(span), span.count(False)
 
     def finish(self, timeout=60):
         self.stop = True
@@ -104,8 +144,16 @@ def verify(t, d, sink, load):
             by_key.setdefault(m.group(1).decode(), []).append(r)
         return by_key
 
+    def unconfirmed(qid, log):
+        return any(qid in l and "status=unconfirmed" in l for l in log.splitlines())
+
+    def waiting():
+        """waiting - keys not at the sink and not logged unconfirmed (never to be sent)"""
+        there, log = copies(), d.log()
+        return [k for k, q in qids.items() if k not in there and not unconfirmed(q, log)]
+
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(copies()) < total:
+    while time.monotonic() < deadline and waiting():
         time.sleep(0.3)
     time.sleep(2)           # resends, if any, of what was deferred
     by_key = copies()
@@ -116,7 +164,7 @@ def verify(t, d, sink, load):
         if len(recs) > 1:
             dups.append("%s (%s) x%d" % (key, qid, len(recs)))
         elif not recs:
-            if not any(qid in l and "status=unconfirmed" in l for l in log.splitlines()):
+            if not unconfirmed(qid, log):
                 lost.append("%s (%s)" % (key, qid))
         elif received_qids(recs[0]["data"]) != [qid]:
             wrong.append("%s: got %s, relayed as %s" % (key, qid, received_qids(recs[0]["data"])))
@@ -132,7 +180,10 @@ def verify(t, d, sink, load):
 def test_powercut_under_load(t):
     """Four clients retry their keys until 250 while the power goes four times
     at random moments (the daemon killed -9, powerfs's unsynced writes gone);
-    the store opens every time, and every 250 survives with its QID."""
+    the store opens every time, and every 250 survives with its QID. The
+    clients send until the last cut is done; every cut must come while a
+    submission is under way, and some cut must break one (a cut after the load
+    has ended tests nothing)."""
     rnd = random.Random()
     seed = rnd.randrange(1 << 30)
     rnd.seed(seed)
@@ -141,18 +192,29 @@ def test_powercut_under_load(t):
     sink = t.sink()
     d = t.daemon(sink, {"store": {"path": fs.mnt + "/store"}, "upstream": {"connections": 4}})
     load = Load(d, 4, "pc")
+    kills = []
     try:
         for round_ in range(4):
-            want = min(4 * 50 - 4, load.count() + rnd.randrange(5, 25))
+            want = load.count() + rnd.randrange(5, 25)
             wait_until(lambda: load.count() >= want or load.errors, 30,
                        "%d keys answered before cut %d" % (want, round_ + 1))
             time.sleep(rnd.random() * 0.2)
+            # not in the moment after a group commit's replies, when every client may
+            # be between its 250 and its next EHLO
+            wait_until(lambda: load.busy() or load.errors, 10,
+                       "a submission in flight for cut %d" % (round_ + 1), interval=0.0002)
+            kills.append(time.monotonic())
             d.kill9()
             fs.cut()
             d.start(timeout=20)
     finally:
         load.finish()
     print("%d cuts, refusals and errors by kind: %r" % (fs.cuts, load.refused))
+    # (a 250 the daemon wrote just before its death may still be read after it)
+    flight = [load.under_way(at) for at in kills]
+    print("submissions in flight at each cut, and those it cut: %r" % flight)
+    check(all(n for n, _ in flight), "a cut came with no submission in flight: %r" % flight)
+    check(any(c for _, c in flight), "no cut broke a submission: %r" % flight)
     verify(t, d, sink, load)
     replays = d.log_lines("replayed from the journal")
     print("journal replays at open: %d" % len(replays))
