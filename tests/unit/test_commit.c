@@ -21,9 +21,9 @@
 #include <cmocka.h>
 
 #include "../../relay/commit.h"
-#include "../../relay/keys.h"
 #include "../../store/lmdb/store_lmdb.h"
 #include "../../util/buf.h"
+#include "test_commit_help.h"
 
 struct fx {
 	char dir[64];
@@ -100,45 +100,11 @@ static void done(struct commit_req *req)
 	n_done++;
 }
 
-/* req_new - a submission of one message to rcpts under key */
+/* req_new - a submission of one message to rcpts under key, answered through done() */
 static struct commit_req *req_new(const char *qid, const char *key, const char *body,
 				  const char *const *rcpts, size_t n)
 {
-	struct commit_req *r = xcalloc(1, sizeof(*r));
-	size_t i;
-
-	strcpy(r->msg.qid, qid);
-	r->msg.from = xstrdup("s@example.org");
-	r->msg.client = xstrdup("c [127.0.0.1]");
-	r->msg.rcpts = xcalloc(n, sizeof(*r->msg.rcpts));
-	r->msg.n_rcpts = n;
-	r->hashes = xcalloc(n, sizeof(*r->hashes));
-	r->claimed = xcalloc(n, 1);
-	for (i = 0; i < n; i++) {
-		r->msg.rcpts[i].addr = xstrdup(rcpts[i]);
-		keys_claim_hash("", key, rcpts[i], r->hashes[i]);
-	}
-	r->msg.data = xstrdup(body);
-	r->msg.data_len = strlen(body);
-	hash_once(body, strlen(body), r->fingerprint);
-	r->ttl = 3600LL * 1000000;
-	r->done = done;
-	return r;
-}
-
-static void req_free(struct commit_req *r)
-{
-	size_t i;
-
-	for (i = 0; i < r->msg.n_rcpts; i++)
-		free(r->msg.rcpts[i].addr);
-	free(r->msg.rcpts);
-	free(r->msg.from);
-	free(r->msg.client);
-	free(r->msg.data);
-	free(r->hashes);
-	free(r->claimed);
-	free(r);
+	return req_make(qid, key, body, rcpts, n, done);
 }
 
 /* wait_done - reap until n requests have been answered */
