@@ -205,45 +205,45 @@ void store_pg_arr_free(struct pg_arr *a)
 	memset(a, 0, sizeof(*a));
 }
 
+/*
+ * elem - the next element of an array: the room for the header before
+ * the first, then the element's length (-1: NULL); its bytes follow
+ */
+static struct buf *elem(struct pg_arr *a, uint32_t len)
+{
+	arr_room(a);
+	put_be(&a->b, len, 4);
+	a->n++;
+	return &a->b;
+}
+
 /* store_pg_a_i64 - append a bigint */
 void store_pg_a_i64(struct pg_arr *a, int64_t v)
 {
-	arr_room(a);
-	put_be(&a->b, 8, 4);
-	put_be(&a->b, (uint64_t) v, 8);
-	a->n++;
+	put_be(elem(a, 8), (uint64_t) v, 8);
 }
 
 /* store_pg_a_i32 - append an int */
 void store_pg_a_i32(struct pg_arr *a, int32_t v)
 {
-	arr_room(a);
-	put_be(&a->b, 4, 4);
-	put_be(&a->b, (uint32_t) v, 4);
-	a->n++;
+	put_be(elem(a, 4), (uint32_t) v, 4);
 }
 
 /* store_pg_a_bool - append a boolean */
 void store_pg_a_bool(struct pg_arr *a, int v)
 {
-	arr_room(a);
-	put_be(&a->b, 1, 4);
-	buf_putc(&a->b, v ? 1 : 0);
-	a->n++;
+	buf_putc(elem(a, 1), v ? 1 : 0);
 }
 
 /* store_pg_a_bytes - append a bytea (or text's bytes), or NULL */
 void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len)
 {
-	arr_room(a);
 	if (v == NULL) {
-		put_be(&a->b, 0xffffffffu, 4);
+		elem(a, 0xffffffffu);
 		a->has_null = 1;
 	} else {
-		put_be(&a->b, (uint32_t) len, 4);
-		buf_append(&a->b, v, len);
+		buf_append(elem(a, (uint32_t) len), v, len);
 	}
-	a->n++;
 }
 
 /* store_pg_a_text - append a text, or NULL */
