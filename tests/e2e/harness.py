@@ -549,10 +549,19 @@ class Proxy:
     bytes containing pattern, they reach the server, its replies from then on
     do not reach the client, and a moment later everything is cut: a request
     (a COMMIT) that the server carried out and whose outcome the client never
-    learns. Counts: accepted, forwarded, dropped, held_total, triggered."""
+    learns. The daemon prepares its statements (a connection sends a text once,
+    in a Parse message, then binds its name), so the proxy learns each
+    connection's statement names and their texts, and a Bind of a statement
+    whose text holds pattern fires too. Counts: accepted, forwarded, dropped,
+    held_total, triggered."""
+
+    # the frontend's Parse (name, text) and Bind (unnamed portal, statement name) messages
+    PARSE = re.compile(rb"P....([^\x00]+)\x00([^\x00]*)\x00", re.S)
+    BIND = re.compile(rb"B....\x00([^\x00]+)\x00", re.S)
 
     def __init__(self, target_port):
         self.target = target_port
+        self.prepared = {}              # pair -> {statement name: its text}
         self.lsock = socket.socket()
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lsock.bind(("127.0.0.1", 0))
@@ -639,8 +648,15 @@ class Proxy:
                     dst.sendall(data)
             except OSError:
                 break
-            if upward and self.trigger and self.trigger[0] in data:
-                self._fire()
+            if upward:
+                names = self.prepared.setdefault(pair, {})
+                for m in self.PARSE.finditer(data):
+                    names[m.group(1)] = m.group(2)
+                trigger = self.trigger
+                if trigger and (trigger[0] in data or any(
+                        trigger[0] in names.get(m.group(1), b"")
+                        for m in self.BIND.finditer(data))):
+                    self._fire()
         for x in pair:                  # wake the other direction
             try:
                 x.shutdown(socket.SHUT_RDWR)
@@ -651,6 +667,7 @@ class Proxy:
             last = self.pairs[pair] == 0
             if last:
                 del self.pairs[pair]
+                self.prepared.pop(pair, None)
         if last:
             for x in pair:
                 self._reset(x)
