@@ -187,15 +187,18 @@ void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
 /*
  * schedule - (re)queue a QID, and wake a thread if that moves when the
  * next batch may start: a message joining a batch that is gathering
- * wakes no one (the caller does not hold the lock)
+ * wakes no one (the caller does not hold the lock). A QID leased from
+ * the shared queue (leased) may still be busy: the attempt before let
+ * its lease go and is about to be done with it; then it comes back when
+ * done (dq_again), else this lease would be renewed and never delivered.
  */
-static void schedule(struct deliver *d, const char *qid, int64_t when)
+static void schedule(struct deliver *d, const char *qid, int64_t when, int leased)
 {
 	int64_t now = clock_us(), before;
 
 	pthread_mutex_lock(&d->lock);
 	before = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
-	if (dq_add(&d->q, qid, when)
+	if ((leased ? dq_again : dq_add) (&d->q, qid, when)
 	    && dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch) != before)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
@@ -204,7 +207,8 @@ static void schedule(struct deliver *d, const char *qid, int64_t when)
 /*
  * finished - a busy QID is done: reschedule at next, or forget it (next
  * < 0). On a shared store it is always forgotten and its lease let go
- * (if a write has not already): the shared queue has it.
+ * (if a write has not already): the shared queue has it, unless this
+ * node leased it again meanwhile (schedule).
  */
 static void finished(struct deliver *d, const char *qid, int64_t next)
 {
@@ -214,7 +218,7 @@ static void finished(struct deliver *d, const char *qid, int64_t next)
 	}
 	pthread_mutex_lock(&d->lock);
 	dq_done(&d->q, qid, next);
-	if (next >= 0)
+	if (dq_state(&d->q, qid) == DQ_WAITING)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 }
@@ -326,7 +330,7 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 	}
 	msg_info("%s: sender non-delivery notification: %s", b.qid, j->m.qid);
 	msg_info("%s: from=<>, size=%zu, nrcpt=1 (queue active)", b.qid, text.len);
-	schedule(d, b.qid, now);
+	schedule(d, b.qid, now, 0);
 done:
 	buf_free(&text);
 	free(dr);
@@ -743,7 +747,7 @@ static void *deliver_thread(void *arg)
 static int take_one(void *arg, const char *qid, int64_t next_attempt)
 {
 	(void) next_attempt;
-	schedule(arg, qid, clock_us());
+	schedule(arg, qid, clock_us(), 1);
 	return 0;
 }
 
@@ -841,7 +845,7 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 {
 	if (d == NULL || qid == NULL)
 		return;
-	schedule(d, qid, clock_us());
+	schedule(d, qid, clock_us(), 0);
 }
 
 /* deliver_flush - every waiting message is due now */

@@ -21,6 +21,7 @@ struct dq_item {
 	char qid[STORE_QID_SIZE];
 	int64_t next;
 	size_t slot;			/* index in heap, or DQ_BUSY */
+	int again;			/* busy, and due again at next when done (dq_again) */
 };
 
 /* item_cmp - tsearch order: by QID */
@@ -155,6 +156,19 @@ int dq_add(struct dq *q, const char *qid, int64_t next)
 	return 1;
 }
 
+/* dq_again - dq_add, and a busy QID comes back at next when done */
+int dq_again(struct dq *q, const char *qid, int64_t next)
+{
+	struct dq_item *it = dq_find(q, qid);
+
+	if (it == NULL || it->slot != DQ_BUSY)
+		return dq_add(q, qid, next);
+	if (!it->again || next < it->next)
+		it->next = next;
+	it->again = 1;
+	return 0;
+}
+
 /* dq_take_due - pop due items, earliest first, and mark them busy */
 size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max)
 {
@@ -203,6 +217,11 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 
 	if (it == NULL)
 		return;
+	if (it->again) {			/* leased again meanwhile: due then, or sooner */
+		if (next < 0 || next > it->next)
+			next = it->next;
+		it->again = 0;
+	}
 	if (it->slot != DQ_BUSY) {		/* not handed out: just reschedule */
 		if (next < 0)
 			heap_remove(q, it);

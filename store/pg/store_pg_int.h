@@ -119,7 +119,7 @@ struct pg_txn {
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
 	size_t n_put, cap_put;
-	char (*gone_qids)[STORE_QID_SIZE];	/* owned: leases given up at commit */
+	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
 	size_t n_gone, cap_gone;
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
@@ -227,7 +227,7 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 		       PGresult **rr);
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
-void store_pg_lease_del(struct pg_store *st, const char *qid);
+void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */
 int store_pg_msg_valid(const struct store_msg *m);
 int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts);
 

@@ -139,11 +139,15 @@ static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token
 	st->n_leases--;
 }
 
-/* store_pg_lease_del - this node no longer holds qid's lease */
-void store_pg_lease_del(struct pg_store *st, const char *qid)
+/*
+ * store_pg_lease_del - this node no longer holds qid's lease: the one of
+ * that token if token != 0 (a newer lease, taken since the write that
+ * gave this one up committed, stays)
+ */
+void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token)
 {
 	pthread_mutex_lock(&st->lmu);
-	lease_del_locked(st, qid, 0);
+	lease_del_locked(st, qid, token);
 	pthread_mutex_unlock(&st->lmu);
 }
 
@@ -294,7 +298,7 @@ void store_pg_lease_release(struct store *base, const char *qid)
 
 	if (!store_pg_qid_ok(qid) || store_pg_lease_get(st, qid, &token) != 0)
 		return;
-	store_pg_lease_del(st, qid);
+	store_pg_lease_del(st, qid, token);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, token);

@@ -243,7 +243,7 @@ int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts
 		err = STORE_ELEASE;
 	PQclear(r);
 	if (err != STORE_EINVAL)
-		store_pg_lease_del(st, qid);
+		store_pg_lease_del(st, qid, 0);
 	return err;
 }
 
@@ -331,7 +331,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	if (strcmp(PQcmdTuples(r), "1") != 0)
 		err = store_pg_why(st, NULL, qid, 0);
 	else
-		store_pg_lease_del(st, qid);
+		store_pg_lease_del(st, qid, 0);
 	PQclear(r);
 	return err;
 }

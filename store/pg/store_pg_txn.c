@@ -135,6 +135,17 @@ static void qids_add(char (**v)[STORE_QID_SIZE], size_t *n, size_t *cap, const c
 	strcpy((*v)[(*n)++], qid);
 }
 
+/* gone_add - qid's lease, of token (0: put in this transaction), is given up at commit */
+static void gone_add(struct pg_txn *t, const char *qid, int64_t token)
+{
+	if (t->n_gone == t->cap_gone) {
+		t->cap_gone = t->cap_gone ? 2 * t->cap_gone : 16;
+		t->gone = xrealloc(t->gone, t->cap_gone * sizeof(*t->gone));
+	}
+	strcpy(t->gone[t->n_gone].qid, qid);
+	t->gone[t->n_gone++].token = token;
+}
+
 /* store_pg_qids_has - is qid in the array? */
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid)
 {
@@ -356,7 +367,7 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_text(&s->r[3], m->rcpts[i].reply);
 	}
 	if (!queued || m->next_attempt > clock_us())
-		qids_add(&t->gone_qids, &t->n_gone, &t->cap_gone, m->qid);
+		gone_add(t, m->qid, has ? token : 0);
 }
 
 /* store_pg_txn_msg_set_inflight - buffer the inflight mark, fenced */
@@ -411,7 +422,7 @@ static void txn_free(struct pg_txn *t)
 	free(t->locked);
 	free(t->loaded);
 	free(t->put_qids);
-	free(t->gone_qids);
+	free(t->gone);
 	free(t);
 }
 
@@ -600,14 +611,14 @@ int store_pg_txn_commit(struct store_txn *base)
 	/* else an error was reported: nothing was committed */
 	if (committed) {
 		for (i = 0; i < t->n_gone; i++)
-			store_pg_lease_del(st, t->gone_qids[i]);
+			store_pg_lease_del(st, t->gone[i].qid, t->gone[i].token);
 		pthread_mutex_lock(&st->mu);
 		st->txns++;
 		pthread_mutex_unlock(&st->mu);
 	} else {
 		/* a message put whose lease was recorded from a result is not ours: undo */
 		for (i = 0; i < t->n_put; i++)
-			store_pg_lease_del(st, t->put_qids[i]);
+			store_pg_lease_del(st, t->put_qids[i], 0);
 	}
 	txn_free(t);
 	return err;

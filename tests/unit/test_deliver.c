@@ -268,6 +268,61 @@ static void test_queue_busy(void **state)
 	dq_free(&q);
 }
 
+/*
+ * A shared store leases a QID to this node again while its last attempt,
+ * which let the lease go, is finishing: dq_again keeps it for dq_done,
+ * which puts it back whatever it is told (forgotten, the lease would be
+ * renewed forever and the message never delivered).
+ */
+static void test_queue_again(void **state)
+{
+	static const struct {
+		int64_t again1, again2;	/* dq_again times while busy (-1: none) */
+		int64_t done;		/* dq_done's next */
+		int64_t want;		/* next due after, -1: forgotten */
+	} cases[] = {
+		{ -1, -1, -1, -1 },
+		{ 40, -1, -1, 40 },
+		{ 40, -1, 60, 40 },
+		{ 40, -1, 20, 20 },
+		{ 40, 30, -1, 30 },
+		{ 30, 40, -1, 30 },
+	};
+	char out[4][STORE_QID_SIZE];
+	struct dq q;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		dq_init(&q);
+		dq_add(&q, "A", 10);
+		assert_int_equal(dq_take_due(&q, 10, out, 4), 1);
+		if (cases[i].again1 >= 0)
+			assert_int_equal(dq_again(&q, "A", cases[i].again1), 0);
+		if (cases[i].again2 >= 0)
+			assert_int_equal(dq_again(&q, "A", cases[i].again2), 0);
+		assert_int_equal(dq_take_due(&q, 1000, out, 4), 0);	/* still busy */
+		dq_done(&q, "A", cases[i].done);
+		if (cases[i].want < 0) {
+			assert_int_equal(dq_count(&q), 0);
+		} else {
+			assert_int_equal(dq_state(&q, "A"), DQ_WAITING);
+			assert_int_equal(dq_next_due(&q), cases[i].want);
+			assert_int_equal(dq_take_due(&q, cases[i].want, out, 4), 1);
+			dq_done(&q, "A", -1);	/* once: the mark is gone */
+			assert_int_equal(dq_count(&q), 0);
+		}
+		dq_free(&q);
+	}
+	/* not busy: as dq_add */
+	dq_init(&q);
+	assert_int_equal(dq_again(&q, "B", 50), 1);
+	assert_int_equal(dq_again(&q, "B", 20), 1);
+	assert_int_equal(dq_again(&q, "B", 30), 0);
+	assert_int_equal(dq_next_due(&q), 20);
+	dq_free(&q);
+}
+
 static void test_queue_enqueue_earlier(void **state)
 {
 	char out[8][STORE_QID_SIZE];
@@ -382,6 +437,7 @@ int main(void)
 		cmocka_unit_test(test_queue_order),
 		cmocka_unit_test(test_queue_batch_start),
 		cmocka_unit_test(test_queue_busy),
+		cmocka_unit_test(test_queue_again),
 		cmocka_unit_test(test_queue_enqueue_earlier),
 		cmocka_unit_test(test_queue_flush),
 		cmocka_unit_test(test_queue_random),

@@ -297,6 +297,64 @@ static void test_defer_and_flush(void **state)
 	store_close(b);
 }
 
+/* retake_* - the commit hook of test_defer_retaken: once the deferral is
+ * committed, and before its transaction has read that, the node leases the
+ * message again (its taker, at the moment it came due) */
+static struct fx *retake_fx;
+static int retake_n;
+
+static void retake_after_commit(PGconn *c)
+{
+	PGconn *o = PQconnectdb(retake_fx->url);
+	PGresult *r;
+	char q[256];
+	int i, free_now = 0;
+
+	(void) c;
+	store_pg_commit_hook = NULL;
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT lease_owner IS NULL FROM "
+		 "messages WHERE qid = 'RETAKE000001'", retake_fx->schema);
+	for (i = 0; i < 500 && !free_now; i++) {
+		r = PQexec(o, q);
+		free_now = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
+		    && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		PQclear(r);
+		if (!free_now)
+			usleep(10000);
+	}
+	PQfinish(o);
+	retake_n = taken(retake_fx->st, clock_us() + 3600 * SEC);
+}
+
+/*
+ * A deferral gives the lease up at its commit; the node's taker may lease
+ * the message again before the writing thread has read that commit's
+ * result. The write then forgets only the lease it gave up: the new one is
+ * held (and renewed). Forgetting it left the message leased to this node
+ * in the database, never renewed, and not delivered until it ran out.
+ */
+static void test_defer_retaken(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+
+	msg_new(&m, "RETAKE000001", 1, 100);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	m.attempts = 1;
+	m.next_attempt = clock_us() + 1800 * SEC;
+	retake_fx = f;
+	retake_n = -1;
+	store_pg_commit_hook = retake_after_commit;
+	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
+	store_pg_commit_hook = NULL;
+	CHECK_INT("taken again as the deferral committed", retake_n, 1);
+	CHECK_INT("the new lease is held", listed(f->st), 1);
+	CHECK_INT("and renewed", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("held after the renewal", listed(f->st), 1);
+	CHECK_INT("a write under it", store_msg_set_inflight(f->st, "RETAKE000001", 1), 0);
+	store_msg_free(&m);
+}
+
 static void test_drop_leased(void **state)
 {
 	struct fx *f = *state;
@@ -1023,6 +1081,7 @@ int main(void)
 		T(test_lease_renew),
 		T(test_lease_renew_skips_locked),
 		T(test_defer_and_flush),
+		T(test_defer_retaken),
 		T(test_drop_leased),
 		T(test_update_many_lease),
 		T(test_race_two_nodes),
