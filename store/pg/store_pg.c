@@ -53,10 +53,14 @@
 #include "store_pg.h"
 #include "store_pg_int.h"
 
-/* what libpq gets besides the URL, which overrides any of them (it comes last) */
+/*
+ * What libpq gets besides the URL, which overrides any of them (it comes
+ * after them) but the server options: ours come last, with the URL's
+ * after them (a URL that sets a search_path keeps ours).
+ */
 static const char *const conn_keys[] = {
 	"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
-	"keepalives_count", "tcp_user_timeout", "application_name", "options", "dbname", NULL
+	"keepalives_count", "tcp_user_timeout", "application_name", "dbname", "options", NULL
 };
 /*
  * A server backend whose connection was cut (store_pg_wire.c) notices it
@@ -71,10 +75,11 @@ static const char *const conn_keys[] = {
  * expiry, which says so itself (store_pg_hist.c).
  */
 static const char *const conn_vals[] = {
-	"5", "1", "5", "2", "3", "10000", "idemrelay", "-c client_connection_check_interval=1000 -c plan_cache_mode=force_generic_plan",
-	NULL, NULL
+	"5", "1", "5", "2", "3", "10000", "idemrelay", NULL, NULL, NULL
 };
-#define CONN_URL	8	/* the index of dbname: the URL, expanded; it comes last */
+#define CONN_URL	7	/* the index of dbname: the URL, expanded */
+#define CONN_OPTIONS	8	/* ours, then the URL's */
+#define OUR_OPTIONS	"-c client_connection_check_interval=1000 -c plan_cache_mode=force_generic_plan"
 
 /* quiet - the server's notices are not ours to print on stderr */
 static void quiet(void *arg, const char *message)
@@ -105,12 +110,21 @@ static char *one_line(char *s)
 static PGconn *conn_open(const char *url, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
+	PQconninfoOption *o, *given = PQconninfoParse(url, NULL);
+	struct buf options = BUF_INIT;
 	char *msg;
 	PGconn *c;
 
+	buf_printf(&options, "%s", OUR_OPTIONS);
+	for (o = given; o && o->keyword; o++)
+		if (strcmp(o->keyword, "options") == 0 && o->val && *o->val)
+			buf_printf(&options, " %s", o->val);
+	PQconninfoFree(given);
 	memcpy(vals, conn_vals, sizeof(vals));
 	vals[CONN_URL] = url;
+	vals[CONN_OPTIONS] = options.data;
 	c = PQconnectdbParams(conn_keys, vals, 1);
+	buf_free(&options);
 	if (c != NULL && PQstatus(c) == CONNECTION_OK) {
 		PQsetNoticeProcessor(c, quiet, NULL);
 		if (store_pg_stmt_attach(c) != 0)

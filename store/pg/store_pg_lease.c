@@ -201,12 +201,12 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_i64(&p, now);
 	store_pg_p_i64(&p, (int64_t) max);
+	/* = ANY(ARRAY(...)): a join with the subquery was a hash of every message in its generic plan */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
-		  "lease_token = nextval('lease_seq') FROM (SELECT qid FROM messages "
+		  "lease_token = nextval('lease_seq') WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
 		  "WHERE queued AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
-		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED) d "
-		  "WHERE m.qid = d.qid RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r,
-		  "queue take");
+		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
+		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
@@ -320,9 +320,12 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 		return STORE_EINVAL;
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, when);
-	store_pg_p_text(&p, qid);
-	err = store_pg_run(st, "UPDATE messages SET next_attempt = $1 WHERE queued "
-		  "AND ($2::text IS NULL OR qid = $2)", &p, &r, "queue due");
+	if (qid)
+		store_pg_p_text(&p, qid);
+	/* two statements: one plan for both would read every queued message for one */
+	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = $1 WHERE qid = $2 AND queued"
+			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND next_attempt > $1",
+			   &p, &r, "queue due");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
