@@ -775,9 +775,6 @@ static int plans_on(PGconn *c)
 		e = PQexec(c, q.data);
 		if (PQresultStatus(e) != PGRES_TUPLES_OK)
 			fail_msg("%s: %s", text, PQerrorMessage(c));
-		if (getenv("PLANS_SHOW"))
-			for (j = 0; j < PQntuples(e); j++)
-				printf("%.60s | %s\n", text, PQgetvalue(e, j, 0));
 		for (j = 0; j < PQntuples(e); j++) {
 			const char *line = PQgetvalue(e, j, 0);
 
