@@ -34,12 +34,19 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
+/*
+ * Whether a claim's message is queued: a subquery per claim found, so an
+ * index lookup, where a join was free to hash a scan of every message,
+ * and did in generic plans made on a new database's empty tables
+ * (store_pg_txn.c: SQL_RCPT_STATES says why)
+ */
+#define SQL_QUEUED "SELECT m.queued FROM messages m WHERE m.qid = c.qid"
+
 static const char SQL_LOCK[] = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
 
 static const char SQL_KEY_CLAIMS[] =
 	"SELECT c.hash, c.keyhash, c.qid, c.fingerprint, c.accepted, c.expires, "
-	"coalesce(m.queued, false) FROM claims c LEFT JOIN messages m ON m.qid = c.qid "
-	"WHERE c.keyhash = ANY($1::bytea[])";
+	"coalesce((" SQL_QUEUED "), false) FROM claims c WHERE c.keyhash = ANY($1::bytea[])";
 
 /* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
 static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STORE_HASH_LEN])
@@ -300,8 +307,8 @@ int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	store_pg_p_arr(&p, &h);
 	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
 	err = store_pg_exec(st, conn, "SELECT c.hash, c.qid, c.fingerprint, c.accepted, c.expires, "
-			    "coalesce(m.queued, false) FROM claims c LEFT JOIN messages m "
-			    "ON m.qid = c.qid WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2",
+			    "coalesce((" SQL_QUEUED "), false) FROM claims c "
+			    "WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2",
 			    &p, &r, "claims");
 	store_pg_params_free(&p);
 	store_pg_give(st, conn);

@@ -744,16 +744,20 @@ static void test_prepared(void **state)
  * scan of a table that grows with the traffic fails, but where the
  * statement says why it may (the expiry is planned at each call; the leases of a
  * previous life are given up once, at the start; a flush of every
- * message reads what is queued). How many.
+ * message reads what is queued). Every such scan is named before the
+ * test fails. How many statements.
  */
-static int plans_on(PGconn *c)
+static int plans_on(PGconn *c, int young)
 {
 	static const char *const big[] = { " on messages", " on rcpts", " on claims" };
 	static const char *const allowed[] = { "NOT queued AND expires <=",
-		"WHERE lease_owner = $1", "WHERE queued AND next_attempt > $1" };
+		"WHERE lease_owner = $1", "WHERE queued AND next_attempt > $1",
+		/* young only: once a second, not per message (test_plans_young) */
+		"ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED", "lease_token = ANY(" };
+	size_t n_allowed = sizeof(allowed) / sizeof(allowed[0]) - (young ? 0 : 2);
 	PGresult *r = PQexec(c, "SELECT name, statement, cardinality(parameter_types) "
 			     "FROM pg_prepared_statements");
-	int i, j, k, n = 0;
+	int i, j, k, n = 0, bad = 0;
 	size_t a, b;
 	struct buf q = BUF_INIT;
 
@@ -762,10 +766,10 @@ static int plans_on(PGconn *c)
 		const char *text = PQgetvalue(r, i, 1);
 		PGresult *e;
 
-		for (a = 0; a < sizeof(allowed) / sizeof(allowed[0]); a++)
+		for (a = 0; a < n_allowed; a++)
 			if (strstr(text, allowed[a]))
 				break;
-		if (a < sizeof(allowed) / sizeof(allowed[0]))
+		if (a < n_allowed)
 			continue;
 		buf_reset(&q);
 		buf_printf(&q, "EXPLAIN EXECUTE %s(", PQgetvalue(r, i, 0));
@@ -779,36 +783,24 @@ static int plans_on(PGconn *c)
 			const char *line = PQgetvalue(e, j, 0);
 
 			for (b = 0; b < sizeof(big) / sizeof(big[0]); b++)
-				if (strstr(line, big[b]) && strstr(line, "Seq Scan"))
-					fail_msg("in the generic plan of %s: %s", text, line);
+				if (strstr(line, big[b]) && strstr(line, "Seq Scan")) {
+					print_error("in the generic plan of %s: %s\n", text, line);
+					bad++;
+				}
 		}
 		PQclear(e);
 		n++;
 	}
 	PQclear(r);
 	buf_free(&q);
+	if (bad)
+		fail_msg("%d sequential scans of a table that grows, in generic plans (above)", bad);
 	return n;
 }
 
-/*
- * On a store of 20,000 stories and queued messages, the statements of a
- * node's work find their rows by an index in their generic plans. The
- * take's (every second on every node) joined its LIMITed subquery with a
- * sequential scan of every message. (The outcome's hashed every queued
- * message, counting each one's recipients, 5 ms a call at 2,000 queued,
- * under the statistics of a bench run; these rows do not lead the planner
- * there: store_pg_txn.c says why it cannot go so now.)
- */
-static void test_plans_scale(void **state)
+/* plans_fill - 20,000 stories, half of them queued, with their recipients and claims */
+static void plans_fill(struct fx *f)
 {
-	struct fx *f = *state;
-	struct store *b = node_open(f, "node-b");
-	struct store_msg m;
-	uint64_t stories, keys;
-	int n = 0, k;
-	size_t i;
-
-	spool_one(f->st, "PLANSEED0001", 1);
 	sql(f, "INSERT INTO messages SELECT (jsonb_populate_record(NULL::messages, to_jsonb(m) "
 	    "|| jsonb_build_object('qid', 'PLANS' || lpad(g::text, 7, '0'), 'queued', g %% 2 = 0, "
 	    "'lease_owner', NULL, 'lease_token', 1000000 + g, 'next_attempt', 4102444800000000, 'expires', "
@@ -821,9 +813,18 @@ static void test_plans_scale(void **state)
 	    "|| jsonb_build_object('hash', '\\x' || md5(g::text), 'keyhash', '\\x' || "
 	    "md5('k' || g), 'qid', 'PLANS' || lpad(g::text, 7, '0')))).* "
 	    "FROM claims c, generate_series(1, 20000) g WHERE c.qid = 'PLANSEED0001'", NULL);
-	sql(f, "ANALYZE messages; ANALYZE rcpts; ANALYZE claims", NULL);
+}
 
-	/* a node's work: accept, mark, defer, take, renew, deliver, a duplicate, flush, stats */
+/*
+ * plans_work - a node's work, each statement prepared on a connection of
+ * the pool as it goes: accept, mark, defer, take, renew, deliver, a
+ * duplicate, a flush, stats (b flushes)
+ */
+static void plans_work(struct fx *f, struct store *b)
+{
+	struct store_msg m;
+	uint64_t stories, keys;
+
 	spool_one(f->st, "PLANS0A00001", 2);
 	CHECK_INT("duplicate", claim_found(f->st, 2, NOW, NULL), 1);
 	CHECK_INT("mark", store_msg_set_inflight(f->st, "PLANS0A00001", 1), 0);
@@ -840,6 +841,13 @@ static void test_plans_scale(void **state)
 	CHECK_INT("sent", store_msg_update(f->st, &m), 0);
 	store_msg_free(&m);
 	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+}
+
+/* plans_check - the generic plans on every idle connection of both nodes (plans_on) */
+static void plans_check(struct fx *f, struct store *b, int young)
+{
+	int n = 0, k;
+	size_t i;
 
 	for (k = 0; k < 2; k++) {
 		struct pg_store *s = (struct pg_store *) (k ? b : f->st);
@@ -853,12 +861,56 @@ static void test_plans_scale(void **state)
 			assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
 			assert_string_equal(PQgetvalue(r, 0, 0), "force_generic_plan 1s");
 			PQclear(r);
-			n += plans_on(s->idle[i]);
+			n += plans_on(s->idle[i], young);
 		}
 		pthread_mutex_unlock(&s->mu);
 	}
 	if (n < 8)
 		fail_msg("only %d statements prepared: the node's work did not run", n);
+}
+
+/*
+ * On a store of 20,000 stories and queued messages, the statements of a
+ * node's work find their rows by an index in their generic plans. The
+ * take's (every second on every node) joined its LIMITed subquery with a
+ * sequential scan of every message. (The outcome's hashed every queued
+ * message, counting each one's recipients, 5 ms a call at 2,000 queued,
+ * under the statistics of a bench run; these rows do not lead the planner
+ * there: store_pg_txn.c says why it cannot go so now.)
+ */
+static void test_plans_scale(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+
+	spool_one(f->st, "PLANSEED0001", 1);
+	plans_fill(f);
+	sql(f, "ANALYZE messages; ANALYZE rcpts; ANALYZE claims", NULL);
+	plans_work(f, b);
+	plans_check(f, b, 0);
+	store_close(b);
+}
+
+/*
+ * The same plans made on a new database's tables, empty and never
+ * analyzed, then kept while the tables grow (a connection keeps its
+ * generic plans until an ANALYZE, which autovacuum runs a minute or more
+ * later): they still find their rows by an index. The inflight mark and
+ * the recipients' outcomes hashed a scan of the whole table, and a
+ * claim's lookup one of every message (p50 1.9 ms against 1.0, one
+ * session on a database of a minute). The take and the lease renewal,
+ * once a second and not per message, may scan until that ANALYZE; they
+ * are held to an index at scale (test_plans_scale).
+ */
+static void test_plans_young(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+
+	spool_one(f->st, "PLANSEED0001", 1);
+	plans_work(f, b);
+	plans_fill(f);
+	plans_check(f, b, 1);
 	store_close(b);
 }
 
@@ -1213,6 +1265,7 @@ int main(void)
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_plans_scale),
+		T(test_plans_young),
 		T(test_group_commit_lost_lease),
 		T(test_revive),
 		T(test_revive_not_its_mark),
