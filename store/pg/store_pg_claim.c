@@ -37,8 +37,8 @@
 /*
  * Whether a claim's message is queued: a subquery per claim found, so an
  * index lookup, where a join was free to hash a scan of every message,
- * and did in generic plans made on a new database's empty tables
- * (store_pg_txn.c: SQL_RCPT_STATES says why)
+ * and did in the generic plans of a bench run on a new database
+ * (auto_explain; store_pg_txn.c: SQL_RCPT_STATES says why)
  */
 #define SQL_QUEUED "SELECT m.queued FROM messages m WHERE m.qid = c.qid"
 

@@ -118,8 +118,8 @@ static const char SQL_UPDATES[] =
  * than 10 index lookups, and that plan stays for the connection's life
  * (until an ANALYZE), while the table grows under it. "LIMIT $n" (n, the
  * rows given) is planned as a tenth of them, one row: an index lookup per
- * row given, whatever the tables held when the plan was made (p50 1.9 ms
- * against 1.0 on a database of a minute, one session; test_store_pg
+ * row given, whatever the tables held when the plan was made (p50 2.2 ms
+ * against 1.1 on a database of a minute, one session; test_store_pg
  * test_plans_young). SQL_UPDATES needs none: its filter on v already
  * plans it so.
  */
