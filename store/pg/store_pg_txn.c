@@ -457,7 +457,7 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 {
 	struct pg_params p, q;
 	int i, n = 0, bad = 0;
-	uint32_t n_rcpts;
+	uint32_t n_rcpts = 0;
 
 	store_pg_params_init(&p);
 	store_pg_params_init(&q);
@@ -476,9 +476,8 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 		store_pg_p_i64(&p, PG_DEFAULT_TTL);
 	if (s->kind == PG_SEG_UPDATES || s->kind == PG_SEG_INFLIGHT)
 		store_pg_p_i64(&p, (int64_t) s->n);
-	n_rcpts = s->r[0].n;		/* before store_pg_p_arr() takes the array */
 	for (i = 0; i < seg_shape[s->kind].rcols; i++)
-		store_pg_p_arr(&q, &s->r[i]);
+		n_rcpts = store_pg_p_arr(&q, &s->r[i]);	/* each column has one per recipient */
 	if (s->kind == PG_SEG_UPDATES)	/* the recipients' LIMIT (above) */
 		store_pg_p_i64(&q, (int64_t) n_rcpts);
 	switch (s->kind) {

@@ -160,15 +160,17 @@ static void arr_room(struct pg_arr *a)
 }
 
 /*
- * store_pg_p_arr - an array, from the elements gathered in a; a is
- * emptied, owning nothing (ready for more elements; store_pg_arr_free()
- * is then a no-op). The elements' buffer becomes the parameter as it is:
- * its header goes into the room arr_room() left at its front.
+ * store_pg_p_arr - an array, from the elements gathered in a; returns
+ * how many. a is emptied, owning nothing (ready for more elements;
+ * store_pg_arr_free() is then a no-op). The elements' buffer becomes the
+ * parameter as it is: its header goes into the room arr_room() left at
+ * its front.
  */
-void store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
+uint32_t store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 {
 	struct buf *b = param_add(p, array_oid(a->elem)), h = BUF_INIT;
 	size_t off = a->n ? 0 : 8;	/* an empty array has no dimension: 12 bytes */
+	uint32_t n = a->n;
 	Oid elem = a->elem;
 
 	arr_room(a);
@@ -189,6 +191,7 @@ void store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 	p->n++;
 	memset(a, 0, sizeof(*a));
 	a->elem = elem;
+	return n;
 }
 
 /* store_pg_arr_init - an empty array of elem (PG_OID_*); its bytes come with its first element */
