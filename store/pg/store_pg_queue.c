@@ -218,9 +218,11 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 /*
  * store_pg_why - a fenced write of qid found nothing: STORE_ENOTFOUND if
  * it is not queued, STORE_EINVAL if it has not n_rcpts recipients (when
- * n_rcpts is not 0), else STORE_ELEASE (and this node forgets the lease)
+ * n_rcpts is not 0), else STORE_ELEASE. Unless EINVAL, this node forgets
+ * the lease of token, the one the write was fenced with (0: it had none);
+ * a newer lease, taken since the write read its token, stays.
  */
-int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts)
+int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t token)
 {
 	struct pg_params p;
 	PGresult *r;
@@ -228,10 +230,8 @@ int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	err = c ? store_pg_exec(st, c, "SELECT m.queued, (SELECT count(*) FROM rcpts r WHERE "
-				"r.qid = m.qid) FROM messages m WHERE m.qid = $1", &p, &r, "why")
-	    : store_pg_run(st, "SELECT m.queued, (SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) "
-		  "FROM messages m WHERE m.qid = $1", &p, &r, "why");
+	err = store_pg_run(st, "SELECT m.queued, (SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) "
+			   "FROM messages m WHERE m.qid = $1", &p, &r, "why");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
@@ -242,14 +242,24 @@ int store_pg_why(struct pg_store *st, PGconn *c, const char *qid, size_t n_rcpts
 	else
 		err = STORE_ELEASE;
 	PQclear(r);
-	if (err != STORE_EINVAL)
-		store_pg_lease_del(st, qid, 0);
+	if (err != STORE_EINVAL && token != 0)
+		store_pg_lease_del(st, qid, token);
 	return err;
+}
+
+/* token_of - the token of this node's lease on qid, 0 if it holds none */
+static int64_t token_of(struct pg_store *st, const char *qid)
+{
+	int64_t token;
+
+	return store_pg_lease_get(st, qid, &token) == 0 ? token : 0;
 }
 
 /* alone - one write of the batch kind in a transaction of its own; a fence says why */
 static int alone(struct pg_store *st, const struct store_msg *m, const char *qid, int on)
 {
+	const char *q = m ? m->qid : qid;
+	int64_t token = token_of(st, q);	/* what the write below is fenced with */
 	struct pg_txn *t;
 	int err;
 
@@ -260,7 +270,7 @@ static int alone(struct pg_store *st, const struct store_msg *m, const char *qid
 	else
 		store_pg_txn_msg_set_inflight(&t->base, qid, on);
 	if ((err = store_pg_txn_commit(&t->base)) == STORE_ELEASE)
-		err = store_pg_why(st, NULL, m ? m->qid : qid, m ? m->n_rcpts : 0);
+		err = store_pg_why(st, q, m ? m->n_rcpts : 0, token);
 	return err;
 }
 
@@ -309,12 +319,13 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	int64_t now = clock_us();
+	int64_t now = clock_us(), token;
 	PGresult *r;
 	int err;
 
 	if (!store_pg_qid_ok(qid))
 		return STORE_EINVAL;
+	token = token_of(st, qid);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, now);
@@ -329,7 +340,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	if (err != 0)
 		return err;
 	if (strcmp(PQcmdTuples(r), "1") != 0)
-		err = store_pg_why(st, NULL, qid, 0);
+		err = store_pg_why(st, qid, 0, token);
 	else
 		store_pg_lease_del(st, qid, 0);
 	PQclear(r);

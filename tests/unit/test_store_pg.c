@@ -355,6 +355,48 @@ static void test_defer_retaken(void **state)
 	store_msg_free(&m);
 }
 
+/* fenced_* - the commit hook of test_fenced_retaken: while the fenced-out
+ * write is in flight, B's lease runs out and A's taker leases the message
+ * anew */
+static void fenced_retake(PGconn *c)
+{
+	(void) c;
+	store_pg_commit_hook = NULL;
+	sql(retake_fx, "UPDATE messages SET lease_until = 0 WHERE qid = 'FENCED000001'", NULL);
+	retake_n = taken(retake_fx->st, clock_us());
+}
+
+/*
+ * A write fenced out (B took the message since A read its lease) forgets
+ * only the lease it was fenced with: one A took meanwhile stays held.
+ * Forgetting any lease of the message left A's new one unrenewed and its
+ * delivery fenced out of its own writes until the lease ran out.
+ */
+static void test_fenced_retaken(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg m;
+
+	msg_new(&m, "FENCED000001", 1, 100);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'FENCED000001'", NULL);
+	CHECK_INT("B takes it when A's lease ran out", taken(b, clock_us()), 1);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	retake_fx = f;
+	retake_n = -1;
+	store_pg_commit_hook = fenced_retake;
+	CHECK_INT("A's write fenced", store_msg_update(f->st, &m), STORE_ELEASE);
+	store_pg_commit_hook = NULL;
+	CHECK_INT("A took it again meanwhile", retake_n, 1);
+	CHECK_INT("the new lease is held", listed(f->st), 1);
+	CHECK_INT("a write under it", store_msg_set_inflight(f->st, "FENCED000001", 1), 0);
+	CHECK_INT("B's write fenced", store_msg_set_inflight(b, "FENCED000001", 0),
+		  STORE_ELEASE);
+	store_msg_free(&m);
+	store_close(b);
+}
+
 static void test_drop_leased(void **state)
 {
 	struct fx *f = *state;
@@ -1036,6 +1078,54 @@ static long long sql_int(const char *url, const char *query)
 	return v;
 }
 
+/* next_of - qid's next_attempt, read on a connection of its own */
+static long long next_of(struct fx *f, const char *qid)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT next_attempt FROM messages "
+		 "WHERE qid = '%s'", f->schema, qid);
+	return sql_int(f->url, q);
+}
+
+/*
+ * A flush of all makes due what is not due yet and leaves alone what
+ * already is: its order in the queue stays, and the flush waits for no
+ * row a delivery holds (deliveries hold due messages, not deferred ones).
+ */
+static void test_flush_all_skips_due(void **state)
+{
+	struct fx *f = *state;
+	PGconn *o = PQconnectdb(f->url);
+	struct store_msg m;
+	PGresult *r;
+	char q[256];
+	int64_t began;
+
+	msg_new(&m, "FLUSHDUE0001", 1, 100);
+	m.next_attempt = NOW - 60 * SEC;
+	CHECK_INT("spool the due one", spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	msg_new(&m, "FLUSHDUE0002", 1, 100);
+	m.next_attempt = NOW + 3600 * SEC;
+	CHECK_INT("spool the deferred one", spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
+		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'FLUSHDUE0001' FOR UPDATE",
+		 f->schema);
+	r = PQexec(o, q);
+	CHECK_INT("a delivery holds the due one", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	began = clock_us();
+	CHECK_INT("flush all", store_queue_due(f->st, NULL, NOW), 0);
+	if (clock_us() - began > 2 * SEC)
+		fail_msg("the flush waited %.1f s for the row a delivery held",
+			 (double) (clock_us() - began) / SEC);
+	PQfinish(o);
+	CHECK_INT("the due one keeps its place", next_of(f, "FLUSHDUE0001") == NOW - 60 * SEC, 1);
+	CHECK_INT("the deferred one is due", next_of(f, "FLUSHDUE0002") == NOW, 1);
+}
+
 /*
  * marked_and_lost - A (the fixture's node) accepts qid, loads it as its
  * delivery would (into *a) and writes its inflight mark; then its lease
@@ -1265,6 +1355,8 @@ int main(void)
 		T(test_lease_renew_skips_locked),
 		T(test_defer_and_flush),
 		T(test_defer_retaken),
+		T(test_fenced_retaken),
+		T(test_flush_all_skips_due),
 		T(test_drop_leased),
 		T(test_update_many_lease),
 		T(test_race_two_nodes),
