@@ -4,10 +4,10 @@
  * SUMMARY
  *	what the delivery files share: the scheduler and one message's job
  * DESCRIPTION
- *	deliver.c owns the scheduler and the bookkeeping: it loads a job,
- *	hands a batch of jobs to a backend (deliver_smtp.c, deliver_maildir.c),
- *	and records each job's results: log lines, store update, retry time,
- *	bounce notifications. A backend only fills in job->res[] and
+ *	deliver.c owns the scheduler: it loads a job and hands a batch of
+ *	jobs to a backend (deliver_smtp.c, deliver_maildir.c);
+ *	deliver_record.c records each job's results: log lines, store
+ *	update, retry time, bounce notifications. A backend only fills in job->res[] and
  *	job->relay; every recipient still queued at load time has a result,
  *	"deferred, not attempted" until the backend says otherwise.
  *	Not for use outside relay/deliver*.c.
@@ -23,6 +23,14 @@
 #include "deliver.h"
 #include "deliver_policy.h"
 #include "deliver_queue.h"
+
+#define US			1000000LL
+
+/*
+ * The retry settings change on SIGHUP while delivery threads read them:
+ * they are read and written atomically, one value at a time.
+ */
+#define RETRY(c, name)	__atomic_load_n(&(c)->retry.name, __ATOMIC_RELAXED)
 
 #define DELIVER_REPLY_MAX	1024	/* one result's reply text */
 #define DELIVER_RELAY_MAX	320	/* "host[address]:port" */
@@ -98,6 +106,30 @@ void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
 /* deliver_set_all - the same result for every attempted recipient */
 void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
 		     const char *dsn, const char *reply);
+
+/* deliver.c: the scheduler's side of a job's end */
+
+/* deliver_schedule - (re)queue a QID due at when (leased: taken from the shared queue) */
+void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leased);
+
+/*
+ * deliver_finished - a busy QID is done: reschedule at next, or forget
+ * it (next < 0); on a shared store, forgotten and its lease let go
+ */
+void deliver_finished(struct deliver *d, const char *qid, int64_t next);
+
+/* deliver_record.c: what a job's results become */
+
+/*
+ * deliver_record_batch - decide the jobs not decided yet, write every
+ * outcome (in one transaction if it can), reschedule or forget each
+ * message; an outcome the store refused is tried again, once a second,
+ * until written or delivery stops
+ */
+void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n);
+
+/* deliver_finish_one - the same for one job */
+void deliver_finish_one(struct deliver *d, struct deliver_job *j);
 
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);

@@ -1146,7 +1146,7 @@ static void marked_and_lost(struct fx *f, struct store *b, const char *qid, int 
 	CHECK_INT("B takes it", taken(b, clock_us()), 1);
 }
 
-/* verdict - node st loads qid, finds the mark, and finishes it unconfirmed as deliver.c does */
+/* verdict - node st loads qid, finds the mark, and finishes it unconfirmed as deliver_record.c does */
 static void verdict(struct store *st, const char *qid)
 {
 	struct store_msg m;

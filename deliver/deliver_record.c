@@ -1,0 +1,504 @@
+/*
+ * NAME
+ *	deliver_record 3
+ * SUMMARY
+ *	what an attempt's results become: log lines, bounces, the store's update
+ * DESCRIPTION
+ *	Each attempt (job_decide, job_record): one log line per recipient;
+ *	permanent failures and expired recipients get an RFC 3464 bounce
+ *	(dsn.c) spooled under a new QID to the sender unless it is null;
+ *	then the recipients' states, attempt counts and next_attempt are
+ *	written and the inflight mark cleared. When no recipient is left
+ *	queued the message leaves the spool. A message whose final dot was
+ *	answered is decided at once (deliver_replied) and written in the
+ *	same group commit as the next message's inflight mark, which the
+ *	connection waits for anyway: a kill -9 then finds at most one
+ *	message per connection marked with its outcome unwritten (the one
+ *	whose dot is out, or the last one answered), not a whole batch,
+ *	and costs no extra fsync. The rest of the batch is written in one
+ *	transaction at its end.
+ *
+ *	A mark whose commit's outcome is unknown sends no dot, and the
+ *	deferral waits with its job; if the node stays cut off past its
+ *	lease, another node may find that mark durable and finish the
+ *	message unconfirmed. When the deferral's write is refused so, the
+ *	job asks the store to undo that verdict (job_revive,
+ *	store_msg_revive): the message is queued again, for any node.
+ * DIAGNOSTICS
+ *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
+ *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
+ *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
+ *	NEWQID: sender non-delivery notification: QID
+ *	QID: removed
+ *	QID: revived: its inflight mark was never followed by a final dot; ...
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../relay/commit.h"
+#include "../relay/metrics.h"
+#include "../relay/qid.h"
+#include "../smtp/smtp.h"
+#include "../util/buf.h"
+#include "../util/clock.h"
+#include "../util/log.h"
+#include "deliver_impl.h"
+#include "dsn.h"
+
+/* a mark and the outcomes that go with it */
+struct mark {
+	const char *qid;
+	struct deliver_job *const *jobs;
+	size_t n;
+};
+
+/* mark_fn - commit_run() step: the outcomes decided and unwritten, then the mark */
+static void mark_fn(struct store_txn *t, void *arg)
+{
+	const struct mark *mk = arg;
+	size_t i;
+
+	for (i = 0; i < mk->n; i++)
+		if (mk->jobs[i]->decided && !mk->jobs[i]->recorded)
+			store_txn_msg_update(t, &mk->jobs[i]->m);
+	store_txn_msg_set_inflight(t, mk->qid, 1);
+}
+
+/*
+ * deliver_mark - the inflight mark, with the outcomes waiting, in the next
+ * group commit. A lost lease fails the whole of it: then the mark is
+ * tried alone (it fails too if the lease lost is this message's), and the
+ * outcomes wait for the end of the batch, where each is written on its own.
+ */
+int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
+		 size_t n)
+{
+	struct mark mk = { qid, jobs, n };
+	size_t i;
+	int err;
+
+	if (d->cm == NULL)
+		return store_msg_set_inflight(d->st, qid, 1);
+	err = commit_run(d->cm, mark_fn, &mk);
+	if (err == STORE_ELEASE)
+		return store_msg_set_inflight(d->st, qid, 1);
+	if (err == 0)
+		for (i = 0; i < n; i++)
+			if (jobs[i]->decided)
+				jobs[i]->recorded = 1;
+	return err;
+}
+
+/* deliver_set - one recipient's result */
+void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
+		 const char *dsn, const char *reply)
+{
+	struct deliver_result *r = &j->res[i];
+
+	r->outcome = o;
+	snprintf(r->reply, sizeof(r->reply), "%s", reply ? reply : "");
+	if (dsn)
+		snprintf(r->dsn, sizeof(r->dsn), "%s", dsn);
+	else
+		deliver_dsn_code(r->dsn, r->reply);
+}
+
+/* deliver_set_all - the same result for every recipient in the attempt */
+void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
+		     const char *dsn, const char *reply)
+{
+	size_t i;
+
+	for (i = 0; i < j->m.n_rcpts; i++)
+		if (j->res[i].attempted)
+			deliver_set(j, i, o, dsn, reply);
+}
+
+/* log_result - the Postfix-like line for one recipient */
+static void log_result(const struct deliver_job *j, size_t i, const char *status,
+		       const char *prefix, int64_t now)
+{
+	const struct deliver_result *r = &j->res[i];
+	int64_t delay = now - j->m.accepted;
+
+	if (delay < 0)
+		delay = 0;
+	metrics_delivered(status, delay);
+	msg_info("%s: to=<%s>, relay=%s, delay=%lld.%02lld, dsn=%s, status=%s (%s%s)",
+		 j->m.qid, j->m.rcpts[i].addr, j->relay[0] ? j->relay : "none",
+		 (long long) (delay / US), (long long) (delay % US / 10000), r->dsn, status,
+		 prefix, r->reply);
+}
+
+/* wants_failure_dsn - did the recipient's NOTIFY ask for failure notices? */
+static int wants_failure_dsn(const struct store_rcpt *r)
+{
+	if (r->notify & SMTP_NOTIFY_NEVER)
+		return 0;
+	return r->notify == 0 || (r->notify & SMTP_NOTIFY_FAILURE);
+}
+
+/* job_bounce - spool an RFC 3464 notification for the recipients bounced[] */
+static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
+		       size_t n, int64_t now)
+{
+	struct dsn_rcpt *dr = xcalloc(n, sizeof(*dr));
+	struct dsn_report rep;
+	struct store_rcpt rcpt;
+	struct store_msg b;
+	struct store_txn *t = NULL;
+	struct buf text = BUF_INIT;
+	char null_sender[] = "", client[] = "localhost";
+	size_t i, k = 0;
+	int err, eight;
+
+	memset(&b, 0, sizeof(b));
+	for (i = 0; i < n; i++) {
+		const struct store_rcpt *r = &j->m.rcpts[bounced[i]];
+
+		if (!wants_failure_dsn(r))
+			continue;
+		dr[k].addr = r->addr;
+		dr[k].orcpt = r->orcpt;
+		dr[k].status = j->res[bounced[i]].dsn;
+		dr[k].diag = j->res[bounced[i]].reply;
+		dr[k].remote_mta = j->remote_mta[0] ? j->remote_mta : NULL;
+		k++;
+	}
+	if (k == 0)
+		goto done;
+
+	qid_next(b.qid);
+	memset(&rep, 0, sizeof(rep));
+	rep.hostname = d->c->hostname ? d->c->hostname : "localhost";
+	rep.qid = j->m.qid;
+	rep.dsn_qid = b.qid;
+	rep.sender = j->m.from;
+	rep.envid = j->m.envid;
+	rep.ret = j->m.ret;
+	rep.arrival = j->m.accepted;
+	rep.now = now;
+	rep.rcpts = dr;
+	rep.n_rcpts = k;
+	rep.msg = j->m.data;
+	rep.msg_len = j->m.data_len;
+	rep.utf8 = j->m.smtputf8;
+	eight = dsn_build(&rep, &text);
+
+	memset(&rcpt, 0, sizeof(rcpt));
+	rcpt.addr = j->m.from;
+	rcpt.notify = SMTP_NOTIFY_NEVER;	/* never a notice about a notice */
+	rcpt.state = STORE_RCPT_QUEUED;
+	b.accepted = now;
+	b.from = null_sender;
+	b.ret = SMTP_RET_NONE;
+	b.body = eight ? SMTP_BODY_8BITMIME : SMTP_BODY_NONE;
+	b.smtputf8 = j->m.smtputf8;	/* a UTF-8 sender, a global report: RFC 6533 */
+	b.client = client;
+	b.rcpts = &rcpt;
+	b.n_rcpts = 1;
+	b.data = text.data;
+	b.data_len = text.len;
+	b.next_attempt = now;
+	b.ttl = (int64_t) d->c->store.key_ttl * 1000000;	/* its story's, like any other's */
+
+	if ((err = store_txn_begin(d->st, &t)) == 0) {
+		store_txn_msg_put(t, &b);
+		err = store_txn_commit(t);
+	}
+	if (err != 0) {
+		msg_error("%s: sender non-delivery notification not queued: %s",
+			  j->m.qid, store_strerror(err));
+		goto done;
+	}
+	msg_info("%s: sender non-delivery notification: %s", b.qid, j->m.qid);
+	msg_info("%s: from=<>, size=%zu, nrcpt=1 (queue active)", b.qid, text.len);
+	deliver_schedule(d, b.qid, now, 0);
+done:
+	buf_free(&text);
+	free(dr);
+}
+
+/*
+ * job_decide - the outcome of one attempt: log each recipient, bounce,
+ * and set the new delivery state in j->m (the inflight mark cleared) and
+ * j->queued, j->next. job_record() then writes it.
+ */
+static void job_decide(struct deliver *d, struct deliver_job *j)
+{
+	const struct conf *c = d->c;
+	struct store_msg *m = &j->m;
+	int64_t now = clock_us(), next = -1;
+	int expired = now - m->accepted >= RETRY(c, give_up) * US;
+	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
+	int queued = 0;
+
+	for (i = 0; i < m->n_rcpts; i++) {
+		struct deliver_result *r = &j->res[i];
+
+		if (!r->attempted)
+			continue;
+		switch (r->outcome) {
+		case DELIVER_SENT:
+			m->rcpts[i].state = STORE_RCPT_SENT;
+			log_result(j, i, "sent", "", now);
+			break;
+		case DELIVER_BOUNCED:
+			m->rcpts[i].state = STORE_RCPT_BOUNCED;
+			bounced[n_bounced++] = i;
+			log_result(j, i, "bounced", "", now);
+			break;
+		case DELIVER_AMBIGUOUS:
+			if (!c->upstream.ambiguous_retry) {
+				m->rcpts[i].state = STORE_RCPT_UNCONFIRMED;
+				log_result(j, i, "unconfirmed", "delivered-unconfirmed: ", now);
+				break;
+			}
+			/* upstream.ambiguous = "retry": a deferral that may duplicate */
+			if (!expired) {
+				log_result(j, i, "deferred", "ambiguous, will resend: ", now);
+				queued = 1;
+				break;
+			}
+			/* FALLTHROUGH */
+		case DELIVER_DEFERRED:
+			if (expired) {
+				char why[DELIVER_REPLY_MAX];
+
+				snprintf(why, sizeof(why),
+					 "delivery time expired; last error: %.400s", r->reply);
+				deliver_set(j, i, DELIVER_BOUNCED, "4.4.7", why);
+				m->rcpts[i].state = STORE_RCPT_BOUNCED;
+				bounced[n_bounced++] = i;
+				log_result(j, i, "bounced", "", now);
+				break;
+			}
+			log_result(j, i, "deferred", "", now);
+			queued = 1;
+			break;
+		}
+		free(m->rcpts[i].reply);
+		m->rcpts[i].reply = xstrdup(r->reply);
+	}
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
+			queued = 1;
+
+	if (n_bounced > 0 && m->from[0] != 0)
+		job_bounce(d, j, bounced, n_bounced, now);
+
+	m->inflight = 0;
+	if (queued) {
+		m->attempts++;
+		m->next_attempt = now + deliver_backoff(RETRY(c, first), RETRY(c, max),
+							m->attempts) * US;
+		next = m->next_attempt;
+	}
+	j->queued = queued;
+	j->next = next;
+	j->decided = 1;
+	free(bounced);
+}
+
+/* deliver_replied - decide a job now; it is written with the next mark or the batch */
+void deliver_replied(struct deliver *d, struct deliver_job *j)
+{
+	if (!j->decided)
+		job_decide(d, j);
+}
+
+/* a batch of outcomes to write in one transaction */
+struct record {
+	struct store_msg **ms;
+	size_t n;
+};
+
+/* record_fn - commit_run() step: every outcome of the batch */
+static void record_fn(struct store_txn *t, void *arg)
+{
+	struct record *r = arg;
+	size_t i;
+
+	for (i = 0; i < r->n; i++)
+		store_txn_msg_update(t, r->ms[i]);
+}
+
+/*
+ * job_revive - the outcome of an attempt that sent no final dot, though
+ * its mark may be durable (its commit's outcome was unknown), was refused:
+ * the lease went to another node, which may have found that mark, taken
+ * it for an ambiguous delivery and finished the message unconfirmed, a
+ * 250 never delivered. The store undoes such a verdict, and nothing else
+ * (store_msg_revive). 1: ask again later (the verdict is yet to come, or
+ * the store is away), 0: done with the job.
+ */
+static int job_revive(struct deliver *d, struct deliver_job *j, int refused)
+{
+	int64_t now = clock_us();
+	int err;
+
+	if (!j->reviving) {
+		msg_warn("%s: its outcome was refused (%s); its final dot never went out:"
+			 " reviving it if its mark was taken for an ambiguous delivery",
+			 j->m.qid, store_strerror(refused));
+		j->reviving = now;
+	}
+	switch (err = store_msg_revive(d->st, &j->m)) {
+	case 0:
+		msg_info("%s: revived: its inflight mark was never followed by a final dot;"
+			 " another node's unconfirmed verdict undone", j->m.qid);
+		metrics_inc(METRICS_REVIVED);
+		return 0;
+	case STORE_ENOTFOUND:
+		msg_info("%s: nothing to revive: left to the node that took it", j->m.qid);
+		return 0;
+	default:
+		/* a verdict to come is made as soon as a node loads the message */
+		if (now - j->reviving > 2 * d->lease + 60 * US) {
+			msg_warn("%s: not revived within %lld s (%s): left to the node that took it",
+				 j->m.qid, (long long) ((now - j->reviving) / US), store_strerror(err));
+			return 0;
+		}
+		return 1;
+	}
+}
+
+/*
+ * job_record - write the decided outcomes of a batch not yet written in
+ * one transaction, then reschedule or forget each message. An outcome
+ * the store refused stays with its job (unwritten): the message is
+ * neither rescheduled nor let go, and the caller tries the write again
+ * (job_wait_written). Rescheduled, the next load would find the inflight
+ * mark the write was to clear and take the message for an ambiguous
+ * delivery, though the upstream answered it or its dot never went out
+ * (SPEC 5: the outcome waits, it is not guessed). How many stay so.
+ * Refused for a lost lease after an attempt that sent no dot, the write
+ * becomes a revive (job_revive), which waits likewise.
+ */
+static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	struct record record;
+	struct store_msg **ms = xcalloc(n, sizeof(*ms));
+	int *errs = xcalloc(n, sizeof(*errs)), err;
+	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
+	size_t i, k, left = 0;
+
+	for (i = k = 0; i < n; i++)
+		if (!jobs[i]->recorded && !jobs[i]->reviving)
+			ms[k++] = &jobs[i]->m;
+	record.ms = ms;
+	record.n = k;
+	/* in the group commit if there is one; else, or if that fails, as many as it can */
+	if (k > 0 && (d->cm == NULL || commit_run(d->cm, record_fn, &record) != 0))
+		store_msg_update_many(d->st, ms, k, errs);
+	for (i = k = 0; i < n; i++) {
+		struct deliver_job *j = jobs[i];
+
+		err = j->recorded || j->reviving ? 0 : errs[k++];
+		if (j->reviving || (d->shared && j->no_dot
+				    && (err == STORE_ELEASE || err == STORE_ENOTFOUND))) {
+			if (job_revive(d, j, err)) {
+				j->unwritten = j->unwritten ? j->unwritten : clock_us();
+				left++;
+				continue;
+			}
+			j->unwritten = 0;
+			deliver_finished(d, j->m.qid, -1);
+			continue;
+		}
+		if (err == STORE_EAGAIN || err == STORE_EIO || err == STORE_ENOSPC) {
+			if (!j->unwritten)
+				msg_error("%s: cannot record the delivery outcome: %s; trying again",
+					  j->m.qid, store_strerror(err));
+			j->unwritten = j->unwritten ? j->unwritten : clock_us();
+			left++;
+			continue;
+		}
+		if (err == STORE_ELEASE) {
+			msg_warn("%s: the lease went to another node before the outcome was"
+				 " written; left to it", j->m.qid);
+		} else if (err == STORE_ENOTFOUND) {
+			msg_info("%s: no longer queued when its outcome was written again (the"
+				 " first write had been taken, or it was dropped)", j->m.qid);
+			j->next = -1;
+		} else if (err != 0) {
+			/* a record the store cannot take: the next load says what it finds */
+			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
+				  store_strerror(err));
+			j->next = clock_us() + retry * US;
+		} else if (j->unwritten) {
+			msg_info("%s: delivery outcome recorded after %.1f s", j->m.qid,
+				 (double) (clock_us() - j->unwritten) / US);
+		}
+		if (err == 0 && !j->queued)
+			msg_info("%s: removed", j->m.qid);
+		j->unwritten = 0;
+		deliver_finished(d, j->m.qid, j->next);
+	}
+	free(errs);
+	free(ms);
+	return left;
+}
+
+/*
+ * job_wait_written - write the outcomes job_record() could not, once a
+ * second, until they are written or delivery stops (then the next start
+ * finds their inflight marks, as after a crash). The thread takes no
+ * other work meanwhile: its store refuses writes.
+ */
+static void job_wait_written(struct deliver *d, struct deliver_job *const *batch, size_t n)
+{
+	struct deliver_job **jobs = xcalloc(n, sizeof(*jobs));
+	struct timespec ts;
+	int64_t at;
+	size_t i, k;
+
+	memcpy(jobs, batch, n * sizeof(*jobs));
+	for (;;) {
+		for (i = k = 0; i < n; i++)
+			if (jobs[i]->unwritten)
+				jobs[k++] = jobs[i];
+		if ((n = k) == 0)
+			break;
+		pthread_mutex_lock(&d->lock);
+		if (!d->stop) {
+			at = clock_us() + US;
+			ts.tv_sec = (time_t) (at / US);
+			ts.tv_nsec = (long) (at % US) * 1000;
+			pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+		}
+		pthread_mutex_unlock(&d->lock);
+		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
+			for (i = 0; i < n; i++)
+				if (jobs[i]->reviving)
+					msg_error("%s: not revived at stop: left as the node that took"
+						  " it leaves it", jobs[i]->m.qid);
+				else if (jobs[i]->unwritten)
+					msg_error("%s: delivery outcome not recorded at stop: the next"
+						  " start finds its inflight mark", jobs[i]->m.qid);
+			break;
+		}
+	}
+	free(jobs);
+}
+
+/* deliver_record_batch - decide what is not yet, write every outcome, and wait for the writes */
+void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!jobs[i]->decided)
+			job_decide(d, jobs[i]);
+	if (job_record(d, jobs, n) > 0)
+		job_wait_written(d, jobs, n);
+}
+
+/* deliver_finish_one - decide and record one attempt on its own */
+void deliver_finish_one(struct deliver *d, struct deliver_job *j)
+{
+	deliver_record_batch(d, &j, 1);
+}
