@@ -19,11 +19,17 @@
 #define BUDGET_MMAP_THRESHOLD	(256 * 1024)	/* larger buffers: mmapped, returned on free */
 #define BUDGET_TRIM_AFTER	(8 << 20)	/* a burst this big is followed by malloc_trim */
 
-/* budget_setup - fixed mmap threshold (no sliding), so large buffers go back on free */
+/*
+ * budget_setup - fixed mmap threshold (no sliding), so large buffers go
+ * back on free; the arenas' free tops kept up to a burst's size, since
+ * budget_trim() gives them back after one
+ */
 void budget_setup(void)
 {
 	if (mallopt(M_MMAP_THRESHOLD, BUDGET_MMAP_THRESHOLD) != 1)
 		msg_warn("mallopt(M_MMAP_THRESHOLD) failed; memory may be kept after bursts");
+	if (mallopt(M_TRIM_THRESHOLD, BUDGET_TRIM_AFTER) != 1)
+		msg_warn("mallopt(M_TRIM_THRESHOLD) failed; large messages fault their memory in anew");
 }
 
 /* budget_in_data - octets of the message being received, 0 outside DATA/BDAT */
