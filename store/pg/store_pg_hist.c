@@ -140,7 +140,7 @@ int store_pg_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
 	store_pg_p_text(&p, user);
 	err = store_pg_run((struct pg_store *) base, "SELECT DISTINCT m.qid FROM claims c JOIN messages m "
-		  "ON m.qid = c.qid WHERE c.keyhash = $1 AND m.queued AND ($2::text IS NULL "
+		  "ON m.qid = c.qid WHERE c.keyhash = $1 AND " PG_ROW_QUEUED("m.") " AND ($2::text IS NULL "
 		  "OR m.auth_user = $2) ORDER BY m.qid", &p, &r, "key queued");
 	store_pg_params_free(&p);
 	if (err != 0)

@@ -303,7 +303,7 @@ void store_pg_lease_release(struct store *base, const char *qid)
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, token);
 	if (store_pg_run(st, "UPDATE messages SET lease_owner = NULL WHERE qid = $1 "
-			 "AND lease_token = $2 AND queued", &p, &r, "lease release") == 0)
+			 "AND lease_token = $2 AND " PG_ROW_QUEUED(""), &p, &r, "lease release") == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
 }
@@ -323,7 +323,7 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 	if (qid)
 		store_pg_p_text(&p, qid);
 	/* two statements: one plan for both would read every queued message for one */
-	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = $1 WHERE qid = $2 AND queued"
+	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = $1 WHERE qid = $2 AND " PG_ROW_QUEUED("")
 			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND next_attempt > $1",
 			   &p, &r, "queue due");
 	store_pg_params_free(&p);

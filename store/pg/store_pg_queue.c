@@ -156,7 +156,7 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 	store_pg_p_text(&p, qid);
 	if (PQenterPipelineMode(c) != 1
 	    || store_pg_send(c, load ? "SELECT " PG_MSG_COLS ", m.data FROM messages m "
-			     "WHERE m.qid = $1 AND m.queued"
+			     "WHERE m.qid = $1 AND " PG_ROW_QUEUED("m.")
 			     : "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1", &p) != 0
 	    || store_pg_send(c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
 			     "ORDER BY r.idx", &p) != 0
@@ -333,7 +333,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	store_pg_p_i64(&p, PG_DEFAULT_TTL);
 	err = store_pg_run(st, "UPDATE messages SET queued = false, data = NULL, dropped = true, "
 		  "updated = $2, finished = $2, expires = $2 + CASE WHEN ttl > 0 THEN ttl "
-		  "ELSE $4 END + 1, lease_owner = NULL WHERE qid = $1 AND queued AND "
+		  "ELSE $4 END + 1, lease_owner = NULL WHERE qid = $1 AND " PG_ROW_QUEUED("") " AND "
 		  "(lease_owner IS NULL OR lease_owner = $3 OR lease_until < " PG_DB_NOW ")",
 		  &p, &r, "drop");
 	store_pg_params_free(&p);

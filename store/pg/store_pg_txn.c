@@ -88,7 +88,7 @@ static const char SQL_RCPTS[] =
 	"$6::int4[], $7::text[])";
 
 /* fenced: by the token this node holds, or by owner for a message put in this transaction */
-#define FENCE "m.queued AND (m.lease_token = v.token OR (v.token IS NULL AND m.lease_owner = $1))"
+#define FENCE PG_ROW_QUEUED("m.") " AND (m.lease_token = v.token OR (v.token IS NULL AND m.lease_owner = $1))"
 
 /*
  * The recipients' count is v's (v.qid, not m.qid): a condition on v alone

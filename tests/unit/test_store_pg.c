@@ -801,6 +801,10 @@ static int listed_in(const char *text, const char *const *list)
 static int plans_on(PGconn *c, int young)
 {
 	static const char *const big[] = { " on messages", " on rcpts", " on claims" };
+	/* the partial indexes of every queued message; only what reads the queue as a whole */
+	static const char *const queue_wide[] = { " messages_due", " messages_lease", NULL };
+	static const char *const whole_queue[] = { "FOR UPDATE SKIP LOCKED", "lease_token = ANY(",
+		NULL };
 	static const char *const allowed[] = { "NOT queued AND expires <=",
 		"WHERE lease_owner = $1", "WHERE queued AND next_attempt > $1", NULL };
 	/* on young tables only: the take and the renewal, once a second, not per message */
@@ -835,6 +839,11 @@ static int plans_on(PGconn *c, int young)
 					print_error("in the generic plan of %s: %s\n", text, line);
 					bad++;
 				}
+			if (listed_in(line, queue_wide) && !listed_in(text, whole_queue)) {
+				print_error("in the generic plan of %s: %s (every queued message)\n",
+					    text, line);
+				bad++;
+			}
 		}
 		PQclear(e);
 		n++;
@@ -842,18 +851,22 @@ static int plans_on(PGconn *c, int young)
 	PQclear(r);
 	buf_free(&q);
 	if (bad)
-		fail_msg("%d sequential scans of a table that grows, in generic plans (above)", bad);
+		fail_msg("%d scans of a table that grows or of its queue, in generic plans (above)",
+			 bad);
 	return n;
 }
 
-/* plans_fill - 20,000 stories, half of them queued, with their recipients and claims */
-static void plans_fill(struct fx *f)
+/*
+ * plans_fill - 20,000 messages with their recipients and claims; queued
+ * is which are queued ("g % 2 = 0": half, "false": none, stories all)
+ */
+static void plans_fill(struct fx *f, const char *queued)
 {
 	sql(f, "INSERT INTO messages SELECT (jsonb_populate_record(NULL::messages, to_jsonb(m) "
-	    "|| jsonb_build_object('qid', 'PLANS' || lpad(g::text, 7, '0'), 'queued', g %% 2 = 0, "
+	    "|| jsonb_build_object('qid', 'PLANS' || lpad(g::text, 7, '0'), 'queued', %s, "
 	    "'lease_owner', NULL, 'lease_token', 1000000 + g, 'next_attempt', 4102444800000000, 'expires', "
 	    "CASE WHEN g %% 2 = 0 THEN 0 ELSE 4102444800000000 END))).* "
-	    "FROM messages m, generate_series(1, 20000) g WHERE m.qid = 'PLANSEED0001'", NULL);
+	    "FROM messages m, generate_series(1, 20000) g WHERE m.qid = 'PLANSEED0001'", queued);
 	sql(f, "INSERT INTO rcpts SELECT (jsonb_populate_record(NULL::rcpts, to_jsonb(r) "
 	    "|| jsonb_build_object('qid', 'PLANS' || lpad(g::text, 7, '0')))).* "
 	    "FROM rcpts r, generate_series(1, 20000) g WHERE r.qid = 'PLANSEED0001'", NULL);
@@ -932,7 +945,29 @@ static void test_plans_scale(void **state)
 	struct store *b = node_open(f, "node-b");
 
 	spool_one(f->st, "PLANSEED0001", 1);
-	plans_fill(f);
+	plans_fill(f, "g % 2 = 0");
+	sql(f, "ANALYZE messages; ANALYZE rcpts; ANALYZE claims", NULL);
+	plans_work(f, b);
+	plans_check(f, b, 0);
+	store_close(b);
+}
+
+/*
+ * The same plans made after an ANALYZE that found the queue nearly empty
+ * (20,000 stories, one message queued), as autovacuum may between two
+ * bursts: the planner then takes a partial index WHERE queued for one row,
+ * and a statement that writes one queued row must not read it from there.
+ * The outcome's plan walked every queued message for each row it wrote
+ * (1.7 ms a call at 1,200 queued: delivery a quarter as fast); so could
+ * the mark, the load, the drop, the release, a flush of one.
+ */
+static void test_plans_idle_queue(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+
+	spool_one(f->st, "PLANSEED0001", 1);
+	plans_fill(f, "false");
 	sql(f, "ANALYZE messages; ANALYZE rcpts; ANALYZE claims", NULL);
 	plans_work(f, b);
 	plans_check(f, b, 0);
@@ -958,7 +993,7 @@ static void test_plans_young(void **state)
 
 	spool_one(f->st, "PLANSEED0001", 1);
 	plans_work(f, b);
-	plans_fill(f);
+	plans_fill(f, "g % 2 = 0");
 	plans_check(f, b, 1);
 	store_close(b);
 }
@@ -1365,6 +1400,7 @@ int main(void)
 		T(test_prepared),
 		T(test_plans_scale),
 		T(test_plans_young),
+		T(test_plans_idle_queue),
 		T(test_group_commit_lost_lease),
 		T(test_revive),
 		T(test_revive_not_its_mark),
