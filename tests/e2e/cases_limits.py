@@ -43,10 +43,11 @@ def test_connection_limit(t):
     eq(len([l for l in d.log_lines("connection limit 3 reached") if "refused" not in l]), 1,
        "'connection limit 3 reached' lines")
     held.pop().close()
-    # and its count once it ends: the five, and each time hold() was refused
+    # and its count once it ends: the five, each time hold() was refused, and
+    # up to three of the harness's port probes counted while the limit held
     line = d.wait_log("connection limit 3 reached; ", "connections refused since", timeout=5)
     m = re.search(r"; (\d+) connections refused since", line[0])
-    check(m and int(m.group(1)) == 5 + len(refused),
+    check(m and 5 + len(refused) <= int(m.group(1)) <= 8 + len(refused),
           "the episode's count: %r (hold() refused %d times)" % (line, len(refused)))
     time.sleep(0.3)         # the daemon notices the close on its next turn
     q = submit_ok(d.port, ["a@example.com"], make_msg(key="limit-1"))
