@@ -71,6 +71,7 @@ struct commit {
 	int busy;			/* under lock: the writer is in a round */
 	int grow;			/* under lock: store_grow() is due (after commit_now) */
 	int64_t reopen_at;		/* writer thread's: a failed reopen is tried again then */
+	int64_t hold_us, busy_us;	/* under lock: COMMIT_HOLD_US, COMMIT_BUSY_US */
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -281,10 +282,10 @@ static void commit_finish(struct commit *cm, struct commit_req *fifo)
 /* hold_ops - delivery writes alone while submissions come: wait a little for one (lock held) */
 static void hold_ops(struct commit *cm)
 {
-	int64_t now = clock_mono_us(), until = now + COMMIT_HOLD_US;
+	int64_t now = clock_mono_us(), until = now + cm->hold_us;
 	struct timespec ts;
 
-	if (cm->pending || cm->ops == NULL || cm->stop || now - cm->last_batch >= COMMIT_BUSY_US)
+	if (cm->pending || cm->ops == NULL || cm->stop || now - cm->last_batch >= cm->busy_us)
 		return;
 	ts.tv_sec = (time_t) (until / 1000000);
 	ts.tv_nsec = (long) (until % 1000000) * 1000;
@@ -460,6 +461,8 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	cm->st = st;
 	cm->committed = committed;
 	cm->arg = arg;
+	cm->hold_us = COMMIT_HOLD_US;
+	cm->busy_us = COMMIT_BUSY_US;
 	pthread_mutex_init(&cm->lock, NULL);
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* hold_ops() waits on it */
@@ -470,6 +473,15 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	if (pthread_create(&cm->thread, NULL, commit_main, cm) != 0)
 		msg_fatal("cannot start the commit thread");
 	return cm;
+}
+
+/* commit_set_hold - the hold's windows (tests: wide enough for a loaded machine) */
+void commit_set_hold(struct commit *cm, int64_t hold_us, int64_t busy_us)
+{
+	pthread_mutex_lock(&cm->lock);
+	cm->hold_us = hold_us;
+	cm->busy_us = busy_us;
+	pthread_mutex_unlock(&cm->lock);
 }
 
 /* commit_submit - queue a request for the next transaction */
