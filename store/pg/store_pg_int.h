@@ -136,6 +136,7 @@ struct pg_txn {
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */
+	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
 };
 
 

@@ -259,8 +259,8 @@ static int64_t token_of(struct pg_store *st, const char *qid)
 static int alone(struct pg_store *st, const struct store_msg *m, const char *qid, int on)
 {
 	const char *q = m ? m->qid : qid;
-	int64_t token = token_of(st, q);	/* what the write below is fenced with */
 	struct pg_txn *t;
+	int64_t token;
 	int err;
 
 	if ((err = store_pg_txn_new(st, &t)) != 0)
@@ -269,6 +269,7 @@ static int alone(struct pg_store *st, const struct store_msg *m, const char *qid
 		store_pg_txn_msg_update(&t->base, m);
 	else
 		store_pg_txn_msg_set_inflight(&t->base, qid, on);
+	token = t->fenced;	/* read once: a lease taken again meanwhile is not forgotten */
 	if ((err = store_pg_txn_commit(&t->base)) == STORE_ELEASE)
 		err = store_pg_why(st, q, m ? m->n_rcpts : 0, token);
 	return err;

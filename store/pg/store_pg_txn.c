@@ -320,11 +320,13 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 static int fence_token(struct pg_txn *t, const char *qid, int64_t *token, int *has)
 {
 	*has = 0;
+	t->fenced = 0;
 	if (store_pg_qids_has(t->put_qids, t->n_put, qid))
 		return 0;
 	if (store_pg_lease_get(t->st, qid, token) != 0)
 		return STORE_ELEASE;
 	*has = 1;
+	t->fenced = *token;
 	return 0;
 }
 
