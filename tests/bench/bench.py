@@ -40,7 +40,9 @@ DESCRIPTION
     run of each figure per setup, alone, between settled snapshots of
     PostgreSQL's own counters (WAL records and flushes, commits, rows,
     statements with their execution and planning time), printed per
-    message and per accepting batch; the same for one session on a
+    message and per accepting batch, with the CPU each message cost the
+    nodes and PostgreSQL and what the busy backends waited for
+    (pg_stat_activity, sampled); the same for one session on a
     third node, pg1-stalled, whose upstream never answers (the accepting
     path without delivery beside it); and pgbench's floors on the same
     cluster (a round trip, a one-row durable commit).

@@ -46,7 +46,11 @@ DESCRIPTION
     pipeline goes out in one write, so a send is a round trip (a
     connection closed within the window is missed). add() sums the
     differences; report() divides them by the messages and by the
-    batches.
+    batches. Over each run alone (not the settling), measure() also takes
+    the CPU of the nodes and of PostgreSQL's processes (/proc) and the
+    machine's idle share, and Waits samples what the database's busy
+    backends wait for (pg_stat_activity, one psql every 4 ms: a little
+    CPU of its own in those runs, not in the figures).
 
     A backend sends its statistics when idle, but at most once a second,
     and else 10 s later (PGSTAT_IDLE_INTERVAL): snap() waits STATS_SETTLE
@@ -147,6 +151,41 @@ class PgBench:
         self.pg.destroy()
 
 
+class Waits:
+    """what the database's busy backends wait for, sampled every few milliseconds
+    from pg_stat_activity by one psql while a run goes on (a script of SAMPLES
+    queries and sleeps, stopped with the run); stop() gives {event: samples},
+    "CPU" for a backend active and waiting for nothing, "ClientRead" in a
+    transaction for one waiting on its node between statements"""
+
+    SAMPLES = 20000
+    QUERY = ("SELECT CASE WHEN wait_event IS NULL THEN 'CPU' ELSE wait_event_type || ':' ||"
+             " wait_event END FROM pg_stat_activity WHERE datname = '%s' AND state <> 'idle'"
+             " AND pid <> pg_backend_pid();\nSELECT pg_sleep(0.004);\n")
+
+    def __init__(self, pg, db):
+        self.path = os.path.join(os.path.dirname(pg.data), "waits-%s.sql" % db)
+        with open(self.path, "w") as f:
+            f.write(self.QUERY % db * self.SAMPLES)
+        self.out = self.path + ".out"
+        self.proc = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-A", "-t",
+                                      "-d", pg.url("postgres", pgcluster.SUPERUSER),
+                                      "-f", self.path], stdout=open(self.out, "w"),
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        seen = {}
+        with open(self.out) as f:
+            for line in f:
+                if line.strip():
+                    seen[line.strip()] = seen.get(line.strip(), 0) + 1
+        os.unlink(self.path)
+        os.unlink(self.out)
+        return seen
+
+
 def scrape(port):
     """scrape - a node's /metrics: (accepting batches, submissions decided in them)"""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
@@ -176,11 +215,50 @@ class Counters:
     def measure(self, fig, msgs, fn):
         """measure - fn(), one run of msgs messages, between settled snapshots, its
         counts added to fig's; fn's result. fn must leave nothing in flight (wait
-        for the deliveries): the snapshot after it is the next one's before."""
+        for the deliveries): the snapshot after it is the next one's before. The
+        CPU and the wait events are taken over fn() alone, not the settling."""
         before = self.last or self.snap()
-        out = fn()
+        waits = Waits(self.bench.pg, self.db)
+        c0 = self.cpu()
+        try:
+            out = fn()
+        finally:
+            c1 = self.cpu()
+            seen = waits.stop()
         self.last = self.snap()
         self.add(fig, before, self.last, msgs)
+        f = self.figs[fig]
+        for k in c0:
+            f[k] = f.get(k, 0.0) + c1[k] - c0[k]
+        w = f.setdefault("waits", {})
+        for k, v in seen.items():
+            w[k] = w.get(k, 0) + v
+        return out
+
+    def cpu(self):
+        """cpu - CPU seconds so far of the nodes ("cpu_nodes") and of PostgreSQL's
+        processes ("cpu_pg": this database's backends and the cluster's own, the
+        WAL writer's and checkpointer's; not the backends of other databases, the
+        other setups' idle nodes and Waits' psql), and the machine's idle and
+        total jiffies from /proc/stat"""
+        tick = float(os.sysconf("SC_CLK_TCK"))
+        pm = pgcluster.postmaster_pid(self.bench.pg.data)
+        pg = set([pm] + pgcluster.children_of(pm)) if pm else set()
+        out = {"cpu_nodes": 0.0, "cpu_pg": 0.0}
+        for pid in self.pids | pg:
+            try:
+                with open("/proc/%d/cmdline" % pid) as f:
+                    title = " %s " % f.read().replace("\0", " ")
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue        # gone: what it used is lost (the pools' backends stay)
+            if pid in pg and "(" in title and " %s " % self.db not in title:
+                continue        # a client's backend, of another database
+            out["cpu_pg" if pid in pg else "cpu_nodes"] += (int(fields[11]) + int(fields[12])) / tick
+        with open("/proc/stat") as f:
+            j = [float(x) for x in f.readline().split()[1:]]
+        out["jiffies_idle"], out["jiffies"] = j[3] + j[4], sum(j[:8])
         return out
 
     def snap(self):
@@ -289,6 +367,13 @@ class Counters:
                         "xacts_per_batch": f["xact_commit"] / b, "rows_per_batch": rows / b,
                         "round_trips_per_batch": f["sends"] / b,
                         "statements_per_batch": calls / b if self.bench.statements else None})
+        if f.get("jiffies"):
+            out.update({"cpu_ms_per_msg_nodes": f["cpu_nodes"] * 1000 / m,
+                        "cpu_ms_per_msg_pg": f["cpu_pg"] * 1000 / m,
+                        "idle_share": f["jiffies_idle"] / f["jiffies"]})
+        n_w = float(sum(f.get("waits", {}).values()))
+        out["waits"] = sorted(((k, v / n_w) for k, v in f.get("waits", {}).items()),
+                              key=lambda kv: -kv[1]) if n_w else []
         out["tables_per_msg"] = {name: [x / m for x in t] for name, t in f.get("tables", {}).items()
                                  if any(t)}
         top = sorted(f["stmts"].items(), key=lambda kv: -kv[1][0])
@@ -323,6 +408,14 @@ class Counters:
                             *s["ins_upd_del_per_msg"]))
             lines.append("  rows per message by table (ins/upd/del): " + ", ".join(
                 "%s %.1f/%.1f/%.1f" % (name, *t) for name, t in sorted(s["tables_per_msg"].items())))
+            if "idle_share" in s:
+                lines.append("  CPU per message: %.3f ms in PostgreSQL's processes, %.3f ms in"
+                             " the node%s; the machine %.0f%% idle" % (
+                                 s["cpu_ms_per_msg_pg"], s["cpu_ms_per_msg_nodes"],
+                                 "s" if len(self.pids) > 1 else "", 100 * s["idle_share"]))
+            if s["waits"]:
+                lines.append("  busy backends were (samples of pg_stat_activity): " + ", ".join(
+                    "%s %.0f%%" % (k, 100 * v) for k, v in s["waits"][:6]))
             if self.bench.statements:
                 lines.append("  server time per message: %.3f ms executing, %.3f ms planning"
                              " (pg_stat_statements)" % (s["exec_ms_per_msg"], s["plan_ms_per_msg"]))
