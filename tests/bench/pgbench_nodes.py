@@ -168,10 +168,11 @@ class Waits:
         with open(self.path, "w") as f:
             f.write(self.QUERY % db * self.SAMPLES)
         self.out = self.path + ".out"
-        self.proc = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-A", "-t",
-                                      "-d", pg.url("postgres", pgcluster.SUPERUSER),
-                                      "-f", self.path], stdout=open(self.out, "w"),
-                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        with open(self.out, "w") as out:
+            self.proc = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-A", "-t",
+                                          "-d", pg.url("postgres", pgcluster.SUPERUSER),
+                                          "-f", self.path], stdout=out,
+                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
     def stop(self):
         self.proc.terminate()
