@@ -164,7 +164,7 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 	static const char *const mismatch_words[] = {"reject", "accept", 0};
 	static const char *const def[] = {"X-Idempotency-Key", "Idempotency-Key"};
 	config_setting_t *g, *a = NULL;
-	int i, n;
+	int i, j, n;
 
 	if (conf_group(x, root, "keys", names, &g) < 0
 	    || conf_strings(x, g, "headers", &a) < 0
@@ -185,6 +185,12 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 		if (!conf_field_name(v))
 			return conf_error(x, config_setting_get_elem(a, i), NULL,
 					  "bad header name \"%s\"", v);
+		/* header names are case-insensitive: one named twice is a typo or a paste */
+		for (j = 0; j < i; j++)
+			if (strcasecmp(c->keys.headers[j], v) == 0)
+				return conf_error(x, config_setting_get_elem(a, i), NULL,
+						  "\"%s\" repeats keys.headers[%d] \"%s\": "
+						  "remove one", v, j, c->keys.headers[j]);
 		c->keys.headers[i] = xstrdup(v);
 		c->keys.n_headers = i + 1;
 	}

@@ -85,6 +85,12 @@ def test_config_check(t):
                           '  recipients = 10;\n'
                           '  bare_lf = "sometimes";\n'
                           '};\n' % store, 5, "bare_lf"),
+        # issue 31: one header named twice, in two spellings (names are case-insensitive)
+        "dup-key-header.conf": (up + 'store = { path = "%s"; };\n'
+                                'keys = {\n'
+                                '  headers = [ "X-Idempotency-Key",\n'
+                                '              "x-idempotency-key" ];\n'
+                                '};\n' % store, 5, "keys.headers[1]"),
         "syntax.conf": (up + 'hostname "x.test";\n'
                         'store = { path = "%s"; };\n' % store, 2, None),
     }

@@ -418,6 +418,9 @@ static const struct {
 	 "%s:4: access.networks[1]: host bits set in network \"10.1.2.3/8\""},
 	{"bad header name", MINIMAL "keys = { headers = [ \"X-Key:\" ]; };\n",
 	 "%s:2: keys.headers[0]: bad header name"},
+	{"header named twice", MINIMAL "keys = { headers = [ \"X-Key\", \"Other\",\n"
+	 " \"x-KEY\" ]; };\n",
+	 "%s:3: keys.headers[2]: \"x-KEY\" repeats keys.headers[0] \"X-Key\": remove one"},
 	{"upstream neither", "upstream = { tls = \"starttls\"; };\n",
 	 "%s:1: upstream: needs exactly one of host, hosts or maildir"},
 	{"upstream both", "upstream = {\n host = \"h\";\n maildir = \"m\"; };\n",
