@@ -76,9 +76,9 @@ struct deliver_job {
 	int decided;			/* job_decide done: the outcome is final */
 	int recorded;			/* and written to the store */
 	int64_t unwritten;		/* job_record: the store refused it since then; 0 not */
-	int no_dot;			/* its mark's commit had an unknown outcome, so no
-					 * final dot went out: the mark may be durable all the
-					 * same (job_revive) */
+	int no_dot;			/* its mark failed, so no final dot went out; the
+					 * mark may be durable all the same (an unknown
+					 * outcome, then a refused retry): job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
 };
 

@@ -172,7 +172,7 @@ void deliver_maildir_one(struct deliver *d, struct deliver_job *j)
 	}
 	fd = -1;
 	if ((err = deliver_mark(d, j->m.qid, NULL, 0)) != 0) {
-		j->no_dot = err == STORE_EAGAIN;	/* not renamed: not delivered */
+		j->no_dot = 1;		/* not renamed: not delivered */
 		snprintf(why, sizeof(why), "cannot set the inflight mark: %s", store_strerror(err));
 		goto fail_unlink;
 	}

@@ -163,8 +163,13 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		} else {
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"
 				  " before the final dot", m->qid, store_strerror(err));
-			/* an unknown outcome: the mark may be durable all the same */
-			x->job->no_dot = err == STORE_EAGAIN;
+			/*
+			 * No dot goes out, whatever the error: the mark may be
+			 * durable all the same (a first try whose outcome was
+			 * unknown, then a retry refused for the lease another
+			 * node took meanwhile), so a verdict on it is undone.
+			 */
+			x->job->no_dot = 1;
 			deliver_smtp_msg_enter(x, XMSG_NOMARK);
 		}
 	}

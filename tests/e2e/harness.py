@@ -544,8 +544,10 @@ class Proxy:
     mid-transaction as it may be), and new ones are black-holed: accepted and
     never forwarded nor answered, as by a server that took the connection and
     hangs (the client's connect_timeout ends them); with refuse=True, new ones
-    are reset at once instead. heal(): new connections go through again; the
-    black-holed ones are reset. cut_after(pattern): the next time a client sends
+    are reset at once instead; with hold=True they wait, unanswered, for heal().
+    heal(): new connections go through again; the black-holed ones are reset,
+    the held ones forwarded (a client that connected during the cut reaches
+    the server late, once the cut is over). cut_after(pattern): the next time a client sends
     bytes containing pattern, they reach the server, its replies from then on
     do not reach the client, and a moment later everything is cut: a request
     (a COMMIT) that the server carried out and whose outcome the client never
@@ -569,7 +571,7 @@ class Proxy:
         self.lsock.settimeout(0.2)      # the accept loop sees close() in time
         self.port = self.lsock.getsockname()[1]
         self.lock = threading.Lock()
-        self.mode = "pass"              # pass, blackhole, refuse
+        self.mode = "pass"              # pass, blackhole, hold, refuse
         self.pairs = {}                 # (client, server) -> pumps still running
         self.held = []
         self.accepted = self.forwarded = self.dropped = self.held_total = 0
@@ -607,7 +609,7 @@ class Proxy:
             with self.lock:
                 self.accepted += 1
                 mode = self.mode
-                if mode == "blackhole":
+                if mode in ("blackhole", "hold"):
                     self.held.append(c)
                     self.held_total += 1
             if mode == "refuse":
@@ -672,31 +674,31 @@ class Proxy:
             for x in pair:
                 self._reset(x)
 
-    def cut_after(self, pattern, delay=0.5, refuse=False):
+    def cut_after(self, pattern, delay=0.5, refuse=False, hold=False):
         """cut_after - arm the trigger (see the class): pattern as bytes; the cut
-        comes delay seconds after the bytes went through"""
-        self.trigger = (pattern, delay, refuse)
+        (cut(refuse, hold)) comes delay seconds after the bytes went through"""
+        self.trigger = (pattern, delay, refuse, hold)
 
     def _fire(self):
         with self.lock:
             if self.trigger is None:
                 return
-            _, delay, refuse = self.trigger
+            _, delay, refuse, hold = self.trigger
             self.trigger = None
             self.muted = True
             self.triggered += 1
 
         def later():
             time.sleep(delay)
-            self.cut(refuse)
+            self.cut(refuse, hold)
             self.muted = False
         threading.Thread(target=later, daemon=True).start()
 
-    def cut(self, refuse=False):
-        """cut - drop every connection now and black-hole (or refuse) new ones;
+    def cut(self, refuse=False, hold=False):
+        """cut - drop every connection now and black-hole (refuse, hold) new ones;
         how many were dropped"""
         with self.lock:
-            self.mode = "refuse" if refuse else "blackhole"
+            self.mode = "refuse" if refuse else "hold" if hold else "blackhole"
             pairs = list(self.pairs)
             self.dropped += len(pairs)
         for pair in pairs:
@@ -709,12 +711,17 @@ class Proxy:
         return len(pairs)
 
     def heal(self):
-        """heal - forward new connections again; reset the black-holed ones"""
+        """heal - forward new connections again; reset the black-holed ones,
+        forward the held ones"""
         with self.lock:
+            forward = self.mode == "hold"
             self.mode = "pass"
             held, self.held = self.held, []
         for c in held:
-            self._reset(c)
+            if forward:
+                self._forward(c)
+            else:
+                self._reset(c)
 
     def close(self):
         self.closing = True
