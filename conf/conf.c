@@ -470,7 +470,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		"metrics", "listen", "tls", "auth", "access", "store", "keys",
 		"upstream", "retry", "limits", "log", 0};
 	static const char *const metrics_names[] = {"address", "port", 0};
-	static const char *const tls_names[] = {"cert", "key", 0};
+	static const char *const tls_names[] = {"cert", "key", "groups", 0};
 	static const char *const auth_names[] = {"users", 0};
 	static const char *const store_names[] = {"backend", "url", "lease", "path",
 		"map_size", "map_size_max", "key_ttl", 0};
@@ -505,7 +505,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 
 	if (conf_group(x, root, "tls", tls_names, &g) < 0
 	    || conf_string(x, g, "cert", 0, &c->tls_cert) < 0
-	    || conf_string(x, g, "key", 0, &c->tls_key) < 0)
+	    || conf_string(x, g, "key", 0, &c->tls_key) < 0
+	    || conf_string(x, g, "groups", 1, &c->tls_groups) < 0)
 		return -1;
 	if (g != NULL && (c->tls_cert == NULL || c->tls_key == NULL))
 		return conf_error(x, g, c->tls_cert ? "key" : "cert",
@@ -693,6 +694,7 @@ void    conf_free(struct conf *c)
 	free(c->listen);
 	free(c->tls_cert);
 	free(c->tls_key);
+	free(c->tls_groups);
 	free(c->auth_users);
 	free(c->networks);
 	free(c->store.path);

@@ -64,6 +64,7 @@ struct conf {
 	size_t n_listen;
 
 	char *tls_cert, *tls_key;	/* NULL: no TLS */
+	char *tls_groups;		/* key exchange groups; NULL: tls.c's default */
 	char *auth_users;		/* NULL: no AUTH */
 
 	struct conf_net *networks;	/* default: 127.0.0.0/8, ::1/128 */

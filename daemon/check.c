@@ -96,7 +96,7 @@ static void check_tls(struct check *k)
 			   "PEM private key file", c->tls_key, strerror(errno));
 		return;
 	}
-	if (tls_new(&t, c->tls_cert, c->tls_key, err, sizeof(err)) == 0) {
+	if (tls_new(&t, c->tls_cert, c->tls_key, c->tls_groups, err, sizeof(err)) == 0) {
 		tls_free(t);
 		return;
 	}
@@ -104,7 +104,10 @@ static void check_tls(struct check *k)
 	 * tls_new says which file: "cert X: ...", "key X: ...", "key X does not
 	 * match"; OpenSSL finds most mismatches as it loads the key
 	 */
-	if (strncmp(err, "key ", 4) == 0 && (strstr(err, " does not match cert ")
+	if (strncmp(err, "groups ", 7) == 0)
+		check_fail(k, "tls.groups", "%s: want names OpenSSL knows, separated by colons "
+			   "(X25519:P-256:P-384)", err);
+	else if (strncmp(err, "key ", 4) == 0 && (strstr(err, " does not match cert ")
 					     || strstr(err, "key values mismatch")))
 		check_fail(k, "tls.key", "%s is not the private key of the certificate in "
 			   "tls.cert (%s): give the key the certificate was issued for",

@@ -472,7 +472,7 @@ static void server_load_secrets(struct server *srv)
 	char err[512];
 
 	if (srv->cf->tls_cert && tls_new(&srv->tls, srv->cf->tls_cert, srv->cf->tls_key,
-					 err, sizeof(err)) < 0)
+					 srv->cf->tls_groups, err, sizeof(err)) < 0)
 		msg_fatal("tls: %s", err);
 	if (srv->cf->auth_users) {
 		if (auth_users_load(&srv->users, srv->cf->auth_users, err, sizeof(err)) < 0)

@@ -6,7 +6,8 @@
  * DESCRIPTION
  *	tls_new() builds the OpenSSL server context from the certificate
  *	chain and key files: TLS 1.2 and up, no compression, the server's
- *	cipher preference, no renegotiation. It runs at start-up, before the
+ *	cipher preference, no renegotiation, the key exchange groups of
+ *	tls.groups (tls.c says why not OpenSSL's defaults). It runs at start-up, before the
  *	privileges are dropped, so the key may be readable by root only.
  *
  *	tls_reload() (SIGHUP) builds a new context from the same files and
@@ -31,7 +32,8 @@
 
 struct tls;
 
-int tls_new(struct tls **out, const char *cert, const char *key, char *err, size_t errlen);
+int tls_new(struct tls **out, const char *cert, const char *key, const char *groups,
+	    char *err, size_t errlen);			/* groups NULL: X25519, P-256, P-384 */
 int tls_reload(struct tls *t, char *err, size_t errlen);	/* 0, or -1 and the old context stays */
 void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */

@@ -13,9 +13,10 @@ import signal
 import smtplib
 import socket
 import ssl
+import subprocess
 import time
 
-from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, port_open,
+from harness import (BIN, Raw, case, check, eq, expect_reply, free_port, make_msg, port_open,
                      qid_of, render_conf, run, submit, wait_until)
 
 READY = (220, "2.0.0 Ready to start TLS")
@@ -75,7 +76,7 @@ def tls_daemon(t, sink, listeners=({},), users=None, conf=None, cert=None):
     listeners (extra settings each); d.ports[i] is listener i's port"""
     crt, key = cert or make_cert(t)
     conf = dict(conf or {})
-    conf["tls"] = {"cert": crt, "key": key}
+    conf["tls"] = dict(conf.get("tls", {}), cert=crt, key=key)
     if users:
         conf["auth"] = {"users": write_users(t, users)}
     d = t.daemon(sink, conf, start=False)
@@ -579,3 +580,50 @@ def test_sighup_reloads_users(t):
     d.wait_log("keeping the users in use")
     check(d.log_lines("expected name:hash"), "the error names the problem")
     eq(try_auth("carol", "s3cret"), 235, "carol after a failed reload")
+
+
+def s_client(port, *args):
+    """s_client - openssl s_client through STARTTLS to port with args; (handshake
+    done, its output)"""
+    r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port,
+                        "-starttls", "smtp", "-brief"] + list(args), input="QUIT\n",
+                       capture_output=True, text=True, timeout=30)
+    out = r.stdout + r.stderr
+    return "Protocol version:" in out or "CONNECTION ESTABLISHED" in out, out
+
+
+@case()
+def test_tls_groups(t):
+    """Key exchange (issue 30): X25519, P-256 and P-384 by default, not OpenSSL's
+    finite-field groups (ffdhe8192 costs the event loop ~100 ms a handshake),
+    and TLS 1.2's DHE suites only when tls.groups names an ffdhe group;
+    tls.groups sets the list, and -t refuses a name OpenSSL does not know."""
+    sink = t.sink()
+    d = tls_daemon(t, sink)
+    for g in ("X25519", "P-256", "P-384"):
+        ok, out = s_client(d.port, "-tls1_3", "-groups", g)
+        check(ok, "a TLS 1.3 handshake offering only %s: %s" % (g, out))
+    for g in ("ffdhe8192", "ffdhe2048"):
+        ok, out = s_client(d.port, "-tls1_3", "-groups", g)
+        check(not ok, "a TLS 1.3 handshake offering only %s succeeded: %s" % (g, out))
+    rsa = os.path.join(t.tmp, "rsa.pem"), os.path.join(t.tmp, "rsa-key.pem")
+    r = run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", rsa[1],
+             "-out", rsa[0], "-days", "2", "-subj", "/CN=idemrelay.test"])
+    check(r.returncode == 0, "openssl req: %s" % r.stderr)
+    e = tls_daemon(t, sink, cert=rsa)
+    ok, out = s_client(e.port, "-tls1_2", "-cipher", "DHE-RSA-AES128-GCM-SHA256")
+    check(not ok, "a TLS 1.2 handshake offering only DHE succeeded: %s" % out)
+    ok, out = s_client(e.port, "-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256")
+    check(ok, "TLS 1.2 with ECDHE: %s" % out)
+    f = tls_daemon(t, sink, cert=rsa, conf={"tls": {"groups": "ffdhe2048:X25519"}})
+    for args in (("-tls1_3", "-groups", "ffdhe2048"),
+                 ("-tls1_2", "-cipher", "DHE-RSA-AES128-GCM-SHA256")):
+        ok, out = s_client(f.port, *args)
+        check(ok, "%s with tls.groups naming ffdhe2048: %s" % (" ".join(args), out))
+    bad = dict(f.conf, tls=dict(f.conf["tls"], groups="X25519:nosuch"))
+    path = os.path.join(t.tmp, "bad-groups.conf")
+    with open(path, "w") as fh:
+        fh.write(render_conf(bad))
+    r = run([BIN, "-t", "-c", path])
+    eq(r.returncode, 1, "idemrelay -t with an unknown group (%r)" % (r.stdout + r.stderr))
+    check("tls.groups" in r.stderr + r.stdout, "-t names tls.groups: %r" % (r.stdout + r.stderr))
