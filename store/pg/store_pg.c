@@ -47,7 +47,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../util/buf.h"
 #include "../../util/clock.h"
 #include "../../util/log.h"
 #include "store_pg.h"
@@ -55,14 +54,23 @@
 
 /*
  * What libpq gets besides the URL, which overrides any of them (it comes
- * after them) but the server options: ours come last, with the URL's
- * after them (a URL that sets a search_path keeps ours).
+ * after them).
  */
 static const char *const conn_keys[] = {
 	"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
-	"keepalives_count", "tcp_user_timeout", "application_name", "dbname", "options", NULL
+	"keepalives_count", "tcp_user_timeout", "application_name", "dbname", NULL
 };
+static const char *const conn_vals[] = {
+	"5", "1", "5", "2", "3", "10000", "idemrelay", NULL, NULL
+};
+#define CONN_URL	7	/* the index of dbname: the URL, expanded */
 /*
+ * Our session's settings, made by a statement once connected rather than
+ * sent as startup options: a pooler in between refuses a startup packet
+ * that carries options (PgBouncer: "unsupported startup parameter"), or
+ * drops them unseen. A setting the URL's options gave (its source is
+ * "client") is left as the URL has it.
+ *
  * A server backend whose connection was cut (store_pg_wire.c) notices it
  * within a second even while it waits for a lock, and aborts what it had
  * not committed, rather than commit a batch nobody waits for any more.
@@ -74,12 +82,10 @@ static const char *const conn_keys[] = {
  * here finds its rows by an index whatever its parameters, but the
  * expiry, which says so itself (store_pg_hist.c).
  */
-static const char *const conn_vals[] = {
-	"5", "1", "5", "2", "3", "10000", "idemrelay", NULL, NULL, NULL
-};
-#define CONN_URL	7	/* the index of dbname: the URL, expanded */
-#define CONN_OPTIONS	8	/* ours, then the URL's */
-#define OUR_OPTIONS	"-c client_connection_check_interval=1000 -c plan_cache_mode=force_generic_plan"
+#define OUR_SETTINGS "SELECT set_config(o.name, o.value, false) FROM (VALUES " \
+	"('client_connection_check_interval', '1000'), ('plan_cache_mode', 'force_generic_plan')) " \
+	"o(name, value) WHERE NOT EXISTS (SELECT 1 FROM pg_settings s " \
+	"WHERE s.name = o.name AND s.source = 'client')"
 
 /* quiet - the server's notices are not ours to print on stderr */
 static void quiet(void *arg, const char *message)
@@ -106,30 +112,23 @@ static char *one_line(char *s)
 	return s;
 }
 
-/* conn_open - a new connection to url; NULL and why in err */
-static PGconn *conn_open(const char *url, char *err, size_t errlen)
+/* conn_open - a new connection to the store's URL, with our settings; NULL and why in err */
+static PGconn *conn_open(struct pg_store *st, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
-	PQconninfoOption *o, *given = PQconninfoParse(url, NULL);
-	struct buf options = BUF_INIT;
 	char *msg;
 	PGconn *c;
 
-	buf_printf(&options, "%s", OUR_OPTIONS);
-	for (o = given; o && o->keyword; o++)
-		if (strcmp(o->keyword, "options") == 0 && o->val && *o->val)
-			buf_printf(&options, " %s", o->val);
-	PQconninfoFree(given);
 	memcpy(vals, conn_vals, sizeof(vals));
-	vals[CONN_URL] = url;
-	vals[CONN_OPTIONS] = options.data;
+	vals[CONN_URL] = st->url;
 	c = PQconnectdbParams(conn_keys, vals, 1);
-	buf_free(&options);
 	if (c != NULL && PQstatus(c) == CONNECTION_OK) {
 		PQsetNoticeProcessor(c, quiet, NULL);
-		if (store_pg_stmt_attach(c) != 0)
-			msg_warn("store: cannot keep prepared statements: every statement unprepared");
-		return c;
+		if (store_pg_simple(st, c, OUR_SETTINGS, "session settings") == 0) {
+			if (store_pg_stmt_attach(c) != 0)
+				msg_warn("store: cannot keep prepared statements: every statement unprepared");
+			return c;
+		}
 	}
 	msg = xstrdup(c ? PQerrorMessage(c) : "out of memory");
 	snprintf(err, errlen, "%s", one_line(msg));
@@ -215,7 +214,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	}
 	st->n_open++;
 	pthread_mutex_unlock(&st->mu);
-	if ((c = conn_open(st->url, err, sizeof(err))) == NULL) {
+	if ((c = conn_open(st, err, sizeof(err))) == NULL) {
 		pthread_mutex_lock(&st->mu);
 		st->n_open--;
 		pthread_cond_signal(&st->freed);
@@ -460,7 +459,7 @@ void store_pg_anchor_check(struct pg_store *st)
 	}
 	PQfinish(st->anchor);
 	st->anchor = NULL;
-	if ((c = conn_open(st->url, err, sizeof(err))) != NULL) {
+	if ((c = conn_open(st, err, sizeof(err))) != NULL) {
 		if ((rc = node_lock(st, c)) == 1) {
 			st->anchor = c;
 			msg_info("store: node %s: slot lock taken again after a reconnect", st->node);
@@ -543,7 +542,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		rc = STORE_EINVAL;
 		goto fail;
 	}
-	if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
+	if ((c = conn_open(st, why, sizeof(why))) == NULL) {
 		snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 		rc = STORE_EAGAIN;
 		goto fail;
@@ -568,7 +567,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		goto fail;
 	st->anchor_checked = clock_mono_us();
 	for (i = 0; i < PG_POOL_START; i++) {
-		if ((c = conn_open(st->url, why, sizeof(why))) == NULL) {
+		if ((c = conn_open(st, why, sizeof(why))) == NULL) {
 			snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 			rc = STORE_EAGAIN;
 			goto fail;

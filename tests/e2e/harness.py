@@ -19,7 +19,8 @@ DESCRIPTION
     database; t.pg_cluster() starts a private cluster (and standby) for a
     test that stops or kills the server, and t.pg_proxy() puts a TCP proxy
     (Proxy) between the daemons and the server for a test that cuts the
-    network to it (proxy.cut(), proxy.heal()). A case says which backends it
+    network to it (proxy.cut(), proxy.heal()); t.pg_bouncer() puts PgBouncer
+    there (pgcluster.Bouncer). A case says which backends it
     runs on (case(stores=LMDB_ONLY), PG_ONLY; both by default).
 """
 
@@ -746,6 +747,7 @@ class T:
         self._pg_shared = None
         self._pg_url = None
         self.proxies = []
+        self.bouncers = []              # PgBouncers (pg_bouncer()), stopped at cleanup
 
     def sink(self, **control):
         s = Sink(self, "sink%d" % len(self.sinks))
@@ -813,6 +815,18 @@ class T:
         self.proxies.append(p)
         return p
 
+    def pg_bouncer(self, server=None, pool_mode="session", **settings):
+        """pg_bouncer - PgBouncer (pgcluster.Bouncer) in front of server (default:
+        the run's cluster) in pool_mode, started; stopped at cleanup.
+        pb.url_of(t.pg_url()) reaches the test's database through it."""
+        pb = pgcluster.Bouncer(server or self.pg_shared(), pool_mode, **settings)
+        self.bouncers.append(pb)
+        if pb.owned_base:
+            with open(os.path.join(self.tmp, "pg-clusters"), "a") as f:
+                f.write(pb.base + "\n")
+        self.extra_logs.append(("pgbouncer log", pb.log_path))
+        return pb.start()
+
     def finish(self):
         """finish - after a passing test: each daemon still alive (none died on
         its own), exits 0 on SIGTERM, and no sanitizer reported anything"""
@@ -861,6 +875,11 @@ class T:
         for p in self.proxies:
             try:
                 p.close()
+            except Exception:
+                pass
+        for pb in self.bouncers:
+            try:
+                pb.destroy()
             except Exception:
                 pass
         for c in self.pg_clusters:

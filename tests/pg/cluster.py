@@ -13,7 +13,9 @@ SYNOPSIS
     sb = pg.add_standby()                   # synchronous streaming standby
     pg.kill9(); sb.promote()
     url = cluster.multi_url([pg, sb], db)   # ...?target_session_attrs=read-write
-    pg.destroy()
+    pb = cluster.Bouncer(pg, "session").start()   # PgBouncer in front of pg
+    url = pb.url_of(url)                    # the same database through it
+    pb.stop(); pg.destroy()
 
 DESCRIPTION
     A cluster lives in a temporary directory of its own (under $PG_TMP,
@@ -33,9 +35,17 @@ DESCRIPTION
     synchronous_standby_names, so a commit the primary acknowledged is on
     both; promote() makes it the primary (pg_ctl promote).
 
+    Bouncer runs PgBouncer (Debian: apt-get install pgbouncer) in front
+    of a server, as operators put it between the nodes and PostgreSQL: a
+    generated pgbouncer.ini and userlist.txt (auth_type trust, every
+    database of the server, the pool mode asked for) in a directory of its
+    own, under the cluster's, listening on a free loopback port; run as
+    the postgres user when we are root (PgBouncer refuses root), in the
+    foreground, so that it stays in the caller's process group.
+
     Every wait has a deadline. destroy() stops the server (kill -9 when a
     clean stop does not finish in time) and removes the directory; reap()
-    kills any server left under a directory, for a runner whose test
+    kills any server (and PgBouncer) left under a directory, for a runner whose test
     process died before it could clean up.
 
     run: starts a cluster, creates the database "idemrelay", runs CMD with
@@ -178,6 +188,12 @@ def reap(top):
     """reap - kill -9 every server whose data directory is under top (a test
     process that died before its cleanup leaves them behind: pg_ctl puts the
     postmaster in a session of its own, out of reach of the test's process group)"""
+    for pidfile in glob.glob(os.path.join(top, "**", "pgbouncer.pid"), recursive=True):
+        try:
+            with open(pidfile) as f:
+                os.kill(int(f.read().strip()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
     for pidfile in glob.glob(os.path.join(top, "**", "postmaster.pid"), recursive=True):
         pid = postmaster_pid(os.path.dirname(pidfile))
         if pid and alive(pid):
@@ -441,6 +457,126 @@ class Cluster(Server):
                      timeout=timeout + 10)
         wait_until(lambda: not self.in_recovery(), timeout, "%s out of recovery" % self.name)
         return self
+
+
+class Bouncer:
+    """PgBouncer in front of server (a Server), on a free port on 127.0.0.1: every
+    database of the server, pool_mode as given ("session", "transaction",
+    "statement"), trust authentication; settings go into [pgbouncer] as they
+    are (ignore_startup_parameters="options", server_round_robin=1, ...)."""
+
+    def __init__(self, server, pool_mode="session", base=None, **settings):
+        self.server = server
+        self.base = base or getattr(server, "base", None)
+        self.owned_base = self.base is None
+        if self.owned_base:
+            self.base = tempfile.mkdtemp(prefix="idemrelay-pgb-", dir=os.environ.get("PG_TMP"))
+        self.dir = tempfile.mkdtemp(prefix="pgbouncer-", dir=self.base)
+        self.ini = os.path.join(self.dir, "pgbouncer.ini")
+        self.log_path = os.path.join(self.dir, "pgbouncer.log")
+        self.pidfile = os.path.join(self.dir, "pgbouncer.pid")
+        self.pool_mode = pool_mode
+        self.settings = dict(settings)
+        self.port = None
+        self.proc = None
+        if as_root():
+            pw = pwd.getpwnam(SUPERUSER)
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+            os.chmod(self.base, 0o755)
+
+    def _write(self):
+        with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
+            f.write('"%s" ""\n"%s" ""\n' % (ROLE, SUPERUSER))
+        settings = dict(listen_addr="127.0.0.1", listen_port=self.port, unix_socket_dir="",
+                        auth_type="trust", auth_file=os.path.join(self.dir, "userlist.txt"),
+                        pool_mode=self.pool_mode, logfile=self.log_path, pidfile=self.pidfile,
+                        admin_users=SUPERUSER, max_client_conn=500, default_pool_size=20)
+        settings.update(self.settings)
+        with open(self.ini, "w") as f:
+            f.write("; tests/pg/cluster.py: PgBouncer in front of %s\n[databases]\n"
+                    "* = host=127.0.0.1 port=%d\n[pgbouncer]\n" % (self.server.name, self.server.port))
+            for k, v in settings.items():
+                f.write("%s = %s\n" % (k, v))
+        if as_root():
+            pw = pwd.getpwnam(SUPERUSER)
+            for name in ("pgbouncer.ini", "userlist.txt"):
+                os.chown(os.path.join(self.dir, name), pw.pw_uid, pw.pw_gid)
+
+    def start(self, timeout=START_TIMEOUT):
+        """start - write the files and run it; wait until it takes connections"""
+        exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.access(exe, os.X_OK):
+            raise ClusterError("pgbouncer not found: install pgbouncer (Debian: apt-get "
+                               "install pgbouncer)")
+        for attempt in range(3):
+            self.port = free_port()
+            self._write()
+            log = open(os.path.join(self.dir, "stderr"), "ab")
+            self.proc = subprocess.Popen(server_cmd([exe, self.ini]), cwd=self.dir,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            log.close()
+            try:
+                wait_until(lambda: self.proc.poll() is not None or self._listening(), timeout,
+                           "PgBouncer on port %d" % self.port)
+            except ClusterError:
+                self.stop()
+                raise
+            if self.proc.poll() is None:
+                return self
+            # the free port may have been taken between our probe and its bind
+            if attempt == 2 or "bind" not in self.log_tail():
+                raise ClusterError("pgbouncer exited with %d:\n%s"
+                                   % (self.proc.returncode, self.log_tail()))
+
+    def _listening(self):
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def log_tail(self, n=40):
+        out = []
+        for name in ("stderr", "pgbouncer.log"):
+            try:
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    out += f.read().splitlines()[-n:]
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def url_of(self, url):
+        """url_of - url (of the server behind) with this PgBouncer's host and port"""
+        u = urllib.parse.urlsplit(url)
+        netloc = "%s127.0.0.1:%d" % (u.netloc.rsplit("@", 1)[0] + "@" if "@" in u.netloc else "",
+                                     self.port)
+        return urllib.parse.urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment))
+
+    def stop(self, timeout=10):
+        """stop - SIGTERM (PgBouncer's immediate shutdown), SIGKILL after timeout"""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pid = None
+        try:
+            with open(self.pidfile) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            pass
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
+            for p in filter(None, (pid, self.proc.pid)):
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                self.proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def destroy(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.owned_base:
+            shutil.rmtree(self.base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- CLI
