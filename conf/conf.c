@@ -362,7 +362,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 {
 	static const char *const names[] = {"message_size", "recipients",
 		"connections", "command_timeout", "data_timeout", "bare_lf",
-		"min_data_rate", "stress_timeout", "data_memory", 0};
+		"min_data_rate", "stress_timeout", "data_memory", "hard_errors",
+		"junk_commands", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
 	config_setting_t *g;
 
@@ -378,7 +379,9 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0
 	    || conf_int(x, g, "min_data_rate", 0, 1000000000, &c->limits.min_data_rate) < 0
 	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0
-	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0)
+	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0
+	    || conf_int(x, g, "hard_errors", 1, 1000000, &c->limits.hard_errors) < 0
+	    || conf_int(x, g, "junk_commands", 1, 1000000, &c->limits.junk_commands) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */
 	if (c->store.backend == CONF_STORE_LMDB && c->limits.message_size >= c->store.map_size) {
@@ -460,6 +463,8 @@ static void conf_defaults(struct conf *c)
 	c->limits.min_data_rate = 500;		/* Postfix's smtpd_min_data_rate */
 	c->limits.stress_timeout = 10;		/* Postfix's ${stress?10} */
 	c->limits.data_memory = 64ULL << 20;
+	c->limits.hard_errors = 20;		/* Postfix's smtpd_hard_error_limit */
+	c->limits.junk_commands = 100;		/* Postfix's smtpd_junk_command_limit */
 	c->log.level = LOG_LEVEL_INFO;
 }
 

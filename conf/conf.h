@@ -122,6 +122,8 @@ struct conf {
 		int64_t stress_timeout;	/* both timeouts' cap under stress, default 10s */
 		uint64_t data_memory;	/* message octets held across sessions, default 64M */
 		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
+		int hard_errors;	/* 4xx/5xx replies before 421, default 20 */
+		int junk_commands;	/* NOOP RSET VRFY HELP before they count, default 100 */
 	} limits;
 
 	struct {

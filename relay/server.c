@@ -463,6 +463,16 @@ static void conn_event(struct conn *c, uint32_t ev)
 		conn_flush(c);
 }
 
+/* server_smtp_limits - the engine's limits from the configuration (start, SIGHUP) */
+static void server_smtp_limits(struct smtp_config *sc, const struct conf *cf)
+{
+	sc->message_size = cf->limits.message_size;
+	sc->max_rcpts = cf->limits.recipients;
+	sc->bare_lf_reject = cf->limits.bare_lf_reject;
+	sc->hard_errors = cf->limits.hard_errors;
+	sc->junk_commands = cf->limits.junk_commands;
+}
+
 /*
  * server_load_secrets - certificate, key and users, read while still
  * privileged (before the privilege drop), so they may be root's alone
@@ -506,14 +516,9 @@ static void server_reload_conf(struct server *srv)
 	nc.networks = nets;
 	nc.n_networks = n;
 	cf->limits = nc.limits;
-	srv->smtp_cf.message_size = cf->limits.message_size;
-	srv->smtp_cf.max_rcpts = cf->limits.recipients;
-	srv->smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
-	for (i = 0; i < srv->n_ls; i++) {	/* sessions point at these */
-		srv->ls[i].smtp_cf.message_size = cf->limits.message_size;
-		srv->ls[i].smtp_cf.max_rcpts = cf->limits.recipients;
-		srv->ls[i].smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
-	}
+	server_smtp_limits(&srv->smtp_cf, cf);
+	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
+		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
 	if (srv->dl.reload)
 		srv->dl.reload(srv->dl.arg, &nc);
 	cf->log = nc.log;
@@ -556,9 +561,7 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	srv->conf_path = conf_path;
 	srv->st = st;
 	srv->smtp_cf.hostname = cf->hostname;
-	srv->smtp_cf.message_size = cf->limits.message_size;
-	srv->smtp_cf.max_rcpts = cf->limits.recipients;
-	srv->smtp_cf.bare_lf_reject = cf->limits.bare_lf_reject;
+	server_smtp_limits(&srv->smtp_cf, cf);
 	srv->hooks.rcpt = on_rcpt;
 	srv->hooks.message = submit_message;
 	srv->hooks.auth = on_auth;

@@ -83,6 +83,8 @@ struct smtp_tx {
 };
 
 #define SMTP_AUTH_FAILURES_DEFAULT 3	/* 535s before 421 and close */
+#define SMTP_HARD_ERRORS_DEFAULT 20	/* Postfix's smtpd_hard_error_limit */
+#define SMTP_JUNK_COMMANDS_DEFAULT 100	/* Postfix's smtpd_junk_command_limit */
 
 struct smtp_config {
 	const char *hostname;	/* greeting, EHLO reply */
@@ -97,6 +99,12 @@ struct smtp_config {
 	int auth_required;	/* MAIL before AUTH: 530 5.7.0 (RFC 6409) */
 	int auth_max_failures;	/* 421 and close after this many 535s;
 				 * <= 0: SMTP_AUTH_FAILURES_DEFAULT */
+	int hard_errors;	/* 421 and close after this many 4xx/5xx
+				 * replies without a message accepted;
+				 * <= 0: SMTP_HARD_ERRORS_DEFAULT */
+	int junk_commands;	/* NOOP, RSET, VRFY, HELP past this many without
+				 * a message accepted count as errors;
+				 * <= 0: SMTP_JUNK_COMMANDS_DEFAULT */
 	int smtputf8;		/* offer SMTPUTF8 (RFC 6531): UTF-8 addresses */
 };
 
@@ -184,7 +192,7 @@ enum smtp_close {
 	SMTP_CLOSE_NONE,		/* open, or closed by the caller */
 	SMTP_CLOSE_QUIT,		/* the client said QUIT */
 	SMTP_CLOSE_TIMEOUT,		/* smtp_session_timeout() */
-	SMTP_CLOSE_ERRORS,		/* too many errors (failed AUTH) */
+	SMTP_CLOSE_ERRORS,		/* too many errors (failed AUTH, hard_errors) */
 	SMTP_CLOSE_SHUTDOWN,		/* smtp_session_shutdown() */
 };
 

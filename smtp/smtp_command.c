@@ -353,6 +353,7 @@ static void smtp_cmd_help(struct smtp_session *, const char *, size_t);
 #define SMTP_CMD_NUL_OK	(1<<0)		/* handler's parser rejects NUL itself */
 #define SMTP_CMD_PRE_TLS (1<<1)		/* allowed before STARTTLS when required */
 #define SMTP_CMD_GATE_SELF (1<<2)	/* handler applies smtp_tls_gate() itself */
+#define SMTP_CMD_JUNK	(1<<3)		/* moves no mail: counted (smtp_session_count) */
 
 struct smtp_cmd {
 	const char *name;
@@ -367,11 +368,11 @@ static const struct smtp_cmd smtp_cmd_table[] = {
 	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK},
 	{"DATA", smtp_cmd_data, 0},
 	{"BDAT", smtp_cmd_bdat, SMTP_CMD_GATE_SELF},
-	{"RSET", smtp_cmd_rset, SMTP_CMD_PRE_TLS},
-	{"NOOP", smtp_cmd_noop, SMTP_CMD_PRE_TLS},
+	{"RSET", smtp_cmd_rset, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK},
+	{"NOOP", smtp_cmd_noop, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK},
 	{"QUIT", smtp_cmd_quit, SMTP_CMD_PRE_TLS},
-	{"VRFY", smtp_cmd_vrfy, 0},
-	{"HELP", smtp_cmd_help, 0},
+	{"VRFY", smtp_cmd_vrfy, SMTP_CMD_JUNK},
+	{"HELP", smtp_cmd_help, SMTP_CMD_JUNK},
 	{"STARTTLS", smtp_cmd_starttls, SMTP_CMD_PRE_TLS},
 	{"AUTH", smtp_cmd_auth, 0},
 };
@@ -403,20 +404,13 @@ static const struct smtp_cmd *smtp_cmd_find(const char *verb, size_t len)
 	return NULL;
 }
 
-/* smtp_command - one line, LF included, at most SMTP_LINE_MAX octets */
-void smtp_command(struct smtp_session *s, char *line, size_t len)
+/* smtp_command_run - one line, trimmed: find the verb, check, call its handler */
+static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
+			     const struct smtp_cmd **found)
 {
 	const struct smtp_cmd *cmd;
 	const char *sp;
 	size_t verb_len, mark;
-
-	if (len && line[len - 1] == '\n')
-		len--;
-	if (len && line[len - 1] == '\r')
-		len--;
-	while (len && line[len - 1] == ' ')
-		len--;
-	line[len] = 0;
 
 	if (len == 0) {
 		smtp_reply(s, "500 5.5.2 Error: bad syntax");
@@ -425,7 +419,7 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 	sp = memchr(line, ' ', len);
 	verb_len = sp ? (size_t) (sp - line) : len;
 	smtp_stats_begin(&s->stats, line, verb_len);
-	if ((cmd = smtp_cmd_find(line, verb_len)) == NULL) {
+	if ((*found = cmd = smtp_cmd_find(line, verb_len)) == NULL) {
 		smtp_reply(s, "500 5.5.2 Error: command not recognized");
 		return;
 	}
@@ -443,4 +437,25 @@ void smtp_command(struct smtp_session *s, char *line, size_t len)
 	/* a reply written around smtp_reply() (HELP's) still ends the command */
 	if (s->state == SMTP_STATE_COMMAND && s->out.len > mark)
 		smtp_stats_reply(&s->stats, s->out.data + mark, s->out.len - mark);
+}
+
+/*
+ * smtp_command - one line, LF included, at most SMTP_LINE_MAX octets;
+ * its reply and kind counted towards the error limits
+ */
+void smtp_command(struct smtp_session *s, char *line, size_t len)
+{
+	const struct smtp_cmd *cmd = NULL;
+	size_t mark = s->out.len;
+
+	if (len && line[len - 1] == '\n')
+		len--;
+	if (len && line[len - 1] == '\r')
+		len--;
+	while (len && line[len - 1] == ' ')
+		len--;
+	line[len] = 0;
+	smtp_command_run(s, line, len, &cmd);
+	if (s->out.len > mark)
+		smtp_session_count(s, s->out.data + mark, cmd && (cmd->flags & SMTP_CMD_JUNK));
 }

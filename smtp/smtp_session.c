@@ -27,6 +27,14 @@
  *	AUTH_WAIT nothing is consumed until smtp_session_auth_reply().
  *	CLOSED	nothing is consumed; the caller flushes and closes.
  *
+ *	Errors: a client is dropped (421 4.7.0, "too many errors") after
+ *	hard_errors replies of 4xx or 5xx with no message accepted between
+ *	them, as Postfix's smtpd_hard_error_limit does; a junk command
+ *	(NOOP, RSET, VRFY, HELP) past junk_commands counts as one such error
+ *	whatever its reply (smtpd_junk_command_limit), so a session that
+ *	only keeps itself alive ends too. A message accepted (a 2xx at its
+ *	end) clears both counts.
+ *
  *	Pipelined commands are answered in order into one output buffer.
  *	A 421 (timeout, shutdown) that arrives while the hook holds the
  *	message is sent after the hook's reply, so that a message the store
@@ -56,6 +64,9 @@ static const char *const smtp_state_names[] = {
 	[SMTP_STATE_AUTH_WAIT] = "auth-wait",
 	[SMTP_STATE_CLOSED] = "closed",
 };
+
+static void smtp_session_close_why(struct smtp_session *s, enum smtp_close why,
+				   const char *text);
 
 /* smtp_enter_state - the one place the session state changes */
 void smtp_enter_state(struct smtp_session *s, enum smtp_state state)
@@ -127,6 +138,10 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 		s->cfg.max_rcpts = SMTP_RCPTS_DEFAULT;
 	if (s->cfg.auth_max_failures <= 0)
 		s->cfg.auth_max_failures = SMTP_AUTH_FAILURES_DEFAULT;
+	if (s->cfg.hard_errors <= 0)
+		s->cfg.hard_errors = SMTP_HARD_ERRORS_DEFAULT;
+	if (s->cfg.junk_commands <= 0)
+		s->cfg.junk_commands = SMTP_JUNK_COMMANDS_DEFAULT;
 	if (hooks)
 		s->hooks = *hooks;
 	s->ctx = ctx;
@@ -183,6 +198,7 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 			smtp_enter_state(s, SMTP_STATE_COMMAND);
 		} else {
 			smtp_reply(s, "500 5.5.2 Line too long");
+			smtp_session_count(s, "500", 0);
 		}
 	} else if (s->state == SMTP_STATE_AUTH) {
 		smtp_auth_response(s, s->line.data, s->line.len);
@@ -214,6 +230,7 @@ static void smtp_data_end(struct smtp_session *s)
 	}
 	smtp_tx_end(s);
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
+	smtp_session_count(s, "5", 0);
 }
 
 /* smtp_chunk_end - a whole chunk is in: reply, or end the message */
@@ -301,15 +318,41 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 	return i;
 }
 
+/*
+ * smtp_session_count - count a command's (or a message's) first reply line
+ * and whether the command was junk; 1 if that makes too many errors: then
+ * the 421 is queued or, while a hook holds the session, due after its reply
+ */
+int smtp_session_count(struct smtp_session *s, const char *reply, int junk)
+{
+	char text[SMTP_REPLY_LINE_MAX];
+
+	if (reply[0] == '4' || reply[0] == '5')
+		s->errors++;
+	if (junk && ++s->junk > s->cfg.junk_commands)
+		s->errors++;
+	if (s->errors < s->cfg.hard_errors || s->state == SMTP_STATE_CLOSED)
+		return 0;
+	snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many errors", s->cfg.hostname);
+	smtp_session_close_why(s, SMTP_CLOSE_ERRORS, text);
+	return 1;
+}
+
 /* smtp_session_reply - the message hook's answer; resume input */
 void smtp_session_reply(struct smtp_session *s, const char *reply)
 {
+	size_t mark = s->out.len;
+
 	if (s->state != SMTP_STATE_WAIT) {
 		msg_warn("smtp: reply \"%.80s\" while not waiting for one",
 			 reply ? reply : "");
 		return;
 	}
 	smtp_reply_external(s, reply);
+	if (s->out.data[mark] == '2')
+		s->errors = s->junk = 0;	/* a message taken: the client is doing work */
+	else
+		smtp_session_count(s, s->out.data + mark, 0);
 	smtp_tx_end(s);
 	smtp_session_resume(s);
 }

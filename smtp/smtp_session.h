@@ -73,6 +73,8 @@ struct smtp_session {
 	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
 	struct buf out;			/* owned; replies not yet written */
 	struct smtp_stats stats;	/* command counts, the last command */
+	int     errors;			/* 4xx/5xx replies since a message was accepted */
+	int     junk;			/* junk commands since a message was accepted */
 	unsigned long records;		/* command lines, AUTH lines, messages
 					 * and BDAT chunks received in full */
 	enum smtp_close why;		/* why CLOSED, once it is */
@@ -83,6 +85,7 @@ void smtp_reply(struct smtp_session *s, const char *fmt,...)
 	__attribute__((format(printf, 2, 3)));
 void smtp_reply_external(struct smtp_session *s, const char *reply);
 void smtp_tx_end(struct smtp_session *s);
+int smtp_session_count(struct smtp_session *s, const char *reply, int junk);
 void smtp_session_resume(struct smtp_session *s);	/* after a hook's answer */
 
 /* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */

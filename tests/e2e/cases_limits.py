@@ -115,6 +115,58 @@ def test_connection_log(t):
 
 
 @case()
+def test_error_limits(t):
+    """limits.hard_errors (Postfix's smtpd_hard_error_limit, 20 by default) and
+    limits.junk_commands (smtpd_junk_command_limit, 100): 5,000 junk commands
+    pipelined in one write end with the 20th error's 421, the rest unread; a
+    NOOP loop ends after 100 NOOPs and 20 more; a message accepted clears the
+    counts (issue 26 part 3, issue 30 part 1)."""
+    sink = t.sink()
+    d = t.daemon(sink)
+    with Raw(d.port) as c:
+        c.send(b"FROB\r\n" * 5000)
+        out = c.rest(timeout=10)
+    lines = out.splitlines()
+    eq(len([l for l in lines if l.startswith("500 ")]), 20, "500s before the 421")
+    eq(lines[-1], "421 4.7.0 %s Error: too many errors" % d.conf.get("hostname", "localhost"),
+       "the last reply")
+    d.wait_log("too many errors after UNKNOWN from unknown[127.0.0.1]")
+    d.wait_log("disconnect from unknown[127.0.0.1] unknown=0/20 commands=0/20")
+    with Raw(d.port) as c:
+        c.send(b"NOOP\r\n" * 500)
+        out = c.rest(timeout=10)
+    lines = out.splitlines()
+    eq(len([l for l in lines if l.startswith("250 ")]), 120, "NOOPs answered before the 421")
+    check(lines[-1].startswith("421 4.7.0 "), "a NOOP loop ends with a 421: %r" % lines[-3:])
+    d.wait_log("too many errors after NOOP from unknown[127.0.0.1]")
+    # 19 errors, a message, 19 more: still served; then the limit applies
+    msg = make_msg(key="errors-1") + b".\r\n"
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        c.send(b"FROB\r\n" * 19)
+        for _ in range(19):
+            expect_reply(c.reply(), 500)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(msg)
+        expect_reply(c.reply(), 250)
+        c.send(b"FROB\r\n" * 19)
+        for _ in range(19):
+            expect_reply(c.reply(), 500)
+        expect_reply(c.cmd("NOOP"), 250)
+        expect_reply(c.cmd("FROB"), 500)
+        expect_reply(c.reply(), 421)
+    sink.wait_count(1)
+    # the limits are settings
+    e = t.daemon(sink, {"limits": {"hard_errors": 2, "junk_commands": 1}})
+    with Raw(e.port) as c:
+        c.send(b"NOOP\r\nNOOP\r\nNOOP\r\nNOOP\r\n")
+        out = c.rest(timeout=10)
+    eq([l[:3] for l in out.splitlines()], ["250", "250", "250", "421"], "replies with limits 2, 1")
+
+
+@case()
 def test_connection_log_tls(t):
     sink = t.sink()
     d = tls_daemon(t, sink, users={"alice": "secret"})

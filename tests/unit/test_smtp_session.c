@@ -1029,6 +1029,77 @@ static void test_random_input(void **state)
 	fake_free(&f);
 }
 
+ /*
+  * The error limits (Postfix's hard error and junk command limits), with
+  * hard_errors 3 and junk_commands 2: the reply that makes the third error
+  * is followed by the 421, and nothing more is read.
+  */
+#define TOO_MANY "421 4.7.0 mx.test Error: too many errors\r\n"
+#define NOOP_R	"250 2.0.0 Ok\r\n"
+#define LONG_LINE "x" X64 X64 X64 X64 X64 X64 X64 X64 X64 "\r\n"
+#define X64	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+
+struct limit_row {
+	const char *name, *in, *hook_reply, *want;
+	int closing;
+	size_t rest;			/* octets left unread after the 421 */
+};
+
+static void test_error_limits(void **state)
+{
+	static const struct limit_row rows[] = {
+		{"two errors", "X\r\nX\r\n", NULL, GREET UNKNOWN UNKNOWN, 0, 0},
+		{"three errors", "X\r\nX\r\nX\r\nNOOP\r\n", NULL,
+		 GREET UNKNOWN UNKNOWN UNKNOWN TOO_MANY, 1, 6},
+		{"junk within the limit", "NOOP\r\nRSET\r\nX\r\nX\r\n", NULL,
+		 GREET NOOP_R "250 2.0.0 Ok\r\n" UNKNOWN UNKNOWN, 0, 0},
+		{"junk past the limit", "NOOP\r\nNOOP\r\nVRFY x\r\nHELP\r\nNOOP\r\nNOOP\r\n", NULL,
+		 GREET NOOP_R NOOP_R
+		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n"
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP "
+		 "STARTTLS AUTH\r\n" NOOP_R TOO_MANY, 1, 6},
+		{"a message taken clears both", "X\r\nX\r\nNOOP\r\nNOOP\r\n" ENVELOPE "m\r\n.\r\n"
+		 "X\r\nX\r\nNOOP\r\nNOOP\r\n", NULL,
+		 GREET UNKNOWN UNKNOWN NOOP_R NOOP_R EHLO_R OK_MAIL OK_RCPT GO QUEUED UNKNOWN UNKNOWN NOOP_R
+		 NOOP_R, 0, 0},
+		{"a message refused counts", "X\r\nX\r\n" ENVELOPE "m\r\n.\r\nNOOP\r\n",
+		 "451 4.3.0 Error: try again",
+		 GREET UNKNOWN UNKNOWN EHLO_R OK_MAIL OK_RCPT GO "451 4.3.0 Error: try again\r\n" TOO_MANY, 1, 6},
+		{"lines too long count", LONG_LINE LONG_LINE LONG_LINE "NOOP\r\n", NULL,
+		 GREET TOOLONG TOOLONG TOOLONG TOO_MANY, 1, 6},
+		{"errors of any command", "MAIL FROM:<a\r\nRCPT TO:<a@b.c>\r\nDATA\r\nQUIT\r\n", NULL,
+		 GREET "501 5.1.7 Bad sender address syntax\r\n"
+		 NEED_MAIL NEED_RCPT TOO_MANY, 1, 6},
+	};
+	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3,
+		.hard_errors = 3, .junk_commands = 2};
+	struct smtp_session *s;
+	struct fake f;
+	size_t i, got;
+	int fails = 0;
+
+	(void) state;
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		memset(&f, 0, sizeof(f));
+		f.reply = rows[i].hook_reply;
+		s = smtp_session_new(&cfg, &fake_hooks, &f);
+		smtp_session_greet(s);
+		got = feed_chunks(s, rows[i].in, strlen(rows[i].in), 0, 0);
+		fails += check_output(s, rows[i].name, "whole", rows[i].want);
+		if (smtp_session_closing(s) != rows[i].closing
+		    || strlen(rows[i].in) - got != rows[i].rest
+		    || (rows[i].closing && smtp_session_why(s) != SMTP_CLOSE_ERRORS)) {
+			print_error("%s: got closing=%d rest=%zu why=%d, want closing=%d rest=%zu\n",
+				    rows[i].name, smtp_session_closing(s), strlen(rows[i].in) - got,
+				    (int) smtp_session_why(s), rows[i].closing, rows[i].rest);
+			fails++;
+		}
+		smtp_session_free(s);
+		fake_free(&f);
+	}
+	assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1048,6 +1119,7 @@ int main(void)
 		cmocka_unit_test(test_smtputf8),
 		cmocka_unit_test(test_no_hooks),
 		cmocka_unit_test(test_random_input),
+		cmocka_unit_test(test_error_limits),
 	};
 
 	log_setup("test_smtp_session", 0, LOG_LEVEL_ERROR);	/* expected warnings */
