@@ -96,10 +96,16 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 			break;
 		}
 		end = header_next(data, len, off, &name_len, &value_off);
-		for (i = 0; name_len && i < c->keys.n_headers; i++) {
-			if (strlen(c->keys.headers[i]) != name_len
-			    || strncasecmp(data + off, c->keys.headers[i], name_len) != 0)
-				continue;
+		/*
+		 * The first listed name that matches decides; the field is noted
+		 * once however many names match it (a list may repeat a name in
+		 * another case), so the spans stay sorted and disjoint.
+		 */
+		for (i = 0; name_len && i < c->keys.n_headers; i++)
+			if (strlen(c->keys.headers[i]) == name_len
+			    && strncasecmp(data + off, c->keys.headers[i], name_len) == 0)
+				break;
+		if (name_len && i < c->keys.n_headers) {
 			if (r->n_strip < KEYS_MAX_STRIP) {
 				r->strip[r->n_strip].off = off;
 				r->strip[r->n_strip].len = end - off;
@@ -220,12 +226,38 @@ const char *keys_source_name(enum keys_source s)
 	}
 }
 
-/* keys_rewrite - the message as relayed: our header first, key headers gone */
-void keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
-		  const struct keys_result *r)
+/*
+ * keys_spans_ok - each span non-empty, inside the data, after the one
+ * before it. keys_derive() makes no other kind; a result from elsewhere
+ * (or a bug) must not turn into lengths that wrap.
+ */
+static int keys_spans_ok(size_t len, const struct keys_result *r)
 {
 	size_t off = 0, i;
 
+	if (r->n_strip > KEYS_MAX_STRIP)
+		return 0;
+	for (i = 0; i < r->n_strip; i++) {
+		if (r->strip[i].off < off || r->strip[i].off > len
+		    || r->strip[i].len == 0 || r->strip[i].len > len - r->strip[i].off)
+			return 0;
+		off = r->strip[i].off + r->strip[i].len;
+	}
+	return 1;
+}
+
+/*
+ * keys_rewrite - the message as relayed: our header first, key headers
+ * gone. 0, or -1 (out untouched) when the spans are not sorted and
+ * disjoint.
+ */
+int keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
+		 const struct keys_result *r)
+{
+	size_t off = 0, i;
+
+	if (!keys_spans_ok(len, r))
+		return -1;
 	buf_reserve(out, strlen(prepend) + len);
 	buf_append(out, prepend, strlen(prepend));
 	for (i = 0; i < r->n_strip; i++) {
@@ -233,4 +265,5 @@ void keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t
 		off = r->strip[i].off + r->strip[i].len;
 	}
 	buf_append(out, data + off, len - off);
+	return 0;
 }

@@ -51,8 +51,8 @@ const char *keys_source_name(enum keys_source s);
 /* keys_index_hash - SHA-256 of the key alone: the key index idemrelayctl finds claims by */
 void keys_index_hash(const char *key, uint8_t out[HASH_LEN]);
 
-/* keys_rewrite - prepend a header and copy data without the strip spans */
-void keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
-		  const struct keys_result *r);
+/* keys_rewrite - prepend a header and copy data without the strip spans; 0 or -1 */
+int keys_rewrite(struct buf *out, const char *prepend, const char *data, size_t len,
+		 const struct keys_result *r);
 
 #endif

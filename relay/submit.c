@@ -306,7 +306,15 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	qid_next(sub->req.msg.qid);
 	buf_reset(&received);
 	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
-	keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "", tx->data.len, &kr);
+	if (keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "",
+			 tx->data.len, &kr) < 0) {
+		msg_warn("%s: client=%s from=<%s> status=refused (key header spans out of order)",
+			 sub->req.msg.qid, sub->req.msg.client, sub->req.msg.from);
+		c->sync_reply = "451 4.3.0 Error: internal error";
+		req_free(&sub->req);
+		buf_free(&received);
+		return;
+	}
 	buf_free(&received);
 	buf_free(&tx->data);		/* the copy above is the message now: one in memory, not two */
 	sub->req.msg.data = data.data;

@@ -165,6 +165,79 @@ static void test_rewrite(void **state)
 	buf_free(&out);
 }
 
+/* issue 31: a list naming one header twice notes each field once */
+static void test_duplicate_names(void **state)
+{
+	static char *twice[] = { "X-Idempotency-Key", "Idempotency-Key", "x-IDEMPOTENCY-key" };
+	struct conf c;
+	struct keys_result r;
+	struct buf out = BUF_INIT;
+	const char *m = "From: a\r\nX-Idempotency-Key: k\r\nTo: b\r\n"
+	    "Idempotency-Key: other\r\nX-IDEMPOTENCY-KEY: again\r\n\r\nbody\r\n";
+
+	(void) state;
+	conf_keys(&c);
+	c.keys.headers = twice;
+	c.keys.n_headers = 3;
+	assert_int_equal(keys_derive(&c, m, strlen(m), "", NULL, &r), 0);
+	assert_string_equal(r.key, "k");
+	if (r.n_strip != 3)
+		fail_msg("got %zu spans, want 3 (one per key header field)", r.n_strip);
+	assert_int_equal(keys_rewrite(&out, "Received: x\r\n", m, strlen(m), &r), 0);
+	assert_string_equal(out.data, "Received: x\r\nFrom: a\r\nTo: b\r\n\r\nbody\r\n");
+	buf_free(&out);
+}
+
+struct span_case {
+	const char *name;
+	size_t n;
+	struct keys_span s[3];
+	int ok;
+};
+
+/* over "From: a\r\nX-Idempotency-Key: k\r\nTo: b\r\n\r\n" (40 bytes) */
+static const struct span_case span_cases[] = {
+	{ "none", 0, { { 0, 0 } }, 1 },
+	{ "one", 1, { { 9, 22 } }, 1 },
+	{ "adjacent", 2, { { 0, 9 }, { 9, 22 } }, 1 },
+	{ "to the end", 1, { { 31, 9 } }, 1 },
+	{ "repeated", 2, { { 9, 22 }, { 9, 22 } }, 0 },
+	{ "overlapping", 2, { { 0, 10 }, { 9, 22 } }, 0 },
+	{ "unsorted", 2, { { 9, 22 }, { 0, 9 } }, 0 },
+	{ "past the end", 1, { { 31, 10 } }, 0 },
+	{ "starts past the end", 1, { { 41, 1 } }, 0 },
+	{ "length wraps", 1, { { 9, (size_t) -1 } }, 0 },
+	{ "empty", 2, { { 0, 9 }, { 9, 0 } }, 0 },
+};
+
+/* keys_rewrite refuses spans that are not sorted and disjoint, leaving out alone */
+static void test_rewrite_spans(void **state)
+{
+	const char *m = "From: a\r\nX-Idempotency-Key: k\r\nTo: b\r\n\r\n";
+	struct keys_result r;
+	size_t i;
+
+	(void) state;
+	assert_int_equal(strlen(m), 40);
+	for (i = 0; i < sizeof(span_cases) / sizeof(span_cases[0]); i++) {
+		const struct span_case *k = span_cases + i;
+		struct buf out = BUF_INIT;
+		int rc;
+
+		memset(&r, 0, sizeof(r));
+		memcpy(r.strip, k->s, k->n * sizeof(k->s[0]));
+		r.n_strip = k->n;
+		rc = keys_rewrite(&out, "R\r\n", m, strlen(m), &r);
+		if (rc != (k->ok ? 0 : -1))
+			fail_msg("%s: got rc %d, want %d", k->name, rc, k->ok ? 0 : -1);
+		if (!k->ok && out.len != 0)
+			fail_msg("%s: refused, yet wrote %zu bytes", k->name, out.len);
+		if (k->ok && out.len != 3 + 40 - (k->n ? k->s[0].len : 0) - (k->n > 1 ? k->s[1].len : 0))
+			fail_msg("%s: wrote %zu bytes", k->name, out.len);
+		buf_free(&out);
+	}
+}
+
 static void test_claim_hash(void **state)
 {
 	uint8_t a[HASH_LEN], b[HASH_LEN];
@@ -309,6 +382,8 @@ int main(void)
 		cmocka_unit_test(test_message_id_normalised),
 		cmocka_unit_test(test_fingerprint),
 		cmocka_unit_test(test_rewrite),
+		cmocka_unit_test(test_duplicate_names),
+		cmocka_unit_test(test_rewrite_spans),
 		cmocka_unit_test(test_claim_hash),
 		cmocka_unit_test(test_qid),
 		cmocka_unit_test(test_qid_node),
