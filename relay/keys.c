@@ -9,6 +9,7 @@
  *	with no empty line is all header and has an empty body.
  */
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -78,6 +79,18 @@ static const char *key_check(const char *k, size_t n)
 	return NULL;
 }
 
+/* strip_add - note one key header field; as many as the message has */
+static void strip_add(struct keys_result *r, size_t off, size_t len)
+{
+	if (r->n_strip == r->cap_strip) {
+		r->cap_strip = r->cap_strip ? 2 * r->cap_strip : 4;
+		r->strip = xrealloc(r->strip, r->cap_strip * sizeof(*r->strip));
+	}
+	r->strip[r->n_strip].off = off;
+	r->strip[r->n_strip].len = len;
+	r->n_strip++;
+}
+
 /* keys_derive - find the key, the fingerprint and the headers to strip */
 int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r)
@@ -106,11 +119,8 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 			    && strncasecmp(data + off, c->keys.headers[i], name_len) == 0)
 				break;
 		if (name_len && i < c->keys.n_headers) {
-			if (r->n_strip < KEYS_MAX_STRIP) {
-				r->strip[r->n_strip].off = off;
-				r->strip[r->n_strip].len = end - off;
-				r->n_strip++;
-			}
+			if (c->keys.strip_header)
+				strip_add(r, off, end - off);
 			if (i < best) {
 				best = i;
 				if (value_copy(data + value_off, end - value_off, value,
@@ -163,14 +173,20 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 			r->error = "550 5.7.0 Message has no idempotency key";
 		}
 	}
-	if (!c->keys.strip_header)
-		r->n_strip = 0;
 
 	hash_init(&h);
 	hash_update(&h, from, strlen(from) + 1);
 	hash_update(&h, data + r->body_off, len - r->body_off);
 	hash_final(&h, r->fingerprint);
 	return r->error ? -1 : 0;
+}
+
+/* keys_free - release the strip list; r may be derived again after */
+void keys_free(struct keys_result *r)
+{
+	free(r->strip);
+	r->strip = NULL;
+	r->n_strip = r->cap_strip = 0;
 }
 
 /* keys_claim_hash - SHA-256 over scope, key and recipient (domain folded to lower case) */
@@ -235,7 +251,7 @@ static int keys_spans_ok(size_t len, const struct keys_result *r)
 {
 	size_t off = 0, i;
 
-	if (r->n_strip > KEYS_MAX_STRIP)
+	if (r->n_strip > 0 && r->strip == NULL)
 		return 0;
 	for (i = 0; i < r->n_strip; i++) {
 		if (r->strip[i].off < off || r->strip[i].off > len

@@ -8,8 +8,9 @@
  *	body) and its envelope, and finds the key: the first header named in
  *	keys.headers, else the DSN ENVID, else the SHA-256 of the Message-ID.
  *	It also computes the fingerprint (SHA-256 over the envelope sender and
- *	the body, headers excluded) and notes where the key headers are, so
- *	that keys_rewrite() can strip them.
+ *	the body, headers excluded) and notes where the key headers are, every
+ *	one of them, so that keys_rewrite() can strip them; keys_free()
+ *	releases that list.
  *
  *	Only hashes reach the store: keys_claim_hash() hashes (scope, key,
  *	recipient) into the 32 bytes a claim is filed under.
@@ -25,7 +26,6 @@
 #include "../util/hash.h"
 
 #define KEYS_MAX_LEN	200
-#define KEYS_MAX_STRIP	8
 
 enum keys_source { KEYS_NONE, KEYS_HEADER, KEYS_ENVID, KEYS_MESSAGE_ID };
 
@@ -37,14 +37,16 @@ struct keys_result {
 	enum keys_source source;
 	char key[KEYS_MAX_LEN + 1];	/* header value, ENVID, or Message-ID hash in hex */
 	uint8_t fingerprint[HASH_LEN];
-	struct keys_span strip[KEYS_MAX_STRIP];	/* key headers to remove when relaying */
-	size_t n_strip;
+	struct keys_span *strip;	/* owned: key headers to remove when relaying */
+	size_t n_strip, cap_strip;
 	size_t body_off;		/* where the body starts in the data */
 	const char *error;		/* set: refuse with this reply */
 };
 
 int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r);
+/* keys_free - release what keys_derive() left in r (whatever it returned) */
+void keys_free(struct keys_result *r);
 void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
 		     uint8_t out[HASH_LEN]);
 const char *keys_source_name(enum keys_source s);

@@ -283,6 +283,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	struct buf received = BUF_INIT;
 	const char *helo = smtp_session_helo(s);
 	int64_t t0 = clock_us();
+	int rc;
 
 	metrics_inc(METRICS_SUBMISSIONS);
 	if (keys_derive(srv->cf, tx->data.data ? tx->data.data : "", tx->data.len,
@@ -290,6 +291,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 		msg_info("NOQUEUE: client=%s[%s] from=<%s> status=reject (%s)",
 			 helo, c->addr, tx->from, kr.error);
 		c->sync_reply = kr.error;
+		keys_free(&kr);
 		return;
 	}
 	sub = submission_new(c, tx, &kr);
@@ -301,21 +303,23 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 		answered(srv, &sub->req, sub->keylog);
 		req_free(&sub->req);
 		buf_free(&received);
+		keys_free(&kr);
 		return;
 	}
 	qid_next(sub->req.msg.qid);
 	buf_reset(&received);
 	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
-	if (keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "",
-			 tx->data.len, &kr) < 0) {
+	rc = keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "",
+			  tx->data.len, &kr);
+	buf_free(&received);
+	keys_free(&kr);
+	if (rc < 0) {
 		msg_warn("%s: client=%s from=<%s> status=refused (key header spans out of order)",
 			 sub->req.msg.qid, sub->req.msg.client, sub->req.msg.from);
 		c->sync_reply = "451 4.3.0 Error: internal error";
 		req_free(&sub->req);
-		buf_free(&received);
 		return;
 	}
-	buf_free(&received);
 	buf_free(&tx->data);		/* the copy above is the message now: one in memory, not two */
 	sub->req.msg.data = data.data;
 	sub->req.msg.data_len = data.len;

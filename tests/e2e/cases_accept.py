@@ -77,6 +77,26 @@ def test_second_key_header(t):
 
 
 @case()
+def test_every_key_header_stripped(t):
+    """issue 31: twelve key header fields, both names in several cases, one folded:
+    none reaches the sink (at most eight went before), all else byte for byte"""
+    sink = t.sink()
+    d = t.daemon(sink)
+    names = ["X-Idempotency-Key", "Idempotency-Key", "x-idempotency-KEY", "IDEMPOTENCY-KEY"]
+    extra = []
+    for i in range(12):
+        extra.append("X-Before-%d: %d" % (i, i))
+        extra.append("%s: many-%d%s" % (names[i % 4], i, "\r\n\tfolded" if i == 5 else ""))
+    msg = make_msg(key=None, extra=extra, body="X-Idempotency-Key: in the body stays\r\n")
+    qid = submit_ok(d.port, "a@example.com", msg)
+    rec = sink.wait_count(1)[0]
+    head = rec["data"].split(b"\r\n\r\n", 1)[0].lower()
+    eq(head.count(b"idempotency-key"), 0, "key header fields relayed")
+    check_relayed(rec["data"], msg, qid)
+    check(d.log_lines(qid, "key=many-0 (header)"), "the first listed header's first field is the key")
+
+
+@case()
 def test_message_id_fallback(t):
     sink = t.sink()
     d = t.daemon(sink)

@@ -80,6 +80,7 @@ static void test_derive(void **state)
 		if (k->error) {
 			if (strncmp(r.error, "550 5.7.0 ", 10) != 0)
 				fail_msg("%s: got reply %s, want 550 5.7.0", k->name, r.error);
+			keys_free(&r);
 			continue;
 		}
 		if (r.source != k->source)
@@ -87,6 +88,7 @@ static void test_derive(void **state)
 				 keys_source_name(r.source), keys_source_name(k->source));
 		if (k->key && strcmp(r.key, k->key) != 0)
 			fail_msg("%s: got key \"%s\", want \"%s\"", k->name, r.key, k->key);
+		keys_free(&r);
 	}
 }
 
@@ -101,11 +103,14 @@ static void test_long_key(void **state)
 	snprintf(msg, sizeof(msg), "X-Idempotency-Key: %0200d\r\n\r\n", 7);
 	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), 0);
 	assert_int_equal(strlen(r.key), 200);
+	keys_free(&r);
 	snprintf(msg, sizeof(msg), "X-Idempotency-Key:   %0200d   \r\n\r\n", 7);	/* trimmed first */
 	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), 0);
 	assert_int_equal(strlen(r.key), 200);
+	keys_free(&r);
 	snprintf(msg, sizeof(msg), "X-Idempotency-Key: %0201d\r\n\r\n", 7);
 	assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), -1);
+	keys_free(&r);
 }
 
 static void test_message_id_normalised(void **state)
@@ -122,6 +127,8 @@ static void test_message_id_normalised(void **state)
 	assert_int_equal(a.source, KEYS_MESSAGE_ID);
 	assert_string_equal(a.key, b.key);
 	assert_int_equal(strlen(a.key), 64);
+	keys_free(&a);
+	keys_free(&b);
 }
 
 static void test_fingerprint(void **state)
@@ -137,10 +144,14 @@ static void test_fingerprint(void **state)
 	keys_derive(&c, m1, strlen(m1), "a@x", NULL, &a);
 	keys_derive(&c, m2, strlen(m2), "a@x", NULL, &b);
 	assert_memory_equal(a.fingerprint, b.fingerprint, HASH_LEN);	/* headers excluded */
+	keys_free(&b);
 	keys_derive(&c, m3, strlen(m3), "a@x", NULL, &b);
 	assert_memory_not_equal(a.fingerprint, b.fingerprint, HASH_LEN);
+	keys_free(&b);
 	keys_derive(&c, m1, strlen(m1), "b@x", NULL, &b);
 	assert_memory_not_equal(a.fingerprint, b.fingerprint, HASH_LEN);	/* sender included */
+	keys_free(&a);
+	keys_free(&b);
 }
 
 static void test_rewrite(void **state)
@@ -157,12 +168,14 @@ static void test_rewrite(void **state)
 	keys_rewrite(&out, "Received: x\r\n", m, strlen(m), &r);
 	assert_string_equal(out.data, "Received: x\r\nFrom: a\r\nTo: b\r\n\r\nX-Idempotency-Key: body\r\n");
 	buf_free(&out);
+	keys_free(&r);
 
 	c.keys.strip_header = 0;
 	keys_derive(&c, m, strlen(m), "", NULL, &r);
 	keys_rewrite(&out, "", m, strlen(m), &r);
 	assert_string_equal(out.data, m);
 	buf_free(&out);
+	keys_free(&r);
 }
 
 /* issue 31: a list naming one header twice notes each field once */
@@ -186,6 +199,47 @@ static void test_duplicate_names(void **state)
 	assert_int_equal(keys_rewrite(&out, "Received: x\r\n", m, strlen(m), &r), 0);
 	assert_string_equal(out.data, "Received: x\r\nFrom: a\r\nTo: b\r\n\r\nbody\r\n");
 	buf_free(&out);
+	keys_free(&r);
+}
+
+/* issue 31: every key header field goes, not only the first eight */
+static void test_strip_all(void **state)
+{
+	static const char *const names[] = { "X-Idempotency-Key", "idempotency-key",
+		"X-IDEMPOTENCY-KEY" };
+	struct conf c;
+	struct keys_result r;
+	struct buf m = BUF_INIT, want = BUF_INIT, out = BUF_INIT;
+	int i;
+
+	(void) state;
+	conf_keys(&c);
+	buf_printf(&want, "Received: x\r\n");
+	for (i = 0; i < 20; i++) {
+		buf_printf(&m, "X-Other-%d: %d\r\n", i, i);
+		buf_printf(&want, "X-Other-%d: %d\r\n", i, i);
+		buf_printf(&m, "%s: k%d\r\n%s", names[i % 3], i, i % 4 == 1 ? "\tfolded\r\n" : "");
+	}
+	buf_printf(&m, "\r\nX-Idempotency-Key: in the body\r\n");
+	buf_printf(&want, "\r\nX-Idempotency-Key: in the body\r\n");
+	assert_int_equal(keys_derive(&c, m.data, m.len, "", NULL, &r), 0);
+	assert_string_equal(r.key, "k0");
+	if (r.n_strip != 20)
+		fail_msg("got %zu spans, want 20", r.n_strip);
+	assert_int_equal(keys_rewrite(&out, "Received: x\r\n", m.data, m.len, &r), 0);
+	assert_string_equal(out.data, want.data);
+	keys_free(&r);
+	buf_free(&out);
+
+	c.keys.strip_header = 0;	/* kept, all of them */
+	assert_int_equal(keys_derive(&c, m.data, m.len, "", NULL, &r), 0);
+	assert_int_equal(r.n_strip, 0);
+	assert_int_equal(keys_rewrite(&out, "", m.data, m.len, &r), 0);
+	assert_string_equal(out.data, m.data);
+	keys_free(&r);
+	buf_free(&out);
+	buf_free(&m);
+	buf_free(&want);
 }
 
 struct span_case {
@@ -222,10 +276,12 @@ static void test_rewrite_spans(void **state)
 	for (i = 0; i < sizeof(span_cases) / sizeof(span_cases[0]); i++) {
 		const struct span_case *k = span_cases + i;
 		struct buf out = BUF_INIT;
+		struct keys_span spans[3];
 		int rc;
 
 		memset(&r, 0, sizeof(r));
-		memcpy(r.strip, k->s, k->n * sizeof(k->s[0]));
+		memcpy(spans, k->s, sizeof(spans));
+		r.strip = spans;
 		r.n_strip = k->n;
 		rc = keys_rewrite(&out, "R\r\n", m, strlen(m), &r);
 		if (rc != (k->ok ? 0 : -1))
@@ -384,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_rewrite),
 		cmocka_unit_test(test_duplicate_names),
 		cmocka_unit_test(test_rewrite_spans),
+		cmocka_unit_test(test_strip_all),
 		cmocka_unit_test(test_claim_hash),
 		cmocka_unit_test(test_qid),
 		cmocka_unit_test(test_qid_node),
