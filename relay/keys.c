@@ -40,27 +40,33 @@ static size_t header_next(const char *data, size_t len, size_t off,
 	return p;
 }
 
-/* value_copy - unfold and trim a header value into out; 0 or -1 if too long */
+/* value_blank - folding white space: what a value is trimmed of */
+static int value_blank(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n';
+}
+
+/*
+ * value_copy - unfold and trim a header value into out; 0 or -1 if too
+ * long. Trimmed first: blanks around a value never make it too long.
+ */
 static int value_copy(const char *v, size_t n, char *out, size_t outlen, size_t *got)
 {
-	size_t i, o = 0;
+	size_t a = 0, z = n, o = 0;
 
-	for (i = 0; i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == '\r' || v[i] == '\n'); i++)
-		 /* void */ ;
-	for (; i < n; i++) {
-		if (v[i] == '\r' || v[i] == '\n')
+	while (a < z && value_blank(v[a]))
+		a++;
+	while (z > a && value_blank(v[z - 1]))
+		z--;
+	for (; a < z; a++) {
+		if (v[a] == '\r' || v[a] == '\n')
 			continue;
 		if (o + 1 >= outlen)
 			return -1;
-		out[o++] = v[i];
+		out[o++] = v[a];
 	}
-	while (o > 0 && (out[o - 1] == ' ' || out[o - 1] == '\t'))
-		o--;
 	out[o] = 0;
-	for (i = 0; out[i] == ' ' || out[i] == '\t'; i++)
-		 /* void */ ;
-	memmove(out, out + i, o - i + 1);
-	*got = o - i;
+	*got = o;
 	return 0;
 }
 
