@@ -556,7 +556,20 @@ class Proxy:
     in a Parse message, then binds its name), so the proxy learns each
     connection's statement names and their texts, and a Bind of a statement
     whose text holds pattern fires too. Counts: accepted, forwarded, dropped,
-    held_total, triggered."""
+    held_total, triggered.
+
+    Two more cuts, for a partition rather than a reset (the nemesis,
+    tests/pg/nemesis.py, draws them all): cut(freeze=True) drops nothing: the
+    connections stay open and nothing moves either way (nothing read, so nothing
+    acknowledged past what the kernel's buffers take), new ones are held, and
+    heal() lets everything that waited through, unless an end came first.
+    cut(drain=s) stops the server's replies first, passes what the client
+    still sends for s seconds, then resets: whatever the proxy's TCP
+    acknowledged reached the server, so a client's view of what arrived (an
+    acknowledged final dot, SPEC 5) is the server's, as without a proxy.
+    cut_after(..., lines=N) lets N more lines of the server's replies through
+    first (an SMTP server's pipelined replies). Any TCP server's: t.proxy(port),
+    t.pg_proxy() for PostgreSQL."""
 
     # the frontend's Parse (name, text) and Bind (unnamed portal, statement name) messages
     PARSE = re.compile(rb"P....([^\x00]+)\x00([^\x00]*)\x00", re.S)
@@ -576,8 +589,11 @@ class Proxy:
         self.pairs = {}                 # (client, server) -> pumps still running
         self.held = []
         self.accepted = self.forwarded = self.dropped = self.held_total = 0
-        self.trigger = None             # (pattern, delay, refuse) of cut_after()
+        self.trigger = None             # (pattern, delay, refuse, hold, lines) of cut_after()
         self.muted = False              # the server's replies are dropped
+        self.lines_left = 0             # ... but for so many lines (cut_after)
+        self.flowing = threading.Event()    # clear while a cut(freeze=True) lasts
+        self.flowing.set()
         self.triggered = 0
         self.closing = False
         self.th = threading.Thread(target=self._accept_loop, daemon=True)
@@ -642,13 +658,19 @@ class Proxy:
         """_pump - one direction; the last of a pair's two pumps closes its sockets
         (a socket closed under another thread's recv could be reused meanwhile)"""
         upward = src is pair[0]
+        eof = False
         while True:
             try:
+                self.flowing.wait()     # frozen: nothing read, nothing acknowledged
                 data = src.recv(65536)
                 if not data:
+                    eof = True
                     break
+                self.flowing.wait()     # frozen after the read: it waits here
                 if upward or not self.muted:
                     dst.sendall(data)
+                elif self.lines_left > 0:
+                    dst.sendall(self._let_through(data))
             except OSError:
                 break
             if upward:
@@ -660,6 +682,14 @@ class Proxy:
                         trigger[0] in names.get(m.group(1), b"")
                         for m in self.BIND.finditer(data))):
                     self._fire()
+        if eof:     # a half close, passed on: the other side may still answer
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            end = time.monotonic() + 5
+            while time.monotonic() < end and self.pairs.get(pair) == 2:
+                time.sleep(0.05)
         for x in pair:                  # wake the other direction
             try:
                 x.shutdown(socket.SHUT_RDWR)
@@ -675,16 +705,30 @@ class Proxy:
             for x in pair:
                 self._reset(x)
 
-    def cut_after(self, pattern, delay=0.5, refuse=False, hold=False):
+    def cut_after(self, pattern, delay=0.5, refuse=False, hold=False, lines=0):
         """cut_after - arm the trigger (see the class): pattern as bytes; the cut
-        (cut(refuse, hold)) comes delay seconds after the bytes went through"""
-        self.trigger = (pattern, delay, refuse, hold)
+        (cut(refuse, hold)) comes delay seconds after the bytes went through;
+        lines more lines of the server's reach the client before its replies stop"""
+        self.trigger = (pattern, delay, refuse, hold, lines)
+
+    def _let_through(self, data):
+        """_let_through - the part of the server's bytes that the trigger's lines
+        still let through (the rest is dropped)"""
+        out = b""
+        while self.lines_left > 0 and data:
+            i = data.find(b"\n")
+            if i < 0:
+                return out + data
+            out, data = out + data[:i + 1], data[i + 1:]
+            self.lines_left -= 1
+        return out
 
     def _fire(self):
         with self.lock:
             if self.trigger is None:
                 return
-            _, delay, refuse, hold = self.trigger
+            _, delay, refuse, hold, lines = self.trigger
+            self.lines_left = lines
             self.trigger = None
             self.muted = True
             self.triggered += 1
@@ -695,11 +739,20 @@ class Proxy:
             self.muted = False
         threading.Thread(target=later, daemon=True).start()
 
-    def cut(self, refuse=False, hold=False):
+    def cut(self, refuse=False, hold=False, freeze=False, drain=0):
         """cut - drop every connection now and black-hole (refuse, hold) new ones;
-        how many were dropped"""
+        how many were dropped. freeze: drop none and move nothing, hold new ones;
+        drain: the replies stop first, the rest drop drain seconds later (see
+        the class)"""
         with self.lock:
-            self.mode = "refuse" if refuse else "hold" if hold else "blackhole"
+            self.mode = "refuse" if refuse else "hold" if hold or freeze else "blackhole"
+            if freeze:
+                self.flowing.clear()
+                return 0
+        if drain:
+            self.muted = True
+            time.sleep(drain)
+        with self.lock:
             pairs = list(self.pairs)
             self.dropped += len(pairs)
         for pair in pairs:
@@ -709,6 +762,8 @@ class Proxy:
                     x.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+        if drain:
+            self.muted = False
         return len(pairs)
 
     def heal(self):
@@ -717,6 +772,7 @@ class Proxy:
         with self.lock:
             forward = self.mode == "hold"
             self.mode = "pass"
+            self.flowing.set()
             held, self.held = self.held, []
         for c in held:
             if forward:
@@ -811,7 +867,11 @@ class T:
     def pg_proxy(self, server=None):
         """pg_proxy - a Proxy in front of server (default: the run's cluster), closed
         at cleanup; proxy.url_of(t.pg_url()) reaches the test's database through it"""
-        p = Proxy((server or self.pg_shared()).port)
+        return self.proxy((server or self.pg_shared()).port)
+
+    def proxy(self, port):
+        """proxy - a Proxy in front of 127.0.0.1:port (a sink's), closed at cleanup"""
+        p = Proxy(port)
         self.proxies.append(p)
         return p
 

@@ -1,0 +1,716 @@
+#!/usr/bin/env python3
+"""
+NAME
+    nemesis.py - a randomized fault schedule against three idemrelay nodes,
+    and a check of what the clients were told against what was delivered
+
+SYNOPSIS
+    python3 tests/pg/nemesis.py [--seconds S] [--seed N] [--keep]
+    make nemesis NEMESIS_S=600 NEMESIS_SEED=7
+    E2E_STORE=postgresql python3 tests/e2e/run.py test_nemesis_short
+
+DESCRIPTION
+    Three nodes (bin/idemrelay, store.backend = "postgresql", store.lease
+    4 s) on a private PostgreSQL primary with a synchronous standby
+    (tests/pg/cluster.py). Each node reaches the database through two TCP
+    proxies of its own, one per server (its store.url names both, with
+    target_session_attrs=read-write), and the upstream sink
+    (tests/e2e/sink.py) through a third: harness.Proxy, which the
+    schedule cuts.
+
+    Clients (three threads) submit new keys (X-Idempotency-Key) with 1-3
+    recipients, each to a node drawn at random, and send the same bytes
+    again, to another random node, until one answers 250; a few keys give
+    up after their first try, as an application that drops a message may.
+    Every reply is recorded: 250 and its QID, 4xx, 5xx, and connection
+    errors, told apart by whether the content had been sent (an outcome
+    unknown) or not (refused).
+
+    The nemesis draws its whole schedule from the seed before anything
+    starts (so a seed replays the same schedule, whatever the timing):
+    episodes at random times, each on a resource no other episode holds
+    meanwhile:
+        kill9 NODE              kill -9, restarted after a while
+        db NODE MODE            the node cut off from the database, shorter
+                                or longer than store.lease; MODE hold (the
+                                connections stay open and nothing moves),
+                                reset (dropped, new ones black-holed) or
+                                refuse (dropped, new ones reset)
+        mark NODE               the node's next inflight mark reaches the
+                                database, its reply does not, and the node
+                                is cut off (shorter or longer than the lease)
+        upstream NODE MODE      the node's link to the upstream: hold, or
+                                reset (replies stop, then reset)
+        sink SPEC               the upstream answers 451 (tempfail at RCPT,
+                                data-tempfail at the dot) for a while
+        standby                 the synchronous standby stopped, then started
+        failover                the primary killed with -9 and the standby
+                                promoted (once, halfway)
+    Then everything is healed and the queues drain, and the history is
+    checked:
+      - every recipient of every key answered 250 is delivered exactly once;
+      - every 250 of a key names one QID, and every delivered copy names it
+        (its Received: header);
+      - a key that was only ever refused (every try answered 4xx/5xx, or
+        lost before its content was sent) is never delivered, and no key is
+        delivered twice to a recipient;
+      - no node died other than by the schedule's kill -9.
+    A recipient not delivered whose message was finished unconfirmed
+    because the node holding its inflight mark was killed (SPEC 5:
+    upstream.ambiguous = "assume-delivered" after a daemon died when its
+    final dot may have gone out) is counted apart, not as lost.
+
+    The seed is printed first. A failure prints, per failing QID, the
+    merged timeline of the nodes' log lines naming it (stamped when the
+    test read them) and the schedule's events, and the run's directory
+    is kept.
+
+EXIT STATUS
+    0 when every check held, 1 otherwise.
+"""
+
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import smtplib
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+
+import harness  # noqa: E402
+from harness import check, make_msg, received_qids, wait_until  # noqa: E402
+
+LEASE = 4                       # store.lease, seconds
+NODES = ("n1", "n2", "n3")
+CLIENTS = 3
+SUBJECT_RE = re.compile(rb"^Subject: nemesis (\S+)\r?$", re.M)
+QID_RE = re.compile(r"queued as ([0-9A-Z]{12,20})\b")
+
+# kind -> weight in the draw
+KINDS = (("kill9", 2), ("db", 4), ("mark", 2), ("upstream", 3), ("sink", 1.5),
+         ("standby", 1))
+
+
+# ---------------------------------------------------------------- the schedule
+
+class Episode:
+    """One fault: starts at `at` seconds, ends `dur` seconds later, on `res`."""
+
+    def __init__(self, at, kind, node=None, mode=None, dur=0.0, res=None):
+        self.at, self.kind, self.node, self.mode, self.dur = at, kind, node, mode, dur
+        self.res = res
+        self.fired = None               # a mark: when its trigger went off
+
+    def __str__(self):
+        what = self.kind
+        if self.node is not None:
+            what += " " + NODES[self.node]
+        if self.mode:
+            what += " " + self.mode
+        return "%6.1fs %-26s for %.1fs" % (self.at, what, self.dur)
+
+
+def draw(seed, seconds):
+    """draw - the whole schedule, from the seed alone: episodes that never hold a
+    resource (a node's process, database link or upstream link, the sink, the
+    standby) at the same time as another"""
+    rng = random.Random(seed)
+    busy = {}
+    eps = []
+
+    def take(res, at, end):
+        if any(a < end + 1 and at < b + 1 for a, b in busy.get(res, [])):
+            return False
+        busy.setdefault(res, []).append((at, end))
+        return True
+
+    if seconds >= 40:
+        at = rng.uniform(0.4, 0.6) * seconds
+        take("standby", at - 3, float("inf"))
+        eps.append(Episode(at, "failover", dur=0, res="standby"))
+    at = rng.uniform(2, 4)
+    while at < seconds - 2:
+        kind = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS])[0]
+        node = rng.randrange(len(NODES))
+        long_ = rng.random() < 0.5
+        mode = None
+        if kind == "kill9":
+            res, dur = "proc%d" % node, rng.uniform(0.5, 2.5 * LEASE)
+        elif kind == "db":
+            mode = rng.choice(("hold", "reset", "refuse"))
+            dur = rng.uniform(1.5 * LEASE, 3.5 * LEASE) if long_ else rng.uniform(0.5, 0.7 * LEASE)
+            res = "db%d" % node
+        elif kind == "mark":
+            # dur: the cut after the trigger; the trigger waits up to 10 s
+            dur = rng.uniform(1.5 * LEASE, 3 * LEASE) if long_ else rng.uniform(0.5, 0.7 * LEASE)
+            res = "db%d" % node
+        elif kind == "upstream":
+            mode = rng.choice(("hold", "reset", "pipeline-%d" % rng.randint(0, 6)))
+            res, dur = "up%d" % node, rng.uniform(1, 8)
+        elif kind == "sink":
+            node, mode = None, rng.choice(("tempfail", "data-tempfail"))
+            res, dur = "sink", rng.uniform(1, 8)
+        else:
+            node, res, dur = None, "standby", rng.uniform(2, 15)
+        end = at + dur + (10 if kind == "mark" else 0)
+        if take(res, at, end):
+            eps.append(Episode(at, kind, node, mode, dur, res))
+        at += rng.expovariate(1 / 3.5)
+    eps.sort(key=lambda e: e.at)
+    return eps
+
+
+# ---------------------------------------------------------------- history
+
+class Key:
+    """One key of the clients': its recipients, bytes and every try's outcome."""
+
+    def __init__(self, name, rcpts, patient):
+        self.name, self.rcpts, self.patient = name, rcpts, patient
+        self.msg = make_msg(key=name, subject="nemesis " + name, to=rcpts[0],
+                            body="key %s to %s\r\n" % (name, " ".join(rcpts)))
+        self.tries = []                 # (t, node, code or None, text, content_sent)
+        self.qids = set()               # QIDs of its 250s
+
+    @property
+    def ok(self):
+        return bool(self.qids)
+
+    def only_refused(self):
+        return not self.qids and all(c is not None or not sent for _, _, c, _, sent in self.tries)
+
+
+def try_once(port, key, timeout=40):
+    """try_once - one submission: (code or None, text, content sent)"""
+    sent = False
+    s = None
+    try:
+        s = smtplib.SMTP("127.0.0.1", port, timeout=timeout)
+        s.ehlo("client.test")
+        code, text = s.mail("app@example.org")
+        if code != 250:
+            return code, text.decode("latin-1"), False
+        for r in key.rcpts:
+            code, text = s.rcpt(r)
+            if code != 250:
+                s.rset()
+                return code, text.decode("latin-1"), False
+        try:
+            sent = True
+            code, text = s.data(key.msg)
+        except smtplib.SMTPDataError as e:       # DATA itself refused: nothing sent
+            return e.smtp_code, e.smtp_error.decode("latin-1"), False
+        return code, text.decode("latin-1"), sent
+    except smtplib.SMTPResponseException as e:
+        return e.smtp_code, e.smtp_error.decode("latin-1", "replace"), False
+    except (OSError, smtplib.SMTPException, EOFError) as e:
+        return None, repr(e), sent
+    finally:
+        if s is not None:
+            try:
+                s.quit()
+            except Exception:
+                s.close()
+
+
+# ---------------------------------------------------------------- the run
+
+class Run:
+    """The cluster, nodes, proxies, clients and nemesis of one run."""
+
+    def __init__(self, t, seed, seconds):
+        self.t, self.seed, self.seconds = t, seed, seconds
+        self.t0 = None
+        self.lock = threading.Lock()
+        self.events = []                # (t, text): the schedule's, as carried out
+        self.timeline = []              # (t, node, log line)
+        self.crashes = []
+        self.notes = []
+        self.killed_marks = set()       # QIDs inflight-marked by a node when it was killed
+        self.keys = []
+        self.stopping = threading.Event()
+        self.quiesce = threading.Event()
+        self.done = threading.Event()
+        self.faults = {}
+
+    def now(self):
+        return time.monotonic() - self.t0
+
+    def event(self, text):
+        with self.lock:
+            self.events.append((self.now(), text))
+        print("[%7.1f] %s" % (self.now(), text), flush=True)
+
+    # ------------------------------------------------------------ setup
+
+    def setup(self):
+        t = self.t
+        self.pg = t.pg_cluster(standby=True)
+        self.sb = self.pg.standbys[0]
+        self.primary = self.pg
+        self.db = t.pg_database(self.pg).rsplit("/", 1)[1]
+        self.sink = t.sink()
+        self.nodes, self.dbp, self.upp = [], [], []
+        for name in NODES:
+            dbp = [t.pg_proxy(self.pg), t.pg_proxy(self.sb)]
+            upp = t.proxy(self.sink.port)
+            url = ("postgresql://idemrelay@127.0.0.1:%d,127.0.0.1:%d/%s?connect_timeout=2"
+                   "&target_session_attrs=read-write" % (dbp[0].port, dbp[1].port, self.db))
+            conf = {"store": {"url": url, "lease": "%ds" % LEASE},
+                    "upstream": {"port": upp.port},
+                    "control": os.path.join(t.tmp, "ctl-%s.sock" % name)}
+            d = t.daemon(self.sink, conf, node=name)
+            d.down = False
+            d.guard = threading.Lock()
+            d.restarting = None
+            self.nodes.append(d)
+            self.dbp.append(dbp)
+            self.upp.append(upp)
+
+    # ------------------------------------------------------------ watching
+
+    def tail_logs(self):
+        """tail_logs - the nodes' new log lines, stamped when read, into the timeline"""
+        offsets = [0] * len(self.nodes)
+        while True:
+            last = self.done.is_set()
+            for i, d in enumerate(self.nodes):
+                try:
+                    with open(d.log_path, "rb") as f:
+                        f.seek(offsets[i])
+                        data = f.read()
+                except OSError:
+                    continue
+                cut = data.rfind(b"\n") + 1
+                offsets[i] += cut
+                now = self.now()
+                with self.lock:
+                    for line in data[:cut].decode("latin-1").splitlines():
+                        self.timeline.append((now, NODES[i], line))
+            if last:
+                return
+            time.sleep(0.25)
+
+    def watch_nodes(self):
+        """watch_nodes - a node that exits without the schedule's kill is a crash:
+        recorded, then restarted so that the run goes on"""
+        while not self.done.is_set():
+            for i, d in enumerate(self.nodes):
+                with d.guard:
+                    if d.down or d.proc is None or d.proc.poll() is None:
+                        continue
+                    rc = d.proc.returncode
+                    d.down = True
+                self.crashes.append((self.now(), NODES[i], rc))
+                self.event("CRASH: %s exited with %s%s" % (
+                    NODES[i], rc, " (signal %s)" % signal.Signals(-rc).name if rc < 0 else ""))
+                self.restart(i)
+            time.sleep(0.2)
+
+    def restart(self, i):
+        """restart - start node i again, in the background, until it has started;
+        the thread (one per node at a time)"""
+        d = self.nodes[i]
+        with d.guard:
+            if d.restarting is not None and d.restarting.is_alive():
+                return d.restarting
+
+        def go():
+            d = self.nodes[i]
+            while not self.done.is_set():
+                try:
+                    d.start(timeout=60)
+                    with d.guard:
+                        d.down = False
+                    self.event("%s restarted" % NODES[i])
+                    return
+                except AssertionError as e:
+                    self.event("%s did not start: %s" % (NODES[i], e))
+                    if d.proc is not None and d.proc.poll() is None:
+                        d.proc.kill()
+                        d.proc.wait()
+                    time.sleep(1)
+        th = threading.Thread(target=go, daemon=True)
+        with d.guard:
+            d.restarting = th
+        th.start()
+        return th
+
+    def marks_of(self, i):
+        """marks_of - QIDs inflight-marked under node i's lease, on the primary"""
+        try:
+            out = self.primary.sql("SELECT qid FROM messages WHERE queued AND inflight "
+                                   "AND lease_owner = '%s'" % NODES[i], self.db, timeout=10)
+        except Exception as e:
+            self.event("cannot read %s's marks: %s" % (NODES[i], e))
+            return set()
+        return set(out.split())
+
+    # ------------------------------------------------------------ the nemesis
+
+    def begin(self, ep):
+        """begin - an episode's fault"""
+        i = ep.node
+        if ep.kind == "kill9":
+            d = self.nodes[i]
+            with d.guard:
+                if d.down or not d.running():
+                    self.event("kill9 %s: not running" % NODES[i])
+                    return
+                d.down = True
+                d.kill9()
+            self.killed_marks |= self.marks_of(i)
+        elif ep.kind == "db":
+            for p in self.dbp[i]:
+                p.cut(refuse=ep.mode == "refuse", freeze=ep.mode == "hold")
+        elif ep.kind == "mark":
+            self.mark(ep)
+        elif ep.kind == "upstream" and ep.mode.startswith("pipeline"):
+            self.pipeline(ep)
+        elif ep.kind == "upstream":
+            self.upp[i].cut(freeze=ep.mode == "hold", drain=0 if ep.mode == "hold" else 0.5)
+        elif ep.kind == "sink":
+            self.sink.control(default=ep.mode)
+        elif ep.kind == "standby":
+            self.sb.stop()
+        elif ep.kind == "failover":
+            self.pg.kill9()
+            # a dead host refuses connections (libpq then tries the next one):
+            # so do the proxies in front of it, not accept and reset
+            for ps in self.dbp:
+                ps[0].close()
+            self.event("primary killed; promoting the standby")
+            self.sb.promote()
+            self.primary = self.sb
+
+    def end(self, ep):
+        """end - the episode's fault undone"""
+        i = ep.node
+        if ep.kind == "kill9":
+            self.killed_marks |= self.marks_of(i)
+            self.restart(i).join(120)
+        elif ep.kind == "db":
+            for p in self.dbp[i]:
+                p.heal()
+        elif ep.kind == "upstream":
+            self.upp[i].heal()
+        elif ep.kind == "sink":
+            self.sink.control()
+        elif ep.kind == "standby":
+            self.sb.start()
+
+    def pipeline(self, ep):
+        """pipeline - the node's next RCPT upstream: so many more reply lines reach
+        it, then none, and the connection is reset (its RCPTs' replies pending);
+        with no RCPT within the episode, a reset at its end"""
+        p = self.upp[ep.node]
+        before = p.triggered
+        p.cut_after(b"RCPT TO:", delay=0.3, lines=int(ep.mode.split("-")[1]))
+        end = self.t0 + ep.at + ep.dur
+        while time.monotonic() < end and p.triggered == before and not self.quiesce.is_set():
+            time.sleep(0.05)
+        p.trigger = None
+        if p.triggered == before:
+            p.cut(drain=0.5)
+        else:
+            self.event("%s %s: reset after the RCPT" % (ep.mode, NODES[ep.node]))
+
+    def mark(self, ep):
+        """mark - arm the node's database proxies: its next inflight mark passes,
+        its reply does not, and the node is cut off for ep.dur"""
+        ps = self.dbp[ep.node]
+        before = [p.triggered for p in ps]
+        for p in ps:
+            p.cut_after(b"SET inflight = v.flag", delay=0.5)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not self.quiesce.is_set():
+            if any(p.triggered != b for p, b in zip(ps, before)):
+                break
+            time.sleep(0.05)
+        for p in ps:
+            p.trigger = None
+        if all(p.triggered == b for p, b in zip(ps, before)):
+            self.event("mark %s: no mark in 10 s" % NODES[ep.node])
+            return
+        ep.fired = self.now()
+        time.sleep(0.5)
+        for p in ps:
+            p.cut()
+        self.event("mark %s: the reply dropped, cut off for %.1fs" % (NODES[ep.node], ep.dur))
+        self.quiesce.wait(ep.dur)
+        for p in ps:
+            p.heal()
+        self.event("mark %s: healed" % NODES[ep.node])
+
+    def episode(self, ep):
+        """episode - one episode's thread: begin at its time, end after its duration"""
+        try:
+            self.event("begin " + str(ep).strip())
+            self.begin(ep)
+            self.faults[ep.kind] = self.faults.get(ep.kind, 0) + 1
+            if ep.kind not in ("mark", "failover"):
+                self.quiesce.wait(max(0, self.t0 + ep.at + ep.dur - time.monotonic()))
+                self.end(ep)
+                self.event("end   %s %s" % (ep.kind, NODES[ep.node] if ep.node is not None else ""))
+        except Exception as e:
+            self.notes.append("episode %s: %r" % (ep, e))
+            self.event("episode %s failed: %r" % (str(ep).strip(), e))
+
+    def nemesis(self, schedule):
+        ths = []
+        for ep in schedule:
+            if self.quiesce.wait(max(0, self.t0 + ep.at - time.monotonic())):
+                break
+            th = threading.Thread(target=self.episode, args=(ep,), daemon=True)
+            th.start()
+            ths.append(th)
+        return ths
+
+    # ------------------------------------------------------------ clients
+
+    def client(self, c):
+        rng = random.Random(self.seed * 1000 + c)
+        n = 0
+        while not self.stopping.is_set():
+            name = "s%d-c%d-%d" % (self.seed, c, n)
+            n += 1
+            k = Key(name, ["%s-r%d@example.com" % (name, j) for j in range(rng.randint(1, 3))],
+                    rng.random() >= 0.12)
+            with self.lock:
+                self.keys.append(k)
+            deadline = None
+            while True:
+                i = rng.randrange(len(self.nodes))
+                t0 = self.now()
+                code, text, sent = try_once(self.nodes[i].port, k)
+                k.tries.append((t0, NODES[i], code, text, sent))
+                if code == 250:
+                    m = QID_RE.search(text)
+                    k.qids.add(m.group(1) if m else "?" + text)
+                    break
+                if not k.patient:
+                    break
+                if self.stopping.is_set():
+                    deadline = deadline or time.monotonic() + 150
+                    if time.monotonic() > deadline:
+                        break
+                time.sleep(rng.uniform(0.3, 1.0))
+            time.sleep(rng.uniform(0.2, 1.0))
+
+    # ------------------------------------------------------------ quiesce
+
+    def heal_all(self):
+        for ps in self.dbp:
+            for p in ps:
+                p.trigger = None
+                p.heal()
+        for p in self.upp:
+            p.heal()
+        self.sink.control()
+        if self.primary is self.pg and not self.sb.running():
+            self.sb.start()
+        for i, d in enumerate(self.nodes):
+            if not d.running():
+                with d.guard:
+                    d.down = True
+                self.restart(i).join(120)
+
+    def queued(self):
+        try:
+            return int(self.primary.sql("SELECT count(*) FROM messages WHERE queued",
+                                        self.db, timeout=10))
+        except Exception:
+            return -1
+
+    def go(self):
+        schedule = draw(self.seed, self.seconds)
+        print("nemesis: seed %d, %d s, %d episodes (replay: make nemesis NEMESIS_SEED=%d "
+              "NEMESIS_S=%d)" % (self.seed, self.seconds, len(schedule), self.seed, self.seconds),
+              flush=True)
+        for ep in schedule:
+            print("  " + str(ep))
+        self.setup()
+        self.t0 = time.monotonic()
+        watchers = [threading.Thread(target=f, daemon=True)
+                    for f in (self.tail_logs, self.watch_nodes)]
+        for th in watchers:
+            th.start()
+        clients = [threading.Thread(target=self.client, args=(c,), daemon=True)
+                   for c in range(CLIENTS)]
+        for th in clients:
+            th.start()
+        ths = self.nemesis(schedule)
+        rest = self.t0 + self.seconds - time.monotonic()
+        if rest > 0:
+            time.sleep(rest)
+        self.event("quiesce: healing everything")
+        self.quiesce.set()
+        for th in ths:
+            th.join(180)
+        self.heal_all()
+        self.stopping.set()
+        for th in clients:
+            th.join(200)
+        check(not any(th.is_alive() for th in clients), "a client did not finish")
+        self.event("clients done: %d keys" % len(self.keys))
+        try:
+            wait_until(lambda: self.queued() == 0, 240, "the queues to drain", interval=1)
+        except AssertionError as e:
+            self.notes.append(str(e))
+        time.sleep(3)                   # a second copy would come now
+        self.event("drained (%d queued)" % self.queued())
+        self.done.set()
+        for th in watchers:
+            th.join(10)
+        return self.verify()
+
+    # ------------------------------------------------------------ the check
+
+    def verify(self):
+        """verify - the history against the sink's records; a list of failures"""
+        bad = []
+        by_name = {k.name: k for k in self.keys}
+        got = {}                        # key -> rcpt -> [qid of each copy]
+        strays = []
+        for r in self.sink.accepted():
+            m = SUBJECT_RE.search(r["data"])
+            q = received_qids(r["data"])
+            if not m or m.group(1).decode() not in by_name:
+                strays.append((r.get("conn"), r["to"], q))
+                continue
+            for a in r["to"]:
+                got.setdefault(m.group(1).decode(), {}).setdefault(a, []).append(
+                    q[0] if len(q) == 1 else repr(q))
+        lost, dup, allowed = [], [], []
+        for k in self.keys:
+            copies = got.get(k.name, {})
+            qids = {q for cs in copies.values() for q in cs}
+            if len(k.qids) > 1:
+                bad.append("key %s: 250s with different QIDs %s" % (k.name, sorted(k.qids)))
+            for a in copies:
+                if a not in k.rcpts:
+                    bad.append("key %s: delivered to %s, not a recipient" % (k.name, a))
+            if k.ok:
+                q = next(iter(k.qids))
+                if qids - k.qids:
+                    bad.append("key %s: copies name %s, its 250 %s" % (k.name, sorted(qids - k.qids), q))
+                for a in k.rcpts:
+                    n = copies.get(a, []).count(q)
+                    if n > 1:
+                        dup.append((k, a, q, n))
+                    elif n == 0:
+                        (allowed if q in self.killed_marks else lost).append((k, a, q))
+            else:
+                if k.only_refused() and copies:
+                    bad.append("key %s: only ever refused (%s), delivered as %s" % (
+                        k.name, ", ".join("%s %s" % (x[2], x[1]) for x in k.tries), sorted(qids)))
+                for a, cs in copies.items():
+                    if len(cs) > 1:
+                        dup.append((k, a, "/".join(cs), len(cs)))
+                if len(qids) > 1:
+                    bad.append("key %s (no 250): copies name %s" % (k.name, sorted(qids)))
+        for k, a, q in lost:
+            bad.append("LOST: key %s, QID %s, recipient %s (answered 250: %s)" % (
+                k.name, q, a, "; ".join("%.1f %s %s" % (x[0], x[1], x[2]) for x in k.tries)))
+        for k, a, q, n in dup:
+            bad.append("DUPLICATED: key %s, QID %s, recipient %s: %d copies" % (k.name, q, a, n))
+        if strays:
+            bad.append("copies of no key of ours: %r" % strays[:5])
+        for when, node, rc in self.crashes:
+            bad.append("CRASH: %s exited with %s at %.1fs" % (node, rc, when))
+        for path in [d.log_path for d in self.nodes]:
+            text = harness.read_text(path)
+            for pat in harness.SANITIZER_REPORTS + ("SIGSEGV", "Segmentation fault"):
+                if pat in text:
+                    bad.append("%r in %s" % (pat, path))
+        bad.extend(self.notes)
+        ok250 = sum(1 for k in self.keys if k.ok)
+        refused = sum(1 for k in self.keys if k.only_refused())
+        tries = sum(len(k.tries) for k in self.keys)
+        codes = {}
+        for k in self.keys:
+            for x in k.tries:
+                c = x[2] if x[2] is not None else ("lost-after-content" if x[4] else "conn-error")
+                codes[c] = codes.get(c, 0) + 1
+        self.summary = ("nemesis: seed %d, %d s: %d keys (%d answered 250, %d only refused, "
+                        "%d unknown), %d tries %s; faults %s; lost %d, duplicated %d, "
+                        "unconfirmed after a kill %d, crashes %d"
+                        % (self.seed, self.seconds, len(self.keys), ok250, refused,
+                           len(self.keys) - ok250 - refused, tries,
+                           dict(sorted(codes.items(), key=str)),
+                           dict(sorted(self.faults.items())), len(lost), len(dup), len(allowed),
+                           len(self.crashes)))
+        print(self.summary, flush=True)
+        if bad:
+            self.explain(lost, dup)
+        return bad
+
+    def explain(self, lost, dup):
+        """explain - the timeline of each failing QID: its log lines and the events"""
+        for k, a, q, *_ in (lost + dup)[:6]:
+            print("--- %s (key %s, %s) ---" % (q, k.name, a))
+            lines = [(w, n, l) for w, n, l in self.timeline if q in l]
+            lo = (lines[0][0] if lines else 0) - 15
+            hi = (lines[-1][0] if lines else 0) + 5
+            merged = lines + [(w, "nemesis", e) for w, e in self.events if lo <= w <= hi]
+            for w, n, l in sorted(merged, key=lambda x: x[0]):
+                print("[%7.1f] %-7s %s" % (w, n, l))
+            try:
+                print("row: " + self.primary.sql(
+                    "SELECT m.node, m.queued, m.inflight, m.lease_owner, m.mark_token, "
+                    "m.verdict_on, string_agg(r.addr || '=' || r.state, ' ') FROM messages m "
+                    "JOIN rcpts r USING (qid) WHERE qid = '%s' GROUP BY 1, 2, 3, 4, 5, 6" % q,
+                    self.db))
+            except Exception as e:
+                print("row: %s" % e)
+
+
+def run(t, seconds, seed):
+    """run - one run on the harness's T; raises AssertionError naming every failure"""
+    r = Run(t, seed, seconds)
+    bad = r.go()
+    if bad:
+        raise AssertionError("nemesis seed %d: %d failure(s):\n  %s"
+                             % (seed, len(bad), "\n  ".join(bad[:40])))
+    return r
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="idemrelay's randomized fault test")
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("NEMESIS_S") or 120))
+    ap.add_argument("--seed", type=int,
+                    default=int(os.environ.get("NEMESIS_SEED") or random.SystemRandom().randrange(1, 10 ** 6)))
+    ap.add_argument("--keep", action="store_true", help="keep the run's directory")
+    args = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="nemesis-%d-" % args.seed, dir=os.environ.get("E2E_TMP"))
+    harness.STORE = "postgresql"
+    t = harness.T("test_nemesis", tmp, store="postgresql")
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    rc = 1
+    try:
+        run(t, args.seconds, args.seed)
+        t.finish()
+        rc = 0
+    except AssertionError as e:
+        print("FAILED: %s" % e)
+    finally:
+        if rc != 0:
+            t.dump_logs(sys.stdout, tail=60)
+        t.cleanup()
+    if rc == 0 and not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("nemesis: the run's directory: %s" % tmp)
+    print("nemesis: %s (seed %d)" % ("passed" if rc == 0 else "FAILED", args.seed))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
