@@ -303,7 +303,9 @@ static void check_store(struct check *k)
 	}
 	rc = store_pg_open(&st, c->store.url, NULL, 0, err, sizeof(err));
 	store_close(st);
-	if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
+	if (rc == STORE_EINVAL)		/* it answers, but not as a node needs: err says why */
+		check_fail(k, "store.url", "%s", err);
+	else if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
 		check_fail(k, "store.url", "%s: check the connection string, and that "
 			   "PostgreSQL runs and lets this user in", err);
 }

@@ -6,10 +6,12 @@
  * SYNOPSIS
  *	#include "store/pg/store_pg.h"
  * DESCRIPTION
- *	store_pg_open() connects, makes the schema current (store_pg_schema.c),
- *	gives the node its slot and takes the slot's lock, then gives up the
- *	leases the node's previous life held: a second process of the same
- *	name is refused, so nothing else can be using them. Without a node
+ *	store_pg_open() connects, refuses a pooler in between that shares
+ *	server sessions (store_pg_session.c), makes the schema current
+ *	(store_pg_schema.c), gives the node its slot and takes the slot's
+ *	lock, then gives up the leases the node's previous life held: a
+ *	second process of the same name is refused, so nothing else can be
+ *	using them. Without a node
  *	name it opens a client (idemrelayctl): the schema must exist and be
  *	this build's version, no node is registered and nothing is leased.
  *
@@ -112,8 +114,8 @@ static char *one_line(char *s)
 	return s;
 }
 
-/* conn_open - a new connection to the store's URL, with our settings; NULL and why in err */
-static PGconn *conn_open(struct pg_store *st, char *err, size_t errlen)
+/* store_pg_connect - a new connection to the store's URL, with our settings; NULL and why in err */
+PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
 	char *msg;
@@ -214,7 +216,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	}
 	st->n_open++;
 	pthread_mutex_unlock(&st->mu);
-	if ((c = conn_open(st, err, sizeof(err))) == NULL) {
+	if ((c = store_pg_connect(st, err, sizeof(err))) == NULL) {
 		pthread_mutex_lock(&st->mu);
 		st->n_open--;
 		pthread_cond_signal(&st->freed);
@@ -459,7 +461,7 @@ void store_pg_anchor_check(struct pg_store *st)
 	}
 	PQfinish(st->anchor);
 	st->anchor = NULL;
-	if ((c = conn_open(st, err, sizeof(err))) != NULL) {
+	if ((c = store_pg_connect(st, err, sizeof(err))) != NULL) {
 		if ((rc = node_lock(st, c)) == 1) {
 			st->anchor = c;
 			msg_info("store: node %s: slot lock taken again after a reconnect", st->node);
@@ -542,9 +544,13 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		rc = STORE_EINVAL;
 		goto fail;
 	}
-	if ((c = conn_open(st, why, sizeof(why))) == NULL) {
+	if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
 		snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 		rc = STORE_EAGAIN;
+		goto fail;
+	}
+	if ((rc = store_pg_session_check(st, c, err, errlen)) != 0) {
+		PQfinish(c);
 		goto fail;
 	}
 	if (node == NULL) {		/* a client: the schema read, nothing else */
@@ -567,7 +573,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		goto fail;
 	st->anchor_checked = clock_mono_us();
 	for (i = 0; i < PG_POOL_START; i++) {
-		if ((c = conn_open(st, why, sizeof(why))) == NULL) {
+		if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
 			snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 			rc = STORE_EAGAIN;
 			goto fail;

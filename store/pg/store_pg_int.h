@@ -141,6 +141,7 @@ struct pg_txn {
 
 
 /* store_pg.c: the pool, reconnects, errors */
+PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen);	/* NULL: err says */
 int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
 void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
 void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes);	/* closed if bytes is big */
@@ -151,6 +152,9 @@ extern const struct store_ops store_pg_ops;
 void store_pg_anchor_check(struct pg_store *st);
 int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
 		 const char *what);
+
+/* store_pg_session.c: a pooler that shares server sessions refused (STORE_EINVAL, err) */
+int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t errlen);
 
 /* store_pg_schema.c: made current under this session lock, one starter at a time */
 #define PG_SCHEMA_LOCK	"hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
