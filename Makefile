@@ -74,9 +74,9 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
 # through a plain driver, so it needs no clang.
-FUZZERS   = session parse filter
+FUZZERS   = session parse filter keys
 FUZZ_TIME ?= 60
-FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c
+FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c relay/keys.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
