@@ -186,22 +186,21 @@ void conn_interest(struct conn *c)
 
 static int conn_starttls(struct conn *c);
 
-/* conn_flush - write pending output; close when done and closing. 0, or -1 if closed */
+static int conn_write(struct conn *c);
+
+/*
+ * conn_flush - write pending output; close when done and closing; go on
+ * with input the engine left for unread replies once they are written.
+ * 0, or -1 if closed
+ */
 int conn_flush(struct conn *c)
 {
 	struct buf *out = smtp_session_out(c->s);
-	ssize_t n;
 
-	while (out->len) {
-		n = io_write(c->io, out->data, out->len);
-		if (n == IO_AGAIN)
-			break;
-		if (n < 0) {
-			conn_lost(c, c->io->err);
-			return -1;
-		}
-		buf_consume(out, (size_t) n);
-	}
+	if (conn_write(c) < 0)
+		return -1;
+	if (out->len == 0 && c->in.len && conn_accepting(c))
+		return conn_process(c);		/* ends in conn_flush: left input only */
 	if (out->len == 0 && smtp_session_closing(c->s)) {
 		conn_close(c);
 		return -1;
@@ -213,10 +212,31 @@ int conn_flush(struct conn *c)
 	return 0;
 }
 
+/* conn_write - write what the socket takes now; -1 if the connection is lost */
+static int conn_write(struct conn *c)
+{
+	struct buf *out = smtp_session_out(c->s);
+	ssize_t n;
+
+	while (out->len) {
+		if ((n = io_write(c->io, out->data, out->len)) == IO_AGAIN)
+			break;
+		if (n < 0) {
+			conn_lost(c, c->io->err);
+			return -1;
+		}
+		buf_consume(out, (size_t) n);
+	}
+	return 0;
+}
+
 /*
  * conn_process - feed buffered input; answers decided inside the hook
  * resume the session. TLS may hold decrypted input that no epoll event
- * will announce: it is read here while the engine takes input.
+ * will announce: it is read here while the engine takes input. When the
+ * engine stops for unread replies (out_max), they are written as far as
+ * the socket takes them, and feeding goes on only if that made room:
+ * else the rest waits in c->in for EPOLLOUT (conn_flush).
  */
 int conn_process(struct conn *c)
 {
@@ -230,6 +250,13 @@ int conn_process(struct conn *c)
 			smtp_session_reply(c->s, c->sync_reply);
 			c->sync_reply = NULL;
 			continue;
+		}
+		if (c->in.len && smtp_session_out(c->s)->len >= OUT_MAX) {
+			if (conn_write(c) < 0)
+				return -1;
+			if (smtp_session_out(c->s)->len < OUT_MAX)
+				continue;
+			break;
 		}
 		if (c->in.len || !conn_accepting(c) || io_pending(c->io) == 0)
 			break;
@@ -471,6 +498,7 @@ static void server_smtp_limits(struct smtp_config *sc, const struct conf *cf)
 	sc->bare_lf_reject = cf->limits.bare_lf_reject;
 	sc->hard_errors = cf->limits.hard_errors;
 	sc->junk_commands = cf->limits.junk_commands;
+	sc->out_max = OUT_MAX;
 }
 
 /*

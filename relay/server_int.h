@@ -21,7 +21,7 @@
 #include "server.h"
 
 #define READ_CHUNK	65536
-#define OUT_MAX		(256 * 1024)	/* unread replies before we stop reading */
+#define OUT_MAX		(32 * 1024)	/* unread replies before no command is taken */
 #define AUTH_FAIL_DELAY	1000000		/* microseconds before a 535 goes out */
 #define AUTH_THREADS	2		/* password checks in parallel */
 

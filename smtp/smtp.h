@@ -106,6 +106,8 @@ struct smtp_config {
 				 * a message accepted count as errors;
 				 * <= 0: SMTP_JUNK_COMMANDS_DEFAULT */
 	int smtputf8;		/* offer SMTPUTF8 (RFC 6531): UTF-8 addresses */
+	size_t out_max;		/* no command is taken while this much output
+				 * waits (a client that does not read); 0: none */
 };
 
 struct smtp_session;

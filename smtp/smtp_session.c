@@ -36,6 +36,10 @@
  *	end) clears both counts.
  *
  *	Pipelined commands are answered in order into one output buffer.
+ *	Once out_max octets of it wait unwritten, no further command line is
+ *	taken (feed returns short), so a client that pipelines without
+ *	reading gets at most one command's replies past that: what it sent
+ *	waits in its own socket, not in our memory.
  *	A 421 (timeout, shutdown) that arrives while the hook holds the
  *	message is sent after the hook's reply, so that a message the store
  *	accepted is never answered with 421 alone; the same holds for an
@@ -296,6 +300,9 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 		switch (s->state) {
 		case SMTP_STATE_COMMAND:
 		case SMTP_STATE_AUTH:
+			if (s->cfg.out_max && s->out.len >= s->cfg.out_max
+			    && s->line.len == 0 && !s->line_long)
+				return i;	/* answers pile up unread: wait */
 			i += smtp_feed_line(s, in + i, len - i);
 			break;
 		case SMTP_STATE_STARTTLS:

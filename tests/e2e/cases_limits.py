@@ -3,6 +3,8 @@ the connection log lines, as Postfix writes them (SPEC section 6)."""
 
 import os
 import re
+import signal
+import socket
 import threading
 import time
 
@@ -261,3 +263,59 @@ def test_memory_bounded(t):
           "with data_memory=64M (410 MB before the budget; bound %d MB on %s)"
           % (peak[0], bound, t.store))
     check(after < 64 * 1024, "anonymous memory after the burst: %d kB" % after)
+
+
+@case(timeout=120)
+def test_nonreading_clients_bounded(t):
+    """100 clients pipelining EHLO (no error, no junk: each answered with ~150
+    octets) and never reading a reply (issue 30 part 3). The daemon is stopped
+    while they send, so that each read then finds a full 64 KB of commands,
+    the worst case (today's code queued ~1 MB of replies for one such read).
+    A client's unread replies stop the engine taking its commands once 32 KB
+    wait, so what it sent stays in the sockets: the daemon's anonymous memory
+    grows by less than 300 KB a client. A legitimate client is served
+    meanwhile, and the non-readers are dropped at command_timeout."""
+    sink = t.sink()
+    d = t.daemon(sink, {"limits": {"command_timeout": "20s"}})
+    before = status_kb(d.proc.pid, "RssAnon")
+    socks = []
+    for _ in range(100):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", d.port))
+        s.setblocking(False)
+        socks.append([s, b"EHLO x\r\n" * 65536])
+
+    def send_some():
+        moved = 0
+        for x in socks:
+            try:
+                n = x[0].send(x[1][:65536])
+            except (BlockingIOError, ConnectionError):
+                continue
+            moved += n
+            x[1] = x[1][n:]
+        return moved
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        while send_some():
+            pass
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not send_some():
+            time.sleep(0.1)
+    time.sleep(1)
+    grown = status_kb(d.proc.pid, "RssAnon") - before
+    print("memory: RssAnon grew %d kB for 100 non-reading clients" % grown)
+    if not os.environ.get("E2E_SANITIZER"):
+        check(grown < 100 * 300, "anonymous memory grew %d kB for 100 non-reading clients "
+              "(bound 300 kB a client)" % grown)
+    q = submit_ok(d.port, ["a@example.com"], make_msg(key="nonreading-1"), timeout=30)
+    check(q, "the legitimate client's QID")
+    sink.wait_count(1)
+    d.wait_log("timeout after EHLO", timeout=60)
+    for x in socks:
+        x[0].close()

@@ -1100,6 +1100,39 @@ static void test_error_limits(void **state)
 	assert_int_equal(fails, 0);
 }
 
+ /*
+  * out_max: with that much output unwritten no command line is taken, so
+  * a client that pipelines without reading is answered at most one
+  * command's replies past it; once the output is written, the rest is.
+  */
+static void test_out_max(void **state)
+{
+	struct smtp_config cfg = {.hostname = "mx.test", .out_max = 1000};
+	struct buf in = BUF_INIT;
+	struct smtp_session *s;
+	size_t i, got, total = 0, answered = 0;
+
+	(void) state;
+	for (i = 0; i < 200; i++)
+		buf_append(&in, "EHLO x\r\n", 8);
+	s = smtp_session_new(&cfg, &fake_hooks, NULL);
+	smtp_session_greet(s);
+	while (total < in.len) {
+		got = smtp_session_feed(s, in.data + total, in.len - total);
+		assert_true(got > 0);
+		assert_true(got < in.len - total || total + got == in.len);
+		/* the cap was reached before the last line taken, never by more than its reply */
+		assert_true(smtp_session_out(s)->len < 1000 + 200);
+		total += got;
+		answered += got / 8;
+		buf_consume(smtp_session_out(s), smtp_session_out(s)->len);
+	}
+	assert_int_equal(answered, 200);
+	assert_false(smtp_session_closing(s));
+	smtp_session_free(s);
+	buf_free(&in);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1120,6 +1153,7 @@ int main(void)
 		cmocka_unit_test(test_no_hooks),
 		cmocka_unit_test(test_random_input),
 		cmocka_unit_test(test_error_limits),
+		cmocka_unit_test(test_out_max),
 	};
 
 	log_setup("test_smtp_session", 0, LOG_LEVEL_ERROR);	/* expected warnings */
