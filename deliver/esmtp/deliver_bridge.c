@@ -38,6 +38,18 @@
  *	both sides at once, so nothing after the refused bytes reaches the
  *	upstream, and says why (deliver_bridge_end).
  *
+ *	libesmtp reads the server through the gate (deliver_gate.h): whole
+ *	replies that libESMTP 1.1.0 can read, and only those owed. When the
+ *	server side is over (closed, reset, a write failed, a reply's
+ *	deadline passed, a reply the gate refused, delivery stopping) the
+ *	bridge does not hang up on libesmtp then: with replies to pipelined
+ *	commands owed, a hang-up crashes libESMTP 1.1.0 (issue 25; the
+ *	mechanism is in deliver_gate.h). It stops reading and writing the
+ *	upstream and lets the gate answer each command libesmtp goes on
+ *	writing, until libesmtp has quit, and hangs up on it only where it
+ *	owes just the reply to a final dot, or is writing the content that
+ *	such a reply follows (a reply the gate never makes up).
+ *
  *	Whether a final dot reached the server is the kernel's to say, not
  *	libesmtp's: a small message and its dot are written into the socket
  *	buffers at once, so a server that resets the connection after 1,000
@@ -75,6 +87,7 @@
 #include "../../util/log.h"
 #include "deliver_bridge.h"
 #include "deliver_filter.h"
+#include "deliver_gate.h"
 #include "deliver_tls.h"
 #include "deliver_watch.h"
 #include "../../tls/io.h"
@@ -94,6 +107,7 @@ struct deliver_bridge {
 	atomic_uint rewinds;		/* libesmtp's rewinds (deliver_bridge_rewind) */
 	unsigned rewound;		/* the thread's: those the filter was told of */
 	struct deliver_filter filter;	/* the thread's */
+	struct deliver_gate gate;	/* the thread's until joined */
 	char broke[160];		/* why the thread hung up on its own; "" if not */
 	struct deliver_watch watch;	/* the upstream's TCP; the thread's until joined */
 	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
@@ -352,8 +366,9 @@ static int bridge_wait(struct deliver_bridge *b)
 
 /* a direction of the copy: bytes waiting to be written */
 struct pending {
-	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* the filter adds what it held,
-							 * or SMTPUTF8 (GROW <= HOLD) */
+	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD + DELIVER_GATE_REPLY_MAX];
+					/* the filter adds what it held, or SMTPUTF8
+					 * (GROW <= HOLD); the gate a reply it held */
 	size_t off, len;
 	size_t dot;			/* just past a final dot in buf; 0 if none */
 };
@@ -420,25 +435,115 @@ static void bridge_rewound(struct deliver_bridge *b)
 		deliver_filter_rewind(&b->filter);
 }
 
+/* the state of one pump: both directions and how each side stands */
+struct pump {
+	struct pending *up;		/* libesmtp's bytes for the server */
+	struct pending *down;		/* the server's (or the gate's) for libesmtp */
+	char *raw;			/* read from the server */
+	char *mid;			/* through the filter, for the gate */
+	int client_eof;
+	int gone;			/* the server side is over: the gate answers */
+};
+
+/*
+ * bridge_gone - the server side is over (closed, reset, timed out, broke
+ * the protocol, or delivery stops): note how, and from now on the gate
+ * answers what libesmtp is owed (deliver_gate.h); nothing more goes up.
+ */
+static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *why)
+{
+	bridge_settle(b, why);		/* now: before anything else is read */
+	deliver_gate_gone(&b->gate, why);
+	pm->gone = 1;
+	pm->up->off = pm->up->len = pm->up->dot = 0;	/* never written: the watch knows */
+}
+
+/*
+ * bridge_server_read - read the server into pm->down through the filter
+ * and the gate: 1 moved, 0 waits (for *ev), and the end or a reply the
+ * gate refuses makes the server gone
+ */
+static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *ev)
+{
+	char err[IO_ERR_MAX + 64];
+	ssize_t n = io_read(b->up, pm->raw, BRIDGE_BUF);
+	size_t k;
+
+	if (n == IO_AGAIN) {
+		*ev |= poll_events(b->up->read_wants);
+		return 0;
+	}
+	if (n <= 0) {
+		if (n == 0)
+			snprintf(err, sizeof(err), "the server closed the connection");
+		else
+			snprintf(err, sizeof(err), "lost connection with the server (%s)",
+				 b->up->err[0] ? b->up->err : "read failed");
+		bridge_gone(b, pm, err);	/* a line it left unfinished is no reply */
+		return 1;
+	}
+	k = deliver_filter_down(&b->filter, pm->raw, (size_t) n, pm->mid);
+	pm->down->len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down->buf);
+	if (b->gate.gone)
+		bridge_gone(b, pm, b->gate.why);
+	return 1;
+}
+
+/*
+ * bridge_client_read - read libesmtp through the filter into pm->up (gone:
+ * counted by the filter, then dropped): 1 moved, 0 waits (for *ev), -1 the
+ * bridge must end (cut, filter refused, error)
+ */
+static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct io *client,
+			      short *ev)
+{
+	ssize_t n = io_read(client, pm->up->buf, BRIDGE_BUF), kept;
+
+	if (n == IO_AGAIN) {
+		*ev |= poll_events(client->read_wants);
+		return 0;
+	}
+	if (n == 0) {
+		pm->client_eof = 1;
+		return 1;
+	}
+	if (n < 0 || atomic_load(&b->cut))
+		return -1;		/* written after the cut: never forwarded */
+	bridge_rewound(b);
+	if ((kept = deliver_filter_up(&b->filter, pm->up->buf, (size_t) n)) < 0) {
+		snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
+		return -1;
+	}
+	pm->up->len = pm->gone ? 0 : (size_t) kept;
+	pm->up->dot = !pm->gone && b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
+	return 1;
+}
+
 /*
  * bridge_pump - copy between libesmtp and the upstream through the filter
- * until either side ends, the bridge is cut, the filter refuses libesmtp's
- * bytes, or nothing moves for the timeout. Each transport says, after
- * IO_AGAIN, what it waits for (TLS may need to read to write).
+ * and the gate until libesmtp ends, the bridge is cut, the filter refuses
+ * libesmtp's bytes, or the gate says to hang up once the server side is
+ * over. Each transport says, after IO_AGAIN, what it waits for (TLS may
+ * need to read to write). A deadline passed while the reply to a final
+ * dot is owed, or nothing moved for the timeout, hangs up at once.
  */
 static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
-	struct pending *up = xcalloc(1, sizeof(*up)), *down = xcalloc(1, sizeof(*down));
-	char *raw = xmalloc(BRIDGE_BUF);
-	int client_eof = 0, server_eof = 0, stopping = 0, moved, wrote, r, wait;
+	struct pump pm = { .up = xcalloc(1, sizeof(struct pending)),
+			   .down = xcalloc(1, sizeof(struct pending)),
+			   .raw = xmalloc(BRIDGE_BUF), .mid = xmalloc(BRIDGE_BUF + DELIVER_FILTER_HOLD) };
+	int stopping = 0, moved, wrote, r, wait;
 	struct pollfd p[4];
-	ssize_t n, kept = 0;
 	const char *ended = NULL;
 	char err[IO_ERR_MAX + 64];
+	size_t k;
 
 	/* STARTTLS: the greeting was read already */
-	down->len = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, down->buf);
+	k = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, pm.mid);
+	pm.down->len = deliver_gate_down(&b->gate, &b->filter, pm.mid, k, pm.down->buf);
 	deliver_watch_init(&b->watch, b->up->fd, b->timeout_ms);
+	if (b->gate.gone)
+		bridge_gone(b, &pm, b->gate.why);
 	for (;;) {
 		moved = wrote = 0;
 		p[0].events = p[1].events = 0;
@@ -451,80 +556,58 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		 * has every reply. One waiting for a dot's reply waits for it,
 		 * as long as the deadline lets.
 		 */
-		if (stopping && !deliver_filter_dot_owed(&b->filter) && down->len == 0) {
-			snprintf(err, sizeof(err), "delivery is stopping");
-			ended = err;
-			break;
-		}
-		if (up->len == 0 && !client_eof) {
-			n = io_read(client, up->buf, BRIDGE_BUF);
-			if (n > 0 && atomic_load(&b->cut))
-				break;		/* written after the cut: never forwarded */
-			if (n > 0)
-				bridge_rewound(b);
-			if (n > 0 && (kept = deliver_filter_up(&b->filter, up->buf, (size_t) n)) < 0) {
-				snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
-				break;
-			}
-			if (n > 0) {
-				up->len = (size_t) kept, moved = 1;
-				up->dot = b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
-			}
-			else if (n == 0)
-				client_eof = 1;
-			else if (n == IO_AGAIN)
-				p[0].events |= poll_events(client->read_wants);
-			else
+		if (stopping && !pm.gone && !deliver_filter_dot_owed(&b->filter) && pm.down->len == 0)
+			bridge_gone(b, &pm, "delivery is stopping");
+		if (pm.gone && pm.down->len == 0) {
+			pm.down->len = deliver_gate_answer(&b->gate, &b->filter, pm.down->buf,
+							   sizeof(pm.down->buf));
+			if (pm.down->len == 0 && b->gate.hangup)
 				break;
 		}
-		if (up->len > 0 && (r = pending_write(up, b->up, &p[1].events)) != 0) {
-			if (r < 0) {
-				snprintf(err, sizeof(err), "lost connection writing to the server (%s)",
-					 b->up->err[0] ? b->up->err : "write failed");
-				ended = err;
-				break;
-			}
-			if (r == 2)
-				deliver_watch_dot_out(&b->watch);
-			moved = wrote = 1;
-		}
-		if (down->len == 0 && !server_eof) {
-			n = io_read(b->up, raw, BRIDGE_BUF);
-			if (n > 0) {
-				down->len = deliver_filter_down(&b->filter, raw, (size_t) n, down->buf);
-				moved = 1;
-			} else if (n == IO_AGAIN) {
-				p[1].events |= poll_events(b->up->read_wants);
-			} else {
-				server_eof = 1;
-				if (n == 0)
-					snprintf(err, sizeof(err), "the server closed the connection");
-				else
-					snprintf(err, sizeof(err), "lost connection with the server (%s)",
-						 b->up->err[0] ? b->up->err : "read failed");
-				bridge_settle(b, err);	/* now: before anything else is read */
-				down->len = deliver_filter_down_end(&b->filter, down->buf);
-			}
-		}
-		if (down->len > 0 && (r = pending_write(down, client, &p[0].events)) != 0) {
+		if (pm.up->len == 0 && !pm.client_eof
+		    && (r = bridge_client_read(b, &pm, client, &p[0].events)) != 0) {
 			if (r < 0)
 				break;
 			moved = 1;
 		}
-		if ((client_eof && up->len == 0) || (server_eof && down->len == 0))
+		if (!pm.gone && pm.up->len > 0 && (r = pending_write(pm.up, b->up, &p[1].events)) != 0) {
+			if (r < 0) {
+				snprintf(err, sizeof(err), "lost connection writing to the server (%s)",
+					 b->up->err[0] ? b->up->err : "write failed");
+				bridge_gone(b, &pm, err);
+			} else if (r == 2) {
+				deliver_watch_dot_out(&b->watch);
+			}
+			moved = wrote = 1;
+		}
+		if (!pm.gone && pm.down->len == 0 && bridge_server_read(b, &pm, &p[1].events))
+			moved = 1;
+		if (pm.down->len > 0 && (r = pending_write(pm.down, client, &p[0].events)) != 0) {
+			if (r < 0)
+				break;
+			moved = 1;
+		}
+		if (pm.client_eof && (pm.gone || pm.up->len == 0))
 			break;
-		wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
-					  b->filter.replies, wrote);
-		if (wait == 0) {
-			b->timed_out = 1;
-			ended = b->watch.why;
-			break;
+		wait = -1;
+		if (!pm.gone) {
+			wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
+						  b->filter.replies, wrote);
+			if (wait == 0) {
+				b->timed_out = 1;
+				if (deliver_filter_dot_owed(&b->filter)) {
+					ended = b->watch.why;	/* the dot's reply is never made up */
+					break;
+				}
+				bridge_gone(b, &pm, b->watch.why);
+				continue;
+			}
 		}
 		if (moved)
 			continue;
 		/* a side we wait for nothing from is left out: its hang-up would spin the loop */
 		p[0].fd = p[0].events ? client->fd : -1;
-		p[1].fd = p[1].events ? b->up->fd : -1;
+		p[1].fd = p[1].events && !pm.gone ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
@@ -545,9 +628,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			break;
 	}
 	bridge_settle(b, ended);
-	free(up);
-	free(down);
-	free(raw);
+	free(pm.up);
+	free(pm.down);
+	free(pm.raw);
+	free(pm.mid);
 }
 
 /* bridge_main - the bridge thread: wait for libesmtp, copy, hang up on both */
@@ -588,6 +672,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
 	deliver_filter_init(&b->filter);
+	deliver_gate_init(&b->gate);
 	b->timeout_ms = timeout_ms;
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");
 	if ((b->tfd = bridge_connect(sa, salen, &deadline, why, whylen)) < 0
@@ -694,6 +779,12 @@ const char *deliver_bridge_end(struct deliver_bridge *b)
 int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth)
 {
 	return deliver_watch_dot_acked(&b->watch, nth);
+}
+
+/* deliver_bridge_stood_in - did the gate answer for a server that was gone? */
+int deliver_bridge_stood_in(const struct deliver_bridge *b)
+{
+	return b->gate.answered;
 }
 
 /* deliver_bridge_ended - how the upstream side ended; "" if it is not known */

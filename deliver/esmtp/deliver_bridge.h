@@ -150,6 +150,13 @@ int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth);
  */
 const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out);
 
+/*
+ * deliver_bridge_stood_in - after deliver_bridge_end: did the bridge answer
+ * libesmtp for a server that was gone (deliver_gate.h)? Those replies'
+ * texts start with DELIVER_GATE_MARK.
+ */
+int deliver_bridge_stood_in(const struct deliver_bridge *b);
+
 /* deliver_bridge_close - end the thread, close everything; NULL-safe */
 void deliver_bridge_close(struct deliver_bridge *b);
 

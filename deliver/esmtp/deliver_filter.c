@@ -13,7 +13,7 @@
 
 #include "deliver_filter.h"
 
-#define DOT_OWED	"the final dot"	/* the name owed to a final dot's reply */
+#define DOT_OWED	DELIVER_FILTER_DOT	/* the name owed to a final dot's reply */
 
 static const char sentinel[] = DELIVER_FILTER_SENTINEL;
 static const char eoh[] = "\r\n\r\n";
@@ -71,6 +71,16 @@ const char *deliver_filter_owed(const struct deliver_filter *f)
 	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
 		return "a pipelined command";	/* its name was overwritten */
 	return f->verbs[f->replies % DELIVER_FILTER_VERBS];
+}
+
+/* deliver_filter_verb - what the nth reply answers, or NULL */
+const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth)
+{
+	if (nth >= f->cmds)
+		return NULL;
+	if (f->cmds - nth > DELIVER_FILTER_VERBS)
+		return "a pipelined command";	/* its name was overwritten */
+	return f->verbs[nth % DELIVER_FILTER_VERBS];
 }
 
 /* deliver_filter_dot_owed - is the reply to a final dot among those owed? */

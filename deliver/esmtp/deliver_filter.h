@@ -88,6 +88,7 @@
 #define DELIVER_FILTER_GROW	(sizeof(DELIVER_FILTER_UTF8) - 1)	/* <= HOLD */
 #define DELIVER_FILTER_VERBS	16	/* owed replies named (more pipelined: unnamed) */
 #define DELIVER_FILTER_VERB	16
+#define DELIVER_FILTER_DOT	"the final dot"	/* what a final dot's reply is called */
 
 struct deliver_filter {
 	/* the server's replies */
@@ -164,6 +165,14 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
  * NULL when none is owed
  */
 const char *deliver_filter_owed(const struct deliver_filter *f);
+
+/*
+ * deliver_filter_verb - what the nth reply of the connection (0: the
+ * greeting) answers: as deliver_filter_owed() names it; "a pipelined
+ * command" once its name was overwritten; NULL if nothing was written
+ * that it could answer
+ */
+const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth);
 
 /* deliver_filter_dot_owed - is a reply to a final dot owed? (then the outcome is out there) */
 int deliver_filter_dot_owed(const struct deliver_filter *f);

@@ -67,6 +67,7 @@
 #include "../../util/log.h"
 #include "deliver_auth.h"
 #include "deliver_bridge.h"
+#include "deliver_gate.h"
 #include "deliver_smtp_impl.h"
 #include "deliver_tls.h"
 
@@ -196,7 +197,8 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 			end--;
 		for (start = end; start > 0 && buf[start - 1] != '\n'; start--)
 			continue;
-		if (end > start)
+		/* the last line the server sent, not one the bridge answered for it */
+		if (end > start && !deliver_gate_ours_line(buf + start, (size_t) (end - start)))
 			snprintf(xs->last_reply, sizeof(xs->last_reply), "%.*s", end - start,
 				 buf + start);
 	}
@@ -443,6 +445,7 @@ static void xsess_end_bridge(struct xsess *xs)
 
 	snprintf(xs->ended, sizeof(xs->ended), "%s",
 		 deliver_bridge_ended(xs->bridge, &xs->timed_out));
+	xs->stood_in = deliver_bridge_stood_in(xs->bridge);
 	for (i = 0; i < xs->n; i++) {
 		x = &xs->msgs[i];
 		if (x->state != XMSG_MARKED)
@@ -482,16 +485,20 @@ static int xsess_run(struct xsess *xs)
 			ran = smtp_start_session(xs->s);
 			xsess_end_bridge(xs);	/* libesmtp has hung up */
 			ERR_clear_error();
+			smtp_strerror(smtp_errno(), err, sizeof(err));
+			if (xs->stood_in && xs->ended[0])	/* libesmtp saw no error: the bridge did */
+				snprintf(err, sizeof(err), "%s", xs->ended);
 			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 c->upstream.hosts[h].host);
-				smtp_strerror(smtp_errno(), xs->error, sizeof(xs->error));
+				snprintf(xs->error, sizeof(xs->error), "%s", err);
 				return 0;
 			}
 			/* nothing was sent (no dot went out): no connection, or greeting/EHLO refused */
-			smtp_strerror(smtp_errno(), err, sizeof(err));
-			if (xs->last_reply[0])
+			if (xs->stood_in)
+				snprintf(why, sizeof(why), "connect to %s: %s", addrs[i].relay, err);
+			else if (xs->last_reply[0])
 				snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
 					 addrs[i].relay, xs->last_reply);
 			else		/* the bridge knows a deadline or a stop from a hang-up */

@@ -75,6 +75,7 @@ struct xsess {
 	unsigned dots;			/* messages marked on this connection */
 	char ended[256];		/* how the bridge saw the upstream end; "" if not */
 	int timed_out;			/* the bridge's reply deadline passed */
+	int stood_in;			/* the bridge answered for a server gone (deliver_gate.h) */
 
 	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */

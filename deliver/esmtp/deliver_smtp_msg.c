@@ -75,6 +75,7 @@
 #include "../../util/log.h"
 #include "deliver_bridge.h"
 #include "deliver_filter.h"
+#include "deliver_gate.h"
 #include "deliver_smtp_impl.h"
 
 #define XMSG_CHUNK	65536		/* bytes handed to libesmtp per callback */
@@ -337,6 +338,16 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 	}
 }
 
+/*
+ * xcode - a status's code, 0 (no reply) when the bridge made the reply up
+ * for a server that was gone (deliver_gate.h): the outcome is then the
+ * session's, told in its own words (xmsg_session_why)
+ */
+static int xcode(const smtp_status_t *st)
+{
+	return deliver_gate_ours(st->text) ? 0 : st->code;
+}
+
 /* deliver_smtp_msg_collect - the outcome of each recipient of one message */
 void deliver_smtp_msg_collect(struct xmsg *x)
 {
@@ -362,7 +373,7 @@ void deliver_smtp_msg_collect(struct xmsg *x)
 		if (!j->res[i].attempted || x->sr[i] == NULL)
 			continue;
 		rs = smtp_recipient_status(x->sr[i]);
-		v = deliver_classify(ms->code, rs->code, ts->code, marked, final);
+		v = deliver_classify(xcode(ms), xcode(rs), xcode(ts), marked, final);
 		dsn = NULL;
 		switch (v.source) {
 		case DELIVER_SRC_RCPT:

@@ -75,6 +75,16 @@ FAULTS
     and any of them may carry "-first-N": active only for the first N
     attempts of that recipient, then the recipient is accepted normally.
 
+    One fault is named by the envelope sender's local part instead, as
+    it must be known at MAIL, before any recipient:
+        reset-reply-K       reset the connection (SO_LINGER 0) right after
+                            writing the K-th reply of the transaction: 1 is
+                            the reply to MAIL, 2 to the first RCPT, ..., then
+                            the 354 to DATA and the reply to the final dot;
+                            what the client pipelined behind is never read
+    ("reset-reply-3-first-1-x@example.org": only the first transaction of
+    that sender; its attempts are counted at MAIL).
+
     The spec comes, per recipient, from (first match):
       1. the control file's "rcpt" object, keyed by the full address;
       2. the recipient's local part, when it starts with a spec followed
@@ -95,6 +105,12 @@ FAULTS
     at start and whenever the file changes): a small receive window, so
     that what reset-after-N leaves unread stays unacknowledged in the
     client's send queue.
+
+    "pipelining": false leaves PIPELINING out of the EHLO reply.
+    "reset_after_reply": N resets a connection (SO_LINGER 0) right after
+    it has written its N-th reply (1: the greeting, 2: the reply to EHLO);
+    "resets": K limits that to the first K connections that reach it
+    after the control file last changed (default: every one).
 """
 
 import argparse
@@ -116,7 +132,8 @@ SIZE_LIMIT = 64 * 1024 * 1024
 FAULT_RE = re.compile(
     r"^(?P<kind>tempfail|permfail|fail|data-tempfail|data-permfail|"
     r"drop-after-dot|close-after-dot|hang-after-dot|reset-after-(?P<reset>\d+)|"
-    r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+))"
+    r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+)|"
+    r"reset-reply-(?P<rreply>\d+))"
     r"(?:-first-(?P<first>\d+))?(?=-|$)")
 
 RCPT_FAULTS = ("tempfail", "permfail")
@@ -145,6 +162,8 @@ def parse_fault(spec):
     delay = int(m.group("delay")) if m.group("delay") else 0
     if m.group("reset"):
         kind, delay = "reset", int(m.group("reset"))
+    if m.group("rreply"):
+        kind, delay = "reset-reply", int(m.group("rreply"))
     first = int(m.group("first")) if m.group("first") else None
     if kind == "fail":
         if first is None:
@@ -178,6 +197,7 @@ class Sink:
         self.attempts = {}      # (addr, fault spec) -> attempts seen
         self.listener = None    # the listening socket, once serving
         self.rcvbuf = None      # the SO_RCVBUF set on it
+        self.resets = 0         # reset_after_reply resets since the control file changed
 
     def reload_control(self):
         """reload_control - re-read the control file if it changed"""
@@ -196,6 +216,7 @@ class Sink:
                 ctl = json.loads(f.read() or b"{}")
             if isinstance(ctl, dict):
                 self.control, self.control_mtime = ctl, key
+                self.resets = 0
         except (OSError, ValueError) as e:
             log("control file unreadable, keeping the old one: %s" % e)
         self.apply_rcvbuf()
@@ -208,6 +229,23 @@ class Sink:
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(want))
         self.rcvbuf = want
         log("listener SO_RCVBUF %d (the kernel doubles it)" % int(want))
+
+    def sender_reset(self, sender):
+        """sender_reset - K of an active reset-reply-K in the sender's local part, or None"""
+        f = parse_fault(sender.split("@", 1)[0])
+        if f is None or f.kind != "reset-reply" or not self.active(sender, f):
+            return None
+        return f.delay
+
+    def connection_reset(self):
+        """connection_reset - N of the control's reset_after_reply for a new
+        connection, counted against "resets"; None when it does not apply"""
+        n = self.control.get("reset_after_reply")
+        limit = self.control.get("resets")
+        if not n or (limit is not None and self.resets >= int(limit)):
+            return None
+        self.resets += 1
+        return int(n)
 
     def fault_for(self, addr):
         """fault_for - the fault spec that applies to a recipient, or None"""
@@ -320,6 +358,10 @@ class Conn:
         self.tls = None             # TLS version once TLS is up
         self.sni = None
         self.auth_user = None       # the user once AUTH succeeded
+        self.replies = 0            # replies written on this connection
+        self.reset_conn = None      # reset after this many (reset_after_reply)
+        self.tx_replies = 0         # replies written since MAIL of a reset-reply-K sender
+        self.reset_tx = None        # K
         if sink.implicit:
             self.tls_up()
 
@@ -373,6 +415,22 @@ class Conn:
         log("c%d > %s" % (self.id, text.replace("\r\n", " | ")))
         self.writer.write(text.encode() + b"\r\n")
         await self.writer.drain()
+        self.replies += 1
+        if self.reset_tx:
+            self.tx_replies += 1
+        if self.replies == self.reset_conn:
+            self.reset_now("reset after reply %d of the connection" % self.replies)
+        elif self.reset_tx and self.tx_replies == self.reset_tx:
+            self.reset_now("reset after reply %d of the transaction" % self.tx_replies)
+
+    def reset_now(self, why):
+        """reset_now - reset the connection (SO_LINGER 0): nothing more is read"""
+        self.writer.transport.pause_reading()
+        sock = self.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sink.event(ev="reset", conn=self.id, after=self.replies, tx=self.tx_replies)
+        self.close(why)
+        raise EOFError         # the connection's handler stops here
 
     async def trickle(self, text):
         """trickle - a reply one octet per second (a peer that stalls without going quiet)"""
@@ -415,6 +473,7 @@ class Conn:
         sink.reload_control()
         sink.event(ev="connect", conn=self.id)
         log("c%d connect" % self.id)
+        self.reset_conn = sink.connection_reset()
         if str(sink.control.get("greeting", "")).startswith("421"):
             await self.reply("421 4.3.2 %s sink: service not available" % sink.hostname)
             self.close("greeting 421")
@@ -442,9 +501,10 @@ class Conn:
 
     async def do_EHLO(self, arg):
         self.helo, self.tx = arg, None
-        lines = ["250-%s" % self.sink.hostname,
-                 "250-PIPELINING",
-                 "250-SIZE %d" % SIZE_LIMIT,
+        lines = ["250-%s" % self.sink.hostname]
+        if self.sink.control.get("pipelining", True):
+            lines.append("250-PIPELINING")
+        lines += ["250-SIZE %d" % SIZE_LIMIT,
                  "250-8BITMIME",
                  "250-DSN"]
         if self.sink.ssl_ctx and not self.tls:
@@ -559,6 +619,7 @@ class Conn:
             await self.reply("501 5.5.4 syntax: MAIL FROM:<address>")
             return
         self.tx = {"from": p[0], "params": p[1], "rcpts": [], "faults": []}
+        self.reset_tx, self.tx_replies = self.sink.sender_reset(p[0]), 0
         await self.reply("250 2.1.0 ok")
 
     async def do_RCPT(self, arg):
@@ -671,7 +732,7 @@ class Conn:
         await self.reply(reply)
 
     async def do_RSET(self, arg):
-        self.tx = None
+        self.tx, self.reset_tx = None, None
         await self.reply("250 2.0.0 ok")
 
     async def do_NOOP(self, arg):
