@@ -435,6 +435,8 @@ static int conf_store_backend(struct conf_ctx *x, const struct conf *c, config_s
 		return conf_error(x, g, "url", "only with backend = \"postgresql\"");
 	if (g != NULL && config_setting_get_member(g, "lease") != NULL)
 		return conf_error(x, g, "lease", "only with backend = \"postgresql\"");
+	if (g != NULL && config_setting_get_member(g, "commit_wait") != NULL)
+		return conf_error(x, g, "commit_wait", "only with backend = \"postgresql\"");
 	return conf_store_map(x, c, g);
 }
 
@@ -444,6 +446,7 @@ static void conf_defaults(struct conf *c)
 	c->store.map_size = 1ULL << 30;
 	c->store.key_ttl = 24 * 3600;
 	c->store.lease = 30;
+	c->store.commit_wait = 60;
 	c->keys.message_id = 1;
 	c->keys.envid = 1;
 	c->keys.strip_header = 1;
@@ -477,8 +480,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	static const char *const metrics_names[] = {"address", "port", 0};
 	static const char *const tls_names[] = {"cert", "key", "groups", 0};
 	static const char *const auth_names[] = {"users", 0};
-	static const char *const store_names[] = {"backend", "url", "lease", "path",
-		"map_size", "map_size_max", "key_ttl", 0};
+	static const char *const store_names[] = {"backend", "url", "lease", "commit_wait",
+		"path", "map_size", "map_size_max", "key_ttl", 0};
 	static const char *const backend_words[] = {"lmdb", "postgresql", 0};
 	static const char *const retry_names[] = {"first", "max", "give_up", 0};
 	static const char *const log_names[] = {"level", "target", 0};
@@ -534,6 +537,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	    || conf_enum(x, g, "backend", backend_words, &c->store.backend) < 0
 	    || conf_string(x, g, "url", 0, &c->store.url) < 0
 	    || conf_duration(x, g, "lease", 1, &c->store.lease) < 0
+	    || conf_duration(x, g, "commit_wait", 1, &c->store.commit_wait) < 0
 	    || conf_string(x, g, "path", 0, &c->store.path) < 0
 	    || conf_size(x, g, "map_size", 1, &c->store.map_size) < 0
 	    || conf_size(x, g, "map_size_max", 1, &c->store.map_size_max) < 0

@@ -166,6 +166,7 @@ static struct store *open_store(const struct conf *cf)
 		if (store_pg_open(&st, cf->store.url, cf->node, cf->store.lease * 1000000LL,
 				  err, sizeof(err)) != 0)
 			msg_fatal("%s: %s", conf_where(cf, "store.url", where, sizeof(where)), err);
+		store_pg_set_commit_wait(st, cf->store.commit_wait * 1000000LL);
 		return st;
 	}
 	if (store_lmdb_open(&st, cf->store.path, cf->store.map_size, err, sizeof(err)) != 0)

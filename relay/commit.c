@@ -298,11 +298,14 @@ static void hold_ops(struct commit *cm)
 static void ops_done(struct commit *cm, struct commit_op *ops, int err)
 {
 	struct commit_op *op;
+	int alone;
 
 	if (ops == NULL)
 		return;
+	/* commits that wait for a standby: each alone would wait as long again */
+	alone = err != 0 && !(err == STORE_EAGAIN && store_stalled(cm->st));
 	for (op = ops; op; op = op->next)
-		op->err = err == 0 ? 0 : commit_op_alone(cm, op);
+		op->err = err == 0 ? 0 : alone ? commit_op_alone(cm, op) : err;
 	pthread_mutex_lock(&cm->lock);
 	for (op = ops; op; op = op->next)
 		op->done = 1;
@@ -496,7 +499,8 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 
 /*
  * commit_now - commit req on the calling thread if the writer is idle and
- * nothing else waits: 1 if done (req decided, its QID handed to delivery,
+ * nothing else waits, and the store's commits do not wait for a standby
+ * (the event loop would wait with them, store.commit_wait): 1 if done (req decided, its QID handed to delivery,
  * not put on the done list), 0 if it must go through commit_submit().
  * Delivery writes waiting for a submission ride along.
  */
@@ -504,6 +508,9 @@ int commit_now(struct commit *cm, struct commit_req *req)
 {
 	struct commit_op *ops;
 
+	/* commits that wait (a synchronous standby away) would hold the event loop */
+	if (store_stalled(cm->st))
+		return 0;
 	pthread_mutex_lock(&cm->lock);
 	if (cm->busy || cm->pending != NULL || cm->stop || store_broken(cm->st)) {
 		pthread_mutex_unlock(&cm->lock);

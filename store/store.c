@@ -76,6 +76,11 @@ int store_broken(struct store *st)
 	return OPS(st)->broken ? OPS(st)->broken(st) : 0;
 }
 
+int store_stalled(struct store *st)
+{
+	return OPS(st)->stalled ? OPS(st)->stalled(st) : 0;
+}
+
 int store_reopen(struct store *st)
 {
 	return OPS(st)->reopen ? OPS(st)->reopen(st) : 0;

@@ -128,6 +128,12 @@ void store_close(struct store *st);	/* NULL-safe */
  */
 int store_broken(struct store *st);
 int store_reopen(struct store *st);
+/*
+ * store_stalled - commits wait now (for a synchronous standby, on
+ * PostgreSQL): a commit made now would likely wait too, up to
+ * store.commit_wait. 0 on LMDB.
+ */
+int store_stalled(struct store *st);
 const char *store_strerror(int err);
 
 /*
@@ -238,6 +244,9 @@ struct store_stats {
 	uint64_t txns;			/* write transactions committed, ever */
 	int unavailable;		/* PostgreSQL: the database cannot be reached now */
 	uint64_t outages;		/* PostgreSQL: times it became unreachable since start */
+	uint64_t repl_waiting;		/* PostgreSQL: commits waiting for replication now */
+	uint64_t repl_waits;		/* PostgreSQL: times commits started to wait for it */
+	uint64_t voided;		/* PostgreSQL: batches answered 451 while their commit waited */
 };
 /* store_stats - the figures; unavailable and outages are filled even when it fails */
 int store_stats(struct store *st, struct store_stats *s);

@@ -36,6 +36,7 @@ struct store_ops {
 	void (*set_map_max) (struct store *st, uint64_t max);
 	int (*broken) (struct store *st);
 	int (*reopen) (struct store *st);
+	int (*stalled) (struct store *st);	/* PostgreSQL's (optional) */
 
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,

@@ -24,7 +24,9 @@
  *	a pool (PG_POOL_START opened at start, grown on demand up to
  *	PG_POOL_MAX) and gives it back; a batch transaction holds one from
  *	its first statement to its end. A caller finding every connection
- *	taken waits for one, at most PG_WAIT_US.
+ *	taken waits for one, at most PG_WAIT_US. A connection whose backend
+ *	waits for replication is kept and still counted until its wait ends
+ *	(store_pg_wait.c): the pool's limit holds while commits hang.
  *
  *	When PostgreSQL cannot be reached, every call returns STORE_EAGAIN
  *	at once: connection attempts are spaced by a backoff of 0.1 s
@@ -183,18 +185,21 @@ static int idle_alive(PGconn *c)
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
-	int64_t deadline = clock_us() + PG_WAIT_US;
-	struct timespec ts = { (time_t) (deadline / 1000000), (long) (deadline % 1000000) * 1000 };
+	int64_t deadline = clock_us() + PG_WAIT_US, until;
+	struct timespec ts;
 	char err[512];
+	size_t kept;
 	PGconn *c;
 
 	*out = NULL;
 	pthread_mutex_lock(&st->mu);
 	for (;;) {
+		store_pg_reap(st);
 		while (st->n_idle > 0) {
 			c = st->idle[--st->n_idle];
 			if (idle_alive(c)) {
 				pthread_mutex_unlock(&st->mu);
+				store_pg_stmt_set_owner(c, st);
 				*out = c;
 				return 0;
 			}
@@ -203,10 +208,18 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 		}
 		if (st->n_open < PG_POOL_MAX)
 			break;
-		if (pthread_cond_timedwait(&st->freed, &st->mu, &ts) != 0) {
+		/* in slices: a kept connection whose wait ends gives no signal */
+		until = clock_us() + PG_REAP_US;
+		if (until > deadline)
+			until = deadline;
+		ts.tv_sec = (time_t) (until / 1000000);
+		ts.tv_nsec = (long) (until % 1000000) * 1000;
+		if (pthread_cond_timedwait(&st->freed, &st->mu, &ts) != 0 && clock_us() >= deadline) {
+			kept = st->n_kept;
 			pthread_mutex_unlock(&st->mu);
-			msg_warn("store: no PostgreSQL connection free within %lld s",
-				 (long long) (PG_WAIT_US / 1000000));
+			msg_warn("store: no PostgreSQL connection free within %lld s%s",
+				 (long long) (PG_WAIT_US / 1000000), kept
+				 ? " (some wait for replication)" : "");
 			return STORE_EAGAIN;
 		}
 	}
@@ -227,6 +240,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	pthread_mutex_lock(&st->mu);
 	note_up(st);
 	pthread_mutex_unlock(&st->mu);
+	store_pg_stmt_set_owner(c, st);
 	*out = c;
 	return 0;
 }
@@ -247,6 +261,13 @@ void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
 		return;
 	pthread_mutex_lock(&st->mu);
 	lost = PQstatus(c) != CONNECTION_OK;
+	if (!lost && (store_pg_stmt_flags(c) & PG_CONN_KEPT)) {
+		st->kept[st->n_kept++] = c;	/* still counted in n_open: store_pg_wait.c */
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	if (lost && (store_pg_stmt_flags(c) & PG_CONN_WAITS))
+		store_pg_repl_forget(st, c);	/* its wait is over for us */
 	if (lost || PQtransactionStatus(c) != PQTRANS_IDLE
 	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset || bytes >= PG_CONN_BIG) {
 		PQfinish(c);
@@ -482,6 +503,8 @@ static void pg_free(struct pg_store *st)
 
 	for (i = 0; i < st->n_idle; i++)
 		PQfinish(st->idle[i]);
+	for (i = 0; i < st->n_kept; i++)
+		PQfinish(st->kept[i]);
 	PQfinish(st->anchor);
 	pthread_mutex_destroy(&st->mu);
 	pthread_mutex_destroy(&st->amu);
@@ -534,6 +557,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	st->url = xstrdup(url ? url : "");
 	st->node = node ? xstrdup(node) : NULL;
 	st->lease_us = lease_us > 0 ? lease_us : 60 * 1000000LL;
+	st->commit_wait_us = PG_COMMIT_WAIT_US;
 	st->slot = -1;
 	pthread_mutex_init(&st->mu, NULL);
 	pthread_mutex_init(&st->amu, NULL);
@@ -589,6 +613,27 @@ fail:
 	return rc;
 }
 
+/* store_pg_set_commit_wait - store.commit_wait: how long a commit waiting for replication is held */
+void store_pg_set_commit_wait(struct store *base, int64_t us)
+{
+	struct pg_store *st = (struct pg_store *) base;
+
+	if (us > 0)
+		st->commit_wait_us = us;
+}
+
+/* pg_stalled - do commits wait for replication now? */
+static int pg_stalled(struct store *base)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	int yes;
+
+	pthread_mutex_lock(&st->mu);
+	yes = st->repl_waiting > 0;
+	pthread_mutex_unlock(&st->mu);
+	return yes;
+}
+
 /* pg_node_id - the node's slot, 0..255 */
 static int pg_node_id(struct store *base)
 {
@@ -608,6 +653,9 @@ static int pg_stats(struct store *base, struct store_stats *s)
 	s->unavailable = st->down;
 	s->outages = st->outages;
 	s->txns = st->txns;
+	s->repl_waiting = st->repl_waiting;
+	s->repl_waits = st->repl_waits;
+	s->voided = st->voided;
 	pthread_mutex_unlock(&st->mu);
 	if ((err = store_pg_take(st, &c)) != 0) {
 		s->unavailable = 1;
@@ -628,6 +676,7 @@ static int pg_stats(struct store *base, struct store_stats *s)
 const struct store_ops store_pg_ops = {
 	.name = "postgresql",
 	.close = pg_close,
+	.stalled = pg_stalled,
 	.claims_get = store_pg_claims_get,
 	.txn_begin = store_pg_txn_begin,
 	.txn_keys = store_pg_txn_keys,

@@ -27,5 +27,7 @@
 
 int store_pg_open(struct store **out, const char *url, const char *node, int64_t lease_us,
 		  char *err, size_t errlen);
+/* store.commit_wait: how long a reply is held while its commit waits for replication */
+void store_pg_set_commit_wait(struct store *st, int64_t us);
 
 #endif

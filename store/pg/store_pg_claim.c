@@ -19,7 +19,9 @@
  *	PostgreSQL breaks it: STORE_EAGAIN, the batch is retried).
  *
  *	A claim is live until it expires, and after while its message is
- *	queued (in the database, or put by this transaction).
+ *	queued (in the database, or put by this transaction). A claim of a
+ *	void QID (a batch answered 451 while its commit waited,
+ *	store_pg_wait.c) is no claim: a retry of its key is a new message.
  *
  *	store_pg_claims_get() is the lookup outside a transaction, one
  *	statement, which never waits for a lock.
@@ -41,12 +43,19 @@
  * (auto_explain; store_pg_txn.c: SQL_RCPT_STATES says why)
  */
 #define SQL_QUEUED "SELECT m.queued FROM messages m WHERE m.qid = c.qid"
+/*
+ * Is a claim's QID void (store_pg_wait.c)? A scalar subquery, an index
+ * lookup per claim: EXISTS was planned as a hash of the whole of voids,
+ * built at every call, in the generic plan made on a new database
+ */
+#define SQL_VOID "coalesce((SELECT true FROM voids v WHERE v.qid = c.qid), false)"
 
 static const char SQL_LOCK[] = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
 
 static const char SQL_KEY_CLAIMS[] =
 	"SELECT c.hash, c.keyhash, c.qid, c.fingerprint, c.accepted, c.expires, "
-	"coalesce((" SQL_QUEUED "), false) FROM claims c WHERE c.keyhash = ANY($1::bytea[])";
+	"coalesce((" SQL_QUEUED "), false), " SQL_VOID " FROM claims c "
+	"WHERE c.keyhash = ANY($1::bytea[])";
 
 /* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
 static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STORE_HASH_LEN])
@@ -124,6 +133,8 @@ static int claims_read(struct pg_txn *t, const PGresult *r)
 		}
 		c.accepted = store_pg_int(r, i, 4);
 		c.expires = store_pg_int(r, i, 5);
+		if (store_pg_int(r, i, 7))
+			continue;	/* void: its message was refused; the key is new */
 		/* a claim this transaction put before its key was read stays */
 		if (t->cap_cache == 0 || !cache_slot(t, hash)->used)
 			cache_put(t, keyhash, hash, &c, (int) store_pg_int(r, i, 6));
@@ -308,7 +319,7 @@ int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
 	err = store_pg_exec(st, conn, "SELECT c.hash, c.qid, c.fingerprint, c.accepted, c.expires, "
 			    "coalesce((" SQL_QUEUED "), false) FROM claims c "
-			    "WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2",
+			    "WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2 AND NOT " SQL_VOID,
 			    &p, &r, "claims");
 	store_pg_params_free(&p);
 	store_pg_give(st, conn);

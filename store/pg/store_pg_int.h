@@ -30,10 +30,13 @@
 					 * libpq keeps its buffers as large as they grew */
 #define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
 #define PG_RESULT_US	(10 * 1000000LL)	/* longest wait for a statement's result */
+#define PG_COMMIT_WAIT_US (60 * 1000000LL)	/* longest hold of a commit waiting for replication */
+#define PG_REAP_US	(250 * 1000LL)	/* a wait for a free connection looks at the kept this often */
+#define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
-#define PG_SCHEMA_VERSION 2
+#define PG_SCHEMA_VERSION 3
 #define PG_PARAMS_MAX	24
 
 /* the element types of arrays and parameters */
@@ -97,6 +100,15 @@ struct pg_store {
 	int64_t next_try;		/* monotonic us: no connection attempt before */
 	uint64_t outages;
 	uint64_t txns;			/* transactions committed by this handle */
+	int64_t commit_wait_us;		/* store.commit_wait: a commit's hold while it waits */
+	PGconn *kept[PG_POOL_MAX];	/* owned, counted in n_open: their backends wait for
+					 * replication; closed once the wait ends (store_pg_wait.c) */
+	size_t n_kept;
+	uint64_t repl_waiting;		/* connections whose commit waits for replication now */
+	uint64_t repl_waits;		/* times commits started to wait for replication */
+	uint64_t voided;		/* batches answered 451 while their commit waited */
+	int64_t repl_since;		/* monotonic us: the wait began */
+	int64_t settle_at;		/* monotonic us: voids are looked at again then */
 
 	pthread_mutex_t lmu;		/* guards the lease map */
 	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
@@ -137,6 +149,7 @@ struct pg_txn {
 	size_t n_segs, cap_segs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */
 	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
+	int64_t xid;			/* pg_current_xact_id(), read before COMMIT; 0 not known */
 };
 
 
@@ -211,6 +224,12 @@ int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const cha
 int store_pg_pipe_end(PGconn *c);
 
 /* store_pg_stmt.c: each connection's prepared statements, and what its pipeline owes */
+#define PG_CONN_WAITS	1	/* counted in repl_waiting */
+#define PG_CONN_KEPT	2	/* its backend waits for replication: kept, not closed */
+int store_pg_stmt_flags(PGconn *c);
+int store_pg_stmt_set_flags(PGconn *c, int flags);
+void store_pg_stmt_set_owner(PGconn *c, struct pg_store *st);
+struct pg_store *store_pg_stmt_owner(PGconn *c);
 #define PG_STMT_NAME	16
 int store_pg_stmt_attach(PGconn *c);
 int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
@@ -287,6 +306,16 @@ int store_pg_msg_update_many(struct store *st, struct store_msg *const *m, size_
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_oldest(struct store *st, int64_t *accepted);
+
+/* store_pg_wait.c: commits that wait for replication, held, voided, settled */
+#define PG_OID_XID8	5069
+int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replication: keep it */
+void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
+void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */
+void store_pg_repl_forget(struct pg_store *st, PGconn *c);	/* mu held: c waits no more */
+int store_pg_commit_hold(struct pg_txn *t);
+int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *));
+void store_pg_voids_settle(struct pg_store *st);
 
 /* store_pg_revive.c: a verdict on this node's mark undone */
 int store_pg_msg_revive(struct store *st, const struct store_msg *m);

@@ -16,7 +16,8 @@
  *
  *	store_pg_queue_take() leases up to max due messages with FOR UPDATE
  *	SKIP LOCKED: nodes taking at once take different messages and never
- *	wait for each other. Lease expiry is compared on the database's
+ *	wait for each other. A void message (store_pg_wait.c) is never
+ *	taken; the take settles the voids now and then. Lease expiry is compared on the database's
  *	clock, so a node's clock skew cannot break a lease; next_attempt is
  *	the node's clock, as on LMDB. store_pg_lease_renew() extends every
  *	lease held but those a delivery write has locked at that moment
@@ -196,16 +197,22 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	if (st->node == NULL || max == 0)
 		return 0;		/* a client (idemrelayctl) delivers nothing */
 	store_pg_anchor_check(st);
+	store_pg_voids_settle(st);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, st->node);
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_i64(&p, now);
 	store_pg_p_i64(&p, (int64_t) max);
-	/* = ANY(ARRAY(...)): a join with the subquery was a hash of every message in its generic plan */
+	/*
+	 * = ANY(ARRAY(...)): a join with the subquery was a hash of every
+	 * message in its generic plan; the void test is a scalar subquery
+	 * (an index lookup per candidate), NOT EXISTS a hash of all voids
+	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
 		  "lease_token = nextval('lease_seq') WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
 		  "WHERE queued AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
-		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
+		  PG_DB_NOW ") AND (SELECT true FROM voids v WHERE v.qid = messages.qid) IS NULL "
+		  "ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
 		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");
 	store_pg_params_free(&p);
 	if (err != 0)

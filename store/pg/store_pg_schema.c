@@ -33,6 +33,10 @@
  *	kept by a trigger (idemrelay_mark()) whatever statement writes the
  *	flag.
  *
+ *	Version 3 adds voids: the QIDs of batches answered 451 4.3.0 while
+ *	their commit still waited, which count for nothing until settled
+ *	(store_pg_wait.c).
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -102,6 +106,13 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"  RETURN NEW; END $f$;"
 	"CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
 	"  WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight) EXECUTE FUNCTION idemrelay_mark();",
+	/*
+	 * 2 -> 3: the QIDs of batches answered 451 while their commit still
+	 * waited (for a synchronous standby), with that transaction's id:
+	 * they count for nothing until settled (store_pg_wait.c)
+	 */
+	"CREATE TABLE voids (qid text COLLATE \"C\" PRIMARY KEY, xid xid8 NOT NULL,"
+	"  node text NOT NULL, made bigint NOT NULL);",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

@@ -60,6 +60,8 @@ struct stmts {
 	size_t n, cap;
 	int *owed;			/* owned: what the pipeline owes, in order; >= 0: a prepare of v[i] */
 	size_t head, n_owed, cap_owed;
+	int flags;			/* PG_CONN_*: what store_pg_wait.c knows of the connection */
+	struct pg_store *owner;		/* not owned: the store whose pool it is in */
 };
 
 /* text_hash - FNV-1a of a statement's text */
@@ -253,4 +255,40 @@ void store_pg_stmt_settled(PGconn *c)
 		if (d->owed[i] >= 0 && d->v[d->owed[i]].state == STMT_SENT)
 			d->v[d->owed[i]].state = STMT_NONE;
 	d->head = d->n_owed = 0;
+}
+
+/* store_pg_stmt_flags - c's PG_CONN_* flags (0 if it has no table) */
+int store_pg_stmt_flags(PGconn *c)
+{
+	struct stmts *d = stmts_of(c);
+
+	return d ? d->flags : 0;
+}
+
+/* store_pg_stmt_set_flags - set c's PG_CONN_* flags; 0, or -1 if it has no table */
+int store_pg_stmt_set_flags(PGconn *c, int flags)
+{
+	struct stmts *d = stmts_of(c);
+
+	if (d == NULL)
+		return -1;
+	d->flags = flags;
+	return 0;
+}
+
+/* store_pg_stmt_set_owner - the store whose pool c is in */
+void store_pg_stmt_set_owner(PGconn *c, struct pg_store *st)
+{
+	struct stmts *d = stmts_of(c);
+
+	if (d != NULL)
+		d->owner = st;
+}
+
+/* store_pg_stmt_owner - the store whose pool c is in, or NULL */
+struct pg_store *store_pg_stmt_owner(PGconn *c)
+{
+	struct stmts *d = stmts_of(c);
+
+	return d ? d->owner : NULL;
 }

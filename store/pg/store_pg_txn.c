@@ -25,11 +25,16 @@
  *	that finds fewer rows than it meant aborts the transaction
  *	(idemrelay_fenced(), SQLSTATE IR001: STORE_ELEASE).
  *
- *	When the connection breaks after COMMIT was sent and before its
- *	result came, the outcome is unknown: a fresh connection reads back
- *	whether the transaction's first new message exists. Yes: committed.
- *	No, or it cannot be read: STORE_EAGAIN. Nothing of the batch is
- *	answered before this is known.
+ *	The pipeline reads the transaction's id (pg_current_xact_id()) just
+ *	before COMMIT. When the connection breaks after COMMIT was sent and
+ *	before its result came, or the COMMIT waits for a synchronous
+ *	standby past store.commit_wait, the outcome is unknown and
+ *	store_pg_wait.c resolves it by that id: committed; aborted
+ *	(STORE_EAGAIN); or still in progress, when the batch's messages are
+ *	voided before STORE_EAGAIN (its 451) is returned. Without the id
+ *	(the connection went before it came), a transaction over is read
+ *	back by whether its first new message exists. Nothing of the batch
+ *	is answered before this is known.
  * DIAGNOSTICS
  *	Steps record their first failure (sticky) and become no-ops; commit
  *	reports it, or the commit's own.
@@ -424,13 +429,19 @@ int store_pg_txn_error(const struct store_txn *base)
 	return ((const struct pg_txn *) base)->err;
 }
 
+/* conn_lost - did the connection break, or is it kept waiting for replication (no more results) */
+static int conn_lost(PGconn *c)
+{
+	return PQstatus(c) != CONNECTION_OK || (store_pg_stmt_flags(c) & PG_CONN_KEPT);
+}
+
 /* txn_free - give the connection back (rolled back if a transaction is open) and free */
 static void txn_free(struct pg_txn *t)
 {
 	PGresult *r;
 	size_t i;
 
-	if (t->c && PQstatus(t->c) == CONNECTION_OK && PQtransactionStatus(t->c) != PQTRANS_IDLE
+	if (t->c && !conn_lost(t->c) && PQtransactionStatus(t->c) != PQTRANS_IDLE
 	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF) {
 		if (store_pg_exec(t->st, t->c, "ROLLBACK", NULL, &r, "rollback") == 0)
 			PQclear(r);
@@ -557,7 +568,11 @@ static int read_back(struct pg_txn *t)
 	return found ? 0 : STORE_EAGAIN;
 }
 
-/* commit_send - the buffered runs, then COMMIT, in one pipeline; *sent statements */
+/*
+ * commit_send - the buffered runs, the transaction's id, then COMMIT, in
+ * one pipeline; *sent statements. The id's result is flushed back before
+ * COMMIT runs: it is known even while the COMMIT waits (store_pg_wait.c).
+ */
 static int commit_send(struct pg_txn *t, int *sent)
 {
 	size_t i;
@@ -577,6 +592,10 @@ static int commit_send(struct pg_txn *t, int *sent)
 			return -1;
 		*sent += n;
 	}
+	if (store_pg_send(t->c, "SELECT pg_current_xact_id()", NULL) != 0
+	    || PQsendFlushRequest(t->c) != 1)
+		return -1;
+	(*sent)++;
 	if (store_pg_send(t->c, "COMMIT", NULL) != 0 || PQpipelineSync(t->c) != 1)
 		return -1;
 	(*sent)++;
@@ -611,8 +630,12 @@ int store_pg_txn_commit(struct store_txn *base)
 		store_pg_commit_hook(t->c);
 	/* each statement's result in order: the first error is the transaction's */
 	for (i = 0, k = 0; !failed && k < sent; k++) {
+		if (k == sent - 1 && err == 0 && store_pg_commit_hold(t) != 0) {
+			failed = 1;	/* no answer to COMMIT: outcome unknown */
+			break;
+		}
 		if ((j = store_pg_pipe_next(st, t->c, &r, "commit")) != 0) {
-			if (PQstatus(t->c) != CONNECTION_OK) {
+			if (conn_lost(t->c)) {
 				failed = 1;	/* the connection broke: outcome unknown */
 				break;
 			}
@@ -620,6 +643,8 @@ int store_pg_txn_commit(struct store_txn *base)
 				err = j;
 			continue;
 		}
+		if (k == sent - 2 && PQnfields(r) == 1 && PQftype(r, 0) == PG_OID_XID8)
+			t->xid = store_pg_int(r, 0, 0);
 		if (k == sent - 1)
 			committed = 1;
 		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)
@@ -631,7 +656,7 @@ int store_pg_txn_commit(struct store_txn *base)
 	if (committed)
 		err = 0;
 	else if (err == 0)		/* no error seen and no COMMIT: unknown */
-		committed = (err = read_back(t)) == 0;
+		committed = (err = store_pg_commit_resolve(t, read_back)) == 0;
 	/* else an error was reported: nothing was committed */
 	if (committed) {
 		for (i = 0; i < t->n_gone; i++)

@@ -26,7 +26,9 @@
  *
  *	Every result is waited for at most PG_RESULT_US; a server that does
  *	not answer by then loses the connection (closed by the pool), and
- *	the caller gets STORE_EAGAIN, or an unknown outcome read back.
+ *	the caller gets STORE_EAGAIN, or an unknown outcome read back. A
+ *	connection whose backend waits for replication then is kept, not
+ *	closed (store_pg_wait.c), and gives no result either.
  * DIAGNOSTICS
  *	store_pg_exec() and store_pg_pipe_next() return 0 or a STORE_E*
  *	code through store_pg_result() (store_pg.c).
@@ -271,17 +273,28 @@ static void cut(PGconn *c)
 
 /*
  * ready - wait until the next result can be read without blocking, at
- * most store_pg_result_us: a server that stopped answering (a synchronous
- * standby gone, a network that drops packets) costs the caller a bounded
- * wait and the connection, never a hang. 0, or -1 with the connection cut.
+ * most store_pg_result_us: a server that stopped answering (a network
+ * that drops packets) costs the caller a bounded wait and the
+ * connection, never a hang. A connection whose backend waits for
+ * replication is kept instead (closing it would not end the wait,
+ * store_pg_wait.c), and gives no result. 0, or -1 with the connection
+ * cut or kept.
  */
 static int ready(PGconn *c)
 {
 	int64_t deadline = clock_mono_us() + store_pg_result_us, left;
+	struct pg_store *st;
 	struct pollfd p;
 
+	if (store_pg_stmt_flags(c) & PG_CONN_KEPT)
+		return -1;
 	while (PQisBusy(c)) {
 		if ((left = deadline - clock_mono_us()) <= 0) {
+			if ((st = store_pg_stmt_owner(c)) != NULL && store_pg_repl_check(st, c)) {
+				store_pg_repl_note(st, c, 1);
+				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
+				return -1;
+			}
 			cut(c);
 			return -1;
 		}
@@ -304,7 +317,8 @@ static int ready(PGconn *c)
  */
 static PGresult *next(PGconn *c)
 {
-	(void) ready(c);
+	if (ready(c) != 0 && (store_pg_stmt_flags(c) & PG_CONN_KEPT))
+		return NULL;	/* PQgetResult would block */
 	return PQgetResult(c);
 }
 

@@ -268,13 +268,15 @@ static void test_defaults(void **state)
 	/* postgresql: the url and lease; the map is LMDB's and not checked */
 	if (load_text(&c, MINIMAL "node = \"relay2\"; store = { backend = \"postgresql\"; "
 		      "url = \"host=db1,db2 dbname=idemrelay target_session_attrs=read-write\"; "
-		      "lease = \"10s\"; map_size = \"10M\"; };", err, sizeof(err)) != 0)
+		      "lease = \"10s\"; commit_wait = \"2m\"; map_size = \"10M\"; };", err,
+		      sizeof(err)) != 0)
 		fail_msg("conf_load: %s", err);
 	assert_string_equal(c.node, "relay2");
 	assert_int_equal(c.store.backend, CONF_STORE_POSTGRESQL);
 	assert_string_equal(c.store.url,
 			    "host=db1,db2 dbname=idemrelay target_session_attrs=read-write");
 	assert_int_equal(c.store.lease, 10);
+	assert_int_equal(c.store.commit_wait, 120);
 	conf_free(&c);
 }
 
@@ -371,6 +373,8 @@ static const struct {
 	 "%s:2: store.url: only with backend = \"postgresql\""},
 	{"lease with lmdb", MINIMAL "store = { lease = \"10s\"; };\n",
 	 "%s:2: store.lease: only with backend = \"postgresql\""},
+	{"commit_wait with lmdb", MINIMAL "store = { commit_wait = \"10s\"; };\n",
+	 "%s:2: store.commit_wait: only with backend = \"postgresql\""},
 	{"bad backend", MINIMAL "store = { backend = \"redis\"; };\n",
 	 "%s:2: store.backend: bad value \"redis\" (expected \"lmdb\" or \"postgresql\")"},
 	{"node with a space", MINIMAL "node = \"relay 1\";\n", "%s:2: node: "},

@@ -1,0 +1,522 @@
+/*
+ * NAME
+ *	store_pg_wait 3
+ * SUMMARY
+ *	commits that wait for replication: held, decided by their transaction id, voided, settled
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	With a synchronous standby away, PostgreSQL writes a COMMIT on the
+ *	primary and then waits for the standby (wait event SyncRep) before
+ *	it answers. Such a transaction is not "not committed": it is
+ *	still in progress (pg_xact_status() says so, and no other session
+ *	sees its rows), and it becomes committed and visible as soon as the
+ *	standby answers. Nothing the node does can take it back: cancelling
+ *	the wait or ending its backend makes it visible without the standby
+ *	("already committed locally"), and closing the connection leaves the
+ *	backend waiting. So the node never cancels it, and never reads it
+ *	as "not committed" from the absence of its rows.
+ *
+ *	Hold. The batch's pipeline reads pg_current_xact_id() just before
+ *	COMMIT, flushed back at once (store_pg_txn.c). A COMMIT without an
+ *	answer after a second is looked at (pg_stat_activity, on the node's
+ *	anchor connection: a pooled one may all be taken): if its backend
+ *	waits for replication, the reply is held for up to store.commit_wait
+ *	(default 60 s, well within a client's 10 minutes at the end of
+ *	DATA), and the outcome is PostgreSQL's when it comes. Anything else
+ *	that does not answer is given up after PG_RESULT_US, as before.
+ *
+ *	Void. When the hold runs out, the batch is answered 451 4.3.0, and
+ *	to keep that promise (SPEC 4: a refused message is never delivered
+ *	unless a later submission of its key is answered 250) its QIDs are
+ *	first made void: a row per QID in voids, with the transaction's id,
+ *	written in a transaction of its own with synchronous_commit = local,
+ *	so that it commits while the standby is away. Then the transaction's
+ *	status is read again: still in progress, the void came first, and
+ *	every snapshot that will ever see the batch's rows sees the void
+ *	too. Committed meanwhile: the batch is committed after all, the
+ *	voids are taken back (unless a settler took them first: then 451),
+ *	and it is answered 250. Aborted: 451, nothing to void.
+ *
+ *	A void QID counts for nothing: the claims lookup of a batch on any
+ *	node (store_pg_claim.c) treats a claim of a void QID as absent, so a
+ *	retry of the key is a new message (250 with a new QID, or 451 while
+ *	the voided transaction still holds the key's lock); the take of due
+ *	messages (store_pg_lease.c) skips it, so no node delivers it.
+ *
+ *	Settle. Any node, every PG_SETTLE_US from its delivery poller, looks
+ *	for voids whose transaction PostgreSQL has decided (not in progress;
+ *	NULL when the id is too old to be known, decided long ago), then in
+ *	a second statement, whose snapshot so sees the decided rows, deletes
+ *	each void with its message (never delivered: it was never taken,
+ *	and a message whose lease another node holds is left alone) and the
+ *	claims naming it. A dead node's voids are settled by any other node.
+ *	Settling also commits with synchronous_commit = local: what it drops
+ *	is derived from the voids, and a standby that lacks it lacks them.
+ *
+ *	Kept connections. A connection whose backend waits for replication
+ *	is not closed when given up (closing does not end the wait: the
+ *	server would keep one backend more per timeout): it stays counted
+ *	in the pool (PG_POOL_MAX holds, and a batch that finds no connection
+ *	in time gets 451 without having sent COMMIT), and is closed once its
+ *	wait has ended. The count of such connections is the gauge of
+ *	commits waiting for replication; an episode is logged once when it
+ *	starts and once when it ends.
+ *
+ *	Not covered: a connection lost before the transaction's id came
+ *	back finds it through the backend's pid; with PostgreSQL unreachable
+ *	no outcome can be read or voided, and the batch gets 451 as before
+ *	(logged as such). Delivery writes that ride in a voided batch are
+ *	only told it failed.
+ * DIAGNOSTICS
+ *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN.
+ */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+#define LOOK_US		(1000000LL)	/* a COMMIT without an answer this long is looked at */
+#define SLICE_MS	250
+
+static const char SQL_WAITS[] =
+	"SELECT coalesce(wait_event = 'SyncRep', false) FROM pg_stat_activity WHERE pid = $1";
+
+/* the 32-bit backend_xid made whole with the epoch of the snapshot's xmax */
+static const char SQL_BACKEND_XID[] =
+	"SELECT a.backend_xid IS NOT NULL, s.x - (((s.x & 4294967295) - "
+	"coalesce(a.backend_xid::text::int8, 0)) & 4294967295) FROM pg_stat_activity a, "
+	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE a.pid = $1";
+
+static const char SQL_STATUS[] = "SELECT pg_xact_status($1::int8::text::xid8)";
+
+static const char SQL_VOID[] =
+	"INSERT INTO voids (qid, xid, node, made) SELECT q, $2::int8::text::xid8, $3, "
+	PG_DB_NOW " FROM unnest($1::text[]) AS q ON CONFLICT (qid) DO NOTHING";
+
+static const char SQL_UNVOID[] = "DELETE FROM voids WHERE qid = ANY($1::text[]) RETURNING qid";
+
+static const char SQL_DECIDED[] =
+	"SELECT qid FROM voids WHERE pg_xact_status(xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
+
+/*
+ * Deletes see one snapshot, taken after SQL_DECIDED saw the transactions
+ * end: a void goes with its message (never delivered) and the claims
+ * that name it, unless another node holds a live lease on the message.
+ */
+static const char SQL_SETTLE[] =
+	"WITH d AS (DELETE FROM voids v WHERE v.qid = ANY($1::text[]) AND NOT EXISTS "
+	"(SELECT 1 FROM messages m WHERE m.qid = v.qid AND m.lease_owner IS NOT NULL "
+	"AND m.lease_owner <> m.node AND m.lease_until >= " PG_DB_NOW ") RETURNING v.qid), "
+	"gone AS (DELETE FROM claims c USING messages m, d WHERE m.qid = d.qid AND m.has_key "
+	"AND c.keyhash = m.keyhash AND c.qid = d.qid RETURNING 1), "
+	"dropped AS (DELETE FROM messages m USING d WHERE m.qid = d.qid RETURNING m.qid) "
+	"SELECT d.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone) FROM d "
+	"LEFT JOIN dropped x ON x.qid = d.qid";
+
+/*
+ * side_take - a connection beside one that hangs: the anchor (its own
+ * connection, free when the pool is all taken: amu held until
+ * side_give), else one of the pool
+ */
+static int side_take(struct pg_store *st, PGconn **c)
+{
+	if (st->node != NULL) {
+		pthread_mutex_lock(&st->amu);
+		if (st->anchor && PQstatus(st->anchor) == CONNECTION_OK && !PQisBusy(st->anchor)
+		    && PQtransactionStatus(st->anchor) == PQTRANS_IDLE) {
+			*c = st->anchor;
+			return 0;
+		}
+		pthread_mutex_unlock(&st->amu);
+	}
+	return store_pg_take(st, c);
+}
+
+/* side_give - the connection of side_take back */
+static void side_give(struct pg_store *st, PGconn *c)
+{
+	if (c == st->anchor)
+		pthread_mutex_unlock(&st->amu);
+	else
+		store_pg_give(st, c);
+}
+
+/* side_run - one statement beside a connection that hangs */
+static int side_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
+		    const char *what)
+{
+	PGconn *c;
+	int err;
+
+	*r = NULL;
+	if ((err = side_take(st, &c)) != 0)
+		return err;
+	err = store_pg_exec(st, c, sql, p, r, what);
+	side_give(st, c);
+	return err;
+}
+
+/* side_local - one statement in a transaction that commits without waiting for the standby */
+static int side_local(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
+		      const char *what)
+{
+	PGconn *c;
+	int err;
+
+	*r = NULL;
+	if ((err = side_take(st, &c)) != 0)
+		return err;
+	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", what);
+	if (err == 0)
+		err = store_pg_exec(st, c, sql, p, r, what);
+	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
+		PQclear(*r);
+		*r = NULL;
+	}
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(st, c, "ROLLBACK", what);
+	side_give(st, c);
+	return err;
+}
+
+/* store_pg_repl_check - does c's backend wait for replication? 1 yes, 0 no or not known */
+int store_pg_repl_check(struct pg_store *st, PGconn *c)
+{
+	struct pg_params p;
+	PGresult *r;
+	int yes = 0;
+
+	if (c == st->anchor || PQstatus(c) != CONNECTION_OK)
+		return 0;
+	store_pg_params_init(&p);
+	store_pg_p_i32(&p, PQbackendPID(c));
+	if (side_run(st, SQL_WAITS, &p, &r, "replication wait") == 0) {
+		yes = PQntuples(r) == 1 && store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return yes;
+}
+
+/* note_locked - c's backend starts (waits) or stops waiting for replication (mu held) */
+static void note_locked(struct pg_store *st, PGconn *c, int waits)
+{
+	int f = store_pg_stmt_flags(c);
+
+	if (!!(f & PG_CONN_WAITS) == !!waits)
+		return;
+	if (store_pg_stmt_set_flags(c, waits ? f | PG_CONN_WAITS : f & ~PG_CONN_WAITS) != 0)
+		return;
+	if (waits && st->repl_waiting++ == 0) {
+		st->repl_waits++;
+		st->repl_since = clock_mono_us();
+		msg_warn("store: commits wait for replication to the synchronous standby: "
+			 "replies are held up to %.0f s, then 451 4.3.0 and the message voided",
+			 (double) st->commit_wait_us / 1e6);
+	} else if (!waits && --st->repl_waiting == 0) {
+		msg_info("store: commits no longer wait for replication, after %.1f s",
+			 (double) (clock_mono_us() - st->repl_since) / 1e6);
+	}
+}
+
+/* store_pg_repl_note - count c as waiting for replication, or no longer */
+void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits)
+{
+	pthread_mutex_lock(&st->mu);
+	note_locked(st, c, waits);
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* store_pg_repl_forget - c, failed or closed, waits no more (mu held) */
+void store_pg_repl_forget(struct pg_store *st, PGconn *c)
+{
+	note_locked(st, c, 0);
+}
+
+/* wait_over - has a kept connection's wait ended: its results to the end came, or it failed */
+static int wait_over(PGconn *c)
+{
+	PGresult *r;
+	int nulls = 0, pipe = PQpipelineStatus(c) != PQ_PIPELINE_OFF;
+
+	if (PQconsumeInput(c) != 1 || PQstatus(c) != CONNECTION_OK)
+		return 1;
+	while (!PQisBusy(c)) {
+		if ((r = PQgetResult(c)) == NULL) {
+			if (!pipe || ++nulls > 2)
+				return 1;
+			continue;
+		}
+		nulls = 0;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			return 1;
+		}
+		PQclear(r);
+	}
+	return 0;
+}
+
+/* store_pg_reap - close the kept connections whose wait ended (mu held) */
+void store_pg_reap(struct pg_store *st)
+{
+	size_t i = 0;
+	PGconn *c;
+
+	while (i < st->n_kept) {
+		c = st->kept[i];
+		if (!wait_over(c)) {
+			i++;
+			continue;
+		}
+		note_locked(st, c, 0);
+		PQfinish(c);
+		st->n_open--;
+		st->kept[i] = st->kept[--st->n_kept];
+		pthread_cond_signal(&st->freed);
+	}
+}
+
+/*
+ * store_pg_commit_hold - wait for the answer to t's COMMIT: up to
+ * PG_RESULT_US, or store.commit_wait while its backend waits for
+ * replication. 0 the answer can be read; -1 not: the connection is
+ * kept (it waits for replication) or cut, or failed.
+ */
+int store_pg_commit_hold(struct pg_txn *t)
+{
+	struct pg_store *st = t->st;
+	PGconn *c = t->c;
+	int64_t start = clock_mono_us(), now, limit = store_pg_result_us, looked = 0;
+	int waits = 0;
+	struct pollfd p;
+
+	while (PQisBusy(c)) {
+		now = clock_mono_us();
+		if (!waits && now - start >= LOOK_US && now - looked >= LOOK_US) {
+			looked = now;
+			if ((waits = store_pg_repl_check(st, c)) != 0) {
+				store_pg_repl_note(st, c, 1);
+				limit = st->commit_wait_us;
+			}
+		}
+		if (now - start >= limit) {
+			if (waits) {
+				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
+			} else {
+				msg_warn("store: no answer to a COMMIT within %.1f s: connection closed",
+					 (double) limit / 1e6);
+				shutdown(PQsocket(c), SHUT_RDWR);
+				(void) PQconsumeInput(c);
+			}
+			return -1;
+		}
+		p.fd = PQsocket(c);
+		p.events = POLLIN;
+		p.revents = 0;
+		(void) poll(&p, 1, SLICE_MS);
+		if (PQconsumeInput(c) != 1)
+			break;		/* failed: PQgetResult says so */
+	}
+	if (waits)
+		store_pg_repl_note(st, c, 0);
+	return PQstatus(c) == CONNECTION_OK ? 0 : -1;
+}
+
+/* qids_param - the batch's QIDs as a text[] parameter */
+static void qids_param(struct pg_params *p, const struct pg_txn *t)
+{
+	struct pg_arr a;
+	size_t i;
+
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < t->n_put; i++)
+		store_pg_a_text(&a, t->put_qids[i]);
+	store_pg_p_arr(p, &a);
+}
+
+enum xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
+
+/* xact_status - pg_xact_status() of xid */
+static enum xact xact_status(struct pg_store *st, int64_t xid)
+{
+	struct pg_params p;
+	enum xact x = XACT_UNKNOWN;
+	PGresult *r;
+	const char *v;
+
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, xid);
+	if (side_run(st, SQL_STATUS, &p, &r, "transaction status") == 0) {
+		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
+		if (strcmp(v, "committed") == 0)
+			x = XACT_COMMITTED;
+		else if (strcmp(v, "aborted") == 0)
+			x = XACT_ABORTED;
+		else if (strcmp(v, "in progress") == 0)
+			x = XACT_RUNNING;
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return x;
+}
+
+/*
+ * backend_xid - the id of the transaction c's backend runs, when the
+ * connection went before it came back: 1 found, 0 the backend is gone
+ * (its transaction is over: its rows tell), -1 not known
+ */
+static int backend_xid(struct pg_store *st, int pid, int64_t *xid)
+{
+	struct pg_params p;
+	PGresult *r;
+	int tries, found = -1;
+
+	store_pg_params_init(&p);
+	store_pg_p_i32(&p, pid);
+	for (tries = 0; tries < 20 && found < 0; tries++) {
+		if (tries)
+			usleep(100000);
+		if (side_run(st, SQL_BACKEND_XID, &p, &r, "backend transaction") != 0)
+			break;
+		if (PQntuples(r) == 0)
+			found = 0;
+		else if (store_pg_int(r, 0, 0)) {
+			*xid = store_pg_int(r, 0, 1);
+			found = 1;
+		}
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return found;
+}
+
+/* void_batch - the batch's QIDs made void, in a commit that does not wait for the standby */
+static int void_batch(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&p);
+	qids_param(&p, t);
+	store_pg_p_i64(&p, t->xid);
+	store_pg_p_text(&p, t->st->node ? t->st->node : "");
+	err = side_local(t->st, SQL_VOID, &p, &r, "void");
+	store_pg_params_free(&p);
+	PQclear(r);
+	return err;
+}
+
+/* unvoid - take the batch's voids back: 0 all of them, else some were settled already */
+static int unvoid(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&p);
+	qids_param(&p, t);
+	err = side_local(t->st, SQL_UNVOID, &p, &r, "void taken back");
+	store_pg_params_free(&p);
+	if (err == 0 && (size_t) PQntuples(r) != t->n_put)
+		err = STORE_EAGAIN;
+	PQclear(r);
+	return err;
+}
+
+/*
+ * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
+ * batch is answered 250), STORE_EAGAIN not, or voided (see the header);
+ * read_back reads a committed batch's leases, or whether a transaction
+ * over (its backend gone) committed
+ */
+int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *))
+{
+	struct pg_store *st = t->st;
+	enum xact x;
+	int found;
+
+	if (t->n_put == 0)
+		return read_back(t);
+	if (t->xid == 0) {
+		found = backend_xid(st, PQbackendPID(t->c), &t->xid);
+		if (found <= 0)
+			return read_back(t);	/* over: its rows tell; or nothing can be known */
+	}
+	x = xact_status(st, t->xid);
+	if (x == XACT_COMMITTED) {
+		(void) read_back(t);	/* committed: its leases, if they can be read */
+		return 0;
+	}
+	if (x == XACT_ABORTED)
+		return STORE_EAGAIN;
+	if (x == XACT_UNKNOWN)
+		return read_back(t);
+	if (void_batch(t) != 0) {
+		msg_error("store: a commit still waits and its batch could not be voided: "
+			  "its 451 may yet be delivered");
+		return STORE_EAGAIN;
+	}
+	x = xact_status(st, t->xid);
+	if (x == XACT_COMMITTED && unvoid(t) == 0) {
+		msg_info("store: a commit that waited ended as the hold ran out: committed");
+		(void) read_back(t);
+		return 0;
+	}
+	pthread_mutex_lock(&st->mu);
+	st->voided++;
+	pthread_mutex_unlock(&st->mu);
+	msg_warn("store: a commit still waits after %.0f s: its %zu message%s answered 451 and "
+		 "voided (%s%s), settled once PostgreSQL decides", (double) st->commit_wait_us / 1e6,
+		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	return STORE_EAGAIN;
+}
+
+/*
+ * store_pg_voids_settle - at most every PG_SETTLE_US: drop the messages
+ * and claims of voids whose transaction is over (see the header)
+ */
+void store_pg_voids_settle(struct pg_store *st)
+{
+	struct pg_params p;
+	struct pg_arr qids;
+	PGresult *r;
+	int64_t now = clock_mono_us();
+	int i, n;
+
+	pthread_mutex_lock(&st->mu);
+	if (now < st->settle_at) {
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	st->settle_at = now + PG_SETTLE_US;
+	pthread_mutex_unlock(&st->mu);
+	if (store_pg_run(st, SQL_DECIDED, NULL, &r, "voids") != 0)
+		return;
+	if ((n = PQntuples(r)) == 0) {
+		PQclear(r);
+		return;
+	}
+	store_pg_params_init(&p);
+	store_pg_arr_init(&qids, PG_OID_TEXT);
+	for (i = 0; i < n; i++)
+		store_pg_a_text(&qids, PQgetvalue(r, i, 0));
+	PQclear(r);
+	store_pg_p_arr(&p, &qids);
+	if (side_local(st, SQL_SETTLE, &p, &r, "voids settled") == 0) {
+		for (i = 0; i < PQntuples(r); i++)
+			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
+				 PQgetvalue(r, i, 0), store_pg_int(r, i, 1)
+				 ? "committed later: dropped, never delivered" : "never committed");
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+}
