@@ -415,15 +415,22 @@ int ctl_stats(struct ctl *x)
 		printf("store        %s\n", x->cf.store.path);
 	if (live && dstore) {
 		int dup = 1;
-		long long outages = 0;
-		char ds[256];
+		long long outages = 0, waiting = 0, waits = 0, voided = 0;
+		char ds[512];
 
-		snprintf(ds, sizeof(ds), "%.*s", (int) (dlen < 255 ? dlen : 255), dstore);
+		snprintf(ds, sizeof(ds), "%.*s", (int) (dlen < 511 ? dlen : 511), dstore);
 		json_get_bool(ds, "up", &dup);
 		json_get_int(ds, "outages", &outages);
-		if (x->cf.store.backend == CONF_STORE_POSTGRESQL)
+		json_get_int(ds, "replication_waiting", &waiting);
+		json_get_int(ds, "replication_waits", &waits);
+		json_get_int(ds, "voided", &voided);
+		if (x->cf.store.backend == CONF_STORE_POSTGRESQL) {
 			printf("reachable    %s from the daemon, %lld outage%s since its start\n",
 			       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
+			printf("replication  %lld commit%s waiting now, %lld wait%s since its start, "
+			       "%lld batch%s voided\n", waiting, waiting == 1 ? "" : "s", waits,
+			       waits == 1 ? "" : "s", voided, voided == 1 ? "" : "es");
+		}
 	}
 	if (unread[0])
 		goto daemon;

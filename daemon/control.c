@@ -307,9 +307,12 @@ static void do_stats(struct control *ctl, struct buf *out)
 	memset(&ss, 0, sizeof(ss));
 	up = store_stats(ctl->st, &ss) == 0;	/* the store as this daemon sees it */
 	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"store\":{\"backend\":\"%s\","
-		   "\"up\":%s,\"outages\":%llu},\"counters\":{", (long) getpid(),
+		   "\"up\":%s,\"outages\":%llu,\"replication_waiting\":%llu,"
+		   "\"replication_waits\":%llu,\"voided\":%llu},\"counters\":{", (long) getpid(),
 		   (long long) ((clock_us() - ctl->started) / 1000000), store_backend(ctl->st),
-		   up ? "true" : "false", (unsigned long long) ss.outages);
+		   up ? "true" : "false", (unsigned long long) ss.outages,
+		   (unsigned long long) ss.repl_waiting, (unsigned long long) ss.repl_waits,
+		   (unsigned long long) ss.voided);
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		buf_printf(out, "%s\"%s\":%llu", i ? "," : "", metrics_name(i),
 			   (unsigned long long) s.counters[i]);

@@ -214,9 +214,15 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	g->shared = store_shared(st);
 	if (store_stats(st, &s) != 0) {
 		g->outages = s.outages;		/* filled even when the store is away */
+		g->repl_waiting = s.repl_waiting;
+		g->repl_waits = s.repl_waits;
+		g->voided = s.voided;
 		return;
 	}
 	g->outages = s.outages;
+	g->repl_waiting = s.repl_waiting;
+	g->repl_waits = s.repl_waits;
+	g->voided = s.voided;
 	g->store_ok = 1;
 	g->queue_depth = s.queued;
 	g->claims = s.claims;
@@ -281,6 +287,19 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 			   "became unreachable since start.\n# TYPE idemrelay_store_outages_total "
 			   "counter\nidemrelay_store_outages_total %llu\n",
 			   (unsigned long long) g->outages);
+	if (g->shared) {
+		gauge(out, "idemrelay_store_replication_waiting", "Commits waiting for "
+		      "replication to a synchronous standby now.", (double) g->repl_waiting);
+		buf_printf(out, "# HELP idemrelay_store_replication_waits_total Times commits "
+			   "started to wait for replication since start.\n# TYPE "
+			   "idemrelay_store_replication_waits_total counter\n"
+			   "idemrelay_store_replication_waits_total %llu\n",
+			   (unsigned long long) g->repl_waits);
+		buf_printf(out, "# HELP idemrelay_store_voided_total Batches answered 451 while "
+			   "their commit waited, their messages voided.\n# TYPE "
+			   "idemrelay_store_voided_total counter\nidemrelay_store_voided_total %llu\n",
+			   (unsigned long long) g->voided);
+	}
 	if (g->store_ok) {
 		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->queue_depth);
 		gauge(out, "idemrelay_queue_oldest_seconds",

@@ -68,6 +68,9 @@ struct metrics_gauges {
 	uint64_t map_size, map_used, map_ceiling;
 	int shared;			/* a store shared by several nodes (PostgreSQL) */
 	uint64_t outages;		/* ... times it became unreachable since start */
+	uint64_t repl_waiting;		/* ... commits waiting for replication now */
+	uint64_t repl_waits;		/* ... times commits started to wait for it */
+	uint64_t voided;		/* ... batches answered 451 while their commit waited */
 	double start_time;		/* Unix seconds */
 };
 

@@ -289,7 +289,8 @@ def test_ctl_stats_and_errors(t):
               "stats text, PostgreSQL reachable: %r" % out)
     s = ctl_json(d, "stats")
     eq((s["store"]["queued"], s["store"]["claims"]), (1, 1), "store figures")
-    eq(s["daemon"]["store"], {"backend": d.backend, "up": True, "outages": 0},
+    eq(s["daemon"]["store"], {"backend": d.backend, "up": True, "outages": 0,
+                              "replication_waiting": 0, "replication_waits": 0, "voided": 0},
        "the store as the daemon sees it")
     if not pg:
         check(s["store"]["map_used"] > 0 and s["store"]["map_size"] >= s["store"]["map_used"],
@@ -348,7 +349,8 @@ def stats_pg_outage(t, d, proxy, qid):
     out = ctl(d, "stats", conf=direct).stdout
     check(want in out and "queue        1 message" in out, "stats text during the outage: %r" % out)
     s = ctl_json(d, "stats", conf=direct)
-    eq(s["daemon"]["store"], {"backend": "postgresql", "up": False, "outages": 1},
+    eq(s["daemon"]["store"], {"backend": "postgresql", "up": False, "outages": 1,
+                              "replication_waiting": 0, "replication_waits": 0, "voided": 0},
        "the store as the daemon sees it during the outage")
     eq(s["store"]["queued"], 1, "queued, read straight from the database")
     # through the cut proxy idemrelayctl cannot read the database either: it says so
@@ -364,7 +366,8 @@ def stats_pg_outage(t, d, proxy, qid):
     wait_until(lambda: ctl_json(d, "stats", conf=direct)["daemon"]["store"]["up"], 15,
                "the daemon to see PostgreSQL again")
     s = ctl_json(d, "stats")
-    eq(s["daemon"]["store"], {"backend": "postgresql", "up": True, "outages": 1},
+    eq(s["daemon"]["store"], {"backend": "postgresql", "up": True, "outages": 1,
+                              "replication_waiting": 0, "replication_waits": 0, "voided": 0},
        "the store as the daemon sees it after the outage")
     out = ctl(d, "stats").stdout
     check("reachable    yes from the daemon, 1 outage since its start" in out,
