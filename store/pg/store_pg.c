@@ -32,9 +32,16 @@
  *	at once: connection attempts are spaced by a backoff of 0.1 s
  *	doubling to 5 s, and until the next attempt is due no call tries. An
  *	outage is logged once when it starts and once when it ends, and
- *	store_stats() says so (unavailable, outages). libpq's connect_timeout
- *	(5 s) and TCP keepalives and user timeout bound each attempt and
- *	each statement on a dead network, unless the URL sets them.
+ *	store_stats() says so (unavailable, outages). A server that refuses
+ *	connections because its slots are all taken (max_connections) is
+ *	logged as that, once, until a connection opens; it is an outage only
+ *	when the node has no connection left: until then callers wait for one
+ *	of its own, and one more is tried with the same backoff. When the
+ *	cause changes (the network back, the server full) the new one is
+ *	logged, once. libpq's
+ *	connect_timeout (5 s) and TCP keepalives and user timeout bound each
+ *	attempt and each statement on a dead network, unless the URL sets
+ *	them.
  *
  *	A connection that failed, or that reached a server which is shutting
  *	down or is a standby (after a failover, target_session_attrs finds
@@ -141,32 +148,67 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 	return NULL;
 }
 
-/* note_down - connecting failed: start or continue an outage, and back off */
-static void note_down(struct pg_store *st, const char *why)
+/*
+ * slots_taken - does libpq's account of a refused connection say that the
+ * server (or a pooler) has no connection slot left for us? Its SQLSTATE,
+ * 53300, is not given for a connection, so the server's English texts.
+ */
+static int slots_taken(const char *why)
+{
+	static const char *const said[] = {
+		"too many clients already",	/* max_connections */
+		"remaining connection slots are reserved",	/* superuser_reserved_connections */
+		"too many connections for",	/* a role's or a database's CONNECTION LIMIT */
+		"no more connections allowed",	/* PgBouncer's max_client_conn */
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(said) / sizeof(said[0]); i++)
+		if (strstr(why, said[i]) != NULL)
+			return 1;
+	return 0;
+}
+
+/*
+ * note_down - connecting failed (mu held): back off; with outage (the
+ * node has no connection left), start or continue an outage. One line
+ * when the trouble starts, and one when its cause changes: a server whose
+ * slots are all taken is told from one that cannot be reached.
+ */
+static void note_down(struct pg_store *st, const char *why, int outage)
 {
 	int64_t now = clock_mono_us();
+	enum pg_down cause = slots_taken(why) ? PG_DOWN_SLOTS : PG_DOWN_UNREACHABLE;
 
-	pthread_mutex_lock(&st->mu);
-	if (!st->down) {
-		st->down = 1;
+	if (st->down_cause == PG_DOWN_NONE)
 		st->down_since = now;
+	if (outage && !st->down) {
+		st->down = 1;
 		st->outages++;
-		msg_warn("store: PostgreSQL unreachable: %s", why);
+	}
+	if (st->down_cause != cause) {
+		st->down_cause = cause;
+		if (cause == PG_DOWN_SLOTS)
+			msg_warn("store: PostgreSQL refuses new connections, its connection slots are "
+				 "all taken (max_connections): %s", why);
+		else
+			msg_warn("store: PostgreSQL unreachable: %s", why);
 	}
 	st->backoff = st->backoff ? st->backoff * 2 : PG_BACKOFF_MIN;
 	if (st->backoff > PG_BACKOFF_MAX)
 		st->backoff = PG_BACKOFF_MAX;
 	st->next_try = now + st->backoff;
-	pthread_mutex_unlock(&st->mu);
 }
 
-/* note_up - a connection was made: an outage, if any, is over (mu held) */
+/* note_up - a connection was made: an outage, or a want of slots, is over (mu held) */
 static void note_up(struct pg_store *st)
 {
-	if (st->down)
-		msg_info("store: PostgreSQL reachable again after %.1f s",
+	if (st->down_cause != PG_DOWN_NONE)
+		msg_info("store: PostgreSQL %s again after %.1f s",
+			 st->down_cause == PG_DOWN_SLOTS ? "takes connections" : "reachable",
 			 (double) (clock_mono_us() - st->down_since) / 1e6);
 	st->down = 0;
+	st->down_cause = PG_DOWN_NONE;
 	st->backoff = 0;
 	st->next_try = 0;
 }
@@ -178,14 +220,61 @@ static int idle_alive(PGconn *c)
 	    && PQtransactionStatus(c) == PQTRANS_IDLE;
 }
 
+/* idle_take - an idle connection still alive, or NULL; the dead ones closed (mu held) */
+static PGconn *idle_take(struct pg_store *st)
+{
+	PGconn *c;
+
+	while (st->n_idle > 0) {
+		c = st->idle[--st->n_idle];
+		if (idle_alive(c))
+			return c;
+		PQfinish(c);
+		st->n_open--;
+	}
+	return NULL;
+}
+
+/*
+ * holding_back - the server's slots were all taken when the node last
+ * tried to open one more, and the node has connections of its own: until
+ * the next try is due, a caller waits for one of them (mu held)
+ */
+static int holding_back(const struct pg_store *st)
+{
+	return st->down_cause == PG_DOWN_SLOTS && !st->down && st->n_open > 0
+	    && clock_mono_us() < st->next_try;
+}
+
+/*
+ * wake_at - when a waiting caller looks again (mu held): its deadline, or
+ * sooner the next try, and in slices, since a kept connection whose wait
+ * ends gives no signal (store_pg_wait.c)
+ */
+static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
+{
+	int64_t t = deadline, next;
+	struct timespec ts;
+
+	if ((next = clock_us() + PG_REAP_US) < t)
+		t = next;
+	if (holding_back(st) && (next = clock_us() + st->next_try - clock_mono_us()) < t)
+		t = next;
+	ts.tv_sec = (time_t) (t / 1000000);
+	ts.tv_nsec = (long) (t % 1000000) * 1000;
+	return ts;
+}
+
 /*
  * store_pg_take - a connection of the pool, idle, opened, or given back
  * by another caller within PG_WAIT_US; STORE_EAGAIN if PostgreSQL
- * cannot be reached (or not before the backoff is over) or none is free
+ * cannot be reached (or not before the backoff is over) or none is free.
+ * A server with no slot free for one more is not an outage while the
+ * node has connections of its own: the caller waits for one of them.
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
-	int64_t deadline = clock_us() + PG_WAIT_US, until;
+	int64_t deadline = clock_us() + PG_WAIT_US;
 	struct timespec ts;
 	char err[512];
 	size_t kept;
@@ -195,25 +284,27 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	pthread_mutex_lock(&st->mu);
 	for (;;) {
 		store_pg_reap(st);
-		while (st->n_idle > 0) {
-			c = st->idle[--st->n_idle];
-			if (idle_alive(c)) {
-				pthread_mutex_unlock(&st->mu);
-				store_pg_stmt_set_owner(c, st);
-				*out = c;
-				return 0;
-			}
-			PQfinish(c);
-			st->n_open--;
-		}
-		if (st->n_open < PG_POOL_MAX)
+		if ((c = idle_take(st)) != NULL)
 			break;
-		/* in slices: a kept connection whose wait ends gives no signal */
-		until = clock_us() + PG_REAP_US;
-		if (until > deadline)
-			until = deadline;
-		ts.tv_sec = (time_t) (until / 1000000);
-		ts.tv_nsec = (long) (until % 1000000) * 1000;
+		if (st->n_open < PG_POOL_MAX && !holding_back(st)) {
+			if (st->down && clock_mono_us() < st->next_try)
+				break;
+			st->n_open++;
+			pthread_mutex_unlock(&st->mu);
+			c = store_pg_connect(st, err, sizeof(err));
+			pthread_mutex_lock(&st->mu);
+			if (c != NULL) {
+				note_up(st);
+				break;
+			}
+			st->n_open--;
+			pthread_cond_signal(&st->freed);
+			note_down(st, err, st->n_open == 0 || !slots_taken(err));
+			if (st->down)
+				break;
+			continue;	/* slots all taken: one of the node's own will do */
+		}
+		ts = wake_at(st, deadline);
 		if (pthread_cond_timedwait(&st->freed, &st->mu, &ts) != 0 && clock_us() >= deadline) {
 			kept = st->n_kept;
 			pthread_mutex_unlock(&st->mu);
@@ -223,26 +314,11 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 			return STORE_EAGAIN;
 		}
 	}
-	if (st->down && clock_mono_us() < st->next_try) {
-		pthread_mutex_unlock(&st->mu);
-		return STORE_EAGAIN;
-	}
-	st->n_open++;
 	pthread_mutex_unlock(&st->mu);
-	if ((c = store_pg_connect(st, err, sizeof(err))) == NULL) {
-		pthread_mutex_lock(&st->mu);
-		st->n_open--;
-		pthread_cond_signal(&st->freed);
-		pthread_mutex_unlock(&st->mu);
-		note_down(st, err);
-		return STORE_EAGAIN;
-	}
-	pthread_mutex_lock(&st->mu);
-	note_up(st);
-	pthread_mutex_unlock(&st->mu);
-	store_pg_stmt_set_owner(c, st);
+	if (c != NULL)
+		store_pg_stmt_set_owner(c, st);
 	*out = c;
-	return 0;
+	return c ? 0 : STORE_EAGAIN;
 }
 
 /*

@@ -78,6 +78,9 @@ struct pg_lease {
 	int64_t token;
 };
 
+/* why connecting fails: the server cannot be reached, or it has no slot free */
+enum pg_down { PG_DOWN_NONE, PG_DOWN_UNREACHABLE, PG_DOWN_SLOTS };
+
 struct pg_store {
 	struct store base;		/* first: store.c dispatches on base.ops */
 	char *url;			/* owned: libpq connection string or URI */
@@ -95,6 +98,7 @@ struct pg_store {
 	pthread_mutex_t amu;		/* one anchor check at a time */
 	int reset;			/* close the pool's connections as they come back */
 	int down;			/* PostgreSQL unreachable: connecting failed */
+	enum pg_down down_cause;	/* why, as logged */
 	int64_t down_since;		/* monotonic us */
 	int64_t backoff;		/* next wait between tries, us */
 	int64_t next_try;		/* monotonic us: no connection attempt before */

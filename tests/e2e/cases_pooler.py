@@ -15,13 +15,14 @@ They run with E2E_STORE=postgresql only (make test-pg).
 """
 
 import re
+import signal
 import subprocess
 import threading
 import time
 
-from harness import (BIN, PG_ONLY, case, check, eq, make_msg, pgcluster, render_conf, run,
-                     submit_ok, wait_until)
-from cases_nodes import Load, check_exactly_once, nodes, queued_qids
+from harness import (BIN, PG_ONLY, case, check, eq, expect_reply, make_msg, pgcluster, render_conf,
+                     run, submit, submit_ok, wait_until)
+from cases_nodes import Load, check_exactly_once, nodes, queued_qids, retry_submit
 
 
 SENT_RE = re.compile(r"\]: ([0-9A-Z]{12,20}): to=.* status=sent")
@@ -151,3 +152,90 @@ def test_pooler_transaction_refused(t):
     q = submit_ok(d.port, "s@example.com", make_msg(key="pooler-session-1"))
     sink.wait_count(1)
     check(q, "no QID")
+
+
+class Slots:
+    """psql sessions of the role idemrelay that take a server's free connection
+    slots, one by one until the server refuses one; release() ends them."""
+
+    def __init__(self, url):
+        self.url = url + "?connect_timeout=5"
+        self.held = []
+        self.refusal = None
+
+    def fill(self, most=40):
+        """fill - take free slots until one is refused; how many were taken"""
+        n = 0
+        while n < most:
+            p = subprocess.Popen([pgcluster.prog("psql"), "-X", "-A", "-t", "-d", self.url],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            p.stdin.write("SELECT 'held';\n")
+            p.stdin.flush()
+            if p.stdout.readline().strip() != "held":    # refused: psql exits
+                self.refusal = p.communicate(timeout=10)[1].strip()
+                return n
+            self.held.append(p)
+            n += 1
+        raise AssertionError("the server took %d more connections: max_connections is not low"
+                             % most)
+
+    def release(self):
+        for p in self.held:
+            p.stdin.close()
+        for p in self.held:
+            p.wait(10)
+        self.held = []
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_pooler_max_connections(t):
+    """The server's connection slots (max_connections 20) are all taken by other
+    clients when node a's connections end (a is frozen meanwhile, so that it
+    cannot take them back first): a logs one line that says so however many
+    times it tries, answers 451 4.3.0 meanwhile, and serves again by itself
+    once connections free up, without a restart; every 250 delivered once."""
+    pg = t.pg_cluster()
+    pg.configure(max_connections=20).restart()
+    url = t.pg_database(pg)
+    db = url.rsplit("/", 1)[1]
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=url)
+    before = submit_ok(a.port, "x@example.com", make_msg(key="slots-before"))
+    slots = Slots(url)
+    try:
+        slots.fill()
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE application_name = 'idemrelay' AND datname = '%s'" % db)
+            wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE "
+                                      "application_name = 'idemrelay'") == "0", 10,
+                       "node a's backends to end")
+            freed = slots.fill()
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        check(freed >= 3, "only %d slots freed by a's connections" % freed)
+        refused = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 8 or len(refused) < 3:      # some of a's retries
+            msg = make_msg(key="slots-during-%d" % len(refused))
+            r = submit(a.port, "x@example.com", msg, timeout=30)
+            expect_reply(r.data, 451, "4.3.0", "a submission while the slots are taken")
+            refused.append(msg)
+            time.sleep(1)
+        said = slots.refusal.split("FATAL:", 1)[-1].strip()      # what psql was told
+        full = a.log_lines("store:", "(max_connections)")
+        check(len(full) == 1 and said in full[0],
+              "node a's lines about the slots: %r, want one with %r; its store lines:\n%s"
+              % (full, said, "\n".join(a.log_lines("store:"))))
+        eq(len(a.log_lines(said)), 1, "node a's lines with the server's refusal")
+    finally:
+        slots.release()
+    after = [retry_submit([a], "x@example.com", m, deadline=30)[0] for m in refused]
+    a.wait_log("PostgreSQL takes connections again")
+    check(a.running(), "node a is not running")
+    eq(a.runs, 1, "node a's starts")
+    check_exactly_once([sink], [before] + after, what="after the slots freed up")
+    print("max_connections: %d slots freed by a; %d submissions answered 451; %s"
+          % (freed, len(refused), full[0]))

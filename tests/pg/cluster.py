@@ -393,6 +393,12 @@ class Cluster(Server):
                 except FileNotFoundError:
                     pass
 
+    def configure(self, **settings):
+        """configure - settings into postgresql.conf (a later line wins); those that
+        need it take effect at the next restart()"""
+        self._conf(**settings)
+        return self
+
     def restart(self, timeout=START_TIMEOUT):
         """restart - stop (if running) and start again; after kill9 this is crash recovery"""
         self.stop()

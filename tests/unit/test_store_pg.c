@@ -9,7 +9,9 @@
  * lost lease in a group commit failing only its own write; a verdict
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; a version 1
- * schema upgraded. Each test has a schema of its own (test_store_fx.h); a second
+ * schema upgraded; a server with no connection slot free while the node
+ * has connections of its own (no outage: callers wait for one of them).
+ * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
 #include <pthread.h>
@@ -176,6 +178,102 @@ static void test_unreachable(void **state)
 					   TEST_NODE, TEST_LEASE, err, sizeof(err)), STORE_EAGAIN);
 	if (st != NULL || strncmp(err, "connection to server", 20) != 0)
 		fail_msg("unreachable: got \"%s\", want connection to server ...", err);
+}
+
+/* db_limit - the fixture database's CONNECTION LIMIT set to n (-1: none), on c */
+static void db_limit(PGconn *c, int n)
+{
+	char q[256];
+	PGresult *r;
+
+	snprintf(q, sizeof(q), "DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I CONNECTION LIMIT %d', "
+		 "current_database()); END $$", n);
+	r = PQexec(c, q);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		fail_msg("%s: %s", q, PQerrorMessage(c));
+	PQclear(r);
+}
+
+struct taker {
+	struct pg_store *st;
+	PGconn *c;
+	int rc;
+	int64_t took_us;
+};
+
+/* taker_main - one store_pg_take(), timed */
+static void *taker_main(void *arg)
+{
+	struct taker *k = arg;
+	int64_t t0 = clock_mono_us();
+
+	k->rc = store_pg_take(k->st, &k->c);
+	k->took_us = clock_mono_us() - t0;
+	return NULL;
+}
+
+/*
+ * The database takes no more connections (its CONNECTION LIMIT reached,
+ * "too many connections for database", as max_connections would say
+ * "too many clients") while the node has connections of its own, every
+ * one taken: a caller waits for one of them, given back 0.3 s later,
+ * rather than fail; that is no outage. Once the limit is lifted, the next
+ * connection opened ends the episode.
+ */
+static void test_slots_taken(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	PGconn *adm = PQconnectdb(fx_pg()), *held[PG_POOL_MAX], *extra = NULL;
+	struct taker k = { st, NULL, -100, 0 };
+	size_t n = 0, i;
+	pthread_t th;
+	PGresult *r;
+	int open, down, outages, cause, cause_after;
+
+	if (PQstatus(adm) != CONNECTION_OK)
+		fail_msg("connect %s: %s", fx_pg(), PQerrorMessage(adm));
+	CHECK_INT("take one", store_pg_take(st, &held[n++]), 0);
+	for (;;) {			/* and every other idle one: all the node's are taken */
+		pthread_mutex_lock(&st->mu);
+		i = st->n_idle;
+		pthread_mutex_unlock(&st->mu);
+		if (i == 0)
+			break;
+		CHECK_INT("take", store_pg_take(st, &held[n++]), 0);
+	}
+	r = PQexec(adm, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()");
+	open = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	db_limit(adm, open);
+	assert_int_equal(pthread_create(&th, NULL, taker_main, &k), 0);
+	usleep(300000);
+	store_pg_give(st, held[0]);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	pthread_mutex_lock(&st->mu);
+	down = st->down;
+	outages = (int) st->outages;
+	cause = st->down_cause;
+	pthread_mutex_unlock(&st->mu);
+	db_limit(adm, -1);
+	PQfinish(adm);
+	held[0] = k.c;
+	usleep(2 * PG_BACKOFF_MIN);	/* the next try is due */
+	CHECK_INT("one more, opened", store_pg_take(st, &extra), 0);
+	pthread_mutex_lock(&st->mu);
+	cause_after = st->down_cause;
+	pthread_mutex_unlock(&st->mu);
+	for (i = 0; i < n; i++)
+		store_pg_give(st, held[i]);
+	store_pg_give(st, extra);
+
+	CHECK_INT("the waiting caller's take", k.rc, 0);
+	if (k.took_us < 200000 || k.took_us > 4000000)
+		fail_msg("the caller waited %lld us, want about 300000", (long long) k.took_us);
+	CHECK_INT("an outage", down, 0);
+	CHECK_INT("outages", outages, 0);
+	CHECK_INT("cause noted", cause, PG_DOWN_SLOTS);
+	CHECK_INT("cause after a connection opened", cause_after, PG_DOWN_NONE);
 }
 
 /* a node's lease fences every write; when it runs out, another node takes the message */
@@ -1402,6 +1500,7 @@ int main(void)
 		T(test_stats_estimate),
 		T(test_schema_version),
 		cmocka_unit_test(test_unreachable),
+		T(test_slots_taken),
 		T(test_lease_fencing),
 		T(test_lease_renew),
 		T(test_lease_renew_skips_locked),
