@@ -74,10 +74,21 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
 # through a plain driver, so it needs no clang.
-FUZZERS   = session parse filter keys
+FUZZERS   = session parse filter keys deliver
 FUZZ_TIME ?= 60
 FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c relay/keys.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
+# fuzz_deliver runs the delivery client and libesmtp against a scripted
+# upstream: the store's side (deliver.c, deliver_record.c) is stubbed in
+# the harness, and the daemon's connect() (nodelay.c) hands libesmtp over
+FUZZ_DELIVER = $(filter-out deliver/deliver.c deliver/deliver_record.c \
+	       deliver/esmtp/deliver_filter.c,$(deliver_SRC)) daemon/nodelay.c \
+	       $(foreach l,tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
+
+$(B)/fuzz/replay_deliver: tests/fuzz/fuzz_deliver.c tests/fuzz/replay.c $(B)/daemon/nodelay.o \
+			  $(LIBS_ALL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o %.a,$^) $(LDLIBS)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
@@ -86,12 +97,13 @@ $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
 fuzz-replay: $(REPLAY_BIN)
 	@for f in $(FUZZERS); do $(B)/fuzz/replay_$$f tests/fuzz/corpus/$$f || exit 1; done
 
-fuzz:
+fuzz: $(LIBS_ALL)
 	@mkdir -p build-fuzz
 	@for f in $(FUZZERS); do \
 	  clang -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -o build-fuzz/fuzz_$$f tests/fuzz/fuzz_$$f.c \
-	    $(FUZZ_SRC) $$(pkg-config --libs openssl) || exit 1; \
+	    $(FUZZ_SRC) $$(pkg-config --libs openssl) \
+	    $$([ $$f = deliver ] && echo "$(FUZZ_DELIVER)") || exit 1; \
 	  mkdir -p build-fuzz/corpus_$$f; \
 	  echo "== fuzz_$$f for $(FUZZ_TIME)s"; \
 	  build-fuzz/fuzz_$$f -max_total_time=$(FUZZ_TIME) -max_len=8192 \

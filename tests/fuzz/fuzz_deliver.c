@@ -1,0 +1,448 @@
+/*
+ * fuzz_deliver - the real delivery client (deliver/esmtp: libesmtp 1.1.0,
+ * the bridge, its filter and its gate) against an upstream scripted by the
+ * input: replies canned or raw, reads, resets (SO_LINGER 0) and closes
+ * at any point. One batch of one to three messages, of one to three
+ * recipients each, per input, over a real loopback TCP connection to a
+ * server thread of this process; the store is stubbed (deliver_mark and
+ * the others below), and records what the client did.
+ *
+ * Input: byte 0: messages (bits 0-1), whether the mark of the second
+ * message fails (bit 2, STORE_EAGAIN: no final dot), byte 1: recipients of
+ * each message (two bits each). Then the server's script, one step per
+ * byte (low 3 bits), some with an argument byte:
+ *
+ *   0 READ	read one line from the client (waits 5 ms at most)
+ *   1 REPLY k	send canned reply k (the table below)
+ *   2 RAW n	send the next n % 64 input bytes as they are
+ *   3 CONTENT	read up to the end of a message's content (<CRLF>.<CRLF>)
+ *   4 RESET	reset the connection (SO_LINGER 0); the script ends
+ *   5 CLOSE	close it (FIN); the script ends
+ *   6 AUTO k	be a proper server for the next k % 16 commands
+ *   7 SHUT	stop writing (FIN), go on reading
+ *
+ * When the script runs out the server closes. A second connection of the
+ * batch (libesmtp is run again without BODY= or SMTPUTF8) gets a greeting
+ * and a proper server. Then, properties (abort()):
+ *
+ *   - the process is alive (libESMTP 1.1.0 crashed here, issue 25);
+ *   - every recipient tried has an outcome with a reason;
+ *   - a recipient is sent, or ambiguous, only if its message was marked
+ *     (the final dot goes out only after the inflight mark), and no
+ *     message is marked twice;
+ *   - the server never saw more final dots of a content than there were
+ *     marks (a content's last line is "body", so "body\r\n.\r\n" counts).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../deliver/deliver_impl.h"
+#include "../../util/log.h"
+
+#define MSGS_MAX	3
+#define RCPTS_MAX	3
+#define WAIT_MS		5		/* a READ waits no longer for a line */
+#define GOT_MAX		(64 * 1024)	/* what the server keeps of what it read */
+
+static const char *const canned[] = {
+	"220 fuzz ESMTP\r\n",
+	"250-fuzz\r\n250-PIPELINING\r\n250-ENHANCEDSTATUSCODES\r\n250-8BITMIME\r\n"
+	"250-SIZE 1000000\r\n250 DSN\r\n",
+	"250-fuzz\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n250 PIPELINING\r\n",
+	"250 fuzz\r\n",
+	"250 2.1.0 ok\r\n",
+	"250 2.1.5 ok\r\n",
+	"451 4.3.0 try later\r\n",
+	"550 5.1.1 no such user\r\n",
+	"354 go ahead\r\n",
+	"250 2.0.0 queued\r\n",
+	"221 2.0.0 bye\r\n",
+	"421 4.3.2 shutting down\r\n",
+	"554 5.5.1 no valid recipients\r\n",
+	"250-2.1.5 multi\r\n250 2.1.5 line\r\n",
+	"500 5.5.2 what?\r\n",
+	"250\r\n",
+};
+#define N_CANNED	(sizeof(canned) / sizeof(canned[0]))
+
+/* the upstream: one listening socket for the process, one connection per input */
+static int lfd = -1;
+static struct conf conf;
+static struct conf_upstream_host host;
+
+/* one input's server */
+struct server {
+	const uint8_t *script;
+	size_t len;
+	int fd;				/* the accepted connection, or -1 */
+	char in[GOT_MAX];		/* what it read and has not consumed */
+	size_t in_len;
+	char got[GOT_MAX];		/* everything it read (up to GOT_MAX) */
+	size_t got_len;
+	int wrote_eof;
+	int done[2];			/* pipe: the batch is over */
+};
+
+/* what the stubs saw */
+static struct {
+	char qid[MSGS_MAX][STORE_QID_SIZE];
+	int marks[MSGS_MAX];
+	int fail_mark;			/* index of a message whose mark fails, or -1 */
+	size_t n;
+} seen;
+
+/* ---------------------------------------------------------------- stubs of deliver.c, deliver_record.c */
+
+int deliver_stopping(struct deliver *d)
+{
+	(void) d;
+	return 0;
+}
+
+int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs, size_t n)
+{
+	size_t i;
+
+	(void) d, (void) jobs, (void) n;
+	for (i = 0; i < seen.n; i++) {
+		if (strcmp(seen.qid[i], qid) != 0)
+			continue;
+		if ((int) i == seen.fail_mark)
+			return STORE_EAGAIN;
+		if (seen.marks[i]++ > 0)
+			abort();	/* marked twice */
+		return 0;
+	}
+	abort();			/* a message nobody gave it */
+}
+
+void deliver_replied(struct deliver *d, struct deliver_job *j)
+{
+	(void) d;
+	j->decided = 1;
+}
+
+void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o, const char *dsn,
+		 const char *reply)
+{
+	struct deliver_result *r = &j->res[i];
+
+	r->outcome = o;
+	snprintf(r->reply, sizeof(r->reply), "%s", reply ? reply : "");
+	snprintf(r->dsn, sizeof(r->dsn), "%s", dsn ? dsn : "x.x.x");
+}
+
+void deliver_set_all(struct deliver_job *j, enum deliver_outcome o, const char *dsn,
+		     const char *reply)
+{
+	size_t i;
+
+	for (i = 0; i < j->m.n_rcpts; i++)
+		if (j->res[i].attempted)
+			deliver_set(j, i, o, dsn, reply);
+}
+
+/* ---------------------------------------------------------------- the server */
+
+/* srv_send - write it all (the client may be gone: no SIGPIPE) */
+static void srv_send(struct server *s, const void *p, size_t n)
+{
+	ssize_t k;
+
+	while (n > 0 && !s->wrote_eof && (k = send(s->fd, p, n, MSG_NOSIGNAL)) > 0) {
+		p = (const char *) p + k;
+		n -= (size_t) k;
+	}
+}
+
+/* srv_fill - read what the client sent, waiting ms at most; 0: nothing more */
+static int srv_fill(struct server *s, int ms)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLIN };
+	ssize_t n;
+
+	if (s->in_len == sizeof(s->in) || poll(&p, 1, ms) <= 0)
+		return 0;
+	n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
+	if (n <= 0)
+		return 0;
+	if (s->got_len + (size_t) n <= sizeof(s->got)) {
+		memcpy(s->got + s->got_len, s->in + s->in_len, (size_t) n);
+		s->got_len += (size_t) n;
+	}
+	s->in_len += (size_t) n;
+	return 1;
+}
+
+/* srv_take - consume up to and including `end` from what was read; 1 if found */
+static int srv_take(struct server *s, const char *end, char *out, size_t outlen)
+{
+	char *e;
+	size_t n;
+
+	while ((e = memmem(s->in, s->in_len, end, strlen(end))) == NULL)
+		if (!srv_fill(s, WAIT_MS))
+			return 0;
+	n = (size_t) (e - s->in) + strlen(end);
+	if (out)
+		snprintf(out, outlen, "%.*s", (int) n, s->in);
+	memmove(s->in, s->in + n, s->in_len - n);
+	s->in_len -= n;
+	return 1;
+}
+
+/* srv_auto - a proper server for one command; 0 when there was none, or QUIT */
+static int srv_auto(struct server *s)
+{
+	char line[1024];
+
+	if (!srv_take(s, "\n", line, sizeof(line)))
+		return 0;
+	if (strncasecmp(line, "EHLO", 4) == 0)
+		srv_send(s, canned[1], strlen(canned[1]));
+	else if (strncasecmp(line, "HELO", 4) == 0)
+		srv_send(s, canned[3], strlen(canned[3]));
+	else if (strncasecmp(line, "MAIL", 4) == 0)
+		srv_send(s, canned[4], strlen(canned[4]));
+	else if (strncasecmp(line, "RCPT", 4) == 0)
+		srv_send(s, canned[5], strlen(canned[5]));
+	else if (strncasecmp(line, "RSET", 4) == 0)
+		srv_send(s, canned[4], strlen(canned[4]));
+	else if (strncasecmp(line, "QUIT", 4) == 0) {
+		srv_send(s, canned[10], strlen(canned[10]));
+		return 0;
+	} else if (strncasecmp(line, "DATA", 4) == 0) {
+		srv_send(s, canned[8], strlen(canned[8]));
+		if (srv_take(s, "\r\n.\r\n", NULL, 0))
+			srv_send(s, canned[9], strlen(canned[9]));
+	} else {
+		srv_send(s, canned[14], strlen(canned[14]));
+	}
+	return 1;
+}
+
+/* srv_reset - end the connection with a reset */
+static void srv_reset(struct server *s)
+{
+	struct linger lg = { 1, 0 };
+
+	(void) setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+}
+
+/* srv_run - run the script over one accepted connection */
+static void srv_run(struct server *s)
+{
+	const uint8_t *p = s->script, *end = s->script + s->len;
+	unsigned k;
+	size_t n;
+
+	while (p < end) {
+		switch (*p++ & 7) {
+		case 0:
+			(void) srv_take(s, "\n", NULL, 0);
+			break;
+		case 1:
+			if (p < end) {
+				k = *p++ % N_CANNED;
+				srv_send(s, canned[k], strlen(canned[k]));
+			}
+			break;
+		case 2:
+			n = p < end ? *p++ % 64u : 0;
+			n = n > (size_t) (end - p) ? (size_t) (end - p) : n;
+			srv_send(s, p, n);
+			p += n;
+			break;
+		case 3:
+			(void) srv_take(s, "\r\n.\r\n", NULL, 0);
+			break;
+		case 4:
+			srv_reset(s);
+			return;
+		case 5:
+			return;
+		case 6:
+			for (k = p < end ? *p++ % 16u : 0; k > 0 && srv_auto(s); k--)
+				continue;
+			break;
+		case 7:
+			(void) shutdown(s->fd, SHUT_WR);
+			s->wrote_eof = 1;
+			break;
+		}
+	}
+}
+
+/*
+ * srv_main - the server thread: each connection the bridge makes, the
+ * script on the first, a proper server on the others; until the batch is
+ * over (a byte on s->done)
+ */
+static void *srv_main(void *arg)
+{
+	struct server *s = arg;
+	struct pollfd p[2] = { { .fd = lfd, .events = POLLIN }, { .fd = s->done[0], .events = POLLIN } };
+	int conns = 0;
+
+	while (poll(p, 2, -1) > 0 && !p[1].revents) {
+		if ((s->fd = accept(lfd, NULL, NULL)) < 0)
+			continue;
+		s->in_len = 0;
+		s->wrote_eof = 0;
+		if (conns++ == 0) {
+			srv_run(s);
+		} else {
+			srv_send(s, canned[0], strlen(canned[0]));
+			while (srv_auto(s))
+				continue;
+		}
+		close(s->fd);
+		s->fd = -1;
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- the client */
+
+/* setup - the listener and the configuration, once */
+static void setup(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+
+	signal(SIGPIPE, SIG_IGN);
+	log_setup("fuzz_deliver", 0, LOG_LEVEL_ERROR);	/* info lines would drown the fuzzer */
+	if ((lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0
+	    || bind(lfd, (struct sockaddr *) &a, sizeof(a)) < 0 || listen(lfd, 8) < 0
+	    || getsockname(lfd, (struct sockaddr *) &a, &len) < 0)
+		abort();
+	host.host = "127.0.0.1";
+	host.port = ntohs(a.sin_port);
+	conf.hostname = "relay.fuzz";
+	conf.upstream.hosts = &host;
+	conf.upstream.n_hosts = 1;
+	conf.upstream.tls = CONF_TLS_NONE;
+	conf.upstream.tls_verify = 1;
+	conf.upstream.timeout = 1;	/* the bridge's deadlines, for a script that stalls */
+}
+
+/* job_init - message i of the batch, with r recipients */
+static void job_init(struct deliver_job *j, size_t i, size_t r)
+{
+	char text[128];
+	size_t k;
+
+	memset(j, 0, sizeof(*j));
+	snprintf(j->m.qid, sizeof(j->m.qid), "FUZZ%zu", i);
+	j->m.from = strdup("sender@example.org");
+	j->m.rcpts = calloc(r, sizeof(*j->m.rcpts));
+	j->m.n_rcpts = r;
+	j->res = calloc(r, sizeof(*j->res));
+	for (k = 0; k < r; k++) {
+		snprintf(text, sizeof(text), "r%zu-m%zu@example.com", k, i);
+		j->m.rcpts[k].addr = strdup(text);
+		j->res[k].attempted = 1;
+	}
+	snprintf(text, sizeof(text), "From: sender@example.org\r\nSubject: fuzz %zu\r\n\r\nbody\r\n", i);
+	j->m.data = strdup(text);
+	j->m.data_len = strlen(text);
+}
+
+/* job_check - the properties of one message's outcome */
+static void job_check(const struct deliver_job *j, int marked)
+{
+	size_t k;
+
+	for (k = 0; k < j->m.n_rcpts; k++) {
+		if (j->res[k].reply[0] == 0)
+			abort();	/* no outcome, or no reason */
+		if ((j->res[k].outcome == DELIVER_SENT || j->res[k].outcome == DELIVER_AMBIGUOUS)
+		    && !marked)
+			abort();	/* sent without a mark before its dot */
+	}
+}
+
+/* job_free - everything job_init allocated */
+static void job_free(struct deliver_job *j)
+{
+	size_t k;
+
+	for (k = 0; k < j->m.n_rcpts; k++)
+		free(j->m.rcpts[k].addr);
+	free(j->m.rcpts);
+	free(j->m.from);
+	free(j->m.data);
+	free(j->res);
+}
+
+/* dots - the contents' final dots the server read */
+static size_t dots(const struct server *s)
+{
+	static const char dot[] = "body\r\n.\r\n";
+	const char *p = s->got, *end = s->got + s->got_len, *e;
+	size_t n = 0;
+
+	while ((e = memmem(p, (size_t) (end - p), dot, sizeof(dot) - 1)) != NULL) {
+		n++;
+		p = e + sizeof(dot) - 1;
+	}
+	return n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct server s;
+	struct deliver_job jobs[MSGS_MAX], *ptrs[MSGS_MAX];
+	struct deliver d;
+	pthread_t srv;
+	size_t i, n, marks = 0;
+
+	if (lfd < 0)
+		setup();
+	if (size < 2)
+		return 0;
+	memset(&seen, 0, sizeof(seen));
+	n = (size_t) (data[0] & 3) % MSGS_MAX + 1;
+	seen.fail_mark = data[0] & 4 ? 1 : -1;
+	seen.n = n;
+	for (i = 0; i < n; i++) {
+		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1);
+		memcpy(seen.qid[i], jobs[i].m.qid, sizeof(seen.qid[i]));
+		ptrs[i] = &jobs[i];
+	}
+	memset(&s, 0, sizeof(s));
+	s.script = data + 2;
+	s.len = size - 2;
+	s.fd = -1;
+	memset(&d, 0, sizeof(d));
+	d.c = &conf;
+	d.batch = MSGS_MAX;
+	if (pipe(s.done) < 0 || pthread_create(&srv, NULL, srv_main, &s) != 0)
+		abort();
+	deliver_smtp_batch(&d, ptrs, n);
+	if (write(s.done[1], "x", 1) != 1)
+		abort();
+	pthread_join(srv, NULL);
+	close(s.done[0]);
+	close(s.done[1]);
+	for (i = 0; i < n; i++) {
+		job_check(&jobs[i], seen.marks[i] > 0);
+		marks += (size_t) seen.marks[i];
+		job_free(&jobs[i]);
+	}
+	if (dots(&s) > marks)
+		abort();		/* a final dot with no mark before it */
+	return 0;
+}

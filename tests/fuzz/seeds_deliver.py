@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""seeds_deliver.py - write the seed corpus of fuzz_deliver (tests/fuzz/corpus/deliver):
+an upstream that resets after each reply of a transaction (1-3 recipients, the first
+RCPT answered 250 or 451, with and without PIPELINING), and replies libESMTP 1.1.0
+cannot read in the middle of a pipeline. The script's opcodes are in fuzz_deliver.c."""
+
+import os
+import sys
+
+READ, REPLY, RAW, CONTENT, RESET, CLOSE, AUTO, SHUT = range(8)
+GREET, EHLO_PIPE, EHLO_UTF8, EHLO_PLAIN, MAIL_OK, RCPT_OK, TEMP, PERM, GO, QUEUED, BYE, \
+    GOING, NOVALID, MULTI, WHAT, BARE = range(16)
+
+
+def header(msgs, rcpts, fail_second=False):
+    b1 = 0
+    for i, r in enumerate(rcpts):
+        b1 |= (r - 1) << (2 * i)
+    return bytes([(msgs - 1) | (4 if fail_second else 0), b1])
+
+
+def raw(data):
+    out = b""
+    while data:
+        out += bytes([RAW, len(data[:63])]) + data[:63]
+        data = data[63:]
+    return out
+
+
+def opening(ehlo):
+    return bytes([REPLY, GREET, READ, REPLY, ehlo, READ])
+
+
+def reset_at(n, k, mode, ehlo):
+    """the transaction's replies in order, reset after the k-th (1: MAIL)"""
+    tx = [MAIL_OK] + [TEMP if (mode == 451 and i == 0) else RCPT_OK for i in range(n)] + [GO, QUEUED]
+    s = opening(ehlo)
+    for j, rep in enumerate(tx):
+        if 0 < j < len(tx) - 1:
+            s += bytes([READ])
+        elif j == len(tx) - 1:
+            s += bytes([CONTENT])
+        s += bytes([REPLY, rep])
+        if j + 1 == k:
+            return s + bytes([RESET])
+    return s + bytes([AUTO, 15])
+
+
+def seeds():
+    out = {}
+    out["normal-1x1"] = header(1, [1]) + bytes([REPLY, GREET, AUTO, 15])
+    out["normal-3x3"] = header(3, [3, 3, 3]) + bytes([REPLY, GREET, AUTO, 15, AUTO, 15])
+    for ehlo, name in ((EHLO_PIPE, "pipe"), (EHLO_PLAIN, "nopipe")):
+        for n in (1, 2, 3):
+            for k in range(1, n + 4):
+                for mode in (250, 451):
+                    out["reset-%s-n%dk%d-%d" % (name, n, k, mode)] = \
+                        header(1, [n]) + reset_at(n, k, mode, ehlo)
+    out["reset-after-greeting"] = header(1, [3]) + bytes([REPLY, GREET, RESET])
+    out["reset-after-ehlo"] = header(1, [3]) + opening(EHLO_PIPE) + bytes([RESET])
+    base = header(1, [3]) + opening(EHLO_PIPE) + bytes([REPLY, MAIL_OK, READ, REPLY, RCPT_OK])
+    out["garbage-in-pipeline"] = base + raw(b"garbage\r\n") + bytes([REPLY, RCPT_OK, REPLY, GO, CLOSE])
+    out["bare-code-in-pipeline"] = base + bytes([REPLY, BARE, REPLY, RCPT_OK, REPLY, GO, CLOSE])
+    out["enhanced-mismatch"] = base + raw(b"250-2.1.5 a\r\n250 2.1.0 b\r\n") + \
+        bytes([REPLY, RCPT_OK, REPLY, GO, CLOSE])
+    out["code-mismatch"] = base + raw(b"250-a\r\n251 b\r\n") + bytes([REPLY, GO, CLOSE])
+    out["unfinished-line-reset"] = base + raw(b"250 2.1") + bytes([RESET])
+    out["421-then-close"] = header(1, [3]) + opening(EHLO_PIPE) + \
+        bytes([REPLY, MAIL_OK, READ, REPLY, GOING, CLOSE])
+    out["close-after-dot"] = header(1, [2]) + opening(EHLO_PIPE) + \
+        bytes([REPLY, MAIL_OK, READ, REPLY, RCPT_OK, READ, REPLY, RCPT_OK, READ, REPLY, GO,
+               CONTENT, CLOSE])
+    out["reset-mid-content"] = header(1, [1]) + opening(EHLO_PIPE) + \
+        bytes([REPLY, MAIL_OK, READ, REPLY, RCPT_OK, READ, REPLY, GO, RESET])
+    out["unsolicited-before-ehlo"] = header(1, [1]) + bytes([REPLY, GREET, REPLY, MAIL_OK, AUTO, 15])
+    out["shut-after-greeting"] = header(1, [2]) + bytes([REPLY, GREET, SHUT, READ, READ])
+    out["mark-fails-second"] = header(2, [2, 2], True) + bytes([REPLY, GREET, AUTO, 15])
+    out["reset-second-message"] = header(2, [3, 3]) + bytes([REPLY, GREET, AUTO, 7, READ,
+                                                             REPLY, RCPT_OK, RESET])
+    out["no-valid-recipients"] = header(1, [2]) + opening(EHLO_PIPE) + \
+        bytes([REPLY, MAIL_OK, READ, REPLY, PERM, READ, REPLY, PERM, READ, REPLY, GO, READ,
+               REPLY, NOVALID, AUTO, 3])
+    out["ehlo-500-helo"] = header(1, [1]) + bytes([REPLY, GREET, READ, REPLY, WHAT, AUTO, 15])
+    out["multi-line-rcpt"] = base + bytes([REPLY, MULTI, REPLY, RCPT_OK, REPLY, GO, CONTENT,
+                                           REPLY, QUEUED, AUTO, 3])
+    out["utf8-chunking-ehlo"] = header(1, [1]) + opening(EHLO_UTF8) + bytes([AUTO, 15])
+    return out
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__),
+                                                           "corpus", "deliver")
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds().items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    main()
