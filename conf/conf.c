@@ -363,7 +363,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	static const char *const names[] = {"message_size", "recipients",
 		"connections", "command_timeout", "data_timeout", "bare_lf",
 		"min_data_rate", "stress_timeout", "data_memory", "hard_errors",
-		"junk_commands", 0};
+		"junk_commands", "client_connections", "client_connection_rate",
+		"client_ipv6_prefix", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
 	config_setting_t *g;
 
@@ -381,7 +382,12 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0
 	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0
 	    || conf_int(x, g, "hard_errors", 1, 1000000, &c->limits.hard_errors) < 0
-	    || conf_int(x, g, "junk_commands", 1, 1000000, &c->limits.junk_commands) < 0)
+	    || conf_int(x, g, "junk_commands", 1, 1000000, &c->limits.junk_commands) < 0
+	    || conf_int(x, g, "client_connections", 0, 1000000,
+			&c->limits.client_connections) < 0
+	    || conf_int(x, g, "client_connection_rate", 0, 1000000000,
+			&c->limits.client_connection_rate) < 0
+	    || conf_int(x, g, "client_ipv6_prefix", 1, 128, &c->limits.client_ipv6_prefix) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */
 	if (c->store.backend == CONF_STORE_LMDB && c->limits.message_size >= c->store.map_size) {
@@ -468,6 +474,8 @@ static void conf_defaults(struct conf *c)
 	c->limits.data_memory = 64ULL << 20;
 	c->limits.hard_errors = 20;		/* Postfix's smtpd_hard_error_limit */
 	c->limits.junk_commands = 100;		/* Postfix's smtpd_junk_command_limit */
+	c->limits.client_connections = 50;	/* smtpd_client_connection_count_limit */
+	c->limits.client_ipv6_prefix = 64;
 	c->log.level = LOG_LEVEL_INFO;
 }
 

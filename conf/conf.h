@@ -126,6 +126,9 @@ struct conf {
 		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
 		int hard_errors;	/* 4xx/5xx replies before 421, default 20 */
 		int junk_commands;	/* NOOP RSET VRFY HELP before they count, default 100 */
+		int client_connections;	/* open at once per client, default 50; 0: off */
+		int client_connection_rate;	/* opened a minute per client, default 0: off */
+		int client_ipv6_prefix;	/* an IPv6 client is its /N, default 64 */
 	} limits;
 
 	struct {

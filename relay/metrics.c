@@ -93,6 +93,10 @@ static const struct {
 	[METRICS_UNCONFIRMED] = { "unconfirmed", 0, "unconfirmed" },
 	[METRICS_REVIVED] = { "revived", "Messages another node had finished unconfirmed on this "
 			      "node's inflight mark, which sent no final dot: queued again.", 0 },
+	[METRICS_CLIENT_COUNT_REFUSED] = { "client_connections_refused", "Connections refused: "
+					   "the client had limits.client_connections open.", 0 },
+	[METRICS_CLIENT_RATE_REFUSED] = { "client_rate_refused", "Connections refused: the client "
+					  "had opened limits.client_connection_rate this minute.", 0 },
 };
 
 struct metrics {

@@ -40,6 +40,8 @@ enum metrics_counter {
 	METRICS_BOUNCED,
 	METRICS_UNCONFIRMED,
 	METRICS_REVIVED,		/* messages another node finished unconfirmed, queued again */
+	METRICS_CLIENT_COUNT_REFUSED,	/* connections past limits.client_connections */
+	METRICS_CLIENT_RATE_REFUSED,	/* connections past limits.client_connection_rate */
 	METRICS_N_COUNTERS
 };
 

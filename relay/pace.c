@@ -177,27 +177,53 @@ void pace_sweep(struct server *srv)
 	}
 }
 
-/* pace_make_room - drop the session with the least time left, if it has spent a second */
-int pace_make_room(struct server *srv)
+/*
+ * pace_shed - the session with the least time left of those of client (all
+ * clients: NULL) that may go: not waiting for the daemon, not paused, and,
+ * unless one client holds several slots, past its first second of stress
+ */
+static struct conn *pace_shed(struct server *srv, const struct anvil_client *client,
+			      int64_t now)
 {
-	struct conn *c, *best = NULL;
-	int64_t now = clock_mono_us(), left, best_left = 0;
 	int64_t room = srv->cf->limits.stress_timeout * PACE_US - PACE_ROOM_MIN;
-	char why[96];
+	int64_t left, best_left = 0;
+	struct conn *c, *best = NULL;
 
 	for (c = srv->conns; c; c = c->next) {
-		if (c->dead || smtp_session_waiting(c->s) || c->paused)
+		if (c->dead || smtp_session_waiting(c->s) || c->paused
+		    || (client && c->client != client))
 			continue;
 		left = pace_left(c, now, 1);
-		if (left > room || (best && left >= best_left))
+		if ((!client && left > room) || (best && left >= best_left))
 			continue;
 		best = c;
 		best_left = left;
 	}
+	return best;
+}
+
+/*
+ * pace_make_room - at the connection limit, drop a session: first one of
+ * the client holding the most slots, if it holds more than one (one
+ * address must not keep the others out); else the one with the least
+ * time left, if it has spent a second
+ */
+int pace_make_room(struct server *srv)
+{
+	const struct anvil_client *top = anvil_top(srv->anvil);
+	int64_t now = clock_mono_us();
+	struct conn *best = NULL;
+	char why[128];
+
+	if (top && anvil_count(top) > 1 && (best = pace_shed(srv, top, now)) != NULL)
+		snprintf(why, sizeof(why), " (connection limit %d reached: the client holding"
+			 " the most, %zu, gives one up)", srv->cf->limits.connections,
+			 anvil_count(top));
+	else if ((best = pace_shed(srv, NULL, now)) != NULL)
+		snprintf(why, sizeof(why), " (connection limit %d reached: the slowest goes first)",
+			 srv->cf->limits.connections);
 	if (best == NULL)
 		return 0;
-	snprintf(why, sizeof(why), " (connection limit %d reached: the slowest goes first)",
-		 srv->cf->limits.connections);
 	pace_timeout(best, why);
 	if (!best->dead)
 		conn_close(best);	/* the 421 is out, or never will be */

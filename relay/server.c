@@ -86,6 +86,7 @@ static void conn_free(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	budget_release(c);
+	anvil_disconnect(srv->anvil, c->client);
 	srv->n_conns--;
 	if (c->dead)
 		srv->n_dead--;
@@ -395,14 +396,35 @@ static void on_auth(void *ctx, struct smtp_session *s, const char *mech,
 	auth_submit(c->srv->auth, req);
 }
 
+/*
+ * conn_refuse_client - a client past its limit: 421 in the clear (none on
+ * an implicit-TLS port, where it could not be read), and close
+ */
+static void conn_refuse_client(struct server *srv, const struct listener *l, int fd,
+			       const char *addr, enum anvil_verdict v)
+{
+	char busy[512];
+	int n;
+
+	metrics_inc(v == ANVIL_COUNT ? METRICS_CLIENT_COUNT_REFUSED : METRICS_CLIENT_RATE_REFUSED);
+	n = snprintf(busy, sizeof(busy), "421 4.7.0 %s Error: too many connections%s from %s\r\n",
+		     srv->cf->hostname, v == ANVIL_RATE ? " a minute" : "", addr);
+	if (!l->cf->tls_implicit && n > 0 && (size_t) n < sizeof(busy))
+		(void) !write(fd, busy, (size_t) n);
+	close(fd);
+}
+
 /* conn_accept - take new connections from a listener */
 static void conn_accept(struct server *srv, struct listener *l)
 {
 	struct sockaddr_storage ss;
+	struct anvil_client *client;
+	enum anvil_verdict v;
+	char addr[INET6_ADDRSTRLEN];
 	socklen_t sl;
 	struct conn *c;
 	struct io *io;
-	int fd, one = 1;
+	int fd, one = 1, relay_ok;
 
 	for (;;) {
 		sl = sizeof(ss);
@@ -412,10 +434,22 @@ static void conn_accept(struct server *srv, struct listener *l)
 				msg_warn("accept: %m");
 			return;
 		}
+		if (ss.ss_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr, sizeof(addr));
+		else
+			inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr, sizeof(addr));
+		relay_ok = conf_net_match(srv->cf, (struct sockaddr *) &ss);
+		/* the client's own limits first: one past them makes no one else room */
+		if ((v = anvil_connect(srv->anvil, (struct sockaddr *) &ss, addr, relay_ok,
+				       clock_mono_us(), &client)) != ANVIL_OK) {
+			conn_refuse_client(srv, l, fd, addr, v);
+			continue;
+		}
 		if (srv->n_conns - srv->n_dead >= (size_t) srv->cf->limits.connections
 		    && !pace_make_room(srv)) {
 			static const char busy[] = "421 4.7.0 Too many connections, try again later\r\n";
 
+			anvil_disconnect(srv->anvil, client);
 			if (!l->cf->tls_implicit)	/* no 421 in the clear on a TLS port */
 				(void) !write(fd, busy, sizeof(busy) - 1);
 			close(fd);
@@ -424,18 +458,18 @@ static void conn_accept(struct server *srv, struct listener *l)
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		io = l->cf->tls_implicit ? tls_io_new(srv->tls, fd) : io_plain_new(fd);
-		if (io == NULL)
+		if (io == NULL) {
+			anvil_disconnect(srv->anvil, client);
 			continue;			/* logged; the socket is closed */
+		}
 		c = xcalloc(1, sizeof(*c));
 		c->tag = TAG_CONN;
 		c->srv = srv;
 		c->l = l;
 		c->io = io;
-		if (ss.ss_family == AF_INET6)
-			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, c->addr, sizeof(c->addr));
-		else
-			inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, c->addr, sizeof(c->addr));
-		c->relay_ok = conf_net_match(srv->cf, (struct sockaddr *) &ss);
+		memcpy(c->addr, addr, sizeof(c->addr));
+		c->relay_ok = relay_ok;
+		c->client = client;
 		c->s = smtp_session_new(&l->smtp_cf, &srv->hooks, c);
 		pace_arm(c);
 		msg_info("connect from unknown[%s]", c->addr);
@@ -501,6 +535,19 @@ static void server_smtp_limits(struct smtp_config *sc, const struct conf *cf)
 	sc->out_max = OUT_MAX;
 }
 
+/* server_limits - what the configuration says of sessions and clients (start, SIGHUP) */
+static void server_limits(struct server *srv)
+{
+	const struct conf *cf = srv->cf;
+	size_t i;
+
+	server_smtp_limits(&srv->smtp_cf, cf);
+	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
+		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
+	anvil_set(srv->anvil, cf->limits.client_connections, cf->limits.client_connection_rate,
+		  cf->limits.client_ipv6_prefix);
+}
+
 /*
  * server_load_secrets - certificate, key and users, read while still
  * privileged (before the privilege drop), so they may be root's alone
@@ -530,7 +577,7 @@ static void server_reload_conf(struct server *srv)
 {
 	struct conf nc, *cf = srv->cf;
 	struct conf_net *nets;
-	size_t i, n;
+	size_t n;
 	char err[512];
 
 	if (conf_load(&nc, srv->conf_path, err, sizeof(err)) < 0) {
@@ -544,9 +591,7 @@ static void server_reload_conf(struct server *srv)
 	nc.networks = nets;
 	nc.n_networks = n;
 	cf->limits = nc.limits;
-	server_smtp_limits(&srv->smtp_cf, cf);
-	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
-		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
+	server_limits(srv);
 	if (srv->dl.reload)
 		srv->dl.reload(srv->dl.arg, &nc);
 	cf->log = nc.log;
@@ -589,7 +634,6 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	srv->conf_path = conf_path;
 	srv->st = st;
 	srv->smtp_cf.hostname = cf->hostname;
-	server_smtp_limits(&srv->smtp_cf, cf);
 	srv->hooks.rcpt = on_rcpt;
 	srv->hooks.message = submit_message;
 	srv->hooks.auth = on_auth;
@@ -598,6 +642,8 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	srv->auth_tag = TAG_AUTH;
 	srv->sigfd = -1;
 	srv->dc = dupcount_new();
+	srv->anvil = anvil_new();
+	server_limits(srv);
 	if ((srv->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		msg_fatal("epoll_create1: %m");
 	server_load_secrets(srv);
@@ -785,6 +831,7 @@ int server_run(struct server *srv)
 			last_sweep = clock_us();
 			pace_sweep(srv);
 			budget_trim(srv);
+			anvil_sweep(srv->anvil, clock_mono_us());
 		}
 		conn_reap(srv);
 	}
@@ -814,5 +861,6 @@ void server_free(struct server *srv)
 	auth_users_free(srv->users);
 	tls_free(srv->tls);
 	dupcount_free(srv->dc);
+	anvil_free(srv->anvil);
 	free(srv);
 }

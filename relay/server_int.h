@@ -17,6 +17,7 @@
 #include "../smtp/smtp.h"
 #include "../store/store.h"
 #include "../util/buf.h"
+#include "anvil.h"
 #include "commit.h"
 #include "server.h"
 
@@ -43,6 +44,7 @@ struct conn {
 	struct buf in;			/* unconsumed input, owned */
 	char addr[INET6_ADDRSTRLEN];
 	int relay_ok;			/* client inside access.networks */
+	struct anvil_client *client;	/* its count in srv->anvil; NULL: exempt */
 	int64_t armed, deadline;	/* monotonic microseconds (pace.h) */
 	unsigned long records;		/* the session's records when armed */
 	int in_data;			/* the deadline is a message's credit */
@@ -76,6 +78,7 @@ struct server {
 	size_t n_ls;
 	struct conn *conns;
 	size_t n_conns;
+	struct anvil *anvil;		/* owned: per-client counts (anvil.h) */
 	size_t n_dead;			/* of them closed, waiting to be freed */
 	size_t held, held_peak;		/* message octets in memory, the peak since a trim */
 	struct conn *leader;		/* reads even when the budget is spent; not owned */

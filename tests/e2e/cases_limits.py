@@ -11,7 +11,7 @@ import time
 from cases_protocol import reply_codes
 from cases_tls import plain, starttls, tls_daemon
 from harness import LMDB_ONLY
-from harness import Raw, case, check, eq, expect_reply, make_msg, submit_ok, wait_until
+from harness import Raw, case, check, eq, expect_reply, free_port, make_msg, submit_ok, wait_until
 
 
 def hold(port, refused=None):
@@ -319,3 +319,132 @@ def test_nonreading_clients_bounded(t):
     d.wait_log("timeout after EHLO", timeout=60)
     for x in socks:
         x[0].close()
+
+
+def connect_from(src, port, timeout=10):
+    """connect_from - a socket from the loopback address src; the greeting line"""
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((src, 0))
+    s.connect(("127.0.0.1", port))
+    line = b""
+    while not line.endswith(b"\n"):
+        got = s.recv(1)
+        if not got:
+            break
+        line += got
+    return s, line.decode("latin-1").rstrip("\r\n")
+
+
+@case()
+def test_client_connection_limits(t):
+    """Per-client limits (issue 30 part 1), as Postfix's anvil: 50 connections
+    at once per client by default, and limits.client_connections /
+    client_connection_rate; access.networks exempt. One client holding its 50
+    slots leaves the others served; its 51st gets 421 4.7.0, logged once per
+    episode, counted in /metrics."""
+    sink = t.sink()
+    d = t.daemon(sink, {"access": {"networks": ["127.0.0.1/32"]},
+                        "metrics": {"address": "127.0.0.1", "port": free_port()}})
+    held = []
+    for _ in range(50):
+        s, greet = connect_from("127.0.0.2", d.port)
+        check(greet.startswith("220 "), "attacker slot %d: %r" % (len(held), greet))
+        held.append(s)
+    refused = []
+    for _ in range(3):
+        s, greet = connect_from("127.0.0.2", d.port)
+        refused.append(greet)
+        s.close()
+    eq(refused, ["421 4.7.0 idemrelay.test Error: too many connections from 127.0.0.2"] * 3,
+       "the 51st to 53rd connections")
+    s, greet = connect_from("127.0.0.3", d.port)
+    check(greet.startswith("220 "), "another client is served: %r" % greet)
+    s.close()
+    q = submit_ok(d.port, ["a@example.com"], make_msg(key="client-limit-1"))
+    check(q, "an exempt client submits")
+    eq(len(d.log_lines("warning: 127.0.0.2: connection count limit 50 exceeded")), 1,
+       "one warning for the episode")
+    held.pop().close()
+    wait_until(lambda: connect_from("127.0.0.2", d.port)[1].startswith("220 "), 10,
+               "a slot freed for 127.0.0.2")
+    for s in held:
+        s.close()
+    text = scrape_metrics(d.conf["metrics"]["port"])
+    n = re.search(r"^idemrelay_client_connections_refused_total (\d+)$", text, re.M)
+    check(n and int(n.group(1)) >= 3,   # and any the wait above met before the close
+          "the refusals in /metrics: %r" % [l for l in text.splitlines() if "client" in l])
+    # the rate a minute, and a limit of one
+    e = t.daemon(sink, {"access": {"networks": ["127.0.0.1/32"]},
+                        "limits": {"client_connections": 1, "client_connection_rate": 3}})
+    a, greet = connect_from("127.0.0.2", e.port)
+    check(greet.startswith("220 "), "first: %r" % greet)
+    s, greet = connect_from("127.0.0.2", e.port)
+    eq(greet, "421 4.7.0 idemrelay.test Error: too many connections from 127.0.0.2",
+       "a second at once")
+    a.close()
+    for i in range(2):
+        wait_until(lambda: connect_from("127.0.0.2", e.port)[1].startswith("220 "), 10,
+                   "connection %d of the minute" % (i + 2))
+    s, greet = connect_from("127.0.0.2", e.port)
+    eq(greet, "421 4.7.0 idemrelay.test Error: too many connections a minute from 127.0.0.2",
+       "the fourth in a minute")
+    e.wait_log("warning: 127.0.0.2: connection rate limit 3 a minute exceeded")
+
+
+def scrape_metrics(port):
+    """scrape_metrics - the text of GET /metrics"""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        out = b""
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            out += got
+    return out.decode()
+
+
+@case()
+def test_client_shed_under_pressure(t):
+    """At limits.connections, the client holding the most slots gives one up
+    for a newcomer (issue 30 part 1): one address holding all 20, each session
+    sending NOOP every 0.3 s (so none is idle, none slow), no longer keeps
+    another client out."""
+    sink = t.sink()
+    d = t.daemon(sink, {"access": {"networks": ["127.0.0.1/32"]},
+                        "limits": {"connections": 20}})
+    held = []
+    for _ in range(20):
+        s, greet = connect_from("127.0.0.2", d.port)
+        check(greet.startswith("220 "), "attacker slot %d: %r" % (len(held), greet))
+        held.append(s)
+    stop = threading.Event()
+
+    def pin():
+        while not stop.is_set():
+            for s in held:
+                try:
+                    s.sendall(b"NOOP\r\n")
+                    s.recv(4096)
+                except OSError:
+                    pass
+            stop.wait(0.3)
+    pinner = threading.Thread(target=pin, daemon=True)
+    pinner.start()
+    try:
+        time.sleep(1)
+        greets = []
+        for _ in range(3):
+            s, greet = connect_from("127.0.0.3", d.port)
+            greets.append(greet[:4])
+            s.close()
+        eq(greets, ["220 "] * 3, "another client's greetings while one holds every slot")
+        q = submit_ok(d.port, ["a@example.com"], make_msg(key="shed-1"))
+        check(q, "an exempt client submits")
+    finally:
+        stop.set()
+        pinner.join(5)
+        for s in held:
+            s.close()
+    d.wait_log("the client holding the most, 20, gives one up")

@@ -1,0 +1,221 @@
+/*
+ * NAME
+ *	anvil 3
+ * SUMMARY
+ *	per-client connection limits: how many at once, how many a minute
+ * DESCRIPTION
+ *	See anvil.h. Clients live in a hash table keyed by their address as
+ *	16 octets (IPv4 mapped into IPv6, an IPv6 address cut to its prefix),
+ *	hashed with a key drawn at start, so that no client can choose
+ *	addresses that share a chain. A client is remembered while it has a
+ *	connection open or its minute has not ended; anvil_sweep() forgets
+ *	the others, so the table holds at most the clients of the last
+ *	minute. Rates count in fixed minutes from a client's first
+ *	connection in them, as Postfix's anvil does.
+ * DIAGNOSTICS
+ *	"ADDR: connection count limit N exceeded", "ADDR: connection rate
+ *	limit N a minute exceeded", once per episode.
+ */
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "../util/buf.h"
+#include "../util/log.h"
+#include "anvil.h"
+
+#define ANVIL_MINUTE	60000000LL	/* the rate's time unit, microseconds */
+#define ANVIL_BUCKETS	4096		/* a power of two */
+
+struct anvil_client {
+	uint8_t key[16];
+	size_t conns;			/* open now */
+	int64_t minute;			/* start of its current minute */
+	unsigned opened;		/* connections opened in it */
+	int warned_count, warned_rate;	/* this episode is logged */
+	struct anvil_client *next;	/* hash chain */
+};
+
+struct anvil {
+	struct anvil_client *bucket[ANVIL_BUCKETS];
+	uint64_t seed[2];
+	size_t n;
+	int count, rate, prefix;
+};
+
+/* anvil_new - an empty table with a random hash key */
+struct anvil *anvil_new(void)
+{
+	struct anvil *a = xcalloc(1, sizeof(*a));
+
+	if (getrandom(a->seed, sizeof(a->seed), 0) != sizeof(a->seed))
+		a->seed[0] = (uint64_t) (uintptr_t) a ^ 0x9e3779b97f4a7c15ULL;
+	a->prefix = 64;
+	return a;
+}
+
+/* anvil_set - the limits; 0: off */
+void anvil_set(struct anvil *a, int count, int rate, int ipv6_prefix)
+{
+	a->count = count;
+	a->rate = rate;
+	a->prefix = ipv6_prefix > 0 && ipv6_prefix <= 128 ? ipv6_prefix : 64;
+}
+
+/* anvil_free - every client, then the table; NULL-safe */
+void anvil_free(struct anvil *a)
+{
+	struct anvil_client *cl, *next;
+	size_t i;
+
+	if (a == NULL)
+		return;
+	for (i = 0; i < ANVIL_BUCKETS; i++)
+		for (cl = a->bucket[i]; cl; cl = next) {
+			next = cl->next;
+			free(cl);
+		}
+	free(a);
+}
+
+/* anvil_key - the client's 16 octets: IPv4 mapped, IPv6 cut to the prefix */
+static void anvil_key(const struct anvil *a, const struct sockaddr *sa, uint8_t key[16])
+{
+	const uint8_t *v6;
+	int bits, i;
+
+	memset(key, 0, 16);
+	if (sa->sa_family == AF_INET) {
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+		return;
+	}
+	v6 = ((const struct sockaddr_in6 *) sa)->sin6_addr.s6_addr;
+	if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *) v6)) {
+		memcpy(key, v6, 16);
+		return;
+	}
+	for (i = 0, bits = a->prefix; i < 16 && bits > 0; i++, bits -= 8)
+		key[i] = bits >= 8 ? v6[i] : (uint8_t) (v6[i] & (0xff << (8 - bits)));
+}
+
+/* anvil_hash - the key's bucket, under the table's secret */
+static size_t anvil_hash(const struct anvil *a, const uint8_t key[16])
+{
+	uint64_t h = a->seed[0], w;
+	int i;
+
+	for (i = 0; i < 16; i += 8) {
+		memcpy(&w, key + i, 8);
+		h ^= w + a->seed[1];
+		h *= 0xff51afd7ed558ccdULL;
+		h ^= h >> 33;
+	}
+	return (size_t) (h & (ANVIL_BUCKETS - 1));
+}
+
+/* anvil_find - the client of key, made if new */
+static struct anvil_client *anvil_find(struct anvil *a, const uint8_t key[16])
+{
+	size_t b = anvil_hash(a, key);
+	struct anvil_client *cl;
+
+	for (cl = a->bucket[b]; cl; cl = cl->next)
+		if (memcmp(cl->key, key, 16) == 0)
+			return cl;
+	cl = xcalloc(1, sizeof(*cl));
+	memcpy(cl->key, key, 16);
+	cl->next = a->bucket[b];
+	a->bucket[b] = cl;
+	a->n++;
+	return cl;
+}
+
+/* anvil_connect - count a connection, or say which limit refuses it */
+enum anvil_verdict anvil_connect(struct anvil *a, const struct sockaddr *sa, const char *addr,
+				 int exempt, int64_t now_us, struct anvil_client **out)
+{
+	struct anvil_client *cl;
+	uint8_t key[16];
+
+	*out = NULL;
+	if (exempt || (a->count == 0 && a->rate == 0))
+		return ANVIL_OK;
+	anvil_key(a, sa, key);
+	cl = anvil_find(a, key);
+	if (now_us - cl->minute >= ANVIL_MINUTE) {
+		cl->minute = now_us;
+		cl->opened = 0;
+		cl->warned_rate = 0;
+	}
+	if (a->count && cl->conns >= (size_t) a->count) {
+		if (!cl->warned_count++)
+			msg_warn("%s: connection count limit %d exceeded", addr, a->count);
+		return ANVIL_COUNT;
+	}
+	if (a->rate && cl->opened >= (unsigned) a->rate) {
+		if (!cl->warned_rate++)
+			msg_warn("%s: connection rate limit %d a minute exceeded", addr, a->rate);
+		return ANVIL_RATE;
+	}
+	cl->opened++;
+	cl->conns++;
+	*out = cl;
+	return ANVIL_OK;
+}
+
+/* anvil_disconnect - a counted connection ended; NULL-safe */
+void anvil_disconnect(struct anvil *a, struct anvil_client *cl)
+{
+	(void) a;
+	if (cl == NULL || cl->conns == 0)
+		return;
+	cl->conns--;
+	if (a->count == 0 || cl->conns < (size_t) a->count)
+		cl->warned_count = 0;	/* below the limit: a new episode may come */
+}
+
+/* anvil_count - the client's open connections */
+size_t anvil_count(const struct anvil_client *cl)
+{
+	return cl ? cl->conns : 0;
+}
+
+/* anvil_top - the client with the most open connections; NULL if none has any */
+const struct anvil_client *anvil_top(const struct anvil *a)
+{
+	const struct anvil_client *cl, *top = NULL;
+	size_t i;
+
+	for (i = 0; i < ANVIL_BUCKETS; i++)
+		for (cl = a->bucket[i]; cl; cl = cl->next)
+			if (cl->conns && (top == NULL || cl->conns > top->conns))
+				top = cl;
+	return top;
+}
+
+/* anvil_sweep - forget the clients with nothing open whose minute is over */
+void anvil_sweep(struct anvil *a, int64_t now_us)
+{
+	struct anvil_client **p, *cl;
+	size_t i;
+
+	for (i = 0; i < ANVIL_BUCKETS; i++) {
+		for (p = &a->bucket[i]; (cl = *p) != NULL;) {
+			if (cl->conns == 0 && now_us - cl->minute >= ANVIL_MINUTE) {
+				*p = cl->next;
+				free(cl);
+				a->n--;
+			} else {
+				p = &cl->next;
+			}
+		}
+	}
+}
+
+/* anvil_clients - how many clients are remembered */
+size_t anvil_clients(const struct anvil *a)
+{
+	return a->n;
+}
