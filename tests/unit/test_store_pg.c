@@ -10,7 +10,8 @@
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; a version 1
  * schema upgraded; a server with no connection slot free while the node
- * has connections of its own (no outage: callers wait for one of them).
+ * has connections of its own (no outage: callers wait for one of them);
+ * the settings a URL's options give kept over ours.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -178,6 +179,41 @@ static void test_unreachable(void **state)
 					   TEST_NODE, TEST_LEASE, err, sizeof(err)), STORE_EAGAIN);
 	if (st != NULL || strncmp(err, "connection to server", 20) != 0)
 		fail_msg("unreachable: got \"%s\", want connection to server ...", err);
+}
+
+/*
+ * Our session settings are made by a statement once connected (a pooler
+ * refuses startup options); one the URL's options give stays as given,
+ * the others are ours.
+ */
+static void test_url_options(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	char *url, err[512] = "";
+	PGconn *c;
+	PGresult *r;
+
+	if (strchr(f->url, '?') == NULL || strstr(f->url, "options=") == NULL)
+		fail_msg("the fixture's URL has no options: %s", f->url);
+	url = xstrdup(f->url);
+	url = xrealloc(url, strlen(url) + 64);
+	strcat(url, "%20-cplan_cache_mode%3Dforce_custom_plan");
+	if (store_pg_open(&st, url, NULL, 0, err, sizeof(err)) != 0)
+		fail_msg("open a client on %s: %s", url, err);
+	assert_int_equal(store_pg_take((struct pg_store *) st, &c), 0);
+	r = PQexec(c, "SELECT current_setting('plan_cache_mode') || ' ' || "
+		   "current_setting('client_connection_check_interval') || ' ' || "
+		   "current_setting('search_path')");
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	if (strncmp(PQgetvalue(r, 0, 0), "force_custom_plan 1s ", 21) != 0
+	    || strstr(PQgetvalue(r, 0, 0), f->schema) == NULL)
+		fail_msg("settings: got \"%s\", want \"force_custom_plan 1s %s\"", PQgetvalue(r, 0, 0),
+			 f->schema);
+	PQclear(r);
+	store_pg_give((struct pg_store *) st, c);
+	store_close(st);
+	free(url);
 }
 
 /* db_limit - the fixture database's CONNECTION LIMIT set to n (-1: none), on c */
@@ -1501,6 +1537,7 @@ int main(void)
 		T(test_schema_version),
 		cmocka_unit_test(test_unreachable),
 		T(test_slots_taken),
+		T(test_url_options),
 		T(test_lease_fencing),
 		T(test_lease_renew),
 		T(test_lease_renew_skips_locked),
