@@ -205,14 +205,18 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	store_pg_p_i64(&p, (int64_t) max);
 	/*
 	 * = ANY(ARRAY(...)): a join with the subquery was a hash of every
-	 * message in its generic plan; the void test is a scalar subquery
-	 * (an index lookup per candidate), NOT EXISTS a hash of all voids
+	 * message in its generic plan. The void test is on the rows taken
+	 * (at most max index lookups), not on every due message the inner
+	 * scan reads (1 us each: a backlog's take twice as slow); a void
+	 * message only holds a place until it is settled, seconds after its
+	 * transaction ends, and no take commits while it waits anyway.
+	 * A scalar subquery: NOT EXISTS was a hash of all voids.
 	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
 		  "lease_token = nextval('lease_seq') WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
 		  "WHERE queued AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
-		  PG_DB_NOW ") AND (SELECT true FROM voids v WHERE v.qid = messages.qid) IS NULL "
-		  "ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
+		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
+		  "AND (SELECT true FROM voids v WHERE v.qid = m.qid) IS NULL "
 		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");
 	store_pg_params_free(&p);
 	if (err != 0)

@@ -1263,6 +1263,74 @@ static long long sql_int(const char *url, const char *query)
 	return v;
 }
 
+/* void_count - rows of voids */
+static long long void_count(struct fx *f)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM voids", f->schema);
+	return sql_int(f->url, q);
+}
+
+/*
+ * A void QID (a batch answered 451 while its commit waited for a
+ * standby, store_pg_wait.c) counts for nothing: its claim is absent to
+ * both lookups, the take passes it by; it is settled only once its
+ * transaction is over: then message and claim are gone, never delivered.
+ * The transaction here is one held open on a connection of the test's.
+ */
+static void test_voids(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	uint8_t h[STORE_HASH_LEN];
+	PGconn *open_tx = PQconnectdb(f->url);
+	PGresult *r;
+	char q[256];
+	int hash = 31;
+
+	msg_new(&m, "VOIDED000001", 1, 100);	/* keyed, as acceptance spools it */
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	spool_one(f->st, "KEPTMSG00001", 32);
+	sql(f, "UPDATE messages SET lease_owner = NULL", NULL);	/* due for any node */
+	r = PQexec(open_tx, "BEGIN; SELECT pg_current_xact_id()");
+	CHECK_INT("a transaction in progress", PQresultStatus(r), PGRES_TUPLES_OK);
+	snprintf(q, sizeof(q), "INSERT INTO voids VALUES ('VOIDED000001', '%s', 'x', 0)",
+		 PQgetvalue(r, 0, 0));
+	PQclear(r);
+	sql(f, "%s", q);
+
+	CHECK_INT("its claim, outside a batch", claim_found(f->st, 31, NOW, NULL), 0);
+	CHECK_INT("the other claim", claim_found(f->st, 32, NOW, NULL), 1);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1);
+	hash_of(h, 31);
+	CHECK_INT("its claim, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	hash_of(h, 32);
+	CHECK_INT("the other, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	store_txn_abort(t);
+	CHECK_INT("only the other message taken", taken(f->st, NOW + SEC), 1);
+	CHECK_INT("the void stays while its transaction runs", void_count(f), 1);
+
+	r = PQexec(open_tx, "COMMIT");
+	PQclear(r);
+	PQfinish(open_tx);
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles */
+	CHECK_INT("nothing more taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", void_count(f), 0);
+	CHECK_INT("the message dropped", store_msg_load(f->st, "VOIDED000001", &m), STORE_ENOTFOUND);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM claims "
+		 "WHERE qid = 'VOIDED000001'", f->schema);
+	CHECK_INT("its claim deleted", sql_int(f->url, q), 0);
+	CHECK_INT("the other claim kept", claim_found(f->st, 32, NOW, NULL), 1);
+	CHECK_INT("the key is new again", claim_found(f->st, 31, NOW, NULL), 0);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -1549,6 +1617,7 @@ int main(void)
 		T(test_update_many_lease),
 		T(test_race_two_nodes),
 		T(test_unknown_commit),
+		T(test_voids),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_plans_scale),
