@@ -476,6 +476,7 @@ static void conf_defaults(struct conf *c)
 	c->limits.junk_commands = 100;		/* Postfix's smtpd_junk_command_limit */
 	c->limits.client_connections = 50;	/* smtpd_client_connection_count_limit */
 	c->limits.client_ipv6_prefix = 64;
+	c->auth_cache_ttl = 3600;		/* Dovecot's auth_cache_ttl */
 	c->log.level = LOG_LEVEL_INFO;
 }
 
@@ -487,7 +488,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		"upstream", "retry", "limits", "log", 0};
 	static const char *const metrics_names[] = {"address", "port", 0};
 	static const char *const tls_names[] = {"cert", "key", "groups", 0};
-	static const char *const auth_names[] = {"users", 0};
+	static const char *const auth_names[] = {"users", "cache_ttl", 0};
 	static const char *const store_names[] = {"backend", "url", "lease", "commit_wait",
 		"path", "map_size", "map_size_max", "key_ttl", 0};
 	static const char *const backend_words[] = {"lmdb", "postgresql", 0};
@@ -530,7 +531,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 
 	/* AUTH is only ever offered over TLS: users without TLS is a mistake */
 	if (conf_group(x, root, "auth", auth_names, &g) < 0
-	    || conf_string(x, g, "users", 0, &c->auth_users) < 0)
+	    || conf_string(x, g, "users", 0, &c->auth_users) < 0
+	    || conf_duration(x, g, "cache_ttl", 0, &c->auth_cache_ttl) < 0)
 		return -1;
 	if (g != NULL && c->auth_users == NULL)
 		return conf_error(x, g, "users", "missing setting");

@@ -66,6 +66,7 @@ struct conf {
 	char *tls_cert, *tls_key;	/* NULL: no TLS */
 	char *tls_groups;		/* key exchange groups; NULL: tls.c's default */
 	char *auth_users;		/* NULL: no AUTH */
+	int64_t auth_cache_ttl;		/* seconds a success is remembered, default 1h; 0: never */
 
 	struct conf_net *networks;	/* default: 127.0.0.0/8, ::1/128 */
 	size_t n_networks;

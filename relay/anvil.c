@@ -34,6 +34,8 @@ struct anvil_client {
 	int64_t minute;			/* start of its current minute */
 	unsigned opened;		/* connections opened in it */
 	int warned_count, warned_rate;	/* this episode is logged */
+	int auth_busy;			/* a password check of its is running */
+	struct anvil_wait *wait, **wait_tail;	/* checks in line, oldest first */
 	struct anvil_client *next;	/* hash chain */
 };
 
@@ -203,7 +205,8 @@ void anvil_sweep(struct anvil *a, int64_t now_us)
 
 	for (i = 0; i < ANVIL_BUCKETS; i++) {
 		for (p = &a->bucket[i]; (cl = *p) != NULL;) {
-			if (cl->conns == 0 && now_us - cl->minute >= ANVIL_MINUTE) {
+			if (cl->conns == 0 && !cl->auth_busy && cl->wait == NULL
+			    && now_us - cl->minute >= ANVIL_MINUTE) {
 				*p = cl->next;
 				free(cl);
 				a->n--;
@@ -218,4 +221,54 @@ void anvil_sweep(struct anvil *a, int64_t now_us)
 size_t anvil_clients(const struct anvil *a)
 {
 	return a->n;
+}
+
+/* anvil_auth_begin - the client's turn on the checking threads, or in line */
+int anvil_auth_begin(struct anvil_client *cl, struct anvil_wait *w)
+{
+	if (cl == NULL)
+		return 1;
+	if (!cl->auth_busy) {
+		cl->auth_busy = 1;
+		return 1;
+	}
+	w->next = NULL;
+	if (cl->wait == NULL)
+		cl->wait_tail = &cl->wait;
+	*cl->wait_tail = w;
+	cl->wait_tail = &w->next;
+	return 0;
+}
+
+/* anvil_auth_end - a check is done: the next in line goes, or the client is idle */
+struct anvil_wait *anvil_auth_end(struct anvil_client *cl)
+{
+	struct anvil_wait *w;
+
+	if (cl == NULL)
+		return NULL;
+	if ((w = cl->wait) == NULL) {
+		cl->auth_busy = 0;
+		return NULL;
+	}
+	cl->wait = w->next;		/* its turn: auth_busy stays set */
+	if (cl->wait == NULL)
+		cl->wait_tail = &cl->wait;
+	return w;
+}
+
+/* anvil_auth_cancel - a check waiting in line is not wanted any more */
+void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w)
+{
+	struct anvil_wait **p;
+
+	if (cl == NULL)
+		return;
+	for (p = &cl->wait; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			if (*p == NULL)
+				cl->wait_tail = p;
+			return;
+		}
 }

@@ -16,6 +16,11 @@
  *
  *	anvil_top() names the client holding the most connections, for the
  *	server to shed under pressure.
+ *
+ *	Password checks: a client has one on the checking threads at a time;
+ *	its others wait in line behind it (anvil_auth_begin, anvil_auth_end),
+ *	so that one address sending many AUTHs at once cannot take every
+ *	checking thread from the others.
  * DIAGNOSTICS
  *	One warning per episode and client ("ADDR: connection count limit N
  *	exceeded"), until its count falls below the limit, or its minute ends.
@@ -31,6 +36,11 @@ struct anvil;
 struct anvil_client;
 
 enum anvil_verdict { ANVIL_OK, ANVIL_COUNT, ANVIL_RATE };
+
+/* a password check waiting for its client's turn; embedded in the caller's */
+struct anvil_wait {
+	struct anvil_wait *next;
+};
 
 struct anvil *anvil_new(void);
 void anvil_free(struct anvil *a);			/* NULL-safe */
@@ -48,6 +58,13 @@ void anvil_disconnect(struct anvil *a, struct anvil_client *cl);	/* NULL-safe */
 size_t anvil_count(const struct anvil_client *cl);	/* its open connections */
 const struct anvil_client *anvil_top(const struct anvil *a);	/* most open; NULL: none */
 void anvil_sweep(struct anvil *a, int64_t now_us);	/* forget idle clients */
+
+/* anvil_auth_begin - 1: check now (cl NULL: exempt, always); 0: w waits in line */
+int anvil_auth_begin(struct anvil_client *cl, struct anvil_wait *w);
+/* anvil_auth_end - cl's check is done: the next in line, whose turn it now is, or NULL */
+struct anvil_wait *anvil_auth_end(struct anvil_client *cl);
+/* anvil_auth_cancel - w, waiting in line, goes away */
+void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w);
 size_t anvil_clients(const struct anvil *a);		/* remembered now */
 
 #endif

@@ -11,6 +11,14 @@
  *	password pasted in by mistake would pass for a DES hash. Weak
  *	methods ($1$) and cheap settings load with a warning.
  *
+ *	Successes are remembered (auth_cached), as Dovecot's auth_cache does:
+ *	by an HMAC-SHA-256 of user and password under a key drawn at start,
+ *	never the password, for auth.cache_ttl, in a table of AUTH_CACHE_SLOTS
+ *	where a newer success replaces an older one; a new users file
+ *	forgets them all. A failure is never remembered, so every wrong guess
+ *	still costs the hash and its delay. The table is the event loop's:
+ *	auth_cached() and the done callback run there.
+ *
  *	Thread safety: a table is immutable once parsed. The checking
  *	threads take a reference under the lock, so that auth_set_users()
  *	can swap tables while a check is running; the last one to let go of
@@ -25,7 +33,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "../util/buf.h"
 #include "../util/log.h"
@@ -34,6 +48,7 @@
 
 #define AUTH_USERS_MAX_SIZE	(16 * 1024 * 1024)	/* a users file, at most */
 #define AUTH_DUMMY_SETTING	"$6$idemrelay.dummy$"	/* for a table with no hash */
+#define AUTH_CACHE_SLOTS	4096		/* remembered successes, at most */
 
 struct auth_user {
 	char   *name;			/* owned */
@@ -273,10 +288,20 @@ int auth_users_verify(const struct auth_users *u, const char *user, const char *
  /*
   * Checking threads.
   */
+/* a remembered success: the MAC of user and password, until when */
+struct auth_seen {
+	uint8_t mac[AUTH_MAC_LEN];
+	int64_t until;			/* monotonic microseconds; 0: empty */
+};
+
 struct auth {
 	struct workq *q;		/* owned: the checking threads */
 	pthread_mutex_t lock;		/* the table below */
 	struct auth_users *users;	/* owned, under lock */
+	/* the event loop's alone */
+	uint8_t key[32];		/* the MAC's, drawn at start */
+	int64_t ttl;			/* microseconds; 0: nothing remembered */
+	struct auth_seen *seen;		/* owned, AUTH_CACHE_SLOTS */
 };
 
 /* auth_unref - let go of a table; the last user of a replaced one frees it */
@@ -306,13 +331,78 @@ static void check(void *arg, struct workq_item *it)
 	pthread_mutex_unlock(&a->lock);
 }
 
+/* auth_slot - where a MAC is remembered (its octets are uniform already) */
+static struct auth_seen *auth_slot(struct auth *a, const uint8_t mac[AUTH_MAC_LEN])
+{
+	uint32_t h;
+
+	memcpy(&h, mac, sizeof(h));
+	return &a->seen[h & (AUTH_CACHE_SLOTS - 1)];
+}
+
+/* auth_now - the monotonic clock in microseconds */
+static int64_t auth_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* auth_cached - req->mac for user and pass; 1 if that success is remembered */
+int auth_cached(struct auth *a, struct auth_req *req, const char *pass)
+{
+	unsigned char in[AUTH_NAME_MAX + 1 + AUTH_PASS_MAX];
+	size_t ulen = strlen(req->user), plen = strlen(pass);
+	unsigned int len = sizeof(req->mac);
+	struct auth_seen *s;
+	int ok;
+
+	memset(req->mac, 0, sizeof(req->mac));
+	if (a->ttl == 0 || ulen > AUTH_NAME_MAX || plen > AUTH_PASS_MAX)
+		return 0;
+	/* user, a NUL (no user name holds one), password */
+	memcpy(in, req->user, ulen + 1);
+	memcpy(in + ulen + 1, pass, plen);
+	ok = HMAC(EVP_sha256(), a->key, sizeof(a->key), in, ulen + 1 + plen, req->mac, &len) != NULL;
+	explicit_bzero(in, sizeof(in));
+	if (!ok) {
+		memset(req->mac, 0, sizeof(req->mac));
+		return 0;
+	}
+	s = auth_slot(a, req->mac);
+	return s->until > auth_now() && CRYPTO_memcmp(s->mac, req->mac, sizeof(s->mac)) == 0;
+}
+
+/* auth_remember - a success, for auth.cache_ttl (event loop) */
+static void auth_remember(struct auth *a, const struct auth_req *req)
+{
+	static const uint8_t none[AUTH_MAC_LEN];
+	struct auth_seen *s;
+
+	if (a->ttl == 0 || memcmp(req->mac, none, sizeof(none)) == 0)
+		return;
+	s = auth_slot(a, req->mac);
+	memcpy(s->mac, req->mac, sizeof(s->mac));
+	s->until = auth_now() + a->ttl;
+}
+
 /* checked - workq_ops: a finished check's callback, in the event loop */
 static void checked(void *arg, struct workq_item *it)
 {
 	struct auth_req *req = (struct auth_req *) it;
 
-	(void) arg;
+	if (req->ok)
+		auth_remember(arg, req);
 	req->done(req);
+}
+
+/* auth_cache_ttl - how long successes are remembered; 0: not at all */
+void auth_cache_ttl(struct auth *a, int64_t ttl_us)
+{
+	if (ttl_us != a->ttl)
+		memset(a->seen, 0, AUTH_CACHE_SLOTS * sizeof(*a->seen));
+	a->ttl = ttl_us > 0 ? ttl_us : 0;
 }
 
 /* auth_start - checking threads over a table */
@@ -321,6 +411,9 @@ struct auth *auth_start(struct auth_users *users, int threads)
 	struct auth *a = xcalloc(1, sizeof(*a));
 
 	a->users = users;
+	a->seen = xcalloc(AUTH_CACHE_SLOTS, sizeof(*a->seen));
+	if (getrandom(a->key, sizeof(a->key), 0) != sizeof(a->key))
+		msg_fatal("auth: getrandom: %m");
 	pthread_mutex_init(&a->lock, NULL);
 	a->q = workq_start(&(struct workq_ops) { .name = "auth", .work = check, .done = checked,
 						 .arg = a }, threads > 0 ? threads : 1);
@@ -338,6 +431,8 @@ void auth_set_users(struct auth *a, struct auth_users *users)
 	if (old->refs == 0)
 		auth_users_free(old);
 	pthread_mutex_unlock(&a->lock);
+	/* passwords may have changed: what was right is checked again */
+	memset(a->seen, 0, AUTH_CACHE_SLOTS * sizeof(*a->seen));
 }
 
 /* auth_submit - queue a check */
@@ -366,5 +461,7 @@ void auth_stop(struct auth *a)
 	workq_stop(a->q);
 	pthread_mutex_destroy(&a->lock);
 	auth_users_free(a->users);
+	explicit_bzero(a->key, sizeof(a->key));
+	free(a->seen);
 	free(a);
 }

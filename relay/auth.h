@@ -26,11 +26,13 @@
 #define RELAY_AUTH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../util/workq.h"
 
 #define AUTH_NAME_MAX	255
-#define AUTH_PASS_MAX	512
+#define AUTH_PASS_MAX	256		/* longer: refused unhashed (crypt's cost grows with it) */
+#define AUTH_MAC_LEN	32
 
 struct auth_users;
 
@@ -46,8 +48,10 @@ struct auth_req {
 	/* input, owned by the submitter */
 	char    user[AUTH_NAME_MAX + 1];
 	char    pass[AUTH_PASS_MAX + 1];	/* wiped by the checker */
+	uint8_t mac[AUTH_MAC_LEN];	/* auth_cached(): remembered if ok */
 	/* output */
 	int     ok;
+	int     cached;			/* ok from auth_cached(), not a check */
 	void    (*done) (struct auth_req *req);	/* runs in the event loop */
 	void   *ctx;
 };
@@ -55,6 +59,10 @@ struct auth_req {
 struct auth;
 
 struct auth *auth_start(struct auth_users *users, int threads);	/* takes the table */
+/* auth_cache_ttl - remember successes this long (microseconds; 0: never) */
+void auth_cache_ttl(struct auth *a, int64_t ttl_us);
+/* auth_cached - a success of this user and password remembered? req->mac set either way */
+int auth_cached(struct auth *a, struct auth_req *req, const char *pass);
 void auth_set_users(struct auth *a, struct auth_users *users);	/* takes the table */
 void auth_submit(struct auth *a, struct auth_req *req);
 int auth_fd(const struct auth *a);		/* readable when requests are done */

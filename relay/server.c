@@ -109,6 +109,13 @@ void conn_close(struct conn *c)
 
 	if (c->dead)
 		return;
+	if (c->auth_queued) {		/* never submitted: nothing will come back */
+		anvil_auth_cancel(c->client, &c->auth_wait);
+		c->auth_queued = 0;
+		explicit_bzero(c->auth->pass, sizeof(c->auth->pass));
+		free(c->auth);
+		c->auth = NULL;
+	}
 	if (smtp_session_why(c->s) == SMTP_CLOSE_ERRORS)
 		msg_info("too many errors after %s from unknown[%s]", smtp_session_where(c->s),
 			 c->addr);
@@ -252,6 +259,11 @@ int conn_process(struct conn *c)
 			c->sync_reply = NULL;
 			continue;
 		}
+		if (c->sync_auth) {
+			c->sync_auth = 0;
+			smtp_session_auth_reply(c->s, 1);
+			continue;
+		}
 		if (c->in.len && smtp_session_out(c->s)->len >= OUT_MAX) {
 			if (conn_write(c) < 0)
 				return -1;
@@ -332,23 +344,49 @@ static const char *on_rcpt(void *ctx, const struct smtp_tx *tx, const char *addr
 	return reply;
 }
 
-/* auth_done - a password check came back: 235 now, 535 after the delay */
+/* auth_next - the client's check is over: the next of its line goes to the threads */
+static void auth_next(struct conn *c)
+{
+	struct anvil_wait *w;
+	struct conn *n;
+
+	if (!c->auth_turn)
+		return;
+	c->auth_turn = 0;
+	if ((w = anvil_auth_end(c->client)) == NULL)
+		return;
+	n = (struct conn *) ((char *) w - offsetof(struct conn, auth_wait));
+	n->auth_queued = 0;
+	n->auth_turn = 1;
+	auth_submit(n->srv->auth, n->auth);
+}
+
+/*
+ * auth_done - a password check came back (or was decided at once): 235
+ * now, 535 after the delay. Inside the hook, the 235 waits in sync_auth
+ * for conn_process(), which is the one that feeds the engine.
+ */
 static void auth_done(struct auth_req *req)
 {
 	struct conn *c = req->ctx;
 
 	c->auth = NULL;
+	auth_next(c);
 	if (req->ok)
-		msg_info("auth: client=[%s] sasl_username=%s status=ok", c->addr, req->user);
+		msg_info("auth: client=[%s] sasl_username=%s status=ok%s", c->addr, req->user,
+			 req->cached ? " (remembered)" : "");
 	else
 		msg_warn("auth: client=[%s] sasl_username=%s status=failed", c->addr, req->user);
-	if (!c->dead && req->ok) {
+	if (!c->dead && req->ok && c->in_auth_hook) {
+		c->sync_auth = 1;
+	} else if (!c->dead && req->ok) {
 		smtp_session_auth_reply(c->s, 1);
 		conn_process(c);
 	} else if (!c->dead) {
 		c->auth_due = clock_us() + AUTH_FAIL_DELAY;
 		c->srv->n_auth_delayed++;
 	}
+	explicit_bzero(req->pass, sizeof(req->pass));
 	free(req);
 }
 
@@ -385,15 +423,25 @@ static void on_auth(void *ctx, struct smtp_session *s, const char *mech,
 	req->done = auth_done;
 	req->ctx = c;
 	memcpy(req->user, user, ulen < AUTH_NAME_MAX ? ulen : AUTH_NAME_MAX);
-	if (plen > AUTH_PASS_MAX || c->srv->auth == NULL) {
-		req->ok = 0;			/* cannot be right: refused after the delay */
-		c->auth = req;
-		auth_done(req);
-		return;
-	}
-	memcpy(req->pass, pass, plen);
 	c->auth = req;
-	auth_submit(c->srv->auth, req);
+	c->in_auth_hook = 1;
+	if (plen > AUTH_PASS_MAX || c->srv->auth == NULL) {
+		req->ok = 0;			/* cannot be right: refused unhashed, after the delay */
+		auth_done(req);
+	} else if (auth_cached(c->srv->auth, req, pass)) {
+		req->ok = req->cached = 1;	/* this very user and password passed before */
+		auth_done(req);
+	} else {
+		memcpy(req->pass, pass, plen);
+		/* one check at a time per client: its others wait behind it, not before others */
+		if (anvil_auth_begin(c->client, &c->auth_wait)) {
+			c->auth_turn = 1;
+			auth_submit(c->srv->auth, req);
+		} else {
+			c->auth_queued = 1;
+		}
+	}
+	c->in_auth_hook = 0;
 }
 
 /*
@@ -591,6 +639,7 @@ static void server_reload_conf(struct server *srv)
 	nc.networks = nets;
 	nc.n_networks = n;
 	cf->limits = nc.limits;
+	cf->auth_cache_ttl = nc.auth_cache_ttl;
 	server_limits(srv);
 	if (srv->dl.reload)
 		srv->dl.reload(srv->dl.arg, &nc);
@@ -621,6 +670,7 @@ static void server_reload(struct server *srv)
 				 srv->cf->auth_users);
 			auth_set_users(srv->auth, u);
 		}
+		auth_cache_ttl(srv->auth, srv->cf->auth_cache_ttl * 1000000);
 	}
 }
 
@@ -770,6 +820,7 @@ int server_run(struct server *srv)
 	ep_set(srv, EPOLL_CTL_ADD, commit_fd(srv->cm), EPOLLIN, &srv->commit_tag);
 	if (srv->users) {
 		srv->auth = auth_start(srv->users, AUTH_THREADS);
+		auth_cache_ttl(srv->auth, srv->cf->auth_cache_ttl * 1000000);
 		srv->users = NULL;		/* the checking threads' now */
 		ep_set(srv, EPOLL_CTL_ADD, auth_fd(srv->auth), EPOLLIN, &srv->auth_tag);
 	}

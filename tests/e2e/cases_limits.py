@@ -9,9 +9,10 @@ import threading
 import time
 
 from cases_protocol import reply_codes
-from cases_tls import plain, starttls, tls_daemon
+from cases_tls import client_ctx, plain, starttls, tls_daemon, write_users
 from harness import LMDB_ONLY
-from harness import Raw, case, check, eq, expect_reply, free_port, make_msg, submit_ok, wait_until
+from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, run, submit_ok,
+                     wait_until)
 
 
 def hold(port, refused=None):
@@ -448,3 +449,100 @@ def test_client_shed_under_pressure(t):
         for s in held:
             s.close()
     d.wait_log("the client holding the most, 20, gives one up")
+
+
+def auth_from(src, port, user, pw):
+    """auth_from - from loopback address src: EHLO, STARTTLS, EHLO, AUTH PLAIN;
+    (the AUTH reply's code, seconds it took, the socket)"""
+    s, greet = connect_from(src, port)
+    check(greet.startswith("220 "), "greeting from %s: %r" % (src, greet))
+
+    def cmd(sock, line):
+        sock.sendall(line.encode() + b"\r\n")
+        out = b""
+        while True:
+            got = sock.recv(4096)
+            if not got:
+                return out.decode("latin-1")
+            out += got
+            last = out.rstrip(b"\r\n").split(b"\r\n")[-1]
+            if out.endswith(b"\r\n") and len(last) >= 4 and last[3:4] == b" ":
+                return out.decode("latin-1")
+    cmd(s, "EHLO client.test")
+    check(cmd(s, "STARTTLS").startswith("220 "), "STARTTLS from %s" % src)
+    s = client_ctx().wrap_socket(s)
+    cmd(s, "EHLO client.test")
+    t0 = time.monotonic()
+    reply = cmd(s, "AUTH PLAIN " + plain(user, pw))
+    return reply[:3], time.monotonic() - t0, s
+
+
+@case(timeout=120)
+def test_auth_cost_bounded(t):
+    """AUTH cost (issue 30 part 4, issue 27 part 1): a success is remembered
+    (an HMAC of user and password, never the password) until the users file
+    changes, a failure never; a password over 256 octets is refused without
+    being hashed; and one address sending wrong passwords on 40 connections
+    at once (to a user whose hash takes 50,000 rounds) has one check on the
+    threads at a time, so another client's AUTH, of users never seen before,
+    is answered within a second each."""
+    sink = t.sink()
+    users = {"app%d" % i: "secret%d" % i for i in range(4)}
+    users["long"] = "L" * 300
+    h = run(["openssl", "passwd", "-6", "wrong-anyway"]).stdout.strip()
+    users["victim"] = h.replace("$6$", "$6$rounds=50000$", 1)
+    d = tls_daemon(t, sink, users=users,
+                   conf={"access": {"networks": ["127.0.0.1/32"]},
+                         "limits": {"client_connections": 50}})
+    # remembered: the second success of app0 is not checked again
+    code, _, s = auth_from("127.0.0.3", d.port, "app0", "secret0")
+    eq(code, "235", "app0's first AUTH")
+    s.close()
+    code, _, s = auth_from("127.0.0.3", d.port, "app0", "secret0")
+    eq(code, "235", "app0's second AUTH")
+    s.close()
+    d.wait_log("sasl_username=app0 status=ok (remembered)")
+    code, _, s = auth_from("127.0.0.3", d.port, "app0", "wrong")
+    eq(code, "535", "a wrong password after a success")
+    s.close()
+    # over 256 octets: never right, never hashed
+    code, _, s = auth_from("127.0.0.3", d.port, "long", "L" * 300)
+    eq(code, "535", "a 300-octet password")
+    s.close()
+    # a new users file forgets what was remembered
+    write_users(t, dict(users, app0="changed0"))
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_log("reload: auth:")
+    code, _, s = auth_from("127.0.0.3", d.port, "app0", "secret0")
+    eq(code, "535", "app0's old password after the users file changed")
+    s.close()
+    # the flood
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            try:
+                s, greet = connect_from("127.0.0.2", d.port)
+                s.close()
+                auth_from("127.0.0.2", d.port, "victim", "W" * 250)[2].close()
+            except (OSError, AssertionError):
+                time.sleep(0.05)
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(40)]
+    for th in threads:
+        th.start()
+    try:
+        time.sleep(3)
+        took = []
+        for i in range(1, 4):
+            code, secs, s = auth_from("127.0.0.3", d.port, "app%d" % i, "secret%d" % i)
+            s.close()
+            eq(code, "235", "app%d during the flood" % i)
+            took.append(secs)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(10)
+    print("auth: during the flood the other client's AUTHs took %s s"
+          % ", ".join("%.2f" % x for x in took))
+    check(max(took) < 1.0, "another client's AUTH took %.2f s during the flood" % max(took))
+    check(len(d.log_lines("sasl_username=victim status=failed")) > 10, "the flood's failures")
