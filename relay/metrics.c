@@ -97,6 +97,8 @@ static const struct {
 					   "the client had limits.client_connections open.", 0 },
 	[METRICS_CLIENT_RATE_REFUSED] = { "client_rate_refused", "Connections refused: the client "
 					  "had opened limits.client_connection_rate this minute.", 0 },
+	[METRICS_ERRORS_CLOSED] = { "errors_closed", "Sessions closed for too many errors "
+				    "(limits.hard_errors, junk commands, failed AUTH).", 0 },
 };
 
 struct metrics {

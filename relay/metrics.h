@@ -42,6 +42,7 @@ enum metrics_counter {
 	METRICS_REVIVED,		/* messages another node finished unconfirmed, queued again */
 	METRICS_CLIENT_COUNT_REFUSED,	/* connections past limits.client_connections */
 	METRICS_CLIENT_RATE_REFUSED,	/* connections past limits.client_connection_rate */
+	METRICS_ERRORS_CLOSED,		/* sessions closed for too many errors */
 	METRICS_N_COUNTERS
 };
 

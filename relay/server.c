@@ -116,9 +116,11 @@ void conn_close(struct conn *c)
 		free(c->auth);
 		c->auth = NULL;
 	}
-	if (smtp_session_why(c->s) == SMTP_CLOSE_ERRORS)
+	if (smtp_session_why(c->s) == SMTP_CLOSE_ERRORS) {
+		metrics_inc(METRICS_ERRORS_CLOSED);
 		msg_info("too many errors after %s from unknown[%s]", smtp_session_where(c->s),
 			 c->addr);
+	}
 	smtp_session_stats(c->s, stats, sizeof(stats));
 	msg_info("disconnect from unknown[%s]%s", c->addr, stats);
 	io_close(c->io);		/* TLS says goodbye; the socket leaves the epoll set */

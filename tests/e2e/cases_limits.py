@@ -125,7 +125,7 @@ def test_error_limits(t):
     NOOP loop ends after 100 NOOPs and 20 more; a message accepted clears the
     counts (issue 26 part 3, issue 30 part 1)."""
     sink = t.sink()
-    d = t.daemon(sink)
+    d = t.daemon(sink, {"metrics": {"address": "127.0.0.1", "port": free_port()}})
     with Raw(d.port) as c:
         c.send(b"FROB\r\n" * 5000)
         out = c.rest(timeout=10)
@@ -161,6 +161,8 @@ def test_error_limits(t):
         expect_reply(c.cmd("FROB"), 500)
         expect_reply(c.reply(), 421)
     sink.wait_count(1)
+    check("idemrelay_errors_closed_total 3" in scrape_metrics(d.conf["metrics"]["port"]),
+          "the three sessions closed in /metrics")
     # the limits are settings
     e = t.daemon(sink, {"limits": {"hard_errors": 2, "junk_commands": 1}})
     with Raw(e.port) as c:
