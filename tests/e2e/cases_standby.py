@@ -141,6 +141,9 @@ def test_standby_stopped_under_load(t):
            "node %s: wait episodes logged as started and ended" % d.node)
         eq(len(d.log_lines("commits wait for replication")), _stats(d)["replication_waits"],
            "node %s: episodes logged and counted" % d.node)
+        check(_stats(d)["replication_waits"] <= 1,
+              "node %s: one stop of the standby, %d episodes" % (d.node,
+                                                               _stats(d)["replication_waits"]))
     wait_until(lambda: pg.sql("SELECT count(*) FROM voids", db) == "0", 20,
                "every void to be settled", interval=0.5)
     check(any(d.log_lines("status=voided", "dropped, never delivered") for d in ds),
