@@ -228,11 +228,16 @@ int main(int argc, char **argv)
 		/* what start would find, like postfix check: files, user, directories, ports */
 		log_setup("idemrelay", 0, LOG_LEVEL_WARN);
 		rc = check_startup(&cf, check_print, NULL) ? 1 : 0;
+		if (rc == 0 && cf.log.syslog && !log_syslog_reachable())
+			printf("idemrelay: log.target: \"syslog\", but there is no /dev/log here:"
+			       " the daemon would log to stderr\n");
 		if (rc == 0)
 			printf("idemrelay: %s: configuration OK\n", path ? path : "<default>");
 		conf_free(&cf);
 		return rc;
 	}
+	/* the journal stamps what it is given; a file or a terminal needs our time */
+	log_stamp(getenv("JOURNAL_STREAM") == NULL);
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
 	signal(SIGPIPE, SIG_IGN);
 

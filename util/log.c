@@ -6,20 +6,50 @@
  * DESCRIPTION
  *	Lines go to stderr as "prog[pid]: level: text" (info has no level
  *	word, as in Postfix's maillog) or to syslog(3) with facility mail.
+ *
+ *	With log_stamp() on, a stderr line starts with its time in RFC 3339
+ *	UTC, to the microsecond, so that a log file written that way can be
+ *	read after the fact; the daemon turns it off where the journal
+ *	stamps lines itself (JOURNAL_STREAM, set by systemd).
+ *
+ *	syslog(3) with no /dev/log (a container without a syslog daemon)
+ *	drops every line without a word: then lines go to stderr instead, and
+ *	the first says why.
  */
+#include <paths.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
+
+#define LOG_DEVLOG	_PATH_LOG	/* "/dev/log" */
 
 static const char *log_prog = "idemrelay";
 static int log_syslog;
 static enum log_level log_min = LOG_LEVEL_INFO;
 static long log_pid;		/* the daemon never forks after log_setup() */
+static int log_stamped;		/* stderr lines start with the time */
+static int log_fell_back;	/* syslog was asked for, /dev/log is missing: said once */
+
+/* log_syslog_reachable - is there a /dev/log socket for syslog(3) to write to? */
+int log_syslog_reachable(void)
+{
+	struct stat st;
+
+	return stat(LOG_DEVLOG, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+/* log_stamp - stderr lines start with their RFC 3339 UTC time, or not */
+void log_stamp(int on)
+{
+	log_stamped = on;
+}
 
 /* log_setup - choose target and threshold */
 void log_setup(const char *progname, int use_syslog, enum log_level level)
@@ -30,15 +60,31 @@ void log_setup(const char *progname, int use_syslog, enum log_level level)
 	log_min = level;
 	if (log_syslog)
 		closelog();
-	log_syslog = use_syslog;
+	log_syslog = use_syslog && log_syslog_reachable();
 	if (log_syslog)
 		openlog(log_prog, LOG_PID | LOG_NDELAY, LOG_MAIL);
+	else if (use_syslog && !log_fell_back++)
+		msg_warn("log.target = \"syslog\", but there is no %s (no syslog daemon"
+			 " here?): logging to stderr", LOG_DEVLOG);
 }
 
 /* log_enabled - would a line at this level be written? */
 int log_enabled(enum log_level level)
 {
 	return level >= log_min;
+}
+
+/* log_time - "2026-12-04T21:59:04.123456Z " into buf (len >= 40); its length */
+static int log_time(char *buf, size_t len)
+{
+	struct timespec ts;
+	struct tm tm;
+	size_t n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	return (int) n + snprintf(buf + n, len - n, ".%06ldZ ", ts.tv_nsec / 1000);
 }
 
 /* log_vwrite - format one line and write it with a single call */
@@ -59,9 +105,10 @@ static void log_vwrite(enum log_level level, const char *tag, const char *fmt, v
 			syslog(prio[level], "%s", line);
 		return;
 	}
-	n = snprintf(line, sizeof(line), "%s[%ld]: %s%s", log_prog,
-		     log_pid ? log_pid : (long) getpid(),
-		     tag ? tag : "", tag ? ": " : "");
+	n = log_stamped ? log_time(line, 40) : 0;
+	n += snprintf(line + n, sizeof(line) - n, "%s[%ld]: %s%s", log_prog,
+		      log_pid ? log_pid : (long) getpid(),
+		      tag ? tag : "", tag ? ": " : "");
 	if (n < 0 || (size_t) n >= sizeof(line) - 2)
 		n = 0;
 	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);

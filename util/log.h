@@ -14,6 +14,8 @@
 enum log_level { LOG_LEVEL_DEBUG, LOG_LEVEL_INFO, LOG_LEVEL_WARN, LOG_LEVEL_ERROR };
 
 void log_setup(const char *progname, int use_syslog, enum log_level level);
+void log_stamp(int on);			/* stderr lines start with RFC 3339 UTC time */
+int log_syslog_reachable(void);		/* /dev/log is a socket */
 int log_enabled(enum log_level level);
 
 void msg_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

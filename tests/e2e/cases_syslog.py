@@ -1,10 +1,11 @@
 """log.target = "syslog": every line goes to syslog(3), facility mail, and carries the QID."""
 
 import os
+import re
 import socket
 import threading
 
-from harness import Skip, case, check, make_msg, submit_ok, wait_until
+from harness import BIN, Skip, case, check, eq, make_msg, run, submit_ok, wait_until
 
 DEVLOG = "/dev/log"
 
@@ -67,3 +68,39 @@ def test_syslog_target(t):
         check(d.log().strip().count("\n") <= 1, "nothing but the harness marker on stderr")
     finally:
         devlog.close()
+
+
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z idemrelay\[\d+\]: ")
+
+
+@case()
+def test_log_stamp_and_syslog_fallback(t):
+    """Logs a person can read after the fact (issue 26 part 1): on stderr each
+    line starts with its RFC 3339 UTC time, unless the journal stamps it
+    (JOURNAL_STREAM, set by systemd); log.target = "syslog" with no /dev/log
+    (a container) logs to stderr with one warning saying so, and -t says it
+    would, instead of the daemon logging nothing."""
+    if os.path.exists(DEVLOG):
+        raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
+    sink = t.sink()
+    d = t.daemon(sink)
+    lines = [l for l in d.log().splitlines() if "idemrelay[" in l]
+    check(lines and all(STAMPED.match(l) for l in lines), "stamped lines: %r" % lines[:3])
+    os.environ["JOURNAL_STREAM"] = "8:12345"
+    try:
+        j = t.daemon(sink)
+    finally:
+        del os.environ["JOURNAL_STREAM"]
+    lines = [l for l in j.log().splitlines() if "idemrelay[" in l]
+    check(lines and all(l.startswith("idemrelay[") for l in lines),
+          "no stamp under the journal: %r" % lines[:3])
+    s = t.daemon(sink, {"log": {"target": "syslog", "level": "info"}})
+    q = submit_ok(s.port, ["a@example.com"], make_msg(key="fallback-1"))
+    s.wait_log(q, "status=queued")
+    eq(len(s.log_lines("warning: log.target = \"syslog\", but there is no /dev/log")), 1,
+       "one warning")
+    s.stop()                                # -t checks that the port is free
+    r = run([BIN, "-t", "-c", s.conf_path])
+    eq(r.returncode, 0, "-t: %r" % (r.stdout + r.stderr))
+    check("there is no /dev/log here: the daemon would log to stderr" in r.stdout,
+          "-t says where the lines would go: %r" % r.stdout)
