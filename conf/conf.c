@@ -427,15 +427,35 @@ static int conf_store_map(struct conf_ctx *x, const struct conf *c, config_setti
 }
 
 /*
+ * conf_commit_wait - store.commit_wait, at most half of store.lease: a
+ * message voided when the hold runs out is still under the lease its
+ * acceptance took, so that no other node can have taken it before
+ * (store/pg/store_pg_wait.c). Unset: 15s, or half the lease if shorter.
+ */
+static int conf_commit_wait(struct conf_ctx *x, struct conf *c, config_setting_t *g)
+{
+	if (g == NULL || config_setting_get_member(g, "commit_wait") == NULL) {
+		c->store.commit_wait = c->store.lease / 2 < 15 ? c->store.lease / 2 : 15;
+		if (c->store.commit_wait < 1)
+			c->store.commit_wait = 1;
+		return 0;
+	}
+	if (2 * c->store.commit_wait > c->store.lease)
+		return conf_error(x, g, "commit_wait", "at most half of store.lease (%llds)",
+				  (long long) c->store.lease);
+	return 0;
+}
+
+/*
  * conf_store_backend - what the chosen backend needs, and nothing of the
  * other's: a url only for postgresql, the map settings checked for lmdb
  */
-static int conf_store_backend(struct conf_ctx *x, const struct conf *c, config_setting_t *g)
+static int conf_store_backend(struct conf_ctx *x, struct conf *c, config_setting_t *g)
 {
 	if (c->store.backend == CONF_STORE_POSTGRESQL) {
 		if (c->store.url == NULL)
 			return conf_error(x, g, "backend", "\"postgresql\" needs store.url");
-		return 0;
+		return conf_commit_wait(x, c, g);
 	}
 	if (c->store.url != NULL)
 		return conf_error(x, g, "url", "only with backend = \"postgresql\"");
@@ -452,7 +472,7 @@ static void conf_defaults(struct conf *c)
 	c->store.map_size = 1ULL << 30;
 	c->store.key_ttl = 24 * 3600;
 	c->store.lease = 30;
-	c->store.commit_wait = 60;
+	c->store.commit_wait = 15;	/* at most half the lease: conf_commit_wait() */
 	c->keys.message_id = 1;
 	c->keys.envid = 1;
 	c->keys.strip_header = 1;

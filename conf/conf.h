@@ -76,7 +76,7 @@ struct conf {
 		char *url;		/* postgresql: the libpq connection string */
 		int64_t lease;		/* postgresql: seconds a delivery lease lasts, default 30 */
 		int64_t commit_wait;	/* postgresql: seconds a reply is held while its commit
-					 * waits for replication, default 60 */
+					 * waits for replication, default 15, at most lease / 2 */
 		char *path;		/* default "var/store" */
 		uint64_t map_size;	/* default 1G: where the map starts */
 		uint64_t map_size_max;	/* how far it grows; default 0: as far as the disk */

@@ -30,7 +30,7 @@
 					 * libpq keeps its buffers as large as they grew */
 #define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
 #define PG_RESULT_US	(10 * 1000000LL)	/* longest wait for a statement's result */
-#define PG_COMMIT_WAIT_US (60 * 1000000LL)	/* longest hold of a commit waiting for replication */
+#define PG_COMMIT_WAIT_US (15 * 1000000LL)	/* longest hold of a commit waiting for replication */
 #define PG_REAP_US	(250 * 1000LL)	/* a wait for a free connection looks at the kept this often */
 #define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)

@@ -22,9 +22,13 @@
  *	answer after a second is looked at (pg_stat_activity, on the node's
  *	anchor connection: a pooled one may all be taken): if its backend
  *	waits for replication, the reply is held for up to store.commit_wait
- *	(default 60 s, well within a client's 10 minutes at the end of
+ *	(default 15 s, well within a client's 10 minutes at the end of
  *	DATA), and the outcome is PostgreSQL's when it comes. Anything else
  *	that does not answer is given up after PG_RESULT_US, as before.
+ *	The hold is at most half of store.lease (conf/conf.c): the batch's
+ *	messages were put under a lease of the accepting node, taken at
+ *	their INSERT, which is still live when they are voided, so that no
+ *	other node can have taken one that became visible a moment before.
  *
  *	Void. When the hold runs out, the batch is answered 451 4.3.0, and
  *	to keep that promise (SPEC 4: a refused message is never delivered

@@ -268,7 +268,7 @@ static void test_defaults(void **state)
 	/* postgresql: the url and lease; the map is LMDB's and not checked */
 	if (load_text(&c, MINIMAL "node = \"relay2\"; store = { backend = \"postgresql\"; "
 		      "url = \"host=db1,db2 dbname=idemrelay target_session_attrs=read-write\"; "
-		      "lease = \"10s\"; commit_wait = \"2m\"; map_size = \"10M\"; };", err,
+		      "lease = \"10s\"; commit_wait = \"5s\"; map_size = \"10M\"; };", err,
 		      sizeof(err)) != 0)
 		fail_msg("conf_load: %s", err);
 	assert_string_equal(c.node, "relay2");
@@ -276,7 +276,19 @@ static void test_defaults(void **state)
 	assert_string_equal(c.store.url,
 			    "host=db1,db2 dbname=idemrelay target_session_attrs=read-write");
 	assert_int_equal(c.store.lease, 10);
-	assert_int_equal(c.store.commit_wait, 120);
+	assert_int_equal(c.store.commit_wait, 5);
+	conf_free(&c);
+
+	/* store.commit_wait unset: 15s, or half the lease when that is shorter */
+	if (load_text(&c, MINIMAL "store = { backend = \"postgresql\"; url = \"x\"; };", err,
+		      sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+	assert_int_equal(c.store.commit_wait, 15);
+	conf_free(&c);
+	if (load_text(&c, MINIMAL "store = { backend = \"postgresql\"; url = \"x\"; "
+		      "lease = \"8s\"; };", err, sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+	assert_int_equal(c.store.commit_wait, 4);
 	conf_free(&c);
 }
 
@@ -375,6 +387,9 @@ static const struct {
 	 "%s:2: store.lease: only with backend = \"postgresql\""},
 	{"commit_wait with lmdb", MINIMAL "store = { commit_wait = \"10s\"; };\n",
 	 "%s:2: store.commit_wait: only with backend = \"postgresql\""},
+	{"commit_wait past half the lease", MINIMAL "store = { backend = \"postgresql\"; "
+	 "url = \"postgresql://db/x\"; lease = \"10s\"; commit_wait = \"6s\"; };\n",
+	 "%s:2: store.commit_wait: at most half of store.lease (10s)"},
 	{"bad backend", MINIMAL "store = { backend = \"redis\"; };\n",
 	 "%s:2: store.backend: bad value \"redis\" (expected \"lmdb\" or \"postgresql\")"},
 	{"node with a space", MINIMAL "node = \"relay 1\";\n", "%s:2: node: "},
