@@ -55,8 +55,8 @@
  *	each void with its message (never delivered: it was never taken,
  *	and a message whose lease another node holds is left alone) and the
  *	claims naming it. A dead node's voids are settled by any other node.
- *	Settling also commits with synchronous_commit = local: what it drops
- *	is derived from the voids, and a standby that lacks it lacks them.
+ *	Settling also commits with synchronous_commit = local: a standby
+ *	that lacks a settling still has its voids, and it is done again.
  *
  *	Kept connections. A connection whose backend waits for replication
  *	is not closed when given up (closing does not end the wait: the
@@ -67,11 +67,16 @@
  *	commits waiting for replication; an episode is logged once when it
  *	starts and once when it ends.
  *
- *	Not covered: a connection lost before the transaction's id came
- *	back finds it through the backend's pid; with PostgreSQL unreachable
- *	no outcome can be read or voided, and the batch gets 451 as before
- *	(logged as such). Delivery writes that ride in a voided batch are
- *	only told it failed.
+ *	A connection lost before the transaction's id came back: the id is
+ *	the backend's (pg_stat_activity, by its pid); a backend gone is a
+ *	transaction over, read back by whether its first message exists.
+ *
+ *	Not covered: with PostgreSQL unreachable no outcome can be read or
+ *	voided, and the batch gets 451 as before (logged as such). Delivery
+ *	writes that ride in a voided batch are only told it failed. A
+ *	submission of a void key that comes in the moment between its
+ *	transaction's commit and the voids taken back (committed meanwhile,
+ *	above) is a new message beside the one answered 250.
  * DIAGNOSTICS
  *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN.
  */
