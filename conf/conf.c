@@ -364,7 +364,7 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 		"connections", "command_timeout", "data_timeout", "bare_lf",
 		"min_data_rate", "stress_timeout", "data_memory", "hard_errors",
 		"junk_commands", "client_connections", "client_connection_rate",
-		"client_ipv6_prefix", 0};
+		"client_auth_rate", "client_ipv6_prefix", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
 	config_setting_t *g;
 
@@ -387,6 +387,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 			&c->limits.client_connections) < 0
 	    || conf_int(x, g, "client_connection_rate", 0, 1000000000,
 			&c->limits.client_connection_rate) < 0
+	    || conf_int(x, g, "client_auth_rate", 0, 1000000000,
+			&c->limits.client_auth_rate) < 0
 	    || conf_int(x, g, "client_ipv6_prefix", 1, 128, &c->limits.client_ipv6_prefix) < 0)
 		return -1;
 	/* a message bigger than the whole store could never be accepted */

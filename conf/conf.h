@@ -129,6 +129,7 @@ struct conf {
 		int junk_commands;	/* NOOP RSET VRFY HELP before they count, default 100 */
 		int client_connections;	/* open at once per client, default 50; 0: off */
 		int client_connection_rate;	/* opened a minute per client, default 0: off */
+		int client_auth_rate;	/* AUTHs a minute per client, default 0: off */
 		int client_ipv6_prefix;	/* an IPv6 client is its /N, default 64 */
 	} limits;
 

@@ -34,6 +34,9 @@ struct anvil_client {
 	int64_t minute;			/* start of its current minute */
 	unsigned opened;		/* connections opened in it */
 	int warned_count, warned_rate;	/* this episode is logged */
+	int64_t auth_minute;		/* start of its AUTH minute */
+	unsigned auths;			/* AUTH attempts in it */
+	int warned_auth;
 	int auth_busy;			/* a password check of its is running */
 	struct anvil_wait *wait, **wait_tail;	/* checks in line, oldest first */
 	struct anvil_client *next;	/* hash chain */
@@ -43,7 +46,7 @@ struct anvil {
 	struct anvil_client *bucket[ANVIL_BUCKETS];
 	uint64_t seed[2];
 	size_t n;
-	int count, rate, prefix;
+	int count, rate, auth_rate, prefix;
 };
 
 /* anvil_new - an empty table with a random hash key */
@@ -58,10 +61,11 @@ struct anvil *anvil_new(void)
 }
 
 /* anvil_set - the limits; 0: off */
-void anvil_set(struct anvil *a, int count, int rate, int ipv6_prefix)
+void anvil_set(struct anvil *a, int count, int rate, int auth_rate, int ipv6_prefix)
 {
 	a->count = count;
 	a->rate = rate;
+	a->auth_rate = auth_rate;
 	a->prefix = ipv6_prefix > 0 && ipv6_prefix <= 128 ? ipv6_prefix : 64;
 }
 
@@ -142,7 +146,7 @@ enum anvil_verdict anvil_connect(struct anvil *a, const struct sockaddr *sa, con
 	uint8_t key[16];
 
 	*out = NULL;
-	if (exempt || (a->count == 0 && a->rate == 0))
+	if (exempt || (a->count == 0 && a->rate == 0 && a->auth_rate == 0))
 		return ANVIL_OK;
 	anvil_key(a, sa, key);
 	cl = anvil_find(a, key);
@@ -206,7 +210,8 @@ void anvil_sweep(struct anvil *a, int64_t now_us)
 	for (i = 0; i < ANVIL_BUCKETS; i++) {
 		for (p = &a->bucket[i]; (cl = *p) != NULL;) {
 			if (cl->conns == 0 && !cl->auth_busy && cl->wait == NULL
-			    && now_us - cl->minute >= ANVIL_MINUTE) {
+			    && now_us - cl->minute >= ANVIL_MINUTE
+			    && now_us - cl->auth_minute >= ANVIL_MINUTE) {
 				*p = cl->next;
 				free(cl);
 				a->n--;
@@ -271,4 +276,23 @@ void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w)
 				cl->wait_tail = p;
 			return;
 		}
+}
+
+/* anvil_auth_rate - one more AUTH of the client this minute, or 0 past the limit */
+int anvil_auth_rate(struct anvil *a, struct anvil_client *cl, const char *addr, int64_t now_us)
+{
+	if (cl == NULL || a->auth_rate == 0)
+		return 1;
+	if (now_us - cl->auth_minute >= ANVIL_MINUTE) {
+		cl->auth_minute = now_us;
+		cl->auths = 0;
+		cl->warned_auth = 0;
+	}
+	if (cl->auths >= (unsigned) a->auth_rate) {
+		if (!cl->warned_auth++)
+			msg_warn("%s: AUTH rate limit %d a minute exceeded", addr, a->auth_rate);
+		return 0;
+	}
+	cl->auths++;
+	return 1;
 }

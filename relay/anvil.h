@@ -17,6 +17,9 @@
  *	anvil_top() names the client holding the most connections, for the
  *	server to shed under pressure.
  *
+ *	AUTH attempts a minute past limits.client_auth_rate (default 0: off,
+ *	as Postfix's smtpd_client_auth_rate_limit) are refused (anvil_auth_rate).
+ *
  *	Password checks: a client has one on the checking threads at a time;
  *	its others wait in line behind it (anvil_auth_begin, anvil_auth_end),
  *	so that one address sending many AUTHs at once cannot take every
@@ -45,7 +48,7 @@ struct anvil_wait {
 struct anvil *anvil_new(void);
 void anvil_free(struct anvil *a);			/* NULL-safe */
 /* anvil_set - the limits (start, SIGHUP); 0: that limit is off */
-void anvil_set(struct anvil *a, int count, int rate, int ipv6_prefix);
+void anvil_set(struct anvil *a, int count, int rate, int auth_rate, int ipv6_prefix);
 
 /*
  * anvil_connect - count a new connection from sa (its text in addr, for the
@@ -58,6 +61,9 @@ void anvil_disconnect(struct anvil *a, struct anvil_client *cl);	/* NULL-safe */
 size_t anvil_count(const struct anvil_client *cl);	/* its open connections */
 const struct anvil_client *anvil_top(const struct anvil *a);	/* most open; NULL: none */
 void anvil_sweep(struct anvil *a, int64_t now_us);	/* forget idle clients */
+
+/* anvil_auth_rate - count an AUTH of cl (NULL: exempt); 0 if past limits.client_auth_rate */
+int anvil_auth_rate(struct anvil *a, struct anvil_client *cl, const char *addr, int64_t now_us);
 
 /* anvil_auth_begin - 1: check now (cl NULL: exempt, always); 0: w waits in line */
 int anvil_auth_begin(struct anvil_client *cl, struct anvil_wait *w);

@@ -99,6 +99,8 @@ static const struct {
 					  "had opened limits.client_connection_rate this minute.", 0 },
 	[METRICS_ERRORS_CLOSED] = { "errors_closed", "Sessions closed for too many errors "
 				    "(limits.hard_errors, junk commands, failed AUTH).", 0 },
+	[METRICS_CLIENT_AUTH_REFUSED] = { "client_auth_refused", "AUTH attempts refused: the "
+					  "client had made limits.client_auth_rate this minute.", 0 },
 };
 
 struct metrics {

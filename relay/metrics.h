@@ -43,6 +43,7 @@ enum metrics_counter {
 	METRICS_CLIENT_COUNT_REFUSED,	/* connections past limits.client_connections */
 	METRICS_CLIENT_RATE_REFUSED,	/* connections past limits.client_connection_rate */
 	METRICS_ERRORS_CLOSED,		/* sessions closed for too many errors */
+	METRICS_CLIENT_AUTH_REFUSED,	/* AUTHs past limits.client_auth_rate */
 	METRICS_N_COUNTERS
 };
 

@@ -262,8 +262,8 @@ int conn_process(struct conn *c)
 			continue;
 		}
 		if (c->sync_auth) {
+			smtp_session_auth_reply(c->s, c->sync_auth);
 			c->sync_auth = 0;
-			smtp_session_auth_reply(c->s, 1);
 			continue;
 		}
 		if (c->in.len && smtp_session_out(c->s)->len >= OUT_MAX) {
@@ -425,6 +425,14 @@ static void on_auth(void *ctx, struct smtp_session *s, const char *mech,
 	req->done = auth_done;
 	req->ctx = c;
 	memcpy(req->user, user, ulen < AUTH_NAME_MAX ? ulen : AUTH_NAME_MAX);
+	if (!anvil_auth_rate(c->srv->anvil, c->client, c->addr, clock_mono_us())) {
+		metrics_inc(METRICS_CLIENT_AUTH_REFUSED);
+		msg_warn("auth: client=[%s] sasl_username=%s status=refused (AUTH rate limit)",
+			 c->addr, req->user);
+		free(req);
+		c->sync_auth = -1;		/* 454 once the hook returns */
+		return;
+	}
 	c->auth = req;
 	c->in_auth_hook = 1;
 	if (plen > AUTH_PASS_MAX || c->srv->auth == NULL) {
@@ -595,7 +603,7 @@ static void server_limits(struct server *srv)
 	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
 		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
 	anvil_set(srv->anvil, cf->limits.client_connections, cf->limits.client_connection_rate,
-		  cf->limits.client_ipv6_prefix);
+		  cf->limits.client_auth_rate, cf->limits.client_ipv6_prefix);
 }
 
 /*

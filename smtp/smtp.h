@@ -161,7 +161,8 @@ void smtp_session_reply(struct smtp_session *s, const char *reply);
 /*
  * smtp_session_auth_reply - answer the auth hook: ok 1 gives 235 and
  * makes the user authenticated; 0 gives 535 (and 421 and close after
- * auth_max_failures of them). Resumes input.
+ * auth_max_failures of them); -1 gives 454 4.7.0, no verdict (a rate
+ * limit). Resumes input.
  */
 void smtp_session_auth_reply(struct smtp_session *s, int ok);
 

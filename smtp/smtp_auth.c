@@ -295,6 +295,12 @@ void smtp_session_auth_reply(struct smtp_session *s, int ok)
 		msg_warn("smtp: auth verdict while not waiting for one");
 		return;
 	}
+	if (ok < 0) {			/* not now: no verdict on the password */
+		smtp_auth_clear(s);
+		smtp_reply(s, "454 4.7.0 Error: too many AUTH attempts, try again later");
+		smtp_session_resume(s);
+		return;
+	}
 	if (!ok) {
 		smtp_auth_fail(s);
 		return;

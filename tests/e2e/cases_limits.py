@@ -548,3 +548,29 @@ def test_auth_cost_bounded(t):
           % ", ".join("%.2f" % x for x in took))
     check(max(took) < 1.0, "another client's AUTH took %.2f s during the flood" % max(took))
     check(len(d.log_lines("sasl_username=victim status=failed")) > 10, "the flood's failures")
+
+
+@case()
+def test_client_auth_rate(t):
+    """limits.client_auth_rate (issue 30 parts 1 and 4; Postfix's
+    smtpd_client_auth_rate_limit, off by default): past it a client's AUTH gets
+    454 4.7.0 without a check, logged once a minute, counted in /metrics;
+    another client, and the exempt networks, are not counted with it."""
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"app": "secret"},
+                   conf={"access": {"networks": ["127.0.0.1/32"]},
+                         "limits": {"client_auth_rate": 2},
+                         "metrics": {"address": "127.0.0.1", "port": free_port()}})
+    codes = []
+    for _ in range(4):
+        code, _, s = auth_from("127.0.0.2", d.port, "app", "secret")
+        codes.append(code)
+        s.close()
+    eq(codes, ["235", "235", "454", "454"], "four AUTHs from 127.0.0.2 in a minute")
+    code, _, s = auth_from("127.0.0.3", d.port, "app", "secret")
+    eq(code, "235", "another client's AUTH")
+    s.close()
+    eq(len(d.log_lines("warning: 127.0.0.2: AUTH rate limit 2 a minute exceeded")), 1,
+       "one warning for the minute")
+    check("idemrelay_client_auth_refused_total 2" in scrape_metrics(d.conf["metrics"]["port"]),
+          "the refusals in /metrics")

@@ -86,7 +86,7 @@ static void test_limits(void **state)
 	for (r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
 		struct anvil *a = anvil_new();
 
-		anvil_set(a, rows[r].count, rows[r].rate, rows[r].prefix);
+		anvil_set(a, rows[r].count, rows[r].rate, 0, rows[r].prefix);
 		for (i = 0; rows[r].steps[i].addr; i++) {
 			const struct step *st = &rows[r].steps[i];
 			struct anvil_client *cl = NULL;
@@ -122,7 +122,7 @@ static void test_top_and_sweep(void **state)
 	struct sockaddr_storage ss;
 
 	(void) state;
-	anvil_set(a, 50, 0, 64);
+	anvil_set(a, 50, 0, 0, 64);
 	assert_null(anvil_top(a));
 	sa_of("10.0.0.1", &ss);
 	assert_int_equal(anvil_connect(a, (struct sockaddr *) &ss, "a", 0, 0, &c1), ANVIL_OK);
@@ -147,11 +147,38 @@ static void test_top_and_sweep(void **state)
 	anvil_free(a);
 }
 
+/* AUTHs a minute per client: counted apart from connections, exempt never */
+static void test_auth_rate(void **state)
+{
+	struct anvil *a = anvil_new();
+	struct anvil_client *cl;
+	struct sockaddr_storage ss;
+
+	(void) state;
+	anvil_set(a, 0, 0, 2, 64);
+	sa_of("10.0.0.1", &ss);
+	assert_int_equal(anvil_connect(a, (struct sockaddr *) &ss, "a", 0, 0, &cl), ANVIL_OK);
+	assert_non_null(cl);
+	assert_int_equal(anvil_auth_rate(a, cl, "a", 0), 1);
+	assert_int_equal(anvil_auth_rate(a, cl, "a", 1), 1);
+	assert_int_equal(anvil_auth_rate(a, cl, "a", 2), 0);
+	assert_int_equal(anvil_auth_rate(a, cl, "a", MIN - 1), 0);
+	assert_int_equal(anvil_auth_rate(a, cl, "a", MIN), 1);	/* a new minute */
+	assert_int_equal(anvil_auth_rate(a, NULL, "x", MIN), 1);	/* exempt */
+	anvil_disconnect(a, cl);
+	anvil_sweep(a, MIN + 1);
+	assert_int_equal(anvil_clients(a), 1);		/* its AUTH minute is not over */
+	anvil_sweep(a, 2 * MIN);
+	assert_int_equal(anvil_clients(a), 0);
+	anvil_free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_top_and_sweep),
+		cmocka_unit_test(test_auth_rate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
