@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "pg"))
 import nemesis  # noqa: E402
 
 SHORT_S = 75
-SHORT_SEED = 27
+SHORT_SEED = 172
 
 
 @case(timeout=480, stores=PG_ONLY)

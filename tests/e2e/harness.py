@@ -595,6 +595,7 @@ class Proxy:
         self.flowing = threading.Event()    # clear while a cut(freeze=True) lasts
         self.flowing.set()
         self.triggered = 0
+        self.fired_with = None          # the client's bytes that fired the trigger last
         self.closing = False
         self.th = threading.Thread(target=self._accept_loop, daemon=True)
         self.th.start()
@@ -681,7 +682,7 @@ class Proxy:
                 if trigger and (trigger[0] in data or any(
                         trigger[0] in names.get(m.group(1), b"")
                         for m in self.BIND.finditer(data))):
-                    self._fire()
+                    self._fire(data)
         if eof:     # a half close, passed on: the other side may still answer
             try:
                 dst.shutdown(socket.SHUT_WR)
@@ -723,10 +724,11 @@ class Proxy:
             self.lines_left -= 1
         return out
 
-    def _fire(self):
+    def _fire(self, data):
         with self.lock:
             if self.trigger is None:
                 return
+            self.fired_with = data
             _, delay, refuse, hold, lines = self.trigger
             self.lines_left = lines
             self.trigger = None

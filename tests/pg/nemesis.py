@@ -11,7 +11,7 @@ SYNOPSIS
 
 DESCRIPTION
     Three nodes (bin/idemrelay, store.backend = "postgresql", store.lease
-    4 s) on a private PostgreSQL primary with a synchronous standby
+    4 s, libpq's connect_timeout 2, 5 and 30 s) on a private PostgreSQL primary with a synchronous standby
     (tests/pg/cluster.py). Each node reaches the database through two TCP
     proxies of its own, one per server (its store.url names both, with
     target_session_attrs=read-write), and the upstream sink
@@ -32,15 +32,20 @@ DESCRIPTION
     meanwhile:
         kill9 NODE              kill -9, restarted after a while
         db NODE MODE            the node cut off from the database, shorter
-                                or longer than store.lease; MODE hold (the
-                                connections stay open and nothing moves),
-                                reset (dropped, new ones black-holed) or
+                                or longer than store.lease; MODE freeze (the
+                                connections stay open and nothing moves; new
+                                ones wait), hold (dropped, new ones wait, and
+                                go through when it heals), reset (dropped,
+                                new ones black-holed, reset when it heals) or
                                 refuse (dropped, new ones reset)
-        mark NODE               the node's next inflight mark reaches the
+        mark NODE MODE          the node's next inflight mark reaches the
                                 database, its reply does not, and the node
-                                is cut off (shorter or longer than the lease)
-        upstream NODE MODE      the node's link to the upstream: hold, or
-                                reset (replies stop, then reset)
+                                is cut off (shorter or longer than the lease;
+                                reset or hold, as above)
+        upstream NODE MODE      the node's link to the upstream: freeze,
+                                reset (replies stop, then reset), or
+                                pipeline-N: at the node's next RCPT, N more
+                                reply lines pass, then a reset
         sink SPEC               the upstream answers 451 (tempfail at RCPT,
                                 data-tempfail at the dot) for a while
         standby                 the synchronous standby stopped, then started
@@ -55,10 +60,17 @@ DESCRIPTION
         lost before its content was sent) is never delivered, and no key is
         delivered twice to a recipient;
       - no node died other than by the schedule's kill -9.
-    A recipient not delivered whose message was finished unconfirmed
-    because the node holding its inflight mark was killed (SPEC 5:
-    upstream.ambiguous = "assume-delivered" after a daemon died when its
-    final dot may have gone out) is counted apart, not as lost.
+    Two losses are SPEC 5's (upstream.ambiguous = "assume-delivered":
+    no duplicate, at the risk of a loss), counted apart, not as lost: a
+    recipient of a message finished unconfirmed because the node holding
+    its inflight mark was killed (its final dot may have gone out; or its
+    mark's reply was lost, it was cut off past its lease, and it was killed
+    before it was back to undo the verdict: all it knew died with it), and
+    one whose final dot the upstream received and refused (4xx, its
+    record says) while the node, which never got that reply (a reset, or
+    a frozen link), finished it unconfirmed. A node that says "no reply
+    after the final dot" when the upstream never read that dot is a loss:
+    the proxies never acknowledge what they do not pass on.
 
     The seed is printed first. A failure prints, per failing QID, the
     merged timeline of the nodes' log lines naming it (stamped when the
@@ -90,8 +102,17 @@ from harness import check, make_msg, received_qids, wait_until  # noqa: E402
 LEASE = 4                       # store.lease, seconds
 NODES = ("n1", "n2", "n3")
 CLIENTS = 3
+# libpq's connect_timeout per node: a connection opened during a partition (held,
+# and let through when it heals) gives up, or reaches the database late
+CONNECT_TIMEOUTS = (2, 5, 30)
 SUBJECT_RE = re.compile(rb"^Subject: nemesis (\S+)\r?$", re.M)
 QID_RE = re.compile(r"queued as ([0-9A-Z]{12,20})\b")
+UNCONFIRMED_RE = re.compile(r"\b([0-9A-Z]{12,20}): to=<[^>]*>, relay=(?!none)\S+ .*"
+                            r"status=unconfirmed \(delivered-unconfirmed: no reply .* after the final dot")
+
+# what the nodes logged, counted in the summary
+LOGGED = ("status=unconfirmed", "revived:", "cannot set the inflight mark",
+          "PostgreSQL unreachable", "read back")
 
 # kind -> weight in the draw
 KINDS = (("kill9", 2), ("db", 4), ("mark", 2), ("upstream", 3), ("sink", 1.5),
@@ -107,6 +128,8 @@ class Episode:
         self.at, self.kind, self.node, self.mode, self.dur = at, kind, node, mode, dur
         self.res = res
         self.fired = None               # a mark: when its trigger went off
+        self.qids = set()               # ... the QIDs its statement named
+        self.healed = None              # ... when its cut ended
 
     def __str__(self):
         what = self.kind
@@ -144,15 +167,16 @@ def draw(seed, seconds):
         if kind == "kill9":
             res, dur = "proc%d" % node, rng.uniform(0.5, 2.5 * LEASE)
         elif kind == "db":
-            mode = rng.choice(("hold", "reset", "refuse"))
+            mode = rng.choice(("freeze", "hold", "reset", "refuse"))
             dur = rng.uniform(1.5 * LEASE, 3.5 * LEASE) if long_ else rng.uniform(0.5, 0.7 * LEASE)
             res = "db%d" % node
         elif kind == "mark":
             # dur: the cut after the trigger; the trigger waits up to 10 s
+            mode = rng.choice(("reset", "hold"))
             dur = rng.uniform(1.5 * LEASE, 3 * LEASE) if long_ else rng.uniform(0.5, 0.7 * LEASE)
             res = "db%d" % node
         elif kind == "upstream":
-            mode = rng.choice(("hold", "reset", "pipeline-%d" % rng.randint(0, 6)))
+            mode = rng.choice(("freeze", "reset", "pipeline-%d" % rng.randint(0, 6)))
             res, dur = "up%d" % node, rng.uniform(1, 8)
         elif kind == "sink":
             node, mode = None, rng.choice(("tempfail", "data-tempfail"))
@@ -258,11 +282,12 @@ class Run:
         self.db = t.pg_database(self.pg).rsplit("/", 1)[1]
         self.sink = t.sink()
         self.nodes, self.dbp, self.upp = [], [], []
-        for name in NODES:
+        for name, timeout in zip(NODES, CONNECT_TIMEOUTS):
             dbp = [t.pg_proxy(self.pg), t.pg_proxy(self.sb)]
             upp = t.proxy(self.sink.port)
-            url = ("postgresql://idemrelay@127.0.0.1:%d,127.0.0.1:%d/%s?connect_timeout=2"
-                   "&target_session_attrs=read-write" % (dbp[0].port, dbp[1].port, self.db))
+            url = ("postgresql://idemrelay@127.0.0.1:%d,127.0.0.1:%d/%s?connect_timeout=%d"
+                   "&target_session_attrs=read-write"
+                   % (dbp[0].port, dbp[1].port, self.db, timeout))
             conf = {"store": {"url": url, "lease": "%ds" % LEASE},
                     "upstream": {"port": upp.port},
                     "control": os.path.join(t.tmp, "ctl-%s.sock" % name)}
@@ -343,6 +368,17 @@ class Run:
         th.start()
         return th
 
+    def orphans(self, i):
+        """orphans - QIDs whose inflight mark node i made, never heard of, and had
+        no time to revive yet (cut off still, or just back): killed now, it cannot
+        know it sent no final dot, so the mark is a dead node's (SPEC 7)"""
+        out = set()
+        for ep in self.schedule:
+            if ep.kind == "mark" and ep.node == i and ep.fired is not None and (
+                    ep.healed is None or self.now() < ep.healed + 2 * LEASE):
+                out |= ep.qids
+        return out
+
     def marks_of(self, i):
         """marks_of - QIDs inflight-marked under node i's lease, on the primary"""
         try:
@@ -366,16 +402,17 @@ class Run:
                     return
                 d.down = True
                 d.kill9()
-            self.killed_marks |= self.marks_of(i)
+            self.killed_marks |= self.marks_of(i) | self.orphans(i)
         elif ep.kind == "db":
             for p in self.dbp[i]:
-                p.cut(refuse=ep.mode == "refuse", freeze=ep.mode == "hold")
+                p.cut(refuse=ep.mode == "refuse", hold=ep.mode == "hold",
+                      freeze=ep.mode == "freeze")
         elif ep.kind == "mark":
             self.mark(ep)
         elif ep.kind == "upstream" and ep.mode.startswith("pipeline"):
             self.pipeline(ep)
         elif ep.kind == "upstream":
-            self.upp[i].cut(freeze=ep.mode == "hold", drain=0 if ep.mode == "hold" else 0.5)
+            self.upp[i].cut(freeze=ep.mode == "freeze", drain=0 if ep.mode == "freeze" else 0.5)
         elif ep.kind == "sink":
             self.sink.control(default=ep.mode)
         elif ep.kind == "standby":
@@ -428,7 +465,7 @@ class Run:
         ps = self.dbp[ep.node]
         before = [p.triggered for p in ps]
         for p in ps:
-            p.cut_after(b"SET inflight = v.flag", delay=0.5)
+            p.cut_after(b"SET inflight = v.flag", delay=0.5, hold=ep.mode == "hold")
         end = time.monotonic() + 10
         while time.monotonic() < end and not self.quiesce.is_set():
             if any(p.triggered != b for p, b in zip(ps, before)):
@@ -440,14 +477,18 @@ class Run:
             self.event("mark %s: no mark in 10 s" % NODES[ep.node])
             return
         ep.fired = self.now()
+        # the mark's parameters name its message
+        ep.qids = {q.decode() for p, b in zip(ps, before) if p.triggered != b
+                   for q in re.findall(rb"\b[0-9A-Z]{12,20}\b", p.fired_with or b"")}
         time.sleep(0.5)
         for p in ps:
-            p.cut()
+            p.cut(hold=ep.mode == "hold")
         self.event("mark %s: the reply dropped, cut off for %.1fs" % (NODES[ep.node], ep.dur))
         self.quiesce.wait(ep.dur)
         for p in ps:
             p.heal()
-        self.event("mark %s: healed" % NODES[ep.node])
+        ep.healed = self.now()
+        self.event("mark %s %s: healed" % (NODES[ep.node], " ".join(sorted(ep.qids))))
 
     def episode(self, ep):
         """episode - one episode's thread: begin at its time, end after its duration"""
@@ -530,7 +571,7 @@ class Run:
             return -1
 
     def go(self):
-        schedule = draw(self.seed, self.seconds)
+        self.schedule = schedule = draw(self.seed, self.seconds)
         print("nemesis: seed %d, %d s, %d episodes (replay: make nemesis NEMESIS_SEED=%d "
               "NEMESIS_S=%d)" % (self.seed, self.seconds, len(schedule), self.seed, self.seconds),
               flush=True)
@@ -578,17 +619,24 @@ class Run:
         bad = []
         by_name = {k.name: k for k in self.keys}
         got = {}                        # key -> rcpt -> [qid of each copy]
+        refused = set()                 # (qid, rcpt) whose dot the sink answered 4xx/5xx
         strays = []
-        for r in self.sink.accepted():
+        for r in self.sink.records():
             m = SUBJECT_RE.search(r["data"])
             q = received_qids(r["data"])
+            if not r["accepted"]:
+                refused.update((x, a) for x in q for a in r["to"])
+                continue
             if not m or m.group(1).decode() not in by_name:
                 strays.append((r.get("conn"), r["to"], q))
                 continue
             for a in r["to"]:
                 got.setdefault(m.group(1).decode(), {}).setdefault(a, []).append(
                     q[0] if len(q) == 1 else repr(q))
-        lost, dup, allowed = [], [], []
+        # QIDs a node finished unconfirmed after its final dot (an upstream's reply lost)
+        upstream_unconfirmed = {m.group(1) for m in (
+            UNCONFIRMED_RE.search(l) for _, _, l in self.timeline) if m}
+        lost, dup, allowed, replylost = [], [], [], []
         for k in self.keys:
             copies = got.get(k.name, {})
             qids = {q for cs in copies.values() for q in cs}
@@ -605,8 +653,12 @@ class Run:
                     n = copies.get(a, []).count(q)
                     if n > 1:
                         dup.append((k, a, q, n))
+                    elif n == 0 and q in self.killed_marks:
+                        allowed.append((k, a, q))
+                    elif n == 0 and (q, a) in refused and q in upstream_unconfirmed:
+                        replylost.append((k, a, q))
                     elif n == 0:
-                        (allowed if q in self.killed_marks else lost).append((k, a, q))
+                        lost.append((k, a, q))
             else:
                 if k.only_refused() and copies:
                     bad.append("key %s: only ever refused (%s), delivered as %s" % (
@@ -641,13 +693,24 @@ class Run:
                 codes[c] = codes.get(c, 0) + 1
         self.summary = ("nemesis: seed %d, %d s: %d keys (%d answered 250, %d only refused, "
                         "%d unknown), %d tries %s; faults %s; lost %d, duplicated %d, "
-                        "unconfirmed after a kill %d, crashes %d"
+                        "unconfirmed after a kill %d, unconfirmed with the upstream's reply lost %d, "
+                        "crashes %d"
                         % (self.seed, self.seconds, len(self.keys), ok250, refused,
                            len(self.keys) - ok250 - refused, tries,
                            dict(sorted(codes.items(), key=str)),
                            dict(sorted(self.faults.items())), len(lost), len(dup), len(allowed),
-                           len(self.crashes)))
+                           len(replylost), len(self.crashes)))
+        seen = {}
+        for _, node, line in self.timeline:
+            for word in LOGGED:
+                if word in line:
+                    seen[word] = seen.get(word, 0) + 1
+        self.summary += "; logged %s" % ", ".join("%s %d" % (w, seen.get(w, 0)) for w in LOGGED)
         print(self.summary, flush=True)
+        for what, xs in (("unconfirmed after a kill", allowed),
+                         ("unconfirmed, the upstream's reply lost", replylost)):
+            for k, a, q in xs:
+                print("  %s: %s (key %s) %s" % (what, q, k.name, a))
         if bad:
             self.explain(lost, dup)
         return bad
