@@ -35,12 +35,13 @@
  *	unless a later submission of its key is answered 250) its QIDs are
  *	first made void: a row per QID in voids, with the transaction's id,
  *	written in a transaction of its own with synchronous_commit = local,
- *	so that it commits while the standby is away. Then the transaction's
- *	status is read again: still in progress, the void came first, and
- *	every snapshot that will ever see the batch's rows sees the void
- *	too. Committed meanwhile: the batch is committed after all, the
- *	voids are taken back (unless a settler took them first: then 451),
- *	and it is answered 250. Aborted: 451, nothing to void.
+ *	so that it commits while the standby is away. The transaction was
+ *	in progress just before: every snapshot that sees its rows sees the
+ *	void too, unless it became visible in the moment between; then its
+ *	messages were still under the accepting node's lease (the hold is
+ *	at most half of it, see above), which delivers nothing it refused,
+ *	so no node took one, and from the void on none will. Aborted
+ *	before: 451, nothing to void.
  *
  *	A void QID counts for nothing: the claims lookup of a batch on any
  *	node (store_pg_claim.c) treats a claim of a void QID as absent, so a
@@ -73,10 +74,7 @@
  *
  *	Not covered: with PostgreSQL unreachable no outcome can be read or
  *	voided, and the batch gets 451 as before (logged as such). Delivery
- *	writes that ride in a voided batch are only told it failed. A
- *	submission of a void key that comes in the moment between its
- *	transaction's commit and the voids taken back (committed meanwhile,
- *	above) is a new message beside the one answered 250.
+ *	writes that ride in a voided batch are only told it failed.
  * DIAGNOSTICS
  *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN.
  */
@@ -109,7 +107,6 @@ static const char SQL_VOID[] =
 	"INSERT INTO voids (qid, xid, node, made) SELECT q, $2::int8::text::xid8, $3, "
 	PG_DB_NOW " FROM unnest($1::text[]) AS q ON CONFLICT (qid) DO NOTHING";
 
-static const char SQL_UNVOID[] = "DELETE FROM voids WHERE qid = ANY($1::text[]) RETURNING qid";
 
 static const char SQL_DECIDED[] =
 	"SELECT qid FROM voids WHERE pg_xact_status(xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
@@ -424,23 +421,6 @@ static int void_batch(struct pg_txn *t)
 	return err;
 }
 
-/* unvoid - take the batch's voids back: 0 all of them, else some were settled already */
-static int unvoid(struct pg_txn *t)
-{
-	struct pg_params p;
-	PGresult *r;
-	int err;
-
-	store_pg_params_init(&p);
-	qids_param(&p, t);
-	err = side_local(t->st, SQL_UNVOID, &p, &r, "void taken back");
-	store_pg_params_free(&p);
-	if (err == 0 && (size_t) PQntuples(r) != t->n_put)
-		err = STORE_EAGAIN;
-	PQclear(r);
-	return err;
-}
-
 /*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided (see the header);
@@ -474,18 +454,12 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 			  "its 451 may yet be delivered");
 		return STORE_EAGAIN;
 	}
-	x = xact_status(st, t->xid);
-	if (x == XACT_COMMITTED && unvoid(t) == 0) {
-		msg_info("store: a commit that waited ended as the hold ran out: committed");
-		(void) read_back(t);
-		return 0;
-	}
 	pthread_mutex_lock(&st->mu);
 	st->voided++;
 	pthread_mutex_unlock(&st->mu);
-	msg_warn("store: a commit still waits after %.0f s: its %zu message%s answered 451 and "
-		 "voided (%s%s), settled once PostgreSQL decides", (double) st->commit_wait_us / 1e6,
-		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	msg_warn("store: a commit is still in progress: its %zu message%s answered 451 and "
+		 "voided (%s%s), settled once PostgreSQL decides", t->n_put, t->n_put == 1 ? "" : "s",
+		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	return STORE_EAGAIN;
 }
 
