@@ -149,11 +149,11 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 }
 
 /*
- * slots_taken - does libpq's account of a refused connection say that the
- * server (or a pooler) has no connection slot left for us? Its SQLSTATE,
- * 53300, is not given for a connection, so the server's English texts.
+ * store_pg_slots_taken - does libpq's account of a refused connection say
+ * that the server (or a pooler) has no connection slot left for us? Its
+ * SQLSTATE, 53300, is not given for a connection: the server's English texts.
  */
-static int slots_taken(const char *why)
+int store_pg_slots_taken(const char *why)
 {
 	static const char *const said[] = {
 		"too many clients already",	/* max_connections */
@@ -178,7 +178,7 @@ static int slots_taken(const char *why)
 static void note_down(struct pg_store *st, const char *why, int outage)
 {
 	int64_t now = clock_mono_us();
-	enum pg_down cause = slots_taken(why) ? PG_DOWN_SLOTS : PG_DOWN_UNREACHABLE;
+	enum pg_down cause = store_pg_slots_taken(why) ? PG_DOWN_SLOTS : PG_DOWN_UNREACHABLE;
 
 	if (st->down_cause == PG_DOWN_NONE)
 		st->down_since = now;
@@ -299,7 +299,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 			}
 			st->n_open--;
 			pthread_cond_signal(&st->freed);
-			note_down(st, err, st->n_open == 0 || !slots_taken(err));
+			note_down(st, err, st->n_open == 0 || !store_pg_slots_taken(err));
 			if (st->down)
 				break;
 			continue;	/* slots all taken: one of the node's own will do */
@@ -672,7 +672,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	if (rc != 0)
 		goto fail;
 	st->anchor_checked = clock_mono_us();
-	for (i = 0; i < PG_POOL_START; i++) {
+	for (i = st->n_open; i < PG_POOL_START; i++) {	/* the probe's are in it */
 		if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
 			snprintf(err, errlen, "%s", why);	/* the caller names the setting */
 			rc = STORE_EAGAIN;

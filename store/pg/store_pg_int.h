@@ -159,6 +159,7 @@ struct pg_txn {
 
 /* store_pg.c: the pool, reconnects, errors */
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen);	/* NULL: err says */
+int store_pg_slots_taken(const char *why);	/* a refusal for want of connection slots? */
 int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
 void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
 void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes);	/* closed if bytes is big */
@@ -170,7 +171,8 @@ void store_pg_anchor_check(struct pg_store *st);
 int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
 		 const char *what);
 
-/* store_pg_session.c: a pooler that shares server sessions refused (STORE_EINVAL, err) */
+/* store_pg_session.c: a pooler that shares server sessions refused (STORE_EINVAL, err);
+ * the probe's other two connections then idle in the pool */
 int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t errlen);
 
 /* store_pg_schema.c: made current under this session lock, one starter at a time */

@@ -64,6 +64,7 @@
 #include <unistd.h>
 
 #include "../../util/clock.h"
+#include "../../util/log.h"
 #include "store_pg_int.h"
 
 #define PROBE_READ	"SELECT pg_backend_pid(), current_setting('idemrelay.probe', true)"
@@ -170,10 +171,27 @@ static int probe_again(struct pg_store *st, const struct probe_seen *a, PGconn *
 	return 0;
 }
 
+/* keep - b, its probe over, rolled back and into the pool, or closed (its transaction ends with it) */
+static void keep(struct pg_store *st, PGconn *b)
+{
+	if (b != NULL && store_pg_simple(st, b, "ROLLBACK", "pooler probe") == 0) {
+		pthread_mutex_lock(&st->mu);
+		st->idle[st->n_idle++] = b;
+		st->n_open++;
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	PQfinish(b);
+}
+
 /*
  * store_pg_session_check - does connection c keep a server session of
  * its own through whatever is in between? 0, or STORE_EINVAL with one
- * line in err (see the header)
+ * line in err (see the header). The two other connections go to the pool
+ * (idle) when the answer is yes, so that a start opens no more than it
+ * did before. When the server has no slot for them, the probe is
+ * skipped, with a warning: a node would not start anyway (its pool needs
+ * them), and idemrelayctl needs only c.
  */
 int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 {
@@ -186,6 +204,11 @@ int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t err
 	for (i = 0; i < 2; i++)
 		if ((b[i] = store_pg_connect(st, err, errlen)) == NULL) {
 			rc = STORE_EAGAIN;
+			if (store_pg_slots_taken(err)) {
+				msg_warn("store: no connection slot free to check for a pooler in "
+					 "between: %s", err);
+				rc = 0;
+			}
 			goto done;
 		}
 	/* a value no other process sets: pid and time; digits, so no quoting */
@@ -199,6 +222,11 @@ int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t err
 	for (i = 0; i < 2 && rc == 0; i++)
 		if ((rc = probe_other(st, &a, b[i], err, errlen)) == 0)
 			rc = probe_again(st, &a, c, err, errlen);
+	if (rc == 0) {
+		for (i = 0; i < 2; i++)
+			keep(st, b[i]);
+		return 0;
+	}
 done:
 	for (i = 0; i < 2; i++)
 		PQfinish(b[i]);		/* their transactions end with them */

@@ -11,7 +11,8 @@
  * (store_msg_revive), and each case where it must not be; a version 1
  * schema upgraded; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
- * the settings a URL's options give kept over ours.
+ * the settings a URL's options give kept over ours; the pooler probe
+ * skipped when the server has no slot for its connections.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -310,6 +311,35 @@ static void test_slots_taken(void **state)
 	CHECK_INT("outages", outages, 0);
 	CHECK_INT("cause noted", cause, PG_DOWN_SLOTS);
 	CHECK_INT("cause after a connection opened", cause_after, PG_DOWN_NONE);
+}
+
+/*
+ * A client (idemrelayctl, idemrelay -t) on a database that takes one more
+ * connection and no more: the pooler probe's two others are refused for
+ * want of slots, so it is skipped, and the client opens on its one.
+ */
+static void test_probe_no_slots(void **state)
+{
+	struct fx *f = *state;
+	PGconn *adm = PQconnectdb(fx_pg());
+	struct store *st = NULL;
+	char err[512] = "";
+	PGresult *r;
+	int rc, open;
+
+	if (PQstatus(adm) != CONNECTION_OK)
+		fail_msg("connect %s: %s", fx_pg(), PQerrorMessage(adm));
+	r = PQexec(adm, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()");
+	open = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	db_limit(adm, open + 1);
+	rc = store_pg_open(&st, f->url, NULL, 0, err, sizeof(err));
+	db_limit(adm, -1);
+	PQfinish(adm);
+	if (rc != 0)
+		fail_msg("open a client with one slot free: got %d (%s), want 0", rc, err);
+	CHECK_INT("its connections", ((struct pg_store *) st)->n_open, 1);
+	store_close(st);
 }
 
 /* a node's lease fences every write; when it runs out, another node takes the message */
@@ -1606,6 +1636,7 @@ int main(void)
 		cmocka_unit_test(test_unreachable),
 		T(test_slots_taken),
 		T(test_url_options),
+		T(test_probe_no_slots),
 		T(test_lease_fencing),
 		T(test_lease_renew),
 		T(test_lease_renew_skips_locked),
