@@ -52,8 +52,8 @@ def test_pooler_session_under_load(t):
     message arrived, and node b, taking it once a's lease has run out,
     finds its inflight mark and does not send it again (a kill between a
     mark and its dot could not be told from this, by any node: SPEC 5)."""
-    # sized as idemrelay(8) says: 17 server connections a node, 2 more while one starts
-    pb = t.pg_bouncer(pool_mode="session", default_pool_size=2 * 17 + 2)
+    # sized as idemrelay(8) says: 17 server connections a node
+    pb = t.pg_bouncer(pool_mode="session", default_pool_size=2 * 17)
     slow = t.sink(default="delay-2")
     fast = t.sink()
     a, b = nodes(t, [slow, fast], url=pb.url_of(t.pg_url()), lease="3s",
