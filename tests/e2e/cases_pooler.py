@@ -23,6 +23,7 @@ import time
 from harness import (BIN, PG_ONLY, case, check, eq, expect_reply, make_msg, pgcluster, render_conf,
                      run, submit, submit_ok, wait_until)
 from cases_nodes import Load, check_exactly_once, nodes, queued_qids, retry_submit
+from cases_ops import ctl_json
 
 
 SENT_RE = re.compile(r"\]: ([0-9A-Z]{12,20}): to=.* status=sent")
@@ -237,10 +238,14 @@ def test_pooler_max_connections(t):
               "node a's lines about the slots: %r, want one with %r; its store lines:\n%s"
               % (full, said, "\n".join(a.log_lines("store:"))))
         eq(len(a.log_lines(said)), 1, "node a's lines with the server's refusal")
+        store = ctl_json(a, "stats")["daemon"]["store"]
+        eq((store["up"], store["outages"]), (False, 1), "idemrelayctl stats: the store")
     finally:
         slots.release()
     after = [retry_submit([a], "x@example.com", m, deadline=30)[0] for m in refused]
     a.wait_log("PostgreSQL takes connections again")
+    store = ctl_json(a, "stats")["daemon"]["store"]
+    eq((store["up"], store["outages"]), (True, 1), "idemrelayctl stats after: the store")
     check(a.running(), "node a is not running")
     eq(a.runs, 1, "node a's starts")
     check_exactly_once([sink], [before] + after, what="after the slots freed up")
