@@ -20,8 +20,9 @@ DESCRIPTION
 
     Clients (three threads) submit new keys (X-Idempotency-Key) with 1-3
     recipients, each to a node drawn at random, and send the same bytes
-    again, to another random node, until one answers 250; a few keys give
-    up after their first try, as an application that drops a message may.
+    again, to another random node, until one answers 250; a quarter of the
+    keys give up after their first try, as an application that drops a
+    message may (a 4xx must then mean that it was not taken).
     Every reply is recorded: 250 and its QID, 4xx, 5xx, and connection
     errors, told apart by whether the content had been sent (an outcome
     unknown) or not (refused).
@@ -523,7 +524,7 @@ class Run:
             name = "s%d-c%d-%d" % (self.seed, c, n)
             n += 1
             k = Key(name, ["%s-r%d@example.com" % (name, j) for j in range(rng.randint(1, 3))],
-                    rng.random() >= 0.12)
+                    rng.random() >= 0.25)
             with self.lock:
                 self.keys.append(k)
             deadline = None
@@ -715,8 +716,19 @@ class Run:
             self.explain(lost, dup)
         return bad
 
+    def explain_crash(self, when, node):
+        """explain_crash - the crashed node's last log lines and the events before"""
+        print("--- %s died at %.1fs ---" % (node, when))
+        merged = [(w, n, l) for w, n, l in self.timeline if n == node and when - 5 <= w <= when + 0.5]
+        merged += [(w, "nemesis", e) for w, e in self.events if when - 10 <= w <= when + 0.5]
+        for w, n, l in sorted(merged, key=lambda x: x[0])[-40:]:
+            print("[%7.1f] %-7s %s" % (w, n, l))
+
     def explain(self, lost, dup):
-        """explain - the timeline of each failing QID: its log lines and the events"""
+        """explain - the timeline of each failing QID: its log lines and the events;
+        the last moments of each node that died"""
+        for when, node, _ in self.crashes[:3]:
+            self.explain_crash(when, node)
         for k, a, q, *_ in (lost + dup)[:6]:
             print("--- %s (key %s, %s) ---" % (q, k.name, a))
             lines = [(w, n, l) for w, n, l in self.timeline if q in l]
