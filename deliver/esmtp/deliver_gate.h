@@ -24,7 +24,10 @@
  *	after the reply to MAIL with two recipients, or after the first
  *	RCPT's reply with three, took the daemon down (issue 25). rsp_rset()
  *	ignores a failed read, which only moves the crash one reply later.
- *	The libesmtp-1.1 branch and master have the same loop.
+ *	The libesmtp-1.1 branch and master have the same loop. On Linux a
+ *	reset also drops what the server sent and the bridge had not read
+ *	yet, so an upstream that resets "after" its last reply of a burst
+ *	can leave several replies owed all the same.
  *
  *	libesmtp cannot be told to stop, and its count of replies owed
  *	includes commands it has not flushed yet (the RCPTs it is still
