@@ -149,6 +149,8 @@ struct pg_txn {
 	size_t n_put, cap_put;
 	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
 	size_t n_gone, cap_gone;
+	struct pg_lease *got;		/* owned: the leases of messages put, held once committed */
+	size_t n_got, cap_got;
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */

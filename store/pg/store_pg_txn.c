@@ -19,7 +19,10 @@
  *
  *	A message put gets a lease to this node (owner, expiry on the
  *	database's clock, a token from lease_seq): the accepting node
- *	delivers it at once. Delivery writes are fenced by the lease token
+ *	delivers it at once. The node counts the lease as held (its map,
+ *	store_pg_lease.c) once the commit is known, not at the INSERT's
+ *	result: a renewal in between cannot see the rows and forgets what
+ *	it does not find. Delivery writes are fenced by the lease token
  *	this node holds (store_pg_lease.c); a message put in the same
  *	transaction is fenced by owner, its token not known yet. A fence
  *	that finds fewer rows than it meant aborts the transaction
@@ -159,15 +162,21 @@ static void qids_add(char (**v)[STORE_QID_SIZE], size_t *n, size_t *cap, const c
 	strcpy((*v)[(*n)++], qid);
 }
 
+/* lease_add - append (qid, token) to an owned array */
+static void lease_add(struct pg_lease **v, size_t *n, size_t *cap, const char *qid, int64_t token)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 16;
+		*v = xrealloc(*v, *cap * sizeof(**v));
+	}
+	strcpy((*v)[*n].qid, qid);
+	(*v)[(*n)++].token = token;
+}
+
 /* gone_add - qid's lease, of token (0: put in this transaction), is given up at commit */
 static void gone_add(struct pg_txn *t, const char *qid, int64_t token)
 {
-	if (t->n_gone == t->cap_gone) {
-		t->cap_gone = t->cap_gone ? 2 * t->cap_gone : 16;
-		t->gone = xrealloc(t->gone, t->cap_gone * sizeof(*t->gone));
-	}
-	strcpy(t->gone[t->n_gone].qid, qid);
-	t->gone[t->n_gone++].token = token;
+	lease_add(&t->gone, &t->n_gone, &t->cap_gone, qid, token);
 }
 
 /* store_pg_qids_has - is qid in the array? */
@@ -455,6 +464,7 @@ static void txn_free(struct pg_txn *t)
 	free(t->loaded);
 	free(t->put_qids);
 	free(t->gone);
+	free(t->got);
 	free(t);
 }
 
@@ -516,7 +526,7 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 	return bad ? -1 : n;
 }
 
-/* leases_add - the leases a commit's messages got, from RETURNING qid, lease_token */
+/* leases_add - the leases a committed batch's messages got, from qid, lease_token rows */
 static void leases_add(struct pg_store *st, const PGresult *r)
 {
 	char qid[STORE_QID_SIZE];
@@ -525,6 +535,23 @@ static void leases_add(struct pg_store *st, const PGresult *r)
 	for (i = 0; i < PQntuples(r); i++)
 		if (store_pg_qid(r, i, 0, qid) == 0)
 			store_pg_lease_set(st, qid, store_pg_int(r, i, 1));
+}
+
+/*
+ * leases_note - the leases a run of messages put got (RETURNING qid,
+ * lease_token), held from the commit on: recorded before it, a lease
+ * renewal meanwhile (another connection, which cannot see the rows yet)
+ * found them gone and forgot them, and the node then refused its own
+ * inflight marks and outcomes on them as another node's.
+ */
+static void leases_note(struct pg_txn *t, const PGresult *r)
+{
+	char qid[STORE_QID_SIZE];
+	int i;
+
+	for (i = 0; i < PQntuples(r); i++)
+		if (store_pg_qid(r, i, 0, qid) == 0)
+			lease_add(&t->got, &t->n_got, &t->cap_got, qid, store_pg_int(r, i, 1));
 }
 
 /*
@@ -648,7 +675,7 @@ int store_pg_txn_commit(struct store_txn *base)
 		if (k == sent - 1)
 			committed = 1;
 		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)
-			leases_add(st, r);	/* a run of messages put: their leases */
+			leases_note(t, r);	/* a run of messages put: their leases */
 		PQclear(r);
 	}
 	if (!failed && store_pg_pipe_end(t->c) != 0)
@@ -658,16 +685,14 @@ int store_pg_txn_commit(struct store_txn *base)
 	else if (err == 0)		/* no error seen and no COMMIT: unknown */
 		committed = (err = store_pg_commit_resolve(t, read_back)) == 0;
 	/* else an error was reported: nothing was committed */
-	if (committed) {
+	if (committed) {		/* the leases got, then those given up (maybe the same) */
+		for (i = 0; i < t->n_got; i++)
+			store_pg_lease_set(st, t->got[i].qid, t->got[i].token);
 		for (i = 0; i < t->n_gone; i++)
 			store_pg_lease_del(st, t->gone[i].qid, t->gone[i].token);
 		pthread_mutex_lock(&st->mu);
 		st->txns++;
 		pthread_mutex_unlock(&st->mu);
-	} else {
-		/* a message put whose lease was recorded from a result is not ours: undo */
-		for (i = 0; i < t->n_put; i++)
-			store_pg_lease_del(st, t->put_qids[i], 0);
 	}
 	txn_free(t);
 	return err;

@@ -586,3 +586,73 @@ def test_nodes_flush_any_node(t):
     eq(sink.accepted(), [], "delivered before the flush")
     ctl(b, "flush")
     check_exactly_once([sink], qids, timeout=20, what="after flush on b")
+
+
+
+# ---------------------------------------------------------------- a lease and its commit
+
+# the COMMIT of the first transaction that puts a message from slow@ waits
+# (a deferred trigger runs at COMMIT: the rows, with their leases, are
+# already returned); a sequence is not rolled back: once only
+SLOW_COMMIT_SQL = """
+CREATE SEQUENCE e2e_slow_once;
+GRANT USAGE ON SEQUENCE e2e_slow_once TO PUBLIC;
+CREATE FUNCTION e2e_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('e2e_slow_once') = 1 THEN
+        PERFORM pg_sleep(%s);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER e2e_slow_commit AFTER INSERT ON messages
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.sender = 'slow@example.org') EXECUTE FUNCTION e2e_slow_commit();
+"""
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_renewal_during_commit(t):
+    """One node, store.lease 12 s (renewed every 4 s), both delivery threads busy
+    on messages whose final dot's reply the sink holds 9 s. Message A's COMMIT
+    then waits 6 s at the server, its row and lease already returned: a lease
+    renewal runs meanwhile and cannot see the row. Messages B1-B5 commit just
+    after it. When the threads are free (A's lease still live), A and the Bs go
+    in one batch, A first. A's lease must still be the node's: on main the
+    renewal forgot it, A's inflight mark was refused ("another node holds the
+    message's lease"), the session abandoned and the Bs deferred by
+    retry.first (an hour here), as the 45 messages test_expiry_keeps_up never
+    delivered under load. Every message is delivered exactly once, soon. (Had
+    A's lease run out first, the node would take it again: no failure either.)"""
+    sink = t.sink()
+    d = t.daemon(sink, dict(SLOW_RETRY, upstream={"timeout": "30s"}, store={"lease": "12s"},
+                            control=os.path.join(t.tmp, "ctl.sock")))
+    pg, db = t.pg_shared(), t.pg_url().rsplit("/", 1)[1]
+    busy = []
+    for i in range(2):          # one a thread: the second comes once the first is taken
+        busy.append(submit_ok(d.port, "delay-9-busy%d@example.com" % i,
+                              make_msg(key="renew-busy-%d" % i)))
+        wait_until(lambda: sink.log().count("delaying reply") > i, 15,
+                   "the sink to hold delivery %d's final dot" % i)
+    pg.sql(SLOW_COMMIT_SQL % 6, db)
+    got = {}
+
+    def client(name, sender):
+        got[name] = submit_ok(d.port, "renew-%s@example.com" % name,
+                              make_msg(key="renew-commit-%s" % name, frm=sender),
+                              sender=sender, timeout=40)
+    threads = [threading.Thread(target=client, args=("a", "slow@example.org"), daemon=True)]
+    threads[0].start()
+    wait_until(lambda: pg.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                              "AND datname = '%s'" % db) not in ("", "0"), 15,
+               "A's commit to wait at the server")
+    for i in range(1, 6):
+        threads.append(threading.Thread(target=client, args=("b%d" % i, "sender@example.org"),
+                                        daemon=True))
+        threads[-1].start()
+    for th in threads:
+        th.join(60)
+    eq(sorted(got), ["a", "b1", "b2", "b3", "b4", "b5"], "submissions answered 250")
+    check_exactly_once([sink], busy + list(got.values()), timeout=40,
+                       what="a commit that outlasted a lease renewal")
+    eq(d.log_lines("cannot set the inflight mark"), [],
+       "inflight marks refused on the node's own leases")
