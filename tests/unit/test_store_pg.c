@@ -2,7 +2,8 @@
  * test_store_pg - what only the PostgreSQL backend has (store/pg/): node
  * names and slots, a second node of one name refused, the schema's
  * version (a newer one refused, a client finding none), an unreachable
- * server, delivery leases and their fencing, renewal, a deferred message
+ * server, delivery leases and their fencing, renewal (also while an
+ * accepting commit is in flight), a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
  * back, a result that never comes, statements prepared per connection, a
@@ -426,6 +427,58 @@ static void test_lease_renew_skips_locked(void **state)
 		fail_msg("the lease of the row nobody held was not renewed");
 	PQclear(r);
 	PQfinish(o);
+}
+
+/* slow_spool_main - spool_one in a thread: its COMMIT waits at the server */
+static void *slow_spool_main(void *arg)
+{
+	spool_one(arg, "RENEWCM00001", 1);
+	return NULL;
+}
+
+/* commit_sleeping - does a COMMIT wait in pg_sleep (the trigger of test_renew_during_commit)? */
+static int commit_sleeping(PGconn *o)
+{
+	PGresult *r = PQexec(o, "SELECT count(*) FROM pg_stat_activity "
+			     "WHERE wait_event = 'PgSleep' AND query = 'COMMIT'");
+	int n = PQresultStatus(r) == PGRES_TUPLES_OK ? atoi(PQgetvalue(r, 0, 0)) : 0;
+
+	PQclear(r);
+	return n;
+}
+
+/*
+ * a renewal while a message's commit is in flight (its row and lease
+ * returned, the COMMIT waiting at the server in a deferred trigger)
+ * cannot see the row: the node holds that lease only once the commit is
+ * known, so the renewal does not forget it and the node's own inflight
+ * mark on it is not refused as another node's (it was: test_expiry_keeps_up
+ * under load, e2e test_nodes_renewal_during_commit)
+ */
+static void test_renew_during_commit(void **state)
+{
+	struct fx *f = *state;
+	PGconn *o = PQconnectdb(f->url);
+	pthread_t th;
+	int i;
+
+	sql(f, "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+	    "$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON messages DEFERRABLE "
+	    "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()", NULL);
+	assert_int_equal(pthread_create(&th, NULL, slow_spool_main, f->st), 0);
+	for (i = 0; i < 1000 && !commit_sleeping(o); i++)
+		usleep(10000);
+	if (i == 1000)
+		fail_msg("the COMMIT never waited in the trigger");
+	usleep(200000);			/* the INSERT's result, flushed before COMMIT, is read */
+	CHECK_INT("renew while the COMMIT waits", store_lease_renew(f->st, clock_us()), 0);
+	pthread_join(th, NULL);
+	PQfinish(o);
+	sql(f, "DROP TRIGGER slow_commit ON messages", NULL);
+	CHECK_INT("the acceptance's lease is held", listed(f->st), 1);
+	CHECK_INT("the node's own mark", store_msg_set_inflight(f->st, "RENEWCM00001", 1), 0);
+	CHECK_INT("its delivery", sent(f->st, "RENEWCM00001"), 0);
 }
 
 /* a deferral gives the lease up: any node takes the message when due; a flush makes it due */
@@ -1640,6 +1693,7 @@ int main(void)
 		T(test_lease_fencing),
 		T(test_lease_renew),
 		T(test_lease_renew_skips_locked),
+		T(test_renew_during_commit),
 		T(test_defer_and_flush),
 		T(test_defer_retaken),
 		T(test_fenced_retaken),
