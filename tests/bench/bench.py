@@ -210,12 +210,13 @@ class Server:
 class Postfix(Server):
     name = "Postfix"
 
-    def __init__(self, tmp, sink):
+    def __init__(self, tmp, sink, settings=()):
+        """settings: extra main.cf name=value lines (tests/postfix/postfix.sh)"""
         super().__init__(sink)
         self.dir = os.path.join(tmp, "postfix")
         self.port = free_port()
-        r = subprocess.run([POSTFIX_SH, "start", self.dir, str(self.port), str(sink.port)],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run([POSTFIX_SH, "start", self.dir, str(self.port), str(sink.port)]
+                           + list(settings), capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError("postfix.sh start failed: %s%s" % (r.stdout, r.stderr))
 
@@ -231,7 +232,10 @@ class Idemrelay(Server):
     name = "idemrelay"
 
     def __init__(self, tmp, sink, name="idemrelay", store=None, map_size="4G", pg_url=None,
-                 node=None, metrics_port=None, label=None):
+                 node=None, metrics_port=None, label=None, listen="", networks='"127.0.0.0/8"',
+                 limits="connections = 1100;", extra=""):
+        """listen, limits: settings inside the listener's and limits' groups;
+        networks: access.networks' elements; extra: more top-level settings"""
         super().__init__(sink)
         self.name = label or self.name    # in the figures: "idemrelay" (LMDB), "pg1"
         self.metrics_port = metrics_port
@@ -254,13 +258,13 @@ class Idemrelay(Server):
             store_conf += 'metrics = { address = "127.0.0.1"; port = %d; };\n' % metrics_port
         with open(conf, "w") as f:
             f.write('hostname = "idemrelay.bench";\n'
-                    'listen = ( { address = "127.0.0.1"; port = %d; } );\n'
-                    'access = { networks = [ "127.0.0.0/8" ]; };\n'
+                    'listen = ( { address = "127.0.0.1"; port = %d; %s } );\n'
+                    'access = { networks = [ %s ]; };\n'
                     '%s'
                     'upstream = { host = "127.0.0.1"; port = %d; tls = "none"; };\n'
-                    'limits = { connections = 1100; };\n'
-                    'log = { level = "info"; target = "stderr"; };\n'
-                    % (self.port, store_conf, sink.port))
+                    'limits = { %s };\n'
+                    'log = { level = "info"; target = "stderr"; };\n%s'
+                    % (self.port, listen, networks, store_conf, sink.port, limits, extra))
         with open(self.log, "ab") as lf:
             self.proc = subprocess.Popen([IDEMRELAY, "-c", conf], cwd=self.dir,
                                          stdout=lf, stderr=lf, stdin=subprocess.DEVNULL)
