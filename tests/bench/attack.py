@@ -23,7 +23,7 @@ DESCRIPTION
 
     Then it runs one attack from 127.0.0.2 while a legitimate client on
     127.0.0.3 starts a submission every 0.5 s (connect, EHLO, STARTTLS,
-    EHLO, AUTH PLAIN, MAIL, RCPT, DATA, a 300-octet message): the first
+    EHLO, AUTH PLAIN, MAIL, RCPT, DATA, a 190-octet message): the first
     RAMP seconds of the attack alone, then the legitimate client until the
     attack's time is up, then the attack stops once the last legitimate
     session has ended (each has LEGIT_TIMEOUT seconds). The attacks, each
@@ -574,8 +574,9 @@ class FfdheReplay(Attack):
     def summary(self):
         out = super().summary()
         if self.answer_ms:
-            out["server's answer to the hello: p50 ms"] = round(statistics.median(self.answer_ms), 2)
-            out["server's answer to the hello: max ms"] = round(max(self.answer_ms), 2)
+            ms = self.answer_ms
+            out["server's answer to the hello: p50 ms"] = round(statistics.median(ms), 2)
+            out["server's answer to the hello: max ms"] = round(max(ms), 2)
         return out
 
 
