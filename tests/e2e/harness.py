@@ -526,13 +526,20 @@ class PowerFS:
         self._detach()
         self.mount()
 
+    def _arm(self, sig, said):
+        """_arm - signal powerfs and wait until it says it is armed: on a loaded
+        machine a sync on another of its threads could otherwise come first"""
+        n = self.log().count(said)
+        os.kill(self.proc.pid, sig)
+        wait_until(lambda: self.log().count(said) > n, 10, "powerfs to say %r" % said)
+
     def fail_next_sync(self):
-        os.kill(self.proc.pid, signal.SIGUSR1)
+        self._arm(signal.SIGUSR1, "powerfs: armed: the next sync fails")
 
     def die(self):
         """die - the next sync writes its data yet fails, and every later one
         fails, until cut()"""
-        os.kill(self.proc.pid, signal.SIGUSR2)
+        self._arm(signal.SIGUSR2, "powerfs: armed: the disk dies at the next sync")
 
     def log(self):
         return read_text(self.log_path)

@@ -621,13 +621,23 @@ static const struct fuse_operations ops = {
 	.utimens = pfs_utimens,
 };
 
-/* on_signal - SIGUSR1 arms a failed sync, SIGUSR2 a dying disk */
+/*
+ * on_signal - SIGUSR1 arms a failed sync, SIGUSR2 a dying disk; says so
+ * (write(2) is async-signal-safe), so that a test waits until it is armed:
+ * on a loaded machine another thread's sync can come before the handler
+ */
 static void on_signal(int sig)
 {
-	if (sig == SIGUSR1)
+	static const char fail[] = "powerfs: armed: the next sync fails\n";
+	static const char die[] = "powerfs: armed: the disk dies at the next sync\n";
+
+	if (sig == SIGUSR1) {
 		fail_next = 1;
-	else
+		(void) !write(STDERR_FILENO, fail, sizeof(fail) - 1);
+	} else {
 		die_next = 1;
+		(void) !write(STDERR_FILENO, die, sizeof(die) - 1);
+	}
 }
 
 int main(int argc, char **argv)
