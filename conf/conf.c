@@ -652,6 +652,76 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
 	return out;
 }
 
+/*
+ * What SIGHUP applies is access.networks, limits, retry, log and
+ * auth.cache_ttl (and the certificate and users files read again); the
+ * rest takes a restart, as master.cf's changes take postfix reload. Each
+ * of these is remembered by a digest of what was written, so that a
+ * reload can say which changed instead of ignoring them without a word.
+ */
+const char *const conf_restart_settings[] = {"hostname", "node", "user", "control",
+	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", 0};
+
+/* conf_digest - FNV-1a of a setting as written: names, types, values, in order */
+static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
+{
+	const char *name = config_setting_name(s), *str;
+	char num[64];
+	int i, n, type = config_setting_type(s);
+
+#define MIX(p, len) do { const unsigned char *m_ = (const unsigned char *) (p); \
+	size_t k_; for (k_ = 0; k_ < (len); k_++) { h ^= m_[k_]; h *= 1099511628211ULL; } } while (0)
+	MIX(name ? name : "", name ? strlen(name) + 1 : 1);
+	MIX(&type, sizeof(type));
+	switch (type) {
+	case CONFIG_TYPE_GROUP:
+	case CONFIG_TYPE_ARRAY:
+	case CONFIG_TYPE_LIST:
+		n = config_setting_length(s);
+		MIX(&n, sizeof(n));
+		for (i = 0; i < n; i++)
+			h = conf_digest(config_setting_get_elem(s, (unsigned) i), h);
+		break;
+	case CONFIG_TYPE_STRING:
+		str = config_setting_get_string(s);
+		MIX(str, strlen(str) + 1);
+		break;
+	case CONFIG_TYPE_FLOAT:
+		snprintf(num, sizeof(num), "%.17g", config_setting_get_float(s));
+		MIX(num, strlen(num));
+		break;
+	default:			/* int, int64, bool */
+		snprintf(num, sizeof(num), "%lld", config_setting_get_int64(s));
+		MIX(num, strlen(num));
+		break;
+	}
+#undef MIX
+	return h;
+}
+
+/* conf_restart_digests - remember what the restart-only settings say */
+static void conf_restart_digests(struct conf *c, config_setting_t *root)
+{
+	const config_setting_t *s;
+	size_t i;
+
+	for (i = 0; conf_restart_settings[i] && i < CONF_RESTART_MAX; i++)
+		c->restart_digest[i] = (s = config_setting_lookup(root, conf_restart_settings[i]))
+		    ? conf_digest(s, 14695981039346656037ULL) | 1 : 0;
+}
+
+/* conf_restart_changed - the restart-only settings that differ, by name */
+size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
+			    const char **names, size_t max)
+{
+	size_t i, n = 0;
+
+	for (i = 0; conf_restart_settings[i] && i < CONF_RESTART_MAX; i++)
+		if (old->restart_digest[i] != nw->restart_digest[i] && n < max)
+			names[n++] = conf_restart_settings[i];
+	return n;
+}
+
 /* conf_load - load and validate; path NULL means the embedded default */
 int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 {
@@ -698,6 +768,7 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	c->file = xstrdup(x.file);
 	conf_places(&x, c, config_root_setting(&cfg), "");
+	conf_restart_digests(c, config_root_setting(&cfg));
 	rc = 0;
 
 fail:

@@ -48,10 +48,16 @@ struct conf_place {
 	char *where;
 };
 
+/* the settings SIGHUP cannot apply: conf_restart_settings[], NULL-terminated */
+#define CONF_RESTART_MAX 12
+extern const char *const conf_restart_settings[];
+
 struct conf {
 	char *file;		/* the file loaded; "<default>" for the embedded text */
 	struct conf_place *places;	/* every setting written, for conf_where() */
 	size_t n_places;
+	uint64_t restart_digest[CONF_RESTART_MAX];	/* of each conf_restart_settings[] as
+							 * written (0: not written) */
 
 	char *hostname;		/* default: gethostname() */
 	char *node;		/* this node's name in a shared store; default: hostname */
@@ -148,6 +154,13 @@ void conf_free(struct conf *c);
  * (default)" when it was not: for start-up messages that point at it
  */
 const char *conf_where(const struct conf *c, const char *name, char *out, size_t len);
+
+/*
+ * conf_restart_changed - the settings SIGHUP cannot apply that new writes
+ * otherwise than old: up to max of their names into names; how many
+ */
+size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
+			    const char **names, size_t max);
 
 /* conf_net_match - is this client address inside access.networks? */
 int conf_net_match(const struct conf *c, const struct sockaddr *sa);

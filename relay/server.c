@@ -633,9 +633,10 @@ static void server_load_secrets(struct server *srv)
  */
 static void server_reload_conf(struct server *srv)
 {
+	const char *changed[CONF_RESTART_MAX];
 	struct conf nc, *cf = srv->cf;
 	struct conf_net *nets;
-	size_t n;
+	size_t i, n;
 	char err[512];
 
 	if (conf_load(&nc, srv->conf_path, err, sizeof(err)) < 0) {
@@ -648,6 +649,9 @@ static void server_reload_conf(struct server *srv)
 	cf->n_networks = nc.n_networks;
 	nc.networks = nets;
 	nc.n_networks = n;
+	for (i = 0, n = conf_restart_changed(cf, &nc, changed, CONF_RESTART_MAX); i < n; i++)
+		msg_warn("reload: %s changed: it takes a restart; keeping the one in use",
+			 changed[i]);
 	cf->limits = nc.limits;
 	cf->auth_cache_ttl = nc.auth_cache_ttl;
 	server_limits(srv);

@@ -43,3 +43,26 @@ def test_sighup_reloads_networks_and_limits(t):
     r = submit(d.port, "a@example.com", make_msg(key="hup-3"))
     eq(r.code, 250, "still relaying after a failed reload (%r)" % (r,))
     sink.wait_count(2)
+
+
+@case()
+def test_sighup_names_what_needs_a_restart(t):
+    """A changed setting SIGHUP cannot apply gets one warning each, as postfix
+    reload does for master.cf (issue 26 part 3); what it applies gets none,
+    and a reload with nothing of the kind changed warns of nothing."""
+    sink = t.sink()
+    d = t.daemon(sink)
+    rewrite(d, {"limits": {"recipients": 7}, "retry": {"first": "2s"}})
+    hup(d, 1)
+    eq(d.log_lines("warning: reload:"), [], "warnings for settings a reload applies")
+    rewrite(d, {"hostname": "renamed.test", "store": {"key_ttl": "2h"},
+                "upstream": {"connections": 3}, "limits": {"recipients": 8}})
+    hup(d, 2)
+    for name in ("hostname", "store", "upstream"):
+        d.wait_log("warning: reload: %s changed: it takes a restart; keeping the one in use"
+                   % name)
+    eq(len(d.log_lines("warning: reload:")), 3, "one warning per setting")
+    r = submit(d.port, ["a%d@example.com" % i for i in range(9)], make_msg(key="hup-r"))
+    eq([c for c, _ in r.rcpts].count(452), 1, "the reloaded recipients limit (8) applies")
+    check(r.code == 250 and "by renamed.test" not in str(sink.wait_count(1)[0]["data"]),
+          "the hostname in use is the old one")

@@ -669,6 +669,54 @@ static int cleanup(void **state)
 	return 0;
 }
 
+/* conf_restart_changed: the settings SIGHUP cannot apply, named when they change */
+static void test_restart_changed(void **state)
+{
+	static const struct {
+		const char *name, *before, *after, *want;
+	} rows[] = {
+		{"nothing", "limits = { recipients = 5; };", "limits = { recipients = 6; };", ""},
+		{"the same, other spacing", "store = { key_ttl = \"2h\"; };",
+		 "store = {\n  key_ttl = \"2h\";\n};", ""},
+		{"a store setting", "store = { key_ttl = \"2h\"; };", "store = { key_ttl = \"3h\"; };",
+		 "store,"},
+		{"written where it was the default", "", "hostname = \"a.test\";", "hostname,"},
+		{"removed", "keys = { mode = \"shadow\"; };", "", "keys,"},
+		{"auth.users, not auth.cache_ttl", "tls = { cert = \"/c\"; key = \"/k\"; };\n"
+		 "auth = { users = \"/u\"; cache_ttl = \"1h\"; };",
+		 "tls = { cert = \"/c\"; key = \"/k\"; };\nauth = { users = \"/u\"; cache_ttl = \"2h\"; };",
+		 ""},
+		{"several", "upstream = { host = \"a\"; };", "hostname = \"x.test\";\n"
+		 "upstream = { host = \"b\"; };\nlisten = ( { address = \"127.0.0.1\"; port = 2600; } );",
+		 "hostname,listen,upstream,"},
+	};
+	const char *names[CONF_RESTART_MAX];
+	struct conf a, b;
+	char err[512], got[256], before[512], after[512];
+	size_t i, k, n;
+
+	(void) state;
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		/* an upstream is required: the Maildir where a row writes none */
+		snprintf(before, sizeof(before), "%s%s", strstr(rows[i].before, "upstream")
+			 ? "" : MINIMAL, rows[i].before);
+		snprintf(after, sizeof(after), "%s%s", strstr(rows[i].after, "upstream")
+			 ? "" : MINIMAL, rows[i].after);
+		if (load_text(&a, before, err, sizeof(err)) != 0
+		    || load_text(&b, after, err, sizeof(err)) != 0)
+			fail_msg("%s: %s", rows[i].name, err);
+		n = conf_restart_changed(&a, &b, names, CONF_RESTART_MAX);
+		got[0] = 0;
+		for (k = 0; k < n; k++)
+			snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s,", names[k]);
+		if (strcmp(got, rows[i].want) != 0)
+			print_error("%s: got \"%s\", want \"%s\"\n", rows[i].name, got, rows[i].want);
+		assert_string_equal(got, rows[i].want);
+		conf_free(&a);
+		conf_free(&b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -684,6 +732,7 @@ int main(void)
 		cmocka_unit_test(test_include),
 		cmocka_unit_test(test_free_zeroed),
 		cmocka_unit_test_teardown(test_net_match, cleanup),
+		cmocka_unit_test_teardown(test_restart_changed, cleanup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
