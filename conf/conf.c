@@ -722,6 +722,40 @@ size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
 	return n;
 }
 
+/*
+ * conf_include_error - libconfig says only "cannot open include file": find
+ * the @include on that line of that file, and say which file and why
+ */
+static int conf_include_error(const char *file, int line, const char *dir, char *out,
+			      size_t len)
+{
+	char text[1024], path[1024], *q, *end;
+	FILE *fp;
+	int n = 0, err;
+
+	if (file == NULL || (fp = fopen(file, "r")) == NULL)
+		return -1;
+	while (fgets(text, sizeof(text), fp) && ++n < line)
+		;
+	fclose(fp);
+	if (n != line || (q = strstr(text, "@include")) == NULL || (q = strchr(q, '"')) == NULL
+	    || (end = strchr(++q, '"')) == NULL)
+		return -1;
+	*end = 0;
+	if (*q != '/' && dir)
+		snprintf(path, sizeof(path), "%s/%s", dir, q);
+	else
+		snprintf(path, sizeof(path), "%s", q);
+	errno = 0;
+	fp = fopen(path, "r");
+	err = errno;
+	if (fp)
+		fclose(fp);
+	snprintf(out, len, "cannot open include file %s: %s", path,
+		 err ? strerror(err) : "not a readable file");
+	return 0;
+}
+
 /* conf_load - load and validate; path NULL means the embedded default */
 int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 {
@@ -731,6 +765,7 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	const char *text;
 	FILE   *fp = NULL;
 	config_t cfg;
+	char    why[1200];
 	int     ok, rc = -1;
 
 	memset(c, 0, sizeof(*c));
@@ -759,6 +794,14 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		if (strcmp(text, "syntax error") == 0)
 			text = "";
 		conf_file_name(&x, config_error_file(&cfg), &file);
+		if (strcmp(text, "cannot open include file") == 0
+		    && conf_include_error(config_error_file(&cfg) ? config_error_file(&cfg) : path,
+					  config_error_line(&cfg), x.dir, why, sizeof(why)) == 0) {
+			if (errlen > 0)
+				snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(&cfg),
+					 why);
+			goto fail;
+		}
 		if (errlen > 0)
 			snprintf(err, errlen, "%s:%d: syntax error%s%s", file.data,
 				 config_error_line(&cfg), *text ? ": " : "", text);

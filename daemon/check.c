@@ -28,6 +28,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "../conf/conf.h"
@@ -154,9 +156,37 @@ static void check_user(struct check *k)
  * check_dir - a directory the start creates (mkdir -p) and writes in:
  * it, or its nearest existing ancestor, is a directory we may write
  */
+/*
+ * check_kernel_fs - the name of a kernel file system dir is on (proc,
+ * sysfs, ...), where no store or Maildir can be made; NULL if none.
+ * Root passes access(2) there, so -t would say OK and the start fail.
+ */
+static const char *check_kernel_fs(const char *dir)
+{
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} kernel[] = {
+		{0x9fa0, "proc"}, {0x62656572, "sysfs"}, {0x1cd1, "devpts"},
+		{0x27e0eb, "cgroup"}, {0x63677270, "cgroup2"}, {0x64626720, "debugfs"},
+		{0x73636673, "securityfs"}, {0xcafe4a11, "bpf"}, {0x74726163, "tracefs"},
+	};
+	struct statfs fs;
+	size_t i;
+
+	if (statfs(dir, &fs) < 0)
+		return NULL;
+	for (i = 0; i < sizeof(kernel) / sizeof(kernel[0]); i++)
+		if ((unsigned long) fs.f_type == kernel[i].magic)
+			return kernel[i].name;
+	return NULL;
+}
+
 static void check_dir(struct check *k, const char *setting, const char *path)
 {
 	char dir[CHECK_PATH_MAX], *slash;
+	const char *kfs;
+	struct statvfs vfs;
 	struct stat st;
 
 	if (strlen(path) >= sizeof(dir)) {
@@ -181,6 +211,16 @@ static void check_dir(struct check *k, const char *setting, const char *path)
 		else
 			check_fail(k, setting, "%s is under %s, which is not a directory: choose a "
 				   "path in a directory", path, dir);
+		return;
+	}
+	if ((kfs = check_kernel_fs(dir)) != NULL) {
+		check_fail(k, setting, "%s is on %s, a kernel file system: choose a path on a "
+			   "disk", path, kfs);
+		return;
+	}
+	if (statvfs(dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) {
+		check_fail(k, setting, "%s is on a file system mounted read-only: choose "
+			   "another path, or remount it", path);
 		return;
 	}
 	if (access(dir, W_OK | X_OK) < 0 && strcmp(dir, path) == 0)

@@ -93,6 +93,13 @@ def test_config_check(t):
                                 '};\n' % store, 5, "keys.headers[1]"),
         "syntax.conf": (up + 'hostname "x.test";\n'
                         'store = { path = "%s"; };\n' % store, 2, None),
+        # issue 26: the missing file named, and a path no store can be made in
+        "missing-include.conf": (up + '@include "no-such-part.conf"\n', 2,
+                                 "cannot open include file %s: No such file or directory"
+                                 % os.path.join(t.tmp, "no-such-part.conf")),
+        "store-in-proc.conf": (up + 'store = { path = "/proc/idemrelay-e2e/store"; };\n', 2,
+                               "store.path: /proc/idemrelay-e2e/store is on proc, a kernel "
+                               "file system"),
     }
     for name, (text, line, setting) in bad.items():
         path = write(os.path.join(t.tmp, name), text)
