@@ -151,6 +151,9 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 			*q = 0;
 			memmove(msgid, p, (size_t) (q - p) + 1);
 			have_msgid = msgid[0] != 0;
+			for (i = 0; msgid[i] && i < KEYS_MSGID_LOG; i++)
+				r->message_id[i] = msgid[i] > ' ' && msgid[i] < 0x7f ? msgid[i] : '?';
+			r->message_id[i] = 0;
 		}
 		off = end;
 	}

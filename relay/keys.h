@@ -33,6 +33,8 @@ struct keys_span {
 	size_t off, len;	/* a header field, continuation lines included */
 };
 
+#define KEYS_MSGID_LOG	255		/* the part of a Message-ID logged */
+
 struct keys_result {
 	enum keys_source source;
 	char key[KEYS_MAX_LEN + 1];	/* header value, ENVID, or Message-ID hash in hex */
@@ -40,6 +42,7 @@ struct keys_result {
 	struct keys_span *strip;	/* owned: key headers to remove when relaying */
 	size_t n_strip, cap_strip;
 	size_t body_off;		/* where the body starts in the data */
+	char message_id[KEYS_MSGID_LOG + 1];	/* its Message-ID, printable, for the log; "" none */
 	const char *error;		/* set: refuse with this reply */
 };
 

@@ -43,6 +43,7 @@ struct submission {
 	struct commit_req req;
 	struct conn *c;			/* not owned */
 	char keylog[KEYS_MAX_LEN + 32];	/* "key=K (source)", logged once */
+	char message_id[KEYS_MSGID_LOG + 1];	/* for the log; "" if none */
 	int64_t t0;			/* end of DATA, for the accept latency */
 };
 
@@ -117,6 +118,10 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		if (req->shadow_hit)
 			buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
 		msg_info("%s", line.data);
+		/* as Postfix's cleanup: find a message from what the application knows */
+		if (((struct submission *) req)->message_id[0])
+			msg_info("%s: message-id=<%s>", req->msg.qid,
+				 ((struct submission *) req)->message_id);
 		if (req->outcome == COMMIT_PARTIAL) {
 			buf_reset(&line);
 			buf_printf(&line, "%s: client=%s from=<%s>", req->orig_qid,
@@ -209,6 +214,7 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	size_t i, j;
 
 	sub->c = c;
+	memcpy(sub->message_id, kr->message_id, sizeof(sub->message_id));
 	req->ctx = sub;
 	req->done = commit_done;
 	req->shadow = cf->keys.shadow;

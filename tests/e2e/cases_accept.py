@@ -355,3 +355,24 @@ def test_postfix_split_recipients(t):
        "recipient -> QIDs relayed")
     # Postfix retries the second part only: a duplicate of that part
     eq(submit_ok(d.port, parts[1], msg), qids[1], "QID of the retried part")
+
+
+@case()
+def test_message_id_logged(t):
+    """Each message queued logs its Message-ID once, as Postfix's cleanup
+    does ('QID: message-id=<...>', issue 26 part 1), so a person can find it
+    from what the application knows; not for a duplicate, none without one,
+    and nothing but printable ASCII goes into the log."""
+    sink = t.sink()
+    d = t.daemon(sink)
+    q = submit_ok(d.port, ["a@example.com"], make_msg(key="mid-1", msgid="<order-42@shop.test>"))
+    d.wait_log("%s: message-id=<order-42@shop.test>" % q)
+    eq(submit_ok(d.port, ["a@example.com"], make_msg(key="mid-1", msgid="<order-42@shop.test>")),
+       q, "the duplicate's QID")
+    q2 = submit_ok(d.port, ["a@example.com"], make_msg(key="mid-2"))
+    q3 = submit_ok(d.port, ["a@example.com"],
+                   make_msg(key="mid-3", msgid="<odd\x01id@shop.test>"))
+    d.wait_log(q3, "status=queued")
+    eq(len(d.log_lines("message-id=<order-42@shop.test>")), 1, "logged once, not for the duplicate")
+    eq(d.log_lines(q2, "message-id="), [], "no Message-ID, no line")
+    eq(len(d.log_lines("%s: message-id=<odd?id@shop.test>" % q3)), 1, "a control octet as ?")
