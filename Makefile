@@ -242,13 +242,13 @@ deb-test:
 .PHONY: install install-systemd uninstall lint-man deb-test
 
 # Benchmarks against Postfix (issue 4), not part of `make test`: see
-# BENCHMARKS.md. The load generator is libc only, always at -O2; fill
+# BENCHMARKS.md. The load generator is libc and OpenSSL only, always at -O2; fill
 # writes claims straight into a store through store.h.
 BENCH_PROGS = $(B)/bench/load $(B)/bench/fill
 
 $(B)/bench/load: tests/bench/load.c
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -D_GNU_SOURCE $(LDFLAGS) -o $@ $<
+	$(CC) -O2 -g -std=gnu11 -Wall -Wextra -D_GNU_SOURCE $(LDFLAGS) -o $@ $< -lssl -lcrypto
 
 $(B)/bench/fill: tests/bench/fill.c $(foreach l,store util,$(call lib,$(l)))
 	@mkdir -p $(dir $@)

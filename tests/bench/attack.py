@@ -104,8 +104,7 @@ OUT = os.path.abspath(os.environ.get("ATTACK_OUT", os.path.join(bench.REPO, "bui
 RAMP = 3.0              # seconds of attack before the legitimate client starts
 EVERY = 0.5             # the legitimate client's cadence, and the NOOP flood's
 LEGIT_TIMEOUT = 20.0    # one legitimate session's deadline
-USER, PASSWORD = "legit", "legit-password-30"
-REALM = "postfix.test"  # Postfix's myhostname (postfix.sh): Cyrus SASL's default realm
+USER, PASSWORD = bench.SUBMIT_USER, bench.SUBMIT_PASSWORD
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -669,60 +668,13 @@ def capture_hello():
 
 # ---------------------------------------------------------------- servers
 
-def make_cert(tmp):
-    crt, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
-                    "-days", "2", "-subj", "/CN=attack.test"], check=True, capture_output=True)
-    os.chmod(key, 0o644)        # a throwaway key; Postfix's smtpd reads it too
-    return crt, key
-
-
-def make_users(tmp):
-    """make_users - idemrelay's users file and Postfix's sasldb, one user each"""
-    h = subprocess.run(["openssl", "passwd", "-6", PASSWORD], check=True, capture_output=True,
-                       text=True).stdout.strip()
-    users = os.path.join(tmp, "users")
-    with open(users, "w") as f:
-        f.write("%s:%s\n" % (USER, h))
-    sasl = os.path.join(tmp, "sasl")
-    os.makedirs(sasl)
-    os.chmod(sasl, 0o755)
-    db = os.path.join(sasl, "sasldb2")
-    subprocess.run(["saslpasswd2", "-p", "-c", "-f", db, "-u", REALM, USER],
-                   input=PASSWORD, text=True, check=True, capture_output=True)
-    os.chmod(db, 0o644)
-    with open(os.path.join(sasl, "smtpd.conf"), "w") as f:
-        f.write("pwcheck_method: auxprop\nauxprop_plugin: sasldb\n"
-                "mech_list: PLAIN LOGIN\nsasldb_path: %s\n" % db)
-    return users, sasl
-
-
 def start(kind, d, sink, crt, key, users, sasl):
     """start - a server of kind in directory d: (server, Procs)"""
     if kind == "postfix":
-        # Debian's Postfix looks for smtpd.conf in $config_directory/sasl
-        # whatever cyrus_sasl_config_path says; postfix.sh keeps what is there
-        conf = os.path.join(d, "postfix", "etc", "sasl")
-        os.makedirs(conf)
-        shutil.copy(os.path.join(sasl, "smtpd.conf"), conf)
-        for x in (os.path.join(d, "postfix"), os.path.dirname(conf), conf):
-            os.chmod(x, 0o755)
-        pf = bench.Postfix(d, sink, settings=[
-            "mynetworks=127.0.0.1/32",
-            "smtpd_tls_security_level=encrypt",
-            "smtpd_tls_cert_file=" + crt, "smtpd_tls_key_file=" + key,
-            "smtpd_tls_auth_only=yes",
-            "smtpd_sasl_auth_enable=yes", "smtpd_sasl_type=cyrus", "smtpd_sasl_path=smtpd",
-            "cyrus_sasl_config_path=" + conf,
-            "smtpd_relay_restrictions=permit_mynetworks, permit_sasl_authenticated,"
-            " reject_unauth_destination"])
+        pf = bench.postfix_submission(d, sink, crt, key, sasl)
         with open(os.path.join(pf.dir, "queue", "pid", "master.pid")) as f:
             return pf, Procs(int(f.read().strip()), True)
-    ir = bench.Idemrelay(d, sink, listen='starttls = "required"; auth = "required";',
-                         networks='"127.0.0.1/32"', limits="",
-                         extra='tls = { cert = "%s"; key = "%s"; };\nauth = { users = "%s"; };\n'
-                         % (crt, key, users))
+    ir = bench.idemrelay_submission(d, sink, crt, key, users)
     return ir, Procs(ir.proc.pid, False)
 
 
@@ -823,7 +775,7 @@ def main():
         " load average %(loadavg_start).2f" % info)
     results = []
     try:
-        files = make_cert(tmp) + make_users(tmp)
+        files = bench.make_cert(tmp) + bench.make_users(tmp)
         hello = capture_hello() if "ffdhe" in ONLY else None
         for name in ONLY:
             for kind in SERVERS:

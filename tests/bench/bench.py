@@ -32,6 +32,16 @@ DESCRIPTION
       claims    accept rate with 1k vs BENCH_CLAIMS (default 10M x scale)
                 claims in the store (filled by tests/bench/fill); bytes/claim
       big       100 KB messages, 20 sessions: MB/s accepted
+      tls       STARTTLS + AUTH PLAIN, a new connection per message, 20
+                at once (how PHPMailer, nodemailer or Django submit on
+                port 587): msgs/s accepted, both servers requiring both
+                with the same ECDSA P-256 certificate (TLS 1.3), Postfix
+                with Cyrus SASL on a sasldb, idemrelay with a users file
+                of one $6$ hash; tests/bench/load -T -A from 127.0.0.3,
+                every handshake a full one (issue 27); Postfix with
+                smtpd_peername_lookup = no (127.0.0.3 has no name here,
+                and the failed lookup cost Postfix ~35 ms a session).
+                Also the CPU a message of idemrelay and of the client
 
     pg1 takes part in fresh, e2e, dup and latency beside Postfix and
     LMDB (the same load, in the same rounds); pg2 in fresh and e2e, the
@@ -69,7 +79,8 @@ ENVIRONMENT
     IDEMRELAY_BIN, LOAD_BIN, FILL_BIN   the programs (default bin/, build/bench/)
 
     Needs root (Postfix), Debian's postfix package (smtp-source, smtp-sink),
-    and lmdb-utils (mdb_stat) for the bytes per claim; the PostgreSQL
+    lmdb-utils (mdb_stat) for the bytes per claim, sasl2-bin (saslpasswd2)
+    and libsasl2-modules for the tls figure; the PostgreSQL
     setups need the postgresql package (15 here, its pg_stat_statements
     for the statement counts).
 """
@@ -78,6 +89,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -309,6 +321,75 @@ class NodePair(Server):
             d.stop()
 
 
+# ---------------------------------------------------------------- submission with TLS and AUTH
+
+SUBMIT_USER, SUBMIT_PASSWORD = "legit", "legit-password-30"
+SUBMIT_CLIENT = "127.0.0.3"     # not exempt from AUTH on either server (mynetworks 127.0.0.1/32)
+
+
+def make_cert(tmp):
+    """make_cert - a self-signed ECDSA P-256 certificate, for both servers: (cert, key)"""
+    crt, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
+                    "-days", "2", "-subj", "/CN=attack.test"], check=True, capture_output=True)
+    os.chmod(key, 0o644)        # a throwaway key; Postfix's smtpd reads it too
+    return crt, key
+
+
+def make_users(tmp):
+    """make_users - idemrelay's users file (one $6$ hash, openssl passwd -6) and
+    Postfix's Cyrus sasldb, one user each: (users file, SASL config directory)"""
+    realm = "postfix.test"  # Postfix's myhostname (postfix.sh): Cyrus SASL's default realm
+    h = subprocess.run(["openssl", "passwd", "-6", SUBMIT_PASSWORD], check=True,
+                       capture_output=True, text=True).stdout.strip()
+    users = os.path.join(tmp, "users")
+    with open(users, "w") as f:
+        f.write("%s:%s\n" % (SUBMIT_USER, h))
+    sasl = os.path.join(tmp, "sasl")
+    os.makedirs(sasl)
+    os.chmod(sasl, 0o755)
+    db = os.path.join(sasl, "sasldb2")
+    subprocess.run(["saslpasswd2", "-p", "-c", "-f", db, "-u", realm, SUBMIT_USER],
+                   input=SUBMIT_PASSWORD, text=True, check=True, capture_output=True)
+    os.chmod(db, 0o644)
+    with open(os.path.join(sasl, "smtpd.conf"), "w") as f:
+        f.write("pwcheck_method: auxprop\nauxprop_plugin: sasldb\n"
+                "mech_list: PLAIN LOGIN\nsasldb_path: %s\n" % db)
+    return users, sasl
+
+
+def postfix_submission(d, sink, crt, key, sasl, settings=()):
+    """postfix_submission - Postfix in d requiring STARTTLS and AUTH (Cyrus
+    SASL on the sasldb of make_users), mynetworks 127.0.0.1/32; settings:
+    more main.cf name=value lines"""
+    # Debian's Postfix looks for smtpd.conf in $config_directory/sasl
+    # whatever cyrus_sasl_config_path says; postfix.sh keeps what is there
+    conf = os.path.join(d, "postfix", "etc", "sasl")
+    os.makedirs(conf)
+    shutil.copy(os.path.join(sasl, "smtpd.conf"), conf)
+    for x in (os.path.join(d, "postfix"), os.path.dirname(conf), conf):
+        os.chmod(x, 0o755)
+    return Postfix(d, sink, settings=[
+        "mynetworks=127.0.0.1/32",
+        "smtpd_tls_security_level=encrypt",
+        "smtpd_tls_cert_file=" + crt, "smtpd_tls_key_file=" + key,
+        "smtpd_tls_auth_only=yes",
+        "smtpd_sasl_auth_enable=yes", "smtpd_sasl_type=cyrus", "smtpd_sasl_path=smtpd",
+        "cyrus_sasl_config_path=" + conf,
+        "smtpd_relay_restrictions=permit_mynetworks, permit_sasl_authenticated,"
+        " reject_unauth_destination"] + list(settings))
+
+
+def idemrelay_submission(d, sink, crt, key, users, name="idemrelay"):
+    """idemrelay_submission - idemrelay (LMDB) in d requiring STARTTLS and AUTH,
+    access.networks 127.0.0.1/32, default limits"""
+    return Idemrelay(d, sink, name=name, listen='starttls = "required"; auth = "required";',
+                     networks='"127.0.0.1/32"', limits="",
+                     extra='tls = { cert = "%s"; key = "%s"; };\nauth = { users = "%s"; };\n'
+                     % (crt, key, users))
+
+
 # ---------------------------------------------------------------- clients
 
 def smtp_source(ports, sessions, length, msgs):
@@ -485,6 +566,67 @@ def fig_where(setups, res):
         for fig, k, fn in figs:
             say("  %s %-7s %s" % (srv.name, fig, srv.counters.measure(fig, k, lambda: fn(srv))))
         res.extra.setdefault("pg_counters", {})[srv.name] = srv.counters.summaries()
+
+
+def fig_tls(tmp, res):
+    """STARTTLS + AUTH PLAIN, a new connection per message, 20 at once: both
+    servers require both, with the same P-256 certificate (TLS 1.3 chosen),
+    the client on 127.0.0.3 (tests/bench/load -T -A, full handshakes)"""
+    m = n(2000)
+    d = os.path.join(tmp, "tls")
+    os.makedirs(d)
+    os.chmod(d, 0o755)
+    crt, key = make_cert(d)
+    users, sasl = make_users(d)
+    args = ["-c", 20, "-C", 1, "-n", m, "-s", 2000, "-k", "unique", "-b", SUBMIT_CLIENT, "-T",
+            "-A", "%s:%s" % (SUBMIT_USER, SUBMIT_PASSWORD)]
+    say("tls: load -T -A -c 20 -C 1 -n %d -s 2000 from %s: STARTTLS, AUTH PLAIN, one message"
+        " a connection" % (m, SUBMIT_CLIENT))
+    stopping = []
+    try:
+        sink_pf, sink_ir = Sink(d, "sink-postfix"), Sink(d, "sink-idemrelay")
+        stopping += [sink_pf, sink_ir]
+        # Postfix looks up each client's name (idemrelay does not): 127.0.0.3 has
+        # none here, and the failed lookup costs Postfix ~35 ms a session
+        pf = postfix_submission(d, sink_pf, crt, key, sasl, ["smtpd_peername_lookup=no"])
+        stopping.insert(0, pf)
+        ir = idemrelay_submission(d, sink_ir, crt, key, users, name="idemrelay-tls")
+        stopping.insert(0, ir)
+        ir.name = "idemrelay"
+        for srv in (pf, ir):    # not counted: a server just started, its first AUTH
+            r = load(srv.port, *(args[:4] + ["-n", 40] + args[6:]))
+            srv.accepted(int(r["ok"]))
+        for rnd in range(ROUNDS):
+            for srv in (pf, ir):
+                srv.drain()
+                own0, cl0 = proc_cpu(ir.proc.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+                r = load(srv.port, *args)
+                own1, cl1 = proc_cpu(ir.proc.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+                srv.accepted(int(r["ok"]))
+                res.add("tls", srv.name, r["msgs_per_s"])
+                client_ms = ((cl1.ru_utime + cl1.ru_stime) - (cl0.ru_utime + cl0.ru_stime)) \
+                    * 1000 / r["ok"]
+                res.add("tls_client_cpu_ms", srv.name, client_ms)
+                if srv is ir:
+                    res.add("tls_cpu_ms", srv.name, (own1 - own0) * 1000 / r["ok"])
+                if r["tls13"] != r["tls_handshakes"]:
+                    res.note("tls: %s round %d: %d of %d handshakes TLS 1.3"
+                             % (srv.name, rnd + 1, r["tls13"], r["tls_handshakes"]))
+                say("  round %d %-9s %7.1f msgs/s (p99 at the dot %.2f ms, %d resumed);"
+                    " CPU a message: %s, the client %.2f ms"
+                    % (rnd + 1, srv.name, r["msgs_per_s"], r["p99_ms"], r["tls_resumed"],
+                       "idemrelay %.2f ms" % res.v["tls_cpu_ms"][srv.name][-1] if srv is ir
+                       else "Postfix not counted", client_ms))
+    finally:
+        for s in stopping:
+            s.stop()
+
+
+def proc_cpu(pid):
+    """proc_cpu - user + system CPU seconds of a process (all its threads)"""
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fig_idle(tmp, sink, res):
@@ -690,6 +832,13 @@ def table(res):
     if dbc:
         rows.append(("bytes per claim, the daemon's own store after the runs (claims + key index B-trees)", "-",
                      "%.0f" % dbc["tree_bytes_per_claim"], "-", "reported", "-"))
+    if "tls" in res.v:
+        ratio_row("STARTTLS + AUTH PLAIN, a new connection per message, 20 at once, msgs/s",
+                  "tls", "", ">= 3x", lambda r: r >= 3)
+        c, cl = res.med("tls_cpu_ms", "idemrelay"), res.med("tls_client_cpu_ms", "idemrelay")
+        if c is not None:
+            rows.append(("the same: CPU a message, idemrelay (all threads) / the client (load)",
+                         "-", "%.2f / %.2f ms" % (c, cl), "-", "reported", "-"))
     if "big" in res.v:
         ratio_row("100 KB messages, 20 sessions: MB/s accepted", "big", "", ">= 2x",
                   lambda r: r >= 2)
@@ -846,6 +995,8 @@ def main():
             for s in stopping:
                 s.stop()
             stopping = []
+        if want("tls"):
+            fig_tls(tmp, res)
         if want("claims"):
             fig_claims(tmp, res)
     finally:

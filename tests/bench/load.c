@@ -6,7 +6,7 @@
  * SYNOPSIS
  *	load [-c conns] [-n msgs] [-C per_session] [-s size] [-r rcpts]
  *	     [-k unique|replay|none] [-K prefix] [-u pool] [-o offset]
- *	     [-H] [-P] [-t secs] host:port
+ *	     [-H] [-P] [-t secs] [-b source] [-T [-R]] [-A user:pass] host:port
  *	load -I idle [-w secs] host:port
  * DESCRIPTION
  *	Sends msgs messages over conns parallel SMTP sessions (one event
@@ -33,6 +33,19 @@
  *	(MB = 10^6 bytes of message data; dup counts 250 replies that say
  *	"duplicate"; secs runs from the first connect to the last reply).
  *
+ *	-T says STARTTLS after the first EHLO, does the TLS handshake
+ *	(OpenSSL, TLS 1.2 or 1.3 as the server chooses, the certificate
+ *	not verified), and says EHLO again; -A then authenticates each
+ *	session with AUTH PLAIN before its first message, as a mail client
+ *	submitting on port 587 does. Each new session is a full handshake
+ *	unless -R, which offers the last session (ticket) the server gave,
+ *	as a client that resumes does. -b binds each connection to the
+ *	source address (so that a server's exemptions for 127.0.0.1 do not
+ *	apply). With -T the summary also says tls_handshakes=, tls_resumed=
+ *	and tls13=: handshakes done (a few more than messages: sessions
+ *	opened near the end find none left and quit), how many the server
+ *	resumed, and how many were TLS 1.3.
+ *
  *	-I idle opens that many sessions, says EHLO on each, prints
  *	"idle open=N" and holds them for -w seconds (default 30), then
  *	quits.
@@ -57,6 +70,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+
 #define IN_MAX		16384
 #define CMD_MAX		65536
 #define HDR_MAX		1024
@@ -65,11 +82,13 @@ enum kmode { K_UNIQUE, K_REPLAY, K_NONE };
 
 enum state {
 	S_CONNECT, S_GREETING, S_EHLO, S_MAIL, S_RCPT, S_DATA, S_DOT,
-	S_PIPE, S_RSET, S_QUIT, S_IDLE, S_CLOSED
+	S_PIPE, S_RSET, S_QUIT, S_IDLE, S_STARTTLS, S_HANDSHAKE, S_EHLO_TLS, S_AUTH,
+	S_CLOSED
 };
 
 struct conn {
 	int fd;
+	SSL *ssl;		/* after STARTTLS, or NULL */
 	enum state state;
 	char in[IN_MAX];
 	size_t in_len;
@@ -107,6 +126,11 @@ static int pipelining;
 static int n_idle;
 static double idle_secs = 30;
 static double deadline_secs = 600;
+static int use_tls;
+static int resume;
+static char *auth_plain;	/* "AUTH PLAIN <base64>\r\n", or NULL */
+static struct sockaddr_in src_addr;
+static int bind_src;
 
 /* state */
 static int epfd;
@@ -120,6 +144,9 @@ static long n_lat;
 static double t_start, t_last;
 static int failures_shown;
 static struct sockaddr_in addr;
+static SSL_CTX *tls_ctx;
+static SSL_SESSION *last_session;	/* -R: offered on the next handshake */
+static long n_handshakes, n_resumed, n_tls13;
 
 /* now - monotonic seconds */
 static double now(void)
@@ -163,12 +190,118 @@ static void ep_mod(struct conn *c, int out)
 
 static void conn_start(struct conn *c);
 static void conn_close(struct conn *c, int failed);
+static int send_cmd(struct conn *c, int with_message);
+static void cmdf(struct conn *c, const char *fmt, ...);
+static int tls_handshake(struct conn *c);
+
+/* tls_write - SSL_write of the first pending piece; as write(2): -1 and EAGAIN to wait */
+static ssize_t tls_write(struct conn *c)
+{
+	int n = SSL_write(c->ssl, c->iov[0].iov_base, (int) c->iov[0].iov_len);
+
+	if (n > 0)
+		return n;
+	switch (SSL_get_error(c->ssl, n)) {
+	case SSL_ERROR_WANT_WRITE:
+	case SSL_ERROR_WANT_READ:
+		errno = EAGAIN;
+		return -1;
+	default:
+		errno = EPROTO;
+		return -1;
+	}
+}
+
+/* tls_read - SSL_read; as read(2): -1 and EAGAIN to wait, 0 at the end */
+static ssize_t tls_read(struct conn *c, char *buf, size_t len)
+{
+	int n = SSL_read(c->ssl, buf, (int) len);
+
+	if (n > 0)
+		return n;
+	switch (SSL_get_error(c->ssl, n)) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	default:
+		errno = EPROTO;
+		return -1;
+	}
+}
+
+/* new_session - -R: keep the newest session the server issued */
+static int new_session(SSL *ssl, SSL_SESSION *sess)
+{
+	(void) ssl;
+	if (last_session)
+		SSL_SESSION_free(last_session);
+	last_session = sess;
+	return 1;		/* the reference is ours */
+}
+
+/* tls_step - go on with the handshake; 0 done, 1 wait, -1 failed */
+static int tls_step(struct conn *c)
+{
+	int rc = SSL_connect(c->ssl);
+
+	if (rc == 1) {
+		n_handshakes++;
+		if (SSL_session_reused(c->ssl))
+			n_resumed++;
+		if (SSL_version(c->ssl) == TLS1_3_VERSION)
+			n_tls13++;
+		return 0;
+	}
+	switch (SSL_get_error(c->ssl, rc)) {
+	case SSL_ERROR_WANT_READ:
+		if (c->want_out)
+			ep_mod(c, 0);
+		return 1;
+	case SSL_ERROR_WANT_WRITE:
+		if (!c->want_out)
+			ep_mod(c, 1);
+		return 1;
+	default:
+		if (failures_shown++ < 5) {
+			fprintf(stderr, "load: TLS handshake failed: ");
+			ERR_print_errors_fp(stderr);
+			fputc('\n', stderr);
+		}
+		return -1;
+	}
+}
+
+/* tls_start - the server said 220 to STARTTLS: begin the handshake */
+static int tls_start(struct conn *c)
+{
+	if ((c->ssl = SSL_new(tls_ctx)) == NULL || SSL_set_fd(c->ssl, c->fd) != 1)
+		die("SSL_new failed");
+	if (resume && last_session)
+		SSL_set_session(c->ssl, last_session);
+	c->state = S_HANDSHAKE;
+	return tls_handshake(c);
+}
+
+/* tls_handshake - one step of the handshake; when done, EHLO again */
+static int tls_handshake(struct conn *c)
+{
+	int rc = tls_step(c);
+
+	if (rc != 0)
+		return rc < 0 ? -1 : 0;
+	cmdf(c, "EHLO load.test\r\n");
+	c->state = S_EHLO_TLS;
+	return send_cmd(c, 0);
+}
 
 /* flush_out - write what is pending; 0 when done, 1 when it must wait, -1 on error */
 static int flush_out(struct conn *c)
 {
 	while (c->iov_n > 0) {
-		ssize_t n = writev(c->fd, c->iov, c->iov_n);
+		ssize_t n = c->ssl ? tls_write(c) : writev(c->fd, c->iov, c->iov_n);
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR) {
@@ -328,10 +461,38 @@ static int on_reply(struct conn *c, int code, const char *text)
 			show_failure(c, "EHLO", text);
 			return -1;
 		}
+		if (use_tls) {
+			cmdf(c, "STARTTLS\r\n");
+			c->state = S_STARTTLS;
+			return send_cmd(c, 0);
+		}
 		if (n_idle) {
 			c->state = S_IDLE;
 			n_open_idle++;
 			return 0;
+		}
+		return next_message(c);
+	case S_STARTTLS:
+		if (code != 220) {
+			show_failure(c, "STARTTLS", text);
+			return -1;
+		}
+		return tls_start(c);
+	case S_EHLO_TLS:
+		if (code != 250) {
+			show_failure(c, "EHLO after STARTTLS", text);
+			return -1;
+		}
+		if (auth_plain) {
+			cmdf(c, "%s", auth_plain);
+			c->state = S_AUTH;
+			return send_cmd(c, 0);
+		}
+		return next_message(c);
+	case S_AUTH:
+		if (code != 235) {
+			show_failure(c, "AUTH", text);
+			return -1;
 		}
 		return next_message(c);
 	case S_MAIL:
@@ -404,8 +565,13 @@ reset:
 static int on_readable(struct conn *c)
 {
 	for (;;) {
-		ssize_t n = read(c->fd, c->in + c->in_len, sizeof(c->in) - 1 - c->in_len);
+		size_t room = sizeof(c->in) - 1 - c->in_len;
+		ssize_t n;
 		char *p, *line, *end;
+
+		if (c->state == S_HANDSHAKE)
+			return 0;	/* the handshake reads for itself */
+		n = c->ssl ? tls_read(c, c->in + c->in_len, room) : read(c->fd, c->in + c->in_len, room);
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -451,6 +617,9 @@ static void conn_start(struct conn *c)
 	if (c->fd < 0)
 		die("socket: %s", strerror(errno));
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (bind_src && bind(c->fd, (struct sockaddr *) &src_addr, sizeof(src_addr)) < 0)
+		die("bind: %s", strerror(errno));
+	c->ssl = NULL;
 	c->in_len = c->cmd_len = 0;
 	c->iov_n = 0;
 	c->dot_pending = 0;
@@ -484,6 +653,12 @@ static void conn_close(struct conn *c, int failed)
 		if (c->state == S_IDLE)
 			n_open_idle--;
 	}
+	if (c->ssl) {
+		if (!failed)
+			SSL_shutdown(c->ssl);	/* close_notify, as a client's close sends */
+		SSL_free(c->ssl);
+		c->ssl = NULL;
+	}
 	close(c->fd);
 	c->fd = -1;
 	c->state = S_CLOSED;
@@ -495,7 +670,44 @@ static void usage(void)
 {
 	die("usage: load [-c conns] [-n msgs] [-C per_session] [-s size] [-r rcpts]"
 	    " [-k unique|replay|none] [-K prefix] [-u pool] [-o offset] [-H] [-P] [-t secs]"
-	    " host:port | load -I idle [-w secs] host:port");
+	    " [-b source] [-T [-R]] [-A user:pass] host:port | load -I idle [-w secs] host:port");
+}
+
+/* set_auth - the AUTH PLAIN command for "user:pass" */
+static void set_auth(const char *arg)
+{
+	const char *colon = strchr(arg, ':');
+	unsigned char raw[600];
+	size_t ul, pl;
+
+	if (colon == NULL || (ul = (size_t) (colon - arg)) + (pl = strlen(colon + 1)) + 2 > sizeof(raw))
+		usage();
+	raw[0] = 0;
+	memcpy(raw + 1, arg, ul);
+	raw[1 + ul] = 0;
+	memcpy(raw + 2 + ul, colon + 1, pl);
+	auth_plain = malloc(sizeof(raw) * 2 + 16);
+	if (auth_plain == NULL)
+		die("out of memory");
+	strcpy(auth_plain, "AUTH PLAIN ");
+	EVP_EncodeBlock((unsigned char *) auth_plain + 11, raw, (int) (ul + pl + 2));
+	strcat(auth_plain, "\r\n");
+}
+
+/* tls_setup - the client context: any certificate taken, as a test client */
+static void tls_setup(void)
+{
+	if ((tls_ctx = SSL_CTX_new(TLS_client_method())) == NULL)
+		die("SSL_CTX_new failed");
+	SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_NONE, NULL);
+	SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	if (resume) {
+		SSL_CTX_set_session_cache_mode(tls_ctx, SSL_SESS_CACHE_CLIENT
+					       | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+		SSL_CTX_sess_set_new_cb(tls_ctx, new_session);
+	} else {
+		SSL_CTX_set_session_cache_mode(tls_ctx, SSL_SESS_CACHE_OFF);
+	}
 }
 
 /* make_body - filler lines so that headers plus body come to msg_size */
@@ -553,7 +765,7 @@ int main(int argc, char **argv)
 	char *colon;
 
 	snprintf(prefix, sizeof(prefix), "load-%ld-%d", (long) time(NULL), (int) getpid());
-	while ((opt = getopt(argc, argv, "c:n:C:s:r:k:K:u:o:HPI:w:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "c:n:C:s:r:k:K:u:o:HPI:w:t:b:TRA:")) != -1) {
 		switch (opt) {
 		case 'c': n_conns = atoi(optarg); break;
 		case 'n': n_msgs = atol(optarg); break;
@@ -574,11 +786,20 @@ int main(int argc, char **argv)
 		case 'I': n_idle = atoi(optarg); break;
 		case 'w': idle_secs = atof(optarg); break;
 		case 't': deadline_secs = atof(optarg); break;
+		case 'b':
+			bind_src = 1;
+			src_addr.sin_family = AF_INET;
+			if (inet_pton(AF_INET, optarg, &src_addr.sin_addr) != 1)
+				die("not an IPv4 address: %s", optarg);
+			break;
+		case 'T': use_tls = 1; break;
+		case 'R': resume = 1; break;
+		case 'A': set_auth(optarg); break;
 		default: usage();
 		}
 	}
 	if (optind != argc - 1 || n_conns < 1 || n_msgs < 0 || n_rcpts < 1 || pool < 1
-	    || n_rcpts > 500)
+	    || n_rcpts > 500 || ((auth_plain || resume) && !use_tls))
 		usage();
 	if ((colon = strrchr(argv[optind], ':')) == NULL)
 		usage();
@@ -597,6 +818,8 @@ int main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+	if (use_tls)
+		tls_setup();
 	make_body();
 	lat = malloc(sizeof(*lat) * (size_t) (n_msgs + 1));
 	conns = calloc((size_t) slots, sizeof(*conns));
@@ -634,6 +857,12 @@ int main(int argc, char **argv)
 
 			if (c->state == S_CLOSED)
 				continue;
+			if (c->state == S_HANDSHAKE) {
+				rc = tls_handshake(c);
+				if (rc < 0)
+					conn_close(c, 1);
+				continue;
+			}
 			if (c->state == S_CONNECT) {
 				int err = 0;
 				socklen_t len = sizeof(err);
@@ -648,7 +877,7 @@ int main(int argc, char **argv)
 				ep_mod(c, 0);
 				continue;
 			}
-			if (evs[i].events & EPOLLOUT)
+			if ((evs[i].events & EPOLLOUT) || (c->ssl && c->iov_n))
 				rc = flush_out(c);
 			if (rc >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 				rc = on_readable(c);
@@ -669,10 +898,14 @@ int main(int argc, char **argv)
 			secs = 1e-9;
 		qsort(lat, (size_t) n_lat, sizeof(*lat), cmp_double);
 		printf("msgs=%ld ok=%ld dup=%ld fail=%ld secs=%.3f msgs_per_s=%.1f mb_per_s=%.2f"
-		       " p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+		       " p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f",
 		       n_msgs, n_ok, n_dup, n_msgs - n_ok, secs, n_ok / secs,
 		       n_bytes / 1e6 / secs, pct(50), pct(90), pct(99),
 		       n_lat ? lat[n_lat - 1] : 0.0);
+		if (use_tls)
+			printf(" tls_handshakes=%ld tls_resumed=%ld tls13=%ld", n_handshakes, n_resumed,
+			       n_tls13);
+		printf("\n");
 	}
 	return n_ok == n_msgs ? 0 : 1;
 }
