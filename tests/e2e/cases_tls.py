@@ -627,3 +627,27 @@ def test_tls_groups(t):
     r = run([BIN, "-t", "-c", path])
     eq(r.returncode, 1, "idemrelay -t with an unknown group (%r)" % (r.stdout + r.stderr))
     check("tls.groups" in r.stderr + r.stdout, "-t names tls.groups: %r" % (r.stdout + r.stderr))
+
+
+@case()
+def test_tls13_one_ticket_resumes(t):
+    """A full TLS 1.3 handshake issues one session ticket, not OpenSSL's default
+    two (issue 27: each ticket is a session encoded, encrypted and written, on
+    every connection, and the mail clients that submit a connection per message
+    rarely resume); a client that does resume with it is resumed, and gets a
+    fresh ticket for its next connection."""
+    def resumed(out):    # -brief does not say "Reused": no certificate was sent
+        return "], ServerHello" in out and "], Certificate\n" not in out
+
+    sink = t.sink()
+    d = tls_daemon(t, sink)
+    sess = os.path.join(t.tmp, "session.pem")
+    # -ign_eof: s_client reads until the server closes after QUIT, tickets and all
+    ok, out = s_client(d.port, "-tls1_3", "-ign_eof", "-msg", "-sess_out", sess)
+    check(ok and not resumed(out), "a full TLS 1.3 handshake: %s" % out[-2000:])
+    eq(out.count("NewSessionTicket"), 1, "session tickets after a full handshake")
+    ok, out = s_client(d.port, "-tls1_3", "-ign_eof", "-msg", "-sess_in", sess, "-sess_out", sess)
+    check(ok and resumed(out), "the ticket resumes a session: %s" % out[-2000:])
+    eq(out.count("NewSessionTicket"), 1, "session tickets after a resumption")
+    ok, out = s_client(d.port, "-tls1_3", "-ign_eof", "-msg", "-sess_in", sess)
+    check(ok and resumed(out), "the resumed session's own ticket resumes: %s" % out[-2000:])
