@@ -331,18 +331,50 @@ static int conn_starttls(struct conn *c)
 	return conn_handshake(c);
 }
 
+/*
+ * conn_reject_log - a refusal, one line in Postfix's form, so that its log
+ * parsers count it: "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY;
+ * from=<S> to=<R> proto=ESMTP helo=<H>" (to= the recipient refused, or
+ * the transaction's first; from= and to= only where known)
+ */
+void conn_reject_log(struct conn *c, const char *stage, const char *reply,
+		     const struct smtp_tx *tx, const char *to)
+{
+	const char *helo = smtp_session_helo(c->s);
+	struct buf line = BUF_INIT;
+
+	buf_printf(&line, "NOQUEUE: reject: %s from unknown[%s]: %.400s;", stage, c->addr, reply);
+	if (tx && tx->from)
+		buf_printf(&line, " from=<%.300s>", tx->from);
+	if (to == NULL && tx && tx->n_rcpts)
+		to = tx->rcpts[0].addr;
+	if (to)
+		buf_printf(&line, " to=<%.300s>", to);
+	buf_printf(&line, " proto=%s", smtp_session_esmtp(c->s) ? "ESMTP" : "SMTP");
+	if (*helo)
+		buf_printf(&line, " helo=<%.255s>", helo);
+	msg_info("%s", line.data);
+	buf_free(&line);
+}
+
+/* on_refused - the engine's own refusals (size, bare CR/LF), logged as Postfix does */
+static void on_refused(void *ctx, struct smtp_session *s, const struct smtp_tx *tx,
+		       const char *stage, const char *reply)
+{
+	(void) s;
+	conn_reject_log(ctx, stage, reply, tx, NULL);
+}
+
 /* on_rcpt - relay only for access.networks and AUTH users */
 static const char *on_rcpt(void *ctx, const struct smtp_tx *tx, const char *addr)
 {
 	struct conn *c = ctx;
 	static __thread char reply[SMTP_LINE_MAX + 64];
 
-	(void) tx;
 	if (c->relay_ok || smtp_session_user(c->s))
 		return NULL;
 	snprintf(reply, sizeof(reply), "554 5.7.1 <%.300s>: Relay access denied", addr);
-	msg_info("NOQUEUE: reject: RCPT from [%s]: 554 5.7.1 <%.300s>: Relay access denied",
-		 c->addr, addr);
+	conn_reject_log(c, "RCPT", reply, tx, addr);
 	return reply;
 }
 
@@ -701,6 +733,7 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	srv->hooks.rcpt = on_rcpt;
 	srv->hooks.message = submit_message;
 	srv->hooks.auth = on_auth;
+	srv->hooks.refused = on_refused;
 	srv->commit_tag = TAG_COMMIT;
 	srv->signal_tag = TAG_SIGNAL;
 	srv->auth_tag = TAG_AUTH;

@@ -100,6 +100,9 @@ int conn_process(struct conn *c);
 int conn_flush(struct conn *c);		/* write pending output; 0, or -1 if closed */
 void conn_close(struct conn *c);	/* drop the socket, log the disconnect */
 void conn_interest(struct conn *c);	/* epoll interest from the state */
+/* conn_reject_log - "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY; from=<> to=<> ..." */
+void conn_reject_log(struct conn *c, const char *stage, const char *reply,
+		     const struct smtp_tx *tx, const char *to);
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);

@@ -294,8 +294,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	metrics_inc(METRICS_SUBMISSIONS);
 	if (keys_derive(srv->cf, tx->data.data ? tx->data.data : "", tx->data.len,
 			tx->from, tx->envid, &kr) < 0) {
-		msg_info("NOQUEUE: client=%s[%s] from=<%s> status=reject (%s)",
-			 helo, c->addr, tx->from, kr.error);
+		conn_reject_log(c, "END-OF-MESSAGE", kr.error, tx, NULL);
 		c->sync_reply = kr.error;
 		keys_free(&kr);
 		return;

@@ -138,6 +138,15 @@ struct smtp_hooks {
 	 */
 	void (*auth) (void *ctx, struct smtp_session *s, const char *mech,
 		      const char *user, const char *pass);
+
+	/*
+	 * refused - the engine refused mail on its own policy, for the log:
+	 * stage "MAIL" (a declared SIZE over message_size; tx has only the
+	 * sender) or "END-OF-MESSAGE" (552 over message_size, 550 bare CR
+	 * or LF), with the reply line. May be NULL.
+	 */
+	void (*refused) (void *ctx, struct smtp_session *s, const struct smtp_tx *tx,
+			 const char *stage, const char *reply);
 };
 
 struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
@@ -186,6 +195,7 @@ int smtp_session_closing(const struct smtp_session *s);	/* close once output is 
 int smtp_session_waiting(const struct smtp_session *s);	/* in the message or auth hook */
 int smtp_session_in_data(const struct smtp_session *s);	/* message octets: data_timeout */
 const char *smtp_session_helo(const struct smtp_session *s);	/* "" before HELO/EHLO */
+int smtp_session_esmtp(const struct smtp_session *s);	/* greeted with EHLO */
 int smtp_session_starttls(const struct smtp_session *s);	/* 220 queued: flush, handshake */
 int smtp_session_tls(const struct smtp_session *s);	/* smtp_session_set_tls() was called */
 const char *smtp_session_user(const struct smtp_session *s);	/* AUTH user, or NULL */

@@ -185,8 +185,11 @@ static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
 	}
 	tx = smtp_tx_new();
 	if (smtp_parse_mail(args, len, s->cfg.message_size, s->cfg.smtputf8, tx, reply) < 0) {
+		if (strncmp(reply, "552 ", 4) == 0)	/* a policy, not a syntax error */
+			smtp_refuse(s, tx, "MAIL", reply);
+		else
+			smtp_reply(s, "%s", reply);
 		smtp_tx_free(tx);
-		smtp_reply(s, "%s", reply);
 		return;
 	}
 	s->tx = tx;

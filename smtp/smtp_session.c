@@ -222,9 +222,9 @@ static void smtp_data_end(struct smtp_session *s)
 	smtp_stats_where(&s->stats, "END-OF-MESSAGE");
 	tx->bare_eol = s->data.bare_eol;
 	if (s->data.too_big) {
-		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+		smtp_refuse(s, tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds fixed limit");
 	} else if (tx->bare_eol && s->cfg.bare_lf_reject) {
-		smtp_reply(s, "550 5.5.2 Message contains bare CR or LF");
+		smtp_refuse(s, tx, "END-OF-MESSAGE", "550 5.5.2 Message contains bare CR or LF");
 	} else if (s->hooks.message == NULL) {
 		smtp_reply(s, "451 4.3.0 Error: no message handler");
 	} else {
@@ -251,7 +251,11 @@ static void smtp_chunk_end(struct smtp_session *s)
 		 * already in the pipeline are discarded. too_big stays set for
 		 * the tx, so each of them gets this reply too; LAST ends the tx.
 		 */
-		smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+		if (c->last)
+			smtp_refuse(s, s->tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds"
+				    " fixed limit");
+		else
+			smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
 		if (c->last)
 			smtp_tx_end(s);
 	} else if (!c->last) {
@@ -473,6 +477,21 @@ int smtp_session_in_data(const struct smtp_session *s)
 const char *smtp_session_helo(const struct smtp_session *s)
 {
 	return s->helo ? s->helo : "";
+}
+
+/* smtp_session_esmtp - greeted with EHLO (proto=ESMTP in the log), not HELO */
+int smtp_session_esmtp(const struct smtp_session *s)
+{
+	return s->esmtp;
+}
+
+/* smtp_refuse - reply to a policy refusal of the engine's own, and tell the hook */
+void smtp_refuse(struct smtp_session *s, const struct smtp_tx *tx, const char *stage,
+		 const char *reply)
+{
+	smtp_reply(s, "%s", reply);
+	if (s->hooks.refused)
+		s->hooks.refused(s->ctx, s, tx, stage, reply);
 }
 
 /* smtp_session_starttls - 220 queued: the caller flushes it, then does the handshake */

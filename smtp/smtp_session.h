@@ -85,6 +85,8 @@ void smtp_reply(struct smtp_session *s, const char *fmt,...)
 	__attribute__((format(printf, 2, 3)));
 void smtp_reply_external(struct smtp_session *s, const char *reply);
 void smtp_tx_end(struct smtp_session *s);
+void smtp_refuse(struct smtp_session *s, const struct smtp_tx *tx, const char *stage,
+		 const char *reply);
 int smtp_session_count(struct smtp_session *s, const char *reply, int junk);
 void smtp_session_resume(struct smtp_session *s);	/* after a hook's answer */
 

@@ -376,3 +376,43 @@ def test_message_id_logged(t):
     eq(len(d.log_lines("message-id=<order-42@shop.test>")), 1, "logged once, not for the duplicate")
     eq(d.log_lines(q2, "message-id="), [], "no Message-ID, no line")
     eq(len(d.log_lines("%s: message-id=<odd?id@shop.test>" % q3)), 1, "a control octet as ?")
+
+
+@case()
+def test_reject_lines(t):
+    """Every refusal of mail is one line in Postfix's form (issue 26 part 1):
+    'NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY; from=<S> to=<R>
+    proto=ESMTP helo=<H>', for a relay denied, a declared SIZE or a message
+    over limits.message_size, and a message with no key where one is
+    required, so that Postfix's log parsers count them."""
+    sink = t.sink()
+    d = t.daemon(sink, {"access": {"networks": []}, "limits": {"message_size": "10K"},
+                        "keys": {"require": True}})
+    tail = "; from=<sender@example.org> to=<%s> proto=ESMTP helo=<client.test>"
+    with Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<far@example.net>"), 554)
+    d.wait_log("NOQUEUE: reject: RCPT from unknown[127.0.0.1]: 554 5.7.1 <far@example.net>: "
+               "Relay access denied" + tail % "far@example.net")
+    e = t.daemon(sink, {"limits": {"message_size": "10K"}, "keys": {"require": True}})
+    with Raw(e.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org> SIZE=20000"), 552)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg(key="big-1", body=("x" * 998 + "\r\n") * 20) + b".\r\n")
+        expect_reply(c.reply(), 552)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(make_msg() + b".\r\n")
+        expect_reply(c.reply(), 550)
+    e.wait_log("NOQUEUE: reject: MAIL from unknown[127.0.0.1]: 552 5.3.4 Message size exceeds "
+               "fixed limit; from=<sender@example.org> proto=ESMTP helo=<client.test>")
+    e.wait_log("NOQUEUE: reject: END-OF-MESSAGE from unknown[127.0.0.1]: 552 5.3.4 Message size "
+               "exceeds fixed limit" + tail % "a@example.com")
+    e.wait_log("NOQUEUE: reject: END-OF-MESSAGE from unknown[127.0.0.1]: 550 5.7.0 Message has "
+               "no idempotency key" + tail % "a@example.com")
+    eq(sink.accepted(), [], "nothing relayed")
