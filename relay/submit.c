@@ -44,6 +44,7 @@ struct submission {
 	struct conn *c;			/* not owned */
 	char keylog[KEYS_MAX_LEN + 32];	/* "key=K (source)", logged once */
 	char message_id[KEYS_MSGID_LOG + 1];	/* for the log; "" if none */
+	char client[INET6_ADDRSTRLEN + 300];	/* "unknown[ADDR] helo=<H>", for the log */
 	int64_t t0;			/* end of DATA, for the accept latency */
 };
 
@@ -99,6 +100,7 @@ static const char *reply_text(const struct commit_req *req, char *reply, size_t 
 /* answered - count a decided request and log it, once its reply is out */
 static void answered(struct server *srv, struct commit_req *req, const char *keylog)
 {
+	const char *client = ((struct submission *) req)->client;
 	struct buf line = BUF_INIT;
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
@@ -107,7 +109,7 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
 		buf_printf(&line, "%s: client=%s %s from=<%s>", req->msg.qid,
-			   req->msg.client, keylog, req->msg.from);
+			   client, keylog, req->msg.from);
 		log_rcpts(&line, &req->msg, req->claimed, 0);
 		if (req->msg.user)
 			buf_printf(&line, " sasl_username=%s", req->msg.user);
@@ -125,7 +127,7 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		if (req->outcome == COMMIT_PARTIAL) {
 			buf_reset(&line);
 			buf_printf(&line, "%s: client=%s from=<%s>", req->orig_qid,
-				   req->msg.client, req->msg.from);
+				   client, req->msg.from);
 			log_rcpts(&line, &req->msg, req->claimed, 1);
 			buf_printf(&line, " status=duplicate partial=%s", req->msg.qid);
 			msg_info("%s", line.data);
@@ -133,18 +135,18 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		break;
 	case COMMIT_DUPLICATE:
 		buf_printf(&line, "%s: client=%s %s from=<%s>", req->orig_qid,
-			   req->msg.client, keylog, req->msg.from);
+			   client, keylog, req->msg.from);
 		log_rcpts(&line, &req->msg, NULL, 0);
 		buf_printf(&line, " status=duplicate");
 		msg_info("%s", line.data);
 		break;
 	case COMMIT_MISMATCH:
 		msg_info("%s: client=%s %s from=<%s> status=mismatch", req->orig_qid,
-			 req->msg.client, keylog, req->msg.from);
+			 client, keylog, req->msg.from);
 		break;
 	case COMMIT_FAILED:
 		msg_warn("%s: client=%s from=<%s> status=refused store: %s", req->msg.qid,
-			 req->msg.client, req->msg.from, store_strerror(req->error));
+			 client, req->msg.from, store_strerror(req->error));
 		break;
 	}
 	buf_free(&line);
@@ -215,6 +217,9 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 
 	sub->c = c;
 	memcpy(sub->message_id, kr->message_id, sizeof(sub->message_id));
+	/* Postfix's client=name[addr], which its log parsers expect; the HELO apart */
+	snprintf(sub->client, sizeof(sub->client), "unknown[%s] helo=<%.255s>", c->addr,
+		 smtp_session_helo(c->s));
 	req->ctx = sub;
 	req->done = commit_done;
 	req->shadow = cf->keys.shadow;
@@ -320,7 +325,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	keys_free(&kr);
 	if (rc < 0) {
 		msg_warn("%s: client=%s from=<%s> status=refused (key header spans out of order)",
-			 sub->req.msg.qid, sub->req.msg.client, sub->req.msg.from);
+			 sub->req.msg.qid, sub->client, sub->req.msg.from);
 		c->sync_reply = "451 4.3.0 Error: internal error";
 		req_free(&sub->req);
 		return;
