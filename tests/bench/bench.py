@@ -573,6 +573,11 @@ def fig_tls(tmp, res):
     servers require both, with the same P-256 certificate (TLS 1.3 chosen),
     the client on 127.0.0.3 (tests/bench/load -T -A, full handshakes)"""
     m = n(2000)
+    for prog in ("openssl", "saslpasswd2"):
+        if not shutil.which(prog):
+            res.note("tls skipped: %s is missing (apt-get install -y openssl sasl2-bin"
+                     " libsasl2-modules)" % prog)
+            return
     d = os.path.join(tmp, "tls")
     os.makedirs(d)
     os.chmod(d, 0o755)
