@@ -164,6 +164,12 @@ check "dpkg -i" dpkg -i --path-include='/usr/share/man/*' \
 dpkg -L idemrelay >"$tmp/files"
 check "idemrelay-dbgsym installed" dpkg-query -W idemrelay-dbgsym
 
+# A licence anyone can package and deploy under: MIT (Expat), DEP-5, as LICENSE says.
+check "the copyright file grants the Expat (MIT) licence" \
+	grep -qx 'License: Expat' /usr/share/doc/idemrelay/copyright
+check "the copyright file grants what LICENSE grants" \
+	grep -q 'Permission is hereby granted, free of charge' /usr/share/doc/idemrelay/copyright
+
 pw=$(getent passwd idemrelay)
 IFS=: read -r _ _ uid gid _ home shell <<<"$pw"
 [ -n "$pw" ] && ok "the user idemrelay exists" || fail "no user idemrelay"
