@@ -60,6 +60,35 @@
 #define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000
 
+#define CTL_COMMANDS "queue, show, stats, flush, retry, drop, forget"
+
+static void ctl_misuse(struct ctl *x, const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 2, 3)));
+
+/* ctl_check_args - a known command with the arguments it takes, or say what is wrong */
+static void ctl_check_args(struct ctl *x, const char *cmd, int nargs)
+{
+	static const struct {
+		const char *name, *arg;		/* arg NULL: none */
+	} cmds[] = {
+		{"queue", NULL}, {"show", "a QID or a key"}, {"stats", NULL}, {"flush", NULL},
+		{"retry", "a QID"}, {"drop", "a QID"}, {"forget", "a key"},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (strcmp(cmd, cmds[i].name) != 0)
+			continue;
+		if (cmds[i].arg && nargs != 1)
+			ctl_misuse(x, "%s takes one argument, %s; %d given", cmd, cmds[i].arg, nargs);
+		if (!cmds[i].arg && nargs != 0)
+			ctl_misuse(x, "%s takes no argument; %d given", cmd, nargs);
+		return;
+	}
+	ctl_misuse(x, "unknown command \"%.100s\": one of %s (idemrelayctl -h)", cmd,
+		   CTL_COMMANDS);
+}
+
 /* usage - say how to run it */
 static void usage(int rc) __attribute__((noreturn));
 static void usage(int rc)
@@ -78,16 +107,15 @@ static void usage(int rc)
 	exit(rc);
 }
 
-/* ctl_fail - report and exit 1 */
-void ctl_fail(struct ctl *x, const char *fmt, ...)
+/* ctl_vfail - report (JSON too with --json) and exit with rc */
+static void ctl_vfail(struct ctl *x, int rc, const char *fmt, va_list ap)
+	__attribute__((noreturn));
+static void ctl_vfail(struct ctl *x, int rc, const char *fmt, va_list ap)
 {
 	char text[1024];
 	struct buf b = BUF_INIT;
-	va_list ap;
 
-	va_start(ap, fmt);
 	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
 	fprintf(stderr, "idemrelayctl: %s\n", text);
 	if (x && x->json) {
 		buf_printf(&b, "{\"ok\":false,\"error\":");
@@ -95,7 +123,25 @@ void ctl_fail(struct ctl *x, const char *fmt, ...)
 		printf("%s}\n", b.data);
 		buf_free(&b);
 	}
-	exit(1);
+	exit(rc);
+}
+
+/* ctl_fail - report and exit 1 */
+void ctl_fail(struct ctl *x, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	ctl_vfail(x, 1, fmt, ap);
+}
+
+/* ctl_misuse - a bad command line: what is wrong, then exit 2 (idemrelayctl -h for more) */
+static void ctl_misuse(struct ctl *x, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	ctl_vfail(x, 2, fmt, ap);
 }
 
 /* ctl_store_try - open the store read-only, once; NULL and why in err if it cannot be */
@@ -139,8 +185,11 @@ static struct store *store_rw(struct ctl *x)
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* the same database either way */
 		return ctl_store(x);
 	snprintf(data, sizeof(data), "%s/data.mdb", x->cf.store.path);
-	if (stat(data, &sb) != 0)
+	if (stat(data, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
 		ctl_fail(x, "no store at %s", x->cf.store.path);
+	if (stat(data, &sb) != 0)
+		ctl_fail(x, "cannot read the store at %s: %s%s", x->cf.store.path, strerror(errno),
+			 errno == EACCES ? ": run as root or as the user the daemon runs as" : "");
 	if (store_lmdb_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;
@@ -188,8 +237,13 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		ctl_fail(x, "socket: %s", strerror(errno));
 	if (connect(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0) {
-		snprintf(why, whylen, "the daemon is not running (control socket %s: %s)",
-			 x->cf.control, strerror(errno));
+		if (errno == EACCES || errno == EPERM)	/* it runs: we may not talk to it */
+			snprintf(why, whylen, "cannot reach the daemon: control socket %s: %s: run "
+				 "as root or as the user the daemon runs as", x->cf.control,
+				 strerror(errno));
+		else
+			snprintf(why, whylen, "the daemon is not running (control socket %s: %s)",
+				 x->cf.control, strerror(errno));
 		close(fd);
 		return -1;
 	}
@@ -515,12 +569,13 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		usage(2);
+		ctl_misuse(&x, "no command given: one of %s (idemrelayctl -h)", CTL_COMMANDS);
 	cmd = argv[optind];
 	arg = optind + 1 < argc ? argv[optind + 1] : NULL;
 	nargs = argc - optind - 1;
+	ctl_check_args(&x, cmd, nargs);
 	if (forget_mode && strcmp(cmd, "forget") != 0)
-		usage(2);
+		ctl_misuse(&x, "--force and --drop go with forget only");
 	log_setup("idemrelayctl", 0, LOG_LEVEL_ERROR);
 	if (conf_load(&x.cf, path, err, sizeof(err)) < 0)
 		ctl_fail(&x, "%s", err);

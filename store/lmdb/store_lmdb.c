@@ -361,8 +361,12 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	*out = NULL;
 	snprintf(data, sizeof(data), "%s/data.mdb", path);
 	if (stat(data, &sb) != 0) {
-		if (err && errlen)
+		if (err && errlen && (errno == ENOENT || errno == ENOTDIR))
 			snprintf(err, errlen, "no store at %s", path);
+		else if (err && errlen)	/* it may well be there: say why it cannot be read */
+			snprintf(err, errlen, "cannot read the store at %s: %s%s", path,
+				 strerror(errno), errno == EACCES ? ": run as root or as the "
+				 "user the daemon runs as" : "");
 		return STORE_ENOTFOUND;
 	}
 	st = lmdb_new(path);

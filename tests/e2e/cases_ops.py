@@ -3,14 +3,17 @@
 import json
 import os
 import re
+import shutil
 import smtplib
+import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 
-from harness import (BIN, base_conf, case, check, eq, free_port, make_msg, render_conf, run,
-                     submit, submit_ok, wait_until)
+from harness import (BIN, LMDB_ONLY, base_conf, case, check, eq, free_port, make_msg,
+                     render_conf, run, submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
 
@@ -551,3 +554,45 @@ def test_expiry_keeps_up(t):
         left = ctl_json(d, "stats")["store"]["stories"]
     eq(left, 0, "stories left 14 s after they were due")
     eq(ctl_json(d, "stats")["store"]["claims"], 0, "claims left after expiry")
+
+
+@case(stores=LMDB_ONLY)
+def test_ctl_errors_say_what_is_wrong(t):
+    """idemrelayctl's errors name the problem (issue 26 part 2): an unknown
+    command or a wrong number of arguments says which (exit 2; as JSON with
+    --json), and a user who may not read the store or reach the daemon is told
+    that, not 'no store' nor 'not running' while both are there."""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    submit_ok(d.port, "a@example.com", make_msg(key="ctl-err-1"))
+    r = ctl(d, "frob", want=2)
+    check("unknown command \"frob\"" in r.stderr, "unknown command: %r" % r.stderr)
+    r = ctl(d, "show", want=2)
+    check("show takes one argument, a QID or a key; 0 given" in r.stderr, "show: %r" % r.stderr)
+    out = ctl_json(d, "queue", "extra", want=2)
+    eq(out["error"], "queue takes no argument; 1 given", "--json error")
+    if os.getuid() != 0:
+        return                          # the rest needs another user to be
+    # the store and the socket exist, and nobody may read or reach them (the test's
+    # directory is 0700); nobody gets a copy of the program and of the configuration
+    base = tempfile.mkdtemp(prefix="idemrelay-ctl-")
+    os.chmod(base, 0o755)
+    ctl_bin, conf = os.path.join(base, "idemrelayctl"), os.path.join(base, "idemrelay.conf")
+    shutil.copy2(CTL, ctl_bin)
+    shutil.copy2(d.conf_path, conf)
+    os.chmod(ctl_bin, 0o755)
+    os.chmod(conf, 0o644)
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    for args, words in ((["queue"], "cannot read the store at"),
+                        (["flush"], "cannot reach the daemon: control socket")):
+        r = subprocess.run([ctl_bin, "-c", conf] + args, capture_output=True, text=True,
+                           timeout=30, preexec_fn=as_nobody)
+        eq(r.returncode, 1, "%s as nobody: %r" % (args[0], r.stderr))
+        check(words in r.stderr and "Permission denied" in r.stderr and
+              "run as root or as the user the daemon runs as" in r.stderr,
+              "%s as nobody says what is wrong: %r" % (args[0], r.stderr))
+    shutil.rmtree(base, ignore_errors=True)
