@@ -44,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -179,17 +178,12 @@ struct store *ctl_store(struct ctl *x)
 /* store_rw - the store opened for writing, when the daemon is not there to write */
 static struct store *store_rw(struct ctl *x)
 {
-	char err[512], data[4096];
-	struct stat sb;
+	char err[512];
 
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* the same database either way */
 		return ctl_store(x);
-	snprintf(data, sizeof(data), "%s/data.mdb", x->cf.store.path);
-	if (stat(data, &sb) != 0 && (errno == ENOENT || errno == ENOTDIR))
-		ctl_fail(x, "no store at %s", x->cf.store.path);
-	if (stat(data, &sb) != 0)
-		ctl_fail(x, "cannot read the store at %s: %s%s", x->cf.store.path, strerror(errno),
-			 errno == EACCES ? ": run as root or as the user the daemon runs as" : "");
+	if (store_lmdb_present(x->cf.store.path, err, sizeof(err)) != 0)	/* never make one */
+		ctl_fail(x, "%s", err);
 	if (store_lmdb_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;
@@ -581,22 +575,21 @@ int main(int argc, char **argv)
 		ctl_fail(&x, "%s", err);
 	x.now = clock_us();
 
-	if (strcmp(cmd, "queue") == 0 && nargs == 0)
+	/* ctl_check_args() let through a known command with its arguments only */
+	if (strcmp(cmd, "queue") == 0)
 		rc = ctl_queue(&x);
-	else if (strcmp(cmd, "show") == 0 && nargs == 1)
+	else if (strcmp(cmd, "show") == 0)
 		rc = ctl_show(&x, arg);
-	else if (strcmp(cmd, "stats") == 0 && nargs == 0)
+	else if (strcmp(cmd, "stats") == 0)
 		rc = ctl_stats(&x);
-	else if (strcmp(cmd, "flush") == 0 && nargs == 0)
+	else if (strcmp(cmd, "flush") == 0)
 		rc = cmd_flush(&x);
-	else if (strcmp(cmd, "retry") == 0 && nargs == 1)
+	else if (strcmp(cmd, "retry") == 0)
 		rc = cmd_retry(&x, arg);
-	else if (strcmp(cmd, "drop") == 0 && nargs == 1)
+	else if (strcmp(cmd, "drop") == 0)
 		rc = cmd_drop(&x, arg);
-	else if (strcmp(cmd, "forget") == 0 && nargs == 1)
-		rc = cmd_forget(&x, arg, forget_mode);
 	else
-		usage(2);
+		rc = cmd_forget(&x, arg, forget_mode);
 	store_close(x.st);
 	conf_free(&x.cf);
 	return rc;

@@ -174,7 +174,6 @@ enum anvil_verdict anvil_connect(struct anvil *a, const struct sockaddr *sa, con
 /* anvil_disconnect - a counted connection ended; NULL-safe */
 void anvil_disconnect(struct anvil *a, struct anvil_client *cl)
 {
-	(void) a;
 	if (cl == NULL || cl->conns == 0)
 		return;
 	cl->conns--;

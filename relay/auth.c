@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -42,6 +41,7 @@
 #include <openssl/hmac.h>
 
 #include "../util/buf.h"
+#include "../util/clock.h"
 #include "../util/log.h"
 #include "../util/workq.h"
 #include "auth.h"
@@ -340,15 +340,6 @@ static struct auth_seen *auth_slot(struct auth *a, const uint8_t mac[AUTH_MAC_LE
 	return &a->seen[h & (AUTH_CACHE_SLOTS - 1)];
 }
 
-/* auth_now - the monotonic clock in microseconds */
-static int64_t auth_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* auth_cached - req->mac for user and pass; 1 if that success is remembered */
 int auth_cached(struct auth *a, struct auth_req *req, const char *pass)
 {
@@ -371,7 +362,7 @@ int auth_cached(struct auth *a, struct auth_req *req, const char *pass)
 		return 0;
 	}
 	s = auth_slot(a, req->mac);
-	return s->until > auth_now() && CRYPTO_memcmp(s->mac, req->mac, sizeof(s->mac)) == 0;
+	return s->until > clock_mono_us() && CRYPTO_memcmp(s->mac, req->mac, sizeof(s->mac)) == 0;
 }
 
 /* auth_remember - a success, for auth.cache_ttl (event loop) */
@@ -384,7 +375,7 @@ static void auth_remember(struct auth *a, const struct auth_req *req)
 		return;
 	s = auth_slot(a, req->mac);
 	memcpy(s->mac, req->mac, sizeof(s->mac));
-	s->until = auth_now() + a->ttl;
+	s->until = clock_mono_us() + a->ttl;
 }
 
 /* checked - workq_ops: a finished check's callback, in the event loop */

@@ -349,26 +349,36 @@ fail:
 	return 0;
 }
 
+/*
+ * store_lmdb_present - is there a store at path? 0, or STORE_ENOTFOUND and
+ * why: none, or one the caller may not read (it may well be there)
+ */
+int store_lmdb_present(const char *path, char *err, size_t errlen)
+{
+	struct stat sb;
+	char data[4096];
+
+	snprintf(data, sizeof(data), "%s/data.mdb", path);
+	if (stat(data, &sb) == 0)
+		return 0;
+	if (err && errlen && (errno == ENOENT || errno == ENOTDIR))
+		snprintf(err, errlen, "no store at %s", path);
+	else if (err && errlen)
+		snprintf(err, errlen, "cannot read the store at %s: %s%s", path, strerror(errno),
+			 errno == EACCES ? ": run as root or as the user the daemon runs as" : "");
+	return STORE_ENOTFOUND;
+}
+
 /* lmdb_open_readonly - open an existing store for reading only */
 int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
 {
 	struct lmdb_store *st;
-	struct stat sb;
-	char data[4096];
 	const char *step;
 	int rc;
 
 	*out = NULL;
-	snprintf(data, sizeof(data), "%s/data.mdb", path);
-	if (stat(data, &sb) != 0) {
-		if (err && errlen && (errno == ENOENT || errno == ENOTDIR))
-			snprintf(err, errlen, "no store at %s", path);
-		else if (err && errlen)	/* it may well be there: say why it cannot be read */
-			snprintf(err, errlen, "cannot read the store at %s: %s%s", path,
-				 strerror(errno), errno == EACCES ? ": run as root or as the "
-				 "user the daemon runs as" : "");
-		return STORE_ENOTFOUND;
-	}
+	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
+		return rc;
 	st = lmdb_new(path);
 	if ((rc = lmdb_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
 		lmdb_open_failed(st, path, step, rc, err, errlen);

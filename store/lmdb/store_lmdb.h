@@ -23,5 +23,7 @@
 int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 		    char *err, size_t errlen);
 int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
+/* store_lmdb_present - 0 if a store is at path; else STORE_ENOTFOUND and why (none, or unreadable) */
+int store_lmdb_present(const char *path, char *err, size_t errlen);
 
 #endif
