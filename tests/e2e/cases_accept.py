@@ -359,7 +359,8 @@ def test_postfix_split_recipients(t):
 
 @case()
 def test_message_id_logged(t):
-    """Each message queued logs its Message-ID once, as Postfix's cleanup
+    """Each message queued logs its client as client=unknown[ADDR] helo=<H>, and
+    its Message-ID once, as Postfix's cleanup
     does ('QID: message-id=<...>', issue 26 part 1), so a person can find it
     from what the application knows; not for a duplicate, none without one,
     and nothing but printable ASCII goes into the log."""
@@ -367,6 +368,9 @@ def test_message_id_logged(t):
     d = t.daemon(sink)
     q = submit_ok(d.port, ["a@example.com"], make_msg(key="mid-1", msgid="<order-42@shop.test>"))
     d.wait_log("%s: message-id=<order-42@shop.test>" % q)
+    # Postfix's client=name[addr], which its log parsers expect, the HELO name apart
+    eq(len(d.log_lines("%s: client=unknown[127.0.0.1] helo=<client.test> key=mid-1" % q)), 1,
+       "the queued line's client= and helo=")
     eq(submit_ok(d.port, ["a@example.com"], make_msg(key="mid-1", msgid="<order-42@shop.test>")),
        q, "the duplicate's QID")
     q2 = submit_ok(d.port, ["a@example.com"], make_msg(key="mid-2"))
