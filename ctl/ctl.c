@@ -47,8 +47,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../store/lmdb/store_lmdb.h"
-#include "../store/pg/store_pg.h"
 #include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/log.h"
@@ -146,29 +144,15 @@ static void ctl_misuse(struct ctl *x, const char *fmt, ...)
 /* ctl_store_try - open the store read-only, once; NULL and why in err if it cannot be */
 struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen)
 {
-	char why[512], where[512];
-	int rc;
-
-	if (x->st != NULL)
-		return x->st;
-	if (x->cf.store.backend == CONF_STORE_POSTGRESQL) {	/* a client: no node, no leases */
-		if ((rc = store_pg_open(&x->st, x->cf.store.url, NULL, 0, why, sizeof(why))) != 0)
-			snprintf(err, errlen, "%s: %s",	/* FILE:LINE: store.url, as -t says */
-				 conf_where(&x->cf, "store.url", where, sizeof(where)), why);
-	} else
-		rc = store_lmdb_open_readonly(&x->st, x->cf.store.path, err, errlen);
-	if (rc != 0) {
+	if (x->st == NULL && store_open(&x->st, &x->cf, STORE_READER, err, errlen) != 0)
 		x->st = NULL;
-		return NULL;
-	}
-	store_set_map_max(x->st, x->cf.store.map_size_max);	/* the ceiling stats show */
 	return x->st;
 }
 
 /* ctl_store - open the store read-only, once; fail if it cannot be */
 struct store *ctl_store(struct ctl *x)
 {
-	char err[512];
+	char err[1024];
 
 	if (ctl_store_try(x, err, sizeof(err)) == NULL)
 		ctl_fail(x, "%s", err);
@@ -178,13 +162,11 @@ struct store *ctl_store(struct ctl *x)
 /* store_rw - the store opened for writing, when the daemon is not there to write */
 static struct store *store_rw(struct ctl *x)
 {
-	char err[512];
+	char err[1024];
 
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* the same database either way */
 		return ctl_store(x);
-	if (store_lmdb_present(x->cf.store.path, err, sizeof(err)) != 0)	/* never make one */
-		ctl_fail(x, "%s", err);
-	if (store_lmdb_open(&x->st, x->cf.store.path, x->cf.store.map_size, err, sizeof(err)) != 0)
+	if (store_open(&x->st, &x->cf, STORE_WRITER, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;
 }

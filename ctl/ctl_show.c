@@ -348,7 +348,7 @@ int ctl_stats(struct ctl *x)
 	long long pid = 0, up = 0;
 	const char *dstore = NULL;
 	size_t dlen = 0;
-	char unread[512] = "";
+	char unread[1024] = "";
 	int err, live;
 
 	/* a shared store that cannot be read now is news to show, not a failure */

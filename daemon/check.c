@@ -35,7 +35,7 @@
 #include "../conf/conf.h"
 #include "../deliver/esmtp/deliver_tls.h"
 #include "../relay/auth.h"
-#include "../store/pg/store_pg.h"
+#include "../store/store.h"
 #include "../tls/tls.h"
 #include "check.h"
 #include "control.h"
@@ -50,7 +50,7 @@ struct check {
 	int n;
 };
 
-/* check_fail - report "WHERE: problem" for setting */
+/* check_fail - report "WHERE: problem" for setting; setting NULL: problem says where */
 static void check_fail(struct check *k, const char *setting, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -62,8 +62,11 @@ static void check_fail(struct check *k, const char *setting, const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	snprintf(line, sizeof(line), "%s: %s", conf_where(k->c, setting, where, sizeof(where)),
-		 msg);
+	if (setting == NULL)
+		snprintf(line, sizeof(line), "%s", msg);
+	else
+		snprintf(line, sizeof(line), "%s: %s",
+			 conf_where(k->c, setting, where, sizeof(where)), msg);
 	k->report(k->arg, line);
 	k->n++;
 }
@@ -334,19 +337,19 @@ static void check_store(struct check *k)
 {
 	const struct conf *c = k->c;
 	struct store *st = NULL;
-	char err[512];
+	char err[1024];
 	int rc;
 
 	if (c->store.backend == CONF_STORE_LMDB) {
 		check_dir(k, "store.path", c->store.path);
 		return;
 	}
-	rc = store_pg_open(&st, c->store.url, NULL, 0, err, sizeof(err));
+	rc = store_open(&st, c, STORE_READER, err, sizeof(err));	/* "FILE:LINE: store.url: ..." */
 	store_close(st);
 	if (rc == STORE_EINVAL)		/* it answers, but not as a node needs: err says why */
-		check_fail(k, "store.url", "%s", err);
+		check_fail(k, NULL, "%s", err);
 	else if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
-		check_fail(k, "store.url", "%s: check the connection string, and that "
+		check_fail(k, NULL, "%s: check the connection string, and that "
 			   "PostgreSQL runs and lets this user in", err);
 }
 

@@ -29,8 +29,6 @@
 #include <unistd.h>
 
 #include "../conf/conf.h"
-#include "../store/lmdb/store_lmdb.h"
-#include "../store/pg/store_pg.h"
 #include "../store/store.h"
 #include "../util/buf.h"
 #include "../util/log.h"
@@ -153,26 +151,14 @@ static void check_stop(void *arg, const char *problem)
 }
 
 /* usage - say how to run it */
-/*
- * open_store - the backend store.backend names; a store that cannot be
- * opened stops the start, saying which setting to look at
- */
+/* open_store - the store the configuration names; one that cannot be opened stops the start */
 static struct store *open_store(const struct conf *cf)
 {
-	char err[512], where[256];
-	struct store *st = NULL;
+	struct store *st;
+	char err[1024];
 
-	if (cf->store.backend == CONF_STORE_POSTGRESQL) {
-		if (store_pg_open(&st, cf->store.url, cf->node, cf->store.lease * 1000000LL,
-				  err, sizeof(err)) != 0)
-			msg_fatal("%s: %s", conf_where(cf, "store.url", where, sizeof(where)), err);
-		store_pg_set_commit_wait(st, cf->store.commit_wait * 1000000LL);
-		return st;
-	}
-	if (store_lmdb_open(&st, cf->store.path, cf->store.map_size, err, sizeof(err)) != 0)
-		msg_fatal("%s: %s: check the directory and its permissions, or choose another path",
-			  conf_where(cf, "store.path", where, sizeof(where)), err);
-	store_set_map_max(st, cf->store.map_size_max);
+	if (store_open(&st, cf, STORE_NODE, err, sizeof(err)) != 0)
+		msg_fatal("%s", err);
 	return st;
 }
 

@@ -65,12 +65,6 @@ int store_grow_due(struct store *st)
 	return OPS(st)->grow_due ? OPS(st)->grow_due(st) : 0;
 }
 
-void store_set_map_max(struct store *st, uint64_t max)
-{
-	if (OPS(st)->set_map_max)
-		OPS(st)->set_map_max(st, max);
-}
-
 int store_broken(struct store *st)
 {
 	return OPS(st)->broken ? OPS(st)->broken(st) : 0;

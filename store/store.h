@@ -8,8 +8,8 @@
  *	not know which backend is behind it. Two backends implement it
  *	(store_backend.h): LMDB in store/lmdb/ (the embedded default: one
  *	node, its own disk) and PostgreSQL in store/pg/ (several nodes
- *	share one database). The wiring opens one (store_lmdb_open(),
- *	store_pg_open()); from then on only these functions are used.
+ *	share one database). store_open() opens the one store.backend
+ *	names; from then on only these functions are used.
  *	Each backend translates its own errors at the boundary into the
  *	STORE_E* codes below.
  *
@@ -108,7 +108,16 @@ struct store_msg {
 				 * backend's token, for store_msg_revive); 0 none */
 };
 
-/* opening is the backend's: store/lmdb/store_lmdb.h, store/pg/store_pg.h */
+/*
+ * store_open - the backend store.backend names (store_open.c, the one
+ * place that knows them), opened for the daemon's node (STORE_NODE), for
+ * reading only (STORE_READER: idemrelayctl, -t) or for writing an
+ * existing store while the daemon is stopped (STORE_WRITER)
+ */
+struct conf;
+enum store_role { STORE_NODE, STORE_READER, STORE_WRITER };
+int store_open(struct store **out, const struct conf *cf, enum store_role role,
+	       char *err, size_t errlen);
 const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
 /*
  * store_grow - keep zero-filled file ahead of LMDB's last page, so that
@@ -117,8 +126,6 @@ const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
  */
 int store_grow(struct store *st);
 int store_grow_due(struct store *st);	/* would store_grow() write now? cheap, any thread */
-/* store_set_map_max - how far the map may grow (store.map_size_max); 0: the disk (store_map.c) */
-void store_set_map_max(struct store *st, uint64_t max);
 void store_close(struct store *st);	/* NULL-safe */
 /*
  * store_broken - a sync failed: every transaction is refused (STORE_EIO)

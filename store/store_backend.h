@@ -17,9 +17,9 @@
  *	(no map to grow, never broken, a queue of its own node only, no
  *	lease ever lost).
  *
- *	The backend is chosen by the wiring (daemon/, ctl/), which opens
- *	it with its own open function (store_lmdb_open(), store_pg_open());
- *	nothing here knows the backends.
+ *	The backend is chosen in store_open.c alone, which calls its own
+ *	open function (store_lmdb_open(), store_pg_open()); nothing else
+ *	above the backends knows them.
  */
 #ifndef STORE_STORE_BACKEND_H
 #define STORE_STORE_BACKEND_H
@@ -33,7 +33,6 @@ struct store_ops {
 	/* the map and a failed sync: LMDB's (optional) */
 	int (*grow) (struct store *st);
 	int (*grow_due) (struct store *st);
-	void (*set_map_max) (struct store *st, uint64_t max);
 	int (*broken) (struct store *st);
 	int (*reopen) (struct store *st);
 	int (*stalled) (struct store *st);	/* PostgreSQL's (optional) */

@@ -84,7 +84,6 @@ static inline struct lmdb_store *lmdb_of(struct store *st)
 void lmdb_close(struct store *base);
 int lmdb_grow(struct store *base);
 int lmdb_grow_due(struct store *base);
-void lmdb_set_map_max(struct store *base, uint64_t max);
 int lmdb_broken(struct store *base);
 int lmdb_reopen(struct store *base);
 int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],

@@ -574,7 +574,6 @@ const struct store_ops lmdb_ops = {
 	.close = lmdb_close,
 	.grow = lmdb_grow,
 	.grow_due = lmdb_grow_due,
-	.set_map_max = lmdb_set_map_max,
 	.broken = lmdb_broken,
 	.reopen = lmdb_reopen,
 	.claims_get = lmdb_claims_get,

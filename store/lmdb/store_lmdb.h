@@ -25,5 +25,7 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
 /* store_lmdb_present - 0 if a store is at path; else STORE_ENOTFOUND and why (none, or unreadable) */
 int store_lmdb_present(const char *path, char *err, size_t errlen);
+/* store_lmdb_set_map_max - how far the map may grow (store.map_size_max); 0: the disk (store_map.c) */
+void store_lmdb_set_map_max(struct store *st, uint64_t max);
 
 #endif

@@ -6,7 +6,7 @@
  * SYNOPSIS
  *	#include "store/store.h"
  *
- *	void lmdb_set_map_max(struct lmdb_store *st, uint64_t max);
+ *	void store_lmdb_set_map_max(struct store *st, uint64_t max);
  * DESCRIPTION
  *	store.map_size is where the map starts. When less than a quarter of
  *	it is left beyond the reserve (store_space.c; the untouched tail and
@@ -66,8 +66,8 @@ uint64_t lmdb_map_jbase(uint64_t total)
 	return (total - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
 }
 
-/* lmdb_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
-void lmdb_set_map_max(struct store *base, uint64_t max)
+/* store_lmdb_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
+void store_lmdb_set_map_max(struct store *base, uint64_t max)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 

@@ -193,7 +193,7 @@ static void test_grow_map_cap(void **state)
 	struct fx *f = *state;
 	int i, rc = 0;
 
-	store_set_map_max(f->st, 256u << 10);	/* the map may not grow either */
+	store_lmdb_set_map_max(f->st, 256u << 10);	/* the map may not grow either */
 	CHECK_INT("store_grow", store_grow(f->st), 0);
 	CHECK_INT("file size: the map", file_size(f), 256u << 10);
 	zeros_from(f, used_bytes(f));

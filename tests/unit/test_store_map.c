@@ -139,7 +139,7 @@ static void test_grow_by_itself(void **state)
 	struct fx *f = *state;
 	int i, rc = 0;
 
-	store_set_map_max(f->st, 3 * (uint64_t) START);
+	store_lmdb_set_map_max(f->st, 3 * (uint64_t) START);
 	for (i = 0; i < 4000 && (rc = put(f->st, i, 50000)) == 0; i++)
 		(void) store_grow(f->st);
 	CHECK_INT("filling ends in", rc, STORE_ENOSPC);

@@ -1,0 +1,98 @@
+/*
+ * NAME
+ *	store_open 3
+ * SUMMARY
+ *	the one place a store backend is chosen
+ * SYNOPSIS
+ *	#include "store/store.h"
+ *
+ *	int store_open(struct store **out, const struct conf *cf,
+ *		       enum store_role role, char *err, size_t errlen);
+ * DESCRIPTION
+ *	store.backend names the backend; this file alone knows them, so
+ *	the daemon, its -t check and idemrelayctl open a store the same
+ *	way and never call a backend's own open. The backend's settings
+ *	(store.map_size_max, store.commit_wait, the lease) are applied
+ *	here too, once.
+ *
+ *	STORE_NODE is the daemon: this node, read-write, creating what is
+ *	missing (the LMDB environment, the PostgreSQL schema and the
+ *	node's slot). STORE_READER is idemrelayctl's and -t's: nothing
+ *	created, no node registered (STORE_ENOTFOUND if there is no
+ *	store yet). STORE_WRITER is idemrelayctl writing while the daemon
+ *	is stopped: an existing store, never a new one.
+ * DIAGNOSTICS
+ *	0, or a STORE_E* code and why in err: "FILE:LINE: store.url: ..."
+ *	for a database that will not let us in; for a directory, the
+ *	daemon adds which setting to look at, idemrelayctl says it as
+ *	LMDB does ("no store at PATH").
+ */
+#include <stdio.h>
+
+#include "../conf/conf.h"
+#include "lmdb/store_lmdb.h"
+#include "pg/store_pg.h"
+#include "store.h"
+
+/* open_pg - the shared database: a node, or a client (no node, no leases) */
+static int open_pg(struct store **out, const struct conf *cf, enum store_role role,
+		   char *err, size_t errlen)
+{
+	char why[512], where[256];
+	int rc;
+
+	if (role == STORE_NODE)
+		rc = store_pg_open(out, cf->store.url, cf->node, cf->store.lease * 1000000LL,
+				   why, sizeof(why));
+	else
+		rc = store_pg_open(out, cf->store.url, NULL, 0, why, sizeof(why));
+	if (rc != 0) {
+		snprintf(err, errlen, "%s: %s", conf_where(cf, "store.url", where, sizeof(where)),
+			 why);
+		return rc;
+	}
+	if (role == STORE_NODE)
+		store_pg_set_commit_wait(*out, cf->store.commit_wait * 1000000LL);
+	return 0;
+}
+
+/* open_lmdb - the embedded store in store.path */
+static int open_lmdb(struct store **out, const struct conf *cf, enum store_role role,
+		     char *err, size_t errlen)
+{
+	char why[512], where[256];
+	int rc;
+
+	switch (role) {
+	case STORE_NODE:
+		if ((rc = store_lmdb_open(out, cf->store.path, cf->store.map_size, why,
+					  sizeof(why))) != 0) {
+			snprintf(err, errlen, "%s: %s: check the directory and its permissions, "
+				 "or choose another path",
+				 conf_where(cf, "store.path", where, sizeof(where)), why);
+			return rc;
+		}
+		break;
+	case STORE_READER:
+		if ((rc = store_lmdb_open_readonly(out, cf->store.path, err, errlen)) != 0)
+			return rc;
+		break;
+	case STORE_WRITER:		/* never make one */
+		if ((rc = store_lmdb_present(cf->store.path, err, errlen)) != 0
+		    || (rc = store_lmdb_open(out, cf->store.path, cf->store.map_size, err,
+					     errlen)) != 0)
+			return rc;
+		break;
+	}
+	store_lmdb_set_map_max(*out, cf->store.map_size_max);	/* and the ceiling stats show */
+	return 0;
+}
+
+/* store_open - the backend store.backend names, opened for role */
+int store_open(struct store **out, const struct conf *cf, enum store_role role,
+	       char *err, size_t errlen)
+{
+	if (cf->store.backend == CONF_STORE_POSTGRESQL)
+		return open_pg(out, cf, role, err, errlen);
+	return open_lmdb(out, cf, role, err, errlen);
+}
