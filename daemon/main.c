@@ -35,6 +35,7 @@
 #include "check.h"
 #include "control.h"
 #include "../deliver/deliver.h"
+#include "../deliver/esmtp/deliver_esmtp.h"
 #include "../relay/metrics.h"
 #include "../relay/qid.h"
 #include "../relay/server.h"
@@ -244,7 +245,8 @@ int main(int argc, char **argv)
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
 	server_set_store(srv, st);
-	dl = deliver_start(&cf, st, server_commit(srv));
+	dl = deliver_start(&cf, st, server_commit(srv),
+			   cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
 	server_set_delivery(srv, &(struct server_delivery) { enqueue, reload, dl });
 	ctl = control_start(&cf, st, dl, server_dupcount(srv));
 	mx = metrics_start(&cf, st);

@@ -17,7 +17,7 @@
  *	handshake, a bridge thread and an fsync per message, measured in
  *	BENCHMARKS.md). It takes up to d->batch due messages, which become
  *	busy so that no other thread takes them, loads them (up to DELIVER_BATCH_BYTES of message data;
- *	the rest is handed back), hands them to the backend in one go (one
+ *	the rest is handed back), hands them to the transport in one go (one
  *	upstream connection for the lot), then records each result.
  *
  *	The inflight mark found on a message at load time means an attempt
@@ -64,8 +64,6 @@
 #include "../relay/metrics.h"
 #include "deliver_impl.h"
 
-#define DELIVER_BATCH_SMTP	50	/* messages per upstream connection */
-#define DELIVER_BATCH_MAILDIR	16
 #define DELIVER_BATCH_BYTES	(64u << 20)	/* message data loaded per batch, at most */
 #define DELIVER_MAX_SLEEP	60	/* seconds: re-check even if nothing is due */
 #define DELIVER_GATHER		10000	/* us a due message waits for others to share its batch */
@@ -245,11 +243,7 @@ static void *deliver_thread(void *arg)
 		}
 		if (n_ready == 0)
 			continue;
-		if (d->c->upstream.maildir)
-			for (i = 0; i < n_ready; i++)
-				deliver_maildir_one(d, ready[i]);
-		else
-			deliver_smtp_batch(d, ready, n_ready);
+		d->t->send(d, ready, n_ready);
 		deliver_record_batch(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);
@@ -317,13 +311,15 @@ static int load_one(void *arg, const char *qid, int64_t next_attempt)
 }
 
 /* deliver_start - load the queue and start the threads */
-struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm)
+struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm,
+			      const struct deliver_transport *t)
 {
 	struct deliver *d = xcalloc(1, sizeof(*d));
 	size_t i;
 	int err;
 
 	d->c = c;
+	d->t = t;
 	d->st = st;
 	d->cm = cm;
 	d->shared = store_shared(st);
@@ -336,17 +332,13 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
-	if (c->upstream.maildir) {
-		d->n_threads = 1;
-		d->batch = DELIVER_BATCH_MAILDIR;
-	} else {
-		d->n_threads = c->upstream.connections > 0 ? (size_t) c->upstream.connections : 1;
-		d->batch = DELIVER_BATCH_SMTP;
-	}
+	d->n_threads = t->one_thread || c->upstream.connections <= 0 ? 1
+	    : (size_t) c->upstream.connections;
+	d->batch = t->batch;
 	if ((err = store_queue_list(st, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));
-	msg_info("delivery: %zu queued, %zu thread%s, %s%s", dq_count(&d->q), d->n_threads,
-		 d->n_threads == 1 ? "" : "s", c->upstream.maildir ? "maildir " : "upstream ",
+	msg_info("delivery: %zu queued, %zu thread%s, %s %s", dq_count(&d->q), d->n_threads,
+		 d->n_threads == 1 ? "" : "s", t->name,
 		 c->upstream.maildir ? c->upstream.maildir : c->upstream.hosts[0].host);
 	d->threads = xcalloc(d->n_threads, sizeof(*d->threads));
 	for (i = 0; i < d->n_threads; i++)

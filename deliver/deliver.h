@@ -31,8 +31,21 @@ struct deliver;
 
 struct commit;
 
-/* deliver_start - cm, if given, carries the inflight marks in its group commits */
-struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm);
+/*
+ * A transport takes a batch of messages where they go: each is an entry
+ * of struct deliver_transport (deliver_impl.h), and the program names the
+ * one its configuration asks for. deliver_maildir writes into
+ * upstream.maildir; deliver_esmtp (esmtp/deliver_esmtp.h) sends upstream.
+ */
+struct deliver_transport;
+extern const struct deliver_transport deliver_maildir;
+
+/*
+ * deliver_start - deliver through transport t; cm, if given, carries the
+ * inflight marks in its group commits
+ */
+struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm,
+			      const struct deliver_transport *t);
 void deliver_enqueue(struct deliver *d, const char *qid);
 void deliver_flush(struct deliver *d);
 /* deliver_reload - take new retry settings (SIGHUP) */

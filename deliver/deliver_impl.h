@@ -5,12 +5,12 @@
  *	what the delivery files share: the scheduler and one message's job
  * DESCRIPTION
  *	deliver.c owns the scheduler: it loads a job and hands a batch of
- *	jobs to a backend (deliver_smtp.c, deliver_maildir.c);
+ *	jobs to a transport (esmtp/deliver_smtp.c, deliver_maildir.c);
  *	deliver_record.c records each job's results: log lines, store
- *	update, retry time, bounce notifications. A backend only fills in job->res[] and
- *	job->relay; every recipient still queued at load time has a result,
- *	"deferred, not attempted" until the backend says otherwise.
- *	Not for use outside relay/deliver*.c.
+ *	update, retry time, bounce notifications. A transport only fills in
+ *	job->res[] and job->relay; every recipient still queued at load time
+ *	has a result, "deferred, not attempted" until the transport says
+ *	otherwise. Not for use outside deliver/.
  */
 #ifndef DELIVER_DELIVER_IMPL_H
 #define DELIVER_DELIVER_IMPL_H
@@ -37,6 +37,7 @@
 
 struct deliver {
 	const struct conf *c;		/* not owned */
+	const struct deliver_transport *t;	/* not owned */
 	struct store *st;		/* not owned */
 	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
 	pthread_mutex_t lock;		/* protects q, stop and take_now */
@@ -134,8 +135,16 @@ void deliver_finish_one(struct deliver *d, struct deliver_job *j);
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);
 
-/* the backends */
-void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n);
-void deliver_maildir_one(struct deliver *d, struct deliver_job *j);
+/*
+ * A transport (deliver.h): where a batch of loaded jobs goes. Its send()
+ * fills in every job's res[] and relay, and marks each message
+ * (deliver_mark()) before its final dot, or the Maildir's rename.
+ */
+struct deliver_transport {
+	const char *name;		/* "maildir", "upstream": the start's log line */
+	int one_thread;			/* one delivery thread, not upstream.connections */
+	size_t batch;			/* messages per batch at most */
+	void (*send)(struct deliver *d, struct deliver_job **jobs, size_t n);
+};
 
 #endif

@@ -141,8 +141,8 @@ static int fsync_dir(const char *path)
 	return rc;
 }
 
-/* deliver_maildir_one - one message into the Maildir */
-void deliver_maildir_one(struct deliver *d, struct deliver_job *j)
+/* maildir_one - one message into the Maildir */
+static void maildir_one(struct deliver *d, struct deliver_job *j)
 {
 	const char *dir = d->c->upstream.maildir;
 	char name[512], tmp[4096 + 600], new[4096 + 600], newdir[4096 + 8];
@@ -194,3 +194,14 @@ fail_unlink:
 fail:
 	deliver_set_all(j, DELIVER_DEFERRED, dsn, why);
 }
+
+/* maildir_send - a batch, one message after the other */
+static void maildir_send(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		maildir_one(d, jobs[i]);
+}
+
+const struct deliver_transport deliver_maildir = { "maildir", 1, 16, maildir_send };

@@ -4,7 +4,7 @@
  * SUMMARY
  *	delivery upstream with libesmtp: one connection per batch
  * DESCRIPTION
- *	deliver_smtp_batch() puts every job of a batch into one libesmtp
+ *	deliver_esmtp's send() puts every job of a batch into one libesmtp
  *	session (one smtp_add_message() each, deliver_smtp_msg.c), so they go
  *	over one connection, and tries upstream.hosts in order until one
  *	accepts a connection (each host's addresses in resolver order).
@@ -67,6 +67,7 @@
 #include "../../util/log.h"
 #include "deliver_auth.h"
 #include "deliver_bridge.h"
+#include "deliver_esmtp.h"
 #include "deliver_gate.h"
 #include "deliver_smtp_impl.h"
 #include "deliver_tls.h"
@@ -512,8 +513,8 @@ static int xsess_run(struct xsess *xs)
 	return -1;
 }
 
-/* deliver_smtp_batch - deliver a batch over one upstream connection */
-void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
+/* smtp_send - deliver a batch over one upstream connection */
+static void smtp_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
 	struct xsess xs;
 	int body8 = 1, round;
@@ -561,3 +562,5 @@ void deliver_smtp_batch(struct deliver *d, struct deliver_job **jobs, size_t n)
 	free(own);
 }
 
+/* 50 messages a connection: the batch's outcomes share a transaction */
+const struct deliver_transport deliver_esmtp = { "upstream", 0, 50, smtp_send };

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "../../deliver/deliver_impl.h"
+#include "../../deliver/esmtp/deliver_esmtp.h"
 #include "../../util/log.h"
 
 #define MSGS_MAX	3
@@ -431,7 +432,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	d.batch = MSGS_MAX;
 	if (pipe(s.done) < 0 || pthread_create(&srv, NULL, srv_main, &s) != 0)
 		abort();
-	deliver_smtp_batch(&d, ptrs, n);
+	deliver_esmtp.send(&d, ptrs, n);
 	if (write(s.done[1], "x", 1) != 1)
 		abort();
 	pthread_join(srv, NULL);
