@@ -80,15 +80,10 @@ FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c relay/k
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # fuzz_deliver runs the delivery client and libesmtp against a scripted
 # upstream: the store's side (deliver.c, deliver_record.c) is stubbed in
-# the harness, and the daemon's connect() (nodelay.c) hands libesmtp over
+# the harness
 FUZZ_DELIVER = $(filter-out deliver/deliver.c deliver/deliver_record.c \
-	       deliver/esmtp/deliver_filter.c,$(deliver_SRC)) daemon/nodelay.c \
+	       deliver/esmtp/deliver_filter.c,$(deliver_SRC)) \
 	       $(foreach l,tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
-
-$(B)/fuzz/replay_deliver: tests/fuzz/fuzz_deliver.c tests/fuzz/replay.c $(B)/daemon/nodelay.o \
-			  $(LIBS_ALL)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o %.a,$^) $(LDLIBS)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
@@ -116,11 +111,6 @@ $(POWERFS): tests/powerfs/powerfs.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags fuse3) $(LDFLAGS) -o $@ $< \
 	    $(shell pkg-config --libs fuse3)
-
-# nodelay.o is the daemon's own connect(), outside the libraries
-$(B)/tests/test_nodelay: tests/unit/test_nodelay.c $(B)/daemon/nodelay.o $(LIBS_ALL)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o %.a,$^) $(LDLIBS) -lcmocka
 
 unit: $(UNIT_BIN)
 	@fail=0; for t in $(UNIT_BIN); do echo "== $$t"; $$t || fail=1; done; exit $$fail

@@ -21,7 +21,7 @@
  *
  *	libesmtp is told a loopback address that nothing listens on: a port
  *	the bridge keeps bound, so that no one else can take it. Its
- *	connect() never gets there: the daemon's own connect() (nodelay.c)
+ *	connect() never gets there: connect() (deliver_connect.c)
  *	hands it to deliver_bridge_attach(), which turns libesmtp's socket
  *	into one end of an AF_UNIX socketpair and gives the other end to the
  *	bridge that this thread opened last. libesmtp connects on the thread
@@ -314,7 +314,7 @@ out:
  * bridge_reserve - an ephemeral loopback port, bound and never listened
  * on: the address libesmtp is told. Only this thread's connect() to it
  * reaches the bridge (deliver_bridge_attach); anyone else's, or one
- * without the daemon's connect(), is refused by the kernel.
+ * without deliver_connect.c's connect(), is refused by the kernel.
  */
 static int bridge_reserve(struct deliver_bridge *b, char *why, size_t whylen)
 {

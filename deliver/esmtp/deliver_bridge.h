@@ -16,7 +16,7 @@
  *	STARTTLS (required: no STARTTLS, no bridge). It reserves a loopback
  *	address (bound, never listening) for libesmtp to connect to; the
  *	next connect() to it on the same thread goes to deliver_bridge_attach()
- *	(the daemon's connect(), daemon/nodelay.c) and gets the server's
+ *	(libesmtp's connect(), deliver_connect.c) and gets the server's
  *	greeting. A connect() from anywhere else is refused.
  *
  *	When the bridge could go: it does what libESMTP 1.1.0 (the last
@@ -47,7 +47,7 @@
  *	libESMTP does not know); the connect within upstream.timeout, to any
  *	address; every reply's deadline and whether the final dot reached
  *	the server's TCP (deliver_watch.h). Those need only the upstream
- *	socket, so they could move to the daemon's connect() (nodelay.c),
+ *	socket, so they could move to libesmtp's connect() (deliver_connect.c),
  *	which has libESMTP's, and a watchdog over it. Until all of this is
  *	there the bridge stays; with the header cut gone it would shrink to
  *	TLS and the watch.
@@ -94,7 +94,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
  * make fd one end of an AF_UNIX socketpair (its file flags kept), hand the
  * other end to that bridge, and return 1: fd is connected. 0: not that
  * bridge, or it could not be done; connect as asked (and be refused, if
- * it was a bridge's address). For the daemon's connect() (nodelay.c).
+ * it was a bridge's address). For libesmtp's connect() (deliver_connect.c).
  */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
 

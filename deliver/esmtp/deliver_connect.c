@@ -1,10 +1,22 @@
 /*
  * NAME
- *	nodelay 3
+ *	deliver_connect 3
  * SUMMARY
- *	TCP_NODELAY on every outgoing TCP connection, libesmtp's included
+ *	libesmtp's connect(): handed to the bridge, or TCP_NODELAY set
  * DESCRIPTION
- *	libesmtp writes a message through a 2 KB buffer and never sets
+ *	libesmtp connects where it is told and lets the application reach
+ *	neither the connect nor the socket. This connect() is linked into
+ *	the program with the bridge (deliver_bridge.c calls connect() and
+ *	this file is its library's definition of it), so it comes before
+ *	libc's for libesmtp too (ELF interposition): first
+ *	deliver_bridge_attach() may take the connection over, when it is
+ *	the bridge's address on the thread that opened it: libesmtp's
+ *	socket becomes one end of a socketpair whose other end the bridge
+ *	copies from. So the hand-over is delivery's own, whatever program
+ *	links it (the daemon, the tests, fuzz_deliver).
+ *
+ *	Any other connection is connected as asked, with TCP_NODELAY on
+ *	stream sockets of the Internet families. libesmtp writes a message through a 2 KB buffer and never sets
  *	TCP_NODELAY, nor lets the application reach its socket. The last
  *	write of a message, the one with the final dot, is then a small
  *	segment behind an unacknowledged one: Nagle holds it until the
@@ -12,14 +24,7 @@
  *	BENCHMARKS.md: delivery capped at under 100 messages a second).
  *
  *	SMTP replies and commands are exchanged in turns, so Nagle buys
- *	nothing here. This connect() is in the executable, so it comes
- *	before libc's for libesmtp too (ELF interposition); it sets the
- *	option on stream sockets of the Internet families and calls the
- *	real connect(). It is linked into bin/idemrelay only.
- *
- *	Before that, deliver_bridge_attach() may take the connection over:
- *	libesmtp's connect() to the bridge its thread opened becomes one end
- *	of a socketpair whose other end the bridge copies from.
+ *	nothing here (the bridge's own connect upstream gets it too).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,7 +33,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "../deliver/esmtp/deliver_bridge.h"
+#include "deliver_bridge.h"
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;

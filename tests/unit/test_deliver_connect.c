@@ -1,7 +1,9 @@
 /*
- * test_nodelay - daemon/nodelay.c: every outgoing TCP connection gets
- * TCP_NODELAY (libesmtp's too, through ELF interposition), other sockets
- * are left alone, and connect() still behaves as connect().
+ * test_deliver_connect - deliver/esmtp/deliver_connect.c: every outgoing
+ * TCP connection gets TCP_NODELAY (libesmtp's too, through ELF
+ * interposition), other sockets are left alone, and connect() still
+ * behaves as connect(). Linked with the libraries alone: the connect()
+ * comes from libdeliver.a, as it does in the daemon.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -76,7 +78,7 @@ static void test_unix_untouched(void **state)
 	(void) state;
 	memset(&sun, 0, sizeof(sun));
 	sun.sun_family = AF_UNIX;
-	strcpy(sun.sun_path, "/nonexistent/test_nodelay.sock");
+	strcpy(sun.sun_path, "/nonexistent/test_deliver_connect.sock");
 	errno = 0;
 	assert_int_equal(connect(fd, (struct sockaddr *) &sun, sizeof(sun)), -1);
 	assert_int_equal(errno, ENOENT);
@@ -91,5 +93,5 @@ int main(void)
 		cmocka_unit_test(test_unix_untouched),
 	};
 
-	return cmocka_run_group_tests_name("nodelay", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("deliver_connect", tests, NULL, NULL);
 }
