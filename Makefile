@@ -15,7 +15,8 @@ B        = build
 BIN      = bin
 
 # One library per folder, linked in the order the folders depend on each
-# other (top first); `make check-layers` enforces that order on #include.
+# other (top first); `make check-layers` enforces that order on #include
+# and on the symbols each library leaves undefined (nm).
 # Each program names the libraries it needs.
 LAYERS   = deliver relay tls smtp store conf util
 deliver_SRC = $(wildcard deliver/*.c deliver/esmtp/*.c)
@@ -119,9 +120,10 @@ e2e: $(PROGS) $(POWERFS)
 	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay POWERFS_BIN=$(abspath $(POWERFS)) \
 	    python3 tests/e2e/run.py
 
-# #include points down the folder order (tests/layers.py has the table)
-check-layers:
-	@python3 tests/layers.py
+# #include and every linked symbol point down the folder order (tests/layers.py
+# has the table); it first checks that it finds an upward call planted in libutil.a
+check-layers: $(LIBS_ALL) $(DAEMON_OBJ) $(CTL_OBJ)
+	@python3 tests/layers.py . --self-test $^
 
 test: check-layers all unit fuzz-replay e2e test-pg
 
