@@ -20,7 +20,6 @@
  *	*c released (still safe to conf_free()).
  */
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <limits.h>
@@ -34,6 +33,7 @@
 #include <unistd.h>
 
 #include "../util/buf.h"
+#include "../util/hash.h"
 #include "../util/log.h"
 #include "conf.h"
 #include "conf_int.h"
@@ -200,25 +200,9 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 /* conf_pin - "sha256:HEX" (64 digits, pairs may be colon-separated); 0 or -1 */
 static int conf_pin(const char *v, uint8_t out[32])
 {
-	size_t n = 0;
-	int hi = -1, d;
-
 	if (strncasecmp(v, "sha256:", 7) != 0)
 		return -1;
-	for (v += 7; *v; v++) {
-		if (*v == ':' && hi < 0 && n > 0 && v[1])
-			continue;
-		if (!isxdigit((unsigned char) *v) || n == 32)
-			return -1;
-		d = isdigit((unsigned char) *v) ? *v - '0' : tolower((unsigned char) *v) - 'a' + 10;
-		if (hi < 0) {
-			hi = d;
-		} else {
-			out[n++] = (uint8_t) (hi << 4 | d);
-			hi = -1;
-		}
-	}
-	return n == 32 && hi < 0 ? 0 : -1;
+	return hash_unhex(v + 7, out, 32);
 }
 
 /*

@@ -282,7 +282,7 @@ size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN]
 	memcpy(id, key + a, n - a);
 	id[n - a] = 0;
 	hash_once(id, strlen(id), d);
-	hash_hex(d, hex);
+	hash_hex(d, HASH_LEN, hex);
 	keys_index_hash(hex, out[1]);
 	return 2;
 }
@@ -460,7 +460,7 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",
 		   x->user ? x->user : "-");
 	for (i = 0; i < n; i++) {
-		hash_hex(h[i], hex);
+		hash_hex(h[i], HASH_LEN, hex);
 		buf_printf(&line, " %s", hex);
 	}
 	if (ctl_request(x, line.data, &reply, why, sizeof(why)) != 0)

@@ -35,6 +35,7 @@
 #include "../relay/metrics.h"
 #include "../util/admin.h"
 #include "../util/buf.h"
+#include "../util/hash.h"
 #include "../util/clock.h"
 #include "../util/json.h"
 #include "../util/log.h"
@@ -148,22 +149,6 @@ static void do_drop(struct control *ctl, const char *qid, struct buf *out)
 	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\"}", qid);
 }
 
-/* hex_hash - 64 hex digits to 32 bytes */
-static int hex_hash(const char *s, uint8_t out[STORE_HASH_LEN])
-{
-	unsigned v;
-	size_t i;
-
-	if (strlen(s) != 2 * STORE_HASH_LEN)
-		return -1;
-	for (i = 0; i < STORE_HASH_LEN; i++) {
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -1;
-		out[i] = (uint8_t) v;
-	}
-	return 0;
-}
-
 /* how forget treats a key whose message is still queued */
 enum forget_mode {
 	FORGET_REFUSE,			/* say so, forget nothing */
@@ -181,7 +166,7 @@ static int forget_queued(struct control *ctl, char **hashes, size_t n, const cha
 	int err;
 
 	for (i = 0; i < n; i++) {
-		if (hex_hash(hashes[i], hash) != 0)
+		if (hash_unhex(hashes[i], hash, STORE_HASH_LEN) != 0)
 			return STORE_EINVAL;
 		if ((err = store_key_queued(ctl->st, hash, user, &q, &m)) != 0)
 			return err;
@@ -254,7 +239,7 @@ static void do_forget(struct control *ctl, char *args, struct buf *out)
 		msg_info("%s: removed by the operator (idemrelayctl forget --drop)", queued[i]);
 	}
 	for (i = 0; i < nh; i++) {
-		(void) hex_hash(hashes[i], hash);
+		(void) hash_unhex(hashes[i], hash, STORE_HASH_LEN);
 		err = store_key_forget(ctl->st, hash, user, clock_us(), &f);
 		if (err == STORE_ENOTFOUND)
 			continue;

@@ -170,14 +170,14 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 				uint8_t d[HASH_LEN];
 
 				hash_once(envid, strlen(envid), d);
-				hash_hex(d, r->key);
+				hash_hex(d, HASH_LEN, r->key);
 			}
 		} else if (c->keys.message_id && have_msgid) {
 			uint8_t d[HASH_LEN];
 
 			r->source = KEYS_MESSAGE_ID;
 			hash_once(msgid, strlen(msgid), d);
-			hash_hex(d, r->key);
+			hash_hex(d, HASH_LEN, r->key);
 		} else if (c->keys.require) {
 			r->error = "550 5.7.0 Message has no idempotency key";
 		}

@@ -49,6 +49,7 @@
 #include <openssl/x509.h>
 
 #include "../util/buf.h"
+#include "../util/hash.h"
 #include "../util/log.h"
 #include "tls.h"
 
@@ -118,7 +119,7 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 			    char fp[TLS_FP_LEN], char *err, size_t errlen)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0, i;
+	unsigned int mdlen = 0;
 	char    what[300];
 	SSL_CTX *ctx;
 	X509   *x;
@@ -164,8 +165,7 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 		tls_errtext(err, errlen, what);
 		goto fail;
 	}
-	for (i = 0; i < mdlen; i++)
-		snprintf(fp + 2 * i, 3, "%02x", md[i]);
+	hash_hex(md, mdlen, fp);
 	X509_NAME_oneline(X509_get_subject_name(x), what, sizeof(what));
 	msg_info("tls: loaded cert=%s subject=%s sha256=%s", cert, what, fp);
 	return ctx;

@@ -2,7 +2,7 @@
  * NAME
  *	hash 3
  * SUMMARY
- *	SHA-256 via OpenSSL's EVP interface
+ *	SHA-256 via OpenSSL's EVP interface; hex, the one encoder and decoder
  */
 #include <openssl/evp.h>
 
@@ -45,14 +45,41 @@ void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN])
 }
 
 /* hash_hex - lower-case hex form */
-void hash_hex(const uint8_t in[HASH_LEN], char out[2 * HASH_LEN + 1])
+void hash_hex(const uint8_t *in, size_t n, char *out)
 {
 	static const char hex[] = "0123456789abcdef";
-	int i;
+	size_t i;
 
-	for (i = 0; i < HASH_LEN; i++) {
+	for (i = 0; i < n; i++) {
 		out[2 * i] = hex[in[i] >> 4];
 		out[2 * i + 1] = hex[in[i] & 15];
 	}
-	out[2 * HASH_LEN] = 0;
+	out[2 * n] = 0;
+}
+
+/* digit - one hex digit's value, or -1 */
+static int digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+		return (c | 0x20) - 'a' + 10;
+	return -1;
+}
+
+/* hash_unhex - 2n hex digits, pairs maybe ':'-separated, to n bytes */
+int hash_unhex(const char *s, uint8_t *out, size_t n)
+{
+	size_t i;
+	int hi, lo;
+
+	for (i = 0; i < n; i++) {
+		if (i > 0 && *s == ':' && s[1] != 0)
+			s++;
+		if ((hi = digit(s[0])) < 0 || (lo = digit(s[1])) < 0)
+			return -1;
+		out[i] = (uint8_t) (hi << 4 | lo);
+		s += 2;
+	}
+	return *s == 0 ? 0 : -1;
 }

@@ -2,7 +2,8 @@
  * NAME
  *	hash 3h
  * SUMMARY
- *	SHA-256 over byte strings, incremental or in one call (OpenSSL EVP)
+ *	SHA-256 over byte strings, incremental or in one call (OpenSSL EVP);
+ *	digests to hex and back
  */
 #ifndef UTIL_HASH_H
 #define UTIL_HASH_H
@@ -20,6 +21,15 @@ void hash_init(struct hash_ctx *h);
 void hash_update(struct hash_ctx *h, const void *p, size_t n);
 void hash_final(struct hash_ctx *h, uint8_t out[HASH_LEN]);	/* frees the context */
 void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN]);
-void hash_hex(const uint8_t in[HASH_LEN], char out[2 * HASH_LEN + 1]);
+
+/* hash_hex - n bytes (a digest, or its first n) as 2n lower-case hex digits and a NUL */
+void hash_hex(const uint8_t *in, size_t n, char *out);
+
+/*
+ * hash_unhex - exactly n bytes from 2n hex digits, either case, its pairs
+ * optionally one ':' apart (as openssl prints a fingerprint): 0, or -1
+ * for anything else (a sign, a space, a digit short or over)
+ */
+int hash_unhex(const char *s, uint8_t *out, size_t n);
 
 #endif

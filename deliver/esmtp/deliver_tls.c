@@ -51,6 +51,7 @@
 
 #include "../../conf/conf.h"
 #include "../../util/buf.h"
+#include "../../util/hash.h"
 #include "../../util/deadline.h"
 #include "../../util/log.h"
 #include "deliver_tls.h"
@@ -294,17 +295,14 @@ void deliver_tls_describe(const SSL *ssl, char *out, size_t outlen)
 static void tls_verify_why(const struct tls_peer *p, long vr, char *why, size_t whylen)
 {
 	char hc[65], hs[65];
-	int i;
 
 	if (p->n_pins && vr == X509_V_ERR_CERT_REJECTED) {
 		if (!p->seen) {
 			snprintf(why, whylen, "certificate fingerprint mismatch");
 			return;
 		}
-		for (i = 0; i < 32; i++) {
-			snprintf(hc + 2 * i, 3, "%02x", p->seen_crt[i]);
-			snprintf(hs + 2 * i, 3, "%02x", p->seen_spki[i]);
-		}
+		hash_hex(p->seen_crt, 32, hc);
+		hash_hex(p->seen_spki, 32, hs);
 		snprintf(why, whylen, "certificate fingerprint mismatch: the certificate is "
 			 "sha256:%s, its public key sha256:%s", hc, hs);
 	} else if (vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH) {

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "../../util/buf.h"
+#include "../../util/hash.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
@@ -268,7 +269,6 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 	struct pg_txn *t = (struct pg_txn *) base;
 	char key[STORE_QID_SIZE];
 	struct pg_seg *s;
-	size_t i;
 
 	if (t->err)
 		return;
@@ -276,8 +276,7 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 		store_pg_txn_fail(t, STORE_EINVAL);
 		return;
 	}
-	for (i = 0; i < 11; i++)	/* the hash's first 11 bytes in hex tell repeats apart */
-		snprintf(key + 2 * i, 3, "%02x", hash[i]);
+	hash_hex(hash, 11, key);	/* the hash's first 11 bytes in hex tell repeats apart */
 	s = store_pg_seg_for(t, PG_SEG_CLAIMS, key);
 	store_pg_a_bytes(&s->a[0], hash, STORE_HASH_LEN);
 	store_pg_a_bytes(&s->a[1], keyhash, STORE_HASH_LEN);

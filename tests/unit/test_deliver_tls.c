@@ -15,6 +15,7 @@
 #include <openssl/pem.h>
 
 #include "../../deliver/esmtp/deliver_tls.h"
+#include "../../util/hash.h"
 
 /* a fixed self-signed certificate, and its digests as the openssl command gives them */
 static const char pin_cert[] =
@@ -39,10 +40,7 @@ static const char pin_spki_hex[] =
 /* hex - 32 bytes as 64 lowercase digits */
 static const char *hex(const uint8_t d[32], char out[65])
 {
-	int i;
-
-	for (i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", d[i]);
+	hash_hex(d, 32, out);
 	return out;
 }
 

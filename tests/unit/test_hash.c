@@ -1,0 +1,89 @@
+/*
+ * test_hash - util/hash.c's hex: the one encoder (hash_hex) and the one
+ * decoder (hash_unhex) that the store, TLS, configuration and control
+ * socket share; the decoder takes exactly what it says and nothing else.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../util/hash.h"
+
+static const uint8_t bytes4[4] = { 0x00, 0xab, 0x7f, 0xf0 };
+
+struct unhex_case {
+	const char *in;
+	int rc;				/* 0: decodes to bytes4 */
+};
+
+static const struct unhex_case unhex_cases[] = {
+	{ "00ab7ff0", 0 },
+	{ "00AB7Ff0", 0 },		/* either case */
+	{ "00:ab:7f:f0", 0 },		/* as openssl prints a fingerprint */
+	{ "00:ab7ff0", 0 },
+	{ "00ab7ff", -1 },		/* a digit short */
+	{ "00ab7ff00", -1 },		/* a digit over */
+	{ "00ab7ff0:", -1 },
+	{ ":00ab7ff0", -1 },
+	{ "00::ab7ff0", -1 },
+	{ "0:0ab7ff0", -1 },		/* a colon inside a pair */
+	{ " 0ab7ff0", -1 },		/* sscanf("%2x") took these */
+	{ "+0ab7ff0", -1 },
+	{ "0x007ff0", -1 },
+	{ "00ab7fg0", -1 },
+	{ "", -1 },
+};
+
+static void test_unhex(void **state)
+{
+	uint8_t got[4];
+	size_t i;
+	int rc;
+
+	(void) state;
+	for (i = 0; i < sizeof(unhex_cases) / sizeof(unhex_cases[0]); i++) {
+		const struct unhex_case *c = &unhex_cases[i];
+
+		memset(got, 0x55, sizeof(got));
+		rc = hash_unhex(c->in, got, sizeof(got));
+		if (rc != c->rc)
+			fail_msg("hash_unhex(\"%s\"): got %d, want %d", c->in, rc, c->rc);
+		if (rc == 0 && memcmp(got, bytes4, sizeof(got)) != 0)
+			fail_msg("hash_unhex(\"%s\"): got %02x%02x%02x%02x, want 00ab7ff0", c->in,
+				 got[0], got[1], got[2], got[3]);
+	}
+}
+
+/* a digest and its first bytes both ways */
+static void test_hex_round_trip(void **state)
+{
+	uint8_t d[HASH_LEN], back[HASH_LEN];
+	char hex[2 * HASH_LEN + 1];
+
+	(void) state;
+	hash_hex(bytes4, 4, hex);
+	assert_string_equal(hex, "00ab7ff0");
+	hash_hex(bytes4, 0, hex);
+	assert_string_equal(hex, "");
+	hash_once("abc", 3, d);
+	hash_hex(d, HASH_LEN, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_int_equal(hash_unhex(hex, back, HASH_LEN), 0);
+	assert_memory_equal(back, d, HASH_LEN);
+	hash_hex(d, 11, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_unhex),
+		cmocka_unit_test(test_hex_round_trip),
+	};
+
+	return cmocka_run_group_tests_name("hash", tests, NULL, NULL);
+}
