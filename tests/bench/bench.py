@@ -26,7 +26,9 @@ DESCRIPTION
       fresh     accepted/s, smtp-source -s 20 -l 2000 -m N (unique Message-IDs)
       e2e       the same load, accepted and delivered to the sink, msgs/s
       dup       duplicates answered/s (every key claimed) vs Postfix's
-                accept rate of the same load (tests/bench/load -k replay)
+                accept rate of the same load (tests/bench/load -k replay),
+                and the CPU a duplicate answered (Postfix: a message of the
+                same load accepted and delivered, its master and daemons)
       latency   one session, fresh messages: p50/p99 of the reply to the dot
       idle      idemrelay RSS with 1,000 idle connections
       claims    accept rate with 1k vs BENCH_CLAIMS (default 10M x scale)
@@ -41,7 +43,12 @@ DESCRIPTION
                 every handshake a full one (issue 27); Postfix with
                 smtpd_peername_lookup = no (127.0.0.3 has no name here,
                 and the failed lookup cost Postfix ~35 ms a session).
-                Also the CPU a message of idemrelay and of the client
+                Also the CPU a message of each server (until its round
+                is delivered) and of the client
+
+    Last, issue 27's five targets (tests/bench/targets.py), each with the
+    figure measured, its threshold and MET / NOT MET, headed by the disk's
+    floor; a target whose figure this run did not make says "not measured".
 
     pg1 takes part in fresh, e2e, dup and latency beside Postfix and
     LMDB (the same load, in the same rounds); pg2 in fresh and e2e, the
