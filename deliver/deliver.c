@@ -27,7 +27,7 @@
  *	and the message is never sent again; "retry" clears the mark and
  *	delivers again.
  *
- *	On a store shared by several nodes (store_shared()) the in-memory
+ *	On a store shared by several nodes (STORE_CAP_SHARED) the in-memory
  *	queue holds only what this node is about to deliver, each message
  *	under this node's lease: what it accepted itself (leased by the
  *	commit) and what the taker thread leased from the shared queue once
@@ -322,7 +322,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->t = t;
 	d->st = st;
 	d->cm = cm;
-	d->shared = store_shared(st);
+	d->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
 	d->lease = c->store.lease * US;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);

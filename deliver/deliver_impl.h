@@ -42,7 +42,7 @@ struct deliver {
 	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
 	pthread_mutex_t lock;		/* protects q, stop and take_now */
 	pthread_cond_t wake;		/* new work, earlier work, or stop */
-	/* a shared store (store_shared()): the taker thread leases due mail from it */
+	/* a shared store (STORE_CAP_SHARED): the taker thread leases due mail from it */
 	int shared;
 	int64_t lease;			/* us: store.lease */
 	pthread_t taker;

@@ -235,7 +235,7 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 
 	if ((err = store_txn_begin(cm->st, &t)) != 0)
 		return err;
-	if (store_shared(cm->st))	/* a store of one writer has nothing to lock */
+	if (store_caps(cm->st) & STORE_CAP_SHARED)	/* one writer has nothing to lock */
 		commit_keys(t, batch);
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);

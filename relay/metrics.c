@@ -219,7 +219,7 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	g->start_time = start;
 	if (st == NULL)
 		return;
-	g->shared = store_shared(st);
+	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
 	if (store_stats(st, &s) != 0) {
 		g->outages = s.outages;		/* filled even when the store is away */
 		g->repl_waiting = s.repl_waiting;

@@ -257,9 +257,10 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 
 /*
  * fast_duplicate - answer a duplicate or mismatch from a read transaction;
- * 1 if answered. Not on a shared store: the read is a round trip to the
- * database, and the event loop never waits on the network; the commit
- * thread answers duplicates there, a batch of them per transaction.
+ * 1 if answered. Only where reads are local (STORE_CAP_LOCAL_READS):
+ * elsewhere the read is a round trip to the database, and the event loop
+ * never waits on the network; the commit thread answers duplicates
+ * there, a batch of them per transaction.
  */
 static int fast_duplicate(struct conn *c, struct commit_req *req)
 {
@@ -268,7 +269,8 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 	int *found;
 	int answered = 0;
 
-	if (req->hashes == NULL || req->shadow || store_shared(c->srv->st))
+	if (req->hashes == NULL || req->shadow
+	    || !(store_caps(c->srv->st) & STORE_CAP_LOCAL_READS))
 		return 0;
 	claims = xcalloc(n, sizeof(*claims));
 	found = xcalloc(n, sizeof(*found));

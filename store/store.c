@@ -6,10 +6,12 @@
  * DESCRIPTION
  *	Every store.h function that a backend implements passes through
  *	to its table (store_backend.h); the few that are the same for every
- *	backend (freeing what the store gave, error text) live here. An
- *	optional entry a backend leaves NULL means what a store of one
- *	node with no map to manage means: nothing to grow, never broken,
- *	no queue shared with other nodes, no lease lost.
+ *	backend (freeing what the store gave, error text) live here. What
+ *	a backend cannot do it declares (caps): a store without
+ *	STORE_CAP_SHARED has no node number, no queue shared with other
+ *	nodes, no lease to lose. An optional entry a backend leaves NULL
+ *	means what a store with no map to manage means: nothing to grow,
+ *	never broken, no room to keep.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +20,18 @@
 
 #define OPS(st)		((st)->ops)
 #define TOPS(t)		((t)->ops)
+#define SHARED(st)	(OPS(st)->caps & STORE_CAP_SHARED)
 
 /* store_backend - the backend's name */
 const char *store_backend(const struct store *st)
 {
 	return OPS(st)->name;
+}
+
+/* store_caps - what the backend declared it can do */
+unsigned store_caps(const struct store *st)
+{
+	return OPS(st)->caps;
 }
 
 /* store_strerror - human text for a STORE_E* code */
@@ -94,7 +103,7 @@ int store_txn_begin(struct store *st, struct store_txn **out)
 
 void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
 {
-	if (TOPS(t)->txn_keys)
+	if (TOPS(t)->caps & STORE_CAP_SHARED)
 		TOPS(t)->txn_keys(t, keyhashes, n);
 }
 
@@ -154,7 +163,7 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 
 int store_node_id(struct store *st)
 {
-	return OPS(st)->node_id ? OPS(st)->node_id(st) : -1;
+	return SHARED(st) ? OPS(st)->node_id(st) : -1;
 }
 
 int store_queue_list(struct store *st,
@@ -163,31 +172,26 @@ int store_queue_list(struct store *st,
 	return OPS(st)->queue_list(st, cb, arg);
 }
 
-int store_shared(struct store *st)
-{
-	return OPS(st)->queue_take != NULL;
-}
-
 int store_queue_take(struct store *st, int64_t now, size_t max,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
 {
-	return OPS(st)->queue_take ? OPS(st)->queue_take(st, now, max, cb, arg) : 0;
+	return SHARED(st) ? OPS(st)->queue_take(st, now, max, cb, arg) : 0;
 }
 
 int store_lease_renew(struct store *st, int64_t now)
 {
-	return OPS(st)->lease_renew ? OPS(st)->lease_renew(st, now) : 0;
+	return SHARED(st) ? OPS(st)->lease_renew(st, now) : 0;
 }
 
 void store_lease_release(struct store *st, const char *qid)
 {
-	if (OPS(st)->lease_release)
+	if (SHARED(st))
 		OPS(st)->lease_release(st, qid);
 }
 
 int store_queue_due(struct store *st, const char *qid, int64_t when)
 {
-	return OPS(st)->queue_due ? OPS(st)->queue_due(st, qid, when) : 0;
+	return SHARED(st) ? OPS(st)->queue_due(st, qid, when) : 0;
 }
 
 int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
@@ -218,7 +222,7 @@ int store_msg_drop(struct store *st, const char *qid)
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */
 int store_msg_revive(struct store *st, const struct store_msg *m)
 {
-	return OPS(st)->msg_revive ? OPS(st)->msg_revive(st, m) : STORE_ENOTFOUND;
+	return SHARED(st) ? OPS(st)->msg_revive(st, m) : STORE_ENOTFOUND;
 }
 
 int store_stats(struct store *st, struct store_stats *s)

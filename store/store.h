@@ -31,7 +31,7 @@
  *	any function; write transactions serialise (LMDB's writer lock, or
  *	PostgreSQL's row and advisory locks).
  *
- *	Several nodes (store_shared()): other nodes accept into the same
+ *	Several nodes (STORE_CAP_SHARED): other nodes accept into the same
  *	store and deliver from it. A node delivers a message only under a
  *	lease, given by store_txn_msg_put() to the accepting node and by
  *	store_queue_take() to any node once the message is due; every
@@ -119,6 +119,18 @@ enum store_role { STORE_NODE, STORE_READER, STORE_WRITER };
 int store_open(struct store **out, const struct conf *cf, enum store_role role,
 	       char *err, size_t errlen);
 const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
+
+/*
+ * store_caps - what the backend declares it can do, STORE_CAP_* bits.
+ * STORE_CAP_SHARED: several nodes accept into it and deliver from it:
+ * node numbers, leases, a queue they take from, keys locked in one order
+ * (store_txn_keys); without it those calls do nothing. STORE_CAP_LOCAL_READS:
+ * a read never waits on the network, so the event loop may read (answer
+ * a duplicate itself, store_claims_get) instead of leaving it to the writer.
+ */
+#define STORE_CAP_SHARED	0x1
+#define STORE_CAP_LOCAL_READS	0x2
+unsigned store_caps(const struct store *st);
 /*
  * store_grow - keep zero-filled file ahead of LMDB's last page, so that
  * commits do not grow the file (store_grow.c); for the one thread that
@@ -158,7 +170,8 @@ int store_txn_begin(struct store *st, struct store_txn **out);
  * store_txn_keys - the keys a batch is about to claim, before its first
  * store_txn_claim_get(): a shared store locks them in one order (racing
  * batches on other nodes never deadlock) and reads their claims in one
- * round trip. Optional for the caller; a no-op on LMDB (one writer).
+ * round trip. Optional for the caller; a no-op without STORE_CAP_SHARED
+ * (one writer).
  */
 void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
 /* a claim is filed under its key's index hash, then its own hash (store_claim.c) */
@@ -227,16 +240,15 @@ int store_msg_drop(struct store *st, const char *qid);
 int store_msg_revive(struct store *st, const struct store_msg *m);
 
 /*
- * Several nodes. store_shared() is 1 when other nodes deliver from this
- * store too: then a deferred message goes back to the shared queue (its
- * lease is given up by the store_msg_update() that defers it), and due
- * messages are taken with store_queue_take(), which leases up to max of
- * them to this node and calls cb for each. store_lease_renew() extends
- * every lease this node holds. store_queue_due() makes one message (qid)
- * or every queued message (qid NULL) due at when, for every node. On a
- * store of one node: 0, and the three do nothing.
+ * Several nodes (STORE_CAP_SHARED): a deferred message goes back to the
+ * shared queue (its lease is given up by the store_msg_update() that
+ * defers it), and due messages are taken with store_queue_take(), which
+ * leases up to max of them to this node and calls cb for each.
+ * store_lease_renew() extends every lease this node holds.
+ * store_queue_due() makes one message (qid) or every queued message (qid
+ * NULL) due at when, for every node. On a store of one node: 0, and the
+ * three do nothing.
  */
-int store_shared(struct store *st);
 int store_queue_take(struct store *st, int64_t now, size_t max,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
 int store_lease_renew(struct store *st, int64_t now);

@@ -12,10 +12,12 @@
  *	them is the backend's own.
  *
  *	Each entry has the meaning of the store.h function of the same
- *	name, less the "store_" prefix. An entry marked optional may be
- *	NULL: store.c then does what a backend without that feature means
- *	(no map to grow, never broken, a queue of its own node only, no
- *	lease ever lost).
+ *	name, less the "store_" prefix. What a backend can do is declared
+ *	in caps (STORE_CAP_*), never guessed from its entries: the entries
+ *	marked "shared" are called only with STORE_CAP_SHARED, and must be
+ *	there then. An entry marked optional may be NULL: store.c then does
+ *	what a backend without that feature means (no map to grow, never
+ *	broken, no room to keep).
  *
  *	The backend is chosen in store_open.c alone, which calls its own
  *	open function (store_lmdb_open(), store_pg_open()); nothing else
@@ -28,6 +30,7 @@
 
 struct store_ops {
 	const char *name;		/* "lmdb", "postgresql" */
+	unsigned caps;			/* STORE_CAP_* */
 	void (*close) (struct store *st);
 
 	/* the map and a failed sync: LMDB's (optional) */
@@ -43,7 +46,7 @@ struct store_ops {
 
 	int (*txn_begin) (struct store *st, struct store_txn **out);
 	void (*txn_keys) (struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN],
-			  size_t n);	/* optional */
+			  size_t n);	/* shared */
 	int (*txn_claim_get) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			      const uint8_t hash[STORE_HASH_LEN], int64_t now,
 			      struct store_claim *c);
@@ -58,22 +61,22 @@ struct store_ops {
 	void (*txn_abort) (struct store_txn *t);
 
 	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
-	int (*node_id) (struct store *st);	/* optional */
+	int (*node_id) (struct store *st);	/* shared */
 
 	int (*queue_list) (struct store *st,
 			   int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
 	int (*queue_take) (struct store *st, int64_t now, size_t max,
 			   int (*cb) (void *arg, const char *qid, int64_t next_attempt),
-			   void *arg);	/* optional */
-	int (*lease_renew) (struct store *st, int64_t now);	/* optional */
-	void (*lease_release) (struct store *st, const char *qid);	/* optional */
-	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* optional */
+			   void *arg);	/* shared */
+	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
+	void (*lease_release) (struct store *st, const char *qid);	/* shared */
+	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
 	int (*msg_set_inflight) (struct store *st, const char *qid, int on);
 	int (*msg_update) (struct store *st, const struct store_msg *m);
 	int (*msg_update_many) (struct store *st, struct store_msg *const *m, size_t n, int *errs);
 	int (*msg_drop) (struct store *st, const char *qid);
-	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* optional */
+	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	int (*stats) (struct store *st, struct store_stats *s);
 	int (*queue_walk) (struct store *st, int (*cb) (void *arg, const struct store_msg *m),
@@ -91,6 +94,17 @@ struct store_ops {
 	int (*hist_expire) (struct store *st, int64_t now, size_t max);
 	int (*hist_stats) (struct store *st, uint64_t *stories, uint64_t *keys);
 };
+
+/*
+ * The product's rules, written once above the backends (store_rule.c):
+ * store_claim_live() is 1 while a claim answers for its key (SPEC section
+ * 4: until it expires, and after while its message is queued, which it
+ * asks queued() only then), 0 if not, or queued()'s STORE_E* code;
+ * store_msg_valid() is 1 if m can be spooled.
+ */
+int store_claim_live(const struct store_claim *c, int64_t now,
+		     int (*queued) (void *arg, const char *qid), void *arg);
+int store_msg_valid(const struct store_msg *m);
 
 /* the first member of every backend's handle and transaction */
 struct store {

@@ -19,11 +19,10 @@
  *	claims B-tree was empty at open, is marked so that no lookup tries
  *	the old key (meta "claims_by_key").
  *
- *	A claim is live while now < expires, and after that for as long as
- *	its message is still in the queue: a key must keep answering
- *	duplicates while the message it names may still be delivered.
- *	Lookups ignore a claim that is no longer live, so when its record
- *	goes is only a matter of space.
+ *	When a claim is live is the rule of store_rule.c; this file reads
+ *	the claim, and whether its message is still in the queue when the
+ *	rule asks. Lookups ignore a claim that is no longer live, so when
+ *	its record goes is only a matter of space.
  *
  *	It goes with its message's story (store_hist.c), which expires ttl
  *	after the message left the spool, so never before the claim. No
@@ -93,29 +92,38 @@ static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
 	return 0;
 }
 
-/* claim_queued - 0 if the claim's message is still queued, else STORE_ENOTFOUND */
-static int claim_queued(struct lmdb_store *st, MDB_txn *txn, const struct store_claim *c)
-{
-	MDB_val key, val;
+/* where a claim was read: what claim_queued() looks in */
+struct claim_txn {
+	struct lmdb_store *st;
+	MDB_txn *txn;
+};
 
-	if (lmdb_qid_key(c->qid, &key) != 0)
+/* claim_queued - store_claim_live()'s question: 1 if the claim's message is still queued, else 0 */
+static int claim_queued(void *arg, const char *qid)
+{
+	struct claim_txn *ct = arg;
+	MDB_val key, val;
+	int err;
+
+	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	return lmdb_mdb_error(mdb_get(txn, st->queue, &key, &val), "get queue");
+	err = lmdb_mdb_error(mdb_get(ct->txn, ct->st->queue, &key, &val), "get queue");
+	return err == 0 ? 1 : err == STORE_ENOTFOUND ? 0 : err;
 }
 
-/* claim_live - the claim for (keyhash, hash) if it is live at now */
+/* claim_live - the claim for (keyhash, hash) if it is live at now (store_rule.c) */
 static int claim_live(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
-	int err;
+	struct claim_txn ct = { st, txn };
+	int live;
 
-	if ((err = claim_read(st, txn, keyhash, hash, c)) != 0)
-		return err;
-	if (now < c->expires)
+	if ((live = claim_read(st, txn, keyhash, hash, c)) != 0)
+		return live;
+	if ((live = store_claim_live(c, now, claim_queued, &ct)) == 1)
 		return 0;
-	if ((err = claim_queued(st, txn, c)) != 0)
-		memset(c, 0, sizeof(*c));
-	return err;
+	memset(c, 0, sizeof(*c));
+	return live == 0 ? STORE_ENOTFOUND : live;
 }
 
 /* lmdb_claims_get - look n claims up in one read transaction */

@@ -359,33 +359,6 @@ static void rec_encode(rec_codec *codec, const char *what, void *out, size_t len
 		msg_panic("store: %s record is %zu bytes, sized as %zu", what, e.pos, len);
 }
 
-/* lmdb_msg_valid - can this message be encoded? */
-int lmdb_msg_valid(const struct store_msg *m)
-{
-	size_t i, qlen = strnlen(m->qid, STORE_QID_SIZE);
-
-	if (qlen == 0 || qlen >= STORE_QID_SIZE)
-		return 0;
-	if (m->from == NULL || m->client == NULL || m->n_rcpts == 0 || m->rcpts == NULL)
-		return 0;
-	if (m->n_rcpts > UINT32_MAX || (m->data == NULL && m->data_len != 0))
-		return 0;
-	for (i = 0; i < m->n_rcpts; i++) {
-		if (m->rcpts[i].addr == NULL)
-			return 0;
-		switch (m->rcpts[i].state) {
-		case STORE_RCPT_QUEUED:
-		case STORE_RCPT_SENT:
-		case STORE_RCPT_BOUNCED:
-		case STORE_RCPT_UNCONFIRMED:
-			break;
-		default:
-			return 0;
-		}
-	}
-	return 1;
-}
-
 /* claim_codec - the claim record */
 static void claim_codec(struct enc *e, const struct store_claim *c)
 {

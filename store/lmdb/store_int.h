@@ -186,8 +186,6 @@ int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
 int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
 int lmdb_queue_rec_set_inflight(void *p, size_t len, int on);
 
-int lmdb_msg_valid(const struct store_msg *m);
-
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
 

@@ -571,6 +571,7 @@ int lmdb_stats(struct store *base, struct store_stats *s)
 /* the interface's table for LMDB */
 const struct store_ops lmdb_ops = {
 	.name = "lmdb",
+	.caps = STORE_CAP_LOCAL_READS,
 	.close = lmdb_close,
 	.grow = lmdb_grow,
 	.grow_due = lmdb_grow_due,

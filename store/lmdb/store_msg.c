@@ -75,7 +75,7 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 
 	if (t->err)
 		return;
-	if (!lmdb_msg_valid(m) || lmdb_qid_key(m->qid, &key) != 0) {
+	if (!store_msg_valid(m) || lmdb_qid_key(m->qid, &key) != 0) {
 		lmdb_txn_fail(t, STORE_EINVAL);
 		return;
 	}

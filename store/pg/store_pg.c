@@ -751,6 +751,7 @@ static int pg_stats(struct store *base, struct store_stats *s)
 
 const struct store_ops store_pg_ops = {
 	.name = "postgresql",
+	.caps = STORE_CAP_SHARED,
 	.close = pg_close,
 	.stalled = pg_stalled,
 	.claims_get = store_pg_claims_get,

@@ -18,8 +18,8 @@
  *	slower (then a deadlock with another batch is possible, and
  *	PostgreSQL breaks it: STORE_EAGAIN, the batch is retried).
  *
- *	A claim is live until it expires, and after while its message is
- *	queued (in the database, or put by this transaction). A claim of a
+ *	When a claim is live is store_rule.c's rule; here its message counts
+ *	as queued if it is in the database, or put by this transaction. A claim of a
  *	void QID (a batch answered 451 while its commit waited,
  *	store_pg_wait.c) is no claim: a retry of its key is a new message.
  *
@@ -238,12 +238,34 @@ void store_pg_txn_keys(struct store_txn *base, const uint8_t (*keyhashes)[STORE_
 		keys_load(t, keyhashes, n);
 }
 
+/* row_queued - store_claim_live()'s question, answered by what was read with the claim */
+static int row_queued(void *queued, const char *qid)
+{
+	(void) qid;
+	return *(const int *) queued;
+}
+
+/* a cached claim's message: queued as read, or put by the transaction since */
+struct txn_claim {
+	const struct pg_txn *t;
+	int queued;
+};
+
+/* txn_queued - store_claim_live()'s question inside a transaction */
+static int txn_queued(void *arg, const char *qid)
+{
+	const struct txn_claim *tc = arg;
+
+	return tc->queued || store_pg_qids_has(tc->t->put_qids, tc->t->n_put, qid);
+}
+
 /* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
 int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
 	struct pg_txn *t = (struct pg_txn *) base;
 	struct pg_claim_ent *e;
+	struct txn_claim tc;
 
 	memset(c, 0, sizeof(*c));
 	if (t->err)
@@ -255,8 +277,9 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
 	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
 	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
 		return STORE_ENOTFOUND;
-	/* live until it expires, and after while its message is queued */
-	if (now >= e->c.expires && !e->queued && !store_pg_qids_has(t->put_qids, t->n_put, e->c.qid))
+	tc.t = t;
+	tc.queued = e->queued;
+	if (store_claim_live(&e->c, now, txn_queued, &tc) != 1)
 		return STORE_ENOTFOUND;
 	*c = e->c;
 	return 0;
@@ -300,7 +323,7 @@ int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	PGconn *conn;
 	PGresult *r;
 	size_t i;
-	int row, err;
+	int row, err, queued;
 
 	if (n == 0)
 		return 0;
@@ -335,7 +358,8 @@ int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 		}
 		c.accepted = store_pg_int(r, row, 3);
 		c.expires = store_pg_int(r, row, 4);
-		if (now >= c.expires && !store_pg_int(r, row, 5))
+		queued = store_pg_int(r, row, 5) != 0;
+		if (store_claim_live(&c, now, row_queued, &queued) != 1)
 			continue;	/* expired, and its message left the spool */
 		for (i = 0; i < n; i++)
 			if (memcmp(hashes[i], hash, STORE_HASH_LEN) == 0) {

@@ -272,7 +272,6 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */
-int store_pg_msg_valid(const struct store_msg *m);
 int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t token);
 
 /* store_pg_txn.c: the interface's transaction, and what the standalone writes share with it */

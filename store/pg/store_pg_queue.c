@@ -34,21 +34,6 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
-
-/* store_pg_msg_valid - can this message be spooled? */
-int store_pg_msg_valid(const struct store_msg *m)
-{
-	size_t i;
-
-	if (!store_pg_qid_ok(m->qid) || m->from == NULL || m->client == NULL || m->n_rcpts == 0
-	    || m->rcpts == NULL || m->n_rcpts > INT32_MAX || (m->data == NULL && m->data_len != 0))
-		return 0;
-	for (i = 0; i < m->n_rcpts; i++)
-		if (m->rcpts[i].addr == NULL || m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
-			return 0;
-	return 1;
-}
-
 /* store_pg_msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no recipients */
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 {

@@ -189,7 +189,7 @@ int store_pg_msg_revive(struct store *base, const struct store_msg *m)
 	PGconn *c;
 	int err, end;
 
-	if (st->node == NULL || m->lease == 0 || !store_pg_msg_valid(m))
+	if (st->node == NULL || m->lease == 0 || !store_msg_valid(m))
 		return STORE_ENOTFOUND;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;

@@ -291,7 +291,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 
 	if (t->err)
 		return;
-	if (!store_pg_msg_valid(m)) {
+	if (!store_msg_valid(m)) {
 		store_pg_txn_fail(t, STORE_EINVAL);
 		return;
 	}

@@ -1,0 +1,73 @@
+/*
+ * NAME
+ *	store_rule 3
+ * SUMMARY
+ *	the product's rules about stored things, written once for every backend
+ * SYNOPSIS
+ *	#include "store/store_backend.h"
+ *
+ *	int store_claim_live(const struct store_claim *c, int64_t now,
+ *			     int (*queued) (void *arg, const char *qid), void *arg);
+ *	int store_msg_valid(const struct store_msg *m);
+ * DESCRIPTION
+ *	A backend stores and fetches; what its records mean is decided
+ *	here, so that LMDB and PostgreSQL cannot come to differ.
+ *
+ *	store_claim_live() is SPEC section 4: a claim expires key_ttl after
+ *	acceptance, but never while its message is still queued. Whether
+ *	the message is queued is the backend's fact, asked through queued()
+ *	only once the claim has expired: a lookup that LMDB then makes, and
+ *	that PostgreSQL read with the claim.
+ *
+ *	store_msg_valid() says whether a message can be spooled at all: a
+ *	QID that fits, a sender and client (maybe ""), at least one
+ *	recipient, each with an address and a state store.h knows, and
+ *	data where data_len says there is some.
+ * DIAGNOSTICS
+ *	store_claim_live(): 1 live, 0 not, or the STORE_E* code queued()
+ *	gave. store_msg_valid(): 1 or 0.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "store_backend.h"
+
+/* store_claim_live - does the claim still answer for its key at now? */
+int store_claim_live(const struct store_claim *c, int64_t now,
+		     int (*queued) (void *arg, const char *qid), void *arg)
+{
+	if (now < c->expires)
+		return 1;
+	return queued(arg, c->qid);
+}
+
+/* rcpt_valid - an address and a state that store.h knows */
+static int rcpt_valid(const struct store_rcpt *r)
+{
+	switch (r->state) {
+	case STORE_RCPT_QUEUED:
+	case STORE_RCPT_SENT:
+	case STORE_RCPT_BOUNCED:
+	case STORE_RCPT_UNCONFIRMED:
+		return r->addr != NULL;
+	default:
+		return 0;
+	}
+}
+
+/* store_msg_valid - can this message be spooled? */
+int store_msg_valid(const struct store_msg *m)
+{
+	size_t i, qlen = strnlen(m->qid, STORE_QID_SIZE);
+
+	if (qlen == 0 || qlen >= STORE_QID_SIZE)
+		return 0;
+	if (m->from == NULL || m->client == NULL || m->n_rcpts == 0 || m->rcpts == NULL)
+		return 0;
+	if (m->n_rcpts > INT32_MAX || (m->data == NULL && m->data_len != 0))
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (!rcpt_valid(&m->rcpts[i]))
+			return 0;
+	return 1;
+}
