@@ -193,6 +193,7 @@ int main(int argc, char **argv)
 	char err[512], last[STORE_QID_SIZE], *made;
 	int ch, test = 0, rc;
 
+	log_default_service("master");	/* postfix/master's lines: start, stop, reload */
 	while ((ch = getopt(argc, argv, "c:th")) != -1) {
 		switch (ch) {
 		case 'c':

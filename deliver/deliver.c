@@ -159,7 +159,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		msg_warn("%s: in the queue with no recipient left; removing", qid);
 		j->m.inflight = 0;
 		if (store_msg_update(d->st, &j->m) == 0)
-			msg_info("%s: removed", qid);
+			msg_info_as("qmgr", "%s: removed", qid);
 		deliver_finished(d, qid, -1);
 		job_free(j);
 		return 0;
@@ -222,6 +222,8 @@ static void *deliver_thread(void *arg)
 	struct deliver_job **ready = xcalloc(d->batch, sizeof(*ready));
 	size_t n, i, n_ready, bytes;
 
+	/* Postfix's names: its smtp client, or local for a mailbox */
+	log_service(d->c->upstream.maildir ? "local" : "smtp");
 	deadline_stop_on(d->stopping_fd);	/* a connect or handshake ends at a stop */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
@@ -275,6 +277,7 @@ static void *take_thread(void *arg)
 	struct timespec ts;
 	int err;
 
+	log_service("qmgr");		/* Postfix's queue manager: what is due */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
 		if (!d->stop && !d->take_now) {

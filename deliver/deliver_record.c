@@ -28,8 +28,9 @@
  *	QID: to=<a@b>, relay=h[ip]:25, delay=0.21, dsn=2.0.0, status=sent (250 2.0.0 Ok)
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
  *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
- *	NEWQID: sender non-delivery notification: QID
- *	QID: removed
+ *	NEWQID: sender non-delivery notification: QID  (as bounce's)
+ *	NEWQID: from=<>, size=N, nrcpt=1 (queue active)  (as qmgr's)
+ *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...
  */
 #include <pthread.h>
@@ -214,8 +215,8 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 			  j->m.qid, store_strerror(err));
 		goto done;
 	}
-	msg_info("%s: sender non-delivery notification: %s", b.qid, j->m.qid);
-	msg_info("%s: from=<>, size=%zu, nrcpt=1 (queue active)", b.qid, text.len);
+	msg_info_as("bounce", "%s: sender non-delivery notification: %s", b.qid, j->m.qid);
+	msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", b.qid, text.len);
 	deliver_schedule(d, b.qid, now, 0);
 done:
 	buf_free(&text);
@@ -434,7 +435,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 				 (double) (clock_us() - j->unwritten) / US);
 		}
 		if (err == 0 && !j->queued)
-			msg_info("%s: removed", j->m.qid);
+			msg_info_as("qmgr", "%s: removed", j->m.qid);
 		j->unwritten = 0;
 		deliver_finished(d, j->m.qid, j->next);
 	}

@@ -409,6 +409,7 @@ static void *commit_main(void *arg)
 	struct commit_op *ops;
 	int grow, stop;
 
+	log_service("cleanup");		/* as Postfix's: writes what smtpd took into the queue */
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
 		wait_work(cm);

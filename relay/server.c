@@ -839,10 +839,11 @@ static void server_stop(struct server *srv)
 	}
 }
 
-/* on_signal - SIGTERM/SIGINT stop; SIGHUP reloads */
+/* on_signal - SIGTERM/SIGINT stop; SIGHUP reloads (in master's name) */
 static void on_signal(struct server *srv)
 {
 	struct signalfd_siginfo si;
+	const char *was = log_service("master");
 
 	while (read(srv->sigfd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
@@ -855,6 +856,7 @@ static void on_signal(struct server *srv)
 			server_stop(srv);
 		}
 	}
+	log_service(was);
 }
 
 /* server_run - the event loop */
@@ -864,6 +866,7 @@ int server_run(struct server *srv)
 	int64_t last_sweep = clock_us();
 	int i, n;
 
+	log_service("smtpd");		/* the sessions', as Postfix's smtpd logs them */
 	ep_set(srv, EPOLL_CTL_ADD, commit_fd(srv->cm), EPOLLIN, &srv->commit_tag);
 	if (srv->users) {
 		srv->auth = auth_start(srv->users, AUTH_THREADS);
@@ -935,6 +938,7 @@ int server_run(struct server *srv)
 	}
 	auth_stop(srv->auth);		/* answers what is queued; sessions are not freed yet */
 	srv->auth = NULL;
+	log_service(NULL);
 	return 0;
 }
 

@@ -9,7 +9,15 @@
  *	read transaction without touching the writer, and otherwise builds
  *	the message as it will be relayed (our Received header first, key
  *	headers stripped) and hands it to the group commit. commit_done()
- *	turns the decision into the SMTP reply and the log line.
+ *	turns the decision into the SMTP reply and the log lines.
+ *
+ *	The log lines are Postfix's, so that its log parsers (pflogsumm)
+ *	count what idemrelay did: a message queued is smtpd's "client="
+ *	line, cleanup's "message-id=" line and qmgr's "from=<S>, size=N,
+ *	nrcpt=K" line; a duplicate, answered 250 with the original QID and
+ *	stored nowhere, is what Postfix calls a discard ("QID: discard:
+ *	END-OF-MESSAGE from ...", QID the original's), never a second
+ *	message received; a mismatch is a reject.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +53,8 @@ struct submission {
 	char keylog[KEYS_MAX_LEN + 32];	/* "key=K (source)", logged once */
 	char message_id[KEYS_MSGID_LOG + 1];	/* for the log; "" if none */
 	char client[INET6_ADDRSTRLEN + 300];	/* "unknown[ADDR] helo=<H>", for the log */
+	char tail[300];			/* " proto=ESMTP helo=<H>", Postfix's, for the log */
+	char from[INET6_ADDRSTRLEN + 16];	/* "unknown[ADDR]", for the log */
 	int64_t t0;			/* end of DATA, for the accept latency */
 };
 
@@ -97,14 +107,39 @@ static const char *reply_text(const struct commit_req *req, char *reply, size_t 
 	return reply;
 }
 
+/* count_rcpts - how many of n recipients are (want = 1) or are not claimed */
+static size_t count_rcpts(const uint8_t *claimed, size_t n, int want)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		k += claimed[i] == want;
+	return k;
+}
+
+/*
+ * log_discard - the start of Postfix's line for a message answered but not
+ * queued: "QID: discard: END-OF-MESSAGE from unknown[ADDR]: REPLY;" for
+ * a duplicate (QID the original's), "NOQUEUE: reject: ..." with no QID
+ */
+static void log_discard(struct buf *b, const struct submission *sub, const char *qid,
+			const char *reply)
+{
+	buf_printf(b, "%s: %s: END-OF-MESSAGE from %s: %.400s; from=<%s>",
+		   qid ? qid : "NOQUEUE", qid ? "discard" : "reject", sub->from, reply,
+		   sub->req.msg.from);
+}
+
 /* answered - count a decided request and log it, once its reply is out */
 static void answered(struct server *srv, struct commit_req *req, const char *keylog)
 {
 	const char *client = ((struct submission *) req)->client;
 	struct buf line = BUF_INIT;
+	char reply[256];
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
 	dupcount_add(srv->dc, req->outcome, req->orig_qid);
+	reply_text(req, reply, sizeof(reply));
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
@@ -122,27 +157,33 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		msg_info("%s", line.data);
 		/* as Postfix's cleanup: find a message from what the application knows */
 		if (((struct submission *) req)->message_id[0])
-			msg_info("%s: message-id=<%s>", req->msg.qid,
-				 ((struct submission *) req)->message_id);
+			msg_info_as("cleanup", "%s: message-id=<%s>", req->msg.qid,
+				    ((struct submission *) req)->message_id);
+		msg_info_as("qmgr", "%s: from=<%s>, size=%zu, nrcpt=%zu (queue active)",
+			    req->msg.qid, req->msg.from, req->msg.data_len,
+			    count_rcpts(req->claimed, req->msg.n_rcpts, 0));
 		if (req->outcome == COMMIT_PARTIAL) {
 			buf_reset(&line);
-			buf_printf(&line, "%s: client=%s from=<%s>", req->orig_qid,
-				   client, req->msg.from);
+			log_discard(&line, (struct submission *) req, req->orig_qid, reply);
 			log_rcpts(&line, &req->msg, req->claimed, 1);
-			buf_printf(&line, " status=duplicate partial=%s", req->msg.qid);
+			buf_printf(&line, "%s status=duplicate partial=%s",
+				   ((struct submission *) req)->tail, req->msg.qid);
 			msg_info("%s", line.data);
 		}
 		break;
 	case COMMIT_DUPLICATE:
-		buf_printf(&line, "%s: client=%s %s from=<%s>", req->orig_qid,
-			   client, keylog, req->msg.from);
+		log_discard(&line, (struct submission *) req, req->orig_qid, reply);
 		log_rcpts(&line, &req->msg, NULL, 0);
-		buf_printf(&line, " status=duplicate");
+		buf_printf(&line, "%s %s status=duplicate", ((struct submission *) req)->tail,
+			   keylog);
 		msg_info("%s", line.data);
 		break;
 	case COMMIT_MISMATCH:
-		msg_info("%s: client=%s %s from=<%s> status=mismatch", req->orig_qid,
-			 client, keylog, req->msg.from);
+		log_discard(&line, (struct submission *) req, NULL, reply);
+		log_rcpts(&line, &req->msg, NULL, 0);
+		buf_printf(&line, "%s %s status=mismatch", ((struct submission *) req)->tail,
+			   keylog);
+		msg_info("%s", line.data);
 		break;
 	case COMMIT_FAILED:
 		msg_warn("%s: client=%s from=<%s> status=refused store: %s", req->msg.qid,
@@ -220,6 +261,11 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	/* Postfix's client=name[addr], which its log parsers expect; the HELO apart */
 	snprintf(sub->client, sizeof(sub->client), "unknown[%s] helo=<%.255s>", c->addr,
 		 smtp_session_helo(c->s));
+	snprintf(sub->from, sizeof(sub->from), "unknown[%s]", c->addr);
+	snprintf(sub->tail, sizeof(sub->tail), " proto=%s%s%.255s%s",
+		 smtp_session_esmtp(c->s) ? "ESMTP" : "SMTP",
+		 *smtp_session_helo(c->s) ? " helo=<" : "", smtp_session_helo(c->s),
+		 *smtp_session_helo(c->s) ? ">" : "");
 	req->ctx = sub;
 	req->done = commit_done;
 	req->shadow = cf->keys.shadow;

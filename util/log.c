@@ -2,26 +2,39 @@
  * NAME
  *	log 3
  * SUMMARY
- *	diagnostics to stderr or syslog
+ *	diagnostics to stderr or syslog, in Postfix's form
  * DESCRIPTION
- *	Lines go to stderr as "prog[pid]: level: text" (info has no level
- *	word, as in Postfix's maillog) or to syslog(3) with facility mail.
+ *	A line names the program and the service that wrote it, as Postfix's
+ *	do ("idemrelay/smtpd[PID]: text", as "postfix/smtpd[PID]: text"), so
+ *	that Postfix's log parsers (pflogsumm) read idemrelay's log. The
+ *	service is the calling thread's, named with log_service(): the
+ *	event loop is smtpd, the delivery threads are smtp, and so on; a
+ *	thread that names none has the process's default service (master
+ *	in the daemon); with none, lines say "PROG[PID]:". msg_info_as() writes one line in
+ *	another service's name (the qmgr line of a message just queued).
+ *	Information has no level word, as in Postfix's maillog.
  *
  *	With log_stamp() on, a stderr line starts with its time in RFC 3339
- *	UTC, to the microsecond, so that a log file written that way can be
- *	read after the fact; the daemon turns it off where the journal
- *	stamps lines itself (JOURNAL_STREAM, set by systemd).
+ *	UTC, to the microsecond, and the host name, as a syslog daemon
+ *	writes its files ("TIME HOST idemrelay/smtpd[PID]: text"), so that
+ *	a log file written that way can be read after the fact, by people
+ *	and by parsers; the daemon turns it off where the journal stamps
+ *	lines itself (JOURNAL_STREAM, set by systemd).
  *
- *	syslog(3) with no /dev/log (a container without a syslog daemon)
- *	drops every line without a word: then lines go to stderr instead, and
- *	the first says why.
+ *	syslog goes straight to the /dev/log socket, facility mail, with the
+ *	service in the tag: syslog(3) has one tag per process. With no
+ *	/dev/log (a container without a syslog daemon), where syslog(3)
+ *	would drop every line without a word, lines go to stderr instead,
+ *	and the first says why.
  */
 #include <paths.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,10 +47,16 @@ static const char *log_prog = "idemrelay";
 static int log_syslog;
 static enum log_level log_min = LOG_LEVEL_INFO;
 static long log_pid;		/* the daemon never forks after log_setup() */
-static int log_stamped;		/* stderr lines start with the time */
+static int log_stamped;		/* stderr lines start with the time and host */
 static int log_fell_back;	/* syslog was asked for, /dev/log is missing: said once */
+static char log_host[256] = "localhost";
+static const char *log_svc_default;	/* a thread's that names none; NULL: none */
+static __thread const char *log_svc;	/* this thread's service */
 
-/* log_syslog_reachable - is there a /dev/log socket for syslog(3) to write to? */
+static int log_dev_fd = -1;	/* a datagram socket for /dev/log */
+static struct sockaddr_un log_dev = { .sun_family = AF_UNIX };
+
+/* log_syslog_reachable - is there a /dev/log socket for syslog to write to? */
 int log_syslog_reachable(void)
 {
 	struct stat st;
@@ -45,25 +64,49 @@ int log_syslog_reachable(void)
 	return stat(LOG_DEVLOG, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-/* log_stamp - stderr lines start with their RFC 3339 UTC time, or not */
+/* log_stamp - stderr lines start with their RFC 3339 UTC time and host, or not */
 void log_stamp(int on)
 {
 	log_stamped = on;
 }
 
+/* log_service - name this thread's service ("smtpd", "smtp", ...); the old name */
+const char *log_service(const char *name)
+{
+	const char *old = log_svc;
+
+	log_svc = name;
+	return old;
+}
+
+/* log_default_service - the service of threads that name none; NULL: none */
+void log_default_service(const char *name)
+{
+	log_svc_default = name;
+}
+
 /* log_setup - choose target and threshold */
 void log_setup(const char *progname, int use_syslog, enum log_level level)
 {
+	char *dot;
+
 	if (progname)
 		log_prog = progname;
 	log_pid = (long) getpid();
 	log_min = level;
-	if (log_syslog)
-		closelog();
+	if (gethostname(log_host, sizeof(log_host)) < 0 || log_host[0] == 0)
+		snprintf(log_host, sizeof(log_host), "localhost");
+	log_host[sizeof(log_host) - 1] = 0;
+	if ((dot = strchr(log_host, '.')) != NULL)
+		*dot = 0;		/* as a syslog daemon writes it */
 	log_syslog = use_syslog && log_syslog_reachable();
-	if (log_syslog)
-		openlog(log_prog, LOG_PID | LOG_NDELAY, LOG_MAIL);
-	else if (use_syslog && !log_fell_back++)
+	if (log_syslog && log_dev_fd < 0) {
+		snprintf(log_dev.sun_path, sizeof(log_dev.sun_path), "%s", LOG_DEVLOG);
+		/* each line addressed: a restarted syslog daemon is found again */
+		if ((log_dev_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+			log_syslog = 0;
+	}
+	if (use_syslog && !log_syslog && !log_fell_back++)
 		msg_warn("log.target = \"syslog\", but there is no %s (no syslog daemon"
 			 " here?): logging to stderr", LOG_DEVLOG);
 }
@@ -87,33 +130,46 @@ static int log_time(char *buf, size_t len)
 	return (int) n + snprintf(buf + n, len - n, ".%06ldZ ", ts.tv_nsec / 1000);
 }
 
-/* log_vwrite - format one line and write it with a single call */
-static void log_vwrite(enum log_level level, const char *tag, const char *fmt, va_list ap)
+/*
+ * log_vwrite - format one line and write it with a single call: to
+ * syslog "<PRI>Mmm dd hh:mm:ss PROG/SVC[PID]: text" (RFC 3164, what
+ * syslog(3) sends), to stderr "[TIME HOST ]PROG/SVC[PID]: text"
+ */
+static void log_vwrite(enum log_level level, const char *svc, const char *tag,
+		       const char *fmt, va_list ap)
 {
 	static const int prio[] = { LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR };
 	char line[2048];
-	int n;
+	struct tm tm;
+	time_t now;
+	int n = 0;
 
 	if (level < log_min)
 		return;
+	if (svc == NULL)
+		svc = log_svc ? log_svc : log_svc_default;
 	if (log_syslog) {
-		n = vsnprintf(line, sizeof(line), fmt, ap);
-		(void) n;
-		if (tag)
-			syslog(prio[level], "%s: %s", tag, line);
-		else
-			syslog(prio[level], "%s", line);
-		return;
+		now = time(NULL);
+		localtime_r(&now, &tm);
+		n = snprintf(line, sizeof(line), "<%d>", LOG_MAIL | prio[level]);
+		n += (int) strftime(line + n, sizeof(line) - n, "%b %e %H:%M:%S ", &tm);
+	} else if (log_stamped) {
+		n = log_time(line, 40);
+		n += snprintf(line + n, sizeof(line) - n, "%s ", log_host);
 	}
-	n = log_stamped ? log_time(line, 40) : 0;
-	n += snprintf(line + n, sizeof(line) - n, "%s[%ld]: %s%s", log_prog,
-		      log_pid ? log_pid : (long) getpid(),
+	n += snprintf(line + n, sizeof(line) - n, "%s%s%s[%ld]: %s%s", log_prog,
+		      svc ? "/" : "", svc ? svc : "", log_pid ? log_pid : (long) getpid(),
 		      tag ? tag : "", tag ? ": " : "");
 	if (n < 0 || (size_t) n >= sizeof(line) - 2)
 		n = 0;
 	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
 	if ((size_t) n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
+	if (log_syslog) {
+		(void) !sendto(log_dev_fd, line, n, MSG_NOSIGNAL, (struct sockaddr *) &log_dev,
+			       sizeof(log_dev));
+		return;
+	}
 	line[n++] = '\n';
 	(void) !write(STDERR_FILENO, line, n);
 }
@@ -123,7 +179,7 @@ void name(const char *fmt, ...) \
 { \
 	va_list ap; \
 	va_start(ap, fmt); \
-	log_vwrite(level, tag, fmt, ap); \
+	log_vwrite(level, NULL, tag, fmt, ap); \
 	va_end(ap); \
 }
 
@@ -132,13 +188,23 @@ LOG_FN(msg_info, LOG_LEVEL_INFO, NULL)
 LOG_FN(msg_warn, LOG_LEVEL_WARN, "warning")
 LOG_FN(msg_error, LOG_LEVEL_ERROR, "error")
 
+/* msg_info_as - one line of information in another service's name */
+void msg_info_as(const char *service, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vwrite(LOG_LEVEL_INFO, service, NULL, fmt, ap);
+	va_end(ap);
+}
+
 /* msg_fatal - report a start-up or configuration problem and exit */
 void msg_fatal(const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	log_vwrite(LOG_LEVEL_ERROR, "fatal", fmt, ap);
+	log_vwrite(LOG_LEVEL_ERROR, NULL, "fatal", fmt, ap);
 	va_end(ap);
 	exit(1);
 }
@@ -149,7 +215,7 @@ void msg_panic(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	log_vwrite(LOG_LEVEL_ERROR, "panic", fmt, ap);
+	log_vwrite(LOG_LEVEL_ERROR, NULL, "panic", fmt, ap);
 	va_end(ap);
 	abort();
 }

@@ -642,6 +642,7 @@ static void *bridge_main(void *arg)
 	sigset_t block;
 	int cfd;
 
+	log_service("smtp");
 	/* a write to a side that has gone fails with EPIPE instead */
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);

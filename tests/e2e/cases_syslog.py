@@ -64,13 +64,19 @@ def test_syslog_target(t):
         check(any("status=queued" in l for l in mine), "queued line in syslog: %r" % lines)
         # <PRI> = facility mail (2) * 8 + info (6)
         check(all(l.startswith("<22>") for l in mine), "mail.info priority: %r" % mine)
-        check(all("idemrelay[" in l for l in mine), "tagged idemrelay[pid]: %r" % mine)
+        # RFC 3164, as syslog(3) sends it, the tag Postfix's: idemrelay/SERVICE[PID]
+        tag = r"^<22>[A-Z][a-z][a-z] [ \d]\d \d\d:\d\d:\d\d idemrelay/%%s\[%d\]: " % d.proc.pid
+        for svc, what in (("smtpd", "client="), ("qmgr", "from=<"), ("smtp", "status=sent")):
+            check([l for l in mine if what in l and re.match(tag % svc, l)],
+                  "%s's line tagged idemrelay/%s[pid]: %r" % (what, svc, mine))
+        check(devlog.has("idemrelay/master[%d]: started: " % d.proc.pid), "master's started:")
         check(d.log().strip().count("\n") <= 1, "nothing but the harness marker on stderr")
     finally:
         devlog.close()
 
 
-STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z idemrelay\[\d+\]: ")
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z %s idemrelay/[a-z]+\[\d+\]: "
+                     % re.escape(socket.gethostname().split(".")[0]))
 
 
 @case()
@@ -84,15 +90,15 @@ def test_log_stamp_and_syslog_fallback(t):
         raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
     sink = t.sink()
     d = t.daemon(sink)
-    lines = [l for l in d.log().splitlines() if "idemrelay[" in l]
+    lines = [l for l in d.log().splitlines() if "idemrelay/" in l]
     check(lines and all(STAMPED.match(l) for l in lines), "stamped lines: %r" % lines[:3])
     os.environ["JOURNAL_STREAM"] = "8:12345"
     try:
         j = t.daemon(sink)
     finally:
         del os.environ["JOURNAL_STREAM"]
-    lines = [l for l in j.log().splitlines() if "idemrelay[" in l]
-    check(lines and all(l.startswith("idemrelay[") for l in lines),
+    lines = [l for l in j.log().splitlines() if "idemrelay/" in l]
+    check(lines and all(re.match(r"idemrelay/[a-z]+\[\d+\]: ", l) for l in lines),
           "no stamp under the journal: %r" % lines[:3])
     s = t.daemon(sink, {"log": {"target": "syslog", "level": "info"}})
     q = submit_ok(s.port, ["a@example.com"], make_msg(key="fallback-1"))

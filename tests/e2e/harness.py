@@ -441,7 +441,7 @@ class Daemon:
                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
         log = self.conf.get("log", {})
         says = log.get("target", "stderr") == "stderr" and log.get("level", "info") in ("info", "debug")
-        started = "idemrelay[%d]: started: " % self.proc.pid
+        started = "idemrelay/master[%d]: started: " % self.proc.pid
         deadline = time.monotonic() + timeout
         while not port_open(self.port) or (says and started not in self.log()[offset:]):
             rc = self.proc.poll()
