@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "../conf/conf.h"
-#include "../deliver/esmtp/deliver_tls.h"
+#include "../tls/tls_client.h"
 #include "../relay/auth.h"
 #include "../store/store.h"
 #include "../tls/tls.h"
@@ -325,7 +325,7 @@ static void check_upstream(struct check *k)
 		check_dir(k, "upstream.maildir", c->upstream.maildir);
 	if (c->upstream.tls == CONF_TLS_NONE || c->upstream.tls_ca == NULL)
 		return;
-	if ((ctx = deliver_tls_ctx_conf(c, err, sizeof(err))) == NULL)
+	if ((ctx = tls_client_ctx_conf(c, err, sizeof(err))) == NULL)
 		check_fail(k, "upstream.tls_ca", "%s: want a PEM file of CA certificates or a "
 			   "directory hashed with openssl rehash",
 			   strncmp(err, "upstream.tls_ca ", 16) == 0 ? err + 16 : err);

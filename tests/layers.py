@@ -35,7 +35,7 @@ MAY_USE = {
     'store/lmdb': ['store', 'util'],
     'store/pg': ['store', 'util'],
     'smtp': ['util'],
-    'tls': ['util'],
+    'tls': ['conf', 'util'],
     'relay': ['tls', 'smtp', 'store', 'conf', 'util'],
     'deliver': ['relay', 'tls', 'smtp', 'store', 'conf', 'util'],
     'deliver/esmtp': ['deliver', 'relay', 'tls', 'smtp', 'store', 'conf', 'util'],

@@ -79,7 +79,7 @@ struct tls_io {
 };
 
 /* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
-static void tls_errtext(char *buf, size_t len, const char *what)
+void tls_errtext(char *buf, size_t len, const char *what)
 {
 	unsigned long e = ERR_get_error();
 	char    reason[200];

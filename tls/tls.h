@@ -19,7 +19,7 @@
  *	tls_io_new() starts a server-side TLS session on a connected socket,
  *	as a struct io (io.h) whose handshake is still to be done.
  *	tls_io_wrap() makes a transport of a session whose handshake is done
- *	already: the upstream bridge's client side (deliver_bridge.c).
+ *	already: the client side's (tls_client.h).
  */
 #ifndef TLS_TLS_H
 #define TLS_TLS_H
@@ -39,5 +39,12 @@ void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */
 struct io *tls_io_new(struct tls *t, int fd);		/* takes the socket */
 struct io *tls_io_wrap(SSL *ssl, int fd);		/* takes both; handshake done */
+
+/*
+ * tls_errtext - "what: " and the first queued OpenSSL error, or errno's
+ * text, or "connection closed" (an end of file); clears the queue. The
+ * client side's (tls_client.h) errors too.
+ */
+void tls_errtext(char *buf, size_t len, const char *what);
 
 #endif

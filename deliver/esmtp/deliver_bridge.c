@@ -11,7 +11,7 @@
  *	which needs the bytes libesmtp writes. The TCP connect gets the
  *	timeout libesmtp lacks, and any address, IPv6 included (libesmtp
  *	1.1.0 takes no IPv6 literal). And libESMTP's STARTTLS is not used
- *	(deliver_tls.c): the pre-TLS part of STARTTLS and the handshake are
+ *	(tls/tls_client.c): the pre-TLS part of STARTTLS and the handshake are
  *	done here, in the delivery thread, so each failure is known with its
  *	reason before libesmtp starts.
  *
@@ -88,7 +88,7 @@
 #include "deliver_bridge.h"
 #include "deliver_filter.h"
 #include "deliver_gate.h"
-#include "deliver_tls.h"
+#include "../../tls/tls_client.h"
 #include "deliver_watch.h"
 #include "../../tls/io.h"
 
@@ -115,7 +115,7 @@ struct deliver_bridge {
 	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
-	char tls[160];			/* deliver_tls_describe(); "" for plain */
+	char tls[160];			/* tls_client_describe(); "" for plain */
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
 	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
@@ -679,10 +679,13 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	if ((b->tfd = bridge_connect(sa, salen, &deadline, why, whylen)) < 0
 	    || (ctx && helo && bridge_starttls(b, helo, &deadline, why, whylen, dsn) < 0))
 		goto fail;
-	b->up = ctx ? deliver_tls_connect(ctx, b->tfd, &deadline, b->tls, sizeof(b->tls), why,
-					  whylen, dsn) : io_plain_new(b->tfd);
-	if (b->up == NULL)
+	b->up = ctx ? tls_client_connect(ctx, b->tfd, &deadline, b->tls, sizeof(b->tls), why,
+					 whylen) : io_plain_new(b->tfd);
+	if (b->up == NULL) {
+		if (ctx)	/* the handshake failed, or the certificate was refused */
+			snprintf(dsn, DELIVER_DSN_SIZE, "4.7.5");
 		goto fail;
+	}
 	b->tfd = -1;			/* b->up has it */
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.3.0");
 	if (bridge_reserve(b, why, whylen) < 0)

@@ -36,7 +36,7 @@
  *	key headers.
  *
  *	TLS: a released libESMTP whose STARTTLS has the faults listed in
- *	deliver_tls.c fixed. Keeping the plain text a server pipelines
+ *	tls/tls_client.c fixed. Keeping the plain text a server pipelines
  *	behind its 220, and the shared context, are fixed on libESMTP's
  *	libesmtp-1.1 branch, version 1.1.1 (commit 4ea8209 and others,
  *	2022), never tagged nor merged into master (as of March 2025); the

@@ -29,14 +29,14 @@
  *	does with MIME conversion disabled).
  *
  *	The bridge, TLS and AUTH (xsess_security, xsess_connect,
- *	deliver_bridge.h, deliver_tls.h, deliver_auth.h). Every connection
+ *	deliver_bridge.h, tls/tls_client.h, deliver_auth.h). Every connection
  *	goes through the bridge: it connects (within upstream.timeout, to
  *	any address), and with upstream.tls = "starttls" (required, never
  *	opportunistic) or "implicit" establishes TLS (1.2+, certificate and
  *	host name verified against the system CAs unless upstream.tls_verify
  *	= false), then hands libesmtp a plain loopback connection: libESMTP
  *	1.1.0 has no implicit TLS and its STARTTLS has bugs we cannot work
- *	around (deliver_tls.c). A host without STARTTLS, or with a
+ *	around (tls/tls_client.c). A host without STARTTLS, or with a
  *	certificate that fails, is a failed address, and the next one is
  *	tried. upstream.user logs in with libesmtp's SASL client (PLAIN,
  *	LOGIN), only ever over TLS. The guard sees each command before
@@ -70,7 +70,7 @@
 #include "deliver_esmtp.h"
 #include "deliver_gate.h"
 #include "deliver_smtp_impl.h"
-#include "deliver_tls.h"
+#include "../../tls/tls_client.h"
 
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 
@@ -218,7 +218,7 @@ static int xsess_refuse(struct xsess *xs, const char *dsn, const char *why)
 
 /*
  * xsess_security - upstream TLS and AUTH. TLS, required with either
- * "starttls" or "implicit", is the bridge's (deliver_tls.c), with our
+ * "starttls" or "implicit", is the bridge's (tls/tls_client.c), with our
  * context; AUTH is libesmtp's SASL client, watched by the guard
  * (deliver_auth.h).
  * Credentials only ever go over TLS: conf.c refuses upstream.user without
@@ -235,7 +235,7 @@ static int xsess_security(struct xsess *xs)
 					    " credentials are never sent in clear");
 		return 0;
 	}
-	if ((xs->tls_ctx = deliver_tls_ctx_conf(c, err, sizeof(err))) == NULL)
+	if ((xs->tls_ctx = tls_client_ctx_conf(c, err, sizeof(err))) == NULL)
 		return xsess_refuse(xs, "4.3.0", err);
 	if (c->upstream.user && ((xs->auth = deliver_auth_context(c)) == NULL
 				 || !smtp_auth_set_context(xs->s, xs->auth)))
@@ -405,7 +405,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
 	(void) deliver_smtp_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
-	if (xs->tls_ctx && deliver_tls_ctx_host(xs->tls_ctx, host) < 0) {
+	if (xs->tls_ctx && tls_client_ctx_host(xs->tls_ctx, host) < 0) {
 		xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
 		return -1;
 	}

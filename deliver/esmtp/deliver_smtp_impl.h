@@ -77,7 +77,7 @@ struct xsess {
 	int timed_out;			/* the bridge's reply deadline passed */
 	int stood_in;			/* the bridge answered for a server gone (deliver_gate.h) */
 
-	/* upstream TLS and AUTH (deliver_tls.h, deliver_auth.h) */
+	/* upstream TLS and AUTH (tls/tls_client.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */
 	auth_context_t auth;		/* owned; NULL without upstream.user */
 	struct deliver_bridge *bridge;	/* owned; this connection attempt's */

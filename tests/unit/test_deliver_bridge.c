@@ -33,7 +33,7 @@
 
 #include "../../deliver/esmtp/deliver_bridge.h"
 #include "../../deliver/esmtp/deliver_filter.h"
-#include "../../deliver/esmtp/deliver_tls.h"
+#include "../../tls/tls_client.h"
 #include "test_util.h"
 
 #define BLOCK	DELIVER_FILTER_SENTINEL "Date: Mon, 1 Jan 2024 00:00:00 +0000\r\n" \
@@ -271,9 +271,9 @@ static void test_bridge_implicit(void **state)
 
 	(void) state;
 	tserver_start(&t, tserver_ctx());
-	ctx = deliver_tls_ctx_new(0, why, sizeof(why));	/* self-signed: no verification */
+	ctx = tls_client_ctx_new(0, why, sizeof(why));	/* self-signed: no verification */
 	assert_non_null(ctx);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "localhost"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "localhost"), 0);
 	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
 				    why, sizeof(why), dsn);
 	if (b == NULL)
@@ -321,9 +321,9 @@ static void test_bridge_untrusted(void **state)
 
 	(void) state;
 	tserver_start(&t, tserver_ctx());
-	ctx = deliver_tls_ctx_new(1, why, sizeof(why));
+	ctx = tls_client_ctx_new(1, why, sizeof(why));
 	assert_non_null(ctx);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "localhost"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "localhost"), 0);
 	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
 				    why, sizeof(why), dsn);
 	assert_null(b);

@@ -1,10 +1,10 @@
 /*
  * NAME
- *	deliver_tls 3
+ *	tls_client 3
  * SUMMARY
  *	upstream TLS: client contexts and the client handshake
  * DESCRIPTION
- *	See deliver_tls.h for what each part is for. Notes on why:
+ *	See tls_client.h for what each part is for. Notes on why:
  *
  *	libESMTP 1.1.0's own STARTTLS is not used. It makes one process-
  *	wide context from ~/.config/libesmtp (or ~/.authenticate) and frees
@@ -49,13 +49,13 @@
 #include <openssl/evp.h>
 #include <openssl/x509v3.h>
 
-#include "../../conf/conf.h"
-#include "../../util/buf.h"
-#include "../../util/hash.h"
-#include "../../util/deadline.h"
-#include "../../util/log.h"
-#include "deliver_tls.h"
-#include "../../tls/tls.h"
+#include "../conf/conf.h"
+#include "../util/buf.h"
+#include "../util/hash.h"
+#include "../util/deadline.h"
+#include "../util/log.h"
+#include "tls.h"
+#include "tls_client.h"
 
 /* ---------------------------------------------------------------- contexts */
 
@@ -98,20 +98,6 @@ static struct tls_peer *tls_peer_of(const SSL_CTX *ctx)
 	return tls_peer_index < 0 ? NULL : SSL_CTX_get_ex_data(ctx, tls_peer_index);
 }
 
-/* tls_err - the oldest queued OpenSSL error as text, queue cleared */
-static void tls_err(char *out, size_t outlen, const char *what)
-{
-	unsigned long e = ERR_get_error();
-	char buf[200];
-
-	if (e)
-		ERR_error_string_n(e, buf, sizeof(buf));
-	else
-		snprintf(buf, sizeof(buf), "%s", errno ? strerror(errno) : "unknown error");
-	ERR_clear_error();
-	snprintf(out, outlen, "%s: %s", what, buf);
-}
-
 /* tls_ctx_base - a client context with its tls_peer, nothing trusted yet */
 static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 {
@@ -121,14 +107,14 @@ static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 	pthread_once(&tls_peer_once, tls_peer_init);
 	ERR_clear_error();
 	if (tls_peer_index < 0 || (ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
-		tls_err(err, errlen, "cannot create a TLS context");
+		tls_errtext(err, errlen, "cannot create a TLS context");
 		return NULL;
 	}
 	p = xcalloc(1, sizeof(*p));
 	p->verify = verify;
 	if (!SSL_CTX_set_ex_data(ctx, tls_peer_index, p)) {
 		free(p);
-		tls_err(err, errlen, "cannot create a TLS context");
+		tls_errtext(err, errlen, "cannot create a TLS context");
 		SSL_CTX_free(ctx);
 		return NULL;
 	}
@@ -138,22 +124,22 @@ static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 	return ctx;
 }
 
-/* deliver_tls_ctx_new - a client context; verify 0: accept any certificate */
-SSL_CTX *deliver_tls_ctx_new(int verify, char *err, size_t errlen)
+/* tls_client_ctx_new - a client context; verify 0: accept any certificate */
+SSL_CTX *tls_client_ctx_new(int verify, char *err, size_t errlen)
 {
 	SSL_CTX *ctx = tls_ctx_base(verify, err, errlen);
 
 	if (ctx && verify && !SSL_CTX_set_default_verify_paths(ctx)) {
 		/* no CA store: every certificate will be refused, with a reason */
-		tls_err(err, errlen, "cannot load the system CA store");
+		tls_errtext(err, errlen, "cannot load the system CA store");
 		msg_warn("%s", err);
 	}
 	ERR_clear_error();
 	return ctx;
 }
 
-/* deliver_tls_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
-int deliver_tls_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32])
+/* tls_client_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
+int tls_client_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32])
 {
 	unsigned char *der = NULL;
 	unsigned int n = 0;
@@ -183,7 +169,7 @@ static int tls_pin_verify(X509_STORE_CTX *sctx, void *arg)
 	size_t i;
 
 	/* kept for the reason: a refused handshake leaves the session no peer certificate */
-	p->seen = cert != NULL && deliver_tls_digests(cert, p->seen_crt, p->seen_spki) == 0;
+	p->seen = cert != NULL && tls_client_digests(cert, p->seen_crt, p->seen_spki) == 0;
 	if (!p->seen) {
 		X509_STORE_CTX_set_error(sctx, X509_V_ERR_UNSPECIFIED);
 		return 0;
@@ -211,24 +197,24 @@ static int tls_load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
 	}
 	if (!SSL_CTX_load_verify_locations(ctx, S_ISDIR(st.st_mode) ? NULL : ca,
 					   S_ISDIR(st.st_mode) ? ca : NULL)) {
-		tls_err(err, errlen, what);
+		tls_errtext(err, errlen, what);
 		return -1;
 	}
 	return 0;
 }
 
 /*
- * deliver_tls_ctx_conf - the client context upstream.tls_* ask for: pins,
+ * tls_client_ctx_conf - the client context upstream.tls_* ask for: pins,
  * or a chain to tls_ca (else the system store), or no check at all
  */
-SSL_CTX *deliver_tls_ctx_conf(const struct conf *c, char *err, size_t errlen)
+SSL_CTX *tls_client_ctx_conf(const struct conf *c, char *err, size_t errlen)
 {
 	size_t npins = c->upstream.n_tls_fingerprint;
 	struct tls_peer *p;
 	SSL_CTX *ctx;
 
 	if (npins == 0 && c->upstream.tls_ca == NULL)
-		ctx = deliver_tls_ctx_new(c->upstream.tls_verify, err, errlen);
+		ctx = tls_client_ctx_new(c->upstream.tls_verify, err, errlen);
 	else
 		ctx = tls_ctx_base(1, err, errlen);
 	if (ctx == NULL)
@@ -250,8 +236,8 @@ SSL_CTX *deliver_tls_ctx_conf(const struct conf *c, char *err, size_t errlen)
 	return ctx;
 }
 
-/* deliver_tls_ctx_host - the name the next connection checks and sends (SNI) */
-int deliver_tls_ctx_host(SSL_CTX *ctx, const char *host)
+/* tls_client_ctx_host - the name the next connection checks and sends (SNI) */
+int tls_client_ctx_host(SSL_CTX *ctx, const char *host)
 {
 	struct tls_peer *p = tls_peer_of(ctx);
 	X509_VERIFY_PARAM *param = SSL_CTX_get0_param(ctx);
@@ -276,8 +262,8 @@ int deliver_tls_ctx_host(SSL_CTX *ctx, const char *host)
 	return 0;
 }
 
-/* deliver_tls_describe - "TLSv1.3 with cipher X (256/256 bits)" */
-void deliver_tls_describe(const SSL *ssl, char *out, size_t outlen)
+/* tls_client_describe - "TLSv1.3 with cipher X (256/256 bits)" */
+void tls_client_describe(const SSL *ssl, char *out, size_t outlen)
 {
 	const SSL_CIPHER *c = SSL_get_current_cipher(ssl);
 	int alg = 0, bits = c ? SSL_CIPHER_get_bits(c, &alg) : 0;
@@ -314,12 +300,11 @@ static void tls_verify_why(const struct tls_peer *p, long vr, char *why, size_t 
 }
 
 /*
- * deliver_tls_connect - the client handshake on fd within the deadline,
+ * tls_client_connect - the client handshake on fd within the deadline,
  * the certificate checked as the context says
  */
-struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,
-			       char *desc, size_t desclen, char *why, size_t whylen,
-			       char dsn[DELIVER_DSN_SIZE])
+struct io *tls_client_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,
+			      char *desc, size_t desclen, char *why, size_t whylen)
 {
 	struct tls_peer *p = tls_peer_of(ctx);
 	SSL *ssl;
@@ -327,10 +312,9 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 	int r, e;
 
 	ERR_clear_error();
-	snprintf(dsn, DELIVER_DSN_SIZE, "4.7.5");
 	if ((ssl = SSL_new(ctx)) == NULL || !SSL_set_fd(ssl, fd)
 	    || (p && p->host[0] && !p->is_ip && !SSL_set_tlsext_host_name(ssl, p->host))) {
-		tls_err(why, whylen, "cannot set up TLS");
+		tls_errtext(why, whylen, "cannot set up TLS");
 		goto fail;
 	}
 	if (p)
@@ -347,7 +331,7 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 		} else if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
 			snprintf(why, whylen, "TLS handshake timed out");
 		} else {
-			tls_err(why, whylen, "TLS handshake failed");
+			tls_errtext(why, whylen, "TLS handshake failed");
 		}
 		goto fail;
 	}
@@ -356,7 +340,7 @@ struct io *deliver_tls_connect(SSL_CTX *ctx, int fd, const struct timespec *dead
 		snprintf(why, whylen, "server certificate missing");
 		goto fail;
 	}
-	deliver_tls_describe(ssl, desc, desclen);
+	tls_client_describe(ssl, desc, desclen);
 	return tls_io_wrap(ssl, fd);
 
 fail:

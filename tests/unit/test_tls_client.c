@@ -1,5 +1,5 @@
 /*
- * test_deliver_tls - the client TLS context of deliver/esmtp/deliver_tls.c. (The
+ * test_tls_client - the client TLS context of tls/tls_client.c. (The
  * handshake through the bridge in test_deliver_bridge.c; STARTTLS, AUTH
  * and the rest end to end, in tests/e2e/cases_upstream_tls.py.)
  */
@@ -14,7 +14,7 @@
 
 #include <openssl/pem.h>
 
-#include "../../deliver/esmtp/deliver_tls.h"
+#include "../../tls/tls_client.h"
 #include "../../util/hash.h"
 
 /* a fixed self-signed certificate, and its digests as the openssl command gives them */
@@ -54,7 +54,7 @@ static void test_digests(void **state)
 
 	(void) state;
 	assert_non_null(cert);
-	assert_int_equal(deliver_tls_digests(cert, crt, spki), 0);
+	assert_int_equal(tls_client_digests(cert, crt, spki), 0);
 	if (strcmp(hex(crt, h), pin_crt_hex) != 0)
 		fail_msg("certificate digest: got %s, want %s", h, pin_crt_hex);
 	if (strcmp(hex(spki, h), pin_spki_hex) != 0)
@@ -95,7 +95,7 @@ static void test_ctx_conf(void **state)
 		c.upstream.n_tls_fingerprint = rows[i].pins;
 		c.upstream.tls_servername = "mx.example.net";
 		err[0] = 0;
-		ctx = deliver_tls_ctx_conf(&c, err, sizeof(err));
+		ctx = tls_client_ctx_conf(&c, err, sizeof(err));
 		if ((ctx != NULL) != rows[i].want_ctx)
 			fail_msg("row %zu: got %s (%s), want %s", i, ctx ? "a context" : "none", err,
 				 rows[i].want_ctx ? "a context" : "none");
@@ -107,7 +107,7 @@ static void test_ctx_conf(void **state)
 		}
 		assert_int_equal(SSL_CTX_get_verify_mode(ctx), rows[i].want_mode);
 		/* the servername replaces an address: a name is what gets checked */
-		assert_int_equal(deliver_tls_ctx_host(ctx, "192.0.2.1"), 0);
+		assert_int_equal(tls_client_ctx_host(ctx, "192.0.2.1"), 0);
 		if (rows[i].verify && !rows[i].pins) {
 			const char *name = X509_VERIFY_PARAM_get0_host(SSL_CTX_get0_param(ctx), 0);
 
@@ -125,23 +125,23 @@ static void test_ctx_host(void **state)
 	SSL_CTX *ctx;
 
 	(void) state;
-	ctx = deliver_tls_ctx_new(1, err, sizeof(err));
+	ctx = tls_client_ctx_new(1, err, sizeof(err));
 	if (ctx == NULL)
-		fail_msg("deliver_tls_ctx_new: %s", err);
+		fail_msg("tls_client_ctx_new: %s", err);
 	assert_int_equal(SSL_CTX_get_min_proto_version(ctx), TLS1_2_VERSION);
 	assert_int_equal(SSL_CTX_get_verify_mode(ctx), SSL_VERIFY_PEER);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "smtp.example.com"), 0);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "192.0.2.1"), 0);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "2001:db8::1"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "smtp.example.com"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "192.0.2.1"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "2001:db8::1"), 0);
 	memset(longname, 'a', sizeof(longname) - 1);
 	longname[sizeof(longname) - 1] = 0;
-	assert_int_equal(deliver_tls_ctx_host(ctx, longname), -1);
+	assert_int_equal(tls_client_ctx_host(ctx, longname), -1);
 	SSL_CTX_free(ctx);
 
-	ctx = deliver_tls_ctx_new(0, err, sizeof(err));
+	ctx = tls_client_ctx_new(0, err, sizeof(err));
 	assert_non_null(ctx);
 	assert_int_equal(SSL_CTX_get_verify_mode(ctx), SSL_VERIFY_NONE);
-	assert_int_equal(deliver_tls_ctx_host(ctx, "smtp.example.com"), 0);
+	assert_int_equal(tls_client_ctx_host(ctx, "smtp.example.com"), 0);
 	SSL_CTX_free(ctx);
 }
 
