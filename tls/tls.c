@@ -18,6 +18,12 @@
  *	1.2's DHE suites are offered only when tls.groups names an ffdhe
  *	group, for the same reason.
  *
+ *	The chain sent is the cert file's, as it is: no SSL_MODE_AUTO_CHAIN.
+ *	With a file of one certificate, OpenSSL would otherwise try to build
+ *	a chain on every handshake (an X509_STORE_CTX made, verified and
+ *	freed) from the context's store, which holds nothing here: work for
+ *	each connection that can only ever find what the file already gave.
+ *
  *	Session tickets: one after a full TLS 1.3 handshake, not OpenSSL's
  *	default two. Each is a session encoded, encrypted and written on
  *	every connection (a tenth of a full handshake's CPU for the two),
@@ -139,7 +145,7 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE
 			    | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
-			 | SSL_MODE_RELEASE_BUFFERS);
+			 | SSL_MODE_RELEASE_BUFFERS | SSL_MODE_NO_AUTO_CHAIN);
 	if (SSL_CTX_set_num_tickets(ctx, 1) != 1) {
 		tls_errtext(err, errlen, "TLS settings");
 		goto fail;

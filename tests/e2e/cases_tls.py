@@ -651,3 +651,51 @@ def test_tls13_one_ticket_resumes(t):
     eq(out.count("NewSessionTicket"), 1, "session tickets after a resumption")
     ok, out = s_client(d.port, "-tls1_3", "-ign_eof", "-msg", "-sess_in", sess)
     check(ok and resumed(out), "the resumed session's own ticket resumes: %s" % out[-2000:])
+
+
+@case()
+def test_tls_chain_from_file(t):
+    """The certificate chain a client gets is the cert file's, intermediates
+    included, in its order (issue 27: the server builds no chain of its own on
+    each handshake, SSL_MODE_NO_AUTO_CHAIN, so the file's must be sent whole),
+    and a file of the leaf alone sends the leaf alone."""
+    def req(*args):
+        r = run(["openssl", "req", "-nodes", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:prime256v1", "-days", "2"] + list(args))
+        check(r.returncode == 0, "openssl req: %s" % r.stderr)
+
+    def sign(csr, ca, ca_key, out, ext=""):
+        extfile = os.path.join(t.tmp, "ext.cnf")
+        with open(extfile, "w") as f:
+            f.write(ext)
+        r = run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                 "-CAcreateserial", "-days", "2", "-out", out, "-extfile", extfile])
+        check(r.returncode == 0, "openssl x509 -req: %s" % r.stderr)
+
+    p = lambda name: os.path.join(t.tmp, name)  # noqa: E731
+    req("-x509", "-keyout", p("root-key.pem"), "-out", p("root.pem"), "-subj", "/CN=Test Root")
+    req("-keyout", p("int-key.pem"), "-out", p("int.csr"), "-subj", "/CN=Test Intermediate")
+    sign(p("int.csr"), p("root.pem"), p("root-key.pem"), p("int.pem"),
+         "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign\n")
+    req("-keyout", p("leaf-key.pem"), "-out", p("leaf.csr"), "-subj", "/CN=idemrelay.test")
+    sign(p("leaf.csr"), p("int.pem"), p("int-key.pem"), p("leaf.pem"))
+    with open(p("chain.pem"), "w") as f:
+        for name in ("leaf.pem", "int.pem"):
+            with open(p(name)) as c:
+                f.write(c.read())
+    sink = t.sink()
+    for cert, want in ((p("chain.pem"), ["idemrelay.test", "Test Intermediate"]),
+                       (p("leaf.pem"), ["idemrelay.test"])):
+        d = tls_daemon(t, sink, cert=(cert, p("leaf-key.pem")))
+        r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % d.port,
+                            "-starttls", "smtp", "-showcerts", "-CAfile", p("root.pem")],
+                           input="QUIT\n", capture_output=True, text=True, timeout=30)
+        out = r.stdout + r.stderr
+        # " 0 s:CN = idemrelay.test", " 1 s:CN = Test Intermediate": one line a certificate sent
+        got = [line.split("CN = ", 1)[1].strip() for line in out.splitlines()
+               if line.lstrip()[1:4] == " s:" and "CN = " in line]
+        eq(got, want, "subjects of the chain sent with %s" % os.path.basename(cert))
+        if len(want) == 2:
+            check("Verify return code: 0 (ok)" in out, "the chain verifies to the root: %s"
+                  % out[-2000:])
+        d.stop()
