@@ -125,7 +125,12 @@ e2e: $(PROGS) $(POWERFS)
 check-layers: $(LIBS_ALL) $(DAEMON_OBJ) $(CTL_OBJ)
 	@python3 tests/layers.py . --self-test $^
 
-test: check-layers all unit fuzz-replay e2e test-pg
+# README's Architecture table is tests/layers.py's, and every path the
+# documents and the comments name is in the tree (tests/docs.py)
+check-docs:
+	@python3 tests/docs.py .
+
+test: check-layers check-docs all unit fuzz-replay e2e test-pg
 
 # The PostgreSQL backend (issue 14) against a real server: tests/pg/cluster.py
 # starts private clusters (initdb in a temporary directory, run as the
@@ -165,7 +170,7 @@ run: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
-.PHONY: all unit e2e test test-pg nemesis asan run clean fuzz fuzz-replay check-layers
+.PHONY: all unit e2e test test-pg nemesis asan run clean fuzz fuzz-replay check-layers check-docs
 -include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d) $(POWERFS).d
 
 # Install: programs in sbin (as Postfix does), man pages, the example

@@ -4,7 +4,7 @@
  * SUMMARY
  *	the redo journal: a durable commit with one flush instead of two
  * SYNOPSIS
- *	#include "store/store_int.h"
+ *	#include "store/lmdb/store_int.h"
  * DESCRIPTION
  *	LMDB makes a commit durable with two flushes, one after the other:
  *	the new pages, then the meta page that points at them. With

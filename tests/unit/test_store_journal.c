@@ -1,5 +1,5 @@
 /*
- * test_store_journal - the redo journal (store/store_journal.c), a region
+ * test_store_journal - the redo journal (store/lmdb/store_journal.c), a region
  * of data.mdb past LMDB's map. A crash that loses the last commit's meta
  * page is made by putting back LMDB's part of a copy of data.mdb taken
  * before that commit: the journal must then give the commit back, whole,
