@@ -156,10 +156,6 @@ static void check_user(struct check *k)
 }
 
 /*
- * check_dir - a directory the start creates (mkdir -p) and writes in:
- * it, or its nearest existing ancestor, is a directory we may write
- */
-/*
  * check_kernel_fs - the name of a kernel file system dir is on (proc,
  * sysfs, ...), where no store or Maildir can be made; NULL if none.
  * Root passes access(2) there, so -t would say OK and the start fail.
@@ -185,6 +181,10 @@ static const char *check_kernel_fs(const char *dir)
 	return NULL;
 }
 
+/*
+ * check_dir - a directory the start creates (mkdir -p) and writes in:
+ * it, or its nearest existing ancestor, is a directory we may write
+ */
 static void check_dir(struct check *k, const char *setting, const char *path)
 {
 	char dir[CHECK_PATH_MAX], *slash;

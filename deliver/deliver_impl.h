@@ -5,12 +5,14 @@
  *	what the delivery files share: the scheduler and one message's job
  * DESCRIPTION
  *	deliver.c owns the scheduler: it loads a job and hands a batch of
- *	jobs to a transport (esmtp/deliver_smtp.c, deliver_maildir.c);
+ *	jobs to the transport (a struct deliver_transport, below:
+ *	deliver_maildir.c's, or esmtp/deliver_smtp.c's);
  *	deliver_record.c records each job's results: log lines, store
  *	update, retry time, bounce notifications. A transport only fills in
  *	job->res[] and job->relay; every recipient still queued at load time
  *	has a result, "deferred, not attempted" until the transport says
- *	otherwise. Not for use outside deliver/.
+ *	otherwise. Not for use outside deliver/ and its transports
+ *	(deliver/esmtp/).
  */
 #ifndef DELIVER_DELIVER_IMPL_H
 #define DELIVER_DELIVER_IMPL_H
@@ -52,7 +54,7 @@ struct deliver {
 	int stop;
 	int stopping_fd;		/* eventfd, readable from deliver_stop() on: each
 					 * delivery thread's deadline_stop_on(), and so its
-					 * bridges' (deliver_bridge.c) */
+					 * bridges' (esmtp/deliver_bridge.c) */
 	pthread_t *threads;		/* owned */
 	size_t n_threads;
 	size_t batch;			/* messages per upstream session */

@@ -223,7 +223,7 @@ void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
 }
 
 /*
- * keys_index_hash - the key index hash (store_keys.c). No scope in it: an
+ * keys_index_hash - the key index hash (store/lmdb/store_keys.c). No scope in it: an
  * operator asks about a key value, and the stories say whose it was.
  */
 void keys_index_hash(const char *key, uint8_t out[HASH_LEN])

@@ -2,8 +2,9 @@
  * NAME
  *	server_int 3h
  * SUMMARY
- *	what server.c (connections, event loop) and submit.c (the end of
- *	each message) share; internal to the daemon
+ *	what server.c (connections, the event loop), submit.c (the end of
+ *	each message), pace.c (deadlines) and budget.c (message data in
+ *	memory) share; internal to relay/
  */
 #ifndef RELAY_SERVER_INT_H
 #define RELAY_SERVER_INT_H

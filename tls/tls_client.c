@@ -14,9 +14,10 @@
  *	4ea8209, never tagged); and when a TLS 1.3 server's session
  *	tickets arrive before libesmtp has flushed its next command, it
  *	polls for reading first and waits out the whole timeout (seen with
- *	QUIT after a refused certificate). So the bridge (deliver_bridge.c)
- *	does TLS for both "starttls" and "implicit", and libesmtp only ever
- *	sees plain text on a loopback socket.
+ *	QUIT after a refused certificate). So the bridge
+ *	(deliver/esmtp/deliver_bridge.c) does TLS for both "starttls" and
+ *	"implicit", and libesmtp only ever sees plain text on a loopback
+ *	socket.
  *
  *	Contexts are made per upstream session and hold the host name in
  *	their verify parameters, so OpenSSL checks the name (RFC 6125, IP

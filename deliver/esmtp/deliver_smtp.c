@@ -221,7 +221,7 @@ static int xsess_refuse(struct xsess *xs, const char *dsn, const char *why)
  * "starttls" or "implicit", is the bridge's (tls/tls_client.c), with our
  * context; AUTH is libesmtp's SASL client, watched by the guard
  * (deliver_auth.h).
- * Credentials only ever go over TLS: conf.c refuses upstream.user without
+ * Credentials only ever go over TLS: conf/conf.c refuses upstream.user without
  * it, and this defers if it ever gets one.
  */
 static int xsess_security(struct xsess *xs)
