@@ -10,7 +10,9 @@ tests/e2e/README.md or a man page names, and every file name with a folder
 in a comment of the C sources (store/lmdb/store_int.h, esmtp/deliver_smtp.c),
 exists: from the top of the tree or, in a comment, beside the file naming
 it, whenever its first folder is one of the tree's. A file moved or renamed
-without its mentions fails here, as does a layer added without its row."""
+without its mentions fails here, as does a layer added without its row.
+And what a user reads (those documents, the configurations shipped) points
+at the man pages, never at SPEC.md, the contract a clone does not have."""
 import os
 import re
 import sys
@@ -21,6 +23,8 @@ from layers import MAY_USE  # noqa: E402
 SKIP = ('.git', 'build', 'build-asan', 'build-fuzz', 'bin', 'var')
 DOCS = ['README.md', 'tests/e2e/README.md', 'doc/idemrelay.8', 'doc/idemrelay.conf.5',
         'doc/idemrelayctl.8']
+USER_DOCS = DOCS + ['conf/idemrelay.conf', 'doc/idemrelay.conf.example']
+SPEC = re.compile(r'\bSPEC\b')
 PATH = re.compile(r'(?<![\w./~-])([A-Za-z_][\w-]*(?:/[\w.-]+)+/?)')
 C_PATH = re.compile(r'(?<![\w./~-])([A-Za-z_][\w-]*(?:/[\w-]+)*/[\w-]+\.[ch])\b')
 COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
@@ -72,6 +76,18 @@ def check_paths(top, paths):
     return bad
 
 
+def check_spec(top):
+    """check_spec - no document a user has names SPEC.md"""
+    bad = []
+    for doc in USER_DOCS:
+        with open(os.path.join(top, doc)) as f:
+            for n, line in enumerate(f, 1):
+                if SPEC.search(line):
+                    bad.append('%s:%d names SPEC, which a clone does not have: point at '
+                               'the man pages' % (doc, n))
+    return bad
+
+
 def architecture(top):
     """architecture - README.md's Architecture table: {folder: [uses]} in order"""
     with open(os.path.join(top, 'README.md')) as f:
@@ -116,12 +132,12 @@ def check_architecture(top, paths):
 def main():
     top = sys.argv[1] if len(sys.argv) > 1 else '.'
     paths = tree(top)
-    bad = check_architecture(top, paths) + check_paths(top, paths)
+    bad = check_architecture(top, paths) + check_paths(top, paths) + check_spec(top)
     for b in bad:
         print('docs: ' + b)
     print('docs: %s' % ('%d problems' % len(bad) if bad else
-                        "README's Architecture is tests/layers.py's table, and every path "
-                        "named is in the tree"))
+                        "README's Architecture is tests/layers.py's table, every path "
+                        "named is in the tree, and no user's document names SPEC"))
     return 1 if bad else 0
 
 
