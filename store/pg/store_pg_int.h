@@ -279,9 +279,10 @@ int store_pg_txn_new(struct pg_store *st, struct pg_txn **out);
 int store_pg_txn_fail(struct pg_txn *t, int err);
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
-extern int64_t store_pg_result_us;	/* PG_RESULT_US; tests make it shorter */
-/* tests only: called once a commit's pipeline is sent, before its results are read */
-extern void (*store_pg_commit_hook) (PGconn *c);
+
+/* store_pg_seam.c: the link seam a test replaces with its own (both, then) */
+int64_t store_pg_result_limit(void);	/* PG_RESULT_US; a test's may be shorter */
+void store_pg_commit_sent(PGconn *c);	/* a commit's pipeline is sent: nothing */
 int store_pg_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 			struct store_claim *claims, int *found);

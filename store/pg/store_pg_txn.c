@@ -142,8 +142,6 @@ static const char SQL_INFLIGHT[] =
 	"WHERE m.qid = v.qid AND " FENCE " RETURNING 1) "
 	"SELECT idemrelay_fenced(count(*), $5) FROM u";
 
-void (*store_pg_commit_hook) (PGconn *c);
-
 /* store_pg_txn_fail - record the first failure; return the sticky code */
 int store_pg_txn_fail(struct pg_txn *t, int err)
 {
@@ -653,8 +651,8 @@ int store_pg_txn_commit(struct store_txn *base)
 		return 0;
 	}
 	failed = commit_send(t, &sent) != 0;
-	if (!failed && store_pg_commit_hook)
-		store_pg_commit_hook(t->c);
+	if (!failed)
+		store_pg_commit_sent(t->c);
 	/* each statement's result in order: the first error is the transaction's */
 	for (i = 0, k = 0; !failed && k < sent; k++) {
 		if (k == sent - 1 && err == 0 && store_pg_commit_hold(t) != 0) {

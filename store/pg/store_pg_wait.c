@@ -300,7 +300,7 @@ int store_pg_commit_hold(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
 	PGconn *c = t->c;
-	int64_t start = clock_mono_us(), now, limit = store_pg_result_us, looked = 0;
+	int64_t start = clock_mono_us(), now, limit = store_pg_result_limit(), looked = 0;
 	int waits = 0;
 	struct pollfd p;
 

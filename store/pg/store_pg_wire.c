@@ -257,8 +257,6 @@ void store_pg_a_text(struct pg_arr *a, const char *s)
 	store_pg_a_bytes(a, s, s ? strlen(s) : 0);
 }
 
-int64_t store_pg_result_us = PG_RESULT_US;
-
 /*
  * cut - a connection whose server did not answer in time: shut its
  * socket, so that libpq sees the end of it and the pool closes it
@@ -266,14 +264,14 @@ int64_t store_pg_result_us = PG_RESULT_US;
 static void cut(PGconn *c)
 {
 	msg_warn("store: no answer from PostgreSQL within %.1f s: connection closed",
-		 (double) store_pg_result_us / 1e6);
+		 (double) store_pg_result_limit() / 1e6);
 	shutdown(PQsocket(c), SHUT_RDWR);
 	(void) PQconsumeInput(c);
 }
 
 /*
  * ready - wait until the next result can be read without blocking, at
- * most store_pg_result_us: a server that stopped answering (a network
+ * most PG_RESULT_US: a server that stopped answering (a network
  * that drops packets) costs the caller a bounded wait and the
  * connection, never a hang. A connection whose backend waits for
  * replication is kept instead (closing it would not end the wait,
@@ -282,7 +280,7 @@ static void cut(PGconn *c)
  */
 static int ready(PGconn *c)
 {
-	int64_t deadline = clock_mono_us() + store_pg_result_us, left;
+	int64_t deadline = clock_mono_us() + store_pg_result_limit(), left;
 	struct pg_store *st;
 	struct pollfd p;
 

@@ -34,6 +34,23 @@
 #include "test_store_help.h"
 #include "test_commit_help.h"
 
+/* what the tests change in the backend, through its link seam (store_pg_seam.c) */
+static void (*commit_hook) (PGconn *c);		/* a commit sent, its results not read */
+static int64_t result_us = PG_RESULT_US;		/* the longest wait for a result */
+
+/* store_pg_result_limit - this test's, instead of store_pg_seam.c's */
+int64_t store_pg_result_limit(void)
+{
+	return result_us;
+}
+
+/* store_pg_commit_sent - this test's: commit_hook, if set */
+void store_pg_commit_sent(PGconn *c)
+{
+	if (commit_hook)
+		commit_hook(c);
+}
+
 #define ROUNDS		30
 
 /* node_open - a second node on the fixture's schema */
@@ -528,7 +545,7 @@ static void retake_after_commit(PGconn *c)
 	int i, free_now = 0;
 
 	(void) c;
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT lease_owner IS NULL FROM "
 		 "messages WHERE qid = 'RETAKE000001'", retake_fx->schema);
 	for (i = 0; i < 500 && !free_now; i++) {
@@ -561,9 +578,9 @@ static void test_defer_retaken(void **state)
 	m.next_attempt = clock_us() + 1800 * SEC;
 	retake_fx = f;
 	retake_n = -1;
-	store_pg_commit_hook = retake_after_commit;
+	commit_hook = retake_after_commit;
 	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	CHECK_INT("taken again as the deferral committed", retake_n, 1);
 	CHECK_INT("the new lease is held", listed(f->st), 1);
 	CHECK_INT("and renewed", store_lease_renew(f->st, clock_us()), 0);
@@ -578,7 +595,7 @@ static void test_defer_retaken(void **state)
 static void fenced_retake(PGconn *c)
 {
 	(void) c;
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	sql(retake_fx, "UPDATE messages SET lease_until = 0 WHERE qid = 'FENCED000001'", NULL);
 	retake_n = taken(retake_fx->st, clock_us());
 }
@@ -602,9 +619,9 @@ static void test_fenced_retaken(void **state)
 	m.rcpts[0].state = STORE_RCPT_SENT;
 	retake_fx = f;
 	retake_n = -1;
-	store_pg_commit_hook = fenced_retake;
+	commit_hook = fenced_retake;
 	CHECK_INT("A's write fenced", store_msg_update(f->st, &m), STORE_ELEASE);
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	CHECK_INT("A took it again meanwhile", retake_n, 1);
 	CHECK_INT("the new lease is held", listed(f->st), 1);
 	CHECK_INT("a write under it", store_msg_set_inflight(f->st, "FENCED000001", 1), 0);
@@ -808,10 +825,10 @@ static void test_unknown_commit(void **state)
 
 	hook_fx = f;
 	hook_qid = "UNKNOWN00001";
-	store_pg_commit_hook = cut_after_commit;
+	commit_hook = cut_after_commit;
 	msg_new(&m, hook_qid, 1, 100);
 	CHECK_INT("committed, read back", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	store_msg_free(&m);
 	CHECK_INT("its lease was read back too", store_msg_set_inflight(f->st, hook_qid, 1), 0);
 	CHECK_INT("its claim", claim_found(f->st, 77, NOW, NULL), 1);
@@ -823,10 +840,10 @@ static void test_unknown_commit(void **state)
 	r = PQexec(blocker, q);
 	CHECK_INT("blocker", PQresultStatus(r), PGRES_COMMAND_OK);
 	PQclear(r);
-	store_pg_commit_hook = kill_blocked;
+	commit_hook = kill_blocked;
 	msg_new(&m, "UNKNOWN00002", 1, 100);
 	CHECK_INT("not committed, read back", spool(f->st, &m, &hash, 1, NOW + SEC), STORE_EAGAIN);
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	store_msg_free(&m);
 	r = PQexec(blocker, "ROLLBACK");
 	PQclear(r);
@@ -851,12 +868,12 @@ static void test_result_deadline(void **state)
 	r = PQexec(blocker, q);		/* holds the key's lock, as a batch stuck elsewhere would */
 	CHECK_INT("blocker", PQresultStatus(r), PGRES_TUPLES_OK);
 	PQclear(r);
-	store_pg_result_us = 500000;
+	result_us = 500000;
 	start = clock_mono_us();
 	assert_int_equal(store_txn_begin(f->st, &t), 0);
 	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1);
 	CHECK_INT("the lock never came", store_txn_commit(t), STORE_EAGAIN);
-	store_pg_result_us = PG_RESULT_US;
+	result_us = PG_RESULT_US;
 	if (clock_mono_us() - start > 3 * SEC)
 		fail_msg("waited %lld ms, want about 500", (long long) (clock_mono_us() - start) / 1000);
 	PQfinish(blocker);		/* the lock goes with it */
@@ -1231,13 +1248,13 @@ static void test_plans_young(void **state)
 	store_close(b);
 }
 
-/* the writer held in its first commit (store_pg_commit_hook), so that what comes next shares one */
+/* the writer held in its first commit (commit_hook), so that what comes next shares one */
 static sem_t writer_in, writer_go;
 
 static void hold_writer(PGconn *c)
 {
 	(void) c;
-	store_pg_commit_hook = NULL;
+	commit_hook = NULL;
 	sem_post(&writer_in);
 	sem_wait(&writer_go);
 }
@@ -1301,7 +1318,7 @@ static void test_group_commit_lost_lease(void **state)
 	gc_answered = 0;
 	assert_int_equal(sem_init(&writer_in, 0, 0), 0);
 	assert_int_equal(sem_init(&writer_go, 0, 0), 0);
-	store_pg_commit_hook = hold_writer;
+	commit_hook = hold_writer;
 	commit_submit(cm, r0);
 	sem_wait(&writer_in);		/* the writer is in r0's commit */
 	assert_int_equal(pthread_create(&th, NULL, gc_mark_thread, &g), 0);
