@@ -55,8 +55,9 @@ SUBST = [
      "test traffic stays on loopback"),
     ("db1-conf", "10.0.0.0/24", "127.0.0.1/32", "the nodes' network"),
     ("db1-conf", "10.0.0.2/32", "127.0.0.1/32", "db2's address"),
-    ("commands", "sudo -u postgres ", "runuser -u postgres -- ",
-     "no sudo policy here: the same user, with PGHOST and PGPORT kept"),
+    ("commands", "sudo -u postgres ", "{as_postgres}",
+     "runuser -u postgres -- (no sudo policy here; PGHOST and PGPORT kept); run by "
+     "another user than root, the servers are that user's (cluster.py), so nothing"),
     ("commands", "-h db1 ", "-h 127.0.0.1 -p {db1_port} ", "db1's address and port"),
     ("commands", "/var/lib/postgresql/15/main", "{db2_data}", "db2's data directory"),
     ("node-conf", "@db1,db2/", "@127.0.0.1:{db1_port},127.0.0.1:{db2_port}/",
@@ -197,7 +198,8 @@ def test_readme_several_nodes(t):
     blocks = readme_blocks()
     db1, db2 = private_servers(t)
     hosts = {"db1": db1, "db2": db2}
-    values = dict(db1_port=db1.port, db2_port=None, db2_data=db2.data, password=PASSWORD)
+    values = dict(db1_port=db1.port, db2_port=None, db2_data=db2.data, password=PASSWORD,
+                  as_postgres="runuser -u postgres -- " if pgcluster.as_root() else "")
     db1_conf(db1, substitute("db1-conf", blocks["db1-conf"], values))
 
     written = commands(blocks["commands"])
