@@ -25,6 +25,8 @@ on two private PostgreSQL servers (tests/pg/cluster.py), db1 and db2:
                 settings (harness.base_conf less store and node)
     pgpass      written to a file of the test's, mode 0600, which the nodes
                 find through PGPASSFILE (they run as the test's user)
+    ctl         with sh, once the message is delivered, without PGPASSFILE
+                but what the command gives itself
 
 Then a keyed message submitted to relay1 and the same bytes to relay2 must
 have one QID (relay2 answers "(duplicate)"), be delivered once, and reach
@@ -44,6 +46,7 @@ import subprocess
 from harness import (DELETE, PG_ONLY, REPO, case, check, eq, expect_reply, make_msg, merge,
                      pgcluster, render_conf, submit, submit_ok, wait_until)
 from cases_nodes import check_exactly_once
+from cases_ops import CTL
 
 README = os.path.join(REPO, "README.md")
 PASSWORD = "recipe-Secret-1"
@@ -65,6 +68,10 @@ SUBST = [
     ("pgpass", "db1:5432:", "127.0.0.1:{db1_port}:", "db1's address and port"),
     ("pgpass", "db2:5432:", "127.0.0.1:{db2_port}:", "db2's address and port"),
     ("pgpass", "SECRET", "{password}", "what the createuser -P prompt was given"),
+    ("ctl", "sudo ", "{as_root}", "the test runs as root, or as a user whose files these are"),
+    ("ctl", "/var/lib/idemrelay/.pgpass", "{pgpass}", "the nodes' password file"),
+    ("ctl", "idemrelayctl -c /etc/idemrelay/idemrelay.conf", "{ctl} -c {relay1_conf}",
+     "this tree's idemrelayctl, relay1's configuration"),
 ]
 
 # Commands that are an action on the host's private server instead:
@@ -84,7 +91,7 @@ def readme_blocks():
     with open(README) as f:
         text = f.read()
     blocks = {m.group(1): m.group(2) for m in MARK_RE.finditer(text)}
-    for name in ("db1-conf", "commands", "node-conf", "pgpass"):
+    for name in ("db1-conf", "commands", "node-conf", "pgpass", "ctl"):
         check(name in blocks, "README.md has no block marked <!-- recipe: %s -->" % name)
     return blocks
 
@@ -125,11 +132,15 @@ def host_start(c):
 
 
 def sh(c, written, cmd):
-    """sh - cmd with sh on host c (its server the default one), prompts answered
-    with PASSWORD, within COMMAND_TIMEOUT; fails with its output"""
-    env = dict(os.environ, PGHOST=c.sock)
-    env.pop("PGPORT", None)
-    if c.port:
+    """sh - cmd with sh on host c (its server the default one; None: none),
+    prompts answered with PASSWORD, within COMMAND_TIMEOUT; fails with its
+    output"""
+    env = dict(os.environ)
+    for name in ("PGHOST", "PGPORT", "PGPASSFILE"):
+        env.pop(name, None)
+    if c is not None:
+        env["PGHOST"] = c.sock
+    if c is not None and c.port:
         env["PGPORT"] = str(c.port)
     p = subprocess.Popen(["sh", "-c", cmd], env=env, cwd="/", stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -142,7 +153,8 @@ def sh(c, written, cmd):
         out, _ = p.communicate()
         why = "did not finish within %d s" % COMMAND_TIMEOUT
     check(why is None, "README command on %s %s:\n  as written: %s\n  as run:     %s\n%s\n%s"
-          % (c.name, why, written, cmd, out.decode(errors="replace").rstrip(), c.log_tail(20)))
+          % (c.name if c else "a node", why, written, cmd, out.decode(errors="replace").rstrip(),
+             c.log_tail(20) if c else ""))
 
 
 def private_servers(t):
@@ -199,7 +211,8 @@ def test_readme_several_nodes(t):
     db1, db2 = private_servers(t)
     hosts = {"db1": db1, "db2": db2}
     values = dict(db1_port=db1.port, db2_port=None, db2_data=db2.data, password=PASSWORD,
-                  as_postgres="runuser -u postgres -- " if pgcluster.as_root() else "")
+                  as_postgres="runuser -u postgres -- " if pgcluster.as_root() else "",
+                  as_root="", ctl=CTL)
     db1_conf(db1, substitute("db1-conf", blocks["db1-conf"], values))
 
     written = commands(blocks["commands"])
@@ -215,7 +228,7 @@ def test_readme_several_nodes(t):
                "db1 to list db2 as its synchronous standby")
 
     values["db2_port"] = db2.port
-    pgpass = os.path.join(t.tmp, "pgpass")
+    values["pgpass"] = pgpass = os.path.join(t.tmp, "pgpass")
     with open(pgpass, "w") as f:
         f.write(substitute("pgpass", blocks["pgpass"], values))
     os.chmod(pgpass, 0o600)
@@ -226,6 +239,7 @@ def test_readme_several_nodes(t):
     check('node = "relay1";' in conf, "README node-conf does not name relay1")
     relay1 = node(t, sink, "relay1", conf)
     relay2 = node(t, sink, "relay2", conf.replace('node = "relay1";', 'node = "relay2";'))
+    values["relay1_conf"] = relay1.conf_path
 
     msg = make_msg(key="order-42-confirmation", frm="shop@example.com",
                    to="customer@example.net")
@@ -239,3 +253,7 @@ def test_readme_several_nodes(t):
                                "idemrelay") == "1", 15, "the claim on db2")
     eq(db1.sql("SELECT sync_state FROM pg_stat_replication WHERE application_name = 'db2'"),
        "sync", "db2's state on db1 at the end")
+    for readme, cmd in zip(blocks["ctl"].splitlines(),
+                           substitute("ctl", blocks["ctl"], values).splitlines()):
+        if readme.strip() and not readme.startswith("#"):
+            sh(None, readme, cmd)
