@@ -151,7 +151,6 @@ static void check_stop(void *arg, const char *problem)
 	msg_fatal("%s", problem);
 }
 
-/* usage - say how to run it */
 /* open_store - the store the configuration names; one that cannot be opened stops the start */
 static struct store *open_store(const struct conf *cf)
 {
@@ -163,6 +162,7 @@ static struct store *open_store(const struct conf *cf)
 	return st;
 }
 
+/* usage - say how to run it */
 static void usage(void)
 {
 	fprintf(stderr, "usage: idemrelay [-t] [-c config]\n");

@@ -213,7 +213,7 @@ static void test_marks(void **state)
 	req_free(r);
 }
 
-/* commit_run - a delivery batch's outcomes written in the group commit */
+/* update_fn - commit_run's work: a delivery batch's outcomes written in the group commit */
 static void update_fn(struct store_txn *t, void *arg)
 {
 	store_txn_msg_update(t, arg);
