@@ -175,7 +175,7 @@ static int grow_run(struct lmdb_store *st)
 }
 
 /*
- * store_grow - keep half a step to a step of zeros past LMDB's last page.
+ * lmdb_grow - keep half a step to a step of zeros past LMDB's last page.
  * A failed try (a full disk) is not tried again before the store has
  * grown by another half step, so that a full disk costs the writer no
  * write per batch, and the warning comes that often at most.

@@ -87,7 +87,7 @@ static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
 }
 
 /*
- * store_hist_read - a QID's story from txn: its record, or made from
+ * lmdb_hist_read - a QID's story from txn: its record, or made from
  * the spool while the message is queued and has none; 0,
  * STORE_ENOTFOUND or STORE_EINVAL
  */
@@ -158,7 +158,7 @@ static int envelope_ok(const struct store_msg *m)
 }
 
 /*
- * store_hist_update - rewrite a story after a delivery update (queued:
+ * lmdb_hist_update - rewrite a story after a delivery update (queued:
  * recipients are left); made from m if there was none. Pointers in the
  * story written are borrowed from m and from the old story.
  */
@@ -428,7 +428,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 }
 
 /*
- * store_hist_stats - stories (written or made from the spool), and key
+ * lmdb_hist_stats - stories (written or made from the spool), and key
  * index entries: the claims, each filed under its key (an old store's
  * index entries name its old claims, which are counted once as claims)
  */

@@ -238,7 +238,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 }
 
 /*
- * store_keys_expire - a story expired at when: delete its claims (those
+ * lmdb_keys_expire - a story expired at when: delete its claims (those
  * still naming qid) and its entries under the key. A claim still live
  * then is left (it cannot be: a story outlives its claims) and logged.
  */
@@ -304,7 +304,7 @@ fail:
 }
 
 /*
- * store_key_queued - the key's messages still in the queue (user non-NULL:
+ * lmdb_key_queued - the key's messages still in the queue (user non-NULL:
  * that AUTH user's), whose claims a forget would leave them without
  */
 int lmdb_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],

@@ -106,7 +106,7 @@ static int meta_total(struct lmdb_store *st, MDB_txn *txn, uint64_t total)
 }
 
 /*
- * store_map_grow - grow the map to total bytes in the three steps above;
+ * lmdb_map_grow - grow the map to total bytes in the three steps above;
  * steps < 3 stops after that many, as a crash there would (tests). Called
  * with no transaction open on this thread.
  */
@@ -179,7 +179,7 @@ int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last)
 }
 
 /*
- * store_map_check - between commits, on the writer thread: warn as the
+ * lmdb_map_check - between commits, on the writer thread: warn as the
  * ceiling nears, and grow the map when a quarter of it is left
  */
 int lmdb_map_check(struct lmdb_store *st)
