@@ -117,8 +117,8 @@ struct conf {
 		int ambiguous_retry;	/* ambiguous = "retry" (default assume-delivered) */
 	} upstream;
 
-	struct {
-		int64_t first, max, give_up;	/* default 1m, 1h, 5d */
+	struct conf_retry {
+		int64_t first, max, give_up;	/* seconds, default 1m, 1h, 5d */
 	} retry;
 
 	struct {

@@ -69,14 +69,30 @@
 #define DELIVER_GATHER		10000	/* us a due message waits for others to share its batch */
 #define DELIVER_TAKE_EVERY	(1 * US)	/* shared store: due mail looked for this often */
 
-/* deliver_reload - new retry settings, for attempts from now on */
+/*
+ * deliver_reload - new retry settings, for attempts from now on. They
+ * replace the set in force whole, under the lock, and readers take a
+ * copy of it (deliver_retry_settings): a reader sees the old set or the new one,
+ * never a mix, and nothing is shared to be freed, so no reader can hold
+ * a set a reload frees. The conf given to deliver_start() is left as it
+ * is (main owns it, and it is const here).
+ */
 void deliver_reload(struct deliver *d, const struct conf *nc)
 {
-	struct conf *c = (struct conf *) d->c;	/* the live conf main owns */
+	pthread_mutex_lock(&d->lock);
+	d->retry = nc->retry;
+	pthread_mutex_unlock(&d->lock);
+}
 
-	__atomic_store_n(&c->retry.first, nc->retry.first, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->retry.max, nc->retry.max, __ATOMIC_RELAXED);
-	__atomic_store_n(&c->retry.give_up, nc->retry.give_up, __ATOMIC_RELAXED);
+/* deliver_retry_settings - a copy of the retry settings in force */
+struct conf_retry deliver_retry_settings(struct deliver *d)
+{
+	struct conf_retry r;
+
+	pthread_mutex_lock(&d->lock);
+	r = d->retry;
+	pthread_mutex_unlock(&d->lock);
+	return r;
 }
 
 /*
@@ -133,7 +149,7 @@ static void job_free(struct deliver_job *j)
 static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 {
 	const struct conf *c = d->c;
-	int64_t now = clock_us();
+	int64_t now = clock_us(), first;
 	size_t i, n_queued = 0;
 	int err;
 
@@ -144,7 +160,8 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 			return 0;
 		}
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
-		deliver_finished(d, qid, now + (RETRY(c, first) > 0 ? RETRY(c, first) : 60) * US);
+		first = deliver_retry_settings(d).first;
+		deliver_finished(d, qid, now + (first > 0 ? first : 60) * US);
 		return 0;
 	}
 	j->res = xcalloc(j->m.n_rcpts, sizeof(*j->res));
@@ -322,6 +339,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	int err;
 
 	d->c = c;
+	d->retry = c->retry;
 	d->t = t;
 	d->st = st;
 	d->cm = cm;

@@ -28,12 +28,6 @@
 
 #define US			1000000LL
 
-/*
- * The retry settings change on SIGHUP while delivery threads read them:
- * they are read and written atomically, one value at a time.
- */
-#define RETRY(c, name)	__atomic_load_n(&(c)->retry.name, __ATOMIC_RELAXED)
-
 #define DELIVER_REPLY_MAX	1024	/* one result's reply text */
 #define DELIVER_RELAY_MAX	320	/* "host[address]:port" */
 
@@ -42,7 +36,8 @@ struct deliver {
 	const struct deliver_transport *t;	/* not owned */
 	struct store *st;		/* not owned */
 	struct commit *cm;		/* not owned; NULL: marks in their own transactions */
-	pthread_mutex_t lock;		/* protects q, stop and take_now */
+	pthread_mutex_t lock;		/* protects q, stop, take_now and retry */
+	struct conf_retry retry;	/* c->retry, or SIGHUP's: deliver_retry_settings() */
 	pthread_cond_t wake;		/* new work, earlier work, or stop */
 	/* a shared store (STORE_CAP_SHARED): the taker thread leases due mail from it */
 	int shared;
@@ -136,6 +131,12 @@ void deliver_finish_one(struct deliver *d, struct deliver_job *j);
 
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);
+
+/*
+ * deliver_retry_settings - the retry settings in force: a copy of one whole set,
+ * the start's or the last SIGHUP's, never some of each (lock not held)
+ */
+struct conf_retry deliver_retry_settings(struct deliver *d);
 
 /*
  * A transport (deliver.h): where a batch of loaded jobs goes. Its send()

@@ -230,10 +230,10 @@ done:
  */
 static void job_decide(struct deliver *d, struct deliver_job *j)
 {
-	const struct conf *c = d->c;
+	struct conf_retry retry = deliver_retry_settings(d);
 	struct store_msg *m = &j->m;
 	int64_t now = clock_us(), next = -1;
-	int expired = now - m->accepted >= RETRY(c, give_up) * US;
+	int expired = now - m->accepted >= retry.give_up * US;
 	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
 	int queued = 0;
 
@@ -253,7 +253,7 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 			log_result(j, i, "bounced", "", now);
 			break;
 		case DELIVER_AMBIGUOUS:
-			if (!c->upstream.ambiguous_retry) {
+			if (!d->c->upstream.ambiguous_retry) {
 				m->rcpts[i].state = STORE_RCPT_UNCONFIRMED;
 				log_result(j, i, "unconfirmed", "delivered-unconfirmed: ", now);
 				break;
@@ -294,8 +294,7 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 	m->inflight = 0;
 	if (queued) {
 		m->attempts++;
-		m->next_attempt = now + deliver_backoff(RETRY(c, first), RETRY(c, max),
-							m->attempts) * US;
+		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
 		next = m->next_attempt;
 	}
 	j->queued = queued;
@@ -384,8 +383,10 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 	struct record record;
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
 	int *errs = xcalloc(n, sizeof(*errs)), err;
-	int64_t retry = RETRY(d->c, first) > 0 ? RETRY(d->c, first) : 60;
+	int64_t retry = deliver_retry_settings(d).first;
 	size_t i, k, left = 0;
+
+	retry = retry > 0 ? retry : 60;
 
 	for (i = k = 0; i < n; i++)
 		if (!jobs[i]->recorded && !jobs[i]->reviving)
