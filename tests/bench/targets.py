@@ -56,6 +56,11 @@ def targets(res, info, fmt):
                   "; LMDB's durable commit (1 page, 2 ordered flushes) p50 %s" % fmt(floor, " ms")
                   if floor is not None else ""))
 
+    load = info.get("loadavg_start")
+    if load is not None and load > 1:
+        out.append("  (load average %.1f at the start: other work shares the cores, so the"
+                   " rates and their ratios are noisy; the CPU a message is steadier)" % load)
+
     def line(num, what, measured, threshold, ok):
         out.append("  %s %-62s %-36s %-10s %s" % (num, what, measured, threshold,
                                                   ok if isinstance(ok, str) else _verdict(ok)))
