@@ -22,18 +22,18 @@
  *	would wait for it, then pay its own (measured in BENCHMARKS.md).
  *	When nothing is being submitted, delivery writes go at once.
  *
- *	A failed sync breaks the store (store/lmdb/store_lmdb.c): the batch whose
- *	commit failed gets no 250 (each of its submissions is tried alone,
- *	and refused, so each gets 452 4.3.1), and nothing more is committed
- *	on that environment. Before its next round the writer reopens the
- *	store from what is durable (store_reopen()), then commits what has
- *	come meanwhile; while the disk keeps failing it tries again every
- *	COMMIT_REOPEN_US, and every submission gets 452 4.3.1. The writer
- *	reopens because it holds no transaction between rounds, and because
- *	the gate makes the others wait: the event loop's duplicate lookups,
- *	delivery's reads and the admin thread's block for the reopen (a few
- *	milliseconds), then find the store as the disk has it. commit_now()
- *	leaves a broken store to the writer.
+ *	Between rounds, holding no transaction, the writer gives the store
+ *	its upkeep (store_upkeep(): on LMDB, file and map grown ahead of the
+ *	commits). A store may refuse every transaction (STORE_HREFUSING: on
+ *	LMDB, after a failed sync): the batch whose commit failed gets no 250
+ *	(each of its submissions is tried alone, and refused, so each gets
+ *	452 4.3.1), and before its next round the writer's upkeep opens the
+ *	store again from what is durable, then commits what has come
+ *	meanwhile; while the disk keeps failing it tries again every
+ *	COMMIT_REOPEN_US, and every submission gets 452 4.3.1. The other
+ *	threads' reads wait for that upkeep (a few milliseconds), then find
+ *	the store as the disk has it. commit_now() leaves a refusing store,
+ *	and any upkeep, to the writer.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -69,8 +69,8 @@ struct commit {
 	size_t spooled_cap;
 	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
 	int busy;			/* under lock: the writer is in a round */
-	int grow;			/* under lock: store_grow() is due (after commit_now) */
-	int64_t reopen_at;		/* writer thread's: a failed reopen is tried again then */
+	int upkeep;			/* under lock: store_upkeep() is due (after commit_now) */
+	int64_t upkeep_at;		/* writer thread's: a store still refusing is tended again then */
 	int64_t hold_us, busy_us;	/* under lock: COMMIT_HOLD_US, COMMIT_BUSY_US */
 };
 
@@ -303,7 +303,7 @@ static void ops_done(struct commit *cm, struct commit_op *ops, int err)
 	if (ops == NULL)
 		return;
 	/* commits that wait for a standby: each alone would wait as long again */
-	alone = err != 0 && !(err == STORE_EAGAIN && store_stalled(cm->st));
+	alone = err != 0 && !(err == STORE_EAGAIN && (store_health(cm->st) & STORE_HSTALLED));
 	for (op = ops; op; op = op->next)
 		op->err = err == 0 ? 0 : alone ? commit_op_alone(cm, op) : err;
 	pthread_mutex_lock(&cm->lock);
@@ -341,30 +341,37 @@ static void commit_round(struct commit *cm, struct commit_req *fifo, struct comm
 	}
 }
 
-/* commit_recover - a sync failed: reopen the store before the next round (writer thread) */
-static void commit_recover(struct commit *cm)
+/*
+ * commit_upkeep - the store's upkeep between rounds (writer thread): when
+ * asked (after a round, or by commit_now), and whenever the store
+ * refuses; one that still refuses is tended again COMMIT_REOPEN_US on
+ */
+static void commit_upkeep(struct commit *cm, int asked)
 {
-	int64_t now;
+	int refusing = (store_health(cm->st) & STORE_HREFUSING) != 0, err;
+	int64_t now = clock_mono_us();
 
-	if (!store_broken(cm->st) || (now = clock_mono_us()) < cm->reopen_at)
+	if ((!asked && !refusing) || (refusing && now < cm->upkeep_at))
 		return;
-	cm->reopen_at = store_reopen(cm->st) == 0 ? 0 : now + COMMIT_REOPEN_US;
+	err = store_upkeep(cm->st);
+	/* one that began to refuse in this upkeep is tended again at once */
+	cm->upkeep_at = refusing && err != 0 ? now + COMMIT_REOPEN_US : 0;
 }
 
-/* wait_work - sleep until there is work, or a broken store's reopen is due (lock held) */
+/* wait_work - sleep until there is work, or a refusing store's upkeep is due (lock held) */
 static void wait_work(struct commit *cm)
 {
 	struct timespec ts;
 
-	while (cm->pending == NULL && cm->ops == NULL && !cm->grow && !cm->stop) {
-		if (!store_broken(cm->st)) {
+	while (cm->pending == NULL && cm->ops == NULL && !cm->upkeep && !cm->stop) {
+		if (!(store_health(cm->st) & STORE_HREFUSING)) {
 			pthread_cond_wait(&cm->wake, &cm->lock);
 			continue;
 		}
-		if (clock_mono_us() >= cm->reopen_at)
+		if (clock_mono_us() >= cm->upkeep_at)
 			return;
-		ts.tv_sec = (time_t) (cm->reopen_at / 1000000);
-		ts.tv_nsec = (long) (cm->reopen_at % 1000000) * 1000;
+		ts.tv_sec = (time_t) (cm->upkeep_at / 1000000);
+		ts.tv_nsec = (long) (cm->upkeep_at % 1000000) * 1000;
 		(void) pthread_cond_timedwait(&cm->wake, &cm->lock, &ts);
 	}
 }
@@ -407,7 +414,7 @@ static void *commit_main(void *arg)
 	struct commit *cm = arg;
 	struct commit_req *batch;
 	struct commit_op *ops;
-	int grow, stop;
+	int upkeep, stop;
 
 	log_service("cleanup");		/* as Postfix's: writes what smtpd took into the queue */
 	for (;;) {
@@ -417,17 +424,16 @@ static void *commit_main(void *arg)
 		batch = take_fifo(cm);
 		ops = cm->ops;
 		cm->ops = NULL;
-		grow = cm->grow || batch != NULL;
-		cm->grow = 0;
-		cm->busy = batch != NULL || ops != NULL || grow;	/* commit_now() waits */
+		upkeep = cm->upkeep || batch != NULL;
+		cm->upkeep = 0;
+		cm->busy = batch != NULL || ops != NULL || upkeep;	/* commit_now() waits */
 		if (batch != NULL)
 			cm->last_batch = clock_mono_us();
 		stop = cm->stop;
 		pthread_mutex_unlock(&cm->lock);
-		commit_recover(cm);		/* before the round: it then commits */
+		commit_upkeep(cm, 0);		/* a refusing store before the round: it then commits */
 		if (batch == NULL && ops == NULL) {
-			if (grow)
-				(void) store_grow(cm->st);
+			commit_upkeep(cm, upkeep);
 			pthread_mutex_lock(&cm->lock);
 			cm->busy = 0;
 			pthread_mutex_unlock(&cm->lock);
@@ -437,8 +443,7 @@ static void *commit_main(void *arg)
 		}
 		commit_round(cm, batch, ops);
 		commit_finish(cm, batch);
-		if (grow)
-			(void) store_grow(cm->st);	/* warns by itself; the store is unharmed */
+		commit_upkeep(cm, upkeep);	/* warns by itself */
 		pthread_mutex_lock(&cm->lock);
 		cm->busy = 0;
 		pthread_mutex_unlock(&cm->lock);
@@ -510,10 +515,10 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	struct commit_op *ops;
 
 	/* commits that wait (a synchronous standby away) would hold the event loop */
-	if (store_stalled(cm->st))
+	if (store_health(cm->st) & (STORE_HSTALLED | STORE_HREFUSING))
 		return 0;
 	pthread_mutex_lock(&cm->lock);
-	if (cm->busy || cm->pending != NULL || cm->stop || store_broken(cm->st)) {
+	if (cm->busy || cm->pending != NULL || cm->stop) {
 		pthread_mutex_unlock(&cm->lock);
 		return 0;
 	}
@@ -527,10 +532,10 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
 		cm->committed(cm->arg, req->msg.qid);
 
-	/* the writer fills, never this thread; and reopens a store this commit broke */
-	if (store_grow_due(cm->st) || store_broken(cm->st)) {
+	/* the upkeep is the writer's, never this thread's (a store this commit left refusing too) */
+	if (store_health(cm->st) & STORE_HUPKEEP) {
 		pthread_mutex_lock(&cm->lock);
-		cm->grow = 1;
+		cm->upkeep = 1;
 		pthread_cond_signal(&cm->wake);
 		pthread_mutex_unlock(&cm->lock);
 	}

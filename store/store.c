@@ -10,8 +10,8 @@
  *	a backend cannot do it declares (caps): a store without
  *	STORE_CAP_SHARED has no node number, no queue shared with other
  *	nodes, no lease to lose. An optional entry a backend leaves NULL
- *	means what a store with no map to manage means: nothing to grow,
- *	never broken, no room to keep.
+ *	means what a store with no map to manage means: no upkeep, no room
+ *	to keep.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,29 +64,16 @@ void store_close(struct store *st)
 		OPS(st)->close(st);
 }
 
-int store_grow(struct store *st)
+/* store_health - STORE_H* bits: what the store is fit for now */
+unsigned store_health(struct store *st)
 {
-	return OPS(st)->grow ? OPS(st)->grow(st) : 0;
+	return OPS(st)->health(st);
 }
 
-int store_grow_due(struct store *st)
+/* store_upkeep - the backend's work outside transactions, for the writer between commits */
+int store_upkeep(struct store *st)
 {
-	return OPS(st)->grow_due ? OPS(st)->grow_due(st) : 0;
-}
-
-int store_broken(struct store *st)
-{
-	return OPS(st)->broken ? OPS(st)->broken(st) : 0;
-}
-
-int store_stalled(struct store *st)
-{
-	return OPS(st)->stalled ? OPS(st)->stalled(st) : 0;
-}
-
-int store_reopen(struct store *st)
-{
-	return OPS(st)->reopen ? OPS(st)->reopen(st) : 0;
+	return OPS(st)->upkeep ? OPS(st)->upkeep(st) : 0;
 }
 
 int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],

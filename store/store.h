@@ -50,7 +50,7 @@
 /* return codes: 0 is success */
 #define STORE_ENOTFOUND	(-2)	/* no such claim or message */
 #define STORE_ENOSPC	(-3)	/* map full or disk full */
-#define STORE_EIO	(-4)	/* I/O or other LMDB failure */
+#define STORE_EIO	(-4)	/* I/O failure, or the store refuses until store_upkeep() */
 #define STORE_EINVAL	(-5)	/* corrupt record, bad argument */
 #define STORE_ELEASE	(-6)	/* shared store: the message's lease went to another node */
 #define STORE_EAGAIN	(-7)	/* the database is unreachable, or a commit's outcome unknown */
@@ -131,28 +131,31 @@ const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
 #define STORE_CAP_SHARED	0x1
 #define STORE_CAP_LOCAL_READS	0x2
 unsigned store_caps(const struct store *st);
-/*
- * store_grow - keep zero-filled file ahead of LMDB's last page, so that
- * commits do not grow the file (store_grow.c); for the one thread that
- * does most of the writing, between its commits
- */
-int store_grow(struct store *st);
-int store_grow_due(struct store *st);	/* would store_grow() write now? cheap, any thread */
 void store_close(struct store *st);	/* NULL-safe */
+
 /*
- * store_broken - a sync failed: every transaction is refused (STORE_EIO)
- * until store_reopen() has opened the store again from what is durable;
- * store_reopen() waits for the transactions in progress, so the caller
- * must hold none (store/lmdb/store_lmdb.c). 0 when the store serves again, else STORE_EIO.
+ * Health, for the writer thread: store_health() says, cheaply and from
+ * any thread, what the store is fit for now (STORE_H* bits):
+ * STORE_HSTALLED: commits wait now (for a synchronous standby, on
+ * PostgreSQL): one made now would likely wait too, up to
+ * store.commit_wait. STORE_HREFUSING: every transaction is refused
+ * (STORE_EIO) until store_upkeep() has opened the store again from what
+ * is durable (LMDB, after a failed sync). STORE_HUPKEEP: store_upkeep()
+ * has work.
+ *
+ * store_upkeep() does what the backend needs done outside any
+ * transaction, between the writer's commits (LMDB: keep zero-filled file
+ * ahead of its last page, so that commits do not grow the file; grow the
+ * map up to store.map_size_max; reopen a store that refuses, which waits
+ * for the transactions in progress, so the caller must hold none). It
+ * warns by itself. 0 when the store serves, else a STORE_E* code: the
+ * store still refuses, or the room could not be made (ask again later).
  */
-int store_broken(struct store *st);
-int store_reopen(struct store *st);
-/*
- * store_stalled - commits wait now (for a synchronous standby, on
- * PostgreSQL): a commit made now would likely wait too, up to
- * store.commit_wait. 0 on LMDB.
- */
-int store_stalled(struct store *st);
+#define STORE_HSTALLED	0x1
+#define STORE_HREFUSING	0x2
+#define STORE_HUPKEEP	0x4
+unsigned store_health(struct store *st);
+int store_upkeep(struct store *st);
 const char *store_strerror(int err);
 
 /*

@@ -16,8 +16,8 @@
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
  *	there then. An entry marked optional may be NULL: store.c then does
- *	what a backend without that feature means (no map to grow, never
- *	broken, no room to keep).
+ *	what a backend without that feature means (no upkeep, no room to
+ *	keep).
  *
  *	The backend is chosen in store_open.c alone, which calls its own
  *	open function (store_lmdb_open(), store_pg_open()); nothing else
@@ -33,12 +33,8 @@ struct store_ops {
 	unsigned caps;			/* STORE_CAP_* */
 	void (*close) (struct store *st);
 
-	/* the map and a failed sync: LMDB's (optional) */
-	int (*grow) (struct store *st);
-	int (*grow_due) (struct store *st);
-	int (*broken) (struct store *st);
-	int (*reopen) (struct store *st);
-	int (*stalled) (struct store *st);	/* PostgreSQL's (optional) */
+	unsigned (*health) (struct store *st);
+	int (*upkeep) (struct store *st);	/* optional: nothing to do outside transactions */
 
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,

@@ -80,12 +80,14 @@ static inline struct lmdb_store *lmdb_of(struct store *st)
 	return (struct lmdb_store *) st;
 }
 
-/* the interface's entries (store_backend.h), one per store.h function */
-void lmdb_close(struct store *base);
+/* what store_upkeep() and store_health() are made of (store_lmdb.c) */
 int lmdb_grow(struct store *base);
 int lmdb_grow_due(struct store *base);
 int lmdb_broken(struct store *base);
 int lmdb_reopen(struct store *base);
+
+/* the interface's entries (store_backend.h), one per store.h function */
+void lmdb_close(struct store *base);
 int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found);

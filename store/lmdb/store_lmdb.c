@@ -442,7 +442,7 @@ static int reopen_flush(struct lmdb_store *st)
 }
 
 /*
- * store_reopen - after a failed sync: close the environment and open it
+ * lmdb_reopen - after a failed sync: close the environment and open it
  * again from what is durable (see the header). Waits for every
  * transaction to end; for the writer thread, which holds none. 0 when
  * the store serves again; STORE_EIO when it is still broken (the disk
@@ -568,15 +568,29 @@ int lmdb_stats(struct store *base, struct store_stats *s)
 	return 0;
 }
 
+/* lmdb_health - refusing after a failed sync, with a reopen to do; upkeep due when the file or map should grow */
+static unsigned lmdb_health(struct store *base)
+{
+	if (lmdb_broken(base))
+		return STORE_HREFUSING | STORE_HUPKEEP;
+	return lmdb_grow_due(base) ? STORE_HUPKEEP : 0;
+}
+
+/* lmdb_upkeep - reopen a store that a failed sync broke, else grow the file and map ahead */
+static int lmdb_upkeep(struct store *base)
+{
+	if (lmdb_broken(base))
+		return lmdb_reopen(base);
+	return lmdb_grow(base);
+}
+
 /* the interface's table for LMDB */
 const struct store_ops lmdb_ops = {
 	.name = "lmdb",
 	.caps = STORE_CAP_LOCAL_READS,
 	.close = lmdb_close,
-	.grow = lmdb_grow,
-	.grow_due = lmdb_grow_due,
-	.broken = lmdb_broken,
-	.reopen = lmdb_reopen,
+	.health = lmdb_health,
+	.upkeep = lmdb_upkeep,
 	.claims_get = lmdb_claims_get,
 	.txn_begin = lmdb_txn_begin,
 	.txn_claim_get = lmdb_txn_claim_get,

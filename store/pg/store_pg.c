@@ -698,16 +698,16 @@ void store_pg_set_commit_wait(struct store *base, int64_t us)
 		st->commit_wait_us = us;
 }
 
-/* pg_stalled - do commits wait for replication now? */
-static int pg_stalled(struct store *base)
+/* pg_health - stalled while commits wait for replication; never refusing, no upkeep */
+static unsigned pg_health(struct store *base)
 {
 	struct pg_store *st = (struct pg_store *) base;
-	int yes;
+	int stalled;
 
 	pthread_mutex_lock(&st->mu);
-	yes = st->repl_waiting > 0;
+	stalled = st->repl_waiting > 0;
 	pthread_mutex_unlock(&st->mu);
-	return yes;
+	return stalled ? STORE_HSTALLED : 0;
 }
 
 /* pg_node_id - the node's slot, 0..255 */
@@ -753,7 +753,7 @@ const struct store_ops store_pg_ops = {
 	.name = "postgresql",
 	.caps = STORE_CAP_SHARED,
 	.close = pg_close,
-	.stalled = pg_stalled,
+	.health = pg_health,
 	.claims_get = store_pg_claims_get,
 	.txn_begin = store_pg_txn_begin,
 	.txn_keys = store_pg_txn_keys,

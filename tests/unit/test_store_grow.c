@@ -1,5 +1,5 @@
 /*
- * test_store_grow - store_grow(): zero-filled file ahead of LMDB's last
+ * test_store_grow - store_upkeep(): zero-filled file ahead of LMDB's last
  * page, so that commits overwrite blocks the file already has instead of
  * growing it; never past the map size; nothing LMDB wrote is touched;
  * the store reads the same afterwards, also read-only and after reopen;
@@ -128,13 +128,13 @@ static void test_grow_reserves(void **state)
 
 	CHECK_INT("put", put_msg(f->st, 0, 3000), 0);
 	used = used_bytes(f);
-	CHECK_INT("store_grow", store_grow(f->st), 0);
+	CHECK_INT("store_upkeep", store_upkeep(f->st), 0);
 	size = file_size(f);
 	if (size < used + MB / 2 || size > used + MB)
 		fail_msg("file size: got %llu, want in [%llu, %llu]", (unsigned long long) size,
 			 (unsigned long long) (used + MB / 2), (unsigned long long) (used + MB));
 	zeros_from(f, used);
-	CHECK_INT("a second store_grow changes nothing", store_grow(f->st), 0);
+	CHECK_INT("a second store_upkeep changes nothing", store_upkeep(f->st), 0);
 	CHECK_INT("size", file_size(f), size);
 
 	/* commits inside the reserve overwrite it: the file keeps its size */
@@ -160,7 +160,7 @@ static void test_grow_follows(void **state)
 
 	for (i = 0; i < 400; i++) {
 		CHECK_INT("put", put_msg(f->st, i, 20000), 0);
-		CHECK_INT("store_grow", store_grow(f->st), 0);
+		CHECK_INT("store_upkeep", store_upkeep(f->st), 0);
 		size = file_size(f);
 		if (size < used_bytes(f) + MB / 2 || size > TEST_MAP)
 			fail_msg("after %d: file %llu, used %llu: want at least half a MB ahead,"
@@ -194,11 +194,11 @@ static void test_grow_map_cap(void **state)
 	int i, rc = 0;
 
 	store_lmdb_set_map_max(f->st, 256u << 10);	/* the map may not grow either */
-	CHECK_INT("store_grow", store_grow(f->st), 0);
+	CHECK_INT("store_upkeep", store_upkeep(f->st), 0);
 	CHECK_INT("file size: the map", file_size(f), 256u << 10);
 	zeros_from(f, used_bytes(f));
 	for (i = 0; i < 1000 && (rc = put_msg(f->st, i, 3000)) == 0; i++)
-		CHECK_INT("store_grow", store_grow(f->st), 0);
+		CHECK_INT("store_upkeep", store_upkeep(f->st), 0);
 	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
 	CHECK_INT("file size still the map", file_size(f), 256u << 10);
 	while (i-- > 0)
@@ -227,19 +227,19 @@ static void test_grow_refused(void **state)
 	size0 = file_size(f);
 	limit = size0 + 64 * 1024;
 	fsize_limit((rlim_t) limit);
-	if (store_grow(f->st) == 0)
-		fail_msg("store_grow past the file size limit: got 0, want an error");
+	if (store_upkeep(f->st) == 0)
+		fail_msg("store_upkeep past the file size limit: got 0, want an error");
 	if (file_size(f) > limit)
 		fail_msg("file size: got %llu, want at most the limit %llu",
 			 (unsigned long long) file_size(f), (unsigned long long) limit);
 	/* not again at the next batch: the store must grow by half a step first */
-	CHECK_INT("store_grow right after a failure", store_grow(f->st), 0);
+	CHECK_INT("store_upkeep right after a failure", store_upkeep(f->st), 0);
 	CHECK_INT("put after the failure", put_msg(f->st, n++, 3000), 0);
 
 	fsize_limit(RLIM_INFINITY);
 	for (i = 0; i < 2000 && rc != 0; i++) {
 		CHECK_INT("put", put_msg(f->st, n++, 3000), 0);
-		if (store_grow(f->st) == 0 && file_size(f) >= used_bytes(f) + MB / 2)
+		if (store_upkeep(f->st) == 0 && file_size(f) >= used_bytes(f) + MB / 2)
 			rc = 0;
 	}
 	CHECK_INT("reserve made once the disk takes it", rc, 0);
@@ -249,6 +249,34 @@ static void test_grow_refused(void **state)
 	signal(SIGXFSZ, SIG_DFL);
 }
 
+/*
+ * test_health_upkeep - what the writer reads (store_health) and does
+ * (store_upkeep) around a failed sync: refusing, every transaction EIO,
+ * until one upkeep opens it again from what is durable; upkeep due
+ * while the file should grow, not once grown
+ */
+static void test_health_upkeep(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+
+	CHECK_INT("a new store: the file is to be grown ahead", store_health(f->st), STORE_HUPKEEP);
+	CHECK_INT("upkeep", store_upkeep(f->st), 0);
+	CHECK_INT("grown: healthy", store_health(f->st), 0);
+	CHECK_INT("put", put_msg(f->st, 1, 3000), 0);
+
+	lmdb_break(lmdb_of(f->st), "a test's failed sync");
+	CHECK_INT("after a failed sync", store_health(f->st), STORE_HREFUSING | STORE_HUPKEEP);
+	CHECK_INT("a transaction refused", store_txn_begin(f->st, &t), STORE_EIO);
+	CHECK_INT("still refusing", store_health(f->st) & STORE_HREFUSING, STORE_HREFUSING);
+
+	CHECK_INT("upkeep opens it again", store_upkeep(f->st), 0);
+	CHECK_INT("refusing no more", store_health(f->st) & STORE_HREFUSING, 0);
+	check_msg(f->st, 1, 3000);
+	CHECK_INT("put after", put_msg(f->st, 2, 3000), 0);
+	check_msg(f->st, 2, 3000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +284,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_grow_follows, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_grow_map_cap, fx_setup_tiny, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_grow_refused, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_health_upkeep, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests_name("store_grow", tests, NULL, NULL);

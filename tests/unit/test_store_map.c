@@ -133,7 +133,7 @@ static void test_grow_step3(void **state)
 	grow_after(*state, 3);
 }
 
-/* test_grow_by_itself - store_grow() doubles the map as it fills, up to the ceiling */
+/* test_grow_by_itself - store_upkeep() doubles the map as it fills, up to the ceiling */
 static void test_grow_by_itself(void **state)
 {
 	struct fx *f = *state;
@@ -141,7 +141,7 @@ static void test_grow_by_itself(void **state)
 
 	store_lmdb_set_map_max(f->st, 3 * (uint64_t) START);
 	for (i = 0; i < 4000 && (rc = put(f->st, i, 50000)) == 0; i++)
-		(void) store_grow(f->st);
+		(void) store_upkeep(f->st);
 	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
 	CHECK_INT("map at the ceiling", map(f->st), lmdb_map_jbase(3 * (uint64_t) START));
 	if (i < 1500)
