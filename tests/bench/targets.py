@@ -36,7 +36,9 @@ DESCRIPTION
                       with "msgs_per_s" (the model's answer) and "note"
       5  dup, dup_cpu_ms  duplicates answered/s and CPU a duplicate
                       ("idemrelay", "pg1"), Postfix's CPU a message of the
-                      same load accepted and delivered (fig_dup)
+                      same load accepted and delivered (fig_dup); for pg1
+                      also res.extra["pg_counters"]["pg1"]["dup"]: PostgreSQL's
+                      own CPU a duplicate in fig_where's run
 """
 
 
@@ -147,6 +149,12 @@ def targets(res, info, fmt):
              "duplicates, %s: CPU a duplicate answered, beside the rate" % label,
              "%s at %s answers/s" % (fmt(cpu, " ms"), fmt(rate)) if cpu is not None else "-",
              "reported", "REPORTED" if cpu is not None else None)
+        where = ((res.extra.get("pg_counters") or {}).get(who) or {}).get("dup") or {}
+        if where.get("cpu_ms_per_msg_pg") is not None:
+            line(" ", "  and PostgreSQL's own CPU a duplicate (one more run, alone)",
+                 "%s (the node %s)" % (fmt(where["cpu_ms_per_msg_pg"], " ms"),
+                                       fmt(where.get("cpu_ms_per_msg_nodes"), " ms")),
+                 "reported", "REPORTED")
     cpu_pf = res.med("dup_cpu_ms", "Postfix")
     if cpu_pf is not None:
         line(" ", "  Postfix, the same load: CPU a message accepted and delivered",
