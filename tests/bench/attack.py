@@ -105,7 +105,6 @@ RAMP = 3.0              # seconds of attack before the legitimate client starts
 EVERY = 0.5             # the legitimate client's cadence, and the NOOP flood's
 LEGIT_TIMEOUT = 20.0    # one legitimate session's deadline
 USER, PASSWORD = bench.SUBMIT_USER, bench.SUBMIT_PASSWORD
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 class SmtpError(Exception):
@@ -253,17 +252,6 @@ def legit_run(port, secs):
 
 # ---------------------------------------------------------------- the server's processes
 
-def proc_stat(pid):
-    """proc_stat - (ppid, own CPU ticks, reaped children's CPU ticks) or None"""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            s = f.read()
-    except OSError:
-        return None
-    v = s[s.rindex(")") + 2:].split()
-    return int(v[1]), int(v[11]) + int(v[12]), int(v[13]) + int(v[14])
-
-
 def proc_mem(pid):
     """proc_mem - (RSS, PSS) in KB, or None once gone"""
     out = {}
@@ -292,7 +280,7 @@ class Procs:
         kids = []
         for e in os.listdir("/proc"):
             if e.isdigit():
-                st = proc_stat(int(e))
+                st = bench.proc_stat(int(e))
                 if st and st[0] == self.root:
                     kids.append(int(e))
         return [self.root] + kids
@@ -300,12 +288,7 @@ class Procs:
     def cpu(self):
         """cpu - seconds of CPU so far: every live process's own, and what the
         root has reaped (a Postfix smtpd that exited)"""
-        total = 0
-        for pid in self.pids():
-            st = proc_stat(pid)
-            if st:
-                total += st[1] + (st[2] if pid == self.root else 0)
-        return total / TICK
+        return bench.tree_cpu(self.root) if self.tree else bench.proc_cpu(self.root)
 
     def mem(self):
         """mem - (RSS MB, PSS MB, processes)"""
