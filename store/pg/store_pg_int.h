@@ -36,7 +36,7 @@
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
-#define PG_SCHEMA_VERSION 3
+#define PG_SCHEMA_VERSION 4
 #define PG_PARAMS_MAX	24
 
 /* the element types of arrays and parameters */
@@ -60,6 +60,25 @@
 #define PG_ROW_QUEUED(alias)	alias "queued IS TRUE"
 
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+/*
+ * The inflight mark's two columns (schema 2, store_pg_schema.c): a mark
+ * names its lease (mark_token); clearing it while finishing the message
+ * under another lease names the mark the verdict was on (verdict_on).
+ * PG_MARK_SET, in the trigger's WHEN, says NEW already holds what
+ * idemrelay_mark() would set; PG_MARK_COLS sets them so in an UPDATE of
+ * messages m, given the row's new inflight and queued (the lease token
+ * unchanged), and leaves them alone where inflight does not change.
+ */
+#define PG_MARK_SET "(CASE WHEN NEW.inflight THEN NEW.mark_token IS NOT DISTINCT FROM " \
+	"NEW.lease_token AND NEW.verdict_on IS NULL WHEN NOT NEW.queued AND OLD.mark_token IS " \
+	"DISTINCT FROM NEW.lease_token THEN NEW.verdict_on IS NOT DISTINCT FROM OLD.mark_token " \
+	"ELSE NEW.verdict_on IS NULL END)"
+#define PG_MARK_COLS(inflight, queued) \
+	"mark_token = CASE WHEN (" inflight ") AND NOT m.inflight THEN m.lease_token " \
+	"ELSE m.mark_token END, verdict_on = CASE WHEN (" inflight ") = m.inflight " \
+	"THEN m.verdict_on WHEN (" inflight ") THEN NULL WHEN NOT (" queued ") AND " \
+	"m.mark_token IS DISTINCT FROM m.lease_token THEN m.mark_token ELSE NULL END"
+
 /* the fence's SQLSTATE (store_pg_schema.c's idemrelay_fenced()): a lease went elsewhere */
 #define PG_SQLSTATE_FENCE "IR001"
 /*

@@ -110,6 +110,7 @@ static const char SQL_UPDATES[] =
 	"next_attempt, inflight, done, release)), "
 	"u AS (UPDATE messages m SET attempts = v.attempts + CASE WHEN v.done THEN 1 ELSE 0 END, "
 	"next_attempt = v.next_attempt, inflight = v.inflight, updated = $2, queued = NOT v.done, "
+	PG_MARK_COLS("v.inflight", "NOT v.done") ", "
 	"data = CASE WHEN v.done THEN NULL ELSE m.data END, "
 	"finished = CASE WHEN v.done THEN $2 ELSE m.finished END, "
 	"expires = CASE WHEN v.done THEN $2 + CASE WHEN m.ttl > 0 THEN m.ttl ELSE $11 END + 1 "
@@ -137,7 +138,8 @@ static const char SQL_RCPT_STATES[] =
 	"reply) WHERE r.qid = v.qid AND r.idx = v.idx";
 
 static const char SQL_INFLIGHT[] =
-	"WITH u AS (UPDATE messages m SET inflight = v.flag FROM (SELECT * FROM "
+	"WITH u AS (UPDATE messages m SET inflight = v.flag, " PG_MARK_COLS("v.flag", "m.queued")
+	" FROM (SELECT * FROM "
 	"unnest($2::text[], $3::int8[], $4::bool[]) LIMIT $5) AS v(qid, token, flag) "
 	"WHERE m.qid = v.qid AND " FENCE " RETURNING 1) "
 	"SELECT idemrelay_fenced(count(*), $5) FROM u";

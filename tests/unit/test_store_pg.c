@@ -9,7 +9,8 @@
  * back, a result that never comes, statements prepared per connection, a
  * lost lease in a group commit failing only its own write; a verdict
  * another node made on a mark whose node sent no final dot undone
- * (store_msg_revive), and each case where it must not be; a version 1
+ * (store_msg_revive), and each case where it must not be; the mark's
+ * columns written by the statements, not by the trigger's function; a version 1
  * schema upgraded; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
  * the settings a URL's options give kept over ours; the pooler probe
@@ -161,17 +162,19 @@ static void test_schema_version(void **state)
 {
 	struct fx *f = *state;
 	struct store *st = NULL;
-	char err[512] = "", *url, empty[96];
+	char err[512] = "", *url, empty[96], want[96], back[64];
 
 	store_close(f->st);
 	f->st = NULL;
 	sql(f, "UPDATE idemrelay_schema SET version = 99", NULL);
 	CHECK_INT("newer schema", store_pg_open(&st, f->url, TEST_NODE, TEST_LEASE, err,
 						sizeof(err)), STORE_EINVAL);
-	if (strstr(err, "schema version 99 is newer than this idemrelay (3); upgrade idemrelay")
-	    == NULL)
+	snprintf(want, sizeof(want), "schema version 99 is newer than this idemrelay (%d); "
+		 "upgrade idemrelay", PG_SCHEMA_VERSION);
+	if (strstr(err, want) == NULL)
 		fail_msg("newer schema: got \"%s\"", err);
-	sql(f, "UPDATE idemrelay_schema SET version = 3", NULL);	/* PG_SCHEMA_VERSION */
+	snprintf(back, sizeof(back), "%d", PG_SCHEMA_VERSION);
+	sql(f, "UPDATE idemrelay_schema SET version = %s", back);
 	fx_open(f, TEST_MAP);
 
 	/* a client (idemrelayctl) creates nothing */
@@ -1641,6 +1644,51 @@ static void test_revive_refused(void **state)
 }
 
 /*
+ * schema 4: a mark and a verdict on another lease's mark write
+ * mark_token and verdict_on themselves, so idemrelay_mark() (replaced
+ * here by one that counts its calls) never runs for them; a statement
+ * that leaves the columns alone (a node of an older version) still gets
+ * them set by it
+ */
+static void test_mark_columns(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg a;
+	const char *qid = "MARKCOLS0001";
+
+	sql(f, "CREATE TABLE mark_calls (n int); INSERT INTO mark_calls VALUES (0); "
+	    "CREATE OR REPLACE FUNCTION idemrelay_mark() RETURNS trigger LANGUAGE plpgsql AS $f$ "
+	    "BEGIN UPDATE mark_calls SET n = n + 1; IF NEW.inflight THEN "
+	    "NEW.mark_token := NEW.lease_token; NEW.verdict_on := NULL; ELSIF NOT NEW.queued AND "
+	    "OLD.mark_token IS DISTINCT FROM NEW.lease_token THEN NEW.verdict_on := OLD.mark_token; "
+	    "ELSE NEW.verdict_on := NULL; END IF; RETURN NEW; END $f$%s", NULL);
+	marked_and_lost(f, b, qid, 1, &a);
+	CHECK_INT("A's mark names A's lease", sql_int(f->url, "SELECT mark_token FROM messages "
+						     "WHERE qid = 'MARKCOLS0001'"), a.lease);
+	verdict(b, qid);
+	CHECK_INT("B's verdict was on A's mark", sql_int(f->url, "SELECT verdict_on FROM messages "
+							 "WHERE qid = 'MARKCOLS0001'"), a.lease);
+	spool_one(f->st, "MARKCOLS0002", 2);
+	CHECK_INT("a mark", store_msg_set_inflight(f->st, "MARKCOLS0002", 1), 0);
+	CHECK_INT("its own outcome", sent(f->st, "MARKCOLS0002"), 0);
+	CHECK_INT("no verdict on its own mark", sql_int(f->url, "SELECT count(*) FROM messages "
+							"WHERE qid = 'MARKCOLS0002' AND "
+							"verdict_on IS NULL AND mark_token = "
+							"lease_token AND NOT inflight"), 1);
+	CHECK_INT("the function never ran", sql_int(f->url, "SELECT n FROM mark_calls"), 0);
+
+	sql(f, "UPDATE messages SET inflight = true, mark_token = NULL WHERE qid = '%s'", qid);
+	CHECK_INT("an old statement: the function ran", sql_int(f->url, "SELECT n FROM mark_calls"),
+		  1);
+	CHECK_INT("and named the lease", sql_int(f->url, "SELECT count(*) FROM messages WHERE "
+						 "qid = 'MARKCOLS0001' AND mark_token = lease_token "
+						 "AND verdict_on IS NULL"), 1);
+	store_msg_free(&a);
+	store_close(b);
+}
+
+/*
  * a schema at version 1, made by that version's own text, with a message
  * marked: a node's start upgrades it; the old mark names no lease, so a
  * verdict on it is nobody's to undo; a mark made after names its lease
@@ -1729,6 +1777,7 @@ int main(void)
 		T(test_revive),
 		T(test_revive_not_its_mark),
 		T(test_revive_refused),
+		T(test_mark_columns),
 		T(test_schema_upgrade),
 	};
 
