@@ -391,9 +391,9 @@ int ctl_stats(struct ctl *x)
 			   (unsigned long long) s.queued,
 			   (long long) (oldest ? (x->now - oldest) / US : 0),
 			   (unsigned long long) s.claims, (unsigned long long) stories,
-			   (unsigned long long) keys, (unsigned long long) s.map_size,
-			   (unsigned long long) s.map_used, (unsigned long long) s.map_ceiling,
-			   s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
+			   (unsigned long long) keys, (unsigned long long) s.space.size,
+			   (unsigned long long) s.space.used, (unsigned long long) s.space.ceiling,
+			   s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
 		if (live && dstore)
 			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"store\":%.*s,"
 				   "\"counters\":%.*s}", pid, up, (int) dlen, dstore,
@@ -441,11 +441,11 @@ int ctl_stats(struct ctl *x)
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
 	       (unsigned long long) keys);
-	if (x->cf.store.backend == CONF_STORE_LMDB)
+	if (s.space.size != 0)		/* room of its own: LMDB's map */
 		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
-		       " (%.1f%% full)\n", s.map_used / 1048576.0, s.map_size / 1048576.0,
-		       s.map_ceiling / 1048576.0,
-		       s.map_ceiling ? 100.0 * s.map_used / s.map_ceiling : 0.0);
+		       " (%.1f%% full)\n", s.space.used / 1048576.0, s.space.size / 1048576.0,
+		       s.space.ceiling / 1048576.0,
+		       s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
 daemon:
 	if (!live) {
 		printf("daemon       %s\n", why);

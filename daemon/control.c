@@ -295,9 +295,9 @@ static void do_stats(struct control *ctl, struct buf *out)
 		   "\"up\":%s,\"outages\":%llu,\"replication_waiting\":%llu,"
 		   "\"replication_waits\":%llu,\"voided\":%llu},\"counters\":{", (long) getpid(),
 		   (long long) ((clock_us() - ctl->started) / 1000000), store_backend(ctl->st),
-		   up ? "true" : "false", (unsigned long long) ss.outages,
-		   (unsigned long long) ss.repl_waiting, (unsigned long long) ss.repl_waits,
-		   (unsigned long long) ss.voided);
+		   up ? "true" : "false", (unsigned long long) ss.reach.outages,
+		   (unsigned long long) ss.reach.repl_waiting, (unsigned long long) ss.reach.repl_waits,
+		   (unsigned long long) ss.reach.voided);
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		buf_printf(out, "%s\"%s\":%llu", i ? "," : "", metrics_name(i),
 			   (unsigned long long) s.counters[i]);

@@ -221,22 +221,22 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 		return;
 	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
 	if (store_stats(st, &s) != 0) {
-		g->outages = s.outages;		/* filled even when the store is away */
-		g->repl_waiting = s.repl_waiting;
-		g->repl_waits = s.repl_waits;
-		g->voided = s.voided;
+		g->outages = s.reach.outages;		/* filled even when the store is away */
+		g->repl_waiting = s.reach.repl_waiting;
+		g->repl_waits = s.reach.repl_waits;
+		g->voided = s.reach.voided;
 		return;
 	}
-	g->outages = s.outages;
-	g->repl_waiting = s.repl_waiting;
-	g->repl_waits = s.repl_waits;
-	g->voided = s.voided;
+	g->outages = s.reach.outages;
+	g->repl_waiting = s.reach.repl_waiting;
+	g->repl_waits = s.reach.repl_waits;
+	g->voided = s.reach.voided;
 	g->store_ok = 1;
 	g->queue_depth = s.queued;
 	g->claims = s.claims;
-	g->map_size = s.map_size;
-	g->map_used = s.map_used;
-	g->map_ceiling = s.map_ceiling;
+	g->map_size = s.space.size;
+	g->map_used = s.space.used;
+	g->map_ceiling = s.space.ceiling;
 	if (store_queue_oldest(st, &oldest) == 0 && oldest > 0) {
 		g->oldest_seconds = (double) clock_us() / 1e6 - oldest / 1e6;
 		if (g->oldest_seconds < 0)
@@ -315,7 +315,7 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		gauge(out, "idemrelay_claims", "Claims stored (live or awaiting expiry).",
 		      (double) g->claims);
 	}
-	if (g->store_ok && !g->shared) {	/* LMDB's map */
+	if (g->store_ok && g->map_size != 0) {	/* a store with room of its own: LMDB's map */
 		gauge(out, "idemrelay_store_map_size_bytes", "LMDB map size.",
 		      (double) g->map_size);
 		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",

@@ -49,7 +49,7 @@
 
 /* return codes: 0 is success */
 #define STORE_ENOTFOUND	(-2)	/* no such claim or message */
-#define STORE_ENOSPC	(-3)	/* map full or disk full */
+#define STORE_ENOSPC	(-3)	/* no room left: the store's own (store_stats space), or the disk's */
 #define STORE_EIO	(-4)	/* I/O failure, or the store refuses until store_upkeep() */
 #define STORE_EINVAL	(-5)	/* corrupt record, bad argument */
 #define STORE_ELEASE	(-6)	/* shared store: the message's lease went to another node */
@@ -259,18 +259,33 @@ int store_lease_renew(struct store *st, int64_t now);
 void store_lease_release(struct store *st, const char *qid);
 int store_queue_due(struct store *st, const char *qid, int64_t when);
 
+/*
+ * store_stats - the figures, the same for every backend. space: the room
+ * a store manages itself (LMDB's map: its size now, what of it is in use,
+ * how far it may grow: store.map_size_max, the disk); all 0 where the
+ * room is the database's own (PostgreSQL). reach: whether a store across
+ * the network can be reached and how its commits wait for replication;
+ * all 0 for a store on the node's own disk. reach is filled even when
+ * store_stats() fails.
+ */
+struct store_space {
+	uint64_t size, used, ceiling;
+};
+
+struct store_reach {
+	int unavailable;		/* it cannot be reached now */
+	uint64_t outages;		/* times it became unreachable since start */
+	uint64_t repl_waiting;		/* commits waiting for replication now */
+	uint64_t repl_waits;		/* times commits started to wait for it */
+	uint64_t voided;		/* batches answered 451 while their commit waited */
+};
+
 struct store_stats {
 	uint64_t claims, queued;
-	uint64_t map_size, map_used;	/* LMDB's map now, and what of it is in use (0 on PostgreSQL) */
-	uint64_t map_ceiling;		/* how far it may grow: store.map_size_max, the disk */
 	uint64_t txns;			/* write transactions committed, ever */
-	int unavailable;		/* PostgreSQL: the database cannot be reached now */
-	uint64_t outages;		/* PostgreSQL: times it became unreachable since start */
-	uint64_t repl_waiting;		/* PostgreSQL: commits waiting for replication now */
-	uint64_t repl_waits;		/* PostgreSQL: times commits started to wait for it */
-	uint64_t voided;		/* PostgreSQL: batches answered 451 while their commit waited */
+	struct store_space space;
+	struct store_reach reach;
 };
-/* store_stats - the figures; unavailable and outages are filled even when it fails */
 int store_stats(struct store *st, struct store_stats *s);
 
 /*

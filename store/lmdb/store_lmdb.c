@@ -550,21 +550,21 @@ int lmdb_stats(struct store *base, struct store_stats *s)
 	    && (rc = mdb_env_info(st->env, &info)) == 0) {
 		s->claims = claims.ms_entries;
 		s->queued = queue.ms_entries;
-		s->map_size = info.me_mapsize;
-		s->map_used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
+		s->space.size = info.me_mapsize;
+		s->space.used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
 		s->txns = info.me_last_txnid;
 	}
 	lmdb_read_end(st, txn);
 	if ((err = lmdb_mdb_error(rc, "stat")) != 0)
 		return err;
 	/* what LMDB holds: its pages up to the last, less those it may use again */
-	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->map_used)
-		s->map_used -= freel * env.ms_psize;
-	s->map_ceiling = lmdb_map_ceiling(st);
-	if (lmdb_map_jbase(s->map_ceiling))
-		s->map_ceiling = lmdb_map_jbase(s->map_ceiling);
-	if (s->map_ceiling < s->map_size)
-		s->map_ceiling = s->map_size;
+	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->space.used)
+		s->space.used -= freel * env.ms_psize;
+	s->space.ceiling = lmdb_map_ceiling(st);
+	if (lmdb_map_jbase(s->space.ceiling))
+		s->space.ceiling = lmdb_map_jbase(s->space.ceiling);
+	if (s->space.ceiling < s->space.size)
+		s->space.ceiling = s->space.size;
 	return 0;
 }
 

@@ -726,15 +726,15 @@ static int pg_stats(struct store *base, struct store_stats *s)
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&st->mu);
-	s->unavailable = st->down;
-	s->outages = st->outages;
+	s->reach.unavailable = st->down;
+	s->reach.outages = st->outages;
 	s->txns = st->txns;
-	s->repl_waiting = st->repl_waiting;
-	s->repl_waits = st->repl_waits;
-	s->voided = st->voided;
+	s->reach.repl_waiting = st->repl_waiting;
+	s->reach.repl_waits = st->repl_waits;
+	s->reach.voided = st->voided;
 	pthread_mutex_unlock(&st->mu);
 	if ((err = store_pg_take(st, &c)) != 0) {
-		s->unavailable = 1;
+		s->reach.unavailable = 1;
 		return err;
 	}
 	/* the queued are few and indexed (messages_due): counted */

@@ -259,8 +259,8 @@ int main(int argc, char **argv)
 	}
 	printf("claims=%llu secs=%.1f claims_per_s=%.0f map_used=%llu bytes_per_claim=%.1f\n",
 	       (unsigned long long) ss.claims, secs, secs > 0 ? n / secs : 0.0,
-	       (unsigned long long) ss.map_used,
-	       ss.claims ? (double) ss.map_used / (double) ss.claims : 0.0);
+	       (unsigned long long) ss.space.used,
+	       ss.claims ? (double) ss.space.used / (double) ss.claims : 0.0);
 	store_close(st);
 	free(hashes);
 	return 0;

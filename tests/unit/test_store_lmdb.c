@@ -67,10 +67,10 @@ static void test_open_lmdb(void **state)
 
 	CHECK_INT("stats", store_stats(f->st, &s), 0);
 	/* LMDB's map: map_size less the journal's region past it */
-	CHECK_INT("stats map_size", s.map_size, TEST_MAP - STORE_JOURNAL_SIZE);
-	if (s.map_used == 0 || s.map_used > s.map_size)
+	CHECK_INT("stats map_size", s.space.size, TEST_MAP - STORE_JOURNAL_SIZE);
+	if (s.space.used == 0 || s.space.used > s.space.size)
 		fail_msg("stats map_used: got %llu, want in (0, %llu]",
-			 (unsigned long long) s.map_used, (unsigned long long) s.map_size);
+			 (unsigned long long) s.space.used, (unsigned long long) s.space.size);
 
 	/* only the last component is created */
 	snprintf(bad, sizeof(bad), "%s/no/such", f->dir);
@@ -285,9 +285,9 @@ static void test_map_full(void **state)
 	CHECK_INT("after freeing", spool(f->st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
 	CHECK_INT("stats", store_stats(f->st, &s), 0);
-	if (s.map_used > s.map_size)
-		fail_msg("map_used: got %llu, want <= %llu", (unsigned long long) s.map_used,
-			 (unsigned long long) s.map_size);
+	if (s.space.used > s.space.size)
+		fail_msg("map_used: got %llu, want <= %llu", (unsigned long long) s.space.used,
+			 (unsigned long long) s.space.size);
 }
 
 /* test_corrupt_records - garbage written under the store's feet */

@@ -77,7 +77,7 @@ static uint64_t map(struct store *st)
 	struct store_stats s;
 
 	CHECK_INT("stats", store_stats(st, &s), 0);
-	return s.map_size;
+	return s.space.size;
 }
 
 /*
