@@ -18,9 +18,10 @@ BIN      = bin
 # other (top first); `make check-layers` enforces that order on #include
 # and on the symbols each library leaves undefined (nm).
 # Each program names the libraries it needs.
-LAYERS   = deliver relay tls smtp store conf util
+LAYERS   = deliver relay queue tls smtp store conf util
 deliver_SRC = $(wildcard deliver/*.c deliver/esmtp/*.c)
 relay_SRC   = $(wildcard relay/*.c)
+queue_SRC   = $(wildcard queue/*.c)
 tls_SRC     = $(wildcard tls/*.c)
 smtp_SRC    = $(wildcard smtp/*.c)
 store_SRC   = $(wildcard store/*.c store/lmdb/*.c store/pg/*.c)
@@ -28,7 +29,7 @@ conf_SRC    = $(wildcard conf/*.c)
 util_SRC    = $(wildcard util/*.c)
 lib         = $(B)/lib$(1).a
 LIBS_ALL    = $(foreach l,$(LAYERS),$(call lib,$(l)))
-LIBS_CTL    = $(foreach l,relay store conf util,$(call lib,$(l)))
+LIBS_CTL    = $(foreach l,queue store conf util,$(call lib,$(l)))
 LIB_OBJ     = $(foreach l,$(LAYERS),$($(l)_SRC:%.c=$(B)/%.o)) $(B)/conf_default.o
 DAEMON_OBJ  = $(patsubst %.c,$(B)/%.o,$(wildcard daemon/*.c))
 CTL_OBJ     = $(patsubst %.c,$(B)/%.o,$(wildcard ctl/*.c))
@@ -77,7 +78,7 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # through a plain driver, so it needs no clang.
 FUZZERS   = session parse filter keys deliver
 FUZZ_TIME ?= 60
-FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c relay/keys.c
+FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c queue/keys.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # fuzz_deliver runs the delivery client and libesmtp against a scripted
 # upstream: the store's side (deliver.c, deliver_record.c) is stubbed in

@@ -52,7 +52,7 @@
 #include "../util/log.h"
 #include "ctl.h"
 #include "../util/json.h"
-#include "../relay/keys.h"
+#include "../queue/keys.h"
 
 #define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000

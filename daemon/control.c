@@ -30,9 +30,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../relay/commit.h"
+#include "../queue/commit.h"
 #include "../relay/dupcount.h"
-#include "../relay/metrics.h"
+#include "../queue/metrics.h"
 #include "../util/admin.h"
 #include "../util/buf.h"
 #include "../util/hash.h"

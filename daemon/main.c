@@ -36,8 +36,8 @@
 #include "control.h"
 #include "../deliver/deliver.h"
 #include "../deliver/esmtp/deliver_esmtp.h"
-#include "../relay/metrics.h"
-#include "../relay/qid.h"
+#include "../queue/metrics.h"
+#include "../queue/qid.h"
 #include "../relay/server.h"
 
 /* mkdir_parents - create the directories above the setting's path, as mkdir -p would */

@@ -39,7 +39,7 @@
  *	the submissions' group commit as on LMDB, sharing its round trip
  *	and WAL flush: a lost lease (STORE_ELEASE) fails that transaction,
  *	whose submissions the writer then commits one by one and whose
- *	delivery writes each alone (relay/commit.c), so it fails that
+ *	delivery writes each alone (queue/commit.c), so it fails that
  *	message alone, which is then left to the node that holds it; its
  *	inflight mark fails too, so no final dot goes out from a node that
  *	lost the lease.
@@ -61,7 +61,7 @@
 #include "../util/clock.h"
 #include "../util/deadline.h"
 #include "../util/log.h"
-#include "../relay/metrics.h"
+#include "../queue/metrics.h"
 #include "deliver_impl.h"
 
 #define DELIVER_BATCH_BYTES	(64u << 20)	/* message data loaded per batch, at most */

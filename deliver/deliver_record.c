@@ -39,9 +39,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../relay/commit.h"
-#include "../relay/metrics.h"
-#include "../relay/qid.h"
+#include "../queue/commit.h"
+#include "../queue/metrics.h"
+#include "../queue/qid.h"
 #include "../smtp/smtp.h"
 #include "../util/buf.h"
 #include "../util/clock.h"

@@ -18,7 +18,7 @@
 
 #include "../util/buf.h"
 #include "../util/log.h"
-#include "commit.h"
+#include "../queue/commit.h"
 #include "dupcount.h"
 
 #define DUPCOUNT_MAX	65536		/* QIDs with pending counts */

@@ -19,7 +19,7 @@
 #include "../store/store.h"
 #include "../util/buf.h"
 #include "anvil.h"
-#include "commit.h"
+#include "../queue/commit.h"
 #include "server.h"
 
 #define READ_CHUNK	65536

@@ -28,9 +28,9 @@
 #include "../util/clock.h"
 #include "../util/log.h"
 #include "dupcount.h"
-#include "keys.h"
-#include "metrics.h"
-#include "qid.h"
+#include "../queue/keys.h"
+#include "../queue/metrics.h"
+#include "../queue/qid.h"
 #include "server_int.h"
 
 /* log_rcpts - " to=<a> to=<b>" for a log line */

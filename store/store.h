@@ -311,7 +311,7 @@ int store_queue_oldest(struct store *st, int64_t *accepted);
  * transactions. It expires ttl after
  * the message left the spool, so it outlives the claims it explains.
  *
- * Claims are filed under a hash of the key alone (relay/keys.c
+ * Claims are filed under a hash of the key alone (queue/keys.c
  * keys_index_hash: no scope, no recipient), then their own hash: a key's
  * claims are one range of the claims B-tree, which is how they are found
  * to show, forget or expire them. A store from before that also has a key

@@ -4,8 +4,10 @@ into a folder the table below allows, and so does every linked symbol;
 `make test` runs it.
 
 The order, top first: the programs (daemon/, ctl/), delivery (deliver/,
-its libesmtp adapter in deliver/esmtp/), acceptance (relay/), the
-transports (tls/), the protocol engine (smtp/), the store interface
+its libesmtp adapter in deliver/esmtp/) and acceptance (relay/), peers
+that never use each other, the queue core both use (queue/: the group
+commit, QIDs, keys and their hashes, metrics), the transports (tls/),
+the protocol engine (smtp/), the store interface
 (store/; each backend below it, store/lmdb/), configuration (conf/),
 and util/, which knows nothing of mail. A subfolder may use its
 parent; a parent never its subfolder, so the store interface cannot
@@ -36,11 +38,13 @@ MAY_USE = {
     'store/pg': ['store', 'util'],
     'smtp': ['util'],
     'tls': ['conf', 'util'],
-    'relay': ['tls', 'smtp', 'store', 'conf', 'util'],
-    'deliver': ['relay', 'tls', 'smtp', 'store', 'conf', 'util'],
-    'deliver/esmtp': ['deliver', 'relay', 'tls', 'smtp', 'store', 'conf', 'util'],
-    'ctl': ['relay', 'store', 'conf', 'util'],
-    'daemon': ['deliver', 'deliver/esmtp', 'relay', 'tls', 'smtp', 'store', 'conf', 'util'],
+    'queue': ['store', 'conf', 'util'],
+    'relay': ['queue', 'tls', 'smtp', 'store', 'conf', 'util'],
+    'deliver': ['queue', 'tls', 'smtp', 'store', 'conf', 'util'],
+    'deliver/esmtp': ['deliver', 'queue', 'tls', 'smtp', 'store', 'conf', 'util'],
+    'ctl': ['queue', 'store', 'conf', 'util'],
+    'daemon': ['deliver', 'deliver/esmtp', 'relay', 'queue', 'tls', 'smtp', 'store', 'conf',
+               'util'],
 }
 # store_open() is the one place a backend is chosen: its file alone
 # reaches into the backends below the store interface

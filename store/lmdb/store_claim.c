@@ -6,7 +6,7 @@
  * SYNOPSIS
  *	#include "store/store.h"
  * DESCRIPTION
- *	A claim is filed under the hash of its key alone (relay/keys.c
+ *	A claim is filed under the hash of its key alone (queue/keys.c
  *	keys_index_hash) followed by the caller's 32-byte claim hash of
  *	(scope, key, recipient). A key's claims are so one range of the
  *	B-tree, which is how they are found to show, forget or expire

@@ -49,7 +49,7 @@
  *	caller holds one across a wait on another thread) and new ones wait
  *	for it. The lock prefers readers, so that a thread that opens a
  *	second transaction while it holds one never waits for the reopen
- *	behind itself. Only the writer thread reopens (relay/commit.c).
+ *	behind itself. Only the writer thread reopens (queue/commit.c).
  * DIAGNOSTICS
  *	Functions return 0 or a negative STORE_E* code. LMDB failures that
  *	are not "not found" or "no space" are logged as warnings with

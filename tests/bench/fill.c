@@ -29,7 +29,7 @@
  *	each message of size bytes is spooled (store_txn_msg_put) and its
  *	delivery recorded (store_txn_msg_update), batch messages a
  *	transaction. The messages were accepted a millisecond apart, the
- *	last one just now, with QIDs as relay/qid.c makes them from those
+ *	last one just now, with QIDs as queue/qid.c makes them from those
  *	times, so that a daemon opened on the store goes on after them;
  *	their claims and stories stay live for ttl_secs. What such a store
  *	has and this one lacks is the free list that a backlog leaves
@@ -82,7 +82,7 @@ static int64_t wall_us(void)
 	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
-/* qid_at - a QID as relay/qid.c makes it: 12 base-32 digits of a time in µs */
+/* qid_at - a QID as queue/qid.c makes it: 12 base-32 digits of a time in µs */
 static void qid_at(char *qid, uint64_t us)
 {
 	static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUV";

@@ -1,5 +1,5 @@
 /*
- * fuzz_keys - key derivation and the relayed rewrite (relay/keys.c) on an
+ * fuzz_keys - key derivation and the relayed rewrite (queue/keys.c) on an
  * arbitrary message under an arbitrary keys configuration (issue 31).
  *
  * The input chooses the configuration, then the message:
@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../relay/keys.h"
+#include "../../queue/keys.h"
 #include "../../util/buf.h"
 #include "../../util/hash.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_commit - the group-commit writer (relay/commit.c) on a real store:
+ * test_commit - the group-commit writer (queue/commit.c) on a real store:
  * racers on one key inside one batch end with one queued message and one
  * QID; inflight marks ride in the group commit and fail alone, and while
  * submissions come in they wait for one to share its transaction; a lone
@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "../../relay/commit.h"
+#include "../../queue/commit.h"
 #include "../../store/lmdb/store_lmdb.h"
 #include "../../util/buf.h"
 #include "../../util/clock.h"
@@ -356,7 +356,7 @@ static void test_hold_for_submission(void **state)
 }
 
 #define MB	(1u << 20)
-#define CAP	(16u * MB)	/* COMMIT_BATCH_BYTES in relay/commit.c */
+#define CAP	(16u * MB)	/* COMMIT_BATCH_BYTES in queue/commit.c */
 
 struct block {
 	struct commit *cm;

@@ -1,6 +1,6 @@
 /*
  * test_commit_help - a group-commit submission for the tests that drive
- * relay/commit.c (test_commit on LMDB, test_store_pg on PostgreSQL)
+ * queue/commit.c (test_commit on LMDB, test_store_pg on PostgreSQL)
  */
 #ifndef TESTS_UNIT_TEST_COMMIT_HELP_H
 #define TESTS_UNIT_TEST_COMMIT_HELP_H
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../relay/commit.h"
-#include "../../relay/keys.h"
+#include "../../queue/commit.h"
+#include "../../queue/keys.h"
 #include "../../util/buf.h"
 
 /* req_make - a submission of one message to rcpts under key, answered through done */

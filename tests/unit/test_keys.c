@@ -1,6 +1,6 @@
 /*
  * test_keys - key derivation, fingerprints, claim hashes, QIDs and the
- * acceptance decision (relay/keys.c, relay/qid.c, commit_decide()).
+ * acceptance decision (queue/keys.c, queue/qid.c, commit_decide()).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,9 +11,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/commit.h"
-#include "../../relay/keys.h"
-#include "../../relay/qid.h"
+#include "../../queue/commit.h"
+#include "../../queue/keys.h"
+#include "../../queue/qid.h"
 
 static char *hdrs[] = { "X-Idempotency-Key", "Idempotency-Key" };
 

@@ -1,6 +1,6 @@
 /*
  * test_metrics - counters, histograms and the Prometheus text rendering
- * (relay/metrics.c), and the control protocol's little JSON (util/json.c).
+ * (queue/metrics.c), and the control protocol's little JSON (util/json.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,9 +11,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "../../relay/commit.h"
+#include "../../queue/commit.h"
 #include "../../util/json.h"
-#include "../../relay/metrics.h"
+#include "../../queue/metrics.h"
 #include "../../util/buf.h"
 
 /* has_line - the rendered text holds this exact line */

@@ -12,7 +12,7 @@
 #include <sys/time.h>
 
 #include "../../store/store.h"
-#include "../../relay/commit.h"
+#include "../../queue/commit.h"
 #include "../../relay/dupcount.h"
 #include "../../util/buf.h"
 #include "test_store_help.h"

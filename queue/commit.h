@@ -2,8 +2,9 @@
  * NAME
  *	commit 3h
  * SUMMARY
- *	group commit: one LMDB write transaction and one fsync for every
- *	submission ready at that moment
+ *	group commit: one store write transaction (one fsync on LMDB, one
+ *	round trip and WAL flush on PostgreSQL) for every submission and
+ *	delivery write ready at that moment
  * DESCRIPTION
  *	The event loop hands finished submissions to commit_submit(); a
  *	writer thread takes all that are pending, decides each one against
@@ -13,17 +14,19 @@
  *	and an eventfd that the event loop polls; commit_reap() runs their
  *	done callbacks in the event loop's thread.
  *
- *	If a batch fails to commit (map full), each of its requests is
+ *	If a batch fails to commit (a full store, a lost lease), each of its requests is
  *	tried again alone, so one oversized message cannot fail its
  *	neighbours.
  *
  *	Delivery threads put their writes in the same transactions with
  *	commit_run() (inflight marks, a batch's outcomes): they share the
- *	fsync, and a submission never waits behind a delivery transaction
- *	for LMDB's writer lock. commit_stop() only after delivery stopped.
+ *	commit, and a submission never waits behind a delivery transaction
+ *	(for LMDB's writer lock, or a PostgreSQL connection). The writer is
+ *	the queue core's, below acceptance and delivery, which both use it.
+ *	commit_stop() only after delivery stopped.
  */
-#ifndef RELAY_COMMIT_H
-#define RELAY_COMMIT_H
+#ifndef QUEUE_COMMIT_H
+#define QUEUE_COMMIT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -15,8 +15,8 @@
  *	Only hashes reach the store: keys_claim_hash() hashes (scope, key,
  *	recipient) into the 32 bytes a claim is filed under.
  */
-#ifndef RELAY_KEYS_H
-#define RELAY_KEYS_H
+#ifndef QUEUE_KEYS_H
+#define QUEUE_KEYS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -18,8 +18,8 @@
  *	metrics_render() is pure (a snapshot and gauges in, text out), so
  *	that the unit tests can pin the format down.
  */
-#ifndef RELAY_METRICS_H
-#define RELAY_METRICS_H
+#ifndef QUEUE_METRICS_H
+#define QUEUE_METRICS_H
 
 #include <stddef.h>
 #include <stdint.h>

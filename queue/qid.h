@@ -15,8 +15,8 @@
  *	the node's number below it, still increasing and still in time order
  *	across nodes to the microsecond. 60 bits hold that until 2112.
  */
-#ifndef RELAY_QID_H
-#define RELAY_QID_H
+#ifndef QUEUE_QID_H
+#define QUEUE_QID_H
 
 #include <stdint.h>
 
