@@ -348,8 +348,10 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 		"connections", "command_timeout", "data_timeout", "bare_lf",
 		"min_data_rate", "stress_timeout", "data_memory", "hard_errors",
 		"junk_commands", "client_connections", "client_connection_rate",
-		"client_auth_rate", "client_ipv6_prefix", 0};
+		"client_auth_rate", "client_ipv6_prefix", "long_lines", "nul", 0};
 	static const char *const lf_words[] = {"normalize", "reject", 0};
+	static const char *const long_words[] = {"fold", "reject", "pass", 0};	/* enum order */
+	static const char *const nul_words[] = {"reject", "pass", 0};
 	config_setting_t *g;
 
 	if (conf_group(x, root, "limits", names, &g) < 0
@@ -362,6 +364,8 @@ static int conf_limits(struct conf_ctx *x, struct conf *c,
 	    || conf_duration(x, g, "data_timeout", 1,
 			     &c->limits.data_timeout) < 0
 	    || conf_enum(x, g, "bare_lf", lf_words, &c->limits.bare_lf_reject) < 0
+	    || conf_enum(x, g, "long_lines", long_words, &c->limits.long_lines) < 0
+	    || conf_enum(x, g, "nul", nul_words, &c->limits.nul_pass) < 0
 	    || conf_int(x, g, "min_data_rate", 0, 1000000000, &c->limits.min_data_rate) < 0
 	    || conf_duration(x, g, "stress_timeout", 1, &c->limits.stress_timeout) < 0
 	    || conf_size(x, g, "data_memory", 1, &c->limits.data_memory) < 0

@@ -21,6 +21,8 @@
 
 enum conf_tls { CONF_TLS_NONE, CONF_TLS_STARTTLS, CONF_TLS_IMPLICIT };
 enum conf_backend { CONF_STORE_LMDB, CONF_STORE_POSTGRESQL };
+/* limits.long_lines: lines over 998 octets folded, refused, or relayed as they are */
+enum conf_long_lines { CONF_LONG_LINES_FOLD, CONF_LONG_LINES_REJECT, CONF_LONG_LINES_PASS };
 
 struct conf_listen {
 	char *address;		/* numeric IPv4/IPv6 address */
@@ -131,6 +133,8 @@ struct conf {
 		int64_t stress_timeout;	/* both timeouts' cap under stress, default 10s */
 		uint64_t data_memory;	/* message octets held across sessions, default 64M */
 		int bare_lf_reject;	/* bare_lf = "reject" (default normalize) */
+		int long_lines;		/* enum conf_long_lines, default fold */
+		int nul_pass;		/* nul = "pass" (default reject) */
 		int hard_errors;	/* 4xx/5xx replies before 421, default 20 */
 		int junk_commands;	/* NOOP RSET VRFY HELP before they count, default 100 */
 		int client_connections;	/* open at once per client, default 50; 0: off */

@@ -620,6 +620,8 @@ static void server_smtp_limits(struct smtp_config *sc, const struct conf *cf)
 	sc->message_size = cf->limits.message_size;
 	sc->max_rcpts = cf->limits.recipients;
 	sc->bare_lf_reject = cf->limits.bare_lf_reject;
+	sc->long_lines_reject = cf->limits.long_lines == CONF_LONG_LINES_REJECT;
+	sc->nul_reject = !cf->limits.nul_pass;
 	sc->hard_errors = cf->limits.hard_errors;
 	sc->junk_commands = cf->limits.junk_commands;
 	sc->out_max = OUT_MAX;

@@ -25,6 +25,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "../smtp/smtp_data.h"
 #include "../util/clock.h"
 #include "../util/log.h"
 #include "dupcount.h"
@@ -56,6 +57,9 @@ struct submission {
 	char tail[300];			/* " proto=ESMTP helo=<H>", Postfix's, for the log */
 	char from[INET6_ADDRSTRLEN + 16];	/* "unknown[ADDR]", for the log */
 	int64_t t0;			/* end of DATA, for the accept latency */
+	size_t long_lines;		/* lines over 998 octets as received */
+	int folded;			/* and broken in the copy relayed */
+	int nul;			/* a NUL, relayed (limits.nul = "pass") */
 };
 
 /* req_free - release a submission and what it owns */
@@ -149,6 +153,11 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		if (req->msg.user)
 			buf_printf(&line, " sasl_username=%s", req->msg.user);
 		buf_printf(&line, " size=%zu", req->msg.data_len);
+		if (((struct submission *) req)->long_lines)
+			buf_printf(&line, " long_lines=%zu (%s)", ((struct submission *) req)->long_lines,
+				   ((struct submission *) req)->folded ? "folded" : "as received");
+		if (((struct submission *) req)->nul)
+			buf_printf(&line, " nul=yes");
 		if (req->msg.smtputf8)
 			buf_printf(&line, " smtputf8=yes");
 		buf_printf(&line, " status=queued");
@@ -331,6 +340,22 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 	return answered;
 }
 
+/*
+ * fold_lines - break the relayed copy's lines over 998 octets as Postfix's
+ * SMTP client does (smtp_line_length_limit), for a next hop that would
+ * refuse or cut them; the key and fingerprint were taken from the message
+ * as received, so a retry of it is still the same message
+ */
+static int fold_lines(struct buf *data)
+{
+	struct buf folded = BUF_INIT;
+	size_t n = smtp_data_fold(&folded, data->data, data->len, SMTP_TEXT_LINE_MAX);
+
+	buf_free(data);
+	*data = folded;
+	return n > 0;
+}
+
 /* submit_message - end of DATA: derive the key, answer duplicates, else commit */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 {
@@ -378,6 +403,10 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 		req_free(&sub->req);
 		return;
 	}
+	sub->long_lines = tx->long_lines;
+	sub->nul = tx->nul;
+	if (tx->long_lines && srv->cf->limits.long_lines == CONF_LONG_LINES_FOLD)
+		sub->folded = fold_lines(&data);
 	buf_free(&tx->data);		/* the copy above is the message now: one in memory, not two */
 	sub->req.msg.data = data.data;
 	sub->req.msg.data_len = data.len;

@@ -31,7 +31,10 @@
  *
  *	Strictness (SPEC section 6): end of data is <CRLF>.<CRLF> only; bare
  *	CR or LF in the message becomes CRLF (or, with bare_lf_reject, the
- *	message is refused with 550 5.5.2); command lines over 512 octets get
+ *	message is refused with 550 5.5.2); a text line over 998 octets or a
+ *	NUL octet is counted in the tx for the relay to deal with (or, with
+ *	long_lines_reject or nul_reject, the message is refused with 550
+ *	5.6.0); command lines over 512 octets get
  *	500 5.5.2; memory is bounded by message_size, never by line length
  *	or chunk size. BDAT chunks (RFC 3030) are taken as they are, with no
  *	dot-unstuffing, under the same line-ending policy.
@@ -80,6 +83,8 @@ struct smtp_tx {
 	struct buf data;	/* message content: dot-unstuffed (DATA) or as
 				 * chunked (BDAT); every line ends CRLF */
 	int bare_eol;		/* a bare CR or LF was seen in the message */
+	size_t long_lines;	/* lines over SMTP_TEXT_LINE_MAX (998) octets */
+	int nul;		/* a NUL octet was seen in the message */
 };
 
 #define SMTP_AUTH_FAILURES_DEFAULT 3	/* 535s before 421 and close */
@@ -91,6 +96,8 @@ struct smtp_config {
 	uint64_t message_size;	/* SIZE limit: 552 5.3.4 past it */
 	int max_rcpts;		/* 452 4.5.3 past it */
 	int bare_lf_reject;	/* 550 5.5.2 for a message with bare CR/LF */
+	int long_lines_reject;	/* 550 5.6.0 for a line over 998 octets */
+	int nul_reject;		/* 550 5.6.0 for a message with a NUL octet */
 	int starttls;		/* offer STARTTLS while TLS is not up */
 	int starttls_required;	/* before TLS only EHLO HELO STARTTLS NOOP RSET
 				 * QUIT; the rest gets 530 5.7.0 */

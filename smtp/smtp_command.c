@@ -252,6 +252,8 @@ static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
 	}
 	buf_reset(&s->tx->data);
 	s->tx->bare_eol = 0;
+	s->tx->long_lines = 0;
+	s->tx->nul = 0;
 	smtp_data_init(&s->data, s->cfg.message_size);
 	smtp_reply(s, "354 End data with <CR><LF>.<CR><LF>");
 	smtp_enter_state(s, SMTP_STATE_DATA);
@@ -281,6 +283,8 @@ static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
 		s->chunk.active = 1;
 		buf_reset(&s->tx->data);
 		s->tx->bare_eol = 0;
+		s->tx->long_lines = 0;
+		s->tx->nul = 0;
 		smtp_data_init_raw(&s->data, s->cfg.message_size);
 	}
 	smtp_chunk_start(s, size, last, 0);

@@ -21,12 +21,19 @@
  *	released and storing stops, but scanning goes on, so the client still
  *	gets its reply at the real end of data. Long lines cost nothing extra: there is no line buffer.
  *
+ *	The length of each stored line is counted on the way (a line over
+ *	998 octets is one that an RFC 5322 next hop may refuse or cut), and
+ *	a NUL noted; smtp_data_fold() breaks long lines the way Postfix's
+ *	SMTP client does, for the relay to apply to what it relays.
+ *
  *	BDAT chunks (RFC 3030) go through the same code in raw mode, where
  *	a dot at the start of a line is just an octet: the chunk sizes, not
  *	the content, say where a BDAT message ends, so there is nothing to
  *	smuggle and nothing to unstuff. Line endings are still made uniform,
  *	because the next hop may well receive the message with DATA.
  */
+#include <string.h>
+
 #include "smtp_data.h"
 
 /* smtp_data_init - start reading a message */
@@ -37,6 +44,9 @@ void smtp_data_init(struct smtp_data *d, uint64_t limit)
 	d->limit = limit;
 	d->too_big = 0;
 	d->bare_eol = 0;
+	d->line_len = 0;
+	d->long_lines = 0;
+	d->nul = 0;
 }
 
 /* smtp_data_init_raw - start reading a message sent in BDAT chunks */
@@ -67,11 +77,29 @@ static void smtp_data_emit(struct smtp_data *d, struct buf *out,
 	buf_append(out, p, n);
 }
 
+/* smtp_data_text - store octets of a line, counting them and noting a NUL */
+static void smtp_data_text(struct smtp_data *d, struct buf *out, const char *p, size_t n)
+{
+	d->line_len += n;
+	if (!d->nul && memchr(p, 0, n) != NULL)
+		d->nul = 1;
+	smtp_data_emit(d, out, p, n);
+}
+
+/* smtp_data_eol - end a stored line with CRLF; count it if it was long */
+static void smtp_data_eol(struct smtp_data *d, struct buf *out)
+{
+	if (d->line_len > SMTP_TEXT_LINE_MAX)
+		d->long_lines++;
+	d->line_len = 0;
+	smtp_data_emit(d, out, "\r\n", 2);
+}
+
 /* smtp_data_bare - a bare CR or LF: store it as CRLF, remember it */
 static void smtp_data_bare(struct smtp_data *d, struct buf *out)
 {
 	d->bare_eol = 1;
-	smtp_data_emit(d, out, "\r\n", 2);
+	smtp_data_eol(d, out);
 }
 
 /*
@@ -110,7 +138,7 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 			for (j = i; j < len && in[j] != '\r' && in[j] != '\n'; j++)
 				 /* void */ ;
 			if (j > i) {
-				smtp_data_emit(d, out, in + i, j - i);
+				smtp_data_text(d, out, in + i, j - i);
 				i = j;
 			} else if (c == '\r') {
 				d->state = SMTP_DATA_CR;
@@ -122,7 +150,7 @@ size_t smtp_data_feed(struct smtp_data *d, struct buf *out,
 			continue;
 		case SMTP_DATA_CR:
 			if (c == '\n') {
-				smtp_data_emit(d, out, "\r\n", 2);
+				smtp_data_eol(d, out);
 				d->state = SMTP_DATA_BOL;
 				i++;
 			} else {
@@ -157,7 +185,33 @@ void smtp_data_finish(struct smtp_data *d, struct buf *out)
 		smtp_data_bare(d, out);
 	/* every stored LF ends a CRLF, so a last octet other than LF means
 	 * an unterminated last line (an empty or refused message has none) */
-	if (out->len && out->data[out->len - 1] != '\n')
-		smtp_data_emit(d, out, "\r\n", 2);
+	if (d->line_len > 0)
+		smtp_data_eol(d, out);
 	d->state = SMTP_DATA_DONE;
+}
+
+/* smtp_data_fold - break lines over max octets with CRLF SPACE (max >= 2) */
+size_t smtp_data_fold(struct buf *out, const char *in, size_t len, size_t max)
+{
+	const char *end, *eol;
+	size_t folded = 0, n, room;
+
+	if (len == 0)
+		return 0;		/* in may be NULL */
+	for (end = in + len; in < end; in = eol) {
+		eol = memchr(in, '\n', (size_t) (end - in));
+		eol = eol ? eol + 1 : end;	/* the line with its CRLF */
+		n = (size_t) (eol - in);
+		if (n > max + 2 && eol[-1] == '\n' && eol[-2] == '\r') {
+			folded++;
+			for (room = max; n > room + 2; room = max - 1) {
+				buf_append(out, in, room);
+				buf_append(out, "\r\n ", 3);
+				in += room;
+				n -= room;
+			}
+		}
+		buf_append(out, in, n);
+	}
+	return folded;
 }

@@ -221,10 +221,17 @@ static void smtp_data_end(struct smtp_session *s)
 	s->records++;
 	smtp_stats_where(&s->stats, "END-OF-MESSAGE");
 	tx->bare_eol = s->data.bare_eol;
+	tx->long_lines = s->data.long_lines;
+	tx->nul = s->data.nul;
 	if (s->data.too_big) {
 		smtp_refuse(s, tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds fixed limit");
 	} else if (tx->bare_eol && s->cfg.bare_lf_reject) {
 		smtp_refuse(s, tx, "END-OF-MESSAGE", "550 5.5.2 Message contains bare CR or LF");
+	} else if (tx->nul && s->cfg.nul_reject) {
+		smtp_refuse(s, tx, "END-OF-MESSAGE", "550 5.6.0 Message contains a NUL octet");
+	} else if (tx->long_lines && s->cfg.long_lines_reject) {
+		smtp_refuse(s, tx, "END-OF-MESSAGE", "550 5.6.0 Message contains a line longer"
+			    " than 998 octets");
 	} else if (s->hooks.message == NULL) {
 		smtp_reply(s, "451 4.3.0 Error: no message handler");
 	} else {

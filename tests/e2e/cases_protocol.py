@@ -27,7 +27,9 @@ def open_tx(c, sender="sender@example.org", rcpts=("a@example.com",)):
 @case(timeout=90)
 def test_smuggling_vectors(t):
     sink = t.sink()
-    d = t.daemon(sink)
+    # CRLF NUL . CRLF must not end a message either; the default refuses a NUL
+    # at the end (cases_lines.py), so here NULs are relayed to see where it ended
+    d = t.daemon(sink, {"limits": {"nul": "pass"}})
     for i, v in enumerate(VECTORS):
         with Raw(d.port) as c:
             open_tx(c, rcpts=["vector%d@example.com" % i])
@@ -115,14 +117,6 @@ def test_command_line_too_long(t):
     eq(received_qids(rec["data"]), [qid], "QID relayed")
 
 
-@case()
-def test_long_text_line_relayed(t):
-    sink = t.sink()
-    d = t.daemon(sink)
-    msg = make_msg(key="long-text", body=b"A" * 5000 + b"\r\n." + b"B" * 3000 + b"\r\nend\r\n")
-    qid = submit_ok(d.port, "a@example.com", msg)
-    rec = sink.wait_count(1)[0]
-    check_relayed(rec["data"], msg, qid)
 
 
 @case()

@@ -4,14 +4,18 @@
  * The first byte picks how the input is cut into feeds (whole, byte by
  * byte, or in chunks of a few bytes), so chunk boundaries are fuzzed too;
  * its higher bits pick the listener: STARTTLS required, AUTH required,
- * implicit TLS, no SMTPUTF8 (STARTTLS and AUTH are offered on all). TLS comes up as
+ * implicit TLS, no SMTPUTF8, long lines and NULs refused (STARTTLS and
+ * AUTH are offered on all). TLS comes up as
  * soon as a STARTTLS is pending, as after a handshake.
  * The message hook answers at once, alternating 250 and 554, the auth
  * hook alike with success and failure, and the
  * output buffer is drained after each feed as the server does. Checks:
  * no crash, no sanitizer report, bounded memory, the engine never
- * consumes more than it was given, and a UTF-8 address reaches the
- * hooks only in a transaction that declared SMTPUTF8.
+ * consumes more than it was given, a UTF-8 address reaches the
+ * hooks only in a transaction that declared SMTPUTF8, a message's count
+ * of lines over 998 octets and its NUL flag are what it holds (none of
+ * either where they are refused), and folding it leaves no line over
+ * 998 octets and nothing but CRLF SPACE added.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -19,9 +23,11 @@
 #include <string.h>
 
 #include "../../smtp/smtp.h"
+#include "../../smtp/smtp_data.h"
 #include "../../util/log.h"
 
 struct fuzz_ctx {
+	int refuse_lines;		/* long_lines_reject and nul_reject */
 	int waiting;
 	int auth_waiting;
 	unsigned n;
@@ -44,6 +50,52 @@ static const char *fuzz_rcpt(void *ctx, const struct smtp_tx *tx, const char *ad
 	return strchr(addr, '!') ? "554 5.7.1 Relay access denied" : NULL;
 }
 
+/* long_lines - lines of a stored message over SMTP_TEXT_LINE_MAX octets */
+static size_t long_lines(const char *p, size_t len)
+{
+	const char *end, *lf;
+	size_t n = 0;
+
+	if (len == 0)
+		return 0;		/* p may be NULL */
+	for (end = p + len; p < end; p = lf + 1) {
+		if ((lf = memchr(p, '\n', (size_t) (end - p))) == NULL)
+			abort();	/* stored lines all end in CRLF */
+		n += (size_t) (lf - p) - 1 > SMTP_TEXT_LINE_MAX;
+	}
+	return n;
+}
+
+/* unfolded - the message with every CRLF SPACE taken out */
+static void unfolded(struct buf *out, const char *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		if (i + 2 < len && p[i] == '\r' && p[i + 1] == '\n' && p[i + 2] == ' ')
+			i += 2;
+		else
+			buf_append(out, p + i, 1);
+	}
+}
+
+/* check_fold - folded, no line is long, and only CRLF SPACE was added */
+static void check_fold(const struct smtp_tx *tx)
+{
+	struct buf folded = BUF_INIT, a = BUF_INIT, b = BUF_INIT;
+
+	if (smtp_data_fold(&folded, tx->data.data, tx->data.len, SMTP_TEXT_LINE_MAX)
+	    != tx->long_lines || long_lines(folded.data, folded.len) != 0)
+		abort();
+	unfolded(&a, tx->data.data, tx->data.len);
+	unfolded(&b, folded.data, folded.len);
+	if (a.len != b.len || (a.len && memcmp(a.data, b.data, a.len) != 0))
+		abort();
+	buf_free(&folded);
+	buf_free(&a);
+	buf_free(&b);
+}
+
 static void fuzz_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 {
 	struct fuzz_ctx *f = ctx;
@@ -51,6 +103,12 @@ static void fuzz_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	(void) s;
 	if (tx->data.len && tx->data.data[tx->data.len - 1] != '\n')
 		abort();		/* stored content always ends in CRLF */
+	if (long_lines(tx->data.data, tx->data.len) != tx->long_lines
+	    || (memchr(tx->data.data ? tx->data.data : "", 0, tx->data.len) != NULL) != tx->nul)
+		abort();		/* the reader's counts are the message's */
+	if (f->refuse_lines && (tx->long_lines || tx->nul))
+		abort();		/* refused at the end of data, never handed over */
+	check_fold(tx);
 	f->waiting = 1;
 }
 
@@ -74,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const struct smtp_hooks hooks = {
 		.rcpt = fuzz_rcpt, .message = fuzz_message, .auth = fuzz_auth,
 	};
-	struct fuzz_ctx f = { 0, 0, 0 };
+	struct fuzz_ctx f = { 0, 0, 0, 0 };
 	struct smtp_session *s;
 	size_t off = 0, step, n, chunk;
 	int stalls = 0;
@@ -88,6 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.starttls_required = (mode & 0x08) != 0;
 	cfg.auth_required = (mode & 0x10) != 0;
 	cfg.smtputf8 = (mode & 0x40) == 0;
+	cfg.long_lines_reject = cfg.nul_reject = f.refuse_lines = (mode & 0x80) != 0;
 	data++;
 	size--;
 	s = smtp_session_new(&cfg, &hooks, &f);

@@ -129,7 +129,8 @@ static const char full_conf[] =
 	"};\n"
 	"retry = { first = \"30s\"; max = \"2h\"; give_up = \"3d\"; };\n"
 	"limits = { message_size = 1048576; recipients = 50; connections = 10;\n"
-	"           command_timeout = \"1m\"; data_timeout = 600; bare_lf = \"reject\"; };\n"
+	"           command_timeout = \"1m\"; data_timeout = 600; bare_lf = \"reject\";\n"
+	"           long_lines = \"pass\"; nul = \"pass\"; };\n"
 	"log = { level = \"debug\"; target = \"syslog\"; };\n";
 
 static void test_full(void **state)
@@ -194,6 +195,8 @@ static void test_full(void **state)
 	assert_int_equal(c.limits.command_timeout, 60);
 	assert_int_equal(c.limits.data_timeout, 600);
 	assert_true(c.limits.bare_lf_reject);
+	assert_int_equal(c.limits.long_lines, CONF_LONG_LINES_PASS);
+	assert_true(c.limits.nul_pass);
 	assert_int_equal(c.log.level, LOG_LEVEL_DEBUG);
 	assert_true(c.log.syslog);
 	conf_free(&c);
@@ -250,6 +253,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c.limits.command_timeout, 300);
 	assert_int_equal(c.limits.data_timeout, 600);
 	assert_false(c.limits.bare_lf_reject);
+	assert_int_equal(c.limits.long_lines, CONF_LONG_LINES_FOLD);
+	assert_false(c.limits.nul_pass);
 	assert_int_equal(c.log.level, LOG_LEVEL_INFO);
 	assert_false(c.log.syslog);
 	conf_free(&c);

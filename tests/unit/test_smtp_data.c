@@ -9,7 +9,9 @@
  *	two at every position. Each way must give the same verdict: ended or
  *	not, octets left unconsumed after the terminator's LF, the exact
  *	stored bytes, bare_eol and too_big. Raw rows are finished with
- *	smtp_data_finish() after the last octet, as at BDAT LAST.
+ *	smtp_data_finish() after the last octet, as at BDAT LAST. The lines
+ *	over 998 octets and the NUL octets are counted alike at every cut;
+ *	smtp_data_fold() breaks lines as Postfix's SMTP client does.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +46,8 @@ struct result {
 	struct buf out;
 	int bare_eol;
 	int too_big;
+	size_t long_lines;
+	int nul;
 };
 
 /* feed_split - feed in chunks of at most step octets (0: all at once) */
@@ -80,6 +84,8 @@ static void feed_split(const struct data_case *c, int raw, size_t first, size_t 
 	r->consumed = i;
 	r->bare_eol = d.bare_eol;
 	r->too_big = d.too_big;
+	r->long_lines = d.long_lines;
+	r->nul = d.nul;
 }
 
 /* check - compare one way of feeding with the row */
@@ -291,6 +297,121 @@ static void test_raw(void **state)
 	assert_int_equal(run_cases(cases, sizeof(cases) / sizeof(cases[0]), 1), 0);
 }
 
+/* add_line - n copies of c, then CRLF (or nothing: crlf 0) */
+static void add_line(struct buf *b, char c, size_t n, int crlf)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		buf_append(b, &c, 1);
+	if (crlf)
+		buf_append(b, "\r\n", 2);
+}
+
+ /*
+  * Lines over 998 octets are counted as stored: a stuffed dot is not an
+  * octet of the line, a bare CR or LF ends one, and BDAT's last line,
+  * closed by finish, counts too. A NUL anywhere is noted. Each row is
+  * fed whole, byte by byte, and cut near its start, its end, and every
+  * 97 octets between.
+  */
+static void test_line_counts(void **state)
+{
+	enum { DATA, RAW_ };
+	struct {
+		const char *name;
+		int raw;
+		struct buf in;
+		size_t long_lines;
+		int nul;
+	} rows[10];
+	struct data_case c;
+	struct result r;
+	size_t i, n = 0, cut;
+	int fails = 0;
+
+	(void) state;
+	memset(rows, 0, sizeof(rows));
+#define ROW(nm, rw, ll, nl) (rows[n].name = (nm), rows[n].raw = (rw), \
+			     rows[n].long_lines = (ll), rows[n].nul = (nl), &rows[n++].in)
+	add_line(ROW("998 octets", DATA, 0, 0), 'a', 998, 1);
+	add_line(ROW("999 octets", DATA, 1, 0), 'a', 999, 1);
+	add_line(ROW("two long, one not", DATA, 2, 0), 'a', 1500, 1);
+	add_line(&rows[n - 1].in, 'b', 10, 1);
+	add_line(&rows[n - 1].in, 'c', 2999, 1);
+	add_line(ROW("a stuffed dot is not counted", DATA, 0, 0), '.', 999, 1);
+	add_line(ROW("a dot line of 999 after unstuffing", DATA, 1, 0), '.', 1000, 1);
+	add_line(ROW("a bare LF ends a line", DATA, 0, 0), 'x', 10, 0);
+	buf_append(&rows[n - 1].in, "\n", 1);
+	add_line(&rows[n - 1].in, 'a', 995, 1);
+	buf_append(ROW("NUL", DATA, 0, 1), "a\r\n\0.\r\n", 7);
+	add_line(ROW("raw 999 octets", RAW_, 1, 0), 'a', 999, 1);
+	add_line(ROW("raw unterminated last line", RAW_, 1, 0), 'z', 1100, 0);
+	buf_append(ROW("raw NUL", RAW_, 0, 1), "\0", 1);
+#undef ROW
+	for (i = 0; i < n; i++) {
+		if (!rows[i].raw)
+			buf_append(&rows[i].in, ".\r\n", 3);
+		memset(&c, 0, sizeof(c));
+		c.name = rows[i].name;
+		c.in = rows[i].in.data;
+		c.len = rows[i].in.len;
+		for (cut = 0; cut < c.len; cut += cut < 8 || cut + 8 > c.len ? 1 : 97) {
+			feed_split(&c, rows[i].raw, cut, cut == 1, &r);
+			if (r.long_lines != rows[i].long_lines || r.nul != rows[i].nul || !r.done) {
+				print_error("%s (cut at %zu): got long_lines=%zu nul=%d done=%d, "
+					    "want %zu %d 1\n", c.name, cut, r.long_lines, r.nul,
+					    r.done, rows[i].long_lines, rows[i].nul);
+				fails++;
+			}
+			buf_free(&r.out);
+		}
+		buf_free(&rows[i].in);
+	}
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * Folding: each line over max octets broken with CRLF SPACE, after max
+  * octets and then every max - 1, so no line is longer than max; other
+  * lines untouched; the count is of the lines folded. (max 4 here.)
+  */
+static void test_fold(void **state)
+{
+	static const struct {
+		const char *name, *in, *want;
+		size_t folded;
+	} rows[] = {
+		{"empty", "", "", 0},
+		{"short lines", "ab\r\nabcd\r\n\r\n", "ab\r\nabcd\r\n\r\n", 0},
+		{"one over", "abcde\r\n", "abcd\r\n e\r\n", 1},
+		{"continuations of max - 1", "abcdefghijk\r\n", "abcd\r\n efg\r\n hij\r\n k\r\n", 1},
+		{"exactly max + max - 1", "abcdefg\r\n", "abcd\r\n efg\r\n", 1},
+		{"two of three", "abcdef\r\nxy\r\n123456\r\n",
+		 "abcd\r\n ef\r\nxy\r\n1234\r\n 56\r\n", 2},
+		{"a CR inside is an octet", "ab\rcdef\r\n", "ab\rc\r\n def\r\n", 1},
+		{"an unterminated tail is left", "abcdefgh", "abcdefgh", 0},
+	};
+	struct buf out = BUF_INIT;
+	size_t i, n;
+	int fails = 0;
+
+	(void) state;
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		buf_reset(&out);
+		n = smtp_data_fold(&out, rows[i].in, strlen(rows[i].in), 4);
+		if (n != rows[i].folded || out.len != strlen(rows[i].want)
+		    || memcmp(out.data ? out.data : "", rows[i].want, out.len) != 0) {
+			print_error("%s: got %zu \"%s\", want %zu \"%s\"\n", rows[i].name, n,
+				    esc(out.data, out.len), rows[i].folded,
+				    esc(rows[i].want, strlen(rows[i].want)));
+			fails++;
+		}
+	}
+	buf_free(&out);
+	assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -299,6 +420,8 @@ int main(void)
 		cmocka_unit_test(test_size_limit),
 		cmocka_unit_test(test_long_line),
 		cmocka_unit_test(test_raw),
+		cmocka_unit_test(test_line_counts),
+		cmocka_unit_test(test_fold),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
