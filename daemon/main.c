@@ -36,6 +36,7 @@
 #include "control.h"
 #include "../deliver/deliver.h"
 #include "../deliver/esmtp/deliver_esmtp.h"
+#include "../queue/commit.h"
 #include "../queue/metrics.h"
 #include "../queue/qid.h"
 #include "../relay/server.h"
@@ -169,10 +170,15 @@ static void usage(void)
 	exit(1);
 }
 
-/* enqueue - the server's committed messages go to delivery (writer thread) */
+/*
+ * enqueue - a committed submission goes to delivery (writer thread). dl
+ * is where main keeps delivery, which starts after the writer it uses;
+ * it is set before server_run() takes the first submission, which
+ * reaches the writer through commit_submit()'s lock after that
+ */
 static void enqueue(void *dl, const char *qid)
 {
-	deliver_enqueue(dl, qid);
+	deliver_enqueue(*(struct deliver **) dl, qid);
 }
 
 /* reload - SIGHUP's retry settings go to delivery (event loop) */
@@ -187,7 +193,8 @@ int main(int argc, char **argv)
 	struct conf cf;
 	struct store *st;
 	struct server *srv;
-	struct deliver *dl;
+	struct deliver *dl = NULL;
+	struct commit *cm;
 	struct control *ctl;
 	struct metrics *mx;
 	char err[512], last[STORE_QID_SIZE], *made;
@@ -245,10 +252,10 @@ int main(int argc, char **argv)
 	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
 	if (store_last_qid(st, last) == 0)
 		qid_seed(last);
-	server_set_store(srv, st);
-	dl = deliver_start(&cf, st, server_commit(srv),
-			   cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
-	server_set_delivery(srv, &(struct server_delivery) { enqueue, reload, dl });
+	cm = commit_start(st, enqueue, &dl);	/* the writer acceptance and delivery share */
+	server_set_store(srv, st, cm);
+	dl = deliver_start(&cf, st, cm, cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
+	server_set_delivery(srv, &(struct server_delivery) { reload, dl });
 	ctl = control_start(&cf, st, dl, server_dupcount(srv));
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",
@@ -258,6 +265,7 @@ int main(int argc, char **argv)
 	metrics_stop(mx);
 	control_stop(ctl);		/* after the last answer: it writes the last counts */
 	deliver_stop(dl);
+	commit_stop(cm);		/* after delivery: its writes go through it */
 	server_free(srv);
 	store_close(st);
 	msg_info("stopped");

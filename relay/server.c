@@ -749,26 +749,11 @@ struct server *server_new(struct conf *cf, const char *conf_path, struct store *
 	return srv;
 }
 
-/* committed - a message is durable: hand it to delivery (writer thread) */
-static void committed(void *arg, const char *qid)
-{
-	struct server *srv = arg;
-
-	if (srv->dl.enqueue)
-		srv->dl.enqueue(srv->dl.arg, qid);
-}
-
-/* server_set_store - the store, opened after the listeners were bound; starts the writer */
-void server_set_store(struct server *srv, struct store *st)
+/* server_set_store - the store, opened after the listeners were bound, and its writer */
+void server_set_store(struct server *srv, struct store *st, struct commit *cm)
 {
 	srv->st = st;
-	srv->cm = commit_start(st, committed, srv);
-}
-
-/* server_commit - the group commit, which delivery shares for its inflight marks */
-struct commit *server_commit(struct server *srv)
-{
-	return srv->cm;
+	srv->cm = cm;
 }
 
 /* server_dupcount - the duplicate counts, which the admin thread writes */
@@ -777,7 +762,7 @@ struct dupcount *server_dupcount(struct server *srv)
 	return srv->dc;
 }
 
-/* server_set_delivery - where committed messages go; before server_run() */
+/* server_set_delivery - what SIGHUP's settings mean to delivery; before server_run() */
 void server_set_delivery(struct server *srv, const struct server_delivery *dl)
 {
 	srv->dl = *dl;
@@ -960,7 +945,6 @@ void server_free(struct server *srv)
 	if (srv->sigfd >= 0)
 		close(srv->sigfd);
 	close(srv->epfd);
-	commit_stop(srv->cm);		/* after delivery stopped: its marks go through here */
 	auth_stop(srv->auth);
 	auth_users_free(srv->users);
 	tls_free(srv->tls);

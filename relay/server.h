@@ -20,20 +20,21 @@
 struct server;
 
 /*
- * Where committed messages go: delivery sits above acceptance, so the
- * daemon wires it in (daemon/main.c) and relay/ never includes it.
- * enqueue runs on the writer thread, reload on the event loop.
+ * SIGHUP's settings for delivery: acceptance and delivery are peers over
+ * the queue core (queue/), so the daemon wires them (daemon/main.c) and
+ * relay/ never includes deliver/. reload runs on the event loop.
  */
 struct server_delivery {
-	void (*enqueue) (void *arg, const char *qid);
 	void (*reload) (void *arg, const struct conf *nc);	/* SIGHUP's new settings */
 	void *arg;
 };
 
+struct commit;
+
 struct server *server_new(struct conf *c, const char *conf_path, struct store *st);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
-void server_set_store(struct server *srv, struct store *st);
-struct commit *server_commit(struct server *srv);
+/* server_set_store - the store and the group commit over it, both the caller's */
+void server_set_store(struct server *srv, struct store *st, struct commit *cm);
 struct dupcount *server_dupcount(struct server *srv);	/* owned by the server */
 void server_set_delivery(struct server *srv, const struct server_delivery *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */

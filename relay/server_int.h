@@ -71,8 +71,8 @@ struct server {
 	const char *conf_path;		/* not owned; NULL: the embedded default */
 	struct store *st;		/* not owned */
 	struct dupcount *dc;		/* owned: counts for the stories */
-	struct server_delivery dl;	/* where committed messages go; enqueue NULL: nowhere */
-	struct commit *cm;		/* owned */
+	struct server_delivery dl;	/* SIGHUP's settings for delivery; reload NULL: none */
+	struct commit *cm;		/* not owned: the queue core's writer, main's */
 	struct smtp_config smtp_cf;
 	struct smtp_hooks hooks;
 	struct tls *tls;		/* owned; NULL without tls { } */
