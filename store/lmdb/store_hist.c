@@ -115,6 +115,14 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 	return 0;
 }
 
+/* lmdb_hist_has - has the QID key a story record? */
+int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key)
+{
+	MDB_val val;
+
+	return st->has_hist && mdb_get(txn, st->hist, (MDB_val *) key, &val) == 0;
+}
+
 /* lmdb_hist_write - put a story, and its expiry entry once it has one */
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
@@ -359,6 +367,8 @@ static int expire_one(struct lmdb_txn *t, const struct due *d)
 			}
 			lmdb_qid_key(qid, &key);
 			err = lmdb_mdb_error(lmdb_del(t, st->hist, &key, NULL), "delete hist");
+			if (err == 0)		/* the greatest QID must outlive its story */
+				err = lmdb_last_qid_note(t, &key, 0);
 		}
 		store_story_free(&s);
 		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)

@@ -137,7 +137,7 @@ void lmdb_gate_leave(struct lmdb_store *st);
 void lmdb_break(struct lmdb_store *st, const char *why);	/* a sync failed: stop, reopen */
 int lmdb_qid_key(const char *qid, MDB_val *key);
 int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
-#define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left the spool */
+#define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left with no story */
 
 /* store_grow.c */
 int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
@@ -195,7 +195,11 @@ size_t lmdb_hist_rec_size(const struct store_story *s);
 void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s);
 int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s);
 
+/* store_msg.c */
+int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story);
+
 /* store_hist.c: the story, kept in step by the spool's own transactions */
+int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key);
 void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued);
 void lmdb_hist_drop(struct lmdb_txn *t, const char *qid);
 int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s);

@@ -488,17 +488,37 @@ int lmdb_reopen(struct store *base)
 	return rc == 0 ? 0 : STORE_EIO;
 }
 
+/* last_key_max - raise qid to dbi's last key if that is a greater QID; an LMDB code */
+static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	int rc;
+
+	if ((rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
+		return rc;
+	rc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
+	if (rc == 0 && key.mv_size < STORE_QID_SIZE
+	    && lmdb_qid_greater(key.mv_data, key.mv_size, qid, strlen(qid))) {
+		memcpy(qid, key.mv_data, key.mv_size);
+		qid[key.mv_size] = 0;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
 /*
- * store_last_qid - the greatest QID ever spooled, "" if none: the last
- * message still spooled, or the greatest that left (store_msg.c)
+ * store_last_qid - the greatest QID ever spooled, "" if none: the greatest
+ * of the last message still spooled, the last story (a message that left
+ * with its story written) and meta's last_qid (one that left without, or
+ * whose story expired: store_msg.c)
  */
 int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val, mkey;
-	MDB_cursor *cur;
+	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val;
 	MDB_txn *txn;
-	int err, rc;
+	int err, rc = 0;
 
 	qid[0] = 0;
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
@@ -516,17 +536,10 @@ int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 	} else if (err == STORE_ENOTFOUND) {
 		err = 0;
 	}
-	if (err == 0 && (err = lmdb_mdb_error(mdb_cursor_open(txn, st->msg, &cur), "cursor")) == 0) {
-		rc = mdb_cursor_get(cur, &mkey, &val, MDB_LAST);
-		if (rc == 0 && mkey.mv_size < STORE_QID_SIZE
-		    && lmdb_qid_greater(mkey.mv_data, mkey.mv_size, qid, strlen(qid))) {
-			memcpy(qid, mkey.mv_data, mkey.mv_size);
-			qid[mkey.mv_size] = 0;
-		} else if (rc != 0 && rc != MDB_NOTFOUND) {
-			err = lmdb_mdb_error(rc, "last msg");
-		}
-		mdb_cursor_close(cur);
-	}
+	if (err == 0 && (rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
+		rc = last_key_max(txn, st->hist, qid);
+	if (err == 0)
+		err = lmdb_mdb_error(rc, "last qid");
 	lmdb_read_end(st, txn);
 	return err;
 }

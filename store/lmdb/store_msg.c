@@ -47,16 +47,23 @@ static int put_reserved(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, size_t le
 }
 
 /*
- * last_qid_note - remember the QID of a message leaving the spool if it is
- * the greatest yet. Spooling writes no last_qid: the greatest QID still
- * spooled is the msg DB's last key (lmdb_last_qid() takes both), so the
- * accepting commit touches no meta page.
+ * lmdb_last_qid_note - remember the QID of a message leaving the spool
+ * (or of a story expiring) if it is the greatest yet. The greatest QID
+ * ever spooled is the greatest of the msg DB's last key, the stories'
+ * last key and meta's last_qid: lmdb_last_qid() takes all three. So
+ * spooling writes no last_qid, nor does a message leaving with its story
+ * written (story set: a record under key is then there), and neither
+ * the accepting commit nor an outcome touches a meta page; the story's
+ * expiry notes its QID instead (store_hist.c).
  */
-static int last_qid_note(struct lmdb_store *st, struct lmdb_txn *t, const MDB_val *key)
+int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 {
+	struct lmdb_store *st = t->st;
 	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
 	int err;
 
+	if (story && lmdb_hist_has(st, t->txn, key))
+		return 0;
 	err = lmdb_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
 	if (err == 0 && !lmdb_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
 		return 0;
@@ -170,7 +177,7 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 		if (err == 0)
-			err = last_qid_note(st, t, &key);
+			err = lmdb_last_qid_note(t, &key, 1);
 	}
 	return err;
 }
@@ -322,7 +329,7 @@ static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 	else if (err == 0 && err2 != STORE_ENOTFOUND)
 		err = err2;
 	if (err == 0)
-		err = last_qid_note(st, t, &key);
+		err = lmdb_last_qid_note(t, &key, 1);
 	if (err != 0) {
 		lmdb_txn_abort(&t->base);
 		return err;

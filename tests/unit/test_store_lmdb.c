@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <lmdb.h>
 
 #include "../../store/store.h"
@@ -539,6 +540,54 @@ static void test_readonly(void **state)
 	store_msg_free(&m);
 }
 
+/* meta_last_qid - meta's last_qid record, "" when there is none */
+static void meta_last_qid(struct store *base, char qid[STORE_QID_SIZE])
+{
+	struct lmdb_store *st = lmdb_of(base);
+	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val;
+	MDB_txn *txn;
+
+	qid[0] = 0;
+	assert_int_equal(lmdb_read_begin(st, &txn), 0);
+	if (mdb_get(txn, st->meta, &key, &val) == 0) {
+		assert_true(val.mv_size < STORE_QID_SIZE);
+		memcpy(qid, val.mv_data, val.mv_size);
+		qid[val.mv_size] = 0;
+	}
+	lmdb_read_end(st, txn);
+}
+
+/*
+ * test_last_qid_in_stories - a message that leaves with its story written
+ * writes no last_qid (a meta page in every outcome's commit, issue 27):
+ * its story's key says it, and when the story expires, meta does
+ */
+static void test_last_qid_in_stories(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	struct timeval tv;
+
+	msg_new(&m, "00000000000E", 1, 1);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	m.rcpts[0].state = STORE_RCPT_SENT;
+	assert_int_equal(store_msg_update(f->st, &m), 0);
+	store_msg_free(&m);
+	meta_last_qid(f->st, qid);
+	CHECK_STR("meta after an outcome with its story", qid, "");
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_STR("last_qid from the story", qid, "00000000000E");
+
+	/* its story expires: meta keeps the QID from then on */
+	gettimeofday(&tv, NULL);
+	CHECK_INT("expire", store_hist_expire(f->st, (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC, 10), 1);
+	meta_last_qid(f->st, qid);
+	CHECK_STR("meta after the story expired", qid, "00000000000E");
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_STR("last_qid after expiry and reopen", qid, "00000000000E");
+}
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -554,6 +603,7 @@ int main(void)
 		cmocka_unit_test(test_codec_truncated),
 		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
+		T(test_last_qid_in_stories),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
