@@ -23,8 +23,18 @@
  *	too. A bounce, or a message from before message records kept a key
  *	hash, has a story without a key and the default ttl.
  *
+ *	A story is written to a small B-tree first (hnew DB, by QID), and
+ *	once that is more than a page deep, every story in it moves to hist
+ *	in the same transaction, each with its expiry entry. An outcome's
+ *	commit so copies one or two pages of hnew instead of a page on every
+ *	level of hist and of hexpiry (eight pages at a million stories
+ *	against two on a new store, issue 27); the move pays for the levels
+ *	once for a page of stories. A story already in hist is rewritten
+ *	there. Every reader looks in hnew first, then in hist.
+ *
  *	A story expires ttl after its message left the spool, through an
- *	index in time order (hexpiry DB). Claims live ttl after acceptance,
+ *	index in time order (hexpiry DB); a story still in hnew has no
+ *	entry yet, and expiry reads hnew's few stories for the due ones. Claims live ttl after acceptance,
  *	or until the message leaves, whichever is later: so a story always
  *	outlives the claims it explains, and expiring a story deletes them,
  *	with its key index entries (store_keys.c).
@@ -45,6 +55,7 @@
 #include "store_int.h"
 
 #define HIST_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* stories made at first update */
+#define HNEW_DEPTH		2	/* hnew moves to hist once its B-tree is this deep */
 #define HEXPIRY_KEY_MAX		(8 + STORE_QID_SIZE)
 
 /* hexpiry_key - sortable expiry time, then the QID; returns the length */
@@ -86,6 +97,18 @@ static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
 	return 0;
 }
 
+/* hist_get - a story's record, from hnew or else hist; *dbi (if wanted) says which. An LMDB code */
+static int hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
+{
+	int rc = MDB_NOTFOUND;
+
+	if (st->has_hnew && (rc = mdb_get(txn, st->hnew, key, val)) == 0 && dbi)
+		*dbi = st->hnew;
+	if (rc == MDB_NOTFOUND && (rc = mdb_get(txn, st->hist, key, val)) == 0 && dbi)
+		*dbi = st->hist;
+	return rc;
+}
+
 /*
  * lmdb_hist_read - a QID's story from txn: its record, or made from
  * the spool while the message is queued and has none; 0,
@@ -101,7 +124,7 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 		return STORE_ENOTFOUND;
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	err = lmdb_mdb_error(mdb_get(txn, st->hist, &key, &val), "get hist");
+	err = lmdb_mdb_error(hist_get(st, txn, &key, &val, NULL), "get hist");
 	if (err == STORE_ENOTFOUND)
 		return story_of_spool(st, txn, qid, s);
 	if (err != 0)
@@ -120,36 +143,134 @@ int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key)
 {
 	MDB_val val;
 
-	return st->has_hist && mdb_get(txn, st->hist, (MDB_val *) key, &val) == 0;
+	return st->has_hist && hist_get(st, txn, (MDB_val *) key, &val, NULL) == 0;
 }
 
-/* lmdb_hist_write - put a story, and its expiry entry once it has one */
+/* hexpiry_put - a story's expiry entry */
+static int hexpiry_put(struct lmdb_txn *t, int64_t expires, const char *qid)
+{
+	uint8_t ik[HEXPIRY_KEY_MAX];
+	MDB_val ikey, empty = { 0, NULL };
+
+	ikey.mv_size = hexpiry_key(ik, expires, qid);
+	ikey.mv_data = ik;
+	return lmdb_mdb_error(lmdb_put(t, t->st->hexpiry, &ikey, &empty, 0), "put hexpiry");
+}
+
+/* moved - one of hnew's stories on its way to hist */
+struct moved {
+	char qid[STORE_QID_SIZE];
+	void *rec;
+	size_t len;
+};
+
+/* hnew_read - every story in hnew, copied (the puts that follow move pages) */
+static int hnew_read(struct lmdb_txn *t, struct moved **out, size_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	size_t cap = 0;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if ((rc = mdb_cursor_open(t->txn, t->st->hnew, &cur)) != 0)
+		return lmdb_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE)
+			continue;
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 32;
+			*out = xrealloc(*out, cap * sizeof(**out));
+		}
+		memcpy((*out)[*n].qid, key.mv_data, key.mv_size);
+		(*out)[*n].qid[key.mv_size] = 0;
+		(*out)[*n].rec = xmalloc(val.mv_size ? val.mv_size : 1);
+		memcpy((*out)[*n].rec, val.mv_data, val.mv_size);
+		(*out)[*n].len = val.mv_size;
+		(*n)++;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "hnew walk");
+}
+
+/* moved_free - what hnew_read() gave */
+static void moved_free(struct moved *mv, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free(mv[i].rec);
+	free(mv);
+}
+
+/*
+ * hnew_move - when hnew has grown past a page: its stories go to hist as
+ * they are, each with its expiry entry once it has one, and leave hnew
+ */
+static int hnew_move(struct lmdb_txn *t)
+{
+	struct lmdb_store *st = t->st;
+	struct store_story s;
+	struct moved *mv;
+	MDB_stat sb;
+	MDB_val key, val;
+	size_t n, i;
+	int err;
+
+	if ((err = lmdb_mdb_error(mdb_stat(t->txn, st->hnew, &sb), "stat hnew")) != 0
+	    || sb.ms_depth < HNEW_DEPTH)
+		return err;
+	if ((err = hnew_read(t, &mv, &n)) != 0)
+		return err;
+	for (i = 0; i < n && err == 0; i++) {
+		lmdb_qid_key(mv[i].qid, &key);
+		val.mv_size = mv[i].len;
+		val.mv_data = mv[i].rec;
+		err = lmdb_mdb_error(lmdb_put(t, st->hist, &key, &val, 0), "put hist");
+		memset(&s, 0, sizeof(s));
+		if (err == 0 && lmdb_hist_rec_decode(mv[i].rec, mv[i].len, &s) == 0 && s.expires)
+			err = hexpiry_put(t, s.expires, mv[i].qid);
+		store_story_free(&s);
+		if (err == 0)
+			err = lmdb_mdb_error(lmdb_del(t, st->hnew, &key, NULL), "delete hnew");
+	}
+	moved_free(mv, n);
+	return err;
+}
+
+/*
+ * lmdb_hist_write - put a story: rewritten in hist with its expiry entry
+ * if it is there, else into hnew (moved to hist once hnew is full)
+ */
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
 	struct lmdb_store *st = t->st;
-	uint8_t ik[HEXPIRY_KEY_MAX];
-	MDB_val key, val, ikey, empty = { 0, NULL };
+	MDB_val key, val;
+	MDB_dbi dbi = st->hist;
 	size_t len = lmdb_hist_rec_size(s);
-	int err;
+	int err, rc;
 
 	if (t->err)
 		return t->err;
 	if (lmdb_qid_key(s->m.qid, &key) != 0)
 		return lmdb_txn_fail(t, STORE_EINVAL);
+	if (st->has_hnew && (rc = mdb_get(t->txn, st->hist, &key, &val)) != 0) {
+		if (rc != MDB_NOTFOUND)
+			return lmdb_txn_fail(t, lmdb_mdb_error(rc, "get hist"));
+		dbi = st->hnew;
+	}
 	val.mv_size = len;
 	val.mv_data = NULL;
-	if ((err = lmdb_mdb_error(lmdb_put(t, st->hist, &key, &val, MDB_RESERVE),
-				   "put hist")) != 0)
+	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, &key, &val, MDB_RESERVE), "put hist")) != 0)
 		return lmdb_txn_fail(t, err);
 	lmdb_hist_rec_encode(val.mv_data, len, s);
-	if (s->expires == 0)
-		return 0;
-	ikey.mv_size = hexpiry_key(ik, s->expires, s->m.qid);
-	ikey.mv_data = ik;
-	if ((err = lmdb_mdb_error(lmdb_put(t, st->hexpiry, &ikey, &empty, 0),
-				   "put hexpiry")) != 0)
-		return lmdb_txn_fail(t, err);
-	return 0;
+	if (dbi == st->hnew)
+		err = hnew_move(t);
+	else if (s->expires != 0)
+		err = hexpiry_put(t, s->expires, s->m.qid);
+	return err ? lmdb_txn_fail(t, err) : 0;
 }
 
 /* envelope_ok - does m carry a whole envelope (store_msg_load gave it)? */
@@ -322,12 +443,52 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 	return lmdb_txn_commit(&t->base);
 }
 
+/* hnew_due - the QIDs of hnew's stories due at now, up to max (owned array) */
+static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max,
+		    char (**qids)[STORE_QID_SIZE], size_t *n)
+{
+	struct store_story s;
+	MDB_cursor *cur;
+	MDB_val key, val;
+	int rc;
+
+	*qids = NULL;
+	*n = 0;
+	if (!st->has_hnew || max == 0)
+		return 0;
+	if ((rc = mdb_cursor_open(txn, st->hnew, &cur)) != 0)
+		return lmdb_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && *n < max;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		memset(&s, 0, sizeof(s));
+		if (key.mv_size > 0 && key.mv_size < STORE_QID_SIZE
+		    && lmdb_hist_rec_decode(val.mv_data, val.mv_size, &s) == 0
+		    && s.expires != 0 && s.expires <= now) {
+			*qids = xrealloc(*qids, (*n + 1) * sizeof(**qids));
+			memcpy((*qids)[*n], key.mv_data, key.mv_size);
+			(*qids)[*n][key.mv_size] = 0;
+			(*n)++;
+		}
+		store_story_free(&s);
+	}
+	mdb_cursor_close(cur);
+	if (rc != 0 && rc != MDB_NOTFOUND) {
+		free(*qids);
+		*qids = NULL;
+		*n = 0;
+		return lmdb_mdb_error(rc, "hnew walk");
+	}
+	return 0;
+}
+
 /* hist_due - is any story due at now? (a read transaction: no writer lock for nothing) */
 static int hist_due(struct lmdb_store *st, int64_t now)
 {
+	char (*qids)[STORE_QID_SIZE];
 	MDB_cursor *cur;
 	MDB_val key, val;
 	MDB_txn *txn;
+	size_t n = 0;
 	int due = 0;
 
 	if (lmdb_read_begin(st, &txn) != 0)
@@ -336,6 +497,10 @@ static int hist_due(struct lmdb_store *st, int64_t now)
 		if (mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0)
 			due = key.mv_size < 8 || hexpiry_time(key.mv_data) <= now;
 		mdb_cursor_close(cur);
+	}
+	if (!due && hnew_due(st, txn, now, 1, &qids, &n) == 0) {
+		due = n > 0;
+		free(qids);
 	}
 	lmdb_read_end(st, txn);
 	return due;
@@ -346,11 +511,45 @@ struct due {
 	size_t len;
 };
 
+/* story_del - delete a story, from whichever of hnew and hist holds it */
+static int story_del(struct lmdb_txn *t, const char *qid)
+{
+	struct lmdb_store *st = t->st;
+	MDB_val key, val;
+	MDB_dbi dbi;
+	int err;
+
+	if (lmdb_qid_key(qid, &key) != 0)
+		return STORE_EINVAL;
+	if ((err = lmdb_mdb_error(hist_get(st, t->txn, &key, &val, &dbi), "get hist")) != 0
+	    || (err = lmdb_mdb_error(lmdb_del(t, dbi, &key, NULL), "delete hist")) != 0)
+		return err;
+	/* the greatest QID must outlive its story */
+	return lmdb_last_qid_note(t, &key, 0);
+}
+
+/* hnew_expire - delete one due story of hnew (no index entry) with its claims */
+static int hnew_expire(struct lmdb_txn *t, const char *qid, int64_t now)
+{
+	struct store_story s;
+	int err;
+
+	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0)
+		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
+	if (s.expires != 0 && s.expires <= now && !s.queued) {
+		err = s.has_key ? lmdb_keys_expire(t, s.keyhash, qid, s.expires) : 0;
+		if (err == 0)
+			err = story_del(t, qid);
+	}
+	store_story_free(&s);
+	return err;
+}
+
 /* expire_one - delete one due index entry, and its story if the entry is current */
 static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
 	struct lmdb_store *st = t->st;
-	MDB_val ikey = { d->len, (void *) d->key }, key;
+	MDB_val ikey = { d->len, (void *) d->key };
 	struct store_story s;
 	char qid[STORE_QID_SIZE];
 	int err;
@@ -365,10 +564,7 @@ static int expire_one(struct lmdb_txn *t, const struct due *d)
 				store_story_free(&s);
 				return err;
 			}
-			lmdb_qid_key(qid, &key);
-			err = lmdb_mdb_error(lmdb_del(t, st->hist, &key, NULL), "delete hist");
-			if (err == 0)		/* the greatest QID must outlive its story */
-				err = lmdb_last_qid_note(t, &key, 0);
+			err = story_del(t, qid);
 		}
 		store_story_free(&s);
 		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
@@ -387,9 +583,10 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
 	struct due *due = NULL;
+	char (*qids)[STORE_QID_SIZE] = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
-	size_t n = 0, i;
+	size_t n = 0, nq = 0, i;
 	int rc, err;
 
 	if (max == 0 || !st->has_hist || !hist_due(st, now))
@@ -412,7 +609,11 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 		goto out;
 	for (i = 0; i < n && err == 0; i++)
 		err = expire_one(t, &due[i]);
+	if (err == 0 && n < max && (err = hnew_due(st, t->txn, now, max - n, &qids, &nq)) == 0)
+		for (i = 0; i < nq && err == 0; i++, n++)
+			err = hnew_expire(t, qids[i], now);
 out:
+	free(qids);
 	free(due);
 	if (err == 0 && n > 0)
 		return (err = lmdb_txn_commit(&t->base)) != 0 ? err : (int) n;
@@ -431,7 +632,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 		return rc;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-		if (mdb_get(txn, st->hist, &key, &val) == MDB_NOTFOUND)
+		if (hist_get(st, txn, &key, &val, NULL) == MDB_NOTFOUND)
 			(*n)++;
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;
@@ -445,7 +646,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_stat h, k;
+	MDB_stat h, k, hn = { 0 };
 	MDB_txn *txn;
 	int rc, err;
 
@@ -455,8 +656,9 @@ int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
+	    && (!st->has_hnew || (rc = mdb_stat(txn, st->hnew, &hn)) == 0)
 	    && (rc = unwritten(st, txn, stories)) == 0) {
-		*stories += h.ms_entries;
+		*stories += h.ms_entries + hn.ms_entries;
 		*keys = k.ms_entries;
 	}
 	lmdb_read_end(st, txn);

@@ -34,6 +34,8 @@ struct lmdb_store {
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
 	MDB_dbi keys;		/* old claims' key index: key hash -> claim hash + qid (dups) */
 	int has_hist;		/* the three above are open (a read-only open may lack them) */
+	MDB_dbi hnew;		/* qid -> story written lately, moved to hist in bulk */
+	int has_hnew;		/* hnew is open (a read-only open of an older store lacks it) */
 	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */

@@ -7,8 +7,8 @@
  *	#include "store/store.h"
  * DESCRIPTION
  *	store_lmdb_open() creates the environment directory if it is missing
- *	and opens seven named databases: claims, msg, queue, meta, and for
- *	the stories hist, hexpiry and keys (store_hist.c). A store made
+ *	and opens eight named databases: claims, msg, queue, meta, and for
+ *	the stories hist, hexpiry, hnew and keys (store_hist.c). A store made
  *	before claims went with their stories also has a claims expiry
  *	index; store_lmdb_open() drops it. store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
@@ -239,6 +239,10 @@ static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_s
 	    && (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) == 0
 	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
 		st->has_hist = 1;
+	else if (!rdonly)
+		goto fail;
+	if (st->has_hist && (rc = mdb_dbi_open(txn, "hnew", create, &st->hnew)) == 0)
+		st->has_hnew = 1;
 	else if (!rdonly)
 		goto fail;
 	*step = "claims format";
@@ -538,6 +542,8 @@ int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 	}
 	if (err == 0 && (rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
 		rc = last_key_max(txn, st->hist, qid);
+	if (err == 0 && rc == 0 && st->has_hnew)
+		rc = last_key_max(txn, st->hnew, qid);
 	if (err == 0)
 		err = lmdb_mdb_error(rc, "last qid");
 	lmdb_read_end(st, txn);

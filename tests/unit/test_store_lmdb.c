@@ -589,6 +589,108 @@ static void test_last_qid_in_stories(void **state)
 	CHECK_STR("last_qid after expiry and reopen", qid, "00000000000E");
 }
 
+/* wchar - bytes this process passed to write calls so far (/proc/self/io) */
+static long long wchar(void)
+{
+	char line[128];
+	long long v = -1;
+	FILE *f = fopen("/proc/self/io", "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "wchar: %lld", &v) == 1)
+			break;
+	fclose(f);
+	assert_true(v >= 0);
+	return v;
+}
+
+/* delivered - spool m with one claim and record its delivery in one transaction, as fill -a does */
+static void delivered(struct store_txn *t, struct store_msg *m, int i)
+{
+	uint8_t h[STORE_HASH_LEN];
+	struct store_claim c;
+
+	store_txn_msg_put(t, m);
+	hash_of(h, i);
+	claim_of(&c, m->qid, 1, NOW + 3600 * SEC);
+	store_txn_claim_put(t, KH, h, &c);
+	m->rcpts[0].state = STORE_RCPT_SENT;
+	store_txn_msg_update(t, m);
+	m->rcpts[0].state = STORE_RCPT_QUEUED;
+}
+
+/*
+ * test_outcome_pages - on a store of 6,000 stories (hist three levels
+ * deep, its expiry index two), recording a delivery writes about what
+ * it does on a new store: its story goes to hnew, moved to hist a page
+ * of stories at a time (issue 27 target 2). The pages are counted as the
+ * bytes the commits write (LMDB's pages and the journal's record).
+ * Every story is still found, counted and expired, moved or not.
+ */
+static void test_outcome_pages(void **state)
+{
+	enum { OLD = 6000, BATCH = 500, MEASURED = 40 };
+	struct fx *f = *state;
+	struct store_story story;
+	struct store_txn *t;
+	struct store_msg m;
+	struct timeval tv;
+	char qid[STORE_QID_SIZE];
+	uint64_t stories, keys;
+	long long bytes = 0, w;
+	double pages;
+	int i;
+
+	msg_new(&m, "000000000000", 1, 100);
+	m.has_key = 1;			/* its claims go with its story */
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	for (i = 0; i < OLD; i++) {
+		if (i % BATCH == 0)
+			assert_int_equal(store_txn_begin(f->st, &t), 0);
+		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
+		delivered(t, &m, i);
+		if (i % BATCH == BATCH - 1)
+			CHECK_INT("fill commit", store_txn_commit(t), 0);
+	}
+	for (i = OLD; i < OLD + MEASURED; i++) {
+		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
+		assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+		m.rcpts[0].state = STORE_RCPT_SENT;
+		w = wchar();
+		CHECK_INT("outcome", store_msg_update(f->st, &m), 0);
+		bytes += wchar() - w;
+		m.rcpts[0].state = STORE_RCPT_QUEUED;
+	}
+	store_msg_free(&m);
+	pages = (double) bytes / 4096 / MEASURED;
+	print_message("pages an outcome's commit writes, %d stories: %.2f\n", OLD, pages);
+	if (pages > 7.5)
+		fail_msg("pages an outcome writes on a store of %d stories: got %.2f, want <= 7.5",
+			 OLD, pages);
+
+	/* found, counted and expired wherever they are */
+	CHECK_INT("story of the first", store_story_get(f->st, "000000000000", &story), 0);
+	store_story_free(&story);
+	snprintf(qid, sizeof(qid), "0000000%05d", OLD + MEASURED - 1);
+	CHECK_INT("story of the last", store_story_get(f->st, qid, &story), 0);
+	CHECK_INT("last delivered", story.m.rcpts[0].state, STORE_RCPT_SENT);
+	store_story_free(&story);
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	snprintf(m.qid, sizeof(m.qid), "0000000%05d", OLD + MEASURED - 1);
+	CHECK_STR("last_qid", qid, m.qid);
+	CHECK_INT("hist stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stories", stories, OLD + MEASURED);
+	gettimeofday(&tv, NULL);
+	CHECK_INT("expire all", store_hist_expire(f->st, (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC,
+						   OLD + MEASURED + 10), OLD + MEASURED);
+	CHECK_INT("hist stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stories after expiry", stories, 0);
+	CHECK_INT("claims after expiry", keys, 0);
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_STR("last_qid after expiry", qid, m.qid);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -604,6 +706,7 @@ int main(void)
 		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
 		T(test_last_qid_in_stories),
+		T(test_outcome_pages),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
