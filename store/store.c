@@ -196,9 +196,30 @@ int store_msg_update(struct store *st, const struct store_msg *m)
 	return OPS(st)->msg_update(st, m);
 }
 
+/*
+ * store_msg_update_many - the outcomes of one delivery batch in one
+ * transaction (one fsync or round trip instead of one per message); if
+ * the batch fails, each message is recorded alone, so that one bad record
+ * (or a lease lost) fails only itself
+ */
 int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n, int *errs)
 {
-	return OPS(st)->msg_update_many(st, m, n, errs);
+	struct store_txn *t;
+	size_t i;
+	int bad = 0;
+
+	if (n > 1 && store_txn_begin(st, &t) == 0) {
+		for (i = 0; i < n; i++)
+			store_txn_msg_update(t, m[i]);
+		if (store_txn_commit(t) == 0) {
+			memset(errs, 0, n * sizeof(*errs));
+			return 0;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if ((errs[i] = store_msg_update(st, m[i])) != 0)
+			bad = errs[i];
+	return bad;
 }
 
 int store_msg_drop(struct store *st, const char *qid)

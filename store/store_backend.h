@@ -70,7 +70,6 @@ struct store_ops {
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
 	int (*msg_set_inflight) (struct store *st, const char *qid, int on);
 	int (*msg_update) (struct store *st, const struct store_msg *m);
-	int (*msg_update_many) (struct store *st, struct store_msg *const *m, size_t n, int *errs);
 	int (*msg_drop) (struct store *st, const char *qid);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 

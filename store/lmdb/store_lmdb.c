@@ -626,7 +626,6 @@ const struct store_ops lmdb_ops = {
 	.msg_load = lmdb_msg_load,
 	.msg_set_inflight = lmdb_msg_set_inflight,
 	.msg_update = lmdb_msg_update,
-	.msg_update_many = lmdb_msg_update_many,
 	.msg_drop = lmdb_msg_drop,
 	.stats = lmdb_stats,
 	.queue_walk = lmdb_queue_walk,

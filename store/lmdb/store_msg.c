@@ -224,34 +224,6 @@ int lmdb_msg_update(struct store *base, const struct store_msg *m)
 }
 
 /*
- * store_msg_update_many - the outcomes of one delivery batch in one
- * transaction (one fsync instead of one per message). If the batch fails,
- * each message is recorded alone, so one bad record fails only itself.
- */
-int lmdb_msg_update_many(struct store *base, struct store_msg *const *m, size_t n, int *errs)
-{
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	struct lmdb_txn *t;
-	size_t i;
-	int err = 0, bad = 0;
-
-	if (n > 1 && lmdb_begin(st, &t) == 0) {
-		for (i = 0; i < n && err == 0; i++)
-			err = msg_update_in(st, t, m[i], 1);
-		if (err != 0)
-			lmdb_txn_abort(&t->base);
-		else if (lmdb_txn_commit(&t->base) == 0) {
-			memset(errs, 0, n * sizeof(*errs));
-			return 0;
-		}
-	}
-	for (i = 0; i < n; i++)
-		if ((errs[i] = lmdb_msg_update(&st->base, m[i])) != 0)
-			bad = errs[i];
-	return bad;
-}
-
-/*
  * store_txn_msg_set_inflight - set or clear the "final dot may be out"
  * mark inside t, so that marks can share a group commit's fsync.
  */

@@ -775,7 +775,6 @@ const struct store_ops store_pg_ops = {
 	.msg_load = store_pg_msg_load,
 	.msg_set_inflight = store_pg_msg_set_inflight,
 	.msg_update = store_pg_msg_update,
-	.msg_update_many = store_pg_msg_update_many,
 	.msg_drop = store_pg_msg_drop,
 	.msg_revive = store_pg_msg_revive,
 	.stats = pg_stats,

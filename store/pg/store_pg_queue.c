@@ -266,32 +266,6 @@ int store_pg_msg_update(struct store *base, const struct store_msg *m)
 	return alone((struct pg_store *) base, m, NULL, 0);
 }
 
-/*
- * store_pg_msg_update_many - a delivery batch's outcomes in one
- * transaction; if it fails, each alone, so that one bad member fails
- * only itself
- */
-int store_pg_msg_update_many(struct store *base, struct store_msg *const *m, size_t n, int *errs)
-{
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_txn *t;
-	size_t i;
-	int bad = 0;
-
-	if (n > 1 && store_pg_txn_new(st, &t) == 0) {
-		for (i = 0; i < n; i++)
-			store_pg_txn_msg_update(&t->base, m[i]);
-		if (store_pg_txn_commit(&t->base) == 0) {
-			memset(errs, 0, n * sizeof(*errs));
-			return 0;
-		}
-	}
-	for (i = 0; i < n; i++)
-		if ((errs[i] = alone(st, m[i], NULL, 0)) != 0)
-			bad = errs[i];
-	return bad;
-}
-
 /* store_pg_msg_set_inflight - durably set or clear the mark, fenced */
 int store_pg_msg_set_inflight(struct store *base, const char *qid, int on)
 {
