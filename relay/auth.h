@@ -18,7 +18,7 @@
  *	A crypt takes milliseconds ($6$) to tens of milliseconds ($y$): too
  *	long for the event loop. auth_start() runs checking threads; the loop
  *	submits requests and gets them back through an eventfd, as with
- *	commit.h: auth_reap() runs each request's done callback in the
+ *	queue/commit.h: auth_reap() runs each request's done callback in the
  *	loop's thread. auth_set_users() swaps the table (SIGHUP) under the
  *	threads' feet; checks already running finish with the old one.
  */

@@ -6,8 +6,9 @@
  * DESCRIPTION
  *	One thread runs every client session with epoll: sockets are
  *	non-blocking, each connection owns one smtp_session, and the end of
- *	each message becomes a commit request (commit.h). Duplicates are
- *	answered from a read transaction without waiting for the writer.
+ *	each message becomes a commit request (queue/commit.h). Duplicates are
+ *	answered from a read transaction without waiting for the writer
+ *	where the store's reads are local (LMDB).
  *	server_run() returns after SIGTERM or SIGINT, once every transaction
  *	in progress has been answered or aborted.
  */

@@ -5,7 +5,7 @@
  *	the end of each message: key, duplicate answer, commit, reply
  * DESCRIPTION
  *	submit_message() is the engine's message hook. It derives the key
- *	and fingerprint (keys.h), answers a duplicate or a mismatch from a
+ *	and fingerprint (queue/keys.h), answers a duplicate or a mismatch from a
  *	read transaction without touching the writer, and otherwise builds
  *	the message as it will be relayed (our Received header first, key
  *	headers stripped) and hands it to the group commit. commit_done()
