@@ -28,7 +28,7 @@
 
 static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t seen;			/* jobs the transport was given */
-static int64_t sent_at[N_MSGS + 1];	/* us, by message number */
+static int64_t sent_at[N_MSGS + 2];	/* us, by message number (1 .. N_MSGS + 1) */
 
 /* defer_send - the test's transport: every recipient deferred, the time noted */
 static void defer_send(struct deliver *d, struct deliver_job **jobs, size_t n)
@@ -100,7 +100,7 @@ static void test_reload_under_load(void **state)
 	struct fx *f = *state;
 	struct conf c, a, b;
 	struct deliver *d;
-	char err[512];
+	char err[512], last[STORE_QID_SIZE];
 	int64_t w, deadline;
 	size_t n_a = 0, n_b = 0, k;
 	int i;
@@ -122,10 +122,13 @@ static void test_reload_under_load(void **state)
 	}
 	deliver_reload(d, &b);
 	spool_one(f->st, N_MSGS + 1);
-	deliver_enqueue(d, "R" "00000000201");
-	while (seen_now() < N_MSGS + 1)
+	snprintf(last, sizeof(last), "R%011d", N_MSGS + 1);
+	deliver_enqueue(d, last);
+	while (seen_now() < N_MSGS + 1) {
 		if (clock_us() > deadline)
 			fail_msg("the message after the last reload was not attempted");
+		nanosleep(&(struct timespec) { 0, 1000000 }, NULL);
+	}
 	deliver_stop(d);
 
 	for (i = 1; i <= N_MSGS; i++) {
