@@ -34,6 +34,15 @@ DESCRIPTION
       claims    accept rate with 1k vs BENCH_CLAIMS (default 10M x scale)
                 claims in the store (filled by tests/bench/fill); bytes/claim
       big       100 KB messages, 20 sessions: MB/s accepted
+      grown     one session's p50 on a new LMDB store and on an old one
+                (issue 27 target 2): BENCH_GROWN messages (default
+                1,000,000 x scale) put into it by tests/bench/fill -a as a
+                daemon leaves them (claims, stories and their expiry
+                entries, live for the default 24 h), then 20 sessions of
+                fresh messages through its daemon, which leave the free
+                pages a backlog leaves; each daemon with a sink of its own,
+                the rounds alternating; with both trees' depth and the free
+                list (mdb_stat)
       tls       STARTTLS + AUTH PLAIN, a new connection per message, 20
                 at once (how PHPMailer, nodemailer or Django submit on
                 port 587): msgs/s accepted, both servers requiring both
@@ -79,6 +88,8 @@ ENVIRONMENT
     BENCH_PG=0      no PostgreSQL setups (default 1: they run when
                     PostgreSQL's server programs are installed)
     BENCH_CLAIMS    claims in the large store (default 10,000,000 x scale)
+    BENCH_GROWN     messages in the old store of the grown figure (default
+                    1,000,000 x scale; the target asks for 1,000,000)
     BENCH_TMP       where the temporary directory goes (default /tmp); it
                     must be on the disk to measure, reachable by user postfix
     BENCH_OUT       results as JSON (default build/bench/results.json)
@@ -123,6 +134,7 @@ SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 ONLY = set(x for x in os.environ.get("BENCH_ONLY", "").split(",") if x)
 N_CLAIMS = int(float(os.environ.get("BENCH_CLAIMS", str(10_000_000 * SCALE))))
+N_GROWN = int(float(os.environ.get("BENCH_GROWN", str(1_000_000 * SCALE))))
 PG = os.environ.get("BENCH_PG", "1") != "0"
 OUT = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(REPO, "build", "bench", "results.json")))
 
@@ -753,6 +765,78 @@ def mdb_claim_bytes(store):
             os.stat(os.path.join(store, "data.mdb")).st_blocks * 512)
 
 
+def mdb_shape(store):
+    """mdb_shape - depth of the trees an outcome and an acceptance touch, and the
+    free list (mdb_stat -ef): {"claims": depth, ..., "free_pages": n, "free_depth": d}"""
+    r = subprocess.run(["mdb_stat", "-efa", store], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {}
+    out = {}
+    for db, free, body in re.findall(r"(?:Status of (\w+)|(Freelist) Status)\n((?:  .*\n?)*)",
+                                     r.stdout):
+        name = db or free
+        f = dict((k.strip(), int(v)) for k, v in re.findall(r"  ([\w ]+): (\d+)", body))
+        if name == "Freelist":
+            out["free_depth"], out["free_pages"] = f.get("Tree depth"), f.get("Free pages")
+        elif name in ("claims", "hist", "hexpiry", "hnew"):
+            out[name] = f.get("Tree depth")
+    return out
+
+
+def fig_grown(tmp, res):
+    """one session's p50 on a new LMDB store and on an old one (issue 27 target 2)"""
+    m, age = n(300, 50), n(30000, 2000)
+    say("grown: a new store, and one of %s messages (tests/bench/fill -a), then %d fresh"
+        " messages over 20 sessions through its daemon" % ("{:,}".format(N_GROWN), age))
+    old = os.path.join(tmp, "store-grown")
+    os.makedirs(old)
+    t0 = time.monotonic()
+    r = subprocess.run([FILL, "-a", "-n", str(N_GROWN), "-b", "10000", "-m", "8192", old],
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError("fill -a failed: %s%s" % (r.stdout, r.stderr))
+    say("  fill -a: %s (%.0fs)" % (r.stdout.strip(), time.monotonic() - t0))
+    sinks, daemons = [], {}
+    try:
+        for label, store in (("new", None), ("grown", old)):
+            s = Sink(tmp, "sink-" + label)
+            sinks.append(s)
+            daemons[label] = Idemrelay(tmp, s, name="idemrelay-" + label, store=store,
+                                       map_size="8G")
+        d = daemons["grown"]
+        r = load(d.port, "-c", 20, "-n", age, "-s", 2000, "-k", "unique", "-K", "grown")
+        d.accepted(int(r["ok"]))
+        d.drain()
+        res.extra["grown_msgs"] = N_GROWN + int(r["ok"])
+        shape = mdb_shape(d.store)
+        res.extra["grown_shape"] = shape
+        say("  aged: %d more at %.0f msgs/s; depth claims %s, hist %s, hexpiry %s; free list"
+            " %s pages, %s deep" % (r["ok"], r["msgs_per_s"], shape.get("claims"),
+                                    shape.get("hist"), shape.get("hexpiry"),
+                                    shape.get("free_pages"), shape.get("free_depth")))
+        for label in ("new", "grown"):   # one load each first, not counted (as the latency figure)
+            daemons[label].drain()
+            r = load(daemons[label].port, "-c", 1, "-C", 0, "-n", 200, "-s", 2000, "-k", "unique",
+                     "-K", "warm-" + label)
+            daemons[label].accepted(int(r["ok"]))
+        for rnd in range(ROUNDS):
+            for label in ("new", "grown"):
+                d = daemons[label]
+                d.drain()
+                r = load(d.port, "-c", 1, "-C", 0, "-n", m, "-s", 2000, "-k", "unique",
+                         "-K", "lat%d-%s" % (rnd, label))
+                d.accepted(int(r["ok"]))
+                res.add("p50_" + label, "idemrelay", r["p50_ms"])
+                res.add("p99_" + label, "idemrelay", r["p99_ms"])
+                say("  round %d %-5s store p50 %6.2f ms  p99 %6.2f ms" % (rnd + 1, label,
+                                                                        r["p50_ms"], r["p99_ms"]))
+    finally:
+        for d in daemons.values():
+            d.stop()
+        for s in sinks:
+            s.stop()
+
+
 def fig_claims(tmp, res):
     """accept rate with 1k vs N_CLAIMS claims in the store"""
     m = n(2000)
@@ -1075,6 +1159,8 @@ def main():
             fig_tls(tmp, res)
         if want("claims"):
             fig_claims(tmp, res)
+        if want("grown"):
+            fig_grown(tmp, res)
     finally:
         for s in stopping:
             try:
