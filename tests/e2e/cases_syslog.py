@@ -5,6 +5,7 @@ import re
 import socket
 import threading
 
+from cases_pflogsumm import PFLOGSUMM, grand_totals
 from harness import BIN, Skip, case, check, eq, make_msg, run, submit_ok, wait_until
 
 DEVLOG = "/dev/log"
@@ -71,6 +72,16 @@ def test_syslog_target(t):
                   "%s's line tagged idemrelay/%s[pid]: %r" % (what, svc, mine))
         check(devlog.has("idemrelay/master[%d]: started: " % d.proc.pid), "master's started:")
         check(d.log().strip().count("\n") <= 1, "nothing but the harness marker on stderr")
+        # the file a syslog daemon writes of them (its host after the time, <PRI> gone),
+        # with the traditional time stamp: Postfix's log summariser counts the message
+        path = os.path.join(t.tmp, "mail.log")
+        with open(path, "w") as f:
+            for l in devlog.has("idemrelay/"):
+                f.write("%s syslogd %s\n" % (l[4:19], l[20:]))
+        r = run([PFLOGSUMM, "--syslog-name=idemrelay", path], timeout=60)
+        totals = grand_totals(r.stdout)
+        eq((totals.get("received"), totals.get("delivered")), (1, 1),
+           "pflogsumm over the syslog file:\n%s" % r.stdout)
     finally:
         devlog.close()
 
