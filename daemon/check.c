@@ -332,7 +332,7 @@ static void check_upstream(struct check *k)
 	SSL_CTX_free(ctx);
 }
 
-/* check_store - the LMDB directory, or that the PostgreSQL database answers */
+/* check_store - the store's directory, or that its database answers */
 static void check_store(struct check *k)
 {
 	const struct conf *c = k->c;
@@ -340,8 +340,8 @@ static void check_store(struct check *k)
 	char err[1024];
 	int rc;
 
-	if (c->store.backend == CONF_STORE_LMDB) {
-		check_dir(k, "store.path", c->store.path);
+	if (store_dir(c) != NULL) {
+		check_dir(k, "store.path", store_dir(c));
 		return;
 	}
 	rc = store_open(&st, c, STORE_READER, err, sizeof(err));	/* "FILE:LINE: store.url: ..." */

@@ -81,6 +81,7 @@ static void chown_tree(const char *dir, uid_t uid, gid_t gid)
 static void privdrop(const struct conf *cf, const char *made_control_dir)
 {
 	struct passwd *pw;
+	const char *dir;
 	char where[512];
 
 	/* check_startup() found the user and the directories: these are races */
@@ -93,11 +94,11 @@ static void privdrop(const struct conf *cf, const char *made_control_dir)
 				  conf_where(cf, "user", where, sizeof(where)), cf->user);
 		return;
 	}
-	if (cf->store.backend == CONF_STORE_LMDB) {	/* PostgreSQL has no directory here */
-		if (mkdir(cf->store.path, 0700) < 0 && errno != EEXIST)
+	if ((dir = store_dir(cf)) != NULL) {	/* a database has no directory here */
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 			msg_fatal("%s: mkdir %s: %m", conf_where(cf, "store.path", where,
-				  sizeof(where)), cf->store.path);
-		chown_tree(cf->store.path, pw->pw_uid, pw->pw_gid);
+				  sizeof(where)), dir);
+		chown_tree(dir, pw->pw_uid, pw->pw_gid);
 	}
 	if (cf->upstream.maildir) {
 		mkdir_parents(cf, "upstream.maildir", cf->upstream.maildir);
@@ -240,8 +241,8 @@ int main(int argc, char **argv)
 	log_setup("idemrelay", cf.log.syslog, LOG_LEVEL_WARN);
 	(void) check_startup(&cf, check_stop, NULL);
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
-	if (cf.store.backend == CONF_STORE_LMDB)
-		mkdir_parents(&cf, "store.path", cf.store.path);
+	if (store_dir(&cf) != NULL)
+		mkdir_parents(&cf, "store.path", store_dir(&cf));
 	made = control_dir(&cf);
 	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
@@ -259,7 +260,7 @@ int main(int argc, char **argv)
 	ctl = control_start(&cf, st, dl, server_dupcount(srv));
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",
-		 cf.store.backend == CONF_STORE_LMDB ? cf.store.path : "postgresql",
+		 store_dir(&cf) ? store_dir(&cf) : store_backend(st),
 		 cf.upstream.maildir ? cf.upstream.maildir : cf.upstream.hosts[0].host);
 	rc = server_run(srv);
 	metrics_stop(mx);

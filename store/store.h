@@ -118,6 +118,8 @@ struct conf;
 enum store_role { STORE_NODE, STORE_READER, STORE_WRITER };
 int store_open(struct store **out, const struct conf *cf, enum store_role role,
 	       char *err, size_t errlen);
+/* store_dir - the directory on this node's disk the store lives in (store.path); NULL: none */
+const char *store_dir(const struct conf *cf);
 const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
 
 /*

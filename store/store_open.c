@@ -8,6 +8,8 @@
  *
  *	int store_open(struct store **out, const struct conf *cf,
  *		       enum store_role role, char *err, size_t errlen);
+ *
+ *	const char *store_dir(const struct conf *cf);
  * DESCRIPTION
  *	store.backend names the backend; this file alone knows them, so
  *	the daemon, its -t check and idemrelayctl open a store the same
@@ -21,6 +23,11 @@
  *	created, no node registered (STORE_ENOTFOUND if there is no
  *	store yet). STORE_WRITER is idemrelayctl writing while the daemon
  *	is stopped: an existing store, never a new one.
+ *
+ *	store_dir() is the directory on this node's disk that the store
+ *	lives in (store.path), for the start to make and hand to the
+ *	daemon's user and for -t to check; NULL for a store that lives
+ *	elsewhere (a database).
  * DIAGNOSTICS
  *	0, or a STORE_E* code and why in err: "FILE:LINE: store.url: ..."
  *	for a database that will not let us in; for a directory, the
@@ -86,6 +93,12 @@ static int open_lmdb(struct store **out, const struct conf *cf, enum store_role 
 	}
 	store_lmdb_set_map_max(*out, cf->store.map_size_max);	/* and the ceiling stats show */
 	return 0;
+}
+
+/* store_dir - the store's directory on this node's disk, or NULL if it has none */
+const char *store_dir(const struct conf *cf)
+{
+	return cf->store.backend == CONF_STORE_LMDB ? cf->store.path : NULL;
 }
 
 /* store_open - the backend store.backend names, opened for role */

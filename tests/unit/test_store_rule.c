@@ -205,7 +205,7 @@ static void test_open_roles(void **state)
 	CHECK_INT("lmdb declares", store_caps(st), STORE_CAP_LOCAL_READS);
 	CHECK_INT("a store of one node has no number", store_node_id(st), -1);
 	CHECK_INT("stats", store_stats(st, &s), 0);
-	CHECK_INT("store.map_size_max applied at open", s.map_ceiling <= 16u << 20, 1);
+	CHECK_INT("store.map_size_max applied at open", s.space.ceiling <= 16u << 20, 1);
 	store_close(st);
 
 	CHECK_INT("reader", store_open(&st, &f->cf, STORE_READER, err, sizeof(err)), 0);
@@ -230,6 +230,7 @@ static void test_open_declared(void **state)
 	cf.store.backend = fx_pg() ? CONF_STORE_POSTGRESQL : CONF_STORE_LMDB;
 	cf.store.url = f->url;
 	cf.store.path = f->path;
+	CHECK_STR("its directory", store_dir(&cf), fx_pg() ? NULL : f->path);
 	if (store_open(&st, &cf, STORE_READER, err, sizeof(err)) != 0)
 		fail_msg("store_open: %s", err);
 	CHECK_STR("backend", store_backend(st), fx_pg() ? "postgresql" : "lmdb");
