@@ -4,7 +4,8 @@
  * SUMMARY
  *	look at and act on idemrelay's queue, keys and stories
  * SYNOPSIS
- *	idemrelayctl [-c config] [--json] [-u user] [--force|--drop] command [argument]
+ *	idemrelayctl [-c config] [--json] [-u user] [--force|--drop]
+ *		[--from pattern] [--to pattern] command [argument]
  * DESCRIPTION
  *	Reads the configuration the daemon reads (with no -c, the embedded
  *	default), then:
@@ -15,9 +16,15 @@
  *			message that holds claims under it. KEY is the key
  *			header's value, the ENVID, or the Message-ID
  *	stats		store figures, and the daemon's counters if it runs
+ *	cat QID		the queued message as it will be sent, envelope first
  *	flush		every deferred message is attempted now
  *	retry QID	one message is attempted now
- *	drop QID	the message leaves the queue, never delivered
+ *	drop QID|KEY|ALL
+ *			the messages leave the queue, never delivered;
+ *			with --from/--to and no argument, those matching
+ *	hold QID|KEY|ALL, release QID|KEY|ALL
+ *			on hold (never delivered) until released; also
+ *			with --from/--to
  *	forget KEY	the key's claims are deleted: its next submission
  *			is a new message (-u: only that AUTH user's). While
  *			a message of the key is still queued it is refused
@@ -25,11 +32,12 @@
  *			queued copy) unless --drop (the copy is dropped too)
  *			or --force (forgotten anyway)
  *
- *	queue, show and stats read the LMDB store directly, read-only, so
+ *	queue, show, cat and stats read the store directly, read-only, so
  *	they work whether or not the daemon runs. flush and retry need the
- *	daemon (over the control socket). drop and forget go through the
- *	daemon when it runs, so that its scheduler knows; when it does not,
- *	they write to the store directly.
+ *	daemon (over the control socket). drop, hold, release and forget go
+ *	through the daemon when it runs, so that its scheduler knows; when
+ *	it does not, they run the same actions (queue/queue_admin.c) on the
+ *	store themselves.
  * DIAGNOSTICS
  *	Exit 0 on success; 1 with a message for an unknown QID or key, an
  *	absent store ("no store at PATH"), a PostgreSQL store that cannot be
@@ -47,6 +55,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../queue/queue_admin.h"
 #include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/log.h"
@@ -57,7 +66,7 @@
 #define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000
 
-#define CTL_COMMANDS "queue, show, stats, flush, retry, drop, forget"
+#define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, forget"
 
 static void ctl_misuse(struct ctl *x, const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 2, 3)));
@@ -67,15 +76,24 @@ static void ctl_check_args(struct ctl *x, const char *cmd, int nargs)
 {
 	static const struct {
 		const char *name, *arg;		/* arg NULL: none */
+		int sel;			/* takes --from/--to instead of arg */
 	} cmds[] = {
-		{"queue", NULL}, {"show", "a QID or a key"}, {"stats", NULL}, {"flush", NULL},
-		{"retry", "a QID"}, {"drop", "a QID"}, {"forget", "a key"},
+		{"queue", NULL, 0}, {"show", "a QID or a key", 0}, {"cat", "a QID", 0},
+		{"stats", NULL, 0}, {"flush", NULL, 0}, {"retry", "a QID", 0},
+		{"drop", "a QID, a key or ALL", 1}, {"hold", "a QID, a key or ALL", 1},
+		{"release", "a QID, a key or ALL", 1}, {"forget", "a key", 0},
 	};
 	size_t i;
 
 	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		if (strcmp(cmd, cmds[i].name) != 0)
 			continue;
+		if ((x->from || x->to) && !cmds[i].sel)
+			ctl_misuse(x, "--from and --to go with drop, hold and release only");
+		if ((x->from || x->to) && nargs != 0)
+			ctl_misuse(x, "%s takes --from/--to or one argument, not both", cmd);
+		if (x->from || x->to)
+			return;
 		if (cmds[i].arg && nargs != 1)
 			ctl_misuse(x, "%s takes one argument, %s; %d given", cmd, cmds[i].arg, nargs);
 		if (!cmds[i].arg && nargs != 0)
@@ -91,13 +109,20 @@ static void usage(int rc) __attribute__((noreturn));
 static void usage(int rc)
 {
 	fprintf(rc ? stderr : stdout,
-		"usage: idemrelayctl [-c config] [--json] [-u user] command [argument]\n"
+		"usage: idemrelayctl [-c config] [--json] [-u user] [--from P] [--to P] command [arg]\n"
 		"  queue            list the queued messages\n"
 		"  show QID|KEY     a message's story, or those of a key's messages\n"
 		"  stats            store figures and the daemon's counters\n"
+		"  cat QID          the queued message as it will be sent\n"
 		"  flush            attempt every deferred message now (daemon)\n"
 		"  retry QID        attempt one message now (daemon)\n"
-		"  drop QID         remove a message from the queue\n"
+		"  drop QID|KEY|ALL remove messages from the queue\n"
+		"  hold QID|KEY|ALL never deliver them until released\n"
+		"  release QID|KEY|ALL\n"
+		"                   deliver them again (at their next attempt)\n"
+		"  drop|hold|release --from PATTERN, --to PATTERN\n"
+		"                   the queued messages whose sender or a recipient\n"
+		"                   matches the shell pattern (any case)\n"
 		"  forget KEY       delete a key's claims: its next submission is new;\n"
 		"                   refused while its message is queued, unless\n"
 		"                   --drop (drop it too) or --force (forget anyway)\n");
@@ -323,106 +348,228 @@ static int cmd_retry(struct ctl *x, const char *qid)
 	return 0;
 }
 
-/* cmd_drop - through the daemon, or on the store if the daemon is not running */
-static int cmd_drop(struct ctl *x, const char *qid)
+/*
+ * act - an action through the daemon when it runs (line), else the same
+ * action (queue/queue_admin.c) on the store itself: sel, and mode for
+ * forget. The reply either way, marked "offline" in the second case.
+ */
+static void act(struct ctl *x, const char *cmd, const char *line,
+		const struct queue_admin_sel *sel, enum queue_admin_forget mode, struct buf *reply)
 {
-	struct buf reply = BUF_INIT, line = BUF_INIT;
-	char why[512], err[1024];
-	struct store_story s;
-	int ok = 0, rc;
+	char why[512];
+	struct store *st;
 
-	if (!is_qid(qid))
-		ctl_fail(x, "not a QID: %s", qid);
-	buf_printf(&line, "drop %s", qid);
-	if (ctl_request(x, line.data, &reply, why, sizeof(why)) == 0) {
-		if (json_get_bool(reply.data, "ok", &ok) != 0 || !ok) {
-			if (json_get_str(reply.data, "error", err, sizeof(err)) != 0)
-				snprintf(err, sizeof(err), "%.200s", reply.data);
-			ctl_fail(x, "%s", err);
-		}
+	if (ctl_request(x, line, reply, why, sizeof(why)) == 0)
+		return;
+	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
+	if (strcmp(cmd, "drop") == 0)
+		queue_admin_drop(st, NULL, sel, reply);
+	else if (strcmp(cmd, "forget") == 0)
+		queue_admin_forget(st, NULL, sel, mode, x->now, reply);
+	else
+		queue_admin_hold(st, NULL, sel, strcmp(cmd, "hold") == 0, reply);
+	if (reply->len && reply->data[reply->len - 1] == '}') {
+		reply->data[--reply->len] = 0;
+		buf_printf(reply, ",\"offline\":true}");
+	}
+}
+
+/* reply_ok - the reply's "ok", or fail saying what it holds instead */
+static int reply_ok(struct ctl *x, const struct buf *reply, char *err, size_t errlen)
+{
+	int ok = 0;
+
+	if (json_get_bool(reply->data, "ok", &ok) != 0)
+		ctl_fail(x, "the daemon replied with something else than JSON: %.200s", reply->data);
+	if (!ok && json_get_str(reply->data, "error", err, errlen) != 0)
+		snprintf(err, errlen, "%.200s", reply->data);
+	return ok;
+}
+
+/* sel_line - the selection as the control socket's request names it (control.h) */
+static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel,
+		     uint8_t (*h)[STORE_HASH_LEN], struct buf *line)
+{
+	char hex[2 * HASH_LEN + 1];
+	size_t i;
+
+	memset(sel, 0, sizeof(*sel));
+	if (arg == NULL) {
+		if ((x->from && (strpbrk(x->from, " \t") || !x->from[0]))
+		    || (x->to && (strpbrk(x->to, " \t") || !x->to[0])))
+			ctl_misuse(x, "a pattern is not empty and has no space in it, as an address");
+		sel->from = x->from;
+		sel->to = x->to;
+		if (x->from)
+			buf_printf(line, " from %s", x->from);
+		if (x->to)
+			buf_printf(line, " to %s", x->to);
+	} else if (strcmp(arg, "ALL") == 0) {
+		sel->all = 1;
+		buf_printf(line, " ALL");
+	} else if (is_qid(arg)) {
+		sel->qid = arg;
+		buf_printf(line, " %s", arg);
 	} else {
-		/* no daemon to race: the store alone knows the queue */
-		if ((rc = store_msg_drop(store_rw(x), qid)) == STORE_ENOTFOUND) {
-			if (store_story_get(x->st, qid, &s) == 0)
-				ctl_fail(x, "%s is not queued: it %s", qid,
-					 s.dropped ? "was dropped" : "has left the queue");
-			ctl_fail(x, "unknown QID %s", qid);
+		sel->n_keys = ctl_key_hashes(arg, h);
+		sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
+		buf_printf(line, " key -");
+		for (i = 0; i < sel->n_keys; i++) {
+			hash_hex(h[i], HASH_LEN, hex);
+			buf_printf(line, " %s", hex);
 		}
-		if (rc != 0)
-			ctl_fail(x, "cannot drop %s: %s", qid, store_strerror(rc));
-		buf_reset(&reply);
-		buf_printf(&reply, "{\"ok\":true,\"qid\":\"%s\",\"offline\":true}", qid);
+	}
+}
+
+/* print_list - each QID of a reply's list, one line each, then how many */
+static void print_list(const char *reply, const char *name, const char *done, int count)
+{
+	const char *p, *q;
+	size_t len;
+	long long n = 0;
+	int any = 0;
+
+	json_get_int(reply, "count", &n);
+	if (json_get(reply, name, &p, &len) == 0)
+		for (q = p; q < p + len; q++) {
+			if ((*q == ',' || *q == ']') && any)
+				printf(": %s\n", done);
+			else if (*q != '[' && *q != '"' && *q != ',' && *q != ']')
+				putchar(*q);
+			any = *q != ',' && *q != ']' && (any || *q != '[');
+		}
+	if (count)
+		printf("-- %lld message%s %s\n", n, n == 1 ? "" : "s", done);
+}
+
+/*
+ * cmd_select - drop, hold or release the messages arg names (QID, KEY,
+ * ALL; NULL: --from/--to), through the daemon or on the store
+ */
+static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
+{
+	static const struct {
+		const char *cmd, *list, *done;
+	} says[] = {
+		{"drop", "dropped", "dropped from the queue"},
+		{"hold", "held", "on hold"},
+		{"release", "released", "released from hold"},
+	};
+	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	struct buf reply = BUF_INIT, line = BUF_INIT;
+	struct queue_admin_sel sel;
+	char err[1024];
+	size_t i;
+
+	for (i = 0; strcmp(says[i].cmd, cmd) != 0; i++)
+		;
+	buf_printf(&line, "%s", cmd);
+	sel_line(x, arg, &sel, h, &line);
+	act(x, cmd, line.data, &sel, QUEUE_ADMIN_REFUSE, &reply);
+	if (!reply_ok(x, &reply, err, sizeof(err))) {
+		if (x->json) {
+			printf("%s\n", reply.data);	/* with what was done and what was not */
+			exit(1);
+		}
+		print_list(reply.data, says[i].list, says[i].done, 0);
+		ctl_fail(x, "%s", err);
 	}
 	if (x->json)
 		printf("%s\n", reply.data);
 	else
-		printf("%s: dropped from the queue\n", qid);
+		print_list(reply.data, says[i].list, says[i].done, sel.qid == NULL);
 	buf_free(&reply);
 	buf_free(&line);
 	return 0;
 }
 
-/* forget_list - a set of QIDs as a JSON list's items */
-static void forget_list(struct buf *b, char (*q)[STORE_QID_SIZE], size_t n)
+/* cat_rcpt - a recipient as postcat names it: still to go, or done */
+static void cat_rcpt(const struct store_rcpt *r)
 {
+	static const char *const state[] = { "queued", "sent", "bounced", "unconfirmed" };
+
+	printf("%s: %s", r->state == STORE_RCPT_QUEUED ? "recipient" : "done_recipient", r->addr);
+	if (r->state != STORE_RCPT_QUEUED && (size_t) r->state < 4)
+		printf(" (%s)", state[r->state]);
+	printf("\n");
+	if (r->orcpt)
+		printf("original_recipient: %s\n", r->orcpt);
+}
+
+/* cat_json - the message as one JSON object */
+static void cat_json(const struct store_msg *m)
+{
+	struct buf b = BUF_INIT;
 	size_t i;
 
-	for (i = 0; i < n; i++)
-		buf_printf(b, "%s\"%s\"", i ? "," : "", q[i]);
+	buf_printf(&b, "{\"ok\":true,\"qid\":\"%s\",\"accepted\":", m->qid);
+	json_time(&b, m->accepted);
+	buf_printf(&b, ",\"held\":%s,\"size\":%zu,\"from\":", m->held ? "true" : "false",
+		   m->data_len);
+	json_str(&b, m->from);
+	buf_printf(&b, ",\"envid\":");
+	json_str(&b, m->envid);
+	buf_printf(&b, ",\"recipients\":[");
+	for (i = 0; i < m->n_rcpts; i++) {
+		buf_printf(&b, "%s{\"addr\":", i ? "," : "");
+		json_str(&b, m->rcpts[i].addr);
+		buf_printf(&b, ",\"pending\":%s,\"orcpt\":",
+			   m->rcpts[i].state == STORE_RCPT_QUEUED ? "true" : "false");
+		json_str(&b, m->rcpts[i].orcpt);
+		buf_putc(&b, '}');
+	}
+	buf_printf(&b, "],\"message\":");
+	json_str(&b, m->data);
+	printf("%s}\n", b.data);
+	buf_free(&b);
 }
 
 /*
- * forget_offline - forget on the store itself, with the daemon's rules for
- * queued messages (daemon/control.c do_forget); the reply as it would give it
+ * cmd_cat - a queued message as it will be sent, like postcat -q: the
+ * envelope, then the content (with the Received: line idemrelay added)
  */
-static void forget_offline(struct ctl *x, uint8_t (*h)[STORE_HASH_LEN], size_t n,
-			   const char *mode, struct buf *reply)
+static int cmd_cat(struct ctl *x, const char *qid)
 {
-	char (*queued)[STORE_QID_SIZE] = NULL, (*q)[STORE_QID_SIZE];
-	struct store_forget f;
-	size_t i, j, claims = 0, n_qids = 0, nq = 0, m;
-	struct buf qids = BUF_INIT, qlist = BUF_INIT;
+	struct store_msg m;
+	struct store_story s;
+	char t[64];
+	size_t i;
 	int err;
 
-	store_rw(x);
-	for (i = 0; i < n; i++) {
-		if ((err = store_key_queued(x->st, h[i], x->user, &q, &m)) != 0)
-			ctl_fail(x, "cannot forget: %s", store_strerror(err));
-		queued = xrealloc(queued, (nq + m + 1) * sizeof(*queued));
-		memcpy(queued + nq, q, m * sizeof(*q));
-		nq += m;
-		free(q);
+	if (!is_qid(qid))
+		ctl_fail(x, "not a QID: %s", qid);
+	if ((err = store_msg_load(ctl_store(x), qid, &m)) == STORE_ENOTFOUND) {
+		if (store_story_get(x->st, qid, &s) == 0)
+			ctl_fail(x, "%s is not queued: it %s, and its content went with it "
+				 "(idemrelayctl show %s tells its story)", qid,
+				 s.dropped ? "was dropped" : "has left the queue", qid);
+		ctl_fail(x, "unknown QID %s", qid);
 	}
-	forget_list(&qlist, queued, nq);
-	if (nq && mode == NULL) {
-		buf_printf(reply, "{\"ok\":false,\"error\":\"still queued\",\"queued\":[%s]}",
-			   qlist.data);
-		goto done;
+	if (err != 0)
+		ctl_fail(x, "cannot read %s: %s", qid, store_strerror(err));
+	if (x->json) {
+		cat_json(&m);
+		store_msg_free(&m);
+		return 0;
 	}
-	for (i = 0; mode && strcmp(mode, "--drop") == 0 && i < nq; i++)
-		if ((err = store_msg_drop(x->st, queued[i])) != 0 && err != STORE_ENOTFOUND)
-			ctl_fail(x, "cannot drop %s: %s", queued[i], store_strerror(err));
-	for (i = 0; i < n; i++) {
-		if ((err = store_key_forget(x->st, h[i], x->user, x->now, &f)) == STORE_ENOTFOUND)
-			continue;
-		if (err != 0)
-			ctl_fail(x, "cannot forget: %s", store_strerror(err));
-		claims += f.claims;
-		for (j = 0; j < f.n_qids; j++)
-			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[j]);
-		store_forget_free(&f);
-	}
-	if (n_qids == 0)
-		buf_printf(reply, "{\"ok\":false,\"error\":\"unknown key\"}");
-	else
-		buf_printf(reply, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"%s\":[%s],"
-			   "\"offline\":true}", claims, qids.data,
-			   mode && strcmp(mode, "--drop") == 0 ? "dropped" : "queued",
-			   qlist.data ? qlist.data : "");
-done:
-	free(queued);
-	buf_free(&qids);
-	buf_free(&qlist);
+	printf("*** ENVELOPE RECORDS %s ***\n", qid);
+	printf("message_size: %zu\n", m.data_len);
+	printf("message_arrival_time: %s\n", ctl_time(t, sizeof(t), m.accepted));
+	printf("client: %s\n", m.client);
+	if (m.user)
+		printf("sasl_username: %s\n", m.user);
+	if (m.envid)
+		printf("envid: %s\n", m.envid);
+	printf("sender: %s\n", m.from);
+	for (i = 0; i < m.n_rcpts; i++)
+		cat_rcpt(&m.rcpts[i]);
+	if (m.held)
+		printf("held: yes (idemrelayctl release %s)\n", qid);
+	printf("*** MESSAGE CONTENTS %s ***\n", qid);
+	fwrite(m.data, 1, m.data_len, stdout);
+	printf("*** MESSAGE FILE END %s ***\n", qid);
+	store_msg_free(&m);
+	return 0;
 }
 
 /* print_qids - a reply's list of QIDs, space-separated, after a label */
@@ -448,12 +595,12 @@ static void print_qids(const char *reply, const char *name, const char *label)
 static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 {
 	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
-	char hex[2 * HASH_LEN + 1], why[512], err[1024];
+	char hex[2 * HASH_LEN + 1], err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
+	struct queue_admin_sel sel;
 	const char *p;
 	size_t n = ctl_key_hashes(key, h), i, len;
 	long long claims = 0;
-	int ok = 0;
 
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
@@ -463,11 +610,13 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 		hash_hex(h[i], HASH_LEN, hex);
 		buf_printf(&line, " %s", hex);
 	}
-	if (ctl_request(x, line.data, &reply, why, sizeof(why)) != 0)
-		forget_offline(x, h, n, mode, &reply);
-	if (json_get_bool(reply.data, "ok", &ok) != 0 || !ok) {
-		if (json_get_str(reply.data, "error", err, sizeof(err)) != 0)
-			snprintf(err, sizeof(err), "%.200s", reply.data);
+	memset(&sel, 0, sizeof(sel));
+	sel.keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
+	sel.n_keys = n;
+	sel.user = x->user;
+	act(x, "forget", line.data, &sel, mode == NULL ? QUEUE_ADMIN_REFUSE
+	    : strcmp(mode, "--drop") == 0 ? QUEUE_ADMIN_DROP : QUEUE_ADMIN_FORCE, &reply);
+	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (strncmp(err, "unknown key", 11) == 0)
 			ctl_fail(x, "unknown key %s%s%s", key, x->user ? " for user " : "",
 				 x->user ? x->user : "");
@@ -512,6 +661,8 @@ int main(int argc, char **argv)
 		{ "user", required_argument, NULL, 'u' },
 		{ "force", no_argument, NULL, 'F' },
 		{ "drop", no_argument, NULL, 'D' },
+		{ "from", required_argument, NULL, 'f' },
+		{ "to", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -531,6 +682,12 @@ int main(int argc, char **argv)
 			break;
 		case 'u':
 			x.user = optarg;
+			break;
+		case 'f':
+			x.from = optarg;
+			break;
+		case 't':
+			x.to = optarg;
 			break;
 		case 'F':
 		case 'D':
@@ -568,8 +725,11 @@ int main(int argc, char **argv)
 		rc = cmd_flush(&x);
 	else if (strcmp(cmd, "retry") == 0)
 		rc = cmd_retry(&x, arg);
-	else if (strcmp(cmd, "drop") == 0)
-		rc = cmd_drop(&x, arg);
+	else if (strcmp(cmd, "cat") == 0)
+		rc = cmd_cat(&x, arg);
+	else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
+		 || strcmp(cmd, "release") == 0)
+		rc = cmd_select(&x, cmd, arg);
 	else
 		rc = cmd_forget(&x, arg, forget_mode);
 	store_close(x.st);

@@ -4,9 +4,10 @@
  * SUMMARY
  *	what idemrelayctl's files share
  * DESCRIPTION
- *	ctl/ctl.c is the program: options, the control socket client and
- *	the actions (flush, retry, drop, forget). ctl/ctl_show.c reads the
- *	store for queue, show and stats. Both print for people, or with
+ *	ctl/ctl.c is the program: options, the control socket client, cat,
+ *	and the actions (flush, retry, drop, hold, release, forget; those
+ *	but flush and retry run by queue/queue_admin.c when no daemon
+ *	does). ctl/ctl_show.c reads the store for queue, show and stats. Both print for people, or with
  *	--json one JSON object per run for scripts; every failure goes
  *	through ctl_fail(), which exits 1.
  */
@@ -25,6 +26,7 @@ struct ctl {
 	struct conf cf;
 	int json;			/* --json */
 	const char *user;		/* -u: AUTH user, or NULL */
+	const char *from, *to;		/* --from, --to: patterns, or NULL */
 	struct store *st;		/* owned, opened on demand */
 	int64_t now;			/* microseconds, one clock for the whole run */
 };
@@ -40,6 +42,9 @@ struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 
 /* ctl_request - one request to the daemon: 0 and its reply, or -1 (why) if unreachable */
 int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);
+
+/* ctl_time - UTC in ISO 8601 with its Z, as every time idemrelayctl writes */
+const char *ctl_time(char *out, size_t len, int64_t us);
 
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
 size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN]);

@@ -7,7 +7,9 @@
  *	Everything here reads the store read-only (ctl_store()). A message's
  *	state is named as an operator knows it: "queued" (not attempted
  *	yet), "deferred" (attempted, waiting), "active" (its final dot may
- *	be out right now), and once it left the queue "sent", "bounced",
+ *	be out right now, or on a shared store a node holds its lease: "on
+ *	NODE since TIME"), "held" (by the operator, until released), and
+ *	once it left the queue "sent", "bounced",
  *	"unconfirmed", "finished" (recipients ended differently) or
  *	"dropped".
  *
@@ -48,8 +50,11 @@ static const char *msg_state(const struct store_story *s)
 {
 	size_t i;
 
+	if (s->queued && s->m.held)
+		return "held";
 	if (s->queued)
-		return s->m.inflight ? "active" : s->m.attempts > 0 ? "deferred" : "queued";
+		return s->m.inflight || s->m.lease_node ? "active"
+		    : s->m.attempts > 0 ? "deferred" : "queued";
 	if (s->dropped)
 		return "dropped";
 	for (i = 1; i < s->m.n_rcpts; i++)
@@ -74,9 +79,9 @@ static const char *fmt_dur(char *out, size_t len, int64_t us)
 	return out;
 }
 
-/* fmt_time - UTC in ISO 8601 with its Z, as --json writes it: the
+/* ctl_time - UTC in ISO 8601 with its Z, as --json writes it: the
  * same in every TZ, so two operators (or a log and a ticket) agree */
-static const char *fmt_time(char *out, size_t len, int64_t us)
+const char *ctl_time(char *out, size_t len, int64_t us)
 {
 	time_t t = (time_t) (us / US);
 	struct tm tm;
@@ -96,6 +101,30 @@ static const char *fmt_next(char *out, size_t len, int64_t next, int64_t now)
 	else
 		snprintf(out, len, "in %s", fmt_dur(d, sizeof(d), next - now));
 	return out;
+}
+
+/* fmt_when - what comes next: "on NODE since TIME" under a node's lease, "held", "in 45s" */
+static const char *fmt_when(char *out, size_t len, const struct store_msg *m, int64_t now)
+{
+	char t[32];
+
+	if (m->held)
+		snprintf(out, len, "on hold");
+	else if (m->lease_node)
+		snprintf(out, len, "on %s since %s", m->lease_node,
+			 ctl_time(t, sizeof(t), m->lease_since));
+	else
+		fmt_next(out, len, m->next_attempt, now);
+	return out;
+}
+
+/* json_lease - ,"held":..., "node":..., "active_since":... (null unless under a node's lease) */
+static void json_lease(struct buf *b, const struct store_msg *m)
+{
+	buf_printf(b, ",\"held\":%s,\"node\":", m->held ? "true" : "false");
+	json_str(b, m->lease_node);
+	buf_printf(b, ",\"active_since\":");
+	json_time(b, m->lease_node ? m->lease_since : 0);
 }
 
 /* json_rcpts - "recipients":[...] */
@@ -126,7 +155,7 @@ static int queue_cb(void *arg, const struct store_msg *m)
 {
 	struct queue_acc *a = arg;
 	struct store_story s;
-	char t[64], n[64];
+	char t[64], n[160];
 	size_t i;
 
 	memset(&s, 0, sizeof(s));
@@ -139,6 +168,7 @@ static int queue_cb(void *arg, const struct store_msg *m)
 		buf_printf(&a->out, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d,\"next_attempt\":",
 			   (long long) ((a->x->now - m->accepted) / US), m->data_len, m->attempts);
 		json_time(&a->out, m->next_attempt);
+		json_lease(&a->out, m);
 		buf_printf(&a->out, ",\"from\":");
 		json_str(&a->out, m->from);
 		buf_putc(&a->out, ',');
@@ -149,8 +179,8 @@ static int queue_cb(void *arg, const struct store_msg *m)
 			printf("%-20s %9s  %-20s  %-8s  %8s  %s\n", "QID", "Size", "Arrival",
 			       "State", "Attempts", "Next");
 		printf("%-20s %9zu  %-20s  %-8s  %8d  %s\n", m->qid, m->data_len,
-		       fmt_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
-		       fmt_next(n, sizeof(n), m->next_attempt, a->x->now));
+		       ctl_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
+		       fmt_when(n, sizeof(n), m, a->x->now));
 		printf("    from=<%s>\n", m->from);
 		for (i = 0; i < m->n_rcpts; i++)
 			printf("    to=<%s> %s%s%s%s\n", m->rcpts[i].addr, rcpt_state(&s, &m->rcpts[i]),
@@ -218,6 +248,7 @@ static void story_json(struct buf *b, struct ctl *x, const struct store_story *s
 	buf_printf(b, ",\"size\":%zu,\"attempts\":%d,\"next_attempt\":", s->m.data_len,
 		   s->m.attempts);
 	json_time(b, s->queued ? s->m.next_attempt : 0);
+	json_lease(b, &s->m);
 	buf_printf(b, ",\"updated\":");
 	json_time(b, s->updated);
 	buf_printf(b, ",\"finished\":");
@@ -237,8 +268,17 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	char t[64], d[32], n[64];
 	size_t i;
 
-	printf("%s: %s\n", s->m.qid, msg_state(s));
-	printf("  accepted    %s (%s ago) from %s%s%s\n", fmt_time(t, sizeof(t), s->m.accepted),
+	printf("%s: %s", s->m.qid, msg_state(s));
+	if (s->queued && s->m.lease_node)
+		printf(" on %s since %s", s->m.lease_node, ctl_time(t, sizeof(t), s->m.lease_since));
+	if (s->queued && s->m.held)
+		printf(": never delivered until released (idemrelayctl release %s)", s->m.qid);
+	printf("\n");
+	/* held mail does not age out; the operator should know what the release does */
+	if (s->queued && s->m.held && x->now - s->m.accepted >= x->cf.retry.give_up * US)
+		printf("  note        older than retry.give_up (%s): once released, an attempt "
+		       "that fails bounces it\n", fmt_dur(d, sizeof(d), x->cf.retry.give_up * US));
+	printf("  accepted    %s (%s ago) from %s%s%s\n", ctl_time(t, sizeof(t), s->m.accepted),
 	       fmt_dur(d, sizeof(d), x->now - s->m.accepted), s->m.client,
 	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
 	printf("  sender      <%s>%s%s, %zu bytes%s\n", s->m.from, s->m.envid ? ", envid " : "",
@@ -246,17 +286,17 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	/* forgotten: no claim answers for it any more, whatever it was */
 	if (s->has_key && s->forgotten)
 		printf("  key         yes, but forgotten by the operator %s: its duplicates are "
-		       "new messages", fmt_time(t, sizeof(t), s->forgotten));
+		       "new messages", ctl_time(t, sizeof(t), s->forgotten));
 	else
 		printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
 	printf("\n  duplicates  %u answered with this QID", s->duplicates);
 	if (s->mismatches)
 		printf(", %u refused as other content under its key", s->mismatches);
 	printf("\n  attempts    %d", s->m.attempts);
-	if (s->queued)
+	if (s->queued && !s->m.held && !s->m.lease_node)
 		printf(", next %s", fmt_next(n, sizeof(n), s->m.next_attempt, x->now));
 	else if (s->updated)
-		printf(", last %s", fmt_time(t, sizeof(t), s->updated));
+		printf(", last %s", ctl_time(t, sizeof(t), s->updated));
 	printf("\n");
 	for (i = 0; i < s->m.n_rcpts; i++)
 		printf("  to=<%s> %s%s%s%s\n", s->m.rcpts[i].addr, rcpt_state(s, &s->m.rcpts[i]),
@@ -264,8 +304,8 @@ static void story_text(struct ctl *x, const struct store_story *s)
 		       s->m.rcpts[i].reply ? ")" : "");
 	if (s->finished)
 		printf("  left the queue %s%s; story kept until %s\n",
-		       fmt_time(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
-		       fmt_time(n, sizeof(n), s->expires));
+		       ctl_time(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
+		       ctl_time(n, sizeof(n), s->expires));
 }
 
 /* key_qids - the QIDs filed under any form of the key */

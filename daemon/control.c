@@ -8,17 +8,17 @@
  *	two-second budget in all to send its line), which also writes the
  *	duplicate counts and expires stories on its ticks: operator
  *	requests are rare and quick, and none of this runs on the SMTP
- *	event loop. Actions go through the same
- *	interfaces the daemon uses (deliver_*, store_*), so an operator's
- *	drop can never race a delivery thread: a message being delivered at
- *	that moment is refused with "try again".
+ *	event loop. The operator's actions are queue_admin.c's, the ones
+ *	idemrelayctl runs itself when no daemon does, here given the
+ *	delivery scheduler, so that an operator's drop can never race a
+ *	delivery thread: a message being delivered at that moment is
+ *	refused with "try again".
  *
  *	The duplicate counts the event loop keeps (relay/dupcount.h) are
  *	written here once a second, and at stop.
  * DIAGNOSTICS
- *	control: flush | retry QID | drop QID | forget ... (one line each)
- *	QID: removed by the operator (idemrelayctl drop)
- *	QID: key forgotten by the operator: N claims removed
+ *	control: flush
+ *	and the actions' lines (queue/queue_admin.c)
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,6 +33,7 @@
 #include "../queue/commit.h"
 #include "../relay/dupcount.h"
 #include "../queue/metrics.h"
+#include "../queue/queue_admin.h"
 #include "../util/admin.h"
 #include "../util/buf.h"
 #include "../util/hash.h"
@@ -42,6 +43,7 @@
 #include "control.h"
 
 #define CONTROL_BACKLOG	16
+#define CONTROL_MAX_KEYS	16	/* key hashes in one request */
 #define TICK_MS		250		/* how often the timers below are looked at */
 #define PERSIST_EVERY	1000000LL	/* microseconds */
 #define EXPIRE_EVERY	10000000LL
@@ -54,6 +56,7 @@ struct control {
 	struct deliver *dl;		/* not owned */
 	struct dupcount *dc;		/* not owned */
 	struct admin *admin;		/* owned: the thread, the socket */
+	struct queue_admin_sched sched;	/* the operator's actions' view of dl */
 	int64_t started;
 	int64_t last_persist, last_expire;	/* admin thread only */
 	int expire_failed;			/* logged once until a pass works */
@@ -100,172 +103,112 @@ static const char *qid_arg(const char *arg)
 	return arg;
 }
 
-/* not_queued - the error for a QID that is not in the queue */
-static void not_queued(struct control *ctl, struct buf *out, const char *qid)
+/* sched_unschedule - queue_admin_sched: out of the delivery schedule */
+static int sched_unschedule(void *arg, const char *qid)
 {
-	struct store_story s;
-
-	if (store_story_get(ctl->st, qid, &s) == 0) {
-		reply_error(out, "%s is not queued: it %s", qid,
-			    s.dropped ? "was dropped" : "has left the queue");
-		store_story_free(&s);
-	} else {
-		reply_error(out, "unknown QID %s", qid);
-	}
+	return deliver_drop(arg, qid);
 }
 
-/* do_retry - one message due now */
-static void do_retry(struct control *ctl, const char *qid, struct buf *out)
+/* sched_release - queue_admin_sched: back in the delivery schedule */
+static void sched_release(void *arg, const char *qid, int64_t when)
 {
-	int rc = deliver_retry(ctl->dl, qid);
-
-	if (rc < 0) {
-		not_queued(ctl, out, qid);
-		return;
-	}
-	msg_info("%s: control: retry%s", qid, rc ? " (being delivered already)" : "");
-	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
-		   rc ? "active" : "due");
+	deliver_release(arg, qid, when);
 }
 
-/* do_drop - out of the schedule, then out of the spool */
-static void do_drop(struct control *ctl, const char *qid, struct buf *out)
+/* sched_retry - queue_admin_sched: due now */
+static int sched_retry(void *arg, const char *qid)
 {
-	int err;
-
-	if (deliver_drop(ctl->dl, qid) == 1) {
-		reply_error(out, "%s is being delivered right now; try again in a moment", qid);
-		return;
-	}
-	if ((err = store_msg_drop(ctl->st, qid)) == STORE_ENOTFOUND) {
-		not_queued(ctl, out, qid);
-		return;
-	}
-	if (err != 0) {
-		reply_error(out, "cannot drop %s: %s", qid, store_strerror(err));
-		return;
-	}
-	msg_info("%s: removed by the operator (idemrelayctl drop)", qid);
-	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\"}", qid);
-}
-
-/* how forget treats a key whose message is still queued */
-enum forget_mode {
-	FORGET_REFUSE,			/* say so, forget nothing */
-	FORGET_FORCE,			/* forget; the queued copy is still delivered */
-	FORGET_DROP,			/* drop the queued copy, then forget */
-};
-
-/* forget_queued - the keys' messages still queued: a set, and as a JSON list */
-static int forget_queued(struct control *ctl, char **hashes, size_t n, const char *user,
-			 struct buf *list, char (**qids)[STORE_QID_SIZE], size_t *nq)
-{
-	char (*q)[STORE_QID_SIZE];
-	uint8_t hash[STORE_HASH_LEN];
-	size_t i, j, k, m;
-	int err;
-
-	for (i = 0; i < n; i++) {
-		if (hash_unhex(hashes[i], hash, STORE_HASH_LEN) != 0)
-			return STORE_EINVAL;
-		if ((err = store_key_queued(ctl->st, hash, user, &q, &m)) != 0)
-			return err;
-		for (j = 0; j < m; j++) {
-			for (k = 0; k < *nq && strcmp((*qids)[k], q[j]) != 0; k++)
-				;
-			if (k < *nq)
-				continue;
-			*qids = xrealloc(*qids, (*nq + 1) * sizeof(**qids));
-			strcpy((*qids)[(*nq)++], q[j]);
-			buf_printf(list, "%s\"%s\"", *nq > 1 ? "," : "", q[j]);
-		}
-		free(q);
-	}
-	return 0;
+	return deliver_retry(arg, qid);
 }
 
 /*
- * do_forget - delete the claims filed under each key hash given. A key
- * whose message is still queued is refused unless --force (its copy is
- * still delivered, and so is the next submission) or --drop (the copy
- * leaves the queue first): forgetting it silently made two deliveries.
+ * parse_sel - a request's selection: QID, ALL, "key USER|- HEX...",
+ * "from PATTERN", "to PATTERN" (both may be given); -1 if malformed
+ */
+static int parse_sel(char *args, struct queue_admin_sel *sel,
+		     uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN])
+{
+	char *save = NULL, *w = strtok_r(args, " ", &save), *v;
+
+	memset(sel, 0, sizeof(*sel));
+	if (w == NULL)
+		return -1;
+	if (strcmp(w, "ALL") == 0) {
+		sel->all = 1;
+	} else if (strcmp(w, "key") == 0) {
+		if ((v = strtok_r(NULL, " ", &save)) == NULL)
+			return -1;
+		sel->user = strcmp(v, "-") == 0 ? NULL : v;
+		while (sel->n_keys < CONTROL_MAX_KEYS && (v = strtok_r(NULL, " ", &save)) != NULL)
+			if (hash_unhex(v, keys[sel->n_keys++], STORE_HASH_LEN) != 0)
+				return -1;
+		sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
+		return sel->n_keys ? 0 : -1;
+	} else if (strcmp(w, "from") == 0 || strcmp(w, "to") == 0) {
+		for (; w != NULL; w = strtok_r(NULL, " ", &save)) {
+			if ((v = strtok_r(NULL, " ", &save)) == NULL)
+				return -1;
+			if (strcmp(w, "from") == 0)
+				sel->from = v;
+			else if (strcmp(w, "to") == 0)
+				sel->to = v;
+			else
+				return -1;
+		}
+		return 0;
+	} else if ((sel->qid = qid_arg(w)) == NULL) {
+		return -1;
+	}
+	return strtok_r(NULL, " ", &save) == NULL ? 0 : -1;
+}
+
+/* do_select - drop, hold or release what the request names */
+static void do_select(struct control *ctl, const char *cmd, char *args, struct buf *out)
+{
+	uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN];
+	struct queue_admin_sel sel;
+
+	if (parse_sel(args, &sel, keys) != 0) {
+		reply_error(out, "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN "
+			    "[to PATTERN] | to PATTERN", cmd);
+		return;
+	}
+	if (strcmp(cmd, "drop") == 0)
+		queue_admin_drop(ctl->st, &ctl->sched, &sel, out);
+	else
+		queue_admin_hold(ctl->st, &ctl->sched, &sel, strcmp(cmd, "hold") == 0, out);
+}
+
+/*
+ * do_forget - "forget [--force|--drop] USER|- HEX...": the claims filed
+ * under each key hash given (queue_admin_forget says when it refuses)
  */
 static void do_forget(struct control *ctl, char *args, struct buf *out)
 {
-	char *save = NULL, *user = strtok_r(args, " ", &save), *h, *hashes[16];
-	char (*queued)[STORE_QID_SIZE] = NULL;
-	uint8_t hash[STORE_HASH_LEN];
-	struct store_forget f;
-	struct buf qids = BUF_INIT, qlist = BUF_INIT;
-	size_t claims = 0, n_qids = 0, nh = 0, nq = 0, i, j;
-	enum forget_mode mode = FORGET_REFUSE;
-	int err, any = 0;
+	uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN];
+	enum queue_admin_forget mode = QUEUE_ADMIN_REFUSE;
+	struct queue_admin_sel sel;
+	char *save = NULL, *user = strtok_r(args, " ", &save), *h;
 
+	memset(&sel, 0, sizeof(sel));
 	if (user && strcmp(user, "--force") == 0)
-		mode = FORGET_FORCE;
+		mode = QUEUE_ADMIN_FORCE;
 	else if (user && strcmp(user, "--drop") == 0)
-		mode = FORGET_DROP;
-	if (mode != FORGET_REFUSE)
+		mode = QUEUE_ADMIN_DROP;
+	if (mode != QUEUE_ADMIN_REFUSE)
 		user = strtok_r(NULL, " ", &save);
-	while (user && nh < sizeof(hashes) / sizeof(hashes[0])
-	       && (h = strtok_r(NULL, " ", &save)) != NULL)
-		hashes[nh++] = h;
-	if (user == NULL || nh == 0) {
+	while (user && sel.n_keys < CONTROL_MAX_KEYS && (h = strtok_r(NULL, " ", &save)) != NULL)
+		if (hash_unhex(h, keys[sel.n_keys++], STORE_HASH_LEN) != 0) {
+			reply_error(out, "bad key hash");
+			return;
+		}
+	if (user == NULL || sel.n_keys == 0) {
 		reply_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
 		return;
 	}
-	if (strcmp(user, "-") == 0)
-		user = NULL;
-	if ((err = forget_queued(ctl, hashes, nh, user, &qlist, &queued, &nq)) != 0) {
-		reply_error(out, err == STORE_EINVAL ? "bad key hash" : "cannot forget: %s",
-			    store_strerror(err));
-		goto done;
-	}
-	if (nq > 0 && mode == FORGET_REFUSE) {
-		buf_printf(out, "{\"ok\":false,\"error\":\"still queued\",\"queued\":[%s]}",
-			   qlist.data);
-		goto done;
-	}
-	for (i = 0; mode == FORGET_DROP && i < nq; i++) {
-		if (deliver_drop(ctl->dl, queued[i]) == 1) {
-			reply_error(out, "%s is being delivered right now; try again in a moment",
-				    queued[i]);
-			goto done;
-		}
-		if ((err = store_msg_drop(ctl->st, queued[i])) != 0 && err != STORE_ENOTFOUND) {
-			reply_error(out, "cannot drop %s: %s", queued[i], store_strerror(err));
-			goto done;
-		}
-		msg_info("%s: removed by the operator (idemrelayctl forget --drop)", queued[i]);
-	}
-	for (i = 0; i < nh; i++) {
-		(void) hash_unhex(hashes[i], hash, STORE_HASH_LEN);
-		err = store_key_forget(ctl->st, hash, user, clock_us(), &f);
-		if (err == STORE_ENOTFOUND)
-			continue;
-		if (err != 0) {
-			reply_error(out, "cannot forget: %s", store_strerror(err));
-			goto done;
-		}
-		any = 1;
-		claims += f.claims;
-		for (j = 0; j < f.n_qids; j++) {
-			msg_info("%s: key forgotten by the operator (idemrelayctl forget%s)", f.qids[j],
-				 mode == FORGET_FORCE && nq ? " --force, while queued" : "");
-			buf_printf(&qids, "%s\"%s\"", n_qids++ ? "," : "", f.qids[j]);
-		}
-		store_forget_free(&f);
-	}
-	if (!any)
-		reply_error(out, "unknown key%s%s", user ? " for user " : "", user ? user : "");
-	else
-		buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":[%s],\"%s\":[%s]}", claims,
-			   qids.data ? qids.data : "", mode == FORGET_DROP ? "dropped" : "queued",
-			   qlist.data ? qlist.data : "");
-done:
-	free(queued);
-	buf_free(&qids);
-	buf_free(&qlist);
+	sel.user = strcmp(user, "-") == 0 ? NULL : user;
+	sel.keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
+	queue_admin_forget(ctl->st, &ctl->sched, &sel, mode, clock_us(), out);
 }
 
 /* do_count - duplicates answered with a QID: written plus pending */
@@ -315,7 +258,7 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 		reply_error(out, "empty request");
 		return;
 	}
-	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "drop") == 0 || strcmp(cmd, "count") == 0) {
+	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "count") == 0) {
 		if ((qid = qid_arg(rest)) == NULL) {
 			reply_error(out, "%s: bad or missing QID", cmd);
 			return;
@@ -328,9 +271,10 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 		deliver_flush(ctl->dl);
 		buf_printf(out, "{\"ok\":true}");
 	} else if (strcmp(cmd, "retry") == 0) {
-		do_retry(ctl, qid, out);
-	} else if (strcmp(cmd, "drop") == 0) {
-		do_drop(ctl, qid, out);
+		queue_admin_retry(ctl->st, &ctl->sched, qid, out);
+	} else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
+		   || strcmp(cmd, "release") == 0) {
+		do_select(ctl, cmd, rest ? rest : (char *) "", out);
 	} else if (strcmp(cmd, "forget") == 0) {
 		do_forget(ctl, rest ? rest : (char *) "", out);
 	} else if (strcmp(cmd, "count") == 0) {
@@ -483,6 +427,7 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->dc = dc;
+	ctl->sched = (struct queue_admin_sched) { dl, sched_unschedule, sched_release, sched_retry };
 	ctl->started = ctl->last_persist = clock_us();
 	if (c->control) {
 		lfd = control_listen(c->control);

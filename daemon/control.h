@@ -12,7 +12,11 @@
  *	    ping                  {"ok":true,"pid":N}
  *	    flush                 every deferred message due now
  *	    retry QID             one message due now
- *	    drop QID              out of the schedule and the spool
+ *	    drop SEL              out of the schedule and the spool
+ *	    hold SEL              on hold, out of the schedule
+ *	    release SEL           off hold, back in the schedule
+ *	                          SEL: QID | ALL | key USER|- HEX... |
+ *	                          from PATTERN [to PATTERN] | to PATTERN
  *	    forget [--force|--drop] USER|- HEX...
  *	                          delete the claims filed under these key
  *	                          index hashes (USER: only that AUTH user's);
@@ -22,7 +26,8 @@
  *	    count QID             duplicates/mismatches answered with QID
  *	    stats                 the counters since start
  *
- *	Failures are {"ok":false,"error":"..."}.
+ *	Failures are {"ok":false,"error":"..."}. The replies of retry, drop,
+ *	hold, release and forget are queue/queue_admin.c's.
  *
  *	Duplicate counts (relay/dupcount.h) are written to the stories once
  *	a second in one write transaction, and at stop; `count` adds what is

@@ -27,6 +27,11 @@
  *	and the message is never sent again; "retry" clears the mark and
  *	delivers again.
  *
+ *	A message the operator holds (store_msg_hold) is not listed at
+ *	start nor taken from a shared queue; one held after it was scheduled
+ *	is found held at load and leaves the schedule, and deliver_release()
+ *	brings it back.
+ *
  *	On a store shared by several nodes (STORE_CAP_SHARED) the in-memory
  *	queue holds only what this node is about to deliver, each message
  *	under this node's lease: what it accepted itself (leased by the
@@ -162,6 +167,11 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
 		first = deliver_retry_settings(d).first;
 		deliver_finished(d, qid, now + (first > 0 ? first : 60) * US);
+		return 0;
+	}
+	if (j->m.held) {	/* held since it was scheduled: its release schedules it */
+		deliver_finished(d, qid, -1);
+		job_free(j);
 		return 0;
 	}
 	j->res = xcalloc(j->m.n_rcpts, sizeof(*j->res));
@@ -418,7 +428,26 @@ int deliver_retry(struct deliver *d, const char *qid)
 	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;
 }
 
-/* deliver_drop - take a waiting message out of the schedule (idemrelayctl drop) */
+/*
+ * deliver_release - a message released from hold (idemrelayctl release):
+ * scheduled at when; on a shared store the shared queue has it, for
+ * whichever node takes it first
+ */
+void deliver_release(struct deliver *d, const char *qid, int64_t when)
+{
+	if (d == NULL)
+		return;
+	if (!d->shared) {
+		deliver_schedule(d, qid, when, 0);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	d->take_now = 1;
+	pthread_cond_signal(&d->take_wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* deliver_drop - take a waiting message out of the schedule (idemrelayctl drop, hold) */
 int deliver_drop(struct deliver *d, const char *qid)
 {
 	enum dq_state state;

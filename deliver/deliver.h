@@ -52,9 +52,11 @@ void deliver_flush(struct deliver *d);
 void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
 /* deliver_retry - one message due now: 0, 1 if being delivered right now, -1 if not queued */
 int deliver_retry(struct deliver *d, const char *qid);
-/* deliver_drop - forget a message (the caller removes it from the store):
+/* deliver_drop - forget a message (the caller removes it from the store, or holds it):
  * 0, or 1 if it is being delivered right now and was left alone */
 int deliver_drop(struct deliver *d, const char *qid);
+/* deliver_release - a message released from hold: scheduled again at when */
+void deliver_release(struct deliver *d, const char *qid, int64_t when);
 void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */
 
 #endif

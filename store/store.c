@@ -227,6 +227,11 @@ int store_msg_drop(struct store *st, const char *qid)
 	return OPS(st)->msg_drop(st, qid);
 }
 
+int store_msg_hold(struct store *st, const char *qid, int on)
+{
+	return OPS(st)->msg_hold(st, qid, on);
+}
+
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */
 int store_msg_revive(struct store *st, const struct store_msg *m)
 {
@@ -305,6 +310,7 @@ void store_msg_free(struct store_msg *m)
 	}
 	free(m->rcpts);
 	free(m->data);
+	free(m->lease_node);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -106,6 +106,10 @@ struct store_msg {
 	int inflight;		/* durable mark: the final dot may have gone out */
 	int64_t lease;		/* shared store: the lease it was loaded under (the
 				 * backend's token, for store_msg_revive); 0 none */
+	int held;		/* on hold (store_msg_hold): never delivered until released */
+	char *lease_node;	/* owned; shared store, queue walk and story: the node
+				 * whose lease it is under now, or NULL */
+	int64_t lease_since;	/* when that node took it */
 };
 
 /*
@@ -208,7 +212,8 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
 int store_node_id(struct store *st);
 
 /* delivery */
-/* store_queue_list - what this node is to deliver at start (on a shared store: what it holds leased) */
+/* store_queue_list - what this node is to deliver at start (on a shared store: what it
+ * holds leased); not what is held */
 int store_queue_list(struct store *st,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
 		     void *arg);
@@ -227,6 +232,15 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
+/*
+ * store_msg_hold - put a queued message on hold (on 1) or release it (0),
+ * for every node: a held message is never handed to delivery (not listed
+ * at start, not taken from the shared queue, and delivery skips one it
+ * loads held) and keeps its claims, as every queued message does. The
+ * delivery writes leave the mark as they find it. STORE_ENOTFOUND if qid
+ * is not queued.
+ */
+int store_msg_hold(struct store *st, const char *qid, int on);
 /*
  * store_msg_revive - a shared store: this node loaded m under lease
  * m->lease, wrote its inflight mark (or the mark's commit had an unknown

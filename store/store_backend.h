@@ -71,6 +71,7 @@ struct store_ops {
 	int (*msg_set_inflight) (struct store *st, const char *qid, int on);
 	int (*msg_update) (struct store *st, const struct store_msg *m);
 	int (*msg_drop) (struct store *st, const char *qid);
+	int (*msg_hold) (struct store *st, const char *qid, int on);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	int (*stats) (struct store *st, struct store_stats *s);

@@ -23,8 +23,10 @@
  *	    a version 2 record written before SMTPUTF8 has flag 2 clear,
  *	    which is what it meant, so the flag needed no new version)
  *	delivery state (queue DB, key: qid), rewritten on every attempt:
- *	    version=1, attempts (i32), next_attempt (i64), inflight (u8),
- *	    n_rcpts (u32), n x { state (u8), reply? }
+ *	    version=1, attempts (i32), next_attempt (i64), flags (u8: 1
+ *	    inflight, 2 held), n_rcpts (u32), n x { state (u8), reply? }
+ *	    (the flags byte was the inflight mark alone, 0 or 1, before
+ *	    messages could be held: the same record, read alike)
  *	history (hist DB, key: qid), the story, rewritten on each update:
  *	    version=1, accepted, updated, finished, expires, forgotten,
  *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped, 4 SMTPUTF8), keyhash[32],
@@ -62,7 +64,9 @@
 #define STR_NULL	0xffffffffu
 #define MSG_HAS_KEY	1	/* the message record's flags */
 #define MSG_SMTPUTF8	2
-#define QUEUE_INFLIGHT_OFF	(1 + 4 + 8)
+#define QUEUE_FLAGS_OFF	(1 + 4 + 8)	/* the delivery state record's flags */
+#define QUEUE_INFLIGHT	1
+#define QUEUE_HELD	2
 
 /* encoder: with p == NULL it only counts */
 struct enc {
@@ -504,7 +508,7 @@ static void queue_codec(struct enc *e, const void *rec)
 	enc_u8(e, REC_VERSION);
 	enc_i32(e, m->attempts);
 	enc_i64(e, m->next_attempt);
-	enc_u8(e, m->inflight ? 1 : 0);
+	enc_u8(e, (m->inflight ? QUEUE_INFLIGHT : 0) | (m->held ? QUEUE_HELD : 0));
 	enc_envelope(e, m, QUEUE_FIELDS);
 }
 
@@ -523,10 +527,16 @@ void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 /* dec_queue_head - the delivery state record up to its recipients */
 static void dec_queue_head(struct dec *d, struct store_msg *m)
 {
+	uint8_t flags;
+
 	dec_version(d);
 	m->attempts = dec_i32(d);
 	m->next_attempt = dec_i64(d);
-	m->inflight = dec_u8(d);
+	flags = (uint8_t) dec_u8(d);
+	if (d->err == 0 && (flags & ~(QUEUE_INFLIGHT | QUEUE_HELD)) != 0)
+		d->err = STORE_EINVAL;
+	m->inflight = (flags & QUEUE_INFLIGHT) != 0;
+	m->held = (flags & QUEUE_HELD) != 0;
 }
 
 /*
@@ -540,8 +550,6 @@ int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 	size_t i;
 
 	dec_queue_head(&d, m);
-	if (d.err == 0 && m->inflight > 1)
-		d.err = STORE_EINVAL;
 	dec_envelope(&d, m, QUEUE_FIELDS);
 	if (dec_end(&d) != 0) {
 		for (i = 0; i < m->n_rcpts; i++) {
@@ -553,8 +561,9 @@ int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 	return 0;
 }
 
-/* lmdb_queue_rec_peek - the recipient count and next attempt, cheaply */
-int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt)
+/* lmdb_queue_rec_peek - the recipient count, next attempt and hold, cheaply */
+int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
+			int *held)
 {
 	struct dec d = { p, len, 0, 0 };
 	struct store_msg head;
@@ -568,16 +577,32 @@ int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *nex
 		*n_rcpts = n;
 	if (next_attempt)
 		*next_attempt = head.next_attempt;
+	if (held)
+		*held = head.held;
+	return 0;
+}
+
+/* queue_rec_set_flag - patch one flag in a copy of the record */
+static int queue_rec_set_flag(void *p, size_t len, uint8_t flag, int on)
+{
+	uint8_t *f = (uint8_t *) p + QUEUE_FLAGS_OFF;
+
+	if (lmdb_queue_rec_peek(p, len, NULL, NULL, NULL) != 0)
+		return STORE_EINVAL;
+	*f = (uint8_t) (on ? *f | flag : *f & ~flag);
 	return 0;
 }
 
 /* lmdb_queue_rec_set_inflight - patch the mark in a copy of the record */
 int lmdb_queue_rec_set_inflight(void *p, size_t len, int on)
 {
-	if (lmdb_queue_rec_peek(p, len, NULL, NULL) != 0)
-		return STORE_EINVAL;
-	((uint8_t *) p)[QUEUE_INFLIGHT_OFF] = on ? 1 : 0;
-	return 0;
+	return queue_rec_set_flag(p, len, QUEUE_INFLIGHT, on);
+}
+
+/* lmdb_queue_rec_set_held - patch the hold in a copy of the record */
+int lmdb_queue_rec_set_held(void *p, size_t len, int on)
+{
+	return queue_rec_set_flag(p, len, QUEUE_HELD, on);
 }
 
 #define HIST_HAS_KEY	1

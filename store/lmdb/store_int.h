@@ -111,6 +111,7 @@ int lmdb_queue_list(struct store *base,
 		     void *arg);
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
 int lmdb_msg_set_inflight(struct store *base, const char *qid, int on);
+int lmdb_msg_hold(struct store *base, const char *qid, int on);
 int lmdb_msg_update(struct store *base, const struct store_msg *m);
 int lmdb_msg_drop(struct store *base, const char *qid);
 int lmdb_stats(struct store *base, struct store_stats *s);
@@ -186,8 +187,10 @@ int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
 size_t lmdb_queue_rec_size(const struct store_msg *m);
 void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
-int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt);
+int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
+			int *held);
 int lmdb_queue_rec_set_inflight(void *p, size_t len, int on);
+int lmdb_queue_rec_set_held(void *p, size_t len, int on);
 
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);

@@ -627,6 +627,7 @@ const struct store_ops lmdb_ops = {
 	.msg_set_inflight = lmdb_msg_set_inflight,
 	.msg_update = lmdb_msg_update,
 	.msg_drop = lmdb_msg_drop,
+	.msg_hold = lmdb_msg_hold,
 	.stats = lmdb_stats,
 	.queue_walk = lmdb_queue_walk,
 	.queue_oldest = lmdb_queue_oldest,

@@ -146,6 +146,7 @@ static int queue_state_valid(const struct store_msg *m)
 static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct store_msg *m,
 			 int with_hist)
 {
+	struct store_msg kept;
 	MDB_val key, val;
 	size_t i, n;
 	int err, queued = 0;
@@ -157,7 +158,10 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 			queued = 1;
 	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
 		return err;
-	if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) != 0 || n != m->n_rcpts) {
+	/* the hold is the operator's: an update keeps it as it finds it */
+	kept = *m;
+	if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL, &kept.held) != 0
+	    || n != m->n_rcpts) {
 		msg_warn("%s: store: queue record does not match the update", m->qid);
 		return STORE_EINVAL;
 	}
@@ -168,8 +172,8 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	if (t->err)
 		return t->err;
 	if (queued) {
-		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m), 0,
-				   lmdb_queue_rec_encode, m, "put queue");
+		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(&kept), 0,
+				   lmdb_queue_rec_encode, &kept, "put queue");
 	} else if ((err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL),
 					  "delete queue")) == 0) {
 		t->rcpt_delta -= (int64_t) n;
@@ -223,13 +227,10 @@ int lmdb_msg_update(struct store *base, const struct store_msg *m)
 	return err;
 }
 
-/*
- * store_txn_msg_set_inflight - set or clear the "final dot may be out"
- * mark inside t, so that marks can share a group commit's fsync.
- */
-void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
+/* queue_patch - rewrite one flag of qid's delivery state record inside t */
+static void queue_patch(struct lmdb_txn *t, const char *qid,
+			int (*patch) (void *p, size_t len, int on), int on)
 {
-	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	struct lmdb_store *st = t->st;
 	MDB_val key, val;
 	void *copy;
@@ -248,7 +249,7 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
-	if (lmdb_queue_rec_set_inflight(copy, val.mv_size, on) != 0) {
+	if (patch(copy, val.mv_size, on) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
 		lmdb_txn_fail(t, STORE_EINVAL);
 	} else {
@@ -258,6 +259,28 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 			lmdb_txn_fail(t, err);
 	}
 	free(copy);
+}
+
+/*
+ * store_txn_msg_set_inflight - set or clear the "final dot may be out"
+ * mark inside t, so that marks can share a group commit's fsync.
+ */
+void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
+{
+	queue_patch((struct lmdb_txn *) base, qid, lmdb_queue_rec_set_inflight, on);
+}
+
+/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
+int lmdb_msg_hold(struct store *base, const char *qid, int on)
+{
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
+	int err;
+
+	if ((err = lmdb_begin(st, &t)) != 0)
+		return err;
+	queue_patch(t, qid, lmdb_queue_rec_set_held, on);
+	return lmdb_txn_commit(&t->base);
 }
 
 /* lmdb_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
@@ -286,7 +309,7 @@ static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
 	if (mdb_get(t->txn, st->queue, &key, &val) == 0
-	    && lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) == 0)
+	    && lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL, NULL) == 0)
 		t->rcpt_delta = -(int64_t) n;	/* taken away when the commit is */
 	if (with_hist)			/* first, while the spool can still tell it */
 		lmdb_hist_drop(t, qid);
@@ -337,7 +360,7 @@ int lmdb_queue_list(struct store *base,
 	MDB_val key, val;
 	MDB_txn *txn;
 	int64_t next;
-	int rc, err;
+	int rc, err, held;
 
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
@@ -347,10 +370,12 @@ int lmdb_queue_list(struct store *base,
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
 		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE
 		    || memchr(key.mv_data, 0, key.mv_size) != NULL
-		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &next) != 0) {
+		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &next, &held) != 0) {
 			msg_warn("store: corrupt queue record skipped");
 			continue;
 		}
+		if (held)		/* never delivered until released */
+			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 64;
 			list = xrealloc(list, cap * sizeof(*list));

@@ -123,7 +123,7 @@ int lmdb_space_count(struct lmdb_store *st)
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) == 0) {
 		for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 		     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-			if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL) == 0)
+			if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL, NULL) == 0)
 				sum += n;
 		mdb_cursor_close(cur);
 	}

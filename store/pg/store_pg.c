@@ -776,6 +776,7 @@ const struct store_ops store_pg_ops = {
 	.msg_set_inflight = store_pg_msg_set_inflight,
 	.msg_update = store_pg_msg_update,
 	.msg_drop = store_pg_msg_drop,
+	.msg_hold = store_pg_msg_hold,
 	.msg_revive = store_pg_msg_revive,
 	.stats = pg_stats,
 	.queue_walk = store_pg_queue_walk,

@@ -36,7 +36,7 @@
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* a story's ttl when the message gives none */
-#define PG_SCHEMA_VERSION 4
+#define PG_SCHEMA_VERSION 5
 #define PG_PARAMS_MAX	24
 
 /* the element types of arrays and parameters */
@@ -280,8 +280,10 @@ int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 #define PG_MSG_COLS	"m.qid, m.accepted, m.sender, m.envid, m.ret, m.body, m.smtputf8, " \
 	"m.client, m.auth_user, m.data_len, m.has_key, m.keyhash, m.ttl, m.attempts, " \
 	"m.next_attempt, m.inflight, m.queued, m.updated, m.finished, m.expires, " \
-	"m.forgotten, m.dropped, m.duplicates, m.mismatches"
-#define PG_MSG_NCOLS	24
+	"m.forgotten, m.dropped, m.duplicates, m.mismatches, m.held, " \
+	"CASE WHEN m.lease_until >= " PG_DB_NOW " THEN m.lease_owner END, " \
+	"coalesce(m.lease_since, m.accepted)"
+#define PG_MSG_NCOLS	27
 #define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
 struct store_story;
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
@@ -330,6 +332,7 @@ int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_set_inflight(struct store *st, const char *qid, int on);
 int store_pg_msg_update(struct store *st, const struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
+int store_pg_msg_hold(struct store *st, const char *qid, int on);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_oldest(struct store *st, int64_t *accepted);
 

@@ -213,8 +213,9 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	 * A scalar subquery: NOT EXISTS was a hash of all voids.
 	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
-		  "lease_token = nextval('lease_seq') WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
-		  "WHERE queued AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
+		  "lease_since = " PG_DB_NOW ", lease_token = nextval('lease_seq') "
+		  "WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
+		  "WHERE queued AND NOT held AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
 		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
 		  "AND (SELECT true FROM voids v WHERE v.qid = m.qid) IS NULL "
 		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");
@@ -367,7 +368,7 @@ int store_pg_queue_list(struct store *base, int (*cb) (void *, const char *, int
 	store_pg_p_arr(&p, &tokens);
 	store_pg_p_text(&p, st->node);
 	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE lease_token = ANY($1::int8[]) "
-		  "AND lease_owner = $2 AND queued ORDER BY qid", &p, &r, "queue list");
+		  "AND lease_owner = $2 AND queued AND NOT held ORDER BY qid", &p, &r, "queue list");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;

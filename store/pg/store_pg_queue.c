@@ -21,7 +21,9 @@
  *
  *	store_pg_msg_drop() is the operator's, from any node: refused while
  *	another node holds a live lease on the message, since that node may
- *	be sending it now.
+ *	be sending it now. So is store_pg_msg_hold(), which any node may
+ *	do at any time: the holder of a lease finishes its attempt, and no
+ *	node takes the message again until it is released.
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A row that cannot be a message (a recipient
  *	missing, a QID too long) is STORE_EINVAL, and logged.
@@ -69,6 +71,9 @@ int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 	s->dropped = (int) store_pg_int(r, row, 21);
 	s->duplicates = (uint32_t) store_pg_int(r, row, 22);
 	s->mismatches = (uint32_t) store_pg_int(r, row, 23);
+	m->held = (int) store_pg_int(r, row, 24);
+	m->lease_node = store_pg_strdup(r, row, 25);
+	m->lease_since = m->lease_node ? store_pg_int(r, row, 26) : 0;
 	if (m->from == NULL || m->client == NULL) {
 		store_msg_free(m);
 		return STORE_EINVAL;
@@ -303,6 +308,30 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 		err = store_pg_why(st, qid, 0, token);
 	else
 		store_pg_lease_del(st, qid, 0);
+	PQclear(r);
+	return err;
+}
+
+/* store_pg_msg_hold - put a queued message on hold, or release it, for every node */
+int store_pg_msg_hold(struct store *base, const char *qid, int on)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	if (!store_pg_qid_ok(qid))
+		return STORE_EINVAL;
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_bool(&p, on);
+	err = store_pg_run(st, "UPDATE messages SET held = $2 WHERE qid = $1 AND "
+			   PG_ROW_QUEUED(""), &p, &r, "hold");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	if (strcmp(PQcmdTuples(r), "1") != 0)
+		err = STORE_ENOTFOUND;
 	PQclear(r);
 	return err;
 }

@@ -44,6 +44,10 @@
  *	call (3.6% of PostgreSQL's CPU in a fresh run), while a node of an
  *	older version, during an upgrade, still gets the columns kept.
  *
+ *	Version 5 adds held (the operator's hold: no node takes the message
+ *	until released) and lease_since (when a node took its lease from
+ *	the shared queue; NULL: the accepting node's, since acceptance).
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -128,6 +132,12 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
 	"  WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight AND NOT " PG_MARK_SET ")"
 	"  EXECUTE FUNCTION idemrelay_mark();",
+	/*
+	 * 4 -> 5: the operator's hold (idemrelayctl hold), and when a lease
+	 * was taken, for idemrelayctl's "active on NODE since TIME"
+	 */
+	"ALTER TABLE messages ADD COLUMN held bool NOT NULL DEFAULT false,"
+	"  ADD COLUMN lease_since bigint;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

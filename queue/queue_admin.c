@@ -1,0 +1,429 @@
+/*
+ * NAME
+ *	queue_admin 3
+ * SUMMARY
+ *	the operator's actions on the queue: drop, hold, release, retry, forget
+ * DESCRIPTION
+ *	One implementation of each action, for the daemon's control socket
+ *	(with its scheduler) and for idemrelayctl when no daemon runs (the
+ *	store alone). Each finds its messages the one way (select()): a
+ *	QID, the queued messages of a key's forms (of one AUTH user, for
+ *	forget -u), every queued message, or those whose sender or a
+ *	recipient matches a glob; then acts on each message alone.
+ *
+ *	A drop is refused for a message being delivered at that moment:
+ *	the daemon's scheduler says it is busy, or (a shared store) another
+ *	node holds a live lease on it. Dropping several, the others go and
+ *	the refused ones are named. A hold is never refused: the store marks
+ *	the message for every node, an attempt under way ends as it would,
+ *	and no attempt follows until the release. A release puts the message
+ *	back at the next attempt it had; its claims never left.
+ * DIAGNOSTICS
+ *	QID: removed by the operator (idemrelayctl drop)
+ *	QID: held by the operator (idemrelayctl hold)
+ *	QID: released by the operator (idemrelayctl release)
+ *	QID: control: retry
+ *	QID: key forgotten by the operator (idemrelayctl forget)
+ */
+#include <fnmatch.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/clock.h"
+#include "../util/json.h"
+#include "../util/log.h"
+#include "queue_admin.h"
+
+/* a set of QIDs, each once, in the order found */
+struct qids {
+	char (*q)[STORE_QID_SIZE];	/* owned */
+	size_t n;
+};
+
+/* reply_error - {"ok":false,"error":...} in out, replacing what it held */
+static void reply_error(struct buf *out, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void reply_error(struct buf *out, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	buf_reset(out);
+	buf_printf(out, "{\"ok\":false,\"error\":");
+	json_str(out, text);
+	buf_putc(out, '}');
+}
+
+/* qids_add - one more QID, unless the set has it */
+static void qids_add(struct qids *s, const char *qid)
+{
+	size_t i;
+
+	for (i = 0; i < s->n; i++)
+		if (strcmp(s->q[i], qid) == 0)
+			return;
+	s->q = xrealloc(s->q, (s->n + 1) * sizeof(*s->q));
+	snprintf(s->q[s->n++], STORE_QID_SIZE, "%s", qid);
+}
+
+/* qids_json - the set as a JSON list */
+static void qids_json(struct buf *out, const struct qids *s)
+{
+	size_t i;
+
+	buf_putc(out, '[');
+	for (i = 0; i < s->n; i++)
+		buf_printf(out, "%s\"%s\"", i ? "," : "", s->q[i]);
+	buf_putc(out, ']');
+}
+
+/* not_queued - the error for a QID that is not in the queue */
+static void not_queued(struct store *st, struct buf *out, const char *qid)
+{
+	struct store_story s;
+
+	if (store_story_get(st, qid, &s) == 0) {
+		reply_error(out, "%s is not queued: it %s", qid,
+			    s.dropped ? "was dropped" : "has left the queue");
+		store_story_free(&s);
+	} else {
+		reply_error(out, "unknown QID %s", qid);
+	}
+}
+
+/* queued_state - a queued message's hold and next attempt: 0, or STORE_ENOTFOUND if not queued */
+static int queued_state(struct store *st, const char *qid, int *held, int64_t *next)
+{
+	struct store_story s;
+	int err;
+
+	if ((err = store_story_get(st, qid, &s)) != 0)
+		return err;
+	err = s.queued ? 0 : STORE_ENOTFOUND;
+	*held = s.m.held;
+	*next = s.m.next_attempt;
+	store_story_free(&s);
+	return err;
+}
+
+/* glob - does s match the pattern (NULL: anything), in any case */
+static int glob(const char *pat, const char *s)
+{
+	return pat == NULL || fnmatch(pat, s ? s : "", FNM_CASEFOLD) == 0;
+}
+
+/* walk_match - store_queue_walk() callback: every queued message the selection names */
+static int walk_match(void *arg, const struct store_msg *m)
+{
+	void **a = arg;
+	const struct queue_admin_sel *sel = a[0];
+	size_t i;
+	int to = sel->to == NULL;
+
+	for (i = 0; !to && i < m->n_rcpts; i++)
+		to = glob(sel->to, m->rcpts[i].addr);
+	if (to && glob(sel->from, m->from))
+		qids_add(a[1], m->qid);
+	return 0;
+}
+
+/*
+ * select_qids - the queued messages sel names, into set; 0, or an
+ * error reply in out and -1 (a QID not queued, a store that fails)
+ */
+static int select_qids(struct store *st, const struct queue_admin_sel *sel, struct qids *set,
+		       struct buf *out)
+{
+	char (*q)[STORE_QID_SIZE];
+	size_t i, j, n;
+	void *arg[2] = { (void *) sel, set };
+	int64_t next;
+	int err, held;
+
+	if (sel->qid) {
+		if (queued_state(st, sel->qid, &held, &next) != 0) {
+			not_queued(st, out, sel->qid);
+			return -1;
+		}
+		qids_add(set, sel->qid);
+		return 0;
+	}
+	for (i = 0; i < sel->n_keys; i++) {
+		if ((err = store_key_queued(st, sel->keys[i], sel->user, &q, &n)) != 0) {
+			reply_error(out, "cannot read the key's messages: %s", store_strerror(err));
+			return -1;
+		}
+		for (j = 0; j < n; j++)
+			qids_add(set, q[j]);
+		free(q);
+	}
+	if (sel->n_keys)
+		return 0;
+	if (!sel->all && sel->from == NULL && sel->to == NULL) {
+		reply_error(out, "no message named (a QID, a key, ALL, or a pattern)");
+		return -1;
+	}
+	if ((err = store_queue_walk(st, walk_match, arg)) != 0) {
+		reply_error(out, "cannot read the queue: %s", store_strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+/* drop_one - one message out of the schedule, then out of the spool; 0, or why not */
+static int drop_one(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		    const char *how)
+{
+	int err;
+
+	if (s && s->unschedule(s->arg, qid) == 1)
+		return STORE_ELEASE;		/* being delivered right now */
+	if ((err = store_msg_drop(st, qid)) == 0)
+		msg_info("%s: removed by the operator (idemrelayctl %s)", qid, how);
+	return err;
+}
+
+/* drop_qid - the one message asked for, its refusal said as drop has always said it */
+static void drop_qid(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		     struct buf *out)
+{
+	int err = drop_one(st, s, qid, "drop");
+
+	if (err == STORE_ELEASE)
+		reply_error(out, "%s is being delivered right now; try again in a moment", qid);
+	else if (err == STORE_ENOTFOUND)
+		not_queued(st, out, qid);
+	else if (err != 0)
+		reply_error(out, "cannot drop %s: %s", qid, store_strerror(err));
+	else
+		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"count\":1,\"dropped\":[\"%s\"],"
+			   "\"busy\":[]}", qid, qid);
+}
+
+/*
+ * queue_admin_drop - out of the queue, never delivered. Each message
+ * alone: one being delivered right now stays (named in "busy"), one
+ * gone meanwhile is not missed.
+ */
+void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
+		      const struct queue_admin_sel *sel, struct buf *out)
+{
+	struct qids set = { NULL, 0 }, done = { NULL, 0 }, busy = { NULL, 0 };
+	size_t i;
+	int err, failed = 0;
+
+	buf_reset(out);
+	if (select_qids(st, sel, &set, out) != 0)
+		goto done;
+	if (sel->qid) {
+		drop_qid(st, s, sel->qid, out);
+		goto done;
+	}
+	for (i = 0; i < set.n; i++) {
+		if ((err = drop_one(st, s, set.q[i], "drop")) == 0)
+			qids_add(&done, set.q[i]);
+		else if (err == STORE_ELEASE)
+			qids_add(&busy, set.q[i]);
+		else if (err != STORE_ENOTFOUND)
+			failed = err;
+	}
+	buf_printf(out, "{\"ok\":%s", busy.n || failed ? "false" : "true");
+	if (busy.n)
+		buf_printf(out, ",\"error\":\"%zu of %zu messages being delivered right now, not "
+			   "dropped; try again in a moment\"", busy.n, set.n);
+	else if (failed)
+		buf_printf(out, ",\"error\":\"not every message dropped: %s\"",
+			   store_strerror(failed));
+	buf_printf(out, ",\"count\":%zu,\"dropped\":", done.n);
+	qids_json(out, &done);
+	buf_printf(out, ",\"busy\":");
+	qids_json(out, &busy);
+	buf_putc(out, '}');
+done:
+	free(set.q);
+	free(done.q);
+	free(busy.q);
+}
+
+/*
+ * hold_one - one message held or released: 0, STORE_EINVAL if it already
+ * was, STORE_ENOTFOUND if it is not queued, or an error
+ */
+static int hold_one(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		    int on)
+{
+	int64_t next;
+	int err, held;
+
+	if ((err = queued_state(st, qid, &held, &next)) != 0)
+		return err;
+	if (held == on)
+		return STORE_EINVAL;
+	if ((err = store_msg_hold(st, qid, on)) != 0)
+		return err;
+	if (s && on)
+		(void) s->unschedule(s->arg, qid);	/* an attempt under way ends as it would */
+	else if (s)
+		s->release(s->arg, qid, next);
+	msg_info("%s: %s by the operator (idemrelayctl %s)", qid, on ? "held" : "released",
+		 on ? "hold" : "release");
+	return 0;
+}
+
+/*
+ * queue_admin_hold - on hold (on 1) or released (0), on every node. A
+ * QID asked for that already is (or is not on hold, for a release) is
+ * said so; among several, those are passed over.
+ */
+void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
+		      const struct queue_admin_sel *sel, int on, struct buf *out)
+{
+	struct qids set = { NULL, 0 }, done = { NULL, 0 };
+	const char *verb = on ? "hold" : "release";
+	size_t i;
+	int err = 0;
+
+	buf_reset(out);
+	if (select_qids(st, sel, &set, out) != 0)
+		goto done;
+	for (i = 0; i < set.n; i++) {
+		if ((err = hold_one(st, s, set.q[i], on)) == 0)
+			qids_add(&done, set.q[i]);
+		else if (err == STORE_EINVAL && sel->qid)
+			reply_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
+		else if (err == STORE_ENOTFOUND && sel->qid)
+			not_queued(st, out, sel->qid);
+		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
+			reply_error(out, "cannot %s %s: %s", verb, set.q[i], store_strerror(err));
+		if (out->len)
+			goto done;
+	}
+	buf_printf(out, "{\"ok\":true");
+	if (sel->qid)
+		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
+	buf_printf(out, ",\"count\":%zu,\"%s\":", done.n, on ? "held" : "released");
+	qids_json(out, &done);
+	buf_putc(out, '}');
+done:
+	free(set.q);
+	free(done.q);
+}
+
+/* queue_admin_retry - one queued message attempted now (needs a scheduler) */
+void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		       struct buf *out)
+{
+	int64_t next;
+	int held, rc;
+
+	buf_reset(out);
+	if (queued_state(st, qid, &held, &next) != 0) {
+		not_queued(st, out, qid);
+		return;
+	}
+	if (held) {
+		reply_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
+			    qid);
+		return;
+	}
+	if ((rc = s->retry(s->arg, qid)) < 0) {
+		not_queued(st, out, qid);
+		return;
+	}
+	msg_info("%s: control: retry%s", qid, rc ? " (being delivered already)" : "");
+	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
+		   rc ? "active" : "due");
+}
+
+/*
+ * forget_keys - delete the claims of each key form: how many forms had
+ * claims, with their count and QIDs, or an error
+ */
+static int forget_keys(struct store *st, const struct queue_admin_sel *sel, int64_t now,
+		       const char *how, size_t *claims, struct qids *qids)
+{
+	struct store_forget f;
+	size_t i, j;
+	int err, found = 0;
+
+	for (i = 0; i < sel->n_keys; i++) {
+		if ((err = store_key_forget(st, sel->keys[i], sel->user, now, &f)) == STORE_ENOTFOUND)
+			continue;
+		if (err != 0)
+			return err;
+		found++;
+		*claims += f.claims;
+		for (j = 0; j < f.n_qids; j++) {
+			msg_info("%s: key forgotten by the operator (idemrelayctl forget%s)",
+				 f.qids[j], how);
+			qids_add(qids, f.qids[j]);
+		}
+		store_forget_free(&f);
+	}
+	return found;
+}
+
+/*
+ * queue_admin_forget - delete the claims of a key's forms. A key whose
+ * message is still queued is refused unless QUEUE_ADMIN_FORCE (its copy
+ * is still delivered, and so is the next submission) or QUEUE_ADMIN_DROP
+ * (the copy leaves the queue first, as drop does): forgetting it
+ * silently made two deliveries.
+ */
+void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
+			const struct queue_admin_sel *sel, enum queue_admin_forget mode,
+			int64_t now, struct buf *out)
+{
+	struct qids queued = { NULL, 0 }, qids = { NULL, 0 };
+	size_t claims = 0, i;
+	int err;
+
+	buf_reset(out);
+	if (sel->n_keys == 0) {
+		reply_error(out, "forget: no key given");
+		return;
+	}
+	if (select_qids(st, sel, &queued, out) != 0)
+		goto done;
+	if (queued.n > 0 && mode == QUEUE_ADMIN_REFUSE) {
+		buf_printf(out, "{\"ok\":false,\"error\":\"still queued\",\"queued\":");
+		qids_json(out, &queued);
+		buf_putc(out, '}');
+		goto done;
+	}
+	for (i = 0; mode == QUEUE_ADMIN_DROP && i < queued.n; i++) {
+		err = drop_one(st, s, queued.q[i], "forget --drop");
+		if (err == STORE_ELEASE) {
+			reply_error(out, "%s is being delivered right now; try again in a moment",
+				    queued.q[i]);
+			goto done;
+		}
+		if (err != 0 && err != STORE_ENOTFOUND) {
+			reply_error(out, "cannot drop %s: %s", queued.q[i], store_strerror(err));
+			goto done;
+		}
+	}
+	if ((err = forget_keys(st, sel, now, mode == QUEUE_ADMIN_FORCE && queued.n
+			       ? " --force, while queued" : "", &claims, &qids)) < 0) {
+		reply_error(out, "cannot forget: %s", store_strerror(err));
+		goto done;
+	}
+	if (err == 0) {
+		reply_error(out, "unknown key%s%s", sel->user ? " for user " : "",
+			    sel->user ? sel->user : "");
+		goto done;
+	}
+	buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":", claims);
+	qids_json(out, &qids);
+	buf_printf(out, ",\"%s\":", mode == QUEUE_ADMIN_DROP ? "dropped" : "queued");
+	qids_json(out, &queued);
+	buf_putc(out, '}');
+done:
+	free(queued.q);
+	free(qids.q);
+}

@@ -1,0 +1,67 @@
+/*
+ * NAME
+ *	queue_admin 3h
+ * SUMMARY
+ *	the operator's actions on the queue, written once for the daemon and idemrelayctl
+ * DESCRIPTION
+ *	drop, hold, release, retry and forget, as idemrelayctl asks them:
+ *	through the daemon's control socket (daemon/control.c passes its
+ *	scheduler), or by idemrelayctl itself when no daemon runs (no
+ *	scheduler: the store alone knows the queue). Either way the same
+ *	function finds the messages, applies the same refusals and writes
+ *	the same reply: one JSON object, {"ok":true,...} or
+ *	{"ok":false,"error":"..."}.
+ */
+#ifndef QUEUE_QUEUE_ADMIN_H
+#define QUEUE_QUEUE_ADMIN_H
+
+#include "../util/buf.h"
+#include "../store/store.h"
+
+/* the daemon's delivery scheduler, as the actions need it; NULL when no daemon runs */
+struct queue_admin_sched {
+	void *arg;
+	/* take qid out of the schedule: 0, or 1 if it is being delivered right now (left alone) */
+	int (*unschedule) (void *arg, const char *qid);
+	/* a message released from hold: schedule it at when */
+	void (*release) (void *arg, const char *qid, int64_t when);
+	/* attempt qid now: 0, 1 if it is being delivered right now, -1 if unknown to it */
+	int (*retry) (void *arg, const char *qid);
+};
+
+/* which queued messages an action is for: one of qid, keys, all, or the patterns */
+struct queue_admin_sel {
+	const char *qid;			/* this message */
+	const uint8_t (*keys)[STORE_HASH_LEN];	/* the queued messages of a key (its forms) */
+	size_t n_keys;
+	const char *user;			/* with keys: of this AUTH user only, or NULL */
+	int all;				/* every queued message */
+	const char *from, *to;			/* whose sender, or one of whose recipients,
+						 * matches this glob (fnmatch, any case) */
+};
+
+/* how forget treats a key whose message is still queued */
+enum queue_admin_forget {
+	QUEUE_ADMIN_REFUSE,		/* say so ("still queued"), forget nothing */
+	QUEUE_ADMIN_FORCE,		/* forget; the queued copy is still delivered */
+	QUEUE_ADMIN_DROP,		/* drop the queued copy, as drop does, then forget */
+};
+
+/* queue_admin_drop - out of the queue, never delivered; refused while being delivered */
+void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
+		      const struct queue_admin_sel *sel, struct buf *out);
+
+/* queue_admin_hold - on hold (on 1) or released (0), on every node */
+void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
+		      const struct queue_admin_sel *sel, int on, struct buf *out);
+
+/* queue_admin_retry - one queued message attempted now (needs a scheduler) */
+void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		       struct buf *out);
+
+/* queue_admin_forget - delete the claims of a key's forms (sel: keys and user) */
+void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
+			const struct queue_admin_sel *sel, enum queue_admin_forget mode,
+			int64_t now, struct buf *out);
+
+#endif
