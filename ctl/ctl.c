@@ -42,7 +42,8 @@
  *	Exit 0 on success; 1 with a message for an unknown QID or key, an
  *	absent store ("no store at PATH"), a PostgreSQL store that cannot be
  *	reached ("FILE:LINE: store.url: why", as idemrelay -t says it), a
- *	daemon that is needed and not running, or any failure; 2 for bad usage.
+ *	daemon that is needed and not running, a store stats cannot read
+ *	(after what the daemon sees of it), or any failure; 2 for bad usage.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -375,6 +375,15 @@ int ctl_show(struct ctl *x, const char *arg)
 	return 0;
 }
 
+/* stats_end - stats' exit status: 1, saying why, when the store could not be read */
+static int stats_end(const char *unread)
+{
+	if (unread[0] == 0)
+		return 0;
+	fprintf(stderr, "idemrelayctl: cannot read the store: %s\n", unread);
+	return 1;
+}
+
 /* ctl_stats - store figures, and the daemon's counters when it runs */
 int ctl_stats(struct ctl *x)
 {
@@ -391,7 +400,10 @@ int ctl_stats(struct ctl *x)
 	char unread[1024] = "";
 	int err, live;
 
-	/* a shared store that cannot be read now is news to show, not a failure */
+	/*
+	 * a shared store that cannot be read now: what the daemon sees of it
+	 * is still worth showing, then the exit status says stats failed
+	 */
 	memset(&s, 0, sizeof(s));
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL
 	    && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
@@ -415,7 +427,13 @@ int ctl_stats(struct ctl *x)
 	if (x->json) {
 		struct buf b = BUF_INIT;
 
-		buf_printf(&b, "{\"ok\":true,\"store\":{\"backend\":\"%s\",",
+		buf_printf(&b, "{\"ok\":%s,", unread[0] ? "false" : "true");
+		if (unread[0]) {
+			buf_printf(&b, "\"error\":");
+			json_str(&b, unread);
+			buf_putc(&b, ',');
+		}
+		buf_printf(&b, "\"store\":{\"backend\":\"%s\",",
 			   x->cf.store.backend == CONF_STORE_POSTGRESQL ? "postgresql" : "lmdb");
 		if (unread[0]) {
 			buf_printf(&b, "\"readable\":false,\"error\":");
@@ -446,7 +464,7 @@ int ctl_stats(struct ctl *x)
 		printf("%s}\n", b.data);
 		buf_free(&b);
 		buf_free(&reply);
-		return 0;
+		return stats_end(unread);
 	}
 	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)
 		printf("store        postgresql%s%s\n", unread[0] ? ": cannot be read: " : "",
@@ -500,5 +518,5 @@ daemon:
 		printf("\n");
 	}
 	buf_free(&reply);
-	return 0;
+	return stats_end(unread);
 }

@@ -356,13 +356,17 @@ def stats_pg_outage(t, d, proxy, qid):
                               "replication_waiting": 0, "replication_waits": 0, "voided": 0},
        "the store as the daemon sees it during the outage")
     eq(s["store"]["queued"], 1, "queued, read straight from the database")
-    # through the cut proxy idemrelayctl cannot read the database either: it says so
-    out = ctl(d, "stats").stdout
-    check("store        postgresql: cannot be read: " in out and want in out,
-          "stats text, cut off as the daemon: %r" % out)
-    s = ctl_json(d, "stats")
-    check(s["store"].get("readable") is False and s["store"].get("error"),
-          "--json stats, cut off: %r" % s["store"])
+    # through the cut proxy idemrelayctl cannot read the database either: it shows
+    # what the daemon sees, says why it cannot read, and exits 1 (idemrelayctl(8))
+    r = ctl(d, "stats", want=1)
+    check("store        postgresql: cannot be read: " in r.stdout and want in r.stdout,
+          "stats text, cut off as the daemon: %r" % r.stdout)
+    check(r.stderr.startswith("idemrelayctl: cannot read the store: "),
+          "stats, cut off: stderr %r" % r.stderr)
+    s = ctl_json(d, "stats", want=1)
+    check(s["store"].get("readable") is False and s["store"].get("error")
+          and s.get("error") == s["store"]["error"] and s["daemon"]["store"]["up"] is False,
+          "--json stats, cut off: %r" % s)
     r = ctl(d, "queue", want=1)
     check(r.stderr.strip(), "queue cut off says nothing")
     proxy.heal()
@@ -411,12 +415,12 @@ def test_ctl_store_url_where(t):
               "%s: want one idemrelayctl: line, got %r" % (cmd[0], err))
         says(" ".join(cmd), err[len("idemrelayctl: "):])
     says("--json queue", ctl_json(None, "queue", want=1, conf=path)["error"])
-    out = ctl(None, "stats", conf=path).stdout
+    out = ctl(None, "stats", want=1, conf=path).stdout
     head = "store        postgresql: cannot be read: "
     first = out.splitlines()[0] if out else ""
     check(first.startswith(head), "stats text: %r" % out)
     says("stats", first[len(head):])
-    s = ctl_json(None, "stats", conf=path)["store"]
+    s = ctl_json(None, "stats", want=1, conf=path)["store"]
     eq(s.get("readable"), False, "--json stats: readable")
     says("--json stats", s.get("error", ""))
 

@@ -238,7 +238,10 @@ def test_pooler_max_connections(t):
               "node a's lines about the slots: %r, want one with %r; its store lines:\n%s"
               % (full, said, "\n".join(a.log_lines("store:"))))
         eq(len(a.log_lines(said)), 1, "node a's lines with the server's refusal")
-        store = ctl_json(a, "stats")["daemon"]["store"]
+        # idemrelayctl finds no slot either: the daemon's view, and exit 1
+        s = ctl_json(a, "stats", want=1)
+        check(s["store"].get("readable") is False, "idemrelayctl stats read the store: %r" % s)
+        store = s["daemon"]["store"]
         eq((store["up"], store["outages"]), (False, 1), "idemrelayctl stats: the store")
     finally:
         slots.release()
