@@ -429,6 +429,55 @@ static void test_codec_truncated(void **state)
 	free(q);
 	store_msg_free(&m);
 }
+/*
+ * test_queue_flags - the delivery state record's flags byte: inflight and
+ * held each round-trip, each patch leaves the other alone, the held bit
+ * peeks cheaply, and a bit no version wrote is refused
+ */
+static void test_queue_flags(void **state)
+{
+	static const struct {
+		int inflight, held;
+	} cases[] = { {0, 0}, {1, 0}, {0, 1}, {1, 1} };
+	struct store_msg m, got;
+	uint8_t *q;
+	size_t qlen, i, flags_at = 1 + 4 + 8;
+	int held;
+
+	(void) state;
+	msg_new(&m, "FLAGS0000001", 2, 10);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		m.inflight = cases[i].inflight;
+		m.held = cases[i].held;
+		qlen = lmdb_queue_rec_size(&m);
+		q = xmalloc(qlen);
+		lmdb_queue_rec_encode(q, qlen, &m);
+		memset(&got, 0, sizeof(got));
+		got.n_rcpts = m.n_rcpts;
+		got.rcpts = xcalloc(m.n_rcpts, sizeof(*got.rcpts));
+		CHECK_INT("decode", lmdb_queue_rec_decode(q, qlen, &got), 0);
+		if (got.inflight != m.inflight || got.held != m.held)
+			fail_msg("case %zu: got inflight %d held %d, want %d %d", i, got.inflight,
+				 got.held, m.inflight, m.held);
+		CHECK_INT("peek", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
+		CHECK_INT("peek held", held, m.held);
+		CHECK_INT("clear inflight", lmdb_queue_rec_set_inflight(q, qlen, 0), 0);
+		CHECK_INT("peek after", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
+		CHECK_INT("held kept by the inflight patch", held, m.held);
+		CHECK_INT("release", lmdb_queue_rec_set_held(q, qlen, 0), 0);
+		CHECK_INT("set inflight", lmdb_queue_rec_set_inflight(q, qlen, 1), 0);
+		CHECK_INT("decode patched", lmdb_queue_rec_decode(q, qlen, &got), 0);
+		if (got.inflight != 1 || got.held != 0)
+			fail_msg("case %zu patched: got inflight %d held %d, want 1 0", i,
+				 got.inflight, got.held);
+		q[flags_at] |= 4;		/* no version writes it */
+		CHECK_INT("unknown flag", lmdb_queue_rec_decode(q, qlen, &got), STORE_EINVAL);
+		store_msg_free(&got);
+		free(q);
+	}
+	store_msg_free(&m);
+}
+
 /* test_story_codec - the history record, every field; truncations refused */
 static void test_story_codec(void **state)
 {
@@ -703,6 +752,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_map_full, fx_setup_tiny, fx_teardown),
 		T(test_corrupt_records),
 		cmocka_unit_test(test_codec_truncated),
+		cmocka_unit_test(test_queue_flags),
 		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
 		T(test_last_qid_in_stories),
