@@ -149,7 +149,7 @@ static int claims_read(struct pg_txn *t, const PGresult *r)
  */
 static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
 {
-	struct pg_params lp, cp;
+	struct pg_params lp, cp, none;	/* none: BEGIN, prepared (store_pg_stmt.c) */
 	struct pg_arr locks, keys;
 	int64_t *want = xcalloc(n ? n : 1, sizeof(*want));
 	size_t i, k = 0, nk = 0;
@@ -188,6 +188,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	qsort(t->locked, t->n_locked, sizeof(*t->locked), i64_cmp);
 	store_pg_params_init(&lp);
 	store_pg_params_init(&cp);
+	store_pg_params_init(&none);
 	sent_lock = locks.n > 0;
 	store_pg_p_arr(&lp, &locks);
 	store_pg_p_arr(&cp, &keys);
@@ -195,7 +196,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 		err = STORE_EAGAIN;
 	if (err == 0 && !t->begun) {
 		sent_begin = 1;
-		err = store_pg_send(t->c, "BEGIN", NULL);
+		err = store_pg_send(t->c, "BEGIN", &none);
 	}
 	if (err == 0 && sent_lock)
 		err = store_pg_send(t->c, SQL_LOCK, &lp);

@@ -602,14 +602,16 @@ static int read_back(struct pg_txn *t)
  */
 static int commit_send(struct pg_txn *t, int *sent)
 {
+	struct pg_params none;		/* prepared, without parameters (store_pg_stmt.c) */
 	size_t i;
 	int n;
 
 	*sent = 0;
+	store_pg_params_init(&none);
 	if (PQenterPipelineMode(t->c) != 1)
 		return -1;
 	if (!t->begun) {
-		if (store_pg_send(t->c, "BEGIN", NULL) != 0)
+		if (store_pg_send(t->c, "BEGIN", &none) != 0)
 			return -1;
 		(*sent)++;
 	}
@@ -619,11 +621,11 @@ static int commit_send(struct pg_txn *t, int *sent)
 			return -1;
 		*sent += n;
 	}
-	if (store_pg_send(t->c, "SELECT pg_current_xact_id()", NULL) != 0
+	if (store_pg_send(t->c, "SELECT pg_current_xact_id()", &none) != 0
 	    || PQsendFlushRequest(t->c) != 1)
 		return -1;
 	(*sent)++;
-	if (store_pg_send(t->c, "COMMIT", NULL) != 0 || PQpipelineSync(t->c) != 1)
+	if (store_pg_send(t->c, "COMMIT", &none) != 0 || PQpipelineSync(t->c) != 1)
 		return -1;
 	(*sent)++;
 	return 0;

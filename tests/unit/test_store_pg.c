@@ -6,7 +6,8 @@
  * accepting commit is in flight), a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
- * back, a result that never comes, statements prepared per connection, a
+ * back, a result that never comes, statements prepared per connection (a
+ * batch's BEGIN and COMMIT too), a
  * lost lease in a group commit failing only its own write; a verdict
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; the mark's
@@ -1017,6 +1018,36 @@ static void test_prepared(void **state)
 	store_pg_give(pst, c);
 }
 
+/*
+ * a batch's BEGIN, its transaction's id and COMMIT are prepared on the
+ * connection that sent them, as its statements with parameters are
+ */
+static void test_prepared_txn(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	size_t i;
+	int used = 0;
+
+	spool_one(f->st, "PREPTXN00001", 1);
+	spool_one(f->st, "PREPTXN00002", 2);
+	for (i = 0; i < pst->n_idle; i++) {
+		PGresult *r = PQexec(pst->idle[i], "SELECT count(*) FILTER (WHERE statement LIKE "
+				     "'INSERT INTO messages%'), count(*) FILTER (WHERE statement IN "
+				     "('BEGIN', 'COMMIT', 'SELECT pg_current_xact_id()')) "
+				     "FROM pg_prepared_statements");
+
+		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+		if (atoi(PQgetvalue(r, 0, 0)) > 0) {
+			used++;
+			CHECK_INT("BEGIN, the id, COMMIT prepared", atoi(PQgetvalue(r, 0, 1)), 3);
+		}
+		PQclear(r);
+	}
+	if (used == 0)
+		fail_msg("no pool connection prepared the batch's INSERT");
+}
+
 /* listed_in - whether text holds one of the NULL-ended list's strings */
 static int listed_in(const char *text, const char *const *list)
 {
@@ -1059,7 +1090,8 @@ static int plans_on(PGconn *c, int young)
 		const char *text = PQgetvalue(r, i, 1);
 		PGresult *e;
 
-		if (listed_in(text, allowed) || (young && listed_in(text, allowed_young)))
+		if (listed_in(text, allowed) || (young && listed_in(text, allowed_young))
+		    || atoi(PQgetvalue(r, i, 2)) == 0)	/* BEGIN, COMMIT, the id: no table */
 			continue;
 		buf_reset(&q);
 		buf_printf(&q, "EXPLAIN EXECUTE %s(", PQgetvalue(r, i, 0));
@@ -1770,6 +1802,7 @@ int main(void)
 		T(test_voids),
 		T(test_result_deadline),
 		T(test_prepared),
+		T(test_prepared_txn),
 		T(test_plans_scale),
 		T(test_plans_young),
 		T(test_plans_idle_queue),
