@@ -13,9 +13,10 @@
  *
  *	Writes are buffered as runs of one kind (segments), each a set of
  *	arrays, one per column; store_pg_txn_commit() sends every run as one
- *	or two statements, in order, then COMMIT, in one pipeline. A run
- *	ends where a row would meet its own key a second time in it (one
- *	statement cannot update a row twice).
+ *	or two statements, in order, then COMMIT, in one pipeline. A row
+ *	joins the last run of its kind unless a run from there on holds its
+ *	key (one statement cannot update a row twice, and the rows of one
+ *	message keep their order): mostly one statement a kind a batch.
  *
  *	A message put gets a lease to this node (owner, expiry on the
  *	database's clock, a token from lease_seq): the accepting node
@@ -202,18 +203,16 @@ static void seg_free(struct pg_seg *s)
 	free(s->qids);
 }
 
-/* inserts_only - a run of new rows that no other kind's rows depend on (no FK between them) */
-static int inserts_only(enum pg_seg_kind kind)
-{
-	return kind == PG_SEG_CLAIMS || kind == PG_SEG_MSGS;
-}
-
 /*
- * store_pg_seg_for - the run to append a row of kind to, keyed by key:
- * the last run of that kind, if key is not in it and only runs of new
- * claims and messages came after it (they do not depend on each other,
- * so a batch's submissions make one INSERT per table, not one each);
- * else a new run at the end, so that writes of one key keep their order
+ * store_pg_seg_for - the run to append a row of kind to, keyed by key
+ * (a message's QID, a claim's hash): the last run of that kind, if no
+ * run from it on holds key, so that the rows of one key keep their
+ * order and the rows of different keys, which no statement relates (no
+ * foreign key between the tables; each fence and count reads the row's
+ * own message), make one statement a kind: a batch's submissions one
+ * INSERT a table, and the marks and outcomes of a group commit's
+ * deliveries one UPDATE each, not one each (a fresh run: 1.7 of each a
+ * commit). Else a new run at the end.
  */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key)
 {
@@ -222,14 +221,14 @@ struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const c
 	int i;
 
 	for (j = t->n_segs; j > 0; j--) {
+		if (store_pg_qids_has(t->segs[j - 1].qids, t->segs[j - 1].n, key))
+			break;		/* key's earlier row: this one goes after it */
 		if (t->segs[j - 1].kind == kind) {
 			s = &t->segs[j - 1];
 			break;
 		}
-		if (!inserts_only(kind) || !inserts_only(t->segs[j - 1].kind))
-			break;
 	}
-	if (s && !store_pg_qids_has(s->qids, s->n, key)) {
+	if (s) {
 		s->qids = xrealloc(s->qids, (s->n + 1) * sizeof(*s->qids));
 		strcpy(s->qids[s->n++], key);
 		return s;

@@ -8,7 +8,8 @@
  * nodes racing on one key, and a commit whose outcome was unknown read
  * back, a result that never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a
- * lost lease in a group commit failing only its own write; a verdict
+ * lost lease in a group commit failing only its own write, its marks and
+ * outcomes of several messages one statement a kind; a verdict
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; the mark's
  * columns written by the statements, not by the trigger's function; a version 1
@@ -1676,6 +1677,47 @@ static void test_revive_refused(void **state)
 }
 
 /*
+ * a group commit's marks and outcomes of several messages make one
+ * statement a kind however they interleave, a message's own writes in
+ * their order: an outcome of a message put in the same transaction
+ * stays after its INSERT
+ */
+static void test_runs_merged(void **state)
+{
+	struct fx *f = *state;
+	static const char *const q[] = { "RUNS00000001", "RUNS00000002", "RUNS00000003",
+		"RUNS00000004" };
+	struct store_txn *t;
+	struct store_msg m[4], p;
+	size_t i;
+
+	for (i = 0; i < 4; i++) {
+		spool_one(f->st, q[i], (int) i + 1);
+		msg_new(&m[i], q[i], 1, 100);
+		m[i].rcpts[0].state = STORE_RCPT_SENT;
+	}
+	CHECK_INT("begin", store_txn_begin(f->st, &t), 0);
+	store_txn_msg_set_inflight(t, q[0], 1);
+	store_txn_msg_update(t, &m[1]);
+	store_txn_msg_set_inflight(t, q[2], 1);
+	store_txn_msg_update(t, &m[3]);
+	CHECK_INT("two runs: the marks, the outcomes", (int) ((struct pg_txn *) t)->n_segs, 2);
+	msg_new(&p, "RUNS00000005", 1, 100);
+	store_txn_msg_put(t, &p);
+	p.rcpts[0].state = STORE_RCPT_SENT;
+	store_txn_msg_update(t, &p);
+	CHECK_INT("its outcome after its INSERT", (int) ((struct pg_txn *) t)->n_segs, 4);
+	CHECK_INT("commit", store_txn_commit(t), 0);
+	CHECK_INT("marked", sql_int(f->url, "SELECT count(*) FROM messages WHERE inflight AND qid IN "
+				    "('RUNS00000001', 'RUNS00000003')"), 2);
+	CHECK_INT("finished", sql_int(f->url, "SELECT count(*) FROM messages WHERE NOT queued AND "
+				      "qid IN ('RUNS00000002', 'RUNS00000004', 'RUNS00000005')"), 3);
+	for (i = 0; i < 4; i++)
+		store_msg_free(&m[i]);
+	store_msg_free(&p);
+}
+
+/*
  * schema 4: a mark and a verdict on another lease's mark write
  * mark_token and verdict_on themselves, so idemrelay_mark() (replaced
  * here by one that counts its calls) never runs for them; a statement
@@ -1807,6 +1849,7 @@ int main(void)
 		T(test_plans_young),
 		T(test_plans_idle_queue),
 		T(test_group_commit_lost_lease),
+		T(test_runs_merged),
 		T(test_revive),
 		T(test_revive_not_its_mark),
 		T(test_revive_refused),
