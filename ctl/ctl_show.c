@@ -499,7 +499,7 @@ int ctl_stats(struct ctl *x)
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
 	       (unsigned long long) keys);
-	if (s.space.size != 0)		/* room of its own: LMDB's map */
+	if (unread[0] == 0 && (store_caps(x->st) & STORE_CAP_OWN_SPACE))	/* LMDB's map */
 		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
 		       " (%.1f%% full)\n", s.space.used / 1048576.0, s.space.size / 1048576.0,
 		       s.space.ceiling / 1048576.0,

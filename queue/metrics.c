@@ -220,6 +220,7 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	if (st == NULL)
 		return;
 	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
+	g->own_space = (store_caps(st) & STORE_CAP_OWN_SPACE) != 0;
 	if (store_stats(st, &s) != 0) {
 		g->outages = s.reach.outages;		/* filled even when the store is away */
 		g->repl_waiting = s.reach.repl_waiting;
@@ -315,7 +316,7 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		gauge(out, "idemrelay_claims", "Claims stored (live or awaiting expiry).",
 		      (double) g->claims);
 	}
-	if (g->store_ok && g->map_size != 0) {	/* a store with room of its own: LMDB's map */
+	if (g->store_ok && g->own_space) {	/* LMDB's map */
 		gauge(out, "idemrelay_store_map_size_bytes", "LMDB map size.",
 		      (double) g->map_size);
 		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",

@@ -71,6 +71,7 @@ struct metrics_gauges {
 	uint64_t claims;
 	uint64_t map_size, map_used, map_ceiling;
 	int shared;			/* a store shared by several nodes (PostgreSQL) */
+	int own_space;			/* a store with room of its own (LMDB's map) */
 	uint64_t outages;		/* ... times it became unreachable since start */
 	uint64_t repl_waiting;		/* ... commits waiting for replication now */
 	uint64_t repl_waits;		/* ... times commits started to wait for it */

@@ -9,9 +9,8 @@
  *	backend (freeing what the store gave, error text) live here. What
  *	a backend cannot do it declares (caps): a store without
  *	STORE_CAP_SHARED has no node number, no queue shared with other
- *	nodes, no lease to lose. An optional entry a backend leaves NULL
- *	means what a store with no map to manage means: no upkeep, no room
- *	to keep.
+ *	nodes, no lease to lose; one without STORE_CAP_OWN_SPACE no room
+ *	to keep and no upkeep.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +72,7 @@ unsigned store_health(struct store *st)
 /* store_upkeep - the backend's work outside transactions, for the writer between commits */
 int store_upkeep(struct store *st)
 {
-	return OPS(st)->upkeep ? OPS(st)->upkeep(st) : 0;
+	return OPS(st)->caps & STORE_CAP_OWN_SPACE ? OPS(st)->upkeep(st) : 0;
 }
 
 int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
@@ -113,7 +112,7 @@ void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 
 void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
 {
-	if (TOPS(t)->txn_room)
+	if (TOPS(t)->caps & STORE_CAP_OWN_SPACE)
 		TOPS(t)->txn_room(t, m, n_claims);
 }
 

@@ -133,9 +133,14 @@ const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
  * (store_txn_keys); without it those calls do nothing. STORE_CAP_LOCAL_READS:
  * a read never waits on the network, so the event loop may read (answer
  * a duplicate itself, store_claims_get) instead of leaving it to the writer.
+ * STORE_CAP_OWN_SPACE: it manages room of its own on this node (LMDB's
+ * map): it keeps room for delivery writes (store_txn_room), has upkeep to
+ * do (store_upkeep) and reports its space (store_stats); without it the
+ * first two do nothing and the space is 0.
  */
 #define STORE_CAP_SHARED	0x1
 #define STORE_CAP_LOCAL_READS	0x2
+#define STORE_CAP_OWN_SPACE	0x4
 unsigned store_caps(const struct store *st);
 void store_close(struct store *st);	/* NULL-safe */
 

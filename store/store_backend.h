@@ -15,9 +15,8 @@
  *	name, less the "store_" prefix. What a backend can do is declared
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
- *	there then. An entry marked optional may be NULL: store.c then does
- *	what a backend without that feature means (no upkeep, no room to
- *	keep).
+ *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE.
+ *	No entry is optional otherwise.
  *
  *	The backend is chosen in store_open.c alone, which calls its own
  *	open function (store_lmdb_open(), store_pg_open()); nothing else
@@ -34,7 +33,7 @@ struct store_ops {
 	void (*close) (struct store *st);
 
 	unsigned (*health) (struct store *st);
-	int (*upkeep) (struct store *st);	/* optional: nothing to do outside transactions */
+	int (*upkeep) (struct store *st);	/* own space */
 
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
@@ -49,7 +48,7 @@ struct store_ops {
 	void (*txn_claim_put) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			       const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 	void (*txn_msg_put) (struct store_txn *t, const struct store_msg *m);
-	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* optional */
+	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* own space */
 	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
 	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
 	int (*txn_error) (const struct store_txn *t);

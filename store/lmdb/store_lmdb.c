@@ -606,7 +606,7 @@ static int lmdb_upkeep(struct store *base)
 /* the interface's table for LMDB */
 const struct store_ops lmdb_ops = {
 	.name = "lmdb",
-	.caps = STORE_CAP_LOCAL_READS,
+	.caps = STORE_CAP_LOCAL_READS | STORE_CAP_OWN_SPACE,
 	.close = lmdb_close,
 	.health = lmdb_health,
 	.upkeep = lmdb_upkeep,

@@ -131,6 +131,7 @@ static void test_gauges(void **state)
 	g.queue_depth = 7;
 	g.oldest_seconds = 12.5;
 	g.claims = 42;
+	g.own_space = 1;		/* LMDB: the map is shown */
 	g.map_size = 1073741824;
 	g.map_used = 65536;
 	g.start_time = 1700000000;

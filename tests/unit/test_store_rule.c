@@ -202,7 +202,7 @@ static void test_open_roles(void **state)
 
 	CHECK_INT("node", store_open(&st, &f->cf, STORE_NODE, err, sizeof(err)), 0);
 	assert_string_equal(store_backend(st), "lmdb");
-	CHECK_INT("lmdb declares", store_caps(st), STORE_CAP_LOCAL_READS);
+	CHECK_INT("lmdb declares", store_caps(st), STORE_CAP_LOCAL_READS | STORE_CAP_OWN_SPACE);
 	CHECK_INT("a store of one node has no number", store_node_id(st), -1);
 	CHECK_INT("stats", store_stats(st, &s), 0);
 	CHECK_INT("store.map_size_max applied at open", s.space.ceiling <= 16u << 20, 1);
@@ -234,7 +234,8 @@ static void test_open_declared(void **state)
 	if (store_open(&st, &cf, STORE_READER, err, sizeof(err)) != 0)
 		fail_msg("store_open: %s", err);
 	CHECK_STR("backend", store_backend(st), fx_pg() ? "postgresql" : "lmdb");
-	CHECK_INT("declared", store_caps(st), fx_pg() ? STORE_CAP_SHARED : STORE_CAP_LOCAL_READS);
+	CHECK_INT("declared", store_caps(st), fx_pg() ? STORE_CAP_SHARED
+		  : STORE_CAP_LOCAL_READS | STORE_CAP_OWN_SPACE);
 	CHECK_INT("the fixture's store declares the same", store_caps(f->st), store_caps(st));
 	CHECK_INT("a reader has no node number", store_node_id(st), -1);
 	store_close(st);
