@@ -117,18 +117,23 @@ static int glob(const char *pat, const char *s)
 	return pat == NULL || fnmatch(pat, s ? s : "", FNM_CASEFOLD) == 0;
 }
 
+/* what a walk of the queue gathers */
+struct walk {
+	const struct queue_admin_sel *sel;
+	struct qids *set;
+};
+
 /* walk_match - store_queue_walk() callback: every queued message the selection names */
 static int walk_match(void *arg, const struct store_msg *m)
 {
-	void **a = arg;
-	const struct queue_admin_sel *sel = a[0];
+	struct walk *w = arg;
 	size_t i;
-	int to = sel->to == NULL;
+	int to = w->sel->to == NULL;
 
 	for (i = 0; !to && i < m->n_rcpts; i++)
-		to = glob(sel->to, m->rcpts[i].addr);
-	if (to && glob(sel->from, m->from))
-		qids_add(a[1], m->qid);
+		to = glob(w->sel->to, m->rcpts[i].addr);
+	if (to && glob(w->sel->from, m->from))
+		qids_add(w->set, m->qid);
 	return 0;
 }
 
@@ -141,7 +146,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 {
 	char (*q)[STORE_QID_SIZE];
 	size_t i, j, n;
-	void *arg[2] = { (void *) sel, set };
+	struct walk w = { sel, set };
 	int64_t next;
 	int err, held;
 
@@ -168,7 +173,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 		reply_error(out, "no message named (a QID, a key, ALL, or a pattern)");
 		return -1;
 	}
-	if ((err = store_queue_walk(st, walk_match, arg)) != 0) {
+	if ((err = store_queue_walk(st, walk_match, &w)) != 0) {
 		reply_error(out, "cannot read the queue: %s", store_strerror(err));
 		return -1;
 	}
