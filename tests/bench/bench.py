@@ -55,7 +55,11 @@ DESCRIPTION
                 Also the CPU a message of each server (until its round
                 is delivered) and of the client
 
-    Last, issue 27's five targets (tests/bench/targets.py), each with the
+    With PostgreSQL, issue 27's capacity model (pgbench_nodes.capacity():
+    what a fresh message costs PostgreSQL, the rate one primary of N cores
+    with a synchronous standby sustains and what stops it, checked against
+    pg1's and pg2's runs here). Last, issue 27's five targets
+    (tests/bench/targets.py), each with the
     figure measured, its threshold and MET / NOT MET, headed by the disk's
     floor; a target whose figure this run did not make says "not measured".
 
@@ -1185,6 +1189,9 @@ def main():
         say("")
         for line in srv.counters.report(srv.name):
             say(line)
+    say("")
+    for line in pgbench_nodes.capacity(res) if pg_on else ():
+        say(line)
     say("")
     target_lines = targets(res, info, fmt)
     for line in target_lines:

@@ -10,6 +10,7 @@ SYNOPSIS
     c = pgbench_nodes.Counters(pg, db, [metrics_port])
     s0 = c.snap(); ...run...; c.add("fresh", s0, c.snap(), msgs)
     for line in c.report("pg1"): print(line)
+    for line in pgbench_nodes.capacity(res): print(line)   # issue 27's model
     pg.stop()
 
 DESCRIPTION
@@ -46,8 +47,11 @@ DESCRIPTION
     pipeline goes out in one write, so a send is a round trip (a
     connection closed within the window is missed). add() sums the
     differences; report() divides them by the messages and by the
-    batches. Over each run alone (not the settling), measure() also takes
-    the CPU of the nodes and of PostgreSQL's processes (/proc) and the
+    batches. Each snapshot also reads the tables' sizes (heap, TOAST and
+    indexes: pg_total_relation_size), so that a run's growth a message is
+    its row bytes. Over each run alone (not the settling), measure() also
+    takes the CPU of the nodes, of PostgreSQL's processes (/proc), of the
+    load programs it waited for and of the sink, the run's seconds, and the
     machine's idle share, and Waits samples what the database's busy
     backends wait for (pg_stat_activity, one psql every 4 ms: a little
     CPU of its own in those runs, not in the figures).
@@ -62,6 +66,7 @@ DESCRIPTION
 
 import json
 import os
+import resource
 import re
 import glob
 import socket
@@ -203,8 +208,9 @@ class Counters:
               "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted", "batches",
               "batched")
 
-    def __init__(self, bench, db, metrics_ports, pids):
+    def __init__(self, bench, db, metrics_ports, pids, sink_pids=()):
         self.bench = bench
+        self.sink_pids = set(sink_pids)
         self.db = db
         self.ports = list(metrics_ports)
         self.pids = set(pids)
@@ -221,10 +227,13 @@ class Counters:
         before = self.last or self.snap()
         waits = Waits(self.bench.pg, self.db)
         c0 = self.cpu()
+        t0 = time.monotonic()
         try:
             out = fn()
         finally:
             c1 = self.cpu()
+            c1["secs"] = time.monotonic() - t0
+            c0["secs"] = 0.0
             seen = waits.stop()
         self.last = self.snap()
         self.add(fig, before, self.last, msgs)
@@ -245,7 +254,16 @@ class Counters:
         tick = float(os.sysconf("SC_CLK_TCK"))
         pm = pgcluster.postmaster_pid(self.bench.pg.data)
         pg = set([pm] + pgcluster.children_of(pm)) if pm else set()
-        out = {"cpu_nodes": 0.0, "cpu_pg": 0.0}
+        out = {"cpu_nodes": 0.0, "cpu_pg": 0.0, "cpu_clients": 0.0}
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the load programs, once reaped
+        out["cpu_clients"] = ru.ru_utime + ru.ru_stime
+        for pid in self.sink_pids:
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out["cpu_clients"] += (int(fields[11]) + int(fields[12])) / tick
+            except OSError:
+                pass
         for pid in self.pids | pg:
             try:
                 with open("/proc/%d/cmdline" % pid) as f:
@@ -293,6 +311,11 @@ class Counters:
             " WHERE t.schemaname NOT IN ('pg_catalog', 'information_schema')"
             " AND coalesce(o.relnamespace <> 'pg_catalog'::regnamespace, true)"
             " AND t.n_tup_ins + t.n_tup_upd + t.n_tup_del > 0", self.db))
+        s["rel_bytes"] = json.loads(self.bench.pg.sql(
+            "SELECT coalesce(json_object_agg(c.relname, pg_total_relation_size(c.oid)), '{}')"
+            " FROM pg_class c WHERE c.relkind = 'r'"
+            " AND c.relnamespace = current_schema()::regnamespace",
+            self.db, pgcluster.ROLE))
         s["stmts"] = {}
         for x in j["stmts"]:        # one row per (user, statement): add them up by text
             a = s["stmts"].setdefault(x["q"], [0.0, 0.0, 0.0, 0.0])
@@ -323,6 +346,9 @@ class Counters:
         f["msgs"] += msgs
         for k in self.FIELDS:
             f[k] = f.get(k, 0.0) + after[k] - before[k]
+        grew = f.setdefault("rel_bytes", {})
+        for name, a in after.get("rel_bytes", {}).items():
+            grew[name] = grew.get(name, 0) + a - before.get("rel_bytes", {}).get(name, 0)
         tables = f.setdefault("tables", {})
         for name, a in after["tables"].items():
             b = before["tables"].get(name, [0, 0, 0])
@@ -368,10 +394,14 @@ class Counters:
                         "xacts_per_batch": f["xact_commit"] / b, "rows_per_batch": rows / b,
                         "round_trips_per_batch": f["sends"] / b,
                         "statements_per_batch": calls / b if self.bench.statements else None})
+        out["row_bytes_per_msg"] = sum(f.get("rel_bytes", {}).values()) / m
+        out["row_bytes_by_table"] = {k: v / m for k, v in f.get("rel_bytes", {}).items() if v}
         if f.get("jiffies"):
             out.update({"cpu_ms_per_msg_nodes": f["cpu_nodes"] * 1000 / m,
                         "cpu_ms_per_msg_pg": f["cpu_pg"] * 1000 / m,
-                        "idle_share": f["jiffies_idle"] / f["jiffies"]})
+                        "cpu_ms_per_msg_clients": f["cpu_clients"] * 1000 / m,
+                        "idle_share": f["jiffies_idle"] / f["jiffies"],
+                        "msgs_per_s": m / f["secs"] if f.get("secs") else None})
         n_w = float(sum(f.get("waits", {}).values()))
         out["waits"] = sorted(((k, v / n_w) for k, v in f.get("waits", {}).items()),
                               key=lambda kv: -kv[1]) if n_w else []
@@ -411,9 +441,14 @@ class Counters:
                 "%s %.1f/%.1f/%.1f" % (name, *t) for name, t in sorted(s["tables_per_msg"].items())))
             if "idle_share" in s:
                 lines.append("  CPU per message: %.3f ms in PostgreSQL's processes, %.3f ms in"
-                             " the node%s; the machine %.0f%% idle" % (
-                                 s["cpu_ms_per_msg_pg"], s["cpu_ms_per_msg_nodes"],
-                                 "s" if len(self.pids) > 1 else "", 100 * s["idle_share"]))
+                             " the node%s, %.3f ms in the load and sink; the machine %.0f%% idle"
+                             % (s["cpu_ms_per_msg_pg"], s["cpu_ms_per_msg_nodes"],
+                                "s" if len(self.pids) > 1 else "", s["cpu_ms_per_msg_clients"],
+                                100 * s["idle_share"]))
+            if s["row_bytes_by_table"]:
+                lines.append("  bytes the tables grew per message (heap, TOAST, indexes): %.0f (%s)"
+                             % (s["row_bytes_per_msg"], ", ".join(
+                                 "%s %.0f" % kv for kv in sorted(s["row_bytes_by_table"].items()))))
             if s["waits"]:
                 lines.append("  busy backends were (samples of pg_stat_activity): " + ", ".join(
                     "%s %.0f%%" % (k, 100 * v) for k, v in s["waits"][:6]))
@@ -484,7 +519,8 @@ def setups(tmp, stopping, say, make_sink, make_node, make_pair):
             daemons.append(d)
         srv = daemons[0] if len(daemons) == 1 else make_pair(label, daemons, sink)
         srv.counters = Counters(pg, db, [d.metrics_port for d in daemons],
-                                [d.proc.pid for d in daemons])
+                                [d.proc.pid for d in daemons],
+                                [sink.proc.pid] if hasattr(sink, "proc") else [])
         out.append(srv)
     return out
 
@@ -538,3 +574,87 @@ def table(res, fmt):
         rows.append(("pg2 fresh accepted/s vs pg1", "-", "-", fmt(res.med("fresh", "pg2")),
                      fmt(r, "x") if r else "n/a", "-", "-"))
     return rows
+
+
+CAP_CORES = (4, 8, 16)          # the primaries the model is worked for
+CAP_LINK = 125e6                # bytes/s to the synchronous standby: 1 Gb/s
+CAP_FLUSH_MS = 0.1              # a WAL flush on a server's SSD with a power-loss-safe cache
+
+
+def capacity(res):
+    """capacity - issue 27's capacity model, from pg1's fresh run (one node, 20
+    sessions, deliveries beside): PostgreSQL's CPU, WAL bytes, WAL flushes, round
+    trips and table bytes a fresh message, accepted and delivered. On paper, for
+    one primary of N cores and a synchronous standby serving every node, the
+    rate is the least of:
+
+      CPU       N * 1000 / cpu_ms (all of PostgreSQL's processes; a message
+                costs the same whichever node accepted it)
+      WAL       link / wal_bytes: the WAL goes to the standby (CAP_LINK) and
+                to the WAL disk, sequentially
+      flushes   1000 / (flushes_per_msg * flush_ms): PostgreSQL makes one WAL
+                flush at a time (the WALWrite lock); a flush covers every
+                commit ready, and a node batches what arrives while its commit
+                is out, so flushes_per_msg falls as the load and the nodes grow
+                (0.58 at batches of 11 here); the synchronous standby adds its
+                round trip and flush to each commit's latency, not to this
+      locks     none that binds: key locks serialise submissions of one key
+                only, no row is written by two nodes, and each table's end
+                grows under its extension lock (bytes a message / 8 KB pages)
+
+    and checked against this machine's runs at 1 and 2 nodes (pg1, pg2), with
+    its own CPU (2 cores / the CPU a message of PostgreSQL, nodes, load and
+    sink, pg1's) and its own flush (pgbench's one-row commit, the same run).
+    Sets res.extra["capacity"] ({"msgs_per_s", "note", ...}, read by
+    targets.py) and returns its lines; [] without pg1's fresh counters."""
+    figs = res.extra.get("pg_counters") or {}
+    s1 = (figs.get("pg1") or {}).get("fresh")
+    if not s1 or s1.get("cpu_ms_per_msg_pg") is None:
+        return []
+    cpu, wal, flushes = s1["cpu_ms_per_msg_pg"], s1["wal_bytes_per_msg"], s1["wal_syncs_per_msg"]
+    by_cores = {n: n * 1000.0 / cpu for n in CAP_CORES}
+    link = CAP_LINK / wal
+    flush_bound = 1000.0 / (flushes * CAP_FLUSH_MS) if flushes else None
+    n_main = 8
+    bounds = {"CPU": by_cores[n_main], "link": link}
+    if flush_bound:
+        bounds["flush"] = flush_bound
+    limit = min(bounds, key=bounds.get)
+    out = ["capacity model (issue 27 target 4), from pg1's fresh run: a fresh message costs"
+           " PostgreSQL %.3f ms of CPU, %.0f WAL bytes, %.2f WAL flushes (batches of %.1f),"
+           " %.2f round trips, %.0f bytes of tables (heap, TOAST, indexes)"
+           % (cpu, wal, flushes, s1.get("msgs_per_batch") or 0, s1["round_trips_per_msg"],
+              s1.get("row_bytes_per_msg") or 0)]
+    out.append("  one primary, a synchronous standby, every node: CPU %s msgs/s; the standby's"
+               " 1 Gb/s link %.0f; WAL flushes of %.2f ms %s"
+               % (", ".join("%d cores %.0f" % (n, by_cores[n]) for n in CAP_CORES), link,
+                  CAP_FLUSH_MS, "%.0f" % flush_bound if flush_bound else "-"))
+    floor = res.med("pg_floor_commit", "pg1")
+    check = {}
+    tot = s1["cpu_ms_per_msg_pg"] + s1["cpu_ms_per_msg_nodes"] + s1["cpu_ms_per_msg_clients"]
+    cores = os.cpu_count() or 1
+    for who in ("pg1", "pg2"):
+        s = (figs.get(who) or {}).get("fresh")
+        if not s or not s.get("msgs_per_s"):
+            continue
+        here = {"CPU": cores * 1000.0 / tot}
+        if floor and s["wal_syncs_per_msg"]:
+            here["flush"] = 1000.0 / (s["wal_syncs_per_msg"] * floor)
+        bound = min(here, key=here.get)
+        check[who] = {"measured": s["msgs_per_s"], "predicted": here[bound], "bound": bound,
+                      "cpu_ms_per_msg_pg": s["cpu_ms_per_msg_pg"],
+                      "wal_bytes_per_msg": s["wal_bytes_per_msg"],
+                      "wal_syncs_per_msg": s["wal_syncs_per_msg"]}
+        out.append("  check, %s here: %.0f msgs/s accepted and delivered; the model %.0f, %s-bound"
+                   " (CPU: %d cores / %.3f ms a message of PostgreSQL, nodes, load and sink, %.0f;"
+                   " flushes: %.2f a message of %s, %s); PostgreSQL's CPU %.3f ms and WAL %.0f B"
+                   " a message" % (who, s["msgs_per_s"], here[bound], bound, cores, tot,
+                                   here["CPU"], s["wal_syncs_per_msg"],
+                                   "%.2f ms" % floor if floor else "?",
+                                   "%.0f" % here["flush"] if "flush" in here else "-",
+                                   s["cpu_ms_per_msg_pg"], s["wal_bytes_per_msg"]))
+    res.extra["capacity"] = {
+        "msgs_per_s": bounds[limit], "cores": n_main, "by_cores": by_cores,
+        "link_msgs_per_s": link, "flush_msgs_per_s": flush_bound, "flush_ms": CAP_FLUSH_MS,
+        "note": "%d cores, %s-bound; BENCHMARKS.md" % (n_main, limit), "check": check}
+    return out
