@@ -9,6 +9,7 @@
  *	int store_claim_live(const struct store_claim *c, int64_t now,
  *			     int (*queued) (void *arg, const char *qid), void *arg);
  *	int store_msg_valid(const struct store_msg *m);
+ *	int64_t store_story_ttl(const struct store_msg *m);
  * DESCRIPTION
  *	A backend stores and fetches; what its records mean is decided
  *	here, so that LMDB and PostgreSQL cannot come to differ.
@@ -23,6 +24,11 @@
  *	QID that fits, a sender and client (maybe ""), at least one
  *	recipient, each with an address and a state store.h knows, and
  *	data where data_len says there is some.
+ *
+ *	store_story_ttl() is how long a message's story is kept once it has
+ *	left the spool: what acceptance gave it (key_ttl, so that a story
+ *	outlives the claims it explains), or STORE_STORY_TTL for a message
+ *	that came with none.
  * DIAGNOSTICS
  *	store_claim_live(): 1 live, 0 not, or the STORE_E* code queued()
  *	gave. store_msg_valid(): 1 or 0.
@@ -53,6 +59,12 @@ static int rcpt_valid(const struct store_rcpt *r)
 	default:
 		return 0;
 	}
+}
+
+/* store_story_ttl - how long m's story is kept once m has left the spool */
+int64_t store_story_ttl(const struct store_msg *m)
+{
+	return m->ttl > 0 ? m->ttl : STORE_STORY_TTL;
 }
 
 /* store_msg_valid - can this message be spooled? */

@@ -54,7 +54,6 @@
 #include "../../util/log.h"
 #include "store_int.h"
 
-#define HIST_DEFAULT_TTL	(24 * 3600 * 1000000LL)	/* stories made at first update */
 #define HNEW_DEPTH		2	/* hnew moves to hist once its B-tree is this deep */
 #define HEXPIRY_KEY_MAX		(8 + STORE_QID_SIZE)
 
@@ -93,7 +92,7 @@ static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
 		return err;
 	s->has_key = s->m.has_key;
 	memcpy(s->keyhash, s->m.keyhash, STORE_HASH_LEN);
-	s->ttl = s->m.ttl > 0 ? s->m.ttl : HIST_DEFAULT_TTL;
+	s->ttl = store_story_ttl(&s->m);
 	return 0;
 }
 
@@ -307,7 +306,7 @@ void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 		return;
 	}
 	if (err != 0)
-		old.ttl = HIST_DEFAULT_TTL;	/* the spool lacks it too, or it is corrupt */
+		old.ttl = STORE_STORY_TTL;	/* the spool lacks it too, or it is corrupt */
 	s = old;
 	if (envelope_ok(m)) {
 		s.m = *m;

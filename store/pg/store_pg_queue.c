@@ -63,7 +63,7 @@ int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 	s->queued = (int) store_pg_int(r, row, 16);
 	s->has_key = m->has_key;
 	memcpy(s->keyhash, m->keyhash, STORE_HASH_LEN);
-	s->ttl = m->ttl > 0 ? m->ttl : PG_DEFAULT_TTL;
+	s->ttl = store_story_ttl(m);
 	s->updated = store_pg_int(r, row, 17);
 	s->finished = store_pg_int(r, row, 18);
 	s->expires = store_pg_int(r, row, 19);
@@ -295,7 +295,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, now);
 	store_pg_p_text(&p, st->node);
-	store_pg_p_i64(&p, PG_DEFAULT_TTL);
+	store_pg_p_i64(&p, STORE_STORY_TTL);
 	err = store_pg_run(st, "UPDATE messages SET queued = false, data = NULL, dropped = true, "
 		  "updated = $2, finished = $2, expires = $2 + CASE WHEN ttl > 0 THEN ttl "
 		  "ELSE $4 END + 1, lease_owner = NULL WHERE qid = $1 AND " PG_ROW_QUEUED("") " AND "

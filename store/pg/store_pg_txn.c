@@ -495,7 +495,7 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 	for (i = 0; i < seg_shape[s->kind].cols; i++)
 		store_pg_p_arr(&p, &s->a[i]);
 	if (s->kind == PG_SEG_UPDATES)
-		store_pg_p_i64(&p, PG_DEFAULT_TTL);
+		store_pg_p_i64(&p, STORE_STORY_TTL);	/* store_story_ttl(), in SQL */
 	if (s->kind == PG_SEG_UPDATES || s->kind == PG_SEG_INFLIGHT)
 		store_pg_p_i64(&p, (int64_t) s->n);
 	for (i = 0; i < seg_shape[s->kind].rcols; i++)

@@ -1,7 +1,7 @@
 /*
  * test_store_rule - the rules written once above the backends
  * (store/store_rule.c: when a claim is live, when a message can be
- * spooled) and store_open(), the one place a backend is chosen
+ * spooled, how long a story is kept) and store_open(), the one place a backend is chosen
  * (store/store_open.c): each role on LMDB, and what each backend
  * declares it can do. test_store runs the rules through both backends.
  */
@@ -147,6 +147,29 @@ static void test_msg_valid(void **state)
 	}
 }
 
+/* test_story_ttl - a story outlives its message by the ttl acceptance gave, else a day */
+static void test_story_ttl(void **state)
+{
+	static const struct {
+		const char *name;
+		int64_t ttl, want;
+	} cases[] = {
+		{ "key_ttl given", 2 * 3600 * SEC, 2 * 3600 * SEC },
+		{ "one microsecond", 1, 1 },
+		{ "none given", 0, 24 * 3600 * SEC },
+		{ "negative", -5, 24 * 3600 * SEC },
+	};
+	struct store_msg m;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(&m, 0, sizeof(m));
+		m.ttl = cases[i].ttl;
+		CHECK_INT(cases[i].name, store_story_ttl(&m), cases[i].want);
+	}
+}
+
 /* a temporary directory for the LMDB roles */
 struct open_fx {
 	char dir[64];
@@ -246,6 +269,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_claim_live),
 		cmocka_unit_test(test_msg_valid),
+		cmocka_unit_test(test_story_ttl),
 		cmocka_unit_test_setup_teardown(test_open_roles, open_setup, open_teardown),
 		cmocka_unit_test_setup_teardown(test_open_declared, fx_setup, fx_teardown),
 	};
