@@ -141,9 +141,8 @@ static void ctl_vfail(struct ctl *x, int rc, const char *fmt, va_list ap)
 	vsnprintf(text, sizeof(text), fmt, ap);
 	fprintf(stderr, "idemrelayctl: %s\n", text);
 	if (x && x->json) {
-		buf_printf(&b, "{\"ok\":false,\"error\":");
-		json_str(&b, text);
-		printf("%s}\n", b.data);
+		json_error(&b, "%s", text);
+		printf("%s\n", b.data);
 		buf_free(&b);
 	}
 	exit(rc);

@@ -21,7 +21,6 @@
  *	and the actions' lines (queue/queue_admin.c)
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,23 +70,6 @@ static void persist(struct control *ctl)
 	if ((err = dupcount_persist(ctl->dc, ctl->st, &n)) != 0)
 		msg_warn("control: duplicate counts of %zu messages not recorded: %s", n,
 			 store_strerror(err));
-}
-
-/* reply_error - {"ok":false,"error":...} */
-static void reply_error(struct buf *out, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void reply_error(struct buf *out, const char *fmt, ...)
-{
-	char text[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
-	buf_reset(out);
-	buf_printf(out, "{\"ok\":false,\"error\":");
-	json_str(out, text);
-	buf_putc(out, '}');
 }
 
 /* qid_arg - a plausible QID argument, or NULL */
@@ -169,8 +151,8 @@ static void do_select(struct control *ctl, const char *cmd, char *args, struct b
 	struct queue_admin_sel sel;
 
 	if (parse_sel(args, &sel, keys) != 0) {
-		reply_error(out, "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN "
-			    "[to PATTERN] | to PATTERN", cmd);
+		json_error(out, "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN "
+			   "[to PATTERN] | to PATTERN", cmd);
 		return;
 	}
 	if (strcmp(cmd, "drop") == 0)
@@ -199,11 +181,11 @@ static void do_forget(struct control *ctl, char *args, struct buf *out)
 		user = strtok_r(NULL, " ", &save);
 	while (user && sel.n_keys < CONTROL_MAX_KEYS && (h = strtok_r(NULL, " ", &save)) != NULL)
 		if (hash_unhex(h, keys[sel.n_keys++], STORE_HASH_LEN) != 0) {
-			reply_error(out, "bad key hash");
+			json_error(out, "bad key hash");
 			return;
 		}
 	if (user == NULL || sel.n_keys == 0) {
-		reply_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
+		json_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
 		return;
 	}
 	sel.user = strcmp(user, "-") == 0 ? NULL : user;
@@ -255,12 +237,12 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	const char *qid = NULL;
 
 	if (cmd == NULL) {
-		reply_error(out, "empty request");
+		json_error(out, "empty request");
 		return;
 	}
 	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "count") == 0) {
 		if ((qid = qid_arg(rest)) == NULL) {
-			reply_error(out, "%s: bad or missing QID", cmd);
+			json_error(out, "%s: bad or missing QID", cmd);
 			return;
 		}
 	}
@@ -282,7 +264,7 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	} else if (strcmp(cmd, "stats") == 0) {
 		do_stats(ctl, out);
 	} else {
-		reply_error(out, "unknown request %.40s", cmd);
+		json_error(out, "unknown request %.40s", cmd);
 	}
 }
 
@@ -305,9 +287,9 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	/* the socket is 0600 already; this also holds if its mode was changed */
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
 	    && cred.uid != 0 && cred.uid != geteuid()) {
-		reply_error(out, "permission denied");
+		json_error(out, "permission denied");
 	} else if (end == ADMIN_CUT || req[0] == 0) {
-		reply_error(out, "no request line");
+		json_error(out, "no request line");
 	} else {
 		if ((nl = strchr(req, '\n')) != NULL)
 			*nl = 0;

@@ -26,7 +26,6 @@
  *	QID: key forgotten by the operator (idemrelayctl forget)
  */
 #include <fnmatch.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,23 +40,6 @@ struct qids {
 	char (*q)[STORE_QID_SIZE];	/* owned */
 	size_t n;
 };
-
-/* reply_error - {"ok":false,"error":...} in out, replacing what it held */
-static void reply_error(struct buf *out, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void reply_error(struct buf *out, const char *fmt, ...)
-{
-	char text[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
-	buf_reset(out);
-	buf_printf(out, "{\"ok\":false,\"error\":");
-	json_str(out, text);
-	buf_putc(out, '}');
-}
 
 /* qids_add - one more QID, unless the set has it */
 static void qids_add(struct qids *s, const char *qid)
@@ -88,11 +70,11 @@ static void not_queued(struct store *st, struct buf *out, const char *qid)
 	struct store_story s;
 
 	if (store_story_get(st, qid, &s) == 0) {
-		reply_error(out, "%s is not queued: it %s", qid,
-			    s.dropped ? "was dropped" : "has left the queue");
+		json_error(out, "%s is not queued: it %s", qid,
+			   s.dropped ? "was dropped" : "has left the queue");
 		store_story_free(&s);
 	} else {
-		reply_error(out, "unknown QID %s", qid);
+		json_error(out, "unknown QID %s", qid);
 	}
 }
 
@@ -160,7 +142,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 	}
 	for (i = 0; i < sel->n_keys; i++) {
 		if ((err = store_key_queued(st, sel->keys[i], sel->user, &q, &n)) != 0) {
-			reply_error(out, "cannot read the key's messages: %s", store_strerror(err));
+			json_error(out, "cannot read the key's messages: %s", store_strerror(err));
 			return -1;
 		}
 		for (j = 0; j < n; j++)
@@ -170,11 +152,11 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 	if (sel->n_keys)
 		return 0;
 	if (!sel->all && sel->from == NULL && sel->to == NULL) {
-		reply_error(out, "no message named (a QID, a key, ALL, or a pattern)");
+		json_error(out, "no message named (a QID, a key, ALL, or a pattern)");
 		return -1;
 	}
 	if ((err = store_queue_walk(st, walk_match, &w)) != 0) {
-		reply_error(out, "cannot read the queue: %s", store_strerror(err));
+		json_error(out, "cannot read the queue: %s", store_strerror(err));
 		return -1;
 	}
 	return 0;
@@ -200,11 +182,11 @@ static void drop_qid(struct store *st, const struct queue_admin_sched *s, const 
 	int err = drop_one(st, s, qid, "drop");
 
 	if (err == STORE_ELEASE)
-		reply_error(out, "%s is being delivered right now; try again in a moment", qid);
+		json_error(out, "%s is being delivered right now; try again in a moment", qid);
 	else if (err == STORE_ENOTFOUND)
 		not_queued(st, out, qid);
 	else if (err != 0)
-		reply_error(out, "cannot drop %s: %s", qid, store_strerror(err));
+		json_error(out, "cannot drop %s: %s", qid, store_strerror(err));
 	else
 		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"count\":1,\"dropped\":[\"%s\"],"
 			   "\"busy\":[]}", qid, qid);
@@ -300,11 +282,11 @@ void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
 		if ((err = hold_one(st, s, set.q[i], on)) == 0)
 			qids_add(&done, set.q[i]);
 		else if (err == STORE_EINVAL && sel->qid)
-			reply_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
+			json_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
 		else if (err == STORE_ENOTFOUND && sel->qid)
 			not_queued(st, out, sel->qid);
 		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
-			reply_error(out, "cannot %s %s: %s", verb, set.q[i], store_strerror(err));
+			json_error(out, "cannot %s %s: %s", verb, set.q[i], store_strerror(err));
 		if (out->len)
 			goto done;
 	}
@@ -332,8 +314,8 @@ void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, cons
 		return;
 	}
 	if (held) {
-		reply_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
-			    qid);
+		json_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
+			   qid);
 		return;
 	}
 	if ((rc = s->retry(s->arg, qid)) < 0) {
@@ -390,7 +372,7 @@ void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
 
 	buf_reset(out);
 	if (sel->n_keys == 0) {
-		reply_error(out, "forget: no key given");
+		json_error(out, "forget: no key given");
 		return;
 	}
 	if (select_qids(st, sel, &queued, out) != 0)
@@ -404,23 +386,23 @@ void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
 	for (i = 0; mode == QUEUE_ADMIN_DROP && i < queued.n; i++) {
 		err = drop_one(st, s, queued.q[i], "forget --drop");
 		if (err == STORE_ELEASE) {
-			reply_error(out, "%s is being delivered right now; try again in a moment",
-				    queued.q[i]);
+			json_error(out, "%s is being delivered right now; try again in a moment",
+				   queued.q[i]);
 			goto done;
 		}
 		if (err != 0 && err != STORE_ENOTFOUND) {
-			reply_error(out, "cannot drop %s: %s", queued.q[i], store_strerror(err));
+			json_error(out, "cannot drop %s: %s", queued.q[i], store_strerror(err));
 			goto done;
 		}
 	}
 	if ((err = forget_keys(st, sel, now, mode == QUEUE_ADMIN_FORCE && queued.n
 			       ? " --force, while queued" : "", &claims, &qids)) < 0) {
-		reply_error(out, "cannot forget: %s", store_strerror(err));
+		json_error(out, "cannot forget: %s", store_strerror(err));
 		goto done;
 	}
 	if (err == 0) {
-		reply_error(out, "unknown key%s%s", sel->user ? " for user " : "",
-			    sel->user ? sel->user : "");
+		json_error(out, "unknown key%s%s", sel->user ? " for user " : "",
+			   sel->user ? sel->user : "");
 		goto done;
 	}
 	buf_printf(out, "{\"ok\":true,\"claims\":%zu,\"qids\":", claims);

@@ -7,6 +7,7 @@
  *	See json.h. The reader is a skipper, not a parser into a tree:
  *	the replies it reads are a few dozen bytes long and read once.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,21 @@ void json_str(struct buf *b, const char *s)
 		}
 	}
 	buf_putc(b, '"');
+}
+
+/* json_error - the error reply of the control protocol and of idemrelayctl --json */
+void json_error(struct buf *b, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	buf_reset(b);
+	buf_printf(b, "{\"ok\":false,\"error\":");
+	json_str(b, text);
+	buf_putc(b, '}');
 }
 
 /* json_time - RFC 3339 UTC, or null */

@@ -23,6 +23,8 @@
 
 void json_str(struct buf *b, const char *s);	/* NULL: null */
 void json_time(struct buf *b, int64_t us);		/* 0: null */
+/* json_error - {"ok":false,"error":TEXT} in b, replacing what it held */
+void json_error(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* json_get - the raw text of a top-level member; 0, or -1 if absent or malformed */
 int json_get(const char *json, const char *name, const char **val, size_t *len);

@@ -183,6 +183,8 @@ static void test_json_write(void **state)
 	buf_reset(&b);
 	json_time(&b, 0);
 	assert_string_equal(b.data, "null");
+	json_error(&b, "cannot %s \"%s\"", "drop", "Q1");	/* replaces what b held */
+	assert_string_equal(b.data, "{\"ok\":false,\"error\":\"cannot drop \\\"Q1\\\"\"}");
 	buf_free(&b);
 }
 
