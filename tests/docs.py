@@ -12,7 +12,9 @@ exists: from the top of the tree or, in a comment, beside the file naming
 it, whenever its first folder is one of the tree's. A file moved or renamed
 without its mentions fails here, as does a layer added without its row.
 And what a user reads (those documents, the configurations shipped) points
-at the man pages, never at SPEC.md, the contract a clone does not have."""
+at the man pages, never at SPEC.md, the contract a clone does not have.
+A function's one-line comment (/* name - purpose */, STYLE.md) names the
+function it stands over, and stands over a function, not another comment."""
 import os
 import re
 import sys
@@ -28,6 +30,9 @@ SPEC = re.compile(r'\bSPEC\b')
 PATH = re.compile(r'(?<![\w./~-])([A-Za-z_][\w-]*(?:/[\w.-]+)+/?)')
 C_PATH = re.compile(r'(?<![\w./~-])([A-Za-z_][\w-]*(?:/[\w-]+)*/[\w-]+\.[ch])\b')
 COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
+NAME_COMMENT = re.compile(r'/\*\s*(?:\n\s*\*\s*)?([a-z_][a-z0-9_]*) - (?:(?!\*/).)*\*/\n', re.S)
+FNPTR = re.compile(r'[^;{}()]*\(\s*\*\s*([a-z_]\w*)\s*\)\s*\(')
+DEFINITION = re.compile(r'(?:static\s+|extern\s+|inline\s+)*[a-z_][\w \t*]*?\**\b([a-z_]\w*)\s*\(')
 
 
 def tree(top):
@@ -73,6 +78,26 @@ def check_paths(top, paths):
                     n = text.count('\n', 0, m.start()) + 1 + m.group(0).count('\n', 0,
                                                                              m.group(0).find(p))
                     bad.append('%s:%d: a comment names %s, which is not in the tree' % (src, n, p))
+    return bad
+
+
+def check_names(top, paths):
+    """check_names - each /* name - purpose */ over a function names it"""
+    bad = []
+    for src in sorted(p for p in paths if p.endswith(('.c', '.h'))):
+        with open(os.path.join(top, src), errors='replace') as f:
+            text = f.read()
+        for m in NAME_COMMENT.finditer(text):
+            name, rest = m.group(1), text[m.end():m.end() + 400]
+            line = text.count('\n', 0, m.start()) + 1
+            if NAME_COMMENT.match(rest):
+                bad.append('%s:%d: the comment of %s() stands over another comment'
+                           % (src, line, name))
+                continue
+            d = FNPTR.match(rest) or DEFINITION.match(rest)
+            if d and '\n\n' not in rest[:d.end()] and d.group(1) != name:
+                bad.append('%s:%d: the comment of %s() stands over %s()'
+                           % (src, line, name, d.group(1)))
     return bad
 
 
@@ -132,12 +157,14 @@ def check_architecture(top, paths):
 def main():
     top = sys.argv[1] if len(sys.argv) > 1 else '.'
     paths = tree(top)
-    bad = check_architecture(top, paths) + check_paths(top, paths) + check_spec(top)
+    bad = (check_architecture(top, paths) + check_paths(top, paths) + check_spec(top)
+           + check_names(top, paths))
     for b in bad:
         print('docs: ' + b)
     print('docs: %s' % ('%d problems' % len(bad) if bad else
                         "README's Architecture is tests/layers.py's table, every path "
-                        "named is in the tree, and no user's document names SPEC"))
+                        "named is in the tree, no user's document names SPEC, and each "
+                        "function's comment names it"))
     return 1 if bad else 0
 
 

@@ -96,7 +96,7 @@ static void enc_bytes(struct enc *e, const void *v, size_t n)
 	e->pos += n;
 }
 
-/* enc_u64 - append big-endian, n bytes wide */
+/* enc_uint - append big-endian, n bytes wide */
 static void enc_uint(struct enc *e, uint64_t v, int n)
 {
 	uint8_t b[8];
@@ -475,7 +475,7 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 }
 
 /*
- * store_msg_rec_decode - read the message record into m (whose qid the
+ * lmdb_msg_rec_decode - read the message record into m (whose qid the
  * caller set); the delivery state fields are left zero. On failure m
  * holds nothing that needs freeing.
  */
@@ -540,7 +540,7 @@ static void dec_queue_head(struct dec *d, struct store_msg *m)
 }
 
 /*
- * store_queue_rec_decode - read delivery state into a message already
+ * lmdb_queue_rec_decode - read delivery state into a message already
  * decoded by lmdb_msg_rec_decode(); the recipient counts must agree.
  * On failure the replies read so far are freed and set to NULL.
  */
@@ -646,7 +646,7 @@ void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s)
 }
 
 /*
- * store_hist_rec_decode - read a history record into s (whose m.qid the
+ * lmdb_hist_rec_decode - read a history record into s (whose m.qid the
  * caller set). On failure s holds nothing that needs freeing.
  */
 int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)

@@ -104,7 +104,7 @@ struct journal {
 	int warned;			/* a failed write was logged */
 };
 
-/* le - little-endian fields */
+/* le32, le64, rd32, rd64 - little-endian fields */
 static void le32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
@@ -145,7 +145,7 @@ static uint64_t align(uint64_t n)
 	return (n + J_BLOCK - 1) / J_BLOCK * J_BLOCK;
 }
 
-/* db_code - a database as the journal names it, and back */
+/* db_slot, db_code - a database as the journal names it, and back */
 static MDB_dbi *db_slot(struct lmdb_store *st, unsigned code)
 {
 	MDB_dbi *dbs[] = { &st->claims, &st->msg, &st->queue, &st->meta,

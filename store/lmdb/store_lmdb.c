@@ -113,7 +113,7 @@ void lmdb_gate_leave(struct lmdb_store *st)
 }
 
 /*
- * store_read_begin - a read-only transaction, usable from any thread.
+ * lmdb_read_begin - a read-only transaction, usable from any thread.
  * When another process grew the map past this one's (idemrelayctl while
  * the daemon grows it: store_map.c), LMDB says MDB_MAP_RESIZED: take the
  * new size, with no transaction open (the gate held alone), and retry.
@@ -188,7 +188,7 @@ static int lmdb_mkdir(const char *path)
 }
 
 /*
- * store_env_open - open the environment at path with flags, then its
+ * lmdb_env_open - open the environment at path with flags, then its
  * databases in one transaction: the sequence store_lmdb_open() and
  * store_lmdb_open_readonly() share. Writable, every database is created if
  * missing. Read-only, the story databases may be missing from a store
@@ -311,7 +311,7 @@ static uint64_t grown_total(struct lmdb_store *st)
 }
 
 /*
- * store_open - open or create the store at path. One sequence, one
+ * store_lmdb_open - open or create the store at path. One sequence, one
  * failure path: whatever step fails, the environment is closed and err
  * says which step and why. A map grown at run time (store_map.c) opens
  * at its grown size when that is larger than map_size: what it holds may
@@ -373,7 +373,7 @@ int store_lmdb_present(const char *path, char *err, size_t errlen)
 	return STORE_ENOTFOUND;
 }
 
-/* lmdb_open_readonly - open an existing store for reading only */
+/* store_lmdb_open_readonly - open an existing store for reading only */
 int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen)
 {
 	struct lmdb_store *st;
@@ -512,7 +512,7 @@ static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
 }
 
 /*
- * store_last_qid - the greatest QID ever spooled, "" if none: the greatest
+ * lmdb_last_qid - the greatest QID ever spooled, "" if none: the greatest
  * of the last message still spooled, the last story (a message that left
  * with its story written) and meta's last_qid (one that left without, or
  * whose story expired: store_msg.c)

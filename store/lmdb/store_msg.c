@@ -212,7 +212,7 @@ static int msg_update(struct lmdb_store *st, const struct store_msg *m, int with
 }
 
 /*
- * store_msg_update - rewrite delivery state; all final: leave the spool.
+ * lmdb_msg_update - rewrite delivery state; all final: leave the spool.
  * The story is rewritten in the same transaction; if that is what does
  * not fit in a full map, the outcome is recorded without it, since a
  * delivery outcome that cannot be recorded may be sent again.
@@ -262,7 +262,7 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
 }
 
 /*
- * store_txn_msg_set_inflight - set or clear the "final dot may be out"
+ * lmdb_txn_msg_set_inflight - set or clear the "final dot may be out"
  * mark inside t, so that marks can share a group commit's fsync.
  */
 void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)

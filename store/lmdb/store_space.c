@@ -74,7 +74,7 @@ static int space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *page
 }
 
 /*
- * store_space_freelist - pages on LMDB's freelist, in a read transaction
+ * lmdb_space_freelist - pages on LMDB's freelist, in a read transaction
  * of its own (LMDB opens no cursor on it in a write transaction). Each
  * record is a list of page numbers, its count first.
  */
@@ -155,7 +155,7 @@ static uint64_t room_need(uint64_t psize, const struct store_msg *m, size_t n_cl
 }
 
 /*
- * store_txn_room - a step of an accepting transaction: fail it with
+ * lmdb_txn_room - a step of an accepting transaction: fail it with
  * STORE_ENOSPC if spooling m with n_claims claims would leave fewer free
  * pages than the reserve. The transaction's earlier acceptances count.
  */
