@@ -154,9 +154,12 @@ static void side_give(struct pg_store *st, PGconn *c)
 		store_pg_give(st, c);
 }
 
-/* side_run - one statement beside a connection that hangs */
-static int side_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
-		    const char *what)
+/*
+ * side_run - one statement beside a connection that hangs; local: in a
+ * transaction of its own that commits without waiting for the standby
+ */
+static int side_run(struct pg_store *st, int local, const char *sql, struct pg_params *p,
+		    PGresult **r, const char *what)
 {
 	PGconn *c;
 	int err;
@@ -164,29 +167,15 @@ static int side_run(struct pg_store *st, const char *sql, struct pg_params *p, P
 	*r = NULL;
 	if ((err = side_take(st, &c)) != 0)
 		return err;
-	err = store_pg_exec(st, c, sql, p, r, what);
-	side_give(st, c);
-	return err;
-}
-
-/* side_local - one statement in a transaction that commits without waiting for the standby */
-static int side_local(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
-		      const char *what)
-{
-	PGconn *c;
-	int err;
-
-	*r = NULL;
-	if ((err = side_take(st, &c)) != 0)
-		return err;
-	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", what);
+	if (local)
+		err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", what);
 	if (err == 0)
 		err = store_pg_exec(st, c, sql, p, r, what);
-	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
+	if (local && err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
 		PQclear(*r);
 		*r = NULL;
 	}
-	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+	if (local && PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
 		(void) store_pg_simple(st, c, "ROLLBACK", what);
 	side_give(st, c);
 	return err;
@@ -203,7 +192,7 @@ int store_pg_repl_check(struct pg_store *st, PGconn *c)
 		return 0;
 	store_pg_params_init(&p);
 	store_pg_p_i32(&p, PQbackendPID(c));
-	if (side_run(st, SQL_WAITS, &p, &r, "replication wait") == 0) {
+	if (side_run(st, 0, SQL_WAITS, &p, &r, "replication wait") == 0) {
 		yes = PQntuples(r) == 1 && store_pg_int(r, 0, 0);
 		PQclear(r);
 	}
@@ -360,7 +349,7 @@ static enum xact xact_status(struct pg_store *st, int64_t xid)
 
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, xid);
-	if (side_run(st, SQL_STATUS, &p, &r, "transaction status") == 0) {
+	if (side_run(st, 0, SQL_STATUS, &p, &r, "transaction status") == 0) {
 		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
 		if (strcmp(v, "committed") == 0)
 			x = XACT_COMMITTED;
@@ -390,7 +379,7 @@ static int backend_xid(struct pg_store *st, int pid, int64_t *xid)
 	for (tries = 0; tries < 20 && found < 0; tries++) {
 		if (tries)
 			usleep(100000);
-		if (side_run(st, SQL_BACKEND_XID, &p, &r, "backend transaction") != 0)
+		if (side_run(st, 0, SQL_BACKEND_XID, &p, &r, "backend transaction") != 0)
 			break;
 		if (PQntuples(r) == 0)
 			found = 0;
@@ -415,7 +404,7 @@ static int void_batch(struct pg_txn *t)
 	qids_param(&p, t);
 	store_pg_p_i64(&p, t->xid);
 	store_pg_p_text(&p, t->st->node ? t->st->node : "");
-	err = side_local(t->st, SQL_VOID, &p, &r, "void");
+	err = side_run(t->st, 1, SQL_VOID, &p, &r, "void");
 	store_pg_params_free(&p);
 	PQclear(r);
 	return err;
@@ -494,7 +483,7 @@ void store_pg_voids_settle(struct pg_store *st)
 		store_pg_a_text(&qids, PQgetvalue(r, i, 0));
 	PQclear(r);
 	store_pg_p_arr(&p, &qids);
-	if (side_local(st, SQL_SETTLE, &p, &r, "voids settled") == 0) {
+	if (side_run(st, 1, SQL_SETTLE, &p, &r, "voids settled") == 0) {
 		for (i = 0; i < PQntuples(r); i++)
 			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
 				 PQgetvalue(r, i, 0), store_pg_int(r, i, 1)
