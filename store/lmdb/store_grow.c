@@ -66,18 +66,15 @@ static uint64_t grow_step(uint64_t used)
 	return step < GROW_MIN ? GROW_MIN : step > GROW_MAX ? GROW_MAX : step;
 }
 
-/* grow_used - bytes LMDB uses: up to and including its last page */
+/* grow_used - bytes LMDB uses: up to and including its last page; the map's bytes */
 static int grow_used(struct lmdb_store *st, uint64_t *used, uint64_t *map)
 {
-	MDB_envinfo info;
-	MDB_stat stat;
-	int rc;
+	uint64_t psize, last;
+	int err;
 
-	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &stat)) != 0)
-		return lmdb_mdb_error(rc, "env info");
-	*used = ((uint64_t) info.me_last_pgno + 1) * stat.ms_psize;
-	*map = info.me_mapsize;
-	return 0;
+	if ((err = lmdb_space_geometry(st, &psize, map, &last)) == 0)
+		*used = last * psize;
+	return err;
 }
 
 /* lmdb_fill_zeros - write zeros from from to to, a page per pwrite; 0 or errno */

@@ -166,6 +166,8 @@ int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint
 /* store_space.c: the reserve for delivery writes */
 #define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */
 #define STORE_RESERVE_PER_RCPT	192	/* ... and each recipient's address and final reply */
+/* lmdb_space_geometry - page size, the map's bytes, pages used up to the last; 0 or a STORE_E* */
+int lmdb_space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *map, uint64_t *last);
 int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n);
 uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts);
 int lmdb_space_count(struct lmdb_store *st);

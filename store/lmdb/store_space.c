@@ -58,8 +58,8 @@
 #define ROOM_TXN	16		/* pages an accepting transaction copies besides records */
 #define ROOM_CLAIM	(STORE_CLAIM_KEY_LEN + STORE_CLAIM_REC_LEN + 16)
 
-/* space_geometry - page size, map pages and pages used up to the last; 0 or a STORE_E* */
-static int space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *pages, uint64_t *last)
+/* lmdb_space_geometry - page size, the map's bytes, pages used up to the last; 0 or a STORE_E* */
+int lmdb_space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *map, uint64_t *last)
 {
 	MDB_envinfo info;
 	MDB_stat ms;
@@ -68,7 +68,7 @@ static int space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *page
 	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &ms)) != 0)
 		return lmdb_mdb_error(rc, "env info");
 	*psize = ms.ms_psize;
-	*pages = info.me_mapsize / ms.ms_psize;
+	*map = info.me_mapsize;
 	*last = (uint64_t) info.me_last_pgno + 1;
 	return 0;
 }
@@ -163,16 +163,17 @@ void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_c
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	struct lmdb_store *st = t->st;
-	uint64_t psize = 4096, pages = 0, last = 0, freel = 0, want;
+	uint64_t psize = 4096, map = 0, pages, last = 0, freel = 0, want;
 	MDB_stat qs;
 	int rc, err;
 
 	if (t->err)
 		return;
-	if ((err = space_geometry(st, &psize, &pages, &last)) != 0) {
+	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0) {
 		lmdb_txn_fail(t, err);
 		return;
 	}
+	pages = map / psize;
 	if (t->room_msgs == 0) {		/* the first acceptance: what was queued before */
 		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0) {
 			lmdb_txn_fail(t, lmdb_mdb_error(rc, "stat queue"));
