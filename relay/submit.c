@@ -65,20 +65,9 @@ struct submission {
 /* req_free - release a submission and what it owns */
 static void req_free(struct commit_req *req)
 {
-	size_t i;
-
 	if (req == NULL)
 		return;
-	for (i = 0; i < req->msg.n_rcpts; i++) {
-		free(req->msg.rcpts[i].addr);
-		free(req->msg.rcpts[i].orcpt);
-	}
-	free(req->msg.rcpts);
-	free(req->msg.from);
-	free(req->msg.user);
-	free(req->msg.envid);
-	free(req->msg.client);
-	free(req->msg.data);
+	store_msg_free(&req->msg);
 	free(req->hashes);
 	free(req->claimed);
 	free((struct submission *) req);
