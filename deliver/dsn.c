@@ -73,6 +73,16 @@ static void put_clean(struct buf *b, const char *s)
 	put_text(b, s, 0);
 }
 
+/* put_field - "Name: value" and CRLF, the value cleaned; nothing when there is no value */
+static void put_field(struct buf *b, const char *name, const char *value)
+{
+	if (value == NULL)
+		return;
+	buf_printf(b, "%s", name);
+	put_clean(b, value);
+	buf_printf(b, "\r\n");
+}
+
 /* put_addr_type - "rfc822; " or, for a UTF-8 address in a global report, "utf-8; " */
 static void put_addr_type(struct buf *b, const char *addr, int utf8)
 {
@@ -181,16 +191,9 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 	buf_printf(b, "--%s\r\n", bnd);
 	buf_printf(b, "Content-Description: Delivery report\r\n"
 		   "Content-Type: message/%sdelivery-status\r\n\r\n", r->utf8 ? "global-" : "");
-	buf_printf(b, "Reporting-MTA: dns; ");
-	put_clean(b, r->hostname);
-	buf_printf(b, "\r\nX-Idemrelay-Queue-ID: ");
-	put_clean(b, r->qid);
-	buf_printf(b, "\r\n");
-	if (r->envid) {
-		buf_printf(b, "Original-Envelope-Id: ");
-		put_clean(b, r->envid);
-		buf_printf(b, "\r\n");
-	}
+	put_field(b, "Reporting-MTA: dns; ", r->hostname);
+	put_field(b, "X-Idemrelay-Queue-ID: ", r->qid);
+	put_field(b, "Original-Envelope-Id: ", r->envid);
 	dsn_date(r->arrival, date, sizeof(date));
 	buf_printf(b, "Arrival-Date: %s\r\n", date);
 	for (i = 0; i < r->n_rcpts; i++) {
@@ -202,14 +205,9 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 		buf_printf(b, "\r\n");
 		if (rc->orcpt)
 			put_orcpt(b, rc->orcpt);
-		buf_printf(b, "Action: failed\r\nStatus: ");
-		put_clean(b, rc->status);
-		buf_printf(b, "\r\n");
-		if (rc->remote_mta) {
-			buf_printf(b, "Remote-MTA: dns; ");
-			put_clean(b, rc->remote_mta);
-			buf_printf(b, "\r\n");
-		}
+		buf_printf(b, "Action: failed\r\n");
+		put_field(b, "Status: ", rc->status);
+		put_field(b, "Remote-MTA: dns; ", rc->remote_mta);
 		if (rc->diag) {
 			buf_printf(b, "Diagnostic-Code: smtp; ");
 			put_text(b, rc->diag, r->utf8);

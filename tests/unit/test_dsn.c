@@ -92,8 +92,8 @@ static void test_full(void **state)
 	has(&b, "\r\n\r\n--01ABCDEFGHIJ.1700000100/relay.test\r\n"
 	    "Content-Description: Notification");
 	has(&b, "<bad@y.test>: host mx.y.test said: 550 5.1.1 no such user\r\n");
-	has(&b, "Content-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; relay.test\r\n");
-	has(&b, "Original-Envelope-Id: env-1\r\n");
+	has(&b, "Content-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; relay.test\r\n"
+	    "X-Idemrelay-Queue-ID: 01ABCDEFGHIJ\r\nOriginal-Envelope-Id: env-1\r\n");
 	has(&b, "Arrival-Date: Tue, 14 Nov 2023 22:13:20 +0000\r\n");
 	has(&b, "\r\nFinal-Recipient: rfc822; bad@y.test\r\n"
 	    "Original-Recipient: rfc822; B+ad@y.test\r\n"
