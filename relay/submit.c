@@ -129,6 +129,7 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 	const char *client = ((struct submission *) req)->client;
 	struct buf line = BUF_INIT;
 	char reply[256];
+	int dup;
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
 	dupcount_add(srv->dc, req->outcome, req->orig_qid);
@@ -170,17 +171,12 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		}
 		break;
 	case COMMIT_DUPLICATE:
-		log_discard(&line, (struct submission *) req, req->orig_qid, reply);
+	case COMMIT_MISMATCH:			/* a duplicate names its original, a mismatch none */
+		dup = req->outcome == COMMIT_DUPLICATE;
+		log_discard(&line, (struct submission *) req, dup ? req->orig_qid : NULL, reply);
 		log_rcpts(&line, &req->msg, NULL, 0);
-		buf_printf(&line, "%s %s status=duplicate", ((struct submission *) req)->tail,
-			   keylog);
-		msg_info("%s", line.data);
-		break;
-	case COMMIT_MISMATCH:
-		log_discard(&line, (struct submission *) req, NULL, reply);
-		log_rcpts(&line, &req->msg, NULL, 0);
-		buf_printf(&line, "%s %s status=mismatch", ((struct submission *) req)->tail,
-			   keylog);
+		buf_printf(&line, "%s %s status=%s", ((struct submission *) req)->tail, keylog,
+			   dup ? "duplicate" : "mismatch");
 		msg_info("%s", line.data);
 		break;
 	case COMMIT_FAILED:
