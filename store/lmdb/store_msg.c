@@ -270,30 +270,29 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 	queue_patch((struct lmdb_txn *) base, qid, lmdb_queue_rec_set_inflight, on);
 }
 
-/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
-int lmdb_msg_hold(struct store *base, const char *qid, int on)
+/* queue_patch_alone - queue_patch in a transaction of its own, committed */
+static int queue_patch_alone(struct store *base, const char *qid,
+			     int (*patch) (void *p, size_t len, int on), int on)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
 	int err;
 
-	if ((err = lmdb_begin(st, &t)) != 0)
+	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
 		return err;
-	queue_patch(t, qid, lmdb_queue_rec_set_held, on);
+	queue_patch(t, qid, patch, on);
 	return lmdb_txn_commit(&t->base);
+}
+
+/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
+int lmdb_msg_hold(struct store *base, const char *qid, int on)
+{
+	return queue_patch_alone(base, qid, lmdb_queue_rec_set_held, on);
 }
 
 /* lmdb_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
 int lmdb_msg_set_inflight(struct store *base, const char *qid, int on)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	struct lmdb_txn *t;
-	int err;
-
-	if ((err = lmdb_begin(st, &t)) != 0)
-		return err;
-	lmdb_txn_msg_set_inflight(&t->base, qid, on);
-	return lmdb_txn_commit(&t->base);
+	return queue_patch_alone(base, qid, lmdb_queue_rec_set_inflight, on);
 }
 
 /* msg_drop - remove a message and its delivery state; note it in its story */
