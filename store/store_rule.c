@@ -10,6 +10,7 @@
  *			     int (*queued) (void *arg, const char *qid), void *arg);
  *	int store_msg_valid(const struct store_msg *m);
  *	int64_t store_story_ttl(const struct store_msg *m);
+ *	int store_qid_ok(const char *qid);
  * DESCRIPTION
  *	A backend stores and fetches; what its records mean is decided
  *	here, so that LMDB and PostgreSQL cannot come to differ.
@@ -20,8 +21,9 @@
  *	only once the claim has expired: a lookup that LMDB then makes, and
  *	that PostgreSQL read with the claim.
  *
- *	store_msg_valid() says whether a message can be spooled at all: a
- *	QID that fits, a sender and client (maybe ""), at least one
+ *	store_qid_ok() says whether a QID can be stored: 1 to
+ *	STORE_QID_SIZE - 1 bytes. store_msg_valid() says whether a message
+ *	can be spooled at all: a QID that fits, a sender and client (maybe ""), at least one
  *	recipient, each with an address and a state store.h knows, and
  *	data where data_len says there is some.
  *
@@ -61,6 +63,14 @@ static int rcpt_valid(const struct store_rcpt *r)
 	}
 }
 
+/* store_qid_ok - can this be a stored QID: 1 to STORE_QID_SIZE - 1 bytes */
+int store_qid_ok(const char *qid)
+{
+	size_t n;
+
+	return qid != NULL && (n = strnlen(qid, STORE_QID_SIZE)) > 0 && n < STORE_QID_SIZE;
+}
+
 /* store_story_ttl - how long m's story is kept once m has left the spool */
 int64_t store_story_ttl(const struct store_msg *m)
 {
@@ -70,9 +80,9 @@ int64_t store_story_ttl(const struct store_msg *m)
 /* store_msg_valid - can this message be spooled? */
 int store_msg_valid(const struct store_msg *m)
 {
-	size_t i, qlen = strnlen(m->qid, STORE_QID_SIZE);
+	size_t i;
 
-	if (qlen == 0 || qlen >= STORE_QID_SIZE)
+	if (!store_qid_ok(m->qid))
 		return 0;
 	if (m->from == NULL || m->client == NULL || m->n_rcpts == 0 || m->rcpts == NULL)
 		return 0;

@@ -174,13 +174,11 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, val;
-	size_t qlen;
 	int err;
 
 	if (t->err)
 		return;
-	qlen = strnlen(c->qid, STORE_QID_SIZE);
-	if (qlen == 0 || qlen >= STORE_QID_SIZE) {
+	if (!store_qid_ok(c->qid)) {
 		lmdb_txn_fail(t, STORE_EINVAL);
 		return;
 	}

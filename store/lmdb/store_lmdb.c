@@ -164,12 +164,10 @@ int lmdb_broken(struct store *base)
 /* lmdb_qid_key - a QID as a database key (without its NUL) */
 int lmdb_qid_key(const char *qid, MDB_val *key)
 {
-	size_t n;
-
-	if (qid == NULL || (n = strnlen(qid, STORE_QID_SIZE)) == 0 || n >= STORE_QID_SIZE)
+	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	key->mv_data = (void *) qid;
-	key->mv_size = n;
+	key->mv_size = strlen(qid);
 	return 0;
 }
 

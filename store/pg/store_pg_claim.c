@@ -296,7 +296,7 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 
 	if (t->err)
 		return;
-	if (!store_pg_qid_ok(c->qid)) {
+	if (!store_qid_ok(c->qid)) {
 		store_pg_txn_fail(t, STORE_EINVAL);
 		return;
 	}

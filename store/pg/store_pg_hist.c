@@ -168,7 +168,7 @@ int store_pg_hist_count(struct store *base, const struct store_count *c, size_t 
 	store_pg_arr_init(&d, PG_OID_INT8);
 	store_pg_arr_init(&m, PG_OID_INT8);
 	for (i = 0; i < n; i++) {
-		if (!store_pg_qid_ok(c[i].qid))
+		if (!store_qid_ok(c[i].qid))
 			continue;
 		store_pg_a_text(&q, c[i].qid);
 		store_pg_a_i64(&d, c[i].duplicates);

@@ -272,7 +272,6 @@ int64_t store_pg_int(const PGresult *r, int row, int col);	/* int2/4/8 or bool; 
 char *store_pg_strdup(const PGresult *r, int row, int col);	/* NULL stays NULL */
 int store_pg_copy(const PGresult *r, int row, int col, void *out, size_t len);	/* exact length */
 int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE]);
-int store_pg_qid_ok(const char *qid);
 int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 
 /* store_pg_queue.c: the spool's rows, leases */

@@ -138,7 +138,7 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 	int err;
 
 	*r = *rr = NULL;
-	if (!store_pg_qid_ok(qid))
+	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
@@ -274,7 +274,7 @@ int store_pg_msg_update(struct store *base, const struct store_msg *m)
 /* store_pg_msg_set_inflight - durably set or clear the mark, fenced */
 int store_pg_msg_set_inflight(struct store *base, const char *qid, int on)
 {
-	if (!store_pg_qid_ok(qid))
+	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	return alone((struct pg_store *) base, NULL, qid, on);
 }
@@ -288,7 +288,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	PGresult *r;
 	int err;
 
-	if (!store_pg_qid_ok(qid))
+	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	token = token_of(st, qid);
 	store_pg_params_init(&p);
@@ -320,7 +320,7 @@ int store_pg_msg_hold(struct store *base, const char *qid, int on)
 	PGresult *r;
 	int err;
 
-	if (!store_pg_qid_ok(qid))
+	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);

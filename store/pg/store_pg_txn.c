@@ -348,7 +348,7 @@ static int state_valid(const struct store_msg *m)
 {
 	size_t i;
 
-	if (!store_pg_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
+	if (!store_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
 		return 0;
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
@@ -414,7 +414,7 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 
 	if (t->err)
 		return;
-	if (!store_pg_qid_ok(qid)) {
+	if (!store_qid_ok(qid)) {
 		store_pg_txn_fail(t, STORE_EINVAL);
 		return;
 	}

@@ -534,14 +534,6 @@ int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE])
 	return 0;
 }
 
-/* store_pg_qid_ok - can this be a QID: 1 to STORE_QID_SIZE - 1 bytes */
-int store_pg_qid_ok(const char *qid)
-{
-	size_t n;
-
-	return qid != NULL && (n = strnlen(qid, STORE_QID_SIZE)) > 0 && n < STORE_QID_SIZE;
-}
-
 /* store_pg_key_lock - a key's advisory lock: the first 8 bytes of its hash, as a bigint */
 int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN])
 {

@@ -147,6 +147,23 @@ static void test_msg_valid(void **state)
 	}
 }
 
+/* test_qid_ok - what can be stored as a QID: 1 to STORE_QID_SIZE - 1 bytes */
+static void test_qid_ok(void **state)
+{
+	char longest[STORE_QID_SIZE], unended[STORE_QID_SIZE];
+
+	(void) state;
+	memset(longest, 'A', sizeof(longest) - 1);
+	longest[sizeof(longest) - 1] = 0;
+	memset(unended, 'A', sizeof(unended));
+	CHECK_INT("NULL", store_qid_ok(NULL), 0);
+	CHECK_INT("empty", store_qid_ok(""), 0);
+	CHECK_INT("one byte", store_qid_ok("A"), 1);
+	CHECK_INT("a QID", store_qid_ok("4Q1V3Z2K0001"), 1);
+	CHECK_INT("the longest", store_qid_ok(longest), 1);
+	CHECK_INT("no end within the size", store_qid_ok(unended), 0);
+}
+
 /* test_story_ttl - a story outlives its message by the ttl acceptance gave, else a day */
 static void test_story_ttl(void **state)
 {
@@ -317,6 +334,7 @@ int main(void)
 		cmocka_unit_test(test_claim_live),
 		cmocka_unit_test(test_msg_valid),
 		cmocka_unit_test(test_story_ttl),
+		cmocka_unit_test(test_qid_ok),
 		cmocka_unit_test_setup_teardown(test_open_roles, open_setup, open_teardown),
 		cmocka_unit_test_setup_teardown(test_open_declared, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_table_complete, fx_setup, fx_teardown),
