@@ -43,6 +43,12 @@ DESCRIPTION
                 pages a backlog leaves; each daemon with a sink of its own,
                 the rounds alternating; with both trees' depth and the free
                 list (mdb_stat)
+      pggrown   pg1's one-session p50 after BENCH_PG_GROWN messages (default
+                100,000 x scale; issue 27 target 3 asks for 100,000) accepted
+                by 20 sessions and delivered through its node, beside the
+                new database's (the latency figure) and Postfix's; with
+                PostgreSQL's counters of that run (where the time goes,
+                "pg1 grown": WAL, full-page writes of an old index)
       tls       STARTTLS + AUTH PLAIN, a new connection per message, 20
                 at once (how PHPMailer, nodemailer or Django submit on
                 port 587): msgs/s accepted, both servers requiring both
@@ -94,6 +100,8 @@ ENVIRONMENT
     BENCH_CLAIMS    claims in the large store (default 10,000,000 x scale)
     BENCH_GROWN     messages in the old store of the grown figure (default
                     1,000,000 x scale; the target asks for 1,000,000)
+    BENCH_PG_GROWN  messages pg1 takes before the pggrown figure (default
+                    100,000 x scale)
     BENCH_TMP       where the temporary directory goes (default /tmp); it
                     must be on the disk to measure, reachable by user postfix
     BENCH_OUT       results as JSON (default build/bench/results.json)
@@ -140,6 +148,7 @@ ONLY = set(x for x in os.environ.get("BENCH_ONLY", "").split(",") if x)
 N_CLAIMS = int(float(os.environ.get("BENCH_CLAIMS", str(10_000_000 * SCALE))))
 N_GROWN = int(float(os.environ.get("BENCH_GROWN", str(1_000_000 * SCALE))))
 PG = os.environ.get("BENCH_PG", "1") != "0"
+N_PG_GROWN = int(float(os.environ.get("BENCH_PG_GROWN", str(100_000 * SCALE))))
 OUT = os.path.abspath(os.environ.get("BENCH_OUT", os.path.join(REPO, "build", "bench", "results.json")))
 
 DUP_PREFIX = "dup-%d" % os.getpid()     # the dup figure's keys
@@ -621,6 +630,39 @@ def fig_where(setups, res):
         for fig, k, fn in figs:
             say("  %s %-7s %s" % (srv.name, fig, srv.counters.measure(fig, k, lambda: fn(srv))))
         res.extra.setdefault("pg_counters", {})[srv.name] = srv.counters.summaries()
+
+
+def fig_pg_grown(srv, res):
+    """pggrown - pg1's one-session p50 after N_PG_GROWN messages accepted (20
+    sessions) and delivered through its node, on top of what the other figures
+    left (issue 27 target 3): p50_grown, res.extra["grown_msgs_pg"]; one more
+    run between PostgreSQL's settled counters ("grown" in pg1's report)"""
+    m = n(300, 50)
+    say("pggrown: %d fresh messages through pg1 (20 sessions), delivered; then one session,"
+        " %d fresh messages of 2 KB" % (N_PG_GROWN, m))
+    t0 = time.monotonic()
+    r = load(srv.port, "-c", 20, "-n", N_PG_GROWN, "-s", 2000, "-k", "unique", "-K", "pggrown")
+    srv.accepted(int(r["ok"]))
+    srv.drain(max(DRAIN_CAP, N_PG_GROWN // 100))
+    say("  %d accepted and delivered in %.0f s" % (int(r["ok"]), time.monotonic() - t0))
+    n_db = int(srv.counters.bench.pg.sql("SELECT count(*) FROM messages", srv.counters.db,
+                                         pgbench_nodes.pgcluster.ROLE))
+    res.extra["grown_msgs_pg"] = n_db
+    for rnd in range(ROUNDS):
+        srv.drain()
+        r = load(srv.port, "-c", 1, "-C", 0, "-n", m, "-s", 2000, "-k", "unique")
+        srv.accepted(int(r["ok"]))
+        res.add("p50_grown", srv.name, r["p50_ms"])
+        say("  round %d pg1, %d messages in its database: p50 %.2f ms, p99 %.2f ms"
+            % (rnd + 1, n_db, r["p50_ms"], r["p99_ms"]))
+    one = lambda: load(srv.port, "-c", 1, "-C", 0, "-n", m, "-s", 2000,  # noqa: E731
+                       "-k", "unique")
+    srv.drain()
+    srv.counters.last = None    # the fill ran outside any measure: a fresh snapshot first
+    r = srv.counters.measure("grown", m, lambda: timed_delivery(srv, m, one)[0])
+    say("  pg1 grown: p50 %.2f ms, p99 %.2f ms (between settled counters)"
+        % (r["p50_ms"], r["p99_ms"]))
+    res.extra.setdefault("pg_counters", {})["pg1"] = srv.counters.summaries()
 
 
 def fig_tls(tmp, res):
@@ -1159,6 +1201,8 @@ def main():
                         % (st[0], st[1] / st[0]))
             if pg_on:
                 fig_where([pg1, pg2, pg1s], res)
+            if pg_on and want("pggrown") and N_PG_GROWN > 0:
+                fig_pg_grown(pg1, res)
             for s in stopping:
                 s.stop()
             stopping = []
