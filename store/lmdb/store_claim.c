@@ -24,6 +24,16 @@
  *	rule asks. Lookups ignore a claim that is no longer live, so when
  *	its record goes is only a matter of space.
  *
+ *	A claim is written to a small B-tree first (cnew DB, the same keys
+ *	and records), and once that is more than a page deep every claim in
+ *	it moves to claims in the same transaction. The accepting commit so
+ *	copies one page of cnew instead of a page on every level of claims,
+ *	where a claim lands on a random leaf: four levels at a million
+ *	claims against two on a new store (issue 27). A claim already in
+ *	claims is rewritten there, so each claim is in one of the two, and
+ *	every reader looks in cnew first. An idemrelay from before cnew
+ *	would not see the claims in it: a store is not to go back to one.
+ *
  *	It goes with its message's story (store_hist.c), which expires ttl
  *	after the message left the spool, so never before the claim. No
  *	index of the claims' own expiry times is kept: it would be one more
@@ -32,12 +42,15 @@
  *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* failure. A
  *	failure inside a write transaction is also its sticky error.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "../../util/buf.h"
 #include "../../util/log.h"
 #include "store_int.h"
 
 #define META_CLAIMS_BY_KEY	"claims_by_key"
+#define CNEW_DEPTH		2	/* cnew moves to claims once its B-tree is this deep */
 
 /* lmdb_claim_key - where a claim is filed: its key's hash, then its own */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
@@ -70,6 +83,18 @@ int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 	return rc;
 }
 
+/* lmdb_claim_get - the record filed under key, in cnew or else claims; *dbi (if wanted) says which */
+int lmdb_claim_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
+{
+	int rc = MDB_NOTFOUND;
+
+	if (st->has_cnew && (rc = mdb_get(txn, st->cnew, key, val)) == 0 && dbi)
+		*dbi = st->cnew;
+	if (rc == MDB_NOTFOUND && (rc = mdb_get(txn, st->claims, key, val)) == 0 && dbi)
+		*dbi = st->claims;
+	return rc;
+}
+
 /* claim_read - the claim record filed for (keyhash, hash), live or not */
 static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], struct store_claim *c)
@@ -80,7 +105,7 @@ static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
 
 	memset(c, 0, sizeof(*c));
 	lmdb_claim_key(k, keyhash, hash);
-	err = lmdb_mdb_error(mdb_get(txn, st->claims, &key, &val), "get claim");
+	err = lmdb_mdb_error(lmdb_claim_get(st, txn, &key, &val, NULL), "get claim");
 	if (err == STORE_ENOTFOUND && st->old_claims)
 		err = lmdb_mdb_error(mdb_get(txn, st->claims, &old, &val), "get claim");
 	if (err != 0)
@@ -167,14 +192,84 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 	return err;
 }
 
-/* lmdb_txn_claim_put - write a claim under its key, replacing any there (an old-key one stays, unseen) */
+/* moved_claim - one of cnew's claims on its way to claims */
+struct moved_claim {
+	uint8_t key[STORE_CLAIM_KEY_LEN];
+	uint8_t rec[STORE_CLAIM_REC_LEN];
+	size_t len;
+};
+
+/* cnew_read - every claim in cnew, copied (the puts that follow move pages) */
+static int cnew_read(struct lmdb_txn *t, struct moved_claim **out, size_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	size_t cap = 0;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if ((rc = mdb_cursor_open(t->txn, t->st->cnew, &cur)) != 0)
+		return lmdb_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size != STORE_CLAIM_KEY_LEN || val.mv_size > STORE_CLAIM_REC_LEN) {
+			msg_warn("store: corrupt claim record skipped");
+			continue;
+		}
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 64;
+			*out = xrealloc(*out, cap * sizeof(**out));
+		}
+		memcpy((*out)[*n].key, key.mv_data, key.mv_size);
+		memcpy((*out)[*n].rec, val.mv_data, val.mv_size);
+		(*out)[*n].len = val.mv_size;
+		(*n)++;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "cnew walk");
+}
+
+/* cnew_move - when cnew has grown past a page: its claims go to claims and leave cnew */
+static int cnew_move(struct lmdb_txn *t)
+{
+	struct lmdb_store *st = t->st;
+	struct moved_claim *mv;
+	MDB_stat sb;
+	MDB_val key, val;
+	size_t n, i;
+	int err;
+
+	if ((err = lmdb_mdb_error(mdb_stat(t->txn, st->cnew, &sb), "stat cnew")) != 0
+	    || sb.ms_depth < CNEW_DEPTH)
+		return err;
+	if ((err = cnew_read(t, &mv, &n)) != 0)
+		return err;
+	for (i = 0; i < n && err == 0; i++) {
+		key.mv_size = STORE_CLAIM_KEY_LEN;
+		key.mv_data = mv[i].key;
+		val.mv_size = mv[i].len;
+		val.mv_data = mv[i].rec;
+		if ((err = lmdb_mdb_error(lmdb_put(t, st->claims, &key, &val, 0), "put claim")) == 0)
+			err = lmdb_mdb_error(lmdb_del(t, st->cnew, &key, NULL), "delete cnew");
+	}
+	free(mv);
+	return err;
+}
+
+/*
+ * lmdb_txn_claim_put - write a claim under its key, replacing any there
+ * (an old-key one stays, unseen): in claims if it is there, else in cnew
+ */
 void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
+	struct lmdb_store *st = t->st;
 	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, val;
-	int err;
+	MDB_dbi dbi = st->claims;
+	int err, rc;
 
 	if (t->err)
 		return;
@@ -183,9 +278,18 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 		return;
 	}
 	lmdb_claim_key(k, keyhash, hash);
+	if (st->has_cnew && (rc = mdb_get(t->txn, st->claims, &key, &val)) != 0) {
+		if (rc != MDB_NOTFOUND) {
+			lmdb_txn_fail(t, lmdb_mdb_error(rc, "get claim"));
+			return;
+		}
+		dbi = st->cnew;
+	}
 	val.mv_size = lmdb_claim_encode(rec, c);
 	val.mv_data = rec;
-	if ((err = lmdb_mdb_error(lmdb_put(t, t->st->claims, &key, &val, 0),
-				   "put claim")) != 0)
+	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, &key, &val, 0), "put claim")) == 0
+	    && dbi == st->cnew)
+		err = cnew_move(t);
+	if (err != 0)
 		lmdb_txn_fail(t, err);
 }

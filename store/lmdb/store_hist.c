@@ -645,7 +645,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_stat h, k, hn = { 0 };
+	MDB_stat h, k, hn = { 0 }, cn = { 0 };
 	MDB_txn *txn;
 	int rc, err;
 
@@ -656,9 +656,10 @@ int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
 		return err;
 	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
 	    && (!st->has_hnew || (rc = mdb_stat(txn, st->hnew, &hn)) == 0)
+	    && (!st->has_cnew || (rc = mdb_stat(txn, st->cnew, &cn)) == 0)
 	    && (rc = unwritten(st, txn, stories)) == 0) {
 		*stories += h.ms_entries + hn.ms_entries;
-		*keys = k.ms_entries;
+		*keys = k.ms_entries + cn.ms_entries;
 	}
 	lmdb_read_end(st, txn);
 	return lmdb_mdb_error(rc, "stat");

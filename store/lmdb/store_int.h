@@ -36,6 +36,8 @@ struct lmdb_store {
 	int has_hist;		/* the three above are open (a read-only open may lack them) */
 	MDB_dbi hnew;		/* qid -> story written lately, moved to hist in bulk */
 	int has_hnew;		/* hnew is open (a read-only open of an older store lacks it) */
+	MDB_dbi cnew;		/* claims written lately, moved to claims in bulk (store_claim.c) */
+	int has_cnew;		/* cnew is open (a read-only open of an older store lacks it) */
 	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
@@ -216,6 +218,7 @@ int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s);
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
 int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly);
+int lmdb_claim_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi);
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */
 int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

@@ -149,7 +149,7 @@ static uint64_t align(uint64_t n)
 static MDB_dbi *db_slot(struct lmdb_store *st, unsigned code)
 {
 	MDB_dbi *dbs[] = { &st->claims, &st->msg, &st->queue, &st->meta,
-		&st->hist, &st->hexpiry, &st->keys, &st->hnew
+		&st->hist, &st->hexpiry, &st->keys, &st->hnew, &st->cnew
 	};
 
 	return code < sizeof(dbs) / sizeof(dbs[0]) ? dbs[code] : NULL;

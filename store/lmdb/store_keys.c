@@ -8,7 +8,8 @@
  * DESCRIPTION
  *	A key's claims are filed under the hash of the key alone, then each
  *	claim's own hash (store_claim.c): they are one range of the claims
- *	B-tree, walked from the key hash. A store from before that also has
+ *	B-tree, walked from the key hash (in cnew, then in claims: a claim
+ *	is in one of them, store_claim.c). A store from before that also has
  *	a key index (keys DB, sorted duplicates) for the claims it filed
  *	under their claim hash alone: key hash -> claim hash (32 bytes)
  *	followed by the QID that took it. Both are read as one list of
@@ -49,9 +50,9 @@ static struct key_entry *entry_add(struct key_entry **e, size_t *n, size_t *cap)
 	return *e + (*n)++;
 }
 
-/* filed - the claims filed under a key: the range of the claims B-tree */
-static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
-		 struct key_entry **e, size_t *n, size_t *cap)
+/* filed_in - the claims filed under a key in one B-tree (cnew or claims): its range */
+static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_LEN],
+		    struct key_entry **e, size_t *n, size_t *cap)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
 	MDB_cursor *cur;
@@ -59,7 +60,7 @@ static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STOR
 	struct key_entry *x;
 	int rc;
 
-	if ((rc = mdb_cursor_open(txn, st->claims, &cur)) != 0)
+	if ((rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
 		return lmdb_mdb_error(rc, "cursor");
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -77,6 +78,17 @@ static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STOR
 	}
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "claims walk");
+}
+
+/* filed - the claims filed under a key: its range in cnew, then in claims (each claim is in one) */
+static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
+		 struct key_entry **e, size_t *n, size_t *cap)
+{
+	int err = 0;
+
+	if (st->has_cnew)
+		err = filed_in(txn, st->cnew, keyhash, e, n, cap);
+	return err ? err : filed_in(txn, st->claims, keyhash, e, n, cap);
 }
 
 /* key_entries - every claim of a key, filed under it or listed by an old index entry */
@@ -210,6 +222,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	uint8_t k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, ikey = { STORE_HASH_LEN, (void *) keyhash }, val;
 	struct store_claim c;
+	MDB_dbi dbi;
 	int err, ok;
 
 	if (e->old) {
@@ -220,7 +233,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			return err;
 	} else
 		lmdb_claim_key(k, keyhash, e->claim);
-	err = lmdb_mdb_error(mdb_get(t->txn, t->st->claims, &key, &val), "get claim");
+	err = lmdb_mdb_error(lmdb_claim_get(t->st, t->txn, &key, &val, &dbi), "get claim");
 	if (err == STORE_ENOTFOUND)
 		return 0;
 	if (err != 0)
@@ -233,7 +246,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		msg_warn("%s: store: a claim outlives its story; left in place", qid);
 		return 0;
 	}
-	err = lmdb_mdb_error(lmdb_del(t, t->st->claims, &key, NULL), "delete claim");
+	err = lmdb_mdb_error(lmdb_del(t, dbi, &key, NULL), "delete claim");
 	return err == 0 ? 1 : err;
 }
 

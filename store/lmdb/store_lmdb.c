@@ -7,8 +7,9 @@
  *	#include "store/store.h"
  * DESCRIPTION
  *	store_lmdb_open() creates the environment directory if it is missing
- *	and opens eight named databases: claims, msg, queue, meta, and for
- *	the stories hist, hexpiry, hnew and keys (store_hist.c). A store made
+ *	and opens nine named databases: claims and cnew (store_claim.c), msg,
+ *	queue, meta, and for the stories hist, hexpiry, hnew and keys
+ *	(store_hist.c). A store made
  *	before claims went with their stories also has a claims expiry
  *	index; store_lmdb_open() drops it. store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
@@ -241,6 +242,10 @@ static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_s
 		goto fail;
 	if (st->has_hist && (rc = mdb_dbi_open(txn, "hnew", create, &st->hnew)) == 0)
 		st->has_hnew = 1;
+	else if (!rdonly)
+		goto fail;
+	if ((rc = mdb_dbi_open(txn, "cnew", create, &st->cnew)) == 0)
+		st->has_cnew = 1;
 	else if (!rdonly)
 		goto fail;
 	*step = "claims format";
@@ -552,7 +557,7 @@ int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 int lmdb_stats(struct store *base, struct store_stats *s)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_stat claims, queue, env;
+	MDB_stat claims, cnew = { 0 }, queue, env;
 	MDB_envinfo info;
 	MDB_txn *txn;
 	uint64_t freel;
@@ -562,10 +567,11 @@ int lmdb_stats(struct store *base, struct store_stats *s)
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_stat(txn, st->claims, &claims)) == 0
+	    && (!st->has_cnew || (rc = mdb_stat(txn, st->cnew, &cnew)) == 0)
 	    && (rc = mdb_stat(txn, st->queue, &queue)) == 0
 	    && (rc = mdb_env_stat(st->env, &env)) == 0
 	    && (rc = mdb_env_info(st->env, &info)) == 0) {
-		s->claims = claims.ms_entries;
+		s->claims = claims.ms_entries + cnew.ms_entries;
 		s->queued = queue.ms_entries;
 		s->space.size = info.me_mapsize;
 		s->space.used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;

@@ -740,6 +740,115 @@ static void test_outcome_pages(void **state)
 	CHECK_STR("last_qid after expiry", qid, m.qid);
 }
 
+/* key_of - a distinct key hash per number, past hash_of()'s 65,536 */
+static void key_of(uint8_t kh[STORE_HASH_LEN], int i)
+{
+	hash_of(kh, i & 0xffff);
+	kh[2] = (uint8_t) (i >> 16);
+	kh[3] = 0xa5;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *) a, y = *(const long long *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * test_accept_pages - on a store of 150,000 claims under keys of their own
+ * (claims four levels deep), the commit that accepts a message writes
+ * what it does on a new store in most cases: its claim goes to cnew, and
+ * cnew's claims move to claims a page at a time (issue 27 target 2); the
+ * median of 60 acceptances' bytes written, in pages. Every claim is
+ * still found, counted, forgotten and expired, moved or not.
+ */
+static void test_accept_pages(void **state)
+{
+	enum { OLD = 150000, BATCH = 15000, MEASURED = 60 };
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_stats st;
+	struct store_forget fo;
+	struct store_msg m;
+	uint8_t kh[STORE_HASH_LEN], h[STORE_HASH_LEN];
+	long long bytes[MEASURED], w;
+	uint64_t stories, keys;
+	struct timeval tv;
+	int i, k;
+
+	for (i = 0; i < OLD; i += BATCH) {
+		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		for (k = i; k < i + BATCH; k++) {
+			key_of(kh, k + 100000);
+			hash_of(h, k);
+			claim_of(&c, "000000000001", 1, NOW + 3600 * SEC);
+			store_txn_claim_put(t, kh, h, &c);
+		}
+		CHECK_INT("fill commit", store_txn_commit(t), 0);
+	}
+	msg_new(&m, "000000000000", 1, 100);
+	m.has_key = 1;
+	for (i = 0; i < MEASURED; i++) {
+		snprintf(m.qid, sizeof(m.qid), "0000001%05d", i);
+		key_of(kh, OLD + i + 100000);
+		hash_of(h, OLD + i);
+		memcpy(m.keyhash, kh, STORE_HASH_LEN);
+		claim_of(&c, m.qid, 1, NOW + 3600 * SEC);
+		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		store_txn_msg_put(t, &m);
+		store_txn_claim_put(t, kh, h, &c);
+		w = wchar();
+		CHECK_INT("accept", store_txn_commit(t), 0);
+		bytes[i] = wchar() - w;
+	}
+	qsort(bytes, MEASURED, sizeof(bytes[0]), cmp_ll);
+	print_message("pages an acceptance's commit writes, %d claims: median %.1f, most %.1f\n",
+		      OLD, bytes[MEASURED / 2] / 4096.0, bytes[MEASURED - 1] / 4096.0);
+	if (bytes[MEASURED / 2] > 8 * 4096)
+		fail_msg("pages an acceptance writes on a store of %d claims: median %.1f, want <= 8",
+			 OLD, bytes[MEASURED / 2] / 4096.0);
+
+	/* every claim found wherever it is, and counted once */
+	for (i = 0; i < OLD + MEASURED; i += 997) {
+		key_of(kh, i + 100000);
+		if (claim_found_under(f->st, kh, i, NOW, &c) != 1)
+			fail_msg("claim %d not found", i);
+	}
+	key_of(kh, OLD + MEASURED - 1 + 100000);
+	CHECK_INT("the last claim", claim_found_under(f->st, kh, OLD + MEASURED - 1, NOW, &c), 1);
+	CHECK_STR("the last claim's message", c.qid, m.qid);
+	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("claims", st.claims, OLD + MEASURED);
+	/* forgotten: the last one (in cnew, or moved) and one from the fill */
+	CHECK_INT("forget the last", store_key_forget(f->st, kh, NULL, NOW, &fo), 0);
+	CHECK_INT("forgot one claim", fo.claims, 1);
+	store_forget_free(&fo);
+	CHECK_INT("the last claim forgotten", claim_found_under(f->st, kh, OLD + MEASURED - 1, NOW, NULL), 0);
+	key_of(kh, 5 + 100000);
+	CHECK_INT("forget one filled", store_key_forget(f->st, kh, NULL, NOW, &fo), 0);
+	CHECK_INT("forgot its claim", fo.claims, 1);
+	store_forget_free(&fo);
+	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("claims after two forgets", st.claims, OLD + MEASURED - 2);
+	/* the queued messages' claims go with their stories */
+	for (i = 0; i < MEASURED - 1; i++) {
+		snprintf(m.qid, sizeof(m.qid), "0000001%05d", i);
+		m.rcpts[0].state = STORE_RCPT_SENT;
+		CHECK_INT("delivered", store_msg_update(f->st, &m), 0);
+	}
+	snprintf(m.qid, sizeof(m.qid), "0000001%05d", MEASURED - 1);
+	CHECK_INT("the forgotten one delivered", store_msg_update(f->st, &m), 0);
+	store_msg_free(&m);
+	gettimeofday(&tv, NULL);
+	CHECK_INT("expire", store_hist_expire(f->st, (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC, 100),
+		  MEASURED);
+	CHECK_INT("hist stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("claims left: the fill's", keys, OLD - 1);
+
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -757,6 +866,7 @@ int main(void)
 		T(test_readonly),
 		T(test_last_qid_in_stories),
 		T(test_outcome_pages),
+		T(test_accept_pages),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
