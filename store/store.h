@@ -95,7 +95,7 @@ struct store_msg {
 	char *data;		/* owned; the message as it will be relayed */
 	size_t data_len;
 
-	/* what its story starts from (store_hist.c), written once with the message */
+	/* what its story starts from, written once with the message */
 	int has_key;
 	uint8_t keyhash[STORE_HASH_LEN];	/* key index hash, if has_key */
 	int64_t ttl;		/* story kept this long once finished; 0: the default */
@@ -188,7 +188,7 @@ int store_txn_begin(struct store *st, struct store_txn **out);
  * (one writer).
  */
 void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
-/* a claim is filed under its key's index hash, then its own hash (store_claim.c) */
+/* a claim is filed under its key's index hash, then its own hash; live as store_rule.c says */
 int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now,
 			struct store_claim *c);	/* 0 or STORE_ENOTFOUND */
@@ -198,8 +198,8 @@ void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 /*
  * store_txn_room - before an acceptance's store_txn_msg_put(): STORE_ENOSPC
  * if spooling m with n_claims claims would use the room kept for the
- * delivery writes of what is queued (store_space.c). Delivery writes do
- * not call it, so an outcome can always be recorded.
+ * delivery writes of what is queued (STORE_CAP_OWN_SPACE). Delivery writes
+ * do not call it, so an outcome can always be recorded.
  */
 void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims);
 int store_txn_error(const struct store_txn *t);
@@ -329,14 +329,12 @@ int store_queue_oldest(struct store *st, int64_t *accepted);
  * While the message is queued its story is made from the spool (the
  * message record has its key hash and ttl); it is written at its first
  * update, by store_msg_update() and store_msg_drop() inside their own
- * transactions. It expires ttl after
- * the message left the spool, so it outlives the claims it explains.
+ * transactions. It expires ttl after the message left the spool
+ * (store_story_ttl()), so it outlives the claims it explains.
  *
  * Claims are filed under a hash of the key alone (queue/keys.c
- * keys_index_hash: no scope, no recipient), then their own hash: a key's
- * claims are one range of the claims B-tree, which is how they are found
- * to show, forget or expire them. A store from before that also has a key
- * index (keys DB) listing its older claims, still read until they go.
+ * keys_index_hash: no scope, no recipient), then their own hash, which
+ * is how a key's claims are found to show, forget or expire them.
  */
 struct store_story {
 	struct store_msg m;	/* envelope and recipients; data NULL, data_len its size */
