@@ -447,7 +447,12 @@ void deliver_release(struct deliver *d, const char *qid, int64_t when)
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* deliver_drop - take a waiting message out of the schedule (idemrelayctl drop, hold) */
+/*
+ * deliver_drop - take a waiting message out of the schedule (idemrelayctl
+ * drop, hold). On a shared store its lease is let go with it: kept, the
+ * taker would renew it for as long as this node runs, and no node's take
+ * (a release's included) would find the message again.
+ */
 int deliver_drop(struct deliver *d, const char *qid)
 {
 	enum dq_state state;
@@ -458,6 +463,8 @@ int deliver_drop(struct deliver *d, const char *qid)
 	if ((state = dq_state(&d->q, qid)) == DQ_WAITING)
 		dq_done(&d->q, qid, -1);
 	pthread_mutex_unlock(&d->lock);
+	if (state == DQ_WAITING && d->shared)
+		store_lease_release(d->st, qid);
 	return state == DQ_BUSY_NOW;
 }
 

@@ -204,6 +204,27 @@ def test_hold_while_delivered(t):
 
 
 @case()
+def test_hold_waiting_then_release(t):
+    """hold of a message waiting its turn in the node's schedule (the one upstream
+    connection busy), then release: it is delivered. On PostgreSQL the node gives up
+    the lease it took at acceptance when the hold takes the message out of its
+    schedule; a lease kept (and renewed) would hide it from every node's take, the
+    release's included, for as long as the node runs."""
+    sink = t.sink()
+    d = ops_daemon(t, sink, {"upstream": {"timeout": "60s", "connections": 1}})
+    qa = submit_ok(d.port, "delay-4-wa@example.com", make_msg(key="q-wait-a"))
+    wait_until(lambda: "delaying reply" in sink.log(), 15,
+               "the delivery of %s under way" % qa)
+    qb = submit_ok(d.port, "wb@example.com", make_msg(key="q-wait-b"))
+    eq(ctl_json(d, "hold", qb)["held"], [qb], "hold of the waiting message")
+    eq(ctl_json(d, "release", qb)["released"], [qb], "its release")
+    d.wait_log(qa, "status=sent", timeout=20)
+    d.wait_log(qb, "status=sent", timeout=20)
+    eq(len(sink.accepted(lambda r: r["to"] == ["wb@example.com"])), 1,
+       "the released message delivered once")
+
+
+@case()
 def test_held_mail_does_not_age_out(t):
     """held mail is never given up while held (retry.give_up passes without a word
     from the queue); show tells the operator, and once released the first attempt
