@@ -269,8 +269,8 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
  * defers it), and due messages are taken with store_queue_take(), which
  * leases up to max of them to this node and calls cb for each.
  * store_lease_renew() extends every lease this node holds.
- * store_queue_due() makes one message (qid) or every queued message (qid
- * NULL) due at when, for every node. On a store of one node: 0, and the
+ * store_queue_due() makes one message (qid) or every queued message not
+ * on hold (qid NULL) due at when, for every node. On a store of one node: 0, and the
  * three do nothing.
  */
 int store_queue_take(struct store *st, int64_t now, size_t max,

@@ -320,7 +320,10 @@ void store_pg_lease_release(struct store *base, const char *qid)
 	store_pg_params_free(&p);
 }
 
-/* store_pg_queue_due - make one queued message, or all (qid NULL), due at when for every node */
+/*
+ * store_pg_queue_due - make one queued message, or all (qid NULL) but the
+ * held ones (idemrelayctl flush passes them over), due at when for every node
+ */
 int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 {
 	struct pg_store *st = (struct pg_store *) base;
@@ -336,7 +339,8 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 		store_pg_p_text(&p, qid);
 	/* two statements: one plan for both would read every queued message for one */
 	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = $1 WHERE qid = $2 AND " PG_ROW_QUEUED("")
-			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND next_attempt > $1",
+			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND NOT held "
+			   "AND next_attempt > $1",
 			   &p, &r, "queue due");
 	store_pg_params_free(&p);
 	if (err != 0)

@@ -1481,6 +1481,7 @@ static long long next_of(struct fx *f, const char *qid)
  * A flush of all makes due what is not due yet and leaves alone what
  * already is: its order in the queue stays, and the flush waits for no
  * row a delivery holds (deliveries hold due messages, not deferred ones).
+ * A held message is passed over: released, it is tried at its own time.
  */
 static void test_flush_all_skips_due(void **state)
 {
@@ -1499,6 +1500,11 @@ static void test_flush_all_skips_due(void **state)
 	m.next_attempt = NOW + 3600 * SEC;
 	CHECK_INT("spool the deferred one", spool(f->st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
+	msg_new(&m, "FLUSHHELD001", 1, 100);
+	m.next_attempt = NOW + 3600 * SEC;
+	CHECK_INT("spool the held one", spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	CHECK_INT("hold it", store_msg_hold(f->st, "FLUSHHELD001", 1), 0);
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
 		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'FLUSHDUE0001' FOR UPDATE",
 		 f->schema);
@@ -1513,6 +1519,8 @@ static void test_flush_all_skips_due(void **state)
 	PQfinish(o);
 	CHECK_INT("the due one keeps its place", next_of(f, "FLUSHDUE0001") == NOW - 60 * SEC, 1);
 	CHECK_INT("the deferred one is due", next_of(f, "FLUSHDUE0002") == NOW, 1);
+	/* a flush passes a held message over: once released, it waits for its time */
+	CHECK_INT("the held one keeps its time", next_of(f, "FLUSHHELD001") == NOW + 3600 * SEC, 1);
 }
 
 /*
