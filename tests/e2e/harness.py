@@ -102,10 +102,7 @@ def port_open(port, host="127.0.0.1"):
         return False
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = pgcluster.free_port
 
 
 # ---------------------------------------------------------------- assertions

@@ -71,6 +71,7 @@ import atexit
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -109,10 +110,31 @@ def prog(name):
     return os.path.join(bindir(), name)
 
 
+def ephemeral_low():
+    """ephemeral_low - the first port the kernel hands out for bind(0) and connect()"""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """free_port - a loopback TCP port free now, below the kernel's ephemeral
+    range: one that bind(0) gave goes back to that range when the probe
+    closes, and any outgoing connection (a client's, libpq's) could take it
+    before the server meant for it binds ("Address already in use")"""
+    high = ephemeral_low()
+    low = max(1024, high - 16384)
+    for _ in range(100):
+        port = random.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ClusterError("no free port in %d-%d" % (low, high - 1))
 
 
 def as_root():
