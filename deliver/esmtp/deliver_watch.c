@@ -134,14 +134,24 @@ int deliver_watch_tick(struct deliver_watch *w, const char *owed, unsigned long 
 	uint64_t acked;
 	int unacked;
 
-	if (wrote || replies != w->replies || owed == NULL) {
+	if (owed == NULL) {
+		/*
+		 * Nothing owed, no deadline: the next wait starts here. What
+		 * the peer acknowledged is not read (a system call in every
+		 * turn of the bridge's loop): a wait starts with a write,
+		 * which reads it below; if one starts without, the count
+		 * read later is taken as progress, from that moment.
+		 */
+		w->replies = replies;
+		w->since_us = now;
+		return -1;
+	}
+	if (wrote || replies != w->replies) {
 		/* a new wait: from the last byte written, or the last reply */
 		w->replies = replies;
 		w->since_us = now;
 		if (tcp_acked(w->fd, &acked) == 0)
 			w->acked = acked;
-		if (owed == NULL)
-			return -1;
 	}
 	if ((unacked = tcp_unacked(w->fd)) > 0 && tcp_acked(w->fd, &acked) == 0
 	    && acked != w->acked) {
