@@ -102,6 +102,7 @@ struct deliver_bridge {
 	int tfd;			/* TCP to the upstream until up has it; owned */
 	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
 					 * once it runs */
+	int up_plain;			/* up is plain TCP: a short read empties its socket */
 	int stop[2];			/* pipe: a byte asks the thread to end; owned */
 	atomic_int cut;			/* forward nothing more from libesmtp */
 	atomic_uint rewinds;		/* libesmtp's rewinds (deliver_bridge_rewind) */
@@ -443,6 +444,8 @@ struct pump {
 	char *mid;			/* through the filter, for the gate */
 	int client_eof;
 	int gone;			/* the server side is over: the gate answers */
+	int client_dry;			/* a short read emptied libesmtp's socket: poll first */
+	int server_dry;			/* the same for a plain upstream */
 };
 
 /*
@@ -466,10 +469,14 @@ static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *w
 static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *ev)
 {
 	char err[IO_ERR_MAX + 64];
-	ssize_t n = io_read(b->up, pm->raw, BRIDGE_BUF);
+	ssize_t n;
 	size_t k;
 
-	if (n == IO_AGAIN) {
+	if (pm->server_dry) {		/* nothing to read until poll says so */
+		*ev |= POLLIN;
+		return 0;
+	}
+	if ((n = io_read(b->up, pm->raw, BRIDGE_BUF)) == IO_AGAIN) {
 		*ev |= poll_events(b->up->read_wants);
 		return 0;
 	}
@@ -482,6 +489,7 @@ static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *
 		bridge_gone(b, pm, err);	/* a line it left unfinished is no reply */
 		return 1;
 	}
+	pm->server_dry = b->up_plain && n < BRIDGE_BUF;
 	k = deliver_filter_down(&b->filter, pm->raw, (size_t) n, pm->mid);
 	pm->down->len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down->buf);
 	if (b->gate.gone)
@@ -497,9 +505,13 @@ static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *
 static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct io *client,
 			      short *ev)
 {
-	ssize_t n = io_read(client, pm->up->buf, BRIDGE_BUF), kept;
+	ssize_t n, kept;
 
-	if (n == IO_AGAIN) {
+	if (pm->client_dry) {		/* nothing to read until poll says so */
+		*ev |= POLLIN;
+		return 0;
+	}
+	if ((n = io_read(client, pm->up->buf, BRIDGE_BUF)) == IO_AGAIN) {
 		*ev |= poll_events(client->read_wants);
 		return 0;
 	}
@@ -509,6 +521,7 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 	}
 	if (n < 0 || atomic_load(&b->cut))
 		return -1;		/* written after the cut: never forwarded */
+	pm->client_dry = n < BRIDGE_BUF;	/* a socketpair, plain */
 	bridge_rewound(b);
 	if ((kept = deliver_filter_up(&b->filter, pm->up->buf, (size_t) n)) < 0) {
 		snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
@@ -612,6 +625,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
+		if (r > 0 && p[0].revents)
+			pm.client_dry = 0;
+		if (r > 0 && p[1].revents)
+			pm.server_dry = 0;
 		if (r > 0 && p[3].revents) {
 			stopping = 1;		/* the loop's head decides */
 			if (r == 1)
@@ -687,6 +704,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		goto fail;
 	}
 	b->tfd = -1;			/* b->up has it */
+	b->up_plain = ctx == NULL;
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.3.0");
 	if (bridge_reserve(b, why, whylen) < 0)
 		goto fail;
