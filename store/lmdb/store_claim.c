@@ -192,68 +192,26 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 	return err;
 }
 
-/* moved_claim - one of cnew's claims on its way to claims */
-struct moved_claim {
-	uint8_t key[STORE_CLAIM_KEY_LEN];
-	uint8_t rec[STORE_CLAIM_REC_LEN];
-	size_t len;
-};
-
-/* cnew_read - every claim in cnew, copied (the puts that follow move pages) */
-static int cnew_read(struct lmdb_txn *t, struct moved_claim **out, size_t *n)
-{
-	MDB_cursor *cur;
-	MDB_val key, val;
-	size_t cap = 0;
-	int rc;
-
-	*out = NULL;
-	*n = 0;
-	if ((rc = mdb_cursor_open(t->txn, t->st->cnew, &cur)) != 0)
-		return lmdb_mdb_error(rc, "cursor");
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (key.mv_size != STORE_CLAIM_KEY_LEN || val.mv_size > STORE_CLAIM_REC_LEN) {
-			msg_warn("store: corrupt claim record skipped");
-			continue;
-		}
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 64;
-			*out = xrealloc(*out, cap * sizeof(**out));
-		}
-		memcpy((*out)[*n].key, key.mv_data, key.mv_size);
-		memcpy((*out)[*n].rec, val.mv_data, val.mv_size);
-		(*out)[*n].len = val.mv_size;
-		(*n)++;
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "cnew walk");
-}
-
 /* cnew_move - when cnew has grown past a page: its claims go to claims and leave cnew */
 static int cnew_move(struct lmdb_txn *t)
 {
 	struct lmdb_store *st = t->st;
-	struct moved_claim *mv;
-	MDB_stat sb;
-	MDB_val key, val;
+	struct lmdb_staged *mv;
 	size_t n, i;
 	int err;
 
-	if ((err = lmdb_mdb_error(mdb_stat(t->txn, st->cnew, &sb), "stat cnew")) != 0
-	    || sb.ms_depth < CNEW_DEPTH)
-		return err;
-	if ((err = cnew_read(t, &mv, &n)) != 0)
+	if ((err = lmdb_staged(t, st->cnew, CNEW_DEPTH, &mv, &n)) != 0)
 		return err;
 	for (i = 0; i < n && err == 0; i++) {
-		key.mv_size = STORE_CLAIM_KEY_LEN;
-		key.mv_data = mv[i].key;
-		val.mv_size = mv[i].len;
-		val.mv_data = mv[i].rec;
-		if ((err = lmdb_mdb_error(lmdb_put(t, st->claims, &key, &val, 0), "put claim")) == 0)
-			err = lmdb_mdb_error(lmdb_del(t, st->cnew, &key, NULL), "delete cnew");
+		if (mv[i].key.mv_size != STORE_CLAIM_KEY_LEN || mv[i].val.mv_size > STORE_CLAIM_REC_LEN) {
+			msg_warn("store: corrupt claim record skipped");
+			continue;
+		}
+		if ((err = lmdb_mdb_error(lmdb_put(t, st->claims, &mv[i].key, &mv[i].val, 0),
+					   "put claim")) == 0)
+			err = lmdb_mdb_error(lmdb_del(t, st->cnew, &mv[i].key, NULL), "delete cnew");
 	}
-	free(mv);
+	lmdb_staged_free(mv, n);
 	return err;
 }
 

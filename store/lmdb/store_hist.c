@@ -156,54 +156,6 @@ static int hexpiry_put(struct lmdb_txn *t, int64_t expires, const char *qid)
 	return lmdb_mdb_error(lmdb_put(t, t->st->hexpiry, &ikey, &empty, 0), "put hexpiry");
 }
 
-/* moved - one of hnew's stories on its way to hist */
-struct moved {
-	char qid[STORE_QID_SIZE];
-	void *rec;
-	size_t len;
-};
-
-/* hnew_read - every story in hnew, copied (the puts that follow move pages) */
-static int hnew_read(struct lmdb_txn *t, struct moved **out, size_t *n)
-{
-	MDB_cursor *cur;
-	MDB_val key, val;
-	size_t cap = 0;
-	int rc;
-
-	*out = NULL;
-	*n = 0;
-	if ((rc = mdb_cursor_open(t->txn, t->st->hnew, &cur)) != 0)
-		return lmdb_mdb_error(rc, "cursor");
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE)
-			continue;
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 32;
-			*out = xrealloc(*out, cap * sizeof(**out));
-		}
-		memcpy((*out)[*n].qid, key.mv_data, key.mv_size);
-		(*out)[*n].qid[key.mv_size] = 0;
-		(*out)[*n].rec = xmalloc(val.mv_size ? val.mv_size : 1);
-		memcpy((*out)[*n].rec, val.mv_data, val.mv_size);
-		(*out)[*n].len = val.mv_size;
-		(*n)++;
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "hnew walk");
-}
-
-/* moved_free - what hnew_read() gave */
-static void moved_free(struct moved *mv, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		free(mv[i].rec);
-	free(mv);
-}
-
 /*
  * hnew_move - when hnew has grown past a page: its stories go to hist as
  * they are, each with its expiry entry once it has one, and leave hnew
@@ -212,30 +164,28 @@ static int hnew_move(struct lmdb_txn *t)
 {
 	struct lmdb_store *st = t->st;
 	struct store_story s;
-	struct moved *mv;
-	MDB_stat sb;
-	MDB_val key, val;
+	struct lmdb_staged *mv;
+	char qid[STORE_QID_SIZE];
 	size_t n, i;
 	int err;
 
-	if ((err = lmdb_mdb_error(mdb_stat(t->txn, st->hnew, &sb), "stat hnew")) != 0
-	    || sb.ms_depth < HNEW_DEPTH)
-		return err;
-	if ((err = hnew_read(t, &mv, &n)) != 0)
+	if ((err = lmdb_staged(t, st->hnew, HNEW_DEPTH, &mv, &n)) != 0)
 		return err;
 	for (i = 0; i < n && err == 0; i++) {
-		lmdb_qid_key(mv[i].qid, &key);
-		val.mv_size = mv[i].len;
-		val.mv_data = mv[i].rec;
-		err = lmdb_mdb_error(lmdb_put(t, st->hist, &key, &val, 0), "put hist");
+		if (mv[i].key.mv_size == 0 || mv[i].key.mv_size >= STORE_QID_SIZE)
+			continue;
+		memcpy(qid, mv[i].key.mv_data, mv[i].key.mv_size);
+		qid[mv[i].key.mv_size] = 0;
+		err = lmdb_mdb_error(lmdb_put(t, st->hist, &mv[i].key, &mv[i].val, 0), "put hist");
 		memset(&s, 0, sizeof(s));
-		if (err == 0 && lmdb_hist_rec_decode(mv[i].rec, mv[i].len, &s) == 0 && s.expires)
-			err = hexpiry_put(t, s.expires, mv[i].qid);
+		if (err == 0 && lmdb_hist_rec_decode(mv[i].val.mv_data, mv[i].val.mv_size, &s) == 0
+		    && s.expires)
+			err = hexpiry_put(t, s.expires, qid);
 		store_story_free(&s);
 		if (err == 0)
-			err = lmdb_mdb_error(lmdb_del(t, st->hnew, &key, NULL), "delete hnew");
+			err = lmdb_mdb_error(lmdb_del(t, st->hnew, &mv[i].key, NULL), "delete hnew");
 	}
-	moved_free(mv, n);
+	lmdb_staged_free(mv, n);
 	return err;
 }
 

@@ -177,6 +177,13 @@ int lmdb_space_count(struct lmdb_store *st);
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);
 int lmdb_txn_fail(struct lmdb_txn *t, int err);
+/* a record of a staging B-tree (hnew, cnew), copied: key and value in one block */
+struct lmdb_staged {
+	MDB_val key, val;
+};
+int lmdb_staged(struct lmdb_txn *t, MDB_dbi dbi, unsigned depth, struct lmdb_staged **out,
+		size_t *n);
+void lmdb_staged_free(struct lmdb_staged *mv, size_t n);
 
 /* store_codec.c: record encoding, portable, with a version byte */
 #define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)

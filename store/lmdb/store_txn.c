@@ -30,6 +30,7 @@
  *	0 or a STORE_E* code. A step after a failure returns the sticky code.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../util/buf.h"
 #include "../../util/log.h"
@@ -122,4 +123,55 @@ void lmdb_txn_abort(struct store_txn *base)
 	buf_free(&t->redo);
 	lmdb_gate_leave(t->st);
 	free(t);
+}
+
+/*
+ * lmdb_staged - once the staging B-tree dbi (hnew, cnew) is depth levels
+ * deep, a copy of each of its records, to move them to the B-tree they
+ * stage for (the puts that follow move pages under any pointer into the
+ * map); none before
+ */
+int lmdb_staged(struct lmdb_txn *t, MDB_dbi dbi, unsigned depth, struct lmdb_staged **out,
+		size_t *n)
+{
+	MDB_cursor *cur;
+	MDB_stat sb;
+	MDB_val key, val;
+	size_t cap = 0;
+	char *rec;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if ((rc = mdb_stat(t->txn, dbi, &sb)) != 0)
+		return lmdb_mdb_error(rc, "stat staged");
+	if (sb.ms_depth < depth)
+		return 0;
+	if ((rc = mdb_cursor_open(t->txn, dbi, &cur)) != 0)
+		return lmdb_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 32;
+			*out = xrealloc(*out, cap * sizeof(**out));
+		}
+		rec = xmalloc(key.mv_size + val.mv_size + 1);
+		memcpy(rec, key.mv_data, key.mv_size);
+		memcpy(rec + key.mv_size, val.mv_data, val.mv_size);
+		(*out)[*n].key = (MDB_val) { key.mv_size, rec };
+		(*out)[*n].val = (MDB_val) { val.mv_size, rec + key.mv_size };
+		(*n)++;
+	}
+	mdb_cursor_close(cur);
+	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "staged walk");
+}
+
+/* lmdb_staged_free - what lmdb_staged() gave */
+void lmdb_staged_free(struct lmdb_staged *mv, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free(mv[i].key.mv_data);
+	free(mv);
 }
