@@ -152,6 +152,12 @@ int store_node_id(struct store *st)
 	return SHARED(st) ? OPS(st)->node_id(st) : -1;
 }
 
+int store_nodes_alive(struct store *st, int *n)
+{
+	*n = 1;
+	return SHARED(st) ? OPS(st)->nodes_alive(st, n) : 0;
+}
+
 int store_queue_list(struct store *st,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
 {

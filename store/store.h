@@ -216,6 +216,13 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
  */
 int store_node_id(struct store *st);
 
+/*
+ * store_nodes_alive - how many nodes run on the store now, this one
+ * included (a shared store: those holding their node's lock); 1 on a
+ * store of one node
+ */
+int store_nodes_alive(struct store *st, int *n);
+
 /* delivery */
 /* store_queue_list - what this node is to deliver at start (on a shared store: what it
  * holds leased); not what is held */

@@ -57,6 +57,7 @@ struct store_ops {
 
 	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
 	int (*node_id) (struct store *st);	/* shared */
+	int (*nodes_alive) (struct store *st, int *n);	/* shared */
 
 	int (*queue_list) (struct store *st,
 			   int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);

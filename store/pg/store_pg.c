@@ -716,6 +716,32 @@ static int pg_node_id(struct store *base)
 	return ((struct pg_store *) base)->slot;
 }
 
+/*
+ * pg_nodes_alive - the nodes alive: those whose node lock (NODE_LOCK, held
+ * by a running node's session from its open to its close) is held now.
+ * A bigint advisory lock shows in pg_locks as classid (high 32 bits) and
+ * objid (low 32 bits).
+ */
+static int pg_nodes_alive(struct store *base, int *n)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	PGresult *r;
+	int err;
+
+	err = store_pg_run(st, "SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l"
+			   " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+			   " AND l.database = (SELECT oid FROM pg_database"
+			   " WHERE datname = current_database())"
+			   " AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended("
+			   "'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0))",
+			   NULL, &r, "nodes alive");
+	if (err != 0)
+		return err;
+	*n = (int) store_pg_int(r, 0, 0);
+	PQclear(r);
+	return 0;
+}
+
 /* pg_stats - claims and queued messages, commits, and whether the database is reachable */
 static int pg_stats(struct store *base, struct store_stats *s)
 {
@@ -767,6 +793,7 @@ const struct store_ops store_pg_ops = {
 	.txn_abort = store_pg_txn_abort,
 	.last_qid = store_pg_last_qid,
 	.node_id = pg_node_id,
+	.nodes_alive = pg_nodes_alive,
 	.queue_list = store_pg_queue_list,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,
