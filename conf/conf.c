@@ -245,7 +245,7 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 {
 	static const char *const names[] = {"host", "port", "hosts", "maildir",
 		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
-		"user", "password", "connections", "timeout", "ambiguous", 0};
+		"user", "password", "connections", "rate", "recipient_rate", "timeout", "ambiguous", 0};
 	/* in enum conf_tls order */
 	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
@@ -273,6 +273,8 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 	    || conf_string(x, g, "password", 0, &c->upstream.password) < 0
 	    || conf_int(x, g, "connections", 1, 1000,
 			&c->upstream.connections) < 0
+	    || conf_int(x, g, "rate", 0, 1000000, &c->upstream.rate) < 0
+	    || conf_int(x, g, "recipient_rate", 0, 1000000, &c->upstream.recipient_rate) < 0
 	    || conf_duration(x, g, "timeout", 1, &c->upstream.timeout) < 0
 	    || conf_enum(x, g, "ambiguous", amb_words,
 			 &c->upstream.ambiguous_retry) < 0)
@@ -285,6 +287,11 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 	}
 	if (port && host == NULL && a == NULL) {
 		conf_error(x, g, "port", "only with host or hosts");
+		goto fail;
+	}
+	if ((c->upstream.rate || c->upstream.recipient_rate) && c->upstream.maildir) {
+		conf_error(x, g, c->upstream.rate ? "rate" : "recipient_rate",
+			   "only with host or hosts");
 		goto fail;
 	}
 	if ((c->upstream.user != NULL) != (c->upstream.password != NULL)) {
@@ -650,6 +657,26 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
 const char *const conf_restart_settings[] = {"hostname", "node", "user", "control",
 	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", 0};
 
+/* inside the restart-only groups, what SIGHUP applies all the same (deliver_reload) */
+static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate", 0};
+
+/* conf_reloadable_member - is s one of conf_reloadable[] (a top group's member)? */
+static int conf_reloadable_member(const config_setting_t *s)
+{
+	const config_setting_t *g = config_setting_parent(s);
+	char path[128];
+	size_t i;
+
+	if (g == NULL || config_setting_name(g) == NULL || config_setting_name(s) == NULL
+	    || !config_setting_is_root(config_setting_parent(g)))
+		return 0;
+	snprintf(path, sizeof(path), "%s.%s", config_setting_name(g), config_setting_name(s));
+	for (i = 0; conf_reloadable[i]; i++)
+		if (strcmp(path, conf_reloadable[i]) == 0)
+			return 1;
+	return 0;
+}
+
 /* conf_digest - FNV-1a of a setting as written: names, types, values, in order */
 static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
 {
@@ -666,9 +693,9 @@ static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
 	case CONFIG_TYPE_ARRAY:
 	case CONFIG_TYPE_LIST:
 		n = config_setting_length(s);
-		MIX(&n, sizeof(n));
 		for (i = 0; i < n; i++)
-			h = conf_digest(config_setting_get_elem(s, (unsigned) i), h);
+			if (!conf_reloadable_member(config_setting_get_elem(s, (unsigned) i)))
+				h = conf_digest(config_setting_get_elem(s, (unsigned) i), h);
 		break;
 	case CONFIG_TYPE_STRING:
 		str = config_setting_get_string(s);

@@ -115,6 +115,8 @@ struct conf {
 		size_t n_tls_fingerprint;	/* set: a matching pin is all that counts */
 		char *user, *password;
 		int connections;	/* default 4 */
+		int rate;		/* messages a second, the cluster's; default 0: none */
+		int recipient_rate;	/* recipients a second, the same; default 0: none */
 		int64_t timeout;	/* seconds, default 5m */
 		int ambiguous_retry;	/* ambiguous = "retry" (default assume-delivered) */
 	} upstream;

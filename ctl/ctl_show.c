@@ -384,6 +384,30 @@ static int stats_end(const char *unread)
 	return 1;
 }
 
+/* print_upstream - the daemon's upstream limits: rate, concurrency, throttling */
+static void print_upstream(const char *u, size_t len)
+{
+	char j[512];
+	long long conc = 0, sessions = 0, nodes = 1, episodes = 0;
+	const char *rate = NULL;
+	size_t rlen = 0;
+	int throttled = 0;
+
+	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), u);
+	json_get_int(j, "concurrency", &conc);
+	json_get_int(j, "sessions", &sessions);
+	json_get_int(j, "nodes", &nodes);
+	json_get_int(j, "throttle_episodes", &episodes);
+	json_get_bool(j, "throttled", &throttled);
+	if (json_get(j, "rate", &rate, &rlen) != 0 || (rlen == 3 && strncmp(rate, "0.0", 3) == 0))
+		rate = NULL;
+	printf("upstream     rate %s%.*s%s, concurrency %lld (%lld running), %lld node%s"
+	       " sharing upstream.rate, %s (%lld episode%s since start)\n",
+	       rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "", rate ? "/s" : "",
+	       conc, sessions, nodes, nodes == 1 ? "" : "s",
+	       throttled ? "THROTTLED" : "not throttled", episodes, episodes == 1 ? "" : "s");
+}
+
 /* ctl_stats - store figures, and the daemon's counters when it runs */
 int ctl_stats(struct ctl *x)
 {
@@ -395,8 +419,8 @@ int ctl_stats(struct ctl *x)
 	const char *counters = NULL;
 	size_t clen = 0;
 	long long pid = 0, up = 0;
-	const char *dstore = NULL;
-	size_t dlen = 0;
+	const char *dstore = NULL, *dup_ = NULL;
+	size_t dlen = 0, ulen = 0;
 	char unread[1024] = "";
 	int err, live;
 
@@ -423,6 +447,8 @@ int ctl_stats(struct ctl *x)
 		json_get_int(reply.data, "uptime", &up);
 		if (json_get(reply.data, "store", &dstore, &dlen) != 0)
 			dstore = NULL;
+		if (json_get(reply.data, "upstream", &dup_, &ulen) != 0)
+			dup_ = NULL;
 	}
 	if (x->json) {
 		struct buf b = BUF_INIT;
@@ -452,14 +478,14 @@ int ctl_stats(struct ctl *x)
 			   (unsigned long long) keys, (unsigned long long) s.space.size,
 			   (unsigned long long) s.space.used, (unsigned long long) s.space.ceiling,
 			   s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
-		if (live && dstore)
-			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"store\":%.*s,"
-				   "\"counters\":%.*s}", pid, up, (int) dlen, dstore,
-				   (int) clen, counters);
-		else if (live)
-			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,\"counters\":%.*s}", pid, up,
-				   (int) clen, counters);
-		else
+		if (live) {
+			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,", pid, up);
+			if (dstore)
+				buf_printf(&b, "\"store\":%.*s,", (int) dlen, dstore);
+			if (dup_)
+				buf_printf(&b, "\"upstream\":%.*s,", (int) ulen, dup_);
+			buf_printf(&b, "\"counters\":%.*s}", (int) clen, counters);
+		} else
 			buf_printf(&b, "null");
 		printf("%s}\n", b.data);
 		buf_free(&b);
@@ -511,6 +537,8 @@ daemon:
 		const char *p;
 
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
+		if (dup_)
+			print_upstream(dup_, ulen);
 		printf("since start ");
 		for (p = counters; p < counters + clen; p++)
 			if (*p != '{' && *p != '}' && *p != '"')

@@ -226,7 +226,14 @@ static void do_stats(struct control *ctl, struct buf *out)
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		buf_printf(out, "%s\"%s\":%llu", i ? "," : "", metrics_name(i),
 			   (unsigned long long) s.counters[i]);
-	buf_printf(out, "}}");
+	buf_printf(out, "}");
+	if (s.upstream.on)
+		buf_printf(out, ",\"upstream\":{\"rate\":%.1f,\"concurrency\":%d,\"sessions\":%d,"
+			   "\"throttled\":%s,\"nodes\":%d,\"throttle_episodes\":%llu}",
+			   s.upstream.rate, s.upstream.concurrency, s.upstream.active,
+			   s.upstream.throttled ? "true" : "false", s.upstream.nodes,
+			   (unsigned long long) s.upstream.episodes);
+	buf_printf(out, "}");
 }
 
 /* dispatch - one request line to one reply */

@@ -49,6 +49,13 @@
  *	inflight mark fails too, so no final dot goes out from a node that
  *	lost the lease.
  *
+ *	A transport with limits (deliver_esmtp) has its upstream's rate and
+ *	concurrency, and their throttling feedback (deliver_rate.h): a
+ *	thread starts a session only when the upstream is not paused and a
+ *	connection is free. On a shared store the taker counts the nodes
+ *	alive every DELIVER_NODES_EVERY, and each node sends its part of
+ *	upstream.rate.
+ *
  *	What an attempt's results become (log lines, bounces, the store's
  *	update, the retry time) is deliver_record.c's.
  * DIAGNOSTICS
@@ -73,6 +80,7 @@
 #define DELIVER_MAX_SLEEP	60	/* seconds: re-check even if nothing is due */
 #define DELIVER_GATHER		10000	/* us a due message waits for others to share its batch */
 #define DELIVER_TAKE_EVERY	(1 * US)	/* shared store: due mail looked for this often */
+#define DELIVER_NODES_EVERY	(5 * US)	/* shared store: the nodes alive counted this often */
 
 /*
  * deliver_reload - new retry settings, for attempts from now on. They
@@ -87,6 +95,10 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	pthread_mutex_lock(&d->lock);
 	d->retry = nc->retry;
 	pthread_mutex_unlock(&d->lock);
+	/* the rates; not upstream.connections, which is the number of threads */
+	if (d->rate)
+		deliver_rate_configure(d->rate, (int) d->n_threads, nc->upstream.rate,
+				       nc->upstream.recipient_rate);
 }
 
 /* deliver_retry_settings - a copy of the retry settings in force */
@@ -224,20 +236,45 @@ static void sched_wait(struct deliver *d, int64_t when)
 	pthread_cond_timedwait(&d->wake, &d->lock, &ts);
 }
 
-/* take_batch - the next batch once it may start, or 0 when stopped (lock held) */
+/*
+ * take_batch - the next batch once it may start, and the upstream's
+ * limits let a session start (deliver_rate_admit: not paused, a
+ * connection free), or 0 when stopped (lock held). A session admitted
+ * counts until deliver_thread's deliver_rate_done().
+ */
 static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE])
 {
-	int64_t now, start;
+	int64_t now, start, admit, step;
 	size_t n;
 
 	while (!d->stop) {
 		now = clock_us();
 		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
+		/* throttled: wake for each recovery step (after now), even with nothing due */
+		step = d->rate ? deliver_rate_recover(d->rate, now) : 0;
+		if (start <= now && d->rate && (admit = deliver_rate_admit(d->rate, now)) != 0) {
+			/* -1: a session's end wakes us (deliver_thread) */
+			sched_wait(d, admit < 0 ? now + DELIVER_MAX_SLEEP * US : admit);
+			continue;
+		}
 		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch)) > 0)
 			return n;
-		sched_wait(d, start);
+		if (start <= now && d->rate)
+			deliver_rate_done(d->rate);
+		sched_wait(d, step && step < start ? step : start);
 	}
 	return 0;
+}
+
+/* session_done - a batch's session ended: its connection is free for another thread */
+static void session_done(struct deliver *d)
+{
+	if (d->rate == NULL)
+		return;
+	deliver_rate_done(d->rate);
+	pthread_mutex_lock(&d->lock);
+	pthread_cond_broadcast(&d->wake);
+	pthread_mutex_unlock(&d->lock);
 }
 
 /* deliver_thread - take due batches and deliver them until stopped */
@@ -270,9 +307,12 @@ static void *deliver_thread(void *arg)
 			ready[n_ready] = &jobs[n_ready];
 			n_ready++;
 		}
-		if (n_ready == 0)
+		if (n_ready == 0) {
+			session_done(d);
 			continue;
+		}
 		d->t->send(d, ready, n_ready);
+		session_done(d);
 		deliver_record_batch(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);
@@ -281,6 +321,25 @@ static void *deliver_thread(void *arg)
 	free(jobs);
 	free(qids);
 	return NULL;
+}
+
+/*
+ * count_nodes - the nodes alive on a shared store share upstream.rate:
+ * each node sends its part (deliver_rate.h). Between a node's start or
+ * end and the next count, the parts add up to a little more or less than
+ * the rate; a store that cannot be read keeps the last count.
+ */
+static void count_nodes(struct deliver *d)
+{
+	int n, err;
+
+	if (d->rate == NULL)
+		return;
+	if ((err = store_nodes_alive(d->st, &n)) != 0) {
+		msg_debug("delivery: nodes alive not counted: %s", store_strerror(err));
+		return;
+	}
+	deliver_rate_nodes(d->rate, n);
 }
 
 /* take_one - store_queue_take() callback: leased to this node, due now */
@@ -300,7 +359,7 @@ static void *take_thread(void *arg)
 {
 	struct deliver *d = arg;
 	size_t room, want = d->batch * d->n_threads;
-	int64_t now, renew_at = 0;
+	int64_t now, renew_at = 0, count_at = 0;
 	struct timespec ts;
 	int err;
 
@@ -323,6 +382,10 @@ static void *take_thread(void *arg)
 			if ((err = store_lease_renew(d->st, now)) != 0)
 				msg_debug("delivery: leases not renewed: %s", store_strerror(err));
 			renew_at = now + d->lease / 3;
+		}
+		if (now >= count_at) {
+			count_nodes(d);
+			count_at = now + DELIVER_NODES_EVERY;
 		}
 		if (room > 0 && (err = store_queue_take(d->st, now, room, take_one, d)) != 0)
 			msg_debug("delivery: nothing taken from the shared queue: %s",
@@ -366,11 +429,16 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->n_threads = t->one_thread || c->upstream.connections <= 0 ? 1
 	    : (size_t) c->upstream.connections;
 	d->batch = t->batch;
+	if (t->limited)
+		d->rate = deliver_rate_new((int) d->n_threads, c->upstream.rate,
+					   c->upstream.recipient_rate);
 	if ((err = store_queue_list(st, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));
 	msg_info("delivery: %zu queued, %zu thread%s, %s %s", dq_count(&d->q), d->n_threads,
 		 d->n_threads == 1 ? "" : "s", t->name,
 		 c->upstream.maildir ? c->upstream.maildir : c->upstream.hosts[0].host);
+	if (d->shared)
+		count_nodes(d);		/* before the first session */
 	d->threads = xcalloc(d->n_threads, sizeof(*d->threads));
 	for (i = 0; i < d->n_threads; i++)
 		if ((err = pthread_create(&d->threads[i], NULL, deliver_thread, d)) != 0)
@@ -397,6 +465,8 @@ void deliver_flush(struct deliver *d)
 		return;
 	if (d->shared && (err = store_queue_due(d->st, NULL, clock_us())) != 0)
 		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
+	if (d->rate)
+		deliver_rate_unpause(d->rate);	/* now means now, throttled or not */
 	pthread_mutex_lock(&d->lock);
 	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);
@@ -486,6 +556,7 @@ void deliver_stop(struct deliver *d)
 	if (d->shared)
 		pthread_join(d->taker, NULL);
 	free(d->threads);
+	deliver_rate_free(d->rate);
 	close(d->stopping_fd);
 	dq_free(&d->q);
 	pthread_cond_destroy(&d->wake);

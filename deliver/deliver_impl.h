@@ -25,6 +25,7 @@
 #include "deliver.h"
 #include "deliver_policy.h"
 #include "deliver_queue.h"
+#include "deliver_rate.h"
 
 #define US			1000000LL
 
@@ -53,6 +54,7 @@ struct deliver {
 	pthread_t *threads;		/* owned */
 	size_t n_threads;
 	size_t batch;			/* messages per upstream session */
+	struct deliver_rate *rate;	/* owned; NULL: a transport with no limits (Maildir) */
 };
 
 /* one recipient's result of this attempt */
@@ -78,6 +80,8 @@ struct deliver_job {
 					 * mark may be durable all the same (an unknown
 					 * outcome, then a refused retry): job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
+	int postponed;			/* throttled before anything of it was delivered:
+					 * deferred to the pause's end, no attempt charged */
 };
 
 /*
@@ -146,6 +150,7 @@ struct conf_retry deliver_retry_settings(struct deliver *d);
 struct deliver_transport {
 	const char *name;		/* "maildir", "upstream": the start's log line */
 	int one_thread;			/* one delivery thread, not upstream.connections */
+	int limited;			/* upstream.rate and throttling feedback apply */
 	size_t batch;			/* messages per batch at most */
 	void (*send)(struct deliver *d, struct deliver_job **jobs, size_t n);
 };

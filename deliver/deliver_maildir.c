@@ -204,4 +204,6 @@ static void maildir_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 		maildir_one(d, jobs[i]);
 }
 
-const struct deliver_transport deliver_maildir = { "maildir", 1, 16, maildir_send };
+const struct deliver_transport deliver_maildir = {
+	.name = "maildir", .one_thread = 1, .batch = 16, .send = maildir_send
+};

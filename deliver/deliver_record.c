@@ -8,7 +8,9 @@
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null;
  *	then the recipients' states, attempt counts and next_attempt are
- *	written and the inflight mark cleared. When no recipient is left
+ *	written and the inflight mark cleared. A job postponed by the
+ *	upstream's throttling (deliver_rate.h) is not charged an attempt:
+ *	its count stays, and it is due when the upstream's pause ends. When no recipient is left
  *	queued the message leaves the spool. A message whose final dot was
  *	answered is decided at once (deliver_replied) and written in the
  *	same group commit as the next message's inflight mark, which the
@@ -277,7 +279,8 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 				log_result(j, i, "bounced", "", now);
 				break;
 			}
-			log_result(j, i, "deferred", "", now);
+			log_result(j, i, "deferred", j->postponed ?
+				   "delivery temporarily suspended: " : "", now);
 			queued = 1;
 			break;
 		}
@@ -292,7 +295,11 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 		job_bounce(d, j, bounced, n_bounced, now);
 
 	m->inflight = 0;
-	if (queued) {
+	if (queued && j->postponed) {
+		next = d->rate ? deliver_rate_paused_until(d->rate) : 0;
+		m->next_attempt = next > now ? next : now;
+		next = m->next_attempt;
+	} else if (queued) {
 		m->attempts++;
 		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
 		next = m->next_attempt;

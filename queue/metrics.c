@@ -20,6 +20,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,6 +39,10 @@
 #define METRICS_BACKLOG	64
 
 static _Atomic uint64_t counters[METRICS_N_COUNTERS];
+
+/* the upstream's state: several fields that go together, so a lock */
+static pthread_mutex_t upstream_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct metrics_upstream upstream;
 
 struct histogram {
 	const char *name, *help;
@@ -175,12 +180,24 @@ const char *metrics_name(enum metrics_counter c)
 	return counter_info[c].name;
 }
 
+/* metrics_upstream_set - the upstream's limits and throttling now */
+void metrics_upstream_set(const struct metrics_upstream *u)
+{
+	pthread_mutex_lock(&upstream_lock);
+	upstream = *u;
+	upstream.on = 1;
+	pthread_mutex_unlock(&upstream_lock);
+}
+
 /* metrics_snapshot - copy every counter and histogram */
 void metrics_snapshot(struct metrics_snapshot *s)
 {
 	size_t i, h;
 
 	memset(s, 0, sizeof(*s));
+	pthread_mutex_lock(&upstream_lock);
+	s->upstream = upstream;
+	pthread_mutex_unlock(&upstream_lock);
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		s->counters[i] = atomic_load_explicit(&counters[i], memory_order_relaxed);
 	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
@@ -199,6 +216,9 @@ void metrics_reset(void)
 
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		atomic_store(&counters[i], 0);
+	pthread_mutex_lock(&upstream_lock);
+	memset(&upstream, 0, sizeof(upstream));
+	pthread_mutex_unlock(&upstream_lock);
 	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
 		for (i = 0; i < METRICS_MAX_BUCKETS; i++)
 			atomic_store(&hists[h].buckets[i], 0);
@@ -270,6 +290,22 @@ static void gauge(struct buf *out, const char *name, const char *help, double v)
 	buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
 }
 
+/* render_upstream - the upstream's limits and throttling */
+static void render_upstream(struct buf *out, const struct metrics_upstream *u)
+{
+	gauge(out, "idemrelay_upstream_rate", "Messages a second this node may send upstream"
+	      " now (0: no limit).", u->rate);
+	gauge(out, "idemrelay_upstream_concurrency", "Upstream sessions allowed now.",
+	      u->concurrency);
+	gauge(out, "idemrelay_upstream_sessions", "Upstream sessions running.", u->active);
+	gauge(out, "idemrelay_upstream_throttled", "1 while the upstream's throttling replies"
+	      " keep its concurrency and rate down.", u->throttled);
+	gauge(out, "idemrelay_upstream_nodes", "Nodes alive sharing upstream.rate.", u->nodes);
+	buf_printf(out, "# HELP idemrelay_upstream_throttled_total Throttling episodes since"
+		   " start.\n# TYPE idemrelay_upstream_throttled_total counter\n"
+		   "idemrelay_upstream_throttled_total %llu\n", (unsigned long long) u->episodes);
+}
+
 /* metrics_render - the Prometheus text exposition (format 0.0.4) */
 void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		    const struct metrics_gauges *g)
@@ -289,6 +325,8 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 			   counter_info[i].label, (unsigned long long) s->counters[i]);
 	for (i = 0; i < METRICS_N_HISTOGRAMS; i++)
 		render_histogram(out, &hists[i], s, i);
+	if (s->upstream.on)
+		render_upstream(out, &s->upstream);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
 	if (g->shared)

@@ -56,8 +56,20 @@ enum metrics_histogram {
 
 #define METRICS_MAX_BUCKETS	16
 
+/* the upstream's limits and throttling now (deliver/deliver_rate.c) */
+struct metrics_upstream {
+	int on;				/* delivery upstream runs (not a Maildir) */
+	double rate;			/* messages a second allowed now; 0: no limit */
+	int concurrency;		/* sessions allowed now */
+	int active;			/* sessions running */
+	int throttled;			/* throttling feedback in force */
+	int nodes;			/* nodes alive sharing upstream.rate */
+	uint64_t episodes;		/* throttling episodes since start */
+};
+
 struct metrics_snapshot {
 	uint64_t counters[METRICS_N_COUNTERS];
+	struct metrics_upstream upstream;
 	struct {
 		uint64_t buckets[METRICS_MAX_BUCKETS];	/* not cumulative; last is +Inf */
 		uint64_t count, sum;			/* sum in the histogram's unit */
@@ -86,6 +98,9 @@ void metrics_observe(enum metrics_histogram h, int64_t v);
 void metrics_answered(int outcome, int shadow_hit, int64_t latency_us);
 /* metrics_delivered - deliver/deliver_record.c: one recipient's logged status ("sent", "deferred", ...) */
 void metrics_delivered(const char *status, int64_t since_accept_us);
+
+/* metrics_upstream_set - deliver/deliver_rate.c: the upstream's state changed */
+void metrics_upstream_set(const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
 void metrics_reset(void);			/* tests */

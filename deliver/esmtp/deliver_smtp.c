@@ -169,6 +169,47 @@ static void xsess_ehlo_line(struct xsess *xs, const char *buf, int len)
 }
 
 /*
+ * xsess_pace - upstream.rate and upstream.recipient_rate: each MAIL and
+ * RCPT command about to be written waits for its token (deliver_rate.h);
+ * nothing waits once the session is being cut
+ */
+static void xsess_pace(struct xsess *xs, const char *buf, int len)
+{
+	const char *p = buf, *end = buf + len, *nl;
+
+	for (; p < end && !xs->throttled && !xs->guard.cut; p = nl + 1) {
+		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
+			nl = end;
+		if (nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0)
+			deliver_rate_mail(xs->d->rate);
+		else if (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0)
+			deliver_rate_rcpt(xs->d->rate);
+	}
+}
+
+/*
+ * xsess_throttle - the server's reply line asks us to slow down: the
+ * upstream's limits come down and it pauses (deliver_rate.h), and this
+ * session ends before libesmtp writes anything more, unless a final dot
+ * awaits its reply (a cut then would make that message ambiguous): the
+ * rest of the batch waits for the pause's end (smtp_send)
+ */
+static void xsess_throttle(struct xsess *xs, const char *line)
+{
+	size_t i;
+
+	if (xs->throttled)
+		return;
+	xs->throttled = 1;
+	snprintf(xs->throttle, sizeof(xs->throttle), "%s", line);
+	deliver_rate_throttled(xs->d->rate, xs->relay, line);
+	for (i = 0; i < xs->n; i++)
+		if (xs->msgs[i].state == XMSG_MARKED)
+			return;
+	deliver_bridge_cut(xs->bridge);
+}
+
+/*
  * xsess_monitor - everything libesmtp reads, and each command before it is
  * written: the guard (deliver_auth.h), the server's last line (for error
  * text), the debug trace (without AUTH secrets)
@@ -189,6 +230,10 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
 		xsess_cut(xs);
 	}
+	if (writing == SMTP_CB_WRITING && xs->d->rate)
+		xsess_pace(xs, buf, buflen);
+	if (writing == SMTP_CB_WRITING)
+		xs->wrote = 1;
 	if (writing == SMTP_CB_WRITING && buflen >= 5 && strncasecmp(buf, "EHLO ", 5) == 0)
 		xs->in_ehlo = 1;
 	else if (writing == SMTP_CB_READING && xs->in_ehlo)
@@ -199,9 +244,12 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		for (start = end; start > 0 && buf[start - 1] != '\n'; start--)
 			continue;
 		/* the last line the server sent, not one the bridge answered for it */
-		if (end > start && !deliver_gate_ours_line(buf + start, (size_t) (end - start)))
+		if (end > start && !deliver_gate_ours_line(buf + start, (size_t) (end - start))) {
 			snprintf(xs->last_reply, sizeof(xs->last_reply), "%.*s", end - start,
 				 buf + start);
+			if (xs->d->rate && deliver_rate_reply_throttles(xs->last_reply, !xs->wrote))
+				xsess_throttle(xs, xs->last_reply);
+		}
 	}
 	deliver_auth_guard_trace(&xs->guard, xs->relay[0] ? xs->relay : "-", buf,
 				 (size_t) buflen, writing == SMTP_CB_READING);
@@ -401,7 +449,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	xs->ended[0] = 0;
 	xs->timed_out = 0;
 	xs->dots = 0;
-	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = 0;
+	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = xs->wrote = 0;
 	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
 	(void) deliver_smtp_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
@@ -489,7 +537,8 @@ static int xsess_run(struct xsess *xs)
 			smtp_strerror(smtp_errno(), err, sizeof(err));
 			if (xs->stood_in && xs->ended[0])	/* libesmtp saw no error: the bridge did */
 				snprintf(err, sizeof(err), "%s", xs->ended);
-			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0) {
+			/* throttled: the upstream's other addresses would say the same */
+			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0 || xs->throttled) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 c->upstream.hosts[h].host);
@@ -511,6 +560,32 @@ static int xsess_run(struct xsess *xs)
 	}
 	xs->relay[0] = 0;
 	return -1;
+}
+
+/*
+ * xsess_postpone - the upstream throttled the session: a job none of
+ * whose recipients was delivered, refused for good or left ambiguous
+ * waits for the pause's end, not charged an attempt (deliver_record.c);
+ * the reply was about the rate, not the message, whichever message's
+ * command it answered
+ */
+static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n)
+{
+	char why[DELIVER_REPLY_MAX], dsn[DELIVER_DSN_SIZE];
+	size_t i, k;
+
+	snprintf(why, sizeof(why), "host %s said: %s", xs->relay, xs->throttle);
+	(void) deliver_dsn_code(dsn, xs->throttle);
+
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < jobs[i]->m.n_rcpts; k++)
+			if (jobs[i]->res[k].attempted && jobs[i]->res[k].outcome != DELIVER_DEFERRED)
+				break;
+		if (k < jobs[i]->m.n_rcpts || jobs[i]->decided)
+			continue;
+		jobs[i]->postponed = 1;
+		deliver_set_all(jobs[i], DELIVER_DEFERRED, dsn, why);
+	}
 }
 
 /* smtp_send - deliver a batch over one upstream connection */
@@ -535,6 +610,14 @@ static void smtp_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 				snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
 				deliver_set_all(jobs[i], DELIVER_DEFERRED, xs.why_dsn, xs.why);
 			}
+			xsess_free(&xs);
+			break;
+		}
+		if (xs.throttled) {
+			for (i = 0; i < n; i++)
+				if (!xs.msgs[i].collected)
+					deliver_smtp_msg_collect(&xs.msgs[i]);
+			xsess_postpone(&xs, jobs, n);
 			xsess_free(&xs);
 			break;
 		}
@@ -563,4 +646,6 @@ static void smtp_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 }
 
 /* 50 messages a connection: the batch's outcomes share a transaction */
-const struct deliver_transport deliver_esmtp = { "upstream", 0, 50, smtp_send };
+const struct deliver_transport deliver_esmtp = {
+	.name = "upstream", .limited = 1, .batch = 50, .send = smtp_send
+};

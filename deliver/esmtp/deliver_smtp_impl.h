@@ -63,6 +63,7 @@ struct xsess {
 	unsigned char *utf8_want;	/* owned, per message: declared SMTPUTF8 */
 	int utf8_needed;		/* some message needs SMTPUTF8 (deliver_smtp_msg.c) */
 	int in_ehlo;			/* libesmtp wrote EHLO, its reply is being read */
+	int wrote;			/* libesmtp wrote a command: the greeting is read */
 	int utf8_seen;			/* that reply listed SMTPUTF8 */
 	int no_utf8;			/* it did not, and utf8_needed: bridge cut */
 	int connected;			/* a session ran with relay below */
@@ -76,6 +77,8 @@ struct xsess {
 	char ended[256];		/* how the bridge saw the upstream end; "" if not */
 	int timed_out;			/* the bridge's reply deadline passed */
 	int stood_in;			/* the bridge answered for a server gone (deliver_gate.h) */
+	int throttled;			/* the server asked us to slow down (deliver_rate.h) */
+	char throttle[256];		/* ... in this reply line */
 
 	/* upstream TLS and AUTH (tls/tls_client.h, deliver_auth.h) */
 	SSL_CTX *tls_ctx;		/* owned; NULL with upstream.tls = "none" */

@@ -424,7 +424,14 @@ size_t deliver_smtp_utf8_bounce(struct deliver_job **jobs, size_t n, const char 
  */
 void deliver_smtp_msg_settle(struct xmsg *x)
 {
+	size_t i;
+
 	deliver_smtp_msg_collect(x);
 	x->collected = 1;
+	for (i = 0; x->xs->d->rate && i < x->job->m.n_rcpts; i++)
+		if (x->job->res[i].attempted && x->job->res[i].outcome == DELIVER_SENT) {
+			deliver_rate_sent(x->xs->d->rate);	/* the rate the upstream takes */
+			break;
+		}
 	deliver_replied(x->xs->d, x->job);
 }

@@ -106,6 +106,12 @@ FAULTS
     that what reset-after-N leaves unread stays unacknowledged in the
     client's send queue.
 
+    "rate": N allows N messages a second, as a provider's sending limit
+    does: a token bucket of N tokens refilled at N a second, one taken by
+    each MAIL; a MAIL that finds none is refused with "rate_reply"
+    (default "421 4.7.0 sink: too many messages, slow down"; a 421
+    closes the connection) and counted as a "throttled" event.
+
     "pipelining": false leaves PIPELINING out of the EHLO reply.
     "reset_after_reply": N resets a connection (SO_LINGER 0) right after
     it has written its N-th reply (1: the greeting, 2: the reply to EHLO);
@@ -198,6 +204,8 @@ class Sink:
         self.listener = None    # the listening socket, once serving
         self.rcvbuf = None      # the SO_RCVBUF set on it
         self.resets = 0         # reset_after_reply resets since the control file changed
+        self.tokens = None      # "rate": the bucket's tokens, and when they were counted
+        self.tokens_at = 0.0
 
     def reload_control(self):
         """reload_control - re-read the control file if it changed"""
@@ -246,6 +254,22 @@ class Sink:
             return None
         self.resets += 1
         return int(n)
+
+    def rate_allows(self):
+        """rate_allows - take a token of the control's "rate" bucket; False if none"""
+        rate = self.control.get("rate")
+        if not rate:
+            return True
+        now = time.monotonic()
+        if self.tokens is None:
+            self.tokens = float(rate)
+        else:
+            self.tokens = min(float(rate), self.tokens + (now - self.tokens_at) * rate)
+        self.tokens_at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
 
     def fault_for(self, addr):
         """fault_for - the fault spec that applies to a recipient, or None"""
@@ -617,6 +641,14 @@ class Conn:
         p = parse_path(arg, "FROM:")
         if p is None:
             await self.reply("501 5.5.4 syntax: MAIL FROM:<address>")
+            return
+        if not self.sink.rate_allows():
+            reply = self.sink.control.get("rate_reply",
+                                          "421 4.7.0 sink: too many messages, slow down")
+            self.sink.event(ev="throttled", conn=self.id, mail_from=p[0])
+            await self.reply(reply)
+            if reply.startswith("421"):
+                self.close("rate 421")
             return
         self.tx = {"from": p[0], "params": p[1], "rcpts": [], "faults": []}
         self.reset_tx, self.tx_replies = self.sink.sender_reset(p[0]), 0

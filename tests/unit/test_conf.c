@@ -125,7 +125,7 @@ static const char full_conf[] =
 	"  hosts = [ \"a.example:587\", \"b.example\", \"[2001:db8::1]:2525\", \"2001:db8::2\" ];\n"
 	"  port = 587; tls = \"starttls\"; tls_verify = false;\n"
 	"  user = \"u\"; password = \"p w\"; connections = 8; timeout = 90;\n"
-	"  ambiguous = \"retry\";\n"
+	"  ambiguous = \"retry\"; rate = 14; recipient_rate = 50;\n"
 	"};\n"
 	"retry = { first = \"30s\"; max = \"2h\"; give_up = \"3d\"; };\n"
 	"limits = { message_size = 1048576; recipients = 50; connections = 10;\n"
@@ -184,6 +184,8 @@ static void test_full(void **state)
 	assert_string_equal(c.upstream.user, "u");
 	assert_string_equal(c.upstream.password, "p w");
 	assert_int_equal(c.upstream.connections, 8);
+	assert_int_equal(c.upstream.rate, 14);
+	assert_int_equal(c.upstream.recipient_rate, 50);
 	assert_int_equal(c.upstream.timeout, 90);
 	assert_true(c.upstream.ambiguous_retry);
 	assert_int_equal(c.retry.first, 30);
@@ -242,6 +244,8 @@ static void test_defaults(void **state)
 	assert_true(c.upstream.tls_verify);
 	assert_null(c.upstream.user);
 	assert_int_equal(c.upstream.connections, 4);
+	assert_int_equal(c.upstream.rate, 0);
+	assert_int_equal(c.upstream.recipient_rate, 0);
 	assert_int_equal(c.upstream.timeout, 300);
 	assert_false(c.upstream.ambiguous_retry);
 	assert_int_equal(c.retry.first, 60);
@@ -457,6 +461,12 @@ static const struct {
 	 "%s:2: upstream.user: requires tls = \"starttls\" or \"implicit\""},
 	{"upstream port alone", "upstream = { maildir = \"m\"; port = 25; };\n",
 	 "%s:1: upstream.port: only with host or hosts"},
+	{"upstream rate into a Maildir", "upstream = { maildir = \"m\"; rate = 14; };\n",
+	 "%s:1: upstream.rate: only with host or hosts"},
+	{"upstream rate negative", "upstream = { host = \"h\"; recipient_rate = -1; };\n",
+	 "%s:1: upstream.recipient_rate: -1 out of range 0..1000000"},
+	{"upstream rate not a number", "upstream = { host = \"h\"; rate = \"14/s\"; };\n",
+	 "%s:1: upstream.rate: "},
 	{"upstream bad hostport", "upstream = { hosts = [ \"a:0\" ]; };\n",
 	 "%s:1: upstream.hosts[0]: bad host[:port] \"a:0\""},
 	{"upstream user only", "upstream = { host = \"h\"; user = \"u\"; };\n",
@@ -691,6 +701,11 @@ static void test_restart_changed(void **state)
 		 "auth = { users = \"/u\"; cache_ttl = \"1h\"; };",
 		 "tls = { cert = \"/c\"; key = \"/k\"; };\nauth = { users = \"/u\"; cache_ttl = \"2h\"; };",
 		 ""},
+		{"upstream.rate and recipient_rate: SIGHUP applies them",
+		 "upstream = { host = \"a\"; rate = 14; };",
+		 "upstream = { host = \"a\"; rate = 20; recipient_rate = 50; };", ""},
+		{"upstream.rate with another upstream setting", "upstream = { host = \"a\"; };",
+		 "upstream = { host = \"a\"; rate = 20; connections = 8; };", "upstream,"},
 		{"several", "upstream = { host = \"a\"; };", "hostname = \"x.test\";\n"
 		 "upstream = { host = \"b\"; };\nlisten = ( { address = \"127.0.0.1\"; port = 2600; } );",
 		 "hostname,listen,upstream,"},

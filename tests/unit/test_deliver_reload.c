@@ -46,7 +46,9 @@ static void defer_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 	}
 }
 
-static const struct deliver_transport defer_transport = { "test", 0, 5, defer_send };
+static const struct deliver_transport defer_transport = {
+	.name = "test", .batch = 5, .send = defer_send
+};
 
 /* seen_now - how many jobs the transport was given */
 static size_t seen_now(void)

@@ -1,0 +1,408 @@
+/*
+ * NAME
+ *	deliver_rate 3
+ * SUMMARY
+ *	upstream rate and concurrency limits, throttling feedback
+ * DESCRIPTION
+ *	See deliver_rate.h. The bucket is GCRA with a burst of one: tat is
+ *	when the next token is free; taking one moves it on by 1/rate, and
+ *	a taker that comes before tat waits until then. Several connections
+ *	taking at once each get their own, later, slot.
+ *
+ *	The feedback's "rate seen" is the upstream's: deliveries in the
+ *	second before the refusal, from a ring of the last DELIVER_FB_SEEN
+ *	delivery times (a full ring inside the second: that many over its
+ *	span). Setting the rate a little under it keeps the next second
+ *	under a limit of "N a second" that the refusal revealed.
+ * DIAGNOSTICS
+ *	upstream RELAY: throttling: REPLY; concurrency C, rate R/s, deliveries paused for S s
+ *	upstream: throttling ended: concurrency C, rate R/s
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "../queue/metrics.h"
+#include "../util/buf.h"
+#include "../util/clock.h"
+#include "../util/log.h"
+#include "deliver_rate.h"
+
+#define US		1000000LL
+#define FB_PAUSE	(1 * US)	/* the first episode's pause */
+#define FB_PAUSE_MAX	(60 * US)	/* the longest pause */
+#define FB_STEP		(1 * US)	/* a recovery step this often */
+#define FB_CUT		0.8		/* the rate after a refusal, of the rate seen */
+#define FB_RAISE	1.25		/* a recovery step's rate */
+#define FB_RATE_MIN	0.1		/* messages a second, at least */
+#define BUCKET_AHEAD	(60 * US)	/* a slot further ahead is a clock step: reset */
+
+/* deliver_bucket_take - the next token's slot, and the wait for it */
+int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now)
+{
+	int64_t wait;
+
+	if (b->rate <= 0)
+		return 0;
+	if (b->tat < now || b->tat > now + BUCKET_AHEAD)
+		b->tat = now;
+	wait = b->tat - now;
+	b->tat += (int64_t) ((double) US / b->rate);
+	return wait;
+}
+
+/* deliver_feedback_init - no throttling, the limits configured */
+void deliver_feedback_init(struct deliver_feedback *fb, int conc_max, double rate_max)
+{
+	memset(fb, 0, sizeof(*fb));
+	fb->conc_max = fb->conc = conc_max > 0 ? conc_max : 1;
+	fb->rate_max = fb->rate = rate_max > 0 ? rate_max : 0;
+}
+
+/* deliver_feedback_limits - new limits; a throttled state keeps below them */
+void deliver_feedback_limits(struct deliver_feedback *fb, int conc_max, double rate_max)
+{
+	fb->conc_max = conc_max > 0 ? conc_max : 1;
+	fb->rate_max = rate_max > 0 ? rate_max : 0;
+	if (!fb->throttled) {
+		fb->conc = fb->conc_max;
+		fb->rate = fb->rate_max;
+		return;
+	}
+	if (fb->conc > fb->conc_max)
+		fb->conc = fb->conc_max;
+	if (fb->rate_max > 0 && (fb->rate == 0 || fb->rate > fb->rate_max))
+		fb->rate = fb->rate_max;
+}
+
+/* deliver_feedback_sent - note a delivery */
+void deliver_feedback_sent(struct deliver_feedback *fb, int64_t now)
+{
+	fb->seen[fb->n_seen++ % DELIVER_FB_SEEN] = now;
+}
+
+/* deliver_feedback_seen - deliveries a second in the second up to now */
+double deliver_feedback_seen(const struct deliver_feedback *fb, int64_t now)
+{
+	unsigned n = fb->n_seen < DELIVER_FB_SEEN ? fb->n_seen : DELIVER_FB_SEEN, k;
+	int64_t oldest;
+
+	for (k = 0; k < n; k++)
+		if (now - fb->seen[(fb->n_seen - 1 - k) % DELIVER_FB_SEEN] >= US)
+			return (double) k;
+	if (n < DELIVER_FB_SEEN)
+		return (double) n;
+	oldest = fb->seen[fb->n_seen % DELIVER_FB_SEEN];
+	return now > oldest ? (double) n * US / (double) (now - oldest) : (double) n;
+}
+
+/* deliver_feedback_throttle - a throttling reply at now */
+int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now)
+{
+	int started = !fb->throttled, shift;
+	double base = fb->rate, seen = deliver_feedback_seen(fb, now);
+	int64_t pause;
+
+	if (fb->throttled && now < fb->pause_until)
+		return 0;		/* the same episode: sessions that were in flight */
+	fb->conc = fb->conc > 1 ? fb->conc / 2 : 1;
+	if (seen > 0 && (base == 0 || seen < base))
+		base = seen;
+	if (base > 0) {
+		fb->rate = base * FB_CUT > FB_RATE_MIN ? base * FB_CUT : FB_RATE_MIN;
+		fb->lift = fb->rate * 2;
+	}
+	shift = fb->episodes < 6 ? fb->episodes : 6;
+	pause = FB_PAUSE << shift;
+	fb->pause_until = now + (pause < FB_PAUSE_MAX ? pause : FB_PAUSE_MAX);
+	fb->step_at = fb->pause_until + FB_STEP;
+	fb->episodes++;
+	fb->throttled = 1;
+	return started;
+}
+
+/* deliver_feedback_tick - one recovery step a second after the pause */
+int deliver_feedback_tick(struct deliver_feedback *fb, int64_t now)
+{
+	if (!fb->throttled || now < fb->step_at)
+		return 0;
+	fb->step_at = now + FB_STEP;
+	if (fb->conc < fb->conc_max)
+		fb->conc++;
+	if (fb->rate > 0) {
+		fb->rate *= FB_RAISE;
+		if (fb->rate_max > 0 && fb->rate >= fb->rate_max)
+			fb->rate = fb->rate_max;
+		else if (fb->rate_max == 0 && fb->rate >= fb->lift)
+			fb->rate = 0;
+	}
+	if (fb->conc < fb->conc_max || fb->rate != fb->rate_max)
+		return 0;
+	fb->throttled = 0;
+	fb->episodes = 0;
+	return 1;
+}
+
+/* has_word - a word of s starts with w (any case): "rate" in "rate-limited", not "generated" */
+static int has_word(const char *s, const char *w)
+{
+	size_t n = strlen(w);
+	const char *p;
+
+	for (p = s; *p; p++)
+		if ((p == s || !isalpha((unsigned char) p[-1])) && strncasecmp(p, w, n) == 0)
+			return 1;
+	return 0;
+}
+
+/* deliver_rate_reply_throttles - a reply asking to slow down */
+int deliver_rate_reply_throttles(const char *line, int greeting)
+{
+	const char *text;
+
+	if (strlen(line) < 3 || line[0] != '4' || !isdigit((unsigned char) line[1])
+	    || !isdigit((unsigned char) line[2]) || (line[3] != 0 && line[3] != ' '
+						       && line[3] != '-'))
+		return 0;
+	if (greeting && strncmp(line, "421", 3) == 0)
+		return 1;
+	text = line[3] ? line + 4 : line + 3;
+	if ((strncmp(text, "4.7.0", 5) == 0 && (text[5] == ' ' || text[5] == 0))
+	    || (strncmp(text, "4.7.28", 6) == 0 && (text[6] == ' ' || text[6] == 0)))
+		return 1;
+	return has_word(text, "rate") || has_word(text, "too many") || has_word(text, "throttl");
+}
+
+/* share - a limit over the nodes alive */
+static double share(int limit, int nodes)
+{
+	return limit > 0 ? (double) limit / (nodes > 0 ? nodes : 1) : 0;
+}
+
+/* publish - the state to /metrics (lock held) */
+static void publish(struct deliver_rate *r)
+{
+	struct metrics_upstream u;
+
+	u.rate = r->fb.rate;
+	u.concurrency = r->fb.conc;
+	u.active = r->active;
+	u.throttled = r->fb.throttled;
+	u.nodes = r->nodes;
+	u.episodes = r->episodes;
+	metrics_upstream_set(&u);
+}
+
+/* apply - the buckets' rates after a change of the feedback (lock held) */
+static void apply(struct deliver_rate *r)
+{
+	double rcpt = share(r->rcpt_rate, r->nodes);
+
+	r->msgs.rate = r->fb.rate;
+	/* recipients slow down with the messages */
+	if (rcpt > 0 && r->fb.rate_max > 0 && r->fb.rate > 0)
+		rcpt *= r->fb.rate / r->fb.rate_max;
+	r->rcpts.rate = rcpt;
+	publish(r);
+}
+
+/* tick - recover as time goes; say when throttling ends (lock held) */
+static void tick(struct deliver_rate *r, int64_t now)
+{
+	if (!deliver_feedback_tick(&r->fb, now)) {
+		if (r->fb.throttled)
+			apply(r);
+		return;
+	}
+	apply(r);
+	if (r->fb.rate > 0)
+		msg_info("upstream: throttling ended: concurrency %d, rate %.1f/s", r->fb.conc,
+			 r->fb.rate);
+	else
+		msg_info("upstream: throttling ended: concurrency %d, no rate limit", r->fb.conc);
+}
+
+/* deliver_rate_new - the configured limits */
+struct deliver_rate *deliver_rate_new(int conns, int rate, int rcpt_rate)
+{
+	struct deliver_rate *r = xcalloc(1, sizeof(*r));
+
+	pthread_mutex_init(&r->lock, NULL);
+	r->nodes = 1;
+	r->conns = conns;
+	r->rate = rate;
+	r->rcpt_rate = rcpt_rate;
+	deliver_feedback_init(&r->fb, conns, share(rate, 1));
+	pthread_mutex_lock(&r->lock);
+	apply(r);
+	pthread_mutex_unlock(&r->lock);
+	return r;
+}
+
+/* deliver_rate_free - NULL-safe */
+void deliver_rate_free(struct deliver_rate *r)
+{
+	if (r == NULL)
+		return;
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+/* deliver_rate_configure - new settings */
+void deliver_rate_configure(struct deliver_rate *r, int conns, int rate, int rcpt_rate)
+{
+	pthread_mutex_lock(&r->lock);
+	r->conns = conns;
+	r->rate = rate;
+	r->rcpt_rate = rcpt_rate;
+	deliver_feedback_limits(&r->fb, conns, share(rate, r->nodes));
+	apply(r);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* deliver_rate_nodes - the nodes alive share the limits */
+void deliver_rate_nodes(struct deliver_rate *r, int n)
+{
+	pthread_mutex_lock(&r->lock);
+	if (n < 1)
+		n = 1;
+	if (n != r->nodes) {
+		msg_info("upstream: %d node%s alive share upstream.rate", n, n == 1 ? "" : "s");
+		r->nodes = n;
+		deliver_feedback_limits(&r->fb, r->conns, share(r->rate, n));
+		apply(r);
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* deliver_rate_admit - a session may start now, or when to ask again */
+int64_t deliver_rate_admit(struct deliver_rate *r, int64_t now)
+{
+	int64_t when = 0;
+
+	pthread_mutex_lock(&r->lock);
+	tick(r, now);
+	if (r->fb.throttled && now < r->fb.pause_until)
+		when = r->fb.pause_until;
+	else if (r->active >= r->fb.conc)
+		when = r->fb.throttled ? r->fb.step_at : -1;
+	else {
+		r->active++;
+		publish(r);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return when;
+}
+
+/* deliver_rate_recover - a recovery step if one is due: when the next is, 0 if none */
+int64_t deliver_rate_recover(struct deliver_rate *r, int64_t now)
+{
+	int64_t next;
+
+	pthread_mutex_lock(&r->lock);
+	tick(r, now);
+	next = r->fb.throttled ? r->fb.step_at : 0;
+	pthread_mutex_unlock(&r->lock);
+	return next;
+}
+
+/* deliver_rate_unpause - the operator asked for delivery now */
+void deliver_rate_unpause(struct deliver_rate *r)
+{
+	int64_t now = clock_us();
+
+	pthread_mutex_lock(&r->lock);
+	if (r->fb.throttled && r->fb.pause_until > now) {
+		r->fb.pause_until = now;
+		r->fb.step_at = now + FB_STEP;
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* deliver_rate_done - a session ended */
+void deliver_rate_done(struct deliver_rate *r)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->active > 0)
+		r->active--;
+	publish(r);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* take - sleep for a token of b */
+static void take(struct deliver_rate *r, struct deliver_bucket *b)
+{
+	struct timespec ts;
+	int64_t wait;
+
+	pthread_mutex_lock(&r->lock);
+	wait = deliver_bucket_take(b, clock_mono_us());
+	pthread_mutex_unlock(&r->lock);
+	if (wait <= 0)
+		return;
+	ts.tv_sec = (time_t) (wait / US);
+	ts.tv_nsec = (long) (wait % US) * 1000;
+	while (nanosleep(&ts, &ts) != 0)
+		continue;
+}
+
+/* deliver_rate_mail - a token for a MAIL */
+void deliver_rate_mail(struct deliver_rate *r)
+{
+	take(r, &r->msgs);
+}
+
+/* deliver_rate_rcpt - a token for a RCPT */
+void deliver_rate_rcpt(struct deliver_rate *r)
+{
+	take(r, &r->rcpts);
+}
+
+/* deliver_rate_sent - the upstream took a message */
+void deliver_rate_sent(struct deliver_rate *r)
+{
+	int64_t now = clock_us();
+
+	pthread_mutex_lock(&r->lock);
+	deliver_feedback_sent(&r->fb, now);
+	tick(r, now);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* deliver_rate_throttled - a throttling reply: slow down, pause; log the start once */
+void deliver_rate_throttled(struct deliver_rate *r, const char *relay, const char *line)
+{
+	int64_t now = clock_us(), before;
+	int started;
+
+	pthread_mutex_lock(&r->lock);
+	before = r->fb.pause_until;
+	started = deliver_feedback_throttle(&r->fb, now);
+	if (r->fb.pause_until != before) {
+		r->episodes++;
+		snprintf(r->why, sizeof(r->why), "%s", line);
+		apply(r);
+	}
+	if (started)
+		msg_info("upstream %s: throttling: %s; concurrency %d, rate %.1f/s,"
+			 " deliveries paused for %.0f s", relay, line, r->fb.conc, r->fb.rate,
+			 (double) (r->fb.pause_until - now) / US);
+	else if (r->fb.pause_until != before)
+		msg_debug("upstream %s: throttled again: %s; concurrency %d, rate %.1f/s",
+			  relay, line, r->fb.conc, r->fb.rate);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* deliver_rate_paused_until - when the pause ends; 0 if none */
+int64_t deliver_rate_paused_until(struct deliver_rate *r)
+{
+	int64_t until;
+
+	pthread_mutex_lock(&r->lock);
+	until = r->fb.throttled ? r->fb.pause_until : 0;
+	pthread_mutex_unlock(&r->lock);
+	return until;
+}

@@ -1,0 +1,145 @@
+/*
+ * NAME
+ *	deliver_rate 3h
+ * SUMMARY
+ *	an upstream's rate and concurrency limits, and its throttling feedback
+ * DESCRIPTION
+ *	upstream.rate and upstream.recipient_rate are token buckets shared by
+ *	the upstream's connections (struct deliver_bucket): each MAIL, and
+ *	each RCPT, takes a token before it is written, waiting for it if
+ *	need be. A bucket holds one token at most: messages go out evenly
+ *	spaced, never in a burst that a provider's own limit would refuse.
+ *	On a store shared by several nodes each node takes its share of the
+ *	limit: the rate divided by the nodes alive (deliver_rate_nodes()).
+ *
+ *	Throttling feedback (struct deliver_feedback), as Postfix's
+ *	concurrency feedback: a throttling reply (deliver_rate_reply_throttles())
+ *	halves the concurrency, sets the rate to 4/5 of what the upstream
+ *	took in the second before (or of the rate in force, if lower), and
+ *	pauses the upstream: no session starts, and the messages of the
+ *	session refused wait for the pause's end, none charged an attempt.
+ *	The pause is 1 s, doubled by every episode that follows before a
+ *	full recovery, 60 s at most. Refusals until the pause ends (other
+ *	connections' sessions in flight) belong to the same episode. Then
+ *	every second one connection more and a quarter more rate, until
+ *	upstream.connections and upstream.rate are back; without
+ *	upstream.rate, the rate learned is lifted once it has doubled.
+ *
+ *	The deliver_bucket and deliver_feedback functions are pure (the
+ *	time is an argument) for the unit tests; struct deliver_rate is
+ *	the one upstream's state the delivery threads share, under its lock.
+ */
+#ifndef DELIVER_DELIVER_RATE_H
+#define DELIVER_DELIVER_RATE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* a token bucket of one token (GCRA) */
+struct deliver_bucket {
+	double rate;			/* tokens a second; 0: no limit */
+	int64_t tat;			/* us: when the next token is free */
+};
+
+/* deliver_bucket_take - take the next token at now: us to wait for it (0: at once) */
+int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now);
+
+#define DELIVER_FB_SEEN		64	/* deliveries remembered for the rate seen */
+
+struct deliver_feedback {
+	int conc_max;			/* upstream.connections */
+	double rate_max;		/* this node's share of upstream.rate; 0: none */
+	int conc;			/* sessions allowed now */
+	double rate;			/* messages a second now; 0: no limit */
+	int throttled;
+	int episodes;			/* since the last full recovery */
+	int64_t pause_until;		/* us: no session starts before */
+	int64_t step_at;		/* us: the next recovery step */
+	double lift;			/* no rate_max: the rate learned is lifted here */
+	int64_t seen[DELIVER_FB_SEEN];	/* us: the last deliveries, a ring */
+	unsigned n_seen;		/* deliveries ever noted */
+};
+
+/* deliver_feedback_init - no throttling, the limits configured */
+void deliver_feedback_init(struct deliver_feedback *fb, int conc_max, double rate_max);
+
+/* deliver_feedback_limits - new limits (reload, nodes); a throttled state keeps below them */
+void deliver_feedback_limits(struct deliver_feedback *fb, int conc_max, double rate_max);
+
+/* deliver_feedback_sent - a message was delivered at now */
+void deliver_feedback_sent(struct deliver_feedback *fb, int64_t now);
+
+/* deliver_feedback_seen - messages a second delivered in the second up to now */
+double deliver_feedback_seen(const struct deliver_feedback *fb, int64_t now);
+
+/*
+ * deliver_feedback_throttle - a throttling reply at now: 1 if that starts
+ * throttling, 0 if throttled already (a new episode or the same one)
+ */
+int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now);
+
+/* deliver_feedback_tick - recover as time goes: 1 when throttling ends */
+int deliver_feedback_tick(struct deliver_feedback *fb, int64_t now);
+
+/*
+ * deliver_rate_reply_throttles - is this reply line ("421 4.7.0 ...") the
+ * upstream asking to slow down? A 421 greeting; any 4xx with 4.7.0 or
+ * 4.7.28, or a word starting "rate", "too many", "throttl" in its text.
+ */
+int deliver_rate_reply_throttles(const char *line, int greeting);
+
+/* one upstream's limits as the delivery threads share them */
+struct deliver_rate {
+	pthread_mutex_t lock;		/* protects everything below */
+	struct deliver_bucket msgs, rcpts;
+	struct deliver_feedback fb;
+	int conns;			/* upstream.connections */
+	int rate, rcpt_rate;		/* upstream.rate, upstream.recipient_rate; 0: none */
+	int nodes;			/* alive, sharing the limits; 1 at least */
+	int active;			/* sessions running */
+	uint64_t episodes;		/* throttling episodes since start */
+	char why[128];			/* the last throttling reply */
+};
+
+/* deliver_rate_new - the limits of upstream.connections, .rate, .recipient_rate */
+struct deliver_rate *deliver_rate_new(int conns, int rate, int rcpt_rate);
+void deliver_rate_free(struct deliver_rate *r);	/* NULL-safe */
+
+/* deliver_rate_configure - new settings (SIGHUP) */
+void deliver_rate_configure(struct deliver_rate *r, int conns, int rate, int rcpt_rate);
+
+/* deliver_rate_nodes - n nodes alive share the limits */
+void deliver_rate_nodes(struct deliver_rate *r, int n);
+
+/*
+ * deliver_rate_admit - may a session start at now? 0: yes, and it counts
+ * as running until deliver_rate_done(); else when to ask again (us,
+ * clock_us), or -1: when a running session ends
+ */
+int64_t deliver_rate_admit(struct deliver_rate *r, int64_t now);
+void deliver_rate_done(struct deliver_rate *r);
+
+/* deliver_rate_unpause - end a pause now (idemrelayctl flush); the limits stay down */
+void deliver_rate_unpause(struct deliver_rate *r);
+
+/*
+ * deliver_rate_recover - take a recovery step if one is due (also with
+ * nothing to send: time heals): when the next is (clock_us), 0 if the
+ * upstream is not throttled
+ */
+int64_t deliver_rate_recover(struct deliver_rate *r, int64_t now);
+
+/* deliver_rate_mail, _rcpt - sleep until a MAIL, a RCPT may be written */
+void deliver_rate_mail(struct deliver_rate *r);
+void deliver_rate_rcpt(struct deliver_rate *r);
+
+/* deliver_rate_sent - the upstream took a message */
+void deliver_rate_sent(struct deliver_rate *r);
+
+/* deliver_rate_throttled - the upstream answered line, a throttling reply */
+void deliver_rate_throttled(struct deliver_rate *r, const char *relay, const char *line);
+
+/* deliver_rate_paused_until - clock_us when the pause ends; 0 if none */
+int64_t deliver_rate_paused_until(struct deliver_rate *r);
+
+#endif

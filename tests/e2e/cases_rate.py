@@ -1,0 +1,153 @@
+"""Upstream rate limits and throttling feedback (issue 29 section 1).
+
+The sink plays a provider that takes N messages a second ("rate" in its
+control file: a token bucket of N, as providers meter it) and answers
+"421 4.7.0" to a MAIL beyond it, each refusal an event the test counts.
+
+With upstream.rate at the provider's limit the sink refuses nothing and the
+burst goes out at that rate, no faster: 100 messages at 20 a second take at
+least 4 s. Without it the throttling feedback keeps the refusals to a handful
+per episode, no message is charged an attempt for them (every deferral says
+"delivery temporarily suspended"), and every message arrives exactly once.
+On PostgreSQL two nodes share one upstream.rate.
+
+Timing is asserted only as bounds that a loaded machine cannot break: a
+lower bound that the limit itself imposes, and generous deadlines.
+"""
+
+import os
+import re
+import smtplib
+import threading
+import time
+
+from harness import PG_ONLY, case, check, eq, free_port, make_msg, submit_ok, wait_until
+from cases_ops import ctl_json, samples, scrape
+from cases_reload import hup, rewrite
+
+SUBJECT_RE = re.compile(rb"^Subject: (rate-\S+)\r$", re.M)
+LIMIT = 20              # the sink's messages a second
+BURST = 100             # messages submitted at once
+
+
+def rate_daemon(t, sink, upstream=None, node=None, metrics=None):
+    """rate_daemon - four upstream connections, a control socket, metrics if asked"""
+    conf = {"control": os.path.join(t.tmp, "ctl-%s.sock" % (node or "d")),
+            "upstream": dict({"connections": 4}, **(upstream or {}))}
+    if metrics:
+        conf["metrics"] = {"address": "127.0.0.1", "port": metrics}
+    return t.daemon(sink, conf, node=node)
+
+
+def burst(d, n, prefix):
+    """burst - n messages over one connection, as fast as the daemon takes them"""
+    s = smtplib.SMTP("127.0.0.1", d.port, timeout=30)
+    try:
+        s.ehlo("client.test")
+        return [submit_ok(d.port, "r@example.com",
+                          make_msg(key="%s-%d" % (prefix, i), subject="%s-%d" % (prefix, i)),
+                          smtp=s) for i in range(n)]
+    finally:
+        s.quit()
+
+
+def delivered_once(sink, want, timeout):
+    """delivered_once - wait for every subject of want at the sink; each exactly once.
+    Returns the records in arrival order."""
+    recs = sink.wait_count(len(want), timeout=timeout, what="%d messages" % len(want))
+    time.sleep(1)           # a copy more would show up now
+    recs = sink.accepted()
+    got = [SUBJECT_RE.search(r["data"]).group(1).decode() for r in recs]
+    eq(sorted(got), sorted(want), "subjects at the sink, each once")
+    return recs
+
+
+def upstream_stats(d):
+    """upstream_stats - idemrelayctl --json stats: the daemon's upstream object"""
+    u = ctl_json(d, "stats", conf=d.conf_path)["daemon"].get("upstream")
+    check(u is not None, "stats: no upstream object")
+    return u
+
+
+@case(timeout=120)
+def test_rate_limit_no_refusals(t):
+    """upstream.rate = the provider's limit: no refusal, the whole burst at that rate"""
+    sink = t.sink(rate=LIMIT)
+    port = free_port()
+    d = rate_daemon(t, sink, {"rate": LIMIT}, metrics=port)
+    u = upstream_stats(d)
+    eq((u["rate"], u["concurrency"], u["throttled"]), (LIMIT, 4, False), "stats before")
+    want = ["rate-on-%d" % i for i in range(BURST)]
+    burst(d, BURST, "rate-on")
+    recs = delivered_once(sink, want, timeout=90)
+    eq(len(sink.events("throttled")), 0, "throttling replies from the sink")
+    span = recs[-1]["time"] - recs[0]["time"]
+    check(span >= (BURST - 1) / LIMIT * 0.8,
+          "%d messages at %d/s took %.2f s: faster than the rate" % (BURST, LIMIT, span))
+    eq(d.log_lines("throttling"), [], "throttling log lines")
+    s = samples(scrape(port)[2])
+    eq((s.get("idemrelay_upstream_rate"), s.get("idemrelay_upstream_throttled"),
+        s.get("idemrelay_upstream_throttled_total")), (LIMIT, 0, 0), "metrics")
+    rewrite(d, {"upstream": {"rate": LIMIT // 2}})     # SIGHUP takes a new rate
+    hup(d, 1)
+    eq(upstream_stats(d)["rate"], LIMIT // 2, "the rate after SIGHUP")
+
+
+@case(timeout=180)
+def test_throttle_feedback(t):
+    """no upstream.rate: the feedback keeps refusals to a handful an episode,
+    charges no message an attempt, and delivers every message once"""
+    sink = t.sink(rate=LIMIT)
+    port = free_port()
+    d = rate_daemon(t, sink, metrics=port)
+    want = ["rate-fb-%d" % i for i in range(BURST)]
+    burst(d, BURST, "rate-fb")
+    delivered_once(sink, want, timeout=150)
+    refusals = len(sink.events("throttled"))
+    check(0 < refusals <= 12, "%d refusals for %d messages" % (refusals, BURST))
+    u = upstream_stats(d)
+    episodes = u["throttle_episodes"]
+    check(refusals <= 4 * episodes,
+          "%d refusals in %d throttling episodes" % (refusals, episodes))
+    deferred = d.log_lines("status=deferred")
+    check(deferred, "no deferral logged for %d refusals" % refusals)
+    for line in deferred:
+        check("delivery temporarily suspended" in line and "421 4.7.0" in line,
+              "a deferral charged as a failed attempt: %s" % line)
+    # the log says when throttling starts and ends, once each, alternating
+    marks = [("end" if "throttling ended" in l else "start") for l in d.log().splitlines()
+             if "throttling: " in l or "throttling ended" in l]
+    check(marks and marks[0] == "start", "throttling log lines: %r" % marks)
+    check(all(a != b for a, b in zip(marks, marks[1:])), "start/end not alternating: %r" % marks)
+    wait_until(lambda: not upstream_stats(d)["throttled"], timeout=60,
+               what="throttling to end")
+    eq(d.log().count("throttling ended"), marks.count("start"), "end lines, one a start")
+    s = samples(scrape(port)[2])
+    eq(s.get("idemrelay_upstream_throttled"), 0, "metrics: throttled")
+    eq(s.get("idemrelay_upstream_throttled_total"), episodes, "metrics: episodes")
+
+
+@case(timeout=180, stores=PG_ONLY)
+def test_rate_shared_by_nodes(t):
+    """two nodes on one database share upstream.rate: together within 10% of it,
+    no refusal from the sink"""
+    sink = t.sink(rate=LIMIT)
+    a = rate_daemon(t, sink, {"rate": LIMIT}, node="a")
+    b = rate_daemon(t, sink, {"rate": LIMIT}, node="b")
+    for d in (a, b):
+        wait_until(lambda: upstream_stats(d)["nodes"] == 2, timeout=20,
+                   what="node %s to count two nodes" % d.node)
+        eq(upstream_stats(d)["rate"], LIMIT / 2, "node %s's part of the rate" % d.node)
+    want = ["rate-%s-%d" % (n, i) for n in ("a", "b") for i in range(BURST // 2)]
+    threads = [threading.Thread(target=burst, args=(d, BURST // 2, "rate-%s" % d.node))
+               for d in (a, b)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    recs = delivered_once(sink, want, timeout=120)
+    eq(len(sink.events("throttled")), 0, "throttling replies from the sink")
+    span = recs[-1]["time"] - recs[0]["time"]
+    rate = (len(recs) - 1) / span if span > 0 else float("inf")
+    check(rate <= LIMIT * 1.1, "two nodes sent %.1f/s together, over %d/s + 10%%"
+          % (rate, LIMIT))

@@ -1,0 +1,291 @@
+/*
+ * NAME
+ *	test_deliver_rate 1
+ * SUMMARY
+ *	unit tests: upstream rate limits and throttling feedback (deliver/deliver_rate.c)
+ * DESCRIPTION
+ *	The token bucket: rows of (rate, times a token is taken) and the wait
+ *	each take must get. The feedback state machine: rows of events
+ *	(deliveries, throttling replies, time passing) and the state after
+ *	each: concurrency, rate, throttled, the pause's end, and whether the
+ *	event started or ended throttling. The reply classifier: lines and
+ *	whether each asks to slow down. No clock is read: every time is given.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../deliver/deliver_rate.h"
+#include "test_util.h"
+
+#define N(a)	(sizeof(a) / sizeof((a)[0]))
+#define SEC	1000000LL		/* us */
+#define MS	1000LL
+
+/* the bucket: each take at t (us) must wait want (us) */
+struct take {
+	int64_t t, want;
+};
+
+struct bucket_case {
+	const char *name;
+	double rate;
+	struct take takes[8];
+	size_t n;
+};
+
+static const struct bucket_case bucket_cases[] = {
+	{ "no limit: never a wait", 0, { { 0, 0 }, { 0, 0 }, { 1, 0 } }, 3 },
+	{ "10/s, evenly spaced: no wait", 10, { { 0, 0 }, { 100 * MS, 0 }, { 200 * MS, 0 } }, 3 },
+	{ "10/s, three at once: slots 100 ms apart", 10, { { 0, 0 }, { 0, 100 * MS },
+							   { 0, 200 * MS } }, 3 },
+	{ "10/s, a burst after idling: one token kept, not ten", 10,
+	  { { 0, 0 }, { 5 * SEC, 0 }, { 5 * SEC, 100 * MS }, { 5 * SEC, 200 * MS } }, 4 },
+	{ "14/s (SES): 71 ms apart", 14, { { 0, 0 }, { 0, 71428 }, { 0, 142856 } }, 3 },
+	{ "a taker late for its slot waits for the rest of it", 4,
+	  { { 0, 0 }, { 0, 250 * MS }, { 400 * MS, 100 * MS } }, 3 },
+	{ "a slot over a minute ahead is a clock step: reset", 1,
+	  { { 100 * SEC, 0 }, { 0, 0 }, { 0, 1 * SEC } }, 3 },
+};
+
+/* test_bucket - every row's waits */
+static void test_bucket(void **state)
+{
+	size_t i, k;
+
+	(void) state;
+	for (i = 0; i < N(bucket_cases); i++) {
+		const struct bucket_case *c = &bucket_cases[i];
+		struct deliver_bucket b = { c->rate, 0 };
+
+		for (k = 0; k < c->n; k++) {
+			int64_t got = deliver_bucket_take(&b, c->takes[k].t);
+
+			if (got != c->takes[k].want)
+				fail_msg("%s: take %zu at %lld: wait %lld, want %lld", c->name, k,
+					 (long long) c->takes[k].t, (long long) got,
+					 (long long) c->takes[k].want);
+		}
+	}
+}
+
+/* the bucket's rate over many takes: 1000 takes at 50/s span 19.98 s */
+static void test_bucket_rate(void **state)
+{
+	struct deliver_bucket b = { 50, 0 };
+	int64_t now = 0, wait;
+	int i;
+
+	(void) state;
+	for (i = 0; i < 1000; i++) {
+		wait = deliver_bucket_take(&b, now);
+		now += wait;
+	}
+	assert_int_equal(now, 999 * 20 * MS);
+}
+
+enum ev_kind {
+	EV_SENT,		/* n deliveries spread over the second before t */
+	EV_THROTTLE,		/* a throttling reply at t */
+	EV_TICK,		/* time passes to t */
+	EV_LIMITS,		/* new limits: n connections, rate r */
+};
+
+struct event {
+	enum ev_kind kind;
+	int64_t t;
+	int n;
+	double r;
+	/* the state after it */
+	int conc;
+	double rate;
+	int throttled;
+	int64_t pause_until;	/* checked when throttled */
+	int said;		/* the call returned 1: started (THROTTLE), ended (TICK) */
+};
+
+struct fb_case {
+	const char *name;
+	int conns;
+	double rate;
+	struct event ev[12];
+	size_t n;
+};
+
+static const struct fb_case fb_cases[] = {
+	{ "configured rate: halved concurrency, 4/5 of the rate, 1 s pause, then back", 4, 20, {
+		{ EV_SENT, 1 * SEC, 20, 0, 4, 20, 0, 0, 0 },
+		{ EV_THROTTLE, 1 * SEC, 0, 0, 2, 16, 1, 2 * SEC, 1 },
+		{ EV_THROTTLE, 1 * SEC + 500 * MS, 0, 0, 2, 16, 1, 2 * SEC, 0 },	/* same episode */
+		{ EV_TICK, 2 * SEC + 500 * MS, 0, 0, 2, 16, 1, 2 * SEC, 0 },	/* no step yet */
+		{ EV_TICK, 3 * SEC, 0, 0, 3, 20, 1, 2 * SEC, 0 },			/* rate capped */
+		{ EV_TICK, 4 * SEC, 0, 0, 4, 20, 0, 0, 1 },			/* recovered */
+	  }, 6 },
+	{ "a lower limit seen: the rate follows what the upstream took", 8, 100, {
+		{ EV_SENT, 1 * SEC, 10, 0, 8, 100, 0, 0, 0 },
+		{ EV_THROTTLE, 1 * SEC, 0, 0, 4, 8, 1, 2 * SEC, 1 },
+		{ EV_TICK, 3 * SEC, 0, 0, 5, 10, 1, 2 * SEC, 0 },
+		{ EV_TICK, 4 * SEC, 0, 0, 6, 12.5, 1, 2 * SEC, 0 },
+	  }, 4 },
+	{ "no configured rate: learned, then lifted at twice", 2, 0, {
+		{ EV_SENT, 1 * SEC, 20, 0, 2, 0, 0, 0, 0 },
+		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 16, 1, 2 * SEC, 1 },
+		{ EV_TICK, 3 * SEC, 0, 0, 2, 20, 1, 2 * SEC, 0 },
+		{ EV_TICK, 4 * SEC, 0, 0, 2, 25, 1, 2 * SEC, 0 },
+		{ EV_TICK, 5 * SEC, 0, 0, 2, 31.25, 1, 2 * SEC, 0 },
+		{ EV_TICK, 6 * SEC, 0, 0, 2, 0, 0, 0, 1 },
+	  }, 6 },
+	{ "episodes in a row: the pause doubles; a throttled state does not start again", 4, 10, {
+		{ EV_THROTTLE, 0, 0, 0, 2, 8, 1, 1 * SEC, 1 },
+		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 6.4, 1, 3 * SEC, 0 },
+		{ EV_THROTTLE, 3 * SEC, 0, 0, 1, 5.12, 1, 7 * SEC, 0 },
+		{ EV_TICK, 8 * SEC, 0, 0, 2, 6.4, 1, 7 * SEC, 0 },
+	  }, 4 },
+	{ "a greeting refused before anything was sent: no rate to learn", 4, 0, {
+		{ EV_THROTTLE, 0, 0, 0, 2, 0, 1, 1 * SEC, 1 },
+		{ EV_TICK, 2 * SEC, 0, 0, 3, 0, 1, 1 * SEC, 0 },
+		{ EV_TICK, 3 * SEC, 0, 0, 4, 0, 0, 0, 1 },
+	  }, 3 },
+	{ "the rate never drops below 0.1/s", 1, 0.1, {
+		{ EV_THROTTLE, 0, 0, 0, 1, 0.1, 1, 1 * SEC, 1 },
+	  }, 1 },
+	{ "new limits: kept below while throttled, taken whole after", 4, 20, {
+		{ EV_THROTTLE, 0, 0, 0, 2, 16, 1, 1 * SEC, 1 },
+		{ EV_LIMITS, 0, 1, 10, 1, 10, 1, 1 * SEC, 0 },
+		{ EV_TICK, 2 * SEC, 0, 0, 1, 10, 0, 0, 1 },
+		{ EV_LIMITS, 2 * SEC, 4, 5, 4, 5, 0, 0, 0 },
+	  }, 4 },
+};
+
+/* fb_event - apply one event; what the call said */
+static int fb_event(struct deliver_feedback *fb, const struct event *e)
+{
+	int i;
+
+	switch (e->kind) {
+	case EV_SENT:
+		for (i = 0; i < e->n; i++)
+			deliver_feedback_sent(fb, e->t - SEC + (SEC / e->n) * i + 1);
+		return 0;
+	case EV_THROTTLE:
+		return deliver_feedback_throttle(fb, e->t);
+	case EV_TICK:
+		return deliver_feedback_tick(fb, e->t);
+	case EV_LIMITS:
+		deliver_feedback_limits(fb, e->n, e->r);
+		return 0;
+	}
+	return 0;
+}
+
+/* test_feedback - every row's states */
+static void test_feedback(void **state)
+{
+	struct deliver_feedback fb;
+	size_t i, k;
+	int said;
+
+	(void) state;
+	for (i = 0; i < N(fb_cases); i++) {
+		const struct fb_case *c = &fb_cases[i];
+
+		deliver_feedback_init(&fb, c->conns, c->rate);
+		for (k = 0; k < c->n; k++) {
+			const struct event *e = &c->ev[k];
+
+			said = fb_event(&fb, e);
+			if (fb.conc != e->conc || fb.rate < e->rate - 1e-9 || fb.rate > e->rate + 1e-9
+			    || fb.throttled != e->throttled || said != e->said
+			    || (e->throttled && fb.pause_until != e->pause_until))
+				fail_msg("%s: event %zu: conc %d rate %g throttled %d pause_until %lld"
+					 " said %d; want %d %g %d %lld %d", c->name, k, fb.conc, fb.rate,
+					 fb.throttled, (long long) fb.pause_until, said, e->conc,
+					 e->rate, e->throttled, (long long) e->pause_until, e->said);
+		}
+	}
+}
+
+/* the rate seen: deliveries in the second up to now, or the ring's span */
+static void test_seen(void **state)
+{
+	struct deliver_feedback fb;
+	int i;
+
+	(void) state;
+	deliver_feedback_init(&fb, 1, 0);
+	assert_true(deliver_feedback_seen(&fb, 10 * SEC) == 0);
+	for (i = 0; i < 5; i++)
+		deliver_feedback_sent(&fb, 9 * SEC + i * 100 * MS);	/* 9.0 .. 9.4 s */
+	assert_true(deliver_feedback_seen(&fb, 9 * SEC + 900 * MS) == 5);
+	assert_true(deliver_feedback_seen(&fb, 10 * SEC + 250 * MS) == 2);	/* 9.3, 9.4 */
+	deliver_feedback_init(&fb, 1, 0);
+	for (i = 0; i < 200; i++)		/* 1,000 a second, more than the ring holds */
+		deliver_feedback_sent(&fb, 20 * SEC + i * MS);
+	i = (int) (deliver_feedback_seen(&fb, 20 * SEC + 200 * MS) + 0.5);
+	if (i < 900 || i > 1100)
+		fail_msg("rate seen over a full ring: %d a second, want about 1000", i);
+}
+
+struct reply_case {
+	const char *line;
+	int greeting;		/* the first reply of the connection */
+	int throttles;
+};
+
+static const struct reply_case reply_cases[] = {
+	{ "421 4.7.0 too many messages, slow down", 0, 1 },
+	{ "421 4.3.2 service not available", 1, 1 },	/* any 421 greeting */
+	{ "421", 1, 1 },
+	{ "421 4.4.2 idle timeout", 0, 0 },		/* a 421 later needs the words */
+	{ "451 4.7.0 Temporary server error", 0, 1 },
+	{ "450 4.7.28 Our system has detected an unusual rate of unsolicited mail", 0, 1 },
+	{ "454 Throttling failure: Maximum sending rate exceeded.", 0, 1 },
+	{ "451 4.3.0 Too many connections from your host", 0, 1 },
+	{ "452 4.5.3 Too many recipients", 0, 1 },
+	{ "451-4.7.0 first line of several", 0, 1 },
+	{ "451 4.7.500 Server busy. Please try again later", 0, 0 },
+	{ "451 4.3.0 sink: temporary failure", 0, 0 },
+	{ "450 4.2.0 mailbox busy", 0, 0 },
+	{ "550 5.7.0 rate limit exceeded", 0, 0 },	/* permanent: not a throttle */
+	{ "554 5.7.0 rate limit exceeded", 1, 0 },
+	{ "250 2.0.0 ok: rate 1", 0, 0 },
+	{ "4.7.0", 0, 0 },
+	{ "45", 0, 0 },
+	{ "", 1, 0 },
+	{ "451 4.7.01 not quite", 0, 0 },
+	{ "451 4.3.0 the message was generated badly", 0, 0 },	/* a word's start only */
+};
+
+/* test_reply - which replies ask to slow down */
+static void test_reply(void **state)
+{
+	size_t i;
+	int got;
+
+	(void) state;
+	for (i = 0; i < N(reply_cases); i++) {
+		const struct reply_case *c = &reply_cases[i];
+
+		if ((got = deliver_rate_reply_throttles(c->line, c->greeting)) != c->throttles)
+			fail_msg("\"%s\" (greeting %d): throttles %d, want %d", c->line, c->greeting,
+				 got, c->throttles);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bucket),
+		cmocka_unit_test(test_bucket_rate),
+		cmocka_unit_test(test_feedback),
+		cmocka_unit_test(test_seen),
+		cmocka_unit_test(test_reply),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
