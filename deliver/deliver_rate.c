@@ -19,6 +19,7 @@
  *	upstream: throttling ended: concurrency C, rate R/s
  */
 #include <ctype.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "../queue/metrics.h"
 #include "../util/buf.h"
 #include "../util/clock.h"
+#include "../util/deadline.h"
 #include "../util/log.h"
 #include "deliver_rate.h"
 
@@ -332,21 +334,25 @@ void deliver_rate_done(struct deliver_rate *r)
 	pthread_mutex_unlock(&r->lock);
 }
 
-/* take - sleep for a token of b */
+/*
+ * take - sleep for a token of b, or until delivery stops (the thread's
+ * deadline_stop_fd(): a stop ends the bridge, and so the session, too)
+ */
 static void take(struct deliver_rate *r, struct deliver_bucket *b)
 {
+	struct pollfd p = { .fd = deadline_stop_fd(), .events = POLLIN };
 	struct timespec ts;
-	int64_t wait;
+	int64_t wait, until;
 
 	pthread_mutex_lock(&r->lock);
 	wait = deliver_bucket_take(b, clock_mono_us());
 	pthread_mutex_unlock(&r->lock);
-	if (wait <= 0)
-		return;
-	ts.tv_sec = (time_t) (wait / US);
-	ts.tv_nsec = (long) (wait % US) * 1000;
-	while (nanosleep(&ts, &ts) != 0)
-		continue;
+	for (until = clock_mono_us() + wait; wait > 0; wait = until - clock_mono_us()) {
+		ts.tv_sec = (time_t) (wait / US);
+		ts.tv_nsec = (long) (wait % US) * 1000;
+		if (ppoll(&p, 1, &ts, NULL) > 0)	/* microseconds: poll()'s are too coarse */
+			return;
+	}
 }
 
 /* deliver_rate_mail - a token for a MAIL */

@@ -73,6 +73,7 @@
 #include "../../tls/tls_client.h"
 
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
+#define XSESS_REFUSED	"refused to talk to me: "	/* the bridge's words for a greeting refused */
 
 /* upstream_timeout_ms - upstream.timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
 static int upstream_timeout_ms(const struct conf *c)
@@ -206,7 +207,8 @@ static void xsess_throttle(struct xsess *xs, const char *line)
 	for (i = 0; i < xs->n; i++)
 		if (xs->msgs[i].state == XMSG_MARKED)
 			return;
-	deliver_bridge_cut(xs->bridge);
+	if (xs->bridge)			/* none: the bridge's STARTTLS read the greeting */
+		deliver_bridge_cut(xs->bridge);
 }
 
 /*
@@ -461,6 +463,10 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 					 c->upstream.tls == CONF_TLS_STARTTLS ? helo : NULL,
 					 ms, why, sizeof(why), dsn);
 	if (xs->bridge == NULL) {
+		/* STARTTLS: the bridge read the greeting, and says a refusal so */
+		if (xs->d->rate && strncmp(why, XSESS_REFUSED, strlen(XSESS_REFUSED)) == 0
+		    && deliver_rate_reply_throttles(why + strlen(XSESS_REFUSED), 1))
+			xsess_throttle(xs, why + strlen(XSESS_REFUSED));
 		snprintf(line, sizeof(line), "upstream %s: %s", a->relay,
 			 deliver_stopping(xs->d) ? "delivery is stopping" : why);
 		xsess_failed(xs, dsn, line);
@@ -529,8 +535,14 @@ static int xsess_run(struct xsess *xs)
 				return -1;
 			}
 			snprintf(xs->relay, sizeof(xs->relay), "%s", addrs[i].relay);
-			if (xsess_connect(xs, c->upstream.hosts[h].host, &addrs[i]) < 0)
-				continue;
+			if (xsess_connect(xs, c->upstream.hosts[h].host, &addrs[i]) < 0) {
+				if (!xs->throttled)
+					continue;
+				/* a greeting refused as throttling: the session's end, no more addresses */
+				xs->connected = 1;
+				snprintf(xs->host, sizeof(xs->host), "%.200s", c->upstream.hosts[h].host);
+				return 0;
+			}
 			ran = smtp_start_session(xs->s);
 			xsess_end_bridge(xs);	/* libesmtp has hung up */
 			ERR_clear_error();

@@ -24,6 +24,7 @@ import time
 from harness import PG_ONLY, case, check, eq, free_port, make_msg, submit_ok, wait_until
 from cases_ops import ctl_json, samples, scrape
 from cases_reload import hup, rewrite
+from cases_upstream_tls import make_certs, tls_sink, trust, upstream
 
 SUBJECT_RE = re.compile(rb"^Subject: (rate-\S+)\r$", re.M)
 LIMIT = 20              # the sink's messages a second
@@ -151,3 +152,22 @@ def test_rate_shared_by_nodes(t):
     rate = (len(recs) - 1) / span if span > 0 else float("inf")
     check(rate <= LIMIT * 1.1, "two nodes sent %.1f/s together, over %d/s + 10%%"
           % (rate, LIMIT))
+
+
+@case()
+def test_throttled_greeting_starttls(t):
+    """a 421 greeting to the bridge's STARTTLS (which reads the greeting itself, not
+    libesmtp) is throttling too: postponed, not charged; delivered once after"""
+    certs = make_certs(t)
+    sink = tls_sink(t, certs)
+    sink.control(greeting=421)
+    trust(certs["ca"])
+    d = t.daemon(sink, upstream(sink, connections=2))
+    qid = submit_ok(d.port, "r@example.com", make_msg(key="rate-tls-1", subject="rate-tls-1"))
+    line = d.wait_log(qid, "status=deferred")[0]
+    check("delivery temporarily suspended" in line and "421 4.3.2" in line,
+          "a refused greeting charged as a failed attempt: %s" % line)
+    d.wait_log("throttling: 421 4.3.2")
+    sink.control()
+    delivered_once(sink, ["rate-tls-1"], timeout=30)
+    d.wait_log(qid, "status=sent")
