@@ -285,9 +285,10 @@ int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 #define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
 struct store_story;
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
-int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m);
-int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r,
-		       PGresult **rr);
+int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m);
+/* a message and its recipients, a row each; theirs from this column on (load: after the data) */
+#define PG_FETCH_RCPT(load)	(PG_MSG_NCOLS + ((load) ? 1 : 0))
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r);
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */

@@ -82,11 +82,11 @@ int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 }
 
 /*
- * store_pg_rcpts_fill - m's recipients from rows of PG_RCPT_COLS (ordered
- * by qid, idx) starting at *row, which moves past them; each index once,
- * from 0 up, or STORE_EINVAL
+ * store_pg_rcpts_fill - m's recipients from rows of PG_RCPT_COLS, from
+ * column col on (ordered by qid, idx), starting at *row, which moves past
+ * them; each index once, from 0 up, or STORE_EINVAL
  */
-int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m)
+int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m)
 {
 	char qid[STORE_QID_SIZE];
 	size_t n = 0, cap = 0;
@@ -94,21 +94,21 @@ int store_pg_rcpts_fill(const PGresult *r, int *row, struct store_msg *m)
 	int rows = PQntuples(r);
 
 	for (; *row < rows; (*row)++) {
-		if (store_pg_qid(r, *row, 0, qid) != 0 || strcmp(qid, m->qid) > 0)
+		if (store_pg_qid(r, *row, col, qid) != 0 || strcmp(qid, m->qid) > 0)
 			break;
 		if (strcmp(qid, m->qid) < 0)
 			continue;	/* recipients of a message not asked for */
-		if (store_pg_int(r, *row, 1) != (int64_t) n || PQgetisnull(r, *row, 2))
+		if (store_pg_int(r, *row, col + 1) != (int64_t) n || PQgetisnull(r, *row, col + 2))
 			goto bad;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 4;
 			v = xrealloc(v, cap * sizeof(*v));
 		}
-		v[n].addr = store_pg_strdup(r, *row, 2);
-		v[n].notify = (int) store_pg_int(r, *row, 3);
-		v[n].orcpt = store_pg_strdup(r, *row, 4);
-		v[n].state = (enum store_rcpt_state) store_pg_int(r, *row, 5);
-		v[n].reply = store_pg_strdup(r, *row, 6);
+		v[n].addr = store_pg_strdup(r, *row, col + 2);
+		v[n].notify = (int) store_pg_int(r, *row, col + 3);
+		v[n].orcpt = store_pg_strdup(r, *row, col + 4);
+		v[n].state = (enum store_rcpt_state) store_pg_int(r, *row, col + 5);
+		v[n].reply = store_pg_strdup(r, *row, col + 6);
 		n++;
 	}
 	if (n == 0)
@@ -124,49 +124,48 @@ bad:
 }
 
 /*
- * store_pg_msg_fetch - a message's row and its recipients' rows, for
- * store_pg_msg_load() (load: queued only, with its data) and
- * store_pg_story_get(), in one round trip (a pipeline of the two
- * SELECTs); 0 with both results the caller clears, or STORE_ENOTFOUND /
- * an error with none
+ * A message and its recipients in one statement, a row per recipient:
+ * the message's columns on each (the data on the first only), then the
+ * recipient's, from PG_FETCH_RCPT(load) on. Two statements before, in
+ * one round trip: the second was a fifth of a fresh message's statements.
  */
-int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r,
-		       PGresult **rr)
+#define SQL_FETCH_FROM " FROM messages m JOIN rcpts r ON r.qid = m.qid WHERE m.qid = $1"
+static const char SQL_FETCH_LOAD[] =
+	"SELECT " PG_MSG_COLS ", CASE WHEN r.idx = 0 THEN m.data END, " PG_RCPT_COLS
+	SQL_FETCH_FROM " AND " PG_ROW_QUEUED("m.") " ORDER BY r.idx";
+static const char SQL_FETCH_STORY[] =
+	"SELECT " PG_MSG_COLS ", " PG_RCPT_COLS SQL_FETCH_FROM " ORDER BY r.idx";
+
+/*
+ * store_pg_msg_fetch - a message's row and its recipients, for
+ * store_pg_msg_load() (load: queued only, with its data) and
+ * store_pg_story_get(), in one statement; 0 with the result the caller
+ * clears (the recipients' columns from PG_FETCH_RCPT(load) on), or
+ * STORE_ENOTFOUND / an error with none
+ */
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r)
 {
 	struct pg_params p;
 	PGconn *c;
 	int err;
 
-	*r = *rr = NULL;
+	*r = NULL;
 	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	if (PQenterPipelineMode(c) != 1
-	    || store_pg_send(c, load ? "SELECT " PG_MSG_COLS ", m.data FROM messages m "
-			     "WHERE m.qid = $1 AND " PG_ROW_QUEUED("m.")
-			     : "SELECT " PG_MSG_COLS " FROM messages m WHERE m.qid = $1", &p) != 0
-	    || store_pg_send(c, "SELECT " PG_RCPT_COLS " FROM rcpts r WHERE r.qid = $1 "
-			     "ORDER BY r.idx", &p) != 0
-	    || PQpipelineSync(c) != 1)
-		err = STORE_EAGAIN;		/* the pool closes a connection left so */
-	if (err == 0)
-		err = store_pg_pipe_next(st, c, r, load ? "load" : "story");
-	if (err == 0)
-		err = store_pg_pipe_next(st, c, rr, "recipients");
-	if (store_pg_pipe_end(c) != 0 && err == 0)
-		err = STORE_EAGAIN;
+	err = store_pg_exec(st, c, load ? SQL_FETCH_LOAD : SQL_FETCH_STORY, &p, r,
+			    load ? "load" : "story");
 	store_pg_params_free(&p);
-	store_pg_give_sized(st, c, err == 0 && load && PQntuples(*r) == 1
+	store_pg_give_sized(st, c, err == 0 && load && PQntuples(*r) > 0
 			    ? (size_t) PQgetlength(*r, 0, PG_MSG_NCOLS) : 0);
-	if (err == 0 && PQntuples(*r) != 1)
+	if (err == 0 && PQntuples(*r) == 0)
 		err = STORE_ENOTFOUND;
 	if (err != 0) {
 		PQclear(*r);
-		PQclear(*rr);
-		*r = *rr = NULL;
+		*r = NULL;
 	}
 	return err;
 }
@@ -176,12 +175,12 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct store_story s;
-	PGresult *r, *rr;
+	PGresult *r;
 	int err, row = 0;
 	size_t len;
 
 	memset(m, 0, sizeof(*m));
-	if ((err = store_pg_msg_fetch(st, qid, 1, &r, &rr)) != 0)
+	if ((err = store_pg_msg_fetch(st, qid, 1, &r)) != 0)
 		return err;
 	if ((err = store_pg_msg_row(r, 0, &s)) == 0) {
 		*m = s.m;
@@ -193,7 +192,7 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 			m->data = xmalloc(len + 1);
 			memcpy(m->data, PQgetvalue(r, 0, PG_MSG_NCOLS), len);
 			m->data[len] = 0;
-			err = store_pg_rcpts_fill(rr, &row, m);
+			err = store_pg_rcpts_fill(r, &row, PG_FETCH_RCPT(1), m);
 		}
 		if (err != 0)
 			store_msg_free(m);
@@ -201,7 +200,6 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 			m->lease = 0;		/* not leased to this node */
 	}
 	PQclear(r);
-	PQclear(rr);
 	return err;
 }
 
@@ -379,7 +377,7 @@ int store_pg_queue_walk(struct store *base, int (*cb) (void *, const struct stor
 			    "queue walk")) != 0)
 		return err;
 	for (i = 0; i < PQntuples(r) && err == 0; i++) {
-		if (store_pg_msg_row(r, i, &s) != 0 || store_pg_rcpts_fill(rr, &row, &s.m) != 0) {
+		if (store_pg_msg_row(r, i, &s) != 0 || store_pg_rcpts_fill(rr, &row, 0, &s.m) != 0) {
 			msg_warn("%s: store: corrupt message row skipped", s.m.qid);
 			store_msg_free(&s.m);
 			continue;

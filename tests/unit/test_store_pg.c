@@ -7,7 +7,8 @@
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
  * back, a result that never comes, statements prepared per connection (a
- * batch's BEGIN and COMMIT too), a
+ * batch's BEGIN and COMMIT too), a message and its recipients read in
+ * one statement, a
  * lost lease in a group commit failing only its own write, its marks and
  * outcomes of several messages one statement a kind; a verdict
  * another node made on a mark whose node sent no final dot undone
@@ -1049,6 +1050,48 @@ static void test_prepared_txn(void **state)
 		fail_msg("no pool connection prepared the batch's INSERT");
 }
 
+/*
+ * a message and its recipients come back in one statement, its data
+ * once: loaded and read as a story whole, and no connection prepared a
+ * statement of the recipients alone
+ */
+static void test_fetch_one_statement(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	struct store_msg m, l;
+	struct store_story s;
+	size_t i;
+	int joined = 0;
+
+	msg_new(&m, "FETCH0000001", 3, 500);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	CHECK_INT("load", store_msg_load(f->st, m.qid, &l), 0);
+	CHECK_INT("its recipients", (int) l.n_rcpts, 3);
+	CHECK_STR("the third", l.rcpts[2].addr, m.rcpts[2].addr);
+	CHECK_INT("its data", (int) l.data_len, 500);
+	if (memcmp(l.data, m.data, 500) != 0)
+		fail_msg("the data loaded differ");
+	store_msg_free(&l);
+	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
+	CHECK_INT("the story's recipients", (int) s.m.n_rcpts, 3);
+	store_story_free(&s);
+	store_msg_free(&m);
+	for (i = 0; i < pst->n_idle; i++) {
+		PGresult *r = PQexec(pst->idle[i], "SELECT count(*) FILTER (WHERE statement LIKE "
+				     "'%FROM messages m JOIN rcpts r%'), count(*) FILTER (WHERE "
+				     "statement LIKE 'SELECT r.qid%FROM rcpts r WHERE r.qid = $1%') "
+				     "FROM pg_prepared_statements");
+
+		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+		joined += atoi(PQgetvalue(r, 0, 0));
+		CHECK_INT("no statement of the recipients alone", atoi(PQgetvalue(r, 0, 1)), 0);
+		PQclear(r);
+	}
+	if (joined < 2)
+		fail_msg("the load and the story's statement: %d prepared, want 2", joined);
+}
+
 /* listed_in - whether text holds one of the NULL-ended list's strings */
 static int listed_in(const char *text, const char *const *list)
 {
@@ -1853,6 +1896,7 @@ int main(void)
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
+		T(test_fetch_one_statement),
 		T(test_plans_scale),
 		T(test_plans_young),
 		T(test_plans_idle_queue),
