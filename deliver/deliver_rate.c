@@ -172,6 +172,9 @@ int deliver_rate_reply_throttles(const char *line, int greeting)
 	if (greeting && strncmp(line, "421", 3) == 0)
 		return 1;
 	text = line[3] ? line + 4 : line + 3;
+	/* too many recipients (RFC 5321 4.5.3.1.10): the rest go in another transaction */
+	if (strncmp(line, "452", 3) == 0 || strncmp(text, "4.5.3", 5) == 0)
+		return 0;
 	if ((strncmp(text, "4.7.0", 5) == 0 && (text[5] == ' ' || text[5] == 0))
 	    || (strncmp(text, "4.7.28", 6) == 0 && (text[6] == ' ' || text[6] == 0)))
 		return 1;

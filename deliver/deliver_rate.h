@@ -84,7 +84,8 @@ int deliver_feedback_tick(struct deliver_feedback *fb, int64_t now);
 /*
  * deliver_rate_reply_throttles - is this reply line ("421 4.7.0 ...") the
  * upstream asking to slow down? A 421 greeting; any 4xx with 4.7.0 or
- * 4.7.28, or a word starting "rate", "too many", "throttl" in its text.
+ * 4.7.28, or a word starting "rate", "too many", "throttl" in its text;
+ * never a 452 or 4.5.3 (too many recipients: a message's own, not a rate)
  */
 int deliver_rate_reply_throttles(const char *line, int greeting);
 

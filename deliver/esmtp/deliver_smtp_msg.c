@@ -424,14 +424,21 @@ size_t deliver_smtp_utf8_bounce(struct deliver_job **jobs, size_t n, const char 
  */
 void deliver_smtp_msg_settle(struct xmsg *x)
 {
-	size_t i;
+	size_t i, sent = 0, deferred = 0, attempted = 0;
 
 	deliver_smtp_msg_collect(x);
 	x->collected = 1;
-	for (i = 0; x->xs->d->rate && i < x->job->m.n_rcpts; i++)
-		if (x->job->res[i].attempted && x->job->res[i].outcome == DELIVER_SENT) {
-			deliver_rate_sent(x->xs->d->rate);	/* the rate the upstream takes */
-			break;
-		}
+	for (i = 0; i < x->job->m.n_rcpts; i++) {
+		if (!x->job->res[i].attempted)
+			continue;
+		attempted++;
+		sent += x->job->res[i].outcome == DELIVER_SENT;
+		deferred += x->job->res[i].outcome == DELIVER_DEFERRED;
+	}
+	if (sent && x->xs->d->rate)
+		deliver_rate_sent(x->xs->d->rate);	/* the rate the upstream takes */
+	/* throttled at its dot: smtp_send postpones it, uncharged (deliver_rate.h) */
+	if (x->xs->throttled && deferred == attempted)
+		return;
 	deliver_replied(x->xs->d, x->job);
 }

@@ -85,7 +85,8 @@ def test_rate_limit_no_refusals(t):
     span = recs[-1]["time"] - recs[0]["time"]
     check(span >= (BURST - 1) / LIMIT * 0.8,
           "%d messages at %d/s took %.2f s: faster than the rate" % (BURST, LIMIT, span))
-    eq(d.log_lines("throttling"), [], "throttling log lines")
+    eq(d.log_lines("throttling: ") + d.log_lines("throttling ended"), [],
+       "throttling log lines")
     s = samples(scrape(port)[2])
     eq((s.get("idemrelay_upstream_rate"), s.get("idemrelay_upstream_throttled"),
         s.get("idemrelay_upstream_throttled_total")), (LIMIT, 0, 0), "metrics")
@@ -171,3 +172,37 @@ def test_throttled_greeting_starttls(t):
     sink.control()
     delivered_once(sink, ["rate-tls-1"], timeout=30)
     d.wait_log(qid, "status=sent")
+
+
+@case()
+def test_throttled_at_the_dot(t):
+    """a throttling reply to the final dot: that message too is postponed, not
+    charged; the others of the batch wait for the pause; each delivered once"""
+    sink = t.sink()
+    d = rate_daemon(t, sink)
+    qid = submit_ok(d.port, "data-throttle-first-1-a@example.com",
+                    make_msg(key="rate-dot-1", subject="rate-dot-1"))
+    line = d.wait_log(qid, "status=deferred")[0]
+    check("delivery temporarily suspended" in line and "451 4.7.0" in line,
+          "a throttling reply to the dot charged as a failed attempt: %s" % line)
+    delivered_once(sink, ["rate-dot-1"], timeout=30)
+    d.wait_log(qid, "status=sent")
+    eq(len(d.log_lines("throttling: 451 4.7.0")), 1, "throttling start lines")
+
+
+@case()
+def test_too_many_recipients_not_throttling(t):
+    """452 4.5.3 too many recipients is the message's, not a rate: the others are
+    sent in the same session, the refused one deferred as usual, no throttling"""
+    sink = t.sink()
+    d = rate_daemon(t, sink)
+    rcpts = ["toomany-first-1-a@example.com", "b@example.com"]
+    qid = submit_ok(d.port, rcpts, make_msg(key="rate-452", subject="rate-452"))
+    d.wait_log(qid, "to=<b@example.com>", "status=sent")
+    line = d.wait_log(qid, "to=<toomany-first-1-a@example.com>", "status=deferred")[0]
+    check("suspended" not in line, "a 452 postponed as throttling: %s" % line)
+    d.wait_log(qid, "to=<toomany-first-1-a@example.com>", "status=sent", timeout=20)
+    eq(d.log_lines("throttling: ") + d.log_lines("throttling ended"), [],
+       "throttling log lines")
+    got = sorted(a for r in sink.accepted() for a in r["to"])
+    eq(got, sorted(rcpts), "each recipient delivered once")

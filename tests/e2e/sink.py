@@ -53,9 +53,11 @@ FAULTS
     A fault is named by a spec string:
         tempfail            RCPT -> 451 4.3.0
         permfail            RCPT -> 550 5.1.1
+        toomany             RCPT -> 452 4.5.3 too many recipients
         fail-first-N        RCPT -> 451 4.3.0 for the first N attempts
         data-tempfail       final dot -> 451 4.3.0
         data-permfail       final dot -> 554 5.6.0
+        data-throttle       final dot -> 451 4.7.0 ... sending rate exceeded
         drop-after-dot      read the final dot, close without replying
         close-after-dot     read the final dot, close cleanly (FIN once
                             every reply written) without replying: the
@@ -136,14 +138,14 @@ MAX_LINE = 4096
 SIZE_LIMIT = 64 * 1024 * 1024
 
 FAULT_RE = re.compile(
-    r"^(?P<kind>tempfail|permfail|fail|data-tempfail|data-permfail|"
+    r"^(?P<kind>tempfail|permfail|fail|toomany|data-tempfail|data-permfail|data-throttle|"
     r"drop-after-dot|close-after-dot|hang-after-dot|reset-after-(?P<reset>\d+)|"
     r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+)|"
     r"reset-reply-(?P<rreply>\d+))"
     r"(?:-first-(?P<first>\d+))?(?=-|$)")
 
-RCPT_FAULTS = ("tempfail", "permfail")
-DATA_FAULTS = ("data-tempfail", "data-permfail", "drop-after-dot", "close-after-dot",
+RCPT_FAULTS = ("tempfail", "permfail", "toomany")
+DATA_FAULTS = ("data-tempfail", "data-permfail", "data-throttle", "drop-after-dot", "close-after-dot",
                "hang-after-dot", "trickle-dot", "delay")
 
 
@@ -667,8 +669,9 @@ class Conn:
         reply = "250 2.1.5 ok"
         if fault and fault.kind in RCPT_FAULTS:
             if self.sink.active(addr, fault):
-                reply = ("451 4.3.0 sink: %s" if fault.kind == "tempfail"
-                         else "550 5.1.1 sink: %s") % fault.spec
+                reply = {"tempfail": "451 4.3.0 sink: %s",
+                         "toomany": "452 4.5.3 sink: too many recipients (%s)"}.get(
+                             fault.kind, "550 5.1.1 sink: %s") % fault.spec
         elif fault:
             self.tx["faults"].append((addr, fault))
         if reply.startswith("2"):
@@ -725,6 +728,8 @@ class Conn:
             return
         if kind == "data-tempfail":
             reply = "451 4.3.0 sink: data-tempfail"
+        elif kind == "data-throttle":
+            reply = "451 4.7.0 sink: data-throttle, sending rate exceeded"
         elif kind == "data-permfail":
             reply = "554 5.6.0 sink: data-permfail"
         else:

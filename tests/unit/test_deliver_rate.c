@@ -246,7 +246,9 @@ static const struct reply_case reply_cases[] = {
 	{ "450 4.7.28 Our system has detected an unusual rate of unsolicited mail", 0, 1 },
 	{ "454 Throttling failure: Maximum sending rate exceeded.", 0, 1 },
 	{ "451 4.3.0 Too many connections from your host", 0, 1 },
-	{ "452 4.5.3 Too many recipients", 0, 1 },
+	{ "452 4.5.3 Too many recipients", 0, 0 },	/* the message's, not a rate */
+	{ "452 Too many recipients", 0, 0 },
+	{ "451 4.5.3 Too many recipients", 0, 0 },
 	{ "451-4.7.0 first line of several", 0, 1 },
 	{ "451 4.7.500 Server busy. Please try again later", 0, 0 },
 	{ "451 4.3.0 sink: temporary failure", 0, 0 },
