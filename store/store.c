@@ -89,36 +89,46 @@ int store_txn_begin(struct store *st, struct store_txn **out)
 
 void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
 {
-	if (TOPS(t)->caps & STORE_CAP_SHARED)
+	if (t->err == 0 && (TOPS(t)->caps & STORE_CAP_SHARED))
 		TOPS(t)->txn_keys(t, keyhashes, n);
 }
 
 int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
-	return TOPS(t)->txn_claim_get(t, keyhash, hash, now, c);
+	memset(c, 0, sizeof(*c));
+	return t->err ? t->err : TOPS(t)->txn_claim_get(t, keyhash, hash, now, c);
 }
 
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
-	TOPS(t)->txn_claim_put(t, keyhash, hash, c);
+	if (t->err == 0)
+		TOPS(t)->txn_claim_put(t, keyhash, hash, c);
 }
 
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 {
-	TOPS(t)->txn_msg_put(t, m);
+	if (t->err == 0)
+		TOPS(t)->txn_msg_put(t, m);
 }
 
 void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
 {
-	if (TOPS(t)->caps & STORE_CAP_OWN_SPACE)
+	if (t->err == 0 && (TOPS(t)->caps & STORE_CAP_OWN_SPACE))
 		TOPS(t)->txn_room(t, m, n_claims);
 }
 
 int store_txn_error(const struct store_txn *t)
 {
-	return TOPS(t)->txn_error(t);
+	return t->err;
+}
+
+int store_txn_fail(struct store_txn *t, int err)
+{
+	if (t->err == 0)
+		t->err = err;
+	return t->err;
 }
 
 int store_txn_commit(struct store_txn *t)
@@ -134,12 +144,14 @@ void store_txn_abort(struct store_txn *t)
 
 void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
 {
-	TOPS(t)->txn_msg_set_inflight(t, qid, on);
+	if (t->err == 0)
+		TOPS(t)->txn_msg_set_inflight(t, qid, on);
 }
 
 void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
 {
-	TOPS(t)->txn_msg_update(t, m);
+	if (t->err == 0)
+		TOPS(t)->txn_msg_update(t, m);
 }
 
 int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])

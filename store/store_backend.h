@@ -51,7 +51,6 @@ struct store_ops {
 	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* own space */
 	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
 	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
-	int (*txn_error) (const struct store_txn *t);
 	int (*txn_commit) (struct store_txn *t);
 	void (*txn_abort) (struct store_txn *t);
 
@@ -113,6 +112,10 @@ struct store {
 
 struct store_txn {
 	const struct store_ops *ops;
+	int err;			/* sticky: the first STORE_E* of a step, or 0 */
 };
+
+/* store_txn_fail - a step of t failed with err: record it unless one did before; the sticky code */
+int store_txn_fail(struct store_txn *t, int err);
 
 #endif

@@ -184,11 +184,8 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
-	memset(c, 0, sizeof(*c));
-	if (t->err)
-		return t->err;
 	if ((err = claim_live(t->st, t->txn, keyhash, hash, now, c)) != 0 && err != STORE_ENOTFOUND)
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 	return err;
 }
 
@@ -229,16 +226,14 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 	MDB_dbi dbi = st->claims;
 	int err, rc;
 
-	if (t->err)
-		return;
 	if (!store_qid_ok(c->qid)) {
-		lmdb_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	lmdb_claim_key(k, keyhash, hash);
 	if (st->has_cnew && (rc = mdb_get(t->txn, st->claims, &key, &val)) != 0) {
 		if (rc != MDB_NOTFOUND) {
-			lmdb_txn_fail(t, lmdb_mdb_error(rc, "get claim"));
+			store_txn_fail(&t->base, lmdb_mdb_error(rc, "get claim"));
 			return;
 		}
 		dbi = st->cnew;
@@ -249,5 +244,5 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 	    && dbi == st->cnew)
 		err = cnew_move(t);
 	if (err != 0)
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 }

@@ -201,25 +201,25 @@ int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 	size_t len = lmdb_hist_rec_size(s);
 	int err, rc;
 
-	if (t->err)
-		return t->err;
+	if (t->base.err)
+		return t->base.err;
 	if (lmdb_qid_key(s->m.qid, &key) != 0)
-		return lmdb_txn_fail(t, STORE_EINVAL);
+		return store_txn_fail(&t->base, STORE_EINVAL);
 	if (st->has_hnew && (rc = mdb_get(t->txn, st->hist, &key, &val)) != 0) {
 		if (rc != MDB_NOTFOUND)
-			return lmdb_txn_fail(t, lmdb_mdb_error(rc, "get hist"));
+			return store_txn_fail(&t->base, lmdb_mdb_error(rc, "get hist"));
 		dbi = st->hnew;
 	}
 	val.mv_size = len;
 	val.mv_data = NULL;
 	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, &key, &val, MDB_RESERVE), "put hist")) != 0)
-		return lmdb_txn_fail(t, err);
+		return store_txn_fail(&t->base, err);
 	lmdb_hist_rec_encode(val.mv_data, len, s);
 	if (dbi == st->hnew)
 		err = hnew_move(t);
 	else if (s->expires != 0)
 		err = hexpiry_put(t, s->expires, s->m.qid);
-	return err ? lmdb_txn_fail(t, err) : 0;
+	return err ? store_txn_fail(&t->base, err) : 0;
 }
 
 /* envelope_ok - does m carry a whole envelope (store_msg_load gave it)? */
@@ -248,11 +248,11 @@ void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 	size_t i;
 	int err;
 
-	if (t->err || !t->st->has_hist)
+	if (t->base.err || !t->st->has_hist)
 		return;
 	err = lmdb_hist_read(t->st, t->txn, m->qid, &old);
 	if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL) {
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 		return;
 	}
 	if (err != 0)
@@ -293,11 +293,11 @@ void lmdb_hist_drop(struct lmdb_txn *t, const char *qid)
 	int64_t now = clock_us();
 	int err;
 
-	if (t->err || !t->st->has_hist)
+	if (t->base.err || !t->st->has_hist)
 		return;
 	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0) {
 		if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
-			lmdb_txn_fail(t, err);
+			store_txn_fail(&t->base, err);
 		return;
 	}
 	s.dropped = 1;
@@ -373,10 +373,10 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 		return 0;
 	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
-	for (i = 0; i < n && t->err == 0; i++) {
+	for (i = 0; i < n && t->base.err == 0; i++) {
 		if ((err = lmdb_hist_read(st, t->txn, c[i].qid, &s)) != 0) {
 			if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
-				lmdb_txn_fail(t, err);
+				store_txn_fail(&t->base, err);
 			continue;
 		}
 		s.duplicates += c[i].duplicates;
@@ -385,7 +385,7 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 		store_story_free(&s);
 		changed++;
 	}
-	if (changed == 0 && t->err == 0) {
+	if (changed == 0 && t->base.err == 0) {
 		lmdb_txn_abort(&t->base);
 		return 0;
 	}

@@ -63,7 +63,6 @@ struct lmdb_txn {
 	struct store_txn base;	/* the interface's table: first */
 	struct lmdb_store *st;	/* not owned */
 	MDB_txn *txn;		/* owned until commit or abort */
-	int err;		/* sticky: first STORE_E* seen, or 0 */
 	struct buf redo;	/* store_journal.c: the puts and deletes, when st->j */
 	size_t resv_off;	/* ... where the value of an MDB_RESERVE put goes */
 	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
@@ -104,7 +103,6 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m);
 void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_claims);
 void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on);
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
-int lmdb_txn_error(const struct store_txn *base);
 int lmdb_txn_commit(struct store_txn *base);
 void lmdb_txn_abort(struct store_txn *base);
 int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE]);
@@ -176,7 +174,6 @@ int lmdb_space_count(struct lmdb_store *st);
 
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);
-int lmdb_txn_fail(struct lmdb_txn *t, int err);
 /* a record of a staging B-tree (hnew, cnew), copied: key and value in one block */
 struct lmdb_staged {
 	MDB_val key, val;

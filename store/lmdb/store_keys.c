@@ -264,13 +264,13 @@ int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 
 	if ((err = key_entries(t->st, t->txn, keyhash, &e, &n)) != 0) {
 		free(e);
-		return lmdb_txn_fail(t, err);
+		return store_txn_fail(&t->base, err);
 	}
 	for (i = 0, err = 0; i < n && err >= 0; i++)
 		if (strcmp(e[i].qid, qid) == 0)
 			err = claim_del(t, keyhash, &e[i], qid, when);
 	free(e);
-	return err < 0 ? lmdb_txn_fail(t, err) : 0;
+	return err < 0 ? store_txn_fail(&t->base, err) : 0;
 }
 
 /* lmdb_key_forget - delete a key's claims and index entries */

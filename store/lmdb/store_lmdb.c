@@ -622,7 +622,6 @@ const struct store_ops lmdb_ops = {
 	.txn_room = lmdb_txn_room,
 	.txn_msg_set_inflight = lmdb_txn_msg_set_inflight,
 	.txn_msg_update = lmdb_txn_msg_update,
-	.txn_error = lmdb_txn_error,
 	.txn_commit = lmdb_txn_commit,
 	.txn_abort = lmdb_txn_abort,
 	.last_qid = lmdb_last_qid,

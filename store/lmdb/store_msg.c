@@ -80,17 +80,15 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	MDB_val key;
 	int err;
 
-	if (t->err)
-		return;
 	if (!store_msg_valid(m) || lmdb_qid_key(m->qid, &key) != 0) {
-		lmdb_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	if ((err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
 				lmdb_msg_rec_encode, m, "put msg")) != 0
 	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),
 				   MDB_NOOVERWRITE, lmdb_queue_rec_encode, m, "put queue")) != 0)
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 	else
 		t->rcpt_delta += (int64_t) m->n_rcpts;
 }
@@ -169,8 +167,8 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	if (with_hist)
 		lmdb_hist_update(t, m, queued);
 	/* a failed put leaves LMDB's transaction unusable (MDB_BAD_TXN): stop here */
-	if (t->err)
-		return t->err;
+	if (t->base.err)
+		return t->base.err;
 	if (queued) {
 		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(&kept), 0,
 				   lmdb_queue_rec_encode, &kept, "put queue");
@@ -192,8 +190,8 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
-	if (t->err == 0 && (err = msg_update_in(t->st, t, m, 1)) != 0)
-		lmdb_txn_fail(t, err);
+	if ((err = msg_update_in(t->st, t, m, 1)) != 0)
+		store_txn_fail(&t->base, err);
 }
 
 /* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
@@ -236,14 +234,12 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
 	void *copy;
 	int err;
 
-	if (t->err != 0)
-		return;
 	if (lmdb_qid_key(qid, &key) != 0) {
-		lmdb_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0) {
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 		return;
 	}
 	/* the value points into the map: patch a copy, never the map */
@@ -251,12 +247,12 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
 	memcpy(copy, val.mv_data, val.mv_size);
 	if (patch(copy, val.mv_size, on) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
-		lmdb_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 	} else {
 		val.mv_data = copy;
 		if ((err = lmdb_mdb_error(lmdb_put(t, st->queue, &key, &val, 0),
 					   "put queue")) != 0)
-			lmdb_txn_fail(t, err);
+			store_txn_fail(&t->base, err);
 	}
 	free(copy);
 }
@@ -312,7 +308,7 @@ static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 		t->rcpt_delta = -(int64_t) n;	/* taken away when the commit is */
 	if (with_hist)			/* first, while the spool can still tell it */
 		lmdb_hist_drop(t, qid);
-	if ((err = t->err) != 0) {	/* LMDB's transaction is unusable after a failed put */
+	if ((err = t->base.err) != 0) {	/* LMDB's transaction is unusable after a failed put */
 		lmdb_txn_abort(&t->base);
 		return err;
 	}

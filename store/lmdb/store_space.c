@@ -167,16 +167,14 @@ void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_c
 	MDB_stat qs;
 	int rc, err;
 
-	if (t->err)
-		return;
 	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0) {
-		lmdb_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 		return;
 	}
 	pages = map / psize;
 	if (t->room_msgs == 0) {		/* the first acceptance: what was queued before */
 		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0) {
-			lmdb_txn_fail(t, lmdb_mdb_error(rc, "stat queue"));
+			store_txn_fail(&t->base, lmdb_mdb_error(rc, "stat queue"));
 			return;
 		}
 		t->room_queued = qs.ms_entries;
@@ -192,7 +190,7 @@ void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_c
 		return;				/* the common case: the tail is enough */
 	if (!t->room_free_known) {
 		if ((err = lmdb_space_freelist(st, &freel)) != 0) {
-			lmdb_txn_fail(t, err);
+			store_txn_fail(&t->base, err);
 			return;
 		}
 		t->room_free = (last < pages ? pages - last : 0) + freel;
@@ -200,6 +198,6 @@ void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_c
 	}
 	if (want > t->room_free) {
 		__atomic_store_n(&st->grow_wanted, 1, __ATOMIC_RELAXED);
-		lmdb_txn_fail(t, STORE_ENOSPC);
+		store_txn_fail(&t->base, STORE_ENOSPC);
 	}
 }

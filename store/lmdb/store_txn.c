@@ -2,13 +2,13 @@
  * NAME
  *	store_txn 3
  * SUMMARY
- *	write transactions with a sticky error
+ *	LMDB write transactions
  * SYNOPSIS
  *	#include "store/store.h"
  * DESCRIPTION
- *	A write transaction wraps one LMDB write transaction. Steps record
- *	their first failure in t->err and every later step becomes a no-op,
- *	so a caller may run a whole batch and check once, at commit.
+ *	A write transaction wraps one LMDB write transaction. Its steps
+ *	record their first failure with store_txn_fail() (store.c skips
+ *	every later step), so a caller may run a batch and check once.
  *
  *	lmdb_txn_commit() aborts a failed transaction instead of
  *	committing it, so nothing of it is ever half-written; LMDB also
@@ -35,14 +35,6 @@
 #include "../../util/buf.h"
 #include "../../util/log.h"
 #include "store_int.h"
-
-/* lmdb_txn_fail - record the first failure; return the sticky code */
-int lmdb_txn_fail(struct lmdb_txn *t, int err)
-{
-	if (t->err == 0)
-		t->err = err;
-	return t->err;
-}
 
 /* lmdb_begin - start a write transaction; waits for the writer lock */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out)
@@ -82,14 +74,6 @@ int lmdb_txn_begin(struct store *base, struct store_txn **out)
 	return err;
 }
 
-/* lmdb_txn_error - the sticky error, 0 if every step so far succeeded */
-int lmdb_txn_error(const struct store_txn *base)
-{
-	const struct lmdb_txn *t = (const struct lmdb_txn *) base;
-
-	return t->err;
-}
-
 /* lmdb_txn_commit - make the transaction durable, or abort it if failed */
 int lmdb_txn_commit(struct store_txn *base)
 {
@@ -100,7 +84,7 @@ int lmdb_txn_commit(struct store_txn *base)
 	if (t == NULL)
 		return STORE_EINVAL;
 	st = t->st;
-	if ((err = t->err) != 0)
+	if ((err = t->base.err) != 0)
 		mdb_txn_abort(t->txn);
 	else
 		err = lmdb_mdb_error(journal_commit(t), "commit");

@@ -788,7 +788,6 @@ const struct store_ops store_pg_ops = {
 	.txn_msg_put = store_pg_txn_msg_put,
 	.txn_msg_set_inflight = store_pg_txn_msg_set_inflight,
 	.txn_msg_update = store_pg_txn_msg_update,
-	.txn_error = store_pg_txn_error,
 	.txn_commit = store_pg_txn_commit,
 	.txn_abort = store_pg_txn_abort,
 	.last_qid = store_pg_last_qid,

@@ -207,7 +207,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	store_pg_params_free(&lp);
 	store_pg_params_free(&cp);
 	if (err != 0) {
-		store_pg_txn_fail(t, STORE_EAGAIN);
+		store_txn_fail(&t->base, STORE_EAGAIN);
 		goto out;
 	}
 	t->begun = 1;
@@ -222,7 +222,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	if (store_pg_pipe_end(t->c) != 0 && err == 0)
 		err = STORE_EAGAIN;
 	if (err != 0)
-		store_pg_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 out:
 	store_pg_arr_free(&locks);
 	store_pg_arr_free(&keys);
@@ -235,7 +235,7 @@ void store_pg_txn_keys(struct store_txn *base, const uint8_t (*keyhashes)[STORE_
 {
 	struct pg_txn *t = (struct pg_txn *) base;
 
-	if (t->err == 0 && n > 0)
+	if (n > 0)
 		keys_load(t, keyhashes, n);
 }
 
@@ -268,13 +268,10 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
 	struct pg_claim_ent *e;
 	struct txn_claim tc;
 
-	memset(c, 0, sizeof(*c));
-	if (t->err)
-		return t->err;
 	if (!key_loaded(t, keyhash))
 		keys_load(t, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1);
-	if (t->err)
-		return t->err;
+	if (t->base.err)
+		return t->base.err;
 	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
 	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
 		return STORE_ENOTFOUND;
@@ -294,10 +291,8 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 	char key[STORE_QID_SIZE];
 	struct pg_seg *s;
 
-	if (t->err)
-		return;
 	if (!store_qid_ok(c->qid)) {
-		store_pg_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	hash_hex(hash, 11, key);	/* the hash's first 11 bytes in hex tell repeats apart */

@@ -155,7 +155,6 @@ struct pg_txn {
 	struct store_txn base;		/* first: store.c dispatches on base.ops */
 	struct pg_store *st;		/* not owned */
 	PGconn *c;			/* taken from the pool at the first need; given back at the end */
-	int err;			/* sticky: first STORE_E* seen, or 0 */
 	int begun;			/* BEGIN was sent: locks are held */
 	int64_t *locked;		/* owned, sorted: key locks held (first 8 bytes of a keyhash) */
 	size_t n_locked, cap_locked;
@@ -296,7 +295,6 @@ int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t t
 
 /* store_pg_txn.c: the interface's transaction, and what the standalone writes share with it */
 int store_pg_txn_new(struct pg_store *st, struct pg_txn **out);
-int store_pg_txn_fail(struct pg_txn *t, int err);
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
 
@@ -315,7 +313,6 @@ void store_pg_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HAS
 void store_pg_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 void store_pg_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
 void store_pg_txn_msg_update(struct store_txn *t, const struct store_msg *m);
-int store_pg_txn_error(const struct store_txn *t);
 int store_pg_txn_commit(struct store_txn *t);
 void store_pg_txn_abort(struct store_txn *t);
 

@@ -145,14 +145,6 @@ static const char SQL_INFLIGHT[] =
 	"WHERE m.qid = v.qid AND " FENCE " RETURNING 1) "
 	"SELECT idemrelay_fenced(count(*), $5) FROM u";
 
-/* store_pg_txn_fail - record the first failure; return the sticky code */
-int store_pg_txn_fail(struct pg_txn *t, int err)
-{
-	if (t->err == 0)
-		t->err = err;
-	return t->err;
-}
-
 /* qids_add - append a QID to an owned array */
 static void qids_add(char (**v)[STORE_QID_SIZE], size_t *n, size_t *cap, const char *qid)
 {
@@ -288,10 +280,8 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	struct pg_seg *s;
 	size_t i;
 
-	if (t->err)
-		return;
 	if (!store_msg_valid(m)) {
-		store_pg_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	s = store_pg_seg_for(t, PG_SEG_MSGS, m->qid);
@@ -369,14 +359,12 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	size_t i;
 	int has, err, queued = 0;
 
-	if (t->err)
-		return;
 	if (!state_valid(m)) {
-		store_pg_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	if ((err = fence_token(t, m->qid, &token, &has)) != 0) {
-		store_pg_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 		return;
 	}
 	for (i = 0; i < m->n_rcpts; i++)
@@ -412,14 +400,12 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 	int64_t token = 0;
 	int has, err;
 
-	if (t->err)
-		return;
 	if (!store_qid_ok(qid)) {
-		store_pg_txn_fail(t, STORE_EINVAL);
+		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
 	if ((err = fence_token(t, qid, &token, &has)) != 0) {
-		store_pg_txn_fail(t, err);
+		store_txn_fail(&t->base, err);
 		return;
 	}
 	s = store_pg_seg_for(t, PG_SEG_INFLIGHT, qid);
@@ -429,12 +415,6 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 	else
 		store_pg_a_bytes(&s->a[1], NULL, 0);
 	store_pg_a_bool(&s->a[2], on);
-}
-
-/* store_pg_txn_error - the sticky error */
-int store_pg_txn_error(const struct store_txn *base)
-{
-	return ((const struct pg_txn *) base)->err;
 }
 
 /* conn_lost - did the connection break, or is it kept waiting for replication (no more results) */
@@ -645,7 +625,7 @@ int store_pg_txn_commit(struct store_txn *base)
 	if (t == NULL)
 		return STORE_EINVAL;
 	st = t->st;
-	if ((err = t->err) != 0) {
+	if ((err = t->base.err) != 0) {
 		txn_free(t);
 		return err;
 	}
