@@ -140,6 +140,16 @@ void lmdb_break(struct lmdb_store *st, const char *why);	/* a sync failed: stop,
 int lmdb_qid_key(const char *qid, MDB_val *key);
 int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left with no story */
+#define META_FORMAT	"format"	/* meta DB: the store's format, decimal text */
+/*
+ * LMDB_FORMAT - the format this build writes. 2: claims and stories are
+ * staged in cnew and hnew, which a build before them would not read (it
+ * would find no claim there, and send a retried message again). A store
+ * of a greater format is refused at open; a writable open records ours.
+ */
+#define LMDB_FORMAT	2
+#define LMDB_TEXT_(n)	#n
+#define LMDB_TEXT(n)	LMDB_TEXT_(n)	/* a macro's value as a string literal */
 
 /* store_grow.c */
 int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */

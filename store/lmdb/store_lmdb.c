@@ -187,6 +187,36 @@ static int lmdb_mkdir(const char *path)
 }
 
 /*
+ * lmdb_format - at open: refuse a store of a format greater than ours
+ * (MDB_VERSION_MISMATCH); opened for writing, record ours where the
+ * store's is less or unrecorded. An LMDB code
+ */
+static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
+{
+	MDB_val key = { sizeof(META_FORMAT) - 1, META_FORMAT }, val;
+	char text[16];
+	long have = 0;
+	int rc;
+
+	if ((rc = mdb_get(txn, st->meta, &key, &val)) == 0) {
+		if (val.mv_size == 0 || val.mv_size >= sizeof(text))
+			return MDB_INVALID;
+		memcpy(text, val.mv_data, val.mv_size);
+		text[val.mv_size] = 0;
+		have = strtol(text, NULL, 10);
+	} else if (rc != MDB_NOTFOUND) {
+		return rc;
+	}
+	if (have > LMDB_FORMAT)
+		return MDB_VERSION_MISMATCH;
+	if (rdonly || have == LMDB_FORMAT)
+		return 0;
+	val.mv_size = sizeof(LMDB_TEXT(LMDB_FORMAT)) - 1;
+	val.mv_data = LMDB_TEXT(LMDB_FORMAT);
+	return mdb_put(txn, st->meta, &key, &val, 0);
+}
+
+/*
  * lmdb_env_open - open the environment at path with flags, then its
  * databases in one transaction: the sequence store_lmdb_open() and
  * store_lmdb_open_readonly() share. Writable, every database is created if
@@ -247,6 +277,9 @@ static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_s
 	if ((rc = mdb_dbi_open(txn, "cnew", create, &st->cnew)) == 0)
 		st->has_cnew = 1;
 	else if (!rdonly)
+		goto fail;
+	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
+	if ((rc = lmdb_format(st, txn, rdonly)) != 0)
 		goto fail;
 	*step = "claims format";
 	if ((rc = lmdb_claims_format(st, txn, rdonly)) != 0)

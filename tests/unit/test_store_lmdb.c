@@ -233,6 +233,72 @@ static void test_old_claims(void **state)
 	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
 }
 
+/* raw_meta - the meta record named name as a string ("" if none); the store must be closed */
+static void raw_meta(const char *path, const char *name, char *out, size_t outlen)
+{
+	MDB_env *env = raw_env(path);
+	MDB_val key = { strlen(name), (void *) name }, val;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	out[0] = 0;
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	if (mdb_get(txn, dbi, &key, &val) == 0 && val.mv_size < outlen) {
+		memcpy(out, val.mv_data, val.mv_size);
+		out[val.mv_size] = 0;
+	}
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+}
+
+/*
+ * test_format - a store records the format it was written in; one of a
+ * greater format (a newer idemrelay's, whose claims this build might not
+ * see) is refused by both opens, saying why, and left as it was
+ */
+static void test_format(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	char err[256] = "", got[16];
+	MDB_env *env;
+
+	store_close(f->st);
+	f->st = NULL;
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("the format recorded", got, "2");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);	/* an older one */
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+	store_close(f->st);
+	f->st = NULL;
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("a writable open records its own", got, "2");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "3", 1);	/* a newer one */
+	mdb_env_close(env);
+	CHECK_INT("open refused", store_lmdb_open(&st, f->path, TEST_MAP, err, sizeof(err)),
+		  STORE_EINVAL);
+	if (st != NULL || strstr(err, "written by a newer idemrelay") == NULL)
+		fail_msg("open of a newer store: \"%s\"", err);
+	err[0] = 0;
+	CHECK_INT("read-only open refused", store_lmdb_open_readonly(&st, f->path, err,
+								     sizeof(err)), STORE_EINVAL);
+	if (strstr(err, "written by a newer idemrelay") == NULL)
+		fail_msg("read-only open of a newer store: \"%s\"", err);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("left as it was", got, "3");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "2", 1);
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+}
+
 static void test_map_full(void **state)
 {
 	struct fx *f = *state;
@@ -858,6 +924,7 @@ int main(void)
 		T(test_old_expiry_index),
 		cmocka_unit_test(test_msg_record_versions),
 		T(test_old_claims),
+		T(test_format),
 		cmocka_unit_test_setup_teardown(test_map_full, fx_setup_tiny, fx_teardown),
 		T(test_corrupt_records),
 		cmocka_unit_test(test_codec_truncated),
