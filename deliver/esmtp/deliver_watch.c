@@ -126,47 +126,72 @@ int deliver_watch_dot_acked(const struct deliver_watch *w, unsigned nth)
 	return nth < w->dots_out || w->dot_acked;
 }
 
-/* deliver_watch_tick - how long the bridge may wait; 0: a deadline passed */
+/*
+ * watch_sample - how far the peer's TCP has taken our bytes: progress
+ * since the last sample moves the wait's start to now. The first sample
+ * of a wait counts as progress if bytes are in flight (the wait started
+ * at a write, and the peer may have taken some since): a deadline is
+ * never early, and at most WATCH_TICK_MS late. Nothing in flight: no
+ * more samples until the next wait (only a write adds bytes).
+ */
+static void watch_sample(struct deliver_watch *w, int64_t now)
+{
+	uint64_t acked;
+
+	w->sample_us = now;
+	if ((w->unacked = tcp_unacked(w->fd)) <= 0) {
+		w->unacked = 0;
+		w->sampling = 0;
+		return;
+	}
+	if (tcp_acked(w->fd, &acked) < 0)
+		return;
+	if (!w->acked_known || acked != w->acked)
+		w->since_us = now;	/* the server is still taking our bytes */
+	w->acked = acked;
+	w->acked_known = 1;
+}
+
+/*
+ * deliver_watch_tick - how long the bridge may wait; 0: a deadline passed.
+ * The peer's progress is sampled only once a wait has lasted
+ * WATCH_TICK_MS, then every WATCH_TICK_MS while bytes are in flight, and
+ * before a deadline is called: a reply that comes sooner (the usual
+ * case) costs no system call here.
+ */
 int deliver_watch_tick(struct deliver_watch *w, const char *owed, unsigned long replies,
 		       int wrote)
 {
-	int64_t now = clock_mono_us(), left;
-	uint64_t acked;
-	int unacked;
+	int64_t now = clock_mono_us(), left, next;
 
-	if (owed == NULL) {
-		/*
-		 * Nothing owed, no deadline: the next wait starts here. What
-		 * the peer acknowledged is not read (a system call in every
-		 * turn of the bridge's loop): a wait starts with a write,
-		 * which reads it below; if one starts without, the count
-		 * read later is taken as progress, from that moment.
-		 */
-		w->replies = replies;
-		w->since_us = now;
-		return -1;
-	}
-	if (wrote || replies != w->replies) {
+	if (owed == NULL || wrote || replies != w->replies) {
 		/* a new wait: from the last byte written, or the last reply */
 		w->replies = replies;
-		w->since_us = now;
-		if (tcp_acked(w->fd, &acked) == 0)
-			w->acked = acked;
-	}
-	if ((unacked = tcp_unacked(w->fd)) > 0 && tcp_acked(w->fd, &acked) == 0
-	    && acked != w->acked) {
-		w->acked = acked;	/* the server is still taking our bytes */
-		w->since_us = now;
+		w->since_us = w->sample_us = now;
+		w->sampling = 1;
+		w->acked_known = 0;
+		w->unacked = 0;
+		if (owed == NULL)
+			return -1;
 	}
 	left = w->timeout_ms - (now - w->since_us) / 1000;
+	if (w->sampling && (left <= 0 || now - w->sample_us >= WATCH_TICK_MS * 1000LL)) {
+		watch_sample(w, now);
+		left = w->timeout_ms - (now - w->since_us) / 1000;
+	}
 	if (left <= 0) {
-		if (unacked > 0)
+		if (w->unacked > 0)
 			snprintf(w->why, sizeof(w->why), "timeout sending to the server (%d octets"
-				 " unacknowledged for %d s)", unacked, w->timeout_ms / 1000);
+				 " unacknowledged for %d s)", w->unacked, w->timeout_ms / 1000);
 		else
 			snprintf(w->why, sizeof(w->why), "timeout waiting for the reply to %s",
 				 owed);
 		return 0;
 	}
-	return unacked > 0 && left > WATCH_TICK_MS ? WATCH_TICK_MS : (int) left;
+	if (!w->sampling)
+		return left > INT32_MAX ? INT32_MAX : (int) left;
+	next = WATCH_TICK_MS - (now - w->sample_us) / 1000;
+	if (next < 1)
+		next = 1;
+	return (int) (left < next ? left : next);
 }

@@ -40,7 +40,11 @@ struct deliver_watch {
 	/* the reply deadline */
 	unsigned long replies;		/* complete replies when the wait (re)started */
 	int64_t since_us;		/* the wait or the transfer's progress, monotonic */
+	int sampling;			/* bytes may be unacknowledged: sample the peer's progress */
+	int64_t sample_us;		/* the last sample, or the wait's start */
+	int acked_known;		/* acked was read in this wait */
 	uint64_t acked;			/* bytes the peer had acknowledged then */
+	int unacked;			/* the send queue then */
 	char why[160];			/* why the deadline passed; "" if it did not */
 };
 
