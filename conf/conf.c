@@ -43,7 +43,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		       const config_setting_t *root)
 {
 	static const char *const names[] = {
-		"address", "port", "starttls", "tls", "auth", "smtputf8", 0};
+		"name", "address", "port", "starttls", "tls", "auth", "smtputf8", 0};
 	static const char *const starttls_words[] = {"optional", "required", 0};
 	static const char *const tls_words[] = {"none", "implicit", 0};
 	static const char *const auth_words[] = {"optional", "required", 0};
@@ -72,6 +72,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 		if (!config_setting_is_group(g))
 			return conf_wrong_type(x, g, "a group { ... }");
 		if (conf_check_names(x, g, names) < 0
+		    || conf_string(x, g, "name", 1, &l->name) < 0
 		    || conf_string(x, g, "address", 1, &l->address) < 0
 		    || conf_int(x, g, "port", 1, 65535, &l->port) < 0
 		    || conf_enum(x, g, "starttls", starttls_words,
@@ -100,6 +101,10 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 			    && strcmp(c->listen[j].address, l->address) == 0)
 				return conf_error(x, g, NULL, "duplicate of "
 						  "listen[%d]", j);
+		for (j = 0; l->name && j < i; j++)
+			if (c->listen[j].name && strcmp(c->listen[j].name, l->name) == 0)
+				return conf_error(x, g, "name", "\"%s\" names listen[%d] too",
+						  l->name, j);
 	}
 	return 0;
 }
@@ -210,92 +215,98 @@ static int conf_pin(const char *v, uint8_t out[32])
  * upstream's certificate is trusted. Pins replace the chain check (as
  * Postfix's "fingerprint" level), so they need verification on.
  */
-static int conf_upstream_trust(struct conf_ctx *x, struct conf *c,
+static int conf_upstream_trust(struct conf_ctx *x, struct conf_upstream *u,
 			       const config_setting_t *g)
 {
 	config_setting_t *a = NULL;
 	int i, n;
 
-	if (conf_string(x, g, "tls_ca", 0, &c->upstream.tls_ca) < 0
-	    || conf_string(x, g, "tls_servername", 1, &c->upstream.tls_servername) < 0
+	if (conf_string(x, g, "tls_ca", 0, &u->tls_ca) < 0
+	    || conf_string(x, g, "tls_servername", 1, &u->tls_servername) < 0
 	    || conf_strings(x, g, "tls_fingerprint", &a) < 0)
 		return -1;
-	if (c->upstream.tls_servername && strlen(c->upstream.tls_servername) > 253)
+	if (u->tls_servername && strlen(u->tls_servername) > 253)
 		return conf_error(x, g, "tls_servername", "longer than 253 characters");
 	if (a == NULL)
 		return 0;
 	if ((n = config_setting_length(a)) == 0)
 		return conf_error(x, a, NULL, "empty list");
-	c->upstream.tls_fingerprint = xcalloc(n, sizeof(*c->upstream.tls_fingerprint));
+	u->tls_fingerprint = xcalloc(n, sizeof(*u->tls_fingerprint));
 	for (i = 0; i < n; i++) {
 		const char *v = config_setting_get_string_elem(a, i);
 
-		if (conf_pin(v, c->upstream.tls_fingerprint[i]) < 0)
+		if (conf_pin(v, u->tls_fingerprint[i]) < 0)
 			return conf_error(x, config_setting_get_elem(a, i), NULL,
 					  "bad fingerprint \"%s\" (want sha256: and 64 "
 					  "hex digits)", v);
-		c->upstream.n_tls_fingerprint = i + 1;
+		u->n_tls_fingerprint = i + 1;
 	}
 	return 0;
 }
 
-/* conf_upstream - upstream = { host; port | hosts | maildir; ... } */
-static int conf_upstream(struct conf_ctx *x, struct conf *c,
-			 const config_setting_t *root)
+/*
+ * conf_upstream_group - upstream = { host; port | hosts | maildir; ... },
+ * the default's (route 0) or a route's group g (route 1: neither maildir
+ * nor ambiguous, which are the default's alone)
+ */
+int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
+			const config_setting_t *g, int route)
 {
 	static const char *const names[] = {"host", "port", "hosts", "maildir",
 		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
 		"user", "password", "connections", "rate", "recipient_rate", "timeout", "ambiguous", 0};
+	static const char *const route_names[] = {"host", "port", "hosts",
+		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
+		"user", "password", "connections", "timeout", 0};
 	/* in enum conf_tls order */
 	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
 	static const char *const trust_names[] = {"tls_ca", "tls_servername",
 		"tls_fingerprint", 0};
-	config_setting_t *g, *s, *a = NULL;
+	config_setting_t *s, *a = NULL;
 	char *host = NULL;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
 
-	if (conf_group(x, root, "upstream", names, &g) < 0)
+	u->tls = CONF_TLS_NONE;
+	u->tls_verify = 1;
+	u->connections = 4;
+	u->timeout = 5 * 60;
+	if (conf_check_names(x, g, route ? route_names : names) < 0)
 		goto fail;
-	if (g == NULL) {
-		conf_error(x, NULL, "upstream", "missing (needs host, hosts "
-			   "or maildir)");
-		goto fail;
-	}
 	if (conf_string(x, g, "host", 1, &host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
 	    || conf_strings(x, g, "hosts", &a) < 0
-	    || conf_string(x, g, "maildir", 0, &c->upstream.maildir) < 0
+	    || conf_string(x, g, "maildir", 0, &u->maildir) < 0
 	    || conf_enum(x, g, "tls", tls_words, &tls) < 0
-	    || conf_bool(x, g, "tls_verify", &c->upstream.tls_verify) < 0
-	    || conf_upstream_trust(x, c, g) < 0
-	    || conf_string(x, g, "user", 0, &c->upstream.user) < 0
-	    || conf_string(x, g, "password", 0, &c->upstream.password) < 0
+	    || conf_bool(x, g, "tls_verify", &u->tls_verify) < 0
+	    || conf_upstream_trust(x, u, g) < 0
+	    || conf_string(x, g, "user", 0, &u->user) < 0
+	    || conf_string(x, g, "password", 0, &u->password) < 0
 	    || conf_int(x, g, "connections", 1, 1000,
-			&c->upstream.connections) < 0
-	    || conf_int(x, g, "rate", 0, 1000000, &c->upstream.rate) < 0
-	    || conf_int(x, g, "recipient_rate", 0, 1000000, &c->upstream.recipient_rate) < 0
-	    || conf_duration(x, g, "timeout", 1, &c->upstream.timeout) < 0
+			&u->connections) < 0
+	    || conf_int(x, g, "rate", 0, 1000000, &u->rate) < 0
+	    || conf_int(x, g, "recipient_rate", 0, 1000000, &u->recipient_rate) < 0
+	    || conf_duration(x, g, "timeout", 1, &u->timeout) < 0
 	    || conf_enum(x, g, "ambiguous", amb_words,
-			 &c->upstream.ambiguous_retry) < 0)
+			 &u->ambiguous_retry) < 0)
 		goto fail;
-	c->upstream.tls = tls;
-	if ((host != NULL) + (a != NULL) + (c->upstream.maildir != NULL) != 1) {
-		conf_error(x, g, NULL, "needs exactly one of host, hosts "
-			   "or maildir");
+	u->tls = tls;
+	if ((host != NULL) + (a != NULL) + (u->maildir != NULL) != 1) {
+		conf_error(x, g, NULL, route ? "needs exactly one of host or hosts"
+			   : "needs exactly one of host, hosts or maildir");
 		goto fail;
 	}
 	if (port && host == NULL && a == NULL) {
 		conf_error(x, g, "port", "only with host or hosts");
 		goto fail;
 	}
-	if ((c->upstream.rate || c->upstream.recipient_rate) && c->upstream.maildir) {
-		conf_error(x, g, c->upstream.rate ? "rate" : "recipient_rate",
+	if ((u->rate || u->recipient_rate) && u->maildir) {
+		conf_error(x, g, u->rate ? "rate" : "recipient_rate",
 			   "only with host or hosts");
 		goto fail;
 	}
-	if ((c->upstream.user != NULL) != (c->upstream.password != NULL)) {
-		conf_error(x, g, c->upstream.user ? "password" : "user",
+	if ((u->user != NULL) != (u->password != NULL)) {
+		conf_error(x, g, u->user ? "password" : "user",
 			   "missing setting (user and password go together)");
 		goto fail;
 	}
@@ -304,12 +315,12 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 			conf_error(x, s, NULL, "requires tls = \"starttls\" or \"implicit\"");
 			goto fail;
 		}
-	if (!c->upstream.tls_verify && (c->upstream.tls_ca || c->upstream.n_tls_fingerprint)) {
-		conf_error(x, config_setting_get_member(g, c->upstream.tls_ca ? "tls_ca" :
+	if (!u->tls_verify && (u->tls_ca || u->n_tls_fingerprint)) {
+		conf_error(x, config_setting_get_member(g, u->tls_ca ? "tls_ca" :
 			   "tls_fingerprint"), NULL, "makes no sense with tls_verify = false");
 		goto fail;
 	}
-	if (c->upstream.user != NULL && tls == CONF_TLS_NONE) {
+	if (u->user != NULL && tls == CONF_TLS_NONE) {
 		/* credentials are never sent in clear */
 		conf_error(x, config_setting_get_member(g, "user"), NULL,
 			   "requires tls = \"starttls\" or \"implicit\"");
@@ -318,22 +329,22 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
 	if (host != NULL) {
-		c->upstream.hosts = xcalloc(1, sizeof(*c->upstream.hosts));
-		c->upstream.hosts[0].host = host;
-		c->upstream.hosts[0].port = port;
-		c->upstream.n_hosts = 1;
+		u->hosts = xcalloc(1, sizeof(*u->hosts));
+		u->hosts[0].host = host;
+		u->hosts[0].port = port;
+		u->n_hosts = 1;
 		host = NULL;
 	} else if (a != NULL) {
 		if ((n = config_setting_length(a)) == 0) {
 			conf_error(x, a, NULL, "empty list");
 			goto fail;
 		}
-		c->upstream.hosts = xcalloc(n, sizeof(*c->upstream.hosts));
+		u->hosts = xcalloc(n, sizeof(*u->hosts));
 		for (i = 0; i < n; i++) {
 			const char *v = config_setting_get_string_elem(a, i);
 
-			c->upstream.n_hosts = i + 1;
-			if (conf_parse_hostport(v, port, &c->upstream.hosts[i]) < 0) {
+			u->n_hosts = i + 1;
+			if (conf_parse_hostport(v, port, &u->hosts[i]) < 0) {
 				conf_error(x, config_setting_get_elem(a, i), NULL,
 					   "bad host[:port] \"%s\"", v);
 				goto fail;
@@ -345,6 +356,20 @@ static int conf_upstream(struct conf_ctx *x, struct conf *c,
 fail:
 	free(host);
 	return -1;
+}
+
+/* conf_upstream - the top-level upstream = { ... }, the default group */
+static int conf_upstream(struct conf_ctx *x, struct conf *c,
+			 const config_setting_t *root)
+{
+	config_setting_t *g = config_setting_get_member(root, "upstream");
+
+	if (g == NULL)
+		return conf_error(x, NULL, "upstream", "missing (needs host, hosts "
+				  "or maildir)");
+	if (!config_setting_is_group(g))
+		return conf_wrong_type(x, g, "a group { ... }");
+	return conf_upstream_group(x, &c->upstream, g, 0);
 }
 
 /* conf_limits - limits = { ... } */
@@ -474,10 +499,6 @@ static void conf_defaults(struct conf *c)
 	c->keys.envid = 1;
 	c->keys.strip_header = 1;
 	c->keys.scope_user = 1;
-	c->upstream.tls = CONF_TLS_NONE;
-	c->upstream.tls_verify = 1;
-	c->upstream.connections = 4;
-	c->upstream.timeout = 5 * 60;
 	c->retry.first = 60;
 	c->retry.max = 3600;
 	c->retry.give_up = 5 * 86400;
@@ -502,7 +523,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 {
 	static const char *const top[] = {"hostname", "node", "user", "control",
 		"metrics", "listen", "tls", "auth", "access", "store", "keys",
-		"upstream", "retry", "limits", "log", 0};
+		"upstream", "routes", "retry", "limits", "log", 0};
 	static const char *const metrics_names[] = {"address", "port", 0};
 	static const char *const tls_names[] = {"cert", "key", "groups", 0};
 	static const char *const auth_names[] = {"users", "cache_ttl", 0};
@@ -574,7 +595,8 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	if (c->store.path == NULL)
 		c->store.path = xstrdup("var/store");
 
-	if (conf_keys(x, c, root) < 0 || conf_upstream(x, c, root) < 0)
+	if (conf_keys(x, c, root) < 0 || conf_upstream(x, c, root) < 0
+	    || conf_routes(x, c, root) < 0)
 		return -1;
 
 	if (conf_group(x, root, "retry", retry_names, &g) < 0
@@ -655,7 +677,7 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
  * reload can say which changed instead of ignoring them without a word.
  */
 const char *const conf_restart_settings[] = {"hostname", "node", "user", "control",
-	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", 0};
+	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", "routes", 0};
 
 /* inside the restart-only groups, what SIGHUP applies all the same (deliver_reload) */
 static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate", 0};
@@ -860,7 +882,7 @@ void    conf_free(struct conf *c)
 	free(c->control);
 	free(c->metrics_address);
 	for (i = 0; i < c->n_listen; i++)
-		free(c->listen[i].address);
+		free(c->listen[i].address), free(c->listen[i].name);
 	free(c->listen);
 	free(c->tls_cert);
 	free(c->tls_key);
@@ -871,16 +893,9 @@ void    conf_free(struct conf *c)
 	for (i = 0; i < c->keys.n_headers; i++)
 		free(c->keys.headers[i]);
 	free(c->keys.headers);
-	for (i = 0; i < c->upstream.n_hosts; i++)
-		free(c->upstream.hosts[i].host);
-	free(c->upstream.hosts);
-	free(c->upstream.maildir);
-	free(c->upstream.tls_ca);
-	free(c->upstream.tls_servername);
-	free(c->upstream.tls_fingerprint);
-	free(c->upstream.user);
-	if (c->upstream.password)
-		explicit_bzero(c->upstream.password, strlen(c->upstream.password));
-	free(c->upstream.password);
+	conf_upstream_free(&c->upstream);
+	for (i = 0; i < c->n_routes; i++)
+		conf_route_free(&c->routes[i]);
+	free(c->routes);
 	memset(c, 0, sizeof(*c));
 }

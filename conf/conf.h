@@ -25,6 +25,7 @@ enum conf_backend { CONF_STORE_LMDB, CONF_STORE_POSTGRESQL };
 enum conf_long_lines { CONF_LONG_LINES_FOLD, CONF_LONG_LINES_REJECT, CONF_LONG_LINES_PASS };
 
 struct conf_listen {
+	char *name;		/* NULL: none; for routes' listener */
 	char *address;		/* numeric IPv4/IPv6 address */
 	int port;
 	int starttls_required;	/* starttls = "required" */
@@ -44,6 +45,41 @@ struct conf_upstream_host {
 	int port;
 };
 
+/*
+ * an upstream group: the top-level upstream (the default), or a route's
+ * (no maildir, no ambiguous there: those are the default's alone)
+ */
+struct conf_upstream {
+	struct conf_upstream_host *hosts;	/* host+port or hosts[] */
+	size_t n_hosts;
+	char *maildir;		/* set: deliver into this Maildir */
+	enum conf_tls tls;	/* default none */
+	int tls_verify;		/* default 1 */
+	char *tls_ca;		/* CA file or hashed directory; NULL: system store */
+	char *tls_servername;	/* name to verify and send (SNI); NULL: host */
+	uint8_t (*tls_fingerprint)[32];	/* SHA-256 pins, certificate or SPKI */
+	size_t n_tls_fingerprint;	/* set: a matching pin is all that counts */
+	char *user, *password;
+	int connections;	/* default 4 */
+	int rate;		/* messages a second, the cluster's; default 0: none */
+	int recipient_rate;	/* recipients a second, the same; default 0: none */
+	int64_t timeout;	/* seconds, default 5m */
+	int ambiguous_retry;	/* ambiguous = "retry" (default assume-delivered) */
+};
+
+/*
+ * routes = ( { name; auth_user; sender; sender_domain; listener; upstream } ):
+ * a route matches when every one of its match settings does
+ */
+struct conf_route {
+	char *name;		/* what a message stores and the log shows */
+	char *auth_user;	/* NULL: any (and a message without AUTH too) */
+	char *sender;		/* NULL: any; the whole address, case-insensitive */
+	char *sender_domain;	/* NULL: any; the sender's domain, case-insensitive */
+	int listener;		/* index into listen[] (its name); -1: any */
+	struct conf_upstream up;
+};
+
 /* where a setting was written: "listen[1].port" at "FILE:LINE" */
 struct conf_place {
 	char *name;
@@ -51,7 +87,7 @@ struct conf_place {
 };
 
 /* the settings SIGHUP cannot apply: conf_restart_settings[], NULL-terminated */
-#define CONF_RESTART_MAX 12
+#define CONF_RESTART_MAX 13
 extern const char *const conf_restart_settings[];
 
 struct conf {
@@ -103,23 +139,9 @@ struct conf {
 		int mismatch_accept;	/* on_mismatch = "accept" (default "reject") */
 	} keys;
 
-	struct {
-		struct conf_upstream_host *hosts;	/* host+port or hosts[] */
-		size_t n_hosts;
-		char *maildir;		/* set: deliver into this Maildir */
-		enum conf_tls tls;	/* default none */
-		int tls_verify;		/* default 1 */
-		char *tls_ca;		/* CA file or hashed directory; NULL: system store */
-		char *tls_servername;	/* name to verify and send (SNI); NULL: host */
-		uint8_t (*tls_fingerprint)[32];	/* SHA-256 pins, certificate or SPKI */
-		size_t n_tls_fingerprint;	/* set: a matching pin is all that counts */
-		char *user, *password;
-		int connections;	/* default 4 */
-		int rate;		/* messages a second, the cluster's; default 0: none */
-		int recipient_rate;	/* recipients a second, the same; default 0: none */
-		int64_t timeout;	/* seconds, default 5m */
-		int ambiguous_retry;	/* ambiguous = "retry" (default assume-delivered) */
-	} upstream;
+	struct conf_upstream upstream;	/* the default upstream group */
+	struct conf_route *routes;	/* routes = ( ... ), in order: the first match wins */
+	size_t n_routes;
 
 	struct conf_retry {
 		int64_t first, max, give_up;	/* seconds, default 1m, 1h, 5d */
@@ -170,6 +192,20 @@ size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
 
 /* conf_net_match - is this client address inside access.networks? */
 int conf_net_match(const struct conf *c, const struct sockaddr *sa);
+
+/*
+ * conf_route_match - the first route that matches a message accepted from
+ * user (NULL: no AUTH) with envelope sender from on listener l; NULL: the
+ * default upstream (conf_route.c)
+ */
+const struct conf_route *conf_route_match(const struct conf *c, const char *user,
+					  const char *from, const struct conf_listen *l);
+
+/*
+ * conf_route_upstream - the upstream group of the route a message stored
+ * (NULL: the default upstream); NULL when no route has that name
+ */
+const struct conf_upstream *conf_route_upstream(const struct conf *c, const char *route);
 
 /* conf_parse_duration, conf_parse_size - "30s" "5m" "24h" "7d" / "25M"; -1 on error */
 int64_t conf_parse_duration(const char *s);

@@ -240,6 +240,8 @@ static void story_json(struct buf *b, struct ctl *x, const struct store_story *s
 	json_str(b, s->m.client);
 	buf_printf(b, ",\"user\":");
 	json_str(b, s->m.user);
+	buf_printf(b, ",\"route\":");
+	json_str(b, s->m.route);
 	buf_printf(b, ",\"from\":");
 	json_str(b, s->m.from);
 	buf_printf(b, ",\"envid\":");
@@ -283,6 +285,10 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
 	printf("  sender      <%s>%s%s, %zu bytes%s\n", s->m.from, s->m.envid ? ", envid " : "",
 	       s->m.envid ? s->m.envid : "", s->m.data_len, s->m.smtputf8 ? ", SMTPUTF8" : "");
+	/* the route decided at acceptance, and whether this configuration still has it */
+	printf("  route       %s%s\n", s->m.route ? s->m.route : "default (upstream)",
+	       s->m.route && conf_route_upstream(&x->cf, s->m.route) == NULL
+	       ? ", not in the configuration: deferred until it is" : "");
 	/* forgotten: no claim answers for it any more, whatever it was */
 	if (s->has_key && s->forgotten)
 		printf("  key         yes, but forgotten by the operator %s: its duplicates are "

@@ -314,22 +314,41 @@ static void check_ports(struct check *k)
 			   c->metrics_address, c->metrics_port, why);
 }
 
-/* check_upstream - upstream.tls_ca loads as the delivery threads will load it */
+/* check_group - an upstream group's tls_ca (name: "upstream" or "routes[N].upstream") */
+static void check_group(struct check *k, const char *name, const struct conf_upstream *u)
+{
+	char err[512], setting[128], prefix[128];
+	SSL_CTX *ctx;
+	size_t n;
+
+	if (u->tls == CONF_TLS_NONE || u->tls_ca == NULL)
+		return;
+	snprintf(setting, sizeof(setting), "%s.tls_ca", name);
+	n = (size_t) snprintf(prefix, sizeof(prefix), "upstream.tls_ca ");
+	if ((ctx = tls_client_ctx_conf(u, err, sizeof(err))) == NULL)
+		check_fail(k, setting, "%s: want a PEM file of CA certificates or a "
+			   "directory hashed with openssl rehash",
+			   strncmp(err, prefix, n) == 0 ? err + n : err);
+	SSL_CTX_free(ctx);
+}
+
+/*
+ * check_upstream - the Maildir, and each upstream group's tls_ca (the
+ * default's and every route's) loads as the delivery threads will load it
+ */
 static void check_upstream(struct check *k)
 {
 	const struct conf *c = k->c;
-	char err[512];
-	SSL_CTX *ctx;
+	char name[64];
+	size_t i;
 
 	if (c->upstream.maildir)
 		check_dir(k, "upstream.maildir", c->upstream.maildir);
-	if (c->upstream.tls == CONF_TLS_NONE || c->upstream.tls_ca == NULL)
-		return;
-	if ((ctx = tls_client_ctx_conf(c, err, sizeof(err))) == NULL)
-		check_fail(k, "upstream.tls_ca", "%s: want a PEM file of CA certificates or a "
-			   "directory hashed with openssl rehash",
-			   strncmp(err, "upstream.tls_ca ", 16) == 0 ? err + 16 : err);
-	SSL_CTX_free(ctx);
+	check_group(k, "upstream", &c->upstream);
+	for (i = 0; i < c->n_routes; i++) {
+		snprintf(name, sizeof(name), "routes[%zu].upstream", i);
+		check_group(k, name, &c->routes[i].up);
+	}
 }
 
 /* check_store - the store's directory, or that its database answers */

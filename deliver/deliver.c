@@ -56,6 +56,10 @@
  *	alive every DELIVER_NODES_EVERY, and each node sends its part of
  *	upstream.rate.
  *
+ *	Routes (conf_route.c): a loaded batch is handed to the transport one
+ *	upstream group at a time (send_routes), by the route each message
+ *	stored at acceptance; the delivery threads are shared by every group.
+ *
  *	What an attempt's results become (log lines, bounces, the store's
  *	update, the retry time) is deliver_record.c's.
  * DIAGNOSTICS
@@ -277,6 +281,49 @@ static void session_done(struct deliver *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* same_route - do two stored routes name the same one (NULL: the default)? */
+static int same_route(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/*
+ * send_routes - hand a loaded batch to the transport, one upstream group
+ * at a time: the jobs of each route stored with them go over a connection
+ * of their own, to their own hosts with their own TLS and credentials. A
+ * message whose route is no longer in the configuration (a restart with
+ * other routes) is deferred, as Postfix defers mail whose transport is
+ * misconfigured, never sent to another group: the operator restores the
+ * route (or reroutes), and retry.give_up bounds the wait as for any
+ * deferral. The jobs are reordered, grouped by route.
+ */
+static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	const struct conf_upstream *up;
+	struct deliver_job *t;
+	char why[DELIVER_REPLY_MAX];
+	size_t i, j, k;
+
+	for (i = 0; i < n; i = k) {
+		for (k = j = i + 1; j < n; j++)
+			if (same_route(jobs[j]->m.route, jobs[i]->m.route)) {
+				t = jobs[k], jobs[k] = jobs[j], jobs[j] = t;
+				k++;
+			}
+		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL) {
+			d->t->send(d, up, jobs + i, k - i);
+			continue;
+		}
+		snprintf(why, sizeof(why), "route %s is not in the configuration",
+			 jobs[i]->m.route);
+		for (j = i; j < k; j++) {
+			msg_warn("%s: %s: deferred", jobs[j]->m.qid, why);
+			snprintf(jobs[j]->relay, sizeof(jobs[j]->relay), "none");
+			deliver_set_all(jobs[j], DELIVER_DEFERRED, "4.3.5", why);
+		}
+	}
+}
+
 /* deliver_thread - take due batches and deliver them until stopped */
 static void *deliver_thread(void *arg)
 {
@@ -311,7 +358,7 @@ static void *deliver_thread(void *arg)
 			session_done(d);
 			continue;
 		}
-		d->t->send(d, ready, n_ready);
+		send_routes(d, ready, n_ready);
 		session_done(d);
 		deliver_record_batch(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)

@@ -152,7 +152,9 @@ struct deliver_transport {
 	int one_thread;			/* one delivery thread, not upstream.connections */
 	int limited;			/* upstream.rate and throttling feedback apply */
 	size_t batch;			/* messages per batch at most */
-	void (*send)(struct deliver *d, struct deliver_job **jobs, size_t n);
+	/* every job of a batch has the one upstream group up (a route's, or the default) */
+	void (*send)(struct deliver *d, const struct conf_upstream *up,
+		     struct deliver_job **jobs, size_t n);
 };
 
 #endif

@@ -195,11 +195,13 @@ fail:
 	deliver_set_all(j, DELIVER_DEFERRED, dsn, why);
 }
 
-/* maildir_send - a batch, one message after the other */
-static void maildir_send(struct deliver *d, struct deliver_job **jobs, size_t n)
+/* maildir_send - a batch, one message after the other (no routes: up is the default) */
+static void maildir_send(struct deliver *d, const struct conf_upstream *up,
+			 struct deliver_job **jobs, size_t n)
 {
 	size_t i;
 
+	(void) up;
 	for (i = 0; i < n; i++)
 		maildir_one(d, jobs[i]);
 }

@@ -18,6 +18,10 @@
  *	stored nowhere, is what Postfix calls a discard ("QID: discard:
  *	END-OF-MESSAGE from ...", QID the original's), never a second
  *	message received; a mismatch is a reject.
+ *
+ *	The route (conf_route_match(): AUTH user, sender, listener) is
+ *	decided here and stored with the message, so that delivery uses
+ *	the upstream group it had at acceptance; the log line names it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +146,8 @@ static void answered(struct server *srv, struct commit_req *req, const char *key
 		log_rcpts(&line, &req->msg, req->claimed, 0);
 		if (req->msg.user)
 			buf_printf(&line, " sasl_username=%s", req->msg.user);
+		if (req->msg.route)
+			buf_printf(&line, " route=%s", req->msg.route);
 		buf_printf(&line, " size=%zu", req->msg.data_len);
 		if (((struct submission *) req)->long_lines)
 			buf_printf(&line, " long_lines=%zu (%s)", ((struct submission *) req)->long_lines,
@@ -248,6 +254,7 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	struct store_msg *m = &req->msg;
 	const char *user = smtp_session_user(c->s);
 	const char *scope = cf->keys.scope_user && user ? user : "";	/* per-tenant keys */
+	const struct conf_route *route = conf_route_match(cf, user, tx->from, c->l->cf);
 	size_t i, j;
 
 	sub->c = c;
@@ -268,6 +275,7 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	memcpy(req->fingerprint, kr->fingerprint, HASH_LEN);
 	m->from = xstrdup(tx->from);
 	m->user = user ? xstrdup(user) : NULL;
+	m->route = route ? xstrdup(route->name) : NULL;	/* decided now, kept with it */
 	m->envid = tx->envid ? xstrdup(tx->envid) : NULL;
 	m->ret = tx->ret;
 	m->body = tx->body;

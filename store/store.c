@@ -320,6 +320,7 @@ void store_msg_free(struct store_msg *m)
 	free(m->envid);
 	free(m->client);
 	free(m->user);
+	free(m->route);
 	for (i = 0; m->rcpts && i < m->n_rcpts; i++) {
 		free(m->rcpts[i].addr);
 		free(m->rcpts[i].orcpt);

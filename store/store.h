@@ -90,6 +90,8 @@ struct store_msg {
 	int smtputf8;		/* MAIL declared SMTPUTF8 (RFC 6531) */
 	char *client;		/* owned; "helo [ip]" as for Received */
 	char *user;		/* owned; AUTH user, or NULL */
+	char *route;		/* owned; the route chosen at acceptance, NULL: the
+				 * default upstream */
 	struct store_rcpt *rcpts;	/* owned array */
 	size_t n_rcpts;
 	char *data;		/* owned; the message as it will be relayed */

@@ -205,30 +205,31 @@ static int tls_load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
 }
 
 /*
- * tls_client_ctx_conf - the client context upstream.tls_* ask for: pins,
+ * tls_client_ctx_conf - the client context an upstream group's tls_* ask
+ * for (the default upstream's or a route's): pins,
  * or a chain to tls_ca (else the system store), or no check at all
  */
-SSL_CTX *tls_client_ctx_conf(const struct conf *c, char *err, size_t errlen)
+SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t errlen)
 {
-	size_t npins = c->upstream.n_tls_fingerprint;
+	size_t npins = u->n_tls_fingerprint;
 	struct tls_peer *p;
 	SSL_CTX *ctx;
 
-	if (npins == 0 && c->upstream.tls_ca == NULL)
-		ctx = tls_client_ctx_new(c->upstream.tls_verify, err, errlen);
+	if (npins == 0 && u->tls_ca == NULL)
+		ctx = tls_client_ctx_new(u->tls_verify, err, errlen);
 	else
 		ctx = tls_ctx_base(1, err, errlen);
 	if (ctx == NULL)
 		return NULL;
 	p = tls_peer_of(ctx);
-	if (c->upstream.tls_servername)
-		snprintf(p->servername, sizeof(p->servername), "%s", c->upstream.tls_servername);
+	if (u->tls_servername)
+		snprintf(p->servername, sizeof(p->servername), "%s", u->tls_servername);
 	if (npins) {
 		p->pins = xcalloc(npins, sizeof(*p->pins));
-		memcpy(p->pins, c->upstream.tls_fingerprint, npins * sizeof(*p->pins));
+		memcpy(p->pins, u->tls_fingerprint, npins * sizeof(*p->pins));
 		p->n_pins = npins;
 		SSL_CTX_set_cert_verify_callback(ctx, tls_pin_verify, p);
-	} else if (c->upstream.tls_ca && tls_load_ca(ctx, c->upstream.tls_ca, err, errlen) < 0) {
+	} else if (u->tls_ca && tls_load_ca(ctx, u->tls_ca, err, errlen) < 0) {
 		SSL_CTX_free(ctx);
 		ERR_clear_error();
 		return NULL;

@@ -42,7 +42,7 @@ SSL_CTX *tls_client_ctx_new(int verify, char *err, size_t errlen);
  * tls_ca (or the system store) and name the host (or tls_servername).
  * NULL with err (naming the setting) when tls_ca cannot be loaded.
  */
-SSL_CTX *tls_client_ctx_conf(const struct conf *c, char *err, size_t errlen);
+SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t errlen);
 
 /* tls_client_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
 int tls_client_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32]);

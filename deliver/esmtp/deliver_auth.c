@@ -48,14 +48,14 @@ static void auth_init(void)
 static int auth_interact(auth_client_request_t req, char **result, int fields, void *arg)
 {
 	static char empty[] = "";
-	const struct conf *c = arg;
+	const struct conf_upstream *u = arg;
 	int i;
 
 	for (i = 0; i < fields; i++) {
 		if (req[i].flags & AUTH_USER)
-			result[i] = c->upstream.user;
+			result[i] = u->user;
 		else if (req[i].flags & AUTH_PASS)
-			result[i] = c->upstream.password;
+			result[i] = u->password;
 		else if (req[i].flags & AUTH_REALM)
 			result[i] = empty;
 		else
@@ -64,8 +64,8 @@ static int auth_interact(auth_client_request_t req, char **result, int fields, v
 	return 1;
 }
 
-/* deliver_auth_context - a SASL context for c->upstream.user; NULL on failure */
-auth_context_t deliver_auth_context(const struct conf *c)
+/* deliver_auth_context - a SASL context for an upstream group's user; NULL on failure */
+auth_context_t deliver_auth_context(const struct conf_upstream *u)
 {
 	auth_context_t a;
 
@@ -74,7 +74,7 @@ auth_context_t deliver_auth_context(const struct conf *c)
 		return NULL;
 	/* PLAIN and LOGIN are "plain text" mechanisms: allowed, as TLS is required */
 	if (!auth_set_mechanism_flags(a, AUTH_PLUGIN_PLAIN, 0)
-	    || !auth_set_interact_cb(a, auth_interact, (void *) c)) {
+	    || !auth_set_interact_cb(a, auth_interact, (void *) u)) {
 		auth_destroy_context(a);
 		return NULL;
 	}

@@ -25,8 +25,8 @@
 #include "../../conf/conf.h"
 #include "../deliver_policy.h"
 
-/* deliver_auth_context - a SASL context for c->upstream.user; NULL on failure */
-auth_context_t deliver_auth_context(const struct conf *c);
+/* deliver_auth_context - a SASL context for an upstream group's user; NULL on failure */
+auth_context_t deliver_auth_context(const struct conf_upstream *u);
 
 #define DELIVER_GUARD_LINE	512	/* longest reply line kept whole */
 

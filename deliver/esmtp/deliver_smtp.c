@@ -75,12 +75,12 @@
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 #define XSESS_REFUSED	"refused to talk to me: "	/* the bridge's words for a greeting refused */
 
-/* upstream_timeout_ms - upstream.timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
-static int upstream_timeout_ms(const struct conf *c)
+/* upstream_timeout_ms - the group's timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
+static int upstream_timeout_ms(const struct conf_upstream *u)
 {
-	if (c->upstream.timeout >= INT_MAX / 1000)
+	if (u->timeout >= INT_MAX / 1000)
 		return INT_MAX;
-	return c->upstream.timeout < 1 ? 1000 : (int) c->upstream.timeout * 1000;
+	return u->timeout < 1 ? 1000 : (int) u->timeout * 1000;
 }
 
 /* xsess_find - the xmsg of a libesmtp message */
@@ -227,7 +227,7 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		deliver_auth_guard_read(&xs->guard, buf, (size_t) buflen);
 		if (xs->guard.authed)
 			msg_info("upstream %s: authenticated as %s (%s)", xs->relay,
-				 xs->d->c->upstream.user, xs->guard.auth_mech);
+				 xs->up->user, xs->guard.auth_mech);
 	} else if (writing == SMTP_CB_WRITING
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
 		xsess_cut(xs);
@@ -276,26 +276,26 @@ static int xsess_refuse(struct xsess *xs, const char *dsn, const char *why)
  */
 static int xsess_security(struct xsess *xs)
 {
-	const struct conf *c = xs->d->c;
+	const struct conf_upstream *u = xs->up;
 	char err[256];
 
-	if (c->upstream.tls == CONF_TLS_NONE) {
-		if (c->upstream.user)
+	if (u->tls == CONF_TLS_NONE) {
+		if (u->user)
 			return xsess_refuse(xs, "4.7.0", "upstream.user is set without upstream.tls:"
 					    " credentials are never sent in clear");
 		return 0;
 	}
-	if ((xs->tls_ctx = tls_client_ctx_conf(c, err, sizeof(err))) == NULL)
+	if ((xs->tls_ctx = tls_client_ctx_conf(u, err, sizeof(err))) == NULL)
 		return xsess_refuse(xs, "4.3.0", err);
-	if (c->upstream.user && ((xs->auth = deliver_auth_context(c)) == NULL
+	if (u->user && ((xs->auth = deliver_auth_context(u)) == NULL
 				 || !smtp_auth_set_context(xs->s, xs->auth)))
 		return xsess_refuse(xs, "4.3.0", "cannot set up libesmtp's SASL client");
 	return 0;
 }
 
 /* xsess_init - a libesmtp session holding every job */
-static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **jobs,
-		      size_t n, int body8)
+static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_upstream *up,
+		      struct deliver_job **jobs, size_t n, int body8)
 {
 	const struct conf *c = d->c;
 	int ms;
@@ -304,6 +304,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 
 	memset(xs, 0, sizeof(*xs));
 	xs->d = d;
+	xs->up = up;
 	xs->body8 = body8;
 	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.1");
 	if ((xs->s = smtp_create_session()) == NULL) {
@@ -323,7 +324,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, struct deliver_job **
 	 * restart on every read, so they are only a backstop, set longer so
 	 * that the bridge, which can say what was late, always goes first.
 	 */
-	ms = upstream_timeout_ms(c);
+	ms = upstream_timeout_ms(up);
 	ms = ms >= (INT_MAX - 5000) / 2 ? INT_MAX : ms * 2 + 5000;
 	for (w = Timeout_GREETING; w <= Timeout_DATA2; w++)
 		ok &= smtp_set_timeout(xs->s, w | Timeout_OVERRIDE_RFC2822_MINIMUM, ms) != 0;
@@ -440,7 +441,8 @@ static void xsess_failed(struct xsess *xs, const char *dsn, const char *why)
 static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 {
 	const struct conf *c = xs->d->c;
-	int ms = upstream_timeout_ms(c);
+	const struct conf_upstream *u = xs->up;
+	int ms = upstream_timeout_ms(u);
 	char why[DELIVER_REPLY_MAX - DELIVER_RELAY_MAX - 32], dsn[DELIVER_DSN_SIZE];
 	char line[DELIVER_REPLY_MAX];
 	const char *helo = c->hostname ? c->hostname : "localhost";
@@ -452,7 +454,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	xs->timed_out = 0;
 	xs->dots = 0;
 	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = xs->wrote = 0;
-	deliver_auth_guard_init(&xs->guard, c->upstream.user != NULL);
+	deliver_auth_guard_init(&xs->guard, u->user != NULL);
 	(void) deliver_smtp_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
 	if (xs->tls_ctx && tls_client_ctx_host(xs->tls_ctx, host) < 0) {
@@ -460,7 +462,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 		return -1;
 	}
 	xs->bridge = deliver_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa, a->salen,
-					 c->upstream.tls == CONF_TLS_STARTTLS ? helo : NULL,
+					 u->tls == CONF_TLS_STARTTLS ? helo : NULL,
 					 ms, why, sizeof(why), dsn);
 	if (xs->bridge == NULL) {
 		/* STARTTLS: the bridge read the greeting, and says a refusal so */
@@ -474,8 +476,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	}
 	if (xs->tls_ctx)
 		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
-			 c->upstream.tls_verify ? "Verified" : "Unverified",
-			 c->upstream.tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
+			 u->tls_verify ? "Verified" : "Unverified",
+			 u->tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
 			 deliver_bridge_tls(xs->bridge));
 	deliver_bridge_mail_utf8(xs->bridge, xs->utf8_want, xs->n);
 	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge))) {
@@ -520,14 +522,14 @@ static void xsess_end_bridge(struct xsess *xs)
 /* xsess_run - connect to the first upstream address that works and run the session */
 static int xsess_run(struct xsess *xs)
 {
-	const struct conf *c = xs->d->c;
+	const struct conf_upstream *u = xs->up;
 	struct xaddr addrs[XSESS_MAX_ADDRS];
 	char err[128], why[DELIVER_REPLY_MAX];
 	size_t h, i, n;
 	int ran;
 
-	for (h = 0; h < c->upstream.n_hosts; h++) {
-		n = xsess_addrs(xs, &c->upstream.hosts[h], addrs, XSESS_MAX_ADDRS);
+	for (h = 0; h < u->n_hosts; h++) {
+		n = xsess_addrs(xs, &u->hosts[h], addrs, XSESS_MAX_ADDRS);
 		for (i = 0; i < n; i++) {
 			if (deliver_stopping(xs->d)) {
 				snprintf(xs->why, sizeof(xs->why), "delivery is stopping");
@@ -535,12 +537,12 @@ static int xsess_run(struct xsess *xs)
 				return -1;
 			}
 			snprintf(xs->relay, sizeof(xs->relay), "%s", addrs[i].relay);
-			if (xsess_connect(xs, c->upstream.hosts[h].host, &addrs[i]) < 0) {
+			if (xsess_connect(xs, u->hosts[h].host, &addrs[i]) < 0) {
 				if (!xs->throttled)
 					continue;
 				/* a greeting refused as throttling: the session's end, no more addresses */
 				xs->connected = 1;
-				snprintf(xs->host, sizeof(xs->host), "%.200s", c->upstream.hosts[h].host);
+				snprintf(xs->host, sizeof(xs->host), "%.200s", u->hosts[h].host);
 				return 0;
 			}
 			ran = smtp_start_session(xs->s);
@@ -553,7 +555,7 @@ static int xsess_run(struct xsess *xs)
 			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0 || xs->throttled) {
 				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
-					 c->upstream.hosts[h].host);
+					 u->hosts[h].host);
 				snprintf(xs->error, sizeof(xs->error), "%s", err);
 				return 0;
 			}
@@ -600,8 +602,9 @@ static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n
 	}
 }
 
-/* smtp_send - deliver a batch over one upstream connection */
-static void smtp_send(struct deliver *d, struct deliver_job **jobs, size_t n)
+/* smtp_send - deliver a batch over one connection to its upstream group */
+static void smtp_send(struct deliver *d, const struct conf_upstream *up,
+		      struct deliver_job **jobs, size_t n)
 {
 	struct xsess xs;
 	int body8 = 1, round;
@@ -617,7 +620,7 @@ static void smtp_send(struct deliver *d, struct deliver_job **jobs, size_t n)
 	memcpy(own, jobs, n * sizeof(*own));
 	jobs = own;		/* deliver_smtp_utf8_bounce() takes jobs out of it */
 	for (round = 0; round < 3 && n > 0; round++) {
-		if (xsess_init(&xs, d, jobs, n, body8) < 0 || xsess_run(&xs) < 0) {
+		if (xsess_init(&xs, d, up, jobs, n, body8) < 0 || xsess_run(&xs) < 0) {
 			for (i = 0; i < n; i++) {
 				snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
 				deliver_set_all(jobs[i], DELIVER_DEFERRED, xs.why_dsn, xs.why);

@@ -53,6 +53,7 @@ struct xmsg {
 /* one libesmtp session over a batch */
 struct xsess {
 	struct deliver *d;		/* not owned */
+	const struct conf_upstream *up;	/* not owned: the batch's upstream group */
 	smtp_session_t s;		/* owned */
 	struct xmsg *msgs;		/* owned array */
 	struct deliver_job **jobs;	/* not owned; msgs[i].job is jobs[i] */

@@ -16,12 +16,15 @@
  *	message (msg DB, key: qid), written once:
  *	    version=2, accepted (i64), from, envid?, ret (i32), body (i32),
  *	    client, user?, n_rcpts (u32), n x { addr, notify (i32), orcpt? },
- *	    flags (u8: 1 has key, 2 SMTPUTF8), keyhash[32], ttl (i64),
+ *	    flags (u8: 1 has key, 2 SMTPUTF8, 4 route), keyhash[32], ttl (i64),
+ *	    route (if flag 4: the name of the route chosen at acceptance),
  *	    data length (u64), data
  *	    (version 1, still read, lacks the flags, keyhash and ttl: what
  *	    the message's story starts from, before it has a record of its own;
  *	    a version 2 record written before SMTPUTF8 has flag 2 clear,
- *	    which is what it meant, so the flag needed no new version)
+ *	    which is what it meant, so the flag needed no new version; so
+ *	    with flag 4: a record without it, older or not, took the default
+ *	    upstream)
  *	delivery state (queue DB, key: qid), rewritten on every attempt:
  *	    version=1, attempts (i32), next_attempt (i64), flags (u8: 1
  *	    inflight, 2 held), n_rcpts (u32), n x { state (u8), reply? }
@@ -29,10 +32,11 @@
  *	    messages could be held: the same record, read alike)
  *	history (hist DB, key: qid), the story, rewritten on each update:
  *	    version=1, accepted, updated, finished, expires, forgotten,
- *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped, 4 SMTPUTF8), keyhash[32],
+ *	    ttl (i64 each), flags (u8: 1 has key, 2 dropped, 4 SMTPUTF8,
+ *	    8 route), keyhash[32],
  *	    duplicates (u32), mismatches (u32), attempts (i32), size (u64),
  *	    from, envid?, client, user?, n_rcpts (u32),
- *	    n x { addr, state (u8), reply? }
+ *	    n x { addr, state (u8), reply? }, route (if flag 8)
  *	history expiry key (hexpiry DB, empty value):
  *	    expires (u64 big-endian, sign bit flipped so that byte order is
  *	    time order), qid
@@ -64,6 +68,7 @@
 #define STR_NULL	0xffffffffu
 #define MSG_HAS_KEY	1	/* the message record's flags */
 #define MSG_SMTPUTF8	2
+#define MSG_ROUTE	4	/* the route's name follows the ttl */
 #define QUEUE_FLAGS_OFF	(1 + 4 + 8)	/* the delivery state record's flags */
 #define QUEUE_INFLIGHT	1
 #define QUEUE_HELD	2
@@ -418,9 +423,12 @@ static void msg_codec(struct enc *e, const void *rec)
 	enc_u8(e, MSG_VERSION);
 	enc_i64(e, m->accepted);
 	enc_envelope(e, m, MSG_FIELDS);
-	enc_u8(e, (m->has_key ? MSG_HAS_KEY : 0) | (m->smtputf8 ? MSG_SMTPUTF8 : 0));
+	enc_u8(e, (m->has_key ? MSG_HAS_KEY : 0) | (m->smtputf8 ? MSG_SMTPUTF8 : 0)
+	       | (m->route ? MSG_ROUTE : 0));
 	enc_bytes(e, m->keyhash, STORE_HASH_LEN);
 	enc_i64(e, m->ttl);
+	if (m->route)
+		enc_str(e, m->route);
 	enc_u64(e, m->data_len);
 	enc_bytes(e, m->data, m->data_len);
 }
@@ -455,6 +463,8 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 		if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
 			memcpy(m->keyhash, b, STORE_HASH_LEN);
 		m->ttl = dec_i64(&d);
+		if (flags & MSG_ROUTE)
+			m->route = dec_str(&d, 0);
 	}
 	dlen = dec_u64(&d);
 	if (d.err == 0 && dlen != d.len - d.pos)
@@ -608,6 +618,7 @@ int lmdb_queue_rec_set_held(void *p, size_t len, int on)
 #define HIST_HAS_KEY	1
 #define HIST_DROPPED	2
 #define HIST_SMTPUTF8	4
+#define HIST_ROUTE	8	/* the route's name follows the recipients */
 
 /* hist_codec - the history record */
 static void hist_codec(struct enc *e, const void *rec)
@@ -624,13 +635,15 @@ static void hist_codec(struct enc *e, const void *rec)
 	enc_i64(e, s->forgotten);
 	enc_i64(e, s->ttl);
 	enc_u8(e, (s->has_key ? HIST_HAS_KEY : 0) | (s->dropped ? HIST_DROPPED : 0)
-	       | (m->smtputf8 ? HIST_SMTPUTF8 : 0));
+	       | (m->smtputf8 ? HIST_SMTPUTF8 : 0) | (m->route ? HIST_ROUTE : 0));
 	enc_bytes(e, s->has_key ? s->keyhash : zero, STORE_HASH_LEN);
 	enc_u32(e, s->duplicates);
 	enc_u32(e, s->mismatches);
 	enc_i32(e, m->attempts);
 	enc_u64(e, m->data_len);
 	enc_envelope(e, m, HIST_FIELDS);
+	if (m->route)
+		enc_str(e, m->route);
 }
 
 /* lmdb_hist_rec_size - bytes the history record needs */
@@ -674,7 +687,9 @@ int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 	m->attempts = dec_i32(&d);
 	m->data_len = dec_u64(&d);
 	dec_envelope(&d, m, HIST_FIELDS);
-	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED | HIST_SMTPUTF8))
+	if (flags & HIST_ROUTE)
+		m->route = dec_str(&d, 0);
+	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED | HIST_SMTPUTF8 | HIST_ROUTE))
 		d.err = STORE_EINVAL;
 	if (dec_end(&d) != 0) {
 		store_msg_free(m);

@@ -35,7 +35,7 @@
 #define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
-#define PG_SCHEMA_VERSION 5
+#define PG_SCHEMA_VERSION 6
 #define PG_PARAMS_MAX	24
 
 /* the element types of arrays and parameters */
@@ -279,8 +279,8 @@ int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 	"m.next_attempt, m.inflight, m.queued, m.updated, m.finished, m.expires, " \
 	"m.forgotten, m.dropped, m.duplicates, m.mismatches, m.held, " \
 	"CASE WHEN m.lease_until >= " PG_DB_NOW " THEN m.lease_owner END, " \
-	"coalesce(m.lease_since, m.accepted)"
-#define PG_MSG_NCOLS	27
+	"coalesce(m.lease_since, m.accepted), m.route"
+#define PG_MSG_NCOLS	28
 #define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
 struct store_story;
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);

@@ -74,6 +74,7 @@ int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 	m->held = (int) store_pg_int(r, row, 24);
 	m->lease_node = store_pg_strdup(r, row, 25);
 	m->lease_since = m->lease_node ? store_pg_int(r, row, 26) : 0;
+	m->route = store_pg_strdup(r, row, 27);
 	if (m->from == NULL || m->client == NULL) {
 		store_msg_free(m);
 		return STORE_EINVAL;

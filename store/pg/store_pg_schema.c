@@ -50,6 +50,9 @@
  *	until released) and lease_since (when a node took its lease from
  *	the shared queue; NULL: the accepting node's, since acceptance).
  *
+ *	Version 6 adds route: the name of the route a message was given at
+ *	acceptance, NULL for the default upstream (and on older rows).
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -140,6 +143,11 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 */
 	"ALTER TABLE messages ADD COLUMN held bool NOT NULL DEFAULT false,"
 	"  ADD COLUMN lease_since bigint;",
+	/*
+	 * 5 -> 6: the route chosen at acceptance (routes in idemrelay.conf(5));
+	 * NULL, as on every older row: the default upstream
+	 */
+	"ALTER TABLE messages ADD COLUMN route text;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

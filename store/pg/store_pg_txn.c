@@ -59,10 +59,10 @@ static const struct {
 } seg_shape[] = {
 	[PG_SEG_CLAIMS] = { 6, 0, { PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_BYTEA,
 				    PG_OID_INT8, PG_OID_INT8 }, { 0 } },
-	[PG_SEG_MSGS] = { 17, 7, { PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT4,
+	[PG_SEG_MSGS] = { 18, 7, { PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT4,
 				   PG_OID_INT4, PG_OID_BOOL, PG_OID_TEXT, PG_OID_TEXT, PG_OID_BYTEA,
 				   PG_OID_INT8, PG_OID_BOOL, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
-				   PG_OID_INT8, PG_OID_BOOL },
+				   PG_OID_INT8, PG_OID_BOOL, PG_OID_TEXT },
 			  { PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT,
 			    PG_OID_INT4, PG_OID_TEXT } },
 	[PG_SEG_UPDATES] = { 8, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
@@ -81,15 +81,16 @@ static const char SQL_CLAIMS[] =
 static const char SQL_MSGS[] =
 	"INSERT INTO messages (qid, node, accepted, sender, envid, ret, body, smtputf8, client, "
 	"auth_user, data, data_len, has_key, keyhash, ttl, attempts, next_attempt, inflight, "
-	"queued, lease_owner, lease_until, lease_token) "
+	"queued, lease_owner, lease_until, lease_token, route) "
 	"SELECT u.qid, $1, u.accepted, u.sender, u.envid, u.ret, u.body, u.smtputf8, u.client, "
 	"u.auth_user, u.data, u.data_len, u.has_key, u.keyhash, u.ttl, u.attempts, "
-	"u.next_attempt, u.inflight, true, $1, " PG_DB_NOW " + $2, nextval('lease_seq') "
+	"u.next_attempt, u.inflight, true, $1, " PG_DB_NOW " + $2, nextval('lease_seq'), u.route "
 	"FROM unnest($3::text[], $4::int8[], $5::text[], $6::text[], $7::int4[], $8::int4[], "
 	"$9::bool[], $10::text[], $11::text[], $12::bytea[], $13::int8[], $14::bool[], "
-	"$15::bytea[], $16::int8[], $17::int4[], $18::int8[], $19::bool[]) AS u(qid, accepted, "
-	"sender, envid, ret, body, smtputf8, client, auth_user, data, data_len, has_key, keyhash, "
-	"ttl, attempts, next_attempt, inflight) RETURNING qid, lease_token";
+	"$15::bytea[], $16::int8[], $17::int4[], $18::int8[], $19::bool[], $20::text[]) AS "
+	"u(qid, accepted, sender, envid, ret, body, smtputf8, client, auth_user, data, data_len, "
+	"has_key, keyhash, ttl, attempts, next_attempt, inflight, route) "
+	"RETURNING qid, lease_token";
 
 static const char SQL_RCPTS[] =
 	"INSERT INTO rcpts (qid, idx, addr, notify, orcpt, state, reply) "
@@ -303,6 +304,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	store_pg_a_i32(&s->a[14], m->attempts);
 	store_pg_a_i64(&s->a[15], m->next_attempt);
 	store_pg_a_bool(&s->a[16], m->inflight);
+	store_pg_a_text(&s->a[17], m->route);
 	for (i = 0; i < m->n_rcpts; i++) {
 		store_pg_a_text(&s->r[0], m->qid);
 		store_pg_a_i32(&s->r[1], (int32_t) i);

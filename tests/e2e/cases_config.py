@@ -157,12 +157,14 @@ def test_default_config_maildir(t):
 # ------------------------------------------- -t checks what the start needs (issue 12 item 3)
 
 def line_of(text, setting):
-    """line_of - the line a rendered setting is on: "user", "tls.cert", "listen[0].port" """
+    """line_of - the line a rendered setting is on: "user", "tls.cert", "listen[0].port",
+    "routes[0].upstream.tls_ca" (the first of its last name's after its top's)"""
     lines = text.splitlines()
     top, _, rest = setting.partition(".")
     top = top.split("[")[0]
     i = next(n for n, l in enumerate(lines) if l.startswith(top + " = "))
     if rest:
+        rest = rest.split(".")[-1]
         i = next(n for n in range(i, len(lines)) if lines[n].strip().startswith(rest + " = "))
     return i + 1
 
@@ -259,6 +261,13 @@ def row_tls_ca(t, d):
     return {"upstream": {"tls": "starttls", "tls_ca": os.path.join(d, "no-ca.pem")}}
 
 
+def row_route_tls_ca(t, d):
+    return {"routes": [{"name": "ok", "auth_user": "a", "upstream": {"host": "localhost"}},
+                       {"name": "t", "auth_user": "b", "upstream": {
+                           "host": "localhost", "tls": "starttls",
+                           "tls_ca": os.path.join(d, "no-ca-for-t.pem")}}]}
+
+
 CHECK_ROWS = [
     ("certificate missing", "tls.cert", "No such file or directory", row_cert_missing),
     ("certificate unreadable", "tls.cert", "want a PEM file with", row_cert_garbage),
@@ -270,6 +279,8 @@ CHECK_ROWS = [
      row_control_dir),
     ("listen port taken", "listen[0].port", "Address already in use", row_port_taken),
     ("upstream.tls_ca missing", "upstream.tls_ca", "No such file or directory", row_tls_ca),
+    ("a route's tls_ca missing", "routes[1].upstream.tls_ca", "No such file or directory",
+     row_route_tls_ca),
 ]
 LMDB_CHECK_ROWS = [
     ("store under a file", "store.path", "which is not a directory", row_store_under_file),

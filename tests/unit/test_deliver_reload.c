@@ -31,11 +31,13 @@ static size_t seen;			/* jobs the transport was given */
 static int64_t sent_at[N_MSGS + 2];	/* us, by message number (1 .. N_MSGS + 1) */
 
 /* defer_send - the test's transport: every recipient deferred, the time noted */
-static void defer_send(struct deliver *d, struct deliver_job **jobs, size_t n)
+static void defer_send(struct deliver *d, const struct conf_upstream *up,
+		       struct deliver_job **jobs, size_t n)
 {
 	size_t i;
 
 	(void) d;
+	(void) up;
 	for (i = 0; i < n; i++) {
 		pthread_mutex_lock(&seen_lock);
 		sent_at[atoi(jobs[i]->m.qid + 1)] = clock_us();

@@ -540,6 +540,40 @@ static void test_msg_story_seed(void **state)
 	store_msg_free(&m);
 }
 
+/*
+ * the route chosen at acceptance is stored with the message: loaded for
+ * delivery, in its story while queued and once finished; a message
+ * without one (the default upstream) reads back without
+ */
+static void test_msg_route(void **state)
+{
+	static const char *const routes[] = { "tenant-a", NULL, "b.route_2" };
+	struct fx *f = *state;
+	struct store_msg m, got;
+	struct store_story s;
+	char qid[16];
+	size_t i;
+
+	for (i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		snprintf(qid, sizeof(qid), "ROUTE%07zu", i);
+		msg_new(&m, qid, 1, 50);
+		m.route = routes[i] ? xstrdup(routes[i]) : NULL;
+		CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+		CHECK_INT("load", store_msg_load(f->st, qid, &got), 0);
+		msg_check(qid, &got, &m);
+		store_msg_free(&got);
+		CHECK_INT("story queued", store_story_get(f->st, qid, &s), 0);
+		CHECK_STR("story queued route", s.m.route, routes[i]);
+		store_story_free(&s);
+		m.rcpts[0].state = STORE_RCPT_SENT;
+		CHECK_INT("delivered", store_msg_update(f->st, &m), 0);
+		CHECK_INT("story finished", store_story_get(f->st, qid, &s), 0);
+		CHECK_INT("finished", s.queued, 0);
+		CHECK_STR("story finished route", s.m.route, routes[i]);
+		store_story_free(&s);
+		store_msg_free(&m);
+	}
+}
 
 struct worker {
 	struct store *st;
@@ -621,6 +655,7 @@ int main(void)
 		T(test_claim_live),
 		T(test_msg_roundtrip),
 		T(test_msg_story_seed),
+		T(test_msg_route),
 		T(test_msg_update),
 		T(test_msg_update_many),
 		T(test_inflight),

@@ -124,6 +124,7 @@ static inline void msg_check(const char *name, const struct store_msg *got, cons
 	CHECK_INT("body", got->body, want->body);
 	CHECK_STR("client", got->client, want->client);
 	CHECK_STR("user", got->user, want->user);
+	CHECK_STR("route", got->route, want->route);
 	CHECK_INT("attempts", got->attempts, want->attempts);
 	CHECK_INT("next_attempt", got->next_attempt, want->next_attempt);
 	CHECK_INT("inflight", got->inflight, want->inflight);

@@ -95,7 +95,7 @@ static void test_ctx_conf(void **state)
 		c.upstream.n_tls_fingerprint = rows[i].pins;
 		c.upstream.tls_servername = "mx.example.net";
 		err[0] = 0;
-		ctx = tls_client_ctx_conf(&c, err, sizeof(err));
+		ctx = tls_client_ctx_conf(&c.upstream, err, sizeof(err));
 		if ((ctx != NULL) != rows[i].want_ctx)
 			fail_msg("row %zu: got %s (%s), want %s", i, ctx ? "a context" : "none", err,
 				 rows[i].want_ctx ? "a context" : "none");

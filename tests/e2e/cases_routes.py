@@ -1,0 +1,147 @@
+"""Routes (issue 29 part 2): mail routed by AUTH user to upstream groups of its
+own (hosts, TLS, credentials), decided at acceptance and stored with the message,
+so that a restart with other routes does not move mail already queued.
+
+Each tenant's sink wants its own credentials over TLS (sink.py --auth), trusts
+the test CA (cases_upstream_tls.make_certs, SSL_CERT_FILE), and records who
+logged in: a message at the wrong sink, or sent with the wrong credentials,
+shows in its records."""
+
+import os
+import signal
+import time
+
+import harness
+from harness import case, check, eq, qid_of, render_conf, submit_ok, make_msg, wait_until
+from cases_ops import ctl
+from cases_tls import auth_submit, tls_daemon
+from cases_upstream_tls import TlsSink, make_certs, trust
+
+TENANTS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+
+
+def tenant_sink(t, certs, user, password):
+    """tenant_sink - a STARTTLS sink that takes only user:password"""
+    s = TlsSink(t, "sink-%s" % user, ["--tls-cert", certs["cert"], "--tls-key", certs["key"],
+                                      "--auth", "%s:%s" % (user, password)])
+    t.sinks.append(s)
+    return s.start()
+
+
+def route(name, auth_user, sink, user, password):
+    """route - a route for auth_user to sink over STARTTLS with user's credentials"""
+    return {"name": name, "auth_user": auth_user,
+            "upstream": {"host": "localhost", "port": sink.port, "tls": "starttls",
+                         "user": user, "password": password, "timeout": "5s"}}
+
+
+def subjects(sink):
+    return sorted(r["data"].split(b"Subject: ")[1].split(b"\r\n")[0].decode()
+                  for r in sink.accepted())
+
+
+def rewrite(d, conf):
+    d.conf = conf
+    with open(d.conf_path, "w") as f:
+        f.write(render_conf(conf))
+
+
+@case()
+def test_routes_two_tenants(t):
+    """alice's and bob's mail goes each to its own sink, over TLS with that tenant's
+    upstream credentials; mail without AUTH to the default upstream. Keys stay
+    scoped per user: bob's key equal to alice's is his own message, alice's retry
+    her duplicate. The log and idemrelayctl show name the route."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=TENANTS, conf={
+                       "keys": {"scope": "user"},
+                       "control": os.path.join(t.tmp, "ctl.sock"),
+                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                                  route("tenant-b", "bob", sink_b, "up-bob", "pw-b")]})
+    port = d.ports[1]
+    a1 = qid_of(auth_submit(port, "alice", "alice-pw", "order-1", subject="alice 1"))
+    a2 = qid_of(auth_submit(port, "alice", "alice-pw", "order-2", subject="alice 2"))
+    b1 = qid_of(auth_submit(port, "bob", "bob-pw", "order-1", subject="bob 1"))
+    check(b1 not in (a1, a2), "bob's order-1 taken for alice's")
+    again = auth_submit(port, "alice", "alice-pw", "order-1", subject="alice 1")
+    eq(qid_of(again), a1, "alice's retry gets her original QID")
+    n1 = submit_ok(d.ports[0], "x@example.com", make_msg(key="order-1", subject="no auth"))
+
+    sink_a.wait_count(2, timeout=20)
+    sink_b.wait_count(1, timeout=20)
+    default.wait_count(1, timeout=20)
+    for q in (a1, a2, b1, n1):
+        d.wait_log(q, "status=sent")
+    time.sleep(1)       # anything misrouted would have arrived by now
+    eq(subjects(sink_a), ["alice 1", "alice 2"], "alice's sink")
+    eq(subjects(sink_b), ["bob 1"], "bob's sink")
+    eq(subjects(default), ["no auth"], "the default upstream")
+    for sink, user in ((sink_a, "up-alice"), (sink_b, "up-bob")):
+        for r in sink.accepted():
+            check(r["tls"], "%s's message came without TLS" % user)
+            eq(r["auth"], user, "the credentials %s's sink saw" % user)
+    eq(default.accepted()[0]["auth"], None, "AUTH at the default upstream")
+    check(d.log_lines(a1, "route=tenant-a"), "acceptance log line names the route")
+    check(d.log_lines(b1, "route=tenant-b"), "acceptance log line names the route")
+    check(not d.log_lines(n1, "route="), "a default message's line names a route")
+    out = ctl(d, "show", a1).stdout
+    check("route       tenant-a" in out, "show names the route:\n" + out)
+    out = ctl(d, "show", n1).stdout
+    check("route       default (upstream)" in out, "show for the default:\n" + out)
+
+
+@case()
+def test_routes_restart_keeps_queued_route(t):
+    """Mail queued under a route keeps it across a restart with other routes: alice's
+    queued message still goes to her old sink while her new mail takes the new
+    route; carol's, whose route is gone, is deferred (4.3.5), never sent elsewhere,
+    and show says so. SIGHUP with changed routes keeps the routes in use."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    sink_c = tenant_sink(t, certs, "up-carol", "pw-c")
+    sink_a.control(greeting="421")
+    sink_c.control(greeting="421")
+    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=TENANTS, conf={
+                       "control": os.path.join(t.tmp, "ctl.sock"),
+                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                                  route("tenant-c", "carol", sink_c, "up-carol", "pw-c")]})
+    port = d.ports[1]
+    a1 = qid_of(auth_submit(port, "alice", "alice-pw", "r-1", subject="alice old"))
+    c1 = qid_of(auth_submit(port, "carol", "carol-pw", "r-2", subject="carol old"))
+    d.wait_log(a1, "status=deferred")
+    d.wait_log(c1, "status=deferred")
+
+    # alice moves to bob's upstream; tenant-a stays for what is queued; tenant-c goes
+    conf = dict(d.conf)
+    conf["routes"] = [route("tenant-a2", "alice", sink_b, "up-bob", "pw-b"),
+                      route("tenant-a", "nobody", sink_a, "up-alice", "pw-a")]
+    rewrite(d, conf)
+    os.kill(d.proc.pid, signal.SIGHUP)
+    d.wait_log("reload: routes changed: it takes a restart")
+    d.stop()
+    d.start()
+    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    a2 = qid_of(auth_submit(port, "alice", "alice-pw", "r-3", subject="alice new"))
+    sink_b.wait_count(1, timeout=20)
+    d.wait_log(a2, "route=tenant-a2")
+    sink_a.control()                        # alice's old upstream takes mail again
+    sink_c.control()
+    sink_a.wait_count(1, timeout=20)
+    d.wait_log(a1, "status=sent")
+    d.wait_log(c1, "status=deferred", "dsn=4.3.5", "route tenant-c is not in the configuration")
+    time.sleep(1)
+    eq(subjects(sink_a), ["alice old"], "alice's old upstream")
+    eq(subjects(sink_b), ["alice new"], "alice's new upstream")
+    eq(subjects(sink_c), [], "carol's upstream, not in the configuration")
+    eq(default.accepted(), [], "the default upstream")
+    out = ctl(d, "show", c1).stdout
+    check("route       tenant-c, not in the configuration" in out, "show:\n" + out)
