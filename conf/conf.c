@@ -257,7 +257,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 		"user", "password", "connections", "rate", "recipient_rate", "timeout", "ambiguous", 0};
 	static const char *const route_names[] = {"host", "port", "hosts",
 		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
-		"user", "password", "connections", "timeout", 0};
+		"user", "password", "connections", "rate", "recipient_rate", "timeout", 0};
 	/* in enum conf_tls order */
 	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};

@@ -281,6 +281,59 @@ static void session_done(struct deliver *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* deliver_group_rate - the limits of upstream group up: the default's or a route's */
+struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up)
+{
+	size_t i;
+
+	for (i = 0; d->rate && i < d->c->n_routes; i++)
+		if (up == &d->c->routes[i].up)
+			return d->route_rates[i];
+	return d->rate;
+}
+
+/*
+ * postpone - a route's upstream is paused (throttled) or has all its
+ * connections busy: its jobs wait, none charged an attempt, until the
+ * pause ends, or a second (when a connection frees cannot be known here)
+ */
+static void postpone(struct deliver_job **jobs, size_t n, const char *route, int64_t until)
+{
+	char why[DELIVER_REPLY_MAX];
+	size_t i;
+
+	snprintf(why, sizeof(why), "route %s: %s", route, until > 0
+		 ? "its upstream asked to slow down" : "all its connections are busy");
+	if (until <= 0)
+		until = clock_us() + US;
+	for (i = 0; i < n; i++) {
+		snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
+		deliver_set_all(jobs[i], DELIVER_DEFERRED, "4.4.2", why);
+		jobs[i]->postponed = 1;
+		jobs[i]->until = until;
+	}
+}
+
+/*
+ * send_group - one upstream group's jobs to the transport. The default
+ * upstream's session was admitted by take_batch; a route's is admitted
+ * here by its own limits (deliver_rate.h), or its jobs wait (postpone).
+ */
+static void send_group(struct deliver *d, const struct conf_upstream *up, const char *route,
+		       struct deliver_job **jobs, size_t n)
+{
+	struct deliver_rate *r = route ? deliver_group_rate(d, up) : NULL;
+	int64_t when;
+
+	if (r && (when = deliver_rate_admit(r, clock_us())) != 0) {
+		postpone(jobs, n, route, when);
+		return;
+	}
+	d->t->send(d, up, jobs, n);
+	if (r)
+		deliver_rate_done(r);
+}
+
 /* same_route - do two stored routes name the same one (NULL: the default)? */
 static int same_route(const char *a, const char *b)
 {
@@ -311,7 +364,7 @@ static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n)
 				k++;
 			}
 		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL) {
-			d->t->send(d, up, jobs + i, k - i);
+			send_group(d, up, jobs[i]->m.route, jobs + i, k - i);
 			continue;
 		}
 		snprintf(why, sizeof(why), "route %s is not in the configuration",
@@ -379,6 +432,7 @@ static void *deliver_thread(void *arg)
 static void count_nodes(struct deliver *d)
 {
 	int n, err;
+	size_t i;
 
 	if (d->rate == NULL)
 		return;
@@ -387,6 +441,8 @@ static void count_nodes(struct deliver *d)
 		return;
 	}
 	deliver_rate_nodes(d->rate, n);
+	for (i = 0; i < d->c->n_routes; i++)
+		deliver_rate_nodes(d->route_rates[i], n);
 }
 
 /* take_one - store_queue_take() callback: leased to this node, due now */
@@ -476,9 +532,16 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->n_threads = t->one_thread || c->upstream.connections <= 0 ? 1
 	    : (size_t) c->upstream.connections;
 	d->batch = t->batch;
-	if (t->limited)
-		d->rate = deliver_rate_new((int) d->n_threads, c->upstream.rate,
+	if (t->limited) {
+		d->rate = deliver_rate_new(NULL, (int) d->n_threads, c->upstream.rate,
 					   c->upstream.recipient_rate);
+		d->route_rates = xcalloc(c->n_routes ? c->n_routes : 1, sizeof(*d->route_rates));
+		for (i = 0; i < c->n_routes; i++)
+			d->route_rates[i] = deliver_rate_new(c->routes[i].name,
+							     c->routes[i].up.connections,
+							     c->routes[i].up.rate,
+							     c->routes[i].up.recipient_rate);
+	}
 	if ((err = store_queue_list(st, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));
 	msg_info("delivery: %zu queued, %zu thread%s, %s %s", dq_count(&d->q), d->n_threads,
@@ -506,6 +569,7 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 /* deliver_flush - every waiting message is due now */
 void deliver_flush(struct deliver *d)
 {
+	size_t i;
 	int err;
 
 	if (d == NULL)
@@ -514,6 +578,8 @@ void deliver_flush(struct deliver *d)
 		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
 	if (d->rate)
 		deliver_rate_unpause(d->rate);	/* now means now, throttled or not */
+	for (i = 0; d->rate && i < d->c->n_routes; i++)
+		deliver_rate_unpause(d->route_rates[i]);
 	pthread_mutex_lock(&d->lock);
 	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);
@@ -604,6 +670,9 @@ void deliver_stop(struct deliver *d)
 		pthread_join(d->taker, NULL);
 	free(d->threads);
 	deliver_rate_free(d->rate);
+	for (i = 0; d->route_rates && i < d->c->n_routes; i++)
+		deliver_rate_free(d->route_rates[i]);
+	free(d->route_rates);
 	close(d->stopping_fd);
 	dq_free(&d->q);
 	pthread_cond_destroy(&d->wake);

@@ -54,7 +54,10 @@ struct deliver {
 	pthread_t *threads;		/* owned */
 	size_t n_threads;
 	size_t batch;			/* messages per upstream session */
-	struct deliver_rate *rate;	/* owned; NULL: a transport with no limits (Maildir) */
+	struct deliver_rate *rate;	/* owned; NULL: a transport with no limits (Maildir);
+					 * the default upstream's, which also admits the
+					 * threads' sessions (take_batch) */
+	struct deliver_rate **route_rates;	/* owned, with rate: one per c->routes[] */
 };
 
 /* one recipient's result of this attempt */
@@ -80,6 +83,7 @@ struct deliver_job {
 					 * mark may be durable all the same (an unknown
 					 * outcome, then a refused retry): job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
+	int64_t until;			/* postponed: due again then (clock_us) */
 	int postponed;			/* throttled before anything of it was delivered:
 					 * deferred to the pause's end, no attempt charged */
 };
@@ -132,6 +136,12 @@ void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n
 
 /* deliver_finish_one - the same for one job */
 void deliver_finish_one(struct deliver *d, struct deliver_job *j);
+
+/*
+ * deliver_group_rate - the limits of the upstream group up (the default
+ * upstream or a route's); NULL for a transport with none
+ */
+struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up);
 
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);

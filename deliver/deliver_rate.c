@@ -192,6 +192,8 @@ static void publish(struct deliver_rate *r)
 {
 	struct metrics_upstream u;
 
+	if (r->route[0])
+		return;			/* /metrics shows the default upstream */
 	u.rate = r->fb.rate;
 	u.concurrency = r->fb.conc;
 	u.active = r->active;
@@ -224,17 +226,20 @@ static void tick(struct deliver_rate *r, int64_t now)
 	}
 	apply(r);
 	if (r->fb.rate > 0)
-		msg_info("upstream: throttling ended: concurrency %d, rate %.1f/s", r->fb.conc,
-			 r->fb.rate);
+		msg_info("upstream%s: throttling ended: concurrency %d, rate %.1f/s", r->route,
+			 r->fb.conc, r->fb.rate);
 	else
-		msg_info("upstream: throttling ended: concurrency %d, no rate limit", r->fb.conc);
+		msg_info("upstream%s: throttling ended: concurrency %d, no rate limit", r->route,
+			 r->fb.conc);
 }
 
 /* deliver_rate_new - the configured limits */
-struct deliver_rate *deliver_rate_new(int conns, int rate, int rcpt_rate)
+struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, int rcpt_rate)
 {
 	struct deliver_rate *r = xcalloc(1, sizeof(*r));
 
+	if (route)
+		snprintf(r->route, sizeof(r->route), " (route %.60s)", route);
 	pthread_mutex_init(&r->lock, NULL);
 	r->nodes = 1;
 	r->conns = conns;
@@ -275,7 +280,8 @@ void deliver_rate_nodes(struct deliver_rate *r, int n)
 	if (n < 1)
 		n = 1;
 	if (n != r->nodes) {
-		msg_info("upstream: %d node%s alive share upstream.rate", n, n == 1 ? "" : "s");
+		msg_info("upstream%s: %d node%s alive share its rate", r->route, n,
+			 n == 1 ? "" : "s");
 		r->nodes = n;
 		deliver_feedback_limits(&r->fb, r->conns, share(r->rate, n));
 		apply(r);
@@ -396,8 +402,8 @@ void deliver_rate_throttled(struct deliver_rate *r, const char *relay, const cha
 		apply(r);
 	}
 	if (started)
-		msg_info("upstream %s: throttling: %s; concurrency %d, rate %.1f/s,"
-			 " deliveries paused for %.0f s", relay, line, r->fb.conc, r->fb.rate,
+		msg_info("upstream %s%s: throttling: %s; concurrency %d, rate %.1f/s,"
+			 " deliveries paused for %.0f s", relay, r->route, line, r->fb.conc, r->fb.rate,
 			 (double) (r->fb.pause_until - now) / US);
 	else if (r->fb.pause_until != before)
 		msg_debug("upstream %s: throttled again: %s; concurrency %d, rate %.1f/s",

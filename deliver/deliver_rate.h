@@ -28,6 +28,11 @@
  *	The deliver_bucket and deliver_feedback functions are pure (the
  *	time is an argument) for the unit tests; struct deliver_rate is
  *	the one upstream's state the delivery threads share, under its lock.
+ *
+ *	Each upstream group has one: the default upstream's (route NULL),
+ *	whose state /metrics and idemrelayctl stats show, and each route's
+ *	(conf_route.c), named in its log lines. A route's throttling slows
+ *	and pauses that route alone.
  */
 #ifndef DELIVER_DELIVER_RATE_H
 #define DELIVER_DELIVER_RATE_H
@@ -100,10 +105,15 @@ struct deliver_rate {
 	int active;			/* sessions running */
 	uint64_t episodes;		/* throttling episodes since start */
 	char why[128];			/* the last throttling reply */
+	char route[72];			/* " (route NAME)" for the log; "": the default
+					 * upstream, the one /metrics shows */
 };
 
-/* deliver_rate_new - the limits of upstream.connections, .rate, .recipient_rate */
-struct deliver_rate *deliver_rate_new(int conns, int rate, int rcpt_rate);
+/*
+ * deliver_rate_new - the limits of an upstream group's connections, rate
+ * and recipient_rate; route: its route's name, NULL for the default upstream
+ */
+struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, int rcpt_rate);
 void deliver_rate_free(struct deliver_rate *r);	/* NULL-safe */
 
 /* deliver_rate_configure - new settings (SIGHUP) */

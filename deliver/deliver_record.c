@@ -296,7 +296,7 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 
 	m->inflight = 0;
 	if (queued && j->postponed) {
-		next = d->rate ? deliver_rate_paused_until(d->rate) : 0;
+		next = j->until;
 		m->next_attempt = next > now ? next : now;
 		next = m->next_attempt;
 	} else if (queued) {

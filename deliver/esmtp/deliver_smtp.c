@@ -182,9 +182,9 @@ static void xsess_pace(struct xsess *xs, const char *buf, int len)
 		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
 			nl = end;
 		if (nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0)
-			deliver_rate_mail(xs->d->rate);
+			deliver_rate_mail(xs->rate);
 		else if (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0)
-			deliver_rate_rcpt(xs->d->rate);
+			deliver_rate_rcpt(xs->rate);
 	}
 }
 
@@ -203,7 +203,7 @@ static void xsess_throttle(struct xsess *xs, const char *line)
 		return;
 	xs->throttled = 1;
 	snprintf(xs->throttle, sizeof(xs->throttle), "%s", line);
-	deliver_rate_throttled(xs->d->rate, xs->relay, line);
+	deliver_rate_throttled(xs->rate, xs->relay, line);
 	for (i = 0; i < xs->n; i++)
 		if (xs->msgs[i].state == XMSG_MARKED)
 			return;
@@ -232,7 +232,7 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
 		xsess_cut(xs);
 	}
-	if (writing == SMTP_CB_WRITING && xs->d->rate)
+	if (writing == SMTP_CB_WRITING && xs->rate)
 		xsess_pace(xs, buf, buflen);
 	if (writing == SMTP_CB_WRITING)
 		xs->wrote = 1;
@@ -249,7 +249,7 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		if (end > start && !deliver_gate_ours_line(buf + start, (size_t) (end - start))) {
 			snprintf(xs->last_reply, sizeof(xs->last_reply), "%.*s", end - start,
 				 buf + start);
-			if (xs->d->rate && deliver_rate_reply_throttles(xs->last_reply, !xs->wrote))
+			if (xs->rate && deliver_rate_reply_throttles(xs->last_reply, !xs->wrote))
 				xsess_throttle(xs, xs->last_reply);
 		}
 	}
@@ -305,6 +305,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 	memset(xs, 0, sizeof(*xs));
 	xs->d = d;
 	xs->up = up;
+	xs->rate = deliver_group_rate(d, up);
 	xs->body8 = body8;
 	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.1");
 	if ((xs->s = smtp_create_session()) == NULL) {
@@ -466,7 +467,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 					 ms, why, sizeof(why), dsn);
 	if (xs->bridge == NULL) {
 		/* STARTTLS: the bridge read the greeting, and says a refusal so */
-		if (xs->d->rate && strncmp(why, XSESS_REFUSED, strlen(XSESS_REFUSED)) == 0
+		if (xs->rate && strncmp(why, XSESS_REFUSED, strlen(XSESS_REFUSED)) == 0
 		    && deliver_rate_reply_throttles(why + strlen(XSESS_REFUSED), 1))
 			xsess_throttle(xs, why + strlen(XSESS_REFUSED));
 		snprintf(line, sizeof(line), "upstream %s: %s", a->relay,
@@ -598,6 +599,7 @@ static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n
 		if (k < jobs[i]->m.n_rcpts || jobs[i]->decided)
 			continue;
 		jobs[i]->postponed = 1;
+		jobs[i]->until = deliver_rate_paused_until(xs->rate);
 		deliver_set_all(jobs[i], DELIVER_DEFERRED, dsn, why);
 	}
 }

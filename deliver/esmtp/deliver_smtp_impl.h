@@ -54,6 +54,7 @@ struct xmsg {
 struct xsess {
 	struct deliver *d;		/* not owned */
 	const struct conf_upstream *up;	/* not owned: the batch's upstream group */
+	struct deliver_rate *rate;	/* not owned: its limits (deliver_rate.h); NULL: none */
 	smtp_session_t s;		/* owned */
 	struct xmsg *msgs;		/* owned array */
 	struct deliver_job **jobs;	/* not owned; msgs[i].job is jobs[i] */

@@ -435,8 +435,8 @@ void deliver_smtp_msg_settle(struct xmsg *x)
 		sent += x->job->res[i].outcome == DELIVER_SENT;
 		deferred += x->job->res[i].outcome == DELIVER_DEFERRED;
 	}
-	if (sent && x->xs->d->rate)
-		deliver_rate_sent(x->xs->d->rate);	/* the rate the upstream takes */
+	if (sent && x->xs->rate)
+		deliver_rate_sent(x->xs->rate);	/* the rate the upstream takes */
 	/* throttled at its dot: smtp_send postpones it, uncharged (deliver_rate.h) */
 	if (x->xs->throttled && deferred == attempted)
 		return;

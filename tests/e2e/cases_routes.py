@@ -13,7 +13,7 @@ import time
 
 import harness
 from harness import case, check, eq, qid_of, render_conf, submit_ok, make_msg, wait_until
-from cases_ops import ctl
+from cases_ops import ctl, ctl_json
 from cases_tls import auth_submit, tls_daemon
 from cases_upstream_tls import TlsSink, make_certs, trust
 
@@ -145,3 +145,36 @@ def test_routes_restart_keeps_queued_route(t):
     eq(default.accepted(), [], "the default upstream")
     out = ctl(d, "show", c1).stdout
     check("route       tenant-c, not in the configuration" in out, "show:\n" + out)
+
+
+@case(timeout=150)
+def test_routes_throttling_is_per_route(t):
+    """A route's upstream that throttles (a sink taking 2 messages a second, 421 4.7.0
+    beyond) slows and pauses that route alone: its throttling is logged under the
+    route, no message of it is charged an attempt and each arrives once, while the
+    default upstream's limits (idemrelayctl stats, /metrics) never saw an episode."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_a.control(rate=2)
+    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=TENANTS, conf={
+                       "control": os.path.join(t.tmp, "ctl.sock"),
+                       "upstream": {"connections": 4},
+                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    n = 12
+    for i in range(n):
+        auth_submit(d.ports[1], "alice", "alice-pw", "thr-%d" % i, subject="alice %d" % i)
+    d.wait_log("(route tenant-a): throttling: ")
+    n1 = submit_ok(d.ports[0], "x@example.com", make_msg(key="thr-default", subject="no auth"))
+    sink_a.wait_count(n, timeout=120)
+    default.wait_count(1, timeout=30)
+    d.wait_log(n1, "status=sent")
+    time.sleep(1)
+    eq(subjects(sink_a), sorted("alice %d" % i for i in range(n)), "alice's, each once")
+    check(sink_a.events("throttled"), "the route's sink refused nothing")
+    for line in d.log_lines("status=deferred"):
+        check("delivery temporarily suspended" in line, "a deferral charged: %s" % line)
+    u = ctl_json(d, "stats")["daemon"]["upstream"]
+    eq((u["throttle_episodes"], u["throttled"]), (0, False), "the default upstream's state")

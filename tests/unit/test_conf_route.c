@@ -128,7 +128,8 @@ static void test_route_upstream(void **state)
 	if (load_text(&c, "upstream = { host = \"d\"; connections = 9; };\n"
 		      "routes = ( { name = \"t\"; auth_user = \"u\"; upstream = {\n"
 		      "  hosts = [ \"a:2601\", \"b\" ]; tls = \"implicit\"; user = \"t1\";\n"
-		      "  password = \"p1\"; tls_verify = false; timeout = \"30s\"; }; } );\n",
+		      "  password = \"p1\"; tls_verify = false; timeout = \"30s\"; rate = 14;\n"
+		      "  recipient_rate = 50; }; } );\n",
 		      err, sizeof(err)) != 0)
 		fail_msg("conf_load: %s", err);
 	u = conf_route_upstream(&c, "t");
@@ -142,6 +143,9 @@ static void test_route_upstream(void **state)
 	assert_int_equal(u->tls_verify, 0);
 	assert_int_equal(u->timeout, 30);
 	assert_int_equal(u->connections, 4);		/* its own default, not the top's 9 */
+	assert_int_equal(u->rate, 14);
+	assert_int_equal(u->recipient_rate, 50);
+	assert_int_equal(c.upstream.rate, 0);
 	assert_null(c.upstream.user);
 	conf_free(&c);
 }
