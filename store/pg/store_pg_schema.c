@@ -52,6 +52,12 @@
  *
  *	Version 6 adds route: the name of the route a message was given at
  *	acceptance, NULL for the default upstream (and on older rows).
+ *	Version 7 drops messages_keyhash: no statement reads messages by
+ *	key (a key's messages are found through its claims, claims_keyhash),
+ *	while every message with a key paid an entry at its INSERT and
+ *	another at its outcome's update, and on a database that has run,
+ *	with random keys, a full-page image of another leaf after each
+ *	checkpoint.
  *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
@@ -148,6 +154,8 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 * NULL, as on every older row: the default upstream
 	 */
 	"ALTER TABLE messages ADD COLUMN route text;",
+	/* 6 -> 7: an index nothing reads */
+	"DROP INDEX messages_keyhash;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

@@ -13,7 +13,8 @@
  * outcomes of several messages one statement a kind; a verdict
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; the mark's
- * columns written by the statements, not by the trigger's function; a version 1
+ * columns written by the statements, not by the trigger's function; a
+ * key's messages found through its claims, messages having no key index; a version 1
  * schema upgraded; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
  * the settings a URL's options give kept over ours; the pooler probe
@@ -1769,6 +1770,33 @@ static void test_runs_merged(void **state)
 }
 
 /*
+ * schema 7: messages has no index on its key, and a key's messages are
+ * still found, queued and forgotten through its claims
+ */
+static void test_key_without_index(void **state)
+{
+	struct fx *f = *state;
+	char (*qids)[STORE_QID_SIZE] = NULL;
+	struct store_forget fg;
+	size_t n = 0;
+
+	CHECK_INT("messages' indexes: the QID, due, lease, expiry",
+		  sql_int(f->url, "SELECT count(*) FROM pg_indexes WHERE schemaname = "
+			  "current_schema() AND tablename = 'messages'"), 4);
+	spool_one(f->st, "KEYIDX000001", 1);
+	CHECK_INT("its key's messages", store_key_qids(f->st, KH, &qids, &n), 0);
+	CHECK_INT("one", (int) n, 1);
+	free(qids);
+	CHECK_INT("queued under its key", store_key_queued(f->st, KH, NULL, &qids, &n), 0);
+	CHECK_INT("still one", (int) n, 1);
+	free(qids);
+	CHECK_INT("forget the key", store_key_forget(f->st, KH, NULL, clock_us(), &fg), 0);
+	store_forget_free(&fg);
+	CHECK_INT("forgotten on the message", sql_int(f->url, "SELECT count(*) FROM messages "
+						      "WHERE forgotten > 0"), 1);
+}
+
+/*
  * schema 4: a mark and a verdict on another lease's mark write
  * mark_token and verdict_on themselves, so idemrelay_mark() (replaced
  * here by one that counts its calls) never runs for them; a statement
@@ -1906,6 +1934,7 @@ int main(void)
 		T(test_revive_not_its_mark),
 		T(test_revive_refused),
 		T(test_mark_columns),
+		T(test_key_without_index),
 		T(test_schema_upgrade),
 	};
 
