@@ -509,6 +509,8 @@ static void cat_json(const struct store_msg *m)
 	json_str(&b, m->from);
 	buf_printf(&b, ",\"envid\":");
 	json_str(&b, m->envid);
+	buf_printf(&b, ",\"route\":");
+	json_str(&b, m->route);
 	buf_printf(&b, ",\"recipients\":[");
 	for (i = 0; i < m->n_rcpts; i++) {
 		buf_printf(&b, "%s{\"addr\":", i ? "," : "");
@@ -558,6 +560,8 @@ static int cmd_cat(struct ctl *x, const char *qid)
 	printf("client: %s\n", m.client);
 	if (m.user)
 		printf("sasl_username: %s\n", m.user);
+	if (m.route)
+		printf("route: %s\n", m.route);
 	if (m.envid)
 		printf("envid: %s\n", m.envid);
 	printf("sender: %s\n", m.from);

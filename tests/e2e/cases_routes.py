@@ -145,6 +145,9 @@ def test_routes_restart_keeps_queued_route(t):
     eq(default.accepted(), [], "the default upstream")
     out = ctl(d, "show", c1).stdout
     check("route       tenant-c, not in the configuration" in out, "show:\n" + out)
+    out = ctl(d, "cat", c1).stdout
+    check("\nroute: tenant-c\n" in out, "cat names the route:\n" + out)
+    eq(ctl_json(d, "cat", c1)["route"], "tenant-c", "cat --json: route")
 
 
 @case(timeout=150)
