@@ -93,6 +93,12 @@ void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 		TOPS(t)->txn_keys(t, keyhashes, n);
 }
 
+/* step - may a step of t run: none failed before, and its arguments are valid (else t fails) */
+static int step(struct store_txn *t, int valid)
+{
+	return store_txn_fail(t, valid ? 0 : STORE_EINVAL) == 0;
+}
+
 int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
@@ -103,13 +109,13 @@ int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LE
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
-	if (t->err == 0)
+	if (step(t, store_qid_ok(c->qid)))
 		TOPS(t)->txn_claim_put(t, keyhash, hash, c);
 }
 
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 {
-	if (t->err == 0)
+	if (step(t, store_msg_valid(m)))
 		TOPS(t)->txn_msg_put(t, m);
 }
 
@@ -144,13 +150,13 @@ void store_txn_abort(struct store_txn *t)
 
 void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
 {
-	if (t->err == 0)
+	if (step(t, store_qid_ok(qid)))
 		TOPS(t)->txn_msg_set_inflight(t, qid, on);
 }
 
 void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
 {
-	if (t->err == 0)
+	if (step(t, store_update_valid(m)))
 		TOPS(t)->txn_msg_update(t, m);
 }
 
@@ -205,12 +211,12 @@ int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 
 int store_msg_set_inflight(struct store *st, const char *qid, int on)
 {
-	return OPS(st)->msg_set_inflight(st, qid, on);
+	return store_qid_ok(qid) ? OPS(st)->msg_set_inflight(st, qid, on) : STORE_EINVAL;
 }
 
 int store_msg_update(struct store *st, const struct store_msg *m)
 {
-	return OPS(st)->msg_update(st, m);
+	return store_update_valid(m) ? OPS(st)->msg_update(st, m) : STORE_EINVAL;
 }
 
 /*
@@ -241,12 +247,12 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 
 int store_msg_drop(struct store *st, const char *qid)
 {
-	return OPS(st)->msg_drop(st, qid);
+	return store_qid_ok(qid) ? OPS(st)->msg_drop(st, qid) : STORE_EINVAL;
 }
 
 int store_msg_hold(struct store *st, const char *qid, int on)
 {
-	return OPS(st)->msg_hold(st, qid, on);
+	return store_qid_ok(qid) ? OPS(st)->msg_hold(st, qid, on) : STORE_EINVAL;
 }
 
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */

@@ -100,6 +100,7 @@ struct store_ops {
 int store_claim_live(const struct store_claim *c, int64_t now,
 		     int (*queued) (void *arg, const char *qid), void *arg);
 int store_msg_valid(const struct store_msg *m);
+int store_update_valid(const struct store_msg *m);	/* a delivery update: QID, recipients' states */
 int store_qid_ok(const char *qid);	/* 1 to STORE_QID_SIZE - 1 bytes */
 /* store_story_ttl - how long m's story is kept once m left the spool: m->ttl, else STORE_STORY_TTL */
 #define STORE_STORY_TTL	(24 * 3600 * 1000000LL)

@@ -9,6 +9,7 @@
  *	int store_claim_live(const struct store_claim *c, int64_t now,
  *			     int (*queued) (void *arg, const char *qid), void *arg);
  *	int store_msg_valid(const struct store_msg *m);
+ *	int store_update_valid(const struct store_msg *m);
  *	int64_t store_story_ttl(const struct store_msg *m);
  *	int store_qid_ok(const char *qid);
  * DESCRIPTION
@@ -25,7 +26,9 @@
  *	STORE_QID_SIZE - 1 bytes. store_msg_valid() says whether a message
  *	can be spooled at all: a QID that fits, a sender and client (maybe ""), at least one
  *	recipient, each with an address and a state store.h knows, and
- *	data where data_len says there is some.
+ *	data where data_len says there is some. store_update_valid() says
+ *	whether m can be a delivery update: a QID and recipients, each in
+ *	a state store.h knows. store.c applies both before a backend sees m.
  *
  *	store_story_ttl() is how long a message's story is kept once it has
  *	left the spool: what acceptance gave it (key_ttl, so that a story
@@ -33,7 +36,7 @@
  *	that came with none.
  * DIAGNOSTICS
  *	store_claim_live(): 1 live, 0 not, or the STORE_E* code queued()
- *	gave. store_msg_valid(): 1 or 0.
+ *	gave. store_msg_valid(), store_update_valid(): 1 or 0.
  */
 #include <stdint.h>
 #include <string.h>
@@ -90,6 +93,19 @@ int store_msg_valid(const struct store_msg *m)
 		return 0;
 	for (i = 0; i < m->n_rcpts; i++)
 		if (!rcpt_valid(&m->rcpts[i]))
+			return 0;
+	return 1;
+}
+
+/* store_update_valid - can m be a delivery update? */
+int store_update_valid(const struct store_msg *m)
+{
+	size_t i;
+
+	if (!store_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
+		return 0;
+	for (i = 0; i < m->n_rcpts; i++)
+		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
 			return 0;
 	return 1;
 }

@@ -226,10 +226,6 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 	MDB_dbi dbi = st->claims;
 	int err, rc;
 
-	if (!store_qid_ok(c->qid)) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
 	lmdb_claim_key(k, keyhash, hash);
 	if (st->has_cnew && (rc = mdb_get(t->txn, st->claims, &key, &val)) != 0) {
 		if (rc != MDB_NOTFOUND) {

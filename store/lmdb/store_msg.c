@@ -80,7 +80,7 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	MDB_val key;
 	int err;
 
-	if (!store_msg_valid(m) || lmdb_qid_key(m->qid, &key) != 0) {
+	if (lmdb_qid_key(m->qid, &key) != 0) {
 		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
@@ -127,19 +127,6 @@ out:
 	return err;
 }
 
-/* queue_state_valid - what lmdb_msg_update() needs of m */
-static int queue_state_valid(const struct store_msg *m)
-{
-	size_t i;
-
-	if (m->n_rcpts == 0 || m->rcpts == NULL)
-		return 0;
-	for (i = 0; i < m->n_rcpts; i++)
-		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
-			return 0;
-	return 1;
-}
-
 /* msg_update_in - rewrite one message's delivery state inside t */
 static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct store_msg *m,
 			 int with_hist)
@@ -149,7 +136,7 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	size_t i, n;
 	int err, queued = 0;
 
-	if (lmdb_qid_key(m->qid, &key) != 0 || !queue_state_valid(m))
+	if (lmdb_qid_key(m->qid, &key) != 0)
 		return STORE_EINVAL;
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)

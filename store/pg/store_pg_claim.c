@@ -291,10 +291,6 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 	char key[STORE_QID_SIZE];
 	struct pg_seg *s;
 
-	if (!store_qid_ok(c->qid)) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
 	hash_hex(hash, 11, key);	/* the hash's first 11 bytes in hex tell repeats apart */
 	s = store_pg_seg_for(t, PG_SEG_CLAIMS, key);
 	store_pg_a_bytes(&s->a[0], hash, STORE_HASH_LEN);

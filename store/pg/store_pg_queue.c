@@ -273,8 +273,6 @@ int store_pg_msg_update(struct store *base, const struct store_msg *m)
 /* store_pg_msg_set_inflight - durably set or clear the mark, fenced */
 int store_pg_msg_set_inflight(struct store *base, const char *qid, int on)
 {
-	if (!store_qid_ok(qid))
-		return STORE_EINVAL;
 	return alone((struct pg_store *) base, NULL, qid, on);
 }
 
@@ -287,8 +285,6 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	PGresult *r;
 	int err;
 
-	if (!store_qid_ok(qid))
-		return STORE_EINVAL;
 	token = token_of(st, qid);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
@@ -319,8 +315,6 @@ int store_pg_msg_hold(struct store *base, const char *qid, int on)
 	PGresult *r;
 	int err;
 
-	if (!store_qid_ok(qid))
-		return STORE_EINVAL;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_bool(&p, on);

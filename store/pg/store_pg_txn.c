@@ -281,10 +281,6 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	struct pg_seg *s;
 	size_t i;
 
-	if (!store_msg_valid(m)) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
 	s = store_pg_seg_for(t, PG_SEG_MSGS, m->qid);
 	store_pg_a_text(&s->a[0], m->qid);
 	store_pg_a_i64(&s->a[1], m->accepted);
@@ -335,19 +331,6 @@ static int fence_token(struct pg_txn *t, const char *qid, int64_t *token, int *h
 	return 0;
 }
 
-/* state_valid - what an update needs of m */
-static int state_valid(const struct store_msg *m)
-{
-	size_t i;
-
-	if (!store_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
-		return 0;
-	for (i = 0; i < m->n_rcpts; i++)
-		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
-			return 0;
-	return 1;
-}
-
 /*
  * store_pg_txn_msg_update - buffer a delivery update, fenced. All final:
  * it leaves the spool (data gone, the story kept until expires); still
@@ -361,10 +344,6 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	size_t i;
 	int has, err, queued = 0;
 
-	if (!state_valid(m)) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
 	if ((err = fence_token(t, m->qid, &token, &has)) != 0) {
 		store_txn_fail(&t->base, err);
 		return;
@@ -402,10 +381,6 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 	int64_t token = 0;
 	int has, err;
 
-	if (!store_qid_ok(qid)) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
 	if ((err = fence_token(t, qid, &token, &has)) != 0) {
 		store_txn_fail(&t->base, err);
 		return;

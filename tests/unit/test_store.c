@@ -420,6 +420,8 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("dropped load", store_msg_load(f->st, "000000000005", &got), STORE_ENOTFOUND);
 	CHECK_INT("drop again", store_msg_drop(f->st, "000000000005"), STORE_ENOTFOUND);
 	CHECK_INT("drop bad qid", store_msg_drop(f->st, ""), STORE_EINVAL);
+	CHECK_INT("hold bad qid", store_msg_hold(f->st, "", 1), STORE_EINVAL);
+	CHECK_INT("mark bad qid", store_msg_set_inflight(f->st, "", 1), STORE_EINVAL);
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
 	CHECK_INT("list after drop", store_queue_list(f->st, list_cb, &a), 0);

@@ -112,29 +112,32 @@ static void rcpt_unconfirmed(struct valid_msg *v) { v->r[0].state = STORE_RCPT_U
 static void data_missing(struct valid_msg *v) { v->m.data = NULL; }
 static void data_empty(struct valid_msg *v) { v->m.data = NULL; v->m.data_len = 0; }
 
-/* test_msg_valid - what can be spooled, the same on every backend */
+/*
+ * test_msg_valid - what can be spooled, and what can be a delivery update
+ * (update; -1: not asked), the same on every backend
+ */
 static void test_msg_valid(void **state)
 {
 	static const struct {
 		const char *name;
 		void (*change) (struct valid_msg *v);
-		int want;
+		int want, update;
 	} cases[] = {
-		{ "as made", no_change, 1 },
-		{ "the null sender", null_sender, 1 },
-		{ "the longest QID", qid_longest, 1 },
-		{ "a recipient unconfirmed", rcpt_unconfirmed, 1 },
-		{ "no data at all", data_empty, 1 },
-		{ "no QID", qid_empty, 0 },
-		{ "a QID with no end", qid_unterminated, 0 },
-		{ "no sender", no_from, 0 },
-		{ "no client", no_client, 0 },
-		{ "no recipients", no_rcpts, 0 },
-		{ "recipients NULL", rcpts_null, 0 },
-		{ "more recipients than a row holds", too_many_rcpts, 0 },
-		{ "a recipient without an address", rcpt_no_addr, 0 },
-		{ "a recipient in no known state", rcpt_bad_state, 0 },
-		{ "data_len without data", data_missing, 0 },
+		{ "as made", no_change, 1, 1 },
+		{ "the null sender", null_sender, 1, 1 },
+		{ "the longest QID", qid_longest, 1, 1 },
+		{ "a recipient unconfirmed", rcpt_unconfirmed, 1, 1 },
+		{ "no data at all", data_empty, 1, 1 },
+		{ "no QID", qid_empty, 0, 0 },
+		{ "a QID with no end", qid_unterminated, 0, 0 },
+		{ "no sender", no_from, 0, 1 },
+		{ "no client", no_client, 0, 1 },
+		{ "no recipients", no_rcpts, 0, 0 },
+		{ "recipients NULL", rcpts_null, 0, 0 },
+		{ "more recipients than a row holds", too_many_rcpts, 0, -1 },
+		{ "a recipient without an address", rcpt_no_addr, 0, 1 },
+		{ "a recipient in no known state", rcpt_bad_state, 0, 0 },
+		{ "data_len without data", data_missing, 0, 1 },
 	};
 	struct valid_msg v;
 	size_t i;
@@ -144,6 +147,8 @@ static void test_msg_valid(void **state)
 		msg_good(&v);
 		cases[i].change(&v);
 		CHECK_INT(cases[i].name, store_msg_valid(&v.m), cases[i].want);
+		if (cases[i].update >= 0)
+			CHECK_INT(cases[i].name, store_update_valid(&v.m), cases[i].update);
 	}
 }
 
