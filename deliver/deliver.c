@@ -566,6 +566,15 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 	deliver_schedule(d, qid, clock_us(), 0);
 }
 
+/* wake_taker - the taker reads the shared queue at once, not at its next turn */
+static void wake_taker(struct deliver *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->take_now = 1;
+	pthread_cond_signal(&d->take_wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
 /* deliver_flush - every waiting message is due now */
 void deliver_flush(struct deliver *d)
 {
@@ -583,9 +592,8 @@ void deliver_flush(struct deliver *d)
 	pthread_mutex_lock(&d->lock);
 	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);
-	d->take_now = 1;
-	pthread_cond_signal(&d->take_wake);
 	pthread_mutex_unlock(&d->lock);
+	wake_taker(d);
 }
 
 /* deliver_retry - make one waiting message due now (idemrelayctl retry) */
@@ -602,10 +610,7 @@ int deliver_retry(struct deliver *d, const char *qid)
 	if (d->shared && state == DQ_UNKNOWN) {	/* waiting in the shared queue, maybe */
 		if (store_queue_due(d->st, qid, clock_us()) != 0)
 			return -1;
-		pthread_mutex_lock(&d->lock);
-		d->take_now = 1;
-		pthread_cond_signal(&d->take_wake);
-		pthread_mutex_unlock(&d->lock);
+		wake_taker(d);
 		return 0;
 	}
 	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;
@@ -624,10 +629,7 @@ void deliver_release(struct deliver *d, const char *qid, int64_t when)
 		deliver_schedule(d, qid, when, 0);
 		return;
 	}
-	pthread_mutex_lock(&d->lock);
-	d->take_now = 1;
-	pthread_cond_signal(&d->take_wake);
-	pthread_mutex_unlock(&d->lock);
+	wake_taker(d);
 }
 
 /*
