@@ -37,6 +37,7 @@
 #define FB_PAUSE	(1 * US)	/* the first episode's pause */
 #define FB_PAUSE_MAX	(60 * US)	/* the longest pause */
 #define FB_STEP		(1 * US)	/* a recovery step this often */
+#define FB_CALM		(10 * US)	/* sending this long after a pause: the next one is short */
 #define FB_CUT		0.8		/* the rate after a refusal, of the rate seen */
 #define FB_RAISE	1.25		/* a recovery step's rate */
 #define FB_RATE_MIN	0.1		/* messages a second, at least */
@@ -110,6 +111,8 @@ int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now)
 
 	if (fb->throttled && now < fb->pause_until)
 		return 0;		/* the same episode: sessions that were in flight */
+	if (now >= fb->pause_until + FB_CALM)
+		fb->episodes = 0;	/* a probe too far after a while of sending, not a wall */
 	fb->conc = fb->conc > 1 ? fb->conc / 2 : 1;
 	if (seen > 0 && (base == 0 || seen < base))
 		base = seen;

@@ -18,8 +18,8 @@
  *	took in the second before (or of the rate in force, if lower), and
  *	pauses the upstream: no session starts, and the messages of the
  *	session refused wait for the pause's end, none charged an attempt.
- *	The pause is 1 s, doubled by every episode that follows before a
- *	full recovery, 60 s at most. Refusals until the pause ends (other
+ *	The pause is 1 s, doubled by every episode that follows within 10 s
+ *	of the last pause's end before a full recovery, 60 s at most. Refusals until the pause ends (other
  *	connections' sessions in flight) belong to the same episode. Then
  *	every second one connection more and a quarter more rate, until
  *	upstream.connections and upstream.rate are back; without

@@ -146,6 +146,11 @@ static const struct fb_case fb_cases[] = {
 		{ EV_THROTTLE, 3 * SEC, 0, 0, 1, 5.12, 1, 7 * SEC, 0 },
 		{ EV_TICK, 8 * SEC, 0, 0, 2, 6.4, 1, 7 * SEC, 0 },
 	  }, 4 },
+	{ "an episode 10 s after the last pause: the pause is short again", 4, 10, {
+		{ EV_THROTTLE, 0, 0, 0, 2, 8, 1, 1 * SEC, 1 },
+		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 6.4, 1, 3 * SEC, 0 },
+		{ EV_THROTTLE, 13 * SEC, 0, 0, 1, 5.12, 1, 14 * SEC, 0 },
+	  }, 3 },
 	{ "a greeting refused before anything was sent: no rate to learn", 4, 0, {
 		{ EV_THROTTLE, 0, 0, 0, 2, 0, 1, 1 * SEC, 1 },
 		{ EV_TICK, 2 * SEC, 0, 0, 3, 0, 1, 1 * SEC, 0 },
