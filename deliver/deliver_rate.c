@@ -10,10 +10,11 @@
  *	taking at once each get their own, later, slot.
  *
  *	The feedback's "rate seen" is the upstream's: deliveries in the
- *	second before the refusal, from a ring of the last DELIVER_FB_SEEN
- *	delivery times (a full ring inside the second: that many over its
- *	span). Setting the rate a little under it keeps the next second
- *	under a limit of "N a second" that the refusal revealed.
+ *	second before the refusal, counted in 10 ms slots (a count, not a
+ *	span's rate: a burst of 100 in a tenth of a second was 100 a second
+ *	to a provider's meter, not 1,000). Setting the rate a little under
+ *	it keeps the next second under a limit of "N a second" that the
+ *	refusal revealed.
  * DIAGNOSTICS
  *	upstream RELAY: throttling: REPLY; concurrency C, rate R/s, deliveries paused for S s
  *	upstream: throttling ended: concurrency C, rate R/s
@@ -37,9 +38,10 @@
 #define FB_PAUSE	(1 * US)	/* the first episode's pause */
 #define FB_PAUSE_MAX	(60 * US)	/* the longest pause */
 #define FB_STEP		(1 * US)	/* a recovery step this often */
-#define FB_CALM		(10 * US)	/* sending this long after a pause: the next one is short */
+#define FB_SLOT		(US / DELIVER_FB_SLOTS)	/* 10 ms */
+#define FB_WALL		(2 * US)	/* refused this soon after a pause: the next one doubles */
 #define FB_CUT		0.8		/* the rate after a refusal, of the rate seen */
-#define FB_RAISE	1.25		/* a recovery step's rate */
+#define FB_RAISE	1.05		/* a recovery step's rate: a probe, not a burst */
 #define FB_RATE_MIN	0.1		/* messages a second, at least */
 #define BUCKET_AHEAD	(60 * US)	/* a slot further ahead is a clock step: reset */
 
@@ -81,25 +83,31 @@ void deliver_feedback_limits(struct deliver_feedback *fb, int conc_max, double r
 		fb->rate = fb->rate_max;
 }
 
-/* deliver_feedback_sent - note a delivery */
+/* deliver_feedback_sent - note a delivery, in its 10 ms slot */
 void deliver_feedback_sent(struct deliver_feedback *fb, int64_t now)
 {
-	fb->seen[fb->n_seen++ % DELIVER_FB_SEEN] = now;
+	int64_t slot = now / FB_SLOT;
+	size_t i = (size_t) (slot % DELIVER_FB_SLOTS);
+
+	if (fb->slot_at[i] != slot) {
+		fb->slot_at[i] = slot;
+		fb->slot_n[i] = 0;
+	}
+	fb->slot_n[i]++;
 }
 
-/* deliver_feedback_seen - deliveries a second in the second up to now */
+/* deliver_feedback_seen - deliveries in the second up to now (its slots) */
 double deliver_feedback_seen(const struct deliver_feedback *fb, int64_t now)
 {
-	unsigned n = fb->n_seen < DELIVER_FB_SEEN ? fb->n_seen : DELIVER_FB_SEEN, k;
-	int64_t oldest;
+	int64_t slot = now / FB_SLOT;
+	unsigned n = 0;
+	size_t i;
 
-	for (k = 0; k < n; k++)
-		if (now - fb->seen[(fb->n_seen - 1 - k) % DELIVER_FB_SEEN] >= US)
-			return (double) k;
-	if (n < DELIVER_FB_SEEN)
-		return (double) n;
-	oldest = fb->seen[fb->n_seen % DELIVER_FB_SEEN];
-	return now > oldest ? (double) n * US / (double) (now - oldest) : (double) n;
+	for (i = 0; i < DELIVER_FB_SLOTS; i++)
+		if (fb->slot_n[i] && slot - fb->slot_at[i] >= 0
+		    && slot - fb->slot_at[i] < DELIVER_FB_SLOTS)
+			n += fb->slot_n[i];
+	return (double) n;
 }
 
 /* deliver_feedback_throttle - a throttling reply at now */
@@ -111,7 +119,7 @@ int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now)
 
 	if (fb->throttled && now < fb->pause_until)
 		return 0;		/* the same episode: sessions that were in flight */
-	if (now >= fb->pause_until + FB_CALM)
+	if (now >= fb->pause_until + FB_WALL)
 		fb->episodes = 0;	/* a probe too far after a while of sending, not a wall */
 	fb->conc = fb->conc > 1 ? fb->conc / 2 : 1;
 	if (seen > 0 && (base == 0 || seen < base))

@@ -18,10 +18,11 @@
  *	took in the second before (or of the rate in force, if lower), and
  *	pauses the upstream: no session starts, and the messages of the
  *	session refused wait for the pause's end, none charged an attempt.
- *	The pause is 1 s, doubled by every episode that follows within 10 s
- *	of the last pause's end before a full recovery, 60 s at most. Refusals until the pause ends (other
+ *	The pause is 1 s, doubled by an episode that follows within 2 s of
+ *	the last pause's end (the upstream still refuses: a wall), 60 s at
+ *	most. Refusals until the pause ends (other
  *	connections' sessions in flight) belong to the same episode. Then
- *	every second one connection more and a quarter more rate, until
+ *	every second one connection more and a twentieth more rate, until
  *	upstream.connections and upstream.rate are back; without
  *	upstream.rate, the rate learned is lifted once it has doubled.
  *
@@ -49,7 +50,7 @@ struct deliver_bucket {
 /* deliver_bucket_take - take the next token at now: us to wait for it (0: at once) */
 int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now);
 
-#define DELIVER_FB_SEEN		64	/* deliveries remembered for the rate seen */
+#define DELIVER_FB_SLOTS	100	/* the second before now, in 10 ms slots */
 
 struct deliver_feedback {
 	int conc_max;			/* upstream.connections */
@@ -61,8 +62,8 @@ struct deliver_feedback {
 	int64_t pause_until;		/* us: no session starts before */
 	int64_t step_at;		/* us: the next recovery step */
 	double lift;			/* no rate_max: the rate learned is lifted here */
-	int64_t seen[DELIVER_FB_SEEN];	/* us: the last deliveries, a ring */
-	unsigned n_seen;		/* deliveries ever noted */
+	int64_t slot_at[DELIVER_FB_SLOTS];	/* the 10 ms slot a count is of */
+	unsigned slot_n[DELIVER_FB_SLOTS];	/* deliveries in it */
 };
 
 /* deliver_feedback_init - no throttling, the limits configured */

@@ -93,6 +93,7 @@ enum ev_kind {
 	EV_SENT,		/* n deliveries spread over the second before t */
 	EV_THROTTLE,		/* a throttling reply at t */
 	EV_TICK,		/* time passes to t */
+	EV_TICKS,		/* n ticks, at t, t + 1 s, ...: the state after the last */
 	EV_LIMITS,		/* new limits: n connections, rate r */
 };
 
@@ -123,33 +124,34 @@ static const struct fb_case fb_cases[] = {
 		{ EV_THROTTLE, 1 * SEC, 0, 0, 2, 16, 1, 2 * SEC, 1 },
 		{ EV_THROTTLE, 1 * SEC + 500 * MS, 0, 0, 2, 16, 1, 2 * SEC, 0 },	/* same episode */
 		{ EV_TICK, 2 * SEC + 500 * MS, 0, 0, 2, 16, 1, 2 * SEC, 0 },	/* no step yet */
-		{ EV_TICK, 3 * SEC, 0, 0, 3, 20, 1, 2 * SEC, 0 },			/* rate capped */
-		{ EV_TICK, 4 * SEC, 0, 0, 4, 20, 0, 0, 1 },			/* recovered */
-	  }, 6 },
+		{ EV_TICK, 3 * SEC, 0, 0, 3, 16.8, 1, 2 * SEC, 0 },
+		{ EV_TICK, 4 * SEC, 0, 0, 4, 17.64, 1, 2 * SEC, 0 },
+		{ EV_TICKS, 5 * SEC, 2, 0, 4, 19.4481, 1, 2 * SEC, 0 },		/* 5 s, 6 s */
+		{ EV_TICK, 7 * SEC, 0, 0, 4, 20, 0, 0, 1 },			/* rate capped: back */
+	  }, 8 },
 	{ "a lower limit seen: the rate follows what the upstream took", 8, 100, {
 		{ EV_SENT, 1 * SEC, 10, 0, 8, 100, 0, 0, 0 },
 		{ EV_THROTTLE, 1 * SEC, 0, 0, 4, 8, 1, 2 * SEC, 1 },
-		{ EV_TICK, 3 * SEC, 0, 0, 5, 10, 1, 2 * SEC, 0 },
-		{ EV_TICK, 4 * SEC, 0, 0, 6, 12.5, 1, 2 * SEC, 0 },
+		{ EV_TICK, 3 * SEC, 0, 0, 5, 8.4, 1, 2 * SEC, 0 },
+		{ EV_TICK, 4 * SEC, 0, 0, 6, 8.82, 1, 2 * SEC, 0 },
 	  }, 4 },
 	{ "no configured rate: learned, then lifted at twice", 2, 0, {
 		{ EV_SENT, 1 * SEC, 20, 0, 2, 0, 0, 0, 0 },
 		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 16, 1, 2 * SEC, 1 },
-		{ EV_TICK, 3 * SEC, 0, 0, 2, 20, 1, 2 * SEC, 0 },
-		{ EV_TICK, 4 * SEC, 0, 0, 2, 25, 1, 2 * SEC, 0 },
-		{ EV_TICK, 5 * SEC, 0, 0, 2, 31.25, 1, 2 * SEC, 0 },
-		{ EV_TICK, 6 * SEC, 0, 0, 2, 0, 0, 0, 1 },
-	  }, 6 },
-	{ "episodes in a row: the pause doubles; a throttled state does not start again", 4, 10, {
+		{ EV_TICK, 3 * SEC, 0, 0, 2, 16.8, 1, 2 * SEC, 0 },
+		{ EV_TICKS, 4 * SEC, 13, 0, 2, 31.678908, 1, 2 * SEC, 0 },	/* 16 x 1.05^14 */
+		{ EV_TICK, 17 * SEC, 0, 0, 2, 0, 0, 0, 1 },			/* 1.05^15 > 2 */
+	  }, 5 },
+	{ "refused right after each pause: the pause doubles, throttling starts once", 4, 10, {
 		{ EV_THROTTLE, 0, 0, 0, 2, 8, 1, 1 * SEC, 1 },
 		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 6.4, 1, 3 * SEC, 0 },
 		{ EV_THROTTLE, 3 * SEC, 0, 0, 1, 5.12, 1, 7 * SEC, 0 },
-		{ EV_TICK, 8 * SEC, 0, 0, 2, 6.4, 1, 7 * SEC, 0 },
+		{ EV_TICK, 8 * SEC, 0, 0, 2, 5.376, 1, 7 * SEC, 0 },
 	  }, 4 },
-	{ "an episode 10 s after the last pause: the pause is short again", 4, 10, {
+	{ "refused 2 s or more after the last pause: a probe, the pause is short again", 4, 10, {
 		{ EV_THROTTLE, 0, 0, 0, 2, 8, 1, 1 * SEC, 1 },
 		{ EV_THROTTLE, 1 * SEC, 0, 0, 1, 6.4, 1, 3 * SEC, 0 },
-		{ EV_THROTTLE, 13 * SEC, 0, 0, 1, 5.12, 1, 14 * SEC, 0 },
+		{ EV_THROTTLE, 5 * SEC, 0, 0, 1, 5.12, 1, 6 * SEC, 0 },
 	  }, 3 },
 	{ "a greeting refused before anything was sent: no rate to learn", 4, 0, {
 		{ EV_THROTTLE, 0, 0, 0, 2, 0, 1, 1 * SEC, 1 },
@@ -175,12 +177,16 @@ static int fb_event(struct deliver_feedback *fb, const struct event *e)
 	switch (e->kind) {
 	case EV_SENT:
 		for (i = 0; i < e->n; i++)
-			deliver_feedback_sent(fb, e->t - SEC + (SEC / e->n) * i + 1);
+			deliver_feedback_sent(fb, e->t - SEC + (SEC / e->n) * (i + 1) - 1);
 		return 0;
 	case EV_THROTTLE:
 		return deliver_feedback_throttle(fb, e->t);
 	case EV_TICK:
 		return deliver_feedback_tick(fb, e->t);
+	case EV_TICKS:
+		for (i = 0; i < e->n - 1; i++)
+			(void) deliver_feedback_tick(fb, e->t + i * SEC);
+		return deliver_feedback_tick(fb, e->t + i * SEC);
 	case EV_LIMITS:
 		deliver_feedback_limits(fb, e->n, e->r);
 		return 0;
@@ -204,7 +210,7 @@ static void test_feedback(void **state)
 			const struct event *e = &c->ev[k];
 
 			said = fb_event(&fb, e);
-			if (fb.conc != e->conc || fb.rate < e->rate - 1e-9 || fb.rate > e->rate + 1e-9
+			if (fb.conc != e->conc || fb.rate < e->rate - 1e-4 || fb.rate > e->rate + 1e-4
 			    || fb.throttled != e->throttled || said != e->said
 			    || (e->throttled && fb.pause_until != e->pause_until))
 				fail_msg("%s: event %zu: conc %d rate %g throttled %d pause_until %lld"
@@ -215,7 +221,7 @@ static void test_feedback(void **state)
 	}
 }
 
-/* the rate seen: deliveries in the second up to now, or the ring's span */
+/* the rate seen: deliveries in the second up to now, whatever their number */
 static void test_seen(void **state)
 {
 	struct deliver_feedback fb;
@@ -228,12 +234,16 @@ static void test_seen(void **state)
 		deliver_feedback_sent(&fb, 9 * SEC + i * 100 * MS);	/* 9.0 .. 9.4 s */
 	assert_true(deliver_feedback_seen(&fb, 9 * SEC + 900 * MS) == 5);
 	assert_true(deliver_feedback_seen(&fb, 10 * SEC + 250 * MS) == 2);	/* 9.3, 9.4 */
+	assert_true(deliver_feedback_seen(&fb, 20 * SEC) == 0);		/* slots long gone */
 	deliver_feedback_init(&fb, 1, 0);
-	for (i = 0; i < 200; i++)		/* 1,000 a second, more than the ring holds */
+	for (i = 0; i < 100; i++)		/* a burst of 100 in 0.1 s: 100 in the second */
 		deliver_feedback_sent(&fb, 20 * SEC + i * MS);
-	i = (int) (deliver_feedback_seen(&fb, 20 * SEC + 200 * MS) + 0.5);
-	if (i < 900 || i > 1100)
-		fail_msg("rate seen over a full ring: %d a second, want about 1000", i);
+	assert_true(deliver_feedback_seen(&fb, 20 * SEC + 200 * MS) == 100);
+	for (i = 0; i < 2000; i++)		/* 1,000 a second for 2 s */
+		deliver_feedback_sent(&fb, 30 * SEC + i * MS);
+	i = (int) deliver_feedback_seen(&fb, 32 * SEC);
+	if (i < 990 || i > 1010)
+		fail_msg("rate seen at 1,000 a second: %d in the second, want about 1000", i);
 }
 
 struct reply_case {
