@@ -61,6 +61,15 @@ DESCRIPTION
                 Also the CPU a message of each server (until its round
                 is delivered) and of the client
 
+      burst     issue 29: a burst of 5,000 x scale messages (smtp-source -s 20)
+                into a provider that allows 100 a second and answers
+                "421 4.7.0" beyond (tests/e2e/sink.py, its "rate"): the
+                seconds until the last one reached it and the refusals it
+                sent, for idemrelay with upstream.rate = 100, idemrelay
+                without it (its throttling feedback alone), and Postfix
+                (tests/postfix/postfix.sh: its concurrency feedback and
+                1-2 s retries; its default_destination_rate_delay takes
+                whole seconds, so 100 a second cannot be set). One round
     With PostgreSQL, issue 27's capacity model (pgbench_nodes.capacity():
     what a fresh message costs PostgreSQL, the rate one primary of N cores
     with a synchronous standby sustains and what stops it, checked against
@@ -217,6 +226,40 @@ class Sink:
         stop_process(self.proc)
 
 
+class RateSink:
+    """tests/e2e/sink.py as a provider allowing rate messages a second ("421
+    4.7.0" beyond): its records counted, its refusals (events) counted"""
+
+    def __init__(self, tmp, name, rate):
+        d = os.path.join(tmp, name)
+        self.records = os.path.join(d, "records")
+        self.events = os.path.join(d, "events.jsonl")
+        os.makedirs(self.records)
+        control = os.path.join(d, "control.json")
+        with open(control, "w") as f:
+            json.dump({"rate": rate}, f)
+        with open(os.path.join(d, "sink.log"), "wb") as lf:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(REPO, "tests", "e2e", "sink.py"), "--port", "0",
+                 "--record", self.records, "--control", control, "--events", self.events],
+                stdout=subprocess.PIPE, stderr=lf, stdin=subprocess.DEVNULL, text=True)
+        self.port = int(self.proc.stdout.readline().split()[-1])
+
+    def count(self):
+        return sum(1 for x in os.listdir(self.records) if x.endswith(".json"))
+
+    def refusals(self):
+        try:
+            with open(self.events) as f:
+                return sum(1 for line in f if '"throttled"' in line)
+        except FileNotFoundError:
+            return 0
+
+    def stop(self):
+        stop_process(self.proc)
+        self.proc.stdout.close()
+
+
 class Server:
     """What the figures need of either server: a port, a sink, a backlog."""
 
@@ -259,10 +302,10 @@ class Server:
 class Postfix(Server):
     name = "Postfix"
 
-    def __init__(self, tmp, sink, settings=()):
+    def __init__(self, tmp, sink, settings=(), dirname="postfix"):
         """settings: extra main.cf name=value lines (tests/postfix/postfix.sh)"""
         super().__init__(sink)
-        self.dir = os.path.join(tmp, "postfix")
+        self.dir = os.path.join(tmp, dirname)
         self.port = free_port()
         r = subprocess.run([POSTFIX_SH, "start", self.dir, str(self.port), str(sink.port)]
                            + list(settings), capture_output=True, text=True, timeout=60)
@@ -288,9 +331,10 @@ class Idemrelay(Server):
 
     def __init__(self, tmp, sink, name="idemrelay", store=None, map_size="4G", pg_url=None,
                  node=None, metrics_port=None, label=None, listen="", networks='"127.0.0.0/8"',
-                 limits="connections = 1100;", extra=""):
-        """listen, limits: settings inside the listener's and limits' groups;
-        networks: access.networks' elements; extra: more top-level settings"""
+                 limits="connections = 1100;", extra="", upstream=""):
+        """listen, limits, upstream: settings inside the listener's, limits' and
+        upstream's groups; networks: access.networks' elements; extra: more
+        top-level settings"""
         super().__init__(sink)
         self.name = label or self.name    # in the figures: "idemrelay" (LMDB), "pg1"
         self.metrics_port = metrics_port
@@ -316,10 +360,11 @@ class Idemrelay(Server):
                     'listen = ( { address = "127.0.0.1"; port = %d; %s } );\n'
                     'access = { networks = [ %s ]; };\n'
                     '%s'
-                    'upstream = { host = "127.0.0.1"; port = %d; tls = "none"; };\n'
+                    'upstream = { host = "127.0.0.1"; port = %d; tls = "none"; %s };\n'
                     'limits = { %s };\n'
                     'log = { level = "info"; target = "stderr"; };\n%s'
-                    % (self.port, listen, networks, store_conf, sink.port, limits, extra))
+                    % (self.port, listen, networks, store_conf, sink.port, upstream, limits,
+                       extra))
         with open(self.log, "ab") as lf:
             self.proc = subprocess.Popen([IDEMRELAY, "-c", conf], cwd=self.dir,
                                          stdout=lf, stderr=lf, stdin=subprocess.DEVNULL)
@@ -796,6 +841,45 @@ def fig_big(pf, ir, res):
                 % (rnd + 1, srv.name, mbs, m / secs, "%.1fs" % e2e if e2e else "n/a"))
 
 
+BURST_RATE = 100            # the provider's messages a second
+
+
+def fig_burst(tmp, res):
+    """a burst into a provider allowing BURST_RATE a second: the seconds until
+    the last message arrived, and the provider's refusals, for idemrelay with
+    upstream.rate, idemrelay with its feedback alone, and Postfix; one round
+    (each takes k / BURST_RATE seconds at best)"""
+    k = n(5000, 200)
+    say("burst: smtp-source -s 20 -l 2000 -m %d into a provider allowing %d/s"
+        " (421 4.7.0 beyond); best possible %.0f s" % (k, BURST_RATE, k / BURST_RATE))
+    setups = (("idemrelay rate", lambda sink: Idemrelay(
+                  tmp, sink, name="idemrelay-burst-rate", upstream="rate = %d;" % BURST_RATE)),
+              ("idemrelay feedback", lambda sink: Idemrelay(
+                  tmp, sink, name="idemrelay-burst-fb")),
+              ("Postfix", lambda sink: Postfix(tmp, sink, dirname="postfix-burst")))
+    out = {}
+    for label, make in setups:
+        sink = RateSink(tmp, "sink-burst-" + label.replace(" ", "-"), BURST_RATE)
+        srv = None
+        try:
+            srv = make(sink)
+            srv.name = label
+            _, secs = timed_delivery(srv, k, lambda: smtp_source(srv.port, 20, 2000, k))
+            refused = sink.refusals()
+            out[label] = {"seconds": secs, "refusals": refused, "messages": k}
+            res.add("burst_seconds", label, secs)
+            res.add("burst_refusals", label, refused)
+            say("  %-18s %s, %d refusal%s, %s msgs/s delivered"
+                % (label, "%.1f s" % secs if secs else "not all delivered in %d s" % DRAIN_CAP,
+                   refused, "" if refused == 1 else "s",
+                   "%.1f" % (k / secs) if secs else "n/a"))
+        finally:
+            if srv:
+                srv.stop()
+            sink.stop()
+    res.extra["burst"] = dict(out, rate=BURST_RATE)
+
+
 def mdb_claim_bytes(store):
     """mdb_claim_bytes - (claims, bytes in the claims and key index trees, data.mdb's
     disk space: the file is sparse, its journal region past a hole, so not its size);
@@ -1212,6 +1296,8 @@ def main():
             fig_claims(tmp, res)
         if want("grown"):
             fig_grown(tmp, res)
+        if want("burst"):
+            fig_burst(tmp, res)
     finally:
         for s in stopping:
             try:
