@@ -189,8 +189,7 @@ static struct store *store_rw(struct ctl *x)
 {
 	char err[1024];
 
-	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)	/* the same database either way */
-		return ctl_store(x);
+	store_close(x->st);	/* a reader open before: one environment a process */
 	if (store_open(&x->st, &x->cf, STORE_WRITER, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;

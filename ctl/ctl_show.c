@@ -428,19 +428,19 @@ int ctl_stats(struct ctl *x)
 	const char *dstore = NULL, *dup_ = NULL;
 	size_t dlen = 0, ulen = 0;
 	char unread[1024] = "";
+	const char *dir = store_dir(&x->cf);	/* NULL: the store is elsewhere, maybe away */
 	int err, live;
 
 	/*
-	 * a shared store that cannot be read now: what the daemon sees of it
-	 * is still worth showing, then the exit status says stats failed
+	 * a store elsewhere that cannot be read now: what the daemon sees of
+	 * it is still worth showing, then the exit status says stats failed
 	 */
 	memset(&s, 0, sizeof(s));
-	if (x->cf.store.backend == CONF_STORE_POSTGRESQL
-	    && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
+	if (dir == NULL && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
 		/* unread says why */
 	} else if ((err = store_stats(ctl_store(x), &s)) != 0
 		   || (err = store_hist_stats(x->st, &stories, &keys)) != 0) {
-		if (x->cf.store.backend != CONF_STORE_POSTGRESQL)
+		if (dir)
 			ctl_fail(x, "cannot read the store: %s", store_strerror(err));
 		snprintf(unread, sizeof(unread), "%s", store_strerror(err));
 	}
@@ -465,8 +465,7 @@ int ctl_stats(struct ctl *x)
 			json_str(&b, unread);
 			buf_putc(&b, ',');
 		}
-		buf_printf(&b, "\"store\":{\"backend\":\"%s\",",
-			   x->cf.store.backend == CONF_STORE_POSTGRESQL ? "postgresql" : "lmdb");
+		buf_printf(&b, "\"store\":{\"backend\":\"%s\",", store_name(&x->cf));
 		if (unread[0]) {
 			buf_printf(&b, "\"readable\":false,\"error\":");
 			json_str(&b, unread);
@@ -498,11 +497,8 @@ int ctl_stats(struct ctl *x)
 		buf_free(&reply);
 		return stats_end(unread);
 	}
-	if (x->cf.store.backend == CONF_STORE_POSTGRESQL)
-		printf("store        postgresql%s%s\n", unread[0] ? ": cannot be read: " : "",
-		       unread);
-	else
-		printf("store        %s\n", x->cf.store.path);
+	printf("store        %s%s%s\n", dir ? dir : store_name(&x->cf),
+	       unread[0] ? ": cannot be read: " : "", unread);
 	if (live && dstore) {
 		int dup = 1;
 		long long outages = 0, waiting = 0, waits = 0, voided = 0;
@@ -514,7 +510,7 @@ int ctl_stats(struct ctl *x)
 		json_get_int(ds, "replication_waiting", &waiting);
 		json_get_int(ds, "replication_waits", &waits);
 		json_get_int(ds, "voided", &voided);
-		if (x->cf.store.backend == CONF_STORE_POSTGRESQL) {
+		if (dir == NULL) {	/* how the daemon reaches a store elsewhere */
 			printf("reachable    %s from the daemon, %lld outage%s since its start\n",
 			       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
 			printf("replication  %lld commit%s waiting now, %lld wait%s since its start, "

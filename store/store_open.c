@@ -10,6 +10,8 @@
  *		       enum store_role role, char *err, size_t errlen);
  *
  *	const char *store_dir(const struct conf *cf);
+ *
+ *	const char *store_name(const struct conf *cf);
  * DESCRIPTION
  *	store.backend names the backend; this file alone knows them, so
  *	the daemon, its -t check and idemrelayctl open a store the same
@@ -27,7 +29,8 @@
  *	store_dir() is the directory on this node's disk that the store
  *	lives in (store.path), for the start to make and hand to the
  *	daemon's user and for -t to check; NULL for a store that lives
- *	elsewhere (a database).
+ *	elsewhere (a database). store_name() is what store_backend() will
+ *	say, for a store not open (idemrelayctl's stats, when it cannot be).
  * DIAGNOSTICS
  *	0, or a STORE_E* code and why in err: "FILE:LINE: store.url: ..."
  *	for a database that will not let us in; for a directory, the
@@ -99,6 +102,12 @@ static int open_lmdb(struct store **out, const struct conf *cf, enum store_role 
 const char *store_dir(const struct conf *cf)
 {
 	return cf->store.backend == CONF_STORE_LMDB ? cf->store.path : NULL;
+}
+
+/* store_name - the backend's name, as store_backend() says it once open */
+const char *store_name(const struct conf *cf)
+{
+	return cf->store.backend == CONF_STORE_POSTGRESQL ? "postgresql" : "lmdb";
 }
 
 /* store_open - the backend store.backend names, opened for role */
