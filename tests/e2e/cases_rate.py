@@ -22,7 +22,7 @@ import threading
 import time
 
 from harness import PG_ONLY, case, check, eq, free_port, make_msg, submit_ok, wait_until
-from cases_ops import ctl_json, samples, scrape
+from cases_ops import ctl, ctl_json, samples, scrape
 from cases_reload import hup, rewrite
 from cases_upstream_tls import make_certs, tls_sink, trust, upstream
 
@@ -78,6 +78,9 @@ def test_rate_limit_no_refusals(t):
     d = rate_daemon(t, sink, {"rate": LIMIT}, metrics=port)
     u = upstream_stats(d)
     eq((u["rate"], u["concurrency"], u["throttled"]), (LIMIT, 4, False), "stats before")
+    text = ctl(d, "stats").stdout
+    check("upstream     rate %d.0/s, concurrency 4 (0 running), 1 node sharing upstream.rate,"
+          " not throttled (0 episodes since start)" % LIMIT in text, "stats: %s" % text)
     want = ["rate-on-%d" % i for i in range(BURST)]
     burst(d, BURST, "rate-on")
     recs = delivered_once(sink, want, timeout=90)

@@ -155,6 +155,32 @@ static void test_gauges(void **state)
 	buf_free(&out);
 }
 
+/* the upstream's limits: shown once delivery upstream has said them, not before */
+static void test_upstream(void **state)
+{
+	struct metrics_upstream u = { 0, 11.5, 2, 1, 1, 2, 3 };
+	struct metrics_gauges g;
+	struct buf out = BUF_INIT;
+
+	(void) state;
+	metrics_reset();
+	memset(&g, 0, sizeof(g));
+	render(&out, &g);
+	if (strstr(out.data, "idemrelay_upstream_") != NULL)
+		fail_msg("upstream gauges with no upstream:\n%s", out.data);
+	metrics_upstream_set(&u);
+	render(&out, &g);
+	has_line(out.data, "# TYPE idemrelay_upstream_rate gauge");
+	has_line(out.data, "idemrelay_upstream_rate 11.5");
+	has_line(out.data, "idemrelay_upstream_concurrency 2");
+	has_line(out.data, "idemrelay_upstream_sessions 1");
+	has_line(out.data, "idemrelay_upstream_throttled 1");
+	has_line(out.data, "idemrelay_upstream_nodes 2");
+	has_line(out.data, "# TYPE idemrelay_upstream_throttled_total counter");
+	has_line(out.data, "idemrelay_upstream_throttled_total 3");
+	buf_free(&out);
+}
+
 static void test_json_write(void **state)
 {
 	static const struct {
@@ -233,6 +259,7 @@ int main(void)
 		cmocka_unit_test(test_counters),
 		cmocka_unit_test(test_histograms),
 		cmocka_unit_test(test_gauges),
+		cmocka_unit_test(test_upstream),
 		cmocka_unit_test(test_json_write),
 		cmocka_unit_test(test_json_read),
 	};
