@@ -258,9 +258,15 @@ static void cmd_byte(struct deliver_filter *f, char c)
  */
 static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 {
+	const char *cr;
 	size_t i;
 
 	for (i = 0; i < len && f->body; i++) {
+		if (f->dotst == 0) {	/* only a CR starts a match: skip to the next */
+			if ((cr = memchr(buf + i, '\r', len - i)) == NULL)
+				break;
+			i = (size_t) (cr - buf);
+		}
 		f->dotst = buf[i] == eod[f->dotst] ? f->dotst + 1 : buf[i] == '\r';
 		if (f->dotst == 5) {
 			f->body = 0;
