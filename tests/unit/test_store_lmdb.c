@@ -496,6 +496,62 @@ static void test_codec_truncated(void **state)
 	store_msg_free(&m);
 }
 /*
+ * test_msg_record_route - the route chosen at acceptance rides in the
+ * message record behind flag 4: it round-trips, every truncation of it is
+ * refused, and a record without it (any record written before routes) is
+ * the one written before, byte for byte but for nothing, and reads as the
+ * default upstream
+ */
+static void test_msg_record_route(void **state)
+{
+	struct store_msg m, got;
+	uint8_t *with, *without, *copy;
+	size_t wlen, nlen, i, flags_at;
+
+	(void) state;
+	msg_new(&m, "ROUTE0000001", 2, 30);
+	nlen = lmdb_msg_rec_size(&m);
+	without = xmalloc(nlen);
+	lmdb_msg_rec_encode(without, nlen, &m);
+	m.route = xstrdup("tenant-a");
+	wlen = lmdb_msg_rec_size(&m);
+	with = xmalloc(wlen);
+	lmdb_msg_rec_encode(with, wlen, &m);
+	CHECK_INT("the route's bytes", wlen - nlen, 4 + strlen("tenant-a"));
+	/* the flags byte comes 1 + 32 + 8 + 8 + data bytes before the end */
+	flags_at = nlen - m.data_len - 8 - 8 - STORE_HASH_LEN - 1;
+	CHECK_INT("no flag 4 without a route", without[flags_at] & 4, 0);
+	CHECK_INT("flag 4 with one", with[flags_at] & 4, 4);
+	CHECK_INT("the same record before the flags",
+		  memcmp(with, without, flags_at), 0);
+	memset(&got, 0, sizeof(got));
+	strcpy(got.qid, m.qid);
+	CHECK_INT("decode with", lmdb_msg_rec_decode(with, wlen, &got), 0);
+	CHECK_STR("route", got.route, "tenant-a");
+	CHECK_STR("from", got.from, m.from);
+	CHECK_INT("routed data", memcmp(got.data, m.data, m.data_len), 0);
+	store_msg_free(&got);
+	strcpy(got.qid, m.qid);
+	CHECK_INT("decode without", lmdb_msg_rec_decode(without, nlen, &got), 0);
+	CHECK_STR("no route", got.route, NULL);
+	CHECK_INT("data", memcmp(got.data, m.data, m.data_len), 0);
+	store_msg_free(&got);
+	for (i = 0; i < wlen; i++) {
+		memset(&got, 0, sizeof(got));
+		copy = xmalloc(i + 1);
+		memcpy(copy, with, i);
+		if (lmdb_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
+			fail_msg("routed record cut at %zu of %zu: want EINVAL", i, wlen);
+		if (got.route || got.from || got.rcpts)
+			fail_msg("routed record cut at %zu: left allocations behind", i);
+		free(copy);
+	}
+	free(with);
+	free(without);
+	store_msg_free(&m);
+}
+
+/*
  * test_queue_flags - the delivery state record's flags byte: inflight and
  * held each round-trip, each patch leaves the other alone, the held bit
  * peeks cheaply, and a bit no version wrote is refused
@@ -575,6 +631,7 @@ static void test_story_codec(void **state)
 	s.m.smtputf8 = 1;
 	s.duplicates = 5;
 	s.mismatches = 6;
+	s.m.route = "tenant-a";
 	len = lmdb_hist_rec_size(&s);
 	buf = xmalloc(len);
 	lmdb_hist_rec_encode(buf, len, &s);
@@ -584,6 +641,7 @@ static void test_story_codec(void **state)
 	CHECK_STR("from", got.m.from, "");
 	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
 	CHECK_STR("user", got.m.user, "alice");
+	CHECK_STR("route", got.m.route, "tenant-a");
 	CHECK_STR("envid", got.m.envid, NULL);
 	CHECK_INT("n_rcpts", got.m.n_rcpts, 2);
 	CHECK_STR("rcpt 1", got.m.rcpts[1].addr, "b@x");
@@ -929,6 +987,7 @@ int main(void)
 		T(test_corrupt_records),
 		cmocka_unit_test(test_codec_truncated),
 		cmocka_unit_test(test_queue_flags),
+		cmocka_unit_test(test_msg_record_route),
 		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
 		T(test_last_qid_in_stories),
