@@ -16,7 +16,14 @@
  *	after retry.give_up; 5xx bounced, with an RFC 3464 delivery status
  *	notification queued to the sender unless the sender is null. The
  *	ambiguous case (final dot sent, no reply) is marked unconfirmed and
- *	never resent, unless upstream.ambiguous = "retry".
+ *	never resent, unless upstream.ambiguous = "retry". A throttling reply
+ *	(deliver_rate.h) is about the rate, not the message: the session's
+ *	messages that got nowhere wait for the upstream's pause to end, with
+ *	no attempt counted and their backoff as it was.
+ *
+ *	upstream.rate and upstream.recipient_rate space the MAIL and RCPT
+ *	commands of every connection; upstream.connections sessions at most,
+ *	fewer while throttling feedback holds them down (deliver_rate.h).
  *
  *	Log lines, one per recipient event, Postfix-like:
  *	  QID: to=<r>, relay=host[ip]:port, delay=0.12, dsn=2.0.0, status=sent (250 ...)
@@ -48,7 +55,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 			      const struct deliver_transport *t);
 void deliver_enqueue(struct deliver *d, const char *qid);
 void deliver_flush(struct deliver *d);
-/* deliver_reload - take new retry settings (SIGHUP) */
+/* deliver_reload - take new retry settings and upstream rates (SIGHUP) */
 void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
 /* deliver_retry - one message due now: 0, 1 if being delivered right now, -1 if not queued */
 int deliver_retry(struct deliver *d, const char *qid);
