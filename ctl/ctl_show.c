@@ -414,6 +414,39 @@ static void print_upstream(const char *u, size_t len)
 	       throttled ? "THROTTLED" : "not throttled", episodes, episodes == 1 ? "" : "s");
 }
 
+/* print_routes - each route's upstream group: its rate, concurrency, throttling */
+static void print_routes(const char *a, size_t len)
+{
+	char j[512], name[72];
+	const char *p = a, *end = a + len, *o, *v;
+	long long conc = 0, sessions = 0, episodes = 0;
+	size_t olen, vlen;
+	int throttled = 0;
+
+	while ((o = memchr(p, '{', (size_t) (end - p))) != NULL) {
+		p = memchr(o, '}', (size_t) (end - o));
+		if (p == NULL)
+			return;
+		olen = (size_t) (++p - o);
+		snprintf(j, sizeof(j), "%.*s", (int) (olen < sizeof(j) - 1 ? olen : sizeof(j) - 1),
+			 o);
+		if (json_get(j, "route", &v, &vlen) != 0 || vlen < 2)
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int) (vlen - 2), v + 1);
+		json_get_int(j, "concurrency", &conc);
+		json_get_int(j, "sessions", &sessions);
+		json_get_int(j, "throttle_episodes", &episodes);
+		json_get_bool(j, "throttled", &throttled);
+		if (json_get(j, "rate", &v, &vlen) != 0 || (vlen == 3 && strncmp(v, "0.0", 3) == 0))
+			v = NULL;
+		printf("route        %s: rate %s%.*s%s, concurrency %lld (%lld running), %s"
+		       " (%lld episode%s since start)\n", name, v ? "" : "no limit",
+		       v ? (int) vlen : 0, v ? v : "", v ? "/s" : "", conc, sessions,
+		       throttled ? "THROTTLED" : "not throttled", episodes,
+		       episodes == 1 ? "" : "s");
+	}
+}
+
 /* ctl_stats - store figures, and the daemon's counters when it runs */
 int ctl_stats(struct ctl *x)
 {
@@ -425,8 +458,8 @@ int ctl_stats(struct ctl *x)
 	const char *counters = NULL;
 	size_t clen = 0;
 	long long pid = 0, up = 0;
-	const char *dstore = NULL, *dup_ = NULL;
-	size_t dlen = 0, ulen = 0;
+	const char *dstore = NULL, *dup_ = NULL, *droutes = NULL;
+	size_t dlen = 0, ulen = 0, rolen = 0;
 	char unread[1024] = "";
 	const char *dir = store_dir(&x->cf);	/* NULL: the store is elsewhere, maybe away */
 	int err, live;
@@ -455,6 +488,8 @@ int ctl_stats(struct ctl *x)
 			dstore = NULL;
 		if (json_get(reply.data, "upstream", &dup_, &ulen) != 0)
 			dup_ = NULL;
+		if (json_get(reply.data, "routes", &droutes, &rolen) != 0)
+			droutes = NULL;
 	}
 	if (x->json) {
 		struct buf b = BUF_INIT;
@@ -489,6 +524,8 @@ int ctl_stats(struct ctl *x)
 				buf_printf(&b, "\"store\":%.*s,", (int) dlen, dstore);
 			if (dup_)
 				buf_printf(&b, "\"upstream\":%.*s,", (int) ulen, dup_);
+			if (droutes)
+				buf_printf(&b, "\"routes\":%.*s,", (int) rolen, droutes);
 			buf_printf(&b, "\"counters\":%.*s}", (int) clen, counters);
 		} else
 			buf_printf(&b, "null");
@@ -541,6 +578,8 @@ daemon:
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
 		if (dup_)
 			print_upstream(dup_, ulen);
+		if (droutes)
+			print_routes(droutes, rolen);
 		printf("since start ");
 		for (p = counters; p < counters + clen; p++)
 			if (*p != '{' && *p != '}' && *p != '"')

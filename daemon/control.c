@@ -233,6 +233,13 @@ static void do_stats(struct control *ctl, struct buf *out)
 			   s.upstream.rate, s.upstream.concurrency, s.upstream.active,
 			   s.upstream.throttled ? "true" : "false", s.upstream.nodes,
 			   (unsigned long long) s.upstream.episodes);
+	for (i = 0; i < s.n_routes; i++)	/* each route's upstream group (names are tokens) */
+		buf_printf(out, "%s{\"route\":\"%s\",\"rate\":%.1f,\"concurrency\":%d,"
+			   "\"sessions\":%d,\"throttled\":%s,\"throttle_episodes\":%llu}%s",
+			   i ? "," : ",\"routes\":[", s.routes[i].name, s.routes[i].u.rate,
+			   s.routes[i].u.concurrency, s.routes[i].u.active,
+			   s.routes[i].u.throttled ? "true" : "false",
+			   (unsigned long long) s.routes[i].u.episodes, i + 1 == s.n_routes ? "]" : "");
 	buf_printf(out, "}");
 }
 

@@ -203,15 +203,16 @@ static void publish(struct deliver_rate *r)
 {
 	struct metrics_upstream u;
 
-	if (r->route[0])
-		return;			/* /metrics shows the default upstream */
 	u.rate = r->fb.rate;
 	u.concurrency = r->fb.conc;
 	u.active = r->active;
 	u.throttled = r->fb.throttled;
 	u.nodes = r->nodes;
 	u.episodes = r->episodes;
-	metrics_upstream_set(&u);
+	if (r->name[0])
+		metrics_route_set(r->name, &u);
+	else
+		metrics_upstream_set(&u);
 }
 
 /* apply - the buckets' rates after a change of the feedback (lock held) */
@@ -249,8 +250,10 @@ struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, in
 {
 	struct deliver_rate *r = xcalloc(1, sizeof(*r));
 
-	if (route)
+	if (route) {
 		snprintf(r->route, sizeof(r->route), " (route %.60s)", route);
+		snprintf(r->name, sizeof(r->name), "%s", route);
+	}
 	pthread_mutex_init(&r->lock, NULL);
 	r->nodes = 1;
 	r->conns = conns;

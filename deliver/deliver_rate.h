@@ -107,7 +107,8 @@ struct deliver_rate {
 	uint64_t episodes;		/* throttling episodes since start */
 	char why[128];			/* the last throttling reply */
 	char route[72];			/* " (route NAME)" for the log; "": the default
-					 * upstream, the one /metrics shows */
+					 * upstream, /metrics' upstream */
+	char name[65];			/* the route's name; "": the default upstream */
 };
 
 /*

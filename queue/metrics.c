@@ -43,6 +43,8 @@ static _Atomic uint64_t counters[METRICS_N_COUNTERS];
 /* the upstream's state: several fields that go together, so a lock */
 static pthread_mutex_t upstream_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct metrics_upstream upstream;
+static struct metrics_route routes[METRICS_ROUTES];	/* under upstream_lock too */
+static size_t n_routes;
 
 struct histogram {
 	const char *name, *help;
@@ -189,6 +191,23 @@ void metrics_upstream_set(const struct metrics_upstream *u)
 	pthread_mutex_unlock(&upstream_lock);
 }
 
+/* metrics_route_set - a route's upstream group's limits and throttling now */
+void metrics_route_set(const char *route, const struct metrics_upstream *u)
+{
+	size_t i;
+
+	pthread_mutex_lock(&upstream_lock);
+	for (i = 0; i < n_routes && strcmp(routes[i].name, route) != 0; i++)
+		continue;
+	if (i == n_routes && n_routes < METRICS_ROUTES)
+		snprintf(routes[n_routes++].name, sizeof(routes[i].name), "%s", route);
+	if (i < n_routes) {
+		routes[i].u = *u;
+		routes[i].u.on = 1;
+	}
+	pthread_mutex_unlock(&upstream_lock);
+}
+
 /* metrics_snapshot - copy every counter and histogram */
 void metrics_snapshot(struct metrics_snapshot *s)
 {
@@ -197,6 +216,8 @@ void metrics_snapshot(struct metrics_snapshot *s)
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&upstream_lock);
 	s->upstream = upstream;
+	memcpy(s->routes, routes, sizeof(routes));
+	s->n_routes = n_routes;
 	pthread_mutex_unlock(&upstream_lock);
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		s->counters[i] = atomic_load_explicit(&counters[i], memory_order_relaxed);
@@ -306,6 +327,38 @@ static void render_upstream(struct buf *out, const struct metrics_upstream *u)
 		   "idemrelay_upstream_throttled_total %llu\n", (unsigned long long) u->episodes);
 }
 
+/* render_routes - each route's upstream group, labelled route="NAME" (names are tokens) */
+static void render_routes(struct buf *out, const struct metrics_snapshot *s)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{"idemrelay_route_upstream_rate", "gauge", "Messages a second this node may send"
+		 " to the route's upstream now (0: no limit)."},
+		{"idemrelay_route_upstream_concurrency", "gauge", "The route's upstream sessions"
+		 " allowed now."},
+		{"idemrelay_route_upstream_sessions", "gauge", "The route's upstream sessions running."},
+		{"idemrelay_route_upstream_throttled", "gauge", "1 while the route's upstream's"
+		 " throttling replies keep its concurrency and rate down."},
+		{"idemrelay_route_upstream_throttled_total", "counter", "The route's throttling"
+		 " episodes since start."},
+	};
+	const struct metrics_upstream *u;
+	size_t f, i;
+	double v;
+
+	for (f = 0; s->n_routes > 0 && f < sizeof(fam) / sizeof(fam[0]); f++) {
+		buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
+			   fam[f].name, fam[f].type);
+		for (i = 0; i < s->n_routes; i++) {
+			u = &s->routes[i].u;
+			v = f == 0 ? u->rate : f == 1 ? u->concurrency : f == 2 ? u->active
+			    : f == 3 ? u->throttled : (double) u->episodes;
+			buf_printf(out, "%s{route=\"%s\"} %.17g\n", fam[f].name, s->routes[i].name, v);
+		}
+	}
+}
+
 /* metrics_render - the Prometheus text exposition (format 0.0.4) */
 void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		    const struct metrics_gauges *g)
@@ -327,6 +380,7 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		render_histogram(out, &hists[i], s, i);
 	if (s->upstream.on)
 		render_upstream(out, &s->upstream);
+	render_routes(out, s);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
 	if (g->shared)

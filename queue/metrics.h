@@ -67,9 +67,18 @@ struct metrics_upstream {
 	uint64_t episodes;		/* throttling episodes since start */
 };
 
+/* a route's upstream group (conf_route.c): the same, under its name */
+#define METRICS_ROUTES		32	/* routes shown, at most */
+struct metrics_route {
+	char name[65];
+	struct metrics_upstream u;
+};
+
 struct metrics_snapshot {
 	uint64_t counters[METRICS_N_COUNTERS];
-	struct metrics_upstream upstream;
+	struct metrics_upstream upstream;	/* the default upstream's */
+	struct metrics_route routes[METRICS_ROUTES];
+	size_t n_routes;
 	struct {
 		uint64_t buckets[METRICS_MAX_BUCKETS];	/* not cumulative; last is +Inf */
 		uint64_t count, sum;			/* sum in the histogram's unit */
@@ -101,6 +110,9 @@ void metrics_delivered(const char *status, int64_t since_accept_us);
 
 /* metrics_upstream_set - deliver/deliver_rate.c: the upstream's state changed */
 void metrics_upstream_set(const struct metrics_upstream *u);
+
+/* metrics_route_set - the same for a route's upstream group (the first METRICS_ROUTES) */
+void metrics_route_set(const char *route, const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
 void metrics_reset(void);			/* tests */

@@ -12,8 +12,9 @@ import signal
 import time
 
 import harness
-from harness import case, check, eq, qid_of, render_conf, submit_ok, make_msg, wait_until
-from cases_ops import ctl, ctl_json
+from harness import (case, check, eq, free_port, qid_of, render_conf, submit_ok, make_msg,
+                     wait_until)
+from cases_ops import ctl, ctl_json, samples, scrape
 from cases_tls import auth_submit, tls_daemon
 from cases_upstream_tls import TlsSink, make_certs, trust
 
@@ -155,15 +156,18 @@ def test_routes_throttling_is_per_route(t):
     """A route's upstream that throttles (a sink taking 2 messages a second, 421 4.7.0
     beyond) slows and pauses that route alone: its throttling is logged under the
     route, no message of it is charged an attempt and each arrives once, while the
-    default upstream's limits (idemrelayctl stats, /metrics) never saw an episode."""
+    default upstream's limits never saw an episode: idemrelayctl stats and /metrics show
+    the route's and the default's apart."""
     certs = make_certs(t)
     trust(certs["ca"])
     default = t.sink()
     sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
     sink_a.control(rate=2)
+    port = free_port()
     d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
                    users=TENANTS, conf={
                        "control": os.path.join(t.tmp, "ctl.sock"),
+                       "metrics": {"address": "127.0.0.1", "port": port},
                        "upstream": {"connections": 4},
                        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
     n = 12
@@ -179,5 +183,15 @@ def test_routes_throttling_is_per_route(t):
     check(sink_a.events("throttled"), "the route's sink refused nothing")
     for line in d.log_lines("status=deferred"):
         check("delivery temporarily suspended" in line, "a deferral charged: %s" % line)
-    u = ctl_json(d, "stats")["daemon"]["upstream"]
+    daemon = ctl_json(d, "stats")["daemon"]
+    u = daemon["upstream"]
     eq((u["throttle_episodes"], u["throttled"]), (0, False), "the default upstream's state")
+    eq([r["route"] for r in daemon["routes"]], ["tenant-a"], "stats: the routes")
+    episodes = daemon["routes"][0]["throttle_episodes"]
+    check(episodes >= 1, "stats: the route's episodes: %r" % daemon["routes"])
+    out = ctl(d, "stats").stdout
+    check("route        tenant-a: " in out, "stats text names the route:\n" + out)
+    s = samples(scrape(port)[2])
+    eq(s.get("idemrelay_upstream_throttled_total"), 0, "metrics: the default's episodes")
+    check(s.get('idemrelay_route_upstream_throttled_total{route="tenant-a"}', 0) >= episodes,
+          "metrics: the route's episodes: %r" % {k: v for k, v in s.items() if "route" in k})
