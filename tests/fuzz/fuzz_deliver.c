@@ -112,6 +112,13 @@ int deliver_stopping(struct deliver *d)
 	return 0;
 }
 
+/* no upstream.rate: the real one's answer for a deliver with no limits */
+struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up)
+{
+	(void) d, (void) up;
+	return NULL;
+}
+
 int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs, size_t n)
 {
 	size_t i;
@@ -432,7 +439,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	d.batch = MSGS_MAX;
 	if (pipe(s.done) < 0 || pthread_create(&srv, NULL, srv_main, &s) != 0)
 		abort();
-	deliver_esmtp.send(&d, ptrs, n);
+	deliver_esmtp.send(&d, &conf.upstream, ptrs, n);
 	if (write(s.done[1], "x", 1) != 1)
 		abort();
 	pthread_join(srv, NULL);
