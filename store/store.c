@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/log.h"
 #include "store_backend.h"
 
 #define OPS(st)		((st)->ops)
@@ -96,6 +97,7 @@ void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 /* step - may a step of t run: none failed before, and its arguments are valid (else t fails) */
 static int step(struct store_txn *t, int valid)
 {
+	t->steps++;
 	return store_txn_fail(t, valid ? 0 : STORE_EINVAL) == 0;
 }
 
@@ -209,14 +211,39 @@ int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 	return OPS(st)->msg_load(st, qid, m);
 }
 
-int store_msg_set_inflight(struct store *st, const char *qid, int on)
+/* alone - one delivery write (m's update, else qid's mark) in a transaction of its own */
+static int alone(struct store *st, const struct store_msg *m, const char *qid, int on)
 {
-	return store_qid_ok(qid) ? OPS(st)->msg_set_inflight(st, qid, on) : STORE_EINVAL;
+	struct store_txn *t;
+	int err;
+
+	if ((err = store_txn_begin(st, &t)) != 0)
+		return err;
+	if (m)
+		store_txn_msg_update(t, m);
+	else
+		store_txn_msg_set_inflight(t, qid, on);
+	return store_txn_commit(t);
 }
 
+int store_msg_set_inflight(struct store *st, const char *qid, int on)
+{
+	return alone(st, NULL, qid, on);
+}
+
+/*
+ * store_msg_update - a delivery update in a transaction of its own. A
+ * store full of its own space takes it without the story: an outcome
+ * that cannot be recorded may be sent again.
+ */
 int store_msg_update(struct store *st, const struct store_msg *m)
 {
-	return store_update_valid(m) ? OPS(st)->msg_update(st, m) : STORE_EINVAL;
+	int err = alone(st, m, NULL, 0);
+
+	if (err == STORE_ENOSPC && (OPS(st)->caps & STORE_CAP_OWN_SPACE)
+	    && (err = OPS(st)->msg_update_bare(st, m)) == 0)
+		msg_warn("%s: store full: delivery recorded without its history", m->qid);
+	return err;
 }
 
 /*

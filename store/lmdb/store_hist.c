@@ -16,7 +16,7 @@
  *	ttl), and lmdb_hist_read() falls back to it. The accepting commit
  *	so writes no story, which saves it a page on every level of this
  *	B-tree (three, once a store holds ten thousand stories). The first
- *	write of a story gives it its record: lmdb_msg_update() and
+ *	write of a story gives it its record: lmdb_txn_msg_update() and
  *	lmdb_msg_drop() call lmdb_hist_update() and lmdb_hist_drop()
  *	inside the spool's own transactions, so a story never disagrees
  *	with the spool; counting duplicates and forgetting a key write it

@@ -171,7 +171,7 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	return err;
 }
 
-/* lmdb_txn_msg_update - lmdb_msg_update() as a step of the open transaction t */
+/* lmdb_txn_msg_update - rewrite delivery state and the story inside t; all final: leave the spool */
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
@@ -181,35 +181,19 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_txn_fail(&t->base, err);
 }
 
-/* msg_update - rewrite delivery state, and the story unless with_hist is 0 */
-static int msg_update(struct lmdb_store *st, const struct store_msg *m, int with_hist)
+/* lmdb_msg_update_bare - rewrite delivery state, not the story, in a transaction of its own */
+int lmdb_msg_update_bare(struct store *base, const struct store_msg *m)
 {
 	struct lmdb_txn *t;
 	int err;
 
-	if ((err = lmdb_begin(st, &t)) != 0)
+	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
 		return err;
-	if ((err = msg_update_in(st, t, m, with_hist)) != 0) {
+	if ((err = msg_update_in(t->st, t, m, 0)) != 0) {
 		lmdb_txn_abort(&t->base);
 		return err;
 	}
 	return lmdb_txn_commit(&t->base);
-}
-
-/*
- * lmdb_msg_update - rewrite delivery state; all final: leave the spool.
- * The story is rewritten in the same transaction; if that is what does
- * not fit in a full map, the outcome is recorded without it, since a
- * delivery outcome that cannot be recorded may be sent again.
- */
-int lmdb_msg_update(struct store *base, const struct store_msg *m)
-{
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	int err = msg_update(st, m, 1);
-
-	if (err == STORE_ENOSPC && (err = msg_update(st, m, 0)) == 0)
-		msg_warn("%s: store full: delivery recorded without its history", m->qid);
-	return err;
 }
 
 /* queue_patch - rewrite one flag of qid's delivery state record inside t */
@@ -253,29 +237,16 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 	queue_patch((struct lmdb_txn *) base, qid, lmdb_queue_rec_set_inflight, on);
 }
 
-/* queue_patch_alone - queue_patch in a transaction of its own, committed */
-static int queue_patch_alone(struct store *base, const char *qid,
-			     int (*patch) (void *p, size_t len, int on), int on)
+/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
+int lmdb_msg_hold(struct store *base, const char *qid, int on)
 {
 	struct lmdb_txn *t;
 	int err;
 
 	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
 		return err;
-	queue_patch(t, qid, patch, on);
+	queue_patch(t, qid, lmdb_queue_rec_set_held, on);
 	return lmdb_txn_commit(&t->base);
-}
-
-/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
-int lmdb_msg_hold(struct store *base, const char *qid, int on)
-{
-	return queue_patch_alone(base, qid, lmdb_queue_rec_set_held, on);
-}
-
-/* lmdb_msg_set_inflight - durably set or clear the mark, in a transaction of its own */
-int lmdb_msg_set_inflight(struct store *base, const char *qid, int on)
-{
-	return queue_patch_alone(base, qid, lmdb_queue_rec_set_inflight, on);
 }
 
 /* msg_drop - remove a message and its delivery state; note it in its story */

@@ -172,6 +172,8 @@ struct pg_txn {
 	size_t n_segs, cap_segs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */
 	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
+	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
+	size_t fenced_rcpts;
 	int64_t xid;			/* pg_current_xact_id(), read before COMMIT; 0 not known */
 };
 
@@ -293,8 +295,7 @@ void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */
 int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t token);
 
-/* store_pg_txn.c: the interface's transaction, and what the standalone writes share with it */
-int store_pg_txn_new(struct pg_store *st, struct pg_txn **out);
+/* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
 
@@ -325,8 +326,6 @@ int store_pg_lease_renew(struct store *st, int64_t now);
 int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
 void store_pg_lease_release(struct store *st, const char *qid);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
-int store_pg_msg_set_inflight(struct store *st, const char *qid, int on);
-int store_pg_msg_update(struct store *st, const struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_msg_hold(struct store *st, const char *qid, int on);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);

@@ -12,9 +12,9 @@
  *	Every field of struct store_msg has a column and comes back as it
  *	went in; data is bytea, sent and read in binary.
  *
- *	The writes here are the batch transaction's (store_pg_txn.c) run
- *	alone: fenced by the lease this node holds. When a fenced write
- *	finds nothing to write, store_pg_why() tells the caller why: the
+ *	A delivery write alone (store.c: its transaction's one write) is
+ *	fenced by the lease this node holds. When its fence finds nothing
+ *	to write, store_pg_why() tells the commit's caller why: the
  *	message is not queued (STORE_ENOTFOUND), the update's recipients
  *	do not match (STORE_EINVAL), or its lease is another node's
  *	(STORE_ELEASE).
@@ -242,38 +242,6 @@ static int64_t token_of(struct pg_store *st, const char *qid)
 	int64_t token;
 
 	return store_pg_lease_get(st, qid, &token) == 0 ? token : 0;
-}
-
-/* alone - one write of the batch kind in a transaction of its own; a fence says why */
-static int alone(struct pg_store *st, const struct store_msg *m, const char *qid, int on)
-{
-	const char *q = m ? m->qid : qid;
-	struct pg_txn *t;
-	int64_t token;
-	int err;
-
-	if ((err = store_pg_txn_new(st, &t)) != 0)
-		return err;
-	if (m)
-		store_pg_txn_msg_update(&t->base, m);
-	else
-		store_pg_txn_msg_set_inflight(&t->base, qid, on);
-	token = t->fenced;	/* read once: a lease taken again meanwhile is not forgotten */
-	if ((err = store_pg_txn_commit(&t->base)) == STORE_ELEASE)
-		err = store_pg_why(st, q, m ? m->n_rcpts : 0, token);
-	return err;
-}
-
-/* store_pg_msg_update - rewrite delivery state; all final: it leaves the spool */
-int store_pg_msg_update(struct store *base, const struct store_msg *m)
-{
-	return alone((struct pg_store *) base, m, NULL, 0);
-}
-
-/* store_pg_msg_set_inflight - durably set or clear the mark, fenced */
-int store_pg_msg_set_inflight(struct store *base, const char *qid, int on)
-{
-	return alone((struct pg_store *) base, NULL, qid, on);
 }
 
 /* store_pg_msg_drop - out of the spool, story kept; refused while another node's lease is live */

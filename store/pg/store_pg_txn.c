@@ -243,33 +243,20 @@ struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const c
 	return s;
 }
 
-/* store_pg_txn_new - a transaction with a connection of the pool, nothing sent */
-int store_pg_txn_new(struct pg_store *st, struct pg_txn **out)
+/* store_pg_txn_begin - a transaction with a connection of the pool, nothing sent */
+int store_pg_txn_begin(struct store *base, struct store_txn **out)
 {
 	struct pg_txn *t;
 	PGconn *c;
 	int err;
 
 	*out = NULL;
-	if ((err = store_pg_take(st, &c)) != 0)
+	if ((err = store_pg_take((struct pg_store *) base, &c)) != 0)
 		return err;
 	t = xcalloc(1, sizeof(*t));
 	t->base.ops = &store_pg_ops;
-	t->st = st;
+	t->st = (struct pg_store *) base;
 	t->c = c;
-	*out = t;
-	return 0;
-}
-
-/* store_pg_txn_begin - the interface's txn_begin */
-int store_pg_txn_begin(struct store *base, struct store_txn **out)
-{
-	struct pg_txn *t;
-	int err;
-
-	*out = NULL;
-	if ((err = store_pg_txn_new((struct pg_store *) base, &t)) != 0)
-		return err;
 	*out = &t->base;
 	return 0;
 }
@@ -314,14 +301,18 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 }
 
 /*
- * fence_token - the token a delivery write of qid is fenced with: the
- * lease this node holds, or NULL (has 0) for a message put in this
- * transaction; STORE_ELEASE if this node holds none
+ * fence_token - the token a delivery write of qid (of n_rcpts recipients,
+ * 0 for a mark) is fenced with: the lease this node holds, or NULL (has
+ * 0) for a message put in this transaction; STORE_ELEASE if this node
+ * holds none. The write is noted, for its commit to explain a fence.
  */
-static int fence_token(struct pg_txn *t, const char *qid, int64_t *token, int *has)
+static int fence_token(struct pg_txn *t, const char *qid, size_t n_rcpts, int64_t *token,
+		       int *has)
 {
 	*has = 0;
 	t->fenced = 0;
+	snprintf(t->fenced_qid, sizeof(t->fenced_qid), "%s", qid);
+	t->fenced_rcpts = n_rcpts;
 	if (store_pg_qids_has(t->put_qids, t->n_put, qid))
 		return 0;
 	if (store_pg_lease_get(t->st, qid, token) != 0)
@@ -344,7 +335,7 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	size_t i;
 	int has, err, queued = 0;
 
-	if ((err = fence_token(t, m->qid, &token, &has)) != 0) {
+	if ((err = fence_token(t, m->qid, m->n_rcpts, &token, &has)) != 0) {
 		store_txn_fail(&t->base, err);
 		return;
 	}
@@ -381,7 +372,7 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 	int64_t token = 0;
 	int has, err;
 
-	if ((err = fence_token(t, qid, &token, &has)) != 0) {
+	if ((err = fence_token(t, qid, 0, &token, &has)) != 0) {
 		store_txn_fail(&t->base, err);
 		return;
 	}
@@ -588,20 +579,16 @@ static int commit_send(struct pg_txn *t, int *sent)
 }
 
 /*
- * store_pg_txn_commit - send the buffered writes and COMMIT in one
- * round trip; resolve an unknown outcome (see the header). Frees t.
+ * txn_commit - send the buffered writes and COMMIT in one round trip;
+ * resolve an unknown outcome (see the header). Frees t.
  */
-int store_pg_txn_commit(struct store_txn *base)
+static int txn_commit(struct pg_txn *t)
 {
-	struct pg_txn *t = (struct pg_txn *) base;
-	struct pg_store *st;
+	struct pg_store *st = t->st;
 	PGresult *r;
 	int sent = 0, err = 0, failed = 0, committed = 0, k, j;
 	size_t i;
 
-	if (t == NULL)
-		return STORE_EINVAL;
-	st = t->st;
 	if ((err = t->base.err) != 0) {
 		txn_free(t);
 		return err;
@@ -653,5 +640,30 @@ int store_pg_txn_commit(struct store_txn *base)
 		pthread_mutex_unlock(&st->mu);
 	}
 	txn_free(t);
+	return err;
+}
+
+/*
+ * store_pg_txn_commit - commit t (txn_commit). A transaction of one
+ * delivery write whose fence found nothing says why (store_pg_why).
+ */
+int store_pg_txn_commit(struct store_txn *base)
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_store *st;
+	char qid[STORE_QID_SIZE];
+	size_t n;
+	int64_t token;
+	int err, lone;
+
+	if (t == NULL)
+		return STORE_EINVAL;
+	st = t->st;
+	lone = t->base.steps == 1 && t->fenced_qid[0];
+	memcpy(qid, t->fenced_qid, sizeof(qid));
+	n = t->fenced_rcpts;
+	token = t->fenced;	/* read once: a lease taken again meanwhile is not forgotten */
+	if ((err = txn_commit(t)) == STORE_ELEASE && lone)
+		err = store_pg_why(st, qid, n, token);
 	return err;
 }
