@@ -25,6 +25,9 @@
  *	hold QID|KEY|ALL, release QID|KEY|ALL
  *			on hold (never delivered) until released; also
  *			with --from/--to
+ *	reroute QID|KEY|ALL
+ *			the route decided again with the routes in use
+ *			(the file's when no daemon runs); also --from/--to
  *	forget KEY	the key's claims are deleted: its next submission
  *			is a new message (-u: only that AUTH user's). While
  *			a message of the key is still queued it is refused
@@ -67,7 +70,7 @@
 #define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000
 
-#define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, forget"
+#define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, reroute, forget"
 
 static void ctl_misuse(struct ctl *x, const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 2, 3)));
@@ -83,6 +86,7 @@ static void ctl_check_args(struct ctl *x, const char *cmd, int nargs)
 		{"stats", NULL, 0}, {"flush", NULL, 0}, {"retry", "a QID", 0},
 		{"drop", "a QID, a key or ALL", 1}, {"hold", "a QID, a key or ALL", 1},
 		{"release", "a QID, a key or ALL", 1}, {"forget", "a key", 0},
+		{"reroute", "a QID, a key or ALL", 1},
 	};
 	size_t i;
 
@@ -90,7 +94,7 @@ static void ctl_check_args(struct ctl *x, const char *cmd, int nargs)
 		if (strcmp(cmd, cmds[i].name) != 0)
 			continue;
 		if ((x->from || x->to) && !cmds[i].sel)
-			ctl_misuse(x, "--from and --to go with drop, hold and release only");
+			ctl_misuse(x, "--from and --to go with drop, hold, release and reroute only");
 		if ((x->from || x->to) && nargs != 0)
 			ctl_misuse(x, "%s takes --from/--to or one argument, not both", cmd);
 		if (x->from || x->to)
@@ -121,7 +125,9 @@ static void usage(int rc)
 		"  hold QID|KEY|ALL never deliver them until released\n"
 		"  release QID|KEY|ALL\n"
 		"                   deliver them again (at their next attempt)\n"
-		"  drop|hold|release --from PATTERN, --to PATTERN\n"
+		"  reroute QID|KEY|ALL\n"
+		"                   decide their routes again with the routes in use\n"
+		"  drop|hold|release|reroute --from PATTERN, --to PATTERN\n"
 		"                   the queued messages whose sender or a recipient\n"
 		"                   matches the shell pattern (any case)\n"
 		"  forget KEY       delete a key's claims: its next submission is new;\n"
@@ -363,6 +369,8 @@ static void act(struct ctl *x, const char *cmd, const char *line,
 	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(st, NULL, sel, reply);
+	else if (strcmp(cmd, "reroute") == 0)	/* the routes the next start uses */
+		queue_admin_reroute(st, &x->cf, sel, reply);
 	else if (strcmp(cmd, "forget") == 0)
 		queue_admin_forget(st, NULL, sel, mode, x->now, reply);
 	else
@@ -453,6 +461,7 @@ static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
 		{"drop", "dropped", "dropped from the queue"},
 		{"hold", "held", "on hold"},
 		{"release", "released", "released from hold"},
+		{"reroute", "rerouted", "rerouted"},
 	};
 	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
 	struct buf reply = BUF_INIT, line = BUF_INIT;
@@ -731,7 +740,7 @@ int main(int argc, char **argv)
 	else if (strcmp(cmd, "cat") == 0)
 		rc = cmd_cat(&x, arg);
 	else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
-		 || strcmp(cmd, "release") == 0)
+		 || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0)
 		rc = cmd_select(&x, cmd, arg);
 	else
 		rc = cmd_forget(&x, arg, forget_mode);

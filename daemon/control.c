@@ -144,7 +144,7 @@ static int parse_sel(char *args, struct queue_admin_sel *sel,
 	return strtok_r(NULL, " ", &save) == NULL ? 0 : -1;
 }
 
-/* do_select - drop, hold or release what the request names */
+/* do_select - drop, hold, release or reroute what the request names */
 static void do_select(struct control *ctl, const char *cmd, char *args, struct buf *out)
 {
 	uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN];
@@ -157,6 +157,8 @@ static void do_select(struct control *ctl, const char *cmd, char *args, struct b
 	}
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(ctl->st, &ctl->sched, &sel, out);
+	else if (strcmp(cmd, "reroute") == 0)	/* with the routes in use */
+		queue_admin_reroute(ctl->st, ctl->c, &sel, out);
 	else
 		queue_admin_hold(ctl->st, &ctl->sched, &sel, strcmp(cmd, "hold") == 0, out);
 }
@@ -269,7 +271,7 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	} else if (strcmp(cmd, "retry") == 0) {
 		queue_admin_retry(ctl->st, &ctl->sched, qid, out);
 	} else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
-		   || strcmp(cmd, "release") == 0) {
+		   || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0) {
 		do_select(ctl, cmd, rest ? rest : (char *) "", out);
 	} else if (strcmp(cmd, "forget") == 0) {
 		do_forget(ctl, rest ? rest : (char *) "", out);

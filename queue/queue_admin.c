@@ -2,7 +2,7 @@
  * NAME
  *	queue_admin 3
  * SUMMARY
- *	the operator's actions on the queue: drop, hold, release, retry, forget
+ *	the operator's actions on the queue: drop, hold, release, reroute, retry, forget
  * DESCRIPTION
  *	One implementation of each action, for the daemon's control socket
  *	(with its scheduler) and for idemrelayctl when no daemon runs (the
@@ -17,11 +17,14 @@
  *	the refused ones are named. A hold is never refused: the store marks
  *	the message for every node, an attempt under way ends as it would,
  *	and no attempt follows until the release. A release puts the message
- *	back at the next attempt it had; its claims never left.
+ *	back at the next attempt it had; its claims never left. A reroute
+ *	decides a message's route again with the routes given (the daemon's
+ *	in use, or the file's when none runs), for every node.
  * DIAGNOSTICS
  *	QID: removed by the operator (idemrelayctl drop)
  *	QID: held by the operator (idemrelayctl hold)
  *	QID: released by the operator (idemrelayctl release)
+ *	QID: route OLD -> NEW (idemrelayctl reroute)
  *	QID: control: retry
  *	QID: key forgotten by the operator (idemrelayctl forget)
  */
@@ -260,6 +263,74 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 	msg_info("%s: %s by the operator (idemrelayctl %s)", qid, on ? "held" : "released",
 		 on ? "hold" : "release");
 	return 0;
+}
+
+/*
+ * reroute_one - one message's route decided again: 0 moved, STORE_EINVAL
+ * if it keeps its route, STORE_ENOTFOUND if it is not queued. A route
+ * that matches by listener is never chosen again, nor left: the listener
+ * a message came in on is not kept with it.
+ */
+static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
+{
+	const struct conf_route *r, *now = NULL;
+	struct store_msg m;
+	const char *to;
+	size_t i;
+	int err;
+
+	if ((err = store_msg_load(st, qid, &m)) != 0)
+		return err;
+	for (i = 0; m.route && i < cf->n_routes; i++)
+		if (strcmp(cf->routes[i].name, m.route) == 0)
+			now = &cf->routes[i];
+	r = conf_route_match(cf, m.user, m.from, NULL);
+	to = r ? r->name : NULL;
+	if ((now && now->listener >= 0) || (to == m.route)
+	    || (to && m.route && strcmp(to, m.route) == 0))
+		err = STORE_EINVAL;
+	else if ((err = store_msg_set_route(st, qid, to)) == 0)
+		msg_info("%s: route %s -> %s (idemrelayctl reroute)", qid,
+			 m.route ? m.route : "default", to ? to : "default");
+	store_msg_free(&m);
+	return err;
+}
+
+/*
+ * queue_admin_reroute - each message's route decided again, as at
+ * acceptance but with cf's routes; those whose route does not change are
+ * passed over. The next attempt goes the new way; one under way ends the
+ * old way.
+ */
+void queue_admin_reroute(struct store *st, const struct conf *cf,
+			 const struct queue_admin_sel *sel, struct buf *out)
+{
+	struct qids set = { NULL, 0 }, done = { NULL, 0 };
+	size_t i;
+	int err;
+
+	buf_reset(out);
+	if (select_qids(st, sel, &set, out) != 0)
+		goto done;
+	for (i = 0; i < set.n; i++) {
+		if ((err = reroute_one(st, cf, set.q[i])) == 0)
+			qids_add(&done, set.q[i]);
+		else if (err == STORE_ENOTFOUND && sel->qid)
+			not_queued(st, out, sel->qid);
+		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
+			json_error(out, "cannot reroute %s: %s", set.q[i], store_strerror(err));
+		if (out->len)
+			goto done;
+	}
+	buf_printf(out, "{\"ok\":true");
+	if (sel->qid)
+		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
+	buf_printf(out, ",\"count\":%zu,\"rerouted\":", done.n);
+	qids_json(out, &done);
+	buf_putc(out, '}');
+done:
+	free(set.q);
+	free(done.q);
 }
 
 /*

@@ -15,6 +15,7 @@
 #ifndef QUEUE_QUEUE_ADMIN_H
 #define QUEUE_QUEUE_ADMIN_H
 
+#include "../conf/conf.h"
 #include "../util/buf.h"
 #include "../store/store.h"
 
@@ -54,6 +55,13 @@ void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
 /* queue_admin_hold - on hold (on 1) or released (0), on every node */
 void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
 		      const struct queue_admin_sel *sel, int on, struct buf *out);
+
+/*
+ * queue_admin_reroute - each message's route decided again from its AUTH
+ * user and sender with cf's routes (idemrelayctl reroute)
+ */
+void queue_admin_reroute(struct store *st, const struct conf *cf,
+			 const struct queue_admin_sel *sel, struct buf *out);
 
 /* queue_admin_retry - one queued message attempted now (needs a scheduler) */
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,

@@ -282,6 +282,12 @@ int store_msg_hold(struct store *st, const char *qid, int on)
 	return store_qid_ok(qid) ? OPS(st)->msg_hold(st, qid, on) : STORE_EINVAL;
 }
 
+/* store_msg_set_route - a queued message's route, for every node */
+int store_msg_set_route(struct store *st, const char *qid, const char *route)
+{
+	return store_qid_ok(qid) ? OPS(st)->msg_set_route(st, qid, route) : STORE_EINVAL;
+}
+
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */
 int store_msg_revive(struct store *st, const struct store_msg *m)
 {

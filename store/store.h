@@ -257,6 +257,13 @@ int store_msg_drop(struct store *st, const char *qid);
  * is not queued.
  */
 int store_msg_hold(struct store *st, const char *qid, int on);
+
+/*
+ * store_msg_set_route - a queued message's route (NULL: the default
+ * upstream), for every node: its next attempt goes there (idemrelayctl
+ * reroute). STORE_ENOTFOUND if qid is not queued.
+ */
+int store_msg_set_route(struct store *st, const char *qid, const char *route);
 /*
  * store_msg_revive - a shared store: this node loaded m under lease
  * m->lease, wrote its inflight mark (or the mark's commit had an unknown

@@ -72,6 +72,7 @@ struct store_ops {
 	int (*msg_update_bare) (struct store *st, const struct store_msg *m);	/* own space */
 	int (*msg_drop) (struct store *st, const char *qid);
 	int (*msg_hold) (struct store *st, const char *qid, int on);
+	int (*msg_set_route) (struct store *st, const char *qid, const char *route);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	int (*stats) (struct store *st, struct store_stats *s);

@@ -663,6 +663,7 @@ const struct store_ops lmdb_ops = {
 	.msg_update_bare = lmdb_msg_update_bare,
 	.msg_drop = lmdb_msg_drop,
 	.msg_hold = lmdb_msg_hold,
+	.msg_set_route = lmdb_msg_set_route,
 	.stats = lmdb_stats,
 	.queue_walk = lmdb_queue_walk,
 	.queue_oldest = lmdb_queue_oldest,

@@ -249,6 +249,39 @@ int lmdb_msg_hold(struct store *base, const char *qid, int on)
 	return lmdb_txn_commit(&t->base);
 }
 
+/*
+ * lmdb_msg_set_route - a queued message's route (idemrelayctl reroute):
+ * its message record, written once at acceptance, rewritten with the
+ * route, in a transaction of its own
+ */
+int lmdb_msg_set_route(struct store *base, const char *qid, const char *route)
+{
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t;
+	struct store_msg m;
+	MDB_val key, mval, qval;
+	int err;
+
+	if (lmdb_qid_key(qid, &key) != 0)
+		return STORE_EINVAL;
+	if ((err = lmdb_begin(st, &t)) != 0)
+		return err;
+	memset(&m, 0, sizeof(m));
+	memcpy(m.qid, qid, key.mv_size);
+	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &qval), "get queue")) == 0
+	    && (err = lmdb_mdb_error(mdb_get(t->txn, st->msg, &key, &mval), "get msg")) == 0
+	    && (err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, &m)) == 0) {
+		free(m.route);
+		m.route = route ? xstrdup(route) : NULL;
+		err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(&m), 0,
+				   lmdb_msg_rec_encode, &m, "put msg");
+	}
+	store_msg_free(&m);
+	if (err != 0)
+		store_txn_fail(&t->base, err);
+	return lmdb_txn_commit(&t->base);
+}
+
 /* msg_drop - remove a message and its delivery state; note it in its story */
 static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 {

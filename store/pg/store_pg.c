@@ -801,6 +801,7 @@ const struct store_ops store_pg_ops = {
 	.msg_load = store_pg_msg_load,
 	.msg_drop = store_pg_msg_drop,
 	.msg_hold = store_pg_msg_hold,
+	.msg_set_route = store_pg_msg_set_route,
 	.msg_revive = store_pg_msg_revive,
 	.stats = pg_stats,
 	.queue_walk = store_pg_queue_walk,

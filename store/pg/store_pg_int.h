@@ -328,6 +328,7 @@ void store_pg_lease_release(struct store *st, const char *qid);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_msg_hold(struct store *st, const char *qid, int on);
+int store_pg_msg_set_route(struct store *st, const char *qid, const char *route);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_oldest(struct store *st, int64_t *accepted);
 

@@ -297,6 +297,28 @@ int store_pg_msg_hold(struct store *base, const char *qid, int on)
 	return err;
 }
 
+/* store_pg_msg_set_route - a queued message's route (NULL: the default upstream) */
+int store_pg_msg_set_route(struct store *base, const char *qid, const char *route)
+{
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
+	PGresult *r;
+	int err;
+
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_text(&p, route);
+	err = store_pg_run(st, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
+			   PG_ROW_QUEUED(""), &p, &r, "route");
+	store_pg_params_free(&p);
+	if (err != 0)
+		return err;
+	if (strcmp(PQcmdTuples(r), "1") != 0)
+		err = STORE_ENOTFOUND;
+	PQclear(r);
+	return err;
+}
+
 /* snapshot - two statements seeing one state of the database (a read-only transaction) */
 static int snapshot(struct pg_store *st, const char *a, const char *b, struct pg_params *p,
 		    PGresult **ra, PGresult **rb, const char *what)

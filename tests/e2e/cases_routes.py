@@ -195,3 +195,56 @@ def test_routes_throttling_is_per_route(t):
     eq(s.get("idemrelay_upstream_throttled_total"), 0, "metrics: the default's episodes")
     check(s.get('idemrelay_route_upstream_throttled_total{route="tenant-a"}', 0) >= episodes,
           "metrics: the route's episodes: %r" % {k: v for k, v in s.items() if "route" in k})
+
+
+@case(timeout=120)
+def test_routes_reroute(t):
+    """idemrelayctl reroute decides queued mail's routes again: with the daemon
+    stopped, by the file's routes (alice's queued message moves from her old route to
+    her new one); with it running, by the routes in use (carol's, whose route was
+    removed, leaves its 4.3.5 deferral for the route she now matches). Mail whose
+    route does not change is passed over."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    sink_a.control(greeting="421")          # alice's old route holds her mail
+    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=TENANTS, conf={
+                       "control": os.path.join(t.tmp, "ctl.sock"),
+                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                                  route("tenant-c", "carol", sink_a, "up-alice", "pw-a")]})
+    port = d.ports[1]
+    a1 = qid_of(auth_submit(port, "alice", "alice-pw", "rr-1", subject="alice"))
+    c1 = qid_of(auth_submit(port, "carol", "carol-pw", "rr-2", subject="carol"))
+    d.wait_log(a1, "status=deferred")
+    d.wait_log(c1, "status=deferred")
+    d.stop()
+    conf = dict(d.conf)
+    conf["routes"] = [route("tenant-b", "alice", sink_b, "up-bob", "pw-b"),
+                      route("tenant-a", "nobody", sink_a, "up-alice", "pw-a")]
+    rewrite(d, conf)
+    out = ctl_json(d, "reroute", a1)                 # no daemon: the file's routes
+    eq((out["rerouted"], out.get("offline")), ([a1], True), "offline reroute")
+    eq(ctl_json(d, "reroute", a1)["rerouted"], [], "a second reroute changes nothing")
+    d.start()
+    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    sink_b.wait_count(1, timeout=20)
+    d.wait_log(a1, "status=sent")
+    d.wait_log(c1, "status=deferred", "dsn=4.3.5", "route tenant-c is not in the configuration")
+    conf2 = dict(conf)
+    conf2["routes"] = conf["routes"] + [route("tenant-b2", "carol", sink_b, "up-bob", "pw-b")]
+    rewrite(d, conf2)
+    d.stop()
+    d.start()
+    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    out = ctl(d, "reroute", "ALL").stdout            # the daemon: the routes in use
+    check("%s: rerouted" % c1 in out and a1 not in out, "reroute ALL:\n" + out)
+    d.wait_log(c1, "route tenant-c -> tenant-b2 (idemrelayctl reroute)")
+    sink_b.wait_count(2, timeout=20)
+    d.wait_log(c1, "status=sent")
+    time.sleep(1)
+    eq(subjects(sink_b), ["alice", "carol"], "the new routes' sink")
+    eq(subjects(sink_a), [], "the old routes' sink")
+    eq(default.accepted(), [], "the default upstream")

@@ -567,12 +567,22 @@ static void test_msg_route(void **state)
 		CHECK_INT("story queued", store_story_get(f->st, qid, &s), 0);
 		CHECK_STR("story queued route", s.m.route, routes[i]);
 		store_story_free(&s);
+		/* rerouted (idemrelayctl reroute) and back: the rest of it as it was */
+		CHECK_INT("set route", store_msg_set_route(f->st, qid, "moved"), 0);
+		CHECK_INT("load moved", store_msg_load(f->st, qid, &got), 0);
+		CHECK_STR("moved route", got.route, "moved");
+		free(got.route);
+		got.route = routes[i] ? xstrdup(routes[i]) : NULL;
+		msg_check("moved", &got, &m);
+		store_msg_free(&got);
+		CHECK_INT("set back", store_msg_set_route(f->st, qid, routes[i]), 0);
 		m.rcpts[0].state = STORE_RCPT_SENT;
 		CHECK_INT("delivered", store_msg_update(f->st, &m), 0);
 		CHECK_INT("story finished", store_story_get(f->st, qid, &s), 0);
 		CHECK_INT("finished", s.queued, 0);
 		CHECK_STR("story finished route", s.m.route, routes[i]);
 		store_story_free(&s);
+		CHECK_INT("reroute finished", store_msg_set_route(f->st, qid, "x"), STORE_ENOTFOUND);
 		store_msg_free(&m);
 	}
 }
