@@ -78,12 +78,9 @@ int lmdb_txn_begin(struct store *base, struct store_txn **out)
 int lmdb_txn_commit(struct store_txn *base)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
-	struct lmdb_store *st;
+	struct lmdb_store *st = t->st;
 	int err;
 
-	if (t == NULL)
-		return STORE_EINVAL;
-	st = t->st;
 	if ((err = t->base.err) != 0)
 		mdb_txn_abort(t->txn);
 	else
@@ -101,8 +98,6 @@ void lmdb_txn_abort(struct store_txn *base)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 
-	if (t == NULL)
-		return;
 	mdb_txn_abort(t->txn);
 	buf_free(&t->redo);
 	lmdb_gate_leave(t->st);

@@ -418,8 +418,7 @@ static void txn_free(struct pg_txn *t)
 /* store_pg_txn_abort - forget the transaction */
 void store_pg_txn_abort(struct store_txn *base)
 {
-	if (base != NULL)
-		txn_free((struct pg_txn *) base);
+	txn_free((struct pg_txn *) base);
 }
 
 /* seg_send - queue a run's statements; returns how many, or -1 */
@@ -650,15 +649,12 @@ static int txn_commit(struct pg_txn *t)
 int store_pg_txn_commit(struct store_txn *base)
 {
 	struct pg_txn *t = (struct pg_txn *) base;
-	struct pg_store *st;
+	struct pg_store *st = t->st;
 	char qid[STORE_QID_SIZE];
 	size_t n;
 	int64_t token;
 	int err, lone;
 
-	if (t == NULL)
-		return STORE_EINVAL;
-	st = t->st;
 	lone = t->base.steps == 1 && t->fenced_qid[0];
 	memcpy(qid, t->fenced_qid, sizeof(qid));
 	n = t->fenced_rcpts;
