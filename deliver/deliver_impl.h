@@ -84,8 +84,9 @@ struct deliver_job {
 					 * outcome, then a refused retry): job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
 	int64_t until;			/* postponed: due again then (clock_us) */
-	int postponed;			/* throttled before anything of it was delivered:
-					 * deferred to the pause's end, no attempt charged */
+	int postponed;			/* throttled before anything of it was delivered,
+					 * or not sent for another's refused mark:
+					 * deferred to until, no attempt charged */
 };
 
 /*

@@ -64,6 +64,7 @@
 #include <openssl/ssl.h>
 
 #include "../../util/buf.h"
+#include "../../util/clock.h"
 #include "../../util/log.h"
 #include "deliver_auth.h"
 #include "deliver_bridge.h"
@@ -74,6 +75,7 @@
 
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 #define XSESS_REFUSED	"refused to talk to me: "	/* the bridge's words for a greeting refused */
+#define XSESS_NOMARK_WAIT	(1 * US)	/* the rest of a batch after a refused mark waits */
 
 /* upstream_timeout_ms - the group's timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
 static int upstream_timeout_ms(const struct conf_upstream *u)
@@ -604,6 +606,34 @@ static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n
 	}
 }
 
+/*
+ * xsess_nomark_rest - a message's inflight mark was refused (NOMARK): it
+ * sent no final dot and libesmtp dropped the connection there, so the
+ * messages after it in the batch never reached the server. Their attempt
+ * was the store's failure, not theirs: each waits XSESS_NOMARK_WAIT,
+ * not charged an attempt (deliver_record.c), as after throttling
+ * (xsess_postpone). The refused one is deferred as before.
+ */
+static void xsess_nomark_rest(struct xsess *xs, struct deliver_job **jobs, size_t n)
+{
+	char why[DELIVER_REPLY_MAX];
+	size_t i, k;
+
+	for (k = 0; k < n && xs->msgs[k].state != XMSG_NOMARK; k++)
+		continue;
+	if (k == n)
+		return;
+	snprintf(why, sizeof(why), "not sent: the session with %s was abandoned when the"
+		 " inflight mark of %s could not be recorded", xs->relay, jobs[k]->m.qid);
+	for (i = k + 1; i < n; i++) {
+		if (xs->msgs[i].state != XMSG_ENVELOPE || jobs[i]->decided)
+			continue;
+		jobs[i]->postponed = 1;
+		jobs[i]->until = clock_us() + XSESS_NOMARK_WAIT;
+		deliver_set_all(jobs[i], DELIVER_DEFERRED, "4.3.0", why);
+	}
+}
+
 /* smtp_send - deliver a batch over one connection to its upstream group */
 static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 		      struct deliver_job **jobs, size_t n)
@@ -656,6 +686,7 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 		for (i = 0; i < n; i++)
 			if (!xs.msgs[i].collected)
 				deliver_smtp_msg_collect(&xs.msgs[i]);
+		xsess_nomark_rest(&xs, jobs, n);
 		xsess_free(&xs);
 		break;
 	}

@@ -19,7 +19,8 @@
  *	When libesmtp asks past the end, the final dot is the next thing it
  *	writes, so that is where the inflight mark is made durable. If that
  *	fails, xmsg_read() sets errno, which makes libesmtp drop the
- *	connection before the final dot.
+ *	connection before the final dot; the batch's messages after it, never
+ *	begun, wait a second uncharged (deliver_smtp.c, xsess_nomark_rest).
  *
  *	Whether the final dot was answered is known from the
  *	SMTP_EV_MESSAGESENT event, not from the transfer status: after a

@@ -568,6 +568,50 @@ def test_nodes_mark_retried_past_lease(t):
 
 # ---------------------------------------------------------------- operations
 
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_mark_refused_rest_uncharged(t):
+    """A batch of three in one session, the first one's inflight mark lost with
+    the connection to PostgreSQL (mark_unknown's cut): that one is handled as
+    before (no dot, deferred; delivered once after a flush), and the two after
+    it, which never reached the upstream, are not charged for it: deferred
+    "delivery temporarily suspended" (not "conversation ... ended") and sent
+    within seconds once the store is back, though retry.first is an hour."""
+    proxy = t.pg_proxy()
+    sink = t.sink(default="tempfail")
+    conf = dict(SLOW_RETRY, upstream={"connections": 1})
+    a, = nodes(t, sink, names=("a",), conf=conf, url=proxy.url_of(t.pg_url()))
+    qids = [submit_ok(a.port, "mr%d@example.com" % i, make_msg(key="mark-refused-%d" % i))
+            for i in range(3)]
+    for q in qids:
+        a.wait_log(q, "status=deferred")           # an attempt: the sink's 451
+    sink.control()
+    proxy.cut_after(b"SET inflight = v.flag", delay=0.5)
+    ctl(a, "flush")                                 # the three due at once: one batch
+    wait_until(lambda: proxy.triggered, 15, "an inflight mark's commit through the proxy")
+    refused = a.wait_log("cannot set the inflight mark", timeout=15)[0]
+    first = [q for q in qids if q in refused]
+    eq(len(first), 1, "the message whose mark failed: %s" % refused)
+    rest = [q for q in qids if q not in first]
+    time.sleep(3)
+    proxy.heal()
+    a.wait_log("PostgreSQL reachable again", timeout=30)
+    try:
+        check_exactly_once([sink], rest, timeout=20, settle=0.5,
+                           what="the rest of the batch, with retry.first = 1h")
+        for q in rest:
+            lines = a.log_lines(q, "status=deferred")
+            eq(len(lines), 2, "deferral lines of %s: %r" % (q, lines))
+            check("delivery temporarily suspended: not sent: the session with" in lines[1]
+                  and "inflight mark of %s could not be recorded" % first[0] in lines[1],
+                  "the deferral for another's mark says so: %s" % lines[1])
+            eq(a.log_lines(q, "conversation with"), [], "a misleading reason for %s" % q)
+        ctl(a, "flush")
+        check_exactly_once([sink], qids, timeout=30, what="after the mark's unknown outcome")
+    finally:
+        print("\n".join(a.log_lines("status=")))
+    eq(a.log_lines("status=unconfirmed"), [], "delivered-unconfirmed lines")
+
+
 @case(stores=PG_ONLY)
 def test_nodes_flush_any_node(t):
     """Messages accepted by a and by b are deferred (retry in an hour);

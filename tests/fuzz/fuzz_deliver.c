@@ -31,7 +31,9 @@
  *     (the final dot goes out only after the inflight mark), and no
  *     message is marked twice;
  *   - the server never saw more final dots of a content than there were
- *     marks (a content's last line is "body", so "body\r\n.\r\n" counts).
+ *     marks (a content's last line is "body", so "body\r\n.\r\n" counts);
+ *   - after the second message's mark failed, the messages after it are
+ *     deferred and postponed: not charged an attempt for it.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -382,6 +384,26 @@ static void job_check(const struct deliver_job *j, int marked)
 	}
 }
 
+/*
+ * rest_check - a refused mark abandoned the session before its dot: the
+ * messages after it never reached the server, and wait without an
+ * attempt charged (postponed), deferred
+ */
+static void rest_check(const struct deliver_job *jobs, size_t n)
+{
+	size_t i, k;
+
+	if (seen.fail_mark < 0 || (size_t) seen.fail_mark >= n || !jobs[seen.fail_mark].no_dot)
+		return;
+	for (i = (size_t) seen.fail_mark + 1; i < n; i++) {
+		if (!jobs[i].postponed || seen.marks[i] > 0)
+			abort();	/* charged for another message's refused mark */
+		for (k = 0; k < jobs[i].m.n_rcpts; k++)
+			if (jobs[i].res[k].outcome != DELIVER_DEFERRED)
+				abort();
+	}
+}
+
 /* job_free - everything job_init allocated */
 static void job_free(struct deliver_job *j)
 {
@@ -445,6 +467,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pthread_join(srv, NULL);
 	close(s.done[0]);
 	close(s.done[1]);
+	rest_check(jobs, n);
 	for (i = 0; i < n; i++) {
 		job_check(&jobs[i], seen.marks[i] > 0);
 		marks += (size_t) seen.marks[i];

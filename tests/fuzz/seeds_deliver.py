@@ -75,6 +75,12 @@ def seeds():
     out["unsolicited-before-ehlo"] = header(1, [1]) + bytes([REPLY, GREET, REPLY, MAIL_OK, AUTO, 15])
     out["shut-after-greeting"] = header(1, [2]) + bytes([REPLY, GREET, SHUT, READ, READ])
     out["mark-fails-second"] = header(2, [2, 2], True) + bytes([REPLY, GREET, AUTO, 15])
+    # the first message refused at RCPT: the second's content and mark come with no dot
+    # awaited; its mark fails, and the third must not be charged (40 AUTOs: the replies
+    # may come ~40 ms apart, each AUTO waits 5 ms for a command)
+    out["mark-fails-second-of-three"] = header(3, [1, 1, 1], True) + \
+        bytes([REPLY, GREET, AUTO, 1, AUTO, 1, READ, REPLY, PERM, READ, REPLY, NOVALID]) + \
+        bytes([AUTO, 15] * 40)
     out["reset-second-message"] = header(2, [3, 3]) + bytes([REPLY, GREET, AUTO, 7, READ,
                                                              REPLY, RCPT_OK, RESET])
     out["no-valid-recipients"] = header(1, [2]) + opening(EHLO_PIPE) + \
