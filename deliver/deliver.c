@@ -137,15 +137,16 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
 }
 
 /*
- * deliver_finished - a busy QID is done: reschedule at next, or forget it (next
+ * finished - a busy QID is done: reschedule at next, or forget it (next
  * < 0). On a shared store it is always forgotten and its lease let go
- * (if a write has not already): the shared queue has it, unless this
- * node leased it again meanwhile (deliver_schedule).
+ * (if a write has not already; lease: the one it was loaded under, 0 if
+ * unknown): the shared queue has it, unless this node leased it again
+ * meanwhile (deliver_schedule), and that lease is kept.
  */
-void deliver_finished(struct deliver *d, const char *qid, int64_t next)
+static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t next)
 {
 	if (d->shared) {
-		store_lease_release(d->st, qid);
+		store_lease_release(d->st, qid, lease);
 		next = -1;
 	}
 	pthread_mutex_lock(&d->lock);
@@ -153,6 +154,18 @@ void deliver_finished(struct deliver *d, const char *qid, int64_t next)
 	if (dq_state(&d->q, qid) == DQ_WAITING)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
+}
+
+/* deliver_finished - the same for a QID whose load failed: whichever lease is held */
+void deliver_finished(struct deliver *d, const char *qid, int64_t next)
+{
+	finished(d, qid, 0, next);
+}
+
+/* deliver_job_finished - the same for a loaded job: its lease alone is let go */
+void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next)
+{
+	finished(d, j->m.qid, j->m.lease, next);
 }
 
 /* job_free - release a job; the struct may be reused */
@@ -186,7 +199,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		return 0;
 	}
 	if (j->m.held) {	/* held since it was scheduled: its release schedules it */
-		deliver_finished(d, qid, -1);
+		deliver_job_finished(d, j, -1);
 		job_free(j);
 		return 0;
 	}
@@ -203,7 +216,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		j->m.inflight = 0;
 		if (store_msg_update(d->st, &j->m) == 0)
 			msg_info_as("qmgr", "%s: removed", qid);
-		deliver_finished(d, qid, -1);
+		deliver_job_finished(d, j, -1);
 		job_free(j);
 		return 0;
 	}
@@ -649,7 +662,7 @@ int deliver_drop(struct deliver *d, const char *qid)
 		dq_done(&d->q, qid, -1);
 	pthread_mutex_unlock(&d->lock);
 	if (state == DQ_WAITING && d->shared)
-		store_lease_release(d->st, qid);
+		store_lease_release(d->st, qid, 0);
 	return state == DQ_BUSY_NOW;
 }
 

@@ -124,6 +124,8 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
  * it (next < 0); on a shared store, forgotten and its lease let go
  */
 void deliver_finished(struct deliver *d, const char *qid, int64_t next);
+/* deliver_job_finished - the same for a loaded job: the lease it was loaded under alone is let go */
+void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next);
 
 /* deliver_record.c: what a job's results become */
 

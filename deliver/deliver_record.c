@@ -415,7 +415,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 				continue;
 			}
 			j->unwritten = 0;
-			deliver_finished(d, j->m.qid, -1);
+			deliver_job_finished(d, j, -1);
 			continue;
 		}
 		if (err == STORE_EAGAIN || err == STORE_EIO || err == STORE_ENOSPC) {
@@ -445,7 +445,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		if (err == 0 && !j->queued)
 			msg_info_as("qmgr", "%s: removed", j->m.qid);
 		j->unwritten = 0;
-		deliver_finished(d, j->m.qid, j->next);
+		deliver_job_finished(d, j, j->next);
 	}
 	free(errs);
 	free(ms);

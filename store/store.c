@@ -195,10 +195,10 @@ int store_lease_renew(struct store *st, int64_t now)
 	return SHARED(st) ? OPS(st)->lease_renew(st, now) : 0;
 }
 
-void store_lease_release(struct store *st, const char *qid)
+void store_lease_release(struct store *st, const char *qid, int64_t lease)
 {
 	if (SHARED(st))
-		OPS(st)->lease_release(st, qid);
+		OPS(st)->lease_release(st, qid, lease);
 }
 
 int store_queue_due(struct store *st, const char *qid, int64_t when)

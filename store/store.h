@@ -294,8 +294,13 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
 int store_queue_take(struct store *st, int64_t now, size_t max,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
 int store_lease_renew(struct store *st, int64_t now);
-/* store_lease_release - this node is done with qid without a write that gave its lease up: let it go */
-void store_lease_release(struct store *st, const char *qid);
+/*
+ * store_lease_release - this node is done with qid without a write that
+ * gave its lease up: let it go. lease: the one it was loaded under
+ * (store_msg.lease), kept if the node has leased it anew since; 0: the
+ * one held now, whichever
+ */
+void store_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_queue_due(struct store *st, const char *qid, int64_t when);
 
 /*

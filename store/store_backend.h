@@ -66,7 +66,7 @@ struct store_ops {
 			   int (*cb) (void *arg, const char *qid, int64_t next_attempt),
 			   void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
-	void (*lease_release) (struct store *st, const char *qid);	/* shared */
+	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
 	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
 	int (*msg_update_bare) (struct store *st, const struct store_msg *m);	/* own space */

@@ -324,7 +324,7 @@ int store_pg_queue_take(struct store *st, int64_t now, size_t max,
 			int (*cb) (void *, const char *, int64_t), void *arg);
 int store_pg_lease_renew(struct store *st, int64_t now);
 int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
-void store_pg_lease_release(struct store *st, const char *qid);
+void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_msg_hold(struct store *st, const char *qid, int on);

@@ -299,16 +299,20 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 /*
  * store_pg_lease_release - this node is done with qid without a write
  * that gave its lease up (delivery abandoned it): give the lease up now,
- * for any node to take when due, rather than at its expiry
+ * for any node to take when due, rather than at its expiry. Only that of
+ * token lease, unless 0: one the taker took since (the write that gave
+ * the loaded one up committed, and the message was due) is a new
+ * delivery's, already scheduled here
  */
-void store_pg_lease_release(struct store *base, const char *qid)
+void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
 	int64_t token;
 	PGresult *r;
 
-	if (!store_qid_ok(qid) || store_pg_lease_get(st, qid, &token) != 0)
+	if (!store_qid_ok(qid) || store_pg_lease_get(st, qid, &token) != 0
+	    || (lease != 0 && token != lease))
 		return;
 	store_pg_lease_del(st, qid, token);
 	store_pg_params_init(&p);

@@ -407,7 +407,7 @@ static void test_lease_renew(void **state)
 	CHECK_INT("A holds what it renewed", listed(f->st), 1);
 	CHECK_INT("B renews", store_lease_renew(b, clock_us()), 0);
 	CHECK_INT("B holds its own", listed(b), 1);
-	store_lease_release(f->st, "RENEW0000001");
+	store_lease_release(f->st, "RENEW0000001", 0);
 	CHECK_INT("A released it", listed(f->st), 0);
 	CHECK_INT("B takes it", taken(b, clock_us()), 1);
 	store_close(b);
@@ -577,10 +577,13 @@ static void retake_after_commit(PGconn *c)
 static void test_defer_retaken(void **state)
 {
 	struct fx *f = *state;
-	struct store_msg m;
+	struct store_msg m, loaded;
 
 	msg_new(&m, "RETAKE000001", 1, 100);
 	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	CHECK_INT("load", store_msg_load(f->st, "RETAKE000001", &loaded), 0);
+	if (loaded.lease == 0)
+		fail_msg("not loaded under the acceptance's lease");
 	m.attempts = 1;
 	m.next_attempt = clock_us() + 1800 * SEC;
 	retake_fx = f;
@@ -593,6 +596,13 @@ static void test_defer_retaken(void **state)
 	CHECK_INT("and renewed", store_lease_renew(f->st, clock_us()), 0);
 	CHECK_INT("held after the renewal", listed(f->st), 1);
 	CHECK_INT("a write under it", store_msg_set_inflight(f->st, "RETAKE000001", 1), 0);
+	/* the deferred attempt finishes (deliver_job_finished): its lease alone goes */
+	store_lease_release(f->st, "RETAKE000001", loaded.lease);
+	CHECK_INT("the new lease kept by the old one's release", listed(f->st), 1);
+	CHECK_INT("a write under it still", store_msg_set_inflight(f->st, "RETAKE000001", 0), 0);
+	store_lease_release(f->st, "RETAKE000001", 0);
+	CHECK_INT("released: whichever lease", listed(f->st), 0);
+	store_msg_free(&loaded);
 	store_msg_free(&m);
 }
 
@@ -1230,7 +1240,7 @@ static void plans_work(struct fx *f, struct store *b)
 	CHECK_INT("queued under the key", n >= 1, 1);
 	free(qids);
 	held = listed(f->st);
-	store_lease_release(f->st, "PLANS0A00002");
+	store_lease_release(f->st, "PLANS0A00002", 0);
 	CHECK_INT("released", listed(f->st), held - 1);
 	CHECK_INT("drop", store_msg_drop(f->st, "PLANS0A00002"), 0);
 }
