@@ -275,20 +275,14 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	return err;
 }
 
-/* store_pg_msg_hold - put a queued message on hold, or release it, for every node */
-int store_pg_msg_hold(struct store *base, const char *qid, int on)
+/* queued_set - one column of a queued message, sql's $1 its QID; p is freed */
+static int queued_set(struct pg_store *st, const char *sql, struct pg_params *p, const char *what)
 {
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_params p;
 	PGresult *r;
 	int err;
 
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, qid);
-	store_pg_p_bool(&p, on);
-	err = store_pg_run(st, "UPDATE messages SET held = $2 WHERE qid = $1 AND "
-			   PG_ROW_QUEUED(""), &p, &r, "hold");
-	store_pg_params_free(&p);
+	err = store_pg_run(st, sql, p, &r, what);
+	store_pg_params_free(p);
 	if (err != 0)
 		return err;
 	if (strcmp(PQcmdTuples(r), "1") != 0)
@@ -297,26 +291,28 @@ int store_pg_msg_hold(struct store *base, const char *qid, int on)
 	return err;
 }
 
+/* store_pg_msg_hold - put a queued message on hold, or release it, for every node */
+int store_pg_msg_hold(struct store *base, const char *qid, int on)
+{
+	struct pg_params p;
+
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_bool(&p, on);
+	return queued_set((struct pg_store *) base, "UPDATE messages SET held = $2 WHERE qid = $1 AND "
+			  PG_ROW_QUEUED(""), &p, "hold");
+}
+
 /* store_pg_msg_set_route - a queued message's route (NULL: the default upstream) */
 int store_pg_msg_set_route(struct store *base, const char *qid, const char *route)
 {
-	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	PGresult *r;
-	int err;
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_text(&p, route);
-	err = store_pg_run(st, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
-			   PG_ROW_QUEUED(""), &p, &r, "route");
-	store_pg_params_free(&p);
-	if (err != 0)
-		return err;
-	if (strcmp(PQcmdTuples(r), "1") != 0)
-		err = STORE_ENOTFOUND;
-	PQclear(r);
-	return err;
+	return queued_set((struct pg_store *) base, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
+			  PG_ROW_QUEUED(""), &p, "route");
 }
 
 /* snapshot - two statements seeing one state of the database (a read-only transaction) */
