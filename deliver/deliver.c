@@ -59,6 +59,10 @@
  *	Routes (conf_route.c): a loaded batch is handed to the transport one
  *	upstream group at a time (send_routes), by the route each message
  *	stored at acceptance; the delivery threads are shared by every group.
+ *	Each group's session is admitted by its own limits: while the default
+ *	upstream is paused, a thread still takes due batches (take_batch) for
+ *	the routes' mail in them, and the default's messages wait for the
+ *	pause's end, uncharged, as a paused route's do (postpone).
  *
  *	What an attempt's results become (log lines, bounces, the store's
  *	update, the retry time) is deliver_record.c's.
@@ -254,12 +258,18 @@ static void sched_wait(struct deliver *d, int64_t when)
 }
 
 /*
- * take_batch - the next batch once it may start, and the upstream's
- * limits let a session start (deliver_rate_admit: not paused, a
- * connection free), or 0 when stopped (lock held). A session admitted
- * counts until deliver_thread's deliver_rate_done().
+ * take_batch - the next batch once it may start, and the default
+ * upstream's limits let a session start (deliver_rate_admit: not paused,
+ * a connection free), or 0 when stopped (lock held). A session admitted
+ * counts until deliver_thread's deliver_rate_done(); *held is then 0.
+ * With routes, a default upstream in its pause does not hold the routes'
+ * mail: the batch is taken all the same, *held is when the pause ends,
+ * and the default's own messages in it wait for that (send_group), none
+ * charged, each put off once a pause. A default upstream whose
+ * connections are all busy still holds every thread (a session ends
+ * soon; putting its mail off a second at a time would churn the queue).
  */
-static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE])
+static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int64_t *held)
 {
 	int64_t now, start, admit, step;
 	size_t n;
@@ -269,14 +279,18 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE])
 		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
 		/* throttled: wake for each recovery step (after now), even with nothing due */
 		step = d->rate ? deliver_rate_recover(d->rate, now) : 0;
-		if (start <= now && d->rate && (admit = deliver_rate_admit(d->rate, now)) != 0) {
+		admit = start <= now && d->rate ? deliver_rate_admit(d->rate, now) : 0;
+		if (admit != 0 && !(admit > 0 && d->c->n_routes > 0
+				    && admit == deliver_rate_paused_until(d->rate))) {
 			/* -1: a session's end wakes us (deliver_thread) */
 			sched_wait(d, admit < 0 ? now + DELIVER_MAX_SLEEP * US : admit);
 			continue;
 		}
-		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch)) > 0)
+		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch)) > 0) {
+			*held = admit;
 			return n;
-		if (start <= now && d->rate)
+		}
+		if (start <= now && d->rate && admit == 0)
 			deliver_rate_done(d->rate);
 		sched_wait(d, step && step < start ? step : start);
 	}
@@ -284,9 +298,9 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE])
 }
 
 /* session_done - a batch's session ended: its connection is free for another thread */
-static void session_done(struct deliver *d)
+static void session_done(struct deliver *d, int64_t held)
 {
-	if (d->rate == NULL)
+	if (d->rate == NULL || held != 0)
 		return;
 	deliver_rate_done(d->rate);
 	pthread_mutex_lock(&d->lock);
@@ -306,7 +320,7 @@ struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_ups
 }
 
 /*
- * postpone - a route's upstream is paused (throttled) or has all its
+ * postpone - an upstream group is paused (throttled) or has all its
  * connections busy: its jobs wait, none charged an attempt, until the
  * pause ends, or a second (when a connection frees cannot be known here)
  */
@@ -315,7 +329,8 @@ static void postpone(struct deliver_job **jobs, size_t n, const char *route, int
 	char why[DELIVER_REPLY_MAX];
 	size_t i;
 
-	snprintf(why, sizeof(why), "route %s: %s", route, until > 0
+	snprintf(why, sizeof(why), "%s%s: %s", route ? "route " : "upstream",
+		 route ? route : "", until > 0
 		 ? "its upstream asked to slow down" : "all its connections are busy");
 	if (until <= 0)
 		until = clock_us() + US;
@@ -329,15 +344,20 @@ static void postpone(struct deliver_job **jobs, size_t n, const char *route, int
 
 /*
  * send_group - one upstream group's jobs to the transport. The default
- * upstream's session was admitted by take_batch; a route's is admitted
- * here by its own limits (deliver_rate.h), or its jobs wait (postpone).
+ * upstream's session was admitted by take_batch, unless held says when
+ * it may be (then its jobs wait: postpone); a route's is admitted here
+ * by its own limits (deliver_rate.h), or its jobs wait.
  */
 static void send_group(struct deliver *d, const struct conf_upstream *up, const char *route,
-		       struct deliver_job **jobs, size_t n)
+		       struct deliver_job **jobs, size_t n, int64_t held)
 {
 	struct deliver_rate *r = route ? deliver_group_rate(d, up) : NULL;
 	int64_t when;
 
+	if (route == NULL && held != 0) {
+		postpone(jobs, n, NULL, held);
+		return;
+	}
 	if (r && (when = deliver_rate_admit(r, clock_us())) != 0) {
 		postpone(jobs, n, route, when);
 		return;
@@ -361,9 +381,10 @@ static int same_route(const char *a, const char *b)
  * other routes) is deferred, as Postfix defers mail whose transport is
  * misconfigured, never sent to another group: the operator restores the
  * route (or reroutes), and retry.give_up bounds the wait as for any
- * deferral. The jobs are reordered, grouped by route.
+ * deferral. The jobs are reordered, grouped by route. held: the
+ * default upstream admitted no session (take_batch).
  */
-static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n)
+static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n, int64_t held)
 {
 	const struct conf_upstream *up;
 	struct deliver_job *t;
@@ -377,7 +398,7 @@ static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n)
 				k++;
 			}
 		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL) {
-			send_group(d, up, jobs[i]->m.route, jobs + i, k - i);
+			send_group(d, up, jobs[i]->m.route, jobs + i, k - i, held);
 			continue;
 		}
 		snprintf(why, sizeof(why), "route %s is not in the configuration",
@@ -398,13 +419,14 @@ static void *deliver_thread(void *arg)
 	struct deliver_job *jobs = xcalloc(d->batch, sizeof(*jobs));
 	struct deliver_job **ready = xcalloc(d->batch, sizeof(*ready));
 	size_t n, i, n_ready, bytes;
+	int64_t held = 0;
 
 	/* Postfix's names: its smtp client, or local for a mailbox */
 	log_service(d->c->upstream.maildir ? "local" : "smtp");
 	deadline_stop_on(d->stopping_fd);	/* a connect or handshake ends at a stop */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
-		n = take_batch(d, qids);
+		n = take_batch(d, qids, &held);
 		pthread_mutex_unlock(&d->lock);
 		if (n == 0)
 			break;
@@ -421,11 +443,11 @@ static void *deliver_thread(void *arg)
 			n_ready++;
 		}
 		if (n_ready == 0) {
-			session_done(d);
+			session_done(d, held);
 			continue;
 		}
-		send_routes(d, ready, n_ready);
-		session_done(d);
+		send_routes(d, ready, n_ready, held);
+		session_done(d, held);
 		deliver_record_batch(d, ready, n_ready);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);

@@ -248,3 +248,52 @@ def test_routes_reroute(t):
     eq(subjects(sink_b), ["alice", "carol"], "the new routes' sink")
     eq(subjects(sink_a), [], "the old routes' sink")
     eq(default.accepted(), [], "the default upstream")
+
+
+@case(timeout=150)
+def test_routes_default_pause_holds_only_its_own(t):
+    """The default upstream's pause (its sink refuses every MAIL with 421 4.7.0, so the
+    pauses double: 1, 2, 4, 8, 16 s) holds only the default's mail: alice's, routed to
+    a sink that takes it, is delivered while the default is still in its fifth pause
+    (its episodes unchanged, still throttled, no more refusals at its sink). Eight
+    connections: halved at each refusal, they take longer to recover than the next
+    refusal takes to come (a second on PostgreSQL, whose taker reads the shared queue
+    each second), so the pauses double instead of the throttling ending. Once the
+    default's sink takes mail again, every message arrives once, none charged."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    default.control(rate=0.001)             # no token for a long while: every MAIL refused
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                   users=TENANTS, conf={
+                       "control": os.path.join(t.tmp, "ctl.sock"),
+                       "upstream": {"connections": 8},
+                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    for i in range(3):
+        submit_ok(d.ports[0], "x@example.com", make_msg(key="dflt-%d" % i, subject="dflt %d" % i))
+    d.wait_log(": throttling: ", "4.7.0")
+
+    def upstream():
+        return ctl_json(d, "stats")["daemon"]["upstream"]
+    wait_until(lambda: upstream()["throttle_episodes"] >= 5, 60, "the default's fifth pause")
+    before = upstream()
+    refused = len(default.events("throttled"))
+    n = 5
+    for i in range(n):
+        auth_submit(d.ports[1], "alice", "alice-pw", "grp-%d" % i, subject="alice %d" % i)
+    sink_a.wait_count(n, timeout=10, what="alice's mail while the default is paused")
+    after = upstream()
+    eq((after["throttle_episodes"], after["throttled"]), (before["throttle_episodes"], True),
+       "the default still in the same pause")
+    eq(len(default.events("throttled")), refused, "refusals at the default's sink meanwhile")
+    eq(default.accepted(), [], "the default's sink took nothing yet")
+    eq(d.log_lines("upstream: throttling ended"), [], "the default's throttling ended")
+
+    default.control()                       # the default's provider takes mail again
+    default.wait_count(3, timeout=60)
+    time.sleep(1)
+    eq(subjects(sink_a), sorted("alice %d" % i for i in range(n)), "alice's, each once")
+    eq(subjects(default), ["dflt 0", "dflt 1", "dflt 2"], "the default's, each once")
+    for line in d.log_lines("status=deferred"):
+        check("delivery temporarily suspended" in line, "a deferral charged: %s" % line)
