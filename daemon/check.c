@@ -367,7 +367,7 @@ static void check_store(struct check *k)
 	store_close(st);
 	if (rc == STORE_EINVAL)		/* it answers, but not as a node needs: err says why */
 		check_fail(k, NULL, "%s", err);
-	else if (rc != 0 && rc != STORE_ENOTFOUND)	/* no schema yet: the start makes it */
+	else if (rc != 0 && rc != STORE_ENOTFOUND)	/* none or older: the start makes it current */
 		check_fail(k, NULL, "%s: check the connection string, and that "
 			   "PostgreSQL runs and lets this user in", err);
 }

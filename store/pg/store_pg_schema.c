@@ -189,8 +189,9 @@ static int schema_version(struct pg_store *st, PGconn *c, int *version)
 
 /*
  * store_pg_schema - make the schema current, or refuse one newer than
- * this build; a client (idemrelayctl) only reads it: STORE_ENOTFOUND if
- * there is none, refused unless it is this build's version
+ * this build; a client (idemrelayctl, a node's start-up check) only reads
+ * it: STORE_ENOTFOUND if there is none or it is older (a node's start
+ * makes it current), STORE_EINVAL if it is newer
  */
 int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen)
 {
@@ -214,10 +215,10 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 		snprintf(err, errlen, "store: no idemrelay schema in this database (no node ran yet)");
 		return STORE_ENOTFOUND;
 	}
-	if (client && version < PG_SCHEMA_VERSION) {
+	if (client && version < PG_SCHEMA_VERSION) {	/* as none: a node's start makes it current */
 		snprintf(err, errlen, "store: schema version %d is older than this idemrelay (%d); "
 			 "start a node to upgrade it", version, PG_SCHEMA_VERSION);
-		return STORE_EINVAL;
+		return STORE_ENOTFOUND;
 	}
 	for (; version < PG_SCHEMA_VERSION; version++) {
 		/* the migration and the version it reaches, in one transaction */

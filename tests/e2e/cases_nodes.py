@@ -700,3 +700,28 @@ def test_nodes_renewal_during_commit(t):
                        what="a commit that outlasted a lease renewal")
     eq(d.log_lines("cannot set the inflight mark"), [],
        "inflight marks refused on the node's own leases")
+
+
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_start_upgrades_older_schema(t):
+    """A node started on a database of the schema before this build's (6: the
+    index version 7 drops is made again, the version set back) upgrades it and
+    serves: its start-up check, which reads the schema without the lock, took an
+    older schema for a refusal and the node exited ("start a node to upgrade it"),
+    so no node could upgrade, and a second node started while the first created
+    the schema of a new database could stop at a version in between."""
+    pg = t.pg_shared()
+    db = t.pg_url().rsplit("/", 1)[1]
+    sink = t.sink()
+    d = t.daemon(sink)
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7",
+       "this test undoes migration 6 -> 7 (store_pg_schema.c); the schema version")
+    d.stop()
+    pg.sql("CREATE INDEX messages_keyhash ON messages (keyhash) WHERE has_key", db)
+    pg.sql("UPDATE idemrelay_schema SET version = 6", db)
+    d.start()
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7", "the version after the start")
+    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_keyhash'", db), "0",
+       "the index migration 7 drops")
+    q = submit_ok(d.port, "x@example.com", make_msg(key="upgrade-1"))
+    check_exactly_once([sink], [q], timeout=30)
