@@ -22,30 +22,8 @@
 #include <cmocka.h>
 
 #include "../../conf/conf.h"
+#include "test_conf_help.h"
 #include "../../util/log.h"
-
-static char tmp_path[64];
-
-/* write_conf - put text in a fresh temporary file, return its name */
-static const char *write_conf(const char *text)
-{
-	int fd;
-
-	if (tmp_path[0])
-		unlink(tmp_path);
-	strcpy(tmp_path, "/tmp/test_conf.XXXXXX");
-	fd = mkstemp(tmp_path);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t) strlen(text));
-	close(fd);
-	return tmp_path;
-}
-
-/* load_text - conf_load() on text; returns its result */
-static int load_text(struct conf *c, const char *text, char *err, size_t errlen)
-{
-	return conf_load(c, write_conf(text), err, errlen);
-}
 
 #define MINIMAL "upstream = { maildir = \"var/outbox\"; };\n"
 
@@ -673,15 +651,6 @@ static void test_net_match(void **state)
 		fail_msg("conf_load: %s", err);
 	assert_int_equal(conf_net_match(&c, sockaddr_of("127.0.0.1", &ss)), 0);
 	conf_free(&c);
-}
-
-static int cleanup(void **state)
-{
-	(void) state;
-	if (tmp_path[0])
-		unlink(tmp_path);
-	tmp_path[0] = 0;
-	return 0;
 }
 
 /* conf_restart_changed: the settings SIGHUP cannot apply, named when they change */

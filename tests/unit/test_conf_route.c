@@ -21,33 +21,7 @@
 #include <cmocka.h>
 
 #include "../../conf/conf.h"
-
-static char tmp_path[64];
-
-/* load_text - conf_load() on text written to a fresh temporary file */
-static int load_text(struct conf *c, const char *text, char *err, size_t errlen)
-{
-	int fd;
-
-	if (tmp_path[0])
-		unlink(tmp_path);
-	strcpy(tmp_path, "/tmp/test_conf_route.XXXXXX");
-	fd = mkstemp(tmp_path);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t) strlen(text));
-	close(fd);
-	return conf_load(c, tmp_path, err, errlen);
-}
-
-/* cleanup - remove the last temporary file */
-static int cleanup(void **state)
-{
-	(void) state;
-	if (tmp_path[0])
-		unlink(tmp_path);
-	tmp_path[0] = 0;
-	return 0;
-}
+#include "test_conf_help.h"
 
 #define UP(h)	"upstream = { host = \"" h "\"; port = 2600; };"
 
