@@ -36,6 +36,14 @@ def route(name, auth_user, sink, user, password):
                          "user": user, "password": password, "timeout": "5s"}}
 
 
+def tenants_daemon(t, default, conf):
+    """tenants_daemon - a daemon with a plain listener and an implicit-TLS one requiring
+    AUTH by the TENANTS, a control socket, default as its upstream, and conf besides"""
+    conf = dict(conf, control=os.path.join(t.tmp, "ctl.sock"))
+    return tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
+                      users=TENANTS, conf=conf)
+
+
 def subjects(sink):
     return sorted(r["data"].split(b"Subject: ")[1].split(b"\r\n")[0].decode()
                   for r in sink.accepted())
@@ -58,12 +66,10 @@ def test_routes_two_tenants(t):
     default = t.sink()
     sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
     sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
-    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
-                   users=TENANTS, conf={
-                       "keys": {"scope": "user"},
-                       "control": os.path.join(t.tmp, "ctl.sock"),
-                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
-                                  route("tenant-b", "bob", sink_b, "up-bob", "pw-b")]})
+    d = tenants_daemon(t, default, {
+        "keys": {"scope": "user"},
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                  route("tenant-b", "bob", sink_b, "up-bob", "pw-b")]})
     port = d.ports[1]
     a1 = qid_of(auth_submit(port, "alice", "alice-pw", "order-1", subject="alice 1"))
     a2 = qid_of(auth_submit(port, "alice", "alice-pw", "order-2", subject="alice 2"))
@@ -110,11 +116,9 @@ def test_routes_restart_keeps_queued_route(t):
     sink_c = tenant_sink(t, certs, "up-carol", "pw-c")
     sink_a.control(greeting="421")
     sink_c.control(greeting="421")
-    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
-                   users=TENANTS, conf={
-                       "control": os.path.join(t.tmp, "ctl.sock"),
-                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
-                                  route("tenant-c", "carol", sink_c, "up-carol", "pw-c")]})
+    d = tenants_daemon(t, default, {
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                  route("tenant-c", "carol", sink_c, "up-carol", "pw-c")]})
     port = d.ports[1]
     a1 = qid_of(auth_submit(port, "alice", "alice-pw", "r-1", subject="alice old"))
     c1 = qid_of(auth_submit(port, "carol", "carol-pw", "r-2", subject="carol old"))
@@ -164,12 +168,10 @@ def test_routes_throttling_is_per_route(t):
     sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
     sink_a.control(rate=2)
     port = free_port()
-    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
-                   users=TENANTS, conf={
-                       "control": os.path.join(t.tmp, "ctl.sock"),
-                       "metrics": {"address": "127.0.0.1", "port": port},
-                       "upstream": {"connections": 4},
-                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    d = tenants_daemon(t, default, {
+        "metrics": {"address": "127.0.0.1", "port": port},
+        "upstream": {"connections": 4},
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
     n = 12
     for i in range(n):
         auth_submit(d.ports[1], "alice", "alice-pw", "thr-%d" % i, subject="alice %d" % i)
@@ -210,11 +212,9 @@ def test_routes_reroute(t):
     sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
     sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
     sink_a.control(greeting="421")          # alice's old route holds her mail
-    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
-                   users=TENANTS, conf={
-                       "control": os.path.join(t.tmp, "ctl.sock"),
-                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
-                                  route("tenant-c", "carol", sink_a, "up-alice", "pw-a")]})
+    d = tenants_daemon(t, default, {
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                  route("tenant-c", "carol", sink_a, "up-alice", "pw-a")]})
     port = d.ports[1]
     a1 = qid_of(auth_submit(port, "alice", "alice-pw", "rr-1", subject="alice"))
     c1 = qid_of(auth_submit(port, "carol", "carol-pw", "rr-2", subject="carol"))
@@ -265,11 +265,9 @@ def test_routes_default_pause_holds_only_its_own(t):
     default = t.sink()
     default.control(rate=0.001)             # no token for a long while: every MAIL refused
     sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
-    d = tls_daemon(t, default, listeners=({}, {"tls": "implicit", "auth": "required"}),
-                   users=TENANTS, conf={
-                       "control": os.path.join(t.tmp, "ctl.sock"),
-                       "upstream": {"connections": 8},
-                       "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    d = tenants_daemon(t, default, {
+        "upstream": {"connections": 8},
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
     for i in range(3):
         submit_ok(d.ports[0], "x@example.com", make_msg(key="dflt-%d" % i, subject="dflt %d" % i))
     d.wait_log(": throttling: ", "4.7.0")
