@@ -142,9 +142,8 @@ static int fsync_dir(const char *path)
 }
 
 /* maildir_one - one message into the Maildir */
-static void maildir_one(struct deliver *d, struct deliver_job *j)
+static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *j)
 {
-	const char *dir = d->c->upstream.maildir;
 	char name[512], tmp[4096 + 600], new[4096 + 600], newdir[4096 + 8];
 	char why[DELIVER_REPLY_MAX];
 	const char *dsn = "4.3.0";
@@ -201,9 +200,8 @@ static void maildir_send(struct deliver *d, const struct conf_upstream *up,
 {
 	size_t i;
 
-	(void) up;
 	for (i = 0; i < n; i++)
-		maildir_one(d, jobs[i]);
+		maildir_one(d, up->maildir, jobs[i]);
 }
 
 const struct deliver_transport deliver_maildir = {
