@@ -678,6 +678,8 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
  */
 const char *const conf_restart_settings[] = {"hostname", "node", "user", "control",
 	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", "routes", 0};
+_Static_assert(sizeof(conf_restart_settings) / sizeof(*conf_restart_settings) - 1
+	       <= CONF_RESTART_MAX, "conf.h's CONF_RESTART_MAX counts conf_restart_settings[]");
 
 /* inside the restart-only groups, what SIGHUP applies all the same (deliver_reload) */
 static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate", 0};
