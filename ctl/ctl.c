@@ -297,22 +297,17 @@ static int is_qid(const char *s)
 /* ctl_key_hashes - KEY as the daemon would have derived it from a header/ENVID or a Message-ID */
 size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN])
 {
-	char id[1000], hex[2 * HASH_LEN + 1];
-	uint8_t d[HASH_LEN];
+	char hex[2 * HASH_LEN + 1];
 	size_t n = strlen(key), a = 0;
 
 	keys_index_hash(key, out[0]);
-	/* a Message-ID key is the hex SHA-256 of the ID without <> and spaces */
-	while (a < n && (key[a] == ' ' || key[a] == '\t' || key[a] == '<'))
+	/* as a Message-ID: the header's value, its blanks outside <> gone as a header's are */
+	while (a < n && (key[a] == ' ' || key[a] == '\t'))
 		a++;
-	while (n > a && (key[n - 1] == ' ' || key[n - 1] == '\t' || key[n - 1] == '>'))
+	while (n > a && (key[n - 1] == ' ' || key[n - 1] == '\t'))
 		n--;
-	if (n == a || n - a >= sizeof(id))
+	if (keys_msgid_key(key + a, n - a, hex) != 0)
 		return 1;
-	memcpy(id, key + a, n - a);
-	id[n - a] = 0;
-	hash_once(id, strlen(id), d);
-	hash_hex(d, HASH_LEN, hex);
 	keys_index_hash(hex, out[1]);
 	return 2;
 }

@@ -98,6 +98,55 @@ static void strip_add(struct keys_result *r, size_t off, size_t len)
 }
 
 /* keys_derive - find the key, the fingerprint and the headers to strip */
+/* msgid_bounds - where a Message-ID's key part is in s[0..n): one <>, then the blanks inside them */
+static void msgid_bounds(const char *s, size_t n, size_t *a, size_t *b)
+{
+	size_t p = 0, q = n;
+
+	if (p < q && s[p] == '<')
+		p++;
+	if (q > p && s[q - 1] == '>')
+		q--;
+	while (p < q && (s[p] == ' ' || s[p] == '\t'))
+		p++;
+	while (q > p && (s[q - 1] == ' ' || s[q - 1] == '\t'))
+		q--;
+	*a = p;
+	*b = q;
+}
+
+/* msgid_trim - s (n bytes and a NUL) cut to its key part in place; its length */
+static size_t msgid_trim(char *s, size_t n)
+{
+	size_t a, b;
+
+	msgid_bounds(s, n, &a, &b);
+	memmove(s, s + a, b - a);
+	s[b - a] = 0;
+	return b - a;
+}
+
+/* msgid_hash - the key of a Message-ID's key part (already cut to it) */
+static void msgid_hash(const char *part, size_t n, char key[2 * HASH_LEN + 1])
+{
+	uint8_t d[HASH_LEN];
+
+	hash_once(part, n, d);
+	hash_hex(d, HASH_LEN, key);
+}
+
+/* keys_msgid_key - see keys.h */
+int keys_msgid_key(const char *id, size_t len, char key[2 * HASH_LEN + 1])
+{
+	size_t a, b;
+
+	msgid_bounds(id, len, &a, &b);
+	if (a == b)
+		return -1;
+	msgid_hash(id + a, b - a, key);
+	return 0;
+}
+
 int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r)
 {
@@ -138,19 +187,8 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 		}
 		if (!have_msgid && name_len == 10 && strncasecmp(data + off, "Message-ID", 10) == 0
 		    && value_copy(data + value_off, end - value_off, msgid, sizeof(msgid), &got) == 0) {
-			char *p = msgid, *q = msgid + got;
-
-			if (*p == '<')
-				p++;
-			if (q > p && q[-1] == '>')
-				q--;
-			while (p < q && (*p == ' ' || *p == '\t'))
-				p++;
-			while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-				q--;
-			*q = 0;
-			memmove(msgid, p, (size_t) (q - p) + 1);
-			have_msgid = msgid[0] != 0;
+			got = msgid_trim(msgid, got);
+			have_msgid = got != 0;
 			for (i = 0; msgid[i] && i < KEYS_MSGID_LOG; i++)
 				r->message_id[i] = msgid[i] > ' ' && msgid[i] < 0x7f ? msgid[i] : '?';
 			r->message_id[i] = 0;
@@ -173,11 +211,8 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 				hash_hex(d, HASH_LEN, r->key);
 			}
 		} else if (c->keys.message_id && have_msgid) {
-			uint8_t d[HASH_LEN];
-
 			r->source = KEYS_MESSAGE_ID;
-			hash_once(msgid, strlen(msgid), d);
-			hash_hex(d, HASH_LEN, r->key);
+			msgid_hash(msgid, strlen(msgid), r->key);
 		} else if (c->keys.require) {
 			r->error = "550 5.7.0 Message has no idempotency key";
 		}

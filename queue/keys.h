@@ -53,6 +53,12 @@ void keys_free(struct keys_result *r);
 void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
 		     uint8_t out[HASH_LEN]);
 const char *keys_source_name(enum keys_source s);
+/*
+ * keys_msgid_key - the key a Message-ID gives (SPEC 3): the hex SHA-256 of
+ * the ID with its one pair of <> and the blanks inside them taken off;
+ * 0, or -1 if nothing is left. For keys_derive() and idemrelayctl alike
+ */
+int keys_msgid_key(const char *id, size_t len, char key[2 * HASH_LEN + 1]);
 /* keys_index_hash - SHA-256 of the key alone: the key index idemrelayctl finds claims by */
 void keys_index_hash(const char *key, uint8_t out[HASH_LEN]);
 

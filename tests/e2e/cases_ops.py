@@ -189,6 +189,10 @@ def test_ctl_forget_then_resubmit(t):
     q3 = submit_ok(d.port, "fc@example.com", make_msg(msgid="<ops-3@example.org>"))
     eq([m["qid"] for m in ctl_json(d, "show", "<ops-3@example.org>")["messages"]], [q3],
        "show by Message-ID")
+    # the daemon takes one pair of <> off, and so must idemrelayctl (it took all)
+    q4 = submit_ok(d.port, "fd@example.com", make_msg(msgid="<<ops-4@example.org>>"))
+    eq([m["qid"] for m in ctl_json(d, "show", "<<ops-4@example.org>>")["messages"]], [q4],
+       "show by a Message-ID in two pairs of <>")
 
 
 @case()

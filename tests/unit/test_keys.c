@@ -136,6 +136,43 @@ static void test_message_id_normalised(void **state)
 	keys_free(&b);
 }
 
+/*
+ * test_msgid_key - the key of a Message-ID, one function for keys_derive()
+ * and idemrelayctl: one pair of <> and the blanks inside them go, no more
+ * (idemrelayctl stripped every '<' and '>', and found no claim for "<<a@x>>")
+ */
+static void test_msgid_key(void **state)
+{
+	static const struct { const char *id, *part; } t[] = {
+		{ "<a@x>", "a@x" }, { "< a@x >", "a@x" }, { "a@x", "a@x" },
+		{ "<<a@x>>", "<a@x>" }, { "<a@x", "a@x" }, { "<>", NULL }, { "< >", NULL },
+	};
+	char key[2 * HASH_LEN + 1], want[2 * HASH_LEN + 1], msg[200];
+	uint8_t d[HASH_LEN];
+	struct keys_result r;
+	struct conf c;
+	size_t i;
+
+	(void) state;
+	conf_keys(&c);
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if (t[i].part == NULL) {
+			assert_int_equal(keys_msgid_key(t[i].id, strlen(t[i].id), key), -1);
+			continue;
+		}
+		assert_int_equal(keys_msgid_key(t[i].id, strlen(t[i].id), key), 0);
+		hash_once(t[i].part, strlen(t[i].part), d);
+		hash_hex(d, HASH_LEN, want);
+		if (strcmp(key, want) != 0)
+			fail_msg("%s: not the hash of %s", t[i].id, t[i].part);
+		snprintf(msg, sizeof(msg), "Message-ID: %s\r\n\r\n", t[i].id);
+		assert_int_equal(keys_derive(&c, msg, strlen(msg), "", NULL, &r), 0);
+		if (strcmp(r.key, key) != 0)
+			fail_msg("%s: keys_derive %s, keys_msgid_key %s", t[i].id, r.key, key);
+		keys_free(&r);
+	}
+}
+
 static void test_fingerprint(void **state)
 {
 	struct conf c;
@@ -441,6 +478,7 @@ int main(void)
 		cmocka_unit_test(test_derive),
 		cmocka_unit_test(test_long_key),
 		cmocka_unit_test(test_message_id_normalised),
+		cmocka_unit_test(test_msgid_key),
 		cmocka_unit_test(test_fingerprint),
 		cmocka_unit_test(test_rewrite),
 		cmocka_unit_test(test_duplicate_names),
