@@ -166,12 +166,17 @@ def test_throttled_greeting_starttls(t):
     sink = tls_sink(t, certs)
     sink.control(greeting=421)
     trust(certs["ca"])
-    d = t.daemon(sink, upstream(sink, connections=2))
+    conf = upstream(sink, connections=2)
+    conf["control"] = os.path.join(t.tmp, "ctl.sock")
+    d = t.daemon(sink, conf)
     qid = submit_ok(d.port, "r@example.com", make_msg(key="rate-tls-1", subject="rate-tls-1"))
     line = d.wait_log(qid, "status=deferred")[0]
     check("delivery temporarily suspended" in line and "421 4.3.2" in line,
           "a refused greeting charged as a failed attempt: %s" % line)
     d.wait_log("throttling: 421 4.3.2")
+    m = ctl_json(d, "show", qid)["messages"][0]
+    eq((m["state"], m["attempts"]), ("queued", 0),
+       "a message postponed by throttling, never charged an attempt")
     sink.control()
     delivered_once(sink, ["rate-tls-1"], timeout=30)
     d.wait_log(qid, "status=sent")
