@@ -97,7 +97,6 @@ static void strip_add(struct keys_result *r, size_t off, size_t len)
 	r->n_strip++;
 }
 
-/* keys_derive - find the key, the fingerprint and the headers to strip */
 /* msgid_bounds - where a Message-ID's key part is in s[0..n): one <>, then the blanks inside them */
 static void msgid_bounds(const char *s, size_t n, size_t *a, size_t *b)
 {
@@ -147,6 +146,7 @@ int keys_msgid_key(const char *id, size_t len, char key[2 * HASH_LEN + 1])
 	return 0;
 }
 
+/* keys_derive - find the key, the fingerprint and the headers to strip */
 int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r)
 {
