@@ -275,14 +275,23 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	return err;
 }
 
-/* queued_set - one column of a queued message, sql's $1 its QID; p is freed */
-static int queued_set(struct pg_store *st, const char *sql, struct pg_params *p, const char *what)
+/*
+ * queued_set - one column of a queued message: sql sets it to $2 (value, a
+ * text) where $1 is its QID; STORE_ENOTFOUND when no queued message has it
+ */
+static int queued_set(struct store *base, const char *qid, const char *sql, const char *value,
+		      const char *what)
 {
+	struct pg_store *st = (struct pg_store *) base;
+	struct pg_params p;
 	PGresult *r;
 	int err;
 
-	err = store_pg_run(st, sql, p, &r, what);
-	store_pg_params_free(p);
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, qid);
+	store_pg_p_text(&p, value);
+	err = store_pg_run(st, sql, &p, &r, what);
+	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
 	if (strcmp(PQcmdTuples(r), "1") != 0)
@@ -294,25 +303,15 @@ static int queued_set(struct pg_store *st, const char *sql, struct pg_params *p,
 /* store_pg_msg_hold - put a queued message on hold, or release it, for every node */
 int store_pg_msg_hold(struct store *base, const char *qid, int on)
 {
-	struct pg_params p;
-
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, qid);
-	store_pg_p_bool(&p, on);
-	return queued_set((struct pg_store *) base, "UPDATE messages SET held = $2 WHERE qid = $1 AND "
-			  PG_ROW_QUEUED(""), &p, "hold");
+	return queued_set(base, qid, "UPDATE messages SET held = $2::boolean WHERE qid = $1 AND "
+			  PG_ROW_QUEUED(""), on ? "true" : "false", "hold");
 }
 
 /* store_pg_msg_set_route - a queued message's route (NULL: the default upstream) */
 int store_pg_msg_set_route(struct store *base, const char *qid, const char *route)
 {
-	struct pg_params p;
-
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, qid);
-	store_pg_p_text(&p, route);
-	return queued_set((struct pg_store *) base, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
-			  PG_ROW_QUEUED(""), &p, "route");
+	return queued_set(base, qid, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
+			  PG_ROW_QUEUED(""), route, "route");
 }
 
 /* snapshot - two statements seeing one state of the database (a read-only transaction) */
