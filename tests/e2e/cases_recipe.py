@@ -24,7 +24,8 @@ on two private PostgreSQL servers (tests/pg/cluster.py), db1 and db2:
                 its own name, after the test's listen, upstream and log
                 settings (harness.base_conf less store and node)
     pgpass      written to a file of the test's, mode 0600, which the nodes
-                find through PGPASSFILE (they run as the test's user)
+                find through PGPASSFILE, set in their environment only (they run
+                as the test's user)
     ctl         with sh, once the message is delivered, without PGPASSFILE
                 but what the command gives itself
 
@@ -193,9 +194,11 @@ def db1_conf(db1, text):
                 "host all postgres 127.0.0.1/32 trust\n")
 
 
-def node(t, sink, name, text):
-    """node - a daemon whose store settings are the README's text"""
+def node(t, sink, name, text, pgpass):
+    """node - a daemon whose store settings are the README's text, finding its
+    password in the file pgpass (PGPASSFILE in its environment alone)"""
     d = t.daemon(sink, {"store": {"url": "README"}}, start=False, node=name)
+    d.env["PGPASSFILE"] = pgpass
     d.conf = merge(d.conf, {"store": DELETE, "node": DELETE})
     with open(d.conf_path, "w") as f:
         f.write(render_conf(d.conf) + "# README.md\n" + text)
@@ -232,13 +235,13 @@ def test_readme_several_nodes(t):
     with open(pgpass, "w") as f:
         f.write(substitute("pgpass", blocks["pgpass"], values))
     os.chmod(pgpass, 0o600)
-    os.environ["PGPASSFILE"] = pgpass
 
     sink = t.sink()
     conf = substitute("node-conf", blocks["node-conf"], values)
     check('node = "relay1";' in conf, "README node-conf does not name relay1")
-    relay1 = node(t, sink, "relay1", conf)
-    relay2 = node(t, sink, "relay2", conf.replace('node = "relay1";', 'node = "relay2";'))
+    relay1 = node(t, sink, "relay1", conf, pgpass)
+    relay2 = node(t, sink, "relay2", conf.replace('node = "relay1";', 'node = "relay2";'),
+                  pgpass)
     values["relay1_conf"] = relay1.conf_path
 
     msg = make_msg(key="order-42-confirmation", frm="shop@example.com",

@@ -420,6 +420,7 @@ class Daemon:
         self.proc = None
         self.runs = 0
         self.stopped = False        # did the test end the process on purpose?
+        self.env = {}               # variables added to the test's environment for it
 
     def start(self, timeout=None):
         """start - run it and wait until it has started: it listens, and, when it
@@ -435,6 +436,7 @@ class Daemon:
             logf.flush()
             offset = logf.tell()
             self.proc = subprocess.Popen([BIN, "-c", self.conf_path], cwd=self.dir,
+                                         env=dict(os.environ, **self.env) if self.env else None,
                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
         log = self.conf.get("log", {})
         says = log.get("target", "stderr") == "stderr" and log.get("level", "info") in ("info", "debug")
