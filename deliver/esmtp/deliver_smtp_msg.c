@@ -302,6 +302,14 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 	const char *last = xs->last_reply[0] ? xs->last_reply : "none";
 
 	*dsn = "4.4.2";
+	if (x->state == XMSG_NOMARK) {
+		/* a mark slower than upstream.timeout also ends the bridge: not the reason */
+		*dsn = "4.3.0";
+		snprintf(out, outlen, "could not record the inflight mark; transfer to %s"
+			 " abandoned before the final dot%s", xs->relay, xs->timed_out
+			 ? " (the upstream connection timed out while the store was asked)" : "");
+		return;
+	}
 	if (xs->timed_out && o != DELIVER_AMBIGUOUS) {
 		/* "timeout waiting for the reply to DATA from HOST" */
 		snprintf(out, outlen, "%s from %s", xs->ended, xs->relay);
@@ -313,11 +321,6 @@ static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 		return;
 	}
 	switch (x->state) {
-	case XMSG_NOMARK:
-		*dsn = "4.3.0";
-		snprintf(out, outlen, "could not record the inflight mark; transfer to %s"
-			 " abandoned before the final dot", xs->relay);
-		break;
 	case XMSG_CUT:
 		*dsn = "4.3.0";
 		snprintf(out, outlen, "the bridge refused libesmtp's content; transfer to %s"

@@ -8,7 +8,9 @@
  * the others below), and records what the client did.
  *
  * Input: byte 0: messages (bits 0-1), whether the mark of the second
- * message fails (bit 2, STORE_EAGAIN: no final dot), byte 1: recipients of
+ * message fails (bit 2, STORE_EAGAIN: no final dot), and whether it fails
+ * only after a wait longer than upstream.timeout (bits 3-7 are 00001:
+ * rare, for the fuzzer's pace), byte 1: recipients of
  * each message (two bits each). Then the server's script, one step per
  * byte (low 3 bits), some with an argument byte:
  *
@@ -33,7 +35,9 @@
  *   - the server never saw more final dots of a content than there were
  *     marks (a content's last line is "body", so "body\r\n.\r\n" counts);
  *   - after the second message's mark failed, the messages after it are
- *     deferred and postponed: not charged an attempt for it.
+ *     deferred and postponed: not charged an attempt for it;
+ *   - the message whose mark failed is deferred for that, not for the
+ *     bridge's deadline that passed while the store was asked.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,6 +62,7 @@
 #define RCPTS_MAX	3
 #define WAIT_MS		5		/* a READ waits no longer for a line */
 #define GOT_MAX		(64 * 1024)	/* what the server keeps of what it read */
+#define SLOW_MARK_MS	1300		/* a slow mark's wait: upstream.timeout is 1 s */
 
 static const char *const canned[] = {
 	"220 fuzz ESMTP\r\n",
@@ -103,6 +108,7 @@ static struct {
 	char qid[MSGS_MAX][STORE_QID_SIZE];
 	int marks[MSGS_MAX];
 	int fail_mark;			/* index of a message whose mark fails, or -1 */
+	int slow_mark;			/* ... after SLOW_MARK_MS, past upstream.timeout */
 	size_t n;
 } seen;
 
@@ -129,6 +135,8 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 	for (i = 0; i < seen.n; i++) {
 		if (strcmp(seen.qid[i], qid) != 0)
 			continue;
+		if ((int) i == seen.fail_mark && seen.slow_mark)
+			poll(NULL, 0, SLOW_MARK_MS);
 		if ((int) i == seen.fail_mark)
 			return STORE_EAGAIN;
 		if (seen.marks[i]++ > 0)
@@ -395,6 +403,9 @@ static void rest_check(const struct deliver_job *jobs, size_t n)
 
 	if (seen.fail_mark < 0 || (size_t) seen.fail_mark >= n || !jobs[seen.fail_mark].no_dot)
 		return;
+	for (k = 0; k < jobs[seen.fail_mark].m.n_rcpts; k++)
+		if (strstr(jobs[seen.fail_mark].res[k].reply, "nothing moved"))
+			abort();	/* the deadline its mark's wait let pass is not why */
 	for (i = (size_t) seen.fail_mark + 1; i < n; i++) {
 		if (!jobs[i].postponed || seen.marks[i] > 0)
 			abort();	/* charged for another message's refused mark */
@@ -446,6 +457,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&seen, 0, sizeof(seen));
 	n = (size_t) (data[0] & 3) % MSGS_MAX + 1;
 	seen.fail_mark = data[0] & 4 ? 1 : -1;
+	seen.slow_mark = (data[0] & 0xf8) == 0x08;
 	seen.n = n;
 	for (i = 0; i < n; i++) {
 		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1);

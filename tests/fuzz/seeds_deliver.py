@@ -12,11 +12,11 @@ GREET, EHLO_PIPE, EHLO_UTF8, EHLO_PLAIN, MAIL_OK, RCPT_OK, TEMP, PERM, GO, QUEUE
     GOING, NOVALID, MULTI, WHAT, BARE = range(16)
 
 
-def header(msgs, rcpts, fail_second=False):
+def header(msgs, rcpts, fail_second=False, slow=False):
     b1 = 0
     for i, r in enumerate(rcpts):
         b1 |= (r - 1) << (2 * i)
-    return bytes([(msgs - 1) | (4 if fail_second else 0), b1])
+    return bytes([(msgs - 1) | (4 if fail_second else 0) | (8 if slow else 0), b1])
 
 
 def raw(data):
@@ -81,6 +81,12 @@ def seeds():
     out["mark-fails-second-of-three"] = header(3, [1, 1, 1], True) + \
         bytes([REPLY, GREET, AUTO, 1, AUTO, 1, READ, REPLY, PERM, READ, REPLY, NOVALID]) + \
         bytes([AUTO, 15] * 40)
+    # the same, the second's mark failing after longer than upstream.timeout: the bridge's
+    # deadline passes meanwhile (the server stays silent: 300 AUTOs of 5 ms at the most
+    # each), and is not the reason its deferral gives
+    out["mark-fails-second-slowly"] = header(2, [1, 1], True, True) + \
+        bytes([REPLY, GREET, AUTO, 1, AUTO, 1, READ, REPLY, PERM, READ, REPLY, NOVALID]) + \
+        bytes([AUTO, 15] * 300)
     out["reset-second-message"] = header(2, [3, 3]) + bytes([REPLY, GREET, AUTO, 7, READ,
                                                              REPLY, RCPT_OK, RESET])
     out["no-valid-recipients"] = header(1, [2]) + opening(EHLO_PIPE) + \
