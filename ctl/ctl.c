@@ -66,6 +66,7 @@
 #include "ctl.h"
 #include "../util/json.h"
 #include "../queue/keys.h"
+#include "../queue/qid.h"
 
 #define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000
@@ -281,19 +282,6 @@ static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
 	}
 }
 
-/* is_qid - QID syntax: 12-20 of [0-9A-Z] */
-static int is_qid(const char *s)
-{
-	size_t n = strlen(s), i;
-
-	if (n < 12 || n > 20 || n >= STORE_QID_SIZE)
-		return 0;
-	for (i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'A' && s[i] <= 'Z')))
-			return 0;
-	return 1;
-}
-
 /* ctl_key_hashes - KEY as the daemon would have derived it from a header/ENVID or a Message-ID */
 size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN])
 {
@@ -332,7 +320,7 @@ static int cmd_retry(struct ctl *x, const char *qid)
 	struct buf reply = BUF_INIT, line = BUF_INIT;
 	char state[32] = "";
 
-	if (!is_qid(qid))
+	if (!qid_valid(qid))
 		ctl_fail(x, "not a QID: %s", qid);
 	buf_printf(&line, "retry %s", qid);
 	need_daemon(x, line.data, &reply);
@@ -409,7 +397,7 @@ static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel
 	} else if (strcmp(arg, "ALL") == 0) {
 		sel->all = 1;
 		buf_printf(line, " ALL");
-	} else if (is_qid(arg)) {
+	} else if (qid_valid(arg)) {
 		sel->qid = arg;
 		buf_printf(line, " %s", arg);
 	} else {
@@ -541,7 +529,7 @@ static int cmd_cat(struct ctl *x, const char *qid)
 	size_t i;
 	int err;
 
-	if (!is_qid(qid))
+	if (!qid_valid(qid))
 		ctl_fail(x, "not a QID: %s", qid);
 	if ((err = store_msg_load(ctl_store(x), qid, &m)) == STORE_ENOTFOUND) {
 		if (store_story_get(x->st, qid, &s) == 0)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../queue/qid.h"
 #include "../util/hash.h"
 #include "ctl.h"
 #include "../util/json.h"
@@ -351,7 +352,7 @@ int ctl_show(struct ctl *x, const char *arg)
 	int err;
 
 	ctl_store(x);
-	if (strlen(arg) < STORE_QID_SIZE && (err = store_story_get(x->st, arg, &s)) == 0) {
+	if (qid_valid(arg) && (err = store_story_get(x->st, arg, &s)) == 0) {
 		store_story_free(&s);
 		qids = xcalloc(1, sizeof(*qids));
 		strcpy(qids[0], arg);

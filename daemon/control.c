@@ -32,6 +32,7 @@
 #include "../queue/commit.h"
 #include "../relay/dupcount.h"
 #include "../queue/metrics.h"
+#include "../queue/qid.h"
 #include "../queue/queue_admin.h"
 #include "../util/admin.h"
 #include "../util/buf.h"
@@ -70,19 +71,6 @@ static void persist(struct control *ctl)
 	if ((err = dupcount_persist(ctl->dc, ctl->st, &n)) != 0)
 		msg_warn("control: duplicate counts of %zu messages not recorded: %s", n,
 			 store_strerror(err));
-}
-
-/* qid_arg - a plausible QID argument, or NULL */
-static const char *qid_arg(const char *arg)
-{
-	size_t n = arg ? strlen(arg) : 0, i;
-
-	if (n == 0 || n >= STORE_QID_SIZE)
-		return NULL;
-	for (i = 0; i < n; i++)
-		if (!((arg[i] >= '0' && arg[i] <= '9') || (arg[i] >= 'A' && arg[i] <= 'Z')))
-			return NULL;
-	return arg;
 }
 
 /* sched_unschedule - queue_admin_sched: out of the delivery schedule */
@@ -138,7 +126,7 @@ static int parse_sel(char *args, struct queue_admin_sel *sel,
 				return -1;
 		}
 		return 0;
-	} else if ((sel->qid = qid_arg(w)) == NULL) {
+	} else if (!qid_valid(sel->qid = w)) {
 		return -1;
 	}
 	return strtok_r(NULL, " ", &save) == NULL ? 0 : -1;
@@ -257,7 +245,7 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 		return;
 	}
 	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "count") == 0) {
-		if ((qid = qid_arg(rest)) == NULL) {
+		if (!qid_valid(qid = rest)) {
 			json_error(out, "%s: bad or missing QID", cmd);
 			return;
 		}

@@ -27,20 +27,32 @@ void qid_encode(uint64_t v, char out[QID_LEN + 1])
 	out[QID_LEN] = 0;
 }
 
+/*
+ * qid_valid - is s a QID as qid_encode() writes it, the only form any
+ * release has issued on either backend: QID_LEN of qid_digits
+ */
+int qid_valid(const char *s)
+{
+	int i;
+
+	if (s == NULL)
+		return 0;
+	for (i = 0; i < QID_LEN; i++)
+		if (s[i] == 0 || strchr(qid_digits, s[i]) == NULL)
+			return 0;
+	return s[QID_LEN] == 0;
+}
+
 /* qid_decode - inverse of qid_encode */
 int qid_decode(const char *qid, uint64_t *v)
 {
 	uint64_t r = 0;
-	const char *p;
 	int i;
 
-	if (strlen(qid) != QID_LEN)
+	if (!qid_valid(qid))
 		return -1;
-	for (i = 0; i < QID_LEN; i++) {
-		if ((p = strchr(qid_digits, qid[i])) == NULL || *p == 0)
-			return -1;
-		r = (r << 5) | (uint64_t) (p - qid_digits);
-	}
+	for (i = 0; i < QID_LEN; i++)
+		r = (r << 5) | (uint64_t) (strchr(qid_digits, qid[i]) - qid_digits);
 	*v = r;
 	return 0;
 }

@@ -28,6 +28,7 @@ void qid_set_node(int node);	/* before the first qid_next(); -1: a store of one 
 void qid_seed(const char *last);
 void qid_next(char out[QID_LEN + 1]);
 void qid_encode(uint64_t v, char out[QID_LEN + 1]);
+int qid_valid(const char *s);	/* 1 if s is a QID: what qid_encode() writes */
 int qid_decode(const char *qid, uint64_t *v);	/* 0, or -1 if not a QID */
 
 #endif

@@ -110,3 +110,34 @@ def test_control_slow_client(t):
     check(closed is not None, "control trickler never cut off")
     check(b'"error":"no request line"' in got, "cut-off line answered %r" % got)
     check(os.path.exists(d.conf["control"]), "control socket still there")
+
+
+@case()
+def test_control_qid_syntax(t):
+    """the control socket takes as a QID only what the daemon writes (12 of
+    [0-9A-V], queue/qid.c qid_valid), as idemrelayctl does: anything else is a bad
+    request, never looked up"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    d.wait_log("started:")
+
+    def ask(line):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(d.conf["control"])
+            s.sendall(line + b"\n")
+            got = b""
+            while not got.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            return got.decode()
+
+    for line, want in ((b"retry 0000000000VV", '"error":"unknown QID 0000000000VV"'),
+                       (b"retry 0000000000ZZ", '"error":"retry: bad or missing QID"'),
+                       (b"count A", '"error":"count: bad or missing QID"'),
+                       (b"hold 0000000000000", '"error":"usage: hold QID'),
+                       (b"drop ORDER2026WXYZ", '"error":"usage: drop QID')):
+        got = ask(line)
+        check(want in got, "%s answered %r, want %s" % (line.decode(), got, want))

@@ -107,8 +107,28 @@ def test_cat(t):
     ctl(d, "drop", qid)
     r = ctl(d, "cat", qid, want=1)
     check("is not queued: it was dropped" in r.stderr, "cat of a dropped message: %r" % r.stderr)
-    r = ctl(d, "cat", "0000000000ZZ", want=1)
-    check("unknown QID 0000000000ZZ" in r.stderr, "cat of an unknown QID: %r" % r.stderr)
+    r = ctl(d, "cat", "0000000000VV", want=1)
+    check("unknown QID 0000000000VV" in r.stderr, "cat of an unknown QID: %r" % r.stderr)
+
+
+@case()
+def test_keys_shaped_like_qids(t):
+    """a KEY that looks like a QID but is none the daemon can write (13 characters of
+    [0-9A-Z], or 12 with a W-Z) is a key to hold and drop, not an unknown QID"""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    qa = submit_ok(d.port, "tempfail-ka@example.com", make_msg(key="ORDER2026WXYZ"))
+    qb = submit_ok(d.port, "tempfail-kb@example.com", make_msg(key="INVOICE2026Z"))
+    d.wait_log(qa, "status=deferred")
+    d.wait_log(qb, "status=deferred")
+    r = ctl(d, "hold", "ORDER2026WXYZ")
+    check("%s: on hold" % qa in r.stdout, "hold by a 13-character key: %r" % r.stdout)
+    r = ctl(d, "drop", "INVOICE2026Z")
+    check(qb in r.stdout, "drop by a 12-character key with a Z: %r" % r.stdout)
+    eq(states(d), {qa: "held"}, "queue states")
+    d.stop()
+    r = ctl(d, "release", "ORDER2026WXYZ")  # on the store itself
+    check(qa in r.stdout, "release by the key, daemon stopped: %r" % r.stdout)
 
 
 @case()

@@ -384,6 +384,40 @@ static void test_qid(void **state)
 	assert_int_equal(qid_decode("0000000000a0", &v), -1);
 }
 
+/* qid_valid: the one QID syntax (ctl, the control socket, qid_decode) */
+static void test_qid_valid(void **state)
+{
+	static const struct {
+		const char *s;
+		int want;
+	} t[] = {
+		{ "0000000000VV", 1 }, { "ABCDEF012345", 1 }, { "VVVVVVVVVVVV", 1 },
+		{ "0", 0 }, { "", 0 }, { "00000000000", 0 }, { "0000000000000", 0 },
+		{ "0000000000ZZ", 0 },	/* W-Z: no digit of base 32 */
+		{ "0000000000W0", 0 }, { "ORDER2026WXYZ", 0 }, { "00000000000000000000", 0 },
+		{ "0000000000a0", 0 }, { "000000 00000", 0 }, { "00000000000V ", 0 },
+		{ "000000-00000", 0 }, { "ABCDEFGHIJKLMNOPQRS", 0 },
+	};
+	char q[QID_LEN + 1];
+	uint64_t v;
+	size_t i;
+	int j;
+
+	(void) state;
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if (qid_valid(t[i].s) != t[i].want)
+			fail_msg("qid_valid(\"%s\") = %d, want %d", t[i].s, !t[i].want, t[i].want);
+		if ((qid_decode(t[i].s, &v) == 0) != t[i].want)
+			fail_msg("qid_decode(\"%s\") disagrees with qid_valid", t[i].s);
+	}
+	assert_int_equal(qid_valid(NULL), 0);
+	for (j = 0; j < 1000; j++) {	/* what qid_next() writes is valid */
+		qid_next(q);
+		if (!qid_valid(q))
+			fail_msg("qid_next() wrote %s, qid_valid says no", q);
+	}
+}
+
 /* nodes of a shared store: their number in the low bits, still increasing, never equal */
 static void test_qid_node(void **state)
 {
@@ -487,6 +521,7 @@ int main(void)
 		cmocka_unit_test(test_claim_hash),
 		cmocka_unit_test(test_qid),
 		cmocka_unit_test(test_qid_node),
+		cmocka_unit_test(test_qid_valid),
 		cmocka_unit_test(test_decide),
 	};
 
