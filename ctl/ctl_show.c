@@ -453,8 +453,6 @@ int ctl_stats(struct ctl *x)
 {
 	struct store_stats s;
 	struct buf reply = BUF_INIT;
-	uint64_t stories = 0, keys = 0;
-	int64_t oldest = 0;
 	char why[512] = "", d[32];
 	const char *counters = NULL;
 	size_t clen = 0;
@@ -472,14 +470,11 @@ int ctl_stats(struct ctl *x)
 	memset(&s, 0, sizeof(s));
 	if (dir == NULL && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
 		/* unread says why */
-	} else if ((err = store_stats(ctl_store(x), &s)) != 0
-		   || (err = store_hist_stats(x->st, &stories, &keys)) != 0) {
+	} else if ((err = store_stats(ctl_store(x), &s, STORE_STATS_STORIES)) != 0) {
 		if (dir)
 			ctl_fail(x, "cannot read the store: %s", store_strerror(err));
 		snprintf(unread, sizeof(unread), "%s", store_strerror(err));
 	}
-	if (unread[0] == 0 && store_queue_oldest(x->st, &oldest) != 0)
-		oldest = 0;
 	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
 	    && json_get(reply.data, "counters", &counters, &clen) == 0;
 	if (live) {
@@ -514,9 +509,9 @@ int ctl_stats(struct ctl *x)
 			   "\"map_used\":%llu,\"map_ceiling\":%llu,\"full_percent\":%.1f},"
 			   "\"daemon\":",
 			   (unsigned long long) s.queued,
-			   (long long) (oldest ? (x->now - oldest) / US : 0),
-			   (unsigned long long) s.claims, (unsigned long long) stories,
-			   (unsigned long long) keys, (unsigned long long) s.space.size,
+			   (long long) (s.oldest ? (x->now - s.oldest) / US : 0),
+			   (unsigned long long) s.claims, (unsigned long long) s.stories,
+			   (unsigned long long) s.keys, (unsigned long long) s.space.size,
 			   (unsigned long long) s.space.used, (unsigned long long) s.space.ceiling,
 			   s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
 		if (live) {
@@ -560,11 +555,11 @@ int ctl_stats(struct ctl *x)
 		goto daemon;
 	printf("queue        %llu message%s", (unsigned long long) s.queued,
 	       s.queued == 1 ? "" : "s");
-	if (oldest)
-		printf(", oldest %s", fmt_dur(d, sizeof(d), x->now - oldest));
+	if (s.oldest)
+		printf(", oldest %s", fmt_dur(d, sizeof(d), x->now - s.oldest));
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
-	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) stories,
-	       (unsigned long long) keys);
+	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) s.stories,
+	       (unsigned long long) s.keys);
 	if (unread[0] == 0 && (store_caps(x->st) & STORE_CAP_OWN_SPACE))	/* LMDB's map */
 		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
 		       " (%.1f%% full)\n", s.space.used / 1048576.0, s.space.size / 1048576.0,

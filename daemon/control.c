@@ -205,7 +205,7 @@ static void do_stats(struct control *ctl, struct buf *out)
 
 	metrics_snapshot(&s);
 	memset(&ss, 0, sizeof(ss));
-	up = store_stats(ctl->st, &ss) == 0;	/* the store as this daemon sees it */
+	up = store_stats(ctl->st, &ss, 0) == 0;	/* the store as this daemon sees it */
 	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"store\":{\"backend\":\"%s\","
 		   "\"up\":%s,\"outages\":%llu,\"replication_waiting\":%llu,"
 		   "\"replication_waits\":%llu,\"voided\":%llu},\"counters\":{", (long) getpid(),

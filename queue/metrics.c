@@ -252,7 +252,6 @@ void metrics_reset(void)
 void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
 	struct store_stats s;
-	int64_t oldest;
 	double start = g->start_time;
 
 	memset(g, 0, sizeof(*g));
@@ -262,7 +261,7 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 		return;
 	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
 	g->own_space = (store_caps(st) & STORE_CAP_OWN_SPACE) != 0;
-	if (store_stats(st, &s) != 0) {
+	if (store_stats(st, &s, 0) != 0) {
 		g->outages = s.reach.outages;		/* filled even when the store is away */
 		g->repl_waiting = s.reach.repl_waiting;
 		g->repl_waits = s.reach.repl_waits;
@@ -279,8 +278,8 @@ void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	g->map_size = s.space.size;
 	g->map_used = s.space.used;
 	g->map_ceiling = s.space.ceiling;
-	if (store_queue_oldest(st, &oldest) == 0 && oldest > 0) {
-		g->oldest_seconds = (double) clock_us() / 1e6 - oldest / 1e6;
+	if (s.oldest > 0) {
+		g->oldest_seconds = (double) clock_us() / 1e6 - s.oldest / 1e6;
 		if (g->oldest_seconds < 0)
 			g->oldest_seconds = 0;
 	}

@@ -294,20 +294,15 @@ int store_msg_revive(struct store *st, const struct store_msg *m)
 	return SHARED(st) ? OPS(st)->msg_revive(st, m) : STORE_ENOTFOUND;
 }
 
-int store_stats(struct store *st, struct store_stats *s)
+int store_stats(struct store *st, struct store_stats *s, unsigned what)
 {
-	return OPS(st)->stats(st, s);
+	return OPS(st)->stats(st, s, what);
 }
 
 int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
 		     void *arg)
 {
 	return OPS(st)->queue_walk(st, cb, arg);
-}
-
-int store_queue_oldest(struct store *st, int64_t *accepted)
-{
-	return OPS(st)->queue_oldest(st, accepted);
 }
 
 int store_story_get(struct store *st, const char *qid, struct store_story *s)
@@ -341,11 +336,6 @@ int store_hist_count(struct store *st, const struct store_count *c, size_t n)
 int store_hist_expire(struct store *st, int64_t now, size_t max)
 {
 	return OPS(st)->hist_expire(st, now, max);
-}
-
-int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys)
-{
-	return OPS(st)->hist_stats(st, stories, keys);
 }
 
 /* store_msg_free - free what the store gave in a message; the struct is zeroed */

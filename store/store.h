@@ -304,13 +304,17 @@ void store_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_queue_due(struct store *st, const char *qid, int64_t when);
 
 /*
- * store_stats - the figures, the same for every backend. space: the room
- * a store manages itself (LMDB's map: its size now, what of it is in use,
- * how far it may grow: store.map_size_max, the disk); all 0 where the
- * room is the database's own (PostgreSQL). reach: whether a store across
- * the network can be reached and how its commits wait for replication;
- * all 0 for a store on the node's own disk. reach is filled even when
- * store_stats() fails.
+ * store_stats - the figures, the same for every backend, in one call.
+ * queued and oldest: the spool (oldest: the acceptance time of the
+ * oldest queued message, 0 if none). stories and keys only when what has
+ * STORE_STATS_STORIES (they may cost a walk of the queue, so a scrape
+ * does not ask): how many stories are kept, and claims findable by their
+ * key. space: the room a store manages itself (LMDB's map: its size now,
+ * what of it is in use, how far it may grow: store.map_size_max, the
+ * disk); all 0 where the room is the database's own (PostgreSQL). reach:
+ * whether a store across the network can be reached and how its commits
+ * wait for replication; all 0 for a store on the node's own disk. reach
+ * is filled even when store_stats() fails.
  */
 struct store_space {
 	uint64_t size, used, ceiling;
@@ -326,11 +330,14 @@ struct store_reach {
 
 struct store_stats {
 	uint64_t claims, queued;
+	int64_t oldest;			/* accepted, of the oldest queued message; 0 none */
+	uint64_t stories, keys;		/* STORE_STATS_STORIES only */
 	uint64_t txns;			/* write transactions committed, ever */
 	struct store_space space;
 	struct store_reach reach;
 };
-int store_stats(struct store *st, struct store_stats *s);
+#define STORE_STATS_STORIES	0x1
+int store_stats(struct store *st, struct store_stats *s, unsigned what);
 
 /*
  * store_queue_walk - every queued message in QID order, envelope and
@@ -340,9 +347,6 @@ int store_stats(struct store *st, struct store_stats *s);
  */
 int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
 		     void *arg);
-
-/* store_queue_oldest - acceptance time of the oldest queued message; STORE_ENOTFOUND if none */
-int store_queue_oldest(struct store *st, int64_t *accepted);
 
 /*
  * History: the story of each message, kept after it leaves the spool so
@@ -415,8 +419,5 @@ int store_hist_count(struct store *st, const struct store_count *c, size_t n);
  * or a STORE_E* code
  */
 int store_hist_expire(struct store *st, int64_t now, size_t max);
-
-/* store_hist_stats - how many stories are kept, and claims findable by their key */
-int store_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys);
 
 #endif

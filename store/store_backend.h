@@ -75,10 +75,9 @@ struct store_ops {
 	int (*msg_set_route) (struct store *st, const char *qid, const char *route);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
-	int (*stats) (struct store *st, struct store_stats *s);
+	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
 	int (*queue_walk) (struct store *st, int (*cb) (void *arg, const struct store_msg *m),
 			   void *arg);
-	int (*queue_oldest) (struct store *st, int64_t *accepted);
 
 	int (*story_get) (struct store *st, const char *qid, struct store_story *s);
 	int (*key_qids) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
@@ -89,7 +88,6 @@ struct store_ops {
 			   const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
 	int (*hist_count) (struct store *st, const struct store_count *c, size_t n);
 	int (*hist_expire) (struct store *st, int64_t now, size_t max);
-	int (*hist_stats) (struct store *st, uint64_t *stories, uint64_t *keys);
 };
 
 /*

@@ -114,10 +114,10 @@ int lmdb_msg_hold(struct store *base, const char *qid, int on);
 int lmdb_msg_update_bare(struct store *base, const struct store_msg *m);
 int lmdb_msg_set_route(struct store *base, const char *qid, const char *route);
 int lmdb_msg_drop(struct store *base, const char *qid);
-int lmdb_stats(struct store *base, struct store_stats *s);
+int lmdb_stats(struct store *base, struct store_stats *s, unsigned what);
 int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),
 		     void *arg);
-int lmdb_queue_oldest(struct store *base, int64_t *accepted);
+void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted);
 int lmdb_story_get(struct store *base, const char *qid, struct store_story *s);
 int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		   char (**qids)[STORE_QID_SIZE], size_t *n);

@@ -586,8 +586,8 @@ int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
 	return err;
 }
 
-/* lmdb_stats - entry counts and map usage: used, size and ceiling of LMDB's map */
-int lmdb_stats(struct store *base, struct store_stats *s)
+/* lmdb_stats - entry counts, the oldest queued, map usage: used, size and ceiling of LMDB's map */
+int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_stat claims, cnew = { 0 }, queue, env;
@@ -609,9 +609,11 @@ int lmdb_stats(struct store *base, struct store_stats *s)
 		s->space.size = info.me_mapsize;
 		s->space.used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
 		s->txns = info.me_last_txnid;
+		lmdb_queue_oldest(st, txn, &s->oldest);
 	}
 	lmdb_read_end(st, txn);
-	if ((err = lmdb_mdb_error(rc, "stat")) != 0)
+	if ((err = lmdb_mdb_error(rc, "stat")) != 0 || ((what & STORE_STATS_STORIES)
+	    && (err = lmdb_hist_stats(base, &s->stories, &s->keys)) != 0))
 		return err;
 	/* what LMDB holds: its pages up to the last, less those it may use again */
 	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->space.used)
@@ -666,12 +668,10 @@ const struct store_ops lmdb_ops = {
 	.msg_set_route = lmdb_msg_set_route,
 	.stats = lmdb_stats,
 	.queue_walk = lmdb_queue_walk,
-	.queue_oldest = lmdb_queue_oldest,
 	.story_get = lmdb_story_get,
 	.key_qids = lmdb_key_qids,
 	.key_forget = lmdb_key_forget,
 	.key_queued = lmdb_key_queued,
 	.hist_count = lmdb_hist_count,
 	.hist_expire = lmdb_hist_expire,
-	.hist_stats = lmdb_hist_stats,
 };

@@ -425,25 +425,18 @@ out:
 	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
 }
 
-/* lmdb_queue_oldest - QIDs sort by time: the first queued one is the oldest */
-int lmdb_queue_oldest(struct store *base, int64_t *accepted)
+/* lmdb_queue_oldest - QIDs sort by time: the first queued one is the oldest; 0 if none or unread */
+void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
-	MDB_txn *txn;
-	int rc, err;
 
 	*accepted = 0;
-	if ((err = lmdb_read_begin(st, &txn)) != 0)
-		return err;
-	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) == 0
-	    && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == 0
-	    && (rc = mdb_get(txn, st->msg, &key, &val)) == 0
+	if (mdb_cursor_open(txn, st->queue, &cur) == 0
+	    && mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0
+	    && mdb_get(txn, st->msg, &key, &val) == 0
 	    && lmdb_msg_rec_peek_accepted(val.mv_data, val.mv_size, accepted) != 0)
-		rc = MDB_CORRUPTED;
+		*accepted = 0;
 	if (cur)
 		mdb_cursor_close(cur);
-	lmdb_read_end(st, txn);
-	return lmdb_mdb_error(rc, "oldest");
 }

@@ -742,8 +742,8 @@ static int pg_nodes_alive(struct store *base, int *n)
 	return 0;
 }
 
-/* pg_stats - claims and queued messages, commits, and whether the database is reachable */
-static int pg_stats(struct store *base, struct store_stats *s)
+/* pg_stats - claims, queued and the oldest (stories if asked), commits, the database reachable */
+static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	PGconn *c;
@@ -763,14 +763,22 @@ static int pg_stats(struct store *base, struct store_stats *s)
 		s->reach.unavailable = 1;
 		return err;
 	}
-	/* the queued are few and indexed (messages_due): counted */
-	err = store_pg_exec(st, c, "SELECT " PG_ROWS("claims") ", "
-			    "(SELECT count(*) FROM messages WHERE queued)", NULL, &r, "stats");
+	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
+	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
+			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), "
+			    PG_ROWS("messages") " FROM messages WHERE queued"
+			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted) "
+			    "FROM messages WHERE queued", NULL, &r, "stats");
 	store_pg_give(st, c);
 	if (err != 0)
 		return err;
 	s->claims = (uint64_t) store_pg_int(r, 0, 0);
 	s->queued = (uint64_t) store_pg_int(r, 0, 1);
+	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
+	if (what & STORE_STATS_STORIES) {
+		s->stories = (uint64_t) store_pg_int(r, 0, 3);
+		s->keys = s->claims;
+	}
 	PQclear(r);
 	return 0;
 }
@@ -805,12 +813,10 @@ const struct store_ops store_pg_ops = {
 	.msg_revive = store_pg_msg_revive,
 	.stats = pg_stats,
 	.queue_walk = store_pg_queue_walk,
-	.queue_oldest = store_pg_queue_oldest,
 	.story_get = store_pg_story_get,
 	.key_qids = store_pg_key_qids,
 	.key_forget = store_pg_key_forget,
 	.key_queued = store_pg_key_queued,
 	.hist_count = store_pg_hist_count,
 	.hist_expire = store_pg_hist_expire,
-	.hist_stats = store_pg_hist_stats,
 };

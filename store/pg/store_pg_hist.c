@@ -242,19 +242,3 @@ out:
 	store_pg_give(st, c);
 	return err != 0 ? err : done;
 }
-
-/* store_pg_hist_stats - stories kept (rows of messages) and claims findable by their key */
-int store_pg_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
-{
-	PGresult *r;
-	int err;
-
-	*stories = *keys = 0;
-	if ((err = store_pg_run((struct pg_store *) base, "SELECT " PG_ROWS("messages") ", "
-				PG_ROWS("claims"), NULL, &r, "history stats")) != 0)
-		return err;
-	*stories = (uint64_t) store_pg_int(r, 0, 0);
-	*keys = (uint64_t) store_pg_int(r, 0, 1);
-	PQclear(r);
-	return 0;
-}

@@ -330,7 +330,6 @@ int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_msg_hold(struct store *st, const char *qid, int on);
 int store_pg_msg_set_route(struct store *st, const char *qid, const char *route);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
-int store_pg_queue_oldest(struct store *st, int64_t *accepted);
 
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
 #define PG_OID_XID8	5069
@@ -355,6 +354,5 @@ int store_pg_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
 int store_pg_hist_count(struct store *st, const struct store_count *c, size_t n);
 int store_pg_hist_expire(struct store *st, int64_t now, size_t max);
-int store_pg_hist_stats(struct store *st, uint64_t *stories, uint64_t *keys);
 
 #endif

@@ -370,24 +370,6 @@ int store_pg_queue_walk(struct store *base, int (*cb) (void *, const struct stor
 	return err;
 }
 
-/* store_pg_queue_oldest - acceptance time of the oldest queued message; STORE_ENOTFOUND if none */
-int store_pg_queue_oldest(struct store *base, int64_t *accepted)
-{
-	PGresult *r;
-	int err;
-
-	*accepted = 0;
-	if ((err = store_pg_run((struct pg_store *) base, "SELECT min(accepted) FROM messages WHERE queued",
-		       NULL, &r, "oldest")) != 0)
-		return err;
-	if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
-		err = STORE_ENOTFOUND;
-	else
-		*accepted = store_pg_int(r, 0, 0);
-	PQclear(r);
-	return err;
-}
-
 /*
  * store_pg_last_qid - the greatest QID in the store ("" if none), in
  * byte order (the qid columns are COLLATE "C"). Stories keep their rows

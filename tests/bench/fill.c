@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 		}
 	}
 	secs = now() - t0;
-	if ((rc = store_stats(st, &ss)) != 0) {
+	if ((rc = store_stats(st, &ss, 0)) != 0) {
 		fprintf(stderr, "fill: stats: %s\n", store_strerror(rc));
 		return 1;
 	}

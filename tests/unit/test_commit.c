@@ -59,7 +59,7 @@ static void committed(void *arg, const char *qid)
 	/* between the batch's commit and the next: its transaction, as counted */
 	if (n < 16) {
 		snprintf(f->log_qid[n], sizeof(f->log_qid[n]), "%s", qid);
-		f->log_txn[n] = store_stats(f->st, &s) == 0 ? s.txns : 0;
+		f->log_txn[n] = store_stats(f->st, &s, 0) == 0 ? s.txns : 0;
 	}
 	for (i = 0; i < f->n_late; i++)	/* after this batch was taken, before the next */
 		commit_submit(f->cm, f->late[i]);
@@ -324,7 +324,7 @@ static void test_hold_for_submission(void **state)
 		assert_int_equal(pthread_create(&th, NULL, mark_thread, &ma), 0);
 		commit_submit(f->cm, r1);	/* submissions are coming in */
 		wait_done(f, 2 + 2 * try);
-		assert_int_equal(store_stats(f->st, &before), 0);
+		assert_int_equal(store_stats(f->st, &before, 0), 0);
 		sem_post(&ma.go);
 		usleep(20000);		/* unheld, the mark would be on the disk by now */
 		commit_submit(f->cm, r2);
@@ -332,7 +332,7 @@ static void test_hold_for_submission(void **state)
 		pthread_join(th, NULL);
 		sem_destroy(&ma.go);
 		assert_int_equal(ma.err, 0);
-		assert_int_equal(store_stats(f->st, &after), 0);
+		assert_int_equal(store_stats(f->st, &after, 0), 0);
 		shared = after.txns == before.txns + 1;
 		req_free(r1);
 		req_free(r2);
@@ -341,9 +341,9 @@ static void test_hold_for_submission(void **state)
 
 	/* nothing else comes: the held mark is written when the hold ends */
 	commit_set_hold(f->cm, 50000, 60 * 1000000);
-	assert_int_equal(store_stats(f->st, &before), 0);
+	assert_int_equal(store_stats(f->st, &before, 0), 0);
 	assert_int_equal(commit_mark_inflight(f->cm, "HOLD00000001"), 0);
-	assert_int_equal(store_stats(f->st, &after), 0);
+	assert_int_equal(store_stats(f->st, &after, 0), 0);
 	assert_int_equal(after.txns, before.txns + 1);
 
 	/* and with no submission recent it is not held at all (held: 60 s) */

@@ -29,9 +29,10 @@ static void test_open_reopen(void **state)
 	CHECK_INT("claim 2 after reopen", claim_found(f->st, 2, NOW, &c), 1);
 	CHECK_STR("claim 2 qid", c.qid, "QIDNOMSG0000");
 	CHECK_INT("claim 2 expires", c.expires, NOW + 10 * SEC);
-	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	CHECK_INT("stats", store_stats(f->st, &s, 0), 0);
 	CHECK_INT("stats claims", s.claims, 3);
 	CHECK_INT("stats queued", s.queued, 0);
+	CHECK_INT("stats: no oldest", s.oldest, 0);
 	store_close(NULL);
 }
 
@@ -241,6 +242,7 @@ static void test_msg_roundtrip(void **state)
 				m.data[j] = j % 3 ? 0 : (j % 5 ? '\r' : '\n');
 		m.attempts = (int) i;
 		m.next_attempt = NOW + (int64_t) i;
+		m.accepted = NOW + (int64_t) i * SEC;	/* in QID order, as QIDs are made */
 		CHECK_INT(cases[i].name, spool(f->st, &m, NULL, 0, 0), 0);
 		CHECK_INT(cases[i].name, store_msg_load(f->st, qid, &got), 0);
 		msg_check(cases[i].name, &got, &m);
@@ -249,8 +251,9 @@ static void test_msg_roundtrip(void **state)
 		store_msg_free(&m);	/* zeroed: a second free is harmless */
 	}
 	store_msg_free(NULL);
-	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	CHECK_INT("stats", store_stats(f->st, &s, 0), 0);
 	CHECK_INT("stats queued", s.queued, sizeof(cases) / sizeof(cases[0]));
+	CHECK_INT("stats oldest", s.oldest, NOW);
 	CHECK_INT("load missing", store_msg_load(f->st, "NOSUCHQID000", &got), STORE_ENOTFOUND);
 	CHECK_INT("load bad qid", store_msg_load(f->st, "", &got), STORE_EINVAL);
 	CHECK_INT("load long qid", store_msg_load(f->st, "0123456789012345678901234", &got),
@@ -301,7 +304,7 @@ static void test_msg_update(void **state)
 	CHECK_INT("update after leaving", store_msg_update(f->st, &m), STORE_ENOTFOUND);
 	CHECK_INT("claim expired once delivered", claim_found(f->st, hash, NOW, NULL), 0);
 	CHECK_INT("claim still stored", claim_found(f->st, hash, 0, NULL), 1);
-	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	CHECK_INT("stats", store_stats(f->st, &s, 0), 0);
 	CHECK_INT("queued", s.queued, 0);
 	store_msg_free(&m);
 
@@ -634,7 +637,7 @@ static void test_threads(void **state)
 		pthread_join(th[i], NULL);
 		CHECK_INT("worker error", w[i].err, 0);
 	}
-	CHECK_INT("stats", store_stats(f->st, &s), 0);
+	CHECK_INT("stats", store_stats(f->st, &s, 0), 0);
 	CHECK_INT("claims", s.claims, 100);
 	CHECK_INT("queued", s.queued, 100);
 	CHECK_INT("a claim of thread 3", claim_found(f->st, 3024, NOW, NULL), 1);

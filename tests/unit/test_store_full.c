@@ -122,7 +122,7 @@ static void drain(struct store *st, int n)
 		CHECK_INT(what, outcome(st, i, STORE_RCPT_SENT,
 					"250 2.0.0 Ok: queued as 4XyZabcdEF0123"), 0);
 	}
-	CHECK_INT("stats", store_stats(st, &s), 0);
+	CHECK_INT("stats", store_stats(st, &s, 0), 0);
 	CHECK_INT("queued after the drain", s.queued, 0);
 }
 

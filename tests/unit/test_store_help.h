@@ -2,7 +2,8 @@
  * test_store_help - what the store's tests build messages and claims with
  * (test_store, test_store_lmdb, test_store_pg): a distinct hash per
  * number, a claim, a message with every field owned, spooling one in a
- * transaction, looking a claim up, comparing two messages field by field.
+ * transaction, looking a claim up, comparing two messages field by field,
+ * the stories' figures.
  */
 #ifndef TESTS_UNIT_TEST_STORE_HELP_H
 #define TESTS_UNIT_TEST_STORE_HELP_H
@@ -23,6 +24,17 @@ static inline void hash_of(uint8_t h[STORE_HASH_LEN], int i)
 		h[j] = (uint8_t) (i * 31 + j * 7 + (i >> 8));
 	h[0] = (uint8_t) i;
 	h[1] = (uint8_t) (i >> 8);
+}
+
+/* stories_of - store_stats()' stories and key index entries */
+static inline int stories_of(struct store *st, uint64_t *stories, uint64_t *keys)
+{
+	struct store_stats s;
+	int err = store_stats(st, &s, STORE_STATS_STORIES);
+
+	*stories = s.stories;
+	*keys = s.keys;
+	return err;
 }
 
 /* claim_of - a claim record for a test */

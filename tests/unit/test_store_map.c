@@ -76,7 +76,7 @@ static uint64_t map(struct store *st)
 {
 	struct store_stats s;
 
-	CHECK_INT("stats", store_stats(st, &s), 0);
+	CHECK_INT("stats", store_stats(st, &s, 0), 0);
 	return s.space.size;
 }
 

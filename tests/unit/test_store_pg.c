@@ -913,15 +913,15 @@ static void test_stats_estimate(void **state)
 
 	sql(f, "INSERT INTO claims SELECT int4send(g), '\\x01', 'Q' || g, '\\x00', 0, 0 "
 	    "FROM generate_series(1, 1000) g%s", NULL);
-	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("stats", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("few: counted", st.claims, 1000);
 	sql(f, "INSERT INTO claims SELECT int4send(g), '\\x01', 'Q' || g, '\\x00', 0, 0 "
 	    "FROM generate_series(1001, 150000) g; ANALYZE claims%s", NULL);
 	sql(f, "INSERT INTO claims SELECT int4send(g), '\\x01', 'Q' || g, '\\x00', 0, 0 "
 	    "FROM generate_series(150001, 150100) g%s", NULL);
-	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("stats", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("many: the estimate of the ANALYZE", st.claims, 150000);
-	CHECK_INT("history stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("history stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("keys: the same estimate", keys, 150000);
 	CHECK_INT("stories: few, counted", stories, 0);
 }
@@ -1234,7 +1234,7 @@ static void plans_work(struct fx *f, struct store *b)
 	m.rcpts[0].state = STORE_RCPT_SENT;
 	CHECK_INT("sent", store_msg_update(f->st, &m), 0);
 	store_msg_free(&m);
-	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stats", stories_of(f->st, &stories, &keys), 0);
 	spool_one(f->st, "PLANS0A00002", 3);
 	CHECK_INT("key's queued", store_key_queued(f->st, KH, NULL, &qids, &n), 0);
 	CHECK_INT("queued under the key", n >= 1, 1);

@@ -249,7 +249,7 @@ static void test_open_roles(void **state)
 	assert_string_equal(store_backend(st), "lmdb");
 	CHECK_INT("lmdb declares", store_caps(st), STORE_CAP_LOCAL_READS | STORE_CAP_OWN_SPACE);
 	CHECK_INT("a store of one node has no number", store_node_id(st), -1);
-	CHECK_INT("stats", store_stats(st, &s), 0);
+	CHECK_INT("stats", store_stats(st, &s, 0), 0);
 	CHECK_INT("store.map_size_max applied at open", s.space.ceiling <= 16u << 20, 1);
 	store_close(st);
 

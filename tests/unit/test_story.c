@@ -231,7 +231,7 @@ static void test_expire(void **state)
 	/* other content under the key, accepted anyway: claim 21 is D2's now */
 	story_msg(&m2, "0000000000D2", 1, NULL);
 	accept_msg(f->st, &m2, 7, renewed);
-	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("stories", stories, 2);
 	CHECK_INT("keys: one per claim, D2 holding 21 now", keys, 2);
 	/* queued: never expires; its story is made from the message record, key and ttl too */
@@ -250,15 +250,15 @@ static void test_expire(void **state)
 	CHECK_INT("written story has its key", s.has_key, 1);
 	CHECK_INT("written story expires a ttl after", s.expires - s.finished, TTL + 1);
 	store_story_free(&s);
-	CHECK_INT("claims before", store_stats(f->st, &st), 0);
+	CHECK_INT("claims before", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("claims", st.claims, 2);
 	CHECK_INT("later: one deleted", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 1);
 	CHECK_INT("story gone", store_story_get(f->st, m.qid, &s), STORE_ENOTFOUND);
-	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("stories: D2's is left", stories, 1);
 	CHECK_INT("key entries: D2's is left", keys, 1);
 	/* its claims went with it, but not the one D2 took over */
-	CHECK_INT("claims after", store_stats(f->st, &st), 0);
+	CHECK_INT("claims after", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("claims", st.claims, 1);
 	CHECK_INT("D2's claim", claim_live(f->st, 7, 21), 1);
 	store_msg_free(&m);
@@ -292,7 +292,7 @@ static void test_expire_claim_outlives(void **state)
 	CHECK_INT("update", store_msg_update(f->st, &live), 0);
 	store_msg_free(&live);
 	CHECK_INT("expire", store_hist_expire(f->st, now_us() + 2 * TTL, 100), 1);
-	CHECK_INT("stats", store_stats(f->st, &st), 0);
+	CHECK_INT("stats", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("the live claim stays", st.claims, 1);
 	store_msg_free(&m);
 }
@@ -322,10 +322,10 @@ static void test_expire_backlog(void **state)
 	}
 	for (i = 0; i < sizeof(batches) / sizeof(batches[0]); i++)
 		CHECK_INT("batch", store_hist_expire(f->st, now_us() + 2 * TTL, 10), batches[i]);
-	CHECK_INT("stats", store_hist_stats(f->st, &stories, &keys), 0);
+	CHECK_INT("stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("no story left", stories, 0);
 	CHECK_INT("no key entry left", keys, 0);
-	CHECK_INT("claims", store_stats(f->st, &st), 0);
+	CHECK_INT("claims", store_stats(f->st, &st, 0), 0);
 	CHECK_INT("no claim left", st.claims, 0);
 }
 
