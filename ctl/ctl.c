@@ -283,7 +283,7 @@ static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
 }
 
 /* ctl_key_hashes - KEY as the daemon would have derived it from a header/ENVID or a Message-ID */
-size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN])
+size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
 {
 	char hex[2 * HASH_LEN + 1];
 	size_t n = strlen(key), a = 0;
@@ -446,7 +446,7 @@ static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
 		{"release", "released", "released from hold"},
 		{"reroute", "rerouted", "rerouted"},
 	};
-	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	struct buf reply = BUF_INIT, line = BUF_INIT;
 	struct queue_admin_sel sel;
 	char err[1024];
@@ -589,7 +589,7 @@ static void print_qids(const char *reply, const char *name, const char *label)
  */
 static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 {
-	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	char hex[2 * HASH_LEN + 1], err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
 	struct queue_admin_sel sel;

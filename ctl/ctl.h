@@ -17,10 +17,9 @@
 #include <stdint.h>
 
 #include "../conf/conf.h"
+#include "../queue/queue_admin.h"
 #include "../store/store.h"
 #include "../util/buf.h"
-
-#define CTL_MAX_KEYS	2	/* the key as given, and as a Message-ID */
 
 struct ctl {
 	struct conf cf;
@@ -47,7 +46,7 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 const char *ctl_time(char *out, size_t len, int64_t us);
 
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
-size_t ctl_key_hashes(const char *key, uint8_t out[CTL_MAX_KEYS][STORE_HASH_LEN]);
+size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN]);
 
 /* ctl_show.c */
 int ctl_queue(struct ctl *x);

@@ -318,7 +318,7 @@ static void story_text(struct ctl *x, const struct store_story *s)
 /* key_qids - the QIDs filed under any form of the key */
 static size_t key_qids(struct ctl *x, const char *key, char (**out)[STORE_QID_SIZE])
 {
-	uint8_t h[CTL_MAX_KEYS][STORE_HASH_LEN];
+	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	char (*q)[STORE_QID_SIZE];
 	size_t nh = ctl_key_hashes(key, h), i, j, k, n = 0, nq;
 	int err;

@@ -43,7 +43,6 @@
 #include "control.h"
 
 #define CONTROL_BACKLOG	16
-#define CONTROL_MAX_KEYS	16	/* key hashes in one request */
 #define TICK_MS		250		/* how often the timers below are looked at */
 #define PERSIST_EVERY	1000000LL	/* microseconds */
 #define EXPIRE_EVERY	10000000LL
@@ -92,11 +91,32 @@ static int sched_retry(void *arg, const char *qid)
 }
 
 /*
+ * parse_keys - "USER|- HEX..." (words, or the rest of a strtok_r() at
+ * save when NULL): the hashes of one key's forms, QUEUE_ADMIN_MAX_KEYS at
+ * most, into keys and sel; -1 if malformed
+ */
+static int parse_keys(char *words, char **save, struct queue_admin_sel *sel,
+		      uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
+{
+	char *user = strtok_r(words, " ", save), *h;
+
+	if (user == NULL)
+		return -1;
+	while ((h = strtok_r(NULL, " ", save)) != NULL)
+		if (sel->n_keys == QUEUE_ADMIN_MAX_KEYS
+		    || hash_unhex(h, keys[sel->n_keys++], STORE_HASH_LEN) != 0)
+			return -1;
+	sel->user = strcmp(user, "-") == 0 ? NULL : user;
+	sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
+	return sel->n_keys ? 0 : -1;
+}
+
+/*
  * parse_sel - a request's selection: QID, ALL, "key USER|- HEX...",
  * "from PATTERN", "to PATTERN" (both may be given); -1 if malformed
  */
 static int parse_sel(char *args, struct queue_admin_sel *sel,
-		     uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN])
+		     uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
 {
 	char *save = NULL, *w = strtok_r(args, " ", &save), *v;
 
@@ -106,14 +126,7 @@ static int parse_sel(char *args, struct queue_admin_sel *sel,
 	if (strcmp(w, "ALL") == 0) {
 		sel->all = 1;
 	} else if (strcmp(w, "key") == 0) {
-		if ((v = strtok_r(NULL, " ", &save)) == NULL)
-			return -1;
-		sel->user = strcmp(v, "-") == 0 ? NULL : v;
-		while (sel->n_keys < CONTROL_MAX_KEYS && (v = strtok_r(NULL, " ", &save)) != NULL)
-			if (hash_unhex(v, keys[sel->n_keys++], STORE_HASH_LEN) != 0)
-				return -1;
-		sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
-		return sel->n_keys ? 0 : -1;
+		return parse_keys(NULL, &save, sel, keys);
 	} else if (strcmp(w, "from") == 0 || strcmp(w, "to") == 0) {
 		for (; w != NULL; w = strtok_r(NULL, " ", &save)) {
 			if ((v = strtok_r(NULL, " ", &save)) == NULL)
@@ -135,7 +148,7 @@ static int parse_sel(char *args, struct queue_admin_sel *sel,
 /* do_select - drop, hold, release or reroute what the request names */
 static void do_select(struct control *ctl, const char *cmd, char *args, struct buf *out)
 {
-	uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN];
+	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	struct queue_admin_sel sel;
 
 	if (parse_sel(args, &sel, keys) != 0) {
@@ -157,29 +170,23 @@ static void do_select(struct control *ctl, const char *cmd, char *args, struct b
  */
 static void do_forget(struct control *ctl, char *args, struct buf *out)
 {
-	uint8_t keys[CONTROL_MAX_KEYS][STORE_HASH_LEN];
+	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	enum queue_admin_forget mode = QUEUE_ADMIN_REFUSE;
 	struct queue_admin_sel sel;
-	char *save = NULL, *user = strtok_r(args, " ", &save), *h;
+	char *save = NULL;
 
 	memset(&sel, 0, sizeof(sel));
-	if (user && strcmp(user, "--force") == 0)
+	if (strncmp(args, "--force ", 8) == 0) {
 		mode = QUEUE_ADMIN_FORCE;
-	else if (user && strcmp(user, "--drop") == 0)
+		args += 8;
+	} else if (strncmp(args, "--drop ", 7) == 0) {
 		mode = QUEUE_ADMIN_DROP;
-	if (mode != QUEUE_ADMIN_REFUSE)
-		user = strtok_r(NULL, " ", &save);
-	while (user && sel.n_keys < CONTROL_MAX_KEYS && (h = strtok_r(NULL, " ", &save)) != NULL)
-		if (hash_unhex(h, keys[sel.n_keys++], STORE_HASH_LEN) != 0) {
-			json_error(out, "bad key hash");
-			return;
-		}
-	if (user == NULL || sel.n_keys == 0) {
+		args += 7;
+	}
+	if (parse_keys(args, &save, &sel, keys) != 0) {
 		json_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
 		return;
 	}
-	sel.user = strcmp(user, "-") == 0 ? NULL : user;
-	sel.keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
 	queue_admin_forget(ctl->st, &ctl->sched, &sel, mode, clock_us(), out);
 }
 

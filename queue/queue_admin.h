@@ -30,6 +30,9 @@ struct queue_admin_sched {
 	int (*retry) (void *arg, const char *qid);
 };
 
+/* sel.keys at most: a key's forms, as given and as a Message-ID (ctl_key_hashes) */
+#define QUEUE_ADMIN_MAX_KEYS	2
+
 /* which queued messages an action is for: one of qid, keys, all, or the patterns */
 struct queue_admin_sel {
 	const char *qid;			/* this message */

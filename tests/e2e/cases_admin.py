@@ -115,8 +115,9 @@ def test_control_slow_client(t):
 @case()
 def test_control_qid_syntax(t):
     """the control socket takes as a QID only what the daemon writes (12 of
-    [0-9A-V], queue/qid.c qid_valid), as idemrelayctl does: anything else is a bad
-    request, never looked up"""
+    [0-9A-V], queue/qid.c qid_valid), as idemrelayctl does, and as a key the hashes
+    of its forms (QUEUE_ADMIN_MAX_KEYS, 2): anything else is a bad request, never
+    looked up or cut short"""
     sink = t.sink()
     d = ops_daemon(t, sink)
     d.wait_log("started:")
@@ -134,10 +135,15 @@ def test_control_qid_syntax(t):
                 got += chunk
             return got.decode()
 
+    H = b"ab" * 32                      # a key hash no message has
     for line, want in ((b"retry 0000000000VV", '"error":"unknown QID 0000000000VV"'),
                        (b"retry 0000000000ZZ", '"error":"retry: bad or missing QID"'),
                        (b"count A", '"error":"count: bad or missing QID"'),
                        (b"hold 0000000000000", '"error":"usage: hold QID'),
-                       (b"drop ORDER2026WXYZ", '"error":"usage: drop QID')):
+                       (b"drop ORDER2026WXYZ", '"error":"usage: drop QID'),
+                       (b"hold key - " + b" ".join([H] * 2), '"ok":true'),
+                       (b"hold key - " + b" ".join([H] * 3), '"error":"usage: hold QID'),
+                       (b"forget --drop - " + b" ".join([H] * 2), '"error":"unknown key"'),
+                       (b"forget - " + b" ".join([H] * 3), '"error":"usage: forget')):
         got = ask(line)
         check(want in got, "%s answered %r, want %s" % (line.decode(), got, want))
