@@ -295,3 +295,85 @@ def test_routes_default_pause_holds_only_its_own(t):
     eq(subjects(default), ["dflt 0", "dflt 1", "dflt 2"], "the default's, each once")
     for line in d.log_lines("status=deferred"):
         check("delivery temporarily suspended" in line, "a deferral charged: %s" % line)
+
+
+def route_fault(t, fault, *words):
+    """route_fault - alice's route's upstream fails (its sink's control: fault) while
+    alice's, bob's and the default's mail come in: alice's alone is deferred, again and
+    again (each deferral's log line has words), never bounced, never sent to the
+    default upstream or bob's, never in clear (her sink answers MAIL or AUTH before
+    STARTTLS 530 or 538); bob's and the default's are delivered meanwhile. Once the
+    fault is cleared alice's arrive, each once, over TLS with her route's credentials."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    sink_a.control(**fault)
+    d = tenants_daemon(t, default, {
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a"),
+                  route("tenant-b", "bob", sink_b, "up-bob", "pw-b")]})
+    port = d.ports[1]
+    n = 3
+    alice = [qid_of(auth_submit(port, "alice", "alice-pw", "flt-%d" % i, subject="alice %d" % i))
+             for i in range(n)]
+    auth_submit(port, "bob", "bob-pw", "flt-b", subject="bob")
+    submit_ok(d.ports[0], "x@example.com", make_msg(key="flt-n", subject="no auth"))
+    sink_b.wait_count(1, timeout=20)
+    default.wait_count(1, timeout=20)
+    for q in alice:
+        wait_until(lambda: len(d.log_lines(q, "status=deferred", *words)) >= 2, 30,
+                   "%s deferred twice, its lines with %r" % (q, words))
+        check(not d.log_lines(q, "status=sent") and not d.log_lines(q, "status=bounced"),
+              "%s sent or bounced while its route's upstream fails:\n%s"
+              % (q, "\n".join(d.log_lines(q))))
+    eq([l for l in d.log_lines("status=deferred") if not any(q in l for q in alice)], [],
+       "deferrals of mail not alice's")
+    eq(sink_a.accepted(), [], "messages at alice's failing upstream")
+    log = sink_a.log()
+    check("> 530 " not in log and "> 538 " not in log, "alice's sink saw MAIL or AUTH in clear")
+
+    sink_a.control()                        # alice's upstream takes her mail again
+    sink_a.wait_count(n, timeout=30)
+    for q in alice:
+        d.wait_log(q, "status=sent")
+    time.sleep(1)                           # anything sent twice or misrouted would be here
+    eq(subjects(sink_a), sorted("alice %d" % i for i in range(n)), "alice's, each once")
+    eq(subjects(sink_b), ["bob"], "bob's upstream")
+    eq(subjects(default), ["no auth"], "the default upstream")
+    for r in sink_a.accepted():
+        check(r["tls"], "alice's message came without TLS")
+        eq(r["auth"], "up-alice", "the credentials alice's sink saw")
+
+
+@case()
+def test_routes_upstream_refuses_credentials(t):
+    """A route's upstream refusing its credentials (535 5.7.8, an account suspended)
+    defers that route's mail (4.7.8, as Postfix's smtp_sasl_auth_soft_bounce), never
+    bounced or sent elsewhere, and delivers it once when the credentials work again."""
+    route_fault(t, {"auth_reply": "535 5.7.8 account suspended"},
+                "dsn=4.7.8", "SASL authentication failed: 535 5.7.8 account suspended")
+
+
+@case()
+def test_routes_upstream_tls_fails(t):
+    """A route's upstream whose STARTTLS fails (reset before the handshake) defers that
+    route's mail, never sent in clear or elsewhere; delivered once when TLS works."""
+    route_fault(t, {"starttls": "abort"}, "dsn=4.7.5", "TLS handshake failed")
+
+
+@case()
+def test_routes_upstream_starttls_stripped(t):
+    """A route's upstream that stops offering STARTTLS (stripped on the way) defers that
+    route's mail, never sent in clear or elsewhere; delivered once when it is back."""
+    route_fault(t, {"starttls": "off"}, "dsn=4.7.4", "TLS is required, but was not offered")
+
+
+@case()
+def test_routes_upstream_resets(t):
+    """A route's upstream resetting every connection in the middle of the transaction
+    (after its reply to MAIL, the 6th of the connection: greeting, EHLO, STARTTLS, EHLO,
+    AUTH, MAIL; the deferral's last reply says it was MAIL's) defers that route's mail, never sent elsewhere; delivered
+    once when the resets stop."""
+    route_fault(t, {"reset_after_reply": 6}, "dsn=4.4.2", "Connection reset by peer",
+                "last reply: 250 2.1.0 ok")

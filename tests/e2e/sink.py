@@ -45,6 +45,13 @@ TLS AND AUTH
     before a successful AUTH ("530 5.7.0 Authentication required"); bad
     credentials get "535 5.7.8".
 
+    The control file (below) may make them fail for a while: "starttls":
+    "off" leaves STARTTLS out of EHLO and answers it 502 (a server, or a
+    man in the middle, stripping it), "abort" answers it 220 and resets
+    the connection before the handshake; "auth_reply": TEXT refuses every
+    AUTH, once its credentials are read, with TEXT (say "535 5.7.8 ...":
+    an account suspended, a password changed at the provider).
+
     Records then also carry tls (the protocol version, or null), sni
     (the server name the client sent, or null) and auth (the user, or
     null); events add "starttls" and "auth" (with ok).
@@ -533,7 +540,7 @@ class Conn:
         lines += ["250-SIZE %d" % SIZE_LIMIT,
                  "250-8BITMIME",
                  "250-DSN"]
-        if self.sink.ssl_ctx and not self.tls:
+        if self.sink.ssl_ctx and not self.tls and self.sink.control.get("starttls") != "off":
             lines.append("250-STARTTLS")
         if self.sink.auth and (self.tls or not self.sink.ssl_ctx):
             lines.append("250-AUTH PLAIN LOGIN")
@@ -545,7 +552,7 @@ class Conn:
         await self.reply("\r\n".join(lines))
 
     async def do_STARTTLS(self, arg):
-        if not self.sink.ssl_ctx or self.sink.implicit:
+        if not self.sink.ssl_ctx or self.sink.implicit or self.sink.control.get("starttls") == "off":
             await self.reply("502 5.5.1 STARTTLS not offered")
             return
         if self.tls:
@@ -555,6 +562,10 @@ class Conn:
         if self.sink.inject:
             text += "\r\n250 injected before the handshake"
         await self.reply(text)
+        if self.sink.control.get("starttls") == "abort":
+            self.sink.event(ev="starttls", conn=self.id, ok=False, error="aborted")
+            self.close("STARTTLS: reset before the handshake (control)")
+            return
         self.buf = b""              # what the client pipelined: never executed
         try:
             await self.writer.start_tls(self.sink.ssl_ctx)
@@ -615,10 +626,11 @@ class Conn:
             await self.reply("501 5.5.2 bad base64")
             return
         user, pw = user.decode("latin-1"), pw.decode("latin-1")
-        ok = (user, pw) == self.sink.auth
+        forced = self.sink.control.get("auth_reply")
+        ok = (user, pw) == self.sink.auth and not forced
         self.sink.event(ev="auth", conn=self.id, mech=mech, user=user, ok=ok)
         if not ok:
-            await self.reply("535 5.7.8 authentication credentials invalid")
+            await self.reply(forced or "535 5.7.8 authentication credentials invalid")
             return
         self.auth_user = user
         await self.reply("235 2.7.0 authentication successful")
