@@ -336,9 +336,7 @@ static void postpone(struct deliver_job **jobs, size_t n, const char *route, int
 		until = clock_us() + US;
 	for (i = 0; i < n; i++) {
 		snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
-		deliver_set_all(jobs[i], DELIVER_DEFERRED, "4.4.2", why);
-		jobs[i]->postponed = 1;
-		jobs[i]->until = until;
+		(void) deliver_job_postpone(jobs[i], until, "4.4.2", why);
 	}
 }
 

@@ -84,9 +84,8 @@ struct deliver_job {
 					 * outcome, then a refused retry): job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
 	int64_t until;			/* postponed: due again then (clock_us) */
-	int postponed;			/* throttled before anything of it was delivered,
-					 * or not sent for another's refused mark:
-					 * deferred to until, no attempt charged */
+	int postponed;			/* deliver_job_postpone: deferred to until,
+					 * no attempt charged */
 };
 
 /*
@@ -106,6 +105,8 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 void deliver_replied(struct deliver *d, struct deliver_job *j);
 
 
+/* deliver_job.c: one job's results */
+
 /* deliver_set - record one recipient's result (dsn NULL: taken from reply) */
 void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
 		 const char *dsn, const char *reply);
@@ -113,6 +114,15 @@ void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
 /* deliver_set_all - the same result for every attempted recipient */
 void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
 		     const char *dsn, const char *reply);
+
+/*
+ * deliver_job_postpone - j got nowhere (throttled, or another's mark
+ * refused): due again at until (clock_us), no attempt charged, every
+ * recipient in the attempt deferred with dsn and why; 1 if so, 0 for a
+ * job already decided or with a recipient's final outcome (left as is)
+ */
+int deliver_job_postpone(struct deliver_job *j, int64_t until, const char *dsn,
+			 const char *why);
 
 /* deliver.c: the scheduler's side of a job's end */
 

@@ -95,31 +95,6 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 	return err;
 }
 
-/* deliver_set - one recipient's result */
-void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o,
-		 const char *dsn, const char *reply)
-{
-	struct deliver_result *r = &j->res[i];
-
-	r->outcome = o;
-	snprintf(r->reply, sizeof(r->reply), "%s", reply ? reply : "");
-	if (dsn)
-		snprintf(r->dsn, sizeof(r->dsn), "%s", dsn);
-	else
-		deliver_dsn_code(r->dsn, r->reply);
-}
-
-/* deliver_set_all - the same result for every recipient in the attempt */
-void deliver_set_all(struct deliver_job *j, enum deliver_outcome o,
-		     const char *dsn, const char *reply)
-{
-	size_t i;
-
-	for (i = 0; i < j->m.n_rcpts; i++)
-		if (j->res[i].attempted)
-			deliver_set(j, i, o, dsn, reply);
-}
-
 /* log_result - the Postfix-like line for one recipient */
 static void log_result(const struct deliver_job *j, size_t i, const char *status,
 		       const char *prefix, int64_t now)

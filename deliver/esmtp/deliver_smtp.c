@@ -589,21 +589,13 @@ static int xsess_run(struct xsess *xs)
 static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n)
 {
 	char why[DELIVER_REPLY_MAX], dsn[DELIVER_DSN_SIZE];
-	size_t i, k;
+	int64_t until = deliver_rate_paused_until(xs->rate);
+	size_t i;
 
 	snprintf(why, sizeof(why), "host %s said: %s", xs->relay, xs->throttle);
 	(void) deliver_dsn_code(dsn, xs->throttle);
-
-	for (i = 0; i < n; i++) {
-		for (k = 0; k < jobs[i]->m.n_rcpts; k++)
-			if (jobs[i]->res[k].attempted && jobs[i]->res[k].outcome != DELIVER_DEFERRED)
-				break;
-		if (k < jobs[i]->m.n_rcpts || jobs[i]->decided)
-			continue;
-		jobs[i]->postponed = 1;
-		jobs[i]->until = deliver_rate_paused_until(xs->rate);
-		deliver_set_all(jobs[i], DELIVER_DEFERRED, dsn, why);
-	}
+	for (i = 0; i < n; i++)
+		(void) deliver_job_postpone(jobs[i], until, dsn, why);
 }
 
 /*
@@ -625,13 +617,10 @@ static void xsess_nomark_rest(struct xsess *xs, struct deliver_job **jobs, size_
 		return;
 	snprintf(why, sizeof(why), "not sent: the session with %s was abandoned when the"
 		 " inflight mark of %s could not be recorded", xs->relay, jobs[k]->m.qid);
-	for (i = k + 1; i < n; i++) {
-		if (xs->msgs[i].state != XMSG_ENVELOPE || jobs[i]->decided)
-			continue;
-		jobs[i]->postponed = 1;
-		jobs[i]->until = clock_us() + XSESS_NOMARK_WAIT;
-		deliver_set_all(jobs[i], DELIVER_DEFERRED, "4.3.0", why);
-	}
+	for (i = k + 1; i < n; i++)
+		if (xs->msgs[i].state == XMSG_ENVELOPE)
+			(void) deliver_job_postpone(jobs[i], clock_us() + XSESS_NOMARK_WAIT, "4.3.0",
+						    why);
 }
 
 /* smtp_send - deliver a batch over one connection to its upstream group */

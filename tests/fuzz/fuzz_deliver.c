@@ -152,26 +152,6 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 	j->decided = 1;
 }
 
-void deliver_set(struct deliver_job *j, size_t i, enum deliver_outcome o, const char *dsn,
-		 const char *reply)
-{
-	struct deliver_result *r = &j->res[i];
-
-	r->outcome = o;
-	snprintf(r->reply, sizeof(r->reply), "%s", reply ? reply : "");
-	snprintf(r->dsn, sizeof(r->dsn), "%s", dsn ? dsn : "x.x.x");
-}
-
-void deliver_set_all(struct deliver_job *j, enum deliver_outcome o, const char *dsn,
-		     const char *reply)
-{
-	size_t i;
-
-	for (i = 0; i < j->m.n_rcpts; i++)
-		if (j->res[i].attempted)
-			deliver_set(j, i, o, dsn, reply);
-}
-
 /* ---------------------------------------------------------------- the server */
 
 /* srv_send - write it all (the client may be gone: no SIGPIPE) */

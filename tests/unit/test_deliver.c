@@ -1,8 +1,8 @@
 /*
  * test_deliver - the pure parts of delivery: backoff, outcome
  * classification, reply text and status codes, the libesmtp header scan,
- * xtext, and the scheduler's queue (deliver/deliver_policy.c,
- * deliver/deliver_queue.c).
+ * xtext, the scheduler's queue, and a job put off uncharged
+ * (deliver/deliver_policy.c, deliver/deliver_queue.c, deliver/deliver_job.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "../../deliver/deliver_impl.h"
 #include "../../deliver/deliver_policy.h"
 #include "../../deliver/deliver_queue.h"
 
@@ -427,6 +428,49 @@ static void test_queue_random(void **state)
 	dq_free(&q);
 }
 
+/*
+ * test_job_postpone - a job that got nowhere is postponed: due at until,
+ * every recipient in the attempt deferred with the reason given, the one
+ * not in it untouched; one with a recipient's final outcome, or already
+ * decided, is left as it was
+ */
+static void test_job_postpone(void **state)
+{
+	struct deliver_result res[3];
+	struct store_rcpt rcpts[3];
+	struct deliver_job j;
+
+	(void) state;
+	memset(&j, 0, sizeof(j));
+	memset(res, 0, sizeof(res));
+	j.m.rcpts = rcpts;
+	j.m.n_rcpts = 3;
+	j.res = res;
+	res[0].attempted = res[1].attempted = 1;	/* res[2]: delivered before */
+	deliver_set(&j, 0, DELIVER_DEFERRED, "4.3.0", "delivery not attempted");
+	deliver_set(&j, 1, DELIVER_DEFERRED, "4.3.0", "delivery not attempted");
+	assert_int_equal(deliver_job_postpone(&j, 1234, "4.7.0", "slow down"), 1);
+	assert_true(j.postponed);
+	assert_int_equal(j.until, 1234);
+	assert_string_equal(res[1].reply, "slow down");
+	assert_string_equal(res[1].dsn, "4.7.0");
+	assert_string_equal(res[2].reply, "");
+
+	j.postponed = 0;
+	j.until = 0;
+	deliver_set(&j, 1, DELIVER_BOUNCED, "5.1.1", "no such user");
+	assert_int_equal(deliver_job_postpone(&j, 99, "4.7.0", "slow down"), 0);
+	assert_false(j.postponed);
+	assert_int_equal(res[1].outcome, DELIVER_BOUNCED);
+	assert_string_equal(res[1].reply, "no such user");
+
+	deliver_set(&j, 1, DELIVER_DEFERRED, "4.2.0", "mailbox busy");
+	j.decided = 1;
+	assert_int_equal(deliver_job_postpone(&j, 99, "4.7.0", "slow down"), 0);
+	assert_false(j.postponed);
+	assert_string_equal(res[1].reply, "mailbox busy");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -441,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_queue_enqueue_earlier),
 		cmocka_unit_test(test_queue_flush),
 		cmocka_unit_test(test_queue_random),
+		cmocka_unit_test(test_job_postpone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
