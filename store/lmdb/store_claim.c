@@ -31,8 +31,10 @@
  *	where a claim lands on a random leaf: four levels at a million
  *	claims against two on a new store (issue 27). A claim already in
  *	claims is rewritten there, so each claim is in one of the two, and
- *	every reader looks in cnew first. An idemrelay from before cnew
- *	would not see the claims in it: a store is not to go back to one.
+ *	every reader looks in cnew first (store_stage.c, which hnew uses
+ *	too). A claim in cnew that does not decode is deleted by the move,
+ *	with a warning. An idemrelay from before cnew would not see the
+ *	claims in it: a store is not to go back to one.
  *
  *	It goes with its message's story (store_hist.c), which expires ttl
  *	after the message left the spool, so never before the claim. No
@@ -83,16 +85,30 @@ int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 	return rc;
 }
 
+/* claim_move - a claim about to move from cnew to claims: 0, or STORE_EINVAL if corrupt */
+static int claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
+{
+	struct store_claim c;
+
+	(void) t;
+	if (key->mv_size != STORE_CLAIM_KEY_LEN)
+		return STORE_EINVAL;
+	return lmdb_claim_decode(val->mv_data, val->mv_size, &c) != 0 ? STORE_EINVAL : 0;
+}
+
+/* claim_stage - claims are staged in cnew (store_stage.c) */
+static struct lmdb_stage claim_stage(struct lmdb_store *st)
+{
+	return (struct lmdb_stage) { st->cnew, st->claims, st->has_cnew, CNEW_DEPTH, "claim",
+				     claim_move };
+}
+
 /* lmdb_claim_get - the record filed under key, in cnew or else claims; *dbi (if wanted) says which */
 int lmdb_claim_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
 {
-	int rc = MDB_NOTFOUND;
+	struct lmdb_stage sg = claim_stage(st);
 
-	if (st->has_cnew && (rc = mdb_get(txn, st->cnew, key, val)) == 0 && dbi)
-		*dbi = st->cnew;
-	if (rc == MDB_NOTFOUND && (rc = mdb_get(txn, st->claims, key, val)) == 0 && dbi)
-		*dbi = st->claims;
-	return rc;
+	return lmdb_stage_get(&sg, txn, key, val, dbi);
 }
 
 /* claim_read - the claim record filed for (keyhash, hash), live or not */
@@ -189,29 +205,6 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 	return err;
 }
 
-/* cnew_move - when cnew has grown past a page: its claims go to claims and leave cnew */
-static int cnew_move(struct lmdb_txn *t)
-{
-	struct lmdb_store *st = t->st;
-	struct lmdb_staged *mv;
-	size_t n, i;
-	int err;
-
-	if ((err = lmdb_staged(t, st->cnew, CNEW_DEPTH, &mv, &n)) != 0)
-		return err;
-	for (i = 0; i < n && err == 0; i++) {
-		if (mv[i].key.mv_size != STORE_CLAIM_KEY_LEN || mv[i].val.mv_size > STORE_CLAIM_REC_LEN) {
-			msg_warn("store: corrupt claim record skipped");
-			continue;
-		}
-		if ((err = lmdb_mdb_error(lmdb_put(t, st->claims, &mv[i].key, &mv[i].val, 0),
-					   "put claim")) == 0)
-			err = lmdb_mdb_error(lmdb_del(t, st->cnew, &mv[i].key, NULL), "delete cnew");
-	}
-	lmdb_staged_free(mv, n);
-	return err;
-}
-
 /*
  * lmdb_txn_claim_put - write a claim under its key, replacing any there
  * (an old-key one stays, unseen): in claims if it is there, else in cnew
@@ -220,25 +213,14 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
-	struct lmdb_store *st = t->st;
+	struct lmdb_stage sg = claim_stage(t->st);
 	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
-	MDB_val key = { sizeof(k), k }, val;
-	MDB_dbi dbi = st->claims;
-	int err, rc;
+	MDB_val key = { sizeof(k), k }, val = { lmdb_claim_encode(rec, c), rec };
+	int err, staged;
 
 	lmdb_claim_key(k, keyhash, hash);
-	if (st->has_cnew && (rc = mdb_get(t->txn, st->claims, &key, &val)) != 0) {
-		if (rc != MDB_NOTFOUND) {
-			store_txn_fail(&t->base, lmdb_mdb_error(rc, "get claim"));
-			return;
-		}
-		dbi = st->cnew;
-	}
-	val.mv_size = lmdb_claim_encode(rec, c);
-	val.mv_data = rec;
-	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, &key, &val, 0), "put claim")) == 0
-	    && dbi == st->cnew)
-		err = cnew_move(t);
+	if ((err = lmdb_stage_put(t, &sg, &key, &val, 0, &staged)) == 0 && staged)
+		err = lmdb_stage_move(t, &sg);
 	if (err != 0)
 		store_txn_fail(&t->base, err);
 }

@@ -30,7 +30,9 @@
  *	level of hist and of hexpiry (eight pages at a million stories
  *	against two on a new store, issue 27); the move pays for the levels
  *	once for a page of stories. A story already in hist is rewritten
- *	there. Every reader looks in hnew first, then in hist.
+ *	there. Every reader looks in hnew first, then in hist (store_stage.c).
+ *	A story in hnew that does not decode is deleted by the move, with a
+ *	warning: in hist it would have no expiry entry, and stay for ever.
  *
  *	A story expires ttl after its message left the spool, through an
  *	index in time order (hexpiry DB); a story still in hnew has no
@@ -96,16 +98,21 @@ static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
 	return 0;
 }
 
+static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
+
+/* story_stage - stories are staged in hnew (store_stage.c) */
+static struct lmdb_stage story_stage(struct lmdb_store *st)
+{
+	return (struct lmdb_stage) { st->hnew, st->hist, st->has_hnew, HNEW_DEPTH, "story",
+				     story_move };
+}
+
 /* hist_get - a story's record, from hnew or else hist; *dbi (if wanted) says which. An LMDB code */
 static int hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
 {
-	int rc = MDB_NOTFOUND;
+	struct lmdb_stage sg = story_stage(st);
 
-	if (st->has_hnew && (rc = mdb_get(txn, st->hnew, key, val)) == 0 && dbi)
-		*dbi = st->hnew;
-	if (rc == MDB_NOTFOUND && (rc = mdb_get(txn, st->hist, key, val)) == 0 && dbi)
-		*dbi = st->hist;
-	return rc;
+	return lmdb_stage_get(&sg, txn, key, val, dbi);
 }
 
 /*
@@ -157,35 +164,28 @@ static int hexpiry_put(struct lmdb_txn *t, int64_t expires, const char *qid)
 }
 
 /*
- * hnew_move - when hnew has grown past a page: its stories go to hist as
- * they are, each with its expiry entry once it has one, and leave hnew
+ * story_move - a story about to move from hnew to hist: its expiry entry
+ * once it has one; STORE_EINVAL if it is corrupt (then deleted: the
+ * greatest QID must outlive it, as it does an expired story)
  */
-static int hnew_move(struct lmdb_txn *t)
+static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
 {
-	struct lmdb_store *st = t->st;
 	struct store_story s;
-	struct lmdb_staged *mv;
 	char qid[STORE_QID_SIZE];
-	size_t n, i;
-	int err;
+	int err = 0;
 
-	if ((err = lmdb_staged(t, st->hnew, HNEW_DEPTH, &mv, &n)) != 0)
-		return err;
-	for (i = 0; i < n && err == 0; i++) {
-		if (mv[i].key.mv_size == 0 || mv[i].key.mv_size >= STORE_QID_SIZE)
-			continue;
-		memcpy(qid, mv[i].key.mv_data, mv[i].key.mv_size);
-		qid[mv[i].key.mv_size] = 0;
-		err = lmdb_mdb_error(lmdb_put(t, st->hist, &mv[i].key, &mv[i].val, 0), "put hist");
-		memset(&s, 0, sizeof(s));
-		if (err == 0 && lmdb_hist_rec_decode(mv[i].val.mv_data, mv[i].val.mv_size, &s) == 0
-		    && s.expires)
-			err = hexpiry_put(t, s.expires, qid);
-		store_story_free(&s);
-		if (err == 0)
-			err = lmdb_mdb_error(lmdb_del(t, st->hnew, &mv[i].key, NULL), "delete hnew");
+	if (key->mv_size == 0 || key->mv_size >= STORE_QID_SIZE)
+		return STORE_EINVAL;
+	memset(&s, 0, sizeof(s));
+	if (lmdb_hist_rec_decode(val->mv_data, val->mv_size, &s) != 0) {
+		err = lmdb_last_qid_note(t, key, 0);
+		return err != 0 ? err : STORE_EINVAL;
 	}
-	lmdb_staged_free(mv, n);
+	memcpy(qid, key->mv_data, key->mv_size);
+	qid[key->mv_size] = 0;
+	if (s.expires != 0)
+		err = hexpiry_put(t, s.expires, qid);
+	store_story_free(&s);
 	return err;
 }
 
@@ -195,28 +195,22 @@ static int hnew_move(struct lmdb_txn *t)
  */
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
-	struct lmdb_store *st = t->st;
+	struct lmdb_stage sg = story_stage(t->st);
 	MDB_val key, val;
-	MDB_dbi dbi = st->hist;
 	size_t len = lmdb_hist_rec_size(s);
-	int err, rc;
+	int err, staged;
 
 	if (t->base.err)
 		return t->base.err;
 	if (lmdb_qid_key(s->m.qid, &key) != 0)
 		return store_txn_fail(&t->base, STORE_EINVAL);
-	if (st->has_hnew && (rc = mdb_get(t->txn, st->hist, &key, &val)) != 0) {
-		if (rc != MDB_NOTFOUND)
-			return store_txn_fail(&t->base, lmdb_mdb_error(rc, "get hist"));
-		dbi = st->hnew;
-	}
 	val.mv_size = len;
 	val.mv_data = NULL;
-	if ((err = lmdb_mdb_error(lmdb_put(t, dbi, &key, &val, MDB_RESERVE), "put hist")) != 0)
+	if ((err = lmdb_stage_put(t, &sg, &key, &val, MDB_RESERVE, &staged)) != 0)
 		return store_txn_fail(&t->base, err);
 	lmdb_hist_rec_encode(val.mv_data, len, s);
-	if (dbi == st->hnew)
-		err = hnew_move(t);
+	if (staged)
+		err = lmdb_stage_move(t, &sg);
 	else if (s->expires != 0)
 		err = hexpiry_put(t, s->expires, s->m.qid);
 	return err ? store_txn_fail(&t->base, err) : 0;

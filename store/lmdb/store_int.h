@@ -184,13 +184,22 @@ int lmdb_space_count(struct lmdb_store *st);
 
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);
-/* a record of a staging B-tree (hnew, cnew), copied: key and value in one block */
-struct lmdb_staged {
-	MDB_val key, val;
+
+/* store_stage.c: a small B-tree that records are written to, moved to a big one in bulk */
+struct lmdb_stage {
+	MDB_dbi small;		/* cnew, hnew */
+	MDB_dbi big;		/* the B-tree it stages for: claims, hist */
+	int has_small;		/* small is open (a read-only open of an older store lacks it) */
+	unsigned depth;		/* its records move once small is this many levels deep */
+	const char *what;	/* its records, for the log: "claim", "story" */
+	/* move - a record about to move: 0 (what goes with it written), STORE_EINVAL corrupt */
+	int (*move) (struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
 };
-int lmdb_staged(struct lmdb_txn *t, MDB_dbi dbi, unsigned depth, struct lmdb_staged **out,
-		size_t *n);
-void lmdb_staged_free(struct lmdb_staged *mv, size_t n);
+int lmdb_stage_get(const struct lmdb_stage *sg, MDB_txn *txn, MDB_val *key, MDB_val *val,
+		   MDB_dbi *dbi);
+int lmdb_stage_put(struct lmdb_txn *t, const struct lmdb_stage *sg, MDB_val *key, MDB_val *val,
+		   unsigned flags, int *staged);
+int lmdb_stage_move(struct lmdb_txn *t, const struct lmdb_stage *sg);
 
 /* store_codec.c: record encoding, portable, with a version byte */
 #define STORE_CLAIM_REC_LEN	(1 + 1 + (STORE_QID_SIZE - 1) + STORE_HASH_LEN + 8 + 8)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include <lmdb.h>
 
 #include "../../store/store.h"
@@ -974,6 +975,122 @@ static void test_accept_pages(void **state)
 
 }
 
+/* raw_has - is there a record under k in db? the store must be closed */
+static int raw_has(const char *path, const char *db, const void *k, size_t klen)
+{
+	MDB_env *env = raw_env(path);
+	MDB_val key = { klen, (void *) k }, val;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	int rc;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+	rc = mdb_get(txn, dbi, &key, &val);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return rc == 0;
+}
+
+/* log_capture - stderr (where the log goes here) into a temporary file; the old stderr */
+static int log_capture(FILE **tmp)
+{
+	int old = dup(2);
+
+	assert_true(old >= 0);
+	assert_non_null(*tmp = tmpfile());
+	assert_int_equal(dup2(fileno(*tmp), 2), 2);
+	return old;
+}
+
+/* log_captured - stderr back, and what was logged meanwhile (as much as fits in text) */
+static void log_captured(int old, FILE *tmp, char *text, size_t size)
+{
+	size_t n;
+
+	assert_int_equal(dup2(old, 2), 2);
+	close(old);
+	rewind(tmp);
+	n = fread(text, 1, size - 1, tmp);
+	text[n] = 0;
+	fclose(tmp);
+	fputs(text, stderr);
+}
+
+/*
+ * test_staged_corrupt - records in cnew and hnew that do not decode, or
+ * whose key cannot be a claim's or a QID, are deleted by the move that
+ * meets them, with a warning that counts them: neither left in the
+ * staging B-tree (read again at every move) nor moved (a story moved
+ * without an expiry entry would stay for ever). The greatest QID still
+ * outlives a story deleted so.
+ */
+static void test_staged_corrupt(void **state)
+{
+	enum { N = 200 };
+	struct fx *f = *state;
+	struct store_story story;
+	struct store_txn *t;
+	struct store_msg m;
+	struct timeval tv;
+	uint8_t ck[STORE_CLAIM_KEY_LEN];
+	char qid[STORE_QID_SIZE], longkey[STORE_QID_SIZE + 8], text[8192];
+	uint64_t stories, keys;
+	FILE *tmp;
+	MDB_env *env;
+	int i, old;
+
+	store_close(f->st);
+	f->st = NULL;
+	memset(longkey, 'L', sizeof(longkey));
+	memset(ck, 0xc5, sizeof(ck));
+	env = raw_env(f->path);
+	raw_put(env, "hnew", "HBAD00000001", 12, "\x7fgarbage", 8);
+	raw_put(env, "hnew", longkey, sizeof(longkey), "\x7fgarbage", 8);
+	raw_put(env, "cnew", ck, sizeof(ck), "\x01\x05junk", 7);
+	raw_put(env, "cnew", "short", 5, "\x01\x05junk", 7);
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+
+	/* enough stories and claims for hnew and cnew to move at least once */
+	msg_new(&m, "000000000000", 1, 10);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	old = log_capture(&tmp);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	for (i = 0; i < N; i++) {
+		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
+		delivered(t, &m, i);
+	}
+	i = store_txn_commit(t);
+	log_captured(old, tmp, text, sizeof(text));
+	CHECK_INT("commit", i, 0);
+	store_msg_free(&m);
+	CHECK_INT("corrupt story gone", store_story_get(f->st, "HBAD00000001", &story),
+		  STORE_ENOTFOUND);
+	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_STR("last_qid outlives the corrupt story", qid, "HBAD00000001");
+	gettimeofday(&tv, NULL);
+	CHECK_INT("expire all", store_hist_expire(f->st, (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC,
+						   N + 10), N);
+	CHECK_INT("hist stats", stories_of(f->st, &stories, &keys), 0);
+	CHECK_INT("no story left", stories, 0);
+	CHECK_INT("no claim left", keys, 0);
+	store_close(f->st);
+	f->st = NULL;
+	CHECK_INT("corrupt story left in hnew", raw_has(f->path, "hnew", "HBAD00000001", 12), 0);
+	CHECK_INT("corrupt story moved to hist", raw_has(f->path, "hist", "HBAD00000001", 12), 0);
+	CHECK_INT("long key left in hnew", raw_has(f->path, "hnew", longkey, sizeof(longkey)), 0);
+	CHECK_INT("corrupt claim left in cnew", raw_has(f->path, "cnew", ck, sizeof(ck)), 0);
+	CHECK_INT("corrupt claim moved", raw_has(f->path, "claims", ck, sizeof(ck)), 0);
+	CHECK_INT("short key left in cnew", raw_has(f->path, "cnew", "short", 5), 0);
+	fx_reopen(f, TEST_MAP);
+	if (strstr(text, "store: 2 corrupt story records deleted from staging") == NULL)
+		fail_msg("no warning counting the corrupt stories deleted");
+	if (strstr(text, "store: 2 corrupt claim records deleted from staging") == NULL)
+		fail_msg("no warning counting the corrupt claims deleted");
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -994,6 +1111,7 @@ int main(void)
 		T(test_last_qid_in_stories),
 		T(test_outcome_pages),
 		T(test_accept_pages),
+		T(test_staged_corrupt),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
