@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/buf.h"
 #include "../util/log.h"
 #include "store_backend.h"
 
@@ -322,10 +323,43 @@ int store_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	return OPS(st)->key_forget(st, keyhash, user, now, out);
 }
 
+/* queued_by - is s's message still queued (and user's, if user is not NULL)? */
+static int queued_by(const struct store_story *s, const char *user)
+{
+	return s->queued && (user == NULL || (s->m.user && strcmp(s->m.user, user) == 0));
+}
+
+/*
+ * store_key_queued - the key's QIDs whose stories say queued (an
+ * operator's action: a read a message is fine); a story gone meanwhile,
+ * or unreadable, is not queued
+ */
 int store_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
 {
-	return OPS(st)->key_queued(st, keyhash, user, qids, n);
+	char (*all)[STORE_QID_SIZE];
+	struct store_story s;
+	size_t na, i;
+	int err;
+
+	*qids = NULL;
+	*n = 0;
+	if ((err = store_key_qids(st, keyhash, &all, &na)) != 0)
+		return err == STORE_ENOTFOUND ? 0 : err;
+	*qids = xcalloc(na, sizeof(**qids));
+	for (i = 0; i < na && (err == 0 || err == STORE_ENOTFOUND || err == STORE_EINVAL); i++)
+		if ((err = store_story_get(st, all[i], &s)) == 0) {
+			if (queued_by(&s, user))
+				strcpy((*qids)[(*n)++], all[i]);
+			store_story_free(&s);
+		}
+	free(all);
+	if (err == 0 || err == STORE_ENOTFOUND || err == STORE_EINVAL)
+		return 0;
+	free(*qids);
+	*qids = NULL;
+	*n = 0;
+	return err;
 }
 
 int store_hist_count(struct store *st, const struct store_count *c, size_t n)

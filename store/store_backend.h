@@ -84,8 +84,6 @@ struct store_ops {
 			 char (**qids)[STORE_QID_SIZE], size_t *n);
 	int (*key_forget) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const char *user, int64_t now, struct store_forget *out);
-	int (*key_queued) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			   const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
 	int (*hist_count) (struct store *st, const struct store_count *c, size_t n);
 	int (*hist_expire) (struct store *st, int64_t now, size_t max);
 };

@@ -123,8 +123,6 @@ int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		   char (**qids)[STORE_QID_SIZE], size_t *n);
 int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out);
-int lmdb_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
 int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n);
 int lmdb_hist_expire(struct store *base, int64_t now, size_t max);
 int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys);

@@ -315,32 +315,3 @@ fail:
 	store_forget_free(out);
 	return err;
 }
-
-/*
- * lmdb_key_queued - the key's messages still in the queue (user non-NULL:
- * that AUTH user's), whose claims a forget would leave them without
- */
-int lmdb_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		     const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
-{
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	char (*all)[STORE_QID_SIZE] = NULL;
-	struct store_story s;
-	size_t na = 0, i;
-	int err;
-
-	*qids = NULL;
-	*n = 0;
-	if ((err = lmdb_key_qids(&st->base, keyhash, &all, &na)) != 0)
-		return err == STORE_ENOTFOUND ? 0 : err;
-	for (i = 0; i < na; i++) {
-		if (lmdb_story_get(&st->base, all[i], &s) != 0)
-			continue;
-		if (s.queued && (user == NULL || (s.m.user && strcmp(s.m.user, user) == 0)))
-			qid_add(qids, n, all[i]);
-		store_story_free(&s);
-	}
-	free(all);
-	return 0;
-}
-

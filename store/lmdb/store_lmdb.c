@@ -671,7 +671,6 @@ const struct store_ops lmdb_ops = {
 	.story_get = lmdb_story_get,
 	.key_qids = lmdb_key_qids,
 	.key_forget = lmdb_key_forget,
-	.key_queued = lmdb_key_queued,
 	.hist_count = lmdb_hist_count,
 	.hist_expire = lmdb_hist_expire,
 };

@@ -816,7 +816,6 @@ const struct store_ops store_pg_ops = {
 	.story_get = store_pg_story_get,
 	.key_qids = store_pg_key_qids,
 	.key_forget = store_pg_key_forget,
-	.key_queued = store_pg_key_queued,
 	.hist_count = store_pg_hist_count,
 	.hist_expire = store_pg_hist_expire,
 };

@@ -125,33 +125,6 @@ int store_pg_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	return 0;
 }
 
-/* store_pg_key_queued - the key's messages still queued (that user's) */
-int store_pg_key_queued(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-			const char *user, char (**qids)[STORE_QID_SIZE], size_t *n)
-{
-	struct pg_params p;
-	PGresult *r;
-	int err;
-
-	*qids = NULL;
-	*n = 0;
-	store_pg_params_init(&p);
-	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
-	store_pg_p_text(&p, user);
-	/* a subquery per claim, an index lookup: a join's generic plan on young
-	 * tables read every message (test_store_pg test_plans_young) */
-	err = store_pg_run((struct pg_store *) base, "SELECT DISTINCT c.qid FROM claims c WHERE "
-		  "c.keyhash = $1 AND coalesce((SELECT " PG_ROW_QUEUED("m.") " AND ($2::text IS NULL "
-		  "OR m.auth_user = $2) FROM messages m WHERE m.qid = c.qid), false) ORDER BY c.qid",
-		  &p, &r, "key queued");
-	store_pg_params_free(&p);
-	if (err != 0)
-		return err;
-	qids_of(r, qids, n);
-	PQclear(r);
-	return 0;
-}
-
 /* store_pg_hist_count - add answered duplicates and mismatches to stories, in one statement */
 int store_pg_hist_count(struct store *base, const struct store_count *c, size_t n)
 {

@@ -350,8 +350,6 @@ int store_pg_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		      char (**qids)[STORE_QID_SIZE], size_t *n);
 int store_pg_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			const char *user, int64_t now, struct store_forget *out);
-int store_pg_key_queued(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			const char *user, char (**qids)[STORE_QID_SIZE], size_t *n);
 int store_pg_hist_count(struct store *st, const struct store_count *c, size_t n);
 int store_pg_hist_expire(struct store *st, int64_t now, size_t max);
 

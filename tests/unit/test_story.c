@@ -186,6 +186,16 @@ static void test_forget(void **state)
 	CHECK_STR("oldest first", qids[0], "0000000000C1");
 	CHECK_STR("then", qids[1], "0000000000C2");
 	free(qids);
+	CHECK_INT("queued", store_key_queued(f->st, kh, NULL, &qids, &n), 0);
+	CHECK_INT("both queued", n, 2);
+	free(qids);
+	CHECK_INT("bob's queued", store_key_queued(f->st, kh, "bob", &qids, &n), 0);
+	CHECK_INT("one of bob's", n, 1);
+	CHECK_STR("bob's", qids[0], "0000000000C2");
+	free(qids);
+	CHECK_INT("carol's queued", store_key_queued(f->st, kh, "carol", &qids, &n), 0);
+	CHECK_INT("none of carol's", n, 0);
+	free(qids);
 
 	CHECK_INT("forget bob's", store_key_forget(f->st, kh, "bob", 77, &out), 0);
 	CHECK_INT("claims", out.claims, 1);
@@ -212,6 +222,15 @@ static void test_forget(void **state)
 	CHECK_INT("still queued", store_story_get(f->st, "0000000000C1", &s), 0);
 	CHECK_INT("queued", s.queued, 1);
 	store_story_free(&s);
+	/* a message that left the spool keeps its claims, but is not queued under its key */
+	hash_of(kh, 6);
+	CHECK_INT("drop the third", store_msg_drop(f->st, "0000000000C3"), 0);
+	CHECK_INT("its qid", store_key_qids(f->st, kh, &qids, &n), 0);
+	CHECK_INT("listed", n, 1);
+	free(qids);
+	CHECK_INT("not queued", store_key_queued(f->st, kh, NULL, &qids, &n), 0);
+	CHECK_INT("none queued", n, 0);
+	free(qids);
 	store_msg_free(&m1);
 	store_msg_free(&m2);
 	store_msg_free(&m3);
