@@ -391,42 +391,47 @@ static int stats_end(const char *unread)
 	return 1;
 }
 
-/* print_upstream - the daemon's upstream limits: rate, concurrency, throttling */
-static void print_upstream(const char *u, size_t len)
+/*
+ * print_group - an upstream group's limits (an object of the daemon's reply,
+ * len octets): rate, concurrency, throttling; of the route named, or of the
+ * default upstream (route NULL), which says the nodes sharing its rate too
+ */
+static void print_group(const char *o, size_t len, const char *route)
 {
-	char j[512];
+	char j[512], shared[64] = "";
 	long long conc = 0, sessions = 0, nodes = 1, episodes = 0;
 	const char *rate = NULL;
 	size_t rlen = 0;
 	int throttled = 0;
 
-	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), u);
+	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), o);
 	json_get_int(j, "concurrency", &conc);
 	json_get_int(j, "sessions", &sessions);
-	json_get_int(j, "nodes", &nodes);
 	json_get_int(j, "throttle_episodes", &episodes);
 	json_get_bool(j, "throttled", &throttled);
 	if (json_get(j, "rate", &rate, &rlen) != 0 || (rlen == 3 && strncmp(rate, "0.0", 3) == 0))
 		rate = NULL;
-	printf("upstream     rate %s%.*s%s, concurrency %lld (%lld running), %lld node%s"
-	       " sharing upstream.rate, %s (%lld episode%s since start)\n",
-	       rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "", rate ? "/s" : "",
-	       conc, sessions, nodes, nodes == 1 ? "" : "s",
-	       throttled ? "THROTTLED" : "not throttled", episodes, episodes == 1 ? "" : "s");
+	if (route == NULL) {
+		json_get_int(j, "nodes", &nodes);
+		snprintf(shared, sizeof(shared), ", %lld node%s sharing upstream.rate", nodes,
+			 nodes == 1 ? "" : "s");
+	}
+	printf("%-13s%s%srate %s%.*s%s, concurrency %lld (%lld running)%s, %s (%lld episode%s"
+	       " since start)\n", route ? "route" : "upstream", route ? route : "",
+	       route ? ": " : "", rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "",
+	       rate ? "/s" : "", conc, sessions, shared, throttled ? "THROTTLED" : "not throttled",
+	       episodes, episodes == 1 ? "" : "s");
 }
 
-/* print_routes - each route's upstream group: its rate, concurrency, throttling */
+/* print_routes - each route's upstream group (the reply's array, len octets) */
 static void print_routes(const char *a, size_t len)
 {
-	char j[512], name[72];
 	const char *p = a, *end = a + len, *o, *v;
-	long long conc = 0, sessions = 0, episodes = 0;
+	char j[512], name[72];
 	size_t olen, vlen;
-	int throttled = 0;
 
 	while ((o = memchr(p, '{', (size_t) (end - p))) != NULL) {
-		p = memchr(o, '}', (size_t) (end - o));
-		if (p == NULL)
+		if ((p = memchr(o, '}', (size_t) (end - o))) == NULL)
 			return;
 		olen = (size_t) (++p - o);
 		snprintf(j, sizeof(j), "%.*s", (int) (olen < sizeof(j) - 1 ? olen : sizeof(j) - 1),
@@ -434,17 +439,7 @@ static void print_routes(const char *a, size_t len)
 		if (json_get(j, "route", &v, &vlen) != 0 || vlen < 2)
 			continue;
 		snprintf(name, sizeof(name), "%.*s", (int) (vlen - 2), v + 1);
-		json_get_int(j, "concurrency", &conc);
-		json_get_int(j, "sessions", &sessions);
-		json_get_int(j, "throttle_episodes", &episodes);
-		json_get_bool(j, "throttled", &throttled);
-		if (json_get(j, "rate", &v, &vlen) != 0 || (vlen == 3 && strncmp(v, "0.0", 3) == 0))
-			v = NULL;
-		printf("route        %s: rate %s%.*s%s, concurrency %lld (%lld running), %s"
-		       " (%lld episode%s since start)\n", name, v ? "" : "no limit",
-		       v ? (int) vlen : 0, v ? v : "", v ? "/s" : "", conc, sessions,
-		       throttled ? "THROTTLED" : "not throttled", episodes,
-		       episodes == 1 ? "" : "s");
+		print_group(o, olen, name);
 	}
 }
 
@@ -573,7 +568,7 @@ daemon:
 
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
 		if (dup_)
-			print_upstream(dup_, ulen);
+			print_group(dup_, ulen, NULL);
 		if (droutes)
 			print_routes(droutes, rolen);
 		printf("since start ");

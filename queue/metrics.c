@@ -310,52 +310,61 @@ static void gauge(struct buf *out, const char *name, const char *help, double v)
 	buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
 }
 
-/* render_upstream - the upstream's limits and throttling */
-static void render_upstream(struct buf *out, const struct metrics_upstream *u)
+/* the families of an upstream group, the default upstream's and each route's */
+static const struct {
+	const char *name, *type, *help, *route_help;	/* route_help NULL: the upstream's only */
+} group_fam[] = {
+	{"rate", "gauge", "Messages a second this node may send upstream now (0: no limit).",
+	 "Messages a second this node may send to the route's upstream now (0: no limit)."},
+	{"concurrency", "gauge", "Upstream sessions allowed now.",
+	 "The route's upstream sessions allowed now."},
+	{"sessions", "gauge", "Upstream sessions running.", "The route's upstream sessions running."},
+	{"throttled", "gauge", "1 while the upstream's throttling replies keep its concurrency "
+	 "and rate down.", "1 while the route's upstream's throttling replies keep its "
+	 "concurrency and rate down."},
+	{"nodes", "gauge", "Nodes alive sharing upstream.rate.", NULL},
+	{"throttled_total", "counter", "Throttling episodes since start.",
+	 "The route's throttling episodes since start."},
+};
+#define GROUP_FAMS	(sizeof(group_fam) / sizeof(group_fam[0]))
+
+/* group_value - a group's value of the family group_fam[f] */
+static double group_value(const struct metrics_upstream *u, size_t f)
 {
-	gauge(out, "idemrelay_upstream_rate", "Messages a second this node may send upstream"
-	      " now (0: no limit).", u->rate);
-	gauge(out, "idemrelay_upstream_concurrency", "Upstream sessions allowed now.",
-	      u->concurrency);
-	gauge(out, "idemrelay_upstream_sessions", "Upstream sessions running.", u->active);
-	gauge(out, "idemrelay_upstream_throttled", "1 while the upstream's throttling replies"
-	      " keep its concurrency and rate down.", u->throttled);
-	gauge(out, "idemrelay_upstream_nodes", "Nodes alive sharing upstream.rate.", u->nodes);
-	buf_printf(out, "# HELP idemrelay_upstream_throttled_total Throttling episodes since"
-		   " start.\n# TYPE idemrelay_upstream_throttled_total counter\n"
-		   "idemrelay_upstream_throttled_total %llu\n", (unsigned long long) u->episodes);
+	double v[GROUP_FAMS] = { u->rate, u->concurrency, u->active, u->throttled, u->nodes,
+		(double) u->episodes };
+
+	return v[f];
 }
 
-/* render_routes - each route's upstream group, labelled route="NAME" (names are tokens) */
-static void render_routes(struct buf *out, const struct metrics_snapshot *s)
+/* render_family - group_fam[f] of the upstream, or of each route labelled route="NAME" */
+static void render_family(struct buf *out, const struct metrics_snapshot *s, size_t f,
+			  int routes)
 {
-	static const struct {
-		const char *name, *type, *help;
-	} fam[] = {
-		{"idemrelay_route_upstream_rate", "gauge", "Messages a second this node may send"
-		 " to the route's upstream now (0: no limit)."},
-		{"idemrelay_route_upstream_concurrency", "gauge", "The route's upstream sessions"
-		 " allowed now."},
-		{"idemrelay_route_upstream_sessions", "gauge", "The route's upstream sessions running."},
-		{"idemrelay_route_upstream_throttled", "gauge", "1 while the route's upstream's"
-		 " throttling replies keep its concurrency and rate down."},
-		{"idemrelay_route_upstream_throttled_total", "counter", "The route's throttling"
-		 " episodes since start."},
-	};
-	const struct metrics_upstream *u;
-	size_t f, i;
-	double v;
+	const char *pre = routes ? "idemrelay_route_upstream_" : "idemrelay_upstream_";
+	size_t i;
 
-	for (f = 0; s->n_routes > 0 && f < sizeof(fam) / sizeof(fam[0]); f++) {
-		buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
-			   fam[f].name, fam[f].type);
-		for (i = 0; i < s->n_routes; i++) {
-			u = &s->routes[i].u;
-			v = f == 0 ? u->rate : f == 1 ? u->concurrency : f == 2 ? u->active
-			    : f == 3 ? u->throttled : (double) u->episodes;
-			buf_printf(out, "%s{route=\"%s\"} %.17g\n", fam[f].name, s->routes[i].name, v);
-		}
-	}
+	buf_printf(out, "# HELP %s%s %s\n# TYPE %s%s %s\n", pre, group_fam[f].name,
+		   routes ? group_fam[f].route_help : group_fam[f].help, pre, group_fam[f].name,
+		   group_fam[f].type);
+	if (!routes)
+		buf_printf(out, "%s%s %.17g\n", pre, group_fam[f].name,
+			   group_value(&s->upstream, f));
+	for (i = 0; routes && i < s->n_routes; i++)	/* route names are tokens */
+		buf_printf(out, "%s%s{route=\"%s\"} %.17g\n", pre, group_fam[f].name,
+			   s->routes[i].name, group_value(&s->routes[i].u, f));
+}
+
+/* render_groups - the upstream's limits and throttling when it runs, then the routes' */
+static void render_groups(struct buf *out, const struct metrics_snapshot *s)
+{
+	size_t f;
+
+	for (f = 0; s->upstream.on && f < GROUP_FAMS; f++)
+		render_family(out, s, f, 0);
+	for (f = 0; s->n_routes > 0 && f < GROUP_FAMS; f++)
+		if (group_fam[f].route_help != NULL)
+			render_family(out, s, f, 1);
 }
 
 /* metrics_render - the Prometheus text exposition (format 0.0.4) */
@@ -377,9 +386,7 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 			   counter_info[i].label, (unsigned long long) s->counters[i]);
 	for (i = 0; i < METRICS_N_HISTOGRAMS; i++)
 		render_histogram(out, &hists[i], s, i);
-	if (s->upstream.on)
-		render_upstream(out, &s->upstream);
-	render_routes(out, s);
+	render_groups(out, s);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
 	if (g->shared)

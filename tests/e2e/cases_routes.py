@@ -8,6 +8,7 @@ logged in: a message at the wrong sink, or sent with the wrong credentials,
 shows in its records."""
 
 import os
+import re
 import signal
 import time
 
@@ -192,7 +193,9 @@ def test_routes_throttling_is_per_route(t):
     episodes = daemon["routes"][0]["throttle_episodes"]
     check(episodes >= 1, "stats: the route's episodes: %r" % daemon["routes"])
     out = ctl(d, "stats").stdout
-    check("route        tenant-a: " in out, "stats text names the route:\n" + out)
+    check(re.search(r"^route        tenant-a: rate (no limit|[0-9.]+/s), concurrency [0-9]+ "
+                    r"\([0-9]+ running\), (THROTTLED|not throttled) \([0-9]+ episodes? since "
+                    r"start\)$", out, re.M), "stats text says the route's limits:\n" + out)
     s = samples(scrape(port)[2])
     eq(s.get("idemrelay_upstream_throttled_total"), 0, "metrics: the default's episodes")
     check(s.get('idemrelay_route_upstream_throttled_total{route="tenant-a"}', 0) >= episodes,

@@ -181,6 +181,68 @@ static void test_upstream(void **state)
 	buf_free(&out);
 }
 
+/* the upstream's and the routes' groups: one family each, the routes' labelled */
+static void test_upstream_groups(void **state)
+{
+	static const char want[] =
+		"# HELP idemrelay_upstream_rate Messages a second this node may send upstream"
+		" now (0: no limit).\n# TYPE idemrelay_upstream_rate gauge\n"
+		"idemrelay_upstream_rate 11.5\n"
+		"# HELP idemrelay_upstream_concurrency Upstream sessions allowed now.\n"
+		"# TYPE idemrelay_upstream_concurrency gauge\nidemrelay_upstream_concurrency 2\n"
+		"# HELP idemrelay_upstream_sessions Upstream sessions running.\n"
+		"# TYPE idemrelay_upstream_sessions gauge\nidemrelay_upstream_sessions 1\n"
+		"# HELP idemrelay_upstream_throttled 1 while the upstream's throttling replies"
+		" keep its concurrency and rate down.\n"
+		"# TYPE idemrelay_upstream_throttled gauge\nidemrelay_upstream_throttled 1\n"
+		"# HELP idemrelay_upstream_nodes Nodes alive sharing upstream.rate.\n"
+		"# TYPE idemrelay_upstream_nodes gauge\nidemrelay_upstream_nodes 2\n"
+		"# HELP idemrelay_upstream_throttled_total Throttling episodes since start.\n"
+		"# TYPE idemrelay_upstream_throttled_total counter\n"
+		"idemrelay_upstream_throttled_total 3\n"
+		"# HELP idemrelay_route_upstream_rate Messages a second this node may send to the"
+		" route's upstream now (0: no limit).\n# TYPE idemrelay_route_upstream_rate gauge\n"
+		"idemrelay_route_upstream_rate{route=\"a\"} 0\n"
+		"idemrelay_route_upstream_rate{route=\"b\"} 7.25\n"
+		"# HELP idemrelay_route_upstream_concurrency The route's upstream sessions allowed"
+		" now.\n# TYPE idemrelay_route_upstream_concurrency gauge\n"
+		"idemrelay_route_upstream_concurrency{route=\"a\"} 4\n"
+		"idemrelay_route_upstream_concurrency{route=\"b\"} 1\n"
+		"# HELP idemrelay_route_upstream_sessions The route's upstream sessions running.\n"
+		"# TYPE idemrelay_route_upstream_sessions gauge\n"
+		"idemrelay_route_upstream_sessions{route=\"a\"} 3\n"
+		"idemrelay_route_upstream_sessions{route=\"b\"} 0\n"
+		"# HELP idemrelay_route_upstream_throttled 1 while the route's upstream's throttling"
+		" replies keep its concurrency and rate down.\n"
+		"# TYPE idemrelay_route_upstream_throttled gauge\n"
+		"idemrelay_route_upstream_throttled{route=\"a\"} 0\n"
+		"idemrelay_route_upstream_throttled{route=\"b\"} 1\n"
+		"# HELP idemrelay_route_upstream_throttled_total The route's throttling episodes"
+		" since start.\n# TYPE idemrelay_route_upstream_throttled_total counter\n"
+		"idemrelay_route_upstream_throttled_total{route=\"a\"} 5\n"
+		"idemrelay_route_upstream_throttled_total{route=\"b\"} 0\n";
+	struct metrics_upstream u = { 1, 11.5, 2, 1, 1, 2, 3 };
+	struct metrics_upstream a = { 1, 0, 4, 3, 0, 1, 5 }, b = { 1, 7.25, 1, 0, 1, 1, 0 };
+	struct metrics_gauges g;
+	struct buf out = BUF_INIT;
+	const char *p, *q;
+
+	(void) state;
+	metrics_reset();
+	memset(&g, 0, sizeof(g));
+	metrics_upstream_set(&u);
+	metrics_route_set("a", &a);
+	metrics_route_set("b", &b);
+	render(&out, &g);
+	p = strstr(out.data, "# HELP idemrelay_upstream_rate ");
+	q = strstr(out.data, "# HELP idemrelay_store_up ");
+	assert_non_null(p);
+	assert_non_null(q);
+	if ((size_t) (q - p) != strlen(want) || strncmp(p, want, strlen(want)) != 0)
+		fail_msg("got:\n%.*s\nwant:\n%s", (int) (q - p), p, want);
+	buf_free(&out);
+}
+
 static void test_json_write(void **state)
 {
 	static const struct {
@@ -260,6 +322,7 @@ int main(void)
 		cmocka_unit_test(test_histograms),
 		cmocka_unit_test(test_gauges),
 		cmocka_unit_test(test_upstream),
+		cmocka_unit_test(test_upstream_groups),
 		cmocka_unit_test(test_json_write),
 		cmocka_unit_test(test_json_read),
 	};
