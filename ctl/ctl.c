@@ -411,25 +411,37 @@ static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel
 	}
 }
 
+/* reply_qids - a reply's list of QIDs (member name) into out: sep between two, after each */
+static void reply_qids(const char *reply, const char *name, const char *sep, const char *after,
+		       struct buf *out)
+{
+	const char *p, *q, *end;
+	size_t len;
+
+	if (json_get(reply, name, &p, &len) != 0)
+		return;
+	for (end = p + len; (p = memchr(p, '"', (size_t) (end - p))) != NULL; p = q + 1) {
+		if ((q = memchr(p + 1, '"', (size_t) (end - p - 1))) == NULL)
+			return;
+		buf_printf(out, "%s%.*s%s", out->len ? sep : "", (int) (q - p - 1), p + 1, after);
+	}
+}
+
 /* print_list - each QID of a reply's list, one line each, then how many */
 static void print_list(const char *reply, const char *name, const char *done, int count)
 {
-	const char *p, *q;
-	size_t len;
+	struct buf out = BUF_INIT;
+	char after[64];
 	long long n = 0;
-	int any = 0;
 
 	json_get_int(reply, "count", &n);
-	if (json_get(reply, name, &p, &len) == 0)
-		for (q = p; q < p + len; q++) {
-			if ((*q == ',' || *q == ']') && any)
-				printf(": %s\n", done);
-			else if (*q != '[' && *q != '"' && *q != ',' && *q != ']')
-				putchar(*q);
-			any = *q != ',' && *q != ']' && (any || *q != '[');
-		}
+	snprintf(after, sizeof(after), ": %s\n", done);
+	reply_qids(reply, name, "", after, &out);
+	if (out.len)
+		fputs(out.data, stdout);
 	if (count)
 		printf("-- %lld message%s %s\n", n, n == 1 ? "" : "s", done);
+	buf_free(&out);
 }
 
 /*
@@ -570,16 +582,12 @@ static int cmd_cat(struct ctl *x, const char *qid)
 /* print_qids - a reply's list of QIDs, space-separated, after a label */
 static void print_qids(const char *reply, const char *name, const char *label)
 {
-	const char *p, *q;
-	size_t len;
+	struct buf out = BUF_INIT;
 
-	if (json_get(reply, name, &p, &len) != 0 || len <= 2)
-		return;
-	printf("%s", label);
-	for (q = p; q < p + len; q++)
-		if (*q != '[' && *q != ']' && *q != '"')
-			putchar(*q == ',' ? ' ' : *q);
-	printf("\n");
+	reply_qids(reply, name, " ", "", &out);
+	if (out.len)
+		printf("%s%s\n", label, out.data);
+	buf_free(&out);
 }
 
 /*
@@ -593,8 +601,7 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 	char hex[2 * HASH_LEN + 1], err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
 	struct queue_admin_sel sel;
-	const char *p;
-	size_t n = ctl_key_hashes(key, h), i, len;
+	size_t n = ctl_key_hashes(key, h), i;
 	long long claims = 0;
 
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
@@ -619,16 +626,14 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 			printf("%s\n", reply.data);	/* with "queued": [QIDs], for scripts */
 			exit(1);
 		}
-		if (strcmp(err, "still queued") == 0 && json_get(reply.data, "queued", &p, &len) == 0) {
-			for (i = 0; i < len; i++)
-				if (p[i] != '[' && p[i] != ']' && p[i] != '"')
-					buf_putc(&ql, p[i] == ',' ? ' ' : p[i]);
+		if (strcmp(err, "still queued") == 0) {
+			reply_qids(reply.data, "queued", " ", "", &ql);
 			ctl_fail(x, "%s: not forgotten: its message %s is still queued. Forgetting the "
 				 "key now would let the next submission queue a second copy, and "
 				 "both would be delivered. Wait until it has left the queue "
 				 "(idemrelayctl show %s), or add --drop to drop the queued copy "
 				 "too, or --force to forget anyway (the queued copy is still "
-				 "delivered)", key, ql.data, key);
+				 "delivered)", key, ql.len ? ql.data : "", key);
 		}
 		ctl_fail(x, "%s", err);
 	}
