@@ -471,7 +471,7 @@ static int story_del(struct lmdb_txn *t, const char *qid)
 	return lmdb_last_qid_note(t, &key, 0);
 }
 
-/* hnew_expire - delete one due story of hnew (no index entry) with its claims */
+/* hnew_expire - delete one due story of hnew (no index entry) with its claims: 1 if deleted */
 static int hnew_expire(struct lmdb_txn *t, const char *qid, int64_t now)
 {
 	struct store_story s;
@@ -481,21 +481,21 @@ static int hnew_expire(struct lmdb_txn *t, const char *qid, int64_t now)
 		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
 	if (s.expires != 0 && s.expires <= now && !s.queued) {
 		err = s.has_key ? lmdb_keys_expire(t, s.keyhash, qid, s.expires) : 0;
-		if (err == 0)
-			err = story_del(t, qid);
+		if (err == 0 && (err = story_del(t, qid)) == 0)
+			err = 1;
 	}
 	store_story_free(&s);
 	return err;
 }
 
-/* expire_one - delete one due index entry, and its story if the entry is current */
+/* expire_one - delete one due index entry, and its story if the entry is current: 1 if so */
 static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
 	struct lmdb_store *st = t->st;
 	MDB_val ikey = { d->len, (void *) d->key };
 	struct store_story s;
 	char qid[STORE_QID_SIZE];
-	int err;
+	int err, gone = 0;
 
 	if (d->len > 8 && d->len - 8 < STORE_QID_SIZE) {
 		memcpy(qid, d->key + 8, d->len - 8);
@@ -507,19 +507,30 @@ static int expire_one(struct lmdb_txn *t, const struct due *d)
 				store_story_free(&s);
 				return err;
 			}
-			err = story_del(t, qid);
+			gone = (err = story_del(t, qid)) == 0;
 		}
 		store_story_free(&s);
 		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
 			return err;
 	}
 	err = lmdb_mdb_error(lmdb_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
-	return err == STORE_ENOTFOUND ? 0 : err;
+	return err == 0 || err == STORE_ENOTFOUND ? gone : err;
+}
+
+/* counted - what expire_one() and hnew_expire() said, a story deleted counted in *done */
+static int counted(int rc, size_t *done)
+{
+	if (rc > 0)
+		(*done)++;
+	return rc < 0 ? rc : 0;
 }
 
 /*
- * lmdb_hist_expire - delete up to max stories whose time is over: the
- * number of due entries done (fewer than max when no more are due)
+ * lmdb_hist_expire - delete the stories whose time is over, up to max due
+ * entries (of the index, and of hnew) in one transaction: how many
+ * stories it deleted. An index entry no longer current (its story gone,
+ * or due at another time) is deleted but not counted, so fewer than max
+ * may be returned while more are due: the next call takes those.
  */
 int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 {
@@ -529,7 +540,7 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 	char (*qids)[STORE_QID_SIZE] = NULL;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
-	size_t n = 0, nq = 0, i;
+	size_t n = 0, nq = 0, done = 0, i;
 	int rc, err;
 
 	if (max == 0 || !st->has_hist || !hist_due(st, now))
@@ -551,15 +562,15 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 	if (rc != 0 && rc != MDB_NOTFOUND && (err = lmdb_mdb_error(rc, "hexpiry walk")) != 0)
 		goto out;
 	for (i = 0; i < n && err == 0; i++)
-		err = expire_one(t, &due[i]);
+		err = counted(expire_one(t, &due[i]), &done);
 	if (err == 0 && n < max && (err = hnew_due(st, t->txn, now, max - n, &qids, &nq)) == 0)
-		for (i = 0; i < nq && err == 0; i++, n++)
-			err = hnew_expire(t, qids[i], now);
+		for (i = 0; i < nq && err == 0; i++)
+			err = counted(hnew_expire(t, qids[i], now), &done);
 out:
 	free(qids);
 	free(due);
-	if (err == 0 && n > 0)
-		return (err = lmdb_txn_commit(&t->base)) != 0 ? err : (int) n;
+	if (err == 0 && n + nq > 0)
+		return (err = lmdb_txn_commit(&t->base)) != 0 ? err : (int) done;
 	lmdb_txn_abort(&t->base);
 	return err;
 }

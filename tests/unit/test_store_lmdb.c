@@ -1091,6 +1091,88 @@ static void test_staged_corrupt(void **state)
 		fail_msg("no warning counting the corrupt claims deleted");
 }
 
+/* env_put_expiry - an expiry index entry written behind the store's back (closed) */
+static void env_put_expiry(const char *path, const void *k, size_t klen)
+{
+	MDB_env *env = raw_env(path);
+
+	raw_put(env, "hexpiry", k, klen, "", 0);
+	mdb_env_close(env);
+}
+
+/* raw_count - how many records db holds; the store must be closed */
+static size_t raw_count(const char *path, const char *db)
+{
+	MDB_env *env = raw_env(path);
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_stat sb;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+	assert_int_equal(mdb_stat(txn, dbi, &sb), 0);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return sb.ms_entries;
+}
+
+/*
+ * test_expire_counts - store_hist_expire() says how many stories it
+ * deleted, not how many expiry entries it went through: entries that
+ * are no longer current (their story gone, or due at another time) are
+ * deleted uncounted. Stories both in hist (moved, with an entry) and in
+ * hnew (none yet).
+ */
+static void test_expire_counts(void **state)
+{
+	enum { N = 60 };
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_msg m;
+	struct timeval tv;
+	uint8_t ik[8 + 12];
+	uint64_t v = (uint64_t) NOW ^ 0x8000000000000000ull;
+	int64_t later;
+	int i;
+
+	store_close(f->st);
+	f->st = NULL;
+	for (i = 0; i < 8; i++)
+		ik[i] = (uint8_t) (v >> (56 - 8 * i));
+	memcpy(ik + 8, "STALE0000001", 12);	/* no story */
+	env_put_expiry(f->path, ik, sizeof(ik));
+	memcpy(ik + 8, "000000000003", 12);	/* a story due at another time */
+	env_put_expiry(f->path, ik, sizeof(ik));
+	env_put_expiry(f->path, "x", 1);	/* not even a time */
+	fx_reopen(f, TEST_MAP);
+
+	msg_new(&m, "000000000000", 1, 10);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	for (i = 0; i < N; i++) {
+		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
+		delivered(t, &m, i);
+	}
+	CHECK_INT("commit", store_txn_commit(t), 0);
+	store_msg_free(&m);
+	store_close(f->st);
+	f->st = NULL;
+	if (raw_count(f->path, "hist") == 0 || raw_count(f->path, "hnew") == 0)
+		fail_msg("want stories both moved to hist and still in hnew");
+	fx_reopen(f, TEST_MAP);
+	gettimeofday(&tv, NULL);
+	later = (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC;
+	CHECK_INT("expired: the stories alone", store_hist_expire(f->st, later, 2 * N), N);
+	CHECK_INT("nothing left", store_hist_expire(f->st, later, 2 * N), 0);
+	store_close(f->st);
+	f->st = NULL;
+	CHECK_INT("expiry entries left", raw_count(f->path, "hexpiry"), 0);
+	CHECK_INT("stories left in hist", raw_count(f->path, "hist"), 0);
+	CHECK_INT("stories left in hnew", raw_count(f->path, "hnew"), 0);
+	fx_reopen(f, TEST_MAP);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -1112,6 +1194,7 @@ int main(void)
 		T(test_outcome_pages),
 		T(test_accept_pages),
 		T(test_staged_corrupt),
+		T(test_expire_counts),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
