@@ -27,7 +27,7 @@
  *	and the message is never sent again; "retry" clears the mark and
  *	delivers again.
  *
- *	A message the operator holds (store_msg_hold) is not listed at
+ *	A message the operator holds (store_msg_change) is not listed at
  *	start nor taken from a shared queue; one held after it was scheduled
  *	is found held at load and leaves the schedule, and deliver_release()
  *	brings it back.

@@ -247,6 +247,7 @@ done:
 static int hold_one(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		    int on)
 {
+	struct store_change c = { on, 0, NULL };
 	int64_t next;
 	int err, held;
 
@@ -254,7 +255,7 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 		return err;
 	if (held == on)
 		return STORE_EINVAL;
-	if ((err = store_msg_hold(st, qid, on)) != 0)
+	if ((err = store_msg_change(st, qid, &c)) != 0)
 		return err;
 	if (s && on)
 		(void) s->unschedule(s->arg, qid);	/* an attempt under way ends as it would */
@@ -274,8 +275,8 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
 {
 	const struct conf_route *r, *now = NULL;
+	struct store_change c = { -1, 1, NULL };
 	struct store_msg m;
-	const char *to;
 	size_t i;
 	int err;
 
@@ -285,13 +286,13 @@ static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
 		if (strcmp(cf->routes[i].name, m.route) == 0)
 			now = &cf->routes[i];
 	r = conf_route_match(cf, m.user, m.from, NULL);
-	to = r ? r->name : NULL;
-	if ((now && now->listener >= 0) || (to == m.route)
-	    || (to && m.route && strcmp(to, m.route) == 0))
+	c.route = r ? r->name : NULL;
+	if ((now && now->listener >= 0) || (c.route == m.route)
+	    || (c.route && m.route && strcmp(c.route, m.route) == 0))
 		err = STORE_EINVAL;
-	else if ((err = store_msg_set_route(st, qid, to)) == 0)
+	else if ((err = store_msg_change(st, qid, &c)) == 0)
 		msg_info("%s: route %s -> %s (idemrelayctl reroute)", qid,
-			 m.route ? m.route : "default", to ? to : "default");
+			 m.route ? m.route : "default", c.route ? c.route : "default");
 	store_msg_free(&m);
 	return err;
 }

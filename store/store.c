@@ -278,15 +278,10 @@ int store_msg_drop(struct store *st, const char *qid)
 	return store_qid_ok(qid) ? OPS(st)->msg_drop(st, qid) : STORE_EINVAL;
 }
 
-int store_msg_hold(struct store *st, const char *qid, int on)
+/* store_msg_change - hold, release or reroute a queued message, for every node */
+int store_msg_change(struct store *st, const char *qid, const struct store_change *c)
 {
-	return store_qid_ok(qid) ? OPS(st)->msg_hold(st, qid, on) : STORE_EINVAL;
-}
-
-/* store_msg_set_route - a queued message's route, for every node */
-int store_msg_set_route(struct store *st, const char *qid, const char *route)
-{
-	return store_qid_ok(qid) ? OPS(st)->msg_set_route(st, qid, route) : STORE_EINVAL;
+	return store_qid_ok(qid) ? OPS(st)->msg_change(st, qid, c) : STORE_EINVAL;
 }
 
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */

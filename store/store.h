@@ -108,7 +108,7 @@ struct store_msg {
 	int inflight;		/* durable mark: the final dot may have gone out */
 	int64_t lease;		/* shared store: the lease it was loaded under (the
 				 * backend's token, for store_msg_revive); 0 none */
-	int held;		/* on hold (store_msg_hold): never delivered until released */
+	int held;		/* on hold (store_msg_change): never delivered until released */
 	char *lease_node;	/* owned; shared store, queue walk and story: the node
 				 * whose lease it is under now, or NULL */
 	int64_t lease_since;	/* when that node took it */
@@ -249,21 +249,21 @@ void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 /*
- * store_msg_hold - put a queued message on hold (on 1) or release it (0),
- * for every node: a held message is never handed to delivery (not listed
- * at start, not taken from the shared queue, and delivery skips one it
- * loads held) and keeps its claims, as every queued message does. The
- * delivery writes leave the mark as they find it. STORE_ENOTFOUND if qid
- * is not queued.
+ * store_msg_change - change a queued message for every node, in one
+ * transaction. hold 1 puts it on hold: it is never handed to delivery
+ * (not listed at start, not taken from the shared queue, and delivery
+ * skips one it loads held) and keeps its claims, as every queued message
+ * does; the delivery writes leave the mark as they find it. hold 0
+ * releases it, -1 leaves it as it is. set_route: its next attempt goes
+ * to route (NULL: the default upstream; idemrelayctl reroute).
+ * STORE_ENOTFOUND if qid is not queued.
  */
-int store_msg_hold(struct store *st, const char *qid, int on);
-
-/*
- * store_msg_set_route - a queued message's route (NULL: the default
- * upstream), for every node: its next attempt goes there (idemrelayctl
- * reroute). STORE_ENOTFOUND if qid is not queued.
- */
-int store_msg_set_route(struct store *st, const char *qid, const char *route);
+struct store_change {
+	int hold;		/* 1 on hold, 0 released, -1 as it is */
+	int set_route;		/* route replaces the message's route */
+	const char *route;	/* NULL: the default upstream */
+};
+int store_msg_change(struct store *st, const char *qid, const struct store_change *c);
 /*
  * store_msg_revive - a shared store: this node loaded m under lease
  * m->lease, wrote its inflight mark (or the mark's commit had an unknown

@@ -71,8 +71,7 @@ struct store_ops {
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
 	int (*msg_update_bare) (struct store *st, const struct store_msg *m);	/* own space */
 	int (*msg_drop) (struct store *st, const char *qid);
-	int (*msg_hold) (struct store *st, const char *qid, int on);
-	int (*msg_set_route) (struct store *st, const char *qid, const char *route);
+	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	int (*stats) (struct store *st, struct store_stats *s, unsigned what);

@@ -110,9 +110,8 @@ int lmdb_queue_list(struct store *base,
 		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
 		     void *arg);
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
-int lmdb_msg_hold(struct store *base, const char *qid, int on);
+int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c);
 int lmdb_msg_update_bare(struct store *base, const struct store_msg *m);
-int lmdb_msg_set_route(struct store *base, const char *qid, const char *route);
 int lmdb_msg_drop(struct store *base, const char *qid);
 int lmdb_stats(struct store *base, struct store_stats *s, unsigned what);
 int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),

@@ -237,35 +237,18 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 	queue_patch((struct lmdb_txn *) base, qid, lmdb_queue_rec_set_inflight, on);
 }
 
-/* lmdb_msg_hold - put a queued message on hold or release it, in a transaction of its own */
-int lmdb_msg_hold(struct store *base, const char *qid, int on)
+/* set_route - qid's message record, written once at acceptance, rewritten in t with route */
+static void set_route(struct lmdb_txn *t, const char *qid, const char *route)
 {
-	struct lmdb_txn *t;
-	int err;
-
-	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
-		return err;
-	queue_patch(t, qid, lmdb_queue_rec_set_held, on);
-	return lmdb_txn_commit(&t->base);
-}
-
-/*
- * lmdb_msg_set_route - a queued message's route (idemrelayctl reroute):
- * its message record, written once at acceptance, rewritten with the
- * route, in a transaction of its own
- */
-int lmdb_msg_set_route(struct store *base, const char *qid, const char *route)
-{
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	struct lmdb_txn *t;
+	struct lmdb_store *st = t->st;
 	struct store_msg m;
 	MDB_val key, mval, qval;
 	int err;
 
-	if (lmdb_qid_key(qid, &key) != 0)
-		return STORE_EINVAL;
-	if ((err = lmdb_begin(st, &t)) != 0)
-		return err;
+	if (lmdb_qid_key(qid, &key) != 0) {
+		store_txn_fail(&t->base, STORE_EINVAL);
+		return;
+	}
 	memset(&m, 0, sizeof(m));
 	memcpy(m.qid, qid, key.mv_size);
 	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &qval), "get queue")) == 0
@@ -279,6 +262,23 @@ int lmdb_msg_set_route(struct store *base, const char *qid, const char *route)
 	store_msg_free(&m);
 	if (err != 0)
 		store_txn_fail(&t->base, err);
+}
+
+/*
+ * lmdb_msg_change - hold, release or reroute a queued message (its queue
+ * record's mark, its message record's route), in a transaction of its own
+ */
+int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c)
+{
+	struct lmdb_txn *t;
+	int err;
+
+	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
+		return err;
+	if (c->hold >= 0)
+		queue_patch(t, qid, lmdb_queue_rec_set_held, c->hold);
+	if (c->set_route && t->base.err == 0)
+		set_route(t, qid, c->route);
 	return lmdb_txn_commit(&t->base);
 }
 

@@ -327,8 +327,7 @@ int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
 void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
-int store_pg_msg_hold(struct store *st, const char *qid, int on);
-int store_pg_msg_set_route(struct store *st, const char *qid, const char *route);
+int store_pg_msg_change(struct store *st, const char *qid, const struct store_change *c);
 int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */

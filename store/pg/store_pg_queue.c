@@ -21,7 +21,7 @@
  *
  *	store_pg_msg_drop() is the operator's, from any node: refused while
  *	another node holds a live lease on the message, since that node may
- *	be sending it now. So is store_pg_msg_hold(), which any node may
+ *	be sending it now. So is store_pg_msg_change(), which any node may
  *	do at any time: the holder of a lease finishes its attempt, and no
  *	node takes the message again until it is released.
  * DIAGNOSTICS
@@ -276,11 +276,10 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 }
 
 /*
- * queued_set - one column of a queued message: sql sets it to $2 (value, a
- * text) where $1 is its QID; STORE_ENOTFOUND when no queued message has it
+ * store_pg_msg_change - hold, release or reroute a queued message, for
+ * every node, in one statement; STORE_ENOTFOUND unless one queued row
  */
-static int queued_set(struct store *base, const char *qid, const char *sql, const char *value,
-		      const char *what)
+int store_pg_msg_change(struct store *base, const char *qid, const struct store_change *c)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
@@ -289,8 +288,12 @@ static int queued_set(struct store *base, const char *qid, const char *sql, cons
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	store_pg_p_text(&p, value);
-	err = store_pg_run(st, sql, &p, &r, what);
+	store_pg_p_text(&p, c->hold < 0 ? NULL : c->hold ? "true" : "false");
+	store_pg_p_text(&p, c->set_route ? "true" : "false");
+	store_pg_p_text(&p, c->route);
+	err = store_pg_run(st, "UPDATE messages SET held = coalesce($2::boolean, held), route = "
+			   "CASE WHEN $3::boolean THEN $4 ELSE route END WHERE qid = $1 AND "
+			   PG_ROW_QUEUED(""), &p, &r, "change");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
@@ -298,20 +301,6 @@ static int queued_set(struct store *base, const char *qid, const char *sql, cons
 		err = STORE_ENOTFOUND;
 	PQclear(r);
 	return err;
-}
-
-/* store_pg_msg_hold - put a queued message on hold, or release it, for every node */
-int store_pg_msg_hold(struct store *base, const char *qid, int on)
-{
-	return queued_set(base, qid, "UPDATE messages SET held = $2::boolean WHERE qid = $1 AND "
-			  PG_ROW_QUEUED(""), on ? "true" : "false", "hold");
-}
-
-/* store_pg_msg_set_route - a queued message's route (NULL: the default upstream) */
-int store_pg_msg_set_route(struct store *base, const char *qid, const char *route)
-{
-	return queued_set(base, qid, "UPDATE messages SET route = $2 WHERE qid = $1 AND "
-			  PG_ROW_QUEUED(""), route, "route");
 }
 
 /* snapshot - two statements seeing one state of the database (a read-only transaction) */

@@ -1558,7 +1558,8 @@ static void test_flush_all_skips_due(void **state)
 	m.next_attempt = NOW + 3600 * SEC;
 	CHECK_INT("spool the held one", spool(f->st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
-	CHECK_INT("hold it", store_msg_hold(f->st, "FLUSHHELD001", 1), 0);
+	CHECK_INT("hold it", store_msg_change(f->st, "FLUSHHELD001", &(struct store_change) { 1, 0, NULL }),
+		  0);
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
 		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'FLUSHDUE0001' FOR UPDATE",
 		 f->schema);
