@@ -252,10 +252,8 @@ static int conf_upstream_trust(struct conf_ctx *x, struct conf_upstream *u,
 int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 			const config_setting_t *g, int route)
 {
-	static const char *const names[] = {"host", "port", "hosts", "maildir",
-		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
-		"user", "password", "connections", "rate", "recipient_rate", "timeout", "ambiguous", 0};
-	static const char *const route_names[] = {"host", "port", "hosts",
+	/* a route takes them all but the first two, the default's alone */
+	static const char *const names[] = {"maildir", "ambiguous", "host", "port", "hosts",
 		"tls", "tls_verify", "tls_ca", "tls_servername", "tls_fingerprint",
 		"user", "password", "connections", "rate", "recipient_rate", "timeout", 0};
 	/* in enum conf_tls order */
@@ -271,7 +269,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	u->tls_verify = 1;
 	u->connections = 4;
 	u->timeout = 5 * 60;
-	if (conf_check_names(x, g, route ? route_names : names) < 0)
+	if (conf_check_names(x, g, route ? names + 2 : names) < 0)
 		goto fail;
 	if (conf_string(x, g, "host", 1, &host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
@@ -708,10 +706,8 @@ static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
 	char num[64];
 	int i, n, type = config_setting_type(s);
 
-#define MIX(p, len) do { const unsigned char *m_ = (const unsigned char *) (p); \
-	size_t k_; for (k_ = 0; k_ < (len); k_++) { h ^= m_[k_]; h *= 1099511628211ULL; } } while (0)
-	MIX(name ? name : "", name ? strlen(name) + 1 : 1);
-	MIX(&type, sizeof(type));
+	h = hash_fnv(h, name ? name : "", name ? strlen(name) + 1 : 1);
+	h = hash_fnv(h, &type, sizeof(type));
 	switch (type) {
 	case CONFIG_TYPE_GROUP:
 	case CONFIG_TYPE_ARRAY:
@@ -723,18 +719,17 @@ static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
 		break;
 	case CONFIG_TYPE_STRING:
 		str = config_setting_get_string(s);
-		MIX(str, strlen(str) + 1);
+		h = hash_fnv(h, str, strlen(str) + 1);
 		break;
 	case CONFIG_TYPE_FLOAT:
 		snprintf(num, sizeof(num), "%.17g", config_setting_get_float(s));
-		MIX(num, strlen(num));
+		h = hash_fnv(h, num, strlen(num));
 		break;
 	default:			/* int, int64, bool */
 		snprintf(num, sizeof(num), "%lld", config_setting_get_int64(s));
-		MIX(num, strlen(num));
+		h = hash_fnv(h, num, strlen(num));
 		break;
 	}
-#undef MIX
 	return h;
 }
 
@@ -746,7 +741,7 @@ static void conf_restart_digests(struct conf *c, config_setting_t *root)
 
 	for (i = 0; conf_restart_settings[i] && i < CONF_RESTART_MAX; i++)
 		c->restart_digest[i] = (s = config_setting_lookup(root, conf_restart_settings[i]))
-		    ? conf_digest(s, 14695981039346656037ULL) | 1 : 0;
+		    ? conf_digest(s, HASH_FNV_INIT) | 1 : 0;
 }
 
 /* conf_restart_changed - the restart-only settings that differ, by name */

@@ -44,6 +44,17 @@ void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN])
 		msg_panic("hash_once: EVP_Digest failed");
 }
 
+/* hash_fnv - FNV-1a, 64 bits */
+uint64_t hash_fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ULL;
+	return h;
+}
+
 /* hash_hex - lower-case hex form */
 void hash_hex(const uint8_t *in, size_t n, char *out)
 {

@@ -3,7 +3,7 @@
  *	hash 3h
  * SUMMARY
  *	SHA-256 over byte strings, incremental or in one call (OpenSSL EVP);
- *	digests to hex and back
+ *	FNV-1a for tables; digests to hex and back
  */
 #ifndef UTIL_HASH_H
 #define UTIL_HASH_H
@@ -21,6 +21,13 @@ void hash_init(struct hash_ctx *h);
 void hash_update(struct hash_ctx *h, const void *p, size_t n);
 void hash_final(struct hash_ctx *h, uint8_t out[HASH_LEN]);	/* frees the context */
 void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN]);
+
+/*
+ * hash_fnv - FNV-1a (64 bits) of n bytes, going on from h (HASH_FNV_INIT to
+ * begin): for tables and change detection, never where an attacker chooses
+ */
+#define HASH_FNV_INIT	14695981039346656037ULL
+uint64_t hash_fnv(uint64_t h, const void *p, size_t n);
 
 /* hash_hex - n bytes (a digest, or its first n) as 2n lower-case hex digits and a NUL */
 void hash_hex(const uint8_t *in, size_t n, char *out);

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "../../util/buf.h"
+#include "../../util/hash.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
@@ -47,23 +48,13 @@ struct taken {
 	int64_t next_attempt;
 };
 
-/* qid_hash - FNV-1a of a QID */
-static size_t qid_hash(const char *qid)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *qid; qid++)
-		h = (h ^ (uint8_t) *qid) * 1099511628211ull;
-	return (size_t) h;
-}
-
 /* slot_of - qid's slot, or the free one it would take (lmu held, cap > 0) */
 static struct pg_lease *slot_of(struct pg_store *st, const char *qid, int for_insert)
 {
 	size_t mask = st->cap_leases - 1, i;
 	struct pg_lease *tomb = NULL, *e;
 
-	for (i = qid_hash(qid) & mask;; i = (i + 1) & mask) {
+	for (i = (size_t) hash_fnv(HASH_FNV_INIT, qid, strlen(qid)) & mask;; i = (i + 1) & mask) {
 		e = &st->leases[i];
 		if (e->qid[0] == 0)
 			return for_insert && tomb ? tomb : e;

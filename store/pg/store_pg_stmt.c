@@ -41,6 +41,7 @@
 #include <libpq-events.h>
 
 #include "../../util/buf.h"
+#include "../../util/hash.h"
 #include "store_pg_int.h"
 
 enum stmt_state { STMT_NONE, STMT_SENT, STMT_READY };
@@ -63,16 +64,6 @@ struct stmts {
 	int flags;			/* PG_CONN_*: what store_pg_wait.c knows of the connection */
 	struct pg_store *owner;		/* not owned: the store whose pool it is in */
 };
-
-/* text_hash - FNV-1a of a statement's text */
-static uint64_t text_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-
-	for (; *s; s++)
-		h = (h ^ (uint8_t) * s) * 0x100000001b3ULL;
-	return h;
-}
 
 /* stmts_free - release a connection's table */
 static void stmts_free(struct stmts *d)
@@ -149,7 +140,7 @@ int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
 
 	if (d == NULL || p == NULL)
 		return -1;
-	h = text_hash(sql);
+	h = hash_fnv(HASH_FNV_INIT, sql, strlen(sql));
 	for (i = 0; i < d->n; i++) {
 		s = &d->v[i];
 		if (s->hash == h && s->n == p->n

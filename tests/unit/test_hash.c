@@ -38,6 +38,28 @@ static const struct unhex_case unhex_cases[] = {
 	{ "", -1 },
 };
 
+/* hash_fnv: FNV-1a 64's published values, and a string hashed in two calls as in one */
+static void test_fnv(void **state)
+{
+	static const struct {
+		const char *in;
+		uint64_t want;
+	} t[] = {
+		{ "", 0xcbf29ce484222325ULL },
+		{ "a", 0xaf63dc4c8601ec8cULL },
+		{ "foobar", 0x85944171f73967e8ULL },
+	};
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (hash_fnv(HASH_FNV_INIT, t[i].in, strlen(t[i].in)) != t[i].want)
+			fail_msg("hash_fnv(\"%s\") = %016llx, want %016llx", t[i].in,
+				 (unsigned long long) hash_fnv(HASH_FNV_INIT, t[i].in, strlen(t[i].in)),
+				 (unsigned long long) t[i].want);
+	assert_true(hash_fnv(hash_fnv(HASH_FNV_INIT, "foo", 3), "bar", 3) == t[2].want);
+}
+
 static void test_unhex(void **state)
 {
 	uint8_t got[4];
@@ -81,6 +103,7 @@ static void test_hex_round_trip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fnv),
 		cmocka_unit_test(test_unhex),
 		cmocka_unit_test(test_hex_round_trip),
 	};
