@@ -67,17 +67,23 @@ static void qids_json(struct buf *out, const struct qids *s)
 	buf_putc(out, ']');
 }
 
-/* not_queued - the error for a QID that is not in the queue */
+/*
+ * not_queued - the error for a QID that is not in the queue, or whose
+ * state could not be read (a store away is not an unknown QID)
+ */
 static void not_queued(struct store *st, struct buf *out, const char *qid)
 {
 	struct store_story s;
+	int err;
 
-	if (store_story_get(st, qid, &s) == 0) {
+	if ((err = store_story_get(st, qid, &s)) == 0) {
 		json_error(out, "%s is not queued: it %s", qid,
 			   s.dropped ? "was dropped" : "has left the queue");
 		store_story_free(&s);
-	} else {
+	} else if (err == STORE_ENOTFOUND) {
 		json_error(out, "unknown QID %s", qid);
+	} else {
+		json_error(out, "cannot read %s: %s", qid, store_strerror(err));
 	}
 }
 

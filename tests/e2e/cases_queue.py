@@ -263,3 +263,68 @@ def test_held_mail_does_not_age_out(t):
     ctl(d, "release", qid)
     d.wait_log(qid, "to=<tempfail-age@example.com>", "status=bounced")
     wait_until(lambda: qid not in queued_qids(d), 15, "the bounced message out of the queue")
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_actions_postgresql_away(t):
+    """PostgreSQL stopped: hold, release, drop, retry and forget through the daemon, and
+    (but retry, the daemon's alone) on the store itself with the daemon stopped, each
+    exit 1 with an error that says the store cannot be reached (never "unknown QID":
+    the message is there), print nothing on stdout (--json: ok false), and change
+    nothing. Once PostgreSQL is back the same actions work, on the store itself and
+    through the daemon."""
+    pg = t.pg_cluster()
+    sink = t.sink()
+    names = ("hold", "release", "drop", "retry")
+    sink.control(rcpt={"%s@example.com" % n: "tempfail" for n in names})
+    d = ops_daemon(t, sink, {"store": {"url": t.pg_database(pg)}})
+    q = {n: submit_ok(d.port, "%s@example.com" % n, make_msg(key="away-%s" % n)) for n in names}
+    for qid in q.values():
+        d.wait_log(qid, "status=deferred")
+    ctl(d, "hold", q["release"])
+    q["forget"] = submit_ok(d.port, "forget@example.com", make_msg(key="away-forget"))
+    d.wait_log(q["forget"], "status=sent")
+    before = states(d)
+    acts = [("hold", q["hold"]), ("release", q["release"]), ("drop", q["drop"]),
+            ("retry", q["retry"]), ("forget", "away-forget")]
+
+    def refused(how, words):
+        for act, arg in acts:
+            if how == "offline" and act == "retry":
+                continue
+            r = ctl(d, act, arg, want=1)
+            eq(r.stdout, "", "%s %s %s: stdout" % (how, act, arg))
+            check(words in r.stderr and "unknown QID" not in r.stderr
+                  and "unknown key" not in r.stderr,
+                  "%s %s %s: want an error with %r, got %r" % (how, act, arg, words, r.stderr))
+            j = ctl_json(d, act, arg, want=1)
+            check(words in j["error"], "%s %s --json: %r" % (how, act, j))
+
+    pg.stop()
+    refused("through the daemon", "store unreachable")
+    eq(d.stop(), 0, "daemon exit status")
+    refused("offline", "store.url: ")
+    pg.start()
+    eq(states(d), before, "the queue after the refused actions")
+    eq(ctl_json(d, "show", "away-forget")["messages"][0]["qid"], q["forget"],
+       "the key whose forget was refused")
+
+    check("%s: on hold" % q["hold"] in ctl(d, "hold", q["hold"]).stdout, "offline hold")
+    check("%s: released" % q["release"] in ctl(d, "release", q["release"]).stdout,
+          "offline release")
+    check("%s: dropped" % q["drop"] in ctl(d, "drop", q["drop"]).stdout, "offline drop")
+    check("1 claim deleted" in ctl(d, "forget", "away-forget").stdout, "offline forget")
+    eq(states(d), {q["hold"]: "held", q["release"]: "deferred", q["retry"]: "deferred"},
+       "the queue after the offline actions")
+    d.start()
+    sink.control()
+    r = ctl(d, "retry", q["retry"])
+    check("%s: will be attempted now" % q["retry"] in r.stdout, "retry: %r" % r.stdout)
+    d.wait_log(q["retry"], "status=sent")
+    eq(ctl_json(d, "release", q["hold"])["released"], [q["hold"]], "release")
+    eq(ctl_json(d, "hold", q["release"])["held"], [q["release"]], "hold")
+    eq(ctl_json(d, "drop", q["release"])["dropped"], [q["release"]], "drop")
+    again = submit_ok(d.port, "forget@example.com", make_msg(key="away-forget"))
+    check(again != q["forget"], "the key forgotten offline answered with its old QID")
+    d.wait_log(again, "status=sent")
+    eq(ctl_json(d, "forget", "away-forget")["qids"], [again], "forget")
