@@ -199,7 +199,7 @@ int ctl_queue(struct ctl *x)
 	struct queue_acc a = { x, BUF_INIT, 0 };
 	int err;
 
-	if ((err = store_queue_walk(ctl_store(x), queue_cb, &a)) != 0)
+	if ((err = store_queue_walk(ctl_store(x), 0, queue_cb, &a)) != 0)
 		ctl_fail(x, "cannot read the queue: %s", store_strerror(err));
 	if (x->json)
 		printf("{\"ok\":true,\"count\":%zu,\"queue\":[%s]}\n", a.n, a.out.data ? a.out.data : "");

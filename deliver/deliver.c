@@ -479,10 +479,9 @@ static void count_nodes(struct deliver *d)
 }
 
 /* take_one - store_queue_take() callback: leased to this node, due now */
-static int take_one(void *arg, const char *qid, int64_t next_attempt)
+static int take_one(void *arg, const struct store_msg *m)
 {
-	(void) next_attempt;
-	deliver_schedule(arg, qid, clock_us(), 1);
+	deliver_schedule(arg, m->qid, clock_us(), 1);
 	return 0;
 }
 
@@ -530,12 +529,12 @@ static void *take_thread(void *arg)
 	return NULL;
 }
 
-/* load_one - store_queue_list callback: schedule what the store holds */
-static int load_one(void *arg, const char *qid, int64_t next_attempt)
+/* load_one - store_queue_walk(STORE_WALK_MINE) callback: schedule what the store holds */
+static int load_one(void *arg, const struct store_msg *m)
 {
 	struct deliver *d = arg;
 
-	dq_add(&d->q, qid, next_attempt);
+	dq_add(&d->q, m->qid, m->next_attempt);
 	return 0;
 }
 
@@ -575,7 +574,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 							     c->routes[i].up.rate,
 							     c->routes[i].up.recipient_rate);
 	}
-	if ((err = store_queue_list(st, load_one, d)) != 0)
+	if ((err = store_queue_walk(st, STORE_WALK_MINE, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));
 	msg_info("delivery: %zu queued, %zu thread%s, %s %s", dq_count(&d->q), d->n_threads,
 		 d->n_threads == 1 ? "" : "s", t->name,

@@ -164,7 +164,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 		json_error(out, "no message named (a QID, a key, ALL, or a pattern)");
 		return -1;
 	}
-	if ((err = store_queue_walk(st, walk_match, &w)) != 0) {
+	if ((err = store_queue_walk(st, 0, walk_match, &w)) != 0) {
 		json_error(out, "cannot read the queue: %s", store_strerror(err));
 		return -1;
 	}

@@ -179,14 +179,8 @@ int store_nodes_alive(struct store *st, int *n)
 	return SHARED(st) ? OPS(st)->nodes_alive(st, n) : 0;
 }
 
-int store_queue_list(struct store *st,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
-{
-	return OPS(st)->queue_list(st, cb, arg);
-}
-
 int store_queue_take(struct store *st, int64_t now, size_t max,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg)
+		     int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
 	return SHARED(st) ? OPS(st)->queue_take(st, now, max, cb, arg) : 0;
 }
@@ -295,10 +289,10 @@ int store_stats(struct store *st, struct store_stats *s, unsigned what)
 	return OPS(st)->stats(st, s, what);
 }
 
-int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
-		     void *arg)
+int store_queue_walk(struct store *st, unsigned how,
+		     int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
-	return OPS(st)->queue_walk(st, cb, arg);
+	return OPS(st)->queue_walk(st, how, cb, arg);
 }
 
 int store_story_get(struct store *st, const char *qid, struct store_story *s)

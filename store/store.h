@@ -228,11 +228,6 @@ int store_node_id(struct store *st);
 int store_nodes_alive(struct store *st, int *n);
 
 /* delivery */
-/* store_queue_list - what this node is to deliver at start (on a shared store: what it
- * holds leased); not what is held */
-int store_queue_list(struct store *st,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
-		     void *arg);
 int store_msg_load(struct store *st, const char *qid, struct store_msg *m);
 void store_msg_free(struct store_msg *m);	/* frees the fields; NULL-safe */
 int store_msg_set_inflight(struct store *st, const char *qid, int on);	/* durable */
@@ -286,13 +281,14 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
  * shared queue (its lease is given up by the store_msg_update() that
  * defers it), and due messages are taken with store_queue_take(), which
  * leases up to max of them to this node and calls cb for each.
+ * cb sees m's qid and next_attempt only.
  * store_lease_renew() extends every lease this node holds.
  * store_queue_due() makes one message (qid) or every queued message not
  * on hold (qid NULL) due at when, for every node. On a store of one node: 0, and the
  * three do nothing.
  */
 int store_queue_take(struct store *st, int64_t now, size_t max,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
+		     int (*cb) (void *arg, const struct store_msg *m), void *arg);
 int store_lease_renew(struct store *st, int64_t now);
 /*
  * store_lease_release - this node is done with qid without a write that
@@ -340,13 +336,17 @@ struct store_stats {
 int store_stats(struct store *st, struct store_stats *s, unsigned what);
 
 /*
- * store_queue_walk - every queued message in QID order, envelope and
- * delivery state (m->data is NULL, m->data_len its size), decoded in one
- * read transaction; cb must not call the store. A non-zero return from
- * cb stops the walk and is returned.
+ * store_queue_walk - queued messages in QID order, to cb; a non-zero
+ * return from cb stops the walk and is returned. how 0: every queued
+ * message, envelope and delivery state (m->data is NULL, m->data_len its
+ * size), decoded in one read transaction; cb must not call the store.
+ * STORE_WALK_MINE: what this node is to deliver at start (on a shared
+ * store: what it holds leased), not what is held; m has its qid and
+ * next_attempt only, and cb may call the store.
  */
-int store_queue_walk(struct store *st, int (*cb) (void *arg, const struct store_msg *m),
-		     void *arg);
+#define STORE_WALK_MINE	0x1
+int store_queue_walk(struct store *st, unsigned how,
+		     int (*cb) (void *arg, const struct store_msg *m), void *arg);
 
 /*
  * History: the story of each message, kept after it leaves the spool so

@@ -60,11 +60,8 @@ struct store_ops {
 	int (*node_id) (struct store *st);	/* shared */
 	int (*nodes_alive) (struct store *st, int *n);	/* shared */
 
-	int (*queue_list) (struct store *st,
-			   int (*cb) (void *arg, const char *qid, int64_t next_attempt), void *arg);
 	int (*queue_take) (struct store *st, int64_t now, size_t max,
-			   int (*cb) (void *arg, const char *qid, int64_t next_attempt),
-			   void *arg);	/* shared */
+			   int (*cb) (void *arg, const struct store_msg *m), void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
 	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
 	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
@@ -75,8 +72,8 @@ struct store_ops {
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
-	int (*queue_walk) (struct store *st, int (*cb) (void *arg, const struct store_msg *m),
-			   void *arg);
+	int (*queue_walk) (struct store *st, unsigned how,
+			   int (*cb) (void *arg, const struct store_msg *m), void *arg);
 
 	int (*story_get) (struct store *st, const char *qid, struct store_story *s);
 	int (*key_qids) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],

@@ -106,16 +106,13 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
 int lmdb_txn_commit(struct store_txn *base);
 void lmdb_txn_abort(struct store_txn *base);
 int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE]);
-int lmdb_queue_list(struct store *base,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
-		     void *arg);
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
 int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c);
 int lmdb_msg_update_bare(struct store *base, const struct store_msg *m);
 int lmdb_msg_drop(struct store *base, const char *qid);
 int lmdb_stats(struct store *base, struct store_stats *s, unsigned what);
-int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),
-		     void *arg);
+int lmdb_queue_walk(struct store *base, unsigned how,
+		    int (*cb) (void *arg, const struct store_msg *m), void *arg);
 void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted);
 int lmdb_story_get(struct store *base, const char *qid, struct store_story *s);
 int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],

@@ -660,7 +660,6 @@ const struct store_ops lmdb_ops = {
 	.txn_commit = lmdb_txn_commit,
 	.txn_abort = lmdb_txn_abort,
 	.last_qid = lmdb_last_qid,
-	.queue_list = lmdb_queue_list,
 	.msg_load = lmdb_msg_load,
 	.msg_update_bare = lmdb_msg_update_bare,
 	.msg_drop = lmdb_msg_drop,

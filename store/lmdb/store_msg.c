@@ -15,7 +15,7 @@
  *	The message record is encoded straight into the map (MDB_RESERVE):
  *	a multi-megabyte body is copied once, from the caller into LMDB.
  *
- *	lmdb_queue_list() reads the queue in QID (thus time) order inside
+ *	queue_mine() reads the queue in QID (thus time) order inside
  *	one read transaction, then calls back after that transaction ended,
  *	so that the callback may call anything in the store, writes included.
  *	A callback returning non-zero stops the walk; that value is returned.
@@ -334,14 +334,13 @@ struct queue_entry {
 	int64_t next_attempt;
 };
 
-/* lmdb_queue_list - call cb for each queued message in QID order */
-int lmdb_queue_list(struct store *base,
-		     int (*cb) (void *arg, const char *qid, int64_t next_attempt),
-		     void *arg)
+/* queue_mine - cb for each queued message not held, in QID order: its qid and next attempt */
+static int queue_mine(struct lmdb_store *st, int (*cb) (void *arg, const struct store_msg *m),
+		      void *arg)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct queue_entry *list = NULL;
 	size_t n = 0, cap = 0, i;
+	struct store_msg m;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
 	MDB_txn *txn;
@@ -376,15 +375,22 @@ walked:
 		mdb_cursor_close(cur);
 	lmdb_read_end(st, txn);
 	err = rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
-	for (i = 0; err == 0 && i < n; i++)
-		err = cb(arg, list[i].qid, list[i].next_attempt);
+	memset(&m, 0, sizeof(m));
+	for (i = 0; err == 0 && i < n; i++) {
+		memcpy(m.qid, list[i].qid, sizeof(m.qid));
+		m.next_attempt = list[i].next_attempt;
+		err = cb(arg, &m);
+	}
 	free(list);
 	return err;
 }
 
-/* lmdb_queue_walk - each queued message's envelope and state, in one read transaction */
-int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store_msg *m),
-		     void *arg)
+/*
+ * lmdb_queue_walk - each queued message's envelope and state, in one read
+ * transaction; or what delivery starts with (queue_mine)
+ */
+int lmdb_queue_walk(struct store *base, unsigned how,
+		    int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_cursor *cur = NULL;
@@ -393,6 +399,8 @@ int lmdb_queue_walk(struct store *base, int (*cb) (void *arg, const struct store
 	MDB_txn *txn;
 	int rc, err = 0;
 
+	if (how & STORE_WALK_MINE)
+		return queue_mine(st, cb, arg);
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)

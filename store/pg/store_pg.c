@@ -801,7 +801,6 @@ const struct store_ops store_pg_ops = {
 	.last_qid = store_pg_last_qid,
 	.node_id = pg_node_id,
 	.nodes_alive = pg_nodes_alive,
-	.queue_list = store_pg_queue_list,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,
 	.queue_due = store_pg_queue_due,

@@ -319,16 +319,17 @@ void store_pg_txn_abort(struct store_txn *t);
 
 /* store_pg_queue.c: the spool and delivery */
 int store_pg_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
-int store_pg_queue_list(struct store *st, int (*cb) (void *, const char *, int64_t), void *arg);
+int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_take(struct store *st, int64_t now, size_t max,
-			int (*cb) (void *, const char *, int64_t), void *arg);
+			int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_lease_renew(struct store *st, int64_t now);
 int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
 void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);
 int store_pg_msg_change(struct store *st, const char *qid, const struct store_change *c);
-int store_pg_queue_walk(struct store *st, int (*cb) (void *, const struct store_msg *), void *arg);
+int store_pg_queue_walk(struct store *st, unsigned how,
+			int (*cb) (void *, const struct store_msg *), void *arg);
 
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
 #define PG_OID_XID8	5069

@@ -26,7 +26,7 @@
  *	by another node since, or finished) are forgotten.
  *
  *	store_pg_queue_due() makes one or every queued message due, for
- *	every node (idemrelayctl flush on any node). store_pg_queue_list()
+ *	every node (idemrelayctl flush on any node). store_pg_queue_mine()
  *	is what this node holds leased: nothing after a start, since
  *	store_pg_open() gives up the previous life's leases.
  * DIAGNOSTICS
@@ -160,8 +160,9 @@ static size_t held(struct pg_store *st, struct pg_arr *tokens, struct pg_lease *
 }
 
 /* call_back - cb for each (qid, next_attempt) of r's first two columns; a non-zero stops */
-static int call_back(const PGresult *r, int (*cb) (void *, const char *, int64_t), void *arg)
+static int call_back(const PGresult *r, int (*cb) (void *, const struct store_msg *), void *arg)
 {
+	struct store_msg m;
 	struct taken *v;
 	int i, n = PQntuples(r), k = 0, err = 0;
 
@@ -169,15 +170,19 @@ static int call_back(const PGresult *r, int (*cb) (void *, const char *, int64_t
 	for (i = 0; i < n; i++)
 		if (store_pg_qid(r, i, 0, v[k].qid) == 0)
 			v[k++].next_attempt = store_pg_int(r, i, 1);
-	for (i = 0; i < k && err == 0; i++)
-		err = cb(arg, v[i].qid, v[i].next_attempt);
+	memset(&m, 0, sizeof(m));
+	for (i = 0; i < k && err == 0; i++) {
+		memcpy(m.qid, v[i].qid, sizeof(m.qid));
+		m.next_attempt = v[i].next_attempt;
+		err = cb(arg, &m);
+	}
 	free(v);
 	return err;
 }
 
 /* store_pg_queue_take - lease up to max due messages to this node; cb for each */
 int store_pg_queue_take(struct store *base, int64_t now, size_t max,
-			int (*cb) (void *, const char *, int64_t), void *arg)
+			int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
@@ -346,10 +351,9 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 	return err;
 }
 
-/* store_pg_queue_list - the messages this node holds leased, in QID order */
-int store_pg_queue_list(struct store *base, int (*cb) (void *, const char *, int64_t), void *arg)
+/* store_pg_queue_mine - the messages this node holds leased, not held, in QID order */
+int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg)
 {
-	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
 	struct pg_arr tokens;
 	struct pg_lease *mine;

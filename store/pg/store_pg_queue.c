@@ -331,15 +331,20 @@ static int snapshot(struct pg_store *st, const char *a, const char *b, struct pg
 	return err;
 }
 
-/* store_pg_queue_walk - every queued message of every node, envelope and state, in QID order */
-int store_pg_queue_walk(struct store *base, int (*cb) (void *, const struct store_msg *),
-			void *arg)
+/*
+ * store_pg_queue_walk - every queued message of every node, envelope and
+ * state, in QID order; or what this node holds (store_pg_queue_mine)
+ */
+int store_pg_queue_walk(struct store *base, unsigned how,
+			int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct store_story s;
 	PGresult *r, *rr;
 	int i, row = 0, err;
 
+	if (how & STORE_WALK_MINE)
+		return store_pg_queue_mine(st, cb, arg);
 	if ((err = snapshot(st, "SELECT " PG_MSG_COLS " FROM messages m WHERE m.queued "
 			    "ORDER BY m.qid", "SELECT " PG_RCPT_COLS " FROM rcpts r JOIN messages m "
 			    "ON m.qid = r.qid WHERE m.queued ORDER BY r.qid, r.idx", NULL, &r, &rr,

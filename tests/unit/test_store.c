@@ -407,7 +407,7 @@ static void test_queue_list_drop(void **state)
 	}
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
-	CHECK_INT("list", store_queue_list(f->st, list_cb, &a), 0);
+	CHECK_INT("list", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
 	CHECK_INT("listed", a.n, 5);
 	for (i = 0; i < 5; i++) {
 		snprintf(what, sizeof(what), "entry %d", i);
@@ -416,7 +416,7 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("next_attempt of 000000000001", a.next[0], NOW + 2);
 	memset(&a, 0, sizeof(a));
 	a.stop_at = 2;
-	CHECK_INT("stopped list", store_queue_list(f->st, list_cb, &a), 99);
+	CHECK_INT("stopped list", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 99);
 	CHECK_INT("stopped after", a.n, 2);
 
 	CHECK_INT("drop", store_msg_drop(f->st, "000000000005"), 0);
@@ -428,7 +428,7 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("mark bad qid", store_msg_set_inflight(f->st, "", 1), STORE_EINVAL);
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
-	CHECK_INT("list after drop", store_queue_list(f->st, list_cb, &a), 0);
+	CHECK_INT("list after drop", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
 	CHECK_INT("listed after drop", a.n, 4);
 	CHECK_STR("entry 2 after drop", a.seen[2], "00000000000A");
 }

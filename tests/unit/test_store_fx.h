@@ -94,11 +94,10 @@ static inline void fx_pg_sql(const char *sql)
 }
 
 /* fx_take_cb - store_queue_take() callback that takes every message offered */
-static inline int fx_take_cb(void *arg, const char *qid, int64_t next)
+static inline int fx_take_cb(void *arg, const struct store_msg *m)
 {
 	(void) arg;
-	(void) qid;
-	(void) next;
+	(void) m;
 	return 0;
 }
 

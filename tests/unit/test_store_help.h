@@ -169,14 +169,14 @@ struct list_acc {
 };
 
 /* list_cb - collect queue entries; stop with 99 at stop_at */
-static inline int list_cb(void *arg, const char *qid, int64_t next)
+static inline int list_cb(void *arg, const struct store_msg *m)
 {
 	struct list_acc *a = arg;
 
 	if (a->n == a->stop_at)
 		return 99;
-	strcpy(a->seen[a->n], qid);
-	a->next[a->n++] = next;
+	strcpy(a->seen[a->n], m->qid);
+	a->next[a->n++] = m->next_attempt;
 	return 0;
 }
 

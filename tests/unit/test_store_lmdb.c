@@ -422,7 +422,8 @@ static void test_corrupt_records(void **state)
 
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
-	CHECK_INT("queue_list skips corrupt", store_queue_list(f->st, list_cb, &a), 0);
+	CHECK_INT("queue_list skips corrupt", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a),
+		  0);
 	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
 
 	/* a corrupt claim can be replaced */
@@ -703,7 +704,7 @@ static void test_readonly(void **state)
 	CHECK_INT("open ro", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
 	CHECK_INT("story", store_story_get(ro, m.qid, &s), 0);
 	store_story_free(&s);
-	CHECK_INT("walk", store_queue_walk(ro, walk_cb, &n), 0);
+	CHECK_INT("walk", store_queue_walk(ro, 0, walk_cb, &n), 0);
 	CHECK_INT("walked", n, 1);
 	CHECK_INT("stats ro", store_stats(ro, &ss, 0), 0);
 	CHECK_INT("oldest time", ss.oldest, m.accepted);

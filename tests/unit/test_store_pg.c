@@ -81,10 +81,9 @@ static void sql(struct fx *f, const char *fmt, const char *arg)
 }
 
 /* count_cb - count the messages offered */
-static int count_cb(void *arg, const char *qid, int64_t next)
+static int count_cb(void *arg, const struct store_msg *m)
 {
-	(void) qid;
-	(void) next;
+	(void) m;
 	(*(int *) arg)++;
 	return 0;
 }
@@ -103,7 +102,7 @@ static int listed(struct store *st)
 {
 	int n = 0;
 
-	CHECK_INT("queue_list", store_queue_list(st, count_cb, &n), 0);
+	CHECK_INT("queue_list", store_queue_walk(st, STORE_WALK_MINE, count_cb, &n), 0);
 	return n;
 }
 
