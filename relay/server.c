@@ -332,27 +332,42 @@ static int conn_starttls(struct conn *c)
 }
 
 /*
+ * conn_log_head - Postfix's refusal line up to its recipients, "NOQUEUE:
+ * reject: STAGE from unknown[ADDR]: REPLY; from=<S>", or with a QID
+ * "QID: discard: ..." (a duplicate answered with it); from= where known
+ */
+void conn_log_head(struct buf *b, const struct conn *c, const char *qid, const char *stage,
+		   const char *reply, const char *from)
+{
+	buf_printf(b, "%s: %s: %s from unknown[%s]: %.400s;", qid ? qid : "NOQUEUE",
+		   qid ? "discard" : "reject", stage, c->addr, reply);
+	if (from)
+		buf_printf(b, " from=<%.300s>", from);
+}
+
+/* conn_log_tail - the end of Postfix's refusal line: " proto=ESMTP helo=<H>" */
+void conn_log_tail(struct buf *b, int esmtp, const char *helo)
+{
+	buf_printf(b, " proto=%s", esmtp ? "ESMTP" : "SMTP");
+	if (*helo)
+		buf_printf(b, " helo=<%.255s>", helo);
+}
+
+/*
  * conn_reject_log - a refusal, one line in Postfix's form, so that its log
- * parsers count it: "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY;
- * from=<S> to=<R> proto=ESMTP helo=<H>" (to= the recipient refused, or
- * the transaction's first; from= and to= only where known)
+ * parsers count it: to= the recipient refused, or the transaction's first
  */
 void conn_reject_log(struct conn *c, const char *stage, const char *reply,
 		     const struct smtp_tx *tx, const char *to)
 {
-	const char *helo = smtp_session_helo(c->s);
 	struct buf line = BUF_INIT;
 
-	buf_printf(&line, "NOQUEUE: reject: %s from unknown[%s]: %.400s;", stage, c->addr, reply);
-	if (tx && tx->from)
-		buf_printf(&line, " from=<%.300s>", tx->from);
+	conn_log_head(&line, c, NULL, stage, reply, tx ? tx->from : NULL);
 	if (to == NULL && tx && tx->n_rcpts)
 		to = tx->rcpts[0].addr;
 	if (to)
 		buf_printf(&line, " to=<%.300s>", to);
-	buf_printf(&line, " proto=%s", smtp_session_esmtp(c->s) ? "ESMTP" : "SMTP");
-	if (*helo)
-		buf_printf(&line, " helo=<%.255s>", helo);
+	conn_log_tail(&line, smtp_session_esmtp(c->s), smtp_session_helo(c->s));
 	msg_info("%s", line.data);
 	buf_free(&line);
 }

@@ -104,6 +104,11 @@ void conn_interest(struct conn *c);	/* epoll interest from the state */
 /* conn_reject_log - "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY; from=<> to=<> ..." */
 void conn_reject_log(struct conn *c, const char *stage, const char *reply,
 		     const struct smtp_tx *tx, const char *to);
+/* conn_log_head - "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY; from=<S>" (or "QID: discard") */
+void conn_log_head(struct buf *b, const struct conn *c, const char *qid, const char *stage,
+		   const char *reply, const char *from);
+/* conn_log_tail - " proto=ESMTP helo=<H>" */
+void conn_log_tail(struct buf *b, int esmtp, const char *helo);
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);

@@ -55,11 +55,12 @@ static void log_rcpts(struct buf *b, const struct store_msg *m, const uint8_t *s
 struct submission {
 	struct commit_req req;
 	struct conn *c;			/* not owned */
-	char keylog[KEYS_MAX_LEN + 32];	/* "key=K (source)", logged once */
-	char message_id[KEYS_MSGID_LOG + 1];	/* for the log; "" if none */
-	char client[INET6_ADDRSTRLEN + 300];	/* "unknown[ADDR] helo=<H>", for the log */
-	char tail[300];			/* " proto=ESMTP helo=<H>", Postfix's, for the log */
-	char from[INET6_ADDRSTRLEN + 16];	/* "unknown[ADDR]", for the log */
+	/* for the log lines, as they were at the end of DATA (a pipelined EHLO may follow) */
+	char *key;			/* owned: the key, NULL if none */
+	enum keys_source source;
+	char *message_id;		/* owned: printable, NULL if none */
+	char *helo;			/* owned */
+	int esmtp;
 	int64_t t0;			/* end of DATA, for the accept latency */
 	size_t long_lines;		/* lines over 998 octets as received */
 	int folded;			/* and broken in the copy relayed */
@@ -72,6 +73,9 @@ static void req_free(struct commit_req *req)
 	if (req == NULL)
 		return;
 	store_msg_free(&req->msg);
+	free(((struct submission *) req)->key);
+	free(((struct submission *) req)->message_id);
+	free(((struct submission *) req)->helo);
 	free(req->hashes);
 	free(req->claimed);
 	free((struct submission *) req);
@@ -114,80 +118,104 @@ static size_t count_rcpts(const uint8_t *claimed, size_t n, int want)
 	return k;
 }
 
+/* log_key - " key=K (source)" */
+static void log_key(struct buf *b, const struct submission *sub)
+{
+	buf_printf(b, " key=%s (%s)", sub->key ? sub->key : "none", keys_source_name(sub->source));
+}
+
 /*
- * log_discard - the start of Postfix's line for a message answered but not
- * queued: "QID: discard: END-OF-MESSAGE from unknown[ADDR]: REPLY;" for
- * a duplicate (QID the original's), "NOQUEUE: reject: ..." with no QID
+ * log_client - "QID: client=unknown[ADDR] helo=<H>[ key=K (source)] from=<S>",
+ * Postfix's client= (which its log parsers expect), the HELO apart
+ */
+static void log_client(struct buf *b, const struct submission *sub, int key)
+{
+	buf_printf(b, "%s: client=unknown[%s] helo=<%.255s>", sub->req.msg.qid, sub->c->addr,
+		   sub->helo);
+	if (key)
+		log_key(b, sub);
+	buf_printf(b, " from=<%s>", sub->req.msg.from);
+}
+
+/*
+ * log_discard - Postfix's line for the recipients answered but not queued
+ * (claimed: want 1 of them, -1 all): "QID: discard: END-OF-MESSAGE from
+ * unknown[ADDR]: REPLY; from=<S> to=<R>... proto=ESMTP helo=<H>" for a
+ * duplicate (QID the original's), "NOQUEUE: reject: ..." with no QID
  */
 static void log_discard(struct buf *b, const struct submission *sub, const char *qid,
-			const char *reply)
+			const char *reply, int want)
 {
-	buf_printf(b, "%s: %s: END-OF-MESSAGE from %s: %.400s; from=<%s>",
-		   qid ? qid : "NOQUEUE", qid ? "discard" : "reject", sub->from, reply,
-		   sub->req.msg.from);
+	conn_log_head(b, sub->c, qid, "END-OF-MESSAGE", reply, sub->req.msg.from);
+	log_rcpts(b, &sub->req.msg, want < 0 ? NULL : sub->req.claimed, want);
+	conn_log_tail(b, sub->esmtp, sub->helo);
+}
+
+/* log_queued - Postfix's lines for a message queued (smtpd's, cleanup's and qmgr's) */
+static void log_queued(const struct submission *sub)
+{
+	const struct commit_req *req = &sub->req;
+	struct buf line = BUF_INIT;
+
+	log_client(&line, sub, 1);
+	log_rcpts(&line, &req->msg, req->claimed, 0);
+	if (req->msg.user)
+		buf_printf(&line, " sasl_username=%s", req->msg.user);
+	if (req->msg.route)
+		buf_printf(&line, " route=%s", req->msg.route);
+	buf_printf(&line, " size=%zu", req->msg.data_len);
+	if (sub->long_lines)
+		buf_printf(&line, " long_lines=%zu (%s)", sub->long_lines,
+			   sub->folded ? "folded" : "as received");
+	if (sub->nul)
+		buf_printf(&line, " nul=yes");
+	if (req->msg.smtputf8)
+		buf_printf(&line, " smtputf8=yes");
+	buf_printf(&line, " status=queued");
+	if (req->shadow_hit)
+		buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
+	msg_info("%s", line.data);
+	/* as Postfix's cleanup: find a message from what the application knows */
+	if (sub->message_id)
+		msg_info_as("cleanup", "%s: message-id=<%s>", req->msg.qid, sub->message_id);
+	msg_info_as("qmgr", "%s: from=<%s>, size=%zu, nrcpt=%zu (queue active)",
+		    req->msg.qid, req->msg.from, req->msg.data_len,
+		    count_rcpts(req->claimed, req->msg.n_rcpts, 0));
+	buf_free(&line);
 }
 
 /* answered - count a decided request and log it, once its reply is out */
-static void answered(struct server *srv, struct commit_req *req, const char *keylog)
+static void answered(struct server *srv, struct commit_req *req)
 {
-	const char *client = ((struct submission *) req)->client;
+	const struct submission *sub = (const struct submission *) req;
 	struct buf line = BUF_INIT;
 	char reply[256];
 	int dup;
 
-	metrics_answered(req->outcome, req->shadow_hit, clock_us() - ((struct submission *) req)->t0);
+	metrics_answered(req->outcome, req->shadow_hit, clock_us() - sub->t0);
 	dupcount_add(srv->dc, req->outcome, req->orig_qid);
 	reply_text(req, reply, sizeof(reply));
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
-		buf_printf(&line, "%s: client=%s %s from=<%s>", req->msg.qid,
-			   client, keylog, req->msg.from);
-		log_rcpts(&line, &req->msg, req->claimed, 0);
-		if (req->msg.user)
-			buf_printf(&line, " sasl_username=%s", req->msg.user);
-		if (req->msg.route)
-			buf_printf(&line, " route=%s", req->msg.route);
-		buf_printf(&line, " size=%zu", req->msg.data_len);
-		if (((struct submission *) req)->long_lines)
-			buf_printf(&line, " long_lines=%zu (%s)", ((struct submission *) req)->long_lines,
-				   ((struct submission *) req)->folded ? "folded" : "as received");
-		if (((struct submission *) req)->nul)
-			buf_printf(&line, " nul=yes");
-		if (req->msg.smtputf8)
-			buf_printf(&line, " smtputf8=yes");
-		buf_printf(&line, " status=queued");
-		if (req->shadow_hit)
-			buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
-		msg_info("%s", line.data);
-		/* as Postfix's cleanup: find a message from what the application knows */
-		if (((struct submission *) req)->message_id[0])
-			msg_info_as("cleanup", "%s: message-id=<%s>", req->msg.qid,
-				    ((struct submission *) req)->message_id);
-		msg_info_as("qmgr", "%s: from=<%s>, size=%zu, nrcpt=%zu (queue active)",
-			    req->msg.qid, req->msg.from, req->msg.data_len,
-			    count_rcpts(req->claimed, req->msg.n_rcpts, 0));
+		log_queued(sub);
 		if (req->outcome == COMMIT_PARTIAL) {
-			buf_reset(&line);
-			log_discard(&line, (struct submission *) req, req->orig_qid, reply);
-			log_rcpts(&line, &req->msg, req->claimed, 1);
-			buf_printf(&line, "%s status=duplicate partial=%s",
-				   ((struct submission *) req)->tail, req->msg.qid);
+			log_discard(&line, sub, req->orig_qid, reply, 1);
+			buf_printf(&line, " status=duplicate partial=%s", req->msg.qid);
 			msg_info("%s", line.data);
 		}
 		break;
 	case COMMIT_DUPLICATE:
 	case COMMIT_MISMATCH:			/* a duplicate names its original, a mismatch none */
 		dup = req->outcome == COMMIT_DUPLICATE;
-		log_discard(&line, (struct submission *) req, dup ? req->orig_qid : NULL, reply);
-		log_rcpts(&line, &req->msg, NULL, 0);
-		buf_printf(&line, "%s %s status=%s", ((struct submission *) req)->tail, keylog,
-			   dup ? "duplicate" : "mismatch");
+		log_discard(&line, sub, dup ? req->orig_qid : NULL, reply, -1);
+		log_key(&line, sub);
+		buf_printf(&line, " status=%s", dup ? "duplicate" : "mismatch");
 		msg_info("%s", line.data);
 		break;
 	case COMMIT_FAILED:
-		msg_warn("%s: client=%s from=<%s> status=refused store: %s", req->msg.qid,
-			 client, req->msg.from, store_strerror(req->error));
+		log_client(&line, sub, 0);
+		msg_warn("%s status=refused store: %s", line.data, store_strerror(req->error));
 		break;
 	}
 	buf_free(&line);
@@ -206,7 +234,7 @@ static void commit_done(struct commit_req *req)
 		smtp_session_reply(c->s, reply_text(req, reply, sizeof(reply)));
 		conn_process(c);
 	}
-	answered(c->srv, req, sub->keylog);
+	answered(c->srv, req);
 	req_free(req);
 }
 
@@ -258,15 +286,11 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	size_t i, j;
 
 	sub->c = c;
-	memcpy(sub->message_id, kr->message_id, sizeof(sub->message_id));
-	/* Postfix's client=name[addr], which its log parsers expect; the HELO apart */
-	snprintf(sub->client, sizeof(sub->client), "unknown[%s] helo=<%.255s>", c->addr,
-		 smtp_session_helo(c->s));
-	snprintf(sub->from, sizeof(sub->from), "unknown[%s]", c->addr);
-	snprintf(sub->tail, sizeof(sub->tail), " proto=%s%s%.255s%s",
-		 smtp_session_esmtp(c->s) ? "ESMTP" : "SMTP",
-		 *smtp_session_helo(c->s) ? " helo=<" : "", smtp_session_helo(c->s),
-		 *smtp_session_helo(c->s) ? ">" : "");
+	sub->key = kr->source != KEYS_NONE ? xstrdup(kr->key) : NULL;
+	sub->source = kr->source;
+	sub->message_id = kr->message_id[0] ? xstrdup(kr->message_id) : NULL;
+	sub->helo = xstrdup(smtp_session_helo(c->s));
+	sub->esmtp = smtp_session_esmtp(c->s);
 	req->ctx = sub;
 	req->done = commit_done;
 	req->shadow = cf->keys.shadow;
@@ -298,8 +322,6 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 			keys_claim_hash(scope, kr->key, m->rcpts[i].addr, req->hashes[i]);
 		keys_index_hash(kr->key, req->keyhash);
 	}
-	snprintf(sub->keylog, sizeof(sub->keylog), "key=%s (%s)",
-		 kr->source == KEYS_NONE ? "none" : kr->key, keys_source_name(kr->source));
 	return sub;
 }
 
@@ -376,7 +398,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	sub->req.msg.client = xstrndup(received.data, received.len);
 	if (fast_duplicate(c, &sub->req)) {
 		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(srv, &sub->req, sub->keylog);
+		answered(srv, &sub->req);
 		req_free(&sub->req);
 		buf_free(&received);
 		keys_free(&kr);
@@ -390,8 +412,9 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	buf_free(&received);
 	keys_free(&kr);
 	if (rc < 0) {
-		msg_warn("%s: client=%s from=<%s> status=refused (key header spans out of order)",
-			 sub->req.msg.qid, sub->client, sub->req.msg.from);
+		log_client(&received, sub, 0);
+		msg_warn("%s status=refused (key header spans out of order)", received.data);
+		buf_free(&received);
 		c->sync_reply = "451 4.3.0 Error: internal error";
 		req_free(&sub->req);
 		return;
@@ -410,7 +433,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	 */
 	if (srv->n_conns == 1 && srv->n_inflight == 0 && commit_now(srv->cm, &sub->req)) {
 		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(srv, &sub->req, sub->keylog);
+		answered(srv, &sub->req);
 		req_free(&sub->req);
 		return;
 	}

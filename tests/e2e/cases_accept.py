@@ -1,5 +1,6 @@
 """Acceptance and deduplication (SPEC sections 3 and 4), judged at the upstream sink."""
 
+import re
 import threading
 import time
 
@@ -385,6 +386,42 @@ def test_message_id_logged(t):
     eq(len(d.log_lines("message-id=<order-42@shop.test>")), 1, "logged once, not for the duplicate")
     eq(d.log_lines(q2, "message-id="), [], "no Message-ID, no line")
     eq(len(d.log_lines("%s: message-id=<odd?id@shop.test>" % q3)), 1, "a control octet as ?")
+
+
+@case()
+def test_answer_lines_whole(t):
+    """The lines of a message queued and of its duplicate, whole: client=, helo=,
+    key=, from=, to=, size=, and the discard line's proto= and helo=. Each names
+    the HELO its message came under, though the client pipelined another EHLO
+    behind the dot and the commit answered after it was read (a second session
+    open, so the commit thread answers)."""
+    sink = t.sink()
+    d = t.daemon(sink)
+    msg = make_msg(key="whole-1")
+    with Raw(d.port) as idle, Raw(d.port) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(msg + b".\r\nEHLO later.test\r\n")
+        qid = qid_of(expect_reply(c.reply(), 250))
+        expect_reply(c.reply(), 250)
+        d.wait_log(qid, "status=queued")
+        line = d.log_lines(qid, "status=queued")[0]
+        check(re.search(r"%s: client=unknown\[127\.0\.0\.1\] helo=<client\.test> key=whole-1 "
+                        r"\(header\) from=<sender@example\.org> to=<a@example\.com> size=[0-9]+ "
+                        r"status=queued$" % qid, line), "the queued line: %r" % line)
+        expect_reply(c.cmd("MAIL FROM:<sender@example.org>"), 250)
+        expect_reply(c.cmd("RCPT TO:<a@example.com>"), 250)
+        expect_reply(c.cmd("DATA"), 354)
+        c.send(msg + b".\r\n")
+        expect_reply(c.reply(), 250)
+        idle.cmd("QUIT")
+    want = ("%s: discard: END-OF-MESSAGE from unknown[127.0.0.1]: 250 2.0.0 Ok: queued as %s "
+            "(duplicate); from=<sender@example.org> to=<a@example.com> proto=ESMTP "
+            "helo=<later.test> key=whole-1 (header) status=duplicate" % (qid, qid))
+    d.wait_log(want)
+    check(d.log_lines(want)[0].endswith(want), "the discard line: %r" % d.log_lines(want))
 
 
 @case()
