@@ -122,31 +122,46 @@ int log_enabled(enum log_level level)
 }
 
 /*
- * log_time - "2026-12-04T21:59:04.123456Z " into buf (len >= 40); its
- * length. The date and time up to the second are formatted once a second
- * in each thread (gmtime and strftime were a fifth of a line's cost).
+ * log_date - the time ts (now) up to the second as the target writes it:
+ * syslog's local "Mmm dd hh:mm:ss ", stderr's UTC "YYYY-MM-DDThh:mm:ss".
+ * Formatted once a second in each thread (gmtime or localtime and strftime
+ * were a fifth of a line's cost).
  */
-static int log_time(char *buf, size_t len)
+static const char *log_date(struct timespec *ts, size_t *len)
 {
 	static __thread time_t sec = -1;
+	static __thread int local;	/* the one kept is syslog's */
 	static __thread char date[32];
 	static __thread size_t date_len;
-	struct timespec ts;
 	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, ts);
+	if (ts->tv_sec != sec || local != log_syslog) {
+		if (log_syslog)
+			localtime_r(&ts->tv_sec, &tm);
+		else
+			gmtime_r(&ts->tv_sec, &tm);
+		date_len = strftime(date, sizeof(date), log_syslog ? "%b %e %H:%M:%S "
+				    : "%Y-%m-%dT%H:%M:%S", &tm);
+		sec = ts->tv_sec;
+		local = log_syslog;
+	}
+	*len = date_len;
+	return date;
+}
+
+/* log_time - "2026-12-04T21:59:04.123456Z " into buf (40 octets at least); its length */
+static int log_time(char *buf)
+{
+	struct timespec ts;
+	size_t len;
+	const char *date = log_date(&ts, &len);
 	long us;
 	size_t n;
 	int i;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	if (ts.tv_sec != sec) {
-		gmtime_r(&ts.tv_sec, &tm);
-		date_len = strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-		sec = ts.tv_sec;
-	}
-	if (len < date_len + 10)
-		return 0;
-	memcpy(buf, date, date_len);
-	n = date_len;
+	memcpy(buf, date, len);
+	n = len;
 	buf[n++] = '.';
 	for (us = ts.tv_nsec / 1000, i = 5; i >= 0; i--, us /= 10)
 		buf[n + (size_t) i] = (char) ('0' + us % 10);
@@ -177,8 +192,8 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 {
 	static const int prio[] = { LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR };
 	char line[LOG_LINE_MAX], pid[32];
-	struct tm tm;
-	time_t now;
+	struct timespec ts;
+	size_t len;
 	int n = 0;
 
 	if (level < log_min)
@@ -186,12 +201,10 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 	if (svc == NULL)
 		svc = log_svc ? log_svc : log_svc_default;
 	if (log_syslog) {
-		now = time(NULL);
-		localtime_r(&now, &tm);
 		n = snprintf(line, sizeof(line), "<%d>", LOG_MAIL | prio[level]);
-		n += (int) strftime(line + n, sizeof(line) - n, "%b %e %H:%M:%S ", &tm);
+		log_put(line, &n, log_date(&ts, &len));
 	} else if (log_stamped) {
-		n = log_time(line, 40);
+		n = log_time(line);
 		log_put(line, &n, log_host);
 		log_put(line, &n, " ");
 	}
