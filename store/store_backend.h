@@ -99,6 +99,8 @@ int store_qid_ok(const char *qid);	/* 1 to STORE_QID_SIZE - 1 bytes */
 /* store_story_ttl - how long m's story is kept once m left the spool: m->ttl, else STORE_STORY_TTL */
 #define STORE_STORY_TTL	(24 * 3600 * 1000000LL)
 int64_t store_story_ttl(const struct store_msg *m);
+/* store_story_expires - when a story expires whose message left the spool at finished */
+int64_t store_story_expires(int64_t finished, int64_t ttl);
 
 /* the first member of every backend's handle and transaction */
 struct store {

@@ -11,6 +11,7 @@
  *	int store_msg_valid(const struct store_msg *m);
  *	int store_update_valid(const struct store_msg *m);
  *	int64_t store_story_ttl(const struct store_msg *m);
+ *	int64_t store_story_expires(int64_t finished, int64_t ttl);
  *	int store_qid_ok(const char *qid);
  * DESCRIPTION
  *	A backend stores and fetches; what its records mean is decided
@@ -33,7 +34,11 @@
  *	store_story_ttl() is how long a message's story is kept once it has
  *	left the spool: what acceptance gave it (key_ttl, so that a story
  *	outlives the claims it explains), or STORE_STORY_TTL for a message
- *	that came with none.
+ *	that came with none. store_story_expires() is when, for a message
+ *	that left at finished with ttl (its own, or its story's): the first
+ *	microsecond after that ttl. PostgreSQL reads the ttl where it writes
+ *	the expiry, in one statement, so it has this rule in SQL as well
+ *	(PG_STORY_EXPIRES, store_pg_int.h); test_story checks both agree.
  * DIAGNOSTICS
  *	store_claim_live(): 1 live, 0 not, or the STORE_E* code queued()
  *	gave. store_msg_valid(), store_update_valid(): 1 or 0.
@@ -78,6 +83,12 @@ int store_qid_ok(const char *qid)
 int64_t store_story_ttl(const struct store_msg *m)
 {
 	return m->ttl > 0 ? m->ttl : STORE_STORY_TTL;
+}
+
+/* store_story_expires - when a story expires whose message left the spool at finished */
+int64_t store_story_expires(int64_t finished, int64_t ttl)
+{
+	return finished + (ttl > 0 ? ttl : STORE_STORY_TTL) + 1;
 }
 
 /* store_msg_valid - can this message be spooled? */

@@ -272,7 +272,7 @@ void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 	s.updated = now;
 	if (!queued) {
 		s.finished = now;
-		s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
+		s.expires = store_story_expires(now, s.ttl);
 	}
 	lmdb_hist_write(t, &s);
 out:
@@ -297,7 +297,7 @@ void lmdb_hist_drop(struct lmdb_txn *t, const char *qid)
 	s.dropped = 1;
 	s.updated = now;
 	s.finished = now;
-	s.expires = now + (s.ttl > 0 ? s.ttl : 0) + 1;
+	s.expires = store_story_expires(now, s.ttl);
 	lmdb_hist_write(t, &s);
 	store_story_free(&s);
 }

@@ -60,6 +60,17 @@
 
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
 /*
+ * PG_STORY_EXPIRES - store_story_expires() (store_rule.c) in SQL, of SQL
+ * expressions: a finished message's story expires at it. The ttl is the
+ * row's, which the statement that finishes the message reads as it
+ * writes; computed in C it would cost a read of each message's ttl
+ * first, a round trip more per drop and per batch of outcomes. The two
+ * statements that finish a message share this; test_story checks it
+ * gives what store_story_expires() does, on a ttl and on none.
+ */
+#define PG_STORY_EXPIRES(finished, ttl, default_ttl) \
+	"(" finished " + CASE WHEN " ttl " > 0 THEN " ttl " ELSE " default_ttl " END + 1)"
+/*
  * The inflight mark's two columns (schema 2, store_pg_schema.c): a mark
  * names its lease (mark_token); clearing it while finishing the message
  * under another lease names the mark the verdict was on (verdict_on).

@@ -260,8 +260,8 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	store_pg_p_text(&p, st->node);
 	store_pg_p_i64(&p, STORE_STORY_TTL);
 	err = store_pg_run(st, "UPDATE messages SET queued = false, data = NULL, dropped = true, "
-		  "updated = $2, finished = $2, expires = $2 + CASE WHEN ttl > 0 THEN ttl "
-		  "ELSE $4 END + 1, lease_owner = NULL WHERE qid = $1 AND " PG_ROW_QUEUED("") " AND "
+		  "updated = $2, finished = $2, expires = " PG_STORY_EXPIRES("$2", "ttl", "$4") ", "
+		  "lease_owner = NULL WHERE qid = $1 AND " PG_ROW_QUEUED("") " AND "
 		  "(lease_owner IS NULL OR lease_owner = $3 OR lease_until < " PG_DB_NOW ")",
 		  &p, &r, "drop");
 	store_pg_params_free(&p);

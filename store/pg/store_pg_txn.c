@@ -115,7 +115,7 @@ static const char SQL_UPDATES[] =
 	PG_MARK_COLS("v.inflight", "NOT v.done") ", "
 	"data = CASE WHEN v.done THEN NULL ELSE m.data END, "
 	"finished = CASE WHEN v.done THEN $2 ELSE m.finished END, "
-	"expires = CASE WHEN v.done THEN $2 + CASE WHEN m.ttl > 0 THEN m.ttl ELSE $11 END + 1 "
+	"expires = CASE WHEN v.done THEN " PG_STORY_EXPIRES("$2", "m.ttl", "$11") " "
 	"ELSE m.expires END, "
 	"lease_owner = CASE WHEN v.done OR v.release THEN NULL ELSE m.lease_owner END "
 	"FROM v WHERE m.qid = v.qid AND " FENCE " AND "
@@ -442,7 +442,7 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 	for (i = 0; i < seg_shape[s->kind].cols; i++)
 		store_pg_p_arr(&p, &s->a[i]);
 	if (s->kind == PG_SEG_UPDATES)
-		store_pg_p_i64(&p, STORE_STORY_TTL);	/* store_story_ttl(), in SQL */
+		store_pg_p_i64(&p, STORE_STORY_TTL);	/* PG_STORY_EXPIRES's default */
 	if (s->kind == PG_SEG_UPDATES || s->kind == PG_SEG_INFLIGHT)
 		store_pg_p_i64(&p, (int64_t) s->n);
 	for (i = 0; i < seg_shape[s->kind].rcols; i++)

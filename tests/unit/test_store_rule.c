@@ -192,6 +192,26 @@ static void test_story_ttl(void **state)
 	}
 }
 
+/* test_story_expires_rule - a story expires the first microsecond past its ttl (else a day's) */
+static void test_story_expires_rule(void **state)
+{
+	static const struct {
+		const char *name;
+		int64_t finished, ttl, want;
+	} cases[] = {
+		{ "ttl given", NOW, 2 * 3600 * SEC, NOW + 2 * 3600 * SEC + 1 },
+		{ "one microsecond", NOW, 1, NOW + 2 },
+		{ "none given", NOW, 0, NOW + 24 * 3600 * SEC + 1 },
+		{ "negative", NOW, -5, NOW + 24 * 3600 * SEC + 1 },
+	};
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		CHECK_INT(cases[i].name, store_story_expires(cases[i].finished, cases[i].ttl),
+			  cases[i].want);
+}
+
 /* a temporary directory for the LMDB roles */
 struct open_fx {
 	char dir[64];
@@ -340,6 +360,7 @@ int main(void)
 		cmocka_unit_test(test_claim_live),
 		cmocka_unit_test(test_msg_valid),
 		cmocka_unit_test(test_story_ttl),
+		cmocka_unit_test(test_story_expires_rule),
 		cmocka_unit_test(test_qid_ok),
 		cmocka_unit_test_setup_teardown(test_open_roles, open_setup, open_teardown),
 		cmocka_unit_test_setup_teardown(test_open_declared, fx_setup, fx_teardown),

@@ -12,6 +12,7 @@
 #include <sys/time.h>
 
 #include "../../store/store.h"
+#include "../../store/store_backend.h"
 #include "../../queue/commit.h"
 #include "../../relay/dupcount.h"
 #include "../../util/buf.h"
@@ -399,6 +400,51 @@ static void test_dupcount(void **state)
 	store_msg_free(&m);
 }
 
+/*
+ * test_story_expires - a story expires when store_story_expires() says,
+ * from the time its message left and its ttl (acceptance's, or the
+ * default for none), whether it left by delivery or by a drop: the
+ * PostgreSQL backend has the rule in SQL too (PG_STORY_EXPIRES)
+ */
+static void test_story_expires(void **state)
+{
+	static const struct {
+		const char *qid;
+		int64_t ttl;
+		int drop;
+	} cases[] = {
+		{ "0000000000E1", TTL, 0 },
+		{ "0000000000E2", 0, 0 },
+		{ "0000000000E3", TTL, 1 },
+		{ "0000000000E4", 0, 1 },
+	};
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_story s;
+	struct store_msg m;
+	char name[64];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		story_msg(&m, cases[i].qid, 1, NULL);
+		m.ttl = cases[i].ttl;
+		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		store_txn_msg_put(t, &m);
+		CHECK_INT("spool", store_txn_commit(t), 0);
+		m.rcpts[0].state = STORE_RCPT_SENT;
+		if (cases[i].drop)
+			CHECK_INT("drop", store_msg_drop(f->st, m.qid), 0);
+		else
+			CHECK_INT("delivered", store_msg_update(f->st, &m), 0);
+		store_msg_free(&m);
+		CHECK_INT("story", store_story_get(f->st, cases[i].qid, &s), 0);
+		snprintf(name, sizeof(name), "%s expires (ttl %lld, %s)", cases[i].qid,
+			 (long long) cases[i].ttl, cases[i].drop ? "dropped" : "delivered");
+		CHECK_INT(name, s.expires, store_story_expires(s.finished, cases[i].ttl));
+		store_story_free(&s);
+	}
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -406,6 +452,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_story_lifecycle),
 		T(test_drop_and_counts),
+		T(test_story_expires),
 		T(test_forget),
 		T(test_expire),
 		T(test_expire_claim_outlives),
