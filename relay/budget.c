@@ -99,7 +99,11 @@ int budget_paused(const struct conn *c)
 	    && smtp_session_in_data(c->s);
 }
 
-/* budget_resume - paused sessions that may read again get EPOLLIN back */
+/*
+ * budget_resume - paused sessions that may read again get EPOLLIN back;
+ * conn_flush() reads at once what the transport holds already (TLS
+ * read-ahead), which no event will announce
+ */
 void budget_resume(struct server *srv)
 {
 	struct conn *c;
@@ -107,7 +111,7 @@ void budget_resume(struct server *srv)
 	for (c = srv->conns; c && srv->n_paused; c = c->next) {
 		if (!c->paused || c->dead || budget_paused(c))
 			continue;
-		conn_interest(c);	/* clears c->paused */
+		conn_flush(c);		/* ends in conn_interest(), which clears c->paused */
 	}
 }
 

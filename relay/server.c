@@ -200,7 +200,8 @@ static int conn_write(struct conn *c);
 
 /*
  * conn_flush - write pending output; close when done and closing; go on
- * with input the engine left for unread replies once they are written.
+ * with input the engine left for unread replies once they are written,
+ * in c->in or held by the transport (TLS read-ahead: no event for it).
  * 0, or -1 if closed
  */
 int conn_flush(struct conn *c)
@@ -209,7 +210,7 @@ int conn_flush(struct conn *c)
 
 	if (conn_write(c) < 0)
 		return -1;
-	if (out->len == 0 && c->in.len && conn_accepting(c))
+	if (out->len == 0 && (c->in.len || io_pending(c->io)) && conn_accepting(c))
 		return conn_process(c);		/* ends in conn_flush: left input only */
 	if (out->len == 0 && smtp_session_closing(c->s)) {
 		conn_close(c);

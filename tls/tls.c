@@ -31,6 +31,14 @@
  *	nodemailer, Django) rarely resume; one is all that a client that
  *	does resume needs, as every resumption brings a fresh one.
  *
+ *	Read-ahead: OpenSSL reads as much as its buffer takes, not a record
+ *	header and then its body: a command and its record cost one read(2),
+ *	not two, and records that arrive together one read between them (a
+ *	client's CCS and Finished, pipelined commands). What it holds beyond
+ *	the record returned no epoll event announces: tls_pending() says so
+ *	(SSL_has_pending() counts the read-ahead), and the event loop reads
+ *	it before it waits for input (relay/server.c).
+ *
  *	The transport: SSL_read/SSL_write on a non-blocking socket. OpenSSL
  *	may need the socket readable to write, or writable to read; its
  *	SSL_ERROR_WANT_* codes become IO_AGAIN and the epoll event to wait
@@ -146,6 +154,7 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 			    | SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
 			 | SSL_MODE_RELEASE_BUFFERS | SSL_MODE_NO_AUTO_CHAIN);
+	SSL_CTX_set_read_ahead(ctx, 1);
 	if (SSL_CTX_set_num_tickets(ctx, 1) != 1) {
 		tls_errtext(err, errlen, "TLS settings");
 		goto fail;

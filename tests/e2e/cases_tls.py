@@ -346,6 +346,101 @@ def test_tls_big_and_pipelined(t):
     check(big and big[0]["data"].endswith(body), "the big message arrived whole")
 
 
+class RecordClient(Raw):
+    """RecordClient - TLS over memory BIOs on an implicit-TLS port: lumps()
+    makes one TLS record of each piece and writes them all in one send, so
+    the server finds several records in one read (its read-ahead holds the
+    ones after the first, which no epoll event announces)"""
+
+    def __init__(self, port, timeout=10):
+        super().__init__(port, timeout=timeout, greet=False)
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = client_ctx().wrap_bio(self.inc, self.out)
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                self.pull()
+        self.sock.sendall(self.out.read())
+        self.greeting = self.reply()
+
+    def pull(self):
+        """pull - more octets from the socket into the TLS object"""
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed by server (pending %r)" % self.buf)
+        self.inc.write(data)
+
+    def readline(self):
+        while b"\n" not in self.buf:
+            try:
+                self.buf += self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self.pull()
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.rstrip(b"\r").decode("latin-1")
+
+    def lumps(self, *pieces):
+        """lumps - a record a piece, all in one send"""
+        for p in pieces:
+            self.tls.write(p)
+        self.sock.sendall(self.out.read())
+
+
+@case()
+def test_tls_records_in_one_read(t):
+    """Pipelined commands, each its own TLS record, arrive in one segment:
+    the server's read-ahead reads them in one go and holds the records after
+    the first; those after a final dot wait in OpenSSL while the message is
+    committed, with no epoll event for them, and are answered once it is"""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"tls": "implicit"},))
+    first, second = make_msg(key="rec-1"), make_msg(key="rec-2")
+    with RecordClient(d.ports[0]) as c:
+        expect_reply(c.greeting, 220)
+        c.lumps(b"EHLO client.test\r\n", b"MAIL FROM:<s@example.org>\r\n",
+                b"RCPT TO:<a@example.com>\r\n", b"DATA\r\n")
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 354)
+        c.lumps(first[:40], first[40:] + b".\r\n", b"MAIL FROM:<s@example.org>\r\n",
+                b"RCPT TO:<b@example.com>\r\n", b"DATA\r\n")
+        q1 = qid_of(expect_reply(c.reply(), 250, "2.0.0", "first message"))
+        expect_reply(c.reply(), 250, what="MAIL held in the read-ahead during the commit")
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 354)
+        c.lumps(second + b".\r\n", b"QUIT\r\n")
+        q2 = qid_of(expect_reply(c.reply(), 250, "2.0.0", "second message"))
+        expect_reply(c.reply(), 221, what="QUIT held in the read-ahead during the commit")
+    check(q1 != q2, "two messages")
+    recs = sink.wait_count(2, timeout=30)
+    eq(sorted(r["to"][0] for r in recs), ["a@example.com", "b@example.com"], "both delivered")
+
+
+@case()
+def test_tls_held_input_after_unread_replies(t):
+    """Commands whose replies pile up past the unread-output bound (32 KB)
+    and, in the next record of the same segment, QUIT: the engine stops
+    taking commands with its input used up and QUIT held by OpenSSL's
+    read-ahead; once the replies are written it must read QUIT from there,
+    since no epoll event will say it is there"""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"tls": "implicit"},))
+    with RecordClient(d.ports[0]) as c:
+        c.lumps(b"EHLO client.test\r\n")
+        code, text = c.reply()
+        eq(code, 250, "EHLO")
+        size = sum(len(x) + 6 for x in text.split("\n"))    # "250-" or "250 ", CRLF
+        n = -(-32 * 1024 // size)     # the last of them takes the unread replies past 32 KB
+        c.lumps(b"EHLO client.test\r\n" * n, b"QUIT\r\n")
+        for i in range(n):
+            eq(c.reply()[0], 250, "EHLO %d of %d" % (i + 1, n))
+        expect_reply(c.reply(), 221, what="QUIT, held in the read-ahead")
+
+
 # ---------------------------------------------------------------- AUTH
 
 @case()
