@@ -170,7 +170,7 @@ int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
 
 int store_node_id(struct store *st)
 {
-	return SHARED(st) ? OPS(st)->node_id(st) : -1;
+	return SHARED(st) ? st->node_id : -1;
 }
 
 int store_nodes_alive(struct store *st, int *n)

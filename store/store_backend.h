@@ -57,7 +57,6 @@ struct store_ops {
 	void (*txn_abort) (struct store_txn *t);
 
 	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
-	int (*node_id) (struct store *st);	/* shared */
 	int (*nodes_alive) (struct store *st, int *n);	/* shared */
 
 	int (*queue_take) (struct store *st, int64_t now, size_t max,
@@ -105,6 +104,7 @@ int64_t store_story_expires(int64_t finished, int64_t ttl);
 /* the first member of every backend's handle and transaction */
 struct store {
 	const struct store_ops *ops;
+	int node_id;		/* STORE_CAP_SHARED: store_node_id(), given at open; -1 none */
 };
 
 struct store_txn {

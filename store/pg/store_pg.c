@@ -453,7 +453,7 @@ static int node_lock(struct pg_store *st, PGconn *c)
 	int err;
 
 	store_pg_params_init(&p);
-	store_pg_p_i32(&p, st->slot);
+	store_pg_p_i32(&p, st->base.node_id);
 	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" NODE_LOCK ")", &p, &r,
 			    "node lock");
 	store_pg_params_free(&p);
@@ -494,7 +494,7 @@ static int node_slot(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 		PQclear(r);
 		return STORE_EINVAL;
 	}
-	st->slot = (int) store_pg_int(r, 0, 0);
+	st->base.node_id = (int) store_pg_int(r, 0, 0);
 	PQclear(r);
 	return 0;
 }
@@ -634,7 +634,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	st->node = node ? xstrdup(node) : NULL;
 	st->lease_us = lease_us > 0 ? lease_us : 60 * 1000000LL;
 	st->commit_wait_us = PG_COMMIT_WAIT_US;
-	st->slot = -1;
+	st->base.node_id = -1;
 	pthread_mutex_init(&st->mu, NULL);
 	pthread_mutex_init(&st->amu, NULL);
 	pthread_mutex_init(&st->lmu, NULL);
@@ -708,12 +708,6 @@ static unsigned pg_health(struct store *base)
 	stalled = st->repl_waiting > 0;
 	pthread_mutex_unlock(&st->mu);
 	return stalled ? STORE_HSTALLED : 0;
-}
-
-/* pg_node_id - the node's slot, 0..255 */
-static int pg_node_id(struct store *base)
-{
-	return ((struct pg_store *) base)->slot;
 }
 
 /*
@@ -799,7 +793,6 @@ const struct store_ops store_pg_ops = {
 	.txn_commit = store_pg_txn_commit,
 	.txn_abort = store_pg_txn_abort,
 	.last_qid = store_pg_last_qid,
-	.node_id = pg_node_id,
 	.nodes_alive = pg_nodes_alive,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,

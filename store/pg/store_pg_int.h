@@ -111,11 +111,11 @@ struct pg_lease {
 enum pg_down { PG_DOWN_NONE, PG_DOWN_UNREACHABLE, PG_DOWN_SLOTS };
 
 struct pg_store {
-	struct store base;		/* first: store.c dispatches on base.ops */
+	struct store base;		/* first: store.c dispatches on base.ops; base.node_id:
+					 * nodes.slot */
 	char *url;			/* owned: libpq connection string or URI */
 	char *node;			/* owned: this node's name; NULL for a client (idemrelayctl) */
 	int64_t lease_us;
-	int slot;			/* nodes.slot: store_node_id() */
 
 	pthread_mutex_t mu;		/* guards everything below but the lease map */
 	pthread_cond_t freed;		/* a connection went back to the pool */
