@@ -19,6 +19,8 @@ import time
 
 from harness import LMDB_ONLY
 from harness import case, check, eq, make_msg, received_qids, submit, submit_ok, wait_until
+from cases_nodes import check_exactly_once
+from cases_ops import ctl, ctl_json, ops_daemon
 
 SUBJECT_RE = re.compile(rb"^Subject: cut (\S+)\r$", re.M)
 
@@ -320,3 +322,49 @@ def test_failed_sync_kept_by_disk(t):
     eq(len(sink.accepted()), 6, "messages upstream")
     check(not any(b"kept-later" in rec["data"] for rec in sink.accepted()),
           "a submission refused while the store was broken reached the sink")
+
+
+@case(timeout=90, stores=LMDB_ONLY)
+def test_mark_refused_rest_uncharged(t):
+    """LMDB: a batch of three in one session, the first one's inflight mark refused
+    (the sync of its commit fails: powerfs, armed while the sink holds its 354): that
+    one gets no dot and is deferred; the two after it, which never reached the
+    upstream, are not charged for it (deferred "delivery temporarily suspended") and
+    are sent within seconds once the store is reopened, though retry.first is an hour,
+    their attempt counts as they were; a flush then delivers the first, each once.
+    PostgreSQL's case is cases_nodes.py's test_nodes_mark_refused_rest_uncharged."""
+    fs = t.powerfs()
+    sink = t.sink(default="tempfail")
+    d = ops_daemon(t, sink, {"store": {"path": fs.mnt + "/store"},
+                             "upstream": {"connections": 1}})
+    qids = [submit_ok(d.port, "mr%d@example.com" % i, make_msg(key="mark-refused-%d" % i))
+            for i in range(3)]
+    for q in qids:
+        d.wait_log(q, "status=deferred")           # an attempt: the sink's 451
+    sink.control(data_delay=2)
+    ctl(d, "flush")                                 # the three due at once: one batch
+    wait_until(lambda: sink.events("data-delay"), 15, "the first DATA of the batch")
+    fs.fail_next_sync()
+    sink.control()
+    refused = d.wait_log("could not record the inflight mark", timeout=15)[0]
+    first = [q for q in qids if q in refused]
+    eq(len(first), 1, "the message whose mark failed: %s" % refused)
+    rest = [q for q in qids if q not in first]
+    try:
+        check_exactly_once([sink], rest, timeout=20, settle=0.5,
+                           what="the rest of the batch, with retry.first = 1h")
+        for q in rest:
+            lines = d.log_lines(q, "status=deferred")
+            eq(len(lines), 2, "deferral lines of %s: %r" % (q, lines))
+            check("delivery temporarily suspended: not sent: the session with" in lines[1]
+                  and "inflight mark of %s could not be recorded" % first[0] in lines[1],
+                  "the deferral for another's mark says so: %s" % lines[1])
+        ctl(d, "flush")
+        check_exactly_once([sink], qids, timeout=30, what="after the refused mark")
+        # the sink's 451, then: the refused mark and the delivery (first); the delivery (rest)
+        eq({q: ctl_json(d, "show", q)["messages"][0]["attempts"] for q in qids},
+           {q: 3 if q in first else 2 for q in qids}, "attempts counted")
+    finally:
+        print("\n".join(d.log_lines("status=")))
+        print("powerfs: %s" % fs.log().strip().replace("\n", " | "))
+    eq(d.log_lines("status=unconfirmed"), [], "delivered-unconfirmed lines")

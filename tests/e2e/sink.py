@@ -122,6 +122,9 @@ FAULTS
     closes the connection) and counted as a "throttled" event.
 
     "pipelining": false leaves PIPELINING out of the EHLO reply.
+    "data_delay": S waits S seconds before the 354 to DATA, an event
+    "data-delay" at its start (a test can act while the client waits
+    there, before its content and final dot).
     "reset_after_reply": N resets a connection (SO_LINGER 0) right after
     it has written its N-th reply (1: the greeting, 2: the reply to EHLO);
     "resets": K limits that to the first K connections that reach it
@@ -710,6 +713,11 @@ class Conn:
             self.sink.event(ev="drop-before-data", conn=self.id)
             self.close("drop-before-data")
             return
+        wait = float(self.sink.control.get("data_delay") or 0)
+        if wait:
+            self.sink.event(ev="data-delay", conn=self.id, seconds=wait)
+            log("c%d delaying the 354 by %g s (control)" % (self.id, wait))
+            await asyncio.sleep(wait)
         start = self.data_fault(self.tx, ("reset", "trickle-data"))
         if start and start.kind == "trickle-data":
             self.sink.event(ev="trickle", conn=self.id, what="354")
