@@ -13,8 +13,11 @@
  *	before claims went with their stories also has a claims expiry
  *	index; store_lmdb_open() drops it. store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
- *	idemrelayctl. Every commit is durable when it returns; opened for
- *	writing, the environment leaves each commit's meta page unflushed
+ *	idemrelayctl. A writable open first has the kernel drop the pages
+ *	of data.mdb it has cached (lmdb_cache_drop()): another program's
+ *	large read or write leaves them in large folios, which make every
+ *	commit's flush dearer. Every commit is durable when it returns;
+ *	opened for writing, the environment leaves each commit's meta page unflushed
  *	(MDB_NOMETASYNC) and the journal (store_journal.c) covers it: a redo
  *	record in data.mdb past LMDB's map, flushed with LMDB's pages. It
  *	uses MDB_NOTLS, so that read transactions are not tied to a thread
@@ -331,6 +334,30 @@ static void lmdb_open_failed(struct lmdb_store *st, const char *path, const char
 	lmdb_free(st);
 }
 
+/*
+ * lmdb_cache_drop - before a writable open: the kernel drops the clean
+ * pages of data.mdb it has cached (dirty ones are written first, never
+ * lost). Whatever filled the cache with a large read or write (fill -a's
+ * batches, a backup's cp or rsync, a big commit before the zero-filled
+ * file of store_grow.c) left it in large folios, up to megabytes each,
+ * and every commit's fdatasync() then walks the whole folio of each page
+ * it rewrites: 3 to 5 times the CPU of a commit, and twice its time
+ * (BENCHMARKS.md, "one session on an old LMDB store"). Faulted in again
+ * through LMDB's map, the pages come back as small folios. The price is
+ * a cold cache right after the start.
+ */
+static void lmdb_cache_drop(const char *path)
+{
+	char file[4096];
+	int fd;
+
+	snprintf(file, sizeof(file), "%s/data.mdb", path);
+	if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	(void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+}
+
 /* grown_total - the total the map was grown to at run time (meta DB); 0 if never */
 static uint64_t grown_total(struct lmdb_store *st)
 {
@@ -366,8 +393,10 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	st->total = map_size;
 	st->jbase = lmdb_map_jbase(map_size);
 	st->map_size = st->jbase ? st->jbase : map_size;
-	if ((rc = lmdb_mkdir(path)) != 0
-	    || (rc = lmdb_env_open(st, path, st->map_size, 0, &step)) != 0)
+	if ((rc = lmdb_mkdir(path)) != 0)
+		goto fail;
+	lmdb_cache_drop(path);		/* before LMDB maps a page of it */
+	if ((rc = lmdb_env_open(st, path, st->map_size, 0, &step)) != 0)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
 	if ((grown = grown_total(st)) > map_size) {

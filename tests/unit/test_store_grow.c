@@ -4,7 +4,8 @@
  * growing it; never past the map size; nothing LMDB wrote is touched;
  * the store reads the same afterwards, also read-only and after reopen;
  * a disk that refuses the zeros costs one try per half step, and the
- * store goes on.
+ * store goes on; a writable open leaves none of data.mdb's clean pages
+ * in the kernel's cache (large folios: store_lmdb.c's lmdb_cache_drop()).
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -187,6 +189,81 @@ static void test_grow_follows(void **state)
 	check_msg(f->st, 400, 20000);
 }
 
+/* resident - pages of data.mdb from off, len bytes, in the kernel's cache */
+static size_t resident(const struct fx *f, size_t off, size_t len)
+{
+	size_t psz = (size_t) sysconf(_SC_PAGESIZE), n = len / psz, i, in = 0;
+	unsigned char *vec = xmalloc(n);
+	char p[160];
+	void *map;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
+	assert_true((fd = open(p, O_RDONLY)) >= 0);
+	assert_true((map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t) off)) != MAP_FAILED);
+	assert_int_equal(mincore(map, len, vec), 0);
+	for (i = 0; i < n; i++)
+		in += vec[i] & 1;
+	munmap(map, len);
+	close(fd);
+	free(vec);
+	return in;
+}
+
+/* read_all - read the first len bytes of data.mdb a MB at a time, as cp does */
+static void read_all(const struct fx *f, size_t len)
+{
+	static char buf[MB];
+	char p[160];
+	size_t off;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/data.mdb", f->path);
+	assert_true((fd = open(p, O_RDONLY)) >= 0);
+	for (off = 0; off < len; off += sizeof(buf))
+		assert_true(pread(fd, buf, sizeof(buf), (off_t) off) > 0);
+	close(fd);
+}
+
+/*
+ * test_open_drops_cache - data.mdb read whole by another program (a
+ * backup's cp) sits in the kernel's cache as large folios, and each page
+ * a commit rewrites would dirty (and its fdatasync walk) a whole folio:
+ * a writable open has the kernel drop those pages first. Seen in the
+ * middle of a store whose messages are gone: nothing the open reads is
+ * there (the meta pages, the roots and the free list are at the ends),
+ * so what is cached there after the open was cached before it.
+ */
+static void test_open_drops_cache(void **state)
+{
+	struct fx *f = *state;
+	char qid[STORE_QID_SIZE];
+	size_t used, third, pages, in;
+	int i;
+
+	for (i = 0; i < 48; i++)
+		CHECK_INT("put", put_msg(f->st, i, MB), 0);
+	for (i = 0; i < 48; i++) {
+		snprintf(qid, sizeof(qid), "GROW%08d", i);
+		CHECK_INT("drop", store_msg_drop(f->st, qid), 0);
+	}
+	used = (size_t) used_bytes(f);
+	third = used / 3 / MB * MB;
+	pages = third / (size_t) sysconf(_SC_PAGESIZE);
+	store_close(f->st);
+	f->st = NULL;
+	read_all(f, used);
+	if ((in = resident(f, third, third)) < pages * 9 / 10)
+		fail_msg("the middle third cached after the read: %zu of %zu pages, want nearly all",
+			 in, pages);
+	fx_open(f, TEST_MAP);
+	if ((in = resident(f, third, third)) > pages / 10)
+		fail_msg("the middle third cached after the open: %zu of %zu pages, want at most"
+			 " a tenth", in, pages);
+	CHECK_INT("put after", put_msg(f->st, 48, 3000), 0);
+	check_msg(f->st, 48, 3000);
+}
+
 /* test_grow_map_cap - never past the map; a full map is still a full map */
 static void test_grow_map_cap(void **state)
 {
@@ -285,6 +362,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_grow_map_cap, fx_setup_tiny, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_grow_refused, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_health_upkeep, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_open_drops_cache, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests_name("store_grow", tests, NULL, NULL);
