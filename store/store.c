@@ -206,14 +206,18 @@ int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 	return OPS(st)->msg_load(st, qid, m);
 }
 
-/* alone - one delivery write (m's update, else qid's mark) in a transaction of its own */
-static int alone(struct store *st, const struct store_msg *m, const char *qid, int on)
+/*
+ * alone - one delivery write (m's update, else qid's mark) in a
+ * transaction of its own; bare: the update without its story
+ */
+static int alone(struct store *st, const struct store_msg *m, const char *qid, int on, int bare)
 {
 	struct store_txn *t;
 	int err;
 
 	if ((err = store_txn_begin(st, &t)) != 0)
 		return err;
+	t->bare = bare;
 	if (m)
 		store_txn_msg_update(t, m);
 	else
@@ -223,7 +227,7 @@ static int alone(struct store *st, const struct store_msg *m, const char *qid, i
 
 int store_msg_set_inflight(struct store *st, const char *qid, int on)
 {
-	return alone(st, NULL, qid, on);
+	return alone(st, NULL, qid, on, 0);
 }
 
 /*
@@ -233,10 +237,10 @@ int store_msg_set_inflight(struct store *st, const char *qid, int on)
  */
 int store_msg_update(struct store *st, const struct store_msg *m)
 {
-	int err = alone(st, m, NULL, 0);
+	int err = alone(st, m, NULL, 0, 0);
 
 	if (err == STORE_ENOSPC && (OPS(st)->caps & STORE_CAP_OWN_SPACE)
-	    && (err = OPS(st)->msg_update_bare(st, m)) == 0)
+	    && (err = alone(st, m, NULL, 0, 1)) == 0)
 		msg_warn("%s: store full: delivery recorded without its history", m->qid);
 	return err;
 }

@@ -16,9 +16,9 @@
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
  *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE.
- *	No entry is optional otherwise. msg_update_bare, which store.h has
- *	not, is store_msg_update() without the message's story, for a
- *	store full of its own space (store.c).
+ *	No entry is optional otherwise. A transaction marked bare (store.c,
+ *	a store full of its own space) takes its delivery updates without
+ *	their messages' stories.
  *
  *	The backend is chosen in store_open.c alone, which calls its own
  *	open function (store_lmdb_open(), store_pg_open()); nothing else
@@ -65,7 +65,6 @@ struct store_ops {
 	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
 	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
-	int (*msg_update_bare) (struct store *st, const struct store_msg *m);	/* own space */
 	int (*msg_drop) (struct store *st, const char *qid);
 	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
@@ -111,6 +110,7 @@ struct store_txn {
 	const struct store_ops *ops;
 	int err;			/* sticky: the first STORE_E* of a step, or 0 */
 	unsigned steps;			/* write steps asked of it so far */
+	int bare;			/* own space: updates without their stories */
 };
 
 /* store_txn_fail - a step of t failed with err: record it unless one did before; the sticky code */

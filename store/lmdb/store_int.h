@@ -108,7 +108,6 @@ void lmdb_txn_abort(struct store_txn *base);
 int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE]);
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
 int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c);
-int lmdb_msg_update_bare(struct store *base, const struct store_msg *m);
 int lmdb_msg_drop(struct store *base, const char *qid);
 int lmdb_stats(struct store *base, struct store_stats *s, unsigned what);
 int lmdb_queue_walk(struct store *base, unsigned how,

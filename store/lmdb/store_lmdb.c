@@ -690,7 +690,6 @@ const struct store_ops lmdb_ops = {
 	.txn_abort = lmdb_txn_abort,
 	.last_qid = lmdb_last_qid,
 	.msg_load = lmdb_msg_load,
-	.msg_update_bare = lmdb_msg_update_bare,
 	.msg_drop = lmdb_msg_drop,
 	.msg_change = lmdb_msg_change,
 	.stats = lmdb_stats,

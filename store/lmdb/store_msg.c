@@ -171,29 +171,17 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	return err;
 }
 
-/* lmdb_txn_msg_update - rewrite delivery state and the story inside t; all final: leave the spool */
+/*
+ * lmdb_txn_msg_update - rewrite delivery state and the story (not in a
+ * bare transaction) inside t; all final: leave the spool
+ */
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
-	if ((err = msg_update_in(t->st, t, m, 1)) != 0)
+	if ((err = msg_update_in(t->st, t, m, !base->bare)) != 0)
 		store_txn_fail(&t->base, err);
-}
-
-/* lmdb_msg_update_bare - rewrite delivery state, not the story, in a transaction of its own */
-int lmdb_msg_update_bare(struct store *base, const struct store_msg *m)
-{
-	struct lmdb_txn *t;
-	int err;
-
-	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
-		return err;
-	if ((err = msg_update_in(t->st, t, m, 0)) != 0) {
-		lmdb_txn_abort(&t->base);
-		return err;
-	}
-	return lmdb_txn_commit(&t->base);
 }
 
 /* queue_patch - rewrite one flag of qid's delivery state record inside t */
