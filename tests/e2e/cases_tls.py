@@ -725,6 +725,25 @@ def test_tls_groups(t):
 
 
 @case()
+def test_tls13_suites_server_order(t):
+    """TLS 1.3's suites in the server's order, AES-128-GCM with SHA-256 first
+    (issue 27: its key schedule runs on SHA-256, which the CPU does in
+    hardware), although OpenSSL's clients list AES-256-GCM first; a client
+    offering only one of the other two gets that one."""
+    sink = t.sink()
+    d = tls_daemon(t, sink)
+    with Raw(d.port) as c:
+        c.cmd("EHLO client.test")
+        starttls(c)
+        eq(c.sock.version(), "TLSv1.3", "protocol")
+        eq(c.sock.cipher()[0], "TLS_AES_128_GCM_SHA256", "the suite chosen for a default client")
+    for suite in ("TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"):
+        ok, out = s_client(d.port, "-tls1_3", "-ciphersuites", suite)
+        check(ok and ("Ciphersuite: " + suite) in out,
+              "a client offering only %s: %s" % (suite, out))
+
+
+@case()
 def test_tls13_one_ticket_resumes(t):
     """A full TLS 1.3 handshake issues one session ticket, not OpenSSL's default
     two (issue 27: each ticket is a session encoded, encrypted and written, on
