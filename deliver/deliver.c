@@ -6,7 +6,8 @@
  * DESCRIPTION
  *	deliver_start() loads every queued QID from the store into an
  *	in-memory queue (deliver_queue.c) and starts the delivery threads:
- *	upstream.connections of them for SMTP, one for a Maildir. (They are
+ *	for SMTP one for each session of each upstream group (the default's
+ *	upstream.connections and each route's), one for a Maildir. (They are
  *	not util/workq.c's workers: they wait on a schedule ordered by time,
  *	gathering batches, not on a FIFO of jobs; a dispatcher feeding a
  *	work queue would add a hop and a wake-up to every batch.) A thread
@@ -50,19 +51,26 @@
  *	lost the lease.
  *
  *	A transport with limits (deliver_esmtp) has its upstream's rate and
- *	concurrency, and their throttling feedback (deliver_rate.h): a
- *	thread starts a session only when the upstream is not paused and a
- *	connection is free. On a shared store the taker counts the nodes
- *	alive every DELIVER_NODES_EVERY, and each node sends its part of
- *	upstream.rate.
+ *	concurrency, and their throttling feedback (deliver_rate.h), for each
+ *	upstream group: the default upstream's (group 0) and each route's
+ *	(conf_route.c; group 1 + i). On a shared store the taker counts the
+ *	nodes alive every DELIVER_NODES_EVERY, and each node sends its part
+ *	of each rate.
  *
- *	Routes (conf_route.c): a loaded batch is handed to the transport one
- *	upstream group at a time (send_routes), by the route each message
- *	stored at acceptance; the delivery threads are shared by every group.
- *	Each group's session is admitted by its own limits: while the default
- *	upstream is paused, a thread still takes due batches (take_batch) for
- *	the routes' mail in them, and the default's messages wait for the
- *	pause's end, uncharged, as a paused route's do (postpone).
+ *	Admission: a session starts only when its group may start one (not
+ *	paused, a connection free: deliver_rate_admit), admitted once, by
+ *	its own group. A message's queue entry knows its group once the
+ *	message was loaded (dq_set_group), and the queue passes over the
+ *	entries of a group that may start no session (groups_close, dq_close)
+ *	at no cost per entry, so a batch is of one known group, admitted when
+ *	taken (take_batch), or of messages never loaded, admitted group by
+ *	group once loaded (send_group). A group that may not start one then
+ *	gets its jobs back in the schedule as they were, nothing written (on
+ *	a shared store under this node's lease, which the taker renews), and
+ *	the thread goes on. A thread with nothing else due sleeps until a
+ *	pause or a session ends: a paused or busy group holds only its own
+ *	mail. A loaded batch goes to the transport one group at a time
+ *	(send_routes), by the route each message stored at acceptance.
  *
  *	What an attempt's results become (log lines, bounces, the store's
  *	update, the retry time) is deliver_record.c's.
@@ -103,9 +111,9 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	pthread_mutex_lock(&d->lock);
 	d->retry = nc->retry;
 	pthread_mutex_unlock(&d->lock);
-	/* the rates; not upstream.connections, which is the number of threads */
+	/* the rates; not upstream.connections, which counts threads */
 	if (d->rate)
-		deliver_rate_configure(d->rate, (int) d->n_threads, nc->upstream.rate,
+		deliver_rate_configure(d->rate, d->conns, nc->upstream.rate,
 				       nc->upstream.recipient_rate);
 }
 
@@ -257,52 +265,94 @@ static void sched_wait(struct deliver *d, int64_t when)
 	pthread_cond_timedwait(&d->wake, &d->lock, &ts);
 }
 
-/*
- * take_batch - the next batch once it may start, and the default
- * upstream's limits let a session start (deliver_rate_admit: not paused,
- * a connection free), or 0 when stopped (lock held). A session admitted
- * counts until deliver_thread's deliver_rate_done(); *held is then 0.
- * With routes, a default upstream in its pause does not hold the routes'
- * mail: the batch is taken all the same, *held is when the pause ends,
- * and the default's own messages in it wait for that (send_group), none
- * charged, each put off once a pause. A default upstream whose
- * connections are all busy still holds every thread (a session ends
- * soon; putting its mail off a second at a time would churn the queue).
- */
-static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int64_t *held)
+/* group_rate - the limits of group g: 0 the default upstream's, 1 + i route i's */
+static struct deliver_rate *group_rate(struct deliver *d, int g)
 {
-	int64_t now, start, admit, step;
-	size_t n;
+	return g == 0 ? d->rate : d->route_rates[g - 1];
+}
+
+/* group_of - the group of upstream up (the default's or a route's); -1: no limits */
+static int group_of(struct deliver *d, const struct conf_upstream *up)
+{
+	size_t i;
+
+	if (d->rate == NULL)
+		return -1;
+	for (i = 0; i < d->c->n_routes; i++)
+		if (up == &d->c->routes[i].up)
+			return (int) i + 1;
+	return 0;
+}
+
+/* group_name - "upstream" or "upstream (route NAME)", for the log */
+static const char *group_name(struct deliver *d, int g)
+{
+	return g == 0 ? "" : d->route_rates[g - 1]->route;
+}
+
+/*
+ * groups_close - close the queue's groups that may start no session now
+ * (dq_close), open the others (lock held): when one may change without a
+ * session's end (a pause's end, a recovery step), INT64_MAX if none may
+ */
+static int64_t groups_close(struct deliver *d, int64_t now)
+{
+	int64_t wake = INT64_MAX, when;
+	enum deliver_admit a;
+	int g;
+
+	for (g = 0; d->rate && g <= (int) d->c->n_routes; g++) {
+		a = deliver_rate_check(group_rate(d, g), now, &when);
+		dq_close(&d->q, g, a != DELIVER_ADMITTED);
+		if (when > 0 && when < wake)
+			wake = when;
+	}
+	return wake;
+}
+
+/*
+ * take_batch - the next batch once it may start, or 0 when stopped (lock
+ * held). A batch is of one upstream group (dq_take_due): messages loaded
+ * before remember theirs, and those of a group that may start no session
+ * (paused, or every connection it allows in use: deliver_rate_admit) are
+ * passed over, left as they are, until it may; a thread with nothing
+ * else due sleeps until a pause ends or a session does. A batch of a
+ * known group is admitted here, once (*admitted: the group, counted
+ * until its session's group_done()); one of messages never loaded
+ * (*admitted -1) is admitted group by group once loaded (send_group).
+ */
+static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *admitted)
+{
+	int64_t now, start, wake, when;
+	enum deliver_admit a;
+	size_t n, i;
+	int g;
 
 	while (!d->stop) {
 		now = clock_us();
+		wake = groups_close(d, now);
 		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
-		/* throttled: wake for each recovery step (after now), even with nothing due */
-		step = d->rate ? deliver_rate_recover(d->rate, now) : 0;
-		admit = start <= now && d->rate ? deliver_rate_admit(d->rate, now) : 0;
-		if (admit != 0 && !(admit > 0 && d->c->n_routes > 0
-				    && admit == deliver_rate_paused_until(d->rate))) {
-			/* -1: a session's end wakes us (deliver_thread) */
-			sched_wait(d, admit < 0 ? now + DELIVER_MAX_SLEEP * US : admit);
+		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch, &g)) > 0) {
+			if (g < 0 || (a = deliver_rate_admit(group_rate(d, g), now, &when))
+			    == DELIVER_ADMITTED) {
+				*admitted = g;
+				return n;
+			}
+			/* a session began since groups_close() (send_group's): wait as before */
+			msg_debug("delivery: upstream%s: %s", group_name(d, g), deliver_admit_why(a));
+			for (i = 0; i < n; i++)
+				dq_put_back(&d->q, qids[i]);
 			continue;
 		}
-		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch)) > 0) {
-			*held = admit;
-			return n;
-		}
-		if (start <= now && d->rate && admit == 0)
-			deliver_rate_done(d->rate);
-		sched_wait(d, step && step < start ? step : start);
+		sched_wait(d, wake < start ? wake : start);
 	}
 	return 0;
 }
 
-/* session_done - a batch's session ended: its connection is free for another thread */
-static void session_done(struct deliver *d, int64_t held)
+/* group_done - a session of group g ended: its connection is free for another */
+static void group_done(struct deliver *d, int g)
 {
-	if (d->rate == NULL || held != 0)
-		return;
-	deliver_rate_done(d->rate);
+	deliver_rate_done(group_rate(d, g));
 	pthread_mutex_lock(&d->lock);
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
@@ -311,58 +361,52 @@ static void session_done(struct deliver *d, int64_t held)
 /* deliver_group_rate - the limits of upstream group up: the default's or a route's */
 struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up)
 {
-	size_t i;
+	int g = group_of(d, up);
 
-	for (i = 0; d->rate && i < d->c->n_routes; i++)
-		if (up == &d->c->routes[i].up)
-			return d->route_rates[i];
-	return d->rate;
+	return g < 0 ? NULL : group_rate(d, g);
 }
 
 /*
- * postpone - an upstream group is paused (throttled) or has all its
- * connections busy: its jobs wait, none charged an attempt, until the
- * pause ends, or a second (when a connection frees cannot be known here)
+ * hold - group g may start no session (a): its loaded jobs go back to
+ * the schedule unsent, as they were (time, attempts, the lease on a
+ * shared store), nothing written; take_batch passes them over until it
+ * may. Their group is known now.
  */
-static void postpone(struct deliver_job **jobs, size_t n, const char *route, int64_t until)
+static void hold(struct deliver *d, struct deliver_job **jobs, size_t n, int g,
+		 enum deliver_admit a)
 {
-	char why[DELIVER_REPLY_MAX];
 	size_t i;
 
-	snprintf(why, sizeof(why), "%s%s: %s", route ? "route " : "upstream",
-		 route ? route : "", until > 0
-		 ? "its upstream asked to slow down" : "all its connections are busy");
-	if (until <= 0)
-		until = clock_us() + US;
+	pthread_mutex_lock(&d->lock);
 	for (i = 0; i < n; i++) {
-		snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
-		(void) deliver_job_postpone(jobs[i], until, "4.4.2", why);
+		dq_put_back(&d->q, jobs[i]->m.qid);
+		jobs[i]->held = 1;
 	}
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < n; i++)
+		msg_debug("%s: waits: upstream%s: %s", jobs[i]->m.qid, group_name(d, g),
+			  deliver_admit_why(a));
 }
 
 /*
- * send_group - one upstream group's jobs to the transport. The default
- * upstream's session was admitted by take_batch, unless held says when
- * it may be (then its jobs wait: postpone); a route's is admitted here
- * by its own limits (deliver_rate.h), or its jobs wait.
+ * send_group - one upstream group's jobs to the transport, in a session
+ * take_batch admitted (admitted), or admitted here by the group's own
+ * limits (deliver_rate.h); if it may not start, the jobs wait (hold)
  */
-static void send_group(struct deliver *d, const struct conf_upstream *up, const char *route,
-		       struct deliver_job **jobs, size_t n, int64_t held)
+static void send_group(struct deliver *d, const struct conf_upstream *up, int g,
+		       struct deliver_job **jobs, size_t n, int admitted)
 {
-	struct deliver_rate *r = route ? deliver_group_rate(d, up) : NULL;
+	enum deliver_admit a;
 	int64_t when;
 
-	if (route == NULL && held != 0) {
-		postpone(jobs, n, NULL, held);
-		return;
-	}
-	if (r && (when = deliver_rate_admit(r, clock_us())) != 0) {
-		postpone(jobs, n, route, when);
+	if (g >= 0 && !admitted
+	    && (a = deliver_rate_admit(group_rate(d, g), clock_us(), &when)) != DELIVER_ADMITTED) {
+		hold(d, jobs, n, g, a);
 		return;
 	}
 	d->t->send(d, up, jobs, n);
-	if (r)
-		deliver_rate_done(r);
+	if (g >= 0)
+		group_done(d, g);
 }
 
 /* same_route - do two stored routes name the same one (NULL: the default)? */
@@ -379,15 +423,18 @@ static int same_route(const char *a, const char *b)
  * other routes) is deferred, as Postfix defers mail whose transport is
  * misconfigured, never sent to another group: the operator restores the
  * route (or reroutes), and retry.give_up bounds the wait as for any
- * deferral. The jobs are reordered, grouped by route. held: the
- * default upstream admitted no session (take_batch).
+ * deferral. The jobs are reordered, grouped by route. admitted: the group
+ * whose session take_batch admitted (-1: none), let go if none of its
+ * jobs is left. Returns how many jobs to record: the first ones; those
+ * held back unsent come after them.
  */
-static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n, int64_t held)
+static size_t send_routes(struct deliver *d, struct deliver_job **jobs, size_t n, int admitted)
 {
 	const struct conf_upstream *up;
 	struct deliver_job *t;
 	char why[DELIVER_REPLY_MAX];
 	size_t i, j, k;
+	int g;
 
 	for (i = 0; i < n; i = k) {
 		for (k = j = i + 1; j < n; j++)
@@ -396,7 +443,10 @@ static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n, 
 				k++;
 			}
 		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL) {
-			send_group(d, up, jobs[i]->m.route, jobs + i, k - i, held);
+			g = group_of(d, up);
+			send_group(d, up, g, jobs + i, k - i, g >= 0 && g == admitted);
+			if (g >= 0 && g == admitted)
+				admitted = -1;
 			continue;
 		}
 		snprintf(why, sizeof(why), "route %s is not in the configuration",
@@ -407,6 +457,29 @@ static void send_routes(struct deliver *d, struct deliver_job **jobs, size_t n, 
 			deliver_set_all(jobs[j], DELIVER_DEFERRED, "4.3.5", why);
 		}
 	}
+	if (admitted >= 0)
+		group_done(d, admitted);	/* rerouted, or not loaded: no session */
+	for (i = j = 0; i < n; i++)
+		if (!jobs[i]->held) {
+			t = jobs[j], jobs[j] = jobs[i], jobs[i] = t;
+			j++;
+		}
+	return j;
+}
+
+/* remember_groups - each loaded message's queue entry knows its group from now on */
+static void remember_groups(struct deliver *d, struct deliver_job **jobs, size_t n)
+{
+	const struct conf_upstream *up;
+	size_t i;
+
+	if (d->rate == NULL)
+		return;
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < n; i++)
+		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL)
+			dq_set_group(&d->q, jobs[i]->m.qid, group_of(d, up));
+	pthread_mutex_unlock(&d->lock);
 }
 
 /* deliver_thread - take due batches and deliver them until stopped */
@@ -416,15 +489,15 @@ static void *deliver_thread(void *arg)
 	char (*qids)[STORE_QID_SIZE] = xcalloc(d->batch, sizeof(*qids));
 	struct deliver_job *jobs = xcalloc(d->batch, sizeof(*jobs));
 	struct deliver_job **ready = xcalloc(d->batch, sizeof(*ready));
-	size_t n, i, n_ready, bytes;
-	int64_t held = 0;
+	size_t n, i, n_ready, n_sent, bytes;
+	int admitted = -1;
 
 	/* Postfix's names: its smtp client, or local for a mailbox */
 	log_service(d->c->upstream.maildir ? "local" : "smtp");
 	deadline_stop_on(d->stopping_fd);	/* a connect or handshake ends at a stop */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
-		n = take_batch(d, qids, &held);
+		n = take_batch(d, qids, &admitted);
 		pthread_mutex_unlock(&d->lock);
 		if (n == 0)
 			break;
@@ -440,13 +513,9 @@ static void *deliver_thread(void *arg)
 			ready[n_ready] = &jobs[n_ready];
 			n_ready++;
 		}
-		if (n_ready == 0) {
-			session_done(d, held);
-			continue;
-		}
-		send_routes(d, ready, n_ready, held);
-		session_done(d, held);
-		deliver_record_batch(d, ready, n_ready);
+		remember_groups(d, ready, n_ready);
+		if ((n_sent = send_routes(d, ready, n_ready, admitted)) > 0)
+			deliver_record_batch(d, ready, n_sent);
 		for (i = 0; i < n_ready; i++)
 			job_free(ready[i]);
 	}
@@ -561,18 +630,22 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
-	d->n_threads = t->one_thread || c->upstream.connections <= 0 ? 1
-	    : (size_t) c->upstream.connections;
+	d->conns = t->one_thread || c->upstream.connections <= 0 ? 1 : c->upstream.connections;
+	d->n_threads = (size_t) d->conns;
 	d->batch = t->batch;
 	if (t->limited) {
-		d->rate = deliver_rate_new(NULL, (int) d->n_threads, c->upstream.rate,
+		d->rate = deliver_rate_new(NULL, d->conns, c->upstream.rate,
 					   c->upstream.recipient_rate);
 		d->route_rates = xcalloc(c->n_routes ? c->n_routes : 1, sizeof(*d->route_rates));
-		for (i = 0; i < c->n_routes; i++)
+		for (i = 0; i < c->n_routes; i++) {
 			d->route_rates[i] = deliver_rate_new(c->routes[i].name,
 							     c->routes[i].up.connections,
 							     c->routes[i].up.rate,
 							     c->routes[i].up.recipient_rate);
+			/* a thread for each of its sessions: no group waits for another's */
+			d->n_threads += (size_t) (c->routes[i].up.connections > 0
+						  ? c->routes[i].up.connections : 1);
+		}
 	}
 	if ((err = store_queue_walk(st, STORE_WALK_MINE, load_one, d)) != 0)
 		msg_fatal("delivery: cannot list the queue: %s", store_strerror(err));

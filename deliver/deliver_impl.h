@@ -52,12 +52,13 @@ struct deliver {
 					 * delivery thread's deadline_stop_on(), and so its
 					 * bridges' (esmtp/deliver_bridge.c) */
 	pthread_t *threads;		/* owned */
-	size_t n_threads;
+	size_t n_threads;		/* conns, and each route's connections */
+	int conns;			/* upstream.connections (1: a one-thread transport) */
 	size_t batch;			/* messages per upstream session */
 	struct deliver_rate *rate;	/* owned; NULL: a transport with no limits (Maildir);
-					 * the default upstream's, which also admits the
-					 * threads' sessions (take_batch) */
-	struct deliver_rate **route_rates;	/* owned, with rate: one per c->routes[] */
+					 * the default upstream's: group 0 of the queue */
+	struct deliver_rate **route_rates;	/* owned, with rate: one per c->routes[],
+						 * route i's group i + 1 */
 };
 
 /* one recipient's result of this attempt */
@@ -86,6 +87,8 @@ struct deliver_job {
 	int64_t until;			/* postponed: due again then (clock_us) */
 	int postponed;			/* deliver_job_postpone: deferred to until,
 					 * no attempt charged */
+	int held;			/* not sent, nothing to record: back in the
+					 * schedule as it was (its group was closed) */
 };
 
 /*

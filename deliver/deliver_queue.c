@@ -2,11 +2,12 @@
  * NAME
  *	deliver_queue 3
  * SUMMARY
- *	min-heap of due times plus a QID index, for the delivery scheduler
+ *	min-heaps of due times plus a QID index, for the delivery scheduler
  * DESCRIPTION
- *	See deliver_queue.h. Each item knows its heap slot (or DQ_BUSY when
- *	it has been handed out), so moving an item earlier is a sift-up and
- *	enqueue of a known QID costs O(log n).
+ *	See deliver_queue.h. Each item knows its heap (its group's) and its
+ *	slot there (or DQ_BUSY when it has been handed out), so moving an
+ *	item earlier is a sift-up and enqueue of a known QID costs O(log n).
+ *	What passes over a closed group looks at the top of each heap only.
  */
 #include <search.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@
 struct dq_item {
 	char qid[STORE_QID_SIZE];
 	int64_t next;
-	size_t slot;			/* index in heap, or DQ_BUSY */
+	size_t slot;			/* index in its heap, or DQ_BUSY */
+	int group;			/* its heap is heaps[group + 1] */
 	int again;			/* busy, and due again at next when done (dq_again) */
 };
 
@@ -38,69 +40,78 @@ static int item_before(const struct dq_item *a, const struct dq_item *b)
 	return strcmp(a->qid, b->qid) < 0;
 }
 
-/* heap_set - put an item in a slot and tell it where it is */
-static void heap_set(struct dq *q, size_t i, struct dq_item *it)
+/* heap_of - the heap of an item's group */
+static struct dq_heap *heap_of(struct dq *q, const struct dq_item *it)
 {
-	q->heap[i] = it;
+	return &q->heaps[it->group + 1];
+}
+
+/* heap_set - put an item in a slot and tell it where it is */
+static void heap_set(struct dq_heap *h, size_t i, struct dq_item *it)
+{
+	h->a[i] = it;
 	it->slot = i;
 }
 
 /* heap_up - restore heap order above slot i */
-static void heap_up(struct dq *q, size_t i)
+static void heap_up(struct dq_heap *h, size_t i)
 {
-	struct dq_item *it = q->heap[i];
+	struct dq_item *it = h->a[i];
 
-	while (i > 0 && item_before(it, q->heap[(i - 1) / 2])) {
-		heap_set(q, i, q->heap[(i - 1) / 2]);
+	while (i > 0 && item_before(it, h->a[(i - 1) / 2])) {
+		heap_set(h, i, h->a[(i - 1) / 2]);
 		i = (i - 1) / 2;
 	}
-	heap_set(q, i, it);
+	heap_set(h, i, it);
 }
 
 /* heap_down - restore heap order below slot i */
-static void heap_down(struct dq *q, size_t i)
+static void heap_down(struct dq_heap *h, size_t i)
 {
-	struct dq_item *it = q->heap[i];
+	struct dq_item *it = h->a[i];
 	size_t c;
 
 	for (;;) {
 		c = 2 * i + 1;
-		if (c >= q->n_heap)
+		if (c >= h->n)
 			break;
-		if (c + 1 < q->n_heap && item_before(q->heap[c + 1], q->heap[c]))
+		if (c + 1 < h->n && item_before(h->a[c + 1], h->a[c]))
 			c++;
-		if (!item_before(q->heap[c], it))
+		if (!item_before(h->a[c], it))
 			break;
-		heap_set(q, i, q->heap[c]);
+		heap_set(h, i, h->a[c]);
 		i = c;
 	}
-	heap_set(q, i, it);
+	heap_set(h, i, it);
 }
 
-/* heap_push - add an item */
+/* heap_push - add an item to its group's heap */
 static void heap_push(struct dq *q, struct dq_item *it)
 {
-	if (q->n_heap == q->cap_heap) {
-		q->cap_heap = q->cap_heap ? 2 * q->cap_heap : 64;
-		q->heap = xrealloc(q->heap, q->cap_heap * sizeof(*q->heap));
+	struct dq_heap *h = heap_of(q, it);
+
+	if (h->n == h->cap) {
+		h->cap = h->cap ? 2 * h->cap : 64;
+		h->a = xrealloc(h->a, h->cap * sizeof(*h->a));
 	}
-	heap_set(q, q->n_heap++, it);
-	heap_up(q, it->slot);
+	heap_set(h, h->n++, it);
+	heap_up(h, it->slot);
 }
 
-/* heap_remove - take the item out of the heap; it becomes busy */
+/* heap_remove - take the item out of its heap; it becomes busy */
 static void heap_remove(struct dq *q, struct dq_item *it)
 {
+	struct dq_heap *h = heap_of(q, it);
 	size_t i = it->slot;
 	struct dq_item *last;
 
 	it->slot = DQ_BUSY;
-	if (--q->n_heap == i)
+	if (--h->n == i)
 		return;
-	last = q->heap[q->n_heap];
-	heap_set(q, i, last);
-	heap_up(q, i);
-	heap_down(q, last->slot);
+	last = h->a[h->n];
+	heap_set(h, i, last);
+	heap_up(h, i);
+	heap_down(h, last->slot);
 }
 
 /* dq_find - the item for a QID, or NULL */
@@ -116,19 +127,37 @@ static struct dq_item *dq_find(const struct dq *q, const char *qid)
 	return found ? *(struct dq_item *const *) found : NULL;
 }
 
+/* heaps_for - make room for group g's heap */
+static void heaps_for(struct dq *q, int g)
+{
+	size_t want = (size_t) g + 2;
+
+	if (g < 0 || want <= q->n_heaps)
+		return;
+	q->heaps = xrealloc(q->heaps, want * sizeof(*q->heaps));
+	memset(q->heaps + q->n_heaps, 0, (want - q->n_heaps) * sizeof(*q->heaps));
+	q->n_heaps = want;
+}
+
 /* dq_init - empty queue */
 void dq_init(struct dq *q)
 {
 	memset(q, 0, sizeof(*q));
+	q->heaps = xcalloc(1, sizeof(*q->heaps));	/* group unknown */
+	q->n_heaps = 1;
 }
 
 /* dq_free - release everything; the struct can be reused after dq_init */
 void dq_free(struct dq *q)
 {
+	size_t i;
+
 	if (q == NULL)
 		return;
 	tdestroy(q->index, free);
-	free(q->heap);
+	for (i = 0; i < q->n_heaps; i++)
+		free(q->heaps[i].a);
+	free(q->heaps);
 	memset(q, 0, sizeof(*q));
 }
 
@@ -143,12 +172,13 @@ int dq_add(struct dq *q, const char *qid, int64_t next)
 		if (it->slot == DQ_BUSY || it->next <= next)
 			return 0;
 		it->next = next;
-		heap_up(q, it->slot);
+		heap_up(heap_of(q, it), it->slot);
 		return 1;
 	}
 	it = xcalloc(1, sizeof(*it));
 	strcpy(it->qid, qid);
 	it->next = next;
+	it->group = DQ_GROUP_UNKNOWN;
 	if (tsearch(it, &q->index, item_cmp) == NULL)
 		abort();			/* tsearch fails only without memory */
 	q->n_items++;
@@ -169,14 +199,32 @@ int dq_again(struct dq *q, const char *qid, int64_t next)
 	return 0;
 }
 
-/* dq_take_due - pop due items, earliest first, and mark them busy */
-size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max)
+/* first_heap - the heap not closed whose top is earliest, or NULL if all are empty */
+static struct dq_heap *first_heap(const struct dq *q)
 {
-	size_t n = 0;
-	struct dq_item *it;
+	struct dq_heap *h, *best = NULL;
+	size_t i;
 
-	while (n < max && q->n_heap > 0 && q->heap[0]->next <= now) {
-		it = q->heap[0];
+	for (i = 0; i < q->n_heaps; i++) {
+		h = &q->heaps[i];
+		if (h->n > 0 && !h->closed && (best == NULL || item_before(h->a[0], best->a[0])))
+			best = h;
+	}
+	return best;
+}
+
+/* dq_take_due - pop due items of one group, earliest first, and mark them busy */
+size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max,
+		   int *group)
+{
+	struct dq_heap *h = first_heap(q);
+	struct dq_item *it;
+	size_t n = 0;
+
+	if (group)
+		*group = h ? (int) (h - q->heaps) - 1 : DQ_GROUP_UNKNOWN;
+	while (h && n < max && h->n > 0 && h->a[0]->next <= now) {
+		it = h->a[0];
 		heap_remove(q, it);
 		strcpy(out[n++], it->qid);
 	}
@@ -184,30 +232,44 @@ size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_
 }
 
 /* due_below - due items in the subheap at slot i, counting on from n up to max */
-static size_t due_below(const struct dq *q, size_t i, int64_t now, size_t n, size_t max)
+static size_t due_below(const struct dq_heap *h, size_t i, int64_t now, size_t n, size_t max)
 {
-	if (n >= max || i >= q->n_heap || q->heap[i]->next > now)
+	if (n >= max || i >= h->n || h->a[i]->next > now)
 		return n;			/* a parent not due has no due child */
-	n = due_below(q, 2 * i + 1, now, n + 1, max);
-	return due_below(q, 2 * i + 2, now, n, max);
+	n = due_below(h, 2 * i + 1, now, n + 1, max);
+	return due_below(h, 2 * i + 2, now, n, max);
 }
 
-/* dq_due_count - how many are due at now, counting no further than max */
+/* dq_due_count - how many are due at now in groups not closed, counting no further than max */
 size_t dq_due_count(const struct dq *q, int64_t now, size_t max)
 {
-	return due_below(q, 0, now, 0, max);
+	size_t i, n = 0;
+
+	for (i = 0; i < q->n_heaps; i++)
+		if (!q->heaps[i].closed)
+			n = due_below(&q->heaps[i], 0, now, n, max);
+	return n;
 }
 
-/* dq_batch_start - when the next batch may start (INT64_MAX: nothing queued) */
+/* dq_batch_start - when the next batch may start (INT64_MAX: nothing queued, or closed) */
 int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max)
 {
-	int64_t due = dq_next_due(q);
+	const struct dq_heap *h;
+	int64_t start = INT64_MAX, due;
+	size_t i;
 
-	if (due == INT64_MAX)
-		return INT64_MAX;
-	if (due <= now && dq_due_count(q, now, max) >= max)
-		return now;			/* a full batch waits for nothing */
-	return due > INT64_MAX - gather ? INT64_MAX : due + gather;
+	for (i = 0; i < q->n_heaps; i++) {
+		h = &q->heaps[i];
+		if (h->n == 0 || h->closed)
+			continue;
+		due = h->a[0]->next;
+		if (due <= now && due_below(h, 0, now, 0, max) >= max)
+			return now;		/* a full batch waits for nothing */
+		due = due > INT64_MAX - gather ? INT64_MAX : due + gather;
+		if (due < start)
+			start = due;
+	}
+	return start;
 }
 
 /* dq_done - finish a busy QID */
@@ -227,8 +289,8 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 			heap_remove(q, it);
 		else {
 			it->next = next;
-			heap_up(q, it->slot);
-			heap_down(q, it->slot);
+			heap_up(heap_of(q, it), it->slot);
+			heap_down(heap_of(q, it), it->slot);
 			return;
 		}
 	}
@@ -242,23 +304,63 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 	free(it);
 }
 
-/* dq_next_due - the earliest due time */
+/* dq_set_group - the group a QID waits with from now on */
+void dq_set_group(struct dq *q, const char *qid, int group)
+{
+	struct dq_item *it = dq_find(q, qid);
+	int busy;
+
+	if (it == NULL || group < 0 || it->group == group)
+		return;
+	heaps_for(q, group);
+	if (!(busy = it->slot == DQ_BUSY))
+		heap_remove(q, it);
+	it->group = group;
+	if (!busy)
+		heap_push(q, it);
+}
+
+/* dq_put_back - a busy QID waits again at the time it had */
+void dq_put_back(struct dq *q, const char *qid)
+{
+	struct dq_item *it = dq_find(q, qid);
+
+	if (it != NULL && it->slot == DQ_BUSY)
+		dq_done(q, qid, it->next);
+}
+
+/* dq_close - pass a group over, or not */
+void dq_close(struct dq *q, int group, int closed)
+{
+	if (group < 0)
+		return;
+	heaps_for(q, group);
+	q->heaps[group + 1].closed = closed;
+}
+
+/* dq_next_due - the earliest due time in a group not closed */
 int64_t dq_next_due(const struct dq *q)
 {
-	return q->n_heap ? q->heap[0]->next : INT64_MAX;
+	const struct dq_heap *h = first_heap(q);
+
+	return h ? h->a[0]->next : INT64_MAX;
 }
 
 /* dq_flush - everything waiting becomes due now (the order is kept) */
 void dq_flush(struct dq *q, int64_t now)
 {
-	size_t i;
+	struct dq_heap *h;
+	size_t i, k;
 
-	for (i = 0; i < q->n_heap; i++)
-		if (q->heap[i]->next > now)
-			q->heap[i]->next = now;
-	/* equal times are ordered by QID, which the old order did not respect */
-	for (i = q->n_heap / 2; i-- > 0;)
-		heap_down(q, i);
+	for (k = 0; k < q->n_heaps; k++) {
+		h = &q->heaps[k];
+		for (i = 0; i < h->n; i++)
+			if (h->a[i]->next > now)
+				h->a[i]->next = now;
+		/* equal times are ordered by QID, which the old order did not respect */
+		for (i = h->n / 2; i-- > 0;)
+			heap_down(h, i);
+	}
 }
 
 /* dq_state - is a QID known, and handed out? */
@@ -280,5 +382,9 @@ size_t dq_count(const struct dq *q)
 /* dq_busy - items handed out */
 size_t dq_busy(const struct dq *q)
 {
-	return q->n_items - q->n_heap;
+	size_t i, n = q->n_items;
+
+	for (i = 0; i < q->n_heaps; i++)
+		n -= q->heaps[i].n;
+	return n;
 }

@@ -14,6 +14,15 @@
  *	whatever it is told. Not thread-safe: the
  *	caller holds the scheduler's mutex. Times are opaque int64s (the
  *	store's microseconds).
+ *
+ *	Each QID may know its upstream group (dq_set_group(), once its
+ *	message was loaded; DQ_GROUP_UNKNOWN before), and each group has a
+ *	heap of its own. A group closed (dq_close(): its upstream is paused,
+ *	or every connection it allows is in use) is passed over by
+ *	dq_take_due(), dq_batch_start(), dq_due_count() and dq_next_due(),
+ *	as if its QIDs were not there, at no cost per QID; QIDs of no known
+ *	group are never passed over. A batch (dq_take_due) is of one group's
+ *	heap: the one whose earliest QID is the earliest.
  */
 #ifndef DELIVER_DELIVER_QUEUE_H
 #define DELIVER_DELIVER_QUEUE_H
@@ -25,10 +34,19 @@
 
 struct dq_item;
 
+#define DQ_GROUP_UNKNOWN	(-1)
+
+/* the QIDs of one group that are not busy */
+struct dq_heap {
+	struct dq_item **a;		/* owned array */
+	size_t n, cap;
+	int closed;			/* passed over (dq_close) */
+};
+
 struct dq {
 	void *index;			/* tsearch tree of struct dq_item, by qid; owns items */
-	struct dq_item **heap;		/* owned array; items not busy */
-	size_t n_heap, cap_heap;
+	struct dq_heap *heaps;		/* owned: [0] group unknown, [g + 1] group g */
+	size_t n_heaps;
 	size_t n_items;			/* in the index, busy or not */
 };
 
@@ -41,8 +59,13 @@ int dq_add(struct dq *q, const char *qid, int64_t next);
 /* dq_again - dq_add(); of a busy qid: back at next (or earlier) when done, even if forgotten then */
 int dq_again(struct dq *q, const char *qid, int64_t next);
 
-/* dq_take_due - hand out up to max QIDs due at now, earliest first; they become busy */
-size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max);
+/*
+ * dq_take_due - hand out up to max QIDs due at now, earliest first, of one
+ * group not closed (*group, if not NULL: which, or DQ_GROUP_UNKNOWN); they
+ * become busy
+ */
+size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max,
+		   int *group);
 
 /* dq_due_count - how many QIDs are due at now, counting no further than max */
 size_t dq_due_count(const struct dq *q, int64_t now, size_t max);
@@ -50,12 +73,25 @@ size_t dq_due_count(const struct dq *q, int64_t now, size_t max);
 /*
  * dq_batch_start - when the next batch may start: once the earliest QID
  * has been due for gather, so that others due meanwhile share its
- * connection, or at once when max are due. INT64_MAX if none is waiting.
+ * connection, or at once when max of one group are due. INT64_MAX if none
+ * is waiting (in a group not closed).
  */
 int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max);
 
 /* dq_done - a busy QID is finished: reschedule at next, or forget it if next < 0 */
 void dq_done(struct dq *q, const char *qid, int64_t next);
+
+/*
+ * dq_set_group - the upstream group of a QID (0 and up; busy or not):
+ * it waits with that group's from now on
+ */
+void dq_set_group(struct dq *q, const char *qid, int group);
+
+/* dq_put_back - a busy QID waits again as it was: its time, its group */
+void dq_put_back(struct dq *q, const char *qid);
+
+/* dq_close - pass a group's QIDs over (closed 1), or not (0) */
+void dq_close(struct dq *q, int group, int closed);
 
 /* dq_next_due - earliest next_attempt among the non-busy, INT64_MAX if none */
 int64_t dq_next_due(const struct dq *q);
@@ -67,7 +103,7 @@ void dq_flush(struct dq *q, int64_t now);
 enum dq_state { DQ_UNKNOWN, DQ_WAITING, DQ_BUSY_NOW };
 enum dq_state dq_state(const struct dq *q, const char *qid);
 
-/* dq_count - QIDs known (busy included), dq_busy - of which busy */
+/* dq_count - QIDs known (busy included, closed groups' too), dq_busy - of which busy */
 size_t dq_count(const struct dq *q);
 size_t dq_busy(const struct dq *q);
 

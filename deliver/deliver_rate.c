@@ -303,35 +303,66 @@ void deliver_rate_nodes(struct deliver_rate *r, int n)
 	pthread_mutex_unlock(&r->lock);
 }
 
-/* deliver_rate_admit - a session may start now, or when to ask again */
-int64_t deliver_rate_admit(struct deliver_rate *r, int64_t now)
+/* deliver_admit_why - the reason in words */
+const char *deliver_admit_why(enum deliver_admit a)
 {
-	int64_t when = 0;
+	switch (a) {
+	case DELIVER_ADMITTED:
+		return "admitted";
+	case DELIVER_ADMIT_PAUSED:
+		return "paused: its upstream asked to slow down";
+	case DELIVER_ADMIT_LOWERED:
+		return "its concurrency, lowered by throttling, is in use";
+	case DELIVER_ADMIT_BUSY:
+		return "all its connections are busy";
+	}
+	return "?";
+}
+
+/*
+ * admission - may a session start at now, and when to ask again (lock
+ * held); a recovery step due is taken first (time heals)
+ */
+static enum deliver_admit admission(struct deliver_rate *r, int64_t now, int64_t *when)
+{
+	tick(r, now);
+	*when = r->fb.throttled ? r->fb.step_at : 0;
+	if (r->fb.throttled && now < r->fb.pause_until) {
+		*when = r->fb.pause_until;
+		return DELIVER_ADMIT_PAUSED;
+	}
+	if (r->active < r->fb.conc)
+		return DELIVER_ADMITTED;
+	if (r->fb.throttled && r->fb.conc < r->fb.conc_max)
+		return DELIVER_ADMIT_LOWERED;	/* the next step adds a connection */
+	if (!r->fb.throttled)
+		*when = -1;
+	return DELIVER_ADMIT_BUSY;
+}
+
+/* deliver_rate_admit - a session may start now (counted), or why not */
+enum deliver_admit deliver_rate_admit(struct deliver_rate *r, int64_t now, int64_t *when)
+{
+	enum deliver_admit a;
 
 	pthread_mutex_lock(&r->lock);
-	tick(r, now);
-	if (r->fb.throttled && now < r->fb.pause_until)
-		when = r->fb.pause_until;
-	else if (r->active >= r->fb.conc)
-		when = r->fb.throttled ? r->fb.step_at : -1;
-	else {
+	if ((a = admission(r, now, when)) == DELIVER_ADMITTED) {
 		r->active++;
 		publish(r);
 	}
 	pthread_mutex_unlock(&r->lock);
-	return when;
+	return a;
 }
 
-/* deliver_rate_recover - a recovery step if one is due: when the next is, 0 if none */
-int64_t deliver_rate_recover(struct deliver_rate *r, int64_t now)
+/* deliver_rate_check - deliver_rate_admit's answer, no session counted */
+enum deliver_admit deliver_rate_check(struct deliver_rate *r, int64_t now, int64_t *when)
 {
-	int64_t next;
+	enum deliver_admit a;
 
 	pthread_mutex_lock(&r->lock);
-	tick(r, now);
-	next = r->fb.throttled ? r->fb.step_at : 0;
+	a = admission(r, now, when);
 	pthread_mutex_unlock(&r->lock);
-	return next;
+	return a;
 }
 
 /* deliver_rate_unpause - the operator asked for delivery now */

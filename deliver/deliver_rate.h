@@ -125,22 +125,35 @@ void deliver_rate_configure(struct deliver_rate *r, int conns, int rate, int rcp
 void deliver_rate_nodes(struct deliver_rate *r, int n);
 
 /*
- * deliver_rate_admit - may a session start at now? 0: yes, and it counts
- * as running until deliver_rate_done(); else when to ask again (us,
- * clock_us), or -1: when a running session ends
+ * Why a session may not start now. The rates never refuse one: each MAIL
+ * and RCPT of a session waits for its token (deliver_rate_mail, _rcpt).
  */
-int64_t deliver_rate_admit(struct deliver_rate *r, int64_t now);
+enum deliver_admit {
+	DELIVER_ADMITTED,		/* it may */
+	DELIVER_ADMIT_PAUSED,		/* throttled, in its pause */
+	DELIVER_ADMIT_LOWERED,		/* every session of a concurrency throttling
+					 * lowered is running */
+	DELIVER_ADMIT_BUSY,		/* every one of its connections is in use */
+};
+
+/* deliver_admit_why - the reason in words, for the log ("paused", ...) */
+const char *deliver_admit_why(enum deliver_admit a);
+
+/*
+ * deliver_rate_admit - may a session start at now? DELIVER_ADMITTED: it
+ * counts as running until deliver_rate_done(); else why not. *when: when
+ * to ask again (us, clock_us): the pause's end, the next recovery step
+ * (also for an upstream admitted while throttled, so that time heals),
+ * 0 for no time of its own, or -1: when a running session ends
+ */
+enum deliver_admit deliver_rate_admit(struct deliver_rate *r, int64_t now, int64_t *when);
+
+/* deliver_rate_check - the same answer, without counting a session */
+enum deliver_admit deliver_rate_check(struct deliver_rate *r, int64_t now, int64_t *when);
 void deliver_rate_done(struct deliver_rate *r);
 
 /* deliver_rate_unpause - end a pause now (idemrelayctl flush); the limits stay down */
 void deliver_rate_unpause(struct deliver_rate *r);
-
-/*
- * deliver_rate_recover - take a recovery step if one is due (also with
- * nothing to send: time heals): when the next is (clock_us), 0 if the
- * upstream is not throttled
- */
-int64_t deliver_rate_recover(struct deliver_rate *r, int64_t now);
 
 /* deliver_rate_mail, _rcpt - sleep until a MAIL, a RCPT may be written */
 void deliver_rate_mail(struct deliver_rate *r);

@@ -380,3 +380,38 @@ def test_routes_upstream_resets(t):
     once when the resets stop."""
     route_fault(t, {"reset_after_reply": 6}, "dsn=4.4.2", "Connection reset by peer",
                 "last reply: 250 2.1.0 ok")
+
+
+@case(timeout=150)
+def test_routes_default_busy_holds_only_its_own(t):
+    """A busy default upstream (one connection, its sink holding the first message's
+    final dot 15 s before it replies) holds only its own mail: alice's, routed to a
+    sink that takes it, is delivered while the default is still holding its first
+    message (the old limit: the delivery threads were the default's connections, and
+    a thread waited for the default's connection to free). The default's second
+    message, which found its one connection in use, waits unsent and uncharged (no
+    deferral written or logged) and goes out once the first is done; each message
+    arrives once."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    d = tenants_daemon(t, default, {
+        "upstream": {"connections": 1, "timeout": "60s"},
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    d1 = submit_ok(d.ports[0], "delay-15-d1@example.com", make_msg(key="busy-1", subject="dflt 1"))
+    wait_until(lambda: "delaying reply" in open(default.log_path).read(), 15,
+               "the default's sink holding the first message's dot")
+    d2 = submit_ok(d.ports[0], "delay-1-d2@example.com", make_msg(key="busy-2", subject="dflt 2"))
+    n = 3
+    for i in range(n):
+        auth_submit(d.ports[1], "alice", "alice-pw", "busy-a-%d" % i, subject="alice %d" % i)
+    sink_a.wait_count(n, timeout=60, what="alice's mail")
+    eq(d.log_lines(d1, "status=sent"), [], "the default's first message's reply came")
+    default.wait_count(2, timeout=60)
+    d.wait_log(d2, "status=sent")
+    time.sleep(1)
+    eq(subjects(sink_a), sorted("alice %d" % i for i in range(n)), "alice's, each once")
+    eq(subjects(default), ["dflt 1", "dflt 2"], "the default's, each once")
+    eq(d.log_lines("status=deferred"), [], "deferrals")
+    eq(len(d.log_lines(d1, "status=sent")), 1, "the first's delivery lines")

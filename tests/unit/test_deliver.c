@@ -187,8 +187,8 @@ static void test_queue_order(void **state)
 	assert_int_equal(dq_next_due(&q), 10);
 
 	/* nothing due before 10; at 20, A and D (equal times: QID order) then B */
-	assert_int_equal(dq_take_due(&q, 9, out, 8), 0);
-	n = dq_take_due(&q, 20, out, 8);
+	assert_int_equal(dq_take_due(&q, 9, out, 8, NULL), 0);
+	n = dq_take_due(&q, 20, out, 8, NULL);
 	assert_int_equal(n, 3);
 	assert_string_equal(out[0], "A");
 	assert_string_equal(out[1], "D");
@@ -233,12 +233,12 @@ static void test_queue_batch_start(void **state)
 		assert_int_equal(dq_batch_start(&q, t[i].now, 100, t[i].max), t[i].start);
 	}
 	/* the busy are not counted: the next batch gathers after the earliest left */
-	assert_int_equal(dq_take_due(&q, 110, out, 2), 2);
+	assert_int_equal(dq_take_due(&q, 110, out, 2, NULL), 2);
 	assert_int_equal(dq_due_count(&q, 110, 8), 2);
 	assert_int_equal(dq_batch_start(&q, 110, 100, 8), 160);
 	/* no overflow far in the future */
 	dq_add(&q, "F", INT64_MAX - 10);
-	assert_int_equal(dq_take_due(&q, 1000, out, 8), 3);
+	assert_int_equal(dq_take_due(&q, 1000, out, 8, NULL), 3);
 	assert_int_equal(dq_batch_start(&q, 1000, 100, 8), INT64_MAX);
 	dq_free(&q);
 }
@@ -251,16 +251,16 @@ static void test_queue_busy(void **state)
 	(void) state;
 	dq_init(&q);
 	dq_add(&q, "A", 10);
-	assert_int_equal(dq_take_due(&q, 10, out, 8), 1);
+	assert_int_equal(dq_take_due(&q, 10, out, 8, NULL), 1);
 	/* busy: not handed out again, enqueue ignored, flush ignores it */
 	assert_int_equal(dq_add(&q, "A", 0), 0);
 	dq_flush(&q, 100);
-	assert_int_equal(dq_take_due(&q, 1000, out, 8), 0);
+	assert_int_equal(dq_take_due(&q, 1000, out, 8, NULL), 0);
 	/* done with a retry time: back in the heap */
 	dq_done(&q, "A", 50);
 	assert_int_equal(dq_busy(&q), 0);
 	assert_int_equal(dq_next_due(&q), 50);
-	assert_int_equal(dq_take_due(&q, 50, out, 8), 1);
+	assert_int_equal(dq_take_due(&q, 50, out, 8, NULL), 1);
 	/* done for good: forgotten */
 	dq_done(&q, "A", -1);
 	assert_int_equal(dq_count(&q), 0);
@@ -297,19 +297,19 @@ static void test_queue_again(void **state)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		dq_init(&q);
 		dq_add(&q, "A", 10);
-		assert_int_equal(dq_take_due(&q, 10, out, 4), 1);
+		assert_int_equal(dq_take_due(&q, 10, out, 4, NULL), 1);
 		if (cases[i].again1 >= 0)
 			assert_int_equal(dq_again(&q, "A", cases[i].again1), 0);
 		if (cases[i].again2 >= 0)
 			assert_int_equal(dq_again(&q, "A", cases[i].again2), 0);
-		assert_int_equal(dq_take_due(&q, 1000, out, 4), 0);	/* still busy */
+		assert_int_equal(dq_take_due(&q, 1000, out, 4, NULL), 0);	/* still busy */
 		dq_done(&q, "A", cases[i].done);
 		if (cases[i].want < 0) {
 			assert_int_equal(dq_count(&q), 0);
 		} else {
 			assert_int_equal(dq_state(&q, "A"), DQ_WAITING);
 			assert_int_equal(dq_next_due(&q), cases[i].want);
-			assert_int_equal(dq_take_due(&q, cases[i].want, out, 4), 1);
+			assert_int_equal(dq_take_due(&q, cases[i].want, out, 4, NULL), 1);
 			dq_done(&q, "A", -1);	/* once: the mark is gone */
 			assert_int_equal(dq_count(&q), 0);
 		}
@@ -336,7 +336,7 @@ static void test_queue_enqueue_earlier(void **state)
 	assert_int_equal(dq_add(&q, "A", 200), 0);	/* later: unchanged */
 	assert_int_equal(dq_add(&q, "A", 10), 1);	/* earlier: moved */
 	assert_int_equal(dq_next_due(&q), 10);
-	assert_int_equal(dq_take_due(&q, 10, out, 8), 1);
+	assert_int_equal(dq_take_due(&q, 10, out, 8, NULL), 1);
 	assert_string_equal(out[0], "A");
 	assert_int_equal(dq_add(&q, "", 1), 0);		/* not a QID */
 	dq_free(&q);
@@ -354,7 +354,7 @@ static void test_queue_flush(void **state)
 	dq_add(&q, "M", 500);
 	dq_add(&q, "A", 900);
 	dq_flush(&q, 100);
-	n = dq_take_due(&q, 100, out, 8);
+	n = dq_take_due(&q, 100, out, 8, NULL);
 	assert_int_equal(n, 3);
 	/* all due: Z was already due at 5, M and A are now due at 100 in QID order */
 	assert_string_equal(out[0], "Z");
@@ -397,7 +397,7 @@ static void test_queue_random(void **state)
 			break;
 		case 2:
 			now += 37;
-			n = dq_take_due(&q, now, out, 16);
+			n = dq_take_due(&q, now, out, 16, NULL);
 			prev = INT64_MIN;
 			for (size_t j = 0; j < n; j++) {
 				size_t t = (size_t) atoi(out[j] + 1);
@@ -425,6 +425,60 @@ static void test_queue_random(void **state)
 			want += known[i];
 		assert_int_equal(dq_count(&q), want);
 	}
+	dq_free(&q);
+}
+
+/*
+ * test_queue_groups - a closed group's QIDs are passed over (take, batch
+ * start, due count, next due) and the group unknown never is; a batch is
+ * of one group, the earliest; a QID put back waits as it was, in its
+ * group; set_group moves a waiting QID to its group's heap
+ */
+static void test_queue_groups(void **state)
+{
+	struct dq q;
+	char out[8][STORE_QID_SIZE];
+	int g = 99;
+
+	(void) state;
+	dq_init(&q);
+	dq_add(&q, "A1", 10);
+	dq_add(&q, "A2", 20);
+	dq_add(&q, "B1", 15);
+	dq_add(&q, "U1", 30);
+	dq_set_group(&q, "A1", 0);
+	dq_set_group(&q, "A2", 0);
+	dq_set_group(&q, "B1", 1);
+	assert_int_equal(dq_count(&q), 4);
+	dq_close(&q, 0, 1);
+	assert_int_equal(dq_next_due(&q), 15);
+	assert_int_equal(dq_due_count(&q, 100, 8), 2);
+	assert_int_equal(dq_batch_start(&q, 100, 5, 8), 20);
+	assert_int_equal(dq_take_due(&q, 100, out, 8, &g), 1);
+	assert_string_equal(out[0], "B1");
+	assert_int_equal(g, 1);
+	dq_close(&q, 1, 1);			/* B1 busy; its group closed */
+	assert_int_equal(dq_take_due(&q, 100, out, 8, &g), 1);
+	assert_string_equal(out[0], "U1");
+	assert_int_equal(g, DQ_GROUP_UNKNOWN);
+	dq_put_back(&q, "B1");			/* its group still closed: not due */
+	assert_int_equal(dq_state(&q, "B1"), DQ_WAITING);
+	assert_int_equal(dq_batch_start(&q, 100, 5, 8), INT64_MAX);
+	assert_int_equal(dq_take_due(&q, 100, out, 8, NULL), 0);
+	dq_close(&q, 0, 0);
+	assert_int_equal(dq_take_due(&q, 100, out, 8, &g), 2);	/* group 0 alone */
+	assert_string_equal(out[0], "A1");
+	assert_string_equal(out[1], "A2");
+	assert_int_equal(g, 0);
+	dq_close(&q, 1, 0);
+	assert_int_equal(dq_next_due(&q), 15);	/* B1 kept its time */
+	dq_set_group(&q, "U1", 1);		/* busy: goes back to group 1 */
+	dq_done(&q, "U1", 12);
+	assert_int_equal(dq_take_due(&q, 100, out, 8, &g), 2);
+	assert_string_equal(out[0], "U1");
+	assert_string_equal(out[1], "B1");
+	assert_int_equal(g, 1);
+	assert_int_equal(dq_busy(&q), 4);
 	dq_free(&q);
 }
 
@@ -485,6 +539,7 @@ int main(void)
 		cmocka_unit_test(test_queue_enqueue_earlier),
 		cmocka_unit_test(test_queue_flush),
 		cmocka_unit_test(test_queue_random),
+		cmocka_unit_test(test_queue_groups),
 		cmocka_unit_test(test_job_postpone),
 	};
 

@@ -9,7 +9,9 @@
  *	(deliveries, throttling replies, time passing) and the state after
  *	each: concurrency, rate, throttled, the pause's end, and whether the
  *	event started or ended throttling. The reply classifier: lines and
- *	whether each asks to slow down. No clock is read: every time is given.
+ *	whether each asks to slow down. No clock is read: every time is given
+ *	(but the pause test_admit's throttling reply starts, which is now).
+ *	Admission: why a session may not start, and when to ask again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +23,7 @@
 #include <cmocka.h>
 
 #include "../../deliver/deliver_rate.h"
+#include "../../util/clock.h"
 #include "test_util.h"
 
 #define N(a)	(sizeof(a) / sizeof((a)[0]))
@@ -294,6 +297,48 @@ static void test_reply(void **state)
 	}
 }
 
+/*
+ * test_admit - deliver_rate_admit() says why a session may not start, and
+ * when to ask again: every connection in use (a session's end: -1);
+ * throttled, in its pause (its end); after it, with the concurrency
+ * throttling lowered in use (the next recovery step); deliver_rate_check()
+ * gives the same answer without counting a session
+ */
+static void test_admit(void **state)
+{
+	struct deliver_rate *r = deliver_rate_new(NULL, 2, 0, 0);
+	int64_t now = clock_us(), when = 0, until;
+
+	(void) state;
+	assert_int_equal(deliver_rate_check(r, now, &when), DELIVER_ADMITTED);
+	assert_int_equal(r->active, 0);
+	assert_int_equal(deliver_rate_admit(r, now, &when), DELIVER_ADMITTED);
+	assert_int_equal(deliver_rate_admit(r, now, &when), DELIVER_ADMITTED);
+	assert_int_equal(deliver_rate_admit(r, now, &when), DELIVER_ADMIT_BUSY);
+	assert_int_equal(when, -1);
+	assert_int_equal(deliver_rate_check(r, now, &when), DELIVER_ADMIT_BUSY);
+	assert_int_equal(r->active, 2);
+	deliver_rate_done(r);
+	deliver_rate_done(r);
+
+	deliver_rate_throttled(r, "sink[127.0.0.1]:25", "421 4.7.0 slow down");
+	until = deliver_rate_paused_until(r);
+	assert_true(until > now);
+	assert_int_equal(deliver_rate_admit(r, now, &when), DELIVER_ADMIT_PAUSED);
+	assert_int_equal(when, until);
+	assert_int_equal(r->active, 0);
+	assert_string_equal(deliver_admit_why(DELIVER_ADMIT_PAUSED),
+			    "paused: its upstream asked to slow down");
+
+	/* after the pause: one connection of two, then the next step adds one */
+	assert_int_equal(deliver_rate_admit(r, until, &when), DELIVER_ADMITTED);
+	assert_int_equal(when, r->fb.step_at);
+	assert_int_equal(deliver_rate_admit(r, until, &when), DELIVER_ADMIT_LOWERED);
+	assert_int_equal(when, r->fb.step_at);
+	assert_int_equal(deliver_rate_check(r, r->fb.step_at, &when), DELIVER_ADMITTED);
+	deliver_rate_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_feedback),
 		cmocka_unit_test(test_seen),
 		cmocka_unit_test(test_reply),
+		cmocka_unit_test(test_admit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
