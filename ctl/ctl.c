@@ -40,7 +40,9 @@
  *	daemon (over the control socket). drop, hold, release and forget go
  *	through the daemon when it runs, so that its scheduler knows; when
  *	it does not, they run the same actions (queue/queue_admin.c) on the
- *	store themselves.
+ *	store themselves, and log them as the daemon would (idemrelay/postsuper):
+ *	to syslog with log.target "syslog", else to standard error when it is
+ *	a file or the journal, never to a terminal or a pipe (mail_log()).
  * DIAGNOSTICS
  *	Exit 0 on success; 1 with a message for an unknown QID or key, an
  *	absent store ("no store at PATH"), a PostgreSQL store that cannot be
@@ -56,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -336,6 +339,45 @@ static int cmd_retry(struct ctl *x, const char *qid)
 	return 0;
 }
 
+/* stderr_is_journal - is standard error (sb) the journal's stream, as JOURNAL_STREAM says? */
+static int stderr_is_journal(const struct stat *sb)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+
+	return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2
+	    && (unsigned long long) sb->st_dev == dev && (unsigned long long) sb->st_ino == ino;
+}
+
+/*
+ * mail_log - where the lines of an action run here go (queue_admin.c
+ * logs them as the daemon does, tagged idemrelay/postsuper): with
+ * log.target "syslog", to syslog; else to standard error only when it
+ * is a log that is kept (a file, as the daemon's standard error is when
+ * its log is one, or the journal), never to a terminal or a pipe, where
+ * the command's own output says what it did and a script reads it.
+ */
+static void mail_log(struct ctl *x)
+{
+	enum log_level level = (enum log_level) x->cf.log.level;
+	struct stat sb;
+	int journal;
+
+	if (x->cf.log.syslog && log_syslog_reachable()) {
+		log_default_service("postsuper");
+		log_setup("idemrelay", 1, level);
+		return;
+	}
+	if (fstat(STDERR_FILENO, &sb) != 0)
+		return;
+	journal = stderr_is_journal(&sb);
+	if (!journal && !S_ISREG(sb.st_mode))
+		return;			/* a terminal, a pipe: errors only, as before */
+	log_default_service("postsuper");
+	log_stamp(!journal);		/* the journal stamps lines itself */
+	log_setup("idemrelay", 0, level);
+}
+
 /*
  * act - an action through the daemon when it runs (line), else the same
  * action (queue/queue_admin.c) on the store itself: sel, and mode for
@@ -349,6 +391,7 @@ static void act(struct ctl *x, const char *cmd, const char *line,
 
 	if (ctl_request(x, line, reply, why, sizeof(why)) == 0)
 		return;
+	mail_log(x);
 	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(st, NULL, sel, reply);

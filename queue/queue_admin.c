@@ -20,13 +20,20 @@
  *	back at the next attempt it had; its claims never left. A reroute
  *	decides a message's route again with the routes given (the daemon's
  *	in use, or the file's when none runs), for every node.
+ *
+ *	Every action is logged here, one line a message, in the service
+ *	postsuper's name (Postfix's queue-maintenance program), whether the
+ *	daemon runs it or idemrelayctl does: the mail log tells an operator's
+ *	drop the same way either way (idemrelayctl chooses where its lines go).
  * DIAGNOSTICS
  *	QID: removed by the operator (idemrelayctl drop)
- *	QID: held by the operator (idemrelayctl hold)
- *	QID: released by the operator (idemrelayctl release)
+ *	QID: placed on hold by the operator (idemrelayctl hold)
+ *	QID: released from hold by the operator (idemrelayctl release)
  *	QID: route OLD -> NEW (idemrelayctl reroute)
  *	QID: control: retry
  *	QID: key forgotten by the operator (idemrelayctl forget)
+ *	Deleted: N messages, Placed on hold: N messages, Released from
+ *	hold: N messages (after a drop, hold or release, as postsuper's)
  */
 #include <fnmatch.h>
 #include <stdio.h>
@@ -37,6 +44,9 @@
 #include "../util/json.h"
 #include "../util/log.h"
 #include "queue_admin.h"
+
+/* the service the actions' lines are logged in, as Postfix's postsuper logs its own */
+#define QUEUE_ADMIN_SERVICE	"postsuper"
 
 /* a set of QIDs, each once, in the order found */
 struct qids {
@@ -65,6 +75,13 @@ static void qids_json(struct buf *out, const struct qids *s)
 	for (i = 0; i < s->n; i++)
 		buf_printf(out, "%s\"%s\"", i ? "," : "", s->q[i]);
 	buf_putc(out, ']');
+}
+
+/* admin_count - postsuper's summary of an action on n messages ("Deleted: 2 messages") */
+static void admin_count(const char *what, size_t n)
+{
+	if (n > 0)
+		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: %zu message%s", what, n, n == 1 ? "" : "s");
 }
 
 /*
@@ -180,13 +197,14 @@ static int drop_one(struct store *st, const struct queue_admin_sched *s, const c
 	if (s && s->unschedule(s->arg, qid) == 1)
 		return STORE_ELEASE;		/* being delivered right now */
 	if ((err = store_msg_drop(st, qid)) == 0)
-		msg_info("%s: removed by the operator (idemrelayctl %s)", qid, how);
+		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: removed by the operator (idemrelayctl %s)",
+			    qid, how);
 	return err;
 }
 
 /* drop_qid - the one message asked for, its refusal said as drop has always said it */
-static void drop_qid(struct store *st, const struct queue_admin_sched *s, const char *qid,
-		     struct buf *out)
+static int drop_qid(struct store *st, const struct queue_admin_sched *s, const char *qid,
+		    struct buf *out)
 {
 	int err = drop_one(st, s, qid, "drop");
 
@@ -199,6 +217,7 @@ static void drop_qid(struct store *st, const struct queue_admin_sched *s, const 
 	else
 		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"count\":1,\"dropped\":[\"%s\"],"
 			   "\"busy\":[]}", qid, qid);
+	return err;
 }
 
 /*
@@ -217,7 +236,8 @@ void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
 	if (select_qids(st, sel, &set, out) != 0)
 		goto done;
 	if (sel->qid) {
-		drop_qid(st, s, sel->qid, out);
+		if (drop_qid(st, s, sel->qid, out) == 0)
+			qids_add(&done, sel->qid);
 		goto done;
 	}
 	for (i = 0; i < set.n; i++) {
@@ -241,6 +261,7 @@ void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
 	qids_json(out, &busy);
 	buf_putc(out, '}');
 done:
+	admin_count("Deleted", done.n);
 	free(set.q);
 	free(done.q);
 	free(busy.q);
@@ -267,8 +288,8 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 		(void) s->unschedule(s->arg, qid);	/* an attempt under way ends as it would */
 	else if (s)
 		s->release(s->arg, qid, next);
-	msg_info("%s: %s by the operator (idemrelayctl %s)", qid, on ? "held" : "released",
-		 on ? "hold" : "release");
+	msg_info_as(QUEUE_ADMIN_SERVICE, "%s: %s by the operator (idemrelayctl %s)", qid,
+		    on ? "placed on hold" : "released from hold", on ? "hold" : "release");
 	return 0;
 }
 
@@ -297,8 +318,8 @@ static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
 	    || (c.route && m.route && strcmp(c.route, m.route) == 0))
 		err = STORE_EINVAL;
 	else if ((err = store_msg_change(st, qid, &c)) == 0)
-		msg_info("%s: route %s -> %s (idemrelayctl reroute)", qid,
-			 m.route ? m.route : "default", c.route ? c.route : "default");
+		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
+			    m.route ? m.route : "default", c.route ? c.route : "default");
 	store_msg_free(&m);
 	return err;
 }
@@ -375,6 +396,7 @@ void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
 	qids_json(out, &done);
 	buf_putc(out, '}');
 done:
+	admin_count(on ? "Placed on hold" : "Released from hold", done.n);
 	free(set.q);
 	free(done.q);
 }
@@ -400,7 +422,8 @@ void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, cons
 		not_queued(st, out, qid);
 		return;
 	}
-	msg_info("%s: control: retry%s", qid, rc ? " (being delivered already)" : "");
+	msg_info_as(QUEUE_ADMIN_SERVICE, "%s: control: retry%s", qid,
+		    rc ? " (being delivered already)" : "");
 	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
 		   rc ? "active" : "due");
 }
@@ -424,8 +447,8 @@ static int forget_keys(struct store *st, const struct queue_admin_sel *sel, int6
 		found++;
 		*claims += f.claims;
 		for (j = 0; j < f.n_qids; j++) {
-			msg_info("%s: key forgotten by the operator (idemrelayctl forget%s)",
-				 f.qids[j], how);
+			msg_info_as(QUEUE_ADMIN_SERVICE, "%s: key forgotten by the operator "
+				    "(idemrelayctl forget%s)", f.qids[j], how);
 			qids_add(qids, f.qids[j]);
 		}
 		store_forget_free(&f);

@@ -34,7 +34,7 @@ def test_hold_release(t):
     r = ctl(d, "hold", "q-hold-a")          # by KEY
     check("%s: on hold" % qa in r.stdout and "1 message on hold" in r.stdout,
           "hold output: %r" % r.stdout)
-    d.wait_log(qa, "held by the operator (idemrelayctl hold)")
+    d.wait_log(qa, "placed on hold by the operator (idemrelayctl hold)")
     eq(states(d), {qa: "held", qb: "deferred"}, "queue states")
     out = ctl(d, "queue").stdout
     check("held" in out and "on hold" in out, "queue text says held:\n" + out)
@@ -73,7 +73,7 @@ def test_hold_release(t):
 
     r = ctl(d, "release", "ALL")
     check("%s: released from hold" % qc in r.stdout, "release ALL: %r" % r.stdout)
-    d.wait_log(qc, "released by the operator (idemrelayctl release)")
+    d.wait_log(qc, "released from hold by the operator (idemrelayctl release)")
     ctl(d, "flush")
     sink.wait_count(3, timeout=15, what="the message released by release ALL")
     d.wait_log(qc, "status=sent")
