@@ -28,9 +28,7 @@
  */
 #include <ctype.h>
 #include <stdio.h>
-#include <string.h>
 
-#include "../util/buf.h"
 #include "deliver_policy.h"
 
 /* deliver_backoff - min(max, first * 2^(attempts-1)), without overflow */
@@ -154,35 +152,4 @@ int deliver_dsn_code(char out[DELIVER_DSN_SIZE], const char *reply)
 	else
 		snprintf(out, DELIVER_DSN_SIZE, "%c.0.0", '0' + cls);
 	return 0;
-}
-
-/* hexval - value of a hex digit, -1 if not one (xtext uses upper case) */
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
-/* deliver_xtext_decode - "+2B" -> "+"; malformed escapes are kept as they are */
-char *deliver_xtext_decode(const char *s)
-{
-	char *out = xmalloc(strlen(s) + 1), *o = out;
-	int hi, lo;
-
-	while (*s) {
-		if (s[0] == '+' && (hi = hexval((unsigned char) s[1])) >= 0
-		    && (lo = hexval((unsigned char) s[2])) >= 0) {
-			*o++ = (char) (hi * 16 + lo);
-			s += 3;
-		} else {
-			*o++ = *s++;
-		}
-	}
-	*o = 0;
-	return out;
 }

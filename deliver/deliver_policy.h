@@ -74,7 +74,4 @@ void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
  */
 int deliver_dsn_code(char out[DELIVER_DSN_SIZE], const char *reply);
 
-/* deliver_xtext_decode - RFC 3461 xtext to bytes (owned result; bad "+XX" kept) */
-char *deliver_xtext_decode(const char *s);
-
 #endif

@@ -25,7 +25,6 @@
 #include <time.h>
 
 #include "../smtp/smtp.h"
-#include "deliver_policy.h"
 #include "dsn.h"
 
 /* dsn_date - RFC 5322 date in UTC, independent of the locale */
@@ -134,13 +133,10 @@ static void make_boundary(const struct dsn_report *r, char *out, size_t outlen)
 /* put_orcpt - "Original-Recipient: rfc822; decoded" from the ORCPT parameter */
 static void put_orcpt(struct buf *b, const char *orcpt)
 {
-	const char *semi = strchr(orcpt, ';');
 	char *type, *addr;
 
-	if (semi == NULL || semi == orcpt)
+	if (smtp_orcpt_split(orcpt, strlen(orcpt), SMTP_XTEXT_LENIENT, &type, &addr) < 0)
 		return;
-	type = xstrndup(orcpt, (size_t) (semi - orcpt));
-	addr = deliver_xtext_decode(semi + 1);
 	buf_printf(b, "Original-Recipient: ");
 	put_clean(b, type);
 	buf_printf(b, "; ");

@@ -234,11 +234,25 @@ enum smtp_close smtp_session_why(const struct smtp_session *s);
 size_t smtp_session_data_len(const struct smtp_session *s);
 
 /*
- * smtp_xtext_decode - append the RFC 3461 xtext decoding of in[0..len)
- * to out (e.g. the address part of an ORCPT value, for the relay). 0, or
- * -1 if in is not valid xtext; out may then hold a partial result.
+ * RFC 3461 xtext, read two ways: STRICT for what a client sends (ENVID,
+ * ORCPT: "+" and two upper-case hex digits, other octets 33-126 but "=",
+ * decoding to printable US-ASCII as 4.2 and 4.4 require); LENIENT for a
+ * stored ORCPT that delivery passes on, which must never fail a queued
+ * message whatever the store holds (a row edited by hand, another
+ * version): "+XX" in either case decoded, all else kept. The two agree
+ * on whatever STRICT accepts.
  */
-int smtp_xtext_decode(struct buf *out, const char *in, size_t len);
+enum smtp_xtext { SMTP_XTEXT_STRICT, SMTP_XTEXT_LENIENT };
+
+/* smtp_xtext_decode - append in[0..len) decoded to out: 0, or -1 (STRICT; out partial) */
+int smtp_xtext_decode(struct buf *out, const char *in, size_t len, enum smtp_xtext how);
+
+/*
+ * smtp_orcpt_split - "addr-type;xtext" (RFC 3461 4.2) as its type (before
+ * the first ";", not empty; STRICT: atext, and an xtext follows) and its
+ * decoded address, both owned by the caller. 0, or -1 (nothing set).
+ */
+int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type, char **addr);
 
 /*
  * smtp_utf8_len - octets of the one valid, non-ASCII UTF-8 character at p

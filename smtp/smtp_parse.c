@@ -32,6 +32,7 @@
  *	points past U+10FFFF, C1 controls; C0 controls stay refused as in
  *	ASCII); such a path is accepted only in a transaction whose MAIL
  *	declared SMTPUTF8. Lengths stay in octets.
+ *	xtext and the ORCPT split serve delivery too, leniently (smtp.h).
  * DIAGNOSTICS
  *	501 5.5.4 for syntax, 501 5.1.7 / 501 5.1.3 for a bad sender /
  *	recipient address (invalid UTF-8 included), 553 5.6.7 for a valid
@@ -45,9 +46,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/hash.h"
 #include "smtp_parse.h"
 
-#define SMTP_ALPHA(c)	(((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z'))
+#define SMTP_LOWER(c)	((c) >= 'a' && (c) <= 'z')
+#define SMTP_ALPHA(c)	(SMTP_LOWER(c) || ((c) >= 'A' && (c) <= 'Z'))
 #define SMTP_DIGIT(c)	((c) >= '0' && (c) <= '9')
 #define SMTP_ALNUM(c)	(SMTP_ALPHA(c) || SMTP_DIGIT(c))
 
@@ -306,37 +309,60 @@ int smtp_parse_path(const char *p, size_t len, int allow_null,
 	return 0;
 }
 
-/* smtp_hexval - value of an upper-case hex digit, or -1 */
-static int smtp_hexval(char c)
+/*
+ * smtp_xtext_hex - the octet a "+XX" at p[0..left) stands for, or -1;
+ * RFC 3461 wants upper-case digits, LENIENT takes either
+ */
+static int smtp_xtext_hex(const char *p, size_t left, enum smtp_xtext how)
 {
-	if (SMTP_DIGIT(c))
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
+	int hi, lo;
+
+	if (left < 3 || (hi = hash_hexdigit(p[1])) < 0 || (lo = hash_hexdigit(p[2])) < 0)
+		return -1;
+	if (how == SMTP_XTEXT_STRICT && (SMTP_LOWER(p[1]) || SMTP_LOWER(p[2])))
+		return -1;
+	return hi << 4 | lo;
 }
 
-/* smtp_xtext_decode - RFC 3461 xtext: "+" and two upper-case hex digits */
-int smtp_xtext_decode(struct buf *out, const char *in, size_t len)
+/* smtp_xtext_decode - RFC 3461 xtext, strictly or leniently (see smtp.h) */
+int smtp_xtext_decode(struct buf *out, const char *in, size_t len, enum smtp_xtext how)
 {
 	unsigned char c;
 	size_t i;
-	int hi, lo;
+	int x;
 
 	for (i = 0; i < len; i++) {
 		c = (unsigned char) in[i];
-		if (c == '+') {
-			if (len - i < 3 || (hi = smtp_hexval(in[i + 1])) < 0
-			    || (lo = smtp_hexval(in[i + 2])) < 0)
-				return -1;
-			buf_putc(out, (char) (hi << 4 | lo));
+		if (c == '+' && (x = smtp_xtext_hex(in + i, len - i, how)) >= 0) {
+			c = (unsigned char) x;
 			i += 2;
-		} else if (c < 33 || c > 126 || c == '=') {
+			if (how == SMTP_XTEXT_STRICT && (c < 32 || c > 126))
+				return -1;
+		} else if (how == SMTP_XTEXT_STRICT && (c == '+' || c < 33 || c > 126 || c == '=')) {
 			return -1;
-		} else {
-			buf_putc(out, (char) c);
 		}
+		buf_putc(out, (char) c);
 	}
+	return 0;
+}
+
+/* smtp_orcpt_split - "addr-type;xtext" into its type and its decoded address */
+int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type, char **addr)
+{
+	struct buf dec = BUF_INIT;
+	size_t i;
+
+	for (i = 0; i < len && v[i] != ';'; i++)
+		if (how == SMTP_XTEXT_STRICT && !smtp_atext((unsigned char) v[i]))
+			return -1;
+	if (i == 0 || i == len || (how == SMTP_XTEXT_STRICT && i + 1 == len)
+	    || smtp_xtext_decode(&dec, v + i + 1, len - i - 1, how) < 0) {
+		buf_free(&dec);
+		return -1;
+	}
+	*type = xstrndup(v, i);
+	*addr = xstrndup(dec.data ? dec.data : "", dec.len);
+	buf_free(&dec);
 	return 0;
 }
 
@@ -414,24 +440,13 @@ static int smtp_param_ret(struct smtp_param_ctx *c, const char *v, size_t len)
 	return 0;
 }
 
-/* smtp_printable - every byte printable US-ASCII (SP allowed)? */
-static int smtp_printable(const char *p, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if ((unsigned char) p[i] < 32 || (unsigned char) p[i] > 126)
-			return 0;
-	return 1;
-}
-
 /* smtp_param_envid - ENVID=xtext, printable when decoded (RFC 3461 4.4) */
 static int smtp_param_envid(struct smtp_param_ctx *c, const char *v, size_t len)
 {
 	struct buf dec = BUF_INIT;
 
-	if (smtp_xtext_decode(&dec, v, len) < 0 || dec.len == 0
-	    || dec.len > SMTP_ENVID_MAX || !smtp_printable(dec.data, dec.len)) {
+	if (smtp_xtext_decode(&dec, v, len, SMTP_XTEXT_STRICT) < 0 || dec.len == 0
+	    || dec.len > SMTP_ENVID_MAX) {
 		buf_free(&dec);
 		return smtp_param_bad(c, "ENVID");
 	}
@@ -475,19 +490,12 @@ static int smtp_param_notify(struct smtp_param_ctx *c, const char *v, size_t len
 /* smtp_param_orcpt - ORCPT=addr-type;xtext (RFC 3461 4.2), kept encoded */
 static int smtp_param_orcpt(struct smtp_param_ctx *c, const char *v, size_t len)
 {
-	struct buf dec = BUF_INIT;
-	size_t i;
-	int ok;
+	char *type, *addr;
 
-	for (i = 0; i < len && smtp_atext((unsigned char) v[i]); i++)
-		 /* void */ ;
-	if (i == 0 || i + 1 >= len || v[i] != ';' || len > SMTP_ORCPT_MAX)
+	if (len > SMTP_ORCPT_MAX || smtp_orcpt_split(v, len, SMTP_XTEXT_STRICT, &type, &addr) < 0)
 		return smtp_param_bad(c, "ORCPT");
-	ok = smtp_xtext_decode(&dec, v + i + 1, len - i - 1) == 0
-		&& smtp_printable(dec.data, dec.len);
-	buf_free(&dec);
-	if (!ok)
-		return smtp_param_bad(c, "ORCPT");
+	free(type);
+	free(addr);
 	c->rcpt->orcpt = xstrndup(v, len);
 	return 0;
 }

@@ -68,8 +68,8 @@ void hash_hex(const uint8_t *in, size_t n, char *out)
 	out[2 * n] = 0;
 }
 
-/* digit - one hex digit's value, or -1 */
-static int digit(char c)
+/* hash_hexdigit - one hex digit's value, either case, or -1 */
+int hash_hexdigit(char c)
 {
 	if (c >= '0' && c <= '9')
 		return c - '0';
@@ -87,7 +87,7 @@ int hash_unhex(const char *s, uint8_t *out, size_t n)
 	for (i = 0; i < n; i++) {
 		if (i > 0 && *s == ':' && s[1] != 0)
 			s++;
-		if ((hi = digit(s[0])) < 0 || (lo = digit(s[1])) < 0)
+		if ((hi = hash_hexdigit(s[0])) < 0 || (lo = hash_hexdigit(s[1])) < 0)
 			return -1;
 		out[i] = (uint8_t) (hi << 4 | lo);
 		s += 2;

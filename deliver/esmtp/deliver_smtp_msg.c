@@ -201,7 +201,6 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 {
 	const struct store_rcpt *r = &x->job->m.rcpts[i];
 	char *type, *addr;
-	const char *semi;
 	int ok = 1;
 
 	if ((x->sr[i] = smtp_add_recipient(x->sm, r->addr)) == NULL)
@@ -209,9 +208,8 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 	if (r->notify)
 		ok &= smtp_dsn_set_notify(x->sr[i], notify_flags(r->notify));
 	/* ORCPT is kept as given (xtext); libesmtp encodes it again */
-	if (r->orcpt && (semi = strchr(r->orcpt, ';')) != NULL && semi > r->orcpt) {
-		type = xstrndup(r->orcpt, (size_t) (semi - r->orcpt));
-		addr = deliver_xtext_decode(semi + 1);
+	if (r->orcpt
+	    && smtp_orcpt_split(r->orcpt, strlen(r->orcpt), SMTP_XTEXT_LENIENT, &type, &addr) == 0) {
 		ok &= smtp_dsn_set_orcpt(x->sr[i], type, addr);
 		free(type);
 		free(addr);

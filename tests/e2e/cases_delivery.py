@@ -254,6 +254,28 @@ def test_dsn_params_passed_on(t):
 
 
 @case()
+def test_orcpt_xtext_upstream_and_in_dsn(t):
+    """An xtext ORCPT is decoded once (smtp_orcpt_split) for both of delivery's uses:
+    the upstream gets it encoded again by libesmtp, the bounce's Original-Recipient
+    shows it decoded; the ENVID likewise in Original-Envelope-Id."""
+    sink = t.sink()
+    d = t.daemon(sink)
+    sender = "bounce-to@example.org"
+    ok, bad = "ok@example.com", "permfail-x@example.com"
+    submit_ok(d.port, [ok, bad], make_msg(key="orcpt-xtext"), sender=sender,
+              mail_opts=["ENVID=env+2B7"], rcpt_opts=["ORCPT=rfc822;o+2Bk+3Dx@example.com"])
+    rec = sink.wait_count(1, lambda r: ok in r["to"])[0]
+    for r in rec["rcpts"]:
+        rp = dict(p.split("=", 1) for p in r["params"] if "=" in p)
+        eq(rp.get("ORCPT"), "rfc822;o+2Bk+3Dx@example.com", "ORCPT upstream for %s" % r["addr"])
+    dsn = sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=20,
+                          what="a DSN to %s" % sender)[0]["data"]
+    check(b"Original-Recipient: rfc822; o+k=x@example.com\r\n" in dsn,
+          "the DSN's Original-Recipient is not the decoded ORCPT:\n%s" % dsn.decode(errors="replace"))
+    check(b"Original-Envelope-Id: env+7\r\n" in dsn, "the DSN's Original-Envelope-Id")
+
+
+@case()
 def test_many_messages_one_pass(t):
     """A small batch, several recipients each: every one arrives exactly once."""
     sink = t.sink()

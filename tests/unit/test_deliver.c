@@ -1,7 +1,7 @@
 /*
  * test_deliver - the pure parts of delivery: backoff, outcome
  * classification, reply text and status codes, the libesmtp header scan,
- * xtext, the scheduler's queue, and a job put off uncharged
+ * the scheduler's queue, and a job put off uncharged
  * (deliver/deliver_policy.c, deliver/deliver_queue.c, deliver/deliver_job.c).
  */
 #include <setjmp.h>
@@ -145,29 +145,6 @@ static void test_reply(void **state)
 	/* truncation keeps a terminated line */
 	deliver_reply_format(line, 8, 250, 2, 0, 0, "a long text");
 	assert_string_equal(line, "250 2.0");
-}
-
-static void test_xtext(void **state)
-{
-	static const char *const cases[][2] = {
-		{ "a+2Bb@c", "a+b@c" },
-		{ "plain", "plain" },
-		{ "+3D+2b", "=+" },		/* lower-case hex accepted */
-		{ "bad+Z1", "bad+Z1" },		/* malformed kept */
-		{ "end+4", "end+4" },
-		{ "", "" },
-	};
-	size_t i;
-	char *got;
-
-	(void) state;
-	for (i = 0; i < N(cases); i++) {
-		got = deliver_xtext_decode(cases[i][0]);
-		if (strcmp(got, cases[i][1]) != 0)
-			fail_msg("xtext \"%s\": got \"%s\", want \"%s\"", cases[i][0], got,
-				 cases[i][1]);
-		free(got);
-	}
 }
 
 static void test_queue_order(void **state)
@@ -531,7 +508,6 @@ int main(void)
 		cmocka_unit_test(test_backoff),
 		cmocka_unit_test(test_classify),
 		cmocka_unit_test(test_reply),
-		cmocka_unit_test(test_xtext),
 		cmocka_unit_test(test_queue_order),
 		cmocka_unit_test(test_queue_batch_start),
 		cmocka_unit_test(test_queue_busy),

@@ -2,7 +2,7 @@
  * NAME
  *	test_smtp_parse 1
  * SUMMARY
- *	unit tests: MAIL/RCPT paths, ESMTP parameters, xtext
+ *	unit tests: MAIL/RCPT paths, ESMTP parameters, xtext and the ORCPT split
  * DESCRIPTION
  *	Table-driven: every row is run, every mismatch is printed as
  *	"name: got ..., want ...", and the test fails once at the end.
@@ -396,6 +396,10 @@ static void test_rcpt(void **state)
 		{S("TO:<a@b.c> ORCPT=;a@b"), BADORC, NULL, 0, NULL},
 		{S("TO:<a@b.c> ORCPT=rfc822;a+0Db"), BADORC, NULL, 0, NULL},
 		{S("TO:<a@b.c> ORCPT=rfc822;a+zz"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a+2b"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a+00b"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rf(c;a"), BADORC, NULL, 0, NULL},
+		{S("TO:<a@b.c> ORCPT=rfc822;a;b"), NULL, "a@b.c", 0, "rfc822;a;b"},
 		{S("TO:<a@b.c> ORCPT=rfc822;a\rb"), BADP, NULL, 0, NULL},
 		{S("TO:<a@b.c> ORCPT=rfc822;a\0b"), BADP, NULL, 0, NULL},
 		{S("TO:<a@b.c> SIZE=1"), "555 5.5.4 Unsupported option: SIZE", NULL, 0, NULL},
@@ -555,9 +559,14 @@ static void test_rcpt_utf8(void **state)
 }
 
  /*
-  * xtext.
+  * xtext, read strictly (what a client sends) and leniently (what
+  * delivery reads back from the store; smtp.h says why they differ).
   */
+#define STRICT	SMTP_XTEXT_STRICT
+#define LENIENT	SMTP_XTEXT_LENIENT
+
 struct xtext_case {
+	enum smtp_xtext how;
 	const char *in;
 	size_t len;
 	int ok;
@@ -568,23 +577,47 @@ struct xtext_case {
 static void test_xtext(void **state)
 {
 	static const struct xtext_case cases[] = {
-		{S("abc"), 1, S("abc")},
-		{S(""), 1, S("")},
-		{S("a+2Bb"), 1, S("a+b")},
-		{S("+3D"), 1, S("=")},
-		{S("+41+42"), 1, S("AB")},
-		{S("+00"), 1, S("\0")},
-		{S("+FF"), 1, S("\xff")},
-		{S("a+"), 0, S("")},
-		{S("a+2"), 0, S("")},
-		{S("+2b"), 0, S("")},
-		{S("+G0"), 0, S("")},
-		{S("a=b"), 0, S("")},
-		{S("a b"), 0, S("")},
-		{S("a\x7f"), 0, S("")},
-		{S("\xc3\xa9"), 0, S("")},
-		{S("a\0b"), 0, S("")},
-		{S("+2\0"), 0, S("")},
+		{STRICT, S("abc"), 1, S("abc")},
+		{STRICT, S(""), 1, S("")},
+		{STRICT, S("a+2Bb"), 1, S("a+b")},
+		{STRICT, S("+3D"), 1, S("=")},
+		{STRICT, S("+41+42"), 1, S("AB")},
+		{STRICT, S("a+20b+7E"), 1, S("a b~")},	/* decodes to printable */
+		{STRICT, S("+00"), 0, S("")},
+		{STRICT, S("a+0Db"), 0, S("")},
+		{STRICT, S("+1F"), 0, S("")},
+		{STRICT, S("+7F"), 0, S("")},
+		{STRICT, S("+FF"), 0, S("")},
+		{STRICT, S("+C3+A9"), 0, S("")},	/* UTF-8 encoded: neither */
+		{STRICT, S("a;b~!"), 1, S("a;b~!")},	/* 33-126 but "+" and "=" */
+		{STRICT, S("a+"), 0, S("")},		/* truncated */
+		{STRICT, S("a+2"), 0, S("")},
+		{STRICT, S("+2b"), 0, S("")},		/* lower-case hex */
+		{STRICT, S("+2B+3d"), 0, S("")},
+		{STRICT, S("+G0"), 0, S("")},		/* not hex */
+		{STRICT, S("+ 2B"), 0, S("")},
+		{STRICT, S("+-1"), 0, S("")},
+		{STRICT, S("a=b"), 0, S("")},
+		{STRICT, S("a b"), 0, S("")},		/* outside 33-126 */
+		{STRICT, S("a\x7f"), 0, S("")},
+		{STRICT, S("a\x1f"), 0, S("")},
+		{STRICT, S("\xc3\xa9"), 0, S("")},	/* UTF-8: xtext is ASCII */
+		{STRICT, S("a\0b"), 0, S("")},
+		{STRICT, S("+2\0"), 0, S("")},
+		{LENIENT, S("a+2Bb@c"), 1, S("a+b@c")},
+		{LENIENT, S("plain"), 1, S("plain")},
+		{LENIENT, S(""), 1, S("")},
+		{LENIENT, S("+3D+2b"), 1, S("=+")},	/* lower-case hex taken */
+		{LENIENT, S("+2b+2B"), 1, S("++")},
+		{LENIENT, S("+00"), 1, S("\0")},
+		{LENIENT, S("bad+Z1"), 1, S("bad+Z1")},	/* not hex: kept */
+		{LENIENT, S("+G0+41"), 1, S("+G0A")},
+		{LENIENT, S("end+4"), 1, S("end+4")},	/* truncated: kept */
+		{LENIENT, S("end+"), 1, S("end+")},
+		{LENIENT, S("++41"), 1, S("+A")},
+		{LENIENT, S("a=b c"), 1, S("a=b c")},	/* outside xtext: kept */
+		{LENIENT, S("\xc3\xa9+40x"), 1, S("\xc3\xa9@x")},
+		{LENIENT, S("a\x01\x7f"), 1, S("a\x01\x7f")},
 	};
 	size_t i, n = sizeof(cases) / sizeof(cases[0]);
 	struct buf out = BUF_INIT;
@@ -593,21 +626,88 @@ static void test_xtext(void **state)
 	(void) state;
 	for (i = 0; i < n; i++) {
 		const struct xtext_case *c = cases + i;
+		const char *how = c->how == STRICT ? "strict" : "lenient";
 
 		buf_reset(&out);
-		rc = smtp_xtext_decode(&out, c->in, c->len);
+		rc = smtp_xtext_decode(&out, c->in, c->len, c->how);
 		if ((rc == 0) != c->ok) {
-			print_error("xtext %s: got rc %d, want %s\n", esc(c->in, c->len), rc,
+			print_error("xtext %s %s: got rc %d, want %s\n", how, esc(c->in, c->len), rc,
 				    c->ok ? "ok" : "error");
 			fails++;
 		} else if (c->ok && (out.len != c->want_len
 				     || memcmp(out.data ? out.data : "", c->want, c->want_len) != 0)) {
-			print_error("xtext %s: got \"%s\", want \"%s\"\n", esc(c->in, c->len),
-				    esc(out.data, out.len), esc(c->want, c->want_len));
+			print_error("xtext %s %s: got \"%s\", want \"%s\"\n", how,
+				    esc(c->in, c->len), esc(out.data, out.len),
+				    esc(c->want, c->want_len));
 			fails++;
 		}
 	}
 	buf_free(&out);
+	assert_int_equal(fails, 0);
+}
+
+ /*
+  * The ORCPT split, strict for RCPT and lenient for delivery.
+  */
+struct orcpt_case {
+	enum smtp_xtext how;
+	const char *in;
+	size_t len;
+	int ok;
+	const char *want_type;
+	const char *want_addr;
+};
+
+static void test_orcpt_split(void **state)
+{
+	static const struct orcpt_case cases[] = {
+		{STRICT, S("rfc822;a+2Bb@c"), 1, "rfc822", "a+b@c"},
+		{STRICT, S("rfc822;a;b"), 1, "rfc822", "a;b"},	/* the first ";" splits */
+		{STRICT, S("x-a+b;c"), 1, "x-a+b", "c"},	/* the type is atext */
+		{STRICT, S("rfc822;a+20b"), 1, "rfc822", "a b"},
+		{STRICT, S("rfc822;"), 0, NULL, NULL},	/* no address */
+		{STRICT, S(";a@b"), 0, NULL, NULL},	/* no type */
+		{STRICT, S("rfc822"), 0, NULL, NULL},
+		{STRICT, S(""), 0, NULL, NULL},
+		{STRICT, S("rf(c;a@b"), 0, NULL, NULL},	/* not atext */
+		{STRICT, S("rfc822;a+2b"), 0, NULL, NULL},
+		{STRICT, S("rfc822;a+4"), 0, NULL, NULL},
+		{STRICT, S("rfc822;a=b"), 0, NULL, NULL},
+		{STRICT, S("rfc822;a+00b"), 0, NULL, NULL},	/* not printable */
+		{STRICT, S("utf-8;\xc3\xa9@x"), 0, NULL, NULL},
+		{LENIENT, S("rfc822;a+2Bb@c"), 1, "rfc822", "a+b@c"},
+		{LENIENT, S("rfc822;a+2bb+4"), 1, "rfc822", "a+b+4"},
+		{LENIENT, S("rf(c;a@b"), 1, "rf(c", "a@b"},
+		{LENIENT, S("rfc822;"), 1, "rfc822", ""},
+		{LENIENT, S("utf-8;\xc3\xa9@x"), 1, "utf-8", "\xc3\xa9@x"},
+		{LENIENT, S("rfc822"), 0, NULL, NULL},
+		{LENIENT, S(";a@b"), 0, NULL, NULL},
+		{LENIENT, S(""), 0, NULL, NULL},
+	};
+	size_t i, n = sizeof(cases) / sizeof(cases[0]);
+	char *type, *addr;
+	int fails = 0, rc;
+
+	(void) state;
+	for (i = 0; i < n; i++) {
+		const struct orcpt_case *c = cases + i;
+		const char *how = c->how == STRICT ? "strict" : "lenient";
+
+		type = addr = NULL;
+		rc = smtp_orcpt_split(c->in, c->len, c->how, &type, &addr);
+		if ((rc == 0) != c->ok || (rc < 0 && (type || addr))) {
+			print_error("orcpt %s %s: got rc %d, want %s\n", how, esc(c->in, c->len), rc,
+				    c->ok ? "ok" : "error, nothing set");
+			fails++;
+		} else if (c->ok && (!streq0(type, c->want_type) || !streq0(addr, c->want_addr))) {
+			print_error("orcpt %s %s: got \"%s\" \"%s\", want \"%s\" \"%s\"\n", how,
+				    esc(c->in, c->len), type, esc(addr, strlen(addr)), c->want_type,
+				    c->want_addr);
+			fails++;
+		}
+		free(type);
+		free(addr);
+	}
 	assert_int_equal(fails, 0);
 }
 
@@ -621,6 +721,7 @@ int main(void)
 		cmocka_unit_test(test_mail_utf8),
 		cmocka_unit_test(test_rcpt_utf8),
 		cmocka_unit_test(test_xtext),
+		cmocka_unit_test(test_orcpt_split),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
