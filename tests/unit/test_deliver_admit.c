@@ -32,6 +32,17 @@ static int num(const char *qid)
 	return atoi(qid + 1);
 }
 
+/* active - a group's sessions counted now */
+static int active(struct deliver_rate *r)
+{
+	int n;
+
+	pthread_mutex_lock(&r->lock);
+	n = r->active;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
 /* hold_send - the test's transport: notes each job's session, holds message 1's */
 static void hold_send(struct deliver *d, const struct conf_upstream *up,
 		      struct deliver_job **jobs, size_t n)
@@ -42,8 +53,8 @@ static void hold_send(struct deliver *d, const struct conf_upstream *up,
 	pthread_mutex_lock(&lock);
 	for (i = 0; i < n; i++) {
 		sent[num(jobs[i]->m.qid)]++;
-		dflt_active[num(jobs[i]->m.qid)] = d->rate->active;
-		route_active[num(jobs[i]->m.qid)] = d->route_rates[0]->active;
+		dflt_active[num(jobs[i]->m.qid)] = active(d->rate);
+		route_active[num(jobs[i]->m.qid)] = active(d->route_rates[0]);
 	}
 	pthread_cond_broadcast(&moved);
 	for (i = 0; i < n; i++)
