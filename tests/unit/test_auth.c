@@ -2,7 +2,8 @@
  * NAME
  *	test_auth 1
  * SUMMARY
- *	unit tests: the users file, password checks, the checking threads
+ *	unit tests: the users file, password checks, the checking threads,
+ *	the cache of successes
  * DESCRIPTION
  *	Hashes are made here with crypt_gensalt() and crypt_rn(), $6$ and
  *	$y$ (yescrypt at a low cost, to keep the test quick), as
@@ -220,12 +221,68 @@ static void test_threads(void **state)
 	free(h6b);
 }
 
+/*
+ * the cache's MAC: one user and password always the same, another password
+ * another, and each MAC starts over (the context is made once and reused);
+ * a checked success is remembered under it, a wrong password is not
+ */
+static void test_cache(void **state)
+{
+	char   *h6 = make_hash("$6$", 0, "secret");
+	struct buf text = BUF_INIT;
+	struct auth_users *u;
+	struct auth_req r, m;
+	uint8_t first[AUTH_MAC_LEN], none[AUTH_MAC_LEN];
+	struct pollfd pfd;
+	struct auth *a;
+	char    err[256];
+	int     done = 0;
+
+	(void) state;
+	buf_printf(&text, "alice:%s\n", h6);
+	assert_int_equal(auth_users_parse(&u, text.data, text.len, "t", err, sizeof(err)), 0);
+	a = auth_start(u, 1);
+	auth_cache_ttl(a, 60 * 1000000LL);
+	memset(none, 0, sizeof(none));
+	memset(&r, 0, sizeof(r));
+	snprintf(r.user, sizeof(r.user), "alice");
+	assert_int_equal(auth_cached(a, &r, "secret"), 0);
+	assert_memory_not_equal(r.mac, none, sizeof(none));
+	memcpy(first, r.mac, sizeof(first));
+	memset(&m, 0, sizeof(m));
+	snprintf(m.user, sizeof(m.user), "alice");
+	assert_int_equal(auth_cached(a, &m, "other"), 0);
+	assert_memory_not_equal(m.mac, first, sizeof(first));
+	assert_int_equal(auth_cached(a, &r, "secret"), 0);
+	assert_memory_equal(r.mac, first, sizeof(first));
+
+	snprintf(r.pass, sizeof(r.pass), "secret");
+	r.ok = -1;
+	r.done = req_done;
+	r.ctx = &done;
+	auth_submit(a, &r);
+	pfd.fd = auth_fd(a);
+	pfd.events = POLLIN;
+	while (done < 1) {
+		assert_true(poll(&pfd, 1, 10000) == 1);
+		auth_reap(a);
+	}
+	assert_int_equal(r.ok, 1);
+	assert_int_equal(auth_cached(a, &m, "secret"), 1);
+	assert_memory_equal(m.mac, first, sizeof(first));
+	assert_int_equal(auth_cached(a, &m, "other"), 0);
+	auth_stop(a);
+	buf_free(&text);
+	free(h6);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse),
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_cache),
 	};
 
 	log_setup("test_auth", 0, LOG_LEVEL_ERROR);	/* expected warnings */
