@@ -85,23 +85,9 @@ static void put_field(struct buf *b, const char *name, const char *value)
 /* put_addr_type - "rfc822; " or, for a UTF-8 address in a global report, "utf-8; " */
 static void put_addr_type(struct buf *b, const char *addr, int utf8)
 {
-	int ascii = 1;
+	int ascii = addr == NULL || smtp_ascii(addr, strlen(addr));
 
-	for (const char *p = addr; p && *p; p++)
-		if ((unsigned char) *p >= 0x80)
-			ascii = 0;
 	buf_printf(b, utf8 && !ascii ? "utf-8; " : "rfc822; ");
-}
-
-/* has_8bit - does the text hold bytes above 127? */
-static int has_8bit(const char *p, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if ((unsigned char) p[i] & 0x80)
-			return 1;
-	return 0;
 }
 
 /* header_len - length of the header block, each line with its CRLF, no empty line */
@@ -223,7 +209,7 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	full = r->ret == 1 /* SMTP_RET_FULL */
 	    || (r->ret != 2 /* SMTP_RET_HDRS */ && r->msg_len <= DSN_FULL_LIMIT);
 	ret_len = full ? r->msg_len : header_len(r->msg, r->msg_len);
-	eight = has_8bit(r->msg, ret_len);
+	eight = !smtp_ascii(r->msg, ret_len);
 	make_boundary(r, bnd, sizeof(bnd));
 	dsn_date(r->now, date, sizeof(date));
 

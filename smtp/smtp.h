@@ -261,4 +261,7 @@ int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type
  */
 size_t smtp_utf8_len(const char *p, size_t len);
 
+/* smtp_ascii - no octet above 127 in p[0..len)? (SMTPUTF8 and 8BITMIME ask) */
+int smtp_ascii(const char *p, size_t len);
+
 #endif

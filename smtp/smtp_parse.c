@@ -104,6 +104,17 @@ size_t smtp_utf8_len(const char *p, size_t len)
 	return n;
 }
 
+/* smtp_ascii - no octet above 127? */
+int smtp_ascii(const char *p, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if ((unsigned char) p[i] >= 0x80)
+			return 0;
+	return 1;
+}
+
 /* smtp_mem_caseeq - ASCII case-insensitive compare of p[0..len) with s */
 static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
 {
@@ -651,15 +662,6 @@ static const struct smtp_path_cmd smtp_rcpt_cmd = {
 	.utf8_off_reply = "553 5.6.7 Must declare SMTPUTF8 to send UTF-8 recipient address",
 };
 
-/* smtp_ascii - no octet above 127? */
-static int smtp_ascii(const char *p)
-{
-	for (; *p; p++)
-		if ((unsigned char) *p >= 0x80)
-			return 0;
-	return 1;
-}
-
 /*
  * smtp_parse_path_cmd - "<prefix>[ ]<path>[ params]" for cmd. A good
  * path replaces *addr (the old one is freed) before the parameters are
@@ -692,7 +694,7 @@ static int smtp_parse_path_cmd(const struct smtp_path_cmd *cmd, const char *args
 	*addr = path;
 	if (smtp_parse_params(args + i, len - i, cmd->params, c) < 0)
 		return -1;
-	if (!smtp_ascii(path) && !*declared) {
+	if (!smtp_ascii(path, strlen(path)) && !*declared) {
 		snprintf(c->reply, SMTP_REPLY_MAX, "%s",
 			 offered ? cmd->utf8_reply : cmd->utf8_off_reply);
 		return -1;

@@ -217,17 +217,6 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 	return ok ? 0 : -1;
 }
 
-/* ascii_only - no octet above 127 in p[0..len) */
-static int ascii_only(const char *p, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		if ((unsigned char) p[i] >= 0x80)
-			return 0;
-	return 1;
-}
-
 /*
  * xmsg_needs_utf8 - submitted with SMTPUTF8, and it matters: a UTF-8
  * address in the envelope or UTF-8 in the header block (RFC 6531 section
@@ -240,13 +229,13 @@ static int xmsg_needs_utf8(const struct store_msg *m)
 
 	if (!m->smtputf8)
 		return 0;
-	if (!ascii_only(m->from, strlen(m->from)))
+	if (!smtp_ascii(m->from, strlen(m->from)))
 		return 1;
 	for (i = 0; i < m->n_rcpts; i++)
-		if (!ascii_only(m->rcpts[i].addr, strlen(m->rcpts[i].addr)))
+		if (!smtp_ascii(m->rcpts[i].addr, strlen(m->rcpts[i].addr)))
 			return 1;
 	eoh = m->data ? memmem(m->data, m->data_len, "\r\n\r\n", 4) : NULL;
-	return m->data && !ascii_only(m->data, eoh ? (size_t) (eoh - m->data) : m->data_len);
+	return m->data && !smtp_ascii(m->data, eoh ? (size_t) (eoh - m->data) : m->data_len);
 }
 
 /* deliver_smtp_msg_add - put one job into the session */
