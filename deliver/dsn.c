@@ -206,8 +206,7 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	size_t ret_len;
 	int full, eight;
 
-	full = r->ret == 1 /* SMTP_RET_FULL */
-	    || (r->ret != 2 /* SMTP_RET_HDRS */ && r->msg_len <= DSN_FULL_LIMIT);
+	full = r->ret == SMTP_RET_FULL || (r->ret != SMTP_RET_HDRS && r->msg_len <= DSN_FULL_LIMIT);
 	ret_len = full ? r->msg_len : header_len(r->msg, r->msg_len);
 	eight = !smtp_ascii(r->msg, ret_len);
 	make_boundary(r, bnd, sizeof(bnd));
