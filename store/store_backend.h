@@ -34,13 +34,14 @@ struct store_ops {
 	unsigned caps;			/* STORE_CAP_* */
 	void (*close) (struct store *st);
 
+	/* health: what the store is fit for now, and its work between commits */
 	unsigned (*health) (struct store *st);
 	int (*upkeep) (struct store *st);	/* own space */
 
+	/* claims and messages, written by a batch's transaction */
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 			   struct store_claim *claims, int *found);
-
 	int (*txn_begin) (struct store *st, struct store_txn **out);
 	void (*txn_keys) (struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN],
 			  size_t n);	/* shared */
@@ -56,23 +57,25 @@ struct store_ops {
 	int (*txn_commit) (struct store_txn *t);
 	void (*txn_abort) (struct store_txn *t);
 
+	/* the spool: a message, the operator's changes, the queue, the figures */
 	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
-	int (*nodes_alive) (struct store *st, int *n);	/* shared */
+	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
+	int (*msg_drop) (struct store *st, const char *qid);
+	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);
+	int (*queue_walk) (struct store *st, unsigned how,
+			   int (*cb) (void *arg, const struct store_msg *m), void *arg);
+	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
 
+	/* leases: the nodes that share the queue */
+	int (*nodes_alive) (struct store *st, int *n);	/* shared */
 	int (*queue_take) (struct store *st, int64_t now, size_t max,
 			   int (*cb) (void *arg, const struct store_msg *m), void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
 	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
 	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
-	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
-	int (*msg_drop) (struct store *st, const char *qid);
-	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
-	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
-	int (*queue_walk) (struct store *st, unsigned how,
-			   int (*cb) (void *arg, const struct store_msg *m), void *arg);
-
+	/* stories: what became of a message, and of a key */
 	int (*story_get) (struct store *st, const char *qid, struct store_story *s);
 	int (*key_qids) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			 char (**qids)[STORE_QID_SIZE], size_t *n);
