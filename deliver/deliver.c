@@ -555,9 +555,27 @@ static int take_one(void *arg, const struct store_msg *m)
 }
 
 /*
+ * take_room - how many due messages the taker may lease (lock held): the
+ * local queue holds what every delivery thread can take in one batch
+ * (want), not counting the messages waiting for a group that may start
+ * no session (its upstream paused or busy), which would otherwise keep
+ * the other groups' mail in the shared queue, but holds twice that at
+ * most: a busy group's backlog is not all leased by this node
+ */
+static size_t take_room(struct deliver *d, size_t want)
+{
+	size_t total = dq_count(&d->q), open = total - dq_closed(&d->q);
+	size_t room = open < want ? want - open : 0;
+
+	if (total + room > 2 * want)
+		room = total < 2 * want ? 2 * want - total : 0;
+	return room;
+}
+
+/*
  * take_thread - a shared store: renew the leases held, and lease due mail
- * while the local queue has room for it (what every delivery thread can
- * take in one batch), every DELIVER_TAKE_EVERY or at once after a flush
+ * while the local queue has room for it (take_room), every
+ * DELIVER_TAKE_EVERY or at once after a flush
  */
 static void *take_thread(void *arg)
 {
@@ -577,7 +595,7 @@ static void *take_thread(void *arg)
 			pthread_cond_timedwait(&d->take_wake, &d->lock, &ts);
 		}
 		d->take_now = 0;
-		room = dq_count(&d->q) < want ? want - dq_count(&d->q) : 0;
+		room = take_room(d, want);
 		pthread_mutex_unlock(&d->lock);
 		if (deliver_stopping(d))
 			break;

@@ -379,6 +379,17 @@ size_t dq_count(const struct dq *q)
 	return q->n_items;
 }
 
+/* dq_closed - items waiting in closed groups */
+size_t dq_closed(const struct dq *q)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < q->n_heaps; i++)
+		if (q->heaps[i].closed)
+			n += q->heaps[i].n;
+	return n;
+}
+
 /* dq_busy - items handed out */
 size_t dq_busy(const struct dq *q)
 {

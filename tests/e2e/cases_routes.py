@@ -13,8 +13,8 @@ import signal
 import time
 
 import harness
-from harness import (case, check, eq, free_port, qid_of, render_conf, submit_ok, make_msg,
-                     wait_until)
+from harness import (PG_ONLY, case, check, eq, free_port, qid_of, render_conf, submit_ok,
+                     make_msg, wait_until)
 from cases_ops import ctl, ctl_json, samples, scrape
 from cases_tls import auth_submit, tls_daemon
 from cases_upstream_tls import TlsSink, make_certs, trust
@@ -415,3 +415,34 @@ def test_routes_default_busy_holds_only_its_own(t):
     eq(subjects(default), ["dflt 1", "dflt 2"], "the default's, each once")
     eq(d.log_lines("status=deferred"), [], "deferrals")
     eq(len(d.log_lines(d1, "status=sent")), 1, "the first's delivery lines")
+
+
+@case(stores=PG_ONLY, timeout=180)
+def test_routes_default_busy_shared_queue(t):
+    """On PostgreSQL, mail that comes through the shared queue (alice's, deferred once by
+    her route's sink, due again a second later) is taken while the default upstream is
+    busy with a backlog larger than the node's local queue (300 messages for one
+    connection, its sink holding the first final dot 30 s; the local queue is 50 a
+    thread, 5 threads): the default's mail waiting for its connection does not take the
+    routes' room. Alice's message is delivered before the default's first message is."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    d = tenants_daemon(t, default, {
+        "upstream": {"connections": 1, "timeout": "90s"},
+        "retry": {"first": "1s", "max": "1s", "give_up": "5d"},
+        "routes": [route("tenant-a", "alice", sink_a, "up-alice", "pw-a")]})
+    d1 = submit_ok(d.ports[0], "delay-30-d1@example.com", make_msg(key="bl-0", subject="dflt 0"))
+    wait_until(lambda: "delaying reply" in open(default.log_path).read(), 15,
+               "the default's sink holding the first message's dot")
+    for i in range(1, 300):
+        submit_ok(d.ports[0], "b%d@example.com" % i, make_msg(key="bl-%d" % i))
+    a1 = qid_of(auth_submit(d.ports[1], "alice", "alice-pw", "bl-a",
+                            to="tempfail-first-1-a@example.com", subject="alice"))
+    d.wait_log(a1, "status=deferred")
+    d.wait_log(a1, "status=sent", timeout=60)
+    eq(d.log_lines(d1, "status=sent"), [], "the default's first message's reply came")
+    d.wait_log(d1, "status=sent", timeout=60)      # a stop would wait for that reply
+    time.sleep(1)
+    eq(subjects(sink_a), ["alice"], "alice's, once")

@@ -427,7 +427,9 @@ static void test_queue_groups(void **state)
 	dq_set_group(&q, "A2", 0);
 	dq_set_group(&q, "B1", 1);
 	assert_int_equal(dq_count(&q), 4);
+	assert_int_equal(dq_closed(&q), 0);
 	dq_close(&q, 0, 1);
+	assert_int_equal(dq_closed(&q), 2);
 	assert_int_equal(dq_next_due(&q), 15);
 	assert_int_equal(dq_due_count(&q, 100, 8), 2);
 	assert_int_equal(dq_batch_start(&q, 100, 5, 8), 20);
