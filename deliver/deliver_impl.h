@@ -59,6 +59,9 @@ struct deliver {
 					 * the default upstream's: group 0 of the queue */
 	struct deliver_rate **route_rates;	/* owned, with rate: one per c->routes[],
 						 * route i's group i + 1 */
+	int marks_refused;		/* inflight marks refused in a row, by any
+					 * thread (atomic): how long the rest of a
+					 * session waits (esmtp/deliver_smtp.c) */
 };
 
 /* one recipient's result of this attempt */

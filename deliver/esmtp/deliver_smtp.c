@@ -75,7 +75,8 @@
 
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 #define XSESS_REFUSED	"refused to talk to me: "	/* the bridge's words for a greeting refused */
-#define XSESS_NOMARK_WAIT	(1 * US)	/* the rest of a batch after a refused mark waits */
+#define XSESS_NOMARK_WAIT	(1 * US)	/* the rest of a batch after a refused mark waits, */
+#define XSESS_NOMARK_MAX	(60 * US)	/* doubling while marks are refused in a row */
 
 /* upstream_timeout_ms - the group's timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
 static int upstream_timeout_ms(const struct conf_upstream *u)
@@ -599,15 +600,33 @@ static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n
 }
 
 /*
+ * nomark_wait - the rest's wait after the n-th inflight mark refused in a
+ * row: XSESS_NOMARK_WAIT, doubling each time, XSESS_NOMARK_MAX at most
+ */
+static int64_t nomark_wait(int n)
+{
+	int64_t w = XSESS_NOMARK_WAIT;
+
+	while (--n > 0 && w < XSESS_NOMARK_MAX)
+		w *= 2;
+	return w < XSESS_NOMARK_MAX ? w : XSESS_NOMARK_MAX;
+}
+
+/*
  * xsess_nomark_rest - a message's inflight mark was refused (NOMARK): it
  * sent no final dot and libesmtp dropped the connection there, so the
  * messages after it in the batch never reached the server. Their attempt
- * was the store's failure, not theirs: each waits XSESS_NOMARK_WAIT,
- * not charged an attempt (deliver_record.c), as after throttling
- * (xsess_postpone). The refused one is deferred as before.
+ * was the store's failure, not theirs: each waits, not charged an attempt
+ * (deliver_record.c), as after throttling (xsess_postpone). A store that
+ * keeps refusing marks is given longer each time (nomark_wait()), so that
+ * the queue is not taken up again, and a session opened upstream, every
+ * second while it does; its first mark written ends that. The refused
+ * one is deferred as before.
  */
 static void xsess_nomark_rest(struct xsess *xs, struct deliver_job **jobs, size_t n)
 {
+	int refused = __atomic_load_n(&xs->d->marks_refused, __ATOMIC_RELAXED);
+	int64_t wait = nomark_wait(refused);
 	char why[DELIVER_REPLY_MAX];
 	size_t i, k;
 
@@ -616,11 +635,12 @@ static void xsess_nomark_rest(struct xsess *xs, struct deliver_job **jobs, size_
 	if (k == n)
 		return;
 	snprintf(why, sizeof(why), "not sent: the session with %s was abandoned when the"
-		 " inflight mark of %s could not be recorded", xs->relay, jobs[k]->m.qid);
+		 " inflight mark of %s could not be recorded (%d refused in a row: again in"
+		 " %lld s)", xs->relay, jobs[k]->m.qid, refused > 1 ? refused : 1,
+		 (long long) (wait / US));
 	for (i = k + 1; i < n; i++)
 		if (xs->msgs[i].state == XMSG_ENVELOPE)
-			(void) deliver_job_postpone(jobs[i], clock_us() + XSESS_NOMARK_WAIT, "4.3.0",
-						    why);
+			(void) deliver_job_postpone(jobs[i], clock_us() + wait, "4.3.0", why);
 }
 
 /* smtp_send - deliver a batch over one connection to its upstream group */

@@ -20,7 +20,8 @@
  *	writes, so that is where the inflight mark is made durable. If that
  *	fails, xmsg_read() sets errno, which makes libesmtp drop the
  *	connection before the final dot; the batch's messages after it, never
- *	begun, wait a second uncharged (deliver_smtp.c, xsess_nomark_rest).
+ *	begun, wait uncharged, a second, longer while marks keep being refused
+ *	(deliver_smtp.c, xsess_nomark_rest).
  *
  *	Whether the final dot was answered is known from the
  *	SMTP_EV_MESSAGESENT event, not from the transfer status: after a
@@ -160,9 +161,11 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		deliver_smtp_msg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {
 		if ((err = deliver_mark(x->xs->d, m->qid, x->xs->jobs, x->xs->n)) == 0) {
+			__atomic_store_n(&x->xs->d->marks_refused, 0, __ATOMIC_RELAXED);
 			x->dot_nth = ++x->xs->dots;
 			deliver_smtp_msg_enter(x, XMSG_MARKED);
 		} else {
+			__atomic_add_fetch(&x->xs->d->marks_refused, 1, __ATOMIC_RELAXED);
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"
 				  " before the final dot", m->qid, store_strerror(err));
 			/*

@@ -12,6 +12,7 @@ again by themselves once the database is back.
 They run with E2E_STORE=postgresql only (make test-pg).
 """
 
+import calendar
 import os
 import re
 import threading
@@ -607,6 +608,71 @@ def test_nodes_mark_refused_rest_uncharged(t):
             eq(a.log_lines(q, "conversation with"), [], "a misleading reason for %s" % q)
         ctl(a, "flush")
         check_exactly_once([sink], qids, timeout=30, what="after the mark's unknown outcome")
+    finally:
+        print("\n".join(a.log_lines("status=")))
+    eq(a.log_lines("status=unconfirmed"), [], "delivered-unconfirmed lines")
+
+
+def wait_said(line):
+    """wait_said - (refusals in a row, wait in s) a deferral for another's refused
+    mark says, or the line if it says none"""
+    m = re.search(r"\((\d+) refused in a row: again in (\d+) s\)", line)
+    return m.groups() if m else line
+
+
+def log_time(line):
+    """log_time - a stamped log line's time, in seconds since the epoch"""
+    stamp = line.split(" ", 1)[0]
+    return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1])
+
+
+@case(stores=PG_ONLY, timeout=120)
+def test_nodes_marks_refused_in_a_row_back_off(t):
+    """A store that keeps refusing inflight marks: the first mark of a session lost
+    with the connection to PostgreSQL, then, the store back, the first mark of the
+    next session too. The rest of the first session wait 1 s, uncharged; the rest
+    of the second, the second refusal in a row, 2 s: the wait doubles (to 60 s)
+    while marks keep being refused, where the queue was taken up, and a session
+    opened upstream, every second. Then every message is delivered once."""
+    proxy = t.pg_proxy()
+    sink = t.sink(default="tempfail")
+    conf = dict(SLOW_RETRY, upstream={"connections": 1})
+    a, = nodes(t, sink, names=("a",), conf=conf, url=proxy.url_of(t.pg_url()))
+    qids = [submit_ok(a.port, "mrr%d@example.com" % i, make_msg(key="marks-refused-%d" % i))
+            for i in range(4)]
+    for q in qids:
+        a.wait_log(q, "status=deferred")           # an attempt: the sink's 451
+    sink.control()
+    refused = []
+    for n in (1, 2):
+        proxy.cut_after(b"SET inflight = v.flag", delay=0.5, refuse=True)
+        if n == 1:
+            ctl(a, "flush")                         # the four due at once: one batch
+        wait_until(lambda: proxy.triggered == n, 20, "inflight mark %d through the proxy" % n)
+        line = wait_until(lambda: a.log_lines("cannot set the inflight mark")[n - 1:], 15,
+                          "refused mark %d" % n)[0]
+        refused += [q for q in qids if q in line]
+        eq(len(refused), n, "the messages whose marks failed: %s" % refused)
+        wait_until(lambda: proxy.mode == "refuse", 5, "the cut after mark %d" % n)
+        proxy.heal()
+    try:
+        a.wait_log("PostgreSQL reachable again", timeout=30)
+        rest = [q for q in qids if q not in refused]
+        check_exactly_once([sink], rest, timeout=30, settle=0.5,
+                           what="the rest of the second batch, with retry.first = 1h")
+        waits = {q: [wait_said(l) for l in a.log_lines("]: %s: to=" % q, "status=deferred",
+                                                       "inflight mark of")]
+                 for q in qids}
+        eq(waits, {refused[0]: [], refused[1]: [("1", "1")],
+                   rest[0]: [("1", "1"), ("2", "2")], rest[1]: [("1", "1"), ("2", "2")]},
+           "each deferral for another's refused mark: (refusals in a row, its wait)")
+        for q in rest:                  # a lower bound: the time it was put off to
+            put_off = log_time(a.log_lines("]: %s: to=" % q, "2 refused in a row")[0])
+            sent = log_time(a.log_lines("]: %s: to=" % q, "status=sent")[0])
+            check(sent - put_off >= 1.9, "%s sent %.2f s after its second wait began"
+                  % (q, sent - put_off))
+        ctl(a, "flush")
+        check_exactly_once([sink], qids, timeout=30, what="after the refused marks")
     finally:
         print("\n".join(a.log_lines("status=")))
     eq(a.log_lines("status=unconfirmed"), [], "delivered-unconfirmed lines")
