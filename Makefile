@@ -85,7 +85,7 @@ REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # the harness
 FUZZ_DELIVER = $(filter-out deliver/deliver.c deliver/deliver_record.c \
 	       deliver/esmtp/deliver_filter.c,$(deliver_SRC)) \
-	       $(foreach l,tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
+	       $(foreach l,queue tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
