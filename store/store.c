@@ -192,12 +192,15 @@ int store_lease_renew(struct store *st, int64_t now)
 
 void store_lease_release(struct store *st, const char *qid, int64_t lease)
 {
-	if (SHARED(st))
+	if (SHARED(st) && store_qid_ok(qid))
 		OPS(st)->lease_release(st, qid, lease);
 }
 
+/* store_queue_due - one message (a QID that can be stored) or all due, for every node */
 int store_queue_due(struct store *st, const char *qid, int64_t when)
 {
+	if (qid && !store_qid_ok(qid))
+		return STORE_EINVAL;
 	return SHARED(st) ? OPS(st)->queue_due(st, qid, when) : 0;
 }
 

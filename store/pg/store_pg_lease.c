@@ -307,8 +307,7 @@ void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 	int64_t token;
 	PGresult *r;
 
-	if (!store_qid_ok(qid) || store_pg_lease_get(st, qid, &token) != 0
-	    || (lease != 0 && token != lease))
+	if (store_pg_lease_get(st, qid, &token) != 0 || (lease != 0 && token != lease))
 		return;
 	store_pg_lease_del(st, qid, token);
 	store_pg_params_init(&p);
@@ -331,8 +330,6 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 	PGresult *r;
 	int err;
 
-	if (qid && !store_qid_ok(qid))
-		return STORE_EINVAL;
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, when);
 	if (qid)

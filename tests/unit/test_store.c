@@ -426,6 +426,8 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("hold bad qid", store_msg_change(f->st, "", &(struct store_change) { 1, 0, NULL }),
 		  STORE_EINVAL);
 	CHECK_INT("mark bad qid", store_msg_set_inflight(f->st, "", 1), STORE_EINVAL);
+	CHECK_INT("due bad qid", store_queue_due(f->st, "", NOW), STORE_EINVAL);
+	store_lease_release(f->st, "", 0);	/* nothing to let go of */
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
 	CHECK_INT("list after drop", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
