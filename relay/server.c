@@ -244,14 +244,15 @@ static int conn_write(struct conn *c)
 /*
  * conn_process - feed buffered input; answers decided inside the hook
  * resume the session. TLS may hold decrypted input that no epoll event
- * will announce: it is read here while the engine takes input. When the
+ * will announce: it is read here while the engine takes input, and its
+ * octets count for the data rate as the caller's read does. When the
  * engine stops for unread replies (out_max), they are written as far as
  * the socket takes them, and feeding goes on only if that made room:
  * else the rest waits in c->in for EPOLLOUT (conn_flush).
  */
 int conn_process(struct conn *c)
 {
-	size_t n;
+	size_t n, more = 0;
 	ssize_t got;
 
 	for (;;) {
@@ -285,8 +286,11 @@ int conn_process(struct conn *c)
 			return -1;
 		}
 		c->in.len += (size_t) got;
+		more += (size_t) got;
 	}
 	budget_account(c);
+	if (more)
+		pace_input(c, more);
 	return conn_flush(c);
 }
 
