@@ -185,7 +185,7 @@ struct pg_txn {
 	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
 	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
 	size_t fenced_rcpts;
-	int64_t xid;			/* pg_current_xact_id(), read before COMMIT; 0 not known */
+	int64_t xid;			/* its backend's, once its outcome is to be decided */
 };
 
 
@@ -343,7 +343,6 @@ int store_pg_queue_walk(struct store *st, unsigned how,
 			int (*cb) (void *, const struct store_msg *), void *arg);
 
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
-#define PG_OID_XID8	5069
 int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replication: keep it */
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */

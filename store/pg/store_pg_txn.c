@@ -29,16 +29,20 @@
  *	that finds fewer rows than it meant aborts the transaction
  *	(idemrelay_fenced(), SQLSTATE IR001: STORE_ELEASE).
  *
- *	The pipeline reads the transaction's id (pg_current_xact_id()) just
- *	before COMMIT. When the connection breaks after COMMIT was sent and
- *	before its result came, or the COMMIT waits for a synchronous
- *	standby past store.commit_wait, the outcome is unknown and
- *	store_pg_wait.c resolves it by that id: committed; aborted
- *	(STORE_EAGAIN); or still in progress, when the batch's messages are
- *	voided before STORE_EAGAIN (its 451) is returned. Without the id
- *	(the connection went before it came), a transaction over is read
- *	back by whether its first new message exists. Nothing of the batch
- *	is answered before this is known.
+ *	When the connection breaks after COMMIT was sent and before its
+ *	result came, or the COMMIT waits for a synchronous standby past
+ *	store.commit_wait, the outcome of a batch that put messages is
+ *	unknown, and store_pg_wait.c resolves it by the transaction's id,
+ *	read from pg_stat_activity while its backend lives: committed;
+ *	aborted (STORE_EAGAIN); or still in progress, when the batch's
+ *	messages are voided before STORE_EAGAIN (its 451) is returned. A
+ *	transaction over (its backend gone, or idle) is read back by
+ *	whether its first new message exists. Nothing of the batch is
+ *	answered before this is known. The pipeline no longer reads the id
+ *	itself before COMMIT: that statement, flushed back at once, made
+ *	every commit two replies and two wake-ups of the node (a fresh
+ *	message: 0.58 statements and TCP sends), and a batch of delivery
+ *	writes alone never used it (their outcome unknown is a failure).
  * DIAGNOSTICS
  *	Steps record their first failure (sticky) and become no-ops; commit
  *	reports it, or the commit's own.
@@ -541,11 +545,7 @@ static int read_back(struct pg_txn *t)
 	return found ? 0 : STORE_EAGAIN;
 }
 
-/*
- * commit_send - the buffered runs, the transaction's id, then COMMIT, in
- * one pipeline; *sent statements. The id's result is flushed back before
- * COMMIT runs: it is known even while the COMMIT waits (store_pg_wait.c).
- */
+/* commit_send - the buffered runs, then COMMIT, in one pipeline; *sent statements */
 static int commit_send(struct pg_txn *t, int *sent)
 {
 	struct pg_params none;		/* prepared, without parameters (store_pg_stmt.c) */
@@ -567,10 +567,6 @@ static int commit_send(struct pg_txn *t, int *sent)
 			return -1;
 		*sent += n;
 	}
-	if (store_pg_send(t->c, "SELECT pg_current_xact_id()", &none) != 0
-	    || PQsendFlushRequest(t->c) != 1)
-		return -1;
-	(*sent)++;
 	if (store_pg_send(t->c, "COMMIT", &none) != 0 || PQpipelineSync(t->c) != 1)
 		return -1;
 	(*sent)++;
@@ -599,9 +595,14 @@ static int txn_commit(struct pg_txn *t)
 	failed = commit_send(t, &sent) != 0;
 	if (!failed)
 		store_pg_commit_sent(t->c);
-	/* each statement's result in order: the first error is the transaction's */
+	/*
+	 * each statement's result in order: the first error is the
+	 * transaction's. Nothing is flushed before the sync, so the first
+	 * result comes with COMMIT's, once the COMMIT is over (or a statement
+	 * failed): each is waited for as COMMIT's answer (store_pg_wait.c).
+	 */
 	for (i = 0, k = 0; !failed && k < sent; k++) {
-		if (k == sent - 1 && err == 0 && store_pg_commit_hold(t) != 0) {
+		if (err == 0 && store_pg_commit_hold(t) != 0) {
 			failed = 1;	/* no answer to COMMIT: outcome unknown */
 			break;
 		}
@@ -614,8 +615,6 @@ static int txn_commit(struct pg_txn *t)
 				err = j;
 			continue;
 		}
-		if (k == sent - 2 && PQnfields(r) == 1 && PQftype(r, 0) == PG_OID_XID8)
-			t->xid = store_pg_int(r, 0, 0);
 		if (k == sent - 1)
 			committed = 1;
 		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)

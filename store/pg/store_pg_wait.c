@@ -17,8 +17,7 @@
  *	backend waiting. So the node never cancels it, and never reads it
  *	as "not committed" from the absence of its rows.
  *
- *	Hold. The batch's pipeline reads pg_current_xact_id() just before
- *	COMMIT, flushed back at once (store_pg_txn.c). A COMMIT without an
+ *	Hold. A COMMIT without an
  *	answer after a second is looked at (pg_stat_activity, on the node's
  *	anchor connection: a pooled one may all be taken): if its backend
  *	waits for replication, the reply is held for up to store.commit_wait
@@ -68,9 +67,11 @@
  *	commits waiting for replication; an episode is logged once when it
  *	starts and once when it ends.
  *
- *	A connection lost before the transaction's id came back: the id is
- *	the backend's (pg_stat_activity, by its pid); a backend gone is a
- *	transaction over, read back by whether its first message exists.
+ *	The transaction's id is its backend's (pg_stat_activity, by its
+ *	pid), read when the outcome is to be decided: a backend that waits
+ *	for replication still shows it. A backend gone, or no longer in a
+ *	transaction, is a transaction over, read back by whether its first
+ *	message exists.
  *
  *	Not covered: with PostgreSQL unreachable no outcome can be read or
  *	voided, and the batch gets 451 as before (logged as such). Delivery
@@ -95,10 +96,17 @@
 static const char SQL_WAITS[] =
 	"SELECT coalesce(wait_event = 'SyncRep', false) FROM pg_stat_activity WHERE pid = $1";
 
-/* the 32-bit backend_xid made whole with the epoch of the snapshot's xmax */
+/*
+ * the 32-bit backend_xid made whole: the id nearest the snapshot's xmax
+ * with those low bits. Not the nearest at or below it: xmax is the last
+ * transaction completed plus one, and one still running (a COMMIT that
+ * waits for the standby) may have a greater id; taken below, it was an
+ * id 2^32 back, which pg_xact_status() does not know, and a commit still
+ * waiting was read back as not committed (answered 451, then delivered).
+ */
 static const char SQL_BACKEND_XID[] =
-	"SELECT a.backend_xid IS NOT NULL, s.x - (((s.x & 4294967295) - "
-	"coalesce(a.backend_xid::text::int8, 0)) & 4294967295) FROM pg_stat_activity a, "
+	"SELECT a.backend_xid IS NOT NULL, s.x + (((coalesce(a.backend_xid::text::int8, 0) - "
+	"(s.x & 4294967295) + 2147483648) & 4294967295) - 2147483648) FROM pg_stat_activity a, "
 	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE a.pid = $1";
 
 static const char SQL_STATUS[] = "SELECT pg_xact_status($1::int8::text::xid8)";
@@ -424,11 +432,9 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 
 	if (t->n_put == 0)
 		return read_back(t);
-	if (t->xid == 0) {
-		found = backend_xid(st, PQbackendPID(t->c), &t->xid);
-		if (found <= 0)
-			return read_back(t);	/* over: its rows tell; or nothing can be known */
-	}
+	found = backend_xid(st, PQbackendPID(t->c), &t->xid);
+	if (found <= 0)
+		return read_back(t);	/* over: its rows tell; or nothing can be known */
 	x = xact_status(st, t->xid);
 	if (x == XACT_COMMITTED) {
 		(void) read_back(t);	/* committed: its leases, if they can be read */

@@ -1031,8 +1031,10 @@ static void test_prepared(void **state)
 }
 
 /*
- * a batch's BEGIN, its transaction's id and COMMIT are prepared on the
- * connection that sent them, as its statements with parameters are
+ * a batch's BEGIN and COMMIT are prepared on the connection that sent
+ * them, as its statements with parameters are; no batch reads its
+ * transaction's id (a statement and a reply of its own before COMMIT:
+ * the id is read from pg_stat_activity when an outcome is unknown)
  */
 static void test_prepared_txn(void **state)
 {
@@ -1046,13 +1048,14 @@ static void test_prepared_txn(void **state)
 	for (i = 0; i < pst->n_idle; i++) {
 		PGresult *r = PQexec(pst->idle[i], "SELECT count(*) FILTER (WHERE statement LIKE "
 				     "'INSERT INTO messages%'), count(*) FILTER (WHERE statement IN "
-				     "('BEGIN', 'COMMIT', 'SELECT pg_current_xact_id()')) "
-				     "FROM pg_prepared_statements");
+				     "('BEGIN', 'COMMIT')), count(*) FILTER (WHERE statement LIKE "
+				     "'%pg_current_xact_id%') FROM pg_prepared_statements");
 
 		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
 		if (atoi(PQgetvalue(r, 0, 0)) > 0) {
 			used++;
-			CHECK_INT("BEGIN, the id, COMMIT prepared", atoi(PQgetvalue(r, 0, 1)), 3);
+			CHECK_INT("BEGIN and COMMIT prepared", atoi(PQgetvalue(r, 0, 1)), 2);
+			CHECK_INT("no transaction id read", atoi(PQgetvalue(r, 0, 2)), 0);
 		}
 		PQclear(r);
 	}
