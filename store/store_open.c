@@ -21,7 +21,8 @@
  *
  *	STORE_NODE is the daemon: this node, read-write, creating what is
  *	missing (the LMDB environment, the PostgreSQL schema and the
- *	node's slot). STORE_READER is idemrelayctl's and -t's: nothing
+ *	node's slot; an LMDB store whose free list is long is compacted
+ *	first, store_compact.c). STORE_READER is idemrelayctl's and -t's: nothing
  *	created, no node registered (STORE_ENOTFOUND if there is no
  *	store yet). STORE_WRITER is idemrelayctl writing while the daemon
  *	is stopped: an existing store, never a new one.
@@ -80,6 +81,13 @@ static int open_lmdb(struct store **out, const struct conf *cf, enum store_role 
 			snprintf(err, errlen, "%s: %s: check the directory and its permissions, "
 				 "or choose another path",
 				 conf_where(cf, "store.path", where, sizeof(where)), why);
+			return rc;
+		}
+		if ((rc = store_lmdb_compact(*out)) != 0) {	/* its free list, if long */
+			store_close(*out);
+			*out = NULL;
+			snprintf(err, errlen, "%s: %s: compacting it failed (see the log)",
+				 conf_where(cf, "store.path", where, sizeof(where)), cf->store.path);
 			return rc;
 		}
 		break;

@@ -42,6 +42,7 @@ struct lmdb_store {
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
+	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */
 
 	/* store_lmdb.c: a failed sync and the reopen that follows it */
 	pthread_rwlock_t gate;	/* every transaction holds it shared; lmdb_reopen() alone */
@@ -144,6 +145,11 @@ int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define LMDB_TEXT_(n)	#n
 #define LMDB_TEXT(n)	LMDB_TEXT_(n)	/* a macro's value as a string literal */
 
+/* store_compact.c: the lock every open holds, and the compaction at start */
+int lmdb_lock(const char *path);	/* lock.mdb, flock'd shared (waits out a compaction); -1 */
+/* store_lmdb.c: the environment opened again, as it was, with its journal; *step why not */
+int lmdb_env_again(struct lmdb_store *st, const char **step);
+
 /* store_grow.c */
 int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
 
@@ -165,6 +171,7 @@ void journal_close(struct lmdb_store *st);
 int journal_commit(struct lmdb_txn *t);
 int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id);
 int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint64_t id);
+int journal_region_copy(struct lmdb_store *st, int fd);
 
 /* store_space.c: the reserve for delivery writes */
 #define STORE_RESERVE_PER_MSG	1024	/* bytes: a queued message's story and expiry entry */

@@ -446,26 +446,44 @@ static uint64_t meta_u64(struct lmdb_store *st, const char *name)
 	return v;
 }
 
-/* region - a new region of zeros at base with its header and a new id; not yet the store's */
-static int region(struct journal *j, uint64_t base, uint64_t *id)
+/* region_write - an empty region at base of fd, its header naming id; 0 or errno */
+static int region_write(int fd, uint64_t base, uint64_t id)
 {
 	uint8_t head[J_BLOCK] = { 0 };
 	int rc;
 
+	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
+	if ((rc = lmdb_fill_zeros(fd, base + J_BLOCK, base + J_SIZE)) != 0)
+		return rc;
+	memcpy(head, J_MAGIC, 8);
+	le64(head + 8, J_SIZE);
+	le64(head + 16, id);
+	if (pwrite(fd, head, sizeof(head), (off_t) base) != (ssize_t) sizeof(head)
+	    || fsync(fd) != 0)		/* fsync: the file's size changed */
+		return errno ? errno : EIO;
+	return 0;
+}
+
+/* region - a new region of zeros at base with its header and a new id; not yet the store's */
+static int region(struct journal *j, uint64_t base, uint64_t *id)
+{
 	do {
 		if (getrandom(id, sizeof(*id), 0) != sizeof(*id))
 			return errno;
 	} while (*id == 0);
-	/* zeros written a page at a time: no hole, and no large folio (store_grow.c) */
-	if ((rc = lmdb_fill_zeros(j->fd, base + J_BLOCK, base + J_SIZE)) != 0)
-		return rc;
-	memcpy(head, J_MAGIC, 8);
-	le64(head + 8, J_SIZE);
-	le64(head + 16, *id);
-	if (pwrite(j->fd, head, sizeof(head), (off_t) base) != (ssize_t) sizeof(head)
-	    || fsync(j->fd) != 0)		/* fsync: the file's size changed */
-		return errno ? errno : EIO;
-	return 0;
+	return region_write(j->fd, base, *id);
+}
+
+/*
+ * journal_region_copy - the journal's region, empty, where it is and under
+ * its id, in fd: a compacted copy of data.mdb (store_compact.c), which
+ * LMDB writes without it. Opened in place of data.mdb, the copy's journal
+ * is then found as the store's meta DB names it, with no record to
+ * replay (the copy holds every commit). 0 or errno; 0 with no journal.
+ */
+int journal_region_copy(struct lmdb_store *st, int fd)
+{
+	return st->j ? region_write(fd, st->j->base, st->j->id) : 0;
 }
 
 /* meta_put - the region's id and place, in txn */

@@ -312,6 +312,7 @@ static struct lmdb_store *lmdb_new(const char *path)
 
 	pthread_rwlock_init(&st->gate, NULL);	/* readers first: see the header */
 	st->path = xstrdup(path);
+	st->lockfd = -1;
 	return st;
 }
 
@@ -319,6 +320,8 @@ static struct lmdb_store *lmdb_new(const char *path)
 static void lmdb_free(struct lmdb_store *st)
 {
 	pthread_rwlock_destroy(&st->gate);
+	if (st->lockfd >= 0)
+		close(st->lockfd);	/* its flock goes with it */
 	free(st->path);
 	free(st);
 }
@@ -338,12 +341,13 @@ static void lmdb_open_failed(struct lmdb_store *st, const char *path, const char
  * lmdb_cache_drop - before a writable open: the kernel drops the clean
  * pages of data.mdb it has cached (dirty ones are written first, never
  * lost). Whatever filled the cache with a large read or write (fill -a's
- * batches, a backup's cp or rsync, a big commit before the zero-filled
- * file of store_grow.c) left it in large folios, up to megabytes each,
+ * batches, a backup's cp, rsync or mdb_copy, a compacted copy, a big
+ * commit before the zero-filled file of store_grow.c) left it in large
+ * folios, up to megabytes each,
  * and every commit's fdatasync() then walks the whole folio of each page
  * it rewrites: 3 to 5 times the CPU of a commit, and twice its time
  * (BENCHMARKS.md, "one session on an old LMDB store"). Faulted in again
- * through LMDB's map, the pages come back as small folios. The price is
+ * at random through LMDB's map, the pages come back as small folios. The price is
  * a cold cache right after the start.
  */
 static void lmdb_cache_drop(const char *path)
@@ -395,6 +399,7 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	st->map_size = st->jbase ? st->jbase : map_size;
 	if ((rc = lmdb_mkdir(path)) != 0)
 		goto fail;
+	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
 	lmdb_cache_drop(path);		/* before LMDB maps a page of it */
 	if ((rc = lmdb_env_open(st, path, st->map_size, 0, &step)) != 0)
 		goto fail;
@@ -449,6 +454,7 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
 		return rc;
 	st = lmdb_new(path);
+	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
 	if ((rc = lmdb_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
 		lmdb_open_failed(st, path, step, rc, err, errlen);
 		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
@@ -482,6 +488,26 @@ void lmdb_close(struct store *base)
 	if (st->env)
 		mdb_env_close(st->env);
 	lmdb_free(st);
+}
+
+/*
+ * lmdb_env_again - open the environment again, closed by the caller, as
+ * it was opened for writing: at its map size, with its journal (which
+ * replays what it must). An LMDB code or errno, *step saying which step
+ * failed; the environment is then closed (st->env NULL).
+ */
+int lmdb_env_again(struct lmdb_store *st, const char **step)
+{
+	int rc;
+
+	if ((rc = lmdb_env_open(st, st->path, st->map_size, 0, step)) == 0
+	    && (*step = "journal", rc = journal_open(st, st->path)) != 0)
+		journal_close(st);
+	if (rc != 0 && st->env) {
+		mdb_env_close(st->env);
+		st->env = NULL;
+	}
+	return rc;
 }
 
 /*
@@ -533,14 +559,8 @@ int lmdb_reopen(struct store *base)
 		mdb_env_close(st->env);		/* no sync: what it holds may not be on the disk */
 		st->env = NULL;
 	}
-	if ((rc = reopen_flush(st)) == 0
-	    && (rc = lmdb_env_open(st, st->path, st->map_size, 0, &step)) == 0
-	    && (step = "journal", rc = journal_open(st, st->path)) != 0)
-		journal_close(st);
-	if (rc != 0 && st->env) {
-		mdb_env_close(st->env);
-		st->env = NULL;
-	}
+	if ((rc = reopen_flush(st)) == 0)
+		rc = lmdb_env_again(st, &step);
 	if (rc == 0 && lmdb_space_count(st) != 0)
 		msg_warn("store %s: cannot count the queue after reopening: the reserve "
 			 "counts what it had", st->path);

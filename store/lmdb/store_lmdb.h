@@ -10,7 +10,8 @@
  *	store_lmdb_open() opens or creates the environment at path with a
  *	map of map_size to start with. store_lmdb_open_readonly() is for
  *	idemrelayctl: MDB_RDONLY, nothing created; STORE_ENOTFOUND if there
- *	is no store at path.
+ *	is no store at path. store_lmdb_compact() is for the daemon's start
+ *	(store_compact.c).
  */
 #ifndef STORE_LMDB_STORE_LMDB_H
 #define STORE_LMDB_STORE_LMDB_H
@@ -25,6 +26,8 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 int store_lmdb_open_readonly(struct store **out, const char *path, char *err, size_t errlen);
 /* store_lmdb_present - 0 if a store is at path; else STORE_ENOTFOUND and why (none, or unreadable) */
 int store_lmdb_present(const char *path, char *err, size_t errlen);
+/* store_lmdb_compact - at the daemon's start: copied compact in place if its free list is large */
+int store_lmdb_compact(struct store *st);
 /* store_lmdb_set_map_max - how far the map may grow (store.map_size_max); 0: the disk (store_map.c) */
 void store_lmdb_set_map_max(struct store *st, uint64_t max);
 

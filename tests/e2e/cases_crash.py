@@ -1,11 +1,16 @@
-"""kill -9: no accepted message lost, none sent twice (SPEC sections 4 and 5)."""
+"""kill -9: no accepted message lost, none sent twice (SPEC sections 4 and 5), also in the
+middle of the compaction at start (LMDB)."""
 
+import os
 import re
+import signal
 import smtplib
+import subprocess
 import threading
 import time
 
-from harness import case, check, check_relayed, eq, make_msg, received_qids, submit_ok, wait_until
+from harness import (BIN, LMDB_ONLY, case, check, check_relayed, eq, make_msg, received_qids,
+                     submit_ok, wait_until)
 
 SUBJECT_RE = re.compile(rb"^Subject: stream (\S+)\r$", re.M)
 
@@ -113,3 +118,64 @@ def test_kill9_stream(t):
     check(not lost, "accepted with 250 but never delivered, and not logged as unconfirmed: %s"
           % lost[:10])
     check(not wrong_qid, "relayed under another QID than the client was given: %s" % wrong_qid[:10])
+
+
+@case(timeout=150, stores=LMDB_ONLY)
+def test_kill9_mid_compaction(t):
+    """A backlog delivered leaves a long free list, which the next start
+    compacts (store/lmdb/store_compact.c); kill -9 while the compacted copy
+    is being written: data.mdb is the old file, untouched; the start after
+    removes the half copy and compacts; every queued message is delivered
+    once under its QID, every delivered key still answers with its QID."""
+    sink = t.sink(greeting=421)
+    d = t.daemon(sink, {"store": {"map_size": "256M"}})
+    big = "x" * 1000 + "\r\n"
+    sent = {}
+    for i in range(50):             # the backlog: 50 MB queued, then delivered
+        msg = make_msg(key="cmp-sent-%d" % i, subject="sent %d" % i, body=big * 1000)
+        sent[submit_ok(d.port, "a@example.com", msg)] = msg
+    sink.control()
+    sink.wait_count(50, timeout=60)
+    sink.control(greeting=421)      # what follows stays queued
+    queued = {}
+    for i in range(15):             # 15 MB to copy: long enough to be caught at it
+        key = "cmp-queued-%d" % i
+        queued[key] = submit_ok(d.port, "b@example.com",
+                                make_msg(key=key, subject="queued %d" % i, body=big * 1000))
+    eq(d.stop(), 0, "exit status of the first run")
+    data = os.path.join(d.store, "data.mdb")
+    copy = data + ".compact"
+    before = os.stat(data)
+
+    with open(d.log_path, "ab") as logf:
+        proc = subprocess.Popen([BIN, "-c", d.conf_path], cwd=d.dir, stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=logf)
+    deadline = time.monotonic() + 20
+    while not os.path.exists(copy):
+        check(proc.poll() is None, "the daemon exited before compacting (%s)" % proc.returncode)
+        check(time.monotonic() < deadline, "no compaction began within 20 s of the start")
+        time.sleep(0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    check(os.path.exists(copy), "the half copy is gone: the kill came after the rename")
+    after = os.stat(data)
+    eq((after.st_ino, after.st_size, after.st_mtime_ns),
+       (before.st_ino, before.st_size, before.st_mtime_ns), "data.mdb after the kill")
+
+    d.start()
+    d.wait_log("compacted:")
+    check(not os.path.exists(copy), "the half copy is still there")
+    check(os.stat(data).st_ino != before.st_ino, "data.mdb is not the compacted copy")
+    for qid, msg in sent.items():   # delivered: the same QID, not sent again
+        eq(submit_ok(d.port, "a@example.com", msg), qid, "QID of a delivered key after it")
+    sink.control()
+    recs = sink.wait_count(65, timeout=60)
+    time.sleep(2.5)                 # a resend, if any, would come in this time
+    recs = sink.accepted()
+    eq(len(recs), 65, "messages upstream")
+    by_qid = {}
+    for r in recs:
+        q = received_qids(r["data"])
+        by_qid.setdefault(q[0] if q else None, []).append(r)
+    for key, qid in queued.items():
+        eq(len(by_qid.get(qid, [])), 1, "copies of %s (%s) upstream" % (key, qid))
