@@ -25,8 +25,8 @@
  *	lmdb_cache_drop()); then the environment is synced and
  *	closed, the copy renamed over data.mdb, the directory flushed, and
  *	the environment opened again. A crash at any moment leaves either the
- *	old file, whole (a copy left beside it is removed by the next
- *	compaction), or the copy, whole and flushed before it took the name.
+ *	old file, whole (a copy left beside it is removed at the next
+ *	start), or the copy, whole and flushed before it took the name.
  *	A copy that fails (no room on the disk) is removed and the store
  *	serves as it was.
  *
@@ -177,15 +177,14 @@ int store_lmdb_compact(struct store *base)
 	const char *step;
 	int rc;
 
-	if (!alone(st)) {
-		msg_info("store %s: another process has it open: not compacted", st->path);
-		return 0;
-	}
 	snprintf(tmp, sizeof(tmp), "%s/data.mdb" COMPACT_SUFFIX, st->path);
 	snprintf(data, sizeof(data), "%s/data.mdb", st->path);
-	(void) unlink(tmp);		/* a copy a crash left behind */
-	if (!due(st, &freel, &used)) {
-		shared(st);
+	/* a copy a crash left behind; with our shared lock held, nobody is writing one */
+	(void) unlink(tmp);
+	if (!due(st, &freel, &used))
+		return 0;
+	if (!alone(st)) {
+		msg_info("store %s: another process has it open: not compacted", st->path);
 		return 0;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
