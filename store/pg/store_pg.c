@@ -586,6 +586,7 @@ static void pg_free(struct pg_store *st)
 	pthread_mutex_destroy(&st->amu);
 	pthread_mutex_destroy(&st->lmu);
 	pthread_cond_destroy(&st->freed);
+	store_pg_keep_free(st);
 	free(st->leases);
 	free(st->url);
 	free(st->node);
@@ -639,6 +640,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	pthread_mutex_init(&st->amu, NULL);
 	pthread_mutex_init(&st->lmu, NULL);
 	pthread_cond_init(&st->freed, NULL);
+	store_pg_keep_init(st);
 	if (node && (*node == 0 || strlen(node) > 255)) {
 		snprintf(err, errlen, "store: node name must be 1 to 255 bytes");
 		rc = STORE_EINVAL;

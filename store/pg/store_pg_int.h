@@ -143,9 +143,21 @@ struct pg_store {
 	int64_t repl_since;		/* monotonic us: the wait began */
 	int64_t settle_at;		/* monotonic us: voids are looked at again then */
 
+	pthread_mutex_t kmu;		/* guards the copies kept (store_pg_keep.c) */
+	struct pg_kept *keep;		/* owned: a ring of PG_KEEP_MAX; NULL for a client */
+	size_t keep_head, n_keep;	/* the oldest's slot; entries from it, empty ones too */
+	size_t keep_bytes;		/* their data */
+
 	pthread_mutex_t lmu;		/* guards the lease map */
 	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
 	size_t n_leases, n_used, cap_leases;	/* live; live + deleted; slots */
+};
+
+/* a message this node put, kept for its first delivery (store_pg_keep.c) */
+struct pg_kept {
+	struct store_msg *m;		/* owned; lease: the token it was put with; NULL: empty */
+	uint64_t h;			/* of its QID */
+	int64_t at;			/* monotonic us: filed */
 };
 
 /* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
@@ -174,6 +186,8 @@ struct pg_txn {
 	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put */
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
+	struct store_msg **kept;	/* owned: their copies (store_pg_keep.c), or NULLs */
+	int wrote_put;			/* a delivery write of a message put: no copy kept */
 	size_t n_put, cap_put;
 	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
 	size_t n_gone, cap_gone;
@@ -305,6 +319,15 @@ int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */
 int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t token);
+
+/* store_pg_keep.c: the messages just put, kept for their first delivery */
+struct store_msg *store_pg_keep_copy(const struct pg_store *st, const struct store_msg *m);
+void store_pg_keep_drop(struct store_msg *k);
+void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token);
+int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m);
+void store_pg_keep_forget(struct pg_store *st, const char *qid);	/* NULL: all */
+void store_pg_keep_init(struct pg_store *st);
+void store_pg_keep_free(struct pg_store *st);
 
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);

@@ -330,6 +330,7 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 	PGresult *r;
 	int err;
 
+	store_pg_keep_forget(st, qid);
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, when);
 	if (qid)

@@ -171,7 +171,11 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 	return err;
 }
 
-/* store_pg_msg_load - a queued message with owned copies of every field */
+/*
+ * store_pg_msg_load - a queued message with owned copies of every field:
+ * the copy this node kept when it put the message, for its first load
+ * (store_pg_keep.c), else read from the database
+ */
 int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 {
 	struct pg_store *st = (struct pg_store *) base;
@@ -180,6 +184,8 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 	int err, row = 0;
 	size_t len;
 
+	if (store_pg_keep_take(st, qid, m) == 0)
+		return 0;	/* just put by this node, its lease still held */
 	memset(m, 0, sizeof(*m));
 	if ((err = store_pg_msg_fetch(st, qid, 1, &r)) != 0)
 		return err;
@@ -253,6 +259,7 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 	PGresult *r;
 	int err;
 
+	store_pg_keep_forget(st, qid);
 	token = token_of(st, qid);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
@@ -286,6 +293,7 @@ int store_pg_msg_change(struct store *base, const char *qid, const struct store_
 	PGresult *r;
 	int err;
 
+	store_pg_keep_forget(st, qid);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_text(&p, c->hold < 0 ? NULL : c->hold ? "true" : "false");

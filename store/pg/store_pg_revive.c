@@ -191,6 +191,7 @@ int store_pg_msg_revive(struct store *base, const struct store_msg *m)
 
 	if (st->node == NULL || m->lease == 0 || !store_msg_valid(m))
 		return STORE_ENOTFOUND;
+	store_pg_keep_forget(st, m->qid);
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
 	if ((err = store_pg_simple(st, c, "BEGIN", "revive")) == 0) {

@@ -302,6 +302,8 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_text(&s->r[6], m->rcpts[i].reply);
 	}
 	qids_add(&t->put_qids, &t->n_put, &t->cap_put, m->qid);
+	t->kept = xrealloc(t->kept, t->cap_put * sizeof(*t->kept));
+	t->kept[t->n_put - 1] = store_pg_keep_copy(t->st, m);
 }
 
 /*
@@ -317,8 +319,11 @@ static int fence_token(struct pg_txn *t, const char *qid, size_t n_rcpts, int64_
 	t->fenced = 0;
 	snprintf(t->fenced_qid, sizeof(t->fenced_qid), "%s", qid);
 	t->fenced_rcpts = n_rcpts;
-	if (store_pg_qids_has(t->put_qids, t->n_put, qid))
+	if (store_pg_qids_has(t->put_qids, t->n_put, qid)) {
+		t->wrote_put = 1;	/* no copy is kept: it would be what was put */
 		return 0;
+	}
+	store_pg_keep_forget(t->st, qid);	/* written: read from the database from now on */
 	if (store_pg_lease_get(t->st, qid, token) != 0)
 		return STORE_ELEASE;
 	*has = 1;
@@ -413,6 +418,9 @@ static void txn_free(struct pg_txn *t)
 	free(t->cache);
 	free(t->locked);
 	free(t->loaded);
+	for (i = 0; i < t->n_put; i++)
+		store_pg_keep_drop(t->kept[i]);
+	free(t->kept);
 	free(t->put_qids);
 	free(t->gone);
 	free(t->got);
@@ -574,6 +582,25 @@ static int commit_send(struct pg_txn *t, int *sent)
 }
 
 /*
+ * keep_file - the copy of qid, put by the committed t with the lease of
+ * token, kept for its first delivery (store_pg_keep.c); not when t also
+ * wrote its delivery state
+ */
+static void keep_file(struct pg_txn *t, const char *qid, int64_t token)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_put; i++)
+		if (t->kept[i] != NULL && strcmp(t->put_qids[i], qid) == 0) {
+			if (!t->wrote_put)
+				store_pg_keep_add(t->st, t->kept[i], token);
+			else
+				store_pg_keep_drop(t->kept[i]);
+			t->kept[i] = NULL;
+		}
+}
+
+/*
  * txn_commit - send the buffered writes and COMMIT in one round trip;
  * resolve an unknown outcome (see the header). Frees t.
  */
@@ -629,8 +656,10 @@ static int txn_commit(struct pg_txn *t)
 		committed = (err = store_pg_commit_resolve(t, read_back)) == 0;
 	/* else an error was reported: nothing was committed */
 	if (committed) {		/* the leases got, then those given up (maybe the same) */
-		for (i = 0; i < t->n_got; i++)
+		for (i = 0; i < t->n_got; i++) {
 			store_pg_lease_set(st, t->got[i].qid, t->got[i].token);
+			keep_file(t, t->got[i].qid, t->got[i].token);
+		}
 		for (i = 0; i < t->n_gone; i++)
 			store_pg_lease_del(st, t->gone[i].qid, t->gone[i].token);
 		pthread_mutex_lock(&st->mu);

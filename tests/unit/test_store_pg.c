@@ -1079,6 +1079,7 @@ static void test_fetch_one_statement(void **state)
 
 	msg_new(&m, "FETCH0000001", 3, 500);
 	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	store_pg_keep_forget(pst, NULL);	/* loaded from the database, not the copy kept */
 	CHECK_INT("load", store_msg_load(f->st, m.qid, &l), 0);
 	CHECK_INT("its recipients", (int) l.n_rcpts, 3);
 	CHECK_STR("the third", l.rcpts[2].addr, m.rcpts[2].addr);
@@ -1103,6 +1104,43 @@ static void test_fetch_one_statement(void **state)
 	}
 	if (joined < 2)
 		fail_msg("the load and the story's statement: %d prepared, want 2", joined);
+}
+
+/* loaded_from - the sender of qid as store_msg_load() gives it, and its held flag */
+static void loaded_from(struct store *st, const char *qid, const char *want, int held)
+{
+	struct store_msg l;
+
+	CHECK_INT(qid, store_msg_load(st, qid, &l), 0);
+	CHECK_STR("its sender", l.from, want);
+	CHECK_INT("held", l.held, held);
+	store_msg_free(&l);
+}
+
+/*
+ * The accepting node's first load of a message it put is its own copy
+ * (store_pg_keep.c), not a statement: a row changed behind the store's
+ * back shows in the second load only. No copy is used once this node
+ * wrote the message (a hold), or once the lease it was put under is no
+ * longer held here.
+ */
+static void test_keep_first_load(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	const struct store_change hold = { 1, 0, NULL };
+
+	spool_one(f->st, "KEEPMSG00001", 41);
+	spool_one(f->st, "KEEPMSG00002", 42);
+	spool_one(f->st, "KEEPMSG00003", 43);
+	sql(f, "UPDATE messages SET sender = 'changed@example.com' WHERE qid LIKE '%sKEEPMSG%%'", "");
+	loaded_from(f->st, "KEEPMSG00001", "sender@example.com", 0);	/* the copy */
+	loaded_from(f->st, "KEEPMSG00001", "changed@example.com", 0);	/* taken once */
+	CHECK_INT("hold", store_msg_change(f->st, "KEEPMSG00002", &hold), 0);
+	loaded_from(f->st, "KEEPMSG00002", "changed@example.com", 1);
+	store_pg_lease_del(pst, "KEEPMSG00003", 0);	/* as a renewal that found it gone */
+	loaded_from(f->st, "KEEPMSG00003", "changed@example.com", 0);
+	CHECK_INT("no copy left", (int) pst->keep_bytes, 0);
 }
 
 /* listed_in - whether text holds one of the NULL-ended list's strings */
@@ -1490,6 +1528,8 @@ static void test_voids(void **state)
 	store_msg_free(&m);
 	spool_one(f->st, "KEPTMSG00001", 32);
 	sql(f, "UPDATE messages SET lease_owner = NULL", NULL);	/* due for any node */
+	/* the copies kept for delivery (store_pg_keep.c): a void's batch never committed */
+	store_pg_keep_forget((struct pg_store *) f->st, NULL);
 	r = PQexec(open_tx, "BEGIN; SELECT pg_current_xact_id()");
 	CHECK_INT("a transaction in progress", PQresultStatus(r), PGRES_TUPLES_OK);
 	snprintf(q, sizeof(q), "INSERT INTO voids VALUES ('VOIDED000001', '%s', 'x', 0)",
@@ -1938,6 +1978,7 @@ int main(void)
 		T(test_prepared),
 		T(test_prepared_txn),
 		T(test_fetch_one_statement),
+		T(test_keep_first_load),
 		T(test_plans_scale),
 		T(test_plans_young),
 		T(test_plans_idle_queue),

@@ -1,0 +1,242 @@
+/*
+ * NAME
+ *	store_pg_keep 3
+ * SUMMARY
+ *	the messages this node just accepted, kept for their first delivery without a load
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	A node delivers what it accepts at once, under the lease its INSERT
+ *	took; loading the message back from PostgreSQL for that first attempt
+ *	was a statement, a round trip and a reply of the whole body for every
+ *	fresh message (a quarter of its statements, a third of the server's
+ *	replies). Instead the transaction that puts a message keeps a copy
+ *	(store_pg_keep_copy()), filed here once its commit is known with the
+ *	token of the lease it got (store_pg_keep_add()), and
+ *	store_pg_msg_load() takes it from here (store_pg_keep_take()).
+ *
+ *	A copy is what the row holds only while nothing else wrote the row.
+ *	It is taken once, and only while this node still holds the lease of
+ *	that token: a lease lost, given up or taken anew means other writes,
+ *	and the message is read from the database. Writes through this store
+ *	handle forget the message's copy first: a delivery write (one without
+ *	a load before it: the tests'), the operator's hold, reroute, drop and
+ *	retry (idemrelayctl through this node's control socket), a revive. Another node's operator action
+ *	cannot reach the copy, so a copy is kept PG_KEEP_US at most: a hold
+ *	from elsewhere within that time of the acceptance finds the message
+ *	in the attempt of the node whose lease it is under since then (as
+ *	idemrelayctl shows it: "active on NODE"), and that attempt goes on,
+ *	as any attempt under way does (store_pg_queue.c).
+ *
+ *	At most PG_KEEP_MAX copies and PG_KEEP_BYTES of data, the oldest
+ *	dropped first; a message larger than PG_KEEP_ONE is not kept.
+ * DIAGNOSTICS
+ *	store_pg_keep_take() returns 0 or STORE_ENOTFOUND.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/hash.h"
+#include "store_pg_int.h"
+
+#define PG_KEEP_MAX	4096
+#define PG_KEEP_BYTES	(16u << 20)
+#define PG_KEEP_ONE	(256u << 10)
+#define PG_KEEP_US	(5 * 1000000LL)
+
+/* dup - a copy of s, or NULL */
+static char *dup(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+/*
+ * store_pg_keep_copy - an owned copy of m as put, or NULL when it is not
+ * kept (a client's store, a large message)
+ */
+struct store_msg *store_pg_keep_copy(const struct pg_store *st, const struct store_msg *m)
+{
+	struct store_msg *k;
+	size_t i;
+
+	if (st->node == NULL || m->data_len > PG_KEEP_ONE || m->data == NULL)
+		return NULL;
+	k = xcalloc(1, sizeof(*k));
+	*k = *m;
+	k->from = dup(m->from);
+	k->envid = dup(m->envid);
+	k->client = dup(m->client);
+	k->user = dup(m->user);
+	k->route = dup(m->route);
+	k->data = xmalloc(m->data_len + 1);
+	memcpy(k->data, m->data, m->data_len);
+	k->data[m->data_len] = 0;
+	k->rcpts = xcalloc(m->n_rcpts ? m->n_rcpts : 1, sizeof(*k->rcpts));
+	for (i = 0; i < m->n_rcpts; i++) {
+		k->rcpts[i] = m->rcpts[i];
+		k->rcpts[i].addr = dup(m->rcpts[i].addr);
+		k->rcpts[i].orcpt = dup(m->rcpts[i].orcpt);
+		k->rcpts[i].reply = dup(m->rcpts[i].reply);
+	}
+	k->held = 0;		/* as the row's defaults */
+	k->lease_node = dup(st->node);
+	k->lease_since = m->accepted;
+	k->lease = 0;
+	return k;
+}
+
+/* store_pg_keep_drop - free a copy */
+void store_pg_keep_drop(struct store_msg *k)
+{
+	if (k == NULL)
+		return;
+	store_msg_free(k);
+	free(k);
+}
+
+/* slot - the ring's i-th entry from the oldest (kmu held) */
+static struct pg_kept *slot(struct pg_store *st, size_t i)
+{
+	return &st->keep[(st->keep_head + i) % PG_KEEP_MAX];
+}
+
+/* forget_at - drop the i-th entry from the oldest (kmu held); the oldest ones gone go */
+static void forget_at(struct pg_store *st, size_t i)
+{
+	struct pg_kept *e = slot(st, i);
+
+	if (e->m != NULL) {
+		st->keep_bytes -= e->m->data_len;
+		store_pg_keep_drop(e->m);
+		e->m = NULL;
+	}
+	while (st->n_keep > 0 && slot(st, 0)->m == NULL) {
+		st->keep_head = (st->keep_head + 1) % PG_KEEP_MAX;
+		st->n_keep--;
+	}
+}
+
+/* expire - drop the copies kept too long, and the oldest beyond the bounds (kmu held) */
+static void expire(struct pg_store *st, int64_t now, size_t room)
+{
+	/* the oldest entry is never empty (forget_at) */
+	while (st->n_keep > 0 && (now - slot(st, 0)->at > PG_KEEP_US || st->n_keep == PG_KEEP_MAX
+				  || st->keep_bytes + room > PG_KEEP_BYTES))
+		forget_at(st, 0);
+}
+
+/* qid_hash - what an entry is first compared by */
+static uint64_t qid_hash(const char *qid)
+{
+	return hash_fnv(HASH_FNV_INIT, qid, strlen(qid));
+}
+
+/*
+ * store_pg_keep_add - file k (owned from here), put by a transaction
+ * committed with the lease of token
+ */
+void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token)
+{
+	int64_t now = clock_mono_us();
+	struct pg_kept *e;
+	uint64_t h;
+
+	if (st->keep == NULL) {
+		store_pg_keep_drop(k);
+		return;
+	}
+	k->lease = token;
+	h = qid_hash(k->qid);
+	pthread_mutex_lock(&st->kmu);
+	expire(st, now, k->data_len);
+	e = slot(st, st->n_keep++);
+	e->m = k;
+	e->h = h;
+	e->at = now;
+	st->keep_bytes += k->data_len;
+	pthread_mutex_unlock(&st->kmu);
+}
+
+/* find - the index from the oldest of qid's copy, or -1 (kmu held) */
+static long find(struct pg_store *st, const char *qid)
+{
+	uint64_t h = qid_hash(qid);
+	struct pg_kept *e;
+	size_t i;
+
+	for (i = 0; i < st->n_keep; i++) {
+		e = slot(st, i);
+		if (e->m != NULL && e->h == h && strcmp(e->m->qid, qid) == 0)
+			return (long) i;
+	}
+	return -1;
+}
+
+/*
+ * store_pg_keep_take - qid's copy into m (its fields owned by m from
+ * here), if one is kept and this node still holds the lease it was
+ * filed with; 0, or STORE_ENOTFOUND (then m is untouched)
+ */
+int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m)
+{
+	struct store_msg *k = NULL;
+	int64_t token;
+	long i;
+
+	if (st->keep == NULL)
+		return STORE_ENOTFOUND;
+	pthread_mutex_lock(&st->kmu);
+	expire(st, clock_mono_us(), 0);
+	if ((i = find(st, qid)) >= 0) {
+		k = slot(st, (size_t) i)->m;
+		slot(st, (size_t) i)->m = NULL;
+		st->keep_bytes -= k->data_len;
+		forget_at(st, (size_t) i);
+	}
+	pthread_mutex_unlock(&st->kmu);
+	if (k == NULL)
+		return STORE_ENOTFOUND;
+	if (store_pg_lease_get(st, qid, &token) != 0 || token != k->lease) {
+		store_pg_keep_drop(k);
+		return STORE_ENOTFOUND;
+	}
+	*m = *k;
+	free(k);
+	return 0;
+}
+
+/* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL */
+void store_pg_keep_forget(struct pg_store *st, const char *qid)
+{
+	long i;
+
+	if (st->keep == NULL)
+		return;
+	pthread_mutex_lock(&st->kmu);
+	if (qid == NULL) {
+		while (st->n_keep > 0)
+			forget_at(st, 0);
+	} else if ((i = find(st, qid)) >= 0) {
+		forget_at(st, (size_t) i);
+	}
+	pthread_mutex_unlock(&st->kmu);
+}
+
+/* store_pg_keep_init - a node's ring; a client's store keeps nothing */
+void store_pg_keep_init(struct pg_store *st)
+{
+	pthread_mutex_init(&st->kmu, NULL);
+	if (st->node != NULL)
+		st->keep = xcalloc(PG_KEEP_MAX, sizeof(*st->keep));
+}
+
+/* store_pg_keep_free - drop every copy and the ring */
+void store_pg_keep_free(struct pg_store *st)
+{
+	store_pg_keep_forget(st, NULL);
+	free(st->keep);
+	st->keep = NULL;
+	pthread_mutex_destroy(&st->kmu);
+}
