@@ -420,6 +420,52 @@ def test_tls_records_in_one_read(t):
     eq(sorted(r["to"][0] for r in recs), ["a@example.com", "b@example.com"], "both delivered")
 
 
+def proc_cpu_ticks(pid):
+    """proc_cpu_ticks - user and system clock ticks a process has used"""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@case()
+def test_tls_partial_record_waits(t):
+    """A TLS record that arrives in two pieces, a pause between: OpenSSL's
+    read-ahead holds the first piece, which is nothing to read yet; the
+    loop must wait for the rest in epoll, not read it again and again (a
+    busy loop there served no other session: a second client was never
+    greeted, and SIGTERM was never handled). Split within a command and
+    within a message's last record"""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"tls": "implicit"},))
+    with RecordClient(d.ports[0]) as c:
+        expect_reply(c.greeting, 220)
+        c.tls.write(b"EHLO client.test\r\n")
+        rec = c.out.read()
+        c.sock.sendall(rec[:7])
+        ticks = proc_cpu_ticks(d.proc.pid)
+        start = time.monotonic()
+        with RecordClient(d.ports[0], timeout=5) as other:
+            expect_reply(other.greeting, 220, what="a second session while a record is half in")
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - start)))
+        used = proc_cpu_ticks(d.proc.pid) - ticks
+        hz = os.sysconf("SC_CLK_TCK")
+        check(used < hz, "the daemon waits, not spins, for the record's rest: %d ticks in 2 s"
+              % used)
+        c.sock.sendall(rec[7:])
+        expect_reply(c.reply(), 250, what="EHLO once its record is whole")
+        c.lumps(b"MAIL FROM:<s@example.org>\r\n", b"RCPT TO:<a@example.com>\r\n", b"DATA\r\n")
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 250)
+        expect_reply(c.reply(), 354)
+        c.tls.write(make_msg(key="split-rec") + b".\r\n")
+        rec = c.out.read()
+        c.sock.sendall(rec[:30])
+        time.sleep(0.5)
+        c.sock.sendall(rec[30:])
+        expect_reply(c.reply(), 250, "2.0.0", "the message once its last record is whole")
+    sink.wait_count(1, timeout=30)
+
+
 @case()
 def test_tls_held_input_after_unread_replies(t):
     """Commands whose replies pile up past the unread-output bound (32 KB)
