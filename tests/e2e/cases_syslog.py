@@ -1,5 +1,6 @@
 """log.target = "syslog": every line goes to syslog(3), facility mail, and carries the QID."""
 
+import fcntl
 import os
 import re
 import socket
@@ -9,6 +10,19 @@ from cases_pflogsumm import PFLOGSUMM, grand_totals
 from harness import BIN, Skip, case, check, eq, make_msg, run, submit_ok, wait_until
 
 DEVLOG = "/dev/log"
+DEVLOG_LOCK = "/tmp/idemrelay-e2e-devlog.lock"
+_devlog_turn = None
+
+
+def devlog_free():
+    """devlog_free - /dev/log is this case's alone until the case's process
+    exits: the cases that bind it, or need it absent, take turns (run.py -j
+    runs cases at once, one process each); Skip if a syslog daemon owns it"""
+    global _devlog_turn
+    _devlog_turn = open(DEVLOG_LOCK, "a")
+    fcntl.flock(_devlog_turn, fcntl.LOCK_EX)
+    if os.path.exists(DEVLOG):
+        raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
 
 
 class DevLog:
@@ -47,8 +61,7 @@ class DevLog:
 
 @case()
 def test_syslog_target(t):
-    if os.path.exists(DEVLOG):
-        raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
+    devlog_free()
     if os.getuid() != 0:
         raise Skip("needs root to create /dev/log")
     devlog = DevLog()
@@ -97,8 +110,7 @@ def test_log_stamp_and_syslog_fallback(t):
     (JOURNAL_STREAM, set by systemd); log.target = "syslog" with no /dev/log
     (a container) logs to stderr with one warning saying so, and -t says it
     would, instead of the daemon logging nothing."""
-    if os.path.exists(DEVLOG):
-        raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
+    devlog_free()
     sink = t.sink()
     d = t.daemon(sink)
     lines = [l for l in d.log().splitlines() if "idemrelay/" in l]
