@@ -24,7 +24,9 @@
  *	large writes leave large folios there: store_lmdb.c's
  *	lmdb_cache_drop()); then the environment is synced and
  *	closed, the copy renamed over data.mdb, the directory flushed, and
- *	the environment opened again. A crash at any moment leaves either the
+ *	the environment opened again (a directory that cannot be flushed
+ *	fails the start: a power cut could bring the old file back, and the
+ *	mail accepted meanwhile would go with it). A crash at any moment leaves either the
  *	old file, whole (a copy left beside it is removed at the next
  *	start), or the copy, whole and flushed before it took the name.
  *	A copy that fails (no room on the disk) is removed and the store
@@ -36,7 +38,8 @@
  *	idemrelayctl alike) holds lock.mdb with flock() shared while it is
  *	open (lmdb_lock()), and a compaction takes it exclusively without
  *	waiting: with idemrelayctl or another daemon there, it is put off to
- *	the next start. LMDB's own locks on that file are fcntl() locks,
+ *	the next start (compactors take turns on the store's directory,
+ *	alone()). LMDB's own locks on that file are fcntl() locks,
  *	which Linux keeps apart from flock() ones. An idemrelayctl started
  *	during a compaction waits for it.
  * DIAGNOSTICS
@@ -77,24 +80,38 @@ int lmdb_lock(const char *path)
 	return fd;
 }
 
-/* alone - take the store's lock exclusively, without waiting: 1 if taken */
-static int alone(struct lmdb_store *st)
-{
-	if (st->lockfd < 0)
-		return 0;
-	if (flock(st->lockfd, LOCK_EX | LOCK_NB) == 0)
-		return 1;
-	/* a conversion that fails may have let the shared lock go: take it again */
-	while (flock(st->lockfd, LOCK_SH) != 0 && errno == EINTR)
-		;
-	return 0;
-}
-
 /* shared - back to the shared lock every open holds */
 static void shared(struct lmdb_store *st)
 {
 	while (flock(st->lockfd, LOCK_SH) != 0 && errno == EINTR)
 		;
+}
+
+/*
+ * alone - take the store's lock exclusively, without waiting: 1 if taken.
+ * Linux converts a flock() by letting the old lock go first, so a failed
+ * conversion leaves us with none for a moment: another daemon starting
+ * beside us could then take it exclusively and swap data.mdb under our
+ * open environment. Compactors therefore take turns on the store's
+ * directory (flock'd by nobody else) from the attempt until the shared
+ * lock is back; a turn that is taken means another compactor: put off.
+ */
+static int alone(struct lmdb_store *st)
+{
+	int turn, won;
+
+	if (st->lockfd < 0)
+		return 0;
+	if ((turn = open(st->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return 0;
+	if (flock(turn, LOCK_EX | LOCK_NB) != 0) {
+		close(turn);
+		return 0;
+	}
+	if (!(won = flock(st->lockfd, LOCK_EX | LOCK_NB) == 0))
+		shared(st);
+	close(turn);			/* the turn goes with it */
+	return won;
 }
 
 /* due - is the free list worth a copy? its pages and those in use */
@@ -143,8 +160,8 @@ static int sync_dir(const char *path)
 /*
  * swap - close the environment, put the copy at tmp in data.mdb's place
  * and open the environment again (the copy, or the old file if the rename
- * failed: warned). An LMDB code or errno when it cannot be opened again,
- * *step saying where.
+ * failed: warned). An LMDB code or errno when it cannot be opened again
+ * or the rename cannot be made durable, *step saying where.
  */
 static int swap(struct lmdb_store *st, const char *tmp, const char *data, const char **step)
 {
@@ -161,8 +178,9 @@ static int swap(struct lmdb_store *st, const char *tmp, const char *data, const 
 			 st->path);
 		(void) unlink(tmp);
 	} else if ((rc = sync_dir(st->path)) != 0) {
-		msg_warn("store %s: compacted, but the rename may not be durable yet: %s", st->path,
-			 strerror(rc));
+		/* a power cut could bring the old file back: what it accepts now would go */
+		*step = "flushing the directory after the rename";
+		return rc;
 	}
 	return lmdb_env_again(st, step);
 }

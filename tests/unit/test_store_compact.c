@@ -181,6 +181,37 @@ static void test_compact_put_off(void **state)
 	all_there(f);
 }
 
+/*
+ * test_compact_turns - another daemon is in its turn to compact (its
+ * flock on the store's directory): put off, for a failed conversion of
+ * that daemon's may have let its shared lock go, and a compaction now
+ * would swap data.mdb under its open environment
+ */
+static void test_compact_turns(void **state)
+{
+	struct fx *f = *state;
+	uint64_t before;
+	ino_t was;
+	int fd;
+
+	backlog(f);
+	before = free_pages(f);
+	was = inode(f);
+	assert_true((fd = open(f->path, O_RDONLY | O_DIRECTORY)) >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0);
+	CHECK_INT("compact in another's turn", store_lmdb_compact(f->st), 0);
+	CHECK_INT("the same file", inode(f) == was, 1);
+	CHECK_INT("the same free list", free_pages(f), before);
+	CHECK_INT("the other turn ends", flock(fd, LOCK_UN), 0);
+	close(fd);
+	assert_true((fd = open(in_store(f, "lock.mdb"), O_RDONLY)) >= 0);
+	CHECK_INT("lock.mdb still held shared", flock(fd, LOCK_EX | LOCK_NB), -1);
+	close(fd);
+	CHECK_INT("compact in its own turn", store_lmdb_compact(f->st), 0);
+	CHECK_INT("a new file", inode(f) != was, 1);
+	all_there(f);
+}
+
 /* test_compact_crash_copy - a copy a crash left half written: removed, the store whole */
 static void test_compact_crash_copy(void **state)
 {
@@ -270,6 +301,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_backlog, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_not_due, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_put_off, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_turns, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_crash_copy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_journal, fx_setup, fx_teardown),
 	};
