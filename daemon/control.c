@@ -313,9 +313,12 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 
 /*
  * expire - delete the stories that are due, a batch per transaction,
- * for at most EXPIRE_BUDGET: a backlog (a busy day, a daemon that was
- * down) goes on at the next tick instead of waiting EXPIRE_EVERY, so
- * expiry keeps up with any rate the store can write.
+ * until a batch finds none, for at most EXPIRE_BUDGET: a backlog (a busy
+ * day, a daemon that was down) goes on at the next tick instead of
+ * waiting EXPIRE_EVERY, so expiry keeps up with any rate the store can
+ * write. A batch may delete fewer than it went through (an index entry
+ * whose story went another way is deleted uncounted), so only none
+ * deleted means done.
  */
 static void expire(struct control *ctl, int64_t now)
 {
@@ -323,11 +326,11 @@ static void expire(struct control *ctl, int64_t now)
 
 	do
 		n = store_hist_expire(ctl->st, now, EXPIRE_BATCH);
-	while (n == EXPIRE_BATCH && clock_us() - now < EXPIRE_BUDGET);
+	while (n > 0 && clock_us() - now < EXPIRE_BUDGET);
 	if (n < 0 && !ctl->expire_failed)
 		msg_warn("control: expiring old stories: %s (will try again)", store_strerror(n));
 	ctl->expire_failed = n < 0;
-	if (n != EXPIRE_BATCH)
+	if (n <= 0)
 		ctl->last_expire = now;
 }
 
