@@ -36,7 +36,7 @@
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
 #define PG_SCHEMA_VERSION 7
-#define PG_PARAMS_MAX	24
+#define PG_PARAMS_MAX	32
 
 /* the element types of arrays and parameters */
 #define PG_OID_BOOL	16

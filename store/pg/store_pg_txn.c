@@ -82,7 +82,16 @@ static const char SQL_CLAIMS[] =
 	"qid = excluded.qid, fingerprint = excluded.fingerprint, accepted = excluded.accepted, "
 	"expires = excluded.expires";
 
+/*
+ * A run of messages put and their recipients: one statement, the
+ * recipients' INSERT in a WITH (their foreign key is checked at the
+ * statement's end, when the messages are in). Two statements before: a
+ * tenth of a one-session message's.
+ */
 static const char SQL_MSGS[] =
+	"WITH rs AS (INSERT INTO rcpts (qid, idx, addr, notify, orcpt, state, reply) "
+	"SELECT * FROM unnest($21::text[], $22::int4[], $23::text[], $24::int4[], $25::text[], "
+	"$26::int4[], $27::text[])) "
 	"INSERT INTO messages (qid, node, accepted, sender, envid, ret, body, smtputf8, client, "
 	"auth_user, data, data_len, has_key, keyhash, ttl, attempts, next_attempt, inflight, "
 	"queued, lease_owner, lease_until, lease_token, route) "
@@ -96,11 +105,6 @@ static const char SQL_MSGS[] =
 	"has_key, keyhash, ttl, attempts, next_attempt, inflight, route) "
 	"RETURNING qid, lease_token";
 
-static const char SQL_RCPTS[] =
-	"INSERT INTO rcpts (qid, idx, addr, notify, orcpt, state, reply) "
-	"SELECT * FROM unnest($1::text[], $2::int4[], $3::text[], $4::int4[], $5::text[], "
-	"$6::int4[], $7::text[])";
-
 /* fenced: by the token this node holds, or by owner for a message put in this transaction */
 #define FENCE PG_ROW_QUEUED("m.") " AND (m.lease_token = v.token OR (v.token IS NULL AND m.lease_owner = $1))"
 
@@ -109,11 +113,28 @@ static const char SQL_RCPTS[] =
  * filters the few rows given, where one on m made the generic plan hash
  * every queued message and count each one's recipients (5 ms a call at
  * 2,000 queued; test_store_pg test_plans_scale).
+ *
+ * The recipients' states go in the same statement (rs), as a WITH that
+ * runs whatever the rest finds: a fence that fails raises, and the whole
+ * transaction goes. Their rows come through "LIMIT $17" (the recipients
+ * given): a generic plan takes an array parameter for 10 rows, and a
+ * table never analyzed yet for what it holds when the plan is made; on a
+ * new database's empty tables, hashing a scan of the whole table costs
+ * less than 10 index lookups, and that plan stays for the connection's
+ * life (until an ANALYZE), while the table grows under it. A LIMIT of a
+ * parameter is planned as a tenth of the rows, one: an index lookup per
+ * row given, whatever the tables held when the plan was made (p50 2.2 ms
+ * against 1.1 on a database of a minute, one session; test_store_pg
+ * test_plans_young). Two statements before: a fifth of a fresh
+ * message's.
  */
 static const char SQL_UPDATES[] =
 	"WITH v AS (SELECT * FROM unnest($3::text[], $4::int8[], $5::int4[], $6::int4[], "
 	"$7::int8[], $8::bool[], $9::bool[], $10::bool[]) AS v(qid, token, n, attempts, "
 	"next_attempt, inflight, done, release)), "
+	"rs AS (UPDATE rcpts r SET state = w.state, reply = w.reply FROM (SELECT * FROM "
+	"unnest($13::text[], $14::int4[], $15::int4[], $16::text[]) LIMIT $17) AS w(qid, idx, "
+	"state, reply) WHERE r.qid = w.qid AND r.idx = w.idx), "
 	"u AS (UPDATE messages m SET attempts = v.attempts + CASE WHEN v.done THEN 1 ELSE 0 END, "
 	"next_attempt = v.next_attempt, inflight = v.inflight, updated = $2, queued = NOT v.done, "
 	PG_MARK_COLS("v.inflight", "NOT v.done") ", "
@@ -125,23 +146,6 @@ static const char SQL_UPDATES[] =
 	"FROM v WHERE m.qid = v.qid AND " FENCE " AND "
 	"(SELECT count(*) FROM rcpts r WHERE r.qid = v.qid) = v.n RETURNING 1) "
 	"SELECT idemrelay_fenced(count(*), $12) FROM u";
-
-/*
- * A generic plan takes an array parameter for 10 rows, and a table never
- * analyzed yet for what it holds when the plan is made: on a new
- * database's empty tables, hashing a scan of the whole table costs less
- * than 10 index lookups, and that plan stays for the connection's life
- * (until an ANALYZE), while the table grows under it. "LIMIT $n" (n, the
- * rows given) is planned as a tenth of them, one row: an index lookup per
- * row given, whatever the tables held when the plan was made (p50 2.2 ms
- * against 1.1 on a database of a minute, one session; test_store_pg
- * test_plans_young). SQL_UPDATES needs none: its filter on v already
- * plans it so.
- */
-static const char SQL_RCPT_STATES[] =
-	"UPDATE rcpts r SET state = v.state, reply = v.reply FROM (SELECT * FROM "
-	"unnest($1::text[], $2::int4[], $3::int4[], $4::text[]) LIMIT $5) AS v(qid, idx, state, "
-	"reply) WHERE r.qid = v.qid AND r.idx = v.idx";
 
 static const char SQL_INFLIGHT[] =
 	"WITH u AS (UPDATE messages m SET inflight = v.flag, " PG_MARK_COLS("v.flag", "m.queued")
@@ -433,15 +437,14 @@ void store_pg_txn_abort(struct store_txn *base)
 	txn_free((struct pg_txn *) base);
 }
 
-/* seg_send - queue a run's statements; returns how many, or -1 */
+/* seg_send - queue a run's statement; returns how many, or -1 */
 static int seg_send(struct pg_txn *t, struct pg_seg *s)
 {
-	struct pg_params p, q;
-	int i, n = 0, bad = 0;
+	struct pg_params p;
+	int i, bad = 0;
 	uint32_t n_rcpts = 0;
 
 	store_pg_params_init(&p);
-	store_pg_params_init(&q);
 	if (s->kind == PG_SEG_MSGS) {
 		store_pg_p_text(&p, t->st->node);
 		store_pg_p_i64(&p, t->st->lease_us);
@@ -458,30 +461,25 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 	if (s->kind == PG_SEG_UPDATES || s->kind == PG_SEG_INFLIGHT)
 		store_pg_p_i64(&p, (int64_t) s->n);
 	for (i = 0; i < seg_shape[s->kind].rcols; i++)
-		n_rcpts = store_pg_p_arr(&q, &s->r[i]);	/* each column has one per recipient */
+		n_rcpts = store_pg_p_arr(&p, &s->r[i]);	/* each column has one per recipient */
 	if (s->kind == PG_SEG_UPDATES)	/* the recipients' LIMIT (above) */
-		store_pg_p_i64(&q, (int64_t) n_rcpts);
+		store_pg_p_i64(&p, (int64_t) n_rcpts);
 	switch (s->kind) {
 	case PG_SEG_CLAIMS:
 		bad = store_pg_send(t->c, SQL_CLAIMS, &p);
-		n = 1;
 		break;
 	case PG_SEG_MSGS:
-		bad = store_pg_send(t->c, SQL_MSGS, &p) || store_pg_send(t->c, SQL_RCPTS, &q);
-		n = 2;
+		bad = store_pg_send(t->c, SQL_MSGS, &p);
 		break;
 	case PG_SEG_UPDATES:
-		bad = store_pg_send(t->c, SQL_UPDATES, &p) || store_pg_send(t->c, SQL_RCPT_STATES, &q);
-		n = 2;
+		bad = store_pg_send(t->c, SQL_UPDATES, &p);
 		break;
 	case PG_SEG_INFLIGHT:
 		bad = store_pg_send(t->c, SQL_INFLIGHT, &p);
-		n = 1;
 		break;
 	}
 	store_pg_params_free(&p);
-	store_pg_params_free(&q);
-	return bad ? -1 : n;
+	return bad ? -1 : 1;
 }
 
 /* leases_add - the leases a committed batch's messages got, from qid, lease_token rows */

@@ -1034,7 +1034,9 @@ static void test_prepared(void **state)
  * a batch's BEGIN and COMMIT are prepared on the connection that sent
  * them, as its statements with parameters are; no batch reads its
  * transaction's id (a statement and a reply of its own before COMMIT:
- * the id is read from pg_stat_activity when an outcome is unknown)
+ * the id is read from pg_stat_activity when an outcome is unknown); the
+ * recipients are written by the messages' INSERT and UPDATE, no
+ * statement of their own
  */
 static void test_prepared_txn(void **state)
 {
@@ -1045,11 +1047,14 @@ static void test_prepared_txn(void **state)
 
 	spool_one(f->st, "PREPTXN00001", 1);
 	spool_one(f->st, "PREPTXN00002", 2);
+	CHECK_INT("an outcome", sent(f->st, "PREPTXN00001"), 0);
 	for (i = 0; i < pst->n_idle; i++) {
 		PGresult *r = PQexec(pst->idle[i], "SELECT count(*) FILTER (WHERE statement LIKE "
-				     "'INSERT INTO messages%'), count(*) FILTER (WHERE statement IN "
+				     "'%INSERT INTO messages%'), count(*) FILTER (WHERE statement IN "
 				     "('BEGIN', 'COMMIT')), count(*) FILTER (WHERE statement LIKE "
-				     "'%pg_current_xact_id%') FROM pg_prepared_statements");
+				     "'%pg_current_xact_id%'), count(*) FILTER (WHERE statement LIKE "
+				     "'INSERT INTO rcpts%' OR statement LIKE 'UPDATE rcpts%') "
+				     "FROM pg_prepared_statements");
 
 		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
 		if (atoi(PQgetvalue(r, 0, 0)) > 0) {
@@ -1057,6 +1062,7 @@ static void test_prepared_txn(void **state)
 			CHECK_INT("BEGIN and COMMIT prepared", atoi(PQgetvalue(r, 0, 1)), 2);
 			CHECK_INT("no transaction id read", atoi(PQgetvalue(r, 0, 2)), 0);
 		}
+		CHECK_INT("no statement of the recipients alone", atoi(PQgetvalue(r, 0, 3)), 0);
 		PQclear(r);
 	}
 	if (used == 0)
