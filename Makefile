@@ -69,9 +69,12 @@ $(B)/conf_default.c: conf/idemrelay.conf
 $(B)/conf_default.o: $(B)/conf_default.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# A unit test links with flags of its own, NAME_LDFLAGS, if it has any:
+# test_deliver_admit watches two of deliver.c's calls (ld's --wrap).
+test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) $($*_LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS) -lcmocka
 
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)

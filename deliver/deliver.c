@@ -370,7 +370,12 @@ struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_ups
  * hold - group g may start no session (a): its loaded jobs go back to
  * the schedule unsent, as they were (time, attempts, the lease on a
  * shared store), nothing written; take_batch passes them over until it
- * may. Their group is known now.
+ * may. Their group is known now. The threads are woken: the session
+ * that kept the group closed may have ended (group_done) while these
+ * jobs were still busy here, so that the threads it woke found nothing
+ * and sleep for up to DELIVER_MAX_SLEEP. A thread woken while the group
+ * is still closed passes them over (groups_close) and sleeps again:
+ * each job is held once a load, so this wakes no thread in a loop.
  */
 static void hold(struct deliver *d, struct deliver_job **jobs, size_t n, int g,
 		 enum deliver_admit a)
@@ -382,6 +387,7 @@ static void hold(struct deliver *d, struct deliver_job **jobs, size_t n, int g,
 		dq_put_back(&d->q, jobs[i]->m.qid);
 		jobs[i]->held = 1;
 	}
+	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	for (i = 0; i < n; i++)
 		msg_debug("%s: waits: upstream%s: %s", jobs[i]->m.qid, group_name(d, g),
