@@ -800,8 +800,23 @@ def test_tls_groups(t):
 def test_tls13_suites_server_order(t):
     """TLS 1.3's suites in the server's order, AES-128-GCM with SHA-256 first
     (issue 27: its key schedule runs on SHA-256, which the CPU does in
-    hardware), although OpenSSL's clients list AES-256-GCM first; a client
-    offering only one of the other two gets that one."""
+    hardware), although OpenSSL's clients list AES-256-GCM first; but a client
+    that lists ChaCha20-Poly1305 first (one without AES in hardware) gets it
+    (SSL_OP_PRIORITIZE_CHACHA), in TLS 1.3 and in TLS 1.2. Each client offers
+    several suites, so that its own order and the server's differ: Python's
+    ssl module orders TLS 1.2's ciphers (set_ciphers) but not TLS 1.3's
+    suites, which s_client -ciphersuites does."""
+    def suite12(order):
+        ctx = client_ctx(ssl.TLSVersion.TLSv1_2)
+        ctx.set_ciphers(":".join("ECDHE-%s-%s" % (k, c) for c in order
+                                 for k in ("ECDSA", "RSA")))
+        with Raw(d.port) as c:
+            c.cmd("EHLO client.test")
+            eq(c.cmd("STARTTLS"), READY, "reply to STARTTLS")
+            c.sock = ctx.wrap_socket(c.sock)
+            eq(c.sock.version(), "TLSv1.2", "protocol")
+            return c.sock.cipher()[0]
+
     sink = t.sink()
     d = tls_daemon(t, sink)
     with Raw(d.port) as c:
@@ -809,10 +824,21 @@ def test_tls13_suites_server_order(t):
         starttls(c)
         eq(c.sock.version(), "TLSv1.3", "protocol")
         eq(c.sock.cipher()[0], "TLS_AES_128_GCM_SHA256", "the suite chosen for a default client")
-    for suite in ("TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"):
-        ok, out = s_client(d.port, "-tls1_3", "-ciphersuites", suite)
-        check(ok and ("Ciphersuite: " + suite) in out,
-              "a client offering only %s: %s" % (suite, out))
+    aes128, aes256, chacha = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                              "TLS_CHACHA20_POLY1305_SHA256")
+    for offer, want in (((chacha, aes128, aes256), chacha),
+                        ((aes256, chacha, aes128), aes128),
+                        ((aes128, chacha), aes128),
+                        ((aes256, chacha), aes256)):
+        ok, out = s_client(d.port, "-tls1_3", "-ciphersuites", ":".join(offer))
+        check(ok and ("Ciphersuite: " + want) in out,
+              "a client offering %s gets %s: %s" % (":".join(offer), want, out))
+    chacha12 = suite12(("CHACHA20-POLY1305", "AES128-GCM-SHA256", "AES256-GCM-SHA384"))
+    check(chacha12.endswith("-CHACHA20-POLY1305"),
+          "TLS 1.2, a client offering ChaCha20 first gets %s" % chacha12)
+    aes12 = suite12(("AES256-GCM-SHA384", "CHACHA20-POLY1305", "AES128-GCM-SHA256"))
+    check(aes12.endswith("-AES128-GCM-SHA256"),
+          "TLS 1.2, a client offering AES-256 first gets %s" % aes12)
 
 
 @case()
