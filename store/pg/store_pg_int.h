@@ -146,18 +146,22 @@ struct pg_store {
 	pthread_mutex_t kmu;		/* guards the copies kept (store_pg_keep.c) */
 	struct pg_kept *keep;		/* owned: a ring of PG_KEEP_MAX; NULL for a client */
 	size_t keep_head, n_keep;	/* the oldest's slot; entries from it, empty ones too */
-	size_t keep_bytes;		/* their data */
+	size_t keep_bytes;		/* the memory they take (store_pg_keep.c) */
 
 	pthread_mutex_t lmu;		/* guards the lease map */
 	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
 	size_t n_leases, n_used, cap_leases;	/* live; live + deleted; slots */
 };
 
+#define PG_KEEP_MAX	4096		/* copies kept at most (store_pg_keep.c) */
+#define PG_KEEP_BYTES	(16u << 20)	/* and the memory they may take */
+
 /* a message this node put, kept for its first delivery (store_pg_keep.c) */
 struct pg_kept {
 	struct store_msg *m;		/* owned; lease: the token it was put with; NULL: empty */
 	uint64_t h;			/* of its QID */
 	int64_t at;			/* monotonic us: filed */
+	size_t bytes;			/* the memory m takes */
 };
 
 /* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */

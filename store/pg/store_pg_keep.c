@@ -28,8 +28,10 @@
  *	idemrelayctl shows it: "active on NODE"), and that attempt goes on,
  *	as any attempt under way does (store_pg_queue.c).
  *
- *	At most PG_KEEP_MAX copies and PG_KEEP_BYTES of data, the oldest
- *	dropped first; a message larger than PG_KEEP_ONE is not kept.
+ *	At most PG_KEEP_MAX copies and PG_KEEP_BYTES of memory, the oldest
+ *	dropped first, a copy counted whole (kept_size(): its body, envelope
+ *	and recipients, a thousand recipients with long ORCPTs weighing more
+ *	than many a body); a message larger than PG_KEEP_ONE is not kept.
  * DIAGNOSTICS
  *	store_pg_keep_take() returns 0 or STORE_ENOTFOUND.
  */
@@ -41,8 +43,6 @@
 #include "../../util/hash.h"
 #include "store_pg_int.h"
 
-#define PG_KEEP_MAX	4096
-#define PG_KEEP_BYTES	(16u << 20)
 #define PG_KEEP_ONE	(256u << 10)
 #define PG_KEEP_US	(5 * 1000000LL)
 
@@ -87,6 +87,26 @@ struct store_msg *store_pg_keep_copy(const struct pg_store *st, const struct sto
 	return k;
 }
 
+/* str_size - what a copy of s takes */
+static size_t str_size(const char *s)
+{
+	return s ? strlen(s) + 1 : 0;
+}
+
+/* kept_size - the memory copy k takes: the body, the envelope and every recipient */
+static size_t kept_size(const struct store_msg *k)
+{
+	size_t n = sizeof(*k) + k->data_len + 1 + str_size(k->from) + str_size(k->envid)
+	    + str_size(k->client) + str_size(k->user) + str_size(k->route)
+	    + str_size(k->lease_node);
+	size_t i;
+
+	for (i = 0; i < k->n_rcpts; i++)
+		n += sizeof(k->rcpts[i]) + str_size(k->rcpts[i].addr) + str_size(k->rcpts[i].orcpt)
+		    + str_size(k->rcpts[i].reply);
+	return n;
+}
+
 /* store_pg_keep_drop - free a copy */
 void store_pg_keep_drop(struct store_msg *k)
 {
@@ -108,7 +128,7 @@ static void forget_at(struct pg_store *st, size_t i)
 	struct pg_kept *e = slot(st, i);
 
 	if (e->m != NULL) {
-		st->keep_bytes -= e->m->data_len;
+		st->keep_bytes -= e->bytes;
 		store_pg_keep_drop(e->m);
 		e->m = NULL;
 	}
@@ -141,21 +161,23 @@ void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token)
 {
 	int64_t now = clock_mono_us();
 	struct pg_kept *e;
+	size_t bytes;
 	uint64_t h;
 
-	if (st->keep == NULL) {
+	if (st->keep == NULL || (bytes = kept_size(k)) > PG_KEEP_BYTES) {
 		store_pg_keep_drop(k);
 		return;
 	}
 	k->lease = token;
 	h = qid_hash(k->qid);
 	pthread_mutex_lock(&st->kmu);
-	expire(st, now, k->data_len);
+	expire(st, now, bytes);
 	e = slot(st, st->n_keep++);
 	e->m = k;
 	e->h = h;
 	e->at = now;
-	st->keep_bytes += k->data_len;
+	e->bytes = bytes;
+	st->keep_bytes += bytes;
 	pthread_mutex_unlock(&st->kmu);
 }
 
@@ -192,7 +214,7 @@ int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m
 	if ((i = find(st, qid)) >= 0) {
 		k = slot(st, (size_t) i)->m;
 		slot(st, (size_t) i)->m = NULL;
-		st->keep_bytes -= k->data_len;
+		st->keep_bytes -= slot(st, (size_t) i)->bytes;
 		forget_at(st, (size_t) i);
 	}
 	pthread_mutex_unlock(&st->kmu);
