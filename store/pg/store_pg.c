@@ -123,6 +123,29 @@ static char *one_line(char *s)
 	return s;
 }
 
+/*
+ * The connection's server backend, as pg_stat_activity names it: a commit
+ * whose answer does not come is looked up there (store_pg_wait.c) by pid
+ * and backend_start, both the server's: through PgBouncer PQbackendPID()
+ * is the pooler's own number, and a pid alone may be another backend's
+ * by then (reused after a restart, or a standby promoted).
+ */
+#define SQL_BACKEND "SELECT pid, " PG_BACKEND_START("a") " FROM pg_stat_activity a " \
+	"WHERE pid = pg_backend_pid()"
+
+/* backend_note - read and keep c's server backend (above); 0 or -1 */
+static int backend_note(struct pg_store *st, PGconn *c)
+{
+	PGresult *r;
+
+	if (store_pg_exec(st, c, SQL_BACKEND, NULL, &r, "backend") != 0)
+		return -1;
+	if (PQntuples(r) == 1)
+		store_pg_stmt_set_backend(c, (int) store_pg_int(r, 0, 0), store_pg_int(r, 0, 1));
+	PQclear(r);
+	return 0;
+}
+
 /* store_pg_connect - a new connection to the store's URL, with our settings; NULL and why in err */
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 {
@@ -138,7 +161,8 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 		if (store_pg_simple(st, c, OUR_SETTINGS, "session settings") == 0) {
 			if (store_pg_stmt_attach(c) != 0)
 				msg_warn("store: cannot keep prepared statements: every statement unprepared");
-			return c;
+			if (backend_note(st, c) == 0)
+				return c;
 		}
 	}
 	msg = xstrdup(c ? PQerrorMessage(c) : "out of memory");

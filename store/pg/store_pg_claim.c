@@ -10,7 +10,8 @@
  *	advisory lock of every key of the batch (the first 8 bytes of its
  *	hash as a bigint, sorted and each once: concurrent batches on any
  *	node lock in one order, so racers on a key serialise and never
- *	deadlock), and every claim under those keys, with whether its
+ *	deadlock) with the transaction's id (pg_current_xact_id(), for
+ *	store_pg_wait.c), and every claim under those keys, with whether its
  *	message is still queued, read into the transaction's cache (open
  *	addressing on the claim hash). Claim lookups are answered from it and
  *	from the claims the transaction put. A key not given beforehand is
@@ -51,7 +52,15 @@
  */
 #define SQL_VOID "coalesce((SELECT true FROM voids v WHERE v.qid = c.qid), false)"
 
-static const char SQL_LOCK[] = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+/*
+ * The locks' statement also reads the transaction's id (one per row, the
+ * same): a commit whose answer does not come is decided by it
+ * (store_pg_wait.c). Its reply comes back before COMMIT anyway, so the id
+ * costs neither a statement nor a reply of its own.
+ */
+static const char SQL_LOCK[] =
+	"SELECT pg_advisory_xact_lock(k), pg_current_xact_id()::text::int8 "
+	"FROM unnest($1::int8[]) AS k";
 
 static const char SQL_KEY_CLAIMS[] =
 	"SELECT c.hash, c.keyhash, c.qid, c.fingerprint, c.accepted, c.expires, "
@@ -213,8 +222,11 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	t->begun = 1;
 	if (sent_begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
 		PQclear(r);
-	if (err == 0 && sent_lock && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0)
+	if (err == 0 && sent_lock && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0) {
+		if (t->xid == 0 && PQntuples(r) > 0 && PQnfields(r) == 2)
+			t->xid = store_pg_int(r, 0, 1);
 		PQclear(r);
+	}
 	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "read claims")) == 0) {
 		err = claims_read(t, r);
 		PQclear(r);

@@ -59,6 +59,8 @@
 #define PG_ROW_QUEUED(alias)	alias "queued IS TRUE"
 
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
+/* a pg_stat_activity row's backend_start in microseconds (store_pg_wait.c) */
+#define PG_BACKEND_START(a) "(extract(epoch from " a ".backend_start) * 1000000)::bigint"
 /*
  * PG_STORY_EXPIRES - store_story_expires() (store_rule.c) in SQL, of SQL
  * expressions: a finished message's story expires at it. The ttl is the
@@ -203,7 +205,7 @@ struct pg_txn {
 	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
 	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
 	size_t fenced_rcpts;
-	int64_t xid;			/* its backend's, once its outcome is to be decided */
+	int64_t xid;			/* pg_current_xact_id(), read with the key locks; 0 not known */
 };
 
 
@@ -286,6 +288,8 @@ int store_pg_stmt_flags(PGconn *c);
 int store_pg_stmt_set_flags(PGconn *c, int flags);
 void store_pg_stmt_set_owner(PGconn *c, struct pg_store *st);
 struct pg_store *store_pg_stmt_owner(PGconn *c);
+void store_pg_stmt_set_backend(PGconn *c, int pid, int64_t started);
+int store_pg_stmt_backend(PGconn *c, int *pid, int64_t *started);
 #define PG_STMT_NAME	16
 int store_pg_stmt_attach(PGconn *c);
 int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,

@@ -63,6 +63,8 @@ struct stmts {
 	size_t head, n_owed, cap_owed;
 	int flags;			/* PG_CONN_*: what store_pg_wait.c knows of the connection */
 	struct pg_store *owner;		/* not owned: the store whose pool it is in */
+	int pid;			/* its server backend's pid, 0 not known */
+	int64_t started;		/* ... and backend_start, in microseconds */
 };
 
 /* stmts_free - release a connection's table */
@@ -284,4 +286,31 @@ struct pg_store *store_pg_stmt_owner(PGconn *c)
 	struct stmts *d = stmts_of(c);
 
 	return d ? d->owner : NULL;
+}
+
+/*
+ * store_pg_stmt_set_backend - c's server backend: pg_backend_pid() and
+ * its backend_start, read when c was opened (PQbackendPID() is a
+ * pooler's own number through PgBouncer, and a pid alone may be reused)
+ */
+void store_pg_stmt_set_backend(PGconn *c, int pid, int64_t started)
+{
+	struct stmts *d = stmts_of(c);
+
+	if (d != NULL) {
+		d->pid = pid;
+		d->started = started;
+	}
+}
+
+/* store_pg_stmt_backend - c's server backend (set_backend); 0, or -1 not known */
+int store_pg_stmt_backend(PGconn *c, int *pid, int64_t *started)
+{
+	struct stmts *d = stmts_of(c);
+
+	if (d == NULL || d->pid == 0)
+		return -1;
+	*pid = d->pid;
+	*started = d->started;
+	return 0;
 }

@@ -33,16 +33,16 @@
  *	result came, or the COMMIT waits for a synchronous standby past
  *	store.commit_wait, the outcome of a batch that put messages is
  *	unknown, and store_pg_wait.c resolves it by the transaction's id,
- *	read from pg_stat_activity while its backend lives: committed;
+ *	read with the key locks (store_pg_claim.c), or for a batch without
+ *	keys from pg_stat_activity while its backend lives: committed;
  *	aborted (STORE_EAGAIN); or still in progress, when the batch's
  *	messages are voided before STORE_EAGAIN (its 451) is returned. A
  *	transaction over (its backend gone, or idle) is read back by
  *	whether its first new message exists. Nothing of the batch is
- *	answered before this is known. The pipeline no longer reads the id
- *	itself before COMMIT: that statement, flushed back at once, made
- *	every commit two replies and two wake-ups of the node (a fresh
- *	message: 0.58 statements and TCP sends), and a batch of delivery
- *	writes alone never used it (their outcome unknown is a failure).
+ *	answered before this is known. The pipeline does not read the id
+ *	in a statement of its own before COMMIT: flushed back at once, it
+ *	made every commit two replies and two wake-ups of the node (a fresh
+ *	message: 0.58 statements and TCP sends).
  * DIAGNOSTICS
  *	Steps record their first failure (sticky) and become no-ops; commit
  *	reports it, or the commit's own.
@@ -551,7 +551,13 @@ static int read_back(struct pg_txn *t)
 	return found ? 0 : STORE_EAGAIN;
 }
 
-/* commit_send - the buffered runs, then COMMIT, in one pipeline; *sent statements */
+/*
+ * commit_send - the buffered runs, then COMMIT, in one pipeline; *sent
+ * statements. A batch that wrote nothing (its keys read, every one a
+ * duplicate) ends with ROLLBACK: reading the transaction's id with the
+ * locks gave it one, and its COMMIT would write a commit record and wait
+ * for the synchronous standby, where nothing was written.
+ */
 static int commit_send(struct pg_txn *t, int *sent)
 {
 	struct pg_params none;		/* prepared, without parameters (store_pg_stmt.c) */
@@ -573,7 +579,9 @@ static int commit_send(struct pg_txn *t, int *sent)
 			return -1;
 		*sent += n;
 	}
-	if (store_pg_send(t->c, "COMMIT", &none) != 0 || PQpipelineSync(t->c) != 1)
+	/* nothing written: the id read with the key locks would make COMMIT wait for the standby */
+	if (store_pg_send(t->c, t->n_segs ? "COMMIT" : "ROLLBACK", &none) != 0
+	    || PQpipelineSync(t->c) != 1)
 		return -1;
 	(*sent)++;
 	return 0;

@@ -67,11 +67,19 @@
  *	commits waiting for replication; an episode is logged once when it
  *	starts and once when it ends.
  *
- *	The transaction's id is its backend's (pg_stat_activity, by its
- *	pid), read when the outcome is to be decided: a backend that waits
- *	for replication still shows it. A backend gone, or no longer in a
- *	transaction, is a transaction over, read back by whether its first
- *	message exists.
+ *	The transaction's id. A batch that reads keys gets it with their
+ *	locks (pg_current_xact_id(), store_pg_claim.c), a reply that comes
+ *	before COMMIT anyway. One without keys has it read from
+ *	pg_stat_activity when the outcome is to be decided: a backend that
+ *	waits for replication still shows it; a backend gone, or no longer
+ *	in a transaction, is a transaction over, read back by whether its
+ *	first message exists. The backend is found there, as for the hold's
+ *	look, by the server's pid and backend_start, read when the
+ *	connection was opened (store_pg.c): through PgBouncer PQbackendPID()
+ *	is PgBouncer's own number, which names no backend, so no wait was
+ *	seen and a commit still waiting was read back as not committed (its
+ *	451 unvoided, then delivered); and a pid alone may have been reused
+ *	by another backend, whose transaction would decide the batch.
  *
  *	Not covered: with PostgreSQL unreachable no outcome can be read or
  *	voided, and the batch gets 451 as before (logged as such). Delivery
@@ -93,8 +101,12 @@
 #define LOOK_US		(1000000LL)	/* a COMMIT without an answer this long is looked at */
 #define SLICE_MS	250
 
+/* a connection's backend: its server pid and start, read when it was opened (store_pg.c) */
+#define BACKEND_IS(a) a ".pid = $1 AND " PG_BACKEND_START(a) " = $2"
+
 static const char SQL_WAITS[] =
-	"SELECT coalesce(wait_event = 'SyncRep', false) FROM pg_stat_activity WHERE pid = $1";
+	"SELECT coalesce(wait_event = 'SyncRep', false) FROM pg_stat_activity a WHERE "
+	BACKEND_IS("a");
 
 /*
  * the 32-bit backend_xid made whole: the id nearest the snapshot's xmax
@@ -107,7 +119,7 @@ static const char SQL_WAITS[] =
 static const char SQL_BACKEND_XID[] =
 	"SELECT a.backend_xid IS NOT NULL, s.x + (((coalesce(a.backend_xid::text::int8, 0) - "
 	"(s.x & 4294967295) + 2147483648) & 4294967295) - 2147483648) FROM pg_stat_activity a, "
-	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE a.pid = $1";
+	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE " BACKEND_IS("a");
 
 static const char SQL_STATUS[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 
@@ -189,6 +201,20 @@ static int side_run(struct pg_store *st, int local, const char *sql, struct pg_p
 	return err;
 }
 
+/* backend_param - c's server backend (BACKEND_IS) as $1, $2; 0, or -1 not known */
+static int backend_param(PGconn *c, struct pg_params *p)
+{
+	int64_t started;
+	int pid;
+
+	store_pg_params_init(p);
+	if (store_pg_stmt_backend(c, &pid, &started) != 0)
+		return -1;
+	store_pg_p_i32(p, pid);
+	store_pg_p_i64(p, started);
+	return 0;
+}
+
 /* store_pg_repl_check - does c's backend wait for replication? 1 yes, 0 no or not known */
 int store_pg_repl_check(struct pg_store *st, PGconn *c)
 {
@@ -198,9 +224,8 @@ int store_pg_repl_check(struct pg_store *st, PGconn *c)
 
 	if (c == st->anchor || PQstatus(c) != CONNECTION_OK)
 		return 0;
-	store_pg_params_init(&p);
-	store_pg_p_i32(&p, PQbackendPID(c));
-	if (side_run(st, 0, SQL_WAITS, &p, &r, "replication wait") == 0) {
+	if (backend_param(c, &p) == 0
+	    && side_run(st, 0, SQL_WAITS, &p, &r, "replication wait") == 0) {
 		yes = PQntuples(r) == 1 && store_pg_int(r, 0, 0);
 		PQclear(r);
 	}
@@ -372,18 +397,21 @@ static enum xact xact_status(struct pg_store *st, int64_t xid)
 }
 
 /*
- * backend_xid - the id of the transaction c's backend runs, when the
- * connection went before it came back: 1 found, 0 the backend is gone
- * (its transaction is over: its rows tell), -1 not known
+ * backend_xid - the id of the transaction c's backend runs, for a batch
+ * that read no key (its id was not read with their locks): 1 found, 0
+ * the backend is gone (its transaction is over: its rows tell), -1 not
+ * known
  */
-static int backend_xid(struct pg_store *st, int pid, int64_t *xid)
+static int backend_xid(struct pg_store *st, PGconn *c, int64_t *xid)
 {
 	struct pg_params p;
 	PGresult *r;
 	int tries, found = -1;
 
-	store_pg_params_init(&p);
-	store_pg_p_i32(&p, pid);
+	if (backend_param(c, &p) != 0) {
+		store_pg_params_free(&p);
+		return -1;
+	}
 	for (tries = 0; tries < 20 && found < 0; tries++) {
 		if (tries)
 			usleep(100000);
@@ -432,8 +460,7 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 
 	if (t->n_put == 0)
 		return read_back(t);
-	found = backend_xid(st, PQbackendPID(t->c), &t->xid);
-	if (found <= 0)
+	if (t->xid == 0 && (found = backend_xid(st, t->c, &t->xid)) <= 0)
 		return read_back(t);	/* over: its rows tell; or nothing can be known */
 	x = xact_status(st, t->xid);
 	if (x == XACT_COMMITTED) {

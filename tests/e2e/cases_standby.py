@@ -164,3 +164,58 @@ def test_standby_stopped_under_load(t):
     print("standby: %d submissions, %d refused, %d voided, peak %d connections (%d waiting)"
           % (len(subs), len(refused), sum(s["voided"] for s in st), peak[0], peak[1]))
 
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_standby_stopped_through_pgbouncer(t):
+    """One node reaches a cluster with a synchronous standby through PgBouncer
+    in session mode (review of 18697a0): there PQbackendPID() is PgBouncer's
+    own number, not the server's pid. The standby stopped, a duplicate is
+    answered 250 with its QID (its batch writes nothing), a keyed and an
+    unkeyed submission are each answered 451 and voided; the standby started
+    again, their commits complete, and neither is ever delivered. With the
+    transaction's id looked up by PQbackendPID() the commit was cut after
+    10 s, read back as not committed, answered 451 unvoided, and delivered
+    once the standby returned."""
+    pg = t.pg_cluster(standby=True)
+    sb = pg.standbys[0]
+    url = t.pg_database(pg)
+    db = url.rsplit("/", 1)[1]
+    pb = t.pg_bouncer(server=pg, pool_mode="session")
+    sink = t.sink()
+    d = t.daemon(sink, {"store": {"url": pb.url_of(url), "lease": LEASE,
+                                  "commit_wait": COMMIT_WAIT}})
+    warm = make_msg(key="pgb-warm")
+    ok = [retry_submit([d], "warm@example.com", warm, deadline=20)[0]]
+    sink.wait_count(1)
+
+    sb.stop()
+    # a duplicate writes nothing: answered from its claim, not held for the standby
+    r = submit(d.port, "warm@example.com", warm, timeout=60)
+    eq((r.data[0], r.qid), (250, ok[0]), "a duplicate while the standby is away")
+    subs = []
+    for key in ("pgb-standby", None):
+        msg = make_msg(key=key, subject="pgb standby %s" % key,
+                       body=("Through PgBouncer, key %s.\r\n" % key).encode())
+        s = Sub(msg, key, "pgb-%s@example.com" % ("key" if key else "nokey"), d)
+        r = submit(d.port, s.rcpt, msg, timeout=60)
+        s.code, s.text = r.data[0], r.data[1].decode("latin-1")
+        subs.append(s)
+    for s in subs:
+        eq(s.code, 451, "reply while the standby was away (key %s): %s" % (s.key, s.text))
+    eq(len(d.log_lines("answered 451 and voided")), 2,
+       "batches voided: %r" % d.log_lines("store:"))
+
+    sb.start()
+    # every commit ends, every void is settled, and nothing is left queued
+    wait_until(lambda: pg.sql("SELECT (SELECT count(*) FROM voids) + (SELECT count(*) FROM "
+                              "messages WHERE queued)", db) == "0", 60,
+               "the voids settled and nothing queued", interval=0.5)
+    check(d.log_lines("status=voided", "dropped, never delivered"),
+          "no voided message was found committed once the standby was back")
+    for s in subs:
+        got = sink.accepted(lambda r: s.rcpt in r["to"])
+        eq(len(got), 0, "copies delivered of the message refused 451 (key %s)" % s.key)
+    # a retry of the key is a new message, delivered once
+    ok.append(retry_submit([d], subs[0].rcpt, subs[0].msg, deadline=30)[0])
+    check_exactly_once([sink], ok, timeout=30)
