@@ -81,6 +81,12 @@
  *	451 unvoided, then delivered); and a pid alone may have been reused
  *	by another backend, whose transaction would decide the batch.
  *
+ *	An id that reads as committed counts only with the batch's rows read
+ *	back: after a failover the status may be read on a promoted standby,
+ *	where the id may be another transaction's; without its rows the batch
+ *	is answered 451 and voided (which drops its messages if they are
+ *	somewhere after all).
+ *
  *	Not covered: with PostgreSQL unreachable no outcome can be read or
  *	voided, and the batch gets 451 as before (logged as such). Delivery
  *	writes that ride in a voided batch are only told it failed.
@@ -463,25 +469,35 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	if (t->xid == 0 && (found = backend_xid(st, t->c, &t->xid)) <= 0)
 		return read_back(t);	/* over: its rows tell; or nothing can be known */
 	x = xact_status(st, t->xid);
-	if (x == XACT_COMMITTED) {
-		(void) read_back(t);	/* committed: its leases, if they can be read */
+	/*
+	 * Committed, and its rows are there (their leases read): a status read
+	 * on another server than the one the COMMIT went to (a standby promoted
+	 * meanwhile, where the id may be another transaction's) says nothing of
+	 * ours, so a committed id whose rows cannot be read is not a 250: it is
+	 * voided, which drops its messages if they are somewhere after all.
+	 */
+	if (x == XACT_COMMITTED && read_back(t) == 0)
 		return 0;
-	}
 	if (x == XACT_ABORTED)
 		return STORE_EAGAIN;
 	if (x == XACT_UNKNOWN)
 		return read_back(t);
+	if (x == XACT_COMMITTED)
+		msg_warn("store: a commit reads as committed, but its messages cannot be read back: "
+			 "its %zu message%s answered 451 and voided (%s%s)", t->n_put,
+			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	if (void_batch(t) != 0) {
-		msg_error("store: a commit still waits and its batch could not be voided: "
+		msg_error("store: a commit whose outcome is unknown could not be voided: "
 			  "its 451 may yet be delivered");
 		return STORE_EAGAIN;
 	}
 	pthread_mutex_lock(&st->mu);
 	st->voided++;
 	pthread_mutex_unlock(&st->mu);
-	msg_warn("store: a commit is still in progress: its %zu message%s answered 451 and "
-		 "voided (%s%s), settled once PostgreSQL decides", t->n_put, t->n_put == 1 ? "" : "s",
-		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	if (x == XACT_RUNNING)
+		msg_warn("store: a commit is still in progress: its %zu message%s answered 451 and "
+			 "voided (%s%s), settled once PostgreSQL decides", t->n_put,
+			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	return STORE_EAGAIN;
 }
 
