@@ -142,6 +142,9 @@ static int backend_note(struct pg_store *st, PGconn *c)
 		return -1;
 	if (PQntuples(r) == 1)
 		store_pg_stmt_set_backend(c, (int) store_pg_int(r, 0, 0), store_pg_int(r, 0, 1));
+	else
+		msg_warn("store: a connection's backend is not in pg_stat_activity: a commit of it "
+			 "waiting for a standby cannot be told from one lost");
 	PQclear(r);
 	return 0;
 }
