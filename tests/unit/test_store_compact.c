@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_store_files.h"
 #include "test_store_help.h"
 #include "../../store/lmdb/store_int.h"
 
@@ -19,17 +20,6 @@
 #define N_BIG		40		/* the backlog: 40 MB, then delivered */
 #define N_LIVE		5		/* messages still queued, with a claim each */
 #define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the journal's region starts */
-
-/* in_store - path of a file of the store */
-static const char *in_store(const struct fx *f, const char *name)
-{
-	static char p[2][160];
-	static int i;
-
-	i = !i;
-	snprintf(p[i], sizeof(p[i]), "%s/%s", f->path, name);
-	return p[i];
-}
 
 /* inode - data.mdb's inode number: a compaction makes a new file */
 static ino_t inode(const struct fx *f)
@@ -154,31 +144,42 @@ static void test_compact_not_due(void **state)
 }
 
 /*
- * test_compact_put_off - another process has the store open (its shared
- * flock on lock.mdb): put off, the store serving; compacted once alone
+ * put_off_by - with fd holding the lock (how) another process would, a
+ * compaction is put off, the store serving as it was and lock.mdb still
+ * held shared by the store (no one may take it exclusively meanwhile);
+ * once fd is closed, the store is compacted
  */
-static void test_compact_put_off(void **state)
+static void put_off_by(struct fx *f, int fd, int how)
 {
-	struct fx *f = *state;
 	uint64_t before;
 	ino_t was;
-	int fd;
+	int other;
 
 	backlog(f);
 	before = free_pages(f);
 	was = inode(f);
-	assert_true((fd = open(in_store(f, "lock.mdb"), O_RDONLY)) >= 0);
-	assert_int_equal(flock(fd, LOCK_SH), 0);
-	CHECK_INT("compact with another open", store_lmdb_compact(f->st), 0);
+	assert_int_equal(flock(fd, how), 0);
+	CHECK_INT("compact while another holds it", store_lmdb_compact(f->st), 0);
 	CHECK_INT("the same file", inode(f) == was, 1);
 	CHECK_INT("the same free list", free_pages(f), before);
 	all_there(f);
-	/* the other one waits meanwhile for an exclusive lock it cannot have */
-	CHECK_INT("still shared", flock(fd, LOCK_EX | LOCK_NB), -1);
-	close(fd);
+	close(fd);			/* its lock goes with it */
+	assert_true((other = open(in_store(f, "lock.mdb"), O_RDONLY)) >= 0);
+	CHECK_INT("lock.mdb still held shared by the store", flock(other, LOCK_EX | LOCK_NB), -1);
+	close(other);
 	CHECK_INT("compact alone", store_lmdb_compact(f->st), 0);
 	CHECK_INT("a new file", inode(f) != was, 1);
 	all_there(f);
+}
+
+/* test_compact_put_off - another process has the store open (its shared flock on lock.mdb) */
+static void test_compact_put_off(void **state)
+{
+	struct fx *f = *state;
+	int fd;
+
+	assert_true((fd = open(in_store(f, "lock.mdb"), O_RDONLY)) >= 0);
+	put_off_by(f, fd, LOCK_SH);
 }
 
 /*
@@ -190,26 +191,10 @@ static void test_compact_put_off(void **state)
 static void test_compact_turns(void **state)
 {
 	struct fx *f = *state;
-	uint64_t before;
-	ino_t was;
 	int fd;
 
-	backlog(f);
-	before = free_pages(f);
-	was = inode(f);
 	assert_true((fd = open(f->path, O_RDONLY | O_DIRECTORY)) >= 0);
-	assert_int_equal(flock(fd, LOCK_EX), 0);
-	CHECK_INT("compact in another's turn", store_lmdb_compact(f->st), 0);
-	CHECK_INT("the same file", inode(f) == was, 1);
-	CHECK_INT("the same free list", free_pages(f), before);
-	CHECK_INT("the other turn ends", flock(fd, LOCK_UN), 0);
-	close(fd);
-	assert_true((fd = open(in_store(f, "lock.mdb"), O_RDONLY)) >= 0);
-	CHECK_INT("lock.mdb still held shared", flock(fd, LOCK_EX | LOCK_NB), -1);
-	close(fd);
-	CHECK_INT("compact in its own turn", store_lmdb_compact(f->st), 0);
-	CHECK_INT("a new file", inode(f) != was, 1);
-	all_there(f);
+	put_off_by(f, fd, LOCK_EX);
 }
 
 /* test_compact_crash_copy - a copy a crash left half written: removed, the store whole */
@@ -236,22 +221,6 @@ static void test_compact_crash_copy(void **state)
 	all_there(f);
 }
 
-/* copy_file - cp from to, whole */
-static void copy_file(const char *from, const char *to)
-{
-	char chunk[65536];
-	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	ssize_t n;
-
-	assert_true(in >= 0 && out >= 0);
-	while ((n = read(in, chunk, sizeof(chunk))) > 0)
-		assert_int_equal(write(out, chunk, (size_t) n), n);
-	assert_int_equal(n, 0);
-	assert_int_equal(fsync(out), 0);
-	close(in);
-	close(out);
-}
-
 /*
  * test_compact_journal - after a compaction the journal still covers the
  * last commit: its meta page lost (LMDB's part of data.mdb put back as it
@@ -262,10 +231,7 @@ static void test_compact_journal(void **state)
 {
 	struct fx *f = *state;
 	struct store_msg m;
-	int tag = 77, in, out;
-	char chunk[65536];
-	ssize_t n;
-	off_t off;
+	int tag = 77;
 
 	backlog(f);
 	CHECK_INT("compact", store_lmdb_compact(f->st), 0);
@@ -279,15 +245,7 @@ static void test_compact_journal(void **state)
 	store_close(f->st);
 	f->st = NULL;
 	/* LMDB's part as before the commit; the region as after it */
-	in = open(in_store(f, "data.mdb.before"), O_RDONLY);
-	out = open(in_store(f, "data.mdb"), O_WRONLY);
-	assert_true(in >= 0 && out >= 0);
-	for (off = 0; off < (off_t) REGION && (n = pread(in, chunk, sizeof(chunk), off)) > 0;
-	     off += n)
-		assert_int_equal(pwrite(out, chunk, (size_t) n, off), n);
-	assert_int_equal(fsync(out), 0);
-	close(in);
-	close(out);
+	copy_range(in_store(f, "data.mdb.before"), in_store(f, "data.mdb"), 0, REGION);
 	fx_open(f, TEST_MAP);
 	CHECK_INT("the commit replayed", store_msg_load(f->st, "CMPJRNL00001", &m), 0);
 	store_msg_free(&m);

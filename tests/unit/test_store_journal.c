@@ -12,57 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_store_files.h"
 #include "test_store_help.h"
 #include "../../store/lmdb/store_int.h"
 
 #define J_BLOCK		4096	/* the first record's offset in the region */
 #define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the region starts */
 
-
-/* copy_file - cp from to */
-static void copy_file(const char *from, const char *to)
-{
-	char chunk[65536];
-	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	ssize_t n;
-
-	assert_true(in >= 0 && out >= 0);
-	while ((n = read(in, chunk, sizeof(chunk))) > 0)
-		assert_int_equal(write(out, chunk, (size_t) n), n);
-	assert_int_equal(n, 0);
-	assert_int_equal(fsync(out), 0);
-	close(in);
-	close(out);
-}
-
-/* copy_range - len bytes at off of from over the same bytes of to */
-static void copy_range(const char *from, const char *to, uint64_t off, uint64_t len)
-{
-	char chunk[65536];
-	int in = open(from, O_RDONLY), out = open(to, O_WRONLY);
-	ssize_t n;
-
-	assert_true(in >= 0 && out >= 0);
-	for (; len > 0; off += (uint64_t) n, len -= (uint64_t) n) {
-		n = pread(in, chunk, len < sizeof(chunk) ? (size_t) len : sizeof(chunk), (off_t) off);
-		assert_true(n > 0);
-		assert_int_equal(pwrite(out, chunk, (size_t) n, (off_t) off), n);
-	}
-	assert_int_equal(fsync(out), 0);
-	close(in);
-	close(out);
-}
-
-/* in_store - path of a file of the store */
-static const char *in_store(const struct fx *f, const char *name)
-{
-	static char p[2][160];
-	static int i;
-
-	i = !i;
-	snprintf(p[i], sizeof(p[i]), "%s/%s", f->path, name);
-	return p[i];
-}
 
 /* accept - what the commit of a submission writes: message, claim, key index */
 static void accept(struct store_txn *t, struct store_msg *m, int tag)
