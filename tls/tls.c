@@ -109,7 +109,6 @@ struct tls_io {
 	SSL    *ssl;			/* owned */
 	int     fatal;			/* after a fatal error: no close_notify */
 	size_t  retry_len;		/* a write to repeat with this length */
-	int     starved;		/* the last read wanted octets not yet read */
 };
 
 /* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
@@ -285,19 +284,15 @@ static ssize_t tls_result(struct tls_io *t, int ret, uint32_t *wants, const char
 static ssize_t tls_read(struct io *io, void *buf, size_t len)
 {
 	struct tls_io *t = (struct tls_io *) io;
-	ssize_t r;
 	int     n;
 
 	ERR_clear_error();
 	errno = 0;
 	io->read_wants = 0;
 	n = SSL_read(t->ssl, buf, len > INT_MAX ? INT_MAX : (int) len);
-	t->starved = 0;
 	if (n > 0)
 		return n;
-	r = tls_result(t, n, &io->read_wants, "read");
-	t->starved = r == IO_AGAIN && io->read_wants == EPOLLIN;
-	return r;
+	return tls_result(t, n, &io->read_wants, "read");
 }
 
 /* tls_write - octets taken, IO_AGAIN or IO_ERROR; a retry repeats the length */
@@ -353,8 +348,9 @@ static int tls_handshake(struct io *io)
 /*
  * tls_pending - decrypted or buffered input no epoll event will announce.
  * SSL_has_pending() is 1 for part of a record too; once a read has said
- * it wants the rest, that part is nothing to read: the rest comes with an
- * epoll event (else the loop would read it again and again, never waiting)
+ * it must wait (for the rest, or for the socket to take a write), that
+ * part is nothing to read: an epoll event will come (else the loop would
+ * read it again and again, never waiting)
  */
 static size_t tls_pending(const struct io *io)
 {
@@ -363,7 +359,7 @@ static size_t tls_pending(const struct io *io)
 
 	if (n > 0)
 		return (size_t) n;
-	return t->starved ? 0 : (size_t) SSL_has_pending(t->ssl);
+	return io->read_wants ? 0 : (size_t) SSL_has_pending(t->ssl);
 }
 
 /* tls_describe - protocol and cipher, for logs */
