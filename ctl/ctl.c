@@ -200,6 +200,7 @@ static struct store *store_rw(struct ctl *x)
 	char err[1024];
 
 	store_close(x->st);	/* a reader open before: one environment a process */
+	x->st = NULL;
 	if (store_open(&x->st, &x->cf, STORE_WRITER, err, sizeof(err)) != 0)
 		ctl_fail(x, "%s", err);
 	return x->st;
