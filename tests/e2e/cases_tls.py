@@ -491,9 +491,10 @@ def test_tls_held_input_after_unread_replies(t):
 def test_tls_data_rate_counts_held_records(t):
     """Inside DATA every octet buys time (min_data_rate, 500 octets/s by default),
     the octets of records held by OpenSSL's read-ahead too: a client sending
-    600 octets/s, each half second a 1-octet record and a 300-octet one in one
-    segment, goes on past data_timeout (3 s); counting only the first record of
-    each read (1 octet of the 301) would drop it after about 3 s"""
+    1,400 octets/s, each half second a 1-octet record and a 700-octet one in one
+    segment (well above the minimum, so a slow turn of a loaded machine does not
+    matter), goes on past data_timeout (3 s); counting only the first record of
+    each read (1 octet of the 701) would drop it after about 3 s"""
     sink = t.sink()
     d = tls_daemon(t, sink, listeners=({"tls": "implicit"},),
                    conf={"limits": {"data_timeout": "3s", "command_timeout": "60s"}})
@@ -505,11 +506,11 @@ def test_tls_data_rate_counts_held_records(t):
         c.lumps(make_msg(key="tls-rate-1", body=b""))
         start = time.monotonic()
         while time.monotonic() - start < 5:
-            c.lumps(b"y", b"y" * 298 + b"\r\n")
+            c.lumps(b"y", b"y" * 698 + b"\r\n")
             time.sleep(0.5)
         c.lumps(b".\r\n")
         reply = c.reply()
-    expect_reply(reply, 250, "2.0.0", "a message sent at 600 octets/s over 5 s, data_timeout=3s")
+    expect_reply(reply, 250, "2.0.0", "a message sent at 1,400 octets/s over 5 s, data_timeout=3s")
     sink.wait_count(1)
 
 
