@@ -100,8 +100,6 @@ static int alone(struct lmdb_store *st)
 {
 	int turn, won;
 
-	if (st->lockfd < 0)
-		return 0;
 	if ((turn = open(st->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return 0;
 	if (flock(turn, LOCK_EX | LOCK_NB) != 0) {
@@ -201,6 +199,10 @@ int store_lmdb_compact(struct store *base)
 	(void) unlink(tmp);
 	if (!due(st, &freel, &used))
 		return 0;
+	if (st->lockfd < 0) {
+		msg_warn("store %s: lock.mdb could not be locked: not compacted", st->path);
+		return 0;
+	}
 	if (!alone(st)) {
 		msg_info("store %s: another process has it open: not compacted", st->path);
 		return 0;

@@ -197,6 +197,30 @@ static void test_compact_turns(void **state)
 	put_off_by(f, fd, LOCK_EX);
 }
 
+/*
+ * test_compact_copy_fails - the copy cannot be written (here: its name is
+ * taken by a directory; on a full disk, no room): the store serves as it
+ * was, the same file, its messages there, and it takes a commit
+ */
+static void test_compact_copy_fails(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+	int tag = 78;
+	ino_t was;
+
+	backlog(f);
+	was = inode(f);
+	assert_int_equal(mkdir(in_store(f, "data.mdb.compact"), 0700), 0);
+	CHECK_INT("compact", store_lmdb_compact(f->st), 0);
+	CHECK_INT("the same file", inode(f) == was, 1);
+	all_there(f);
+	msg_new(&m, "CMPFAIL00001", 1, 100);
+	CHECK_INT("a commit after", spool(f->st, &m, &tag, 1, NOW + 3600 * SEC), 0);
+	store_msg_free(&m);
+	assert_int_equal(rmdir(in_store(f, "data.mdb.compact")), 0);
+}
+
 /* test_compact_crash_copy - a copy a crash left half written: removed, the store whole */
 static void test_compact_crash_copy(void **state)
 {
@@ -260,6 +284,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_not_due, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_put_off, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_turns, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_compact_copy_fails, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_crash_copy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_journal, fx_setup, fx_teardown),
 	};
