@@ -171,6 +171,12 @@ static int has_word(const char *s, const char *w)
 	return 0;
 }
 
+/* has_code - the text starts with an enhanced status code ("4.7.0 ...") */
+static int has_code(const char *text)
+{
+	return isdigit((unsigned char) text[0]) && text[1] == '.';
+}
+
 /* deliver_rate_reply_throttles - a reply asking to slow down */
 int deliver_rate_reply_throttles(const char *line, int greeting)
 {
@@ -183,8 +189,11 @@ int deliver_rate_reply_throttles(const char *line, int greeting)
 	if (greeting && strncmp(line, "421", 3) == 0)
 		return 1;
 	text = line[3] ? line + 4 : line + 3;
-	/* too many recipients (RFC 5321 4.5.3.1.10): the rest go in another transaction */
-	if (strncmp(line, "452", 3) == 0 || strncmp(text, "4.5.3", 5) == 0)
+	/*
+	 * too many recipients (RFC 5321 4.5.3.1.10): the rest go in another
+	 * transaction; a 452 says so unless its enhanced code says otherwise
+	 */
+	if (strncmp(text, "4.5.3", 5) == 0 || (strncmp(line, "452", 3) == 0 && !has_code(text)))
 		return 0;
 	if ((strncmp(text, "4.7.0", 5) == 0 && (text[5] == ' ' || text[5] == 0))
 	    || (strncmp(text, "4.7.28", 6) == 0 && (text[6] == ' ' || text[6] == 0)))

@@ -266,6 +266,10 @@ static const struct reply_case reply_cases[] = {
 	{ "451 4.3.0 Too many connections from your host", 0, 1 },
 	{ "452 4.5.3 Too many recipients", 0, 0 },	/* the message's, not a rate */
 	{ "452 Too many recipients", 0, 0 },
+	{ "452 too many recipients", 0, 0 },		/* no enhanced code: recipients */
+	{ "452 4.7.0 rate limit exceeded, try again later", 0, 1 },	/* its code says rate */
+	{ "452-4.7.0 too many messages", 0, 1 },
+	{ "452 4.3.1 Insufficient system storage", 0, 0 },
 	{ "451 4.5.3 Too many recipients", 0, 0 },
 	{ "451-4.7.0 first line of several", 0, 1 },
 	{ "451 4.7.500 Server busy. Please try again later", 0, 0 },
