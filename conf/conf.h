@@ -206,6 +206,8 @@ const struct conf_route *conf_route_match(const struct conf *c, const char *user
  * (NULL: the default upstream); NULL when no route has that name
  */
 const struct conf_upstream *conf_route_upstream(const struct conf *c, const char *route);
+const struct conf_route *conf_route_named(const struct conf *c, const char *name);	/* NULL: none */
+int conf_route_same(const char *a, const char *b);	/* two stored route names, NULL the default */
 
 /* conf_parse_duration, conf_parse_size - "30s" "5m" "24h" "7d" / "25M"; -1 on error */
 int64_t conf_parse_duration(const char *s);

@@ -188,15 +188,29 @@ const struct conf_route *conf_route_match(const struct conf *c, const char *user
 	return NULL;
 }
 
-/* conf_route_upstream - a stored route's upstream group; NULL: no such route */
-const struct conf_upstream *conf_route_upstream(const struct conf *c, const char *route)
+/* conf_route_named - the route of that name; NULL: none (or name NULL, the default) */
+const struct conf_route *conf_route_named(const struct conf *c, const char *name)
 {
 	size_t i;
 
+	for (i = 0; name && i < c->n_routes; i++)
+		if (strcmp(c->routes[i].name, name) == 0)
+			return &c->routes[i];
+	return NULL;
+}
+
+/* conf_route_same - do two stored route names name the same one (NULL: the default)? */
+int conf_route_same(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* conf_route_upstream - a stored route's upstream group; NULL: no such route */
+const struct conf_upstream *conf_route_upstream(const struct conf *c, const char *route)
+{
+	const struct conf_route *r;
+
 	if (route == NULL)
 		return &c->upstream;
-	for (i = 0; i < c->n_routes; i++)
-		if (strcmp(c->routes[i].name, route) == 0)
-			return &c->routes[i].up;
-	return NULL;
+	return (r = conf_route_named(c, route)) ? &r->up : NULL;
 }

@@ -415,12 +415,6 @@ static void send_group(struct deliver *d, const struct conf_upstream *up, int g,
 		group_done(d, g);
 }
 
-/* same_route - do two stored routes name the same one (NULL: the default)? */
-static int same_route(const char *a, const char *b)
-{
-	return a == b || (a && b && strcmp(a, b) == 0);
-}
-
 /*
  * send_routes - hand a loaded batch to the transport, one upstream group
  * at a time: the jobs of each route stored with them go over a connection
@@ -444,7 +438,7 @@ static size_t send_routes(struct deliver *d, struct deliver_job **jobs, size_t n
 
 	for (i = 0; i < n; i = k) {
 		for (k = j = i + 1; j < n; j++)
-			if (same_route(jobs[j]->m.route, jobs[i]->m.route)) {
+			if (conf_route_same(jobs[j]->m.route, jobs[i]->m.route)) {
 				t = jobs[k], jobs[k] = jobs[j], jobs[j] = t;
 				k++;
 			}

@@ -301,21 +301,17 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
  */
 static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
 {
-	const struct conf_route *r, *now = NULL;
+	const struct conf_route *r, *now;
 	struct store_change c = { -1, 1, NULL };
 	struct store_msg m;
-	size_t i;
 	int err;
 
 	if ((err = store_msg_load(st, qid, &m)) != 0)
 		return err;
-	for (i = 0; m.route && i < cf->n_routes; i++)
-		if (strcmp(cf->routes[i].name, m.route) == 0)
-			now = &cf->routes[i];
+	now = conf_route_named(cf, m.route);
 	r = conf_route_match(cf, m.user, m.from, NULL);
 	c.route = r ? r->name : NULL;
-	if ((now && now->listener >= 0) || (c.route == m.route)
-	    || (c.route && m.route && strcmp(c.route, m.route) == 0))
+	if ((now && now->listener >= 0) || conf_route_same(c.route, m.route))
 		err = STORE_EINVAL;
 	else if ((err = store_msg_change(st, qid, &c)) == 0)
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
