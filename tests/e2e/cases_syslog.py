@@ -25,6 +25,15 @@ def devlog_free():
         raise Skip("a syslog daemon owns /dev/log here")   # never so on CI's machines
 
 
+def devlog_own():
+    """devlog_own - /dev/log bound by this case (DevLog), its turn taken
+    (devlog_free); Skip where it cannot be created"""
+    devlog_free()
+    if os.getuid() != 0:
+        raise Skip("needs root to create /dev/log")
+    return DevLog()
+
+
 class DevLog:
     """/dev/log read from the start by a thread of its own: syslog(3) blocks
     once the socket's queue is full (net.unix.max_dgram_qlen, often 10
@@ -61,10 +70,7 @@ class DevLog:
 
 @case()
 def test_syslog_target(t):
-    devlog_free()
-    if os.getuid() != 0:
-        raise Skip("needs root to create /dev/log")
-    devlog = DevLog()
+    devlog = devlog_own()
     try:
         sink = t.sink()
         d = t.daemon(sink, {"log": {"target": "syslog", "level": "info"}})
