@@ -487,24 +487,8 @@ static void test_errors(void **state)
 	size_t i;
 
 	(void) state;
-	for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
-		struct conf c;
-		char err[512], want[512];
-		int rc;
-
-		memset(err, 'x', sizeof(err));
-		rc = load_text(&c, error_cases[i].text, err, sizeof(err));
-		snprintf(want, sizeof(want), error_cases[i].want, tmp_path);
-		if (rc != -1)
-			fail_msg("%s: conf_load = %d, want -1", error_cases[i].name, rc);
-		if (strncmp(err, want, strlen(want)) != 0)
-			fail_msg("%s:\n  got  \"%s\"\n  want \"%s...\"",
-				 error_cases[i].name, err, want);
-		/* a failed load leaves nothing behind and may be freed again */
-		assert_null(c.hostname);
-		assert_null(c.listen);
-		conf_free(&c);
-	}
+	for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++)
+		check_conf_error(error_cases[i].name, error_cases[i].text, error_cases[i].want);
 }
 
 static void test_file_errors(void **state)

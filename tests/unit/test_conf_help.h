@@ -39,6 +39,28 @@ static inline int load_text(struct conf *c, const char *text, char *err, size_t 
 	return conf_load(c, write_conf(text), err, errlen);
 }
 
+/*
+ * check_conf_error - text is refused: conf_load() -1, its message starting
+ * with want ("%s": the file), and nothing left behind (freeing it is safe)
+ */
+static inline void check_conf_error(const char *name, const char *text, const char *want_fmt)
+{
+	struct conf c;
+	char err[512], want[512];
+	int rc;
+
+	memset(err, 'x', sizeof(err));
+	rc = load_text(&c, text, err, sizeof(err));
+	snprintf(want, sizeof(want), want_fmt, tmp_path);
+	if (rc != -1)
+		fail_msg("%s: conf_load = %d, want -1", name, rc);
+	if (strncmp(err, want, strlen(want)) != 0)
+		fail_msg("%s:\n  got  \"%s\"\n  want \"%s...\"", name, err, want);
+	assert_null(c.hostname);
+	assert_null(c.listen);
+	conf_free(&c);
+}
+
 /* cleanup - a teardown: remove the last temporary file */
 static inline int cleanup(void **state)
 {

@@ -173,21 +173,11 @@ static const struct {
 /* test_errors - what routes refuse, and where the message points */
 static void test_errors(void **state)
 {
-	struct conf c;
-	char err[512], want[512];
 	size_t i;
 
 	(void) state;
-	for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
-		if (load_text(&c, error_cases[i].text, err, sizeof(err)) == 0) {
-			conf_free(&c);
-			fail_msg("%s: loaded, want \"%s\"", error_cases[i].name, error_cases[i].want);
-		}
-		snprintf(want, sizeof(want), error_cases[i].want, tmp_path);
-		if (strncmp(err, want, strlen(want)) != 0)
-			fail_msg("%s: got \"%s\", want \"%s...\"", error_cases[i].name, err, want);
-		conf_free(&c);
-	}
+	for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++)
+		check_conf_error(error_cases[i].name, error_cases[i].text, error_cases[i].want);
 }
 
 /* test_restart - routes take a restart, as upstream does */
