@@ -397,7 +397,7 @@ static void act(struct ctl *x, const char *cmd, const char *line,
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(st, NULL, sel, reply);
 	else if (strcmp(cmd, "reroute") == 0)	/* the routes the next start uses */
-		queue_admin_reroute(st, &x->cf, sel, reply);
+		queue_admin_reroute(st, NULL, &x->cf, sel, reply);
 	else if (strcmp(cmd, "forget") == 0)
 		queue_admin_forget(st, NULL, sel, mode, x->now, reply);
 	else

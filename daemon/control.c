@@ -159,7 +159,7 @@ static void do_select(struct control *ctl, const char *cmd, char *args, struct b
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(ctl->st, &ctl->sched, &sel, out);
 	else if (strcmp(cmd, "reroute") == 0)	/* with the routes in use */
-		queue_admin_reroute(ctl->st, ctl->c, &sel, out);
+		queue_admin_reroute(ctl->st, &ctl->sched, ctl->c, &sel, out);
 	else
 		queue_admin_hold(ctl->st, &ctl->sched, &sel, strcmp(cmd, "hold") == 0, out);
 }

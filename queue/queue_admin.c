@@ -19,7 +19,9 @@
  *	and no attempt follows until the release. A release puts the message
  *	back at the next attempt it had; its claims never left. A reroute
  *	decides a message's route again with the routes given (the daemon's
- *	in use, or the file's when none runs), for every node.
+ *	in use, or the file's when none runs), for every node; with the
+ *	daemon, a rerouted message waiting is due at once, its upstream
+ *	group decided again when loaded.
  *
  *	Every action is logged here, one line a message, in the service
  *	postsuper's name (Postfix's queue-maintenance program), whether the
@@ -294,12 +296,30 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 }
 
 /*
+ * reschedule - a rerouted message's schedule entry made anew, its group
+ * unknown until its next load, and due now: the old entry would wait on
+ * the old route's pause or connections, and its next attempt is the old
+ * route's (its pause's end, or a retry earned there). One being
+ * delivered right now is left alone (its attempt ends the old way); one
+ * on hold stays out.
+ */
+static void reschedule(const struct queue_admin_sched *s, const char *qid, int held,
+		       int64_t next)
+{
+	if (s == NULL || s->unschedule(s->arg, qid) == 1 || held)
+		return;
+	s->release(s->arg, qid, next);
+	(void) s->retry(s->arg, qid);
+}
+
+/*
  * reroute_one - one message's route decided again: 0 moved, STORE_EINVAL
  * if it keeps its route, STORE_ENOTFOUND if it is not queued. A route
  * that matches by listener is never chosen again, nor left: the listener
  * a message came in on is not kept with it.
  */
-static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
+static int reroute_one(struct store *st, const struct queue_admin_sched *s,
+		       const struct conf *cf, const char *qid)
 {
 	const struct conf_route *r, *now;
 	struct store_change c = { -1, 1, NULL };
@@ -313,9 +333,11 @@ static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
 	c.route = r ? r->name : NULL;
 	if ((now && now->listener >= 0) || conf_route_same(c.route, m.route))
 		err = STORE_EINVAL;
-	else if ((err = store_msg_change(st, qid, &c)) == 0)
+	else if ((err = store_msg_change(st, qid, &c)) == 0) {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
 			    m.route ? m.route : "default", c.route ? c.route : "default");
+		reschedule(s, qid, m.held, m.next_attempt);
+	}
 	store_msg_free(&m);
 	return err;
 }
@@ -326,8 +348,9 @@ static int reroute_one(struct store *st, const struct conf *cf, const char *qid)
  * passed over. The next attempt goes the new way; one under way ends the
  * old way.
  */
-void queue_admin_reroute(struct store *st, const struct conf *cf,
-			 const struct queue_admin_sel *sel, struct buf *out)
+void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
+			 const struct conf *cf, const struct queue_admin_sel *sel,
+			 struct buf *out)
 {
 	struct qids set = { NULL, 0 }, done = { NULL, 0 };
 	size_t i;
@@ -337,7 +360,7 @@ void queue_admin_reroute(struct store *st, const struct conf *cf,
 	if (select_qids(st, sel, &set, out) != 0)
 		goto done;
 	for (i = 0; i < set.n; i++) {
-		if ((err = reroute_one(st, cf, set.q[i])) == 0)
+		if ((err = reroute_one(st, s, cf, set.q[i])) == 0)
 			qids_add(&done, set.q[i]);
 		else if (err == STORE_ENOTFOUND && sel->qid)
 			not_queued(st, out, sel->qid);

@@ -4,7 +4,7 @@
  * SUMMARY
  *	the operator's actions on the queue, written once for the daemon and idemrelayctl
  * DESCRIPTION
- *	drop, hold, release, retry and forget, as idemrelayctl asks them:
+ *	drop, hold, release, reroute, retry and forget, as idemrelayctl asks them:
  *	through the daemon's control socket (daemon/control.c passes its
  *	scheduler), or by idemrelayctl itself when no daemon runs (no
  *	scheduler: the store alone knows the queue). Either way the same
@@ -63,8 +63,9 @@ void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
  * queue_admin_reroute - each message's route decided again from its AUTH
  * user and sender with cf's routes (idemrelayctl reroute)
  */
-void queue_admin_reroute(struct store *st, const struct conf *cf,
-			 const struct queue_admin_sel *sel, struct buf *out);
+void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
+			 const struct conf *cf, const struct queue_admin_sel *sel,
+			 struct buf *out);
 
 /* queue_admin_retry - one queued message attempted now (needs a scheduler) */
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,

@@ -254,6 +254,52 @@ def test_routes_reroute(t):
 
 
 @case(timeout=150)
+def test_routes_reroute_leaves_a_paused_route(t):
+    """A message rerouted while the daemon runs leaves its old route's pause at once:
+    alice's, routed to tenant-a under the routes before a restart, waits behind
+    tenant-a's pause (its sink refuses every MAIL with 421 4.7.0, carol's mail keeps
+    it refusing, the pauses double) in the scheduler's queue; rerouted to tenant-b,
+    whose sink takes it, it arrives while tenant-a is still in the same pause (its
+    episodes unchanged, still throttled), not once that pause ends."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    sink_a.control(rate=0.001)              # no token for a long while: every MAIL refused
+    a_up = route("tenant-a", "alice", sink_a, "up-alice", "pw-a")
+    a_up["upstream"]["connections"] = 8
+    d = tenants_daemon(t, default, {"routes": [a_up]})
+    port = d.ports[1]
+    a1 = qid_of(auth_submit(port, "alice", "alice-pw", "rp-a", subject="alice"))
+    d.wait_log("(route tenant-a): throttling: ")
+    d.stop()
+    conf = dict(d.conf)
+    carol_a = dict(a_up, auth_user="carol")
+    conf["routes"] = [carol_a, route("tenant-b", "alice", sink_b, "up-bob", "pw-b")]
+    rewrite(d, conf)
+    d.start()
+    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    for i in range(3):
+        auth_submit(port, "carol", "carol-pw", "rp-c%d" % i, subject="carol %d" % i)
+
+    def route_a():
+        return [r for r in ctl_json(d, "stats")["daemon"]["routes"]
+                if r["route"] == "tenant-a"][0]
+    wait_until(lambda: route_a()["throttle_episodes"] >= 5, 60, "tenant-a's fifth pause")
+    before = route_a()
+    eq(ctl_json(d, "reroute", a1)["rerouted"], [a1], "reroute with the daemon running")
+    sink_b.wait_count(1, timeout=10, what="alice's mail while tenant-a is paused")
+    after = route_a()
+    eq((after["throttle_episodes"], after["throttled"]), (before["throttle_episodes"], True),
+       "tenant-a still in the same pause")
+    d.wait_log(a1, "status=sent")
+    eq(subjects(sink_b), ["alice"], "tenant-b's sink")
+    eq(sink_a.accepted(), [], "tenant-a's sink took nothing")
+    eq(default.accepted(), [], "the default upstream")
+
+
+@case(timeout=150)
 def test_routes_default_pause_holds_only_its_own(t):
     """The default upstream's pause (its sink refuses every MAIL with 421 4.7.0, so the
     pauses double: 1, 2, 4, 8, 16 s) holds only the default's mail: alice's, routed to
