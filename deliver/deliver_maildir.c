@@ -23,6 +23,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "../util/dir.h"
 #include "../util/log.h"
 #include "deliver_impl.h"
 
@@ -129,18 +130,6 @@ static void unique_name(char *out, size_t outlen, const char *qid, const char *h
 	out[n < outlen ? n : outlen - 1] = 0;
 }
 
-/* fsync_dir - make a rename in the directory durable */
-static int fsync_dir(const char *path)
-{
-	int fd, rc;
-
-	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -1;
-	rc = fsync(fd);
-	close(fd);
-	return rc;
-}
-
 /* maildir_one - one message into the Maildir */
 static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *j)
 {
@@ -180,8 +169,8 @@ static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *
 			 strerror(errno));
 		goto fail_unlink;
 	}
-	if (fsync_dir(newdir) < 0)
-		msg_warn("%s: fsync %s: %m", j->m.qid, newdir);
+	if ((err = dir_sync(newdir)) != 0)
+		msg_warn("%s: fsync %s: %s", j->m.qid, newdir, strerror(err));
 	snprintf(why, sizeof(why), "delivered to maildir as new/%.400s", name);
 	deliver_set_all(j, DELIVER_SENT, "2.0.0", why);
 	return;
