@@ -56,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../util/dir.h"
 #include "../../util/log.h"
 #include "store_int.h"
 
@@ -142,19 +143,6 @@ static int copy(struct lmdb_store *st, const char *tmp)
 	return rc;
 }
 
-/* sync_dir - flush the directory at path: a rename in it is durable; 0 or errno */
-static int sync_dir(const char *path)
-{
-	int fd, rc = 0;
-
-	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return errno;
-	if (fsync(fd) != 0)
-		rc = errno;
-	close(fd);
-	return rc;
-}
-
 /*
  * swap - close the environment, put the copy at tmp in data.mdb's place
  * and open the environment again (the copy, or the old file if the rename
@@ -175,7 +163,7 @@ static int swap(struct lmdb_store *st, const char *tmp, const char *data, const 
 		msg_warn("store %s: cannot put the compacted copy in place: %m: it serves as it is",
 			 st->path);
 		(void) unlink(tmp);
-	} else if ((rc = sync_dir(st->path)) != 0) {
+	} else if ((rc = dir_sync(st->path)) != 0) {
 		/* a power cut could bring the old file back: what it accepts now would go */
 		*step = "flushing the directory after the rename";
 		return rc;
