@@ -674,10 +674,10 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
  * of these is remembered by a digest of what was written, so that a
  * reload can say which changed instead of ignoring them without a word.
  */
-const char *const conf_restart_settings[] = {"hostname", "node", "user", "control",
+static const char *const restart_settings[] = {"hostname", "node", "user", "control",
 	"metrics", "listen", "tls", "auth.users", "store", "keys", "upstream", "routes", 0};
-_Static_assert(sizeof(conf_restart_settings) / sizeof(*conf_restart_settings) - 1
-	       <= CONF_RESTART_MAX, "conf.h's CONF_RESTART_MAX counts conf_restart_settings[]");
+_Static_assert(sizeof(restart_settings) / sizeof(*restart_settings) - 1
+	       <= CONF_RESTART_MAX, "conf.h's CONF_RESTART_MAX counts restart_settings[]");
 
 /* inside the restart-only groups, what SIGHUP applies all the same (deliver_reload) */
 static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate", 0};
@@ -739,8 +739,8 @@ static void conf_restart_digests(struct conf *c, config_setting_t *root)
 	const config_setting_t *s;
 	size_t i;
 
-	for (i = 0; conf_restart_settings[i] && i < CONF_RESTART_MAX; i++)
-		c->restart_digest[i] = (s = config_setting_lookup(root, conf_restart_settings[i]))
+	for (i = 0; restart_settings[i] && i < CONF_RESTART_MAX; i++)
+		c->restart_digest[i] = (s = config_setting_lookup(root, restart_settings[i]))
 		    ? conf_digest(s, HASH_FNV_INIT) | 1 : 0;
 }
 
@@ -750,9 +750,9 @@ size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
 {
 	size_t i, n = 0;
 
-	for (i = 0; conf_restart_settings[i] && i < CONF_RESTART_MAX; i++)
+	for (i = 0; restart_settings[i] && i < CONF_RESTART_MAX; i++)
 		if (old->restart_digest[i] != nw->restart_digest[i] && n < max)
-			names[n++] = conf_restart_settings[i];
+			names[n++] = restart_settings[i];
 	return n;
 }
 

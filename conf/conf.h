@@ -86,15 +86,14 @@ struct conf_place {
 	char *where;
 };
 
-/* the settings SIGHUP cannot apply: conf_restart_settings[], NULL-terminated */
+/* the settings SIGHUP cannot apply (conf.c's restart_settings[]) */
 #define CONF_RESTART_MAX 13
-extern const char *const conf_restart_settings[];
 
 struct conf {
 	char *file;		/* the file loaded; "<default>" for the embedded text */
 	struct conf_place *places;	/* every setting written, for conf_where() */
 	size_t n_places;
-	uint64_t restart_digest[CONF_RESTART_MAX];	/* of each conf_restart_settings[] as
+	uint64_t restart_digest[CONF_RESTART_MAX];	/* of each restart_settings[] as
 							 * written (0: not written) */
 
 	char *hostname;		/* default: gethostname() */

@@ -169,7 +169,7 @@ static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t 
 }
 
 /* deliver_finished - the same for a QID whose load failed: whichever lease is held */
-void deliver_finished(struct deliver *d, const char *qid, int64_t next)
+static void deliver_finished(struct deliver *d, const char *qid, int64_t next)
 {
 	finished(d, qid, 0, next);
 }

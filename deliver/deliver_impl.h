@@ -135,11 +135,6 @@ int deliver_job_postpone(struct deliver_job *j, int64_t until, const char *dsn,
 /* deliver_schedule - (re)queue a QID due at when (leased: taken from the shared queue) */
 void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leased);
 
-/*
- * deliver_finished - a busy QID is done: reschedule at next, or forget
- * it (next < 0); on a shared store, forgotten and its lease let go
- */
-void deliver_finished(struct deliver *d, const char *qid, int64_t next);
 /* deliver_job_finished - the same for a loaded job: the lease it was loaded under alone is let go */
 void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next);
 

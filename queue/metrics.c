@@ -249,7 +249,7 @@ void metrics_reset(void)
 }
 
 /* metrics_gauges_read - what the store says now */
-void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
+static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
 	struct store_stats s;
 	double start = g->start_time;

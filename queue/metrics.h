@@ -116,7 +116,6 @@ void metrics_route_set(const char *route, const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
 void metrics_reset(void);			/* tests */
-void metrics_gauges_read(struct store *st, struct metrics_gauges *g);
 void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		    const struct metrics_gauges *g);
 

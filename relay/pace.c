@@ -43,7 +43,7 @@ static size_t pace_live(const struct server *srv)
 }
 
 /* pace_stressed - open connections at 3/4 of limits.connections or more */
-int pace_stressed(const struct server *srv)
+static int pace_stressed(const struct server *srv)
 {
 	return pace_live(srv) * 4 >= (size_t) srv->cf->limits.connections * 3;
 }

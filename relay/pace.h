@@ -50,8 +50,6 @@ void pace_arm(struct conn *c);
 /* pace_input - n octets were read and fed: credit data, re-arm after a record */
 void pace_input(struct conn *c, size_t n);
 
-/* pace_stressed - open connections at 3/4 of limits.connections or more */
-int pace_stressed(const struct server *srv);
 
 /* pace_sweep - time out clients past their deadline (once a second) */
 void pace_sweep(struct server *srv);

@@ -161,7 +161,7 @@ static void smtp_cmd_ehlo(struct smtp_session *s, const char *args, size_t len)
 }
 
 /* smtp_tls_gate - 530 before STARTTLS on a starttls_required listener; 1 if refused */
-int smtp_tls_gate(struct smtp_session *s)
+static int smtp_tls_gate(struct smtp_session *s)
 {
 	if (!s->cfg.starttls_required || s->tls)
 		return 0;

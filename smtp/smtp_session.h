@@ -96,8 +96,6 @@ void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
 /* smtp_command - dispatch one command line (smtp_command.c) */
 void smtp_command(struct smtp_session *s, char *line, size_t len);
 
-/* smtp_tls_gate - 530 before STARTTLS on a starttls_required listener; 1 if refused */
-int smtp_tls_gate(struct smtp_session *s);
 
 /* AUTH (smtp_auth.c): the command, a response line, the end of an exchange */
 void smtp_cmd_auth(struct smtp_session *s, const char *args, size_t len);
