@@ -82,22 +82,6 @@ struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_c
 	return verdict(DELIVER_DEFERRED, DELIVER_SRC_SESSION);
 }
 
-/* deliver_outcome_name - log word for an outcome */
-const char *deliver_outcome_name(enum deliver_outcome o)
-{
-	switch (o) {
-	case DELIVER_SENT:
-		return "sent";
-	case DELIVER_BOUNCED:
-		return "bounced";
-	case DELIVER_AMBIGUOUS:
-		return "ambiguous";
-	case DELIVER_DEFERRED:
-		break;
-	}
-	return "deferred";
-}
-
 /* deliver_reply_format - one clean line: "code [x.y.z] text" */
 void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
 			  int enh_subject, int enh_detail, const char *text)

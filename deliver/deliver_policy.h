@@ -55,9 +55,6 @@ struct deliver_verdict {
 struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_code,
 					int marked, int final);
 
-/* deliver_outcome_name - "sent", "deferred", ... for logs */
-const char *deliver_outcome_name(enum deliver_outcome o);
-
 /*
  * deliver_reply_format - "550 5.1.1 text" on one line: CR/LF and other
  * controls become spaces, runs of spaces collapse, the result is

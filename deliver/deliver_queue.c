@@ -338,14 +338,6 @@ void dq_close(struct dq *q, int group, int closed)
 	q->heaps[group + 1].closed = closed;
 }
 
-/* dq_next_due - the earliest due time in a group not closed */
-int64_t dq_next_due(const struct dq *q)
-{
-	const struct dq_heap *h = first_heap(q);
-
-	return h ? h->a[0]->next : INT64_MAX;
-}
-
 /* dq_flush - everything waiting becomes due now (the order is kept) */
 void dq_flush(struct dq *q, int64_t now)
 {

@@ -19,7 +19,7 @@
  *	message was loaded; DQ_GROUP_UNKNOWN before), and each group has a
  *	heap of its own. A group closed (dq_close(): its upstream is paused,
  *	or every connection it allows is in use) is passed over by
- *	dq_take_due(), dq_batch_start(), dq_due_count() and dq_next_due(),
+ *	dq_take_due(), dq_batch_start() and dq_due_count(),
  *	as if its QIDs were not there, at no cost per QID; QIDs of no known
  *	group are never passed over. A batch (dq_take_due) is of one group's
  *	heap: the one whose earliest QID is the earliest.
@@ -92,9 +92,6 @@ void dq_put_back(struct dq *q, const char *qid);
 
 /* dq_close - pass a group's QIDs over (closed 1), or not (0) */
 void dq_close(struct dq *q, int group, int closed);
-
-/* dq_next_due - earliest next_attempt among the non-busy, INT64_MAX if none */
-int64_t dq_next_due(const struct dq *q);
 
 /* dq_flush - make everything not busy due at now */
 void dq_flush(struct dq *q, int64_t now);
