@@ -198,7 +198,8 @@ int main(int argc, char **argv)
 	struct commit *cm;
 	struct control *ctl;
 	struct metrics *mx;
-	char err[512], last[STORE_QID_SIZE], *made;
+	struct store_stats ss;
+	char err[512], *made;
 	int ch, test = 0, rc;
 
 	log_default_service("master");	/* postfix/master's lines: start, stop, reload */
@@ -251,8 +252,8 @@ int main(int argc, char **argv)
 	free(made);
 	st = open_store(&cf);
 	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
-	if (store_last_qid(st, last) == 0)
-		qid_seed(last);
+	if (store_stats(st, &ss, 0) == 0)
+		qid_seed(ss.last_qid);
 	cm = commit_start(st, enqueue, &dl);	/* the writer acceptance and delivery share */
 	server_set_store(srv, st, cm);
 	dl = deliver_start(&cf, st, cm, cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);

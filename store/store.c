@@ -163,11 +163,6 @@ void store_txn_msg_update(struct store_txn *t, const struct store_msg *m)
 		TOPS(t)->txn_msg_update(t, m);
 }
 
-int store_last_qid(struct store *st, char qid[STORE_QID_SIZE])
-{
-	return OPS(st)->last_qid(st, qid);
-}
-
 int store_node_id(struct store *st)
 {
 	return SHARED(st) ? st->node_id : -1;

@@ -210,9 +210,6 @@ int store_txn_error(const struct store_txn *t);
 int store_txn_commit(struct store_txn *t);	/* frees t; aborts if failed */
 void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */
 
-/* store_last_qid - the greatest QID ever spooled ("" if none), for monotonic QIDs */
-int store_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
-
 /*
  * store_node_id - the node's number in a shared store (0..255), unique
  * among the nodes while it runs, for QIDs that never collide across
@@ -303,7 +300,8 @@ int store_queue_due(struct store *st, const char *qid, int64_t when);
 /*
  * store_stats - the figures, the same for every backend, in one call.
  * queued and oldest: the spool (oldest: the acceptance time of the
- * oldest queued message, 0 if none). stories and keys only when what has
+ * oldest queued message, 0 if none). last_qid: the greatest QID ever
+ * spooled ("" if none), for monotonic QIDs. stories and keys only when what has
  * STORE_STATS_STORIES (they may cost a walk of the queue, so a scrape
  * does not ask): how many stories are kept, and claims findable by their
  * key. space: the room a store manages itself (LMDB's map: its size now,
@@ -328,6 +326,7 @@ struct store_reach {
 struct store_stats {
 	uint64_t claims, queued;
 	int64_t oldest;			/* accepted, of the oldest queued message; 0 none */
+	char last_qid[STORE_QID_SIZE];	/* the greatest ever spooled; "" none */
 	uint64_t stories, keys;		/* STORE_STATS_STORIES only */
 	uint64_t txns;			/* write transactions committed, ever */
 	struct store_space space;

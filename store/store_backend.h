@@ -58,7 +58,6 @@ struct store_ops {
 	void (*txn_abort) (struct store_txn *t);
 
 	/* the spool: a message, the operator's changes, the queue, the figures */
-	int (*last_qid) (struct store *st, char qid[STORE_QID_SIZE]);
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
 	int (*msg_drop) (struct store *st, const char *qid);
 	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);

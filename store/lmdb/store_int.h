@@ -106,7 +106,6 @@ void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on);
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
 int lmdb_txn_commit(struct store_txn *base);
 void lmdb_txn_abort(struct store_txn *base);
-int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE]);
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
 int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c);
 int lmdb_msg_drop(struct store *base, const char *qid);

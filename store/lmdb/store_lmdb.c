@@ -25,7 +25,7 @@
  *
  *	This file also holds the one place where LMDB codes become STORE_E*
  *	codes (lmdb_mdb_error()), and the read-only queries that belong to
- *	no other concept: lmdb_last_qid() and lmdb_stats().
+ *	no other concept: lmdb_stats(), with the last QID.
  *
  *	The claims live in store_claim.c, the spool in store_msg.c, write
  *	transactions in store_txn.c, the record formats in store_codec.c and
@@ -597,45 +597,37 @@ static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
 }
 
 /*
- * lmdb_last_qid - the greatest QID ever spooled, "" if none: the greatest
- * of the last message still spooled, the last story (a message that left
+ * last_qid - the greatest QID ever spooled, "" if none: the greatest of
+ * the last message still spooled, the last story (a message that left
  * with its story written) and meta's last_qid (one that left without, or
  * whose story expired: store_msg.c)
  */
-int lmdb_last_qid(struct store *base, char qid[STORE_QID_SIZE])
+static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE])
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_val key = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, val;
-	MDB_txn *txn;
 	int err, rc = 0;
 
 	qid[0] = 0;
-	if ((err = lmdb_read_begin(st, &txn)) != 0)
-		return err;
 	err = lmdb_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
 	if (err == 0) {
 		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
 		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
 			msg_warn("store: corrupt last_qid record");
-			err = STORE_EINVAL;
-		} else {
-			memcpy(qid, val.mv_data, val.mv_size);
-			qid[val.mv_size] = 0;
+			return STORE_EINVAL;
 		}
-	} else if (err == STORE_ENOTFOUND) {
-		err = 0;
+		memcpy(qid, val.mv_data, val.mv_size);
+		qid[val.mv_size] = 0;
+	} else if (err != STORE_ENOTFOUND) {
+		return err;
 	}
-	if (err == 0 && (rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
+	if ((rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
 		rc = last_key_max(txn, st->hist, qid);
-	if (err == 0 && rc == 0 && st->has_hnew)
+	if (rc == 0 && st->has_hnew)
 		rc = last_key_max(txn, st->hnew, qid);
-	if (err == 0)
-		err = lmdb_mdb_error(rc, "last qid");
-	lmdb_read_end(st, txn);
-	return err;
+	return lmdb_mdb_error(rc, "last qid");
 }
 
-/* lmdb_stats - entry counts, the oldest queued, map usage: used, size and ceiling of LMDB's map */
+/* lmdb_stats - entry counts, the oldest queued, the last QID, map usage: used, size and ceiling of LMDB's map */
 int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
@@ -659,9 +651,10 @@ int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->space.used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
 		s->txns = info.me_last_txnid;
 		lmdb_queue_oldest(st, txn, &s->oldest);
+		err = last_qid(st, txn, s->last_qid);
 	}
 	lmdb_read_end(st, txn);
-	if ((err = lmdb_mdb_error(rc, "stat")) != 0 || ((what & STORE_STATS_STORIES)
+	if (err != 0 || (err = lmdb_mdb_error(rc, "stat")) != 0 || ((what & STORE_STATS_STORIES)
 	    && (err = lmdb_hist_stats(base, &s->stories, &s->keys)) != 0))
 		return err;
 	/* what LMDB holds: its pages up to the last, less those it may use again */
@@ -708,7 +701,6 @@ const struct store_ops lmdb_ops = {
 	.txn_msg_update = lmdb_txn_msg_update,
 	.txn_commit = lmdb_txn_commit,
 	.txn_abort = lmdb_txn_abort,
-	.last_qid = lmdb_last_qid,
 	.msg_load = lmdb_msg_load,
 	.msg_drop = lmdb_msg_drop,
 	.msg_change = lmdb_msg_change,

@@ -765,7 +765,14 @@ static int pg_nodes_alive(struct store *base, int *n)
 	return 0;
 }
 
-/* pg_stats - claims, queued and the oldest (stories if asked), commits, the database reachable */
+#define SQL_LAST	"(SELECT max(qid) FROM messages)"
+
+/*
+ * pg_stats - claims, queued and the oldest, the greatest QID in byte
+ * order (the qid columns are COLLATE "C"; a story keeps its row for its
+ * ttl, so a QID that left the spool counts until then), stories if asked,
+ * commits, the database reachable
+ */
 static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct pg_store *st = (struct pg_store *) base;
@@ -788,22 +795,24 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	}
 	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
 	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
-			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), "
+			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
 			    PG_ROWS("messages") " FROM messages WHERE queued"
-			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted) "
-			    "FROM messages WHERE queued", NULL, &r, "stats");
+			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST
+			    " FROM messages WHERE queued", NULL, &r, "stats");
 	store_pg_give(st, c);
 	if (err != 0)
 		return err;
 	s->claims = (uint64_t) store_pg_int(r, 0, 0);
 	s->queued = (uint64_t) store_pg_int(r, 0, 1);
 	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
+	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0)
+		err = STORE_EINVAL;
 	if (what & STORE_STATS_STORIES) {
-		s->stories = (uint64_t) store_pg_int(r, 0, 3);
+		s->stories = (uint64_t) store_pg_int(r, 0, 4);
 		s->keys = s->claims;
 	}
 	PQclear(r);
-	return 0;
+	return err;
 }
 
 const struct store_ops store_pg_ops = {
@@ -821,7 +830,6 @@ const struct store_ops store_pg_ops = {
 	.txn_msg_update = store_pg_txn_msg_update,
 	.txn_commit = store_pg_txn_commit,
 	.txn_abort = store_pg_txn_abort,
-	.last_qid = store_pg_last_qid,
 	.nodes_alive = pg_nodes_alive,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,

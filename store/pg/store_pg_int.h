@@ -360,7 +360,6 @@ int store_pg_txn_commit(struct store_txn *t);
 void store_pg_txn_abort(struct store_txn *t);
 
 /* store_pg_queue.c: the spool and delivery */
-int store_pg_last_qid(struct store *st, char qid[STORE_QID_SIZE]);
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_queue_take(struct store *st, int64_t now, size_t max,
 			int (*cb) (void *, const struct store_msg *), void *arg);

@@ -371,23 +371,3 @@ int store_pg_queue_walk(struct store *base, unsigned how,
 	PQclear(rr);
 	return err;
 }
-
-/*
- * store_pg_last_qid - the greatest QID in the store ("" if none), in
- * byte order (the qid columns are COLLATE "C"). Stories keep their rows
- * for their ttl, so a QID that left the spool still counts until then.
- */
-int store_pg_last_qid(struct store *base, char qid[STORE_QID_SIZE])
-{
-	PGresult *r;
-	int err;
-
-	qid[0] = 0;
-	if ((err = store_pg_run((struct pg_store *) base, "SELECT max(qid) FROM messages", NULL, &r,
-		       "last qid")) != 0)
-		return err;
-	if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) && store_pg_qid(r, 0, 0, qid) != 0)
-		err = STORE_EINVAL;
-	PQclear(r);
-	return err;
-}

@@ -458,13 +458,13 @@ static void test_last_qid(void **state)
 			assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
 			store_msg_free(&m);
 		}
-		CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+		CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 		CHECK_STR(steps[i].put ? steps[i].put : "empty store", qid, steps[i].want);
 	}
 	/* dropping the newest message does not lower it */
 	assert_int_equal(store_msg_drop(f->st, "00000000000C1"), 0);
 	fx_reopen(f, TEST_MAP);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("after drop and reopen", qid, "00000000000C1");
 
 	/* nor does delivering it: it leaves the spool through store_msg_update() */
@@ -475,7 +475,7 @@ static void test_last_qid(void **state)
 	store_msg_free(&m);
 	CHECK_INT("delivered: gone", store_msg_load(f->st, "00000000000D", &m), STORE_ENOTFOUND);
 	fx_reopen(f, TEST_MAP);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("after delivery and reopen", qid, "00000000000D");
 }
 

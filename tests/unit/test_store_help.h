@@ -3,7 +3,7 @@
  * (test_store, test_store_lmdb, test_store_pg): a distinct hash per
  * number, a claim, a message with every field owned, spooling one in a
  * transaction, looking a claim up, comparing two messages field by field,
- * the stories' figures.
+ * the stories' figures and the last QID.
  */
 #ifndef TESTS_UNIT_TEST_STORE_HELP_H
 #define TESTS_UNIT_TEST_STORE_HELP_H
@@ -34,6 +34,16 @@ static inline int stories_of(struct store *st, uint64_t *stories, uint64_t *keys
 
 	*stories = s.stories;
 	*keys = s.keys;
+	return err;
+}
+
+/* last_qid_of - store_stats()' greatest QID ever spooled */
+static inline int last_qid_of(struct store *st, char qid[STORE_QID_SIZE])
+{
+	struct store_stats s;
+	int err = store_stats(st, &s, 0);
+
+	strcpy(qid, s.last_qid);
 	return err;
 }
 

@@ -418,7 +418,7 @@ static void test_corrupt_records(void **state)
 		  STORE_EINVAL);
 	CHECK_INT("good message", store_msg_load(f->st, "GOOD00000001", &got), 0);
 	store_msg_free(&got);
-	CHECK_INT("last_qid corrupt", store_last_qid(f->st, qid), STORE_EINVAL);
+	CHECK_INT("last_qid corrupt", last_qid_of(f->st, qid), STORE_EINVAL);
 
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
@@ -752,7 +752,7 @@ static void test_last_qid_in_stories(void **state)
 	store_msg_free(&m);
 	meta_last_qid(f->st, qid);
 	CHECK_STR("meta after an outcome with its story", qid, "");
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("last_qid from the story", qid, "00000000000E");
 
 	/* its story expires: meta keeps the QID from then on */
@@ -761,7 +761,7 @@ static void test_last_qid_in_stories(void **state)
 	meta_last_qid(f->st, qid);
 	CHECK_STR("meta after the story expired", qid, "00000000000E");
 	fx_reopen(f, TEST_MAP);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("last_qid after expiry and reopen", qid, "00000000000E");
 }
 
@@ -852,7 +852,7 @@ static void test_outcome_pages(void **state)
 	CHECK_INT("story of the last", store_story_get(f->st, qid, &story), 0);
 	CHECK_INT("last delivered", story.m.rcpts[0].state, STORE_RCPT_SENT);
 	store_story_free(&story);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	snprintf(m.qid, sizeof(m.qid), "0000000%05d", OLD + MEASURED - 1);
 	CHECK_STR("last_qid", qid, m.qid);
 	CHECK_INT("hist stats", stories_of(f->st, &stories, &keys), 0);
@@ -863,7 +863,7 @@ static void test_outcome_pages(void **state)
 	CHECK_INT("hist stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("stories after expiry", stories, 0);
 	CHECK_INT("claims after expiry", keys, 0);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("last_qid after expiry", qid, m.qid);
 }
 
@@ -1069,7 +1069,7 @@ static void test_staged_corrupt(void **state)
 	store_msg_free(&m);
 	CHECK_INT("corrupt story gone", store_story_get(f->st, "HBAD00000001", &story),
 		  STORE_ENOTFOUND);
-	CHECK_INT("last_qid", store_last_qid(f->st, qid), 0);
+	CHECK_INT("last_qid", last_qid_of(f->st, qid), 0);
 	CHECK_STR("last_qid outlives the corrupt story", qid, "HBAD00000001");
 	gettimeofday(&tv, NULL);
 	CHECK_INT("expire all", store_hist_expire(f->st, (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC,
