@@ -533,18 +533,19 @@ static void *deliver_thread(void *arg)
  */
 static void count_nodes(struct deliver *d)
 {
-	int n, err;
+	struct store_stats s;
 	size_t i;
+	int err;
 
 	if (d->rate == NULL)
 		return;
-	if ((err = store_nodes_alive(d->st, &n)) != 0) {
+	if ((err = store_stats(d->st, &s, 0)) != 0) {
 		msg_debug("delivery: nodes alive not counted: %s", store_strerror(err));
 		return;
 	}
-	deliver_rate_nodes(d->rate, n);
+	deliver_rate_nodes(d->rate, s.nodes);
 	for (i = 0; i < d->c->n_routes; i++)
-		deliver_rate_nodes(d->route_rates[i], n);
+		deliver_rate_nodes(d->route_rates[i], s.nodes);
 }
 
 /* take_one - store_queue_take() callback: leased to this node, due now */

@@ -168,12 +168,6 @@ int store_node_id(struct store *st)
 	return SHARED(st) ? st->node_id : -1;
 }
 
-int store_nodes_alive(struct store *st, int *n)
-{
-	*n = 1;
-	return SHARED(st) ? OPS(st)->nodes_alive(st, n) : 0;
-}
-
 int store_queue_take(struct store *st, int64_t now, size_t max,
 		     int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
@@ -286,9 +280,14 @@ int store_msg_revive(struct store *st, const struct store_msg *m)
 	return SHARED(st) ? OPS(st)->msg_revive(st, m) : STORE_ENOTFOUND;
 }
 
+/* store_stats - the backend's figures; a store of one node has one */
 int store_stats(struct store *st, struct store_stats *s, unsigned what)
 {
-	return OPS(st)->stats(st, s, what);
+	int err = OPS(st)->stats(st, s, what);
+
+	if (!SHARED(st))
+		s->nodes = 1;
+	return err;
 }
 
 int store_queue_walk(struct store *st, unsigned how,

@@ -217,13 +217,6 @@ void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */
  */
 int store_node_id(struct store *st);
 
-/*
- * store_nodes_alive - how many nodes run on the store now, this one
- * included (a shared store: those holding their node's lock); 1 on a
- * store of one node
- */
-int store_nodes_alive(struct store *st, int *n);
-
 /* delivery */
 int store_msg_load(struct store *st, const char *qid, struct store_msg *m);
 void store_msg_free(struct store_msg *m);	/* frees the fields; NULL-safe */
@@ -301,7 +294,9 @@ int store_queue_due(struct store *st, const char *qid, int64_t when);
  * store_stats - the figures, the same for every backend, in one call.
  * queued and oldest: the spool (oldest: the acceptance time of the
  * oldest queued message, 0 if none). last_qid: the greatest QID ever
- * spooled ("" if none), for monotonic QIDs. stories and keys only when what has
+ * spooled ("" if none), for monotonic QIDs. nodes: how many nodes run on
+ * the store now, this one included (a shared store: those holding their
+ * node's lock); 1 on a store of one node. stories and keys only when what has
  * STORE_STATS_STORIES (they may cost a walk of the queue, so a scrape
  * does not ask): how many stories are kept, and claims findable by their
  * key. space: the room a store manages itself (LMDB's map: its size now,
@@ -327,6 +322,7 @@ struct store_stats {
 	uint64_t claims, queued;
 	int64_t oldest;			/* accepted, of the oldest queued message; 0 none */
 	char last_qid[STORE_QID_SIZE];	/* the greatest ever spooled; "" none */
+	int nodes;			/* running on it now */
 	uint64_t stories, keys;		/* STORE_STATS_STORIES only */
 	uint64_t txns;			/* write transactions committed, ever */
 	struct store_space space;

@@ -66,7 +66,6 @@ struct store_ops {
 	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
 
 	/* leases: the nodes that share the queue */
-	int (*nodes_alive) (struct store *st, int *n);	/* shared */
 	int (*queue_take) (struct store *st, int64_t now, size_t max,
 			   int (*cb) (void *arg, const struct store_msg *m), void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */

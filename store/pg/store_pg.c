@@ -740,38 +740,23 @@ static unsigned pg_health(struct store *base)
 }
 
 /*
- * pg_nodes_alive - the nodes alive: those whose node lock (NODE_LOCK, held
- * by a running node's session from its open to its close) is held now.
- * A bigint advisory lock shows in pg_locks as classid (high 32 bits) and
- * objid (low 32 bits).
+ * The nodes alive: those whose node lock (NODE_LOCK, held by a running
+ * node's session from its open to its close) is held now. A bigint
+ * advisory lock shows in pg_locks as classid (high 32 bits) and objid
+ * (low 32 bits).
  */
-static int pg_nodes_alive(struct store *base, int *n)
-{
-	struct pg_store *st = (struct pg_store *) base;
-	PGresult *r;
-	int err;
-
-	err = store_pg_run(st, "SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l"
-			   " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-			   " AND l.database = (SELECT oid FROM pg_database"
-			   " WHERE datname = current_database())"
-			   " AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended("
-			   "'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0))",
-			   NULL, &r, "nodes alive");
-	if (err != 0)
-		return err;
-	*n = (int) store_pg_int(r, 0, 0);
-	PQclear(r);
-	return 0;
-}
-
+#define SQL_NODES	"(SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l" \
+	" WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1" \
+	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+	" AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(" \
+	"'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0)))"
 #define SQL_LAST	"(SELECT max(qid) FROM messages)"
 
 /*
  * pg_stats - claims, queued and the oldest, the greatest QID in byte
  * order (the qid columns are COLLATE "C"; a story keeps its row for its
- * ttl, so a QID that left the spool counts until then), stories if asked,
- * commits, the database reachable
+ * ttl, so a QID that left the spool counts until then), the nodes alive,
+ * stories if asked, commits, the database reachable
  */
 static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 {
@@ -796,9 +781,9 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
 	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
 			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
-			    PG_ROWS("messages") " FROM messages WHERE queued"
-			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST
-			    " FROM messages WHERE queued", NULL, &r, "stats");
+			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"
+			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
+			    SQL_NODES " FROM messages WHERE queued", NULL, &r, "stats");
 	store_pg_give(st, c);
 	if (err != 0)
 		return err;
@@ -807,8 +792,9 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
 	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0)
 		err = STORE_EINVAL;
+	s->nodes = (int) store_pg_int(r, 0, 4);
 	if (what & STORE_STATS_STORIES) {
-		s->stories = (uint64_t) store_pg_int(r, 0, 4);
+		s->stories = (uint64_t) store_pg_int(r, 0, 5);
 		s->keys = s->claims;
 	}
 	PQclear(r);
@@ -830,7 +816,6 @@ const struct store_ops store_pg_ops = {
 	.txn_msg_update = store_pg_txn_msg_update,
 	.txn_commit = store_pg_txn_commit,
 	.txn_abort = store_pg_txn_abort,
-	.nodes_alive = pg_nodes_alive,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,
 	.queue_due = store_pg_queue_due,

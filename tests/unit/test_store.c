@@ -33,6 +33,7 @@ static void test_open_reopen(void **state)
 	CHECK_INT("stats claims", s.claims, 3);
 	CHECK_INT("stats queued", s.queued, 0);
 	CHECK_INT("stats: no oldest", s.oldest, 0);
+	CHECK_INT("stats: one node, this one", s.nodes, 1);
 	store_close(NULL);
 }
 
