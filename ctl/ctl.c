@@ -459,16 +459,14 @@ static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel
 static void reply_qids(const char *reply, const char *name, const char *sep, const char *after,
 		       struct buf *out)
 {
-	const char *p, *q, *end;
+	const char *p, *q;
 	size_t len;
 
 	if (json_get(reply, name, &p, &len) != 0)
 		return;
-	for (end = p + len; (p = memchr(p, '"', (size_t) (end - p))) != NULL; p = q + 1) {
-		if ((q = memchr(p + 1, '"', (size_t) (end - p - 1))) == NULL)
-			return;
-		buf_printf(out, "%s%.*s%s", out->len ? sep : "", (int) (q - p - 1), p + 1, after);
-	}
+	while (json_next(&p, &q, &len) == 0)
+		if (*q == '"')
+			buf_printf(out, "%s%.*s%s", out->len ? sep : "", (int) len - 2, q + 1, after);
 }
 
 /* print_list - each QID of a reply's list, one line each, then how many */

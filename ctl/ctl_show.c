@@ -393,54 +393,37 @@ static int stats_end(const char *unread)
 
 /*
  * print_group - an upstream group's limits (an object of the daemon's reply,
- * len octets): rate, concurrency, throttling; of the route named, or of the
- * default upstream (route NULL), which says the nodes sharing its rate too
+ * len octets): rate, concurrency, throttling; of a route (route 1: the
+ * route it names, passed over if none), or of the default upstream, which
+ * says the nodes sharing its rate too
  */
-static void print_group(const char *o, size_t len, const char *route)
+static void print_group(const char *o, size_t len, int route)
 {
-	char j[512], shared[64] = "";
+	char j[512], shared[64] = "", name[72];
 	long long conc = 0, sessions = 0, nodes = 1, episodes = 0;
 	const char *rate = NULL;
 	size_t rlen = 0;
 	int throttled = 0;
 
 	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), o);
+	if (route && json_get_str(j, "route", name, sizeof(name)) != 0)
+		return;
 	json_get_int(j, "concurrency", &conc);
 	json_get_int(j, "sessions", &sessions);
 	json_get_int(j, "throttle_episodes", &episodes);
 	json_get_bool(j, "throttled", &throttled);
 	if (json_get(j, "rate", &rate, &rlen) != 0 || (rlen == 3 && strncmp(rate, "0.0", 3) == 0))
 		rate = NULL;
-	if (route == NULL) {
+	if (!route) {
 		json_get_int(j, "nodes", &nodes);
 		snprintf(shared, sizeof(shared), ", %lld node%s sharing upstream.rate", nodes,
 			 nodes == 1 ? "" : "s");
 	}
 	printf("%-13s%s%srate %s%.*s%s, concurrency %lld (%lld running)%s, %s (%lld episode%s"
-	       " since start)\n", route ? "route" : "upstream", route ? route : "",
+	       " since start)\n", route ? "route" : "upstream", route ? name : "",
 	       route ? ": " : "", rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "",
 	       rate ? "/s" : "", conc, sessions, shared, throttled ? "THROTTLED" : "not throttled",
 	       episodes, episodes == 1 ? "" : "s");
-}
-
-/* print_routes - each route's upstream group (the reply's array, len octets) */
-static void print_routes(const char *a, size_t len)
-{
-	const char *p = a, *end = a + len, *o, *v;
-	char j[512], name[72];
-	size_t olen, vlen;
-
-	while ((o = memchr(p, '{', (size_t) (end - p))) != NULL) {
-		if ((p = memchr(o, '}', (size_t) (end - o))) == NULL)
-			return;
-		olen = (size_t) (++p - o);
-		snprintf(j, sizeof(j), "%.*s", (int) (olen < sizeof(j) - 1 ? olen : sizeof(j) - 1),
-			 o);
-		if (json_get(j, "route", &v, &vlen) != 0 || vlen < 2)
-			continue;
-		snprintf(name, sizeof(name), "%.*s", (int) (vlen - 2), v + 1);
-		print_group(o, olen, name);
-	}
 }
 
 /* ctl_stats - store figures, and the daemon's counters when it runs */
@@ -568,9 +551,9 @@ daemon:
 
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
 		if (dup_)
-			print_group(dup_, ulen, NULL);
-		if (droutes)
-			print_routes(droutes, rolen);
+			print_group(dup_, ulen, 0);
+		while (droutes && json_next(&droutes, &p, &ulen) == 0)	/* each route's */
+			print_group(p, ulen, 1);
 		printf("since start ");
 		for (p = counters; p < counters + clen; p++)
 			if (*p != '{' && *p != '}' && *p != '"')

@@ -188,6 +188,22 @@ int json_get(const char *json, const char *name, const char **val, size_t *len)
 	}
 }
 
+/* json_next - the next element of an array whose text *at walks */
+int json_next(const char **at, const char **val, size_t *len)
+{
+	const char *p = ws(*at), *v;
+
+	if (*p != '[' && *p != ',')
+		return -1;
+	p = ws(p + 1);
+	if ((v = skip_value(p, 1)) == NULL)
+		return -1;
+	*val = p;
+	*len = (size_t) (v - p);
+	*at = v;
+	return 0;
+}
+
 /* put_utf8 - one code point */
 static size_t put_utf8(char *o, unsigned c)
 {

@@ -28,6 +28,8 @@ void json_error(struct buf *b, const char *fmt, ...) __attribute__((format(print
 
 /* json_get - the raw text of a top-level member; 0, or -1 if absent or malformed */
 int json_get(const char *json, const char *name, const char **val, size_t *len);
+/* json_next - the next element of the array at *at (from '['; moved past it): 0, or -1 */
+int json_next(const char **at, const char **val, size_t *len);
 /* typed readers: 0, or -1 if absent or of another type */
 int json_get_str(const char *json, const char *name, char *out, size_t outlen);
 int json_get_int(const char *json, const char *name, long long *v);

@@ -281,7 +281,7 @@ static void test_json_read(void **state)
 	const char *j = "{\"ok\":true, \"nested\":{\"error\":\"not me\",\"a\":[1,{\"b\":2}]},"
 	    "\"error\":\"unknown QID \\\"X\\\" \\u00e9\",\"claims\":12,\"neg\":-3,"
 	    "\"qids\":[\"A\",\"B\"],\"off\":false}";
-	const char *v;
+	const char *v, *e;
 	size_t len;
 	char s[64];
 	long long n;
@@ -301,6 +301,18 @@ static void test_json_read(void **state)
 	assert_int_equal(json_get(j, "qids", &v, &len), 0);
 	assert_int_equal(len, 9);
 	assert_memory_equal(v, "[\"A\",\"B\"]", 9);
+	/* the elements of an array, whole values (nested ones too), then its end */
+	assert_int_equal(json_get(j, "nested", &v, &len), 0);
+	assert_int_equal(json_get(v, "a", &v, &len), 0);
+	assert_int_equal(json_next(&v, &e, &len), 0);
+	assert_int_equal(len, 1);
+	assert_memory_equal(e, "1", 1);
+	assert_int_equal(json_next(&v, &e, &len), 0);
+	assert_int_equal(len, 7);
+	assert_memory_equal(e, "{\"b\":2}", 7);
+	assert_int_equal(json_next(&v, &e, &len), -1);
+	v = "[ ]";
+	assert_int_equal(json_next(&v, &e, &len), -1);
 	assert_int_equal(json_get(j, "b", &v, &len), -1);		/* nested only */
 	assert_int_equal(json_get_int(j, "error", &n), -1);	/* wrong type */
 	assert_int_equal(json_get_str(j, "claims", s, sizeof(s)), -1);
