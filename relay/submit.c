@@ -56,10 +56,10 @@ struct submission {
 	struct commit_req req;
 	struct conn *c;			/* not owned */
 	/* for the log lines, as they were at the end of DATA (a pipelined EHLO may follow) */
-	char *key;			/* owned: the key, NULL if none */
 	enum keys_source source;
-	char *message_id;		/* owned: printable, NULL if none */
-	char *helo;			/* owned */
+	char key[KEYS_MAX_LEN + 1];	/* "" if none */
+	char message_id[KEYS_MSGID_LOG + 1];	/* printable, "" if none */
+	char helo[256];			/* the part logged */
 	int esmtp;
 	int64_t t0;			/* end of DATA, for the accept latency */
 	size_t long_lines;		/* lines over 998 octets as received */
@@ -73,9 +73,6 @@ static void req_free(struct commit_req *req)
 	if (req == NULL)
 		return;
 	store_msg_free(&req->msg);
-	free(((struct submission *) req)->key);
-	free(((struct submission *) req)->message_id);
-	free(((struct submission *) req)->helo);
 	free(req->hashes);
 	free(req->claimed);
 	free((struct submission *) req);
@@ -121,7 +118,8 @@ static size_t count_rcpts(const uint8_t *claimed, size_t n, int want)
 /* log_key - " key=K (source)" */
 static void log_key(struct buf *b, const struct submission *sub)
 {
-	buf_printf(b, " key=%s (%s)", sub->key ? sub->key : "none", keys_source_name(sub->source));
+	buf_printf(b, " key=%s (%s)", sub->source != KEYS_NONE ? sub->key : "none",
+		   keys_source_name(sub->source));
 }
 
 /*
@@ -130,7 +128,7 @@ static void log_key(struct buf *b, const struct submission *sub)
  */
 static void log_client(struct buf *b, const struct submission *sub, int key)
 {
-	buf_printf(b, "%s: client=unknown[%s] helo=<%.255s>", sub->req.msg.qid, sub->c->addr,
+	buf_printf(b, "%s: client=unknown[%s] helo=<%s>", sub->req.msg.qid, sub->c->addr,
 		   sub->helo);
 	if (key)
 		log_key(b, sub);
@@ -176,7 +174,7 @@ static void log_queued(const struct submission *sub)
 		buf_printf(&line, " shadow=duplicate-of-%s", req->orig_qid);
 	msg_info("%s", line.data);
 	/* as Postfix's cleanup: find a message from what the application knows */
-	if (sub->message_id)
+	if (sub->message_id[0])
 		msg_info_as("cleanup", "%s: message-id=<%s>", req->msg.qid, sub->message_id);
 	msg_info_as("qmgr", "%s: from=<%s>, size=%zu, nrcpt=%zu (queue active)",
 		    req->msg.qid, req->msg.from, req->msg.data_len,
@@ -286,10 +284,10 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	size_t i, j;
 
 	sub->c = c;
-	sub->key = kr->source != KEYS_NONE ? xstrdup(kr->key) : NULL;
 	sub->source = kr->source;
-	sub->message_id = kr->message_id[0] ? xstrdup(kr->message_id) : NULL;
-	sub->helo = xstrdup(smtp_session_helo(c->s));
+	memcpy(sub->key, kr->key, sizeof(sub->key));
+	memcpy(sub->message_id, kr->message_id, sizeof(sub->message_id));
+	snprintf(sub->helo, sizeof(sub->helo), "%s", smtp_session_helo(c->s));
 	sub->esmtp = smtp_session_esmtp(c->s);
 	req->ctx = sub;
 	req->done = commit_done;
