@@ -244,13 +244,14 @@ size_t smtp_session_data_len(const struct smtp_session *s);
  */
 enum smtp_xtext { SMTP_XTEXT_STRICT, SMTP_XTEXT_LENIENT };
 
-/* smtp_xtext_decode - append in[0..len) decoded to out: 0, or -1 (STRICT; out partial) */
+/* smtp_xtext_decode - append in[0..len) decoded to out (NULL: check only): 0, or -1 (STRICT) */
 int smtp_xtext_decode(struct buf *out, const char *in, size_t len, enum smtp_xtext how);
 
 /*
  * smtp_orcpt_split - "addr-type;xtext" (RFC 3461 4.2) as its type (before
  * the first ";", not empty; STRICT: atext, and an xtext follows) and its
- * decoded address, both owned by the caller. 0, or -1 (nothing set).
+ * decoded address, both owned by the caller (type and addr NULL: checked
+ * only, nothing allocated). 0, or -1 (nothing set).
  */
 int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type, char **addr);
 

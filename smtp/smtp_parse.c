@@ -352,7 +352,8 @@ int smtp_xtext_decode(struct buf *out, const char *in, size_t len, enum smtp_xte
 		} else if (how == SMTP_XTEXT_STRICT && (c == '+' || c < 33 || c > 126 || c == '=')) {
 			return -1;
 		}
-		buf_putc(out, (char) c);
+		if (out)
+			buf_putc(out, (char) c);
 	}
 	return 0;
 }
@@ -367,10 +368,12 @@ int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type
 		if (how == SMTP_XTEXT_STRICT && !smtp_atext((unsigned char) v[i]))
 			return -1;
 	if (i == 0 || i == len || (how == SMTP_XTEXT_STRICT && i + 1 == len)
-	    || smtp_xtext_decode(&dec, v + i + 1, len - i - 1, how) < 0) {
+	    || smtp_xtext_decode(type ? &dec : NULL, v + i + 1, len - i - 1, how) < 0) {
 		buf_free(&dec);
 		return -1;
 	}
+	if (type == NULL)
+		return 0;
 	*type = xstrndup(v, i);
 	*addr = xstrndup(dec.data ? dec.data : "", dec.len);
 	buf_free(&dec);
@@ -501,12 +504,8 @@ static int smtp_param_notify(struct smtp_param_ctx *c, const char *v, size_t len
 /* smtp_param_orcpt - ORCPT=addr-type;xtext (RFC 3461 4.2), kept encoded */
 static int smtp_param_orcpt(struct smtp_param_ctx *c, const char *v, size_t len)
 {
-	char *type, *addr;
-
-	if (len > SMTP_ORCPT_MAX || smtp_orcpt_split(v, len, SMTP_XTEXT_STRICT, &type, &addr) < 0)
+	if (len > SMTP_ORCPT_MAX || smtp_orcpt_split(v, len, SMTP_XTEXT_STRICT, NULL, NULL) < 0)
 		return smtp_param_bad(c, "ORCPT");
-	free(type);
-	free(addr);
 	c->rcpt->orcpt = xstrndup(v, len);
 	return 0;
 }
