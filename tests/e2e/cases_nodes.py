@@ -372,6 +372,70 @@ def pg_multi_url(clusters, db):
     return pgcluster.multi_url(clusters, db, connect_timeout=2)
 
 
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_failover_commit_id_reused(t):
+    """The primary hangs (SIGSTOP) while a keyed batch's COMMIT waits for the
+    stopped synchronous standby: written there, never replicated. The standby is
+    promoted without it, and there the batch's transaction id, which the node
+    read with its key locks, is made another transaction's, committed. The node
+    gives the COMMIT up and reads the id's status on the new primary: committed.
+    Its rows are not there, so the reply is 451 and the batch voided (1324c88):
+    trusting the status answered 250 for a message that exists nowhere. A retry
+    of the key is then a new message, delivered once.
+
+    The node reaches each server through a proxy (one URL naming both,
+    target_session_attrs=read-write): the primary's drops the node's other
+    connections when it hangs (the committing one spared, so its COMMIT waits
+    as it would), and the standby's holds every connection until the reused id
+    is committed there, so the node's first answer from it is the collision."""
+    pg = t.pg_cluster(standby=True)
+    sb = pg.standbys[0]
+    db = t.pg_database(pg).rsplit("/", 1)[1]
+    pp, sp = t.pg_proxy(pg), t.pg_proxy(sb)
+    sp.cut(hold=True)               # nothing reaches the standby until it is ready
+    url = "postgresql://%s@127.0.0.1:%d,127.0.0.1:%d/%s?connect_timeout=2&" \
+          "target_session_attrs=read-write" % (pgcluster.ROLE, pp.port, sp.port, db)
+    sink = t.sink()
+    d = t.daemon(sink, {"store": {"url": url}}, node="a")
+    warm = retry_submit([d], "warm@example.com", make_msg(key="reused-warm"), deadline=20)[0]
+    wait_until(lambda: pg.sql("SELECT count(*) FROM messages WHERE queued", db) == "0", 15,
+               "the warm-up message delivered and its outcome written")
+    sb.stop()
+    msg = make_msg(key="reused-id", subject="reused id")
+    got = []
+    th = threading.Thread(target=lambda: got.append(_try_submit(d.port, msg)), daemon=True)
+    th.start()
+    try:
+        row = wait_until(lambda: pg.sql(
+            "SELECT client_port, backend_xid::text FROM pg_stat_activity WHERE datname = '%s' "
+            "AND wait_event = 'SyncRep'" % db), 15, "the batch's COMMIT to wait for the standby")
+        check("\n" not in row, "more than one commit waits for the standby: %r" % row)
+        port, xid = (int(v) for v in row.split("|"))
+        pg.freeze()
+        pp.cut(spare=port)          # the others dropped; new ones hang there as on the primary
+        sb.forget_primary().start()
+        sb.promote()
+        # a fresh cluster is in epoch 0: the 32-bit id is the xid8; each turn commits one id
+        sb.sql("DO $$ BEGIN WHILE pg_current_xact_id() < '%d'::xid8 LOOP COMMIT; END LOOP; "
+               "END $$" % xid)
+        eq(sb.sql("SELECT pg_xact_status('%d'::xid8)" % xid), "committed",
+           "the batch's id %d on the promoted standby" % xid)
+        sp.heal()
+        th.join(45)
+    finally:
+        pg.kill9()
+    check(got and isinstance(got[0], tuple), "no reply to the batch: %r" % got)
+    eq(got[0][0], 451, "the reply to a batch whose id is another transaction's: %r" % (got[0],))
+    check(d.log_lines("reads as committed, but its messages cannot be read back"),
+          "the node did not read the reused id as committed: %r" % d.log_lines("store:"))
+    wait_until(lambda: sb.sql("SELECT count(*) FROM voids", db) == "0", 20,
+               "the void to be settled", interval=0.5)
+    q = retry_submit([d], "x@example.com", msg, deadline=30)[0]
+    check_exactly_once([sink], [warm, q], timeout=30, what="after the failover")
+    eq(len(sink.accepted(lambda r: "x@example.com" in r["to"])), 1,
+       "copies of the reused id's message delivered")
+
+
 @case(timeout=150, stores=PG_ONLY)
 def test_nodes_postgresql_stopped(t):
     """PostgreSQL stops: the nodes answer 451 4.3.0 at the end of DATA (nothing

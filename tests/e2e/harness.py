@@ -613,6 +613,14 @@ class Proxy:
         return url.replace(old, "127.0.0.1:%d/" % self.port)
 
     @staticmethod
+    def _port(sock):
+        """_port - a socket's own port, or None once it is closed"""
+        try:
+            return sock.getsockname()[1]
+        except OSError:
+            return None
+
+    @staticmethod
     def _reset(sock):
         """_reset - close with an RST (SO_LINGER 0), not a FIN"""
         try:
@@ -747,11 +755,12 @@ class Proxy:
             self.muted = False
         threading.Thread(target=later, daemon=True).start()
 
-    def cut(self, refuse=False, hold=False, freeze=False, drain=0):
+    def cut(self, refuse=False, hold=False, freeze=False, drain=0, spare=None):
         """cut - drop every connection now and black-hole (refuse, hold) new ones;
         how many were dropped. freeze: drop none and move nothing, hold new ones;
         drain: the replies stop first, the rest drop drain seconds later (see
-        the class)"""
+        the class); spare: the port the server sees as the client's
+        (pg_stat_activity's client_port) of one connection left as it is"""
         with self.lock:
             self.mode = "refuse" if refuse else "hold" if hold or freeze else "blackhole"
             if freeze:
@@ -761,7 +770,7 @@ class Proxy:
             self.muted = True
             time.sleep(drain)
         with self.lock:
-            pairs = list(self.pairs)
+            pairs = [p for p in self.pairs if spare is None or self._port(p[1]) != spare]
             self.dropped += len(pairs)
         for pair in pairs:
             for x in pair:

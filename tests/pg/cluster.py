@@ -12,6 +12,7 @@ SYNOPSIS
     url = pg.new_database()                 # postgresql://idemrelay@127.0.0.1:PORT/DB
     sb = pg.add_standby()                   # synchronous streaming standby
     pg.kill9(); sb.promote()
+    pg.freeze()                             # SIGSTOP: hangs, connections open
     url = cluster.multi_url([pg, sb], db)   # ...?target_session_attrs=read-write
     pb = cluster.Bouncer(pg, "session").start()   # PgBouncer in front of pg
     url = pb.url_of(url)                    # the same database through it
@@ -33,7 +34,10 @@ DESCRIPTION
     serves a whole run). add_standby() makes a streaming standby with
     pg_basebackup -R and names it in the primary's
     synchronous_standby_names, so a commit the primary acknowledged is on
-    both; promote() makes it the primary (pg_ctl promote).
+    both; promote() makes it the primary (pg_ctl promote), after
+    forget_primary() if its primary is gone. freeze() stops a server and
+    its backends where they are (SIGSTOP): a machine that hangs, its
+    connections open and unanswered, until kill9().
 
     Bouncer runs PgBouncer (Debian: apt-get install pgbouncer) in front
     of a server, as operators put it between the nodes and PostgreSQL: a
@@ -415,6 +419,19 @@ class Cluster(Server):
                 except FileNotFoundError:
                     pass
 
+    def freeze(self):
+        """freeze - the server and its backends stopped (SIGSTOP) where they are, as
+        a machine that hangs: connections stay open, nothing answers; kill9() ends it"""
+        pid = postmaster_pid(self.data)
+        if not pid or not alive(pid):
+            raise ClusterError("%s: no server to freeze" % self.name)
+        os.kill(pid, signal.SIGSTOP)        # first: it forks nothing more
+        for p in children_of(pid):
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
     def configure(self, **settings):
         """configure - settings into postgresql.conf (a later line wins); those that
         need it take effect at the next restart()"""
@@ -478,6 +495,14 @@ class Cluster(Server):
                                     % sb.name) == want,
                    timeout, "%s streaming (%s) from %s" % (sb.name, want, self.name), 0.1)
         return sb
+
+    def forget_primary(self):
+        """forget_primary - this standby, stopped, will not stream from its primary
+        when started again (primary_conninfo emptied where pg_basebackup -R wrote it:
+        postgresql.auto.conf, read last); it replays what it has and can be promoted"""
+        with open(os.path.join(self.data, "postgresql.auto.conf"), "a") as f:
+            f.write("primary_conninfo = ''\n")
+        return self
 
     def promote(self, timeout=START_TIMEOUT):
         """promote - this standby becomes a primary (pg_ctl promote) and takes writes"""
