@@ -183,7 +183,7 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 	b.next_attempt = now;
 	b.ttl = (int64_t) d->c->store.key_ttl * 1000000;	/* its story's, like any other's */
 
-	if ((err = store_txn_begin(d->st, &t)) == 0) {
+	if ((err = store_txn_begin(d->st, NULL, 0, &t)) == 0) {
 		store_txn_msg_put(t, &b);
 		err = store_txn_commit(t);
 	}

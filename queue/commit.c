@@ -194,49 +194,34 @@ static int commit_op_alone(struct commit *cm, struct commit_op *op)
 	struct store_txn *t;
 	int err;
 
-	if ((err = store_txn_begin(cm->st, &t)) != 0)
+	if ((err = store_txn_begin(cm->st, NULL, 0, &t)) != 0)
 		return err;
 	op->fn(t, op->arg);
 	return store_txn_commit(t);
 }
 
 /*
- * commit_keys - tell the store every key the batch will claim, before the
- * first claim is read: a shared store locks them in one order, so racing
- * batches on other nodes serialise on a key and never deadlock
+ * commit_batch - one transaction for the whole batch; 0 or a STORE_E*
+ * code. It begins with every key the batch will claim: a shared store
+ * locks them in one order, so racing batches on other nodes serialise on
+ * a key and never deadlock.
  */
-static void commit_keys(struct store_txn *t, const struct commit_req *batch)
-{
-	uint8_t (*keys)[STORE_HASH_LEN] = NULL;
-	const struct commit_req *req;
-	size_t n = 0, cap = 0;
-
-	for (req = batch; req; req = req->next) {
-		if (req->hashes == NULL)
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			keys = xrealloc(keys, cap * sizeof(*keys));
-		}
-		memcpy(keys[n++], req->keyhash, STORE_HASH_LEN);
-	}
-	if (n > 0)
-		store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) keys, n);
-	free(keys);
-}
-
-/* commit_batch - one transaction for the whole batch; 0 or a STORE_E* code */
 static int commit_batch(struct commit *cm, struct commit_req *batch, struct commit_op *ops)
 {
+	struct buf keys = BUF_INIT;
 	struct store_txn *t;
 	struct commit_req *req;
 	int64_t now = clock_us(), n = 0;
 	int err;
 
-	if ((err = store_txn_begin(cm->st, &t)) != 0)
+	for (req = batch; req; req = req->next)
+		if (req->hashes)
+			buf_append(&keys, req->keyhash, STORE_HASH_LEN);
+	err = store_txn_begin(cm->st, (const uint8_t (*)[STORE_HASH_LEN]) keys.data,
+			      keys.len / STORE_HASH_LEN, &t);
+	buf_free(&keys);
+	if (err != 0)
 		return err;
-	if (store_caps(cm->st) & STORE_CAP_SHARED)	/* one writer has nothing to lock */
-		commit_keys(t, batch);
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
 	for (; ops && store_txn_error(t) == 0; ops = ops->next)

@@ -84,15 +84,10 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 	return OPS(st)->claims_get(st, keyhash, hashes, n, now, claims, found);
 }
 
-int store_txn_begin(struct store *st, struct store_txn **out)
+int store_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		    struct store_txn **out)
 {
-	return OPS(st)->txn_begin(st, out);
-}
-
-void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
-{
-	if (t->err == 0 && (TOPS(t)->caps & STORE_CAP_SHARED))
-		TOPS(t)->txn_keys(t, keyhashes, n);
+	return OPS(st)->txn_begin(st, keys, n, out);
 }
 
 /* step - may a step of t run: none failed before, and its arguments are valid (else t fails) */
@@ -207,7 +202,7 @@ static int alone(struct store *st, const struct store_msg *m, const char *qid, i
 	struct store_txn *t;
 	int err;
 
-	if ((err = store_txn_begin(st, &t)) != 0)
+	if ((err = store_txn_begin(st, NULL, 0, &t)) != 0)
 		return err;
 	t->bare = bare;
 	if (m)
@@ -249,7 +244,7 @@ int store_msg_update_many(struct store *st, struct store_msg *const *m, size_t n
 	size_t i;
 	int bad = 0;
 
-	if (n > 1 && store_txn_begin(st, &t) == 0) {
+	if (n > 1 && store_txn_begin(st, NULL, 0, &t) == 0) {
 		for (i = 0; i < n; i++)
 			store_txn_msg_update(t, m[i]);
 		if (store_txn_commit(t) == 0) {

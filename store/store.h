@@ -134,7 +134,7 @@ const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
  * store_caps - what the backend declares it can do, STORE_CAP_* bits.
  * STORE_CAP_SHARED: several nodes accept into it and deliver from it:
  * node numbers, leases, a queue they take from, keys locked in one order
- * (store_txn_keys); without it those calls do nothing. STORE_CAP_LOCAL_READS:
+ * (store_txn_begin); without it those calls do nothing. STORE_CAP_LOCAL_READS:
  * a read never waits on the network, so the event loop may read (answer
  * a duplicate itself, store_claims_get) instead of leaving it to the writer.
  * STORE_CAP_OWN_SPACE: it manages room of its own on this node (LMDB's
@@ -182,16 +182,16 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found);
 
-/* write transactions: begin, steps with sticky error, commit (fsync) or abort */
-int store_txn_begin(struct store *st, struct store_txn **out);
 /*
- * store_txn_keys - the keys a batch is about to claim, before its first
- * store_txn_claim_get(): a shared store locks them in one order (racing
+ * write transactions: begin, steps with sticky error, commit (fsync) or
+ * abort. keys (n of them; NULL, 0: none said): the keys the transaction
+ * is about to claim under; a shared store locks them in one order (racing
  * batches on other nodes never deadlock) and reads their claims in one
- * round trip. Optional for the caller; a no-op without STORE_CAP_SHARED
- * (one writer).
+ * round trip, a failure being the transaction's sticky error; a store of
+ * one writer has nothing to lock.
  */
-void store_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
+int store_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		    struct store_txn **out);
 /* a claim is filed under its key's index hash, then its own hash; live as store_rule.c says */
 int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now,

@@ -42,9 +42,8 @@ struct store_ops {
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 			   struct store_claim *claims, int *found);
-	int (*txn_begin) (struct store *st, struct store_txn **out);
-	void (*txn_keys) (struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN],
-			  size_t n);	/* shared */
+	int (*txn_begin) (struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+			  struct store_txn **out);
 	int (*txn_claim_get) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			      const uint8_t hash[STORE_HASH_LEN], int64_t now,
 			      struct store_claim *c);

@@ -95,7 +95,8 @@ void lmdb_close(struct store *base);
 int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found);
-int lmdb_txn_begin(struct store *base, struct store_txn **out);
+int lmdb_txn_begin(struct store *base, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		   struct store_txn **out);
 int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
 void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],

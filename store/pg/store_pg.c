@@ -808,7 +808,6 @@ const struct store_ops store_pg_ops = {
 	.health = pg_health,
 	.claims_get = store_pg_claims_get,
 	.txn_begin = store_pg_txn_begin,
-	.txn_keys = store_pg_txn_keys,
 	.txn_claim_get = store_pg_txn_claim_get,
 	.txn_claim_put = store_pg_txn_claim_put,
 	.txn_msg_put = store_pg_txn_msg_put,

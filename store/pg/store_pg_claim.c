@@ -242,11 +242,8 @@ out:
 }
 
 /* store_pg_txn_keys - lock the batch's keys in one order and read their claims */
-void store_pg_txn_keys(struct store_txn *base, const uint8_t (*keyhashes)[STORE_HASH_LEN],
-		       size_t n)
+void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
 {
-	struct pg_txn *t = (struct pg_txn *) base;
-
 	if (n > 0)
 		keys_load(t, keyhashes, n);
 }

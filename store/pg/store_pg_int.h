@@ -347,8 +347,9 @@ void store_pg_commit_sent(PGconn *c);	/* a commit's pipeline is sent: nothing */
 int store_pg_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 			struct store_claim *claims, int *found);
-int store_pg_txn_begin(struct store *st, struct store_txn **out);
-void store_pg_txn_keys(struct store_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
+int store_pg_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		       struct store_txn **out);
+void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
 int store_pg_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
 void store_pg_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

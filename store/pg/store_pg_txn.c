@@ -251,8 +251,12 @@ struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const c
 	return s;
 }
 
-/* store_pg_txn_begin - a transaction with a connection of the pool, nothing sent */
-int store_pg_txn_begin(struct store *base, struct store_txn **out)
+/*
+ * store_pg_txn_begin - a transaction with a connection of the pool;
+ * nothing sent unless keys are given (store_pg_txn_keys())
+ */
+int store_pg_txn_begin(struct store *base, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		       struct store_txn **out)
 {
 	struct pg_txn *t;
 	PGconn *c;
@@ -266,6 +270,7 @@ int store_pg_txn_begin(struct store *base, struct store_txn **out)
 	t->st = (struct pg_store *) base;
 	t->c = c;
 	*out = &t->base;
+	store_pg_txn_keys(t, keys, n);
 	return 0;
 }
 

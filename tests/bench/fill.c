@@ -143,7 +143,7 @@ static int fill_aged(struct store *st, long n, long batch, long size, long ttl, 
 	for (i = 0; i < n; i += batch) {
 		struct store_txn *t;
 
-		if ((rc = store_txn_begin(st, &t)) != 0) {
+		if ((rc = store_txn_begin(st, NULL, 0, &t)) != 0) {
 			fprintf(stderr, "fill: begin: %s\n", store_strerror(rc));
 			return 1;
 		}
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < n && !aged; i += batch) {
 		struct store_txn *t;
 
-		if ((rc = store_txn_begin(st, &t)) != 0) {
+		if ((rc = store_txn_begin(st, NULL, 0, &t)) != 0) {
 			fprintf(stderr, "fill: begin: %s\n", store_strerror(rc));
 			return 1;
 		}

@@ -59,7 +59,7 @@ static void test_claims(void **state)
 	struct store_txn *t;
 	char what[64];
 
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	for (i = 0; i < n; i++) {
 		hash_of(h[i], cases[i].hash);
 		if (cases[i].want < 0)
@@ -95,7 +95,7 @@ static void test_txn_sees_own_claims(void **state)
 
 	hash_of(h, 7);
 	claim_of(&c, "AAAAAAAAAAAA", 9, NOW + SEC);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	CHECK_INT("before put", store_txn_claim_get(t, KH, h, NOW, &got), STORE_ENOTFOUND);
 	store_txn_claim_put(t, KH, h, &c);
 	CHECK_INT("after put", store_txn_claim_get(t, KH, h, NOW, &got), 0);
@@ -127,7 +127,7 @@ static void test_batch_claims_order(void **state)
 	msg_new(&b, "ORDER0000002", 1, 10);
 	hash_of(h1, 31);
 	hash_of(h2, 32);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_put(t, &a);
 	claim_of(&c, a.qid, 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h1, &c);
@@ -493,7 +493,7 @@ static void test_bad_arguments(void **state)
 	free(m.from);
 	m.from = NULL;
 	hash_of(h, hash);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_put(t, &m);
 	CHECK_INT("sticky after NULL from", store_txn_error(t), STORE_EINVAL);
 	claim_of(&c, m.qid, 1, NOW + SEC);
@@ -505,17 +505,17 @@ static void test_bad_arguments(void **state)
 	CHECK_INT("nothing spooled", store_msg_load(f->st, m.qid, &got), STORE_ENOTFOUND);
 
 	/* QID too long, empty claim QID, no recipients, same QID twice */
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	memset(m.qid, 'Q', sizeof(m.qid));
 	store_txn_msg_put(t, &m);
 	CHECK_INT("long qid", store_txn_commit(t), STORE_EINVAL);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	claim_of(&c, "", 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h, &c);
 	CHECK_INT("empty claim qid", store_txn_commit(t), STORE_EINVAL);
 	strcpy(m.qid, "BADARG000001");
 	m.n_rcpts = 0;
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_put(t, &m);
 	CHECK_INT("no recipients", store_txn_commit(t), STORE_EINVAL);
 	m.n_rcpts = 1;

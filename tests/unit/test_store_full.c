@@ -58,7 +58,7 @@ static int accept_one(struct store *st, int i, size_t len, int room)
 	c.accepted = NOW;
 	c.expires = NOW + m.ttl;
 	memcpy(h, &i, sizeof(i));
-	if ((rc = store_txn_begin(st, &t)) == 0) {
+	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
 		if (room)
 			store_txn_room(t, &m, 1);
 		store_txn_msg_put(t, &m);

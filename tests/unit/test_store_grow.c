@@ -97,7 +97,7 @@ static int put_msg(struct store *st, int i, size_t len)
 	m.data = xmalloc(len);
 	memset(m.data, 'a' + i % 26, len);
 	m.data_len = len;
-	if ((rc = store_txn_begin(st, &t)) == 0) {
+	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
 		store_txn_msg_put(t, &m);
 		rc = store_txn_commit(t);
 	}
@@ -344,7 +344,7 @@ static void test_health_upkeep(void **state)
 
 	lmdb_break(lmdb_of(f->st), "a test's failed sync");
 	CHECK_INT("after a failed sync", store_health(f->st), STORE_HREFUSING | STORE_HUPKEEP);
-	CHECK_INT("a transaction refused", store_txn_begin(f->st, &t), STORE_EIO);
+	CHECK_INT("a transaction refused", store_txn_begin(f->st, NULL, 0, &t), STORE_EIO);
 	CHECK_INT("still refusing", store_health(f->st) & STORE_HREFUSING, STORE_HREFUSING);
 
 	CHECK_INT("upkeep opens it again", store_upkeep(f->st), 0);

@@ -97,7 +97,7 @@ static inline int spool(struct store *st, const struct store_msg *m, const int *
 	size_t i;
 	int rc;
 
-	if ((rc = store_txn_begin(st, &t)) != 0)
+	if ((rc = store_txn_begin(st, NULL, 0, &t)) != 0)
 		return rc;
 	if (m)
 		store_txn_msg_put(t, m);

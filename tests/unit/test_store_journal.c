@@ -73,7 +73,7 @@ static void before_and_after(struct fx *f)
 	struct store_txn *t;
 
 	msg_new(&a, "JRNA00000001", 1, 100);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
 	store_close(f->st);
@@ -84,7 +84,7 @@ static void before_and_after(struct fx *f)
 	msg_new(&b, "JRNB00000001", 1, 20000);
 	am = &a;
 	am->rcpts[0].state = STORE_RCPT_SENT;
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &b, 2);
 	store_txn_msg_update(t, am);
 	assert_int_equal(store_txn_commit(t), 0);
@@ -178,7 +178,7 @@ static void test_failed_commit(void **state)
 	int fd;
 
 	msg_new(&a, "JRNA00000001", 1, 100);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
 
@@ -192,7 +192,7 @@ static void test_failed_commit(void **state)
 	lim.rlim_cur = (rlim_t) end;
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
 	msg_new(&big, "JRNF00000001", 1, 16000);	/* new pages past the end of data.mdb */
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &big, 3);
 	assert_int_not_equal(store_txn_commit(t), 0);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
@@ -220,7 +220,7 @@ static void test_record_cut(void **state)
 	int fd;
 
 	msg_new(&a, "JRNA00000001", 1, 100);	/* its record takes the region's first block */
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &a, 1);
 	assert_int_equal(store_txn_commit(t), 0);
 
@@ -230,7 +230,7 @@ static void test_record_cut(void **state)
 	lim.rlim_cur = (rlim_t) (REGION + 2 * J_BLOCK + 100);	/* inside the next record */
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
 	msg_new(&b, "JRNB00000001", 1, 3000);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	accept(t, &b, 2);
 	CHECK_INT("commit without the record", store_txn_commit(t), 0);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);

@@ -219,7 +219,7 @@ static void test_old_claims(void **state)
 
 	/* a new claim for the same recipient is filed under the key and wins */
 	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_claim_put(t, KH, h[0], &c);
 	CHECK_INT("renew", store_txn_commit(t), 0);
 	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
@@ -406,7 +406,7 @@ static void test_corrupt_records(void **state)
 				   claims, found),
 		  STORE_EINVAL);
 	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
 	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
 	store_txn_abort(t);
@@ -427,7 +427,7 @@ static void test_corrupt_records(void **state)
 	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
 
 	/* a corrupt claim can be replaced */
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	claim_of(&c, "GOOD00000001", 1, NOW - SEC);
 	store_txn_claim_put(t, KH, h[1], &c);
 	CHECK_INT("overwrite corrupt claim", store_txn_commit(t), 0);
@@ -708,7 +708,7 @@ static void test_readonly(void **state)
 	CHECK_INT("walked", n, 1);
 	CHECK_INT("stats ro", store_stats(ro, &ss, 0), 0);
 	CHECK_INT("oldest time", ss.oldest, m.accepted);
-	if (store_txn_begin(ro, &t) == 0) {
+	if (store_txn_begin(ro, NULL, 0, &t) == 0) {
 		store_txn_abort(t);
 		fail_msg("a read-only store began a write transaction");
 	}
@@ -823,7 +823,7 @@ static void test_outcome_pages(void **state)
 	memcpy(m.keyhash, KH, STORE_HASH_LEN);
 	for (i = 0; i < OLD; i++) {
 		if (i % BATCH == 0)
-			assert_int_equal(store_txn_begin(f->st, &t), 0);
+			assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
 		delivered(t, &m, i);
 		if (i % BATCH == BATCH - 1)
@@ -906,7 +906,7 @@ static void test_accept_pages(void **state)
 	int i, k;
 
 	for (i = 0; i < OLD; i += BATCH) {
-		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 		for (k = i; k < i + BATCH; k++) {
 			key_of(kh, k + 100000);
 			hash_of(h, k);
@@ -923,7 +923,7 @@ static void test_accept_pages(void **state)
 		hash_of(h, OLD + i);
 		memcpy(m.keyhash, kh, STORE_HASH_LEN);
 		claim_of(&c, m.qid, 1, NOW + 3600 * SEC);
-		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 		store_txn_msg_put(t, &m);
 		store_txn_claim_put(t, kh, h, &c);
 		w = wchar();
@@ -1058,7 +1058,7 @@ static void test_staged_corrupt(void **state)
 	m.has_key = 1;
 	memcpy(m.keyhash, KH, STORE_HASH_LEN);
 	old = log_capture(&tmp);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	for (i = 0; i < N; i++) {
 		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
 		delivered(t, &m, i);
@@ -1150,7 +1150,7 @@ static void test_expire_counts(void **state)
 	msg_new(&m, "000000000000", 1, 10);
 	m.has_key = 1;
 	memcpy(m.keyhash, KH, STORE_HASH_LEN);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	for (i = 0; i < N; i++) {
 		snprintf(m.qid, sizeof(m.qid), "0000000%05d", i);
 		delivered(t, &m, i);

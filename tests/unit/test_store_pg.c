@@ -713,9 +713,8 @@ static int race_round(struct racer *w, int r)
 	kh[0][1] = (uint8_t) r;
 	hash_of(h, 9000 + r);
 	snprintf(qid, sizeof(qid), "RACE%02d%.6s", r, w->node);
-	if ((rc = store_txn_begin(w->st, &t)) != 0)
+	if ((rc = store_txn_begin(w->st, (const uint8_t (*)[STORE_HASH_LEN]) kh, 1, &t)) != 0)
 		return rc;
-	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) kh, 1);
 	if ((rc = store_txn_claim_get(t, kh[0], h, NOW, &c)) == 0) {
 		strcpy(w->qids[r], c.qid);	/* a duplicate: the other node's */
 		store_txn_abort(t);
@@ -886,8 +885,7 @@ static void test_result_deadline(void **state)
 	PQclear(r);
 	result_us = 500000;
 	start = clock_mono_us();
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
-	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	CHECK_INT("the lock never came", store_txn_commit(t), STORE_EAGAIN);
 	result_us = PG_RESULT_US;
 	if (clock_mono_us() - start > 3 * SEC)
@@ -1547,8 +1545,7 @@ static void test_voids(void **state)
 
 	CHECK_INT("its claim, outside a batch", claim_found(f->st, 31, NOW, NULL), 0);
 	CHECK_INT("the other claim", claim_found(f->st, 32, NOW, NULL), 1);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
-	store_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	hash_of(h, 31);
 	CHECK_INT("its claim, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
 	hash_of(h, 32);
@@ -1809,7 +1806,7 @@ static void test_runs_merged(void **state)
 		msg_new(&m[i], q[i], 1, 100);
 		m[i].rcpts[0].state = STORE_RCPT_SENT;
 	}
-	CHECK_INT("begin", store_txn_begin(f->st, &t), 0);
+	CHECK_INT("begin", store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_set_inflight(t, q[0], 1);
 	store_txn_msg_update(t, &m[1]);
 	store_txn_msg_set_inflight(t, q[2], 1);

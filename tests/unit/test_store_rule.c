@@ -313,7 +313,6 @@ static const struct {
 } may_lack[] = {
 	{ "upkeep", offsetof(struct store_ops, upkeep), STORE_CAP_OWN_SPACE },
 	{ "txn_room", offsetof(struct store_ops, txn_room), STORE_CAP_OWN_SPACE },
-	{ "txn_keys", offsetof(struct store_ops, txn_keys), STORE_CAP_SHARED },
 	{ "queue_take", offsetof(struct store_ops, queue_take), STORE_CAP_SHARED },
 	{ "lease_renew", offsetof(struct store_ops, lease_renew), STORE_CAP_SHARED },
 	{ "lease_release", offsetof(struct store_ops, lease_release), STORE_CAP_SHARED },

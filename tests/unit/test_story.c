@@ -49,7 +49,7 @@ static void accept_msg(struct store *st, struct store_msg *m, int key, const int
 	m->has_key = key != 0;
 	memcpy(m->keyhash, kh, STORE_HASH_LEN);
 	m->ttl = TTL;
-	assert_int_equal(store_txn_begin(st, &t), 0);
+	assert_int_equal(store_txn_begin(st, NULL, 0, &t), 0);
 	store_txn_msg_put(t, m);
 	memset(&c, 0, sizeof(c));
 	strcpy(c.qid, m->qid);
@@ -304,7 +304,7 @@ static void test_expire_claim_outlives(void **state)
 	c.expires = now_us() + 100 * TTL;
 	hash_of(ch, 30);
 	hash_of(kh, 8);
-	assert_int_equal(store_txn_begin(f->st, &t), 0);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_claim_put(t, kh, ch, &c);
 	assert_int_equal(store_txn_commit(t), 0);
 	CHECK_INT("load", store_msg_load(f->st, m.qid, &live), 0);
@@ -428,7 +428,7 @@ static void test_story_expires(void **state)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		story_msg(&m, cases[i].qid, 1, NULL);
 		m.ttl = cases[i].ttl;
-		assert_int_equal(store_txn_begin(f->st, &t), 0);
+		assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 		store_txn_msg_put(t, &m);
 		CHECK_INT("spool", store_txn_commit(t), 0);
 		m.rcpts[0].state = STORE_RCPT_SENT;
