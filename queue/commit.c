@@ -17,9 +17,14 @@
  *	Delivery threads' writes (inflight marks, outcomes) ride in the same
  *	transactions. While submissions are coming in (the last batch less
  *	than COMMIT_BUSY_US ago), a delivery write that finds none waiting
- *	is held for up to COMMIT_HOLD_US for one to share its fsync: a
- *	submission that arrives while a delivery-only commit is on the disk
- *	would wait for it, then pay its own (measured in BENCHMARKS.md).
+ *	is held for one to share its fsync: a submission that arrives while
+ *	a delivery-only commit is on the disk would wait for it, then pay
+ *	its own (measured in BENCHMARKS.md). The hold lasts COMMIT_HOLD_US
+ *	from the later of the oldest held write's arrival and the end of
+ *	the last acceptance's commit, and never ends while a lone session's
+ *	acceptance commits on the event loop (commit_now): a delivery-only
+ *	commit begun then would take LMDB's writer lock as it ends and put
+ *	itself ahead of the next acceptance, which comes a round trip later.
  *	When nothing is being submitted, delivery writes go at once.
  *
  *	Between rounds, holding no transaction, the writer gives the store
@@ -68,6 +73,9 @@ struct commit {
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
 	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
+	int64_t batch_end;		/* under lock: ... and when their commit ended */
+	int64_t ops_at;			/* under lock: when the oldest of ops came */
+	int now_busy;			/* under lock: commit_now() is committing */
 	int busy;			/* under lock: the writer is in a round */
 	int upkeep;			/* under lock: store_upkeep() is due (after commit_now) */
 	int64_t upkeep_at;		/* writer thread's: a store still refusing is tended again then */
@@ -264,19 +272,28 @@ static void commit_finish(struct commit *cm, struct commit_req *fifo)
 		cm->committed(cm->arg, cm->spooled[i]);
 }
 
-/* hold_ops - delivery writes alone while submissions come: wait a little for one (lock held) */
+/*
+ * hold_ops - delivery writes alone while submissions come: wait a little
+ * for one, from the later of the oldest write's arrival and the last
+ * acceptance's end, and while commit_now() commits one (lock held). A
+ * commit_now() that takes the writes ends the hold.
+ */
 static void hold_ops(struct commit *cm)
 {
-	int64_t now = clock_mono_us(), until = now + cm->hold_us;
+	int64_t now, until;
 	struct timespec ts;
 
-	if (cm->pending || cm->ops == NULL || cm->stop || now - cm->last_batch >= cm->busy_us)
-		return;
-	ts.tv_sec = (time_t) (until / 1000000);
-	ts.tv_nsec = (long) (until % 1000000) * 1000;
-	while (cm->pending == NULL && !cm->stop)
-		if (pthread_cond_timedwait(&cm->wake, &cm->lock, &ts) != 0)
-			break;
+	while (cm->pending == NULL && cm->ops != NULL && !cm->stop) {
+		now = clock_mono_us();
+		if (!cm->now_busy && now - cm->last_batch >= cm->busy_us)
+			return;
+		until = cm->now_busy ? now : cm->ops_at > cm->batch_end ? cm->ops_at : cm->batch_end;
+		if ((until += cm->hold_us) <= now)
+			return;
+		ts.tv_sec = (time_t) (until / 1000000);
+		ts.tv_nsec = (long) (until % 1000000) * 1000;
+		(void) pthread_cond_timedwait(&cm->wake, &cm->lock, &ts);
+	}
 }
 
 /* ops_done - delivery writes of a committed (err 0) or failed batch: failed, each alone */
@@ -431,6 +448,8 @@ static void *commit_main(void *arg)
 		commit_upkeep(cm, upkeep);	/* warns by itself */
 		pthread_mutex_lock(&cm->lock);
 		cm->busy = 0;
+		if (batch != NULL)
+			cm->batch_end = clock_mono_us();
 		pthread_mutex_unlock(&cm->lock);
 	}
 	return NULL;
@@ -498,6 +517,7 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 int commit_now(struct commit *cm, struct commit_req *req)
 {
 	struct commit_op *ops;
+	int upkeep;
 
 	/* commits that wait (a synchronous standby away) would hold the event loop */
 	if (store_health(cm->st) & (STORE_HSTALLED | STORE_HREFUSING))
@@ -510,6 +530,7 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	ops = cm->ops;
 	cm->ops = NULL;
 	cm->last_batch = clock_mono_us();
+	cm->now_busy = 1;		/* writes that come meanwhile wait for the next */
 	pthread_mutex_unlock(&cm->lock);
 
 	req->next = NULL;
@@ -518,12 +539,15 @@ int commit_now(struct commit *cm, struct commit_req *req)
 		cm->committed(cm->arg, req->msg.qid);
 
 	/* the upkeep is the writer's, never this thread's (a store this commit left refusing too) */
-	if (store_health(cm->st) & STORE_HUPKEEP) {
-		pthread_mutex_lock(&cm->lock);
+	upkeep = (store_health(cm->st) & STORE_HUPKEEP) != 0;
+	pthread_mutex_lock(&cm->lock);
+	cm->now_busy = 0;
+	cm->batch_end = clock_mono_us();
+	if (upkeep) {
 		cm->upkeep = 1;
 		pthread_cond_signal(&cm->wake);
-		pthread_mutex_unlock(&cm->lock);
 	}
+	pthread_mutex_unlock(&cm->lock);
 	return 1;
 }
 
@@ -540,6 +564,8 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 		pthread_mutex_unlock(&cm->lock);
 		return commit_op_alone(cm, &op);
 	}
+	if (cm->ops == NULL)
+		cm->ops_at = clock_mono_us();
 	op.next = cm->ops;
 	cm->ops = &op;
 	pthread_cond_signal(&cm->wake);
