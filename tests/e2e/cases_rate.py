@@ -30,6 +30,15 @@ from cases_upstream_tls import make_certs, tls_sink, trust, upstream
 SUBJECT_RE = re.compile(rb"^Subject: (rate-\S+)\r$", re.M)
 LIMIT = 20              # the sink's messages a second
 BURST = 100             # messages submitted at once
+RECOUNT_S = 5           # deliver/deliver.c DELIVER_NODES_EVERY: the nodes alive counted
+TAKE_S = 1              # DELIVER_TAKE_EVERY: the take thread's turn, where it counts
+MARGIN_S = 3            # a loaded machine's slow turn
+# the nodes whose node lock is held (store/pg/store_pg.c SQL_NODES)
+NODE_LOCKS_HELD = ("SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l "
+                   "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND "
+                   "l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                   "AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended("
+                   "'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0))")
 
 
 def rate_daemon(t, sink, upstream=None, node=None, metrics=None):
@@ -163,10 +172,11 @@ def test_rate_shared_by_nodes(t):
 @case(timeout=180, stores=PG_ONLY)
 def test_rate_shared_node_killed(t):
     """of two nodes sharing upstream.rate, one is killed with -9 while both have mail
-    queued: the survivor counts one node and takes the whole rate within the
-    documented 5 s recount (waited for 15 s, the time printed), delivers the dead
-    node's mail once its lease runs out, and the sink refuses nothing. Every message
-    arrives once; the only exception allowed is what SPEC 5 calls ambiguous: a message
+    queued: once PostgreSQL has ended the dead node's session (its node lock), the
+    survivor counts one node and takes the whole rate within the documented 5 s
+    recount (waited for 5 s, a take thread's turn and a margin of 3 s; the times
+    printed), delivers the dead node's mail once its lease runs out, and the sink
+    refuses nothing. Every message arrives once; the only exception allowed is what SPEC 5 calls ambiguous: a message
     whose inflight mark the dead node committed just before it died (its dot may or may
     not have gone out), which the survivor finishes unconfirmed and never sends again
     (upstream.ambiguous = "assume-delivered", as configured): at most one a connection
@@ -193,11 +203,17 @@ def test_rate_shared_node_killed(t):
     b.kill9()
     killed = time.monotonic()
     at_kill = set(deliveries([sink]))
-    wait_until(lambda: upstream_stats(a)["nodes"] == 1, timeout=15,
-               what="node a to count one node after b's kill -9")
-    took = time.monotonic() - killed
+    # PostgreSQL's part first: b's session, and its node lock, end when its backend sees
+    # the socket closed; then a's recount is due within its period and a take thread's turn
+    db = t.pg_url().rsplit("/", 1)[1]
+    wait_until(lambda: t.pg_shared().sql(NODE_LOCKS_HELD, db) == "1", timeout=10,
+               what="PostgreSQL to end node b's session and its node lock")
+    gone = time.monotonic()
+    wait_until(lambda: upstream_stats(a)["nodes"] == 1, timeout=RECOUNT_S + TAKE_S + MARGIN_S,
+               what="node a to count one node within its recount of b's lock gone")
     eq(upstream_stats(a)["rate"], LIMIT, "the survivor's part of the rate")
-    print("node a took the whole rate %.1f s after the kill" % took)
+    print("node a took the whole rate %.1f s after the kill (b's lock gone after %.1f s)"
+          % (time.monotonic() - killed, gone - killed))
 
     b_left = {q for q, subj in qids.items() if subj.startswith("rate-b-") and q not in at_kill}
     check(b_left, "node b had delivered all its mail when it was killed: the case proves nothing")
