@@ -15,6 +15,7 @@ They run with E2E_STORE=postgresql only (make test-pg).
 import calendar
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -832,26 +833,65 @@ def test_nodes_renewal_during_commit(t):
        "inflight marks refused on the node's own leases")
 
 
+# store/pg/store_pg_int.h PG_SCHEMA_LOCK: the lock nodes take to make the schema current
+SCHEMA_LOCK = "hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
+SCHEMA_LOCK_ROWS = ("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) "
+                    "FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM "
+                    "pg_database WHERE datname = current_database()) AND ((classid::bigint << 32) "
+                    "| objid::bigint) = " + SCHEMA_LOCK)
+
+
 @case(timeout=90, stores=PG_ONLY)
 def test_nodes_start_upgrades_older_schema(t):
-    """A node started on a database of the schema before this build's (6: the
-    index version 7 drops is made again, the version set back) upgrades it and
-    serves: its start-up check, which reads the schema without the lock, took an
-    older schema for a refusal and the node exited ("start a node to upgrade it"),
-    so no node could upgrade, and a second node started while the first created
-    the schema of a new database could stop at a version in between."""
+    """Two nodes started at once on a database of the schema before this build's
+    (6: the index version 7 drops is made again, the version set back) both come
+    up, the schema is migrated once, to 7, and both serve. The test holds the
+    schema lock while they start, so that both have read the older schema
+    without it (their start-up check) and wait for it together: their start-up
+    check took an older schema for a refusal and the node exited ("start a node
+    to upgrade it"), so no node could upgrade, and a second node started while
+    the first migrated could stop at a version in between."""
     pg = t.pg_shared()
     db = t.pg_url().rsplit("/", 1)[1]
     sink = t.sink()
-    d = t.daemon(sink)
+    a = t.daemon(sink, node="a")
     eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7",
        "this test undoes migration 6 -> 7 (store_pg_schema.c); the schema version")
-    d.stop()
+    a.stop()
     pg.sql("CREATE INDEX messages_keyhash ON messages (keyhash) WHERE has_key", db)
     pg.sql("UPDATE idemrelay_schema SET version = 6", db)
-    d.start()
+    b = t.daemon(sink, node="b", start=False)
+    holder = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-d",
+                               pg.url(db, pgcluster.SUPERUSER)], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    failed = []
+
+    def start(d):
+        try:
+            d.start()
+        except AssertionError as e:
+            failed.append("node %s: %s" % (d.node, e))
+    try:
+        holder.stdin.write("SELECT pg_advisory_lock(%s);\n" % SCHEMA_LOCK)
+        holder.stdin.flush()
+        wait_until(lambda: pg.sql(SCHEMA_LOCK_ROWS, db) == "1|0", 10, "the test's schema lock")
+        threads = [threading.Thread(target=start, args=(d,), daemon=True) for d in (a, b)]
+        for th in threads:
+            th.start()
+        wait_until(lambda: failed or pg.sql(SCHEMA_LOCK_ROWS, db) == "1|2", 20,
+                   "both nodes to wait for the schema lock")
+        eq(failed, [], "nodes that exited at their start on the older schema")
+    finally:
+        holder.stdin.close()            # psql ends: its session's lock goes
+        holder.wait(10)
+    for th in threads:
+        th.join(40)
+    eq(failed, [], "nodes that did not start")
     eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7", "the version after the start")
     eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_keyhash'", db), "0",
        "the index migration 7 drops")
-    q = submit_ok(d.port, "x@example.com", make_msg(key="upgrade-1"))
-    check_exactly_once([sink], [q], timeout=30)
+    migrated = [d.node for d in (a, b) for line in d.log().rsplit("=== e2e: start", 1)[1]
+                .splitlines() if "schema migrated to version 7" in line]
+    eq(len(migrated), 1, "nodes that migrated to version 7 (%r)" % migrated)
+    qs = [submit_ok(d.port, "x@example.com", make_msg(key="upgrade-" + d.node)) for d in (a, b)]
+    check_exactly_once([sink], qs, timeout=30)
