@@ -333,6 +333,9 @@ static int cmd_retry(struct ctl *x, const char *qid)
 		printf("%s\n", reply.data);
 	else if (strcmp(state, "active") == 0)
 		printf("%s: being delivered right now\n", qid);
+	else if (strcmp(state, "waiting") == 0)
+		printf("%s: waits for its upstream (paused, or every connection it allows in"
+		       " use): attempted once it may start a session\n", qid);
 	else
 		printf("%s: will be attempted now\n", qid);
 	buf_free(&reply);

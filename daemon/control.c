@@ -85,9 +85,9 @@ static void sched_release(void *arg, const char *qid, int64_t when)
 }
 
 /* sched_retry - queue_admin_sched: due now */
-static int sched_retry(void *arg, const char *qid)
+static int sched_retry(void *arg, const char *qid, const char *route)
 {
-	return deliver_retry(arg, qid);
+	return deliver_retry(arg, qid, route);
 }
 
 /*

@@ -720,10 +720,17 @@ void deliver_flush(struct deliver *d)
 	wake_taker(d);
 }
 
-/* deliver_retry - make one waiting message due now (idemrelayctl retry) */
-int deliver_retry(struct deliver *d, const char *qid)
+/*
+ * deliver_retry - make one waiting message due now (idemrelayctl retry).
+ * Due is not attempted while its upstream group may start no session
+ * (the queue passes the group over): that is said (2), not "due".
+ */
+int deliver_retry(struct deliver *d, const char *qid, const char *route)
 {
+	const struct conf_upstream *up;
 	enum dq_state state;
+	int64_t when;
+	int g;
 
 	if (d == NULL)
 		return -1;
@@ -735,9 +742,11 @@ int deliver_retry(struct deliver *d, const char *qid)
 		if (store_queue_due(d->st, qid, clock_us()) != 0)
 			return -1;
 		wake_taker(d);
+	} else if (state != DQ_WAITING)
+		return state == DQ_BUSY_NOW ? 1 : -1;
+	if ((up = conf_route_upstream(d->c, route)) == NULL || (g = group_of(d, up)) < 0)
 		return 0;
-	}
-	return state == DQ_WAITING ? 0 : state == DQ_BUSY_NOW ? 1 : -1;
+	return deliver_rate_check(group_rate(d, g), clock_us(), &when) == DELIVER_ADMITTED ? 0 : 2;
 }
 
 /*

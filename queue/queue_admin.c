@@ -32,7 +32,7 @@
  *	QID: placed on hold by the operator (idemrelayctl hold)
  *	QID: released from hold by the operator (idemrelayctl release)
  *	QID: route OLD -> NEW (idemrelayctl reroute)
- *	QID: control: retry
+ *	QID: control: retry[ (being delivered already)| (waits for its upstream)]
  *	QID: key forgotten by the operator (idemrelayctl forget)
  *	Deleted: N messages, Placed on hold: N messages, Released from
  *	hold: N messages (after a drop, hold or release, as postsuper's)
@@ -106,8 +106,12 @@ static void not_queued(struct store *st, struct buf *out, const char *qid)
 	}
 }
 
-/* queued_state - a queued message's hold and next attempt: 0, or STORE_ENOTFOUND if not queued */
-static int queued_state(struct store *st, const char *qid, int *held, int64_t *next)
+/*
+ * queued_state - a queued message's hold, next attempt and route (if
+ * route: the caller's to free): 0, or STORE_ENOTFOUND if not queued
+ */
+static int queued_state(struct store *st, const char *qid, int *held, int64_t *next,
+			char **route)
 {
 	struct store_story s;
 	int err;
@@ -117,6 +121,10 @@ static int queued_state(struct store *st, const char *qid, int *held, int64_t *n
 	err = s.queued ? 0 : STORE_ENOTFOUND;
 	*held = s.m.held;
 	*next = s.m.next_attempt;
+	if (route) {
+		*route = s.m.route;
+		s.m.route = NULL;
+	}
 	store_story_free(&s);
 	return err;
 }
@@ -161,7 +169,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 	int err, held;
 
 	if (sel->qid) {
-		if (queued_state(st, sel->qid, &held, &next) != 0) {
+		if (queued_state(st, sel->qid, &held, &next, NULL) != 0) {
 			not_queued(st, out, sel->qid);
 			return -1;
 		}
@@ -280,7 +288,7 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 	int64_t next;
 	int err, held;
 
-	if ((err = queued_state(st, qid, &held, &next)) != 0)
+	if ((err = queued_state(st, qid, &held, &next, NULL)) != 0)
 		return err;
 	if (held == on)
 		return STORE_EINVAL;
@@ -304,12 +312,12 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
  * on hold stays out.
  */
 static void reschedule(const struct queue_admin_sched *s, const char *qid, int held,
-		       int64_t next)
+		       int64_t next, const char *route)
 {
 	if (s == NULL || s->unschedule(s->arg, qid) == 1 || held)
 		return;
 	s->release(s->arg, qid, next);
-	(void) s->retry(s->arg, qid);
+	(void) s->retry(s->arg, qid, route);
 }
 
 /*
@@ -336,7 +344,7 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 	else if ((err = store_msg_change(st, qid, &c)) == 0) {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
 			    m.route ? m.route : "default", c.route ? c.route : "default");
-		reschedule(s, qid, m.held, m.next_attempt);
+		reschedule(s, qid, m.held, m.next_attempt, c.route);
 	}
 	store_msg_free(&m);
 	return err;
@@ -424,27 +432,27 @@ done:
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		       struct buf *out)
 {
+	static const char *const state[] = {"due", "active", "waiting"};
+	static const char *const says[] = {"", " (being delivered already)",
+		" (waits for its upstream)"};
+	char *route = NULL;
 	int64_t next;
 	int held, rc;
 
 	buf_reset(out);
-	if (queued_state(st, qid, &held, &next) != 0) {
+	if (queued_state(st, qid, &held, &next, &route) != 0)
 		not_queued(st, out, qid);
-		return;
-	}
-	if (held) {
+	else if (held)
 		json_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
 			   qid);
-		return;
-	}
-	if ((rc = s->retry(s->arg, qid)) < 0) {
+	else if ((rc = s->retry(s->arg, qid, route)) < 0)
 		not_queued(st, out, qid);
-		return;
+	else {
+		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: control: retry%s", qid, says[rc]);
+		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
+			   state[rc]);
 	}
-	msg_info_as(QUEUE_ADMIN_SERVICE, "%s: control: retry%s", qid,
-		    rc ? " (being delivered already)" : "");
-	buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
-		   rc ? "active" : "due");
+	free(route);
 }
 
 /*

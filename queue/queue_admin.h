@@ -26,8 +26,12 @@ struct queue_admin_sched {
 	int (*unschedule) (void *arg, const char *qid);
 	/* a message released from hold: schedule it at when */
 	void (*release) (void *arg, const char *qid, int64_t when);
-	/* attempt qid now: 0, 1 if it is being delivered right now, -1 if unknown to it */
-	int (*retry) (void *arg, const char *qid);
+	/*
+	 * attempt qid (its route: route, NULL the default) now: 0, 1 if it is
+	 * being delivered right now, 2 if its upstream may start no session
+	 * now (paused, or every connection in use), -1 if unknown to it
+	 */
+	int (*retry) (void *arg, const char *qid, const char *route);
 };
 
 /* sel.keys at most: a key's forms, as given and as a Message-ID (ctl_key_hashes) */

@@ -292,3 +292,26 @@ def test_too_many_recipients_not_throttling(t):
        "throttling log lines")
     got = sorted(a for r in sink.accepted() for a in r["to"])
     eq(got, sorted(rcpts), "each recipient delivered once")
+
+
+@case(timeout=120)
+def test_retry_while_paused_says_it_waits(t):
+    """idemrelayctl retry of a message whose upstream is paused (its sink refuses every
+    MAIL with 421 4.7.0, so the pauses double: 1, 2, 4, 8 s) says that it waits for its
+    upstream, not that it will be attempted now (it said "due" while the scheduler
+    passed it over); once the sink takes mail again it is delivered once"""
+    sink = t.sink()
+    sink.control(rate=0.001)            # no token for a long while: every MAIL refused
+    d = rate_daemon(t, sink)
+    qid = submit_ok(d.port, "r@example.com", make_msg(key="rate-paused-1",
+                                                      subject="rate-paused-1"))
+    wait_until(lambda: upstream_stats(d)["throttle_episodes"] >= 4, 60,
+               "the fourth pause (8 s)")
+    j = ctl_json(d, "retry", qid)
+    eq((j["qid"], j["state"]), (qid, "waiting"), "retry in a pause: %r" % j)
+    r = ctl(d, "retry", qid)
+    check("%s: waits for its upstream" % qid in r.stdout, "retry's words: %r" % r.stdout)
+    d.wait_log(qid, "control: retry (waits for its upstream)")
+    sink.control()
+    delivered_once(sink, ["rate-paused-1"], timeout=90)
+    d.wait_log(qid, "status=sent")
