@@ -328,7 +328,7 @@ static int conn_starttls(struct conn *c)
 	int fd = io_plain_release(c->io);
 
 	buf_reset(&c->in);
-	if ((c->io = tls_io_new(c->srv->tls, fd)) == NULL) {
+	if ((c->io = tls_io_new(c->srv->tls, fd, c->addr)) == NULL) {
 		conn_close(c);			/* tls_io_new closed the socket */
 		return -1;
 	}
@@ -567,7 +567,7 @@ static void conn_accept(struct server *srv, struct listener *l)
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		io = l->cf->tls_implicit ? tls_io_new(srv->tls, fd) : io_plain_new(fd);
+		io = l->cf->tls_implicit ? tls_io_new(srv->tls, fd, addr) : io_plain_new(fd);
 		if (io == NULL) {
 			anvil_disconnect(srv->anvil, client);
 			continue;			/* logged; the socket is closed */

@@ -42,7 +42,17 @@
  *	every connection (a tenth of a full handshake's CPU for the two),
  *	while the clients that open a connection per message (PHPMailer,
  *	nodemailer, Django) rarely resume; one is all that a client that
- *	does resume needs, as every resumption brings a fresh one.
+ *	does resume needs, as every resumption brings a fresh one. A client
+ *	address that let TLS_TKT_UNUSED tickets go unused in a row (full
+ *	handshakes since it last resumed) gets one only every TLS_TKT_SAMPLE
+ *	full handshakes after that: the encoding, encryption and write are
+ *	spared for a client that never resumes, for both sides, and a client
+ *	that starts to resume finds a ticket within that many connections;
+ *	a resumption always brings a fresh ticket and gives the address its
+ *	tickets back. The memory is a table of TLS_TKT_SLOTS slots by a hash
+ *	of the address, each the count of one address: a collision at worst
+ *	gives one address the other's count. Postfix's smtpd sends one
+ *	ticket after every full handshake.
  *
  *	Read-ahead: OpenSSL reads as much as its buffer takes, not a record
  *	header and then its body: a command and its record cost one read(2),
@@ -97,11 +107,22 @@
 
 #define TLS_FP_LEN	(2 * 32 + 1)
 
+#define TLS_TKT_SLOTS	4096		/* client addresses remembered for tickets */
+#define TLS_TKT_UNUSED	2		/* tickets an address may leave unused in a row */
+#define TLS_TKT_SAMPLE	32		/* past them, one full handshake in this many gets one */
+
+/* an address's full TLS 1.3 handshakes since it last resumed */
+struct tls_tkt {
+	uint64_t key;			/* the address's hash; 0: free */
+	uint32_t full;
+};
+
 struct tls {
 	SSL_CTX *ctx;			/* owned reference; each SSL holds its own */
 	char   *cert, *key;		/* owned paths */
 	char   *groups;			/* owned: tls.groups, or NULL for the default */
 	char    fingerprint[TLS_FP_LEN];
+	struct tls_tkt *tkt;		/* owned: TLS_TKT_SLOTS */
 };
 
 struct tls_io {
@@ -109,6 +130,8 @@ struct tls_io {
 	SSL    *ssl;			/* owned */
 	int     fatal;			/* after a fatal error: no close_notify */
 	size_t  retry_len;		/* a write to repeat with this length */
+	struct tls_tkt *tkt;		/* the client address's slot; NULL: none */
+	uint64_t tkt_key;		/* the address's hash */
 };
 
 /* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
@@ -225,6 +248,7 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 	t->cert = xstrdup(cert);
 	t->key = xstrdup(key);
 	t->groups = groups ? xstrdup(groups) : NULL;
+	t->tkt = xcalloc(TLS_TKT_SLOTS, sizeof(*t->tkt));
 	*out = t;
 	return 0;
 }
@@ -252,6 +276,7 @@ void tls_free(struct tls *t)
 	free(t->cert);
 	free(t->key);
 	free(t->groups);
+	free(t->tkt);
 	free(t);
 }
 
@@ -320,6 +345,40 @@ static ssize_t tls_write(struct io *io, const void *buf, size_t len)
 	return r == 0 ? IO_ERROR : r;
 }
 
+/*
+ * tls_tkt_want - does this handshake end with a ticket: a resumption
+ * always; a full handshake while the address has left fewer than
+ * TLS_TKT_UNUSED unused, and every TLS_TKT_SAMPLE-th after that. Known
+ * from the ServerHello on, and asked before each step: the ticket is
+ * written in the step that reads the client's Finished.
+ */
+static int tls_tkt_want(const struct tls_io *t)
+{
+	uint32_t full;
+
+	if (SSL_session_reused(t->ssl))
+		return 1;
+	full = t->tkt->key == t->tkt_key ? t->tkt->full : 0;
+	return full < TLS_TKT_UNUSED || full % TLS_TKT_SAMPLE == 0;
+}
+
+/* tls_tkt_count - a TLS 1.3 handshake is done: count it for its address */
+static void tls_tkt_count(struct tls_io *t)
+{
+	struct tls_tkt *k = t->tkt;
+
+	if (SSL_version(t->ssl) != TLS1_3_VERSION)
+		return;				/* TLS 1.2's tickets follow its own rules */
+	if (k->key != t->tkt_key) {
+		k->key = t->tkt_key;
+		k->full = 0;
+	}
+	if (SSL_session_reused(t->ssl))
+		k->full = 0;
+	else if (k->full < UINT32_MAX)
+		k->full++;
+}
+
 /* tls_handshake - 1 done, 0 again (hs_wants set), -1 failed (err set) */
 static int tls_handshake(struct io *io)
 {
@@ -329,10 +388,14 @@ static int tls_handshake(struct io *io)
 
 	ERR_clear_error();
 	errno = 0;
+	if (t->tkt)
+		SSL_set_num_tickets(t->ssl, (size_t) tls_tkt_want(t));
 	n = SSL_accept(t->ssl);
 	if (n == 1) {
 		io->ready = 1;
 		io->hs_wants = 0;
+		if (t->tkt)
+			tls_tkt_count(t);
 		return 1;
 	}
 	r = tls_result(t, n, &io->hs_wants, "handshake");
@@ -411,8 +474,12 @@ static struct tls_io *tls_io_alloc(SSL *ssl, int fd)
 	return t;
 }
 
-/* tls_io_new - a server TLS session on fd, handshake pending; NULL if OpenSSL fails */
-struct io *tls_io_new(struct tls *tl, int fd)
+/*
+ * tls_io_new - a server TLS session on fd, handshake pending; NULL if
+ * OpenSSL fails. addr: the client's address, for its tickets (NULL: a
+ * ticket after every full handshake)
+ */
+struct io *tls_io_new(struct tls *tl, int fd, const char *addr)
 {
 	struct tls_io *t;
 	SSL    *ssl;
@@ -430,6 +497,10 @@ struct io *tls_io_new(struct tls *tl, int fd)
 	SSL_set_accept_state(ssl);
 	t = tls_io_alloc(ssl, fd);
 	t->io.hs_wants = EPOLLIN;	/* the ClientHello */
+	if (addr) {
+		t->tkt_key = hash_fnv(HASH_FNV_INIT, addr, strlen(addr)) | 1;
+		t->tkt = &tl->tkt[t->tkt_key % TLS_TKT_SLOTS];
+	}
 	return &t->io;
 }
 

@@ -17,7 +17,8 @@
  *	files must be readable by the unprivileged user for a reload to work.
  *
  *	tls_io_new() starts a server-side TLS session on a connected socket,
- *	as a struct io (io.h) whose handshake is still to be done.
+ *	as a struct io (io.h) whose handshake is still to be done; the
+ *	client's address decides whether it gets a session ticket (tls.c).
  *	tls_io_wrap() makes a transport of a session whose handshake is done
  *	already: the client side's (tls_client.h).
  */
@@ -37,7 +38,7 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 int tls_reload(struct tls *t, char *err, size_t errlen);	/* 0, or -1 and the old context stays */
 void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */
-struct io *tls_io_new(struct tls *t, int fd);		/* takes the socket */
+struct io *tls_io_new(struct tls *t, int fd, const char *addr);	/* takes the socket */
 struct io *tls_io_wrap(SSL *ssl, int fd);		/* takes both; handshake done */
 
 /*

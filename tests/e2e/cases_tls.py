@@ -867,6 +867,35 @@ def test_tls13_one_ticket_resumes(t):
 
 
 @case()
+def test_tls13_tickets_follow_resumption(t):
+    """An address that never resumes stops getting session tickets (issue 27: a
+    ticket is a session encoded, encrypted and written for nothing when the
+    client never comes back with it, as PHPMailer, nodemailer or Django do not):
+    after two unused ones only every 32nd full handshake gets one; a client that
+    resumes with such a ticket gets a fresh one, and its address gets tickets
+    after full handshakes again."""
+    def tickets(*args):
+        ok, out = s_client(d.port, "-tls1_3", "-ign_eof", "-msg", *args)
+        check(ok, "a TLS 1.3 handshake: %s" % out[-2000:])
+        return out.count("NewSessionTicket"), "], Certificate\n" not in out
+
+    sink = t.sink()
+    d = tls_daemon(t, sink)
+    sess = os.path.join(t.tmp, "session.pem")
+    got = [tickets("-sess_out", sess)[0]]          # the last ticket given is kept
+    got += [tickets()[0] for _ in range(32)]
+    eq([i + 1 for i, n in enumerate(got) if n], [1, 2, 33],
+       "the full handshakes (1st to 33rd) that got a ticket")
+    eq(got.count(1), 3, "one ticket each")
+    n, resumed = tickets("-sess_in", sess, "-sess_out", sess)
+    check(resumed, "the address's last ticket resumes")
+    eq(n, 1, "session tickets after a resumption")
+    eq(tickets()[0], 1, "session tickets after a full handshake, the address having resumed")
+    n, resumed = tickets("-sess_in", sess)
+    check(resumed, "the resumed session's own ticket resumes")
+
+
+@case()
 def test_tls_chain_from_file(t):
     """The certificate chain a client gets is the cert file's, intermediates
     included, in its order (issue 27: the server builds no chain of its own on
