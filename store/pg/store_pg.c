@@ -298,6 +298,9 @@ static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
  * cannot be reached (or not before the backoff is over) or none is free.
  * A server with no slot free for one more is not an outage while the
  * node has connections of its own: the caller waits for one of them.
+ * Batches answered 451 whose outcome could not be read are settled on
+ * the connection before the caller has it (store_pg_pend.c); until they
+ * are, STORE_EAGAIN.
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
@@ -306,6 +309,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	char err[512];
 	size_t kept;
 	PGconn *c;
+	int pend;
 
 	*out = NULL;
 	pthread_mutex_lock(&st->mu);
@@ -341,9 +345,15 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 			return STORE_EAGAIN;
 		}
 	}
+	pend = st->n_pend > 0;
 	pthread_mutex_unlock(&st->mu);
 	if (c != NULL)
 		store_pg_stmt_set_owner(c, st);
+	/* a 451 whose commit may have committed: settled before anything else (store_pg_pend.c) */
+	if (c != NULL && pend && store_pg_pend_settle(st, c) != 0) {
+		store_pg_give(st, c);
+		c = NULL;
+	}
 	*out = c;
 	return c ? 0 : STORE_EAGAIN;
 }
@@ -612,8 +622,10 @@ static void pg_free(struct pg_store *st)
 	pthread_mutex_destroy(&st->mu);
 	pthread_mutex_destroy(&st->amu);
 	pthread_mutex_destroy(&st->lmu);
+	pthread_mutex_destroy(&st->pmu);
 	pthread_cond_destroy(&st->freed);
 	store_pg_keep_free(st);
+	store_pg_pend_free(st);
 	free(st->leases);
 	free(st->url);
 	free(st->node);
@@ -666,6 +678,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	pthread_mutex_init(&st->mu, NULL);
 	pthread_mutex_init(&st->amu, NULL);
 	pthread_mutex_init(&st->lmu, NULL);
+	pthread_mutex_init(&st->pmu, NULL);
 	pthread_cond_init(&st->freed, NULL);
 	store_pg_keep_init(st);
 	if (node && (*node == 0 || strlen(node) > 255)) {

@@ -144,6 +144,12 @@ struct pg_store {
 	uint64_t voided;		/* batches answered 451 while their commit waited */
 	int64_t repl_since;		/* monotonic us: the wait began */
 	int64_t settle_at;		/* monotonic us: voids are looked at again then */
+	size_t n_pend;			/* batches in pend: written under pmu and mu, read under either */
+
+	pthread_mutex_t pmu;		/* guards pend; held while they are settled (store_pg_pend.c) */
+	struct pg_pend *pend;		/* owned: batches answered 451 whose outcome was not read */
+	size_t cap_pend;
+	int64_t pend_warn_at;		/* monotonic us: a settling refused is logged again then */
 
 	pthread_mutex_t kmu;		/* guards the copies kept (store_pg_keep.c) */
 	struct pg_kept *keep;		/* owned: a ring of PG_KEEP_MAX; NULL for a client */
@@ -157,6 +163,19 @@ struct pg_store {
 
 #define PG_KEEP_MAX	4096		/* copies kept at most (store_pg_keep.c) */
 #define PG_KEEP_BYTES	(16u << 20)	/* and the memory they may take */
+
+/*
+ * a batch answered 451 while PostgreSQL could not be reached to read its
+ * commit's outcome or to void it: settled before the node's next use of
+ * the database (store_pg_pend.c)
+ */
+struct pg_pend {
+	char (*qids)[STORE_QID_SIZE];	/* owned: its messages */
+	size_t n;
+	int64_t xid;			/* its transaction's id; 0 not known */
+	int pid;			/* its backend (BACKEND_IS), to read the id; 0 not known */
+	int64_t started;
+};
 
 /* a message this node put, kept for its first delivery (store_pg_keep.c) */
 struct pg_kept {
@@ -379,8 +398,17 @@ void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */
 void store_pg_repl_forget(struct pg_store *st, PGconn *c);	/* mu held: c waits no more */
 int store_pg_commit_hold(struct pg_txn *t);
+#define PG_NOT_KNOWN	1	/* read_back: the database could not be asked */
 int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *));
 void store_pg_voids_settle(struct pg_store *st);
+/* statements shared with store_pg_pend.c */
+extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[];
+enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
+
+/* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
+void store_pg_pend_add(struct pg_txn *t);	/* its QIDs kept, logged */
+int store_pg_pend_settle(struct pg_store *st, PGconn *c);	/* on c, before anything else */
+void store_pg_pend_free(struct pg_store *st);
 
 /* store_pg_revive.c: a verdict on this node's mark undone */
 int store_pg_msg_revive(struct store *st, const struct store_msg *m);

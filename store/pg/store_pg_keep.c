@@ -12,7 +12,9 @@
  *	fresh message (a quarter of its statements, a third of the server's
  *	replies). Instead the transaction that puts a message keeps a copy
  *	(store_pg_keep_copy()), filed here once its commit is known with the
- *	token of the lease it got (store_pg_keep_add()), and
+ *	token of the lease it got (store_pg_keep_add()): never a copy of a
+ *	batch answered 451, voided or kept to be settled (store_pg_pend.c),
+ *	whose commit may have committed all the same; and
  *	store_pg_msg_load() takes it from here (store_pg_keep_take()).
  *
  *	A copy is what the row holds only while nothing else wrote the row.

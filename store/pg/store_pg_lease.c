@@ -17,7 +17,11 @@
  *	store_pg_queue_take() leases up to max due messages with FOR UPDATE
  *	SKIP LOCKED: nodes taking at once take different messages and never
  *	wait for each other. A void message (store_pg_wait.c) is never
- *	taken; the take settles the voids now and then. Lease expiry is compared on the database's
+ *	taken; the take settles the voids now and then. Batches answered 451
+ *	while PostgreSQL could not be reached are settled (voided) before
+ *	the take or a renewal runs: by the pool, whose connections they use
+ *	(store_pg_pend.c); their messages were never in the lease map.
+ *	Lease expiry is compared on the database's
  *	clock, so a node's clock skew cannot break a lease; next_attempt is
  *	the node's clock, as on LMDB. store_pg_lease_renew() extends every
  *	lease held but those a delivery write has locked at that moment

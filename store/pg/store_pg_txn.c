@@ -39,7 +39,9 @@
  *	messages are voided before STORE_EAGAIN (its 451) is returned. A
  *	transaction over (its backend gone, or idle) is read back by
  *	whether its first new message exists. Nothing of the batch is
- *	answered before this is known. The pipeline does not read the id
+ *	answered before this is known, but when PostgreSQL cannot be asked
+ *	(read_back's PG_NOT_KNOWN): then the batch gets 451 and is kept to
+ *	be settled before the node's next use of the database. The pipeline does not read the id
  *	in a statement of its own before COMMIT: flushed back at once, it
  *	made every commit two replies and two wake-ups of the node (a fresh
  *	message: 0.58 statements and TCP sends).
@@ -518,7 +520,8 @@ static void leases_note(struct pg_txn *t, const PGresult *r)
 /*
  * read_back - the commit's outcome is unknown: on a fresh connection,
  * does its first new message exist? Then its leases are read too.
- * 0 committed, STORE_EAGAIN not, or not known.
+ * 0 committed, STORE_EAGAIN not, PG_NOT_KNOWN the database could not
+ * be asked (store_pg_pend.c keeps the batch to settle).
  */
 static int read_back(struct pg_txn *t)
 {
@@ -530,8 +533,10 @@ static int read_back(struct pg_txn *t)
 	size_t i;
 	int err, found;
 
-	if (t->n_put == 0 || store_pg_take(st, &c) != 0)
+	if (t->n_put == 0)
 		return STORE_EAGAIN;
+	if (store_pg_take(st, &c) != 0)
+		return PG_NOT_KNOWN;
 	store_pg_params_init(&p);
 	store_pg_arr_init(&qids, PG_OID_TEXT);
 	for (i = 0; i < t->n_put; i++)
@@ -546,7 +551,7 @@ static int read_back(struct pg_txn *t)
 	store_pg_params_free(&p);
 	store_pg_give(st, c);
 	if (err != 0)
-		return STORE_EAGAIN;
+		return PG_NOT_KNOWN;
 	found = PQntuples(r) > 0;
 	if (found)
 		leases_add(st, r);

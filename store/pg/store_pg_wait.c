@@ -87,9 +87,20 @@
  *	is answered 451 and voided (which drops its messages if they are
  *	somewhere after all).
  *
- *	Not covered: with PostgreSQL unreachable no outcome can be read or
- *	voided, and the batch gets 451 as before (logged as such). Delivery
- *	writes that ride in a voided batch are only told it failed.
+ *	Unreachable. When PostgreSQL cannot be reached to read the outcome
+ *	or to write the void, the batch is answered 451 all the same, and
+ *	its QIDs are kept in the node and settled (voided, unless its
+ *	transaction aborted) before the node's next use of the database,
+ *	before its take, its renewal, a claims lookup (store_pg_pend.c).
+ *
+ *	Not covered (store_pg_pend.c says more): a node cut off from
+ *	PostgreSQL for longer than store.lease, while the others reach it
+ *	or as they come back with it, may be beaten by another node's take,
+ *	which looks at the lease's expiry, not at its owner's life; and a
+ *	node killed while it keeps such batches forgets them (its next start
+ *	gives up its leases): either delivers a message answered 451.
+ *	Delivery writes that ride in a voided or kept batch are only told
+ *	it failed.
  * DIAGNOSTICS
  *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN.
  */
@@ -122,16 +133,18 @@ static const char SQL_WAITS[] =
  * id 2^32 back, which pg_xact_status() does not know, and a commit still
  * waiting was read back as not committed (answered 451, then delivered).
  */
-static const char SQL_BACKEND_XID[] =
+const char store_pg_sql_backend_xid[] =
 	"SELECT a.backend_xid IS NOT NULL, s.x + (((coalesce(a.backend_xid::text::int8, 0) - "
 	"(s.x & 4294967295) + 2147483648) & 4294967295) - 2147483648) FROM pg_stat_activity a, "
 	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE " BACKEND_IS("a");
 
-static const char SQL_STATUS[] = "SELECT pg_xact_status($1::int8::text::xid8)";
+const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 
-static const char SQL_VOID[] =
-	"INSERT INTO voids (qid, xid, node, made) SELECT q, $2::int8::text::xid8, $3, "
-	PG_DB_NOW " FROM unnest($1::text[]) AS q ON CONFLICT (qid) DO NOTHING";
+/* xid 0: not known, and the transaction over: the void's own, decided once it commits */
+const char store_pg_sql_void[] =
+	"INSERT INTO voids (qid, xid, node, made) SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, "
+	"pg_current_xact_id()), $3, " PG_DB_NOW " FROM unnest($1::text[]) AS q "
+	"ON CONFLICT (qid) DO NOTHING";
 
 
 static const char SQL_DECIDED[] =
@@ -376,19 +389,17 @@ static void qids_param(struct pg_params *p, const struct pg_txn *t)
 	store_pg_p_arr(p, &a);
 }
 
-enum xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
-
 /* xact_status - pg_xact_status() of xid */
-static enum xact xact_status(struct pg_store *st, int64_t xid)
+static enum pg_xact xact_status(struct pg_store *st, int64_t xid)
 {
 	struct pg_params p;
-	enum xact x = XACT_UNKNOWN;
+	enum pg_xact x = XACT_UNKNOWN;
 	PGresult *r;
 	const char *v;
 
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, xid);
-	if (side_run(st, 0, SQL_STATUS, &p, &r, "transaction status") == 0) {
+	if (side_run(st, 0, store_pg_sql_status, &p, &r, "transaction status") == 0) {
 		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
 		if (strcmp(v, "committed") == 0)
 			x = XACT_COMMITTED;
@@ -421,7 +432,7 @@ static int backend_xid(struct pg_store *st, PGconn *c, int64_t *xid)
 	for (tries = 0; tries < 20 && found < 0; tries++) {
 		if (tries)
 			usleep(100000);
-		if (side_run(st, 0, SQL_BACKEND_XID, &p, &r, "backend transaction") != 0)
+		if (side_run(st, 0, store_pg_sql_backend_xid, &p, &r, "backend transaction") != 0)
 			break;
 		if (PQntuples(r) == 0)
 			found = 0;
@@ -446,28 +457,37 @@ static int void_batch(struct pg_txn *t)
 	qids_param(&p, t);
 	store_pg_p_i64(&p, t->xid);
 	store_pg_p_text(&p, t->st->node ? t->st->node : "");
-	err = side_run(t->st, 1, SQL_VOID, &p, &r, "void");
+	err = side_run(t->st, 1, store_pg_sql_void, &p, &r, "void");
 	store_pg_params_free(&p);
 	PQclear(r);
 	return err;
 }
 
+/* not_known - read_back's rc: PG_NOT_KNOWN keeps the batch to settle (STORE_EAGAIN) */
+static int not_known(struct pg_txn *t, int rc)
+{
+	if (rc != PG_NOT_KNOWN)
+		return rc;
+	store_pg_pend_add(t);
+	return STORE_EAGAIN;
+}
+
 /*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
- * batch is answered 250), STORE_EAGAIN not, or voided (see the header);
- * read_back reads a committed batch's leases, or whether a transaction
- * over (its backend gone) committed
+ * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
+ * settled (see the header); read_back reads a committed batch's leases,
+ * or whether a transaction over (its backend gone) committed
  */
 int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *))
 {
 	struct pg_store *st = t->st;
-	enum xact x;
+	enum pg_xact x;
 	int found;
 
 	if (t->n_put == 0)
-		return read_back(t);
+		return read_back(t) == 0 ? 0 : STORE_EAGAIN;
 	if (t->xid == 0 && (found = backend_xid(st, t->c, &t->xid)) <= 0)
-		return read_back(t);	/* over: its rows tell; or nothing can be known */
+		return not_known(t, read_back(t));	/* over: its rows tell; or nothing known */
 	x = xact_status(st, t->xid);
 	/*
 	 * Committed, and its rows are there (their leases read): a status read
@@ -481,14 +501,13 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	if (x == XACT_ABORTED)
 		return STORE_EAGAIN;
 	if (x == XACT_UNKNOWN)
-		return read_back(t);
+		return not_known(t, read_back(t));
 	if (x == XACT_COMMITTED)
 		msg_warn("store: a commit reads as committed, but its messages cannot be read back: "
 			 "its %zu message%s answered 451 and voided (%s%s)", t->n_put,
 			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	if (void_batch(t) != 0) {
-		msg_error("store: a commit whose outcome is unknown could not be voided: "
-			  "its 451 may yet be delivered");
+		store_pg_pend_add(t);	/* voided once the database answers */
 		return STORE_EAGAIN;
 	}
 	pthread_mutex_lock(&st->mu);

@@ -28,6 +28,7 @@ from cases_postfix import Postfix
 QUEUED_RE = re.compile(r"\b([0-9A-Z]{12,20}): client=.* status=queued")
 SLOW_RETRY = {"retry": {"first": "1h", "max": "1h", "give_up": "5d"}}
 FAST_LEASE = "3s"
+PG_NOW = "(extract(epoch from clock_timestamp()) * 1000000)::bigint"   # store_pg_int.h's
 
 
 def nodes(t, sinks, names=("a", "b"), conf=None, url=None, lease=None):
@@ -630,6 +631,41 @@ def test_nodes_mark_retried_past_lease(t):
     lease, then not found; a knows it sent no dot all the same (issue 25,
     item 3: 7 messages lost so in a randomized run)."""
     mark_past_lease(t, hold=True)
+
+
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_commit_unknown_unreachable(t):
+    """The connection to PostgreSQL is lost right after a batch's COMMIT went
+    through (the server commits; the proxy drops its reply, then refuses the
+    node) and PostgreSQL stays away longer than store.lease: the outcome can be
+    neither read nor voided, and the client gets 451 4.3.0 (SPEC 7). Once it is
+    back, the node settles the batch before anything else it does with the
+    database: the message its COMMIT committed is voided, never delivered
+    (though its lease ran out during the outage and the node's own taker asks
+    every second), and a retry of the key is a new message, delivered once."""
+    pg = t.pg_shared()
+    url = t.pg_url()
+    db = url.rsplit("/", 1)[1]
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
+    msg = make_msg(key="commit-unreachable-1")
+    proxy.cut_after(b"INSERT INTO messages", delay=0.5, refuse=True)
+    r = submit(a.port, "x@example.com", msg)
+    check(proxy.triggered, "the batch did not go through the proxy")
+    expect_reply(r.data, 451, "4.3.0", "end of DATA, the commit's outcome unknown")
+    first = pg.sql("SELECT qid FROM messages", db)
+    check(first, "the COMMIT did not commit: nothing to settle")
+    wait_until(lambda: pg.sql("SELECT lease_until < %s FROM messages WHERE qid = '%s'"
+                              % (PG_NOW, first), db) == "t", 15, "the 451's lease to run out")
+    proxy.heal()
+    a.wait_log("PostgreSQL reachable again", timeout=30)
+    q, _, _ = retry_submit([a], "x@example.com", msg, deadline=30)
+    check(q != first, "the retry was answered with the QID answered 451: %s" % q)
+    check_exactly_once([sink], [q], timeout=30, what="after the outage")
+    wait_until(lambda: pg.sql("SELECT count(*) FROM messages WHERE qid = '%s'" % first, db)
+               == "0", 15, "the 451's message to be settled")
+    check(a.log_lines(first, "voided"), "node a did not log the void of %s" % first)
 
 
 # ---------------------------------------------------------------- operations

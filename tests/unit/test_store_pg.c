@@ -6,7 +6,9 @@
  * accepting commit is in flight), a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
- * back, a result that never comes, statements prepared per connection (a
+ * back, one that committed while PostgreSQL could not be reached to read
+ * it (451, then voided before the node's next use of the database, with
+ * or without the id the key locks give), a result that never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
  * lost lease in a group commit failing only its own write, its marks and
@@ -1568,6 +1570,137 @@ static void test_voids(void **state)
 	CHECK_INT("the key is new again", claim_found(f->st, 31, NOW, NULL), 0);
 }
 
+static char *away_url;		/* the node's own URL while it is given a dead one */
+
+/* cut_fd - a connection's socket reads end of file from now on */
+static void cut_fd(int fd)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || dup2(sv[0], fd) < 0)
+		fail_msg("socketpair: %s", strerror(errno));
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/* cut_off - the commit hook: once the commit is visible, its answer lost and the database away */
+static void cut_off(PGconn *c)
+{
+	struct pg_store *st = (struct pg_store *) hook_fx->st;
+	char q[256];
+	int64_t deadline = clock_mono_us() + 5 * SEC;
+	size_t i;
+	int seen = 0;
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", hook_qid);
+	while (!(seen = sql_int(hook_fx->url, q) == 1) && clock_mono_us() < deadline)
+		usleep(10000);
+	if (!seen)
+		fail_msg("the commit did not become visible within 5 s");
+	/* its answer lost, and every other way to the database with it: nothing can be read */
+	cut_fd(PQsocket(c));
+	if (st->anchor)
+		cut_fd(PQsocket(st->anchor));
+	pthread_mutex_lock(&st->mu);
+	for (i = 0; i < st->n_idle; i++)
+		cut_fd(PQsocket(st->idle[i]));
+	pthread_mutex_unlock(&st->mu);
+	away_url = st->url;		/* new connections are refused */
+	st->url = xstrdup("postgresql://idemrelay@127.0.0.1:1/none?connect_timeout=2");
+}
+
+/* back - the database reachable again for st, at once */
+static void back(struct pg_store *st)
+{
+	free(st->url);
+	st->url = away_url;
+	pthread_mutex_lock(&st->mu);
+	st->next_try = 0;
+	pthread_mutex_unlock(&st->mu);
+	st->anchor_checked = 0;
+}
+
+/*
+ * A commit that committed while its answer was lost and PostgreSQL could
+ * not be reached to read its outcome: answered 451, then settled by the
+ * node's first use of the database, before anything else: its key is new
+ * (a retry is a new message), no node takes it, not even once its lease
+ * ran out (the outage outlasted store.lease) and another node asks
+ * first after this node settled; its message is dropped. With the id read
+ * with the key locks (an acceptance), and without (one read back).
+ */
+static void test_commit_unreachable(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+	char q[256], what[64];
+	const char *qids[2] = { "AWAYKEYED001", "AWAYNOKEY001" };
+	int keyed, hash;
+
+	for (keyed = 1; keyed >= 0; keyed--) {
+		hook_fx = f;
+		hook_qid = qids[keyed ? 0 : 1];
+		hash = keyed ? 51 : 52;
+		hash_of(h, hash);
+		msg_new(&m, hook_qid, 1, 100);
+		m.has_key = 1;
+		memcpy(m.keyhash, KH, STORE_HASH_LEN);
+		/* keyed, as an acceptance: the keys' locks give the id */
+		assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH,
+						 keyed ? 1 : 0, &t), 0);
+		if (keyed)
+			CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+		store_txn_msg_put(t, &m);
+		claim_of(&c, hook_qid, 1, NOW + SEC);
+		store_txn_claim_put(t, KH, h, &c);
+		commit_hook = cut_off;
+		CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
+		commit_hook = NULL;
+		store_msg_free(&m);
+		snprintf(what, sizeof(what), "%s: no copy kept for delivery", hook_qid);
+		CHECK_INT(what, store_pg_keep_take((struct pg_store *) f->st, hook_qid, &m),
+			  STORE_ENOTFOUND);
+		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+			 "WHERE qid = '%s'", f->schema, hook_qid);
+		CHECK_INT("it did commit", sql_int(f->url, q), 1);
+		/* away longer than the lease: it ran out meanwhile */
+		sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = '%s'", hook_qid);
+		back((struct pg_store *) f->st);
+
+		snprintf(what, sizeof(what), "%s: the key is new", hook_qid);
+		CHECK_INT(what, claim_found(f->st, hash, NOW, NULL), 0);
+		other = node_open(f, "other");
+		snprintf(what, sizeof(what), "%s: another node takes nothing", hook_qid);
+		CHECK_INT(what, taken(other, NOW + SEC), 0);
+		store_close(other);
+		snprintf(what, sizeof(what), "%s: nor this one", hook_qid);
+		CHECK_INT(what, taken(f->st, NOW + SEC), 0);
+		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles */
+		CHECK_INT(what, taken(f->st, NOW + SEC), 0);
+		snprintf(what, sizeof(what), "%s: dropped", hook_qid);
+		CHECK_INT(what, sql_int(f->url, q), 0);
+		CHECK_INT("settled", void_count(f), 0);
+	}
+	/* a retry of the key is a new message, accepted */
+	msg_new(&m, "AWAYRETRY001", 1, 100);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	hash_of(h, 51);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the key is new", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	store_txn_msg_put(t, &m);
+	claim_of(&c, m.qid, 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h, &c);
+	CHECK_INT("the retry accepted", store_txn_commit(t), 0);
+	store_msg_free(&m);
+	CHECK_INT("its claim", claim_found(f->st, 51, NOW, &c), 1);
+	CHECK_STR("under its QID", c.qid, "AWAYRETRY001");
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -1979,6 +2112,7 @@ int main(void)
 		T(test_race_two_nodes),
 		T(test_unknown_commit),
 		T(test_voids),
+		T(test_commit_unreachable),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),

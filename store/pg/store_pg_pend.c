@@ -1,0 +1,257 @@
+/*
+ * NAME
+ *	store_pg_pend 3
+ * SUMMARY
+ *	batches answered 451 while PostgreSQL could not be reached to read their commit: settled first
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	When the COMMIT's answer is lost and PostgreSQL cannot be
+ *	reached to read the outcome or to write the void, the batch is
+ *	answered 451 all the same, and its QIDs, with the transaction's
+ *	id when known and its backend (pid, start), are kept in the node
+ *	(store_pg_pend_add(): struct pg_pend, logged). Its commit may
+ *	have committed: the rows then carry the lease its INSERT took,
+ *	this node's, which no renewal extends (the node counts only
+ *	leases of commits it knows, store_pg_txn.c), and no copy of them
+ *	is kept for delivery (store_pg_keep.c files copies of known
+ *	commits only). They are settled before the node does anything
+ *	else with the database: every connection taken from the pool
+ *	(store_pg_take(), the one way to the database but the anchor's
+ *	look and reads of an unknown outcome) goes first through
+ *	store_pg_pend_settle(), one caller settling while the others
+ *	wait, and a caller whose settling fails gets no connection
+ *	(STORE_EAGAIN): so the take of due messages, the lease renewal,
+ *	a claims lookup (a retry of the key: the claim of a committed
+ *	451 read as live would have replayed a 250 for a message about
+ *	to be voided) and the next batch all come after it. Settling a
+ *	batch: the id not known is read from its backend if it still
+ *	runs the transaction (a COMMIT waiting for the standby); then
+ *	pg_xact_status(): aborted, nothing to do; committed or in
+ *	progress, its QIDs voided with the id (dropped by the settle of
+ *	store_pg_wait.c); an id not known, over, too old or refused (a
+ *	server another since), voided with the void's own id, decided
+ *	once it commits, so that the settle drops whatever of the batch
+ *	exists.
+ *
+ *	Not covered. (1) PostgreSQL unreachable from this node for
+ *	longer than store.lease counted from the batch's INSERT, while
+ *	other nodes reach it (this node cut off alone), or all nodes
+ *	coming back together after such an outage: another node's take
+ *	looks at the lease's expiry only, not at whether its owner lives
+ *	(holds its slot lock), so it may take the message before this
+ *	node has settled (this node settles at its first use of the
+ *	database: its delivery poller tries every second, after the
+ *	reconnect backoff, at most PG_BACKOFF_MAX), and delivers a
+ *	message answered 451. (2) The node killed (-9, a crash) while it
+ *	keeps unsettled batches: they live in its memory only; its next
+ *	start gives up the previous life's leases (store_pg.c), and any
+ *	node then takes and delivers them; never restarted, another node
+ *	does once the lease runs out. Closing (2) would take a small
+ *	local file of the kept batches, written (and synced) before
+ *	their 451 and settled by the next start before it gives up the
+ *	old leases; the PostgreSQL backend has no local directory of its
+ *	own yet to keep it in.
+ * DIAGNOSTICS
+ *	store_pg_pend_settle() returns 0 or STORE_EAGAIN (some batch not
+ *	settled: the caller must not use the connection).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/buf.h"
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+/*
+ * store_pg_pend_add - t, answered 451, could not be read back nor
+ * voided: kept, to be settled before the node's next use of the
+ * database (see the header)
+ */
+void store_pg_pend_add(struct pg_txn *t)
+{
+	struct pg_store *st = t->st;
+	struct pg_pend *b;
+
+	pthread_mutex_lock(&st->pmu);
+	if (st->n_pend == st->cap_pend) {
+		st->cap_pend = st->cap_pend ? 2 * st->cap_pend : 4;
+		st->pend = xrealloc(st->pend, st->cap_pend * sizeof(*st->pend));
+	}
+	b = &st->pend[st->n_pend];
+	memset(b, 0, sizeof(*b));
+	b->qids = xcalloc(t->n_put, sizeof(*b->qids));
+	memcpy(b->qids, t->put_qids, t->n_put * sizeof(*b->qids));
+	b->n = t->n_put;
+	b->xid = t->xid;
+	if (store_pg_stmt_backend(t->c, &b->pid, &b->started) != 0)
+		b->pid = 0;
+	pthread_mutex_lock(&st->mu);
+	st->n_pend++;
+	pthread_mutex_unlock(&st->mu);
+	pthread_mutex_unlock(&st->pmu);
+	msg_warn("store: a commit's outcome cannot be read (PostgreSQL unreachable): its %zu "
+		 "message%s answered 451 (%s%s), settled before the node uses the database again",
+		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+}
+
+enum pend_rc { PEND_OK, PEND_REFUSED, PEND_LOST };
+
+/* pend_exec - one statement of a settling on c: PEND_LOST if c failed, a refusal told apart */
+static enum pend_rc pend_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
+			      PGresult **r, const char *what)
+{
+	if (store_pg_exec(st, c, sql, p, r, what) == 0)
+		return PEND_OK;
+	return PQstatus(c) == CONNECTION_OK ? PEND_REFUSED : PEND_LOST;
+}
+
+/*
+ * pend_xid - b's transaction id, when it was not known: its backend's,
+ * if it still runs the transaction (a COMMIT that waits for the
+ * standby); else 0, the transaction is over. PEND_LOST: c failed.
+ */
+static enum pend_rc pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
+{
+	struct pg_params p;
+	PGresult *r;
+	enum pend_rc rc;
+
+	if (b->xid != 0 || b->pid == 0)
+		return PEND_OK;
+	store_pg_params_init(&p);
+	store_pg_p_i32(&p, b->pid);
+	store_pg_p_i64(&p, b->started);
+	if ((rc = pend_exec(st, c, store_pg_sql_backend_xid, &p, &r, "backend transaction")) == PEND_OK) {
+		if (PQntuples(r) == 1 && store_pg_int(r, 0, 0))
+			b->xid = store_pg_int(r, 0, 1);
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return rc == PEND_LOST ? PEND_LOST : PEND_OK;
+}
+
+/*
+ * pend_status - what became of b's transaction: XACT_ABORTED, or
+ * XACT_UNKNOWN when its id is not known or is refused (an id in the
+ * future: the server is another since, a standby promoted; voided with
+ * the void's own id then, as one over), else as read; -1 c failed
+ */
+static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
+{
+	struct pg_params p;
+	PGresult *r;
+	enum pend_rc rc;
+	int x = XACT_UNKNOWN;
+	const char *v;
+
+	if (b->xid == 0)
+		return XACT_UNKNOWN;
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, b->xid);
+	if ((rc = pend_exec(st, c, store_pg_sql_status, &p, &r, "transaction status")) == PEND_OK) {
+		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
+		x = strcmp(v, "aborted") == 0 ? XACT_ABORTED : strcmp(v, "committed") == 0
+			? XACT_COMMITTED : strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return rc == PEND_LOST ? -1 : x;
+}
+
+/* pend_void - b's QIDs made void on c, in a transaction of their own that does not wait */
+static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, int64_t xid)
+{
+	struct pg_params p;
+	struct pg_arr a;
+	PGresult *r = NULL;
+	size_t i;
+	int err;
+
+	store_pg_params_init(&p);
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < b->n; i++)
+		store_pg_a_text(&a, b->qids[i]);
+	store_pg_p_arr(&p, &a);
+	store_pg_p_i64(&p, xid);
+	store_pg_p_text(&p, st->node ? st->node : "");
+	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", "void");
+	if (err == 0 && (err = store_pg_exec(st, c, store_pg_sql_void, &p, &r, "void")) == 0)
+		err = store_pg_simple(st, c, "COMMIT", "void");
+	PQclear(r);
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(st, c, "ROLLBACK", "void");
+	store_pg_params_free(&p);
+	return err;
+}
+
+/*
+ * pend_one - settle b on c: nothing if its transaction aborted, else its
+ * QIDs voided, with its id (settled as any void once decided), or with
+ * the void's own when the id is not known and the transaction is over.
+ * 0 settled; else c failed or the void was refused: b stays.
+ */
+static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
+{
+	int x;
+
+	if (pend_xid(st, c, b) == PEND_LOST || (x = pend_status(st, c, b)) < 0)
+		return STORE_EAGAIN;
+	if (x == XACT_ABORTED) {
+		msg_info("store: a commit answered 451 while PostgreSQL was unreachable had aborted "
+			 "(%s%s): nothing to settle", b->qids[0], b->n > 1 ? ", ..." : "");
+		return 0;
+	}
+	/* committed or still running: its id; not known: the void's own (over, decided) */
+	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid) != 0)
+		return STORE_EAGAIN;
+	pthread_mutex_lock(&st->mu);
+	st->settle_at = 0;		/* a decided one goes at the next take */
+	pthread_mutex_unlock(&st->mu);
+	msg_warn("store: a commit answered 451 while PostgreSQL was unreachable: its %zu message%s "
+		 "voided (%s%s), never delivered", b->n, b->n == 1 ? "" : "s", b->qids[0],
+		 b->n > 1 ? ", ..." : "");
+	return 0;
+}
+
+/*
+ * store_pg_pend_settle - on c, just taken from the pool, before the caller
+ * uses it: settle the batches kept by store_pg_pend_add (see the header). 0, or
+ * STORE_EAGAIN: some could not be, and the caller must not go on. One
+ * caller settles; the others wait for it.
+ */
+int store_pg_pend_settle(struct pg_store *st, PGconn *c)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&st->pmu);
+	while (st->n_pend > 0 && err == 0) {
+		if ((err = pend_one(st, c, &st->pend[st->n_pend - 1])) != 0)
+			break;
+		free(st->pend[st->n_pend - 1].qids);
+		pthread_mutex_lock(&st->mu);
+		st->n_pend--;
+		pthread_mutex_unlock(&st->mu);
+	}
+	if (err != 0 && PQstatus(c) == CONNECTION_OK && clock_mono_us() >= st->pend_warn_at) {
+		st->pend_warn_at = clock_mono_us() + PG_BACKOFF_MAX;
+		msg_error("store: a batch answered 451 while PostgreSQL was unreachable cannot be "
+			  "voided (%s): the node uses the database for nothing else until it is",
+			  st->pend[st->n_pend - 1].qids[0]);
+	}
+	pthread_mutex_unlock(&st->pmu);
+	return err;
+}
+
+/* store_pg_pend_free - forget the batches kept (the handle closes) */
+void store_pg_pend_free(struct pg_store *st)
+{
+	size_t i;
+
+	for (i = 0; i < st->n_pend; i++)
+		free(st->pend[i].qids);
+	free(st->pend);
+	st->pend = NULL;
+	st->n_pend = st->cap_pend = 0;
+}
