@@ -19,12 +19,8 @@
  *	conf_load() returns 0, or -1 with a one-line message in err and
  *	*c released (still safe to conf_free()).
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <libconfig.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

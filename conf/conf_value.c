@@ -13,7 +13,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -23,7 +23,6 @@
 #include <time.h>
 
 #include "../queue/qid.h"
-#include "../util/hash.h"
 #include "ctl.h"
 #include "../util/json.h"
 

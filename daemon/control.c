@@ -20,7 +20,6 @@
  *	control: flush
  *	and the actions' lines (queue/queue_admin.c)
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>

@@ -18,16 +18,12 @@
  *	A listener that cannot be bound is fatal at start-up, like the SMTP
  *	listeners. Failures while serving are logged as warnings.
  */
-#include <arpa/inet.h>
-#include <errno.h>
 #include <pthread.h>
-#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "../util/admin.h"
 #include "../util/clock.h"

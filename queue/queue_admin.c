@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util/clock.h"
 #include "../util/json.h"
 #include "../util/log.h"
 #include "queue_admin.h"

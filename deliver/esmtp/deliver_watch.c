@@ -28,7 +28,6 @@
  * DIAGNOSTICS
  *	Debug: whether each connection's last dot was acknowledged.
  */
-#include <errno.h>
 #include <linux/sockios.h>
 #include <linux/tcp.h>		/* the kernel's struct tcp_info: glibc's lacks bytes_acked */
 #include <netinet/in.h>
