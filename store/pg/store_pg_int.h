@@ -35,7 +35,7 @@
 #define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
-#define PG_SCHEMA_VERSION 7
+#define PG_SCHEMA_VERSION 8
 #define PG_PARAMS_MAX	32
 
 /* the element types of arrays and parameters */
@@ -49,7 +49,8 @@
 /*
  * One row's "is it queued?" where the row is found by its QID or token:
  * "queued IS TRUE", never "queued", which lets the planner read the row
- * from a partial index WHERE queued (messages_due, messages_lease). An
+ * from a partial index WHERE queued (messages_due; messages_lease until
+ * schema 8). An
  * ANALYZE made while the queue was nearly empty prices such an index at
  * one row, and the generic plan then walks every queued message for each
  * row it writes: 1.7 ms an outcome at 1,200 queued, delivery a quarter
@@ -76,10 +77,13 @@
  * The inflight mark's two columns (schema 2, store_pg_schema.c): a mark
  * names its lease (mark_token); clearing it while finishing the message
  * under another lease names the mark the verdict was on (verdict_on).
- * PG_MARK_SET, in the trigger's WHEN, says NEW already holds what
- * idemrelay_mark() would set; PG_MARK_COLS sets them so in an UPDATE of
- * messages m, given the row's new inflight and queued (the lease token
- * unchanged), and leaves them alone where inflight does not change.
+ * PG_MARK_COLS sets them so in an UPDATE of messages m, given the row's
+ * new inflight and queued (the lease token unchanged), and leaves them
+ * alone where inflight does not change: every statement that writes
+ * inflight uses it (schema 8 dropped the trigger that kept them for
+ * older nodes). PG_MARK_SET is that trigger's WHEN of schema 4, for the
+ * migration that made it: NEW already holds what idemrelay_mark() would
+ * set.
  */
 #define PG_MARK_SET "(CASE WHEN NEW.inflight THEN NEW.mark_token IS NOT DISTINCT FROM " \
 	"NEW.lease_token AND NEW.verdict_on IS NULL WHEN NOT NEW.queued AND OLD.mark_token IS " \

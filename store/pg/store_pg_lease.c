@@ -147,8 +147,13 @@ void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token)
 	pthread_mutex_unlock(&st->lmu);
 }
 
-/* held - every lease this node holds: tokens as an array, and their QIDs (owned) */
-static size_t held(struct pg_store *st, struct pg_arr *tokens, struct pg_lease **copy)
+/*
+ * held - every lease this node holds: their QIDs and tokens as arrays
+ * (rows are found by QID, the primary key, and checked by token), and a
+ * copy of the entries (owned)
+ */
+static size_t held(struct pg_store *st, struct pg_arr *qids, struct pg_arr *tokens,
+		   struct pg_lease **copy)
 {
 	size_t i, n = 0;
 
@@ -157,6 +162,7 @@ static size_t held(struct pg_store *st, struct pg_arr *tokens, struct pg_lease *
 	for (i = 0; i < st->cap_leases; i++)
 		if (st->leases[i].qid[0] && strcmp(st->leases[i].qid, DELETED) != 0) {
 			(*copy)[n++] = st->leases[i];
+			store_pg_a_text(qids, st->leases[i].qid);
 			store_pg_a_i64(tokens, st->leases[i].token);
 		}
 	pthread_mutex_unlock(&st->lmu);
@@ -235,7 +241,7 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	struct pg_arr tokens;
+	struct pg_arr qids, tokens;
 	struct pg_lease *mine;
 	int64_t *kept;
 	size_t n, i, k, lost = 0;
@@ -246,8 +252,10 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	if (st->node == NULL)
 		return 0;
 	store_pg_anchor_check(st);
+	store_pg_arr_init(&qids, PG_OID_TEXT);
 	store_pg_arr_init(&tokens, PG_OID_INT8);
-	if ((n = held(st, &tokens, &mine)) == 0) {
+	if ((n = held(st, &qids, &tokens, &mine)) == 0) {
+		store_pg_arr_free(&qids);
 		store_pg_arr_free(&tokens);
 		free(mine);
 		return 0;
@@ -256,6 +264,7 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_arr(&p, &tokens);
 	store_pg_p_text(&p, st->node);
+	store_pg_p_arr(&p, &qids);
 	/*
 	 * Rows a delivery write has locked are skipped, not waited for: the
 	 * renewal took rows in no order and deadlocked with a mark carrying
@@ -263,11 +272,12 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	 * statement's snapshot shows as this node's, renewed or not this time.
 	 */
 	err = store_pg_run(st, "WITH c AS (SELECT qid FROM messages "
-		  "WHERE lease_token = ANY($2::int8[]) AND lease_owner = $3 AND queued "
-		  "FOR UPDATE SKIP LOCKED), u AS (UPDATE messages m SET lease_until = "
-		  PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid) "
+		  "WHERE qid = ANY($4::text[]) AND lease_token = ANY($2::int8[]) AND lease_owner = $3 "
+		  "AND " PG_ROW_QUEUED("") " FOR UPDATE SKIP LOCKED), u AS (UPDATE messages m SET "
+		  "lease_until = " PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid) "
 		  "SELECT lease_token FROM messages "
-		  "WHERE lease_token = ANY($2::int8[]) AND lease_owner = $3 AND queued",
+		  "WHERE qid = ANY($4::text[]) AND lease_token = ANY($2::int8[]) AND lease_owner = $3 "
+		  "AND " PG_ROW_QUEUED(""),
 		  &p, &r, "lease renew");
 	store_pg_params_free(&p);
 	if (err != 0) {
@@ -357,13 +367,15 @@ int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct pg_params p;
-	struct pg_arr tokens;
+	struct pg_arr qids, tokens;
 	struct pg_lease *mine;
 	PGresult *r;
 	int err;
 
+	store_pg_arr_init(&qids, PG_OID_TEXT);
 	store_pg_arr_init(&tokens, PG_OID_INT8);
-	if (held(st, &tokens, &mine) == 0) {
+	if (held(st, &qids, &tokens, &mine) == 0) {
+		store_pg_arr_free(&qids);
 		store_pg_arr_free(&tokens);
 		free(mine);
 		return 0;
@@ -372,8 +384,10 @@ int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct sto
 	store_pg_params_init(&p);
 	store_pg_p_arr(&p, &tokens);
 	store_pg_p_text(&p, st->node);
-	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE lease_token = ANY($1::int8[]) "
-		  "AND lease_owner = $2 AND queued AND NOT held ORDER BY qid", &p, &r, "queue list");
+	store_pg_p_arr(&p, &qids);
+	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE qid = ANY($3::text[]) "
+		  "AND lease_token = ANY($1::int8[]) AND lease_owner = $2 AND " PG_ROW_QUEUED("")
+		  " AND NOT held ORDER BY qid", &p, &r, "queue list");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;

@@ -880,8 +880,9 @@ SCHEMA_LOCK_ROWS = ("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WH
 @case(timeout=90, stores=PG_ONLY)
 def test_nodes_start_upgrades_older_schema(t):
     """Two nodes started at once on a database of the schema before this build's
-    (6: the index version 7 drops is made again, the version set back) both come
-    up, the schema is migrated once, to 7, and both serve. The test holds the
+    (7: the trigger, its function and the index version 8 drops are made again,
+    the version set back) both come up, the schema is migrated once, to 8, and
+    both serve. The test holds the
     schema lock while they start, so that both have read the older schema
     without it (their start-up check) and wait for it together: their start-up
     check took an older schema for a refusal and the node exited ("start a node
@@ -891,11 +892,16 @@ def test_nodes_start_upgrades_older_schema(t):
     db = t.pg_url().rsplit("/", 1)[1]
     sink = t.sink()
     a = t.daemon(sink, node="a")
-    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7",
-       "this test undoes migration 6 -> 7 (store_pg_schema.c); the schema version")
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "8",
+       "this test undoes migration 7 -> 8 (store_pg_schema.c); the schema version")
     a.stop()
-    pg.sql("CREATE INDEX messages_keyhash ON messages (keyhash) WHERE has_key", db)
-    pg.sql("UPDATE idemrelay_schema SET version = 6", db)
+    pg.sql("CREATE FUNCTION idemrelay_mark() RETURNS trigger LANGUAGE plpgsql AS"
+           " $f$ BEGIN RETURN NEW; END $f$", db)
+    pg.sql("CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
+           " WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight) EXECUTE FUNCTION idemrelay_mark()",
+           db)
+    pg.sql("CREATE INDEX messages_lease ON messages (lease_token) WHERE queued", db)
+    pg.sql("UPDATE idemrelay_schema SET version = 7", db)
     b = t.daemon(sink, node="b", start=False)
     holder = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-d",
                                pg.url(db, pgcluster.SUPERUSER)], stdin=subprocess.PIPE,
@@ -923,11 +929,15 @@ def test_nodes_start_upgrades_older_schema(t):
     for th in threads:
         th.join(40)
     eq(failed, [], "nodes that did not start")
-    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "7", "the version after the start")
-    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_keyhash'", db), "0",
-       "the index migration 7 drops")
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "8", "the version after the start")
+    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_lease'", db), "0",
+       "the index migration 8 drops")
+    eq(pg.sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'messages_mark'", db), "0",
+       "the trigger migration 8 drops")
+    eq(pg.sql("SELECT count(*) FROM pg_proc WHERE proname = 'idemrelay_mark'", db), "0",
+       "and its function")
     migrated = [d.node for d in (a, b) for line in d.log().rsplit("=== e2e: start", 1)[1]
-                .splitlines() if "schema migrated to version 7" in line]
-    eq(len(migrated), 1, "nodes that migrated to version 7 (%r)" % migrated)
+                .splitlines() if "schema migrated to version 8" in line]
+    eq(len(migrated), 1, "nodes that migrated to version 8 (%r)" % migrated)
     qs = [submit_ok(d.port, "x@example.com", make_msg(key="upgrade-" + d.node)) for d in (a, b)]
     check_exactly_once([sink], qs, timeout=30)
