@@ -621,10 +621,10 @@ static void pg_free(struct pg_store *st)
 	PQfinish(st->anchor);
 	pthread_mutex_destroy(&st->mu);
 	pthread_mutex_destroy(&st->amu);
+	store_pg_keep_free(st);		/* under lmu, before the map it hangs on */
 	pthread_mutex_destroy(&st->lmu);
 	pthread_mutex_destroy(&st->pmu);
 	pthread_cond_destroy(&st->freed);
-	store_pg_keep_free(st);
 	store_pg_pend_free(st);
 	free(st->leases);
 	free(st->url);

@@ -111,6 +111,8 @@
 struct pg_lease {
 	char qid[STORE_QID_SIZE];	/* "" empty, "\1" deleted */
 	int64_t token;
+	struct store_msg *copy;		/* in the map: owned, the message as put (store_pg_keep.c) */
+	size_t copy_bytes;		/* the memory it takes */
 };
 
 /* why connecting fails: the server cannot be reached, or it has no slot free */
@@ -155,12 +157,10 @@ struct pg_store {
 	size_t cap_pend;
 	int64_t pend_warn_at;		/* monotonic us: a settling refused is logged again then */
 
-	pthread_mutex_t kmu;		/* guards the copies kept (store_pg_keep.c) */
+	pthread_mutex_t lmu;		/* guards the lease map, the copies on it and their ring */
 	struct pg_kept *keep;		/* owned: a ring of PG_KEEP_MAX; NULL for a client */
-	size_t keep_head, n_keep;	/* the oldest's slot; entries from it, empty ones too */
-	size_t keep_bytes;		/* the memory they take (store_pg_keep.c) */
-
-	pthread_mutex_t lmu;		/* guards the lease map */
+	size_t keep_head, n_keep;	/* the oldest's slot; entries from it, stale ones too */
+	size_t keep_bytes;		/* the memory the copies take (store_pg_keep.c) */
 	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
 	size_t n_leases, n_used, cap_leases;	/* live; live + deleted; slots */
 };
@@ -181,12 +181,11 @@ struct pg_pend {
 	int64_t started;
 };
 
-/* a message this node put, kept for its first delivery (store_pg_keep.c) */
+/* the ring's entry of a copy kept for a first delivery, oldest first (store_pg_keep.c) */
 struct pg_kept {
-	struct store_msg *m;		/* owned; lease: the token it was put with; NULL: empty */
-	uint64_t h;			/* of its QID */
+	char qid[STORE_QID_SIZE];
+	const struct store_msg *m;	/* not owned: its lease entry's copy, unless taken since */
 	int64_t at;			/* monotonic us: filed */
-	size_t bytes;			/* the memory m takes */
 };
 
 /* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
@@ -215,7 +214,7 @@ struct pg_txn {
 	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put */
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
-	struct store_msg **kept;	/* owned: their copies (store_pg_keep.c), or NULLs */
+	struct store_msg **copies;	/* owned: their copies (store_pg_keep.c), or NULLs */
 	int wrote_put;			/* a delivery write of a message put: no copy kept */
 	size_t n_put, cap_put;
 	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
@@ -349,6 +348,7 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult 
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */
+struct pg_lease *store_pg_lease_entry(struct pg_store *st, const char *qid);	/* lmu held */
 int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t token);
 
 /* store_pg_keep.c: the messages just put, kept for their first delivery */
@@ -357,6 +357,7 @@ void store_pg_keep_drop(struct store_msg *k);
 void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token);
 int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m);
 void store_pg_keep_forget(struct pg_store *st, const char *qid);	/* NULL: all */
+void store_pg_keep_unhang(struct pg_store *st, struct pg_lease *e);	/* lmu held */
 void store_pg_keep_init(struct pg_store *st);
 void store_pg_keep_free(struct pg_store *st);
 

@@ -30,10 +30,18 @@
  *	idemrelayctl shows it: "active on NODE"), and that attempt goes on,
  *	as any attempt under way does (store_pg_queue.c).
  *
- *	At most PG_KEEP_MAX copies and PG_KEEP_BYTES of memory, the oldest
- *	dropped first, a copy counted whole (kept_size(): its body, envelope
- *	and recipients, a thousand recipients with long ORCPTs weighing more
- *	than many a body); a message larger than PG_KEEP_ONE is not kept.
+ *	A copy hangs on its lease's entry in the node's lease map
+ *	(store_pg_lease.c), which owns it: it is found, taken and forgotten
+ *	there in one lookup, under the map's lock, and dies with its lease
+ *	(given up, lost at a renewal, or taken anew with another token). A
+ *	delivery write forgot it by scanning every copy kept, under the lock
+ *	acceptance takes to file one. The ring below only says which is
+ *	oldest: at most PG_KEEP_MAX copies and PG_KEEP_BYTES of memory, the
+ *	oldest dropped first, a copy counted whole (kept_size(): its body,
+ *	envelope and recipients, a thousand recipients with long ORCPTs
+ *	weighing more than many a body); a message larger than PG_KEEP_ONE is
+ *	not kept. An entry of the ring whose copy was taken or dropped since
+ *	is passed over when it becomes the oldest.
  * DIAGNOSTICS
  *	store_pg_keep_take() returns 0 or STORE_ENOTFOUND.
  */
@@ -42,7 +50,6 @@
 
 #include "../../util/buf.h"
 #include "../../util/clock.h"
-#include "../../util/hash.h"
 #include "store_pg_int.h"
 
 #define PG_KEEP_ONE	(256u << 10)
@@ -118,84 +125,75 @@ void store_pg_keep_drop(struct store_msg *k)
 	free(k);
 }
 
-/* slot - the ring's i-th entry from the oldest (kmu held) */
+/* slot - the ring's i-th entry from the oldest (lmu held) */
 static struct pg_kept *slot(struct pg_store *st, size_t i)
 {
 	return &st->keep[(st->keep_head + i) % PG_KEEP_MAX];
 }
 
-/* forget_at - drop the i-th entry from the oldest (kmu held); the oldest ones gone go */
-static void forget_at(struct pg_store *st, size_t i)
+/* store_pg_keep_unhang - drop the copy hanging on lease entry e, if any (lmu held) */
+void store_pg_keep_unhang(struct pg_store *st, struct pg_lease *e)
 {
-	struct pg_kept *e = slot(st, i);
-
-	if (e->m != NULL) {
-		st->keep_bytes -= e->bytes;
-		store_pg_keep_drop(e->m);
-		e->m = NULL;
-	}
-	while (st->n_keep > 0 && slot(st, 0)->m == NULL) {
-		st->keep_head = (st->keep_head + 1) % PG_KEEP_MAX;
-		st->n_keep--;
-	}
+	if (e->copy == NULL)
+		return;
+	st->keep_bytes -= e->copy_bytes;
+	store_pg_keep_drop(e->copy);
+	e->copy = NULL;
+	e->copy_bytes = 0;
 }
 
-/* expire - drop the copies kept too long, and the oldest beyond the bounds (kmu held) */
+/* pop - the oldest entry of the ring goes, and its copy if still kept (lmu held) */
+static void pop(struct pg_store *st)
+{
+	struct pg_kept *o = slot(st, 0);
+	struct pg_lease *e = store_pg_lease_entry(st, o->qid);
+
+	if (e != NULL && e->copy == o->m)
+		store_pg_keep_unhang(st, e);
+	st->keep_head = (st->keep_head + 1) % PG_KEEP_MAX;
+	st->n_keep--;
+}
+
+/* expire - drop the copies kept too long, and the oldest beyond the bounds (lmu held) */
 static void expire(struct pg_store *st, int64_t now, size_t room)
 {
-	/* the oldest entry is never empty (forget_at) */
 	while (st->n_keep > 0 && (now - slot(st, 0)->at > PG_KEEP_US || st->n_keep == PG_KEEP_MAX
 				  || st->keep_bytes + room > PG_KEEP_BYTES))
-		forget_at(st, 0);
-}
-
-/* qid_hash - what an entry is first compared by */
-static uint64_t qid_hash(const char *qid)
-{
-	return hash_fnv(HASH_FNV_INIT, qid, strlen(qid));
+		pop(st);
 }
 
 /*
  * store_pg_keep_add - file k (owned from here), put by a transaction
- * committed with the lease of token
+ * committed with the lease of token, on that lease's entry
  */
 void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token)
 {
 	int64_t now = clock_mono_us();
-	struct pg_kept *e;
+	struct pg_lease *e;
+	struct pg_kept *o;
 	size_t bytes;
-	uint64_t h;
 
 	if (st->keep == NULL || (bytes = kept_size(k)) > PG_KEEP_BYTES) {
 		store_pg_keep_drop(k);
 		return;
 	}
 	k->lease = token;
-	h = qid_hash(k->qid);
-	pthread_mutex_lock(&st->kmu);
+	pthread_mutex_lock(&st->lmu);
 	expire(st, now, bytes);
-	e = slot(st, st->n_keep++);
-	e->m = k;
-	e->h = h;
-	e->at = now;
-	e->bytes = bytes;
-	st->keep_bytes += bytes;
-	pthread_mutex_unlock(&st->kmu);
-}
-
-/* find - the index from the oldest of qid's copy, or -1 (kmu held) */
-static long find(struct pg_store *st, const char *qid)
-{
-	uint64_t h = qid_hash(qid);
-	struct pg_kept *e;
-	size_t i;
-
-	for (i = 0; i < st->n_keep; i++) {
-		e = slot(st, i);
-		if (e->m != NULL && e->h == h && strcmp(e->m->qid, qid) == 0)
-			return (long) i;
+	if ((e = store_pg_lease_entry(st, k->qid)) == NULL || e->token != token) {
+		pthread_mutex_unlock(&st->lmu);
+		store_pg_keep_drop(k);	/* the lease is gone already */
+		return;
 	}
-	return -1;
+	store_pg_keep_unhang(st, e);
+	e->copy = k;
+	e->copy_bytes = bytes;
+	st->keep_bytes += bytes;
+	o = slot(st, st->n_keep++);
+	memcpy(o->qid, k->qid, sizeof(o->qid));
+	o->m = k;
+	o->at = now;
+	pthread_mutex_unlock(&st->lmu);
 }
 
 /*
@@ -206,26 +204,22 @@ static long find(struct pg_store *st, const char *qid)
 int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m)
 {
 	struct store_msg *k = NULL;
-	int64_t token;
-	long i;
+	struct pg_lease *e;
 
 	if (st->keep == NULL)
 		return STORE_ENOTFOUND;
-	pthread_mutex_lock(&st->kmu);
+	pthread_mutex_lock(&st->lmu);
 	expire(st, clock_mono_us(), 0);
-	if ((i = find(st, qid)) >= 0) {
-		k = slot(st, (size_t) i)->m;
-		slot(st, (size_t) i)->m = NULL;
-		st->keep_bytes -= slot(st, (size_t) i)->bytes;
-		forget_at(st, (size_t) i);
+	if ((e = store_pg_lease_entry(st, qid)) != NULL && e->copy != NULL
+	    && e->copy->lease == e->token) {
+		k = e->copy;
+		st->keep_bytes -= e->copy_bytes;
+		e->copy = NULL;
+		e->copy_bytes = 0;
 	}
-	pthread_mutex_unlock(&st->kmu);
+	pthread_mutex_unlock(&st->lmu);
 	if (k == NULL)
 		return STORE_ENOTFOUND;
-	if (store_pg_lease_get(st, qid, &token) != 0 || token != k->lease) {
-		store_pg_keep_drop(k);
-		return STORE_ENOTFOUND;
-	}
 	*m = *k;
 	free(k);
 	return 0;
@@ -234,33 +228,31 @@ int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m
 /* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL */
 void store_pg_keep_forget(struct pg_store *st, const char *qid)
 {
-	long i;
+	struct pg_lease *e;
 
 	if (st->keep == NULL)
 		return;
-	pthread_mutex_lock(&st->kmu);
+	pthread_mutex_lock(&st->lmu);
 	if (qid == NULL) {
 		while (st->n_keep > 0)
-			forget_at(st, 0);
-	} else if ((i = find(st, qid)) >= 0) {
-		forget_at(st, (size_t) i);
+			pop(st);
+	} else if ((e = store_pg_lease_entry(st, qid)) != NULL) {
+		store_pg_keep_unhang(st, e);
 	}
-	pthread_mutex_unlock(&st->kmu);
+	pthread_mutex_unlock(&st->lmu);
 }
 
 /* store_pg_keep_init - a node's ring; a client's store keeps nothing */
 void store_pg_keep_init(struct pg_store *st)
 {
-	pthread_mutex_init(&st->kmu, NULL);
 	if (st->node != NULL)
 		st->keep = xcalloc(PG_KEEP_MAX, sizeof(*st->keep));
 }
 
-/* store_pg_keep_free - drop every copy and the ring */
+/* store_pg_keep_free - drop every copy and the ring (before the lease map goes) */
 void store_pg_keep_free(struct pg_store *st)
 {
 	store_pg_keep_forget(st, NULL);
 	free(st->keep);
 	st->keep = NULL;
-	pthread_mutex_destroy(&st->kmu);
 }

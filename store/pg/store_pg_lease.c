@@ -9,7 +9,8 @@
  *	Any node delivers any due message, under a lease: an owner (the
  *	node's name), an expiry and a fencing token from lease_seq, new at
  *	every take. The node keeps the token of each lease it holds in a
- *	small hash map (qid -> token, under its own mutex); every later
+ *	small hash map (qid -> token, under its own mutex, with the copy of
+ *	a message just put kept on its entry: store_pg_keep.c); every later
  *	delivery write of that message is fenced by it (store_pg_txn.c),
  *	so a node whose lease ran out and went to another node can no
  *	longer write anything of that delivery.
@@ -103,7 +104,17 @@ int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token)
 	return err;
 }
 
-/* store_pg_lease_set - this node holds qid's lease, with token */
+/* store_pg_lease_entry - qid's entry, or NULL if this node holds no lease on it (lmu held) */
+struct pg_lease *store_pg_lease_entry(struct pg_store *st, const char *qid)
+{
+	struct pg_lease *e;
+
+	if (st->cap_leases == 0 || (e = slot_of(st, qid, 0))->qid[0] == 0)
+		return NULL;
+	return e;
+}
+
+/* store_pg_lease_set - this node holds qid's lease, with token (a copy of another token's goes) */
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token)
 {
 	struct pg_lease *e;
@@ -117,6 +128,8 @@ void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token)
 			st->n_used++;
 		st->n_leases++;
 		strcpy(e->qid, qid);
+	} else if (e->token != token) {
+		store_pg_keep_unhang(st, e);
 	}
 	e->token = token;
 	pthread_mutex_unlock(&st->lmu);
@@ -131,6 +144,7 @@ static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token
 		return;
 	if (token != 0 && e->token != token)
 		return;
+	store_pg_keep_unhang(st, e);	/* a copy dies with its lease */
 	strcpy(e->qid, DELETED);
 	st->n_leases--;
 }

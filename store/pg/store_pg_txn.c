@@ -173,6 +173,7 @@ static void lease_add(struct pg_lease **v, size_t *n, size_t *cap, const char *q
 		*cap = *cap ? 2 * *cap : 16;
 		*v = xrealloc(*v, *cap * sizeof(**v));
 	}
+	memset(&(*v)[*n], 0, sizeof(**v));
 	strcpy((*v)[*n].qid, qid);
 	(*v)[(*n)++].token = token;
 }
@@ -313,8 +314,8 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_text(&s->r[6], m->rcpts[i].reply);
 	}
 	qids_add(&t->put_qids, &t->n_put, &t->cap_put, m->qid);
-	t->kept = xrealloc(t->kept, t->cap_put * sizeof(*t->kept));
-	t->kept[t->n_put - 1] = store_pg_keep_copy(t->st, m);
+	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
+	t->copies[t->n_put - 1] = store_pg_keep_copy(t->st, m);
 }
 
 /*
@@ -430,8 +431,8 @@ static void txn_free(struct pg_txn *t)
 	free(t->locked);
 	free(t->loaded);
 	for (i = 0; i < t->n_put; i++)
-		store_pg_keep_drop(t->kept[i]);
-	free(t->kept);
+		store_pg_keep_drop(t->copies[i]);
+	free(t->copies);
 	free(t->put_qids);
 	free(t->gone);
 	free(t->got);
@@ -607,12 +608,12 @@ static void keep_file(struct pg_txn *t, const char *qid, int64_t token)
 	size_t i;
 
 	for (i = 0; i < t->n_put; i++)
-		if (t->kept[i] != NULL && strcmp(t->put_qids[i], qid) == 0) {
+		if (t->copies[i] != NULL && strcmp(t->put_qids[i], qid) == 0) {
 			if (!t->wrote_put)
-				store_pg_keep_add(t->st, t->kept[i], token);
+				store_pg_keep_add(t->st, t->copies[i], token);
 			else
-				store_pg_keep_drop(t->kept[i]);
-			t->kept[i] = NULL;
+				store_pg_keep_drop(t->copies[i]);
+			t->copies[i] = NULL;
 		}
 }
 
