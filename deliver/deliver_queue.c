@@ -240,17 +240,6 @@ static size_t due_below(const struct dq_heap *h, size_t i, int64_t now, size_t n
 	return due_below(h, 2 * i + 2, now, n, max);
 }
 
-/* dq_due_count - how many are due at now in groups not closed, counting no further than max */
-size_t dq_due_count(const struct dq *q, int64_t now, size_t max)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < q->n_heaps; i++)
-		if (!q->heaps[i].closed)
-			n = due_below(&q->heaps[i], 0, now, n, max);
-	return n;
-}
-
 /* dq_batch_start - when the next batch may start (INT64_MAX: nothing queued, or closed) */
 int64_t dq_batch_start(const struct dq *q, int64_t now, int64_t gather, size_t max)
 {

@@ -19,7 +19,7 @@
  *	message was loaded; DQ_GROUP_UNKNOWN before), and each group has a
  *	heap of its own. A group closed (dq_close(): its upstream is paused,
  *	or every connection it allows is in use) is passed over by
- *	dq_take_due(), dq_batch_start() and dq_due_count(),
+ *	dq_take_due() and dq_batch_start(),
  *	as if its QIDs were not there, at no cost per QID; QIDs of no known
  *	group are never passed over. A batch (dq_take_due) is of one group's
  *	heap: the one whose earliest QID is the earliest.
@@ -66,9 +66,6 @@ int dq_again(struct dq *q, const char *qid, int64_t next);
  */
 size_t dq_take_due(struct dq *q, int64_t now, char (*out)[STORE_QID_SIZE], size_t max,
 		   int *group);
-
-/* dq_due_count - how many QIDs are due at now, counting no further than max */
-size_t dq_due_count(const struct dq *q, int64_t now, size_t max);
 
 /*
  * dq_batch_start - when the next batch may start: once the earliest QID
