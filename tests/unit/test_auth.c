@@ -276,6 +276,70 @@ static void test_cache(void **state)
 	free(h6);
 }
 
+/*
+ * slow_path - what the relay does when auth_cached() says no: req (its MAC
+ * set by that call) checked by a thread with pass; the check ran if the
+ * thread wiped the password
+ */
+static void slow_path(struct auth *a, struct auth_req *req, const char *pass)
+{
+	struct pollfd pfd;
+	int     done = 0;
+
+	snprintf(req->pass, sizeof(req->pass), "%s", pass);
+	req->ok = -1;
+	req->done = req_done;
+	req->ctx = &done;
+	auth_submit(a, req);
+	pfd.fd = auth_fd(a);
+	pfd.events = POLLIN;
+	while (done < 1) {
+		assert_true(poll(&pfd, 1, 10000) == 1);
+		auth_reap(a);
+	}
+	assert_int_equal(req->pass[0], 0);
+}
+
+/*
+ * a failed check is never remembered: the same wrong password twice is not
+ * found in the cache either time, so each goes to a checking thread (a crypt
+ * each), and the right password after it is checked, then remembered
+ */
+static void test_cache_failure(void **state)
+{
+	char   *h6 = make_hash("$6$", 0, "secret");
+	struct buf text = BUF_INIT;
+	struct auth_users *u;
+	struct auth_req r;
+	struct auth *a;
+	char    err[256];
+	int     i;
+
+	(void) state;
+	buf_printf(&text, "alice:%s\n", h6);
+	assert_int_equal(auth_users_parse(&u, text.data, text.len, "t", err, sizeof(err)), 0);
+	a = auth_start(u, 1);
+	auth_cache_ttl(a, 60 * 1000000LL);
+	for (i = 0; i < 2; i++) {
+		memset(&r, 0, sizeof(r));
+		snprintf(r.user, sizeof(r.user), "alice");
+		assert_int_equal(auth_cached(a, &r, "wrong"), 0);
+		slow_path(a, &r, "wrong");
+		assert_int_equal(r.ok, 0);
+		assert_int_equal(auth_cached(a, &r, "wrong"), 0);
+	}
+	memset(&r, 0, sizeof(r));
+	snprintf(r.user, sizeof(r.user), "alice");
+	assert_int_equal(auth_cached(a, &r, "secret"), 0);
+	slow_path(a, &r, "secret");
+	assert_int_equal(r.ok, 1);
+	assert_int_equal(auth_cached(a, &r, "secret"), 1);
+	assert_int_equal(auth_cached(a, &r, "wrong"), 0);
+	auth_stop(a);
+	buf_free(&text);
+	free(h6);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_verify),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_cache_failure),
 	};
 
 	log_setup("test_auth", 0, LOG_LEVEL_ERROR);	/* expected warnings */
