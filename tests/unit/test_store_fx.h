@@ -4,7 +4,7 @@
  * reopen, removed afterwards; and the got/want checks they report with.
  *
  * The backend: LMDB by default, in a new temporary directory
- * (/tmp/<program>.XXXXXX). With IDEMRELAY_PG_URL set (a libpq URL;
+ * (/tmp/<program>.XXXXXX, or under another base: fx_setup_at()). With IDEMRELAY_PG_URL set (a libpq URL;
  * `make test-pg` sets it to a private cluster), PostgreSQL: each test in
  * a schema of its own in that database (search_path), dropped afterwards,
  * so that the same tests run against both backends. fx_pg() says which.
@@ -129,8 +129,11 @@ static inline void fx_reopen(struct fx *f, uint64_t map)
 		fail_msg("store_queue_take after reopen failed");
 }
 
-/* fx_setup_map - a fresh store: a temporary directory named after the test program, or a schema */
-static inline int fx_setup_map(void **state, uint64_t map)
+/*
+ * fx_setup_at - a fresh store: a temporary directory under base named
+ * after the test program, or a schema
+ */
+static inline int fx_setup_at(void **state, uint64_t map, const char *base)
 {
 	static unsigned seq;
 	struct fx *f = xcalloc(1, sizeof(*f));
@@ -144,13 +147,19 @@ static inline int fx_setup_map(void **state, uint64_t map)
 		fx_pg_sql(sql);
 		f->url = fx_pg_url(fx_pg(), f->schema);
 	} else {
-		snprintf(f->dir, sizeof(f->dir), "/tmp/%s.XXXXXX", program_invocation_short_name);
+		snprintf(f->dir, sizeof(f->dir), "%s/%s.XXXXXX", base, program_invocation_short_name);
 		if (mkdtemp(f->dir) == NULL)
 			return -1;
 		snprintf(f->path, sizeof(f->path), "%s/store", f->dir);
 	}
 	fx_open(f, map);
 	return 0;
+}
+
+/* fx_setup_map - a fresh store of that map in /tmp, or a schema */
+static inline int fx_setup_map(void **state, uint64_t map)
+{
+	return fx_setup_at(state, map, "/tmp");
 }
 
 /* fx_setup - the usual store */
