@@ -70,11 +70,13 @@ $(B)/conf_default.o: $(B)/conf_default.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # A unit test links with flags of its own, NAME_LDFLAGS, if it has any:
-# test_deliver_admit watches two of deliver.c's calls (ld's --wrap).
+# test_deliver_admit watches two of deliver.c's calls (ld's --wrap). A test
+# may include a source file to reach its static functions (test_control):
+# what it includes is a dependency (its .d file), never compiled again.
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) $($*_LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) $($*_LDFLAGS) -o $@ $< $(filter %.a,$^) $(LDLIBS) -lcmocka
 
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)

@@ -1,13 +1,16 @@
 /*
  * test_store_files - the LMDB store's files, as the tests that lose a
  * commit or compact a store handle them: a file's path in the store,
- * a whole copy, a range copied over (each flushed, as a disk would have it)
+ * a whole copy, a range copied over (each flushed, as a disk would have
+ * it); and its environment opened directly, the store closed, to write
+ * records behind its back
  */
 #ifndef TESTS_UNIT_TEST_STORE_FILES_H
 #define TESTS_UNIT_TEST_STORE_FILES_H
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <lmdb.h>
 
 #include "test_store_fx.h"
 
@@ -54,6 +57,57 @@ static inline void copy_range(const char *from, const char *to, uint64_t off, ui
 	assert_int_equal(fsync(out), 0);
 	close(in);
 	close(out);
+}
+
+/* raw_env - the same environment opened directly, store closed */
+static inline MDB_env *raw_env(const char *path)
+{
+	MDB_env *env;
+
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+	assert_int_equal(mdb_env_set_mapsize(env, TEST_MAP), 0);
+	assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+	return env;
+}
+
+/* raw_put - write one record behind the store's back */
+static inline void raw_put(MDB_env *env, const char *db, const void *k, size_t klen,
+			   const void *v, size_t vlen)
+{
+	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+	assert_int_equal(mdb_put(txn, dbi, &key, &val, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* env_put_expiry - an expiry index entry written behind the store's back (closed) */
+static inline void env_put_expiry(const char *path, const void *k, size_t klen)
+{
+	MDB_env *env = raw_env(path);
+
+	raw_put(env, "hexpiry", k, klen, "", 0);
+	mdb_env_close(env);
+}
+
+/* raw_count - how many records db holds; the store must be closed */
+static inline size_t raw_count(const char *path, const char *db)
+{
+	MDB_env *env = raw_env(path);
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_stat sb;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+	assert_int_equal(mdb_stat(txn, dbi, &sb), 0);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return sb.ms_entries;
 }
 
 #endif

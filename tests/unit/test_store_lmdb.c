@@ -16,33 +16,8 @@
 #include "../../store/store.h"
 #include "../../store/lmdb/store_int.h"
 #include "../../util/buf.h"
+#include "test_store_files.h"
 #include "test_store_help.h"
-
-/* raw_env - the same environment opened directly, store closed */
-static MDB_env *raw_env(const char *path)
-{
-	MDB_env *env;
-
-	assert_int_equal(mdb_env_create(&env), 0);
-	assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
-	assert_int_equal(mdb_env_set_mapsize(env, TEST_MAP), 0);
-	assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
-	return env;
-}
-
-/* raw_put - write one record behind the store's back */
-static void raw_put(MDB_env *env, const char *db, const void *k, size_t klen,
-		    const void *v, size_t vlen)
-{
-	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
-	MDB_txn *txn;
-	MDB_dbi dbi;
-
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
-	assert_int_equal(mdb_put(txn, dbi, &key, &val, 0), 0);
-	assert_int_equal(mdb_txn_commit(txn), 0);
-}
 
 /* raw_exists - is there a named database? the store must be closed */
 static int raw_exists(const char *path, const char *db)
@@ -1090,31 +1065,6 @@ static void test_staged_corrupt(void **state)
 		fail_msg("no warning counting the corrupt stories deleted");
 	if (strstr(text, "store: 2 corrupt claim records deleted from staging") == NULL)
 		fail_msg("no warning counting the corrupt claims deleted");
-}
-
-/* env_put_expiry - an expiry index entry written behind the store's back (closed) */
-static void env_put_expiry(const char *path, const void *k, size_t klen)
-{
-	MDB_env *env = raw_env(path);
-
-	raw_put(env, "hexpiry", k, klen, "", 0);
-	mdb_env_close(env);
-}
-
-/* raw_count - how many records db holds; the store must be closed */
-static size_t raw_count(const char *path, const char *db)
-{
-	MDB_env *env = raw_env(path);
-	MDB_txn *txn;
-	MDB_dbi dbi;
-	MDB_stat sb;
-
-	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
-	assert_int_equal(mdb_stat(txn, dbi, &sb), 0);
-	mdb_txn_abort(txn);
-	mdb_env_close(env);
-	return sb.ms_entries;
 }
 
 /*
