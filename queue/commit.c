@@ -15,8 +15,9 @@
  *	than the sessions do, whatever a burst of large messages brings.
  *
  *	Delivery threads' writes (inflight marks, outcomes) ride in the same
- *	transactions. While submissions are coming in (the last batch less
- *	than COMMIT_BUSY_US ago), a delivery write that finds none waiting
+ *	transactions. While submissions are coming in (the last batch's
+ *	commit ended less than COMMIT_BUSY_US ago), a delivery write that
+ *	finds none waiting
  *	is held for one to share its fsync: a submission that arrives while
  *	a delivery-only commit is on the disk would wait for it, then pay
  *	its own (measured in BENCHMARKS.md). The hold lasts COMMIT_HOLD_US
@@ -53,8 +54,8 @@
 #include "commit.h"
 #include "metrics.h"
 
-#define COMMIT_HOLD_US	500	/* a delivery write alone waits this long for a submission */
-#define COMMIT_BUSY_US	2000	/* ... when the last submission batch is this recent */
+#define COMMIT_HOLD_US	1000	/* a delivery write alone waits this long for a submission */
+#define COMMIT_BUSY_US	2000	/* ... when the last submission batch ended this recently */
 #define COMMIT_REOPEN_US 1000000	/* a broken store that did not reopen is tried again */
 #define COMMIT_BATCH_BYTES (16u << 20)	/* message data per transaction (one message at least) */
 
@@ -72,8 +73,7 @@ struct commit {
 	int stop;			/* under lock */
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
-	int64_t last_batch;		/* clock_mono_us() when submissions were last taken */
-	int64_t batch_end;		/* under lock: ... and when their commit ended */
+	int64_t last_batch;		/* under lock: clock_mono_us() when submissions were last committed */
 	int64_t ops_at;			/* under lock: when the oldest of ops came */
 	int now_busy;			/* under lock: commit_now() is committing */
 	int busy;			/* under lock: the writer is in a round */
@@ -287,7 +287,7 @@ static void hold_ops(struct commit *cm)
 		now = clock_mono_us();
 		if (!cm->now_busy && now - cm->last_batch >= cm->busy_us)
 			return;
-		until = cm->now_busy ? now : cm->ops_at > cm->batch_end ? cm->ops_at : cm->batch_end;
+		until = cm->now_busy ? now : cm->ops_at > cm->last_batch ? cm->ops_at : cm->last_batch;
 		if ((until += cm->hold_us) <= now)
 			return;
 		ts.tv_sec = (time_t) (until / 1000000);
@@ -429,8 +429,6 @@ static void *commit_main(void *arg)
 		upkeep = cm->upkeep || batch != NULL;
 		cm->upkeep = 0;
 		cm->busy = batch != NULL || ops != NULL || upkeep;	/* commit_now() waits */
-		if (batch != NULL)
-			cm->last_batch = clock_mono_us();
 		stop = cm->stop;
 		pthread_mutex_unlock(&cm->lock);
 		commit_upkeep(cm, 0);		/* a refusing store before the round: it then commits */
@@ -449,7 +447,7 @@ static void *commit_main(void *arg)
 		pthread_mutex_lock(&cm->lock);
 		cm->busy = 0;
 		if (batch != NULL)
-			cm->batch_end = clock_mono_us();
+			cm->last_batch = clock_mono_us();
 		pthread_mutex_unlock(&cm->lock);
 	}
 	return NULL;
@@ -529,7 +527,6 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	}
 	ops = cm->ops;
 	cm->ops = NULL;
-	cm->last_batch = clock_mono_us();
 	cm->now_busy = 1;		/* writes that come meanwhile wait for the next */
 	pthread_mutex_unlock(&cm->lock);
 
@@ -542,7 +539,7 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	upkeep = (store_health(cm->st) & STORE_HUPKEEP) != 0;
 	pthread_mutex_lock(&cm->lock);
 	cm->now_busy = 0;
-	cm->batch_end = clock_mono_us();
+	cm->last_batch = clock_mono_us();
 	if (upkeep) {
 		cm->upkeep = 1;
 		pthread_cond_signal(&cm->wake);

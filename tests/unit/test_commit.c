@@ -384,7 +384,7 @@ static void test_hold_from_each_write(void **state)
 		snprintf(key, sizeof(key), "ke2-%d", try);
 		now_req(f, qid, key);
 		mark_join(&m2, t2);
-		decided = m2.at != 0 && now_at - m2.at < HOLD_US - 250000;
+		decided = m2.at != 0 && now_at - m2.at < HOLD_US - 50000;
 		shared = txns(f) == before + 1;
 	}
 	assert_true(decided);
@@ -399,33 +399,43 @@ static void post_and_wait(struct fx *f)
 	sem_post(&ma->go);
 	while (__atomic_load_n(&ma->at, __ATOMIC_SEQ_CST) == 0)
 		usleep(1000);
-	usleep(HOLD_US / 4 + 300000);	/* the mark's window, and more, inside commit_now() */
+	usleep(1000000);	/* past the mark's window and the busy one, inside commit_now() */
 }
 
 /*
  * A write that comes while commit_now() commits a lone submission is held
  * until that commit has ended, however long it takes, and its window
- * from then on: a delivery-only commit begun meanwhile would take the
- * writer's turn just before the next submission. The commit is stretched
- * from inside committed() (as a slow fsync would be), 0.8 s against a
- * window of 0.5 s.
+ * from then on; submissions count as coming in from the end of their
+ * commit, not its start: a delivery-only commit begun meanwhile would
+ * take the writer's turn just before the next submission. The commit is
+ * stretched from inside committed() (as a slow fsync would stretch it)
+ * to 1 s, against a window of 0.7 s and a busy window of 0.4 s; a second
+ * mark 0.1 s after it wakes the writer, and the next submission comes
+ * 0.2 s later.
  */
 static void test_hold_through_commit_now(void **state)
 {
 	struct fx *f = *state;
-	struct mark_arg ma;
-	pthread_t th;
+	struct mark_arg m1, m2;
+	pthread_t t1, t2;
 	uint64_t before;
 
-	commit_set_hold(f->cm, HOLD_US / 4, 60 * 1000000);
+	commit_set_hold(f->cm, 700000, 400000);
 	now_req(f, "THRU00000000", "kt");
-	mark_start(&ma, &th, f->cm, "THRU00000000");
+	mark_start(&m1, &t1, f->cm, "THRU00000000");
+	mark_start(&m2, &t2, f->cm, "THRU00000000");
 	f->during = post_and_wait;
-	f->during_arg = &ma;
+	f->during_arg = &m1;
 	before = txns(f);
-	now_req(f, "THRU00000001", "kt1");	/* the mark comes inside it */
-	now_req(f, "THRU00000002", "kt2");	/* and rides in this one */
-	mark_join(&ma, th);
+	now_req(f, "THRU00000001", "kt1");	/* the first mark comes inside it */
+	usleep(100000);
+	sem_post(&m2.go);
+	while (__atomic_load_n(&m2.at, __ATOMIC_SEQ_CST) == 0)
+		usleep(1000);
+	usleep(200000);
+	now_req(f, "THRU00000002", "kt2");	/* both ride in this one */
+	mark_join(&m1, t1);
+	mark_join(&m2, t2);
 	assert_int_equal(txns(f), before + 2);
 }
 
