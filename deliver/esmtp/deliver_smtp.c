@@ -545,7 +545,6 @@ static int xsess_run(struct xsess *xs)
 				if (!xs->throttled)
 					continue;
 				/* a greeting refused as throttling: the session's end, no more addresses */
-				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s", u->hosts[h].host);
 				return 0;
 			}
@@ -557,7 +556,6 @@ static int xsess_run(struct xsess *xs)
 				snprintf(err, sizeof(err), "%s", xs->ended);
 			/* throttled: the upstream's other addresses would say the same */
 			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0 || xs->throttled) {
-				xs->connected = 1;
 				snprintf(xs->host, sizeof(xs->host), "%.200s",
 					 u->hosts[h].host);
 				snprintf(xs->error, sizeof(xs->error), "%s", err);

@@ -68,7 +68,6 @@ struct xsess {
 	int wrote;			/* libesmtp wrote a command: the greeting is read */
 	int utf8_seen;			/* that reply listed SMTPUTF8 */
 	int no_utf8;			/* it did not, and utf8_needed: bridge cut */
-	int connected;			/* a session ran with relay below */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port" */
 	char host[256];			/* upstream host name of relay */
 	char why[DELIVER_REPLY_MAX];	/* why no session ran */
