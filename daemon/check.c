@@ -45,7 +45,6 @@
 struct check {
 	const struct conf *c;
 	check_report report;
-	void *arg;
 	int n;
 };
 
@@ -66,7 +65,7 @@ static void check_fail(struct check *k, const char *setting, const char *fmt, ..
 	else
 		snprintf(line, sizeof(line), "%s: %s",
 			 conf_where(k->c, setting, where, sizeof(where)), msg);
-	k->report(k->arg, line);
+	k->report(line);
 	k->n++;
 }
 
@@ -372,9 +371,9 @@ static void check_store(struct check *k)
 }
 
 /* check_startup - every problem to report(); the number found */
-int check_startup(const struct conf *c, check_report report, void *arg)
+int check_startup(const struct conf *c, check_report report)
 {
-	struct check k = {c, report, arg, 0};
+	struct check k = {c, report, 0};
 
 	check_tls(&k);
 	check_users(&k);

@@ -20,9 +20,9 @@
 #include "../conf/conf.h"
 
 /* check_report - one problem, as a whole line without the program name */
-typedef void (*check_report)(void *arg, const char *problem);
+typedef void (*check_report)(const char *problem);
 
 /* check_startup - every problem to report(); the number found */
-int check_startup(const struct conf *c, check_report report, void *arg);
+int check_startup(const struct conf *c, check_report report);
 
 #endif

@@ -139,16 +139,14 @@ static char *control_dir(const struct conf *cf)
 }
 
 /* check_print - -t: every problem on stderr */
-static void check_print(void *arg, const char *problem)
+static void check_print(const char *problem)
 {
-	(void) arg;
 	fprintf(stderr, "idemrelay: %s\n", problem);
 }
 
 /* check_stop - the start: the first problem is fatal, in the words -t uses */
-static void check_stop(void *arg, const char *problem)
+static void check_stop(const char *problem)
 {
-	(void) arg;
 	msg_fatal("%s", problem);
 }
 
@@ -223,7 +221,7 @@ int main(int argc, char **argv)
 	if (test) {
 		/* what start would find, like postfix check: files, user, directories, ports */
 		log_setup("idemrelay", 0, LOG_LEVEL_WARN);
-		rc = check_startup(&cf, check_print, NULL) ? 1 : 0;
+		rc = check_startup(&cf, check_print) ? 1 : 0;
 		if (rc == 0 && cf.log.syslog && !log_syslog_reachable())
 			printf("idemrelay: log.target: \"syslog\", but there is no /dev/log here:"
 			       " the daemon would log to stderr\n");
@@ -239,7 +237,7 @@ int main(int argc, char **argv)
 
 	/* quietly: the start says "tls: loaded" itself, once */
 	log_setup("idemrelay", cf.log.syslog, LOG_LEVEL_WARN);
-	(void) check_startup(&cf, check_stop, NULL);
+	(void) check_startup(&cf, check_stop);
 	log_setup("idemrelay", cf.log.syslog, (enum log_level) cf.log.level);
 	if (store_dir(&cf) != NULL)
 		mkdir_parents(&cf, "store.path", store_dir(&cf));
