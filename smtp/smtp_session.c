@@ -219,7 +219,7 @@ static void smtp_data_end(struct smtp_session *s)
 	struct smtp_tx *tx = s->tx;
 
 	s->records++;
-	smtp_stats_where(&s->stats, "END-OF-MESSAGE");
+	s->stats.where = "END-OF-MESSAGE";
 	tx->bare_eol = s->data.bare_eol;
 	tx->long_lines = s->data.long_lines;
 	tx->nul = s->data.nul;

@@ -59,12 +59,6 @@ void smtp_stats_reply(struct smtp_stats *st, const char *reply, size_t len)
 	st->open = -1;
 }
 
-/* smtp_stats_where - what the session is doing, for "after CMD" */
-void smtp_stats_where(struct smtp_stats *st, const char *where)
-{
-	st->where = where;
-}
-
 /* smtp_stats_put - append to buf, never past its end */
 static size_t smtp_stats_put(char *buf, size_t len, size_t n, const char *name,
 			     unsigned ok, unsigned total)

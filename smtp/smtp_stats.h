@@ -36,9 +36,6 @@ void smtp_stats_begin(struct smtp_stats *st, const char *verb, size_t len);
 /* smtp_stats_reply - a reply line went out: a final one ends the open command */
 void smtp_stats_reply(struct smtp_stats *st, const char *reply, size_t len);
 
-/* smtp_stats_where - name what the session is doing now (static string) */
-void smtp_stats_where(struct smtp_stats *st, const char *where);
-
 /* smtp_stats_format - " ehlo=1 mail=1 rcpt=1/2 ... commands=4/5" into buf */
 void smtp_stats_format(const struct smtp_stats *st, char *buf, size_t len);
 
