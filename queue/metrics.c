@@ -300,11 +300,15 @@ static void render_histogram(struct buf *out, const struct histogram *x,
 	buf_printf(out, "%s_count %llu\n", x->name, (unsigned long long) s->hist[h].count);
 }
 
-/* gauge - one gauge with its help */
-static void gauge(struct buf *out, const char *name, const char *help, double v)
+/* sample - one metric of a type ("gauge", "counter") with its help */
+static void sample(struct buf *out, const char *type, const char *name, const char *help,
+		   double v)
 {
-	buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+	buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
+
+#define gauge(out, name, help, v)	sample((out), "gauge", (name), (help), (v))
+#define counter(out, name, help, v)	sample((out), "counter", (name), (help), (double) (v))
 
 /* the families of an upstream group, the default upstream's and each route's */
 static const struct {
@@ -367,14 +371,14 @@ static void render_groups(struct buf *out, const struct metrics_snapshot *s)
 void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		    const struct metrics_gauges *g)
 {
+	char name[96];
 	size_t i;
 
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
-		if (counter_info[i].label == NULL)
-			buf_printf(out, "# HELP idemrelay_%s_total %s\n# TYPE idemrelay_%s_total "
-				   "counter\nidemrelay_%s_total %llu\n", counter_info[i].name,
-				   counter_info[i].help, counter_info[i].name, counter_info[i].name,
-				   (unsigned long long) s->counters[i]);
+		if (counter_info[i].label == NULL) {
+			snprintf(name, sizeof(name), "idemrelay_%s_total", counter_info[i].name);
+			counter(out, name, counter_info[i].help, s->counters[i]);
+		}
 	buf_printf(out, "# HELP idemrelay_deliveries_total Recipient delivery attempts by outcome.\n"
 		   "# TYPE idemrelay_deliveries_total counter\n");
 	for (i = METRICS_SENT; i <= METRICS_UNCONFIRMED; i++)
@@ -385,23 +389,15 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 	render_groups(out, s);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
-	if (g->shared)
-		buf_printf(out, "# HELP idemrelay_store_outages_total Times the shared store "
-			   "became unreachable since start.\n# TYPE idemrelay_store_outages_total "
-			   "counter\nidemrelay_store_outages_total %llu\n",
-			   (unsigned long long) g->outages);
 	if (g->shared) {
+		counter(out, "idemrelay_store_outages_total", "Times the shared store became"
+			" unreachable since start.", g->outages);
 		gauge(out, "idemrelay_store_replication_waiting", "Commits waiting for "
 		      "replication to a synchronous standby now.", (double) g->repl_waiting);
-		buf_printf(out, "# HELP idemrelay_store_replication_waits_total Times commits "
-			   "started to wait for replication since start.\n# TYPE "
-			   "idemrelay_store_replication_waits_total counter\n"
-			   "idemrelay_store_replication_waits_total %llu\n",
-			   (unsigned long long) g->repl_waits);
-		buf_printf(out, "# HELP idemrelay_store_voided_total Batches answered 451 while "
-			   "their commit waited, their messages voided.\n# TYPE "
-			   "idemrelay_store_voided_total counter\nidemrelay_store_voided_total %llu\n",
-			   (unsigned long long) g->voided);
+		counter(out, "idemrelay_store_replication_waits_total", "Times commits started to"
+			" wait for replication since start.", g->repl_waits);
+		counter(out, "idemrelay_store_voided_total", "Batches answered 451 while their"
+			" commit waited, their messages voided.", g->voided);
 	}
 	if (g->store_ok) {
 		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->queue_depth);

@@ -135,8 +135,15 @@ static void test_gauges(void **state)
 	g.map_size = 1073741824;
 	g.map_used = 65536;
 	g.start_time = 1700000000;
+	g.shared = 1;			/* PostgreSQL: outages, replication, voided batches */
+	g.outages = 3;
+	g.voided = 2;
 	render(&out, &g);
 	has_line(out.data, "# TYPE idemrelay_queue_depth gauge");
+	has_line(out.data, "# TYPE idemrelay_store_outages_total counter");
+	has_line(out.data, "idemrelay_store_outages_total 3");
+	has_line(out.data, "# TYPE idemrelay_store_replication_waits_total counter");
+	has_line(out.data, "idemrelay_store_voided_total 2");
 	has_line(out.data, "idemrelay_store_up 1");
 	has_line(out.data, "idemrelay_queue_depth 7");
 	has_line(out.data, "idemrelay_queue_oldest_seconds 12.5");
