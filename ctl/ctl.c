@@ -397,14 +397,8 @@ static void act(struct ctl *x, const char *cmd, const char *line,
 		return;
 	mail_log(x);
 	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
-	if (strcmp(cmd, "drop") == 0)
-		queue_admin_drop(st, NULL, sel, reply);
-	else if (strcmp(cmd, "reroute") == 0)	/* the routes the next start uses */
-		queue_admin_reroute(st, NULL, &x->cf, sel, reply);
-	else if (strcmp(cmd, "forget") == 0)
-		queue_admin_forget(st, NULL, sel, mode, x->now, reply);
-	else
-		queue_admin_hold(st, NULL, sel, strcmp(cmd, "hold") == 0, reply);
+	/* a reroute: with the routes the next start uses */
+	queue_admin_act(st, NULL, &x->cf, cmd, sel, mode, x->now, reply);
 	if (reply->len && reply->data[reply->len - 1] == '}') {
 		reply->data[--reply->len] = 0;
 		buf_printf(reply, ",\"offline\":true}");

@@ -155,12 +155,9 @@ static void do_select(struct control *ctl, const char *cmd, char *args, struct b
 			   "[to PATTERN] | to PATTERN", cmd);
 		return;
 	}
-	if (strcmp(cmd, "drop") == 0)
-		queue_admin_drop(ctl->st, &ctl->sched, &sel, out);
-	else if (strcmp(cmd, "reroute") == 0)	/* with the routes in use */
-		queue_admin_reroute(ctl->st, &ctl->sched, ctl->c, &sel, out);
-	else
-		queue_admin_hold(ctl->st, &ctl->sched, &sel, strcmp(cmd, "hold") == 0, out);
+	/* a reroute: with the routes in use */
+	queue_admin_act(ctl->st, &ctl->sched, ctl->c, cmd, &sel, QUEUE_ADMIN_REFUSE, clock_us(),
+			out);
 }
 
 /*
@@ -186,7 +183,7 @@ static void do_forget(struct control *ctl, char *args, struct buf *out)
 		json_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
 		return;
 	}
-	queue_admin_forget(ctl->st, &ctl->sched, &sel, mode, clock_us(), out);
+	queue_admin_act(ctl->st, &ctl->sched, ctl->c, "forget", &sel, mode, clock_us(), out);
 }
 
 /* do_count - duplicates answered with a QID: written plus pending */

@@ -234,8 +234,8 @@ static int drop_qid(struct store *st, const struct queue_admin_sched *s, const c
  * alone: one being delivered right now stays (named in "busy"), one
  * gone meanwhile is not missed.
  */
-void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
-		      const struct queue_admin_sel *sel, struct buf *out)
+static void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
+			     const struct queue_admin_sel *sel, struct buf *out)
 {
 	struct qids set = { NULL, 0 }, done = { NULL, 0 }, busy = { NULL, 0 };
 	size_t i;
@@ -355,9 +355,9 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
  * passed over. The next attempt goes the new way; one under way ends the
  * old way.
  */
-void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
-			 const struct conf *cf, const struct queue_admin_sel *sel,
-			 struct buf *out)
+static void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
+				const struct conf *cf, const struct queue_admin_sel *sel,
+				struct buf *out)
 {
 	struct qids set = { NULL, 0 }, done = { NULL, 0 };
 	size_t i;
@@ -392,8 +392,8 @@ done:
  * QID asked for that already is (or is not on hold, for a release) is
  * said so; among several, those are passed over.
  */
-void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
-		      const struct queue_admin_sel *sel, int on, struct buf *out)
+static void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
+			     const struct queue_admin_sel *sel, int on, struct buf *out)
 {
 	struct qids set = { NULL, 0 }, done = { NULL, 0 };
 	const char *verb = on ? "hold" : "release";
@@ -489,9 +489,9 @@ static int forget_keys(struct store *st, const struct queue_admin_sel *sel, int6
  * (the copy leaves the queue first, as drop does): forgetting it
  * silently made two deliveries.
  */
-void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
-			const struct queue_admin_sel *sel, enum queue_admin_forget mode,
-			int64_t now, struct buf *out)
+static void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
+			       const struct queue_admin_sel *sel, enum queue_admin_forget mode,
+			       int64_t now, struct buf *out)
 {
 	struct qids queued = { NULL, 0 }, qids = { NULL, 0 };
 	size_t claims = 0, i;
@@ -540,4 +540,19 @@ void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
 done:
 	free(queued.q);
 	free(qids.q);
+}
+
+/* queue_admin_act - drop, hold, release, reroute or forget (cmd) what sel names */
+void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const struct conf *cf,
+		     const char *cmd, const struct queue_admin_sel *sel,
+		     enum queue_admin_forget mode, int64_t now, struct buf *out)
+{
+	if (strcmp(cmd, "drop") == 0)
+		queue_admin_drop(st, s, sel, out);
+	else if (strcmp(cmd, "reroute") == 0)
+		queue_admin_reroute(st, s, cf, sel, out);
+	else if (strcmp(cmd, "forget") == 0)
+		queue_admin_forget(st, s, sel, mode, now, out);
+	else
+		queue_admin_hold(st, s, sel, strcmp(cmd, "hold") == 0, out);
 }

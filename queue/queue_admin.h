@@ -55,29 +55,19 @@ enum queue_admin_forget {
 	QUEUE_ADMIN_DROP,		/* drop the queued copy, as drop does, then forget */
 };
 
-/* queue_admin_drop - out of the queue, never delivered; refused while being delivered */
-void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
-		      const struct queue_admin_sel *sel, struct buf *out);
-
-/* queue_admin_hold - on hold (on 1) or released (0), on every node */
-void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
-		      const struct queue_admin_sel *sel, int on, struct buf *out);
-
 /*
- * queue_admin_reroute - each message's route decided again from its AUTH
- * user and sender with cf's routes (idemrelayctl reroute)
+ * queue_admin_act - drop (out of the queue, never delivered; refused while
+ * being delivered), hold or release (on every node), reroute (each
+ * message's route decided again from its AUTH user and sender with cf's
+ * routes) or forget (the claims of a key's forms, sel's keys and user;
+ * mode, now) what sel names: cmd as idemrelayctl names it
  */
-void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
-			 const struct conf *cf, const struct queue_admin_sel *sel,
-			 struct buf *out);
+void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const struct conf *cf,
+		     const char *cmd, const struct queue_admin_sel *sel,
+		     enum queue_admin_forget mode, int64_t now, struct buf *out);
 
 /* queue_admin_retry - one queued message attempted now (needs a scheduler) */
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		       struct buf *out);
-
-/* queue_admin_forget - delete the claims of a key's forms (sel: keys and user) */
-void queue_admin_forget(struct store *st, const struct queue_admin_sched *s,
-			const struct queue_admin_sel *sel, enum queue_admin_forget mode,
-			int64_t now, struct buf *out);
 
 #endif
