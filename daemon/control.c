@@ -89,6 +89,12 @@ static int sched_retry(void *arg, const char *qid, const char *route)
 	return deliver_retry(arg, qid, route);
 }
 
+/* sched_reroute - queue_admin_sched: its route changed */
+static void sched_reroute(void *arg, const char *qid)
+{
+	deliver_reroute(arg, qid);
+}
+
 /*
  * parse_keys - "USER|- HEX..." (words, or the rest of a strtok_r() at
  * save when NULL): the hashes of one key's forms, QUEUE_ADMIN_MAX_KEYS at
@@ -419,7 +425,8 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->dc = dc;
-	ctl->sched = (struct queue_admin_sched) { dl, sched_unschedule, sched_release, sched_retry };
+	ctl->sched = (struct queue_admin_sched) { dl, sched_unschedule, sched_release, sched_retry,
+						    sched_reroute };
 	ctl->started = ctl->last_persist = clock_us();
 	if (c->control) {
 		lfd = control_listen(c->control);

@@ -148,17 +148,48 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* wake_taker - the taker reads the shared queue at once, not at its next turn */
+static void wake_taker(struct deliver *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->take_now = 1;
+	pthread_cond_signal(&d->take_wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * rerouted_due - a shared store: a message rerouted (deliver_reroute) is
+ * due now in the shared queue, its next attempt there the old route's
+ */
+static void rerouted_due(struct deliver *d, const char *qid)
+{
+	int err;
+
+	if ((err = store_queue_due(d->st, qid, clock_us())) != 0)
+		msg_warn("%s: rerouted, but not due now: %s", qid, store_strerror(err));
+	wake_taker(d);
+}
+
 /*
  * finished - a busy QID is done: reschedule at next, or forget it (next
  * < 0). On a shared store it is always forgotten and its lease let go
  * (if a write has not already; lease: the one it was loaded under, 0 if
  * unknown): the shared queue has it, unless this node leased it again
- * meanwhile (deliver_schedule), and that lease is kept.
+ * meanwhile (deliver_schedule), and that lease is kept. One rerouted
+ * while busy (deliver_reroute) and not done with is due at once, the
+ * new way: its next attempt was earned on the old route.
  */
 static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t next)
 {
+	int again = 0;
+
 	if (d->shared) {
+		pthread_mutex_lock(&d->lock);
+		again = next >= 0 && dq_regrouped(&d->q, qid);
+		pthread_mutex_unlock(&d->lock);
 		store_lease_release(d->st, qid, lease);
+		if (again)			/* rerouted meanwhile: due now, for any node */
+			rerouted_due(d, qid);
 		next = -1;
 	}
 	pthread_mutex_lock(&d->lock);
@@ -690,15 +721,6 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 	deliver_schedule(d, qid, clock_us(), 0);
 }
 
-/* wake_taker - the taker reads the shared queue at once, not at its next turn */
-static void wake_taker(struct deliver *d)
-{
-	pthread_mutex_lock(&d->lock);
-	d->take_now = 1;
-	pthread_cond_signal(&d->take_wake);
-	pthread_mutex_unlock(&d->lock);
-}
-
 /* deliver_flush - every waiting message is due now */
 void deliver_flush(struct deliver *d)
 {
@@ -763,6 +785,27 @@ void deliver_release(struct deliver *d, const char *qid, int64_t when)
 		return;
 	}
 	wake_taker(d);
+}
+
+/*
+ * deliver_reroute - a message's route changed (idemrelayctl reroute): its
+ * queue entry, of no known group until its next load, is due now (the
+ * old route's pause, connections and retry time are not its own); one
+ * being delivered is so once that attempt ends, unless it is done with
+ * then; one waiting in the shared queue is made due there
+ */
+void deliver_reroute(struct deliver *d, const char *qid)
+{
+	enum dq_state state;
+
+	if (d == NULL)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if ((state = dq_state(&d->q, qid)) != DQ_UNKNOWN && dq_regroup(&d->q, qid, clock_us()))
+		pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	if (state == DQ_UNKNOWN && d->shared)
+		rerouted_due(d, qid);
 }
 
 /*

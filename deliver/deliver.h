@@ -66,6 +66,12 @@ int deliver_retry(struct deliver *d, const char *qid, const char *route);
 /* deliver_drop - forget a message (the caller removes it from the store, or holds it):
  * 0, or 1 if it is being delivered right now and was left alone */
 int deliver_drop(struct deliver *d, const char *qid);
+/*
+ * deliver_reroute - a message's route changed: due now, its upstream group
+ * decided again at its next load; one being delivered, once that attempt
+ * ends (if it is not done with then)
+ */
+void deliver_reroute(struct deliver *d, const char *qid);
 /* deliver_release - a message released from hold: scheduled again at when */
 void deliver_release(struct deliver *d, const char *qid, int64_t when);
 void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */

@@ -24,6 +24,8 @@ struct dq_item {
 	size_t slot;			/* index in its heap, or DQ_BUSY */
 	int group;			/* its heap is heaps[group + 1] */
 	int again;			/* busy, and due again at next when done (dq_again) */
+	int regroup;			/* busy, and of no known group when done (dq_regroup) */
+	int64_t regroup_at;		/* then due at this time at the latest */
 };
 
 /* item_cmp - tsearch order: by QID */
@@ -273,6 +275,12 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 			next = it->next;
 		it->again = 0;
 	}
+	if (it->regroup && it->slot == DQ_BUSY) {	/* rerouted meanwhile */
+		if (next > it->regroup_at)
+			next = it->regroup_at;
+		it->group = DQ_GROUP_UNKNOWN;
+		it->regroup = 0;
+	}
 	if (it->slot != DQ_BUSY) {		/* not handed out: just reschedule */
 		if (next < 0)
 			heap_remove(q, it);
@@ -307,6 +315,35 @@ void dq_set_group(struct dq *q, const char *qid, int group)
 	it->group = group;
 	if (!busy)
 		heap_push(q, it);
+}
+
+/* dq_regroup - a QID of no known group, due at when or sooner; a busy one once done */
+int dq_regroup(struct dq *q, const char *qid, int64_t when)
+{
+	struct dq_item *it = dq_find(q, qid);
+
+	if (it == NULL)
+		return 0;
+	if (it->slot == DQ_BUSY) {
+		if (!it->regroup || when < it->regroup_at)
+			it->regroup_at = when;
+		it->regroup = 1;
+		return 0;
+	}
+	heap_remove(q, it);
+	it->group = DQ_GROUP_UNKNOWN;
+	if (when < it->next)
+		it->next = when;
+	heap_push(q, it);
+	return 1;
+}
+
+/* dq_regrouped - a busy QID is to be regrouped when done (dq_regroup) */
+int dq_regrouped(const struct dq *q, const char *qid)
+{
+	const struct dq_item *it = dq_find(q, qid);
+
+	return it != NULL && it->regroup;
 }
 
 /* dq_put_back - a busy QID waits again at the time it had */

@@ -84,7 +84,16 @@ void dq_done(struct dq *q, const char *qid, int64_t next);
  */
 void dq_set_group(struct dq *q, const char *qid, int group);
 
-/* dq_put_back - a busy QID waits again as it was: its time, its group */
+/*
+ * dq_regroup - a QID's route changed: it waits with no known group until
+ * its next dq_set_group(), due at when or sooner (1 if it was waiting);
+ * a busy one does so once done (dq_done, dq_put_back), unless forgotten
+ * then; dq_regrouped() tells whether a busy one is to be
+ */
+int dq_regroup(struct dq *q, const char *qid, int64_t when);
+int dq_regrouped(const struct dq *q, const char *qid);
+
+/* dq_put_back - a busy QID waits again as it was: its time, its group (dq_regroup aside) */
 void dq_put_back(struct dq *q, const char *qid);
 
 /* dq_close - pass a group's QIDs over (closed 1), or not (0) */

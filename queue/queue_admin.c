@@ -20,8 +20,9 @@
  *	back at the next attempt it had; its claims never left. A reroute
  *	decides a message's route again with the routes given (the daemon's
  *	in use, or the file's when none runs), for every node; with the
- *	daemon, a rerouted message waiting is due at once, its upstream
- *	group decided again when loaded.
+ *	daemon, a rerouted message is due at once (one being delivered,
+ *	once that attempt is deferred), its upstream group decided again
+ *	when loaded.
  *
  *	Every action is logged here, one line a message, in the service
  *	postsuper's name (Postfix's queue-maintenance program), whether the
@@ -303,20 +304,17 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 }
 
 /*
- * reschedule - a rerouted message's schedule entry made anew, its group
- * unknown until its next load, and due now: the old entry would wait on
- * the old route's pause or connections, and its next attempt is the old
- * route's (its pause's end, or a retry earned there). One being
- * delivered right now is left alone (its attempt ends the old way); one
- * on hold stays out.
+ * reschedule - a rerouted message's schedule entry, its group unknown
+ * until its next load, is due now: the old entry would wait on the old
+ * route's pause or connections, and its next attempt is the old route's
+ * (its pause's end, or a retry earned there). One being delivered right
+ * now is so once that attempt ends, if it is deferred; one on hold stays
+ * out.
  */
-static void reschedule(const struct queue_admin_sched *s, const char *qid, int held,
-		       int64_t next, const char *route)
+static void reschedule(const struct queue_admin_sched *s, const char *qid, int held)
 {
-	if (s == NULL || s->unschedule(s->arg, qid) == 1 || held)
-		return;
-	s->release(s->arg, qid, next);
-	(void) s->retry(s->arg, qid, route);
+	if (s != NULL && !held)
+		s->reroute(s->arg, qid);
 }
 
 /*
@@ -343,7 +341,7 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 	else if ((err = store_msg_change(st, qid, &c)) == 0) {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
 			    m.route ? m.route : "default", c.route ? c.route : "default");
-		reschedule(s, qid, m.held, m.next_attempt, c.route);
+		reschedule(s, qid, m.held);
 	}
 	store_msg_free(&m);
 	return err;

@@ -32,6 +32,11 @@ struct queue_admin_sched {
 	 * now (paused, or every connection in use), -1 if unknown to it
 	 */
 	int (*retry) (void *arg, const char *qid, const char *route);
+	/*
+	 * qid's route changed: due now, its upstream group decided again when
+	 * loaded; one being delivered, once that attempt ends (not done with)
+	 */
+	void (*reroute) (void *arg, const char *qid);
 };
 
 /* sel.keys at most: a key's forms, as given and as a Message-ID (ctl_key_hashes) */

@@ -299,6 +299,53 @@ def test_routes_reroute_leaves_a_paused_route(t):
     eq(default.accepted(), [], "the default upstream")
 
 
+def alice_moved(t, first_conf, retry):
+    """alice_moved - a daemon whose routes send alice's mail to tenant-a, then (after
+    her message was deferred once there, by a greeting of 421) started again with
+    retry, alice's route tenant-b and carol's tenant-a: her queued message keeps
+    tenant-a until rerouted. Returns (daemon, alice's QID, sink_a, sink_b, default)."""
+    certs = make_certs(t)
+    trust(certs["ca"])
+    default = t.sink()
+    sink_a = tenant_sink(t, certs, "up-alice", "pw-a")
+    sink_b = tenant_sink(t, certs, "up-bob", "pw-b")
+    sink_a.control(greeting="421")
+    a_up = route("tenant-a", "alice", sink_a, "up-alice", "pw-a")
+    d = tenants_daemon(t, default, dict(first_conf, routes=[a_up]))
+    a1 = qid_of(auth_submit(d.ports[1], "alice", "alice-pw", "mv-a", subject="alice"))
+    d.wait_log(a1, "status=deferred")
+    d.stop()
+    conf = dict(d.conf, retry=retry)
+    conf["routes"] = [dict(a_up, auth_user="carol"),
+                      route("tenant-b", "alice", sink_b, "up-bob", "pw-b")]
+    rewrite(d, conf)
+    return d, a1, sink_a, sink_b, default
+
+
+@case(timeout=120)
+def test_routes_reroute_during_attempt(t):
+    """A message rerouted while its attempt is under way leaves its old route once
+    that attempt is deferred: alice's, at tenant-a's sink, which holds DATA 3 s and
+    then refuses the final dot 451 4.3.0, is rerouted to tenant-b meanwhile; its next
+    attempt is at once, to tenant-b, not at the end of the retry (60 s) earned at
+    tenant-a nor with tenant-a's limits. It arrives once, and never at tenant-a again."""
+    d, a1, sink_a, sink_b, default = alice_moved(
+        t, {"retry": {"first": "1s", "max": "1s", "give_up": "5d"}},
+        {"first": "60s", "max": "60s", "give_up": "5d"})
+    sink_a.control(data_delay=3, default="data-tempfail")
+    d.start()
+    wait_until(lambda: sink_a.events("data-delay"), 20, "tenant-a's sink holding DATA")
+    eq(ctl_json(d, "reroute", a1)["rerouted"], [a1], "reroute during the attempt")
+    d.wait_log(a1, "status=deferred", "data-tempfail")
+    sink_b.wait_count(1, timeout=15, what="alice's mail at tenant-b after the deferral")
+    d.wait_log(a1, "status=sent")
+    time.sleep(1)
+    eq(subjects(sink_b), ["alice"], "tenant-b's sink")
+    eq(len(sink_a.events("data-delay")), 1, "attempts at tenant-a's sink after the restart")
+    eq(sink_a.accepted(), [], "tenant-a's sink took nothing")
+    eq(default.accepted(), [], "the default upstream")
+
+
 @case(timeout=150)
 def test_routes_default_pause_holds_only_its_own(t):
     """The default upstream's pause (its sink refuses every MAIL with 421 4.7.0, so the

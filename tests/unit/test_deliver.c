@@ -462,6 +462,45 @@ static void test_queue_groups(void **state)
 }
 
 /*
+ * test_queue_regroup - a rerouted QID (dq_regroup) waiting in a closed
+ * group leaves it, due at once with no known group; one busy keeps its
+ * group until done (its set_group then counts for nothing), and is then
+ * due at the reroute's time, not at the later one its attempt earned;
+ * one busy and forgotten at done is forgotten
+ */
+static void test_queue_regroup(void **state)
+{
+	struct dq q;
+	char out[8][STORE_QID_SIZE];
+	int g = 99;
+
+	(void) state;
+	dq_init(&q);
+	dq_add(&q, "W1", 50);
+	dq_set_group(&q, "W1", 0);
+	dq_close(&q, 0, 1);
+	assert_int_equal(dq_regroup(&q, "W1", 40), 1);
+	assert_int_equal(dq_closed(&q), 0);
+	assert_int_equal(dq_take_due(&q, 40, out, 8, &g), 1);
+	assert_int_equal(g, DQ_GROUP_UNKNOWN);
+	assert_int_equal(dq_regroup(&q, "W1", 60), 0);	/* busy: when done */
+	assert_int_equal(dq_regrouped(&q, "W1"), 1);
+	dq_set_group(&q, "W1", 0);		/* its load, the old route's */
+	dq_done(&q, "W1", 1000);		/* deferred there, till 1000 */
+	assert_int_equal(dq_regrouped(&q, "W1"), 0);
+	assert_int_equal(dq_closed(&q), 0);
+	assert_int_equal(next_due(&q), 60);
+	assert_int_equal(dq_take_due(&q, 60, out, 8, &g), 1);
+	assert_int_equal(g, DQ_GROUP_UNKNOWN);
+	dq_regroup(&q, "W1", 70);
+	dq_done(&q, "W1", -1);			/* delivered */
+	assert_int_equal(dq_count(&q), 0);
+	assert_int_equal(dq_regroup(&q, "W1", 80), 0);	/* unknown: nothing */
+	assert_int_equal(dq_count(&q), 0);
+	dq_free(&q);
+}
+
+/*
  * test_job_postpone - a job that got nowhere is postponed: due at until,
  * every recipient in the attempt deferred with the reason given, the one
  * not in it untouched; one with a recipient's final outcome, or already
@@ -518,6 +557,7 @@ int main(void)
 		cmocka_unit_test(test_queue_flush),
 		cmocka_unit_test(test_queue_random),
 		cmocka_unit_test(test_queue_groups),
+		cmocka_unit_test(test_queue_regroup),
 		cmocka_unit_test(test_job_postpone),
 	};
 
