@@ -346,6 +346,30 @@ def test_routes_reroute_during_attempt(t):
     eq(default.accepted(), [], "the default upstream")
 
 
+@case(timeout=120)
+def test_routes_reroute_held(t):
+    """A held message rerouted goes the new way once released: alice's, queued for
+    tenant-a (whose sink refuses every connection), is held, rerouted to tenant-b
+    (still held: nothing is sent), and released: tenant-b's sink takes it, once."""
+    d, a1, sink_a, sink_b, default = alice_moved(
+        t, {"retry": {"first": "1s", "max": "1s", "give_up": "5d"}},
+        {"first": "1s", "max": "1s", "give_up": "5d"})
+    d.start()
+    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    eq(ctl_json(d, "hold", a1)["held"], [a1], "hold")
+    eq(ctl_json(d, "reroute", a1)["rerouted"], [a1], "reroute while held")
+    time.sleep(2)
+    eq((sink_b.accepted(), sink_a.accepted()), ([], []), "a held message sent")
+    d.wait_log(a1, "route tenant-a -> tenant-b (idemrelayctl reroute)")
+    eq(ctl_json(d, "release", a1)["released"], [a1], "release")
+    sink_b.wait_count(1, timeout=15, what="alice's mail at tenant-b after the release")
+    d.wait_log(a1, "status=sent")
+    time.sleep(1)
+    eq(subjects(sink_b), ["alice"], "tenant-b's sink")
+    eq(sink_a.accepted(), [], "tenant-a's sink took nothing")
+    eq(default.accepted(), [], "the default upstream")
+
+
 @case(timeout=150)
 def test_routes_default_pause_holds_only_its_own(t):
     """The default upstream's pause (its sink refuses every MAIL with 421 4.7.0, so the
