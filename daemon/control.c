@@ -150,46 +150,34 @@ static int parse_sel(char *args, struct queue_admin_sel *sel,
 	return strtok_r(NULL, " ", &save) == NULL ? 0 : -1;
 }
 
-/* do_select - drop, hold, release or reroute what the request names */
-static void do_select(struct control *ctl, const char *cmd, char *args, struct buf *out)
-{
-	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
-	struct queue_admin_sel sel;
-
-	if (parse_sel(args, &sel, keys) != 0) {
-		json_error(out, "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN "
-			   "[to PATTERN] | to PATTERN", cmd);
-		return;
-	}
-	/* a reroute: with the routes in use */
-	queue_admin_act(ctl->st, &ctl->sched, ctl->c, cmd, &sel, QUEUE_ADMIN_REFUSE, clock_us(),
-			out);
-}
-
 /*
- * do_forget - "forget [--force|--drop] USER|- HEX...": the claims filed
- * under each key hash given (queue_admin_forget says when it refuses)
+ * do_act - drop, hold, release or reroute what the request names, or
+ * "forget [--force|--drop] USER|- HEX...": the claims filed under each
+ * key hash given (queue_admin.c says when it refuses); a reroute with
+ * the routes in use
  */
-static void do_forget(struct control *ctl, char *args, struct buf *out)
+static void do_act(struct control *ctl, const char *cmd, char *args, struct buf *out)
 {
 	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	enum queue_admin_forget mode = QUEUE_ADMIN_REFUSE;
 	struct queue_admin_sel sel;
 	char *save = NULL;
+	int forget = strcmp(cmd, "forget") == 0;
 
 	memset(&sel, 0, sizeof(sel));
-	if (strncmp(args, "--force ", 8) == 0) {
+	if (forget && strncmp(args, "--force ", 8) == 0) {
 		mode = QUEUE_ADMIN_FORCE;
 		args += 8;
-	} else if (strncmp(args, "--drop ", 7) == 0) {
+	} else if (forget && strncmp(args, "--drop ", 7) == 0) {
 		mode = QUEUE_ADMIN_DROP;
 		args += 7;
 	}
-	if (parse_keys(args, &save, &sel, keys) != 0) {
-		json_error(out, "usage: forget [--force|--drop] USER|- KEYHASH...");
-		return;
-	}
-	queue_admin_act(ctl->st, &ctl->sched, ctl->c, "forget", &sel, mode, clock_us(), out);
+	if (forget ? parse_keys(args, &save, &sel, keys) : parse_sel(args, &sel, keys))
+		json_error(out, forget ? "usage: %s [--force|--drop] USER|- KEYHASH..."
+			   : "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN [to PATTERN]"
+			   " | to PATTERN", cmd);
+	else
+		queue_admin_act(ctl->st, &ctl->sched, ctl->c, cmd, &sel, mode, clock_us(), out);
 }
 
 /* do_count - duplicates answered with a QID: written plus pending */
@@ -268,10 +256,9 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	} else if (strcmp(cmd, "retry") == 0) {
 		queue_admin_retry(ctl->st, &ctl->sched, qid, out);
 	} else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
-		   || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0) {
-		do_select(ctl, cmd, rest ? rest : (char *) "", out);
-	} else if (strcmp(cmd, "forget") == 0) {
-		do_forget(ctl, rest ? rest : (char *) "", out);
+		   || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0
+		   || strcmp(cmd, "forget") == 0) {
+		do_act(ctl, cmd, rest ? rest : (char *) "", out);
 	} else if (strcmp(cmd, "count") == 0) {
 		do_count(ctl, qid, out);
 	} else if (strcmp(cmd, "stats") == 0) {
