@@ -77,10 +77,13 @@ int store_upkeep(struct store *st)
 	return OPS(st)->caps & STORE_CAP_OWN_SPACE ? OPS(st)->upkeep(st) : 0;
 }
 
+/* store_claims_get - a read of the event loop's: only where reads are local */
 int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found)
 {
+	if (!(OPS(st)->caps & STORE_CAP_LOCAL_READS))
+		return STORE_EINVAL;
 	return OPS(st)->claims_get(st, keyhash, hashes, n, now, claims, found);
 }
 

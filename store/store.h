@@ -176,7 +176,8 @@ const char *store_strerror(int err);
 /*
  * store_claims_get - look claims up in a read transaction (never waits
  * for the writer). found[i] is set to 1 and claims[i] filled for each
- * live claim, 0 otherwise.
+ * live claim, 0 otherwise. Only with STORE_CAP_LOCAL_READS (else
+ * STORE_EINVAL): elsewhere a claim is read in the writer's transaction.
  */
 int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,

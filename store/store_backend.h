@@ -15,7 +15,8 @@
  *	name, less the "store_" prefix. What a backend can do is declared
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
- *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE.
+ *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE,
+ *	"local reads" only with STORE_CAP_LOCAL_READS.
  *	No entry is optional otherwise. A transaction marked bare (store.c,
  *	a store full of its own space) takes its delivery updates without
  *	their messages' stories.
@@ -41,7 +42,7 @@ struct store_ops {
 	/* claims and messages, written by a batch's transaction */
 	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-			   struct store_claim *claims, int *found);
+			   struct store_claim *claims, int *found);	/* local reads */
 	int (*txn_begin) (struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
 			  struct store_txn **out);
 	int (*txn_claim_get) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

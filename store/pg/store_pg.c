@@ -819,7 +819,6 @@ const struct store_ops store_pg_ops = {
 	.caps = STORE_CAP_SHARED,
 	.close = pg_close,
 	.health = pg_health,
-	.claims_get = store_pg_claims_get,
 	.txn_begin = store_pg_txn_begin,
 	.txn_claim_get = store_pg_txn_claim_get,
 	.txn_claim_put = store_pg_txn_claim_put,

@@ -23,9 +23,8 @@
  *	as queued if it is in the database, or put by this transaction. A claim of a
  *	void QID (a batch answered 451 while its commit waited,
  *	store_pg_wait.c) is no claim: a retry of its key is a new message.
- *
- *	store_pg_claims_get() is the lookup outside a transaction, one
- *	statement, which never waits for a lock.
+ *	There is no lookup outside a transaction: reads are not local
+ *	(store_claims_get()), so the writer answers duplicates in its batch.
  * DIAGNOSTICS
  *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* code; inside a
  *	transaction a failure is also its sticky error.
@@ -248,13 +247,6 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 		keys_load(t, keyhashes, n);
 }
 
-/* row_queued - store_claim_live()'s question, answered by what was read with the claim */
-static int row_queued(void *queued, const char *qid)
-{
-	(void) qid;
-	return *(const int *) queued;
-}
-
 /* a cached claim's message: queued as read, or put by the transaction since */
 struct txn_claim {
 	const struct pg_txn *t;
@@ -309,65 +301,4 @@ void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_
 	store_pg_a_i64(&s->a[4], c->accepted);
 	store_pg_a_i64(&s->a[5], c->expires);
 	cache_put(t, keyhash, hash, c, 0);
-}
-
-/* store_pg_claims_get - look n claims up under keyhash, outside any transaction */
-int store_pg_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-			struct store_claim *claims, int *found)
-{
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_params p;
-	struct pg_arr h;
-	uint8_t hash[STORE_HASH_LEN];
-	struct store_claim c;
-	PGconn *conn;
-	PGresult *r;
-	size_t i;
-	int row, err, queued;
-
-	if (n == 0)
-		return 0;
-	for (i = 0; i < n; i++) {
-		found[i] = 0;
-		memset(&claims[i], 0, sizeof(claims[i]));
-	}
-	if ((err = store_pg_take(st, &conn)) != 0)
-		return err;
-	store_pg_params_init(&p);
-	store_pg_arr_init(&h, PG_OID_BYTEA);
-	for (i = 0; i < n; i++)
-		store_pg_a_bytes(&h, hashes[i], STORE_HASH_LEN);
-	store_pg_p_arr(&p, &h);
-	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
-	err = store_pg_exec(st, conn, "SELECT c.hash, c.qid, c.fingerprint, c.accepted, c.expires, "
-			    "coalesce((" SQL_QUEUED "), false) FROM claims c "
-			    "WHERE c.hash = ANY($1::bytea[]) AND c.keyhash = $2 AND NOT " SQL_VOID,
-			    &p, &r, "claims");
-	store_pg_params_free(&p);
-	store_pg_give(st, conn);
-	if (err != 0)
-		return err;
-	for (row = 0; row < PQntuples(r) && err == 0; row++) {
-		memset(&c, 0, sizeof(c));
-		if (store_pg_copy(r, row, 0, hash, STORE_HASH_LEN) != 0
-		    || store_pg_qid(r, row, 1, c.qid) != 0
-		    || store_pg_copy(r, row, 2, c.fingerprint, STORE_HASH_LEN) != 0) {
-			msg_warn("store: corrupt claim row");
-			err = STORE_EINVAL;
-			break;
-		}
-		c.accepted = store_pg_int(r, row, 3);
-		c.expires = store_pg_int(r, row, 4);
-		queued = store_pg_int(r, row, 5) != 0;
-		if (store_claim_live(&c, now, row_queued, &queued) != 1)
-			continue;	/* expired, and its message left the spool */
-		for (i = 0; i < n; i++)
-			if (memcmp(hashes[i], hash, STORE_HASH_LEN) == 0) {
-				claims[i] = c;
-				found[i] = 1;
-			}
-	}
-	PQclear(r);
-	return err;
 }

@@ -368,9 +368,6 @@ int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
 /* store_pg_seam.c: the link seam a test replaces with its own (both, then) */
 int64_t store_pg_result_limit(void);	/* PG_RESULT_US; a test's may be shorter */
 void store_pg_commit_sent(PGconn *c);	/* a commit's pipeline is sent: nothing */
-int store_pg_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-			struct store_claim *claims, int *found);
 int store_pg_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
 		       struct store_txn **out);
 void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);

@@ -109,6 +109,29 @@ static inline int spool(struct store *st, const struct store_msg *m, const int *
 	return store_txn_commit(t);
 }
 
+/*
+ * claims_of - store_claims_get() where reads are local, else the same
+ * lookup in a transaction of its own, as the writer makes it
+ */
+static inline int claims_of(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+			    const uint8_t (*h)[STORE_HASH_LEN], size_t n, int64_t now,
+			    struct store_claim *c, int *found)
+{
+	struct store_txn *t;
+	size_t i;
+	int rc = 0;
+
+	if (store_caps(st) & STORE_CAP_LOCAL_READS)
+		return store_claims_get(st, keyhash, h, n, now, c, found);
+	if (n > 0 && (rc = store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1,
+					   &t)) == 0) {
+		for (i = 0; i < n && (rc == 0 || rc == STORE_ENOTFOUND); i++)
+			found[i] = (rc = store_txn_claim_get(t, keyhash, h[i], now, c + i)) == 0;
+		store_txn_abort(t);
+	}
+	return rc == STORE_ENOTFOUND ? 0 : rc;
+}
+
 /* claim_found_under - 1 live, 0 absent, for a claim filed under keyhash; fails on an error */
 static inline int claim_found_under(struct store *st, const uint8_t keyhash[STORE_HASH_LEN], int hash,
 			     int64_t now, struct store_claim *out)
@@ -118,8 +141,8 @@ static inline int claim_found_under(struct store *st, const uint8_t keyhash[STOR
 	int found = -1, rc;
 
 	hash_of(h[0], hash);
-	if ((rc = store_claims_get(st, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c,
-				   &found)) != 0)
+	if ((rc = claims_of(st, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c,
+			    &found)) != 0)
 		fail_msg("claims_get(%d): got %d (%s), want 0", hash, rc, store_strerror(rc));
 	if (out)
 		*out = c;

@@ -71,8 +71,8 @@ static int claim_live(struct store *st, int key, int i)
 
 	hash_of(h[0], i);
 	hash_of(kh, key);
-	assert_int_equal(store_claims_get(st, kh, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now_us(),
-					  &c, &found), 0);
+	assert_int_equal(claims_of(st, kh, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now_us(), &c,
+				   &found), 0);
 	return found;
 }
 
