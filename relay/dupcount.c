@@ -5,10 +5,10 @@
  *	duplicate and mismatch counts waiting to be written to the stories
  * DESCRIPTION
  *	See dupcount.h. The pending counts live in a tsearch tree by QID,
- *	plus a list for the walk, under one mutex, so dupcount_add() on the
- *	event loop is one lookup. A second mutex is held while counts move
- *	from memory to the store, so that dupcount_get() sees each count
- *	exactly once: either still pending or already written.
+ *	under one mutex, so dupcount_add() on the event loop is one lookup.
+ *	A second mutex is held while counts move from memory to the store,
+ *	so that dupcount_get() sees each count exactly once: either still
+ *	pending or already written.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,30 +23,20 @@
 
 #define DUPCOUNT_MAX	65536		/* QIDs with pending counts */
 
-struct pend {
-	struct store_count c;
-	struct pend *next;
-};
-
 struct dupcount {
 	pthread_mutex_t lock;		/* the pending counts below */
-	void *root;			/* tsearch tree of struct pend, by qid */
-	struct pend *list;		/* the same items, for the walk; owns them */
+	void *root;			/* tsearch tree of struct store_count; owns them */
 	size_t n;
 	int warned;
 	pthread_mutex_t persist_lock;	/* held while counts move to the store */
 };
 
-/* pend_cmp - tsearch order */
-static int pend_cmp(const void *a, const void *b)
+/* count_cmp - tsearch order */
+static int count_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct pend *) a)->c.qid, ((const struct pend *) b)->c.qid);
-}
+	const struct store_count *x = a, *y = b;
 
-/* no_free - tdestroy: the list owns the items */
-static void no_free(void *p)
-{
-	(void) p;
+	return strcmp(x->qid, y->qid);
 }
 
 /* dupcount_new - an empty table */
@@ -59,32 +49,12 @@ struct dupcount *dupcount_new(void)
 	return dc;
 }
 
-/* take - the pending list, leaving the table empty (lock held) */
-static struct pend *take(struct dupcount *dc, size_t *n)
-{
-	struct pend *list = dc->list;
-
-	*n = dc->n;
-	tdestroy(dc->root, no_free);
-	dc->root = NULL;
-	dc->list = NULL;
-	dc->n = 0;
-	dc->warned = 0;
-	return list;
-}
-
 /* dupcount_free - drop the table and what it still holds */
 void dupcount_free(struct dupcount *dc)
 {
-	struct pend *p, *next;
-	size_t n;
-
 	if (dc == NULL)
 		return;
-	for (p = take(dc, &n); p; p = next) {
-		next = p->next;
-		free(p);
-	}
+	tdestroy(dc->root, free);
 	pthread_mutex_destroy(&dc->lock);
 	pthread_mutex_destroy(&dc->persist_lock);
 	free(dc);
@@ -93,7 +63,7 @@ void dupcount_free(struct dupcount *dc)
 /* dupcount_add - count a duplicate or mismatch against the QID it named */
 void dupcount_add(struct dupcount *dc, int outcome, const char *orig_qid)
 {
-	struct pend key, *p;
+	struct store_count key, *p;
 	void **found;
 
 	if ((outcome != COMMIT_DUPLICATE && outcome != COMMIT_PARTIAL
@@ -101,9 +71,9 @@ void dupcount_add(struct dupcount *dc, int outcome, const char *orig_qid)
 	    || strlen(orig_qid) >= STORE_QID_SIZE)
 		return;
 	memset(&key, 0, sizeof(key));
-	strcpy(key.c.qid, orig_qid);
+	strcpy(key.qid, orig_qid);
 	pthread_mutex_lock(&dc->lock);
-	if ((found = tfind(&key, &dc->root, pend_cmp)) != NULL) {
+	if ((found = tfind(&key, &dc->root, count_cmp)) != NULL) {
 		p = *found;
 	} else if (dc->n >= DUPCOUNT_MAX) {
 		if (!dc->warned++)
@@ -113,44 +83,50 @@ void dupcount_add(struct dupcount *dc, int outcome, const char *orig_qid)
 		return;
 	} else {
 		p = xcalloc(1, sizeof(*p));
-		p->c = key.c;
-		if (tsearch(p, &dc->root, pend_cmp) == NULL)
+		*p = key;
+		if (tsearch(p, &dc->root, count_cmp) == NULL)
 			abort();		/* tsearch fails only without memory */
-		p->next = dc->list;
-		dc->list = p;
 		dc->n++;
 	}
 	if (outcome == COMMIT_MISMATCH)
-		p->c.mismatches++;
+		p->mismatches++;
 	else
-		p->c.duplicates++;
+		p->duplicates++;
 	pthread_mutex_unlock(&dc->lock);
+}
+
+/* gather - twalk_r: each count once, into the array at *arg */
+static void gather(const void *node, VISIT v, void *arg)
+{
+	struct store_count **c = arg;
+
+	if (v == postorder || v == leaf)
+		*(*c)++ = **(struct store_count *const *) node;
 }
 
 /* dupcount_persist - move the pending counts into the stories, in one transaction */
 int dupcount_persist(struct dupcount *dc, struct store *st, size_t *np)
 {
-	struct pend *list, *p, *next;
-	struct store_count *c;
-	size_t n, i = 0;
+	struct store_count *c, *end;
+	void *root;
 	int err = 0;
 
 	pthread_mutex_lock(&dc->persist_lock);
 	pthread_mutex_lock(&dc->lock);
-	list = take(dc, &n);
+	root = dc->root;
+	*np = dc->n;
+	dc->root = NULL;
+	dc->n = 0;
+	dc->warned = 0;
 	pthread_mutex_unlock(&dc->lock);
-	if (n > 0) {
-		c = xcalloc(n, sizeof(*c));
-		for (p = list; p; p = next) {
-			next = p->next;
-			c[i++] = p->c;
-			free(p);
-		}
-		err = store_hist_count(st, c, n);
+	if (*np > 0) {
+		end = c = xcalloc(*np, sizeof(*c));
+		twalk_r(root, gather, &end);
+		err = store_hist_count(st, c, *np);
 		free(c);
 	}
+	tdestroy(root, free);
 	pthread_mutex_unlock(&dc->persist_lock);
-	*np = n;
 	return err;
 }
 
@@ -159,7 +135,7 @@ int dupcount_get(struct dupcount *dc, struct store *st, const char *qid,
 		 uint64_t *duplicates, uint64_t *mismatches)
 {
 	struct store_story s;
-	struct pend key, *p;
+	struct store_count key, *p;
 	void **found;
 	int known;
 
@@ -172,12 +148,12 @@ int dupcount_get(struct dupcount *dc, struct store *st, const char *qid,
 		store_story_free(&s);
 	}
 	memset(&key, 0, sizeof(key));
-	snprintf(key.c.qid, sizeof(key.c.qid), "%s", qid);
+	snprintf(key.qid, sizeof(key.qid), "%s", qid);
 	pthread_mutex_lock(&dc->lock);
-	if ((found = tfind(&key, &dc->root, pend_cmp)) != NULL) {
+	if ((found = tfind(&key, &dc->root, count_cmp)) != NULL) {
 		p = *found;
-		*duplicates += p->c.duplicates;
-		*mismatches += p->c.mismatches;
+		*duplicates += p->duplicates;
+		*mismatches += p->mismatches;
 	}
 	pthread_mutex_unlock(&dc->lock);
 	pthread_mutex_unlock(&dc->persist_lock);
