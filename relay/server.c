@@ -187,6 +187,7 @@ void conn_interest(struct conn *c)
 			ev |= c->io->read_wants ? c->io->read_wants : EPOLLIN;
 		if (smtp_session_out(c->s)->len)
 			ev |= c->io->write_wants ? c->io->write_wants : EPOLLOUT;
+		ev |= c->io->flush_wants;
 	}
 	if (ev != c->events) {
 		ep_set(c->srv, EPOLL_CTL_MOD, c->io->fd, ev, c);
@@ -202,7 +203,8 @@ static int conn_write(struct conn *c);
  * conn_flush - write pending output; close when done and closing; go on
  * with input the engine left for unread replies once they are written,
  * in c->in or held by the transport (TLS read-ahead: no event for it).
- * 0, or -1 if closed
+ * Before the loop waits, the transport sends what it held back (io.h):
+ * all this turn wrote, in one segment. 0, or -1 if closed
  */
 int conn_flush(struct conn *c)
 {
@@ -219,6 +221,10 @@ int conn_flush(struct conn *c)
 	/* the 220 is out in the clear: from here on the socket speaks TLS */
 	if (out->len == 0 && smtp_session_starttls(c->s) && !smtp_session_tls(c->s))
 		return conn_starttls(c);
+	if (io_flush(c->io) == IO_ERROR) {
+		conn_lost(c, c->io->err);
+		return -1;
+	}
 	conn_interest(c);
 	return 0;
 }

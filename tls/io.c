@@ -63,6 +63,13 @@ static int plain_handshake(struct io *io)
 	return 1;
 }
 
+/* plain_flush - write(2) holds nothing back */
+static int plain_flush(struct io *io)
+{
+	(void) io;
+	return 0;
+}
+
 /* plain_pending - the kernel holds the input, and epoll says so */
 static size_t plain_pending(const struct io *io)
 {
@@ -90,6 +97,7 @@ static const struct io_ops plain_ops = {
 	.read = plain_read,
 	.write = plain_write,
 	.handshake = plain_handshake,
+	.flush = plain_flush,
 	.pending = plain_pending,
 	.describe = plain_describe,
 	.close = plain_close,

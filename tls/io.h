@@ -18,6 +18,13 @@
  *	wait for. pending() is input the transport holds already, which no
  *	epoll event will announce (TLS decrypts a record at a time).
  *
+ *	write may hold what it took, to go out with what follows in one
+ *	write(2) and one segment (the TLS server session does: a reply
+ *	and its session ticket, the 221 and the close_notify): flush()
+ *	sends it, and must be called before the loop waits. It returns 0
+ *	when nothing is held any more, IO_AGAIN with flush_wants set
+ *	(EPOLLOUT) while the socket takes no more, or IO_ERROR.
+ *
  *	io_plain_new() wraps an accepted socket; tls_io_new() (tls.h) a TLS
  *	server session over one. io_close() says goodbye where the transport
  *	has a way to, closes the socket and frees the io.
@@ -40,6 +47,7 @@ struct io_ops {
 	ssize_t (*read) (struct io *io, void *buf, size_t len);
 	ssize_t (*write) (struct io *io, const void *buf, size_t len);
 	int     (*handshake) (struct io *io);	/* 1 done, 0 again, -1 failed */
+	int     (*flush) (struct io *io);	/* 0 nothing held, IO_AGAIN, IO_ERROR */
 	size_t  (*pending) (const struct io *io);
 	void    (*describe) (const struct io *io, char *buf, size_t len);	/* for logs */
 	void    (*close) (struct io *io);	/* goodbye, close(fd), free */
@@ -52,6 +60,7 @@ struct io {
 	uint32_t hs_wants;		/* EPOLLIN/EPOLLOUT the handshake waits for */
 	uint32_t read_wants;		/* after read's IO_AGAIN; 0 otherwise */
 	uint32_t write_wants;		/* after write's IO_AGAIN; 0 otherwise */
+	uint32_t flush_wants;		/* after flush's IO_AGAIN: EPOLLOUT; 0 otherwise */
 	char    err[IO_ERR_MAX];	/* why the last IO_ERROR or failed handshake */
 };
 
@@ -71,6 +80,11 @@ static inline ssize_t io_write(struct io *io, const void *buf, size_t len)
 static inline int io_handshake(struct io *io)
 {
 	return io->ops->handshake(io);
+}
+
+static inline int io_flush(struct io *io)
+{
+	return io->ops->flush(io);
 }
 
 static inline size_t io_pending(const struct io *io)

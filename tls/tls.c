@@ -62,6 +62,17 @@
  *	(SSL_has_pending() counts the read-ahead), and the event loop reads
  *	it before it waits for input (relay/server.c).
  *
+ *	Held records: a server session's records are written into a BIO of
+ *	our own that holds them, and tls_flush() sends what it holds in one
+ *	write(2); the event loop flushes before it waits (io.h). What one
+ *	turn of the loop writes to a client thus goes out in one segment:
+ *	the 221 with the close_notify after it, a session ticket with the
+ *	reply to the EHLO that came with the client's Finished; each write
+ *	saved is a loopback segment sent and received and a wake-up of the
+ *	client. A handshake step that waits for the client flushes its
+ *	flight itself. Past TLS_HOLD_MAX held, a write first tries to send
+ *	it, and waits for EPOLLOUT if the socket takes too little.
+ *
  *	The transport: SSL_read/SSL_write on a non-blocking socket. OpenSSL
  *	may need the socket readable to write, or writable to read; its
  *	SSL_ERROR_WANT_* codes become IO_AGAIN and the epoll event to wait
@@ -107,6 +118,8 @@
 
 #define TLS_FP_LEN	(2 * 32 + 1)
 
+#define TLS_HOLD_MAX	16384		/* held octets past which a write sends them first */
+
 #define TLS_TKT_SLOTS	4096		/* client addresses remembered for tickets */
 #define TLS_TKT_UNUSED	2		/* tickets an address may leave unused in a row */
 #define TLS_TKT_SAMPLE	32		/* past them, one full handshake in this many gets one */
@@ -132,7 +145,110 @@ struct tls_io {
 	size_t  retry_len;		/* a write to repeat with this length */
 	struct tls_tkt *tkt;		/* the client address's slot; NULL: none */
 	uint64_t tkt_key;		/* the address's hash */
+	struct buf held;		/* records written, not yet sent (tls_flush) */
 };
+
+static BIO_METHOD *hold_method;		/* the holding BIO's, while a struct tls lives */
+static int hold_users;
+
+/*
+ * tls_send - write what is held; 0 when all is out, IO_AGAIN with the
+ * rest still held, IO_ERROR (errno says why)
+ */
+static int tls_send(struct tls_io *t)
+{
+	ssize_t n;
+
+	while (t->held.len) {
+		n = write(t->io.fd, t->held.data, t->held.len);
+		if (n > 0) {
+			buf_consume(&t->held, (size_t) n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return IO_AGAIN;
+		if (n == 0)
+			errno = EPIPE;
+		return IO_ERROR;
+	}
+	if (t->held.cap > TLS_HOLD_MAX)
+		buf_free(&t->held);	/* a burst's room goes back */
+	return 0;
+}
+
+/* hold_write - BIO write: the octets join those held; past TLS_HOLD_MAX these go first */
+static int hold_write(BIO *b, const char *data, int len)
+{
+	struct tls_io *t = BIO_get_data(b);
+	int     r;
+
+	BIO_clear_retry_flags(b);
+	if (len <= 0)
+		return 0;
+	if (t->held.len >= TLS_HOLD_MAX && (r = tls_send(t)) < 0) {
+		if (r == IO_AGAIN && t->held.len >= TLS_HOLD_MAX) {
+			BIO_set_retry_write(b);
+			return -1;
+		}
+		if (r == IO_ERROR)
+			return -1;
+	}
+	buf_append(&t->held, data, (size_t) len);
+	return len;
+}
+
+/* hold_ctrl - a flush is the loop's to make (tls_flush); the rest is not ours */
+static long hold_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	struct tls_io *t = BIO_get_data(b);
+
+	(void) num;
+	(void) ptr;
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1;
+	case BIO_CTRL_WPENDING:
+		return t ? (long) t->held.len : 0;
+	default:
+		return 0;
+	}
+}
+
+/* hold_create - a new holding BIO is ready at once */
+static int hold_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+/* hold_method_get - the holding BIO's method, made by the first struct tls */
+static int hold_method_get(void)
+{
+	if (hold_users++ > 0)
+		return 0;
+	if ((hold_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+					"idemrelay hold")) == NULL
+	    || BIO_meth_set_write(hold_method, hold_write) != 1
+	    || BIO_meth_set_ctrl(hold_method, hold_ctrl) != 1
+	    || BIO_meth_set_create(hold_method, hold_create) != 1) {
+		BIO_meth_free(hold_method);
+		hold_method = NULL;
+		hold_users--;
+		return -1;
+	}
+	return 0;
+}
+
+/* hold_method_put - the last struct tls is gone */
+static void hold_method_put(void)
+{
+	if (--hold_users > 0)
+		return;
+	BIO_meth_free(hold_method);
+	hold_method = NULL;
+}
 
 /* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
 void tls_errtext(char *buf, size_t len, const char *what)
@@ -240,9 +356,15 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 {
 	struct tls *t = xcalloc(1, sizeof(*t));
 
-	if ((t->ctx = tls_ctx_new(cert, key, groups, t->fingerprint, err, errlen)) == NULL) {
+	*out = NULL;
+	if (hold_method_get() < 0) {
+		tls_errtext(err, errlen, "BIO_meth_new");
 		free(t);
-		*out = NULL;
+		return -1;
+	}
+	if ((t->ctx = tls_ctx_new(cert, key, groups, t->fingerprint, err, errlen)) == NULL) {
+		hold_method_put();
+		free(t);
 		return -1;
 	}
 	t->cert = xstrdup(cert);
@@ -278,6 +400,7 @@ void tls_free(struct tls *t)
 	free(t->groups);
 	free(t->tkt);
 	free(t);
+	hold_method_put();
 }
 
 /* tls_fingerprint - SHA-256 of the certificate new connections get, in hex */
@@ -388,10 +511,16 @@ static int tls_handshake(struct io *io)
 
 	ERR_clear_error();
 	errno = 0;
+	if ((r = tls_send(t)) == IO_AGAIN) {	/* the last flight first */
+		io->hs_wants = EPOLLOUT;
+		return 0;
+	}
+	if (r == IO_ERROR)
+		goto fail;
 	if (t->tkt)
 		SSL_set_num_tickets(t->ssl, (size_t) tls_tkt_want(t));
 	n = SSL_accept(t->ssl);
-	if (n == 1) {
+	if (n == 1) {			/* a ticket, if any, goes with the first reply */
 		io->ready = 1;
 		io->hs_wants = 0;
 		if (t->tkt)
@@ -399,13 +528,41 @@ static int tls_handshake(struct io *io)
 		return 1;
 	}
 	r = tls_result(t, n, &io->hs_wants, "handshake");
-	if (r == IO_AGAIN)
-		return 0;
+	if (r == IO_AGAIN) {		/* the client answers what it has been sent */
+		if ((r = tls_send(t)) == IO_AGAIN)
+			io->hs_wants = EPOLLOUT;
+		if (r != IO_ERROR)
+			return 0;
+		goto fail;
+	}
 	if (r == 0) {
 		t->fatal = 1;
 		snprintf(io->err, sizeof(io->err), "handshake: connection closed");
 	}
 	return -1;
+
+fail:
+	t->fatal = 1;
+	snprintf(io->err, sizeof(io->err), "handshake: %s", strerror(errno));
+	return -1;
+}
+
+/* tls_flush - send what is held (io.h) */
+static int tls_flush(struct io *io)
+{
+	struct tls_io *t = (struct tls_io *) io;
+	int     r;
+
+	io->flush_wants = 0;
+	if ((r = tls_send(t)) == IO_AGAIN) {
+		io->flush_wants = EPOLLOUT;
+		return IO_AGAIN;
+	}
+	if (r == IO_ERROR) {
+		t->fatal = 1;
+		snprintf(io->err, sizeof(io->err), "write: %s", strerror(errno));
+	}
+	return r;
 }
 
 /*
@@ -447,9 +604,11 @@ static void tls_close(struct io *io)
 		SSL_shutdown(t->ssl);	/* one try: the socket is non-blocking */
 		ERR_clear_error();
 	}
+	(void) tls_send(t);		/* the last reply, the close_notify or an alert */
 	SSL_free(t->ssl);
 	if (io->fd >= 0)
 		close(io->fd);
+	buf_free(&t->held);
 	free(t);
 }
 
@@ -458,6 +617,7 @@ static const struct io_ops tls_ops = {
 	.read = tls_read,
 	.write = tls_write,
 	.handshake = tls_handshake,
+	.flush = tls_flush,
 	.pending = tls_pending,
 	.describe = tls_describe,
 	.close = tls_close,
@@ -483,19 +643,24 @@ struct io *tls_io_new(struct tls *tl, int fd, const char *addr)
 {
 	struct tls_io *t;
 	SSL    *ssl;
+	BIO    *rb = NULL, *wb = NULL;
 	char    err[IO_ERR_MAX];
 
 	ERR_clear_error();
 	errno = 0;
-	if ((ssl = SSL_new(tl->ctx)) == NULL || SSL_set_fd(ssl, fd) != 1) {
+	if ((ssl = SSL_new(tl->ctx)) == NULL || (rb = BIO_new_socket(fd, BIO_NOCLOSE)) == NULL
+	    || (wb = BIO_new(hold_method)) == NULL) {
 		tls_errtext(err, sizeof(err), "SSL_new");
 		msg_warn("tls: %s", err);
+		BIO_free(rb);
 		SSL_free(ssl);
 		close(fd);
 		return NULL;
 	}
+	SSL_set_bio(ssl, rb, wb);	/* reads from the socket, writes held */
 	SSL_set_accept_state(ssl);
 	t = tls_io_alloc(ssl, fd);
+	BIO_set_data(wb, t);
 	t->io.hs_wants = EPOLLIN;	/* the ClientHello */
 	if (addr) {
 		t->tkt_key = hash_fnv(HASH_FNV_INIT, addr, strlen(addr)) | 1;

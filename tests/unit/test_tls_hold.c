@@ -1,0 +1,221 @@
+/*
+ * test_tls_hold - the server TLS transport holds what it writes until it is
+ * flushed (tls/tls.c, io.h): a turn's records go out in one write(2) and one
+ * segment. A client SSL on the other end of a socketpair, both driven here.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "../../tls/io.h"
+#include "../../tls/tls.h"
+
+struct pair {
+	char    dir[64], cert[96], key[96];
+	struct tls *tls;
+	struct io *io;			/* the server's end */
+	SSL_CTX *cctx;
+	SSL    *cssl;			/* the client's end */
+	int     cfd;
+};
+
+/* make_cert - a self-signed P-256 certificate and its key, as PEM files */
+static void make_cert(struct pair *p)
+{
+	EVP_PKEY *pk = EVP_EC_gen("P-256");
+	X509   *x = X509_new();
+	FILE   *f;
+
+	assert_non_null(pk);
+	assert_non_null(x);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	X509_set_pubkey(x, pk);
+	X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+				   (const unsigned char *) "hold.test", -1, -1, 0);
+	X509_set_issuer_name(x, X509_get_subject_name(x));
+	assert_true(X509_sign(x, pk, EVP_sha256()) > 0);
+	assert_non_null(f = fopen(p->cert, "w"));
+	assert_int_equal(PEM_write_X509(f, x), 1);
+	fclose(f);
+	assert_non_null(f = fopen(p->key, "w"));
+	assert_int_equal(PEM_write_PrivateKey(f, pk, NULL, NULL, 0, NULL, NULL), 1);
+	fclose(f);
+	X509_free(x);
+	EVP_PKEY_free(pk);
+}
+
+/* on_wire - octets the client could read now, without reading them */
+static ssize_t on_wire(const struct pair *p)
+{
+	char    b[4096];
+	ssize_t n = recv(p->cfd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	return n;
+}
+
+/* client_read - what the client's SSL_read gives (-1: its close_notify came) */
+static int client_read(struct pair *p, char *buf, int len)
+{
+	int     n = SSL_read(p->cssl, buf, len - 1);
+
+	if (n <= 0)
+		return SSL_get_error(p->cssl, n) == SSL_ERROR_ZERO_RETURN ? -1 : 0;
+	buf[n] = '\0';
+	return n;
+}
+
+/* setup - a server transport and a client SSL over a socketpair, handshake done */
+static int setup(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	char    err[256];
+	int     sv[2], done = 0, cdone = 0, i, r;
+
+	snprintf(p->dir, sizeof(p->dir), "/tmp/test_tls_hold.XXXXXX");
+	assert_non_null(mkdtemp(p->dir));
+	snprintf(p->cert, sizeof(p->cert), "%s/cert.pem", p->dir);
+	snprintf(p->key, sizeof(p->key), "%s/key.pem", p->dir);
+	make_cert(p);
+	if (tls_new(&p->tls, p->cert, p->key, NULL, err, sizeof(err)) < 0)
+		fail_msg("tls_new: %s", err);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	assert_non_null(p->io = tls_io_new(p->tls, sv[0], "192.0.2.1"));
+	p->cfd = sv[1];
+	assert_non_null(p->cctx = SSL_CTX_new(TLS_client_method()));
+	SSL_CTX_set_verify(p->cctx, SSL_VERIFY_NONE, NULL);
+	assert_non_null(p->cssl = SSL_new(p->cctx));
+	assert_int_equal(SSL_set_fd(p->cssl, p->cfd), 1);
+	for (i = 0; i < 100 && !(done && cdone); i++) {
+		if (!cdone && (r = SSL_connect(p->cssl)) == 1)
+			cdone = 1;
+		else if (!cdone && SSL_get_error(p->cssl, r) != SSL_ERROR_WANT_READ)
+			fail_msg("SSL_connect failed");
+		if (!done && (r = io_handshake(p->io)) < 0)
+			fail_msg("handshake: %s", p->io->err);
+		done |= r == 1;
+	}
+	assert_true(done && cdone);
+	assert_int_equal(SSL_version(p->cssl), TLS1_3_VERSION);
+	*state = p;
+	return 0;
+}
+
+/* teardown - both ends, the files */
+static int teardown(void **state)
+{
+	struct pair *p = *state;
+
+	io_close(p->io);
+	SSL_free(p->cssl);
+	SSL_CTX_free(p->cctx);
+	close(p->cfd);
+	tls_free(p->tls);
+	unlink(p->cert);
+	unlink(p->key);
+	rmdir(p->dir);
+	free(p);
+	return 0;
+}
+
+/*
+ * test_reply_takes_the_ticket - the session ticket after the handshake
+ * waits for the first reply; a reply waits for the flush; both then reach
+ * the client, which reads the reply
+ */
+static void test_reply_takes_the_ticket(void **state)
+{
+	struct pair *p = *state;
+	static const char reply[] = "250 ok\r\n";
+	char    got[256];
+
+	assert_int_equal(on_wire(p), 0);	/* the ticket is held */
+	assert_int_equal(io_write(p->io, reply, sizeof(reply) - 1), sizeof(reply) - 1);
+	assert_int_equal(on_wire(p), 0);	/* and so is the reply */
+	assert_int_equal(io_flush(p->io), 0);
+	assert_int_equal(p->io->flush_wants, 0);
+	assert_true(on_wire(p) > (ssize_t) sizeof(reply));
+	assert_int_equal(client_read(p, got, sizeof(got)), sizeof(reply) - 1);
+	assert_string_equal(got, reply);
+	assert_int_equal(io_flush(p->io), 0);	/* nothing held: nothing sent */
+	assert_int_equal(on_wire(p), 0);
+}
+
+/*
+ * test_goodbye_with_the_last_reply - the 221 is held until the close,
+ * which sends it with the close_notify
+ */
+static void test_goodbye_with_the_last_reply(void **state)
+{
+	struct pair *p = *state;
+	static const char bye[] = "221 2.0.0 Bye\r\n";
+	char    got[256];
+
+	assert_int_equal(io_flush(p->io), 0);
+	while (client_read(p, got, sizeof(got)) > 0)	/* the ticket alone: nothing */
+		;
+	assert_int_equal(io_write(p->io, bye, sizeof(bye) - 1), sizeof(bye) - 1);
+	assert_int_equal(on_wire(p), 0);
+	io_close(p->io);
+	p->io = NULL;
+	assert_int_equal(client_read(p, got, sizeof(got)), sizeof(bye) - 1);
+	assert_string_equal(got, bye);
+	assert_int_equal(client_read(p, got, sizeof(got)), -1);	/* close_notify */
+}
+
+/* test_full_socket_waits - past what the socket takes, a flush asks for EPOLLOUT */
+static void test_full_socket_waits(void **state)
+{
+	struct pair *p = *state;
+	static char big[4096];
+	size_t  sent = 0;
+	ssize_t n = 0;
+	char    got[sizeof(big) + 1];
+	int     i, r;
+
+	memset(big, 'x', sizeof(big));
+	for (i = 0; i < 4096 && (n = io_write(p->io, big, sizeof(big))) > 0; i++)
+		sent += (size_t) n;
+	assert_int_equal(n, IO_AGAIN);		/* held past TLS_HOLD_MAX, socket full */
+	assert_true(sent > 16384);
+	assert_int_equal(io_flush(p->io), IO_AGAIN);
+	assert_int_not_equal(p->io->flush_wants, 0);
+	while (sent > 0) {			/* the client reads; the rest follows */
+		if ((r = client_read(p, got, sizeof(got))) > 0) {
+			sent -= (size_t) r;
+			continue;
+		}
+		assert_int_equal(r, 0);
+		r = io_flush(p->io);
+		assert_true(r == 0 || r == IO_AGAIN);
+	}
+	assert_int_equal(io_flush(p->io), 0);
+	assert_int_equal(p->io->flush_wants, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_reply_takes_the_ticket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_goodbye_with_the_last_reply, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_socket_waits, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
