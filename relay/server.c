@@ -169,6 +169,13 @@ static int conn_accepting(struct conn *c)
  * conn_interest - during a handshake, what it waits for; else EPOLLIN while
  * accepting input, EPOLLOUT while output is pending. A TLS read may wait
  * for EPOLLOUT, and a TLS write for EPOLLIN.
+ *
+ * EPOLLIN that the engine stops taking (a message being committed, most
+ * often, while its client waits for the reply) stays in the set until an
+ * event comes for it, and only then is it taken off (conn_event): a client
+ * that waits sends nothing, so the two epoll_ctl calls a message of
+ * taking it off and putting it back are saved, and input is still never
+ * read while the engine does not take it.
  */
 void conn_interest(struct conn *c)
 {
@@ -189,7 +196,9 @@ void conn_interest(struct conn *c)
 			ev |= c->io->write_wants ? c->io->write_wants : EPOLLOUT;
 		ev |= c->io->flush_wants;
 	}
-	if (ev != c->events) {
+	if (ev & EPOLLIN)
+		c->in_unwanted = 0;
+	if (ev != c->events && !(c->io->ready && c->events == (ev | EPOLLIN) && !c->in_unwanted)) {
 		ep_set(c->srv, EPOLL_CTL_MOD, c->io->fd, ev, c);
 		c->events = ev;
 	}
@@ -327,7 +336,8 @@ static int conn_handshake(struct conn *c)
 /*
  * conn_starttls - the 220 is flushed: TLS over the same socket. The input
  * read before is gone (the engine dropped it); what the client sends now
- * is its ClientHello, read by OpenSSL itself.
+ * is its ClientHello, read by OpenSSL itself once epoll says it is there
+ * (a read before could only say EAGAIN: the client waits for the 220).
  */
 static int conn_starttls(struct conn *c)
 {
@@ -339,7 +349,8 @@ static int conn_starttls(struct conn *c)
 		return -1;
 	}
 	pace_arm(c);			/* the handshake gets command_timeout */
-	return conn_handshake(c);
+	conn_interest(c);		/* the ClientHello answers the 220: not here yet */
+	return 0;
 }
 
 /*
@@ -636,8 +647,11 @@ static void conn_event(struct conn *c, uint32_t ev)
 	else if ((ev & (EPOLLHUP | EPOLLERR)) || ((ev & EPOLLIN) && conn_accepting(c))
 		 || ((ev & EPOLLOUT) && c->io->read_wants == EPOLLOUT))
 		conn_read(c);
-	else
+	else {
+		if (ev & EPOLLIN)	/* left in the set (conn_interest): now off */
+			c->in_unwanted = 1;
 		conn_flush(c);
+	}
 }
 
 /* server_smtp_limits - the engine's limits from the configuration (start, SIGHUP) */

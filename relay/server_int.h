@@ -52,6 +52,7 @@ struct conn {
 	size_t held;			/* message octets counted in srv->held (budget.h) */
 	int paused;			/* not reading: the data budget is spent */
 	uint32_t events;		/* epoll interest */
+	int in_unwanted;		/* EPOLLIN came while not taken: off for real */
 	struct commit_req *req;		/* in flight, owned */
 	const char *sync_reply;		/* answer decided inside the message hook */
 	char sync_buf[256];

@@ -346,6 +346,36 @@ def test_tls_big_and_pipelined(t):
     check(big and big[0]["data"].endswith(body), "the big message arrived whole")
 
 
+@case()
+def test_tls_input_while_waiting(t):
+    """Commands that come while the engine waits, in records of their own (during
+    a failed AUTH's delay; after a message's dot, while it is committed), are
+    answered after the reply it waits for, in order (the event loop leaves
+    EPOLLIN in the set while the engine waits, and takes it off only when such
+    input comes: issue 27's epoll_ctl calls)."""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({}, {"tls": "implicit"}), users={"alice": "secret"})
+    with tls_raw(d.ports[1], timeout=20) as c:
+        expect_reply(c.cmd("EHLO client.test"), 250)
+        start = time.monotonic()
+        c.send("AUTH PLAIN " + plain("alice", "wrong") + "\r\n")
+        time.sleep(0.3)                 # the 535 waits a second: the NOOP comes meanwhile
+        c.send(b"NOOP\r\n")
+        eq(c.reply(), (535, "5.7.8 Error: authentication failed"), "the failed AUTH")
+        check(time.monotonic() - start >= 0.9, "the 535 came without its delay")
+        expect_reply(c.reply(), 250, what="the NOOP sent during the delay")
+        expect_reply(c.cmd("AUTH PLAIN " + plain("alice", "secret")), 235)
+        c.send(b"MAIL FROM:<s@example.org>\r\nRCPT TO:<a@example.com>\r\nDATA\r\n")
+        eq([c.reply()[0] for _ in range(3)], [250, 250, 354], "replies before the message")
+        c.send(make_msg(key="while-1") + b".\r\n")
+        c.send(b"NOOP\r\n")
+        c.send(b"QUIT\r\n")
+        expect_reply(c.reply(), 250, "2.0.0", "the message")
+        expect_reply(c.reply(), 250, what="the NOOP after it")
+        expect_reply(c.reply(), 221)
+    sink.wait_count(1)
+
+
 class RecordClient(Raw):
     """RecordClient - TLS over memory BIOs on an implicit-TLS port: lumps()
     makes one TLS record of each piece and writes them all in one send, so
