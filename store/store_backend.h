@@ -16,7 +16,8 @@
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
  *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE,
- *	"local reads" only with STORE_CAP_LOCAL_READS.
+ *	"local reads" only with STORE_CAP_LOCAL_READS. txn_commit ends
+ *	every transaction: one with its sticky error set is rolled back.
  *	No entry is optional otherwise. A transaction marked bare (store.c,
  *	a store full of its own space) takes its delivery updates without
  *	their messages' stories.
@@ -55,7 +56,6 @@ struct store_ops {
 	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
 	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
 	int (*txn_commit) (struct store_txn *t);
-	void (*txn_abort) (struct store_txn *t);
 
 	/* the spool: a message, the operator's changes, the queue, the figures */
 	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);

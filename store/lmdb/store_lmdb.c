@@ -700,7 +700,6 @@ const struct store_ops lmdb_ops = {
 	.txn_msg_set_inflight = lmdb_txn_msg_set_inflight,
 	.txn_msg_update = lmdb_txn_msg_update,
 	.txn_commit = lmdb_txn_commit,
-	.txn_abort = lmdb_txn_abort,
 	.msg_load = lmdb_msg_load,
 	.msg_drop = lmdb_msg_drop,
 	.msg_change = lmdb_msg_change,

@@ -826,7 +826,6 @@ const struct store_ops store_pg_ops = {
 	.txn_msg_set_inflight = store_pg_txn_msg_set_inflight,
 	.txn_msg_update = store_pg_txn_msg_update,
 	.txn_commit = store_pg_txn_commit,
-	.txn_abort = store_pg_txn_abort,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,
 	.queue_due = store_pg_queue_due,

@@ -379,7 +379,6 @@ void store_pg_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 void store_pg_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
 void store_pg_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 int store_pg_txn_commit(struct store_txn *t);
-void store_pg_txn_abort(struct store_txn *t);
 
 /* store_pg_queue.c: the spool and delivery */
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);

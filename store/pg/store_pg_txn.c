@@ -439,12 +439,6 @@ static void txn_free(struct pg_txn *t)
 	free(t);
 }
 
-/* store_pg_txn_abort - forget the transaction */
-void store_pg_txn_abort(struct store_txn *base)
-{
-	txn_free((struct pg_txn *) base);
-}
-
 /* seg_send - queue a run's statement; returns how many, or -1 */
 static int seg_send(struct pg_txn *t, struct pg_seg *s)
 {
