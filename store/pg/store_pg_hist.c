@@ -198,6 +198,7 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 				    "FOR UPDATE SKIP LOCKED), "
 				    "dc AS (DELETE FROM claims c USING e WHERE c.keyhash = e.keyhash "
 				    "AND c.qid = e.qid AND c.expires <= e.expires RETURNING 1), "
+				    "dr AS (DELETE FROM rcpts r USING e WHERE r.qid = e.qid), "
 				    "dm AS (DELETE FROM messages m USING e WHERE m.qid = e.qid "
 				    "RETURNING 1) SELECT (SELECT count(*) FROM dm), "
 				    "(SELECT count(*) FROM dc)", &p, &r, "expire");

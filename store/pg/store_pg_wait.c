@@ -161,6 +161,7 @@ static const char SQL_SETTLE[] =
 	"AND m.lease_owner <> m.node AND m.lease_until >= " PG_DB_NOW ") RETURNING v.qid), "
 	"gone AS (DELETE FROM claims c USING messages m, d WHERE m.qid = d.qid AND m.has_key "
 	"AND c.keyhash = m.keyhash AND c.qid = d.qid RETURNING 1), "
+	"dr AS (DELETE FROM rcpts r USING d WHERE r.qid = d.qid), "
 	"dropped AS (DELETE FROM messages m USING d WHERE m.qid = d.qid RETURNING m.qid) "
 	"SELECT d.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone) FROM d "
 	"LEFT JOIN dropped x ON x.qid = d.qid";

@@ -1564,6 +1564,9 @@ static void test_voids(void **state)
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM claims "
 		 "WHERE qid = 'VOIDED000001'", f->schema);
 	CHECK_INT("its claim deleted", sql_int(f->url, q), 0);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM rcpts "
+		 "WHERE qid = 'VOIDED000001'", f->schema);
+	CHECK_INT("its recipients deleted (schema 9: no foreign key)", sql_int(f->url, q), 0);
 	CHECK_INT("the other claim kept", claim_found(f->st, 32, NOW, NULL), 1);
 	CHECK_INT("the key is new again", claim_found(f->st, 31, NOW, NULL), 0);
 }
@@ -1959,6 +1962,28 @@ static void test_runs_merged(void **state)
 }
 
 /*
+ * schema 9: rcpts has no foreign key to messages (its check locked the
+ * message's row at each recipient's INSERT); a story's expiry deletes its
+ * recipients with it, and leaves another message's
+ */
+static void test_rcpts_go_with_message(void **state)
+{
+	struct fx *f = *state;
+
+	CHECK_INT("no foreign key on rcpts", sql_int(f->url, "SELECT count(*) FROM pg_constraint "
+						     "WHERE conrelid = 'rcpts'::regclass AND "
+						     "contype = 'f'"), 0);
+	spool_one(f->st, "RCPTSGONE001", 41);
+	spool_one(f->st, "RCPTSKEPT001", 42);
+	CHECK_INT("sent", sent(f->st, "RCPTSGONE001"), 0);
+	CHECK_INT("expired", store_hist_expire(f->st, (int64_t) 1 << 62, 100), 1);
+	CHECK_INT("its recipients gone", sql_int(f->url, "SELECT count(*) FROM rcpts WHERE "
+						 "qid = 'RCPTSGONE001'"), 0);
+	CHECK_INT("the queued one's kept", sql_int(f->url, "SELECT count(*) FROM rcpts WHERE "
+						   "qid = 'RCPTSKEPT001'"), 1);
+}
+
+/*
  * schema 7: messages has no index on its key, and a key's messages are
  * still found, queued and forgotten through its claims; schema 8 dropped
  * the one on the lease token (a lease is found by its QID)
@@ -2114,6 +2139,7 @@ int main(void)
 		T(test_revive_not_its_mark),
 		T(test_revive_refused),
 		T(test_mark_columns),
+		T(test_rcpts_go_with_message),
 		T(test_key_without_index),
 		T(test_schema_upgrade),
 	};
