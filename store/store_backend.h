@@ -16,11 +16,11 @@
  *	in caps (STORE_CAP_*), never guessed from its entries: the entries
  *	marked "shared" are called only with STORE_CAP_SHARED, and must be
  *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE,
- *	"local reads" only with STORE_CAP_LOCAL_READS. txn_commit ends
- *	every transaction: one with its sticky error set is rolled back.
- *	No entry is optional otherwise. A transaction marked bare (store.c,
- *	a store full of its own space) takes its delivery updates without
- *	their messages' stories.
+ *	"local reads" only with STORE_CAP_LOCAL_READS. No entry is
+ *	optional otherwise. txn_commit ends every transaction: one whose
+ *	sticky error is set is rolled back (store_txn_abort() is that). A
+ *	transaction marked bare (store.c, a store full of its own space)
+ *	takes its delivery updates without their messages' stories.
  *
  *	The backend is chosen in store_open.c alone, which calls its own
  *	open function (store_lmdb_open(), store_pg_open()); nothing else
