@@ -570,7 +570,7 @@ static void count_nodes(struct deliver *d)
 
 	if (d->rate == NULL)
 		return;
-	if ((err = store_stats(d->st, &s, 0)) != 0) {
+	if ((err = store_stats(d->st, &s, STORE_STATS_NODES)) != 0) {
 		msg_debug("delivery: nodes alive not counted: %s", store_strerror(err));
 		return;
 	}

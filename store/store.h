@@ -300,7 +300,8 @@ int store_queue_due(struct store *st, const char *qid, int64_t when);
  * node's lock); 1 on a store of one node. stories and keys only when what has
  * STORE_STATS_STORIES (they may cost a walk of the queue, so a scrape
  * does not ask): how many stories are kept, and claims findable by their
- * key. space: the room a store manages itself (LMDB's map: its size now,
+ * key. STORE_STATS_NODES alone: nodes only (and reach), without reading
+ * anything else, for delivery's count every few seconds. space: the room a store manages itself (LMDB's map: its size now,
  * what of it is in use, how far it may grow: store.map_size_max, the
  * disk); all 0 where the room is the database's own (PostgreSQL). reach:
  * whether a store across the network can be reached and how its commits
@@ -330,6 +331,7 @@ struct store_stats {
 	struct store_reach reach;
 };
 #define STORE_STATS_STORIES	0x1
+#define STORE_STATS_NODES	0x2	/* the nodes alive, nothing else */
 int store_stats(struct store *st, struct store_stats *s, unsigned what);
 
 /*

@@ -792,6 +792,15 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		return err;
 	}
 	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
+	if (what == STORE_STATS_NODES) {
+		err = store_pg_exec(st, c, "SELECT " SQL_NODES, NULL, &r, "nodes alive");
+		store_pg_give(st, c);
+		if (err != 0)
+			return err;
+		s->nodes = (int) store_pg_int(r, 0, 0);
+		PQclear(r);
+		return 0;
+	}
 	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
 			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
 			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"

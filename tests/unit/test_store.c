@@ -34,6 +34,10 @@ static void test_open_reopen(void **state)
 	CHECK_INT("stats queued", s.queued, 0);
 	CHECK_INT("stats: no oldest", s.oldest, 0);
 	CHECK_INT("stats: one node, this one", s.nodes, 1);
+	/* the nodes alone, as delivery counts them every few seconds: nothing else read */
+	CHECK_INT("stats, nodes", store_stats(f->st, &s, STORE_STATS_NODES), 0);
+	CHECK_INT("stats, nodes: one", s.nodes, 1);
+	CHECK_INT("stats, nodes: claims not counted", s.claims, 0);
 	store_close(NULL);
 }
 
