@@ -27,6 +27,10 @@
  *	commit begun then would take LMDB's writer lock as it ends and put
  *	itself ahead of the next acceptance, which comes a round trip later.
  *	When nothing is being submitted, delivery writes go at once.
+ *	Delivery writes that ride in a commit_now() are announced to their
+ *	threads by the event loop's next commit_reap(), after the reply
+ *	went out (waking them first cost the reply ~10 us, measured), or
+ *	by their own thread once the hold's window has passed without it.
  *
  *	Between rounds, holding no transaction, the writer gives the store
  *	its upkeep (store_upkeep(): on LMDB, file and map grown ahead of the
@@ -76,6 +80,9 @@ struct commit {
 	int64_t last_batch;		/* under lock: clock_mono_us() when submissions were last committed */
 	int64_t ops_at;			/* under lock: when the oldest of ops came */
 	int now_busy;			/* under lock: commit_now() is committing */
+	struct commit_op *told;		/* under lock: durable in a commit_now(), not yet announced */
+	struct workq_item poke;		/* on back while poked: commit_reap() announces told */
+	int poked;			/* under lock */
 	int busy;			/* under lock: the writer is in a round */
 	int upkeep;			/* under lock: store_upkeep() is due (after commit_now) */
 	int64_t upkeep_at;		/* writer thread's: a store still refusing is tended again then */
@@ -315,18 +322,56 @@ static void ops_done(struct commit *cm, struct commit_op *ops, int err)
 	pthread_mutex_unlock(&cm->lock);
 }
 
+/* announce - the delivery writes told durable: done, their threads woken (lock held) */
+static void announce(struct commit *cm)
+{
+	struct commit_op *op, *next;
+
+	if (cm->told == NULL)
+		return;
+	for (op = cm->told; op; op = next) {
+		next = op->next;	/* op is its thread's, and gone once done is seen */
+		op->done = 1;
+	}
+	cm->told = NULL;
+	pthread_cond_broadcast(&cm->marked);
+}
+
+/* tell_later - committed delivery writes, announced by the next commit_reap(); 1: poke it */
+static int tell_later(struct commit *cm, struct commit_op *ops)
+{
+	struct commit_op *tail;
+	int poke;
+
+	for (tail = ops; tail->next; tail = tail->next)
+		 /* void */ ;
+	pthread_mutex_lock(&cm->lock);
+	tail->next = cm->told;
+	cm->told = ops;
+	poke = !cm->poked;
+	cm->poked = 1;
+	pthread_mutex_unlock(&cm->lock);
+	return poke;
+}
+
 /*
  * commit_round - one transaction for fifo (submission order) and ops; a
  * failed batch is retried one submission at a time, so that one oversized
- * message fails only itself, and each op alone (ops_done)
+ * message fails only itself, and each op alone (ops_done). later: ops
+ * that committed are announced by the next commit_reap() (1 returned:
+ * poke it), not here
  */
-static void commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops)
+static int commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops,
+			int later)
 {
 	struct commit_req *req, *next;
-	int err, e;
+	int err, e, poke = 0;
 
 	err = commit_batch(cm, fifo, ops);
-	ops_done(cm, ops, err);
+	if (later && err == 0 && ops != NULL)
+		poke = tell_later(cm, ops);
+	else
+		ops_done(cm, ops, err);
 	for (req = fifo; req && err != 0; req = req->next) {
 		e = err;
 		/* the database away: one at a time would fail the same way, each slowly */
@@ -341,6 +386,7 @@ static void commit_round(struct commit *cm, struct commit_req *fifo, struct comm
 			req->error = e;
 		}
 	}
+	return poke;
 }
 
 /*
@@ -441,7 +487,7 @@ static void *commit_main(void *arg)
 				break;
 			continue;		/* commit_now() took what was held */
 		}
-		commit_round(cm, batch, ops);
+		(void) commit_round(cm, batch, ops, 0);
 		commit_finish(cm, batch);
 		commit_upkeep(cm, upkeep);	/* warns by itself */
 		pthread_mutex_lock(&cm->lock);
@@ -453,13 +499,20 @@ static void *commit_main(void *arg)
 	return NULL;
 }
 
-/* decided - workq_ops: a request's done callback, in the event loop */
+/* decided - workq_ops: a request's done callback, or the poke, in the event loop */
 static void decided(void *arg, struct workq_item *it)
 {
 	struct commit_req *req = (struct commit_req *) ((char *) it - offsetof(struct commit_req, item));
+	struct commit *cm = arg;
 
-	(void) arg;
-	req->done(req);
+	if (it != &cm->poke) {
+		req->done(req);
+		return;
+	}
+	pthread_mutex_lock(&cm->lock);
+	announce(cm);
+	cm->poked = 0;			/* off the list: it may go on again */
+	pthread_mutex_unlock(&cm->lock);
 }
 
 /* commit_start - start the writer thread */
@@ -478,9 +531,10 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* hold_ops() waits on it */
 	pthread_cond_init(&cm->wake, &attr);
+	pthread_cond_init(&cm->marked, &attr);	/* commit_run() waits on it */
 	pthread_condattr_destroy(&attr);
-	pthread_cond_init(&cm->marked, NULL);
-	cm->back = workq_start(&(struct workq_ops) { .name = "commit", .done = decided }, 0);
+	cm->back = workq_start(&(struct workq_ops) { .name = "commit", .done = decided, .arg = cm },
+			       0);
 	if (pthread_create(&cm->thread, NULL, commit_main, cm) != 0)
 		msg_fatal("cannot start the commit thread");
 	return cm;
@@ -515,7 +569,7 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 int commit_now(struct commit *cm, struct commit_req *req)
 {
 	struct commit_op *ops;
-	int upkeep;
+	int upkeep, poke;
 
 	/* commits that wait (a synchronous standby away) would hold the event loop */
 	if (store_health(cm->st) & (STORE_HSTALLED | STORE_HREFUSING))
@@ -531,9 +585,11 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	pthread_mutex_unlock(&cm->lock);
 
 	req->next = NULL;
-	commit_round(cm, req, ops);
+	poke = commit_round(cm, req, ops, 1);
 	if (req->outcome == COMMIT_QUEUED || req->outcome == COMMIT_PARTIAL)
 		cm->committed(cm->arg, req->msg.qid);
+	if (poke)			/* no thread waits on it: the event loop reads it later */
+		workq_finish(cm->back, &cm->poke);
 
 	/* the upkeep is the writer's, never this thread's (a store this commit left refusing too) */
 	upkeep = (store_health(cm->st) & STORE_HUPKEEP) != 0;
@@ -546,6 +602,22 @@ int commit_now(struct commit *cm, struct commit_req *req)
 	}
 	pthread_mutex_unlock(&cm->lock);
 	return 1;
+}
+
+/*
+ * wait_told - a delivery thread waits for its write (lock held); one told
+ * durable that the event loop has not announced within the hold's window
+ * (it is stopping, or busy) is announced here
+ */
+static void wait_told(struct commit *cm)
+{
+	int64_t until = clock_mono_us() + cm->hold_us;
+	struct timespec ts;
+
+	ts.tv_sec = (time_t) (until / 1000000);
+	ts.tv_nsec = (long) (until % 1000000) * 1000;
+	if (pthread_cond_timedwait(&cm->marked, &cm->lock, &ts) != 0)
+		announce(cm);
 }
 
 /*
@@ -567,7 +639,7 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 	cm->ops = &op;
 	pthread_cond_signal(&cm->wake);
 	while (!op.done)
-		pthread_cond_wait(&cm->marked, &cm->lock);
+		wait_told(cm);
 	pthread_mutex_unlock(&cm->lock);
 	return op.err;
 }

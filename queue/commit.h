@@ -74,7 +74,9 @@ void commit_submit(struct commit *cm, struct commit_req *req);
 /*
  * commit_now - commit req on the calling thread when the writer is idle
  * and nothing else is waiting; 1 if done (req decided; its done callback
- * is not called), 0 if it must go to commit_submit()
+ * is not called), 0 if it must go to commit_submit(). Delivery writes
+ * that rode in it are announced by the caller's next commit_reap()
+ * (after its reply is out), or by their threads past the hold.
  */
 int commit_now(struct commit *cm, struct commit_req *req);
 int commit_mark_inflight(struct commit *cm, const char *qid);	/* durable; blocks */

@@ -319,8 +319,8 @@ static void mark_join(struct mark_arg *ma, pthread_t th)
 	assert_int_equal(ma->err, 0);
 }
 
-/* now_req - commit_now() of a new submission, as the writer allows it; its QID spooled */
-static void now_req(struct fx *f, const char *qid, const char *key)
+/* now_only - commit_now() of a new submission, as the writer allows it; its QID spooled */
+static void now_only(struct fx *f, const char *qid, const char *key)
 {
 	static const char *const a[] = { "a@example.com" };
 	struct commit_req *r = req_new(qid, key, "x\r\n", a, 1);
@@ -330,6 +330,60 @@ static void now_req(struct fx *f, const char *qid, const char *key)
 		usleep(1000);		/* the writer may still be filling the reserve */
 	assert_int_equal(r->outcome, COMMIT_QUEUED);
 	req_free(r);
+}
+
+/* now_req - now_only(), then the reap the event loop makes once the reply is out */
+static void now_req(struct fx *f, const char *qid, const char *key)
+{
+	now_only(f, qid, key);
+	commit_reap(f->cm);
+}
+
+/* mark_back - the mark thread's result: -1 while it still waits */
+static int mark_back(struct mark_arg *ma)
+{
+	return __atomic_load_n(&ma->err, __ATOMIC_SEQ_CST);
+}
+
+/* mark_held - start a mark and let it reach the writer's hold */
+static void mark_held(struct mark_arg *ma, pthread_t *th, struct commit *cm, const char *qid)
+{
+	mark_start(ma, th, cm, qid);
+	sem_post(&ma->go);
+	while (__atomic_load_n(&ma->at, __ATOMIC_SEQ_CST) == 0)
+		usleep(1000);
+	usleep(20000);
+}
+
+/*
+ * Delivery writes that ride in a commit_now() are announced after it
+ * returns, by the caller's next commit_reap() (the event loop's, once
+ * the reply is out), not before the reply; with no reap, by their own
+ * thread once the hold's window has passed.
+ */
+static void test_told_after_reply(void **state)
+{
+	struct fx *f = *state;
+	struct mark_arg ma;
+	pthread_t th;
+	int64_t t0;
+
+	commit_set_hold(f->cm, 10 * 1000000, 60 * 1000000);
+	now_req(f, "TOLD00000000", "kd");
+	mark_held(&ma, &th, f->cm, "TOLD00000000");
+	now_only(f, "TOLD00000001", "kd1");	/* takes the mark */
+	usleep(50000);
+	assert_int_equal(mark_back(&ma), -1);	/* durable, not yet told */
+	commit_reap(f->cm);
+	mark_join(&ma, th);
+
+	commit_set_hold(f->cm, 200000, 60 * 1000000);
+	mark_held(&ma, &th, f->cm, "TOLD00000000");
+	now_only(f, "TOLD00000002", "kd2");
+	t0 = clock_mono_us();
+	mark_join(&ma, th);			/* no reap: its own thread tells it */
+	assert_true(clock_mono_us() - t0 < 5 * 1000000);
+	commit_reap(f->cm);
 }
 
 /* txns - the store's transactions so far */
@@ -658,6 +712,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hold_for_submission, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_from_each_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_through_commit_now, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_after_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_cap, setup, teardown),
 	};
