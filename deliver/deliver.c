@@ -37,7 +37,9 @@
  *	queue holds only what this node is about to deliver, each message
  *	under this node's lease: what it accepted itself (leased by the
  *	commit) and what the taker thread leased from the shared queue once
- *	due (store_queue_take(), every DELIVER_TAKE_EVERY or at a flush).
+ *	due (store_queue_take(), every DELIVER_TAKE_EVERY or at a flush),
+ *	passing over the mail of a group that may start no session and has
+ *	some waiting here already (closed_routes).
  *	A message deferred goes back to the shared queue (its lease given
  *	up by the write that defers it) and leaves the local one; any node
  *	takes it when due. The taker renews the leases held every third of
@@ -591,17 +593,34 @@ static int take_one(void *arg, const struct store_msg *m)
  * local queue holds what every delivery thread can take in one batch
  * (want), not counting the messages waiting for a group that may start
  * no session (its upstream paused or busy), which would otherwise keep
- * the other groups' mail in the shared queue, but holds twice that at
- * most: a busy group's backlog is not all leased by this node
+ * the other groups' mail in the shared queue; the take passes over such
+ * a group's (closed_routes), so its backlog is not leased by this node
  */
 static size_t take_room(struct deliver *d, size_t want)
 {
-	size_t total = dq_count(&d->q), open = total - dq_closed(&d->q);
-	size_t room = open < want ? want - open : 0;
+	size_t open = dq_count(&d->q) - dq_closed(&d->q);
 
-	if (total + room > 2 * want)
-		room = total < 2 * want ? 2 * want - total : 0;
-	return room;
+	return open < want ? want - open : 0;
+}
+
+/*
+ * closed_routes - the routes whose mail the taker passes over (lock held),
+ * into skip (NULL: the default upstream), how many: those of a group that
+ * may start no session now (paused, or every connection it allows in use)
+ * and has mail waiting here already, enough for when it may. One with
+ * none waiting here is taken, so that a connection freed finds work.
+ */
+static size_t closed_routes(struct deliver *d, int64_t now, const char **skip)
+{
+	int64_t when;
+	size_t n = 0;
+	int g;
+
+	for (g = 0; d->rate && g <= (int) d->c->n_routes; g++)
+		if (dq_waiting(&d->q, g) > 0
+		    && deliver_rate_check(group_rate(d, g), now, &when) != DELIVER_ADMITTED)
+			skip[n++] = g == 0 ? NULL : d->c->routes[g - 1].name;
+	return n;
 }
 
 /*
@@ -612,7 +631,8 @@ static size_t take_room(struct deliver *d, size_t want)
 static void *take_thread(void *arg)
 {
 	struct deliver *d = arg;
-	size_t room, want = d->batch * d->n_threads;
+	size_t room, n_skip, want = d->batch * d->n_threads;
+	const char **skip = xcalloc(d->c->n_routes + 1, sizeof(*skip));
 	int64_t now, renew_at = 0, count_at = 0;
 	struct timespec ts;
 	int err;
@@ -628,6 +648,7 @@ static void *take_thread(void *arg)
 		}
 		d->take_now = 0;
 		room = take_room(d, want);
+		n_skip = closed_routes(d, clock_us(), skip);
 		pthread_mutex_unlock(&d->lock);
 		if (deliver_stopping(d))
 			break;
@@ -641,10 +662,12 @@ static void *take_thread(void *arg)
 			count_nodes(d);
 			count_at = now + DELIVER_NODES_EVERY;
 		}
-		if (room > 0 && (err = store_queue_take(d->st, now, room, take_one, d)) != 0)
+		if (room > 0
+		    && (err = store_queue_take(d->st, now, room, skip, n_skip, take_one, d)) != 0)
 			msg_debug("delivery: nothing taken from the shared queue: %s",
 				  store_strerror(err));
 	}
+	free(skip);
 	return NULL;
 }
 

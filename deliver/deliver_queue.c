@@ -408,6 +408,14 @@ size_t dq_closed(const struct dq *q)
 	return n;
 }
 
+/* dq_waiting - items of a group in its heap */
+size_t dq_waiting(const struct dq *q, int group)
+{
+	size_t i = (size_t) group + 1;
+
+	return group >= 0 && i < q->n_heaps ? q->heaps[i].n : 0;
+}
+
 /* dq_busy - items handed out */
 size_t dq_busy(const struct dq *q)
 {

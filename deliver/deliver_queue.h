@@ -114,4 +114,7 @@ size_t dq_count(const struct dq *q);
 size_t dq_closed(const struct dq *q);
 size_t dq_busy(const struct dq *q);
 
+/* dq_waiting - QIDs of group waiting (not busy) */
+size_t dq_waiting(const struct dq *q, int group);
+
 #endif

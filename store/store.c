@@ -167,10 +167,10 @@ int store_node_id(struct store *st)
 	return SHARED(st) ? st->node_id : -1;
 }
 
-int store_queue_take(struct store *st, int64_t now, size_t max,
-		     int (*cb) (void *arg, const struct store_msg *m), void *arg)
+int store_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
+		     size_t n_skip, int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
-	return SHARED(st) ? OPS(st)->queue_take(st, now, max, cb, arg) : 0;
+	return SHARED(st) ? OPS(st)->queue_take(st, now, max, skip, n_skip, cb, arg) : 0;
 }
 
 int store_lease_renew(struct store *st, int64_t now)

@@ -272,15 +272,17 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
  * shared queue (its lease is given up by the store_msg_update() that
  * defers it), and due messages are taken with store_queue_take(), which
  * leases up to max of them to this node and calls cb for each (m has its
- * qid and next_attempt only).
+ * qid and next_attempt only), passing over those whose route is one of
+ * the n_skip in skip (a NULL one: the default upstream), the routes this
+ * node would not send to now.
  * store_lease_renew() extends every lease this node holds.
  * store_queue_due() makes one message (qid) or every queued message not
  * on hold (qid NULL) due at when, for every node. On a store of one
  * node: 0 (STORE_EINVAL for a QID that cannot be stored, as on any), and
  * the three do nothing.
  */
-int store_queue_take(struct store *st, int64_t now, size_t max,
-		     int (*cb) (void *arg, const struct store_msg *m), void *arg);
+int store_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
+		     size_t n_skip, int (*cb) (void *arg, const struct store_msg *m), void *arg);
 int store_lease_renew(struct store *st, int64_t now);
 /*
  * store_lease_release - this node is done with qid without a write that

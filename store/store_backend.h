@@ -66,8 +66,9 @@ struct store_ops {
 	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
 
 	/* leases: the nodes that share the queue */
-	int (*queue_take) (struct store *st, int64_t now, size_t max,
-			   int (*cb) (void *arg, const struct store_msg *m), void *arg);	/* shared */
+	int (*queue_take) (struct store *st, int64_t now, size_t max, const char *const *skip,
+			   size_t n_skip, int (*cb) (void *arg, const struct store_msg *m),
+			   void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
 	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
 	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */

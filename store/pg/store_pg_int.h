@@ -382,8 +382,8 @@ int store_pg_txn_commit(struct store_txn *t);
 
 /* store_pg_queue.c: the spool and delivery */
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);
-int store_pg_queue_take(struct store *st, int64_t now, size_t max,
-			int (*cb) (void *, const struct store_msg *), void *arg);
+int store_pg_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
+			size_t n_skip, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_lease_renew(struct store *st, int64_t now);
 int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
 void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);

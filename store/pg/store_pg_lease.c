@@ -17,7 +17,8 @@
  *
  *	store_pg_queue_take() leases up to max due messages with FOR UPDATE
  *	SKIP LOCKED: nodes taking at once take different messages and never
- *	wait for each other. A void message (store_pg_wait.c) is never
+ *	wait for each other. It passes over the routes the node names (those
+ *	it would not send to now: deliver.c's closed_routes). A void message (store_pg_wait.c) is never
  *	taken; the take settles the voids now and then. Batches answered 451
  *	while PostgreSQL could not be reached are settled (voided) before
  *	the take or a renewal runs: by the pool, whose connections they use
@@ -204,9 +205,29 @@ static int call_back(const PGresult *r, int (*cb) (void *, const struct store_ms
 	return err;
 }
 
-/* store_pg_queue_take - lease up to max due messages to this node; cb for each */
-int store_pg_queue_take(struct store *base, int64_t now, size_t max,
-			int (*cb) (void *, const struct store_msg *), void *arg)
+/* skip_params - $5 the default upstream skipped, $6 the routes skipped by name */
+static void skip_params(struct pg_params *p, const char *const *skip, size_t n_skip)
+{
+	struct pg_arr names;
+	int dflt = 0;
+	size_t i;
+
+	store_pg_arr_init(&names, PG_OID_TEXT);
+	for (i = 0; i < n_skip; i++)
+		if (skip[i] == NULL)
+			dflt = 1;
+		else
+			store_pg_a_text(&names, skip[i]);
+	store_pg_p_bool(p, dflt);
+	store_pg_p_arr(p, &names);
+}
+
+/*
+ * store_pg_queue_take - lease up to max due messages to this node, but
+ * those of the routes skipped; cb for each
+ */
+int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char *const *skip,
+			size_t n_skip, int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
@@ -223,6 +244,7 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_i64(&p, now);
 	store_pg_p_i64(&p, (int64_t) max);
+	skip_params(&p, skip, n_skip);
 	/*
 	 * = ANY(ARRAY(...)): a join with the subquery was a hash of every
 	 * message in its generic plan. The void test is on the rows taken
@@ -230,13 +252,16 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max,
 	 * scan reads (1 us each: a backlog's take twice as slow); a void
 	 * message only holds a place until it is settled, seconds after its
 	 * transaction ends, and no take commits while it waits anyway.
-	 * A scalar subquery: NOT EXISTS was a hash of all voids.
+	 * A scalar subquery: NOT EXISTS was a hash of all voids. A skipped
+	 * route's due mail is read and passed over by the inner scan (its
+	 * rows this node leased already are so today).
 	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
 		  "lease_since = " PG_DB_NOW ", lease_token = nextval('lease_seq') "
 		  "WHERE m.qid = ANY(ARRAY(SELECT qid FROM messages "
 		  "WHERE queued AND NOT held AND next_attempt <= $3 AND (lease_owner IS NULL OR lease_until < "
-		  PG_DB_NOW ") ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
+		  PG_DB_NOW ") AND CASE WHEN route IS NULL THEN NOT $5 ELSE route <> ALL($6) END "
+		  "ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED)) "
 		  "AND (SELECT true FROM voids v WHERE v.qid = m.qid) IS NULL "
 		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");
 	store_pg_params_free(&p);

@@ -125,7 +125,7 @@ static inline void fx_reopen(struct fx *f, uint64_t map)
 	store_close(f->st);
 	f->st = NULL;
 	fx_open(f, map);
-	if (fx_pg() && store_queue_take(f->st, clock_us(), 100000, fx_take_cb, NULL) != 0)
+	if (fx_pg() && store_queue_take(f->st, clock_us(), 100000, NULL, 0, fx_take_cb, NULL) != 0)
 		fail_msg("store_queue_take after reopen failed");
 }
 

@@ -95,7 +95,7 @@ static int taken(struct store *st, int64_t now)
 {
 	int n = 0;
 
-	CHECK_INT("queue_take", store_queue_take(st, now, 100, count_cb, &n), 0);
+	CHECK_INT("queue_take", store_queue_take(st, now, 100, NULL, 0, count_cb, &n), 0);
 	return n;
 }
 
@@ -536,6 +536,49 @@ static void test_defer_and_flush(void **state)
 	CHECK_INT("A takes it at once", taken(f->st, clock_us()), 1);
 	CHECK_INT("due of one unknown", store_queue_due(b, "NOSUCHQID000", NOW), STORE_ENOTFOUND);
 	store_msg_free(&m);
+	store_close(b);
+}
+
+/* last_cb - remember the QID offered (the last one) */
+static int last_cb(void *arg, const struct store_msg *m)
+{
+	strcpy(arg, m->qid);
+	return 0;
+}
+
+/*
+ * test_take_skips_routes - a take passes over the routes it is told to
+ * skip (NULL: the default upstream), by name, and takes the others' mail
+ */
+static void test_take_skips_routes(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	static const char *const qids[] = { "SKIPROUTE001", "SKIPROUTE002", "SKIPROUTE003" };
+	static const char *const routes[] = { NULL, "r1", "r2" };
+	const char *skip[2];
+	char got[STORE_QID_SIZE] = "";
+	int64_t later = clock_us() + 3600 * SEC;
+	struct store_msg m;
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		msg_new(&m, qids[i], 1, 100);
+		m.route = routes[i] ? xstrdup(routes[i]) : NULL;
+		CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+		m.next_attempt = later;
+		CHECK_INT("defer", store_msg_update(f->st, &m), 0);
+		store_msg_free(&m);
+	}
+	skip[0] = NULL, skip[1] = "r1";
+	CHECK_INT("take, the default and r1 skipped",
+		  store_queue_take(b, later, 100, skip, 2, last_cb, got), 0);
+	assert_string_equal(got, "SKIPROUTE003");
+	skip[0] = "r1";
+	CHECK_INT("take, r1 skipped", store_queue_take(b, later, 100, skip, 1, last_cb, got), 0);
+	assert_string_equal(got, "SKIPROUTE001");
+	CHECK_INT("take, nothing skipped", taken(b, later), 1);
+	CHECK_INT("every one leased", taken(b, later), 0);
 	store_close(b);
 }
 
@@ -2116,6 +2159,7 @@ int main(void)
 		T(test_lease_renew_skips_locked),
 		T(test_renew_during_commit),
 		T(test_defer_and_flush),
+		T(test_take_skips_routes),
 		T(test_defer_retaken),
 		T(test_fenced_retaken),
 		T(test_flush_all_skips_due),
