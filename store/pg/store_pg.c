@@ -293,23 +293,18 @@ static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
 }
 
 /*
- * store_pg_take - a connection of the pool, idle, opened, or given back
- * by another caller within PG_WAIT_US; STORE_EAGAIN if PostgreSQL
+ * pool_take - a connection of the pool, idle, opened, or given back by
+ * another caller by deadline (clock_us()); STORE_EAGAIN if PostgreSQL
  * cannot be reached (or not before the backoff is over) or none is free.
  * A server with no slot free for one more is not an outage while the
  * node has connections of its own: the caller waits for one of them.
- * Batches answered 451 whose outcome could not be read are settled on
- * the connection before the caller has it (store_pg_pend.c); until they
- * are, STORE_EAGAIN.
  */
-int store_pg_take(struct pg_store *st, PGconn **out)
+static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline)
 {
-	int64_t deadline = clock_us() + PG_WAIT_US;
 	struct timespec ts;
 	char err[512];
 	size_t kept;
 	PGconn *c;
-	int pend;
 
 	*out = NULL;
 	pthread_mutex_lock(&st->mu);
@@ -345,17 +340,48 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 			return STORE_EAGAIN;
 		}
 	}
-	pend = st->n_pend > 0;
 	pthread_mutex_unlock(&st->mu);
 	if (c != NULL)
 		store_pg_stmt_set_owner(c, st);
-	/* a 451 whose commit may have committed: settled before anything else (store_pg_pend.c) */
-	if (c != NULL && pend && store_pg_pend_settle(st, c) != 0) {
-		store_pg_give(st, c);
-		c = NULL;
-	}
 	*out = c;
 	return c ? 0 : STORE_EAGAIN;
+}
+
+/*
+ * store_pg_take - a connection of the pool within PG_WAIT_US (pool_take).
+ * Batches answered 451 whose outcome could not be read are settled on
+ * the connection before the caller has it (store_pg_pend.c); until they
+ * are, or while another caller settles them past the same deadline,
+ * STORE_EAGAIN.
+ */
+int store_pg_take(struct pg_store *st, PGconn **out)
+{
+	int64_t deadline = clock_us() + PG_WAIT_US;
+	PGconn *c;
+	int pend, err;
+
+	if ((err = pool_take(st, &c, deadline)) != 0)
+		return err;
+	pthread_mutex_lock(&st->mu);
+	pend = st->n_pend > 0;
+	pthread_mutex_unlock(&st->mu);
+	/* a 451 whose commit may have committed: settled before anything else (store_pg_pend.c) */
+	if (pend && store_pg_pend_settle(st, c, deadline) != 0) {
+		store_pg_give(st, c);
+		return STORE_EAGAIN;
+	}
+	*out = c;
+	return 0;
+}
+
+/*
+ * store_pg_take_beside - a connection of the pool within PG_WAIT_US,
+ * without settling (store_pg_wait.c: a look beside a statement that
+ * hangs, which may be a settling's own)
+ */
+int store_pg_take_beside(struct pg_store *st, PGconn **out)
+{
+	return pool_take(st, out, clock_us() + PG_WAIT_US);
 }
 
 /*

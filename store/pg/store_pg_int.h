@@ -150,11 +150,10 @@ struct pg_store {
 	uint64_t voided;		/* batches answered 451 while their commit waited */
 	int64_t repl_since;		/* monotonic us: the wait began */
 	int64_t settle_at;		/* monotonic us: voids are looked at again then */
-	size_t n_pend;			/* batches in pend: written under pmu and mu, read under either */
-
-	pthread_mutex_t pmu;		/* guards pend; held while they are settled (store_pg_pend.c) */
 	struct pg_pend *pend;		/* owned: batches answered 451 whose outcome was not read */
-	size_t cap_pend;
+	size_t n_pend, cap_pend;
+
+	pthread_mutex_t pmu;		/* held by the one caller settling pend (store_pg_pend.c) */
 	int64_t pend_warn_at;		/* monotonic us: a settling refused is logged again then */
 
 	pthread_mutex_t lmu;		/* guards the lease map, the copies on it and their ring */
@@ -235,6 +234,7 @@ struct pg_txn {
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen);	/* NULL: err says */
 int store_pg_slots_taken(const char *why);	/* a refusal for want of connection slots? */
 int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
+int store_pg_take_beside(struct pg_store *st, PGconn **out);	/* the same, settling nothing */
 void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
 void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes);	/* closed if bytes is big */
 int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what);
@@ -408,7 +408,7 @@ enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
 void store_pg_pend_add(struct pg_txn *t);	/* its QIDs kept, logged */
-int store_pg_pend_settle(struct pg_store *st, PGconn *c);	/* on c, before anything else */
+int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline);	/* on c, first */
 void store_pg_pend_free(struct pg_store *st);
 
 /* store_pg_revive.c: a verdict on this node's mark undone */

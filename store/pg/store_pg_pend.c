@@ -20,8 +20,9 @@
  *	(store_pg_take(), the one way to the database but the anchor's
  *	look and reads of an unknown outcome) goes first through
  *	store_pg_pend_settle(), one caller settling while the others
- *	wait, and a caller whose settling fails gets no connection
- *	(STORE_EAGAIN): so the take of due messages, the lease renewal,
+ *	wait for it, each no longer than its take's deadline
+ *	(PG_WAIT_US), and a caller whose settling fails, or whose wait
+ *	runs out, gets no connection (STORE_EAGAIN): so the take of due messages, the lease renewal,
  *	a claims lookup (a retry of the key: the claim of a committed
  *	451 read as live would have replayed a 250 for a message about
  *	to be voided) and the next batch all come after it. Settling a
@@ -32,7 +33,10 @@
  *	store_pg_wait.c); an id not known, over, too old or refused (a
  *	server another since), voided with the void's own id, decided
  *	once it commits, so that the settle drops whatever of the batch
- *	exists.
+ *	exists. The look beside a settling statement that does not answer
+ *	(store_pg_wait.c: does its backend wait for replication?) takes
+ *	its connection without settling (store_pg_take_beside()): the
+ *	settling thread holds pmu, and took it again, for ever.
  *
  *	Not covered. (1) PostgreSQL unreachable from this node for
  *	longer than store.lease counted from the batch's INSERT, while
@@ -58,6 +62,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../util/buf.h"
 #include "../../util/clock.h"
@@ -72,25 +77,22 @@
 void store_pg_pend_add(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
-	struct pg_pend *b;
+	struct pg_pend b;
 
-	pthread_mutex_lock(&st->pmu);
+	memset(&b, 0, sizeof(b));
+	b.qids = xcalloc(t->n_put, sizeof(*b.qids));
+	memcpy(b.qids, t->put_qids, t->n_put * sizeof(*b.qids));
+	b.n = t->n_put;
+	b.xid = t->xid;
+	if (store_pg_stmt_backend(t->c, &b.pid, &b.started) != 0)
+		b.pid = 0;
+	pthread_mutex_lock(&st->mu);	/* not pmu: a settling holds it over network I/O */
 	if (st->n_pend == st->cap_pend) {
 		st->cap_pend = st->cap_pend ? 2 * st->cap_pend : 4;
 		st->pend = xrealloc(st->pend, st->cap_pend * sizeof(*st->pend));
 	}
-	b = &st->pend[st->n_pend];
-	memset(b, 0, sizeof(*b));
-	b->qids = xcalloc(t->n_put, sizeof(*b->qids));
-	memcpy(b->qids, t->put_qids, t->n_put * sizeof(*b->qids));
-	b->n = t->n_put;
-	b->xid = t->xid;
-	if (store_pg_stmt_backend(t->c, &b->pid, &b->started) != 0)
-		b->pid = 0;
-	pthread_mutex_lock(&st->mu);
-	st->n_pend++;
+	st->pend[st->n_pend++] = b;
 	pthread_mutex_unlock(&st->mu);
-	pthread_mutex_unlock(&st->pmu);
 	msg_warn("store: a commit's outcome cannot be read (PostgreSQL unreachable): its %zu "
 		 "message%s answered 451 (%s%s), settled before the node uses the database again",
 		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
@@ -216,29 +218,61 @@ static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 }
 
 /*
+ * pend_done - the entry of qids settled (1: gone from the list) or not (0:
+ * its id as read kept), under mu; entries move when one is added
+ */
+static void pend_done(struct pg_store *st, const struct pg_pend *b, int settled)
+{
+	size_t i;
+
+	pthread_mutex_lock(&st->mu);
+	for (i = 0; i < st->n_pend && st->pend[i].qids != b->qids; i++)
+		 /* void */ ;
+	if (i < st->n_pend && settled) {
+		free(st->pend[i].qids);
+		st->pend[i] = st->pend[--st->n_pend];
+	} else if (i < st->n_pend) {
+		st->pend[i].xid = b->xid;
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
+/*
  * store_pg_pend_settle - on c, just taken from the pool, before the caller
  * uses it: settle the batches kept by store_pg_pend_add (see the header). 0, or
- * STORE_EAGAIN: some could not be, and the caller must not go on. One
- * caller settles; the others wait for it.
+ * STORE_EAGAIN: some could not be, or another caller was settling them
+ * still at deadline (clock_us()), and the caller must not go on. One
+ * caller settles (pmu) on its connection; the list itself is under mu,
+ * so adding to it never waits for a settling's network I/O.
  */
-int store_pg_pend_settle(struct pg_store *st, PGconn *c)
+int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline)
 {
-	int err = 0;
+	struct pg_pend b;
+	struct timespec ts;
+	char first[STORE_QID_SIZE] = "";
+	int err = 0, left = 1;
 
-	pthread_mutex_lock(&st->pmu);
-	while (st->n_pend > 0 && err == 0) {
-		if ((err = pend_one(st, c, &st->pend[st->n_pend - 1])) != 0)
-			break;
-		free(st->pend[st->n_pend - 1].qids);
+	ts.tv_sec = (time_t) (deadline / 1000000);
+	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
+	if (pthread_mutex_timedlock(&st->pmu, &ts) != 0)
+		return STORE_EAGAIN;
+	while (err == 0) {
 		pthread_mutex_lock(&st->mu);
-		st->n_pend--;
+		if ((left = st->n_pend > 0) != 0)
+			b = st->pend[st->n_pend - 1];	/* a copy: qids stays put, and ours */
 		pthread_mutex_unlock(&st->mu);
+		if (!left)
+			break;
+		err = pend_one(st, c, &b);
+		pend_done(st, &b, err == 0);
+		if (err != 0)
+			memcpy(first, b.qids[0], STORE_QID_SIZE);
 	}
 	if (err != 0 && PQstatus(c) == CONNECTION_OK && clock_mono_us() >= st->pend_warn_at) {
 		st->pend_warn_at = clock_mono_us() + PG_BACKOFF_MAX;
 		msg_error("store: a batch answered 451 while PostgreSQL was unreachable cannot be "
 			  "voided (%s): the node uses the database for nothing else until it is",
-			  st->pend[st->n_pend - 1].qids[0]);
+			  first);
 	}
 	pthread_mutex_unlock(&st->pmu);
 	return err;

@@ -169,7 +169,9 @@ static const char SQL_SETTLE[] =
 /*
  * side_take - a connection beside one that hangs: the anchor (its own
  * connection, free when the pool is all taken: amu held until
- * side_give), else one of the pool
+ * side_give), else one of the pool, taken without settling the batches
+ * kept (store_pg_pend.c): the statement that hangs may be a settling's,
+ * whose thread holds pmu
  */
 static int side_take(struct pg_store *st, PGconn **c)
 {
@@ -182,7 +184,7 @@ static int side_take(struct pg_store *st, PGconn **c)
 		}
 		pthread_mutex_unlock(&st->amu);
 	}
-	return store_pg_take(st, c);
+	return store_pg_take_beside(st, c);	/* never a settling: this may be one's */
 }
 
 /* side_give - the connection of side_take back */

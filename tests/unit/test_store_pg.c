@@ -8,7 +8,8 @@
  * nodes racing on one key, and a commit whose outcome was unknown read
  * back, one that committed while PostgreSQL could not be reached to read
  * it (451, then voided before the node's next use of the database, with
- * or without the id the key locks give), a result that never comes, statements prepared per connection (a
+ * or without the id the key locks give; a settling whose void stalls never
+ * hangs the node), a result that never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
  * lost lease in a group commit failing only its own write, its marks and
@@ -1745,6 +1746,101 @@ static void test_commit_unreachable(void **state)
 	CHECK_STR("under its QID", c.qid, "AWAYRETRY001");
 }
 
+/* pend_fake - a batch of qid kept as answered 451 while nothing could be read (store_pg_pend.c) */
+static void pend_fake(struct pg_store *st, const char *qid, int64_t xid)
+{
+	pthread_mutex_lock(&st->mu);
+	st->pend = xrealloc(st->pend, (st->n_pend + 1) * sizeof(*st->pend));
+	st->cap_pend = st->n_pend + 1;
+	memset(&st->pend[st->n_pend], 0, sizeof(*st->pend));
+	st->pend[st->n_pend].qids = xcalloc(1, sizeof(*st->pend->qids));
+	snprintf(st->pend[st->n_pend].qids[0], STORE_QID_SIZE, "%s", qid);
+	st->pend[st->n_pend].n = 1;
+	st->pend[st->n_pend].xid = xid;
+	st->n_pend++;
+	pthread_mutex_unlock(&st->mu);
+}
+
+struct settle_taker {
+	struct pg_store *st;
+	int rc;
+	sem_t done;
+};
+
+/* taker_run - one store_pg_take, its connection given back */
+static void *taker_run(void *arg)
+{
+	struct settle_taker *k = arg;
+	PGconn *c;
+
+	k->rc = store_pg_take(k->st, &c);
+	if (k->rc == 0)
+		store_pg_give(k->st, c);
+	sem_post(&k->done);
+	return NULL;
+}
+
+/* take_within - store_pg_take's answer in another thread, failing if it does not come in 30 s */
+static int take_within(struct pg_store *st, const char *what)
+{
+	struct settle_taker k = { .st = st, .rc = -1 };
+	struct timespec ts;
+	pthread_t th;
+
+	sem_init(&k.done, 0, 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	pthread_create(&th, NULL, taker_run, &k);
+	if (sem_timedwait(&k.done, &ts) != 0)
+		fail_msg("%s: store_pg_take hangs (30 s)", what);
+	pthread_join(th, NULL);
+	return k.rc;
+}
+
+/*
+ * Settling a kept batch never hangs the node: its void stalls past the
+ * result limit (another session's insert of the same QID, not committed)
+ * while the anchor is gone, so the look at whether its backend waits for
+ * replication runs on a connection of the pool, taken without settling
+ * (it used to settle, and locked pmu again in the thread that held it);
+ * and a take while another caller settles waits at most its deadline.
+ */
+static void test_settle_stalled(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	char q[256];
+
+	pend_fake(st, "STALLVOID001", 0);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; BEGIN; INSERT INTO voids "
+		 "VALUES ('STALLVOID001', '3', 'x', 0)", f->schema);
+	r = PQexec(o, q);
+	CHECK_INT("the other session's insert", PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	pthread_mutex_lock(&st->amu);
+	PQfinish(st->anchor);
+	st->anchor = NULL;
+	st->anchor_checked = clock_mono_us() + 3600 * SEC;
+	pthread_mutex_unlock(&st->amu);
+	result_us = SEC / 2;
+
+	CHECK_INT("the void stalls: no connection", take_within(st, "stalled void"), STORE_EAGAIN);
+	CHECK_INT("still kept", (int) st->n_pend, 1);
+	pthread_mutex_lock(&st->pmu);	/* as another caller settling */
+	CHECK_INT("another settles: no connection", take_within(st, "settling"), STORE_EAGAIN);
+	pthread_mutex_unlock(&st->pmu);
+
+	r = PQexec(o, "ROLLBACK");
+	PQclear(r);
+	PQfinish(o);
+	result_us = PG_RESULT_US;
+	CHECK_INT("settled, a connection", take_within(st, "settle"), 0);
+	CHECK_INT("nothing kept", (int) st->n_pend, 0);
+	CHECK_INT("voided", void_count(f), 1);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -2169,6 +2265,7 @@ int main(void)
 		T(test_unknown_commit),
 		T(test_voids),
 		T(test_commit_unreachable),
+		T(test_settle_stalled),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
