@@ -188,7 +188,7 @@ struct pg_kept {
 };
 
 /* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
-enum pg_seg_kind { PG_SEG_CLAIMS, PG_SEG_MSGS, PG_SEG_UPDATES, PG_SEG_INFLIGHT };
+enum pg_seg_kind { PG_SEG_CLAIMS, PG_SEG_MSGS, PG_SEG_UPDATES };	/* marks are updates */
 
 struct pg_arr;
 struct pg_params;
@@ -274,6 +274,7 @@ struct pg_arr {
 struct pg_seg {
 	enum pg_seg_kind kind;
 	size_t n;			/* rows */
+	int marks;			/* updates: some rows are inflight marks */
 	struct pg_arr a[SEG_COLS];	/* owned: the rows, a column each */
 	struct pg_arr r[7];		/* owned: their recipients (messages, updates) */
 	char (*qids)[STORE_QID_SIZE];	/* owned: each row's QID or claim hash prefix, to see repeats */

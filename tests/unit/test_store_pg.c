@@ -2061,9 +2061,9 @@ static void test_revive_refused(void **state)
 
 /*
  * a group commit's marks and outcomes of several messages make one
- * statement a kind however they interleave, a message's own writes in
- * their order: an outcome of a message put in the same transaction
- * stays after its INSERT
+ * statement however they interleave (one kind since marks are rows of
+ * the updates), a message's own writes in their order: an outcome of a
+ * message put in the same transaction stays after its INSERT
  */
 static void test_runs_merged(void **state)
 {
@@ -2079,20 +2079,25 @@ static void test_runs_merged(void **state)
 		msg_new(&m[i], q[i], 1, 100);
 		m[i].rcpts[0].state = STORE_RCPT_SENT;
 	}
+	sql(f, "CREATE TABLE runs_before AS SELECT qid, attempts, next_attempt, updated FROM "
+	    "messages WHERE qid = 'RUNS00000001'%s", "");
 	CHECK_INT("begin", store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_set_inflight(t, q[0], 1);
 	store_txn_msg_update(t, &m[1]);
 	store_txn_msg_set_inflight(t, q[2], 1);
 	store_txn_msg_update(t, &m[3]);
-	CHECK_INT("two runs: the marks, the outcomes", (int) ((struct pg_txn *) t)->n_segs, 2);
+	CHECK_INT("one run: the marks and the outcomes", (int) ((struct pg_txn *) t)->n_segs, 1);
 	msg_new(&p, "RUNS00000005", 1, 100);
 	store_txn_msg_put(t, &p);
 	p.rcpts[0].state = STORE_RCPT_SENT;
 	store_txn_msg_update(t, &p);
-	CHECK_INT("its outcome after its INSERT", (int) ((struct pg_txn *) t)->n_segs, 4);
+	CHECK_INT("its outcome after its INSERT", (int) ((struct pg_txn *) t)->n_segs, 3);
 	CHECK_INT("commit", store_txn_commit(t), 0);
 	CHECK_INT("marked", sql_int(f->url, "SELECT count(*) FROM messages WHERE inflight AND qid IN "
 				    "('RUNS00000001', 'RUNS00000003')"), 2);
+	CHECK_INT("a mark keeps attempts, next attempt and updated", sql_int(f->url,
+		  "SELECT count(*) FROM messages m JOIN runs_before b USING (qid, attempts, "
+		  "next_attempt, updated) WHERE m.queued AND m.mark_token = m.lease_token"), 1);
 	CHECK_INT("finished", sql_int(f->url, "SELECT count(*) FROM messages WHERE NOT queued AND "
 				      "qid IN ('RUNS00000002', 'RUNS00000004', 'RUNS00000005')"), 3);
 	for (i = 0; i < 4; i++)
