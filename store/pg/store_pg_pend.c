@@ -22,21 +22,26 @@
  *	store_pg_pend_settle(), one caller settling while the others
  *	wait for it, each no longer than its take's deadline
  *	(PG_WAIT_US), and a caller whose settling fails, or whose wait
- *	runs out, gets no connection (STORE_EAGAIN): so the take of due messages, the lease renewal,
- *	a claims lookup (a retry of the key: the claim of a committed
+ *	runs out, gets no connection (STORE_EAGAIN): so the take of due
+ *	messages, the lease renewal, a claims lookup (a retry of the key: the claim of a committed
  *	451 read as live would have replayed a 250 for a message about
  *	to be voided) and the next batch all come after it. Settling a
  *	batch: the id not known is read from its backend if it still
- *	runs the transaction (a COMMIT waiting for the standby); then
- *	pg_xact_status(): aborted, nothing to do; committed or in
- *	progress, its QIDs voided with the id (dropped by the settle of
- *	store_pg_wait.c); an id not known, over, too old or refused (a
- *	server another since), voided with the void's own id, decided
- *	once it commits, so that the settle drops whatever of the batch
- *	exists. The look beside a settling statement that does not answer
- *	(store_pg_wait.c: does its backend wait for replication?) takes
- *	its connection without settling (store_pg_take_beside()): the
- *	settling thread holds pmu, and took it again, for ever.
+ *	runs a transaction (a COMMIT waiting for the standby; a read
+ *	refused leaves the batch kept: taken for "over", a COMMIT still
+ *	waiting was voided with the void's own id, settled at once);
+ *	then its QIDs are voided, always, with the id if pg_xact_status()
+ *	knows it (committed or in progress: dropped by the settle of
+ *	store_pg_wait.c once decided; aborted: a void of nothing,
+ *	settled at once; "aborted" is not trusted to skip the void: an id
+ *	read from a backend long after the fact may be another client's
+ *	through PgBouncer), else (not known, too old, refused: a server
+ *	another since) with the void's own id, decided once it commits,
+ *	so that the settle drops whatever of the batch exists. The look
+ *	beside a settling statement that does not answer (store_pg_wait.c:
+ *	does its backend wait for replication?) takes its connection
+ *	without settling (store_pg_take_beside()): the settling thread
+ *	holds pmu, and took it again, for ever.
  *
  *	Not covered. (1) PostgreSQL unreachable from this node for
  *	longer than store.lease counted from the batch's INSERT, while
@@ -111,8 +116,11 @@ static enum pend_rc pend_exec(struct pg_store *st, PGconn *c, const char *sql, s
 
 /*
  * pend_xid - b's transaction id, when it was not known: its backend's,
- * if it still runs the transaction (a COMMIT that waits for the
- * standby); else 0, the transaction is over. PEND_LOST: c failed.
+ * if it still runs a transaction (a COMMIT that waits for the standby;
+ * through PgBouncer maybe another client's since, which only delays the
+ * settling); else 0, the transaction is over. Not PEND_OK: c failed, or
+ * the read was refused (b stays: read as "over", a COMMIT still waiting
+ * would have been voided with the void's own id and settled at once).
  */
 static enum pend_rc pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
 {
@@ -131,14 +139,14 @@ static enum pend_rc pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
-	return rc == PEND_LOST ? PEND_LOST : PEND_OK;
+	return rc;
 }
 
 /*
- * pend_status - what became of b's transaction: XACT_ABORTED, or
- * XACT_UNKNOWN when its id is not known or is refused (an id in the
- * future: the server is another since, a standby promoted; voided with
- * the void's own id then, as one over), else as read; -1 c failed
+ * pend_status - what became of b's transaction: XACT_UNKNOWN when its id
+ * is not known or is refused (an id in the future: the server is another
+ * since, a standby promoted; voided with the void's own id then, as one
+ * over), else as read; -1 c failed
  */
 static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 {
@@ -189,23 +197,20 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 }
 
 /*
- * pend_one - settle b on c: nothing if its transaction aborted, else its
- * QIDs voided, with its id (settled as any void once decided), or with
- * the void's own when the id is not known and the transaction is over.
- * 0 settled; else c failed or the void was refused: b stays.
+ * pend_one - settle b on c: its QIDs voided, with its id (settled as any
+ * void once decided: at once if it aborted), or with the void's own when
+ * the id is not known or refused and the transaction is over. Always
+ * voided, an abort too: an id read from a backend long after the fact
+ * (through PgBouncer, another client's since) may have aborted while
+ * b's committed. 0 settled; else c failed or a read or the void was
+ * refused: b stays.
  */
 static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 {
 	int x;
 
-	if (pend_xid(st, c, b) == PEND_LOST || (x = pend_status(st, c, b)) < 0)
+	if (pend_xid(st, c, b) != PEND_OK || (x = pend_status(st, c, b)) < 0)
 		return STORE_EAGAIN;
-	if (x == XACT_ABORTED) {
-		msg_info("store: a commit answered 451 while PostgreSQL was unreachable had aborted "
-			 "(%s%s): nothing to settle", b->qids[0], b->n > 1 ? ", ..." : "");
-		return 0;
-	}
-	/* committed or still running: its id; not known: the void's own (over, decided) */
 	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid) != 0)
 		return STORE_EAGAIN;
 	pthread_mutex_lock(&st->mu);

@@ -9,7 +9,8 @@
  * back, one that committed while PostgreSQL could not be reached to read
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
- * hangs the node), a result that never comes, statements prepared per connection (a
+ * hangs the node, and voids one whose id reads as aborted), a result that
+ * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
  * lost lease in a group commit failing only its own write, its marks and
@@ -1841,6 +1842,46 @@ static void test_settle_stalled(void **state)
 	CHECK_INT("voided", void_count(f), 1);
 }
 
+/*
+ * A batch kept as answered 451 is voided even when its id reads as
+ * aborted: an id read from its backend long after the fact (through
+ * PgBouncer, another client's since) says nothing of the batch, whose
+ * commit may have committed; its message is dropped, never delivered.
+ */
+static void test_settle_aborted_id(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	struct store_msg m;
+	char q[256];
+	int64_t xid;
+	int hash = 61;
+
+	msg_new(&m, "ABORTEDID001", 1, 100);	/* the batch did commit, keyed */
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	r = PQexec(o, "BEGIN; SELECT pg_current_xact_id()::text::int8");
+	CHECK_INT("another transaction", PQresultStatus(r), PGRES_TUPLES_OK);
+	xid = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	r = PQexec(o, "ROLLBACK");
+	PQclear(r);
+	PQfinish(o);
+	pend_fake(st, "ABORTEDID001", xid);	/* the id read was that one's */
+	st->settle_at = 0;
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("nothing kept", (int) st->n_pend, 0);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+		 "WHERE qid = 'ABORTEDID001'", f->schema);
+	CHECK_INT("voided and dropped", sql_int(f->url, q), 0);
+	CHECK_INT("settled", void_count(f), 0);
+	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -2271,6 +2312,7 @@ int main(void)
 		T(test_voids),
 		T(test_commit_unreachable),
 		T(test_settle_stalled),
+		T(test_settle_aborted_id),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
