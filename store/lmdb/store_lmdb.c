@@ -600,7 +600,8 @@ static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
  * last_qid - the greatest QID ever spooled, "" if none: the greatest of
  * the last message still spooled, the last story (a message that left
  * with its story written) and meta's last_qid (one that left without, or
- * whose story expired: store_msg.c)
+ * whose story expired: store_msg.c); a corrupt meta record is ignored,
+ * with a warning, so that it fails no other figure of store_stats()
  */
 static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE])
 {
@@ -612,11 +613,12 @@ static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE
 	if (err == 0) {
 		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
 		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
-			msg_warn("store: corrupt last_qid record");
-			return STORE_EINVAL;
+			/* the keys still say most of it; the other figures stand */
+			msg_warn("store: corrupt last_qid record, ignored");
+		} else {
+			memcpy(qid, val.mv_data, val.mv_size);
+			qid[val.mv_size] = 0;
 		}
-		memcpy(qid, val.mv_data, val.mv_size);
-		qid[val.mv_size] = 0;
 	} else if (err != STORE_ENOTFOUND) {
 		return err;
 	}

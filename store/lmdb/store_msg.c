@@ -50,7 +50,7 @@ static int put_reserved(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, size_t le
  * lmdb_last_qid_note - remember the QID of a message leaving the spool
  * (or of a story expiring) if it is the greatest yet. The greatest QID
  * ever spooled is the greatest of the msg DB's last key, the stories'
- * last key and meta's last_qid: lmdb_last_qid() takes all three. So
+ * last key and meta's last_qid: store_stats() takes all three (store_lmdb.c). So
  * spooling writes no last_qid, nor does a message leaving with its story
  * written (story set: a record under key is then there), and neither
  * the accepting commit nor an outcome touches a meta page; the story's

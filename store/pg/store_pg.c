@@ -838,8 +838,10 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	s->claims = (uint64_t) store_pg_int(r, 0, 0);
 	s->queued = (uint64_t) store_pg_int(r, 0, 1);
 	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
-	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0)
-		err = STORE_EINVAL;
+	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0) {
+		msg_warn("store: the greatest QID is not one, ignored");	/* the rest stand */
+		s->last_qid[0] = 0;
+	}
 	s->nodes = (int) store_pg_int(r, 0, 4);
 	if (what & STORE_STATS_STORIES) {
 		s->stories = (uint64_t) store_pg_int(r, 0, 5);
