@@ -19,10 +19,11 @@
  *	and no attempt follows until the release. A release puts the message
  *	back at the next attempt it had; its claims never left. A reroute
  *	decides a message's route again with the routes given (the daemon's
- *	in use, or the file's when none runs), for every node; with the
- *	daemon, a rerouted message is due at once (one being delivered,
- *	once that attempt is deferred), its upstream group decided again
- *	when loaded.
+ *	in use, or the file's when none runs), for every node, and makes it
+ *	due now in the store (the time it had was the old route's; one held,
+ *	once released); with the daemon, a rerouted message is due at once
+ *	(one being delivered, once that attempt is deferred), its upstream
+ *	group decided again when loaded.
  *
  *	Every action is logged here, one line a message, in the service
  *	postsuper's name (Postfix's queue-maintenance program), whether the
@@ -43,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/clock.h"
 #include "../util/json.h"
 #include "../util/log.h"
 #include "queue_admin.h"
@@ -284,7 +286,7 @@ done:
 static int hold_one(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		    int on)
 {
-	struct store_change c = { on, 0, NULL };
+	struct store_change c = { on, 0, NULL, 0 };
 	int64_t next;
 	int err, held;
 
@@ -327,7 +329,7 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 		       const struct conf *cf, const char *qid)
 {
 	const struct conf_route *r, *now;
-	struct store_change c = { -1, 1, NULL };
+	struct store_change c = { -1, 1, NULL, clock_us() };
 	struct store_msg m;
 	int err;
 

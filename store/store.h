@@ -241,13 +241,16 @@ int store_msg_drop(struct store *st, const char *qid);
  * skips one it loads held) and keeps its claims, as every queued message
  * does; the delivery writes leave the mark as they find it. hold 0
  * releases it, -1 leaves it as it is. set_route: its next attempt goes
- * to route (NULL: the default upstream; idemrelayctl reroute).
+ * to route (NULL: the default upstream; idemrelayctl reroute), and is
+ * due at due at the latest if due > 0 (the time it had was the old
+ * route's: a retry earned there, or its pause's end).
  * STORE_ENOTFOUND if qid is not queued.
  */
 struct store_change {
 	int hold;		/* 1 on hold, 0 released, -1 as it is */
 	int set_route;		/* route replaces the message's route */
 	const char *route;	/* NULL: the default upstream */
+	int64_t due;		/* > 0, with set_route: next attempt no later */
 };
 int store_msg_change(struct store *st, const char *qid, const struct store_change *c);
 /*

@@ -69,6 +69,7 @@
 #define MSG_HAS_KEY	1	/* the message record's flags */
 #define MSG_SMTPUTF8	2
 #define MSG_ROUTE	4	/* the route's name follows the ttl */
+#define QUEUE_NEXT_OFF	(1 + 4)		/* the delivery state record's next_attempt */
 #define QUEUE_FLAGS_OFF	(1 + 4 + 8)	/* the delivery state record's flags */
 #define QUEUE_INFLIGHT	1
 #define QUEUE_HELD	2
@@ -604,15 +605,28 @@ static int queue_rec_set_flag(void *p, size_t len, uint8_t flag, int on)
 }
 
 /* lmdb_queue_rec_set_inflight - patch the mark in a copy of the record */
-int lmdb_queue_rec_set_inflight(void *p, size_t len, int on)
+int lmdb_queue_rec_set_inflight(void *p, size_t len, int64_t on)
 {
-	return queue_rec_set_flag(p, len, QUEUE_INFLIGHT, on);
+	return queue_rec_set_flag(p, len, QUEUE_INFLIGHT, on != 0);
 }
 
 /* lmdb_queue_rec_set_held - patch the hold in a copy of the record */
-int lmdb_queue_rec_set_held(void *p, size_t len, int on)
+int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on)
 {
-	return queue_rec_set_flag(p, len, QUEUE_HELD, on);
+	return queue_rec_set_flag(p, len, QUEUE_HELD, on != 0);
+}
+
+/* lmdb_queue_rec_set_due - patch the next attempt in a copy of the record, if later than due */
+int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due)
+{
+	struct enc e = { (uint8_t *) p + QUEUE_NEXT_OFF, 8, 0 };
+	int64_t next;
+
+	if (lmdb_queue_rec_peek(p, len, NULL, &next, NULL) != 0)
+		return STORE_EINVAL;
+	if (next > due)
+		enc_i64(&e, due);
+	return 0;
 }
 
 #define HIST_HAS_KEY	1

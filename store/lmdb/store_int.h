@@ -216,8 +216,9 @@ void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
 int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
 			int *held);
-int lmdb_queue_rec_set_inflight(void *p, size_t len, int on);
-int lmdb_queue_rec_set_held(void *p, size_t len, int on);
+int lmdb_queue_rec_set_inflight(void *p, size_t len, int64_t on);
+int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on);
+int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due);
 
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);

@@ -184,9 +184,9 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_txn_fail(&t->base, err);
 }
 
-/* queue_patch - rewrite one flag of qid's delivery state record inside t */
+/* queue_patch - rewrite one field of qid's delivery state record inside t (patch, with v) */
 static void queue_patch(struct lmdb_txn *t, const char *qid,
-			int (*patch) (void *p, size_t len, int on), int on)
+			int (*patch) (void *p, size_t len, int64_t v), int64_t v)
 {
 	struct lmdb_store *st = t->st;
 	MDB_val key, val;
@@ -204,7 +204,7 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
-	if (patch(copy, val.mv_size, on) != 0) {
+	if (patch(copy, val.mv_size, v) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
 		store_txn_fail(&t->base, STORE_EINVAL);
 	} else {
@@ -267,6 +267,8 @@ int lmdb_msg_change(struct store *base, const char *qid, const struct store_chan
 		queue_patch(t, qid, lmdb_queue_rec_set_held, c->hold);
 	if (c->set_route && t->base.err == 0)
 		set_route(t, qid, c->route);
+	if (c->set_route && c->due > 0 && t->base.err == 0)
+		queue_patch(t, qid, lmdb_queue_rec_set_due, c->due);
 	return lmdb_txn_commit(&t->base);
 }
 

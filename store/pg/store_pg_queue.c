@@ -299,9 +299,11 @@ int store_pg_msg_change(struct store *base, const char *qid, const struct store_
 	store_pg_p_text(&p, c->hold < 0 ? NULL : c->hold ? "true" : "false");
 	store_pg_p_text(&p, c->set_route ? "true" : "false");
 	store_pg_p_text(&p, c->route);
+	store_pg_p_i64(&p, c->set_route && c->due > 0 ? c->due : INT64_MAX);
 	err = store_pg_run(st, "UPDATE messages SET held = coalesce($2::boolean, held), route = "
-			   "CASE WHEN $3::boolean THEN $4 ELSE route END WHERE qid = $1 AND "
-			   PG_ROW_QUEUED(""), &p, &r, "change");
+			   "CASE WHEN $3::boolean THEN $4 ELSE route END, next_attempt = "
+			   "least(next_attempt, $5) WHERE qid = $1 AND " PG_ROW_QUEUED(""), &p, &r,
+			   "change");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;

@@ -348,14 +348,16 @@ def test_routes_reroute_during_attempt(t):
 
 @case(timeout=120)
 def test_routes_reroute_held(t):
-    """A held message rerouted goes the new way once released: alice's, queued for
-    tenant-a (whose sink refuses every connection), is held, rerouted to tenant-b
-    (still held: nothing is sent), and released: tenant-b's sink takes it, once."""
+    """A held message rerouted goes the new way once released, at once: alice's,
+    deferred by tenant-a's sink (451 to her RCPT; retry.first 60 s), is held, rerouted
+    to tenant-b (still held: nothing is sent), and released: tenant-b's sink takes it,
+    once, not at the end of the retry earned at tenant-a."""
     d, a1, sink_a, sink_b, default = alice_moved(
         t, {"retry": {"first": "1s", "max": "1s", "give_up": "5d"}},
-        {"first": "1s", "max": "1s", "give_up": "5d"})
+        {"first": "60s", "max": "60s", "give_up": "5d"})
+    sink_a.control(default="tempfail")
     d.start()
-    wait_until(lambda: all(harness.port_open(p) for p in d.ports), 10, "every listener")
+    d.wait_log(a1, "status=deferred", "451 4.3.0 sink:")
     eq(ctl_json(d, "hold", a1)["held"], [a1], "hold")
     eq(ctl_json(d, "reroute", a1)["rerouted"], [a1], "reroute while held")
     time.sleep(2)

@@ -432,7 +432,7 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("dropped load", store_msg_load(f->st, "000000000005", &got), STORE_ENOTFOUND);
 	CHECK_INT("drop again", store_msg_drop(f->st, "000000000005"), STORE_ENOTFOUND);
 	CHECK_INT("drop bad qid", store_msg_drop(f->st, ""), STORE_EINVAL);
-	CHECK_INT("hold bad qid", store_msg_change(f->st, "", &(struct store_change) { 1, 0, NULL }),
+	CHECK_INT("hold bad qid", store_msg_change(f->st, "", &(struct store_change) { 1, 0, NULL, 0 }),
 		  STORE_EINVAL);
 	CHECK_INT("mark bad qid", store_msg_set_inflight(f->st, "", 1), STORE_EINVAL);
 	CHECK_INT("due bad qid", store_queue_due(f->st, "", NOW), STORE_EINVAL);
@@ -583,7 +583,7 @@ static void test_msg_route(void **state)
 		CHECK_STR("story queued route", s.m.route, routes[i]);
 		store_story_free(&s);
 		/* rerouted (idemrelayctl reroute) and back: the rest of it as it was */
-		CHECK_INT("set route", store_msg_change(f->st, qid, &(struct store_change) { -1, 1, "moved" }),
+		CHECK_INT("set route", store_msg_change(f->st, qid, &(struct store_change) { -1, 1, "moved", 0 }),
 			  0);
 		CHECK_INT("load moved", store_msg_load(f->st, qid, &got), 0);
 		CHECK_STR("moved route", got.route, "moved");
@@ -591,17 +591,27 @@ static void test_msg_route(void **state)
 		got.route = routes[i] ? xstrdup(routes[i]) : NULL;
 		msg_check("moved", &got, &m);
 		store_msg_free(&got);
-		/* held and set back in one change, then released: the route stays */
-		CHECK_INT("hold, set back", store_msg_change(f->st, qid,
-							     &(struct store_change) { 1, 1, routes[i] }), 0);
+		/*
+		 * held and set back in one change, due earlier (the old route's
+		 * time not its own), then released: the route and time stay; a
+		 * due later than its next attempt leaves that as it is
+		 */
+		CHECK_INT("hold, set back", store_msg_change(f->st, qid, &(struct store_change)
+							     { 1, 1, routes[i], m.next_attempt - 5 }),
+			  0);
 		CHECK_INT("load held", store_msg_load(f->st, qid, &got), 0);
 		CHECK_INT("held", got.held, 1);
 		CHECK_STR("route back", got.route, routes[i]);
+		CHECK_INT("due earlier", got.next_attempt, m.next_attempt - 5);
 		store_msg_free(&got);
-		CHECK_INT("release", store_msg_change(f->st, qid, &(struct store_change) { 0, 0, "x" }), 0);
+		CHECK_INT("release", store_msg_change(f->st, qid, &(struct store_change) { 0, 0, "x", 1 }),
+			  0);
+		CHECK_INT("set, due later", store_msg_change(f->st, qid, &(struct store_change)
+							    { -1, 1, routes[i], m.next_attempt + 5 }), 0);
 		CHECK_INT("load released", store_msg_load(f->st, qid, &got), 0);
 		CHECK_INT("released", got.held, 0);
 		CHECK_STR("route kept", got.route, routes[i]);
+		CHECK_INT("time kept", got.next_attempt, m.next_attempt - 5);
 		store_msg_free(&got);
 		m.rcpts[0].state = STORE_RCPT_SENT;
 		CHECK_INT("delivered", store_msg_update(f->st, &m), 0);
@@ -610,10 +620,10 @@ static void test_msg_route(void **state)
 		CHECK_STR("story finished route", s.m.route, routes[i]);
 		store_story_free(&s);
 		CHECK_INT("reroute finished", store_msg_change(f->st, qid,
-							       &(struct store_change) { -1, 1, "x" }),
+							       &(struct store_change) { -1, 1, "x", 0 }),
 			  STORE_ENOTFOUND);
 		CHECK_INT("hold finished", store_msg_change(f->st, qid,
-							    &(struct store_change) { 1, 0, NULL }),
+							    &(struct store_change) { 1, 0, NULL, 0 }),
 			  STORE_ENOTFOUND);
 		store_msg_free(&m);
 	}

@@ -1181,7 +1181,7 @@ static void test_keep_first_load(void **state)
 {
 	struct fx *f = *state;
 	struct pg_store *pst = (struct pg_store *) f->st;
-	const struct store_change hold = { 1, 0, NULL };
+	const struct store_change hold = { 1, 0, NULL, 0 };
 
 	spool_one(f->st, "KEEPMSG00001", 41);
 	spool_one(f->st, "KEEPMSG00002", 42);
@@ -1919,7 +1919,7 @@ static void test_flush_all_skips_due(void **state)
 	m.next_attempt = NOW + 3600 * SEC;
 	CHECK_INT("spool the held one", spool(f->st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
-	CHECK_INT("hold it", store_msg_change(f->st, "FLUSHHELD001", &(struct store_change) { 1, 0, NULL }),
+	CHECK_INT("hold it", store_msg_change(f->st, "FLUSHHELD001", &(struct store_change) { 1, 0, NULL, 0 }),
 		  0);
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
 		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'FLUSHDUE0001' FOR UPDATE",
