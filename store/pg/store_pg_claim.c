@@ -23,6 +23,17 @@
  *	as queued if it is in the database, or put by this transaction. A claim of a
  *	void QID (a batch answered 451 while its commit waited,
  *	store_pg_wait.c) is no claim: a retry of its key is a new message.
+ *	A claim found live whose message is still under another node's
+ *	acceptance lease (lease_since NULL: no take since) is recorded as
+ *	replayed at commit (messages.replayed, store_pg_txn.c), under the
+ *	key's lock, before the answer: that node may have answered the
+ *	batch 451 without knowing it committed, and its settling must not
+ *	void what this one answered 250 (store_pg_pend.c). The cost is a
+ *	write only for such a duplicate across nodes: one statement more in
+ *	the commit's pipeline (no round trip more), and COMMIT (a WAL flush
+ *	and the synchronous standby's wait) where an all-duplicate batch
+ *	ended with ROLLBACK; once marked, or once taken for delivery, no
+ *	further replay writes.
  *	There is no lookup outside a transaction: reads are not local
  *	(store_claims_get()), so the writer answers duplicates in its batch.
  * DIAGNOSTICS
@@ -38,12 +49,16 @@
 #include "store_pg_int.h"
 
 /*
- * Whether a claim's message is queued: a subquery per claim found, so an
- * index lookup, where a join was free to hash a scan of every message,
- * and did in the generic plans of a bench run on a new database
- * (auto_explain; store_pg_txn.c: SQL_RCPT_STATES says why)
+ * Whether a claim's message is queued (1), and under another node's
+ * acceptance lease (lease_since NULL: no take since) with no replay
+ * recorded yet (2; see the header); 0 gone or not queued. A subquery per
+ * claim found, so an index lookup, where a join was free to hash a scan
+ * of every message, and did in the generic plans of a bench run on a new
+ * database (auto_explain; store_pg_txn.c: SQL_RCPT_STATES says why)
  */
-#define SQL_QUEUED "SELECT m.queued FROM messages m WHERE m.qid = c.qid"
+#define SQL_QUEUED "SELECT CASE WHEN NOT m.queued THEN 0 WHEN m.lease_since IS NULL " \
+	"AND m.lease_owner <> $2 AND NOT m.replayed THEN 2 ELSE 1 END " \
+	"FROM messages m WHERE m.qid = c.qid"
 /*
  * Is a claim's QID void (store_pg_wait.c)? A scalar subquery, an index
  * lookup per claim: EXISTS was planned as a hash of the whole of voids,
@@ -63,7 +78,7 @@ static const char SQL_LOCK[] =
 
 static const char SQL_KEY_CLAIMS[] =
 	"SELECT c.hash, c.keyhash, c.qid, c.fingerprint, c.accepted, c.expires, "
-	"coalesce((" SQL_QUEUED "), false), " SQL_VOID " FROM claims c "
+	"coalesce((" SQL_QUEUED "), 0), " SQL_VOID " FROM claims c "
 	"WHERE c.keyhash = ANY($1::bytea[])";
 
 /* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
@@ -79,7 +94,7 @@ static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STOR
 
 /* cache_put - file a claim in the cache, replacing any under its hash */
 static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-		      const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c, int queued)
+		      const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c, int state)
 {
 	struct pg_claim_ent *old = t->cache, *e;
 	size_t oldcap = t->cap_cache, i;
@@ -102,7 +117,8 @@ static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	memcpy(e->hash, hash, STORE_HASH_LEN);
 	memcpy(e->keyhash, keyhash, STORE_HASH_LEN);
 	e->c = *c;
-	e->queued = queued;
+	e->queued = state != 0;
+	e->foreign = state == 2;
 }
 
 /* key_loaded - were the claims under keyhash read in this transaction? */
@@ -146,7 +162,7 @@ static int claims_read(struct pg_txn *t, const PGresult *r)
 			continue;	/* void: its message was refused; the key is new */
 		/* a claim this transaction put before its key was read stays */
 		if (t->cap_cache == 0 || !cache_slot(t, hash)->used)
-			cache_put(t, keyhash, hash, &c, (int) store_pg_int(r, i, 6));
+			cache_put(t, keyhash, hash, &c, (int) store_pg_int(r, i, 6));	/* SQL_QUEUED */
 	}
 	return 0;
 }
@@ -200,6 +216,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 	sent_lock = locks.n > 0;
 	store_pg_p_arr(&lp, &locks);
 	store_pg_p_arr(&cp, &keys);
+	store_pg_p_text(&cp, t->st->node ? t->st->node : "");
 	if (PQenterPipelineMode(t->c) != 1)
 		err = STORE_EAGAIN;
 	if (err == 0 && !t->begun) {
@@ -261,6 +278,21 @@ static int txn_queued(void *arg, const char *qid)
 	return tc->queued || store_pg_qids_has(tc->t->put_qids, tc->t->n_put, qid);
 }
 
+/*
+ * replay_add - a claim of another node's acceptance found live: its QID
+ * marked replayed in this transaction, at commit (store_pg_txn.c)
+ */
+static void replay_add(struct pg_txn *t, const char *qid)
+{
+	if (store_pg_qids_has(t->replays, t->n_replays, qid))
+		return;
+	if (t->n_replays == t->cap_replays) {
+		t->cap_replays = t->cap_replays ? 2 * t->cap_replays : 4;
+		t->replays = xrealloc(t->replays, t->cap_replays * sizeof(*t->replays));
+	}
+	memcpy(t->replays[t->n_replays++], qid, STORE_QID_SIZE);
+}
+
 /* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
 int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
@@ -280,6 +312,10 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
 	tc.queued = e->queued;
 	if (store_claim_live(&e->c, now, txn_queued, &tc) != 1)
 		return STORE_ENOTFOUND;
+	if (e->foreign) {		/* another node's 451 may be voided: recorded first */
+		replay_add(t, e->c.qid);
+		e->foreign = 0;
+	}
 	*c = e->c;
 	return 0;
 }

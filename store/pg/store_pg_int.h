@@ -29,13 +29,14 @@
 #define PG_CONN_BIG	(4u << 20)	/* a connection that moved a message this big is closed:
 					 * libpq keeps its buffers as large as they grew */
 #define PG_WAIT_US	(5 * 1000000LL)	/* longest wait for a free connection */
+#define PG_VOID_LOCK	"'2s'"		/* a settling's wait for its key locks (store_pg_pend.c) */
 #define PG_RESULT_US	(10 * 1000000LL)	/* longest wait for a statement's result */
 #define PG_COMMIT_WAIT_US (15 * 1000000LL)	/* longest hold of a commit waiting for replication */
 #define PG_REAP_US	(250 * 1000LL)	/* a wait for a free connection looks at the kept this often */
 #define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
-#define PG_SCHEMA_VERSION 9
+#define PG_SCHEMA_VERSION 10
 #define PG_PARAMS_MAX	32
 
 /* the element types of arrays and parameters */
@@ -176,6 +177,8 @@ struct pg_pend {
 	char (*qids)[STORE_QID_SIZE];	/* owned: its messages */
 	size_t n;
 	int64_t xid;			/* its transaction's id; 0 not known */
+	int64_t *locks;			/* owned, sorted: its key locks (store_pg_claim.c) */
+	size_t n_locks;
 	int pid;			/* its backend (BACKEND_IS), to read the id; 0 not known */
 	int64_t started;
 };
@@ -198,6 +201,8 @@ struct pg_claim_ent {
 	uint8_t keyhash[STORE_HASH_LEN];
 	struct store_claim c;
 	int queued;			/* its message still queued, as read */
+	int foreign;			/* ... under another node's acceptance lease, its replay
+					 * not recorded yet (store_pg_claim.c) */
 	int used;			/* the slot is taken */
 };
 
@@ -227,6 +232,9 @@ struct pg_txn {
 	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
 	size_t fenced_rcpts;
 	int64_t xid;			/* pg_current_xact_id(), read with the key locks; 0 not known */
+	char (*replays)[STORE_QID_SIZE];	/* owned: claims of other nodes' acceptances
+					 * replayed: recorded at commit (store_pg_claim.c) */
+	size_t n_replays, cap_replays;
 };
 
 

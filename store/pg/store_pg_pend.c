@@ -43,6 +43,23 @@
  *	without settling (store_pg_take_beside()): the settling thread
  *	holds pmu, and took it again, for ever.
  *
+ *	Replays. Unlike a batch voided while its commit waits (its rows
+ *	seen by none, store_pg_wait.c), a kept batch may have committed
+ *	long before it is settled, and another node may meanwhile have
+ *	answered a retry of its key 250 with its QID (SPEC 4: then it must
+ *	be delivered). Such a node records the replay before it answers:
+ *	a claim read under the key's lock whose message is still under
+ *	another node's acceptance lease (no take since) is marked
+ *	(messages.replayed) in the same transaction, which then commits
+ *	instead of ending with ROLLBACK (store_pg_claim.c, store_pg_txn.c).
+ *	The settling voids under the batch's key locks (kept with it,
+ *	waited for at most PG_VOID_LOCK), so that a replay that read the
+ *	claim has committed, and one to come sees the void; it leaves the
+ *	QIDs marked replayed to be delivered (logged). Only a batch still
+ *	in progress is voided without them: it holds them itself, and no
+ *	one sees its rows. The settle of voids also leaves a message marked
+ *	replayed (its void goes): see store_pg_wait.c.
+ *
  *	Not covered. (1) PostgreSQL unreachable from this node for
  *	longer than store.lease counted from the batch's INSERT, while
  *	other nodes reach it (this node cut off alone), or all nodes
@@ -60,7 +77,11 @@
  *	local file of the kept batches, written (and synced) before
  *	their 451 and settled by the next start before it gives up the
  *	old leases; the PostgreSQL backend has no local directory of its
- *	own yet to keep it in.
+ *	own yet to keep it in. (3) A replay by this node itself, in a
+ *	batch that read the claim once the commit was visible and
+ *	answered before this node knew the outcome was lost: only other
+ *	nodes' replays are recorded (a write for every duplicate of a
+ *	message not yet delivered would cost every retry on one node).
  * DIAGNOSTICS
  *	store_pg_pend_settle() returns 0 or STORE_EAGAIN (some batch not
  *	settled: the caller must not use the connection).
@@ -89,6 +110,10 @@ void store_pg_pend_add(struct pg_txn *t)
 	memcpy(b.qids, t->put_qids, t->n_put * sizeof(*b.qids));
 	b.n = t->n_put;
 	b.xid = t->xid;
+	if ((b.n_locks = t->n_locked) > 0) {
+		b.locks = xcalloc(b.n_locks, sizeof(*b.locks));
+		memcpy(b.locks, t->locked, b.n_locks * sizeof(*b.locks));
+	}
 	if (store_pg_stmt_backend(t->c, &b.pid, &b.started) != 0)
 		b.pid = 0;
 	pthread_mutex_lock(&st->mu);	/* not pmu: a settling holds it over network I/O */
@@ -170,29 +195,64 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 	return rc == PEND_LOST ? -1 : x;
 }
 
-/* pend_void - b's QIDs made void on c, in a transaction of their own that does not wait */
-static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, int64_t xid)
+static const char SQL_KEY_LOCKS[] =
+	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
+/* pend_kept - the QIDs the void left, replayed by another node: logged */
+static size_t pend_kept(const PGresult *r)
 {
-	struct pg_params p;
-	struct pg_arr a;
+	int i;
+
+	for (i = 0; i < PQntuples(r); i++)
+		msg_warn("%s: answered 451 while PostgreSQL was unreachable, but a later "
+			 "submission of its key was answered 250 with it by another node: "
+			 "not voided, it will be delivered", PQgetvalue(r, i, 0));
+	return (size_t) PQntuples(r);
+}
+
+/*
+ * pend_void - b's QIDs made void on c, with xid, in a transaction of
+ * its own that does not wait for the standby, but those another node
+ * replayed (see the header); locked: under b's key locks first, waited
+ * for at most PG_VOID_LOCK (a batch that holds one is short), so that a
+ * replay that read the claim is committed, and one to come sees the void
+ */
+static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, int64_t xid,
+		     int locked, size_t *kept)
+{
+	struct pg_params p, lp;
+	struct pg_arr a, l;
 	PGresult *r = NULL;
 	size_t i;
 	int err;
 
 	store_pg_params_init(&p);
+	store_pg_params_init(&lp);
 	store_pg_arr_init(&a, PG_OID_TEXT);
+	store_pg_arr_init(&l, PG_OID_INT8);
 	for (i = 0; i < b->n; i++)
 		store_pg_a_text(&a, b->qids[i]);
+	for (i = 0; i < b->n_locks; i++)
+		store_pg_a_i64(&l, b->locks[i]);
 	store_pg_p_arr(&p, &a);
 	store_pg_p_i64(&p, xid);
 	store_pg_p_text(&p, st->node ? st->node : "");
-	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", "void");
+	store_pg_p_arr(&lp, &l);
+	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
+			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
+	if (err == 0 && locked && b->n_locks > 0
+	    && (err = store_pg_exec(st, c, SQL_KEY_LOCKS, &lp, &r, "void key locks")) == 0) {
+		PQclear(r);
+		r = NULL;
+	}
 	if (err == 0 && (err = store_pg_exec(st, c, store_pg_sql_void, &p, &r, "void")) == 0)
 		err = store_pg_simple(st, c, "COMMIT", "void");
+	*kept = err == 0 ? pend_kept(r) : 0;
 	PQclear(r);
 	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
 		(void) store_pg_simple(st, c, "ROLLBACK", "void");
 	store_pg_params_free(&p);
+	store_pg_params_free(&lp);
 	return err;
 }
 
@@ -202,23 +262,27 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
  * the id is not known or refused and the transaction is over. Always
  * voided, an abort too: an id read from a backend long after the fact
  * (through PgBouncer, another client's since) may have aborted while
- * b's committed. 0 settled; else c failed or a read or the void was
- * refused: b stays.
+ * b's committed. Under its key locks, unless it still runs (it holds
+ * them; its rows are seen by none). 0 settled; else c failed or a read
+ * or the void was refused: b stays.
  */
 static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 {
+	size_t kept;
 	int x;
 
 	if (pend_xid(st, c, b) != PEND_OK || (x = pend_status(st, c, b)) < 0)
 		return STORE_EAGAIN;
-	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid) != 0)
+	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid, x != XACT_RUNNING, &kept) != 0)
 		return STORE_EAGAIN;
+	if (kept == b->n)
+		return 0;
 	pthread_mutex_lock(&st->mu);
 	st->settle_at = 0;		/* a decided one goes at the next take */
 	pthread_mutex_unlock(&st->mu);
 	msg_warn("store: a commit answered 451 while PostgreSQL was unreachable: its %zu message%s "
-		 "voided (%s%s), never delivered", b->n, b->n == 1 ? "" : "s", b->qids[0],
-		 b->n > 1 ? ", ..." : "");
+		 "voided (%s%s), never delivered", b->n - kept, b->n - kept == 1 ? "" : "s",
+		 b->qids[0], b->n > 1 ? ", ..." : "");
 	return 0;
 }
 
@@ -235,6 +299,7 @@ static void pend_done(struct pg_store *st, const struct pg_pend *b, int settled)
 		 /* void */ ;
 	if (i < st->n_pend && settled) {
 		free(st->pend[i].qids);
+		free(st->pend[i].locks);
 		st->pend[i] = st->pend[--st->n_pend];
 	} else if (i < st->n_pend) {
 		st->pend[i].xid = b->xid;
@@ -288,8 +353,10 @@ void store_pg_pend_free(struct pg_store *st)
 {
 	size_t i;
 
-	for (i = 0; i < st->n_pend; i++)
+	for (i = 0; i < st->n_pend; i++) {
 		free(st->pend[i].qids);
+		free(st->pend[i].locks);
+	}
 	free(st->pend);
 	st->pend = NULL;
 	st->n_pend = st->cap_pend = 0;

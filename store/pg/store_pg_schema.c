@@ -81,6 +81,14 @@
  *	meanwhile leaves the recipients of the messages it deletes behind:
  *	rows nothing reads (a QID is never issued twice).
  *
+ *	Version 10 adds messages.replayed: another node answered a
+ *	duplicate 250 with the message's QID while it was still under its
+ *	accepting node's lease (store_pg_claim.c); a batch that node
+ *	answered 451 without knowing its commit committed is then not
+ *	voided (store_pg_pend.c). A constant default: no table rewrite. A
+ *	node of version 9 or older still running meanwhile neither writes
+ *	nor reads it (as before the column).
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -190,6 +198,12 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 * delete messages, not by a foreign key
 	 */
 	"ALTER TABLE rcpts DROP CONSTRAINT rcpts_qid_fkey;",
+	/*
+	 * 9 -> 10: a message whose claim another node replayed (answered 250
+	 * with its QID) while it was under its accepting node's lease: never
+	 * voided since (store_pg_claim.c, store_pg_pend.c)
+	 */
+	"ALTER TABLE messages ADD COLUMN replayed bool NOT NULL DEFAULT false;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

@@ -447,6 +447,7 @@ static void txn_free(struct pg_txn *t)
 	free(t->cache);
 	free(t->locked);
 	free(t->loaded);
+	free(t->replays);
 	for (i = 0; i < t->n_put; i++)
 		store_pg_keep_drop(t->copies[i]);
 	free(t->copies);
@@ -569,11 +570,39 @@ static int read_back(struct pg_txn *t)
 }
 
 /*
+ * replays_send - the messages of other nodes' acceptances whose claims t
+ * replayed (answered 250 with their QIDs, or 554 naming them) marked so,
+ * under the key locks t holds, before its answer: their node's settling
+ * of a batch it answered 451 (store_pg_pend.c) leaves them to be
+ * delivered. A write only for a duplicate across nodes of a message not
+ * taken for delivery since its acceptance.
+ */
+static int replays_send(struct pg_txn *t)
+{
+	struct pg_params p;
+	struct pg_arr a;
+	size_t i;
+	int err;
+
+	store_pg_params_init(&p);
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < t->n_replays; i++)
+		store_pg_a_text(&a, t->replays[i]);
+	store_pg_p_arr(&p, &a);
+	err = store_pg_send(t->c, "UPDATE messages SET replayed = true "
+			    "WHERE qid = ANY($1::text[]) AND NOT replayed", &p);
+	store_pg_params_free(&p);
+	return err;
+}
+
+/*
  * commit_send - the buffered runs, then COMMIT, in one pipeline; *sent
  * statements. A batch that wrote nothing (its keys read, every one a
  * duplicate) ends with ROLLBACK: reading the transaction's id with the
  * locks gave it one, and its COMMIT would write a commit record and wait
- * for the synchronous standby, where nothing was written.
+ * for the synchronous standby, where nothing was written. But one that
+ * replayed a claim of another node's acceptance records it first
+ * (replays_send) and commits.
  */
 static int commit_send(struct pg_txn *t, int *sent)
 {
@@ -596,8 +625,13 @@ static int commit_send(struct pg_txn *t, int *sent)
 			return -1;
 		*sent += n;
 	}
+	if (t->n_replays > 0) {
+		if (replays_send(t) != 0)
+			return -1;
+		(*sent)++;
+	}
 	/* nothing written: the id read with the key locks would make COMMIT wait for the standby */
-	if (store_pg_send(t->c, t->n_segs ? "COMMIT" : "ROLLBACK", &none) != 0
+	if (store_pg_send(t->c, t->n_segs || t->n_replays ? "COMMIT" : "ROLLBACK", &none) != 0
 	    || PQpipelineSync(t->c) != 1)
 		return -1;
 	(*sent)++;

@@ -48,6 +48,13 @@
  *	the voided transaction still holds the key's lock); the take of due
  *	messages (store_pg_lease.c) skips it, so no node delivers it.
  *
+ *	A message whose claim another node replayed (messages.replayed,
+ *	store_pg_claim.c) is not voided: a later submission of its key was
+ *	answered 250 with it; and the settle below, if it finds one so
+ *	marked since its void (the transaction became visible in the
+ *	moment before the void), deletes the void but leaves the message
+ *	and its claims, to be delivered.
+ *
  *	Settle. Any node, every PG_SETTLE_US from its delivery poller, looks
  *	for voids whose transaction PostgreSQL has decided (not in progress;
  *	NULL when the id is too old to be known, decided long ago), then in
@@ -139,11 +146,16 @@ const char store_pg_sql_backend_xid[] =
 
 const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 
-/* xid 0: not known, and the transaction over: the void's own, decided once it commits */
+/*
+ * xid 0: not known, and the transaction over: the void's own, decided
+ * once it commits. A message whose claim another node replayed is not
+ * voided (store_pg_claim.c): its QIDs are the rows returned.
+ */
 const char store_pg_sql_void[] =
-	"INSERT INTO voids (qid, xid, node, made) SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, "
-	"pg_current_xact_id()), $3, " PG_DB_NOW " FROM unnest($1::text[]) AS q "
-	"ON CONFLICT (qid) DO NOTHING";
+	"WITH r AS (SELECT q, coalesce((SELECT m.replayed FROM messages m WHERE m.qid = q), false) "
+	"AS kept FROM unnest($1::text[]) AS q), i AS (INSERT INTO voids (qid, xid, node, made) "
+	"SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, pg_current_xact_id()), $3, "
+	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";
 
 
 static const char SQL_DECIDED[] =
@@ -158,12 +170,15 @@ static const char SQL_SETTLE[] =
 	"WITH d AS (DELETE FROM voids v WHERE v.qid = ANY($1::text[]) AND NOT EXISTS "
 	"(SELECT 1 FROM messages m WHERE m.qid = v.qid AND m.lease_owner IS NOT NULL "
 	"AND m.lease_owner <> m.node AND m.lease_until >= " PG_DB_NOW ") RETURNING v.qid), "
-	"gone AS (DELETE FROM claims c USING messages m, d WHERE m.qid = d.qid AND m.has_key "
-	"AND c.keyhash = m.keyhash AND c.qid = d.qid RETURNING 1), "
-	"dr AS (DELETE FROM rcpts r USING d WHERE r.qid = d.qid), "
-	"dropped AS (DELETE FROM messages m USING d WHERE m.qid = d.qid RETURNING m.qid) "
-	"SELECT d.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone) FROM d "
-	"LEFT JOIN dropped x ON x.qid = d.qid";
+	"k AS (SELECT d.qid, coalesce(m.replayed, false) AS kept FROM d "
+	"LEFT JOIN messages m ON m.qid = d.qid), "
+	"gone AS (DELETE FROM claims c USING messages m, k WHERE m.qid = k.qid AND NOT k.kept "
+	"AND m.has_key AND c.keyhash = m.keyhash AND c.qid = k.qid RETURNING 1), "
+	"dr AS (DELETE FROM rcpts r USING k WHERE r.qid = k.qid AND NOT k.kept), "
+	"dropped AS (DELETE FROM messages m USING k WHERE m.qid = k.qid AND NOT k.kept "
+	"RETURNING m.qid) "
+	"SELECT k.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone), k.kept FROM k "
+	"LEFT JOIN dropped x ON x.qid = k.qid";
 
 /*
  * side_take - a connection beside one that hangs: the anchor (its own
@@ -556,7 +571,9 @@ void store_pg_voids_settle(struct pg_store *st)
 	if (side_run(st, 1, SQL_SETTLE, &p, &r, "voids settled") == 0) {
 		for (i = 0; i < PQntuples(r); i++)
 			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
-				 PQgetvalue(r, i, 0), store_pg_int(r, i, 1)
+				 PQgetvalue(r, i, 0), store_pg_int(r, i, 3)
+				 ? "committed, and its key answered 250 with it by another node "
+				 "meanwhile: left to be delivered" : store_pg_int(r, i, 1)
 				 ? "committed later: dropped, never delivered" : "never committed");
 		PQclear(r);
 	}

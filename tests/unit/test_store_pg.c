@@ -9,7 +9,8 @@
  * back, one that committed while PostgreSQL could not be reached to read
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
- * hangs the node, and voids one whose id reads as aborted), a result that
+ * hangs the node, and voids one whose id reads as aborted, but not one
+ * another node replayed), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
@@ -1747,6 +1748,63 @@ static void test_commit_unreachable(void **state)
 	CHECK_STR("under its QID", c.qid, "AWAYRETRY001");
 }
 
+/*
+ * A batch answered 451 and kept (its commit's outcome could not be read)
+ * whose claim another node replayed before this one settled: that node
+ * answered a retry of the key 250 with its QID, so the settling leaves
+ * it to be delivered: its message and claim stay, the key replays it.
+ */
+static void test_commit_unreachable_replayed(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+	char q[256];
+
+	hook_fx = f;
+	hook_qid = "AWAYREPLAY01";
+	hash_of(h, 71);
+	msg_new(&m, hook_qid, 1, 100);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	store_txn_msg_put(t, &m);
+	claim_of(&c, hook_qid, 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h, &c);
+	commit_hook = cut_off;
+	CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
+	commit_hook = NULL;
+	store_msg_free(&m);
+	CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
+
+	/* a retry of the key, on another node, before this one settles: its 250 replays the QID */
+	other = node_open(f, "other");
+	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	CHECK_STR("its QID", c.qid, "AWAYREPLAY01");
+	CHECK_INT("the replay committed", store_txn_commit(t), 0);
+	store_close(other);
+
+	back((struct pg_store *) f->st);
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+		 "WHERE qid = 'AWAYREPLAY01'", f->schema);
+	CHECK_INT("its message kept, to be delivered", sql_int(f->url, q), 1);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM claims "
+		 "WHERE qid = 'AWAYREPLAY01'", f->schema);
+	CHECK_INT("its claim kept", sql_int(f->url, q), 1);
+	CHECK_INT("not void", void_count(f), 0);
+	CHECK_INT("the key replays it", claim_found(f->st, 71, NOW, &c), 1);
+	CHECK_STR("under its QID", c.qid, "AWAYREPLAY01");
+}
+
 /* pend_fake - a batch of qid kept as answered 451 while nothing could be read (store_pg_pend.c) */
 static void pend_fake(struct pg_store *st, const char *qid, int64_t xid)
 {
@@ -2311,6 +2369,7 @@ int main(void)
 		T(test_unknown_commit),
 		T(test_voids),
 		T(test_commit_unreachable),
+		T(test_commit_unreachable_replayed),
 		T(test_settle_stalled),
 		T(test_settle_aborted_id),
 		T(test_result_deadline),
