@@ -659,9 +659,11 @@ static void pg_free(struct pg_store *st)
 }
 
 /*
- * pg_close - close the store; every transaction must be over. The slot's
- * lock is given up before the anchor goes: a backend ends some time after
- * its connection closes, and a restart at once would find it still held.
+ * pg_close - close the store; every transaction must be over. Batches
+ * kept as answered 451 get one bounded try to be settled, else are
+ * logged (store_pg_pend.c). The slot's lock is given up before the
+ * anchor goes: a backend ends some time after its connection closes, and
+ * a restart at once would find it still held.
  */
 static void pg_close(struct store *base)
 {
@@ -670,6 +672,7 @@ static void pg_close(struct store *base)
 
 	if (st == NULL)
 		return;
+	store_pg_pend_close(st);
 	if (st->anchor && PQstatus(st->anchor) == CONNECTION_OK
 	    && (r = PQexec(st->anchor, "SELECT pg_advisory_unlock_all()")) != NULL)
 		PQclear(r);

@@ -418,6 +418,7 @@ enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
 void store_pg_pend_add(struct pg_txn *t);	/* its QIDs kept, logged */
 int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline);	/* on c, first */
+void store_pg_pend_close(struct pg_store *st);	/* one bounded try, else each QID logged */
 void store_pg_pend_free(struct pg_store *st);
 
 /* store_pg_revive.c: a verdict on this node's mark undone */

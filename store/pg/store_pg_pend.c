@@ -73,11 +73,14 @@
  *	keeps unsettled batches: they live in its memory only; its next
  *	start gives up the previous life's leases (store_pg.c), and any
  *	node then takes and delivers them; never restarted, another node
- *	does once the lease runs out. Closing (2) would take a small
- *	local file of the kept batches, written (and synced) before
- *	their 451 and settled by the next start before it gives up the
- *	old leases; the PostgreSQL backend has no local directory of its
- *	own yet to keep it in. (3) A replay by this node itself, in a
+ *	does once the lease runs out. A clean stop (store_close) tries
+ *	once to settle them (store_pg_pend_close(): a take, bounded by its
+ *	deadline and the result limit); what it cannot, it logs, QID by
+ *	QID, at error level, and leaves as a kill does. Closing (2)
+ *	would take a small local file of the kept batches, written (and
+ *	synced) before their 451 and settled by the next start before it
+ *	gives up the old leases; the PostgreSQL backend has no local
+ *	directory of its own yet to keep it in. (3) A replay by this node itself, in a
  *	batch that read the claim once the commit was visible and
  *	answered before this node knew the outcome was lost: only other
  *	nodes' replays are recorded (a write for every duplicate of a
@@ -346,6 +349,34 @@ int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline)
 	}
 	pthread_mutex_unlock(&st->pmu);
 	return err;
+}
+
+/*
+ * store_pg_pend_close - the handle closes: one try to settle the batches
+ * kept (a take: its deadline and the statements' result limit bound
+ * it); each QID still kept is logged, left as a kill leaves them
+ */
+void store_pg_pend_close(struct pg_store *st)
+{
+	PGconn *c;
+	size_t i, j;
+
+	pthread_mutex_lock(&st->mu);
+	if (st->n_pend == 0) {
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	st->next_try = 0;		/* once more now, whatever the backoff */
+	pthread_mutex_unlock(&st->mu);
+	if (store_pg_take(st, &c) == 0)
+		store_pg_give(st, c);
+	pthread_mutex_lock(&st->mu);
+	for (i = 0; i < st->n_pend; i++)
+		for (j = 0; j < st->pend[i].n; j++)
+			msg_error("%s: answered 451 while PostgreSQL was unreachable, its commit's "
+				  "outcome unknown: not settled at stop; any node may deliver it, "
+				  "as after a kill", st->pend[i].qids[j]);
+	pthread_mutex_unlock(&st->mu);
 }
 
 /* store_pg_pend_free - forget the batches kept (the handle closes) */

@@ -10,7 +10,7 @@
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
- * another node replayed), a result that
+ * another node replayed; settled at a clean stop), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
@@ -1940,6 +1940,38 @@ static void test_settle_aborted_id(void **state)
 	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
 }
 
+/*
+ * A node that stops cleanly while it keeps a batch answered 451 settles
+ * it first when PostgreSQL answers (else each QID is logged at error
+ * level, left as a kill leaves it)
+ */
+static void test_close_settles(void **state)
+{
+	struct fx *f = *state;
+	struct store *other = node_open(f, "closer");
+
+	struct pg_store *st;
+	size_t i;
+
+	pend_fake((struct pg_store *) other, "CLOSEVOID001", 0);
+	store_close(other);
+	CHECK_INT("voided at the stop", void_count(f), 1);
+
+	other = node_open(f, "closer");	/* PostgreSQL away: logged, nothing written */
+	st = (struct pg_store *) other;
+	pend_fake(st, "CLOSEKEPT001", 0);
+	pthread_mutex_lock(&st->mu);
+	for (i = 0; i < st->n_idle; i++)
+		PQfinish(st->idle[i]);
+	st->n_open -= st->n_idle;
+	st->n_idle = 0;
+	free(st->url);
+	st->url = xstrdup("postgresql://idemrelay@127.0.0.1:1/none?connect_timeout=2");
+	pthread_mutex_unlock(&st->mu);
+	store_close(other);
+	CHECK_INT("nothing more voided", void_count(f), 1);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -2372,6 +2404,7 @@ int main(void)
 		T(test_commit_unreachable_replayed),
 		T(test_settle_stalled),
 		T(test_settle_aborted_id),
+		T(test_close_settles),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
