@@ -31,6 +31,8 @@
  *	threads by the event loop's next commit_reap(), after the reply
  *	went out (waking them first cost the reply ~10 us, measured), or
  *	by their own thread once the hold's window has passed without it.
+ *	Those of a commit_now() that failed go back to the writer, which
+ *	tries them again: the event loop never waits for them.
  *
  *	Between rounds, holding no transaction, the writer gives the store
  *	its upkeep (store_upkeep(): on LMDB, file and map grown ahead of the
@@ -337,14 +339,20 @@ static void announce(struct commit *cm)
 	pthread_cond_broadcast(&cm->marked);
 }
 
+/* op_tail - the last of a list of ops */
+static struct commit_op *op_tail(struct commit_op *ops)
+{
+	while (ops->next)
+		ops = ops->next;
+	return ops;
+}
+
 /* tell_later - committed delivery writes, announced by the next commit_reap(); 1: poke it */
 static int tell_later(struct commit *cm, struct commit_op *ops)
 {
-	struct commit_op *tail;
+	struct commit_op *tail = op_tail(ops);
 	int poke;
 
-	for (tail = ops; tail->next; tail = tail->next)
-		 /* void */ ;
 	pthread_mutex_lock(&cm->lock);
 	tail->next = cm->told;
 	cm->told = ops;
@@ -355,11 +363,30 @@ static int tell_later(struct commit *cm, struct commit_op *ops)
 }
 
 /*
+ * ops_again - delivery writes of a failed commit_now(), back to the
+ * writer, which tries them again (and each alone if that fails): never
+ * on the event loop, where each would wait for the store as long again
+ */
+static void ops_again(struct commit *cm, struct commit_op *ops)
+{
+	struct commit_op *tail = op_tail(ops);
+
+	pthread_mutex_lock(&cm->lock);
+	if (cm->ops == NULL)
+		cm->ops_at = clock_mono_us();
+	tail->next = cm->ops;
+	cm->ops = ops;
+	pthread_cond_signal(&cm->wake);
+	pthread_mutex_unlock(&cm->lock);
+}
+
+/*
  * commit_round - one transaction for fifo (submission order) and ops; a
  * failed batch is retried one submission at a time, so that one oversized
- * message fails only itself, and each op alone (ops_done). later: ops
- * that committed are announced by the next commit_reap() (1 returned:
- * poke it), not here
+ * message fails only itself, and each op alone (ops_done). later (a
+ * commit_now()): ops that committed are announced by the next
+ * commit_reap() (1 returned: poke it), not here; ops that did not go
+ * back to the writer (ops_again)
  */
 static int commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops,
 			int later)
@@ -368,10 +395,12 @@ static int commit_round(struct commit *cm, struct commit_req *fifo, struct commi
 	int err, e, poke = 0;
 
 	err = commit_batch(cm, fifo, ops);
-	if (later && err == 0 && ops != NULL)
+	if (!later || ops == NULL)
+		ops_done(cm, ops, err);
+	else if (err == 0)
 		poke = tell_later(cm, ops);
 	else
-		ops_done(cm, ops, err);
+		ops_again(cm, ops);
 	for (req = fifo; req && err != 0; req = req->next) {
 		e = err;
 		/* the database away: one at a time would fail the same way, each slowly */

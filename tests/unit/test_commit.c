@@ -5,7 +5,8 @@
  * submissions come in they wait for one to share its transaction (a
  * window from each write's arrival, and never while a lone submission
  * commits on the caller's thread); a lone
- * submission may be committed on the caller's thread (commit_now); a
+ * submission may be committed on the caller's thread (commit_now), a
+ * failed one handing its delivery writes back to the writer; a
  * transaction takes at most COMMIT_BATCH_BYTES of message data (one
  * submission at least), the rest going first in the next.
  */
@@ -24,6 +25,7 @@
 
 #include "../../queue/commit.h"
 #include "../../store/lmdb/store_lmdb.h"
+#include "../../store/store_backend.h"
 #include "../../util/buf.h"
 #include "../../util/clock.h"
 #include "test_commit_help.h"
@@ -454,6 +456,91 @@ static void test_hold_from_each_write(void **state)
 		fail_msg("decided %d shared %d", decided, shared);
 }
 
+/* a store whose next commits fail (STORE_EAGAIN, as PostgreSQL's away), each recorded */
+static struct store_ops flaky_ops;
+static const struct store_ops *real_ops;
+static int flaky_fail;			/* atomic: commits still to fail */
+static struct {
+	pthread_t thread;
+	int err;
+} flaky_log[16];
+static int flaky_n;			/* atomic */
+
+static int flaky_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		       struct store_txn **out)
+{
+	int err = real_ops->txn_begin(st, keys, n, out);
+
+	if (err == 0)
+		(*out)->ops = &flaky_ops;
+	return err;
+}
+
+static int flaky_commit(struct store_txn *t)
+{
+	int i, err;
+
+	if (__atomic_load_n(&flaky_fail, __ATOMIC_SEQ_CST) > 0) {
+		__atomic_sub_fetch(&flaky_fail, 1, __ATOMIC_SEQ_CST);
+		store_txn_fail(t, STORE_EAGAIN);
+	}
+	err = real_ops->txn_commit(t);
+	if ((i = __atomic_fetch_add(&flaky_n, 1, __ATOMIC_SEQ_CST)) < 16) {
+		flaky_log[i].thread = pthread_self();
+		flaky_log[i].err = err;
+	}
+	return err;
+}
+
+/*
+ * The delivery writes that rode in a failed commit_now() go back to the
+ * writer, which commits them: the event loop does not try them again
+ * itself (with PostgreSQL away, each would hold it up to its deadline).
+ */
+static void test_now_fails_writes_back(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r = req_new("BACK00000001", "kb1", "x\r\n", a, 1);
+	struct mark_arg ma;
+	struct store_msg m;
+	pthread_t th, me = pthread_self();
+	int i, mine = 0, theirs = 0;
+
+	commit_set_hold(f->cm, 10 * 1000000, 60 * 1000000);
+	now_req(f, "BACK00000000", "kb");
+	mark_held(&ma, &th, f->cm, "BACK00000000");
+	real_ops = f->st->ops;
+	flaky_ops = *real_ops;
+	flaky_ops.txn_begin = flaky_begin;
+	flaky_ops.txn_commit = flaky_commit;
+	f->st->ops = &flaky_ops;
+	flaky_n = 0;
+	flaky_fail = 1;
+	commit_set_hold(f->cm, 100000, 60 * 1000000);	/* the writer's, once back */
+	for (i = 0; i < 1000 && !commit_now(f->cm, r); i++)
+		usleep(1000);
+	assert_int_equal(r->outcome, COMMIT_FAILED);
+	assert_int_equal(r->error, STORE_EAGAIN);
+	mark_join(&ma, th);			/* committed by the writer */
+	commit_reap(f->cm);
+	f->st->ops = real_ops;
+	assert_true(flaky_n <= 16);
+	for (i = 0; i < flaky_n; i++) {
+		if (pthread_equal(flaky_log[i].thread, me))
+			mine++;
+		else if (flaky_log[i].err == 0)
+			theirs++;
+	}
+	if (mine != 1 || flaky_log[0].err != STORE_EAGAIN || theirs < 1)
+		fail_msg("commits on the event loop %d (want the failed one only), by the writer %d",
+			 mine, theirs);
+	assert_int_equal(store_msg_load(f->st, "BACK00000000", &m), 0);
+	assert_int_equal(m.inflight, 1);
+	store_msg_free(&m);
+	req_free(r);
+}
+
 /* post_and_wait - committed() of a commit_now(): a mark comes, and the commit lasts on */
 static void post_and_wait(struct fx *f)
 {
@@ -723,6 +810,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hold_through_commit_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_after_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_now_fails_writes_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_cap, setup, teardown),
 	};
 
