@@ -412,7 +412,8 @@ int store_pg_commit_hold(struct pg_txn *t);
 int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *));
 void store_pg_voids_settle(struct pg_store *st);
 /* statements shared with store_pg_pend.c */
-extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[];
+extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[],
+	store_pg_sql_key_locks[];
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */

@@ -198,9 +198,6 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 	return rc == PEND_LOST ? -1 : x;
 }
 
-static const char SQL_KEY_LOCKS[] =
-	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
-
 /* pend_kept - the QIDs the void left, replayed by another node: logged */
 static size_t pend_kept(const PGresult *r)
 {
@@ -244,7 +241,7 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
 			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
 	if (err == 0 && locked && b->n_locks > 0
-	    && (err = store_pg_exec(st, c, SQL_KEY_LOCKS, &lp, &r, "void key locks")) == 0) {
+	    && (err = store_pg_exec(st, c, store_pg_sql_key_locks, &lp, &r, "void key locks")) == 0) {
 		PQclear(r);
 		r = NULL;
 	}

@@ -53,7 +53,10 @@
  *	answered 250 with it; and the settle below, if it finds one so
  *	marked since its void (the transaction became visible in the
  *	moment before the void), deletes the void but leaves the message
- *	and its claims, to be delivered.
+ *	and its claims, to be delivered. The settle takes the key locks of
+ *	the messages it settles first (waited for at most PG_VOID_LOCK):
+ *	a batch that read such a claim before the void was seen holds its
+ *	key's lock until its replay is committed.
  *
  *	Settle. Any node, every PG_SETTLE_US from its delivery poller, looks
  *	for voids whose transaction PostgreSQL has decided (not in progress;
@@ -158,8 +161,13 @@ const char store_pg_sql_void[] =
 	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";
 
 
+/* with the key of each one's message, if it has one: its lock is taken before the settle */
 static const char SQL_DECIDED[] =
-	"SELECT qid FROM voids WHERE pg_xact_status(xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
+	"SELECT v.qid, m.keyhash FROM voids v LEFT JOIN messages m ON m.qid = v.qid AND m.has_key "
+	"WHERE pg_xact_status(v.xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
+
+const char store_pg_sql_key_locks[] =
+	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
 
 /*
  * Deletes see one snapshot, taken after SQL_DECIDED saw the transactions
@@ -537,13 +545,80 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	return STORE_EAGAIN;
 }
 
+/* i64_cmp - for qsort */
+static int i64_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * settle_locks - the key locks of the decided voids of r (SQL_DECIDED),
+ * sorted and each once, as a batch takes them, as $1 of lp
+ */
+static void settle_locks(const PGresult *r, struct pg_params *lp)
+{
+	uint8_t kh[STORE_HASH_LEN];
+	int64_t *k = xcalloc((size_t) PQntuples(r) + 1, sizeof(*k));
+	struct pg_arr a;
+	size_t n = 0, i;
+	int row;
+
+	for (row = 0; row < PQntuples(r); row++)
+		if (!PQgetisnull(r, row, 1) && store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) == 0)
+			k[n++] = store_pg_key_lock(kh);
+	qsort(k, n, sizeof(*k), i64_cmp);
+	store_pg_arr_init(&a, PG_OID_INT8);
+	for (i = 0; i < n; i++)
+		if (i == 0 || k[i] != k[i - 1])
+			store_pg_a_i64(&a, k[i]);
+	store_pg_params_init(lp);
+	store_pg_p_arr(lp, &a);
+	free(k);
+}
+
+/*
+ * settle_run - SQL_SETTLE beside, in a transaction of its own that does
+ * not wait for the standby, under the voided messages' key locks
+ * (waited for at most PG_VOID_LOCK): a batch of another node that read
+ * a claim of one before its void was seen, and replays it, has
+ * committed its record first (store_pg_claim.c), and the message stays
+ */
+static int settle_run(struct pg_store *st, struct pg_params *lp, struct pg_params *p,
+		      PGresult **r)
+{
+	PGresult *lr;
+	PGconn *c;
+	int err;
+
+	*r = NULL;
+	if ((err = side_take(st, &c)) != 0)
+		return err;
+	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
+			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "voids settled");
+	if (err == 0 && (err = store_pg_exec(st, c, store_pg_sql_key_locks, lp, &lr,
+					     "voids' key locks")) == 0)
+		PQclear(lr);
+	if (err == 0)
+		err = store_pg_exec(st, c, SQL_SETTLE, p, r, "voids settled");
+	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", "voids settled")) != 0) {
+		PQclear(*r);
+		*r = NULL;
+	}
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(st, c, "ROLLBACK", "voids settled");
+	side_give(st, c);
+	return err;
+}
+
 /*
  * store_pg_voids_settle - at most every PG_SETTLE_US: drop the messages
  * and claims of voids whose transaction is over (see the header)
  */
 void store_pg_voids_settle(struct pg_store *st)
 {
-	struct pg_params p;
+	struct pg_params p, lp;
 	struct pg_arr qids;
 	PGresult *r;
 	int64_t now = clock_mono_us();
@@ -566,9 +641,10 @@ void store_pg_voids_settle(struct pg_store *st)
 	store_pg_arr_init(&qids, PG_OID_TEXT);
 	for (i = 0; i < n; i++)
 		store_pg_a_text(&qids, PQgetvalue(r, i, 0));
+	settle_locks(r, &lp);
 	PQclear(r);
 	store_pg_p_arr(&p, &qids);
-	if (side_run(st, 1, SQL_SETTLE, &p, &r, "voids settled") == 0) {
+	if (settle_run(st, &lp, &p, &r) == 0) {
 		for (i = 0; i < PQntuples(r); i++)
 			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
 				 PQgetvalue(r, i, 0), store_pg_int(r, i, 3)
@@ -578,4 +654,5 @@ void store_pg_voids_settle(struct pg_store *st)
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
+	store_pg_params_free(&lp);
 }

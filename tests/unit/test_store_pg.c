@@ -10,7 +10,8 @@
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
- * another node replayed; settled at a clean stop), a result that
+ * another node replayed; settled at a clean stop; a void's settle waits for
+ * a replay in flight), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
@@ -1972,6 +1973,83 @@ static void test_close_settles(void **state)
 	CHECK_INT("nothing more voided", void_count(f), 1);
 }
 
+struct settler {
+	struct store *st;
+	int rc, done;
+};
+
+/* settler_run - the node's take of due mail, which settles voids first */
+static void *settler_run(void *arg)
+{
+	struct settler *w = arg;
+	int n = 0;
+
+	w->rc = store_queue_take(w->st, NOW + SEC, 100, NULL, 0, count_cb, &n);
+	__atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * A void settled while another node's batch has read its message's
+ * claim (before the void was seen) and will answer 250 with its QID:
+ * the settle waits for the key's lock, so the replay recorded by that
+ * batch's commit is seen, and the message stays to be delivered.
+ */
+static void test_settle_waits_replay(void **state)
+{
+	struct fx *f = *state;
+	struct store *other;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	struct settler w = { .st = f->st };
+	uint8_t h[STORE_HASH_LEN];
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	pthread_t th;
+	char q[256];
+	int64_t deadline;
+	int hash = 81, waits = 0;
+
+	msg_new(&m, "VOIDREPLAY01", 1, 100);	/* this node's acceptance, committed */
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	other = node_open(f, "other");	/* its batch reads the claim: a replay */
+	hash_of(h, 81);
+	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	r = PQexec(o, "BEGIN; SELECT pg_current_xact_id()");	/* the void's, decided */
+	CHECK_INT("a transaction", PQresultStatus(r), PGRES_TUPLES_OK);
+	snprintf(q, sizeof(q), "INSERT INTO voids VALUES ('VOIDREPLAY01', '%s', 'x', 0)",
+		 PQgetvalue(r, 0, 0));
+	PQclear(r);
+	r = PQexec(o, "ROLLBACK");
+	PQclear(r);
+	PQfinish(o);
+	sql(f, "%s", q);
+
+	((struct pg_store *) f->st)->settle_at = 0;
+	pthread_create(&th, NULL, settler_run, &w);
+	deadline = clock_mono_us() + 10 * SEC;
+	while (!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST) && !waits && clock_mono_us() < deadline) {
+		waits = sql_int(f->url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+				"AND NOT granted") > 0;
+		usleep(10000);
+	}
+	CHECK_INT("the replay committed", store_txn_commit(t), 0);
+	pthread_join(th, NULL);
+	store_close(other);
+	CHECK_INT("the take", w.rc, 0);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+		 "WHERE qid = 'VOIDREPLAY01'", f->schema);
+	CHECK_INT("its message kept, to be delivered", sql_int(f->url, q), 1);
+	CHECK_INT("the settle waited for the key's lock", waits, 1);
+	CHECK_INT("its void gone", void_count(f), 0);
+	CHECK_INT("the key replays it", claim_found(f->st, 81, NOW, &c), 1);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -2405,6 +2483,7 @@ int main(void)
 		T(test_settle_stalled),
 		T(test_settle_aborted_id),
 		T(test_close_settles),
+		T(test_settle_waits_replay),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
