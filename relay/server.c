@@ -209,7 +209,31 @@ static int conn_starttls(struct conn *c);
 static int conn_write(struct conn *c);
 
 /*
- * conn_flush - write pending output; close when done and closing; go on
+ * conn_flush_close - a closing session's output is written: close once
+ * the transport has sent what it holds too (the last replies, the 221 or
+ * 421, and TLS's close_notify after them: io_goodbye). A full socket waits
+ * for EPOLLOUT as unwritten output does, within the session's deadline
+ * (pace.c) or the drain's. 0 while waiting, -1 when closed
+ */
+static int conn_flush_close(struct conn *c)
+{
+	int r = io_goodbye(c->io);
+
+	if (r == IO_AGAIN) {
+		conn_interest(c);
+		return 0;
+	}
+	if (r == IO_ERROR) {
+		conn_lost(c, c->io->err);
+		return -1;
+	}
+	conn_close(c);
+	return -1;
+}
+
+/*
+ * conn_flush - write pending output; close when done and closing (what
+ * the transport holds sent too: conn_flush_close); go on
  * with input the engine left for unread replies once they are written,
  * in c->in or held by the transport (TLS read-ahead: no event for it).
  * Before the loop waits, the transport sends what it held back (io.h):
@@ -223,10 +247,8 @@ int conn_flush(struct conn *c)
 		return -1;
 	if (out->len == 0 && (c->in.len || io_pending(c->io)) && conn_accepting(c))
 		return conn_process(c);		/* ends in conn_flush: left input only */
-	if (out->len == 0 && smtp_session_closing(c->s)) {
-		conn_close(c);
-		return -1;
-	}
+	if (out->len == 0 && smtp_session_closing(c->s))
+		return conn_flush_close(c);
 	/* the 220 is out in the clear: from here on the socket speaks TLS */
 	if (out->len == 0 && smtp_session_starttls(c->s) && !smtp_session_tls(c->s))
 		return conn_starttls(c);

@@ -98,6 +98,7 @@ static const struct io_ops plain_ops = {
 	.write = plain_write,
 	.handshake = plain_handshake,
 	.flush = plain_flush,
+	.goodbye = plain_flush,		/* TCP has no goodbye before close() */
 	.pending = plain_pending,
 	.describe = plain_describe,
 	.close = plain_close,

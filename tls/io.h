@@ -24,6 +24,11 @@
  *	sends it, and must be called before the loop waits. It returns 0
  *	when nothing is held any more, IO_AGAIN with flush_wants set
  *	(EPOLLOUT) while the socket takes no more, or IO_ERROR.
+ *	goodbye() is the flush of a session that closes: the transport
+ *	says goodbye where it has a way to (TLS: the close_notify, once,
+ *	held with the last reply) and sends what it holds; the caller
+ *	closes when it returns 0, and waits for EPOLLOUT while it says
+ *	IO_AGAIN, so a last reply in front of a full socket is not lost.
  *
  *	io_plain_new() wraps an accepted socket; tls_io_new() (tls.h) a TLS
  *	server session over one. io_close() says goodbye where the transport
@@ -48,6 +53,7 @@ struct io_ops {
 	ssize_t (*write) (struct io *io, const void *buf, size_t len);
 	int     (*handshake) (struct io *io);	/* 1 done, 0 again, -1 failed */
 	int     (*flush) (struct io *io);	/* 0 nothing held, IO_AGAIN, IO_ERROR */
+	int     (*goodbye) (struct io *io);	/* as flush, after saying goodbye */
 	size_t  (*pending) (const struct io *io);
 	void    (*describe) (const struct io *io, char *buf, size_t len);	/* for logs */
 	void    (*close) (struct io *io);	/* goodbye, close(fd), free */
@@ -85,6 +91,11 @@ static inline int io_handshake(struct io *io)
 static inline int io_flush(struct io *io)
 {
 	return io->ops->flush(io);
+}
+
+static inline int io_goodbye(struct io *io)
+{
+	return io->ops->goodbye(io);
 }
 
 static inline size_t io_pending(const struct io *io)

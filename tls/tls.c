@@ -71,7 +71,10 @@
  *	saved is a loopback segment sent and received and a wake-up of the
  *	client. A handshake step that waits for the client flushes its
  *	flight itself. Past TLS_HOLD_MAX held, a write first tries to send
- *	it, and waits for EPOLLOUT if the socket takes too little.
+ *	it, and waits for EPOLLOUT if the socket takes too little. A session
+ *	that closes says goodbye (tls_goodbye): the close_notify joins the
+ *	records held, and the loop closes once all are sent, waiting for
+ *	EPOLLOUT in front of a full socket as for its unwritten replies.
  *
  *	The transport: SSL_read/SSL_write on a non-blocking socket. OpenSSL
  *	may need the socket readable to write, or writable to read; its
@@ -142,6 +145,7 @@ struct tls_io {
 	struct io io;			/* first: a struct io * points here */
 	SSL    *ssl;			/* owned */
 	int     fatal;			/* after a fatal error: no close_notify */
+	int     bye;			/* the close_notify is written (tls_goodbye) */
 	size_t  retry_len;		/* a write to repeat with this length */
 	struct tls_tkt *tkt;		/* the client address's slot; NULL: none */
 	uint64_t tkt_key;		/* the address's hash */
@@ -595,12 +599,34 @@ static void tls_describe(const struct io *io, char *buf, size_t len)
 		 SSL_get_cipher_name(t->ssl), SSL_get_cipher_bits(t->ssl, NULL));
 }
 
-/* tls_close - close_notify if the session is sound, then close and free */
+/*
+ * tls_goodbye - the close_notify joins what is held, once (with the
+ * socket full past TLS_HOLD_MAX, the next call tries again); then as
+ * tls_flush
+ */
+static int tls_goodbye(struct io *io)
+{
+	struct tls_io *t = (struct tls_io *) io;
+	int     n;
+
+	if (io->ready && !t->fatal && !t->bye) {
+		ERR_clear_error();
+		n = SSL_shutdown(t->ssl);
+		t->bye = n >= 0 || SSL_get_error(t->ssl, n) != SSL_ERROR_WANT_WRITE;
+		ERR_clear_error();
+	}
+	return tls_flush(io);
+}
+
+/*
+ * tls_close - close_notify if the session is sound and tls_goodbye has
+ * not written it, then close and free
+ */
 static void tls_close(struct io *io)
 {
 	struct tls_io *t = (struct tls_io *) io;
 
-	if (io->ready && !t->fatal) {
+	if (io->ready && !t->fatal && !t->bye) {
 		SSL_shutdown(t->ssl);	/* one try: the socket is non-blocking */
 		ERR_clear_error();
 	}
@@ -618,6 +644,7 @@ static const struct io_ops tls_ops = {
 	.write = tls_write,
 	.handshake = tls_handshake,
 	.flush = tls_flush,
+	.goodbye = tls_goodbye,
 	.pending = tls_pending,
 	.describe = tls_describe,
 	.close = tls_close,

@@ -3,9 +3,11 @@ implicit TLS, protocol versions, AUTH PLAIN and LOGIN, submission ports, relayin
 AUTH users, per-user key scope, SIGHUP reloads. Certificates and password hashes are
 made by the tests (openssl req, openssl passwd -6, libcrypt's yescrypt)."""
 
+import array
 import base64
 import ctypes
 import ctypes.util
+import fcntl
 import hashlib
 import os
 import shutil
@@ -14,6 +16,7 @@ import smtplib
 import socket
 import ssl
 import subprocess
+import termios
 import time
 
 from harness import (BIN, Raw, case, check, eq, expect_reply, free_port, make_msg, port_open,
@@ -515,6 +518,79 @@ def test_tls_held_input_after_unread_replies(t):
         for i in range(n):
             eq(c.reply()[0], 250, "EHLO %d of %d" % (i + 1, n))
         expect_reply(c.reply(), 221, what="QUIT, held in the read-ahead")
+
+
+def sent_unread(daemon_port, sock):
+    """sent_unread - octets the daemon has written to sock's connection that
+    its client has not read: the daemon's socket's send queue (/proc/net/tcp)
+    and the client's receive queue"""
+    port = sock.getsockname()[1]
+    want = ("0100007F:%04X" % daemon_port, "0100007F:%04X" % port)
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == want:
+                tx = int(fields[4].split(":")[0], 16)
+                inq = array.array("i", [0])
+                fcntl.ioctl(sock.fileno(), termios.FIONREAD, inq)
+                return tx + inq[0]
+    raise AssertionError("the daemon's end of port %d is not in /proc/net/tcp" % port)
+
+
+@case()
+def test_tls_close_waits_for_held_replies(t):
+    """A session that closes with replies still held by the TLS transport
+    (up to 16 KB of records sent when the loop flushes, tls/tls.c) in front
+    of a full socket waits for EPOLLOUT before it closes, as it does for
+    output the transport has not taken: it closed with one write attempt,
+    losing the last replies, the 221 and the close_notify, silently. The
+    client (a small receive buffer) reads nothing while it sends EHLOs, a
+    few at a time, until the daemon's socket takes no more of their replies
+    (/proc/net/tcp: what was written stops growing), the rest held; then
+    QUIT, and it reads it all: every reply and the 221 must come."""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"tls": "implicit"},))
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+    raw.settimeout(10)
+    raw.connect(("127.0.0.1", d.ports[0]))
+    with client_ctx().wrap_socket(raw) as s:
+        c = Raw.__new__(Raw)                # a Raw client over this socket
+        c.sock, c.buf = s, b""
+        expect_reply(c.reply(), 220, what="greeting")
+        code, text = c.cmd("EHLO client.test")
+        eq(code, 250, "EHLO")
+        size = sum(len(x) + 6 for x in text.split("\n"))    # "250-" or "250 ", CRLF
+        batch = 8192 // size                # replies well under the 16 KB held at most
+        time.sleep(0.2)                     # our ACKs are out: nothing counted twice
+        want = sent_unread(d.ports[0], s)
+        sent, full, deadline = 0, False, time.monotonic() + 60
+        while not full and time.monotonic() < deadline:
+            s.sendall(b"EHLO client.test\r\n" * batch)
+            sent += batch
+            want += batch * size            # the replies' octets, TLS adds to them
+            wait = time.monotonic() + 2     # the daemon answers the batch, or cannot
+            while sent_unread(d.ports[0], s) < want:
+                if time.monotonic() > wait:
+                    full = True
+                    break
+                time.sleep(0.001)
+        check(full, "the daemon's socket never filled (%d EHLOs)" % sent)
+        s.sendall(b"QUIT\r\n")
+        time.sleep(0.5)                     # the daemon reads QUIT with its socket full
+        got, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except (ssl.SSLEOFError, ConnectionError):
+                break
+            if not chunk:
+                break
+            got.append(chunk)
+    ends = [x[:3] for x in (c.buf + b"".join(got)).split(b"\r\n") if x[3:4] == b" "]
+    eq(ends.count(b"250"), sent, "replies to the %d EHLOs sent a batch at a time" % sent)
+    eq(ends[-1:], [b"221"], "the last reply")
 
 
 @case()

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -209,12 +210,52 @@ static void test_full_socket_waits(void **state)
 	assert_int_equal(p->io->flush_wants, 0);
 }
 
+/*
+ * test_goodbye_waits_for_a_full_socket - a closing session's 221 held in
+ * front of a full socket: io_goodbye says IO_AGAIN (EPOLLOUT) until the
+ * client has made room, then sends the 221 and the close_notify
+ */
+static void test_goodbye_waits_for_a_full_socket(void **state)
+{
+	struct pair *p = *state;
+	static const char bye[] = "221 2.0.0 Bye\r\n";
+	static char junk[4096];
+	char    got[sizeof(junk)];
+	size_t  filled = 0;
+	ssize_t n;
+	int     i;
+
+	assert_int_equal(io_flush(p->io), 0);
+	while (client_read(p, got, sizeof(got)) > 0)	/* the ticket alone: nothing */
+		;
+	while ((n = write(p->io->fd, junk, sizeof(junk))) > 0)	/* not TLS: read raw below */
+		filled += (size_t) n;
+	assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+	assert_int_equal(io_write(p->io, bye, sizeof(bye) - 1), sizeof(bye) - 1);
+	assert_int_equal(io_goodbye(p->io), IO_AGAIN);
+	assert_int_equal(p->io->flush_wants, EPOLLOUT);
+	assert_int_equal(io_goodbye(p->io), IO_AGAIN);	/* again: one close_notify */
+	while (filled > 0) {
+		n = recv(p->cfd, got, filled < sizeof(got) ? filled : sizeof(got), 0);
+		assert_true(n > 0);
+		filled -= (size_t) n;
+	}
+	for (i = 0; i < 100 && (n = io_goodbye(p->io)) == IO_AGAIN; i++)
+		;
+	assert_int_equal(n, 0);
+	assert_int_equal(p->io->flush_wants, 0);
+	assert_int_equal(client_read(p, got, sizeof(got)), sizeof(bye) - 1);
+	assert_string_equal(got, bye);
+	assert_int_equal(client_read(p, got, sizeof(got)), -1);	/* close_notify */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_reply_takes_the_ticket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_goodbye_with_the_last_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_socket_waits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_goodbye_waits_for_a_full_socket, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
