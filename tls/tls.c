@@ -690,8 +690,9 @@ struct io *tls_io_new(struct tls *tl, int fd, const char *addr)
 	BIO_set_data(wb, t);
 	t->io.hs_wants = EPOLLIN;	/* the ClientHello */
 	if (addr) {
-		t->tkt_key = hash_fnv(HASH_FNV_INIT, addr, strlen(addr)) | 1;
-		t->tkt = &tl->tkt[t->tkt_key % TLS_TKT_SLOTS];
+		t->tkt_key = hash_fnv(HASH_FNV_INIT, addr, strlen(addr));
+		t->tkt = &tl->tkt[t->tkt_key % TLS_TKT_SLOTS];	/* every slot, odd or even */
+		t->tkt_key |= 1;	/* never 0, a free slot's key */
 	}
 	return &t->io;
 }

@@ -23,6 +23,9 @@
 
 #include "../../tls/io.h"
 #include "../../tls/tls.h"
+#include "../../util/hash.h"
+
+#define TKT_SLOTS	4096		/* tls.c's TLS_TKT_SLOTS */
 
 struct pair {
 	char    dir[64], cert[96], key[96];
@@ -249,6 +252,68 @@ static void test_goodbye_waits_for_a_full_socket(void **state)
 	assert_int_equal(client_read(p, got, sizeof(got)), -1);	/* close_notify */
 }
 
+/*
+ * full_handshake - a new client's full handshake from addr on a new
+ * connection: did it end with a session ticket (held until the flush)
+ */
+static int full_handshake(struct pair *p, const char *addr)
+{
+	SSL    *cssl;
+	struct io *io;
+	int     sv[2], done = 0, cdone = 0, i, r, ticket;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	assert_non_null(io = tls_io_new(p->tls, sv[0], addr));
+	assert_non_null(cssl = SSL_new(p->cctx));
+	assert_int_equal(SSL_set_fd(cssl, sv[1]), 1);
+	for (i = 0; i < 100 && !(done && cdone); i++) {
+		if (!cdone && (r = SSL_connect(cssl)) == 1)
+			cdone = 1;
+		else if (!cdone && SSL_get_error(cssl, r) != SSL_ERROR_WANT_READ)
+			fail_msg("SSL_connect failed");
+		if (!done && (r = io_handshake(io)) < 0)
+			fail_msg("handshake: %s", io->err);
+		done |= r == 1;
+	}
+	assert_true(done && cdone);
+	assert_false(SSL_session_reused(cssl));
+	assert_int_equal(io_flush(io), 0);	/* what is held now is a ticket */
+	p->cfd = sv[1];
+	ticket = on_wire(p) > 0;
+	io_close(io);
+	SSL_free(cssl);
+	close(sv[1]);
+	return ticket;
+}
+
+/*
+ * test_ticket_slots_all_used - an address's count of full handshakes is
+ * its own in the table's 4,096 slots: another address whose hash is the
+ * next slot does not take its place (the key was made odd before it was
+ * taken modulo the slots, and the even slots were never used)
+ */
+static void test_ticket_slots_all_used(void **state)
+{
+	struct pair *p = *state;
+	const char *a = "198.51.100.7";
+	uint64_t want = (hash_fnv(HASH_FNV_INIT, a, strlen(a)) % TKT_SLOTS) ^ 1;
+	char    b[32];
+	int     i, cfd = p->cfd;
+
+	for (i = 0; i < 1 << 20; i++) {	/* an address for the slot next to a's */
+		snprintf(b, sizeof(b), "10.%d.%d.%d", i >> 16, (i >> 8) & 255, i & 255);
+		if (hash_fnv(HASH_FNV_INIT, b, strlen(b)) % TKT_SLOTS == want)
+			break;
+	}
+	assert_true(i < 1 << 20);
+	assert_true(full_handshake(p, a));	/* tls.c: TLS_TKT_UNUSED (2) with a ticket */
+	assert_true(full_handshake(p, a));
+	assert_false(full_handshake(p, a));	/* then one in TLS_TKT_SAMPLE (32) */
+	assert_true(full_handshake(p, b));	/* its own slot: its first */
+	assert_false(full_handshake(p, a));	/* a's count is still there */
+	p->cfd = cfd;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +321,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_goodbye_with_the_last_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_socket_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_goodbye_waits_for_a_full_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ticket_slots_all_used, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
