@@ -163,6 +163,7 @@ void pace_sweep(struct server *srv)
 			pace_arm(c);	/* the daemon's time is not the client's */
 			continue;
 		}
+		io_trim(c->io);		/* idle since the last sweep: buffers go back */
 		if (pace_left(c, now, stressed) <= 0)
 			pace_timeout(c, "");
 	}

@@ -70,6 +70,12 @@ static int plain_flush(struct io *io)
 	return 0;
 }
 
+/* plain_trim - write(2) keeps no buffer */
+static void plain_trim(struct io *io)
+{
+	(void) io;
+}
+
 /* plain_pending - the kernel holds the input, and epoll says so */
 static size_t plain_pending(const struct io *io)
 {
@@ -101,6 +107,7 @@ static const struct io_ops plain_ops = {
 	.goodbye = plain_flush,		/* TCP has no goodbye before close() */
 	.pending = plain_pending,
 	.describe = plain_describe,
+	.trim = plain_trim,
 	.close = plain_close,
 };
 

@@ -29,6 +29,8 @@
  *	held with the last reply) and sends what it holds; the caller
  *	closes when it returns 0, and waits for EPOLLOUT while it says
  *	IO_AGAIN, so a last reply in front of a full socket is not lost.
+ *	trim() gives back the memory an idle session's transport keeps
+ *	for its next writes (TLS: the held records' buffer, once empty).
  *
  *	io_plain_new() wraps an accepted socket; tls_io_new() (tls.h) a TLS
  *	server session over one. io_close() says goodbye where the transport
@@ -56,6 +58,7 @@ struct io_ops {
 	int     (*goodbye) (struct io *io);	/* as flush, after saying goodbye */
 	size_t  (*pending) (const struct io *io);
 	void    (*describe) (const struct io *io, char *buf, size_t len);	/* for logs */
+	void    (*trim) (struct io *io);	/* idle: give its buffers' memory back */
 	void    (*close) (struct io *io);	/* goodbye, close(fd), free */
 };
 
@@ -101,6 +104,11 @@ static inline int io_goodbye(struct io *io)
 static inline size_t io_pending(const struct io *io)
 {
 	return io->ops->pending(io);
+}
+
+static inline void io_trim(struct io *io)
+{
+	io->ops->trim(io);
 }
 
 static inline void io_describe(const struct io *io, char *buf, size_t len)

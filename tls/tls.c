@@ -600,6 +600,21 @@ static void tls_describe(const struct io *io, char *buf, size_t len)
 }
 
 /*
+ * tls_trim - an idle session gives back the held records' buffer once it
+ * is empty: a burst past TLS_HOLD_MAX gives it back when sent, but
+ * smaller ones would keep up to 16 KB for the session's life (the write
+ * buffer that SSL_MODE_RELEASE_BUFFERS gave back). Not after each
+ * flush: that is an allocation a reply
+ */
+static void tls_trim(struct io *io)
+{
+	struct tls_io *t = (struct tls_io *) io;
+
+	if (t->held.len == 0)
+		buf_free(&t->held);
+}
+
+/*
  * tls_goodbye - the close_notify joins what is held, once (with the
  * socket full past TLS_HOLD_MAX, the next call tries again); then as
  * tls_flush
@@ -647,6 +662,7 @@ static const struct io_ops tls_ops = {
 	.goodbye = tls_goodbye,
 	.pending = tls_pending,
 	.describe = tls_describe,
+	.trim = tls_trim,
 	.close = tls_close,
 };
 

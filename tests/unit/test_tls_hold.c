@@ -21,11 +21,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include "../../tls/io.h"
-#include "../../tls/tls.h"
-#include "../../util/hash.h"
-
-#define TKT_SLOTS	4096		/* tls.c's TLS_TKT_SLOTS */
+#include "../../tls/tls.c"		/* for struct tls_io: the held records' buffer */
 
 struct pair {
 	char    dir[64], cert[96], key[96];
@@ -253,6 +249,34 @@ static void test_goodbye_waits_for_a_full_socket(void **state)
 }
 
 /*
+ * test_idle_gives_memory_back - io_trim frees the held records' buffer
+ * once it is empty, and keeps what is not sent
+ */
+static void test_idle_gives_memory_back(void **state)
+{
+	struct pair *p = *state;
+	static char reply[4096];
+	char    got[sizeof(reply) + 1];
+	struct buf *held = &((struct tls_io *) p->io)->held;
+	int     n, r;
+
+	memset(reply, 'r', sizeof(reply));
+	assert_int_equal(io_write(p->io, reply, sizeof(reply)), sizeof(reply));
+	io_trim(p->io);				/* held: kept */
+	assert_true(held->len > sizeof(reply));
+	assert_int_equal(io_flush(p->io), 0);
+	for (n = 0; n < (int) sizeof(reply); n += r)
+		assert_true((r = client_read(p, got, sizeof(got))) > 0);
+	assert_true(held->cap > sizeof(reply));	/* a flush keeps the room */
+	io_trim(p->io);
+	assert_null(held->data);
+	assert_int_equal(held->cap, 0);
+	assert_int_equal(io_write(p->io, "250 ok\r\n", 8), 8);	/* and it is made anew */
+	assert_int_equal(io_flush(p->io), 0);
+	assert_int_equal(client_read(p, got, sizeof(got)), 8);
+}
+
+/*
  * full_handshake - a new client's full handshake from addr on a new
  * connection: did it end with a session ticket (held until the flush)
  */
@@ -296,13 +320,13 @@ static void test_ticket_slots_all_used(void **state)
 {
 	struct pair *p = *state;
 	const char *a = "198.51.100.7";
-	uint64_t want = (hash_fnv(HASH_FNV_INIT, a, strlen(a)) % TKT_SLOTS) ^ 1;
+	uint64_t want = (hash_fnv(HASH_FNV_INIT, a, strlen(a)) % TLS_TKT_SLOTS) ^ 1;
 	char    b[32];
 	int     i, cfd = p->cfd;
 
 	for (i = 0; i < 1 << 20; i++) {	/* an address for the slot next to a's */
 		snprintf(b, sizeof(b), "10.%d.%d.%d", i >> 16, (i >> 8) & 255, i & 255);
-		if (hash_fnv(HASH_FNV_INIT, b, strlen(b)) % TKT_SLOTS == want)
+		if (hash_fnv(HASH_FNV_INIT, b, strlen(b)) % TLS_TKT_SLOTS == want)
 			break;
 	}
 	assert_true(i < 1 << 20);
@@ -322,6 +346,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_full_socket_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_goodbye_waits_for_a_full_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ticket_slots_all_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
