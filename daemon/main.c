@@ -261,6 +261,7 @@ int main(int argc, char **argv)
 		 store_dir(&cf) ? store_dir(&cf) : store_backend(st),
 		 cf.upstream.maildir ? cf.upstream.maildir : cf.upstream.hosts[0].host);
 	rc = server_run(srv);
+	commit_told_flush(cm);		/* delivery writes its last reap did not announce */
 	metrics_stop(mx);
 	control_stop(ctl);		/* after the last answer: it writes the last counts */
 	deliver_stop(dl);

@@ -30,7 +30,8 @@
  *	Delivery writes that ride in a commit_now() are announced to their
  *	threads by the event loop's next commit_reap(), after the reply
  *	went out (waking them first cost the reply ~10 us, measured), or
- *	by their own thread once the hold's window has passed without it.
+ *	by commit_told_flush() once the event loop has stopped; their
+ *	threads sleep until then.
  *	Those of a commit_now() that failed go back to the writer, which
  *	tries them again: the event loop never waits for them.
  *
@@ -560,7 +561,7 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);	/* hold_ops() waits on it */
 	pthread_cond_init(&cm->wake, &attr);
-	pthread_cond_init(&cm->marked, &attr);	/* commit_run() waits on it */
+	pthread_cond_init(&cm->marked, NULL);	/* commit_run() waits on it, untimed */
 	pthread_condattr_destroy(&attr);
 	cm->back = workq_start(&(struct workq_ops) { .name = "commit", .done = decided, .arg = cm },
 			       0);
@@ -634,22 +635,6 @@ int commit_now(struct commit *cm, struct commit_req *req)
 }
 
 /*
- * wait_told - a delivery thread waits for its write (lock held); one told
- * durable that the event loop has not announced within the hold's window
- * (it is stopping, or busy) is announced here
- */
-static void wait_told(struct commit *cm)
-{
-	int64_t until = clock_mono_us() + cm->hold_us;
-	struct timespec ts;
-
-	ts.tv_sec = (time_t) (until / 1000000);
-	ts.tv_nsec = (long) (until % 1000000) * 1000;
-	if (pthread_cond_timedwait(&cm->marked, &cm->lock, &ts) != 0)
-		announce(cm);
-}
-
-/*
  * commit_run - run fn(t, arg) inside the next group commit and wait until
  * it is durable; returns 0 or a STORE_E* code. For delivery threads.
  */
@@ -667,8 +652,8 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 	op.next = cm->ops;
 	cm->ops = &op;
 	pthread_cond_signal(&cm->wake);
-	while (!op.done)
-		wait_told(cm);
+	while (!op.done)		/* announced by ops_done(), or announce() */
+		pthread_cond_wait(&cm->marked, &cm->lock);
 	pthread_mutex_unlock(&cm->lock);
 	return op.err;
 }
@@ -695,6 +680,16 @@ int commit_fd(const struct commit *cm)
 void commit_reap(struct commit *cm)
 {
 	workq_reap(cm->back);
+}
+
+/* commit_told_flush - once the event loop has stopped: the writes its commit_reap() did not announce */
+void commit_told_flush(struct commit *cm)
+{
+	if (cm == NULL)
+		return;
+	pthread_mutex_lock(&cm->lock);
+	announce(cm);
+	pthread_mutex_unlock(&cm->lock);
 }
 
 /* commit_stop - drain, stop and join the writer */

@@ -76,9 +76,11 @@ void commit_submit(struct commit *cm, struct commit_req *req);
  * and nothing else is waiting; 1 if done (req decided; its done callback
  * is not called), 0 if it must go to commit_submit(). Delivery writes
  * that rode in it are announced by the caller's next commit_reap()
- * (after its reply is out), or by their threads past the hold.
+ * (after its reply is out), or by commit_told_flush().
  */
 int commit_now(struct commit *cm, struct commit_req *req);
+/* commit_told_flush - announce them once the event loop has stopped (before delivery stops) */
+void commit_told_flush(struct commit *cm);
 int commit_mark_inflight(struct commit *cm, const char *qid);	/* durable; blocks */
 int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg);
 int commit_fd(const struct commit *cm);		/* readable when requests are done */
