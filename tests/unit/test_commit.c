@@ -388,6 +388,32 @@ static void test_told_after_reply(void **state)
 	commit_reap(f->cm);
 }
 
+/*
+ * A client that pipelines submissions gets one commit_now() after the
+ * other before the event loop reaps: the writes that rode in one are
+ * announced by the next, not held for the whole read
+ */
+static void test_told_by_next_now(void **state)
+{
+	struct fx *f = *state;
+	struct mark_arg ma;
+	pthread_t th;
+	int i;
+
+	commit_set_hold(f->cm, 10 * 1000000, 60 * 1000000);
+	now_req(f, "NEXT00000000", "kn");
+	mark_held(&ma, &th, f->cm, "NEXT00000000");
+	now_only(f, "NEXT00000001", "kn1");	/* takes the mark */
+	usleep(50000);
+	assert_int_equal(mark_back(&ma), -1);	/* durable, not yet told */
+	now_only(f, "NEXT00000002", "kn2");	/* the next of the pipeline, no reap between */
+	for (i = 0; i < 2000 && mark_back(&ma) == -1; i++)
+		usleep(1000);
+	assert_int_equal(mark_back(&ma), 0);	/* told by the next commit_now() */
+	mark_join(&ma, th);
+	commit_reap(f->cm);
+}
+
 /* txns - the store's transactions so far */
 static uint64_t txns(struct fx *f)
 {
@@ -809,6 +835,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hold_from_each_write, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_through_commit_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_after_reply, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_by_next_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_now_fails_writes_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_cap, setup, teardown),
