@@ -156,6 +156,10 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 							claims + i) == 0;
 	}
 	commit_decide(req, found, claims);
+	if (req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_PARTIAL)
+		for (i = 0; i < n; i++)		/* answered with these claims' QIDs */
+			if (req->claimed[i])
+				store_txn_replay(t, req->keyhash, req->hashes[i]);
 	if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
 		goto out;
 

@@ -114,6 +114,14 @@ void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_L
 		TOPS(t)->txn_claim_put(t, keyhash, hash, c);
 }
 
+/* store_txn_replay - a found claim the batch answers with: only a shared store records it */
+void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const uint8_t hash[STORE_HASH_LEN])
+{
+	if (t->err == 0 && (TOPS(t)->caps & STORE_CAP_SHARED))
+		TOPS(t)->txn_replay(t, keyhash, hash);
+}
+
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 {
 	if (step(t, store_msg_valid(m)))

@@ -199,6 +199,16 @@ int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LE
 			struct store_claim *c);	/* 0 or STORE_ENOTFOUND */
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
+/*
+ * store_txn_replay - the batch answers with the claim under hash, which
+ * store_txn_claim_get() found (a duplicate, the replayed part of a
+ * partial; not a mismatch refused, nor a claim a new QID replaces).
+ * STORE_CAP_SHARED: another node that answered that claim's batch 451
+ * (its commit's outcome unknown) leaves its message to be delivered
+ * instead of voiding it; a store of one node has nothing to record.
+ */
+void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		      const uint8_t hash[STORE_HASH_LEN]);
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 /*
  * store_txn_room - before an acceptance's store_txn_msg_put(): STORE_ENOSPC

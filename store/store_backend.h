@@ -51,6 +51,8 @@ struct store_ops {
 			      struct store_claim *c);
 	void (*txn_claim_put) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			       const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
+	void (*txn_replay) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			    const uint8_t hash[STORE_HASH_LEN]);	/* shared */
 	void (*txn_msg_put) (struct store_txn *t, const struct store_msg *m);
 	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* own space */
 	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);

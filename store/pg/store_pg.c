@@ -862,6 +862,7 @@ const struct store_ops store_pg_ops = {
 	.txn_begin = store_pg_txn_begin,
 	.txn_claim_get = store_pg_txn_claim_get,
 	.txn_claim_put = store_pg_txn_claim_put,
+	.txn_replay = store_pg_txn_replay,
 	.txn_msg_put = store_pg_txn_msg_put,
 	.txn_msg_set_inflight = store_pg_txn_msg_set_inflight,
 	.txn_msg_update = store_pg_txn_msg_update,

@@ -24,11 +24,16 @@
  *	void QID (a batch answered 451 while its commit waited,
  *	store_pg_wait.c) is no claim: a retry of its key is a new message.
  *	A claim found live whose message is still under another node's
- *	acceptance lease (lease_since NULL: no take since) is recorded as
- *	replayed at commit (messages.replayed, store_pg_txn.c), under the
- *	key's lock, before the answer: that node may have answered the
- *	batch 451 without knowing it committed, and its settling must not
- *	void what this one answered 250 (store_pg_pend.c). The cost is a
+ *	acceptance lease (lease_since NULL: no take since) is a replay
+ *	candidate; the batch confirms it when it answers with that QID (a
+ *	duplicate, the replayed part of a partial: store_txn_replay()), and
+ *	only then is it recorded as replayed at commit (messages.replayed,
+ *	store_pg_txn.c), under the key's lock, before the answer: that node
+ *	may have answered the batch 451 without knowing it committed, and
+ *	its settling must not void what this one answered 250
+ *	(store_pg_pend.c). A claim read but refused (a content mismatch) or
+ *	replaced by a new QID is not marked: that 451 message is voided,
+ *	no submission of it having been answered 250. The cost is a
  *	write only for such a duplicate across nodes: one statement more in
  *	the commit's pipeline (no round trip more), and COMMIT (a WAL flush
  *	and the synchronous standby's wait) where an all-duplicate batch
@@ -312,12 +317,28 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
 	tc.queued = e->queued;
 	if (store_claim_live(&e->c, now, txn_queued, &tc) != 1)
 		return STORE_ENOTFOUND;
-	if (e->foreign) {		/* another node's 451 may be voided: recorded first */
-		replay_add(t, e->c.qid);
-		e->foreign = 0;
-	}
 	*c = e->c;
 	return 0;
+}
+
+/*
+ * store_pg_txn_replay - the batch answers with the claim under hash (a
+ * duplicate, the replayed part of a partial): if it is another node's
+ * acceptance not marked yet, marked replayed at commit. A claim read but
+ * not handed back (a mismatch refused, a new QID queued over it) stays
+ * unmarked: that node's settling voids its message.
+ */
+void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN])
+{
+	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_claim_ent *e;
+
+	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
+	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0 || !e->foreign)
+		return;
+	replay_add(t, e->c.qid);
+	e->foreign = 0;
 }
 
 /* store_pg_txn_claim_put - buffer a claim, replacing any under its hash */

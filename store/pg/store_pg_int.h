@@ -202,7 +202,8 @@ struct pg_claim_ent {
 	struct store_claim c;
 	int queued;			/* its message still queued, as read */
 	int foreign;			/* ... under another node's acceptance lease, its replay
-					 * not recorded yet (store_pg_claim.c) */
+					 * not recorded yet: marked if the batch answers
+					 * with it (store_pg_txn_replay) */
 	int used;			/* the slot is taken */
 };
 
@@ -382,6 +383,8 @@ int store_pg_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], 
 void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
 int store_pg_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
+void store_pg_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			 const uint8_t hash[STORE_HASH_LEN]);
 void store_pg_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 void store_pg_txn_msg_put(struct store_txn *t, const struct store_msg *m);

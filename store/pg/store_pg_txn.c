@@ -571,7 +571,7 @@ static int read_back(struct pg_txn *t)
 
 /*
  * replays_send - the messages of other nodes' acceptances whose claims t
- * replayed (answered 250 with their QIDs, or 554 naming them) marked so,
+ * replayed (answered 250 with their QIDs: store_pg_txn_replay()) marked so,
  * under the key locks t holds, before its answer: their node's settling
  * of a batch it answered 451 (store_pg_pend.c) leaves them to be
  * delivered. A write only for a duplicate across nodes of a message not

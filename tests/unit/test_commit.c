@@ -206,6 +206,95 @@ static void test_partial_and_mismatch(void **state)
 	req_free(mismatch);
 }
 
+/* a shared store that records the claims a batch answers with (store_txn_replay) */
+static struct store_ops replay_ops;
+static const struct store_ops *replay_real;
+static uint8_t replayed[4][STORE_HASH_LEN];
+static int n_replayed;			/* writer thread's; read once its request is answered */
+
+static int replay_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+			struct store_txn **out)
+{
+	int err = replay_real->txn_begin(st, keys, n, out);
+
+	if (err == 0)
+		(*out)->ops = &replay_ops;
+	return err;
+}
+
+static void replay_rec(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+		       const uint8_t hash[STORE_HASH_LEN])
+{
+	(void) t;
+	(void) keyhash;
+	if (n_replayed < 4)
+		memcpy(replayed[n_replayed], hash, STORE_HASH_LEN);
+	n_replayed++;
+}
+
+/* replays_of - submit r alone, decided as outcome; it must replay want of its claims */
+static void replays_of(struct fx *f, struct commit_req *r, int outcome, int want)
+{
+	int i, j, answered = n_done + 1;
+
+	n_replayed = 0;
+	commit_submit(f->cm, r);
+	wait_done(f, answered);
+	assert_int_equal(r->outcome, outcome);
+	for (i = 0; i < n_replayed && i < 4; i++) {	/* each a claim answered with its QID */
+		for (j = 0; j < (int) r->msg.n_rcpts; j++)
+			if (memcmp(replayed[i], r->hashes[j], STORE_HASH_LEN) == 0)
+				break;
+		if (j == (int) r->msg.n_rcpts || !r->claimed[j])
+			fail_msg("%s: replayed a claim it was not answered with", r->msg.qid);
+	}
+	if (n_replayed != want)
+		fail_msg("%s: %d claims replayed, want %d", r->msg.qid, n_replayed, want);
+}
+
+/*
+ * A shared store is told which found claims a batch answers with
+ * (review of 0099f5d, MEDIUM 2): a duplicate's and the replayed part of
+ * a partial, never a claim a mismatch refused or a new QID replaces
+ * (another node's 451 message would be delivered though no submission
+ * of it was answered 250).
+ */
+static void test_replays_told(void **state)
+{
+	static const char *const ab[] = { "a@example.com", "b@example.com" };
+	static const char *const abc[] = { "a@example.com", "b@example.com", "c@example.com" };
+	struct fx *f = *state;
+	struct commit_req *r[6];
+	int i;
+
+	replay_real = f->st->ops;
+	replay_ops = *replay_real;
+	replay_ops.caps |= STORE_CAP_SHARED;
+	replay_ops.txn_begin = replay_begin;
+	replay_ops.txn_replay = replay_rec;
+	f->st->ops = &replay_ops;
+	n_done = 0;
+	/* a new key; a duplicate; a partial (its replayed part); a mismatch refused; a new
+	 * QID in shadow mode; a new QID for a mismatch accepted */
+	r[0] = req_new("PREP00000001", "k9", "body\r\n", ab, 2);
+	r[1] = req_new("PREP00000002", "k9", "body\r\n", ab, 2);
+	r[2] = req_new("PREP00000003", "k9", "body\r\n", abc, 3);
+	r[3] = req_new("PREP00000004", "k9", "other body\r\n", ab, 2);
+	r[4] = req_new("PREP00000005", "k9", "other body\r\n", ab, 2);
+	r[4]->shadow = 1;
+	r[5] = req_new("PREP00000006", "k9", "third body\r\n", ab, 2);
+	r[5]->mismatch_accept = 1;
+	replays_of(f, r[0], COMMIT_QUEUED, 0);
+	replays_of(f, r[1], COMMIT_DUPLICATE, 2);
+	replays_of(f, r[2], COMMIT_PARTIAL, 2);
+	replays_of(f, r[3], COMMIT_MISMATCH, 0);
+	replays_of(f, r[4], COMMIT_QUEUED, 0);
+	replays_of(f, r[5], COMMIT_QUEUED, 0);
+	f->st->ops = replay_real;
+	for (i = 0; i < 6; i++)
+		req_free(r[i]);
+}
+
 /* inflight marks share the group commit; a mark on no message fails alone */
 static void test_marks(void **state)
 {
@@ -829,6 +918,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_race_in_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_and_mismatch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replays_told, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_outcomes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_for_submission, setup, teardown),

@@ -1787,6 +1787,7 @@ static void test_commit_unreachable_replayed(void **state)
 	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
 	CHECK_STR("its QID", c.qid, "AWAYREPLAY01");
+	store_txn_replay(t, KH, h);	/* a duplicate: answered with it */
 	CHECK_INT("the replay committed", store_txn_commit(t), 0);
 	store_close(other);
 
@@ -1804,6 +1805,79 @@ static void test_commit_unreachable_replayed(void **state)
 	CHECK_INT("not void", void_count(f), 0);
 	CHECK_INT("the key replays it", claim_found(f->st, 71, NOW, &c), 1);
 	CHECK_STR("under its QID", c.qid, "AWAYREPLAY01");
+}
+
+/*
+ * The same, but the other node read the claim and did not answer with
+ * its QID (review of 0099f5d, MEDIUM 2): a content mismatch refused
+ * (554), or a new QID queued over the claim (mismatch "accept", shadow
+ * mode). No submission of the 451 message was answered 250: the
+ * settling voids and drops it, and the key is new, or the new QID's.
+ */
+static void test_commit_unreachable_not_replayed(void **state)
+{
+	static const char *const qids[] = { "AWAYNOREP001", "AWAYNOREP002" };
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+	char q[256], what[96];
+	int v;
+
+	hook_fx = f;
+	for (v = 0; v < 2; v++) {
+		hook_qid = qids[v];
+		hash_of(h, 72 + v);
+		msg_new(&m, hook_qid, 1, 100);
+		m.has_key = 1;
+		memcpy(m.keyhash, KH, STORE_HASH_LEN);
+		assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1,
+						 &t), 0);
+		CHECK_INT("a new claim", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+		store_txn_msg_put(t, &m);
+		claim_of(&c, hook_qid, 1, NOW + SEC);
+		store_txn_claim_put(t, KH, h, &c);
+		commit_hook = cut_off;
+		CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
+		commit_hook = NULL;
+		store_msg_free(&m);
+		CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
+
+		/* a retry on another node reads the claim, and answers 554 or with a new QID */
+		other = node_open(f, "other");
+		assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1,
+						 &t), 0);
+		CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+		CHECK_STR("its QID", c.qid, hook_qid);
+		if (v == 1) {
+			msg_new(&m, "AWAYNEWQID01", 1, 100);
+			m.has_key = 1;
+			memcpy(m.keyhash, KH, STORE_HASH_LEN);
+			store_txn_msg_put(t, &m);
+			claim_of(&c, m.qid, 2, NOW + SEC);
+			store_txn_claim_put(t, KH, h, &c);
+			store_msg_free(&m);
+		}
+		CHECK_INT("the other node committed", store_txn_commit(t), 0);
+		store_close(other);
+
+		back((struct pg_store *) f->st);
+		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+		CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+			 "WHERE qid = '%s'", f->schema, hook_qid);
+		snprintf(what, sizeof(what), "%s: voided and dropped", hook_qid);
+		CHECK_INT(what, sql_int(f->url, q), 0);
+		CHECK_INT("settled", void_count(f), 0);
+		snprintf(what, sizeof(what), "%s: the key no longer replays it", hook_qid);
+		CHECK_INT(what, claim_found(f->st, 72 + v, NOW, &c), v);
+		if (v == 1)
+			CHECK_STR("the new QID's", c.qid, "AWAYNEWQID01");
+	}
 }
 
 /* pend_fake - a batch of qid kept as answered 451 while nothing could be read (store_pg_pend.c) */
@@ -2020,6 +2094,7 @@ static void test_settle_waits_replay(void **state)
 	hash_of(h, 81);
 	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	store_txn_replay(t, KH, h);	/* a duplicate: answered with it */
 	r = PQexec(o, "BEGIN; SELECT pg_current_xact_id()");	/* the void's, decided */
 	CHECK_INT("a transaction", PQresultStatus(r), PGRES_TUPLES_OK);
 	snprintf(q, sizeof(q), "INSERT INTO voids VALUES ('VOIDREPLAY01', '%s', 'x', 0)",
@@ -2480,6 +2555,7 @@ int main(void)
 		T(test_voids),
 		T(test_commit_unreachable),
 		T(test_commit_unreachable_replayed),
+		T(test_commit_unreachable_not_replayed),
 		T(test_settle_stalled),
 		T(test_settle_aborted_id),
 		T(test_close_settles),
