@@ -254,7 +254,12 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	 * transaction ends, and no take commits while it waits anyway.
 	 * A scalar subquery: NOT EXISTS was a hash of all voids. A skipped
 	 * route's due mail is read and passed over by the inner scan (its
-	 * rows this node leased already are so today).
+	 * rows this node leased already are so today): measured, 115 ms and
+	 * 9,845 buffer hits a take past 200,000 unleased rows of a skipped
+	 * route, against 1.1 ms without them; an index on (route,
+	 * next_attempt) read per open route would not read them, but must
+	 * still find the mail of routes this node does not know (deferred
+	 * by send_routes(), deliver.c), which no such index serves.
 	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
 		  "lease_since = " PG_DB_NOW ", lease_token = nextval('lease_seq') "
