@@ -35,9 +35,11 @@
  *	store_pg_wait.c once decided; aborted: a void of nothing,
  *	settled at once; "aborted" is not trusted to skip the void: an id
  *	read from a backend long after the fact may be another client's
- *	through PgBouncer), else (not known, too old, refused: a server
- *	another since) with the void's own id, decided once it commits,
- *	so that the settle drops whatever of the batch exists. The look
+ *	through PgBouncer), else (not known, too old, in the future: a
+ *	server another since) with the void's own id, decided once it
+ *	commits, so that the settle drops whatever of the batch exists;
+ *	a status read refused otherwise (a statement timeout, a cancel, a
+ *	recovery conflict) leaves the batch kept, as above. The look
  *	beside a settling statement that does not answer (store_pg_wait.c:
  *	does its backend wait for replication?) takes its connection
  *	without settling (store_pg_take_beside()): the settling thread
@@ -172,15 +174,17 @@ static enum pend_rc pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
 
 /*
  * pend_status - what became of b's transaction: XACT_UNKNOWN when its id
- * is not known or is refused (an id in the future: the server is another
+ * is not known or is in the future (SQLSTATE 22023: the server is another
  * since, a standby promoted; voided with the void's own id then, as one
- * over), else as read; -1 c failed
+ * over), else as read; -1 c failed or the read was refused otherwise (a
+ * statement timeout, a cancel, a recovery conflict: b stays, for a COMMIT
+ * still waiting would be voided with the void's own id, settled at once)
  */
 static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 {
 	struct pg_params p;
 	PGresult *r;
-	enum pend_rc rc;
+	char state[6];
 	int x = XACT_UNKNOWN;
 	const char *v;
 
@@ -188,14 +192,17 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 		return XACT_UNKNOWN;
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, b->xid);
-	if ((rc = pend_exec(st, c, store_pg_sql_status, &p, &r, "transaction status")) == PEND_OK) {
+	if (store_pg_exec_state(st, c, store_pg_sql_status, &p, &r, "transaction status",
+				state) == 0) {
 		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
 		x = strcmp(v, "aborted") == 0 ? XACT_ABORTED : strcmp(v, "committed") == 0
 			? XACT_COMMITTED : strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
 		PQclear(r);
+	} else if (PQstatus(c) != CONNECTION_OK || strcmp(state, "22023") != 0) {
+		x = -1;
 	}
 	store_pg_params_free(&p);
-	return rc == PEND_LOST ? -1 : x;
+	return x;
 }
 
 /* pend_kept - the QIDs the void left, replayed by another node: logged */
@@ -259,7 +266,7 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 /*
  * pend_one - settle b on c: its QIDs voided, with its id (settled as any
  * void once decided: at once if it aborted), or with the void's own when
- * the id is not known or refused and the transaction is over. Always
+ * the id is not known or in the future and the transaction is over. Always
  * voided, an abort too: an id read from a backend long after the fact
  * (through PgBouncer, another client's since) may have aborted while
  * b's committed. Under its key locks, unless it still runs (it holds
