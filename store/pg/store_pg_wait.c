@@ -545,14 +545,6 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	return STORE_EAGAIN;
 }
 
-/* i64_cmp - for qsort */
-static int i64_cmp(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * settle_locks - the key locks of the decided voids of r (SQL_DECIDED),
  * sorted and each once, as a batch takes them, as $1 of lp
@@ -568,7 +560,7 @@ static void settle_locks(const PGresult *r, struct pg_params *lp)
 	for (row = 0; row < PQntuples(r); row++)
 		if (!PQgetisnull(r, row, 1) && store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) == 0)
 			k[n++] = store_pg_key_lock(kh);
-	qsort(k, n, sizeof(*k), i64_cmp);
+	qsort(k, n, sizeof(*k), store_pg_i64_cmp);
 	store_pg_arr_init(&a, PG_OID_INT8);
 	for (i = 0; i < n; i++)
 		if (i == 0 || k[i] != k[i - 1])
