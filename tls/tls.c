@@ -70,8 +70,10 @@
  *	reply to the EHLO that came with the client's Finished; each write
  *	saved is a loopback segment sent and received and a wake-up of the
  *	client. A handshake step that waits for the client flushes its
- *	flight itself. Past TLS_HOLD_MAX held, a write first tries to send
- *	it, and waits for EPOLLOUT if the socket takes too little. A session
+ *	flight itself. A write that would take what is held past TLS_HOLD_MAX
+ *	first tries to send it, and waits for EPOLLOUT if the socket takes
+ *	too little: a session whose client stops reading holds TLS_HOLD_MAX
+ *	or one record at most, in a buffer of one record's room. A session
  *	that closes says goodbye (tls_goodbye): the close_notify joins the
  *	records held, and the loop closes once all are sent, waiting for
  *	EPOLLOUT in front of a full socket as for its unwritten replies.
@@ -122,6 +124,8 @@
 #define TLS_FP_LEN	(2 * 32 + 1)
 
 #define TLS_HOLD_MAX	16384		/* held octets past which a write sends them first */
+#define TLS_RECORD_MAX	(SSL3_RT_HEADER_LENGTH + SSL3_RT_MAX_PLAIN_LENGTH + 256)	/* RFC 8446 5.2 */
+#define TLS_HOLD_ROOM	(TLS_RECORD_MAX + 1)	/* the held buffer's most: one record, its NUL */
 
 #define TLS_TKT_SLOTS	4096		/* client addresses remembered for tickets */
 #define TLS_TKT_UNUSED	2		/* tickets an address may leave unused in a row */
@@ -182,7 +186,30 @@ static int tls_send(struct tls_io *t)
 	return 0;
 }
 
-/* hold_write - BIO write: the octets join those held; past TLS_HOLD_MAX these go first */
+/*
+ * hold_room - room for len more octets: doubling, but never past one
+ * record's room while that is enough (what is held stays under it)
+ */
+static void hold_room(struct buf *b, size_t len)
+{
+	size_t  need = b->len + len + 1, cap;	/* a struct buf keeps a NUL after */
+
+	if (need <= b->cap)
+		return;
+	cap = b->cap ? b->cap : 256;
+	while (cap < need)
+		cap *= 2;
+	if (cap > TLS_HOLD_ROOM)
+		cap = need > TLS_HOLD_ROOM ? need : TLS_HOLD_ROOM;
+	b->data = xrealloc(b->data, cap);
+	b->cap = cap;
+}
+
+/*
+ * hold_write - BIO write: the octets join those held; a write that would
+ * take them past TLS_HOLD_MAX sends them first (so at most TLS_HOLD_MAX
+ * or one record is held)
+ */
 static int hold_write(BIO *b, const char *data, int len)
 {
 	struct tls_io *t = BIO_get_data(b);
@@ -191,14 +218,16 @@ static int hold_write(BIO *b, const char *data, int len)
 	BIO_clear_retry_flags(b);
 	if (len <= 0)
 		return 0;
-	if (t->held.len >= TLS_HOLD_MAX && (r = tls_send(t)) < 0) {
-		if (r == IO_AGAIN && t->held.len >= TLS_HOLD_MAX) {
+	if (t->held.len && t->held.len + (size_t) len > TLS_HOLD_MAX
+	    && (r = tls_send(t)) < 0) {
+		if (r == IO_ERROR)
+			return -1;
+		if (t->held.len + (size_t) len > TLS_HOLD_MAX) {
 			BIO_set_retry_write(b);
 			return -1;
 		}
-		if (r == IO_ERROR)
-			return -1;
 	}
+	hold_room(&t->held, (size_t) len);
 	buf_append(&t->held, data, (size_t) len);
 	return len;
 }

@@ -277,6 +277,39 @@ static void test_idle_gives_memory_back(void **state)
 }
 
 /*
+ * test_stalled_peer_bounded - a peer that stops reading (its socket full),
+ * 64 KB written: a
+ * write that would take what is held past TLS_HOLD_MAX sends it first,
+ * and the held buffer grows to one record's room at most (it doubled to
+ * 32,768 for one 16 KB record)
+ */
+static void test_stalled_peer_bounded(void **state)
+{
+	struct pair *p = *state;
+	static char big[65536];
+	struct buf *held = &((struct tls_io *) p->io)->held;
+	size_t  sent = 0;
+	ssize_t n = 0;
+	int     i;
+
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(io_flush(p->io), 0);	/* the ticket goes */
+	while (write(p->io->fd, big, sizeof(big)) > 0)	/* the peer has stopped reading */
+		;
+	for (i = 0; i < 1024 && sent < sizeof(big); i++) {
+		if ((n = io_write(p->io, big + sent, sizeof(big) - sent)) > 0)
+			sent += (size_t) n;
+		else if (n == IO_AGAIN && io_flush(p->io) == IO_AGAIN)
+			break;			/* the socket is full: held, as a stalled peer's */
+		assert_true(held->len <= TLS_RECORD_MAX);
+		assert_true(held->cap <= TLS_HOLD_ROOM);
+	}
+	assert_true(sent > 0);
+	assert_true(held->cap <= TLS_HOLD_ROOM);
+	assert_true(TLS_HOLD_ROOM <= TLS_HOLD_MAX + TLS_RECORD_MAX);
+}
+
+/*
  * full_handshake - a new client's full handshake from addr on a new
  * connection: did it end with a session ticket (held until the flush)
  */
@@ -347,6 +380,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_goodbye_waits_for_a_full_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ticket_slots_all_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stalled_peer_bounded, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
