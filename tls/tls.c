@@ -461,6 +461,14 @@ static ssize_t tls_result(struct tls_io *t, int ret, uint32_t *wants, const char
 	}
 }
 
+/* tls_fail - a fatal error (no close_notify follows): what failed, errno's why */
+static void tls_fail(struct tls_io *t, const char *what)
+{
+	t->fatal = 1;
+	snprintf(t->io.err, sizeof(t->io.err), "%s: %s", what,
+		 errno ? strerror(errno) : "connection closed");
+}
+
 /* tls_read - decrypted octets, 0 at the end, IO_AGAIN or IO_ERROR */
 static ssize_t tls_read(struct io *io, void *buf, size_t len)
 {
@@ -568,15 +576,12 @@ static int tls_handshake(struct io *io)
 			return 0;
 		goto fail;
 	}
-	if (r == 0) {
-		t->fatal = 1;
-		snprintf(io->err, sizeof(io->err), "handshake: connection closed");
-	}
-	return -1;
+	if (r == IO_ERROR)
+		return -1;		/* tls_result has said why */
+	errno = 0;			/* the client closed */
 
 fail:
-	t->fatal = 1;
-	snprintf(io->err, sizeof(io->err), "handshake: %s", strerror(errno));
+	tls_fail(t, "handshake");
 	return -1;
 }
 
@@ -591,10 +596,8 @@ static int tls_flush(struct io *io)
 		io->flush_wants = EPOLLOUT;
 		return IO_AGAIN;
 	}
-	if (r == IO_ERROR) {
-		t->fatal = 1;
-		snprintf(io->err, sizeof(io->err), "write: %s", strerror(errno));
-	}
+	if (r == IO_ERROR)
+		tls_fail(t, "write");
 	return r;
 }
 
@@ -663,18 +666,14 @@ static int tls_goodbye(struct io *io)
 }
 
 /*
- * tls_close - close_notify if the session is sound and tls_goodbye has
- * not written it, then close and free
+ * tls_close - say goodbye (one try: the socket is non-blocking; the last
+ * reply, the close_notify or an alert), then close and free
  */
 static void tls_close(struct io *io)
 {
 	struct tls_io *t = (struct tls_io *) io;
 
-	if (io->ready && !t->fatal && !t->bye) {
-		SSL_shutdown(t->ssl);	/* one try: the socket is non-blocking */
-		ERR_clear_error();
-	}
-	(void) tls_send(t);		/* the last reply, the close_notify or an alert */
+	(void) tls_goodbye(io);
 	SSL_free(t->ssl);
 	if (io->fd >= 0)
 		close(io->fd);
