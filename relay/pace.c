@@ -147,7 +147,11 @@ void pace_refused(struct server *srv)
 	srv->limit_refused++;
 }
 
-/* pace_sweep - deadlines, and the refusals' summary */
+/*
+ * pace_sweep - deadlines, the refusals' summary, and the buffers of
+ * sessions idle for a second (c->armed moves with every record and every
+ * message octet: a busy session keeps its room)
+ */
 void pace_sweep(struct server *srv)
 {
 	struct conn *c, *next;
@@ -163,7 +167,8 @@ void pace_sweep(struct server *srv)
 			pace_arm(c);	/* the daemon's time is not the client's */
 			continue;
 		}
-		io_trim(c->io);		/* idle since the last sweep: buffers go back */
+		if (now - c->armed >= PACE_US)
+			io_trim(c->io);	/* no input for a second: its buffers go back */
 		if (pace_left(c, now, stressed) <= 0)
 			pace_timeout(c, "");
 	}

@@ -51,7 +51,10 @@ void pace_arm(struct conn *c);
 void pace_input(struct conn *c, size_t n);
 
 
-/* pace_sweep - time out clients past their deadline (once a second) */
+/*
+ * pace_sweep - time out clients past their deadline, and give back the
+ * transport buffers of sessions with no input for a second (once a second)
+ */
 void pace_sweep(struct server *srv);
 
 /* pace_refused - a connection was refused at the limit: counted, logged per episode */

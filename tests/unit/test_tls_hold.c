@@ -22,6 +22,17 @@
 #include <openssl/x509.h>
 
 #include "../../tls/tls.c"		/* for struct tls_io: the held records' buffer */
+#include "../../relay/pace.c"		/* pace_sweep, which trims idle sessions */
+
+/* a session for pace_sweep: neither waiting nor paused, nor closing */
+int smtp_session_waiting(const struct smtp_session *s) { (void) s; return 0; }
+int smtp_session_closing(const struct smtp_session *s) { (void) s; return 0; }
+int smtp_session_in_data(const struct smtp_session *s) { (void) s; return 0; }
+unsigned long smtp_session_records(const struct smtp_session *s) { (void) s; return 7; }
+const char *smtp_session_where(const struct smtp_session *s) { (void) s; return "EHLO"; }
+void smtp_session_timeout(struct smtp_session *s) { (void) s; fail_msg("timed out"); }
+void conn_close(struct conn *c) { (void) c; fail_msg("closed"); }
+int conn_flush(struct conn *c) { (void) c; return 0; }
 
 struct pair {
 	char    dir[64], cert[96], key[96];
@@ -277,6 +288,42 @@ static void test_idle_gives_memory_back(void **state)
 }
 
 /*
+ * test_sweep_trims_idle_only - pace_sweep gives the held buffer back for
+ * a session with no input for a second, not for one that sent a record
+ * just now (pace_input re-arms on every record: a busy pipelining session
+ * freed and made its buffer anew once a second)
+ */
+static void test_sweep_trims_idle_only(void **state)
+{
+	struct pair *p = *state;
+	struct buf *held = &((struct tls_io *) p->io)->held;
+	struct conf cf = { 0 };
+	struct server srv = { 0 };
+	struct conn c = { 0 };
+	char    got[64];
+
+	cf.limits.connections = 1000;
+	cf.limits.command_timeout = 300;
+	cf.limits.stress_timeout = 10;
+	srv.cf = &cf;
+	srv.conns = &c;
+	srv.n_conns = 1;
+	c.srv = &srv;
+	c.io = p->io;
+	assert_int_equal(io_write(p->io, "250 ok\r\n", 8), 8);
+	assert_int_equal(io_flush(p->io), 0);
+	while (client_read(p, got, sizeof(got)) > 0)
+		;
+	pace_arm(&c);				/* a record came just now */
+	pace_sweep(&srv);
+	assert_non_null(held->data);		/* busy: the room is kept */
+	c.armed -= 2 * PACE_US;			/* nothing for two seconds */
+	pace_sweep(&srv);
+	assert_null(held->data);		/* idle: given back */
+	assert_int_equal(held->cap, 0);
+}
+
+/*
  * test_stalled_peer_bounded - a peer that stops reading (its socket full),
  * 64 KB written: a
  * write that would take what is held past TLS_HOLD_MAX sends it first,
@@ -381,6 +428,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ticket_slots_all_used, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_idle_gives_memory_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stalled_peer_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sweep_trims_idle_only, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
