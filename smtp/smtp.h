@@ -250,8 +250,9 @@ int smtp_xtext_decode(struct buf *out, const char *in, size_t len, enum smtp_xte
 /*
  * smtp_orcpt_split - "addr-type;xtext" (RFC 3461 4.2) as its type (before
  * the first ";", not empty; STRICT: atext, and an xtext follows) and its
- * decoded address, both owned by the caller (type and addr NULL: checked
- * only, nothing allocated). 0, or -1 (nothing set).
+ * decoded address, both owned by the caller. type alone decides: NULL,
+ * checked only, nothing allocated (addr is not used). 0, or -1 (nothing
+ * set).
  */
 int smtp_orcpt_split(const char *v, size_t len, enum smtp_xtext how, char **type, char **addr);
 
