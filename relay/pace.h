@@ -50,7 +50,6 @@ void pace_arm(struct conn *c);
 /* pace_input - n octets were read and fed: credit data, re-arm after a record */
 void pace_input(struct conn *c, size_t n);
 
-
 /*
  * pace_sweep - time out clients past their deadline, and give back the
  * transport buffers of sessions with no input for a second (once a second)

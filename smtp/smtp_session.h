@@ -96,7 +96,6 @@ void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
 /* smtp_command - dispatch one command line (smtp_command.c) */
 void smtp_command(struct smtp_session *s, char *line, size_t len);
 
-
 /* AUTH (smtp_auth.c): the command, a response line, the end of an exchange */
 void smtp_cmd_auth(struct smtp_session *s, const char *args, size_t len);
 void smtp_auth_response(struct smtp_session *s, char *line, size_t len);
