@@ -169,8 +169,8 @@ static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *
 			 strerror(errno));
 		goto fail_unlink;
 	}
-	if ((err = dir_sync(newdir)) != 0)
-		msg_warn("%s: fsync %s: %s", j->m.qid, newdir, strerror(err));
+	if ((err = dir_sync(newdir)) < 0)
+		msg_warn("%s: fsync %s: %s", j->m.qid, newdir, strerror(-err));
 	snprintf(why, sizeof(why), "delivered to maildir as new/%.400s", name);
 	deliver_set_all(j, DELIVER_SENT, "2.0.0", why);
 	return;

@@ -10,15 +10,15 @@
 
 #include "dir.h"
 
-/* dir_sync - flush the directory at path: a rename in it is durable; 0 or an errno */
+/* dir_sync - flush the directory at path: a rename in it is durable; 0 or -errno */
 int dir_sync(const char *path)
 {
 	int fd, rc = 0;
 
 	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return errno;
+		return -errno;
 	if (fsync(fd) != 0)
-		rc = errno;
+		rc = -errno;
 	close(fd);
 	return rc;
 }

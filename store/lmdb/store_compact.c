@@ -163,10 +163,10 @@ static int swap(struct lmdb_store *st, const char *tmp, const char *data, const 
 		msg_warn("store %s: cannot put the compacted copy in place: %m: it serves as it is",
 			 st->path);
 		(void) unlink(tmp);
-	} else if ((rc = dir_sync(st->path)) != 0) {
+	} else if ((rc = dir_sync(st->path)) < 0) {
 		/* a power cut could bring the old file back: what it accepts now would go */
 		*step = "flushing the directory after the rename";
-		return rc;
+		return -rc;			/* this file's codes are LMDB's or an errno */
 	}
 	return lmdb_env_again(st, step);
 }
