@@ -392,11 +392,11 @@ static int stats_end(const char *unread)
 
 /*
  * print_group - an upstream group's limits (an object of the daemon's reply,
- * len octets): rate, concurrency, throttling; of a route (route 1: the
+ * len octets): rate, concurrency, throttling; of a route (is_route: the
  * route it names, passed over if none), or of the default upstream, which
  * says the nodes sharing its rate too
  */
-static void print_group(const char *o, size_t len, int route)
+static void print_group(const char *o, size_t len, int is_route)
 {
 	char j[512], shared[64] = "", name[72];
 	long long conc = 0, sessions = 0, nodes = 1, episodes = 0;
@@ -405,7 +405,7 @@ static void print_group(const char *o, size_t len, int route)
 	int throttled = 0;
 
 	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), o);
-	if (route && json_get_str(j, "route", name, sizeof(name)) != 0)
+	if (is_route && json_get_str(j, "route", name, sizeof(name)) != 0)
 		return;
 	json_get_int(j, "concurrency", &conc);
 	json_get_int(j, "sessions", &sessions);
@@ -413,14 +413,14 @@ static void print_group(const char *o, size_t len, int route)
 	json_get_bool(j, "throttled", &throttled);
 	if (json_get(j, "rate", &rate, &rlen) != 0 || (rlen == 3 && strncmp(rate, "0.0", 3) == 0))
 		rate = NULL;
-	if (!route) {
+	if (!is_route) {
 		json_get_int(j, "nodes", &nodes);
 		snprintf(shared, sizeof(shared), ", %lld node%s sharing upstream.rate", nodes,
 			 nodes == 1 ? "" : "s");
 	}
 	printf("%-13s%s%srate %s%.*s%s, concurrency %lld (%lld running)%s, %s (%lld episode%s"
-	       " since start)\n", route ? "route" : "upstream", route ? name : "",
-	       route ? ": " : "", rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "",
+	       " since start)\n", is_route ? "route" : "upstream", is_route ? name : "",
+	       is_route ? ": " : "", rate ? "" : "no limit", rate ? (int) rlen : 0, rate ? rate : "",
 	       rate ? "/s" : "", conc, sessions, shared, throttled ? "THROTTLED" : "not throttled",
 	       episodes, episodes == 1 ? "" : "s");
 }
