@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../../util/buf.h"
+#include "../../util/clock.h"
 #include "../../util/log.h"
 #include "store_int.h"
 
@@ -127,7 +128,33 @@ out:
 	return err;
 }
 
-/* msg_update_in - rewrite one message's delivery state inside t */
+/*
+ * rerouted - was key's message rerouted since it was loaded with route
+ * (its message record names another)? Then the attempt that defers it
+ * went the old way, and the retry time it earned there is not its own.
+ */
+static int rerouted(struct lmdb_store *st, struct lmdb_txn *t, MDB_val *key, const char *route)
+{
+	struct store_msg rec;
+	MDB_val val;
+	int other = 0;
+
+	memset(&rec, 0, sizeof(rec));
+	if (mdb_get(t->txn, st->msg, key, &val) == 0
+	    && lmdb_msg_rec_decode_envelope(val.mv_data, val.mv_size, &rec) == 0) {
+		other = (rec.route == NULL) != (route == NULL)
+		    || (route != NULL && strcmp(rec.route, route) != 0);
+		store_msg_free(&rec);
+	}
+	return other;
+}
+
+/*
+ * msg_update_in - rewrite one message's delivery state inside t. A
+ * deferral of a message rerouted during its attempt (the reroute made it
+ * due now) keeps it due now: a restart would wait out the old route's
+ * retry, as every node did on PostgreSQL (store_pg_txn.c).
+ */
 static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct store_msg *m,
 			 int with_hist)
 {
@@ -156,6 +183,8 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 	/* a failed put leaves LMDB's transaction unusable (MDB_BAD_TXN): stop here */
 	if (t->base.err)
 		return t->base.err;
+	if (queued && kept.next_attempt > clock_us() && rerouted(st, t, &key, m->route))
+		kept.next_attempt = clock_us();
 	if (queued) {
 		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(&kept), 0,
 				   lmdb_queue_rec_encode, &kept, "put queue");

@@ -71,8 +71,9 @@ static const struct {
 				   PG_OID_INT8, PG_OID_BOOL, PG_OID_TEXT },
 			  { PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT,
 			    PG_OID_INT4, PG_OID_TEXT } },
-	[PG_SEG_UPDATES] = { 8, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
-				     PG_OID_INT8, PG_OID_BOOL, PG_OID_BOOL, PG_OID_BOOL },
+	[PG_SEG_UPDATES] = { 9, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
+				     PG_OID_INT8, PG_OID_BOOL, PG_OID_BOOL, PG_OID_BOOL,
+				     PG_OID_TEXT },
 			     { PG_OID_TEXT, PG_OID_INT4, PG_OID_INT4, PG_OID_TEXT } },
 };
 
@@ -134,29 +135,39 @@ static const char SQL_MSGS[] =
  * columns only, and the count is not checked; so a group commit's marks
  * and the outcomes that ride with them are one statement, where they
  * were two (a fresh message: 0.5 statements fewer).
+ *
+ * An outcome names the route its attempt was loaded with (v.route): one
+ * still queued whose stored route is another was rerouted during the
+ * attempt, maybe from another node's control socket, whose reroute made
+ * it due now (queue_admin.c). Its deferral then keeps it due now
+ * (least(next, $2)), given up to any node: the retry time it earned was
+ * the old route's, and overwriting the reroute's time with it made the
+ * message wait that out.
  */
 #define UPDATES_HEAD \
 	"WITH v AS (SELECT * FROM unnest($3::text[], $4::int8[], $5::int4[], $6::int4[], " \
-	"$7::int8[], $8::bool[], $9::bool[], $10::bool[]) AS v(qid, token, n, attempts, " \
-	"next_attempt, flag, done, release)), " \
+	"$7::int8[], $8::bool[], $9::bool[], $10::bool[], $11::text[]) AS v(qid, token, n, " \
+	"attempts, next_attempt, flag, done, release, route)), " \
 	"rs AS (UPDATE rcpts r SET state = w.state, reply = w.reply FROM (SELECT * FROM " \
-	"unnest($13::text[], $14::int4[], $15::int4[], $16::text[]) LIMIT $17) AS w(qid, idx, " \
+	"unnest($14::text[], $15::int4[], $16::int4[], $17::text[]) LIMIT $18) AS w(qid, idx, " \
 	"state, reply) WHERE r.qid = w.qid AND r.idx = w.idx), " \
 	"u AS (UPDATE messages m SET "
 #define UPDATES_ATTEMPTS \
 	"attempts = coalesce(v.attempts, m.attempts) + CASE WHEN v.done THEN 1 ELSE 0 END, " \
-	"next_attempt = coalesce(v.next_attempt, m.next_attempt), "
+	"next_attempt = CASE WHEN v.n IS NOT NULL AND NOT v.done AND " \
+	"m.route IS DISTINCT FROM v.route THEN least(v.next_attempt, $2) " \
+	"ELSE coalesce(v.next_attempt, m.next_attempt) END, "
 #define UPDATES_TAIL \
 	"updated = CASE WHEN v.n IS NULL THEN m.updated ELSE $2 END, queued = NOT v.done, " \
 	PG_MARK_COLS("v.flag", "NOT v.done") ", " \
 	"data = CASE WHEN v.done THEN NULL ELSE m.data END, " \
 	"finished = CASE WHEN v.done THEN $2 ELSE m.finished END, " \
-	"expires = CASE WHEN v.done THEN " PG_STORY_EXPIRES("$2", "m.ttl", "$11") " " \
+	"expires = CASE WHEN v.done THEN " PG_STORY_EXPIRES("$2", "m.ttl", "$12") " " \
 	"ELSE m.expires END, " \
 	"lease_owner = CASE WHEN v.done OR v.release THEN NULL ELSE m.lease_owner END " \
 	"FROM v WHERE m.qid = v.qid AND " FENCE " AND " \
 	"(v.n IS NULL OR (SELECT count(*) FROM rcpts r WHERE r.qid = v.qid) = v.n) RETURNING 1) " \
-	"SELECT idemrelay_fenced(count(*), $12) FROM u"
+	"SELECT idemrelay_fenced(count(*), $13) FROM u"
 
 /* outcomes alone */
 static const char SQL_UPDATES[] = UPDATES_HEAD UPDATES_ATTEMPTS "inflight = v.flag, " UPDATES_TAIL;
@@ -386,6 +397,7 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	store_pg_a_bool(&s->a[5], m->inflight);
 	store_pg_a_bool(&s->a[6], !queued);
 	store_pg_a_bool(&s->a[7], queued && m->next_attempt > clock_us());
+	store_pg_a_text(&s->a[8], m->route);	/* the attempt's: a reroute since is seen */
 	for (i = 0; i < m->n_rcpts; i++) {
 		store_pg_a_text(&s->r[0], m->qid);
 		store_pg_a_i32(&s->r[1], (int32_t) i);
@@ -420,6 +432,7 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 	store_pg_a_bool(&s->a[5], on);
 	store_pg_a_bool(&s->a[6], 0);
 	store_pg_a_bool(&s->a[7], 0);
+	store_pg_a_text(&s->a[8], NULL);
 	s->marks = 1;
 }
 

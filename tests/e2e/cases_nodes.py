@@ -800,6 +800,38 @@ def test_nodes_flush_any_node(t):
 
 
 
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_reroute_during_attempt(t):
+    """A message rerouted through node a's control socket while node b's attempt
+    holds it at tenant-a's DATA (3 s, then the final dot refused 451): only a ran
+    the reroute, and b's deferral (retry.first 60 s) overwrote the reroute's due
+    time with the retry earned on the old route. It must reach tenant-b's sink
+    within 15 s of the deferral, once, with no second attempt at tenant-a."""
+    sink_a, sink_b, default = t.sink(), t.sink(), t.sink()
+    sink_a.control(data_delay=3, default="data-tempfail")
+
+    def up(sink):
+        return {"host": "127.0.0.1", "port": sink.port, "timeout": "10s"}
+    ra, rb = {"name": "tenant-a", "upstream": up(sink_a)}, {"name": "tenant-b", "upstream": up(sink_b)}
+    # b accepts alice's mail for tenant-a; a's routes, the reroute's, send it to tenant-b
+    routes = {"a": [dict(rb, sender="alice@example.org"), dict(ra, sender="nobody@example.org")],
+              "b": [dict(ra, sender="alice@example.org"), dict(rb, sender="nobody@example.org")]}
+    a, b = [t.daemon(default, {"retry": {"first": "60s", "max": "60s", "give_up": "5d"},
+                               "routes": routes[n], "control": os.path.join(t.tmp, "ctl-%s.sock" % n)},
+                     node=n) for n in ("a", "b")]
+    q = submit_ok(b.port, "rcpt@example.com", make_msg(key="reroute-nodes", subject="alice",
+                                                       frm="alice@example.org"),
+                  sender="alice@example.org")
+    wait_until(lambda: sink_a.events("data-delay"), 20, "tenant-a's sink holding b's DATA")
+    eq(ctl_json(a, "reroute", q)["rerouted"], [q], "reroute on a during b's attempt")
+    b.wait_log(q, "status=deferred", "data-tempfail")
+    sink_b.wait_count(1, timeout=15, what="the message at tenant-b after b's deferral")
+    time.sleep(1)
+    eq(len(sink_b.accepted()), 1, "deliveries at tenant-b")
+    eq(len(sink_a.events("data-delay")), 1, "attempts at tenant-a")
+    eq(sink_a.accepted() + default.accepted(), [], "tenant-a's sink and the default took nothing")
+
+
 # ---------------------------------------------------------------- a lease and its commit
 
 # the COMMIT of the first transaction that puts a message from slow@ waits
