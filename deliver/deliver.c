@@ -160,26 +160,14 @@ static void wake_taker(struct deliver *d)
 }
 
 /*
- * rerouted_due - a shared store: a message rerouted (deliver_reroute) is
- * due now in the shared queue, its next attempt there the old route's
- */
-static void rerouted_due(struct deliver *d, const char *qid)
-{
-	int err;
-
-	if ((err = store_queue_due(d->st, qid, clock_us())) != 0)
-		msg_warn("%s: rerouted, but not due now: %s", qid, store_strerror(err));
-	wake_taker(d);
-}
-
-/*
  * finished - a busy QID is done: reschedule at next, or forget it (next
  * < 0). On a shared store it is always forgotten and its lease let go
  * (if a write has not already; lease: the one it was loaded under, 0 if
  * unknown): the shared queue has it, unless this node leased it again
  * meanwhile (deliver_schedule), and that lease is kept. One rerouted
  * while busy (deliver_reroute) and not done with is due at once, the
- * new way: its next attempt was earned on the old route.
+ * new way: its deferral kept it due now in the store (the retry was
+ * earned on the old route; store_msg_update), and the taker is woken.
  */
 static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t next)
 {
@@ -191,7 +179,7 @@ static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t 
 		pthread_mutex_unlock(&d->lock);
 		store_lease_release(d->st, qid, lease);
 		if (again)			/* rerouted meanwhile: due now, for any node */
-			rerouted_due(d, qid);
+			wake_taker(d);
 		next = -1;
 	}
 	pthread_mutex_lock(&d->lock);
@@ -815,7 +803,8 @@ void deliver_release(struct deliver *d, const char *qid, int64_t when)
  * queue entry, of no known group until its next load, is due now (the
  * old route's pause, connections and retry time are not its own); one
  * being delivered is so once that attempt ends, unless it is done with
- * then; one waiting in the shared queue is made due there
+ * then; one waiting in the shared queue was made due there by the
+ * reroute's store write (queue_admin.c), and the taker looks at once
  */
 void deliver_reroute(struct deliver *d, const char *qid)
 {
@@ -828,7 +817,7 @@ void deliver_reroute(struct deliver *d, const char *qid)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	if (state == DQ_UNKNOWN && d->shared)
-		rerouted_due(d, qid);
+		wake_taker(d);
 }
 
 /*
