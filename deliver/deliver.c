@@ -168,25 +168,28 @@ static void wake_taker(struct deliver *d)
  * while busy (deliver_reroute) and not done with is due at once, the
  * new way: its deferral kept it due now in the store (the retry was
  * earned on the old route; store_msg_update), and the taker is woken.
+ * The flag is read where the entry is done with, under one hold of the
+ * lock: a reroute in between would mark an entry about to be forgotten,
+ * and think it announced. The lease goes first, as before: this node's
+ * taker leasing the message again meanwhile finds it busy (dq_again).
  */
 static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t next)
 {
 	int again = 0;
 
-	if (d->shared) {
-		pthread_mutex_lock(&d->lock);
-		again = next >= 0 && dq_regrouped(&d->q, qid);
-		pthread_mutex_unlock(&d->lock);
+	if (d->shared)
 		store_lease_release(d->st, qid, lease);
-		if (again)			/* rerouted meanwhile: due now, for any node */
-			wake_taker(d);
+	pthread_mutex_lock(&d->lock);
+	if (d->shared) {
+		again = next >= 0 && dq_regrouped(&d->q, qid);
 		next = -1;
 	}
-	pthread_mutex_lock(&d->lock);
 	dq_done(&d->q, qid, next);
 	if (dq_state(&d->q, qid) == DQ_WAITING)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
+	if (again)			/* rerouted meanwhile: due now, for any node */
+		wake_taker(d);
 }
 
 /* deliver_finished - the same for a QID whose load failed: whichever lease is held */
