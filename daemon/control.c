@@ -84,7 +84,7 @@ static void sched_release(void *arg, const char *qid, int64_t when)
 }
 
 /* sched_retry - queue_admin_sched: due now */
-static int sched_retry(void *arg, const char *qid, const char *route)
+static enum queue_admin_retry sched_retry(void *arg, const char *qid, const char *route)
 {
 	return deliver_retry(arg, qid, route);
 }

@@ -759,9 +759,9 @@ void deliver_flush(struct deliver *d)
 /*
  * deliver_retry - make one waiting message due now (idemrelayctl retry).
  * Due is not attempted while its upstream group may start no session
- * (the queue passes the group over): that is said (2), not "due".
+ * (the queue passes the group over): that is said (waiting), not "due".
  */
-int deliver_retry(struct deliver *d, const char *qid, const char *route)
+enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const char *route)
 {
 	const struct conf_upstream *up;
 	enum dq_state state;
@@ -769,20 +769,21 @@ int deliver_retry(struct deliver *d, const char *qid, const char *route)
 	int g;
 
 	if (d == NULL)
-		return -1;
+		return QUEUE_ADMIN_UNKNOWN;
 	pthread_mutex_lock(&d->lock);
 	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, clock_us()))
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	if (d->shared && state == DQ_UNKNOWN) {	/* waiting in the shared queue, maybe */
 		if (store_queue_due(d->st, qid, clock_us()) != 0)
-			return -1;
+			return QUEUE_ADMIN_UNKNOWN;
 		wake_taker(d);
 	} else if (state != DQ_WAITING)
-		return state == DQ_BUSY_NOW ? 1 : -1;
+		return state == DQ_BUSY_NOW ? QUEUE_ADMIN_ACTIVE : QUEUE_ADMIN_UNKNOWN;
 	if ((up = conf_route_upstream(d->c, route)) == NULL || (g = group_of(d, up)) < 0)
-		return 0;
-	return deliver_rate_check(group_rate(d, g), clock_us(), &when) == DELIVER_ADMITTED ? 0 : 2;
+		return QUEUE_ADMIN_DUE;
+	return deliver_rate_check(group_rate(d, g), clock_us(), &when) == DELIVER_ADMITTED
+	    ? QUEUE_ADMIN_DUE : QUEUE_ADMIN_WAITING;
 }
 
 /*

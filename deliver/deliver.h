@@ -32,6 +32,7 @@
 #define DELIVER_DELIVER_H
 
 #include "../conf/conf.h"
+#include "../queue/queue_admin.h"
 #include "../store/store.h"
 
 struct deliver;
@@ -58,11 +59,11 @@ void deliver_flush(struct deliver *d);
 /* deliver_reload - take new retry settings and upstream rates (SIGHUP) */
 void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
 /*
- * deliver_retry - one message (its stored route: route) due now: 0, 1 if
- * being delivered right now, 2 if its upstream may start no session now
- * (paused, or every connection in use), -1 if not queued
+ * deliver_retry - one message (its stored route: route) due now: due,
+ * active (being delivered right now), waiting (its upstream may start no
+ * session now: paused, or every connection in use), or unknown
  */
-int deliver_retry(struct deliver *d, const char *qid, const char *route);
+enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const char *route);
 /* deliver_drop - forget a message (the caller removes it from the store, or holds it):
  * 0, or 1 if it is being delivered right now and was left alone */
 int deliver_drop(struct deliver *d, const char *qid);

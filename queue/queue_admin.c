@@ -431,12 +431,16 @@ done:
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		       struct buf *out)
 {
-	static const char *const state[] = {"due", "active", "waiting"};
-	static const char *const says[] = {"", " (being delivered already)",
-		" (waits for its upstream)"};
+	static const char *const state[] = {
+		[QUEUE_ADMIN_DUE] = "due", [QUEUE_ADMIN_ACTIVE] = "active",
+		[QUEUE_ADMIN_WAITING] = "waiting"};
+	static const char *const says[] = {
+		[QUEUE_ADMIN_DUE] = "", [QUEUE_ADMIN_ACTIVE] = " (being delivered already)",
+		[QUEUE_ADMIN_WAITING] = " (waits for its upstream)"};
+	enum queue_admin_retry rc;
 	char *route = NULL;
 	int64_t next;
-	int held, rc;
+	int held;
 
 	buf_reset(out);
 	if (queued_state(st, qid, &held, &next, &route) != 0)
@@ -444,8 +448,10 @@ void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, cons
 	else if (held)
 		json_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
 			   qid);
-	else if ((rc = s->retry(s->arg, qid, route)) < 0)
+	else if ((rc = s->retry(s->arg, qid, route)) == QUEUE_ADMIN_UNKNOWN)
 		not_queued(st, out, qid);
+	else if (rc != QUEUE_ADMIN_DUE && rc != QUEUE_ADMIN_ACTIVE && rc != QUEUE_ADMIN_WAITING)
+		json_error(out, "%s: the scheduler's answer %d is not known", qid, (int) rc);
 	else {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: control: retry%s", qid, says[rc]);
 		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,

@@ -19,6 +19,15 @@
 #include "../util/buf.h"
 #include "../store/store.h"
 
+/* what the scheduler says of a message a retry made due (queue_admin_sched.retry) */
+enum queue_admin_retry {
+	QUEUE_ADMIN_UNKNOWN = -1,	/* not in the queue, as far as it knows */
+	QUEUE_ADMIN_DUE,		/* due now */
+	QUEUE_ADMIN_ACTIVE,		/* being delivered right now */
+	QUEUE_ADMIN_WAITING,		/* due, but its upstream may start no session now
+					 * (paused, or every connection in use) */
+};
+
 /* the daemon's delivery scheduler, as the actions need it; NULL when no daemon runs */
 struct queue_admin_sched {
 	void *arg;
@@ -26,12 +35,8 @@ struct queue_admin_sched {
 	int (*unschedule) (void *arg, const char *qid);
 	/* a message released from hold: schedule it at when */
 	void (*release) (void *arg, const char *qid, int64_t when);
-	/*
-	 * attempt qid (its route: route, NULL the default) now: 0, 1 if it is
-	 * being delivered right now, 2 if its upstream may start no session
-	 * now (paused, or every connection in use), -1 if unknown to it
-	 */
-	int (*retry) (void *arg, const char *qid, const char *route);
+	/* attempt qid (its route: route, NULL the default) now: what became of it */
+	enum queue_admin_retry (*retry) (void *arg, const char *qid, const char *route);
 	/*
 	 * qid's route changed: due now, its upstream group decided again when
 	 * loaded; one being delivered, once that attempt ends (not done with)

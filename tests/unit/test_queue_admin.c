@@ -1,0 +1,91 @@
+/*
+ * test_queue_admin - the operator's actions (queue/queue_admin.c) on a
+ * store (test_store_fx.h: LMDB, or PostgreSQL with IDEMRELAY_PG_URL set):
+ * what a scheduler's answer becomes.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../queue/queue_admin.h"
+#include "../../store/store.h"
+#include "../../util/buf.h"
+#include "test_store_help.h"
+
+/* a scheduler whose retry answers what the test says */
+static enum queue_admin_retry retry_answer;
+
+static int fake_unschedule(void *arg, const char *qid)
+{
+	(void) arg, (void) qid;
+	return 0;
+}
+
+static void fake_release(void *arg, const char *qid, int64_t when)
+{
+	(void) arg, (void) qid, (void) when;
+}
+
+static enum queue_admin_retry fake_retry(void *arg, const char *qid, const char *route)
+{
+	(void) arg, (void) qid, (void) route;
+	return retry_answer;
+}
+
+static void fake_reroute(void *arg, const char *qid)
+{
+	(void) arg, (void) qid;
+}
+
+static const struct queue_admin_sched fake = {
+	NULL, fake_unschedule, fake_release, fake_retry, fake_reroute
+};
+
+/*
+ * test_retry_answers - each answer of the scheduler's retry is said as
+ * it is; one it does not have is an error, not an index out of its
+ * tables
+ */
+static void test_retry_answers(void **state)
+{
+	static const struct {
+		enum queue_admin_retry rc;
+		const char *want;
+	} cases[] = {
+		{ QUEUE_ADMIN_DUE, "\"state\":\"due\"" },
+		{ QUEUE_ADMIN_ACTIVE, "\"state\":\"active\"" },
+		{ QUEUE_ADMIN_WAITING, "\"state\":\"waiting\"" },
+		{ QUEUE_ADMIN_UNKNOWN, "\"ok\":false" },
+		{ (enum queue_admin_retry) 3, "answer 3 is not known" },
+		{ (enum queue_admin_retry) 1000, "answer 1000 is not known" },
+		{ (enum queue_admin_retry) -7, "answer -7 is not known" },
+	};
+	struct fx *f = *state;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+	size_t i;
+
+	msg_new(&m, "ADMINRETRY01", 1, 50);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		retry_answer = cases[i].rc;
+		queue_admin_retry(f->st, &fake, m.qid, &out);
+		if (out.data == NULL || strstr(out.data, cases[i].want) == NULL)
+			fail_msg("retry answered %d: got %s, want %s", (int) cases[i].rc,
+				 out.data ? out.data : "nothing", cases[i].want);
+	}
+	store_msg_free(&m);
+	buf_free(&out);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_retry_answers),
+	};
+
+	return cmocka_run_group_tests_name("queue_admin", tests, NULL, NULL);
+}
