@@ -548,7 +548,11 @@ done:
 	free(qids.q);
 }
 
-/* queue_admin_act - drop, hold, release, reroute or forget (cmd) what sel names */
+/*
+ * queue_admin_act - drop, hold, release, reroute or forget (cmd) what sel
+ * names; any other cmd is refused (a JSON error), never taken for one of
+ * them
+ */
 void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const struct conf *cf,
 		     const char *cmd, const struct queue_admin_sel *sel,
 		     enum queue_admin_forget mode, int64_t now, struct buf *out)
@@ -559,6 +563,8 @@ void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const 
 		queue_admin_reroute(st, s, cf, sel, out);
 	else if (strcmp(cmd, "forget") == 0)
 		queue_admin_forget(st, s, sel, mode, now, out);
-	else
+	else if (strcmp(cmd, "hold") == 0 || strcmp(cmd, "release") == 0)
 		queue_admin_hold(st, s, sel, strcmp(cmd, "hold") == 0, out);
+	else
+		json_error(out, "unknown request %.40s", cmd);	/* as the daemon says it */
 }

@@ -1,7 +1,7 @@
 /*
  * test_queue_admin - the operator's actions (queue/queue_admin.c) on a
  * store (test_store_fx.h: LMDB, or PostgreSQL with IDEMRELAY_PG_URL set):
- * what a scheduler's answer becomes.
+ * what they refuse, and what a scheduler's answer becomes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +41,58 @@ static void fake_reroute(void *arg, const char *qid)
 static const struct queue_admin_sched fake = {
 	NULL, fake_unschedule, fake_release, fake_retry, fake_reroute
 };
+
+/* held - is qid on hold? */
+static int held(struct store *st, const char *qid)
+{
+	struct store_msg m;
+	int on;
+
+	CHECK_INT("load", store_msg_load(st, qid, &m), 0);
+	on = m.held;
+	store_msg_free(&m);
+	return on;
+}
+
+/* want_error - the reply is a JSON error holding text */
+static void want_error(const char *what, const struct buf *out, const char *text)
+{
+	if (out->data == NULL || strstr(out->data, "\"ok\":false") == NULL
+	    || strstr(out->data, text) == NULL)
+		fail_msg("%s: got %s, want an error saying \"%s\"", what,
+			 out->data ? out->data : "nothing", text);
+}
+
+/*
+ * test_act_unknown - an action queue_admin_act() does not know is
+ * refused, whatever it is: it was taken for a release, and released a
+ * held message
+ */
+static void test_act_unknown(void **state)
+{
+	static const char *const cmds[] = { "relase", "flush", "", "HOLD" };
+	struct fx *f = *state;
+	struct queue_admin_sel sel;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+	size_t i;
+
+	memset(&sel, 0, sizeof(sel));
+	sel.qid = "ADMINHELD001";
+	msg_new(&m, sel.qid, 1, 50);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	queue_admin_act(f->st, &fake, NULL, "hold", &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
+	CHECK_INT("held", held(f->st, sel.qid), 1);
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		queue_admin_act(f->st, &fake, NULL, cmds[i], &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
+		want_error(cmds[i], &out, "unknown request");
+		CHECK_INT("still held", held(f->st, sel.qid), 1);
+	}
+	queue_admin_act(f->st, &fake, NULL, "release", &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
+	CHECK_INT("released by release", held(f->st, sel.qid), 0);
+	store_msg_free(&m);
+	buf_free(&out);
+}
 
 /*
  * test_retry_answers - each answer of the scheduler's retry is said as
@@ -84,6 +136,7 @@ static void test_retry_answers(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		T(test_act_unknown),
 		T(test_retry_answers),
 	};
 
