@@ -17,10 +17,9 @@
  *	Delivery threads' writes (inflight marks, outcomes) ride in the same
  *	transactions. While submissions are coming in (the last batch's
  *	commit ended less than COMMIT_BUSY_US ago), a delivery write that
- *	finds none waiting
- *	is held for one to share its fsync: a submission that arrives while
- *	a delivery-only commit is on the disk would wait for it, then pay
- *	its own (measured in BENCHMARKS.md). The hold lasts COMMIT_HOLD_US
+ *	finds none waiting is held for one to share its fsync: a submission
+ *	that arrives while a delivery-only commit is on the disk would wait
+ *	for it, then pay its own (measured in BENCHMARKS.md). The hold lasts COMMIT_HOLD_US
  *	from the later of the oldest held write's arrival and the end of
  *	the last acceptance's commit, and never ends while a lone session's
  *	acceptance commits on the event loop (commit_now): a delivery-only
@@ -392,8 +391,8 @@ static void ops_again(struct commit *cm, struct commit_op *ops)
  * failed batch is retried one submission at a time, so that one oversized
  * message fails only itself, and each op alone (ops_done). later (a
  * commit_now()): ops that committed are announced by the next
- * commit_reap() (1 returned: poke it), not here; ops that did not go
- * back to the writer (ops_again)
+ * commit_reap() (1 returned: poke it), not here; ops that did not
+ * commit go back to the writer (ops_again)
  */
 static int commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops,
 			int later)
@@ -538,10 +537,11 @@ static void *commit_main(void *arg)
 /* decided - workq_ops: a request's done callback, or the poke, in the event loop */
 static void decided(void *arg, struct workq_item *it)
 {
-	struct commit_req *req = (struct commit_req *) ((char *) it - offsetof(struct commit_req, item));
 	struct commit *cm = arg;
+	struct commit_req *req;
 
-	if (it != &cm->poke) {
+	if (it != &cm->poke) {		/* the poke is no request's item */
+		req = (struct commit_req *) ((char *) it - offsetof(struct commit_req, item));
 		req->done(req);
 		return;
 	}
@@ -598,9 +598,10 @@ void commit_submit(struct commit *cm, struct commit_req *req)
 /*
  * commit_now - commit req on the calling thread if the writer is idle and
  * nothing else waits, and the store's commits do not wait for a standby
- * (the event loop would wait with them, store.commit_wait): 1 if done (req decided, its QID handed to delivery,
- * not put on the done list), 0 if it must go through commit_submit().
- * Delivery writes waiting for a submission ride along.
+ * (the event loop would wait with them, store.commit_wait): 1 if done
+ * (req decided, its QID handed to delivery, not put on the done list), 0
+ * if it must go through commit_submit(). Delivery writes waiting for a
+ * submission ride along.
  */
 int commit_now(struct commit *cm, struct commit_req *req)
 {
@@ -689,7 +690,7 @@ void commit_reap(struct commit *cm)
 	workq_reap(cm->back);
 }
 
-/* commit_told_flush - once the event loop has stopped: the writes its commit_reap() did not announce */
+/* commit_told_flush - once the event loop has stopped: what its commit_reap() did not announce */
 void commit_told_flush(struct commit *cm)
 {
 	if (cm == NULL)

@@ -76,7 +76,8 @@ void commit_submit(struct commit *cm, struct commit_req *req);
  * and nothing else is waiting; 1 if done (req decided; its done callback
  * is not called), 0 if it must go to commit_submit(). Delivery writes
  * that rode in it are announced by the caller's next commit_reap()
- * (after its reply is out), or by commit_told_flush().
+ * (after its reply is out), by the next commit_now(), or by
+ * commit_told_flush().
  */
 int commit_now(struct commit *cm, struct commit_req *req);
 /* commit_told_flush - announce them once the event loop has stopped (before delivery stops) */
