@@ -17,9 +17,10 @@
  *	and one outcome transaction instead of paying for one each (a TCP
  *	handshake, a bridge thread and an fsync per message, measured in
  *	BENCHMARKS.md). It takes up to d->batch due messages, which become
- *	busy so that no other thread takes them, loads them (up to DELIVER_BATCH_BYTES of message data;
- *	the rest is handed back), hands them to the transport in one go (one
- *	upstream connection for the lot), then records each result.
+ *	busy so that no other thread takes them, loads them (up to
+ *	DELIVER_BATCH_BYTES of message data; the rest is handed back), hands
+ *	them to the transport in one go (one upstream connection for the
+ *	lot), then records each result.
  *
  *	The inflight mark found on a message at load time means an attempt
  *	died after its final dot may have gone out (the mark is always
@@ -75,7 +76,8 @@
  *	(send_routes), by the route each message stored at acceptance.
  *
  *	What an attempt's results become (log lines, bounces, the store's
- *	update, the retry time) is deliver_record.c's.
+ *	update, the retry time) is deliver_record.c's; the operator's flush,
+ *	retry, release, reroute and drop are deliver_admin.c's.
  * DIAGNOSTICS
  *	QID: in the queue with no recipient left; removing
  *	QID: delivery was interrupted after the final dot may have been sent; ...
@@ -150,15 +152,6 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* wake_taker - the taker reads the shared queue at once, not at its next turn */
-static void wake_taker(struct deliver *d)
-{
-	pthread_mutex_lock(&d->lock);
-	d->take_now = 1;
-	pthread_cond_signal(&d->take_wake);
-	pthread_mutex_unlock(&d->lock);
-}
-
 /*
  * finished - a busy QID is done: reschedule at next, or forget it (next
  * < 0). On a shared store it is always forgotten and its lease let go
@@ -189,7 +182,7 @@ static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t 
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	if (again)			/* rerouted meanwhile: due now, for any node */
-		wake_taker(d);
+		deliver_wake_taker(d);
 }
 
 /* deliver_finished - the same for a QID whose load failed: whichever lease is held */
@@ -733,116 +726,6 @@ void deliver_enqueue(struct deliver *d, const char *qid)
 	if (d == NULL || qid == NULL)
 		return;
 	deliver_schedule(d, qid, clock_us(), 0);
-}
-
-/* deliver_flush - every waiting message is due now */
-void deliver_flush(struct deliver *d)
-{
-	size_t i;
-	int err;
-
-	if (d == NULL)
-		return;
-	if (d->shared && (err = store_queue_due(d->st, NULL, clock_us())) != 0)
-		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
-	if (d->rate)
-		deliver_rate_unpause(d->rate);	/* now means now, throttled or not */
-	for (i = 0; d->rate && i < d->c->n_routes; i++)
-		deliver_rate_unpause(d->route_rates[i]);
-	pthread_mutex_lock(&d->lock);
-	dq_flush(&d->q, clock_us());
-	pthread_cond_broadcast(&d->wake);
-	pthread_mutex_unlock(&d->lock);
-	wake_taker(d);
-}
-
-/*
- * deliver_retry - make one waiting message due now (idemrelayctl retry).
- * Due is not attempted while its upstream group may start no session
- * (the queue passes the group over): that is said (waiting), not "due".
- */
-enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const char *route)
-{
-	const struct conf_upstream *up;
-	enum dq_state state;
-	int64_t when;
-	int g;
-
-	if (d == NULL)
-		return QUEUE_ADMIN_UNKNOWN;
-	pthread_mutex_lock(&d->lock);
-	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, clock_us()))
-		pthread_cond_signal(&d->wake);
-	pthread_mutex_unlock(&d->lock);
-	if (d->shared && state == DQ_UNKNOWN) {	/* waiting in the shared queue, maybe */
-		if (store_queue_due(d->st, qid, clock_us()) != 0)
-			return QUEUE_ADMIN_UNKNOWN;
-		wake_taker(d);
-	} else if (state != DQ_WAITING)
-		return state == DQ_BUSY_NOW ? QUEUE_ADMIN_ACTIVE : QUEUE_ADMIN_UNKNOWN;
-	if ((up = conf_route_upstream(d->c, route)) == NULL || (g = group_of(d, up)) < 0)
-		return QUEUE_ADMIN_DUE;
-	return deliver_rate_check(group_rate(d, g), clock_us(), &when) == DELIVER_ADMITTED
-	    ? QUEUE_ADMIN_DUE : QUEUE_ADMIN_WAITING;
-}
-
-/*
- * deliver_release - a message released from hold (idemrelayctl release):
- * scheduled at when; on a shared store the shared queue has it, for
- * whichever node takes it first
- */
-void deliver_release(struct deliver *d, const char *qid, int64_t when)
-{
-	if (d == NULL)
-		return;
-	if (!d->shared) {
-		deliver_schedule(d, qid, when, 0);
-		return;
-	}
-	wake_taker(d);
-}
-
-/*
- * deliver_reroute - a message's route changed (idemrelayctl reroute): its
- * queue entry, of no known group until its next load, is due now (the
- * old route's pause, connections and retry time are not its own); one
- * being delivered is so once that attempt ends, unless it is done with
- * then; one waiting in the shared queue was made due there by the
- * reroute's store write (queue_admin.c), and the taker looks at once
- */
-void deliver_reroute(struct deliver *d, const char *qid)
-{
-	enum dq_state state;
-
-	if (d == NULL)
-		return;
-	pthread_mutex_lock(&d->lock);
-	if ((state = dq_state(&d->q, qid)) != DQ_UNKNOWN && dq_regroup(&d->q, qid, clock_us()))
-		pthread_cond_signal(&d->wake);
-	pthread_mutex_unlock(&d->lock);
-	if (state == DQ_UNKNOWN && d->shared)
-		wake_taker(d);
-}
-
-/*
- * deliver_drop - take a waiting message out of the schedule (idemrelayctl
- * drop, hold). On a shared store its lease is let go with it: kept, the
- * taker would renew it for as long as this node runs, and no node's take
- * (a release's included) would find the message again.
- */
-int deliver_drop(struct deliver *d, const char *qid)
-{
-	enum dq_state state;
-
-	if (d == NULL)
-		return 0;
-	pthread_mutex_lock(&d->lock);
-	if ((state = dq_state(&d->q, qid)) == DQ_WAITING)
-		dq_done(&d->q, qid, -1);
-	pthread_mutex_unlock(&d->lock);
-	if (state == DQ_WAITING && d->shared)
-		store_lease_release(d->st, qid, 0);
-	return state == DQ_BUSY_NOW;
 }
 
 /* deliver_stop - stop taking work, let sessions in progress end, join */

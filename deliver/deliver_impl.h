@@ -4,9 +4,10 @@
  * SUMMARY
  *	what the delivery files share: the scheduler and one message's job
  * DESCRIPTION
- *	deliver.c owns the scheduler: it loads a job and hands a batch of
- *	jobs to the transport (a struct deliver_transport, below:
- *	deliver_maildir.c's, or esmtp/deliver_smtp.c's);
+ *	deliver.c owns the scheduler (deliver_admin.c its operator's entry
+ *	points): it loads a job and hands a batch of jobs to the transport
+ *	(a struct deliver_transport, below: deliver_maildir.c's, or
+ *	esmtp/deliver_smtp.c's);
  *	deliver_record.c records each job's results: log lines, store
  *	update, retry time, bounce notifications. A transport only fills in
  *	job->res[] and job->relay; every recipient still queued at load time
@@ -137,6 +138,9 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
 
 /* deliver_job_finished - the same for a loaded job: the lease it was loaded under alone is let go */
 void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next);
+
+/* deliver_wake_taker - a shared store: the taker reads the shared queue at once */
+void deliver_wake_taker(struct deliver *d);
 
 /* deliver_record.c: what a job's results become */
 
