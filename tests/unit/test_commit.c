@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "../../queue/commit.h"
+#include "../../queue/commit.c"	/* for struct commit: is a mark queued at the writer? */
 #include "../../store/lmdb/store_lmdb.h"
 #include "../../store/store_backend.h"
 #include "../../util/buf.h"
@@ -436,14 +436,29 @@ static int mark_back(struct mark_arg *ma)
 	return __atomic_load_n(&ma->err, __ATOMIC_SEQ_CST);
 }
 
+/* mark_queued - wait until a mark is queued at the writer (cm->ops), 10 s at most */
+static void mark_queued(struct commit *cm)
+{
+	int64_t deadline = clock_mono_us() + 10 * 1000000;
+	int queued = 0;
+
+	while (!queued && clock_mono_us() < deadline) {
+		pthread_mutex_lock(&cm->lock);
+		queued = cm->ops != NULL;
+		pthread_mutex_unlock(&cm->lock);
+		if (!queued)
+			usleep(1000);
+	}
+	if (!queued)
+		fail_msg("the mark never reached the writer");
+}
+
 /* mark_held - start a mark and let it reach the writer's hold */
 static void mark_held(struct mark_arg *ma, pthread_t *th, struct commit *cm, const char *qid)
 {
 	mark_start(ma, th, cm, qid);
 	sem_post(&ma->go);
-	while (__atomic_load_n(&ma->at, __ATOMIC_SEQ_CST) == 0)
-		usleep(1000);
-	usleep(20000);
+	mark_queued(cm);
 }
 
 /*
@@ -554,9 +569,7 @@ static void test_hold_from_each_write(void **state)
 		mark_start(&m2, &t2, f->cm, "EACH00000000");
 		before = txns(f);
 		sem_post(&m2.go);
-		while (__atomic_load_n(&m2.at, __ATOMIC_SEQ_CST) == 0)
-			usleep(1000);
-		usleep(20000);		/* at the writer, held */
+		mark_queued(f->cm);	/* at the writer, held */
 		while (clock_mono_us() < m1.at + HOLD_US + 250000)
 			usleep(10000);
 		now_at = clock_mono_us();
