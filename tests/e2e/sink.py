@@ -125,6 +125,9 @@ FAULTS
     "data_delay": S waits S seconds before the 354 to DATA, an event
     "data-delay" at its start (a test can act while the client waits
     there, before its content and final dot).
+    "data_hold": S does the same, but ends early once the control file no
+    longer says "data_hold" (re-read every 0.1 s): a test can hold a
+    session long enough for a slow machine and let it go when it is done.
     "reset_after_reply": N resets a connection (SO_LINGER 0) right after
     it has written its N-th reply (1: the greeting, 2: the reply to EHLO);
     "resets": K limits that to the first K connections that reach it
@@ -701,6 +704,22 @@ class Conn:
                 return fault
         return None
 
+    async def data_hold(self):
+        """data_hold - the control's "data_hold": wait before the 354 until it
+        is taken out of the control file or its seconds have passed"""
+        hold = float(self.sink.control.get("data_hold") or 0)
+        if not hold:
+            return
+        self.sink.event(ev="data-hold", conn=self.id, seconds=hold)
+        log("c%d holding the 354 up to %g s (control)" % (self.id, hold))
+        end = time.monotonic() + hold
+        while time.monotonic() < end:
+            await asyncio.sleep(0.1)
+            self.sink.reload_control()
+            if not self.sink.control.get("data_hold"):
+                log("c%d hold let go" % self.id)
+                return
+
     async def do_DATA(self, arg):
         if self.tx is None:
             await self.reply("503 5.5.1 need MAIL first")
@@ -718,6 +737,7 @@ class Conn:
             self.sink.event(ev="data-delay", conn=self.id, seconds=wait)
             log("c%d delaying the 354 by %g s (control)" % (self.id, wait))
             await asyncio.sleep(wait)
+        await self.data_hold()
         start = self.data_fault(self.tx, ("reset", "trickle-data"))
         if start and start.kind == "trickle-data":
             self.sink.event(ev="trickle", conn=self.id, what="354")
