@@ -520,21 +520,33 @@ def test_tls_held_input_after_unread_replies(t):
         expect_reply(c.reply(), 221, what="QUIT, held in the read-ahead")
 
 
-def sent_unread(daemon_port, sock):
-    """sent_unread - octets the daemon has written to sock's connection that
-    its client has not read: the daemon's socket's send queue (/proc/net/tcp)
-    and the client's receive queue"""
+def tx_queue(daemon_port, sock):
+    """tx_queue - the send queue of the daemon's end of sock's connection
+    (/proc/net/tcp): what it has written that the client has not acknowledged"""
     port = sock.getsockname()[1]
     want = ("0100007F:%04X" % daemon_port, "0100007F:%04X" % port)
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
             if (fields[1], fields[2]) == want:
-                tx = int(fields[4].split(":")[0], 16)
-                inq = array.array("i", [0])
-                fcntl.ioctl(sock.fileno(), termios.FIONREAD, inq)
-                return tx + inq[0]
+                return int(fields[4].split(":")[0], 16)
     raise AssertionError("the daemon's end of port %d is not in /proc/net/tcp" % port)
+
+
+def sent_unread(daemon_port, sock):
+    """sent_unread - octets the daemon has written to sock's connection that
+    its client has not read: the daemon's socket's send queue and the
+    client's receive queue"""
+    inq = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.FIONREAD, inq)
+    return tx_queue(daemon_port, sock) + inq[0]
+
+
+def tx_stuck(daemon_port, sock):
+    """tx_stuck - is the daemon's send queue non-zero and unchanged over half a second?"""
+    tx = tx_queue(daemon_port, sock)
+    time.sleep(0.5)
+    return tx > 0 and tx_queue(daemon_port, sock) == tx
 
 
 @case()
@@ -546,18 +558,15 @@ def test_tls_close_waits_for_held_replies(t):
     losing the last replies, the 221 and the close_notify, silently. The
     client (a small receive buffer) reads nothing while it sends EHLOs, a
     few at a time, until the daemon's socket takes no more of their replies
-    (/proc/net/tcp: what was written stops growing), the rest held; then
-    QUIT, and it reads it all: every reply and the 221 must come."""
+    (/proc/net/tcp: what was written stops growing, and its send queue is
+    non-zero and does not move), the rest held; then QUIT, and it reads it
+    all: every reply and the 221 must come."""
     sink = t.sink()
     d = tls_daemon(t, sink, listeners=({"tls": "implicit"},))
-    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
-    raw.settimeout(10)
-    raw.connect(("127.0.0.1", d.ports[0]))
-    with client_ctx().wrap_socket(raw) as s:
-        c = Raw.__new__(Raw)                # a Raw client over this socket
-        c.sock, c.buf = s, b""
+    c = Raw(d.ports[0], greet=False, sockopts=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),
+                                               (socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)))
+    with client_ctx().wrap_socket(c.sock) as s:
+        c.sock = s
         expect_reply(c.reply(), 220, what="greeting")
         code, text = c.cmd("EHLO client.test")
         eq(code, 250, "EHLO")
@@ -571,8 +580,8 @@ def test_tls_close_waits_for_held_replies(t):
             sent += batch
             want += batch * size            # the replies' octets, TLS adds to them
             wait = time.monotonic() + 2     # the daemon answers the batch, or cannot
-            while sent_unread(d.ports[0], s) < want:
-                if time.monotonic() > wait:
+            while sent_unread(d.ports[0], s) < want and time.monotonic() < deadline:
+                if time.monotonic() > wait and tx_stuck(d.ports[0], s):
                     full = True
                     break
                 time.sleep(0.001)

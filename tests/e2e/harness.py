@@ -1056,8 +1056,21 @@ def submit_ok(port, to, msg, **kw):
 class Raw:
     """A raw socket SMTP client for protocol-level checks."""
 
-    def __init__(self, port, timeout=10, greet=True):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port, timeout=10, greet=True, sockopts=()):
+        """sockopts: (level, option, value) each set before the connect (SO_RCVBUF
+        sizes the window the SYN offers)"""
+        if sockopts:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            for level, opt, value in sockopts:
+                self.sock.setsockopt(level, opt, value)
+            self.sock.settimeout(timeout)
+            try:
+                self.sock.connect(("127.0.0.1", port))
+            except OSError:
+                self.sock.close()
+                raise
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = b""
         self.greeting = self.reply() if greet else None
 
