@@ -2121,7 +2121,7 @@ static void test_settle_waits_replay(void **state)
 	PGconn *o = PQconnectdb(f->url);
 	PGresult *r;
 	pthread_t th;
-	char q[256];
+	char q[512];
 	int64_t deadline;
 	int hash = 81, waits = 0;
 
@@ -2145,12 +2145,16 @@ static void test_settle_waits_replay(void **state)
 	PQfinish(o);
 	sql(f, "%s", q);
 
+	/* a wait for the key's lock in this database: other tests' locks do not count */
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+		 "AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = "
+		 "current_database()) AND ((classid::bigint << 32) | objid::bigint) = %lld",
+		 (long long) store_pg_key_lock(KH));
 	((struct pg_store *) f->st)->settle_at = 0;
 	pthread_create(&th, NULL, settler_run, &w);
 	deadline = clock_mono_us() + 10 * SEC;
 	while (!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST) && !waits && clock_mono_us() < deadline) {
-		waits = sql_int(f->url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-				"AND NOT granted") > 0;
+		waits = sql_int(f->url, q) > 0;
 		usleep(10000);
 	}
 	CHECK_INT("the replay committed", store_txn_commit(t), 0);
