@@ -1954,21 +1954,34 @@ static void *taker_run(void *arg)
 	return NULL;
 }
 
-/* take_within - store_pg_take's answer in another thread, failing if it does not come in 30 s */
+/*
+ * take_within - store_pg_take's answer in another thread, failing if it
+ * does not come in 30 s: the thread is then left running, detached, with
+ * its argument on the heap (never freed), not in this returned frame
+ */
 static int take_within(struct pg_store *st, const char *what)
 {
-	struct settle_taker k = { .st = st, .rc = -1 };
+	struct settle_taker *k = calloc(1, sizeof(*k));
 	struct timespec ts;
 	pthread_t th;
+	int rc;
 
-	sem_init(&k.done, 0, 0);
+	assert_non_null(k);
+	k->st = st;
+	k->rc = -1;
+	sem_init(&k->done, 0, 0);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 30;
-	pthread_create(&th, NULL, taker_run, &k);
-	if (sem_timedwait(&k.done, &ts) != 0)
+	assert_int_equal(pthread_create(&th, NULL, taker_run, k), 0);
+	if (sem_timedwait(&k->done, &ts) != 0) {
+		pthread_detach(th);
 		fail_msg("%s: store_pg_take hangs (30 s)", what);
+	}
 	pthread_join(th, NULL);
-	return k.rc;
+	rc = k->rc;
+	sem_destroy(&k->done);
+	free(k);
+	return rc;
 }
 
 /*
