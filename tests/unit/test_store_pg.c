@@ -2068,6 +2068,31 @@ static void test_settle_aborted_id(void **state)
 	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
 }
 
+/* log_capture - stderr (where the log goes here) into a temporary file; the old stderr */
+static int log_capture(FILE **tmp)
+{
+	int old = dup(2);
+
+	assert_true(old >= 0);
+	assert_non_null(*tmp = tmpfile());
+	assert_int_equal(dup2(fileno(*tmp), 2), 2);
+	return old;
+}
+
+/* log_captured - stderr back, and what was logged meanwhile (as much as fits in text) */
+static void log_captured(int old, FILE *tmp, char *text, size_t size)
+{
+	size_t n;
+
+	assert_int_equal(dup2(old, 2), 2);
+	close(old);
+	rewind(tmp);
+	n = fread(text, 1, size - 1, tmp);
+	text[n] = 0;
+	fclose(tmp);
+	fputs(text, stderr);
+}
+
 /*
  * A node that stops cleanly while it keeps a batch answered 451 settles
  * it first when PostgreSQL answers (else each QID is logged at error
@@ -2079,7 +2104,10 @@ static void test_close_settles(void **state)
 	struct store *other = node_open(f, "closer");
 
 	struct pg_store *st;
+	char text[8192];
+	FILE *tmp;
 	size_t i;
+	int old;
 
 	pend_fake((struct pg_store *) other, "CLOSEVOID001", 0);
 	store_close(other);
@@ -2096,8 +2124,13 @@ static void test_close_settles(void **state)
 	free(st->url);
 	st->url = xstrdup("postgresql://idemrelay@127.0.0.1:1/none?connect_timeout=2");
 	pthread_mutex_unlock(&st->mu);
+	old = log_capture(&tmp);
 	store_close(other);
+	log_captured(old, tmp, text, sizeof(text));
 	CHECK_INT("nothing more voided", void_count(f), 1);
+	if (strstr(text, "CLOSEKEPT001: answered 451 while PostgreSQL was unreachable") == NULL
+	    || strstr(text, "not settled at stop") == NULL)
+		fail_msg("the kept QID is not logged at the stop: %s", text);
 }
 
 struct settler {
