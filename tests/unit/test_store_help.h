@@ -32,8 +32,8 @@ static inline int stories_of(struct store *st, uint64_t *stories, uint64_t *keys
 	struct store_stats s;
 	int err = store_stats(st, &s, STORE_STATS_STORIES);
 
-	*stories = s.stories;
-	*keys = s.keys;
+	*stories = err == 0 ? s.stories : 0;	/* s is not filled in when it fails */
+	*keys = err == 0 ? s.keys : 0;
 	return err;
 }
 
@@ -43,7 +43,10 @@ static inline int last_qid_of(struct store *st, char qid[STORE_QID_SIZE])
 	struct store_stats s;
 	int err = store_stats(st, &s, 0);
 
-	strcpy(qid, s.last_qid);
+	if (err == 0)
+		strcpy(qid, s.last_qid);
+	else
+		qid[0] = '\0';	/* s is not filled in when it fails */
 	return err;
 }
 
