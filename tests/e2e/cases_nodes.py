@@ -19,8 +19,8 @@ import subprocess
 import threading
 import time
 
-from harness import (PG_ONLY, case, pgcluster, check, eq, expect_reply, make_msg, qid_of, received_qids,
-                     run, submit, submit_ok, wait_until)
+from harness import (PG_ONLY, case, pgcluster, check, eq, expect_reply, make_msg, pg_lock_key,
+                     pg_lock_row, qid_of, received_qids, run, submit, submit_ok, wait_until)
 from cases_ops import CTL, ctl_json
 from cases_postfix import Postfix
 
@@ -902,11 +902,9 @@ def test_nodes_renewal_during_commit(t):
 
 
 # store/pg/store_pg_int.h PG_SCHEMA_LOCK: the lock nodes take to make the schema current
-SCHEMA_LOCK = "hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
+SCHEMA_LOCK = pg_lock_key("schema")
 SCHEMA_LOCK_ROWS = ("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) "
-                    "FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM "
-                    "pg_database WHERE datname = current_database()) AND ((classid::bigint << 32) "
-                    "| objid::bigint) = " + SCHEMA_LOCK)
+                    "FROM pg_locks l WHERE " + pg_lock_row(SCHEMA_LOCK))
 
 
 @case(timeout=90, stores=PG_ONLY)

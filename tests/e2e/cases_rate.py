@@ -21,7 +21,8 @@ import smtplib
 import threading
 import time
 
-from harness import PG_ONLY, case, check, eq, free_port, make_msg, submit_ok, wait_until
+from harness import (PG_ONLY, case, check, eq, free_port, make_msg, pg_lock_key, pg_lock_row,
+                     submit_ok, wait_until)
 from cases_nodes import deliveries
 from cases_ops import ctl, ctl_json, samples, scrape
 from cases_reload import hup, rewrite
@@ -35,10 +36,7 @@ TAKE_S = 1              # DELIVER_TAKE_EVERY: the take thread's turn, where it c
 MARGIN_S = 3            # a loaded machine's slow turn
 # the nodes whose node lock is held (store/pg/store_pg.c SQL_NODES)
 NODE_LOCKS_HELD = ("SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l "
-                   "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND "
-                   "l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                   "AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended("
-                   "'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0))")
+                   "WHERE l.granted AND " + pg_lock_row(pg_lock_key("node", "n.slot")) + ")")
 
 
 def rate_daemon(t, sink, upstream=None, node=None, metrics=None):

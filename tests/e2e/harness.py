@@ -51,6 +51,24 @@ STORE = os.environ.get("E2E_STORE", "lmdb")     # the backend of this run's daem
 STORES = ("lmdb", "postgresql")
 LMDB_ONLY = ("lmdb",)               # map, store files, powerfs: the embedded store's own
 PG_ONLY = ("postgresql",)           # several nodes on one database
+
+
+def pg_lock_key(what, slot_sql=None):
+    """pg_lock_key - SQL of store/pg's advisory lock key for what, on the
+    schema of the session: "schema" (store_pg_int.h PG_SCHEMA_LOCK) or
+    "node" with the slot's SQL (store_pg.c NODE_LOCK)"""
+    name = "'idemrelay %s ' || coalesce(current_schema(), '')" % what
+    if slot_sql is not None:
+        name += " || ' ' || %s" % slot_sql
+    return "hashtextextended(%s, 0)" % name
+
+
+def pg_lock_row(key_sql, alias="l"):
+    """pg_lock_row - SQL: pg_locks row alias is the bigint advisory lock key_sql
+    in this database (classid the key's high 32 bits, objid its low ones)"""
+    return ("{a}.locktype = 'advisory' AND {a}.objsubid = 1 AND {a}.database = (SELECT oid "
+            "FROM pg_database WHERE datname = current_database()) AND (({a}.classid::bigint "
+            "<< 32) | {a}.objid::bigint) = {k}").format(a=alias, k=key_sql)
 PG_LEASE = "5s"                     # store.lease: short, so a dead node's mail moves soon
 
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
