@@ -54,9 +54,11 @@
  *	marked since its void (the transaction became visible in the
  *	moment before the void), deletes the void but leaves the message
  *	and its claims, to be delivered. The settle takes the key locks of
- *	the messages it settles first (waited for at most PG_VOID_LOCK):
- *	a batch that read such a claim before the void was seen holds its
- *	key's lock until its replay is committed.
+ *	the messages it settles first, each tried, never waited for (a
+ *	void whose key is held waits for the next settle): a batch that
+ *	read such a claim before the void was seen holds its key's lock
+ *	until its replay is committed, maybe as long as its commit waits
+ *	for the standby.
  *
  *	Settle. Any node, every PG_SETTLE_US from its delivery poller, looks
  *	for voids whose transaction PostgreSQL has decided (not in progress;
@@ -168,6 +170,10 @@ static const char SQL_DECIDED[] =
 
 const char store_pg_sql_key_locks[] =
 	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
+/* the keys of $1 whose lock is had: each tried, none waited for */
+static const char SQL_TRY_LOCKS[] =
+	"SELECT k FROM unnest($1::int8[]) AS k WHERE pg_try_advisory_xact_lock(k)";
 
 /*
  * Deletes see one snapshot, taken after SQL_DECIDED saw the transactions
@@ -545,55 +551,93 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	return STORE_EAGAIN;
 }
 
-/*
- * settle_locks - the key locks of the decided voids of r (SQL_DECIDED),
- * sorted and each once, as a batch takes them, as $1 of lp
- */
-static void settle_locks(const PGresult *r, struct pg_params *lp)
+/* void_key - the key lock of row's void in r (SQL_DECIDED) in *k: 1, or 0 it has no key */
+static int void_key(const PGresult *r, int row, int64_t *k)
 {
 	uint8_t kh[STORE_HASH_LEN];
-	int64_t *k = xcalloc((size_t) PQntuples(r) + 1, sizeof(*k));
-	struct pg_arr a;
-	size_t n = 0, i;
-	int row;
 
-	for (row = 0; row < PQntuples(r); row++)
-		if (!PQgetisnull(r, row, 1) && store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) == 0)
-			k[n++] = store_pg_key_lock(kh);
-	qsort(k, n, sizeof(*k), store_pg_i64_cmp);
+	if (PQgetisnull(r, row, 1) || store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) != 0)
+		return 0;
+	*k = store_pg_key_lock(kh);
+	return 1;
+}
+
+/* settle_locks - the key locks of the decided voids of r (SQL_DECIDED) as $1 of lp: how many */
+static int settle_locks(const PGresult *r, struct pg_params *lp)
+{
+	struct pg_arr a;
+	int64_t k;
+	int row, n = 0;
+
 	store_pg_arr_init(&a, PG_OID_INT8);
-	for (i = 0; i < n; i++)
-		if (i == 0 || k[i] != k[i - 1])
-			store_pg_a_i64(&a, k[i]);
+	for (row = 0; row < PQntuples(r); row++)
+		if (void_key(r, row, &k)) {
+			store_pg_a_i64(&a, k);
+			n++;
+		}
 	store_pg_params_init(lp);
 	store_pg_p_arr(lp, &a);
-	free(k);
+	return n;
+}
+
+/*
+ * settle_qids - as $1 of p, the QIDs of the voids of d (SQL_DECIDED)
+ * whose key lock is had (lr: SQL_TRY_LOCKS), or that have no key; how many
+ */
+static int settle_qids(const PGresult *d, const PGresult *lr, struct pg_params *p)
+{
+	int64_t *had = xcalloc((size_t) PQntuples(lr) + 1, sizeof(*had)), k;
+	struct pg_arr a;
+	size_t n_had = 0;
+	int row, n = 0;
+
+	for (row = 0; lr != NULL && row < PQntuples(lr); row++)
+		had[n_had++] = store_pg_int(lr, row, 0);
+	qsort(had, n_had, sizeof(*had), store_pg_i64_cmp);
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (row = 0; row < PQntuples(d); row++)
+		if (!void_key(d, row, &k)
+		    || bsearch(&k, had, n_had, sizeof(*had), store_pg_i64_cmp) != NULL) {
+			store_pg_a_text(&a, PQgetvalue(d, row, 0));
+			n++;
+		}
+	store_pg_params_init(p);
+	store_pg_p_arr(p, &a);
+	free(had);
+	return n;
 }
 
 /*
  * settle_run - SQL_SETTLE beside, in a transaction of its own that does
- * not wait for the standby, under the voided messages' key locks
- * (waited for at most PG_VOID_LOCK): a batch of another node that read
- * a claim of one before its void was seen, and replays it, has
- * committed its record first (store_pg_claim.c), and the message stays
+ * not wait for the standby, for the decided voids of d whose messages'
+ * key locks it has (tried, never waited for: the rest wait for the next
+ * settle, so a batch that holds a key for as long as its commit waits
+ * for the standby delays neither the others nor the anchor): a batch of
+ * another node that read a claim of one before its void was seen, and
+ * replays it, has committed its record first (store_pg_claim.c), and
+ * the message stays
  */
-static int settle_run(struct pg_store *st, struct pg_params *lp, struct pg_params *p,
-		      PGresult **r)
+static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 {
-	PGresult *lr;
+	struct pg_params lp, p;
+	PGresult *lr = NULL;
 	PGconn *c;
-	int err;
+	int err, keys;
 
 	*r = NULL;
 	if ((err = side_take(st, &c)) != 0)
 		return err;
-	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
-			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "voids settled");
-	if (err == 0 && (err = store_pg_exec(st, c, store_pg_sql_key_locks, lp, &lr,
-					     "voids' key locks")) == 0)
-		PQclear(lr);
-	if (err == 0)
-		err = store_pg_exec(st, c, SQL_SETTLE, p, r, "voids settled");
+	keys = settle_locks(d, &lp);
+	store_pg_params_init(&p);
+	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", "voids settled");
+	if (err == 0 && keys > 0)
+		err = store_pg_exec(st, c, SQL_TRY_LOCKS, &lp, &lr, "voids' key locks");
+	if (err == 0) {
+		store_pg_params_free(&p);
+		if (settle_qids(d, lr, &p) > 0)
+			err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
+	}
+	PQclear(lr);
 	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", "voids settled")) != 0) {
 		PQclear(*r);
 		*r = NULL;
@@ -601,6 +645,8 @@ static int settle_run(struct pg_store *st, struct pg_params *lp, struct pg_param
 	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
 		(void) store_pg_simple(st, c, "ROLLBACK", "voids settled");
 	side_give(st, c);
+	store_pg_params_free(&p);
+	store_pg_params_free(&lp);
 	return err;
 }
 
@@ -610,11 +656,9 @@ static int settle_run(struct pg_store *st, struct pg_params *lp, struct pg_param
  */
 void store_pg_voids_settle(struct pg_store *st)
 {
-	struct pg_params p, lp;
-	struct pg_arr qids;
-	PGresult *r;
+	PGresult *d, *r;
 	int64_t now = clock_mono_us();
-	int i, n;
+	int i;
 
 	pthread_mutex_lock(&st->mu);
 	if (now < st->settle_at) {
@@ -623,20 +667,9 @@ void store_pg_voids_settle(struct pg_store *st)
 	}
 	st->settle_at = now + PG_SETTLE_US;
 	pthread_mutex_unlock(&st->mu);
-	if (store_pg_run(st, SQL_DECIDED, NULL, &r, "voids") != 0)
+	if (store_pg_run(st, SQL_DECIDED, NULL, &d, "voids") != 0)
 		return;
-	if ((n = PQntuples(r)) == 0) {
-		PQclear(r);
-		return;
-	}
-	store_pg_params_init(&p);
-	store_pg_arr_init(&qids, PG_OID_TEXT);
-	for (i = 0; i < n; i++)
-		store_pg_a_text(&qids, PQgetvalue(r, i, 0));
-	settle_locks(r, &lp);
-	PQclear(r);
-	store_pg_p_arr(&p, &qids);
-	if (settle_run(st, &lp, &p, &r) == 0) {
+	if (PQntuples(d) > 0 && settle_run(st, d, &r) == 0) {
 		for (i = 0; i < PQntuples(r); i++)
 			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
 				 PQgetvalue(r, i, 0), store_pg_int(r, i, 3)
@@ -645,6 +678,5 @@ void store_pg_voids_settle(struct pg_store *st)
 				 ? "committed later: dropped, never delivered" : "never committed");
 		PQclear(r);
 	}
-	store_pg_params_free(&p);
-	store_pg_params_free(&lp);
+	PQclear(d);
 }
