@@ -423,7 +423,7 @@ extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sq
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
-void store_pg_pend_add(struct pg_txn *t);	/* its QIDs kept, logged */
+void store_pg_pend_add(struct pg_txn *t, int read);	/* kept; read: only its void failed */
 int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline);	/* on c, first */
 void store_pg_pend_close(struct pg_store *st);	/* one bounded try, else each QID logged */
 void store_pg_pend_free(struct pg_store *st);

@@ -101,11 +101,11 @@
 #include "store_pg_int.h"
 
 /*
- * store_pg_pend_add - t, answered 451, could not be read back nor
- * voided: kept, to be settled before the node's next use of the
- * database (see the header)
+ * store_pg_pend_add - t, answered 451, could not be read back (read: 0)
+ * or was read but not voided (read: 1): kept, to be settled before the
+ * node's next use of the database (see the header)
  */
-void store_pg_pend_add(struct pg_txn *t)
+void store_pg_pend_add(struct pg_txn *t, int read)
 {
 	struct pg_store *st = t->st;
 	struct pg_pend b;
@@ -128,8 +128,9 @@ void store_pg_pend_add(struct pg_txn *t)
 	}
 	st->pend[st->n_pend++] = b;
 	pthread_mutex_unlock(&st->mu);
-	msg_warn("store: a commit's outcome cannot be read (PostgreSQL unreachable): its %zu "
-		 "message%s answered 451 (%s%s), settled before the node uses the database again",
+	msg_warn("store: a commit's %s (PostgreSQL unreachable): its %zu message%s answered "
+		 "451 (%s%s), settled before the node uses the database again",
+		 read ? "outcome was read, but its void cannot be written" : "outcome cannot be read",
 		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 }
 

@@ -499,7 +499,7 @@ static int not_known(struct pg_txn *t, int rc)
 {
 	if (rc != PG_NOT_KNOWN)
 		return rc;
-	store_pg_pend_add(t);
+	store_pg_pend_add(t, 0);
 	return STORE_EAGAIN;
 }
 
@@ -538,7 +538,7 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 			 "its %zu message%s answered 451 and voided (%s%s)", t->n_put,
 			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	if (void_batch(t) != 0) {
-		store_pg_pend_add(t);	/* voided once the database answers */
+		store_pg_pend_add(t, 1);	/* voided once the database answers */
 		return STORE_EAGAIN;
 	}
 	pthread_mutex_lock(&st->mu);
