@@ -820,7 +820,6 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->reach.unavailable = 1;
 		return err;
 	}
-	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
 	if (what == STORE_STATS_NODES) {
 		err = store_pg_exec(st, c, "SELECT " SQL_NODES, NULL, &r, "nodes alive");
 		store_pg_give(st, c);
@@ -830,6 +829,7 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		PQclear(r);
 		return 0;
 	}
+	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
 	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
 			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
 			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"

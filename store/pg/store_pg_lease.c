@@ -18,8 +18,9 @@
  *	store_pg_queue_take() leases up to max due messages with FOR UPDATE
  *	SKIP LOCKED: nodes taking at once take different messages and never
  *	wait for each other. It passes over the routes the node names (those
- *	it would not send to now: deliver.c's closed_routes). A void message (store_pg_wait.c) is never
- *	taken; the take settles the voids now and then. Batches answered 451
+ *	it would not send to now: deliver.c's closed_routes). A void
+ *	message (store_pg_wait.c) is never taken; the take settles the
+ *	voids now and then. Batches answered 451
  *	while PostgreSQL could not be reached are settled (voided) before
  *	the take or a renewal runs: by the pool, whose connections they use
  *	(store_pg_pend.c); their messages were never in the lease map.

@@ -23,10 +23,10 @@
  *	wait for it, each no longer than its take's deadline
  *	(PG_WAIT_US), and a caller whose settling fails, or whose wait
  *	runs out, gets no connection (STORE_EAGAIN): so the take of due
- *	messages, the lease renewal, a claims lookup (a retry of the key: the claim of a committed
- *	451 read as live would have replayed a 250 for a message about
- *	to be voided) and the next batch all come after it. Settling a
- *	batch: the id not known is read from its backend if it still
+ *	messages, the lease renewal and the next batch (whose begin reads
+ *	a retry's claims: the claim of a committed 451 read as live
+ *	would have replayed a 250 for a message about to be voided) all
+ *	come after it. Settling a batch: the id not known is read from its backend if it still
  *	runs a transaction (a COMMIT waiting for the standby; a read
  *	refused leaves the batch kept: taken for "over", a COMMIT still
  *	waiting was voided with the void's own id, settled at once);

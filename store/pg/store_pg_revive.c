@@ -16,7 +16,8 @@
  *	first node's answer once its held write is refused: since schema
  *	version 2 a mark names the lease that made it (mark_token) and a
  *	verdict under another lease that cleared it keeps that name
- *	(verdict_on; both kept by a trigger, store_pg_schema.c).
+ *	(verdict_on; both written by every statement that marks or
+ *	finishes a message, PG_MARK_COLS: schema 8 dropped the trigger).
  *
  *	In one transaction, the message's row locked: it is revived only if
  *	the verdict was made on the mark of the caller's lease (verdict_on),

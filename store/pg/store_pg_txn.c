@@ -41,10 +41,11 @@
  *	whether its first new message exists. Nothing of the batch is
  *	answered before this is known, but when PostgreSQL cannot be asked
  *	(read_back's PG_NOT_KNOWN): then the batch gets 451 and is kept to
- *	be settled before the node's next use of the database. The pipeline does not read the id
- *	in a statement of its own before COMMIT: flushed back at once, it
- *	made every commit two replies and two wake-ups of the node (a fresh
- *	message: 0.58 statements and TCP sends).
+ *	be settled before the node's next use of the database. The
+ *	pipeline does not read the id in a statement of its own before
+ *	COMMIT: flushed back at once, it made every commit two replies
+ *	and two wake-ups of the node (a fresh message: 0.58 statements and
+ *	TCP sends).
  * DIAGNOSTICS
  *	Steps record their first failure (sticky) and become no-ops; commit
  *	reports it, or the commit's own.
@@ -86,9 +87,9 @@ static const char SQL_CLAIMS[] =
 
 /*
  * A run of messages put and their recipients: one statement, the
- * recipients' INSERT in a WITH (their foreign key is checked at the
- * statement's end, when the messages are in). Two statements before: a
- * tenth of a one-session message's.
+ * recipients' INSERT in a WITH (no foreign key since schema 9: the
+ * statements that delete messages take their recipients along). Two
+ * statements before: a tenth of a one-session message's.
  */
 static const char SQL_MSGS[] =
 	"WITH rs AS (INSERT INTO rcpts (qid, idx, addr, notify, orcpt, state, reply) "
@@ -237,8 +238,8 @@ static void seg_free(struct pg_seg *s)
  * foreign key between the tables; each fence and count reads the row's
  * own message), make one statement a kind: a batch's submissions one
  * INSERT a table, and the marks and outcomes of a group commit's
- * deliveries one UPDATE each, not one each (a fresh run: 1.7 of each a
- * commit). Else a new run at the end.
+ * deliveries one UPDATE together, not one each (a fresh run: 1.7 of each
+ * a commit). Else a new run at the end.
  */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key)
 {

@@ -101,8 +101,9 @@
  *
  *	Unreachable. When PostgreSQL cannot be reached to read the outcome
  *	or to write the void, the batch is answered 451 all the same, and
- *	its QIDs are kept in the node and settled (voided) before the node's next use of the database,
- *	before its take, its renewal, a claims lookup (store_pg_pend.c).
+ *	its QIDs are kept in the node and settled (voided) before the
+ *	node's next use of the database: its take, its renewal, its next
+ *	batch, whose begin reads a retry's claims (store_pg_pend.c).
  *
  *	Not covered (store_pg_pend.c says more): a node cut off from
  *	PostgreSQL for longer than store.lease, while the others reach it
