@@ -421,6 +421,7 @@ void store_pg_voids_settle(struct pg_store *st);
 extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[],
 	store_pg_sql_key_locks[];
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
+enum pg_xact store_pg_xact_of(const PGresult *r);	/* store_pg_sql_status's answer */
 
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
 void store_pg_pend_add(struct pg_txn *t, int read);	/* kept; read: only its void failed */

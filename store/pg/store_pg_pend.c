@@ -187,7 +187,6 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 	PGresult *r;
 	char state[6];
 	int x = XACT_UNKNOWN;
-	const char *v;
 
 	if (b->xid == 0)
 		return XACT_UNKNOWN;
@@ -195,9 +194,7 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 	store_pg_p_i64(&p, b->xid);
 	if (store_pg_exec_state(st, c, store_pg_sql_status, &p, &r, "transaction status",
 				state) == 0) {
-		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
-		x = strcmp(v, "aborted") == 0 ? XACT_ABORTED : strcmp(v, "committed") == 0
-			? XACT_COMMITTED : strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
+		x = store_pg_xact_of(r);
 		PQclear(r);
 	} else if (PQstatus(c) != CONNECTION_OK || strcmp(state, "22023") != 0) {
 		x = -1;

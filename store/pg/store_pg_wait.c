@@ -421,24 +421,29 @@ static void qids_param(struct pg_params *p, const struct pg_txn *t)
 	store_pg_p_arr(p, &a);
 }
 
+/* store_pg_xact_of - the answer of store_pg_sql_status (NULL: an id too old to be known) */
+enum pg_xact store_pg_xact_of(const PGresult *r)
+{
+	const char *v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
+
+	if (strcmp(v, "committed") == 0)
+		return XACT_COMMITTED;
+	if (strcmp(v, "aborted") == 0)
+		return XACT_ABORTED;
+	return strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
+}
+
 /* xact_status - pg_xact_status() of xid */
 static enum pg_xact xact_status(struct pg_store *st, int64_t xid)
 {
 	struct pg_params p;
 	enum pg_xact x = XACT_UNKNOWN;
 	PGresult *r;
-	const char *v;
 
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, xid);
 	if (side_run(st, 0, store_pg_sql_status, &p, &r, "transaction status") == 0) {
-		v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
-		if (strcmp(v, "committed") == 0)
-			x = XACT_COMMITTED;
-		else if (strcmp(v, "aborted") == 0)
-			x = XACT_ABORTED;
-		else if (strcmp(v, "in progress") == 0)
-			x = XACT_RUNNING;
+		x = store_pg_xact_of(r);
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
