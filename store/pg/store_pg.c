@@ -851,7 +851,7 @@ static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->keys = s->claims;
 	}
 	PQclear(r);
-	return err;
+	return 0;
 }
 
 const struct store_ops store_pg_ops = {

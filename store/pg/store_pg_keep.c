@@ -210,8 +210,8 @@ int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m
 		return STORE_ENOTFOUND;
 	pthread_mutex_lock(&st->lmu);
 	expire(st, clock_mono_us(), 0);
-	if ((e = store_pg_lease_entry(st, qid)) != NULL && e->copy != NULL
-	    && e->copy->lease == e->token) {
+	/* hung only under its own token, and unhung when the token changes */
+	if ((e = store_pg_lease_entry(st, qid)) != NULL && e->copy != NULL) {
 		k = e->copy;
 		st->keep_bytes -= e->copy_bytes;
 		e->copy = NULL;
