@@ -347,12 +347,34 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline)
 	return c ? 0 : STORE_EAGAIN;
 }
 
+/* pend_busy - batches are kept: 1, once no other caller settles them (pmu free); -1 at deadline */
+static int pend_busy(struct pg_store *st, int64_t deadline)
+{
+	struct timespec ts;
+	int pend;
+
+	pthread_mutex_lock(&st->mu);
+	pend = st->n_pend > 0;
+	pthread_mutex_unlock(&st->mu);
+	if (!pend || pthread_mutex_trylock(&st->pmu) == 0)
+		goto out;
+	ts.tv_sec = (time_t) (deadline / 1000000);
+	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
+	if (pthread_mutex_timedlock(&st->pmu, &ts) != 0)
+		return -1;
+out:
+	if (pend)
+		pthread_mutex_unlock(&st->pmu);
+	return pend;
+}
+
 /*
  * store_pg_take - a connection of the pool within PG_WAIT_US (pool_take).
  * Batches answered 451 whose outcome could not be read are settled on
  * the connection before the caller has it (store_pg_pend.c); until they
  * are, or while another caller settles them past the same deadline,
- * STORE_EAGAIN.
+ * STORE_EAGAIN. A caller waits for another's settling before it takes
+ * a connection: holding one idle meanwhile would starve the pool.
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
@@ -360,6 +382,8 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	PGconn *c;
 	int pend, err;
 
+	if (pend_busy(st, deadline) < 0)
+		return STORE_EAGAIN;
 	if ((err = pool_take(st, &c, deadline)) != 0)
 		return err;
 	pthread_mutex_lock(&st->mu);

@@ -2028,6 +2028,56 @@ static void test_settle_stalled(void **state)
 	CHECK_INT("voided", void_count(f), 1);
 }
 
+/* taken_now - connections of the pool taken (open, neither idle nor kept) */
+static size_t taken_now(struct pg_store *st)
+{
+	size_t n;
+
+	pthread_mutex_lock(&st->mu);
+	n = st->n_open - st->n_idle - st->n_kept;
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}
+
+/*
+ * A take while another caller settles the kept batches waits for it
+ * holding no connection of the pool (it held one idle for up to its
+ * deadline, and every other caller with it, the pool starved)
+ */
+static void test_take_waits_settle_unheld(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	struct settle_taker *k = calloc(1, sizeof(*k));
+	struct timespec ts;
+	pthread_t th;
+	size_t before, during;
+	int i;
+
+	pend_fake(st, "UNHELDVOID01", 0);
+	before = taken_now(st);
+	pthread_mutex_lock(&st->pmu);	/* as another caller settling */
+	k->st = st;
+	k->rc = -1;
+	sem_init(&k->done, 0, 0);
+	assert_int_equal(pthread_create(&th, NULL, taker_run, k), 0);
+	for (i = 0; i < 100 && (during = taken_now(st)) == before; i++)
+		usleep(10000);		/* a connection would be out within a second */
+	pthread_mutex_unlock(&st->pmu);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	if (sem_timedwait(&k->done, &ts) != 0) {
+		pthread_detach(th);
+		fail_msg("store_pg_take hangs (30 s)");
+	}
+	pthread_join(th, NULL);
+	CHECK_INT("no connection held while another settles", (int) (during - before), 0);
+	CHECK_INT("then settled, a connection", k->rc, 0);
+	CHECK_INT("nothing kept", (int) st->n_pend, 0);
+	sem_destroy(&k->done);
+	free(k);
+}
+
 /*
  * A batch kept as answered 451 is voided even when its id reads as
  * aborted: an id read from its backend long after the fact (through
@@ -2647,6 +2697,7 @@ int main(void)
 		T(test_commit_unreachable_replayed),
 		T(test_commit_unreachable_not_replayed),
 		T(test_settle_stalled),
+		T(test_take_waits_settle_unheld),
 		T(test_settle_aborted_id),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
