@@ -805,79 +805,6 @@ static unsigned pg_health(struct store *base)
 	return stalled ? STORE_HSTALLED : 0;
 }
 
-/*
- * The nodes alive: those whose node lock (NODE_LOCK, held by a running
- * node's session from its open to its close) is held now. A bigint
- * advisory lock shows in pg_locks as classid (high 32 bits) and objid
- * (low 32 bits).
- */
-#define SQL_NODES	"(SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l" \
-	" WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1" \
-	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
-	" AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(" \
-	"'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0)))"
-#define SQL_LAST	"(SELECT max(qid) FROM messages)"
-
-/*
- * pg_stats - claims, queued and the oldest, the greatest QID in byte
- * order (the qid columns are COLLATE "C"; a story keeps its row for its
- * ttl, so a QID that left the spool counts until then), the nodes alive,
- * stories if asked, commits, the database reachable
- */
-static int pg_stats(struct store *base, struct store_stats *s, unsigned what)
-{
-	struct pg_store *st = (struct pg_store *) base;
-	PGconn *c;
-	PGresult *r;
-	int err;
-
-	memset(s, 0, sizeof(*s));
-	pthread_mutex_lock(&st->mu);
-	s->reach.unavailable = st->down;
-	s->reach.outages = st->outages;
-	s->txns = st->txns;
-	s->reach.repl_waiting = st->repl_waiting;
-	s->reach.repl_waits = st->repl_waits;
-	s->reach.voided = st->voided;
-	pthread_mutex_unlock(&st->mu);
-	if ((err = store_pg_take(st, &c)) != 0) {
-		s->reach.unavailable = 1;
-		return err;
-	}
-	if (what == STORE_STATS_NODES) {
-		err = store_pg_exec(st, c, "SELECT " SQL_NODES, NULL, &r, "nodes alive");
-		store_pg_give(st, c);
-		if (err != 0)
-			return err;
-		s->nodes = (int) store_pg_int(r, 0, 0);
-		PQclear(r);
-		return 0;
-	}
-	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
-	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
-			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
-			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"
-			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
-			    SQL_NODES " FROM messages WHERE queued", NULL, &r, "stats");
-	store_pg_give(st, c);
-	if (err != 0)
-		return err;
-	s->claims = (uint64_t) store_pg_int(r, 0, 0);
-	s->queued = (uint64_t) store_pg_int(r, 0, 1);
-	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
-	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0) {
-		msg_warn("store: the greatest QID is not one, ignored");	/* the rest stand */
-		s->last_qid[0] = 0;
-	}
-	s->nodes = (int) store_pg_int(r, 0, 4);
-	if (what & STORE_STATS_STORIES) {
-		s->stories = (uint64_t) store_pg_int(r, 0, 5);
-		s->keys = s->claims;
-	}
-	PQclear(r);
-	return 0;
-}
-
 const struct store_ops store_pg_ops = {
 	.name = "postgresql",
 	.caps = STORE_CAP_SHARED,
@@ -899,7 +826,7 @@ const struct store_ops store_pg_ops = {
 	.msg_drop = store_pg_msg_drop,
 	.msg_change = store_pg_msg_change,
 	.msg_revive = store_pg_msg_revive,
-	.stats = pg_stats,
+	.stats = store_pg_stats,
 	.queue_walk = store_pg_queue_walk,
 	.story_get = store_pg_story_get,
 	.key_qids = store_pg_key_qids,

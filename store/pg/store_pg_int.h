@@ -417,6 +417,9 @@ int store_pg_commit_hold(struct pg_txn *t);
 #define PG_NOT_KNOWN	1	/* read_back: the database could not be asked */
 int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *));
 void store_pg_voids_settle(struct pg_store *st);
+
+/* store_pg_stats.c: the figures */
+int store_pg_stats(struct store *base, struct store_stats *s, unsigned what);
 /* statements shared with store_pg_pend.c */
 extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[],
 	store_pg_sql_key_locks[];
