@@ -119,7 +119,7 @@ static const char SQL_MSGS[] =
  *
  * The recipients' states go in the same statement (rs), as a WITH that
  * runs whatever the rest finds: a fence that fails raises, and the whole
- * transaction goes. Their rows come through "LIMIT $17" (the recipients
+ * transaction goes. Their rows come through "LIMIT $18" (the recipients
  * given): a generic plan takes an array parameter for 10 rows, and a
  * table never analyzed yet for what it holds when the plan is made; on a
  * new database's empty tables, hashing a scan of the whole table costs
