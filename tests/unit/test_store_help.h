@@ -3,7 +3,7 @@
  * (test_store, test_store_lmdb, test_store_pg): a distinct hash per
  * number, a claim, a message with every field owned, spooling one in a
  * transaction, looking a claim up, comparing two messages field by field,
- * the stories' figures and the last QID.
+ * the stories' figures and the last QID, the log captured.
  */
 #ifndef TESTS_UNIT_TEST_STORE_HELP_H
 #define TESTS_UNIT_TEST_STORE_HELP_H
@@ -214,6 +214,31 @@ static inline int list_cb(void *arg, const struct store_msg *m)
 	strcpy(a->seen[a->n], m->qid);
 	a->next[a->n++] = m->next_attempt;
 	return 0;
+}
+
+/* log_capture - stderr (where the log goes here) into a temporary file; the old stderr */
+static inline int log_capture(FILE **tmp)
+{
+	int old = dup(2);
+
+	assert_true(old >= 0);
+	assert_non_null(*tmp = tmpfile());
+	assert_int_equal(dup2(fileno(*tmp), 2), 2);
+	return old;
+}
+
+/* log_captured - stderr back, and what was logged meanwhile (as much as fits in text) */
+static inline void log_captured(int old, FILE *tmp, char *text, size_t size)
+{
+	size_t n;
+
+	assert_int_equal(dup2(old, 2), 2);
+	close(old);
+	rewind(tmp);
+	n = fread(text, 1, size - 1, tmp);
+	text[n] = 0;
+	fclose(tmp);
+	fputs(text, stderr);
 }
 
 #endif

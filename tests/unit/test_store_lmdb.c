@@ -970,31 +970,6 @@ static int raw_has(const char *path, const char *db, const void *k, size_t klen)
 	return rc == 0;
 }
 
-/* log_capture - stderr (where the log goes here) into a temporary file; the old stderr */
-static int log_capture(FILE **tmp)
-{
-	int old = dup(2);
-
-	assert_true(old >= 0);
-	assert_non_null(*tmp = tmpfile());
-	assert_int_equal(dup2(fileno(*tmp), 2), 2);
-	return old;
-}
-
-/* log_captured - stderr back, and what was logged meanwhile (as much as fits in text) */
-static void log_captured(int old, FILE *tmp, char *text, size_t size)
-{
-	size_t n;
-
-	assert_int_equal(dup2(old, 2), 2);
-	close(old);
-	rewind(tmp);
-	n = fread(text, 1, size - 1, tmp);
-	text[n] = 0;
-	fclose(tmp);
-	fputs(text, stderr);
-}
-
 /*
  * test_staged_corrupt - records in cnew and hnew that do not decode, or
  * whose key cannot be a claim's or a QID, are deleted by the move that

@@ -1709,6 +1709,38 @@ static void back(struct pg_store *st)
 }
 
 /*
+ * kept_batch - a batch of one message under KH committed while its answer
+ * is cut and PostgreSQL cannot be reached to read it: answered 451
+ * (STORE_EAGAIN) and kept in the node; keyed: begun with the key, as an
+ * acceptance (its locks give the transaction's id). h: the claim's hash.
+ */
+static void kept_batch(struct fx *f, const char *qid, int hash, int keyed,
+		       uint8_t h[STORE_HASH_LEN])
+{
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+
+	hook_fx = f;
+	hook_qid = qid;
+	hash_of(h, hash);
+	msg_new(&m, qid, 1, 100);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH,
+					 keyed ? 1 : 0, &t), 0);
+	if (keyed)
+		CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	store_txn_msg_put(t, &m);
+	claim_of(&c, qid, 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h, &c);
+	commit_hook = cut_off;
+	CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
+	commit_hook = NULL;
+	store_msg_free(&m);
+}
+
+/*
  * A commit that committed while its answer was lost and PostgreSQL could
  * not be reached to read its outcome: answered 451, then settled by the
  * node's first use of the database, before anything else: its key is new
@@ -1730,25 +1762,8 @@ static void test_commit_unreachable(void **state)
 	int keyed, hash;
 
 	for (keyed = 1; keyed >= 0; keyed--) {
-		hook_fx = f;
-		hook_qid = qids[keyed ? 0 : 1];
 		hash = keyed ? 51 : 52;
-		hash_of(h, hash);
-		msg_new(&m, hook_qid, 1, 100);
-		m.has_key = 1;
-		memcpy(m.keyhash, KH, STORE_HASH_LEN);
-		/* keyed, as an acceptance: the keys' locks give the id */
-		assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH,
-						 keyed ? 1 : 0, &t), 0);
-		if (keyed)
-			CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
-		store_txn_msg_put(t, &m);
-		claim_of(&c, hook_qid, 1, NOW + SEC);
-		store_txn_claim_put(t, KH, h, &c);
-		commit_hook = cut_off;
-		CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
-		commit_hook = NULL;
-		store_msg_free(&m);
+		kept_batch(f, qids[keyed ? 0 : 1], hash, keyed, h);
 		snprintf(what, sizeof(what), "%s: no copy kept for delivery", hook_qid);
 		CHECK_INT(what, store_pg_keep_take((struct pg_store *) f->st, hook_qid, &m),
 			  STORE_ENOTFOUND);
@@ -1800,26 +1815,11 @@ static void test_commit_unreachable_replayed(void **state)
 	struct fx *f = *state;
 	struct store_txn *t;
 	struct store_claim c;
-	struct store_msg m;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
 	char q[256];
 
-	hook_fx = f;
-	hook_qid = "AWAYREPLAY01";
-	hash_of(h, 71);
-	msg_new(&m, hook_qid, 1, 100);
-	m.has_key = 1;
-	memcpy(m.keyhash, KH, STORE_HASH_LEN);
-	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
-	store_txn_msg_put(t, &m);
-	claim_of(&c, hook_qid, 1, NOW + SEC);
-	store_txn_claim_put(t, KH, h, &c);
-	commit_hook = cut_off;
-	CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
-	commit_hook = NULL;
-	store_msg_free(&m);
+	kept_batch(f, "AWAYREPLAY01", 71, 1, h);
 	CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
 
 	/* a retry of the key, on another node, before this one settles: its 250 replays the QID */
@@ -1866,23 +1866,8 @@ static void test_commit_unreachable_not_replayed(void **state)
 	char q[256], what[96];
 	int v;
 
-	hook_fx = f;
 	for (v = 0; v < 2; v++) {
-		hook_qid = qids[v];
-		hash_of(h, 72 + v);
-		msg_new(&m, hook_qid, 1, 100);
-		m.has_key = 1;
-		memcpy(m.keyhash, KH, STORE_HASH_LEN);
-		assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1,
-						 &t), 0);
-		CHECK_INT("a new claim", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
-		store_txn_msg_put(t, &m);
-		claim_of(&c, hook_qid, 1, NOW + SEC);
-		store_txn_claim_put(t, KH, h, &c);
-		commit_hook = cut_off;
-		CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
-		commit_hook = NULL;
-		store_msg_free(&m);
+		kept_batch(f, qids[v], 72 + v, 1, h);
 		CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
 
 		/* a retry on another node reads the claim, and answers 554 or with a new QID */
@@ -2116,31 +2101,6 @@ static void test_settle_aborted_id(void **state)
 	CHECK_INT("voided and dropped", sql_int(f->url, q), 0);
 	CHECK_INT("settled", void_count(f), 0);
 	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
-}
-
-/* log_capture - stderr (where the log goes here) into a temporary file; the old stderr */
-static int log_capture(FILE **tmp)
-{
-	int old = dup(2);
-
-	assert_true(old >= 0);
-	assert_non_null(*tmp = tmpfile());
-	assert_int_equal(dup2(fileno(*tmp), 2), 2);
-	return old;
-}
-
-/* log_captured - stderr back, and what was logged meanwhile (as much as fits in text) */
-static void log_captured(int old, FILE *tmp, char *text, size_t size)
-{
-	size_t n;
-
-	assert_int_equal(dup2(old, 2), 2);
-	close(old);
-	rewind(tmp);
-	n = fread(text, 1, size - 1, tmp);
-	text[n] = 0;
-	fclose(tmp);
-	fputs(text, stderr);
 }
 
 /*
