@@ -181,8 +181,8 @@ static int tls_send(struct tls_io *t)
 			errno = EPIPE;
 		return IO_ERROR;
 	}
-	if (t->held.cap > TLS_HOLD_MAX)
-		buf_free(&t->held);	/* a burst's room goes back */
+	if (t->held.cap > TLS_HOLD_ROOM)
+		buf_free(&t->held);	/* one write of several records: its room goes back */
 	return 0;
 }
 

@@ -421,8 +421,7 @@ void store_pg_voids_settle(struct pg_store *st);
 /* store_pg_stats.c: the figures */
 int store_pg_stats(struct store *base, struct store_stats *s, unsigned what);
 /* statements shared with store_pg_pend.c */
-extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[],
-	store_pg_sql_key_locks[];
+extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[];
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 enum pg_xact store_pg_xact_of(const PGresult *r);	/* store_pg_sql_status's answer */
 

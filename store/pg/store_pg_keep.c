@@ -91,8 +91,7 @@ struct store_msg *store_pg_keep_copy(const struct pg_store *st, const struct sto
 	}
 	k->held = 0;		/* as the row's defaults */
 	k->lease_node = dup(st->node);
-	k->lease_since = m->accepted;
-	k->lease = 0;
+	k->lease_since = m->accepted;	/* k->lease: store_pg_keep_add()'s */
 	return k;
 }
 

@@ -215,12 +215,18 @@ static size_t pend_kept(const PGresult *r)
 	return (size_t) PQntuples(r);
 }
 
+/* b's key locks, waited for (lock_timeout: PG_VOID_LOCK) */
+static const char SQL_KEY_LOCKS[] =
+	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
 /*
  * pend_void - b's QIDs made void on c, with xid, in a transaction of
  * its own that does not wait for the standby, but those another node
  * replayed (see the header); locked: under b's key locks first, waited
- * for at most PG_VOID_LOCK (a batch that holds one is short), so that a
- * replay that read the claim is committed, and one to come sees the void
+ * for at most PG_VOID_LOCK (a batch may hold one as long as its commit
+ * waits for the standby: then this settle fails and is tried again), so
+ * that a replay that read the claim is committed, and one to come sees
+ * the void
  */
 static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, int64_t xid,
 		     int locked, size_t *kept)
@@ -246,7 +252,7 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
 			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
 	if (err == 0 && locked && b->n_locks > 0
-	    && (err = store_pg_exec(st, c, store_pg_sql_key_locks, &lp, &r, "void key locks")) == 0) {
+	    && (err = store_pg_exec(st, c, SQL_KEY_LOCKS, &lp, &r, "void key locks")) == 0) {
 		PQclear(r);
 		r = NULL;
 	}

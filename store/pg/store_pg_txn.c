@@ -398,7 +398,8 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	store_pg_a_bool(&s->a[5], m->inflight);
 	store_pg_a_bool(&s->a[6], !queued);
 	store_pg_a_bool(&s->a[7], queued && m->next_attempt > clock_us());
-	store_pg_a_text(&s->a[8], m->route);	/* the attempt's: a reroute since is seen */
+	/* a deferral's route, the attempt's: a reroute since is seen (read for deferrals alone) */
+	store_pg_a_text(&s->a[8], queued ? m->route : NULL);
 	for (i = 0; i < m->n_rcpts; i++) {
 		store_pg_a_text(&s->r[0], m->qid);
 		store_pg_a_i32(&s->r[1], (int32_t) i);

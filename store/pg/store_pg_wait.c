@@ -169,9 +169,6 @@ static const char SQL_DECIDED[] =
 	"SELECT v.qid, m.keyhash FROM voids v LEFT JOIN messages m ON m.qid = v.qid AND m.has_key "
 	"WHERE pg_xact_status(v.xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
 
-const char store_pg_sql_key_locks[] =
-	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
-
 /* the keys of $1 whose lock is had: each tried, none waited for */
 static const char SQL_TRY_LOCKS[] =
 	"SELECT k FROM unnest($1::int8[]) AS k WHERE pg_try_advisory_xact_lock(k)";
