@@ -187,25 +187,6 @@ static int tls_send(struct tls_io *t)
 }
 
 /*
- * hold_room - room for len more octets: doubling, but never past one
- * record's room while that is enough (what is held stays under it)
- */
-static void hold_room(struct buf *b, size_t len)
-{
-	size_t  need = b->len + len + 1, cap;	/* a struct buf keeps a NUL after */
-
-	if (need <= b->cap)
-		return;
-	cap = b->cap ? b->cap : 256;
-	while (cap < need)
-		cap *= 2;
-	if (cap > TLS_HOLD_ROOM)
-		cap = need > TLS_HOLD_ROOM ? need : TLS_HOLD_ROOM;
-	b->data = xrealloc(b->data, cap);
-	b->cap = cap;
-}
-
-/*
  * hold_write - BIO write: the octets join those held; a write that would
  * take them past TLS_HOLD_MAX sends them first (so at most TLS_HOLD_MAX
  * or one record is held)
@@ -227,7 +208,7 @@ static int hold_write(BIO *b, const char *data, int len)
 			return -1;
 		}
 	}
-	hold_room(&t->held, (size_t) len);
+	buf_reserve_max(&t->held, (size_t) len, TLS_HOLD_ROOM);
 	buf_append(&t->held, data, (size_t) len);
 	return len;
 }

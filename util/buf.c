@@ -5,6 +5,7 @@
  *	growable byte buffers, checked allocation
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,15 @@ char *xstrndup(const char *s, size_t n)
 /* buf_reserve - make room for extra bytes plus a terminator */
 void buf_reserve(struct buf *b, size_t extra)
 {
+	buf_reserve_max(b, extra, SIZE_MAX);
+}
+
+/*
+ * buf_reserve_max - as buf_reserve, doubling, but never past max octets
+ * while that is enough (a buffer that must stay near a bound it is filled to)
+ */
+void buf_reserve_max(struct buf *b, size_t extra, size_t max)
+{
 	size_t need = b->len + extra + 1;
 	size_t cap;
 
@@ -69,6 +79,8 @@ void buf_reserve(struct buf *b, size_t extra)
 	cap = b->cap ? b->cap : 256;
 	while (cap < need)
 		cap *= 2;
+	if (cap > max)
+		cap = need > max ? need : max;
 	b->data = xrealloc(b->data, cap);
 	b->cap = cap;
 }

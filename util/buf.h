@@ -29,6 +29,7 @@ struct buf {
 #define BUF_INIT { NULL, 0, 0 }
 
 void buf_reserve(struct buf *b, size_t extra);
+void buf_reserve_max(struct buf *b, size_t extra, size_t max);	/* not past max if enough */
 void buf_append(struct buf *b, const void *p, size_t n);
 void buf_putc(struct buf *b, char c);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
