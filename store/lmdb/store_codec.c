@@ -87,6 +87,13 @@ struct dec {
 	size_t len;
 	size_t pos;
 	int err;
+	int peek;		/* check strings and recipients, allocate nothing */
+};
+
+/* a string as it lies in the record: p NULL for a NULL string */
+struct span {
+	const uint8_t *p;
+	uint32_t n;
 };
 
 /* enc_bytes - append raw bytes */
@@ -169,13 +176,16 @@ static uint64_t dec_uint(struct dec *d, int n)
 #define dec_i64(d)	((int64_t) dec_uint((d), 8))
 #define dec_u64(d)	dec_uint((d), 8)
 
-/* dec_str - read a string into a new allocation; NULL only if nullable */
-static char *dec_str(struct dec *d, int nullable)
+/*
+ * dec_str_at - read a string that may be NULL (only if nullable): *at
+ * where it lies in the record, and a new allocation of it unless peeking
+ */
+static char *dec_str_at(struct dec *d, int nullable, struct span *at)
 {
 	uint32_t n = dec_u32(d);
-	const uint8_t *p;
 	char *s;
 
+	at->p = NULL;
 	if (d->err)
 		return NULL;
 	if (n == STR_NULL) {
@@ -183,16 +193,28 @@ static char *dec_str(struct dec *d, int nullable)
 			d->err = STORE_EINVAL;
 		return NULL;
 	}
-	if ((p = dec_take(d, n)) == NULL)
+	if ((at->p = dec_take(d, n)) == NULL)
 		return NULL;
-	if (memchr(p, 0, n) != NULL) {
+	if (memchr(at->p, 0, n) != NULL) {
 		d->err = STORE_EINVAL;
+		at->p = NULL;
 		return NULL;
 	}
+	at->n = n;
+	if (d->peek)
+		return NULL;
 	s = xmalloc((size_t) n + 1);
-	memcpy(s, p, n);
+	memcpy(s, at->p, n);
 	s[n] = 0;
 	return s;
+}
+
+/* dec_str - read a string into a new allocation; NULL only if nullable */
+static char *dec_str(struct dec *d, int nullable)
+{
+	struct span at;
+
+	return dec_str_at(d, nullable, &at);
 }
 
 /* dec_version - check the leading version byte */
@@ -319,6 +341,7 @@ static void dec_rcpt(struct dec *d, struct store_rcpt *r, unsigned int fields)
  */
 static void dec_envelope(struct dec *d, struct store_msg *m, unsigned int fields)
 {
+	struct store_rcpt scratch;	/* a peek's recipients */
 	uint32_t i, n;
 
 	if (fields & F_SENDER) {
@@ -333,7 +356,7 @@ static void dec_envelope(struct dec *d, struct store_msg *m, unsigned int fields
 	}
 	if (fields & F_ADDR) {
 		n = dec_rcpt_count(d, fields);
-		if (d->err == 0) {
+		if (d->err == 0 && !d->peek) {
 			m->rcpts = xcalloc(n, sizeof(*m->rcpts));
 			m->n_rcpts = n;
 		}
@@ -343,7 +366,7 @@ static void dec_envelope(struct dec *d, struct store_msg *m, unsigned int fields
 			d->err = STORE_EINVAL;
 	}
 	for (i = 0; d->err == 0 && i < n; i++)
-		dec_rcpt(d, &m->rcpts[i], fields);
+		dec_rcpt(d, d->peek ? &scratch : &m->rcpts[i], fields);
 }
 
 /* the size-then-write pair every variable-length record goes through */
@@ -394,7 +417,7 @@ size_t lmdb_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_cl
 /* lmdb_claim_decode - read a claim record */
 int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c)
 {
-	struct dec d = { p, len, 0, 0 };
+	struct dec d = { p, len, 0, 0, 0 };
 	const uint8_t *b;
 	size_t qlen;
 
@@ -446,31 +469,34 @@ void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 	rec_encode(msg_codec, "message", out, len, m);
 }
 
-/* msg_rec_decode - the message record, with or without its data */
-static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with_data)
+/*
+ * msg_rec_decode - the message record, with or without its data; *route
+ * where its route lies (p NULL: none). A peek (d->peek) only checks it.
+ */
+static int msg_rec_decode(struct dec *d, struct store_msg *m, int with_data, struct span *route)
 {
-	struct dec d = { p, len, 0, 0 };
 	const uint8_t *b;
 	uint64_t dlen;
-	int v = dec_msg_version(&d);
+	int v = dec_msg_version(d);
 	uint8_t flags;
 
-	m->accepted = dec_i64(&d);
-	dec_envelope(&d, m, MSG_FIELDS);
+	route->p = NULL;
+	m->accepted = dec_i64(d);
+	dec_envelope(d, m, MSG_FIELDS);
 	if (v == MSG_VERSION) {
-		flags = dec_u8(&d);
+		flags = dec_u8(d);
 		m->has_key = (flags & MSG_HAS_KEY) != 0;
 		m->smtputf8 = (flags & MSG_SMTPUTF8) != 0;
-		if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
+		if ((b = dec_take(d, STORE_HASH_LEN)) != NULL)
 			memcpy(m->keyhash, b, STORE_HASH_LEN);
-		m->ttl = dec_i64(&d);
+		m->ttl = dec_i64(d);
 		if (flags & MSG_ROUTE)
-			m->route = dec_str(&d, 0);
+			m->route = dec_str_at(d, 0, route);
 	}
-	dlen = dec_u64(&d);
-	if (d.err == 0 && dlen != d.len - d.pos)
-		d.err = STORE_EINVAL;
-	if ((b = dec_take(&d, dlen)) != NULL) {
+	dlen = dec_u64(d);
+	if (d->err == 0 && dlen != d->len - d->pos)
+		d->err = STORE_EINVAL;
+	if ((b = dec_take(d, dlen)) != NULL) {
 		if (with_data) {
 			m->data = xmalloc(dlen + 1);
 			memcpy(m->data, b, dlen);
@@ -478,7 +504,7 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
 		}
 		m->data_len = dlen;
 	}
-	if (dec_end(&d) != 0) {
+	if (dec_end(d) != 0) {
 		store_msg_free(m);
 		return STORE_EINVAL;
 	}
@@ -492,23 +518,50 @@ static int msg_rec_decode(const void *p, size_t len, struct store_msg *m, int wi
  */
 int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
-	return msg_rec_decode(p, len, m, 1);
+	struct dec d = { p, len, 0, 0, 0 };
+	struct span route;
+
+	return msg_rec_decode(&d, m, 1, &route);
 }
 
 /* lmdb_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
 {
-	return msg_rec_decode(p, len, m, 0);
+	struct dec d = { p, len, 0, 0, 0 };
+	struct span route;
+
+	return msg_rec_decode(&d, m, 0, &route);
 }
 
 /* lmdb_msg_rec_peek_accepted - when the message was accepted, cheaply */
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
 {
-	struct dec d = { p, len, 0, 0 };
+	struct dec d = { p, len, 0, 0, 0 };
 
 	dec_msg_version(&d);
 	*accepted = dec_i64(&d);
 	return d.err;
+}
+
+/*
+ * lmdb_msg_rec_peek_route - does the message record name route (NULL:
+ * the default upstream)? *same says, compared where it lies: nothing is
+ * allocated. A record lmdb_msg_rec_decode() refuses, this refuses too.
+ */
+int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same)
+{
+	struct dec d = { p, len, 0, 0, 1 };
+	struct store_msg m;
+	struct span at;
+
+	memset(&m, 0, sizeof(m));
+	if (msg_rec_decode(&d, &m, 0, &at) != 0)
+		return STORE_EINVAL;
+	if (at.p == NULL || route == NULL)
+		*same = at.p == NULL && route == NULL;
+	else
+		*same = strlen(route) == at.n && memcmp(at.p, route, at.n) == 0;
+	return 0;
 }
 
 /* queue_codec - the delivery state record */
@@ -557,7 +610,7 @@ static void dec_queue_head(struct dec *d, struct store_msg *m)
  */
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
-	struct dec d = { p, len, 0, 0 };
+	struct dec d = { p, len, 0, 0, 0 };
 	size_t i;
 
 	dec_queue_head(&d, m);
@@ -576,7 +629,7 @@ int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
 			int *held)
 {
-	struct dec d = { p, len, 0, 0 };
+	struct dec d = { p, len, 0, 0, 0 };
 	struct store_msg head;
 	uint32_t n;
 
@@ -678,7 +731,7 @@ void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s)
  */
 int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 {
-	struct dec d = { p, len, 0, 0 };
+	struct dec d = { p, len, 0, 0, 0 };
 	struct store_msg *m = &s->m;
 	const uint8_t *b;
 	uint8_t flags;

@@ -222,6 +222,7 @@ int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due);
 
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
+int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same);
 
 size_t lmdb_hist_rec_size(const struct store_story *s);
 void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s);

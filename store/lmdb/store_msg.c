@@ -135,18 +135,11 @@ out:
  */
 static int rerouted(struct lmdb_store *st, struct lmdb_txn *t, MDB_val *key, const char *route)
 {
-	struct store_msg rec;
 	MDB_val val;
-	int other = 0;
+	int same;
 
-	memset(&rec, 0, sizeof(rec));
-	if (mdb_get(t->txn, st->msg, key, &val) == 0
-	    && lmdb_msg_rec_decode_envelope(val.mv_data, val.mv_size, &rec) == 0) {
-		other = (rec.route == NULL) != (route == NULL)
-		    || (route != NULL && strcmp(rec.route, route) != 0);
-		store_msg_free(&rec);
-	}
-	return other;
+	return mdb_get(t->txn, st->msg, key, &val) == 0
+	    && lmdb_msg_rec_peek_route(val.mv_data, val.mv_size, route, &same) == 0 && !same;
 }
 
 /*
