@@ -250,11 +250,7 @@ static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "501 5.5.4 Syntax: DATA");
 		return;
 	}
-	buf_reset(&s->tx->data);
-	s->tx->bare_eol = 0;
-	s->tx->long_lines = 0;
-	s->tx->nul = 0;
-	smtp_data_init(&s->data, s->cfg.message_size);
+	smtp_data_init(&s->data, s->cfg.message_size, 0);
 	smtp_reply(s, "354 End data with <CR><LF>.<CR><LF>");
 	smtp_enter_state(s, SMTP_STATE_DATA);
 }
@@ -281,11 +277,7 @@ static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
 	}
 	if (!s->chunk.active) {
 		s->chunk.active = 1;
-		buf_reset(&s->tx->data);
-		s->tx->bare_eol = 0;
-		s->tx->long_lines = 0;
-		s->tx->nul = 0;
-		smtp_data_init_raw(&s->data, s->cfg.message_size);
+		smtp_data_init(&s->data, s->cfg.message_size, 1);
 	}
 	smtp_chunk_start(s, size, last, 0);
 }

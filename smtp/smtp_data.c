@@ -36,24 +36,10 @@
 
 #include "smtp_data.h"
 
-/* smtp_data_init - start reading a message */
-void smtp_data_init(struct smtp_data *d, uint64_t limit)
+/* smtp_data_init - start reading a message; raw: sent in BDAT chunks */
+void smtp_data_init(struct smtp_data *d, uint64_t limit, int raw)
 {
-	d->state = SMTP_DATA_BOL;
-	d->raw = 0;
-	d->limit = limit;
-	d->too_big = 0;
-	d->bare_eol = 0;
-	d->line_len = 0;
-	d->long_lines = 0;
-	d->nul = 0;
-}
-
-/* smtp_data_init_raw - start reading a message sent in BDAT chunks */
-void smtp_data_init_raw(struct smtp_data *d, uint64_t limit)
-{
-	smtp_data_init(d, limit);
-	d->raw = 1;
+	*d = (struct smtp_data) { .state = SMTP_DATA_BOL, .raw = raw, .limit = limit };
 }
 
 /* smtp_data_done - was the terminator seen? */

@@ -54,8 +54,7 @@ struct smtp_data {
 	int nul;			/* a NUL octet was seen */
 };
 
-void smtp_data_init(struct smtp_data *d, uint64_t limit);
-void smtp_data_init_raw(struct smtp_data *d, uint64_t limit);	/* for BDAT */
+void smtp_data_init(struct smtp_data *d, uint64_t limit, int raw);	/* raw: BDAT */
 
 /*
  * smtp_data_feed - scan input, append message content to out. Returns

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../util/hash.h"
 #include "smtp_parse.h"
@@ -115,25 +116,13 @@ int smtp_ascii(const char *p, size_t len)
 	return 1;
 }
 
-/* smtp_mem_caseeq - ASCII case-insensitive compare of p[0..len) with s */
+/*
+ * smtp_mem_caseeq - p[0..len) is s in any case (no locale is set: ASCII
+ * case only); a NUL in p never matches
+ */
 static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
 {
-	size_t i;
-	unsigned char a, b;
-
-	if (strlen(s) != len)
-		return 0;
-	for (i = 0; i < len; i++) {
-		a = (unsigned char) p[i];
-		b = (unsigned char) s[i];
-		if (a >= 'A' && a <= 'Z')
-			a += 'a' - 'A';
-		if (b >= 'A' && b <= 'Z')
-			b += 'a' - 'A';
-		if (a != b)
-			return 0;
-	}
-	return 1;
+	return strlen(s) == len && strncasecmp(p, s, len) == 0;
 }
 
 /*

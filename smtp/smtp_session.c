@@ -69,8 +69,8 @@ static const char *const smtp_state_names[] = {
 	[SMTP_STATE_CLOSED] = "closed",
 };
 
-static void smtp_session_close_why(struct smtp_session *s, enum smtp_close why,
-				   const char *text);
+static void smtp_session_close(struct smtp_session *s, enum smtp_close why,
+			       const char *code, const char *text);
 
 /* smtp_enter_state - the one place the session state changes */
 void smtp_enter_state(struct smtp_session *s, enum smtp_state state)
@@ -258,13 +258,13 @@ static void smtp_chunk_end(struct smtp_session *s)
 		 * already in the pipeline are discarded. too_big stays set for
 		 * the tx, so each of them gets this reply too; LAST ends the tx.
 		 */
-		if (c->last)
+		if (c->last) {
 			smtp_refuse(s, s->tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds"
 				    " fixed limit");
-		else
-			smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-		if (c->last)
 			smtp_tx_end(s);
+		} else {
+			smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
+		}
 	} else if (!c->last) {
 		smtp_reply(s, "250 2.0.0 Ok: %llu octets received",
 			   (unsigned long long) c->size);
@@ -343,16 +343,13 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
  */
 int smtp_session_count(struct smtp_session *s, const char *reply, int junk)
 {
-	char text[SMTP_REPLY_LINE_MAX];
-
 	if (reply[0] == '4' || reply[0] == '5')
 		s->errors++;
 	if (junk && ++s->junk > s->cfg.junk_commands)
 		s->errors++;
 	if (s->errors < s->cfg.hard_errors || s->state == SMTP_STATE_CLOSED)
 		return 0;
-	snprintf(text, sizeof(text), "421 4.7.0 %s Error: too many errors", s->cfg.hostname);
-	smtp_session_close_why(s, SMTP_CLOSE_ERRORS, text);
+	smtp_session_close(s, SMTP_CLOSE_ERRORS, "4.7.0", "Error: too many errors");
 	return 1;
 }
 
@@ -411,49 +408,39 @@ void smtp_session_set_tls(struct smtp_session *s)
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
 }
 
-/* smtp_session_close - 421 and close, or after the pending hook reply */
-static void smtp_session_close(struct smtp_session *s, const char *text)
+/*
+ * smtp_session_close - "421 code hostname text" and close, saying why, or
+ * after the pending hook reply
+ */
+static void smtp_session_close(struct smtp_session *s, enum smtp_close why,
+			       const char *code, const char *text)
 {
 	if (s->state == SMTP_STATE_CLOSED)
 		return;
+	if (s->why == SMTP_CLOSE_NONE)
+		s->why = why;
 	if (s->state == SMTP_STATE_WAIT || s->state == SMTP_STATE_AUTH_WAIT) {
 		if (s->close_after[0] == 0)
-			snprintf(s->close_after, sizeof(s->close_after), "%s", text);
+			snprintf(s->close_after, sizeof(s->close_after), "421 %s %s %s", code,
+				 s->cfg.hostname, text);
 		return;
 	}
-	smtp_reply(s, "%s", text);
+	smtp_reply(s, "421 %s %s %s", code, s->cfg.hostname, text);
 	smtp_tx_end(s);
 	smtp_auth_clear(s);
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
 }
 
-/* smtp_session_close_why - close as smtp_session_close() does, saying why */
-static void smtp_session_close_why(struct smtp_session *s, enum smtp_close why,
-				   const char *text)
-{
-	if (s->state != SMTP_STATE_CLOSED && s->why == SMTP_CLOSE_NONE)
-		s->why = why;
-	smtp_session_close(s, text);
-}
-
 /* smtp_session_timeout - idle or stalled client */
 void smtp_session_timeout(struct smtp_session *s)
 {
-	char text[SMTP_REPLY_LINE_MAX];
-
-	snprintf(text, sizeof(text), "421 4.4.2 %s Error: timeout exceeded",
-		 s->cfg.hostname);
-	smtp_session_close_why(s, SMTP_CLOSE_TIMEOUT, text);
+	smtp_session_close(s, SMTP_CLOSE_TIMEOUT, "4.4.2", "Error: timeout exceeded");
 }
 
 /* smtp_session_shutdown - the daemon is stopping */
 void smtp_session_shutdown(struct smtp_session *s)
 {
-	char text[SMTP_REPLY_LINE_MAX];
-
-	snprintf(text, sizeof(text), "421 4.3.2 %s Service shutting down",
-		 s->cfg.hostname);
-	smtp_session_close_why(s, SMTP_CLOSE_SHUTDOWN, text);
+	smtp_session_close(s, SMTP_CLOSE_SHUTDOWN, "4.3.2", "Service shutting down");
 }
 
 /* smtp_session_out - replies for the caller to write */

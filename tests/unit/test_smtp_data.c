@@ -57,10 +57,7 @@ static void feed_split(const struct data_case *c, int raw, size_t first, size_t 
 	struct smtp_data d;
 	size_t i = 0, n, got;
 
-	if (raw)
-		smtp_data_init_raw(&d, c->limit);
-	else
-		smtp_data_init(&d, c->limit);
+	smtp_data_init(&d, c->limit, raw);
 	memset(r, 0, sizeof(*r));
 	while (i < c->len && !smtp_data_done(&d)) {
 		n = c->len - i;
