@@ -173,8 +173,6 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	if (req->hashes)
 		memcpy(req->msg.keyhash, req->keyhash, STORE_HASH_LEN);
 	req->msg.ttl = req->ttl;
-	/* the room kept for the outcomes of what is queued is not acceptance's */
-	store_txn_room(t, &req->msg, req->hashes ? n : 0);
 	store_txn_msg_put(t, &req->msg);
 	free(req->msg.rcpts);
 	req->msg.rcpts = all;

@@ -128,12 +128,6 @@ void store_txn_msg_put(struct store_txn *t, const struct store_msg *m)
 		TOPS(t)->txn_msg_put(t, m);
 }
 
-void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims)
-{
-	if (t->err == 0 && (TOPS(t)->caps & STORE_CAP_OWN_SPACE))
-		TOPS(t)->txn_room(t, m, n_claims);
-}
-
 int store_txn_error(const struct store_txn *t)
 {
 	return t->err;

@@ -138,9 +138,9 @@ const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
  * a read never waits on the network, so the event loop may read (answer
  * a duplicate itself, store_claims_get) instead of leaving it to the writer.
  * STORE_CAP_OWN_SPACE: it manages room of its own on this node (LMDB's
- * map): it keeps room for delivery writes (store_txn_room), has upkeep to
- * do (store_upkeep) and reports its space (store_stats); without it the
- * first two do nothing and the space is 0.
+ * map): it keeps room for delivery writes (store_txn_msg_put), has upkeep
+ * to do (store_upkeep) and reports its space (store_stats); without it
+ * no room is kept, upkeep does nothing and the space is 0.
  */
 #define STORE_CAP_SHARED	0x1
 #define STORE_CAP_LOCAL_READS	0x2
@@ -209,14 +209,13 @@ void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_L
  */
 void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN]);
-void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 /*
- * store_txn_room - before an acceptance's store_txn_msg_put(): STORE_ENOSPC
- * if spooling m with n_claims claims would use the room kept for the
- * delivery writes of what is queued (STORE_CAP_OWN_SPACE). Delivery writes
- * do not call it, so an outcome can always be recorded.
+ * store_txn_msg_put - spool a new message. STORE_CAP_OWN_SPACE: it fails
+ * with STORE_ENOSPC if m, with a claim for each recipient if it has a
+ * key, would use the room kept for the delivery writes of what is queued;
+ * delivery writes may use that room, so an outcome can always be recorded.
  */
-void store_txn_room(struct store_txn *t, const struct store_msg *m, size_t n_claims);
+void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 int store_txn_error(const struct store_txn *t);
 int store_txn_commit(struct store_txn *t);	/* frees t; aborts if failed */
 void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */

@@ -54,7 +54,6 @@ struct store_ops {
 	void (*txn_replay) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			    const uint8_t hash[STORE_HASH_LEN]);	/* shared */
 	void (*txn_msg_put) (struct store_txn *t, const struct store_msg *m);
-	void (*txn_room) (struct store_txn *t, const struct store_msg *m, size_t n_claims); /* own space */
 	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
 	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
 	int (*txn_commit) (struct store_txn *t);

@@ -50,7 +50,7 @@ struct lmdb_store {
 	uint64_t void_pos;	/* data.mdb offset of a failed record's txnid to zero; 0 none */
 	char *path;		/* owned: the environment directory, for the reopen */
 	uint64_t map_size;	/* LMDB's map as opened (store.map_size less the region) */
-	int grow_wanted;	/* store_space.c: an acceptance was refused for room (atomic) */
+	int grow_wanted;	/* store_space.c: a new message was refused for room (atomic) */
 	/* store_map.c: the map grows at run time, with the gate held alone */
 	uint64_t total;		/* the map with the journal's region: store.map_size, as grown */
 	uint64_t map_max;	/* store.map_size_max; 0: as far as the disk allows */
@@ -69,11 +69,11 @@ struct lmdb_txn {
 	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
 	size_t resv_len;
 	int no_redo;		/* ... too large to journal: synced at commit */
-	uint64_t room_msgs;	/* store_space.c: acceptances asked for so far */
+	uint64_t room_msgs;	/* store_space.c: messages spooled so far */
 	uint64_t room_queued;	/* ... messages queued before this transaction */
 	uint64_t room_rcpts;	/* ... their recipients, and those asked for since */
 	int64_t rcpt_delta;	/* recipients it adds to the queue (or takes away) */
-	uint64_t room_pages;	/* ... pages those acceptances may take */
+	uint64_t room_pages;	/* ... pages those messages may take */
 	uint64_t room_free;	/* ... free pages (tail and freelist), once counted */
 	int room_free_known;
 };
@@ -102,7 +102,6 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m);
-void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_claims);
 void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on);
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
 int lmdb_txn_commit(struct store_txn *base);
@@ -181,6 +180,7 @@ int lmdb_space_geometry(struct lmdb_store *st, uint64_t *psize, uint64_t *map, u
 int lmdb_space_freelist(struct lmdb_store *st, uint64_t *n);
 uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts);
 int lmdb_space_count(struct lmdb_store *st);
+int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m);	/* 0 or STORE_ENOSPC */
 
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);

@@ -698,7 +698,6 @@ const struct store_ops lmdb_ops = {
 	.txn_claim_get = lmdb_txn_claim_get,
 	.txn_claim_put = lmdb_txn_claim_put,
 	.txn_msg_put = lmdb_txn_msg_put,
-	.txn_room = lmdb_txn_room,
 	.txn_msg_set_inflight = lmdb_txn_msg_set_inflight,
 	.txn_msg_update = lmdb_txn_msg_update,
 	.txn_commit = lmdb_txn_commit,

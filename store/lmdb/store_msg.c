@@ -73,7 +73,11 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 	return lmdb_mdb_error(lmdb_put(t, st->meta, &mkey, (MDB_val *) key, 0), "put last_qid");
 }
 
-/* lmdb_txn_msg_put - spool a new message: message and delivery state */
+/*
+ * lmdb_txn_msg_put - spool a new message: message and delivery state,
+ * if the room kept for the delivery writes of what is queued stays
+ * (store_space.c)
+ */
 void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
@@ -85,7 +89,8 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
-	if ((err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
+	if ((err = lmdb_space_room(t, m)) != 0
+	    || (err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
 				lmdb_msg_rec_encode, m, "put msg")) != 0
 	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),
 				   MDB_NOOVERWRITE, lmdb_queue_rec_encode, m, "put queue")) != 0)

@@ -6,7 +6,7 @@
  * SYNOPSIS
  *	#include "store/store.h"
  *
- *	void lmdb_txn_room(struct lmdb_txn *t, const struct store_msg *m, size_t n_claims);
+ *	int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m);
  *
  *	int lmdb_space_count(struct lmdb_store *st);
  * DESCRIPTION
@@ -14,13 +14,14 @@
  *	writes of its own: the inflight mark, each deferral's new state,
  *	the outcome, the removal from the spool, and its story. If a full
  *	map refused them, a delivered message would stay queued and be
- *	sent again. So acceptance may not fill the map: each accepting
- *	transaction first asks lmdb_txn_room() whether, with the message
- *	it is about to spool, as many pages stay free as every queued
- *	message's delivery writes need, plus a fixed floor. If not, the
- *	transaction fails with STORE_ENOSPC (the client gets 452 4.3.1
- *	and retries later); delivery writes never ask, and so may use the
- *	reserve.
+ *	sent again. So a new message may not fill the map: before it
+ *	spools one, lmdb_txn_msg_put() asks lmdb_space_room() whether,
+ *	with it and a claim for each of its recipients if it has a key,
+ *	as many pages stay free as every queued message's delivery writes
+ *	need, plus a fixed floor. If not, the transaction fails with
+ *	STORE_ENOSPC (an acceptance's client gets 452 4.3.1 and retries
+ *	later; a non-delivery notice is not queued, and the log says so);
+ *	delivery writes never ask, and so may use the reserve.
  *
  *	Free pages are the map's untouched tail plus LMDB's freelist (the
  *	pages of older snapshots, reused by later commits); the freelist is
@@ -145,59 +146,52 @@ uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uin
 			+ psize - 1) / psize;
 }
 
-/* room_need - pages spooling m with n claims may take (records, overflow pages, slack) */
-static uint64_t room_need(uint64_t psize, const struct store_msg *m, size_t n_claims)
+/* room_need - pages spooling m with its claims may take (records, overflow pages, slack) */
+static uint64_t room_need(uint64_t psize, const struct store_msg *m)
 {
 	uint64_t bytes = lmdb_msg_rec_size(m) + lmdb_queue_rec_size(m) + 64
-	    + (uint64_t) n_claims * ROOM_CLAIM;
+	    + (m->has_key ? (uint64_t) m->n_rcpts * ROOM_CLAIM : 0);
 
 	return bytes / psize + 2;
 }
 
 /*
- * lmdb_txn_room - a step of an accepting transaction: fail it with
- * STORE_ENOSPC if spooling m with n_claims claims would leave fewer free
- * pages than the reserve. The transaction's earlier acceptances count.
+ * lmdb_space_room - may t spool m: 0, or STORE_ENOSPC if m with a claim
+ * for each recipient (if it has a key) would leave fewer free pages than
+ * the reserve. The transaction's earlier messages count.
  */
-void lmdb_txn_room(struct store_txn *base, const struct store_msg *m, size_t n_claims)
+int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 {
-	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	struct lmdb_store *st = t->st;
 	uint64_t psize = 4096, map = 0, pages, last = 0, freel = 0, want;
 	MDB_stat qs;
 	int rc, err;
 
-	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0) {
-		store_txn_fail(&t->base, err);
-		return;
-	}
+	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0)
+		return err;
 	pages = map / psize;
-	if (t->room_msgs == 0) {		/* the first acceptance: what was queued before */
-		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0) {
-			store_txn_fail(&t->base, lmdb_mdb_error(rc, "stat queue"));
-			return;
-		}
+	if (t->room_msgs == 0) {		/* the first message: what was queued before */
+		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0)
+			return lmdb_mdb_error(rc, "stat queue");
 		t->room_queued = qs.ms_entries;
 		t->room_rcpts = __atomic_load_n(&st->queued_rcpts, __ATOMIC_RELAXED);
 		t->room_pages = ROOM_TXN;
 	}
-	t->room_pages += room_need(psize, m, n_claims);
+	t->room_pages += room_need(psize, m);
 	t->room_msgs++;
 	t->room_rcpts += m->n_rcpts;
 	want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued + t->room_msgs,
 						  t->room_rcpts);
 	if (last + want <= pages)
-		return;				/* the common case: the tail is enough */
+		return 0;			/* the common case: the tail is enough */
 	if (!t->room_free_known) {
-		if ((err = lmdb_space_freelist(st, &freel)) != 0) {
-			store_txn_fail(&t->base, err);
-			return;
-		}
+		if ((err = lmdb_space_freelist(st, &freel)) != 0)
+			return err;
 		t->room_free = (last < pages ? pages - last : 0) + freel;
 		t->room_free_known = 1;
 	}
-	if (want > t->room_free) {
-		__atomic_store_n(&st->grow_wanted, 1, __ATOMIC_RELAXED);
-		store_txn_fail(&t->base, STORE_ENOSPC);
-	}
+	if (want <= t->room_free)
+		return 0;
+	__atomic_store_n(&st->grow_wanted, 1, __ATOMIC_RELAXED);
+	return STORE_ENOSPC;
 }

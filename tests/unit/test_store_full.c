@@ -43,8 +43,8 @@ static void msg_make(struct store_msg *m, int i, size_t len)
 	m->ttl = 3600 * SEC;
 }
 
-/* accept_one - an acceptance as the writer makes it: room, message, one claim */
-static int accept_one(struct store *st, int i, size_t len, int room)
+/* accept_one - an acceptance as the writer makes it: message (within the room), one claim */
+static int accept_one(struct store *st, int i, size_t len)
 {
 	struct store_claim c;
 	struct store_msg m;
@@ -59,8 +59,6 @@ static int accept_one(struct store *st, int i, size_t len, int room)
 	c.expires = NOW + m.ttl;
 	memcpy(h, &i, sizeof(i));
 	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
-		if (room)
-			store_txn_room(t, &m, 1);
 		store_txn_msg_put(t, &m);
 		store_txn_claim_put(t, m.keyhash, h, &c);
 		rc = store_txn_commit(t);
@@ -70,12 +68,12 @@ static int accept_one(struct store *st, int i, size_t len, int room)
 }
 
 /* fill - accept messages until the store refuses; how many it took */
-static int fill(struct store *st, size_t len, int room)
+static int fill(struct store *st, size_t len)
 {
 	int i, rc = 0;
 
 	for (i = 0; i < MAX_MSGS && rc == 0; i++)
-		if ((rc = accept_one(st, i, len, room)) != 0)
+		if ((rc = accept_one(st, i, len)) != 0)
 			CHECK_INT("filling ends in", rc, STORE_ENOSPC);
 	if (rc == 0)
 		fail_msg("filling: %d messages and no refusal", MAX_MSGS);
@@ -136,11 +134,11 @@ static void test_reserve(void **state)
 	struct fx *f = *state;
 	int n;
 
-	n = fill(f->st, 1500, 1);
+	n = fill(f->st, 1500);
 	if (n < 50)
 		fail_msg("accepted: got %d messages into a 2 MB map, want at least 50", n);
 	drain(f->st, n);
-	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500, 1), 0);
+	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500), 0);
 }
 
 /*
@@ -158,7 +156,7 @@ static void test_reserve_rcpts(void **state)
 	int n, i;
 
 	n_rcpts = 100;
-	n = fill(f->st, 200, 1);
+	n = fill(f->st, 200);
 	if (n < 5)
 		fail_msg("accepted: got %d messages of 100 recipients into a 2 MB map, want 5", n);
 	CHECK_INT("queued recipients, kept by the commits", lmdb_of(f->st)->queued_rcpts, n * 100);
@@ -183,24 +181,32 @@ static void test_reserve_rcpts(void **state)
 static void test_reserve_reopen(void **state)
 {
 	struct fx *f = *state;
-	int n = fill(f->st, 300, 1);
+	int n = fill(f->st, 300);
 
 	fx_reopen(f, SMALL_MAP);
-	CHECK_INT("refused after reopen", accept_one(f->st, MAX_MSGS + 1, 300, 1), STORE_ENOSPC);
+	CHECK_INT("refused after reopen", accept_one(f->st, MAX_MSGS + 1, 300), STORE_ENOSPC);
 	drain(f->st, n);
 }
 
 /*
- * test_full_map_outcome - a map filled to the last page without the
- * reserve (as a store from before it may be): an outcome whose story
- * does not fit is recorded without it, instead of failing on a
- * transaction LMDB already gave up (MDB_BAD_TXN, "store I/O error").
+ * test_full_map_outcome - a map filled to the last page, the reserve
+ * too (by deferrals with long replies, as a store from before the
+ * reserve may be): an outcome whose story does not fit is recorded
+ * without it, instead of failing on a transaction LMDB already gave up
+ * (MDB_BAD_TXN, "store I/O error").
  */
 static void test_full_map_outcome(void **state)
 {
 	struct fx *f = *state;
-	int n = fill(f->st, 1500, 0), i, rc;
+	int n = fill(f->st, 1500), i, rc = 0;
 	char what[64], *reply = xmalloc(SMALL_MAP / 4);
+
+	memset(reply, 'r', SMALL_MAP / 16 - 1);
+	memcpy(reply, "451 ", 4);
+	reply[SMALL_MAP / 16 - 1] = 0;
+	for (i = 0; i < n && rc == 0; i++)
+		rc = outcome(f->st, i, STORE_RCPT_QUEUED, reply);
+	CHECK_INT("the reserve used up by deferrals", rc, STORE_ENOSPC);
 
 	/* a story far larger than what is left: its put fails, the deletes do not */
 	memset(reply, 'r', SMALL_MAP / 4 - 1);
@@ -247,7 +253,7 @@ static void test_disk_full_wording(void **state)
 	rl = old;
 	rl.rlim_cur = (rlim_t) sb.st_size;
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &rl), 0);
-	rc = accept_one(f->st, 1, 512u << 10, 0);
+	rc = accept_one(f->st, 1, 512u << 10);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
 	CHECK_INT("a commit past the file size limit", rc, STORE_ENOSPC);
 	if (strstr(store_strerror(rc), "no space left on device") == NULL)

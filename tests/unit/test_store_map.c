@@ -43,7 +43,6 @@ static int put(struct store *st, int i, size_t len)
 	memset(m.data, 'a' + i % 26, len);
 	m.data_len = len;
 	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
-		store_txn_room(t, &m, 0);
 		store_txn_msg_put(t, &m);
 		rc = store_txn_commit(t);
 	}
