@@ -103,7 +103,7 @@ struct metrics_gauges {
 void metrics_inc(enum metrics_counter c);
 void metrics_observe(enum metrics_histogram h, int64_t v);
 
-/* metrics_answered - relay/server.c: a submission was answered (outcome is enum commit_outcome) */
+/* metrics_answered - relay/submit.c: a submission was answered (outcome is enum commit_outcome) */
 void metrics_answered(int outcome, int shadow_hit, int64_t latency_us);
 /* metrics_delivered - deliver/deliver_record.c: one recipient's logged status ("sent", "deferred", ...) */
 void metrics_delivered(const char *status, int64_t since_accept_us);

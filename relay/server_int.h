@@ -2,9 +2,9 @@
  * NAME
  *	server_int 3h
  * SUMMARY
- *	what server.c (connections, the event loop), submit.c (the end of
- *	each message), pace.c (deadlines) and budget.c (message data in
- *	memory) share; internal to relay/
+ *	what server.c (the event loop), conn.c (connections), conn_auth.c
+ *	(their AUTH), submit.c (the end of each message), pace.c (deadlines)
+ *	and budget.c (message data in memory) share; internal to relay/
  */
 #ifndef RELAY_SERVER_INT_H
 #define RELAY_SERVER_INT_H
@@ -98,9 +98,17 @@ struct server {
 	enum tag commit_tag, signal_tag, auth_tag;
 };
 
+/* server_ep_set - add or change a descriptor's epoll interest (server.c) */
+void server_ep_set(struct server *srv, int op, int fd, uint32_t events, void *ptr);
+
+/* conn.c */
+void conn_accept(struct server *srv, struct listener *l);	/* take new connections */
+void conn_event(struct conn *c, uint32_t ev);	/* epoll says the socket is ready */
 int conn_process(struct conn *c);
 int conn_flush(struct conn *c);		/* write pending output; 0, or -1 if closed */
 void conn_close(struct conn *c);	/* drop the socket, log the disconnect */
+void conn_reap(struct server *srv);	/* free closed connections nothing points at */
+void conn_free(struct conn *c);
 void conn_interest(struct conn *c);	/* epoll interest from the state */
 /* conn_reject_log - "NOQUEUE: reject: STAGE from unknown[ADDR]: REPLY; from=<> to=<> ..." */
 void conn_reject_log(struct conn *c, const char *stage, const char *reply,
@@ -110,6 +118,12 @@ void conn_log_head(struct buf *b, const struct conn *c, const char *qid, const c
 		   const char *reply, const char *from);
 /* conn_log_tail - " proto=ESMTP helo=<H>" */
 void conn_log_tail(struct buf *b, int esmtp, const char *helo);
+
+/* conn_auth - the engine's AUTH hook: credentials to a checking thread (conn_auth.c) */
+void conn_auth(void *ctx, struct smtp_session *s, const char *mech, const char *user,
+	       const char *pass);
+void conn_auth_delayed(struct server *srv);	/* send the 535s whose delay is over */
+void conn_auth_cancel(struct conn *c);	/* a closing connection's check not yet submitted */
 
 /* submit_message - the engine's message hook: key, duplicates, commit (submit.c) */
 void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx);
