@@ -5,7 +5,7 @@
  *	the plain TCP transport
  * DESCRIPTION
  *	read(2) and write(2) on a non-blocking socket, behind io.h. The TLS
- *	transport is in tls.c.
+ *	transport is in tls_io.c.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -7,8 +7,9 @@
  *	tls_new() builds the OpenSSL server context from the certificate
  *	chain and key files: TLS 1.2 and up, no compression, the server's
  *	cipher preference, no renegotiation, the key exchange groups of
- *	tls.groups (tls.c says why not OpenSSL's defaults). It runs at start-up, before the
- *	privileges are dropped, so the key may be readable by root only.
+ *	tls.groups (tls.c says why not OpenSSL's defaults). It runs at
+ *	start-up, before the privileges are dropped, so the key may be
+ *	readable by root only.
  *
  *	tls_reload() (SIGHUP) builds a new context from the same files and
  *	uses it for new connections; on any failure the old one stays and
@@ -18,9 +19,8 @@
  *
  *	tls_io_new() starts a server-side TLS session on a connected socket,
  *	as a struct io (io.h) whose handshake is still to be done; the
- *	client's address decides whether it gets a session ticket (tls.c).
- *	tls_io_wrap() makes a transport of a session whose handshake is done
- *	already: the client side's (tls_client.h).
+ *	client's address decides whether it gets a session ticket
+ *	(tls_ticket.c).
  */
 #ifndef TLS_TLS_H
 #define TLS_TLS_H
@@ -39,13 +39,5 @@ int tls_reload(struct tls *t, char *err, size_t errlen);	/* 0, or -1 and the old
 void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */
 struct io *tls_io_new(struct tls *t, int fd, const char *addr);	/* takes the socket */
-struct io *tls_io_wrap(SSL *ssl, int fd);		/* takes both; handshake done */
-
-/*
- * tls_errtext - "what: " and the first queued OpenSSL error, or errno's
- * text, or "connection closed" (an end of file); clears the queue. The
- * client side's (tls_client.h) errors too.
- */
-void tls_errtext(char *buf, size_t len, const char *what);
 
 #endif

@@ -55,8 +55,8 @@
 #include "../util/hash.h"
 #include "../util/deadline.h"
 #include "../util/log.h"
-#include "tls.h"
 #include "tls_client.h"
+#include "tls_int.h"
 
 /* ---------------------------------------------------------------- contexts */
 

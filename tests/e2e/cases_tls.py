@@ -552,7 +552,7 @@ def tx_stuck(daemon_port, sock):
 @case()
 def test_tls_close_waits_for_held_replies(t):
     """A session that closes with replies still held by the TLS transport
-    (up to 16 KB of records sent when the loop flushes, tls/tls.c) in front
+    (up to 16 KB of records sent when the loop flushes, tls/tls_hold.c) in front
     of a full socket waits for EPOLLOUT before it closes, as it does for
     output the transport has not taken: it closed with one write attempt,
     losing the last replies, the 221 and the close_notify, silently. The

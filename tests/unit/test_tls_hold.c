@@ -1,6 +1,6 @@
 /*
  * test_tls_hold - the server TLS transport holds what it writes until it is
- * flushed (tls/tls.c, io.h): a turn's records go out in one write(2) and one
+ * flushed (tls/tls_hold.c, io.h): a turn's records go out in one write(2) and one
  * segment. A client SSL on the other end of a socketpair, both driven here.
  */
 #include <errno.h>
@@ -21,7 +21,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
-#include "../../tls/tls.c"		/* for struct tls_io: the held records' buffer */
+#include "../../tls/tls.h"
+#include "../../tls/tls_int.h"	/* for struct tls_io: the held records' buffer */
+#include "../../util/hash.h"
 #include "../../relay/pace.c"		/* pace_sweep, which trims idle sessions */
 
 /* a session for pace_sweep: neither waiting nor paused, nor closing */
@@ -268,7 +270,7 @@ static void test_idle_gives_memory_back(void **state)
 	struct pair *p = *state;
 	static char reply[4096];
 	char    got[sizeof(reply) + 1];
-	struct buf *held = &((struct tls_io *) p->io)->held;
+	struct buf *held = &((struct tls_io *) p->io)->hold.held;
 	int     n, r;
 
 	memset(reply, 'r', sizeof(reply));
@@ -296,7 +298,7 @@ static void test_idle_gives_memory_back(void **state)
 static void test_sweep_trims_idle_only(void **state)
 {
 	struct pair *p = *state;
-	struct buf *held = &((struct tls_io *) p->io)->held;
+	struct buf *held = &((struct tls_io *) p->io)->hold.held;
 	struct conf cf = { 0 };
 	struct server srv = { 0 };
 	struct conn c = { 0 };
@@ -334,7 +336,7 @@ static void test_stalled_peer_bounded(void **state)
 {
 	struct pair *p = *state;
 	static char big[65536];
-	struct buf *held = &((struct tls_io *) p->io)->held;
+	struct buf *held = &((struct tls_io *) p->io)->hold.held;
 	size_t  sent = 0;
 	ssize_t n = 0;
 	int     i;
@@ -410,7 +412,7 @@ static void test_ticket_slots_all_used(void **state)
 			break;
 	}
 	assert_true(i < 1 << 20);
-	assert_true(full_handshake(p, a));	/* tls.c: TLS_TKT_UNUSED (2) with a ticket */
+	assert_true(full_handshake(p, a));	/* tls_ticket.c: TLS_TKT_UNUSED (2) with a ticket */
 	assert_true(full_handshake(p, a));
 	assert_false(full_handshake(p, a));	/* then one in TLS_TKT_SAMPLE (32) */
 	assert_true(full_handshake(p, b));	/* its own slot: its first */

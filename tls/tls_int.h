@@ -1,0 +1,52 @@
+/*
+ * NAME
+ *	tls_int 3h
+ * SUMMARY
+ *	inside tls/: the server context and a TLS session as a transport
+ * DESCRIPTION
+ *	struct tls is the server's context (tls.c); struct tls_io a TLS
+ *	session as a struct io (tls_io.c), the server's with its holding BIO
+ *	(tls_hold.h) and its ticket slot (tls_ticket.h), or the client's
+ *	(tls_client.c, through tls_io_wrap). tls_errtext() turns OpenSSL's
+ *	errors into text for both sides.
+ */
+#ifndef TLS_TLS_INT_H
+#define TLS_TLS_INT_H
+
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
+#include "io.h"
+#include "tls_hold.h"
+#include "tls_ticket.h"
+
+#define TLS_FP_LEN	(2 * 32 + 1)
+
+struct tls {
+	SSL_CTX *ctx;			/* owned reference; each SSL holds its own */
+	char   *cert, *key;		/* owned paths */
+	char   *groups;			/* owned: tls.groups, or NULL for the default */
+	char    fingerprint[TLS_FP_LEN];
+	struct tls_tkt *tkt;		/* owned: TLS_TKT_SLOTS */
+};
+
+struct tls_io {
+	struct io io;			/* first: a struct io * points here */
+	SSL    *ssl;			/* owned */
+	int     fatal;			/* after a fatal error: no close_notify */
+	int     bye;			/* the close_notify is written (tls_goodbye) */
+	size_t  retry_len;		/* a write to repeat with this length */
+	struct tls_ticket tkt;		/* the client address's slot */
+	struct tls_hold hold;		/* records written, not yet sent (tls_flush) */
+};
+
+struct io *tls_io_wrap(SSL *ssl, int fd);	/* takes both; handshake done */
+
+/*
+ * tls_errtext - "what: " and the first queued OpenSSL error, or errno's
+ * text, or "connection closed" (an end of file); clears the queue
+ */
+void tls_errtext(char *buf, size_t len, const char *what);
+
+#endif
