@@ -156,9 +156,7 @@ static int swap(struct lmdb_store *st, const char *tmp, const char *data, const 
 	*step = "sync";
 	if ((rc = mdb_env_sync(st->env, 1)) != 0)
 		return rc;
-	journal_close(st);
-	mdb_env_close(st->env);
-	st->env = NULL;
+	lmdb_env_shut(st);
 	if (rename(tmp, data) != 0) {
 		msg_warn("store %s: cannot put the compacted copy in place: %m: it serves as it is",
 			 st->path);
@@ -198,16 +196,15 @@ int store_lmdb_compact(struct store *base)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if ((rc = copy(st, tmp)) != 0) {
 		msg_warn("store %s: cannot compact it (%s): it serves as it is", st->path,
-			 rc > 0 ? strerror(rc) : mdb_strerror(rc));
+			 mdb_strerror(rc));
 		(void) unlink(tmp);
 		shared(st);
 		return 0;
 	}
 	if ((rc = swap(st, tmp, data, &step)) != 0) {
-		msg_error("store %s: compacting it: %s: %s", st->path, step,
-			  rc > 0 ? strerror(rc) : mdb_strerror(rc));
+		msg_error("store %s: compacting it: %s: %s", st->path, step, mdb_strerror(rc));
 		shared(st);
-		return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+		return lmdb_open_error(rc);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	(void) lmdb_space_freelist(st, &left);

@@ -592,30 +592,16 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-/*
- * lmdb_hist_stats - stories (written or made from the spool), and key
- * index entries: the claims, each filed under its key (an old store's
- * index entries name its old claims, which are counted once as claims)
- */
-int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys)
+/* lmdb_hist_stories - the stories in txn, written or made from the spool */
+int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_stat h, k, hn = { 0 }, cn = { 0 };
-	MDB_txn *txn;
-	int rc, err;
+	MDB_stat h, hn = { 0 };
+	int rc;
 
-	*stories = *keys = 0;
-	if (!st->has_hist)
-		return 0;
-	if ((err = lmdb_read_begin(st, &txn)) != 0)
-		return err;
-	if ((rc = mdb_stat(txn, st->hist, &h)) == 0 && (rc = mdb_stat(txn, st->claims, &k)) == 0
+	*n = 0;
+	if ((rc = mdb_stat(txn, st->hist, &h)) == 0
 	    && (!st->has_hnew || (rc = mdb_stat(txn, st->hnew, &hn)) == 0)
-	    && (!st->has_cnew || (rc = mdb_stat(txn, st->cnew, &cn)) == 0)
-	    && (rc = unwritten(st, txn, stories)) == 0) {
-		*stories += h.ms_entries + hn.ms_entries;
-		*keys = k.ms_entries + cn.ms_entries;
-	}
-	lmdb_read_end(st, txn);
+	    && (rc = unwritten(st, txn, n)) == 0)
+		*n += h.ms_entries + hn.ms_entries;
 	return lmdb_mdb_error(rc, "stat");
 }

@@ -120,7 +120,6 @@ int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out);
 int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n);
 int lmdb_hist_expire(struct store *base, int64_t now, size_t max);
-int lmdb_hist_stats(struct store *base, uint64_t *stories, uint64_t *keys);
 extern const struct store_ops lmdb_ops;
 
 /* store_lmdb.c */
@@ -144,10 +143,13 @@ int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define LMDB_TEXT_(n)	#n
 #define LMDB_TEXT(n)	LMDB_TEXT_(n)	/* a macro's value as a string literal */
 
+int lmdb_open_error(int rc);	/* an open's LMDB code or errno as a STORE_E* code */
+
 /* store_compact.c: the lock every open holds, and the compaction at start */
 int lmdb_lock(const char *path);	/* lock.mdb, flock'd shared (waits out a compaction); -1 */
 /* store_lmdb.c: the environment opened again, as it was, with its journal; *step why not */
 int lmdb_env_again(struct lmdb_store *st, const char **step);
+void lmdb_env_shut(struct lmdb_store *st);	/* the journal and the environment closed */
 
 /* store_grow.c */
 int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0 or errno */
@@ -155,6 +157,7 @@ int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0
 /* store_map.c: the map grows at run time */
 #define META_MAP_SIZE	"map_size"	/* meta DB: the total the map was grown to */
 uint64_t lmdb_map_jbase(uint64_t total);	/* where the journal goes in a map of total; 0 none */
+void lmdb_map_total(struct lmdb_store *st, uint64_t total);	/* total, jbase, map_size */
 /* lmdb_map_grow - grow the map to total; steps < 3 stops after that many (tests) */
 int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps);
 int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last);
@@ -237,6 +240,7 @@ void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 void lmdb_hist_drop(struct lmdb_txn *t, const char *qid);
 int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s);
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s);
+int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n);
 
 /* store_claim.c */
 #define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */

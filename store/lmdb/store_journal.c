@@ -579,7 +579,7 @@ static void journal_free(struct journal *j)
 int journal_open(struct lmdb_store *st, const char *path)
 {
 	struct journal *j;
-	char file[4096];
+	char file[4096], why[128];
 	uint8_t head[24];
 	uint64_t have = meta_u64(st, META_JOURNAL_ID), at = meta_u64(st, META_JOURNAL_AT);
 	MDB_envinfo info;
@@ -592,22 +592,17 @@ int journal_open(struct lmdb_store *st, const char *path)
 	pthread_mutex_init(&j->commit, NULL);
 	snprintf(file, sizeof(file), "%s/data.mdb", path);
 	if ((j->fd = open(file, O_RDWR | O_CLOEXEC)) < 0) {
-		msg_warn("store %s: no journal (%m): every commit is synced without it", path);
-		journal_free(j);
-		return 0;
+		snprintf(why, sizeof(why), "no journal (%s)", strerror(errno));
+		goto none;
 	}
 	if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
-		msg_warn("store %s: the journal is in use by another process:"
-			 " every commit is synced without it", path);
-		journal_free(j);
-		return 0;
+		snprintf(why, sizeof(why), "the journal is in use by another process");
+		goto none;
 	}
 	if (mdb_env_info(st->env, &info) != 0 || mdb_env_stat(st->env, &ms) != 0
 	    || ((uint64_t) info.me_last_pgno + 1) * ms.ms_psize > st->jbase) {
-		msg_warn("store %s: the store reaches past where the journal goes:"
-			 " every commit is synced without it", path);
-		journal_free(j);
-		return 0;
+		snprintf(why, sizeof(why), "the store reaches past where the journal goes");
+		goto none;
 	}
 	if (have != 0 && at != 0
 	    && pread(j->fd, head, sizeof(head), (off_t) at) == (ssize_t) sizeof(head)
@@ -626,15 +621,17 @@ int journal_open(struct lmdb_store *st, const char *path)
 	if (j->base != st->jbase) {	/* new, or the map size changed: the store is synced */
 		j->base = st->jbase;
 		if ((rc = make(st, j)) != 0) {
-			msg_warn("store %s: cannot make the journal (%s):"
-				 " every commit is synced without it", path,
-				 rc > 0 ? strerror(rc) : mdb_strerror(rc));
-			journal_free(j);
-			return 0;
+			snprintf(why, sizeof(why), "cannot make the journal (%s)", mdb_strerror(rc));
+			goto none;
 		}
 	}
 	j->next = J_BLOCK;
 	st->j = j;
+	return 0;
+
+none:
+	msg_warn("store %s: %s: every commit is synced without it", path, why);
+	journal_free(j);
 	return 0;
 }
 

@@ -326,15 +326,15 @@ static void lmdb_free(struct lmdb_store *st)
 	free(st);
 }
 
-/* lmdb_open_failed - the one failure path of both opens: say why, release */
-static void lmdb_open_failed(struct lmdb_store *st, const char *path, const char *step, int rc,
-			      char *err, size_t errlen)
+/*
+ * lmdb_open_error - why an open failed (an LMDB code or errno) as a
+ * STORE_E* code: a full disk, a store that is not ours to read (corrupt,
+ * or of a newer format), else an I/O failure
+ */
+int lmdb_open_error(int rc)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "store %s: %s: %s", path, step, mdb_strerror(rc));
-	if (st->env)
-		mdb_env_close(st->env);
-	lmdb_free(st);
+	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
+	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 }
 
 /*
@@ -377,48 +377,75 @@ static uint64_t grown_total(struct lmdb_store *st)
 	return v;
 }
 
+/* lmdb_env_shut - close the journal and the environment, if open */
+void lmdb_env_shut(struct lmdb_store *st)
+{
+	journal_close(st);
+	if (st->env) {
+		mdb_env_close(st->env);
+		st->env = NULL;
+	}
+}
+
 /*
- * store_lmdb_open - open or create the store at path. One sequence, one
- * failure path: whatever step fails, the environment is closed and err
- * says which step and why. A map grown at run time (store_map.c) opens
- * at its grown size when that is larger than map_size: what it holds may
- * lie past map_size, and its journal's region lies past the grown map.
+ * lmdb_env_again - open the environment for writing, closed by the
+ * caller or never opened: at st->map_size, or at the total the map was
+ * grown to at run time (store_map.c) when that is larger (what it holds
+ * may lie past map_size, and its journal's region lies past the grown
+ * map), with its journal, which replays what it must. An LMDB code or
+ * errno, *step saying which step failed; the environment is then closed.
  */
+int lmdb_env_again(struct lmdb_store *st, const char **step)
+{
+	uint64_t grown;
+	int rc;
+
+	if ((rc = lmdb_env_open(st, st->path, st->map_size, 0, step)) != 0)
+		goto fail;
+	/* no transaction is open yet: the map may still be set */
+	if ((grown = grown_total(st)) > st->total) {
+		lmdb_map_total(st, grown);
+		*step = "mdb_env_set_mapsize";
+		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
+			goto fail;
+	}
+	*step = "journal";
+	if ((rc = journal_open(st, st->path)) == 0)
+		return 0;
+fail:
+	lmdb_env_shut(st);
+	return rc;
+}
+
+/* lmdb_open_failed - the one failure path of both opens: say why, release; the STORE_E* code */
+static int lmdb_open_failed(struct lmdb_store *st, const char *step, int rc, char *err,
+			     size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "store %s: %s: %s", st->path, step, mdb_strerror(rc));
+	lmdb_env_shut(st);
+	lmdb_free(st);
+	return lmdb_open_error(rc);
+}
+
+/* store_lmdb_open - open or create the store at path: one sequence, one failure path */
 int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	       char *err, size_t errlen)
 {
 	struct lmdb_store *st = lmdb_new(path);
 	const char *step = "mkdir";
-	uint64_t grown;
 	int rc;
 
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
-	st->total = map_size;
-	st->jbase = lmdb_map_jbase(map_size);
-	st->map_size = st->jbase ? st->jbase : map_size;
+	lmdb_map_total(st, map_size);
 	if ((rc = lmdb_mkdir(path)) != 0)
-		goto fail;
+		return lmdb_open_failed(st, step, rc, err, errlen);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
 	lmdb_cache_drop(path);		/* before LMDB maps a page of it */
-	if ((rc = lmdb_env_open(st, path, st->map_size, 0, &step)) != 0)
-		goto fail;
-	/* no transaction is open yet: the map may still be set */
-	if ((grown = grown_total(st)) > map_size) {
-		st->total = grown;
-		st->jbase = lmdb_map_jbase(grown);
-		st->map_size = st->jbase ? st->jbase : grown;
-		step = "mdb_env_set_mapsize";
-		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
-			goto fail;
-	}
-	if ((step = "journal", rc = journal_open(st, path)) != 0
-	    || (step = "count queue", rc = lmdb_space_count(st)) != 0) {
-fail:
-		lmdb_open_failed(st, path, step, rc, err, errlen);
-		return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
-		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
-	}
+	if ((rc = lmdb_env_again(st, &step)) != 0
+	    || (step = "count queue", rc = lmdb_space_count(st)) != 0)
+		return lmdb_open_failed(st, step, rc, err, errlen);
 	*out = &st->base;
 	return 0;
 }
@@ -448,7 +475,7 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 {
 	struct lmdb_store *st;
 	const char *step;
-	int rc;
+	int rc, err2;
 
 	*out = NULL;
 	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
@@ -456,9 +483,8 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	st = lmdb_new(path);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
 	if ((rc = lmdb_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
-		lmdb_open_failed(st, path, step, rc, err, errlen);
-		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND
-		    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
+		err2 = lmdb_open_failed(st, step, rc, err, errlen);
+		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND : err2;	/* a database missing */
 	}
 	*out = &st->base;
 	return 0;
@@ -480,34 +506,12 @@ void lmdb_close(struct store *base)
 
 	if (st == NULL)
 		return;
-	journal_close(st);
 	/* the last commit's meta page, which the journal covered until now */
 	if (st->env && !lmdb_broken(&st->base) && mdb_env_get_flags(st->env, &flags) == 0
 	    && !(flags & MDB_RDONLY) && mdb_env_sync(st->env, 1) != 0)
 		msg_warn("store: cannot sync at close: %m");
-	if (st->env)
-		mdb_env_close(st->env);
+	lmdb_env_shut(st);
 	lmdb_free(st);
-}
-
-/*
- * lmdb_env_again - open the environment again, closed by the caller, as
- * it was opened for writing: at its map size, with its journal (which
- * replays what it must). An LMDB code or errno, *step saying which step
- * failed; the environment is then closed (st->env NULL).
- */
-int lmdb_env_again(struct lmdb_store *st, const char **step)
-{
-	int rc;
-
-	if ((rc = lmdb_env_open(st, st->path, st->map_size, 0, step)) == 0
-	    && (*step = "journal", rc = journal_open(st, st->path)) != 0)
-		journal_close(st);
-	if (rc != 0 && st->env) {
-		mdb_env_close(st->env);
-		st->env = NULL;
-	}
-	return rc;
 }
 
 /*
@@ -554,11 +558,7 @@ int lmdb_reopen(struct store *base)
 		pthread_rwlock_unlock(&st->gate);
 		return 0;
 	}
-	journal_close(st);
-	if (st->env) {
-		mdb_env_close(st->env);		/* no sync: what it holds may not be on the disk */
-		st->env = NULL;
-	}
+	lmdb_env_shut(st);			/* no sync: what it holds may not be on the disk */
 	if ((rc = reopen_flush(st)) == 0)
 		rc = lmdb_env_again(st, &step);
 	if (rc == 0 && lmdb_space_count(st) != 0)
@@ -571,7 +571,7 @@ int lmdb_reopen(struct store *base)
 		msg_info("store %s: reopened from what is durable after a failed sync", st->path);
 	} else {
 		msg_warn("store %s: cannot reopen after a failed sync: %s: %s", st->path, step,
-			 rc > 0 ? strerror(rc) : mdb_strerror(rc));
+			 mdb_strerror(rc));
 	}
 	pthread_rwlock_unlock(&st->gate);
 	return rc == 0 ? 0 : STORE_EIO;
@@ -654,10 +654,14 @@ int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->txns = info.me_last_txnid;
 		lmdb_queue_oldest(st, txn, &s->oldest);
 		err = last_qid(st, txn, s->last_qid);
+		/* every claim is filed under its key (an old store's index names old claims) */
+		if (err == 0 && (what & STORE_STATS_STORIES) && st->has_hist) {
+			s->keys = s->claims;
+			err = lmdb_hist_stories(st, txn, &s->stories);
+		}
 	}
 	lmdb_read_end(st, txn);
-	if (err != 0 || (err = lmdb_mdb_error(rc, "stat")) != 0 || ((what & STORE_STATS_STORIES)
-	    && (err = lmdb_hist_stats(base, &s->stories, &s->keys)) != 0))
+	if (err != 0 || (err = lmdb_mdb_error(rc, "stat")) != 0)
 		return err;
 	/* what LMDB holds: its pages up to the last, less those it may use again */
 	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->space.used)

@@ -66,6 +66,14 @@ uint64_t lmdb_map_jbase(uint64_t total)
 	return (total - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
 }
 
+/* lmdb_map_total - the map, with the journal's region, is total bytes: where LMDB's map ends */
+void lmdb_map_total(struct lmdb_store *st, uint64_t total)
+{
+	st->total = total;
+	st->jbase = lmdb_map_jbase(total);
+	st->map_size = st->jbase ? st->jbase : total;
+}
+
 /* store_lmdb_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
 void store_lmdb_set_map_max(struct store *base, uint64_t max)
 {
@@ -138,14 +146,12 @@ int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps)
 	    && (rc = mdb_env_set_mapsize(st->env, (size_t) (jbase ? jbase : total))) == 0) {
 		msg_info("store: map grown from %llu MB to %llu MB",
 			 (unsigned long long) (st->total / MB), (unsigned long long) (total / MB));
-		st->total = total;
-		st->jbase = jbase;
-		st->map_size = jbase ? jbase : total;	/* what lmdb_reopen() opens */
+		lmdb_map_total(st, total);	/* what lmdb_reopen() opens */
 	}
 	pthread_rwlock_unlock(&st->gate);
 	if (rc != 0)
 		msg_warn("store: cannot grow the map to %llu MB: %s",
-			 (unsigned long long) (total / MB), rc > 0 ? strerror(rc) : mdb_strerror(rc));
+			 (unsigned long long) (total / MB), mdb_strerror(rc));
 	return lmdb_mdb_error(rc, "grow map");
 }
 
