@@ -28,15 +28,16 @@ void deliver_wake_taker(struct deliver *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* deliver_flush - every waiting message is due now */
+/* deliver_flush - every waiting message is due now (a shared store's too) */
 void deliver_flush(struct deliver *d)
 {
+	struct store_change now = { -1, 0, NULL, clock_us() };
 	size_t i;
 	int err;
 
 	if (d == NULL)
 		return;
-	if (d->shared && (err = store_queue_due(d->st, NULL, clock_us())) != 0)
+	if ((err = store_msg_change(d->st, NULL, &now)) != 0)
 		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
 	if (d->rate)
 		deliver_rate_unpause(d->rate);	/* now means now, throttled or not */
@@ -68,7 +69,7 @@ enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const c
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	if (d->shared && state == DQ_UNKNOWN) {	/* waiting in the shared queue, maybe */
-		if (store_queue_due(d->st, qid, clock_us()) != 0)
+		if (store_msg_change(d->st, qid, &(struct store_change) { -1, 0, NULL, clock_us() }))
 			return QUEUE_ADMIN_UNKNOWN;
 		deliver_wake_taker(d);
 	} else if (state != DQ_WAITING)

@@ -186,14 +186,6 @@ void store_lease_release(struct store *st, const char *qid, int64_t lease)
 		OPS(st)->lease_release(st, qid, lease);
 }
 
-/* store_queue_due - one message (a QID that can be stored) or all due, for every node */
-int store_queue_due(struct store *st, const char *qid, int64_t when)
-{
-	if (qid && !store_qid_ok(qid))
-		return STORE_EINVAL;
-	return SHARED(st) ? OPS(st)->queue_due(st, qid, when) : 0;
-}
-
 int store_msg_load(struct store *st, const char *qid, struct store_msg *m)
 {
 	return OPS(st)->msg_load(st, qid, m);
@@ -269,10 +261,16 @@ int store_msg_drop(struct store *st, const char *qid)
 	return store_qid_ok(qid) ? OPS(st)->msg_drop(st, qid) : STORE_EINVAL;
 }
 
-/* store_msg_change - hold, release or reroute a queued message, for every node */
+/*
+ * store_msg_change - hold, release, reroute or make due a queued message,
+ * for every node; or make every one due (qid NULL), where the store
+ * keeps that for every node
+ */
 int store_msg_change(struct store *st, const char *qid, const struct store_change *c)
 {
-	return store_qid_ok(qid) ? OPS(st)->msg_change(st, qid, c) : STORE_EINVAL;
+	if (qid ? !store_qid_ok(qid) : c->hold >= 0 || c->set_route || c->due <= 0)
+		return STORE_EINVAL;
+	return qid || SHARED(st) ? OPS(st)->msg_change(st, qid, c) : 0;
 }
 
 /* store_msg_revive - a store of one node never loses a lease: nothing to revive */

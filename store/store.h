@@ -244,22 +244,27 @@ void store_txn_msg_update(struct store_txn *t, const struct store_msg *m);
 /* store_msg_drop - remove a message from the spool */
 int store_msg_drop(struct store *st, const char *qid);
 /*
- * store_msg_change - change a queued message for every node, in one
- * transaction. hold 1 puts it on hold: it is never handed to delivery
- * (not listed at start, not taken from the shared queue, and delivery
- * skips one it loads held) and keeps its claims, as every queued message
- * does; the delivery writes leave the mark as they find it. hold 0
- * releases it, -1 leaves it as it is. set_route: its next attempt goes
- * to route (NULL: the default upstream; idemrelayctl reroute), and is
- * due at due at the latest if due > 0 (the time it had was the old
- * route's: a retry earned there, or its pause's end).
+ * store_msg_change - an operator's change to a queued message, for every
+ * node, in one transaction. hold 1 puts it on hold: it is never handed
+ * to delivery (not listed at start, not taken from the shared queue, and
+ * delivery skips one it loads held) and keeps its claims, as every
+ * queued message does; the delivery writes leave the mark as they find
+ * it. hold 0 releases it, -1 leaves it as it is. set_route: its next
+ * attempt goes to route (NULL: the default upstream; idemrelayctl
+ * reroute). due > 0: its next attempt is at due at the latest (a
+ * retry; a reroute's, since the time it had was the old route's).
  * STORE_ENOTFOUND if qid is not queued.
+ *
+ * qid NULL: due alone (else STORE_EINVAL), for every queued message not
+ * on hold (a flush). Only a shared store keeps a time for every node;
+ * on a store of one node, whose queue delivery's schedule is, it does
+ * nothing.
  */
 struct store_change {
 	int hold;		/* 1 on hold, 0 released, -1 as it is */
 	int set_route;		/* route replaces the message's route */
 	const char *route;	/* NULL: the default upstream */
-	int64_t due;		/* > 0, with set_route: next attempt no later */
+	int64_t due;		/* > 0: next attempt no later */
 };
 int store_msg_change(struct store *st, const char *qid, const struct store_change *c);
 /*
@@ -287,11 +292,8 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
  * qid and next_attempt only), passing over those whose route is one of
  * the n_skip in skip (a NULL one: the default upstream), the routes this
  * node would not send to now.
- * store_lease_renew() extends every lease this node holds.
- * store_queue_due() makes one message (qid) or every queued message not
- * on hold (qid NULL) due at when, for every node. On a store of one
- * node: 0 (STORE_EINVAL for a QID that cannot be stored, as on any), and
- * the three do nothing.
+ * store_lease_renew() extends every lease this node holds. On a store of
+ * one node: 0, and the three do nothing.
  */
 int store_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
 		     size_t n_skip, int (*cb) (void *arg, const struct store_msg *m), void *arg);
@@ -303,7 +305,6 @@ int store_lease_renew(struct store *st, int64_t now);
  * one held now, whichever
  */
 void store_lease_release(struct store *st, const char *qid, int64_t lease);
-int store_queue_due(struct store *st, const char *qid, int64_t when);
 
 /*
  * store_stats - the figures, the same for every backend, in one call.

@@ -72,7 +72,6 @@ struct store_ops {
 			   void *arg);	/* shared */
 	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
 	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
-	int (*queue_due) (struct store *st, const char *qid, int64_t when);	/* shared */
 	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
 
 	/* stories: what became of a message, and of a key */

@@ -280,8 +280,9 @@ static void set_route(struct lmdb_txn *t, const char *qid, const char *route)
 }
 
 /*
- * lmdb_msg_change - hold, release or reroute a queued message (its queue
- * record's mark, its message record's route), in a transaction of its own
+ * lmdb_msg_change - hold, release, reroute or make due a queued message
+ * (its queue record's mark and time, its message record's route), in a
+ * transaction of its own
  */
 int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c)
 {
@@ -294,7 +295,7 @@ int lmdb_msg_change(struct store *base, const char *qid, const struct store_chan
 		queue_patch(t, qid, lmdb_queue_rec_set_held, c->hold);
 	if (c->set_route && t->base.err == 0)
 		set_route(t, qid, c->route);
-	if (c->set_route && c->due > 0 && t->base.err == 0)
+	if (c->due > 0 && t->base.err == 0)
 		queue_patch(t, qid, lmdb_queue_rec_set_due, c->due);
 	return lmdb_txn_commit(&t->base);
 }

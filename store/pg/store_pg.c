@@ -820,7 +820,6 @@ const struct store_ops store_pg_ops = {
 	.txn_commit = store_pg_txn_commit,
 	.queue_take = store_pg_queue_take,
 	.lease_renew = store_pg_lease_renew,
-	.queue_due = store_pg_queue_due,
 	.lease_release = store_pg_lease_release,
 	.msg_load = store_pg_msg_load,
 	.msg_drop = store_pg_msg_drop,

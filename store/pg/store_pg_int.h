@@ -400,7 +400,6 @@ int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct sto
 int store_pg_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
 			size_t n_skip, int (*cb) (void *, const struct store_msg *), void *arg);
 int store_pg_lease_renew(struct store *st, int64_t now);
-int store_pg_queue_due(struct store *st, const char *qid, int64_t when);
 void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);
 int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
 int store_pg_msg_drop(struct store *st, const char *qid);

@@ -32,9 +32,7 @@
  *	comes a third of a lease later); those no longer this node's (taken
  *	by another node since, or finished) are forgotten.
  *
- *	store_pg_queue_due() makes one or every queued message due, for
- *	every node (idemrelayctl flush on any node). store_pg_queue_mine()
- *	is what this node holds leased: nothing after a start, since
+ *	store_pg_queue_mine() is what this node holds leased: nothing after a start, since
  *	store_pg_open() gives up the previous life's leases.
  * DIAGNOSTICS
  *	0 or a STORE_E* code; a non-zero return of a callback stops the
@@ -376,36 +374,6 @@ void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 			 "AND lease_token = $2 AND " PG_ROW_QUEUED(""), &p, &r, "lease release") == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
-}
-
-/*
- * store_pg_queue_due - make one queued message, or all (qid NULL) but the
- * held ones (idemrelayctl flush passes them over), due at when for every node
- */
-int store_pg_queue_due(struct store *base, const char *qid, int64_t when)
-{
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_params p;
-	PGresult *r;
-	int err;
-
-	store_pg_keep_forget(st, qid);
-	store_pg_params_init(&p);
-	store_pg_p_i64(&p, when);
-	if (qid)
-		store_pg_p_text(&p, qid);
-	/* two statements: one plan for both would read every queued message for one */
-	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = $1 WHERE qid = $2 AND " PG_ROW_QUEUED("")
-			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND NOT held "
-			   "AND next_attempt > $1",
-			   &p, &r, "queue due");
-	store_pg_params_free(&p);
-	if (err != 0)
-		return err;
-	if (qid && strcmp(PQcmdTuples(r), "0") == 0)
-		err = STORE_ENOTFOUND;
-	PQclear(r);
-	return err;
 }
 
 /* store_pg_queue_mine - the messages this node holds leased, not held, in QID order */

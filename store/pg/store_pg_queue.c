@@ -21,9 +21,11 @@
  *
  *	store_pg_msg_drop() is the operator's, from any node: refused while
  *	another node holds a live lease on the message, since that node may
- *	be sending it now. So is store_pg_msg_change(), which any node may
+ *	be sending it now. Not so store_pg_msg_change(), which any node may
  *	do at any time: the holder of a lease finishes its attempt, and no
- *	node takes the message again until it is released.
+ *	node takes a held message again until it is released; it also makes
+ *	one message, or every one not on hold, due for every node
+ *	(idemrelayctl retry and flush on any node).
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A row that cannot be a message (a recipient
  *	missing, a QID too long) is STORE_EINVAL, and logged.
@@ -283,8 +285,10 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 }
 
 /*
- * store_pg_msg_change - hold, release or reroute a queued message, for
- * every node, in one statement; STORE_ENOTFOUND unless one queued row
+ * store_pg_msg_change - hold, release, reroute or make due a queued
+ * message, for every node, in one statement (STORE_ENOTFOUND unless one
+ * queued row); or make every one not on hold due (qid NULL: idemrelayctl
+ * flush passes the held ones over)
  */
 int store_pg_msg_change(struct store *base, const char *qid, const struct store_change *c)
 {
@@ -295,19 +299,23 @@ int store_pg_msg_change(struct store *base, const char *qid, const struct store_
 
 	store_pg_keep_forget(st, qid);
 	store_pg_params_init(&p);
-	store_pg_p_text(&p, qid);
-	store_pg_p_text(&p, c->hold < 0 ? NULL : c->hold ? "true" : "false");
-	store_pg_p_text(&p, c->set_route ? "true" : "false");
-	store_pg_p_text(&p, c->route);
-	store_pg_p_i64(&p, c->set_route && c->due > 0 ? c->due : INT64_MAX);
-	err = store_pg_run(st, "UPDATE messages SET held = coalesce($2::boolean, held), route = "
-			   "CASE WHEN $3::boolean THEN $4 ELSE route END, next_attempt = "
-			   "least(next_attempt, $5) WHERE qid = $1 AND " PG_ROW_QUEUED(""), &p, &r,
-			   "change");
+	store_pg_p_i64(&p, c->due > 0 ? c->due : INT64_MAX);
+	if (qid) {
+		store_pg_p_text(&p, qid);
+		store_pg_p_text(&p, c->hold < 0 ? NULL : c->hold ? "true" : "false");
+		store_pg_p_text(&p, c->set_route ? "true" : "false");
+		store_pg_p_text(&p, c->route);
+	}
+	/* two statements: one plan for both would read every queued message for one */
+	err = store_pg_run(st, qid ? "UPDATE messages SET next_attempt = least(next_attempt, $1), "
+			   "held = coalesce($3::boolean, held), route = CASE WHEN $4::boolean THEN $5 "
+			   "ELSE route END WHERE qid = $2 AND " PG_ROW_QUEUED("")
+			   : "UPDATE messages SET next_attempt = $1 WHERE queued AND NOT held "
+			   "AND next_attempt > $1", &p, &r, "change");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
-	if (strcmp(PQcmdTuples(r), "1") != 0)
+	if (qid && strcmp(PQcmdTuples(r), "1") != 0)
 		err = STORE_ENOTFOUND;
 	PQclear(r);
 	return err;

@@ -435,7 +435,10 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("hold bad qid", store_msg_change(f->st, "", &(struct store_change) { 1, 0, NULL, 0 }),
 		  STORE_EINVAL);
 	CHECK_INT("mark bad qid", store_msg_set_inflight(f->st, "", 1), STORE_EINVAL);
-	CHECK_INT("due bad qid", store_queue_due(f->st, "", NOW), STORE_EINVAL);
+	CHECK_INT("flush with a hold", store_msg_change(f->st, NULL, &(struct store_change)
+						       { 1, 0, NULL, NOW }), STORE_EINVAL);
+	CHECK_INT("flush without a time", store_msg_change(f->st, NULL, &(struct store_change)
+							  { -1, 0, NULL, 0 }), STORE_EINVAL);
 	store_lease_release(f->st, "", 0);	/* nothing to let go of */
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
@@ -594,7 +597,8 @@ static void test_msg_route(void **state)
 		/*
 		 * held and set back in one change, due earlier (the old route's
 		 * time not its own), then released: the route and time stay; a
-		 * due later than its next attempt leaves that as it is
+		 * due later than its next attempt leaves that as it is, one
+		 * earlier alone (a retry) makes it due then
 		 */
 		CHECK_INT("hold, set back", store_msg_change(f->st, qid, &(struct store_change)
 							     { 1, 1, routes[i], m.next_attempt - 5 }),
@@ -604,14 +608,16 @@ static void test_msg_route(void **state)
 		CHECK_STR("route back", got.route, routes[i]);
 		CHECK_INT("due earlier", got.next_attempt, m.next_attempt - 5);
 		store_msg_free(&got);
-		CHECK_INT("release", store_msg_change(f->st, qid, &(struct store_change) { 0, 0, "x", 1 }),
+		CHECK_INT("release", store_msg_change(f->st, qid, &(struct store_change) { 0, 0, "x", 0 }),
 			  0);
 		CHECK_INT("set, due later", store_msg_change(f->st, qid, &(struct store_change)
 							    { -1, 1, routes[i], m.next_attempt + 5 }), 0);
+		CHECK_INT("due alone (a retry)", store_msg_change(f->st, qid, &(struct store_change)
+								 { -1, 0, NULL, m.next_attempt - 7 }), 0);
 		CHECK_INT("load released", store_msg_load(f->st, qid, &got), 0);
 		CHECK_INT("released", got.held, 0);
 		CHECK_STR("route kept", got.route, routes[i]);
-		CHECK_INT("time kept", got.next_attempt, m.next_attempt - 5);
+		CHECK_INT("due earlier", got.next_attempt, m.next_attempt - 7);
 		store_msg_free(&got);
 		m.rcpts[0].state = STORE_RCPT_SENT;
 		CHECK_INT("delivered", store_msg_update(f->st, &m), 0);

@@ -48,6 +48,7 @@
 /* what the tests change in the backend, through its link seam (store_pg_seam.c) */
 static void (*commit_hook) (PGconn *c);		/* a commit sent, its results not read */
 static int64_t result_us = PG_RESULT_US;		/* the longest wait for a result */
+static const struct store_change due_now = { -1, 0, NULL, NOW };	/* a retry, a flush */
 
 /* store_pg_result_limit - this test's, instead of store_pg_seam.c's */
 int64_t store_pg_result_limit(void)
@@ -536,9 +537,9 @@ static void test_defer_and_flush(void **state)
 	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
 	m.next_attempt = later;
 	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
-	CHECK_INT("flush on B", store_queue_due(b, NULL, NOW), 0);
+	CHECK_INT("flush on B", store_msg_change(b, NULL, &due_now), 0);
 	CHECK_INT("A takes it at once", taken(f->st, clock_us()), 1);
-	CHECK_INT("due of one unknown", store_queue_due(b, "NOSUCHQID000", NOW), STORE_ENOTFOUND);
+	CHECK_INT("due of one unknown", store_msg_change(b, "NOSUCHQID000", &due_now), STORE_ENOTFOUND);
 	store_msg_free(&m);
 	store_close(b);
 }
@@ -1362,7 +1363,7 @@ static void plans_work(struct fx *f, struct store *b)
 	m.attempts = 1;
 	m.next_attempt = clock_us() + 3600 * SEC;
 	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
-	CHECK_INT("flush one", store_queue_due(b, "PLANS0A00001", NOW), 0);
+	CHECK_INT("flush one", store_msg_change(b, "PLANS0A00001", &due_now), 0);
 	CHECK_INT("take", taken(f->st, clock_us()), 1);
 	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
 	CHECK_INT("list", listed(f->st) > 0, 1);
@@ -2270,7 +2271,7 @@ static void test_flush_all_skips_due(void **state)
 	CHECK_INT("a delivery holds the due one", PQresultStatus(r), PGRES_TUPLES_OK);
 	PQclear(r);
 	began = clock_us();
-	CHECK_INT("flush all", store_queue_due(f->st, NULL, NOW), 0);
+	CHECK_INT("flush all", store_msg_change(f->st, NULL, &due_now), 0);
 	if (clock_us() - began > 2 * SEC)
 		fail_msg("the flush waited %.1f s for the row a delivery held",
 			 (double) (clock_us() - began) / SEC);

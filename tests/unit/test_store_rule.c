@@ -317,7 +317,6 @@ static const struct {
 	{ "queue_take", offsetof(struct store_ops, queue_take), STORE_CAP_SHARED },
 	{ "lease_renew", offsetof(struct store_ops, lease_renew), STORE_CAP_SHARED },
 	{ "lease_release", offsetof(struct store_ops, lease_release), STORE_CAP_SHARED },
-	{ "queue_due", offsetof(struct store_ops, queue_due), STORE_CAP_SHARED },
 	{ "msg_revive", offsetof(struct store_ops, msg_revive), STORE_CAP_SHARED },
 };
 
