@@ -350,16 +350,17 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 }
 
 /*
- * queue_admin_reroute - each message's route decided again, as at
- * acceptance but with cf's routes; those whose route does not change are
- * passed over. The next attempt goes the new way; one under way ends the
- * old way.
+ * queue_admin_each - hold, release or reroute (cmd) each message sel
+ * names. A hold or release of a QID asked for that already is (or is
+ * not on hold) is said so; among several, those are passed over, as are
+ * the messages a reroute leaves on their route (reroute_one).
  */
-static void queue_admin_reroute(struct store *st, const struct queue_admin_sched *s,
-				const struct conf *cf, const struct queue_admin_sel *sel,
-				struct buf *out)
+static void queue_admin_each(struct store *st, const struct queue_admin_sched *s,
+			     const struct conf *cf, const struct queue_admin_sel *sel,
+			     const char *cmd, struct buf *out)
 {
 	struct qids set = { NULL, 0 }, done = { NULL, 0 };
+	int reroute = strcmp(cmd, "reroute") == 0, on = strcmp(cmd, "hold") == 0;
 	size_t i;
 	int err;
 
@@ -367,62 +368,28 @@ static void queue_admin_reroute(struct store *st, const struct queue_admin_sched
 	if (select_qids(st, sel, &set, out) != 0)
 		goto done;
 	for (i = 0; i < set.n; i++) {
-		if ((err = reroute_one(st, s, cf, set.q[i])) == 0)
+		err = reroute ? reroute_one(st, s, cf, set.q[i]) : hold_one(st, s, set.q[i], on);
+		if (err == 0)
 			qids_add(&done, set.q[i]);
-		else if (err == STORE_ENOTFOUND && sel->qid)
-			not_queued(st, out, sel->qid);
-		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
-			json_error(out, "cannot reroute %s: %s", set.q[i], store_strerror(err));
-		if (out->len)
-			goto done;
-	}
-	buf_printf(out, "{\"ok\":true");
-	if (sel->qid)
-		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
-	buf_printf(out, ",\"count\":%zu,\"rerouted\":", done.n);
-	qids_json(out, &done);
-	buf_putc(out, '}');
-done:
-	free(set.q);
-	free(done.q);
-}
-
-/*
- * queue_admin_hold - on hold (on 1) or released (0), on every node. A
- * QID asked for that already is (or is not on hold, for a release) is
- * said so; among several, those are passed over.
- */
-static void queue_admin_hold(struct store *st, const struct queue_admin_sched *s,
-			     const struct queue_admin_sel *sel, int on, struct buf *out)
-{
-	struct qids set = { NULL, 0 }, done = { NULL, 0 };
-	const char *verb = on ? "hold" : "release";
-	size_t i;
-	int err = 0;
-
-	buf_reset(out);
-	if (select_qids(st, sel, &set, out) != 0)
-		goto done;
-	for (i = 0; i < set.n; i++) {
-		if ((err = hold_one(st, s, set.q[i], on)) == 0)
-			qids_add(&done, set.q[i]);
-		else if (err == STORE_EINVAL && sel->qid)
+		else if (err == STORE_EINVAL && sel->qid && !reroute)
 			json_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
 		else if (err == STORE_ENOTFOUND && sel->qid)
 			not_queued(st, out, sel->qid);
 		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
-			json_error(out, "cannot %s %s: %s", verb, set.q[i], store_strerror(err));
+			json_error(out, "cannot %s %s: %s", cmd, set.q[i], store_strerror(err));
 		if (out->len)
 			goto done;
 	}
 	buf_printf(out, "{\"ok\":true");
 	if (sel->qid)
 		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
-	buf_printf(out, ",\"count\":%zu,\"%s\":", done.n, on ? "held" : "released");
+	buf_printf(out, ",\"count\":%zu,\"%s\":", done.n,
+		   reroute ? "rerouted" : on ? "held" : "released");
 	qids_json(out, &done);
 	buf_putc(out, '}');
 done:
-	admin_count(on ? "Placed on hold" : "Released from hold", done.n);
+	if (!reroute)
+		admin_count(on ? "Placed on hold" : "Released from hold", done.n);
 	free(set.q);
 	free(done.q);
 }
@@ -559,12 +526,11 @@ void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const 
 {
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(st, s, sel, out);
-	else if (strcmp(cmd, "reroute") == 0)
-		queue_admin_reroute(st, s, cf, sel, out);
 	else if (strcmp(cmd, "forget") == 0)
 		queue_admin_forget(st, s, sel, mode, now, out);
-	else if (strcmp(cmd, "hold") == 0 || strcmp(cmd, "release") == 0)
-		queue_admin_hold(st, s, sel, strcmp(cmd, "hold") == 0, out);
+	else if (strcmp(cmd, "hold") == 0 || strcmp(cmd, "release") == 0
+		 || strcmp(cmd, "reroute") == 0)
+		queue_admin_each(st, s, cf, sel, cmd, out);
 	else
 		json_error(out, "unknown request %.40s", cmd);	/* as the daemon says it */
 }
