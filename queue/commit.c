@@ -366,6 +366,16 @@ static int tell_later(struct commit *cm, struct commit_op *ops)
 	return poke;
 }
 
+/* ops_push - delivery writes for the writer's next round (lock held) */
+static void ops_push(struct commit *cm, struct commit_op *ops)
+{
+	if (cm->ops == NULL)
+		cm->ops_at = clock_mono_us();
+	op_tail(ops)->next = cm->ops;
+	cm->ops = ops;
+	pthread_cond_signal(&cm->wake);
+}
+
 /*
  * ops_again - delivery writes of a failed commit_now(), back to the
  * writer, which tries them again (and each alone if that fails): never
@@ -373,14 +383,8 @@ static int tell_later(struct commit *cm, struct commit_op *ops)
  */
 static void ops_again(struct commit *cm, struct commit_op *ops)
 {
-	struct commit_op *tail = op_tail(ops);
-
 	pthread_mutex_lock(&cm->lock);
-	if (cm->ops == NULL)
-		cm->ops_at = clock_mono_us();
-	tail->next = cm->ops;
-	cm->ops = ops;
-	pthread_cond_signal(&cm->wake);
+	ops_push(cm, ops);
 	pthread_mutex_unlock(&cm->lock);
 }
 
@@ -511,23 +515,18 @@ static void *commit_main(void *arg)
 		stop = cm->stop;
 		pthread_mutex_unlock(&cm->lock);
 		commit_upkeep(cm, 0);		/* a refusing store before the round: it then commits */
-		if (batch == NULL && ops == NULL) {
-			commit_upkeep(cm, upkeep);
-			pthread_mutex_lock(&cm->lock);
-			cm->busy = 0;
-			pthread_mutex_unlock(&cm->lock);
-			if (stop)
-				break;
-			continue;		/* commit_now() took what was held */
+		if (batch != NULL || ops != NULL) {	/* none: commit_now() took what was held */
+			(void) commit_round(cm, batch, ops, 0);
+			commit_finish(cm, batch);
 		}
-		(void) commit_round(cm, batch, ops, 0);
-		commit_finish(cm, batch);
 		commit_upkeep(cm, upkeep);	/* warns by itself */
 		pthread_mutex_lock(&cm->lock);
 		cm->busy = 0;
 		if (batch != NULL)
 			cm->last_batch = clock_mono_us();
 		pthread_mutex_unlock(&cm->lock);
+		if (stop && batch == NULL && ops == NULL)
+			break;
 	}
 	return NULL;
 }
@@ -653,11 +652,7 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 		pthread_mutex_unlock(&cm->lock);
 		return commit_op_alone(cm, &op);
 	}
-	if (cm->ops == NULL)
-		cm->ops_at = clock_mono_us();
-	op.next = cm->ops;
-	cm->ops = &op;
-	pthread_cond_signal(&cm->wake);
+	ops_push(cm, &op);
 	while (!op.done)		/* announced by ops_done(), or announce() */
 		pthread_cond_wait(&cm->marked, &cm->lock);
 	pthread_mutex_unlock(&cm->lock);

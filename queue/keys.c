@@ -125,8 +125,8 @@ static size_t msgid_trim(char *s, size_t n)
 	return b - a;
 }
 
-/* msgid_hash - the key of a Message-ID's key part (already cut to it) */
-static void msgid_hash(const char *part, size_t n, char key[2 * HASH_LEN + 1])
+/* key_hash - a key made of text that is no key itself: a Message-ID's key part, an ENVID */
+static void key_hash(const char *part, size_t n, char key[2 * HASH_LEN + 1])
 {
 	uint8_t d[HASH_LEN];
 
@@ -142,7 +142,7 @@ int keys_msgid_key(const char *id, size_t len, char key[2 * HASH_LEN + 1])
 	msgid_bounds(id, len, &a, &b);
 	if (a == b)
 		return -1;
-	msgid_hash(id + a, b - a, key);
+	key_hash(id + a, b - a, key);
 	return 0;
 }
 
@@ -202,17 +202,13 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 			r->source = KEYS_HEADER;
 		} else if (c->keys.envid && envid && *envid) {
 			r->source = KEYS_ENVID;
-			if (key_check(envid, strlen(envid)) == NULL) {
+			if (key_check(envid, strlen(envid)) == NULL)
 				strcpy(r->key, envid);
-			} else {	/* an ENVID may hold anything xtext can carry */
-				uint8_t d[HASH_LEN];
-
-				hash_once(envid, strlen(envid), d);
-				hash_hex(d, HASH_LEN, r->key);
-			}
+			else	/* an ENVID may hold anything xtext can carry */
+				key_hash(envid, strlen(envid), r->key);
 		} else if (c->keys.message_id && have_msgid) {
 			r->source = KEYS_MESSAGE_ID;
-			msgid_hash(msgid, strlen(msgid), r->key);
+			key_hash(msgid, strlen(msgid), r->key);
 		} else if (c->keys.require) {
 			r->error = "550 5.7.0 Message has no idempotency key";
 		}

@@ -248,27 +248,20 @@ void metrics_reset(void)
 static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
 	struct store_stats s;
-	double start = g->start_time;
 
 	memset(g, 0, sizeof(*g));
 	memset(&s, 0, sizeof(s));
-	g->start_time = start;
 	if (st == NULL)
 		return;
 	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
 	g->own_space = (store_caps(st) & STORE_CAP_OWN_SPACE) != 0;
-	if (store_stats(st, &s, 0) != 0) {
-		g->outages = s.reach.outages;		/* filled even when the store is away */
-		g->repl_waiting = s.reach.repl_waiting;
-		g->repl_waits = s.reach.repl_waits;
-		g->voided = s.reach.voided;
-		return;
-	}
-	g->outages = s.reach.outages;
+	g->store_ok = store_stats(st, &s, 0) == 0;
+	g->outages = s.reach.outages;		/* filled even when the store is away */
 	g->repl_waiting = s.reach.repl_waiting;
 	g->repl_waits = s.reach.repl_waits;
 	g->voided = s.reach.voided;
-	g->store_ok = 1;
+	if (!g->store_ok)
+		return;
 	g->queue_depth = s.queued;
 	g->claims = s.claims;
 	g->map_size = s.space.size;
@@ -461,8 +454,8 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 		buf_printf(&body, "not found: try /metrics\n");
 	} else {
 		metrics_snapshot(&snap);
-		g.start_time = m->start_time;
 		metrics_gauges_read(m->st, &g);
+		g.start_time = m->start_time;
 		metrics_render(&body, &snap, &g);
 	}
 send:
