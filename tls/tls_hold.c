@@ -16,9 +16,11 @@
  *	to send it, and is refused (a retry, as a full socket's) if the
  *	socket takes too little: a session whose client stops reading holds
  *	TLS_HOLD_MAX or one record at most, in a buffer of one record's
- *	room. A write of several records that grew it past that gives the
- *	room back once sent; smaller buffers go back when the session is
- *	idle (tls_hold_trim).
+ *	room. tls_io.c asks the same before it hands OpenSSL a record
+ *	(tls_hold_room), so that OpenSSL keeps no copy of a refused record
+ *	(another 17 KB) besides. A write of several records that grew the
+ *	buffer past one record's room gives it back once sent; smaller
+ *	buffers go back when the session is idle (tls_hold_trim).
  */
 #include <errno.h>
 #include <unistd.h>
@@ -68,10 +70,18 @@ void tls_hold_trim(struct tls_hold *h)
 }
 
 /*
- * hold_write - BIO write: the octets join those held; a write that would
- * take them past TLS_HOLD_MAX sends them first (so at most TLS_HOLD_MAX
- * or one record is held)
+ * tls_hold_room - may len more octets be held: not if they would take
+ * what is held past TLS_HOLD_MAX and sending it leaves too much (what is
+ * held then is TLS_HOLD_MAX at most, or one record)
  */
+int tls_hold_room(struct tls_hold *h, size_t len)
+{
+	if (h->held.len && h->held.len + len > TLS_HOLD_MAX && tls_hold_send(h) == IO_ERROR)
+		return IO_ERROR;
+	return h->held.len == 0 || h->held.len + len <= TLS_HOLD_MAX;
+}
+
+/* hold_write - BIO write: the octets join those held, if there is room */
 static int hold_write(BIO *b, const char *data, int len)
 {
 	struct tls_hold *h = BIO_get_data(b);
@@ -80,14 +90,10 @@ static int hold_write(BIO *b, const char *data, int len)
 	BIO_clear_retry_flags(b);
 	if (len <= 0)
 		return 0;
-	if (h->held.len && h->held.len + (size_t) len > TLS_HOLD_MAX
-	    && (r = tls_hold_send(h)) < 0) {
-		if (r == IO_ERROR)
-			return -1;
-		if (h->held.len + (size_t) len > TLS_HOLD_MAX) {
+	if ((r = tls_hold_room(h, (size_t) len)) <= 0) {
+		if (r == 0)
 			BIO_set_retry_write(b);
-			return -1;
-		}
+		return -1;
 	}
 	buf_reserve_max(&h->held, (size_t) len, TLS_HOLD_ROOM);
 	buf_append(&h->held, data, (size_t) len);

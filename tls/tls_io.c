@@ -86,20 +86,34 @@ static ssize_t tls_read(struct io *io, void *buf, size_t len)
 	return tls_result(t, n, &io->read_wants, "read");
 }
 
-/* tls_write - octets taken, IO_AGAIN or IO_ERROR; a retry repeats the length */
+/*
+ * tls_write - octets taken, IO_AGAIN or IO_ERROR; a retry repeats the
+ * length. One record at a time, and only one the holding BIO has room
+ * for: OpenSSL gives its write buffer back after a write it made whole
+ * (SSL_MODE_RELEASE_BUFFERS), but keeps it for a record of a longer
+ * write, or one the BIO refused: 17 KB more for a client that stops reading
+ */
 static ssize_t tls_write(struct io *io, const void *buf, size_t len)
 {
 	struct tls_io *t = (struct tls_io *) io;
 	ssize_t r;
 	int     n;
 
-	if (len > INT_MAX)
-		len = INT_MAX;
+	if (len > SSL3_RT_MAX_PLAIN_LENGTH)
+		len = SSL3_RT_MAX_PLAIN_LENGTH;
 	if (t->retry_len && t->retry_len <= len)
 		len = t->retry_len;
 	ERR_clear_error();
 	errno = 0;
 	io->write_wants = 0;
+	if ((r = tls_hold_room(&t->hold, len + TLS_RECORD_MORE)) == 0) {
+		io->write_wants = EPOLLOUT;
+		return IO_AGAIN;
+	}
+	if (r == IO_ERROR) {
+		tls_fail(t, "write");
+		return IO_ERROR;
+	}
 	n = SSL_write(t->ssl, buf, (int) len);
 	if (n > 0) {
 		t->retry_len = 0;

@@ -36,6 +36,48 @@ void smtp_session_timeout(struct smtp_session *s) { (void) s; fail_msg("timed ou
 void conn_close(struct conn *c) { (void) c; fail_msg("closed"); }
 int conn_flush(struct conn *c) { (void) c; return 0; }
 
+static size_t ossl_live;		/* octets OpenSSL has allocated, not freed */
+
+/* count_malloc - OpenSSL's malloc, counted; the size kept before the block */
+static void *count_malloc(size_t n, const char *file, int line)
+{
+	size_t *b = malloc(n + 16);
+
+	(void) file, (void) line;
+	if (b == NULL)
+		return NULL;
+	b[0] = n;
+	ossl_live += n;
+	return (char *) b + 16;
+}
+
+/* count_free - OpenSSL's free, counted */
+static void count_free(void *q, const char *file, int line)
+{
+	size_t *b = q ? (size_t *) ((char *) q - 16) : NULL;
+
+	(void) file, (void) line;
+	if (b == NULL)
+		return;
+	ossl_live -= b[0];
+	free(b);
+}
+
+/* count_realloc - OpenSSL's realloc, counted */
+static void *count_realloc(void *q, size_t n, const char *file, int line)
+{
+	size_t *b;
+
+	if (q == NULL)
+		return count_malloc(n, file, line);
+	b = realloc((char *) q - 16, n + 16);
+	if (b == NULL)
+		return NULL;
+	ossl_live += n - b[0];
+	b[0] = n;
+	return (char *) b + 16;
+}
+
 struct pair {
 	char    dir[64], cert[96], key[96];
 	struct tls *tls;
@@ -359,6 +401,42 @@ static void test_stalled_peer_bounded(void **state)
 }
 
 /*
+ * test_stalled_peer_memory - what a session whose peer stops reading
+ * holds for its output, OpenSSL's allocations counted with the held
+ * buffer's room: one record's room (TLS_HOLD_ROOM) and a little, not that
+ * and OpenSSL's own copy of a refused record (~33 KB)
+ */
+static void test_stalled_peer_memory(void **state)
+{
+	struct pair *p = *state;
+	static char big[65536];
+	struct buf *held = &((struct tls_io *) p->io)->hold.held;
+	size_t  sent = 0, base, got;
+	ssize_t n;
+	int     i;
+
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(io_flush(p->io), 0);	/* the ticket goes */
+	io_trim(p->io);
+	while (write(p->io->fd, big, sizeof(big)) > 0)	/* the peer has stopped reading */
+		;
+	base = ossl_live;
+	for (i = 0; i < 1024 && sent < sizeof(big); i++) {
+		if ((n = io_write(p->io, big + sent, sizeof(big) - sent)) > 0)
+			sent += (size_t) n;
+		else if (n == IO_AGAIN && io_flush(p->io) == IO_AGAIN)
+			break;			/* stalled */
+	}
+	assert_true(sent > 0 && sent < sizeof(big));
+	got = ossl_live - base + held->cap;
+	if (got > TLS_HOLD_ROOM + 1024)
+		fail_msg("a stalled session holds %zu octets, want at most %d", got,
+			 TLS_HOLD_ROOM + 1024);
+	print_message("held %zu octets (OpenSSL %zu, the held buffer %zu)\n", got,
+		      ossl_live - base, held->cap);
+}
+
+/*
  * full_handshake - a new client's full handshake from addr on a new
  * connection: did it end with a session ticket (held until the flush)
  */
@@ -422,7 +500,10 @@ static void test_ticket_slots_all_used(void **state)
 
 int main(void)
 {
+	if (!CRYPTO_set_mem_functions(count_malloc, count_realloc, count_free))
+		return 1;		/* before OpenSSL's first allocation */
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_stalled_peer_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reply_takes_the_ticket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_goodbye_with_the_last_reply, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_socket_waits, setup, teardown),
