@@ -242,7 +242,7 @@ int main(int argc, char **argv)
 	if (store_dir(&cf) != NULL)
 		mkdir_parents(&cf, "store.path", store_dir(&cf));
 	made = control_dir(&cf);
-	srv = server_new(&cf, path, NULL);	/* reads the TLS key and AUTH users: still root */
+	srv = server_new(&cf, path);	/* reads the TLS key and AUTH users: still root */
 	server_listen(srv);		/* signals are blocked from here: threads inherit that */
 	if (cf.user)
 		privdrop(&cf, made);

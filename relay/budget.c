@@ -72,7 +72,7 @@ void budget_account(struct conn *c)
 		srv->leader = c;
 }
 
-/* budget_release - a connection is freed */
+/* budget_release - a connection is freed (conn_free: off the list already) */
 void budget_release(struct conn *c)
 {
 	struct server *srv = c->srv;
@@ -83,11 +83,8 @@ void budget_release(struct conn *c)
 		c->paused = 0;
 		srv->n_paused--;
 	}
-	if (srv->leader == c) {
-		srv->leader = NULL;		/* c is still listed: skip it */
-		c->dead = 1;
+	if (srv->leader == c)
 		budget_find_leader(srv);
-	}
 }
 
 /* budget_paused - in DATA, the budget spent, and not the leader */

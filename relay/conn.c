@@ -272,6 +272,22 @@ int conn_flush(struct conn *c)
 	return 0;
 }
 
+/* conn_fill - read once into c->in: the octets read, 0 if none now, -1 if the connection is lost */
+static ssize_t conn_fill(struct conn *c)
+{
+	ssize_t n;
+
+	buf_reserve(&c->in, READ_CHUNK);
+	if ((n = io_read(c->io, c->in.data + c->in.len, READ_CHUNK)) == IO_AGAIN)
+		return 0;
+	if (n <= 0) {
+		conn_lost(c, n == IO_ERROR ? c->io->err : NULL);
+		return -1;
+	}
+	c->in.len += (size_t) n;
+	return n;
+}
+
 /*
  * conn_process - feed buffered input; answers decided inside the hook
  * resume the session. TLS may hold decrypted input that no epoll event
@@ -308,15 +324,10 @@ int conn_process(struct conn *c)
 		}
 		if (c->in.len || !conn_accepting(c) || io_pending(c->io) == 0)
 			break;
-		buf_reserve(&c->in, READ_CHUNK);
-		got = io_read(c->io, c->in.data + c->in.len, READ_CHUNK);
-		if (got == IO_AGAIN)
-			break;
-		if (got <= 0) {
-			conn_lost(c, got < 0 ? c->io->err : NULL);
+		if ((got = conn_fill(c)) < 0)
 			return -1;
-		}
-		c->in.len += (size_t) got;
+		if (got == 0)
+			break;
 		more += (size_t) got;
 	}
 	budget_account(c);
@@ -391,21 +402,26 @@ void conn_reject_log(struct conn *c, const char *stage, const char *reply,
 }
 
 /*
- * conn_refuse_client - a client past its limit: 421 in the clear (none on
- * an implicit-TLS port, where it could not be read), and close
+ * conn_refuse - a socket turned away at accept: the 421 in the clear (none
+ * on an implicit-TLS port, where it could not be read), and close
  */
+static void conn_refuse(const struct listener *l, int fd, const char *reply)
+{
+	if (!l->cf->tls_implicit)
+		(void) !write(fd, reply, strlen(reply));
+	close(fd);
+}
+
+/* conn_refuse_client - a client past its own limit (anvil.h) */
 static void conn_refuse_client(struct server *srv, const struct listener *l, int fd,
 			       const char *addr, enum anvil_verdict v)
 {
 	char busy[512];
-	int n;
 
 	metrics_inc(v == ANVIL_COUNT ? METRICS_CLIENT_COUNT_REFUSED : METRICS_CLIENT_RATE_REFUSED);
-	n = snprintf(busy, sizeof(busy), "421 4.7.0 %s Error: too many connections%s from %s\r\n",
-		     srv->cf->hostname, v == ANVIL_RATE ? " a minute" : "", addr);
-	if (!l->cf->tls_implicit && n > 0 && (size_t) n < sizeof(busy))
-		(void) !write(fd, busy, (size_t) n);
-	close(fd);
+	snprintf(busy, sizeof(busy), "421 4.7.0 %.255s Error: too many connections%s from %s\r\n",
+		 srv->cf->hostname, v == ANVIL_RATE ? " a minute" : "", addr);
+	conn_refuse(l, fd, busy);
 }
 
 /* conn_accept - take new connections from a listener */
@@ -441,12 +457,8 @@ void conn_accept(struct server *srv, struct listener *l)
 		}
 		if (srv->n_conns - srv->n_dead >= (size_t) srv->cf->limits.connections
 		    && !pace_make_room(srv)) {
-			static const char busy[] = "421 4.7.0 Too many connections, try again later\r\n";
-
 			anvil_disconnect(srv->anvil, client);
-			if (!l->cf->tls_implicit)	/* no 421 in the clear on a TLS port */
-				(void) !write(fd, busy, sizeof(busy) - 1);
-			close(fd);
+			conn_refuse(l, fd, "421 4.7.0 Too many connections, try again later\r\n");
 			pace_refused(srv);
 			continue;
 		}
@@ -484,20 +496,11 @@ void conn_accept(struct server *srv, struct listener *l)
 /* conn_read - read what the client sent and process it */
 static void conn_read(struct conn *c)
 {
-	ssize_t n;
+	ssize_t n = conn_fill(c);
 
-	buf_reserve(&c->in, READ_CHUNK);
-	n = io_read(c->io, c->in.data + c->in.len, READ_CHUNK);
-	if (n == IO_AGAIN) {
+	if (n == 0)
 		conn_flush(c);		/* the event may have been for output too */
-		return;
-	}
-	if (n <= 0) {
-		conn_lost(c, n == IO_ERROR ? c->io->err : NULL);
-		return;
-	}
-	c->in.len += (size_t) n;
-	if (conn_process(c) == 0)
+	else if (n > 0 && conn_process(c) == 0)
 		pace_input(c, (size_t) n);
 }
 

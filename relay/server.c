@@ -182,14 +182,13 @@ static void server_reload(struct server *srv)
 }
 
 /* server_new - set up everything but the sockets */
-struct server *server_new(struct conf *cf, const char *conf_path, struct store *st)
+struct server *server_new(struct conf *cf, const char *conf_path)
 {
 	struct server *srv = xcalloc(1, sizeof(*srv));
 
 	budget_setup();			/* before the threads: the thresholds are process-wide */
 	srv->cf = cf;
 	srv->conf_path = conf_path;
-	srv->st = st;
 	srv->smtp_cf.hostname = cf->hostname;
 	srv->hooks.rcpt = on_rcpt;
 	srv->hooks.message = submit_message;
@@ -261,10 +260,30 @@ void server_listen(struct server *srv)
 	server_ep_set(srv, EPOLL_CTL_ADD, srv->sigfd, EPOLLIN, &srv->signal_tag);
 }
 
+/*
+ * server_goodbye - 421 to every session not being committed (none to one
+ * closing already), closed once written; mid-handshake there is nothing
+ * to say it on
+ */
+static void server_goodbye(struct server *srv)
+{
+	struct conn *c;
+
+	for (c = srv->conns; c; c = c->next) {
+		if (c->dead || c->req)
+			continue;
+		if (!c->io->ready) {
+			conn_close(c);
+			continue;
+		}
+		smtp_session_shutdown(c->s);
+		conn_flush(c);
+	}
+}
+
 /* server_stop - stop accepting; abort sessions that are not being committed */
 static void server_stop(struct server *srv)
 {
-	struct conn *c, *next;
 	size_t i;
 
 	srv->stopping = clock_us();
@@ -272,17 +291,7 @@ static void server_stop(struct server *srv)
 		close(srv->ls[i].fd);
 		srv->ls[i].fd = -1;
 	}
-	for (c = srv->conns; c; c = next) {
-		next = c->next;
-		if (c->dead || c->req)
-			continue;
-		if (!c->io->ready) {	/* mid-handshake: nothing to say it on */
-			conn_close(c);
-			continue;
-		}
-		smtp_session_shutdown(c->s);
-		conn_flush(c);
-	}
+	server_goodbye(srv);
 }
 
 /* on_signal - SIGTERM/SIGINT stop; SIGHUP reloads (in master's name) */
@@ -322,20 +331,7 @@ int server_run(struct server *srv)
 	}
 	for (;;) {
 		if (srv->stopping && srv->n_inflight == 0) {
-			struct conn *c;
-
-			/* every commit answered: say goodbye to whoever is left */
-			for (c = srv->conns; c; c = c->next) {
-				if (c->dead)
-					continue;
-				if (!c->io->ready) {
-					conn_close(c);
-					continue;
-				}
-				if (!smtp_session_closing(c->s))
-					smtp_session_shutdown(c->s);
-				conn_flush(c);
-			}
+			server_goodbye(srv);	/* every commit answered: whoever is left */
 			conn_reap(srv);
 			if (srv->conns == NULL || clock_us() - srv->stopping > 10 * 1000000)
 				break;
@@ -404,7 +400,6 @@ void server_free(struct server *srv)
 	if (srv->sigfd >= 0)
 		close(srv->sigfd);
 	close(srv->epfd);
-	auth_stop(srv->auth);
 	auth_users_free(srv->users);
 	tls_free(srv->tls);
 	dupcount_free(srv->dc);

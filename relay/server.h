@@ -32,7 +32,7 @@ struct server_delivery {
 
 struct commit;
 
-struct server *server_new(struct conf *c, const char *conf_path, struct store *st);
+struct server *server_new(struct conf *c, const char *conf_path);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
 /* server_set_store - the store and the group commit over it, both the caller's */
 void server_set_store(struct server *srv, struct store *st, struct commit *cm);

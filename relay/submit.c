@@ -236,6 +236,14 @@ static void commit_done(struct commit_req *req)
 	req_free(req);
 }
 
+/* answer_now - a request decided on the event loop: its reply for conn_process(), the log */
+static void answer_now(struct conn *c, struct submission *sub)
+{
+	c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
+	answered(c->srv, &sub->req);
+	req_free(&sub->req);
+}
+
 /* received_header - the one header idemrelay adds */
 static void received_header(struct buf *b, const struct server *srv, const struct conn *c,
 			    const char *helo, const char *qid, const struct smtp_tx *tx)
@@ -395,9 +403,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	buf_printf(&received, "%s [%s]", *helo ? helo : "unknown", c->addr);
 	sub->req.msg.client = xstrndup(received.data, received.len);
 	if (fast_duplicate(c, &sub->req)) {
-		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(srv, &sub->req);
-		req_free(&sub->req);
+		answer_now(c, sub);
 		buf_free(&received);
 		keys_free(&kr);
 		return;
@@ -430,9 +436,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	 * skips two thread hand-offs (about 40 us at the dot, BENCHMARKS.md).
 	 */
 	if (srv->n_conns == 1 && srv->n_inflight == 0 && commit_now(srv->cm, &sub->req)) {
-		c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-		answered(srv, &sub->req);
-		req_free(&sub->req);
+		answer_now(c, sub);
 		return;
 	}
 	c->req = &sub->req;
