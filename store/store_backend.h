@@ -11,13 +11,13 @@
  *	store_txn, so that store.c can find the table; everything after
  *	them is the backend's own.
  *
- *	Each entry has the meaning of the store.h function of the same
- *	name, less the "store_" prefix. What a backend can do is declared
- *	in caps (STORE_CAP_*), never guessed from its entries: the entries
- *	marked "shared" are called only with STORE_CAP_SHARED, and must be
- *	there then; those marked "own space" only with STORE_CAP_OWN_SPACE,
- *	"local reads" only with STORE_CAP_LOCAL_READS. No entry is
- *	optional otherwise. txn_commit ends every transaction: one whose
+ *	Each entry has the meaning and the type (STORE_ENTRY) of the
+ *	store.h function of the same name, less the "store_" prefix.
+ *	What a backend can do is declared in caps (STORE_CAP_*), never
+ *	guessed from its entries: the entries marked "shared" are called
+ *	only with STORE_CAP_SHARED, and must be there then; those marked
+ *	"own space" only with STORE_CAP_OWN_SPACE, "local reads" only with
+ *	STORE_CAP_LOCAL_READS. No entry is optional otherwise. txn_commit ends every transaction: one whose
  *	sticky error is set is rolled back (store_txn_abort() is that). A
  *	transaction marked bare (store.c, a store full of its own space)
  *	takes its delivery updates without their messages' stories.
@@ -31,57 +31,52 @@
 
 #include "store.h"
 
+/*
+ * STORE_ENTRY - an entry's type: that of the store.h function of its
+ * name, so that its parameters are written once, there; a backend
+ * declares its functions with it too
+ */
+#define STORE_ENTRY(name)	__typeof__(store_##name)
+
 struct store_ops {
 	const char *name;		/* "lmdb", "postgresql" */
 	unsigned caps;			/* STORE_CAP_* */
-	void (*close) (struct store *st);
+	STORE_ENTRY(close) *close;
 
 	/* health: what the store is fit for now, and its work between commits */
-	unsigned (*health) (struct store *st);
-	int (*upkeep) (struct store *st);	/* own space */
+	STORE_ENTRY(health) *health;
+	STORE_ENTRY(upkeep) *upkeep;	/* own space */
 
 	/* claims and messages, written by a batch's transaction */
-	int (*claims_get) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			   const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-			   struct store_claim *claims, int *found);	/* local reads */
-	int (*txn_begin) (struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
-			  struct store_txn **out);
-	int (*txn_claim_get) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			      const uint8_t hash[STORE_HASH_LEN], int64_t now,
-			      struct store_claim *c);
-	void (*txn_claim_put) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			       const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
-	void (*txn_replay) (struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			    const uint8_t hash[STORE_HASH_LEN]);	/* shared */
-	void (*txn_msg_put) (struct store_txn *t, const struct store_msg *m);
-	void (*txn_msg_set_inflight) (struct store_txn *t, const char *qid, int on);
-	void (*txn_msg_update) (struct store_txn *t, const struct store_msg *m);
-	int (*txn_commit) (struct store_txn *t);
+	STORE_ENTRY(claims_get) *claims_get;	/* local reads */
+	STORE_ENTRY(txn_begin) *txn_begin;
+	STORE_ENTRY(txn_claim_get) *txn_claim_get;
+	STORE_ENTRY(txn_claim_put) *txn_claim_put;
+	STORE_ENTRY(txn_replay) *txn_replay;	/* shared */
+	STORE_ENTRY(txn_msg_put) *txn_msg_put;
+	STORE_ENTRY(txn_msg_set_inflight) *txn_msg_set_inflight;
+	STORE_ENTRY(txn_msg_update) *txn_msg_update;
+	STORE_ENTRY(txn_commit) *txn_commit;
 
 	/* the spool: a message, the operator's changes, the queue, the figures */
-	int (*msg_load) (struct store *st, const char *qid, struct store_msg *m);
-	int (*msg_drop) (struct store *st, const char *qid);
-	int (*msg_change) (struct store *st, const char *qid, const struct store_change *c);
-	int (*queue_walk) (struct store *st, unsigned how,
-			   int (*cb) (void *arg, const struct store_msg *m), void *arg);
-	int (*stats) (struct store *st, struct store_stats *s, unsigned what);
+	STORE_ENTRY(msg_load) *msg_load;
+	STORE_ENTRY(msg_drop) *msg_drop;
+	STORE_ENTRY(msg_change) *msg_change;
+	STORE_ENTRY(queue_walk) *queue_walk;
+	STORE_ENTRY(stats) *stats;
 
 	/* leases: the nodes that share the queue */
-	int (*queue_take) (struct store *st, int64_t now, size_t max, const char *const *skip,
-			   size_t n_skip, int (*cb) (void *arg, const struct store_msg *m),
-			   void *arg);	/* shared */
-	int (*lease_renew) (struct store *st, int64_t now);	/* shared */
-	void (*lease_release) (struct store *st, const char *qid, int64_t lease);	/* shared */
-	int (*msg_revive) (struct store *st, const struct store_msg *m);	/* shared */
+	STORE_ENTRY(queue_take) *queue_take;	/* shared */
+	STORE_ENTRY(lease_renew) *lease_renew;	/* shared */
+	STORE_ENTRY(lease_release) *lease_release;	/* shared */
+	STORE_ENTRY(msg_revive) *msg_revive;	/* shared */
 
 	/* stories: what became of a message, and of a key */
-	int (*story_get) (struct store *st, const char *qid, struct store_story *s);
-	int (*key_qids) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			 char (**qids)[STORE_QID_SIZE], size_t *n);
-	int (*key_forget) (struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			   const char *user, int64_t now, struct store_forget *out);
-	int (*hist_count) (struct store *st, const struct store_count *c, size_t n);
-	int (*hist_expire) (struct store *st, int64_t now, size_t max);
+	STORE_ENTRY(story_get) *story_get;
+	STORE_ENTRY(key_qids) *key_qids;
+	STORE_ENTRY(key_forget) *key_forget;
+	STORE_ENTRY(hist_count) *hist_count;
+	STORE_ENTRY(hist_expire) *hist_expire;
 };
 
 /*

@@ -91,35 +91,27 @@ int lmdb_broken(struct store *base);
 int lmdb_reopen(struct store *base);
 
 /* the interface's entries (store_backend.h), one per store.h function */
-void lmdb_close(struct store *base);
-int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-		     struct store_claim *claims, int *found);
-int lmdb_txn_begin(struct store *base, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
-		   struct store_txn **out);
-int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
-void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
-			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
-void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m);
-void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on);
-void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m);
-int lmdb_txn_commit(struct store_txn *base);
+STORE_ENTRY(close) lmdb_close;
+STORE_ENTRY(claims_get) lmdb_claims_get;
+STORE_ENTRY(txn_begin) lmdb_txn_begin;
+STORE_ENTRY(txn_claim_get) lmdb_txn_claim_get;
+STORE_ENTRY(txn_claim_put) lmdb_txn_claim_put;
+STORE_ENTRY(txn_msg_put) lmdb_txn_msg_put;
+STORE_ENTRY(txn_msg_set_inflight) lmdb_txn_msg_set_inflight;
+STORE_ENTRY(txn_msg_update) lmdb_txn_msg_update;
+STORE_ENTRY(txn_commit) lmdb_txn_commit;
 void lmdb_txn_abort(struct store_txn *base);
-int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m);
-int lmdb_msg_change(struct store *base, const char *qid, const struct store_change *c);
-int lmdb_msg_drop(struct store *base, const char *qid);
-int lmdb_stats(struct store *base, struct store_stats *s, unsigned what);
-int lmdb_queue_walk(struct store *base, unsigned how,
-		    int (*cb) (void *arg, const struct store_msg *m), void *arg);
+STORE_ENTRY(msg_load) lmdb_msg_load;
+STORE_ENTRY(msg_change) lmdb_msg_change;
+STORE_ENTRY(msg_drop) lmdb_msg_drop;
+STORE_ENTRY(stats) lmdb_stats;
+STORE_ENTRY(queue_walk) lmdb_queue_walk;
 void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted);
-int lmdb_story_get(struct store *base, const char *qid, struct store_story *s);
-int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		   char (**qids)[STORE_QID_SIZE], size_t *n);
-int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		     const char *user, int64_t now, struct store_forget *out);
-int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n);
-int lmdb_hist_expire(struct store *base, int64_t now, size_t max);
+STORE_ENTRY(story_get) lmdb_story_get;
+STORE_ENTRY(key_qids) lmdb_key_qids;
+STORE_ENTRY(key_forget) lmdb_key_forget;
+STORE_ENTRY(hist_count) lmdb_hist_count;
+STORE_ENTRY(hist_expire) lmdb_hist_expire;
 extern const struct store_ops lmdb_ops;
 
 /* store_lmdb.c */

@@ -381,31 +381,25 @@ int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
 /* store_pg_seam.c: the link seam a test replaces with its own (both, then) */
 int64_t store_pg_result_limit(void);	/* PG_RESULT_US; a test's may be shorter */
 void store_pg_commit_sent(PGconn *c);	/* a commit's pipeline is sent: nothing */
-int store_pg_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
-		       struct store_txn **out);
+STORE_ENTRY(txn_begin) store_pg_txn_begin;
 void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
-int store_pg_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c);
-void store_pg_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			 const uint8_t hash[STORE_HASH_LEN]);
-void store_pg_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
-void store_pg_txn_msg_put(struct store_txn *t, const struct store_msg *m);
-void store_pg_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on);
-void store_pg_txn_msg_update(struct store_txn *t, const struct store_msg *m);
-int store_pg_txn_commit(struct store_txn *t);
+STORE_ENTRY(txn_claim_get) store_pg_txn_claim_get;
+STORE_ENTRY(txn_replay) store_pg_txn_replay;
+STORE_ENTRY(txn_claim_put) store_pg_txn_claim_put;
+STORE_ENTRY(txn_msg_put) store_pg_txn_msg_put;
+STORE_ENTRY(txn_msg_set_inflight) store_pg_txn_msg_set_inflight;
+STORE_ENTRY(txn_msg_update) store_pg_txn_msg_update;
+STORE_ENTRY(txn_commit) store_pg_txn_commit;
 
 /* store_pg_queue.c: the spool and delivery */
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);
-int store_pg_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
-			size_t n_skip, int (*cb) (void *, const struct store_msg *), void *arg);
-int store_pg_lease_renew(struct store *st, int64_t now);
-void store_pg_lease_release(struct store *st, const char *qid, int64_t lease);
-int store_pg_msg_load(struct store *st, const char *qid, struct store_msg *m);
-int store_pg_msg_drop(struct store *st, const char *qid);
-int store_pg_msg_change(struct store *st, const char *qid, const struct store_change *c);
-int store_pg_queue_walk(struct store *st, unsigned how,
-			int (*cb) (void *, const struct store_msg *), void *arg);
+STORE_ENTRY(queue_take) store_pg_queue_take;
+STORE_ENTRY(lease_renew) store_pg_lease_renew;
+STORE_ENTRY(lease_release) store_pg_lease_release;
+STORE_ENTRY(msg_load) store_pg_msg_load;
+STORE_ENTRY(msg_drop) store_pg_msg_drop;
+STORE_ENTRY(msg_change) store_pg_msg_change;
+STORE_ENTRY(queue_walk) store_pg_queue_walk;
 
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
 int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replication: keep it */
@@ -418,7 +412,7 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 void store_pg_voids_settle(struct pg_store *st);
 
 /* store_pg_stats.c: the figures */
-int store_pg_stats(struct store *base, struct store_stats *s, unsigned what);
+STORE_ENTRY(stats) store_pg_stats;
 /* statements shared with store_pg_pend.c */
 extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[];
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
@@ -431,15 +425,13 @@ void store_pg_pend_close(struct pg_store *st);	/* one bounded try, else each QID
 void store_pg_pend_free(struct pg_store *st);
 
 /* store_pg_revive.c: a verdict on this node's mark undone */
-int store_pg_msg_revive(struct store *st, const struct store_msg *m);
+STORE_ENTRY(msg_revive) store_pg_msg_revive;
 
 /* store_pg_hist.c: stories and keys */
-int store_pg_story_get(struct store *st, const char *qid, struct store_story *s);
-int store_pg_key_qids(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-		      char (**qids)[STORE_QID_SIZE], size_t *n);
-int store_pg_key_forget(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
-			const char *user, int64_t now, struct store_forget *out);
-int store_pg_hist_count(struct store *st, const struct store_count *c, size_t n);
-int store_pg_hist_expire(struct store *st, int64_t now, size_t max);
+STORE_ENTRY(story_get) store_pg_story_get;
+STORE_ENTRY(key_qids) store_pg_key_qids;
+STORE_ENTRY(key_forget) store_pg_key_forget;
+STORE_ENTRY(hist_count) store_pg_hist_count;
+STORE_ENTRY(hist_expire) store_pg_hist_expire;
 
 #endif
