@@ -129,7 +129,7 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 	}
 	c->auth = req;
 	c->in_auth_hook = 1;
-	if (plen > AUTH_PASS_MAX || c->srv->auth == NULL) {
+	if (plen > AUTH_PASS_MAX) {
 		req->ok = 0;			/* cannot be right: refused unhashed, after the delay */
 		conn_auth_done(req);
 	} else if (auth_cached(c->srv->auth, req, pass)) {

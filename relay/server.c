@@ -169,7 +169,7 @@ static void server_reload(struct server *srv)
 	if (srv->tls && tls_reload(srv->tls, err, sizeof(err)) < 0)
 		msg_warn("reload: tls: %s; keeping the certificate in use (sha256=%s)", err,
 			 tls_fingerprint(srv->tls));
-	if (srv->cf->auth_users && srv->auth) {
+	if (srv->auth) {		/* auth.users takes a restart: it was set at start */
 		if (auth_users_load(&u, srv->cf->auth_users, err, sizeof(err)) < 0) {
 			msg_warn("reload: auth: %s; keeping the users in use", err);
 		} else {
@@ -229,25 +229,24 @@ void server_set_delivery(struct server *srv, const struct server_delivery *dl)
 /* server_listen - bind every listener, block the signals we take by signalfd */
 void server_listen(struct server *srv)
 {
+	struct listener *l;
 	sigset_t set;
-	size_t i;
 
 	srv->ls = xcalloc(srv->cf->n_listen, sizeof(*srv->ls));
-	for (i = 0; i < srv->cf->n_listen; i++) {
-		srv->ls[i].tag = TAG_LISTEN;
-		srv->ls[i].cf = srv->cf->listen + i;
-		srv->ls[i].smtp_cf = srv->smtp_cf;
-		srv->ls[i].smtp_cf.starttls = srv->tls && !srv->ls[i].cf->tls_implicit;
-		srv->ls[i].smtp_cf.starttls_required = srv->ls[i].cf->starttls_required;
-		srv->ls[i].smtp_cf.auth = srv->users != NULL;
-		srv->ls[i].smtp_cf.auth_required = srv->ls[i].cf->auth_required;
-		srv->ls[i].smtp_cf.smtputf8 = srv->ls[i].cf->smtputf8;
-		if ((srv->ls[i].cf->tls_implicit || srv->ls[i].cf->starttls_required) && !srv->tls)
-			msg_fatal("listen %s port %d: TLS without tls { }", srv->ls[i].cf->address,
-				  srv->ls[i].cf->port);
-		srv->ls[i].fd = listen_tcp("listen", srv->ls[i].cf->address, srv->ls[i].cf->port, 1024);
-		server_ep_set(srv, EPOLL_CTL_ADD, srv->ls[i].fd, EPOLLIN, srv->ls + i);
-		msg_info("listening on %s port %d", srv->cf->listen[i].address, srv->cf->listen[i].port);
+	for (l = srv->ls; l < srv->ls + srv->cf->n_listen; l++) {
+		l->tag = TAG_LISTEN;
+		l->cf = srv->cf->listen + (l - srv->ls);
+		l->smtp_cf = srv->smtp_cf;
+		l->smtp_cf.starttls = srv->tls && !l->cf->tls_implicit;
+		l->smtp_cf.starttls_required = l->cf->starttls_required;
+		l->smtp_cf.auth = srv->users != NULL;
+		l->smtp_cf.auth_required = l->cf->auth_required;
+		l->smtp_cf.smtputf8 = l->cf->smtputf8;
+		if ((l->cf->tls_implicit || l->cf->starttls_required) && !srv->tls)
+			msg_fatal("listen %s port %d: TLS without tls { }", l->cf->address, l->cf->port);
+		l->fd = listen_tcp("listen", l->cf->address, l->cf->port, 1024);
+		server_ep_set(srv, EPOLL_CTL_ADD, l->fd, EPOLLIN, l);
+		msg_info("listening on %s port %d", l->cf->address, l->cf->port);
 	}
 	srv->n_ls = srv->cf->n_listen;
 	sigemptyset(&set);
