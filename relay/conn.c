@@ -337,7 +337,7 @@ int conn_process(struct conn *c)
 }
 
 /* conn_handshake - drive a TLS handshake; when done, the session starts over */
-static int conn_handshake(struct conn *c)
+static void conn_handshake(struct conn *c)
 {
 	char desc[128];
 	int r = io_handshake(c->io);
@@ -345,11 +345,11 @@ static int conn_handshake(struct conn *c)
 	if (r < 0) {
 		msg_info("tls: handshake failed from unknown[%s]: %s", c->addr, c->io->err);
 		conn_close(c);
-		return -1;
+		return;
 	}
 	if (r == 0) {
 		conn_interest(c);
-		return 0;
+		return;
 	}
 	io_describe(c->io, desc, sizeof(desc));
 	msg_info("tls: client=[%s] %s", c->addr, desc);
@@ -357,7 +357,7 @@ static int conn_handshake(struct conn *c)
 	pace_arm(c);
 	if (c->l->cf->tls_implicit)
 		smtp_session_greet(c->s);
-	return conn_process(c);
+	conn_process(c);
 }
 
 /*

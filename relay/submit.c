@@ -183,16 +183,14 @@ static void log_queued(const struct submission *sub)
 }
 
 /* answered - count a decided request and log it, once its reply is out */
-static void answered(struct server *srv, struct commit_req *req)
+static void answered(struct server *srv, struct commit_req *req, const char *reply)
 {
 	const struct submission *sub = (const struct submission *) req;
 	struct buf line = BUF_INIT;
-	char reply[256];
 	int dup;
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - sub->t0);
 	dupcount_add(srv->dc, req->outcome, req->orig_qid);
-	reply_text(req, reply, sizeof(reply));
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
@@ -228,11 +226,12 @@ static void commit_done(struct commit_req *req)
 
 	c->srv->n_inflight--;
 	c->req = NULL;
+	reply_text(req, reply, sizeof(reply));
 	if (!c->dead) {			/* the reply first, the bookkeeping after */
-		smtp_session_reply(c->s, reply_text(req, reply, sizeof(reply)));
+		smtp_session_reply(c->s, reply);
 		conn_process(c);
 	}
-	answered(c->srv, req);
+	answered(c->srv, req, reply);
 	req_free(req);
 }
 
@@ -240,7 +239,7 @@ static void commit_done(struct commit_req *req)
 static void answer_now(struct conn *c, struct submission *sub)
 {
 	c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-	answered(c->srv, &sub->req);
+	answered(c->srv, &sub->req, c->sync_reply);
 	req_free(&sub->req);
 }
 
