@@ -48,6 +48,7 @@
  *	the loaded certificate's subject and SHA-256 fingerprint are logged.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,19 +79,38 @@
 
 #define TLS_GROUPS_DEFAULT "X25519:P-256:P-384"
 
-/* tls_errtext - the first queued OpenSSL error (or errno) as text; clears the queue */
-void tls_errtext(char *buf, size_t len, const char *what)
+/* tls_errtext - what (printf's), then the first queued OpenSSL error or errno, as text; clears the queue */
+void tls_errtext(char *buf, size_t len, const char *fmt, ...)
 {
+	const char *sys = errno ? strerror(errno) : "connection closed";
 	unsigned long e = ERR_get_error();
-	char    reason[200];
+	char    what[300], reason[200];
+	va_list ap;
 
-	if (e == 0)
-		snprintf(buf, len, "%s: %s", what, errno ? strerror(errno) : "connection closed");
-	else {
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (e)
 		ERR_error_string_n(e, reason, sizeof(reason));
-		snprintf(buf, len, "%s: %s", what, reason);
-	}
+	snprintf(buf, len, "%s: %s", what, e ? reason : sys);
 	ERR_clear_error();
+}
+
+/* tls_ctx_open - a context as both sides want it: TLS 1.2 and up, no compression, no renegotiation */
+SSL_CTX *tls_ctx_open(const SSL_METHOD *method, char *err, size_t errlen)
+{
+	SSL_CTX *ctx;
+
+	ERR_clear_error();
+	errno = 0;
+	if ((ctx = SSL_CTX_new(method)) == NULL
+	    || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
+		tls_errtext(err, errlen, "cannot create a TLS context");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+	return ctx;
 }
 
 /* tls_ctx_kex - the key exchange groups, the TLS 1.2 suites that go with them, TLS 1.3's */
@@ -98,7 +118,6 @@ static int tls_ctx_kex(SSL_CTX *ctx, const char *groups, char *err, size_t errle
 {
 	const char *g = groups ? groups : TLS_GROUPS_DEFAULT;
 	int     dhe = strcasestr(g, "ffdhe") != NULL;
-	char    what[300];
 
 	if (SSL_CTX_set_cipher_list(ctx, dhe ? TLS_CIPHERS TLS_CIPHERS_DHE : TLS_CIPHERS) != 1
 	    || SSL_CTX_set_ciphersuites(ctx, TLS_SUITES) != 1) {
@@ -106,8 +125,7 @@ static int tls_ctx_kex(SSL_CTX *ctx, const char *groups, char *err, size_t errle
 		return -1;
 	}
 	if (SSL_CTX_set1_groups_list(ctx, g) != 1) {
-		snprintf(what, sizeof(what), "groups \"%.200s\"", g);
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "groups \"%.200s\"", g);
 		return -1;
 	}
 	if (dhe)
@@ -125,20 +143,11 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 	SSL_CTX *ctx;
 	X509   *x;
 
-	ERR_clear_error();
-	errno = 0;
-	if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
-		tls_errtext(err, errlen, "SSL_CTX_new");
+	if ((ctx = tls_ctx_open(TLS_server_method(), err, errlen)) == NULL)
 		return NULL;
-	}
-	if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-		tls_errtext(err, errlen, "TLS settings");
-		goto fail;
-	}
 	if (tls_ctx_kex(ctx, groups, err, errlen) < 0)
 		goto fail;
-	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE
-			    | SSL_OP_PRIORITIZE_CHACHA | SSL_OP_NO_RENEGOTIATION
+	SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_PRIORITIZE_CHACHA
 			    | SSL_OP_IGNORE_UNEXPECTED_EOF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
 			 | SSL_MODE_RELEASE_BUFFERS | SSL_MODE_NO_AUTO_CHAIN);
@@ -148,24 +157,20 @@ static SSL_CTX *tls_ctx_new(const char *cert, const char *key, const char *group
 		goto fail;
 	}
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
-		snprintf(what, sizeof(what), "cert %s", cert);
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "cert %s", cert);
 		goto fail;
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-		snprintf(what, sizeof(what), "key %s", key);
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "key %s", key);
 		goto fail;
 	}
 	if (SSL_CTX_check_private_key(ctx) != 1) {
-		snprintf(what, sizeof(what), "key %s does not match cert %s", key, cert);
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "key %s does not match cert %s", key, cert);
 		goto fail;
 	}
 	if ((x = SSL_CTX_get0_certificate(ctx)) == NULL
 	    || X509_digest(x, EVP_sha256(), md, &mdlen) != 1 || mdlen != 32) {
-		snprintf(what, sizeof(what), "cert %s", cert);
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "cert %s", cert);
 		goto fail;
 	}
 	hash_hex(md, mdlen, fp);

@@ -106,21 +106,16 @@ static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 	SSL_CTX *ctx;
 
 	pthread_once(&tls_peer_once, tls_peer_init);
-	ERR_clear_error();
-	if (tls_peer_index < 0 || (ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
-		tls_errtext(err, errlen, "cannot create a TLS context");
+	if ((ctx = tls_ctx_open(TLS_client_method(), err, errlen)) == NULL)
 		return NULL;
-	}
 	p = xcalloc(1, sizeof(*p));
 	p->verify = verify;
-	if (!SSL_CTX_set_ex_data(ctx, tls_peer_index, p)) {
+	if (tls_peer_index < 0 || !SSL_CTX_set_ex_data(ctx, tls_peer_index, p)) {
 		free(p);
 		tls_errtext(err, errlen, "cannot create a TLS context");
 		SSL_CTX_free(ctx);
 		return NULL;
 	}
-	(void) SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
 	SSL_CTX_set_verify(ctx, verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 	return ctx;
 }
@@ -187,16 +182,14 @@ static int tls_pin_verify(X509_STORE_CTX *sctx, void *arg)
 static int tls_load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
 {
 	struct stat st;
-	char what[300];
 
-	snprintf(what, sizeof(what), "upstream.tls_ca %.256s", ca);
 	if (stat(ca, &st) < 0) {
-		snprintf(err, errlen, "%s: %s", what, strerror(errno));
+		snprintf(err, errlen, "upstream.tls_ca %.256s: %s", ca, strerror(errno));
 		return -1;
 	}
 	if (!SSL_CTX_load_verify_locations(ctx, S_ISDIR(st.st_mode) ? NULL : ca,
 					   S_ISDIR(st.st_mode) ? ca : NULL)) {
-		tls_errtext(err, errlen, what);
+		tls_errtext(err, errlen, "upstream.tls_ca %.256s", ca);
 		return -1;
 	}
 	return 0;
@@ -263,7 +256,7 @@ int tls_client_ctx_host(SSL_CTX *ctx, const char *host)
 }
 
 /* tls_client_describe - "TLSv1.3 with cipher X (256/256 bits)" */
-void tls_client_describe(const SSL *ssl, char *out, size_t outlen)
+static void tls_client_describe(const SSL *ssl, char *out, size_t outlen)
 {
 	const SSL_CIPHER *c = SSL_get_current_cipher(ssl);
 	int alg = 0, bits = c ? SSL_CIPHER_get_bits(c, &alg) : 0;

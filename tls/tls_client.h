@@ -50,14 +50,12 @@ int tls_client_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32]);
 /* tls_client_ctx_host - the name the next connection checks and sends (SNI) */
 int tls_client_ctx_host(SSL_CTX *ctx, const char *host);
 
-/* tls_client_describe - "TLSv1.3 with cipher X (256/256 bits)" */
-void tls_client_describe(const SSL *ssl, char *out, size_t outlen);
-
 /*
  * tls_client_connect - the client handshake on the connected non-blocking
  * socket fd, within the deadline (CLOCK_MONOTONIC), the certificate checked
- * as the context says. Returns a transport that owns fd, described in desc;
- * NULL on failure, with why (fd still the caller's).
+ * as the context says. Returns a transport that owns fd, described in desc
+ * ("TLSv1.3 with cipher X (256/256 bits)"); NULL on failure, with why (fd
+ * still the caller's).
  */
 struct io *tls_client_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,
 			      char *desc, size_t desclen, char *why, size_t whylen);

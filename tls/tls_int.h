@@ -7,8 +7,9 @@
  *	struct tls is the server's context (tls.c); struct tls_io a TLS
  *	session as a struct io (tls_io.c), the server's with its holding BIO
  *	(tls_hold.h) and its ticket slot (tls_ticket.h), or the client's
- *	(tls_client.c, through tls_io_wrap). tls_errtext() turns OpenSSL's
- *	errors into text for both sides.
+ *	(tls_client.c, through tls_io_wrap). tls_ctx_open() starts both
+ *	sides' contexts, and tls_errtext() turns OpenSSL's errors into text
+ *	for both.
  */
 #ifndef TLS_TLS_INT_H
 #define TLS_TLS_INT_H
@@ -43,10 +44,13 @@ struct tls_io {
 
 struct io *tls_io_wrap(SSL *ssl, int fd);	/* takes both; handshake done */
 
+SSL_CTX *tls_ctx_open(const SSL_METHOD *method, char *err, size_t errlen);	/* both sides' */
+
 /*
- * tls_errtext - "what: " and the first queued OpenSSL error, or errno's
- * text, or "connection closed" (an end of file); clears the queue
+ * tls_errtext - what (printf's format), ": ", and the first queued
+ * OpenSSL error, or errno's text, or "connection closed" (an end of
+ * file); clears the queue
  */
-void tls_errtext(char *buf, size_t len, const char *what);
+void tls_errtext(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

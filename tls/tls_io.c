@@ -58,7 +58,7 @@ static ssize_t tls_result(struct tls_io *t, int ret, uint32_t *wants, const char
 		return 0;
 	default:
 		t->fatal = 1;
-		tls_errtext(t->io.err, sizeof(t->io.err), what);
+		tls_errtext(t->io.err, sizeof(t->io.err), "%s", what);
 		return IO_ERROR;
 	}
 }
