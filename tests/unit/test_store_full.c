@@ -124,10 +124,28 @@ static void drain(struct store *st, int n)
 	CHECK_INT("queued after the drain", s.queued, 0);
 }
 
+/* notice_one - a new message without a key or claim, as a non-delivery notice is spooled */
+static int notice_one(struct store *st, int i, size_t len)
+{
+	struct store_msg m;
+	struct store_txn *t;
+	int rc;
+
+	msg_make(&m, i, len);
+	m.has_key = 0;
+	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
+		store_txn_msg_put(t, &m);
+		rc = store_txn_commit(t);
+	}
+	store_msg_free(&m);
+	return rc;
+}
+
 /*
  * test_reserve - acceptance stops while every queued message's deferral,
- * outcome and removal still fit; then they all do, and acceptance
- * resumes. Without the reserve the map fills and outcomes are refused.
+ * outcome and removal still fit, and so does a new message of delivery's
+ * own (a non-delivery notice); then they all do, and acceptance resumes.
+ * Without the reserve the map fills and outcomes are refused.
  */
 static void test_reserve(void **state)
 {
@@ -137,6 +155,7 @@ static void test_reserve(void **state)
 	n = fill(f->st, 1500);
 	if (n < 50)
 		fail_msg("accepted: got %d messages into a 2 MB map, want at least 50", n);
+	CHECK_INT("a notice in the reserve", notice_one(f->st, MAX_MSGS + 2, 1500), STORE_ENOSPC);
 	drain(f->st, n);
 	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500), 0);
 }
