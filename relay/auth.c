@@ -257,17 +257,6 @@ size_t auth_users_count(const struct auth_users *u)
 	return u->n;
 }
 
-/* auth_equal - compare without stopping at the first difference */
-static int auth_equal(const char *a, const char *b)
-{
-	size_t  la = strlen(a), lb = strlen(b), i;
-	unsigned char d = la != lb;
-
-	for (i = 0; i < la && i < lb; i++)
-		d |= (unsigned char) (a[i] ^ b[i]);
-	return d == 0;
-}
-
 /* auth_users_verify - 1 if pass is user's password; one crypt whatever the user */
 int auth_users_verify(const struct auth_users *u, const char *user, const char *pass)
 {
@@ -282,7 +271,9 @@ int auth_users_verify(const struct auth_users *u, const char *user, const char *
 	setting = e ? e->hash : u->dummy;
 	cd = xcalloc(1, sizeof(*cd));
 	got = crypt_rn(pass, setting, cd, (int) sizeof(*cd));
-	ok = e != NULL && got != NULL && got[0] != '*' && auth_equal(got, e->hash);
+	/* the length is the method's, no secret; the octets are compared without stopping early */
+	ok = e != NULL && got != NULL && got[0] != '*' && strlen(got) == strlen(e->hash)
+	    && CRYPTO_memcmp(got, e->hash, strlen(got)) == 0;
 	explicit_bzero(cd, sizeof(*cd));
 	free(cd);
 	return ok;
