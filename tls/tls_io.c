@@ -27,7 +27,7 @@
  *	commands). What it holds beyond the record returned no epoll event
  *	announces: tls_pending() says so (SSL_has_pending() counts the
  *	read-ahead), and the event loop reads it before it waits for input
- *	(relay/server.c).
+ *	(relay/conn.c, conn_process()).
  */
 #include <errno.h>
 #include <limits.h>
