@@ -92,7 +92,6 @@ static void server_limits(struct server *srv)
 	const struct conf *cf = srv->cf;
 	size_t i;
 
-	server_smtp_limits(&srv->smtp_cf, cf);
 	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
 		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
 	anvil_set(srv->anvil, cf->limits.client_connections, cf->limits.client_connection_rate,
@@ -189,7 +188,6 @@ struct server *server_new(struct conf *cf, const char *conf_path)
 	budget_setup();			/* before the threads: the thresholds are process-wide */
 	srv->cf = cf;
 	srv->conf_path = conf_path;
-	srv->smtp_cf.hostname = cf->hostname;
 	srv->hooks.rcpt = on_rcpt;
 	srv->hooks.message = submit_message;
 	srv->hooks.auth = conn_auth;
@@ -236,7 +234,8 @@ void server_listen(struct server *srv)
 	for (l = srv->ls; l < srv->ls + srv->cf->n_listen; l++) {
 		l->tag = TAG_LISTEN;
 		l->cf = srv->cf->listen + (l - srv->ls);
-		l->smtp_cf = srv->smtp_cf;
+		l->smtp_cf.hostname = srv->cf->hostname;
+		server_smtp_limits(&l->smtp_cf, srv->cf);
 		l->smtp_cf.starttls = srv->tls && !l->cf->tls_implicit;
 		l->smtp_cf.starttls_required = l->cf->starttls_required;
 		l->smtp_cf.auth = srv->users != NULL;

@@ -33,7 +33,7 @@ struct listener {
 	enum tag tag;			/* first: epoll data points here */
 	int fd;
 	const struct conf_listen *cf;	/* not owned */
-	struct smtp_config smtp_cf;	/* the server's, with this listener's TLS and AUTH */
+	struct smtp_config smtp_cf;	/* the limits, with this listener's TLS and AUTH */
 };
 
 struct conn {
@@ -74,7 +74,6 @@ struct server {
 	struct dupcount *dc;		/* owned: counts for the stories */
 	struct server_delivery dl;	/* SIGHUP's settings for delivery; reload NULL: none */
 	struct commit *cm;		/* not owned: the queue core's writer, main's */
-	struct smtp_config smtp_cf;
 	struct smtp_hooks hooks;
 	struct tls *tls;		/* owned; NULL without tls { } */
 	struct auth_users *users;	/* owned until server_run() hands it to auth */
