@@ -88,10 +88,12 @@ static ssize_t tls_read(struct io *io, void *buf, size_t len)
 
 /*
  * tls_write - octets taken, IO_AGAIN or IO_ERROR; a retry repeats the
- * length. One record at a time, and only one the holding BIO has room
- * for: OpenSSL gives its write buffer back after a write it made whole
- * (SSL_MODE_RELEASE_BUFFERS), but keeps it for a record of a longer
- * write, or one the BIO refused: 17 KB more for a client that stops reading
+ * length. A server session (partial writes: a record a call) asks for one
+ * record, and only one the holding BIO has room for: OpenSSL gives its
+ * write buffer back after a write it made whole (SSL_MODE_RELEASE_BUFFERS),
+ * but keeps it for a record of a longer write, or one the BIO refused:
+ * 17 KB more for a client that stops reading. A client session writes
+ * what it is given (its records go to the socket, none held)
  */
 static ssize_t tls_write(struct io *io, const void *buf, size_t len)
 {
@@ -99,8 +101,10 @@ static ssize_t tls_write(struct io *io, const void *buf, size_t len)
 	ssize_t r;
 	int     n;
 
-	if (len > SSL3_RT_MAX_PLAIN_LENGTH)
+	if (len > SSL3_RT_MAX_PLAIN_LENGTH && (SSL_get_mode(t->ssl) & SSL_MODE_ENABLE_PARTIAL_WRITE))
 		len = SSL3_RT_MAX_PLAIN_LENGTH;
+	else if (len > INT_MAX)
+		len = INT_MAX;
 	if (t->retry_len && t->retry_len <= len)
 		len = t->retry_len;
 	ERR_clear_error();
