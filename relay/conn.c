@@ -6,8 +6,9 @@
  * DESCRIPTION
  *	A connection (struct conn) joins a socket to an smtp_session. Input
  *	is read into conn->in and fed to the engine, which consumes all of it
- *	unless it waits for the answer to a message; while it waits, EPOLLIN
- *	is off, so the buffer stays bounded by one read.
+ *	unless it waits for the answer to a message; while it waits, nothing
+ *	is read (EPOLLIN goes off at its first event: conn_interest()), so
+ *	the buffer stays bounded by one read.
  *
  *	conn_accept() takes new sockets: the client's own limits first
  *	(anvil.h), then limits.connections, where pace_make_room() may drop

@@ -105,7 +105,7 @@ void conn_auth_delayed(struct server *srv)
 	}
 }
 
-/* conn_auth - the engine's AUTH hook: credentials from AUTH: to a checking thread, off the event loop */
+/* conn_auth - the engine's AUTH hook: the credentials to a checking thread, off the loop */
 void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 	       const char *user, const char *pass)
 {

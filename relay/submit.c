@@ -385,13 +385,12 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	struct submission *sub;
 	struct buf data = BUF_INIT;
 	struct buf received = BUF_INIT;
-	const char *helo = smtp_session_helo(s);
+	const char *helo = smtp_session_helo(s), *text = tx->data.data ? tx->data.data : "";
 	int64_t t0 = clock_us();
 	int rc;
 
 	metrics_inc(METRICS_SUBMISSIONS);
-	if (keys_derive(srv->cf, tx->data.data ? tx->data.data : "", tx->data.len,
-			tx->from, tx->envid, &kr) < 0) {
+	if (keys_derive(srv->cf, text, tx->data.len, tx->from, tx->envid, &kr) < 0) {
 		conn_reject_log(c, "END-OF-MESSAGE", kr.error, tx, NULL);
 		c->sync_reply = kr.error;
 		keys_free(&kr);
@@ -410,8 +409,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	qid_next(sub->req.msg.qid);
 	buf_reset(&received);
 	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
-	rc = keys_rewrite(&data, received.data, tx->data.data ? tx->data.data : "",
-			  tx->data.len, &kr);
+	rc = keys_rewrite(&data, received.data, text, tx->data.len, &kr);
 	buf_free(&received);
 	keys_free(&kr);
 	if (rc < 0) {
