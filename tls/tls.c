@@ -203,7 +203,7 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 	t->cert = xstrdup(cert);
 	t->key = xstrdup(key);
 	t->groups = groups ? xstrdup(groups) : NULL;
-	t->tkt = tls_ticket_table();
+	t->tkt = xcalloc(TLS_TKT_SLOTS, sizeof(*t->tkt));
 	*out = t;
 	return 0;
 }

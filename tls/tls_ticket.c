@@ -24,18 +24,11 @@
  */
 #include <string.h>
 
-#include "../util/buf.h"
 #include "../util/hash.h"
 #include "tls_ticket.h"
 
 #define TLS_TKT_UNUSED	2		/* tickets an address may leave unused in a row */
 #define TLS_TKT_SAMPLE	32		/* past them, one full handshake in this many gets one */
-
-/* tls_ticket_table - the counts of TLS_TKT_SLOTS addresses, all free */
-struct tls_tkt *tls_ticket_table(void)
-{
-	return xcalloc(TLS_TKT_SLOTS, sizeof(struct tls_tkt));
-}
 
 /* tls_ticket_find - the slot of the client's address; none for addr NULL */
 void tls_ticket_find(struct tls_ticket *tk, struct tls_tkt *table, const char *addr)

@@ -4,7 +4,7 @@
  * SUMMARY
  *	which full TLS 1.3 handshakes end with a session ticket
  * DESCRIPTION
- *	A table of TLS_TKT_SLOTS client addresses (tls_ticket_table) counts
+ *	A table of TLS_TKT_SLOTS client addresses (zeroed: all free) counts
  *	each one's full handshakes since it last resumed. tls_ticket_find()
  *	gives a session its address's slot; tls_ticket_plan() tells OpenSSL
  *	before each handshake step how many tickets to send, and
@@ -32,7 +32,6 @@ struct tls_ticket {
 	uint64_t key;			/* the address's hash, odd */
 };
 
-struct tls_tkt *tls_ticket_table(void);		/* TLS_TKT_SLOTS free slots; free() */
 void tls_ticket_find(struct tls_ticket *tk, struct tls_tkt *table, const char *addr);
 void tls_ticket_plan(const struct tls_ticket *tk, SSL *ssl);
 void tls_ticket_count(const struct tls_ticket *tk, SSL *ssl);
