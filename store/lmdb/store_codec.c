@@ -44,12 +44,13 @@
  *	an older store's claims, read and deleted, no longer written:
  *	    claim hash[32], qid
  *
- *	Encoders run twice over one description of the record: once to
- *	size it, once to write it into space the caller reserved (for the
- *	message record, space inside the LMDB map: MDB_RESERVE, no copy).
- *	The envelope and the recipient array are written and read by one
- *	pair of functions for all three spool records, told by a field set
- *	which parts the record carries.
+ *	Each record is described once, by one function that writes it or
+ *	reads it, as struct rec says (as XDR's routines do). An encoder runs
+ *	it twice: once to size the record, once to write it into space the
+ *	caller reserved (for the message record, space inside the LMDB map:
+ *	MDB_RESERVE, no copy). The envelope and the recipient array are one
+ *	function for all three spool records, told by a field set which
+ *	parts the record carries.
  *
  *	Decoders trust nothing: every length is checked against what is
  *	left of the record before anything is allocated.
@@ -73,173 +74,168 @@
 #define QUEUE_FLAGS_OFF	(1 + 4 + 8)	/* the delivery state record's flags */
 #define QUEUE_INFLIGHT	1
 #define QUEUE_HELD	2
+#define HIST_HAS_KEY	1
+#define HIST_DROPPED	2
+#define HIST_SMTPUTF8	4
+#define HIST_ROUTE	8	/* the route's name follows the recipients */
 
-/* encoder: with p == NULL it only counts */
-struct enc {
-	uint8_t *p;
-	size_t len;
-	size_t pos;
-};
+/*
+ * Where a record is written or read, which way is known: each use is
+ * inlined whole, so that the compiler drops the other way's branches
+ * (the acceptance commit runs the message record's twice).
+ */
+#define INLINE		static inline __attribute__((always_inline))
 
-/* decoder: err is sticky, reads after it return zeros */
-struct dec {
-	const uint8_t *p;
-	size_t len;
-	size_t pos;
-	int err;
-	int peek;		/* check strings and recipients, allocate nothing */
-};
-
-/* a string as it lies in the record: p NULL for a NULL string */
+/* a string as it lies in a record: p NULL for a NULL string */
 struct span {
 	const uint8_t *p;
 	uint32_t n;
 };
 
-/* enc_bytes - append raw bytes */
-static void enc_bytes(struct enc *e, const void *v, size_t n)
+/*
+ * One pass over a record. Encoding, the fields are read from the struct
+ * (never written) and written to out, or only counted while out is NULL.
+ * Decoding (dec), they are read from in into the struct; err is sticky,
+ * and reads after it return zeros.
+ */
+struct rec {
+	int dec;
+	uint8_t *out;
+	const uint8_t *in;
+	size_t len;
+	size_t pos;
+	int err;
+	int peek;		/* decoding: check strings and recipients, allocate nothing */
+	int nodata;		/* decoding: leave the message's data (m->data NULL) */
+	struct span route;	/* decoding: where the route lies (p NULL: none) */
+};
+
+/*
+ * rec_bytes - n raw bytes, written from v or read into v (if not NULL);
+ * read, where they lie in the record (NULL once failed)
+ */
+INLINE const uint8_t *rec_bytes(struct rec *r, void *v, size_t n)
 {
-	if (e->p) {
-		if (n > e->len - e->pos)
+	const uint8_t *p;
+
+	if (!r->dec) {
+		if (r->out && n > r->len - r->pos)
 			msg_panic("store: record encoder overrun (%zu + %zu > %zu)",
-				  e->pos, n, e->len);
-		if (n)
-			memcpy(e->p + e->pos, v, n);
+				  r->pos, n, r->len);
+		if (r->out && n)
+			memcpy(r->out + r->pos, v, n);
+		r->pos += n;
+		return NULL;
 	}
-	e->pos += n;
+	if (r->err || n > r->len - r->pos) {
+		r->err = STORE_EINVAL;
+		return NULL;
+	}
+	p = r->in + r->pos;
+	r->pos += n;
+	if (v && n)
+		memcpy(v, p, n);
+	return p;
 }
 
-/* enc_uint - append big-endian, n bytes wide */
-static void enc_uint(struct enc *e, uint64_t v, int n)
+/* rec_uint - a big-endian integer n bytes wide: v written, or the value read */
+INLINE uint64_t rec_uint(struct rec *r, uint64_t v, int n)
 {
 	uint8_t b[8];
 	int i;
 
-	for (i = n - 1; i >= 0; i--) {
-		b[i] = (uint8_t) v;
-		v >>= 8;
-	}
-	enc_bytes(e, b, n);
-}
-
-#define enc_u8(e, v)	enc_uint((e), (uint8_t) (v), 1)
-#define enc_i32(e, v)	enc_uint((e), (uint32_t) (int32_t) (v), 4)
-#define enc_u32(e, v)	enc_uint((e), (uint32_t) (v), 4)
-#define enc_i64(e, v)	enc_uint((e), (uint64_t) (int64_t) (v), 8)
-#define enc_u64(e, v)	enc_uint((e), (uint64_t) (v), 8)
-
-/* enc_str - append a string that may be NULL */
-static void enc_str(struct enc *e, const char *s)
-{
-	size_t n;
-
-	if (s == NULL) {
-		enc_u32(e, STR_NULL);
-		return;
-	}
-	n = strlen(s);
-	enc_u32(e, n);
-	enc_bytes(e, s, n);
-}
-
-/* dec_take - consume n bytes, or fail */
-static const uint8_t *dec_take(struct dec *d, size_t n)
-{
-	const uint8_t *p;
-
-	if (d->err || n > d->len - d->pos) {
-		d->err = STORE_EINVAL;
-		return NULL;
-	}
-	p = d->p + d->pos;
-	d->pos += n;
-	return p;
-}
-
-/* dec_uint - read a big-endian integer n bytes wide */
-static uint64_t dec_uint(struct dec *d, int n)
-{
-	const uint8_t *p = dec_take(d, n);
-	uint64_t v = 0;
-	int i;
-
-	if (p == NULL)
+	if (!r->dec) {
+		for (i = n - 1; i >= 0; i--, v >>= 8)
+			b[i] = (uint8_t) v;
+		rec_bytes(r, b, n);
 		return 0;
-	for (i = 0; i < n; i++)
-		v = (v << 8) | p[i];
+	}
+	if (rec_bytes(r, b, n) == NULL)
+		return 0;
+	for (v = 0, i = 0; i < n; i++)
+		v = (v << 8) | b[i];
 	return v;
 }
 
-#define dec_u8(d)	((uint8_t) dec_uint((d), 1))
-#define dec_i32(d)	((int32_t) (uint32_t) dec_uint((d), 4))
-#define dec_u32(d)	((uint32_t) dec_uint((d), 4))
-#define dec_i64(d)	((int64_t) dec_uint((d), 8))
-#define dec_u64(d)	dec_uint((d), 8)
+/* an integer field of type, wire bits wide, through a pointer: written from it or read into it */
+#define REC_INT(r, p, type, wire) do { \
+	uint64_t v_ = rec_uint((r), (r)->dec ? 0 : (uint64_t) (wire) *(p), sizeof(wire)); \
+	if ((r)->dec) \
+		*(p) = (type) (wire) v_; \
+} while (0)
+#define rec_u8(r, p)	REC_INT(r, p, uint8_t, uint8_t)
+#define rec_i32(r, p)	REC_INT(r, p, int, uint32_t)
+#define rec_u32(r, p)	REC_INT(r, p, uint32_t, uint32_t)
+#define rec_i64(r, p)	REC_INT(r, p, int64_t, uint64_t)
+#define rec_u64(r, p)	REC_INT(r, p, uint64_t, uint64_t)
 
 /*
- * dec_str_at - read a string that may be NULL (only if nullable): *at
- * where it lies in the record, and a new allocation of it unless peeking
+ * rec_str_at - a string, which may be NULL only if nullable: a 32-bit
+ * length (STR_NULL for NULL), then the bytes. Read: *s a new allocation
+ * of it unless peeking, *at where it lies in the record.
  */
-static char *dec_str_at(struct dec *d, int nullable, struct span *at)
+INLINE void rec_str_at(struct rec *r, char **s, int nullable, struct span *at)
 {
-	uint32_t n = dec_u32(d);
-	char *s;
+	uint32_t n = !r->dec && *s ? (uint32_t) strlen(*s) : STR_NULL;
 
-	at->p = NULL;
-	if (d->err)
-		return NULL;
-	if (n == STR_NULL) {
-		if (!nullable)
-			d->err = STORE_EINVAL;
-		return NULL;
+	rec_u32(r, &n);
+	if (!r->dec) {
+		if (*s)
+			rec_bytes(r, *s, n);
+		return;
 	}
-	if ((at->p = dec_take(d, n)) == NULL)
-		return NULL;
+	*s = NULL;
+	at->p = NULL;
+	if (r->err == 0 && n == STR_NULL && !nullable)
+		r->err = STORE_EINVAL;
+	if (r->err || n == STR_NULL || (at->p = rec_bytes(r, NULL, n)) == NULL)
+		return;
 	if (memchr(at->p, 0, n) != NULL) {
-		d->err = STORE_EINVAL;
+		r->err = STORE_EINVAL;
 		at->p = NULL;
-		return NULL;
+		return;
 	}
 	at->n = n;
-	if (d->peek)
-		return NULL;
-	s = xmalloc((size_t) n + 1);
-	memcpy(s, at->p, n);
-	s[n] = 0;
-	return s;
+	if (!r->peek) {
+		*s = xmalloc((size_t) n + 1);
+		memcpy(*s, at->p, n);
+		(*s)[n] = 0;
+	}
 }
 
-/* dec_str - read a string into a new allocation; NULL only if nullable */
-static char *dec_str(struct dec *d, int nullable)
+/* rec_str - a string that may be NULL only if nullable */
+INLINE void rec_str(struct rec *r, char **s, int nullable)
 {
 	struct span at;
 
-	return dec_str_at(d, nullable, &at);
+	rec_str_at(r, s, nullable, &at);
 }
 
-/* dec_version - check the leading version byte */
-static void dec_version(struct dec *d)
+/* rec_version - the version byte: v written; read, REC_VERSION or also v; the one read */
+INLINE int rec_version(struct rec *r, uint8_t v)
 {
-	if (dec_u8(d) != REC_VERSION)
-		d->err = STORE_EINVAL;
+	uint8_t got = v;
+
+	rec_u8(r, &got);
+	if (got != REC_VERSION && got != v)
+		r->err = STORE_EINVAL;
+	return got;
 }
 
-/* dec_msg_version - the message record's version byte: 1 or 2, else EINVAL */
-static int dec_msg_version(struct dec *d)
+/* rec_flags - a flags byte: written from on; read, into on, refused if it has a bit not in known */
+INLINE void rec_flags(struct rec *r, uint8_t *on, uint8_t known)
 {
-	int v = dec_u8(d);
-
-	if (v != REC_VERSION && v != MSG_VERSION)
-		d->err = STORE_EINVAL;
-	return v;
+	rec_u8(r, on);
+	if (r->dec && (*on & ~known) != 0)
+		r->err = STORE_EINVAL;
 }
 
-/* dec_end - the record must be consumed exactly */
-static int dec_end(struct dec *d)
+/* rec_end - read: the record must be consumed exactly */
+static int rec_end(struct rec *r)
 {
-	if (d->err == 0 && d->pos != d->len)
-		d->err = STORE_EINVAL;
-	return d->err;
+	if (r->err == 0 && r->pos != r->len)
+		r->err = STORE_EINVAL;
+	return r->err;
 }
 
 /*
@@ -259,180 +255,138 @@ static int dec_end(struct dec *d)
 #define QUEUE_FIELDS	(F_STATE | F_REPLY)
 #define HIST_FIELDS	(F_SENDER | F_ADDR | F_STATE | F_REPLY)
 
-/* enc_rcpt - one recipient's fields */
-static void enc_rcpt(struct enc *e, const struct store_rcpt *r, unsigned int fields)
+/* rec_rcpt - one recipient's fields */
+INLINE void rec_rcpt(struct rec *r, struct store_rcpt *rc, unsigned int fields)
 {
-	if (fields & F_ADDR)
-		enc_str(e, r->addr);
-	if (fields & F_NOTIFY)
-		enc_i32(e, r->notify);
-	if (fields & F_ORCPT)
-		enc_str(e, r->orcpt);
-	if (fields & F_STATE)
-		enc_u8(e, r->state);
-	if (fields & F_REPLY)
-		enc_str(e, r->reply);
-}
-
-/* enc_envelope - the envelope fields and recipients a record carries */
-static void enc_envelope(struct enc *e, const struct store_msg *m, unsigned int fields)
-{
-	size_t i;
-
-	if (fields & F_SENDER) {
-		enc_str(e, m->from);
-		enc_str(e, m->envid);
-		if (fields & F_DSN) {
-			enc_i32(e, m->ret);
-			enc_i32(e, m->body);
-		}
-		enc_str(e, m->client);
-		enc_str(e, m->user);
-	}
-	enc_u32(e, m->n_rcpts);
-	for (i = 0; i < m->n_rcpts; i++)
-		enc_rcpt(e, &m->rcpts[i], fields);
-}
-
-/*
- * dec_rcpt_count - a recipient count: at least one, and no more than
- * what is left of the record could hold, since each recipient takes at
- * least as much as an empty one (every string NULL). This bounds the
- * allocation before anything is allocated.
- */
-static uint32_t dec_rcpt_count(struct dec *d, unsigned int fields)
-{
-	static const struct store_rcpt empty;
-	struct enc least = { NULL, 0, 0 };
-	uint32_t n = dec_u32(d);
-
-	enc_rcpt(&least, &empty, fields);
-	if (d->err == 0 && (n == 0 || n > (d->len - d->pos) / least.pos))
-		d->err = STORE_EINVAL;
-	return n;
-}
-
-/* dec_rcpt - one recipient's fields */
-static void dec_rcpt(struct dec *d, struct store_rcpt *r, unsigned int fields)
-{
-	uint8_t state;
+	uint8_t state = r->dec ? 0 : (uint8_t) rc->state;
 
 	if (fields & F_ADDR)
-		r->addr = dec_str(d, 0);
+		rec_str(r, &rc->addr, 0);
 	if (fields & F_NOTIFY)
-		r->notify = dec_i32(d);
+		rec_i32(r, &rc->notify);
 	if (fields & F_ORCPT)
-		r->orcpt = dec_str(d, 1);
+		rec_str(r, &rc->orcpt, 1);
 	if (fields & F_STATE) {
-		state = dec_u8(d);
-		if (state > STORE_RCPT_UNCONFIRMED)
-			d->err = STORE_EINVAL;
-		r->state = (enum store_rcpt_state) state;
+		rec_u8(r, &state);
+		if (r->dec && state > STORE_RCPT_UNCONFIRMED)
+			r->err = STORE_EINVAL;
+		if (r->dec)
+			rc->state = (enum store_rcpt_state) state;
 	}
 	if (fields & F_REPLY)
-		r->reply = dec_str(d, 1);
+		rec_str(r, &rc->reply, 1);
 }
 
 /*
- * dec_envelope - the envelope fields and recipients a record carries. A
- * record with addresses brings the recipient array (allocated here); one
- * without fills in the array an earlier record brought, and must agree
- * on its length.
+ * rec_rcpt_count - a recipient count. Read: at least one, and no more
+ * than what is left of the record could hold, since each recipient
+ * takes at least as much as an empty one (every string NULL). This
+ * bounds the allocation before anything is allocated.
  */
-static void dec_envelope(struct dec *d, struct store_msg *m, unsigned int fields)
+INLINE uint32_t rec_rcpt_count(struct rec *r, size_t n_rcpts, unsigned int fields)
+{
+	struct store_rcpt empty = { NULL, 0, NULL, STORE_RCPT_QUEUED, NULL };
+	struct rec least = { 0 };
+	uint32_t n = (uint32_t) n_rcpts;
+
+	rec_u32(r, &n);
+	if (!r->dec)
+		return n;
+	rec_rcpt(&least, &empty, fields);
+	if (r->err == 0 && (n == 0 || n > (r->len - r->pos) / least.pos))
+		r->err = STORE_EINVAL;
+	return r->err ? 0 : n;
+}
+
+/*
+ * rec_envelope - the envelope fields and recipients a record carries. A
+ * record with addresses brings the recipient array (allocated here when
+ * read); one without fills in the array an earlier record brought, and
+ * must agree on its length.
+ */
+INLINE void rec_envelope(struct rec *r, struct store_msg *m, unsigned int fields)
 {
 	struct store_rcpt scratch;	/* a peek's recipients */
 	uint32_t i, n;
 
 	if (fields & F_SENDER) {
-		m->from = dec_str(d, 0);
-		m->envid = dec_str(d, 1);
+		rec_str(r, &m->from, 0);
+		rec_str(r, &m->envid, 1);
 		if (fields & F_DSN) {
-			m->ret = dec_i32(d);
-			m->body = dec_i32(d);
+			rec_i32(r, &m->ret);
+			rec_i32(r, &m->body);
 		}
-		m->client = dec_str(d, 0);
-		m->user = dec_str(d, 1);
+		rec_str(r, &m->client, 0);
+		rec_str(r, &m->user, 1);
 	}
-	if (fields & F_ADDR) {
-		n = dec_rcpt_count(d, fields);
-		if (d->err == 0 && !d->peek) {
-			m->rcpts = xcalloc(n, sizeof(*m->rcpts));
-			m->n_rcpts = n;
-		}
-	} else {
-		n = dec_u32(d);
-		if (d->err == 0 && n != m->n_rcpts)
-			d->err = STORE_EINVAL;
+	n = rec_rcpt_count(r, m->n_rcpts, fields);
+	if (r->dec && r->err == 0 && !(fields & F_ADDR) && n != m->n_rcpts)
+		r->err = STORE_EINVAL;
+	if (r->dec && r->err == 0 && (fields & F_ADDR) && !r->peek) {
+		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
+		m->n_rcpts = n;
 	}
-	for (i = 0; d->err == 0 && i < n; i++)
-		dec_rcpt(d, d->peek ? &scratch : &m->rcpts[i], fields);
+	for (i = 0; r->err == 0 && i < n; i++)
+		rec_rcpt(r, r->peek ? &scratch : &m->rcpts[i], fields);
 }
 
-/* the size-then-write pair every variable-length record goes through */
-typedef void rec_codec(struct enc *e, const void *rec);
+/* a variable-length record's one description (rec points to its struct) */
+typedef void rec_codec(struct rec *r, void *rec);
 
 /* rec_size - bytes a record needs: its codec, only counting */
-static size_t rec_size(rec_codec *codec, const void *rec)
+INLINE size_t rec_size(rec_codec *codec, const void *rec)
 {
-	struct enc e = { NULL, 0, 0 };
+	struct rec r = { 0 };
 
-	codec(&e, rec);
-	return e.pos;
+	codec(&r, (void *) rec);	/* encoding only reads it */
+	return r.pos;
 }
 
 /* rec_encode - write a record into exactly the len bytes rec_size() said */
-static void rec_encode(rec_codec *codec, const char *what, void *out, size_t len,
+INLINE void rec_encode(rec_codec *codec, const char *what, void *out, size_t len,
 		       const void *rec)
 {
-	struct enc e = { out, len, 0 };
+	struct rec r = { .out = out, .len = len };
 
-	codec(&e, rec);
-	if (e.pos != len)
-		msg_panic("store: %s record is %zu bytes, sized as %zu", what, e.pos, len);
+	codec(&r, (void *) rec);
+	if (r.pos != len)
+		msg_panic("store: %s record is %zu bytes, sized as %zu", what, r.pos, len);
 }
 
 /* claim_codec - the claim record */
-static void claim_codec(struct enc *e, const struct store_claim *c)
+INLINE void claim_codec(struct rec *r, struct store_claim *c)
 {
-	size_t qlen = strnlen(c->qid, STORE_QID_SIZE - 1);
+	uint8_t qlen = r->dec ? 0 : (uint8_t) strnlen(c->qid, STORE_QID_SIZE - 1);
 
-	enc_u8(e, REC_VERSION);
-	enc_u8(e, qlen);
-	enc_bytes(e, c->qid, qlen);
-	enc_bytes(e, c->fingerprint, STORE_HASH_LEN);
-	enc_i64(e, c->accepted);
-	enc_i64(e, c->expires);
+	rec_version(r, REC_VERSION);
+	rec_u8(r, &qlen);
+	if (r->dec && (qlen == 0 || qlen >= STORE_QID_SIZE))
+		r->err = STORE_EINVAL;
+	rec_bytes(r, c->qid, r->err ? 0 : qlen);
+	rec_bytes(r, c->fingerprint, STORE_HASH_LEN);
+	rec_i64(r, &c->accepted);
+	rec_i64(r, &c->expires);
+	if (r->dec && r->err == 0 && memchr(c->qid, 0, qlen) != NULL)
+		r->err = STORE_EINVAL;
 }
 
 /* lmdb_claim_encode - write a claim record, return its length */
 size_t lmdb_claim_encode(uint8_t out[STORE_CLAIM_REC_LEN], const struct store_claim *c)
 {
-	struct enc e = { out, STORE_CLAIM_REC_LEN, 0 };
+	struct rec r = { .out = out, .len = STORE_CLAIM_REC_LEN };
 
-	claim_codec(&e, c);
-	return e.pos;
+	claim_codec(&r, (struct store_claim *) c);	/* encoding only reads it */
+	return r.pos;
 }
 
 /* lmdb_claim_decode - read a claim record */
 int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c)
 {
-	struct dec d = { p, len, 0, 0, 0 };
-	const uint8_t *b;
-	size_t qlen;
+	struct rec r = { .dec = 1, .in = p, .len = len };
 
 	memset(c, 0, sizeof(*c));
-	dec_version(&d);
-	qlen = dec_u8(&d);
-	if (qlen == 0 || qlen >= STORE_QID_SIZE)
-		d.err = STORE_EINVAL;
-	if ((b = dec_take(&d, qlen)) != NULL)
-		memcpy(c->qid, b, qlen);
-	if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
-		memcpy(c->fingerprint, b, STORE_HASH_LEN);
-	c->accepted = dec_i64(&d);
-	c->expires = dec_i64(&d);
-	if (dec_end(&d) != 0 || memchr(c->qid, 0, qlen) != NULL) {
+	claim_codec(&r, c);
+	if (rec_end(&r) != 0) {
 		memset(c, 0, sizeof(*c));
 		return STORE_EINVAL;
 	}
@@ -440,21 +394,38 @@ int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c)
 }
 
 /* msg_codec - the immutable message record */
-static void msg_codec(struct enc *e, const void *rec)
+INLINE void msg_codec(struct rec *r, void *rec)
 {
-	const struct store_msg *m = rec;
+	struct store_msg *m = rec;
+	uint8_t flags = r->dec ? 0 : (m->has_key ? MSG_HAS_KEY : 0)
+	    | (m->smtputf8 ? MSG_SMTPUTF8 : 0) | (m->route ? MSG_ROUTE : 0);
+	uint64_t dlen = r->dec ? 0 : m->data_len;
+	const uint8_t *b;
+	int v = rec_version(r, MSG_VERSION);
 
-	enc_u8(e, MSG_VERSION);
-	enc_i64(e, m->accepted);
-	enc_envelope(e, m, MSG_FIELDS);
-	enc_u8(e, (m->has_key ? MSG_HAS_KEY : 0) | (m->smtputf8 ? MSG_SMTPUTF8 : 0)
-	       | (m->route ? MSG_ROUTE : 0));
-	enc_bytes(e, m->keyhash, STORE_HASH_LEN);
-	enc_i64(e, m->ttl);
-	if (m->route)
-		enc_str(e, m->route);
-	enc_u64(e, m->data_len);
-	enc_bytes(e, m->data, m->data_len);
+	rec_i64(r, &m->accepted);
+	rec_envelope(r, m, MSG_FIELDS);
+	if (v == MSG_VERSION) {		/* what the message's story starts from */
+		rec_u8(r, &flags);
+		rec_bytes(r, m->keyhash, STORE_HASH_LEN);
+		rec_i64(r, &m->ttl);
+		if (flags & MSG_ROUTE)
+			rec_str_at(r, &m->route, 0, &r->route);
+	}
+	rec_u64(r, &dlen);
+	if (r->dec && r->err == 0 && dlen != r->len - r->pos)
+		r->err = STORE_EINVAL;
+	b = rec_bytes(r, r->dec ? NULL : m->data, r->err ? 0 : dlen);
+	if (!r->dec || b == NULL)
+		return;
+	m->has_key = (flags & MSG_HAS_KEY) != 0;
+	m->smtputf8 = (flags & MSG_SMTPUTF8) != 0;
+	m->data_len = dlen;
+	if (!r->peek && !r->nodata) {
+		m->data = xmalloc(dlen + 1);
+		memcpy(m->data, b, dlen);
+		m->data[dlen] = 0;
+	}
 }
 
 /* lmdb_msg_rec_size - bytes the message record needs */
@@ -469,42 +440,11 @@ void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 	rec_encode(msg_codec, "message", out, len, m);
 }
 
-/*
- * msg_rec_decode - the message record, with or without its data; *route
- * where its route lies (p NULL: none). A peek (d->peek) only checks it.
- */
-static int msg_rec_decode(struct dec *d, struct store_msg *m, int with_data, struct span *route)
+/* msg_rec_decode - read the message record as r says; on failure m holds nothing to free */
+static int msg_rec_decode(struct rec *r, struct store_msg *m)
 {
-	const uint8_t *b;
-	uint64_t dlen;
-	int v = dec_msg_version(d);
-	uint8_t flags;
-
-	route->p = NULL;
-	m->accepted = dec_i64(d);
-	dec_envelope(d, m, MSG_FIELDS);
-	if (v == MSG_VERSION) {
-		flags = dec_u8(d);
-		m->has_key = (flags & MSG_HAS_KEY) != 0;
-		m->smtputf8 = (flags & MSG_SMTPUTF8) != 0;
-		if ((b = dec_take(d, STORE_HASH_LEN)) != NULL)
-			memcpy(m->keyhash, b, STORE_HASH_LEN);
-		m->ttl = dec_i64(d);
-		if (flags & MSG_ROUTE)
-			m->route = dec_str_at(d, 0, route);
-	}
-	dlen = dec_u64(d);
-	if (d->err == 0 && dlen != d->len - d->pos)
-		d->err = STORE_EINVAL;
-	if ((b = dec_take(d, dlen)) != NULL) {
-		if (with_data) {
-			m->data = xmalloc(dlen + 1);
-			memcpy(m->data, b, dlen);
-			m->data[dlen] = 0;
-		}
-		m->data_len = dlen;
-	}
-	if (dec_end(d) != 0) {
+	msg_codec(r, m);
+	if (rec_end(r) != 0) {
 		store_msg_free(m);
 		return STORE_EINVAL;
 	}
@@ -518,29 +458,27 @@ static int msg_rec_decode(struct dec *d, struct store_msg *m, int with_data, str
  */
 int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
-	struct dec d = { p, len, 0, 0, 0 };
-	struct span route;
+	struct rec r = { .dec = 1, .in = p, .len = len };
 
-	return msg_rec_decode(&d, m, 1, &route);
+	return msg_rec_decode(&r, m);
 }
 
 /* lmdb_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
 int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
 {
-	struct dec d = { p, len, 0, 0, 0 };
-	struct span route;
+	struct rec r = { .dec = 1, .in = p, .len = len, .nodata = 1 };
 
-	return msg_rec_decode(&d, m, 0, &route);
+	return msg_rec_decode(&r, m);
 }
 
 /* lmdb_msg_rec_peek_accepted - when the message was accepted, cheaply */
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
 {
-	struct dec d = { p, len, 0, 0, 0 };
+	struct rec r = { .dec = 1, .in = p, .len = len };
 
-	dec_msg_version(&d);
-	*accepted = dec_i64(&d);
-	return d.err;
+	rec_version(&r, MSG_VERSION);
+	rec_i64(&r, accepted);
+	return r.err;
 }
 
 /*
@@ -550,30 +488,41 @@ int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
  */
 int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same)
 {
-	struct dec d = { p, len, 0, 0, 1 };
+	struct rec r = { .dec = 1, .in = p, .len = len, .peek = 1 };
 	struct store_msg m;
-	struct span at;
+	struct span *at = &r.route;
 
 	memset(&m, 0, sizeof(m));
-	if (msg_rec_decode(&d, &m, 0, &at) != 0)
+	if (msg_rec_decode(&r, &m) != 0)
 		return STORE_EINVAL;
-	if (at.p == NULL || route == NULL)
-		*same = at.p == NULL && route == NULL;
+	if (at->p == NULL || route == NULL)
+		*same = at->p == NULL && route == NULL;
 	else
-		*same = strlen(route) == at.n && memcmp(at.p, route, at.n) == 0;
+		*same = strlen(route) == at->n && memcmp(at->p, route, at->n) == 0;
 	return 0;
 }
 
-/* queue_codec - the delivery state record */
-static void queue_codec(struct enc *e, const void *rec)
+/* queue_head - the delivery state record up to its recipients */
+INLINE void queue_head(struct rec *r, struct store_msg *m)
 {
-	const struct store_msg *m = rec;
+	uint8_t flags = r->dec ? 0 : (m->inflight ? QUEUE_INFLIGHT : 0)
+	    | (m->held ? QUEUE_HELD : 0);
 
-	enc_u8(e, REC_VERSION);
-	enc_i32(e, m->attempts);
-	enc_i64(e, m->next_attempt);
-	enc_u8(e, (m->inflight ? QUEUE_INFLIGHT : 0) | (m->held ? QUEUE_HELD : 0));
-	enc_envelope(e, m, QUEUE_FIELDS);
+	rec_version(r, REC_VERSION);
+	rec_i32(r, &m->attempts);
+	rec_i64(r, &m->next_attempt);
+	rec_flags(r, &flags, QUEUE_INFLIGHT | QUEUE_HELD);
+	if (r->dec) {
+		m->inflight = (flags & QUEUE_INFLIGHT) != 0;
+		m->held = (flags & QUEUE_HELD) != 0;
+	}
+}
+
+/* queue_codec - the delivery state record */
+INLINE void queue_codec(struct rec *r, void *rec)
+{
+	queue_head(r, rec);
+	rec_envelope(r, rec, QUEUE_FIELDS);
 }
 
 /* lmdb_queue_rec_size - bytes the delivery state record needs */
@@ -588,21 +537,6 @@ void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 	rec_encode(queue_codec, "queue", out, len, m);
 }
 
-/* dec_queue_head - the delivery state record up to its recipients */
-static void dec_queue_head(struct dec *d, struct store_msg *m)
-{
-	uint8_t flags;
-
-	dec_version(d);
-	m->attempts = dec_i32(d);
-	m->next_attempt = dec_i64(d);
-	flags = (uint8_t) dec_u8(d);
-	if (d->err == 0 && (flags & ~(QUEUE_INFLIGHT | QUEUE_HELD)) != 0)
-		d->err = STORE_EINVAL;
-	m->inflight = (flags & QUEUE_INFLIGHT) != 0;
-	m->held = (flags & QUEUE_HELD) != 0;
-}
-
 /*
  * lmdb_queue_rec_decode - read delivery state into a message already
  * decoded by lmdb_msg_rec_decode(); the recipient counts must agree.
@@ -610,12 +544,11 @@ static void dec_queue_head(struct dec *d, struct store_msg *m)
  */
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
-	struct dec d = { p, len, 0, 0, 0 };
+	struct rec r = { .dec = 1, .in = p, .len = len };
 	size_t i;
 
-	dec_queue_head(&d, m);
-	dec_envelope(&d, m, QUEUE_FIELDS);
-	if (dec_end(&d) != 0) {
+	queue_codec(&r, m);
+	if (rec_end(&r) != 0) {
 		for (i = 0; i < m->n_rcpts; i++) {
 			free(m->rcpts[i].reply);
 			m->rcpts[i].reply = NULL;
@@ -629,13 +562,13 @@ int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
 			int *held)
 {
-	struct dec d = { p, len, 0, 0, 0 };
+	struct rec r = { .dec = 1, .in = p, .len = len };
 	struct store_msg head;
 	uint32_t n;
 
-	dec_queue_head(&d, &head);
-	n = dec_rcpt_count(&d, QUEUE_FIELDS);
-	if (d.err)
+	queue_head(&r, &head);
+	n = rec_rcpt_count(&r, 0, QUEUE_FIELDS);
+	if (r.err)
 		return STORE_EINVAL;
 	if (n_rcpts)
 		*n_rcpts = n;
@@ -672,45 +605,49 @@ int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on)
 /* lmdb_queue_rec_set_due - patch the next attempt in a copy of the record, if later than due */
 int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due)
 {
-	struct enc e = { (uint8_t *) p + QUEUE_NEXT_OFF, 8, 0 };
+	struct rec r = { .out = (uint8_t *) p + QUEUE_NEXT_OFF, .len = 8 };
 	int64_t next;
 
 	if (lmdb_queue_rec_peek(p, len, NULL, &next, NULL) != 0)
 		return STORE_EINVAL;
 	if (next > due)
-		enc_i64(&e, due);
+		rec_i64(&r, &due);
 	return 0;
 }
 
-#define HIST_HAS_KEY	1
-#define HIST_DROPPED	2
-#define HIST_SMTPUTF8	4
-#define HIST_ROUTE	8	/* the route's name follows the recipients */
-
 /* hist_codec - the history record */
-static void hist_codec(struct enc *e, const void *rec)
+INLINE void hist_codec(struct rec *r, void *rec)
 {
-	const struct store_story *s = rec;
-	const struct store_msg *m = &s->m;
 	static const uint8_t zero[STORE_HASH_LEN];
+	struct store_story *s = rec;
+	struct store_msg *m = &s->m;
+	uint8_t flags = r->dec ? 0 : (s->has_key ? HIST_HAS_KEY : 0)
+	    | (s->dropped ? HIST_DROPPED : 0) | (m->smtputf8 ? HIST_SMTPUTF8 : 0)
+	    | (m->route ? HIST_ROUTE : 0);
+	uint64_t size = r->dec ? 0 : m->data_len;
 
-	enc_u8(e, REC_VERSION);
-	enc_i64(e, m->accepted);
-	enc_i64(e, s->updated);
-	enc_i64(e, s->finished);
-	enc_i64(e, s->expires);
-	enc_i64(e, s->forgotten);
-	enc_i64(e, s->ttl);
-	enc_u8(e, (s->has_key ? HIST_HAS_KEY : 0) | (s->dropped ? HIST_DROPPED : 0)
-	       | (m->smtputf8 ? HIST_SMTPUTF8 : 0) | (m->route ? HIST_ROUTE : 0));
-	enc_bytes(e, s->has_key ? s->keyhash : zero, STORE_HASH_LEN);
-	enc_u32(e, s->duplicates);
-	enc_u32(e, s->mismatches);
-	enc_i32(e, m->attempts);
-	enc_u64(e, m->data_len);
-	enc_envelope(e, m, HIST_FIELDS);
-	if (m->route)
-		enc_str(e, m->route);
+	rec_version(r, REC_VERSION);
+	rec_i64(r, &m->accepted);
+	rec_i64(r, &s->updated);
+	rec_i64(r, &s->finished);
+	rec_i64(r, &s->expires);
+	rec_i64(r, &s->forgotten);
+	rec_i64(r, &s->ttl);
+	rec_flags(r, &flags, HIST_HAS_KEY | HIST_DROPPED | HIST_SMTPUTF8 | HIST_ROUTE);
+	rec_bytes(r, r->dec || s->has_key ? s->keyhash : (void *) zero, STORE_HASH_LEN);
+	rec_u32(r, &s->duplicates);
+	rec_u32(r, &s->mismatches);
+	rec_i32(r, &m->attempts);
+	rec_u64(r, &size);
+	rec_envelope(r, m, HIST_FIELDS);
+	if (flags & HIST_ROUTE)
+		rec_str_at(r, &m->route, 0, &r->route);
+	if (r->dec) {
+		s->has_key = (flags & HIST_HAS_KEY) != 0;
+		s->dropped = (flags & HIST_DROPPED) != 0;
+		m->smtputf8 = (flags & HIST_SMTPUTF8) != 0;
+		m->data_len = size;
+	}
 }
 
 /* lmdb_hist_rec_size - bytes the history record needs */
@@ -731,35 +668,11 @@ void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s)
  */
 int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 {
-	struct dec d = { p, len, 0, 0, 0 };
-	struct store_msg *m = &s->m;
-	const uint8_t *b;
-	uint8_t flags;
+	struct rec r = { .dec = 1, .in = p, .len = len };
 
-	dec_version(&d);
-	m->accepted = dec_i64(&d);
-	s->updated = dec_i64(&d);
-	s->finished = dec_i64(&d);
-	s->expires = dec_i64(&d);
-	s->forgotten = dec_i64(&d);
-	s->ttl = dec_i64(&d);
-	flags = dec_u8(&d);
-	s->has_key = (flags & HIST_HAS_KEY) != 0;
-	s->dropped = (flags & HIST_DROPPED) != 0;
-	m->smtputf8 = (flags & HIST_SMTPUTF8) != 0;
-	if ((b = dec_take(&d, STORE_HASH_LEN)) != NULL)
-		memcpy(s->keyhash, b, STORE_HASH_LEN);
-	s->duplicates = dec_u32(&d);
-	s->mismatches = dec_u32(&d);
-	m->attempts = dec_i32(&d);
-	m->data_len = dec_u64(&d);
-	dec_envelope(&d, m, HIST_FIELDS);
-	if (flags & HIST_ROUTE)
-		m->route = dec_str(&d, 0);
-	if (flags & ~(HIST_HAS_KEY | HIST_DROPPED | HIST_SMTPUTF8 | HIST_ROUTE))
-		d.err = STORE_EINVAL;
-	if (dec_end(&d) != 0) {
-		store_msg_free(m);
+	hist_codec(&r, s);
+	if (rec_end(&r) != 0) {
+		store_msg_free(&s->m);
 		return STORE_EINVAL;
 	}
 	return 0;
