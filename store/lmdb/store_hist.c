@@ -82,15 +82,13 @@ static int64_t hexpiry_time(const uint8_t *k)
 	return (int64_t) (v ^ 0x8000000000000000ull);
 }
 
-static int spool_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_msg *m);
-
-/* story_of_spool - the story of a queued message that has no record yet */
-static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const char *qid,
+/* story_of_spool - the story of a queued message (key its QID) that has no record yet */
+static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 			  struct store_story *s)
 {
 	int err;
 
-	if ((err = spool_read(st, txn, qid, &s->m)) != 0)
+	if ((err = lmdb_spool_read(st, txn, key, &s->m, 0)) != 0)
 		return err;
 	s->has_key = s->m.has_key;
 	memcpy(s->keyhash, s->m.keyhash, STORE_HASH_LEN);
@@ -132,7 +130,7 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 		return STORE_EINVAL;
 	err = lmdb_mdb_error(hist_get(st, txn, &key, &val, NULL), "get hist");
 	if (err == STORE_ENOTFOUND)
-		return story_of_spool(st, txn, qid, s);
+		return story_of_spool(st, txn, &key, s);
 	if (err != 0)
 		return err;
 	memcpy(s->m.qid, qid, key.mv_size);
@@ -302,27 +300,6 @@ void lmdb_hist_drop(struct lmdb_txn *t, const char *qid)
 	store_story_free(&s);
 }
 
-/* spool_read - the spooled message's envelope and live state; 0 or STORE_ENOTFOUND */
-static int spool_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_msg *m)
-{
-	MDB_val key, mval, qval;
-	int err;
-
-	memset(m, 0, sizeof(*m));
-	if (lmdb_qid_key(qid, &key) != 0)
-		return STORE_EINVAL;
-	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0
-	    || (err = lmdb_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0)
-		return err;
-	memcpy(m->qid, qid, key.mv_size);
-	if (lmdb_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, m) != 0
-	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
-		store_msg_free(m);
-		return STORE_EINVAL;
-	}
-	return 0;
-}
-
 /* lmdb_story_get - the story, with the spool's live state if still queued */
 int lmdb_story_get(struct store *base, const char *qid, struct store_story *s)
 {
@@ -338,7 +315,7 @@ int lmdb_story_get(struct store *base, const char *qid, struct store_story *s)
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	herr = lmdb_hist_read(st, txn, qid, s);
-	err = spool_read(st, txn, qid, &live);
+	err = lmdb_spool_read(st, txn, &key, &live, 0);
 	lmdb_read_end(st, txn);
 	if (err == 0) {
 		/* the spool is the authority on a queued message */

@@ -225,6 +225,8 @@ int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s);
 
 /* store_msg.c */
 int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story);
+int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
+		    struct store_msg *m, int with_data);
 
 /* store_hist.c: the story, kept in step by the spool's own transactions */
 int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key);

@@ -99,11 +99,37 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		t->rcpt_delta += (int64_t) m->n_rcpts;
 }
 
+/*
+ * lmdb_spool_read - the queued message under key in txn, from its two
+ * records, with owned copies of every field (its data only if with_data):
+ * 0, STORE_ENOTFOUND if either record is missing, or STORE_EINVAL if one
+ * is corrupt (m then holds nothing to free)
+ */
+int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
+		    struct store_msg *m, int with_data)
+{
+	MDB_val mval, qval;
+	int err;
+
+	memset(m, 0, sizeof(*m));
+	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, (MDB_val *) key, &qval), "get queue")) != 0
+	    || (err = lmdb_mdb_error(mdb_get(txn, st->msg, (MDB_val *) key, &mval), "get msg")) != 0)
+		return err;
+	memcpy(m->qid, key->mv_data, key->mv_size);
+	if ((with_data ? lmdb_msg_rec_decode : lmdb_msg_rec_decode_envelope)
+	    (mval.mv_data, mval.mv_size, m) != 0
+	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
 /* lmdb_msg_load - a queued message with owned copies of every field */
 int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	MDB_val key, mval, qval;
+	MDB_val key, qval;
 	MDB_txn *txn;
 	int err;
 
@@ -113,22 +139,13 @@ int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m)
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	/* the queue record says whether it is queued; then the message must exist */
-	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, &key, &qval), "get queue")) != 0)
-		goto out;
-	if ((err = lmdb_mdb_error(mdb_get(txn, st->msg, &key, &mval), "get msg")) != 0) {
-		if (err == STORE_ENOTFOUND) {
-			msg_warn("%s: store: queue record without message", qid);
-			err = STORE_EINVAL;
-		}
-		goto out;
-	}
-	memcpy(m->qid, qid, key.mv_size);
-	if ((err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, m)) != 0
-	    || (err = lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m)) != 0) {
+	err = lmdb_spool_read(st, txn, &key, m, 1);
+	if (err == STORE_ENOTFOUND && mdb_get(txn, st->queue, &key, &qval) == 0) {
+		msg_warn("%s: store: queue record without message", qid);
+		err = STORE_EINVAL;
+	} else if (err == STORE_EINVAL) {
 		msg_warn("%s: store: corrupt message record", qid);
-		store_msg_free(m);
 	}
-out:
 	lmdb_read_end(st, txn);
 	return err;
 }
