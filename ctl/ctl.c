@@ -269,21 +269,27 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 	return 0;
 }
 
+/* reply_ok - the reply's "ok", or fail saying what it holds instead */
+static int reply_ok(struct ctl *x, const struct buf *reply, char *err, size_t errlen)
+{
+	int ok = 0;
+
+	if (json_get_bool(reply->data, "ok", &ok) != 0)
+		ctl_fail(x, "the daemon replied with something else than JSON: %.200s", reply->data);
+	if (!ok && json_get_str(reply->data, "error", err, errlen) != 0)
+		snprintf(err, errlen, "the daemon refused: %.200s", reply->data);
+	return ok;
+}
+
 /* need_daemon - a request that only the daemon can carry out; the reply if ok */
 static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
 {
 	char why[512], err[1024];
-	int ok = 0;
 
 	if (ctl_request(x, line, reply, why, sizeof(why)) != 0)
 		ctl_fail(x, "%s", why);
-	if (json_get_bool(reply->data, "ok", &ok) != 0)
-		ctl_fail(x, "the daemon replied with something else than JSON: %.200s", reply->data);
-	if (!ok) {
-		if (json_get_str(reply->data, "error", err, sizeof(err)) != 0)
-			snprintf(err, sizeof(err), "the daemon refused: %.200s", reply->data);
+	if (!reply_ok(x, reply, err, sizeof(err)))
 		ctl_fail(x, "%s", err);
-	}
 }
 
 /* ctl_key_hashes - KEY as the daemon would have derived it from a header/ENVID or a Message-ID */
@@ -405,25 +411,25 @@ static void act(struct ctl *x, const char *cmd, const char *line,
 	}
 }
 
-/* reply_ok - the reply's "ok", or fail saying what it holds instead */
-static int reply_ok(struct ctl *x, const struct buf *reply, char *err, size_t errlen)
+/* sel_keys - the hashes KEY may stand for into sel, and onto line as hex words */
+static void sel_keys(const char *key, struct queue_admin_sel *sel,
+		     uint8_t (*h)[STORE_HASH_LEN], struct buf *line)
 {
-	int ok = 0;
+	char hex[2 * HASH_LEN + 1];
+	size_t i;
 
-	if (json_get_bool(reply->data, "ok", &ok) != 0)
-		ctl_fail(x, "the daemon replied with something else than JSON: %.200s", reply->data);
-	if (!ok && json_get_str(reply->data, "error", err, errlen) != 0)
-		snprintf(err, errlen, "%.200s", reply->data);
-	return ok;
+	sel->n_keys = ctl_key_hashes(key, h);
+	sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
+	for (i = 0; i < sel->n_keys; i++) {
+		hash_hex(h[i], HASH_LEN, hex);
+		buf_printf(line, " %s", hex);
+	}
 }
 
 /* sel_line - the selection as the control socket's request names it (control.h) */
 static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel,
 		     uint8_t (*h)[STORE_HASH_LEN], struct buf *line)
 {
-	char hex[2 * HASH_LEN + 1];
-	size_t i;
-
 	memset(sel, 0, sizeof(*sel));
 	if (arg == NULL) {
 		if ((x->from && (strpbrk(x->from, " \t") || !x->from[0]))
@@ -442,13 +448,8 @@ static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel
 		sel->qid = arg;
 		buf_printf(line, " %s", arg);
 	} else {
-		sel->n_keys = ctl_key_hashes(arg, h);
-		sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
 		buf_printf(line, " key -");
-		for (i = 0; i < sel->n_keys; i++) {
-			hash_hex(h[i], HASH_LEN, hex);
-			buf_printf(line, " %s", hex);
-		}
+		sel_keys(arg, sel, h, line);
 	}
 }
 
@@ -637,24 +638,18 @@ static void print_qids(const char *reply, const char *name, const char *label)
 static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 {
 	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
-	char hex[2 * HASH_LEN + 1], err[1024];
+	char err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
 	struct queue_admin_sel sel;
-	size_t n = ctl_key_hashes(key, h), i;
 	long long claims = 0;
 
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
+	memset(&sel, 0, sizeof(sel));
+	sel.user = x->user;
 	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",
 		   x->user ? x->user : "-");
-	for (i = 0; i < n; i++) {
-		hash_hex(h[i], HASH_LEN, hex);
-		buf_printf(&line, " %s", hex);
-	}
-	memset(&sel, 0, sizeof(sel));
-	sel.keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
-	sel.n_keys = n;
-	sel.user = x->user;
+	sel_keys(key, &sel, h, &line);
 	act(x, "forget", line.data, &sel, mode == NULL ? QUEUE_ADMIN_REFUSE
 	    : strcmp(mode, "--drop") == 0 ? QUEUE_ADMIN_DROP : QUEUE_ADMIN_FORCE, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {

@@ -143,6 +143,19 @@ static void json_rcpts(struct buf *b, const struct store_story *s)
 	buf_putc(b, ']');
 }
 
+/* print_rcpts - each recipient's line: its state, and its last reply if any */
+static void print_rcpts(const struct store_story *s, const char *indent)
+{
+	const struct store_rcpt *r;
+	size_t i;
+
+	for (i = 0; i < s->m.n_rcpts; i++) {
+		r = &s->m.rcpts[i];
+		printf("%sto=<%s> %s%s%s%s\n", indent, r->addr, rcpt_state(s, r),
+		       r->reply ? " (" : "", r->reply ? r->reply : "", r->reply ? ")" : "");
+	}
+}
+
 /* what the queue walk gathers */
 struct queue_acc {
 	struct ctl *x;
@@ -156,7 +169,6 @@ static int queue_cb(void *arg, const struct store_msg *m)
 	struct queue_acc *a = arg;
 	struct store_story s;
 	char t[64], n[160];
-	size_t i;
 
 	memset(&s, 0, sizeof(s));
 	s.m = *m;			/* borrowed */
@@ -182,11 +194,7 @@ static int queue_cb(void *arg, const struct store_msg *m)
 		       ctl_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
 		       fmt_when(n, sizeof(n), m, a->x->now));
 		printf("    from=<%s>\n", m->from);
-		for (i = 0; i < m->n_rcpts; i++)
-			printf("    to=<%s> %s%s%s%s\n", m->rcpts[i].addr, rcpt_state(&s, &m->rcpts[i]),
-			       m->rcpts[i].reply ? " (" : "",
-			       m->rcpts[i].reply ? m->rcpts[i].reply : "",
-			       m->rcpts[i].reply ? ")" : "");
+		print_rcpts(&s, "    ");
 	}
 	a->n++;
 	return 0;
@@ -268,7 +276,6 @@ static void story_json(struct buf *b, struct ctl *x, const struct store_story *s
 static void story_text(struct ctl *x, const struct store_story *s)
 {
 	char t[64], d[32], n[64];
-	size_t i;
 
 	printf("%s: %s", s->m.qid, msg_state(s));
 	if (s->queued && s->m.lease_node)
@@ -304,10 +311,7 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	else if (s->updated)
 		printf(", last %s", ctl_time(t, sizeof(t), s->updated));
 	printf("\n");
-	for (i = 0; i < s->m.n_rcpts; i++)
-		printf("  to=<%s> %s%s%s%s\n", s->m.rcpts[i].addr, rcpt_state(s, &s->m.rcpts[i]),
-		       s->m.rcpts[i].reply ? " (" : "", s->m.rcpts[i].reply ? s->m.rcpts[i].reply : "",
-		       s->m.rcpts[i].reply ? ")" : "");
+	print_rcpts(s, "  ");
 	if (s->finished)
 		printf("  left the queue %s%s; story kept until %s\n",
 		       ctl_time(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
@@ -537,7 +541,7 @@ int ctl_stats(struct ctl *x)
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) s.stories,
 	       (unsigned long long) s.keys);
-	if (unread[0] == 0 && (store_caps(x->st) & STORE_CAP_OWN_SPACE))	/* LMDB's map */
+	if (store_caps(x->st) & STORE_CAP_OWN_SPACE)	/* LMDB's map */
 		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
 		       " (%.1f%% full)\n", s.space.used / 1048576.0, s.space.size / 1048576.0,
 		       s.space.ceiling / 1048576.0,
