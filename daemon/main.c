@@ -57,16 +57,19 @@ static void mkdir_parents(const struct conf *cf, const char *setting, const char
 	free(p);
 }
 
-/* chown_tree - give a directory and what is directly in it to the user */
-static void chown_tree(const char *dir, uid_t uid, gid_t gid)
+/* own_dir - make the setting's directory, and give it and what is directly in it to pw */
+static void own_dir(const struct conf *cf, const char *setting, const char *dir,
+		    const struct passwd *pw)
 {
-	char path[4096];
 	const char *names[] = { "", "/data.mdb", "/lock.mdb", "/new", "/cur", "/tmp" };
+	char path[4096], where[512];
 	size_t i;
 
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		msg_fatal("%s: mkdir %s: %m", conf_where(cf, setting, where, sizeof(where)), dir);
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(path, sizeof(path), "%s%s", dir, names[i]);
-		if (lchown(path, uid, gid) < 0 && errno != ENOENT)
+		if (lchown(path, pw->pw_uid, pw->pw_gid) < 0 && errno != ENOENT)
 			msg_fatal("chown %s: %m", path);
 	}
 }
@@ -93,18 +96,11 @@ static void privdrop(const struct conf *cf, const char *made_control_dir)
 				  conf_where(cf, "user", where, sizeof(where)), cf->user);
 		return;
 	}
-	if ((dir = store_dir(cf)) != NULL) {	/* a database has no directory here */
-		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-			msg_fatal("%s: mkdir %s: %m", conf_where(cf, "store.path", where,
-				  sizeof(where)), dir);
-		chown_tree(dir, pw->pw_uid, pw->pw_gid);
-	}
+	if ((dir = store_dir(cf)) != NULL)	/* a database has no directory here */
+		own_dir(cf, "store.path", dir, pw);
 	if (cf->upstream.maildir) {
 		mkdir_parents(cf, "upstream.maildir", cf->upstream.maildir);
-		if (mkdir(cf->upstream.maildir, 0700) < 0 && errno != EEXIST)
-			msg_fatal("%s: mkdir %s: %m", conf_where(cf, "upstream.maildir", where,
-				  sizeof(where)), cf->upstream.maildir);
-		chown_tree(cf->upstream.maildir, pw->pw_uid, pw->pw_gid);
+		own_dir(cf, "upstream.maildir", cf->upstream.maildir, pw);
 	}
 	if (made_control_dir && lchown(made_control_dir, pw->pw_uid, pw->pw_gid) < 0)
 		msg_fatal("%s: chown %s: %m", conf_where(cf, "control", where, sizeof(where)),
