@@ -90,7 +90,7 @@ struct commit {
 	int busy;			/* under lock: the writer is in a round */
 	int upkeep;			/* under lock: store_upkeep() is due (after commit_now) */
 	int64_t upkeep_at;		/* writer thread's: a store still refusing is tended again then */
-	int64_t hold_us, busy_us;	/* under lock: COMMIT_HOLD_US, COMMIT_BUSY_US */
+	int64_t hold_us, busy_us;	/* under lock: COMMIT_HOLD_US, COMMIT_BUSY_US (tests widen them) */
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
@@ -573,15 +573,6 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	return cm;
 }
 
-/* commit_set_hold - the hold's windows (tests: wide enough for a loaded machine) */
-void commit_set_hold(struct commit *cm, int64_t hold_us, int64_t busy_us)
-{
-	pthread_mutex_lock(&cm->lock);
-	cm->hold_us = hold_us;
-	cm->busy_us = busy_us;
-	pthread_mutex_unlock(&cm->lock);
-}
-
 /* commit_submit - queue a request for the next transaction */
 void commit_submit(struct commit *cm, struct commit_req *req)
 {
@@ -657,18 +648,6 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 		pthread_cond_wait(&cm->marked, &cm->lock);
 	pthread_mutex_unlock(&cm->lock);
 	return op.err;
-}
-
-/* mark_fn - commit_run() step: the inflight mark */
-static void mark_fn(struct store_txn *t, void *qid)
-{
-	store_txn_msg_set_inflight(t, qid, 1);
-}
-
-/* commit_mark_inflight - durably set a message's inflight mark in the next group commit */
-int commit_mark_inflight(struct commit *cm, const char *qid)
-{
-	return commit_run(cm, mark_fn, (void *) qid);
 }
 
 /* commit_fd - the eventfd the event loop watches */

@@ -82,13 +82,10 @@ void commit_submit(struct commit *cm, struct commit_req *req);
 int commit_now(struct commit *cm, struct commit_req *req);
 /* commit_told_flush - announce them once the event loop has stopped (before delivery stops) */
 void commit_told_flush(struct commit *cm);
-int commit_mark_inflight(struct commit *cm, const char *qid);	/* durable; blocks */
 int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg);
 int commit_fd(const struct commit *cm);		/* readable when requests are done */
 void commit_reap(struct commit *cm);		/* run done callbacks */
 void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
-/* commit_set_hold - how long a delivery write alone is held, and while how recent a batch */
-void commit_set_hold(struct commit *cm, int64_t hold_us, int64_t busy_us);
 
 /*
  * commit_decide - the acceptance rules of SPEC section 4 for one request,

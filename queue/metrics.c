@@ -226,24 +226,6 @@ void metrics_snapshot(struct metrics_snapshot *s)
 	}
 }
 
-/* metrics_reset - everything back to zero (unit tests) */
-void metrics_reset(void)
-{
-	size_t i, h;
-
-	for (i = 0; i < METRICS_N_COUNTERS; i++)
-		atomic_store(&counters[i], 0);
-	pthread_mutex_lock(&upstream_lock);
-	memset(&upstream, 0, sizeof(upstream));
-	pthread_mutex_unlock(&upstream_lock);
-	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
-		for (i = 0; i < METRICS_MAX_BUCKETS; i++)
-			atomic_store(&hists[h].buckets[i], 0);
-		atomic_store(&hists[h].count, 0);
-		atomic_store(&hists[h].sum, 0);
-	}
-}
-
 /* metrics_gauges_read - what the store says now */
 static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {

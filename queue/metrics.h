@@ -115,7 +115,6 @@ void metrics_upstream_set(const struct metrics_upstream *u);
 void metrics_route_set(const char *route, const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
-void metrics_reset(void);			/* tests */
 void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		    const struct metrics_gauges *g);
 

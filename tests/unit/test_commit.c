@@ -30,6 +30,27 @@
 #include "../../util/clock.h"
 #include "test_commit_help.h"
 
+/* commit_set_hold - the hold's windows, wide enough for a loaded machine */
+static void commit_set_hold(struct commit *cm, int64_t hold_us, int64_t busy_us)
+{
+	pthread_mutex_lock(&cm->lock);
+	cm->hold_us = hold_us;
+	cm->busy_us = busy_us;
+	pthread_mutex_unlock(&cm->lock);
+}
+
+/* mark_step - commit_run() step: the inflight mark, as delivery sets it */
+static void mark_step(struct store_txn *t, void *qid)
+{
+	store_txn_msg_set_inflight(t, qid, 1);
+}
+
+/* commit_mark_inflight - durably set a message's inflight mark in the next group commit */
+static int commit_mark_inflight(struct commit *cm, const char *qid)
+{
+	return commit_run(cm, mark_step, (void *) qid);
+}
+
 struct fx {
 	char dir[64];
 	struct store *st;

@@ -13,7 +13,7 @@
 
 #include "../../queue/commit.h"
 #include "../../util/json.h"
-#include "../../queue/metrics.h"
+#include "../../queue/metrics.c"	/* its counters, to reset them between tests */
 #include "../../util/buf.h"
 
 /* has_line - the rendered text holds this exact line */
@@ -26,6 +26,24 @@ static void has_line(const char *text, const char *line)
 		if ((p == text || p[-1] == '\n') && p[n] == '\n')
 			return;
 	fail_msg("missing line %s in:\n%s", line, text);
+}
+
+/* metrics_reset - every counter and histogram, and the upstream, back to zero */
+static void metrics_reset(void)
+{
+	size_t i, h;
+
+	for (i = 0; i < METRICS_N_COUNTERS; i++)
+		atomic_store(&counters[i], 0);
+	pthread_mutex_lock(&upstream_lock);
+	memset(&upstream, 0, sizeof(upstream));
+	pthread_mutex_unlock(&upstream_lock);
+	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
+		for (i = 0; i < METRICS_MAX_BUCKETS; i++)
+			atomic_store(&hists[h].buckets[i], 0);
+		atomic_store(&hists[h].count, 0);
+		atomic_store(&hists[h].sum, 0);
+	}
 }
 
 /* render - the text for the current counters and the given gauges */
