@@ -116,9 +116,8 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	d->retry = nc->retry;
 	pthread_mutex_unlock(&d->lock);
 	/* the rates; not upstream.connections, which counts threads */
-	if (d->rate)
-		deliver_rate_configure(d->rate, d->conns, nc->upstream.rate,
-				       nc->upstream.recipient_rate);
+	if (d->rates)
+		deliver_rate_configure(d->rates[0], nc->upstream.rate, nc->upstream.recipient_rate);
 }
 
 /* deliver_retry_settings - a copy of the retry settings in force */
@@ -185,12 +184,6 @@ static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t 
 		deliver_wake_taker(d);
 }
 
-/* deliver_finished - the same for a QID whose load failed: whichever lease is held */
-static void deliver_finished(struct deliver *d, const char *qid, int64_t next)
-{
-	finished(d, qid, 0, next);
-}
-
 /* deliver_job_finished - the same for a loaded job: its lease alone is let go */
 void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next)
 {
@@ -219,12 +212,12 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 	memset(j, 0, sizeof(*j));
 	if ((err = store_msg_load(d->st, qid, &j->m)) != 0) {
 		if (err == STORE_ENOTFOUND) {	/* dropped, or done by another path */
-			deliver_finished(d, qid, -1);
+			finished(d, qid, 0, -1);	/* whichever lease is held */
 			return 0;
 		}
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
 		first = deliver_retry_settings(d).first;
-		deliver_finished(d, qid, now + (first > 0 ? first : 60) * US);
+		finished(d, qid, 0, now + (first > 0 ? first : 60) * US);
 		return 0;
 	}
 	if (j->m.held) {	/* held since it was scheduled: its release schedules it */
@@ -255,7 +248,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 			deliver_set_all(j, DELIVER_AMBIGUOUS, "4.4.2",
 					"delivery was interrupted after the final dot may have"
 					" been sent; not sending again");
-			deliver_finish_one(d, j);
+			deliver_record_batch(d, &j, 1);
 			job_free(j);
 			return 0;
 		}
@@ -269,8 +262,8 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 	return 1;
 }
 
-/* sched_wait - sleep until when, new work or stop (lock held) */
-static void sched_wait(struct deliver *d, int64_t when)
+/* deliver_wait - sleep on cv until when (DELIVER_MAX_SLEEP at most), or a signal (lock held) */
+void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when)
 {
 	int64_t now = clock_us();
 	struct timespec ts;
@@ -279,13 +272,7 @@ static void sched_wait(struct deliver *d, int64_t when)
 		when = now + DELIVER_MAX_SLEEP * US;
 	ts.tv_sec = (time_t) (when / US);
 	ts.tv_nsec = (long) (when % US) * 1000;
-	pthread_cond_timedwait(&d->wake, &d->lock, &ts);
-}
-
-/* group_rate - the limits of group g: 0 the default upstream's, 1 + i route i's */
-static struct deliver_rate *group_rate(struct deliver *d, int g)
-{
-	return g == 0 ? d->rate : d->route_rates[g - 1];
+	pthread_cond_timedwait(cv, &d->lock, &ts);
 }
 
 /* group_of - the group of upstream up (the default's or a route's); -1: no limits */
@@ -293,7 +280,7 @@ static int group_of(struct deliver *d, const struct conf_upstream *up)
 {
 	size_t i;
 
-	if (d->rate == NULL)
+	if (d->rates == NULL)
 		return -1;
 	for (i = 0; i < d->c->n_routes; i++)
 		if (up == &d->c->routes[i].up)
@@ -304,7 +291,7 @@ static int group_of(struct deliver *d, const struct conf_upstream *up)
 /* group_name - "upstream" or "upstream (route NAME)", for the log */
 static const char *group_name(struct deliver *d, int g)
 {
-	return g == 0 ? "" : d->route_rates[g - 1]->route;
+	return d->rates[g]->route;
 }
 
 /*
@@ -318,8 +305,8 @@ static int64_t groups_close(struct deliver *d, int64_t now)
 	enum deliver_admit a;
 	int g;
 
-	for (g = 0; d->rate && g <= (int) d->c->n_routes; g++) {
-		a = deliver_rate_check(group_rate(d, g), now, &when);
+	for (g = 0; d->rates && g <= (int) d->c->n_routes; g++) {
+		a = deliver_rate_check(d->rates[g], now, &when);
 		dq_close(&d->q, g, a != DELIVER_ADMITTED);
 		if (when > 0 && when < wake)
 			wake = when;
@@ -350,7 +337,7 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *a
 		wake = groups_close(d, now);
 		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
 		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch, &g)) > 0) {
-			if (g < 0 || (a = deliver_rate_admit(group_rate(d, g), now, &when))
+			if (g < 0 || (a = deliver_rate_admit(d->rates[g], now, &when))
 			    == DELIVER_ADMITTED) {
 				*admitted = g;
 				return n;
@@ -361,7 +348,7 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *a
 				dq_put_back(&d->q, qids[i]);
 			continue;
 		}
-		sched_wait(d, wake < start ? wake : start);
+		deliver_wait(d, &d->wake, wake < start ? wake : start);
 	}
 	return 0;
 }
@@ -369,7 +356,7 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *a
 /* group_done - a session of group g ended: its connection is free for another */
 static void group_done(struct deliver *d, int g)
 {
-	deliver_rate_done(group_rate(d, g));
+	deliver_rate_done(d->rates[g]);
 	pthread_mutex_lock(&d->lock);
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
@@ -380,7 +367,7 @@ struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_ups
 {
 	int g = group_of(d, up);
 
-	return g < 0 ? NULL : group_rate(d, g);
+	return g < 0 ? NULL : d->rates[g];
 }
 
 /*
@@ -423,7 +410,7 @@ static void send_group(struct deliver *d, const struct conf_upstream *up, int g,
 	int64_t when;
 
 	if (g >= 0 && !admitted
-	    && (a = deliver_rate_admit(group_rate(d, g), clock_us(), &when)) != DELIVER_ADMITTED) {
+	    && (a = deliver_rate_admit(d->rates[g], clock_us(), &when)) != DELIVER_ADMITTED) {
 		hold(d, jobs, n, g, a);
 		return;
 	}
@@ -490,7 +477,7 @@ static void remember_groups(struct deliver *d, struct deliver_job **jobs, size_t
 	const struct conf_upstream *up;
 	size_t i;
 
-	if (d->rate == NULL)
+	if (d->rates == NULL)
 		return;
 	pthread_mutex_lock(&d->lock);
 	for (i = 0; i < n; i++)
@@ -521,7 +508,7 @@ static void *deliver_thread(void *arg)
 		for (i = n_ready = bytes = 0; i < n; i++) {
 			/* bounded memory: leave the rest to the next pass */
 			if (bytes >= DELIVER_BATCH_BYTES) {
-				deliver_finished(d, qids[i], clock_us());
+				finished(d, qids[i], 0, clock_us());
 				continue;
 			}
 			if (!job_load(d, qids[i], &jobs[n_ready]))
@@ -554,15 +541,14 @@ static void count_nodes(struct deliver *d)
 	size_t i;
 	int err;
 
-	if (d->rate == NULL)
+	if (d->rates == NULL)
 		return;
 	if ((err = store_stats(d->st, &s, STORE_STATS_NODES)) != 0) {
 		msg_debug("delivery: nodes alive not counted: %s", store_strerror(err));
 		return;
 	}
-	deliver_rate_nodes(d->rate, s.nodes);
-	for (i = 0; i < d->c->n_routes; i++)
-		deliver_rate_nodes(d->route_rates[i], s.nodes);
+	for (i = 0; i <= d->c->n_routes; i++)
+		deliver_rate_nodes(d->rates[i], s.nodes);
 }
 
 /* take_one - store_queue_take() callback: leased to this node, due now */
@@ -600,9 +586,9 @@ static size_t closed_routes(struct deliver *d, int64_t now, const char **skip)
 	size_t n = 0;
 	int g;
 
-	for (g = 0; d->rate && g <= (int) d->c->n_routes; g++)
+	for (g = 0; d->rates && g <= (int) d->c->n_routes; g++)
 		if (dq_waiting(&d->q, g) > 0
-		    && deliver_rate_check(group_rate(d, g), now, &when) != DELIVER_ADMITTED)
+		    && deliver_rate_check(d->rates[g], now, &when) != DELIVER_ADMITTED)
 			skip[n++] = g == 0 ? NULL : d->c->routes[g - 1].name;
 	return n;
 }
@@ -618,18 +604,13 @@ static void *take_thread(void *arg)
 	size_t room, n_skip, want = d->batch * d->n_threads;
 	const char **skip = xcalloc(d->c->n_routes + 1, sizeof(*skip));
 	int64_t now, renew_at = 0, count_at = 0;
-	struct timespec ts;
 	int err;
 
 	log_service("qmgr");		/* Postfix's queue manager: what is due */
 	for (;;) {
 		pthread_mutex_lock(&d->lock);
-		if (!d->stop && !d->take_now) {
-			now = clock_us() + DELIVER_TAKE_EVERY;
-			ts.tv_sec = (time_t) (now / US);
-			ts.tv_nsec = (long) (now % US) * 1000;
-			pthread_cond_timedwait(&d->take_wake, &d->lock, &ts);
-		}
+		if (!d->stop && !d->take_now)
+			deliver_wait(d, &d->take_wake, clock_us() + DELIVER_TAKE_EVERY);
 		d->take_now = 0;
 		room = take_room(d, want);
 		n_skip = closed_routes(d, clock_us(), skip);
@@ -670,7 +651,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 {
 	struct deliver *d = xcalloc(1, sizeof(*d));
 	size_t i;
-	int err;
+	int conns, err;
 
 	d->c = c;
 	d->retry = c->retry;
@@ -687,18 +668,18 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
-	d->conns = t->one_thread || c->upstream.connections <= 0 ? 1 : c->upstream.connections;
-	d->n_threads = (size_t) d->conns;
+	conns = t->one_thread || c->upstream.connections <= 0 ? 1 : c->upstream.connections;
+	d->n_threads = (size_t) conns;
 	d->batch = t->batch;
 	if (t->limited) {
-		d->rate = deliver_rate_new(NULL, d->conns, c->upstream.rate,
-					   c->upstream.recipient_rate);
-		d->route_rates = xcalloc(c->n_routes ? c->n_routes : 1, sizeof(*d->route_rates));
+		d->rates = xcalloc(c->n_routes + 1, sizeof(*d->rates));
+		d->rates[0] = deliver_rate_new(NULL, conns, c->upstream.rate,
+					       c->upstream.recipient_rate);
 		for (i = 0; i < c->n_routes; i++) {
-			d->route_rates[i] = deliver_rate_new(c->routes[i].name,
-							     c->routes[i].up.connections,
-							     c->routes[i].up.rate,
-							     c->routes[i].up.recipient_rate);
+			d->rates[i + 1] = deliver_rate_new(c->routes[i].name,
+							   c->routes[i].up.connections,
+							   c->routes[i].up.rate,
+							   c->routes[i].up.recipient_rate);
 			/* a thread for each of its sessions: no group waits for another's */
 			d->n_threads += (size_t) (c->routes[i].up.connections > 0
 						  ? c->routes[i].up.connections : 1);
@@ -746,10 +727,9 @@ void deliver_stop(struct deliver *d)
 	if (d->shared)
 		pthread_join(d->taker, NULL);
 	free(d->threads);
-	deliver_rate_free(d->rate);
-	for (i = 0; d->route_rates && i < d->c->n_routes; i++)
-		deliver_rate_free(d->route_rates[i]);
-	free(d->route_rates);
+	for (i = 0; d->rates && i <= d->c->n_routes; i++)
+		deliver_rate_free(d->rates[i]);
+	free(d->rates);
 	close(d->stopping_fd);
 	dq_free(&d->q);
 	pthread_cond_destroy(&d->wake);

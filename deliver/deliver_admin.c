@@ -39,10 +39,8 @@ void deliver_flush(struct deliver *d)
 		return;
 	if ((err = store_msg_change(d->st, NULL, &now)) != 0)
 		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
-	if (d->rate)
-		deliver_rate_unpause(d->rate);	/* now means now, throttled or not */
-	for (i = 0; d->rate && i < d->c->n_routes; i++)
-		deliver_rate_unpause(d->route_rates[i]);
+	for (i = 0; d->rates && i <= d->c->n_routes; i++)
+		deliver_rate_unpause(d->rates[i]);	/* now means now, throttled or not */
 	pthread_mutex_lock(&d->lock);
 	dq_flush(&d->q, clock_us());
 	pthread_cond_broadcast(&d->wake);

@@ -53,13 +53,12 @@ struct deliver {
 					 * delivery thread's deadline_stop_on(), and so its
 					 * bridges' (esmtp/deliver_bridge.c) */
 	pthread_t *threads;		/* owned */
-	size_t n_threads;		/* conns, and each route's connections */
-	int conns;			/* upstream.connections (1: a one-thread transport) */
+	size_t n_threads;		/* upstream.connections (1: a one-thread transport),
+					 * and each route's connections */
 	size_t batch;			/* messages per upstream session */
-	struct deliver_rate *rate;	/* owned; NULL: a transport with no limits (Maildir);
-					 * the default upstream's: group 0 of the queue */
-	struct deliver_rate **route_rates;	/* owned, with rate: one per c->routes[],
-						 * route i's group i + 1 */
+	struct deliver_rate **rates;	/* owned, one per upstream group: [0] the default
+					 * upstream's, [1 + i] route i's (the queue's groups);
+					 * NULL: a transport with no limits (Maildir) */
 	int marks_refused;		/* inflight marks refused in a row, by any
 					 * thread (atomic): how long the rest of a
 					 * session waits (esmtp/deliver_smtp.c) */
@@ -79,9 +78,9 @@ struct deliver_job {
 	struct deliver_result *res;	/* owned; one per m.rcpts[] */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
-	int queued;			/* after job_decide: a recipient is left to try */
-	int64_t next;			/* after job_decide: next attempt, -1 if none */
-	int decided;			/* job_decide done: the outcome is final */
+	int queued;			/* after deliver_replied: a recipient is left to try */
+	int64_t next;			/* after deliver_replied: next attempt, -1 if none */
+	int decided;			/* deliver_replied done: the outcome is final */
 	int recorded;			/* and written to the store */
 	int64_t unwritten;		/* job_record: the store refused it since then; 0 not */
 	int no_dot;			/* its mark failed, so no final dot went out; the
@@ -106,8 +105,8 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 
 /*
  * deliver_replied - every result of j is known (its final dot was
- * answered): decide it now, log it, and have it written with the next
- * mark, or after the batch
+ * answered): decide it now (once), log it, and have it written with the
+ * next mark, or after the batch
  */
 void deliver_replied(struct deliver *d, struct deliver_job *j);
 
@@ -152,14 +151,14 @@ void deliver_wake_taker(struct deliver *d);
  */
 void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n);
 
-/* deliver_finish_one - the same for one job */
-void deliver_finish_one(struct deliver *d, struct deliver_job *j);
-
 /*
  * deliver_group_rate - the limits of the upstream group up (the default
  * upstream or a route's); NULL for a transport with none
  */
 struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up);
+
+/* deliver_wait - sleep on cv until when (clock_us), a minute at most, or a signal (lock held) */
+void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when);
 
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);

@@ -415,13 +415,3 @@ size_t dq_waiting(const struct dq *q, int group)
 
 	return group >= 0 && i < q->n_heaps ? q->heaps[i].n : 0;
 }
-
-/* dq_busy - items handed out */
-size_t dq_busy(const struct dq *q)
-{
-	size_t i, n = q->n_items;
-
-	for (i = 0; i < q->n_heaps; i++)
-		n -= q->heaps[i].n;
-	return n;
-}

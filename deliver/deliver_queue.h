@@ -107,12 +107,11 @@ enum dq_state { DQ_UNKNOWN, DQ_WAITING, DQ_BUSY_NOW };
 enum dq_state dq_state(const struct dq *q, const char *qid);
 
 /*
- * dq_count - QIDs known (busy included, closed groups' too), dq_busy - of
- * which busy, dq_closed - of which waiting in a closed group
+ * dq_count - QIDs known (busy included, closed groups' too), dq_closed -
+ * of which waiting in a closed group
  */
 size_t dq_count(const struct dq *q);
 size_t dq_closed(const struct dq *q);
-size_t dq_busy(const struct dq *q);
 
 /* dq_waiting - QIDs of group waiting (not busy) */
 size_t dq_waiting(const struct dq *q, int group);

@@ -59,14 +59,6 @@ int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now)
 	return wait;
 }
 
-/* deliver_feedback_init - no throttling, the limits configured */
-void deliver_feedback_init(struct deliver_feedback *fb, int conc_max, double rate_max)
-{
-	memset(fb, 0, sizeof(*fb));
-	fb->conc_max = fb->conc = conc_max > 0 ? conc_max : 1;
-	fb->rate_max = fb->rate = rate_max > 0 ? rate_max : 0;
-}
-
 /* deliver_feedback_limits - new limits; a throttled state keeps below them */
 void deliver_feedback_limits(struct deliver_feedback *fb, int conc_max, double rate_max)
 {
@@ -240,6 +232,8 @@ static void apply(struct deliver_rate *r)
 /* tick - recover as time goes; say when throttling ends (lock held) */
 static void tick(struct deliver_rate *r, int64_t now)
 {
+	char rate[32] = "no rate limit";
+
 	if (!deliver_feedback_tick(&r->fb, now)) {
 		if (r->fb.throttled)
 			apply(r);
@@ -247,11 +241,8 @@ static void tick(struct deliver_rate *r, int64_t now)
 	}
 	apply(r);
 	if (r->fb.rate > 0)
-		msg_info("upstream%s: throttling ended: concurrency %d, rate %.1f/s", r->route,
-			 r->fb.conc, r->fb.rate);
-	else
-		msg_info("upstream%s: throttling ended: concurrency %d, no rate limit", r->route,
-			 r->fb.conc);
+		snprintf(rate, sizeof(rate), "rate %.1f/s", r->fb.rate);
+	msg_info("upstream%s: throttling ended: concurrency %d, %s", r->route, r->fb.conc, rate);
 }
 
 /* deliver_rate_new - the configured limits */
@@ -266,12 +257,7 @@ struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, in
 	pthread_mutex_init(&r->lock, NULL);
 	r->nodes = 1;
 	r->conns = conns;
-	r->rate = rate;
-	r->rcpt_rate = rcpt_rate;
-	deliver_feedback_init(&r->fb, conns, share(rate, 1));
-	pthread_mutex_lock(&r->lock);
-	apply(r);
-	pthread_mutex_unlock(&r->lock);
+	deliver_rate_configure(r, rate, rcpt_rate);	/* fb not throttled: all of them */
 	return r;
 }
 
@@ -284,15 +270,20 @@ void deliver_rate_free(struct deliver_rate *r)
 	free(r);
 }
 
-/* deliver_rate_configure - new settings */
-void deliver_rate_configure(struct deliver_rate *r, int conns, int rate, int rcpt_rate)
+/* limits - the feedback's limits and the buckets after a change of settings (lock held) */
+static void limits(struct deliver_rate *r)
+{
+	deliver_feedback_limits(&r->fb, r->conns, share(r->rate, r->nodes));
+	apply(r);
+}
+
+/* deliver_rate_configure - new rates */
+void deliver_rate_configure(struct deliver_rate *r, int rate, int rcpt_rate)
 {
 	pthread_mutex_lock(&r->lock);
-	r->conns = conns;
 	r->rate = rate;
 	r->rcpt_rate = rcpt_rate;
-	deliver_feedback_limits(&r->fb, conns, share(rate, r->nodes));
-	apply(r);
+	limits(r);
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -306,8 +297,7 @@ void deliver_rate_nodes(struct deliver_rate *r, int n)
 		msg_info("upstream%s: %d node%s alive share its rate", r->route, n,
 			 n == 1 ? "" : "s");
 		r->nodes = n;
-		deliver_feedback_limits(&r->fb, r->conns, share(r->rate, n));
-		apply(r);
+		limits(r);
 	}
 	pthread_mutex_unlock(&r->lock);
 }
@@ -452,7 +442,6 @@ void deliver_rate_throttled(struct deliver_rate *r, const char *relay, const cha
 	started = deliver_feedback_throttle(&r->fb, now);
 	if (r->fb.pause_until != before) {
 		r->episodes++;
-		snprintf(r->why, sizeof(r->why), "%s", line);
 		apply(r);
 	}
 	if (started)

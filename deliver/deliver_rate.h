@@ -66,10 +66,10 @@ struct deliver_feedback {
 	unsigned slot_n[DELIVER_FB_SLOTS];	/* deliveries in it */
 };
 
-/* deliver_feedback_init - no throttling, the limits configured */
-void deliver_feedback_init(struct deliver_feedback *fb, int conc_max, double rate_max);
-
-/* deliver_feedback_limits - new limits (reload, nodes); a throttled state keeps below them */
+/*
+ * deliver_feedback_limits - new limits (start, reload, nodes); a throttled
+ * state keeps below them, one not throttled takes them whole
+ */
 void deliver_feedback_limits(struct deliver_feedback *fb, int conc_max, double rate_max);
 
 /* deliver_feedback_sent - a message was delivered at now */
@@ -105,7 +105,6 @@ struct deliver_rate {
 	int nodes;			/* alive, sharing the limits; 1 at least */
 	int active;			/* sessions running */
 	uint64_t episodes;		/* throttling episodes since start */
-	char why[128];			/* the last throttling reply */
 	char route[72];			/* " (route NAME)" for the log; "": the default
 					 * upstream, /metrics' upstream */
 	char name[65];			/* the route's name; "": the default upstream */
@@ -118,8 +117,8 @@ struct deliver_rate {
 struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, int rcpt_rate);
 void deliver_rate_free(struct deliver_rate *r);	/* NULL-safe */
 
-/* deliver_rate_configure - new settings (SIGHUP) */
-void deliver_rate_configure(struct deliver_rate *r, int conns, int rate, int rcpt_rate);
+/* deliver_rate_configure - new rate and recipient_rate (SIGHUP); connections stay */
+void deliver_rate_configure(struct deliver_rate *r, int rate, int rcpt_rate);
 
 /* deliver_rate_nodes - n nodes alive share the limits */
 void deliver_rate_nodes(struct deliver_rate *r, int n);

@@ -4,7 +4,7 @@
  * SUMMARY
  *	what an attempt's results become: log lines, bounces, the store's update
  * DESCRIPTION
- *	Each attempt (job_decide, job_record): one log line per recipient;
+ *	Each attempt (deliver_replied, job_record): one log line per recipient;
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null;
  *	then the recipients' states, attempt counts and next_attempt are
@@ -201,19 +201,23 @@ done:
 }
 
 /*
- * job_decide - the outcome of one attempt: log each recipient, bounce,
- * and set the new delivery state in j->m (the inflight mark cleared) and
- * j->queued, j->next. job_record() then writes it.
+ * deliver_replied - the outcome of one attempt, decided once: log each
+ * recipient, bounce, and set the new delivery state in j->m (the inflight
+ * mark cleared) and j->queued, j->next. job_record() then writes it, with
+ * the next mark or the batch.
  */
-static void job_decide(struct deliver *d, struct deliver_job *j)
+void deliver_replied(struct deliver *d, struct deliver_job *j)
 {
 	struct conf_retry retry = deliver_retry_settings(d);
 	struct store_msg *m = &j->m;
 	int64_t now = clock_us(), next = -1;
 	int expired = now - m->accepted >= retry.give_up * US;
-	size_t i, n_bounced = 0, *bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
+	size_t i, n_bounced = 0, *bounced;
 	int queued = 0;
 
+	if (j->decided)
+		return;
+	bounced = xcalloc(m->n_rcpts, sizeof(*bounced));
 	for (i = 0; i < m->n_rcpts; i++) {
 		struct deliver_result *r = &j->res[i];
 
@@ -283,13 +287,6 @@ static void job_decide(struct deliver *d, struct deliver_job *j)
 	j->next = next;
 	j->decided = 1;
 	free(bounced);
-}
-
-/* deliver_replied - decide a job now; it is written with the next mark or the batch */
-void deliver_replied(struct deliver *d, struct deliver_job *j)
-{
-	if (!j->decided)
-		job_decide(d, j);
 }
 
 /* a batch of outcomes to write in one transaction */
@@ -436,8 +433,6 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 static void job_wait_written(struct deliver *d, struct deliver_job *const *batch, size_t n)
 {
 	struct deliver_job **jobs = xcalloc(n, sizeof(*jobs));
-	struct timespec ts;
-	int64_t at;
 	size_t i, k;
 
 	memcpy(jobs, batch, n * sizeof(*jobs));
@@ -448,12 +443,8 @@ static void job_wait_written(struct deliver *d, struct deliver_job *const *batch
 		if ((n = k) == 0)
 			break;
 		pthread_mutex_lock(&d->lock);
-		if (!d->stop) {
-			at = clock_us() + US;
-			ts.tv_sec = (time_t) (at / US);
-			ts.tv_nsec = (long) (at % US) * 1000;
-			pthread_cond_timedwait(&d->wake, &d->lock, &ts);
-		}
+		if (!d->stop)
+			deliver_wait(d, &d->wake, clock_us() + US);
 		pthread_mutex_unlock(&d->lock);
 		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
 			for (i = 0; i < n; i++)
@@ -475,14 +466,7 @@ void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		if (!jobs[i]->decided)
-			job_decide(d, jobs[i]);
+		deliver_replied(d, jobs[i]);
 	if (job_record(d, jobs, n) > 0)
 		job_wait_written(d, jobs, n);
-}
-
-/* deliver_finish_one - decide and record one attempt on its own */
-void deliver_finish_one(struct deliver *d, struct deliver_job *j)
-{
-	deliver_record_batch(d, &j, 1);
 }

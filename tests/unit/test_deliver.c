@@ -152,6 +152,16 @@ static int64_t next_due(const struct dq *q)
 	return dq_batch_start(q, 0, 0, SIZE_MAX);
 }
 
+/* busy - QIDs handed out: known, and in no heap */
+static size_t busy(const struct dq *q)
+{
+	size_t i, n = dq_count(q);
+
+	for (i = 0; i < q->n_heaps; i++)
+		n -= q->heaps[i].n;
+	return n;
+}
+
 static void test_queue_order(void **state)
 {
 	char out[8][STORE_QID_SIZE];
@@ -175,7 +185,7 @@ static void test_queue_order(void **state)
 	assert_string_equal(out[0], "A");
 	assert_string_equal(out[1], "D");
 	assert_string_equal(out[2], "B");
-	assert_int_equal(dq_busy(&q), 3);
+	assert_int_equal(busy(&q), 3);
 	assert_int_equal(next_due(&q), 30);
 	dq_free(&q);
 }
@@ -236,7 +246,7 @@ static void test_queue_busy(void **state)
 	assert_int_equal(dq_take_due(&q, 1000, out, 8, NULL), 0);
 	/* done with a retry time: back in the heap */
 	dq_done(&q, "A", 50);
-	assert_int_equal(dq_busy(&q), 0);
+	assert_int_equal(busy(&q), 0);
 	assert_int_equal(next_due(&q), 50);
 	assert_int_equal(dq_take_due(&q, 50, out, 8, NULL), 1);
 	/* done for good: forgotten */
@@ -457,7 +467,7 @@ static void test_queue_groups(void **state)
 	assert_string_equal(out[0], "U1");
 	assert_string_equal(out[1], "B1");
 	assert_int_equal(g, 1);
-	assert_int_equal(dq_busy(&q), 4);
+	assert_int_equal(busy(&q), 4);
 	dq_free(&q);
 }
 

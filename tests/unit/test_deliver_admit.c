@@ -114,8 +114,8 @@ static void hold_send(struct deliver *d, const struct conf_upstream *up,
 	pthread_mutex_lock(&lock);
 	for (i = 0; i < n; i++) {
 		sent[num(jobs[i]->m.qid)]++;
-		dflt_active[num(jobs[i]->m.qid)] = active(d->rate);
-		route_active[num(jobs[i]->m.qid)] = active(d->route_rates[0]);
+		dflt_active[num(jobs[i]->m.qid)] = active(d->rates[0]);
+		route_active[num(jobs[i]->m.qid)] = active(d->rates[1]);
 		if (num(jobs[i]->m.qid) == 1)
 			first_thread = pthread_self();
 	}
@@ -151,7 +151,7 @@ enum deliver_admit __wrap_deliver_rate_admit(struct deliver_rate *r, int64_t now
 	enum deliver_admit a = __real_deliver_rate_admit(r, now, when);
 
 	pthread_mutex_lock(&lock);
-	if (a != DELIVER_ADMITTED && end_at_refusal && watched && r == watched->rate) {
+	if (a != DELIVER_ADMITTED && end_at_refusal && watched && r == watched->rates[0]) {
 		end_at_refusal = 0;
 		held = 0;
 		rechecked = 0;
@@ -173,7 +173,7 @@ enum deliver_admit __wrap_deliver_rate_check(struct deliver_rate *r, int64_t now
 	enum deliver_admit a = __real_deliver_rate_check(r, now, when);
 
 	pthread_mutex_lock(&lock);
-	if (watched && r == watched->route_rates[watched->c->n_routes - 1]
+	if (watched && r == watched->rates[watched->c->n_routes]
 	    && !held && pthread_equal(pthread_self(), first_thread)) {
 		rechecked = 1;
 		pthread_cond_broadcast(&moved);

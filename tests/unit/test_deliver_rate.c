@@ -42,6 +42,13 @@ struct bucket_case {
 	size_t n;
 };
 
+/* fb_init - no throttling, the limits configured, as deliver_rate_new() starts */
+static void fb_init(struct deliver_feedback *fb, int conc_max, double rate_max)
+{
+	memset(fb, 0, sizeof(*fb));
+	deliver_feedback_limits(fb, conc_max, rate_max);
+}
+
 static const struct bucket_case bucket_cases[] = {
 	{ "no limit: never a wait", 0, { { 0, 0 }, { 0, 0 }, { 1, 0 } }, 3 },
 	{ "10/s, evenly spaced: no wait", 10, { { 0, 0 }, { 100 * MS, 0 }, { 200 * MS, 0 } }, 3 },
@@ -208,7 +215,7 @@ static void test_feedback(void **state)
 	for (i = 0; i < N(fb_cases); i++) {
 		const struct fb_case *c = &fb_cases[i];
 
-		deliver_feedback_init(&fb, c->conns, c->rate);
+		fb_init(&fb, c->conns, c->rate);
 		for (k = 0; k < c->n; k++) {
 			const struct event *e = &c->ev[k];
 
@@ -231,14 +238,14 @@ static void test_seen(void **state)
 	int i;
 
 	(void) state;
-	deliver_feedback_init(&fb, 1, 0);
+	fb_init(&fb, 1, 0);
 	assert_true(deliver_feedback_seen(&fb, 10 * SEC) == 0);
 	for (i = 0; i < 5; i++)
 		deliver_feedback_sent(&fb, 9 * SEC + i * 100 * MS);	/* 9.0 .. 9.4 s */
 	assert_true(deliver_feedback_seen(&fb, 9 * SEC + 900 * MS) == 5);
 	assert_true(deliver_feedback_seen(&fb, 10 * SEC + 250 * MS) == 2);	/* 9.3, 9.4 */
 	assert_true(deliver_feedback_seen(&fb, 20 * SEC) == 0);		/* slots long gone */
-	deliver_feedback_init(&fb, 1, 0);
+	fb_init(&fb, 1, 0);
 	for (i = 0; i < 100; i++)		/* a burst of 100 in 0.1 s: 100 in the second */
 		deliver_feedback_sent(&fb, 20 * SEC + i * MS);
 	assert_true(deliver_feedback_seen(&fb, 20 * SEC + 200 * MS) == 100);
