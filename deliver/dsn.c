@@ -16,7 +16,7 @@
  *	    part 3   message/rfc822 (whole message) or text/rfc822-headers
  *
  *	Every value that came from outside (addresses, ENVID, upstream
- *	replies) is written through put_clean(), so no CR, LF or control
+ *	replies) is written through put_text(), so no CR, LF or control
  *	character can start a header of its own.
  */
 #include <stdio.h>
@@ -66,19 +66,13 @@ static void put_text(struct buf *b, const char *s, int utf8)
 	}
 }
 
-/* put_clean - put_text for ASCII-only reports */
-static void put_clean(struct buf *b, const char *s)
-{
-	put_text(b, s, 0);
-}
-
-/* put_field - "Name: value" and CRLF, the value cleaned; nothing when there is no value */
+/* put_field - "Name: value" and CRLF, the value cleaned to ASCII; nothing when there is no value */
 static void put_field(struct buf *b, const char *name, const char *value)
 {
 	if (value == NULL)
 		return;
 	buf_printf(b, "%s", name);
-	put_clean(b, value);
+	put_text(b, value, 0);
 	buf_printf(b, "\r\n");
 }
 
@@ -124,9 +118,9 @@ static void put_orcpt(struct buf *b, const char *orcpt)
 	if (smtp_orcpt_split(orcpt, strlen(orcpt), SMTP_XTEXT_LENIENT, &type, &addr) < 0)
 		return;
 	buf_printf(b, "Original-Recipient: ");
-	put_clean(b, type);
+	put_text(b, type, 0);
 	buf_printf(b, "; ");
-	put_clean(b, addr);
+	put_text(b, addr, 0);
 	buf_printf(b, "\r\n");
 	free(type);
 	free(addr);
@@ -141,7 +135,7 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 	buf_printf(b, "Content-Description: Notification\r\n"
 		   "Content-Type: text/plain; charset=%s\r\n\r\n", r->utf8 ? "utf-8" : "us-ascii");
 	buf_printf(b, "This is the mail system at host ");
-	put_clean(b, r->hostname);
+	put_text(b, r->hostname, 0);
 	buf_printf(b, ".\r\n\r\n"
 		   "I'm sorry to have to inform you that your message could not\r\n"
 		   "be delivered to one or more recipients. It's attached below.\r\n\r\n");
@@ -153,7 +147,7 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 		buf_printf(b, ">: ");
 		if (rc->remote_mta) {
 			buf_printf(b, "host ");
-			put_clean(b, rc->remote_mta);
+			put_text(b, rc->remote_mta, 0);
 			buf_printf(b, " said: ");
 		}
 		if (rc->diag)
@@ -213,14 +207,14 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	dsn_date(r->now, date, sizeof(date));
 
 	buf_printf(out, "From: MAILER-DAEMON@");
-	put_clean(out, r->hostname);
+	put_text(out, r->hostname, 0);
 	buf_printf(out, " (Mail Delivery System)\r\nTo: <");
 	put_text(out, r->sender, r->utf8);
 	buf_printf(out, ">\r\nSubject: Undelivered Mail Returned to Sender\r\n");
 	buf_printf(out, "Date: %s\r\nMessage-ID: <", date);
-	put_clean(out, r->dsn_qid);
+	put_text(out, r->dsn_qid, 0);
 	buf_printf(out, "@");
-	put_clean(out, r->hostname);
+	put_text(out, r->hostname, 0);
 	buf_printf(out, ">\r\nAuto-Submitted: auto-replied\r\nMIME-Version: 1.0\r\n"
 		   "Content-Type: multipart/report; report-type=%sdelivery-status;\r\n"
 		   "\tboundary=\"%s\"\r\n", r->utf8 ? "global-" : "", bnd);

@@ -160,8 +160,7 @@ int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size
 		n = (size_t) (nl + 1 - line);
 		if (prefix(line, n, "AUTH ")) {
 			g->auth_sent = g->in_auth = 1;
-			for (m = 5; m < n && line[m] > ' '; m++)
-				continue;
+			m = deliver_auth_guard_redact(g, line, n);	/* "AUTH MECH" */
 			snprintf(g->auth_mech, sizeof(g->auth_mech), "%.*s", (int) (m - 5), line + 5);
 			g->auth_reply[0] = 0;
 		}

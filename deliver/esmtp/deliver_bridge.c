@@ -459,6 +459,16 @@ static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *w
 	pm->up->off = pm->up->len = pm->up->dot = 0;	/* never written: the watch knows */
 }
 
+/* bridge_down - the server's bytes through the filter and the gate into pm->down */
+static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *in, size_t n)
+{
+	size_t k = deliver_filter_down(&b->filter, in, n, pm->mid);
+
+	pm->down->len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down->buf);
+	if (b->gate.gone)
+		bridge_gone(b, pm, b->gate.why);
+}
+
 /*
  * bridge_server_read - read the server into pm->down through the filter
  * and the gate: 1 moved, 0 waits (for *ev), and the end or a reply the
@@ -468,7 +478,6 @@ static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *
 {
 	char err[IO_ERR_MAX + 64];
 	ssize_t n;
-	size_t k;
 
 	if (pm->server_dry) {		/* nothing to read until poll says so */
 		*ev |= POLLIN;
@@ -488,10 +497,7 @@ static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *
 		return 1;
 	}
 	pm->server_dry = b->up_plain && n < BRIDGE_BUF;
-	k = deliver_filter_down(&b->filter, pm->raw, (size_t) n, pm->mid);
-	pm->down->len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down->buf);
-	if (b->gate.gone)
-		bridge_gone(b, pm, b->gate.why);
+	bridge_down(b, pm, pm->raw, (size_t) n);
 	return 1;
 }
 
@@ -547,14 +553,9 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	struct pollfd p[4];
 	const char *ended = NULL;
 	char err[IO_ERR_MAX + 64];
-	size_t k;
 
-	/* STARTTLS: the greeting was read already */
-	k = deliver_filter_down(&b->filter, b->greeting, b->greeting_len, pm.mid);
-	pm.down->len = deliver_gate_down(&b->gate, &b->filter, pm.mid, k, pm.down->buf);
 	deliver_watch_init(&b->watch, b->up->fd, b->timeout_ms);
-	if (b->gate.gone)
-		bridge_gone(b, &pm, b->gate.why);
+	bridge_down(b, &pm, b->greeting, b->greeting_len);	/* STARTTLS: read already */
 	for (;;) {
 		moved = wrote = 0;
 		p[0].events = p[1].events = 0;

@@ -66,11 +66,7 @@ static void reply_scan(struct deliver_filter *f, const char *in, size_t len)
 /* deliver_filter_owed - the oldest reply owed, or NULL */
 const char *deliver_filter_owed(const struct deliver_filter *f)
 {
-	if (f->replies >= f->cmds)
-		return NULL;
-	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
-		return "a pipelined command";	/* its name was overwritten */
-	return f->verbs[f->replies % DELIVER_FILTER_VERBS];
+	return deliver_filter_verb(f, f->replies);
 }
 
 /* deliver_filter_verb - what the nth reply answers, or NULL */

@@ -235,15 +235,14 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
 		xsess_cut(xs);
 	}
-	if (writing == SMTP_CB_WRITING && xs->rate)
-		xsess_pace(xs, buf, buflen);
-	if (writing == SMTP_CB_WRITING)
+	if (writing == SMTP_CB_WRITING) {
+		if (xs->rate)
+			xsess_pace(xs, buf, buflen);
 		xs->wrote = 1;
-	if (writing == SMTP_CB_WRITING && buflen >= 5 && strncasecmp(buf, "EHLO ", 5) == 0)
-		xs->in_ehlo = 1;
-	else if (writing == SMTP_CB_READING && xs->in_ehlo)
-		xsess_ehlo_line(xs, buf, buflen);
-	if (writing == SMTP_CB_READING) {
+		xs->in_ehlo |= buflen >= 5 && strncasecmp(buf, "EHLO ", 5) == 0;
+	} else if (writing == SMTP_CB_READING) {
+		if (xs->in_ehlo)
+			xsess_ehlo_line(xs, buf, buflen);
 		while (end > 0 && (buf[end - 1] == '\r' || buf[end - 1] == '\n'))
 			end--;
 		for (start = end; start > 0 && buf[start - 1] != '\n'; start--)
@@ -301,9 +300,9 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 		      struct deliver_job **jobs, size_t n, int body8)
 {
 	const struct conf *c = d->c;
-	int ms;
+	char why[64 + STORE_QID_SIZE];
 	size_t i;
-	int w, ok = 1;
+	int ms, w, ok = 1;
 
 	memset(xs, 0, sizeof(*xs));
 	xs->d = d;
@@ -311,11 +310,8 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 	xs->rate = deliver_group_rate(d, up);
 	xs->body8 = body8;
 	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.1");
-	if ((xs->s = smtp_create_session()) == NULL) {
-		snprintf(xs->why, sizeof(xs->why), "cannot create a libesmtp session");
-		snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.3.0");
-		return -1;
-	}
+	if ((xs->s = smtp_create_session()) == NULL)
+		return xsess_refuse(xs, "4.3.0", "cannot create a libesmtp session");
 	xs->msgs = xcalloc(n, sizeof(*xs->msgs));
 	xs->utf8_want = xcalloc(n ? n : 1, 1);
 	xs->jobs = jobs;
@@ -334,25 +330,21 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 		ok &= smtp_set_timeout(xs->s, w | Timeout_OVERRIDE_RFC2822_MINIMUM, ms) != 0;
 	ok &= smtp_set_eventcb(xs->s, xsess_event, xs);
 	ok &= smtp_set_monitorcb(xs->s, xsess_monitor, xs, 0);
-	if (!ok) {
-		snprintf(xs->why, sizeof(xs->why), "cannot set up the libesmtp session");
-		snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.3.0");
-		return -1;
-	}
+	if (!ok)
+		return xsess_refuse(xs, "4.3.0", "cannot set up the libesmtp session");
 	if (xsess_security(xs) < 0)
 		return -1;
 	for (i = 0; i < n; i++) {
 		if (deliver_smtp_msg_add(xs, &xs->msgs[i], jobs[i]) < 0) {
-			snprintf(xs->why, sizeof(xs->why), "cannot add %s to the libesmtp session",
+			snprintf(why, sizeof(why), "cannot add %s to the libesmtp session",
 				 jobs[i]->m.qid);
-			snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.3.0");
-			return -1;
+			return xsess_refuse(xs, "4.3.0", why);
 		}
 	}
 	return 0;
 }
 
-/* xsess_free - destroy the session and the per-message arrays */
+/* xsess_free - destroy the session and the per-message arrays (xsess_init starts anew) */
 static void xsess_free(struct xsess *xs)
 {
 	size_t i;
@@ -367,12 +359,6 @@ static void xsess_free(struct xsess *xs)
 		free(xs->msgs[i].sr);
 	free(xs->msgs);
 	free(xs->utf8_want);
-	xs->utf8_want = NULL;
-	xs->s = NULL;
-	xs->auth = NULL;
-	xs->tls_ctx = NULL;
-	xs->bridge = NULL;
-	xs->msgs = NULL;
 }
 
 struct xaddr {
@@ -535,11 +521,8 @@ static int xsess_run(struct xsess *xs)
 	for (h = 0; h < u->n_hosts; h++) {
 		n = xsess_addrs(xs, &u->hosts[h], addrs, XSESS_MAX_ADDRS);
 		for (i = 0; i < n; i++) {
-			if (deliver_stopping(xs->d)) {
-				snprintf(xs->why, sizeof(xs->why), "delivery is stopping");
-				snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.3.0");
-				return -1;
-			}
+			if (deliver_stopping(xs->d))
+				return xsess_refuse(xs, "4.3.0", "delivery is stopping");
 			snprintf(xs->relay, sizeof(xs->relay), "%s", addrs[i].relay);
 			if (xsess_connect(xs, u->hosts[h].host, &addrs[i]) < 0) {
 				if (!xs->throttled)
@@ -667,22 +650,14 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 			xsess_free(&xs);
 			break;
 		}
-		if (xs.throttled) {
-			for (i = 0; i < n; i++)
-				if (!xs.msgs[i].collected)
-					deliver_smtp_msg_collect(&xs.msgs[i]);
-			xsess_postpone(&xs, jobs, n);
-			xsess_free(&xs);
-			break;
-		}
-		if (xs.no_utf8) {
+		if (xs.no_utf8 && !xs.throttled) {
 			/* cut after EHLO: nothing was sent; bounce what needs it, go again */
 			msg_info("upstream %s does not offer SMTPUTF8", xs.relay);
 			n = deliver_smtp_utf8_bounce(jobs, n, xs.relay);
 			xsess_free(&xs);
 			continue;
 		}
-		if (xs.no8bit && xs.any8 && body8) {
+		if (xs.no8bit && xs.any8 && body8 && !xs.throttled) {
 			/* libesmtp quit after EHLO: nothing was sent; go again without BODY= */
 			msg_warn("upstream %s does not offer 8BITMIME: sending 8-bit messages"
 				 " without BODY=8BITMIME", xs.relay);
@@ -691,9 +666,11 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 			continue;
 		}
 		for (i = 0; i < n; i++)
-			if (!xs.msgs[i].collected)
-				deliver_smtp_msg_collect(&xs.msgs[i]);
-		xsess_nomark_rest(&xs, jobs, n);
+			deliver_smtp_msg_collect(&xs.msgs[i]);
+		if (xs.throttled)
+			xsess_postpone(&xs, jobs, n);
+		else
+			xsess_nomark_rest(&xs, jobs, n);
 		xsess_free(&xs);
 		break;
 	}

@@ -100,7 +100,7 @@ void deliver_smtp_msg_enter(struct xmsg *x, enum xmsg_state to);
  */
 void deliver_smtp_msg_settle(struct xmsg *x);
 
-/* deliver_smtp_msg_collect - the outcome of each recipient of one message */
+/* deliver_smtp_msg_collect - the outcome of each recipient of one message, once */
 void deliver_smtp_msg_collect(struct xmsg *x);
 
 /*

@@ -277,13 +277,6 @@ int deliver_smtp_msg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j
 	return ok ? 0 : -1;
 }
 
-/* xstatus_line - a libesmtp status as one reply line */
-static void xstatus_line(const smtp_status_t *st, char *out, size_t outlen)
-{
-	deliver_reply_format(out, outlen, st->code, st->enh_class, st->enh_subject,
-			     st->enh_detail, st->text);
-}
-
 /* xmsg_session_why - our words when no reply explains a recipient's outcome */
 static void xmsg_session_why(const struct xmsg *x, enum deliver_outcome o,
 			     char *out, size_t outlen, const char **dsn)
@@ -342,11 +335,11 @@ static int xcode(const smtp_status_t *st)
 	return deliver_gate_ours(st->text) ? 0 : st->code;
 }
 
-/* deliver_smtp_msg_collect - the outcome of each recipient of one message */
+/* deliver_smtp_msg_collect - the outcome of each recipient of one message, once */
 void deliver_smtp_msg_collect(struct xmsg *x)
 {
 	struct deliver_job *j = x->job;
-	const smtp_status_t *ms, *ts, *rs;
+	const smtp_status_t *ms, *ts, *rs, *st;
 	int marked = x->state == XMSG_MARKED || x->state == XMSG_REPLIED;
 	int final = x->state == XMSG_REPLIED || x->state == XMSG_REFUSED;
 	struct deliver_verdict v;
@@ -354,6 +347,9 @@ void deliver_smtp_msg_collect(struct xmsg *x)
 	const char *dsn;
 	size_t i;
 
+	if (x->collected)
+		return;
+	x->collected = 1;
 	snprintf(j->relay, sizeof(j->relay), "%s", x->xs->relay);
 	snprintf(j->remote_mta, sizeof(j->remote_mta), "%s", x->xs->host);
 	if (x->xs->guard.cut) {
@@ -369,20 +365,12 @@ void deliver_smtp_msg_collect(struct xmsg *x)
 		rs = smtp_recipient_status(x->sr[i]);
 		v = deliver_classify(xcode(ms), xcode(rs), xcode(ts), marked, final);
 		dsn = NULL;
-		switch (v.source) {
-		case DELIVER_SRC_RCPT:
-			xstatus_line(rs, line, sizeof(line));
-			break;
-		case DELIVER_SRC_MAIL:
-			xstatus_line(ms, line, sizeof(line));
-			break;
-		case DELIVER_SRC_DATA:
-			xstatus_line(ts, line, sizeof(line));
-			break;
-		case DELIVER_SRC_SESSION:
+		st = v.source == DELIVER_SRC_RCPT ? rs : v.source == DELIVER_SRC_MAIL ? ms : ts;
+		if (v.source == DELIVER_SRC_SESSION)
 			xmsg_session_why(x, v.outcome, line, sizeof(line), &dsn);
-			break;
-		}
+		else		/* the reply that decided it, as one line */
+			deliver_reply_format(line, sizeof(line), st->code, st->enh_class,
+					     st->enh_subject, st->enh_detail, st->text);
 		deliver_set(j, i, v.outcome, dsn, line);
 	}
 }
@@ -421,7 +409,6 @@ void deliver_smtp_msg_settle(struct xmsg *x)
 	size_t i, sent = 0, deferred = 0, attempted = 0;
 
 	deliver_smtp_msg_collect(x);
-	x->collected = 1;
 	for (i = 0; i < x->job->m.n_rcpts; i++) {
 		if (!x->job->res[i].attempted)
 			continue;
