@@ -241,12 +241,12 @@ static int conf_upstream_trust(struct conf_ctx *x, struct conf_upstream *u,
 }
 
 /*
- * conf_upstream_group - upstream = { host; port | hosts | maildir; ... },
- * the default's (route 0) or a route's group g (route 1: neither maildir
- * nor ambiguous, which are the default's alone)
+ * conf_upstream_group - upstream = { host; port | hosts | maildir; ... }
+ * in parent: the default's (route 0, parent the root) or a route's
+ * (route 1: neither maildir nor ambiguous, which are the default's alone)
  */
 int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
-			const config_setting_t *g, int route)
+			const config_setting_t *parent, int route)
 {
 	/* a route takes them all but the first two, the default's alone */
 	static const char *const names[] = {"maildir", "ambiguous", "host", "port", "hosts",
@@ -257,7 +257,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
 	static const char *const trust_names[] = {"tls_ca", "tls_servername",
 		"tls_fingerprint", 0};
-	config_setting_t *s, *a = NULL;
+	config_setting_t *g, *s, *a = NULL;
 	char *host = NULL;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
 
@@ -265,8 +265,11 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	u->tls_verify = 1;
 	u->connections = 4;
 	u->timeout = 5 * 60;
-	if (conf_check_names(x, g, route ? names + 2 : names) < 0)
-		goto fail;
+	if ((n = conf_group(x, parent, "upstream", route ? names + 2 : names, &g)) < 0)
+		return -1;
+	if (n == 0)
+		return conf_error(x, route ? parent : NULL, "upstream", route ? "missing setting"
+				  : "missing (needs host, hosts or maildir)");
 	if (conf_string(x, g, "host", 1, &host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
 	    || conf_strings(x, g, "hosts", &a) < 0
@@ -350,20 +353,6 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 fail:
 	free(host);
 	return -1;
-}
-
-/* conf_upstream - the top-level upstream = { ... }, the default group */
-static int conf_upstream(struct conf_ctx *x, struct conf *c,
-			 const config_setting_t *root)
-{
-	config_setting_t *g = config_setting_get_member(root, "upstream");
-
-	if (g == NULL)
-		return conf_error(x, NULL, "upstream", "missing (needs host, hosts "
-				  "or maildir)");
-	if (!config_setting_is_group(g))
-		return conf_wrong_type(x, g, "a group { ... }");
-	return conf_upstream_group(x, &c->upstream, g, 0);
 }
 
 /* conf_limits - limits = { ... } */
@@ -589,7 +578,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	if (c->store.path == NULL)
 		c->store.path = xstrdup("var/store");
 
-	if (conf_keys(x, c, root) < 0 || conf_upstream(x, c, root) < 0
+	if (conf_keys(x, c, root) < 0 || conf_upstream_group(x, &c->upstream, root, 0) < 0
 	    || conf_routes(x, c, root) < 0)
 		return -1;
 

@@ -74,9 +74,9 @@ int conf_parse_net(const char *text, struct conf_net *net,
 /* conf_parse_hostport - "host", "host:port", "[v6]:port"; 0 or -1 */
 int conf_parse_hostport(const char *text, int defport,
 		struct conf_upstream_host *h);
-/* conf_upstream_group - an upstream group: the default's (route 0) or a route's */
+/* conf_upstream_group - the upstream group in parent: the default's (route 0) or a route's */
 int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
-		const config_setting_t *g, int route);
+		const config_setting_t *parent, int route);
 /* conf_upstream_free - what an upstream group owns (the password wiped) */
 void conf_upstream_free(struct conf_upstream *u);
 /* conf_routes - routes = ( ... ), after listen and upstream (conf_route.c) */

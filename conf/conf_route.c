@@ -68,8 +68,6 @@ static int conf_route(struct conf_ctx *x, const struct conf *c,
 {
 	static const char *const names[] = {"name", "auth_user", "sender",
 		"sender_domain", "listener", "upstream", 0};
-	config_setting_t *up;
-
 	if (!config_setting_is_group(g))
 		return conf_wrong_type(x, g, "a group { ... }");
 	if (conf_check_names(x, g, names) < 0
@@ -93,12 +91,7 @@ static int conf_route(struct conf_ctx *x, const struct conf *c,
 	if (r->sender_domain && strchr(r->sender_domain, '@') != NULL)
 		return conf_error(x, g, "sender_domain", "\"%s\" is an address (sender"
 				  " takes one)", r->sender_domain);
-	up = config_setting_get_member(g, "upstream");
-	if (up == NULL)
-		return conf_error(x, g, "upstream", "missing setting");
-	if (!config_setting_is_group(up))
-		return conf_wrong_type(x, up, "a group { ... }");
-	return conf_upstream_group(x, &r->up, up, 1);
+	return conf_upstream_group(x, &r->up, g, 1);
 }
 
 /* conf_routes - routes = ( ... ), after listen and upstream */
