@@ -195,9 +195,8 @@ static void do_count(struct control *ctl, const char *qid, struct buf *out)
 static void do_stats(struct control *ctl, struct buf *out)
 {
 	struct metrics_snapshot s;
-	size_t i;
-
 	struct store_stats ss;
+	size_t i;
 	int up;
 
 	metrics_snapshot(&s);
@@ -281,7 +280,6 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	struct control *ctl = arg;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
-	char *nl;
 
 	(void) len;
 	/* the socket is 0600 already; this also holds if its mode was changed */
@@ -291,10 +289,7 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	} else if (end == ADMIN_CUT || req[0] == 0) {
 		json_error(out, "no request line");
 	} else {
-		if ((nl = strchr(req, '\n')) != NULL)
-			*nl = 0;
-		if ((nl = strchr(req, '\r')) != NULL)
-			*nl = 0;
+		req[strcspn(req, "\r\n")] = 0;	/* the line */
 		dispatch(ctl, req, out);
 	}
 	buf_putc(out, '\n');
