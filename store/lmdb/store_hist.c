@@ -448,15 +448,19 @@ static int story_del(struct lmdb_txn *t, const char *qid)
 	return lmdb_last_qid_note(t, &key, 0);
 }
 
-/* hnew_expire - delete one due story of hnew (no index entry) with its claims: 1 if deleted */
-static int hnew_expire(struct lmdb_txn *t, const char *qid, int64_t now)
+/*
+ * story_expire - delete qid's story with its claims if it is due: its
+ * expiry is at (an index entry's time), or with at 0 (a story of hnew,
+ * which has no entry) any time up to now. 1 if deleted, 0 if not due.
+ */
+static int story_expire(struct lmdb_txn *t, const char *qid, int64_t at, int64_t now)
 {
 	struct store_story s;
 	int err;
 
 	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0)
 		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
-	if (s.expires != 0 && s.expires <= now && !s.queued) {
+	if (at != 0 ? s.expires == at : s.expires != 0 && s.expires <= now) {
 		err = s.has_key ? lmdb_keys_expire(t, s.keyhash, qid, s.expires) : 0;
 		if (err == 0 && (err = story_del(t, qid)) == 0)
 			err = 1;
@@ -468,33 +472,21 @@ static int hnew_expire(struct lmdb_txn *t, const char *qid, int64_t now)
 /* expire_one - delete one due index entry, and its story if the entry is current: 1 if so */
 static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
-	struct lmdb_store *st = t->st;
 	MDB_val ikey = { d->len, (void *) d->key };
-	struct store_story s;
 	char qid[STORE_QID_SIZE];
 	int err, gone = 0;
 
 	if (d->len > 8 && d->len - 8 < STORE_QID_SIZE) {
 		memcpy(qid, d->key + 8, d->len - 8);
 		qid[d->len - 8] = 0;
-		err = lmdb_hist_read(st, t->txn, qid, &s);
-		if (err == 0 && s.expires == hexpiry_time(d->key)) {
-			if (s.has_key && (err = lmdb_keys_expire(t, s.keyhash, qid,
-								  hexpiry_time(d->key))) != 0) {
-				store_story_free(&s);
-				return err;
-			}
-			gone = (err = story_del(t, qid)) == 0;
-		}
-		store_story_free(&s);
-		if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL)
-			return err;
+		if ((gone = story_expire(t, qid, hexpiry_time(d->key), 0)) < 0)
+			return gone;
 	}
-	err = lmdb_mdb_error(lmdb_del(t, st->hexpiry, &ikey, NULL), "delete hexpiry");
+	err = lmdb_mdb_error(lmdb_del(t, t->st->hexpiry, &ikey, NULL), "delete hexpiry");
 	return err == 0 || err == STORE_ENOTFOUND ? gone : err;
 }
 
-/* counted - what expire_one() and hnew_expire() said, a story deleted counted in *done */
+/* counted - what expire_one() and story_expire() said, a story deleted counted in *done */
 static int counted(int rc, size_t *done)
 {
 	if (rc > 0)
@@ -542,7 +534,7 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 		err = counted(expire_one(t, &due[i]), &done);
 	if (err == 0 && n < max && (err = hnew_due(st, t->txn, now, max - n, &qids, &nq)) == 0)
 		for (i = 0; i < nq && err == 0; i++)
-			err = counted(hnew_expire(t, qids[i], now), &done);
+			err = counted(story_expire(t, qids[i], 0, now), &done);
 out:
 	free(qids);
 	free(due);
