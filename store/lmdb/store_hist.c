@@ -172,15 +172,13 @@ static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val
 	char qid[STORE_QID_SIZE];
 	int err = 0;
 
-	if (key->mv_size == 0 || key->mv_size >= STORE_QID_SIZE)
+	if (lmdb_key_qid(key, qid) != 0)
 		return STORE_EINVAL;
 	memset(&s, 0, sizeof(s));
 	if (lmdb_hist_rec_decode(val->mv_data, val->mv_size, &s) != 0) {
 		err = lmdb_last_qid_note(t, key, 0);
 		return err != 0 ? err : STORE_EINVAL;
 	}
-	memcpy(qid, key->mv_data, key->mv_size);
-	qid[key->mv_size] = 0;
 	if (s.expires != 0)
 		err = hexpiry_put(t, s.expires, qid);
 	store_story_free(&s);
@@ -381,13 +379,11 @@ static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && *n < max;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
 		memset(&s, 0, sizeof(s));
-		if (key.mv_size > 0 && key.mv_size < STORE_QID_SIZE
+		if (lmdb_key_qid(&key, s.m.qid) == 0
 		    && lmdb_hist_rec_decode(val.mv_data, val.mv_size, &s) == 0
 		    && s.expires != 0 && s.expires <= now) {
 			*qids = xrealloc(*qids, (*n + 1) * sizeof(**qids));
-			memcpy((*qids)[*n], key.mv_data, key.mv_size);
-			(*qids)[*n][key.mv_size] = 0;
-			(*n)++;
+			strcpy((*qids)[(*n)++], s.m.qid);
 		}
 		store_story_free(&s);
 	}

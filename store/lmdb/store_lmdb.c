@@ -175,6 +175,17 @@ int lmdb_qid_key(const char *qid, MDB_val *key)
 	return 0;
 }
 
+/* lmdb_key_qid - a database key as a QID, with its NUL; STORE_EINVAL if it cannot be one */
+int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE])
+{
+	if (key->mv_size == 0 || key->mv_size >= STORE_QID_SIZE
+	    || memchr(key->mv_data, 0, key->mv_size) != NULL)
+		return STORE_EINVAL;
+	memcpy(qid, key->mv_data, key->mv_size);
+	qid[key->mv_size] = 0;
+	return 0;
+}
+
 /* lmdb_mkdir - create the environment directory if missing */
 static int lmdb_mkdir(const char *path)
 {
@@ -580,6 +591,7 @@ int lmdb_reopen(struct store *base)
 /* last_key_max - raise qid to dbi's last key if that is a greater QID; an LMDB code */
 static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
 {
+	char last[STORE_QID_SIZE];
 	MDB_cursor *cur;
 	MDB_val key, val;
 	int rc;
@@ -587,11 +599,8 @@ static int last_key_max(MDB_txn *txn, MDB_dbi dbi, char qid[STORE_QID_SIZE])
 	if ((rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
 		return rc;
 	rc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
-	if (rc == 0 && key.mv_size < STORE_QID_SIZE
-	    && lmdb_qid_greater(key.mv_data, key.mv_size, qid, strlen(qid))) {
-		memcpy(qid, key.mv_data, key.mv_size);
-		qid[key.mv_size] = 0;
-	}
+	if (rc == 0 && lmdb_key_qid(&key, last) == 0 && strcmp(last, qid) > 0)
+		strcpy(qid, last);
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
@@ -610,16 +619,10 @@ static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE
 
 	qid[0] = 0;
 	err = lmdb_mdb_error(mdb_get(txn, st->meta, &key, &val), "get last_qid");
-	if (err == 0) {
-		if (val.mv_size == 0 || val.mv_size >= STORE_QID_SIZE
-		    || memchr(val.mv_data, 0, val.mv_size) != NULL) {
-			/* the keys still say most of it; the other figures stand */
-			msg_warn("store: corrupt last_qid record, ignored");
-		} else {
-			memcpy(qid, val.mv_data, val.mv_size);
-			qid[val.mv_size] = 0;
-		}
-	} else if (err != STORE_ENOTFOUND) {
+	if (err == 0 && lmdb_key_qid(&val, qid) != 0) {
+		/* the keys still say most of it; the other figures stand */
+		msg_warn("store: corrupt last_qid record, ignored");
+	} else if (err != 0 && err != STORE_ENOTFOUND) {
 		return err;
 	}
 	if ((rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)

@@ -115,7 +115,8 @@ int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, (MDB_val *) key, &qval), "get queue")) != 0
 	    || (err = lmdb_mdb_error(mdb_get(txn, st->msg, (MDB_val *) key, &mval), "get msg")) != 0)
 		return err;
-	memcpy(m->qid, key->mv_data, key->mv_size);
+	if (lmdb_key_qid(key, m->qid) != 0)
+		return STORE_EINVAL;
 	if ((with_data ? lmdb_msg_rec_decode : lmdb_msg_rec_decode_envelope)
 	    (mval.mv_data, mval.mv_size, m) != 0
 	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
@@ -373,13 +374,13 @@ struct queue_entry {
 static int queue_mine(struct lmdb_store *st, int (*cb) (void *arg, const struct store_msg *m),
 		      void *arg)
 {
-	struct queue_entry *list = NULL;
-	size_t n = 0, cap = 0, i;
+	struct buf list = BUF_INIT;	/* struct queue_entry, one after the other */
+	struct queue_entry e, *q;
 	struct store_msg m;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
 	MDB_txn *txn;
-	int64_t next;
+	size_t i;
 	int rc, err, held;
 
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
@@ -388,22 +389,12 @@ static int queue_mine(struct lmdb_store *st, int (*cb) (void *arg, const struct 
 		goto walked;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE
-		    || memchr(key.mv_data, 0, key.mv_size) != NULL
-		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &next, &held) != 0) {
+		if (lmdb_key_qid(&key, e.qid) != 0
+		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &e.next_attempt,
+					   &held) != 0)
 			msg_warn("store: corrupt queue record skipped");
-			continue;
-		}
-		if (held)		/* never delivered until released */
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 64;
-			list = xrealloc(list, cap * sizeof(*list));
-		}
-		memcpy(list[n].qid, key.mv_data, key.mv_size);
-		list[n].qid[key.mv_size] = 0;
-		list[n].next_attempt = next;
-		n++;
+		else if (!held)		/* never delivered until released */
+			buf_append(&list, &e, sizeof(e));
 	}
 walked:
 	if (cur)
@@ -411,12 +402,13 @@ walked:
 	lmdb_read_end(st, txn);
 	err = rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
 	memset(&m, 0, sizeof(m));
-	for (i = 0; err == 0 && i < n; i++) {
-		memcpy(m.qid, list[i].qid, sizeof(m.qid));
-		m.next_attempt = list[i].next_attempt;
+	q = (struct queue_entry *) list.data;
+	for (i = 0; err == 0 && i < list.len / sizeof(e); i++) {
+		memcpy(m.qid, q[i].qid, sizeof(m.qid));
+		m.next_attempt = q[i].next_attempt;
 		err = cb(arg, &m);
 	}
-	free(list);
+	buf_free(&list);
 	return err;
 }
 
@@ -443,13 +435,10 @@ int lmdb_queue_walk(struct store *base, unsigned how,
 	for (rc = mdb_cursor_get(cur, &key, &qval, MDB_FIRST); rc == 0 && err == 0;
 	     rc = mdb_cursor_get(cur, &key, &qval, MDB_NEXT)) {
 		memset(&m, 0, sizeof(m));
-		if (key.mv_size == 0 || key.mv_size >= STORE_QID_SIZE
-		    || memchr(key.mv_data, 0, key.mv_size) != NULL
-		    || mdb_get(txn, st->msg, &key, &mval) != 0) {
+		if (lmdb_key_qid(&key, m.qid) != 0 || mdb_get(txn, st->msg, &key, &mval) != 0) {
 			msg_warn("store: corrupt queue record skipped");
 			continue;
 		}
-		memcpy(m.qid, key.mv_data, key.mv_size);
 		if (lmdb_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, &m) != 0
 		    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, &m) != 0) {
 			msg_warn("%s: store: corrupt message record skipped", m.qid);
