@@ -220,11 +220,8 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		finished(d, qid, 0, now + (first > 0 ? first : 60) * US);
 		return 0;
 	}
-	if (j->m.held) {	/* held since it was scheduled: its release schedules it */
-		deliver_job_finished(d, j, -1);
-		job_free(j);
-		return 0;
-	}
+	if (j->m.held)		/* held since it was scheduled: its release schedules it */
+		goto done;
 	j->res = xcalloc(j->m.n_rcpts, sizeof(*j->res));
 	for (i = 0; i < j->m.n_rcpts; i++) {
 		if (j->m.rcpts[i].state != STORE_RCPT_QUEUED)
@@ -238,9 +235,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		j->m.inflight = 0;
 		if (store_msg_update(d->st, &j->m) == 0)
 			msg_info_as("qmgr", "%s: removed", qid);
-		deliver_job_finished(d, j, -1);
-		job_free(j);
-		return 0;
+		goto done;
 	}
 	if (j->m.inflight) {
 		if (!c->upstream.ambiguous_retry) {
@@ -260,6 +255,11 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 		j->m.inflight = 0;
 	}
 	return 1;
+
+done:
+	deliver_job_finished(d, j, -1);
+	job_free(j);
+	return 0;
 }
 
 /* deliver_wait - sleep on cv until when (DELIVER_MAX_SLEEP at most), or a signal (lock held) */

@@ -436,10 +436,10 @@ static void bridge_rewound(struct deliver_bridge *b)
 
 /* the state of one pump: both directions and how each side stands */
 struct pump {
-	struct pending *up;		/* libesmtp's bytes for the server */
-	struct pending *down;		/* the server's (or the gate's) for libesmtp */
-	char *raw;			/* read from the server */
-	char *mid;			/* through the filter, for the gate */
+	struct pending up;		/* libesmtp's bytes for the server */
+	struct pending down;		/* the server's (or the gate's) for libesmtp */
+	char raw[BRIDGE_BUF];		/* read from the server */
+	char mid[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* through the filter, for the gate */
 	int client_eof;
 	int gone;			/* the server side is over: the gate answers */
 	int client_dry;			/* a short read emptied libesmtp's socket: poll first */
@@ -456,7 +456,7 @@ static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *w
 	bridge_settle(b, why);		/* now: before anything else is read */
 	deliver_gate_gone(&b->gate, why);
 	pm->gone = 1;
-	pm->up->off = pm->up->len = pm->up->dot = 0;	/* never written: the watch knows */
+	pm->up.off = pm->up.len = pm->up.dot = 0;	/* never written: the watch knows */
 }
 
 /* bridge_down - the server's bytes through the filter and the gate into pm->down */
@@ -464,7 +464,7 @@ static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *i
 {
 	size_t k = deliver_filter_down(&b->filter, in, n, pm->mid);
 
-	pm->down->len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down->buf);
+	pm->down.len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down.buf);
 	if (b->gate.gone)
 		bridge_gone(b, pm, b->gate.why);
 }
@@ -515,7 +515,7 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 		*ev |= POLLIN;
 		return 0;
 	}
-	if ((n = io_read(client, pm->up->buf, BRIDGE_BUF)) == IO_AGAIN) {
+	if ((n = io_read(client, pm->up.buf, BRIDGE_BUF)) == IO_AGAIN) {
 		*ev |= poll_events(client->read_wants);
 		return 0;
 	}
@@ -527,12 +527,12 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 		return -1;		/* written after the cut: never forwarded */
 	pm->client_dry = n < BRIDGE_BUF;	/* a socketpair, plain */
 	bridge_rewound(b);
-	if ((kept = deliver_filter_up(&b->filter, pm->up->buf, (size_t) n)) < 0) {
+	if ((kept = deliver_filter_up(&b->filter, pm->up.buf, (size_t) n)) < 0) {
 		snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
 		return -1;
 	}
-	pm->up->len = pm->gone ? 0 : (size_t) kept;
-	pm->up->dot = !pm->gone && b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
+	pm->up.len = pm->gone ? 0 : (size_t) kept;
+	pm->up.dot = !pm->gone && b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
 	return 1;
 }
 
@@ -546,16 +546,14 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
  */
 static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
-	struct pump pm = { .up = xcalloc(1, sizeof(struct pending)),
-			   .down = xcalloc(1, sizeof(struct pending)),
-			   .raw = xmalloc(BRIDGE_BUF), .mid = xmalloc(BRIDGE_BUF + DELIVER_FILTER_HOLD) };
+	struct pump *pm = xcalloc(1, sizeof(*pm));	/* too large for a thread's stack */
 	int stopping = 0, moved, wrote, r, wait;
 	struct pollfd p[4];
 	const char *ended = NULL;
 	char err[IO_ERR_MAX + 64];
 
 	deliver_watch_init(&b->watch, b->up->fd, b->timeout_ms);
-	bridge_down(b, &pm, b->greeting, b->greeting_len);	/* STARTTLS: read already */
+	bridge_down(b, pm, b->greeting, b->greeting_len);	/* STARTTLS: read already */
 	for (;;) {
 		moved = wrote = 0;
 		p[0].events = p[1].events = 0;
@@ -568,41 +566,43 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		 * has every reply. One waiting for a dot's reply waits for it,
 		 * as long as the deadline lets.
 		 */
-		if (stopping && !pm.gone && !deliver_filter_dot_owed(&b->filter) && pm.down->len == 0)
-			bridge_gone(b, &pm, "delivery is stopping");
-		if (pm.gone && pm.down->len == 0) {
-			pm.down->len = deliver_gate_answer(&b->gate, &b->filter, pm.down->buf,
-							   sizeof(pm.down->buf));
-			if (pm.down->len == 0 && b->gate.hangup)
+		if (stopping && !pm->gone && !deliver_filter_dot_owed(&b->filter)
+		    && pm->down.len == 0)
+			bridge_gone(b, pm, "delivery is stopping");
+		if (pm->gone && pm->down.len == 0) {
+			pm->down.len = deliver_gate_answer(&b->gate, &b->filter, pm->down.buf,
+							   sizeof(pm->down.buf));
+			if (pm->down.len == 0 && b->gate.hangup)
 				break;
 		}
-		if (pm.up->len == 0 && !pm.client_eof
-		    && (r = bridge_client_read(b, &pm, client, &p[0].events)) != 0) {
+		if (pm->up.len == 0 && !pm->client_eof
+		    && (r = bridge_client_read(b, pm, client, &p[0].events)) != 0) {
 			if (r < 0)
 				break;
 			moved = 1;
 		}
-		if (!pm.gone && pm.up->len > 0 && (r = pending_write(pm.up, b->up, &p[1].events)) != 0) {
+		if (!pm->gone && pm->up.len > 0
+		    && (r = pending_write(&pm->up, b->up, &p[1].events)) != 0) {
 			if (r < 0) {
 				snprintf(err, sizeof(err), "lost connection writing to the server (%s)",
 					 b->up->err[0] ? b->up->err : "write failed");
-				bridge_gone(b, &pm, err);
+				bridge_gone(b, pm, err);
 			} else if (r == 2) {
 				deliver_watch_dot_out(&b->watch);
 			}
 			moved = wrote = 1;
 		}
-		if (!pm.gone && pm.down->len == 0 && bridge_server_read(b, &pm, &p[1].events))
+		if (!pm->gone && pm->down.len == 0 && bridge_server_read(b, pm, &p[1].events))
 			moved = 1;
-		if (pm.down->len > 0 && (r = pending_write(pm.down, client, &p[0].events)) != 0) {
+		if (pm->down.len > 0 && (r = pending_write(&pm->down, client, &p[0].events)) != 0) {
 			if (r < 0)
 				break;
 			moved = 1;
 		}
-		if (pm.client_eof && (pm.gone || pm.up->len == 0))
+		if (pm->client_eof && (pm->gone || pm->up.len == 0))
 			break;
 		wait = -1;
-		if (!pm.gone) {
+		if (!pm->gone) {
 			wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
 						  b->filter.replies, wrote);
 			if (wait == 0) {
@@ -611,7 +611,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 					ended = b->watch.why;	/* the dot's reply is never made up */
 					break;
 				}
-				bridge_gone(b, &pm, b->watch.why);
+				bridge_gone(b, pm, b->watch.why);
 				continue;
 			}
 		}
@@ -619,15 +619,15 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			continue;
 		/* a side we wait for nothing from is left out: its hang-up would spin the loop */
 		p[0].fd = p[0].events ? client->fd : -1;
-		p[1].fd = p[1].events && !pm.gone ? b->up->fd : -1;
+		p[1].fd = p[1].events && !pm->gone ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
 		if (r > 0 && p[0].revents)
-			pm.client_dry = 0;
+			pm->client_dry = 0;
 		if (r > 0 && p[1].revents)
-			pm.server_dry = 0;
+			pm->server_dry = 0;
 		if (r > 0 && p[3].revents) {
 			stopping = 1;		/* the loop's head decides */
 			if (r == 1)
@@ -644,10 +644,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			break;
 	}
 	bridge_settle(b, ended);
-	free(pm.up);
-	free(pm.down);
-	free(pm.raw);
-	free(pm.mid);
+	free(pm);
 }
 
 /* bridge_main - the bridge thread: wait for libesmtp, copy, hang up on both */
