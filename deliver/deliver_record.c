@@ -6,7 +6,10 @@
  * DESCRIPTION
  *	Each attempt (deliver_replied, job_record): one log line per recipient;
  *	permanent failures and expired recipients get an RFC 3464 bounce
- *	(dsn.c) spooled under a new QID to the sender unless it is null;
+ *	(dsn.c) spooled under a new QID to the sender unless it is null
+ *	(or their NOTIFY wants none); a notice the store cannot take now
+ *	(full to its reserve, away) leaves its recipients queued, deferred,
+ *	to bounce again at the next attempt, never done without it;
  *	then the recipients' states, attempt counts and next_attempt are
  *	written and the inflight mark cleared. A job postponed by the
  *	upstream's throttling (deliver_rate.h) is not charged an attempt:
@@ -31,6 +34,7 @@
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
  *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
  *	NEWQID: sender non-delivery notification: QID  (as bounce's)
+ *	QID: sender non-delivery notification not queued: ERR; its recipients deferred
  *	NEWQID: from=<>, size=N, nrcpt=1 (queue active)  (as qmgr's)
  *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...
@@ -119,36 +123,25 @@ static int wants_failure_dsn(const struct store_rcpt *r)
 	return r->notify == 0 || (r->notify & SMTP_NOTIFY_FAILURE);
 }
 
-/* job_bounce - spool an RFC 3464 notification for the recipients bounced[] */
-static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
-		       size_t n, int64_t now)
+/*
+ * notice_queue - spool an RFC 3464 notification of dr[0..k) to the
+ * sender under a new QID (qid, its size in *size): 0, or the store's
+ * error (the reserve refuses it when the store is full, PostgreSQL when
+ * it is away)
+ */
+static int notice_queue(struct deliver *d, const struct deliver_job *j,
+			const struct dsn_rcpt *dr, size_t k, int64_t now,
+			char qid[STORE_QID_SIZE], size_t *size)
 {
-	struct dsn_rcpt *dr = xcalloc(n, sizeof(*dr));
 	struct dsn_report rep;
 	struct store_rcpt rcpt;
 	struct store_msg b;
 	struct store_txn *t = NULL;
 	struct buf text = BUF_INIT;
 	char null_sender[] = "", client[] = "localhost";
-	size_t i, k = 0;
 	int err, eight;
 
 	memset(&b, 0, sizeof(b));
-	for (i = 0; i < n; i++) {
-		const struct store_rcpt *r = &j->m.rcpts[bounced[i]];
-
-		if (!wants_failure_dsn(r))
-			continue;
-		dr[k].addr = r->addr;
-		dr[k].orcpt = r->orcpt;
-		dr[k].status = j->res[bounced[i]].dsn;
-		dr[k].diag = j->res[bounced[i]].reply;
-		dr[k].remote_mta = j->remote_mta[0] ? j->remote_mta : NULL;
-		k++;
-	}
-	if (k == 0)
-		goto done;
-
 	qid_next(b.qid);
 	memset(&rep, 0, sizeof(rep));
 	rep.hostname = d->c->hostname ? d->c->hostname : "localhost";
@@ -187,17 +180,62 @@ static void job_bounce(struct deliver *d, struct deliver_job *j, const size_t *b
 		store_txn_msg_put(t, &b);
 		err = store_txn_commit(t);
 	}
-	if (err != 0) {
-		msg_error("%s: sender non-delivery notification not queued: %s",
-			  j->m.qid, store_strerror(err));
-		goto done;
-	}
-	msg_info_as("bounce", "%s: sender non-delivery notification: %s", b.qid, j->m.qid);
-	msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", b.qid, text.len);
-	deliver_schedule(d, b.qid, now, 0);
-done:
+	strcpy(qid, b.qid);
+	*size = text.len;
 	buf_free(&text);
+	return err;
+}
+
+/*
+ * job_bounce - log the recipients bounced[] and spool the sender's
+ * notification of those whose NOTIFY wants one. If it cannot be queued,
+ * those are not bounced in this outcome: queued again with their reply,
+ * deferred by the usual backoff, they bounce at the next attempt and
+ * their notice is made then (as Postfix defers a recipient whose bounce
+ * log append failed); never done without it. How many were queued again.
+ */
+static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
+			 size_t n, int64_t now)
+{
+	struct dsn_rcpt *dr = xcalloc(n, sizeof(*dr));
+	char qid[STORE_QID_SIZE];
+	size_t i, k = 0, again = 0, size = 0;
+	int err = 0;
+
+	for (i = 0; i < n && j->m.from[0] != 0; i++) {
+		const struct store_rcpt *r = &j->m.rcpts[bounced[i]];
+
+		if (!wants_failure_dsn(r))
+			continue;
+		dr[k].addr = r->addr;
+		dr[k].orcpt = r->orcpt;
+		dr[k].status = j->res[bounced[i]].dsn;
+		dr[k].diag = j->res[bounced[i]].reply;
+		dr[k].remote_mta = j->remote_mta[0] ? j->remote_mta : NULL;
+		k++;
+	}
+	if (k > 0 && (err = notice_queue(d, j, dr, k, now, qid, &size)) != 0)
+		msg_warn("%s: sender non-delivery notification not queued: %s;"
+			 " its recipients deferred", j->m.qid, store_strerror(err));
+	for (i = 0; i < n; i++) {
+		struct store_rcpt *r = &j->m.rcpts[bounced[i]];
+
+		if (err != 0 && wants_failure_dsn(r)) {
+			r->state = STORE_RCPT_QUEUED;
+			log_result(j, bounced[i], "deferred",
+				   "sender non-delivery notification not queued: ", now);
+			again++;
+			continue;
+		}
+		log_result(j, bounced[i], "bounced", "", now);
+	}
+	if (k > 0 && err == 0) {
+		msg_info_as("bounce", "%s: sender non-delivery notification: %s", qid, j->m.qid);
+		msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", qid, size);
+		deliver_schedule(d, qid, now, 0);
+	}
 	free(dr);
+	return again;
 }
 
 /*
@@ -230,8 +268,7 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 			break;
 		case DELIVER_BOUNCED:
 			m->rcpts[i].state = STORE_RCPT_BOUNCED;
-			bounced[n_bounced++] = i;
-			log_result(j, i, "bounced", "", now);
+			bounced[n_bounced++] = i;	/* logged by job_bounce */
 			break;
 		case DELIVER_AMBIGUOUS:
 			if (!d->c->upstream.ambiguous_retry) {
@@ -255,7 +292,6 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 				deliver_set(j, i, DELIVER_BOUNCED, "4.4.7", why);
 				m->rcpts[i].state = STORE_RCPT_BOUNCED;
 				bounced[n_bounced++] = i;
-				log_result(j, i, "bounced", "", now);
 				break;
 			}
 			log_result(j, i, "deferred", j->postponed ?
@@ -270,8 +306,8 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
 
-	if (n_bounced > 0 && m->from[0] != 0)
-		job_bounce(d, j, bounced, n_bounced, now);
+	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0)
+		queued = 1;
 
 	m->inflight = 0;
 	if (queued && j->postponed) {

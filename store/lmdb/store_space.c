@@ -20,7 +20,8 @@
  *	as many pages stay free as every queued message's delivery writes
  *	need, plus a fixed floor. If not, the transaction fails with
  *	STORE_ENOSPC (an acceptance's client gets 452 4.3.1 and retries
- *	later; a non-delivery notice is not queued, and the log says so);
+ *	later; a non-delivery notice waits, its recipients deferred:
+ *	deliver_record.c);
  *	delivery writes never ask, and so may use the reserve.
  *
  *	Free pages are the map's untouched tail plus LMDB's freelist (the

@@ -1,0 +1,350 @@
+/*
+ * test_deliver_notice - a bounce whose non-delivery notice the store
+ * cannot take now is never done without it (deliver/deliver_record.c:
+ * job_bounce). Its recipients that want a notice stay queued with their
+ * reply, deferred by the usual backoff; those with NOTIFY=NEVER or
+ * SUCCESS alone, and a message from the null sender, bounce as before.
+ * Once the store takes writes again the next attempt bounces them again
+ * and the notice goes to the sender (through the test's transport).
+ *
+ * test_notice_reserve: an LMDB store filled by acceptance up to its
+ * delivery reserve (store_space.c refuses the notice there), an upstream
+ * that answers 550; room returns when the messages that filled it are
+ * delivered.
+ *
+ * test_notice_store_away: the notice's put fails with STORE_EAGAIN, as
+ * PostgreSQL's does while it is away, for a message past retry.give_up
+ * whose upstream answers 451 (bounced 4.4.7); then the store is back.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "../../conf/conf.h"
+#include "../../deliver/deliver_impl.h"
+#include "../../store/store_backend.h"
+#include "../../util/log.h"
+#include "test_store_help.h"
+
+#define SMALL_MAP	(2u << 20)	/* filled by a few hundred messages */
+#define MAX_FILL	4000
+#define WAIT_US		(20 * SEC)	/* the deadline of every wait here */
+#define FAR		(3600 * SEC)	/* the fillers are due this far off */
+#define SENDER		"sender@example.com"	/* msg_new()'s */
+#define TARGET		"NOTE00000001"	/* 3 recipients: NOTIFY default, NEVER, SUCCESS */
+#define NULLS		"NOTE00000002"	/* from the null sender */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *upstream_reply;	/* the test upstream's answer to every recipient */
+static int notices;			/* notices to SENDER the transport was given */
+static char notice_text[8192];		/* the last one's first octets */
+
+/* notice_send - the test's upstream: takes a notice to SENDER, answers upstream_reply to the rest */
+static void notice_send(struct deliver *d, const struct conf_upstream *up,
+			struct deliver_job **jobs, size_t n)
+{
+	size_t i;
+
+	(void) d;
+	(void) up;
+	for (i = 0; i < n; i++) {
+		struct deliver_job *j = jobs[i];
+
+		snprintf(j->relay, sizeof(j->relay), "test");
+		if (j->m.from[0] == 0 && strcmp(j->m.rcpts[0].addr, SENDER) == 0) {
+			pthread_mutex_lock(&lock);
+			notices++;
+			snprintf(notice_text, sizeof(notice_text), "%.*s",
+				 (int) j->m.data_len, j->m.data);
+			pthread_mutex_unlock(&lock);
+			deliver_set_all(j, DELIVER_SENT, "2.0.0", "250 2.0.0 Ok");
+			continue;
+		}
+		deliver_set_all(j, upstream_reply[0] == '5' ? DELIVER_BOUNCED : DELIVER_DEFERRED,
+				NULL, upstream_reply);
+	}
+}
+
+static const struct deliver_transport notice_transport = {
+	.name = "test", .limited = 0, .batch = 8, .send = notice_send
+};
+
+/* a store whose notice puts fail (STORE_EAGAIN) while away is set */
+static struct store_ops away_ops;
+static const struct store_ops *real_ops;
+static int away;			/* atomic */
+
+/* away_begin - the real begin, its transaction's table ours */
+static int away_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
+		      struct store_txn **out)
+{
+	int err = real_ops->txn_begin(st, keys, n, out);
+
+	if (err == 0)
+		(*out)->ops = &away_ops;
+	return err;
+}
+
+/* away_msg_put - a message from the null sender fails while away, as a commit to a database gone */
+static void away_msg_put(struct store_txn *t, const struct store_msg *m)
+{
+	if (m->from[0] == 0 && __atomic_load_n(&away, __ATOMIC_SEQ_CST))
+		store_txn_fail(t, STORE_EAGAIN);
+	else
+		real_ops->txn_msg_put(t, m);
+}
+
+/* spool_msg - message qid from from, n recipients, accepted at accepted, due at due */
+static void spool_msg(struct store *st, const char *qid, const char *from, size_t n,
+		      int64_t accepted, int64_t due)
+{
+	struct store_msg m;
+
+	msg_new(&m, qid, n, 1500);
+	free(m.from);
+	m.from = xstrdup(from);
+	m.accepted = accepted;
+	m.next_attempt = due;
+	m.ttl = 3600 * SEC;
+	CHECK_INT(qid, spool(st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+}
+
+/* fill - spool messages due far off until the store refuses one (its reserve); how many */
+static int fill(struct store *st)
+{
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	int i, rc = 0;
+
+	for (i = 0; i < MAX_FILL && rc == 0; i++) {
+		snprintf(qid, sizeof(qid), "FILL%08d", i);
+		msg_new(&m, qid, 1, 1500);
+		m.next_attempt = clock_us() + FAR;
+		m.ttl = 3600 * SEC;
+		rc = spool(st, &m, NULL, 0, 0);
+		store_msg_free(&m);
+	}
+	CHECK_INT("filling ends in", rc, STORE_ENOSPC);
+	return i - 1;
+}
+
+/* drain - the fillers delivered: room again */
+static void drain(struct store *st, int n)
+{
+	struct store_msg m;
+	char qid[STORE_QID_SIZE];
+	int i;
+
+	for (i = 0; i < n; i++) {
+		snprintf(qid, sizeof(qid), "FILL%08d", i);
+		CHECK_INT(qid, store_msg_load(st, qid, &m), 0);
+		m.rcpts[0].state = STORE_RCPT_SENT;
+		CHECK_INT(qid, store_msg_update(st, &m), 0);
+		store_msg_free(&m);
+	}
+}
+
+/*
+ * attempted - wait until qid's first attempt is recorded or it left the
+ * queue: 0 and the message in m (if not NULL), or STORE_ENOTFOUND
+ */
+static int attempted(struct store *st, const char *qid, struct store_msg *m)
+{
+	int64_t until = clock_us() + WAIT_US;
+	struct store_msg got;
+	int rc;
+
+	for (;;) {
+		if ((rc = store_msg_load(st, qid, &got)) != 0)
+			return rc;
+		if (got.attempts > 0 && !got.inflight) {
+			if (m)
+				*m = got;
+			else
+				store_msg_free(&got);
+			return 0;
+		}
+		store_msg_free(&got);
+		if (clock_us() > until)
+			fail_msg("%s: no attempt recorded within %lld s", qid, WAIT_US / SEC);
+		usleep(10000);
+	}
+}
+
+/* gone - wait until qid left the queue (fails the test after WAIT_US) */
+static void gone(struct store *st, const char *qid)
+{
+	int64_t until = clock_us() + WAIT_US;
+	struct store_msg m;
+
+	while (store_msg_load(st, qid, &m) == 0) {
+		store_msg_free(&m);
+		if (clock_us() > until)
+			fail_msg("%s: still queued after %lld s", qid, WAIT_US / SEC);
+		usleep(10000);
+	}
+}
+
+/* notice_wait - wait until the transport was given a notice to the sender; its text */
+static const char *notice_wait(void)
+{
+	int64_t until = clock_us() + WAIT_US;
+	int n;
+
+	for (;;) {
+		pthread_mutex_lock(&lock);
+		n = notices;
+		pthread_mutex_unlock(&lock);
+		if (n > 0)
+			return notice_text;
+		if (clock_us() > until)
+			fail_msg("no notice reached the sender within %lld s", WAIT_US / SEC);
+		usleep(10000);
+	}
+}
+
+/*
+ * deferred_not_bounced - the first attempt's outcome while the store
+ * refuses the notice: TARGET is still queued, its NOTIFY-default
+ * recipient queued with the upstream's words (reply), the other two
+ * bounced; no notice sent; the log says why
+ */
+static void deferred_not_bounced(struct store *st, const char *reply, const char *log)
+{
+	struct store_msg m;
+	int rc;
+
+	if ((rc = attempted(st, TARGET, &m)) == STORE_ENOTFOUND)
+		fail_msg("the bounced message left the queue though its notice was not queued:"
+			 " the notice is lost");
+	CHECK_INT("load", rc, 0);
+	CHECK_INT("attempts", m.attempts, 1);
+	CHECK_INT("rcpt0 (NOTIFY default) state", m.rcpts[0].state, STORE_RCPT_QUEUED);
+	if (m.rcpts[0].reply == NULL || strstr(m.rcpts[0].reply, reply) == NULL)
+		fail_msg("rcpt0's reply: got \"%s\", want it to hold \"%s\"",
+			 m.rcpts[0].reply ? m.rcpts[0].reply : "(null)", reply);
+	CHECK_INT("rcpt1 (NOTIFY=NEVER) state", m.rcpts[1].state, STORE_RCPT_BOUNCED);
+	CHECK_INT("rcpt2 (NOTIFY=SUCCESS) state", m.rcpts[2].state, STORE_RCPT_BOUNCED);
+	if (m.next_attempt <= clock_us())
+		fail_msg("deferred: next attempt not in the future");
+	store_msg_free(&m);
+	pthread_mutex_lock(&lock);
+	CHECK_INT("notices sent", notices, 0);
+	pthread_mutex_unlock(&lock);
+	if (strstr(log, TARGET ": sender non-delivery notification not queued: ") == NULL
+	    || strstr(log, "; its recipients deferred") == NULL)
+		fail_msg("no warning that the notice was not queued and its recipients deferred");
+	if (strstr(log, "to=<rcpt0@example.net>, relay=test") == NULL
+	    || strstr(log, "status=deferred (sender non-delivery notification not queued: ")
+	    == NULL)
+		fail_msg("rcpt0 not logged deferred for its notice");
+}
+
+/* bounced_with_notice - once the store takes it, the next attempt bounces rcpt0 with its notice */
+static void bounced_with_notice(struct fx *f, struct deliver *d, const char *status)
+{
+	const char *text;
+
+	deliver_flush(d);
+	text = notice_wait();
+	gone(f->st, TARGET);
+	if (strstr(text, "Final-Recipient: rfc822; rcpt0@example.net") == NULL)
+		fail_msg("the notice does not name rcpt0");
+	if (strstr(text, "Final-Recipient: rfc822; rcpt1@example.net") != NULL
+	    || strstr(text, "Final-Recipient: rfc822; rcpt2@example.net") != NULL)
+		fail_msg("the notice names a recipient whose NOTIFY wants none");
+	if (strstr(text, status) == NULL)
+		fail_msg("the notice does not say %s", status);
+}
+
+/* start - delivery through the test's upstream, the default configuration */
+static struct deliver *start(struct fx *f, struct conf *c)
+{
+	char err[512];
+
+	notices = 0;
+	assert_int_equal(conf_load(c, NULL, err, sizeof(err)), 0);
+	c->upstream.connections = 1;
+	return deliver_start(c, f->st, NULL, &notice_transport);
+}
+
+static void test_notice_reserve(void **state)
+{
+	struct fx *f = *state;
+	struct deliver *d;
+	struct conf c;
+	char log[65536];
+	FILE *tmp;
+	int n, old;
+
+	spool_msg(f->st, TARGET, SENDER, 3, clock_us(), clock_us());
+	spool_msg(f->st, NULLS, "", 1, clock_us(), clock_us());
+	n = fill(f->st);
+	if (n < 50)
+		fail_msg("filled: got %d messages into a 2 MB map, want at least 50", n);
+	upstream_reply = "550 5.1.1 no such user";
+	old = log_capture(&tmp);
+	d = start(f, &c);
+	if (attempted(f->st, NULLS, NULL) == 0)
+		fail_msg("the null sender's bounced message is still queued");
+	attempted(f->st, TARGET, NULL);
+	log_captured(old, tmp, log, sizeof(log));
+	deferred_not_bounced(f->st, "550 5.1.1 no such user", log);
+
+	drain(f->st, n);
+	bounced_with_notice(f, d, "Status: 5.1.1");
+	deliver_stop(d);
+	conf_free(&c);
+}
+
+static void test_notice_store_away(void **state)
+{
+	struct fx *f = *state;
+	struct deliver *d;
+	struct conf c;
+	char log[65536];
+	FILE *tmp;
+	int old;
+
+	real_ops = f->st->ops;
+	away_ops = *real_ops;
+	away_ops.txn_begin = away_begin;
+	away_ops.txn_msg_put = away_msg_put;
+	f->st->ops = &away_ops;
+	/* past retry.give_up (5 days): the upstream's 451 bounces it 4.4.7 */
+	spool_msg(f->st, TARGET, SENDER, 3, clock_us() - 6 * 86400 * SEC, clock_us());
+	__atomic_store_n(&away, 1, __ATOMIC_SEQ_CST);
+	upstream_reply = "451 4.3.0 try again later";
+	old = log_capture(&tmp);
+	d = start(f, &c);
+	attempted(f->st, TARGET, NULL);
+	log_captured(old, tmp, log, sizeof(log));
+	deferred_not_bounced(f->st, "delivery time expired; last error: 451 4.3.0 try again later",
+			     log);
+	if (strstr(log, store_strerror(STORE_EAGAIN)) == NULL)
+		fail_msg("the warning does not say the store's error");
+
+	__atomic_store_n(&away, 0, __ATOMIC_SEQ_CST);
+	bounced_with_notice(f, d, "Status: 4.4.7");
+	deliver_stop(d);
+	conf_free(&c);
+	f->st->ops = real_ops;
+}
+
+/* fx_setup_small - a 2 MB LMDB map */
+static int fx_setup_small(void **state)
+{
+	return fx_setup_map(state, SMALL_MAP);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_notice_reserve, fx_setup_small, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_notice_store_away, fx_setup, fx_teardown),
+	};
+
+	log_setup("test_deliver_notice", 0, LOG_LEVEL_INFO);
+	return cmocka_run_group_tests_name("deliver_notice", tests, NULL, NULL);
+}
