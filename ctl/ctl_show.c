@@ -513,7 +513,7 @@ int ctl_stats(struct ctl *x)
 	}
 	printf("store        %s%s%s\n", dir ? dir : store_name(&x->cf),
 	       unread[0] ? ": cannot be read: " : "", unread);
-	if (live && dstore) {
+	if (live && dstore && dir == NULL) {	/* how the daemon reaches a store elsewhere */
 		int dup = 1;
 		long long outages = 0, waiting = 0, waits = 0, voided = 0;
 		char ds[512];
@@ -524,13 +524,11 @@ int ctl_stats(struct ctl *x)
 		json_get_int(ds, "replication_waiting", &waiting);
 		json_get_int(ds, "replication_waits", &waits);
 		json_get_int(ds, "voided", &voided);
-		if (dir == NULL) {	/* how the daemon reaches a store elsewhere */
-			printf("reachable    %s from the daemon, %lld outage%s since its start\n",
-			       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
-			printf("replication  %lld commit%s waiting now, %lld wait%s since its start, "
-			       "%lld batch%s voided\n", waiting, waiting == 1 ? "" : "s", waits,
-			       waits == 1 ? "" : "s", voided, voided == 1 ? "" : "es");
-		}
+		printf("reachable    %s from the daemon, %lld outage%s since its start\n",
+		       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
+		printf("replication  %lld commit%s waiting now, %lld wait%s since its start, "
+		       "%lld batch%s voided\n", waiting, waiting == 1 ? "" : "s", waits,
+		       waits == 1 ? "" : "s", voided, voided == 1 ? "" : "es");
 	}
 	if (unread[0])
 		goto daemon;
