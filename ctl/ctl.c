@@ -599,7 +599,7 @@ static int cmd_cat(struct ctl *x, const char *qid)
 	}
 	printf("*** ENVELOPE RECORDS %s ***\n", qid);
 	printf("message_size: %zu\n", m.data_len);
-	printf("message_arrival_time: %s\n", ctl_time(t, sizeof(t), m.accepted));
+	printf("message_arrival_time: %s\n", clock_iso(t, sizeof(t), m.accepted));
 	printf("client: %s\n", m.client);
 	if (m.user)
 		printf("sasl_username: %s\n", m.user);

@@ -42,9 +42,6 @@ struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 /* ctl_request - one request to the daemon: 0 and its reply, or -1 (why) if unreachable */
 int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);
 
-/* ctl_time - UTC in ISO 8601 with its Z, as every time idemrelayctl writes */
-const char *ctl_time(char *out, size_t len, int64_t us);
-
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
 size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN]);
 

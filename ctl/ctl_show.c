@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../queue/qid.h"
+#include "../util/clock.h"
 #include "ctl.h"
 #include "../util/json.h"
 
@@ -79,18 +79,6 @@ static const char *fmt_dur(char *out, size_t len, int64_t us)
 	return out;
 }
 
-/* ctl_time - UTC in ISO 8601 with its Z, as --json writes it: the
- * same in every TZ, so two operators (or a log and a ticket) agree */
-const char *ctl_time(char *out, size_t len, int64_t us)
-{
-	time_t t = (time_t) (us / US);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return out;
-}
-
 /* fmt_next - "now", "in 45s" */
 static const char *fmt_next(char *out, size_t len, int64_t next, int64_t now)
 {
@@ -112,7 +100,7 @@ static const char *fmt_when(char *out, size_t len, const struct store_msg *m, in
 		snprintf(out, len, "on hold");
 	else if (m->lease_node)
 		snprintf(out, len, "on %s since %s", m->lease_node,
-			 ctl_time(t, sizeof(t), m->lease_since));
+			 clock_iso(t, sizeof(t), m->lease_since));
 	else
 		fmt_next(out, len, m->next_attempt, now);
 	return out;
@@ -191,7 +179,7 @@ static int queue_cb(void *arg, const struct store_msg *m)
 			printf("%-20s %9s  %-20s  %-8s  %8s  %s\n", "QID", "Size", "Arrival",
 			       "State", "Attempts", "Next");
 		printf("%-20s %9zu  %-20s  %-8s  %8d  %s\n", m->qid, m->data_len,
-		       ctl_time(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
+		       clock_iso(t, sizeof(t), m->accepted), msg_state(&s), m->attempts,
 		       fmt_when(n, sizeof(n), m, a->x->now));
 		printf("    from=<%s>\n", m->from);
 		print_rcpts(&s, "    ");
@@ -279,7 +267,7 @@ static void story_text(struct ctl *x, const struct store_story *s)
 
 	printf("%s: %s", s->m.qid, msg_state(s));
 	if (s->queued && s->m.lease_node)
-		printf(" on %s since %s", s->m.lease_node, ctl_time(t, sizeof(t), s->m.lease_since));
+		printf(" on %s since %s", s->m.lease_node, clock_iso(t, sizeof(t), s->m.lease_since));
 	if (s->queued && s->m.held)
 		printf(": never delivered until released (idemrelayctl release %s)", s->m.qid);
 	printf("\n");
@@ -287,7 +275,7 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	if (s->queued && s->m.held && x->now - s->m.accepted >= x->cf.retry.give_up * US)
 		printf("  note        older than retry.give_up (%s): once released, an attempt "
 		       "that fails bounces it\n", fmt_dur(d, sizeof(d), x->cf.retry.give_up * US));
-	printf("  accepted    %s (%s ago) from %s%s%s\n", ctl_time(t, sizeof(t), s->m.accepted),
+	printf("  accepted    %s (%s ago) from %s%s%s\n", clock_iso(t, sizeof(t), s->m.accepted),
 	       fmt_dur(d, sizeof(d), x->now - s->m.accepted), s->m.client,
 	       s->m.user ? ", user " : "", s->m.user ? s->m.user : "");
 	printf("  sender      <%s>%s%s, %zu bytes%s\n", s->m.from, s->m.envid ? ", envid " : "",
@@ -299,7 +287,7 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	/* forgotten: no claim answers for it any more, whatever it was */
 	if (s->has_key && s->forgotten)
 		printf("  key         yes, but forgotten by the operator %s: its duplicates are "
-		       "new messages", ctl_time(t, sizeof(t), s->forgotten));
+		       "new messages", clock_iso(t, sizeof(t), s->forgotten));
 	else
 		printf("  key         %s", s->has_key ? "yes, claims answer its duplicates" : "none");
 	printf("\n  duplicates  %u answered with this QID", s->duplicates);
@@ -309,13 +297,13 @@ static void story_text(struct ctl *x, const struct store_story *s)
 	if (s->queued && !s->m.held && !s->m.lease_node)
 		printf(", next %s", fmt_next(n, sizeof(n), s->m.next_attempt, x->now));
 	else if (s->updated)
-		printf(", last %s", ctl_time(t, sizeof(t), s->updated));
+		printf(", last %s", clock_iso(t, sizeof(t), s->updated));
 	printf("\n");
 	print_rcpts(s, "  ");
 	if (s->finished)
 		printf("  left the queue %s%s; story kept until %s\n",
-		       ctl_time(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
-		       ctl_time(n, sizeof(n), s->expires));
+		       clock_iso(t, sizeof(t), s->finished), s->dropped ? " (dropped by the operator)" : "",
+		       clock_iso(n, sizeof(n), s->expires));
 }
 
 /* key_qids - the QIDs filed under any form of the key */

@@ -19,6 +19,21 @@ int64_t clock_us(void)
 	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+/*
+ * clock_iso - UTC in ISO 8601 with its Z, as idemrelayctl and every JSON
+ * reply write times: the same in every TZ, so two operators (or a log
+ * and a ticket) agree
+ */
+const char *clock_iso(char *out, size_t len, int64_t us)
+{
+	time_t t = (time_t) (us / 1000000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return out;
+}
+
 /* clock_mono_us - CLOCK_MONOTONIC in microseconds */
 int64_t clock_mono_us(void)
 {

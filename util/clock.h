@@ -13,6 +13,7 @@
 #ifndef UTIL_CLOCK_H
 #define UTIL_CLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* clock_us - the wall clock in Unix microseconds */
@@ -20,5 +21,7 @@ int64_t clock_us(void);
 
 /* clock_mono_us - CLOCK_MONOTONIC in microseconds */
 int64_t clock_mono_us(void);
+/* clock_iso - us as UTC in ISO 8601 with its Z ("2026-12-05T08:40:00Z"); out */
+const char *clock_iso(char *out, size_t len, int64_t us);
 
 #endif

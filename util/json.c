@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "json.h"
 
 /* utf8_len - length of a valid UTF-8 sequence at p, 0 if invalid */
@@ -84,17 +84,12 @@ void json_error(struct buf *b, const char *fmt, ...)
 /* json_time - RFC 3339 UTC, or null */
 void json_time(struct buf *b, int64_t us)
 {
-	time_t t = (time_t) (us / 1000000);
-	struct tm tm;
 	char s[40];
 
-	if (us == 0) {
+	if (us == 0)
 		buf_append(b, "null", 4);
-		return;
-	}
-	gmtime_r(&t, &tm);
-	strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	buf_printf(b, "\"%s\"", s);
+	else
+		buf_printf(b, "\"%s\"", clock_iso(s, sizeof(s), us));
 }
 
 /* ws - skip white space */
