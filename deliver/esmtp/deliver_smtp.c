@@ -568,7 +568,7 @@ static int xsess_run(struct xsess *xs)
  * the reply was about the rate, not the message, whichever message's
  * command it answered
  */
-static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n)
+static void xsess_postpone(struct xsess *xs)
 {
 	char why[DELIVER_REPLY_MAX], dsn[DELIVER_DSN_SIZE];
 	int64_t until = deliver_rate_paused_until(xs->rate);
@@ -576,8 +576,8 @@ static void xsess_postpone(struct xsess *xs, struct deliver_job **jobs, size_t n
 
 	snprintf(why, sizeof(why), "host %s said: %s", xs->relay, xs->throttle);
 	(void) deliver_dsn_code(dsn, xs->throttle);
-	for (i = 0; i < n; i++)
-		(void) deliver_job_postpone(jobs[i], until, dsn, why);
+	for (i = 0; i < xs->n; i++)
+		(void) deliver_job_postpone(xs->jobs[i], until, dsn, why);
 }
 
 /*
@@ -604,24 +604,24 @@ static int64_t nomark_wait(int n)
  * second while it does; its first mark written ends that. The refused
  * one is deferred as before.
  */
-static void xsess_nomark_rest(struct xsess *xs, struct deliver_job **jobs, size_t n)
+static void xsess_nomark_rest(struct xsess *xs)
 {
 	int refused = __atomic_load_n(&xs->d->marks_refused, __ATOMIC_RELAXED);
 	int64_t wait = nomark_wait(refused);
 	char why[DELIVER_REPLY_MAX];
 	size_t i, k;
 
-	for (k = 0; k < n && xs->msgs[k].state != XMSG_NOMARK; k++)
+	for (k = 0; k < xs->n && xs->msgs[k].state != XMSG_NOMARK; k++)
 		continue;
-	if (k == n)
+	if (k == xs->n)
 		return;
 	snprintf(why, sizeof(why), "not sent: the session with %s was abandoned when the"
 		 " inflight mark of %s could not be recorded (%d refused in a row: again in"
-		 " %lld s)", xs->relay, jobs[k]->m.qid, refused > 1 ? refused : 1,
+		 " %lld s)", xs->relay, xs->jobs[k]->m.qid, refused > 1 ? refused : 1,
 		 (long long) (wait / US));
-	for (i = k + 1; i < n; i++)
+	for (i = k + 1; i < xs->n; i++)
 		if (xs->msgs[i].state == XMSG_ENVELOPE)
-			(void) deliver_job_postpone(jobs[i], clock_us() + wait, "4.3.0", why);
+			(void) deliver_job_postpone(xs->jobs[i], clock_us() + wait, "4.3.0", why);
 }
 
 /* smtp_send - deliver a batch over one connection to its upstream group */
@@ -668,9 +668,9 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 		for (i = 0; i < n; i++)
 			deliver_smtp_msg_collect(&xs.msgs[i]);
 		if (xs.throttled)
-			xsess_postpone(&xs, jobs, n);
+			xsess_postpone(&xs);
 		else
-			xsess_nomark_rest(&xs, jobs, n);
+			xsess_nomark_rest(&xs);
 		xsess_free(&xs);
 		break;
 	}
