@@ -35,8 +35,6 @@ void deliver_flush(struct deliver *d)
 	size_t i;
 	int err;
 
-	if (d == NULL)
-		return;
 	if ((err = store_msg_change(d->st, NULL, &now)) != 0)
 		msg_warn("control: flush: the shared queue: %s", store_strerror(err));
 	for (i = 0; d->rates && i <= d->c->n_routes; i++)
@@ -60,8 +58,6 @@ enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const c
 	enum dq_state state;
 	int64_t when;
 
-	if (d == NULL)
-		return QUEUE_ADMIN_UNKNOWN;
 	pthread_mutex_lock(&d->lock);
 	if ((state = dq_state(&d->q, qid)) == DQ_WAITING && dq_add(&d->q, qid, clock_us()))
 		pthread_cond_signal(&d->wake);
@@ -85,8 +81,6 @@ enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const c
  */
 void deliver_release(struct deliver *d, const char *qid, int64_t when)
 {
-	if (d == NULL)
-		return;
 	if (!d->shared) {
 		deliver_schedule(d, qid, when, 0);
 		return;
@@ -106,8 +100,6 @@ void deliver_reroute(struct deliver *d, const char *qid)
 {
 	enum dq_state state;
 
-	if (d == NULL)
-		return;
 	pthread_mutex_lock(&d->lock);
 	if ((state = dq_state(&d->q, qid)) != DQ_UNKNOWN && dq_regroup(&d->q, qid, clock_us()))
 		pthread_cond_signal(&d->wake);
@@ -126,8 +118,6 @@ int deliver_drop(struct deliver *d, const char *qid)
 {
 	enum dq_state state;
 
-	if (d == NULL)
-		return 0;
 	pthread_mutex_lock(&d->lock);
 	if ((state = dq_state(&d->q, qid)) == DQ_WAITING)
 		dq_done(&d->q, qid, -1);
