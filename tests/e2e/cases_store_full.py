@@ -9,6 +9,7 @@ import smtplib
 import threading
 import time
 
+from cases_ops import ctl, ctl_json, ops_daemon
 from harness import LMDB_ONLY
 from harness import (BIN, case, check, eq, expect_reply, make_msg, received_qids, run, submit,
                      submit_ok, wait_until)
@@ -195,3 +196,53 @@ def test_store_ceiling(t):
     d.wait_log("store: 95% full")
     s = ctl_stats(d)
     check(s["full_percent"] > 80, "full_percent %r at the ceiling" % s["full_percent"])
+
+
+def fill_to_452(d, body, tag, limit):
+    """fill_to_452 - submit messages of body to fill@example.com until 452 4.3.1; how many fitted"""
+    for i in range(limit):
+        r = submit(d.port, "fill@example.com", make_msg(key="%s-%d" % (tag, i), body=body),
+                   timeout=15)
+        if r.data[0] != 250:
+            expect_reply(r.data, 452, "4.3.1", "%s message %d into the store" % (tag, i))
+            return i
+    raise AssertionError("%d %s messages and no 452 in a 4 MB map" % (limit, tag))
+
+
+@case(timeout=120, stores=LMDB_ONLY)
+def test_store_full_bounce_waits_for_its_notice(t):
+    """A recipient bounced (550) while the store is full to its delivery
+    reserve, where its non-delivery notice is refused like any new message:
+    it is not bounced without it but stays queued, deferred, with a warning;
+    once the store has room again it bounces and the notice reaches the
+    sender (Postfix defers a recipient whose bounce cannot be logged)."""
+    sink = t.sink(greeting=421)             # everything held until the store is full
+    d = ops_daemon(t, sink, {"store": {"map_size": "4M", "map_size_max": "4M"},
+                             "limits": {"message_size": "1M"},
+                             "retry": {"first": "1s", "max": "2s", "give_up": "5d"}})
+    page = "".join("line %03d of the bounced message, kept whole in its notice\r\n" % i
+                   for i in range(600))     # ~36 KB: its notice takes more than the last filler
+    qid = submit_ok(d.port, "permfail-nb@example.com",
+                    make_msg(key="notice-wait", subject="bounce me", body=page))
+    fill_to_452(d, "x" * 500000 + "\r\n", "big", 20)
+    fill_to_452(d, BODY, "small", 2000)
+    sink.control(rcpt={"fill@example.com": "tempfail"})     # the store stays full
+    ctl(d, "flush")
+    d.wait_log(qid, "sender non-delivery notification not queued", timeout=30)
+    s = ctl_json(d, "show", qid)["messages"][0]
+    check(s["queued"], "the bounced message left the queue without its notice: %r" % s)
+    d.wait_log(qid, "to=<permfail-nb@example.com>",
+               "status=deferred (sender non-delivery notification not queued: 550 5.1.1")
+    check(not d.log_lines(qid, "status=bounced"), "bounced without its notice")
+    check(not sink.accepted(lambda r: r["mail_from"] == ""), "a notice went out")
+
+    sink.control()                          # the fillers are delivered: room again
+    ctl(d, "flush")
+    notice = sink.wait_count(1, lambda r: r["mail_from"] == "" and
+                             r["to"] == ["sender@example.org"], timeout=60,
+                             what="the notice at the sender")[0]
+    check(b"permfail-nb@example.com" in notice["data"] and b"5.1.1" in notice["data"],
+          "the notice does not name the recipient and its status:\n%r" % notice["data"][:2000])
+    d.wait_log(qid, "to=<permfail-nb@example.com>", "status=bounced")
+    wait_until(lambda: not ctl_json(d, "show", qid)["messages"][0]["queued"], 20,
+               "the bounced message out of the queue")
