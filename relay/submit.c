@@ -183,14 +183,14 @@ static void log_queued(const struct submission *sub)
 }
 
 /* answered - count a decided request and log it, once its reply is out */
-static void answered(struct server *srv, struct commit_req *req, const char *reply)
+static void answered(struct commit_req *req, const char *reply)
 {
 	const struct submission *sub = (const struct submission *) req;
 	struct buf line = BUF_INIT;
 	int dup;
 
 	metrics_answered(req->outcome, req->shadow_hit, clock_us() - sub->t0);
-	dupcount_add(srv->dc, req->outcome, req->orig_qid);
+	dupcount_add(sub->c->srv->dc, req->outcome, req->orig_qid);
 	switch (req->outcome) {
 	case COMMIT_QUEUED:
 	case COMMIT_PARTIAL:
@@ -231,7 +231,7 @@ static void commit_done(struct commit_req *req)
 		smtp_session_reply(c->s, reply);
 		conn_process(c);
 	}
-	answered(c->srv, req, reply);
+	answered(req, reply);
 	req_free(req);
 }
 
@@ -239,14 +239,15 @@ static void commit_done(struct commit_req *req)
 static void answer_now(struct conn *c, struct submission *sub)
 {
 	c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-	answered(c->srv, &sub->req, c->sync_reply);
+	answered(&sub->req, c->sync_reply);
 	req_free(&sub->req);
 }
 
 /* received_header - the one header idemrelay adds */
-static void received_header(struct buf *b, const struct server *srv, const struct conn *c,
-			    const char *helo, const char *qid, const struct smtp_tx *tx)
+static void received_header(struct buf *b, const struct conn *c, const char *qid,
+			    const struct smtp_tx *tx)
 {
+	const char *helo = smtp_session_helo(c->s);
 	char date[64];
 	time_t now = time(NULL);
 	struct tm tm;
@@ -258,7 +259,7 @@ static void received_header(struct buf *b, const struct server *srv, const struc
 	 * TLS here); RFC 6531 section 4.3: UTF8SMTP* for an SMTPUTF8 tx
 	 */
 	buf_printf(b, "Received: from %s ([%s])\r\n\tby %s (idemrelay) with %s%s id %s",
-		   *helo ? helo : "unknown", c->addr, srv->cf->hostname,
+		   *helo ? helo : "unknown", c->addr, c->srv->cf->hostname,
 		   tx->smtputf8 ? "UTF8SMTP" : "ESMTP",
 		   !smtp_session_tls(c->s) ? "" : smtp_session_user(c->s) ? "SA" : "S", qid);
 	if (tx->n_rcpts == 1)
@@ -408,7 +409,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	}
 	qid_next(sub->req.msg.qid);
 	buf_reset(&received);
-	received_header(&received, srv, c, helo, sub->req.msg.qid, tx);
+	received_header(&received, c, sub->req.msg.qid, tx);
 	rc = keys_rewrite(&data, received.data, text, tx->data.len, &kr);
 	buf_free(&received);
 	keys_free(&kr);
