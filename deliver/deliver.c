@@ -288,12 +288,6 @@ static int group_of(struct deliver *d, const struct conf_upstream *up)
 	return 0;
 }
 
-/* group_name - "upstream" or "upstream (route NAME)", for the log */
-static const char *group_name(struct deliver *d, int g)
-{
-	return d->rates[g]->route;
-}
-
 /*
  * groups_close - close the queue's groups that may start no session now
  * (dq_close), open the others (lock held): when one may change without a
@@ -343,7 +337,8 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *a
 				return n;
 			}
 			/* a session began since groups_close() (send_group's): wait as before */
-			msg_debug("delivery: upstream%s: %s", group_name(d, g), deliver_admit_why(a));
+			msg_debug("delivery: upstream%s: %s", d->rates[g]->route,
+				  deliver_admit_why(a));
 			for (i = 0; i < n; i++)
 				dq_put_back(&d->q, qids[i]);
 			continue;
@@ -394,7 +389,7 @@ static void hold(struct deliver *d, struct deliver_job **jobs, size_t n, int g,
 	pthread_cond_broadcast(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 	for (i = 0; i < n; i++)
-		msg_debug("%s: waits: upstream%s: %s", jobs[i]->m.qid, group_name(d, g),
+		msg_debug("%s: waits: upstream%s: %s", jobs[i]->m.qid, d->rates[g]->route,
 			  deliver_admit_why(a));
 }
 

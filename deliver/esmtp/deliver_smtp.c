@@ -97,17 +97,6 @@ static struct xmsg *xsess_find(struct xsess *xs, smtp_message_t sm)
 	return NULL;
 }
 
-/*
- * xsess_cut - the guard said the conversation must end before the next
- * write: the bridge (every connection has one) forwards nothing libesmtp
- * writes from now on
- */
-static void xsess_cut(struct xsess *xs)
-{
-	msg_info("upstream %s: %s", xs->relay, xs->guard.why);
-	deliver_bridge_cut(xs->bridge);
-}
-
 /* xsess_event - libesmtp events; the variable arguments depend on the event */
 static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 {
@@ -233,7 +222,9 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 				 xs->up->user, xs->guard.auth_mech);
 	} else if (writing == SMTP_CB_WRITING
 		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
-		xsess_cut(xs);
+		/* the conversation ends before this write: the bridge forwards nothing more */
+		msg_info("upstream %s: %s", xs->relay, xs->guard.why);
+		deliver_bridge_cut(xs->bridge);
 	}
 	if (writing == SMTP_CB_WRITING) {
 		if (xs->rate)
