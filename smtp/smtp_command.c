@@ -68,13 +68,6 @@ static int smtp_ext_starttls(const struct smtp_session *s)
 	return s->cfg.starttls && !s->tls;
 }
 
-/* smtp_ext_auth - the mechanisms (RFC 4954) */
-static void smtp_ext_auth(const struct smtp_session *s, struct buf *b)
-{
-	(void) s;
-	buf_printf(b, " PLAIN LOGIN");
-}
-
 /* smtp_ext_smtputf8 - where configured (listen[].smtputf8, on by default) */
 static int smtp_ext_smtputf8(const struct smtp_session *s)
 {
@@ -85,7 +78,7 @@ static const struct smtp_ext smtp_ext_table[] = {
 	{"PIPELINING", NULL, NULL},
 	{"SIZE", smtp_ext_size, NULL},
 	{"STARTTLS", NULL, smtp_ext_starttls},
-	{"AUTH", smtp_ext_auth, smtp_auth_offered},
+	{"AUTH PLAIN LOGIN", NULL, smtp_auth_offered},	/* the mechanisms, RFC 4954 */
 	{"8BITMIME", NULL, NULL},
 	{"ENHANCEDSTATUSCODES", NULL, NULL},
 	{"DSN", NULL, NULL},
