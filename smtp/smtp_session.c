@@ -338,19 +338,17 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 
 /*
  * smtp_session_count - count a command's (or a message's) first reply line
- * and whether the command was junk; 1 if that makes too many errors: then
- * the 421 is queued or, while a hook holds the session, due after its reply
+ * and whether the command was junk; too many errors close the session: the
+ * 421 is queued or, while a hook holds the session, due after its reply
  */
-int smtp_session_count(struct smtp_session *s, const char *reply, int junk)
+void smtp_session_count(struct smtp_session *s, const char *reply, int junk)
 {
 	if (reply[0] == '4' || reply[0] == '5')
 		s->errors++;
 	if (junk && ++s->junk > s->cfg.junk_commands)
 		s->errors++;
-	if (s->errors < s->cfg.hard_errors || s->state == SMTP_STATE_CLOSED)
-		return 0;
-	smtp_session_close(s, SMTP_CLOSE_ERRORS, "4.7.0", "Error: too many errors");
-	return 1;
+	if (s->errors >= s->cfg.hard_errors)	/* once: a closed session stays as it is */
+		smtp_session_close(s, SMTP_CLOSE_ERRORS, "4.7.0", "Error: too many errors");
 }
 
 /* smtp_session_reply - the message hook's answer; resume input */

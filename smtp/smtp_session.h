@@ -87,7 +87,7 @@ void smtp_reply_external(struct smtp_session *s, const char *reply);
 void smtp_tx_end(struct smtp_session *s);
 void smtp_refuse(struct smtp_session *s, const struct smtp_tx *tx, const char *stage,
 		 const char *reply);
-int smtp_session_count(struct smtp_session *s, const char *reply, int junk);
+void smtp_session_count(struct smtp_session *s, const char *reply, int junk);
 void smtp_session_resume(struct smtp_session *s);	/* after a hook's answer */
 
 /* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
