@@ -11,7 +11,8 @@
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
  * another node replayed; settled at a clean stop; a void's settle waits for
- * a replay in flight), a result that
+ * a replay in flight), what a batch of duplicates and the counts' flush
+ * write (rows, and whether it commits), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
  * one statement, a
@@ -2225,6 +2226,120 @@ static void test_settle_skips_held_key(void **state)
 	CHECK_INT("the key replays it", claim_found(f->st, 81, NOW, &c), 1);
 }
 
+/*
+ * The row versions of messages, recipients and claims, each row named:
+ * rows_snap() notes them, rows_written() counts the rows written since
+ * (a row written twice in between counts once)
+ */
+#define ROW_VERSIONS "SELECT 'm' || qid AS k, ctid AS v FROM messages UNION ALL " \
+	"SELECT 'r' || qid || '/' || idx, ctid FROM rcpts UNION ALL " \
+	"SELECT 'c' || encode(hash, 'hex'), ctid FROM claims"
+
+/* rows_snap - note the row versions, for rows_written() */
+static void rows_snap(struct fx *f)
+{
+	sql(f, "SET client_min_messages = warning; DROP TABLE IF EXISTS seen; "
+	    "CREATE TABLE seen AS " ROW_VERSIONS "%s", NULL);
+}
+
+/* rows_written - rows of messages, rcpts and claims written since rows_snap() */
+static long long rows_written(struct fx *f)
+{
+	char q[1024];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM (" ROW_VERSIONS
+		 ") n FULL JOIN seen s USING (k) WHERE n.v IS DISTINCT FROM s.v", f->schema);
+	return sql_int(f->url, q);
+}
+
+/*
+ * dup_batch - one batch on st answering the claim of every hash as a
+ * duplicate (read, and replayed with its QID, as the submission path
+ * does); the rows it wrote, and whether it committed (else it rolled back)
+ */
+static long long dup_batch(struct fx *f, struct store *st, const int *hashes, size_t n,
+			   int *committed)
+{
+	struct store_txn *t;
+	struct store_claim c;
+	uint8_t h[STORE_HASH_LEN];
+	char q[256];
+	size_t i;
+
+	rows_snap(f);
+	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	for (i = 0; i < n; i++) {
+		hash_of(h, hashes[i]);
+		CHECK_INT("a duplicate", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+		store_txn_replay(t, KH, h);
+	}
+	snprintf(q, sizeof(q), "SELECT pg_xact_status('%lld'::xid8) = 'committed'",
+		 (long long) ((struct pg_txn *) t)->xid);
+	CHECK_INT("the batch's id read with its locks", ((struct pg_txn *) t)->xid > 0, 1);
+	CHECK_INT("answered", store_txn_commit(t), 0);
+	*committed = (int) sql_int(f->url, q);
+	return rows_written(f);
+}
+
+/*
+ * What duplicates write (the dup window's updates of messages,
+ * BENCHMARKS.md): no row, and a ROLLBACK, for a batch of duplicates on
+ * the node that accepted them; on another node, the first batch records
+ * the replay of each message still under its acceptance lease (a row
+ * each, and a COMMIT), the later ones nothing. The counts' flush
+ * (store_hist_count, once a second) writes a row per message it names,
+ * however many duplicates and entries it adds to it.
+ */
+static void test_duplicates_write(void **state)
+{
+	static const int hashes[] = { 91, 92, 93 };
+	static const char *const qids[] = { "DUPWRITE0001", "DUPWRITE0002", "DUPWRITE0003" };
+	struct fx *f = *state;
+	struct store_count cnt[7];
+	struct store_story s;
+	struct store *other;
+	long long rows;
+	int i, commits, committed;
+
+	for (i = 0; i < 3; i++)
+		spool_one(f->st, qids[i], hashes[i]);
+	for (i = 0, rows = commits = 0; i < 5; i++) {
+		rows += dup_batch(f, f->st, hashes, 3, &committed);
+		commits += committed;
+	}
+	CHECK_INT("the accepting node's duplicates: rows written", rows, 0);
+	CHECK_INT("... batches committed", commits, 0);
+	other = node_open(f, "other");
+	CHECK_INT("another node's first: the replays recorded",
+		  dup_batch(f, other, hashes, 3, &committed), 3);
+	CHECK_INT("... committed", committed, 1);
+	for (i = 1, rows = commits = 0; i < 5; i++) {
+		rows += dup_batch(f, other, hashes, 3, &committed);
+		commits += committed;
+	}
+	CHECK_INT("its later duplicates: rows written", rows, 0);
+	CHECK_INT("... batches committed", commits, 0);
+	store_close(other);
+
+	/* 7 entries, 28 duplicates and 2 mismatches of 3 messages: 3 rows */
+	memset(cnt, 0, sizeof(cnt));
+	for (i = 0; i < 7; i++) {
+		strcpy(cnt[i].qid, qids[i % 3]);
+		cnt[i].duplicates = (uint32_t) i + 1;
+		cnt[i].mismatches = i == 2 || i == 5;
+	}
+	rows_snap(f);
+	CHECK_INT("count", store_hist_count(f->st, cnt, 7), 0);
+	CHECK_INT("the counts' rows written", rows_written(f), 3);
+	CHECK_INT("story", store_story_get(f->st, qids[0], &s), 0);
+	CHECK_INT("its duplicates", s.duplicates, 1 + 4 + 7);
+	store_story_free(&s);
+	CHECK_INT("story", store_story_get(f->st, qids[2], &s), 0);
+	CHECK_INT("its duplicates", s.duplicates, 3 + 6);
+	CHECK_INT("its mismatches", s.mismatches, 2);
+	store_story_free(&s);
+}
+
 /* next_of - qid's next_attempt, read on a connection of its own */
 static long long next_of(struct fx *f, const char *qid)
 {
@@ -2662,6 +2777,7 @@ int main(void)
 		T(test_settle_aborted_id),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
+		T(test_duplicates_write),
 		T(test_result_deadline),
 		T(test_prepared),
 		T(test_prepared_txn),
