@@ -39,7 +39,11 @@ DESCRIPTION
                             after theirs (read in the database itself: one
                             more transaction there per snapshot)
       pg_stat_statements    calls, rows and execution time per statement
-                            (top level; absent if it could not be loaded)
+                            (top level; absent if it could not be loaded);
+                            report() lists those run 0.005 times a message
+                            or more, and the rarer ones whose rows come to
+                            that much (the duplicates' counts flushed once
+                            a second: a row per message named, each time)
     each node's /metrics: idemrelay_commit_batch_size count and sum, the
     group commits that decided submissions; and the TCP data segments on
     each node's connections to PostgreSQL (ss -ti: data_segs_out, the
@@ -465,11 +469,15 @@ class Counters:
             if s["rollbacks"]:
                 lines.append("  rollbacks: %d" % s["rollbacks"])
             for t in s["top_statements"]:
-                if t["per_msg"] < 0.005:
-                    continue
-                lines.append("  %6.3f/msg %6.2f rows %7.3f ms exec %7.3f ms plan  %s"
-                             % (t["per_msg"], t["rows_per_call"], t["mean_ms"], t["plan_ms"],
-                                t["query"]))
+                rows = t["per_msg"] * t["rows_per_call"]
+                if t["per_msg"] >= 0.005:
+                    lines.append("  %6.3f/msg %6.2f rows %7.3f ms exec %7.3f ms plan  %s"
+                                 % (t["per_msg"], t["rows_per_call"], t["mean_ms"],
+                                    t["plan_ms"], t["query"]))
+                elif rows >= 0.005:     # rare but many rows a call: the counts' flush, a second
+                    lines.append("  %6d calls %6.0f rows each (%.2f/msg) %7.3f ms exec  %s"
+                                 % (round(t["per_msg"] * s["msgs"]), t["rows_per_call"], rows,
+                                    t["mean_ms"], t["query"]))
         return lines
 
 
