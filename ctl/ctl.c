@@ -389,67 +389,59 @@ static void mail_log(struct ctl *x)
 }
 
 /*
- * act - an action through the daemon when it runs (line), else the same
- * action (queue/queue_admin.c) on the store itself: sel, and mode for
- * forget. The reply either way, marked "offline" in the second case.
+ * act - an action through the daemon when it runs, else the same request
+ * line run by the same code (queue_admin_request()) on the store itself.
+ * The reply either way, marked "offline" in the second case.
  */
-static void act(struct ctl *x, const char *cmd, const char *line,
-		const struct queue_admin_sel *sel, enum queue_admin_forget mode, struct buf *reply)
+static void act(struct ctl *x, const char *cmd, const struct buf *line, struct buf *reply)
 {
 	char why[512];
 	struct store *st;
+	char *args;
 
-	if (ctl_request(x, line, reply, why, sizeof(why)) == 0)
+	if (ctl_request(x, line->data, reply, why, sizeof(why)) == 0)
 		return;
 	mail_log(x);
 	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
+	args = xstrdup(line->data + strlen(cmd) + 1);	/* "CMD args": cut up in place */
 	/* a reroute: with the routes the next start uses */
-	queue_admin_act(st, NULL, &x->cf, cmd, sel, mode, x->now, reply);
+	queue_admin_request(st, NULL, &x->cf, cmd, args, x->now, reply);
+	free(args);
 	if (reply->len && reply->data[reply->len - 1] == '}') {
 		reply->data[--reply->len] = 0;
 		buf_printf(reply, ",\"offline\":true}");
 	}
 }
 
-/* sel_keys - the hashes KEY may stand for into sel, and onto line as hex words */
-static void sel_keys(const char *key, struct queue_admin_sel *sel,
-		     uint8_t (*h)[STORE_HASH_LEN], struct buf *line)
+/* line_keys - the key index hashes KEY may stand for, onto line as hex words */
+static void line_keys(const char *key, struct buf *line)
 {
+	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	char hex[2 * HASH_LEN + 1];
-	size_t i;
+	size_t i, n = ctl_key_hashes(key, h);
 
-	sel->n_keys = ctl_key_hashes(key, h);
-	sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) h;
-	for (i = 0; i < sel->n_keys; i++) {
+	for (i = 0; i < n; i++) {
 		hash_hex(h[i], HASH_LEN, hex);
 		buf_printf(line, " %s", hex);
 	}
 }
 
 /* sel_line - the selection as the control socket's request names it (control.h) */
-static void sel_line(struct ctl *x, const char *arg, struct queue_admin_sel *sel,
-		     uint8_t (*h)[STORE_HASH_LEN], struct buf *line)
+static void sel_line(struct ctl *x, const char *arg, struct buf *line)
 {
-	memset(sel, 0, sizeof(*sel));
 	if (arg == NULL) {
 		if ((x->from && (strpbrk(x->from, " \t") || !x->from[0]))
 		    || (x->to && (strpbrk(x->to, " \t") || !x->to[0])))
 			ctl_misuse(x, "a pattern is not empty and has no space in it, as an address");
-		sel->from = x->from;
-		sel->to = x->to;
 		if (x->from)
 			buf_printf(line, " from %s", x->from);
 		if (x->to)
 			buf_printf(line, " to %s", x->to);
-	} else if (strcmp(arg, "ALL") == 0) {
-		sel->all = 1;
-		buf_printf(line, " ALL");
-	} else if (qid_valid(arg)) {
-		sel->qid = arg;
+	} else if (strcmp(arg, "ALL") == 0 || qid_valid(arg)) {
 		buf_printf(line, " %s", arg);
 	} else {
 		buf_printf(line, " key -");
-		sel_keys(arg, sel, h, line);
+		line_keys(arg, line);
 	}
 }
 
@@ -498,17 +490,15 @@ static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
 		{"release", "released", "released from hold"},
 		{"reroute", "rerouted", "rerouted"},
 	};
-	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	struct buf reply = BUF_INIT, line = BUF_INIT;
-	struct queue_admin_sel sel;
 	char err[1024];
 	size_t i;
 
 	for (i = 0; strcmp(says[i].cmd, cmd) != 0; i++)
 		;
 	buf_printf(&line, "%s", cmd);
-	sel_line(x, arg, &sel, h, &line);
-	act(x, cmd, line.data, &sel, QUEUE_ADMIN_REFUSE, &reply);
+	sel_line(x, arg, &line);
+	act(x, cmd, &line, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (x->json) {
 			printf("%s\n", reply.data);	/* with what was done and what was not */
@@ -520,7 +510,7 @@ static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
 	if (x->json)
 		printf("%s\n", reply.data);
 	else
-		print_list(reply.data, says[i].list, says[i].done, sel.qid == NULL);
+		print_list(reply.data, says[i].list, says[i].done, arg == NULL || !qid_valid(arg));
 	buf_free(&reply);
 	buf_free(&line);
 	return 0;
@@ -637,21 +627,16 @@ static void print_qids(const char *reply, const char *name, const char *label)
  */
 static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 {
-	uint8_t h[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	char err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
-	struct queue_admin_sel sel;
 	long long claims = 0;
 
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
-	memset(&sel, 0, sizeof(sel));
-	sel.user = x->user;
 	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",
 		   x->user ? x->user : "-");
-	sel_keys(key, &sel, h, &line);
-	act(x, "forget", line.data, &sel, mode == NULL ? QUEUE_ADMIN_REFUSE
-	    : strcmp(mode, "--drop") == 0 ? QUEUE_ADMIN_DROP : QUEUE_ADMIN_FORCE, &reply);
+	line_keys(key, &line);
+	act(x, "forget", &line, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (strncmp(err, "unknown key", 11) == 0)
 			ctl_fail(x, "unknown key %s%s%s", key, x->user ? " for user " : "",

@@ -35,7 +35,6 @@
 #include "../queue/queue_admin.h"
 #include "../util/admin.h"
 #include "../util/buf.h"
-#include "../util/hash.h"
 #include "../util/clock.h"
 #include "../util/json.h"
 #include "../util/log.h"
@@ -93,91 +92,6 @@ static enum queue_admin_retry sched_retry(void *arg, const char *qid, const char
 static void sched_reroute(void *arg, const char *qid)
 {
 	deliver_reroute(arg, qid);
-}
-
-/*
- * parse_keys - "USER|- HEX..." (words, or the rest of a strtok_r() at
- * save when NULL): the hashes of one key's forms, QUEUE_ADMIN_MAX_KEYS at
- * most, into keys and sel; -1 if malformed
- */
-static int parse_keys(char *words, char **save, struct queue_admin_sel *sel,
-		      uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
-{
-	char *user = strtok_r(words, " ", save), *h;
-
-	if (user == NULL)
-		return -1;
-	while ((h = strtok_r(NULL, " ", save)) != NULL)
-		if (sel->n_keys == QUEUE_ADMIN_MAX_KEYS
-		    || hash_unhex(h, keys[sel->n_keys++], STORE_HASH_LEN) != 0)
-			return -1;
-	sel->user = strcmp(user, "-") == 0 ? NULL : user;
-	sel->keys = (const uint8_t (*)[STORE_HASH_LEN]) keys;
-	return sel->n_keys ? 0 : -1;
-}
-
-/*
- * parse_sel - a request's selection: QID, ALL, "key USER|- HEX...",
- * "from PATTERN", "to PATTERN" (both may be given); -1 if malformed
- */
-static int parse_sel(char *args, struct queue_admin_sel *sel,
-		     uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
-{
-	char *save = NULL, *w = strtok_r(args, " ", &save), *v;
-
-	memset(sel, 0, sizeof(*sel));
-	if (w == NULL)
-		return -1;
-	if (strcmp(w, "ALL") == 0) {
-		sel->all = 1;
-	} else if (strcmp(w, "key") == 0) {
-		return parse_keys(NULL, &save, sel, keys);
-	} else if (strcmp(w, "from") == 0 || strcmp(w, "to") == 0) {
-		for (; w != NULL; w = strtok_r(NULL, " ", &save)) {
-			if ((v = strtok_r(NULL, " ", &save)) == NULL)
-				return -1;
-			if (strcmp(w, "from") == 0)
-				sel->from = v;
-			else if (strcmp(w, "to") == 0)
-				sel->to = v;
-			else
-				return -1;
-		}
-		return 0;
-	} else if (!qid_valid(sel->qid = w)) {
-		return -1;
-	}
-	return strtok_r(NULL, " ", &save) == NULL ? 0 : -1;
-}
-
-/*
- * do_act - drop, hold, release or reroute what the request names, or
- * "forget [--force|--drop] USER|- HEX...": the claims filed under each
- * key hash given (queue_admin.c says when it refuses); a reroute with
- * the routes in use
- */
-static void do_act(struct control *ctl, const char *cmd, char *args, struct buf *out)
-{
-	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
-	enum queue_admin_forget mode = QUEUE_ADMIN_REFUSE;
-	struct queue_admin_sel sel;
-	char *save = NULL;
-	int forget = strcmp(cmd, "forget") == 0;
-
-	memset(&sel, 0, sizeof(sel));
-	if (forget && strncmp(args, "--force ", 8) == 0) {
-		mode = QUEUE_ADMIN_FORCE;
-		args += 8;
-	} else if (forget && strncmp(args, "--drop ", 7) == 0) {
-		mode = QUEUE_ADMIN_DROP;
-		args += 7;
-	}
-	if (forget ? parse_keys(args, &save, &sel, keys) : parse_sel(args, &sel, keys))
-		json_error(out, forget ? "usage: %s [--force|--drop] USER|- KEYHASH..."
-			   : "usage: %s QID | ALL | key USER|- KEYHASH... | from PATTERN [to PATTERN]"
-			   " | to PATTERN", cmd);
-	else
-		queue_admin_act(ctl->st, &ctl->sched, ctl->c, cmd, &sel, mode, clock_us(), out);
 }
 
 /* do_count - duplicates answered with a QID: written plus pending */
@@ -257,7 +171,8 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 	} else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
 		   || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0
 		   || strcmp(cmd, "forget") == 0) {
-		do_act(ctl, cmd, rest ? rest : (char *) "", out);
+		queue_admin_request(ctl->st, &ctl->sched, ctl->c, cmd, rest ? rest : (char *) "",
+				    clock_us(), out);
 	} else if (strcmp(cmd, "count") == 0) {
 		do_count(ctl, qid, out);
 	} else if (strcmp(cmd, "stats") == 0) {

@@ -76,6 +76,16 @@ void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const 
 		     const char *cmd, const struct queue_admin_sel *sel,
 		     enum queue_admin_forget mode, int64_t now, struct buf *out);
 
+/*
+ * queue_admin_request - queue_admin_act() for an action as the control
+ * socket's request line names it (daemon/control.h): cmd, then args (cut
+ * up in place); a malformed one gets a usage error. The daemon runs the
+ * requests it is sent, idemrelayctl the ones it would send when none runs.
+ */
+void queue_admin_request(struct store *st, const struct queue_admin_sched *s,
+			 const struct conf *cf, const char *cmd, char *args, int64_t now,
+			 struct buf *out);
+
 /* queue_admin_retry - one queued message attempted now (needs a scheduler) */
 void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, const char *qid,
 		       struct buf *out);
