@@ -315,18 +315,17 @@ static void check_ports(struct check *k)
 /* check_group - an upstream group's tls_ca (name: "upstream" or "routes[N].upstream") */
 static void check_group(struct check *k, const char *name, const struct conf_upstream *u)
 {
-	char err[512], setting[128], prefix[128];
+	static const char prefix[] = "upstream.tls_ca ";	/* the loader's; setting says it */
+	char err[512], setting[128];
 	SSL_CTX *ctx;
-	size_t n;
 
 	if (u->tls == CONF_TLS_NONE || u->tls_ca == NULL)
 		return;
 	snprintf(setting, sizeof(setting), "%s.tls_ca", name);
-	n = (size_t) snprintf(prefix, sizeof(prefix), "upstream.tls_ca ");
 	if ((ctx = tls_client_ctx_conf(u, err, sizeof(err))) == NULL)
 		check_fail(k, setting, "%s: want a PEM file of CA certificates or a "
 			   "directory hashed with openssl rehash",
-			   strncmp(err, prefix, n) == 0 ? err + n : err);
+			   err + (strncmp(err, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0));
 	SSL_CTX_free(ctx);
 }
 

@@ -63,10 +63,9 @@ static void client_close(struct admin *a, size_t i)
 	a->c[i] = a->c[--a->n];
 }
 
-/* client_serve - the request is in (or all there will be): answer it */
+/* client_serve - the request is in (or all there will be; NUL-terminated): answer it */
 static void client_serve(struct admin *a, struct admin_client *c, enum admin_end end)
 {
-	c->req[c->len] = 0;
 	a->ops.serve(a->ops.arg, c->fd, c->req, c->len, end, &c->out);
 	c->writing = 1;
 	c->deadline = clock_mono_us() + ADMIN_DEADLINE_MS * 1000LL;
