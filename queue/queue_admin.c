@@ -216,22 +216,15 @@ static int drop_one(struct store *st, const struct queue_admin_sched *s, const c
 	return err;
 }
 
-/* drop_qid - the one message asked for, its refusal said as drop has always said it */
-static int drop_qid(struct store *st, const struct queue_admin_sched *s, const char *qid,
-		    struct buf *out)
+/* drop_refused - the error reply for a message drop_one() did not drop (err) */
+static void drop_refused(struct store *st, struct buf *out, const char *qid, int err)
 {
-	int err = drop_one(st, s, qid, "drop");
-
 	if (err == STORE_ELEASE)
 		json_error(out, "%s is being delivered right now; try again in a moment", qid);
 	else if (err == STORE_ENOTFOUND)
 		not_queued(st, out, qid);
-	else if (err != 0)
-		json_error(out, "cannot drop %s: %s", qid, store_strerror(err));
 	else
-		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"count\":1,\"dropped\":[\"%s\"],"
-			   "\"busy\":[]}", qid, qid);
-	return err;
+		json_error(out, "cannot drop %s: %s", qid, store_strerror(err));
 }
 
 /*
@@ -249,20 +242,21 @@ static void queue_admin_drop(struct store *st, const struct queue_admin_sched *s
 	buf_reset(out);
 	if (select_qids(st, sel, &set, out) != 0)
 		goto done;
-	if (sel->qid) {
-		if (drop_qid(st, s, sel->qid, out) == 0)
-			qids_add(&done, sel->qid);
-		goto done;
-	}
 	for (i = 0; i < set.n; i++) {
-		if ((err = drop_one(st, s, set.q[i], "drop")) == 0)
+		if ((err = drop_one(st, s, set.q[i], "drop")) == 0) {
 			qids_add(&done, set.q[i]);
-		else if (err == STORE_ELEASE)
+		} else if (sel->qid) {		/* the one asked for: why not */
+			drop_refused(st, out, sel->qid, err);
+			goto done;
+		} else if (err == STORE_ELEASE) {
 			qids_add(&busy, set.q[i]);
-		else if (err != STORE_ENOTFOUND)
+		} else if (err != STORE_ENOTFOUND) {
 			failed = err;
+		}
 	}
 	buf_printf(out, "{\"ok\":%s", busy.n || failed ? "false" : "true");
+	if (sel->qid)
+		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
 	if (busy.n)
 		buf_printf(out, ",\"error\":\"%zu of %zu messages being delivered right now, not "
 			   "dropped; try again in a moment\"", busy.n, set.n);
@@ -487,13 +481,8 @@ static void queue_admin_forget(struct store *st, const struct queue_admin_sched 
 	}
 	for (i = 0; mode == QUEUE_ADMIN_DROP && i < queued.n; i++) {
 		err = drop_one(st, s, queued.q[i], "forget --drop");
-		if (err == STORE_ELEASE) {
-			json_error(out, "%s is being delivered right now; try again in a moment",
-				   queued.q[i]);
-			goto done;
-		}
 		if (err != 0 && err != STORE_ENOTFOUND) {
-			json_error(out, "cannot drop %s: %s", queued.q[i], store_strerror(err));
+			drop_refused(st, out, queued.q[i], err);
 			goto done;
 		}
 	}

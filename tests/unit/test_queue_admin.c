@@ -13,13 +13,14 @@
 #include "../../util/buf.h"
 #include "test_store_help.h"
 
-/* a scheduler whose retry answers what the test says */
+/* a scheduler whose retry and unschedule answer what the test says */
 static enum queue_admin_retry retry_answer;
+static int busy_answer;			/* 1: "being delivered right now" */
 
 static int fake_unschedule(void *arg, const char *qid)
 {
 	(void) arg, (void) qid;
-	return 0;
+	return busy_answer;
 }
 
 static void fake_release(void *arg, const char *qid, int64_t when)
@@ -131,6 +132,47 @@ static void test_retry_answers(void **state)
 	buf_free(&out);
 }
 
+/* request - queue_admin_request() of cmd and args (copied: it cuts them up) into out */
+static void request(struct fx *f, const char *cmd, const char *args, struct buf *out)
+{
+	char *a = strdup(args);
+
+	queue_admin_request(f->st, &fake, NULL, cmd, a, NOW, out);
+	free(a);
+}
+
+/*
+ * test_drop_request - a control request's drop of one QID: refused while
+ * the scheduler says it is being delivered (and left queued), then
+ * dropped, then not queued; a malformed request gets its usage
+ */
+static void test_drop_request(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+
+	msg_new(&m, "ADMINDROP001", 1, 50);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	busy_answer = 1;
+	request(f, "drop", m.qid, &out);
+	want_error("drop while delivered", &out,
+		   "ADMINDROP001 is being delivered right now; try again in a moment");
+	CHECK_INT("not held, still queued", held(f->st, m.qid), 0);
+	busy_answer = 0;
+	request(f, "drop", m.qid, &out);
+	CHECK_STR("drop", out.data, "{\"ok\":true,\"qid\":\"ADMINDROP001\",\"count\":1,"
+		  "\"dropped\":[\"ADMINDROP001\"],\"busy\":[]}");
+	request(f, "drop", m.qid, &out);
+	want_error("drop again", &out, "ADMINDROP001 is not queued: it was dropped");
+	request(f, "drop", "", &out);
+	want_error("drop nothing", &out, "usage: drop QID | ALL");
+	request(f, "forget", "--drop", &out);
+	want_error("forget no key", &out, "usage: forget [--force|--drop] USER|- KEYHASH...");
+	store_msg_free(&m);
+	buf_free(&out);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -138,6 +180,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_act_unknown),
 		T(test_retry_answers),
+		T(test_drop_request),
 	};
 
 	return cmocka_run_group_tests_name("queue_admin", tests, NULL, NULL);
