@@ -36,7 +36,7 @@
 #define PG_SETTLE_US	(2 * 1000000LL)	/* voids are looked at this often (store_pg_wait.c) */
 #define PG_BACKOFF_MIN	(100 * 1000LL)
 #define PG_BACKOFF_MAX	(5 * 1000000LL)
-#define PG_SCHEMA_VERSION 10
+#define PG_SCHEMA_VERSION 11
 #define PG_PARAMS_MAX	32
 
 /* the element types of arrays and parameters */

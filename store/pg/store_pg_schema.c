@@ -89,6 +89,13 @@
  *	node of version 9 or older still running meanwhile neither writes
  *	nor reads it (as before the column).
  *
+ *	Version 11 makes messages_due an index by route ('' the default
+ *	upstream's), then next_attempt: the take reads each route's due
+ *	mail apart, never a route it passes over (store_pg_lease.c). One
+ *	index still, so no message pays another entry. A node of version
+ *	10 still running meanwhile takes as before, but by a scan of the
+ *	whole table (idemrelay(8): upgrade the nodes in quick succession).
+ *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
  *	node. Raised inside the batch's transaction, it aborts the whole
@@ -204,6 +211,12 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 * voided since (store_pg_claim.c, store_pg_pend.c)
 	 */
 	"ALTER TABLE messages ADD COLUMN replayed bool NOT NULL DEFAULT false;",
+	/*
+	 * 10 -> 11: the take reads each route's due mail in a part of the
+	 * index of its own, never a skipped route's (store_pg_lease.c)
+	 */
+	"DROP INDEX messages_due;"
+	"CREATE INDEX messages_due ON messages ((coalesce(route, '')), next_attempt) WHERE queued;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

@@ -912,7 +912,8 @@ def test_nodes_start_upgrades_older_schema(t):
     """Two nodes started at once on a database of the schema before this build's
     (7: the trigger, its function and the index version 8 drops and the foreign
     key version 9 drops are made again, the column version 10 adds dropped, the
-    version set back) both come up, the schema is migrated once, to 10, and both
+    index version 11 remakes made as before, the version set back) both come up,
+    the schema is migrated once, to 11, and both
     serve. The test holds the
     schema lock while they start, so that both have read the older schema
     without it (their start-up check) and wait for it together: their start-up
@@ -923,8 +924,8 @@ def test_nodes_start_upgrades_older_schema(t):
     db = t.pg_url().rsplit("/", 1)[1]
     sink = t.sink()
     a = t.daemon(sink, node="a")
-    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "10",
-       "this test undoes migrations 7 -> 8 to 9 -> 10 (store_pg_schema.c); the schema version")
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "11",
+       "this test undoes migrations 7 -> 8 to 10 -> 11 (store_pg_schema.c); the schema version")
     a.stop()
     pg.sql("CREATE FUNCTION idemrelay_mark() RETURNS trigger LANGUAGE plpgsql AS"
            " $f$ BEGIN RETURN NEW; END $f$", db)
@@ -935,6 +936,8 @@ def test_nodes_start_upgrades_older_schema(t):
     pg.sql("ALTER TABLE rcpts ADD CONSTRAINT rcpts_qid_fkey FOREIGN KEY (qid) REFERENCES messages"
            " ON DELETE CASCADE", db)
     pg.sql("ALTER TABLE messages DROP COLUMN replayed", db)
+    pg.sql("DROP INDEX messages_due", db)
+    pg.sql("CREATE INDEX messages_due ON messages (next_attempt) WHERE queued", db)
     pg.sql("UPDATE idemrelay_schema SET version = 7", db)
     b = t.daemon(sink, node="b", start=False)
     holder = subprocess.Popen([pgcluster.prog("psql"), "-X", "-q", "-d",
@@ -963,7 +966,7 @@ def test_nodes_start_upgrades_older_schema(t):
     for th in threads:
         th.join(40)
     eq(failed, [], "nodes that did not start")
-    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "10", "the version after the start")
+    eq(pg.sql("SELECT max(version) FROM idemrelay_schema", db), "11", "the version after the start")
     eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_lease'", db), "0",
        "the index migration 8 drops")
     eq(pg.sql("SELECT count(*) FROM pg_trigger WHERE tgname = 'messages_mark'", db), "0",
@@ -974,8 +977,10 @@ def test_nodes_start_upgrades_older_schema(t):
        "the foreign key migration 9 drops")
     eq(pg.sql("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages' "
               "AND column_name = 'replayed'", db), "1", "the column migration 10 adds")
+    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_due' "
+              "AND indexdef LIKE '%COALESCE(route%'", db), "1", "the index migration 11 remakes")
     migrated = [d.node for d in (a, b) for line in d.log().rsplit("=== e2e: start", 1)[1]
-                .splitlines() if "schema migrated to version 10" in line]
-    eq(len(migrated), 1, "nodes that migrated to version 10 (%r)" % migrated)
+                .splitlines() if "schema migrated to version 11" in line]
+    eq(len(migrated), 1, "nodes that migrated to version 11 (%r)" % migrated)
     qs = [submit_ok(d.port, "x@example.com", make_msg(key="upgrade-" + d.node)) for d in (a, b)]
     check_exactly_once([sink], qs, timeout=30)

@@ -2,7 +2,8 @@
  * test_store_pg - what only the PostgreSQL backend has (store/pg/): node
  * names and slots, a second node of one name refused, the schema's
  * version (a newer one refused, a client finding none), an unreachable
- * server, delivery leases and their fencing, renewal (also while an
+ * server, delivery leases and their fencing, a take that skips a route
+ * reading none of its backlog, renewal (also while an
  * accepting commit is in flight), a deferred message
  * going back to the shared queue, drop against another node's lease, two
  * nodes racing on one key, and a commit whose outcome was unknown read
@@ -625,6 +626,85 @@ static void test_take_skips_routes(void **state)
 	assert_string_equal(got, "SKIPROUTE001");
 	CHECK_INT("take, nothing skipped", taken(b, later), 1);
 	CHECK_INT("every one leased", taken(b, later), 0);
+	store_close(b);
+}
+
+/*
+ * take_work - the work of b's take skipping route "slow" (EXPLAIN ANALYZE
+ * in a transaction rolled back): the buffers it reads (hit and read) and
+ * the rows its scans read and passed over
+ */
+static void take_work(struct store *b, long *buffers, long *passed)
+{
+	struct pg_store *s = (struct pg_store *) b;
+	const char *line;
+	long hit = 0, rd = 0, k;
+	char q[512];
+	size_t i;
+	int j;
+
+	*buffers = *passed = -1;
+	pthread_mutex_lock(&s->mu);
+	for (i = 0; i < s->n_idle && *buffers < 0; i++) {
+		PGresult *r = PQexec(s->idle[i], "SELECT name FROM pg_prepared_statements "
+				     "WHERE statement LIKE 'UPDATE messages m SET lease_owner%'");
+
+		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+		if (PQntuples(r) == 1) {
+			snprintf(q, sizeof(q), "BEGIN; EXPLAIN (ANALYZE, BUFFERS) EXECUTE %s('node-b', "
+				 "60000000, %lld, 10, false, '{slow}')", PQgetvalue(r, 0, 0),
+				 (long long) clock_us());
+			PQclear(r);
+			r = PQexec(s->idle[i], q);
+			if (PQresultStatus(r) != PGRES_TUPLES_OK)
+				fail_msg("%s: %s", q, PQerrorMessage(s->idle[i]));
+			if (sscanf(PQgetvalue(r, 1, 0), " Buffers: shared hit=%ld read=%ld", &hit, &rd) < 1)
+				fail_msg("no buffers in the take's plan: %s", PQgetvalue(r, 1, 0));
+			*buffers = hit + rd;
+			for (*passed = 0, j = 0; j < PQntuples(r); j++)
+				if ((line = strstr(PQgetvalue(r, j, 0), "Rows Removed by Filter: "))
+				    && sscanf(line + 24, "%ld", &k) == 1)
+					*passed += k;
+			PQclear(PQexec(s->idle[i], "ROLLBACK"));
+		}
+		PQclear(r);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (*buffers < 0)
+		fail_msg("the take's statement is prepared on no idle connection");
+}
+
+/*
+ * test_take_skips_backlog - a take that skips a route reads a batch's
+ * worth, not that route's backlog: 20,000 due messages of route "slow",
+ * older than 5 others (3 of the default upstream's, 2 of a route no node
+ * here knows). It read past every one of them in one scan by
+ * next_attempt (20,003 rows passed over, 992 buffers; 115 ms and 9,845
+ * buffers at 200,000).
+ */
+static void test_take_skips_backlog(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	const char *skip[] = { "slow" };
+	char got[STORE_QID_SIZE] = "";
+	long buffers, passed;
+	int n = 0;
+
+	spool_one(f->st, "PLANSEED0001", 1);
+	sql(f, "INSERT INTO messages SELECT x.* FROM messages m, generate_series(1, 20005) g, "
+	    "LATERAL jsonb_populate_record(NULL::messages, to_jsonb(m) || jsonb_build_object("
+	    "'qid', 'BACKLOG' || lpad(g::text, 5, '0'), 'lease_owner', NULL, 'next_attempt', g, "
+	    "'route', CASE WHEN g <= 20000 THEN 'slow' WHEN g <= 20003 THEN NULL ELSE 'other' END"
+	    ")) x WHERE m.qid = 'PLANSEED0001'%s", "; ANALYZE messages");
+	CHECK_INT("take 2", store_queue_take(b, clock_us(), 2, skip, 1, last_cb, got), 0);
+	assert_string_equal(got, "BACKLOG20002");
+	take_work(b, &buffers, &passed);
+	if (passed > 50 || buffers > 200)
+		fail_msg("the take passed over %ld rows and read %ld buffers, want at most 50 "
+			 "and 200", passed, buffers);
+	CHECK_INT("take the rest", store_queue_take(b, clock_us(), 10, skip, 1, count_cb, &n), 0);
+	CHECK_INT("the rest, none of the skipped route", n, 3);
 	store_close(b);
 }
 
@@ -2760,6 +2840,7 @@ int main(void)
 		T(test_renew_during_commit),
 		T(test_defer_and_flush),
 		T(test_take_skips_routes),
+		T(test_take_skips_backlog),
 		T(test_defer_after_reroute),
 		T(test_defer_retaken),
 		T(test_fenced_retaken),
