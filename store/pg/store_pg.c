@@ -298,8 +298,9 @@ static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
  * cannot be reached (or not before the backoff is over) or none is free.
  * A server with no slot free for one more is not an outage while the
  * node has connections of its own: the caller waits for one of them.
+ * Unless pend is 0, none and 1 while batches are kept to settle.
  */
-static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline)
+static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pend)
 {
 	struct timespec ts;
 	char err[512];
@@ -308,6 +309,10 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline)
 
 	*out = NULL;
 	pthread_mutex_lock(&st->mu);
+	if (pend && st->n_pend > 0) {
+		pthread_mutex_unlock(&st->mu);
+		return 1;
+	}
 	for (;;) {
 		store_pg_reap(st);
 		if ((c = idle_take(st)) != NULL)
@@ -347,54 +352,32 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline)
 	return c ? 0 : STORE_EAGAIN;
 }
 
-/* pend_busy - batches are kept: 1, once no other caller settles them (pmu free); -1 at deadline */
-static int pend_busy(struct pg_store *st, int64_t deadline)
-{
-	struct timespec ts;
-	int pend;
-
-	pthread_mutex_lock(&st->mu);
-	pend = st->n_pend > 0;
-	pthread_mutex_unlock(&st->mu);
-	if (!pend || pthread_mutex_trylock(&st->pmu) == 0)
-		goto out;
-	ts.tv_sec = (time_t) (deadline / 1000000);
-	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
-	if (pthread_mutex_timedlock(&st->pmu, &ts) != 0)
-		return -1;
-out:
-	if (pend)
-		pthread_mutex_unlock(&st->pmu);
-	return pend;
-}
-
 /*
  * store_pg_take - a connection of the pool within PG_WAIT_US (pool_take).
  * Batches answered 451 whose outcome could not be read are settled on
  * the connection before the caller has it (store_pg_pend.c); until they
  * are, or while another caller settles them past the same deadline,
  * STORE_EAGAIN. A caller waits for another's settling before it takes
- * a connection: holding one idle meanwhile would starve the pool.
+ * a connection: holding one idle meanwhile would starve the pool. With
+ * none kept, one lock of mu.
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
 	int64_t deadline = clock_us() + PG_WAIT_US;
-	PGconn *c;
-	int pend, err;
+	int err;
 
-	if (pend_busy(st, deadline) < 0)
-		return STORE_EAGAIN;
-	if ((err = pool_take(st, &c, deadline)) != 0)
+	if ((err = pool_take(st, out, deadline, 1)) <= 0)
 		return err;
-	pthread_mutex_lock(&st->mu);
-	pend = st->n_pend > 0;
-	pthread_mutex_unlock(&st->mu);
-	/* a 451 whose commit may have committed: settled before anything else (store_pg_pend.c) */
-	if (pend && store_pg_pend_settle(st, c, deadline) != 0) {
-		store_pg_give(st, c);
+	/* a 451 whose commit may have committed: settled before anything else */
+	if (store_pg_pend_wait(st, deadline) != 0)
+		return STORE_EAGAIN;
+	if ((err = pool_take(st, out, deadline, 0)) != 0)
+		return err;
+	if (store_pg_pend_settle(st, *out, deadline) != 0) {
+		store_pg_give(st, *out);
+		*out = NULL;
 		return STORE_EAGAIN;
 	}
-	*out = c;
 	return 0;
 }
 
@@ -405,7 +388,7 @@ int store_pg_take(struct pg_store *st, PGconn **out)
  */
 int store_pg_take_beside(struct pg_store *st, PGconn **out)
 {
-	return pool_take(st, out, clock_us() + PG_WAIT_US);
+	return pool_take(st, out, clock_us() + PG_WAIT_US, 0);
 }
 
 /*

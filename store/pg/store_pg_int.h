@@ -421,6 +421,7 @@ enum pg_xact store_pg_xact_of(const PGresult *r);	/* store_pg_sql_status's answe
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
 void store_pg_pend_add(struct pg_txn *t, int read);	/* kept; read: only its void failed */
 int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline);	/* on c, first */
+int store_pg_pend_wait(struct pg_store *st, int64_t deadline);	/* another's settling */
 void store_pg_pend_close(struct pg_store *st);	/* one bounded try, else each QID logged */
 void store_pg_pend_free(struct pg_store *st);
 

@@ -318,6 +318,28 @@ static void pend_done(struct pg_store *st, const struct pg_pend *b, int settled)
 	pthread_mutex_unlock(&st->mu);
 }
 
+/* pmu_lock - pmu by deadline (clock_us()): 0, or STORE_EAGAIN */
+static int pmu_lock(struct pg_store *st, int64_t deadline)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t) (deadline / 1000000);
+	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
+	return pthread_mutex_timedlock(&st->pmu, &ts) == 0 ? 0 : STORE_EAGAIN;
+}
+
+/*
+ * store_pg_pend_wait - no other caller settles the batches kept, by
+ * deadline: 0, or STORE_EAGAIN (a caller waits so holding no connection)
+ */
+int store_pg_pend_wait(struct pg_store *st, int64_t deadline)
+{
+	if (pmu_lock(st, deadline) != 0)
+		return STORE_EAGAIN;
+	pthread_mutex_unlock(&st->pmu);
+	return 0;
+}
+
 /*
  * store_pg_pend_settle - on c, just taken from the pool, before the caller
  * uses it: settle the batches kept by store_pg_pend_add (see the header). 0, or
@@ -329,13 +351,10 @@ static void pend_done(struct pg_store *st, const struct pg_pend *b, int settled)
 int store_pg_pend_settle(struct pg_store *st, PGconn *c, int64_t deadline)
 {
 	struct pg_pend b;
-	struct timespec ts;
 	char first[STORE_QID_SIZE] = "";
 	int err = 0, left = 1;
 
-	ts.tv_sec = (time_t) (deadline / 1000000);
-	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
-	if (pthread_mutex_timedlock(&st->pmu, &ts) != 0)
+	if (pmu_lock(st, deadline) != 0)
 		return STORE_EAGAIN;
 	while (err == 0) {
 		pthread_mutex_lock(&st->mu);

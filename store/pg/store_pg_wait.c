@@ -554,28 +554,28 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	return STORE_EAGAIN;
 }
 
-/* void_key - the key lock of row's void in r (SQL_DECIDED) in *k: 1, or 0 it has no key */
-static int void_key(const PGresult *r, int row, int64_t *k)
+/* a decided void's key lock, if its message has a key */
+struct void_lock {
+	int64_t k;
+	int keyed;
+};
+
+/*
+ * settle_locks - the key locks of the decided voids of r (SQL_DECIDED):
+ * each row's in keys, and those there are as $1 of lp; how many
+ */
+static int settle_locks(const PGresult *r, struct void_lock *keys, struct pg_params *lp)
 {
 	uint8_t kh[STORE_HASH_LEN];
-
-	if (PQgetisnull(r, row, 1) || store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) != 0)
-		return 0;
-	*k = store_pg_key_lock(kh);
-	return 1;
-}
-
-/* settle_locks - the key locks of the decided voids of r (SQL_DECIDED) as $1 of lp: how many */
-static int settle_locks(const PGresult *r, struct pg_params *lp)
-{
 	struct pg_arr a;
-	int64_t k;
 	int row, n = 0;
 
 	store_pg_arr_init(&a, PG_OID_INT8);
 	for (row = 0; row < PQntuples(r); row++)
-		if (void_key(r, row, &k)) {
-			store_pg_a_i64(&a, k);
+		if (!PQgetisnull(r, row, 1) && store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) == 0) {
+			keys[row].k = store_pg_key_lock(kh);
+			keys[row].keyed = 1;
+			store_pg_a_i64(&a, keys[row].k);
 			n++;
 		}
 	store_pg_params_init(lp);
@@ -585,11 +585,13 @@ static int settle_locks(const PGresult *r, struct pg_params *lp)
 
 /*
  * settle_qids - as $1 of p, the QIDs of the voids of d (SQL_DECIDED)
- * whose key lock is had (lr: SQL_TRY_LOCKS), or that have no key; how many
+ * whose key lock (keys, settle_locks) is had (lr: SQL_TRY_LOCKS), or
+ * that have no key; how many
  */
-static int settle_qids(const PGresult *d, const PGresult *lr, struct pg_params *p)
+static int settle_qids(const PGresult *d, const struct void_lock *keys, const PGresult *lr,
+		       struct pg_params *p)
 {
-	int64_t *had = xcalloc((size_t) PQntuples(lr) + 1, sizeof(*had)), k;
+	int64_t *had = xcalloc((size_t) PQntuples(lr) + 1, sizeof(*had));
 	struct pg_arr a;
 	size_t n_had = 0;
 	int row, n = 0;
@@ -599,8 +601,8 @@ static int settle_qids(const PGresult *d, const PGresult *lr, struct pg_params *
 	qsort(had, n_had, sizeof(*had), store_pg_i64_cmp);
 	store_pg_arr_init(&a, PG_OID_TEXT);
 	for (row = 0; row < PQntuples(d); row++)
-		if (!void_key(d, row, &k)
-		    || bsearch(&k, had, n_had, sizeof(*had), store_pg_i64_cmp) != NULL) {
+		if (!keys[row].keyed
+		    || bsearch(&keys[row].k, had, n_had, sizeof(*had), store_pg_i64_cmp) != NULL) {
 			store_pg_a_text(&a, PQgetvalue(d, row, 0));
 			n++;
 		}
@@ -624,20 +626,22 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 {
 	struct pg_params lp, p;
 	PGresult *lr = NULL;
+	struct void_lock *key;
 	PGconn *c;
 	int err, keys;
 
 	*r = NULL;
 	if ((err = side_take(st, &c)) != 0)
 		return err;
-	keys = settle_locks(d, &lp);
+	key = xcalloc((size_t) PQntuples(d) + 1, sizeof(*key));
+	keys = settle_locks(d, key, &lp);
 	store_pg_params_init(&p);
 	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", "voids settled");
 	if (err == 0 && keys > 0)
 		err = store_pg_exec(st, c, SQL_TRY_LOCKS, &lp, &lr, "voids' key locks");
 	if (err == 0) {
 		store_pg_params_free(&p);
-		if (settle_qids(d, lr, &p) > 0)
+		if (settle_qids(d, key, lr, &p) > 0)
 			err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
 	}
 	PQclear(lr);
@@ -650,6 +654,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 	side_give(st, c);
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);
+	free(key);
 	return err;
 }
 

@@ -708,6 +708,49 @@ static void test_take_skips_backlog(void **state)
 	store_close(b);
 }
 
+/*
+ * Calls by one thread, counted: the locks of one mutex, or the key locks
+ * derived (with counted NULL, n_keyed >= 0). This binary wraps both (Makefile).
+ */
+static pthread_mutex_t *counted;
+static pthread_t counter;
+static int n_counted, n_keyed = -1;
+
+int __real_pthread_mutex_lock(pthread_mutex_t *m);
+int64_t __real_store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
+
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
+{
+	if (m == counted && pthread_equal(pthread_self(), counter))
+		n_counted++;
+	return __real_pthread_mutex_lock(m);
+}
+
+int64_t __wrap_store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN])
+{
+	if (n_keyed >= 0 && pthread_equal(pthread_self(), counter))
+		n_keyed++;
+	return __real_store_pg_key_lock(keyhash);
+}
+
+/* test_take_locks_once - a connection of the pool, no batch kept to settle: mu locked once */
+static void test_take_locks_once(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	PGconn *c;
+
+	CHECK_INT("a first take", store_pg_take(pst, &c), 0);
+	store_pg_give(pst, c);		/* idle now */
+	counter = pthread_self();
+	n_counted = 0;
+	counted = &pst->mu;
+	CHECK_INT("take", store_pg_take(pst, &c), 0);
+	counted = NULL;
+	store_pg_give(pst, c);
+	CHECK_INT("locks of mu", n_counted, 1);
+}
+
 /* retake_* - the commit hook of test_defer_retaken: once the deferral is
  * committed, and before its transaction has read that, the node leases the
  * message again (its taker, at the moment it came due) */
@@ -2259,7 +2302,8 @@ static int msg_count(struct fx *f, const char *qid)
  * tried, never waited for: a batch may hold it for as long as its
  * commit waits for the standby), and settles the others meanwhile;
  * the next settle sees the replay recorded by that batch's commit, and
- * the message stays to be delivered.
+ * the message stays to be delivered. Each void's key lock is derived
+ * once a settle (twice, for its lock and for its QID, before).
  */
 static void test_settle_skips_held_key(void **state)
 {
@@ -2270,7 +2314,7 @@ static void test_settle_skips_held_key(void **state)
 	struct store_msg m;
 	uint8_t h[STORE_HASH_LEN], k2[STORE_HASH_LEN] = { 0x4c };
 	long long voids;
-	int hash = 81, n, dropped;
+	int hash = 81, n, dropped, keyed;
 
 	msg_new(&m, "VOIDREPLAY01", 1, 100);	/* this node's acceptance, committed */
 	m.has_key = 1;
@@ -2291,12 +2335,17 @@ static void test_settle_skips_held_key(void **state)
 	void_decided(f, "VOIDOTHER001");
 
 	((struct pg_store *) f->st)->settle_at = 0;
+	counter = pthread_self();
+	n_keyed = 0;
 	n = taken(f->st, NOW + SEC);
+	keyed = n_keyed;
+	n_keyed = -1;
 	voids = void_count(f);
 	dropped = msg_count(f, "VOIDOTHER001") == 0;
 	CHECK_INT("the replay committed", store_txn_commit(t), 0);	/* its locks go first */
 	store_close(other);
 	CHECK_INT("nothing taken while the key is held", n, 0);
+	CHECK_INT("each void's key lock derived once", keyed, 2);
 	CHECK_INT("the held key's void left, the other settled", voids, 1);
 	CHECK_INT("the other key's message dropped", dropped, 1);
 	((struct pg_store *) f->st)->settle_at = 0;
@@ -2855,6 +2904,7 @@ int main(void)
 		T(test_commit_unreachable_not_replayed),
 		T(test_settle_stalled),
 		T(test_take_waits_settle_unheld),
+		T(test_take_locks_once),
 		T(test_settle_aborted_id),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
