@@ -19,8 +19,6 @@
  *	"FILE:LINE: setting: what is wrong: what to do", one per problem.
  */
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +34,7 @@
 #include "../relay/auth.h"
 #include "../store/store.h"
 #include "../tls/tls.h"
+#include "../util/listen.h"
 #include "check.h"
 #include "control.h"
 
@@ -253,33 +252,16 @@ static void check_control(struct check *k)
 	check_dir(k, "control", dir);
 }
 
-/* check_port - can address:port be bound now? 0, or -1 with why */
+/* check_port - can address:port be bound now (as listen_tcp() binds)? 0, or -1 with why */
 static int check_port(const char *address, int port, char *why, size_t whylen)
 {
-	struct addrinfo hints, *ai = NULL;
-	char service[16];
-	int fd, one = 1, rc = -1, e;
+	int fd = listen_bind(address, port);
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
-	hints.ai_socktype = SOCK_STREAM;
-	snprintf(service, sizeof(service), "%d", port);
-	if ((e = getaddrinfo(address, service, &hints, &ai)) != 0) {
-		snprintf(why, whylen, "%s", gai_strerror(e));
-		return -1;
+	if (fd >= 0) {
+		close(fd);
+		return 0;
 	}
-	if ((fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-		snprintf(why, whylen, "%s", strerror(errno));
-		freeaddrinfo(ai);
-		return -1;
-	}
-	/* as listen_tcp() binds: a port in TIME_WAIT is free, one listened on is not */
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (ai->ai_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-		rc = 0;
-	else if (errno == EADDRINUSE)
+	if (errno == EADDRINUSE)
 		snprintf(why, whylen, "%s: stop what listens there (ss -ltnp) or choose "
 			 "another port", strerror(errno));
 	else if (errno == EACCES)
@@ -287,9 +269,7 @@ static int check_port(const char *address, int port, char *why, size_t whylen)
 			 strerror(errno));
 	else
 		snprintf(why, whylen, "%s: use an address of this host", strerror(errno));
-	close(fd);
-	freeaddrinfo(ai);
-	return rc;
+	return -1;
 }
 
 /* check_ports - every listener and the metrics listener */

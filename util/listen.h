@@ -12,6 +12,8 @@
 #ifndef UTIL_LISTEN_H
 #define UTIL_LISTEN_H
 
+/* listen_bind - a socket bound as listen_tcp() binds it: fd, or -1 with errno (start-up checks) */
+int listen_bind(const char *address, int port);
 /* listen_tcp - the listening descriptor; fatal, with what in the message, on failure */
 int listen_tcp(const char *what, const char *address, int port, int backlog);
 
