@@ -204,20 +204,15 @@ static int call_back(const PGresult *r, int (*cb) (void *, const struct store_ms
 	return err;
 }
 
-/* skip_params - $5 the default upstream skipped, $6 the routes skipped by name */
+/* skip_params - $5 the names of the routes skipped, '' for the default upstream */
 static void skip_params(struct pg_params *p, const char *const *skip, size_t n_skip)
 {
 	struct pg_arr names;
-	int dflt = 0;
 	size_t i;
 
 	store_pg_arr_init(&names, PG_OID_TEXT);
 	for (i = 0; i < n_skip; i++)
-		if (skip[i] == NULL)
-			dflt = 1;
-		else
-			store_pg_a_text(&names, skip[i]);
-	store_pg_p_bool(p, dflt);
+		store_pg_a_text(&names, skip[i] ? skip[i] : "");
 	store_pg_p_arr(p, &names);
 }
 
@@ -273,7 +268,7 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 		  "AND NOT held AND coalesce(route, '') = g.route AND next_attempt <= $3 "
 		  "AND (lease_owner IS NULL OR lease_until < " PG_DB_NOW ") "
 		  "ORDER BY next_attempt LIMIT $4 FOR UPDATE SKIP LOCKED) t "
-		  "WHERE CASE WHEN g.route = '' THEN NOT $5 ELSE g.route <> ALL($6) END "
+		  "WHERE g.route <> ALL($5) "
 		  "ORDER BY t.next_attempt LIMIT $4)) "
 		  "AND (SELECT true FROM voids v WHERE v.qid = m.qid) IS NULL "
 		  "RETURNING m.qid, m.next_attempt, m.lease_token", &p, &r, "queue take");

@@ -652,7 +652,7 @@ static void take_work(struct store *b, long *buffers, long *passed)
 		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
 		if (PQntuples(r) == 1) {
 			snprintf(q, sizeof(q), "BEGIN; EXPLAIN (ANALYZE, BUFFERS) EXECUTE %s('node-b', "
-				 "60000000, %lld, 10, false, '{slow}')", PQgetvalue(r, 0, 0),
+				 "60000000, %lld, 10, '{slow}')", PQgetvalue(r, 0, 0),
 				 (long long) clock_us());
 			PQclear(r);
 			r = PQexec(s->idle[i], q);
