@@ -446,15 +446,12 @@ int ctl_stats(struct ctl *x)
 	}
 	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
 	    && json_get(reply.data, "counters", &counters, &clen) == 0;
-	if (live) {
+	if (live) {		/* json_get() leaves what it does not find NULL */
 		json_get_int(reply.data, "pid", &pid);
 		json_get_int(reply.data, "uptime", &up);
-		if (json_get(reply.data, "store", &dstore, &dlen) != 0)
-			dstore = NULL;
-		if (json_get(reply.data, "upstream", &dup_, &ulen) != 0)
-			dup_ = NULL;
-		if (json_get(reply.data, "routes", &droutes, &rolen) != 0)
-			droutes = NULL;
+		json_get(reply.data, "store", &dstore, &dlen);
+		json_get(reply.data, "upstream", &dup_, &ulen);
+		json_get(reply.data, "routes", &droutes, &rolen);
 	}
 	if (x->json) {
 		struct buf b = BUF_INIT;
