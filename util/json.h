@@ -26,7 +26,7 @@ void json_time(struct buf *b, int64_t us);		/* 0: null */
 /* json_error - {"ok":false,"error":TEXT} in b, replacing what it held */
 void json_error(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* json_get - the raw text of a top-level member; 0, or -1 (val, len untouched) if absent or malformed */
+/* json_get - a top-level member's raw text; 0, or -1 (val, len untouched): absent, malformed */
 int json_get(const char *json, const char *name, const char **val, size_t *len);
 /* json_next - the next element of the array at *at (from '['; moved past it): 0, or -1 */
 int json_next(const char **at, const char **val, size_t *len);
