@@ -59,7 +59,7 @@
  * recorded yet (2; see the header); 0 gone or not queued. A subquery per
  * claim found, so an index lookup, where a join was free to hash a scan
  * of every message, and did in the generic plans of a bench run on a new
- * database (auto_explain; store_pg_txn.c: SQL_RCPT_STATES says why)
+ * database (auto_explain; store_pg_txn.c: its updates' LIMIT says why)
  */
 #define SQL_QUEUED "SELECT CASE WHEN NOT m.queued THEN 0 WHEN m.lease_since IS NULL " \
 	"AND m.lease_owner <> $2 AND NOT m.replayed THEN 2 ELSE 1 END " \
@@ -126,6 +126,18 @@ static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	e->foreign = state == 2;
 }
 
+/* cache_find - the cached claim under keyhash and hash, or NULL */
+static struct pg_claim_ent *cache_find(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+				       const uint8_t hash[STORE_HASH_LEN])
+{
+	struct pg_claim_ent *e;
+
+	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
+	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
+		return NULL;
+	return e;
+}
+
 /* key_loaded - were the claims under keyhash read in this transaction? */
 static int key_loaded(const struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN])
 {
@@ -173,15 +185,15 @@ static int claims_read(struct pg_txn *t, const PGresult *r)
 }
 
 /*
- * keys_load - lock the keys not locked yet, in order, and read their
- * claims, in one round trip (BEGIN first, if not sent yet)
+ * store_pg_txn_keys - lock the keys not locked yet, in order, and read
+ * their claims, in one round trip (BEGIN first, if not sent yet)
  */
-static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
+void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
 {
 	struct pg_params lp, cp, none;	/* none: BEGIN, prepared (store_pg_stmt.c) */
 	struct pg_arr locks, keys;
 	int64_t *want = xcalloc(n ? n : 1, sizeof(*want));
-	size_t i, k = 0, nk = 0;
+	size_t i, k = 0;
 	PGresult *r;
 	int err = 0, sent_begin = 0, sent_lock = 0;
 
@@ -192,14 +204,10 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 			continue;
 		want[k++] = store_pg_key_lock(keyhashes[i]);
 		store_pg_a_bytes(&keys, keyhashes[i], STORE_HASH_LEN);
-		if (t->n_loaded == t->cap_loaded) {
-			t->cap_loaded = t->cap_loaded ? 2 * t->cap_loaded : 16;
-			t->loaded = xrealloc(t->loaded, t->cap_loaded * sizeof(*t->loaded));
-		}
+		t->loaded = store_pg_grow(t->loaded, t->n_loaded, &t->cap_loaded, sizeof(*t->loaded));
 		memcpy(t->loaded[t->n_loaded++], keyhashes[i], STORE_HASH_LEN);
-		nk++;
 	}
-	if (nk == 0)
+	if (k == 0)
 		goto out;
 	/* sorted, each once, those not held yet: every batch takes its locks in this order */
 	qsort(want, k, sizeof(*want), store_pg_i64_cmp);
@@ -209,10 +217,7 @@ static void keys_load(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LE
 			       store_pg_i64_cmp)))
 			continue;
 		store_pg_a_i64(&locks, want[i]);
-		if (t->n_locked == t->cap_locked) {
-			t->cap_locked = t->cap_locked ? 2 * t->cap_locked : 16;
-			t->locked = xrealloc(t->locked, t->cap_locked * sizeof(*t->locked));
-		}
+		t->locked = store_pg_grow(t->locked, t->n_locked, &t->cap_locked, sizeof(*t->locked));
 		t->locked[t->n_locked++] = want[i];
 	}
 	qsort(t->locked, t->n_locked, sizeof(*t->locked), store_pg_i64_cmp);
@@ -263,13 +268,6 @@ out:
 	free(want);
 }
 
-/* store_pg_txn_keys - lock the batch's keys in one order and read their claims */
-void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n)
-{
-	if (n > 0)
-		keys_load(t, keyhashes, n);
-}
-
 /* a cached claim's message: queued as read, or put by the transaction since */
 struct txn_claim {
 	const struct pg_txn *t;
@@ -292,10 +290,7 @@ static void replay_add(struct pg_txn *t, const char *qid)
 {
 	if (store_pg_qids_has(t->replays, t->n_replays, qid))
 		return;
-	if (t->n_replays == t->cap_replays) {
-		t->cap_replays = t->cap_replays ? 2 * t->cap_replays : 4;
-		t->replays = xrealloc(t->replays, t->cap_replays * sizeof(*t->replays));
-	}
+	t->replays = store_pg_grow(t->replays, t->n_replays, &t->cap_replays, sizeof(*t->replays));
 	memcpy(t->replays[t->n_replays++], qid, STORE_QID_SIZE);
 }
 
@@ -308,11 +303,10 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
 	struct txn_claim tc;
 
 	if (!key_loaded(t, keyhash))
-		keys_load(t, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1);
+		store_pg_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1);
 	if (t->base.err)
 		return t->base.err;
-	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
-	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
+	if ((e = cache_find(t, keyhash, hash)) == NULL)
 		return STORE_ENOTFOUND;
 	tc.t = t;
 	tc.queued = e->queued;
@@ -335,8 +329,7 @@ void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HAS
 	struct pg_txn *t = (struct pg_txn *) base;
 	struct pg_claim_ent *e;
 
-	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
-	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0 || !e->foreign)
+	if ((e = cache_find(t, keyhash, hash)) == NULL || !e->foreign)
 		return;
 	replay_add(t, e->c.qid);
 	e->foreign = 0;

@@ -46,20 +46,20 @@
 #define PG_OID_INT4	23
 #define PG_OID_TEXT	25
 
-/* the database's clock in Unix microseconds: leases are compared on it, never a node's */
 /*
  * One row's "is it queued?" where the row is found by its QID or token:
  * "queued IS TRUE", never "queued", which lets the planner read the row
  * from a partial index WHERE queued (messages_due; messages_lease until
- * schema 8). An
- * ANALYZE made while the queue was nearly empty prices such an index at
- * one row, and the generic plan then walks every queued message for each
- * row it writes: 1.7 ms an outcome at 1,200 queued, delivery a quarter
- * as fast (test_store_pg test_plans_idle_queue). Statements about the
- * queue as a whole (the take, a flush, the walk) keep "queued".
+ * schema 8). An ANALYZE made while the queue was nearly empty prices
+ * such an index at one row, and the generic plan then walks every queued
+ * message for each row it writes: 1.7 ms an outcome at 1,200 queued,
+ * delivery a quarter as fast (test_store_pg test_plans_idle_queue).
+ * Statements about the queue as a whole (the take, a flush, the walk)
+ * keep "queued".
  */
 #define PG_ROW_QUEUED(alias)	alias "queued IS TRUE"
 
+/* the database's clock in Unix microseconds: leases are compared on it, never a node's */
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
 /* a pg_stat_activity row's backend_start in microseconds (store_pg_wait.c) */
 #define PG_BACKEND_START(a) "(extract(epoch from " a ".backend_start) * 1000000)::bigint"
@@ -297,6 +297,7 @@ void store_pg_p_bool(struct pg_params *p, int v);
 void store_pg_p_text(struct pg_params *p, const char *s);	/* NULL: SQL NULL */
 void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len);
 uint32_t store_pg_p_arr(struct pg_params *p, struct pg_arr *a);	/* takes a's bytes; how many */
+void store_pg_p_qids(struct pg_params *p, char (*qids)[STORE_QID_SIZE], size_t n);	/* text[] */
 
 void store_pg_arr_init(struct pg_arr *a, Oid elem);
 void store_pg_arr_free(struct pg_arr *a);
@@ -314,6 +315,7 @@ int store_pg_simple(struct pg_store *st, PGconn *c, const char *sql, const char 
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p);
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what);
 int store_pg_pipe_end(PGconn *c);
+void store_pg_cut(PGconn *c, const char *what, int64_t limit);	/* no answer within limit */
 
 /* store_pg_stmt.c: each connection's prepared statements, and what its pipeline owes */
 #define PG_CONN_WAITS	1	/* counted in repl_waiting */
@@ -327,11 +329,10 @@ int store_pg_stmt_backend(PGconn *c, int *pid, int64_t *started);
 #define PG_STMT_NAME	16
 int store_pg_stmt_attach(PGconn *c);
 int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
-		       char name[PG_STMT_NAME]);
-int store_pg_stmt_ready(PGconn *c, int i);
+		       char name[PG_STMT_NAME], int *ready);
 void store_pg_stmt_prepared(PGconn *c, int i, int ok);
-void store_pg_stmt_sent_prepare(PGconn *c, int i);
-void store_pg_stmt_sent(PGconn *c);
+#define PG_OWED_STMT	(-1)	/* an entry of the pipeline owed: a statement's results */
+void store_pg_stmt_sent(PGconn *c, int i);	/* i: a prepare's, or PG_OWED_STMT */
 int store_pg_stmt_owed(PGconn *c);
 void store_pg_stmt_paid(PGconn *c);
 void store_pg_stmt_settled(PGconn *c);
@@ -377,6 +378,8 @@ void store_pg_keep_free(struct pg_store *st);
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
+int store_pg_read_back(struct pg_txn *t);	/* 0 committed, STORE_EAGAIN, PG_NOT_KNOWN */
+void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size);	/* room for one more */
 
 /* store_pg_seam.c: the link seam a test replaces with its own (both, then) */
 int64_t store_pg_result_limit(void);	/* PG_RESULT_US; a test's may be shorter */
@@ -407,8 +410,8 @@ void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */
 void store_pg_repl_forget(struct pg_store *st, PGconn *c);	/* mu held: c waits no more */
 int store_pg_commit_hold(struct pg_txn *t);
-#define PG_NOT_KNOWN	1	/* read_back: the database could not be asked */
-int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *));
+#define PG_NOT_KNOWN	1	/* store_pg_read_back(): the database could not be asked */
+int store_pg_commit_resolve(struct pg_txn *t);
 void store_pg_voids_settle(struct pg_store *st);
 
 /* store_pg_stats.c: the figures */

@@ -54,8 +54,6 @@ struct stmt {
 	enum stmt_state state;
 };
 
-#define OWED_STMT	(-1)		/* an entry of the pipeline owed: a statement's results */
-
 struct stmts {
 	struct stmt *v;			/* owned: name "ir<index>" */
 	size_t n, cap;
@@ -107,11 +105,8 @@ int store_pg_stmt_attach(PGconn *c)
 {
 	struct stmts *d = xcalloc(1, sizeof(*d));
 
-	if (PQregisterEventProc(c, stmt_event, "idemrelay statements", NULL) != 1) {
-		free(d);
-		return -1;
-	}
-	if (PQsetInstanceData(c, stmt_event, d) != 1) {
+	if (PQregisterEventProc(c, stmt_event, "idemrelay statements", NULL) != 1
+	    || PQsetInstanceData(c, stmt_event, d) != 1) {
 		free(d);
 		return -1;
 	}
@@ -126,14 +121,15 @@ static struct stmts *stmts_of(PGconn *c)
 
 /*
  * store_pg_stmt_find - the statement of this text and these parameter
- * types on c, added unprepared if new; its name in name. -1 if c has no
- * table or p is NULL: a statement sent once or seldom (the schema's, a
- * ROLLBACK). A statement without parameters is prepared when given an
- * empty p: BEGIN, COMMIT and the transaction's id go with every batch,
- * and need not be parsed each time.
+ * types on c, added unprepared if new; its name in name, and in *ready
+ * whether it was prepared or its prepare sent. -1 if c has no table or
+ * p is NULL: a statement sent once or seldom (the schema's, a ROLLBACK).
+ * A statement without parameters is prepared when given an empty p:
+ * BEGIN, COMMIT and the transaction's id go with every batch, and need
+ * not be parsed each time.
  */
 int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
-		       char name[PG_STMT_NAME])
+		       char name[PG_STMT_NAME], int *ready)
 {
 	struct stmts *d = stmts_of(c);
 	uint64_t h;
@@ -151,10 +147,7 @@ int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
 			break;
 	}
 	if (i == d->n) {
-		if (d->n == d->cap) {
-			d->cap = d->cap ? d->cap * 2 : 32;
-			d->v = xrealloc(d->v, d->cap * sizeof(*d->v));
-		}
+		d->v = store_pg_grow(d->v, d->n, &d->cap, sizeof(*d->v));
 		s = &d->v[d->n++];
 		memset(s, 0, sizeof(*s));
 		s->hash = h;
@@ -163,15 +156,8 @@ int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
 		memcpy(s->types, p->types, sizeof(Oid) * (size_t) p->n);
 	}
 	snprintf(name, PG_STMT_NAME, "ir%zu", i);
+	*ready = s->state != STMT_NONE;
 	return (int) i;
-}
-
-/* store_pg_stmt_ready - has statement i of c been prepared, or its prepare sent */
-int store_pg_stmt_ready(PGconn *c, int i)
-{
-	struct stmts *d = stmts_of(c);
-
-	return d != NULL && i >= 0 && (size_t) i < d->n && d->v[i].state != STMT_NONE;
 }
 
 /* store_pg_stmt_prepared - statement i's prepare succeeded (ok) or not */
@@ -183,34 +169,17 @@ void store_pg_stmt_prepared(PGconn *c, int i, int ok)
 		d->v[i].state = ok ? STMT_READY : STMT_NONE;
 }
 
-/* owe - one more entry the pipeline owes */
-static void owe(struct stmts *d, int what)
-{
-	if (d->n_owed == d->cap_owed) {
-		d->cap_owed = d->cap_owed ? d->cap_owed * 2 : 32;
-		d->owed = xrealloc(d->owed, d->cap_owed * sizeof(*d->owed));
-	}
-	d->owed[d->n_owed++] = what;
-}
-
-/* store_pg_stmt_sent_prepare - statement i's prepare was queued in c's pipeline */
-void store_pg_stmt_sent_prepare(PGconn *c, int i)
+/* store_pg_stmt_sent - queued in c's pipeline: statement i's prepare, or a statement (-1) */
+void store_pg_stmt_sent(PGconn *c, int i)
 {
 	struct stmts *d = stmts_of(c);
 
 	if (d == NULL)
 		return;
-	d->v[i].state = STMT_SENT;
-	owe(d, i);
-}
-
-/* store_pg_stmt_sent - a statement was queued in c's pipeline */
-void store_pg_stmt_sent(PGconn *c)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d != NULL)
-		owe(d, OWED_STMT);
+	if (i != PG_OWED_STMT)
+		d->v[i].state = STMT_SENT;
+	d->owed = store_pg_grow(d->owed, d->n_owed, &d->cap_owed, sizeof(*d->owed));
+	d->owed[d->n_owed++] = i;
 }
 
 /*

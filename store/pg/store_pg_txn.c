@@ -40,8 +40,8 @@
  *	transaction over (its backend gone, or idle) is read back by
  *	whether its first new message exists. Nothing of the batch is
  *	answered before this is known, but when PostgreSQL cannot be asked
- *	(read_back's PG_NOT_KNOWN): then the batch gets 451 and is kept to
- *	be settled before the node's next use of the database. The
+ *	(PG_NOT_KNOWN): then the batch gets 451 and is kept to be settled
+ *	before the node's next use of the database. The
  *	pipeline does not read the id in a statement of its own before
  *	COMMIT: flushed back at once, it made every commit two replies
  *	and two wake-ups of the node (a fresh message: 0.58 statements and
@@ -58,25 +58,6 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
-
-static const struct {
-	int cols, rcols;
-	Oid types[SEG_COLS];
-	Oid rtypes[7];
-} seg_shape[] = {
-	[PG_SEG_CLAIMS] = { 6, 0, { PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_BYTEA,
-				    PG_OID_INT8, PG_OID_INT8 }, { 0 } },
-	[PG_SEG_MSGS] = { 18, 7, { PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT4,
-				   PG_OID_INT4, PG_OID_BOOL, PG_OID_TEXT, PG_OID_TEXT, PG_OID_BYTEA,
-				   PG_OID_INT8, PG_OID_BOOL, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
-				   PG_OID_INT8, PG_OID_BOOL, PG_OID_TEXT },
-			  { PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT,
-			    PG_OID_INT4, PG_OID_TEXT } },
-	[PG_SEG_UPDATES] = { 9, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
-				     PG_OID_INT8, PG_OID_BOOL, PG_OID_BOOL, PG_OID_BOOL,
-				     PG_OID_TEXT },
-			     { PG_OID_TEXT, PG_OID_INT4, PG_OID_INT4, PG_OID_TEXT } },
-};
 
 static const char SQL_CLAIMS[] =
 	"INSERT INTO claims (hash, keyhash, qid, fingerprint, accepted, expires) "
@@ -179,32 +160,43 @@ static const char SQL_UPDATES[] = UPDATES_HEAD UPDATES_ATTEMPTS "inflight = v.fl
  */
 static const char SQL_MARKS[] = UPDATES_HEAD "inflight = v.flag, " UPDATES_ATTEMPTS UPDATES_TAIL;
 
-/* qids_add - append a QID to an owned array */
-static void qids_add(char (**v)[STORE_QID_SIZE], size_t *n, size_t *cap, const char *qid)
+/* each kind's statement and columns, parameters from $3 (claims: $1) */
+static const struct {
+	const char *sql;
+	int cols, rcols;
+	Oid types[SEG_COLS];
+	Oid rtypes[7];
+} seg_shape[] = {
+	[PG_SEG_CLAIMS] = { SQL_CLAIMS, 6, 0, { PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_TEXT, PG_OID_BYTEA,
+				    PG_OID_INT8, PG_OID_INT8 }, { 0 } },
+	[PG_SEG_MSGS] = { SQL_MSGS, 18, 7, { PG_OID_TEXT, PG_OID_INT8, PG_OID_TEXT, PG_OID_TEXT, PG_OID_INT4,
+				   PG_OID_INT4, PG_OID_BOOL, PG_OID_TEXT, PG_OID_TEXT, PG_OID_BYTEA,
+				   PG_OID_INT8, PG_OID_BOOL, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
+				   PG_OID_INT8, PG_OID_BOOL, PG_OID_TEXT },
+			  { PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT, PG_OID_INT4, PG_OID_TEXT,
+			    PG_OID_INT4, PG_OID_TEXT } },
+	[PG_SEG_UPDATES] = { SQL_UPDATES, 9, 4, { PG_OID_TEXT, PG_OID_INT8, PG_OID_INT4, PG_OID_INT4,
+				     PG_OID_INT8, PG_OID_BOOL, PG_OID_BOOL, PG_OID_BOOL,
+				     PG_OID_TEXT },
+			     { PG_OID_TEXT, PG_OID_INT4, PG_OID_INT4, PG_OID_TEXT } },
+};
+
+/* store_pg_grow - v, of n elements of size and room for *cap, with room for one more */
+void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size)
 {
-	if (*n == *cap) {
-		*cap = *cap ? 2 * *cap : 16;
-		*v = xrealloc(*v, *cap * sizeof(**v));
-	}
-	strcpy((*v)[(*n)++], qid);
+	if (n < *cap)
+		return v;
+	*cap = *cap ? 2 * *cap : 16;
+	return xrealloc(v, *cap * size);
 }
 
 /* lease_add - append (qid, token) to an owned array */
 static void lease_add(struct pg_lease **v, size_t *n, size_t *cap, const char *qid, int64_t token)
 {
-	if (*n == *cap) {
-		*cap = *cap ? 2 * *cap : 16;
-		*v = xrealloc(*v, *cap * sizeof(**v));
-	}
+	*v = store_pg_grow(*v, *n, cap, sizeof(**v));
 	memset(&(*v)[*n], 0, sizeof(**v));
 	strcpy((*v)[*n].qid, qid);
 	(*v)[(*n)++].token = token;
-}
-
-/* gone_add - qid's lease, of token (0: put in this transaction), is given up at commit */
-static void gone_add(struct pg_txn *t, const char *qid, int64_t token)
-{
-	lease_add(&t->gone, &t->n_gone, &t->cap_gone, qid, token);
 }
 
 /* store_pg_qids_has - is qid in the array? */
@@ -244,35 +236,26 @@ static void seg_free(struct pg_seg *s)
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key)
 {
 	struct pg_seg *s = NULL;
-	size_t cap, j;
+	size_t j;
 	int i;
 
-	for (j = t->n_segs; j > 0; j--) {
+	for (j = t->n_segs; j > 0 && s == NULL; j--) {
 		if (store_pg_qids_has(t->segs[j - 1].qids, t->segs[j - 1].n, key))
 			break;		/* key's earlier row: this one goes after it */
-		if (t->segs[j - 1].kind == kind) {
+		if (t->segs[j - 1].kind == kind)
 			s = &t->segs[j - 1];
-			break;
-		}
 	}
-	if (s) {
-		s->qids = xrealloc(s->qids, (s->n + 1) * sizeof(*s->qids));
-		strcpy(s->qids[s->n++], key);
-		return s;
+	if (s == NULL) {
+		t->segs = store_pg_grow(t->segs, t->n_segs, &t->cap_segs, sizeof(*t->segs));
+		s = &t->segs[t->n_segs++];
+		memset(s, 0, sizeof(*s));
+		s->kind = kind;
+		for (i = 0; i < seg_shape[kind].cols; i++)
+			store_pg_arr_init(&s->a[i], seg_shape[kind].types[i]);
+		for (i = 0; i < seg_shape[kind].rcols; i++)
+			store_pg_arr_init(&s->r[i], seg_shape[kind].rtypes[i]);
 	}
-	if (t->n_segs == t->cap_segs) {
-		t->cap_segs = t->cap_segs ? 2 * t->cap_segs : 4;
-		t->segs = xrealloc(t->segs, t->cap_segs * sizeof(*t->segs));
-	}
-	s = &t->segs[t->n_segs++];
-	memset(s, 0, sizeof(*s));
-	s->kind = kind;
-	for (i = 0; i < seg_shape[kind].cols; i++)
-		store_pg_arr_init(&s->a[i], seg_shape[kind].types[i]);
-	for (i = 0; i < seg_shape[kind].rcols; i++)
-		store_pg_arr_init(&s->r[i], seg_shape[kind].rtypes[i]);
-	cap = 1;
-	s->qids = xcalloc(cap, sizeof(*s->qids));
+	s->qids = xrealloc(s->qids, (s->n + 1) * sizeof(*s->qids));
 	strcpy(s->qids[s->n++], key);
 	return s;
 }
@@ -336,34 +319,48 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_i32(&s->r[5], (int32_t) m->rcpts[i].state);
 		store_pg_a_text(&s->r[6], m->rcpts[i].reply);
 	}
-	qids_add(&t->put_qids, &t->n_put, &t->cap_put, m->qid);
+	t->put_qids = store_pg_grow(t->put_qids, t->n_put, &t->cap_put, sizeof(*t->put_qids));
 	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
-	t->copies[t->n_put - 1] = store_pg_keep_copy(t->st, m);
+	strcpy(t->put_qids[t->n_put], m->qid);
+	t->copies[t->n_put++] = store_pg_keep_copy(t->st, m);
 }
 
 /*
- * fence_token - the token a delivery write of qid (of n_rcpts recipients,
- * 0 for a mark) is fenced with: the lease this node holds, or NULL (has
- * 0) for a message put in this transaction; STORE_ELEASE if this node
- * holds none. The write is noted, for its commit to explain a fence.
+ * update_row - a row of the updates for a delivery write of qid (of
+ * n_rcpts recipients, 0 for a mark), its QID and fence filled: the
+ * token of the lease this node holds, in *token, or NULL (*token 0) for
+ * a message put in this transaction; NULL and the transaction failed
+ * (STORE_ELEASE) if this node holds none. The write is noted, for its
+ * commit to explain a fence.
  */
-static int fence_token(struct pg_txn *t, const char *qid, size_t n_rcpts, int64_t *token,
-		       int *has)
+static struct pg_seg *update_row(struct pg_txn *t, const char *qid, size_t n_rcpts,
+				 int64_t *token)
 {
-	*has = 0;
+	struct pg_seg *s;
+	int has = 0;
+
+	*token = 0;
 	t->fenced = 0;
 	snprintf(t->fenced_qid, sizeof(t->fenced_qid), "%s", qid);
 	t->fenced_rcpts = n_rcpts;
 	if (store_pg_qids_has(t->put_qids, t->n_put, qid)) {
 		t->wrote_put = 1;	/* no copy is kept: it would be what was put */
-		return 0;
+	} else {
+		store_pg_keep_forget(t->st, qid);	/* written: read from the database from now on */
+		if (store_pg_lease_get(t->st, qid, token) != 0) {
+			store_txn_fail(&t->base, STORE_ELEASE);
+			return NULL;
+		}
+		has = 1;
+		t->fenced = *token;
 	}
-	store_pg_keep_forget(t->st, qid);	/* written: read from the database from now on */
-	if (store_pg_lease_get(t->st, qid, token) != 0)
-		return STORE_ELEASE;
-	*has = 1;
-	t->fenced = *token;
-	return 0;
+	s = store_pg_seg_for(t, PG_SEG_UPDATES, qid);
+	store_pg_a_text(&s->a[0], qid);
+	if (has)
+		store_pg_a_i64(&s->a[1], *token);
+	else
+		store_pg_a_bytes(&s->a[1], NULL, 0);
+	return s;
 }
 
 /*
@@ -375,23 +372,15 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
 	struct pg_txn *t = (struct pg_txn *) base;
 	struct pg_seg *s;
-	int64_t token = 0;
+	int64_t token;
 	size_t i;
-	int has, err, queued = 0;
+	int queued = 0;
 
-	if ((err = fence_token(t, m->qid, m->n_rcpts, &token, &has)) != 0) {
-		store_txn_fail(&t->base, err);
-		return;
-	}
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
-	s = store_pg_seg_for(t, PG_SEG_UPDATES, m->qid);
-	store_pg_a_text(&s->a[0], m->qid);
-	if (has)
-		store_pg_a_i64(&s->a[1], token);
-	else
-		store_pg_a_bytes(&s->a[1], NULL, 0);
+	if ((s = update_row(t, m->qid, m->n_rcpts, &token)) == NULL)
+		return;
 	store_pg_a_i32(&s->a[2], (int32_t) m->n_rcpts);
 	store_pg_a_i32(&s->a[3], m->attempts);
 	store_pg_a_i64(&s->a[4], m->next_attempt);
@@ -406,8 +395,9 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_i32(&s->r[2], (int32_t) m->rcpts[i].state);
 		store_pg_a_text(&s->r[3], m->rcpts[i].reply);
 	}
+	/* qid's lease, of token (0: put in this transaction), is given up at commit */
 	if (!queued || m->next_attempt > clock_us())
-		gone_add(t, m->qid, has ? token : 0);
+		lease_add(&t->gone, &t->n_gone, &t->cap_gone, m->qid, token);
 }
 
 /* store_pg_txn_msg_set_inflight - buffer the inflight mark, fenced: a row of the updates (above) */
@@ -415,19 +405,10 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 {
 	struct pg_txn *t = (struct pg_txn *) base;
 	struct pg_seg *s;
-	int64_t token = 0;
-	int has, err;
+	int64_t token;
 
-	if ((err = fence_token(t, qid, 0, &token, &has)) != 0) {
-		store_txn_fail(&t->base, err);
+	if ((s = update_row(t, qid, 0, &token)) == NULL)
 		return;
-	}
-	s = store_pg_seg_for(t, PG_SEG_UPDATES, qid);
-	store_pg_a_text(&s->a[0], qid);
-	if (has)
-		store_pg_a_i64(&s->a[1], token);
-	else
-		store_pg_a_bytes(&s->a[1], NULL, 0);
 	store_pg_a_bytes(&s->a[2], NULL, 0);	/* no count: a mark */
 	store_pg_a_bytes(&s->a[3], NULL, 0);	/* attempts and next_attempt kept */
 	store_pg_a_bytes(&s->a[4], NULL, 0);
@@ -472,99 +453,74 @@ static void txn_free(struct pg_txn *t)
 	free(t);
 }
 
-/* seg_send - queue a run's statement; returns how many, or -1 */
+/* seg_send - queue a run's statement; 0 or -1 */
 static int seg_send(struct pg_txn *t, struct pg_seg *s)
 {
-	struct pg_params p;
-	int i, bad = 0;
+	int upd = s->kind == PG_SEG_UPDATES, i, err;
 	uint32_t n_rcpts = 0;
+	struct pg_params p;
 
 	store_pg_params_init(&p);
-	if (s->kind == PG_SEG_MSGS) {
+	if (s->kind != PG_SEG_CLAIMS) {
 		store_pg_p_text(&p, t->st->node);
-		store_pg_p_i64(&p, t->st->lease_us);
-	} else if (s->kind == PG_SEG_UPDATES) {
-		store_pg_p_text(&p, t->st->node);
-		store_pg_p_i64(&p, clock_us());
+		store_pg_p_i64(&p, upd ? clock_us() : t->st->lease_us);
 	}
 	for (i = 0; i < seg_shape[s->kind].cols; i++)
 		store_pg_p_arr(&p, &s->a[i]);
-	if (s->kind == PG_SEG_UPDATES)
+	if (upd) {
 		store_pg_p_i64(&p, STORE_STORY_TTL);	/* PG_STORY_EXPIRES's default */
-	if (s->kind == PG_SEG_UPDATES)
 		store_pg_p_i64(&p, (int64_t) s->n);
+	}
 	for (i = 0; i < seg_shape[s->kind].rcols; i++)
 		n_rcpts = store_pg_p_arr(&p, &s->r[i]);	/* each column has one per recipient */
-	if (s->kind == PG_SEG_UPDATES)	/* the recipients' LIMIT (above) */
+	if (upd)			/* the recipients' LIMIT (above) */
 		store_pg_p_i64(&p, (int64_t) n_rcpts);
-	switch (s->kind) {
-	case PG_SEG_CLAIMS:
-		bad = store_pg_send(t->c, SQL_CLAIMS, &p);
-		break;
-	case PG_SEG_MSGS:
-		bad = store_pg_send(t->c, SQL_MSGS, &p);
-		break;
-	case PG_SEG_UPDATES:
-		bad = store_pg_send(t->c, s->marks ? SQL_MARKS : SQL_UPDATES, &p);
-		break;
-	}
+	err = store_pg_send(t->c, s->marks ? SQL_MARKS : seg_shape[s->kind].sql, &p);
 	store_pg_params_free(&p);
-	return bad ? -1 : 1;
-}
-
-/* leases_add - the leases a committed batch's messages got, from qid, lease_token rows */
-static void leases_add(struct pg_store *st, const PGresult *r)
-{
-	char qid[STORE_QID_SIZE];
-	int i;
-
-	for (i = 0; i < PQntuples(r); i++)
-		if (store_pg_qid(r, i, 0, qid) == 0)
-			store_pg_lease_set(st, qid, store_pg_int(r, i, 1));
+	return err;
 }
 
 /*
- * leases_note - the leases a run of messages put got (RETURNING qid,
- * lease_token), held from the commit on: recorded before it, a lease
- * renewal meanwhile (another connection, which cannot see the rows yet)
- * found them gone and forgot them, and the node then refused its own
- * inflight marks and outcomes on them as another node's.
+ * leases_read - the leases got by messages put (qid, lease_token rows):
+ * held at once (now: a commit read back), or from t's commit on. Recorded
+ * before it, a lease renewal meanwhile (another connection, which cannot
+ * see the rows yet) found them gone and forgot them, and the node then
+ * refused its own inflight marks and outcomes on them as another node's.
  */
-static void leases_note(struct pg_txn *t, const PGresult *r)
+static void leases_read(struct pg_txn *t, const PGresult *r, int now)
 {
 	char qid[STORE_QID_SIZE];
 	int i;
 
-	for (i = 0; i < PQntuples(r); i++)
-		if (store_pg_qid(r, i, 0, qid) == 0)
+	for (i = 0; i < PQntuples(r); i++) {
+		if (store_pg_qid(r, i, 0, qid) != 0)
+			continue;
+		if (now)
+			store_pg_lease_set(t->st, qid, store_pg_int(r, i, 1));
+		else
 			lease_add(&t->got, &t->n_got, &t->cap_got, qid, store_pg_int(r, i, 1));
+	}
 }
 
 /*
- * read_back - the commit's outcome is unknown: on a fresh connection,
- * does its first new message exist? Then its leases are read too.
- * 0 committed, STORE_EAGAIN not, PG_NOT_KNOWN the database could not
- * be asked (store_pg_pend.c keeps the batch to settle).
+ * store_pg_read_back - the commit of t, which put messages, has an
+ * unknown outcome: on a fresh connection, does its first new message
+ * exist? Then its leases are read too. 0 committed, STORE_EAGAIN not,
+ * PG_NOT_KNOWN the database could not be asked (store_pg_pend.c keeps
+ * the batch to settle).
  */
-static int read_back(struct pg_txn *t)
+int store_pg_read_back(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
 	struct pg_params p;
-	struct pg_arr qids;
 	PGconn *c;
 	PGresult *r;
-	size_t i;
 	int err, found;
 
-	if (t->n_put == 0)
-		return STORE_EAGAIN;
 	if (store_pg_take(st, &c) != 0)
 		return PG_NOT_KNOWN;
 	store_pg_params_init(&p);
-	store_pg_arr_init(&qids, PG_OID_TEXT);
-	for (i = 0; i < t->n_put; i++)
-		store_pg_a_text(&qids, t->put_qids[i]);
-	store_pg_p_arr(&p, &qids);
+	store_pg_p_qids(&p, t->put_qids, t->n_put);
 	store_pg_p_text(&p, t->put_qids[0]);
 	store_pg_p_text(&p, st->node);
 	err = store_pg_exec(st, c, "SELECT qid, lease_token FROM messages "
@@ -577,7 +533,7 @@ static int read_back(struct pg_txn *t)
 		return PG_NOT_KNOWN;
 	found = PQntuples(r) > 0;
 	if (found)
-		leases_add(st, r);
+		leases_read(t, r, 1);
 	PQclear(r);
 	msg_warn("store: a commit's outcome was unknown (connection lost): read back: %s",
 		 found ? "committed" : "not committed");
@@ -595,15 +551,10 @@ static int read_back(struct pg_txn *t)
 static int replays_send(struct pg_txn *t)
 {
 	struct pg_params p;
-	struct pg_arr a;
-	size_t i;
 	int err;
 
 	store_pg_params_init(&p);
-	store_pg_arr_init(&a, PG_OID_TEXT);
-	for (i = 0; i < t->n_replays; i++)
-		store_pg_a_text(&a, t->replays[i]);
-	store_pg_p_arr(&p, &a);
+	store_pg_p_qids(&p, t->replays, t->n_replays);
 	err = store_pg_send(t->c, "UPDATE messages SET replayed = true "
 			    "WHERE qid = ANY($1::text[]) AND NOT replayed", &p);
 	store_pg_params_free(&p);
@@ -623,7 +574,6 @@ static int commit_send(struct pg_txn *t, int *sent)
 {
 	struct pg_params none;		/* prepared, without parameters (store_pg_stmt.c) */
 	size_t i;
-	int n;
 
 	*sent = 0;
 	store_pg_params_init(&none);
@@ -635,11 +585,10 @@ static int commit_send(struct pg_txn *t, int *sent)
 		(*sent)++;
 	}
 	t->begun = 1;
-	for (i = 0; i < t->n_segs; i++) {
-		if ((n = seg_send(t, &t->segs[i])) < 0)
+	for (i = 0; i < t->n_segs; i++)
+		if (seg_send(t, &t->segs[i]) != 0)
 			return -1;
-		*sent += n;
-	}
+	*sent += (int) t->n_segs;
 	if (t->n_replays > 0) {
 		if (replays_send(t) != 0)
 			return -1;
@@ -717,15 +666,15 @@ static int txn_commit(struct pg_txn *t)
 		if (k == sent - 1)
 			committed = 1;
 		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)
-			leases_note(t, r);	/* a run of messages put: their leases */
+			leases_read(t, r, 0);	/* a run of messages put: their leases */
 		PQclear(r);
 	}
-	if (!failed && store_pg_pipe_end(t->c) != 0)
-		failed = !committed && err == 0;
+	if (!failed)
+		(void) store_pg_pipe_end(t->c);
 	if (committed)
 		err = 0;
 	else if (err == 0)		/* no error seen and no COMMIT: unknown */
-		committed = (err = store_pg_commit_resolve(t, read_back)) == 0;
+		committed = (err = store_pg_commit_resolve(t)) == 0;
 	/* else an error was reported: nothing was committed */
 	if (committed) {		/* the leases got, then those given up (maybe the same) */
 		for (i = 0; i < t->n_got; i++) {

@@ -119,7 +119,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../../util/buf.h"
@@ -222,6 +221,21 @@ static void side_give(struct pg_store *st, PGconn *c)
 		store_pg_give(st, c);
 }
 
+/* a transaction that commits without waiting for the standby */
+#define LOCAL_BEGIN	"BEGIN; SET LOCAL synchronous_commit = local"
+
+/* local_end - commit LOCAL_BEGIN's transaction if err is 0, else roll it back; *r goes if it fails */
+static int local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what)
+{
+	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
+		PQclear(*r);
+		*r = NULL;
+	}
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(st, c, "ROLLBACK", what);
+	return err;
+}
+
 /*
  * side_run - one statement beside a connection that hangs; local: in a
  * transaction of its own that commits without waiting for the standby
@@ -236,15 +250,11 @@ static int side_run(struct pg_store *st, int local, const char *sql, struct pg_p
 	if ((err = side_take(st, &c)) != 0)
 		return err;
 	if (local)
-		err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", what);
+		err = store_pg_simple(st, c, LOCAL_BEGIN, what);
 	if (err == 0)
 		err = store_pg_exec(st, c, sql, p, r, what);
-	if (local && err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
-		PQclear(*r);
-		*r = NULL;
-	}
-	if (local && PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
-		(void) store_pg_simple(st, c, "ROLLBACK", what);
+	if (local)
+		err = local_end(st, c, err, r, what);
 	side_give(st, c);
 	return err;
 }
@@ -384,14 +394,10 @@ int store_pg_commit_hold(struct pg_txn *t)
 			}
 		}
 		if (now - start >= limit) {
-			if (waits) {
+			if (waits)
 				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
-			} else {
-				msg_warn("store: no answer to a COMMIT within %.1f s: connection closed",
-					 (double) limit / 1e6);
-				shutdown(PQsocket(c), SHUT_RDWR);
-				(void) PQconsumeInput(c);
-			}
+			else
+				store_pg_cut(c, "to a COMMIT", limit);
 			return -1;
 		}
 		p.fd = PQsocket(c);
@@ -404,18 +410,6 @@ int store_pg_commit_hold(struct pg_txn *t)
 	if (waits)
 		store_pg_repl_note(st, c, 0);
 	return PQstatus(c) == CONNECTION_OK ? 0 : -1;
-}
-
-/* qids_param - the batch's QIDs as a text[] parameter */
-static void qids_param(struct pg_params *p, const struct pg_txn *t)
-{
-	struct pg_arr a;
-	size_t i;
-
-	store_pg_arr_init(&a, PG_OID_TEXT);
-	for (i = 0; i < t->n_put; i++)
-		store_pg_a_text(&a, t->put_qids[i]);
-	store_pg_p_arr(p, &a);
 }
 
 /* store_pg_xact_of - the answer of store_pg_sql_status (NULL: an id too old to be known) */
@@ -488,7 +482,7 @@ static int void_batch(struct pg_txn *t)
 	int err;
 
 	store_pg_params_init(&p);
-	qids_param(&p, t);
+	store_pg_p_qids(&p, t->put_qids, t->n_put);
 	store_pg_p_i64(&p, t->xid);
 	store_pg_p_text(&p, t->st->node ? t->st->node : "");
 	err = side_run(t->st, 1, store_pg_sql_void, &p, &r, "void");
@@ -497,7 +491,7 @@ static int void_batch(struct pg_txn *t)
 	return err;
 }
 
-/* not_known - read_back's rc: PG_NOT_KNOWN keeps the batch to settle (STORE_EAGAIN) */
+/* not_known - store_pg_read_back()'s rc; PG_NOT_KNOWN keeps the batch to settle: STORE_EAGAIN */
 static int not_known(struct pg_txn *t, int rc)
 {
 	if (rc != PG_NOT_KNOWN)
@@ -506,22 +500,28 @@ static int not_known(struct pg_txn *t, int rc)
 	return STORE_EAGAIN;
 }
 
+/* voided_warn - why t's messages are answered 451 and voided, and what then */
+static void voided_warn(const struct pg_txn *t, const char *why, const char *then)
+{
+	msg_warn("store: %s: its %zu message%s answered 451 and voided (%s%s)%s", why, t->n_put,
+		 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "", then);
+}
+
 /*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
- * settled (see the header); read_back reads a committed batch's leases,
- * or whether a transaction over (its backend gone) committed
+ * settled (see the header); store_pg_read_back() reads a committed
+ * batch's leases, or whether a transaction over (its backend gone) committed
  */
-int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *))
+int store_pg_commit_resolve(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
 	enum pg_xact x;
-	int found;
 
 	if (t->n_put == 0)
-		return read_back(t) == 0 ? 0 : STORE_EAGAIN;
-	if (t->xid == 0 && (found = backend_xid(st, t->c, &t->xid)) <= 0)
-		return not_known(t, read_back(t));	/* over: its rows tell; or nothing known */
+		return STORE_EAGAIN;	/* nothing put: nothing to read back */
+	if (t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
+		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
 	x = xact_status(st, t->xid);
 	/*
 	 * Committed, and its rows are there (their leases read): a status read
@@ -530,16 +530,14 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	 * ours, so a committed id whose rows cannot be read is not a 250: it is
 	 * voided, which drops its messages if they are somewhere after all.
 	 */
-	if (x == XACT_COMMITTED && read_back(t) == 0)
+	if (x == XACT_COMMITTED && store_pg_read_back(t) == 0)
 		return 0;
 	if (x == XACT_ABORTED)
 		return STORE_EAGAIN;
 	if (x == XACT_UNKNOWN)
-		return not_known(t, read_back(t));
+		return not_known(t, store_pg_read_back(t));
 	if (x == XACT_COMMITTED)
-		msg_warn("store: a commit reads as committed, but its messages cannot be read back: "
-			 "its %zu message%s answered 451 and voided (%s%s)", t->n_put,
-			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+		voided_warn(t, "a commit reads as committed, but its messages cannot be read back", "");
 	if (void_batch(t) != 0) {
 		store_pg_pend_add(t, 1);	/* voided once the database answers */
 		return STORE_EAGAIN;
@@ -548,9 +546,7 @@ int store_pg_commit_resolve(struct pg_txn *t, int (*read_back) (struct pg_txn *)
 	st->voided++;
 	pthread_mutex_unlock(&st->mu);
 	if (x == XACT_RUNNING)
-		msg_warn("store: a commit is still in progress: its %zu message%s answered 451 and "
-			 "voided (%s%s), settled once PostgreSQL decides", t->n_put,
-			 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+		voided_warn(t, "a commit is still in progress", ", settled once PostgreSQL decides");
 	return STORE_EAGAIN;
 }
 
@@ -636,7 +632,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 	key = xcalloc((size_t) PQntuples(d) + 1, sizeof(*key));
 	keys = settle_locks(d, key, &lp);
 	store_pg_params_init(&p);
-	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local", "voids settled");
+	err = store_pg_simple(st, c, LOCAL_BEGIN, "voids settled");
 	if (err == 0 && keys > 0)
 		err = store_pg_exec(st, c, SQL_TRY_LOCKS, &lp, &lr, "voids' key locks");
 	if (err == 0) {
@@ -645,12 +641,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 			err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
 	}
 	PQclear(lr);
-	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", "voids settled")) != 0) {
-		PQclear(*r);
-		*r = NULL;
-	}
-	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
-		(void) store_pg_simple(st, c, "ROLLBACK", "voids settled");
+	err = local_end(st, c, err, r, "voids settled");
 	side_give(st, c);
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);

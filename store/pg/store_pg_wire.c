@@ -47,14 +47,21 @@
 
 #define ARR_HEADER	20	/* dimensions, has-null, element type, size, lower bound */
 
-/* put_be - n bytes of v in network order */
-static void put_be(struct buf *b, uint64_t v, int n)
+/* be - n bytes of v in network order at x */
+static void be(void *x, uint64_t v, int n)
 {
-	uint8_t x[8];
 	int i;
 
 	for (i = 0; i < n; i++)
-		x[i] = (uint8_t) (v >> (8 * (n - 1 - i)));
+		((uint8_t *) x)[i] = (uint8_t) (v >> (8 * (n - 1 - i)));
+}
+
+/* put_be - n bytes of v in network order, appended */
+static void put_be(struct buf *b, uint64_t v, int n)
+{
+	uint8_t x[8];
+
+	be(x, v, n);
 	buf_append(b, x, (size_t) n);
 }
 
@@ -171,30 +178,38 @@ static void arr_room(struct pg_arr *a)
  */
 uint32_t store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 {
-	struct buf *b = param_add(p, array_oid(a->elem)), h = BUF_INIT;
+	struct buf *b = param_add(p, array_oid(a->elem));
 	size_t off = a->n ? 0 : 8;	/* an empty array has no dimension: 12 bytes */
 	uint32_t n = a->n;
 	Oid elem = a->elem;
 
 	arr_room(a);
-	put_be(&h, a->n ? 1 : 0, 4);
-	put_be(&h, (uint32_t) a->has_null, 4);
-	put_be(&h, a->elem, 4);
-	put_be(&h, a->n, 4);
-	put_be(&h, 1, 4);		/* lower bound */
-	if (a->n)
-		memcpy(a->b.data, h.data, ARR_HEADER);
-	else
-		memcpy(a->b.data + off, h.data, ARR_HEADER - off);
-	buf_free(&h);
+	be(a->b.data + off, a->n ? 1 : 0, 4);
+	be(a->b.data + off + 4, (uint32_t) a->has_null, 4);
+	be(a->b.data + off + 8, a->elem, 4);
+	if (a->n) {
+		be(a->b.data + 12, a->n, 4);
+		be(a->b.data + 16, 1, 4);	/* lower bound */
+	}
 	*b = a->b;			/* moved, not copied: it may hold megabytes of data */
-	memset(&a->b, 0, sizeof(a->b));
 	p->vals[p->n] = b->data + off;
 	p->lens[p->n] = (int) (b->len - off);
 	p->n++;
 	memset(a, 0, sizeof(*a));
 	a->elem = elem;
 	return n;
+}
+
+/* store_pg_p_qids - QIDs as a text[] */
+void store_pg_p_qids(struct pg_params *p, char (*qids)[STORE_QID_SIZE], size_t n)
+{
+	struct pg_arr a;
+	size_t i;
+
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < n; i++)
+		store_pg_a_text(&a, qids[i]);
+	store_pg_p_arr(p, &a);
 }
 
 /* store_pg_arr_init - an empty array of elem (PG_OID_*); its bytes come with its first element */
@@ -259,13 +274,13 @@ void store_pg_a_text(struct pg_arr *a, const char *s)
 }
 
 /*
- * cut - a connection whose server did not answer in time: shut its
- * socket, so that libpq sees the end of it and the pool closes it
+ * store_pg_cut - a connection whose server did not answer (what) within
+ * limit us: its socket shut, so that libpq sees the end of it and the
+ * pool closes it
  */
-static void cut(PGconn *c)
+void store_pg_cut(PGconn *c, const char *what, int64_t limit)
 {
-	msg_warn("store: no answer from PostgreSQL within %.1f s: connection closed",
-		 (double) store_pg_result_limit() / 1e6);
+	msg_warn("store: no answer %s within %.1f s: connection closed", what, (double) limit / 1e6);
 	shutdown(PQsocket(c), SHUT_RDWR);
 	(void) PQconsumeInput(c);
 }
@@ -294,14 +309,14 @@ static int ready(PGconn *c)
 				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
 				return -1;
 			}
-			cut(c);
+			store_pg_cut(c, "from PostgreSQL", store_pg_result_limit());
 			return -1;
 		}
 		p.fd = PQsocket(c);
 		p.events = POLLIN;
 		p.revents = 0;
 		if (poll(&p, 1, (int) ((left + 999) / 1000)) < 0 && errno != EINTR) {
-			cut(c);
+			store_pg_cut(c, "from PostgreSQL", store_pg_result_limit());
 			return -1;
 		}
 		if (PQconsumeInput(c) != 1)
@@ -399,11 +414,11 @@ static int prepare_now(PGconn *c, int i, const char *name, const char *sql,
  */
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
 {
-	int pipe = PQpipelineStatus(c) != PQ_PIPELINE_OFF, ok;
+	int pipe = PQpipelineStatus(c) != PQ_PIPELINE_OFF, ok, ready;
 	char name[PG_STMT_NAME];
-	int i = store_pg_stmt_find(c, sql, p, name);
+	int i = store_pg_stmt_find(c, sql, p, name, &ready);
 
-	if (i >= 0 && !store_pg_stmt_ready(c, i)) {
+	if (i >= 0 && !ready) {
 		if (!pipe) {
 			if (prepare_now(c, i, name, sql, p) != 0) {
 				if (PQstatus(c) != CONNECTION_OK)
@@ -411,7 +426,7 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
 				i = -1;
 			}
 		} else if (PQsendPrepare(c, name, sql, p->n, p->types) == 1) {
-			store_pg_stmt_sent_prepare(c, i);
+			store_pg_stmt_sent(c, i);
 		} else {
 			return -1;
 		}
@@ -423,7 +438,7 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
 				       p ? p->vals : NULL, p ? p->lens : NULL,
 				       p ? p->fmts : NULL, 1) == 1;
 	if (ok && pipe)
-		store_pg_stmt_sent(c);
+		store_pg_stmt_sent(c, PG_OWED_STMT);
 	return ok ? 0 : -1;
 }
 
