@@ -141,28 +141,22 @@ static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_ar
 /* revive_in - the checks and writes, in the transaction open on c */
 static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 {
-	struct pg_params q, p;
 	struct pg_arr idx, state, reply;
+	struct pg_params p;
+	PGresult *r = NULL;
 	struct found f;
-	PGresult *r;
 	int err;
 
-	store_pg_params_init(&q);
-	store_pg_p_text(&q, m->qid);
-	if ((err = row_read(st, c, &q, &f)) != 0 || (err = row_verdict(&f, m)) != 0
-	    || (err = store_pg_exec(st, c, SQL_RCPTS, &q, &r, "revive")) != 0) {
-		store_pg_params_free(&q);
-		return err;
-	}
-	store_pg_params_free(&q);
+	store_pg_params_init(&p);
+	store_pg_p_text(&p, m->qid);
 	store_pg_arr_init(&idx, PG_OID_INT4);
 	store_pg_arr_init(&state, PG_OID_INT4);
 	store_pg_arr_init(&reply, PG_OID_TEXT);
-	err = rcpts_back(r, m, &idx, &state, &reply);
+	if ((err = row_read(st, c, &p, &f)) == 0 && (err = row_verdict(&f, m)) == 0
+	    && (err = store_pg_exec(st, c, SQL_RCPTS, &p, &r, "revive")) == 0)
+		err = rcpts_back(r, m, &idx, &state, &reply);
 	PQclear(r);
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, m->qid);
-	store_pg_p_arr(&p, &idx);
+	store_pg_p_arr(&p, &idx);	/* $2, $3, $4 beside the QID */
 	store_pg_p_arr(&p, &state);
 	store_pg_p_arr(&p, &reply);
 	if (err == 0 && (err = store_pg_exec(st, c, SQL_RCPTS_BACK, &p, &r, "revive")) == 0)
