@@ -235,19 +235,23 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 	(void) !write(STDERR_FILENO, line, n);
 }
 
-#define LOG_FN(name, level, tag) \
+/* msg_debug ... msg_panic - one line at a level; fatal exits, panic aborts (log.h says when) */
+#define LOG_FN(name, level, tag, then) \
 void name(const char *fmt, ...) \
 { \
 	va_list ap; \
 	va_start(ap, fmt); \
 	log_vwrite(level, NULL, tag, fmt, ap); \
 	va_end(ap); \
+	then; \
 }
 
-LOG_FN(msg_debug, LOG_LEVEL_DEBUG, "debug")
-LOG_FN(msg_info, LOG_LEVEL_INFO, NULL)
-LOG_FN(msg_warn, LOG_LEVEL_WARN, "warning")
-LOG_FN(msg_error, LOG_LEVEL_ERROR, "error")
+LOG_FN(msg_debug, LOG_LEVEL_DEBUG, "debug", (void) 0)
+LOG_FN(msg_info, LOG_LEVEL_INFO, NULL, (void) 0)
+LOG_FN(msg_warn, LOG_LEVEL_WARN, "warning", (void) 0)
+LOG_FN(msg_error, LOG_LEVEL_ERROR, "error", (void) 0)
+LOG_FN(msg_fatal, LOG_LEVEL_ERROR, "fatal", exit(1))
+LOG_FN(msg_panic, LOG_LEVEL_ERROR, "panic", abort())
 
 /* msg_info_as - one line of information in another service's name */
 void msg_info_as(const char *service, const char *fmt, ...)
@@ -257,26 +261,4 @@ void msg_info_as(const char *service, const char *fmt, ...)
 	va_start(ap, fmt);
 	log_vwrite(LOG_LEVEL_INFO, service, NULL, fmt, ap);
 	va_end(ap);
-}
-
-/* msg_fatal - report a start-up or configuration problem and exit */
-void msg_fatal(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	log_vwrite(LOG_LEVEL_ERROR, NULL, "fatal", fmt, ap);
-	va_end(ap);
-	exit(1);
-}
-
-/* msg_panic - report a broken invariant and abort */
-void msg_panic(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	log_vwrite(LOG_LEVEL_ERROR, NULL, "panic", fmt, ap);
-	va_end(ap);
-	abort();
 }
