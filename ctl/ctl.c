@@ -426,10 +426,32 @@ static void line_keys(const char *key, struct buf *line)
 	}
 }
 
+/*
+ * line_arg - refuse an argument with a control character in it before it
+ * goes into a request line (a key as its hashes, the rest as it is): a CR
+ * or LF would end the line there, and the daemon would act on the part
+ * before it alone (a drop --from without its --to); no address, key or
+ * user name has one. what names the argument in the error.
+ */
+static void line_arg(struct ctl *x, const char *what, const char *s)
+{
+	const unsigned char *p = (const unsigned char *) s;
+
+	while (*p >= ' ' && *p != 0x7f)
+		p++;
+	if (*p)
+		ctl_misuse(x, "%s has a control character (0x%02x) at offset %zu: no pattern, "
+			   "key or user name has one", what, *p, (size_t) (p - (const unsigned char *) s));
+}
+
 /* sel_line - the selection as the control socket's request names it (control.h) */
 static void sel_line(struct ctl *x, const char *arg, struct buf *line)
 {
 	if (arg == NULL) {
+		if (x->from)
+			line_arg(x, "--from", x->from);
+		if (x->to)
+			line_arg(x, "--to", x->to);
 		if ((x->from && (strpbrk(x->from, " \t") || !x->from[0]))
 		    || (x->to && (strpbrk(x->to, " \t") || !x->to[0])))
 			ctl_misuse(x, "a pattern is not empty and has no space in it, as an address");
@@ -440,6 +462,7 @@ static void sel_line(struct ctl *x, const char *arg, struct buf *line)
 	} else if (strcmp(arg, "ALL") == 0 || qid_valid(arg)) {
 		buf_printf(line, " %s", arg);
 	} else {
+		line_arg(x, "the key", arg);
 		buf_printf(line, " key -");
 		line_keys(arg, line);
 	}
@@ -631,6 +654,9 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
 	long long claims = 0;
 
+	line_arg(x, "the key", key);
+	if (x->user)
+		line_arg(x, "the user name (-u)", x->user);
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
 	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",

@@ -188,6 +188,27 @@ static int line_complete(const char *req, size_t len)
 	return memchr(req, '\n', len) != NULL;
 }
 
+/*
+ * line_cut - the request line of req[0..len) NUL-terminated in place:
+ * without its end (LF or CR LF), it must hold no control character. A CR
+ * or LF before its end is refused, not cut at: what follows would be
+ * lost, as a --to lost after an LF in a --from pattern widens a drop.
+ */
+static int line_cut(char *req, size_t len)
+{
+	size_t i;
+
+	if (len && req[len - 1] == '\n')
+		len--;
+	if (len && req[len - 1] == '\r')
+		len--;
+	for (i = 0; i < len; i++)
+		if ((unsigned char) req[i] < ' ' || req[i] == 0x7f)
+			return -1;
+	req[len] = 0;
+	return 0;
+}
+
 /* serve - admin_ops: a line in, a line out */
 static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 		  struct buf *out)
@@ -196,15 +217,15 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
 
-	(void) len;
 	/* the socket is 0600 already; this also holds if its mode was changed */
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
 	    && cred.uid != 0 && cred.uid != geteuid()) {
 		json_error(out, "permission denied");
 	} else if (end == ADMIN_CUT || req[0] == 0) {
 		json_error(out, "no request line");
+	} else if (line_cut(req, len) != 0) {
+		json_error(out, "a control character in the request line: none is allowed");
 	} else {
-		req[strcspn(req, "\r\n")] = 0;	/* the line */
 		dispatch(ctl, req, out);
 	}
 	buf_putc(out, '\n');

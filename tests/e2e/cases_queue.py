@@ -3,6 +3,7 @@
 node holding a message's lease; each with the daemon running and stopped, where the
 same actions (queue/queue_admin.c) run on the store itself."""
 
+import socket
 import time
 
 from harness import PG_ONLY, case, check, eq, make_msg, submit, submit_ok, wait_until
@@ -180,6 +181,58 @@ def test_drop_all_and_patterns(t):
     eq(ctl_json(d, "drop", "ALL")["count"], 0, "drop ALL of an empty queue")
     eq([r["to"] for r in sink.accepted()], [["delay-8-d@example.com"]],
        "only the message being delivered reached the sink")
+
+
+def control_line(d, line):
+    """control_line - one raw request line to the control socket, its reply"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(d.conf["control"])
+        s.sendall(line)
+        got = b""
+        while not got.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return got.decode()
+
+
+@case()
+def test_drop_pattern_control_chars(t):
+    """a control character in a pattern, a key or a user name is refused (exit 2) before
+    any request is sent: an LF in --from once ended the request line there, and the
+    daemon dropped by --from alone, its --to lost. The daemon refuses such a line too,
+    whole (not the part before the LF), and a line ended by CR LF is still one line."""
+    sink = t.sink()
+    d = ops_daemon(t, sink)
+    q = [submit_ok(d.port, "tempfail-%d@example.com" % i, make_msg(key="q-nl-%d" % i),
+                   sender="a@spam.example") for i in range(2)]
+    for qid in q:
+        d.wait_log(qid, "status=deferred")
+    for args in (["--from", "*@spam.example\nx", "--to", "tempfail-bob@*", "drop"],
+                 ["--from", "*@spam.example\r", "drop"],
+                 ["--to", "tempfail-bob@*\tx", "hold"],
+                 ["drop", "q-nl-0\nx"],
+                 ["-u", "alice\nx", "--drop", "forget", "q-nl-0"]):
+        r = ctl(d, *args, want=2)
+        check("has a control character" in r.stderr, "%r refused: %r" % (args, r.stderr))
+    eq(sorted(queued_qids(d)), sorted(q), "nothing dropped by the refused commands")
+
+    for line in (b"drop from *@spam.example\nx to tempfail-bob@*\n",
+                 b"drop from *@spam.example\rx to tempfail-bob@*\r\n",
+                 b"drop from *@spam.example\x01 to tempfail-bob@*\n"):
+        got = control_line(d, line)
+        check('"error":"a control character in the request line' in got,
+              "%r answered %r" % (line, got))
+    eq(sorted(queued_qids(d)), sorted(q), "nothing dropped by the refused request lines")
+    got = control_line(d, b"drop from *@spam.example to tempfail-1@*\r\n")
+    check('"dropped":["%s"]' % q[1] in got, "a CR LF line is one request: %r" % got)
+
+    # the daemon stopped: the same command on the store itself is refused as well
+    eq(d.stop(), 0, "daemon exit status")
+    ctl(d, "--from", "*@spam.example\nx", "--to", "tempfail-bob@*", "drop", want=2)
+    eq(queued_qids(d), [q[0]], "nothing dropped offline")
 
 
 @case(stores=PG_ONLY)

@@ -1,6 +1,7 @@
 /*
- * test_control - the admin thread's story expiry (daemon/control.c,
- * compiled in here to reach its expire()). A batch of store_hist_expire()
+ * test_control - the admin thread's story expiry and its reading of a
+ * request line (daemon/control.c, compiled in here to reach its expire()
+ * and serve()). A batch of store_hist_expire()
  * may delete fewer stories than it went through: an expiry entry whose
  * story went another way is deleted uncounted. That is not the end of a
  * backlog: one pass deletes every story due. Always on LMDB, whose
@@ -83,10 +84,88 @@ static void test_expire_past_stale(void **state)
 	fx_reopen(f, TEST_MAP);
 }
 
+/* no_delivery - queue_admin_sched's unschedule: nothing is being delivered */
+static int no_delivery(void *arg, const char *qid)
+{
+	(void) arg;
+	(void) qid;
+	return 0;
+}
+
+/* ask - serve() one request as the admin thread reads it whole; the reply into out */
+static void ask(struct control *ctl, const char *req, struct buf *out)
+{
+	char line[256];
+
+	snprintf(line, sizeof(line), "%s", req);
+	buf_reset(out);
+	serve(ctl, -1, line, strlen(line), ADMIN_WHOLE, out);
+}
+
+/* queued - is qid in the queue? */
+static int queued(struct store *st, const char *qid)
+{
+	struct store_msg m;
+
+	if (store_msg_load(st, qid, &m) != 0)
+		return 0;
+	store_msg_free(&m);
+	return 1;
+}
+
+/*
+ * test_request_control_chars - a request line with a CR or LF before its
+ * end, or any control character, is refused whole: cut at its first CR
+ * or LF, "drop from P\nx to Q" was a drop by P alone (the message, which
+ * Q does not match, dropped). A line ended by LF or CR LF is one request.
+ */
+static void test_request_control_chars(void **state)
+{
+	static const char *const bad[] = {
+		"drop from *@example.com\nx to nobody@*\n",
+		"drop from *@example.com\rx to nobody@*\r\n",
+		"drop from *@example.com\nto nobody@*",
+		"drop from *@example.com\001 to nobody@*\n",
+		"drop from *@example.com\tto nobody@*\n",
+		"ping\nflush\n",
+	};
+	struct fx *f = *state;
+	struct control ctl;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+	size_t i;
+
+	msg_new(&m, "000000000001", 1, 10);	/* sender@example.com to rcpt0@example.net */
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.st = f->st;
+	ctl.sched.unschedule = no_delivery;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ask(&ctl, bad[i], &out);
+		if (strstr(out.data, "\"error\":\"a control character in the request line") == NULL)
+			fail_msg("request %zu answered %s", i, out.data);
+	}
+	CHECK_INT("still queued after the refused requests", queued(f->st, m.qid), 1);
+	ask(&ctl, "ping\r\n", &out);
+	if (strstr(out.data, "{\"ok\":true,\"pid\":") != out.data)
+		fail_msg("ping CR LF answered %s", out.data);
+	ask(&ctl, "drop from *@example.com to nobody@*\n", &out);
+	if (strstr(out.data, "\"count\":0") == NULL)
+		fail_msg("the whole line answered %s", out.data);
+	CHECK_INT("still queued after a drop it does not match", queued(f->st, m.qid), 1);
+	ask(&ctl, "drop from *@example.com to rcpt0@*\r\n", &out);
+	if (strstr(out.data, "\"dropped\":[\"000000000001\"]") == NULL)
+		fail_msg("the drop it matches answered %s", out.data);
+	CHECK_INT("dropped", queued(f->st, m.qid), 0);
+	store_msg_free(&m);
+	buf_free(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_expire_past_stale, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_request_control_chars, fx_setup, fx_teardown),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* LMDB's index: never the PostgreSQL fixture */
