@@ -6,7 +6,9 @@
  * DESCRIPTION
  *	One implementation of each action, for the daemon's control socket
  *	(with its scheduler) and for idemrelayctl when no daemon runs (the
- *	store alone). Each finds its messages the one way (select()): a
+ *	store alone), both reading the same request line through
+ *	queue_admin_request(). Each finds its messages the one way
+ *	(select_qids()): a
  *	QID, the queued messages of a key's forms (of one AUTH user, for
  *	forget -u), every queued message, or those whose sender or a
  *	recipient matches a glob; then acts on each message alone.
