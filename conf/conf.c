@@ -653,8 +653,9 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
 }
 
 /*
- * What SIGHUP applies is access.networks, limits, retry, log and
- * auth.cache_ttl (and the certificate and users files read again); the
+ * What SIGHUP applies is access.networks, limits, retry, log,
+ * auth.cache_ttl, and the upstream groups' rates (conf_reloadable[];
+ * and the certificate and users files read again); the
  * rest takes a restart, as master.cf's changes take postfix reload. Each
  * of these is remembered by a digest of what was written, so that a
  * reload can say which changed instead of ignoring them without a word.
@@ -664,20 +665,31 @@ static const char *const restart_settings[] = {"hostname", "node", "user", "cont
 _Static_assert(sizeof(restart_settings) / sizeof(*restart_settings) - 1
 	       <= CONF_RESTART_MAX, "conf.h's CONF_RESTART_MAX counts restart_settings[]");
 
-/* inside the restart-only groups, what SIGHUP applies all the same (deliver_reload) */
-static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate", 0};
+/*
+ * inside the restart-only groups, what SIGHUP applies all the same
+ * (deliver_reload): "routes.upstream.x" is x of any route's upstream
+ */
+static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate",
+	"routes.upstream.rate", "routes.upstream.recipient_rate", 0};
 
-/* conf_reloadable_member - is s one of conf_reloadable[] (a top group's member)? */
+/* conf_reloadable_member - is s one of conf_reloadable[] (a top group's member, a route's)? */
 static int conf_reloadable_member(const config_setting_t *s)
 {
-	const config_setting_t *g = config_setting_parent(s);
+	const config_setting_t *g = config_setting_parent(s), *up, *list;
 	char path[128];
 	size_t i;
 
 	if (g == NULL || config_setting_name(g) == NULL || config_setting_name(s) == NULL
-	    || !config_setting_is_root(config_setting_parent(g)))
+	    || (up = config_setting_parent(g)) == NULL)
 		return 0;
-	snprintf(path, sizeof(path), "%s.%s", config_setting_name(g), config_setting_name(s));
+	if (config_setting_is_root(up))
+		snprintf(path, sizeof(path), "%s.%s", config_setting_name(g), config_setting_name(s));
+	else if ((list = config_setting_parent(up)) != NULL && config_setting_name(list)
+		 && config_setting_is_root(config_setting_parent(list)))	/* up: an element */
+		snprintf(path, sizeof(path), "%s.%s.%s", config_setting_name(list),
+			 config_setting_name(g), config_setting_name(s));
+	else
+		return 0;
 	for (i = 0; conf_reloadable[i]; i++)
 		if (strcmp(path, conf_reloadable[i]) == 0)
 			return 1;

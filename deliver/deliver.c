@@ -103,21 +103,33 @@
 #define DELIVER_NODES_EVERY	(5 * US)	/* shared store: the nodes alive counted this often */
 
 /*
- * deliver_reload - new retry settings, for attempts from now on. They
- * replace the set in force whole, under the lock, and readers take a
- * copy of it (deliver_retry_settings): a reader sees the old set or the new one,
+ * deliver_reload - new retry settings, for attempts from now on, and the
+ * upstream groups' rates. The retry settings replace the set in force
+ * whole, under the lock, and readers take a copy of it
+ * (deliver_retry_settings): a reader sees the old set or the new one,
  * never a mix, and nothing is shared to be freed, so no reader can hold
  * a set a reload frees. The conf given to deliver_start() is left as it
  * is (main owns it, and it is const here).
  */
 void deliver_reload(struct deliver *d, const struct conf *nc)
 {
+	const struct conf_route *r;
+	size_t i;
+
 	pthread_mutex_lock(&d->lock);
 	d->retry = nc->retry;
 	pthread_mutex_unlock(&d->lock);
-	/* the rates; not upstream.connections, which counts threads */
-	if (d->rates)
-		deliver_rate_configure(d->rates[0], nc->upstream.rate, nc->upstream.recipient_rate);
+	if (d->rates == NULL)
+		return;
+	/*
+	 * Every group's rates; not its connections, which count threads. The
+	 * routes in use stay until a restart: each takes the rates of its
+	 * namesake in nc, one nc no longer has keeps its own.
+	 */
+	deliver_rate_configure(d->rates[0], nc->upstream.rate, nc->upstream.recipient_rate);
+	for (i = 0; i < d->c->n_routes; i++)
+		if ((r = conf_route_named(nc, d->c->routes[i].name)) != NULL)
+			deliver_rate_configure(d->rates[i + 1], r->up.rate, r->up.recipient_rate);
 }
 
 /* deliver_retry_settings - a copy of the retry settings in force */

@@ -1,7 +1,9 @@
 """SIGHUP: what can change while running is taken from the configuration file again."""
 
+import os
 import signal
 
+from cases_ops import ctl_json
 from harness import case, check, eq, make_msg, merge, render_conf, submit, wait_until
 
 
@@ -66,3 +68,37 @@ def test_sighup_names_what_needs_a_restart(t):
     eq([c for c, _ in r.rcpts].count(452), 1, "the reloaded recipients limit (8) applies")
     check(r.code == 250 and "by renamed.test" not in str(sink.wait_count(1)[0]["data"]),
           "the hostname in use is the old one")
+
+
+@case()
+def test_sighup_reloads_route_rates(t):
+    """A route's upstream rate and recipient_rate are read again on SIGHUP as the
+    default upstream's are (a route's upstream group takes its settings): without a
+    warning, and for the routes in use, found by name; a route added or removed
+    still takes a restart (one warning), and the rates of those kept apply."""
+    sink = t.sink()
+
+    def route(name, rate, **more):
+        return dict({"name": name, "sender_domain": name + ".example",
+                     "upstream": {"host": "127.0.0.1", "port": sink.port, "rate": rate}}, **more)
+
+    def rates():
+        daemon = ctl_json(d, "stats")["daemon"]
+        return daemon["upstream"]["rate"], [(r["route"], r["rate"]) for r in daemon["routes"]]
+
+    d = t.daemon(sink, {"control": os.path.join(t.tmp, "ctl.sock"), "upstream": {"rate": 8},
+                        "routes": [route("r1", 10), route("r2", 6)]})
+    eq(rates(), (8, [("r1", 10), ("r2", 6)]), "the rates at start")
+    rewrite(d, {"upstream": {"rate": 7}, "routes": [route("r1", 5), route("r2", 6)]})
+    hup(d, 1)
+    eq(rates(), (7, [("r1", 5), ("r2", 6)]), "the rates after SIGHUP")
+    eq(d.log_lines("warning: reload:"), [], "warnings for a route's rate")
+
+    rewrite(d, {"routes": [route("r3", 9), route("r2", 3)]})
+    hup(d, 2)
+    d.wait_log("warning: reload: routes changed: it takes a restart; keeping the one in use")
+    eq(rates(), (7, [("r1", 5), ("r2", 3)]), "the routes in use, r2 at its new rate")
+    r = submit(d.port, "x@example.com", make_msg(key="hup-route"), sender="a@r2.example")
+    eq(r.code, 250, "a message of r2 after the reloads (%r)" % (r,))
+    check(d.log_lines(r.qid, "route=r2"), "the message took r2")
+    d.wait_log(r.qid, "status=sent")

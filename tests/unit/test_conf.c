@@ -659,6 +659,20 @@ static void test_restart_changed(void **state)
 		 "upstream = { host = \"a\"; rate = 20; recipient_rate = 50; };", ""},
 		{"upstream.rate with another upstream setting", "upstream = { host = \"a\"; };",
 		 "upstream = { host = \"a\"; rate = 20; connections = 8; };", "upstream,"},
+		{"a route's rate and recipient_rate: SIGHUP applies them",
+		 "upstream = { host = \"a\"; };\nroutes = ( { name = \"r\"; auth_user = \"u\";\n"
+		 "  upstream = { host = \"b\"; rate = 5; }; } );",
+		 "upstream = { host = \"a\"; };\nroutes = ( { name = \"r\"; auth_user = \"u\";\n"
+		 "  upstream = { host = \"b\"; rate = 7; recipient_rate = 9; }; } );", ""},
+		{"a route's connections", "upstream = { host = \"a\"; };\nroutes = ( { name = \"r\";\n"
+		 "  auth_user = \"u\"; upstream = { host = \"b\"; rate = 5; }; } );",
+		 "upstream = { host = \"a\"; };\nroutes = ( { name = \"r\";\n"
+		 "  auth_user = \"u\"; upstream = { host = \"b\"; rate = 5; connections = 2; }; } );",
+		 "routes,"},
+		{"a route's rate, and its match", "upstream = { host = \"a\"; };\n"
+		 "routes = ( { name = \"r\"; auth_user = \"u\"; upstream = { host = \"b\"; }; } );",
+		 "upstream = { host = \"a\"; };\nroutes = ( { name = \"r\"; auth_user = \"v\";\n"
+		 "  upstream = { host = \"b\"; rate = 3; }; } );", "routes,"},
 		{"several", "upstream = { host = \"a\"; };", "hostname = \"x.test\";\n"
 		 "upstream = { host = \"b\"; };\nlisten = ( { address = \"127.0.0.1\"; port = 2600; } );",
 		 "hostname,listen,upstream,"},

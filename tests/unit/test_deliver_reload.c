@@ -9,6 +9,10 @@
  * the last reload (B) a new message bounces: the settings took effect.
  * And the conf given to deliver_start() is never written to.
  *
+ * The rates reload for every upstream group: the default upstream's and
+ * each route's in use, found by name in the new configuration (a route
+ * it no longer has keeps its rates; one it adds waits for a restart).
+ *
  * Why no reader can see a freed or half-written set: deliver_reload()
  * replaces the set in struct deliver under the scheduler's lock and each
  * reader copies it out under the same lock, so a reader has a copy of
@@ -20,6 +24,7 @@
 #include "../../conf/conf.h"
 #include "../../deliver/deliver_impl.h"
 #include "../../util/log.h"
+#include "test_conf_help.h"
 #include "test_store_help.h"
 
 #define N_MSGS		200
@@ -152,10 +157,85 @@ static void test_reload_under_load(void **state)
 	conf_free(&c);
 }
 
+/* the test's transport, rate limited (deliver_start() makes a deliver_rate per group) */
+static const struct deliver_transport limited_transport = {
+	.name = "test", .limited = 1, .batch = 5, .send = defer_send
+};
+
+#define ROUTE(name, rest) \
+	"  { name = \"" name "\"; auth_user = \"" name "\";\n" \
+	"    upstream = { host = \"127.0.0.1\"; port = 2; " rest " }; },\n"
+
+/* load_routes - a configuration of a default upstream and routes (text) */
+static void load_routes(struct conf *c, const char *upstream, const char *routes)
+{
+	char text[2048], err[512];
+
+	snprintf(text, sizeof(text), "upstream = { host = \"127.0.0.1\"; port = 2; %s };\n"
+		 "routes = (\n%s);\n", upstream, routes);
+	*strrchr(text, ',') = ' ';	/* the last route's comma */
+	if (load_text(c, text, err, sizeof(err)) != 0)
+		fail_msg("conf_load: %s", err);
+}
+
+/* check_rates - an upstream group's rates in force, and its connections (never reloaded) */
+static void check_rates(const char *what, struct deliver_rate *r, int rate, int rcpt_rate,
+			int conns)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->rate != rate || r->rcpt_rate != rcpt_rate || r->conns != conns)
+		fail_msg("%s: rate %d, recipient_rate %d, connections %d; want %d, %d, %d", what,
+			 r->rate, r->rcpt_rate, r->conns, rate, rcpt_rate, conns);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/*
+ * test_reload_route_rates - SIGHUP's upstream rates reach every group:
+ * reloading only the default's left a route's rate and recipient_rate as
+ * they were at start (a route's upstream group takes the top-level
+ * upstream's settings, rate "read again on SIGHUP")
+ */
+static void test_reload_route_rates(void **state)
+{
+	struct fx *f = *state;
+	struct conf c, a, b;
+	struct deliver *d;
+	int dc, rc;			/* the default's connections, r2's: as at start */
+
+	load_routes(&c, "rate = 4;", ROUTE("r1", "rate = 10; recipient_rate = 30; connections = 2;")
+		    ROUTE("r2", "rate = 5;"));
+	/* r2's limits change; r1 is gone (it stays in use); r3 is new (it waits for a restart) */
+	load_routes(&a, "rate = 3;", ROUTE("r3", "rate = 100;")
+		    ROUTE("r2", "rate = 7; recipient_rate = 9; connections = 5;"));
+	/* r1 back, other limits; r2's taken off */
+	load_routes(&b, "", ROUTE("r2", "") ROUTE("r1", "rate = 20; recipient_rate = 1;"));
+	dc = c.upstream.connections;
+	rc = c.routes[1].up.connections;
+	d = deliver_start(&c, f->st, NULL, &limited_transport);
+	check_rates("default at start", d->rates[0], 4, 0, dc);
+	check_rates("r1 at start", d->rates[1], 10, 30, 2);
+	check_rates("r2 at start", d->rates[2], 5, 0, rc);
+
+	deliver_reload(d, &a);
+	check_rates("default after reload a", d->rates[0], 3, 0, dc);
+	check_rates("r1, gone from a, kept", d->rates[1], 10, 30, 2);
+	check_rates("r2 after reload a", d->rates[2], 7, 9, rc);
+	deliver_reload(d, &b);
+	check_rates("default after reload b", d->rates[0], 0, 0, dc);
+	check_rates("r1 after reload b", d->rates[1], 20, 1, 2);
+	check_rates("r2 after reload b", d->rates[2], 0, 0, rc);
+	deliver_stop(d);
+	conf_free(&c);
+	conf_free(&a);
+	conf_free(&b);
+	unlink(tmp_path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_reload_under_load, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_reload_route_rates, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests_name("deliver_reload", tests, NULL, NULL);
