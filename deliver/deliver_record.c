@@ -7,9 +7,13 @@
  *	Each attempt (deliver_replied, job_record): one log line per recipient;
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null
- *	(or their NOTIFY wants none); a notice the store cannot take now
- *	(full to its reserve, away) leaves its recipients queued, deferred,
- *	to bounce again at the next attempt, never done without it;
+ *	(or their NOTIFY wants none). The notice is part of the bounce's
+ *	outcome, not an acceptance: it may use the room a store keeps for
+ *	delivery writes (store_msg.by_delivery), so a store full to its
+ *	reserve still bounces and drains. A notice the store cannot take
+ *	now (its map truly full, the database away) leaves its recipients
+ *	queued, deferred (dsn 4.3.0), to bounce again at the next attempt,
+ *	never done without it;
  *	then the recipients' states, attempt counts and next_attempt are
  *	written and the inflight mark cleared. A job postponed by the
  *	upstream's throttling (deliver_rate.h) is not charged an attempt:
@@ -35,6 +39,8 @@
  *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
  *	NEWQID: sender non-delivery notification: QID  (as bounce's)
  *	QID: sender non-delivery notification not queued: ERR; its recipients deferred
+ *	QID: to=<a@b>, ..., dsn=4.3.0, status=deferred (sender non-delivery notification
+ *	    not queued: REPLY)
  *	NEWQID: from=<>, size=N, nrcpt=1 (queue active)  (as qmgr's)
  *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...
@@ -99,9 +105,9 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 	return err;
 }
 
-/* log_result - the Postfix-like line for one recipient */
-static void log_result(const struct deliver_job *j, size_t i, const char *status,
-		       const char *prefix, int64_t now)
+/* log_result - the Postfix-like line for one recipient (dsn NULL: its result's) */
+static void log_result(const struct deliver_job *j, size_t i, const char *dsn,
+		       const char *status, const char *prefix, int64_t now)
 {
 	const struct deliver_result *r = &j->res[i];
 	int64_t delay = now - j->m.accepted;
@@ -111,8 +117,8 @@ static void log_result(const struct deliver_job *j, size_t i, const char *status
 	metrics_delivered(status, delay);
 	msg_info("%s: to=<%s>, relay=%s, delay=%lld.%02lld, dsn=%s, status=%s (%s%s)",
 		 j->m.qid, j->m.rcpts[i].addr, j->relay[0] ? j->relay : "none",
-		 (long long) (delay / US), (long long) (delay % US / 10000), r->dsn, status,
-		 prefix, r->reply);
+		 (long long) (delay / US), (long long) (delay % US / 10000), dsn ? dsn : r->dsn,
+		 status, prefix, r->reply);
 }
 
 /* wants_failure_dsn - did the recipient's NOTIFY ask for failure notices? */
@@ -125,9 +131,9 @@ static int wants_failure_dsn(const struct store_rcpt *r)
 
 /*
  * notice_queue - spool an RFC 3464 notification of dr[0..k) to the
- * sender under a new QID (qid, its size in *size): 0, or the store's
- * error (the reserve refuses it when the store is full, PostgreSQL when
- * it is away)
+ * sender under a new QID (qid, its size in *size), a message made by
+ * delivery that may use the room kept for delivery writes: 0, or the
+ * store's error (a map truly full, PostgreSQL away)
  */
 static int notice_queue(struct deliver *d, const struct deliver_job *j,
 			const struct dsn_rcpt *dr, size_t k, int64_t now,
@@ -175,6 +181,7 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	b.data_len = text.len;
 	b.next_attempt = now;
 	b.ttl = (int64_t) d->c->store.key_ttl * 1000000;	/* its story's, like any other's */
+	b.by_delivery = 1;	/* the bounce's outcome: the delivery reserve is for it */
 
 	if ((err = store_txn_begin(d->st, NULL, 0, &t)) == 0) {
 		store_txn_msg_put(t, &b);
@@ -190,9 +197,10 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
  * job_bounce - log the recipients bounced[] and spool the sender's
  * notification of those whose NOTIFY wants one. If it cannot be queued,
  * those are not bounced in this outcome: queued again with their reply,
- * deferred by the usual backoff, they bounce at the next attempt and
- * their notice is made then (as Postfix defers a recipient whose bounce
- * log append failed); never done without it. How many were queued again.
+ * deferred by the usual backoff (logged dsn=4.3.0, as Postfix logs a
+ * recipient deferred because its bounce log append failed), they bounce
+ * at the next attempt and their notice is made then; never done without
+ * it. How many were queued again.
  */
 static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
 			 size_t n, int64_t now)
@@ -222,12 +230,12 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 
 		if (err != 0 && wants_failure_dsn(r)) {
 			r->state = STORE_RCPT_QUEUED;
-			log_result(j, bounced[i], "deferred",
+			log_result(j, bounced[i], "4.3.0", "deferred",
 				   "sender non-delivery notification not queued: ", now);
 			again++;
 			continue;
 		}
-		log_result(j, bounced[i], "bounced", "", now);
+		log_result(j, bounced[i], NULL, "bounced", "", now);
 	}
 	if (k > 0 && err == 0) {
 		msg_info_as("bounce", "%s: sender non-delivery notification: %s", qid, j->m.qid);
@@ -264,7 +272,7 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		switch (r->outcome) {
 		case DELIVER_SENT:
 			m->rcpts[i].state = STORE_RCPT_SENT;
-			log_result(j, i, "sent", "", now);
+			log_result(j, i, NULL, "sent", "", now);
 			break;
 		case DELIVER_BOUNCED:
 			m->rcpts[i].state = STORE_RCPT_BOUNCED;
@@ -273,12 +281,13 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		case DELIVER_AMBIGUOUS:
 			if (!d->c->upstream.ambiguous_retry) {
 				m->rcpts[i].state = STORE_RCPT_UNCONFIRMED;
-				log_result(j, i, "unconfirmed", "delivered-unconfirmed: ", now);
+				log_result(j, i, NULL, "unconfirmed", "delivered-unconfirmed: ",
+					   now);
 				break;
 			}
 			/* upstream.ambiguous = "retry": a deferral that may duplicate */
 			if (!expired) {
-				log_result(j, i, "deferred", "ambiguous, will resend: ", now);
+				log_result(j, i, NULL, "deferred", "ambiguous, will resend: ", now);
 				queued = 1;
 				break;
 			}
@@ -294,7 +303,7 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 				bounced[n_bounced++] = i;
 				break;
 			}
-			log_result(j, i, "deferred", j->postponed ?
+			log_result(j, i, NULL, "deferred", j->postponed ?
 				   "delivery temporarily suspended: " : "", now);
 			queued = 1;
 			break;

@@ -14,15 +14,21 @@
  *	writes of its own: the inflight mark, each deferral's new state,
  *	the outcome, the removal from the spool, and its story. If a full
  *	map refused them, a delivered message would stay queued and be
- *	sent again. So a new message may not fill the map: before it
- *	spools one, lmdb_txn_msg_put() asks lmdb_space_room() whether,
- *	with it and a claim for each of its recipients if it has a key,
- *	as many pages stay free as every queued message's delivery writes
- *	need, plus a fixed floor. If not, the transaction fails with
- *	STORE_ENOSPC (an acceptance's client gets 452 4.3.1 and retries
- *	later; a non-delivery notice waits, its recipients deferred:
- *	deliver_record.c);
- *	delivery writes never ask, and so may use the reserve.
+ *	sent again. So acceptance may not fill the map: before it spools
+ *	an accepted message, lmdb_txn_msg_put() asks lmdb_space_room()
+ *	whether, with it and a claim for each of its recipients if it has
+ *	a key, as many pages stay free as every queued message's delivery
+ *	writes need, plus a fixed floor. If not, the transaction fails
+ *	with STORE_ENOSPC (the client gets 452 4.3.1 and retries later).
+ *	Delivery writes never ask, and so may use the reserve; that
+ *	includes the one new message delivery makes, a bounce's
+ *	non-delivery notice (store_msg.by_delivery, deliver_record.c):
+ *	part of the bounce's outcome, as Postfix's queue_minfree holds
+ *	back incoming mail only, not the notices it makes. Were it held to
+ *	the reserve, a store full after a long upstream outage could never
+ *	bounce what is past retry.give_up, and so never drain. Only a map
+ *	truly full refuses a notice (its recipients then stay queued,
+ *	deferred, and bounce with it at a later attempt).
  *
  *	Free pages are the map's untouched tail plus LMDB's freelist (the
  *	pages of older snapshots, reused by later commits); the freelist is

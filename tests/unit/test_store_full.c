@@ -124,8 +124,11 @@ static void drain(struct store *st, int n)
 	CHECK_INT("queued after the drain", s.queued, 0);
 }
 
-/* notice_one - a new message without a key or claim, as a non-delivery notice is spooled */
-static int notice_one(struct store *st, int i, size_t len)
+/*
+ * keyless_one - a new message without a key or claim, as a non-delivery
+ * notice is spooled; made by delivery (by_delivery) or not
+ */
+static int keyless_one(struct store *st, int i, size_t len, int by_delivery)
 {
 	struct store_msg m;
 	struct store_txn *t;
@@ -133,6 +136,7 @@ static int notice_one(struct store *st, int i, size_t len)
 
 	msg_make(&m, i, len);
 	m.has_key = 0;
+	m.by_delivery = by_delivery;
 	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
 		store_txn_msg_put(t, &m);
 		rc = store_txn_commit(t);
@@ -143,9 +147,11 @@ static int notice_one(struct store *st, int i, size_t len)
 
 /*
  * test_reserve - acceptance stops while every queued message's deferral,
- * outcome and removal still fit, and so does a new message of delivery's
- * own (a non-delivery notice); then they all do, and acceptance resumes.
- * Without the reserve the map fills and outcomes are refused.
+ * outcome and removal still fit, a keyless new message too; a message
+ * made by delivery (by_delivery: a bounce's non-delivery notice, part of
+ * its outcome) is taken there, as delivery's other writes are; then they
+ * all do, and acceptance resumes. Without the reserve the map fills and
+ * outcomes are refused.
  */
 static void test_reserve(void **state)
 {
@@ -155,7 +161,13 @@ static void test_reserve(void **state)
 	n = fill(f->st, 1500);
 	if (n < 50)
 		fail_msg("accepted: got %d messages into a 2 MB map, want at least 50", n);
-	CHECK_INT("a notice in the reserve", notice_one(f->st, MAX_MSGS + 2, 1500), STORE_ENOSPC);
+	CHECK_INT("a keyless acceptance in the reserve", keyless_one(f->st, MAX_MSGS + 2, 1500, 0),
+		  STORE_ENOSPC);
+	CHECK_INT("a notice in the reserve", keyless_one(f->st, MAX_MSGS + 3, 1500, 1), 0);
+	CHECK_INT("acceptance, still at the reserve", accept_one(f->st, MAX_MSGS + 4, 1500),
+		  STORE_ENOSPC);
+	CHECK_INT("the notice delivered", outcome(f->st, MAX_MSGS + 3, STORE_RCPT_SENT,
+						  "250 2.0.0 Ok"), 0);
 	drain(f->st, n);
 	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500), 0);
 }
