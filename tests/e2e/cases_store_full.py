@@ -210,12 +210,13 @@ def fill_to_452(d, body, tag, limit):
 
 
 @case(timeout=120, stores=LMDB_ONLY)
-def test_store_full_bounce_waits_for_its_notice(t):
+def test_store_full_bounce_with_its_notice(t):
     """A recipient bounced (550) while the store is full to its delivery
-    reserve, where its non-delivery notice is refused like any new message:
-    it is not bounced without it but stays queued, deferred, with a warning;
-    once the store has room again it bounces and the notice reaches the
-    sender (Postfix defers a recipient whose bounce cannot be logged)."""
+    reserve, where submissions get 452: its non-delivery notice is part of
+    the bounce's outcome, not a submission, and is queued into that reserve
+    (as Postfix's queue_minfree holds back incoming mail only), so the
+    message bounces at once and the notice reaches the sender while the
+    fillers still fill the store."""
     sink = t.sink(greeting=421)             # everything held until the store is full
     d = ops_daemon(t, sink, {"store": {"map_size": "4M", "map_size_max": "4M"},
                              "limits": {"message_size": "1M"},
@@ -228,21 +229,49 @@ def test_store_full_bounce_waits_for_its_notice(t):
     fill_to_452(d, BODY, "small", 2000)
     sink.control(rcpt={"fill@example.com": "tempfail"})     # the store stays full
     ctl(d, "flush")
-    d.wait_log(qid, "sender non-delivery notification not queued", timeout=30)
-    s = ctl_json(d, "show", qid)["messages"][0]
-    check(s["queued"], "the bounced message left the queue without its notice: %r" % s)
-    d.wait_log(qid, "to=<permfail-nb@example.com>",
-               "status=deferred (sender non-delivery notification not queued: 550 5.1.1")
-    check(not d.log_lines(qid, "status=bounced"), "bounced without its notice")
-    check(not sink.accepted(lambda r: r["mail_from"] == ""), "a notice went out")
-
-    sink.control()                          # the fillers are delivered: room again
-    ctl(d, "flush")
     notice = sink.wait_count(1, lambda r: r["mail_from"] == "" and
                              r["to"] == ["sender@example.org"], timeout=60,
                              what="the notice at the sender")[0]
     check(b"permfail-nb@example.com" in notice["data"] and b"5.1.1" in notice["data"],
           "the notice does not name the recipient and its status:\n%r" % notice["data"][:2000])
-    d.wait_log(qid, "to=<permfail-nb@example.com>", "status=bounced")
+    d.wait_log(qid, "to=<permfail-nb@example.com>", "dsn=5.1.1, status=bounced (550 5.1.1")
+    check(not d.log_lines("not queued"),
+          "a notice refused at the reserve:\n" + "\n".join(d.log_lines("not queued")[:3]))
     wait_until(lambda: not ctl_json(d, "show", qid)["messages"][0]["queued"], 20,
                "the bounced message out of the queue")
+
+
+def accepted_again(d):
+    """accepted_again - a submission answered 250 (True) or 452 4.3.1 (False)"""
+    r = submit(d.port, "after@example.com", make_msg(key="after-drain-%f" % time.time(),
+                                                      body=BODY), timeout=15)
+    if r.data[0] != 250:
+        expect_reply(r.data, 452, "4.3.1", "a submission while the store drains")
+    return r.data[0] == 250
+
+
+@case(timeout=150, stores=LMDB_ONLY)
+def test_store_full_drains_past_give_up(t):
+    """A store full to its delivery reserve (submissions get 452) after an
+    upstream outage: once what is queued is past retry.give_up, each message
+    bounces with its notice, queued into the reserve, so the big messages
+    leave, the store drains and submissions get 250 again while the upstream
+    is still down. Were the notices held to the reserve like submissions,
+    nothing could ever bounce: the queue and the 452s would stay until the
+    upstream returned."""
+    sink = t.sink(greeting=421)             # the outage: nothing leaves
+    d = ops_daemon(t, sink, {"store": {"map_size": "4M", "map_size_max": "4M"},
+                             "limits": {"message_size": "1M"},
+                             "retry": {"first": "1h", "max": "1h", "give_up": "2s"}})
+    n_big = fill_to_452(d, "x" * 500000 + "\r\n", "big", 20)
+    fill_to_452(d, BODY, "small", 2000)
+    time.sleep(2.5)                         # everything queued is past retry.give_up
+    ctl(d, "flush")
+    wait_until(lambda: accepted_again(d), 60, "a submission answered 250 again")
+    check(not d.log_lines("not queued"),
+          "notices refused at the reserve:\n" + "\n".join(d.log_lines("not queued")[:3]))
+    bounced = d.log_lines("to=<fill@example.com>", "dsn=4.4.7, status=bounced")
+    check(len(bounced) >= n_big, "%d bounced, fewer than the %d big messages"
+          % (len(bounced), n_big))
+    check(len(d.log_lines("sender non-delivery notification: ")) >= len(bounced),
+          "a bounce without its notice")
