@@ -11,9 +11,9 @@
  *	which needs the bytes libesmtp writes. The TCP connect gets the
  *	timeout libesmtp lacks, and any address, IPv6 included (libesmtp
  *	1.1.0 takes no IPv6 literal). And libESMTP's STARTTLS is not used
- *	(tls/tls_client.c): the pre-TLS part of STARTTLS and the handshake are
- *	done here, in the delivery thread, so each failure is known with its
- *	reason before libesmtp starts.
+ *	(tls/tls_client.c): the pre-TLS part of STARTTLS (deliver_bridge_starttls.c)
+ *	and the handshake are done here, in the delivery thread, so each failure
+ *	is known with its reason before libesmtp starts.
  *
  *	Then a thread copies between libesmtp's connection and the
  *	upstream, both non-blocking transports (io.h: plain, or TLS), in one
@@ -76,7 +76,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -84,6 +83,7 @@
 #include "../../util/deadline.h"
 #include "../../util/log.h"
 #include "deliver_bridge.h"
+#include "deliver_bridge_impl.h"
 #include "deliver_filter.h"
 #include "deliver_gate.h"
 #include "../../tls/tls_client.h"
@@ -91,35 +91,6 @@
 #include "../../tls/io.h"
 
 #define BRIDGE_BUF	16384
-#define SMTP_REPLY_MAX	4096		/* one whole reply before TLS */
-
-struct deliver_bridge {
-	pthread_t thread;
-	int running;			/* thread started, not joined */
-	int rfd;			/* bound, never listening: reserves the address; owned */
-	int tfd;			/* TCP to the upstream until up has it; owned */
-	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
-					 * once it runs */
-	int up_plain;			/* up is plain TCP: a short read empties its socket */
-	int stop[2];			/* pipe: a byte asks the thread to end; owned */
-	atomic_int cut;			/* forward nothing more from libesmtp */
-	atomic_uint rewinds;		/* libesmtp's rewinds (deliver_bridge_rewind) */
-	unsigned rewound;		/* the thread's: those the filter was told of */
-	struct deliver_filter filter;	/* the thread's */
-	struct deliver_gate gate;	/* the thread's until joined */
-	char broke[160];		/* why the thread hung up on its own; "" if not */
-	struct deliver_watch watch;	/* the upstream's TCP; the thread's until joined */
-	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
-	int timed_out;			/* it ended on a deadline */
-	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
-	int timeout_ms;
-	char address[32];		/* "127.0.0.1:PORT" */
-	char tls[160];			/* tls_client_describe(); "" for plain */
-	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
-	size_t greeting_len;
-	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
-	int stopping_fd;		/* readable when delivery stops (deadline_stop_fd()); -1 none */
-};
 
 /*
  * The bridge this thread opened last, until libesmtp's connect() takes it:
@@ -153,160 +124,6 @@ static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
 		return -1;
 	}
 	return fd;
-}
-
-/* what was read before TLS and not yet used */
-struct plain_in {
-	char buf[SMTP_REPLY_MAX];
-	size_t len;
-};
-
-/* plain_send - a whole command before TLS, within the deadline */
-static int plain_send(int fd, const char *cmd, const struct timespec *deadline)
-{
-	size_t off = 0, len = strlen(cmd);
-	ssize_t n;
-
-	while (off < len) {
-		n = send(fd, cmd + off, len - off, MSG_NOSIGNAL);
-		if (n > 0)
-			off += (size_t) n;
-		else if (n < 0 && errno != EAGAIN && errno != EINTR)
-			return -1;
-		else if (!deadline_wait(fd, POLLOUT, deadline))
-			return -1;
-	}
-	return 0;
-}
-
-/*
- * plain_reply - one whole reply before TLS, within the deadline: its code,
- * its last line (for messages) in last, whether a line announced STARTTLS,
- * and, if raw is set, its bytes appended there. -1: no reply (why set).
- */
-static int plain_reply(int fd, struct plain_in *in, const struct timespec *deadline,
-		       char *last, size_t lastlen, int *starttls,
-		       struct deliver_bridge *raw, char *why, size_t whylen)
-{
-	int code = -1, c;
-	size_t n, text;
-	ssize_t got;
-	char *nl;
-
-	for (;;) {
-		if ((nl = memchr(in->buf, '\n', in->len)) == NULL) {
-			if (in->len == sizeof(in->buf)) {
-				snprintf(why, whylen, "reply line too long");
-				return -1;
-			}
-			got = recv(fd, in->buf + in->len, sizeof(in->buf) - in->len, 0);
-			if (got > 0) {
-				in->len += (size_t) got;
-			} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-				snprintf(why, whylen, "lost connection (%s)",
-					 got == 0 ? "closed by the server" : strerror(errno));
-				return -1;
-			} else if (!deadline_wait(fd, POLLIN, deadline)) {
-				snprintf(why, whylen, "timed out waiting for the server");
-				return -1;
-			}
-			continue;
-		}
-		n = (size_t) (nl + 1 - in->buf);
-		if (n < 4 || in->buf[0] < '2' || in->buf[0] > '5' || in->buf[1] < '0'
-		    || in->buf[1] > '9' || in->buf[2] < '0' || in->buf[2] > '9'
-		    || (in->buf[3] != ' ' && in->buf[3] != '-' && in->buf[3] != '\r'
-			&& in->buf[3] != '\n')) {
-			snprintf(why, whylen, "malformed reply \"%.*s\"",
-				 (int) (n > 80 ? 80 : n - 1), in->buf);
-			return -1;
-		}
-		c = (in->buf[0] - '0') * 100 + (in->buf[1] - '0') * 10 + (in->buf[2] - '0');
-		if (code >= 0 && c != code) {
-			snprintf(why, whylen, "malformed multi-line reply");
-			return -1;
-		}
-		code = c;
-		for (text = 4; text < n && (in->buf[text] == ' ' || in->buf[text] == '\t'); text++)
-			continue;
-		if (starttls && n - text >= 8 && strncasecmp(in->buf + text, "STARTTLS", 8) == 0
-		    && (n - text == 8 || in->buf[text + 8] <= ' '))
-			*starttls = 1;
-		if (raw && raw->greeting_len + n <= sizeof(raw->greeting)) {
-			memcpy(raw->greeting + raw->greeting_len, in->buf, n);
-			raw->greeting_len += n;
-		}
-		snprintf(last, lastlen, "%.*s", (int) (n - (n > 1 && in->buf[n - 2] == '\r' ? 2 : 1)),
-			 in->buf);
-		memmove(in->buf, in->buf + n, in->len - n);
-		in->len -= n;
-		if (last[3] != '-')
-			return code;		/* "250 text" or "250" alone: the last line */
-	}
-}
-
-/*
- * bridge_starttls - the plain part of STARTTLS: greeting (kept for
- * libesmtp), EHLO, STARTTLS required, 220, and nothing after it
- */
-static int bridge_starttls(struct deliver_bridge *b, const char *helo,
-			   const struct timespec *deadline, char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE])
-{
-	struct plain_in *in = xcalloc(1, sizeof(*in));
-	char cmd[300], last[SMTP_REPLY_MAX], err[200];
-	int code = -1, offered = 0, rc = -1;
-
-	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.2");
-	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, b, err,
-				sizeof(err))) < 0) {
-		snprintf(why, whylen, "no greeting: %s", err);
-		goto out;
-	}
-	if (code != 220) {
-		snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");	/* as a refused connection: try the next */
-		snprintf(why, whylen, "refused to talk to me: %.300s", last);
-		goto out;
-	}
-	snprintf(cmd, sizeof(cmd), "EHLO %.250s\r\n", helo);
-	if (plain_send(b->tfd, cmd, deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), &offered, NULL,
-				   err, sizeof(err))) < 0) {
-		snprintf(why, whylen, "EHLO: %s", code < 0 ? err : "lost connection");
-		goto out;
-	}
-	if (code / 100 != 2) {
-		snprintf(why, whylen, "EHLO refused: %.300s", last);
-		goto out;
-	}
-	if (!offered) {
-		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.4");
-		snprintf(why, whylen, "TLS is required, but was not offered");
-		goto out;
-	}
-	if (plain_send(b->tfd, "STARTTLS\r\n", deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, NULL,
-				   err, sizeof(err))) < 0) {
-		snprintf(why, whylen, "STARTTLS: %s", code < 0 ? err : "lost connection");
-		goto out;
-	}
-	if (code != 220) {
-		snprintf(dsn, DELIVER_DSN_SIZE, code / 100 == 5 ? "4.7.4" : "4.7.0");
-		snprintf(why, whylen, "STARTTLS refused: %.300s", last);
-		goto out;
-	}
-	if (in->len > 0) {
-		/* only the handshake may follow: anything else was injected before TLS */
-		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.0");
-		snprintf(why, whylen, "the server sent data after its 220 to STARTTLS, before"
-			 " TLS (command injection)");
-		goto out;
-	}
-	rc = 0;
-out:
-	if (rc < 0 && code >= 0)
-		(void) send(b->tfd, "QUIT\r\n", 6, MSG_NOSIGNAL);	/* courtesy, unanswered */
-	free(in);
-	return rc;
 }
 
 /*
@@ -690,7 +507,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	b->timeout_ms = timeout_ms;
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");
 	if ((b->tfd = bridge_connect(sa, salen, &deadline, why, whylen)) < 0
-	    || (ctx && helo && bridge_starttls(b, helo, &deadline, why, whylen, dsn) < 0))
+	    || (ctx && helo && deliver_bridge_starttls(b, helo, &deadline, why, whylen, dsn) < 0))
 		goto fail;
 	b->up = ctx ? tls_client_connect(ctx, b->tfd, &deadline, b->tls, sizeof(b->tls), why,
 					 whylen) : io_plain_new(b->tfd);
