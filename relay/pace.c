@@ -23,7 +23,6 @@
  *	"connection limit N reached; M connections refused since T".
  */
 #include <stdio.h>
-#include <time.h>
 
 #include "../util/clock.h"
 #include "../util/log.h"
@@ -125,14 +124,12 @@ static void pace_timeout(struct conn *c, const char *why)
 static void pace_report(struct server *srv, int64_t now)
 {
 	char since[32];
-	struct tm tm;
 
-	gmtime_r(&srv->limit_since, &tm);
-	strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	msg_warn("connection limit %d reached; %lu connections refused since %s",
-		 srv->cf->limits.connections, srv->limit_refused, since);
+		 srv->cf->limits.connections, srv->limit_refused,
+		 clock_iso(since, sizeof(since), srv->limit_since));
 	srv->limit_refused = 0;
-	srv->limit_since = time(NULL);
+	srv->limit_since = clock_us();
 	srv->limit_report = now;
 }
 
@@ -141,7 +138,7 @@ void pace_refused(struct server *srv)
 {
 	if (srv->limit_refused == 0 && srv->limit_report == 0) {
 		msg_warn("connection limit %d reached", srv->cf->limits.connections);
-		srv->limit_since = time(NULL);
+		srv->limit_since = clock_us();
 		srv->limit_report = clock_mono_us();
 	}
 	srv->limit_refused++;

@@ -90,7 +90,7 @@ struct server {
 	struct conn *leader;		/* reads even when the budget is spent; not owned */
 	size_t n_paused;		/* connections with paused set */
 	unsigned long limit_refused;	/* at the connection limit, since limit_since */
-	time_t limit_since;
+	int64_t limit_since;		/* clock_us() */
 	int64_t limit_report;		/* monotonic: episode's last line; 0: no episode */
 	size_t n_inflight;		/* commit requests not yet answered */
 	int64_t stopping;		/* when SIGTERM came, 0 while running */

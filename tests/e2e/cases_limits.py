@@ -52,6 +52,8 @@ def test_connection_limit(t):
     m = re.search(r"; (\d+) connections refused since", line[0])
     check(m and 5 + len(refused) <= int(m.group(1)) <= 8 + len(refused),
           "the episode's count: %r (hold() refused %d times)" % (line, len(refused)))
+    check(re.search(r"refused since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", line[0].rstrip()),
+          "the episode's start in ISO 8601 UTC, seconds and Z (clock_iso): %r" % line)
     time.sleep(0.3)         # the daemon notices the close on its next turn
     q = submit_ok(d.port, ["a@example.com"], make_msg(key="limit-1"))
     sink.wait_count(1)
