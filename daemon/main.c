@@ -175,7 +175,7 @@ static void enqueue(void *dl, const char *qid)
 	deliver_enqueue(*(struct deliver **) dl, qid);
 }
 
-/* reload - SIGHUP's retry settings go to delivery (event loop) */
+/* reload - SIGHUP's retry settings and upstream rates go to delivery (event loop) */
 static void reload(void *dl, const struct conf *nc)
 {
 	deliver_reload(dl, nc);

@@ -119,9 +119,13 @@ static void server_load_secrets(struct server *srv)
 
 /*
  * server_reload_conf - SIGHUP: read the configuration again and take what
- * can change while running: access.networks, limits, retry, log. The rest
- * (listeners, store, keys, upstream) needs a restart; a configuration
- * that does not load changes nothing.
+ * can change while running: access.networks, limits, auth.cache_ttl, log,
+ * and, through the delivery hook (deliver_reload), retry and the rate and
+ * recipient_rate of upstream and of each route in use. The rest (the
+ * listeners, tls, auth.users, store, keys, the rest of upstream and routes:
+ * conf_restart_changed() names each one changed) needs a restart, though
+ * server_reload() reads the certificate and the users' file again; a
+ * configuration that does not load changes nothing.
  */
 static void server_reload_conf(struct server *srv)
 {
