@@ -70,30 +70,6 @@ static void persist(struct control *ctl)
 			 store_strerror(err));
 }
 
-/* sched_unschedule - queue_admin_sched: out of the delivery schedule */
-static int sched_unschedule(void *arg, const char *qid)
-{
-	return deliver_drop(arg, qid);
-}
-
-/* sched_release - queue_admin_sched: back in the delivery schedule */
-static void sched_release(void *arg, const char *qid, int64_t when)
-{
-	deliver_release(arg, qid, when);
-}
-
-/* sched_retry - queue_admin_sched: due now */
-static enum queue_admin_retry sched_retry(void *arg, const char *qid, const char *route)
-{
-	return deliver_retry(arg, qid, route);
-}
-
-/* sched_reroute - queue_admin_sched: its route changed */
-static void sched_reroute(void *arg, const char *qid)
-{
-	deliver_reroute(arg, qid);
-}
-
 /* do_count - duplicates answered with a QID: written plus pending */
 static void do_count(struct control *ctl, const char *qid, struct buf *out)
 {
@@ -343,8 +319,7 @@ struct control *control_start(const struct conf *c, struct store *st, struct del
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->dc = dc;
-	ctl->sched = (struct queue_admin_sched) { dl, sched_unschedule, sched_release, sched_retry,
-						    sched_reroute };
+	ctl->sched = deliver_admin_sched(dl);
 	ctl->started = ctl->last_persist = clock_us();
 	if (c->control) {
 		lfd = control_listen(c->control);

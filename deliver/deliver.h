@@ -59,22 +59,11 @@ void deliver_flush(struct deliver *d);
 /* deliver_reload - take new retry settings and upstream rates (SIGHUP) */
 void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
 /*
- * deliver_retry - one message (its stored route: route) due now: due,
- * active (being delivered right now), waiting (its upstream may start no
- * session now: paused, or every connection in use), or unknown
+ * deliver_admin_sched - d's schedule as the operator's actions take it
+ * (queue/queue_admin.h): a message out of it (drop, hold), back in it
+ * (release), due now (retry), its route changed (reroute)
  */
-enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const char *route);
-/* deliver_drop - forget a message (the caller removes it from the store, or holds it):
- * 0, or 1 if it is being delivered right now and was left alone */
-int deliver_drop(struct deliver *d, const char *qid);
-/*
- * deliver_reroute - a message's route changed: due now, its upstream group
- * decided again at its next load; one being delivered, once that attempt
- * ends (if it is not done with then)
- */
-void deliver_reroute(struct deliver *d, const char *qid);
-/* deliver_release - a message released from hold: scheduled again at when */
-void deliver_release(struct deliver *d, const char *qid, int64_t when);
+struct queue_admin_sched deliver_admin_sched(struct deliver *d);
 void deliver_stop(struct deliver *d);		/* finish or abort in-progress work, join; NULL-safe */
 
 #endif

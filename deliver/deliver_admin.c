@@ -4,10 +4,11 @@
  * SUMMARY
  *	the operator's entry points into the delivery scheduler
  * DESCRIPTION
- *	What the control socket (daemon/control.c, through queue_admin.c's
- *	struct queue_admin_sched) asks of the schedule deliver.c keeps: a
- *	flush of every waiting message, one message's retry, its release
- *	from hold, its reroute, and its drop from the schedule. Each takes
+ *	What the control socket (daemon/control.c) asks of the schedule
+ *	deliver.c keeps: a flush of every waiting message, and, through the
+ *	struct queue_admin_sched that deliver_admin_sched() fills for
+ *	queue_admin.c, one message's retry, its release from hold, its
+ *	reroute, and its drop from the schedule. Each takes
  *	the scheduler's lock for the in-memory queue alone; on a shared
  *	store (STORE_CAP_SHARED) the shared queue is the store's, and the
  *	taker thread is woken to read it at once rather than at its next
@@ -51,8 +52,9 @@ void deliver_flush(struct deliver *d)
  * Due is not attempted while its upstream group may start no session
  * (the queue passes the group over): that is said (waiting), not "due".
  */
-enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const char *route)
+static enum queue_admin_retry deliver_retry(void *arg, const char *qid, const char *route)
 {
+	struct deliver *d = arg;
 	const struct conf_upstream *up;
 	struct deliver_rate *r;
 	enum dq_state state;
@@ -79,8 +81,10 @@ enum queue_admin_retry deliver_retry(struct deliver *d, const char *qid, const c
  * scheduled at when; on a shared store the shared queue has it, for
  * whichever node takes it first
  */
-void deliver_release(struct deliver *d, const char *qid, int64_t when)
+static void deliver_release(void *arg, const char *qid, int64_t when)
 {
+	struct deliver *d = arg;
+
 	if (!d->shared) {
 		deliver_schedule(d, qid, when, 0);
 		return;
@@ -96,8 +100,9 @@ void deliver_release(struct deliver *d, const char *qid, int64_t when)
  * then; one waiting in the shared queue was made due there by the
  * reroute's store write (queue_admin.c), and the taker looks at once
  */
-void deliver_reroute(struct deliver *d, const char *qid)
+static void deliver_reroute(void *arg, const char *qid)
 {
+	struct deliver *d = arg;
 	enum dq_state state;
 
 	pthread_mutex_lock(&d->lock);
@@ -114,8 +119,9 @@ void deliver_reroute(struct deliver *d, const char *qid)
  * taker would renew it for as long as this node runs, and no node's take
  * (a release's included) would find the message again.
  */
-int deliver_drop(struct deliver *d, const char *qid)
+static int deliver_drop(void *arg, const char *qid)
 {
+	struct deliver *d = arg;
 	enum dq_state state;
 
 	pthread_mutex_lock(&d->lock);
@@ -125,4 +131,11 @@ int deliver_drop(struct deliver *d, const char *qid)
 	if (state == DQ_WAITING && d->shared)
 		store_lease_release(d->st, qid, 0);
 	return state == DQ_BUSY_NOW;
+}
+
+/* deliver_admin_sched - d's schedule as the operator's actions take it */
+struct queue_admin_sched deliver_admin_sched(struct deliver *d)
+{
+	return (struct queue_admin_sched) { d, deliver_drop, deliver_release, deliver_retry,
+					    deliver_reroute };
 }
