@@ -47,11 +47,13 @@ def test_connection_limit(t):
        "'connection limit 3 reached' lines")
     held.pop().close()
     # and its count once it ends: the five, each time hold() was refused, and
-    # up to three of the harness's port probes counted while the limit held
+    # those of the harness's port probes at start (d.probes: they queue while
+    # the daemon opens its store, longer on PostgreSQL) that found it full
     line = d.wait_log("connection limit 3 reached; ", "connections refused since", timeout=5)
     m = re.search(r"; (\d+) connections refused since", line[0])
-    check(m and 5 + len(refused) <= int(m.group(1)) <= 8 + len(refused),
-          "the episode's count: %r (hold() refused %d times)" % (line, len(refused)))
+    check(m and 5 + len(refused) <= int(m.group(1)) <= 5 + len(refused) + d.probes,
+          "the episode's count: %r (hold() refused %d times, %d probes at start)"
+          % (line, len(refused), d.probes))
     check(re.search(r"refused since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", line[0].rstrip()),
           "the episode's start in ISO 8601 UTC, seconds and Z (clock_iso): %r" % line)
     time.sleep(0.3)         # the daemon notices the close on its next turn

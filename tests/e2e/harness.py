@@ -460,7 +460,8 @@ class Daemon:
         says = log.get("target", "stderr") == "stderr" and log.get("level", "info") in ("info", "debug")
         started = "idemrelay/master[%d]: started: " % self.proc.pid
         deadline = time.monotonic() + timeout
-        while not port_open(self.port) or (says and started not in self.log()[offset:]):
+        self.probes = 0         # connections made to see it listen: a limit may count them
+        while not self.probe() or (says and started not in self.log()[offset:]):
             rc = self.proc.poll()
             if rc is not None:
                 raise AssertionError("idemrelay exited at start with %d" % rc)
@@ -470,6 +471,13 @@ class Daemon:
                     timeout))
             time.sleep(0.05)
         return self
+
+    def probe(self):
+        """probe - is the port open: a connection, counted in self.probes"""
+        if not port_open(self.port):
+            return False
+        self.probes += 1
+        return True
 
     def kill9(self):
         self.stopped = True
