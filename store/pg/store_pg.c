@@ -136,13 +136,15 @@ static char *one_line(char *s)
 /* backend_note - read and keep c's server backend (above); 0 or -1 */
 static int backend_note(struct pg_store *st, PGconn *c)
 {
+	struct pg_conn *n = store_pg_conn(c);
 	PGresult *r;
 
 	if (store_pg_exec(st, c, SQL_BACKEND, NULL, &r, "backend") != 0)
 		return -1;
-	if (PQntuples(r) == 1)
-		store_pg_stmt_set_backend(c, (int) store_pg_int(r, 0, 0), store_pg_int(r, 0, 1));
-	else
+	if (PQntuples(r) == 1 && n != NULL) {
+		n->pid = (int) store_pg_int(r, 0, 0);
+		n->started = store_pg_int(r, 0, 1);
+	} else if (PQntuples(r) != 1)
 		msg_warn("store: a connection's backend is not in pg_stat_activity: a commit of it "
 			 "waiting for a standby cannot be told from one lost");
 	PQclear(r);
@@ -303,6 +305,7 @@ static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
 static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pend)
 {
 	struct timespec ts;
+	struct pg_conn *n;
 	char err[512];
 	size_t kept;
 	PGconn *c;
@@ -346,8 +349,8 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pe
 		}
 	}
 	pthread_mutex_unlock(&st->mu);
-	if (c != NULL)
-		store_pg_stmt_set_owner(c, st);
+	if (c != NULL && (n = store_pg_conn(c)) != NULL)
+		n->owner = st;
 	*out = c;
 	return c ? 0 : STORE_EAGAIN;
 }
@@ -400,19 +403,21 @@ int store_pg_take_beside(struct pg_store *st, PGconn **out)
  */
 void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
 {
+	struct pg_conn *n;
 	size_t i;
-	int lost;
+	int lost, flags;
 
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&st->mu);
 	lost = PQstatus(c) != CONNECTION_OK;
-	if (!lost && (store_pg_stmt_flags(c) & PG_CONN_KEPT)) {
+	flags = (n = store_pg_conn(c)) ? n->flags : 0;
+	if (!lost && (flags & PG_CONN_KEPT)) {
 		st->kept[st->n_kept++] = c;	/* still counted in n_open: store_pg_wait.c */
 		pthread_mutex_unlock(&st->mu);
 		return;
 	}
-	if (lost && (store_pg_stmt_flags(c) & PG_CONN_WAITS))
+	if (lost && (flags & PG_CONN_WAITS))
 		store_pg_repl_forget(st, c);	/* its wait is over for us */
 	if (lost || PQtransactionStatus(c) != PQTRANS_IDLE
 	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset || bytes >= PG_CONN_BIG) {

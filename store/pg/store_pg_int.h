@@ -320,12 +320,13 @@ void store_pg_cut(PGconn *c, const char *what, int64_t limit);	/* no answer with
 /* store_pg_stmt.c: each connection's prepared statements, and what its pipeline owes */
 #define PG_CONN_WAITS	1	/* counted in repl_waiting */
 #define PG_CONN_KEPT	2	/* its backend waits for replication: kept, not closed */
-int store_pg_stmt_flags(PGconn *c);
-int store_pg_stmt_set_flags(PGconn *c, int flags);
-void store_pg_stmt_set_owner(PGconn *c, struct pg_store *st);
-struct pg_store *store_pg_stmt_owner(PGconn *c);
-void store_pg_stmt_set_backend(PGconn *c, int pid, int64_t started);
-int store_pg_stmt_backend(PGconn *c, int *pid, int64_t *started);
+struct pg_conn {
+	int flags;			/* PG_CONN_*: what store_pg_wait.c knows of it */
+	struct pg_store *owner;		/* not owned: the store whose pool it is in */
+	int pid;			/* its server backend (pg_backend_pid(): PQbackendPID() is */
+	int64_t started;		/* a pooler's own), and its backend_start in us; 0 not known */
+};
+struct pg_conn *store_pg_conn(PGconn *c);	/* NULL: c has no table (attach failed, or not ours) */
 #define PG_STMT_NAME	16
 int store_pg_stmt_attach(PGconn *c);
 int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,

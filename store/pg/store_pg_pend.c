@@ -108,6 +108,7 @@
 void store_pg_pend_add(struct pg_txn *t, int read)
 {
 	struct pg_store *st = t->st;
+	struct pg_conn *n;
 	struct pg_pend b;
 
 	memset(&b, 0, sizeof(b));
@@ -119,8 +120,10 @@ void store_pg_pend_add(struct pg_txn *t, int read)
 		b.locks = xcalloc(b.n_locks, sizeof(*b.locks));
 		memcpy(b.locks, t->locked, b.n_locks * sizeof(*b.locks));
 	}
-	if (store_pg_stmt_backend(t->c, &b.pid, &b.started) != 0)
-		b.pid = 0;
+	if ((n = store_pg_conn(t->c)) != NULL && n->pid != 0) {
+		b.pid = n->pid;
+		b.started = n->started;
+	}
 	pthread_mutex_lock(&st->mu);	/* not pmu: a settling holds it over network I/O */
 	if (st->n_pend == st->cap_pend) {
 		st->cap_pend = st->cap_pend ? 2 * st->cap_pend : 4;

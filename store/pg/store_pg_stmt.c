@@ -30,6 +30,10 @@
  *
  *	Prepared statements belong to the server session, not to a
  *	transaction: a rollback keeps them.
+ *
+ *	The table also carries what the rest of the backend keeps of the
+ *	connection (struct pg_conn: its store, its server backend, whether
+ *	it waits for replication), read and set in place: store_pg_conn().
  * DIAGNOSTICS
  *	store_pg_stmt_attach() returns 0, or -1 when libpq cannot keep the
  *	table (the connection then sends every statement unprepared).
@@ -59,10 +63,7 @@ struct stmts {
 	size_t n, cap;
 	int *owed;			/* owned: what the pipeline owes, in order; >= 0: a prepare of v[i] */
 	size_t head, n_owed, cap_owed;
-	int flags;			/* PG_CONN_*: what store_pg_wait.c knows of the connection */
-	struct pg_store *owner;		/* not owned: the store whose pool it is in */
-	int pid;			/* its server backend's pid, 0 not known */
-	int64_t started;		/* ... and backend_start, in microseconds */
+	struct pg_conn conn;		/* what the rest of the backend keeps of it */
 };
 
 /* stmts_free - release a connection's table */
@@ -221,65 +222,10 @@ void store_pg_stmt_settled(PGconn *c)
 	d->head = d->n_owed = 0;
 }
 
-/* store_pg_stmt_flags - c's PG_CONN_* flags (0 if it has no table) */
-int store_pg_stmt_flags(PGconn *c)
+/* store_pg_conn - what the backend keeps of c (store_pg_int.h), or NULL if it has no table */
+struct pg_conn *store_pg_conn(PGconn *c)
 {
 	struct stmts *d = stmts_of(c);
 
-	return d ? d->flags : 0;
-}
-
-/* store_pg_stmt_set_flags - set c's PG_CONN_* flags; 0, or -1 if it has no table */
-int store_pg_stmt_set_flags(PGconn *c, int flags)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d == NULL)
-		return -1;
-	d->flags = flags;
-	return 0;
-}
-
-/* store_pg_stmt_set_owner - the store whose pool c is in */
-void store_pg_stmt_set_owner(PGconn *c, struct pg_store *st)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d != NULL)
-		d->owner = st;
-}
-
-/* store_pg_stmt_owner - the store whose pool c is in, or NULL */
-struct pg_store *store_pg_stmt_owner(PGconn *c)
-{
-	struct stmts *d = stmts_of(c);
-
-	return d ? d->owner : NULL;
-}
-
-/*
- * store_pg_stmt_set_backend - c's server backend: pg_backend_pid() and
- * its backend_start, read when c was opened (PQbackendPID() is a
- * pooler's own number through PgBouncer, and a pid alone may be reused)
- */
-void store_pg_stmt_set_backend(PGconn *c, int pid, int64_t started)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d != NULL) {
-		d->pid = pid;
-		d->started = started;
-	}
-}
-
-/* store_pg_stmt_backend - c's server backend (set_backend); 0, or -1 not known */
-int store_pg_stmt_backend(PGconn *c, int *pid, int64_t *started)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d == NULL || d->pid == 0)
-		return -1;
-	*pid = d->pid;
-	*started = d->started;
-	return 0;
+	return d ? &d->conn : NULL;
 }

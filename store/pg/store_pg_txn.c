@@ -422,7 +422,9 @@ void store_pg_txn_msg_set_inflight(struct store_txn *base, const char *qid, int 
 /* conn_lost - did the connection break, or is it kept waiting for replication (no more results) */
 static int conn_lost(PGconn *c)
 {
-	return PQstatus(c) != CONNECTION_OK || (store_pg_stmt_flags(c) & PG_CONN_KEPT);
+	struct pg_conn *n = store_pg_conn(c);
+
+	return PQstatus(c) != CONNECTION_OK || (n != NULL && (n->flags & PG_CONN_KEPT));
 }
 
 /* txn_free - give the connection back (rolled back if a transaction is open) and free */

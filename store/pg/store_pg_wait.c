@@ -262,14 +262,13 @@ static int side_run(struct pg_store *st, int local, const char *sql, struct pg_p
 /* backend_param - c's server backend (BACKEND_IS) as $1, $2; 0, or -1 not known */
 static int backend_param(PGconn *c, struct pg_params *p)
 {
-	int64_t started;
-	int pid;
+	struct pg_conn *n = store_pg_conn(c);
 
 	store_pg_params_init(p);
-	if (store_pg_stmt_backend(c, &pid, &started) != 0)
+	if (n == NULL || n->pid == 0)
 		return -1;
-	store_pg_p_i32(p, pid);
-	store_pg_p_i64(p, started);
+	store_pg_p_i32(p, n->pid);
+	store_pg_p_i64(p, n->started);
 	return 0;
 }
 
@@ -294,12 +293,11 @@ int store_pg_repl_check(struct pg_store *st, PGconn *c)
 /* note_locked - c's backend starts (waits) or stops waiting for replication (mu held) */
 static void note_locked(struct pg_store *st, PGconn *c, int waits)
 {
-	int f = store_pg_stmt_flags(c);
+	struct pg_conn *n = store_pg_conn(c);
 
-	if (!!(f & PG_CONN_WAITS) == !!waits)
+	if (n == NULL || !!(n->flags & PG_CONN_WAITS) == !!waits)
 		return;
-	if (store_pg_stmt_set_flags(c, waits ? f | PG_CONN_WAITS : f & ~PG_CONN_WAITS) != 0)
-		return;
+	n->flags = waits ? n->flags | PG_CONN_WAITS : n->flags & ~PG_CONN_WAITS;
 	if (waits && st->repl_waiting++ == 0) {
 		st->repl_waits++;
 		st->repl_since = clock_mono_us();
@@ -381,6 +379,7 @@ int store_pg_commit_hold(struct pg_txn *t)
 	struct pg_store *st = t->st;
 	PGconn *c = t->c;
 	int64_t start = clock_mono_us(), now, limit = store_pg_result_limit(), looked = 0;
+	struct pg_conn *n;
 	int waits = 0;
 	struct pollfd p;
 
@@ -394,9 +393,9 @@ int store_pg_commit_hold(struct pg_txn *t)
 			}
 		}
 		if (now - start >= limit) {
-			if (waits)
-				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
-			else
+			if (waits && (n = store_pg_conn(c)) != NULL)
+				n->flags |= PG_CONN_KEPT;
+			else if (!waits)
 				store_pg_cut(c, "to a COMMIT", limit);
 			return -1;
 		}

@@ -297,16 +297,16 @@ void store_pg_cut(PGconn *c, const char *what, int64_t limit)
 static int ready(PGconn *c)
 {
 	int64_t deadline = clock_mono_us() + store_pg_result_limit(), left;
-	struct pg_store *st;
+	struct pg_conn *n = store_pg_conn(c);
 	struct pollfd p;
 
-	if (store_pg_stmt_flags(c) & PG_CONN_KEPT)
+	if (n != NULL && (n->flags & PG_CONN_KEPT))
 		return -1;
 	while (PQisBusy(c)) {
 		if ((left = deadline - clock_mono_us()) <= 0) {
-			if ((st = store_pg_stmt_owner(c)) != NULL && store_pg_repl_check(st, c)) {
-				store_pg_repl_note(st, c, 1);
-				store_pg_stmt_set_flags(c, store_pg_stmt_flags(c) | PG_CONN_KEPT);
+			if (n != NULL && n->owner != NULL && store_pg_repl_check(n->owner, c)) {
+				store_pg_repl_note(n->owner, c, 1);
+				n->flags |= PG_CONN_KEPT;
 				return -1;
 			}
 			store_pg_cut(c, "from PostgreSQL", store_pg_result_limit());
@@ -331,7 +331,9 @@ static int ready(PGconn *c)
  */
 static PGresult *next(PGconn *c)
 {
-	if (ready(c) != 0 && (store_pg_stmt_flags(c) & PG_CONN_KEPT))
+	struct pg_conn *n = store_pg_conn(c);
+
+	if (ready(c) != 0 && n != NULL && (n->flags & PG_CONN_KEPT))
 		return NULL;	/* PQgetResult would block */
 	return PQgetResult(c);
 }
