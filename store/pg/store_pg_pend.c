@@ -252,19 +252,17 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 	store_pg_p_i64(&p, xid);
 	store_pg_p_text(&p, st->node ? st->node : "");
 	store_pg_p_arr(&lp, &l);
-	err = store_pg_simple(st, c, "BEGIN; SET LOCAL synchronous_commit = local; "
-			      "SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
+	err = store_pg_simple(st, c, PG_LOCAL_BEGIN "; SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
 	if (err == 0 && locked && b->n_locks > 0
 	    && (err = store_pg_exec(st, c, SQL_KEY_LOCKS, &lp, &r, "void key locks")) == 0) {
 		PQclear(r);
 		r = NULL;
 	}
-	if (err == 0 && (err = store_pg_exec(st, c, store_pg_sql_void, &p, &r, "void")) == 0)
-		err = store_pg_simple(st, c, "COMMIT", "void");
+	if (err == 0)
+		err = store_pg_exec(st, c, store_pg_sql_void, &p, &r, "void");
+	err = store_pg_local_end(st, c, err, &r, "void");
 	*kept = err == 0 ? pend_kept(r) : 0;
 	PQclear(r);
-	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
-		(void) store_pg_simple(st, c, "ROLLBACK", "void");
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);
 	return err;

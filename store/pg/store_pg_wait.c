@@ -221,11 +221,11 @@ static void side_give(struct pg_store *st, PGconn *c)
 		store_pg_give(st, c);
 }
 
-/* a transaction that commits without waiting for the standby */
-#define LOCAL_BEGIN	"BEGIN; SET LOCAL synchronous_commit = local"
-
-/* local_end - commit LOCAL_BEGIN's transaction if err is 0, else roll it back; *r goes if it fails */
-static int local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what)
+/*
+ * store_pg_local_end - commit PG_LOCAL_BEGIN's transaction if err is 0,
+ * else roll it back; *r goes if the commit fails
+ */
+int store_pg_local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what)
 {
 	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
 		PQclear(*r);
@@ -250,11 +250,11 @@ static int side_run(struct pg_store *st, int local, const char *sql, struct pg_p
 	if ((err = side_take(st, &c)) != 0)
 		return err;
 	if (local)
-		err = store_pg_simple(st, c, LOCAL_BEGIN, what);
+		err = store_pg_simple(st, c, PG_LOCAL_BEGIN, what);
 	if (err == 0)
 		err = store_pg_exec(st, c, sql, p, r, what);
 	if (local)
-		err = local_end(st, c, err, r, what);
+		err = store_pg_local_end(st, c, err, r, what);
 	side_give(st, c);
 	return err;
 }
@@ -631,7 +631,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 	key = xcalloc((size_t) PQntuples(d) + 1, sizeof(*key));
 	keys = settle_locks(d, key, &lp);
 	store_pg_params_init(&p);
-	err = store_pg_simple(st, c, LOCAL_BEGIN, "voids settled");
+	err = store_pg_simple(st, c, PG_LOCAL_BEGIN, "voids settled");
 	if (err == 0 && keys > 0)
 		err = store_pg_exec(st, c, SQL_TRY_LOCKS, &lp, &lr, "voids' key locks");
 	if (err == 0) {
@@ -640,7 +640,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 			err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
 	}
 	PQclear(lr);
-	err = local_end(st, c, err, r, "voids settled");
+	err = store_pg_local_end(st, c, err, r, "voids settled");
 	side_give(st, c);
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);
