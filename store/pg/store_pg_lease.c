@@ -162,24 +162,40 @@ void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token)
 }
 
 /*
- * held - every lease this node holds: their QIDs and tokens as arrays
- * (rows are found by QID, the primary key, and checked by token), and a
- * copy of the entries (owned)
+ * held - every lease this node holds, as p's next three parameters:
+ * their tokens (int8[]), the node, their QIDs (text[]); rows are found by
+ * QID, the primary key, and checked by token. Their number (0: nothing
+ * added), and a copy of the entries in *copy (owned) if it is not NULL
  */
-static size_t held(struct pg_store *st, struct pg_arr *qids, struct pg_arr *tokens,
-		   struct pg_lease **copy)
+static size_t held(struct pg_store *st, struct pg_params *p, struct pg_lease **copy)
 {
+	char (*qids)[STORE_QID_SIZE];
+	struct pg_arr tokens;
+	struct pg_lease *v;
 	size_t i, n = 0;
 
+	store_pg_arr_init(&tokens, PG_OID_INT8);
 	pthread_mutex_lock(&st->lmu);
-	*copy = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(**copy));
+	v = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(*v));
+	qids = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(*qids));
 	for (i = 0; i < st->cap_leases; i++)
 		if (st->leases[i].qid[0] && strcmp(st->leases[i].qid, DELETED) != 0) {
-			(*copy)[n++] = st->leases[i];
-			store_pg_a_text(qids, st->leases[i].qid);
-			store_pg_a_i64(tokens, st->leases[i].token);
+			memcpy(qids[n], st->leases[i].qid, sizeof(*qids));
+			v[n++] = st->leases[i];
+			store_pg_a_i64(&tokens, st->leases[i].token);
 		}
 	pthread_mutex_unlock(&st->lmu);
+	if (n > 0) {
+		store_pg_p_arr(p, &tokens);
+		store_pg_p_text(p, st->node);
+		store_pg_p_qids(p, qids, n);
+	} else
+		store_pg_arr_free(&tokens);
+	free(qids);
+	if (copy != NULL)
+		*copy = v;
+	else
+		free(v);
 	return n;
 }
 
@@ -288,7 +304,6 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	struct pg_arr qids, tokens;
 	struct pg_lease *mine;
 	int64_t *kept;
 	size_t n, i, k, lost = 0;
@@ -299,19 +314,13 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	if (st->node == NULL)
 		return 0;
 	store_pg_anchor_check(st);
-	store_pg_arr_init(&qids, PG_OID_TEXT);
-	store_pg_arr_init(&tokens, PG_OID_INT8);
-	if ((n = held(st, &qids, &tokens, &mine)) == 0) {
-		store_pg_arr_free(&qids);
-		store_pg_arr_free(&tokens);
+	store_pg_params_init(&p);
+	store_pg_p_i64(&p, st->lease_us);
+	if ((n = held(st, &p, &mine)) == 0) {
+		store_pg_params_free(&p);
 		free(mine);
 		return 0;
 	}
-	store_pg_params_init(&p);
-	store_pg_p_i64(&p, st->lease_us);
-	store_pg_p_arr(&p, &tokens);
-	store_pg_p_text(&p, st->node);
-	store_pg_p_arr(&p, &qids);
 	/*
 	 * Rows a delivery write has locked are skipped, not waited for: the
 	 * renewal took rows in no order and deadlocked with a mark carrying
@@ -384,24 +393,14 @@ void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct pg_params p;
-	struct pg_arr qids, tokens;
-	struct pg_lease *mine;
 	PGresult *r;
 	int err;
 
-	store_pg_arr_init(&qids, PG_OID_TEXT);
-	store_pg_arr_init(&tokens, PG_OID_INT8);
-	if (held(st, &qids, &tokens, &mine) == 0) {
-		store_pg_arr_free(&qids);
-		store_pg_arr_free(&tokens);
-		free(mine);
+	store_pg_params_init(&p);
+	if (held(st, &p, NULL) == 0) {
+		store_pg_params_free(&p);
 		return 0;
 	}
-	free(mine);
-	store_pg_params_init(&p);
-	store_pg_p_arr(&p, &tokens);
-	store_pg_p_text(&p, st->node);
-	store_pg_p_arr(&p, &qids);
 	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE qid = ANY($3::text[]) "
 		  "AND lease_token = ANY($1::int8[]) AND lease_owner = $2 AND " PG_ROW_QUEUED("")
 		  " AND NOT held ORDER BY qid", &p, &r, "queue list");
