@@ -431,13 +431,15 @@ static void line_keys(const char *key, struct buf *line)
  * goes into a request line (a key as its hashes, the rest as it is): a CR
  * or LF would end the line there, and the daemon would act on the part
  * before it alone (a drop --from without its --to); no address, key or
- * user name has one. what names the argument in the error.
+ * user name has one. A key may have tabs (key 1) around a Message-ID, as
+ * a header's value has; they go as hashes, never on the line. what names
+ * the argument in the error.
  */
-static void line_arg(struct ctl *x, const char *what, const char *s)
+static void line_arg(struct ctl *x, const char *what, const char *s, int key)
 {
 	const unsigned char *p = (const unsigned char *) s;
 
-	while (*p >= ' ' && *p != 0x7f)
+	while ((*p >= ' ' && *p != 0x7f) || (key && *p == '\t'))
 		p++;
 	if (*p)
 		ctl_misuse(x, "%s has a control character (0x%02x) at offset %zu: no pattern, "
@@ -449,9 +451,9 @@ static void sel_line(struct ctl *x, const char *arg, struct buf *line)
 {
 	if (arg == NULL) {
 		if (x->from)
-			line_arg(x, "--from", x->from);
+			line_arg(x, "--from", x->from, 0);
 		if (x->to)
-			line_arg(x, "--to", x->to);
+			line_arg(x, "--to", x->to, 0);
 		if ((x->from && (strpbrk(x->from, " \t") || !x->from[0]))
 		    || (x->to && (strpbrk(x->to, " \t") || !x->to[0])))
 			ctl_misuse(x, "a pattern is not empty and has no space in it, as an address");
@@ -462,7 +464,7 @@ static void sel_line(struct ctl *x, const char *arg, struct buf *line)
 	} else if (strcmp(arg, "ALL") == 0 || qid_valid(arg)) {
 		buf_printf(line, " %s", arg);
 	} else {
-		line_arg(x, "the key", arg);
+		line_arg(x, "the key", arg, 1);
 		buf_printf(line, " key -");
 		line_keys(arg, line);
 	}
@@ -654,9 +656,9 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
 	long long claims = 0;
 
-	line_arg(x, "the key", key);
+	line_arg(x, "the key", key, 1);
 	if (x->user)
-		line_arg(x, "the user name (-u)", x->user);
+		line_arg(x, "the user name (-u)", x->user, 0);
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
 	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",

@@ -218,6 +218,10 @@ def test_drop_pattern_control_chars(t):
         r = ctl(d, *args, want=2)
         check("has a control character" in r.stderr, "%r refused: %r" % (args, r.stderr))
     eq(sorted(queued_qids(d)), sorted(q), "nothing dropped by the refused commands")
+    # a tab is no control character for a key: it goes as hashes, and a
+    # Message-ID's blanks around <> are trimmed as a header's are
+    r = ctl(d, "hold", "\t<no-such-id@example.com>\t")
+    check("0 messages on hold" in r.stdout, "a key with tabs around it: %r" % r.stdout)
 
     for line in (b"drop from *@spam.example\nx to tempfail-bob@*\n",
                  b"drop from *@spam.example\rx to tempfail-bob@*\r\n",
