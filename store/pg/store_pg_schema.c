@@ -92,9 +92,13 @@
  *	Version 11 makes messages_due an index by route ('' the default
  *	upstream's), then next_attempt: the take reads each route's due
  *	mail apart, never a route it passes over (store_pg_lease.c). One
- *	index still, so no message pays another entry. A node of version
- *	10 still running meanwhile takes as before, but by a scan of the
- *	whole table (idemrelay(8): upgrade the nodes in quick succession).
+ *	index still, so no message pays another entry. Built beside the
+ *	old one, which it then replaces: while it is built the reads of
+ *	messages go on and its writes wait (a node of version 10's
+ *	acceptances, takes and renewals); only the drop and rename at the
+ *	end make everything wait, briefly. Such a node takes as before, but
+ *	reads the index entry of every queued message for it and sorts
+ *	them (idemrelay(8): upgrade the nodes in quick succession).
  *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
@@ -213,10 +217,14 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"ALTER TABLE messages ADD COLUMN replayed bool NOT NULL DEFAULT false;",
 	/*
 	 * 10 -> 11: the take reads each route's due mail in a part of the
-	 * index of its own, never a skipped route's (store_pg_lease.c)
+	 * index of its own, never a skipped route's (store_pg_lease.c). The
+	 * new index is built first under a name of its own (SHARE on
+	 * messages: writes wait, reads go on), then the old one dropped and
+	 * the new renamed (ACCESS EXCLUSIVE: everything waits, only for that)
 	 */
+	"CREATE INDEX messages_due_11 ON messages ((coalesce(route, '')), next_attempt) WHERE queued;"
 	"DROP INDEX messages_due;"
-	"CREATE INDEX messages_due ON messages ((coalesce(route, '')), next_attempt) WHERE queued;",
+	"ALTER INDEX messages_due_11 RENAME TO messages_due;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */

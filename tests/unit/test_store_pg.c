@@ -23,7 +23,8 @@
  * (store_msg_revive), and each case where it must not be; the mark's
  * columns written by the statements, not by the trigger's function; a
  * key's messages found through its claims, messages having no key index; a version 1
- * schema upgraded; a server with no connection slot free while the node
+ * schema upgraded, and one of version 10 whose reads go on while migration 11
+ * builds its index; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
  * the settings a URL's options give kept over ours; the pooler probe
  * skipped when the server has no slot for its connections.
@@ -2871,6 +2872,126 @@ static void test_schema_upgrade(void **state)
 	buf_free(&q);
 }
 
+struct migrator {
+	const char *url;
+	struct store *st;
+	char err[512];
+	int rc;
+	sem_t done;
+};
+
+/* migrator_run - a node's start on an older schema: it migrates it */
+static void *migrator_run(void *arg)
+{
+	struct migrator *g = arg;
+
+	g->rc = store_pg_open(&g->st, g->url, "node-mig", TEST_LEASE, g->err, sizeof(g->err));
+	sem_post(&g->done);
+	return NULL;
+}
+
+/* lock_waits - whether a lock on the messages of schema s is waited for, within 30 s */
+static int lock_waits(const char *s)
+{
+	char q[256];
+	int i;
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
+		 "'\"%s\".messages'::regclass", s);
+	for (i = 0; i < 3000; i++) {
+		if (sql_int(fx_pg(), q) > 0)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/*
+ * Migration 10 -> 11 remakes messages_due while nodes of version 10 may
+ * still run: reads of messages go on while the index is built (a
+ * migration that dropped the old index first held ACCESS EXCLUSIVE on
+ * the table for the whole build, and every read queued behind it). A
+ * write not committed (session W) holds the migration back; a read by
+ * QID (session R, lock_timeout 500 ms) must not queue behind it; once W
+ * commits the migration ends with the new index under the old name.
+ */
+static void test_schema_11_reads_go_on(void **state)
+{
+	struct fx *f = *state;
+	struct migrator *g = calloc(1, sizeof(*g));
+	struct buf q = BUF_INIT;
+	struct timespec ts;
+	char old[96], rerr[256] = "";
+	PGconn *w, *rd;
+	PGresult *r;
+	pthread_t th;
+	int v, waited, read_ok;
+
+	assert_non_null(g);
+	snprintf(old, sizeof(old), "%s_v10", f->schema);
+	sql(f, "CREATE SCHEMA %s", old);
+	buf_printf(&q, "SET search_path = \"%s\"; ", old);
+	for (v = 0; v < 10; v++)
+		buf_printf(&q, "%s; ", store_pg_migration(v));
+	buf_printf(&q, "UPDATE idemrelay_schema SET version = 10; "
+		 "INSERT INTO messages (qid, node, accepted, sender, ret, body, smtputf8, client, "
+		 "data, data_len, has_key, ttl, attempts, next_attempt, inflight, queued) VALUES "
+		 "('MIGRATE00001', 'old', 0, 's@example.com', 0, 0, false, 'c', '\\x61', 1, false, "
+		 "0, 0, 0, false, true)");
+	fx_pg_sql(q.data);
+	g->url = fx_pg_url(fx_pg(), old);
+	CHECK_INT("version 10", sql_int(g->url, "SELECT max(version) FROM idemrelay_schema"), 10);
+
+	w = PQconnectdb(g->url);		/* a node of version 10 writing */
+	r = PQexec(w, "BEGIN; UPDATE messages SET attempts = 1 WHERE qid = 'MIGRATE00001'");
+	CHECK_INT("W's write", PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	sem_init(&g->done, 0, 0);
+	assert_int_equal(pthread_create(&th, NULL, migrator_run, g), 0);
+	waited = lock_waits(old);
+
+	rd = PQconnectdb(g->url);		/* a node of version 10 reading */
+	r = PQexec(rd, "SET lock_timeout = '500ms'; "
+		   "SELECT attempts FROM messages WHERE qid = 'MIGRATE00001'");
+	read_ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	snprintf(rerr, sizeof(rerr), "%s", PQerrorMessage(rd));
+	PQclear(r);
+	PQfinish(rd);
+
+	r = PQexec(w, "COMMIT");
+	PQclear(r);
+	PQfinish(w);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	if (sem_timedwait(&g->done, &ts) != 0) {
+		pthread_detach(th);
+		fail_msg("the migration hangs (30 s)");
+	}
+	pthread_join(th, NULL);
+	CHECK_INT("the migration waited for W", waited, 1);
+	if (!read_ok)
+		fail_msg("a read of messages during the migration: %s", rerr);
+	if (g->rc != 0)
+		fail_msg("open migrates: got %d (%s), want 0", g->rc, g->err);
+	CHECK_INT("version now", sql_int(g->url, "SELECT max(version) FROM idemrelay_schema"), 11);
+	CHECK_INT("one index messages_due*", sql_int(g->url, "SELECT count(*) FROM pg_indexes "
+		  "WHERE schemaname = current_schema() AND indexname LIKE 'messages\\_due%'"), 1);
+	CHECK_INT("messages_due by route, then next_attempt, queued rows", sql_int(g->url,
+		  "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
+		  "indexname = 'messages_due' AND indexdef LIKE '%(COALESCE(route, ''''::text), "
+		  "next_attempt) WHERE queued'"), 1);
+	CHECK_INT("W's write kept", sql_int(g->url, "SELECT attempts FROM messages"), 1);
+	CHECK_INT("the message taken", taken(g->st, clock_us()), 1);
+	store_close(g->st);
+	free((char *) g->url);
+	sem_destroy(&g->done);
+	free(g);
+	buf_reset(&q);
+	buf_printf(&q, "SET client_min_messages = warning; DROP SCHEMA \"%s\" CASCADE", old);
+	fx_pg_sql(q.data);
+	buf_free(&q);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -2926,6 +3047,7 @@ int main(void)
 		T(test_rcpts_go_with_message),
 		T(test_key_without_index),
 		T(test_schema_upgrade),
+		T(test_schema_11_reads_go_on),
 	};
 
 	if (fx_pg() == NULL) {
