@@ -9,11 +9,13 @@
  *	(dsn.c) spooled under a new QID to the sender unless it is null
  *	(or their NOTIFY wants none). The notice is part of the bounce's
  *	outcome, not an acceptance: it may use the room a store keeps for
- *	delivery writes (store_msg.by_delivery), so a store full to its
- *	reserve still bounces and drains. A notice the store cannot take
- *	now (its map truly full, the database away) leaves its recipients
- *	queued, deferred (dsn 4.3.0), to bounce again at the next attempt,
- *	never done without it;
+ *	delivery writes (store_msg.by_delivery) but the floor kept for
+ *	outcomes, so a store full to its reserve still bounces and drains.
+ *	A notice returning the whole original that finds no room is made
+ *	again with its headers alone (as RET=HDRS; RFC 3462 allows it). A
+ *	notice the store cannot take even so (no room, the database away)
+ *	leaves its recipients queued, deferred (dsn 4.3.0), to bounce again
+ *	at the next attempt, never done without it;
  *	then the recipients' states, attempt counts and next_attempt are
  *	written and the inflight mark cleared. A job postponed by the
  *	upstream's throttling (deliver_rate.h) is not charged an attempt:
@@ -38,6 +40,8 @@
  *	QID: to=<a@b>, relay=none, delay=60, dsn=4.4.1, status=deferred (connect to ...)
  *	QID: to=<a@b>, relay=h[ip]:25, delay=3.1, dsn=4.4.2, status=unconfirmed (...)
  *	NEWQID: sender non-delivery notification: QID  (as bounce's)
+ *	QID: sender non-delivery notification NEWQID: returned headers only:
+ *	    no room for the full message
  *	QID: sender non-delivery notification not queued: ERR; its recipients deferred
  *	QID: to=<a@b>, ..., dsn=4.3.0, status=deferred (sender non-delivery notification
  *	    not queued: REPLY)
@@ -129,15 +133,22 @@ static int wants_failure_dsn(const struct store_rcpt *r)
 	return r->notify == 0 || (r->notify & SMTP_NOTIFY_FAILURE);
 }
 
+/* a non-delivery notice to spool */
+struct notice {
+	int ret;			/* in: what it returns (enum smtp_ret) */
+	int full;			/* out: it returned the whole original */
+	size_t size;			/* out: its size */
+	char qid[STORE_QID_SIZE];	/* out: its QID */
+};
+
 /*
  * notice_queue - spool an RFC 3464 notification of dr[0..k) to the
- * sender under a new QID (qid, its size in *size), a message made by
- * delivery that may use the room kept for delivery writes: 0, or the
- * store's error (a map truly full, PostgreSQL away)
+ * sender under a new QID, returning what nt->ret says, a message made
+ * by delivery that may use the room kept for delivery writes but its
+ * floor: 0, or the store's error (STORE_ENOSPC, PostgreSQL away)
  */
 static int notice_queue(struct deliver *d, const struct deliver_job *j,
-			const struct dsn_rcpt *dr, size_t k, int64_t now,
-			char qid[STORE_QID_SIZE], size_t *size)
+			const struct dsn_rcpt *dr, size_t k, int64_t now, struct notice *nt)
 {
 	struct dsn_report rep;
 	struct store_rcpt rcpt;
@@ -155,7 +166,7 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	rep.dsn_qid = b.qid;
 	rep.sender = j->m.from;
 	rep.envid = j->m.envid;
-	rep.ret = j->m.ret;
+	rep.ret = nt->ret;
 	rep.arrival = j->m.accepted;
 	rep.now = now;
 	rep.rcpts = dr;
@@ -164,6 +175,7 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	rep.msg_len = j->m.data_len;
 	rep.utf8 = j->m.smtputf8;
 	eight = dsn_build(&rep, &text);
+	nt->full = dsn_returns_full(&rep);
 
 	memset(&rcpt, 0, sizeof(rcpt));
 	rcpt.addr = j->m.from;
@@ -187,27 +199,48 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 		store_txn_msg_put(t, &b);
 		err = store_txn_commit(t);
 	}
-	strcpy(qid, b.qid);
-	*size = text.len;
+	strcpy(nt->qid, b.qid);
+	nt->size = text.len;
 	buf_free(&text);
 	return err;
 }
 
 /*
+ * notice_spool - the notice of dr[0..k), or if the whole original finds
+ * no room, one with its headers alone (as RET=HDRS: RFC 3462 allows the
+ * headers, and Postfix too cuts what it returns): 0 or the store's error
+ */
+static int notice_spool(struct deliver *d, const struct deliver_job *j,
+			const struct dsn_rcpt *dr, size_t k, int64_t now, struct notice *nt)
+{
+	int err;
+
+	nt->ret = j->m.ret;
+	if ((err = notice_queue(d, j, dr, k, now, nt)) != STORE_ENOSPC || !nt->full)
+		return err;
+	nt->ret = SMTP_RET_HDRS;
+	if ((err = notice_queue(d, j, dr, k, now, nt)) == 0)
+		msg_warn("%s: sender non-delivery notification %s: returned headers only:"
+			 " no room for the full message", j->m.qid, nt->qid);
+	return err;
+}
+
+/*
  * job_bounce - log the recipients bounced[] and spool the sender's
- * notification of those whose NOTIFY wants one. If it cannot be queued,
- * those are not bounced in this outcome: queued again with their reply,
- * deferred by the usual backoff (logged dsn=4.3.0, as Postfix logs a
- * recipient deferred because its bounce log append failed), they bounce
- * at the next attempt and their notice is made then; never done without
- * it. How many were queued again.
+ * notification of those whose NOTIFY wants one (notice_spool: with the
+ * original's headers alone if the whole finds no room). If it cannot be
+ * queued even so, those are not bounced in this outcome: queued again
+ * with their reply, deferred by the usual backoff (logged dsn=4.3.0, as
+ * Postfix logs a recipient deferred because its bounce log append
+ * failed), they bounce at the next attempt and their notice is made
+ * then; never done without it. How many were queued again.
  */
 static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
 			 size_t n, int64_t now)
 {
 	struct dsn_rcpt *dr = xcalloc(n, sizeof(*dr));
-	char qid[STORE_QID_SIZE];
-	size_t i, k = 0, again = 0, size = 0;
+	struct notice nt;
+	size_t i, k = 0, again = 0;
 	int err = 0;
 
 	for (i = 0; i < n && j->m.from[0] != 0; i++) {
@@ -222,7 +255,7 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 		dr[k].remote_mta = j->remote_mta[0] ? j->remote_mta : NULL;
 		k++;
 	}
-	if (k > 0 && (err = notice_queue(d, j, dr, k, now, qid, &size)) != 0)
+	if (k > 0 && (err = notice_spool(d, j, dr, k, now, &nt)) != 0)
 		msg_warn("%s: sender non-delivery notification not queued: %s;"
 			 " its recipients deferred", j->m.qid, store_strerror(err));
 	for (i = 0; i < n; i++) {
@@ -238,9 +271,11 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 		log_result(j, bounced[i], NULL, "bounced", "", now);
 	}
 	if (k > 0 && err == 0) {
-		msg_info_as("bounce", "%s: sender non-delivery notification: %s", qid, j->m.qid);
-		msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", qid, size);
-		deliver_schedule(d, qid, now, 0);
+		msg_info_as("bounce", "%s: sender non-delivery notification: %s", nt.qid,
+			    j->m.qid);
+		msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", nt.qid,
+			    nt.size);
+		deliver_schedule(d, nt.qid, now, 0);
 	}
 	free(dr);
 	return again;

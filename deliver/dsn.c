@@ -193,6 +193,12 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 	buf_printf(b, "\r\n");
 }
 
+/* dsn_returns_full - does r return the whole original (else its headers)? */
+int dsn_returns_full(const struct dsn_report *r)
+{
+	return r->ret == SMTP_RET_FULL || (r->ret != SMTP_RET_HDRS && r->msg_len <= DSN_FULL_LIMIT);
+}
+
 /* dsn_build - the whole notification */
 int dsn_build(const struct dsn_report *r, struct buf *out)
 {
@@ -200,7 +206,7 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	size_t ret_len;
 	int full, eight;
 
-	full = r->ret == SMTP_RET_FULL || (r->ret != SMTP_RET_HDRS && r->msg_len <= DSN_FULL_LIMIT);
+	full = dsn_returns_full(r);
 	ret_len = full ? r->msg_len : header_len(r->msg, r->msg_len);
 	eight = !smtp_ascii(r->msg, ret_len);
 	make_boundary(r, bnd, sizeof(bnd));

@@ -103,7 +103,8 @@ struct store_msg {
 	int64_t ttl;		/* story kept this long once finished; 0: the default */
 	int by_delivery;	/* made by delivery, not accepted: a non-delivery
 				 * notice; store_txn_msg_put() lets it use the room
-				 * kept for delivery writes (not stored) */
+				 * kept for delivery writes, all but the floor kept
+				 * for outcomes (not stored) */
 
 	/* delivery state, rewritten by store_msg_update() */
 	int attempts;
@@ -218,8 +219,8 @@ void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
  * key, would use the room kept for the delivery writes of what is queued;
  * delivery writes may use that room, so an outcome can always be recorded,
  * and so may a message m->by_delivery makes (a non-delivery notice is part
- * of a bounce's outcome: only acceptance waits for room). A map truly full
- * still refuses it (STORE_ENOSPC).
+ * of a bounce's outcome), all but the reserve's floor, which stays for the
+ * outcomes: a notice that would touch it fails with STORE_ENOSPC.
  */
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 int store_txn_error(const struct store_txn *t);

@@ -77,7 +77,7 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
  * lmdb_txn_msg_put - spool a new message: message and delivery state,
  * if the room kept for the delivery writes of what is queued stays
  * (store_space.c); one delivery made (m->by_delivery, a non-delivery
- * notice) may use that room, as delivery's other writes do
+ * notice) may use that room, all but its floor
  */
 void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
@@ -90,7 +90,7 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_txn_fail(&t->base, STORE_EINVAL);
 		return;
 	}
-	if ((!m->by_delivery && (err = lmdb_space_room(t, m)) != 0)
+	if ((err = lmdb_space_room(t, m)) != 0
 	    || (err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
 				lmdb_msg_rec_encode, m, "put msg")) != 0
 	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),

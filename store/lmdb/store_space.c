@@ -8,6 +8,9 @@
  *
  *	int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m);
  *
+ *	uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages,
+ *				    uint64_t queued, uint64_t rcpts);
+ *
  *	int lmdb_space_count(struct lmdb_store *st);
  * DESCRIPTION
  *	A message answered 250 must be delivered once. Its delivery needs
@@ -20,15 +23,25 @@
  *	a key, as many pages stay free as every queued message's delivery
  *	writes need, plus a fixed floor. If not, the transaction fails
  *	with STORE_ENOSPC (the client gets 452 4.3.1 and retries later).
- *	Delivery writes never ask, and so may use the reserve; that
- *	includes the one new message delivery makes, a bounce's
- *	non-delivery notice (store_msg.by_delivery, deliver_record.c):
- *	part of the bounce's outcome, as Postfix's queue_minfree holds
- *	back incoming mail only, not the notices it makes. Were it held to
- *	the reserve, a store full after a long upstream outage could never
- *	bounce what is past retry.give_up, and so never drain. Only a map
- *	truly full refuses a notice (its recipients then stay queued,
- *	deferred, and bounce with it at a later attempt).
+ *	Delivery writes never ask, and so may use the reserve.
+ *
+ *	The one new message delivery makes, a bounce's non-delivery notice
+ *	(store_msg.by_delivery, deliver_record.c), is part of the bounce's
+ *	outcome, as Postfix's queue_minfree holds back incoming mail only:
+ *	held to the whole reserve, a store full after a long upstream
+ *	outage could never bounce what is past retry.give_up, and so never
+ *	drain. But a notice is a message, about as large as its original
+ *	(plus some 2.5 KB), whose original's pages come back only when its
+ *	outcome commits, later: taken without a check, notices can fill the
+ *	map for real, and then no outcome commits at all. So a notice may
+ *	use the part of the reserve kept for the queued messages, but not
+ *	the floor: it is spooled only if the floor, and its own delivery's
+ *	writes, stay free after it. A notice refused so is made again with
+ *	the original's headers alone (deliver_record.c), and if even that
+ *	is refused its recipients stay queued, deferred, and bounce with
+ *	their notice at a later attempt. A batch's outcomes commit at its
+ *	end, after all its notices: in a store full to its reserve only
+ *	its first notices may fit, the rest wait for their next attempt.
  *
  *	Free pages are the map's untouched tail plus LMDB's freelist (the
  *	pages of older snapshots, reused by later commits); the freelist is
@@ -53,7 +66,7 @@
  *	an estimate, like the rest of the reserve.
  * DIAGNOSTICS
  *	STORE_ENOSPC in the transaction's sticky error when the reserve
- *	would be touched.
+ *	would be touched (by a notice: its floor).
  */
 #include <string.h>
 
@@ -140,17 +153,27 @@ int lmdb_space_count(struct lmdb_store *st)
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "count queue");
 }
 
-/* lmdb_space_reserve - pages kept for the delivery writes of queued messages */
-uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts)
+/* space_floor - the reserve's fixed part: one delivery batch's copied pages */
+static uint64_t space_floor(uint64_t psize, uint64_t pages)
 {
 	uint64_t floor = RESERVE_FLOOR / psize, least = RESERVE_MIN / psize;
 
 	if (floor > pages / 8)
 		floor = pages / 8;
-	if (floor < least)
-		floor = least;
-	return floor + (queued * STORE_RESERVE_PER_MSG + rcpts * STORE_RESERVE_PER_RCPT
-			+ psize - 1) / psize;
+	return floor < least ? least : floor;
+}
+
+/* space_writes - pages the delivery writes of queued messages and recipients take */
+static uint64_t space_writes(uint64_t psize, uint64_t queued, uint64_t rcpts)
+{
+	return (queued * STORE_RESERVE_PER_MSG + rcpts * STORE_RESERVE_PER_RCPT + psize - 1)
+	    / psize;
+}
+
+/* lmdb_space_reserve - pages kept for the delivery writes of queued messages */
+uint64_t lmdb_space_reserve(uint64_t psize, uint64_t pages, uint64_t queued, uint64_t rcpts)
+{
+	return space_floor(psize, pages) + space_writes(psize, queued, rcpts);
 }
 
 /* room_need - pages spooling m with its claims may take (records, overflow pages, slack) */
@@ -165,7 +188,8 @@ static uint64_t room_need(uint64_t psize, const struct store_msg *m)
 /*
  * lmdb_space_room - may t spool m: 0, or STORE_ENOSPC if m with a claim
  * for each recipient (if it has a key) would leave fewer free pages than
- * the reserve. The transaction's earlier messages count.
+ * the reserve; for a notice (m->by_delivery), than the floor and its own
+ * delivery writes. The transaction's earlier messages count.
  */
 int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 {
@@ -187,8 +211,11 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 	t->room_pages += room_need(psize, m);
 	t->room_msgs++;
 	t->room_rcpts += m->n_rcpts;
-	want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued + t->room_msgs,
-						  t->room_rcpts);
+	if (m->by_delivery)
+		want = t->room_pages + space_floor(psize, pages) + space_writes(psize, 1, m->n_rcpts);
+	else
+		want = t->room_pages + lmdb_space_reserve(psize, pages,
+							  t->room_queued + t->room_msgs, t->room_rcpts);
 	if (last + want <= pages)
 		return 0;			/* the common case: the tail is enough */
 	if (!t->room_free_known) {

@@ -18,6 +18,14 @@
  * deferred by the usual backoff and logged dsn=4.3.0; those with
  * NOTIFY=NEVER or SUCCESS alone bounce as before. Once the store is back
  * the next attempt bounces them again with the notice.
+ *
+ * test_notice_headers_only: a store with room for a notice of the
+ * original's headers but not for one returning the whole of it (the
+ * default for a message up to 50,000 bytes): the recipient bounces at
+ * once and its notice holds the headers alone (text/rfc822-headers),
+ * logged so. test_notice_no_room: no room even for that: both forms were
+ * tried, the recipient stays queued, deferred dsn=4.3.0, and bounces
+ * with the whole original once there is room.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +33,7 @@
 
 #include "../../conf/conf.h"
 #include "../../deliver/deliver_impl.h"
+#include "../../smtp/smtp.h"
 #include "../../store/store_backend.h"
 #include "../../util/log.h"
 #include "test_store_help.h"
@@ -41,6 +50,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *upstream_reply;	/* the test upstream's answer to every recipient */
 static int notices;			/* notices to SENDER the transport was given */
 static char notice_text[8192];		/* the last one's first octets */
+static size_t notice_len;		/* ... and its size */
 
 /* notice_send - the test's upstream: takes a notice to SENDER, answers upstream_reply to the rest */
 static void notice_send(struct deliver *d, const struct conf_upstream *up,
@@ -59,6 +69,7 @@ static void notice_send(struct deliver *d, const struct conf_upstream *up,
 			notices++;
 			snprintf(notice_text, sizeof(notice_text), "%.*s",
 				 (int) j->m.data_len, j->m.data);
+			notice_len = j->m.data_len;
 			pthread_mutex_unlock(&lock);
 			deliver_set_all(j, DELIVER_SENT, "2.0.0", "250 2.0.0 Ok");
 			continue;
@@ -72,10 +83,15 @@ static const struct deliver_transport notice_transport = {
 	.name = "test", .limited = 0, .batch = 8, .send = notice_send
 };
 
-/* a store whose notice puts fail (STORE_EAGAIN) while away is set */
+/*
+ * a store whose notice puts fail: STORE_EAGAIN while away is set,
+ * STORE_ENOSPC for a notice larger than room (0: no limit)
+ */
 static struct store_ops away_ops;
 static const struct store_ops *real_ops;
 static int away;			/* atomic */
+static size_t room;			/* atomic */
+static int notice_puts;			/* atomic: notices the store was given */
 
 /* away_begin - the real begin, its transaction's table ours */
 static int away_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
@@ -88,13 +104,33 @@ static int away_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], s
 	return err;
 }
 
-/* away_msg_put - a message from the null sender fails while away, as a commit to a database gone */
+/*
+ * away_msg_put - a message from the null sender fails while away, as a
+ * commit to a database gone, and when larger than room, as at a full map
+ */
 static void away_msg_put(struct store_txn *t, const struct store_msg *m)
 {
+	size_t limit = __atomic_load_n(&room, __ATOMIC_SEQ_CST);
+
+	if (m->from[0] == 0)
+		__atomic_add_fetch(&notice_puts, 1, __ATOMIC_SEQ_CST);
 	if (m->from[0] == 0 && __atomic_load_n(&away, __ATOMIC_SEQ_CST))
 		store_txn_fail(t, STORE_EAGAIN);
+	else if (m->from[0] == 0 && limit > 0 && m->data_len > limit)
+		store_txn_fail(t, STORE_ENOSPC);
 	else
 		real_ops->txn_msg_put(t, m);
+}
+
+/* away_install - f's store through away_ops */
+static void away_install(struct fx *f)
+{
+	real_ops = f->st->ops;
+	away_ops = *real_ops;
+	away_ops.txn_begin = away_begin;
+	away_ops.txn_msg_put = away_msg_put;
+	f->st->ops = &away_ops;
+	__atomic_store_n(&notice_puts, 0, __ATOMIC_SEQ_CST);
 }
 
 /* spool_msg - message qid from from, n recipients, accepted at accepted, due at due */
@@ -110,6 +146,26 @@ static void spool_msg(struct store *st, const char *qid, const char *from, size_
 	m.next_attempt = due;
 	m.ttl = 3600 * SEC;
 	CHECK_INT(qid, spool(st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+}
+
+/* spool_text - TARGET: headers, then a body of some 20 KB (returned whole by default) */
+static void spool_text(struct store *st)
+{
+	static const char head[] = "Subject: notice room\r\nX-Test: headers only\r\n\r\n"
+	    "BODY-MARKER first line of the body\r\n";
+	struct store_msg m;
+	size_t n = sizeof(head) - 1;
+
+	msg_new(&m, TARGET, 3, 20000);
+	m.ret = SMTP_RET_NONE;
+	m.accepted = clock_us();
+	m.next_attempt = m.accepted;
+	memcpy(m.data, head, n);
+	memset(m.data + n, 'b', m.data_len - n - 2);
+	memcpy(m.data + m.data_len - 2, "\r\n", 2);
+	m.ttl = 3600 * SEC;
+	CHECK_INT(TARGET, spool(st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
 }
 
@@ -299,11 +355,7 @@ static void test_notice_store_away(void **state)
 	FILE *tmp;
 	int old;
 
-	real_ops = f->st->ops;
-	away_ops = *real_ops;
-	away_ops.txn_begin = away_begin;
-	away_ops.txn_msg_put = away_msg_put;
-	f->st->ops = &away_ops;
+	away_install(f);
 	/* past retry.give_up (5 days): the upstream's 451 bounces it 4.4.7 */
 	spool_msg(f->st, TARGET, SENDER, 3, clock_us() - 6 * 86400 * SEC, clock_us());
 	__atomic_store_n(&away, 1, __ATOMIC_SEQ_CST);
@@ -324,6 +376,83 @@ static void test_notice_store_away(void **state)
 	f->st->ops = real_ops;
 }
 
+static void test_notice_headers_only(void **state)
+{
+	struct fx *f = *state;
+	struct deliver *d;
+	struct conf c;
+	char log[65536];
+	FILE *tmp;
+	const char *text;
+	size_t len;
+	int old, rc;
+
+	away_install(f);
+	__atomic_store_n(&room, 8000, __ATOMIC_SEQ_CST);	/* the headers' notice, not 20 KB */
+	spool_text(f->st);
+	upstream_reply = "550 5.1.1 no such user";
+	old = log_capture(&tmp);
+	d = start(f, &c);
+	rc = attempted(f->st, TARGET, NULL);
+	log_captured(old, tmp, log, sizeof(log));
+	if (rc == 0)
+		fail_msg("the bounce was deferred: no notice queued, not even the headers'");
+	bounced_with_notice(f, d, 0, "Status: 5.1.1");
+	pthread_mutex_lock(&lock);
+	text = notice_text;
+	len = notice_len;
+	pthread_mutex_unlock(&lock);
+	if (strstr(text, "Content-Type: text/rfc822-headers") == NULL
+	    || strstr(text, "Subject: notice room") == NULL)
+		fail_msg("the notice does not return the original's headers:\n%.3000s", text);
+	if (strstr(text, "BODY-MARKER") != NULL || len > 8000)
+		fail_msg("the notice returns the body (%zu bytes) though only the headers fit", len);
+	CHECK_INT("notices put (the whole original, then its headers)",
+		  __atomic_load_n(&notice_puts, __ATOMIC_SEQ_CST), 2);
+	if (strstr(log, TARGET ": sender non-delivery notification ") == NULL
+	    || strstr(log, ": returned headers only: no room for the full message") == NULL)
+		fail_msg("the smaller notice is not logged");
+	if (strstr(log, "dsn=5.1.1, status=bounced (550 5.1.1 no such user)") == NULL
+	    || strstr(log, "not queued") != NULL)
+		fail_msg("rcpt0 not logged bounced at once");
+	deliver_stop(d);
+	conf_free(&c);
+	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
+	f->st->ops = real_ops;
+}
+
+static void test_notice_no_room(void **state)
+{
+	struct fx *f = *state;
+	struct deliver *d;
+	struct conf c;
+	char log[65536];
+	FILE *tmp;
+	int old;
+
+	away_install(f);
+	__atomic_store_n(&room, 1, __ATOMIC_SEQ_CST);		/* no notice fits */
+	spool_text(f->st);
+	upstream_reply = "550 5.1.1 no such user";
+	old = log_capture(&tmp);
+	d = start(f, &c);
+	attempted(f->st, TARGET, NULL);
+	log_captured(old, tmp, log, sizeof(log));
+	deferred_not_bounced(f->st, "550 5.1.1 no such user", log);
+	CHECK_INT("notices put (the whole original, then its headers)",
+		  __atomic_load_n(&notice_puts, __ATOMIC_SEQ_CST), 2);
+	if (strstr(log, store_strerror(STORE_ENOSPC)) == NULL || strstr(log, "headers only"))
+		fail_msg("the warning does not say the store's error, or a notice is logged");
+
+	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
+	bounced_with_notice(f, d, 1, "Status: 5.1.1");
+	if (strstr(notice_text, "BODY-MARKER") == NULL)
+		fail_msg("with room again the notice does not return the whole original");
+	deliver_stop(d);
+	conf_free(&c);
+	f->st->ops = real_ops;
+}
+
 /* fx_setup_small - a 2 MB LMDB map */
 static int fx_setup_small(void **state)
 {
@@ -335,6 +464,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_notice_reserve, fx_setup_small, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_notice_store_away, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_notice_headers_only, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_notice_no_room, fx_setup, fx_teardown),
 	};
 
 	log_setup("test_deliver_notice", 0, LOG_LEVEL_INFO);

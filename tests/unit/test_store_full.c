@@ -172,6 +172,57 @@ static void test_reserve(void **state)
 	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500), 0);
 }
 
+/* notices_until_refused - put notices of len bytes, numbered from *next, until refused; how many */
+static int notices_until_refused(struct store *st, int *next, size_t len)
+{
+	int k, rc = 0;
+
+	for (k = 0; k < 2000 && (rc = keyless_one(st, *next, len, 1)) == 0; k++)
+		(*next)++;
+	CHECK_INT("notices end in", rc, STORE_ENOSPC);
+	return k;
+}
+
+/*
+ * test_notices_keep_floor - notices (by_delivery) may use the room kept
+ * for the queued messages' delivery writes, not the floor: a notice is
+ * about as large as its original, whose pages come back only when its
+ * outcome commits, later. Put until refused (60 KB ones, then 1500 bytes
+ * ones, to leave the map as full as notices can), every queued message's
+ * deferral and outcome still commits, the notices' too. Without the
+ * floor (notices taken unchecked) the map fills and outcomes are refused.
+ */
+static void test_notices_keep_floor(void **state)
+{
+	struct fx *f = *state;
+	struct store_stats s;
+	char what[64];
+	int n = fill(f->st, 1500), next = MAX_MSGS + 10, big, small, i;
+
+	big = notices_until_refused(f->st, &next, 60000);
+	if (big < 1)
+		fail_msg("no 60 KB notice taken into the room kept for the queued messages");
+	small = notices_until_refused(f->st, &next, 1500);
+	print_message("%d queued, %d notices of 60 KB and %d of 1500 bytes taken\n", n, big,
+		      small);
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "deferral of message %d of %d", i, n);
+		CHECK_INT(what, outcome(f->st, i, STORE_RCPT_QUEUED,
+					"451 4.3.0 the upstream is busy, try again later"), 0);
+	}
+	for (i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "outcome of message %d of %d", i, n);
+		CHECK_INT(what, outcome(f->st, i, STORE_RCPT_SENT,
+					"250 2.0.0 Ok: queued as 4XyZabcdEF0123"), 0);
+	}
+	for (i = MAX_MSGS + 10; i < next; i++) {
+		snprintf(what, sizeof(what), "outcome of notice %d", i);
+		CHECK_INT(what, outcome(f->st, i, STORE_RCPT_SENT, "250 2.0.0 Ok"), 0);
+	}
+	CHECK_INT("stats", store_stats(f->st, &s, 0), 0);
+	CHECK_INT("queued after the drain", s.queued, 0);
+}
+
 /*
  * test_reserve_rcpts - the reserve grows with recipients, not messages
  * alone: a story holds each recipient's address and final reply, so
@@ -298,6 +349,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_reserve),
+		T(test_notices_keep_floor),
 		T(test_reserve_rcpts),
 		T(test_reserve_reopen),
 		T(test_full_map_outcome),
