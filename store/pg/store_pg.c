@@ -300,7 +300,9 @@ static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
  * cannot be reached (or not before the backoff is over) or none is free.
  * A server with no slot free for one more is not an outage while the
  * node has connections of its own: the caller waits for one of them.
- * Unless pend is 0, none and 1 while batches are kept to settle.
+ * Unless pend is 0, none and 1 while batches are kept to settle; 1 with
+ * the connection if one was kept while this call waited or connected
+ * (mu dropped meanwhile): the caller settles on it.
  */
 static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pend)
 {
@@ -309,6 +311,7 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pe
 	char err[512];
 	size_t kept;
 	PGconn *c;
+	int late;
 
 	*out = NULL;
 	pthread_mutex_lock(&st->mu);
@@ -348,11 +351,12 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pe
 			return STORE_EAGAIN;
 		}
 	}
+	late = pend && c != NULL && st->n_pend > 0;	/* kept while mu was dropped */
 	pthread_mutex_unlock(&st->mu);
 	if (c != NULL && (n = store_pg_conn(c)) != NULL)
 		n->owner = st;
 	*out = c;
-	return c ? 0 : STORE_EAGAIN;
+	return late ? 1 : c ? 0 : STORE_EAGAIN;
 }
 
 /*
@@ -361,8 +365,9 @@ static int pool_take(struct pg_store *st, PGconn **out, int64_t deadline, int pe
  * the connection before the caller has it (store_pg_pend.c); until they
  * are, or while another caller settles them past the same deadline,
  * STORE_EAGAIN. A caller waits for another's settling before it takes
- * a connection: holding one idle meanwhile would starve the pool. With
- * none kept, one lock of mu.
+ * a connection: holding one idle meanwhile would starve the pool (but
+ * one kept while its take waited or connected is settled on the
+ * connection that take got). With none kept, one lock of mu.
  */
 int store_pg_take(struct pg_store *st, PGconn **out)
 {
@@ -372,9 +377,9 @@ int store_pg_take(struct pg_store *st, PGconn **out)
 	if ((err = pool_take(st, out, deadline, 1)) <= 0)
 		return err;
 	/* a 451 whose commit may have committed: settled before anything else */
-	if (store_pg_pend_wait(st, deadline) != 0)
+	if (*out == NULL && store_pg_pend_wait(st, deadline) != 0)
 		return STORE_EAGAIN;
-	if ((err = pool_take(st, out, deadline, 0)) != 0)
+	if (*out == NULL && (err = pool_take(st, out, deadline, 0)) != 0)
 		return err;
 	if (store_pg_pend_settle(st, *out, deadline) != 0) {
 		store_pg_give(st, *out);

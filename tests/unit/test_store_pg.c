@@ -11,8 +11,8 @@
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
- * another node replayed; settled at a clean stop; a void's settle waits for
- * a replay in flight), what a batch of duplicates and the counts' flush
+ * another node replayed; settled at a clean stop, and by a take it was
+ * kept during; a void's settle waits for a replay in flight), what a batch of duplicates and the counts' flush
  * write (rows, and whether it commits), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
@@ -716,14 +716,22 @@ static void test_take_skips_backlog(void **state)
 static pthread_mutex_t *counted;
 static pthread_t counter;
 static int n_counted, n_keyed = -1;
+static struct pg_store *late_st;	/* at its lock late_at, a batch kept */
+static int late_at;
 
+static void pend_fake(struct pg_store *st, const char *qid, int64_t xid);
 int __real_pthread_mutex_lock(pthread_mutex_t *m);
 int64_t __real_store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 
 int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
-	if (m == counted && pthread_equal(pthread_self(), counter))
-		n_counted++;
+	struct pg_store *st = late_st;
+
+	if (m == counted && pthread_equal(pthread_self(), counter) && ++n_counted == late_at
+	    && st != NULL) {
+		late_st = NULL;
+		pend_fake(st, "LATEPEND0001", 0);	/* locks mu: counted, past late_at */
+	}
 	return __real_pthread_mutex_lock(m);
 }
 
@@ -750,6 +758,36 @@ static void test_take_locks_once(void **state)
 	counted = NULL;
 	store_pg_give(pst, c);
 	CHECK_INT("locks of mu", n_counted, 1);
+}
+
+/*
+ * A batch kept while a take connected (mu dropped: it looked at the
+ * kept batches before) is settled on that connection before the caller
+ * has it: the take found none idle, and the batch was kept at its next
+ * lock of mu, after its look
+ */
+static void test_take_settles_late(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *pst = (struct pg_store *) f->st;
+	PGconn *c;
+
+	pthread_mutex_lock(&pst->mu);	/* none idle: the take connects */
+	while (pst->n_idle > 0) {
+		PQfinish(pst->idle[--pst->n_idle]);
+		pst->n_open--;
+	}
+	pthread_mutex_unlock(&pst->mu);
+	counter = pthread_self();
+	n_counted = 0;
+	late_at = 2;
+	late_st = pst;
+	counted = &pst->mu;
+	CHECK_INT("take", store_pg_take(pst, &c), 0);
+	counted = NULL;
+	CHECK_INT("a batch kept during the take", late_st == NULL, 1);
+	CHECK_INT("settled before the connection was had", (int) pst->n_pend, 0);
+	store_pg_give(pst, c);
 }
 
 /* retake_* - the commit hook of test_defer_retaken: once the deferral is
@@ -3026,6 +3064,7 @@ int main(void)
 		T(test_settle_stalled),
 		T(test_take_waits_settle_unheld),
 		T(test_take_locks_once),
+		T(test_take_settles_late),
 		T(test_settle_aborted_id),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
