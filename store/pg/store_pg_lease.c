@@ -272,7 +272,10 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	 * and 9,845 buffer hits a take past 200,000 of its rows, against
 	 * 1.1 ms; test_take_skips_backlog). The price: where several routes
 	 * have mail due, rows of one beyond the max taken are locked for the
-	 * statement, and so passed over by a node taking at that moment.
+	 * statement, and so passed over by a node taking at that moment; and
+	 * each row so locked and not taken has its lock (FOR UPDATE, a tuple
+	 * lock) written in the row itself: its page dirtied and a WAL record,
+	 * for at most max rows of each route with mail due, less those taken.
 	 */
 	err = store_pg_run(st, "UPDATE messages m SET lease_owner = $1, lease_until = " PG_DB_NOW " + $2, "
 		  "lease_since = " PG_DB_NOW ", lease_token = nextval('lease_seq') "

@@ -97,8 +97,9 @@
  *	messages go on and its writes wait (a node of version 10's
  *	acceptances, takes and renewals); only the drop and rename at the
  *	end make everything wait, briefly. Such a node takes as before, but
- *	reads the index entry of every queued message for it and sorts
- *	them (idemrelay(8): upgrade the nodes in quick succession).
+ *	reads the index entry of every queued message for it, and the row
+ *	of every one due, and sorts those (idemrelay(8): upgrade the nodes
+ *	in quick succession).
  *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
