@@ -131,6 +131,7 @@ class Episode:
         self.fired = None               # a mark: when its trigger went off
         self.qids = set()               # ... the QIDs its statement named
         self.healed = None              # ... when its cut ended
+        self.killed = False             # a kill9: it killed a running node
 
     def __str__(self):
         what = self.kind
@@ -403,6 +404,7 @@ class Run:
                     return
                 d.down = True
                 d.kill9()
+                ep.killed = True
             self.killed_marks |= self.marks_of(i) | self.orphans(i)
         elif ep.kind == "db":
             for p in self.dbp[i]:
@@ -432,6 +434,11 @@ class Run:
         """end - the episode's fault undone"""
         i = ep.node
         if ep.kind == "kill9":
+            # one that found the node down (another kill's restart still under
+            # way) starts nothing: a second start beside the restarted node
+            # failed on its control socket, and was taken for a crash
+            if not ep.killed:
+                return
             self.killed_marks |= self.marks_of(i)
             self.restart(i).join(120)
         elif ep.kind == "db":
