@@ -12,10 +12,13 @@
  *	delivery writes (store_msg.by_delivery) but the floor kept for
  *	outcomes, so a store full to its reserve still bounces and drains.
  *	A notice returning the whole original that finds no room is made
- *	again with its headers alone (as RET=HDRS; RFC 3462 allows it). A
- *	notice the store cannot take even so (no room, the database away)
- *	leaves its recipients queued, deferred (dsn 4.3.0), to bounce again
- *	at the next attempt, never done without it;
+ *	again with its headers alone (RFC 3461 and 3464 let a notice return
+ *	the headers only; its text says so). A notice the store cannot take
+ *	even so (no room, the database away) leaves its recipients queued,
+ *	deferred (dsn 4.3.0), to bounce again at the next attempt, never
+ *	done without it; waiting for room is not the upstream's doing, so
+ *	if nothing else is deferred it costs no attempt and the next comes
+ *	retry.first later, not after a backoff grown to retry.max;
  *	then the recipients' states, attempt counts and next_attempt are
  *	written and the inflight mark cleared. A job postponed by the
  *	upstream's throttling (deliver_rate.h) is not charged an attempt:
@@ -135,7 +138,7 @@ static int wants_failure_dsn(const struct store_rcpt *r)
 
 /* a non-delivery notice to spool */
 struct notice {
-	int ret;			/* in: what it returns (enum smtp_ret) */
+	int hdrs_only;			/* in: the original's headers alone */
 	int full;			/* out: it returned the whole original */
 	size_t size;			/* out: its size */
 	char qid[STORE_QID_SIZE];	/* out: its QID */
@@ -143,7 +146,8 @@ struct notice {
 
 /*
  * notice_queue - spool an RFC 3464 notification of dr[0..k) to the
- * sender under a new QID, returning what nt->ret says, a message made
+ * sender under a new QID, returning what RET says (or the headers
+ * alone: nt->hdrs_only), a message made
  * by delivery that may use the room kept for delivery writes but its
  * floor: 0, or the store's error (STORE_ENOSPC, PostgreSQL away)
  */
@@ -166,7 +170,8 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	rep.dsn_qid = b.qid;
 	rep.sender = j->m.from;
 	rep.envid = j->m.envid;
-	rep.ret = nt->ret;
+	rep.ret = j->m.ret;
+	rep.hdrs_only = nt->hdrs_only;
 	rep.arrival = j->m.accepted;
 	rep.now = now;
 	rep.rcpts = dr;
@@ -207,18 +212,19 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 
 /*
  * notice_spool - the notice of dr[0..k), or if the whole original finds
- * no room, one with its headers alone (as RET=HDRS: RFC 3462 allows the
- * headers, and Postfix too cuts what it returns): 0 or the store's error
+ * no room, one with its headers alone, its text saying so (RFC 3461 and
+ * 3464 let a notice return the headers only, and Postfix too cuts what it
+ * returns): 0 or the store's error
  */
 static int notice_spool(struct deliver *d, const struct deliver_job *j,
 			const struct dsn_rcpt *dr, size_t k, int64_t now, struct notice *nt)
 {
 	int err;
 
-	nt->ret = j->m.ret;
+	nt->hdrs_only = 0;
 	if ((err = notice_queue(d, j, dr, k, now, nt)) != STORE_ENOSPC || !nt->full)
 		return err;
-	nt->ret = SMTP_RET_HDRS;
+	nt->hdrs_only = 1;
 	if ((err = notice_queue(d, j, dr, k, now, nt)) == 0)
 		msg_warn("%s: sender non-delivery notification %s: returned headers only:"
 			 " no room for the full message", j->m.qid, nt->qid);
@@ -230,10 +236,11 @@ static int notice_spool(struct deliver *d, const struct deliver_job *j,
  * notification of those whose NOTIFY wants one (notice_spool: with the
  * original's headers alone if the whole finds no room). If it cannot be
  * queued even so, those are not bounced in this outcome: queued again
- * with their reply, deferred by the usual backoff (logged dsn=4.3.0, as
- * Postfix logs a recipient deferred because its bounce log append
- * failed), they bounce at the next attempt and their notice is made
- * then; never done without it. How many were queued again.
+ * with their reply, deferred (logged dsn=4.3.0, as Postfix logs a
+ * recipient deferred because its bounce log append failed; no attempt
+ * charged if nothing else is: deliver_replied), they bounce at the next
+ * attempt and their notice is made then; never done without it. How
+ * many were queued again.
  */
 static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
 			 size_t n, int64_t now)
@@ -294,7 +301,7 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 	int64_t now = clock_us(), next = -1;
 	int expired = now - m->accepted >= retry.give_up * US;
 	size_t i, n_bounced = 0, *bounced;
-	int queued = 0;
+	int queued = 0, notice_wait = 0;
 
 	if (j->decided)
 		return;
@@ -350,13 +357,19 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
 
-	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0)
+	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0 && !queued) {
+		/* only notices wait: no attempt charged, tried again retry.first on */
 		queued = 1;
+		notice_wait = 1;
+	}
 
 	m->inflight = 0;
 	if (queued && j->postponed) {
 		next = j->until;
 		m->next_attempt = next > now ? next : now;
+		next = m->next_attempt;
+	} else if (notice_wait) {
+		m->next_attempt = now + (retry.first > 0 ? retry.first : 1) * US;
 		next = m->next_attempt;
 	} else if (queued) {
 		m->attempts++;

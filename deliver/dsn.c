@@ -4,11 +4,14 @@
  * SUMMARY
  *	build RFC 3464 delivery status notifications
  * DESCRIPTION
- *	See dsn.h. Layout (RFC 3462 multipart/report):
+ *	See dsn.h. Layout (RFC 6522 multipart/report):
  *
  *	    headers: From MAILER-DAEMON, To the sender, Subject, Date,
  *	             Message-ID, Auto-Submitted, MIME
- *	    part 1   text/plain, one line per failed recipient
+ *	    part 1   text/plain, one line per failed recipient; it says so
+ *	             when only the headers are returned though RET was not
+ *	             HDRS (RFC 3461 and RFC 3464 let a notice return
+ *	             just the headers)
  *	    part 2   message/delivery-status (message/global-delivery-status
  *	             for an SMTPUTF8 message, RFC 6533): per-message fields, then
  *	             per recipient Final-Recipient, Original-Recipient,
@@ -138,7 +141,12 @@ static void put_text_part(const struct dsn_report *r, struct buf *b, const char 
 	put_text(b, r->hostname, 0);
 	buf_printf(b, ".\r\n\r\n"
 		   "I'm sorry to have to inform you that your message could not\r\n"
-		   "be delivered to one or more recipients. It's attached below.\r\n\r\n");
+		   "be delivered to one or more recipients. ");
+	if (dsn_returns_full(r) || r->ret == SMTP_RET_HDRS)
+		buf_printf(b, "It's attached below.\r\n\r\n");
+	else
+		buf_printf(b, "The headers of your\r\nmessage are attached below;"
+			   " its body could not be returned.\r\n\r\n");
 	for (i = 0; i < r->n_rcpts; i++) {
 		const struct dsn_rcpt *rc = &r->rcpts[i];
 
@@ -196,6 +204,8 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 /* dsn_returns_full - does r return the whole original (else its headers)? */
 int dsn_returns_full(const struct dsn_report *r)
 {
+	if (r->hdrs_only)
+		return 0;
 	return r->ret == SMTP_RET_FULL || (r->ret != SMTP_RET_HDRS && r->msg_len <= DSN_FULL_LIMIT);
 }
 

@@ -8,7 +8,8 @@
  *	ends) telling the sender which recipients failed and why: a text
  *	part for people, a message/delivery-status part for programs, and
  *	the original message (RET=FULL, or by default when it is small) or
- *	only its headers (RET=HDRS, or a large message). For a message that
+ *	only its headers (RET=HDRS, a large message, or hdrs_only; the text
+ *	part says so when the whole was asked for or by default). For a message that
  *	came with SMTPUTF8 (utf8), the report is RFC 6533's: UTF-8 addresses
  *	kept (type "utf-8" where not ASCII), message/global-delivery-status,
  *	message/global or message/global-headers; it must then go out with
@@ -41,6 +42,7 @@ struct dsn_report {
 	const char *sender;	/* original envelope sender: where this goes */
 	const char *envid;	/* ENVID, or NULL */
 	int ret;		/* enum smtp_ret */
+	int hdrs_only;		/* the headers alone, whatever ret says: no room for the whole */
 	int64_t arrival;	/* when the original was accepted, Unix us */
 	int64_t now;		/* Date:, Unix us */
 	const struct dsn_rcpt *rcpts;

@@ -15,7 +15,7 @@
  * PostgreSQL's does while it is away (or an LMDB map truly full), for a
  * message past retry.give_up whose upstream answers 451 (bounced 4.4.7):
  * its recipients that want a notice stay queued with their reply,
- * deferred by the usual backoff and logged dsn=4.3.0; those with
+ * deferred retry.first on, no attempt charged, logged dsn=4.3.0; those with
  * NOTIFY=NEVER or SUCCESS alone bounce as before. Once the store is back
  * the next attempt bounces them again with the notice.
  *
@@ -23,9 +23,10 @@
  * original's headers but not for one returning the whole of it (the
  * default for a message up to 50,000 bytes): the recipient bounces at
  * once and its notice holds the headers alone (text/rfc822-headers),
- * logged so. test_notice_no_room: no room even for that: both forms were
- * tried, the recipient stays queued, deferred dsn=4.3.0, and bounces
- * with the whole original once there is room.
+ * says so to the sender, and is logged so. test_notice_no_room: no room even for that: both forms were
+ * tried, the recipient stays queued, deferred dsn=4.3.0, its attempts
+ * (many) unchanged and due retry.first on, not at the backoff they grew
+ * to, and bounces with the whole original once there is room.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #define SENDER		"sender@example.com"	/* msg_new()'s */
 #define TARGET		"NOTE00000001"	/* 3 recipients: NOTIFY default, NEVER, SUCCESS */
 #define NULLS		"NOTE00000002"	/* from the null sender */
+#define TRIED		20		/* spool_text's attempts: a backoff at retry.max */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *upstream_reply;	/* the test upstream's answer to every recipient */
@@ -149,7 +151,10 @@ static void spool_msg(struct store *st, const char *qid, const char *from, size_
 	store_msg_free(&m);
 }
 
-/* spool_text - TARGET: headers, then a body of some 20 KB (returned whole by default) */
+/*
+ * spool_text - TARGET, tried TRIED times already: headers, then a body of
+ * some 20 KB (returned whole by default)
+ */
 static void spool_text(struct store *st)
 {
 	static const char head[] = "Subject: notice room\r\nX-Test: headers only\r\n\r\n"
@@ -165,6 +170,7 @@ static void spool_text(struct store *st)
 	memset(m.data + n, 'b', m.data_len - n - 2);
 	memcpy(m.data + m.data_len - 2, "\r\n", 2);
 	m.ttl = 3600 * SEC;
+	m.attempts = TRIED;
 	CHECK_INT(TARGET, spool(st, &m, NULL, 0, 0), 0);
 	store_msg_free(&m);
 }
@@ -189,8 +195,9 @@ static int fill(struct store *st)
 }
 
 /*
- * attempted - wait until qid's first attempt is recorded or it left the
- * queue: 0 and the message in m (if not NULL), or STORE_ENOTFOUND
+ * attempted - wait until qid's first attempt is recorded (rcpt0's reply
+ * written, the mark cleared) or it left the queue: 0 and the message in
+ * m (if not NULL), or STORE_ENOTFOUND
  */
 static int attempted(struct store *st, const char *qid, struct store_msg *m)
 {
@@ -201,7 +208,7 @@ static int attempted(struct store *st, const char *qid, struct store_msg *m)
 	for (;;) {
 		if ((rc = store_msg_load(st, qid, &got)) != 0)
 			return rc;
-		if (got.attempts > 0 && !got.inflight) {
+		if (got.rcpts[0].reply != NULL && !got.inflight) {
 			if (m)
 				*m = got;
 			else
@@ -251,9 +258,12 @@ static const char *notice_wait(void)
  * deferred_not_bounced - the first attempt's outcome while the store
  * refuses the notice: TARGET is still queued, its NOTIFY-default
  * recipient queued with the upstream's words (reply), the other two
- * bounced; no notice sent; the log says why
+ * bounced; no notice sent; the log says why. Waiting for room costs no
+ * attempt (still attempts) and the next comes retry.first (first) on,
+ * not after the backoff those attempts have grown
  */
-static void deferred_not_bounced(struct store *st, const char *reply, const char *log)
+static void deferred_not_bounced(struct store *st, const char *reply, const char *log,
+				 int attempts, int64_t first)
 {
 	struct store_msg m;
 	int rc;
@@ -262,7 +272,7 @@ static void deferred_not_bounced(struct store *st, const char *reply, const char
 		fail_msg("the bounced message left the queue though its notice was not queued:"
 			 " the notice is lost");
 	CHECK_INT("load", rc, 0);
-	CHECK_INT("attempts", m.attempts, 1);
+	CHECK_INT("attempts (the notice's wait charges none)", m.attempts, attempts);
 	CHECK_INT("rcpt0 (NOTIFY default) state", m.rcpts[0].state, STORE_RCPT_QUEUED);
 	if (m.rcpts[0].reply == NULL || strstr(m.rcpts[0].reply, reply) == NULL)
 		fail_msg("rcpt0's reply: got \"%s\", want it to hold \"%s\"",
@@ -271,6 +281,9 @@ static void deferred_not_bounced(struct store *st, const char *reply, const char
 	CHECK_INT("rcpt2 (NOTIFY=SUCCESS) state", m.rcpts[2].state, STORE_RCPT_BOUNCED);
 	if (m.next_attempt <= clock_us())
 		fail_msg("deferred: next attempt not in the future");
+	if (m.next_attempt > clock_us() + first * SEC)
+		fail_msg("deferred: next attempt in %lld s, want within retry.first (%lld s)",
+			 (long long) ((m.next_attempt - clock_us()) / SEC), (long long) first);
 	store_msg_free(&m);
 	pthread_mutex_lock(&lock);
 	CHECK_INT("notices sent", notices, 0);
@@ -365,7 +378,7 @@ static void test_notice_store_away(void **state)
 	attempted(f->st, TARGET, NULL);
 	log_captured(old, tmp, log, sizeof(log));
 	deferred_not_bounced(f->st, "delivery time expired; last error: 451 4.3.0 try again later",
-			     log);
+			     log, 0, c.retry.first);
 	if (strstr(log, store_strerror(STORE_EAGAIN)) == NULL)
 		fail_msg("the warning does not say the store's error");
 
@@ -405,6 +418,9 @@ static void test_notice_headers_only(void **state)
 	if (strstr(text, "Content-Type: text/rfc822-headers") == NULL
 	    || strstr(text, "Subject: notice room") == NULL)
 		fail_msg("the notice does not return the original's headers:\n%.3000s", text);
+	if (strstr(text, "The headers of your\r\nmessage are attached below; its body could not"
+		   " be returned.") == NULL)
+		fail_msg("the notice does not say that only the headers are returned");
 	if (strstr(text, "BODY-MARKER") != NULL || len > 8000)
 		fail_msg("the notice returns the body (%zu bytes) though only the headers fit", len);
 	CHECK_INT("notices put (the whole original, then its headers)",
@@ -438,7 +454,7 @@ static void test_notice_no_room(void **state)
 	d = start(f, &c);
 	attempted(f->st, TARGET, NULL);
 	log_captured(old, tmp, log, sizeof(log));
-	deferred_not_bounced(f->st, "550 5.1.1 no such user", log);
+	deferred_not_bounced(f->st, "550 5.1.1 no such user", log, TRIED, c.retry.first);
 	CHECK_INT("notices put (the whole original, then its headers)",
 		  __atomic_load_n(&notice_puts, __ATOMIC_SEQ_CST), 2);
 	if (strstr(log, store_strerror(STORE_ENOSPC)) == NULL || strstr(log, "headers only"))

@@ -184,6 +184,57 @@ static void test_default_ret(void **state)
 	free(big);
 }
 
+/*
+ * test_headers_said - the text part says when only the headers come back
+ * though the whole was asked for (RET=FULL, or by default): the whole
+ * finding no room (hdrs_only) or a large message; not for RET=HDRS
+ */
+static void test_headers_said(void **state)
+{
+	static const char cut[] = "The headers of your\r\nmessage are attached below;"
+	    " its body could not be returned.\r\n";
+	struct dsn_report r = report(SMTP_RET_FULL);
+	struct buf b = BUF_INIT;
+	char *big;
+
+	(void) state;
+	r.hdrs_only = 1;
+	dsn_build(&r, &b);
+	lines_crlf(&b);
+	has(&b, "be delivered to one or more recipients. The headers of your\r\n");
+	has(&b, cut);
+	hasnt(&b, "It's attached below.");
+	has(&b, "Content-Type: text/rfc822-headers\r\n\r\nReceived: from x\r\n");
+	hasnt(&b, "body line");
+	buf_free(&b);
+
+	/* by default, a large message */
+	big = malloc(DSN_FULL_LIMIT + 100);
+	memcpy(big, "Subject: big\r\n\r\n", 16);
+	memset(big + 16, 'x', DSN_FULL_LIMIT + 100 - 18);
+	memcpy(big + DSN_FULL_LIMIT + 100 - 2, "\r\n", 2);
+	r = report(SMTP_RET_NONE);
+	r.msg = big;
+	r.msg_len = DSN_FULL_LIMIT + 100;
+	dsn_build(&r, &b);
+	has(&b, cut);
+	hasnt(&b, "It's attached below.");
+	buf_free(&b);
+	free(big);
+
+	/* the headers as asked, or the whole: attached as they were asked */
+	r = report(SMTP_RET_HDRS);
+	dsn_build(&r, &b);
+	has(&b, "recipients. It's attached below.\r\n");
+	hasnt(&b, "body could not be returned");
+	buf_free(&b);
+	r = report(SMTP_RET_NONE);
+	dsn_build(&r, &b);
+	has(&b, "recipients. It's attached below.\r\n");
+	hasnt(&b, "body could not be returned");
+	buf_free(&b);
+}
+
 static void test_eight_bit(void **state)
 {
 	static const char msg8[] = "Subject: caf\xc3\xa9\r\n\r\nna\xc3\xafve\r\n";
@@ -263,6 +314,7 @@ int main(void)
 		cmocka_unit_test(test_global),
 		cmocka_unit_test(test_headers_only),
 		cmocka_unit_test(test_default_ret),
+		cmocka_unit_test(test_headers_said),
 		cmocka_unit_test(test_eight_bit),
 		cmocka_unit_test(test_injection),
 		cmocka_unit_test(test_boundary_collision),
