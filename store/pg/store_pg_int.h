@@ -49,13 +49,13 @@
 /*
  * One row's "is it queued?" where the row is found by its QID or token:
  * "queued IS TRUE", never "queued", which lets the planner read the row
- * from a partial index WHERE queued (messages_due; messages_lease until
- * schema 8). An ANALYZE made while the queue was nearly empty prices
- * such an index at one row, and the generic plan then walks every queued
- * message for each row it writes: 1.7 ms an outcome at 1,200 queued,
- * delivery a quarter as fast (test_store_pg test_plans_idle_queue).
- * Statements about the queue as a whole (the take, a flush, the walk)
- * keep "queued".
+ * from a partial index WHERE queued (messages_take; messages_due until
+ * schema 11, messages_lease until 8). An ANALYZE made while the queue
+ * was nearly empty prices such an index at one row, and the generic
+ * plan then walks every queued message for each row it writes: 1.7 ms
+ * an outcome at 1,200 queued, delivery a quarter as fast (test_store_pg
+ * test_plans_idle_queue). Statements about the queue as a whole (the
+ * take, a flush, the walk) keep "queued".
  */
 #define PG_ROW_QUEUED(alias)	alias "queued IS TRUE"
 

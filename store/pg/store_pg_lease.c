@@ -264,7 +264,7 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	 * transaction ends, and no take commits while it waits anyway.
 	 * A scalar subquery: NOT EXISTS was a hash of all voids. The routes
 	 * of the queued mail, '' the default's (a route's name is never
-	 * empty), are found one index descent each (g, in messages_due,
+	 * empty), are found one index descent each (g, in messages_take,
 	 * schema 11), those of routes this node does not know too; each one
 	 * not skipped gives its max first due messages, in its own part of
 	 * the index, and the first max of those are taken: a skipped route's

@@ -89,17 +89,26 @@
  *	node of version 9 or older still running meanwhile neither writes
  *	nor reads it (as before the column).
  *
- *	Version 11 makes messages_due an index by route ('' the default
+ *	Version 11 adds messages_take, an index by route ('' the default
  *	upstream's), then next_attempt: the take reads each route's due
- *	mail apart, never a route it passes over (store_pg_lease.c). One
- *	index still, so no message pays another entry. Built beside the
- *	old one, which it then replaces: while it is built the reads of
- *	messages go on and its writes wait (a node of version 10's
- *	acceptances, takes and renewals); only the drop and rename at the
- *	end make everything wait, briefly. Such a node takes as before, but
- *	reads the index entry of every queued message for it, and the row
- *	of every one due, and sorts those (idemrelay(8): upgrade the nodes
- *	in quick succession).
+ *	mail apart, never a route it passes over (store_pg_lease.c). The
+ *	migration only builds it, in its transaction: SHARE on messages,
+ *	so reads go on and writes wait for the build (a node of version
+ *	10's acceptances, takes and renewals), and no other lock on the
+ *	table, so no cycle with a transaction that read messages and then
+ *	writes (the build once dropped the old index in the same
+ *	transaction: ACCESS EXCLUSIVE asked while holding SHARE, which
+ *	deadlocked with such a transaction of a node of version 10, the
+ *	migration cancelled, at every start under traffic). The old
+ *	messages_due, which the new one replaces (one index still, so no
+ *	message pays another entry), is dropped after the commit, by DROP
+ *	INDEX CONCURRENTLY (no lock that blocks reads or writes; it waits
+ *	for the transactions that use messages to end), by the node that
+ *	migrated and again at every node's start (drop_due_10()), so that
+ *	a drop interrupted is finished later. A node of version 10 takes
+ *	as before, but reads the index entry of every queued message for
+ *	it, and the row of every one due, and sorts those (idemrelay(8):
+ *	upgrade the nodes in quick succession).
  *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
@@ -218,14 +227,11 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"ALTER TABLE messages ADD COLUMN replayed bool NOT NULL DEFAULT false;",
 	/*
 	 * 10 -> 11: the take reads each route's due mail in a part of the
-	 * index of its own, never a skipped route's (store_pg_lease.c). The
-	 * new index is built first under a name of its own (SHARE on
-	 * messages: writes wait, reads go on), then the old one dropped and
-	 * the new renamed (ACCESS EXCLUSIVE: everything waits, only for that)
+	 * index of its own, never a skipped route's (store_pg_lease.c).
+	 * Only built here (SHARE on messages: writes wait, reads go on, no
+	 * lock upgrade); messages_due goes after the commit (drop_due_10())
 	 */
-	"CREATE INDEX messages_due_11 ON messages ((coalesce(route, '')), next_attempt) WHERE queued;"
-	"DROP INDEX messages_due;"
-	"ALTER INDEX messages_due_11 RENAME TO messages_due;",
+	"CREATE INDEX messages_take ON messages ((coalesce(route, '')), next_attempt) WHERE queued;",
 };
 
 /* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */
@@ -255,6 +261,25 @@ static int schema_version(struct pg_store *st, PGconn *c, int *version)
 	*version = PQntuples(r) == 1 ? (int) store_pg_int(r, 0, 0) : 0;
 	PQclear(r);
 	return 0;
+}
+
+/*
+ * drop_due_10 - drop the index messages_take replaced at version 11,
+ * outside any transaction block and concurrently: no read or write of
+ * messages waits for it; it waits for those under way. Done at every
+ * node's start, so that one interrupted is finished later; a failure
+ * only warns (the old index costs upkeep, nothing else)
+ */
+static void drop_due_10(struct pg_store *st, PGconn *c)
+{
+	const char *why;
+
+	if (store_pg_simple(st, c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due",
+			    "dropping messages_due") != 0) {
+		why = PQerrorMessage(c);
+		msg_warn("store: cannot drop the index schema 11 replaced (messages_due), kept: %.*s",
+			 (int) strcspn(why, "\n"), why);
+	}
 }
 
 /*
@@ -306,5 +331,7 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 			 version + 1);
 	}
 	buf_free(&sql);
+	if (!client)
+		drop_due_10(st, c);
 	return 0;
 }

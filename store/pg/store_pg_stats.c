@@ -69,7 +69,7 @@ int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		PQclear(r);
 		return 0;
 	}
-	/* the queued are few and indexed (messages_due): counted; the rest estimated when large */
+	/* the queued are few and indexed (messages_take): counted; the rest estimated when large */
 	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
 			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
 			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"

@@ -936,7 +936,7 @@ def test_nodes_start_upgrades_older_schema(t):
     pg.sql("ALTER TABLE rcpts ADD CONSTRAINT rcpts_qid_fkey FOREIGN KEY (qid) REFERENCES messages"
            " ON DELETE CASCADE", db)
     pg.sql("ALTER TABLE messages DROP COLUMN replayed", db)
-    pg.sql("DROP INDEX messages_due", db)
+    pg.sql("DROP INDEX messages_take", db)
     pg.sql("CREATE INDEX messages_due ON messages (next_attempt) WHERE queued", db)
     pg.sql("UPDATE idemrelay_schema SET version = 7", db)
     b = t.daemon(sink, node="b", start=False)
@@ -977,8 +977,10 @@ def test_nodes_start_upgrades_older_schema(t):
        "the foreign key migration 9 drops")
     eq(pg.sql("SELECT count(*) FROM information_schema.columns WHERE table_name = 'messages' "
               "AND column_name = 'replayed'", db), "1", "the column migration 10 adds")
-    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_due' "
-              "AND indexdef LIKE '%COALESCE(route%'", db), "1", "the index migration 11 remakes")
+    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_take' "
+              "AND indexdef LIKE '%COALESCE(route%'", db), "1", "the index migration 11 adds")
+    eq(pg.sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'messages_due'", db), "0",
+       "the index it replaces, dropped after the migration")
     migrated = [d.node for d in (a, b) for line in d.log().rsplit("=== e2e: start", 1)[1]
                 .splitlines() if "schema migrated to version 11" in line]
     eq(len(migrated), 1, "nodes that migrated to version 11 (%r)" % migrated)

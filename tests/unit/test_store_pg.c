@@ -1424,7 +1424,7 @@ static int plans_on(PGconn *c, int young)
 {
 	static const char *const big[] = { " on messages", " on rcpts", " on claims", " on voids" };
 	/* the partial indexes of every queued message; only what reads the queue as a whole */
-	static const char *const queue_wide[] = { " messages_due", NULL };
+	static const char *const queue_wide[] = { " messages_take", NULL };
 	static const char *const whole_queue[] = { "FOR UPDATE SKIP LOCKED", "lease_token = ANY(",
 		NULL };
 	static const char *const allowed[] = { "NOT queued AND expires <=",
@@ -2944,29 +2944,14 @@ static int lock_waits(const char *s)
 	return 0;
 }
 
-/*
- * Migration 10 -> 11 remakes messages_due while nodes of version 10 may
- * still run: reads of messages go on while the index is built (a
- * migration that dropped the old index first held ACCESS EXCLUSIVE on
- * the table for the whole build, and every read queued behind it). A
- * write not committed (session W) holds the migration back; a read by
- * QID (session R, lock_timeout 500 ms) must not queue behind it; once W
- * commits the migration ends with the new index under the old name.
- */
-static void test_schema_11_reads_go_on(void **state)
+/* schema_10 - a schema "<fixture's>_v10" at version 10 with one queued message; its URL */
+static const char *schema_10(struct fx *f, char *old, size_t len)
 {
-	struct fx *f = *state;
-	struct migrator *g = calloc(1, sizeof(*g));
 	struct buf q = BUF_INIT;
-	struct timespec ts;
-	char old[96], rerr[256] = "";
-	PGconn *w, *rd;
-	PGresult *r;
-	pthread_t th;
-	int v, waited, read_ok;
+	const char *url;
+	int v;
 
-	assert_non_null(g);
-	snprintf(old, sizeof(old), "%s_v10", f->schema);
+	snprintf(old, len, "%s_v10", f->schema);
 	sql(f, "CREATE SCHEMA %s", old);
 	buf_printf(&q, "SET search_path = \"%s\"; ", old);
 	for (v = 0; v < 10; v++)
@@ -2977,9 +2962,67 @@ static void test_schema_11_reads_go_on(void **state)
 		 "('MIGRATE00001', 'old', 0, 's@example.com', 0, 0, false, 'c', '\\x61', 1, false, "
 		 "0, 0, 0, false, true)");
 	fx_pg_sql(q.data);
-	g->url = fx_pg_url(fx_pg(), old);
-	CHECK_INT("version 10", sql_int(g->url, "SELECT max(version) FROM idemrelay_schema"), 10);
+	buf_free(&q);
+	url = fx_pg_url(fx_pg(), old);
+	CHECK_INT("version 10", sql_int(url, "SELECT max(version) FROM idemrelay_schema"), 10);
+	return url;
+}
 
+/*
+ * migrated_11 - g's start ended (within 30 s) at version 11, with only
+ * messages_take left; the message taken; g freed, schema old dropped
+ */
+static void migrated_11(struct migrator *g, pthread_t th, const char *old)
+{
+	struct timespec ts;
+	char q[128];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	if (sem_timedwait(&g->done, &ts) != 0) {
+		pthread_detach(th);
+		fail_msg("the migration hangs (30 s)");
+	}
+	pthread_join(th, NULL);
+	if (g->rc != 0)
+		fail_msg("open migrates: got %d (%s), want 0", g->rc, g->err);
+	CHECK_INT("version now", sql_int(g->url, "SELECT max(version) FROM idemrelay_schema"), 11);
+	CHECK_INT("messages_due dropped", sql_int(g->url, "SELECT count(*) FROM pg_indexes WHERE "
+		  "schemaname = current_schema() AND indexname = 'messages_due'"), 0);
+	CHECK_INT("messages_take by route, then next_attempt, queued rows", sql_int(g->url,
+		  "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
+		  "indexname = 'messages_take' AND indexdef LIKE '%(COALESCE(route, ''''::text), "
+		  "next_attempt) WHERE queued'"), 1);
+	CHECK_INT("the message taken", taken(g->st, clock_us()), 1);
+	store_close(g->st);
+	free((char *) g->url);
+	sem_destroy(&g->done);
+	free(g);
+	snprintf(q, sizeof(q), "SET client_min_messages = warning; DROP SCHEMA \"%s\" CASCADE", old);
+	fx_pg_sql(q);
+}
+
+/*
+ * Migration 10 -> 11 builds messages_take while nodes of version 10 may
+ * still run: reads of messages go on while the index is built (a
+ * migration that dropped the old index first held ACCESS EXCLUSIVE on
+ * the table for the whole build, and every read queued behind it). A
+ * write not committed (session W) holds the migration back; a read by
+ * QID (session R, lock_timeout 500 ms) must not queue behind it; once W
+ * commits the migration ends, and messages_due is dropped after it.
+ */
+static void test_schema_11_reads_go_on(void **state)
+{
+	struct fx *f = *state;
+	struct migrator *g = calloc(1, sizeof(*g));
+	char old[96], rerr[256] = "";
+	PGconn *w, *rd;
+	PGresult *r;
+	pthread_t th;
+	int waited, read_ok;
+
+	assert_non_null(g);
+	g->url = schema_10(f, old, sizeof(old));
 	w = PQconnectdb(g->url);		/* a node of version 10 writing */
 	r = PQexec(w, "BEGIN; UPDATE messages SET attempts = 1 WHERE qid = 'MIGRATE00001'");
 	CHECK_INT("W's write", PQresultStatus(r), PGRES_COMMAND_OK);
@@ -2999,35 +3042,74 @@ static void test_schema_11_reads_go_on(void **state)
 	r = PQexec(w, "COMMIT");
 	PQclear(r);
 	PQfinish(w);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 30;
-	if (sem_timedwait(&g->done, &ts) != 0) {
-		pthread_detach(th);
-		fail_msg("the migration hangs (30 s)");
-	}
-	pthread_join(th, NULL);
 	CHECK_INT("the migration waited for W", waited, 1);
 	if (!read_ok)
 		fail_msg("a read of messages during the migration: %s", rerr);
-	if (g->rc != 0)
-		fail_msg("open migrates: got %d (%s), want 0", g->rc, g->err);
-	CHECK_INT("version now", sql_int(g->url, "SELECT max(version) FROM idemrelay_schema"), 11);
-	CHECK_INT("one index messages_due*", sql_int(g->url, "SELECT count(*) FROM pg_indexes "
-		  "WHERE schemaname = current_schema() AND indexname LIKE 'messages\\_due%'"), 1);
-	CHECK_INT("messages_due by route, then next_attempt, queued rows", sql_int(g->url,
-		  "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND "
-		  "indexname = 'messages_due' AND indexdef LIKE '%(COALESCE(route, ''''::text), "
-		  "next_attempt) WHERE queued'"), 1);
 	CHECK_INT("W's write kept", sql_int(g->url, "SELECT attempts FROM messages"), 1);
-	CHECK_INT("the message taken", taken(g->st, clock_us()), 1);
-	store_close(g->st);
-	free((char *) g->url);
-	sem_destroy(&g->done);
-	free(g);
-	buf_reset(&q);
-	buf_printf(&q, "SET client_min_messages = warning; DROP SCHEMA \"%s\" CASCADE", old);
-	fx_pg_sql(q.data);
-	buf_free(&q);
+	migrated_11(g, th, old);
+}
+
+/* migration_locks - whether a session other than pid locks the messages of schema s, within 30 s */
+static int migration_locks(const char *s, int pid)
+{
+	char q[256];
+	int i;
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE pid <> %d AND relation = "
+		 "'\"%s\".messages'::regclass", pid, s);
+	for (i = 0; i < 3000; i++) {
+		if (sql_int(fx_pg(), q) > 0)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/*
+ * test_schema_11_no_deadlock - migration 10 -> 11 beside a transaction
+ * of a node of version 10 that read messages (session R: ACCESS SHARE)
+ * and then writes it: the write waits for the build's SHARE, and the
+ * migration asks no other lock on the table, so it commits, then the
+ * write goes on (or the build is over, and the write goes on at once:
+ * only the concurrent drop of messages_due waits for R). The migration
+ * dropped messages_due in its transaction: ACCESS EXCLUSIVE asked while
+ * holding SHARE, R's write waiting for that SHARE: "deadlock detected",
+ * the node's start failed (at every start under traffic).
+ */
+static void test_schema_11_no_deadlock(void **state)
+{
+	struct fx *f = *state;
+	struct migrator *g = calloc(1, sizeof(*g));
+	char old[96], rerr[256] = "";
+	PGconn *rd;
+	PGresult *r;
+	pthread_t th;
+	int locked, write_ok;
+
+	assert_non_null(g);
+	CHECK_INT("a fresh schema: messages_take only", sql_int(f->url, "SELECT count(*) FROM "
+		  "pg_indexes WHERE schemaname = current_schema() AND indexname IN "
+		  "('messages_due', 'messages_take')"), 1);
+	g->url = schema_10(f, old, sizeof(old));
+	rd = PQconnectdb(g->url);		/* a node of version 10: a read, then a write */
+	r = PQexec(rd, "BEGIN; SELECT qid FROM messages LIMIT 1");
+	CHECK_INT("R's read", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	sem_init(&g->done, 0, 0);
+	assert_int_equal(pthread_create(&th, NULL, migrator_run, g), 0);
+	locked = migration_locks(old, PQbackendPID(rd));
+	r = PQexec(rd, "UPDATE messages SET attempts = 2 WHERE qid = 'MIGRATE00001'");
+	write_ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	snprintf(rerr, sizeof(rerr), "%s", PQerrorMessage(rd));
+	PQclear(r);
+	r = PQexec(rd, write_ok ? "COMMIT" : "ROLLBACK");
+	PQclear(r);
+	PQfinish(rd);
+	CHECK_INT("the migration locked messages", locked, 1);
+	if (!write_ok)
+		fail_msg("R's write after its read, during the migration: %s", rerr);
+	CHECK_INT("R's write kept", sql_int(g->url, "SELECT attempts FROM messages"), 2);
+	migrated_11(g, th, old);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -3087,6 +3169,7 @@ int main(void)
 		T(test_key_without_index),
 		T(test_schema_upgrade),
 		T(test_schema_11_reads_go_on),
+		T(test_schema_11_no_deadlock),
 	};
 
 	if (fx_pg() == NULL) {
