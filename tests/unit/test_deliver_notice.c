@@ -23,10 +23,11 @@
  * original's headers but not for one returning the whole of it (the
  * default for a message up to 50,000 bytes): the recipient bounces at
  * once and its notice holds the headers alone (text/rfc822-headers),
- * says so to the sender, and is logged so. test_notice_no_room: no room even for that: both forms were
- * tried, the recipient stays queued, deferred dsn=4.3.0, its attempts
- * (many) unchanged and due retry.first on, not at the backoff they grew
- * to, and bounces with the whole original once there is room.
+ * says so to the sender, and is logged so. test_notice_no_room: no room
+ * even for that: both forms were tried, the recipient stays queued,
+ * deferred dsn=4.3.0, its attempts (many) unchanged and due retry.first
+ * on, not at the backoff they grew to, and bounces with the whole
+ * original once there is room.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -124,9 +125,11 @@ static void away_msg_put(struct store_txn *t, const struct store_msg *m)
 		real_ops->txn_msg_put(t, m);
 }
 
-/* away_install - f's store through away_ops */
+/* away_install - f's store through away_ops, present, no limit (a failed test may leave either) */
 static void away_install(struct fx *f)
 {
+	__atomic_store_n(&away, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
 	real_ops = f->st->ops;
 	away_ops = *real_ops;
 	away_ops.txn_begin = away_begin;
