@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from cases_ops import CTL, ops_daemon, scrape
+from cases_ops import CTL, control_line, ops_daemon, scrape
 from harness import case, check, eq, free_port, run
 
 DEADLINE = 2.0          # ADMIN_DEADLINE_MS
@@ -122,19 +122,6 @@ def test_control_qid_syntax(t):
     d = ops_daemon(t, sink)
     d.wait_log("started:")
 
-    def ask(line):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(d.conf["control"])
-            s.sendall(line + b"\n")
-            got = b""
-            while not got.endswith(b"\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-            return got.decode()
-
     H = b"ab" * 32                      # a key hash no message has
     for line, want in ((b"retry 0000000000VV", '"error":"unknown QID 0000000000VV"'),
                        (b"retry 0000000000ZZ", '"error":"retry: bad or missing QID"'),
@@ -145,5 +132,5 @@ def test_control_qid_syntax(t):
                        (b"hold key - " + b" ".join([H] * 3), '"error":"usage: hold QID'),
                        (b"forget --drop - " + b" ".join([H] * 2), '"error":"unknown key"'),
                        (b"forget - " + b" ".join([H] * 3), '"error":"usage: forget')):
-        got = ask(line)
+        got = control_line(d, line + b"\n")
         check(want in got, "%s answered %r, want %s" % (line.decode(), got, want))

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import smtplib
+import socket
 import subprocess
 import tempfile
 import threading
@@ -19,6 +20,21 @@ CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
 
 # a deferred message stays deferred until an operator acts
 SLOW_RETRY = {"retry": {"first": "1h", "max": "1h", "give_up": "5d"}}
+
+
+def control_line(d, line):
+    """control_line - one raw request line to the control socket, its reply"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(d.conf["control"])
+        s.sendall(line)
+        got = b""
+        while not got.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return got.decode()
 
 
 def ops_daemon(t, sink, extra=None):

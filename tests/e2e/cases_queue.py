@@ -3,11 +3,10 @@
 node holding a message's lease; each with the daemon running and stopped, where the
 same actions (queue/queue_admin.c) run on the store itself."""
 
-import socket
 import time
 
 from harness import PG_ONLY, case, check, eq, make_msg, submit, submit_ok, wait_until
-from cases_ops import ctl, ctl_json, ops_daemon, queued_qids
+from cases_ops import control_line, ctl, ctl_json, ops_daemon, queued_qids
 
 
 # the sink's delay-N holds its reply to the dot: wait for it, never time out
@@ -181,21 +180,6 @@ def test_drop_all_and_patterns(t):
     eq(ctl_json(d, "drop", "ALL")["count"], 0, "drop ALL of an empty queue")
     eq([r["to"] for r in sink.accepted()], [["delay-8-d@example.com"]],
        "only the message being delivered reached the sink")
-
-
-def control_line(d, line):
-    """control_line - one raw request line to the control socket, its reply"""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(5)
-        s.connect(d.conf["control"])
-        s.sendall(line)
-        got = b""
-        while not got.endswith(b"\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        return got.decode()
 
 
 @case()
