@@ -105,10 +105,15 @@
  *	INDEX CONCURRENTLY (no lock that blocks reads or writes; it waits
  *	for the transactions that use messages to end), by the node that
  *	migrated and again at every node's start (drop_due_10()), so that
- *	a drop interrupted is finished later. A node of version 10 takes
- *	as before, but reads the index entry of every queued message for
- *	it, and the row of every one due, and sorts those (idemrelay(8):
- *	upgrade the nodes in quick succession).
+ *	a drop interrupted is finished later. It waits DUE_DROP_WAIT at
+ *	most (lock_timeout: its waits for those transactions are lock
+ *	waits): a transaction that never ends (a commit waiting for a
+ *	synchronous standby that is away) would hold this start, and the
+ *	schema lock every other start waits for; the index then stays
+ *	(perhaps invalid, still kept up), for a later start to drop. A node
+ *	of version 10 takes as before, but reads the index entry of every
+ *	queued message for it, and the row of every one due, and sorts
+ *	those (idemrelay(8): upgrade the nodes in quick succession).
  *
  *	idemrelay_fenced(got, want) raises SQLSTATE IR001 when a fenced
  *	write found fewer rows than it meant to: a lease went to another
@@ -123,6 +128,10 @@
 #include "../../util/buf.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
+
+/* drop_due_10()'s longest wait for the transactions that use messages */
+#define DUE_DROP_WAIT	"'3s'"
+#define DUE_KEPT	"the index schema 11 replaced (messages_due) stays, dropped at a later start"
 
 static const char *const migrations[PG_SCHEMA_VERSION] = {
 	/* 0 -> 1: everything */
@@ -266,20 +275,28 @@ static int schema_version(struct pg_store *st, PGconn *c, int *version)
 /*
  * drop_due_10 - drop the index messages_take replaced at version 11,
  * outside any transaction block and concurrently: no read or write of
- * messages waits for it; it waits for those under way. Done at every
- * node's start, so that one interrupted is finished later; a failure
- * only warns (the old index costs upkeep, nothing else)
+ * messages waits for it; it waits for those under way, DUE_DROP_WAIT at
+ * most (the session's lock_timeout restored after). Done at every
+ * node's start, so that one given up or interrupted is finished later
+ * (an index a failed concurrent drop left invalid included); a failure
+ * only warns, in one line (the old index costs upkeep, nothing else)
  */
 static void drop_due_10(struct pg_store *st, PGconn *c)
 {
+	char state[6] = "";
+	PGresult *r;
 	const char *why;
 
-	if (store_pg_simple(st, c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due",
-			    "dropping messages_due") != 0) {
+	if (store_pg_simple(st, c, "SET lock_timeout = " DUE_DROP_WAIT, DUE_KEPT) != 0
+	    || store_pg_exec_state(st, c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due", NULL,
+				   &r, DUE_KEPT, state) != 0) {
 		why = PQerrorMessage(c);
-		msg_warn("store: cannot drop the index schema 11 replaced (messages_due), kept: %.*s",
-			 (int) strcspn(why, "\n"), why);
+		if (strcmp(state, "55P03") != 0)	/* a lock timeout: store_pg_result() said it */
+			msg_warn("store: " DUE_KEPT ": %.*s", (int) strcspn(why, "\n"), why);
+	} else {
+		PQclear(r);
 	}
+	(void) store_pg_simple(st, c, "RESET lock_timeout", DUE_KEPT);
 }
 
 /*

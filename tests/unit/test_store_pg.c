@@ -38,6 +38,7 @@
 #include <string.h>
 #include <errno.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -3112,6 +3113,97 @@ static void test_schema_11_no_deadlock(void **state)
 	migrated_11(g, th, old);
 }
 
+/* a session of a node of version 10 whose transaction read messages and stays open */
+struct holder {
+	PGconn *c;
+	sem_t done;			/* the test is done with it */
+	atomic_int ended;		/* its transaction is ending: 30 s went by */
+};
+
+/* holder_run - end h's transaction once the test is done with it, or after 30 s */
+static void *holder_run(void *arg)
+{
+	struct holder *h = arg;
+	struct timespec ts;
+	PGresult *r;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	while (sem_timedwait(&h->done, &ts) != 0 && errno == EINTR)
+		;
+	atomic_store(&h->ended, 1);
+	r = PQexec(h->c, "COMMIT");
+	PQclear(r);
+	PQfinish(h->c);
+	return NULL;
+}
+
+/* due_count - the indexes named messages_due in url's schema */
+static long long due_count(const char *url)
+{
+	return sql_int(url, "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() "
+		       "AND indexname = 'messages_due'");
+}
+
+/*
+ * test_schema_11_drop_bounded - a transaction that read messages and
+ * does not end (a node of version 10 whose commit waits for a
+ * synchronous standby that is away) holds DROP INDEX CONCURRENTLY
+ * messages_due back: the start gives the drop up within its bound, says
+ * so, and starts at version 11, messages_due kept; the next start, that
+ * transaction over, drops it, left invalid by the drop given up. The
+ * drop waited for that transaction with no bound of its own, the schema
+ * lock held, every other start behind it, until PG_RESULT_US cut the
+ * connection: "cannot register", the start failed (at every start while
+ * that transaction lasts).
+ */
+static void test_schema_11_drop_bounded(void **state)
+{
+	struct fx *f = *state;
+	struct holder h = { 0 };
+	struct store *st = NULL;
+	char old[96], err[512] = "", text[4096], q[160];
+	const char *url;
+	PGresult *r;
+	pthread_t th;
+	FILE *tmp;
+	int rc, fd, ended;
+
+	url = schema_10(f, old, sizeof(old));
+	h.c = PQconnectdb(url);
+	r = PQexec(h.c, "BEGIN; SELECT qid FROM messages LIMIT 1");
+	CHECK_INT("the holder's read", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	sem_init(&h.done, 0, 0);
+	assert_int_equal(pthread_create(&th, NULL, holder_run, &h), 0);
+	fd = log_capture(&tmp);
+	rc = store_pg_open(&st, url, "node-mig", TEST_LEASE, err, sizeof(err));
+	ended = atomic_load(&h.ended);
+	log_captured(fd, tmp, text, sizeof(text));
+	sem_post(&h.done);
+	pthread_join(th, NULL);
+	sem_destroy(&h.done);
+	if (rc != 0)
+		fail_msg("open beside the holder: got %d (%s), want 0", rc, err);
+	CHECK_INT("the start ended with the holder's transaction open", ended, 0);
+	if (strstr(text, "messages_due) stays, dropped at a later start") == NULL)
+		fail_msg("no warning of messages_due kept: %s", text);
+	CHECK_INT("version now", sql_int(url, "SELECT max(version) FROM idemrelay_schema"), 11);
+	CHECK_INT("messages_due kept", due_count(url), 1);
+	CHECK_INT("messages_due left invalid", sql_int(url, "SELECT indisvalid FROM pg_index "
+		  "WHERE indexrelid = 'messages_due'::regclass"), 0);
+	CHECK_INT("the message taken", taken(st, clock_us()), 1);
+	store_close(st);
+	st = NULL;
+	if ((rc = store_pg_open(&st, url, "node-mig", TEST_LEASE, err, sizeof(err))) != 0)
+		fail_msg("the next open: got %d (%s), want 0", rc, err);
+	CHECK_INT("messages_due dropped by the next start", due_count(url), 0);
+	store_close(st);
+	free((char *) url);
+	snprintf(q, sizeof(q), "SET client_min_messages = warning; DROP SCHEMA \"%s\" CASCADE", old);
+	fx_pg_sql(q);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -3170,6 +3262,7 @@ int main(void)
 		T(test_schema_upgrade),
 		T(test_schema_11_reads_go_on),
 		T(test_schema_11_no_deadlock),
+		T(test_schema_11_drop_bounded),
 	};
 
 	if (fx_pg() == NULL) {
