@@ -17,8 +17,10 @@
  *	even so (no room, the database away) leaves its recipients queued,
  *	deferred (dsn 4.3.0), to bounce again at the next attempt, never
  *	done without it; waiting for room is not the upstream's doing, so
- *	if nothing else is deferred it costs no attempt and the next comes
- *	retry.first later, not after a backoff grown to retry.max;
+ *	if nothing else is deferred it costs no attempt, but it waits the
+ *	backoff its attempts have earned: the next attempt asks the upstream
+ *	again for every recipient still queued, and one rejected 5xx should
+ *	not be asked every retry.first while the store stays full;
  *	then the recipients' states, attempt counts and next_attempt are
  *	written and the inflight mark cleared. A job postponed by the
  *	upstream's throttling (deliver_rate.h) is not charged an attempt:
@@ -358,7 +360,7 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 			queued = 1;
 
 	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0 && !queued) {
-		/* only notices wait: no attempt charged, tried again retry.first on */
+		/* only notices wait: no attempt charged, the backoff earned so far */
 		queued = 1;
 		notice_wait = 1;
 	}
@@ -369,7 +371,8 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		m->next_attempt = next > now ? next : now;
 		next = m->next_attempt;
 	} else if (notice_wait) {
-		m->next_attempt = now + (retry.first > 0 ? retry.first : 1) * US;
+		m->next_attempt = now + deliver_backoff(retry.first, retry.max,
+							m->attempts > 0 ? m->attempts : 1) * US;
 		next = m->next_attempt;
 	} else if (queued) {
 		m->attempts++;
