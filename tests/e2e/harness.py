@@ -708,21 +708,18 @@ class Proxy:
                     eof = True
                     break
                 self.flowing.wait()     # frozen after the read: it waits here
+                if upward:
+                    # the trigger fires before its bytes go on, so that the
+                    # server's reply to them cannot pass the mute (it did
+                    # once, under load, when this thread lost the CPU
+                    # between the send and the fire)
+                    self._watch(data, pair)
                 if upward or not self.muted:
                     dst.sendall(data)
                 elif self.lines_left > 0:
                     dst.sendall(self._let_through(data))
             except OSError:
                 break
-            if upward:
-                names = self.prepared.setdefault(pair, {})
-                for m in self.PARSE.finditer(data):
-                    names[m.group(1)] = m.group(2)
-                trigger = self.trigger
-                if trigger and (trigger[0] in data or any(
-                        trigger[0] in names.get(m.group(1), b"")
-                        for m in self.BIND.finditer(data))):
-                    self._fire(data)
         if eof:     # a half close, passed on: the other side may still answer
             try:
                 dst.shutdown(socket.SHUT_WR)
@@ -745,6 +742,18 @@ class Proxy:
         if last:
             for x in pair:
                 self._reset(x)
+
+    def _watch(self, data, pair):
+        """_watch - the client's bytes: the statements it prepares by name, and
+        the trigger's pattern in them or in a prepared statement they run"""
+        names = self.prepared.setdefault(pair, {})
+        for m in self.PARSE.finditer(data):
+            names[m.group(1)] = m.group(2)
+        trigger = self.trigger
+        if trigger and (trigger[0] in data or any(
+                trigger[0] in names.get(m.group(1), b"")
+                for m in self.BIND.finditer(data))):
+            self._fire(data)
 
     def cut_after(self, pattern, delay=0.5, refuse=False, hold=False, lines=0):
         """cut_after - arm the trigger (see the class): pattern as bytes; the cut
