@@ -1762,6 +1762,16 @@ static long long void_count(struct fx *f)
 	return sql_int(f->url, q);
 }
 
+/* qid_rows - rows of table (messages, claims, rcpts) that name qid */
+static long long qid_rows(struct fx *f, const char *table, const char *qid)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM %s WHERE qid = '%s'",
+		 f->schema, table, qid);
+	return sql_int(f->url, q);
+}
+
 /*
  * A void QID (a batch answered 451 while its commit waited for a
  * standby, store_pg_wait.c) counts for nothing: its claim is absent to
@@ -1813,12 +1823,9 @@ static void test_voids(void **state)
 	CHECK_INT("nothing more taken", taken(f->st, NOW + SEC), 0);
 	CHECK_INT("settled", void_count(f), 0);
 	CHECK_INT("the message dropped", store_msg_load(f->st, "VOIDED000001", &m), STORE_ENOTFOUND);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM claims "
-		 "WHERE qid = 'VOIDED000001'", f->schema);
-	CHECK_INT("its claim deleted", sql_int(f->url, q), 0);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM rcpts "
-		 "WHERE qid = 'VOIDED000001'", f->schema);
-	CHECK_INT("its recipients deleted (schema 9: no foreign key)", sql_int(f->url, q), 0);
+	CHECK_INT("its claim deleted", qid_rows(f, "claims", "VOIDED000001"), 0);
+	CHECK_INT("its recipients deleted (schema 9: no foreign key)",
+		  qid_rows(f, "rcpts", "VOIDED000001"), 0);
 	CHECK_INT("the other claim kept", claim_found(f->st, 32, NOW, NULL), 1);
 	CHECK_INT("the key is new again", claim_found(f->st, 31, NOW, NULL), 0);
 }
@@ -1922,7 +1929,7 @@ static void test_commit_unreachable(void **state)
 	struct store_msg m;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
-	char q[256], what[64];
+	char what[64];
 	const char *qids[2] = { "AWAYKEYED001", "AWAYNOKEY001" };
 	int keyed, hash;
 
@@ -1932,9 +1939,7 @@ static void test_commit_unreachable(void **state)
 		snprintf(what, sizeof(what), "%s: no copy kept for delivery", hook_qid);
 		CHECK_INT(what, store_pg_keep_take((struct pg_store *) f->st, hook_qid, &m),
 			  STORE_ENOTFOUND);
-		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
-			 "WHERE qid = '%s'", f->schema, hook_qid);
-		CHECK_INT("it did commit", sql_int(f->url, q), 1);
+		CHECK_INT("it did commit", qid_rows(f, "messages", hook_qid), 1);
 		/* away longer than the lease: it ran out meanwhile */
 		sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = '%s'", hook_qid);
 		back((struct pg_store *) f->st);
@@ -1950,7 +1955,7 @@ static void test_commit_unreachable(void **state)
 		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles */
 		CHECK_INT(what, taken(f->st, NOW + SEC), 0);
 		snprintf(what, sizeof(what), "%s: dropped", hook_qid);
-		CHECK_INT(what, sql_int(f->url, q), 0);
+		CHECK_INT(what, qid_rows(f, "messages", hook_qid), 0);
 		CHECK_INT("settled", void_count(f), 0);
 	}
 	/* a retry of the key is a new message, accepted */
@@ -1982,7 +1987,6 @@ static void test_commit_unreachable_replayed(void **state)
 	struct store_claim c;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
-	char q[256];
 
 	kept_batch(f, "AWAYREPLAY01", 71, 1, h);
 	CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
@@ -2001,12 +2005,8 @@ static void test_commit_unreachable_replayed(void **state)
 	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
 	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
 	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
-		 "WHERE qid = 'AWAYREPLAY01'", f->schema);
-	CHECK_INT("its message kept, to be delivered", sql_int(f->url, q), 1);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM claims "
-		 "WHERE qid = 'AWAYREPLAY01'", f->schema);
-	CHECK_INT("its claim kept", sql_int(f->url, q), 1);
+	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY01"), 1);
+	CHECK_INT("its claim kept", qid_rows(f, "claims", "AWAYREPLAY01"), 1);
 	CHECK_INT("not void", void_count(f), 0);
 	CHECK_INT("the key replays it", claim_found(f->st, 71, NOW, &c), 1);
 	CHECK_STR("under its QID", c.qid, "AWAYREPLAY01");
@@ -2028,7 +2028,7 @@ static void test_commit_unreachable_not_replayed(void **state)
 	struct store_msg m;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
-	char q[256], what[96];
+	char what[96];
 	int v;
 
 	for (v = 0; v < 2; v++) {
@@ -2058,10 +2058,8 @@ static void test_commit_unreachable_not_replayed(void **state)
 		CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
 		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
 		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
-			 "WHERE qid = '%s'", f->schema, hook_qid);
 		snprintf(what, sizeof(what), "%s: voided and dropped", hook_qid);
-		CHECK_INT(what, sql_int(f->url, q), 0);
+		CHECK_INT(what, qid_rows(f, "messages", hook_qid), 0);
 		CHECK_INT("settled", void_count(f), 0);
 		snprintf(what, sizeof(what), "%s: the key no longer replays it", hook_qid);
 		CHECK_INT(what, claim_found(f->st, 72 + v, NOW, &c), v);
@@ -2241,7 +2239,6 @@ static void test_settle_aborted_id(void **state)
 	PGconn *o = PQconnectdb(f->url);
 	PGresult *r;
 	struct store_msg m;
-	char q[256];
 	int64_t xid;
 	int hash = 61;
 
@@ -2261,9 +2258,7 @@ static void test_settle_aborted_id(void **state)
 	st->settle_at = 0;
 	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
 	CHECK_INT("nothing kept", (int) st->n_pend, 0);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
-		 "WHERE qid = 'ABORTEDID001'", f->schema);
-	CHECK_INT("voided and dropped", sql_int(f->url, q), 0);
+	CHECK_INT("voided and dropped", qid_rows(f, "messages", "ABORTEDID001"), 0);
 	CHECK_INT("settled", void_count(f), 0);
 	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
 }
@@ -2328,11 +2323,8 @@ static void void_decided(struct fx *f, const char *qid)
 /* msg_count - rows of messages named qid */
 static int msg_count(struct fx *f, const char *qid)
 {
-	char q[256];
 
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
-		 "WHERE qid = '%s'", f->schema, qid);
-	return (int) sql_int(f->url, q);
+	return (int) qid_rows(f, "messages", qid);
 }
 
 /*
