@@ -370,12 +370,9 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		next = j->until;
 		m->next_attempt = next > now ? next : now;
 		next = m->next_attempt;
-	} else if (notice_wait) {
-		m->next_attempt = now + deliver_backoff(retry.first, retry.max,
-							m->attempts > 0 ? m->attempts : 1) * US;
-		next = m->next_attempt;
 	} else if (queued) {
-		m->attempts++;
+		if (!notice_wait)
+			m->attempts++;
 		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
 		next = m->next_attempt;
 	}
