@@ -158,6 +158,18 @@ static void test_headers_only(void **state)
 	buf_free(&b);
 }
 
+/* big_message - DSN_FULL_LIMIT + 100 bytes: a Subject, a blank line, a body of x */
+static char *big_message(void)
+{
+	char *big = malloc(DSN_FULL_LIMIT + 100);
+
+	assert_non_null(big);
+	memcpy(big, "Subject: big\r\n\r\n", 16);
+	memset(big + 16, 'x', DSN_FULL_LIMIT + 100 - 18);
+	memcpy(big + DSN_FULL_LIMIT + 100 - 2, "\r\n", 2);
+	return big;
+}
+
 static void test_default_ret(void **state)
 {
 	struct dsn_report r = report(SMTP_RET_NONE);
@@ -171,10 +183,7 @@ static void test_default_ret(void **state)
 	buf_free(&b);
 
 	/* large: headers only */
-	big = malloc(DSN_FULL_LIMIT + 100);
-	memcpy(big, "Subject: big\r\n\r\n", 16);
-	memset(big + 16, 'x', DSN_FULL_LIMIT + 100 - 18);
-	memcpy(big + DSN_FULL_LIMIT + 100 - 2, "\r\n", 2);
+	big = big_message();
 	r.msg = big;
 	r.msg_len = DSN_FULL_LIMIT + 100;
 	dsn_build(&r, &b);
@@ -209,10 +218,7 @@ static void test_headers_said(void **state)
 	buf_free(&b);
 
 	/* by default, a large message */
-	big = malloc(DSN_FULL_LIMIT + 100);
-	memcpy(big, "Subject: big\r\n\r\n", 16);
-	memset(big + 16, 'x', DSN_FULL_LIMIT + 100 - 18);
-	memcpy(big + DSN_FULL_LIMIT + 100 - 2, "\r\n", 2);
+	big = big_message();
 	r = report(SMTP_RET_NONE);
 	r.msg = big;
 	r.msg_len = DSN_FULL_LIMIT + 100;
