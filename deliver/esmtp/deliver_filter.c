@@ -162,16 +162,6 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 	return n;
 }
 
-/* deliver_filter_down_end - the server is gone: what was held, in out */
-size_t deliver_filter_down_end(struct deliver_filter *f, char *out)
-{
-	size_t n = f->head_len;
-
-	memcpy(out, f->head, n);
-	f->head_len = 0;
-	return n;
-}
-
 /*
  * deliver_filter_rewind - libesmtp rewound the message: the next byte it
  * writes starts the content, block first. Before any of the content a

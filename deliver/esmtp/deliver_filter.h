@@ -46,7 +46,9 @@
  *	libesmtp sends BDAT whenever the server offers it, and the cut would
  *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
  *	only when asked to, and deliver_smtp_msg.c never asks. The start of a
- *	"250" line is held back until it tells whether it is that keyword.
+ *	"250" line is held back until it tells whether it is that keyword;
+ *	what is held when the server goes is a line it never finished, which
+ *	the gate would drop (deliver_gate.h), so it is never handed on.
  *
  *	It also finds where each message's content ends: the first
  *	<CRLF>.<CRLF> after a cut block (libesmtp dot-stuffs the content, so
@@ -147,9 +149,6 @@ void deliver_filter_rewind(struct deliver_filter *f);
  * (room for len + DELIVER_FILTER_HOLD); returns how many
  */
 size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len, char *out);
-
-/* deliver_filter_down_end - the server is gone: what was held, in out */
-size_t deliver_filter_down_end(struct deliver_filter *f, char *out);
 
 /*
  * deliver_filter_up - libesmtp's bytes as the server gets them, in place

@@ -99,6 +99,13 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 	}
 }
 
+/* held - the start of a line the filter still holds back, after the rest */
+static void held(struct side *s)
+{
+	memcpy(s->down + s->down_len, s->f.head, s->f.head_len);
+	s->down_len += s->f.head_len;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct side whole, bytes;
@@ -126,8 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		i += len;
 		chunk++;
 	}
-	whole.down_len += deliver_filter_down_end(&whole.f, whole.down + whole.down_len);
-	bytes.down_len += deliver_filter_down_end(&bytes.f, bytes.down + bytes.down_len);
+	held(&whole);
+	held(&bytes);
 	if (whole.down_len != whole.down_in || bytes.down_len != bytes.down_in)
 		abort();		/* down may rewrite, never add or drop */
 	if (whole.down_len != bytes.down_len || memcmp(whole.down, bytes.down, whole.down_len))

@@ -98,7 +98,8 @@ static size_t down_feed(struct deliver_filter *f, const char *in, size_t len, si
 		n += deliver_filter_down(f, in + i, k, out + n);
 		i += k;
 	}
-	return n + deliver_filter_down_end(f, out + n);
+	memcpy(out + n, f->head, f->head_len);	/* a line's start, held back */
+	return n + f->head_len;
 }
 
 /* down_check - one row, one way of feeding it */
