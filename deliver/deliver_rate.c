@@ -388,10 +388,10 @@ void deliver_rate_done(struct deliver_rate *r)
 }
 
 /*
- * take - sleep for a token of b, or until delivery stops (the thread's
- * deadline_stop_fd(): a stop ends the bridge, and so the session, too)
+ * deliver_rate_take - sleep for a token of b, or until delivery stops (the
+ * thread's deadline_stop_fd(): a stop ends the bridge, and so the session, too)
  */
-static void take(struct deliver_rate *r, struct deliver_bucket *b)
+void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b)
 {
 	struct pollfd p = { .fd = deadline_stop_fd(), .events = POLLIN };
 	struct timespec ts;
@@ -406,18 +406,6 @@ static void take(struct deliver_rate *r, struct deliver_bucket *b)
 		if (ppoll(&p, 1, &ts, NULL) > 0)	/* microseconds: poll()'s are too coarse */
 			return;
 	}
-}
-
-/* deliver_rate_mail - a token for a MAIL */
-void deliver_rate_mail(struct deliver_rate *r)
-{
-	take(r, &r->msgs);
-}
-
-/* deliver_rate_rcpt - a token for a RCPT */
-void deliver_rate_rcpt(struct deliver_rate *r)
-{
-	take(r, &r->rcpts);
 }
 
 /* deliver_rate_sent - the upstream took a message */

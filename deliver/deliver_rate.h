@@ -125,7 +125,7 @@ void deliver_rate_nodes(struct deliver_rate *r, int n);
 
 /*
  * Why a session may not start now. The rates never refuse one: each MAIL
- * and RCPT of a session waits for its token (deliver_rate_mail, _rcpt).
+ * and RCPT of a session waits for its token (deliver_rate_take).
  */
 enum deliver_admit {
 	DELIVER_ADMITTED,		/* it may */
@@ -154,9 +154,8 @@ void deliver_rate_done(struct deliver_rate *r);
 /* deliver_rate_unpause - end a pause now (idemrelayctl flush); the limits stay down */
 void deliver_rate_unpause(struct deliver_rate *r);
 
-/* deliver_rate_mail, _rcpt - sleep until a MAIL, a RCPT may be written */
-void deliver_rate_mail(struct deliver_rate *r);
-void deliver_rate_rcpt(struct deliver_rate *r);
+/* deliver_rate_take - sleep until a MAIL (b: r->msgs), a RCPT (r->rcpts) may be written */
+void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b);
 
 /* deliver_rate_sent - the upstream took a message */
 void deliver_rate_sent(struct deliver_rate *r);

@@ -174,9 +174,9 @@ static void xsess_pace(struct xsess *xs, const char *buf, int len)
 		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
 			nl = end;
 		if (nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0)
-			deliver_rate_mail(xs->rate);
+			deliver_rate_take(xs->rate, &xs->rate->msgs);
 		else if (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0)
-			deliver_rate_rcpt(xs->rate);
+			deliver_rate_take(xs->rate, &xs->rate->rcpts);
 	}
 }
 
