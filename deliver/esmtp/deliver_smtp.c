@@ -48,7 +48,6 @@
  *	A session that failed on AUTH is deferred without trying the next
  *	host: the credentials are the same there.
  */
-#include <arpa/inet.h>
 #include <limits.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -363,36 +362,30 @@ static size_t xsess_addrs(struct xsess *xs, const struct conf_upstream_host *h,
 			  struct xaddr *out, size_t max)
 {
 	struct addrinfo hints, *res, *ai;
-	char ip[INET6_ADDRSTRLEN];
-	const void *a;
+	char ip[NI_MAXHOST], port[16];
 	size_t n = 0;
 	int err;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
-	if ((err = getaddrinfo(h->host, NULL, &hints, &res)) != 0) {
+	hints.ai_flags = AI_NUMERICSERV;	/* the port goes into each address */
+	snprintf(port, sizeof(port), "%d", h->port);
+	if ((err = getaddrinfo(h->host, port, &hints, &res)) != 0) {
 		snprintf(xs->why, sizeof(xs->why), "Host or domain name not found: %.200s: %s",
 			 h->host, gai_strerror(err));
 		snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.4");
 		return 0;
 	}
 	for (ai = res; ai && n < max; ai = ai->ai_next) {
-		if (ai->ai_family == AF_INET)
-			a = &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
-		else if (ai->ai_family == AF_INET6)
-			a = &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr;
-		else
+		if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+		    || getnameinfo(ai->ai_addr, ai->ai_addrlen, ip, sizeof(ip), NULL, 0,
+				   NI_NUMERICHOST) != 0)
 			continue;
-		if (inet_ntop(ai->ai_family, a, ip, sizeof(ip)) == NULL)
-			continue;
-		snprintf(out[n].relay, sizeof(out[n].relay), "%.200s[%s]:%d", h->host, ip, h->port);
+		snprintf(out[n].relay, sizeof(out[n].relay), "%.200s[%.64s]:%d", h->host, ip,
+			 h->port);
 		memcpy(&out[n].sa, ai->ai_addr, ai->ai_addrlen);
 		out[n].salen = ai->ai_addrlen;
-		if (ai->ai_family == AF_INET)
-			((struct sockaddr_in *) &out[n].sa)->sin_port = htons((uint16_t) h->port);
-		else
-			((struct sockaddr_in6 *) &out[n].sa)->sin6_port = htons((uint16_t) h->port);
 		n++;
 	}
 	freeaddrinfo(res);
