@@ -658,7 +658,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 {
 	struct deliver *d = xcalloc(1, sizeof(*d));
 	size_t i;
-	int conns, err;
+	int err;
 
 	d->c = c;
 	d->retry = c->retry;
@@ -675,12 +675,12 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
-	conns = t->one_thread || c->upstream.connections <= 0 ? 1 : c->upstream.connections;
-	d->n_threads = (size_t) conns;
+	/* upstream.connections is 1 at least (conf.c) */
+	d->n_threads = t->one_thread ? 1 : (size_t) c->upstream.connections;
 	d->batch = t->batch;
 	if (t->limited) {
 		d->rates = xcalloc(c->n_routes + 1, sizeof(*d->rates));
-		d->rates[0] = deliver_rate_new(NULL, conns, c->upstream.rate,
+		d->rates[0] = deliver_rate_new(NULL, c->upstream.connections, c->upstream.rate,
 					       c->upstream.recipient_rate);
 		for (i = 0; i < c->n_routes; i++) {
 			d->rates[i + 1] = deliver_rate_new(c->routes[i].name,
@@ -688,8 +688,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 							   c->routes[i].up.rate,
 							   c->routes[i].up.recipient_rate);
 			/* a thread for each of its sessions: no group waits for another's */
-			d->n_threads += (size_t) (c->routes[i].up.connections > 0
-						  ? c->routes[i].up.connections : 1);
+			d->n_threads += (size_t) c->routes[i].up.connections;
 		}
 	}
 	if ((err = store_queue_walk(st, STORE_WALK_MINE, load_one, d)) != 0)
