@@ -504,6 +504,7 @@ static int xsess_run(struct xsess *xs)
 
 	for (h = 0; h < u->n_hosts; h++) {
 		n = xsess_addrs(xs, &u->hosts[h], addrs, XSESS_MAX_ADDRS);
+		snprintf(xs->host, sizeof(xs->host), "%.200s", u->hosts[h].host);
 		for (i = 0; i < n; i++) {
 			if (deliver_stopping(xs->d))
 				return xsess_refuse(xs, "4.3.0", "delivery is stopping");
@@ -512,7 +513,6 @@ static int xsess_run(struct xsess *xs)
 				if (!xs->throttled)
 					continue;
 				/* a greeting refused as throttling: the session's end, no more addresses */
-				snprintf(xs->host, sizeof(xs->host), "%.200s", u->hosts[h].host);
 				return 0;
 			}
 			ran = smtp_start_session(xs->s);
@@ -523,8 +523,6 @@ static int xsess_run(struct xsess *xs)
 				snprintf(err, sizeof(err), "%s", xs->ended);
 			/* throttled: the upstream's other addresses would say the same */
 			if (ran || xs->guard.cut || xs->no_utf8 || xs->dots > 0 || xs->throttled) {
-				snprintf(xs->host, sizeof(xs->host), "%.200s",
-					 u->hosts[h].host);
 				snprintf(xs->error, sizeof(xs->error), "%s", err);
 				return 0;
 			}

@@ -97,6 +97,7 @@ def test_bounce_on_rcpt_5xx(t):
     dsn = sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=20,
                           what="a DSN (multipart/report) to %s" % sender)
     check(bad.encode() in dsn[0]["data"], "the DSN does not name %s" % bad)
+    check(b"Remote-MTA: dns; 127.0.0.1" in dsn[0]["data"], "the DSN names no Remote-MTA")
     d.wait_log(qid, "status=bounced")
     # no retry of the permanent failure: one RCPT attempt, after a few retry periods
     time.sleep(3)
@@ -136,8 +137,10 @@ def test_bounce_on_data_5xx(t):
     sender = "bounce-to@example.org"
     bad = "data-permfail-a@example.com"
     qid = submit_ok(d.port, bad, make_msg(key="bounce-2"), sender=sender)
-    sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=20,
-                    what="a DSN (multipart/report) to %s" % sender)
+    dsn = sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=20,
+                          what="a DSN (multipart/report) to %s" % sender)
+    # settled while its session runs (its dot answered): Remote-MTA known by then
+    check(b"Remote-MTA: dns; 127.0.0.1" in dsn[0]["data"], "the DSN names no Remote-MTA")
     d.wait_log(qid, "status=bounced")
     time.sleep(3)
     eq(len(sink.events("dot")), 2, "final dots upstream (the 554, then the DSN)")
