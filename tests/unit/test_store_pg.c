@@ -11,8 +11,10 @@
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
- * another node replayed; settled at a clean stop, and by a take it was
- * kept during; a void's settle waits for a replay in flight), what a batch of duplicates and the counts' flush
+ * another node replayed; kept while its status read is refused for a
+ * passing reason, a cancel, as its COMMIT still waits; settled at a clean
+ * stop, and by a take it was kept during; a void's settle waits for a
+ * replay in flight), what a batch of duplicates and the counts' flush
  * write (rows, and whether it commits), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
@@ -1843,21 +1845,12 @@ static void cut_fd(int fd)
 	close(sv[1]);
 }
 
-/* cut_off - the commit hook: once the commit is visible, its answer lost and the database away */
-static void cut_off(PGconn *c)
+/* cut_away - c's answer lost, and every other way to the database with it: nothing can be read */
+static void cut_away(PGconn *c)
 {
 	struct pg_store *st = (struct pg_store *) hook_fx->st;
-	char q[256];
-	int64_t deadline = clock_mono_us() + 5 * SEC;
 	size_t i;
-	int seen = 0;
 
-	snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", hook_qid);
-	while (!(seen = sql_int(hook_fx->url, q) == 1) && clock_mono_us() < deadline)
-		usleep(10000);
-	if (!seen)
-		fail_msg("the commit did not become visible within 5 s");
-	/* its answer lost, and every other way to the database with it: nothing can be read */
 	cut_fd(PQsocket(c));
 	if (st->anchor)
 		cut_fd(PQsocket(st->anchor));
@@ -1867,6 +1860,28 @@ static void cut_off(PGconn *c)
 	pthread_mutex_unlock(&st->mu);
 	away_url = st->url;		/* new connections are refused */
 	st->url = xstrdup("postgresql://idemrelay@127.0.0.1:1/none?connect_timeout=2");
+}
+
+/* seen_within - does query (a count) answer 1 within 5 s? */
+static int seen_within(const char *query)
+{
+	int64_t deadline = clock_mono_us() + 5 * SEC;
+	int seen;
+
+	while (!(seen = sql_int(hook_fx->url, query) == 1) && clock_mono_us() < deadline)
+		usleep(10000);
+	return seen;
+}
+
+/* cut_off - the commit hook: once the commit is visible, its answer lost and the database away */
+static void cut_off(PGconn *c)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", hook_qid);
+	if (!seen_within(q))
+		fail_msg("the commit did not become visible within 5 s");
+	cut_away(c);
 }
 
 /* back - the database reachable again for st, at once */
@@ -1884,10 +1899,11 @@ static void back(struct pg_store *st)
  * kept_batch - a batch of one message under KH committed while its answer
  * is cut and PostgreSQL cannot be reached to read it: answered 451
  * (STORE_EAGAIN) and kept in the node; keyed: begun with the key, as an
- * acceptance (its locks give the transaction's id). h: the claim's hash.
+ * acceptance (its locks give the transaction's id). h: the claim's hash;
+ * hook: the commit hook that cuts (cut_off: once the commit is visible).
  */
 static void kept_batch(struct fx *f, const char *qid, int hash, int keyed,
-		       uint8_t h[STORE_HASH_LEN])
+		       uint8_t h[STORE_HASH_LEN], void (*hook) (PGconn *c))
 {
 	struct store_txn *t;
 	struct store_claim c;
@@ -1906,7 +1922,7 @@ static void kept_batch(struct fx *f, const char *qid, int hash, int keyed,
 	store_txn_msg_put(t, &m);
 	claim_of(&c, qid, 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h, &c);
-	commit_hook = cut_off;
+	commit_hook = hook;
 	CHECK_INT("committed, nothing can be read: 451", store_txn_commit(t), STORE_EAGAIN);
 	commit_hook = NULL;
 	store_msg_free(&m);
@@ -1935,7 +1951,7 @@ static void test_commit_unreachable(void **state)
 
 	for (keyed = 1; keyed >= 0; keyed--) {
 		hash = keyed ? 51 : 52;
-		kept_batch(f, qids[keyed ? 0 : 1], hash, keyed, h);
+		kept_batch(f, qids[keyed ? 0 : 1], hash, keyed, h, cut_off);
 		snprintf(what, sizeof(what), "%s: no copy kept for delivery", hook_qid);
 		CHECK_INT(what, store_pg_keep_take((struct pg_store *) f->st, hook_qid, &m),
 			  STORE_ENOTFOUND);
@@ -1988,7 +2004,7 @@ static void test_commit_unreachable_replayed(void **state)
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
 
-	kept_batch(f, "AWAYREPLAY01", 71, 1, h);
+	kept_batch(f, "AWAYREPLAY01", 71, 1, h, cut_off);
 	CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
 
 	/* a retry of the key, on another node, before this one settles: its 250 replays the QID */
@@ -2032,7 +2048,7 @@ static void test_commit_unreachable_not_replayed(void **state)
 	int v;
 
 	for (v = 0; v < 2; v++) {
-		kept_batch(f, qids[v], 72 + v, 1, h);
+		kept_batch(f, qids[v], 72 + v, 1, h, cut_off);
 		CHECK_INT("kept", (int) ((struct pg_store *) f->st)->n_pend, 1);
 
 		/* a retry on another node reads the claim, and answers 554 or with a new QID */
@@ -2261,6 +2277,81 @@ static void test_settle_aborted_id(void **state)
 	CHECK_INT("voided and dropped", qid_rows(f, "messages", "ABORTEDID001"), 0);
 	CHECK_INT("settled", void_count(f), 0);
 	CHECK_INT("the key is new", claim_found(f->st, 61, NOW, NULL), 0);
+}
+
+/* cut_waiting - the commit hook: once the COMMIT waits for the test's lock, cut */
+static void cut_waiting(PGconn *c)
+{
+	if (!seen_within("SELECT count(*) FROM pg_stat_activity WHERE query = 'COMMIT' "
+			 "AND wait_event = 'advisory'"))
+		fail_msg("the COMMIT never waited for the test's lock");
+	cut_away(c);
+}
+
+/*
+ * A kept batch whose status read is refused for a passing reason
+ * (SQLSTATE 57014, as a cancel gives) while its COMMIT still waits stays
+ * kept (d522b86): any refusal was taken for "another server since", the
+ * batch voided with the void's own id and settled at once, nothing of it
+ * visible yet; the COMMIT then ended committed, and its message, answered
+ * 451, was taken and delivered. The batch has no key (its id is read from
+ * its backend; a key's locks, held by the COMMIT, would stall that void).
+ * Its COMMIT waits in a deferred trigger for a lock the test holds; a
+ * pg_xact_status() of the test's schema, found before pg_catalog's
+ * through the node's search_path, refuses the first read. The next
+ * settling reads it in progress and voids it with its id, a void that
+ * stays until the COMMIT is over: then the message is dropped, never
+ * taken.
+ */
+static void test_settle_status_refused(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	uint8_t h[STORE_HASH_LEN];
+	char path[96];
+
+	sql(f, "CREATE FUNCTION commit_waits() RETURNS trigger LANGUAGE plpgsql AS "
+	    "$$ BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER commit_waits AFTER INSERT ON messages DEFERRABLE "
+	    "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_waits(); "
+	    "CREATE SEQUENCE refusals; "
+	    "CREATE FUNCTION pg_xact_status(xid8) RETURNS text LANGUAGE plpgsql AS "
+	    "$$ BEGIN IF nextval('refusals') = 1 THEN RAISE EXCEPTION 'canceling statement "
+	    "due to user request' USING ERRCODE = 'query_canceled'; END IF; "
+	    "RETURN pg_catalog.pg_xact_status($1); END $$", NULL);
+	r = PQexec(o, "SELECT pg_advisory_lock(4242)");
+	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	kept_batch(f, "REFUSEDREAD1", 81, 0, h, cut_waiting);
+	CHECK_INT("kept", (int) st->n_pend, 1);
+	free(away_url);			/* back with the test's pg_xact_status() first */
+	snprintf(path, sizeof(path), "%s,pg_catalog", f->schema);
+	away_url = fx_pg_url(fx_pg(), path);
+	back(st);
+
+	CHECK_INT("the status read refused: no connection", take_within(st, "refused"),
+		  STORE_EAGAIN);
+	CHECK_INT("the read was refused", sql_int(f->url, "SELECT CASE WHEN is_called "
+						  "THEN last_value ELSE 0 END FROM refusals"), 1);
+	CHECK_INT("still kept", (int) st->n_pend, 1);
+	CHECK_INT("nothing voided", void_count(f), 0);
+	st->settle_at = 0;		/* the next take settles voids too */
+	CHECK_INT("nothing taken while the COMMIT waits", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("the batch settled", (int) st->n_pend, 0);
+	CHECK_INT("voided with its id, in progress: the void stays", void_count(f), 1);
+
+	r = PQexec(o, "SELECT pg_advisory_unlock(4242)");	/* the COMMIT goes on */
+	PQclear(r);
+	PQfinish(o);
+	if (!seen_within("SELECT count(*) FROM messages WHERE qid = 'REFUSEDREAD1'"))
+		fail_msg("the COMMIT did not end within 5 s");
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = '%s'", "REFUSEDREAD1");
+	st->settle_at = 0;
+	CHECK_INT("its message, answered 451, never taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("voided and dropped", qid_rows(f, "messages", "REFUSEDREAD1"), 0);
+	CHECK_INT("settled", void_count(f), 0);
 }
 
 /*
@@ -3232,6 +3323,7 @@ int main(void)
 		T(test_take_locks_once),
 		T(test_take_settles_late),
 		T(test_settle_aborted_id),
+		T(test_settle_status_refused),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
 		T(test_duplicates_write),
