@@ -97,10 +97,8 @@ int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *
 	int rows = PQntuples(r);
 
 	for (; *row < rows; (*row)++) {
-		if (store_pg_qid(r, *row, col, qid) != 0 || strcmp(qid, m->qid) > 0)
-			break;
-		if (strcmp(qid, m->qid) < 0)
-			continue;	/* recipients of a message not asked for */
+		if (store_pg_qid(r, *row, col, qid) != 0 || strcmp(qid, m->qid) != 0)
+			break;		/* the next message's */
 		if (store_pg_int(r, *row, col + 1) != (int64_t) n || PQgetisnull(r, *row, col + 2))
 			goto bad;
 		if (n == cap) {
@@ -321,33 +319,16 @@ int store_pg_msg_change(struct store *base, const char *qid, const struct store_
 	return err;
 }
 
-/* snapshot - two statements seeing one state of the database (a read-only transaction) */
-static int snapshot(struct pg_store *st, const char *a, const char *b, struct pg_params *p,
-		    PGresult **ra, PGresult **rb, const char *what)
-{
-	PGconn *c;
-	PGresult *x;
-	int err;
-
-	*ra = *rb = NULL;
-	if ((err = store_pg_take(st, &c)) != 0)
-		return err;
-	if ((err = store_pg_exec(st, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", NULL,
-				 &x, what)) == 0) {
-		PQclear(x);
-		if ((err = store_pg_exec(st, c, a, p, ra, what)) == 0)
-			err = store_pg_exec(st, c, b, p, rb, what);
-		if (store_pg_exec(st, c, "COMMIT", NULL, &x, what) == 0)
-			PQclear(x);
-	}
-	store_pg_give(st, c);
-	if (err != 0) {
-		PQclear(*ra);
-		PQclear(*rb);
-		*ra = *rb = NULL;
-	}
-	return err;
-}
+/*
+ * The walk: every queued message and its recipients in one statement (one
+ * snapshot), a row per recipient as in a fetch; a message without any
+ * comes as one row with NULL recipient columns, and is skipped as corrupt.
+ * A read-only transaction of a statement for the messages and one for
+ * the recipients before: four statements, four round trips.
+ */
+static const char SQL_WALK[] =
+	"SELECT " PG_MSG_COLS ", " PG_RCPT_COLS " FROM messages m LEFT JOIN rcpts r "
+	"ON r.qid = m.qid WHERE m.queued ORDER BY m.qid, r.idx";
 
 /*
  * store_pg_queue_walk - every queued message of every node, envelope and
@@ -358,26 +339,25 @@ int store_pg_queue_walk(struct store *base, unsigned how,
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct store_story s;
-	PGresult *r, *rr;
-	int i, row = 0, err;
+	PGresult *r;
+	int i, row, err;
 
 	if (how & STORE_WALK_MINE)
 		return store_pg_queue_mine(st, cb, arg);
-	if ((err = snapshot(st, "SELECT " PG_MSG_COLS " FROM messages m WHERE m.queued "
-			    "ORDER BY m.qid", "SELECT " PG_RCPT_COLS " FROM rcpts r JOIN messages m "
-			    "ON m.qid = r.qid WHERE m.queued ORDER BY r.qid, r.idx", NULL, &r, &rr,
-			    "queue walk")) != 0)
+	if ((err = store_pg_run(st, SQL_WALK, NULL, &r, "queue walk")) != 0)
 		return err;
-	for (i = 0; i < PQntuples(r) && err == 0; i++) {
-		if (store_pg_msg_row(r, i, &s) != 0 || store_pg_rcpts_fill(rr, &row, 0, &s.m) != 0) {
-			msg_warn("%s: store: corrupt message row skipped", s.m.qid);
-			store_msg_free(&s.m);
-			continue;
-		}
-		err = cb(arg, &s.m);
+	for (i = 0; i < PQntuples(r) && err == 0; i = row) {
+		row = i;
+		if (store_pg_msg_row(r, i, &s) == 0
+		    && store_pg_rcpts_fill(r, &row, PG_MSG_NCOLS, &s.m) == 0)
+			err = cb(arg, &s.m);
+		else
+			msg_warn("%s: store: corrupt message row skipped", PQgetvalue(r, i, 0));
 		store_msg_free(&s.m);
+		for (row = row > i ? row : i + 1; row < PQntuples(r)
+		     && strcmp(PQgetvalue(r, row, 0), PQgetvalue(r, i, 0)) == 0; row++)
+			;		/* the rest of a corrupt message's rows */
 	}
 	PQclear(r);
-	PQclear(rr);
 	return err;
 }

@@ -24,7 +24,8 @@
  * another node made on a mark whose node sent no final dot undone
  * (store_msg_revive), and each case where it must not be; the mark's
  * columns written by the statements, not by the trigger's function; a
- * key's messages found through its claims, messages having no key index; a version 1
+ * key's messages found through its claims, messages having no key index; the
+ * queue walked past a message whose recipients are missing; a version 1
  * schema upgraded, and one of version 10 whose reads go on while migration 11
  * builds its index; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
@@ -2878,6 +2879,46 @@ static void test_rcpts_go_with_message(void **state)
 						   "qid = 'RCPTSKEPT001'"), 1);
 }
 
+/* walk_cb - the messages walked: each one's QID and its recipients' count, in order */
+static int walk_cb(void *arg, const struct store_msg *m)
+{
+	char *seen = arg;
+
+	snprintf(seen + strlen(seen), 256 - strlen(seen), "%s:%zu ", m->qid, m->n_rcpts);
+	return 0;
+}
+
+/*
+ * the walk reads every queued message with its recipients in one
+ * statement, and passes over a message whose recipients are missing (none
+ * left, or one gone from the middle) without losing the ones after it
+ */
+static void test_walk_skips_corrupt(void **state)
+{
+	struct fx *f = *state;
+	static const struct { const char *qid; size_t n; } put[] = {
+		{ "WALK00000001", 2 }, { "WALK00000002", 1 }, { "WALK00000003", 3 },
+		{ "WALK00000004", 3 },
+	};
+	struct store_msg m;
+	char seen[256] = "";
+	size_t i;
+
+	for (i = 0; i < sizeof(put) / sizeof(put[0]); i++) {
+		msg_new(&m, put[i].qid, put[i].n, 10);
+		CHECK_INT(put[i].qid, spool(f->st, &m, NULL, 0, 0), 0);
+		store_msg_free(&m);
+	}
+	CHECK_INT("walk", store_queue_walk(f->st, 0, walk_cb, seen), 0);
+	CHECK_STR("every message and its recipients", seen,
+		  "WALK00000001:2 WALK00000002:1 WALK00000003:3 WALK00000004:3 ");
+	sql(f, "DELETE FROM rcpts WHERE qid = 'WALK00000002' OR (qid = 'WALK00000003' AND idx = 1)",
+	    NULL);
+	seen[0] = 0;
+	CHECK_INT("walk past the corrupt", store_queue_walk(f->st, 0, walk_cb, seen), 0);
+	CHECK_STR("the corrupt passed over", seen, "WALK00000001:2 WALK00000004:3 ");
+}
+
 /*
  * schema 7: messages has no index on its key, and a key's messages are
  * still found, queued and forgotten through its claims; schema 8 dropped
@@ -3342,6 +3383,7 @@ int main(void)
 		T(test_revive_refused),
 		T(test_mark_columns),
 		T(test_rcpts_go_with_message),
+		T(test_walk_skips_corrupt),
 		T(test_key_without_index),
 		T(test_schema_upgrade),
 		T(test_schema_11_reads_go_on),
