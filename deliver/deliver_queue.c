@@ -129,12 +129,12 @@ static struct dq_item *dq_find(const struct dq *q, const char *qid)
 	return found ? *(struct dq_item *const *) found : NULL;
 }
 
-/* heaps_for - make room for group g's heap */
+/* heaps_for - make room for group g's heap (0 and up) */
 static void heaps_for(struct dq *q, int g)
 {
 	size_t want = (size_t) g + 2;
 
-	if (g < 0 || want <= q->n_heaps)
+	if (want <= q->n_heaps)
 		return;
 	q->heaps = xrealloc(q->heaps, want * sizeof(*q->heaps));
 	memset(q->heaps + q->n_heaps, 0, (want - q->n_heaps) * sizeof(*q->heaps));
@@ -307,7 +307,7 @@ void dq_set_group(struct dq *q, const char *qid, int group)
 	struct dq_item *it = dq_find(q, qid);
 	int busy;
 
-	if (it == NULL || group < 0 || it->group == group)
+	if (it == NULL || it->group == group)
 		return;
 	heaps_for(q, group);
 	if (!(busy = it->slot == DQ_BUSY))
@@ -358,8 +358,6 @@ void dq_put_back(struct dq *q, const char *qid)
 /* dq_close - pass a group over, or not */
 void dq_close(struct dq *q, int group, int closed)
 {
-	if (group < 0)
-		return;
 	heaps_for(q, group);
 	q->heaps[group + 1].closed = closed;
 }

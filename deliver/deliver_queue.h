@@ -96,7 +96,7 @@ int dq_regrouped(const struct dq *q, const char *qid);
 /* dq_put_back - a busy QID waits again as it was: its time, its group (dq_regroup aside) */
 void dq_put_back(struct dq *q, const char *qid);
 
-/* dq_close - pass a group's QIDs over (closed 1), or not (0) */
+/* dq_close - pass a group's QIDs (0 and up) over (closed 1), or not (0) */
 void dq_close(struct dq *q, int group, int closed);
 
 /* dq_flush - make everything not busy due at now */
