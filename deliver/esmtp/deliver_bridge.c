@@ -258,7 +258,6 @@ struct pump {
 	char raw[BRIDGE_BUF];		/* read from the server */
 	char mid[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* through the filter, for the gate */
 	int client_eof;
-	int gone;			/* the server side is over: the gate answers */
 	int client_dry;			/* a short read emptied libesmtp's socket: poll first */
 	int server_dry;			/* the same for a plain upstream */
 };
@@ -271,8 +270,7 @@ struct pump {
 static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *why)
 {
 	bridge_settle(b, why);		/* now: before anything else is read */
-	deliver_gate_gone(&b->gate, why);
-	pm->gone = 1;
+	deliver_gate_gone(&b->gate, why);	/* the pump reads b->gate.gone */
 	pm->up.off = pm->up.len = pm->up.dot = 0;	/* never written: the watch knows */
 }
 
@@ -282,7 +280,7 @@ static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *i
 	size_t k = deliver_filter_down(&b->filter, in, n, pm->mid);
 
 	pm->down.len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down.buf);
-	if (b->gate.gone)
+	if (b->gate.gone)		/* it refused a reply (never called once gone) */
 		bridge_gone(b, pm, b->gate.why);
 }
 
@@ -348,8 +346,8 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 		snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
 		return -1;
 	}
-	pm->up.len = pm->gone ? 0 : (size_t) kept;
-	pm->up.dot = !pm->gone && b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
+	pm->up.len = b->gate.gone ? 0 : (size_t) kept;
+	pm->up.dot = !b->gate.gone && b->filter.dot_end > 0 ? (size_t) b->filter.dot_end : 0;
 	return 1;
 }
 
@@ -383,10 +381,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		 * has every reply. One waiting for a dot's reply waits for it,
 		 * as long as the deadline lets.
 		 */
-		if (stopping && !pm->gone && !deliver_filter_dot_owed(&b->filter)
+		if (stopping && !b->gate.gone && !deliver_filter_dot_owed(&b->filter)
 		    && pm->down.len == 0)
 			bridge_gone(b, pm, "delivery is stopping");
-		if (pm->gone && pm->down.len == 0) {
+		if (b->gate.gone && pm->down.len == 0) {
 			pm->down.len = deliver_gate_answer(&b->gate, &b->filter, pm->down.buf,
 							   sizeof(pm->down.buf));
 			if (pm->down.len == 0 && b->gate.hangup)
@@ -398,7 +396,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 				break;
 			moved = 1;
 		}
-		if (!pm->gone && pm->up.len > 0
+		if (!b->gate.gone && pm->up.len > 0
 		    && (r = pending_write(&pm->up, b->up, &p[1].events)) != 0) {
 			if (r < 0) {
 				snprintf(err, sizeof(err), "lost connection writing to the server (%s)",
@@ -409,17 +407,17 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			}
 			moved = wrote = 1;
 		}
-		if (!pm->gone && pm->down.len == 0 && bridge_server_read(b, pm, &p[1].events))
+		if (!b->gate.gone && pm->down.len == 0 && bridge_server_read(b, pm, &p[1].events))
 			moved = 1;
 		if (pm->down.len > 0 && (r = pending_write(&pm->down, client, &p[0].events)) != 0) {
 			if (r < 0)
 				break;
 			moved = 1;
 		}
-		if (pm->client_eof && (pm->gone || pm->up.len == 0))
+		if (pm->client_eof && (b->gate.gone || pm->up.len == 0))
 			break;
 		wait = -1;
-		if (!pm->gone) {
+		if (!b->gate.gone) {
 			wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
 						  b->filter.replies, wrote);
 			if (wait == 0) {
@@ -436,7 +434,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			continue;
 		/* a side we wait for nothing from is left out: its hang-up would spin the loop */
 		p[0].fd = p[0].events ? client->fd : -1;
-		p[1].fd = p[1].events && !pm->gone ? b->up->fd : -1;
+		p[1].fd = p[1].events && !b->gate.gone ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
