@@ -56,40 +56,6 @@ static ssize_t plain_write(struct io *io, const void *buf, size_t len)
 	return IO_ERROR;
 }
 
-/* plain_handshake - nothing to negotiate */
-static int plain_handshake(struct io *io)
-{
-	(void) io;
-	return 1;
-}
-
-/* plain_flush - write(2) holds nothing back */
-static int plain_flush(struct io *io)
-{
-	(void) io;
-	return 0;
-}
-
-/* plain_trim - write(2) keeps no buffer */
-static void plain_trim(struct io *io)
-{
-	(void) io;
-}
-
-/* plain_pending - the kernel holds the input, and epoll says so */
-static size_t plain_pending(const struct io *io)
-{
-	(void) io;
-	return 0;
-}
-
-/* plain_describe - for logs */
-static void plain_describe(const struct io *io, char *buf, size_t len)
-{
-	(void) io;
-	snprintf(buf, len, "plain");
-}
-
 /* plain_close - close the socket, free */
 static void plain_close(struct io *io)
 {
@@ -98,16 +64,11 @@ static void plain_close(struct io *io)
 	free(io);
 }
 
+/* TCP has no handshake, holds nothing back, says no goodbye: the rest is NULL (io.h) */
 static const struct io_ops plain_ops = {
 	.name = "plain",
 	.read = plain_read,
 	.write = plain_write,
-	.handshake = plain_handshake,
-	.flush = plain_flush,
-	.goodbye = plain_flush,		/* TCP has no goodbye before close() */
-	.pending = plain_pending,
-	.describe = plain_describe,
-	.trim = plain_trim,
 	.close = plain_close,
 };
 

@@ -41,6 +41,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define IO_AGAIN	(-1)
@@ -49,7 +50,7 @@
 
 struct io;
 
-struct io_ops {
+struct io_ops {				/* NULL: the transport has none (plain TCP) */
 	const char *name;
 	ssize_t (*read) (struct io *io, void *buf, size_t len);
 	ssize_t (*write) (struct io *io, const void *buf, size_t len);
@@ -88,32 +89,36 @@ static inline ssize_t io_write(struct io *io, const void *buf, size_t len)
 
 static inline int io_handshake(struct io *io)
 {
-	return io->ops->handshake(io);
+	return io->ops->handshake ? io->ops->handshake(io) : 1;
 }
 
 static inline int io_flush(struct io *io)
 {
-	return io->ops->flush(io);
+	return io->ops->flush ? io->ops->flush(io) : 0;
 }
 
 static inline int io_goodbye(struct io *io)
 {
-	return io->ops->goodbye(io);
+	return io->ops->goodbye ? io->ops->goodbye(io) : 0;
 }
 
 static inline size_t io_pending(const struct io *io)
 {
-	return io->ops->pending(io);
+	return io->ops->pending ? io->ops->pending(io) : 0;
 }
 
 static inline void io_trim(struct io *io)
 {
-	io->ops->trim(io);
+	if (io->ops->trim)
+		io->ops->trim(io);
 }
 
 static inline void io_describe(const struct io *io, char *buf, size_t len)
 {
-	io->ops->describe(io, buf, len);
+	if (io->ops->describe)
+		io->ops->describe(io, buf, len);
+	else
+		snprintf(buf, len, "%s", io->ops->name);
 }
 
 static inline void io_close(struct io *io)	/* NULL-safe */
