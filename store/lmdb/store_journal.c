@@ -282,48 +282,18 @@ static void void_record(struct journal *j, uint64_t off)
 		msg_warn("store journal: cannot void a failed record: %m");
 }
 
-/* failed - the commit of the record at off failed: void it; a failed sync breaks the store */
-static void failed(struct lmdb_store *st, struct journal *j, uint64_t off, int rc)
-{
-	void_record(j, off);
-	if (rc > 0) {
-		st->void_pos = j->base + off + 8;	/* voided again, durably, by the reopen */
-		lmdb_break(st, "a commit's sync failed");
-	}
-}
-
-/* journal_commit - commit t->txn durably; an LMDB code or errno */
-int journal_commit(struct lmdb_txn *t)
+/*
+ * record_commit - write t's record at off (size bytes with its padding),
+ * then commit: LMDB's fdatasync of data.mdb flushes the record with the
+ * pages. A record whose commit failed, or that may be there in part, is
+ * voided; a failed sync breaks the store. An LMDB code or errno.
+ */
+static int record_commit(struct lmdb_txn *t, struct journal *j, uint64_t off, uint64_t size)
 {
 	struct lmdb_store *st = t->st;
-	struct journal *j = st->j;
-	uint64_t size, off;
-	uint8_t *rec;
+	uint8_t *rec = (uint8_t *) t->redo.data;
 	int rc, err;
 
-	redo_settle(t);
-	if (j == NULL || (t->redo.len == 0 && !t->no_redo)) {
-		if (lmdb_broken(&st->base)) {
-			mdb_txn_abort(t->txn);
-			return EIO;
-		}
-		if (j == NULL)
-			return synced(st, t->txn);
-		return mdb_txn_commit(t->txn);	/* nothing written: LMDB writes nothing either */
-	}
-	/* what follows LMDB's commit is past its writer lock: the next writer waits here */
-	pthread_mutex_lock(&j->commit);
-	if (lmdb_broken(&st->base)) {		/* broken while this one waited: see the header */
-		mdb_txn_abort(t->txn);
-		pthread_mutex_unlock(&j->commit);
-		return EIO;
-	}
-	if (t->no_redo || (off = place(j, size = align(t->redo.len))) == 0) {
-		rc = synced(st, t->txn);
-		pthread_mutex_unlock(&j->commit);
-		return rc;
-	}
-	rec = (uint8_t *) t->redo.data;
 	le32(rec, J_REC_MAGIC);
 	le64(rec + 8, mdb_txn_id(t->txn));
 	le64(rec + 16, j->id);
@@ -334,20 +304,45 @@ int journal_commit(struct lmdb_txn *t)
 			msg_warn("store journal: write failed (%s): syncing without it",
 				 strerror(err));
 		void_record(j, off);		/* a part of it may be there */
-		if ((rc = synced(st, t->txn)) > 0)
-			st->void_pos = j->base + off + 8;
-		pthread_mutex_unlock(&j->commit);
-		return rc;
-	}
-	/* LMDB's fdatasync of data.mdb flushes the record with the pages */
-	if ((rc = mdb_txn_commit(t->txn)) != 0) {
-		failed(st, j, off, rc);		/* it may be on the disk, whole */
+		rc = synced(st, t->txn);
+	} else if ((rc = mdb_txn_commit(t->txn)) != 0) {
+		void_record(j, off);		/* it may be on the disk, whole */
 		j->next = off;			/* the slot is free again */
 	} else {
 		j->need_start = off;
 		j->need_end = j->next = off + size;
 	}
-	pthread_mutex_unlock(&j->commit);
+	if (rc > 0) {				/* voided again, durably, by the reopen */
+		st->void_pos = j->base + off + 8;
+		lmdb_break(st, "a commit's sync failed");
+	}
+	return rc;
+}
+
+/* journal_commit - commit t->txn durably; an LMDB code or errno */
+int journal_commit(struct lmdb_txn *t)
+{
+	struct lmdb_store *st = t->st;
+	struct journal *j = st->j;
+	uint64_t size = 0, off = 0;
+	int rc;
+
+	redo_settle(t);
+	/* what follows LMDB's commit is past its writer lock: the next writer waits here */
+	if (j)
+		pthread_mutex_lock(&j->commit);
+	if (lmdb_broken(&st->base)) {		/* broken while this one waited: see the header */
+		mdb_txn_abort(t->txn);
+		rc = EIO;
+	} else if (j && t->redo.len == 0 && !t->no_redo) {
+		rc = mdb_txn_commit(t->txn);	/* nothing written: LMDB writes nothing either */
+	} else if (j == NULL || t->no_redo || (off = place(j, size = align(t->redo.len))) == 0) {
+		rc = synced(st, t->txn);
+	} else {
+		rc = record_commit(t, j, off, size);
+	}
+	if (j)
+		pthread_mutex_unlock(&j->commit);
 	return rc;
 }
 
