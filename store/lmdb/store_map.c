@@ -190,26 +190,20 @@ int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last)
  */
 int lmdb_map_check(struct lmdb_store *st)
 {
-	uint64_t psize, pages, last, freel = 0, room, ceiling = 0, lmdb_ceiling, want;
-	MDB_envinfo info;
-	MDB_stat ms, qs = { 0 };
+	uint64_t psize, map, pages, last, freel = 0, room, ceiling = 0, lmdb_ceiling, want;
+	MDB_stat qs = { 0 };
 	MDB_txn *txn;
 	uint64_t reserve;
 	int rc, err, wanted;
 
 	if ((err = lmdb_gate_enter(st)) != 0)
 		return err;
-	if ((rc = mdb_env_info(st->env, &info)) != 0 || (rc = mdb_env_stat(st->env, &ms)) != 0) {
+	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0
+	    || !lmdb_map_due(st, map / psize, last)) {
 		lmdb_gate_leave(st);
-		return lmdb_mdb_error(rc, "env info");
+		return err;
 	}
-	psize = ms.ms_psize;
-	pages = info.me_mapsize / psize;
-	last = (uint64_t) info.me_last_pgno + 1;
-	if (!lmdb_map_due(st, pages, last)) {
-		lmdb_gate_leave(st);
-		return 0;
-	}
+	pages = map / psize;
 	wanted = __atomic_exchange_n(&st->grow_wanted, 0, __ATOMIC_RELAXED);
 	if ((err = lmdb_space_freelist(st, &freel)) == 0
 	    && (err = lmdb_read_begin(st, &txn)) == 0) {
