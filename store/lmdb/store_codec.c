@@ -453,20 +453,13 @@ static int msg_rec_decode(struct rec *r, struct store_msg *m)
 
 /*
  * lmdb_msg_rec_decode - read the message record into m (whose qid the
- * caller set); the delivery state fields are left zero. On failure m
- * holds nothing that needs freeing.
+ * caller set), its data only if with_data (else m->data stays NULL); the
+ * delivery state fields are left zero. On failure m holds nothing that
+ * needs freeing.
  */
-int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m)
+int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with_data)
 {
-	struct rec r = { .dec = 1, .in = p, .len = len };
-
-	return msg_rec_decode(&r, m);
-}
-
-/* lmdb_msg_rec_decode_envelope - the same without copying the data (m->data stays NULL) */
-int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m)
-{
-	struct rec r = { .dec = 1, .in = p, .len = len, .nodata = 1 };
+	struct rec r = { .dec = 1, .in = p, .len = len, .nodata = !with_data };
 
 	return msg_rec_decode(&r, m);
 }

@@ -205,7 +205,7 @@ int lmdb_claim_decode(const void *p, size_t len, struct store_claim *c);
 
 size_t lmdb_msg_rec_size(const struct store_msg *m);
 void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m);
-int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m);
+int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with_data);
 
 size_t lmdb_queue_rec_size(const struct store_msg *m);
 void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
@@ -216,7 +216,6 @@ int lmdb_queue_rec_set_inflight(void *p, size_t len, int64_t on);
 int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on);
 int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due);
 
-int lmdb_msg_rec_decode_envelope(const void *p, size_t len, struct store_msg *m);
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
 int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same);
 

@@ -118,8 +118,7 @@ int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 		return err;
 	if (lmdb_key_qid(key, m->qid) != 0)
 		return STORE_EINVAL;
-	if ((with_data ? lmdb_msg_rec_decode : lmdb_msg_rec_decode_envelope)
-	    (mval.mv_data, mval.mv_size, m) != 0
+	if (lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, m, with_data) != 0
 	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
 		store_msg_free(m);
 		return STORE_EINVAL;
@@ -287,7 +286,7 @@ static void set_route(struct lmdb_txn *t, const char *qid, const char *route)
 	memcpy(m.qid, qid, key.mv_size);
 	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &qval), "get queue")) == 0
 	    && (err = lmdb_mdb_error(mdb_get(t->txn, st->msg, &key, &mval), "get msg")) == 0
-	    && (err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, &m)) == 0) {
+	    && (err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, &m, 1)) == 0) {
 		free(m.route);
 		m.route = route ? xstrdup(route) : NULL;
 		err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(&m), 0,
@@ -422,7 +421,7 @@ int lmdb_queue_walk(struct store *base, unsigned how,
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_cursor *cur = NULL;
-	MDB_val key, qval, mval;
+	MDB_val key, val;
 	struct store_msg m;
 	MDB_txn *txn;
 	int rc, err = 0;
@@ -433,17 +432,11 @@ int lmdb_queue_walk(struct store *base, unsigned how,
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
 		goto out;
-	for (rc = mdb_cursor_get(cur, &key, &qval, MDB_FIRST); rc == 0 && err == 0;
-	     rc = mdb_cursor_get(cur, &key, &qval, MDB_NEXT)) {
-		memset(&m, 0, sizeof(m));
-		if (lmdb_key_qid(&key, m.qid) != 0 || mdb_get(txn, st->msg, &key, &mval) != 0) {
-			msg_warn("store: corrupt queue record skipped");
-			continue;
-		}
-		if (lmdb_msg_rec_decode_envelope(mval.mv_data, mval.mv_size, &m) != 0
-		    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, &m) != 0) {
-			msg_warn("%s: store: corrupt message record skipped", m.qid);
-			store_msg_free(&m);
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && err == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (lmdb_spool_read(st, txn, &key, &m, 0) != 0) {
+			msg_warn("%.*s: store: corrupt queue or message record skipped",
+				 (int) key.mv_size, (const char *) key.mv_data);
 			continue;
 		}
 		err = cb(arg, &m);

@@ -110,7 +110,7 @@ static void test_msg_record_versions(void **state)
 	v1[0] = 1;
 	memset(&got, 0, sizeof(got));
 	strcpy(got.qid, m.qid);
-	CHECK_INT("version 1", lmdb_msg_rec_decode(v1, len - seed, &got), 0);
+	CHECK_INT("version 1", lmdb_msg_rec_decode(v1, len - seed, &got, 1), 0);
 	CHECK_INT("v1 has_key", got.has_key, 0);
 	CHECK_INT("v1 smtputf8", got.smtputf8, 0);
 	CHECK_INT("v1 ttl", got.ttl, 0);
@@ -122,12 +122,12 @@ static void test_msg_record_versions(void **state)
 	rec[at] = 1;
 	memset(&got, 0, sizeof(got));
 	strcpy(got.qid, m.qid);
-	CHECK_INT("pre-SMTPUTF8 v2", lmdb_msg_rec_decode(rec, len, &got), 0);
+	CHECK_INT("pre-SMTPUTF8 v2", lmdb_msg_rec_decode(rec, len, &got, 1), 0);
 	CHECK_INT("pre-SMTPUTF8 has_key", got.has_key, 1);
 	CHECK_INT("pre-SMTPUTF8 smtputf8", got.smtputf8, 0);
 	store_msg_free(&got);
 	v1[0] = 3;
-	CHECK_INT("version 3", lmdb_msg_rec_decode(v1, len - seed, &got), STORE_EINVAL);
+	CHECK_INT("version 3", lmdb_msg_rec_decode(v1, len - seed, &got, 1), STORE_EINVAL);
 	free(v1);
 	free(rec);
 	store_msg_free(&m);
@@ -402,6 +402,11 @@ static void test_corrupt_records(void **state)
 	CHECK_INT("queue_list skips corrupt", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a),
 		  0);
 	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("queue walk skips corrupt", store_queue_walk(f->st, 0, list_cb, &a), 0);
+	CHECK_INT("walked", a.n, 1);
+	CHECK_STR("walked the good one", a.seen[0], "GOOD00000001");
 
 	/* a corrupt claim can be replaced */
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
@@ -436,7 +441,7 @@ static void test_codec_truncated(void **state)
 		memset(&got, 0, sizeof(got));
 		copy = xmalloc(i + 1);
 		memcpy(copy, rec, i);
-		if (lmdb_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
+		if (lmdb_msg_rec_decode(copy, i, &got, 1) != STORE_EINVAL)
 			fail_msg("msg record cut at %zu of %zu: got success, want EINVAL", i, len);
 		if (got.rcpts || got.from || got.data)
 			fail_msg("msg record cut at %zu: left allocations behind", i);
@@ -444,7 +449,7 @@ static void test_codec_truncated(void **state)
 	}
 	for (i = 0; i < qlen; i++) {
 		memset(&got, 0, sizeof(got));
-		assert_int_equal(lmdb_msg_rec_decode(rec, len, &got), 0);
+		assert_int_equal(lmdb_msg_rec_decode(rec, len, &got, 1), 0);
 		if (lmdb_queue_rec_decode(q, i, &got) != STORE_EINVAL)
 			fail_msg("queue record cut at %zu of %zu: got success, want EINVAL", i, qlen);
 		store_msg_free(&got);
@@ -461,7 +466,7 @@ static void test_codec_truncated(void **state)
 		memcpy(copy, rec, len);
 		copy[bit / 8] ^= (uint8_t) (1u << (bit % 8));
 		memset(&got, 0, sizeof(got));
-		rc = lmdb_msg_rec_decode(copy, len, &got);
+		rc = lmdb_msg_rec_decode(copy, len, &got, 1);
 		if (rc != 0 && rc != STORE_EINVAL)
 			fail_msg("flip %zu: got %d, want 0 or EINVAL", bit, rc);
 		if (rc == 0 && lmdb_queue_rec_decode(q, qlen, &got) == 0
@@ -505,13 +510,13 @@ static void test_msg_record_route(void **state)
 		  memcmp(with, without, flags_at), 0);
 	memset(&got, 0, sizeof(got));
 	strcpy(got.qid, m.qid);
-	CHECK_INT("decode with", lmdb_msg_rec_decode(with, wlen, &got), 0);
+	CHECK_INT("decode with", lmdb_msg_rec_decode(with, wlen, &got, 1), 0);
 	CHECK_STR("route", got.route, "tenant-a");
 	CHECK_STR("from", got.from, m.from);
 	CHECK_INT("routed data", memcmp(got.data, m.data, m.data_len), 0);
 	store_msg_free(&got);
 	strcpy(got.qid, m.qid);
-	CHECK_INT("decode without", lmdb_msg_rec_decode(without, nlen, &got), 0);
+	CHECK_INT("decode without", lmdb_msg_rec_decode(without, nlen, &got, 1), 0);
 	CHECK_STR("no route", got.route, NULL);
 	CHECK_INT("data", memcmp(got.data, m.data, m.data_len), 0);
 	store_msg_free(&got);
@@ -519,7 +524,7 @@ static void test_msg_record_route(void **state)
 		memset(&got, 0, sizeof(got));
 		copy = xmalloc(i + 1);
 		memcpy(copy, with, i);
-		if (lmdb_msg_rec_decode(copy, i, &got) != STORE_EINVAL)
+		if (lmdb_msg_rec_decode(copy, i, &got, 1) != STORE_EINVAL)
 			fail_msg("routed record cut at %zu of %zu: want EINVAL", i, wlen);
 		if (got.route || got.from || got.rcpts)
 			fail_msg("routed record cut at %zu: left allocations behind", i);
@@ -537,7 +542,7 @@ static int route_differs(const uint8_t *rec, size_t len, const char *route, int 
 	int rc;
 
 	memset(&got, 0, sizeof(got));
-	if ((rc = lmdb_msg_rec_decode_envelope(rec, len, &got)) != 0)
+	if ((rc = lmdb_msg_rec_decode(rec, len, &got, 0)) != 0)
 		return rc;
 	*differs = (got.route == NULL) != (route == NULL)
 	    || (route != NULL && strcmp(got.route, route) != 0);
