@@ -72,8 +72,6 @@
 #define MSG_ROUTE	4	/* the route's name follows the ttl */
 #define QUEUE_NEXT_OFF	(1 + 4)		/* the delivery state record's next_attempt */
 #define QUEUE_FLAGS_OFF	(1 + 4 + 8)	/* the delivery state record's flags */
-#define QUEUE_INFLIGHT	1
-#define QUEUE_HELD	2
 #define HIST_HAS_KEY	1
 #define HIST_DROPPED	2
 #define HIST_SMTPUTF8	4
@@ -498,16 +496,16 @@ int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *s
 /* queue_head - the delivery state record up to its recipients */
 INLINE void queue_head(struct rec *r, struct store_msg *m)
 {
-	uint8_t flags = r->dec ? 0 : (m->inflight ? QUEUE_INFLIGHT : 0)
-	    | (m->held ? QUEUE_HELD : 0);
+	uint8_t flags = r->dec ? 0 : (m->inflight ? LMDB_QUEUE_INFLIGHT : 0)
+	    | (m->held ? LMDB_QUEUE_HELD : 0);
 
 	rec_version(r, REC_VERSION);
 	rec_i32(r, &m->attempts);
 	rec_i64(r, &m->next_attempt);
-	rec_flags(r, &flags, QUEUE_INFLIGHT | QUEUE_HELD);
+	rec_flags(r, &flags, LMDB_QUEUE_INFLIGHT | LMDB_QUEUE_HELD);
 	if (r->dec) {
-		m->inflight = (flags & QUEUE_INFLIGHT) != 0;
-		m->held = (flags & QUEUE_HELD) != 0;
+		m->inflight = (flags & LMDB_QUEUE_INFLIGHT) != 0;
+		m->held = (flags & LMDB_QUEUE_HELD) != 0;
 	}
 }
 
@@ -572,39 +570,23 @@ int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *nex
 	return 0;
 }
 
-/* queue_rec_set_flag - patch one flag in a copy of the record */
-static int queue_rec_set_flag(void *p, size_t len, uint8_t flag, int on)
-{
-	uint8_t *f = (uint8_t *) p + QUEUE_FLAGS_OFF;
-
-	if (lmdb_queue_rec_peek(p, len, NULL, NULL, NULL) != 0)
-		return STORE_EINVAL;
-	*f = (uint8_t) (on ? *f | flag : *f & ~flag);
-	return 0;
-}
-
-/* lmdb_queue_rec_set_inflight - patch the mark in a copy of the record */
-int lmdb_queue_rec_set_inflight(void *p, size_t len, int64_t on)
-{
-	return queue_rec_set_flag(p, len, QUEUE_INFLIGHT, on != 0);
-}
-
-/* lmdb_queue_rec_set_held - patch the hold in a copy of the record */
-int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on)
-{
-	return queue_rec_set_flag(p, len, QUEUE_HELD, on != 0);
-}
-
-/* lmdb_queue_rec_set_due - patch the next attempt in a copy of the record, if later than due */
-int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due)
+/*
+ * lmdb_queue_rec_patch - patch a copy of the record: set (v not 0) or
+ * clear a flag (what: LMDB_QUEUE_INFLIGHT, LMDB_QUEUE_HELD), or make the
+ * next attempt no later than v (LMDB_QUEUE_DUE)
+ */
+int lmdb_queue_rec_patch(void *p, size_t len, unsigned what, int64_t v)
 {
 	struct rec r = { .out = (uint8_t *) p + QUEUE_NEXT_OFF, .len = 8 };
+	uint8_t *f = (uint8_t *) p + QUEUE_FLAGS_OFF;
 	int64_t next;
 
 	if (lmdb_queue_rec_peek(p, len, NULL, &next, NULL) != 0)
 		return STORE_EINVAL;
-	if (next > due)
-		rec_i64(&r, &due);
+	if (what != LMDB_QUEUE_DUE)
+		*f = (uint8_t) (v ? *f | what : *f & ~what);
+	else if (next > v)
+		rec_i64(&r, &v);
 	return 0;
 }
 

@@ -212,9 +212,10 @@ void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m);
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m);
 int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *next_attempt,
 			int *held);
-int lmdb_queue_rec_set_inflight(void *p, size_t len, int64_t on);
-int lmdb_queue_rec_set_held(void *p, size_t len, int64_t on);
-int lmdb_queue_rec_set_due(void *p, size_t len, int64_t due);
+#define LMDB_QUEUE_INFLIGHT	1	/* the delivery state record's flags */
+#define LMDB_QUEUE_HELD		2
+#define LMDB_QUEUE_DUE		0	/* no flag: its next attempt */
+int lmdb_queue_rec_patch(void *p, size_t len, unsigned what, int64_t v);
 
 int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
 int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same);

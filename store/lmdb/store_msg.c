@@ -229,9 +229,8 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_txn_fail(&t->base, err);
 }
 
-/* queue_patch - rewrite one field of qid's delivery state record inside t (patch, with v) */
-static void queue_patch(struct lmdb_txn *t, const char *qid,
-			int (*patch) (void *p, size_t len, int64_t v), int64_t v)
+/* queue_patch - rewrite one field of qid's delivery state record inside t (what, with v) */
+static void queue_patch(struct lmdb_txn *t, const char *qid, unsigned what, int64_t v)
 {
 	struct lmdb_store *st = t->st;
 	MDB_val key, val;
@@ -249,7 +248,7 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
-	if (patch(copy, val.mv_size, v) != 0) {
+	if (lmdb_queue_rec_patch(copy, val.mv_size, what, v) != 0) {
 		msg_warn("%s: store: corrupt queue record", qid);
 		store_txn_fail(&t->base, STORE_EINVAL);
 	} else {
@@ -267,7 +266,7 @@ static void queue_patch(struct lmdb_txn *t, const char *qid,
  */
 void lmdb_txn_msg_set_inflight(struct store_txn *base, const char *qid, int on)
 {
-	queue_patch((struct lmdb_txn *) base, qid, lmdb_queue_rec_set_inflight, on);
+	queue_patch((struct lmdb_txn *) base, qid, LMDB_QUEUE_INFLIGHT, on);
 }
 
 /* set_route - qid's message record, written once at acceptance, rewritten in t with route */
@@ -310,11 +309,11 @@ int lmdb_msg_change(struct store *base, const char *qid, const struct store_chan
 	if ((err = lmdb_begin((struct lmdb_store *) base, &t)) != 0)
 		return err;
 	if (c->hold >= 0)
-		queue_patch(t, qid, lmdb_queue_rec_set_held, c->hold);
+		queue_patch(t, qid, LMDB_QUEUE_HELD, c->hold);
 	if (c->set_route && t->base.err == 0)
 		set_route(t, qid, c->route);
 	if (c->due > 0 && t->base.err == 0)
-		queue_patch(t, qid, lmdb_queue_rec_set_due, c->due);
+		queue_patch(t, qid, LMDB_QUEUE_DUE, c->due);
 	return lmdb_txn_commit(&t->base);
 }
 

@@ -643,11 +643,11 @@ static void test_queue_flags(void **state)
 				 got.held, m.inflight, m.held);
 		CHECK_INT("peek", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
 		CHECK_INT("peek held", held, m.held);
-		CHECK_INT("clear inflight", lmdb_queue_rec_set_inflight(q, qlen, 0), 0);
+		CHECK_INT("clear inflight", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_INFLIGHT, 0), 0);
 		CHECK_INT("peek after", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
 		CHECK_INT("held kept by the inflight patch", held, m.held);
-		CHECK_INT("release", lmdb_queue_rec_set_held(q, qlen, 0), 0);
-		CHECK_INT("set inflight", lmdb_queue_rec_set_inflight(q, qlen, 1), 0);
+		CHECK_INT("release", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_HELD, 0), 0);
+		CHECK_INT("set inflight", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_INFLIGHT, 1), 0);
 		CHECK_INT("decode patched", lmdb_queue_rec_decode(q, qlen, &got), 0);
 		if (got.inflight != 1 || got.held != 0)
 			fail_msg("case %zu patched: got inflight %d held %d, want 1 0", i,
