@@ -87,7 +87,6 @@ struct smtp_tx {
 	int nul;		/* a NUL octet was seen in the message */
 };
 
-#define SMTP_AUTH_FAILURES_DEFAULT 3	/* 535s before 421 and close */
 #define SMTP_HARD_ERRORS_DEFAULT 20	/* Postfix's smtpd_hard_error_limit */
 #define SMTP_JUNK_COMMANDS_DEFAULT 100	/* Postfix's smtpd_junk_command_limit */
 
@@ -104,8 +103,6 @@ struct smtp_config {
 	int auth;		/* offer AUTH PLAIN LOGIN once TLS is up (needs
 				 * the auth hook) */
 	int auth_required;	/* MAIL before AUTH: 530 5.7.0 (RFC 6409) */
-	int auth_max_failures;	/* 421 and close after this many 535s;
-				 * <= 0: SMTP_AUTH_FAILURES_DEFAULT */
 	int hard_errors;	/* 421 and close after this many 4xx/5xx
 				 * replies without a message accepted;
 				 * <= 0: SMTP_HARD_ERRORS_DEFAULT */
@@ -177,7 +174,7 @@ void smtp_session_reply(struct smtp_session *s, const char *reply);
 /*
  * smtp_session_auth_reply - answer the auth hook: ok 1 gives 235 and
  * makes the user authenticated; 0 gives 535 (and 421 and close after
- * auth_max_failures of them); -1 gives 454 4.7.0, no verdict (a rate
+ * three of them); -1 gives 454 4.7.0, no verdict (a rate
  * limit). Resumes input.
  */
 void smtp_session_auth_reply(struct smtp_session *s, int ok);

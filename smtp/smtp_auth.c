@@ -18,7 +18,7 @@
  *	that is not base64 gets 501 5.5.2. Wrong credentials, a user name
  *	that no users file can hold (empty, over 255 octets, controls or
  *	spaces) and a PLAIN authorization identity other than the user get
- *	535 5.7.8; after auth_max_failures of them, 421 and close.
+ *	535 5.7.8; after SMTP_AUTH_FAILURES (3) of them, 421 and close.
  *
  *	Everything decoded is wiped once used, and so is the line that
  *	carried it.
@@ -31,6 +31,7 @@
 #include "smtp_session.h"
 
 #define SMTP_AUTH_NAME_MAX	255
+#define SMTP_AUTH_FAILURES	3	/* 535s before 421 and close */
 
 static const char *const smtp_mech_names[] = {
 	[SMTP_MECH_PLAIN] = "PLAIN",
@@ -127,7 +128,7 @@ static void smtp_auth_fail(struct smtp_session *s)
 {
 	smtp_auth_clear(s);
 	smtp_reply(s, "535 5.7.8 Error: authentication failed");
-	if (++s->auth.failures >= s->cfg.auth_max_failures) {
+	if (++s->auth.failures >= SMTP_AUTH_FAILURES) {
 		smtp_reply(s, "421 4.7.0 %s Error: too many failed authentication attempts",
 			   s->cfg.hostname);
 		s->why = SMTP_CLOSE_ERRORS;

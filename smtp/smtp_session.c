@@ -140,8 +140,6 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 	s->cfg.hostname = xstrdup(cfg->hostname ? cfg->hostname : "localhost");
 	if (s->cfg.max_rcpts <= 0)
 		s->cfg.max_rcpts = SMTP_RCPTS_DEFAULT;
-	if (s->cfg.auth_max_failures <= 0)
-		s->cfg.auth_max_failures = SMTP_AUTH_FAILURES_DEFAULT;
 	if (s->cfg.hard_errors <= 0)
 		s->cfg.hard_errors = SMTP_HARD_ERRORS_DEFAULT;
 	if (s->cfg.junk_commands <= 0)
