@@ -106,21 +106,31 @@ static const char *fmt_when(char *out, size_t len, const struct store_msg *m, in
 	return out;
 }
 
-/* json_lease - ,"held":..., "node":..., "active_since":... (null unless under a node's lease) */
-static void json_lease(struct buf *b, const struct store_msg *m)
+/*
+ * json_msg - "{"qid" ... "from":S": what queue and show both say of a
+ * message; active_since is null unless a node's lease holds it
+ */
+static void json_msg(struct buf *b, const struct ctl *x, const struct store_story *s)
 {
-	buf_printf(b, ",\"held\":%s,\"node\":", m->held ? "true" : "false");
-	json_str(b, m->lease_node);
+	buf_printf(b, "{\"qid\":\"%s\",\"state\":\"%s\",\"accepted\":", s->m.qid, msg_state(s));
+	json_time(b, s->m.accepted);
+	buf_printf(b, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d,\"next_attempt\":",
+		   (long long) ((x->now - s->m.accepted) / US), s->m.data_len, s->m.attempts);
+	json_time(b, s->queued ? s->m.next_attempt : 0);
+	buf_printf(b, ",\"held\":%s,\"node\":", s->m.held ? "true" : "false");
+	json_str(b, s->m.lease_node);
 	buf_printf(b, ",\"active_since\":");
-	json_time(b, m->lease_node ? m->lease_since : 0);
+	json_time(b, s->m.lease_node ? s->m.lease_since : 0);
+	buf_printf(b, ",\"from\":");
+	json_str(b, s->m.from);
 }
 
-/* json_rcpts - "recipients":[...] */
-static void json_rcpts(struct buf *b, const struct store_story *s)
+/* json_rcpts_end - ,"recipients":[...]} : the end of a message's object */
+static void json_rcpts_end(struct buf *b, const struct store_story *s)
 {
 	size_t i;
 
-	buf_printf(b, "\"recipients\":[");
+	buf_printf(b, ",\"recipients\":[");
 	for (i = 0; i < s->m.n_rcpts; i++) {
 		buf_printf(b, "%s{\"addr\":", i ? "," : "");
 		json_str(b, s->m.rcpts[i].addr);
@@ -128,7 +138,7 @@ static void json_rcpts(struct buf *b, const struct store_story *s)
 		json_str(b, s->m.rcpts[i].reply);
 		buf_putc(b, '}');
 	}
-	buf_putc(b, ']');
+	buf_printf(b, "]}");
 }
 
 /* print_rcpts - each recipient's line: its state, and its last reply if any */
@@ -162,18 +172,9 @@ static int queue_cb(void *arg, const struct store_msg *m)
 	s.m = *m;			/* borrowed */
 	s.queued = 1;
 	if (a->x->json) {
-		buf_printf(&a->out, "%s{\"qid\":\"%s\",\"state\":\"%s\",\"accepted\":", a->n ? "," : "",
-			   m->qid, msg_state(&s));
-		json_time(&a->out, m->accepted);
-		buf_printf(&a->out, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d,\"next_attempt\":",
-			   (long long) ((a->x->now - m->accepted) / US), m->data_len, m->attempts);
-		json_time(&a->out, m->next_attempt);
-		json_lease(&a->out, m);
-		buf_printf(&a->out, ",\"from\":");
-		json_str(&a->out, m->from);
-		buf_putc(&a->out, ',');
-		json_rcpts(&a->out, &s);
-		buf_putc(&a->out, '}');
+		buf_printf(&a->out, "%s", a->n ? "," : "");
+		json_msg(&a->out, a->x, &s);
+		json_rcpts_end(&a->out, &s);
 	} else {
 		if (a->n == 0)
 			printf("%-20s %9s  %-20s  %-8s  %8s  %s\n", "QID", "Size", "Arrival",
@@ -229,25 +230,16 @@ static void live_counts(struct ctl *x, struct store_story *s)
 /* story_json - one story as a JSON object */
 static void story_json(struct buf *b, struct ctl *x, const struct store_story *s)
 {
-	buf_printf(b, "{\"qid\":\"%s\",\"state\":\"%s\",\"queued\":%s,\"accepted\":", s->m.qid,
-		   msg_state(s), s->queued ? "true" : "false");
-	json_time(b, s->m.accepted);
-	buf_printf(b, ",\"age\":%lld,\"client\":", (long long) ((x->now - s->m.accepted) / US));
+	json_msg(b, x, s);
+	buf_printf(b, ",\"queued\":%s,\"client\":", s->queued ? "true" : "false");
 	json_str(b, s->m.client);
 	buf_printf(b, ",\"user\":");
 	json_str(b, s->m.user);
 	buf_printf(b, ",\"route\":");
 	json_str(b, s->m.route);
-	buf_printf(b, ",\"from\":");
-	json_str(b, s->m.from);
 	buf_printf(b, ",\"envid\":");
 	json_str(b, s->m.envid);
-	buf_printf(b, ",\"smtputf8\":%s", s->m.smtputf8 ? "true" : "false");
-	buf_printf(b, ",\"size\":%zu,\"attempts\":%d,\"next_attempt\":", s->m.data_len,
-		   s->m.attempts);
-	json_time(b, s->queued ? s->m.next_attempt : 0);
-	json_lease(b, &s->m);
-	buf_printf(b, ",\"updated\":");
+	buf_printf(b, ",\"smtputf8\":%s,\"updated\":", s->m.smtputf8 ? "true" : "false");
 	json_time(b, s->updated);
 	buf_printf(b, ",\"finished\":");
 	json_time(b, s->finished);
@@ -255,9 +247,8 @@ static void story_json(struct buf *b, struct ctl *x, const struct store_story *s
 	json_time(b, s->expires);
 	buf_printf(b, ",\"key\":%s,\"key_forgotten\":", s->has_key ? "true" : "false");
 	json_time(b, s->forgotten);
-	buf_printf(b, ",\"duplicates\":%u,\"mismatches\":%u,", s->duplicates, s->mismatches);
-	json_rcpts(b, s);
-	buf_putc(b, '}');
+	buf_printf(b, ",\"duplicates\":%u,\"mismatches\":%u", s->duplicates, s->mismatches);
+	json_rcpts_end(b, s);
 }
 
 /* story_text - one story for people */
