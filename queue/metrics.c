@@ -229,28 +229,13 @@ void metrics_snapshot(struct metrics_snapshot *s)
 /* metrics_gauges_read - what the store says now */
 static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
-	struct store_stats s;
-
 	memset(g, 0, sizeof(*g));
-	memset(&s, 0, sizeof(s));
 	if (st == NULL)
 		return;
-	g->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
-	g->own_space = (store_caps(st) & STORE_CAP_OWN_SPACE) != 0;
-	g->store_ok = store_stats(st, &s, 0) == 0;
-	g->outages = s.reach.outages;		/* filled even when the store is away */
-	g->repl_waiting = s.reach.repl_waiting;
-	g->repl_waits = s.reach.repl_waits;
-	g->voided = s.reach.voided;
-	if (!g->store_ok)
-		return;
-	g->queue_depth = s.queued;
-	g->claims = s.claims;
-	g->map_size = s.space.size;
-	g->map_used = s.space.used;
-	g->map_ceiling = s.space.ceiling;
-	if (s.oldest > 0) {
-		g->oldest_seconds = (double) clock_us() / 1e6 - s.oldest / 1e6;
+	g->caps = store_caps(st);
+	g->store_ok = store_stats(st, &g->s, 0) == 0;	/* s.reach set even when the store is away */
+	if (g->store_ok && g->s.oldest > 0) {
+		g->oldest_seconds = (double) clock_us() / 1e6 - g->s.oldest / 1e6;
 		if (g->oldest_seconds < 0)
 			g->oldest_seconds = 0;
 	}
@@ -364,33 +349,33 @@ void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 	render_groups(out, s);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);
-	if (g->shared) {
+	if (g->caps & STORE_CAP_SHARED) {
 		counter(out, "idemrelay_store_outages_total", "Times the shared store became"
-			" unreachable since start.", g->outages);
+			" unreachable since start.", g->s.reach.outages);
 		gauge(out, "idemrelay_store_replication_waiting", "Commits waiting for "
-		      "replication to a synchronous standby now.", (double) g->repl_waiting);
+		      "replication to a synchronous standby now.", (double) g->s.reach.repl_waiting);
 		counter(out, "idemrelay_store_replication_waits_total", "Times commits started to"
-			" wait for replication since start.", g->repl_waits);
+			" wait for replication since start.", g->s.reach.repl_waits);
 		counter(out, "idemrelay_store_voided_total", "Batches answered 451 while their"
-			" commit waited, their messages voided.", g->voided);
+			" commit waited, their messages voided.", g->s.reach.voided);
 	}
 	if (g->store_ok) {
-		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->queue_depth);
+		gauge(out, "idemrelay_queue_depth", "Messages in the queue.", (double) g->s.queued);
 		gauge(out, "idemrelay_queue_oldest_seconds",
 		      "Age of the oldest queued message, 0 if none.", g->oldest_seconds);
 		gauge(out, "idemrelay_claims", "Claims stored (live or awaiting expiry).",
-		      (double) g->claims);
+		      (double) g->s.claims);
 	}
-	if (g->store_ok && g->own_space) {	/* LMDB's map */
+	if (g->store_ok && (g->caps & STORE_CAP_OWN_SPACE)) {	/* LMDB's map */
 		gauge(out, "idemrelay_store_map_size_bytes", "LMDB map size.",
-		      (double) g->map_size);
+		      (double) g->s.space.size);
 		gauge(out, "idemrelay_store_used_bytes", "LMDB map pages in use, in bytes.",
-		      (double) g->map_used);
+		      (double) g->s.space.used);
 		gauge(out, "idemrelay_store_map_ceiling_bytes",
 		      "How far the map may grow (store.map_size_max, or the disk).",
-		      (double) g->map_ceiling);
+		      (double) g->s.space.ceiling);
 		gauge(out, "idemrelay_store_full_ratio", "Used bytes over the ceiling, 0 to 1.",
-		      g->map_ceiling ? (double) g->map_used / (double) g->map_ceiling : 0.0);
+		      g->s.space.ceiling ? (double) g->s.space.used / (double) g->s.space.ceiling : 0.0);
 	}
 	if (g->start_time > 0)
 		gauge(out, "idemrelay_start_time_seconds", "When the daemon started (Unix time).",

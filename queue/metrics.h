@@ -85,18 +85,12 @@ struct metrics_snapshot {
 	} hist[METRICS_N_HISTOGRAMS];
 };
 
+/* what the store said for a scrape (metrics_gauges_read()), and when the daemon started */
 struct metrics_gauges {
-	int store_ok;			/* 0: the store could not be read, no gauges */
-	uint64_t queue_depth;
-	double oldest_seconds;		/* 0 with an empty queue */
-	uint64_t claims;
-	uint64_t map_size, map_used, map_ceiling;
-	int shared;			/* a store shared by several nodes (PostgreSQL) */
-	int own_space;			/* a store with room of its own (LMDB's map) */
-	uint64_t outages;		/* ... times it became unreachable since start */
-	uint64_t repl_waiting;		/* ... commits waiting for replication now */
-	uint64_t repl_waits;		/* ... times commits started to wait for it */
-	uint64_t voided;		/* ... batches answered 451 while their commit waited */
+	int store_ok;			/* 0: the store could not be read: s.reach alone is set */
+	unsigned caps;			/* store_caps(): STORE_CAP_SHARED, STORE_CAP_OWN_SPACE */
+	struct store_stats s;
+	double oldest_seconds;		/* s.oldest's age, 0 with an empty queue */
 	double start_time;		/* Unix seconds */
 };
 

@@ -146,16 +146,16 @@ static void test_gauges(void **state)
 	metrics_reset();
 	memset(&g, 0, sizeof(g));
 	g.store_ok = 1;
-	g.queue_depth = 7;
+	g.s.queued = 7;
 	g.oldest_seconds = 12.5;
-	g.claims = 42;
-	g.own_space = 1;		/* LMDB: the map is shown */
-	g.map_size = 1073741824;
-	g.map_used = 65536;
+	g.s.claims = 42;
+	g.caps = STORE_CAP_OWN_SPACE;	/* LMDB: the map is shown */
+	g.s.space.size = 1073741824;
+	g.s.space.used = 65536;
 	g.start_time = 1700000000;
-	g.shared = 1;			/* PostgreSQL: outages, replication, voided batches */
-	g.outages = 3;
-	g.voided = 2;
+	g.caps |= STORE_CAP_SHARED;	/* PostgreSQL: outages, replication, voided batches */
+	g.s.reach.outages = 3;
+	g.s.reach.voided = 2;
 	render(&out, &g);
 	has_line(out.data, "# TYPE idemrelay_queue_depth gauge");
 	has_line(out.data, "# TYPE idemrelay_store_outages_total counter");
