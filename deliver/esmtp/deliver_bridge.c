@@ -418,7 +418,8 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			break;
 		wait = -1;
 		if (!b->gate.gone) {
-			wait = deliver_watch_tick(&b->watch, deliver_filter_owed(&b->filter),
+			wait = deliver_watch_tick(&b->watch,
+						  deliver_filter_verb(&b->filter, b->filter.replies),
 						  b->filter.replies, wrote);
 			if (wait == 0) {
 				b->timed_out = 1;

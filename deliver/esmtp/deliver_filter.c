@@ -63,12 +63,6 @@ static void reply_scan(struct deliver_filter *f, const char *in, size_t len)
 	}
 }
 
-/* deliver_filter_owed - the oldest reply owed, or NULL */
-const char *deliver_filter_owed(const struct deliver_filter *f)
-{
-	return deliver_filter_verb(f, f->replies);
-}
-
 /* deliver_filter_verb - what the nth reply answers, or NULL */
 const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth)
 {

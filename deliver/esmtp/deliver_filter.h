@@ -71,7 +71,7 @@
  *	reply deadline: one for the greeting, one per command line libesmtp
  *	writes outside the content (AUTH's answers to 334 included), one per
  *	final dot; a reply is complete at the end of a line whose fourth
- *	octet is not "-". deliver_filter_owed() names the oldest reply owed.
+ *	octet is not "-". deliver_filter_verb() names the oldest reply owed.
  *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp_msg.c's estimate, the
@@ -159,17 +159,10 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
 
 /*
- * deliver_filter_owed - the oldest reply the server owes: "the greeting",
- * a command's verb ("DATA"), "the final dot", "a pipelined command";
- * NULL when none is owed
- */
-const char *deliver_filter_owed(const struct deliver_filter *f);
-
-/*
- * deliver_filter_verb - what the nth reply of the connection (0: the
- * greeting) answers: as deliver_filter_owed() names it; "a pipelined
- * command" once its name was overwritten; NULL if nothing was written
- * that it could answer
+ * deliver_filter_verb - what the nth reply of the connection answers:
+ * "the greeting" (0), a command's verb ("DATA"), "the final dot", "a
+ * pipelined command" once its name was overwritten; NULL if nothing was
+ * written that it could answer. nth f->replies: the oldest reply owed.
  */
 const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth);
 
