@@ -216,14 +216,3 @@ int deliver_gate_ours(const char *text)
 		p = text;
 	return strncmp(p, DELIVER_GATE_MARK, sizeof(DELIVER_GATE_MARK) - 1) == 0;
 }
-
-/* deliver_gate_ours_line - is this reply line one the gate made up? */
-int deliver_gate_ours_line(const char *line, size_t len)
-{
-	char text[64];
-
-	if (len <= 4)
-		return 0;
-	snprintf(text, sizeof(text), "%.*s", (int) (len - 4), line + 4);
-	return deliver_gate_ours(text);
-}

@@ -122,7 +122,4 @@ size_t deliver_gate_answer(struct deliver_gate *g, const struct deliver_filter *
 /* deliver_gate_ours - is this reply text (libesmtp's status text) one the gate made up? */
 int deliver_gate_ours(const char *text);
 
-/* deliver_gate_ours_line - is this reply line ("421 4.4.2 text") one the gate made up? */
-int deliver_gate_ours_line(const char *line, size_t len);
-
 #endif

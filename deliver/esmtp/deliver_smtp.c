@@ -210,6 +210,7 @@ static void xsess_throttle(struct xsess *xs, const char *line)
 static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 {
 	struct xsess *xs = arg;
+	char line[sizeof(xs->last_reply)];
 	int end = buflen, start;
 
 	if (!xs->guard.need_auth || xs->guard.cut) {
@@ -238,9 +239,9 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		for (start = end; start > 0 && buf[start - 1] != '\n'; start--)
 			continue;
 		/* the last line the server sent, not one the bridge answered for it */
-		if (end > start && !deliver_gate_ours_line(buf + start, (size_t) (end - start))) {
-			snprintf(xs->last_reply, sizeof(xs->last_reply), "%.*s", end - start,
-				 buf + start);
+		snprintf(line, sizeof(line), "%.*s", end - start, buf + start);
+		if (end > start && (end - start <= 4 || !deliver_gate_ours(line + 4))) {
+			snprintf(xs->last_reply, sizeof(xs->last_reply), "%s", line);
 			if (xs->rate && deliver_rate_reply_throttles(xs->last_reply, !xs->wrote))
 				xsess_throttle(xs, xs->last_reply);
 		}
