@@ -615,17 +615,12 @@ int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth)
 	return deliver_watch_dot_acked(&b->watch, nth);
 }
 
-/* deliver_bridge_stood_in - did the gate answer for a server that was gone? */
-int deliver_bridge_stood_in(const struct deliver_bridge *b)
+/* deliver_bridge_ended - how the upstream side ended; did it time out, did the gate stand in? */
+const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out,
+				 int *stood_in)
 {
-	return b->gate.answered;
-}
-
-/* deliver_bridge_ended - how the upstream side ended; "" if it is not known */
-const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out)
-{
-	if (timed_out)
-		*timed_out = b->timed_out;
+	*timed_out = b->timed_out;
+	*stood_in = b->gate.answered;
 	return b->ended;
 }
 

@@ -144,18 +144,14 @@ int deliver_bridge_dot_acked(const struct deliver_bridge *b, unsigned nth);
  * deliver_bridge_ended - after deliver_bridge_end: how the upstream side
  * ended ("the server closed the connection", "lost connection with the
  * server (...)", "timeout waiting for the reply to DATA"), "" when
- * libesmtp hung up first; *timed_out (if not NULL) set when a deadline
- * passed (deliver_watch.h), which the bridge enforces: every reply has
- * one of the timeout given to deliver_bridge_open()
+ * libesmtp hung up first; *timed_out set when a deadline passed
+ * (deliver_watch.h), which the bridge enforces: every reply has one of
+ * the timeout given to deliver_bridge_open(); *stood_in when the bridge
+ * answered libesmtp for a server that was gone (deliver_gate.h), in
+ * replies whose texts start with DELIVER_GATE_MARK
  */
-const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out);
-
-/*
- * deliver_bridge_stood_in - after deliver_bridge_end: did the bridge answer
- * libesmtp for a server that was gone (deliver_gate.h)? Those replies'
- * texts start with DELIVER_GATE_MARK.
- */
-int deliver_bridge_stood_in(const struct deliver_bridge *b);
+const char *deliver_bridge_ended(const struct deliver_bridge *b, int *timed_out,
+				 int *stood_in);
 
 /* deliver_bridge_close - end the thread, close everything; NULL-safe */
 void deliver_bridge_close(struct deliver_bridge *b);

@@ -476,8 +476,7 @@ static void xsess_end_bridge(struct xsess *xs)
 	size_t i;
 
 	snprintf(xs->ended, sizeof(xs->ended), "%s",
-		 deliver_bridge_ended(xs->bridge, &xs->timed_out));
-	xs->stood_in = deliver_bridge_stood_in(xs->bridge);
+		 deliver_bridge_ended(xs->bridge, &xs->timed_out, &xs->stood_in));
 	for (i = 0; i < xs->n; i++) {
 		x = &xs->msgs[i];
 		if (x->state != XMSG_MARKED)
