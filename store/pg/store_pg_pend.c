@@ -62,31 +62,41 @@
  *	one sees its rows. The settle of voids also leaves a message marked
  *	replayed (its void goes): see store_pg_wait.c.
  *
- *	Not covered. (1) PostgreSQL unreachable from this node for
- *	longer than store.lease counted from the batch's INSERT, while
- *	other nodes reach it (this node cut off alone), or all nodes
- *	coming back together after such an outage: another node's take
- *	looks at the lease's expiry only, not at whether its owner lives
- *	(holds its slot lock), so it may take the message before this
- *	node has settled (this node settles at its first use of the
- *	database: its delivery poller tries every second, after the
- *	reconnect backoff, at most PG_BACKOFF_MAX), and delivers a
- *	message answered 451. (2) The node killed (-9, a crash) while it
- *	keeps unsettled batches: they live in its memory only; its next
- *	start gives up the previous life's leases (store_pg.c), and any
- *	node then takes and delivers them; never restarted, another node
- *	does once the lease runs out. A clean stop (store_close) tries
- *	once to settle them (store_pg_pend_close(): a take, bounded by its
- *	deadline and the result limit); what it cannot, it logs, QID by
- *	QID, at error level, and leaves as a kill does. Closing (2)
- *	would take a small local file of the kept batches, written (and
- *	synced) before their 451 and settled by the next start before it
- *	gives up the old leases; the PostgreSQL backend has no local
- *	directory of its own yet to keep it in. (3) A replay by this node itself, in a
- *	batch that read the claim once the commit was visible and
- *	answered before this node knew the outcome was lost: only other
- *	nodes' replays are recorded (a write for every duplicate of a
- *	message not yet delivered would cost every retry on one node).
+ *	Taken meanwhile. PostgreSQL unreachable from this node for longer
+ *	than store.lease counted from the batch's INSERT, while other nodes
+ *	reach it (this node cut off alone), or all nodes coming back
+ *	together after such an outage: another node's take looks at the
+ *	lease's expiry only, not at whether its owner lives (holds its
+ *	slot lock), so it may take the message before this node has
+ *	settled (this node settles at its first use of the database: its
+ *	delivery poller tries every second, after the reconnect backoff,
+ *	at most PG_BACKOFF_MAX). The settling leaves a message taken since
+ *	its acceptance (messages.lease_since) to be delivered, as one
+ *	replayed (logged; the settle of voids does too): by then it may be
+ *	sent, in part or whole, and a retry of its key answered 250 with
+ *	its QID, which no replay mark records once the message was taken
+ *	(store_pg_claim.c). Voided, a sent message would lose its claim (a
+ *	retry of its key then a second delivery), a deferred one be dropped
+ *	(a 250 lost). So a message answered 451 is delivered, once.
+ *
+ *	Not covered. (1) That delivery of a message answered 451, above:
+ *	without a key, the client's retry is a second message. (2) The
+ *	node killed (-9, a crash) while it keeps unsettled batches: they
+ *	live in its memory only; its next start gives up the previous
+ *	life's leases (store_pg.c), and any node then takes and delivers
+ *	them; never restarted, another node does once the lease runs out.
+ *	A clean stop (store_close) tries once to settle them
+ *	(store_pg_pend_close(): a take, bounded by its deadline and the
+ *	result limit); what it cannot, it logs, QID by QID, at error
+ *	level, and leaves as a kill does. Closing (2) would take a small
+ *	local file of the kept batches, written (and synced) before their
+ *	451 and settled by the next start before it gives up the old
+ *	leases; the PostgreSQL backend has no local directory of its own
+ *	yet to keep it in. (3) A replay by this node itself, in a batch
+ *	that read the claim once the commit was visible and answered
+ *	before this node knew the outcome was lost: only other nodes'
+ *	replays are recorded (a write for every duplicate of a message not
+ *	yet delivered would cost every retry on one node).
  * DIAGNOSTICS
  *	store_pg_pend_settle() returns 0 or STORE_EAGAIN (some batch not
  *	settled: the caller must not use the connection).
@@ -206,15 +216,15 @@ static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 	return x;
 }
 
-/* pend_kept - the QIDs the void left, replayed by another node: logged */
+/* pend_kept - the QIDs the void left, replayed or taken by another node: logged */
 static size_t pend_kept(const PGresult *r)
 {
 	int i;
 
 	for (i = 0; i < PQntuples(r); i++)
-		msg_warn("%s: answered 451 while PostgreSQL was unreachable, but a later "
-			 "submission of its key was answered 250 with it by another node: "
-			 "not voided, it will be delivered", PQgetvalue(r, i, 0));
+		msg_warn("%s: answered 451 while PostgreSQL was unreachable, but another node "
+			 "took it for delivery, or answered a later submission of its key 250 "
+			 "with it: not voided, it will be delivered", PQgetvalue(r, i, 0));
 	return (size_t) PQntuples(r);
 }
 

@@ -50,15 +50,17 @@
  *
  *	A message whose claim another node replayed (messages.replayed,
  *	store_pg_claim.c) is not voided: a later submission of its key was
- *	answered 250 with it; and the settle below, if it finds one so
- *	marked since its void (the transaction became visible in the
- *	moment before the void), deletes the void but leaves the message
- *	and its claims, to be delivered. The settle takes the key locks of
- *	the messages it settles first, each tried, never waited for (a
- *	void whose key is held waits for the next settle): a batch that
- *	read such a claim before the void was seen holds its key's lock
- *	until its replay is committed, maybe as long as its commit waits
- *	for the standby.
+ *	answered 250 with it; nor one a node took for delivery since its
+ *	acceptance (messages.lease_since: a kept batch's,
+ *	store_pg_pend.c); and the settle below, if it finds one so marked
+ *	since its void (the transaction became visible in the moment
+ *	before the void, or a take raced with a kept batch's void),
+ *	deletes the void but leaves the message and its claims, to be
+ *	delivered. The settle takes the key locks of the messages it
+ *	settles first, each tried, never waited for (a void whose key is
+ *	held waits for the next settle): a batch that read such a claim
+ *	before the void was seen holds its key's lock until its replay is
+ *	committed, maybe as long as its commit waits for the standby.
  *
  *	Settle. Any node, every PG_SETTLE_US from its delivery poller, looks
  *	for voids whose transaction PostgreSQL has decided (not in progress;
@@ -153,12 +155,15 @@ const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)"
 
 /*
  * xid 0: not known, and the transaction over: the void's own, decided
- * once it commits. A message whose claim another node replayed is not
- * voided (store_pg_claim.c): its QIDs are the rows returned.
+ * once it commits. A message whose claim another node replayed
+ * (store_pg_claim.c), or that a node took for delivery since its
+ * acceptance (lease_since: its node was cut off past store.lease,
+ * store_pg_pend.c), is not voided: its QIDs are the rows returned.
  */
 const char store_pg_sql_void[] =
-	"WITH r AS (SELECT q, coalesce((SELECT m.replayed FROM messages m WHERE m.qid = q), false) "
-	"AS kept FROM unnest($1::text[]) AS q), i AS (INSERT INTO voids (qid, xid, node, made) "
+	"WITH r AS (SELECT q, coalesce((SELECT m.replayed OR m.lease_since IS NOT NULL "
+	"FROM messages m WHERE m.qid = q), false) AS kept FROM unnest($1::text[]) AS q), "
+	"i AS (INSERT INTO voids (qid, xid, node, made) "
 	"SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, pg_current_xact_id()), $3, "
 	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";
 
@@ -175,13 +180,15 @@ static const char SQL_TRY_LOCKS[] =
 /*
  * Deletes see one snapshot, taken after SQL_DECIDED saw the transactions
  * end: a void goes with its message (never delivered) and the claims
- * that name it, unless another node holds a live lease on the message.
+ * that name it, unless another node holds a live lease on the message;
+ * a message replayed, or taken for delivery (a take that raced with a
+ * void of store_pg_pend.c), loses its void only.
  */
 static const char SQL_SETTLE[] =
 	"WITH d AS (DELETE FROM voids v WHERE v.qid = ANY($1::text[]) AND NOT EXISTS "
 	"(SELECT 1 FROM messages m WHERE m.qid = v.qid AND m.lease_owner IS NOT NULL "
 	"AND m.lease_owner <> m.node AND m.lease_until >= " PG_DB_NOW ") RETURNING v.qid), "
-	"k AS (SELECT d.qid, coalesce(m.replayed, false) AS kept FROM d "
+	"k AS (SELECT d.qid, coalesce(m.replayed OR m.lease_since IS NOT NULL, false) AS kept FROM d "
 	"LEFT JOIN messages m ON m.qid = d.qid), "
 	"gone AS (DELETE FROM claims c USING messages m, k WHERE m.qid = k.qid AND NOT k.kept "
 	"AND m.has_key AND c.keyhash = m.keyhash AND c.qid = k.qid RETURNING 1), "
@@ -671,8 +678,8 @@ void store_pg_voids_settle(struct pg_store *st)
 		for (i = 0; i < PQntuples(r); i++)
 			msg_info("%s: status=voided (refused with 451 while its commit waited; %s)",
 				 PQgetvalue(r, i, 0), store_pg_int(r, i, 3)
-				 ? "committed, and its key answered 250 with it by another node "
-				 "meanwhile: left to be delivered" : store_pg_int(r, i, 1)
+				 ? "committed, and taken for delivery or its key answered 250 with it "
+				 "by another node meanwhile: left to be delivered" : store_pg_int(r, i, 1)
 				 ? "committed later: dropped, never delivered" : "never committed");
 		PQclear(r);
 	}

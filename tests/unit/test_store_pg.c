@@ -11,7 +11,8 @@
  * it (451, then voided before the node's next use of the database, with
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
- * another node replayed; kept while its status read is refused for a
+ * another node replayed or took for delivery, while it was cut off past
+ * the lease; kept while its status read is refused for a
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
  * replay in flight), what a batch of duplicates and the counts' flush
@@ -2085,6 +2086,76 @@ static void test_commit_unreachable_not_replayed(void **state)
 	}
 }
 
+/*
+ * A node cut off alone for longer than store.lease while it keeps a
+ * batch answered 451 (its commit's outcome lost): another node takes the
+ * message once the lease runs out (idemrelay(8): a message answered 451
+ * delivered), and the node, back, settles it: a message another node
+ * took is not voided but left to be delivered (by then it may be sent,
+ * or half sent, and a retry of its key may have been answered 250 with
+ * its QID, which no replay mark records once it was taken), never
+ * delivered twice. Taken, then sent (v 0): it stays sent, its claim
+ * replays it; the settle used to drop it with its claim, so that a retry
+ * was a second delivery. Taken, then deferred (v 1), a retry of its key
+ * answered 250 with its QID: it stays queued, taken once when due; the
+ * settle used to drop it, a message answered 250 lost.
+ */
+static void test_commit_unreachable_taken(void **state)
+{
+	static const char *const qids[] = { "AWAYTAKEN001", "AWAYTAKEN002" };
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+	int64_t later = clock_us() + 3600 * SEC;
+	char what[96];
+	int v;
+
+	for (v = 0; v < 2; v++) {
+		kept_batch(f, qids[v], 91 + v, 1, h, cut_off);
+		sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = '%s'", hook_qid);
+		other = node_open(f, "other");
+		snprintf(what, sizeof(what), "%s: the lease ran out, the other node takes it", hook_qid);
+		CHECK_INT(what, taken(other, NOW + SEC), 1);
+		msg_new(&m, hook_qid, 1, 100);
+		if (v == 0) {
+			m.rcpts[0].state = STORE_RCPT_SENT;
+		} else {
+			m.attempts = 1;
+			m.next_attempt = later;
+		}
+		CHECK_INT(v ? "deferred" : "sent", store_msg_update(other, &m), 0);
+		store_msg_free(&m);
+		if (v == 1) {	/* a retry of the key, answered 250 with its QID */
+			assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH,
+							 1, &t), 0);
+			CHECK_INT("the other node finds the claim",
+				  store_txn_claim_get(t, KH, h, NOW, &c), 0);
+			store_txn_replay(t, KH, h);
+			CHECK_INT("the replay committed", store_txn_commit(t), 0);
+		}
+
+		back((struct pg_store *) f->st);
+		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+		CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+		snprintf(what, sizeof(what), "%s: its message kept", hook_qid);
+		CHECK_INT(what, qid_rows(f, "messages", hook_qid), 1);
+		CHECK_INT("not void", void_count(f), 0);
+		snprintf(what, sizeof(what), "%s: the key replays it", hook_qid);
+		CHECK_INT(what, claim_found(f->st, 91 + v, NOW, &c), 1);
+		CHECK_STR("under its QID", c.qid, hook_qid);
+		if (v == 1) {
+			CHECK_INT("due: one node takes it", taken(f->st, later), 1);
+			CHECK_INT("once", taken(other, later), 0);
+		}
+		store_close(other);
+	}
+}
+
 /* pend_fake - a batch of qid kept as answered 451 while nothing could be read (store_pg_pend.c) */
 static void pend_fake(struct pg_store *st, const char *qid, int64_t xid)
 {
@@ -2417,6 +2488,39 @@ static int msg_count(struct fx *f, const char *qid)
 {
 
 	return (int) qid_rows(f, "messages", qid);
+}
+
+/*
+ * A void written after another node took its message (a settling of
+ * store_pg_pend.c whose look at the message came before that take
+ * committed) goes alone: the message, maybe sent in part, is left to be
+ * delivered, as the settling leaves one taken before it looked
+ * (test_commit_unreachable_taken); it was dropped. Here the other node
+ * took it and deferred it.
+ */
+static void test_settle_spares_taken(void **state)
+{
+	struct fx *f = *state;
+	struct store *other = node_open(f, "other");
+	struct store_msg m;
+	int64_t later = clock_us() + 3600 * SEC;
+
+	spool_one(f->st, "RACETAKEN001", 41);
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);	/* its lease ran out */
+	CHECK_INT("the other node takes it", taken(other, NOW + SEC), 1);
+	msg_new(&m, "RACETAKEN001", 1, 100);
+	m.attempts = 1;
+	m.next_attempt = later;
+	CHECK_INT("deferred", store_msg_update(other, &m), 0);
+	store_msg_free(&m);
+	void_decided(f, "RACETAKEN001");
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("the void settled", void_count(f), 0);
+	CHECK_INT("its message kept", msg_count(f, "RACETAKEN001"), 1);
+	CHECK_INT("its claim kept", qid_rows(f, "claims", "RACETAKEN001"), 1);
+	CHECK_INT("due: taken", taken(f->st, later), 1);
+	store_close(other);
 }
 
 /*
@@ -3359,6 +3463,7 @@ int main(void)
 		T(test_commit_unreachable),
 		T(test_commit_unreachable_replayed),
 		T(test_commit_unreachable_not_replayed),
+		T(test_commit_unreachable_taken),
 		T(test_settle_stalled),
 		T(test_take_waits_settle_unheld),
 		T(test_take_locks_once),
@@ -3367,6 +3472,7 @@ int main(void)
 		T(test_settle_status_refused),
 		T(test_close_settles),
 		T(test_settle_skips_held_key),
+		T(test_settle_spares_taken),
 		T(test_duplicates_write),
 		T(test_result_deadline),
 		T(test_prepared),
