@@ -110,27 +110,17 @@ static int conf_networks(struct conf_ctx *x, struct conf *c,
 			 const config_setting_t *root)
 {
 	static const char *const names[] = {"networks", 0};
+	static const char *const def[] = {"127.0.0.0/8", "::1/128"};
 	config_setting_t *g, *a = NULL;
 	int i, n;
 
 	if (conf_group(x, root, "access", names, &g) < 0
 	    || conf_strings(x, g, "networks", &a) < 0)
 		return -1;
-	if (a == NULL) {
-		static const char *const def[] = {"127.0.0.0/8", "::1/128"};
-		const char *why;
-
-		c->networks = xcalloc(2, sizeof(*c->networks));
-		for (i = 0; i < 2; i++)
-			if (conf_parse_net(def[i], &c->networks[i], &why) < 0)
-				msg_panic("conf: bad built-in network %s", def[i]);
-		c->n_networks = 2;
-		return 0;
-	}
-	n = config_setting_length(a);
+	n = a ? config_setting_length(a) : 2;
 	c->networks = xcalloc(n, sizeof(*c->networks));
 	for (i = 0; i < n; i++) {
-		const char *v = config_setting_get_string_elem(a, i);
+		const char *v = a ? config_setting_get_string_elem(a, i) : def[i];
 		const char *why;
 
 		if (conf_parse_net(v, &c->networks[i], &why) < 0)

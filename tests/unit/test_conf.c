@@ -206,7 +206,11 @@ static void test_defaults(void **state)
 	assert_null(c.tls_cert);
 	assert_null(c.tls_key);
 	assert_null(c.auth_users);
-	assert_int_equal(c.n_networks, 2);
+	assert_int_equal(c.n_networks, 2);	/* 127.0.0.0/8 and ::1/128 */
+	assert_true(c.networks[0].family == AF_INET && c.networks[0].prefix == 8
+		    && c.networks[0].addr[0] == 127);
+	assert_true(c.networks[1].family == AF_INET6 && c.networks[1].prefix == 128
+		    && c.networks[1].addr[15] == 1);
 	assert_string_equal(c.store.path, "var/store");
 	assert_true(c.store.map_size == 1ULL << 30);
 	assert_int_equal(c.store.key_ttl, 86400);
