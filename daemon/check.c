@@ -252,44 +252,34 @@ static void check_control(struct check *k)
 	check_dir(k, "control", dir);
 }
 
-/* check_port - can address:port be bound now (as listen_tcp() binds)? 0, or -1 with why */
-static int check_port(const char *address, int port, char *why, size_t whylen)
+/* check_port - can address:port be bound now (as listen_tcp() binds)? setting says where */
+static void check_port(struct check *k, const char *setting, const char *address, int port)
 {
 	int fd = listen_bind(address, port);
 
 	if (fd >= 0) {
 		close(fd);
-		return 0;
+		return;
 	}
-	if (errno == EADDRINUSE)
-		snprintf(why, whylen, "%s: stop what listens there (ss -ltnp) or choose "
-			 "another port", strerror(errno));
-	else if (errno == EACCES)
-		snprintf(why, whylen, "%s: ports below 1024 need idemrelay to start as root",
-			 strerror(errno));
-	else
-		snprintf(why, whylen, "%s: use an address of this host", strerror(errno));
-	return -1;
+	check_fail(k, setting, "cannot listen on %s port %d: %s: %s", address, port,
+		   strerror(errno), errno == EADDRINUSE ? "stop what listens there (ss -ltnp)"
+		   " or choose another port" : errno == EACCES ? "ports below 1024 need "
+		   "idemrelay to start as root" : "use an address of this host");
 }
 
 /* check_ports - every listener and the metrics listener */
 static void check_ports(struct check *k)
 {
 	const struct conf *c = k->c;
-	char name[64], why[512];
+	char name[64];
 	size_t i;
 
 	for (i = 0; i < c->n_listen; i++) {
-		if (check_port(c->listen[i].address, c->listen[i].port, why, sizeof(why)) == 0)
-			continue;
 		snprintf(name, sizeof(name), "listen[%zu].port", i);
-		check_fail(k, name, "cannot listen on %s port %d: %s", c->listen[i].address,
-			   c->listen[i].port, why);
+		check_port(k, name, c->listen[i].address, c->listen[i].port);
 	}
-	if (c->metrics_address && check_port(c->metrics_address, c->metrics_port, why,
-					     sizeof(why)) < 0)
-		check_fail(k, "metrics.port", "cannot listen on %s port %d: %s",
-			   c->metrics_address, c->metrics_port, why);
+	if (c->metrics_address)
+		check_port(k, "metrics.port", c->metrics_address, c->metrics_port);
 }
 
 /* check_group - an upstream group's tls_ca (name: "upstream" or "routes[N].upstream") */
