@@ -148,7 +148,7 @@ test: check-layers check-docs all unit fuzz-replay e2e test-pg
 # reported skipped): about 2.5 minutes on the 2-core test machine.
 PG_CLUSTER   = python3 tests/pg/cluster.py
 PG_UNIT      = $(filter $(UNIT_BIN),$(B)/tests/test_store $(B)/tests/test_story $(B)/tests/test_store_pg \
-	       $(B)/tests/test_store_rule $(B)/tests/test_queue_admin)
+	       $(B)/tests/test_store_rule $(B)/tests/test_queue_admin $(B)/tests/test_deliver_notice)
 test-pg: all $(PG_UNIT)
 	$(PG_CLUSTER) selftest
 	$(PG_CLUSTER) run -- sh -c 'for t in $(PG_UNIT); do echo "== $$t (PostgreSQL)"; $$t || exit 1; done'

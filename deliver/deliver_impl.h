@@ -106,7 +106,8 @@ int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *
 /*
  * deliver_replied - every result of j is known (its final dot was
  * answered): decide it now (once), log it, and have it written with the
- * next mark, or after the batch
+ * next mark, or after the batch; a bounce with a non-delivery notice is
+ * written at once, in one transaction with its notice
  */
 void deliver_replied(struct deliver *d, struct deliver_job *j);
 

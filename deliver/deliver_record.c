@@ -8,9 +8,15 @@
  *	permanent failures and expired recipients get an RFC 3464 bounce
  *	(dsn.c) spooled under a new QID to the sender unless it is null
  *	(or their NOTIFY wants none). The notice is part of the bounce's
- *	outcome, not an acceptance: it may use the room a store keeps for
- *	delivery writes (store_msg.by_delivery) but the floor kept for
- *	outcomes, so a store full to its reserve still bounces and drains.
+ *	outcome, not an acceptance: the two are written in one transaction,
+ *	the outcome first, at once (not with the next mark), so that either
+ *	both are recorded or neither: a kill -9 or a refused write between
+ *	them would leave the notice queued and the recipient too, to be
+ *	asked again and bounced with a second notice. Put after a delivery
+ *	update, the notice may use the room a store keeps for delivery
+ *	writes but the floor kept for outcomes (store_txn_msg_put,
+ *	store_msg.by_delivery), so a
+ *	store full to its reserve still bounces and drains.
  *	A notice returning the whole original that finds no room is made
  *	again with its headers alone (RFC 3461 and 3464 let a notice return
  *	the headers only; its text says so). A notice the store cannot take
@@ -147,11 +153,13 @@ struct notice {
 };
 
 /*
- * notice_queue - spool an RFC 3464 notification of dr[0..k) to the
- * sender under a new QID, returning what RET says (or the headers
- * alone: nt->hdrs_only), a message made
- * by delivery that may use the room kept for delivery writes but its
- * floor: 0, or the store's error (STORE_ENOSPC, PostgreSQL away)
+ * notice_queue - j's outcome, decided, and an RFC 3464 notification of
+ * dr[0..k) to the sender under a new QID, returning what RET says (or
+ * the original's headers alone: nt->hdrs_only), in one transaction.
+ * The outcome goes first: a message put after a delivery update is that
+ * delivery's, and may use the room kept for delivery writes but its
+ * floor (store_txn_msg_put). 0, or the store's error (STORE_ENOSPC,
+ * PostgreSQL away, the lease lost): then neither is written.
  */
 static int notice_queue(struct deliver *d, const struct deliver_job *j,
 			const struct dsn_rcpt *dr, size_t k, int64_t now, struct notice *nt)
@@ -203,6 +211,7 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	b.by_delivery = 1;	/* the bounce's outcome: the delivery reserve is for it */
 
 	if ((err = store_txn_begin(d->st, NULL, 0, &t)) == 0) {
+		store_txn_msg_update(t, &j->m);
 		store_txn_msg_put(t, &b);
 		err = store_txn_commit(t);
 	}
@@ -213,10 +222,10 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 }
 
 /*
- * notice_spool - the notice of dr[0..k), or if the whole original finds
- * no room, one with its headers alone, its text saying so (RFC 3461 and
- * 3464 let a notice return the headers only, and Postfix too cuts what it
- * returns): 0 or the store's error
+ * notice_spool - the outcome with the notice of dr[0..k), or if the
+ * whole original finds no room, with one of its headers alone, its text
+ * saying so (RFC 3461 and 3464 let a notice return the headers only, and
+ * Postfix too cuts what it returns): 0 or the store's error
  */
 static int notice_spool(struct deliver *d, const struct deliver_job *j,
 			const struct dsn_rcpt *dr, size_t k, int64_t now, struct notice *nt)
@@ -234,15 +243,17 @@ static int notice_spool(struct deliver *d, const struct deliver_job *j,
 }
 
 /*
- * job_bounce - log the recipients bounced[] and spool the sender's
- * notification of those whose NOTIFY wants one (notice_spool: with the
- * original's headers alone if the whole finds no room). If it cannot be
- * queued even so, those are not bounced in this outcome: queued again
+ * job_bounce - log the recipients bounced[] and write j's outcome, as
+ * decided, with the sender's notification of those whose NOTIFY wants
+ * one (notice_spool: with the original's headers alone if the whole
+ * finds no room); the outcome is then recorded. If they cannot be
+ * written even so, those are not bounced in this outcome: queued again
  * with their reply, deferred (logged dsn=4.3.0, as Postfix logs a
  * recipient deferred because its bounce log append failed; no attempt
  * charged if nothing else is: deliver_replied), they bounce at the next
- * attempt and their notice is made then; never done without it. How
- * many were queued again.
+ * attempt and their notice is made then; never done without it, and
+ * the outcome is left to be written as any other. How many were queued
+ * again.
  */
 static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t *bounced,
 			 size_t n, int64_t now)
@@ -280,6 +291,7 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 		log_result(j, bounced[i], NULL, "bounced", "", now);
 	}
 	if (k > 0 && err == 0) {
+		j->recorded = 1;
 		msg_info_as("bounce", "%s: sender non-delivery notification: %s", nt.qid,
 			    j->m.qid);
 		msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", nt.qid,
@@ -291,19 +303,45 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 }
 
 /*
+ * job_schedule - j's delivery state after this attempt, in j->m (the
+ * inflight mark cleared; attempts from tried, one more if charged) and
+ * j->queued, j->next: the next attempt if queued, -1 if not
+ */
+static void job_schedule(struct deliver *d, struct deliver_job *j, int queued, int charged,
+			 int tried, int64_t now)
+{
+	struct conf_retry retry = deliver_retry_settings(d);
+	struct store_msg *m = &j->m;
+
+	m->inflight = 0;
+	m->attempts = tried;
+	j->queued = queued;
+	j->next = -1;
+	if (queued && j->postponed) {
+		m->next_attempt = j->until > now ? j->until : now;
+		j->next = m->next_attempt;
+	} else if (queued) {
+		m->attempts += charged;
+		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
+		j->next = m->next_attempt;
+	}
+}
+
+/*
  * deliver_replied - the outcome of one attempt, decided once: log each
- * recipient, bounce, and set the new delivery state in j->m (the inflight
- * mark cleared) and j->queued, j->next. job_record() then writes it, with
- * the next mark or the batch.
+ * recipient, set the new delivery state in j->m and j->queued, j->next,
+ * and bounce: a bounce with a notice is written at once, with it
+ * (job_bounce); any other outcome job_record() writes, with the next
+ * mark or the batch.
  */
 void deliver_replied(struct deliver *d, struct deliver_job *j)
 {
 	struct conf_retry retry = deliver_retry_settings(d);
 	struct store_msg *m = &j->m;
-	int64_t now = clock_us(), next = -1;
+	int64_t now = clock_us();
 	int expired = now - m->accepted >= retry.give_up * US;
 	size_t i, n_bounced = 0, *bounced;
-	int queued = 0, notice_wait = 0;
+	int queued = 0, tried = m->attempts;
 
 	if (j->decided)
 		return;
@@ -359,25 +397,11 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
 
-	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0 && !queued) {
-		/* only notices wait: no attempt charged, the backoff earned so far */
-		queued = 1;
-		notice_wait = 1;
-	}
-
-	m->inflight = 0;
-	if (queued && j->postponed) {
-		next = j->until;
-		m->next_attempt = next > now ? next : now;
-		next = m->next_attempt;
-	} else if (queued) {
-		if (!notice_wait)
-			m->attempts++;
-		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
-		next = m->next_attempt;
-	}
-	j->queued = queued;
-	j->next = next;
+	/* the outcome the notices are written with; an attempt charged if anything is deferred */
+	job_schedule(d, j, queued, queued, tried, now);
+	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0)
+		/* its notices wait: no attempt charged unless something else is deferred */
+		job_schedule(d, j, 1, queued, tried, now);
 	j->decided = 1;
 	free(bounced);
 }

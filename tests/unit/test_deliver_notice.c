@@ -1,7 +1,10 @@
 /*
  * test_deliver_notice - a bounce's non-delivery notice is part of its
- * outcome (deliver/deliver_record.c: job_bounce), and a bounce is never
- * done without it.
+ * outcome (deliver/deliver_record.c: job_bounce), written in one
+ * transaction with it, and a bounce is never done without it. On LMDB,
+ * or PostgreSQL with IDEMRELAY_PG_URL set (test_store_fx.h; the reserve's
+ * case is LMDB's alone). Each case starts delivery with begin(); its
+ * teardown stops it, so a failed case leaves no thread behind.
  *
  * test_notice_reserve: an LMDB store filled by acceptance up to its
  * delivery reserve (store_space.c refuses new submissions there), an
@@ -28,6 +31,10 @@
  * deferred dsn=4.3.0, its attempts (many) unchanged and due after the
  * backoff they earned (not every retry.first: the upstream is asked
  * again), and bounces with the whole original once there is room.
+ *
+ * test_notice_with_its_outcome: the bounce's outcome refused, as by a
+ * kill -9 before it was durable: its notice is not queued either, and
+ * after the restart the sender gets one notice in all, not two.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -88,13 +95,17 @@ static const struct deliver_transport notice_transport = {
 
 /*
  * a store whose notice puts fail: STORE_EAGAIN while away is set,
- * STORE_ENOSPC for a notice larger than room (0: no limit)
+ * STORE_ENOSPC for a notice larger than room (0: no limit); and whose
+ * delivery writes of TARGET fail (STORE_EIO) while lost is set, as if
+ * the daemon were killed before they were durable
  */
 static struct store_ops away_ops;
 static const struct store_ops *real_ops;
 static int away;			/* atomic */
 static size_t room;			/* atomic */
+static int lost;			/* atomic */
 static int notice_puts;			/* atomic: notices the store was given */
+static int lost_writes;			/* atomic: TARGET's delivery writes refused */
 
 /* away_begin - the real begin, its transaction's table ours */
 static int away_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
@@ -125,17 +136,31 @@ static void away_msg_put(struct store_txn *t, const struct store_msg *m)
 		real_ops->txn_msg_put(t, m);
 }
 
+/* away_msg_update - TARGET's delivery write refused while lost: never durable */
+static void away_msg_update(struct store_txn *t, const struct store_msg *m)
+{
+	if (strcmp(m->qid, TARGET) == 0 && __atomic_load_n(&lost, __ATOMIC_SEQ_CST)) {
+		__atomic_add_fetch(&lost_writes, 1, __ATOMIC_SEQ_CST);
+		store_txn_fail(t, STORE_EIO);
+	} else {
+		real_ops->txn_msg_update(t, m);
+	}
+}
+
 /* away_install - f's store through away_ops, present, no limit (a failed test may leave either) */
 static void away_install(struct fx *f)
 {
 	__atomic_store_n(&away, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&lost, 0, __ATOMIC_SEQ_CST);
 	real_ops = f->st->ops;
 	away_ops = *real_ops;
 	away_ops.txn_begin = away_begin;
 	away_ops.txn_msg_put = away_msg_put;
+	away_ops.txn_msg_update = away_msg_update;
 	f->st->ops = &away_ops;
 	__atomic_store_n(&notice_puts, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&lost_writes, 0, __ATOMIC_SEQ_CST);
 }
 
 /* spool_msg - message qid from from, n recipients, accepted at accepted, due at due */
@@ -320,102 +345,150 @@ static void bounced_with_notice(struct fx *f, struct deliver *d, int flush, cons
 		fail_msg("the notice does not say %s", status);
 }
 
+/*
+ * Each case's delivery, configuration and captured log, kept here so
+ * that its teardown stops and frees them even when the case fails: the
+ * delivery threads of a failed case would outlive its store and fail the
+ * cases after it.
+ */
+static struct deliver *running;
+static struct conf conf;
+static int log_old = -1;		/* the captured log's old stderr, -1 if not captured */
+static FILE *log_tmp;
+
 /* start - delivery through the test's upstream, the default configuration */
-static struct deliver *start(struct fx *f, struct conf *c)
+static void start(struct fx *f)
 {
 	char err[512];
 
 	notices = 0;
-	assert_int_equal(conf_load(c, NULL, err, sizeof(err)), 0);
-	c->upstream.connections = 1;
-	return deliver_start(c, f->st, NULL, &notice_transport);
+	assert_int_equal(conf_load(&conf, NULL, err, sizeof(err)), 0);
+	conf.upstream.connections = 1;
+	running = deliver_start(&conf, f->st, NULL, &notice_transport);
+	assert_non_null(running);
+}
+
+/* stop - the delivery started, stopped (as a restart, or a kill -9 as far as the store saw) */
+static void stop(void)
+{
+	deliver_stop(running);
+	running = NULL;
+	conf_free(&conf);
+}
+
+/* begin - every case's prologue: the upstream answers reply, the log is captured, delivery starts */
+static void begin(struct fx *f, const char *reply)
+{
+	upstream_reply = reply;
+	log_old = log_capture(&log_tmp);
+	start(f);
+}
+
+/* logged - what was logged since begin(), the log given back */
+static void logged(char *text, size_t size)
+{
+	log_captured(log_old, log_tmp, text, size);
+	log_old = -1;
+}
+
+/* setup_map - a fresh store of that map (LMDB), through the failing store's table */
+static int setup_map(void **state, uint64_t map)
+{
+	int rc = fx_setup_map(state, map);
+
+	if (rc == 0)
+		away_install(*state);
+	return rc;
+}
+
+/* setup_small - setup_map() of 2 MB: filled by a few hundred messages */
+static int setup_small(void **state)
+{
+	return setup_map(state, SMALL_MAP);
+}
+
+/* setup - setup_map() of the usual size, or a PostgreSQL schema */
+static int setup(void **state)
+{
+	return setup_map(state, TEST_MAP);
+}
+
+/* teardown - delivery stopped, the log given back, the store's own table, then the store gone */
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	char text[65536];
+
+	if (running != NULL)
+		stop();
+	if (log_old >= 0)
+		logged(text, sizeof(text));
+	f->st->ops = real_ops;
+	return fx_teardown(state);
 }
 
 static void test_notice_reserve(void **state)
 {
 	struct fx *f = *state;
-	struct deliver *d;
-	struct conf c;
 	char log[65536];
-	FILE *tmp;
-	int n, old;
+	int n;
 
 	spool_msg(f->st, TARGET, SENDER, 3, clock_us(), clock_us());
 	spool_msg(f->st, NULLS, "", 1, clock_us(), clock_us());
 	n = fill(f->st);
 	if (n < 50)
 		fail_msg("filled: got %d messages into a 2 MB map, want at least 50", n);
-	upstream_reply = "550 5.1.1 no such user";
-	old = log_capture(&tmp);
-	d = start(f, &c);
+	begin(f, "550 5.1.1 no such user");
 	if (attempted(f->st, NULLS, NULL) == 0)
 		fail_msg("the null sender's bounced message is still queued");
 	if (attempted(f->st, TARGET, NULL) == 0)
 		fail_msg("at the reserve the bounced message stayed queued: its notice was"
 			 " refused the room kept for delivery writes");
-	bounced_with_notice(f, d, 0, "Status: 5.1.1");
-	log_captured(old, tmp, log, sizeof(log));
+	bounced_with_notice(f, running, 0, "Status: 5.1.1");
+	logged(log, sizeof(log));
 	if (strstr(log, "to=<rcpt0@example.net>, relay=test") == NULL
 	    || strstr(log, "dsn=5.1.1, status=bounced (550 5.1.1 no such user)") == NULL)
 		fail_msg("rcpt0 not logged bounced");
 	if (strstr(log, "not queued") != NULL)
 		fail_msg("a notice not queued at the reserve");
-	deliver_stop(d);
-	conf_free(&c);
 }
 
 static void test_notice_store_away(void **state)
 {
 	struct fx *f = *state;
-	struct deliver *d;
-	struct conf c;
 	char log[65536];
-	FILE *tmp;
-	int old;
 
-	away_install(f);
 	/* past retry.give_up (5 days): the upstream's 451 bounces it 4.4.7 */
 	spool_msg(f->st, TARGET, SENDER, 3, clock_us() - 6 * 86400 * SEC, clock_us());
 	__atomic_store_n(&away, 1, __ATOMIC_SEQ_CST);
-	upstream_reply = "451 4.3.0 try again later";
-	old = log_capture(&tmp);
-	d = start(f, &c);
+	begin(f, "451 4.3.0 try again later");
 	attempted(f->st, TARGET, NULL);
-	log_captured(old, tmp, log, sizeof(log));
+	logged(log, sizeof(log));
 	deferred_not_bounced(f->st, "delivery time expired; last error: 451 4.3.0 try again later",
-			     log, 0, c.retry.first);
+			     log, 0, conf.retry.first);
 	if (strstr(log, store_strerror(STORE_EAGAIN)) == NULL)
 		fail_msg("the warning does not say the store's error");
 
 	__atomic_store_n(&away, 0, __ATOMIC_SEQ_CST);
-	bounced_with_notice(f, d, 1, "Status: 4.4.7");
-	deliver_stop(d);
-	conf_free(&c);
-	f->st->ops = real_ops;
+	bounced_with_notice(f, running, 1, "Status: 4.4.7");
 }
 
 static void test_notice_headers_only(void **state)
 {
 	struct fx *f = *state;
-	struct deliver *d;
-	struct conf c;
 	char log[65536];
-	FILE *tmp;
 	const char *text;
 	size_t len;
-	int old, rc;
+	int rc;
 
-	away_install(f);
 	__atomic_store_n(&room, 8000, __ATOMIC_SEQ_CST);	/* the headers' notice, not 20 KB */
 	spool_text(f->st);
-	upstream_reply = "550 5.1.1 no such user";
-	old = log_capture(&tmp);
-	d = start(f, &c);
+	begin(f, "550 5.1.1 no such user");
 	rc = attempted(f->st, TARGET, NULL);
-	log_captured(old, tmp, log, sizeof(log));
+	logged(log, sizeof(log));
 	if (rc == 0)
 		fail_msg("the bounce was deferred: no notice queued, not even the headers'");
-	bounced_with_notice(f, d, 0, "Status: 5.1.1");
+	bounced_with_notice(f, running, 0, "Status: 5.1.1");
 	pthread_mutex_lock(&lock);
 	text = notice_text;
 	len = notice_len;
@@ -436,60 +509,98 @@ static void test_notice_headers_only(void **state)
 	if (strstr(log, "dsn=5.1.1, status=bounced (550 5.1.1 no such user)") == NULL
 	    || strstr(log, "not queued") != NULL)
 		fail_msg("rcpt0 not logged bounced at once");
-	deliver_stop(d);
-	conf_free(&c);
-	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
-	f->st->ops = real_ops;
 }
 
 static void test_notice_no_room(void **state)
 {
 	struct fx *f = *state;
-	struct deliver *d;
-	struct conf c;
 	char log[65536];
-	FILE *tmp;
-	int old;
 
-	away_install(f);
 	__atomic_store_n(&room, 1, __ATOMIC_SEQ_CST);		/* no notice fits */
 	spool_text(f->st);
-	upstream_reply = "550 5.1.1 no such user";
-	old = log_capture(&tmp);
-	d = start(f, &c);
+	begin(f, "550 5.1.1 no such user");
 	attempted(f->st, TARGET, NULL);
-	log_captured(old, tmp, log, sizeof(log));
+	logged(log, sizeof(log));
 	deferred_not_bounced(f->st, "550 5.1.1 no such user", log, TRIED,
-			     deliver_backoff(c.retry.first, c.retry.max, TRIED));
+			     deliver_backoff(conf.retry.first, conf.retry.max, TRIED));
 	CHECK_INT("notices put (the whole original, then its headers)",
 		  __atomic_load_n(&notice_puts, __ATOMIC_SEQ_CST), 2);
 	if (strstr(log, store_strerror(STORE_ENOSPC)) == NULL || strstr(log, "headers only"))
 		fail_msg("the warning does not say the store's error, or a notice is logged");
 
 	__atomic_store_n(&room, 0, __ATOMIC_SEQ_CST);
-	bounced_with_notice(f, d, 1, "Status: 5.1.1");
+	bounced_with_notice(f, running, 1, "Status: 5.1.1");
 	if (strstr(notice_text, "BODY-MARKER") == NULL)
 		fail_msg("with room again the notice does not return the whole original");
-	deliver_stop(d);
-	conf_free(&c);
-	f->st->ops = real_ops;
 }
 
-/* fx_setup_small - a 2 MB LMDB map */
-static int fx_setup_small(void **state)
+/* null_cb - store_queue_walk(): count a message from the null sender */
+static int null_cb(void *arg, const struct store_msg *m)
 {
-	return fx_setup_map(state, SMALL_MAP);
+	if (m->from[0] == 0)
+		(*(int *) arg)++;
+	return 0;
+}
+
+/* queued_notices - messages from the null sender in the queue */
+static int queued_notices(struct store *st)
+{
+	int n = 0;
+
+	CHECK_INT("queue walk", store_queue_walk(st, 0, null_cb, &n), 0);
+	return n;
+}
+
+/*
+ * test_notice_with_its_outcome - the bounce's outcome is refused (as if
+ * the daemon were killed before it was durable): its notice must not be
+ * queued either, or the next start, which finds the recipient queued,
+ * asks the upstream again and sends the sender a second notice. Then
+ * one notice in all, after the restart.
+ */
+static void test_notice_with_its_outcome(void **state)
+{
+	struct fx *f = *state;
+	int64_t until = clock_us() + WAIT_US;
+	int first;
+
+	spool_msg(f->st, TARGET, SENDER, 3, clock_us(), clock_us());
+	__atomic_store_n(&lost, 1, __ATOMIC_SEQ_CST);
+	begin(f, "550 5.1.1 no such user");
+	while (__atomic_load_n(&lost_writes, __ATOMIC_SEQ_CST) == 0) {
+		if (clock_us() > until)
+			fail_msg("TARGET's outcome not written within %lld s", WAIT_US / SEC);
+		usleep(10000);
+	}
+	stop();			/* as a kill -9: the outcome was never durable */
+	pthread_mutex_lock(&lock);
+	first = notices;
+	pthread_mutex_unlock(&lock);
+	CHECK_INT("notices queued or sent without their bounce's outcome",
+		  first + queued_notices(f->st), 0);
+
+	__atomic_store_n(&lost, 0, __ATOMIC_SEQ_CST);
+	start(f);		/* the next start asks the upstream again */
+	bounced_with_notice(f, running, 0, "Status: 5.1.1");
+	CHECK_INT("notices sent in all", first + notices, 1);
+	CHECK_INT("notices left queued", queued_notices(f->st), 0);
 }
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_notice_reserve, fx_setup_small, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_notice_store_away, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_notice_headers_only, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_notice_no_room, fx_setup, fx_teardown),
+	const struct CMUnitTest lmdb[] = {	/* LMDB's reserve */
+		cmocka_unit_test_setup_teardown(test_notice_reserve, setup_small, teardown),
 	};
+	const struct CMUnitTest both[] = {
+		cmocka_unit_test_setup_teardown(test_notice_store_away, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notice_headers_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notice_no_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notice_with_its_outcome, setup, teardown),
+	};
+	int failed = 0;
 
 	log_setup("test_deliver_notice", 0, LOG_LEVEL_INFO);
-	return cmocka_run_group_tests_name("deliver_notice", tests, NULL, NULL);
+	if (!fx_pg())
+		failed = cmocka_run_group_tests_name("deliver_notice_lmdb", lmdb, NULL, NULL);
+	return cmocka_run_group_tests_name("deliver_notice", both, NULL, NULL) + failed;
 }
