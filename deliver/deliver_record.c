@@ -14,8 +14,7 @@
  *	them would leave the notice queued and the recipient too, to be
  *	asked again and bounced with a second notice. Put after a delivery
  *	update, the notice may use the room a store keeps for delivery
- *	writes but the floor kept for outcomes (store_txn_msg_put,
- *	store_msg.by_delivery), so a
+ *	writes but the floor kept for outcomes (store_txn_msg_put), so a
  *	store full to its reserve still bounces and drains.
  *	A notice returning the whole original that finds no room is made
  *	again with its headers alone (RFC 3461 and 3464 let a notice return
@@ -208,7 +207,6 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	b.data_len = text.len;
 	b.next_attempt = now;
 	b.ttl = (int64_t) d->c->store.key_ttl * 1000000;	/* its story's, like any other's */
-	b.by_delivery = 1;	/* the bounce's outcome: the delivery reserve is for it */
 
 	if ((err = store_txn_begin(d->st, NULL, 0, &t)) == 0) {
 		store_txn_msg_update(t, &j->m);

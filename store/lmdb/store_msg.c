@@ -76,8 +76,8 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 /*
  * lmdb_txn_msg_put - spool a new message: message and delivery state,
  * if the room kept for the delivery writes of what is queued stays
- * (store_space.c); one delivery made (m->by_delivery, a non-delivery
- * notice) may use that room, all but its floor
+ * (store_space.c); one put after a delivery update (t->outcome, a
+ * bounce's non-delivery notice) may use that room, all but its floor
  */
 void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
@@ -218,13 +218,15 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 
 /*
  * lmdb_txn_msg_update - rewrite delivery state and the story (not in a
- * bare transaction) inside t; all final: leave the spool
+ * bare transaction) inside t; all final: leave the spool. A message t
+ * puts from now on is that outcome's notice (store_space.c).
  */
 void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
 	int err;
 
+	t->outcome = 1;
 	if ((err = msg_update_in(t->st, t, m, !base->bare)) != 0)
 		store_txn_fail(&t->base, err);
 }

@@ -26,23 +26,26 @@
  *	Delivery writes never ask, and so may use the reserve.
  *
  *	The one new message delivery makes, a bounce's non-delivery notice
- *	(store_msg.by_delivery, deliver_record.c), is part of the bounce's
- *	outcome, as Postfix's queue_minfree holds back incoming mail only:
- *	held to the whole reserve, a store full after a long upstream
- *	outage could never bounce what is past retry.give_up, and so never
- *	drain. But a notice is a message, about as large as its original
- *	(plus some 2.5 KB), whose original's pages come back only when its
- *	outcome commits, later: taken without a check, notices can fill the
- *	map for real, and then no outcome commits at all. So a notice may
- *	use the part of the reserve kept for the queued messages, but not
- *	the floor: it is spooled only if the floor, and its own delivery's
- *	writes, stay free after it. A notice refused so is made again with
- *	the original's headers alone (deliver_record.c), and if even that
- *	is refused its recipients stay queued, deferred, and bounce with
- *	their notice at a later attempt. A batch's outcomes commit at its
- *	end, after all its notices: in a store full to its reserve only
- *	its first notices may fit, the rest wait for their next attempt.
- *
+ *	(deliver_record.c), is part of the bounce's outcome, as Postfix's
+ *	queue_minfree holds back incoming mail only: held to the whole
+ *	reserve, a store full after a long upstream outage could never
+ *	bounce what is past retry.give_up, and so never drain. It is written
+ *	in its outcome's transaction, after the update: a message put after
+ *	a delivery update (lmdb_txn.outcome) is taken for such a notice, and
+ *	no submission is (a group commit puts its submissions before its
+ *	delivery writes). But a notice is a message, about as large as its
+ *	original (plus some 2.5 KB), whose original's pages come back only
+ *	once that transaction has committed: taken without a check, notices
+ *	can fill the map for real, and then no outcome commits at all. So a
+ *	notice may use the part of the reserve kept for the queued messages,
+ *	but not the floor: it is spooled only if the floor, and its own
+ *	delivery's writes, stay free after it. A notice refused so is made
+ *	again with the original's headers alone (deliver_record.c), and if
+ *	even that is refused its recipients stay queued, deferred, and
+ *	bounce with their notice at a later attempt: in a store full to its
+ *	reserve only the first notices may fit, the rest wait for their
+ *	next attempt.
+
  *	Free pages are the map's untouched tail plus LMDB's freelist (the
  *	pages of older snapshots, reused by later commits); the freelist is
  *	only walked when the tail alone is too short, which is rare.
@@ -188,8 +191,9 @@ static uint64_t room_need(uint64_t psize, const struct store_msg *m)
 /*
  * lmdb_space_room - may t spool m: 0, or STORE_ENOSPC if m with a claim
  * for each recipient (if it has a key) would leave fewer free pages than
- * the reserve; for a notice (m->by_delivery), than the floor and its own
- * delivery writes. The transaction's earlier messages count.
+ * the reserve; for a notice (put after a delivery update: t->outcome),
+ * than the floor and its own delivery writes. The transaction's earlier
+ * messages count.
  */
 int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 {
@@ -211,7 +215,7 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 	t->room_pages += room_need(psize, m);
 	t->room_msgs++;
 	t->room_rcpts += m->n_rcpts;
-	if (m->by_delivery)
+	if (t->outcome)
 		want = t->room_pages + space_floor(psize, pages) + space_writes(psize, 1, m->n_rcpts);
 	else
 		want = t->room_pages + lmdb_space_reserve(psize, pages,

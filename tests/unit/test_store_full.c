@@ -80,24 +80,35 @@ static int fill(struct store *st, size_t len)
 	return i - 1;
 }
 
-/* outcome - record a delivery of message i: deferred (with a reply) or sent */
-static int outcome(struct store *st, int i, enum store_rcpt_state state, const char *reply)
+/* outcome_load - message i, loaded, with a delivery's outcome: deferred (with a reply) or sent */
+static int outcome_load(struct store *st, int i, enum store_rcpt_state state, const char *reply,
+			struct store_msg *m)
 {
-	struct store_msg m;
 	char qid[STORE_QID_SIZE];
 	size_t r;
 	int rc;
 
 	snprintf(qid, sizeof(qid), "FULL%08d", i);
-	if ((rc = store_msg_load(st, qid, &m)) != 0)
+	if ((rc = store_msg_load(st, qid, m)) != 0)
 		return rc;
-	for (r = 0; r < m.n_rcpts; r++) {
-		m.rcpts[r].state = state;
-		free(m.rcpts[r].reply);
-		m.rcpts[r].reply = xstrdup(reply);
+	for (r = 0; r < m->n_rcpts; r++) {
+		m->rcpts[r].state = state;
+		free(m->rcpts[r].reply);
+		m->rcpts[r].reply = xstrdup(reply);
 	}
-	m.attempts++;
-	m.inflight = 0;
+	m->attempts++;
+	m->inflight = 0;
+	return 0;
+}
+
+/* outcome - record a delivery of message i: deferred (with a reply) or sent */
+static int outcome(struct store *st, int i, enum store_rcpt_state state, const char *reply)
+{
+	struct store_msg m;
+	int rc;
+
+	if ((rc = outcome_load(st, i, state, reply, &m)) != 0)
+		return rc;
 	rc = store_msg_update(st, &m);
 	store_msg_free(&m);
 	return rc;
@@ -126,31 +137,39 @@ static void drain(struct store *st, int n)
 
 /*
  * keyless_one - a new message without a key or claim, as a non-delivery
- * notice is spooled; made by delivery (by_delivery) or not
+ * notice is spooled: alone, or (notice) in the transaction of a delivery
+ * update, after it (message 0's deferral), as a bounce writes its notice
+ * with its outcome
  */
-static int keyless_one(struct store *st, int i, size_t len, int by_delivery)
+static int keyless_one(struct store *st, int i, size_t len, int notice)
 {
-	struct store_msg m;
+	struct store_msg m, o;
 	struct store_txn *t;
 	int rc;
 
+	if (notice && (rc = outcome_load(st, 0, STORE_RCPT_QUEUED,
+					 "451 4.3.0 the upstream is busy, try again later", &o)) != 0)
+		return rc;
 	msg_make(&m, i, len);
 	m.has_key = 0;
-	m.by_delivery = by_delivery;
 	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
+		if (notice)
+			store_txn_msg_update(t, &o);
 		store_txn_msg_put(t, &m);
 		rc = store_txn_commit(t);
 	}
 	store_msg_free(&m);
+	if (notice)
+		store_msg_free(&o);
 	return rc;
 }
 
 /*
  * test_reserve - acceptance stops while every queued message's deferral,
  * outcome and removal still fit, a keyless new message too; a message
- * made by delivery (by_delivery: a bounce's non-delivery notice, part of
- * its outcome) is taken there, as delivery's other writes are; then they
- * all do, and acceptance resumes. Without the reserve the map fills and
+ * put after a delivery update in its transaction (a bounce's
+ * non-delivery notice, written with its outcome) is taken there, as
+ * delivery's other writes are; then they all do, and acceptance resumes. Without the reserve the map fills and
  * outcomes are refused.
  */
 static void test_reserve(void **state)
@@ -184,10 +203,11 @@ static int notices_until_refused(struct store *st, int *next, size_t len)
 }
 
 /*
- * test_notices_keep_floor - notices (by_delivery) may use the room kept
- * for the queued messages' delivery writes, not the floor: a notice is
- * about as large as its original, whose pages come back only when its
- * outcome commits, later. Put until refused (60 KB ones, then 1500 bytes
+ * test_notices_keep_floor - notices (each put after a delivery update in
+ * its transaction) may use the room kept for the queued messages'
+ * delivery writes, not the floor: a notice is about as large as its
+ * original, whose pages come back only once its outcome has committed.
+ * Put until refused (60 KB ones, then 1500 bytes
  * ones, to leave the map as full as notices can), every queued message's
  * deferral and outcome still commits, the notices' too. Without the
  * floor (notices taken unchecked) the map fills and outcomes are refused.
