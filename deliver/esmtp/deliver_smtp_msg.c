@@ -93,9 +93,8 @@ static const char *const xmsg_state_name[] = {
 /* deliver_smtp_msg_enter - change a message's state, and say so at debug level */
 void deliver_smtp_msg_enter(struct xmsg *x, enum xmsg_state to)
 {
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		msg_debug("%s: smtp %s -> %s", x->job->m.qid, xmsg_state_name[x->state],
-			  xmsg_state_name[to]);
+	msg_debug("%s: smtp %s -> %s", x->job->m.qid, xmsg_state_name[x->state],
+		  xmsg_state_name[to]);
 	x->state = to;
 }
 

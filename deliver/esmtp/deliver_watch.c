@@ -112,9 +112,8 @@ void deliver_watch_settle(struct deliver_watch *w)
 		return;
 	w->dot_acked = !w->dot_seq_known || tcp_acked(w->fd, &acked) < 0
 	    || acked >= w->dot_seq;
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		msg_debug("upstream TCP: final dot %u %s", w->dots_out,
-			  w->dot_acked ? "acknowledged" : "not acknowledged");
+	msg_debug("upstream TCP: final dot %u %s", w->dots_out,
+		  w->dot_acked ? "acknowledged" : "not acknowledged");
 }
 
 /* deliver_watch_dot_acked - did the nth final dot reach the server's TCP? */
