@@ -710,8 +710,6 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 /* deliver_enqueue - a message was just committed: deliver it now */
 void deliver_enqueue(struct deliver *d, const char *qid)
 {
-	if (d == NULL || qid == NULL)
-		return;
 	deliver_schedule(d, qid, clock_us(), 0);
 }
 
