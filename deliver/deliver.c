@@ -16,7 +16,7 @@
  *	batch is due. Messages accepted one by one then share a connection
  *	and one outcome transaction instead of paying for one each (a TCP
  *	handshake, a bridge thread and an fsync per message, measured in
- *	BENCHMARKS.md). It takes up to d->batch due messages, which become
+ *	BENCHMARKS.md). It takes up to t->batch due messages, which become
  *	busy so that no other thread takes them, loads them (up to
  *	DELIVER_BATCH_BYTES of message data; the rest is handed back), hands
  *	them to the transport in one go (one upstream connection for the
@@ -156,9 +156,9 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
 	int64_t now = clock_us(), before;
 
 	pthread_mutex_lock(&d->lock);
-	before = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
+	before = dq_batch_start(&d->q, now, DELIVER_GATHER, d->t->batch);
 	if ((leased ? dq_again : dq_add) (&d->q, qid, when)
-	    && dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch) != before)
+	    && dq_batch_start(&d->q, now, DELIVER_GATHER, d->t->batch) != before)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
 }
@@ -341,8 +341,8 @@ static size_t take_batch(struct deliver *d, char (*qids)[STORE_QID_SIZE], int *a
 	while (!d->stop) {
 		now = clock_us();
 		wake = groups_close(d, now);
-		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->batch);
-		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->batch, &g)) > 0) {
+		start = dq_batch_start(&d->q, now, DELIVER_GATHER, d->t->batch);
+		if (start <= now && (n = dq_take_due(&d->q, now, qids, d->t->batch, &g)) > 0) {
 			if (g < 0 || (a = deliver_rate_admit(d->rates[g], now, &when))
 			    == DELIVER_ADMITTED) {
 				*admitted = g;
@@ -497,9 +497,9 @@ static void remember_groups(struct deliver *d, struct deliver_job **jobs, size_t
 static void *deliver_thread(void *arg)
 {
 	struct deliver *d = arg;
-	char (*qids)[STORE_QID_SIZE] = xcalloc(d->batch, sizeof(*qids));
-	struct deliver_job *jobs = xcalloc(d->batch, sizeof(*jobs));
-	struct deliver_job **ready = xcalloc(d->batch, sizeof(*ready));
+	char (*qids)[STORE_QID_SIZE] = xcalloc(d->t->batch, sizeof(*qids));
+	struct deliver_job *jobs = xcalloc(d->t->batch, sizeof(*jobs));
+	struct deliver_job **ready = xcalloc(d->t->batch, sizeof(*ready));
 	size_t n, i, n_ready, n_sent, bytes;
 	int admitted = -1;
 
@@ -608,7 +608,7 @@ static size_t closed_routes(struct deliver *d, int64_t now, const char **skip)
 static void *take_thread(void *arg)
 {
 	struct deliver *d = arg;
-	size_t room, n_skip, want = d->batch * d->n_threads;
+	size_t room, n_skip, want = d->t->batch * d->n_threads;
 	const char **skip = xcalloc(d->c->n_routes + 1, sizeof(*skip));
 	int64_t now, renew_at = 0, count_at = 0;
 	int err;
@@ -677,7 +677,6 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 		msg_fatal("delivery: no upstream.host and no upstream.maildir");
 	/* upstream.connections is 1 at least (conf.c) */
 	d->n_threads = t->one_thread ? 1 : (size_t) c->upstream.connections;
-	d->batch = t->batch;
 	if (t->limited) {
 		d->rates = xcalloc(c->n_routes + 1, sizeof(*d->rates));
 		d->rates[0] = deliver_rate_new(NULL, c->upstream.connections, c->upstream.rate,

@@ -55,7 +55,6 @@ struct deliver {
 	pthread_t *threads;		/* owned */
 	size_t n_threads;		/* upstream.connections (1: a one-thread transport),
 					 * and each route's connections */
-	size_t batch;			/* messages per upstream session */
 	struct deliver_rate **rates;	/* owned, one per upstream group: [0] the default
 					 * upstream's, [1 + i] route i's (the queue's groups);
 					 * NULL: a transport with no limits (Maildir) */
