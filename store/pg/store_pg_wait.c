@@ -107,12 +107,22 @@
  *	node's next use of the database: its take, its renewal, its next
  *	batch, whose begin reads a retry's claims (store_pg_pend.c).
  *
+ *	Replays only. A batch that wrote nothing but replayed claims of
+ *	another node's acceptance wrote their marks (store_pg_claim.c): with
+ *	its outcome unknown, the marks are read back, and if every one is
+ *	there (this batch's, or another node's: either way the messages are
+ *	delivered) its duplicates are answered 250 as the marks say; else
+ *	451, and a mark that could not be read may stand all the same (the
+ *	database away, or a COMMIT still waiting for the standby), so that
+ *	a message none of whose submissions got 250 is delivered.
+ *
  *	Not covered (store_pg_pend.c says more): a node cut off from
  *	PostgreSQL for longer than store.lease, while the others reach it
  *	or as they come back with it, may be beaten by another node's take,
  *	which looks at the lease's expiry, not at its owner's life; and a
  *	node killed while it keeps such batches forgets them (its next start
- *	gives up its leases): either delivers a message answered 451.
+ *	gives up its leases): either delivers a message answered 451; as
+ *	does a replay's mark that stands though its batch got 451, above.
  *	Delivery writes that ride in a voided or kept batch are only told
  *	it failed.
  * DIAGNOSTICS
@@ -514,6 +524,34 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
 }
 
 /*
+ * replays_read_back - t wrote only marks and its COMMIT got no answer: are
+ * the marks of the claims it replayed all there (see the header)? 0 so,
+ * else STORE_EAGAIN
+ */
+static int replays_read_back(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	PGconn *c;
+	int64_t n = -1;
+
+	if (store_pg_take(t->st, &c) != 0)
+		return STORE_EAGAIN;
+	store_pg_params_init(&p);
+	store_pg_p_qids(&p, t->replays, t->n_replays);
+	if (store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE qid = ANY($1::text[]) "
+			  "AND replayed", &p, &r, "replays read back") == 0) {
+		n = store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	store_pg_give(t->st, c);
+	msg_warn("store: a commit's outcome was unknown (connection lost): its replays read "
+		 "back: %s", n == (int64_t) t->n_replays ? "marked" : n < 0 ? "not known" : "not marked");
+	return n == (int64_t) t->n_replays ? 0 : STORE_EAGAIN;
+}
+
+/*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
  * settled (see the header); store_pg_read_back() reads a committed
@@ -524,8 +562,8 @@ int store_pg_commit_resolve(struct pg_txn *t)
 	struct pg_store *st = t->st;
 	enum pg_xact x;
 
-	if (t->n_put == 0)
-		return STORE_EAGAIN;	/* nothing put: nothing to read back */
+	if (t->n_put == 0)	/* nothing put: the marks tell, if it wrote nothing else */
+		return t->n_replays > 0 && t->n_segs == 0 ? replays_read_back(t) : STORE_EAGAIN;
 	if (t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
 		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
 	x = xact_status(st, t->xid);

@@ -12,7 +12,8 @@
  * or without the id the key locks give; a settling whose void stalls never
  * hangs the node, and voids one whose id reads as aborted, but not one
  * another node replayed or took for delivery, while it was cut off past
- * the lease; kept while its status read is refused for a
+ * the lease; a replay whose own commit's answer is lost read back by its
+ * mark; kept while its status read is refused for a
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
  * replay in flight), what a batch of duplicates and the counts' flush
@@ -2030,6 +2031,51 @@ static void test_commit_unreachable_replayed(void **state)
 	CHECK_STR("under its QID", c.qid, "AWAYREPLAY01");
 }
 
+/* lost_after_mark - the commit hook: once hook_qid is marked replayed, the answer lost */
+static void lost_after_mark(PGconn *c)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s' AND replayed",
+		 hook_qid);
+	if (!seen_within(q))
+		fail_msg("the replay's mark did not become visible within 5 s");
+	cut_fd(PQsocket(c));
+}
+
+/*
+ * The same, but the replay's own COMMIT loses its answer (note 14's F3
+ * (b)): a batch of duplicates only, which wrote nothing but the mark.
+ * The node reads the mark back: there, the batch committed, and its
+ * retry is answered 250 with the QID, as the mark says; it was answered
+ * 451 unread, while the mark stood and the message was delivered.
+ */
+static void test_commit_unreachable_replay_lost(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+
+	kept_batch(f, "AWAYREPLAY02", 75, 1, h, cut_off);
+	other = node_open(f, "other");
+	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	store_txn_replay(t, KH, h);
+	commit_hook = lost_after_mark;
+	CHECK_INT("the replay's answer lost, its mark read back: 250", store_txn_commit(t), 0);
+	commit_hook = NULL;
+	store_close(other);
+
+	back((struct pg_store *) f->st);
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY02"), 1);
+	CHECK_INT("the key replays it", claim_found(f->st, 75, NOW, &c), 1);
+	CHECK_STR("under its QID", c.qid, "AWAYREPLAY02");
+}
+
 /*
  * The same, but the other node read the claim and did not answer with
  * its QID (review of 0099f5d, MEDIUM 2): a content mismatch refused
@@ -3462,6 +3508,7 @@ int main(void)
 		T(test_voids),
 		T(test_commit_unreachable),
 		T(test_commit_unreachable_replayed),
+		T(test_commit_unreachable_replay_lost),
 		T(test_commit_unreachable_not_replayed),
 		T(test_commit_unreachable_taken),
 		T(test_settle_stalled),
