@@ -87,13 +87,10 @@ struct smtp_tx {
 	int nul;		/* a NUL octet was seen in the message */
 };
 
-#define SMTP_HARD_ERRORS_DEFAULT 20	/* Postfix's smtpd_hard_error_limit */
-#define SMTP_JUNK_COMMANDS_DEFAULT 100	/* Postfix's smtpd_junk_command_limit */
-
 struct smtp_config {
 	const char *hostname;	/* greeting, EHLO reply */
 	uint64_t message_size;	/* SIZE limit: 552 5.3.4 past it */
-	int max_rcpts;		/* 452 4.5.3 past it */
+	int max_rcpts;		/* 452 4.5.3 past it; 0: no limit */
 	int bare_lf_reject;	/* 550 5.5.2 for a message with bare CR/LF */
 	int long_lines_reject;	/* 550 5.6.0 for a line over 998 octets */
 	int nul_reject;		/* 550 5.6.0 for a message with a NUL octet */
@@ -104,11 +101,9 @@ struct smtp_config {
 				 * the auth hook) */
 	int auth_required;	/* MAIL before AUTH: 530 5.7.0 (RFC 6409) */
 	int hard_errors;	/* 421 and close after this many 4xx/5xx
-				 * replies without a message accepted;
-				 * <= 0: SMTP_HARD_ERRORS_DEFAULT */
+				 * replies without a message accepted; 0: none */
 	int junk_commands;	/* NOOP, RSET, VRFY, HELP past this many without
-				 * a message accepted count as errors;
-				 * <= 0: SMTP_JUNK_COMMANDS_DEFAULT */
+				 * a message accepted count as errors; 0: none */
 	int smtputf8;		/* offer SMTPUTF8 (RFC 6531): UTF-8 addresses */
 	size_t out_max;		/* no command is taken while this much output
 				 * waits (a client that does not read); 0: none */

@@ -213,7 +213,7 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "250 2.1.5 Ok");
 		goto done;
 	}
-	if (s->tx->n_rcpts >= (size_t) s->cfg.max_rcpts) {
+	if (s->tx->n_rcpts >= (size_t) s->cfg.max_rcpts && s->cfg.max_rcpts) {
 		smtp_reply(s, "452 4.5.3 Too many recipients");
 		goto done;
 	}

@@ -138,12 +138,6 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 
 	s->cfg = *cfg;
 	s->cfg.hostname = xstrdup(cfg->hostname ? cfg->hostname : "localhost");
-	if (s->cfg.max_rcpts <= 0)
-		s->cfg.max_rcpts = SMTP_RCPTS_DEFAULT;
-	if (s->cfg.hard_errors <= 0)
-		s->cfg.hard_errors = SMTP_HARD_ERRORS_DEFAULT;
-	if (s->cfg.junk_commands <= 0)
-		s->cfg.junk_commands = SMTP_JUNK_COMMANDS_DEFAULT;
 	if (hooks)
 		s->hooks = *hooks;
 	s->ctx = ctx;
@@ -343,9 +337,10 @@ void smtp_session_count(struct smtp_session *s, const char *reply, int junk)
 {
 	if (reply[0] == '4' || reply[0] == '5')
 		s->errors++;
-	if (junk && ++s->junk > s->cfg.junk_commands)
+	if (junk && ++s->junk > s->cfg.junk_commands && s->cfg.junk_commands)
 		s->errors++;
-	if (s->errors >= s->cfg.hard_errors)	/* once: a closed session stays as it is */
+	/* once: a closed session stays as it is */
+	if (s->errors >= s->cfg.hard_errors && s->cfg.hard_errors)
 		smtp_session_close(s, SMTP_CLOSE_ERRORS, "4.7.0", "Error: too many errors");
 }
 

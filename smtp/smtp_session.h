@@ -16,7 +16,6 @@
 #include "smtp_stats.h"
 
 #define SMTP_REPLY_LINE_MAX	512	/* reply line we build, incl. CRLF */
-#define SMTP_RCPTS_DEFAULT	1000	/* when max_rcpts is not positive */
 
 enum smtp_state {
 	SMTP_STATE_COMMAND,		/* reading command lines */

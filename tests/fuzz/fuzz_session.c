@@ -127,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct smtp_config cfg = {
 		.hostname = "fuzz.example", .message_size = 4096, .max_rcpts = 5,
-		.starttls = 1, .auth = 1,
+		.starttls = 1, .auth = 1, .hard_errors = 20, .junk_commands = 100,
 	};
 	static const struct smtp_hooks hooks = {
 		.rcpt = fuzz_rcpt, .message = fuzz_message, .auth = fuzz_auth,

@@ -991,6 +991,35 @@ static void test_no_hooks(void **state)
 }
 
  /*
+  * A limit of 0 is none (the configuration never gives one): 30 errors
+  * and 30 NOOPs close nothing, and a recipient past any count is taken.
+  */
+static void test_zero_limits(void **state)
+{
+	struct smtp_config cfg = {.hostname = "mx.test"};
+	struct smtp_session *s;
+	int i;
+
+	(void) state;
+	s = smtp_session_new(&cfg, NULL, NULL);
+	for (i = 0; i < 30; i++)
+		smtp_session_feed(s, S("FOO\r\nNOOP\r\n"));
+	assert_false(smtp_session_closing(s));
+	buf_reset(smtp_session_out(s));
+	smtp_session_feed(s, S("MAIL FROM:<a@b.c>\r\n"));
+	for (i = 0; i < 1001; i++) {
+		char line[64];
+
+		snprintf(line, sizeof(line), "RCPT TO:<r%d@y.z>\r\n", i);
+		buf_reset(smtp_session_out(s));
+		smtp_session_feed(s, line, strlen(line));
+		if (strcmp(smtp_session_out(s)->data, OK_RCPT) != 0)
+			fail_msg("recipient %d: got %s, want %s", i, smtp_session_out(s)->data, OK_RCPT);
+	}
+	smtp_session_free(s);
+}
+
+ /*
   * Robustness: pseudo-random input made of SMTP fragments and junk, in
   * pseudo-random chunks. Nothing may crash or leak (run under valgrind);
   * memory stays bounded.
@@ -1151,6 +1180,7 @@ int main(void)
 		cmocka_unit_test(test_shutdown_while_waiting),
 		cmocka_unit_test(test_smtputf8),
 		cmocka_unit_test(test_no_hooks),
+		cmocka_unit_test(test_zero_limits),
 		cmocka_unit_test(test_random_input),
 		cmocka_unit_test(test_error_limits),
 		cmocka_unit_test(test_out_max),
