@@ -48,11 +48,6 @@
 
 #define DELETED		"\1"
 
-struct taken {
-	char qid[STORE_QID_SIZE];
-	int64_t next_attempt;
-};
-
 /* slot_of - qid's slot, or the free one it would take (lmu held, cap > 0) */
 static struct pg_lease *slot_of(struct pg_store *st, const char *qid, int for_insert)
 {
@@ -203,20 +198,14 @@ static size_t held(struct pg_store *st, struct pg_params *p, struct pg_lease **c
 static int call_back(const PGresult *r, int (*cb) (void *, const struct store_msg *), void *arg)
 {
 	struct store_msg m;
-	struct taken *v;
-	int i, n = PQntuples(r), k = 0, err = 0;
+	int i, err = 0;
 
-	v = xcalloc(n ? (size_t) n : 1, sizeof(*v));
-	for (i = 0; i < n; i++)
-		if (store_pg_qid(r, i, 0, v[k].qid) == 0)
-			v[k++].next_attempt = store_pg_int(r, i, 1);
 	memset(&m, 0, sizeof(m));
-	for (i = 0; i < k && err == 0; i++) {
-		memcpy(m.qid, v[i].qid, sizeof(m.qid));
-		m.next_attempt = v[i].next_attempt;
-		err = cb(arg, &m);
-	}
-	free(v);
+	for (i = 0; i < PQntuples(r) && err == 0; i++)
+		if (store_pg_qid(r, i, 0, m.qid) == 0) {
+			m.next_attempt = store_pg_int(r, i, 1);
+			err = cb(arg, &m);
+		}
 	return err;
 }
 
@@ -308,10 +297,9 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
 	struct pg_lease *mine;
-	int64_t *kept;
-	size_t n, i, k, lost = 0;
+	size_t n, i, lost = 0;
 	PGresult *r;
-	int err, j;
+	int err, k;
 
 	(void) now;			/* leases run on the database's clock */
 	if (st->node == NULL)
@@ -343,14 +331,11 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 		free(mine);
 		return err;
 	}
-	kept = xcalloc((size_t) PQntuples(r) + 1, sizeof(*kept));
-	for (j = 0; j < PQntuples(r); j++)
-		kept[j] = store_pg_int(r, j, 0);
 	pthread_mutex_lock(&st->lmu);
 	for (i = 0; i < n; i++) {
-		for (k = 0; k < (size_t) PQntuples(r) && kept[k] != mine[i].token; k++)
+		for (k = 0; k < PQntuples(r) && store_pg_int(r, k, 0) != mine[i].token; k++)
 			;
-		if (k == (size_t) PQntuples(r)) {
+		if (k == PQntuples(r)) {
 			lease_del_locked(st, mine[i].qid, mine[i].token);
 			lost++;
 		}
@@ -360,7 +345,6 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 		msg_info("store: %zu lease%s lost to other nodes or finished", lost,
 			 lost == 1 ? "" : "s");
 	PQclear(r);
-	free(kept);
 	free(mine);
 	return 0;
 }
