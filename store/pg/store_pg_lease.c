@@ -84,21 +84,6 @@ static void grow(struct pg_store *st)
 	free(old);
 }
 
-/* store_pg_lease_get - the token of the lease this node holds on qid; STORE_ENOTFOUND */
-int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token)
-{
-	struct pg_lease *e;
-	int err = STORE_ENOTFOUND;
-
-	pthread_mutex_lock(&st->lmu);
-	if (st->cap_leases && (e = slot_of(st, qid, 0))->qid[0] != 0) {
-		*token = e->token;
-		err = 0;
-	}
-	pthread_mutex_unlock(&st->lmu);
-	return err;
-}
-
 /* store_pg_lease_entry - qid's entry, or NULL if this node holds no lease on it (lmu held) */
 struct pg_lease *store_pg_lease_entry(struct pg_store *st, const char *qid)
 {
@@ -107,6 +92,21 @@ struct pg_lease *store_pg_lease_entry(struct pg_store *st, const char *qid)
 	if (st->cap_leases == 0 || (e = slot_of(st, qid, 0))->qid[0] == 0)
 		return NULL;
 	return e;
+}
+
+/*
+ * store_pg_lease_get - the token of the lease this node holds on qid;
+ * STORE_ENOTFOUND, *token untouched
+ */
+int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token)
+{
+	struct pg_lease *e;
+
+	pthread_mutex_lock(&st->lmu);
+	if ((e = store_pg_lease_entry(st, qid)) != NULL)
+		*token = e->token;
+	pthread_mutex_unlock(&st->lmu);
+	return e != NULL ? 0 : STORE_ENOTFOUND;
 }
 
 /* store_pg_lease_set - this node holds qid's lease, with token (a copy of another token's goes) */
@@ -135,9 +135,7 @@ static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token
 {
 	struct pg_lease *e;
 
-	if (st->cap_leases == 0 || (e = slot_of(st, qid, 0))->qid[0] == 0)
-		return;
-	if (token != 0 && e->token != token)
+	if ((e = store_pg_lease_entry(st, qid)) == NULL || (token != 0 && e->token != token))
 		return;
 	store_pg_keep_unhang(st, e);	/* a copy dies with its lease */
 	strcpy(e->qid, DELETED);

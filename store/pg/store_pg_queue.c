@@ -203,8 +203,8 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 		}
 		if (err != 0)
 			store_msg_free(m);
-		else if (store_pg_lease_get(st, qid, &m->lease) != 0)
-			m->lease = 0;		/* not leased to this node */
+		else		/* 0 (the row's) unless leased to this node */
+			(void) store_pg_lease_get(st, qid, &m->lease);
 	}
 	PQclear(r);
 	return err;
@@ -242,25 +242,17 @@ int store_pg_why(struct pg_store *st, const char *qid, size_t n_rcpts, int64_t t
 	return err;
 }
 
-/* token_of - the token of this node's lease on qid, 0 if it holds none */
-static int64_t token_of(struct pg_store *st, const char *qid)
-{
-	int64_t token;
-
-	return store_pg_lease_get(st, qid, &token) == 0 ? token : 0;
-}
-
 /* store_pg_msg_drop - out of the spool, story kept; refused while another node's lease is live */
 int store_pg_msg_drop(struct store *base, const char *qid)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	int64_t now = clock_us(), token;
+	int64_t now = clock_us(), token = 0;	/* 0: this node holds no lease on it */
 	PGresult *r;
 	int err;
 
 	store_pg_keep_forget(st, qid);
-	token = token_of(st, qid);
+	(void) store_pg_lease_get(st, qid, &token);
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, now);
