@@ -155,7 +155,6 @@ static int backend_note(struct pg_store *st, PGconn *c)
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
-	char *msg;
 	PGconn *c;
 
 	memcpy(vals, conn_vals, sizeof(vals));
@@ -170,9 +169,8 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 				return c;
 		}
 	}
-	msg = xstrdup(c ? PQerrorMessage(c) : "out of memory");
-	snprintf(err, errlen, "%s", one_line(msg));
-	free(msg);
+	snprintf(err, errlen, "%s", c ? PQerrorMessage(c) : "out of memory");
+	one_line(err);
 	PQfinish(c);
 	return NULL;
 }
@@ -704,9 +702,8 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		  char *err, size_t errlen)
 {
 	struct pg_store *st = xcalloc(1, sizeof(*st));
-	char why[512] = "", dummy[1];
+	char dummy[1];
 	PGconn *c;
-	PGresult *r;
 	int rc;
 	size_t i;
 
@@ -732,8 +729,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		rc = STORE_EINVAL;
 		goto fail;
 	}
-	if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
-		snprintf(err, errlen, "%s", why);	/* the caller names the setting */
+	if ((c = store_pg_connect(st, err, errlen)) == NULL) {	/* the caller names the setting */
 		rc = STORE_EAGAIN;
 		goto fail;
 	}
@@ -754,15 +750,13 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		goto fail;
 	rc = node_start(st, st->anchor, err, errlen);
 	/* the schema lock store_pg_schema() took: other starters may go on */
-	if (store_pg_exec(st, st->anchor, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")", NULL,
-			  &r, "schema unlock") == 0)
-		PQclear(r);
+	(void) store_pg_simple(st, st->anchor, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")",
+			       "schema unlock");
 	if (rc != 0)
 		goto fail;
 	st->anchor_checked = clock_mono_us();
 	for (i = st->n_open; i < PG_POOL_START; i++) {	/* the probe's are in it */
-		if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
-			snprintf(err, errlen, "%s", why);	/* the caller names the setting */
+		if ((c = store_pg_connect(st, err, errlen)) == NULL) {
 			rc = STORE_EAGAIN;
 			goto fail;
 		}

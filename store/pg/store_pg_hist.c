@@ -32,7 +32,7 @@
 #define EXPIRY_LOCK "hashtextextended('idemrelay expiry ' || coalesce(current_schema(), ''), 0)"
 
 /* qids_of - column 0 of every row as an owned QID array */
-static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
+static void qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 {
 	int i, rows = PQntuples(r);
 
@@ -41,7 +41,6 @@ static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 	for (i = 0; i < rows; i++)
 		if (store_pg_qid(r, i, 0, (*qids)[*n]) == 0)
 			(*n)++;
-	return 0;
 }
 
 /* store_pg_story_get - a QID's story; the spool's live state while queued */
@@ -208,9 +207,7 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 			PQclear(r);
 		}
 	}
-	if (store_pg_exec(st, c, err == 0 ? "COMMIT" : "ROLLBACK", NULL, &r, "expire") == 0)
-		PQclear(r);
-	else if (err == 0)
+	if (store_pg_simple(st, c, err == 0 ? "COMMIT" : "ROLLBACK", "expire") != 0 && err == 0)
 		err = STORE_EAGAIN;
 out:
 	store_pg_give(st, c);

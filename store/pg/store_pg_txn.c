@@ -430,14 +430,11 @@ static int conn_lost(PGconn *c)
 /* txn_free - give the connection back (rolled back if a transaction is open) and free */
 static void txn_free(struct pg_txn *t)
 {
-	PGresult *r;
 	size_t i;
 
 	if (t->c && !conn_lost(t->c) && PQtransactionStatus(t->c) != PQTRANS_IDLE
-	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF) {
-		if (store_pg_exec(t->st, t->c, "ROLLBACK", NULL, &r, "rollback") == 0)
-			PQclear(r);
-	}
+	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF)
+		(void) store_pg_simple(t->st, t->c, "ROLLBACK", "rollback");
 	store_pg_give_sized(t->st, t->c, t->data_bytes);
 	for (i = 0; i < t->n_segs; i++)
 		seg_free(&t->segs[i]);
