@@ -156,50 +156,63 @@ int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m)
  * (its message record names another)? Then the attempt that defers it
  * went the old way, and the retry time it earned there is not its own.
  */
-static int rerouted(struct lmdb_store *st, struct lmdb_txn *t, MDB_val *key, const char *route)
+static int rerouted(struct lmdb_txn *t, MDB_val *key, const char *route)
 {
 	MDB_val val;
 	int same;
 
-	return mdb_get(t->txn, st->msg, key, &val) == 0
+	return mdb_get(t->txn, t->st->msg, key, &val) == 0
 	    && lmdb_msg_rec_peek_route(val.mv_data, val.mv_size, route, &same) == 0 && !same;
 }
 
+/* queue_get - qid's key and delivery state record in t: 0, or the STORE_E* code t now fails with */
+static inline int queue_get(struct lmdb_txn *t, const char *qid, MDB_val *key, MDB_val *val)
+{
+	int err = STORE_EINVAL;
+
+	if (lmdb_qid_key(qid, key) == 0)
+		err = lmdb_mdb_error(mdb_get(t->txn, t->st->queue, key, val), "get queue");
+	return err ? store_txn_fail(&t->base, err) : 0;
+}
+
 /*
- * msg_update_in - rewrite one message's delivery state inside t. A
+ * lmdb_txn_msg_update - rewrite one message's delivery state inside t,
+ * and its story unless t is bare; all final: it leaves the spool. A
+ * message t puts from now on is that outcome's notice (store_space.c). A
  * deferral of a message rerouted during its attempt (the reroute made it
  * due now) keeps it due now: a restart would wait out the old route's
  * retry, as every node did on PostgreSQL (store_pg_txn.c).
  */
-static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct store_msg *m,
-			 int with_hist)
+void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 {
+	struct lmdb_txn *t = (struct lmdb_txn *) base;
+	struct lmdb_store *st = t->st;
 	struct store_msg kept;
 	MDB_val key, val;
 	size_t i, n;
 	int err, queued = 0;
 
-	if (lmdb_qid_key(m->qid, &key) != 0)
-		return STORE_EINVAL;
+	t->outcome = 1;
+	if (queue_get(t, m->qid, &key, &val) != 0)
+		return;
 	for (i = 0; i < m->n_rcpts; i++)
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			queued = 1;
-	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0)
-		return err;
 	/* the hold is the operator's: an update keeps it as it finds it */
 	kept = *m;
 	if (lmdb_queue_rec_peek(val.mv_data, val.mv_size, &n, NULL, &kept.held) != 0
 	    || n != m->n_rcpts) {
 		msg_warn("%s: store: queue record does not match the update", m->qid);
-		return STORE_EINVAL;
+		store_txn_fail(&t->base, STORE_EINVAL);
+		return;
 	}
 	/* first: a story without a record yet is made from the spool records */
-	if (with_hist)
+	if (!t->base.bare)
 		lmdb_hist_update(t, m, queued);
 	/* a failed put leaves LMDB's transaction unusable (MDB_BAD_TXN): stop here */
 	if (t->base.err)
-		return t->base.err;
-	if (queued && kept.next_attempt > clock_us() && rerouted(st, t, &key, m->route))
+		return;
+	if (queued && kept.next_attempt > clock_us() && rerouted(t, &key, m->route))
 		kept.next_attempt = clock_us();
 	if (queued) {
 		err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(&kept), 0,
@@ -213,40 +226,19 @@ static int msg_update_in(struct lmdb_store *st, struct lmdb_txn *t, const struct
 		if (err == 0)
 			err = lmdb_last_qid_note(t, &key, 1);
 	}
-	return err;
-}
-
-/*
- * lmdb_txn_msg_update - rewrite delivery state and the story (not in a
- * bare transaction) inside t; all final: leave the spool. A message t
- * puts from now on is that outcome's notice (store_space.c).
- */
-void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
-{
-	struct lmdb_txn *t = (struct lmdb_txn *) base;
-	int err;
-
-	t->outcome = 1;
-	if ((err = msg_update_in(t->st, t, m, !base->bare)) != 0)
+	if (err != 0)
 		store_txn_fail(&t->base, err);
 }
 
 /* queue_patch - rewrite one field of qid's delivery state record inside t (what, with v) */
 static void queue_patch(struct lmdb_txn *t, const char *qid, unsigned what, int64_t v)
 {
-	struct lmdb_store *st = t->st;
 	MDB_val key, val;
 	void *copy;
 	int err;
 
-	if (lmdb_qid_key(qid, &key) != 0) {
-		store_txn_fail(&t->base, STORE_EINVAL);
+	if (queue_get(t, qid, &key, &val) != 0)
 		return;
-	}
-	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &val), "get queue")) != 0) {
-		store_txn_fail(&t->base, err);
-		return;
-	}
 	/* the value points into the map: patch a copy, never the map */
 	copy = xmalloc(val.mv_size);
 	memcpy(copy, val.mv_data, val.mv_size);
@@ -255,7 +247,7 @@ static void queue_patch(struct lmdb_txn *t, const char *qid, unsigned what, int6
 		store_txn_fail(&t->base, STORE_EINVAL);
 	} else {
 		val.mv_data = copy;
-		if ((err = lmdb_mdb_error(lmdb_put(t, st->queue, &key, &val, 0),
+		if ((err = lmdb_mdb_error(lmdb_put(t, t->st->queue, &key, &val, 0),
 					   "put queue")) != 0)
 			store_txn_fail(&t->base, err);
 	}
@@ -279,14 +271,11 @@ static void set_route(struct lmdb_txn *t, const char *qid, const char *route)
 	MDB_val key, mval, qval;
 	int err;
 
-	if (lmdb_qid_key(qid, &key) != 0) {
-		store_txn_fail(&t->base, STORE_EINVAL);
+	if (queue_get(t, qid, &key, &qval) != 0)
 		return;
-	}
 	memset(&m, 0, sizeof(m));
 	memcpy(m.qid, qid, key.mv_size);
-	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->queue, &key, &qval), "get queue")) == 0
-	    && (err = lmdb_mdb_error(mdb_get(t->txn, st->msg, &key, &mval), "get msg")) == 0
+	if ((err = lmdb_mdb_error(mdb_get(t->txn, st->msg, &key, &mval), "get msg")) == 0
 	    && (err = lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, &m, 1)) == 0) {
 		free(m.route);
 		m.route = route ? xstrdup(route) : NULL;
