@@ -86,14 +86,12 @@ static inline struct lmdb_store *lmdb_of(struct store *st)
 	return (struct lmdb_store *) st;
 }
 
-/* what store_upkeep() and store_health() are made of (store_lmdb.c) */
+/* what store_upkeep() and store_health() are made of: store_grow.c's, and lmdb_broken() */
 int lmdb_grow(struct store *base);
 int lmdb_grow_due(struct store *base);
 int lmdb_broken(struct store *base);
-int lmdb_reopen(struct store *base);
 
-/* the interface's entries (store_backend.h), one per store.h function */
-STORE_ENTRY(close) lmdb_close;
+/* the interface's entries (store_backend.h) that live outside store_lmdb.c */
 STORE_ENTRY(claims_get) lmdb_claims_get;
 STORE_ENTRY(txn_begin) lmdb_txn_begin;
 STORE_ENTRY(txn_claim_get) lmdb_txn_claim_get;
@@ -106,7 +104,6 @@ void lmdb_txn_abort(struct store_txn *base);
 STORE_ENTRY(msg_load) lmdb_msg_load;
 STORE_ENTRY(msg_change) lmdb_msg_change;
 STORE_ENTRY(msg_drop) lmdb_msg_drop;
-STORE_ENTRY(stats) lmdb_stats;
 STORE_ENTRY(queue_walk) lmdb_queue_walk;
 void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted);
 STORE_ENTRY(story_get) lmdb_story_get;
@@ -163,7 +160,7 @@ uint64_t lmdb_map_ceiling(struct lmdb_store *st);
 #define STORE_JOURNAL_SIZE	(8u << 20)	/* taken from the end of store.map_size */
 int lmdb_put(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val, unsigned flags);
 int lmdb_del(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, MDB_val *val);
-int journal_open(struct lmdb_store *st, const char *path);
+int journal_open(struct lmdb_store *st);
 void journal_close(struct lmdb_store *st);
 int journal_commit(struct lmdb_txn *t);
 int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id);

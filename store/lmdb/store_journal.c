@@ -391,7 +391,7 @@ static int replay(struct lmdb_store *st, const uint8_t *rec, size_t len, uint64_
 }
 
 /* recover - find the record of the transaction after the store's last, and apply it */
-static int recover(struct lmdb_store *st, struct journal *j, const char *path)
+static int recover(struct lmdb_store *st, struct journal *j)
 {
 	MDB_envinfo info;
 	const uint8_t *map, *r;
@@ -416,10 +416,10 @@ static int recover(struct lmdb_store *st, struct journal *j, const char *path)
 			continue;
 		if ((rc = replay(st, r, J_HDR + len, want)) == 0)
 			msg_info("store %s: transaction %llu replayed from the journal (%llu bytes)",
-				 path, (unsigned long long) want, (unsigned long long) len);
+				 st->path, (unsigned long long) want, (unsigned long long) len);
 		else
 			msg_error("store %s: cannot replay transaction %llu from the journal: %s",
-				  path, (unsigned long long) want, mdb_strerror(rc));
+				  st->path, (unsigned long long) want, mdb_strerror(rc));
 		break;
 	}
 	munmap((void *) map, j->size);
@@ -571,7 +571,7 @@ static void journal_free(struct journal *j)
  * must be applied cannot be; a journal that cannot be used only leaves
  * st->j NULL, with a warning.
  */
-int journal_open(struct lmdb_store *st, const char *path)
+int journal_open(struct lmdb_store *st)
 {
 	struct journal *j;
 	char file[4096], why[128];
@@ -585,7 +585,7 @@ int journal_open(struct lmdb_store *st, const char *path)
 		return 0;
 	j = xcalloc(1, sizeof(*j));
 	pthread_mutex_init(&j->commit, NULL);
-	snprintf(file, sizeof(file), "%s/data.mdb", path);
+	snprintf(file, sizeof(file), "%s/data.mdb", st->path);
 	if ((j->fd = open(file, O_RDWR | O_CLOEXEC)) < 0) {
 		snprintf(why, sizeof(why), "no journal (%s)", strerror(errno));
 		goto none;
@@ -605,13 +605,13 @@ int journal_open(struct lmdb_store *st, const char *path)
 	    && (j->size = rd64(head + 8)) > J_BLOCK) {
 		j->id = have;
 		j->base = at;
-		if ((rc = recover(st, j, path)) != 0) {
+		if ((rc = recover(st, j)) != 0) {
 			journal_free(j);
 			return rc;
 		}
 	} else if (have != 0) {
 		msg_warn("store %s: the journal is missing or is another store's:"
-			 " a transaction acknowledged just before a crash may be lost", path);
+			 " a transaction acknowledged just before a crash may be lost", st->path);
 	}
 	if (j->base != st->jbase) {	/* new, or the map size changed: the store is synced */
 		j->base = st->jbase;
@@ -625,7 +625,7 @@ int journal_open(struct lmdb_store *st, const char *path)
 	return 0;
 
 none:
-	msg_warn("store %s: %s: every commit is synced without it", path, why);
+	msg_warn("store %s: %s: every commit is synced without it", st->path, why);
 	journal_free(j);
 	return 0;
 }

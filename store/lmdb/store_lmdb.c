@@ -231,16 +231,15 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 }
 
 /*
- * lmdb_env_open - open the environment at path with flags, then its
- * databases in one transaction: the sequence store_lmdb_open() and
- * store_lmdb_open_readonly() share. Writable, every database is created if
- * missing. Read-only, the story databases may be missing from a store
- * no recent daemon opened: then the store reads as having no stories.
- * On failure *step names the LMDB call that failed; st->env, if set,
- * is the caller's to close.
+ * lmdb_env_open - open the environment at st->path with flags (and a map
+ * of st->map_size, if set), then its databases in one transaction: the
+ * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
+ * Writable, every database is created if missing. Read-only, the story
+ * databases may be missing from a store no recent daemon opened: then
+ * the store reads as having no stories. On failure *step names the LMDB
+ * call that failed; st->env, if set, is the caller's to close.
  */
-static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_size,
-			  unsigned int flags, const char **step)
+static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char **step)
 {
 	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
 	MDB_txn *txn;
@@ -258,11 +257,11 @@ static int lmdb_env_open(struct lmdb_store *st, const char *path, uint64_t map_s
 		return rc;
 	/* no transaction can be open yet: the only safe time to set the map size */
 	*step = "mdb_env_set_mapsize";
-	if (map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) map_size)) != 0)
+	if (st->map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
 		return rc;
 	/* written: the meta page is flushed by the next commit, or the journal covers it */
 	*step = "mdb_env_open";
-	if ((rc = mdb_env_open(st->env, path, flags | MDB_NOTLS | (rdonly ? 0 : MDB_NOMETASYNC),
+	if ((rc = mdb_env_open(st->env, st->path, flags | MDB_NOTLS | (rdonly ? 0 : MDB_NOMETASYNC),
 			       0600)) != 0)
 		return rc;
 	/* reader slots of processes that died would pin old pages forever */
@@ -411,7 +410,7 @@ int lmdb_env_again(struct lmdb_store *st, const char **step)
 	uint64_t grown;
 	int rc;
 
-	if ((rc = lmdb_env_open(st, st->path, st->map_size, 0, step)) != 0)
+	if ((rc = lmdb_env_open(st, 0, step)) != 0)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
 	if ((grown = grown_total(st)) > st->total) {
@@ -421,7 +420,7 @@ int lmdb_env_again(struct lmdb_store *st, const char **step)
 			goto fail;
 	}
 	*step = "journal";
-	if ((rc = journal_open(st, st->path)) == 0)
+	if ((rc = journal_open(st)) == 0)
 		return 0;
 fail:
 	lmdb_env_shut(st);
@@ -493,7 +492,7 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 		return rc;
 	st = lmdb_new(path);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
-	if ((rc = lmdb_env_open(st, path, 0, MDB_RDONLY, &step)) != 0) {
+	if ((rc = lmdb_env_open(st, MDB_RDONLY, &step)) != 0) {
 		err2 = lmdb_open_failed(st, step, rc, err, errlen);
 		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND : err2;	/* a database missing */
 	}
@@ -510,7 +509,7 @@ int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
 }
 
 /* lmdb_close - close the environment; every transaction must be over */
-void lmdb_close(struct store *base)
+static void lmdb_close(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	unsigned int flags = 0;
@@ -558,7 +557,7 @@ static int reopen_flush(struct lmdb_store *st)
  * the store serves again; STORE_EIO when it is still broken (the disk
  * still fails): try again later.
  */
-int lmdb_reopen(struct store *base)
+static int lmdb_reopen(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	const char *step = "flush";
@@ -633,7 +632,7 @@ static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE
 }
 
 /* lmdb_stats - entry counts, the oldest queued, the last QID, map usage: used, size and ceiling of LMDB's map */
-int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
+static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	MDB_stat claims, cnew = { 0 }, queue, env;
