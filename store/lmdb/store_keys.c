@@ -35,8 +35,7 @@ struct key_entry {
 	uint8_t claim[STORE_HASH_LEN];
 	char qid[STORE_QID_SIZE];
 	int old;			/* filed under its claim hash alone, with an index entry */
-	MDB_val val;			/* old: the index entry, pointing into e->raw */
-	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];
+	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];	/* old: the index entry */
 };
 
 /* entry_add - room for one more entry */
@@ -98,7 +97,7 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
 	MDB_cursor *cur;
 	struct key_entry *e = NULL, *x;
-	size_t cap = 0, qlen, i;
+	size_t cap = 0, qlen;
 	int rc;
 
 	*out = NULL;
@@ -126,10 +125,6 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 		x->qid[qlen] = 0;
 	}
 	mdb_cursor_close(cur);
-	for (i = 0; i < *n; i++) {	/* the array moved while growing */
-		e[i].val.mv_data = e[i].raw;
-		e[i].val.mv_size = e[i].old ? STORE_HASH_LEN + strlen(e[i].qid) : 0;
-	}
 	*out = e;
 	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "key index walk");
 }
@@ -221,6 +216,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, ikey = { STORE_HASH_LEN, (void *) keyhash }, val;
+	MDB_val entry = { STORE_HASH_LEN + strlen(e->qid), e->raw };
 	struct store_claim c;
 	MDB_dbi dbi;
 	int err, ok;
@@ -228,7 +224,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	if (e->old) {
 		key.mv_size = STORE_HASH_LEN;
 		key.mv_data = (void *) e->claim;
-		err = lmdb_mdb_error(lmdb_del(t, t->st->keys, &ikey, &e->val), "delete key");
+		err = lmdb_mdb_error(lmdb_del(t, t->st->keys, &ikey, &entry), "delete key");
 		if (err != 0 && err != STORE_ENOTFOUND)
 			return err;
 	} else
