@@ -668,6 +668,40 @@ def test_nodes_commit_unknown_unreachable(t):
     check(a.log_lines(first, "voided"), "node a did not log the void of %s" % first)
 
 
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_cut_off_past_lease(t):
+    """Node a is cut off alone (the proxy drops its COMMIT's reply, then refuses
+    it) for longer than store.lease while it keeps a batch answered 451 whose
+    COMMIT committed; node b reaches PostgreSQL. b takes the message once a's
+    lease runs out and delivers it (idemrelay(8): a message answered 451 is
+    delivered), and answers a retry of its key 250 with its QID. Once a is
+    back, it leaves the message to b's delivery (logged) instead of voiding
+    it: a retry of the key on a is answered with that QID too, and the message
+    reaches the sink once (the void dropped its claims, so such a retry was a
+    second message, delivered again)."""
+    pg = t.pg_shared()
+    url = t.pg_url()
+    db = url.rsplit("/", 1)[1]
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
+    b, = nodes(t, sink, names=("b",), lease=FAST_LEASE)
+    msg = make_msg(key="cut-off-past-lease-1")
+    proxy.cut_after(b"INSERT INTO messages", delay=0.5, refuse=True)
+    r = submit(a.port, "x@example.com", msg)
+    check(proxy.triggered, "the batch did not go through the proxy")
+    expect_reply(r.data, 451, "4.3.0", "end of DATA, the commit's outcome unknown")
+    first = pg.sql("SELECT qid FROM messages", db)
+    check(first, "the COMMIT did not commit")
+    wait_until(lambda: first in deliveries([sink]), 30, "b to deliver the message a answered 451")
+    eq(submit_ok(b.port, "x@example.com", msg), first, "b's answer to a retry of the key")
+    proxy.heal()
+    a.wait_log(first, "answered 451 while PostgreSQL was unreachable", timeout=30)  # settled
+    eq(submit_ok(a.port, "x@example.com", msg), first, "a's answer to a retry of the key")
+    check_exactly_once([sink], [first], timeout=30, what="once a was back")
+    check(a.log_lines(first, "another node took it for delivery"), "a did not log why it kept it")
+
+
 # ---------------------------------------------------------------- operations
 
 @case(timeout=90, stores=PG_ONLY)
