@@ -527,9 +527,7 @@ static int xsess_run(struct xsess *xs)
 				return 0;
 			}
 			/* nothing was sent (no dot went out): no connection, or greeting/EHLO refused */
-			if (xs->stood_in)
-				snprintf(why, sizeof(why), "connect to %s: %s", addrs[i].relay, err);
-			else if (xs->last_reply[0])
+			if (xs->last_reply[0] && !xs->stood_in)
 				snprintf(why, sizeof(why), "host %s refused to talk to me: %s",
 					 addrs[i].relay, xs->last_reply);
 			else		/* the bridge knows a deadline or a stop from a hang-up */
