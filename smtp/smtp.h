@@ -88,7 +88,7 @@ struct smtp_tx {
 };
 
 struct smtp_config {
-	const char *hostname;	/* greeting, EHLO reply */
+	const char *hostname;	/* greeting, EHLO reply; not copied: outlives sessions */
 	uint64_t message_size;	/* SIZE limit: 552 5.3.4 past it */
 	int max_rcpts;		/* 452 4.5.3 past it; 0: no limit */
 	int bare_lf_reject;	/* 550 5.5.2 for a message with bare CR/LF */

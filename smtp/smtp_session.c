@@ -137,7 +137,7 @@ struct smtp_session *smtp_session_new(const struct smtp_config *cfg,
 	struct smtp_session *s = xcalloc(1, sizeof(*s));
 
 	s->cfg = *cfg;
-	s->cfg.hostname = xstrdup(cfg->hostname ? cfg->hostname : "localhost");
+	s->cfg.hostname = cfg->hostname ? cfg->hostname : "localhost";
 	if (hooks)
 		s->hooks = *hooks;
 	s->ctx = ctx;
@@ -153,7 +153,6 @@ void smtp_session_free(struct smtp_session *s)
 		return;
 	smtp_tx_end(s);
 	smtp_auth_clear(s);
-	free((char *) s->cfg.hostname);
 	free(s->helo);
 	free(s->user);
 	if (s->line.data)
