@@ -79,40 +79,6 @@
 static void ctl_misuse(struct ctl *x, const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 2, 3)));
 
-/* ctl_check_args - a known command with the arguments it takes, or say what is wrong */
-static void ctl_check_args(struct ctl *x, const char *cmd, int nargs)
-{
-	static const struct {
-		const char *name, *arg;		/* arg NULL: none */
-		int sel;			/* takes --from/--to instead of arg */
-	} cmds[] = {
-		{"queue", NULL, 0}, {"show", "a QID or a key", 0}, {"cat", "a QID", 0},
-		{"stats", NULL, 0}, {"flush", NULL, 0}, {"retry", "a QID", 0},
-		{"drop", "a QID, a key or ALL", 1}, {"hold", "a QID, a key or ALL", 1},
-		{"release", "a QID, a key or ALL", 1}, {"forget", "a key", 0},
-		{"reroute", "a QID, a key or ALL", 1},
-	};
-	size_t i;
-
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (strcmp(cmd, cmds[i].name) != 0)
-			continue;
-		if ((x->from || x->to) && !cmds[i].sel)
-			ctl_misuse(x, "--from and --to go with drop, hold, release and reroute only");
-		if ((x->from || x->to) && nargs != 0)
-			ctl_misuse(x, "%s takes --from/--to or one argument, not both", cmd);
-		if (x->from || x->to)
-			return;
-		if (cmds[i].arg && nargs != 1)
-			ctl_misuse(x, "%s takes one argument, %s; %d given", cmd, cmds[i].arg, nargs);
-		if (!cmds[i].arg && nargs != 0)
-			ctl_misuse(x, "%s takes no argument; %d given", cmd, nargs);
-		return;
-	}
-	ctl_misuse(x, "unknown command \"%.100s\": one of %s (idemrelayctl -h)", cmd,
-		   CTL_COMMANDS);
-}
-
 /* usage - say how to run it */
 static void usage(int rc) __attribute__((noreturn));
 static void usage(int rc)
@@ -311,10 +277,11 @@ size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_H
 }
 
 /* cmd_flush - every deferred message due now */
-static int cmd_flush(struct ctl *x)
+static int cmd_flush(struct ctl *x, const char *arg)
 {
 	struct buf reply = BUF_INIT;
 
+	(void) arg;
 	need_daemon(x, "flush", &reply);
 	if (x->json)
 		printf("%s\n", reply.data);
@@ -502,10 +469,10 @@ static void print_list(const char *reply, const char *name, const char *done, in
 }
 
 /*
- * cmd_select - drop, hold or release the messages arg names (QID, KEY,
+ * cmd_select - drop, hold, release or reroute (x->cmd) what arg names (QID, KEY,
  * ALL; NULL: --from/--to), through the daemon or on the store
  */
-static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
+static int cmd_select(struct ctl *x, const char *arg)
 {
 	static const struct {
 		const char *cmd, *list, *done;
@@ -519,11 +486,11 @@ static int cmd_select(struct ctl *x, const char *cmd, const char *arg)
 	char err[1024];
 	size_t i;
 
-	for (i = 0; strcmp(says[i].cmd, cmd) != 0; i++)
+	for (i = 0; strcmp(says[i].cmd, x->cmd) != 0; i++)
 		;
-	buf_printf(&line, "%s", cmd);
+	buf_printf(&line, "%s", x->cmd);
 	sel_line(x, arg, &line);
-	act(x, cmd, &line, &reply);
+	act(x, x->cmd, &line, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (x->json) {
 			printf("%s\n", reply.data);	/* with what was done and what was not */
@@ -646,11 +613,11 @@ static void print_qids(const char *reply, const char *name, const char *label)
 }
 
 /*
- * cmd_forget - delete a key's claims. mode NULL: refused while a message
+ * cmd_forget - delete a key's claims. x->forget NULL: refused while a message
  * of the key is queued (a resubmission would be queued and delivered as
  * well); "--force": forgotten anyway; "--drop": that message dropped too.
  */
-static int cmd_forget(struct ctl *x, const char *key, const char *mode)
+static int cmd_forget(struct ctl *x, const char *key)
 {
 	char err[1024];
 	struct buf reply = BUF_INIT, line = BUF_INIT, ql = BUF_INIT;
@@ -661,7 +628,7 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 		line_arg(x, "the user name (-u)", x->user, 0);
 	if (x->user && (strchr(x->user, ' ') || x->user[0] == '-'))
 		ctl_fail(x, "bad user name: %s", x->user);
-	buf_printf(&line, "forget %s%s%s", mode ? mode : "", mode ? " " : "",
+	buf_printf(&line, "forget %s%s%s", x->forget ? x->forget : "", x->forget ? " " : "",
 		   x->user ? x->user : "-");
 	line_keys(key, &line);
 	act(x, "forget", &line, &reply);
@@ -700,6 +667,44 @@ static int cmd_forget(struct ctl *x, const char *key, const char *mode)
 	return 0;
 }
 
+/* ctl_command - the handler of a known command given the arguments it takes, or say what is wrong */
+static ctl_run *ctl_command(struct ctl *x, int nargs)
+{
+	static const struct {
+		const char *name, *arg;		/* arg NULL: none */
+		int sel;			/* takes --from/--to instead of arg */
+		ctl_run *run;
+	} cmds[] = {
+		{"queue", NULL, 0, ctl_queue}, {"show", "a QID or a key", 0, ctl_show},
+		{"cat", "a QID", 0, cmd_cat}, {"stats", NULL, 0, ctl_stats},
+		{"flush", NULL, 0, cmd_flush}, {"retry", "a QID", 0, cmd_retry},
+		{"drop", "a QID, a key or ALL", 1, cmd_select},
+		{"hold", "a QID, a key or ALL", 1, cmd_select},
+		{"release", "a QID, a key or ALL", 1, cmd_select}, {"forget", "a key", 0, cmd_forget},
+		{"reroute", "a QID, a key or ALL", 1, cmd_select},
+	};
+	const char *cmd = x->cmd;
+	size_t i;
+
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (strcmp(cmd, cmds[i].name) != 0)
+			continue;
+		if ((x->from || x->to) && !cmds[i].sel)
+			ctl_misuse(x, "--from and --to go with drop, hold, release and reroute only");
+		if ((x->from || x->to) && nargs != 0)
+			ctl_misuse(x, "%s takes --from/--to or one argument, not both", cmd);
+		if (!(x->from || x->to) && cmds[i].arg && nargs != 1)
+			ctl_misuse(x, "%s takes one argument, %s; %d given", cmd, cmds[i].arg, nargs);
+		if (!(x->from || x->to) && !cmds[i].arg && nargs != 0)
+			ctl_misuse(x, "%s takes no argument; %d given", cmd, nargs);
+		if (x->forget && strcmp(cmd, "forget") != 0)
+			ctl_misuse(x, "--force and --drop go with forget only");
+		return cmds[i].run;
+	}
+	ctl_misuse(x, "unknown command \"%.100s\": one of %s (idemrelayctl -h)", cmd,
+		   CTL_COMMANDS);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -714,9 +719,10 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 }
 	};
 	struct ctl x;
-	const char *path = NULL, *cmd, *arg, *forget_mode = NULL;
+	const char *path = NULL, *arg;
+	ctl_run *run;
 	char err[512];
-	int ch, rc, nargs;
+	int ch, rc;
 
 	memset(&x, 0, sizeof(x));
 	while ((ch = getopt_long(argc, argv, "c:ju:h", opts, NULL)) != -1) {
@@ -738,9 +744,9 @@ int main(int argc, char **argv)
 			break;
 		case 'F':
 		case 'D':
-			if (forget_mode)
+			if (x.forget)
 				usage(2);
-			forget_mode = ch == 'F' ? "--force" : "--drop";
+			x.forget = ch == 'F' ? "--force" : "--drop";
 			break;
 		case 'h':
 			usage(0);
@@ -750,35 +756,15 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		ctl_misuse(&x, "no command given: one of %s (idemrelayctl -h)", CTL_COMMANDS);
-	cmd = argv[optind];
+	x.cmd = argv[optind];
 	arg = optind + 1 < argc ? argv[optind + 1] : NULL;
-	nargs = argc - optind - 1;
-	ctl_check_args(&x, cmd, nargs);
-	if (forget_mode && strcmp(cmd, "forget") != 0)
-		ctl_misuse(&x, "--force and --drop go with forget only");
+	run = ctl_command(&x, argc - optind - 1);
 	log_setup("idemrelayctl", 0, LOG_LEVEL_ERROR);
 	if (conf_load(&x.cf, path, err, sizeof(err)) < 0)
 		ctl_fail(&x, "%s", err);
 	x.now = clock_us();
 
-	/* ctl_check_args() let through a known command with its arguments only */
-	if (strcmp(cmd, "queue") == 0)
-		rc = ctl_queue(&x);
-	else if (strcmp(cmd, "show") == 0)
-		rc = ctl_show(&x, arg);
-	else if (strcmp(cmd, "stats") == 0)
-		rc = ctl_stats(&x);
-	else if (strcmp(cmd, "flush") == 0)
-		rc = cmd_flush(&x);
-	else if (strcmp(cmd, "retry") == 0)
-		rc = cmd_retry(&x, arg);
-	else if (strcmp(cmd, "cat") == 0)
-		rc = cmd_cat(&x, arg);
-	else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
-		 || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0)
-		rc = cmd_select(&x, cmd, arg);
-	else
-		rc = cmd_forget(&x, arg, forget_mode);
+	rc = run(&x, arg);		/* ctl_command() let through its arguments only */
 	store_close(x.st);
 	conf_free(&x.cf);
 	return rc;

@@ -23,9 +23,11 @@
 
 struct ctl {
 	struct conf cf;
+	const char *cmd;		/* the command: queue, show, ... */
 	int json;			/* --json */
 	const char *user;		/* -u: AUTH user, or NULL */
 	const char *from, *to;		/* --from, --to: patterns, or NULL */
+	const char *forget;		/* --force or --drop, or NULL */
 	struct store *st;		/* owned, opened on demand */
 	int64_t now;			/* microseconds, one clock for the whole run */
 };
@@ -45,9 +47,10 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
 size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN]);
 
+/* a command: its argument, or NULL; the exit status */
+typedef int ctl_run(struct ctl *x, const char *arg);
+
 /* ctl_show.c */
-int ctl_queue(struct ctl *x);
-int ctl_show(struct ctl *x, const char *arg);
-int ctl_stats(struct ctl *x);
+ctl_run ctl_queue, ctl_show, ctl_stats;
 
 #endif

@@ -190,11 +190,12 @@ static int queue_cb(void *arg, const struct store_msg *m)
 }
 
 /* ctl_queue - the queue listing */
-int ctl_queue(struct ctl *x)
+int ctl_queue(struct ctl *x, const char *arg)
 {
 	struct queue_acc a = { x, BUF_INIT, 0 };
 	int err;
 
+	(void) arg;
 	if ((err = store_queue_walk(ctl_store(x), 0, queue_cb, &a)) != 0)
 		ctl_fail(x, "cannot read the queue: %s", store_strerror(err));
 	if (x->json)
@@ -409,7 +410,7 @@ static void print_group(const char *o, size_t len, int is_route)
 }
 
 /* ctl_stats - store figures, and the daemon's counters when it runs */
-int ctl_stats(struct ctl *x)
+int ctl_stats(struct ctl *x, const char *arg)
 {
 	struct store_stats s;
 	struct buf reply = BUF_INIT;
@@ -427,6 +428,7 @@ int ctl_stats(struct ctl *x)
 	 * a store elsewhere that cannot be read now: what the daemon sees of
 	 * it is still worth showing, then the exit status says stats failed
 	 */
+	(void) arg;
 	memset(&s, 0, sizeof(s));
 	if (dir == NULL && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
 		/* unread says why */
