@@ -146,17 +146,6 @@ static void check_stop(const char *problem)
 	msg_fatal("%s", problem);
 }
 
-/* open_store - the store the configuration names; one that cannot be opened stops the start */
-static struct store *open_store(const struct conf *cf)
-{
-	struct store *st;
-	char err[1024];
-
-	if (store_open(&st, cf, STORE_NODE, err, sizeof(err)) != 0)
-		msg_fatal("%s", err);
-	return st;
-}
-
 /* usage - say how to run it */
 static void usage(void)
 {
@@ -192,7 +181,7 @@ int main(int argc, char **argv)
 	struct control *ctl;
 	struct metrics *mx;
 	struct store_stats ss;
-	char err[512], *made;
+	char err[1024], *made;
 	int ch, test = 0, rc;
 
 	log_default_service("master");	/* postfix/master's lines: start, stop, reload */
@@ -243,7 +232,8 @@ int main(int argc, char **argv)
 	if (cf.user)
 		privdrop(&cf, made);
 	free(made);
-	st = open_store(&cf);
+	if (store_open(&st, &cf, STORE_NODE, err, sizeof(err)) != 0)
+		msg_fatal("%s", err);		/* the store the configuration names */
 	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
 	if (store_stats(st, &ss, 0) == 0)
 		qid_seed(ss.last_qid);
