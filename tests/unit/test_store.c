@@ -644,35 +644,21 @@ static void test_msg_route(void **state)
 static void test_defer_after_reroute(void **state)
 {
 	struct fx *f = *state;
-	struct store_msg m, got;
+	struct store_msg got;
 	int64_t later = clock_us() + 3600 * SEC;
 
-	msg_new(&m, "REROUTE00001", 1, 50);
-	m.route = xstrdup("tenant-a");
-	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
-	CHECK_INT("rerouted during the attempt", store_msg_change(f->st, m.qid,
-			&(struct store_change) { -1, 1, "tenant-b", clock_us() }), 0);
-	m.attempts = 1;
-	m.next_attempt = later;		/* tenant-a's retry */
-	CHECK_INT("deferred the old way", store_msg_update(f->st, &m), 0);
-	CHECK_INT("load", store_msg_load(f->st, m.qid, &got), 0);
+	reroute_then_defer(f->st, f->st, "REROUTE00001", "tenant-a", "tenant-b", later);
+	CHECK_INT("load", store_msg_load(f->st, "REROUTE00001", &got), 0);
 	CHECK_STR("the new route", got.route, "tenant-b");
 	if (got.next_attempt > clock_us())
 		fail_msg("rerouted, then deferred under the old route: due in %lld us, want now",
 			 (long long) (got.next_attempt - clock_us()));
 	store_msg_free(&got);
-	store_msg_free(&m);
 
-	msg_new(&m, "REROUTE00002", 1, 50);
-	m.route = xstrdup("tenant-b");
-	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
-	m.attempts = 1;
-	m.next_attempt = later;
-	CHECK_INT("deferred on its route", store_msg_update(f->st, &m), 0);
-	CHECK_INT("load", store_msg_load(f->st, m.qid, &got), 0);
+	reroute_then_defer(f->st, f->st, "REROUTE00002", "tenant-b", NULL, later);
+	CHECK_INT("load", store_msg_load(f->st, "REROUTE00002", &got), 0);
 	CHECK_INT("its retry kept", got.next_attempt, later);
 	store_msg_free(&got);
-	store_msg_free(&m);
 }
 
 struct worker {

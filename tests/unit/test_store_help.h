@@ -2,8 +2,9 @@
  * test_store_help - what the store's tests build messages and claims with
  * (test_store, test_store_lmdb, test_store_pg): a distinct hash per
  * number, a claim, a message with every field owned, spooling one in a
- * transaction, looking a claim up, comparing two messages field by field,
- * the stories' figures and the last QID, the log captured.
+ * transaction, a deferral after a reroute, looking a claim up, comparing
+ * two messages field by field, the stories' figures and the last QID, the
+ * log captured.
  */
 #ifndef TESTS_UNIT_TEST_STORE_HELP_H
 #define TESTS_UNIT_TEST_STORE_HELP_H
@@ -110,6 +111,31 @@ static inline int spool(struct store *st, const struct store_msg *m, const int *
 		store_txn_claim_put(t, KH, h, &c);
 	}
 	return store_txn_commit(t);
+}
+
+/*
+ * reroute_then_defer - the shape of test_defer_after_reroute (test_store,
+ * test_store_pg): qid spooled on st under route from (NULL: the default
+ * upstream), rerouted to to (due now) through changer, st or another node,
+ * while its attempt is under way, then deferred by that attempt to later
+ * under the route it was loaded with; to NULL: not rerouted, deferred on
+ * its route
+ */
+static inline void reroute_then_defer(struct store *st, struct store *changer, const char *qid,
+				      const char *from, const char *to, int64_t later)
+{
+	struct store_msg m;
+
+	msg_new(&m, qid, 1, 50);
+	m.route = from ? xstrdup(from) : NULL;
+	CHECK_INT("spool", spool(st, &m, NULL, 0, 0), 0);
+	if (to != NULL)
+		CHECK_INT("rerouted during the attempt", store_msg_change(changer, qid,
+				&(struct store_change) { -1, 1, to, clock_us() }), 0);
+	m.attempts = 1;
+	m.next_attempt = later;		/* from's retry */
+	CHECK_INT("deferred under the route loaded", store_msg_update(st, &m), 0);
+	store_msg_free(&m);
 }
 
 /*

@@ -565,31 +565,16 @@ static void test_defer_after_reroute(void **state)
 {
 	struct fx *f = *state;
 	struct store *b = node_open(f, "node-b");
-	struct store_change to_r1 = { -1, 1, "r1", 0 };
 	int64_t later = clock_us() + 3600 * SEC;
-	struct store_msg m, same;
 
-	msg_new(&m, "REROUTED0001", 1, 100);
-	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
-	to_r1.due = clock_us();
-	CHECK_INT("rerouted on B during A's attempt", store_msg_change(b, "REROUTED0001", &to_r1),
-		  0);
-	m.attempts = 1;
-	m.next_attempt = later;		/* the old route's retry, m.route the loaded NULL */
-	CHECK_INT("A defers it", store_msg_update(f->st, &m), 0);
+	/* rerouted on B during A's attempt, loaded on the default upstream */
+	reroute_then_defer(f->st, b, "REROUTED0001", NULL, "r1", later);
 	CHECK_INT("A gave the lease up", listed(f->st), 0);
 	CHECK_INT("B takes it now, the new way", taken(b, clock_us()), 1);
-	store_msg_free(&m);
 
-	msg_new(&same, "REROUTED0002", 1, 100);
-	same.route = xstrdup("r1");
-	CHECK_INT("spool on r1", spool(f->st, &same, NULL, 0, 0), 0);
-	same.attempts = 1;
-	same.next_attempt = later;
-	CHECK_INT("deferred on the route stored", store_msg_update(f->st, &same), 0);
+	reroute_then_defer(f->st, b, "REROUTED0002", "r1", NULL, later);
 	CHECK_INT("not due before its retry", taken(b, clock_us()), 0);
 	CHECK_INT("due at it", taken(b, later), 1);
-	store_msg_free(&same);
 	store_close(b);
 }
 
