@@ -450,7 +450,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s.fd = -1;
 	memset(&d, 0, sizeof(d));
 	d.c = &conf;
-	d.batch = MSGS_MAX;
 	if (pipe(s.done) < 0 || pthread_create(&srv, NULL, srv_main, &s) != 0)
 		abort();
 	deliver_esmtp.send(&d, &conf.upstream, ptrs, n);
