@@ -157,27 +157,23 @@ static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 	    && a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
 }
 
-/* bridge_wait - libesmtp's end, once attached, or -1 (stopped, timed out) */
+/*
+ * bridge_wait - libesmtp's end, once attached, or -1 (stopped, timed out).
+ * This thread has no stop descriptor of its own (deadline_stop_on()):
+ * deadline_wait() watches the bridge's pipe alone.
+ */
 static int bridge_wait(struct deliver_bridge *b)
 {
 	struct timespec deadline = deadline_in(b->timeout_ms + 1000);
-	struct pollfd p;
 	int cfd;
 	char c;
 
-	for (;;) {
-		p = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
-		if (poll(&p, 1, deadline_left(&deadline)) < 0 && errno != EINTR)
-			return -1;
-		if (p.revents) {
-			/* deliver_bridge_attach() handed libesmtp over, or a stop */
-			if ((cfd = atomic_exchange(&b->attached, -1)) >= 0)
-				(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
-			return cfd;
-		}
-		if (deadline_left(&deadline) == 0)
-			return -1;
-	}
+	if (!deadline_wait(b->stop[0], POLLIN, &deadline))
+		return -1;
+	/* deliver_bridge_attach() handed libesmtp over, or a stop */
+	if ((cfd = atomic_exchange(&b->attached, -1)) >= 0)
+		(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
+	return cfd;
 }
 
 /* a direction of the copy: bytes waiting to be written */
