@@ -88,25 +88,23 @@ static const struct smtp_ext smtp_ext_table[] = {
 
 #define SMTP_EXT_COUNT (sizeof(smtp_ext_table) / sizeof(smtp_ext_table[0]))
 
-/* smtp_ehlo_reply - the multi-line 250 from the extension table */
+/* smtp_ehlo_reply - the multi-line 250 from the extension table, its last line's "250-" made "250 " */
 static void smtp_ehlo_reply(struct smtp_session *s)
 {
 	const struct smtp_ext *e;
-	size_t i, n = 0, k = 0;
+	size_t last = s->out.len;
 
-	for (i = 0; i < SMTP_EXT_COUNT; i++)
-		if (smtp_ext_table[i].offered == NULL || smtp_ext_table[i].offered(s))
-			n++;
-	smtp_reply(s, "250%c%s", n ? '-' : ' ', s->cfg.hostname);
-	for (i = 0; i < SMTP_EXT_COUNT; i++) {
-		e = smtp_ext_table + i;
+	smtp_reply(s, "250-%s", s->cfg.hostname);
+	for (e = smtp_ext_table; e < smtp_ext_table + SMTP_EXT_COUNT; e++) {
 		if (e->offered && !e->offered(s))
 			continue;
-		buf_printf(&s->out, "250%c%s", ++k < n ? '-' : ' ', e->name);
+		last = s->out.len;
+		buf_printf(&s->out, "250-%s", e->name);
 		if (e->params)
 			e->params(s, &s->out);
 		buf_append(&s->out, "\r\n", 2);
 	}
+	s->out.data[last + 3] = ' ';
 }
 
 /* smtp_helo_ok - one token of printable ASCII, as Postfix takes it */
