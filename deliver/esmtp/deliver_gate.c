@@ -70,11 +70,9 @@ static const char *line_form(const char *l, size_t n)
 	return NULL;
 }
 
-/* first_line - the first line of a reply: owed? its code and enhanced code */
-static const char *first_line(struct deliver_gate *g, const struct deliver_filter *f)
+/* first_line - the first line of a reply to verb: owed? its code and enhanced code */
+static const char *first_line(struct deliver_gate *g, const char *verb)
 {
-	const char *verb = deliver_filter_verb(f, g->released);
-
 	if (verb == NULL)
 		return "a reply nobody asked for";
 	memcpy(g->code, g->line, 3);
@@ -97,10 +95,9 @@ static const char *next_line(struct deliver_gate *g)
 	return NULL;
 }
 
-/* release - the reply held is whole: libesmtp gets it */
-static size_t release(struct deliver_gate *g, const struct deliver_filter *f, char *out)
+/* release - the reply held, to verb, is whole: libesmtp gets it */
+static size_t release(struct deliver_gate *g, const char *verb, char *out)
 {
-	const char *verb = deliver_filter_verb(f, g->released);
 	size_t n = g->held_len;
 
 	memcpy(out, g->held, n);
@@ -116,26 +113,26 @@ static size_t release(struct deliver_gate *g, const struct deliver_filter *f, ch
 /* line_end - a whole line: check it, hold it, release its reply if it is the last */
 static size_t line_end(struct deliver_gate *g, const struct deliver_filter *f, char *out)
 {
-	const char *bad = line_form(g->line, g->line_len), *verb;
+	const char *bad = line_form(g->line, g->line_len);
+	const char *verb = deliver_filter_verb(f, g->released);	/* what it answers */
 	int last = g->line_len > 3 && g->line[3] == ' ';
 
 	g->line[g->line_len] = 0;
 	if (bad == NULL)
-		bad = g->lines == 0 ? first_line(g, f) : next_line(g);
+		bad = g->lines == 0 ? first_line(g, verb) : next_line(g);
 	if (bad == NULL && g->held_len + g->line_len > sizeof(g->held))
 		bad = "a reply longer than 4096 octets";
 	if (bad) {
 		gate_bad(g, bad);
 		return 0;
 	}
-	verb = deliver_filter_verb(f, g->released);
 	if (strcmp(verb, "EHLO") == 0 && strcasestr(g->line, "ENHANCEDSTATUSCODES"))
 		g->ehlo_enh = 1;	/* anywhere: checking more than libesmtp is safe */
 	memcpy(g->held + g->held_len, g->line, g->line_len);
 	g->held_len += g->line_len;
 	g->lines++;
 	g->line_len = 0;
-	return last ? release(g, f, out) : 0;
+	return last ? release(g, verb, out) : 0;
 }
 
 /* deliver_gate_down - the server's bytes: whole replies libesmtp takes, in out */
