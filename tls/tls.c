@@ -200,9 +200,9 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 		free(t);
 		return -1;
 	}
-	t->cert = xstrdup(cert);
-	t->key = xstrdup(key);
-	t->groups = groups ? xstrdup(groups) : NULL;
+	t->cert = cert;
+	t->key = key;
+	t->groups = groups;
 	t->tkt = xcalloc(TLS_TKT_SLOTS, sizeof(*t->tkt));
 	*out = t;
 	return 0;
@@ -228,9 +228,6 @@ void tls_free(struct tls *t)
 	if (t == NULL)
 		return;
 	SSL_CTX_free(t->ctx);
-	free(t->cert);
-	free(t->key);
-	free(t->groups);
 	free(t->tkt);
 	free(t);
 	tls_hold_done();

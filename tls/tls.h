@@ -9,7 +9,8 @@
  *	cipher preference, no renegotiation, the key exchange groups of
  *	tls.groups (tls.c says why not OpenSSL's defaults). It runs at
  *	start-up, before the privileges are dropped, so the key may be
- *	readable by root only.
+ *	readable by root only. It keeps the paths and groups it is given,
+ *	not copies: they must outlive it (the configuration's do).
  *
  *	tls_reload() (SIGHUP) builds a new context from the same files and
  *	uses it for new connections; on any failure the old one stays and

@@ -26,8 +26,7 @@
 
 struct tls {
 	SSL_CTX *ctx;			/* owned reference; each SSL holds its own */
-	char   *cert, *key;		/* owned paths */
-	char   *groups;			/* owned: tls.groups, or NULL for the default */
+	const char *cert, *key, *groups;	/* the configuration's (it outlives us); groups NULL: default */
 	char    fingerprint[TLS_FP_LEN];
 	struct tls_tkt *tkt;		/* owned: TLS_TKT_SLOTS */
 };
