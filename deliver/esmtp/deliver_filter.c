@@ -112,23 +112,18 @@ static int head_open(const struct deliver_filter *f)
 			      || strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0));
 }
 
-/* head_keyword - is the held start of a line this keyword of EHLO? */
-static int head_keyword(const struct deliver_filter *f, const char *kw)
+/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8 (EHLO keywords) */
+static void head_decide(struct deliver_filter *f)
 {
 	char after = f->head[KW_AT + KW_LEN];
 
-	return f->head_len == KW_AT + KW_LEN + 1 && memcmp(f->head, "250", 3) == 0
-	    && (f->head[3] == '-' || f->head[3] == ' ')
-	    && strncasecmp(f->head + KW_AT, kw, KW_LEN) == 0
-	    && (after == ' ' || after == '\t' || after == '\r' || after == '\n');
-}
-
-/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8 */
-static void head_decide(struct deliver_filter *f)
-{
-	if (head_keyword(f, KW))
+	if (f->head_len != KW_AT + KW_LEN + 1 || memcmp(f->head, "250", 3) != 0
+	    || (f->head[3] != '-' && f->head[3] != ' ')
+	    || (after != ' ' && after != '\t' && after != '\r' && after != '\n'))
+		return;
+	if (strncasecmp(f->head + KW_AT, KW, KW_LEN) == 0)
 		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
-	if (head_keyword(f, KW_UTF8))
+	else if (strncasecmp(f->head + KW_AT, KW_UTF8, KW_LEN) == 0)
 		f->utf8_offered = 1;
 }
 
