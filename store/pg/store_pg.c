@@ -421,7 +421,7 @@ void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes)
 		return;
 	}
 	if (lost && (flags & PG_CONN_WAITS))
-		store_pg_repl_forget(st, c);	/* its wait is over for us */
+		store_pg_repl_set(st, c, 0);	/* its wait is over for us */
 	if (lost || PQtransactionStatus(c) != PQTRANS_IDLE
 	    || PQpipelineStatus(c) != PQ_PIPELINE_OFF || st->reset || bytes >= PG_CONN_BIG) {
 		PQfinish(c);

@@ -410,8 +410,8 @@ int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replicatio
 #define PG_LOCAL_BEGIN	"BEGIN; SET LOCAL synchronous_commit = local"	/* not waiting for the standby */
 int store_pg_local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what);
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
+void store_pg_repl_set(struct pg_store *st, PGconn *c, int waits);	/* the same, mu held */
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */
-void store_pg_repl_forget(struct pg_store *st, PGconn *c);	/* mu held: c waits no more */
 int store_pg_commit_hold(struct pg_txn *t);
 #define PG_NOT_KNOWN	1	/* store_pg_read_back(): the database could not be asked */
 int store_pg_commit_resolve(struct pg_txn *t);

@@ -307,8 +307,8 @@ int store_pg_repl_check(struct pg_store *st, PGconn *c)
 	return yes;
 }
 
-/* note_locked - c's backend starts (waits) or stops waiting for replication (mu held) */
-static void note_locked(struct pg_store *st, PGconn *c, int waits)
+/* store_pg_repl_set - c's backend starts (waits) or stops waiting for replication (mu held) */
+void store_pg_repl_set(struct pg_store *st, PGconn *c, int waits)
 {
 	struct pg_conn *n = store_pg_conn(c);
 
@@ -331,14 +331,8 @@ static void note_locked(struct pg_store *st, PGconn *c, int waits)
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits)
 {
 	pthread_mutex_lock(&st->mu);
-	note_locked(st, c, waits);
+	store_pg_repl_set(st, c, waits);
 	pthread_mutex_unlock(&st->mu);
-}
-
-/* store_pg_repl_forget - c, failed or closed, waits no more (mu held) */
-void store_pg_repl_forget(struct pg_store *st, PGconn *c)
-{
-	note_locked(st, c, 0);
 }
 
 /* wait_over - has a kept connection's wait ended: its results to the end came, or it failed */
@@ -377,7 +371,7 @@ void store_pg_reap(struct pg_store *st)
 			i++;
 			continue;
 		}
-		note_locked(st, c, 0);
+		store_pg_repl_set(st, c, 0);
 		PQfinish(c);
 		st->n_open--;
 		st->kept[i] = st->kept[--st->n_kept];
