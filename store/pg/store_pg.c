@@ -106,8 +106,6 @@ static void quiet(void *arg, const char *message)
 }
 
 #define NODE_LOCK_TRIES	30	/* 0.1 s apart: a dead backend's lock outlives it that long */
-#define NODE_LOCK "hashtextextended('idemrelay node ' || coalesce(current_schema(), '') " \
-	"|| ' ' || $1::int, 0)"
 
 /* one_line - libpq's message without its newlines and tabs, in place */
 static char *one_line(char *s)
@@ -532,7 +530,7 @@ static int node_lock(struct pg_store *st, PGconn *c)
 
 	store_pg_params_init(&p);
 	store_pg_p_i32(&p, st->base.node_id);
-	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" NODE_LOCK ")", &p, &r,
+	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" PG_NODE_LOCK("$1::int") ")", &p, &r,
 			    "node lock");
 	store_pg_params_free(&p);
 	if (err != 0)

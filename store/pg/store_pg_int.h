@@ -258,6 +258,10 @@ int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGre
  * the probe's other two connections then idle in the pool */
 int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t errlen);
 
+/* a running node's session lock on its slot (store_pg.c), slot an SQL expression */
+#define PG_NODE_LOCK(slot) "hashtextextended('idemrelay node ' || coalesce(current_schema(), '') " \
+	"|| ' ' || " slot ", 0)"
+
 /* store_pg_schema.c: made current under this session lock, one starter at a time */
 #define PG_SCHEMA_LOCK	"hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
 int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen);

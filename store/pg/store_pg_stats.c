@@ -22,7 +22,7 @@
 #include "store_pg_int.h"
 
 /*
- * The nodes alive: those whose node lock (store_pg.c's NODE_LOCK, held
+ * The nodes alive: those whose node lock (PG_NODE_LOCK, held
  * by a running node's session from its open to its close) is held now.
  * A bigint advisory lock shows in pg_locks as classid (high 32 bits)
  * and objid (low 32 bits).
@@ -30,8 +30,7 @@
 #define SQL_NODES	"(SELECT count(*) FROM nodes n WHERE EXISTS (SELECT 1 FROM pg_locks l" \
 	" WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1" \
 	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
-	" AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(" \
-	"'idemrelay node ' || coalesce(current_schema(), '') || ' ' || n.slot, 0)))"
+	" AND ((l.classid::bigint << 32) | l.objid::bigint) = " PG_NODE_LOCK("n.slot") "))"
 #define SQL_LAST	"(SELECT max(qid) FROM messages)"
 
 /*
