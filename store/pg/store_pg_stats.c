@@ -32,6 +32,8 @@
 	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
 	" AND ((l.classid::bigint << 32) | l.objid::bigint) = " PG_NODE_LOCK("n.slot") "))"
 #define SQL_LAST	"(SELECT max(qid) FROM messages)"
+/* the queued are few and indexed (messages_take): counted; the rest estimated when large */
+#define SQL_STATS	"SELECT " SQL_NODES ", " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST
 
 /*
  * store_pg_stats - claims, queued and the oldest, the greatest QID in byte
@@ -59,32 +61,25 @@ int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->reach.unavailable = 1;
 		return err;
 	}
-	if (what == STORE_STATS_NODES) {
-		err = store_pg_exec(st, c, "SELECT " SQL_NODES, NULL, &r, "nodes alive");
-		store_pg_give(st, c);
-		if (err != 0)
-			return err;
-		s->nodes = (int) store_pg_int(r, 0, 0);
-		PQclear(r);
-		return 0;
-	}
-	/* the queued are few and indexed (messages_take): counted; the rest estimated when large */
-	err = store_pg_exec(st, c, (what & STORE_STATS_STORIES)
-			    ? "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
-			    SQL_NODES ", " PG_ROWS("messages") " FROM messages WHERE queued"
-			    : "SELECT " PG_ROWS("claims") ", count(*), min(accepted), " SQL_LAST ", "
-			    SQL_NODES " FROM messages WHERE queued", NULL, &r, "stats");
+	err = store_pg_exec(st, c, what == STORE_STATS_NODES ? "SELECT " SQL_NODES
+			    : (what & STORE_STATS_STORIES) ? SQL_STATS ", " PG_ROWS("messages")
+			    " FROM messages WHERE queued" : SQL_STATS " FROM messages WHERE queued",
+			    NULL, &r, "stats");
 	store_pg_give(st, c);
 	if (err != 0)
 		return err;
-	s->claims = (uint64_t) store_pg_int(r, 0, 0);
-	s->queued = (uint64_t) store_pg_int(r, 0, 1);
-	s->oldest = PQgetisnull(r, 0, 2) ? 0 : store_pg_int(r, 0, 2);
-	if (!PQgetisnull(r, 0, 3) && store_pg_qid(r, 0, 3, s->last_qid) != 0) {
+	s->nodes = (int) store_pg_int(r, 0, 0);
+	if (what == STORE_STATS_NODES) {	/* the nodes alive alone */
+		PQclear(r);
+		return 0;
+	}
+	s->claims = (uint64_t) store_pg_int(r, 0, 1);
+	s->queued = (uint64_t) store_pg_int(r, 0, 2);
+	s->oldest = PQgetisnull(r, 0, 3) ? 0 : store_pg_int(r, 0, 3);
+	if (!PQgetisnull(r, 0, 4) && store_pg_qid(r, 0, 4, s->last_qid) != 0) {
 		msg_warn("store: the greatest QID is not one, ignored");	/* the rest stand */
 		s->last_qid[0] = 0;
 	}
-	s->nodes = (int) store_pg_int(r, 0, 4);
 	if (what & STORE_STATS_STORIES) {
 		s->stories = (uint64_t) store_pg_int(r, 0, 5);
 		s->keys = s->claims;
