@@ -349,22 +349,23 @@ struct smtp_cmd {
 	const char *name;
 	void    (*handler) (struct smtp_session *, const char *, size_t);
 	int     flags;
+	enum smtp_verb verb;		/* counted as (smtp_stats.h) */
 };
 
 static const struct smtp_cmd smtp_cmd_table[] = {
-	{"EHLO", smtp_cmd_ehlo, SMTP_CMD_PRE_TLS},
-	{"HELO", smtp_cmd_helo, SMTP_CMD_PRE_TLS},
-	{"MAIL", smtp_cmd_mail, SMTP_CMD_NUL_OK},
-	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK},
-	{"DATA", smtp_cmd_data, 0},
-	{"BDAT", smtp_cmd_bdat, SMTP_CMD_GATE_SELF},
-	{"RSET", smtp_cmd_rset, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK},
-	{"NOOP", smtp_cmd_noop, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK},
-	{"QUIT", smtp_cmd_quit, SMTP_CMD_PRE_TLS},
-	{"VRFY", smtp_cmd_vrfy, SMTP_CMD_JUNK},
-	{"HELP", smtp_cmd_help, SMTP_CMD_JUNK},
-	{"STARTTLS", smtp_cmd_starttls, SMTP_CMD_PRE_TLS},
-	{"AUTH", smtp_cmd_auth, 0},
+	{"EHLO", smtp_cmd_ehlo, SMTP_CMD_PRE_TLS, SMTP_VERB_EHLO},
+	{"HELO", smtp_cmd_helo, SMTP_CMD_PRE_TLS, SMTP_VERB_HELO},
+	{"MAIL", smtp_cmd_mail, SMTP_CMD_NUL_OK, SMTP_VERB_MAIL},
+	{"RCPT", smtp_cmd_rcpt, SMTP_CMD_NUL_OK, SMTP_VERB_RCPT},
+	{"DATA", smtp_cmd_data, 0, SMTP_VERB_DATA},
+	{"BDAT", smtp_cmd_bdat, SMTP_CMD_GATE_SELF, SMTP_VERB_BDAT},
+	{"RSET", smtp_cmd_rset, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK, SMTP_VERB_RSET},
+	{"NOOP", smtp_cmd_noop, SMTP_CMD_PRE_TLS | SMTP_CMD_JUNK, SMTP_VERB_NOOP},
+	{"QUIT", smtp_cmd_quit, SMTP_CMD_PRE_TLS, SMTP_VERB_QUIT},
+	{"VRFY", smtp_cmd_vrfy, SMTP_CMD_JUNK, SMTP_VERB_VRFY},
+	{"HELP", smtp_cmd_help, SMTP_CMD_JUNK, SMTP_VERB_HELP},
+	{"STARTTLS", smtp_cmd_starttls, SMTP_CMD_PRE_TLS, SMTP_VERB_STARTTLS},
+	{"AUTH", smtp_cmd_auth, 0, SMTP_VERB_AUTH},
 };
 
 #define SMTP_CMD_COUNT (sizeof(smtp_cmd_table) / sizeof(smtp_cmd_table[0]))
@@ -408,8 +409,9 @@ static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
 	}
 	sp = memchr(line, ' ', len);
 	verb_len = sp ? (size_t) (sp - line) : len;
-	smtp_stats_begin(&s->stats, line, verb_len);
-	if ((*found = cmd = smtp_cmd_find(line, verb_len)) == NULL) {
+	*found = cmd = smtp_cmd_find(line, verb_len);
+	smtp_stats_begin(&s->stats, cmd ? cmd->verb : SMTP_VERB_UNKNOWN, cmd ? cmd->name : "UNKNOWN");
+	if (cmd == NULL) {
 		smtp_reply(s, "500 5.5.2 Error: command not recognized");
 		return;
 	}

@@ -10,19 +10,12 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "smtp_stats.h"
 
 static const char *const smtp_stats_names[SMTP_STATS_VERBS] = {
 	"helo", "ehlo", "starttls", "auth", "mail", "rcpt", "data", "bdat",
 	"rset", "noop", "vrfy", "help", "quit", "unknown",
-};
-
-/* and as "after CMD" names them */
-static const char *const smtp_stats_upper[SMTP_STATS_VERBS] = {
-	"HELO", "EHLO", "STARTTLS", "AUTH", "MAIL", "RCPT", "DATA", "BDAT",
-	"RSET", "NOOP", "VRFY", "HELP", "QUIT", "UNKNOWN",
 };
 
 /* smtp_stats_init - a new session */
@@ -34,17 +27,11 @@ void smtp_stats_init(struct smtp_stats *st)
 }
 
 /* smtp_stats_begin - count a command, which stays open until its final reply */
-void smtp_stats_begin(struct smtp_stats *st, const char *verb, size_t len)
+void smtp_stats_begin(struct smtp_stats *st, enum smtp_verb verb, const char *name)
 {
-	int i;
-
-	for (i = 0; i < SMTP_STATS_VERBS - 1; i++)
-		if (strlen(smtp_stats_names[i]) == len
-		    && strncasecmp(smtp_stats_names[i], verb, len) == 0)
-			break;
-	st->total[i]++;
-	st->open = i;
-	st->where = smtp_stats_upper[i];
+	st->total[verb]++;
+	st->open = (int) verb;
+	st->where = name;
 }
 
 /* smtp_stats_reply - 334 and 354 ask for more; any other reply ends the command */

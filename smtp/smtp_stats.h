@@ -18,7 +18,12 @@
 
 #include <stddef.h>
 
-#define SMTP_STATS_VERBS	14	/* smtp_stats.c's table, "unknown" last */
+/* the verbs counted, in the order Postfix prints them */
+enum smtp_verb {
+	SMTP_VERB_HELO, SMTP_VERB_EHLO, SMTP_VERB_STARTTLS, SMTP_VERB_AUTH, SMTP_VERB_MAIL,
+	SMTP_VERB_RCPT, SMTP_VERB_DATA, SMTP_VERB_BDAT, SMTP_VERB_RSET, SMTP_VERB_NOOP,
+	SMTP_VERB_VRFY, SMTP_VERB_HELP, SMTP_VERB_QUIT, SMTP_VERB_UNKNOWN, SMTP_STATS_VERBS
+};
 
 struct smtp_stats {
 	unsigned total[SMTP_STATS_VERBS];
@@ -30,8 +35,8 @@ struct smtp_stats {
 /* smtp_stats_init - a new session: nothing counted, where = CONNECT */
 void smtp_stats_init(struct smtp_stats *st);
 
-/* smtp_stats_begin - a command line with this verb (any case; unknown ones too) */
-void smtp_stats_begin(struct smtp_stats *st, const char *verb, size_t len);
+/* smtp_stats_begin - a command line with this verb, named so (static) for "after CMD" */
+void smtp_stats_begin(struct smtp_stats *st, enum smtp_verb verb, const char *name);
 
 /* smtp_stats_reply - a reply line went out: a final one ends the open command */
 void smtp_stats_reply(struct smtp_stats *st, const char *reply, size_t len);
