@@ -145,13 +145,6 @@ int store_txn_commit(struct store_txn *t)
 	return t ? TOPS(t)->txn_commit(t) : STORE_EINVAL;
 }
 
-/* store_txn_abort - a transaction that failed ends as a commit that does nothing */
-void store_txn_abort(struct store_txn *t)
-{
-	if (t && store_txn_fail(t, STORE_EINVAL) != 0)
-		TOPS(t)->txn_commit(t);
-}
-
 void store_txn_msg_set_inflight(struct store_txn *t, const char *qid, int on)
 {
 	if (step(t, store_qid_ok(qid)))

@@ -223,7 +223,6 @@ void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 int store_txn_error(const struct store_txn *t);
 int store_txn_commit(struct store_txn *t);	/* frees t; aborts if failed */
-void store_txn_abort(struct store_txn *t);	/* frees t; NULL-safe */
 
 /*
  * store_node_id - the node's number in a shared store (0..255), unique

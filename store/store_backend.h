@@ -18,7 +18,7 @@
  *	only with STORE_CAP_SHARED, and must be there then; those marked
  *	"own space" only with STORE_CAP_OWN_SPACE, "local reads" only with
  *	STORE_CAP_LOCAL_READS. No entry is optional otherwise. txn_commit ends every transaction: one whose
- *	sticky error is set is rolled back (store_txn_abort() is that). A
+ *	sticky error is set is rolled back, which is how one is aborted. A
  *	transaction marked bare (store.c, a store full of its own space)
  *	takes its delivery updates without their messages' stories.
  *

@@ -112,9 +112,9 @@ static void test_txn_sees_own_claims(void **state)
 	CHECK_INT("no sticky error", store_txn_error(t), 0);
 	if (store_caps(f->st) & STORE_CAP_LOCAL_READS)	/* else a read waits for t's key lock */
 		CHECK_INT("outside, before commit", claim_found(f->st, 7, NOW, NULL), 0);
-	store_txn_abort(t);
+	txn_abort(t);
 	CHECK_INT("after abort", claim_found(f->st, 7, NOW, NULL), 0);
-	store_txn_abort(NULL);
+	txn_abort(NULL);
 }
 
 /*

@@ -384,7 +384,7 @@ static void test_corrupt_records(void **state)
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
 	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
-	store_txn_abort(t);
+	txn_abort(t);
 
 	CHECK_INT("corrupt queue record", store_msg_load(f->st, "QBAD00000001", &got), STORE_EINVAL);
 	CHECK_INT("corrupt msg record", store_msg_load(f->st, "MBAD00000001", &got), STORE_EINVAL);
@@ -767,7 +767,7 @@ static void test_readonly(void **state)
 	CHECK_INT("stats ro", store_stats(ro, &ss, 0), 0);
 	CHECK_INT("oldest time", ss.oldest, m.accepted);
 	if (store_txn_begin(ro, NULL, 0, &t) == 0) {
-		store_txn_abort(t);
+		txn_abort(t);
 		fail_msg("a read-only store began a write transaction");
 	}
 	store_close(ro);

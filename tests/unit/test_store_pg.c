@@ -961,7 +961,7 @@ static int race_round(struct racer *w, int r)
 		return rc;
 	if ((rc = store_txn_claim_get(t, kh[0], h, NOW, &c)) == 0) {
 		strcpy(w->qids[r], c.qid);	/* a duplicate: the other node's */
-		store_txn_abort(t);
+		txn_abort(t);
 		return 0;
 	}
 	msg_new(&m, qid, 1, 50);
@@ -1802,7 +1802,7 @@ static void test_voids(void **state)
 	CHECK_INT("its claim, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
 	hash_of(h, 32);
 	CHECK_INT("the other, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), 0);
-	store_txn_abort(t);
+	txn_abort(t);
 	CHECK_INT("only the other message taken", taken(f->st, NOW + SEC), 1);
 	CHECK_INT("the void stays while its transaction runs", void_count(f), 1);
 
