@@ -217,7 +217,7 @@ static void job_free(struct deliver_job *j)
 static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 {
 	const struct conf *c = d->c;
-	int64_t now = clock_us(), first;
+	int64_t now = clock_us();
 	size_t i, n_queued = 0;
 	int err;
 
@@ -228,8 +228,7 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 			return 0;
 		}
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
-		first = deliver_retry_settings(d).first;
-		finished(d, qid, 0, now + (first > 0 ? first : 60) * US);
+		finished(d, qid, 0, now + deliver_retry_settings(d).first * US);
 		return 0;
 	}
 	if (j->m.held)		/* held since it was scheduled: its release schedules it */
