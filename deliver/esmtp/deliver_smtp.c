@@ -77,12 +77,10 @@
 #define XSESS_NOMARK_WAIT	(1 * US)	/* the rest of a batch after a refused mark waits, */
 #define XSESS_NOMARK_MAX	(60 * US)	/* doubling while marks are refused in a row */
 
-/* upstream_timeout_ms - the group's timeout for libesmtp and the bridge: 1 s to INT_MAX ms */
+/* upstream_timeout_ms - the group's timeout (1 s at least: conf.c) for libesmtp and the bridge */
 static int upstream_timeout_ms(const struct conf_upstream *u)
 {
-	if (u->timeout >= INT_MAX / 1000)
-		return INT_MAX;
-	return u->timeout < 1 ? 1000 : (int) u->timeout * 1000;
+	return u->timeout >= INT_MAX / 1000 ? INT_MAX : (int) u->timeout * 1000;
 }
 
 /* xsess_find - the xmsg of a libesmtp message */
