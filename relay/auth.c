@@ -43,6 +43,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "../smtp/smtp.h"
 #include "../util/buf.h"
 #include "../util/clock.h"
 #include "../util/log.h"
@@ -69,19 +70,6 @@ struct auth_users {
 static int auth_locked(const char *hash)
 {
 	return hash[0] == '!' || strcmp(hash, "*") == 0;
-}
-
-/* auth_name_ok - what the SMTP engine lets through, minus ':' */
-static int auth_name_ok(const char *p, size_t n)
-{
-	size_t  i;
-
-	if (n == 0 || n > AUTH_NAME_MAX)
-		return 0;
-	for (i = 0; i < n; i++)
-		if ((unsigned char) p[i] <= ' ' || p[i] == 0x7f || p[i] == ':')
-			return 0;
-	return 1;
 }
 
 /* auth_hash_check - 0, or -1 with why; warns about weak hashes */
@@ -174,7 +162,7 @@ int auth_users_parse(struct auth_users **out, const char *text, size_t len,
 			snprintf(err, errlen, "%s:%zu: expected name:hash", name, lineno);
 			goto fail;
 		}
-		if (!auth_name_ok(p, (size_t) (colon - p))) {
+		if (!smtp_auth_name_ok(p, (size_t) (colon - p))) {	/* the first ':' ends it */
 			snprintf(err, errlen, "%s:%zu: bad user name", name, lineno);
 			goto fail;
 		}

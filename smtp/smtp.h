@@ -258,4 +258,7 @@ size_t smtp_utf8_len(const char *p, size_t len);
 /* smtp_ascii - no octet above 127 in p[0..len)? (SMTPUTF8 and 8BITMIME ask) */
 int smtp_ascii(const char *p, size_t len);
 
+/* smtp_auth_name_ok - an AUTH user name (1-255 octets, no space or control): the users file's too */
+int smtp_auth_name_ok(const char *p, size_t n);
+
 #endif

@@ -88,7 +88,7 @@ static long smtp_b64_decode(const char *in, size_t len, char *out)
 }
 
 /* smtp_auth_name_ok - a name a users file can hold and a log line can show */
-static int smtp_auth_name_ok(const char *p, size_t n)
+int smtp_auth_name_ok(const char *p, size_t n)
 {
 	size_t i;
 

@@ -60,6 +60,8 @@ static void test_parse(void **state)
 		{"no colon", "# x\nalice\n", -1, 0, "users:2: expected name:hash"},
 		{"empty name", ":$6$saltsalt$abc\n", -1, 0, "users:1: bad user name"},
 		{"space in name", "al ice:$6$saltsalt$abc\n", -1, 0, "users:1: bad user name"},
+		{"DEL in name", "al\x7fice:$6$saltsalt$abc\n", -1, 0, "users:1: bad user name"},
+		{"UTF-8 name", "\xc3\xa9lise:$6$saltsalt$abc\n", 0, 1, NULL},
 		{"empty hash", "alice:\n", -1, 0, "users:1: empty hash"},
 		{"space in hash", "alice:$6$salt salt$abc\n", -1, 0,
 		 "users:1: space or control character in hash"},
