@@ -473,12 +473,8 @@ static void test_bridge_plain_cut(void **state)
 /* attach_to - deliver_bridge_attach() as deliver_connect.c's connect() calls it */
 static int attach_to(int fd, const char *address)
 {
-	struct sockaddr_in a;
+	struct sockaddr_in a = address_of(address);
 
-	memset(&a, 0, sizeof(a));
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	a.sin_port = htons((uint16_t) atoi(strchr(address, ':') + 1));
 	return deliver_bridge_attach(fd, (struct sockaddr *) &a, sizeof(a));
 }
 
