@@ -281,16 +281,8 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 		it->group = DQ_GROUP_UNKNOWN;
 		it->regroup = 0;
 	}
-	if (it->slot != DQ_BUSY) {		/* not handed out: just reschedule */
-		if (next < 0)
-			heap_remove(q, it);
-		else {
-			it->next = next;
-			heap_up(heap_of(q, it), it->slot);
-			heap_down(heap_of(q, it), it->slot);
-			return;
-		}
-	}
+	if (it->slot != DQ_BUSY)		/* waiting: out of its heap, then as a busy one */
+		heap_remove(q, it);
 	if (next >= 0) {
 		it->next = next;
 		heap_push(q, it);

@@ -254,6 +254,13 @@ static void test_queue_busy(void **state)
 	assert_int_equal(dq_count(&q), 0);
 	assert_int_equal(dq_add(&q, "A", 5), 1);
 	assert_int_equal(dq_count(&q), 1);
+	/* done while waiting (not handed out): rescheduled, later or sooner */
+	dq_add(&q, "B", 7);
+	dq_done(&q, "A", 20);
+	assert_int_equal(next_due(&q), 7);
+	dq_done(&q, "A", 1);
+	assert_int_equal(dq_take_due(&q, 1, out, 8, NULL), 1);
+	assert_string_equal(out[0], "A");
 	dq_free(&q);
 }
 
