@@ -122,7 +122,6 @@ void lmdb_gate_leave(struct lmdb_store *st);
 void lmdb_break(struct lmdb_store *st, const char *why);	/* a sync failed: stop, reopen */
 int lmdb_qid_key(const char *qid, MDB_val *key);
 int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way */
-int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen);
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left with no story */
 #define META_FORMAT	"format"	/* meta DB: the store's format, decimal text */
 /*

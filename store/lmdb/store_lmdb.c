@@ -500,14 +500,6 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	return 0;
 }
 
-/* lmdb_qid_greater - key order as LMDB sees it: bytes, then length */
-int lmdb_qid_greater(const void *a, size_t alen, const void *b, size_t blen)
-{
-	int c = memcmp(a, b, alen < blen ? alen : blen);
-
-	return c > 0 || (c == 0 && alen > blen);
-}
-
 /* lmdb_close - close the environment; every transaction must be over */
 static void lmdb_close(struct store *base)
 {

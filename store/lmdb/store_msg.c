@@ -66,7 +66,7 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 	if (story && lmdb_hist_has(st, t->txn, key))
 		return 0;
 	err = lmdb_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
-	if (err == 0 && !lmdb_qid_greater(key->mv_data, key->mv_size, last.mv_data, last.mv_size))
+	if (err == 0 && mdb_cmp(t->txn, st->meta, key, &last) <= 0)	/* as keys sort */
 		return 0;
 	if (err != 0 && err != STORE_ENOTFOUND)
 		return err;
