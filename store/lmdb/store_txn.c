@@ -96,13 +96,9 @@ int lmdb_txn_commit(struct store_txn *base)
 	return err;
 }
 
-/* lmdb_txn_abort - forget the transaction */
+/* lmdb_txn_abort - forget the transaction: a failed one's commit */
 void lmdb_txn_abort(struct store_txn *base)
 {
-	struct lmdb_txn *t = (struct lmdb_txn *) base;
-
-	mdb_txn_abort(t->txn);
-	buf_free(&t->redo);
-	lmdb_gate_leave(t->st);
-	free(t);
+	store_txn_fail(base, STORE_EINVAL);
+	(void) lmdb_txn_commit(base);
 }
