@@ -60,7 +60,7 @@ struct conn {
 	struct anvil_wait auth_wait;	/* in its client's line (auth_queued) */
 	int auth_queued;		/* auth waits in that line, not yet submitted */
 	int auth_turn;			/* auth holds its client's turn (anvil_auth_end) */
-	int in_auth_hook;		/* on_auth() runs: a verdict waits in sync_auth */
+	int in_auth_hook;		/* conn_auth() runs: a verdict waits in sync_auth */
 	int sync_auth;			/* a verdict decided inside the hook: 1 ok, -1 not now */
 	int64_t auth_due;		/* when the delayed 535 goes out, 0: none */
 	int dead;			/* socket gone; free when req and auth return */
