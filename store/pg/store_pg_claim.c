@@ -149,8 +149,8 @@ static int key_loaded(const struct pg_txn *t, const uint8_t keyhash[STORE_HASH_L
 	return 0;
 }
 
-/* store_pg_i64_cmp - int64_t in order, for qsort and bsearch */
-int store_pg_i64_cmp(const void *a, const void *b)
+/* i64_cmp - int64_t in order, for qsort and bsearch */
+static int i64_cmp(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
 
@@ -210,17 +210,17 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 	if (k == 0)
 		goto out;
 	/* sorted, each once, those not held yet: every batch takes its locks in this order */
-	qsort(want, k, sizeof(*want), store_pg_i64_cmp);
+	qsort(want, k, sizeof(*want), i64_cmp);
 	for (i = 0; i < k; i++) {
 		if ((i > 0 && want[i] == want[i - 1]) || (t->n_locked > 0
 		    && bsearch(&want[i], t->locked, t->n_locked, sizeof(*t->locked),
-			       store_pg_i64_cmp)))
+			       i64_cmp)))
 			continue;
 		store_pg_a_i64(&locks, want[i]);
 		t->locked = store_pg_grow(t->locked, t->n_locked, &t->cap_locked, sizeof(*t->locked));
 		t->locked[t->n_locked++] = want[i];
 	}
-	qsort(t->locked, t->n_locked, sizeof(*t->locked), store_pg_i64_cmp);
+	qsort(t->locked, t->n_locked, sizeof(*t->locked), i64_cmp);
 	store_pg_params_init(&lp);
 	store_pg_params_init(&cp);
 	store_pg_params_init(&none);

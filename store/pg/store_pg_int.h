@@ -347,7 +347,6 @@ char *store_pg_strdup(const PGresult *r, int row, int col);	/* NULL stays NULL *
 int store_pg_copy(const PGresult *r, int row, int col, void *out, size_t len);	/* exact length */
 int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE]);
 int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
-int store_pg_i64_cmp(const void *a, const void *b);	/* int64_t in order: qsort, bsearch */
 
 /* store_pg_queue.c: the spool's rows, leases */
 #define PG_MSG_COLS	"m.qid, m.accepted, m.sender, m.envid, m.ret, m.body, m.smtputf8, " \

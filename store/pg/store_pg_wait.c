@@ -183,9 +183,10 @@ static const char SQL_DECIDED[] =
 	"SELECT v.qid, m.keyhash FROM voids v LEFT JOIN messages m ON m.qid = v.qid AND m.has_key "
 	"WHERE pg_xact_status(v.xid) IS DISTINCT FROM 'in progress' LIMIT 1000";
 
-/* the keys of $1 whose lock is had: each tried, none waited for */
+/* the voids of $1 whose message's key lock ($2; NULL: no key) is had: each tried, none waited for */
 static const char SQL_TRY_LOCKS[] =
-	"SELECT k FROM unnest($1::int8[]) AS k WHERE pg_try_advisory_xact_lock(k)";
+	"SELECT q FROM unnest($1::text[], $2::int8[]) AS u(q, k) "
+	"WHERE k IS NULL OR pg_try_advisory_xact_lock(k)";
 
 /*
  * Deletes see one snapshot, taken after SQL_DECIDED saw the transactions
@@ -588,62 +589,44 @@ int store_pg_commit_resolve(struct pg_txn *t)
 	return STORE_EAGAIN;
 }
 
-/* a decided void's key lock, if its message has a key */
-struct void_lock {
-	int64_t k;
-	int keyed;
-};
-
 /*
- * settle_locks - the key locks of the decided voids of r (SQL_DECIDED):
- * each row's in keys, and those there are as $1 of lp; how many
+ * settle_locks - the decided voids of r (SQL_DECIDED) as $1 of lp, and
+ * their messages' key locks as its $2 (NULL: no key); how many have one
  */
-static int settle_locks(const PGresult *r, struct void_lock *keys, struct pg_params *lp)
+static int settle_locks(const PGresult *r, struct pg_params *lp)
 {
 	uint8_t kh[STORE_HASH_LEN];
-	struct pg_arr a;
+	struct pg_arr q, k;
 	int row, n = 0;
 
-	store_pg_arr_init(&a, PG_OID_INT8);
-	for (row = 0; row < PQntuples(r); row++)
+	store_pg_arr_init(&q, PG_OID_TEXT);
+	store_pg_arr_init(&k, PG_OID_INT8);
+	for (row = 0; row < PQntuples(r); row++) {
+		store_pg_a_text(&q, PQgetvalue(r, row, 0));
 		if (!PQgetisnull(r, row, 1) && store_pg_copy(r, row, 1, kh, STORE_HASH_LEN) == 0) {
-			keys[row].k = store_pg_key_lock(kh);
-			keys[row].keyed = 1;
-			store_pg_a_i64(&a, keys[row].k);
+			store_pg_a_i64(&k, store_pg_key_lock(kh));
 			n++;
+		} else {
+			store_pg_a_bytes(&k, NULL, 0);
 		}
+	}
 	store_pg_params_init(lp);
-	store_pg_p_arr(lp, &a);
+	store_pg_p_arr(lp, &q);
+	store_pg_p_arr(lp, &k);
 	return n;
 }
 
-/*
- * settle_qids - as $1 of p, the QIDs of the voids of d (SQL_DECIDED)
- * whose key lock (keys, settle_locks) is had (lr: SQL_TRY_LOCKS), or
- * that have no key; how many
- */
-static int settle_qids(const PGresult *d, const struct void_lock *keys, const PGresult *lr,
-		       struct pg_params *p)
+/* settle_qids - the QIDs of q's rows (column 0) as $1 of p; how many */
+static int settle_qids(const PGresult *q, struct pg_params *p)
 {
-	int64_t *had = xcalloc((size_t) PQntuples(lr) + 1, sizeof(*had));
 	struct pg_arr a;
-	size_t n_had = 0;
-	int row, n = 0;
+	int row;
 
-	for (row = 0; lr != NULL && row < PQntuples(lr); row++)
-		had[n_had++] = store_pg_int(lr, row, 0);
-	qsort(had, n_had, sizeof(*had), store_pg_i64_cmp);
 	store_pg_arr_init(&a, PG_OID_TEXT);
-	for (row = 0; row < PQntuples(d); row++)
-		if (!keys[row].keyed
-		    || bsearch(&keys[row].k, had, n_had, sizeof(*had), store_pg_i64_cmp) != NULL) {
-			store_pg_a_text(&a, PQgetvalue(d, row, 0));
-			n++;
-		}
-	store_pg_params_init(p);
+	for (row = 0; row < PQntuples(q); row++)
+		store_pg_a_text(&a, PQgetvalue(q, row, 0));
 	store_pg_p_arr(p, &a);
-	free(had);
-	return n;
+	return PQntuples(q);
 }
 
 /*
@@ -660,30 +643,24 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 {
 	struct pg_params lp, p;
 	PGresult *lr = NULL;
-	struct void_lock *key;
 	PGconn *c;
 	int err, keys;
 
 	*r = NULL;
 	if ((err = side_take(st, &c)) != 0)
 		return err;
-	key = xcalloc((size_t) PQntuples(d) + 1, sizeof(*key));
-	keys = settle_locks(d, key, &lp);
+	keys = settle_locks(d, &lp);
 	store_pg_params_init(&p);
 	err = store_pg_simple(st, c, PG_LOCAL_BEGIN, "voids settled");
-	if (err == 0 && keys > 0)
+	if (err == 0 && keys > 0)	/* else every one settles: no lock to try */
 		err = store_pg_exec(st, c, SQL_TRY_LOCKS, &lp, &lr, "voids' key locks");
-	if (err == 0) {
-		store_pg_params_free(&p);
-		if (settle_qids(d, key, lr, &p) > 0)
-			err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
-	}
+	if (err == 0 && settle_qids(keys > 0 ? lr : d, &p) > 0)
+		err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
 	PQclear(lr);
 	err = store_pg_local_end(st, c, err, r, "voids settled");
 	side_give(st, c);
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);
-	free(key);
 	return err;
 }
 
