@@ -375,20 +375,19 @@ static int stats_end(const char *unread)
 }
 
 /*
- * print_group - an upstream group's limits (an object of the daemon's reply,
- * len octets): rate, concurrency, throttling; of a route (is_route: the
- * route it names, passed over if none), or of the default upstream, which
- * says the nodes sharing its rate too
+ * print_group - an upstream group's limits (an object j of the daemon's
+ * reply, read in place): rate, concurrency, throttling; of a route
+ * (is_route: the route it names, passed over if none), or of the default
+ * upstream, which says the nodes sharing its rate too
  */
-static void print_group(const char *o, size_t len, int is_route)
+static void print_group(const char *j, int is_route)
 {
-	char j[512], shared[64] = "", name[72];
+	char shared[64] = "", name[72];
 	long long conc = 0, sessions = 0, nodes = 1, episodes = 0;
 	const char *rate = NULL;
 	size_t rlen = 0;
 	int throttled = 0;
 
-	snprintf(j, sizeof(j), "%.*s", (int) (len < sizeof(j) - 1 ? len : sizeof(j) - 1), o);
 	if (is_route && json_get_str(j, "route", name, sizeof(name)) != 0)
 		return;
 	json_get_int(j, "concurrency", &conc);
@@ -494,14 +493,12 @@ int ctl_stats(struct ctl *x, const char *arg)
 	if (live && dstore && dir == NULL) {	/* how the daemon reaches a store elsewhere */
 		int dup = 1;
 		long long outages = 0, waiting = 0, waits = 0, voided = 0;
-		char ds[512];
 
-		snprintf(ds, sizeof(ds), "%.*s", (int) (dlen < 511 ? dlen : 511), dstore);
-		json_get_bool(ds, "up", &dup);
-		json_get_int(ds, "outages", &outages);
-		json_get_int(ds, "replication_waiting", &waiting);
-		json_get_int(ds, "replication_waits", &waits);
-		json_get_int(ds, "voided", &voided);
+		json_get_bool(dstore, "up", &dup);	/* the daemon's "store" object, in place */
+		json_get_int(dstore, "outages", &outages);
+		json_get_int(dstore, "replication_waiting", &waiting);
+		json_get_int(dstore, "replication_waits", &waits);
+		json_get_int(dstore, "voided", &voided);
 		printf("reachable    %s from the daemon, %lld outage%s since its start\n",
 		       dup ? "yes" : "NO", outages, outages == 1 ? "" : "s");
 		printf("replication  %lld commit%s waiting now, %lld wait%s since its start, "
@@ -530,9 +527,9 @@ daemon:
 
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
 		if (dup_)
-			print_group(dup_, ulen, 0);
+			print_group(dup_, 0);
 		while (droutes && json_next(&droutes, &p, &ulen) == 0)	/* each route's */
-			print_group(p, ulen, 1);
+			print_group(p, 1);
 		printf("since start ");
 		for (p = counters; p < counters + clen; p++)
 			if (*p != '{' && *p != '}' && *p != '"')

@@ -11,7 +11,8 @@
  *	replies, a top-level member of an object by name. Values are found
  *	by skipping over whole JSON values, nested ones included, so a
  *	member named like a string inside another value is never mistaken
- *	for it.
+ *	for it; reading stops at the object's end, so an object inside a
+ *	reply (as json_get() and json_next() give it) is read in place.
  */
 #ifndef UTIL_JSON_H
 #define UTIL_JSON_H

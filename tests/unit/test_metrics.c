@@ -328,6 +328,7 @@ static void test_json_read(void **state)
 	assert_memory_equal(v, "[\"A\",\"B\"]", 9);
 	/* the elements of an array, whole values (nested ones too), then its end */
 	assert_int_equal(json_get(j, "nested", &v, &len), 0);
+	assert_int_equal(json_get(v, "neg", &e, &len), -1);	/* in place: its end ends it */
 	assert_int_equal(json_get(v, "a", &v, &len), 0);
 	assert_int_equal(json_next(&v, &e, &len), 0);
 	assert_int_equal(len, 1);
