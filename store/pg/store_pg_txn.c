@@ -36,7 +36,8 @@
  *	read with the key locks (store_pg_claim.c), or for a batch without
  *	keys from pg_stat_activity while its backend lives: committed;
  *	aborted (STORE_EAGAIN); or still in progress, when the batch's
- *	messages are voided before STORE_EAGAIN (its 451) is returned. A
+ *	messages are voided before STORE_EAGAIN (its 451) is returned (not
+ *	a bounce's notice, put with its outcome: store_pg_wait.c). A
  *	transaction over (its backend gone, or idle) is read back by
  *	whether its first new message exists. Nothing of the batch is
  *	answered before this is known, but when PostgreSQL cannot be asked

@@ -116,6 +116,24 @@
  *	database away, or a COMMIT still waiting for the standby), so that
  *	a message none of whose submissions got 250 is delivered.
  *
+ *	A delivery's puts. A bounce's non-delivery notice is put in one
+ *	transaction with the bounce's outcome, after it (deliver_record.c; a
+ *	group commit puts its submissions first, store.h). No client was
+ *	answered 451 for it: voided, it was dropped by the settle once the
+ *	COMMIT went through, the outcome bounced and its notice lost. So a
+ *	batch whose puts follow a delivery write is neither voided nor kept:
+ *	still in progress, or its outcome not readable, it is left to
+ *	PostgreSQL, which records the outcome and the notice or neither, and
+ *	the node forgets the leases of the messages it wrote before it
+ *	returns STORE_EAGAIN. The delivery then takes the notice as not
+ *	queued and writes its recipients deferred: fenced by a lease the
+ *	node no longer holds, that write is refused (STORE_ELEASE), where it
+ *	could land once the COMMIT had gone through and queue a bounced
+ *	recipient again, to be bounced with a second notice. The next take
+ *	reads what PostgreSQL decided; a COMMIT that did not go through after
+ *	all leaves the inflight mark, found once the lease runs out, as
+ *	after a crash.
+ *
  *	Not covered (store_pg_pend.c says more): a node cut off from
  *	PostgreSQL for longer than store.lease, while the others reach it
  *	or as they come back with it, may be beaten by another node's take,
@@ -502,11 +520,51 @@ static int void_batch(struct pg_txn *t)
 	return err;
 }
 
-/* not_known - store_pg_read_back()'s rc; PG_NOT_KNOWN keeps the batch to settle: STORE_EAGAIN */
+/*
+ * delivery_puts - were t's messages put after a delivery write (a
+ * bounce's notice, with its outcome: see the header)? The first put
+ * makes the batch's first run of messages (store_pg_seg_for), so the
+ * runs before it tell.
+ */
+static int delivery_puts(const struct pg_txn *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_segs && t->segs[i].kind != PG_SEG_MSGS; i++)
+		if (t->segs[i].kind == PG_SEG_UPDATES)
+			return 1;
+	return 0;
+}
+
+/*
+ * undecided - t put a delivery's messages and its outcome is not known:
+ * nothing voided, and the leases of the messages it wrote forgotten (see
+ * the header); STORE_EAGAIN
+ */
+static int undecided(struct pg_txn *t)
+{
+	const struct pg_seg *s;
+	size_t i, j;
+
+	for (i = 0; i < t->n_segs; i++)
+		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
+			store_pg_lease_del(t->st, s->qids[j], 0);
+	msg_warn("store: a delivery's commit is still in progress or cannot be read: its %zu "
+		 "message%s (%s%s) not voided, the leases of those it wrote given up",
+		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	return STORE_EAGAIN;
+}
+
+/*
+ * not_known - store_pg_read_back()'s rc; PG_NOT_KNOWN keeps the batch to
+ * settle, or a delivery's undecided: STORE_EAGAIN
+ */
 static int not_known(struct pg_txn *t, int rc)
 {
 	if (rc != PG_NOT_KNOWN)
 		return rc;
+	if (delivery_puts(t))
+		return undecided(t);
 	store_pg_pend_add(t, 0);
 	return STORE_EAGAIN;
 }
@@ -549,7 +607,8 @@ static int replays_read_back(struct pg_txn *t)
 /*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
- * settled (see the header); store_pg_read_back() reads a committed
+ * settled, or a delivery's left undecided (see the header);
+ * store_pg_read_back() reads a committed
  * batch's leases, or whether a transaction over (its backend gone) committed
  */
 int store_pg_commit_resolve(struct pg_txn *t)
@@ -575,6 +634,8 @@ int store_pg_commit_resolve(struct pg_txn *t)
 		return STORE_EAGAIN;
 	if (x == XACT_UNKNOWN)
 		return not_known(t, store_pg_read_back(t));
+	if (delivery_puts(t))		/* still in progress, or committed where it cannot be read */
+		return undecided(t);
 	if (x == XACT_COMMITTED)
 		voided_warn(t, "a commit reads as committed, but its messages cannot be read back", "");
 	if (void_batch(t) != 0) {

@@ -32,7 +32,9 @@
  * builds its index; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
  * the settings a URL's options give kept over ours; the pooler probe
- * skipped when the server has no slot for its connections.
+ * skipped when the server has no slot for its connections; a bounce's
+ * notice, put with its outcome, whose COMMIT waits past the hold: not
+ * voided, and the deferral its delivery writes next refused.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -3463,6 +3465,115 @@ static void test_schema_11_drop_bounded(void **state)
 	fx_pg_sql(q);
 }
 
+/* notices_of - how many non-delivery notices (null sender) the fixture's schema holds */
+static long long notices_of(struct fx *f)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+		 "WHERE sender = ''", f->schema);
+	return sql_int(f->url, q);
+}
+
+/*
+ * notice_bounce - the transaction of a bounce (deliver_record.c): m's
+ * outcome, its recipient 0 bounced and 1 deferred (due now, its lease
+ * kept; or later, given up), then its notice, whose COMMIT waits for the
+ * test's lock (a deferred trigger) past the hold: the outcome unknown
+ */
+static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later)
+{
+	struct store_txn *t;
+	struct store_msg n;
+
+	m->rcpts[0].state = STORE_RCPT_BOUNCED;
+	free(m->rcpts[0].reply);
+	m->rcpts[0].reply = xstrdup("550 5.1.1 no such user");
+	free(m->rcpts[1].reply);
+	m->rcpts[1].reply = xstrdup("451 4.3.0 try again later");
+	m->attempts = 1;
+	m->next_attempt = clock_us() + (later ? 3600 * SEC : 0);
+	m->inflight = 0;
+	msg_new(&n, notice, 1, 100);
+	n.from[0] = 0;
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	store_txn_msg_update(t, m);
+	store_txn_msg_put(t, &n);
+	result_us = SEC / 2;		/* the hold of a COMMIT that waits, but not for the standby */
+	CHECK_INT("its COMMIT waits: the outcome unknown", store_txn_commit(t), STORE_EAGAIN);
+	result_us = PG_RESULT_US;
+	store_msg_free(&n);
+}
+
+/*
+ * A bounce's notice is written in one transaction with its outcome
+ * (deliver_record.c). When its COMMIT waits past the hold, the delivery
+ * is told STORE_EAGAIN: it takes the notice as not queued, queues the
+ * recipient again, deferred, and writes that (again and again, until it
+ * is written or refused). The notice was never answered 451 to a client:
+ * it must not be voided, or the settle drops it once the COMMIT ends,
+ * the outcome bounced, its notice lost; and the deferral must not land
+ * after that COMMIT, or the recipient is asked again at the next attempt
+ * and bounced with a second notice. Its message still queued (another
+ * recipient deferred), due now (its lease kept) or later (given up):
+ * either way the deferral's fence, by the lease's token, passed.
+ */
+static void test_notice_commit_waits(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	const char *qids[2] = { "NOTICEWAIT01", "NOTICEWAIT02" };
+	const char *notices[2] = { "NOTICEWAIT91", "NOTICEWAIT92" };
+	PGconn *o = PQconnectdb(f->url);
+	struct store_story s;
+	struct store_msg m;
+	PGresult *r;
+	char q[128];
+	int v, hash, rc;
+
+	hook_fx = f;
+	for (v = 0; v < 2; v++) {
+		hash = 97 + v;
+		msg_new(&m, qids[v], 2, 100);
+		CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+		store_msg_free(&m);
+		CHECK_INT("its mark", store_msg_set_inflight(f->st, qids[v], 1), 0);
+	}
+	sql(f, "CREATE FUNCTION commit_waits() RETURNS trigger LANGUAGE plpgsql AS "
+	    "$$ BEGIN PERFORM pg_advisory_xact_lock(4243); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER commit_waits AFTER INSERT ON messages DEFERRABLE "
+	    "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_waits()", NULL);
+	for (v = 0; v < 2; v++) {
+		r = PQexec(o, "SELECT pg_advisory_lock(4243)");
+		CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
+		PQclear(r);
+		CHECK_INT("the load", store_msg_load(f->st, qids[v], &m), 0);
+		notice_bounce(f, &m, notices[v], v);
+		r = PQexec(o, "SELECT pg_advisory_unlock(4243)");	/* the COMMIT goes on */
+		PQclear(r);
+		snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", notices[v]);
+		if (!seen_within(q))
+			fail_msg("the COMMIT did not end within 5 s");
+		st->settle_at = 0;		/* the next take settles voids */
+		CHECK_INT("nothing due", taken(f->st, NOW), 0);
+
+		/* the delivery's deferral of recipient 0, its notice taken as not queued */
+		m.rcpts[0].state = STORE_RCPT_QUEUED;
+		rc = store_msg_update(f->st, &m);
+		CHECK_INT("the notice, once", notices_of(f), v + 1);
+		CHECK_INT("its own", qid_rows(f, "messages", notices[v]), 1);
+		CHECK_INT("the story", store_story_get(f->st, qids[v], &s), 0);
+		CHECK_INT("recipient 0 bounced, for good", s.m.rcpts[0].state, STORE_RCPT_BOUNCED);
+		CHECK_INT("recipient 1 deferred", s.m.rcpts[1].state, STORE_RCPT_QUEUED);
+		store_story_free(&s);
+		CHECK_INT("the deferral refused: its lease is not the node's to write with",
+			  rc, STORE_ELEASE);
+		CHECK_INT("nothing voided", void_count(f), 0);
+		store_msg_free(&m);
+	}
+	PQfinish(o);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -3527,6 +3638,7 @@ int main(void)
 		T(test_schema_11_reads_go_on),
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
+		T(test_notice_commit_waits),
 	};
 
 	if (fx_pg() == NULL) {
