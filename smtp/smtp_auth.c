@@ -38,20 +38,13 @@ static const char *const smtp_mech_names[] = {
 	[SMTP_MECH_LOGIN] = "LOGIN",
 };
 
-/* smtp_b64_value - the value of one base64 digit, or -1 */
-static int smtp_b64_value(unsigned char c)
+/* smtp_b64_value - the value of one base64 digit (its place in the alphabet), or -1 */
+static int smtp_b64_value(char c)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
+	static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *p = c ? strchr(digits, c) : NULL;
+
+	return p ? (int) (p - digits) : -1;
 }
 
 /*
@@ -73,7 +66,7 @@ static long smtp_b64_decode(const char *in, size_t len, char *out)
 			    && (k == 3 || in[i + 3] == '=')) {
 				v[k] = 0;
 				pad++;
-			} else if ((v[k] = smtp_b64_value((unsigned char) in[i + k])) < 0) {
+			} else if ((v[k] = smtp_b64_value(in[i + k])) < 0) {
 				return -1;
 			}
 		}
