@@ -469,15 +469,12 @@ static int story_expire(struct lmdb_txn *t, const char *qid, int64_t at, int64_t
 static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
 	MDB_val ikey = { d->len, (void *) d->key };
+	MDB_val q = { d->len > 8 ? d->len - 8 : 0, (void *) (d->key + 8) };	/* its QID */
 	char qid[STORE_QID_SIZE];
 	int err, gone = 0;
 
-	if (d->len > 8 && d->len - 8 < STORE_QID_SIZE) {
-		memcpy(qid, d->key + 8, d->len - 8);
-		qid[d->len - 8] = 0;
-		if ((gone = story_expire(t, qid, hexpiry_time(d->key), 0)) < 0)
-			return gone;
-	}
+	if (lmdb_key_qid(&q, qid) == 0 && (gone = story_expire(t, qid, hexpiry_time(d->key), 0)) < 0)
+		return gone;
 	err = lmdb_mdb_error(lmdb_del(t, t->st->hexpiry, &ikey, NULL), "delete hexpiry");
 	return err == 0 || err == STORE_ENOTFOUND ? gone : err;
 }
