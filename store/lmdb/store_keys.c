@@ -79,18 +79,10 @@ static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "claims walk");
 }
 
-/* filed - the claims filed under a key: its range in cnew, then in claims (each claim is in one) */
-static int filed(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
-		 struct key_entry **e, size_t *n, size_t *cap)
-{
-	int err = 0;
-
-	if (st->has_cnew)
-		err = filed_in(txn, st->cnew, keyhash, e, n, cap);
-	return err ? err : filed_in(txn, st->claims, keyhash, e, n, cap);
-}
-
-/* key_entries - every claim of a key, filed under it or listed by an old index entry */
+/*
+ * key_entries - every claim of a key: filed under it (its range in cnew,
+ * then in claims: each claim is in one), or listed by an old index entry
+ */
 static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		       struct key_entry **out, size_t *n)
 {
@@ -102,7 +94,8 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 
 	*out = NULL;
 	*n = 0;
-	if ((rc = filed(st, txn, keyhash, &e, n, &cap)) != 0 || !st->has_hist) {
+	if ((st->has_cnew && (rc = filed_in(txn, st->cnew, keyhash, &e, n, &cap)) != 0)
+	    || (rc = filed_in(txn, st->claims, keyhash, &e, n, &cap)) != 0 || !st->has_hist) {
 		*out = e;
 		return rc;
 	}
