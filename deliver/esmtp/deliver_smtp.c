@@ -74,8 +74,8 @@
 
 #define XSESS_MAX_ADDRS	8		/* addresses tried per upstream host */
 #define XSESS_REFUSED	"refused to talk to me: "	/* the bridge's words for a greeting refused */
-#define XSESS_NOMARK_WAIT	(1 * US)	/* the rest of a batch after a refused mark waits, */
-#define XSESS_NOMARK_MAX	(60 * US)	/* doubling while marks are refused in a row */
+#define XSESS_NOMARK_WAIT	1		/* s: the rest of a batch after a refused mark waits, */
+#define XSESS_NOMARK_MAX	60		/* doubling while marks are refused in a row */
 
 /* upstream_timeout_ms - the group's timeout (1 s at least: conf.c) for libesmtp and the bridge */
 static int upstream_timeout_ms(const struct conf_upstream *u)
@@ -559,33 +559,21 @@ static void xsess_postpone(struct xsess *xs)
 }
 
 /*
- * nomark_wait - the rest's wait after the n-th inflight mark refused in a
- * row: XSESS_NOMARK_WAIT, doubling each time, XSESS_NOMARK_MAX at most
- */
-static int64_t nomark_wait(int n)
-{
-	int64_t w = XSESS_NOMARK_WAIT;
-
-	while (--n > 0 && w < XSESS_NOMARK_MAX)
-		w *= 2;
-	return w < XSESS_NOMARK_MAX ? w : XSESS_NOMARK_MAX;
-}
-
-/*
  * xsess_nomark_rest - a message's inflight mark was refused (NOMARK): it
  * sent no final dot and libesmtp dropped the connection there, so the
  * messages after it in the batch never reached the server. Their attempt
  * was the store's failure, not theirs: each waits, not charged an attempt
  * (deliver_record.c), as after throttling (xsess_postpone). A store that
- * keeps refusing marks is given longer each time (nomark_wait()), so that
- * the queue is not taken up again, and a session opened upstream, every
- * second while it does; its first mark written ends that. The refused
- * one is deferred as before.
+ * keeps refusing marks is given longer each time (XSESS_NOMARK_WAIT,
+ * doubled for each refused in a row up to XSESS_NOMARK_MAX, as
+ * deliver_backoff() doubles), so that the queue is not taken up again,
+ * and a session opened upstream, every second while it does; its first
+ * mark written ends that. The refused one is deferred as before.
  */
 static void xsess_nomark_rest(struct xsess *xs)
 {
 	int refused = __atomic_load_n(&xs->d->marks_refused, __ATOMIC_RELAXED);
-	int64_t wait = nomark_wait(refused);
+	int64_t wait = deliver_backoff(XSESS_NOMARK_WAIT, XSESS_NOMARK_MAX, refused) * US;
 	char why[DELIVER_REPLY_MAX];
 	size_t i, k;
 
