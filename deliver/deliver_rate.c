@@ -32,11 +32,12 @@
 #include "../util/clock.h"
 #include "../util/deadline.h"
 #include "../util/log.h"
+#include "deliver_policy.h"
 #include "deliver_rate.h"
 
 #define US		1000000LL
-#define FB_PAUSE	(1 * US)	/* the first episode's pause */
-#define FB_PAUSE_MAX	(60 * US)	/* the longest pause */
+#define FB_PAUSE	1		/* s: the first episode's pause, doubled by each after */
+#define FB_PAUSE_MAX	60		/* s: the longest pause */
 #define FB_STEP		(1 * US)	/* a recovery step this often */
 #define FB_SLOT		(US / DELIVER_FB_SLOTS)	/* 10 ms */
 #define FB_WALL		(2 * US)	/* refused this soon after a pause: the next one doubles */
@@ -105,9 +106,8 @@ double deliver_feedback_seen(const struct deliver_feedback *fb, int64_t now)
 /* deliver_feedback_throttle - a throttling reply at now */
 int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now)
 {
-	int started = !fb->throttled, shift;
+	int started = !fb->throttled;
 	double base = fb->rate, seen = deliver_feedback_seen(fb, now);
-	int64_t pause;
 
 	if (fb->throttled && now < fb->pause_until)
 		return 0;		/* the same episode: sessions that were in flight */
@@ -120,9 +120,7 @@ int deliver_feedback_throttle(struct deliver_feedback *fb, int64_t now)
 		fb->rate = base * FB_CUT > FB_RATE_MIN ? base * FB_CUT : FB_RATE_MIN;
 		fb->lift = fb->rate * 2;
 	}
-	shift = fb->episodes < 6 ? fb->episodes : 6;
-	pause = FB_PAUSE << shift;
-	fb->pause_until = now + (pause < FB_PAUSE_MAX ? pause : FB_PAUSE_MAX);
+	fb->pause_until = now + deliver_backoff(FB_PAUSE, FB_PAUSE_MAX, fb->episodes + 1) * US;
 	fb->step_at = fb->pause_until + FB_STEP;
 	fb->episodes++;
 	fb->throttled = 1;
