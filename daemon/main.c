@@ -238,9 +238,8 @@ int main(int argc, char **argv)
 	if (store_stats(st, &ss, 0) == 0)
 		qid_seed(ss.last_qid);
 	cm = commit_start(st, enqueue, &dl);	/* the writer acceptance and delivery share */
-	server_set_store(srv, st, cm);
 	dl = deliver_start(&cf, st, cm, cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
-	server_set_delivery(srv, &(struct server_delivery) { reload, dl });
+	server_set_queue(srv, st, cm, &(struct server_delivery) { reload, dl });
 	ctl = control_start(&cf, st, dl, server_dupcount(srv));
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",

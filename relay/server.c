@@ -209,23 +209,19 @@ struct server *server_new(struct conf *cf, const char *conf_path)
 	return srv;
 }
 
-/* server_set_store - the store, opened after the listeners were bound, and its writer */
-void server_set_store(struct server *srv, struct store *st, struct commit *cm)
+/* server_set_queue - the store (opened after the listeners), its writer, SIGHUP's hook */
+void server_set_queue(struct server *srv, struct store *st, struct commit *cm,
+		      const struct server_delivery *dl)
 {
 	srv->st = st;
 	srv->cm = cm;
+	srv->dl = *dl;
 }
 
 /* server_dupcount - the duplicate counts, which the admin thread writes */
 struct dupcount *server_dupcount(struct server *srv)
 {
 	return srv->dc;
-}
-
-/* server_set_delivery - what SIGHUP's settings mean to delivery; before server_run() */
-void server_set_delivery(struct server *srv, const struct server_delivery *dl)
-{
-	srv->dl = *dl;
 }
 
 /* server_listen - bind every listener, block the signals we take by signalfd */

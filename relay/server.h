@@ -34,10 +34,10 @@ struct commit;
 
 struct server *server_new(struct conf *c, const char *conf_path);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
-/* server_set_store - the store and the group commit over it, both the caller's */
-void server_set_store(struct server *srv, struct store *st, struct commit *cm);
+/* server_set_queue - before server_run(): the store and its group commit (the caller's), SIGHUP's hook */
+void server_set_queue(struct server *srv, struct store *st, struct commit *cm,
+		      const struct server_delivery *dl);
 struct dupcount *server_dupcount(struct server *srv);	/* owned by the server */
-void server_set_delivery(struct server *srv, const struct server_delivery *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */
 void server_free(struct server *srv);
 
