@@ -85,11 +85,10 @@ static void deliver_release(void *arg, const char *qid, int64_t when)
 {
 	struct deliver *d = arg;
 
-	if (!d->shared) {
+	if (d->shared)
+		deliver_wake_taker(d);
+	else
 		deliver_schedule(d, qid, when, 0);
-		return;
-	}
-	deliver_wake_taker(d);
 }
 
 /*
