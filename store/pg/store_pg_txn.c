@@ -513,22 +513,17 @@ int store_pg_read_back(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
 	struct pg_params p;
-	PGconn *c;
 	PGresult *r;
 	int err, found;
 
-	if (store_pg_take(st, &c) != 0)
-		return PG_NOT_KNOWN;
 	store_pg_params_init(&p);
 	store_pg_p_qids(&p, t->put_qids, t->n_put);
 	store_pg_p_text(&p, t->put_qids[0]);
 	store_pg_p_text(&p, st->node);
-	err = store_pg_exec(st, c, "SELECT qid, lease_token FROM messages "
-			    "WHERE qid = ANY($1::text[]) AND lease_owner = $3 AND "
-			    "EXISTS (SELECT 1 FROM messages WHERE qid = $2)", &p, &r,
-			    "read back");
+	err = store_pg_run(st, "SELECT qid, lease_token FROM messages "
+			   "WHERE qid = ANY($1::text[]) AND lease_owner = $3 AND "
+			   "EXISTS (SELECT 1 FROM messages WHERE qid = $2)", &p, &r, "read back");
 	store_pg_params_free(&p);
-	store_pg_give(st, c);
 	if (err != 0)
 		return PG_NOT_KNOWN;
 	found = PQntuples(r) > 0;

@@ -585,20 +585,16 @@ static int replays_read_back(struct pg_txn *t)
 {
 	struct pg_params p;
 	PGresult *r;
-	PGconn *c;
 	int64_t n = -1;
 
-	if (store_pg_take(t->st, &c) != 0)
-		return STORE_EAGAIN;
 	store_pg_params_init(&p);
 	store_pg_p_qids(&p, t->replays, t->n_replays);
-	if (store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE qid = ANY($1::text[]) "
-			  "AND replayed", &p, &r, "replays read back") == 0) {
+	if (store_pg_run(t->st, "SELECT count(*) FROM messages WHERE qid = ANY($1::text[]) "
+			 "AND replayed", &p, &r, "replays read back") == 0) {
 		n = store_pg_int(r, 0, 0);
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
-	store_pg_give(t->st, c);
 	msg_warn("store: a commit's outcome was unknown (connection lost): its replays read "
 		 "back: %s", n == (int64_t) t->n_replays ? "marked" : n < 0 ? "not known" : "not marked");
 	return n == (int64_t) t->n_replays ? 0 : STORE_EAGAIN;
