@@ -338,10 +338,8 @@ static struct pg_seg *update_row(struct pg_txn *t, const char *qid, size_t n_rcp
 				 int64_t *token)
 {
 	struct pg_seg *s;
-	int has = 0;
 
-	*token = 0;
-	t->fenced = 0;
+	*token = 0;		/* a lease's token is never 0 (lease_seq) */
 	snprintf(t->fenced_qid, sizeof(t->fenced_qid), "%s", qid);
 	t->fenced_rcpts = n_rcpts;
 	if (store_pg_qids_has(t->put_qids, t->n_put, qid)) {
@@ -352,12 +350,11 @@ static struct pg_seg *update_row(struct pg_txn *t, const char *qid, size_t n_rcp
 			store_txn_fail(&t->base, STORE_ELEASE);
 			return NULL;
 		}
-		has = 1;
-		t->fenced = *token;
 	}
+	t->fenced = *token;
 	s = store_pg_seg_for(t, PG_SEG_UPDATES, qid);
 	store_pg_a_text(&s->a[0], qid);
-	if (has)
+	if (*token != 0)
 		store_pg_a_i64(&s->a[1], *token);
 	else
 		store_pg_a_bytes(&s->a[1], NULL, 0);
