@@ -57,20 +57,6 @@ int store_claim_live(const struct store_claim *c, int64_t now,
 	return queued(arg, c->qid);
 }
 
-/* rcpt_valid - an address and a state that store.h knows */
-static int rcpt_valid(const struct store_rcpt *r)
-{
-	switch (r->state) {
-	case STORE_RCPT_QUEUED:
-	case STORE_RCPT_SENT:
-	case STORE_RCPT_BOUNCED:
-	case STORE_RCPT_UNCONFIRMED:
-		return r->addr != NULL;
-	default:
-		return 0;
-	}
-}
-
 /* store_qid_ok - can this be a stored QID: 1 to STORE_QID_SIZE - 1 bytes */
 int store_qid_ok(const char *qid)
 {
@@ -91,32 +77,31 @@ int64_t store_story_expires(int64_t finished, int64_t ttl)
 	return finished + (ttl > 0 ? ttl : STORE_STORY_TTL) + 1;
 }
 
-/* store_msg_valid - can this message be spooled? */
-int store_msg_valid(const struct store_msg *m)
-{
-	size_t i;
-
-	if (!store_qid_ok(m->qid))
-		return 0;
-	if (m->from == NULL || m->client == NULL || m->n_rcpts == 0 || m->rcpts == NULL)
-		return 0;
-	if (m->n_rcpts > INT32_MAX || (m->data == NULL && m->data_len != 0))
-		return 0;
-	for (i = 0; i < m->n_rcpts; i++)
-		if (!rcpt_valid(&m->rcpts[i]))
-			return 0;
-	return 1;
-}
-
-/* store_update_valid - can m be a delivery update? */
-int store_update_valid(const struct store_msg *m)
+/*
+ * rcpts_valid - a QID that fits and recipients, each in a state store.h
+ * knows and, if addr, with an address: what an update needs, and a message
+ */
+static int rcpts_valid(const struct store_msg *m, int addr)
 {
 	size_t i;
 
 	if (!store_qid_ok(m->qid) || m->n_rcpts == 0 || m->rcpts == NULL)
 		return 0;
 	for (i = 0; i < m->n_rcpts; i++)
-		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED)
+		if (m->rcpts[i].state > STORE_RCPT_UNCONFIRMED || (addr && m->rcpts[i].addr == NULL))
 			return 0;
 	return 1;
+}
+
+/* store_msg_valid - can this message be spooled? */
+int store_msg_valid(const struct store_msg *m)
+{
+	return m->from != NULL && m->client != NULL && m->n_rcpts <= INT32_MAX
+	    && (m->data != NULL || m->data_len == 0) && rcpts_valid(m, 1);
+}
+
+/* store_update_valid - can m be a delivery update? */
+int store_update_valid(const struct store_msg *m)
+{
+	return rcpts_valid(m, 0);
 }
