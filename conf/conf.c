@@ -248,7 +248,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	static const char *const trust_names[] = {"tls_ca", "tls_servername",
 		"tls_fingerprint", 0};
 	config_setting_t *g, *s, *a = NULL;
-	char *host = NULL;
+	const char *host;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
 
 	u->tls = CONF_TLS_NONE;
@@ -260,7 +260,9 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	if (n == 0)
 		return conf_error(x, route ? parent : NULL, "upstream", route ? "missing setting"
 				  : "missing (needs host, hosts or maildir)");
-	if (conf_string(x, g, "host", 1, &host) < 0
+	u->hosts = xcalloc(1, sizeof(*u->hosts));	/* host's, if it is the one given */
+	u->n_hosts = 1;
+	if (conf_string(x, g, "host", 1, &u->hosts[0].host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
 	    || conf_strings(x, g, "hosts", &a) < 0
 	    || conf_string(x, g, "maildir", 0, &u->maildir) < 0
@@ -276,73 +278,50 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	    || conf_duration(x, g, "timeout", 1, &u->timeout) < 0
 	    || conf_enum(x, g, "ambiguous", amb_words,
 			 &u->ambiguous_retry) < 0)
-		goto fail;
+		return -1;
 	u->tls = tls;
-	if ((host != NULL) + (a != NULL) + (u->maildir != NULL) != 1) {
-		conf_error(x, g, NULL, route ? "needs exactly one of host or hosts"
-			   : "needs exactly one of host, hosts or maildir");
-		goto fail;
-	}
-	if (port && host == NULL && a == NULL) {
-		conf_error(x, g, "port", "only with host or hosts");
-		goto fail;
-	}
-	if ((u->rate || u->recipient_rate) && u->maildir) {
-		conf_error(x, g, u->rate ? "rate" : "recipient_rate",
-			   "only with host or hosts");
-		goto fail;
-	}
-	if ((u->user != NULL) != (u->password != NULL)) {
-		conf_error(x, g, u->user ? "password" : "user",
-			   "missing setting (user and password go together)");
-		goto fail;
-	}
+	host = u->hosts[0].host;
+	if ((host != NULL) + (a != NULL) + (u->maildir != NULL) != 1)
+		return conf_error(x, g, NULL, route ? "needs exactly one of host or hosts"
+				  : "needs exactly one of host, hosts or maildir");
+	if (port && host == NULL && a == NULL)
+		return conf_error(x, g, "port", "only with host or hosts");
+	if ((u->rate || u->recipient_rate) && u->maildir)
+		return conf_error(x, g, u->rate ? "rate" : "recipient_rate",
+				  "only with host or hosts");
+	if ((u->user != NULL) != (u->password != NULL))
+		return conf_error(x, g, u->user ? "password" : "user",
+				  "missing setting (user and password go together)");
 	for (i = 0; tls == CONF_TLS_NONE && trust_names[i]; i++)
-		if ((s = config_setting_get_member(g, trust_names[i])) != NULL) {
-			conf_error(x, s, NULL, "requires tls = \"starttls\" or \"implicit\"");
-			goto fail;
-		}
-	if (!u->tls_verify && (u->tls_ca || u->n_tls_fingerprint)) {
-		conf_error(x, config_setting_get_member(g, u->tls_ca ? "tls_ca" :
-			   "tls_fingerprint"), NULL, "makes no sense with tls_verify = false");
-		goto fail;
-	}
-	if (u->user != NULL && tls == CONF_TLS_NONE) {
-		/* credentials are never sent in clear */
-		conf_error(x, config_setting_get_member(g, "user"), NULL,
-			   "requires tls = \"starttls\" or \"implicit\"");
-		goto fail;
-	}
+		if ((s = config_setting_get_member(g, trust_names[i])) != NULL)
+			return conf_error(x, s, NULL, "requires tls = \"starttls\" or \"implicit\"");
+	if (!u->tls_verify && (u->tls_ca || u->n_tls_fingerprint))
+		return conf_error(x, config_setting_get_member(g, u->tls_ca ? "tls_ca" :
+				  "tls_fingerprint"), NULL, "makes no sense with tls_verify = false");
+	if (u->user != NULL && tls == CONF_TLS_NONE)	/* credentials are never sent in clear */
+		return conf_error(x, config_setting_get_member(g, "user"), NULL,
+				  "requires tls = \"starttls\" or \"implicit\"");
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
-	if (host != NULL) {
-		u->hosts = xcalloc(1, sizeof(*u->hosts));
-		u->hosts[0].host = host;
-		u->hosts[0].port = port;
-		u->n_hosts = 1;
-		host = NULL;
-	} else if (a != NULL) {
-		if ((n = config_setting_length(a)) == 0) {
-			conf_error(x, a, NULL, "empty list");
-			goto fail;
-		}
-		u->hosts = xcalloc(n, sizeof(*u->hosts));
-		for (i = 0; i < n; i++) {
-			const char *v = config_setting_get_string_elem(a, i);
+	u->hosts[0].port = port;
+	if (host != NULL)
+		return 0;
+	u->n_hosts = 0;			/* a Maildir's group has none */
+	if (a == NULL)
+		return 0;
+	if ((n = config_setting_length(a)) == 0)
+		return conf_error(x, a, NULL, "empty list");
+	free(u->hosts);
+	u->hosts = xcalloc(n, sizeof(*u->hosts));
+	for (i = 0; i < n; i++) {
+		const char *v = config_setting_get_string_elem(a, i);
 
-			u->n_hosts = i + 1;
-			if (conf_parse_hostport(v, port, &u->hosts[i]) < 0) {
-				conf_error(x, config_setting_get_elem(a, i), NULL,
-					   "bad host[:port] \"%s\"", v);
-				goto fail;
-			}
-		}
+		u->n_hosts = i + 1;
+		if (conf_parse_hostport(v, port, &u->hosts[i]) < 0)
+			return conf_error(x, config_setting_get_elem(a, i), NULL,
+					  "bad host[:port] \"%s\"", v);
 	}
 	return 0;
-
-fail:
-	free(host);
-	return -1;
 }
 
 /* conf_limits - limits = { ... } */
