@@ -604,8 +604,8 @@ static int replays_read_back(struct pg_txn *t)
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
  * settled, or a delivery's left undecided (see the header);
- * store_pg_read_back() reads a committed
- * batch's leases, or whether a transaction over (its backend gone) committed
+ * store_pg_read_back() reads a committed batch's leases, or whether a
+ * transaction over (its backend gone) committed
  */
 int store_pg_commit_resolve(struct pg_txn *t)
 {

@@ -10,7 +10,9 @@ back and those commits complete. What must hold: no submission answered
 every 250 is delivered exactly once, the connections to PostgreSQL stay
 bounded (the backends left waiting are the nodes' own, counted), the nodes
 log the wait once when it starts and once when it ends, and /metrics and
-idemrelayctl stats show it.
+idemrelayctl stats show it. A bounce's notice, written with its outcome
+while the standby is away, answered to no client, is not voided: the sender
+gets it once the standby is back, and only once.
 
 They run with E2E_STORE=postgresql only (make test-pg).
 """
@@ -18,7 +20,8 @@ They run with E2E_STORE=postgresql only (make test-pg).
 import threading
 import time
 
-from harness import PG_ONLY, case, check, eq, free_port, make_msg, submit, wait_until
+from harness import (PG_ONLY, case, check, eq, free_port, make_msg, submit, submit_ok,
+                     wait_until)
 from cases_nodes import check_exactly_once, retry_submit
 from cases_ops import ctl_json, samples, scrape
 
@@ -219,3 +222,42 @@ def test_standby_stopped_through_pgbouncer(t):
     # a retry of the key is a new message, delivered once
     ok.append(retry_submit([d], subs[0].rcpt, subs[0].msg, deadline=30)[0])
     check_exactly_once([sink], ok, timeout=30)
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_standby_stopped_at_a_bounce(t):
+    """A bounce whose outcome and notice (one transaction, deliver_record.c)
+    commit while the synchronous standby is stopped: the hold runs out, and
+    the node defers the recipient, the notice taken as not queued. The
+    notice was answered to no client: it is not voided, and the deferral is
+    not written over the outcome, so once the standby is back the sender
+    gets one notice and the recipient is never asked again. Voided, the
+    notice was dropped once its commit went through: the bounce had none."""
+    from cases_delivery import is_dsn
+    pg = t.pg_cluster(standby=True)
+    sb = pg.standbys[0]
+    url = t.pg_database(pg)
+    db = url.rsplit("/", 1)[1]
+    sink = t.sink()
+    d = t.daemon(sink, {"store": {"url": url, "lease": LEASE, "commit_wait": COMMIT_WAIT},
+                        "upstream": {"timeout": "30s"}})
+    sender = "bounce-to@example.org"
+    slow, bad = "delay-4-slow@example.com", "permfail-sb@example.com"
+    qid = submit_ok(d.port, [slow, bad], make_msg(key="standby-bounce"), sender=sender)
+    # the mark is committed before the dot: the standby stops while the reply waits
+    wait_until(lambda: sink.events("dot"), 20, "the final dot at the sink", interval=0.1)
+    sb.stop()
+    d.wait_log(qid, "sender non-delivery notification not queued", timeout=30)
+    sb.start()
+    dsn = sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=40,
+                          what="the notice to %s once the standby is back" % sender)
+    check(bad.encode() in dsn[0]["data"], "the notice does not name %s" % bad)
+    wait_until(lambda: pg.sql("SELECT count(*) FROM messages WHERE queued", db) == "0", 30,
+               "nothing left queued", interval=0.5)
+    eq(pg.sql("SELECT count(*) FROM voids", db), "0", "voids")
+    eq(pg.sql("SELECT state FROM rcpts WHERE qid = '%s' AND addr = '%s'" % (qid, bad), db),
+       "2", "%s's state (STORE_RCPT_BOUNCED)" % bad)
+    time.sleep(3)                       # a few retry periods: nothing more
+    eq(len(sink.accepted(lambda r: is_dsn(r, sender))), 1, "notices")
+    eq(len(sink.rcpt_attempts(bad)), 1, "RCPT attempts for %s" % bad)
+    eq(len(sink.accepted(lambda r: slow in r["to"])), 1, "copies to %s" % slow)
