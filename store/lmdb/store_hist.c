@@ -105,8 +105,8 @@ static struct lmdb_stage story_stage(struct lmdb_store *st)
 				     story_move };
 }
 
-/* hist_get - a story's record, from hnew or else hist; *dbi (if wanted) says which. An LMDB code */
-static int hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
+/* lmdb_hist_get - a story's record in hnew or else hist, *dbi (if wanted) which; an LMDB code */
+int lmdb_hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
 {
 	struct lmdb_stage sg = story_stage(st);
 
@@ -128,7 +128,7 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 		return STORE_ENOTFOUND;
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	err = lmdb_mdb_error(hist_get(st, txn, &key, &val, NULL), "get hist");
+	err = lmdb_mdb_error(lmdb_hist_get(st, txn, &key, &val, NULL), "get hist");
 	if (err == STORE_ENOTFOUND)
 		return story_of_spool(st, txn, &key, s);
 	if (err != 0)
@@ -140,14 +140,6 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 		return STORE_EINVAL;
 	}
 	return 0;
-}
-
-/* lmdb_hist_has - has the QID key a story record? */
-int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key)
-{
-	MDB_val val;
-
-	return st->has_hist && hist_get(st, txn, (MDB_val *) key, &val, NULL) == 0;
 }
 
 /* hexpiry_put - a story's expiry entry */
@@ -437,7 +429,7 @@ static int story_del(struct lmdb_txn *t, const char *qid)
 
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = lmdb_mdb_error(hist_get(st, t->txn, &key, &val, &dbi), "get hist")) != 0
+	if ((err = lmdb_mdb_error(lmdb_hist_get(st, t->txn, &key, &val, &dbi), "get hist")) != 0
 	    || (err = lmdb_mdb_error(lmdb_del(t, dbi, &key, NULL), "delete hist")) != 0)
 		return err;
 	/* the greatest QID must outlive its story */
@@ -548,7 +540,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 		return rc;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-		if (hist_get(st, txn, &key, &val, NULL) == MDB_NOTFOUND)
+		if (lmdb_hist_get(st, txn, &key, &val, NULL) == MDB_NOTFOUND)
 			(*n)++;
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;

@@ -228,7 +228,7 @@ int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 		    struct store_msg *m, int with_data);
 
 /* store_hist.c: the story, kept in step by the spool's own transactions */
-int lmdb_hist_has(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key);
+int lmdb_hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi);
 void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued);
 void lmdb_hist_drop(struct lmdb_txn *t, const char *qid);
 int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s);

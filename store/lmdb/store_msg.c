@@ -60,10 +60,10 @@ static int put_reserved(struct lmdb_txn *t, MDB_dbi dbi, MDB_val *key, size_t le
 int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 {
 	struct lmdb_store *st = t->st;
-	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last;
+	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last, rec;
 	int err;
 
-	if (story && lmdb_hist_has(st, t->txn, key))
+	if (story && st->has_hist && lmdb_hist_get(st, t->txn, (MDB_val *) key, &rec, NULL) == 0)
 		return 0;
 	err = lmdb_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
 	if (err == 0 && mdb_cmp(t->txn, st->meta, key, &last) <= 0)	/* as keys sort */
