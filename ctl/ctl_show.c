@@ -418,7 +418,7 @@ int ctl_stats(struct ctl *x, const char *arg)
 	size_t clen = 0;
 	long long pid = 0, up = 0;
 	const char *dstore = NULL, *dup_ = NULL, *droutes = NULL;
-	size_t dlen = 0, ulen = 0, rolen = 0;
+	size_t len = 0;
 	char unread[1024] = "";
 	const char *dir = store_dir(&x->cf);	/* NULL: the store is elsewhere, maybe away */
 	int err, live;
@@ -437,13 +437,14 @@ int ctl_stats(struct ctl *x, const char *arg)
 		snprintf(unread, sizeof(unread), "%s", store_strerror(err));
 	}
 	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
+	    && strncmp(reply.data, "{\"ok\":true,", 11) == 0	/* control.c's do_stats() */
 	    && json_get(reply.data, "counters", &counters, &clen) == 0;
 	if (live) {		/* json_get() leaves what it does not find NULL */
 		json_get_int(reply.data, "pid", &pid);
 		json_get_int(reply.data, "uptime", &up);
-		json_get(reply.data, "store", &dstore, &dlen);
-		json_get(reply.data, "upstream", &dup_, &ulen);
-		json_get(reply.data, "routes", &droutes, &rolen);
+		json_get(reply.data, "store", &dstore, &len);
+		json_get(reply.data, "upstream", &dup_, &len);
+		json_get(reply.data, "routes", &droutes, &len);
 	}
 	if (x->json) {
 		struct buf b = BUF_INIT;
@@ -472,16 +473,9 @@ int ctl_stats(struct ctl *x, const char *arg)
 			   (unsigned long long) s.keys, (unsigned long long) s.space.size,
 			   (unsigned long long) s.space.used, (unsigned long long) s.space.ceiling,
 			   s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
-		if (live) {
-			buf_printf(&b, "{\"pid\":%lld,\"uptime\":%lld,", pid, up);
-			if (dstore)
-				buf_printf(&b, "\"store\":%.*s,", (int) dlen, dstore);
-			if (dup_)
-				buf_printf(&b, "\"upstream\":%.*s,", (int) ulen, dup_);
-			if (droutes)
-				buf_printf(&b, "\"routes\":%.*s,", (int) rolen, droutes);
-			buf_printf(&b, "\"counters\":%.*s}", (int) clen, counters);
-		} else
+		if (live)	/* the daemon's own reply, but for its "ok" */
+			buf_printf(&b, "{%s", reply.data + 11);
+		else
 			buf_printf(&b, "null");
 		printf("%s}\n", b.data);
 		buf_free(&b);
@@ -528,7 +522,7 @@ daemon:
 		printf("daemon       pid %lld, up %s\n", pid, fmt_dur(d, sizeof(d), up * US));
 		if (dup_)
 			print_group(dup_, 0);
-		while (droutes && json_next(&droutes, &p, &ulen) == 0)	/* each route's */
+		while (droutes && json_next(&droutes, &p, &len) == 0)	/* each route's */
 			print_group(p, 1);
 		printf("since start ");
 		for (p = counters; p < counters + clen; p++)
