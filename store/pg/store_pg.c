@@ -700,16 +700,11 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		  char *err, size_t errlen)
 {
 	struct pg_store *st = xcalloc(1, sizeof(*st));
-	char dummy[1];
 	PGconn *c;
 	int rc;
 	size_t i;
 
 	*out = NULL;
-	if (err == NULL || errlen == 0) {
-		err = dummy;
-		errlen = sizeof(dummy);
-	}
 	st->base.ops = &store_pg_ops;
 	st->url = xstrdup(url ? url : "");
 	st->node = node ? xstrdup(node) : NULL;
