@@ -31,8 +31,8 @@
 
 #define EXPIRY_LOCK "hashtextextended('idemrelay expiry ' || coalesce(current_schema(), ''), 0)"
 
-/* qids_of - column 0 of every row as an owned QID array */
-static void qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
+/* qids_of - column 0 of every row as an owned QID array; STORE_ENOTFOUND (and none) if empty */
+static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 {
 	int i, rows = PQntuples(r);
 
@@ -41,6 +41,11 @@ static void qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 	for (i = 0; i < rows; i++)
 		if (store_pg_qid(r, i, 0, (*qids)[*n]) == 0)
 			(*n)++;
+	if (*n > 0)
+		return 0;
+	free(*qids);
+	*qids = NULL;
+	return STORE_ENOTFOUND;
 }
 
 /* store_pg_story_get - a QID's story; the spool's live state while queued */
@@ -78,14 +83,9 @@ int store_pg_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
-	qids_of(r, qids, n);
+	err = qids_of(r, qids, n);
 	PQclear(r);
-	if (*n == 0) {
-		free(*qids);
-		*qids = NULL;
-		return STORE_ENOTFOUND;
-	}
-	return 0;
+	return err;
 }
 
 /*
@@ -113,15 +113,13 @@ int store_pg_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
-	qids_of(r, &out->qids, &out->n_qids);
+	err = qids_of(r, &out->qids, &out->n_qids);
 	for (i = 0; i < PQntuples(r); i++)
 		out->claims += (size_t) store_pg_int(r, i, 1);
 	PQclear(r);
-	if (out->n_qids == 0) {
+	if (err != 0)
 		store_forget_free(out);
-		return STORE_ENOTFOUND;
-	}
-	return 0;
+	return err;
 }
 
 /* store_pg_hist_count - add answered duplicates and mismatches to stories, in one statement */
