@@ -59,12 +59,10 @@ static void check_fail(struct check *k, const char *setting, const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (setting == NULL)
-		snprintf(line, sizeof(line), "%s", msg);
-	else
+	if (setting != NULL)
 		snprintf(line, sizeof(line), "%s: %s",
 			 conf_where(k->c, setting, where, sizeof(where)), msg);
-	k->report(line);
+	k->report(setting ? line : msg);
 	k->n++;
 }
 
