@@ -303,12 +303,13 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 /*
  * job_schedule - j's delivery state after this attempt, in j->m (the
  * inflight mark cleared; attempts from tried, one more if charged) and
- * j->queued, j->next: the next attempt if queued, -1 if not
+ * j->queued, j->next: the next attempt if queued, -1 if not. The backoff
+ * is retry's, the set its caller decided give_up by: read again, a
+ * SIGHUP in between would mix two sets (B's wait after A's give_up).
  */
-static void job_schedule(struct deliver *d, struct deliver_job *j, int queued, int charged,
-			 int tried, int64_t now)
+static void job_schedule(const struct conf_retry *retry, struct deliver_job *j, int queued,
+			 int charged, int tried, int64_t now)
 {
-	struct conf_retry retry = deliver_retry_settings(d);
 	struct store_msg *m = &j->m;
 
 	m->inflight = 0;
@@ -320,7 +321,7 @@ static void job_schedule(struct deliver *d, struct deliver_job *j, int queued, i
 		j->next = m->next_attempt;
 	} else if (queued) {
 		m->attempts += charged;
-		m->next_attempt = now + deliver_backoff(retry.first, retry.max, m->attempts) * US;
+		m->next_attempt = now + deliver_backoff(retry->first, retry->max, m->attempts) * US;
 		j->next = m->next_attempt;
 	}
 }
@@ -396,10 +397,10 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 			queued = 1;
 
 	/* the outcome the notices are written with; an attempt charged if anything is deferred */
-	job_schedule(d, j, queued, queued, tried, now);
+	job_schedule(&retry, j, queued, queued, tried, now);
 	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0)
 		/* its notices wait: no attempt charged unless something else is deferred */
-		job_schedule(d, j, 1, queued, tried, now);
+		job_schedule(&retry, j, 1, queued, tried, now);
 	j->decided = 1;
 	free(bounced);
 }

@@ -16,7 +16,11 @@
  * Why no reader can see a freed or half-written set: deliver_reload()
  * replaces the set in struct deliver under the scheduler's lock and each
  * reader copies it out under the same lock, so a reader has a copy of
- * one whole set and nothing shared outlives it (no reclaim needed).
+ * one whole set and nothing shared outlives it (no reclaim needed). And
+ * an attempt's outcome reads the settings once (deliver_replied: give_up
+ * and the backoff of one set): test_reload_between_reads puts a SIGHUP
+ * right after that read (ld --wrap of deliver_retry_settings, Makefile),
+ * where the swaps of test_reload_under_load land there only by chance.
  */
 #include <pthread.h>
 #include <time.h>
@@ -102,6 +106,79 @@ static int64_t outcome(struct store *st, int i)
 	wait = m.rcpts[0].state == STORE_RCPT_QUEUED ? (m.next_attempt - sent_at[i]) / SEC : 0;
 	store_msg_free(&m);
 	return wait;
+}
+
+/*
+ * __wrap_deliver_retry_settings - deliver_record.c's reads of the retry
+ * settings (deliver.c's own are not wrapped): the set in force, and when
+ * a reload is armed (reload_after), that SIGHUP at once after the read
+ */
+struct conf_retry __real_deliver_retry_settings(struct deliver *d);
+static const struct conf *reload_after;	/* atomic: the next read's reload, NULL if none */
+
+struct conf_retry __wrap_deliver_retry_settings(struct deliver *d)
+{
+	struct conf_retry r = __real_deliver_retry_settings(d);
+	const struct conf *nc = __atomic_exchange_n(&reload_after, NULL, __ATOMIC_SEQ_CST);
+
+	if (nc != NULL)
+		deliver_reload(d, nc);
+	return r;
+}
+
+static const struct conf *arm_with;	/* what arm_send arms */
+
+/* arm_send - defer_send, then a reload to arm_with armed for the outcome's first read */
+static void arm_send(struct deliver *d, const struct conf_upstream *up,
+		     struct deliver_job **jobs, size_t n)
+{
+	defer_send(d, up, jobs, n);
+	__atomic_store_n(&reload_after, arm_with, __ATOMIC_SEQ_CST);
+}
+
+static const struct deliver_transport arm_transport = {
+	.name = "test", .batch = 5, .send = arm_send
+};
+
+/*
+ * test_reload_between_reads - a SIGHUP from A to B right after the
+ * attempt's outcome first reads the retry settings: the message, under
+ * A's give_up, is deferred for A's wait (100 s), not B's (300 s, the
+ * mix the settings read again for the backoff gave)
+ */
+static void test_reload_between_reads(void **state)
+{
+	struct fx *f = *state;
+	struct conf c, b;
+	struct deliver *d;
+	char err[512];
+	int64_t w, deadline = clock_us() + 60 * SEC;
+
+	log_setup("test_deliver_reload", 0, LOG_LEVEL_WARN);
+	assert_int_equal(conf_load(&c, NULL, err, sizeof(err)), 0);
+	c.upstream.connections = 1;
+	c.retry = (struct conf_retry) { WAIT_A, WAIT_A, 100000 };
+	b = c;
+	b.retry = (struct conf_retry) { WAIT_B, WAIT_B, 1 };
+	arm_with = &b;
+	pthread_mutex_lock(&seen_lock);
+	seen = 0;
+	pthread_mutex_unlock(&seen_lock);
+	spool_one(f->st, 1);
+	d = deliver_start(&c, f->st, NULL, &arm_transport);
+	while (seen_now() < 1) {
+		if (clock_us() > deadline)
+			fail_msg("the message was not attempted in 60 s");
+		nanosleep(&(struct timespec) { 0, 1000000 }, NULL);
+	}
+	deliver_stop(d);	/* after its batch is recorded */
+	if (__atomic_load_n(&reload_after, __ATOMIC_SEQ_CST) != NULL)
+		fail_msg("the reload armed for the outcome's read did not happen");
+	w = outcome(f->st, 1);
+	if (w < WAIT_A - 1 || w > WAIT_A + 5)
+		fail_msg("deferred for %lld s after a reload between the reads: want %d s"
+			 " (A's give_up, A's wait; 0: bounced)", (long long) w, WAIT_A);
+	conf_free(&c);
 }
 
 static void test_reload_under_load(void **state)
@@ -236,6 +313,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_reload_under_load, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reload_route_rates, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_reload_between_reads, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests_name("deliver_reload", tests, NULL, NULL);
