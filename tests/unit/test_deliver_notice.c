@@ -585,6 +585,10 @@ static void test_notice_with_its_outcome(void **state)
 	__atomic_store_n(&lost, 0, __ATOMIC_SEQ_CST);
 	start(f);		/* the next start asks the upstream again */
 	bounced_with_notice(f, running, 0, "Status: 5.1.1");
+	/* the notice's own outcome is written after the transport took it */
+	until = clock_us() + WAIT_US;
+	while (queued_notices(f->st) != 0 && clock_us() < until)
+		usleep(10000);
 	CHECK_INT("notices sent in all", first + notices, 1);
 	CHECK_INT("notices left queued", queued_notices(f->st), 0);
 }
