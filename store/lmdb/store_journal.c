@@ -426,19 +426,12 @@ static int recover(struct lmdb_store *st, struct journal *j)
 	return rc;
 }
 
-/* meta_u64 - a number the store's meta DB keeps; 0 if none */
+/* meta_u64 - a number the store's meta DB keeps for the journal (little-endian); 0 if none */
 static uint64_t meta_u64(struct lmdb_store *st, const char *name)
 {
-	MDB_val key = { strlen(name), (void *) name }, val;
-	MDB_txn *txn;
-	uint64_t v = 0;
+	uint8_t b[8];
 
-	if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
-		return 0;
-	if (mdb_get(txn, st->meta, &key, &val) == 0 && val.mv_size == 8)
-		v = rd64(val.mv_data);
-	mdb_txn_abort(txn);
-	return v;
+	return lmdb_meta8(st, name, b) ? rd64(b) : 0;
 }
 
 /* region_write - an empty region at base of fd, its header naming id; 0 or errno */

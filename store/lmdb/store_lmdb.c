@@ -372,19 +372,19 @@ static void lmdb_cache_drop(const char *path)
 	close(fd);
 }
 
-/* grown_total - the total the map was grown to at run time (meta DB); 0 if never */
-static uint64_t grown_total(struct lmdb_store *st)
+/* lmdb_meta8 - name's 8-byte value in the meta DB, into v (a read of its own): 1, or 0 if none */
+int lmdb_meta8(struct lmdb_store *st, const char *name, uint8_t v[8])
 {
-	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val;
+	MDB_val key = { strlen(name), (void *) name }, val;
 	MDB_txn *txn;
-	uint64_t v = 0;
+	int found;
 
 	if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
 		return 0;
-	if (mdb_get(txn, st->meta, &key, &val) == 0 && val.mv_size == sizeof(v))
-		memcpy(&v, val.mv_data, sizeof(v));
+	if ((found = mdb_get(txn, st->meta, &key, &val) == 0 && val.mv_size == 8))
+		memcpy(v, val.mv_data, 8);
 	mdb_txn_abort(txn);
-	return v;
+	return found;
 }
 
 /* lmdb_env_shut - close the journal and the environment, if open */
@@ -407,13 +407,13 @@ void lmdb_env_shut(struct lmdb_store *st)
  */
 int lmdb_env_again(struct lmdb_store *st, const char **step)
 {
-	uint64_t grown;
+	uint64_t grown = 0;		/* meta's map_size: in this machine's byte order */
 	int rc;
 
 	if ((rc = lmdb_env_open(st, 0, step)) != 0)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
-	if ((grown = grown_total(st)) > st->total) {
+	if (lmdb_meta8(st, META_MAP_SIZE, (uint8_t *) &grown) && grown > st->total) {
 		lmdb_map_total(st, grown);
 		*step = "mdb_env_set_mapsize";
 		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
