@@ -459,8 +459,8 @@ int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGre
 	return err;
 }
 
-/* store_pg_error_code - an SQLSTATE as a STORE_E* code */
-int store_pg_error_code(const char *sqlstate)
+/* error_code - an SQLSTATE as a STORE_E* code */
+static int error_code(const char *sqlstate)
 {
 	static const struct {
 		const char *prefix;
@@ -506,7 +506,7 @@ int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *wha
 	if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
 		return STORE_EIO;	/* an earlier statement failed: its error is the one */
 	state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-	err = store_pg_error_code(state);
+	err = error_code(state);
 	if (state && (strncmp(state, "57", 2) == 0 || strcmp(state, "25006") == 0)) {
 		pthread_mutex_lock(&st->mu);
 		st->reset = 1;

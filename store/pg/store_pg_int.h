@@ -247,7 +247,6 @@ int store_pg_take_beside(struct pg_store *st, PGconn **out);	/* the same, settli
 void store_pg_give(struct pg_store *st, PGconn *c);	/* back to the pool, or closed if broken */
 void store_pg_give_sized(struct pg_store *st, PGconn *c, size_t bytes);	/* closed if bytes is big */
 int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what);
-int store_pg_error_code(const char *sqlstate);
 extern const struct store_ops store_pg_ops;
 
 void store_pg_anchor_check(struct pg_store *st);
