@@ -549,15 +549,13 @@ static int node_slot(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, st->node);
-	rc = store_pg_exec(st, c, "INSERT INTO nodes (name, slot) SELECT $1, s "
+	/* the slot given now (i), or the one the name has (the statement's snapshot is before i) */
+	rc = store_pg_exec(st, c, "WITH i AS (INSERT INTO nodes (name, slot) SELECT $1, s "
 			   "FROM generate_series(0, 255) s WHERE NOT EXISTS "
 			   "(SELECT 1 FROM nodes WHERE slot = s) AND NOT EXISTS "
-			   "(SELECT 1 FROM nodes WHERE name = $1) ORDER BY s LIMIT 1", &p, &r,
+			   "(SELECT 1 FROM nodes WHERE name = $1) ORDER BY s LIMIT 1 RETURNING slot) "
+			   "SELECT slot FROM i UNION ALL SELECT slot FROM nodes WHERE name = $1", &p, &r,
 			   "node slot");
-	PQclear(r);
-	if (rc == 0)
-		rc = store_pg_exec(st, c, "SELECT slot FROM nodes WHERE name = $1", &p, &r,
-				   "node slot");
 	store_pg_params_free(&p);
 	if (rc != 0) {
 		snprintf(err, errlen, "store: node %s: cannot register: %s", st->node,
