@@ -108,13 +108,14 @@ static int64_t outcome(struct store *st, int i)
 	return wait;
 }
 
+struct conf_retry __real_deliver_retry_settings(struct deliver *d);
+static const struct conf *reload_after;	/* atomic: the next read's reload, NULL if none */
+
 /*
  * __wrap_deliver_retry_settings - deliver_record.c's reads of the retry
  * settings (deliver.c's own are not wrapped): the set in force, and when
  * a reload is armed (reload_after), that SIGHUP at once after the read
  */
-struct conf_retry __real_deliver_retry_settings(struct deliver *d);
-static const struct conf *reload_after;	/* atomic: the next read's reload, NULL if none */
 
 struct conf_retry __wrap_deliver_retry_settings(struct deliver *d)
 {
