@@ -33,8 +33,9 @@
  * has connections of its own (no outage: callers wait for one of them);
  * the settings a URL's options give kept over ours; the pooler probe
  * skipped when the server has no slot for its connections; a bounce's
- * notice, put with its outcome, whose COMMIT waits past the hold: not
- * voided, and the deferral its delivery writes next refused.
+ * notice, put with its outcome, whose COMMIT waits past the hold, or
+ * whose answer is lost with PostgreSQL away: not voided, and the deferral
+ * its delivery writes next refused.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -3478,10 +3479,12 @@ static long long notices_of(struct fx *f)
 /*
  * notice_bounce - the transaction of a bounce (deliver_record.c): m's
  * outcome, its recipient 0 bounced and 1 deferred (due now, its lease
- * kept; or later, given up), then its notice, whose COMMIT waits for the
- * test's lock (a deferred trigger) past the hold: the outcome unknown
+ * kept; or later, given up), then its notice, whose COMMIT's outcome is
+ * not known: it waits past the hold (for the test's lock, hook NULL), or
+ * hook cuts it
  */
-static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later)
+static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later,
+			  void (*hook) (PGconn *c))
 {
 	struct store_txn *t;
 	struct store_msg n;
@@ -3499,10 +3502,39 @@ static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice,
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
 	store_txn_msg_update(t, m);
 	store_txn_msg_put(t, &n);
+	hook_fx = f;
+	hook_qid = notice;
+	commit_hook = hook;
 	result_us = SEC / 2;		/* the hold of a COMMIT that waits, but not for the standby */
-	CHECK_INT("its COMMIT waits: the outcome unknown", store_txn_commit(t), STORE_EAGAIN);
+	CHECK_INT("the outcome unknown", store_txn_commit(t), STORE_EAGAIN);
 	result_us = PG_RESULT_US;
+	commit_hook = NULL;
 	store_msg_free(&n);
+}
+
+/*
+ * notice_once - once the bounce's COMMIT went through, and the node
+ * settled what it had to, the delivery writes m deferred, its notice
+ * taken as not queued: refused; one notice (n in all), recipient 0 bounced
+ */
+static void notice_once(struct fx *f, struct store_msg *m, const char *notice, int n)
+{
+	struct store_story s;
+	int rc;
+
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing due", taken(f->st, NOW), 0);
+	m->rcpts[0].state = STORE_RCPT_QUEUED;
+	rc = store_msg_update(f->st, m);
+	CHECK_INT("the notice, once", notices_of(f), n);
+	CHECK_INT("its own", qid_rows(f, "messages", notice), 1);
+	CHECK_INT("the story", store_story_get(f->st, m->qid, &s), 0);
+	CHECK_INT("recipient 0 bounced, for good", s.m.rcpts[0].state, STORE_RCPT_BOUNCED);
+	CHECK_INT("recipient 1 deferred", s.m.rcpts[1].state, STORE_RCPT_QUEUED);
+	store_story_free(&s);
+	CHECK_INT("the deferral refused: its lease is not the node's to write with",
+		  rc, STORE_ELEASE);
+	CHECK_INT("nothing voided", void_count(f), 0);
 }
 
 /*
@@ -3521,15 +3553,13 @@ static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice,
 static void test_notice_commit_waits(void **state)
 {
 	struct fx *f = *state;
-	struct pg_store *st = (struct pg_store *) f->st;
 	const char *qids[2] = { "NOTICEWAIT01", "NOTICEWAIT02" };
 	const char *notices[2] = { "NOTICEWAIT91", "NOTICEWAIT92" };
 	PGconn *o = PQconnectdb(f->url);
-	struct store_story s;
 	struct store_msg m;
 	PGresult *r;
 	char q[128];
-	int v, hash, rc;
+	int v, hash;
 
 	hook_fx = f;
 	for (v = 0; v < 2; v++) {
@@ -3548,30 +3578,40 @@ static void test_notice_commit_waits(void **state)
 		CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
 		PQclear(r);
 		CHECK_INT("the load", store_msg_load(f->st, qids[v], &m), 0);
-		notice_bounce(f, &m, notices[v], v);
+		notice_bounce(f, &m, notices[v], v, NULL);
 		r = PQexec(o, "SELECT pg_advisory_unlock(4243)");	/* the COMMIT goes on */
 		PQclear(r);
 		snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", notices[v]);
 		if (!seen_within(q))
 			fail_msg("the COMMIT did not end within 5 s");
-		st->settle_at = 0;		/* the next take settles voids */
-		CHECK_INT("nothing due", taken(f->st, NOW), 0);
-
-		/* the delivery's deferral of recipient 0, its notice taken as not queued */
-		m.rcpts[0].state = STORE_RCPT_QUEUED;
-		rc = store_msg_update(f->st, &m);
-		CHECK_INT("the notice, once", notices_of(f), v + 1);
-		CHECK_INT("its own", qid_rows(f, "messages", notices[v]), 1);
-		CHECK_INT("the story", store_story_get(f->st, qids[v], &s), 0);
-		CHECK_INT("recipient 0 bounced, for good", s.m.rcpts[0].state, STORE_RCPT_BOUNCED);
-		CHECK_INT("recipient 1 deferred", s.m.rcpts[1].state, STORE_RCPT_QUEUED);
-		store_story_free(&s);
-		CHECK_INT("the deferral refused: its lease is not the node's to write with",
-			  rc, STORE_ELEASE);
-		CHECK_INT("nothing voided", void_count(f), 0);
+		notice_once(f, &m, notices[v], v + 1);
 		store_msg_free(&m);
 	}
 	PQfinish(o);
+}
+
+/*
+ * The same when the bounce's COMMIT went through but its answer was lost
+ * and PostgreSQL could not be reached to read it: the notice was kept to
+ * be voided at the node's next use of the database (and dropped, the
+ * transaction's id unknown), and the deferral landed
+ */
+static void test_notice_commit_unreachable(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	struct store_msg m;
+	int hash = 99;
+
+	msg_new(&m, "NOTICEAWAY01", 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEAWAY01", 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, "NOTICEAWAY01", &m), 0);
+	notice_bounce(f, &m, "NOTICEAWAY91", 0, cut_off);
+	back(st);
+	notice_once(f, &m, "NOTICEAWAY91", 1);
+	store_msg_free(&m);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -3639,6 +3679,7 @@ int main(void)
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
 		T(test_notice_commit_waits),
+		T(test_notice_commit_unreachable),
 	};
 
 	if (fx_pg() == NULL) {
