@@ -73,27 +73,24 @@ static const char *on_rcpt(void *ctx, const struct smtp_tx *tx, const char *addr
 	return reply;
 }
 
-/* server_smtp_limits - the engine's limits from the configuration (start, SIGHUP) */
-static void server_smtp_limits(struct smtp_config *sc, const struct conf *cf)
-{
-	sc->message_size = cf->limits.message_size;
-	sc->max_rcpts = cf->limits.recipients;
-	sc->bare_lf_reject = cf->limits.bare_lf_reject;
-	sc->long_lines_reject = cf->limits.long_lines == CONF_LONG_LINES_REJECT;
-	sc->nul_reject = !cf->limits.nul_pass;
-	sc->hard_errors = cf->limits.hard_errors;
-	sc->junk_commands = cf->limits.junk_commands;
-	sc->out_max = OUT_MAX;
-}
-
-/* server_limits - what the configuration says of sessions and clients (start, SIGHUP) */
+/* server_limits - what the configuration says of sessions and clients (listen, SIGHUP) */
 static void server_limits(struct server *srv)
 {
 	const struct conf *cf = srv->cf;
+	struct smtp_config *sc;
 	size_t i;
 
-	for (i = 0; i < srv->n_ls; i++)	/* sessions point at these */
-		server_smtp_limits(&srv->ls[i].smtp_cf, cf);
+	for (i = 0; i < srv->n_ls; i++) {	/* sessions point at these */
+		sc = &srv->ls[i].smtp_cf;
+		sc->message_size = cf->limits.message_size;
+		sc->max_rcpts = cf->limits.recipients;
+		sc->bare_lf_reject = cf->limits.bare_lf_reject;
+		sc->long_lines_reject = cf->limits.long_lines == CONF_LONG_LINES_REJECT;
+		sc->nul_reject = !cf->limits.nul_pass;
+		sc->hard_errors = cf->limits.hard_errors;
+		sc->junk_commands = cf->limits.junk_commands;
+		sc->out_max = OUT_MAX;
+	}
 	anvil_set(srv->anvil, cf->limits.client_connections, cf->limits.client_connection_rate,
 		  cf->limits.client_auth_rate, cf->limits.client_ipv6_prefix);
 }
@@ -202,7 +199,6 @@ struct server *server_new(struct conf *cf, const char *conf_path)
 	srv->sigfd = -1;
 	srv->dc = dupcount_new();
 	srv->anvil = anvil_new();
-	server_limits(srv);
 	if ((srv->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		msg_fatal("epoll_create1: %m");
 	server_load_secrets(srv);
@@ -235,7 +231,6 @@ void server_listen(struct server *srv)
 		l->tag = TAG_LISTEN;
 		l->cf = srv->cf->listen + (l - srv->ls);
 		l->smtp_cf.hostname = srv->cf->hostname;
-		server_smtp_limits(&l->smtp_cf, srv->cf);
 		l->smtp_cf.starttls = srv->tls && !l->cf->tls_implicit;
 		l->smtp_cf.starttls_required = l->cf->starttls_required;
 		l->smtp_cf.auth = srv->users != NULL;
@@ -248,6 +243,7 @@ void server_listen(struct server *srv)
 		msg_info("listening on %s port %d", l->cf->address, l->cf->port);
 	}
 	srv->n_ls = srv->cf->n_listen;
+	server_limits(srv);
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
