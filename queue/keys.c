@@ -114,17 +114,6 @@ static void msgid_bounds(const char *s, size_t n, size_t *a, size_t *b)
 	*b = q;
 }
 
-/* msgid_trim - s (n bytes and a NUL) cut to its key part in place; its length */
-static size_t msgid_trim(char *s, size_t n)
-{
-	size_t a, b;
-
-	msgid_bounds(s, n, &a, &b);
-	memmove(s, s + a, b - a);
-	s[b - a] = 0;
-	return b - a;
-}
-
 /* key_hash - a key made of text that is no key itself: a Message-ID's key part, an ENVID */
 static void key_hash(const char *part, size_t n, char key[2 * HASH_LEN + 1])
 {
@@ -151,8 +140,8 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r)
 {
 	char value[1000];
-	char msgid[1000];
-	size_t off = 0, end, name_len, value_off, got, i;
+	char msgid[1000], *id = msgid;	/* id: the Message-ID's key part, in msgid */
+	size_t off = 0, end, name_len, value_off, got, i, a, b;
 	size_t best = c->keys.n_headers;	/* index of the header giving the key */
 	int have_msgid = 0;
 	struct hash_ctx h;
@@ -187,10 +176,12 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 		}
 		if (!have_msgid && name_len == 10 && strncasecmp(data + off, "Message-ID", 10) == 0
 		    && value_copy(data + value_off, end - value_off, msgid, sizeof(msgid), &got) == 0) {
-			got = msgid_trim(msgid, got);
-			have_msgid = got != 0;
-			for (i = 0; msgid[i] && i < KEYS_MSGID_LOG; i++)
-				r->message_id[i] = msgid[i] > ' ' && msgid[i] < 0x7f ? msgid[i] : '?';
+			msgid_bounds(msgid, got, &a, &b);
+			msgid[b] = 0;
+			id = msgid + a;
+			have_msgid = b > a;
+			for (i = 0; id[i] && i < KEYS_MSGID_LOG; i++)
+				r->message_id[i] = id[i] > ' ' && id[i] < 0x7f ? id[i] : '?';
 			r->message_id[i] = 0;
 		}
 		off = end;
@@ -208,7 +199,7 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 				key_hash(envid, strlen(envid), r->key);
 		} else if (c->keys.message_id && have_msgid) {
 			r->source = KEYS_MESSAGE_ID;
-			key_hash(msgid, strlen(msgid), r->key);
+			key_hash(id, strlen(id), r->key);
 		} else if (c->keys.require) {
 			r->error = "550 5.7.0 Message has no idempotency key";
 		}
