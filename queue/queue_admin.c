@@ -304,24 +304,16 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 }
 
 /*
- * reschedule - a rerouted message's schedule entry, its group unknown
- * until its next load, is due now: the old entry would wait on the old
- * route's pause or connections, and its next attempt is the old route's
- * (its pause's end, or a retry earned there). One being delivered right
- * now is so once that attempt ends, if it is deferred; one on hold stays
- * out.
- */
-static void reschedule(const struct queue_admin_sched *s, const char *qid, int held)
-{
-	if (s != NULL && !held)
-		s->reroute(s->arg, qid);
-}
-
-/*
  * reroute_one - one message's route decided again: 0 moved, STORE_EINVAL
  * if it keeps its route, STORE_ENOTFOUND if it is not queued. A route
  * that matches by listener is never chosen again, nor left: the listener
  * a message came in on is not kept with it.
+ *
+ * Its schedule entry, its group unknown until its next load, is due now:
+ * the old entry would wait on the old route's pause or connections, and
+ * its next attempt is the old route's (its pause's end, or a retry earned
+ * there). One being delivered right now is so once that attempt ends, if
+ * it is deferred; one on hold stays out.
  */
 static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 		       const struct conf *cf, const char *qid)
@@ -341,7 +333,8 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 	else if ((err = store_msg_change(st, qid, &c)) == 0) {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
 			    m.route ? m.route : "default", c.route ? c.route : "default");
-		reschedule(s, qid, m.held);
+		if (s != NULL && !m.held)
+			s->reroute(s->arg, qid);
 	}
 	store_msg_free(&m);
 	return err;
