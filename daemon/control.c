@@ -124,17 +124,14 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 {
 	char *save = NULL, *cmd = strtok_r(line, " \t", &save);
 	char *rest = save ? save + strspn(save, " \t") : NULL;
-	const char *qid = NULL;
 
 	if (cmd == NULL) {
 		json_error(out, "empty request");
 		return;
 	}
-	if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "count") == 0) {
-		if (!qid_valid(qid = rest)) {
-			json_error(out, "%s: bad or missing QID", cmd);
-			return;
-		}
+	if ((strcmp(cmd, "retry") == 0 || strcmp(cmd, "count") == 0) && !qid_valid(rest)) {
+		json_error(out, "%s: bad or missing QID", cmd);
+		return;
 	}
 	if (strcmp(cmd, "ping") == 0) {
 		buf_printf(out, "{\"ok\":true,\"pid\":%ld}", (long) getpid());
@@ -143,14 +140,14 @@ static void dispatch(struct control *ctl, char *line, struct buf *out)
 		deliver_flush(ctl->dl);
 		buf_printf(out, "{\"ok\":true}");
 	} else if (strcmp(cmd, "retry") == 0) {
-		queue_admin_retry(ctl->st, &ctl->sched, qid, out);
+		queue_admin_retry(ctl->st, &ctl->sched, rest, out);
 	} else if (strcmp(cmd, "drop") == 0 || strcmp(cmd, "hold") == 0
 		   || strcmp(cmd, "release") == 0 || strcmp(cmd, "reroute") == 0
 		   || strcmp(cmd, "forget") == 0) {
 		queue_admin_request(ctl->st, &ctl->sched, ctl->c, cmd, rest ? rest : (char *) "",
 				    clock_us(), out);
 	} else if (strcmp(cmd, "count") == 0) {
-		do_count(ctl, qid, out);
+		do_count(ctl, rest, out);
 	} else if (strcmp(cmd, "stats") == 0) {
 		do_stats(ctl, out);
 	} else {
