@@ -178,6 +178,7 @@ int main(int argc, char **argv)
 	struct server *srv;
 	struct deliver *dl = NULL;
 	struct commit *cm;
+	struct dupcount *dc;
 	struct control *ctl;
 	struct metrics *mx;
 	struct store_stats ss;
@@ -239,8 +240,9 @@ int main(int argc, char **argv)
 		qid_seed(ss.last_qid);
 	cm = commit_start(st, enqueue, &dl);	/* the writer acceptance and delivery share */
 	dl = deliver_start(&cf, st, cm, cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
-	server_set_queue(srv, st, cm, &(struct server_delivery) { reload, dl });
-	ctl = control_start(&cf, st, dl, server_dupcount(srv));
+	dc = dupcount_new();		/* the event loop counts, the admin thread writes */
+	server_set_queue(srv, st, cm, dc, &(struct server_delivery) { reload, dl });
+	ctl = control_start(&cf, st, dl, dc);
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",
 		 store_dir(&cf) ? store_dir(&cf) : store_backend(st),
@@ -252,6 +254,7 @@ int main(int argc, char **argv)
 	deliver_stop(dl);
 	commit_stop(cm);		/* after delivery: its writes go through it */
 	server_free(srv);
+	dupcount_free(dc);
 	store_close(st);
 	msg_info("stopped");
 	conf_free(&cf);

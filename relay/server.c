@@ -35,7 +35,6 @@
 #include "../util/log.h"
 #include "auth.h"
 #include "budget.h"
-#include "dupcount.h"
 #include "pace.h"
 #include "server.h"
 #include "server_int.h"
@@ -197,7 +196,6 @@ struct server *server_new(struct conf *cf, const char *conf_path)
 	srv->signal_tag = TAG_SIGNAL;
 	srv->auth_tag = TAG_AUTH;
 	srv->sigfd = -1;
-	srv->dc = dupcount_new();
 	srv->anvil = anvil_new();
 	if ((srv->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
 		msg_fatal("epoll_create1: %m");
@@ -205,19 +203,14 @@ struct server *server_new(struct conf *cf, const char *conf_path)
 	return srv;
 }
 
-/* server_set_queue - the store (opened after the listeners), its writer, SIGHUP's hook */
+/* server_set_queue - the store (opened after the listeners), its writer, counts, SIGHUP's hook */
 void server_set_queue(struct server *srv, struct store *st, struct commit *cm,
-		      const struct server_delivery *dl)
+		      struct dupcount *dc, const struct server_delivery *dl)
 {
 	srv->st = st;
 	srv->cm = cm;
+	srv->dc = dc;
 	srv->dl = *dl;
-}
-
-/* server_dupcount - the duplicate counts, which the admin thread writes */
-struct dupcount *server_dupcount(struct server *srv)
-{
-	return srv->dc;
 }
 
 /* server_listen - bind every listener, block the signals we take by signalfd */
@@ -396,7 +389,6 @@ void server_free(struct server *srv)
 	close(srv->epfd);
 	auth_users_free(srv->users);
 	tls_free(srv->tls);
-	dupcount_free(srv->dc);
 	anvil_free(srv->anvil);
 	free(srv);
 }

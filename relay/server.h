@@ -31,13 +31,13 @@ struct server_delivery {
 };
 
 struct commit;
+struct dupcount;
 
 struct server *server_new(struct conf *c, const char *conf_path);
 void server_listen(struct server *srv);		/* bind every listener; fatal on failure */
-/* server_set_queue - before server_run(): the store and its group commit (the caller's), SIGHUP's hook */
+/* server_set_queue - before server_run(): store, group commit, dupcount (the caller's), SIGHUP's hook */
 void server_set_queue(struct server *srv, struct store *st, struct commit *cm,
-		      const struct server_delivery *dl);
-struct dupcount *server_dupcount(struct server *srv);	/* owned by the server */
+		      struct dupcount *dc, const struct server_delivery *dl);
 int server_run(struct server *srv);		/* 0 after a clean shutdown */
 void server_free(struct server *srv);
 

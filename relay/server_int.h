@@ -71,7 +71,7 @@ struct server {
 	struct conf *cf;		/* not owned; SIGHUP updates what can change */
 	const char *conf_path;		/* not owned; NULL: the embedded default */
 	struct store *st;		/* not owned */
-	struct dupcount *dc;		/* owned: counts for the stories */
+	struct dupcount *dc;		/* not owned: counts for the stories, main's */
 	struct server_delivery dl;	/* SIGHUP's settings for delivery; reload NULL: none */
 	struct commit *cm;		/* not owned: the queue core's writer, main's */
 	struct smtp_hooks hooks;
