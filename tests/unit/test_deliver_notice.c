@@ -487,11 +487,11 @@ static void test_notice_headers_only(void **state)
 	__atomic_store_n(&room, 8000, __ATOMIC_SEQ_CST);	/* the headers' notice, not 20 KB */
 	spool_text(f->st);
 	begin(f, "550 5.1.1 no such user");
-	rc = attempted(f->st, TARGET, NULL);
-	logged(log, sizeof(log));
-	if (rc == 0)
+	if ((rc = attempted(f->st, TARGET, NULL)) == 0)
 		fail_msg("the bounce was deferred: no notice queued, not even the headers'");
 	bounced_with_notice(f, running, 0, "Status: 5.1.1");
+	/* its lines follow the bounce's commit, which took TARGET away; they precede the notice's send */
+	logged(log, sizeof(log));
 	pthread_mutex_lock(&lock);
 	text = notice_text;
 	len = notice_len;
