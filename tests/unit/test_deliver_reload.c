@@ -116,7 +116,6 @@ static const struct conf *reload_after;	/* atomic: the next read's reload, NULL 
  * settings (deliver.c's own are not wrapped): the set in force, and when
  * a reload is armed (reload_after), that SIGHUP at once after the read
  */
-
 struct conf_retry __wrap_deliver_retry_settings(struct deliver *d)
 {
 	struct conf_retry r = __real_deliver_retry_settings(d);
