@@ -377,24 +377,14 @@ static void ops_push(struct commit *cm, struct commit_op *ops)
 }
 
 /*
- * ops_again - delivery writes of a failed commit_now(), back to the
- * writer, which tries them again (and each alone if that fails): never
- * on the event loop, where each would wait for the store as long again
- */
-static void ops_again(struct commit *cm, struct commit_op *ops)
-{
-	pthread_mutex_lock(&cm->lock);
-	ops_push(cm, ops);
-	pthread_mutex_unlock(&cm->lock);
-}
-
-/*
  * commit_round - one transaction for fifo (submission order) and ops; a
  * failed batch is retried one submission at a time, so that one oversized
  * message fails only itself, and each op alone (ops_done). later (a
  * commit_now()): ops that committed are announced by the next
  * commit_reap() (1 returned: poke it), not here; ops that did not
- * commit go back to the writer (ops_again)
+ * commit go back to the writer, which tries them again (and each alone
+ * if that fails): never on the event loop, where each would wait for the
+ * store as long again
  */
 static int commit_round(struct commit *cm, struct commit_req *fifo, struct commit_op *ops,
 			int later)
@@ -407,8 +397,11 @@ static int commit_round(struct commit *cm, struct commit_req *fifo, struct commi
 		ops_done(cm, ops, err);
 	else if (err == 0)
 		poke = tell_later(cm, ops);
-	else
-		ops_again(cm, ops);
+	else {
+		pthread_mutex_lock(&cm->lock);
+		ops_push(cm, ops);
+		pthread_mutex_unlock(&cm->lock);
+	}
 	for (req = fifo; req && err != 0; req = req->next) {
 		e = err;
 		/* the database away: one at a time would fail the same way, each slowly */
