@@ -398,34 +398,26 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	struct buf body = BUF_INIT;
 	struct metrics_snapshot snap;
 	struct metrics_gauges g;
-	const char *status = "200 OK", *type = "text/plain; version=0.0.4; charset=utf-8";
-	char *q;
+	const char *status = "200 OK", *type = "text/plain";
 
 	(void) fd;
 	(void) end;
 	if (len == 0 || sscanf(req, "%15s %255s", method, path) != 2) {
 		status = "400 Bad Request";
-		type = "text/plain";
 		buf_printf(&body, "bad request\n");
-		goto send;
-	}
-	if ((q = strchr(path, '?')) != NULL)
-		*q = 0;
-	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+	} else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
 		status = "405 Method Not Allowed";
-		type = "text/plain";
 		buf_printf(&body, "method not allowed\n");
-	} else if (strcmp(path, "/metrics") != 0) {
+	} else if (strncmp(path, "/metrics", 8) != 0 || (path[8] != 0 && path[8] != '?')) {
 		status = "404 Not Found";
-		type = "text/plain";
 		buf_printf(&body, "not found: try /metrics\n");
 	} else {
+		type = "text/plain; version=0.0.4; charset=utf-8";
 		metrics_snapshot(&snap);
 		metrics_gauges_read(m->st, &g);
 		g.start_time = m->start_time;
 		metrics_render(&body, &snap, &g);
 	}
-send:
 	buf_printf(resp, "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 		   "Connection: close\r\n\r\n", status, type, body.len);
 	if (strncmp(req, "HEAD ", 5) != 0 && body.len)
