@@ -61,7 +61,6 @@ struct commit_req {
 	int error;			/* STORE_E* for COMMIT_FAILED */
 
 	void (*done) (struct commit_req *req);	/* runs in the event loop */
-	void *ctx;
 	struct commit_req *next;	/* owned by the commit module while queued */
 	struct workq_item item;		/* the way back to the event loop (commit_reap) */
 };

@@ -297,7 +297,6 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	memcpy(sub->message_id, kr->message_id, sizeof(sub->message_id));
 	snprintf(sub->helo, sizeof(sub->helo), "%s", smtp_session_helo(c->s));
 	sub->esmtp = smtp_session_esmtp(c->s);
-	req->ctx = sub;
 	req->done = commit_done;
 	req->shadow = cf->keys.shadow;
 	req->mismatch_accept = cf->keys.mismatch_accept;
