@@ -186,7 +186,6 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 		}
 		off = end;
 	}
-	r->body_off = off;
 
 	if (r->error == NULL) {
 		if (best < c->keys.n_headers) {
@@ -207,7 +206,7 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 
 	hash_init(&h);
 	hash_update(&h, from, strlen(from) + 1);
-	hash_update(&h, data + r->body_off, len - r->body_off);
+	hash_update(&h, data + off, len - off);	/* the body */
 	hash_final(&h, r->fingerprint);
 	return r->error ? -1 : 0;
 }

@@ -41,7 +41,6 @@ struct keys_result {
 	uint8_t fingerprint[HASH_LEN];
 	struct keys_span *strip;	/* owned: key headers to remove when relaying */
 	size_t n_strip, cap_strip;
-	size_t body_off;		/* where the body starts in the data */
 	char message_id[KEYS_MSGID_LOG + 1];	/* its Message-ID, printable, for the log; "" none */
 	const char *error;		/* set: refuse with this reply */
 };
