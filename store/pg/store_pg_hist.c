@@ -158,56 +158,40 @@ int store_pg_hist_count(struct store *base, const struct store_count *c, size_t 
 }
 
 /*
+ * The expiry's statement, its now and max written in as numbers: planned
+ * for them at each call, where the pool's sessions force generic plans
+ * (store_pg.c) and a generic plan takes a LIMIT $2 for a tenth of the
+ * stories and joins them with every claim by a sequential scan. Nothing
+ * is read unless this call gets the expiry's lock (an init plan: tried
+ * once, held to the statement's end); while another node expires, 0 at
+ * once. A transaction of four statements before (BEGIN with SET LOCAL
+ * plan_cache_mode, the lock, the deletes, COMMIT): four round trips.
+ */
+#define SQL_EXPIRE "WITH e AS (SELECT qid, keyhash, expires FROM messages " \
+	"WHERE (SELECT pg_try_advisory_xact_lock(" EXPIRY_LOCK ")) AND NOT queued " \
+	"AND expires <= %lld ORDER BY expires LIMIT %zu FOR UPDATE SKIP LOCKED), " \
+	"dc AS (DELETE FROM claims c USING e WHERE c.keyhash = e.keyhash " \
+	"AND c.qid = e.qid AND c.expires <= e.expires RETURNING 1), " \
+	"dr AS (DELETE FROM rcpts r USING e WHERE r.qid = e.qid), " \
+	"dm AS (DELETE FROM messages m USING e WHERE m.qid = e.qid RETURNING 1) " \
+	"SELECT (SELECT count(*) FROM dm), (SELECT count(*) FROM dc)"
+
+/*
  * store_pg_hist_expire - delete up to max stories past their expiry, and
  * their claims, on one node at a time (see the header)
  */
 int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 {
-	struct pg_store *st = (struct pg_store *) base;
-	struct pg_params p;
-	PGconn *c;
+	char sql[sizeof(SQL_EXPIRE) + 48];
 	PGresult *r;
-	int err, mine = 0, done = 0;
+	int err, done;
 
 	if (max == 0)
 		return 0;
-	if ((err = store_pg_take(st, &c)) != 0)
+	snprintf(sql, sizeof(sql), SQL_EXPIRE, (long long) now, max);
+	if ((err = store_pg_run((struct pg_store *) base, sql, NULL, &r, "expire")) != 0)
 		return err;
-	/*
-	 * Planned at each call (the pool's sessions force generic plans,
-	 * store_pg.c): a generic plan takes LIMIT $2 for a tenth of the
-	 * stories and joins them with every claim by a sequential scan.
-	 */
-	if ((err = store_pg_simple(st, c, "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan",
-				   "expire")) != 0)
-		goto out;
-	if ((err = store_pg_exec(st, c, "SELECT pg_try_advisory_xact_lock(" EXPIRY_LOCK ")", NULL,
-				 &r, "expiry lock")) == 0) {
-		mine = PQntuples(r) == 1 && store_pg_int(r, 0, 0);
-		PQclear(r);
-	}
-	if (err == 0 && mine) {
-		store_pg_params_init(&p);
-		store_pg_p_i64(&p, now);
-		store_pg_p_i64(&p, (int64_t) max);
-		err = store_pg_exec(st, c, "WITH e AS (SELECT qid, keyhash, expires FROM messages "
-				    "WHERE NOT queued AND expires <= $1 ORDER BY expires LIMIT $2 "
-				    "FOR UPDATE SKIP LOCKED), "
-				    "dc AS (DELETE FROM claims c USING e WHERE c.keyhash = e.keyhash "
-				    "AND c.qid = e.qid AND c.expires <= e.expires RETURNING 1), "
-				    "dr AS (DELETE FROM rcpts r USING e WHERE r.qid = e.qid), "
-				    "dm AS (DELETE FROM messages m USING e WHERE m.qid = e.qid "
-				    "RETURNING 1) SELECT (SELECT count(*) FROM dm), "
-				    "(SELECT count(*) FROM dc)", &p, &r, "expire");
-		store_pg_params_free(&p);
-		if (err == 0) {
-			done = store_pg_int(r, 0, 0);
-			PQclear(r);
-		}
-	}
-	if (store_pg_simple(st, c, err == 0 ? "COMMIT" : "ROLLBACK", "expire") != 0 && err == 0)
-		err = STORE_EAGAIN;
-out:
-	store_pg_give(st, c);
-	return err != 0 ? err : done;
+	done = (int) store_pg_int(r, 0, 0);
+	PQclear(r);
+	return done;
 }

@@ -27,7 +27,8 @@
  * (store_msg_revive), and each case where it must not be; the mark's
  * columns written by the statements, not by the trigger's function; a
  * key's messages found through its claims, messages having no key index; the
- * queue walked past a message whose recipients are missing; a version 1
+ * queue walked past a message whose recipients are missing; the expiry on
+ * one node at a time; a version 1
  * schema upgraded, and one of version 10 whose reads go on while migration 11
  * builds its index; a server with no connection slot free while the node
  * has connections of its own (no outage: callers wait for one of them);
@@ -3017,6 +3018,36 @@ static void test_rcpts_go_with_message(void **state)
 						   "qid = 'RCPTSKEPT001'"), 1);
 }
 
+/*
+ * the expiry runs on one node at a time: while another session holds the
+ * expiry's lock, a node's expiry deletes nothing and returns at once
+ * (never waits); once it is given up, the story expires
+ */
+static void test_expire_one_at_a_time(void **state)
+{
+	struct fx *f = *state;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	char q[512];
+
+	spool_one(f->st, "EXPIRE000001", 43);
+	CHECK_INT("sent", sent(f->st, "EXPIRE000001"), 0);
+	snprintf(q, sizeof(q), "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended("
+		 "'idemrelay expiry ' || '%s', 0))", f->schema);
+	r = PQexec(o, q);
+	assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	CHECK_INT("expired while another expires", store_hist_expire(f->st, (int64_t) 1 << 62, 100),
+		  0);
+	CHECK_INT("its story kept", sql_int(f->url, "SELECT count(*) FROM messages WHERE "
+					    "qid = 'EXPIRE000001'"), 1);
+	PQclear(PQexec(o, "COMMIT"));
+	CHECK_INT("expired after", store_hist_expire(f->st, (int64_t) 1 << 62, 100), 1);
+	CHECK_INT("its story gone", sql_int(f->url, "SELECT count(*) FROM messages WHERE "
+					    "qid = 'EXPIRE000001'"), 0);
+	PQfinish(o);
+}
+
 /* walk_cb - the messages walked: each one's QID and its recipients' count, in order */
 static int walk_cb(void *arg, const struct store_msg *m)
 {
@@ -3673,6 +3704,7 @@ int main(void)
 		T(test_mark_columns),
 		T(test_rcpts_go_with_message),
 		T(test_walk_skips_corrupt),
+		T(test_expire_one_at_a_time),
 		T(test_key_without_index),
 		T(test_schema_upgrade),
 		T(test_schema_11_reads_go_on),
