@@ -28,7 +28,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../queue/commit.h"
 #include "../relay/dupcount.h"
 #include "../queue/metrics.h"
 #include "../queue/qid.h"

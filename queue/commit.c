@@ -54,7 +54,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../util/clock.h"
 #include "../util/buf.h"
