@@ -88,21 +88,16 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
 	MDB_cursor *cur;
-	struct key_entry *e = NULL, *x;
+	struct key_entry *x;
 	size_t cap = 0, qlen;
 	int rc;
 
 	*out = NULL;
 	*n = 0;
-	if ((st->has_cnew && (rc = filed_in(txn, st->cnew, keyhash, &e, n, &cap)) != 0)
-	    || (rc = filed_in(txn, st->claims, keyhash, &e, n, &cap)) != 0 || !st->has_hist) {
-		*out = e;
+	if ((st->has_cnew && (rc = filed_in(txn, st->cnew, keyhash, out, n, &cap)) != 0)
+	    || (rc = filed_in(txn, st->claims, keyhash, out, n, &cap)) != 0 || !st->has_hist
+	    || (rc = lmdb_mdb_error(mdb_cursor_open(txn, st->keys, &cur), "cursor")) != 0)
 		return rc;
-	}
-	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0) {
-		*out = e;
-		return lmdb_mdb_error(rc, "cursor");
-	}
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT_DUP)) {
 		if (val.mv_size <= STORE_HASH_LEN
@@ -110,7 +105,7 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 			msg_warn("store: corrupt key index entry skipped");
 			continue;
 		}
-		x = entry_add(&e, n, &cap);
+		x = entry_add(out, n, &cap);
 		x->old = 1;
 		memcpy(x->raw, val.mv_data, val.mv_size);
 		memcpy(x->claim, val.mv_data, STORE_HASH_LEN);
@@ -118,7 +113,6 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 		x->qid[qlen] = 0;
 	}
 	mdb_cursor_close(cur);
-	*out = e;
 	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "key index walk");
 }
 
@@ -268,39 +262,30 @@ int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
-	struct key_entry *e = NULL;
+	struct key_entry *e;
 	size_t n, i;
 	int err;
 
 	memset(out, 0, sizeof(*out));
 	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
-	if ((err = key_entries(st, t->txn, keyhash, &e, &n)) != 0)
-		goto fail;
-	for (i = 0; i < n; i++) {
+	err = key_entries(st, t->txn, keyhash, &e, &n);
+	for (i = 0; err == 0 && i < n; i++) {
 		if (user && !story_user_is(t, e[i].qid, user))
 			continue;
 		if ((err = claim_del(t, keyhash, &e[i], e[i].qid, 0)) < 0)
-			goto fail;
+			break;
 		out->claims += (size_t) err;
-		if (qid_add(&out->qids, &out->n_qids, e[i].qid)
-		    && (err = story_forgotten(t, e[i].qid, now)) != 0)
-			goto fail;
+		err = qid_add(&out->qids, &out->n_qids, e[i].qid)
+		    ? story_forgotten(t, e[i].qid, now) : 0;	/* its story notes it once */
 	}
-	err = 0;
-	if (out->n_qids == 0) {
+	free(e);
+	if (err == 0 && out->n_qids == 0)
 		err = STORE_ENOTFOUND;
-		goto fail;
-	}
-	free(e);
-	qsort(out->qids, out->n_qids, sizeof(*out->qids), qid_cmp);
-	if ((err = lmdb_txn_commit(&t->base)) != 0)
+	store_txn_fail(&t->base, err);
+	if ((err = lmdb_txn_commit(&t->base)) != 0)	/* rolled back if it failed */
 		store_forget_free(out);
-	return err;
-
-fail:
-	free(e);
-	lmdb_txn_abort(&t->base);
-	store_forget_free(out);
+	else
+		qsort(out->qids, out->n_qids, sizeof(*out->qids), qid_cmp);
 	return err;
 }

@@ -325,23 +325,18 @@ static int msg_drop(struct lmdb_store *st, const char *qid, int with_hist)
 		t->rcpt_delta = -(int64_t) n;	/* taken away when the commit is */
 	if (with_hist)			/* first, while the spool can still tell it */
 		lmdb_hist_drop(t, qid);
-	if ((err = t->base.err) != 0) {	/* LMDB's transaction is unusable after a failed put */
-		lmdb_txn_abort(&t->base);
-		return err;
+	if (t->base.err == 0) {		/* LMDB's transaction is unusable after a failed put */
+		err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL), "delete queue");
+		err2 = lmdb_mdb_error(lmdb_del(t, st->msg, &key, NULL), "delete msg");
+		if (err == STORE_ENOTFOUND && err2 == 0)
+			err = 0;
+		else if (err == 0 && err2 != STORE_ENOTFOUND)
+			err = err2;
+		if (err == 0)
+			err = lmdb_last_qid_note(t, &key, 1);
+		store_txn_fail(&t->base, err);
 	}
-	err = lmdb_mdb_error(lmdb_del(t, st->queue, &key, NULL), "delete queue");
-	err2 = lmdb_mdb_error(lmdb_del(t, st->msg, &key, NULL), "delete msg");
-	if (err == STORE_ENOTFOUND && err2 == 0)
-		err = 0;
-	else if (err == 0 && err2 != STORE_ENOTFOUND)
-		err = err2;
-	if (err == 0)
-		err = lmdb_last_qid_note(t, &key, 1);
-	if (err != 0) {
-		lmdb_txn_abort(&t->base);
-		return err;
-	}
-	return lmdb_txn_commit(&t->base);
+	return lmdb_txn_commit(&t->base);	/* rolled back if it failed */
 }
 
 /* lmdb_msg_drop - remove a message from the spool (its story says so) */
