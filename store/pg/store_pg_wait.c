@@ -112,9 +112,14 @@
  *	its outcome unknown, the marks are read back, and if every one is
  *	there (this batch's, or another node's: either way the messages are
  *	delivered) its duplicates are answered 250 as the marks say; else
- *	451, and a mark that could not be read may stand all the same (the
- *	database away, or a COMMIT still waiting for the standby), so that
- *	a message none of whose submissions got 250 is delivered.
+ *	451. They are read under the batch's key locks, waited for at most
+ *	PG_VOID_LOCK: its backend holds them until its COMMIT ends, so a
+ *	COMMIT still running (a slow flush, a deferred trigger, a lock) is
+ *	waited for, where a read at once took a mark not visible yet for
+ *	one not committed. A mark that could not be read (the database
+ *	away, or the locks not had in time: a COMMIT still waiting, for the
+ *	standby say) may stand all the same, so that a message none of
+ *	whose submissions got 250 is delivered.
  *
  *	A delivery's puts. A bounce's non-delivery notice is put in one
  *	transaction with the bounce's outcome, after it (deliver_record.c; a
@@ -576,6 +581,50 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
 		 t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "", then);
 }
 
+/* a batch's key locks (sorted: the order every batch takes them in), waited for */
+static const char SQL_KEY_LOCKS[] =
+	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
+/*
+ * replays_count - how many of t's replayed QIDs are marked, read on c
+ * under t's key locks (waited for at most PG_VOID_LOCK): its backend, if
+ * its COMMIT still runs, holds them until that COMMIT ends, so the count
+ * is final; -1 not known (the locks did not come, or c failed)
+ */
+static int64_t replays_count(struct pg_txn *t, PGconn *c)
+{
+	struct pg_params lp, p;
+	struct pg_arr a;
+	PGresult *r;
+	int64_t n = -1;
+	size_t i;
+	int err;
+
+	store_pg_arr_init(&a, PG_OID_INT8);
+	for (i = 0; i < t->n_locked; i++)
+		store_pg_a_i64(&a, t->locked[i]);
+	store_pg_params_init(&lp);
+	store_pg_p_arr(&lp, &a);
+	store_pg_params_init(&p);
+	store_pg_p_qids(&p, t->replays, t->n_replays);
+	err = store_pg_simple(t->st, c, "BEGIN; SET LOCAL lock_timeout = " PG_VOID_LOCK,
+			      "replays read back");
+	if (err == 0 && (err = store_pg_exec(t->st, c, SQL_KEY_LOCKS, &lp, &r,
+					     "replays' key locks")) == 0)
+		PQclear(r);
+	if (err == 0 && store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE "
+				      "qid = ANY($1::text[]) AND replayed", &p, &r,
+				      "replays read back") == 0) {
+		n = store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(t->st, c, "ROLLBACK", "replays read back");
+	store_pg_params_free(&lp);
+	store_pg_params_free(&p);
+	return n;
+}
+
 /*
  * replays_read_back - t wrote only marks and its COMMIT got no answer: are
  * the marks of the claims it replayed all there (see the header)? 0 so,
@@ -583,18 +632,13 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
  */
 static int replays_read_back(struct pg_txn *t)
 {
-	struct pg_params p;
-	PGresult *r;
-	int64_t n = -1;
+	PGconn *c;
+	int64_t n;
 
-	store_pg_params_init(&p);
-	store_pg_p_qids(&p, t->replays, t->n_replays);
-	if (store_pg_run(t->st, "SELECT count(*) FROM messages WHERE qid = ANY($1::text[]) "
-			 "AND replayed", &p, &r, "replays read back") == 0) {
-		n = store_pg_int(r, 0, 0);
-		PQclear(r);
-	}
-	store_pg_params_free(&p);
+	if (store_pg_take(t->st, &c) != 0)
+		return STORE_EAGAIN;
+	n = replays_count(t, c);
+	store_pg_give(t->st, c);
 	msg_warn("store: a commit's outcome was unknown (connection lost): its replays read "
 		 "back: %s", n == (int64_t) t->n_replays ? "marked" : n < 0 ? "not known" : "not marked");
 	return n == (int64_t) t->n_replays ? 0 : STORE_EAGAIN;

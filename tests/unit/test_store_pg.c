@@ -13,7 +13,7 @@
  * hangs the node, and voids one whose id reads as aborted, but not one
  * another node replayed or took for delivery, while it was cut off past
  * the lease; a replay whose own commit's answer is lost read back by its
- * mark; kept while its status read is refused for a
+ * mark, once that COMMIT has ended; kept while its status read is refused for a
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
  * replay in flight), what a batch of duplicates and the counts' flush
@@ -3645,6 +3645,102 @@ static void test_notice_commit_unreachable(void **state)
 	store_msg_free(&m);
 }
 
+/* a lock of the test's that a replay's COMMIT waits for, in a deferred trigger */
+#define COMMIT_GATE	"4243"
+
+/* the gate: its connection holds COMMIT_GATE; seen: a read-back waited for the key locks */
+struct gate {
+	PGconn *c;
+	int seen;
+};
+
+/*
+ * gate_run - COMMIT_GATE given up once a read-back is seen waiting for an
+ * advisory lock (the replay's key locks), or after 5 s without one
+ */
+static void *gate_run(void *arg)
+{
+	struct gate *g = arg;
+	int64_t deadline = clock_mono_us() + 5 * SEC;
+	PGresult *r;
+
+	while (!g->seen && clock_mono_us() < deadline) {
+		r = PQexec(g->c, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+			   "current_database() AND wait_event = 'advisory' AND query <> 'COMMIT'");
+		g->seen = PQresultStatus(r) == PGRES_TUPLES_OK && atoll(PQgetvalue(r, 0, 0)) > 0;
+		PQclear(r);
+		if (!g->seen)
+			usleep(10000);
+	}
+	r = PQexec(g->c, "SELECT pg_advisory_unlock(" COMMIT_GATE ")");
+	PQclear(r);
+	return NULL;
+}
+
+/* cut_at_gate - the commit hook: once the COMMIT waits at the gate, its answer lost */
+static void cut_at_gate(PGconn *c)
+{
+	if (!seen_within("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+			 "AND query = 'COMMIT' AND wait_event = 'advisory'"))
+		fail_msg("the replay's COMMIT did not wait at the gate within 5 s");
+	cut_fd(PQsocket(c));
+}
+
+/*
+ * A batch of duplicates only loses its COMMIT's answer while that COMMIT
+ * still runs (held here in a deferred trigger; in life a slow flush, a
+ * lock): the read-back waits for the batch's key locks, which its backend
+ * holds until the COMMIT ends, then counts the marks: committed, so 250,
+ * and the kept batch's settling leaves the message to be delivered. The
+ * count used to be read at once: no mark yet, 451, and the mark then
+ * committed, so that the message was delivered though no submission of
+ * it got 250.
+ */
+static void test_replay_commit_running(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store *other;
+	struct gate g = { PQconnectdb(f->url), 0 };
+	uint8_t h[STORE_HASH_LEN];
+	pthread_t th;
+	PGresult *r;
+	int rc;
+
+	kept_batch(f, "AWAYREPLAY09", 77, 1, h, cut_off);
+	sql(f, "CREATE FUNCTION commit_waits() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+	    "PERFORM pg_advisory_xact_lock(" COMMIT_GATE "); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER commit_waits AFTER UPDATE OF replayed ON messages "
+	    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_waits()", NULL);
+	r = PQexec(g.c, "SELECT pg_advisory_lock(" COMMIT_GATE ")");
+	CHECK_INT("the test holds the gate", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+
+	other = node_open(f, "other");
+	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	store_txn_replay(t, KH, h);
+	assert_int_equal(pthread_create(&th, NULL, gate_run, &g), 0);
+	commit_hook = cut_at_gate;
+	rc = store_txn_commit(t);
+	commit_hook = NULL;
+	pthread_join(th, NULL);
+	PQfinish(g.c);
+	store_close(other);
+	CHECK_INT("the COMMIT ended committed: 250", rc, 0);
+	CHECK_INT("the read-back waited for the key locks", g.seen, 1);
+
+	back((struct pg_store *) f->st);
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY09"), 1);
+	CHECK_INT("the key replays it", claim_found(f->st, 77, NOW, &c), 1);
+	CHECK_STR("under its QID", c.qid, "AWAYREPLAY09");
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -3712,6 +3808,7 @@ int main(void)
 		T(test_schema_11_drop_bounded),
 		T(test_notice_commit_waits),
 		T(test_notice_commit_unreachable),
+		T(test_replay_commit_running),
 	};
 
 	if (fx_pg() == NULL) {
