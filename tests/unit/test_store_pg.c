@@ -13,7 +13,7 @@
  * hangs the node, and voids one whose id reads as aborted, but not one
  * another node replayed or took for delivery, while it was cut off past
  * the lease; a replay whose own commit's answer is lost read back by its
- * mark, once that COMMIT has ended; kept while its status read is refused for a
+ * mark, once that COMMIT has ended (none, one that never ran: 451); kept while its status read is refused for a
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
  * replay in flight), what a batch of duplicates and the counts' flush
@@ -3741,6 +3741,67 @@ static void test_replay_commit_running(void **state)
 	CHECK_STR("under its QID", c.qid, "AWAYREPLAY09");
 }
 
+/*
+ * cut_and_end - the commit hook: once its mark waits for the blocker's
+ * row, c's answer lost and its backend ended, the COMMIT unrun
+ */
+static void cut_and_end(PGconn *c)
+{
+	int pid = PQbackendPID(c);
+	char q[160];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+		 "AND wait_event_type = 'Lock'", pid);
+	if (!seen_within(q))
+		fail_msg("the replay's mark did not wait for the blocker within 5 s");
+	cut_fd(PQsocket(c));
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_terminate_backend(%d)", pid);
+	(void) sql_int(hook_fx->url, q);
+}
+
+/*
+ * The other half: a batch of duplicates only whose COMMIT's answer is
+ * lost and whose COMMIT never runs (its backend ended while its mark
+ * waits for a row another session holds) reads back no mark: 451, and
+ * the kept batch's settling voids the message, never delivered, and its
+ * key is new.
+ */
+static void test_replay_commit_unrun(void **state)
+{
+	struct fx *f = *state;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store *other;
+	PGconn *blocker = PQconnectdb(f->url);
+	PGresult *r;
+	uint8_t h[STORE_HASH_LEN];
+	int rc;
+
+	kept_batch(f, "AWAYREPLAY10", 78, 1, h, cut_off);
+	r = PQexec(blocker, "BEGIN; SELECT 1 FROM messages WHERE qid = 'AWAYREPLAY10' FOR UPDATE");
+	CHECK_INT("the blocker holds its row", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	other = node_open(f, "other");
+	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	store_txn_replay(t, KH, h);
+	commit_hook = cut_and_end;
+	rc = store_txn_commit(t);
+	commit_hook = NULL;
+	store_close(other);
+	PQfinish(blocker);		/* before any check: its row lock would hold the teardown */
+	CHECK_INT("no mark read back: 451", rc, STORE_EAGAIN);
+
+	back((struct pg_store *) f->st);
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("voided and dropped", qid_rows(f, "messages", "AWAYREPLAY10"), 0);
+	CHECK_INT("the void settled", void_count(f), 0);
+	CHECK_INT("the key is new", claim_found(f->st, 78, NOW, &c), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -3809,6 +3870,7 @@ int main(void)
 		T(test_notice_commit_waits),
 		T(test_notice_commit_unreachable),
 		T(test_replay_commit_running),
+		T(test_replay_commit_unrun),
 	};
 
 	if (fx_pg() == NULL) {
