@@ -34,11 +34,9 @@
 /* deliver_backoff - min(max, first * 2^(attempts-1)), without overflow */
 int64_t deliver_backoff(int64_t first, int64_t max, int attempts)
 {
-	int64_t wait = first > 0 ? first : 1;
+	int64_t wait = first;
 	int i;
 
-	if (max < 1)
-		max = 1;
 	for (i = 1; i < attempts && wait < max; i++)
 		wait = wait > max / 2 ? max : wait * 2;
 	return wait < max ? wait : max;
@@ -86,19 +84,14 @@ struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_c
 void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
 			  int enh_subject, int enh_detail, const char *text)
 {
-	size_t n = 0;
-	int space = 0, w;
+	size_t n;
+	int space = 1, w;
 
-	if (outlen == 0)
-		return;
 	if (enh_class > 0)
 		w = snprintf(out, outlen, "%d %d.%d.%d", code, enh_class, enh_subject, enh_detail);
 	else
 		w = snprintf(out, outlen, "%d", code);
-	if (w < 0)
-		w = 0;
 	n = (size_t) w < outlen ? (size_t) w : outlen - 1;
-	space = 1;
 	for (; text && *text && n + 1 < outlen; text++) {
 		unsigned char c = (unsigned char) *text;
 

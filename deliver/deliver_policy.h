@@ -22,7 +22,7 @@
 
 #define DELIVER_DSN_SIZE	16	/* an RFC 3463 code ("4.7.5") and its NUL, with room */
 
-/* deliver_backoff - seconds to wait after the given number of attempts (>= 1) */
+/* deliver_backoff - seconds to wait after attempts (>= 1); first, max >= 1 s */
 int64_t deliver_backoff(int64_t first, int64_t max, int attempts);
 
 /* per-recipient outcome of one attempt */
@@ -58,7 +58,7 @@ struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_c
 /*
  * deliver_reply_format - "550 5.1.1 text" on one line: CR/LF and other
  * controls become spaces, runs of spaces collapse, the result is
- * truncated to fit. enh_class 0 means no enhanced code was given.
+ * truncated to fit (outlen > 0). enh_class 0 means no enhanced code.
  */
 void deliver_reply_format(char *out, size_t outlen, int code, int enh_class,
 			  int enh_subject, int enh_detail, const char *text);
