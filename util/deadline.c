@@ -28,7 +28,7 @@ struct timespec deadline_in(int ms)
 }
 
 /* deadline_left - milliseconds until the deadline, at least 0 */
-int deadline_left(const struct timespec *deadline)
+static int deadline_left(const struct timespec *deadline)
 {
 	struct timespec now;
 	long long ms;

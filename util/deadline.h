@@ -6,8 +6,8 @@
  * DESCRIPTION
  *	A step-by-step exchange (connect, a few commands, a handshake) gets
  *	one deadline for the whole, not a timeout per step: deadline_in()
- *	makes it, deadline_left() says how much is left, and deadline_wait()
- *	polls one descriptor until it is ready or the deadline passes.
+ *	makes it, and deadline_wait() polls one descriptor until it is ready
+ *	or the deadline passes.
  *
  *	A thread may name, with deadline_stop_on(), a descriptor that ends
  *	its waits early once readable: a stop (delivery threads name theirs,
@@ -20,9 +20,6 @@
 
 /* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
 struct timespec deadline_in(int ms);
-
-/* deadline_left - milliseconds until the deadline, at least 0 */
-int deadline_left(const struct timespec *deadline);
 
 /* deadline_wait - poll fd for events until the deadline or a stop: 1 ready, 0 not */
 int deadline_wait(int fd, short events, const struct timespec *deadline);
