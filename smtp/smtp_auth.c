@@ -261,16 +261,12 @@ done:
 	smtp_auth_wipe_line(s);
 }
 
-/* smtp_auth_response - the client's line after a 334 */
+/* smtp_auth_response - the client's line after a 334, its CRLF (or LF) gone */
 void smtp_auth_response(struct smtp_session *s, char *line, size_t len)
 {
 	char    dec[SMTP_LINE_MAX];
 	long    n;
 
-	if (len && line[len - 1] == '\n')
-		len--;
-	if (len && line[len - 1] == '\r')
-		len--;
 	if (len == 1 && line[0] == '*') {
 		smtp_auth_abort(s, "501 5.7.0 Authentication aborted");
 	} else if ((n = smtp_b64_decode(line, len, dec)) < 0) {

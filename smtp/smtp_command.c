@@ -432,18 +432,14 @@ static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
 }
 
 /*
- * smtp_command - one line, LF included, at most SMTP_LINE_MAX octets;
- * its reply and kind counted towards the error limits
+ * smtp_command - one line, its CRLF (or LF) gone, at most SMTP_LINE_MAX
+ * octets; its reply and kind counted towards the error limits
  */
 void smtp_command(struct smtp_session *s, char *line, size_t len)
 {
 	const struct smtp_cmd *cmd = NULL;
 	size_t mark = s->out.len;
 
-	if (len && line[len - 1] == '\n')
-		len--;
-	if (len && line[len - 1] == '\r')
-		len--;
 	while (len && line[len - 1] == ' ')
 		len--;
 	line[len] = 0;

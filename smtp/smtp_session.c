@@ -168,11 +168,11 @@ void smtp_session_greet(struct smtp_session *s)
 	smtp_reply(s, "220 %s ESMTP idemrelay", s->cfg.hostname);
 }
 
-/* smtp_feed_line - gather one command line, bounded; run it at LF */
+/* smtp_feed_line - gather one command line, bounded; run it at LF, without its CRLF */
 static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 {
 	const char *lf = memchr(in, '\n', len);
-	size_t n = lf ? (size_t) (lf - in) + 1 : len;
+	size_t n = lf ? (size_t) (lf - in) + 1 : len, end;
 
 	if (!s->line_long) {
 		if (s->line.len + n > SMTP_LINE_MAX) {
@@ -195,10 +195,14 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 			smtp_reply(s, "500 5.5.2 Line too long");
 			smtp_session_count(s, "500", 0);
 		}
-	} else if (s->state == SMTP_STATE_AUTH) {
-		smtp_auth_response(s, s->line.data, s->line.len);
 	} else {
-		smtp_command(s, s->line.data, s->line.len);
+		end = s->line.len - 1;	/* the LF, and a CR before it (a bare LF ends it too) */
+		if (end && s->line.data[end - 1] == '\r')
+			end--;
+		if (s->state == SMTP_STATE_AUTH)
+			smtp_auth_response(s, s->line.data, end);
+		else
+			smtp_command(s, s->line.data, end);
 	}
 	buf_reset(&s->line);
 	return n;
