@@ -15,14 +15,10 @@
 
 #include "smtp_tx.h"
 
-/* smtp_tx_new - an empty transaction */
+/* smtp_tx_new - an empty transaction: all zero, BODY and RET given as none */
 struct smtp_tx *smtp_tx_new(void)
 {
-	struct smtp_tx *tx = xcalloc(1, sizeof(*tx));
-
-	tx->body = SMTP_BODY_NONE;
-	tx->ret = SMTP_RET_NONE;
-	return tx;
+	return xcalloc(1, sizeof(struct smtp_tx));
 }
 
 /* smtp_rcpt_clear - free a recipient's strings */
