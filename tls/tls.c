@@ -187,23 +187,22 @@ fail:
 int tls_new(struct tls **out, const char *cert, const char *key, const char *groups,
 	    char *err, size_t errlen)
 {
-	struct tls *t = xcalloc(1, sizeof(*t));
+	struct tls *t;
 
 	*out = NULL;
 	if (tls_hold_init() < 0) {
 		tls_errtext(err, errlen, "BIO_meth_new");
-		free(t);
 		return -1;
 	}
-	if ((t->ctx = tls_ctx_new(cert, key, groups, t->fingerprint, err, errlen)) == NULL) {
-		tls_hold_done();
-		free(t);
-		return -1;
-	}
+	t = xcalloc(1, sizeof(*t));
 	t->cert = cert;
 	t->key = key;
 	t->groups = groups;
 	t->tkt = xcalloc(TLS_TKT_SLOTS, sizeof(*t->tkt));
+	if (tls_reload(t, err, errlen) < 0) {	/* the first load */
+		tls_free(t);
+		return -1;
+	}
 	*out = t;
 	return 0;
 }
