@@ -56,6 +56,24 @@
 /* the service the actions' lines are logged in, as Postfix's postsuper logs its own */
 #define QUEUE_ADMIN_SERVICE	"postsuper"
 
+/* which queued messages an action is for: one of qid, keys, all, or the patterns */
+struct queue_admin_sel {
+	const char *qid;			/* this message */
+	const uint8_t (*keys)[STORE_HASH_LEN];	/* the queued messages of a key (its forms) */
+	size_t n_keys;
+	const char *user;			/* with keys: of this AUTH user only, or NULL */
+	int all;				/* every queued message */
+	const char *from, *to;			/* whose sender, or one of whose recipients,
+						 * matches this glob (fnmatch, any case) */
+};
+
+/* how forget treats a key whose message is still queued */
+enum queue_admin_forget {
+	QUEUE_ADMIN_REFUSE,		/* say so ("still queued"), forget nothing */
+	QUEUE_ADMIN_FORCE,		/* forget; the queued copy is still delivered */
+	QUEUE_ADMIN_DROP,		/* drop the queued copy, as drop does, then forget */
+};
+
 /* a set of QIDs, each once, in the order found */
 struct qids {
 	char (*q)[STORE_QID_SIZE];	/* owned */
@@ -503,12 +521,13 @@ done:
 
 /*
  * queue_admin_act - drop, hold, release, reroute or forget (cmd) what sel
- * names; any other cmd is refused (a JSON error), never taken for one of
- * them
+ * names (forget: mode, now); any other cmd is refused (a JSON error),
+ * never taken for one of them
  */
-void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const struct conf *cf,
-		     const char *cmd, const struct queue_admin_sel *sel,
-		     enum queue_admin_forget mode, int64_t now, struct buf *out)
+static void queue_admin_act(struct store *st, const struct queue_admin_sched *s,
+			    const struct conf *cf, const char *cmd,
+			    const struct queue_admin_sel *sel, enum queue_admin_forget mode,
+			    int64_t now, struct buf *out)
 {
 	if (strcmp(cmd, "drop") == 0)
 		queue_admin_drop(st, s, sel, out);

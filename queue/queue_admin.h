@@ -47,40 +47,15 @@ struct queue_admin_sched {
 /* sel.keys at most: a key's forms, as given and as a Message-ID (ctl_key_hashes) */
 #define QUEUE_ADMIN_MAX_KEYS	2
 
-/* which queued messages an action is for: one of qid, keys, all, or the patterns */
-struct queue_admin_sel {
-	const char *qid;			/* this message */
-	const uint8_t (*keys)[STORE_HASH_LEN];	/* the queued messages of a key (its forms) */
-	size_t n_keys;
-	const char *user;			/* with keys: of this AUTH user only, or NULL */
-	int all;				/* every queued message */
-	const char *from, *to;			/* whose sender, or one of whose recipients,
-						 * matches this glob (fnmatch, any case) */
-};
-
-/* how forget treats a key whose message is still queued */
-enum queue_admin_forget {
-	QUEUE_ADMIN_REFUSE,		/* say so ("still queued"), forget nothing */
-	QUEUE_ADMIN_FORCE,		/* forget; the queued copy is still delivered */
-	QUEUE_ADMIN_DROP,		/* drop the queued copy, as drop does, then forget */
-};
-
 /*
- * queue_admin_act - drop (out of the queue, never delivered; refused while
- * being delivered), hold or release (on every node), reroute (each
- * message's route decided again from its AUTH user and sender with cf's
- * routes) or forget (the claims of a key's forms, sel's keys and user;
- * mode, now) what sel names: cmd as idemrelayctl names it
- */
-void queue_admin_act(struct store *st, const struct queue_admin_sched *s, const struct conf *cf,
-		     const char *cmd, const struct queue_admin_sel *sel,
-		     enum queue_admin_forget mode, int64_t now, struct buf *out);
-
-/*
- * queue_admin_request - queue_admin_act() for an action as the control
- * socket's request line names it (daemon/control.h): cmd, then args (cut
- * up in place); a malformed one gets a usage error. The daemon runs the
- * requests it is sent, idemrelayctl the ones it would send when none runs.
+ * queue_admin_request - an action as the control socket's request line
+ * names it (daemon/control.h): cmd, then args (cut up in place). drop (out
+ * of the queue, never delivered; refused while being delivered), hold or
+ * release (on every node), reroute (each message's route decided again
+ * from its AUTH user and sender with cf's routes) or forget (the claims
+ * of a key's forms; now); a malformed one gets a usage error. The daemon
+ * runs the requests it is sent, idemrelayctl the ones it would send when
+ * none runs.
  */
 void queue_admin_request(struct store *st, const struct queue_admin_sched *s,
 			 const struct conf *cf, const char *cmd, char *args, int64_t now,

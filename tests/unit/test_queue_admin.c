@@ -64,36 +64,6 @@ static void want_error(const char *what, const struct buf *out, const char *text
 			 out->data ? out->data : "nothing", text);
 }
 
-/*
- * test_act_unknown - an action queue_admin_act() does not know is
- * refused, whatever it is: it was taken for a release, and released a
- * held message
- */
-static void test_act_unknown(void **state)
-{
-	static const char *const cmds[] = { "relase", "flush", "", "HOLD" };
-	struct fx *f = *state;
-	struct queue_admin_sel sel;
-	struct store_msg m;
-	struct buf out = BUF_INIT;
-	size_t i;
-
-	memset(&sel, 0, sizeof(sel));
-	sel.qid = "ADMINHELD001";
-	msg_new(&m, sel.qid, 1, 50);
-	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
-	queue_admin_act(f->st, &fake, NULL, "hold", &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
-	CHECK_INT("held", held(f->st, sel.qid), 1);
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		queue_admin_act(f->st, &fake, NULL, cmds[i], &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
-		want_error(cmds[i], &out, "unknown request");
-		CHECK_INT("still held", held(f->st, sel.qid), 1);
-	}
-	queue_admin_act(f->st, &fake, NULL, "release", &sel, QUEUE_ADMIN_REFUSE, NOW, &out);
-	CHECK_INT("released by release", held(f->st, sel.qid), 0);
-	store_msg_free(&m);
-	buf_free(&out);
-}
 
 /*
  * test_retry_answers - each answer of the scheduler's retry is said as
@@ -139,6 +109,35 @@ static void request(struct fx *f, const char *cmd, const char *args, struct buf 
 
 	queue_admin_request(f->st, &fake, NULL, cmd, a, NOW, out);
 	free(a);
+}
+
+/*
+ * test_act_unknown - an action queue_admin.c does not know is refused,
+ * whatever it is: it was taken for a release, and released a held message
+ */
+static void test_act_unknown(void **state)
+{
+	static const char *const cmds[] = { "relase", "flush", "", "HOLD" };
+	static const char qid[] = "ADMINHELD001";
+	struct fx *f = *state;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+	size_t i;
+
+	msg_new(&m, qid, 1, 50);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	request(f, "hold", qid, &out);
+	CHECK_INT("held", held(f->st, qid), 1);
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		buf_reset(&out);
+		request(f, cmds[i], qid, &out);
+		want_error(cmds[i], &out, "unknown request");
+		CHECK_INT("still held", held(f->st, qid), 1);
+	}
+	request(f, "release", qid, &out);
+	CHECK_INT("released by release", held(f->st, qid), 0);
+	store_msg_free(&m);
+	buf_free(&out);
 }
 
 /*
