@@ -105,6 +105,15 @@ static const struct {
 					  "client had made limits.client_auth_rate this minute.", 0 },
 };
 
+/* what the store said for a scrape (metrics_gauges_read()), and when the daemon started */
+struct metrics_gauges {
+	int store_ok;			/* 0: the store could not be read: s.reach alone is set */
+	unsigned caps;			/* store_caps(): STORE_CAP_SHARED, STORE_CAP_OWN_SPACE */
+	struct store_stats s;
+	double oldest_seconds;		/* s.oldest's age, 0 with an empty queue */
+	double start_time;		/* Unix seconds */
+};
+
 struct metrics {
 	struct store *st;		/* not owned */
 	struct admin *admin;		/* owned: the thread and the listener */
@@ -326,9 +335,12 @@ static void render_groups(struct buf *out, const struct metrics_snapshot *s)
 			render_family(out, s, f, 1);
 }
 
-/* metrics_render - the Prometheus text exposition (format 0.0.4) */
-void metrics_render(struct buf *out, const struct metrics_snapshot *s,
-		    const struct metrics_gauges *g)
+/*
+ * metrics_render - the Prometheus text exposition (format 0.0.4); pure (a
+ * snapshot and gauges in, text out), so that test_metrics pins it down
+ */
+static void metrics_render(struct buf *out, const struct metrics_snapshot *s,
+			   const struct metrics_gauges *g)
 {
 	char name[96];
 	size_t i;

@@ -14,9 +14,6 @@
  *	GET /metrics (Prometheus text format 0.0.4) on a thread of its own,
  *	one short connection at a time; anything else gets 404. It returns
  *	NULL when no metrics listener is configured.
- *
- *	metrics_render() is pure (a snapshot and gauges in, text out), so
- *	that the unit tests can pin the format down.
  */
 #ifndef QUEUE_METRICS_H
 #define QUEUE_METRICS_H
@@ -85,15 +82,6 @@ struct metrics_snapshot {
 	} hist[METRICS_N_HISTOGRAMS];
 };
 
-/* what the store said for a scrape (metrics_gauges_read()), and when the daemon started */
-struct metrics_gauges {
-	int store_ok;			/* 0: the store could not be read: s.reach alone is set */
-	unsigned caps;			/* store_caps(): STORE_CAP_SHARED, STORE_CAP_OWN_SPACE */
-	struct store_stats s;
-	double oldest_seconds;		/* s.oldest's age, 0 with an empty queue */
-	double start_time;		/* Unix seconds */
-};
-
 void metrics_inc(enum metrics_counter c);
 void metrics_observe(enum metrics_histogram h, int64_t v);
 
@@ -109,8 +97,6 @@ void metrics_upstream_set(const struct metrics_upstream *u);
 void metrics_route_set(const char *route, const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
-void metrics_render(struct buf *out, const struct metrics_snapshot *s,
-		    const struct metrics_gauges *g);
 
 /* metrics_name - a counter's name in JSON output ("accepted", ...) */
 const char *metrics_name(enum metrics_counter c);
