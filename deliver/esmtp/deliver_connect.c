@@ -2,7 +2,7 @@
  * NAME
  *	deliver_connect 3
  * SUMMARY
- *	libesmtp's connect(): handed to the bridge, or TCP_NODELAY set
+ *	libesmtp's connect(), handed to the bridge
  * DESCRIPTION
  *	libesmtp connects where it is told and lets the application reach
  *	neither the connect nor the socket. This connect() is linked into
@@ -13,23 +13,13 @@
  *	the bridge's address on the thread that opened it: libesmtp's
  *	socket becomes one end of a socketpair whose other end the bridge
  *	copies from. So the hand-over is delivery's own, whatever program
- *	links it (the daemon, the tests, fuzz_deliver).
- *
- *	Any other connection is connected as asked, with TCP_NODELAY on
- *	stream sockets of the Internet families. libesmtp writes a message through a 2 KB buffer and never sets
- *	TCP_NODELAY, nor lets the application reach its socket. The last
- *	write of a message, the one with the final dot, is then a small
- *	segment behind an unacknowledged one: Nagle holds it until the
- *	upstream's delayed ACK, 40 ms later, for every message (measured in
- *	BENCHMARKS.md: delivery capped at under 100 messages a second).
- *
- *	SMTP replies and commands are exchanged in turns, so Nagle buys
- *	nothing here (the bridge's own connect upstream gets it too).
+ *	links it (the daemon, the tests, fuzz_deliver). Any other connection
+ *	is connected as asked: libesmtp's always goes through the bridge,
+ *	whose own connection upstream sets TCP_NODELAY itself
+ *	(deliver_bridge.c), and libpq sets its own.
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -45,11 +35,10 @@ static void find_real(void)
 	    dlsym(RTLD_NEXT, "connect");
 }
 
-/* connect - set TCP_NODELAY, then connect as asked */
+/* connect - the bridge's, or connect as asked */
 int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	int one = 1, type = 0, saved = errno;
-	socklen_t tl = sizeof(type);
+	int saved = errno;
 
 	if (deliver_bridge_attach(fd, sa, len) == 1) {
 		errno = saved;
@@ -60,9 +49,6 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (sa != NULL && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)
-	    && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM)
-		(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	errno = saved;
 	return real_connect(fd, sa, len);
 }

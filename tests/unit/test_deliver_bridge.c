@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -357,6 +358,30 @@ static void say(int fd, const char *s)
 	assert_int_equal(send(fd, s, strlen(s), 0), (ssize_t) strlen(s));
 }
 
+/*
+ * upstream_nodelay - the bridge's one connection to the server at addr has
+ * TCP_NODELAY (bridge_connect): found among our descriptors by its peer
+ */
+static void upstream_nodelay(const struct sockaddr_in *addr)
+{
+	struct sockaddr_in peer;
+	socklen_t len;
+	int fd, v, found = 0;
+
+	for (fd = 3; fd < 1024; fd++) {
+		len = sizeof(peer);
+		if (getpeername(fd, (struct sockaddr *) &peer, &len) < 0 || len != sizeof(peer)
+		    || peer.sin_port != addr->sin_port || peer.sin_addr.s_addr != addr->sin_addr.s_addr)
+			continue;
+		len = sizeof(v);
+		assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+		if (v == 0)
+			fail_msg("the bridge's upstream socket: got TCP_NODELAY 0, want 1");
+		found++;
+	}
+	assert_int_equal(found, 1);
+}
+
 /* plain_bridge - a plain server and a bridge to it, and our connection to the bridge */
 static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
 {
@@ -369,6 +394,7 @@ static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
 	if (b == NULL)
 		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
 	assert_string_equal(deliver_bridge_tls(b), "");
+	upstream_nodelay(&t->addr);
 	*fd = connect_to(deliver_bridge_address(b));
 	assert_true(*fd >= 0);
 	expect(*fd, "220 pserver\r\n");
