@@ -462,16 +462,6 @@ int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with
 	return msg_rec_decode(&r, m);
 }
 
-/* lmdb_msg_rec_peek_accepted - when the message was accepted, cheaply */
-int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted)
-{
-	struct rec r = { .dec = 1, .in = p, .len = len };
-
-	rec_version(&r, MSG_VERSION);
-	rec_i64(&r, accepted);
-	return r.err;
-}
-
 /*
  * lmdb_msg_rec_peek_route - does the message record name route (NULL:
  * the default upstream)? *same says, compared where it lies: nothing is

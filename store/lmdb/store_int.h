@@ -216,7 +216,6 @@ int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *nex
 #define LMDB_QUEUE_DUE		0	/* no flag: its next attempt */
 int lmdb_queue_rec_patch(void *p, size_t len, unsigned what, int64_t v);
 
-int lmdb_msg_rec_peek_accepted(const void *p, size_t len, int64_t *accepted);
 int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same);
 
 size_t lmdb_hist_rec_size(const struct store_story *s);

@@ -441,13 +441,15 @@ void lmdb_queue_oldest(struct lmdb_store *st, MDB_txn *txn, int64_t *accepted)
 {
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
+	struct store_msg m;
 
 	*accepted = 0;
 	if (mdb_cursor_open(txn, st->queue, &cur) == 0
 	    && mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0
-	    && mdb_get(txn, st->msg, &key, &val) == 0
-	    && lmdb_msg_rec_peek_accepted(val.mv_data, val.mv_size, accepted) != 0)
-		*accepted = 0;
+	    && lmdb_spool_read(st, txn, &key, &m, 0) == 0) {
+		*accepted = m.accepted;
+		store_msg_free(&m);
+	}
 	if (cur)
 		mdb_cursor_close(cur);
 }
