@@ -20,13 +20,13 @@
  *	free list holds at least COMPACT_MIN_FREE bytes and a quarter of the
  *	pages in use: mdb_env_copyfd2(MDB_CP_COMPACT) into data.mdb.compact
  *	beside data.mdb, the journal's region (store_journal.c) written into
- *	it empty, the copy flushed and dropped from the kernel's cache (its
- *	large writes leave large folios there: store_lmdb.c's
- *	lmdb_cache_drop()); then the environment is synced and
+ *	it empty, the copy flushed; then the environment is synced and
  *	closed, the copy renamed over data.mdb, the directory flushed, and
- *	the environment opened again (a directory that cannot be flushed
+ *	the environment opened again, which drops the copy's pages from the
+ *	kernel's cache first (its large writes leave large folios there:
+ *	store_lmdb.c's lmdb_cache_drop()); a directory that cannot be flushed
  *	fails the start: a power cut could bring the old file back, and the
- *	mail accepted meanwhile would go with it). A crash at any moment leaves either the
+ *	mail accepted meanwhile would go with it. A crash at any moment leaves either the
  *	old file, whole (a copy left beside it is removed at the next
  *	start), or the copy, whole and flushed before it took the name.
  *	A copy that fails (no room on the disk) is removed and the store
@@ -135,9 +135,6 @@ static int copy(struct lmdb_store *st, const char *tmp)
 	if ((rc = mdb_env_copyfd2(st->env, fd, MDB_CP_COMPACT)) == 0
 	    && (rc = journal_region_copy(st, fd)) == 0 && fsync(fd) != 0)
 		rc = errno;
-	/* written in large chunks, the copy is cached in large folios: see store_lmdb.c */
-	if (rc == 0)
-		(void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	if (close(fd) != 0 && rc == 0)
 		rc = errno;
 	return rc;

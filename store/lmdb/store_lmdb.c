@@ -399,17 +399,19 @@ void lmdb_env_shut(struct lmdb_store *st)
 
 /*
  * lmdb_env_again - open the environment for writing, closed by the
- * caller or never opened: at st->map_size, or at the total the map was
- * grown to at run time (store_map.c) when that is larger (what it holds
- * may lie past map_size, and its journal's region lies past the grown
- * map), with its journal, which replays what it must. An LMDB code or
- * errno, *step saying which step failed; the environment is then closed.
+ * caller or never opened, from a cold cache (lmdb_cache_drop()): at
+ * st->map_size, or at the total the map was grown to at run time
+ * (store_map.c) when that is larger (what it holds may lie past map_size,
+ * and its journal's region lies past the grown map), with its journal,
+ * which replays what it must. An LMDB code or errno, *step saying which
+ * step failed; the environment is then closed.
  */
 int lmdb_env_again(struct lmdb_store *st, const char **step)
 {
 	uint64_t grown = 0;		/* meta's map_size: in this machine's byte order */
 	int rc;
 
+	lmdb_cache_drop(st->path);	/* before LMDB maps a page of it */
 	if ((rc = lmdb_env_open(st, 0, step)) != 0)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
@@ -452,7 +454,6 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	if ((rc = lmdb_mkdir(path)) != 0)
 		return lmdb_open_failed(st, step, rc, err, errlen);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
-	lmdb_cache_drop(path);		/* before LMDB maps a page of it */
 	if ((rc = lmdb_env_again(st, &step)) != 0
 	    || (step = "count queue", rc = lmdb_space_count(st)) != 0)
 		return lmdb_open_failed(st, step, rc, err, errlen);
@@ -518,8 +519,8 @@ static void lmdb_close(struct store *base)
 
 /*
  * reopen_flush - with the environment closed: zero the failed record's
- * transaction id, flush data.mdb, and drop the kernel's clean pages of
- * it, so that the next open reads what the disk has. 0 or errno.
+ * transaction id and flush data.mdb, so that the next open, which drops
+ * the kernel's clean pages of it, reads what the disk has. 0 or errno.
  */
 static int reopen_flush(struct lmdb_store *st)
 {
@@ -536,8 +537,6 @@ static int reopen_flush(struct lmdb_store *st)
 	/* a descriptor opened after the failure reports only new ones */
 	if (rc == 0 && fdatasync(fd) != 0)
 		rc = errno;
-	if (rc == 0)
-		(void) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	close(fd);
 	return rc;
 }
