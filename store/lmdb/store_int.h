@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <lmdb.h>
-#include <pthread.h>
 
 #include "../store_backend.h"
 #include "store_lmdb.h"

@@ -570,8 +570,7 @@ int journal_open(struct lmdb_store *st)
 	char file[4096], why[128];
 	uint8_t head[24];
 	uint64_t have = meta_u64(st, META_JOURNAL_ID), at = meta_u64(st, META_JOURNAL_AT);
-	MDB_envinfo info;
-	MDB_stat ms;
+	uint64_t psize, map, last;
 	int rc = 0;
 
 	if (st->jbase == 0)
@@ -587,8 +586,7 @@ int journal_open(struct lmdb_store *st)
 		snprintf(why, sizeof(why), "the journal is in use by another process");
 		goto none;
 	}
-	if (mdb_env_info(st->env, &info) != 0 || mdb_env_stat(st->env, &ms) != 0
-	    || ((uint64_t) info.me_last_pgno + 1) * ms.ms_psize > st->jbase) {
+	if (lmdb_space_geometry(st, &psize, &map, &last) != 0 || last * psize > st->jbase) {
 		snprintf(why, sizeof(why), "the store reaches past where the journal goes");
 		goto none;
 	}
