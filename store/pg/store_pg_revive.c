@@ -61,15 +61,16 @@ static const char SQL_ROW[] =
 static const char SQL_RCPTS[] =
 	"SELECT r.idx, r.state FROM rcpts r WHERE r.qid = $1 ORDER BY r.idx";
 
-static const char SQL_RCPTS_BACK[] =
-	"UPDATE rcpts r SET state = v.state, reply = v.reply FROM unnest($2::int4[], $3::int4[], "
-	"$4::text[]) AS v(idx, state, reply) WHERE r.qid = $1 AND r.idx = v.idx";
-
-/* the message queued again, no lease: any node takes it when due */
-#define SQL_QUEUE "UPDATE messages SET queued = true, verdict_on = NULL, next_attempt = $2, " \
-	"attempts = $3, updated = $2, finished = 0, expires = 0, lease_owner = NULL"
+/*
+ * the message queued again, no lease: any node takes it when due; with
+ * it (rs) the recipients that rcpts_back() found get the caller's state
+ */
+#define SQL_QUEUE "WITH rs AS (UPDATE rcpts r SET state = v.state, reply = v.reply FROM " \
+	"unnest($2::int4[], $3::int4[], $4::text[]) AS v(idx, state, reply) WHERE r.qid = $1 " \
+	"AND r.idx = v.idx) UPDATE messages SET queued = true, verdict_on = NULL, " \
+	"next_attempt = $5, attempts = $6, updated = $5, finished = 0, expires = 0, lease_owner = NULL"
 static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
-static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $4 WHERE qid = $1";
+static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $7 WHERE qid = $1";
 
 /* row_read - the message's row, locked; STORE_ENOTFOUND if there is none */
 static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f)
@@ -144,7 +145,7 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	struct pg_arr idx, state, reply;
 	struct pg_params p;
 	PGresult *r = NULL;
-	struct found f;
+	struct found f = { 0 };
 	int err;
 
 	store_pg_params_init(&p);
@@ -159,19 +160,12 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	store_pg_p_arr(&p, &idx);	/* $2, $3, $4 beside the QID */
 	store_pg_p_arr(&p, &state);
 	store_pg_p_arr(&p, &reply);
-	if (err == 0 && (err = store_pg_exec(st, c, SQL_RCPTS_BACK, &p, &r, "revive")) == 0)
-		PQclear(r);
-	store_pg_params_free(&p);
-	if (err != 0)
-		return err;
-	store_pg_params_init(&p);
-	store_pg_p_text(&p, m->qid);
 	store_pg_p_i64(&p, clock_us());
 	store_pg_p_i32(&p, m->attempts);
 	if (f.data_gone)
 		store_pg_p_bytes(&p, m->data ? m->data : "", m->data_len);
-	if ((err = store_pg_exec(st, c, f.data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP, &p, &r,
-				 "revive")) == 0)
+	if (err == 0 && (err = store_pg_exec(st, c, f.data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP,
+					     &p, &r, "revive")) == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
 	return err;
