@@ -43,10 +43,8 @@
 /* mkdir_parents - create the directories above the setting's path, as mkdir -p would */
 static void mkdir_parents(const struct conf *cf, const char *setting, const char *path)
 {
-	char *p = strdup(path), *s, where[512];
+	char *p = xstrdup(path), *s, where[512];
 
-	if (p == NULL)
-		return;
 	for (s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
 		*s = 0;
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)

@@ -657,8 +657,6 @@ void commit_reap(struct commit *cm)
 /* commit_told_flush - once the event loop has stopped: what its commit_reap() did not announce */
 void commit_told_flush(struct commit *cm)
 {
-	if (cm == NULL)
-		return;
 	pthread_mutex_lock(&cm->lock);
 	announce(cm);
 	pthread_mutex_unlock(&cm->lock);

@@ -238,8 +238,6 @@ void metrics_snapshot(struct metrics_snapshot *s)
 static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 {
 	memset(g, 0, sizeof(*g));
-	if (st == NULL)
-		return;
 	g->caps = store_caps(st);
 	g->store_ok = store_stats(st, &g->s, 0) == 0;	/* s.reach set even when the store is away */
 	if (g->store_ok && g->s.oldest > 0) {

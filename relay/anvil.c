@@ -266,8 +266,6 @@ void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w)
 {
 	struct anvil_wait **p;
 
-	if (cl == NULL)
-		return;
 	for (p = &cl->wait; *p; p = &(*p)->next)
 		if (*p == w) {
 			*p = w->next;

@@ -147,8 +147,7 @@ static void server_reload_conf(struct server *srv)
 	cf->limits = nc.limits;
 	cf->auth_cache_ttl = nc.auth_cache_ttl;
 	server_limits(srv);
-	if (srv->dl.reload)
-		srv->dl.reload(srv->dl.arg, &nc);
+	srv->dl.reload(srv->dl.arg, &nc);
 	cf->log = nc.log;
 	log_setup("idemrelay", cf->log.syslog, (enum log_level) cf->log.level);
 	msg_info("reload: %s: %zu networks, message_size=%llu recipients=%d retry=%llds..%llds",

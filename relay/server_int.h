@@ -72,7 +72,7 @@ struct server {
 	const char *conf_path;		/* not owned; NULL: the embedded default */
 	struct store *st;		/* not owned */
 	struct dupcount *dc;		/* not owned: counts for the stories, main's */
-	struct server_delivery dl;	/* SIGHUP's settings for delivery; reload NULL: none */
+	struct server_delivery dl;	/* SIGHUP's settings for delivery (server_set_queue) */
 	struct commit *cm;		/* not owned: the queue core's writer, main's */
 	struct smtp_hooks hooks;
 	struct tls *tls;		/* owned; NULL without tls { } */
