@@ -191,10 +191,10 @@ int deliver_rate_reply_throttles(const char *line, int greeting)
 	return has_word(text, "rate") || has_word(text, "too many") || has_word(text, "throttl");
 }
 
-/* share - a limit over the nodes alive */
+/* share - a limit over the nodes alive (1 at least: deliver_rate_nodes) */
 static double share(int limit, int nodes)
 {
-	return limit > 0 ? (double) limit / (nodes > 0 ? nodes : 1) : 0;
+	return limit > 0 ? (double) limit / nodes : 0;
 }
 
 /* publish - the state to /metrics (lock held) */
@@ -254,7 +254,7 @@ struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, in
 	}
 	pthread_mutex_init(&r->lock, NULL);
 	r->nodes = 1;
-	r->conns = conns;
+	r->fb.conc_max = conns;		/* limits() passes it on */
 	deliver_rate_configure(r, rate, rcpt_rate);	/* fb not throttled: all of them */
 	return r;
 }
@@ -271,7 +271,7 @@ void deliver_rate_free(struct deliver_rate *r)
 /* limits - the feedback's limits and the buckets after a change of settings (lock held) */
 static void limits(struct deliver_rate *r)
 {
-	deliver_feedback_limits(&r->fb, r->conns, share(r->rate, r->nodes));
+	deliver_feedback_limits(&r->fb, r->fb.conc_max, share(r->rate, r->nodes));
 	apply(r);
 }
 

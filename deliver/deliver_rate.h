@@ -100,7 +100,6 @@ struct deliver_rate {
 	pthread_mutex_t lock;		/* protects everything below */
 	struct deliver_bucket msgs, rcpts;
 	struct deliver_feedback fb;
-	int conns;			/* upstream.connections */
 	int rate, rcpt_rate;		/* upstream.rate, upstream.recipient_rate; 0: none */
 	int nodes;			/* alive, sharing the limits; 1 at least */
 	int active;			/* sessions running */
