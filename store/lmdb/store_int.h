@@ -40,7 +40,6 @@ struct lmdb_store {
 	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
-	uint64_t jbase;		/* where its region of data.mdb starts: LMDB's map ends; 0 none */
 	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */
 
 	/* store_lmdb.c: a failed sync and the reopen that follows it */
@@ -48,10 +47,10 @@ struct lmdb_store {
 	int broken;		/* atomic: a sync failed; no transaction until reopened */
 	uint64_t void_pos;	/* data.mdb offset of a failed record's txnid to zero; 0 none */
 	char *path;		/* owned: the environment directory, for the reopen */
-	uint64_t map_size;	/* LMDB's map as opened (store.map_size less the region) */
 	int grow_wanted;	/* store_space.c: a new message was refused for room (atomic) */
 	/* store_map.c: the map grows at run time, with the gate held alone */
-	uint64_t total;		/* the map with the journal's region: store.map_size, as grown */
+	uint64_t total;		/* the map with the journal's region: store.map_size, as
+				 * grown; 0 read-only (the file's) */
 	uint64_t map_max;	/* store.map_size_max; 0: as far as the disk allows */
 	uint64_t checked_last;	/* last page when the map was last found roomy enough */
 	int warned;		/* fullness of the ceiling last warned about: 0, 80, 95 */
@@ -148,7 +147,7 @@ int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to);	/* a page per pwrite; 0
 /* store_map.c: the map grows at run time */
 #define META_MAP_SIZE	"map_size"	/* meta DB: the total the map was grown to */
 uint64_t lmdb_map_jbase(uint64_t total);	/* where the journal goes in a map of total; 0 none */
-void lmdb_map_total(struct lmdb_store *st, uint64_t total);	/* total, jbase, map_size */
+uint64_t lmdb_map_size(uint64_t total);	/* LMDB's own map in a map of total: up to the journal */
 /* lmdb_map_grow - grow the map to total; steps < 3 stops after that many (tests) */
 int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps);
 int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last);

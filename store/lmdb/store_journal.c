@@ -558,8 +558,8 @@ static void journal_free(struct journal *j)
 
 /*
  * journal_open - after the environment is open for writing: take the
- * region of data.mdb past LMDB's map (at st->jbase; 0: the map is too
- * small to spare one), apply what it holds, and make a new one where
+ * region of data.mdb past LMDB's map (at lmdb_map_jbase(st->total); 0:
+ * the map is too small to spare one), apply what it holds, and make a new one where
  * the map now ends if it was elsewhere. 0, or a code when a record that
  * must be applied cannot be; a journal that cannot be used only leaves
  * st->j NULL, with a warning.
@@ -570,10 +570,10 @@ int journal_open(struct lmdb_store *st)
 	char file[4096], why[128];
 	uint8_t head[24];
 	uint64_t have = meta_u64(st, META_JOURNAL_ID), at = meta_u64(st, META_JOURNAL_AT);
-	uint64_t psize, map, last;
+	uint64_t psize, map, last, jbase = lmdb_map_jbase(st->total);
 	int rc = 0;
 
-	if (st->jbase == 0)
+	if (jbase == 0)
 		return 0;
 	j = xcalloc(1, sizeof(*j));
 	pthread_mutex_init(&j->commit, NULL);
@@ -586,7 +586,7 @@ int journal_open(struct lmdb_store *st)
 		snprintf(why, sizeof(why), "the journal is in use by another process");
 		goto none;
 	}
-	if (lmdb_space_geometry(st, &psize, &map, &last) != 0 || last * psize > st->jbase) {
+	if (lmdb_space_geometry(st, &psize, &map, &last) != 0 || last * psize > jbase) {
 		snprintf(why, sizeof(why), "the store reaches past where the journal goes");
 		goto none;
 	}
@@ -604,8 +604,8 @@ int journal_open(struct lmdb_store *st)
 		msg_warn("store %s: the journal is missing or is another store's:"
 			 " a transaction acknowledged just before a crash may be lost", st->path);
 	}
-	if (j->base != st->jbase) {	/* new, or the map size changed: the store is synced */
-		j->base = st->jbase;
+	if (j->base != jbase) {		/* new, or the map size changed: the store is synced */
+		j->base = jbase;
 		if ((rc = make(st, j)) != 0) {
 			snprintf(why, sizeof(why), "cannot make the journal (%s)", mdb_strerror(rc));
 			goto none;

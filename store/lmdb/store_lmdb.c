@@ -232,7 +232,7 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 
 /*
  * lmdb_env_open - open the environment at st->path with flags (and a map
- * of st->map_size, if set), then its databases in one transaction: the
+ * of st->total's, if set), then its databases in one transaction: the
  * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
  * Writable, every database is created if missing. Read-only, the story
  * databases may be missing from a store no recent daemon opened: then
@@ -257,7 +257,8 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 		return rc;
 	/* no transaction can be open yet: the only safe time to set the map size */
 	*step = "mdb_env_set_mapsize";
-	if (st->map_size > 0 && (rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
+	if (st->total > 0
+	    && (rc = mdb_env_set_mapsize(st->env, (size_t) lmdb_map_size(st->total))) != 0)
 		return rc;
 	/* written: the meta page is flushed by the next commit, or the journal covers it */
 	*step = "mdb_env_open";
@@ -400,7 +401,7 @@ void lmdb_env_shut(struct lmdb_store *st)
 /*
  * lmdb_env_again - open the environment for writing, closed by the
  * caller or never opened, from a cold cache (lmdb_cache_drop()): at
- * st->map_size, or at the total the map was grown to at run time
+ * st->total (store.map_size), or at the total the map was grown to at run time
  * (store_map.c) when that is larger (what it holds may lie past map_size,
  * and its journal's region lies past the grown map), with its journal,
  * which replays what it must. An LMDB code or errno, *step saying which
@@ -416,9 +417,9 @@ int lmdb_env_again(struct lmdb_store *st, const char **step)
 		goto fail;
 	/* no transaction is open yet: the map may still be set */
 	if (lmdb_meta8(st, META_MAP_SIZE, (uint8_t *) &grown) && grown > st->total) {
-		lmdb_map_total(st, grown);
+		st->total = grown;
 		*step = "mdb_env_set_mapsize";
-		if ((rc = mdb_env_set_mapsize(st->env, (size_t) st->map_size)) != 0)
+		if ((rc = mdb_env_set_mapsize(st->env, (size_t) lmdb_map_size(grown))) != 0)
 			goto fail;
 	}
 	*step = "journal";
@@ -450,7 +451,7 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
-	lmdb_map_total(st, map_size);
+	st->total = map_size;
 	if ((rc = lmdb_mkdir(path)) != 0)
 		return lmdb_open_failed(st, step, rc, err, errlen);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
@@ -659,9 +660,7 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 	/* what LMDB holds: its pages up to the last, less those it may use again */
 	if (lmdb_space_freelist(st, &freel) == 0 && freel * env.ms_psize < s->space.used)
 		s->space.used -= freel * env.ms_psize;
-	s->space.ceiling = lmdb_map_ceiling(st);
-	if (lmdb_map_jbase(s->space.ceiling))
-		s->space.ceiling = lmdb_map_jbase(s->space.ceiling);
+	s->space.ceiling = lmdb_map_size(lmdb_map_ceiling(st));
 	if (s->space.ceiling < s->space.size)
 		s->space.ceiling = s->space.size;
 	return 0;

@@ -66,12 +66,10 @@ uint64_t lmdb_map_jbase(uint64_t total)
 	return (total - STORE_JOURNAL_SIZE) & ~(uint64_t) 4095;
 }
 
-/* lmdb_map_total - the map, with the journal's region, is total bytes: where LMDB's map ends */
-void lmdb_map_total(struct lmdb_store *st, uint64_t total)
+/* lmdb_map_size - LMDB's own map in a map of total bytes: what the journal's region leaves */
+uint64_t lmdb_map_size(uint64_t total)
 {
-	st->total = total;
-	st->jbase = lmdb_map_jbase(total);
-	st->map_size = st->jbase ? st->jbase : total;
+	return lmdb_map_jbase(total) ? lmdb_map_jbase(total) : total;
 }
 
 /* store_lmdb_set_map_max - the ceiling of the map's growth (store.map_size_max); 0: the disk */
@@ -143,10 +141,10 @@ int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps)
 			rc = journal_move_commit(st, txn, jbase, id);
 	}
 	if (rc == 0 && steps >= 3
-	    && (rc = mdb_env_set_mapsize(st->env, (size_t) (jbase ? jbase : total))) == 0) {
+	    && (rc = mdb_env_set_mapsize(st->env, (size_t) lmdb_map_size(total))) == 0) {
 		msg_info("store: map grown from %llu MB to %llu MB",
 			 (unsigned long long) (st->total / MB), (unsigned long long) (total / MB));
-		lmdb_map_total(st, total);	/* what lmdb_reopen() opens */
+		st->total = total;		/* what lmdb_reopen() opens */
 	}
 	pthread_rwlock_unlock(&st->gate);
 	if (rc != 0)
@@ -190,7 +188,7 @@ int lmdb_map_due(struct lmdb_store *st, uint64_t pages, uint64_t last)
  */
 int lmdb_map_check(struct lmdb_store *st)
 {
-	uint64_t psize, map, pages, last, freel = 0, room, ceiling = 0, lmdb_ceiling, want;
+	uint64_t psize, map, pages, last, freel = 0, room, ceiling = 0, want;
 	MDB_stat qs = { 0 };
 	MDB_txn *txn;
 	uint64_t reserve;
@@ -219,8 +217,7 @@ int lmdb_map_check(struct lmdb_store *st)
 	reserve = lmdb_space_reserve(psize, pages, qs.ms_entries,
 				     __atomic_load_n(&st->queued_rcpts, __ATOMIC_RELAXED));
 	room = (last < pages ? pages - last : 0) + freel;
-	lmdb_ceiling = lmdb_map_jbase(ceiling) ? lmdb_map_jbase(ceiling) : ceiling;
-	warn_full(st, ((last > freel ? last - freel : 0) + reserve) * psize, lmdb_ceiling);
+	warn_full(st, ((last > freel ? last - freel : 0) + reserve) * psize, lmdb_map_size(ceiling));
 	/* early enough that a burst between two checks does not reach the reserve */
 	if (room >= reserve + pages / 4 && !wanted) {
 		__atomic_store_n(&st->checked_last, last, __ATOMIC_RELAXED);
