@@ -22,7 +22,9 @@
  *	When a claim is live is store_rule.c's rule; here its message counts
  *	as queued if it is in the database, or put by this transaction. A claim of a
  *	void QID (a batch answered 451 while its commit waited,
- *	store_pg_wait.c) is no claim: a retry of its key is a new message.
+ *	store_pg_wait.c) is no claim: a retry of its key is a new message;
+ *	unless a node took the message for delivery (a take that raced with
+ *	the void): the settle leaves it to be delivered, and the claim counts.
  *	A claim found live whose message is still under another node's
  *	acceptance lease (lease_since NULL: no take since) is a replay
  *	candidate; the batch confirms it when it answers with that QID (a
@@ -65,11 +67,18 @@
 	"AND m.lease_owner <> $2 AND NOT m.replayed THEN 2 ELSE 1 END " \
 	"FROM messages m WHERE m.qid = c.qid"
 /*
- * Is a claim's QID void (store_pg_wait.c)? A scalar subquery, an index
- * lookup per claim: EXISTS was planned as a hash of the whole of voids,
- * built at every call, in the generic plan made on a new database
+ * Is a claim's QID void (store_pg_wait.c), and its message not taken for
+ * delivery since its acceptance (lease_since NULL)? A void of a taken
+ * message (the take raced with the void) is left by every settle with
+ * its message, to be delivered, so its claim counts from the take on:
+ * a retry then replays the QID being sent, where it was a new message,
+ * a second delivery. Scalar subqueries, an index lookup per claim (the
+ * message's only for a void found): EXISTS was planned as a hash of the
+ * whole of voids, built at every call, in the generic plan made on a
+ * new database
  */
-#define SQL_VOID "coalesce((SELECT true FROM voids v WHERE v.qid = c.qid), false)"
+#define SQL_VOID "coalesce((SELECT true FROM voids v WHERE v.qid = c.qid AND coalesce(" \
+	"(SELECT m.lease_since IS NULL FROM messages m WHERE m.qid = c.qid), true)), false)"
 
 /*
  * The locks' statement also reads the transaction's id (one per row, the

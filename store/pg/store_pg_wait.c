@@ -46,7 +46,10 @@
  *	node (store_pg_claim.c) treats a claim of a void QID as absent, so a
  *	retry of the key is a new message (250 with a new QID, or 451 while
  *	the voided transaction still holds the key's lock); the take of due
- *	messages (store_pg_lease.c) skips it, so no node delivers it.
+ *	messages (store_pg_lease.c) skips it, so no node delivers it. But a
+ *	void of a message taken for delivery (a take that raced with a kept
+ *	batch's void, below) is one the settle will delete alone: the claim
+ *	counts as soon as the take is seen.
  *
  *	A message whose claim another node replayed (messages.replayed,
  *	store_pg_claim.c) is not voided: a later submission of its key was
@@ -146,6 +149,9 @@
  *	node killed while it keeps such batches forgets them (its next start
  *	gives up its leases): either delivers a message answered 451; as
  *	does a replay's mark that stands though its batch got 451, above.
+ *	A take racing with such a batch's void is seen by the claims lookup
+ *	once it commits: a retry of the key read in the moment between the
+ *	void's commit and the take's is a new message, sent beside it.
  *	Delivery writes that ride in a voided or kept batch are only told
  *	it failed.
  * DIAGNOSTICS

@@ -3802,6 +3802,34 @@ static void test_replay_commit_unrun(void **state)
 	CHECK_INT("the key is new", claim_found(f->st, 78, NOW, &c), 0);
 }
 
+/*
+ * A void written after another node took its message (a take racing with
+ * a kept batch's void, test_settle_spares_taken's case) while that node
+ * still holds its lease, sending it: the settle leaves the void until the
+ * lease ends, and meanwhile the claim counts, so that a retry of its key
+ * replays the QID being sent. It counted for nothing: the retry was a new
+ * message, and the message was sent twice.
+ */
+static void test_void_after_take(void **state)
+{
+	struct fx *f = *state;
+	struct store *other = node_open(f, "other");
+	struct store_claim c;
+	int found;
+
+	spool_one(f->st, "RACETAKEN002", 42);
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);	/* its lease ran out */
+	CHECK_INT("the other node takes it", taken(other, NOW + SEC), 1);
+	void_decided(f, "RACETAKEN002");
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("the void left while the other node's lease is live", void_count(f), 1);
+	found = claim_found(f->st, 42, NOW, &c);
+	store_close(other);
+	CHECK_INT("a retry of its key finds the claim", found, 1);
+	CHECK_STR("the QID being sent", c.qid, "RACETAKEN002");
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -3871,6 +3899,7 @@ int main(void)
 		T(test_notice_commit_unreachable),
 		T(test_replay_commit_running),
 		T(test_replay_commit_unrun),
+		T(test_void_after_take),
 	};
 
 	if (fx_pg() == NULL) {
