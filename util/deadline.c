@@ -9,7 +9,9 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 
+#include "clock.h"
 #include "deadline.h"
 
 static __thread int stop_fd = -1;	/* deadline_stop_on() */
@@ -17,25 +19,17 @@ static __thread int stop_fd = -1;	/* deadline_stop_on() */
 /* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
 struct timespec deadline_in(int ms)
 {
-	struct timespec t;
+	int64_t us = clock_mono_us() + (int64_t) ms * 1000;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	t.tv_sec += ms / 1000;
-	t.tv_nsec += (long) (ms % 1000) * 1000000;
-	if (t.tv_nsec >= 1000000000)
-		t.tv_sec++, t.tv_nsec -= 1000000000;
-	return t;
+	return (struct timespec) { .tv_sec = us / 1000000, .tv_nsec = us % 1000000 * 1000 };
 }
 
 /* deadline_left - milliseconds until the deadline, at least 0 */
 static int deadline_left(const struct timespec *deadline)
 {
-	struct timespec now;
-	long long ms;
+	int64_t ms = ((int64_t) deadline->tv_sec * 1000000 + deadline->tv_nsec / 1000
+		      - clock_mono_us()) / 1000;
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	ms = (long long) (deadline->tv_sec - now.tv_sec) * 1000
-	    + (deadline->tv_nsec - now.tv_nsec) / 1000000;
 	return ms < 0 ? 0 : ms > 0x7fffffff ? 0x7fffffff : (int) ms;
 }
 
