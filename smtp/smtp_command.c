@@ -198,7 +198,7 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "503 5.5.1 Error: need MAIL command");
 		return;
 	}
-	if (s->chunk.active) {
+	if (s->data.raw) {
 		smtp_reply(s, "503 5.5.1 Error: RCPT after BDAT");
 		return;
 	}
@@ -233,7 +233,7 @@ static void smtp_cmd_data(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "503 5.5.1 Error: need RCPT command");
 		return;
 	}
-	if (s->chunk.active) {
+	if (s->data.raw) {
 		smtp_reply(s, "503 5.5.1 Error: DATA after BDAT");
 		return;
 	}
@@ -266,10 +266,8 @@ static void smtp_cmd_bdat(struct smtp_session *s, const char *args, size_t len)
 		smtp_chunk_start(s, size, last, 1);
 		return;
 	}
-	if (!s->chunk.active) {
-		s->chunk.active = 1;
+	if (!s->data.raw)		/* the tx's first chunk */
 		smtp_data_init(&s->data, s->cfg.message_size, 1);
-	}
 	smtp_chunk_start(s, size, last, 0);
 }
 

@@ -127,7 +127,7 @@ void smtp_tx_end(struct smtp_session *s)
 {
 	smtp_tx_free(s->tx);
 	s->tx = NULL;
-	s->chunk.active = 0;
+	s->data.raw = 0;		/* the next tx may use DATA */
 }
 
 /* smtp_session_new - a session waiting for smtp_session_greet() */

@@ -42,11 +42,10 @@ struct smtp_auth {
 };
 
 /*
- * BDAT (RFC 3030). The transaction-wide fields are cleared with the tx;
- * the chunk fields describe the chunk being read in SMTP_STATE_CHUNK.
+ * BDAT (RFC 3030): the chunk being read in SMTP_STATE_CHUNK. A tx that
+ * had a BDAT is one whose data reads raw (smtp_tx_end() clears it).
  */
 struct smtp_chunk {
-	int     active;			/* BDAT in this tx: data reads raw */
 	uint64_t size;			/* this chunk, as announced */
 	uint64_t left;			/* octets of it still to come */
 	int     last;			/* it ends the message */
@@ -54,14 +53,14 @@ struct smtp_chunk {
 };
 
 struct smtp_session {
-	struct smtp_config cfg;		/* copy; cfg.hostname owned */
+	struct smtp_config cfg;		/* copy; cfg.hostname not owned (smtp.h) */
 	struct smtp_hooks hooks;	/* copy */
 	void   *ctx;			/* not owned; passed to the hooks */
 	enum smtp_state state;		/* see smtp_enter_state() */
 	char   *helo;			/* owned; NULL before HELO/EHLO */
 	int     esmtp;			/* greeted with EHLO */
 	struct smtp_tx *tx;		/* owned; NULL outside a transaction */
-	struct smtp_data data;		/* DATA reader; BDAT's while chunk.active */
+	struct smtp_data data;		/* DATA reader; BDAT's (raw) once the tx had one */
 	struct smtp_chunk chunk;	/* BDAT state */
 	int     tls;			/* smtp_session_set_tls() was called */
 	size_t  discarded;		/* octets dropped after STARTTLS */
