@@ -672,9 +672,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	dq_init(&d->q);
 	if ((d->stopping_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
-	if (c->upstream.maildir == NULL && c->upstream.n_hosts == 0)
-		msg_fatal("delivery: no upstream.host and no upstream.maildir");
-	/* upstream.connections is 1 at least (conf.c) */
+	/* conf.c: upstream.connections is 1 at least; a maildir, or a host at least */
 	d->n_threads = t->one_thread ? 1 : (size_t) c->upstream.connections;
 	if (t->limited) {
 		d->rates = xcalloc(c->n_routes + 1, sizeof(*d->rates));

@@ -55,9 +55,9 @@ extern const struct deliver_transport deliver_maildir;
 struct deliver *deliver_start(const struct conf *c, struct store *st, struct commit *cm,
 			      const struct deliver_transport *t);
 void deliver_enqueue(struct deliver *d, const char *qid);
-void deliver_flush(struct deliver *d);
+void deliver_flush(struct deliver *d);		/* retry every deferred message now */
 /* deliver_reload - take new retry settings and upstream rates (SIGHUP) */
-void deliver_reload(struct deliver *d, const struct conf *nc);		/* retry every deferred message now */
+void deliver_reload(struct deliver *d, const struct conf *nc);
 /*
  * deliver_admin_sched - d's schedule as the operator's actions take it
  * (queue/queue_admin.h): a message out of it (drop, hold), back in it
