@@ -38,14 +38,17 @@
 #include "../queue/qid.h"
 #include "server_int.h"
 
-/* log_rcpts - " to=<a> to=<b>" for a log line */
-static void log_rcpts(struct buf *b, const struct store_msg *m, const uint8_t *skip, int want)
+/* log_rcpts - " to=<a> to=<b>" for a log line; how many */
+static size_t log_rcpts(struct buf *b, const struct store_msg *m, const uint8_t *skip, int want)
 {
-	size_t i;
+	size_t i, k = 0;
 
 	for (i = 0; i < m->n_rcpts; i++)
-		if (skip == NULL || skip[i] == want)
+		if (skip == NULL || skip[i] == want) {
 			buf_printf(b, " to=<%s>", m->rcpts[i].addr);
+			k++;
+		}
+	return k;
 }
 
 /*
@@ -105,16 +108,6 @@ static const char *reply_text(const struct commit_req *req, char *reply, size_t 
 	return reply;
 }
 
-/* count_rcpts - how many of n recipients are (want = 1) or are not claimed */
-static size_t count_rcpts(const uint8_t *claimed, size_t n, int want)
-{
-	size_t i, k = 0;
-
-	for (i = 0; i < n; i++)
-		k += claimed[i] == want;
-	return k;
-}
-
 /* log_key - " key=K (source)" */
 static void log_key(struct buf *b, const struct submission *sub)
 {
@@ -154,9 +147,10 @@ static void log_queued(const struct submission *sub)
 {
 	const struct commit_req *req = &sub->req;
 	struct buf line = BUF_INIT;
+	size_t nrcpt;
 
 	log_client(&line, sub, 1);
-	log_rcpts(&line, &req->msg, req->claimed, 0);
+	nrcpt = log_rcpts(&line, &req->msg, req->claimed, 0);	/* the ones queued */
 	if (req->msg.user)
 		buf_printf(&line, " sasl_username=%s", req->msg.user);
 	if (req->msg.route)
@@ -177,8 +171,7 @@ static void log_queued(const struct submission *sub)
 	if (sub->message_id[0])
 		msg_info_as("cleanup", "%s: message-id=<%s>", req->msg.qid, sub->message_id);
 	msg_info_as("qmgr", "%s: from=<%s>, size=%zu, nrcpt=%zu (queue active)",
-		    req->msg.qid, req->msg.from, req->msg.data_len,
-		    count_rcpts(req->claimed, req->msg.n_rcpts, 0));
+		    req->msg.qid, req->msg.from, req->msg.data_len, nrcpt);
 	buf_free(&line);
 }
 
