@@ -285,13 +285,6 @@ struct auth {
 	struct auth_seen *seen;		/* owned, AUTH_CACHE_SLOTS */
 };
 
-/* auth_unref - let go of a table; the last user of a replaced one frees it */
-static void auth_unref(struct auth *a, struct auth_users *u)
-{
-	if (--u->refs == 0 && u != a->users)
-		auth_users_free(u);
-}
-
 /* check - workq_ops: one password check, on a checking thread */
 static void check(void *arg, struct workq_item *it)
 {
@@ -308,7 +301,8 @@ static void check(void *arg, struct workq_item *it)
 	explicit_bzero(req->pass, sizeof(req->pass));
 
 	pthread_mutex_lock(&a->lock);
-	auth_unref(a, u);
+	if (--u->refs == 0 && u != a->users)	/* the last user of a replaced table */
+		auth_users_free(u);
 	pthread_mutex_unlock(&a->lock);
 }
 
