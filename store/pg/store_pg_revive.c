@@ -52,14 +52,11 @@ struct found {
 	int64_t mark_token, verdict_on, forgotten, data_len, n_rcpts;
 };
 
+/* the message's row, locked, on each of its recipients' (idx, state; NULL if it has none) */
 static const char SQL_ROW[] =
 	"SELECT m.queued, m.inflight, coalesce(m.mark_token, 0), coalesce(m.verdict_on, 0), "
-	"m.dropped, m.forgotten, m.data IS NULL, m.data_len, "
-	"(SELECT count(*) FROM rcpts r WHERE r.qid = m.qid) "
-	"FROM messages m WHERE m.qid = $1 FOR UPDATE";
-
-static const char SQL_RCPTS[] =
-	"SELECT r.idx, r.state FROM rcpts r WHERE r.qid = $1 ORDER BY r.idx";
+	"m.dropped, m.forgotten, m.data IS NULL, m.data_len, r.idx, r.state FROM messages m "
+	"LEFT JOIN rcpts r ON r.qid = m.qid WHERE m.qid = $1 ORDER BY r.idx FOR UPDATE OF m";
 
 /*
  * the message queued again, no lease: any node takes it when due; with
@@ -72,28 +69,28 @@ static const char SQL_RCPTS[] =
 static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
 static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $7 WHERE qid = $1";
 
-/* row_read - the message's row, locked; STORE_ENOTFOUND if there is none */
-static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f)
+/*
+ * row_read - the message's row, locked, with its recipients in *r (the
+ * caller's to clear); STORE_ENOTFOUND if there is none
+ */
+static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f,
+		    PGresult **r)
 {
-	PGresult *r;
 	int err;
 
-	if ((err = store_pg_exec(st, c, SQL_ROW, q, &r, "revive")) != 0)
+	if ((err = store_pg_exec(st, c, SQL_ROW, q, r, "revive")) != 0)
 		return err;
-	if (PQntuples(r) != 1) {
-		PQclear(r);
+	if (PQntuples(*r) == 0)
 		return STORE_ENOTFOUND;
-	}
-	f->queued = (int) store_pg_int(r, 0, 0);
-	f->inflight = (int) store_pg_int(r, 0, 1);
-	f->mark_token = store_pg_int(r, 0, 2);
-	f->verdict_on = store_pg_int(r, 0, 3);
-	f->dropped = (int) store_pg_int(r, 0, 4);
-	f->forgotten = store_pg_int(r, 0, 5);
-	f->data_gone = (int) store_pg_int(r, 0, 6);
-	f->data_len = store_pg_int(r, 0, 7);
-	f->n_rcpts = store_pg_int(r, 0, 8);
-	PQclear(r);
+	f->queued = (int) store_pg_int(*r, 0, 0);
+	f->inflight = (int) store_pg_int(*r, 0, 1);
+	f->mark_token = store_pg_int(*r, 0, 2);
+	f->verdict_on = store_pg_int(*r, 0, 3);
+	f->dropped = (int) store_pg_int(*r, 0, 4);
+	f->forgotten = store_pg_int(*r, 0, 5);
+	f->data_gone = (int) store_pg_int(*r, 0, 6);
+	f->data_len = store_pg_int(*r, 0, 7);
+	f->n_rcpts = PQgetisnull(*r, 0, 8) ? 0 : PQntuples(*r);
 	return 0;
 }
 
@@ -111,8 +108,9 @@ static int row_verdict(const struct found *f, const struct store_msg *m)
 
 /*
  * rcpts_back - the recipients to give m's state back (those the verdict
- * made unconfirmed) as three arrays; STORE_ENOTFOUND if one ended some
- * other way since, or none is left to deliver
+ * made unconfirmed) as three arrays, from SQL_ROW's rows, as many as m's
+ * (row_verdict); STORE_ENOTFOUND if one ended some other way since, or
+ * none is left to deliver
  */
 static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_arr *idx,
 		      struct pg_arr *state, struct pg_arr *reply)
@@ -120,12 +118,10 @@ static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_ar
 	int i, pending = 0;
 	enum store_rcpt_state was;
 
-	if (PQntuples(r) != (int) m->n_rcpts)
-		return STORE_ENOTFOUND;
 	for (i = 0; i < PQntuples(r); i++) {
-		if (store_pg_int(r, i, 0) != i)
+		if (store_pg_int(r, i, 8) != i)
 			return STORE_ENOTFOUND;
-		was = (enum store_rcpt_state) store_pg_int(r, i, 1);
+		was = (enum store_rcpt_state) store_pg_int(r, i, 9);
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			pending = 1;
 		if (was == m->rcpts[i].state)
@@ -153,8 +149,7 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	store_pg_arr_init(&idx, PG_OID_INT4);
 	store_pg_arr_init(&state, PG_OID_INT4);
 	store_pg_arr_init(&reply, PG_OID_TEXT);
-	if ((err = row_read(st, c, &p, &f)) == 0 && (err = row_verdict(&f, m)) == 0
-	    && (err = store_pg_exec(st, c, SQL_RCPTS, &p, &r, "revive")) == 0)
+	if ((err = row_read(st, c, &p, &f, &r)) == 0 && (err = row_verdict(&f, m)) == 0)
 		err = rcpts_back(r, m, &idx, &state, &reply);
 	PQclear(r);
 	store_pg_p_arr(&p, &idx);	/* $2, $3, $4 beside the QID */
