@@ -205,10 +205,8 @@ void metrics_route_set(const char *route, const struct metrics_upstream *u)
 		continue;
 	if (i == n_routes && n_routes < METRICS_ROUTES)
 		snprintf(routes[n_routes++].name, sizeof(routes[i].name), "%s", route);
-	if (i < n_routes) {
+	if (i < n_routes)
 		routes[i].u = *u;
-		routes[i].u.on = 1;
-	}
 	pthread_mutex_unlock(&upstream_lock);
 }
 

@@ -55,7 +55,8 @@ enum metrics_histogram {
 
 /* the upstream's limits and throttling now (deliver/deliver_rate.c) */
 struct metrics_upstream {
-	int on;				/* delivery upstream runs (not a Maildir) */
+	int on;				/* delivery upstream runs (not a Maildir); a route
+					 * is shown once set, whatever its on */
 	double rate;			/* messages a second allowed now; 0: no limit */
 	int concurrency;		/* sessions allowed now */
 	int active;			/* sessions running */
