@@ -120,20 +120,6 @@ static SSL_CTX *tls_ctx_base(int verify, char *err, size_t errlen)
 	return ctx;
 }
 
-/* tls_client_ctx_new - a client context; verify 0: accept any certificate */
-SSL_CTX *tls_client_ctx_new(int verify, char *err, size_t errlen)
-{
-	SSL_CTX *ctx = tls_ctx_base(verify, err, errlen);
-
-	if (ctx && verify && !SSL_CTX_set_default_verify_paths(ctx)) {
-		/* no CA store: every certificate will be refused, with a reason */
-		tls_errtext(err, errlen, "cannot load the system CA store");
-		msg_warn("%s", err);
-	}
-	ERR_clear_error();
-	return ctx;
-}
-
 /* tls_client_digests - SHA-256 of the certificate and of its SubjectPublicKeyInfo */
 int tls_client_digests(X509 *cert, uint8_t crt[32], uint8_t spki[32])
 {
@@ -206,11 +192,8 @@ SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t er
 	struct tls_peer *p;
 	SSL_CTX *ctx;
 
-	if (npins == 0 && u->tls_ca == NULL)
-		ctx = tls_client_ctx_new(u->tls_verify, err, errlen);
-	else
-		ctx = tls_ctx_base(1, err, errlen);
-	if (ctx == NULL)
+	/* pins and tls_ca need verification on (conf.c) */
+	if ((ctx = tls_ctx_base(u->tls_verify || npins || u->tls_ca, err, errlen)) == NULL)
 		return NULL;
 	p = tls_peer_of(ctx);
 	if (u->tls_servername)
@@ -224,6 +207,10 @@ SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t er
 		SSL_CTX_free(ctx);
 		ERR_clear_error();
 		return NULL;
+	} else if (!u->tls_ca && p->verify && !SSL_CTX_set_default_verify_paths(ctx)) {
+		/* no CA store: every certificate will be refused, with a reason */
+		tls_errtext(err, errlen, "cannot load the system CA store");
+		msg_warn("%s", err);
 	}
 	ERR_clear_error();
 	return ctx;

@@ -8,13 +8,13 @@
  *	upstream in plain text only; TLS is done by delivery's bridge
  *	(deliver/esmtp/deliver_bridge.h), with OpenSSL, through these.
  *
- *	tls_client_ctx_conf() makes the client context from upstream.tls_*
- *	(tls_client_ctx_new() the plain one it starts from): TLS 1.2 or later,
- *	upstream.tls_ca or else the system CA store (OpenSSL's default paths,
- *	so SSL_CERT_FILE and SSL_CERT_DIR apply) unless verification is off,
- *	or only the pins of upstream.tls_fingerprint; and, per connection
- *	attempt (tls_client_ctx_host), the configured host name, checked
- *	against the certificate by OpenSSL and sent as SNI.
+ *	tls_client_ctx_conf() makes the client context from upstream.tls_*:
+ *	TLS 1.2 or later, upstream.tls_ca or else the system CA store
+ *	(OpenSSL's default paths, so SSL_CERT_FILE and SSL_CERT_DIR apply)
+ *	unless verification is off, or only the pins of
+ *	upstream.tls_fingerprint; and, per connection attempt
+ *	(tls_client_ctx_host), the configured host name, checked against
+ *	the certificate by OpenSSL and sent as SNI.
  *
  *	tls_client_connect() does the client handshake on a connected
  *	socket and returns the session as a transport (io.h), the same kind
@@ -31,9 +31,6 @@
 
 #include "../conf/conf.h"
 #include "io.h"
-
-/* tls_client_ctx_new - a client context; verify 0: accept any certificate */
-SSL_CTX *tls_client_ctx_new(int verify, char *err, size_t errlen);
 
 /*
  * tls_client_ctx_conf - the context upstream.tls_* ask for: with

@@ -272,7 +272,8 @@ static void test_bridge_implicit(void **state)
 
 	(void) state;
 	tserver_start(&t, tserver_ctx());
-	ctx = tls_client_ctx_new(0, why, sizeof(why));	/* self-signed: no verification */
+	/* self-signed: no verification */
+	ctx = tls_client_ctx_conf(&(struct conf_upstream) { .tls_verify = 0 }, why, sizeof(why));
 	assert_non_null(ctx);
 	assert_int_equal(tls_client_ctx_host(ctx, "localhost"), 0);
 	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,
@@ -322,7 +323,7 @@ static void test_bridge_untrusted(void **state)
 
 	(void) state;
 	tserver_start(&t, tserver_ctx());
-	ctx = tls_client_ctx_new(1, why, sizeof(why));
+	ctx = tls_client_ctx_conf(&(struct conf_upstream) { .tls_verify = 1 }, why, sizeof(why));
 	assert_non_null(ctx);
 	assert_int_equal(tls_client_ctx_host(ctx, "localhost"), 0);
 	b = deliver_bridge_open(ctx, (struct sockaddr *) &t.addr, sizeof(t.addr), NULL, 5000,

@@ -125,9 +125,9 @@ static void test_ctx_host(void **state)
 	SSL_CTX *ctx;
 
 	(void) state;
-	ctx = tls_client_ctx_new(1, err, sizeof(err));
+	ctx = tls_client_ctx_conf(&(struct conf_upstream) { .tls_verify = 1 }, err, sizeof(err));
 	if (ctx == NULL)
-		fail_msg("tls_client_ctx_new: %s", err);
+		fail_msg("tls_client_ctx_conf: %s", err);
 	assert_int_equal(SSL_CTX_get_min_proto_version(ctx), TLS1_2_VERSION);
 	assert_int_equal(SSL_CTX_get_verify_mode(ctx), SSL_VERIFY_PEER);
 	assert_int_equal(tls_client_ctx_host(ctx, "smtp.example.com"), 0);
@@ -138,7 +138,7 @@ static void test_ctx_host(void **state)
 	assert_int_equal(tls_client_ctx_host(ctx, longname), -1);
 	SSL_CTX_free(ctx);
 
-	ctx = tls_client_ctx_new(0, err, sizeof(err));
+	ctx = tls_client_ctx_conf(&(struct conf_upstream) { .tls_verify = 0 }, err, sizeof(err));
 	assert_non_null(ctx);
 	assert_int_equal(SSL_CTX_get_verify_mode(ctx), SSL_VERIFY_NONE);
 	assert_int_equal(tls_client_ctx_host(ctx, "smtp.example.com"), 0);
