@@ -15,10 +15,11 @@
  *	The message record is encoded straight into the map (MDB_RESERVE):
  *	a multi-megabyte body is copied once, from the caller into LMDB.
  *
- *	queue_mine() reads the queue in QID (thus time) order inside
- *	one read transaction, then calls back after that transaction ended,
- *	so that the callback may call anything in the store, writes included.
- *	A callback returning non-zero stops the walk; that value is returned.
+ *	lmdb_queue_walk() reads the queue in QID (thus time) order inside
+ *	one read transaction; for what delivery starts with, it calls back
+ *	after that transaction ended, so that the callback may call anything
+ *	in the store, writes included. A callback returning non-zero stops
+ *	the walk; that value is returned.
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A queue record without its message record is
  *	reported as STORE_EINVAL by lmdb_msg_load(); lmdb_msg_drop()
@@ -355,85 +356,68 @@ struct queue_entry {
 	int64_t next_attempt;
 };
 
-/* queue_mine - cb for each queued message not held, in QID order: its qid and next attempt */
-static int queue_mine(struct lmdb_store *st, int (*cb) (void *arg, const struct store_msg *m),
-		      void *arg)
+/* queue_mine - a queue record for delivery's start: its QID and next attempt, unless held */
+static void queue_mine(struct buf *list, const MDB_val *key, const MDB_val *val)
 {
-	struct buf list = BUF_INIT;	/* struct queue_entry, one after the other */
-	struct queue_entry e, *q;
-	struct store_msg m;
-	MDB_cursor *cur = NULL;
-	MDB_val key, val;
-	MDB_txn *txn;
-	size_t i;
-	int rc, err, held;
+	struct queue_entry e;
+	int held;
 
-	if ((err = lmdb_read_begin(st, &txn)) != 0)
-		return err;
-	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
-		goto walked;
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (lmdb_key_qid(&key, e.qid) != 0
-		    || lmdb_queue_rec_peek(val.mv_data, val.mv_size, NULL, &e.next_attempt,
-					   &held) != 0)
-			msg_warn("store: corrupt queue record skipped");
-		else if (!held)		/* never delivered until released */
-			buf_append(&list, &e, sizeof(e));
-	}
-walked:
-	if (cur)
-		mdb_cursor_close(cur);
-	lmdb_read_end(st, txn);
-	err = rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
-	memset(&m, 0, sizeof(m));
-	q = (struct queue_entry *) list.data;
-	for (i = 0; err == 0 && i < list.len / sizeof(e); i++) {
-		memcpy(m.qid, q[i].qid, sizeof(m.qid));
-		m.next_attempt = q[i].next_attempt;
-		err = cb(arg, &m);
-	}
-	buf_free(&list);
-	return err;
+	if (lmdb_key_qid(key, e.qid) != 0
+	    || lmdb_queue_rec_peek(val->mv_data, val->mv_size, NULL, &e.next_attempt, &held) != 0)
+		msg_warn("store: corrupt queue record skipped");
+	else if (!held)			/* never delivered until released */
+		buf_append(list, &e, sizeof(e));
 }
 
 /*
- * lmdb_queue_walk - each queued message's envelope and state, in one read
- * transaction; or what delivery starts with (queue_mine)
+ * lmdb_queue_walk - each queued message's envelope and state, to cb in one
+ * read transaction; or what delivery starts with (STORE_WALK_MINE: the
+ * QID and next attempt of each not held), to cb once it has ended
  */
 int lmdb_queue_walk(struct store *base, unsigned how,
 		    int (*cb) (void *arg, const struct store_msg *m), void *arg)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct buf mine = BUF_INIT;	/* struct queue_entry, one after the other */
+	const struct queue_entry *q;
 	MDB_cursor *cur = NULL;
 	MDB_val key, val;
 	struct store_msg m;
 	MDB_txn *txn;
+	size_t i;
 	int rc, err = 0;
 
-	if (how & STORE_WALK_MINE)
-		return queue_mine(st, cb, arg);
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	if ((rc = mdb_cursor_open(txn, st->queue, &cur)) != 0)
 		goto out;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && err == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (lmdb_spool_read(st, txn, &key, &m, 0) != 0) {
+		if (how & STORE_WALK_MINE) {
+			queue_mine(&mine, &key, &val);
+		} else if (lmdb_spool_read(st, txn, &key, &m, 0) != 0) {
 			msg_warn("%.*s: store: corrupt queue or message record skipped",
 				 (int) key.mv_size, (const char *) key.mv_data);
-			continue;
+		} else {
+			err = cb(arg, &m);
+			store_msg_free(&m);
 		}
-		err = cb(arg, &m);
-		store_msg_free(&m);
 	}
 out:
 	if (cur)
 		mdb_cursor_close(cur);
 	lmdb_read_end(st, txn);
-	if (err != 0)
-		return err;
-	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "queue walk");
+	if (err == 0 && rc != MDB_NOTFOUND)
+		err = lmdb_mdb_error(rc, "queue walk");
+	memset(&m, 0, sizeof(m));
+	q = (const struct queue_entry *) mine.data;
+	for (i = 0; err == 0 && i < mine.len / sizeof(*q); i++) {
+		memcpy(m.qid, q[i].qid, sizeof(m.qid));
+		m.next_attempt = q[i].next_attempt;
+		err = cb(arg, &m);
+	}
+	buf_free(&mine);
+	return err;
 }
 
 /* lmdb_queue_oldest - QIDs sort by time: the first queued one is the oldest; 0 if none or unread */

@@ -407,6 +407,17 @@ static void test_corrupt_records(void **state)
 	CHECK_INT("queue walk skips corrupt", store_queue_walk(f->st, 0, list_cb, &a), 0);
 	CHECK_INT("walked", a.n, 1);
 	CHECK_STR("walked the good one", a.seen[0], "GOOD00000001");
+	/* held: not for delivery's start, still in the whole walk */
+	CHECK_INT("hold", store_msg_change(f->st, "GOOD00000001",
+					   &(struct store_change) { 1, 0, NULL, 0 }), 0);
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("list with one held", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
+	CHECK_INT("listed, not the held one", a.n, 2);
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("walk with one held", store_queue_walk(f->st, 0, list_cb, &a), 0);
+	CHECK_INT("walked the held one", a.n, 1);
 
 	/* a corrupt claim can be replaced */
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
