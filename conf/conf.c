@@ -623,7 +623,7 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
 
 /*
  * What SIGHUP applies is access.networks, limits, retry, log,
- * auth.cache_ttl, and the upstream groups' rates (conf_reloadable[];
+ * auth.cache_ttl, and the upstream groups' rates (conf_reloadable_member();
  * and the certificate and users files read again); the
  * rest takes a restart, as master.cf's changes take postfix reload. Each
  * of these is remembered by a digest of what was written, so that a
@@ -635,34 +635,18 @@ _Static_assert(sizeof(restart_settings) / sizeof(*restart_settings) - 1
 	       <= CONF_RESTART_MAX, "conf.h's CONF_RESTART_MAX counts restart_settings[]");
 
 /*
- * inside the restart-only groups, what SIGHUP applies all the same
- * (deliver_reload): "routes.upstream.x" is x of any route's upstream
+ * conf_reloadable_member - is s an upstream group's rate or recipient_rate,
+ * which SIGHUP applies inside the restart-only upstream and routes
+ * (deliver_reload)? The tree is checked by then: a group named upstream
+ * is the default's or a route's.
  */
-static const char *const conf_reloadable[] = {"upstream.rate", "upstream.recipient_rate",
-	"routes.upstream.rate", "routes.upstream.recipient_rate", 0};
-
-/* conf_reloadable_member - is s one of conf_reloadable[] (a top group's member, a route's)? */
 static int conf_reloadable_member(const config_setting_t *s)
 {
-	const config_setting_t *g = config_setting_parent(s), *up, *list;
-	char path[128];
-	size_t i;
+	const config_setting_t *g = config_setting_parent(s);
+	const char *name = config_setting_name(s);
 
-	if (g == NULL || config_setting_name(g) == NULL || config_setting_name(s) == NULL
-	    || (up = config_setting_parent(g)) == NULL)
-		return 0;
-	if (config_setting_is_root(up))
-		snprintf(path, sizeof(path), "%s.%s", config_setting_name(g), config_setting_name(s));
-	else if ((list = config_setting_parent(up)) != NULL && config_setting_name(list)
-		 && config_setting_is_root(config_setting_parent(list)))	/* up: an element */
-		snprintf(path, sizeof(path), "%s.%s.%s", config_setting_name(list),
-			 config_setting_name(g), config_setting_name(s));
-	else
-		return 0;
-	for (i = 0; conf_reloadable[i]; i++)
-		if (strcmp(path, conf_reloadable[i]) == 0)
-			return 1;
-	return 0;
+	return name && (strcmp(name, "rate") == 0 || strcmp(name, "recipient_rate") == 0)
+	    && g && config_setting_name(g) && strcmp(config_setting_name(g), "upstream") == 0;
 }
 
 /* conf_digest - FNV-1a of a setting as written: names, types, values, in order */
