@@ -781,14 +781,11 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		if (strcmp(text, "cannot open include file") == 0
 		    && conf_include_error(config_error_file(&cfg) ? config_error_file(&cfg) : path,
 					  config_error_line(&cfg), x.dir, why, sizeof(why)) == 0) {
-			if (errlen > 0)
-				snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(&cfg),
-					 why);
+			snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(&cfg), why);
 			goto fail;
 		}
-		if (errlen > 0)
-			snprintf(err, errlen, "%s:%d: syntax error%s%s", file.data,
-				 config_error_line(&cfg), *text ? ": " : "", text);
+		snprintf(err, errlen, "%s:%d: syntax error%s%s", file.data,
+			 config_error_line(&cfg), *text ? ": " : "", text);
 		goto fail;
 	}
 	if (conf_walk(&x, c, config_root_setting(&cfg)) < 0)

@@ -56,7 +56,7 @@ conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
 {
 	struct buf path = BUF_INIT, file = BUF_INIT;
 	unsigned line = 0;
-	char msg[512];
+	char msg[512], lbuf[16] = "";
 	va_list ap;
 
 	if (s != NULL) {
@@ -69,14 +69,10 @@ conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (x->errlen > 0) {
-		char lbuf[16] = "";
-
-		if (line > 0)
-			snprintf(lbuf, sizeof(lbuf), ":%u", line);
-		snprintf(x->err, x->errlen, "%s%s: %s%s%s", file.data, lbuf,
-			 path.len ? path.data : "", path.len ? ": " : "", msg);
-	}
+	if (line > 0)
+		snprintf(lbuf, sizeof(lbuf), ":%u", line);
+	snprintf(x->err, x->errlen, "%s%s: %s%s%s", file.data, lbuf,	/* errlen 0: nothing */
+		 path.len ? path.data : "", path.len ? ": " : "", msg);
 	buf_free(&path);
 	buf_free(&file);
 	return -1;
