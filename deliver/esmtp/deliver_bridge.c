@@ -385,8 +385,8 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		 * has every reply. One waiting for a dot's reply waits for it,
 		 * as long as the deadline lets.
 		 */
-		if (stopping && !b->gate.gone && !deliver_filter_dot_owed(&b->filter)
-		    && pm->down.len == 0)
+		if (stopping && !b->gate.gone && pm->down.len == 0
+		    && !deliver_filter_dot_owed(&b->filter, b->gate.released))
 			bridge_gone(b, pm, "delivery is stopping");
 		if (b->gate.gone && pm->down.len == 0) {
 			pm->down.len = deliver_gate_answer(&b->gate, &b->filter, pm->down.buf,
@@ -423,11 +423,11 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		wait = -1;
 		if (!b->gate.gone) {
 			wait = deliver_watch_tick(&b->watch,
-						  deliver_filter_verb(&b->filter, b->filter.replies),
-						  b->filter.replies, wrote);
+						  deliver_filter_verb(&b->filter, b->gate.released),
+						  b->gate.released, wrote);
 			if (wait == 0) {
 				b->timed_out = 1;
-				if (deliver_filter_dot_owed(&b->filter)) {
+				if (deliver_filter_dot_owed(&b->filter, b->gate.released)) {
 					ended = b->watch.why;	/* the dot's reply is never made up */
 					break;
 				}

@@ -46,23 +46,6 @@ static void owe(struct deliver_filter *f, const char *what)
 	f->cmds++;
 }
 
-/* reply_scan - count the complete replies in the server's bytes */
-static void reply_scan(struct deliver_filter *f, const char *in, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		if (f->rpos++ == 3)
-			f->rcont = in[i] == '-';
-		if (in[i] != '\n')
-			continue;
-		if (!f->rcont && f->replies < f->cmds)
-			f->replies++;
-		f->rpos = 0;
-		f->rcont = 0;
-	}
-}
-
 /* deliver_filter_verb - what the nth reply answers, or NULL */
 const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth)
 {
@@ -73,14 +56,14 @@ const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nt
 	return f->verbs[nth % DELIVER_FILTER_VERBS];
 }
 
-/* deliver_filter_dot_owed - is the reply to a final dot among those owed? */
-int deliver_filter_dot_owed(const struct deliver_filter *f)
+/* deliver_filter_dot_owed - is the reply to a final dot among those owed after replies? */
+int deliver_filter_dot_owed(const struct deliver_filter *f, unsigned long replies)
 {
 	unsigned long i;
 
-	if (f->cmds - f->replies > DELIVER_FILTER_VERBS)
+	if (f->cmds - replies > DELIVER_FILTER_VERBS)
 		return 1;			/* names overwritten: it may be */
-	for (i = f->replies; i < f->cmds; i++)
+	for (i = replies; i < f->cmds; i++)
 		if (strcmp(f->verbs[i % DELIVER_FILTER_VERBS], DOT_OWED) == 0)
 			return 1;
 	return 0;
@@ -132,7 +115,6 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 {
 	size_t i, n = 0;
 
-	reply_scan(f, in, len);
 	for (i = 0; i < len; i++) {
 		if (f->in_line) {
 			out[n++] = in[i];

@@ -70,8 +70,8 @@
  *	And it keeps count of the replies the server owes, for the bridge's
  *	reply deadline: one for the greeting, one per command line libesmtp
  *	writes outside the content (AUTH's answers to 334 included), one per
- *	final dot; a reply is complete at the end of a line whose fourth
- *	octet is not "-". deliver_filter_verb() names the oldest reply owed.
+ *	final dot. deliver_filter_verb() names each; the gate (deliver_gate.h)
+ *	counts the whole replies libesmtp was given.
  *
  *	Both work a byte at a time across calls: reads may split the streams
  *	anywhere. The SIZE= libesmtp sends is deliver_smtp_msg.c's estimate, the
@@ -109,13 +109,10 @@ struct deliver_filter {
 					 * final dot in its output; -1 if none */
 	/* the replies owed */
 	unsigned long cmds;		/* replies due: the greeting, commands, final dots */
-	unsigned long replies;		/* complete replies read */
 	char verbs[DELIVER_FILTER_VERBS][DELIVER_FILTER_VERB];	/* by cmds % VERBS */
 	char verb[DELIVER_FILTER_VERB];	/* the first word of the command being written */
 	size_t verb_len;
 	int verb_done;			/* past that word */
-	size_t rpos;			/* octets of the reply line being read */
-	int rcont;			/* it is a "250-" line */
 	char why[128];			/* why the filter failed; "" while it has not */
 	/* SMTPUTF8 */
 	int utf8_offered;		/* the server's EHLO reply listed SMTPUTF8 */
@@ -162,11 +159,14 @@ ssize_t deliver_filter_up(struct deliver_filter *f, char *buf, size_t len);
  * deliver_filter_verb - what the nth reply of the connection answers:
  * "the greeting" (0), a command's verb ("DATA"), "the final dot", "a
  * pipelined command" once its name was overwritten; NULL if nothing was
- * written that it could answer. nth f->replies: the oldest reply owed.
+ * written that it could answer. nth: the gate's released, the oldest owed.
  */
 const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nth);
 
-/* deliver_filter_dot_owed - is a reply to a final dot owed? (then the outcome is out there) */
-int deliver_filter_dot_owed(const struct deliver_filter *f);
+/*
+ * deliver_filter_dot_owed - is a reply to a final dot owed, replies (the
+ * gate's released) given? (then the outcome is out there)
+ */
+int deliver_filter_dot_owed(const struct deliver_filter *f, unsigned long replies);
 
 #endif

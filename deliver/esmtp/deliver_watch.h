@@ -14,7 +14,7 @@
  *	ends (reset, closed, timed out, or libesmtp hung up); then
  *	deliver_watch_dot_acked() answers.
  *
- *	When a reply is late. Every reply the server owes (the filter counts
+ *	When a reply is late. Every reply the server owes (the filter names
  *	them, deliver_filter_verb()) has a deadline of upstream.timeout that
  *	no byte of the reply moves: it runs from when the peer's TCP had
  *	acknowledged the last byte written to it, or from the previous
@@ -67,7 +67,7 @@ int deliver_watch_dot_acked(const struct deliver_watch *w, unsigned nth);
 
 /*
  * deliver_watch_tick - after each turn of the bridge's copy loop: owed is
- * the filter's oldest reply owed (NULL: none), replies the filter's count
+ * the filter's oldest reply owed (NULL: none), replies the gate's count
  * of complete replies, wrote whether bytes went upstream in this turn.
  * Returns how many ms the bridge may wait (-1: as long as it likes), or
  * 0 when a deadline passed (w->why says which).
