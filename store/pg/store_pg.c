@@ -679,14 +679,12 @@ static void pg_free(struct pg_store *st)
 static void pg_close(struct store *base)
 {
 	struct pg_store *st = (struct pg_store *) base;
-	PGresult *r;
 
 	if (st == NULL)
 		return;
 	store_pg_pend_close(st);
-	if (st->anchor && PQstatus(st->anchor) == CONNECTION_OK
-	    && (r = PQexec(st->anchor, "SELECT pg_advisory_unlock_all()")) != NULL)
-		PQclear(r);
+	if (st->anchor && PQstatus(st->anchor) == CONNECTION_OK)
+		(void) store_pg_simple(st, st->anchor, "SELECT pg_advisory_unlock_all()", "close");
 	pg_free(st);
 }
 
