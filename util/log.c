@@ -208,8 +208,6 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 		log_put(line, &n, log_host);
 		log_put(line, &n, " ");
 	}
-	if (n < 0 || (size_t) n >= sizeof(line) - 2)
-		n = 0;
 	/* "PROG/SVC[PID]: TAG: ", put together without printf (one was a third of a line) */
 	log_put(line, &n, log_prog);
 	if (svc) {
