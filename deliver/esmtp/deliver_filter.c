@@ -164,7 +164,6 @@ static int cut_byte(struct deliver_filter *f, char c)
 	f->eoh = c == eoh[f->eoh] ? f->eoh + 1 : c == '\r';
 	if (f->eoh == 4) {
 		f->armed = 0;
-		f->blocks++;
 		f->body = 1;
 		f->dotst = 2;		/* the block's last CRLF starts the first line */
 	}
@@ -227,7 +226,6 @@ static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 		f->dotst = buf[i] == eod[f->dotst] ? f->dotst + 1 : buf[i] == '\r';
 		if (f->dotst == 5) {
 			f->body = 0;
-			f->dots++;
 			owe(f, DOT_OWED);
 			return (ssize_t) i + 1;
 		}

@@ -101,10 +101,8 @@ struct deliver_filter {
 	int armed;			/* libesmtp rewound: the block comes next */
 	size_t cut;			/* bytes of the block dropped so far */
 	int eoh;			/* how much of "\r\n\r\n" the last bytes were */
-	unsigned blocks;		/* blocks taken out */
 	int body;			/* in a message's content, after its block */
 	int dotst;			/* how much of "\r\n.\r\n" the last bytes were */
-	unsigned dots;			/* final dots of messages passed */
 	ssize_t dot_end;		/* after deliver_filter_up(): offset just past a
 					 * final dot in its output; -1 if none */
 	/* the replies owed */

@@ -386,14 +386,13 @@ static void test_final_dot(void **state)
 			}
 			total += (size_t) n;
 		}
-		if (f.dots != 1 || got_at != sizeof(body) - 1)
-			fail_msg("cut %zu: %u dots, the dot ends at %zu, want 1 at %zu", cut, f.dots,
-				 got_at, sizeof(body) - 1);
+		if (got_at != sizeof(body) - 1)
+			fail_msg("cut %zu: the dot ends at %zu, want at %zu", cut, got_at,
+				 sizeof(body) - 1);
 	}
 	deliver_filter_init(&f);	/* no rewind: the 354 went to a refused message */
 	memcpy(buf, ".\r\n", 3);
 	assert_int_equal(deliver_filter_up(&f, buf, 3), 3);
-	assert_int_equal(f.dots, 0);
 	assert_int_equal(f.dot_end, -1);
 }
 
@@ -580,13 +579,15 @@ static const struct step rewind_alone_arms[] = {
 	     "Subject: s\r\n\r\nbody\r\n.\r\nQUIT\r\n"),
 };
 
-/* run_steps - a conversation through one filter; returns the blocks cut */
+/* run_steps - a conversation through one filter; returns the blocks cut (armed no more) */
 static unsigned run_steps(const struct step *steps, size_t n)
 {
 	struct deliver_filter f;
 	char out[OUT_MAX];
 	size_t i, len;
 	ssize_t got;
+	unsigned blocks = 0;
+	int armed;
 
 	deliver_filter_init(&f);
 	for (i = 0; i < n; i++) {
@@ -598,8 +599,11 @@ static unsigned run_steps(const struct step *steps, size_t n)
 		}
 		if (steps[i].down)
 			got = (ssize_t) deliver_filter_down(&f, steps[i].in, len, out);
-		else
+		else {
+			armed = f.armed;
 			got = deliver_filter_up(&f, out, len);
+			blocks += armed && !f.armed;
+		}
 		if (steps[i].want == NULL) {
 			if (got != -1)
 				fail_msg("step %zu: forwarded \"%s\", want refused", i,
@@ -612,7 +616,7 @@ static unsigned run_steps(const struct step *steps, size_t n)
 				 got < 0 ? f.why : esc(out, (size_t) got),
 				 esc(steps[i].want, strlen(steps[i].want)));
 	}
-	return f.blocks;
+	return blocks;
 }
 
 static void test_two_messages(void **state)
