@@ -175,12 +175,21 @@ int lmdb_qid_key(const char *qid, MDB_val *key)
 	return 0;
 }
 
-/* lmdb_key_qid - a database key as a QID, with its NUL; STORE_EINVAL if it cannot be one */
+/*
+ * lmdb_key_qid - a database key as a QID, with its NUL; STORE_EINVAL if it
+ * cannot be one: empty, too long, or a byte that is not graphic ASCII (a
+ * corrupt key, whose control characters must not reach the log)
+ */
 int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE])
 {
-	if (key->mv_size == 0 || key->mv_size >= STORE_QID_SIZE
-	    || memchr(key->mv_data, 0, key->mv_size) != NULL)
+	const unsigned char *k = key->mv_data;
+	size_t i;
+
+	if (key->mv_size == 0 || key->mv_size >= STORE_QID_SIZE)
 		return STORE_EINVAL;
+	for (i = 0; i < key->mv_size; i++)
+		if (k[i] <= ' ' || k[i] >= 0x7f)
+			return STORE_EINVAL;
 	memcpy(qid, key->mv_data, key->mv_size);
 	qid[key->mv_size] = 0;
 	return 0;

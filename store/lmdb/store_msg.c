@@ -384,6 +384,7 @@ int lmdb_queue_walk(struct store *base, unsigned how,
 	MDB_val key, val;
 	struct store_msg m;
 	MDB_txn *txn;
+	char qid[STORE_QID_SIZE];
 	size_t i;
 	int rc, err = 0;
 
@@ -396,8 +397,10 @@ int lmdb_queue_walk(struct store *base, unsigned how,
 		if (how & STORE_WALK_MINE) {
 			queue_mine(&mine, &key, &val);
 		} else if (lmdb_spool_read(st, txn, &key, &m, 0) != 0) {
-			msg_warn("%.*s: store: corrupt queue or message record skipped",
-				 (int) key.mv_size, (const char *) key.mv_data);
+			if (lmdb_key_qid(&key, qid) == 0)	/* else its bytes stay out of the log */
+				msg_warn("%s: store: corrupt queue or message record skipped", qid);
+			else
+				msg_warn("store: corrupt queue or message record skipped");
 		} else {
 			err = cb(arg, &m);
 			store_msg_free(&m);

@@ -1195,6 +1195,45 @@ static void test_expire_counts(void **state)
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
+/*
+ * test_walk_corrupt_key - the walk's warning for a corrupt record names its
+ * QID when its key is one, and leaves a key that cannot be one (control
+ * characters, a byte past ASCII) out of the log: its bytes were printed
+ * as they were
+ */
+static void test_walk_corrupt_key(void **state)
+{
+	static const char bad[] = "BAD\nKEY\x1b[2J\xff";
+	struct fx *f = *state;
+	struct list_acc a;
+	char text[4096];
+	FILE *tmp;
+	MDB_env *env;
+	int old, rc;
+
+	store_close(f->st);
+	f->st = NULL;
+	env = raw_env(f->path);
+	raw_put(env, "queue", "QBAD00000002", 12, "\x01\xff", 2);
+	raw_put(env, "queue", bad, sizeof(bad) - 1, "\x01\xff", 2);
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	old = log_capture(&tmp);
+	rc = store_queue_walk(f->st, 0, list_cb, &a);
+	log_captured(old, tmp, text, sizeof(text));
+	CHECK_INT("the walk skips both", rc, 0);
+	CHECK_INT("walked", a.n, 0);
+	if (strstr(text, "QBAD00000002: store: corrupt queue or message record skipped") == NULL)
+		fail_msg("no warning naming the QID: %s", text);
+	if (strstr(text, "warning: store: corrupt queue or message record skipped") == NULL)
+		fail_msg("no warning without a QID for the other: %s", text);
+	if (strchr(text, '\x1b') != NULL || strchr(text, '\xff') != NULL || strstr(text, "KEY") != NULL)
+		fail_msg("the corrupt key's bytes logged: %s", text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1216,6 +1255,7 @@ int main(void)
 		T(test_accept_pages),
 		T(test_staged_corrupt),
 		T(test_expire_counts),
+		T(test_walk_corrupt_key),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
