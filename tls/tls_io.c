@@ -297,10 +297,8 @@ struct io *tls_io_new(struct tls *tl, int fd, const char *addr)
 	    || (wb = tls_hold_bio(&t->hold)) == NULL) {
 		tls_errtext(err, sizeof(err), "SSL_new");
 		msg_warn("tls: %s", err);
-		BIO_free(rb);
-		SSL_free(t->ssl);
-		free(t);
-		close(fd);
+		BIO_free(rb);		/* not yet the SSL's */
+		tls_close(&t->io);	/* not ready: no goodbye, nothing held */
 		return NULL;
 	}
 	SSL_set_bio(t->ssl, rb, wb);	/* reads from the socket, writes held */
