@@ -188,14 +188,6 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 	return 0;
 }
 
-/* conf_pin - "sha256:HEX" (64 digits, pairs may be colon-separated); 0 or -1 */
-static int conf_pin(const char *v, uint8_t out[32])
-{
-	if (strncasecmp(v, "sha256:", 7) != 0)
-		return -1;
-	return hash_unhex(v + 7, out, 32);
-}
-
 /*
  * conf_upstream_trust - tls_ca, tls_servername, tls_fingerprint: how the
  * upstream's certificate is trusted. Pins replace the chain check (as
@@ -221,7 +213,9 @@ static int conf_upstream_trust(struct conf_ctx *x, struct conf_upstream *u,
 	for (i = 0; i < n; i++) {
 		const char *v = config_setting_get_string_elem(a, i);
 
-		if (conf_pin(v, u->tls_fingerprint[i]) < 0)
+		/* "sha256:HEX", 64 digits, pairs may be colon-separated */
+		if (strncasecmp(v, "sha256:", 7) != 0
+		    || hash_unhex(v + 7, u->tls_fingerprint[i], 32) < 0)
 			return conf_error(x, config_setting_get_elem(a, i), NULL,
 					  "bad fingerprint \"%s\" (want sha256: and 64 "
 					  "hex digits)", v);
