@@ -331,6 +331,17 @@ INLINE void rec_envelope(struct rec *r, struct store_msg *m, unsigned int fields
 /* a variable-length record's one description (rec points to its struct) */
 typedef void rec_codec(struct rec *r, void *rec);
 
+/* rec_decode - read a record as r says into rec; on failure its message m holds nothing to free */
+INLINE int rec_decode(rec_codec *codec, struct rec *r, void *rec, struct store_msg *m)
+{
+	codec(r, rec);
+	if (rec_end(r) != 0) {
+		store_msg_free(m);
+		return STORE_EINVAL;
+	}
+	return 0;
+}
+
 /* rec_size - bytes a record needs: its codec, only counting */
 INLINE size_t rec_size(rec_codec *codec, const void *rec)
 {
@@ -438,17 +449,6 @@ void lmdb_msg_rec_encode(void *out, size_t len, const struct store_msg *m)
 	rec_encode(msg_codec, "message", out, len, m);
 }
 
-/* msg_rec_decode - read the message record as r says; on failure m holds nothing to free */
-static int msg_rec_decode(struct rec *r, struct store_msg *m)
-{
-	msg_codec(r, m);
-	if (rec_end(r) != 0) {
-		store_msg_free(m);
-		return STORE_EINVAL;
-	}
-	return 0;
-}
-
 /*
  * lmdb_msg_rec_decode - read the message record into m (whose qid the
  * caller set), its data only if with_data (else m->data stays NULL); the
@@ -459,7 +459,7 @@ int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with
 {
 	struct rec r = { .dec = 1, .in = p, .len = len, .nodata = !with_data };
 
-	return msg_rec_decode(&r, m);
+	return rec_decode(msg_codec, &r, m, m);
 }
 
 /*
@@ -474,7 +474,7 @@ int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *s
 	struct span *at = &r.route;
 
 	memset(&m, 0, sizeof(m));
-	if (msg_rec_decode(&r, &m) != 0)
+	if (rec_decode(msg_codec, &r, &m, &m) != 0)
 		return STORE_EINVAL;
 	if (at->p == NULL || route == NULL)
 		*same = at->p == NULL && route == NULL;
@@ -635,10 +635,5 @@ int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s)
 {
 	struct rec r = { .dec = 1, .in = p, .len = len };
 
-	hist_codec(&r, s);
-	if (rec_end(&r) != 0) {
-		store_msg_free(&s->m);
-		return STORE_EINVAL;
-	}
-	return 0;
+	return rec_decode(hist_codec, &r, s, &s->m);
 }
