@@ -160,18 +160,6 @@ struct store *ctl_store(struct ctl *x)
 	return x->st;
 }
 
-/* store_rw - the store opened for writing, when the daemon is not there to write */
-static struct store *store_rw(struct ctl *x)
-{
-	char err[1024];
-
-	store_close(x->st);	/* a reader open before: one environment a process */
-	x->st = NULL;
-	if (store_open(&x->st, &x->cf, STORE_WRITER, err, sizeof(err)) != 0)
-		ctl_fail(x, "%s", err);
-	return x->st;
-}
-
 /* read_reply - everything the daemon sends until it closes */
 static int read_reply(int fd, struct buf *reply)
 {
@@ -362,17 +350,20 @@ static void mail_log(struct ctl *x)
  */
 static void act(struct ctl *x, const char *cmd, const struct buf *line, struct buf *reply)
 {
-	char why[512];
-	struct store *st;
+	char why[1024];
 	char *args;
 
 	if (ctl_request(x, line->data, reply, why, sizeof(why)) == 0)
 		return;
 	mail_log(x);
-	st = store_rw(x);	/* no daemon to race: the store alone knows the queue */
+	/* for writing: no daemon to race, the store alone knows the queue */
+	store_close(x->st);	/* a reader open before: one environment a process */
+	x->st = NULL;
+	if (store_open(&x->st, &x->cf, STORE_WRITER, why, sizeof(why)) != 0)
+		ctl_fail(x, "%s", why);
 	args = xstrdup(line->data + strlen(cmd) + 1);	/* "CMD args": cut up in place */
 	/* a reroute: with the routes the next start uses */
-	queue_admin_request(st, NULL, &x->cf, cmd, args, x->now, reply);
+	queue_admin_request(x->st, NULL, &x->cf, cmd, args, x->now, reply);
 	free(args);
 	if (reply->len && reply->data[reply->len - 1] == '}') {
 		reply->data[--reply->len] = 0;
