@@ -83,22 +83,11 @@ static int upstream_timeout_ms(const struct conf_upstream *u)
 	return u->timeout >= INT_MAX / 1000 ? INT_MAX : (int) u->timeout * 1000;
 }
 
-/* xsess_find - the xmsg of a libesmtp message */
-static struct xmsg *xsess_find(struct xsess *xs, smtp_message_t sm)
-{
-	size_t i;
-
-	for (i = 0; i < xs->n; i++)
-		if (xs->msgs[i].sm == sm)
-			return &xs->msgs[i];
-	return NULL;
-}
-
 /* xsess_event - libesmtp events; the variable arguments depend on the event */
 static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 {
 	struct xsess *xs = arg;
-	struct xmsg *x;
+	struct xmsg *x;	/* a message's: its application data (deliver_smtp_msg_add) */
 	va_list ap;
 	int *ok;
 
@@ -106,7 +95,7 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 	va_start(ap, arg);
 	switch (event) {
 	case SMTP_EV_MESSAGESENT:
-		if ((x = xsess_find(xs, va_arg(ap, smtp_message_t))) == NULL)
+		if ((x = smtp_message_get_application_data(va_arg(ap, smtp_message_t))) == NULL)
 			break;
 		if (x->state == XMSG_MARKED) {
 			deliver_smtp_msg_enter(x, XMSG_REPLIED);

@@ -255,6 +255,7 @@ int deliver_smtp_msg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j
 	xs->utf8_needed |= xmsg_needs_utf8(m);
 	if ((x->sm = smtp_add_message(xs->s)) == NULL)
 		return -1;
+	smtp_message_set_application_data_release(x->sm, x, NULL);	/* for xsess_event */
 	ok &= smtp_set_reverse_path(x->sm, m->from);
 	ok &= smtp_set_messagecb(x->sm, xmsg_read, x);
 	ok &= smtp_size_set_estimate(x->sm, (unsigned long) m->data_len);
