@@ -195,20 +195,6 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE])
 	return 0;
 }
 
-/* lmdb_mkdir - create the environment directory if missing */
-static int lmdb_mkdir(const char *path)
-{
-	struct stat sb;
-
-	if (mkdir(path, 0700) == 0)
-		return 0;
-	if (errno != EEXIST)
-		return errno;
-	if (stat(path, &sb) != 0)
-		return errno;
-	return S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
-}
-
 /*
  * lmdb_format - at open: refuse a store of a format greater than ours
  * (MDB_VERSION_MISMATCH); opened for writing, record ours where the
@@ -461,8 +447,9 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
 	st->total = map_size;
-	if ((rc = lmdb_mkdir(path)) != 0)
-		return lmdb_open_failed(st, step, rc, err, errlen);
+	/* the directory, if missing; anything else in its place fails LMDB's open (ENOTDIR) */
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return lmdb_open_failed(st, step, errno, err, errlen);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
 	if ((rc = lmdb_env_again(st, &step)) != 0
 	    || (step = "count queue", rc = lmdb_space_count(st)) != 0)
