@@ -365,15 +365,6 @@ int ctl_show(struct ctl *x, const char *arg)
 	return 0;
 }
 
-/* stats_end - stats' exit status: 1, saying why, when the store could not be read */
-static int stats_end(const char *unread)
-{
-	if (unread[0] == 0)
-		return 0;
-	fprintf(stderr, "idemrelayctl: cannot read the store: %s\n", unread);
-	return 1;
-}
-
 /*
  * print_group - an upstream group's limits (an object j of the daemon's
  * reply, read in place): rate, concurrency, throttling; of a route
@@ -479,8 +470,7 @@ int ctl_stats(struct ctl *x, const char *arg)
 			buf_printf(&b, "null");
 		printf("%s}\n", b.data);
 		buf_free(&b);
-		buf_free(&reply);
-		return stats_end(unread);
+		goto done;
 	}
 	printf("store        %s%s%s\n", dir ? dir : store_name(&x->cf),
 	       unread[0] ? ": cannot be read: " : "", unread);
@@ -530,6 +520,10 @@ daemon:
 				putchar(*p == ',' ? ' ' : *p == ':' ? '=' : *p);
 		printf("\n");
 	}
+done:
 	buf_free(&reply);
-	return stats_end(unread);
+	if (unread[0] == 0)
+		return 0;
+	fprintf(stderr, "idemrelayctl: cannot read the store: %s\n", unread);
+	return 1;
 }
