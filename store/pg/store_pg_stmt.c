@@ -80,24 +80,16 @@ static void stmts_free(struct stmts *d)
 	free(d);
 }
 
-/* stmt_event - libpq's events: the table goes with the connection, or with its session */
+/*
+ * stmt_event - libpq's events: the table goes with the connection (none
+ * is reset: a connection lost is closed, and a new one has a table of its
+ * own)
+ */
 static int stmt_event(PGEventId id, void *info, void *pass)
 {
-	struct stmts *d;
-	size_t i;
-
 	(void) pass;
-	if (id == PGEVT_CONNDESTROY) {
-		PGconn *c = ((PGEventConnDestroy *) info)->conn;
-
-		stmts_free(PQinstanceData(c, stmt_event));
-	} else if (id == PGEVT_CONNRESET) {
-		if ((d = PQinstanceData(((PGEventConnReset *) info)->conn, stmt_event)) != NULL) {
-			for (i = 0; i < d->n; i++)
-				d->v[i].state = STMT_NONE;
-			d->head = d->n_owed = 0;
-		}
-	}
+	if (id == PGEVT_CONNDESTROY)
+		stmts_free(PQinstanceData(((PGEventConnDestroy *) info)->conn, stmt_event));
 	return 1;
 }
 
