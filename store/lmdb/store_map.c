@@ -103,14 +103,6 @@ uint64_t lmdb_map_ceiling(struct lmdb_store *st)
 	return max > st->total ? max & ~(MB - 1) : st->total;
 }
 
-/* meta_total - the map's new total, in the transaction that moves the journal */
-static int meta_total(struct lmdb_store *st, MDB_txn *txn, uint64_t total)
-{
-	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val = { 8, &total };
-
-	return mdb_put(txn, st->meta, &key, &val, 0);
-}
-
 /*
  * lmdb_map_grow - grow the map to total bytes in the three steps above;
  * steps < 3 stops after that many, as a crash there would (tests). Called
@@ -118,6 +110,7 @@ static int meta_total(struct lmdb_store *st, MDB_txn *txn, uint64_t total)
  */
 int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps)
 {
+	MDB_val key = { sizeof(META_MAP_SIZE) - 1, META_MAP_SIZE }, val = { 8, &total };
 	uint64_t jbase = lmdb_map_jbase(total), id = 0;
 	MDB_txn *txn;
 	int rc;
@@ -135,7 +128,8 @@ int lmdb_map_grow(struct lmdb_store *st, uint64_t total, int steps)
 	if (st->env == NULL || lmdb_broken(&st->base))
 		rc = EIO;			/* a failed sync: the reopen comes first */
 	else if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) == 0) {
-		if ((rc = meta_total(st, txn, total)) != 0)
+		/* the new total, in the transaction that moves the journal */
+		if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) != 0)
 			mdb_txn_abort(txn);
 		else
 			rc = journal_move_commit(st, txn, jbase, id);
