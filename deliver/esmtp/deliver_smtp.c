@@ -384,15 +384,14 @@ static size_t xsess_addrs(struct xsess *xs, const struct conf_upstream_host *h,
  * xsess_failed - one address did not work: log why, and keep it as the
  * batch's reason unless an earlier address got further than a connection
  * (a certificate or STARTTLS problem says more than "refused" from a
- * second address)
+ * second address); -1
  */
-static void xsess_failed(struct xsess *xs, const char *dsn, const char *why)
+static int xsess_failed(struct xsess *xs, const char *dsn, const char *why)
 {
 	msg_info("%s", why);
 	if (xs->why[0] && strcmp(xs->why_dsn, "4.4.1") != 0 && strcmp(dsn, "4.4.1") == 0)
-		return;
-	snprintf(xs->why, sizeof(xs->why), "%s", why);
-	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "%s", dsn);
+		return -1;
+	return xsess_refuse(xs, dsn, why);
 }
 
 /*
@@ -419,10 +418,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	deliver_auth_guard_init(&xs->guard, u->user != NULL);
 	(void) deliver_smtp_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
-	if (xs->tls_ctx && tls_client_ctx_host(xs->tls_ctx, host) < 0) {
-		xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
-		return -1;
-	}
+	if (xs->tls_ctx && tls_client_ctx_host(xs->tls_ctx, host) < 0)
+		return xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
 	xs->bridge = deliver_bridge_open(xs->tls_ctx, (struct sockaddr *) &a->sa, a->salen,
 					 u->tls == CONF_TLS_STARTTLS ? helo : NULL,
 					 ms, why, sizeof(why), dsn);
@@ -433,8 +430,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 			xsess_throttle(xs, why + strlen(XSESS_REFUSED));
 		snprintf(line, sizeof(line), "upstream %s: %s", a->relay,
 			 deliver_stopping(xs->d) ? "delivery is stopping" : why);
-		xsess_failed(xs, dsn, line);
-		return -1;
+		return xsess_failed(xs, dsn, line);
 	}
 	if (xs->tls_ctx)
 		msg_info("upstream %s: %s TLS connection established%s: %s", a->relay,
@@ -442,10 +438,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 			 u->tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
 			 deliver_bridge_tls(xs->bridge));
 	deliver_bridge_mail_utf8(xs->bridge, xs->utf8_want, xs->n);
-	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge))) {
-		xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
-		return -1;
-	}
+	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge)))
+		return xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
 	return 0;
 }
 
