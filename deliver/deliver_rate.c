@@ -303,17 +303,14 @@ void deliver_rate_nodes(struct deliver_rate *r, int n)
 /* deliver_admit_why - the reason in words */
 const char *deliver_admit_why(enum deliver_admit a)
 {
-	switch (a) {
-	case DELIVER_ADMITTED:
-		return "admitted";
-	case DELIVER_ADMIT_PAUSED:
-		return "paused: its upstream asked to slow down";
-	case DELIVER_ADMIT_LOWERED:
-		return "its concurrency, lowered by throttling, is in use";
-	case DELIVER_ADMIT_BUSY:
-		return "all its connections are busy";
-	}
-	return "?";
+	static const char *const why[] = {
+		[DELIVER_ADMITTED] = "admitted",
+		[DELIVER_ADMIT_PAUSED] = "paused: its upstream asked to slow down",
+		[DELIVER_ADMIT_LOWERED] = "its concurrency, lowered by throttling, is in use",
+		[DELIVER_ADMIT_BUSY] = "all its connections are busy",
+	};
+
+	return why[a];
 }
 
 /*
