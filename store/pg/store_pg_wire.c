@@ -119,13 +119,6 @@ void store_pg_p_i32(struct pg_params *p, int32_t v)
 	param_done(p, 0);
 }
 
-/* store_pg_p_bool - a boolean */
-void store_pg_p_bool(struct pg_params *p, int v)
-{
-	buf_putc(param_add(p, PG_OID_BOOL), v ? 1 : 0);
-	param_done(p, 0);
-}
-
 /* store_pg_p_text - a text, or NULL */
 void store_pg_p_text(struct pg_params *p, const char *s)
 {
