@@ -87,11 +87,7 @@ void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	MDB_val key;
 	int err;
 
-	if (lmdb_qid_key(m->qid, &key) != 0) {
-		store_txn_fail(&t->base, STORE_EINVAL);
-		return;
-	}
-	if ((err = lmdb_space_room(t, m)) != 0
+	if ((err = lmdb_qid_key(m->qid, &key)) != 0 || (err = lmdb_space_room(t, m)) != 0
 	    || (err = put_reserved(t, st->msg, &key, lmdb_msg_rec_size(m), MDB_NOOVERWRITE,
 				lmdb_msg_rec_encode, m, "put msg")) != 0
 	    || (err = put_reserved(t, st->queue, &key, lmdb_queue_rec_size(m),
