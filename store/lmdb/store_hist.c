@@ -184,19 +184,15 @@ static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
 	struct lmdb_stage sg = story_stage(t->st);
-	MDB_val key, val;
-	size_t len = lmdb_hist_rec_size(s);
+	MDB_val key, val = { lmdb_hist_rec_size(s), NULL };	/* reserved, then written there */
 	int err, staged;
 
 	if (t->base.err)
 		return t->base.err;
-	if (lmdb_qid_key(s->m.qid, &key) != 0)
-		return store_txn_fail(&t->base, STORE_EINVAL);
-	val.mv_size = len;
-	val.mv_data = NULL;
-	if ((err = lmdb_stage_put(t, &sg, &key, &val, MDB_RESERVE, &staged)) != 0)
+	if ((err = lmdb_qid_key(s->m.qid, &key)) != 0
+	    || (err = lmdb_stage_put(t, &sg, &key, &val, MDB_RESERVE, &staged)) != 0)
 		return store_txn_fail(&t->base, err);
-	lmdb_hist_rec_encode(val.mv_data, len, s);
+	lmdb_hist_rec_encode(val.mv_data, val.mv_size, s);
 	if (staged)
 		err = lmdb_stage_move(t, &sg);
 	else if (s->expires != 0)
