@@ -88,14 +88,10 @@ int lmdb_mdb_error(int rc, const char *what)
 	case EDQUOT:
 	case EFBIG:			/* the file size limit: no space, not an I/O error */
 		return STORE_ENOSPC;
-	case MDB_BAD_VALSIZE:
-	case MDB_KEYEXIST:
-	case EINVAL:
+	default:			/* in LMDB's words: its code is lost below */
 		msg_warn("store: %s: %s", what, mdb_strerror(rc));
-		return STORE_EINVAL;
-	default:
-		msg_warn("store: %s: %s", what, mdb_strerror(rc));
-		return STORE_EIO;
+		return rc == MDB_BAD_VALSIZE || rc == MDB_KEYEXIST || rc == EINVAL ? STORE_EINVAL
+		    : STORE_EIO;
 	}
 }
 
