@@ -425,8 +425,7 @@ fail:
 static int lmdb_open_failed(struct lmdb_store *st, const char *step, int rc, char *err,
 			     size_t errlen)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "store %s: %s: %s", st->path, step, mdb_strerror(rc));
+	snprintf(err, errlen, "store %s: %s: %s", st->path, step, mdb_strerror(rc));
 	lmdb_env_shut(st);
 	lmdb_free(st);
 	return lmdb_open_error(rc);
@@ -466,9 +465,9 @@ int store_lmdb_present(const char *path, char *err, size_t errlen)
 	snprintf(data, sizeof(data), "%s/data.mdb", path);
 	if (stat(data, &sb) == 0)
 		return 0;
-	if (err && errlen && (errno == ENOENT || errno == ENOTDIR))
+	if (errno == ENOENT || errno == ENOTDIR)
 		snprintf(err, errlen, "no store at %s", path);
-	else if (err && errlen)
+	else
 		snprintf(err, errlen, "cannot read the store at %s: %s%s", path, strerror(errno),
 			 errno == EACCES ? ": run as root or as the user the daemon runs as" : "");
 	return STORE_ENOTFOUND;
@@ -500,8 +499,6 @@ static void lmdb_close(struct store *base)
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	unsigned int flags = 0;
 
-	if (st == NULL)
-		return;
 	/* the last commit's meta page, which the journal covered until now */
 	if (st->env && !lmdb_broken(&st->base) && mdb_env_get_flags(st->env, &flags) == 0
 	    && !(flags & MDB_RDONLY) && mdb_env_sync(st->env, 1) != 0)
