@@ -3655,8 +3655,9 @@ struct gate {
 };
 
 /*
- * gate_run - COMMIT_GATE given up once a read-back is seen waiting for an
- * advisory lock (the replay's key locks), or after 5 s without one
+ * gate_run - COMMIT_GATE given up once a read-back is seen waiting for the
+ * replay's key locks (for a backend that waits for the gate), or after 5 s
+ * without one
  */
 static void *gate_run(void *arg)
 {
@@ -3665,8 +3666,9 @@ static void *gate_run(void *arg)
 	PGresult *r;
 
 	while (!g->seen && clock_mono_us() < deadline) {
-		r = PQexec(g->c, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-			   "current_database() AND wait_event = 'advisory' AND query <> 'COMMIT'");
+		r = PQexec(g->c, "SELECT count(*) FROM pg_stat_activity a, pg_stat_activity b "
+			   "WHERE b.pid = ANY(pg_blocking_pids(a.pid)) "
+			   "AND pg_backend_pid() = ANY(pg_blocking_pids(b.pid))");
 		g->seen = PQresultStatus(r) == PGRES_TUPLES_OK && atoll(PQgetvalue(r, 0, 0)) > 0;
 		PQclear(r);
 		if (!g->seen)
@@ -3680,8 +3682,11 @@ static void *gate_run(void *arg)
 /* cut_at_gate - the commit hook: once the COMMIT waits at the gate, its answer lost */
 static void cut_at_gate(PGconn *c)
 {
-	if (!seen_within("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-			 "AND query = 'COMMIT' AND wait_event = 'advisory'"))
+	char q[160];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+		 "AND query = 'COMMIT' AND wait_event = 'advisory'", PQbackendPID(c));
+	if (!seen_within(q))
 		fail_msg("the replay's COMMIT did not wait at the gate within 5 s");
 	cut_fd(PQsocket(c));
 }
