@@ -559,10 +559,10 @@ static void journal_free(struct journal *j)
 /*
  * journal_open - after the environment is open for writing: take the
  * region of data.mdb past LMDB's map (at lmdb_map_jbase(st->total); 0:
- * the map is too small to spare one), apply what it holds, and make a new one where
- * the map now ends if it was elsewhere. 0, or a code when a record that
- * must be applied cannot be; a journal that cannot be used only leaves
- * st->j NULL, with a warning.
+ * the map is too small to spare one), apply what it holds, and make a
+ * new one where the map now ends if it was elsewhere. 0, or a code when
+ * a record that must be applied cannot be; a journal that cannot be used
+ * only leaves st->j NULL, with a warning.
  */
 int journal_open(struct lmdb_store *st)
 {

@@ -222,8 +222,8 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 }
 
 /*
- * lmdb_env_open - open the environment at st->path with flags (and a map
- * of st->total's, if set), then its databases in one transaction: the
+ * lmdb_env_open - open the environment at st->path with flags (and LMDB's
+ * map in st->total, if set), then its databases in one transaction: the
  * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
  * Writable, every database is created if missing. Read-only, the story
  * databases may be missing from a store no recent daemon opened: then
@@ -392,11 +392,11 @@ void lmdb_env_shut(struct lmdb_store *st)
 /*
  * lmdb_env_again - open the environment for writing, closed by the
  * caller or never opened, from a cold cache (lmdb_cache_drop()): at
- * st->total (store.map_size), or at the total the map was grown to at run time
- * (store_map.c) when that is larger (what it holds may lie past map_size,
- * and its journal's region lies past the grown map), with its journal,
- * which replays what it must. An LMDB code or errno, *step saying which
- * step failed; the environment is then closed.
+ * st->total (store.map_size), or at the total the map was grown to at
+ * run time (store_map.c) when that is larger (what it holds may lie past
+ * map_size, and its journal's region lies past the grown map), with its
+ * journal, which replays what it must. An LMDB code or errno, *step
+ * saying which step failed; the environment is then closed.
  */
 int lmdb_env_again(struct lmdb_store *st, const char **step)
 {
