@@ -15,7 +15,9 @@
  *		moving to WAIT.
  *	CHUNK	exactly the octets a BDAT command announced go to the same
  *		reader in raw mode (or nowhere, if the command was refused);
- *		then back to COMMAND, or, after LAST, on as at end of DATA.
+ *		then back to COMMAND, or, after LAST, on as at end of DATA,
+ *		through the same code. An empty chunk (BDAT 0 LAST) ends
+ *		in the input loop too, never inside its command.
  *	WAIT	nothing is consumed until smtp_session_reply(), which sends
  *		the reply, ends the transaction and returns to COMMAND.
  *	STARTTLS the 220 is queued; every octet fed is consumed and
@@ -33,7 +35,9 @@
  *	(NOOP, RSET, VRFY, HELP) past junk_commands counts as one such error
  *	whatever its reply (smtpd_junk_command_limit), so a session that
  *	only keeps itself alive ends too. A message accepted (a 2xx at its
- *	end) clears both counts.
+ *	end) clears both counts. A message refused (too big, bare CR or LF,
+ *	by the hook) counts once, whether DATA or BDAT carried it; each BDAT
+ *	whose chunk is refused counts, as each failed command does.
  *
  *	Pipelined commands are answered in order into one output buffer.
  *	Once out_max octets of it wait unwritten, no further command line is
@@ -71,6 +75,7 @@ static const char *const smtp_state_names[] = {
 
 static void smtp_session_close(struct smtp_session *s, enum smtp_close why,
 			       const char *code, const char *text);
+static void smtp_chunk_end(struct smtp_session *s);
 
 /* smtp_enter_state - the one place the session state changes */
 void smtp_enter_state(struct smtp_session *s, enum smtp_state state)
@@ -205,10 +210,18 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 			smtp_command(s, s->line.data, end);
 	}
 	buf_reset(&s->line);
+	if (s->state == SMTP_STATE_CHUNK && s->chunk.left == 0)
+		smtp_chunk_end(s);		/* BDAT 0 LAST, its command counted */
 	return n;
 }
 
-/* smtp_data_end - refuse the message or hand it to the hook */
+static const char smtp_too_big[] = "552 5.3.4 Message size exceeds fixed limit";
+
+/*
+ * smtp_data_end - the end of a message, by DATA or BDAT LAST alike: one
+ * record; refuse it (one error) or hand it to the hook, whose answer
+ * smtp_session_reply() counts
+ */
 static void smtp_data_end(struct smtp_session *s)
 {
 	struct smtp_tx *tx = s->tx;
@@ -219,7 +232,7 @@ static void smtp_data_end(struct smtp_session *s)
 	tx->long_lines = s->data.long_lines;
 	tx->nul = s->data.nul;
 	if (s->data.too_big) {
-		smtp_refuse(s, tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds fixed limit");
+		smtp_refuse(s, tx, "END-OF-MESSAGE", smtp_too_big);
 	} else if (tx->bare_eol && s->cfg.bare_lf_reject) {
 		smtp_refuse(s, tx, "END-OF-MESSAGE", "550 5.5.2 Message contains bare CR or LF");
 	} else if (tx->nul && s->cfg.nul_reject) {
@@ -239,48 +252,50 @@ static void smtp_data_end(struct smtp_session *s)
 	smtp_session_count(s, "5", 0);
 }
 
-/* smtp_chunk_end - a whole chunk is in: reply, or end the message */
+/*
+ * smtp_chunk_end - a whole chunk is in: one record and its reply, counted;
+ * LAST ends the message as DATA's end does, too big or not
+ */
 static void smtp_chunk_end(struct smtp_session *s)
 {
 	struct smtp_chunk *c = &s->chunk;
 
-	s->records++;
-	if (c->skip) {
-		/* refused when announced, and answered then */
-	} else if (s->data.too_big) {
-		/*
-		 * RFC 3030: the client must send no more chunks, but those
-		 * already in the pipeline are discarded. too_big stays set for
-		 * the tx, so each of them gets this reply too; LAST ends the tx.
-		 */
-		if (c->last) {
-			smtp_refuse(s, s->tx, "END-OF-MESSAGE", "552 5.3.4 Message size exceeds"
-				    " fixed limit");
-			smtp_tx_end(s);
-		} else {
-			smtp_reply(s, "552 5.3.4 Message size exceeds fixed limit");
-		}
-	} else if (!c->last) {
-		smtp_reply(s, "250 2.0.0 Ok: %llu octets received",
-			   (unsigned long long) c->size);
-	} else {
+	if (c->last && !c->skip) {
 		smtp_data_finish(&s->data, &s->tx->data);
 		smtp_data_end(s);		/* COMMAND or WAIT */
 		return;
 	}
+	s->records++;
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
+	if (c->skip)
+		return;			/* refused when announced: answered and counted then */
+	if (s->data.too_big) {
+		/*
+		 * RFC 3030: the client must send no more chunks, but those
+		 * already in the pipeline are discarded. too_big stays set for
+		 * the tx, so each of them gets this reply too, and counts as an
+		 * error as any refused command does (Postfix counts each failed
+		 * BDAT); LAST ends the tx.
+		 */
+		smtp_reply(s, "%s", smtp_too_big);
+		smtp_session_count(s, smtp_too_big, 0);
+	} else {
+		smtp_reply(s, "250 2.0.0 Ok: %llu octets received",
+			   (unsigned long long) c->size);
+	}
 }
 
-/* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
+/*
+ * smtp_chunk_start - read (or skip) a BDAT chunk of size octets; the input
+ * loop ends it (an empty one right after its command line), never inside
+ * the command, whose own reply smtp_command() counts
+ */
 void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
 {
 	s->chunk.size = s->chunk.left = size;
 	s->chunk.last = last;
 	s->chunk.skip = skip;
-	if (size == 0)
-		smtp_chunk_end(s);		/* BDAT 0 LAST */
-	else
-		smtp_enter_state(s, SMTP_STATE_CHUNK);
+	smtp_enter_state(s, SMTP_STATE_CHUNK);
 }
 
 /* smtp_chunk_feed - the next octets of the chunk, and not one more */

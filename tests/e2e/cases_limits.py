@@ -127,7 +127,8 @@ def test_error_limits(t):
     limits.junk_commands (smtpd_junk_command_limit, 100): 5,000 junk commands
     pipelined in one write end with the 20th error's 421, the rest unread; a
     NOOP loop ends after 100 NOOPs and 20 more; a message accepted clears the
-    counts (issue 26 part 3, issue 30 part 1)."""
+    counts (issue 26 part 3, issue 30 part 1); a message too big counts, by
+    DATA or BDAT LAST alike."""
     sink = t.sink()
     d = t.daemon(sink, {"metrics": {"address": "127.0.0.1", "port": free_port()}})
     with Raw(d.port) as c:
@@ -168,11 +169,22 @@ def test_error_limits(t):
     check("idemrelay_errors_closed_total 3" in scrape_metrics(d.conf["metrics"]["port"]),
           "the three sessions closed in /metrics")
     # the limits are settings
-    e = t.daemon(sink, {"limits": {"hard_errors": 2, "junk_commands": 1}})
+    e = t.daemon(sink, {"limits": {"hard_errors": 2, "junk_commands": 1, "message_size": "1K"}})
     with Raw(e.port) as c:
         c.send(b"NOOP\r\nNOOP\r\nNOOP\r\nNOOP\r\n")
         out = c.rest(timeout=10)
     eq([l[:3] for l in out.splitlines()], ["250", "250", "250", "421"], "replies with limits 2, 1")
+    # a message too big is one error, whether DATA or BDAT LAST carried it
+    after = "too many errors after END-OF-MESSAGE from unknown[127.0.0.1]"
+    for n, (cmd, go) in enumerate((("DATA", ["354"]), ("BDAT 2000 LAST", []))):
+        with Raw(e.port) as c:
+            c.send("EHLO client.test\r\nMAIL FROM:<s@example.org>\r\nRCPT TO:<a@example.com>\r\n"
+                   "FROB\r\n%s\r\n" % cmd)
+            c.send(b"x" * 2000 + (b"\r\n.\r\n" if go else b""))
+            out = c.rest(timeout=10)
+        eq([l[:3] for l in out.splitlines() if l[3:4] != "-"],
+           ["250", "250", "250", "500"] + go + ["552", "421"], "%s too big, hard_errors 2" % cmd)
+        wait_until(lambda: len(e.log_lines(after)) == n + 1, 15, "%s: %s" % (cmd, after))
 
 
 @case()

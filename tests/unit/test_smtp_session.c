@@ -725,7 +725,7 @@ static void check_stalled(struct smtp_session *s, const char *before, const char
 
  /*
   * After BDAT LAST the engine waits for the hook like after DATA, also
-  * for BDAT 0 LAST, whose hook call comes from the command itself.
+  * for BDAT 0 LAST, whose chunk has no octets to wait for.
   */
 static void test_bdat_wait(void **state)
 {
@@ -1067,6 +1067,7 @@ static void test_random_input(void **state)
 #define NOOP_R	"250 2.0.0 Ok\r\n"
 #define LONG_LINE "x" X64 X64 X64 X64 X64 X64 X64 X64 X64 "\r\n"
 #define X64	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+#define K1024	X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64	/* > message_size */
 
 struct limit_row {
 	const char *name, *in, *hook_reply, *want;
@@ -1099,6 +1100,10 @@ static void test_error_limits(void **state)
 		{"errors of any command", "MAIL FROM:<a\r\nRCPT TO:<a@b.c>\r\nDATA\r\nQUIT\r\n", NULL,
 		 GREET "501 5.1.7 Bad sender address syntax\r\n"
 		 NEED_MAIL NEED_RCPT TOO_MANY, 1, 6},
+		{"a message too big counts (DATA)", "X\r\nX\r\n" ENVELOPE K1024 "\r\n.\r\nNOOP\r\n", NULL,
+		 GREET UNKNOWN UNKNOWN EHLO_R OK_MAIL OK_RCPT GO TOOBIG TOO_MANY, 1, 6},
+		{"a message too big counts (BDAT)", "X\r\nX\r\n" ENV_B "BDAT 1024 LAST\r\n" K1024 "NOOP\r\n",
+		 NULL, GREET UNKNOWN UNKNOWN EHLO_R OK_MAIL OK_RCPT TOOBIG TOO_MANY, 1, 6},
 	};
 	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3,
 		.hard_errors = 3, .junk_commands = 2};
@@ -1127,6 +1132,87 @@ static void test_error_limits(void **state)
 		fake_free(&f);
 	}
 	assert_int_equal(fails, 0);
+}
+
+ /*
+  * What each end of a transaction counts, with hard_errors off so that the
+  * count shows: a message refused or taken counts the same whichever of
+  * DATA, BDAT LAST or BDAT 0 LAST carried it (one error, or the count
+  * cleared; one record for the message or its last chunk; "after
+  * END-OF-MESSAGE"), and each BDAT refused counts once, as Postfix counts
+  * each failed command. Every row starts with one error.
+  */
+struct end_row {
+	const char *name, *in, *hook_reply;
+	int bare_lf_reject;
+	int errors;			/* s->errors after the input */
+	unsigned long records;		/* smtp_session_records() */
+	const char *where;		/* smtp_session_where() */
+};
+
+#define EOM	"END-OF-MESSAGE"
+#define NO_RCPT	"X\r\nMAIL FROM:<a@b.c>\r\nRCPT TO:<deny@x.y>\r\n"
+
+/* run_end_row - feed one row in the mode given; 1 (and why) if its counts are not the row's */
+static int run_end_row(const void *row, size_t step, const char *how)
+{
+	const struct end_row *r = row;
+	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3};
+	struct smtp_session *s;
+	struct fake f;
+	int bad = 0;
+
+	memset(&f, 0, sizeof(f));
+	f.reply = r->hook_reply;
+	cfg.bare_lf_reject = r->bare_lf_reject;
+	s = smtp_session_new(&cfg, &fake_hooks, &f);
+	feed_chunks(s, r->in, strlen(r->in), 0, step);
+	if (s->errors != r->errors || smtp_session_records(s) != r->records
+	    || strcmp(smtp_session_where(s), r->where) != 0 || smtp_session_in_data(s)) {
+		print_error("%s (%s): got errors=%d records=%lu where=%s in_data=%d, "
+			    "want errors=%d records=%lu where=%s in_data=0\n", r->name, how,
+			    s->errors, smtp_session_records(s), smtp_session_where(s),
+			    smtp_session_in_data(s), r->errors, r->records, r->where);
+		bad = 1;
+	}
+	smtp_session_free(s);
+	fake_free(&f);
+	return bad;
+}
+
+static void test_message_end_counts(void **state)
+{
+	static const struct end_row rows[] = {
+		{"DATA taken", "X\r\n" ENVELOPE "m\r\n.\r\n", NULL, 0, 0, 6, EOM},
+		{"BDAT LAST taken", "X\r\n" ENV_B "BDAT 3 LAST\r\nm\r\n", NULL, 0, 0, 6, EOM},
+		{"BDAT 0 LAST taken", "X\r\n" ENV_B "BDAT 3\r\nm\r\nBDAT 0 LAST\r\n", NULL, 0, 0, 8, EOM},
+		{"DATA refused by the hook", "X\r\n" ENVELOPE "m\r\n.\r\n", "451 4.3.0 Error: later", 0,
+		 2, 6, EOM},
+		{"BDAT LAST refused by the hook", "X\r\n" ENV_B "BDAT 3 LAST\r\nm\r\n",
+		 "451 4.3.0 Error: later", 0, 2, 6, EOM},
+		{"BDAT 0 LAST refused by the hook", "X\r\n" ENV_B "BDAT 3\r\nm\r\nBDAT 0 LAST\r\n",
+		 "451 4.3.0 Error: later", 0, 2, 8, EOM},
+		{"DATA too big", "X\r\n" ENVELOPE K1024 "\r\n.\r\n", NULL, 0, 2, 6, EOM},
+		{"BDAT LAST too big", "X\r\n" ENV_B "BDAT 1024 LAST\r\n" K1024, NULL, 0, 2, 6, EOM},
+		{"BDAT 0 LAST after a chunk too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024
+		 "BDAT 0 LAST\r\n", NULL, 0, 3, 8, EOM},
+		{"each chunk after one too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024 "BDAT 2\r\nab"
+		 "BDAT 2 LAST\r\ncd", NULL, 0, 4, 10, EOM},
+		{"DATA with a bare LF", "X\r\n" ENVELOPE "a\nb\r\n.\r\n", NULL, 1, 2, 6, EOM},
+		{"BDAT LAST with a bare LF", "X\r\n" ENV_B "BDAT 3 LAST\r\na\nb", NULL, 1, 2, 6, EOM},
+		{"BDAT 0 LAST with a bare LF", "X\r\n" ENV_B "BDAT 3\r\na\nbBDAT 0 LAST\r\n", NULL, 1,
+		 2, 8, EOM},
+		{"DATA, no recipient accepted", NO_RCPT "DATA\r\n", NULL, 0, 3, 4, "DATA"},
+		{"BDAT LAST, no recipient accepted", NO_RCPT "BDAT 3 LAST\r\nabc", NULL, 0, 3, 5, "BDAT"},
+		{"BDAT 0 LAST, no recipient accepted", NO_RCPT "BDAT 0 LAST\r\n", NULL, 0, 3, 5, "BDAT"},
+		{"each BDAT refused", "X\r\nBDAT 2\r\nabBDAT 2 LAST\r\ncd", NULL, 0, 3, 5, "BDAT"},
+		{"RSET mid-BDAT, then LAST refused", "X\r\n" ENV_B "BDAT 2\r\nabRSET\r\n"
+		 "BDAT 2 LAST\r\ncd", NULL, 0, 2, 9, "BDAT"},
+	};
+
+	(void) state;
+	assert_int_equal(run_rows(rows, sizeof(rows[0]), sizeof(rows) / sizeof(rows[0]),
+				  run_end_row), 0);
 }
 
  /*
@@ -1183,6 +1269,7 @@ int main(void)
 		cmocka_unit_test(test_zero_limits),
 		cmocka_unit_test(test_random_input),
 		cmocka_unit_test(test_error_limits),
+		cmocka_unit_test(test_message_end_counts),
 		cmocka_unit_test(test_out_max),
 	};
 
