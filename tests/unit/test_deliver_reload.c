@@ -260,9 +260,9 @@ static void check_rates(const char *what, struct deliver_rate *r, int rate, int 
 			int conns)
 {
 	pthread_mutex_lock(&r->lock);
-	if (r->rate != rate || r->rcpt_rate != rcpt_rate || r->conns != conns)
+	if (r->rate != rate || r->rcpt_rate != rcpt_rate || r->fb.conc_max != conns)
 		fail_msg("%s: rate %d, recipient_rate %d, connections %d; want %d, %d, %d", what,
-			 r->rate, r->rcpt_rate, r->conns, rate, rcpt_rate, conns);
+			 r->rate, r->rcpt_rate, r->fb.conc_max, rate, rcpt_rate, conns);
 	pthread_mutex_unlock(&r->lock);
 }
 
