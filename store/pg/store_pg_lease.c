@@ -156,25 +156,22 @@ void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token)
 
 /*
  * held - every lease this node holds, as p's next three parameters:
- * their tokens (int8[]), the node, their QIDs (text[]); rows are found by
- * QID, the primary key, and checked by token. Their number (0: nothing
- * added), and a copy of the entries in *copy (owned) if it is not NULL
+ * their tokens (int8[]), the node, their QIDs (text[], in the same
+ * order); rows are found by QID, the primary key, and checked by token.
+ * Their number (0: nothing added)
  */
-static size_t held(struct pg_store *st, struct pg_params *p, struct pg_lease **copy)
+static size_t held(struct pg_store *st, struct pg_params *p)
 {
 	char (*qids)[STORE_QID_SIZE];
 	struct pg_arr tokens;
-	struct pg_lease *v;
 	size_t i, n = 0;
 
 	store_pg_arr_init(&tokens, PG_OID_INT8);
 	pthread_mutex_lock(&st->lmu);
-	v = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(*v));
 	qids = xcalloc(st->n_leases ? st->n_leases : 1, sizeof(*qids));
 	for (i = 0; i < st->cap_leases; i++)
 		if (st->leases[i].qid[0] && strcmp(st->leases[i].qid, DELETED) != 0) {
-			memcpy(qids[n], st->leases[i].qid, sizeof(*qids));
-			v[n++] = st->leases[i];
+			memcpy(qids[n++], st->leases[i].qid, sizeof(*qids));
 			store_pg_a_i64(&tokens, st->leases[i].token);
 		}
 	pthread_mutex_unlock(&st->lmu);
@@ -185,10 +182,6 @@ static size_t held(struct pg_store *st, struct pg_params *p, struct pg_lease **c
 	} else
 		store_pg_arr_free(&tokens);
 	free(qids);
-	if (copy != NULL)
-		*copy = v;
-	else
-		free(v);
 	return n;
 }
 
@@ -294,10 +287,9 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	struct pg_lease *mine;
-	size_t n, i, lost = 0;
+	char qid[STORE_QID_SIZE];
 	PGresult *r;
-	int err, k;
+	int err, i, lost;
 
 	(void) now;			/* leases run on the database's clock */
 	if (st->node == NULL)
@@ -305,45 +297,41 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	store_pg_anchor_check(st);
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, st->lease_us);
-	if ((n = held(st, &p, &mine)) == 0) {
+	if (held(st, &p) == 0) {
 		store_pg_params_free(&p);
-		free(mine);
 		return 0;
 	}
 	/*
 	 * Rows a delivery write has locked are skipped, not waited for: the
 	 * renewal took rows in no order and deadlocked with a mark carrying
 	 * the previous outcome (two rows). The leases still held are what the
-	 * statement's snapshot shows as this node's, renewed or not this time.
+	 * statement's snapshot shows as this node's, renewed or not this time;
+	 * it answers with the others, lost, each a row (a scalar subquery, an
+	 * index lookup each): the node forgets them as they are read, where it
+	 * matched every lease held against every row still held (O(held x
+	 * rows), under lmu)
 	 */
 	err = store_pg_run(st, "WITH c AS (SELECT qid FROM messages "
 		  "WHERE qid = ANY($4::text[]) AND lease_token = ANY($2::int8[]) AND lease_owner = $3 "
 		  "AND " PG_ROW_QUEUED("") " FOR UPDATE SKIP LOCKED), u AS (UPDATE messages m SET "
 		  "lease_until = " PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid) "
-		  "SELECT lease_token FROM messages "
-		  "WHERE qid = ANY($4::text[]) AND lease_token = ANY($2::int8[]) AND lease_owner = $3 "
-		  "AND " PG_ROW_QUEUED(""),
+		  "SELECT h.q, h.t FROM unnest($4::text[], $2::int8[]) AS h(q, t) "
+		  "WHERE (SELECT true FROM messages m WHERE m.qid = h.q AND m.lease_token = h.t "
+		  "AND m.lease_owner = $3 AND " PG_ROW_QUEUED("m.") ") IS NULL",
 		  &p, &r, "lease renew");
 	store_pg_params_free(&p);
-	if (err != 0) {
-		free(mine);
+	if (err != 0)
 		return err;
-	}
+	lost = PQntuples(r);
 	pthread_mutex_lock(&st->lmu);
-	for (i = 0; i < n; i++) {
-		for (k = 0; k < PQntuples(r) && store_pg_int(r, k, 0) != mine[i].token; k++)
-			;
-		if (k == PQntuples(r)) {
-			lease_del_locked(st, mine[i].qid, mine[i].token);
-			lost++;
-		}
-	}
+	for (i = 0; i < lost; i++)
+		if (store_pg_qid(r, i, 0, qid) == 0)
+			lease_del_locked(st, qid, store_pg_int(r, i, 1));
 	pthread_mutex_unlock(&st->lmu);
 	if (lost)
-		msg_info("store: %zu lease%s lost to other nodes or finished", lost,
+		msg_info("store: %d lease%s lost to other nodes or finished", lost,
 			 lost == 1 ? "" : "s");
 	PQclear(r);
-	free(mine);
 	return 0;
 }
 
@@ -382,7 +370,7 @@ int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct sto
 	int err;
 
 	store_pg_params_init(&p);
-	if (held(st, &p, NULL) == 0) {
+	if (held(st, &p) == 0) {
 		store_pg_params_free(&p);
 		return 0;
 	}
