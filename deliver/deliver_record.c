@@ -55,6 +55,8 @@
  *	QID: sender non-delivery notification not queued: ERR; its recipients deferred
  *	QID: to=<a@b>, ..., dsn=4.3.0, status=deferred (sender non-delivery notification
  *	    not queued: REPLY)
+ *	(with "not known to be queued (left to the next take)" for "not queued" when
+ *	the store gave the message's lease up: see store_pg_wait.c)
  *	NEWQID: from=<>, size=N, nrcpt=1 (queue active)  (as qmgr's)
  *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...
@@ -241,6 +243,17 @@ static int notice_spool(struct deliver *d, const struct deliver_job *j,
 }
 
 /*
+ * not_queued - what a notice whose write failed with err became: not
+ * queued, or, its lease given up (STORE_ELEASE: another node's, or the
+ * store left a commit it could not read to the next take, which finds
+ * the bounce with its notice or neither), not known to be
+ */
+static const char *not_queued(int err)
+{
+	return err == STORE_ELEASE ? "not known to be queued (left to the next take)" : "not queued";
+}
+
+/*
  * job_bounce - log the recipients bounced[] and write j's outcome, as
  * decided, with the sender's notification of those whose NOTIFY wants
  * one (notice_spool: with the original's headers alone if the whole
@@ -274,15 +287,17 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 		k++;
 	}
 	if (k > 0 && (err = notice_spool(d, j, dr, k, now, &nt)) != 0)
-		msg_warn("%s: sender non-delivery notification not queued: %s;"
-			 " its recipients deferred", j->m.qid, store_strerror(err));
+		msg_warn("%s: sender non-delivery notification %s: %s; its recipients deferred",
+			 j->m.qid, not_queued(err), store_strerror(err));
 	for (i = 0; i < n; i++) {
 		struct store_rcpt *r = &j->m.rcpts[bounced[i]];
+		char why[96];
 
 		if (err != 0 && wants_failure_dsn(r)) {
 			r->state = STORE_RCPT_QUEUED;
-			log_result(j, bounced[i], "4.3.0", "deferred",
-				   "sender non-delivery notification not queued: ", now);
+			snprintf(why, sizeof(why), "sender non-delivery notification %s: ",
+				 not_queued(err));
+			log_result(j, bounced[i], "4.3.0", "deferred", why, now);
 			again++;
 			continue;
 		}

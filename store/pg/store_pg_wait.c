@@ -130,17 +130,38 @@
  *	answered 451 for it: voided, it was dropped by the settle once the
  *	COMMIT went through, the outcome bounced and its notice lost. So a
  *	batch whose puts follow a delivery write is neither voided nor kept:
- *	still in progress, or its outcome not readable, it is left to
- *	PostgreSQL, which records the outcome and the notice or neither, and
- *	the node forgets the leases of the messages it wrote before it
- *	returns STORE_EAGAIN. The delivery then takes the notice as not
- *	queued and writes its recipients deferred: fenced by a lease the
- *	node no longer holds, that write is refused (STORE_ELEASE), where it
- *	could land once the COMMIT had gone through and queue a bounced
- *	recipient again, to be bounced with a second notice. The next take
- *	reads what PostgreSQL decided; a COMMIT that did not go through after
- *	all leaves the inflight mark, found once the lease runs out, as
- *	after a crash.
+ *	still in progress, or its outcome not readable, its decision is
+ *	waited for (decided()). The transaction holds the rows it updated
+ *	until it ends: they are looked at every SLICE_MS, locked without a
+ *	wait, and once free the notice's row tells, committed (0) or not
+ *	(STORE_EAGAIN: the delivery writes its recipients deferred, to be
+ *	bounced again with a new notice; their leases renewed while the
+ *	rows were locked, so that no take finds one run out first). Left to
+ *	PostgreSQL, the leases given up (84cce52), a COMMIT that failed later
+ *	left the inflight mark of the bounced message's dot, read by the next
+ *	take as an ambiguous delivery: delivered-unconfirmed, no notice. A
+ *	backend that neither ends nor waits for the standby after LOOK_US
+ *	(its connection cut before COMMIT arrived: idle in its transaction;
+ *	a COMMIT stuck before its commit record) is ended, which aborts it,
+ *	or commits it if its record was written: either way decided, and
+ *	read as above. Only the transaction of the id read for the batch is
+ *	ended (a pooler may have given that backend to another client), and
+ *	not one that waits for a lock held by a transaction that waits for
+ *	the standby (a renewal of the message's lease, committed as the
+ *	standby went away): that one is decided once the standby answers,
+ *	and waited for. A COMMIT that waits for the standby itself has its
+ *	commit record written: on this server it can only commit. That one,
+ *	and one whose rows cannot be read because PostgreSQL stays away
+ *	longer than a statement's limit, or no decision within twice
+ *	store.lease and a minute, are left to PostgreSQL (undecided()): the
+ *	node forgets the leases of the messages it wrote and returns
+ *	STORE_ELEASE, so that the deferral the delivery then writes is
+ *	refused, where it could land once the COMMIT had gone through and
+ *	queue a bounced recipient again, to be bounced with a second notice;
+ *	the next take reads what PostgreSQL decided. One of those that did
+ *	not go through after all (unreachable past the limit and lost on the
+ *	way; a failover to a standby without it) leaves the inflight mark,
+ *	read as after a crash.
  *
  *	Not covered (store_pg_pend.c says more): a node cut off from
  *	PostgreSQL for longer than store.lease, while the others reach it
@@ -155,7 +176,8 @@
  *	Delivery writes that ride in a voided or kept batch are only told
  *	it failed.
  * DIAGNOSTICS
- *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN.
+ *	store_pg_commit_resolve() returns 0 (committed) or STORE_EAGAIN; a
+ *	delivery's batch left to PostgreSQL, STORE_ELEASE.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -206,6 +228,29 @@ const char store_pg_sql_void[] =
 	"SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, pg_current_xact_id()), $3, "
 	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";
 
+
+/*
+ * A delivery's rows (see the header): those its transaction no longer
+ * holds, locked without a wait, and their leases, still this node's,
+ * renewed; how many were free, of how many asked
+ */
+static const char SQL_ENDED[] =
+	"WITH ended AS (SELECT qid FROM messages WHERE qid = ANY($1::text[]) FOR UPDATE SKIP LOCKED), "
+	"u AS (UPDATE messages m SET lease_until = " PG_DB_NOW " + $2 FROM ended e "
+	"WHERE m.qid = e.qid AND m.lease_owner = $3 AND " PG_ROW_QUEUED("m.") ") "
+	"SELECT (SELECT count(*) FROM ended), cardinality($1::text[])";
+
+/*
+ * A delivery's backend: does it wait for the standby, or behind one that
+ * does (a lock its transaction waits for)? If neither, and it runs the
+ * delivery's transaction ($3: the id's low bits), it is ended.
+ */
+static const char SQL_END_STUCK[] =
+	"SELECT w.waits, w.behind, CASE WHEN NOT w.waits AND NOT w.behind AND "
+	"a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid "
+	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
+	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
+	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " BACKEND_IS("a");
 
 /* with the key of each one's message, if it has one: its lock is taken before the settle */
 static const char SQL_DECIDED[] =
@@ -548,11 +593,11 @@ static int delivery_puts(const struct pg_txn *t)
 }
 
 /*
- * undecided - t put a delivery's messages and its outcome is not known:
- * nothing voided, and the leases of the messages it wrote forgotten (see
- * the header); STORE_EAGAIN
+ * undecided - t put a delivery's messages and its outcome could not be
+ * learnt (see the header): nothing voided, the leases of the messages
+ * it wrote forgotten; STORE_ELEASE
  */
-static int undecided(struct pg_txn *t)
+static int undecided(struct pg_txn *t, int waits)
 {
 	const struct pg_seg *s;
 	size_t i, j;
@@ -560,22 +605,120 @@ static int undecided(struct pg_txn *t)
 	for (i = 0; i < t->n_segs; i++)
 		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
 			store_pg_lease_del(t->st, s->qids[j], 0);
-	msg_warn("store: a delivery's commit is still in progress or cannot be read: its %zu "
-		 "message%s (%s%s) not voided, the leases of those it wrote given up",
-		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
-	return STORE_EAGAIN;
+	msg_warn("store: a delivery's commit %s: its %zu message%s (%s%s) not voided, the leases "
+		 "of those it wrote given up: the next take reads what PostgreSQL decided",
+		 waits ? "is written and waits for the synchronous standby"
+		 : "is still in progress or cannot be read", t->n_put, t->n_put == 1 ? "" : "s",
+		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	return STORE_ELEASE;
+}
+
+/* updated_param - the QIDs t updated as $1 of p */
+static void updated_param(const struct pg_txn *t, struct pg_params *p)
+{
+	const struct pg_seg *s;
+	struct pg_arr a;
+	size_t i, j;
+
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < t->n_segs; i++)
+		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
+			store_pg_a_text(&a, s->qids[j]);
+	store_pg_params_init(p);
+	store_pg_p_arr(p, &a);
+}
+
+/*
+ * ended - is t's transaction over: are the rows it updated, which it
+ * holds locked until it ends, free? Those still this node's get their
+ * leases renewed while locked, so that no take finds one run out before
+ * the delivery writes its deferral. 1 yes, 0 not yet, -1 not known.
+ */
+static int ended(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc = -1;
+
+	updated_param(t, &p);
+	store_pg_p_i64(&p, t->st->lease_us);
+	store_pg_p_text(&p, t->st->node ? t->st->node : "");
+	if (side_run(t->st, 1, SQL_ENDED, &p, &r, "delivery's commit ended") == 0) {
+		rc = store_pg_int(r, 0, 0) == store_pg_int(r, 0, 1);
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return rc;
+}
+
+/*
+ * end_stuck - t's backend ended if it runs t's transaction and neither
+ * waits for the standby nor behind one that does (see the header): 1 it
+ * waits for the standby, 2 behind one, else 0
+ */
+static int end_stuck(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc = 0;
+
+	if (backend_param(t->c, &p) == 0) {
+		store_pg_p_i64(&p, t->xid ? t->xid & 0xffffffffLL : -1);
+		if (side_run(t->st, 0, SQL_END_STUCK, &p, &r, "delivery's backend") == 0) {
+			if (PQntuples(r) == 1)
+				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
+			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
+				msg_warn("store: a delivery's commit neither ends nor waits for the "
+					 "standby: its backend (pid %s) ended", PQgetvalue(r, 0, 3));
+			PQclear(r);
+		}
+	}
+	store_pg_params_free(&p);
+	return rc;
+}
+
+/*
+ * decided - t put a delivery's messages and its COMMIT's outcome is not
+ * known: PostgreSQL's decision waited for (see the header). 0 committed,
+ * STORE_EAGAIN not; STORE_ELEASE left undecided.
+ */
+static int decided(struct pg_txn *t)
+{
+	int64_t start = clock_mono_us(), now, away = 0;
+	int over, waits = 0, behind = 0, rc;
+
+	msg_warn("store: a delivery's commit (%s%s) has no outcome yet: waiting for PostgreSQL's",
+		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	for (;;) {
+		if ((over = ended(t)) == 1 && (rc = store_pg_read_back(t)) != PG_NOT_KNOWN)
+			return rc;
+		now = clock_mono_us();
+		away = over >= 0 ? 0 : away ? away : now;
+		if (away && now - away >= store_pg_result_limit())
+			break;
+		if (over == 0 && now - start >= LOOK_US && (waits = end_stuck(t)) == 1)
+			break;
+		if (waits == 2 && !behind++)
+			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "
+				 "synchronous standby: PostgreSQL decides it once the standby answers",
+				 t->put_qids[0]);
+		if (now - start >= 2 * t->st->lease_us + 60000000LL)
+			break;
+		usleep(SLICE_MS * 1000);
+	}
+	return undecided(t, waits == 1);
 }
 
 /*
  * not_known - store_pg_read_back()'s rc; PG_NOT_KNOWN keeps the batch to
- * settle, or a delivery's undecided: STORE_EAGAIN
+ * settle, or a delivery's is waited for (decided)
  */
 static int not_known(struct pg_txn *t, int rc)
 {
 	if (rc != PG_NOT_KNOWN)
 		return rc;
 	if (delivery_puts(t))
-		return undecided(t);
+		return decided(t);
 	store_pg_pend_add(t, 0);
 	return STORE_EAGAIN;
 }
@@ -653,8 +796,8 @@ static int replays_read_back(struct pg_txn *t)
 /*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
- * settled, or a delivery's left undecided (see the header);
- * store_pg_read_back() reads a committed batch's leases, or whether a
+ * settled; a delivery's is waited for (STORE_ELEASE: left undecided, see
+ * the header); store_pg_read_back() reads a committed batch's leases, or whether a
  * transaction over (its backend gone) committed
  */
 int store_pg_commit_resolve(struct pg_txn *t)
@@ -681,7 +824,7 @@ int store_pg_commit_resolve(struct pg_txn *t)
 	if (x == XACT_UNKNOWN)
 		return not_known(t, store_pg_read_back(t));
 	if (delivery_puts(t))		/* still in progress, or committed where it cannot be read */
-		return undecided(t);
+		return decided(t);
 	if (x == XACT_COMMITTED)
 		voided_warn(t, "a commit reads as committed, but its messages cannot be read back", "");
 	if (void_batch(t) != 0) {

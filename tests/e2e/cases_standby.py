@@ -227,12 +227,14 @@ def test_standby_stopped_through_pgbouncer(t):
 @case(timeout=120, stores=PG_ONLY)
 def test_standby_stopped_at_a_bounce(t):
     """A bounce whose outcome and notice (one transaction, deliver_record.c)
-    commit while the synchronous standby is stopped: the hold runs out, and
-    the node defers the recipient, the notice taken as not queued. The
-    notice was answered to no client: it is not voided, and the deferral is
-    not written over the outcome, so once the standby is back the sender
-    gets one notice and the recipient is never asked again. Voided, the
-    notice was dropped once its commit went through: the bounce had none."""
+    commit while the synchronous standby is stopped: the hold runs out, the
+    node sees the COMMIT wait for the standby (its commit record written: it
+    can only commit) and leaves it to PostgreSQL, the notice not known to be
+    queued. The notice was answered to no client: it is not voided, and the
+    deferral is not written over the outcome, so once the standby is back
+    the sender gets one notice and the recipient is never asked again.
+    Voided, the notice was dropped once its commit went through: the bounce
+    had none."""
     from cases_delivery import is_dsn
     pg = t.pg_cluster(standby=True)
     sb = pg.standbys[0]
@@ -247,7 +249,7 @@ def test_standby_stopped_at_a_bounce(t):
     # the mark is committed before the dot: the standby stops while the reply waits
     wait_until(lambda: sink.events("dot"), 20, "the final dot at the sink", interval=0.1)
     sb.stop()
-    d.wait_log(qid, "sender non-delivery notification not queued", timeout=30)
+    d.wait_log("has no outcome yet: waiting for PostgreSQL", timeout=30)
     sb.start()
     dsn = sink.wait_count(1, lambda r: is_dsn(r, sender), timeout=40,
                           what="the notice to %s once the standby is back" % sender)

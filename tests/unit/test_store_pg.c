@@ -3520,15 +3520,15 @@ static long long notices_of(struct fx *f)
 /*
  * notice_bounce - the transaction of a bounce (deliver_record.c): m's
  * outcome, its recipient 0 bounced and 1 deferred (due now, its lease
- * kept; or later, given up), then its notice, whose COMMIT's outcome is
- * not known: it waits past the hold (for the test's lock, hook NULL), or
- * hook cuts it
+ * kept; or later, given up), then its notice, whose COMMIT is held past
+ * the hold (for the test's lock, hook NULL), or hook cuts it; its rc
  */
-static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later,
-			  void (*hook) (PGconn *c))
+static int notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later,
+			 void (*hook) (PGconn *c))
 {
 	struct store_txn *t;
 	struct store_msg n;
+	int rc;
 
 	m->rcpts[0].state = STORE_RCPT_BOUNCED;
 	free(m->rcpts[0].reply);
@@ -3547,10 +3547,11 @@ static void notice_bounce(struct fx *f, struct store_msg *m, const char *notice,
 	hook_qid = notice;
 	commit_hook = hook;
 	result_us = SEC / 2;		/* the hold of a COMMIT that waits, but not for the standby */
-	CHECK_INT("the outcome unknown", store_txn_commit(t), STORE_EAGAIN);
+	rc = store_txn_commit(t);
 	result_us = PG_RESULT_US;
 	commit_hook = NULL;
 	store_msg_free(&n);
+	return rc;
 }
 
 /*
@@ -3578,64 +3579,177 @@ static void notice_once(struct fx *f, struct store_msg *m, const char *notice, i
 	CHECK_INT("nothing voided", void_count(f), 0);
 }
 
+/* the test's lock, released by a thread once the store waits for the bounce's outcome */
+struct release {
+	PGconn *c;			/* owned: the test's connection, which holds the lock */
+	FILE *log;			/* not owned: where the log goes meanwhile (log_capture) */
+	int lock;
+};
+
+/* release_run - release r's lock once the store says it waits for the outcome, or after 10 s */
+static void *release_run(void *arg)
+{
+	struct release *r = arg;
+	int64_t deadline = clock_mono_us() + 10 * SEC;
+	char text[8192], q[64];
+	PGresult *res;
+	ssize_t n;
+
+	while ((n = pread(fileno(r->log), text, sizeof(text) - 1, 0)) >= 0
+	       && (text[n] = 0, strstr(text, "has no outcome yet") == NULL)
+	       && clock_mono_us() < deadline)
+		usleep(10000);
+	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", r->lock);
+	res = PQexec(r->c, q);
+	PQclear(res);
+	return NULL;
+}
+
+/* inflight_of - messages.inflight of qid: 1, 0, or -1 no such message */
+static long long inflight_of(struct fx *f, const char *qid)
+{
+	char q[256];
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT (SELECT inflight FROM messages "
+		 "WHERE qid = '%s')", f->schema, qid);
+	return sql_int(f->url, q);
+}
+
+/*
+ * notice_decided - the bounce of qid, inflight-marked (its dot answered
+ * 550), whose COMMIT the trigger holds on the test's lock, released once
+ * the store waits for the outcome (or after 10 s), or kept until the
+ * store has answered (keep: its backend stuck); then the delivery as
+ * deliver_record.c goes on: committed, nothing more; else the recipient
+ * deferred. The end is either the bounce with its notice, once, or the
+ * recipient queued, the mark cleared, to be asked again and bounced with
+ * one notice: never the mark left without a notice, which the next take
+ * reads as an ambiguous delivery (delivered-unconfirmed under
+ * upstream.ambiguous = assume-delivered: the bounce lost, no notice).
+ */
+static void notice_decided(struct fx *f, const char *qid, const char *notice, int later,
+			   int lock, int keep)
+{
+	struct release rel = { PQconnectdb(f->url), NULL, lock };
+	struct store_story s;
+	struct store_msg m;
+	PGresult *r;
+	pthread_t th;
+	char q[160], text[8192];
+	int hash = 90 + lock % 8, rc, dr = 0, fd;
+
+	msg_new(&m, qid, 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
+	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%d)", lock);
+	r = PQexec(rel.c, q);
+	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	fd = log_capture(&rel.log);
+	if (!keep)
+		assert_int_equal(pthread_create(&th, NULL, release_run, &rel), 0);
+	rc = notice_bounce(f, &m, notice, later, NULL);
+	if (keep) {
+		snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", lock);
+		PQclear(PQexec(rel.c, q));
+	} else {
+		pthread_join(th, NULL);
+	}
+	log_captured(fd, rel.log, text, sizeof(text));
+	PQfinish(rel.c);
+	/* the COMMIT over, whatever the store did: its message's row free */
+	sql(f, "SET lock_timeout = '10s'; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", qid);
+	if (rc != 0) {			/* the notice taken as not queued: the recipient deferred */
+		m.rcpts[0].state = STORE_RCPT_QUEUED;
+		dr = store_msg_update(f->st, &m);
+	}
+	CHECK_INT("the story", store_story_get(f->st, qid, &s), 0);
+	if (qid_rows(f, "messages", notice) == 1) {
+		CHECK_INT("recipient 0 bounced, with its notice", s.m.rcpts[0].state,
+			  STORE_RCPT_BOUNCED);
+		if (rc != 0)
+			CHECK_INT("the deferral after a notice that went through: refused", dr,
+				  STORE_ELEASE);
+	} else {
+		CHECK_INT("no notice: the inflight mark (else an ambiguous delivery, no notice ever)",
+			  inflight_of(f, qid), 0);
+		CHECK_INT("no notice: recipient 0 queued to bounce again", s.m.rcpts[0].state,
+			  STORE_RCPT_QUEUED);
+		CHECK_INT("no notice: the deferral written", dr, 0);
+		/* the next attempt bounces it again, with one notice */
+		sql(f, "DROP TRIGGER IF EXISTS commit_held ON messages", NULL);
+		assert_int_equal(store_msg_load(f->st, qid, &m), 0);
+		CHECK_INT("the bounce again", notice_bounce(f, &m, notice, later, NULL), 0);
+		CHECK_INT("its notice, once", qid_rows(f, "messages", notice), 1);
+	}
+	store_story_free(&s);
+	CHECK_INT("nothing voided", void_count(f), 0);
+	store_msg_free(&m);
+}
+
+/* commit_held - the trigger that holds a bounce's COMMIT on lock 4243, then passes or fails */
+static void commit_held(struct fx *f, int fails)
+{
+	char q[512];
+
+	snprintf(q, sizeof(q), "CREATE OR REPLACE FUNCTION commit_held() RETURNS trigger LANGUAGE "
+		 "plpgsql AS $$ BEGIN IF NEW.sender = '' THEN PERFORM pg_advisory_xact_lock(4243); %s "
+		 "END IF; RETURN NULL; END $$; "
+		 "DROP TRIGGER IF EXISTS commit_held ON messages; CREATE CONSTRAINT TRIGGER "
+		 "commit_held AFTER INSERT ON messages DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+		 "EXECUTE FUNCTION commit_held()", fails ? "RAISE EXCEPTION 'the COMMIT fails';" : "");
+	sql(f, "%s", q);
+}
+
 /*
  * A bounce's notice is written in one transaction with its outcome
- * (deliver_record.c). When its COMMIT waits past the hold, the delivery
- * is told STORE_EAGAIN: it takes the notice as not queued, queues the
- * recipient again, deferred, and writes that (again and again, until it
- * is written or refused). The notice was never answered 451 to a client:
- * it must not be voided, or the settle drops it once the COMMIT ends,
- * the outcome bounced, its notice lost; and the deferral must not land
- * after that COMMIT, or the recipient is asked again at the next attempt
- * and bounced with a second notice. Its message still queued (another
- * recipient deferred), due now (its lease kept) or later (given up):
- * either way the deferral's fence, by the lease's token, passed.
+ * (deliver_record.c). When its COMMIT is held past the hold (here by a
+ * deferred trigger waiting for the test's lock), the store waits for
+ * PostgreSQL's decision before it answers: it goes through once the lock
+ * is released, and the bounce stands with its notice. Told STORE_EAGAIN
+ * (the notice taken as not queued), the delivery would write the
+ * recipient deferred: landing after that COMMIT, it queued a bounced
+ * recipient again, to be bounced with a second notice; and the notice,
+ * voided, was dropped by the settle once the COMMIT ended. Its message
+ * still queued (another recipient deferred), due now or later.
  */
 static void test_notice_commit_waits(void **state)
 {
 	struct fx *f = *state;
-	const char *qids[2] = { "NOTICEWAIT01", "NOTICEWAIT02" };
-	const char *notices[2] = { "NOTICEWAIT91", "NOTICEWAIT92" };
-	PGconn *o = PQconnectdb(f->url);
-	struct store_msg m;
-	PGresult *r;
-	char q[128];
-	int v, hash;
 
-	hook_fx = f;
-	for (v = 0; v < 2; v++) {
-		hash = 97 + v;
-		msg_new(&m, qids[v], 2, 100);
-		CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-		store_msg_free(&m);
-		CHECK_INT("its mark", store_msg_set_inflight(f->st, qids[v], 1), 0);
-	}
-	sql(f, "CREATE FUNCTION commit_waits() RETURNS trigger LANGUAGE plpgsql AS "
-	    "$$ BEGIN PERFORM pg_advisory_xact_lock(4243); RETURN NULL; END $$; "
-	    "CREATE CONSTRAINT TRIGGER commit_waits AFTER INSERT ON messages DEFERRABLE "
-	    "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_waits()", NULL);
-	for (v = 0; v < 2; v++) {
-		r = PQexec(o, "SELECT pg_advisory_lock(4243)");
-		CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
-		PQclear(r);
-		CHECK_INT("the load", store_msg_load(f->st, qids[v], &m), 0);
-		notice_bounce(f, &m, notices[v], v, NULL);
-		r = PQexec(o, "SELECT pg_advisory_unlock(4243)");	/* the COMMIT goes on */
-		PQclear(r);
-		snprintf(q, sizeof(q), "SELECT count(*) FROM messages WHERE qid = '%s'", notices[v]);
-		if (!seen_within(q))
-			fail_msg("the COMMIT did not end within 5 s");
-		notice_once(f, &m, notices[v], v + 1);
-		store_msg_free(&m);
-	}
-	PQfinish(o);
+	commit_held(f, 0);
+	notice_decided(f, "NOTICEWAIT01", "NOTICEWAIT91", 0, 4243, 0);
+	commit_held(f, 0);
+	notice_decided(f, "NOTICEWAIT02", "NOTICEWAIT92", 1, 4243, 0);
+}
+
+/*
+ * The same COMMIT held, then failing (the trigger raises once the lock
+ * is released), or held for good (its backend stuck: the store ends it):
+ * no notice, and the bounce's outcome neither, so the message keeps the
+ * inflight mark its dot had. Left to PostgreSQL, the leases given up and
+ * the deferral refused (84cce52), the next take read that mark as an
+ * ambiguous delivery: recorded delivered-unconfirmed, the recipient
+ * refused 550, and no notice ever sent.
+ */
+static void test_notice_commit_aborts(void **state)
+{
+	struct fx *f = *state;
+
+	commit_held(f, 1);
+	notice_decided(f, "NOTICEFAIL01", "NOTICEFAIL91", 0, 4243, 0);
+	commit_held(f, 0);
+	notice_decided(f, "NOTICEFAIL02", "NOTICEFAIL92", 0, 4243, 1);
 }
 
 /*
  * The same when the bounce's COMMIT went through but its answer was lost
  * and PostgreSQL could not be reached to read it: the notice was kept to
  * be voided at the node's next use of the database (and dropped, the
- * transaction's id unknown), and the deferral landed
+ * transaction's id unknown), and the deferral landed. Now the batch is
+ * left to PostgreSQL, its lease given up (STORE_ELEASE).
  */
 static void test_notice_commit_unreachable(void **state)
 {
@@ -3649,7 +3763,8 @@ static void test_notice_commit_unreachable(void **state)
 	store_msg_free(&m);
 	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEAWAY01", 1), 0);
 	CHECK_INT("the load", store_msg_load(f->st, "NOTICEAWAY01", &m), 0);
-	notice_bounce(f, &m, "NOTICEAWAY91", 0, cut_off);
+	CHECK_INT("left to PostgreSQL", notice_bounce(f, &m, "NOTICEAWAY91", 0, cut_off),
+		  STORE_ELEASE);
 	back(st);
 	notice_once(f, &m, "NOTICEAWAY91", 1);
 	store_msg_free(&m);
@@ -3940,6 +4055,7 @@ int main(void)
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
 		T(test_notice_commit_waits),
+		T(test_notice_commit_aborts),
 		T(test_notice_commit_unreachable),
 		T(test_replay_commit_running),
 		T(test_replay_commit_unrun),
