@@ -332,7 +332,6 @@ struct store_space {
 };
 
 struct store_reach {
-	int unavailable;		/* it cannot be reached now */
 	uint64_t outages;		/* times it became unreachable since start */
 	uint64_t repl_waiting;		/* commits waiting for replication now */
 	uint64_t repl_waits;		/* times commits started to wait for it */

@@ -32,7 +32,7 @@
  *	at once: connection attempts are spaced by a backoff of 0.1 s
  *	doubling to 5 s, and until the next attempt is due no call tries. An
  *	outage is logged once when it starts and once when it ends, and
- *	store_stats() says so (unavailable, outages). A server that refuses
+ *	store_stats() says so (it fails, reach.outages). A server that refuses
  *	connections because its slots are all taken (max_connections) is
  *	logged as that, once, until a connection opens; it is an outage only
  *	when the node has no connection left: until then callers wait for one

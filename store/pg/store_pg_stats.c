@@ -9,12 +9,12 @@
  *	store_pg_stats() is the backend's store_stats(): the node's own
  *	counts (commits, outages, commits waiting for replication, voids)
  *	under its lock, then one statement on a connection of the pool
- *	(store_pg_take(): kept batches are settled first). The queued are
+ *	(store_pg_run(): kept batches are settled first). The queued are
  *	counted (few, and indexed); the claims, and the stories when
  *	asked, are estimated past PG_ROWS_EXACT rows (PG_ROWS). A call for
  *	the nodes alive alone reads only them.
  * DIAGNOSTICS
- *	0, or a STORE_E* code (the database unreachable: reach.unavailable).
+ *	0, or a STORE_E* code (the database unreachable: STORE_EAGAIN).
  */
 #include <string.h>
 
@@ -44,28 +44,21 @@
 int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 {
 	struct pg_store *st = (struct pg_store *) base;
-	PGconn *c;
 	PGresult *r;
 	int err;
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&st->mu);
-	s->reach.unavailable = st->down;
 	s->reach.outages = st->outages;
 	s->txns = st->txns;
 	s->reach.repl_waiting = st->repl_waiting;
 	s->reach.repl_waits = st->repl_waits;
 	s->reach.voided = st->voided;
 	pthread_mutex_unlock(&st->mu);
-	if ((err = store_pg_take(st, &c)) != 0) {
-		s->reach.unavailable = 1;
-		return err;
-	}
-	err = store_pg_exec(st, c, what == STORE_STATS_NODES ? "SELECT " SQL_NODES
-			    : (what & STORE_STATS_STORIES) ? SQL_STATS ", " PG_ROWS("messages")
-			    " FROM messages WHERE queued" : SQL_STATS " FROM messages WHERE queued",
-			    NULL, &r, "stats");
-	store_pg_give(st, c);
+	err = store_pg_run(st, what == STORE_STATS_NODES ? "SELECT " SQL_NODES
+			   : (what & STORE_STATS_STORIES) ? SQL_STATS ", " PG_ROWS("messages")
+			   " FROM messages WHERE queued" : SQL_STATS " FROM messages WHERE queued",
+			   NULL, &r, "stats");
 	if (err != 0)
 		return err;
 	s->nodes = (int) store_pg_int(r, 0, 0);
