@@ -267,21 +267,25 @@ static const char SQL_TRY_LOCKS[] =
  * end: a void goes with its message (never delivered) and the claims
  * that name it, unless another node holds a live lease on the message;
  * a message replayed, or taken for delivery (a take that raced with a
- * void of store_pg_pend.c), loses its void only.
+ * void of store_pg_pend.c), loses its void only. The message's delete
+ * decides, and its claims and recipients go only with a message it
+ * deleted: it may wait for the row lock of a take that commits
+ * meanwhile, and READ COMMITTED then tests its WHERE again on the row
+ * that take left (a test on what the snapshot saw deleted a message
+ * taken since). Kept: a message seen, not deleted.
  */
 static const char SQL_SETTLE[] =
 	"WITH d AS (DELETE FROM voids v WHERE v.qid = ANY($1::text[]) AND NOT EXISTS "
 	"(SELECT 1 FROM messages m WHERE m.qid = v.qid AND m.lease_owner IS NOT NULL "
 	"AND m.lease_owner <> m.node AND m.lease_until >= " PG_DB_NOW ") RETURNING v.qid), "
-	"k AS (SELECT d.qid, coalesce(m.replayed OR m.lease_since IS NOT NULL, false) AS kept FROM d "
-	"LEFT JOIN messages m ON m.qid = d.qid), "
-	"gone AS (DELETE FROM claims c USING messages m, k WHERE m.qid = k.qid AND NOT k.kept "
-	"AND m.has_key AND c.keyhash = m.keyhash AND c.qid = k.qid RETURNING 1), "
-	"dr AS (DELETE FROM rcpts r USING k WHERE r.qid = k.qid AND NOT k.kept), "
-	"dropped AS (DELETE FROM messages m USING k WHERE m.qid = k.qid AND NOT k.kept "
-	"RETURNING m.qid) "
-	"SELECT k.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone), k.kept FROM k "
-	"LEFT JOIN dropped x ON x.qid = k.qid";
+	"dropped AS (DELETE FROM messages m USING d WHERE m.qid = d.qid AND NOT m.replayed "
+	"AND m.lease_since IS NULL RETURNING m.qid, m.keyhash, m.has_key), "
+	"gone AS (DELETE FROM claims c USING dropped x WHERE x.has_key AND c.keyhash = x.keyhash "
+	"AND c.qid = x.qid RETURNING 1), "
+	"dr AS (DELETE FROM rcpts r USING dropped x WHERE r.qid = x.qid) "
+	"SELECT d.qid, x.qid IS NOT NULL, (SELECT count(*) FROM gone), x.qid IS NULL AND "
+	"EXISTS (SELECT 1 FROM messages m WHERE m.qid = d.qid) FROM d "
+	"LEFT JOIN dropped x ON x.qid = d.qid";
 
 /*
  * side_take - a connection beside one that hangs: the anchor (its own

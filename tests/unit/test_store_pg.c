@@ -16,7 +16,8 @@
  * mark, once that COMMIT has ended (none, one that never ran: 451); kept while its status read is refused for a
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
- * replay in flight), what a batch of duplicates and the counts' flush
+ * replay in flight, and leaves a message whose take commits while it
+ * deletes), what a batch of duplicates and the counts' flush
  * write (rows, and whether it commits), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
@@ -3989,6 +3990,116 @@ static void test_renew_reads_lost(void **state)
 			 "at most 50", decoded);
 }
 
+/* a store call in a thread of its own, held at the server while the test looks */
+struct held {
+	int (*call)(struct held *h);
+	struct store *st;
+	struct store_msg *m;
+	pthread_t th;
+	int rc, n;			/* its answer; what a take took */
+};
+
+/* held_main - the call, its answer kept */
+static void *held_main(void *arg)
+{
+	struct held *h = arg;
+
+	h->rc = h->call(h);
+	return NULL;
+}
+
+/* held_take - st's take of the due messages, counted in n (taken(), without its check) */
+static int held_take(struct held *h)
+{
+	return store_queue_take(h->st, NOW + SEC, 100, NULL, 0, count_cb, &h->n);
+}
+
+/* held_start - call on st (m) begun in a thread; fails if it is not seen waiting as query says */
+static void held_start(struct held *h, int (*call)(struct held *h), struct store *st,
+		       struct store_msg *m, const char *query)
+{
+	h->call = call;
+	h->st = st;
+	h->m = m;
+	h->rc = h->n = 0;
+	assert_int_equal(pthread_create(&h->th, NULL, held_main, h), 0);
+	if (!seen_within(query))
+		fail_msg("not seen within 5 s: %s", query);
+}
+
+/*
+ * gate_shut - every later COMMIT that updated a message waits at the
+ * gate (COMMIT_GATE, in a deferred trigger), held by the connection
+ * returned, until gate_open
+ */
+static PGconn *gate_shut(struct fx *f)
+{
+	PGconn *g = PQconnectdb(f->url);
+	PGresult *r;
+
+	sql(f, "CREATE FUNCTION commit_waits() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+	    "PERFORM pg_advisory_xact_lock(" COMMIT_GATE "); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER commit_waits AFTER UPDATE ON messages "
+	    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION commit_waits()", NULL);
+	r = PQexec(g, "SELECT pg_advisory_lock(" COMMIT_GATE ")");
+	CHECK_INT("the test holds the gate", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	return g;
+}
+
+/* gate_open - the COMMITs waiting at the gate go on */
+static void gate_open(PGconn *g)
+{
+	PGresult *r = PQexec(g, "SELECT pg_advisory_unlock(" COMMIT_GATE ")");
+
+	PQclear(r);
+	PQfinish(g);
+}
+
+/* a session of the database waits for a row another holds (not for the gate) */
+#define ROW_WAIT(what) "SELECT count(*) FROM pg_stat_activity WHERE datname = " \
+	"current_database() AND wait_event = 'transactionid' AND query LIKE '" what "%'"
+
+/*
+ * A settle whose snapshot was taken before another node's take of the
+ * message committed (that node took it while its void was written, the
+ * race of test_settle_spares_taken, its COMMIT held here at a gate): its
+ * delete of the message waits for the take's row lock, then finds the
+ * message taken, and leaves it with its claim and recipients, as a
+ * settle that came later would. The delete asked only whether its
+ * snapshot had seen a take: the message went, with its claim and its
+ * recipients, and the taker's writes found nothing.
+ */
+static void test_settle_races_take(void **state)
+{
+	struct fx *f = *state;
+	struct store *other = node_open(f, "other");
+	struct held tk, st;
+	PGconn *g;
+
+	hook_fx = f;
+	spool_one(f->st, "RACETAKEN003", 43);
+	sql(f, "UPDATE messages SET lease_until = 0", NULL);	/* its lease ran out */
+	g = gate_shut(f);
+	held_start(&tk, held_take, other, NULL, "SELECT count(*) FROM pg_stat_activity WHERE "
+		   "datname = current_database() AND wait_event = 'advisory'");
+	void_decided(f, "RACETAKEN003");
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	held_start(&st, held_take, f->st, NULL, ROW_WAIT("WITH d AS (DELETE FROM voids"));
+	gate_open(g);
+	pthread_join(tk.th, NULL);
+	pthread_join(st.th, NULL);
+	CHECK_INT("the other node's take", tk.rc, 0);
+	CHECK_INT("it took the message", tk.n, 1);
+	CHECK_INT("the settling node's take", st.rc, 0);
+	CHECK_INT("the void settled", void_count(f), 0);
+	CHECK_INT("its message kept", msg_count(f, "RACETAKEN003"), 1);
+	CHECK_INT("its claim kept", qid_rows(f, "claims", "RACETAKEN003"), 1);
+	CHECK_INT("its recipient kept", qid_rows(f, "rcpts", "RACETAKEN003"), 1);
+	CHECK_INT("the taker sends it", sent(other, "RACETAKEN003"), 0);
+	store_close(other);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4061,6 +4172,7 @@ int main(void)
 		T(test_replay_commit_unrun),
 		T(test_void_after_take),
 		T(test_renew_reads_lost),
+		T(test_settle_races_take),
 	};
 
 	if (fx_pg() == NULL) {
