@@ -155,15 +155,10 @@ int lmdb_key_qids(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		qid_add(qids, n, e[i].qid);
 	free(e);
 	if (err == 0 && *n == 0)
-		err = STORE_ENOTFOUND;
-	if (err != 0) {
-		free(*qids);
-		*qids = NULL;
-		*n = 0;
-		return err;
-	}
-	qsort(*qids, *n, sizeof(**qids), qid_cmp);
-	return 0;
+		err = STORE_ENOTFOUND;	/* nothing added: *qids is still NULL, as on a failure */
+	else if (err == 0)
+		qsort(*qids, *n, sizeof(**qids), qid_cmp);
+	return err;
 }
 
 /* story_user_is - was the message submitted by this AUTH user? */
