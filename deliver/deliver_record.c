@@ -530,8 +530,9 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 			continue;
 		}
 		if (err == STORE_ELEASE) {
-			msg_warn("%s: the lease went to another node before the outcome was"
-				 " written; left to it", j->m.qid);
+			/* taken by another node, or given up by the store with a bounce's commit */
+			msg_warn("%s: the lease is no longer this node's: the outcome is not"
+				 " written; left to the next take", j->m.qid);
 		} else if (err == STORE_ENOTFOUND) {
 			msg_info("%s: no longer queued when its outcome was written again (the"
 				 " first write had been taken, or it was dropped)", j->m.qid);
