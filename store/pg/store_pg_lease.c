@@ -200,18 +200,6 @@ static int call_back(const PGresult *r, int (*cb) (void *, const struct store_ms
 	return err;
 }
 
-/* skip_params - $5 the names of the routes skipped, '' for the default upstream */
-static void skip_params(struct pg_params *p, const char *const *skip, size_t n_skip)
-{
-	struct pg_arr names;
-	size_t i;
-
-	store_pg_arr_init(&names, PG_OID_TEXT);
-	for (i = 0; i < n_skip; i++)
-		store_pg_a_text(&names, skip[i] ? skip[i] : "");
-	store_pg_p_arr(p, &names);
-}
-
 /*
  * store_pg_queue_take - lease up to max due messages to this node, but
  * those of the routes skipped; cb for each
@@ -221,8 +209,10 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
+	struct pg_arr names;
 	char qid[STORE_QID_SIZE];
 	PGresult *r;
+	size_t k;
 	int err, i;
 
 	if (st->node == NULL || max == 0)
@@ -234,7 +224,10 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	store_pg_p_i64(&p, st->lease_us);
 	store_pg_p_i64(&p, now);
 	store_pg_p_i64(&p, (int64_t) max);
-	skip_params(&p, skip, n_skip);
+	store_pg_arr_init(&names, PG_OID_TEXT);	/* $5 the routes skipped, '' the default upstream */
+	for (k = 0; k < n_skip; k++)
+		store_pg_a_text(&names, skip[k] ? skip[k] : "");
+	store_pg_p_arr(&p, &names);
 	/*
 	 * = ANY(ARRAY(...)): a join with the subquery was a hash of every
 	 * message in its generic plan. The void test is on the rows taken
