@@ -49,14 +49,26 @@
 /* what the locked row says */
 struct found {
 	int queued, inflight, dropped, data_gone;
-	int64_t mark_token, verdict_on, forgotten, data_len, n_rcpts;
+	int64_t mark_token, verdict_on, forgotten, data_len;
 };
 
-/* the message's row, locked, on each of its recipients' (idx, state; NULL if it has none) */
+/* the message's row, locked */
 static const char SQL_ROW[] =
 	"SELECT m.queued, m.inflight, coalesce(m.mark_token, 0), coalesce(m.verdict_on, 0), "
-	"m.dropped, m.forgotten, m.data IS NULL, m.data_len, r.idx, r.state FROM messages m "
-	"LEFT JOIN rcpts r ON r.qid = m.qid WHERE m.qid = $1 ORDER BY r.idx FOR UPDATE OF m";
+	"m.dropped, m.forgotten, m.data IS NULL, m.data_len FROM messages m WHERE m.qid = $1 "
+	"FOR UPDATE";
+
+/*
+ * its recipients, read once the row is locked, in a statement of its
+ * own: READ COMMITTED gives it a snapshot taken after the lock, so it
+ * sees what a verdict whose commit the lock waited for wrote. Read in
+ * the statement that waits (a join, 3de552f), they were as before that
+ * verdict, where the row was as after it. FOR UPDATE OF their rows too
+ * would read them new, but writes a lock into each one and takes them
+ * in an order each writer of recipients would have to share.
+ */
+static const char SQL_RCPTS[] =
+	"SELECT r.idx, r.state FROM rcpts r WHERE r.qid = $1 ORDER BY r.idx";
 
 /*
  * the message queued again, no lease: any node takes it when due; with
@@ -69,28 +81,27 @@ static const char SQL_ROW[] =
 static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
 static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $7 WHERE qid = $1";
 
-/*
- * row_read - the message's row, locked, with its recipients in *r (the
- * caller's to clear); STORE_ENOTFOUND if there is none
- */
-static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f,
-		    PGresult **r)
+/* row_read - the message's row, locked; STORE_ENOTFOUND if there is none */
+static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f)
 {
+	PGresult *r;
 	int err;
 
-	if ((err = store_pg_exec(st, c, SQL_ROW, q, r, "revive")) != 0)
+	if ((err = store_pg_exec(st, c, SQL_ROW, q, &r, "revive")) != 0)
 		return err;
-	if (PQntuples(*r) == 0)
+	if (PQntuples(r) == 0) {
+		PQclear(r);
 		return STORE_ENOTFOUND;
-	f->queued = (int) store_pg_int(*r, 0, 0);
-	f->inflight = (int) store_pg_int(*r, 0, 1);
-	f->mark_token = store_pg_int(*r, 0, 2);
-	f->verdict_on = store_pg_int(*r, 0, 3);
-	f->dropped = (int) store_pg_int(*r, 0, 4);
-	f->forgotten = store_pg_int(*r, 0, 5);
-	f->data_gone = (int) store_pg_int(*r, 0, 6);
-	f->data_len = store_pg_int(*r, 0, 7);
-	f->n_rcpts = PQgetisnull(*r, 0, 8) ? 0 : PQntuples(*r);
+	}
+	f->queued = (int) store_pg_int(r, 0, 0);
+	f->inflight = (int) store_pg_int(r, 0, 1);
+	f->mark_token = store_pg_int(r, 0, 2);
+	f->verdict_on = store_pg_int(r, 0, 3);
+	f->dropped = (int) store_pg_int(r, 0, 4);
+	f->forgotten = store_pg_int(r, 0, 5);
+	f->data_gone = (int) store_pg_int(r, 0, 6);
+	f->data_len = store_pg_int(r, 0, 7);
+	PQclear(r);
 	return 0;
 }
 
@@ -100,17 +111,16 @@ static int row_verdict(const struct found *f, const struct store_msg *m)
 	if (f->queued && f->inflight && f->mark_token == m->lease)
 		return STORE_ELEASE;		/* another node holds it on this mark: to decide */
 	if (f->queued || f->inflight || f->dropped || f->forgotten != 0
-	    || f->verdict_on != m->lease || f->data_len != (int64_t) m->data_len
-	    || f->n_rcpts != (int64_t) m->n_rcpts)
+	    || f->verdict_on != m->lease || f->data_len != (int64_t) m->data_len)
 		return STORE_ENOTFOUND;
 	return 0;
 }
 
 /*
  * rcpts_back - the recipients to give m's state back (those the verdict
- * made unconfirmed) as three arrays, from SQL_ROW's rows, as many as m's
- * (row_verdict); STORE_ENOTFOUND if one ended some other way since, or
- * none is left to deliver
+ * made unconfirmed) as three arrays, from SQL_RCPTS' rows; STORE_ENOTFOUND
+ * if they are not m's, one ended some other way since, or none is left
+ * to deliver
  */
 static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_arr *idx,
 		      struct pg_arr *state, struct pg_arr *reply)
@@ -118,10 +128,12 @@ static int rcpts_back(const PGresult *r, const struct store_msg *m, struct pg_ar
 	int i, pending = 0;
 	enum store_rcpt_state was;
 
+	if (PQntuples(r) != (int) m->n_rcpts)
+		return STORE_ENOTFOUND;
 	for (i = 0; i < PQntuples(r); i++) {
-		if (store_pg_int(r, i, 8) != i)
+		if (store_pg_int(r, i, 0) != i)
 			return STORE_ENOTFOUND;
-		was = (enum store_rcpt_state) store_pg_int(r, i, 9);
+		was = (enum store_rcpt_state) store_pg_int(r, i, 1);
 		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
 			pending = 1;
 		if (was == m->rcpts[i].state)
@@ -149,7 +161,8 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	store_pg_arr_init(&idx, PG_OID_INT4);
 	store_pg_arr_init(&state, PG_OID_INT4);
 	store_pg_arr_init(&reply, PG_OID_TEXT);
-	if ((err = row_read(st, c, &p, &f, &r)) == 0 && (err = row_verdict(&f, m)) == 0)
+	if ((err = row_read(st, c, &p, &f)) == 0 && (err = row_verdict(&f, m)) == 0
+	    && (err = store_pg_exec(st, c, SQL_RCPTS, &p, &r, "revive")) == 0)
 		err = rcpts_back(r, m, &idx, &state, &reply);
 	PQclear(r);
 	store_pg_p_arr(&p, &idx);	/* $2, $3, $4 beside the QID */

@@ -25,7 +25,8 @@
  * lost lease in a group commit failing only its own write, its marks and
  * outcomes of several messages one statement a kind; a verdict
  * another node made on a mark whose node sent no final dot undone
- * (store_msg_revive), and each case where it must not be; the mark's
+ * (store_msg_revive), also while it commits, and each case where it must
+ * not be; the mark's
  * columns written by the statements, not by the trigger's function; a
  * key's messages found through its claims, messages having no key index; the
  * queue walked past a message whose recipients are missing; the expiry on
@@ -4100,6 +4101,65 @@ static void test_settle_races_take(void **state)
 	store_close(other);
 }
 
+/* held_update - st's write of m's outcome */
+static int held_update(struct held *h)
+{
+	return store_msg_update(h->st, h->m);
+}
+
+/* held_revive - st's revive of m */
+static int held_revive(struct held *h)
+{
+	return store_msg_revive(h->st, h->m);
+}
+
+/*
+ * A revive whose lock on the message waits for B's verdict to commit
+ * (its COMMIT held here at a gate) reads the recipients as that verdict
+ * left them, unconfirmed, and gives them A's state back. Read in the
+ * statement that waited, with the row, they were as before the verdict
+ * (A's state): nothing was given back, and the message was queued with
+ * its recipient unconfirmed, never to be delivered.
+ */
+static void test_revive_racing_verdict(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg a, m;
+	struct store_story s;
+	struct held vd, rv;
+	PGconn *g;
+	const char *qid = "REVIVE000009";
+
+	hook_fx = f;
+	marked_and_lost(f, b, qid, 9, &a);
+	deferral(&a);
+	CHECK_INT("A's held deferral refused: B holds the lease", store_msg_update(f->st, &a),
+		  STORE_ELEASE);
+	CHECK_INT("the verdict's load", store_msg_load(b, qid, &m), 0);
+	m.rcpts[0].state = STORE_RCPT_UNCONFIRMED;	/* as verdict() */
+	free(m.rcpts[0].reply);
+	m.rcpts[0].reply = xstrdup("delivery was interrupted after the final dot may have been sent");
+	m.inflight = 0;
+	g = gate_shut(f);
+	held_start(&vd, held_update, b, &m, "SELECT count(*) FROM pg_stat_activity WHERE "
+		   "datname = current_database() AND wait_event = 'advisory'");
+	held_start(&rv, held_revive, f->st, &a, ROW_WAIT("SELECT m.queued, m.inflight"));
+	gate_open(g);
+	pthread_join(vd.th, NULL);
+	pthread_join(rv.th, NULL);
+	CHECK_INT("the verdict", vd.rc, 0);
+	CHECK_INT("A revives it", rv.rc, 0);
+	CHECK_INT("story", store_story_get(f->st, qid, &s), 0);
+	CHECK_INT("queued again", s.queued, 1);
+	CHECK_INT("recipient pending again", s.m.rcpts[0].state, STORE_RCPT_QUEUED);
+	CHECK_STR("A's reply", s.m.rcpts[0].reply, "could not record the inflight mark");
+	store_story_free(&s);
+	store_msg_free(&m);
+	store_msg_free(&a);
+	store_close(b);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4173,6 +4233,7 @@ int main(void)
 		T(test_void_after_take),
 		T(test_renew_reads_lost),
 		T(test_settle_races_take),
+		T(test_revive_racing_verdict),
 	};
 
 	if (fx_pg() == NULL) {
