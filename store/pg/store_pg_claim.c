@@ -8,7 +8,7 @@
  * DESCRIPTION
  *	store_pg_txn_keys() is a batch's first round trip: BEGIN, the
  *	advisory lock of every key of the batch (the first 8 bytes of its
- *	hash as a bigint, sorted and each once: concurrent batches on any
+ *	hash as a bigint, sorted, each key once: concurrent batches on any
  *	node lock in one order, so racers on a key serialise and never
  *	deadlock) with the transaction's id (pg_current_xact_id(), for
  *	store_pg_wait.c), and every claim under those keys, with whether its
@@ -201,39 +201,32 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 {
 	struct pg_params lp, cp, none;	/* none: BEGIN, prepared (store_pg_stmt.c) */
 	struct pg_arr locks, keys;
-	int64_t *want = xcalloc(n ? n : 1, sizeof(*want));
 	size_t i, k = 0;
 	PGresult *r;
-	int err = 0, sent_begin = 0, sent_lock = 0;
+	int err = 0, sent_begin = 0;
 
 	store_pg_arr_init(&locks, PG_OID_INT8);
 	store_pg_arr_init(&keys, PG_OID_BYTEA);
 	for (i = 0; i < n; i++) {
 		if (key_loaded(t, keyhashes[i]))
-			continue;
-		want[k++] = store_pg_key_lock(keyhashes[i]);
+			continue;	/* this call's repeats too: loaded below */
+		t->locked = store_pg_grow(t->locked, t->n_locked, &t->cap_locked, sizeof(*t->locked));
+		t->locked[t->n_locked++] = store_pg_key_lock(keyhashes[i]);
+		k++;
 		store_pg_a_bytes(&keys, keyhashes[i], STORE_HASH_LEN);
 		t->loaded = store_pg_grow(t->loaded, t->n_loaded, &t->cap_loaded, sizeof(*t->loaded));
 		memcpy(t->loaded[t->n_loaded++], keyhashes[i], STORE_HASH_LEN);
 	}
 	if (k == 0)
 		goto out;
-	/* sorted, each once, those not held yet: every batch takes its locks in this order */
-	qsort(want, k, sizeof(*want), i64_cmp);
-	for (i = 0; i < k; i++) {
-		if ((i > 0 && want[i] == want[i - 1]) || (t->n_locked > 0
-		    && bsearch(&want[i], t->locked, t->n_locked, sizeof(*t->locked),
-			       i64_cmp)))
-			continue;
-		store_pg_a_i64(&locks, want[i]);
-		t->locked = store_pg_grow(t->locked, t->n_locked, &t->cap_locked, sizeof(*t->locked));
-		t->locked[t->n_locked++] = want[i];
-	}
+	/* the new ones sorted: every batch takes its locks in this order (one held already: no wait) */
+	qsort(t->locked + t->n_locked - k, k, sizeof(*t->locked), i64_cmp);
+	for (i = t->n_locked - k; i < t->n_locked; i++)
+		store_pg_a_i64(&locks, t->locked[i]);
 	qsort(t->locked, t->n_locked, sizeof(*t->locked), i64_cmp);
 	store_pg_params_init(&lp);
 	store_pg_params_init(&cp);
 	store_pg_params_init(&none);
-	sent_lock = locks.n > 0;
 	store_pg_p_arr(&lp, &locks);
 	store_pg_p_arr(&cp, &keys);
 	store_pg_p_text(&cp, t->st->node ? t->st->node : "");
@@ -243,7 +236,7 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 		sent_begin = 1;
 		err = store_pg_send(t->c, "BEGIN", &none);
 	}
-	if (err == 0 && sent_lock)
+	if (err == 0)
 		err = store_pg_send(t->c, SQL_LOCK, &lp);
 	if (err == 0)
 		err = store_pg_send(t->c, SQL_KEY_CLAIMS, &cp);
@@ -258,7 +251,7 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 	t->begun = 1;
 	if (sent_begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
 		PQclear(r);
-	if (err == 0 && sent_lock && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0) {
+	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0) {
 		if (t->xid == 0 && PQntuples(r) > 0 && PQnfields(r) == 2)
 			t->xid = store_pg_int(r, 0, 1);
 		PQclear(r);
@@ -274,7 +267,6 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 out:
 	store_pg_arr_free(&locks);
 	store_pg_arr_free(&keys);
-	free(want);
 }
 
 /* a cached claim's message: queued as read, or put by the transaction since */
