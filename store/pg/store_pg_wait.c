@@ -170,9 +170,11 @@
  *	node killed while it keeps such batches forgets them (its next start
  *	gives up its leases): either delivers a message answered 451; as
  *	does a replay's mark that stands though its batch got 451, above.
- *	A take racing with such a batch's void is seen by the claims lookup
- *	once it commits: a retry of the key read in the moment between the
- *	void's commit and the take's is a new message, sent beside it.
+ *	A take racing with such a batch's void waits for it, or the void for
+ *	the take (store_pg_sql_void: FOR SHARE), but for a take whose
+ *	snapshot was taken before the void committed that reaches the row
+ *	after: the claims lookup sees it once it commits, and a retry of the
+ *	key read in the moment between is a new message, sent beside it.
  *	Delivery writes that ride in a voided or kept batch are only told
  *	it failed.
  * DIAGNOSTICS
@@ -219,11 +221,14 @@ const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)"
  * once it commits. A message whose claim another node replayed
  * (store_pg_claim.c), or that a node took for delivery since its
  * acceptance (lease_since: its node was cut off past store.lease,
- * store_pg_pend.c), is not voided: its QIDs are the rows returned.
+ * store_pg_pend.c), is not voided: its QIDs are the rows returned. Each
+ * message is read FOR SHARE: a take in flight (its row updated, not yet
+ * committed) is waited for, and seen; a take that comes meanwhile passes
+ * the row by (SKIP LOCKED), and the next sees the void.
  */
 const char store_pg_sql_void[] =
 	"WITH r AS (SELECT q, coalesce((SELECT m.replayed OR m.lease_since IS NOT NULL "
-	"FROM messages m WHERE m.qid = q), false) AS kept FROM unnest($1::text[]) AS q), "
+	"FROM messages m WHERE m.qid = q FOR SHARE), false) AS kept FROM unnest($1::text[]) AS q), "
 	"i AS (INSERT INTO voids (qid, xid, node, made) "
 	"SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, pg_current_xact_id()), $3, "
 	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";

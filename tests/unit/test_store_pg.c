@@ -4160,6 +4160,61 @@ static void test_revive_racing_verdict(void **state)
 	store_close(b);
 }
 
+/* settle_then_take - a thread: the node's next use of the database, which settles its kept batch */
+static void *settle_then_take(void *arg)
+{
+	(void) taken(arg, NOW + SEC);
+	return NULL;
+}
+
+/*
+ * A kept batch settled while another node's take of its message is in
+ * flight (its row updated, not committed: held here in a transaction of
+ * the test's, as a take whose commit waits for the standby would be):
+ * the void waits for the take (FOR SHARE on the message), then sees it
+ * and leaves the message to be delivered, with no void. It read the row
+ * as not taken and wrote the void: until the take committed, every
+ * claims lookup read the key as new (store_pg_claim.c's SQL_VOID: a void,
+ * and no take seen), so that a retry was a second message, sent beside
+ * it (and before 8888095 the settle then dropped the taken message).
+ */
+static void test_void_waits_for_take(void **state)
+{
+	struct fx *f = *state;
+	PGconn *o = PQconnectdb(f->url);
+	struct store_claim c;
+	uint8_t h[STORE_HASH_LEN];
+	pthread_t th;
+	PGresult *r;
+	char q[256];
+	long long voids;
+	int waited;
+
+	kept_batch(f, "AWAYTAKING01", 79, 1, h, cut_off);
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'AWAYTAKING01'", NULL);
+	r = PQexec(o, "BEGIN; UPDATE messages SET lease_owner = 'other', lease_since = 1, "
+		   "lease_until = 9223372036854775807, lease_token = nextval('lease_seq') "
+		   "WHERE qid = 'AWAYTAKING01'");
+	CHECK_INT("a take in flight", PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	back((struct pg_store *) f->st);
+	assert_int_equal(pthread_create(&th, NULL, settle_then_take, f->st), 0);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity "
+		 "WHERE %d = ANY(pg_blocking_pids(pid))", PQbackendPID(o));
+	waited = seen_within(q);
+	voids = void_count(f);
+	r = PQexec(o, "COMMIT");
+	PQclear(r);
+	PQfinish(o);
+	pthread_join(th, NULL);
+	CHECK_INT("the take met in flight", waited, 1);
+	CHECK_INT("no void while the take was in flight", voids, 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	CHECK_INT("no void", void_count(f), 0);
+	CHECK_INT("its message kept, to be delivered", msg_count(f, "AWAYTAKING01"), 1);
+	CHECK_INT("the key replays it", claim_found(f->st, 79, NOW, &c), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4234,6 +4289,7 @@ int main(void)
 		T(test_renew_reads_lost),
 		T(test_settle_races_take),
 		T(test_revive_racing_verdict),
+		T(test_void_waits_for_take),
 	};
 
 	if (fx_pg() == NULL) {
