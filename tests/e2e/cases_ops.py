@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import (BIN, LMDB_ONLY, base_conf, case, check, eq, free_port, make_msg,
+from harness import (BIN, LMDB_ONLY, PG_OUTAGE, base_conf, case, check, eq, free_port, make_msg,
                      render_conf, run, submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
@@ -367,7 +367,7 @@ def stats_pg_outage(t, d, proxy, qid):
     r = submit(d.port, "st@example.com", make_msg(key="ops-stats-2"))
     check(r.data is not None and r.data[0] == 451 and r.data[1].startswith(b"4.3.0"),
           "a submission while the daemon is cut off PostgreSQL: %r" % r)
-    d.wait_log("PostgreSQL unreachable")
+    d.wait_log(PG_OUTAGE)
     want = "reachable    NO from the daemon, 1 outage since its start"
     out = ctl(d, "stats", conf=direct).stdout
     check(want in out and "queue        1 message" in out, "stats text during the outage: %r" % out)
@@ -400,7 +400,7 @@ def stats_pg_outage(t, d, proxy, qid):
     check("reachable    yes from the daemon, 1 outage since its start" in out,
           "stats text after the outage: %r" % out)
     d.wait_log("PostgreSQL reachable again")
-    eq(len(d.log_lines("PostgreSQL unreachable")), 1, "outage log lines")
+    eq(len(d.log_lines(PG_OUTAGE)), 1, "outage log lines")
     eq(queued_qids(d), [qid], "the queue after the outage")
     print("outage: %d connection(s) dropped, %d refused" % (proxy.dropped, proxy.accepted
                                                            - proxy.forwarded))

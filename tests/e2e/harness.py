@@ -70,6 +70,10 @@ def pg_lock_row(key_sql, alias="l"):
             "FROM pg_database WHERE datname = current_database()) AND (({a}.classid::bigint "
             "<< 32) | {a}.objid::bigint) = {k}").format(a=alias, k=key_sql)
 PG_LEASE = "5s"                     # store.lease: short, so a dead node's mail moves soon
+# the line a node logs once when it finds PostgreSQL unreachable (store_pg.c's note_down):
+# not "(PostgreSQL unreachable)" in the line of a batch whose COMMIT's outcome it
+# cannot read (store_pg_pend.c), which a cut in the middle of a commit adds
+PG_OUTAGE = "store: PostgreSQL unreachable: "
 
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "WARNING: ThreadSanitizer")
