@@ -495,8 +495,12 @@ def test_nodes_network_outage_under_load(t):
     cut = time.monotonic()
     for d in (a, b):
         d.wait_log(PG_OUTAGE, timeout=20)
-    # longer than libpq's connect_timeout (5 s): black-holed connects time out
+    # longer than libpq's connect_timeout (5 s): black-holed connects time out; and
+    # until the clients had 4 tries ended during the cut (each checked below), however
+    # slowly a loaded machine lets them come
     time.sleep(8)
+    wait_until(lambda: sum(x.t0 >= cut for x in list(attempts)) >= 4, 30,
+               "4 tries answered while the network is cut")
     proxy.heal()
     healed = time.monotonic()
     n = len(load.ok)
