@@ -55,6 +55,18 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
+/* a claim of the transaction's cache (pg_txn.cache, open addressing on the claim hash) */
+struct pg_claim_ent {
+	uint8_t hash[STORE_HASH_LEN];
+	uint8_t keyhash[STORE_HASH_LEN];
+	struct store_claim c;
+	int queued;			/* its message still queued, as read */
+	int foreign;			/* ... under another node's acceptance lease, its replay
+					 * not recorded yet: marked if the batch answers
+					 * with it (store_pg_txn_replay) */
+	int used;			/* the slot is taken */
+};
+
 /*
  * Whether a claim's message is queued (1), and under another node's
  * acceptance lease (lease_since NULL: no take since) with no replay

@@ -193,19 +193,7 @@ struct pg_kept {
 /* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
 enum pg_seg_kind { PG_SEG_CLAIMS, PG_SEG_MSGS, PG_SEG_UPDATES };	/* marks are updates */
 
-struct pg_arr;
 struct pg_params;
-
-struct pg_claim_ent {
-	uint8_t hash[STORE_HASH_LEN];
-	uint8_t keyhash[STORE_HASH_LEN];
-	struct store_claim c;
-	int queued;			/* its message still queued, as read */
-	int foreign;			/* ... under another node's acceptance lease, its replay
-					 * not recorded yet: marked if the batch answers
-					 * with it (store_pg_txn_replay) */
-	int used;			/* the slot is taken */
-};
 
 struct pg_txn {
 	struct store_txn base;		/* first: store.c dispatches on base.ops */
@@ -355,7 +343,6 @@ int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 	"coalesce(m.lease_since, m.accepted), m.route"
 #define PG_MSG_NCOLS	28
 #define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
-struct store_story;
 int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
 int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m);
 /* a message and its recipients, a row each; theirs from this column on (load: after the data) */
