@@ -36,8 +36,11 @@
  *	whatever its reply (smtpd_junk_command_limit), so a session that
  *	only keeps itself alive ends too. A message accepted (a 2xx at its
  *	end) clears both counts. A message refused (too big, bare CR or LF,
- *	by the hook) counts once, whether DATA or BDAT carried it; each BDAT
- *	whose chunk is refused counts, as each failed command does.
+ *	by the hook) counts once, whether DATA or BDAT carried it: a message
+ *	too big counts at its first 552, which for BDAT may be a chunk's
+ *	before LAST, and not again for the chunks after it (RFC 3030 has
+ *	those read and discarded). A BDAT refused when announced (no
+ *	recipient, before TLS) counts, as each failed command does.
  *
  *	Pipelined commands are answered in order into one output buffer.
  *	Once out_max octets of it wait unwritten, no further command line is
@@ -219,10 +222,10 @@ static const char smtp_too_big[] = "552 5.3.4 Message size exceeds fixed limit";
 
 /*
  * smtp_data_end - the end of a message, by DATA or BDAT LAST alike: one
- * record; refuse it (one error) or hand it to the hook, whose answer
- * smtp_session_reply() counts
+ * record; refuse it (one error, unless counted: a chunk's 552 counted it
+ * already) or hand it to the hook, whose answer smtp_session_reply() counts
  */
-static void smtp_data_end(struct smtp_session *s)
+static void smtp_data_end(struct smtp_session *s, int counted)
 {
 	struct smtp_tx *tx = s->tx;
 
@@ -249,12 +252,14 @@ static void smtp_data_end(struct smtp_session *s)
 	}
 	smtp_tx_end(s);
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
-	smtp_session_count(s, "5", 0);
+	if (!counted)
+		smtp_session_count(s, "5", 0);
 }
 
 /*
- * smtp_chunk_end - a whole chunk is in: one record and its reply, counted;
- * LAST ends the message as DATA's end does, too big or not
+ * smtp_chunk_end - a whole chunk is in: one record and its reply; LAST ends
+ * the message as DATA's end does, too big or not. The message's first 552
+ * counts, once: a refused message is one error however it was cut.
  */
 static void smtp_chunk_end(struct smtp_session *s)
 {
@@ -262,7 +267,7 @@ static void smtp_chunk_end(struct smtp_session *s)
 
 	if (c->last && !c->skip) {
 		smtp_data_finish(&s->data, &s->tx->data);
-		smtp_data_end(s);		/* COMMAND or WAIT */
+		smtp_data_end(s, c->big);	/* COMMAND or WAIT */
 		return;
 	}
 	s->records++;
@@ -272,13 +277,16 @@ static void smtp_chunk_end(struct smtp_session *s)
 	if (s->data.too_big) {
 		/*
 		 * RFC 3030: the client must send no more chunks, but those
-		 * already in the pipeline are discarded. too_big stays set for
-		 * the tx, so each of them gets this reply too, and counts as an
-		 * error as any refused command does (Postfix counts each failed
-		 * BDAT); LAST ends the tx.
+		 * already in the pipeline are read and discarded, not punished.
+		 * too_big stays set for the tx, so each of them gets this reply
+		 * too, but only the first counts: a client that pipelined more
+		 * chunks than hard_errors keeps its session (a 421 mid-message
+		 * reads as "try again" for a message that never fits, and drops
+		 * its other messages). LAST, or RSET, ends the tx.
 		 */
 		smtp_reply(s, "%s", smtp_too_big);
-		smtp_session_count(s, smtp_too_big, 0);
+		if (!c->big)
+			smtp_session_count(s, smtp_too_big, 0);
 	} else {
 		smtp_reply(s, "250 2.0.0 Ok: %llu octets received",
 			   (unsigned long long) c->size);
@@ -295,6 +303,7 @@ void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
 	s->chunk.size = s->chunk.left = size;
 	s->chunk.last = last;
 	s->chunk.skip = skip;
+	s->chunk.big = s->data.too_big;	/* an earlier chunk's 552 counted it */
 	smtp_enter_state(s, SMTP_STATE_CHUNK);
 }
 
@@ -332,7 +341,7 @@ size_t smtp_session_feed(struct smtp_session *s, const char *in, size_t len)
 		case SMTP_STATE_DATA:
 			i += smtp_data_feed(&s->data, &s->tx->data, in + i, len - i);
 			if (smtp_data_done(&s->data))
-				smtp_data_end(s);
+				smtp_data_end(s, 0);
 			break;
 		case SMTP_STATE_CHUNK:
 			i += smtp_chunk_feed(s, in + i, len - i);

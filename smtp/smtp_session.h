@@ -50,6 +50,7 @@ struct smtp_chunk {
 	uint64_t left;			/* octets of it still to come */
 	int     last;			/* it ends the message */
 	int     skip;			/* refused: discard its octets */
+	int     big;			/* the message was too big before it: counted */
 };
 
 struct smtp_session {

@@ -127,8 +127,8 @@ def test_error_limits(t):
     limits.junk_commands (smtpd_junk_command_limit, 100): 5,000 junk commands
     pipelined in one write end with the 20th error's 421, the rest unread; a
     NOOP loop ends after 100 NOOPs and 20 more; a message accepted clears the
-    counts (issue 26 part 3, issue 30 part 1); a message too big counts, by
-    DATA or BDAT LAST alike."""
+    counts (issue 26 part 3, issue 30 part 1); a message too big counts once,
+    by DATA or BDAT LAST alike, however many chunks follow its first 552."""
     sink = t.sink()
     d = t.daemon(sink, {"metrics": {"address": "127.0.0.1", "port": free_port()}})
     with Raw(d.port) as c:
@@ -185,6 +185,18 @@ def test_error_limits(t):
         eq([l[:3] for l in out.splitlines() if l[3:4] != "-"],
            ["250", "250", "250", "500"] + go + ["552", "421"], "%s too big, hard_errors 2" % cmd)
         wait_until(lambda: len(e.log_lines(after)) == n + 1, 15, "%s: %s" % (cmd, after))
+    # chunks pipelined past the first 552 are discarded, not punished: ten of
+    # them with hard_errors 2 leave the session open (RFC 3030)
+    with Raw(e.port) as c:
+        c.send(b"EHLO client.test\r\nMAIL FROM:<s@example.org>\r\nRCPT TO:<a@example.com>\r\n"
+               + b"BDAT 100\r\n" + b"x" * 100 + b"BDAT 100\r\n" + b"x" * 100
+               + b"".join(b"BDAT 100\r\n" + b"x" * 100 for _ in range(17))
+               + b"BDAT 100 LAST\r\n" + b"x" * 100 + b"NOOP\r\nQUIT\r\n")
+        out = c.rest(timeout=10)
+    eq([l[:3] for l in out.splitlines() if l[3:4] != "-"],
+       ["250"] * 13 + ["552"] * 10 + ["250", "221"], "20 chunks of 100 octets, 1K, hard_errors 2")
+    e.wait_log("disconnect from unknown[127.0.0.1] ehlo=1 mail=1 rcpt=1 bdat=10/20 noop=1 quit=1 commands=15/25")
+    eq(len(e.log_lines("too many errors")), 3, "no 421 for the chunks")
 
 
 @case()

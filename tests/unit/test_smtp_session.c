@@ -1068,6 +1068,7 @@ static void test_random_input(void **state)
 #define LONG_LINE "x" X64 X64 X64 X64 X64 X64 X64 X64 X64 "\r\n"
 #define X64	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 #define K1024	X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64	/* > message_size */
+#define CHUNKS5	"BDAT 2\r\nabBDAT 2\r\nabBDAT 2\r\nabBDAT 2\r\nabBDAT 2\r\nab"	/* > hard_errors */
 
 struct limit_row {
 	const char *name, *in, *hook_reply, *want;
@@ -1104,6 +1105,9 @@ static void test_error_limits(void **state)
 		 GREET UNKNOWN UNKNOWN EHLO_R OK_MAIL OK_RCPT GO TOOBIG TOO_MANY, 1, 6},
 		{"a message too big counts (BDAT)", "X\r\nX\r\n" ENV_B "BDAT 1024 LAST\r\n" K1024 "NOOP\r\n",
 		 NULL, GREET UNKNOWN UNKNOWN EHLO_R OK_MAIL OK_RCPT TOOBIG TOO_MANY, 1, 6},
+		{"chunks after one too big: one error", "X\r\n" ENV_B "BDAT 1024\r\n" K1024 CHUNKS5
+		 "BDAT 2 LAST\r\ncdNOOP\r\n", NULL, GREET UNKNOWN EHLO_R OK_MAIL OK_RCPT
+		 TOOBIG TOOBIG TOOBIG TOOBIG TOOBIG TOOBIG TOOBIG NOOP_R, 0, 0},
 	};
 	struct smtp_config cfg = {.hostname = "mx.test", .message_size = 1000, .max_rcpts = 3,
 		.hard_errors = 3, .junk_commands = 2};
@@ -1139,8 +1143,11 @@ static void test_error_limits(void **state)
   * count shows: a message refused or taken counts the same whichever of
   * DATA, BDAT LAST or BDAT 0 LAST carried it (one error, or the count
   * cleared; one record for the message or its last chunk; "after
-  * END-OF-MESSAGE"), and each BDAT refused counts once, as Postfix counts
-  * each failed command. Every row starts with one error.
+  * END-OF-MESSAGE"), and however many of its chunks were answered 552
+  * (RFC 3030: those already pipelined are read and discarded, not
+  * punished), even if RSET abandons it; each BDAT refused when announced
+  * counts once, as Postfix counts each failed command. Every row starts
+  * with one error.
   */
 struct end_row {
 	const char *name, *in, *hook_reply;
@@ -1195,9 +1202,13 @@ static void test_message_end_counts(void **state)
 		{"DATA too big", "X\r\n" ENVELOPE K1024 "\r\n.\r\n", NULL, 0, 2, 6, EOM},
 		{"BDAT LAST too big", "X\r\n" ENV_B "BDAT 1024 LAST\r\n" K1024, NULL, 0, 2, 6, EOM},
 		{"BDAT 0 LAST after a chunk too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024
-		 "BDAT 0 LAST\r\n", NULL, 0, 3, 8, EOM},
-		{"each chunk after one too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024 "BDAT 2\r\nab"
-		 "BDAT 2 LAST\r\ncd", NULL, 0, 4, 10, EOM},
+		 "BDAT 0 LAST\r\n", NULL, 0, 2, 8, EOM},
+		{"chunks after one too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024 "BDAT 2\r\nab"
+		 "BDAT 2 LAST\r\ncd", NULL, 0, 2, 10, EOM},
+		{"more chunks after one too big than hard_errors", "X\r\n" ENV_B "BDAT 1024\r\n" K1024
+		 CHUNKS5 CHUNKS5 CHUNKS5 CHUNKS5 CHUNKS5 "BDAT 2 LAST\r\ncd", NULL, 0, 2, 58, EOM},
+		{"RSET after a chunk too big", "X\r\n" ENV_B "BDAT 1024\r\n" K1024 "RSET\r\n",
+		 NULL, 0, 2, 7, "RSET"},
 		{"DATA with a bare LF", "X\r\n" ENVELOPE "a\nb\r\n.\r\n", NULL, 1, 2, 6, EOM},
 		{"BDAT LAST with a bare LF", "X\r\n" ENV_B "BDAT 3 LAST\r\na\nb", NULL, 1, 2, 6, EOM},
 		{"BDAT 0 LAST with a bare LF", "X\r\n" ENV_B "BDAT 3\r\na\nbBDAT 0 LAST\r\n", NULL, 1,
