@@ -624,13 +624,9 @@ static int txn_commit(struct pg_txn *t)
 	int sent = 0, err = 0, failed = 0, committed = 0, k, j;
 	size_t i;
 
-	if ((err = t->base.err) != 0) {
-		txn_free(t);
+	if ((err = t->base.err) != 0 || (t->n_segs == 0 && !t->begun)) {
+		txn_free(t);		/* failed, or nothing sent nor to send */
 		return err;
-	}
-	if (t->n_segs == 0 && !t->begun) {
-		txn_free(t);
-		return 0;
 	}
 	failed = commit_send(t, &sent) != 0;
 	if (!failed)
