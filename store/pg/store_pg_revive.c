@@ -33,7 +33,11 @@
  *
  *	While another node holds it queued with the caller's mark still on
  *	it, its verdict is to come: STORE_ELEASE, to ask again. A second
- *	revive finds verdict_on cleared: nothing to revive.
+ *	revive finds verdict_on cleared: nothing to revive. A row another
+ *	transaction holds (a COMMIT waiting for the standby holds it for as
+ *	long) is waited for REVIVE_LOCK at most, then STORE_EAGAIN, to ask
+ *	again: without a lock_timeout the wait ran to PG_RESULT_US, then the
+ *	connection was closed, its backend still waiting for the row.
  * DIAGNOSTICS
  *	0 revived, STORE_ELEASE, STORE_ENOTFOUND (nothing to revive, or the
  *	message is gone), or a STORE_E* code of the database.
@@ -45,6 +49,8 @@
 #include "../../util/clock.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
+
+#define REVIVE_LOCK	"'2s'"		/* the longest wait for the message's row */
 
 /* what the locked row says */
 struct found {
@@ -191,7 +197,8 @@ int store_pg_msg_revive(struct store *base, const struct store_msg *m)
 	store_pg_keep_forget(st, m->qid);
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
-	if ((err = store_pg_simple(st, c, "BEGIN", "revive")) == 0) {
+	if ((err = store_pg_simple(st, c, "BEGIN; SET LOCAL lock_timeout = " REVIVE_LOCK,
+				   "revive")) == 0) {
 		err = revive_in(st, c, m);
 		/* a COMMIT whose outcome is unknown: asked again, verdict_on says if it took */
 		end = store_pg_simple(st, c, err == 0 ? "COMMIT" : "ROLLBACK", "revive");

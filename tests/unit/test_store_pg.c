@@ -4215,6 +4215,41 @@ static void test_void_waits_for_take(void **state)
 	CHECK_INT("the key replays it", claim_found(f->st, 79, NOW, &c), 1);
 }
 
+/*
+ * A revive whose message's row another transaction holds (in life a
+ * COMMIT waiting for the standby, here a test's lock) gives up its
+ * wait at its lock_timeout, server side: STORE_EAGAIN, to ask again,
+ * and nothing left waiting; it waited until the result limit, then
+ * closed the connection, whose backend went on waiting for the row.
+ */
+static void test_revive_lock_waits_bounded(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = node_open(f, "node-b");
+	struct store_msg a;
+	PGconn *o = PQconnectdb(f->url);
+	PGresult *r;
+	long long waiting;
+	const char *qid = "REVIVE000010";
+
+	marked_and_lost(f, b, qid, 10, &a);
+	verdict(b, qid);
+	deferral(&a);
+	r = PQexec(o, "BEGIN; SELECT 1 FROM messages WHERE qid = 'REVIVE000010' FOR UPDATE");
+	CHECK_INT("the row held", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	CHECK_INT("the revive, the row held", store_msg_revive(f->st, &a), STORE_EAGAIN);
+	waiting = sql_int(f->url, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+			  "current_database() AND wait_event = 'transactionid'");
+	r = PQexec(o, "ROLLBACK");
+	PQclear(r);
+	PQfinish(o);
+	CHECK_INT("no backend left waiting for the row", waiting, 0);
+	CHECK_INT("asked again, once the row is free", store_msg_revive(f->st, &a), 0);
+	store_msg_free(&a);
+	store_close(b);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4290,6 +4325,7 @@ int main(void)
 		T(test_settle_races_take),
 		T(test_revive_racing_verdict),
 		T(test_void_waits_for_take),
+		T(test_revive_lock_waits_bounded),
 	};
 
 	if (fx_pg() == NULL) {
