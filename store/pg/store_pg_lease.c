@@ -130,18 +130,6 @@ void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token)
 	pthread_mutex_unlock(&st->lmu);
 }
 
-/* lease_del_locked - forget qid's lease (lmu held); only if its token is token, when token != 0 */
-static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token)
-{
-	struct pg_lease *e;
-
-	if ((e = store_pg_lease_entry(st, qid)) == NULL || (token != 0 && e->token != token))
-		return;
-	store_pg_keep_unhang(st, e);	/* a copy dies with its lease */
-	strcpy(e->qid, DELETED);
-	st->n_leases--;
-}
-
 /*
  * store_pg_lease_del - this node no longer holds qid's lease: the one of
  * that token if token != 0 (a newer lease, taken since the write that
@@ -149,8 +137,14 @@ static void lease_del_locked(struct pg_store *st, const char *qid, int64_t token
  */
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token)
 {
+	struct pg_lease *e;
+
 	pthread_mutex_lock(&st->lmu);
-	lease_del_locked(st, qid, token);
+	if ((e = store_pg_lease_entry(st, qid)) != NULL && (token == 0 || e->token == token)) {
+		store_pg_keep_unhang(st, e);	/* a copy dies with its lease */
+		strcpy(e->qid, DELETED);
+		st->n_leases--;
+	}
 	pthread_mutex_unlock(&st->lmu);
 }
 
@@ -316,11 +310,9 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	if (err != 0)
 		return err;
 	lost = PQntuples(r);
-	pthread_mutex_lock(&st->lmu);
 	for (i = 0; i < lost; i++)
 		if (store_pg_qid(r, i, 0, qid) == 0)
-			lease_del_locked(st, qid, store_pg_int(r, i, 1));
-	pthread_mutex_unlock(&st->lmu);
+			store_pg_lease_del(st, qid, store_pg_int(r, i, 1));
 	if (lost)
 		msg_info("store: %d lease%s lost to other nodes or finished", lost,
 			 lost == 1 ? "" : "s");
