@@ -56,7 +56,7 @@
  *	QID: to=<a@b>, ..., dsn=4.3.0, status=deferred (sender non-delivery notification
  *	    not queued: REPLY)
  *	(with "not known to be queued (left to the next take)" for "not queued" when
- *	the store gave the message's lease up: see store_pg_wait.c)
+ *	the store gave the message's lease up: see store_pg_decide.c)
  *	NEWQID: from=<>, size=N, nrcpt=1 (queue active)  (as qmgr's)
  *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...

@@ -63,6 +63,8 @@
 #define PG_DB_NOW	"(extract(epoch from clock_timestamp()) * 1000000)::bigint"
 /* a pg_stat_activity row's backend_start in microseconds (store_pg_wait.c) */
 #define PG_BACKEND_START(a) "(extract(epoch from " a ".backend_start) * 1000000)::bigint"
+/* a connection's backend: its server pid and start, read when it was opened (store_pg.c) */
+#define PG_BACKEND_IS(a) a ".pid = $1 AND " PG_BACKEND_START(a) " = $2"
 /*
  * PG_STORY_EXPIRES - store_story_expires() (store_rule.c) in SQL, of SQL
  * expressions: a finished message's story expires at it. The ttl is the
@@ -400,10 +402,20 @@ int store_pg_local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, co
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_repl_set(struct pg_store *st, PGconn *c, int waits);	/* the same, mu held */
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */
+#define PG_LOOK_US	(1000000LL)	/* a COMMIT without an answer this long is looked at */
+#define PG_SLICE_MS	250
+int store_pg_side_run(struct pg_store *st, int local, const char *sql, struct pg_params *p,
+		      PGresult **r, const char *what);	/* beside a connection that hangs */
+int store_pg_backend_param(PGconn *c, struct pg_params *p);	/* PG_BACKEND_IS's $1, $2 */
 int store_pg_commit_hold(struct pg_txn *t);
 #define PG_NOT_KNOWN	1	/* store_pg_read_back(): the database could not be asked */
 int store_pg_commit_resolve(struct pg_txn *t);
 void store_pg_voids_settle(struct pg_store *st);
+
+/* store_pg_decide.c: a COMMIT's outcome decided without its answer */
+int store_pg_delivery_puts(const struct pg_txn *t);	/* a delivery's puts: never voided */
+int store_pg_delivery_decided(struct pg_txn *t);	/* 0, STORE_EAGAIN, STORE_ELEASE */
+int store_pg_replays_read_back(struct pg_txn *t);	/* a batch of replays only: 0, STORE_EAGAIN */
 
 /* store_pg_stats.c: the figures */
 STORE_ENTRY(stats) store_pg_stats;

@@ -37,7 +37,7 @@
  *	keys from pg_stat_activity while its backend lives: committed;
  *	aborted (STORE_EAGAIN); or still in progress, when the batch's
  *	messages are voided before STORE_EAGAIN (its 451) is returned (not
- *	a bounce's notice, put with its outcome: store_pg_wait.c). A
+ *	a bounce's notice, put with its outcome: store_pg_decide.c). A
  *	transaction over (its backend gone, or idle) is read back by
  *	whether its first new message exists. Nothing of the batch is
  *	answered before this is known, but when PostgreSQL cannot be asked

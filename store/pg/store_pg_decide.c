@@ -1,0 +1,296 @@
+/*
+ * NAME
+ *	store_pg_decide 3
+ * SUMMARY
+ *	a COMMIT's outcome decided without its answer: a delivery's waited for, replays read back
+ * SYNOPSIS
+ *	#include "store/pg/store_pg_int.h"
+ * DESCRIPTION
+ *	A batch whose COMMIT got no answer is resolved by store_pg_wait.c,
+ *	which reads its transaction's status and voids what may still
+ *	commit. Two kinds of batch are decided here instead: one that put
+ *	no message, whose replays' marks are read back, and a delivery's,
+ *	which is never voided.
+ *
+ *	Replays only. A batch that wrote nothing but replayed claims of
+ *	another node's acceptance wrote their marks (store_pg_claim.c): with
+ *	its outcome unknown, the marks are read back, and if every one is
+ *	there (this batch's, or another node's: either way the messages are
+ *	delivered) its duplicates are answered 250 as the marks say; else
+ *	451. They are read under the batch's key locks, waited for at most
+ *	PG_VOID_LOCK: its backend holds them until its COMMIT ends, so a
+ *	COMMIT still running (a slow flush, a deferred trigger, a lock) is
+ *	waited for, where a read at once took a mark not visible yet for
+ *	one not committed. A mark that could not be read (the database
+ *	away, or the locks not had in time: a COMMIT still waiting, for the
+ *	standby say) may stand all the same, so that a message none of
+ *	whose submissions got 250 is delivered.
+ *
+ *	A delivery's puts. A bounce's non-delivery notice is put in one
+ *	transaction with the bounce's outcome, after it (deliver_record.c; a
+ *	group commit puts its submissions first, store.h). No client was
+ *	answered 451 for it: voided, it was dropped by the settle once the
+ *	COMMIT went through, the outcome bounced and its notice lost. So a
+ *	batch whose puts follow a delivery write is neither voided nor kept:
+ *	still in progress, or its outcome not readable, its decision is
+ *	waited for (store_pg_delivery_decided()). The transaction holds the
+ *	rows it updated until it ends: they are looked at every PG_SLICE_MS,
+ *	locked without a wait, and once free the notice's row tells,
+ *	committed (0) or not (STORE_EAGAIN: the delivery writes its
+ *	recipients deferred, to be bounced again with a new notice; their
+ *	leases renewed while the rows were locked, so that no take finds one
+ *	run out first). Left to PostgreSQL, the leases given up (84cce52), a
+ *	COMMIT that failed later left the inflight mark of the bounced
+ *	message's dot, read by the next take as an ambiguous delivery:
+ *	delivered-unconfirmed, no notice. A backend that neither ends nor
+ *	waits for the standby after PG_LOOK_US (its connection cut before
+ *	COMMIT arrived: idle in its transaction; a COMMIT stuck before its
+ *	commit record) is ended, which aborts it, or commits it if its
+ *	record was written: either way decided, and read as above. Only the
+ *	transaction of the id read for the batch is ended (a pooler may have
+ *	given that backend to another client), and not one that waits for a
+ *	lock held by a transaction that waits for the standby (a renewal of
+ *	the message's lease, committed as the standby went away): that one
+ *	is decided once the standby answers, and waited for. A COMMIT that
+ *	waits for the standby itself has its commit record written: on this
+ *	server it can only commit. That one, and one whose rows cannot be
+ *	read because PostgreSQL stays away longer than a statement's limit,
+ *	or no decision within twice store.lease and a minute, are left to
+ *	PostgreSQL (undecided()): the node forgets the leases of the
+ *	messages it wrote and returns STORE_ELEASE, so that the deferral the
+ *	delivery then writes is refused, where it could land once the COMMIT
+ *	had gone through and queue a bounced recipient again, to be bounced
+ *	with a second notice; the next take reads what PostgreSQL decided.
+ *	One of those that did not go through after all (unreachable past the
+ *	limit and lost on the way; a failover to a standby without it)
+ *	leaves the inflight mark, read as after a crash.
+ * DIAGNOSTICS
+ *	store_pg_delivery_decided() returns 0 (committed), STORE_EAGAIN (not
+ *	committed) or STORE_ELEASE (left to PostgreSQL); store_pg_replays_read_back()
+ *	0 (every mark there) or STORE_EAGAIN.
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "../../util/clock.h"
+#include "../../util/log.h"
+#include "store_pg_int.h"
+
+/*
+ * A delivery's rows (see the header): those its transaction no longer
+ * holds, locked without a wait, and their leases, still this node's,
+ * renewed; how many were free, of how many asked
+ */
+static const char SQL_ENDED[] =
+	"WITH ended AS (SELECT qid FROM messages WHERE qid = ANY($1::text[]) FOR UPDATE SKIP LOCKED), "
+	"u AS (UPDATE messages m SET lease_until = " PG_DB_NOW " + $2 FROM ended e "
+	"WHERE m.qid = e.qid AND m.lease_owner = $3 AND " PG_ROW_QUEUED("m.") ") "
+	"SELECT (SELECT count(*) FROM ended), cardinality($1::text[])";
+
+/*
+ * A delivery's backend: does it wait for the standby, or behind one that
+ * does (a lock its transaction waits for)? If neither, and it runs the
+ * delivery's transaction ($3: the id's low bits), it is ended.
+ */
+static const char SQL_END_STUCK[] =
+	"SELECT w.waits, w.behind, CASE WHEN NOT w.waits AND NOT w.behind AND "
+	"a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid "
+	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
+	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
+	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " PG_BACKEND_IS("a");
+
+/*
+ * store_pg_delivery_puts - were t's messages put after a delivery write (a
+ * bounce's notice, with its outcome: see the header)? The first put
+ * makes the batch's first run of messages (store_pg_seg_for), so the
+ * runs before it tell.
+ */
+int store_pg_delivery_puts(const struct pg_txn *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->n_segs && t->segs[i].kind != PG_SEG_MSGS; i++)
+		if (t->segs[i].kind == PG_SEG_UPDATES)
+			return 1;
+	return 0;
+}
+
+/*
+ * undecided - t put a delivery's messages and its outcome could not be
+ * learnt (see the header): nothing voided, the leases of the messages
+ * it wrote forgotten; STORE_ELEASE
+ */
+static int undecided(struct pg_txn *t, int waits)
+{
+	const struct pg_seg *s;
+	size_t i, j;
+
+	for (i = 0; i < t->n_segs; i++)
+		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
+			store_pg_lease_del(t->st, s->qids[j], 0);
+	msg_warn("store: a delivery's commit %s: its %zu message%s (%s%s) not voided, the leases "
+		 "of those it wrote given up: the next take reads what PostgreSQL decided",
+		 waits ? "is written and waits for the synchronous standby"
+		 : "is still in progress or cannot be read", t->n_put, t->n_put == 1 ? "" : "s",
+		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	return STORE_ELEASE;
+}
+
+/* updated_param - the QIDs t updated as $1 of p */
+static void updated_param(const struct pg_txn *t, struct pg_params *p)
+{
+	const struct pg_seg *s;
+	struct pg_arr a;
+	size_t i, j;
+
+	store_pg_arr_init(&a, PG_OID_TEXT);
+	for (i = 0; i < t->n_segs; i++)
+		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
+			store_pg_a_text(&a, s->qids[j]);
+	store_pg_params_init(p);
+	store_pg_p_arr(p, &a);
+}
+
+/*
+ * ended - is t's transaction over: are the rows it updated, which it
+ * holds locked until it ends, free? Those still this node's get their
+ * leases renewed while locked, so that no take finds one run out before
+ * the delivery writes its deferral. 1 yes, 0 not yet, -1 not known.
+ */
+static int ended(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc = -1;
+
+	updated_param(t, &p);
+	store_pg_p_i64(&p, t->st->lease_us);
+	store_pg_p_text(&p, t->st->node ? t->st->node : "");
+	if (store_pg_side_run(t->st, 1, SQL_ENDED, &p, &r, "delivery's commit ended") == 0) {
+		rc = store_pg_int(r, 0, 0) == store_pg_int(r, 0, 1);
+		PQclear(r);
+	}
+	store_pg_params_free(&p);
+	return rc;
+}
+
+/*
+ * end_stuck - t's backend ended if it runs t's transaction and neither
+ * waits for the standby nor behind one that does (see the header): 1 it
+ * waits for the standby, 2 behind one, else 0
+ */
+static int end_stuck(struct pg_txn *t)
+{
+	struct pg_params p;
+	PGresult *r;
+	int rc = 0;
+
+	if (store_pg_backend_param(t->c, &p) == 0) {
+		store_pg_p_i64(&p, t->xid ? t->xid & 0xffffffffLL : -1);
+		if (store_pg_side_run(t->st, 0, SQL_END_STUCK, &p, &r, "delivery's backend") == 0) {
+			if (PQntuples(r) == 1)
+				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
+			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
+				msg_warn("store: a delivery's commit neither ends nor waits for the "
+					 "standby: its backend (pid %s) ended", PQgetvalue(r, 0, 3));
+			PQclear(r);
+		}
+	}
+	store_pg_params_free(&p);
+	return rc;
+}
+
+/*
+ * store_pg_delivery_decided - t put a delivery's messages and its COMMIT's outcome is not
+ * known: PostgreSQL's decision waited for (see the header). 0 committed,
+ * STORE_EAGAIN not; STORE_ELEASE left undecided.
+ */
+int store_pg_delivery_decided(struct pg_txn *t)
+{
+	int64_t start = clock_mono_us(), now, away = 0;
+	int over, waits = 0, behind = 0, rc;
+
+	msg_warn("store: a delivery's commit (%s%s) has no outcome yet: waiting for PostgreSQL's",
+		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+	for (;;) {
+		if ((over = ended(t)) == 1 && (rc = store_pg_read_back(t)) != PG_NOT_KNOWN)
+			return rc;
+		now = clock_mono_us();
+		away = over >= 0 ? 0 : away ? away : now;
+		if (away && now - away >= store_pg_result_limit())
+			break;
+		if (over == 0 && now - start >= PG_LOOK_US && (waits = end_stuck(t)) == 1)
+			break;
+		if (waits == 2 && !behind++)
+			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "
+				 "synchronous standby: PostgreSQL decides it once the standby answers",
+				 t->put_qids[0]);
+		if (now - start >= 2 * t->st->lease_us + 60000000LL)
+			break;
+		usleep(PG_SLICE_MS * 1000);
+	}
+	return undecided(t, waits == 1);
+}
+
+/* a batch's key locks (sorted: the order every batch takes them in), waited for */
+static const char SQL_KEY_LOCKS[] =
+	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
+
+/*
+ * replays_count - how many of t's replayed QIDs are marked, read on c
+ * under t's key locks (waited for at most PG_VOID_LOCK): its backend, if
+ * its COMMIT still runs, holds them until that COMMIT ends, so the count
+ * is final; -1 not known (the locks did not come, or c failed)
+ */
+static int64_t replays_count(struct pg_txn *t, PGconn *c)
+{
+	struct pg_params lp, p;
+	struct pg_arr a;
+	PGresult *r;
+	int64_t n = -1;
+	size_t i;
+	int err;
+
+	store_pg_arr_init(&a, PG_OID_INT8);
+	for (i = 0; i < t->n_locked; i++)
+		store_pg_a_i64(&a, t->locked[i]);
+	store_pg_params_init(&lp);
+	store_pg_p_arr(&lp, &a);
+	store_pg_params_init(&p);
+	store_pg_p_qids(&p, t->replays, t->n_replays);
+	err = store_pg_simple(t->st, c, "BEGIN; SET LOCAL lock_timeout = " PG_VOID_LOCK,
+			      "replays read back");
+	if (err == 0 && (err = store_pg_exec(t->st, c, SQL_KEY_LOCKS, &lp, &r,
+					     "replays' key locks")) == 0)
+		PQclear(r);
+	if (err == 0 && store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE "
+				      "qid = ANY($1::text[]) AND replayed", &p, &r,
+				      "replays read back") == 0) {
+		n = store_pg_int(r, 0, 0);
+		PQclear(r);
+	}
+	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
+		(void) store_pg_simple(t->st, c, "ROLLBACK", "replays read back");
+	store_pg_params_free(&lp);
+	store_pg_params_free(&p);
+	return n;
+}
+
+/*
+ * store_pg_replays_read_back - t wrote only marks and its COMMIT got no answer: are
+ * the marks of the claims it replayed all there (see the header)? 0 so,
+ * else STORE_EAGAIN
+ */
+int store_pg_replays_read_back(struct pg_txn *t)
+{
+	PGconn *c;
+	int64_t n;
+
+	if (store_pg_take(t->st, &c) != 0)
+		return STORE_EAGAIN;
+	n = replays_count(t, c);
+	store_pg_give(t->st, c);
+	msg_warn("store: a commit's outcome was unknown (connection lost): its replays read "
+		 "back: %s", n == (int64_t) t->n_replays ? "marked" : n < 0 ? "not known" : "not marked");
+	return n == (int64_t) t->n_replays ? 0 : STORE_EAGAIN;
+}
