@@ -79,7 +79,7 @@ static void server_limits(struct server *srv)
 	struct smtp_config *sc;
 	size_t i;
 
-	for (i = 0; i < srv->n_ls; i++) {	/* sessions point at these */
+	for (i = 0; i < srv->n_ls; i++) {	/* a session copies them as it starts */
 		sc = &srv->ls[i].smtp_cf;
 		sc->message_size = cf->limits.message_size;
 		sc->max_rcpts = cf->limits.recipients;

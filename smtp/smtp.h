@@ -61,8 +61,9 @@
 #define SMTP_NOTIFY_FAILURE	4
 #define SMTP_NOTIFY_DELAY	8
 
-enum smtp_ret { SMTP_RET_NONE, SMTP_RET_FULL, SMTP_RET_HDRS };
-enum smtp_body { SMTP_BODY_NONE, SMTP_BODY_7BIT, SMTP_BODY_8BITMIME };
+/* NONE is 0 in both: smtp_tx_new() gives them as zeroed memory */
+enum smtp_ret { SMTP_RET_NONE = 0, SMTP_RET_FULL, SMTP_RET_HDRS };
+enum smtp_body { SMTP_BODY_NONE = 0, SMTP_BODY_7BIT, SMTP_BODY_8BITMIME };
 
 struct smtp_rcpt {
 	char *addr;		/* owned; mailbox without angle brackets */
