@@ -232,8 +232,8 @@ int store_pg_delivery_decided(struct pg_txn *t)
 	return undecided(t, waits == 1);
 }
 
-/* a batch's key locks (sorted: the order every batch takes them in), waited for */
-static const char SQL_KEY_LOCKS[] =
+/* a batch's key locks (sorted: the order every batch takes them in), waited for (lock_timeout) */
+const char store_pg_sql_key_locks[] =
 	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
 
 /*
@@ -260,7 +260,7 @@ static int64_t replays_count(struct pg_txn *t, PGconn *c)
 	store_pg_p_qids(&p, t->replays, t->n_replays);
 	err = store_pg_simple(t->st, c, "BEGIN; SET LOCAL lock_timeout = " PG_VOID_LOCK,
 			      "replays read back");
-	if (err == 0 && (err = store_pg_exec(t->st, c, SQL_KEY_LOCKS, &lp, &r,
+	if (err == 0 && (err = store_pg_exec(t->st, c, store_pg_sql_key_locks, &lp, &r,
 					     "replays' key locks")) == 0)
 		PQclear(r);
 	if (err == 0 && store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE "

@@ -416,6 +416,7 @@ void store_pg_voids_settle(struct pg_store *st);
 int store_pg_delivery_puts(const struct pg_txn *t);	/* a delivery's puts: never voided */
 int store_pg_delivery_decided(struct pg_txn *t);	/* 0, STORE_EAGAIN, STORE_ELEASE */
 int store_pg_replays_read_back(struct pg_txn *t);	/* a batch of replays only: 0, STORE_EAGAIN */
+extern const char store_pg_sql_key_locks[];	/* $1's locks, waited for: store_pg_pend.c's too */
 
 /* store_pg_stats.c: the figures */
 STORE_ENTRY(stats) store_pg_stats;

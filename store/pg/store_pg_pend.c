@@ -228,10 +228,6 @@ static size_t pend_kept(const PGresult *r)
 	return (size_t) PQntuples(r);
 }
 
-/* b's key locks, waited for (lock_timeout: PG_VOID_LOCK) */
-static const char SQL_KEY_LOCKS[] =
-	"SELECT pg_advisory_xact_lock(k) FROM unnest($1::int8[]) AS k";
-
 /*
  * pend_void - b's QIDs made void on c, with xid, in a transaction of
  * its own that does not wait for the standby, but those another node
@@ -264,7 +260,7 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 	store_pg_p_arr(&lp, &l);
 	err = store_pg_simple(st, c, PG_LOCAL_BEGIN "; SET LOCAL lock_timeout = " PG_VOID_LOCK, "void");
 	if (err == 0 && locked && b->n_locks > 0
-	    && (err = store_pg_exec(st, c, SQL_KEY_LOCKS, &lp, &r, "void key locks")) == 0) {
+	    && (err = store_pg_exec(st, c, store_pg_sql_key_locks, &lp, &r, "void key locks")) == 0) {
 		PQclear(r);
 		r = NULL;
 	}
