@@ -3682,6 +3682,7 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 		CHECK_INT("no notice: the deferral written", dr, 0);
 		/* the next attempt bounces it again, with one notice */
 		sql(f, "DROP TRIGGER IF EXISTS commit_held ON messages", NULL);
+		store_msg_free(&m);
 		assert_int_equal(store_msg_load(f->st, qid, &m), 0);
 		CHECK_INT("the bounce again", notice_bounce(f, &m, notice, later, NULL), 0);
 		CHECK_INT("its notice, once", qid_rows(f, "messages", notice), 1);
