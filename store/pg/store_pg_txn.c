@@ -502,9 +502,13 @@ static void leases_read(struct pg_txn *t, const PGresult *r, int now)
 /*
  * store_pg_read_back - the commit of t, which put messages, has an
  * unknown outcome: on a fresh connection, does its first new message
- * exist? Then its leases are read too. 0 committed, STORE_EAGAIN not,
- * PG_NOT_KNOWN the database could not be asked (store_pg_pend.c keeps
- * the batch to settle).
+ * exist? Then the leases still this node's are read too (one row with a
+ * null QID if none is). Its row alone tells: past store.lease (a
+ * delivery's COMMIT waited for, store_pg_decide.c) another node may have
+ * taken the message, and a committed notice read as not committed had
+ * its bounced recipient deferred and bounced again, with a second
+ * notice. 0 committed, STORE_EAGAIN not, PG_NOT_KNOWN the database could
+ * not be asked (store_pg_pend.c keeps the batch to settle).
  */
 int store_pg_read_back(struct pg_txn *t)
 {
@@ -517,9 +521,9 @@ int store_pg_read_back(struct pg_txn *t)
 	store_pg_p_qids(&p, t->put_qids, t->n_put);
 	store_pg_p_text(&p, t->put_qids[0]);
 	store_pg_p_text(&p, st->node);
-	err = store_pg_run(st, "SELECT qid, lease_token FROM messages "
-			   "WHERE qid = ANY($1::text[]) AND lease_owner = $3 AND "
-			   "EXISTS (SELECT 1 FROM messages WHERE qid = $2)", &p, &r, "read back");
+	err = store_pg_run(st, "SELECT m.qid, m.lease_token FROM (SELECT FROM messages WHERE qid = $2) e "
+			   "LEFT JOIN messages m ON m.qid = ANY($1::text[]) AND m.lease_owner = $3",
+			   &p, &r, "read back");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return PG_NOT_KNOWN;

@@ -3748,6 +3748,103 @@ static void test_notice_commit_aborts(void **state)
 }
 
 /*
+ * A notice whose COMMIT is waited for past store.lease, taken meanwhile by
+ * another node: the test's lock released while a second session (another
+ * node's statement on the bounced row) queues behind the transaction,
+ * which then gives the notice's lease to that node
+ */
+struct taken {
+	struct release rel;
+	struct fx *f;
+	const char *qid, *notice;
+	char err[256];
+};
+
+/* taken_run - the other node, on its own connection (see struct taken) */
+static void *taken_run(void *arg)
+{
+	struct taken *x = arg;
+	int64_t deadline = clock_mono_us() + 10 * SEC;
+	char text[8192], q[512];
+	PGconn *t2 = PQconnectdb(x->f->url);
+	PGresult *res;
+	ssize_t n;
+
+	while ((n = pread(fileno(x->rel.log), text, sizeof(text) - 1, 0)) >= 0
+	       && (text[n] = 0, strstr(text, "has no outcome yet") == NULL)
+	       && clock_mono_us() < deadline)
+		usleep(10000);
+	/* another node's statement that locks the bounced row (a renewal, an operator's change) */
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; BEGIN; SELECT 1 FROM messages "
+		 "WHERE qid = '%s' FOR UPDATE", x->f->schema, x->qid);
+	PQsendQuery(t2, q);
+	usleep(300000);			/* it queues behind the bounce's transaction */
+	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", x->rel.lock);
+	PQclear(PQexec(x->rel.c, q));
+	while ((res = PQgetResult(t2)) != NULL) {
+		if (PQresultStatus(res) == PGRES_FATAL_ERROR)
+			snprintf(x->err, sizeof(x->err), "%s", PQerrorMessage(t2));
+		PQclear(res);
+	}
+	/* meanwhile another node takes the notice, whose lease ran out while its COMMIT waited */
+	snprintf(q, sizeof(q), "UPDATE messages SET lease_owner = 'nodeB', lease_until = %s + 60000000 "
+		 "WHERE qid = '%s'; COMMIT", PG_DB_NOW, x->notice);
+	res = PQexec(t2, q);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		snprintf(x->err, sizeof(x->err), "%s", PQerrorMessage(t2));
+	PQclear(res);
+	PQfinish(t2);
+	return NULL;
+}
+
+/*
+ * The bounce's COMMIT went through while the store waited, but the notice
+ * was leased by another node before the store read it back: its row tells,
+ * committed (0), and the bounce stands with one notice, where the lease
+ * read as not committed queued the bounced recipient again
+ */
+static void test_notice_commit_taken(void **state)
+{
+	struct fx *f = *state;
+	struct taken x = { { PQconnectdb(f->url), NULL, 4243 }, f, "TAKENBOUNCE1", "TAKENNOTICE1", "" };
+	struct store_story s;
+	struct store_msg m;
+	char text[8192], q[512];
+	pthread_t th;
+	int hash = 77, rc, fd;
+
+	commit_held(f, 0);
+	msg_new(&m, x.qid, 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, x.qid, 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, x.qid, &m), 0);
+	PQclear(PQexec(x.rel.c, "SELECT pg_advisory_lock(4243)"));
+	fd = log_capture(&x.rel.log);
+	assert_int_equal(pthread_create(&th, NULL, taken_run, &x), 0);
+	rc = notice_bounce(f, &m, x.notice, 0, NULL);
+	pthread_join(th, NULL);
+	log_captured(fd, x.rel.log, text, sizeof(text));
+	PQfinish(x.rel.c);
+	assert_string_equal(x.err, "");	/* the other node's statements ran */
+	if (rc != 0) {			/* the delivery's deferral, as deliver_record.c writes it */
+		m.rcpts[0].state = STORE_RCPT_QUEUED;
+		(void) store_msg_update(f->st, &m);
+	}
+	CHECK_INT("the notice committed", qid_rows(f, "messages", x.notice), 1);
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+		 "WHERE qid = '%s' AND lease_owner = 'nodeB'", f->schema, x.notice);
+	CHECK_INT("its lease another node's", sql_int(f->url, q), 1);
+	CHECK_INT("the store reads it committed", rc, 0);
+	CHECK_INT("the story", store_story_get(f->st, x.qid, &s), 0);
+	CHECK_INT("recipient 0 stays bounced (else bounced again: a second notice)",
+		  s.m.rcpts[0].state, STORE_RCPT_BOUNCED);
+	store_story_free(&s);
+	store_msg_free(&m);
+	sql(f, "DROP TRIGGER IF EXISTS commit_held ON messages", NULL);
+}
+
+/*
  * The same when the bounce's COMMIT went through but its answer was lost
  * and PostgreSQL could not be reached to read it: the notice was kept to
  * be voided at the node's next use of the database (and dropped, the
@@ -4318,6 +4415,7 @@ int main(void)
 		T(test_schema_11_drop_bounded),
 		T(test_notice_commit_waits),
 		T(test_notice_commit_aborts),
+		T(test_notice_commit_taken),
 		T(test_notice_commit_unreachable),
 		T(test_replay_commit_running),
 		T(test_replay_commit_unrun),
