@@ -54,9 +54,13 @@
  *	is decided once the standby answers, and waited for. A COMMIT that
  *	waits for the standby itself has its commit record written: on this
  *	server it can only commit. That one, and one whose rows cannot be
- *	read because PostgreSQL stays away longer than a statement's limit,
- *	or no decision within twice store.lease and a minute, are left to
- *	PostgreSQL (undecided()): the node forgets the leases of the
+ *	read because PostgreSQL stays away longer than a statement's limit
+ *	(tried once more at that limit, whatever the reconnect backoff: its
+ *	doubling may put the node's next try past the limit, and an outage
+ *	over before it was then found only after it, the decision left to
+ *	PostgreSQL, and an aborted COMMIT's inflight mark left without a
+ *	notice), or no decision within twice store.lease and a minute, are
+ *	left to PostgreSQL (undecided()): the node forgets the leases of the
  *	messages it wrote and returns STORE_ELEASE, so that the deferral the
  *	delivery then writes is refused, where it could land once the COMMIT
  *	had gone through and queue a bounced recipient again, to be bounced
@@ -208,7 +212,7 @@ static int end_stuck(struct pg_txn *t)
 int store_pg_delivery_decided(struct pg_txn *t)
 {
 	int64_t start = clock_mono_us(), now, away = 0;
-	int over, waits = 0, behind = 0, rc;
+	int over, waits = 0, behind = 0, last = 0, rc;
 
 	msg_warn("store: a delivery's commit (%s%s) has no outcome yet: waiting for PostgreSQL's",
 		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
@@ -217,8 +221,16 @@ int store_pg_delivery_decided(struct pg_txn *t)
 			return rc;
 		now = clock_mono_us();
 		away = over >= 0 ? 0 : away ? away : now;
-		if (away && now - away >= store_pg_result_limit())
+		if (!away)
+			last = 0;
+		else if (now - away >= store_pg_result_limit() && last++)
 			break;
+		else if (last) {	/* at the limit: one more try now, whatever the backoff */
+			pthread_mutex_lock(&t->st->mu);
+			t->st->next_try = 0;
+			pthread_mutex_unlock(&t->st->mu);
+			continue;
+		}
 		if (over == 0 && now - start >= PG_LOOK_US && (waits = end_stuck(t)) == 1)
 			break;
 		if (waits == 2 && !behind++)

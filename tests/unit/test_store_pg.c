@@ -3588,19 +3588,27 @@ struct release {
 	int lock;
 };
 
+/* logged_within - has log (log_capture) said what within 10 s? */
+static int logged_within(FILE *log, const char *what)
+{
+	int64_t deadline = clock_mono_us() + 10 * SEC;
+	char text[8192];
+	ssize_t n;
+
+	while ((n = pread(fileno(log), text, sizeof(text) - 1, 0)) >= 0
+	       && (text[n] = 0, strstr(text, what) == NULL) && clock_mono_us() < deadline)
+		usleep(10000);
+	return n >= 0 && strstr(text, what) != NULL;
+}
+
 /* release_run - release r's lock once the store says it waits for the outcome, or after 10 s */
 static void *release_run(void *arg)
 {
 	struct release *r = arg;
-	int64_t deadline = clock_mono_us() + 10 * SEC;
-	char text[8192], q[64];
+	char q[64];
 	PGresult *res;
-	ssize_t n;
 
-	while ((n = pread(fileno(r->log), text, sizeof(text) - 1, 0)) >= 0
-	       && (text[n] = 0, strstr(text, "has no outcome yet") == NULL)
-	       && clock_mono_us() < deadline)
-		usleep(10000);
+	(void) logged_within(r->log, "has no outcome yet");
 	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", r->lock);
 	res = PQexec(r->c, q);
 	PQclear(res);
@@ -3618,27 +3626,65 @@ static long long inflight_of(struct fx *f, const char *qid)
 }
 
 /*
+ * bounce_ended - the bounce of m (notice_bounce) answered rc, the delivery
+ * goes on as deliver_record.c does: committed, nothing more; else the
+ * recipient deferred. The end is either the bounce with its notice, once,
+ * or the recipient queued, the mark cleared, to be asked again and
+ * bounced with one notice: never the mark left without a notice, which
+ * the next take reads as an ambiguous delivery (delivered-unconfirmed
+ * under upstream.ambiguous = assume-delivered: the bounce lost, no notice).
+ */
+static void bounce_ended(struct fx *f, struct store_msg *m, const char *notice, int later, int rc)
+{
+	struct store_story s;
+	char qid[sizeof(m->qid)];
+	int dr = 0;
+
+	memcpy(qid, m->qid, sizeof(qid));
+	if (rc != 0) {			/* the notice taken as not queued: the recipient deferred */
+		m->rcpts[0].state = STORE_RCPT_QUEUED;
+		dr = store_msg_update(f->st, m);
+	}
+	CHECK_INT("the story", store_story_get(f->st, qid, &s), 0);
+	if (qid_rows(f, "messages", notice) == 1) {
+		CHECK_INT("recipient 0 bounced, with its notice", s.m.rcpts[0].state,
+			  STORE_RCPT_BOUNCED);
+		if (rc != 0)
+			CHECK_INT("the deferral after a notice that went through: refused", dr,
+				  STORE_ELEASE);
+	} else {
+		CHECK_INT("no notice: the inflight mark (else an ambiguous delivery, no notice ever)",
+			  inflight_of(f, qid), 0);
+		CHECK_INT("no notice: recipient 0 queued to bounce again", s.m.rcpts[0].state,
+			  STORE_RCPT_QUEUED);
+		CHECK_INT("no notice: the deferral written", dr, 0);
+		/* the next attempt bounces it again, with one notice */
+		sql(f, "DROP TRIGGER IF EXISTS commit_held ON messages", NULL);
+		store_msg_free(m);
+		assert_int_equal(store_msg_load(f->st, qid, m), 0);
+		CHECK_INT("the bounce again", notice_bounce(f, m, notice, later, NULL), 0);
+		CHECK_INT("its notice, once", qid_rows(f, "messages", notice), 1);
+	}
+	store_story_free(&s);
+	CHECK_INT("nothing voided", void_count(f), 0);
+}
+
+/*
  * notice_decided - the bounce of qid, inflight-marked (its dot answered
  * 550), whose COMMIT the trigger holds on the test's lock, released once
  * the store waits for the outcome (or after 10 s), or kept until the
- * store has answered (keep: its backend stuck); then the delivery as
- * deliver_record.c goes on: committed, nothing more; else the recipient
- * deferred. The end is either the bounce with its notice, once, or the
- * recipient queued, the mark cleared, to be asked again and bounced with
- * one notice: never the mark left without a notice, which the next take
- * reads as an ambiguous delivery (delivered-unconfirmed under
- * upstream.ambiguous = assume-delivered: the bounce lost, no notice).
+ * store has answered (keep: its backend stuck); then the delivery goes
+ * on (bounce_ended)
  */
 static void notice_decided(struct fx *f, const char *qid, const char *notice, int later,
 			   int lock, int keep)
 {
 	struct release rel = { PQconnectdb(f->url), NULL, lock };
-	struct store_story s;
 	struct store_msg m;
 	PGresult *r;
 	pthread_t th;
 	char q[160], text[8192];
-	int hash = 90 + lock % 8, rc, dr = 0, fd;
+	int hash = 90 + lock % 8, rc, fd;
 
 	msg_new(&m, qid, 2, 100);
 	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
@@ -3663,32 +3709,7 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 	PQfinish(rel.c);
 	/* the COMMIT over, whatever the store did: its message's row free */
 	sql(f, "SET lock_timeout = '10s'; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", qid);
-	if (rc != 0) {			/* the notice taken as not queued: the recipient deferred */
-		m.rcpts[0].state = STORE_RCPT_QUEUED;
-		dr = store_msg_update(f->st, &m);
-	}
-	CHECK_INT("the story", store_story_get(f->st, qid, &s), 0);
-	if (qid_rows(f, "messages", notice) == 1) {
-		CHECK_INT("recipient 0 bounced, with its notice", s.m.rcpts[0].state,
-			  STORE_RCPT_BOUNCED);
-		if (rc != 0)
-			CHECK_INT("the deferral after a notice that went through: refused", dr,
-				  STORE_ELEASE);
-	} else {
-		CHECK_INT("no notice: the inflight mark (else an ambiguous delivery, no notice ever)",
-			  inflight_of(f, qid), 0);
-		CHECK_INT("no notice: recipient 0 queued to bounce again", s.m.rcpts[0].state,
-			  STORE_RCPT_QUEUED);
-		CHECK_INT("no notice: the deferral written", dr, 0);
-		/* the next attempt bounces it again, with one notice */
-		sql(f, "DROP TRIGGER IF EXISTS commit_held ON messages", NULL);
-		store_msg_free(&m);
-		assert_int_equal(store_msg_load(f->st, qid, &m), 0);
-		CHECK_INT("the bounce again", notice_bounce(f, &m, notice, later, NULL), 0);
-		CHECK_INT("its notice, once", qid_rows(f, "messages", notice), 1);
-	}
-	store_story_free(&s);
-	CHECK_INT("nothing voided", void_count(f), 0);
+	bounce_ended(f, &m, notice, later, rc);
 	store_msg_free(&m);
 }
 
@@ -4348,6 +4369,118 @@ static void test_revive_lock_waits_bounded(void **state)
 	store_close(b);
 }
 
+/*
+ * a statement's limit while the bounce's outcome is decided: the
+ * reconnect backoff (0.1 s, doubled at each failure) tries at about 2 s,
+ * then not before about 3.6 s
+ */
+#define AWAY_LIMIT	(5 * SEC / 2)
+
+/* a COMMIT waits at the gate */
+#define GATE_WAIT "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() " \
+	"AND query = 'COMMIT' AND wait_event = 'advisory'"
+
+/*
+ * cut_gated - the commit hook: once the COMMIT waits at the gate, its
+ * answer lost and the database away (cut_away); AWAY_LIMIT the limit
+ */
+static void cut_gated(PGconn *c)
+{
+	char q[160];
+
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+		 "AND query = 'COMMIT' AND wait_event = 'advisory'", PQbackendPID(c));
+	(void) seen_within(q);		/* the test's held_start says if it was not */
+	cut_away(c);
+	result_us = AWAY_LIMIT;
+}
+
+/* held_bounce - the bounce of h->m (notice_bounce), its COMMIT cut at the gate */
+static int held_bounce(struct held *h)
+{
+	return notice_bounce(hook_fx, h->m, "NOTICEGONE91", 0, cut_gated);
+}
+
+/*
+ * outage_end - PostgreSQL reachable for st again before AWAY_LIMIT has
+ * passed since from: once st's next try, backed off, falls half a second
+ * past that limit, or a quarter second before the limit if it never
+ * does. st finds out when it tries. The dead URL, to be freed once no
+ * connection can be opened with it.
+ */
+static char *outage_end(struct pg_store *st, int64_t from)
+{
+	int64_t next = 0;
+	char *dead;
+
+	while (clock_mono_us() < from + AWAY_LIMIT - SEC / 4 && next <= from + AWAY_LIMIT + SEC / 2) {
+		usleep(10000);
+		pthread_mutex_lock(&st->mu);
+		next = st->down ? st->next_try : 0;
+		pthread_mutex_unlock(&st->mu);
+	}
+	pthread_mutex_lock(&st->mu);
+	dead = st->url;
+	st->url = away_url;
+	pthread_mutex_unlock(&st->mu);
+	return dead;
+}
+
+/*
+ * A bounce's COMMIT (its outcome and its notice, one transaction) held
+ * at the gate, its answer lost and the node cut off from PostgreSQL;
+ * its backend ended, so that it aborts; PostgreSQL back for the node
+ * before a statement's limit has passed, but after its last try before
+ * that limit (the reconnect backoff doubles). The end is the good one
+ * (bounce_ended): here no notice, the recipient queued, the mark
+ * cleared, bounced again with one notice. The store looked no more once
+ * the limit had passed since it found PostgreSQL away, and its backoff
+ * put its next try past it: left to PostgreSQL, the leases given up and
+ * the deferral refused, the mark kept without a notice, read by the next
+ * take as an ambiguous delivery.
+ */
+static void test_notice_commit_aborted_away(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	struct store_msg m;
+	struct held h;
+	char text[8192], *dead;
+	int64_t from;
+	PGconn *g;
+	FILE *log;
+	int hash = 96, fd, waited, aborted;
+
+	msg_new(&m, "NOTICEGONE01", 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEGONE01", 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, "NOTICEGONE01", &m), 0);
+	hook_fx = f;
+	g = gate_shut(f);
+	fd = log_capture(&log);
+	held_start(&h, held_bounce, f->st, &m, GATE_WAIT);
+	waited = logged_within(log, "has no outcome yet");
+	from = clock_mono_us();
+	(void) sql_int(f->url, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM "
+		       "pg_stat_activity WHERE datname = current_database() AND query = 'COMMIT' "
+		       "AND wait_event = 'advisory') x");
+	aborted = seen_within("SELECT 1 - count(*) FROM pg_stat_activity WHERE datname = "
+			      "current_database() AND query = 'COMMIT' AND wait_event = 'advisory'");
+	gate_open(g);			/* the COMMIT aborted: nothing more to hold */
+	dead = outage_end(st, from);
+	pthread_join(h.th, NULL);
+	log_captured(fd, log, text, sizeof(text));
+	free(dead);
+	pthread_mutex_lock(&st->mu);
+	st->next_try = 0;		/* its next try due: the delivery goes on */
+	pthread_mutex_unlock(&st->mu);
+	bounce_ended(f, &m, "NOTICEGONE91", 0, h.rc);
+	CHECK_INT("the store waited for PostgreSQL's decision", waited, 1);
+	CHECK_INT("the COMMIT's backend ended", aborted, 1);
+	store_msg_free(&m);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4425,6 +4558,7 @@ int main(void)
 		T(test_revive_racing_verdict),
 		T(test_void_waits_for_take),
 		T(test_revive_lock_waits_bounded),
+		T(test_notice_commit_aborted_away),
 	};
 
 	if (fx_pg() == NULL) {
