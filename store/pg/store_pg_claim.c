@@ -295,18 +295,6 @@ static int txn_queued(void *arg, const char *qid)
 	return tc->queued || store_pg_qids_has(tc->t->put_qids, tc->t->n_put, qid);
 }
 
-/*
- * replay_add - a claim of another node's acceptance found live: its QID
- * marked replayed in this transaction, at commit (store_pg_txn.c)
- */
-static void replay_add(struct pg_txn *t, const char *qid)
-{
-	if (store_pg_qids_has(t->replays, t->n_replays, qid))
-		return;
-	t->replays = store_pg_grow(t->replays, t->n_replays, &t->cap_replays, sizeof(*t->replays));
-	memcpy(t->replays[t->n_replays++], qid, STORE_QID_SIZE);
-}
-
 /* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
 int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
@@ -344,7 +332,11 @@ void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HAS
 
 	if ((e = cache_find(t, keyhash, hash)) == NULL || !e->foreign)
 		return;
-	replay_add(t, e->c.qid);
+	if (!store_pg_qids_has(t->replays, t->n_replays, e->c.qid)) {
+		t->replays = store_pg_grow(t->replays, t->n_replays, &t->cap_replays,
+					   sizeof(*t->replays));
+		memcpy(t->replays[t->n_replays++], e->c.qid, STORE_QID_SIZE);
+	}
 	e->foreign = 0;
 }
 
