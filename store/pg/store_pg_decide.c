@@ -42,26 +42,32 @@
  *	run out first). Left to PostgreSQL, the leases given up (84cce52), a
  *	COMMIT that failed later left the inflight mark of the bounced
  *	message's dot, read by the next take as an ambiguous delivery:
- *	delivered-unconfirmed, no notice. A backend that neither ends nor
- *	waits for the standby after PG_LOOK_US (its connection cut before
- *	COMMIT arrived: idle in its transaction; a COMMIT stuck before its
- *	commit record) is ended, which aborts it, or commits it if its
- *	record was written: either way decided, and read as above. Only the
- *	transaction of the id read for the batch is ended (a pooler may have
- *	given that backend to another client), and not one that waits for a
- *	lock held by a transaction that waits for the standby (a renewal of
- *	the message's lease, committed as the standby went away): that one
- *	is decided once the standby answers, and waited for. A COMMIT that
- *	waits for the standby itself has its commit record written: on this
- *	server it can only commit. That one, and one whose rows cannot be
+ *	delivered-unconfirmed, no notice. A backend still idle in the
+ *	transaction after PG_LOOK_US (its connection cut before COMMIT
+ *	arrived) is ended, which aborts it: decided, and read as above. Only
+ *	the transaction of the id read for the batch is ended (a pooler may
+ *	have given that backend to another client), and never one that runs
+ *	a statement: ended in its COMMIT past the point where it can abort,
+ *	PostgreSQL cancels its wait for the standby and the commit shows on
+ *	the primary before the standby has it, and one look at the backend
+ *	cannot tell a COMMIT that waits for the standby (one still flushing
+ *	its record, or about to wait). A COMMIT that runs is waited for: one
+ *	that waits for a lock held by a transaction that waits for the
+ *	standby (a renewal of the message's lease, committed as the standby
+ *	went away) is logged, decided once the standby answers. A COMMIT
+ *	that waits for the standby itself has its commit record written: on
+ *	this server it can only commit. That one, one whose rows cannot be
  *	read because PostgreSQL stays away longer than a statement's limit
  *	(tried once more at that limit, whatever the reconnect backoff: its
  *	doubling may put the node's next try past the limit, and an outage
  *	over before it was then found only after it, the decision left to
  *	PostgreSQL, and an aborted COMMIT's inflight mark left without a
- *	notice), or no decision within twice store.lease and a minute, are
- *	left to PostgreSQL (undecided()): the node forgets the leases of the
- *	messages it wrote and returns STORE_ELEASE, so that the deferral the
+ *	notice), and one not decided once half store.lease has gone by since
+ *	it was sent (the leases of the rows it holds locked are not renewed,
+ *	and past them another node may take the messages; a stop waits no
+ *	longer either), are left to PostgreSQL (undecided()): the node
+ *	forgets the leases of the messages it wrote and returns
+ *	STORE_ELEASE, so that the deferral the
  *	delivery then writes is refused, where it could land once the COMMIT
  *	had gone through and queue a bounced recipient again, to be bounced
  *	with a second notice; the next take reads what PostgreSQL decided.
@@ -93,12 +99,15 @@ static const char SQL_ENDED[] =
 
 /*
  * A delivery's backend: does it wait for the standby, or behind one that
- * does (a lock its transaction waits for)? If neither, and it runs the
- * delivery's transaction ($3: the id's low bits), it is ended.
+ * does (a lock its transaction waits for)? If it is idle in the
+ * delivery's transaction ($3: the id's low bits), its COMMIT never came,
+ * it is ended; never one that runs a statement, its COMMIT perhaps,
+ * which, ended, could skip the standby (see the header).
  */
 static const char SQL_END_STUCK[] =
-	"SELECT w.waits, w.behind, CASE WHEN NOT w.waits AND NOT w.behind AND "
-	"a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid "
+	"SELECT w.waits, w.behind, CASE WHEN a.state IN ('idle in transaction', "
+	"'idle in transaction (aborted)') AND a.backend_xid::text::int8 = $3 "
+	"THEN pg_terminate_backend(a.pid) END, a.pid "
 	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
 	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
 	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " PG_BACKEND_IS("a");
@@ -179,9 +188,8 @@ static int ended(struct pg_txn *t)
 }
 
 /*
- * end_stuck - t's backend ended if it runs t's transaction and neither
- * waits for the standby nor behind one that does (see the header): 1 it
- * waits for the standby, 2 behind one, else 0
+ * end_stuck - t's backend ended if it is idle in t's transaction (see
+ * the header): 1 it waits for the standby, 2 behind one, else 0
  */
 static int end_stuck(struct pg_txn *t)
 {
@@ -195,8 +203,9 @@ static int end_stuck(struct pg_txn *t)
 			if (PQntuples(r) == 1)
 				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
 			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
-				msg_warn("store: a delivery's commit neither ends nor waits for the "
-					 "standby: its backend (pid %s) ended", PQgetvalue(r, 0, 3));
+				msg_warn("store: a delivery's COMMIT never reached its backend, idle "
+					 "in its transaction: the backend (pid %s) ended",
+					 PQgetvalue(r, 0, 3));
 			PQclear(r);
 		}
 	}
@@ -206,12 +215,15 @@ static int end_stuck(struct pg_txn *t)
 
 /*
  * store_pg_delivery_decided - t put a delivery's messages and its COMMIT's outcome is not
- * known: PostgreSQL's decision waited for (see the header). 0 committed,
- * STORE_EAGAIN not; STORE_ELEASE left undecided.
+ * known: PostgreSQL's decision waited for (see the header), until half
+ * store.lease has gone by since t's COMMIT was sent (the hold, at most a
+ * statement's limit, before this). 0 committed, STORE_EAGAIN not;
+ * STORE_ELEASE left undecided.
  */
 int store_pg_delivery_decided(struct pg_txn *t)
 {
 	int64_t start = clock_mono_us(), now, away = 0;
+	int64_t cap = start + t->st->lease_us / 2 - store_pg_result_limit();
 	int over, waits = 0, behind = 0, last = 0, rc;
 
 	msg_warn("store: a delivery's commit (%s%s) has no outcome yet: waiting for PostgreSQL's",
@@ -237,7 +249,7 @@ int store_pg_delivery_decided(struct pg_txn *t)
 			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "
 				 "synchronous standby: PostgreSQL decides it once the standby answers",
 				 t->put_qids[0]);
-		if (now - start >= 2 * t->st->lease_us + 60000000LL)
+		if (now >= cap)
 			break;
 		usleep(PG_SLICE_MS * 1000);
 	}

@@ -3683,8 +3683,9 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 	struct store_msg m;
 	PGresult *r;
 	pthread_t th;
-	char q[160], text[8192];
+	char q[512], text[8192];
 	int hash = 90 + lock % 8, rc, fd;
+	long long leased = 0;
 
 	msg_new(&m, qid, 2, 100);
 	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
@@ -3700,6 +3701,9 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 		assert_int_equal(pthread_create(&th, NULL, release_run, &rel), 0);
 	rc = notice_bounce(f, &m, notice, later, NULL);
 	if (keep) {
+		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
+			 "WHERE qid = '%s' AND lease_until > %s", f->schema, qid, PG_DB_NOW);
+		leased = sql_int(f->url, q);
 		snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", lock);
 		PQclear(PQexec(rel.c, q));
 	} else {
@@ -3709,21 +3713,34 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 	PQfinish(rel.c);
 	/* the COMMIT over, whatever the store did: its message's row free */
 	sql(f, "SET lock_timeout = '10s'; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", qid);
+	if (keep) {			/* never ended: it went through once the lock came */
+		CHECK_INT("a COMMIT that runs, left to PostgreSQL", rc, STORE_ELEASE);
+		CHECK_INT("left before the lease of the row it holds ran out", leased, 1);
+		CHECK_INT("the COMMIT that ran, not ended", qid_rows(f, "messages", notice), 1);
+	}
 	bounce_ended(f, &m, notice, later, rc);
 	store_msg_free(&m);
 }
 
-/* commit_held - the trigger that holds a bounce's COMMIT on lock 4243, then passes or fails */
+/*
+ * commit_held - the trigger that holds a bounce's COMMIT on lock 4243,
+ * then passes or fails (1); or polls it (2), its client not checked: a
+ * COMMIT that runs, where PostgreSQL itself ends one of a cut connection
+ * within a second (client_connection_check_interval, store_pg.c)
+ */
 static void commit_held(struct fx *f, int fails)
 {
-	char q[512];
+	char q[640];
 
 	snprintf(q, sizeof(q), "CREATE OR REPLACE FUNCTION commit_held() RETURNS trigger LANGUAGE "
-		 "plpgsql AS $$ BEGIN IF NEW.sender = '' THEN PERFORM pg_advisory_xact_lock(4243); %s "
+		 "plpgsql AS $$ BEGIN IF NEW.sender = '' THEN %s %s "
 		 "END IF; RETURN NULL; END $$; "
 		 "DROP TRIGGER IF EXISTS commit_held ON messages; CREATE CONSTRAINT TRIGGER "
 		 "commit_held AFTER INSERT ON messages DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION commit_held()", fails ? "RAISE EXCEPTION 'the COMMIT fails';" : "");
+		 "EXECUTE FUNCTION commit_held()", fails == 2 ? "PERFORM set_config('client_connection_check_interval', "
+		 "'0', true); WHILE NOT pg_try_advisory_xact_lock(4243) LOOP PERFORM pg_sleep(0.05); "
+		 "END LOOP;" : "PERFORM pg_advisory_xact_lock(4243);",
+		 fails == 1 ? "RAISE EXCEPTION 'the COMMIT fails';" : "");
 	sql(f, "%s", q);
 }
 
@@ -3751,12 +3768,17 @@ static void test_notice_commit_waits(void **state)
 
 /*
  * The same COMMIT held, then failing (the trigger raises once the lock
- * is released), or held for good (its backend stuck: the store ends it):
- * no notice, and the bounce's outcome neither, so the message keeps the
- * inflight mark its dot had. Left to PostgreSQL, the leases given up and
- * the deferral refused (84cce52), the next take read that mark as an
- * ambiguous delivery: recorded delivered-unconfirmed, the recipient
- * refused 550, and no notice ever sent.
+ * is released): no notice, and the bounce's outcome neither, so the
+ * message keeps the inflight mark its dot had. Left to PostgreSQL, the
+ * leases given up and the deferral refused (84cce52), the next take
+ * read that mark as an ambiguous delivery: recorded
+ * delivered-unconfirmed, the recipient refused 550, and no notice ever
+ * sent. Or held for good, its trigger polling the lock: a backend
+ * running its COMMIT is never ended (ended past its commit record, it
+ * skips the synchronous standby), and
+ * the store leaves it to PostgreSQL (STORE_ELEASE) once half
+ * store.lease (8 s here) has gone by, before the lease of the row it
+ * holds runs out; it goes through once the lock comes.
  */
 static void test_notice_commit_aborts(void **state)
 {
@@ -3764,8 +3786,10 @@ static void test_notice_commit_aborts(void **state)
 
 	commit_held(f, 1);
 	notice_decided(f, "NOTICEFAIL01", "NOTICEFAIL91", 0, 4243, 0);
-	commit_held(f, 0);
+	commit_held(f, 2);
+	((struct pg_store *) f->st)->lease_us = 8 * SEC;	/* the spool's lease, and the cap */
 	notice_decided(f, "NOTICEFAIL02", "NOTICEFAIL92", 0, 4243, 1);
+	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
 }
 
 /*
