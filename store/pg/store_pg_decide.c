@@ -62,10 +62,12 @@
  *	doubling may put the node's next try past the limit, and an outage
  *	over before it was then found only after it, the decision left to
  *	PostgreSQL, and an aborted COMMIT's inflight mark left without a
- *	notice), and one not decided once half store.lease has gone by since
- *	it was sent (the leases of the rows it holds locked are not renewed,
- *	and past them another node may take the messages; a stop waits no
- *	longer either), are left to PostgreSQL (undecided()): the node
+ *	notice), and one not decided once half store.lease less that limit
+ *	has gone by since it was sent (the leases of the rows it holds locked
+ *	are not renewed, and past them another node may take the messages; a
+ *	stop waits no longer either; PostgreSQL away then is tried once more
+ *	too, since at the defaults this cap comes before the limit), are left
+ *	to PostgreSQL (undecided()): the node
  *	forgets the leases of the messages it wrote and returns
  *	STORE_ELEASE, so that the deferral the
  *	delivery then writes is refused, where it could land once the COMMIT
@@ -204,8 +206,8 @@ static int end_stuck(struct pg_txn *t)
 				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
 			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
 				msg_warn("store: a delivery's COMMIT never reached its backend, idle "
-					 "in its transaction: the backend (pid %s) ended",
-					 PQgetvalue(r, 0, 3));
+					 "in its transaction: the backend (pid %d) ended",
+					 (int) store_pg_int(r, 0, 3));
 			PQclear(r);
 		}
 	}
@@ -222,7 +224,7 @@ static int end_stuck(struct pg_txn *t)
  */
 int store_pg_delivery_decided(struct pg_txn *t)
 {
-	int64_t start = clock_mono_us(), now, away = 0;
+	int64_t start = clock_mono_us(), now, away = 0, end;
 	int64_t cap = start + t->st->lease_us / 2 - store_pg_result_limit();
 	int over, waits = 0, behind = 0, last = 0, rc;
 
@@ -235,11 +237,13 @@ int store_pg_delivery_decided(struct pg_txn *t)
 		away = over >= 0 ? 0 : away ? away : now;
 		if (!away)
 			last = 0;
-		else if (now - away >= store_pg_result_limit() && last++)
-			break;
-		else if (last) {	/* at the limit: one more try now, whatever the backoff */
-			pthread_mutex_lock(&t->st->mu);
-			t->st->next_try = 0;
+		/* the end: the cap, or a statement's limit of PostgreSQL away if that comes first */
+		end = away && away + store_pg_result_limit() < cap ? away + store_pg_result_limit() : cap;
+		if (now >= end) {
+			if (!away || last++)
+				break;
+			pthread_mutex_lock(&t->st->mu);	/* away at the end: one more try now, */
+			t->st->next_try = 0;		/* whatever the backoff */
 			pthread_mutex_unlock(&t->st->mu);
 			continue;
 		}
@@ -249,8 +253,6 @@ int store_pg_delivery_decided(struct pg_txn *t)
 			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "
 				 "synchronous standby: PostgreSQL decides it once the standby answers",
 				 t->put_qids[0]);
-		if (now >= cap)
-			break;
 		usleep(PG_SLICE_MS * 1000);
 	}
 	return undecided(t, waits == 1);

@@ -4426,18 +4426,18 @@ static int held_bounce(struct held *h)
 }
 
 /*
- * outage_end - PostgreSQL reachable for st again before AWAY_LIMIT has
- * passed since from: once st's next try, backed off, falls half a second
- * past that limit, or a quarter second before the limit if it never
- * does. st finds out when it tries. The dead URL, to be freed once no
- * connection can be opened with it.
+ * outage_end - PostgreSQL reachable for st again before at has passed
+ * since from: once st's next try, backed off, falls half a second past
+ * at, or a quarter second before at if it never does. st finds out when
+ * it tries. The dead URL, to be freed once no connection can be opened
+ * with it.
  */
-static char *outage_end(struct pg_store *st, int64_t from)
+static char *outage_end(struct pg_store *st, int64_t from, int64_t at)
 {
 	int64_t next = 0;
 	char *dead;
 
-	while (clock_mono_us() < from + AWAY_LIMIT - SEC / 4 && next <= from + AWAY_LIMIT + SEC / 2) {
+	while (clock_mono_us() < from + at - SEC / 4 && next <= from + at + SEC / 2) {
 		usleep(10000);
 		pthread_mutex_lock(&st->mu);
 		next = st->down ? st->next_try : 0;
@@ -4451,21 +4451,21 @@ static char *outage_end(struct pg_store *st, int64_t from)
 }
 
 /*
- * A bounce's COMMIT (its outcome and its notice, one transaction) held
- * at the gate, its answer lost and the node cut off from PostgreSQL;
- * its backend ended, so that it aborts; PostgreSQL back for the node
- * before a statement's limit has passed, but after its last try before
- * that limit (the reconnect backoff doubles). The end is the good one
- * (bounce_ended): here no notice, the recipient queued, the mark
- * cleared, bounced again with one notice. The store looked no more once
- * the limit had passed since it found PostgreSQL away, and its backoff
- * put its next try past it: left to PostgreSQL, the leases given up and
- * the deferral refused, the mark kept without a notice, read by the next
- * take as an ambiguous delivery.
+ * aborted_away - a bounce's COMMIT (its outcome and its notice, one
+ * transaction) held at the gate, its answer lost and the node cut off
+ * from PostgreSQL; its backend ended, so that it aborts; PostgreSQL back
+ * for the node before at, the end of the store's wait (a statement's
+ * limit of PostgreSQL away, or the cap of half store.lease less that
+ * limit, whichever comes first), but after its last try before it (the
+ * reconnect backoff doubles). The end is the good one (bounce_ended):
+ * here no notice, the recipient queued, the mark cleared, bounced again
+ * with one notice. The store looked no more once that end had passed,
+ * and its backoff put its next try past it: left to PostgreSQL, the
+ * leases given up and the deferral refused, the mark kept without a
+ * notice, read by the next take as an ambiguous delivery.
  */
-static void test_notice_commit_aborted_away(void **state)
+static void aborted_away(struct fx *f, const char *qid, int64_t lease_us, int64_t at)
 {
-	struct fx *f = *state;
 	struct pg_store *st = (struct pg_store *) f->st;
 	struct store_msg m;
 	struct held h;
@@ -4475,11 +4475,12 @@ static void test_notice_commit_aborted_away(void **state)
 	FILE *log;
 	int hash = 96, fd, waited, aborted;
 
-	msg_new(&m, "NOTICEGONE01", 2, 100);
+	st->lease_us = lease_us;
+	msg_new(&m, qid, 2, 100);
 	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
 	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEGONE01", 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, "NOTICEGONE01", &m), 0);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
 	hook_fx = f;
 	g = gate_shut(f);
 	fd = log_capture(&log);
@@ -4492,17 +4493,36 @@ static void test_notice_commit_aborted_away(void **state)
 	aborted = seen_within("SELECT 1 - count(*) FROM pg_stat_activity WHERE datname = "
 			      "current_database() AND query = 'COMMIT' AND wait_event = 'advisory'");
 	gate_open(g);			/* the COMMIT aborted: nothing more to hold */
-	dead = outage_end(st, from);
+	dead = outage_end(st, from, at);
 	pthread_join(h.th, NULL);
 	log_captured(fd, log, text, sizeof(text));
 	free(dead);
 	pthread_mutex_lock(&st->mu);
 	st->next_try = 0;		/* its next try due: the delivery goes on */
 	pthread_mutex_unlock(&st->mu);
+	st->lease_us = TEST_LEASE;
 	bounce_ended(f, &m, "NOTICEGONE91", 0, h.rc);
 	CHECK_INT("the store waited for PostgreSQL's decision", waited, 1);
 	CHECK_INT("the COMMIT's backend ended", aborted, 1);
 	store_msg_free(&m);
+}
+
+/* test_notice_commit_aborted_away - aborted_away(), its wait ended by the statement's limit */
+static void test_notice_commit_aborted_away(void **state)
+{
+	aborted_away(*state, "NOTICEGONE01", TEST_LEASE, AWAY_LIMIT);
+}
+
+/*
+ * test_notice_commit_aborted_capped - aborted_away(), its wait ended by
+ * the cap first, as at the defaults (store.lease 30 s, a statement's
+ * limit 10 s: the cap 5 s after the wait starts, the limit 10 s), scaled
+ * to the test's limit: the cap half the limit. Without its own last try
+ * the cap cut the wait short of it.
+ */
+static void test_notice_commit_aborted_capped(void **state)
+{
+	aborted_away(*state, "NOTICEGONE02", 2 * (AWAY_LIMIT + AWAY_LIMIT / 2), AWAY_LIMIT / 2);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -4583,6 +4603,7 @@ int main(void)
 		T(test_void_waits_for_take),
 		T(test_revive_lock_waits_bounded),
 		T(test_notice_commit_aborted_away),
+		T(test_notice_commit_aborted_capped),
 	};
 
 	if (fx_pg() == NULL) {
