@@ -643,6 +643,19 @@ def test_nodes_mark_retried_past_lease(t):
     mark_past_lease(t, hold=True)
 
 
+def committed_451(pg, db, proxy, node, msg):
+    """msg submitted to node through proxy, which passes its batch's COMMIT,
+    drops the reply and then refuses the node: answered 451 4.3.0 though the
+    COMMIT committed. Its QID, read from the database."""
+    proxy.cut_after(b"INSERT INTO messages", delay=0.5, refuse=True)
+    r = submit(node.port, "x@example.com", msg)
+    check(proxy.triggered, "the batch did not go through the proxy")
+    expect_reply(r.data, 451, "4.3.0", "end of DATA, the commit's outcome unknown")
+    qid = pg.sql("SELECT qid FROM messages", db)
+    check(qid, "the COMMIT did not commit")
+    return qid
+
+
 @case(timeout=90, stores=PG_ONLY)
 def test_nodes_commit_unknown_unreachable(t):
     """The connection to PostgreSQL is lost right after a batch's COMMIT went
@@ -660,12 +673,7 @@ def test_nodes_commit_unknown_unreachable(t):
     sink = t.sink()
     a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
     msg = make_msg(key="commit-unreachable-1")
-    proxy.cut_after(b"INSERT INTO messages", delay=0.5, refuse=True)
-    r = submit(a.port, "x@example.com", msg)
-    check(proxy.triggered, "the batch did not go through the proxy")
-    expect_reply(r.data, 451, "4.3.0", "end of DATA, the commit's outcome unknown")
-    first = pg.sql("SELECT qid FROM messages", db)
-    check(first, "the COMMIT did not commit: nothing to settle")
+    first = committed_451(pg, db, proxy, a, msg)
     wait_until(lambda: pg.sql("SELECT lease_until < %s FROM messages WHERE qid = '%s'"
                               % (PG_NOW, first), db) == "t", 15, "the 451's lease to run out")
     proxy.heal()
@@ -697,12 +705,7 @@ def test_nodes_cut_off_past_lease(t):
     a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
     b, = nodes(t, sink, names=("b",), lease=FAST_LEASE)
     msg = make_msg(key="cut-off-past-lease-1")
-    proxy.cut_after(b"INSERT INTO messages", delay=0.5, refuse=True)
-    r = submit(a.port, "x@example.com", msg)
-    check(proxy.triggered, "the batch did not go through the proxy")
-    expect_reply(r.data, 451, "4.3.0", "end of DATA, the commit's outcome unknown")
-    first = pg.sql("SELECT qid FROM messages", db)
-    check(first, "the COMMIT did not commit")
+    first = committed_451(pg, db, proxy, a, msg)
     wait_until(lambda: first in deliveries([sink]), 30, "b to deliver the message a answered 451")
     eq(submit_ok(b.port, "x@example.com", msg), first, "b's answer to a retry of the key")
     proxy.heal()
