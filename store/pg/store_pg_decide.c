@@ -218,9 +218,10 @@ static int end_stuck(struct pg_txn *t)
 /*
  * store_pg_delivery_decided - t put a delivery's messages and its COMMIT's outcome is not
  * known: PostgreSQL's decision waited for (see the header), until half
- * store.lease has gone by since t's COMMIT was sent (the hold, at most a
- * statement's limit, before this). 0 committed, STORE_EAGAIN not;
- * STORE_ELEASE left undecided.
+ * store.lease less a statement's limit has gone by (the hold, at most
+ * that limit, came before this), or PostgreSQL has been away for that
+ * limit, whichever comes first; away then, it is tried once more. 0
+ * committed, STORE_EAGAIN not; STORE_ELEASE left undecided.
  */
 int store_pg_delivery_decided(struct pg_txn *t)
 {
