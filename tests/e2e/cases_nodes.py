@@ -643,6 +643,17 @@ def test_nodes_mark_retried_past_lease(t):
     mark_past_lease(t, hold=True)
 
 
+def proxied_node(t):
+    """proxied_node - node a on the shared PostgreSQL through a proxy, with
+    FAST_LEASE: the database, its name, the proxy, a sink and a"""
+    pg = t.pg_shared()
+    url = t.pg_url()
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
+    return pg, url.rsplit("/", 1)[1], proxy, sink, a
+
+
 def committed_451(pg, db, proxy, node, msg):
     """msg submitted to node through proxy, which passes its batch's COMMIT,
     drops the reply and then refuses the node: answered 451 4.3.0 though the
@@ -666,12 +677,7 @@ def test_nodes_commit_unknown_unreachable(t):
     database: the message its COMMIT committed is voided, never delivered
     (though its lease ran out during the outage and the node's own taker asks
     every second), and a retry of the key is a new message, delivered once."""
-    pg = t.pg_shared()
-    url = t.pg_url()
-    db = url.rsplit("/", 1)[1]
-    proxy = t.pg_proxy()
-    sink = t.sink()
-    a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
+    pg, db, proxy, sink, a = proxied_node(t)
     msg = make_msg(key="commit-unreachable-1")
     first = committed_451(pg, db, proxy, a, msg)
     wait_until(lambda: pg.sql("SELECT lease_until < %s FROM messages WHERE qid = '%s'"
@@ -697,12 +703,7 @@ def test_nodes_cut_off_past_lease(t):
     it: a retry of the key on a is answered with that QID too, and the message
     reaches the sink once (the void dropped its claims, so such a retry was a
     second message, delivered again)."""
-    pg = t.pg_shared()
-    url = t.pg_url()
-    db = url.rsplit("/", 1)[1]
-    proxy = t.pg_proxy()
-    sink = t.sink()
-    a, = nodes(t, sink, names=("a",), url=proxy.url_of(url), lease=FAST_LEASE)
+    pg, db, proxy, sink, a = proxied_node(t)
     b, = nodes(t, sink, names=("b",), lease=FAST_LEASE)
     msg = make_msg(key="cut-off-past-lease-1")
     first = committed_451(pg, db, proxy, a, msg)
