@@ -11,8 +11,8 @@ import time
 from cases_protocol import reply_codes
 from cases_tls import client_ctx, plain, starttls, tls_daemon, write_users
 from harness import LMDB_ONLY
-from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, run, submit_ok,
-                     wait_until)
+from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, recv_line, run,
+                     submit_ok, wait_until)
 
 
 def hold(port, refused=None):
@@ -358,13 +358,7 @@ def connect_from(src, port, timeout=10):
     s.settimeout(timeout)
     s.bind((src, 0))
     s.connect(("127.0.0.1", port))
-    line = b""
-    while not line.endswith(b"\n"):
-        got = s.recv(1)
-        if not got:
-            break
-        line += got
-    return s, line.decode("latin-1").rstrip("\r\n")
+    return s, recv_line(s).decode("latin-1").rstrip("\r\n")
 
 
 @case()

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from harness import (BIN, LMDB_ONLY, PG_OUTAGE, base_conf, case, check, eq, free_port, make_msg,
-                     render_conf, run, submit, submit_ok, wait_until)
+                     recv_line, render_conf, run, submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
 
@@ -28,13 +28,7 @@ def control_line(d, line):
         s.settimeout(5)
         s.connect(d.conf["control"])
         s.sendall(line)
-        got = b""
-        while not got.endswith(b"\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        return got.decode()
+        return recv_line(s).decode()
 
 
 def ops_daemon(t, sink, extra=None):

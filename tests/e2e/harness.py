@@ -173,6 +173,18 @@ def bare_eols(data):
 
 # ---------------------------------------------------------------- messages
 
+def recv_line(s):
+    """recv_line - one line from socket s, read a byte at a time (nothing past
+    it is taken), its newline kept; what came before EOF if none"""
+    line = b""
+    while not line.endswith(b"\n"):
+        got = s.recv(1)
+        if not got:
+            break
+        line += got
+    return line
+
+
 def make_msg(key=None, subject="test", body="Hello.\r\n", msgid=None,
              date="Mon, 01 Jan 2024 00:00:00 +0000", frm="sender@example.org",
              to="rcpt@example.com", extra=(), key_header="X-Idempotency-Key"):
