@@ -496,8 +496,6 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 	int64_t retry = deliver_retry_settings(d).first;
 	size_t i, k, left = 0;
 
-	retry = retry > 0 ? retry : 60;
-
 	for (i = k = 0; i < n; i++)
 		if (!jobs[i]->recorded && !jobs[i]->reviving)
 			ms[k++] = &jobs[i]->m;
