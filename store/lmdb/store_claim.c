@@ -52,7 +52,6 @@
 #include "store_int.h"
 
 #define META_CLAIMS_BY_KEY	"claims_by_key"
-#define CNEW_DEPTH		2	/* cnew moves to claims once its B-tree is this deep */
 
 /* lmdb_claim_key - where a claim is filed: its key's hash, then its own */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
@@ -76,7 +75,7 @@ int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 	}
 	if (rc != MDB_NOTFOUND || rdonly)
 		return rc == MDB_NOTFOUND ? 0 : rc;
-	if ((rc = mdb_stat(txn, st->claims, &sb)) != 0 || sb.ms_entries != 0)
+	if ((rc = mdb_stat(txn, st->claims.big, &sb)) != 0 || sb.ms_entries != 0)
 		return rc;
 	val.mv_size = 1;
 	val.mv_data = "1";
@@ -85,8 +84,8 @@ int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 	return rc;
 }
 
-/* claim_move - a claim about to move from cnew to claims: 0, or STORE_EINVAL if corrupt */
-static int claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
+/* lmdb_claim_move - a claim about to move from cnew to claims: 0, or STORE_EINVAL if corrupt */
+int lmdb_claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
 {
 	struct store_claim c;
 
@@ -94,21 +93,6 @@ static int claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val
 	if (key->mv_size != STORE_CLAIM_KEY_LEN)
 		return STORE_EINVAL;
 	return lmdb_claim_decode(val->mv_data, val->mv_size, &c) != 0 ? STORE_EINVAL : 0;
-}
-
-/* claim_stage - claims are staged in cnew (store_stage.c) */
-static struct lmdb_stage claim_stage(struct lmdb_store *st)
-{
-	return (struct lmdb_stage) { st->cnew, st->claims, st->has_cnew, CNEW_DEPTH, "claim",
-				     claim_move };
-}
-
-/* lmdb_claim_get - the record filed under key, in cnew or else claims; *dbi (if wanted) says which */
-int lmdb_claim_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
-{
-	struct lmdb_stage sg = claim_stage(st);
-
-	return lmdb_stage_get(&sg, txn, key, val, dbi);
 }
 
 /* claim_read - the claim record filed for (keyhash, hash), live or not */
@@ -121,9 +105,9 @@ static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
 
 	memset(c, 0, sizeof(*c));
 	lmdb_claim_key(k, keyhash, hash);
-	err = lmdb_mdb_error(lmdb_claim_get(st, txn, &key, &val, NULL), "get claim");
+	err = lmdb_mdb_error(lmdb_stage_get(&st->claims, txn, &key, &val, NULL), "get claim");
 	if (err == STORE_ENOTFOUND && st->old_claims)
-		err = lmdb_mdb_error(mdb_get(txn, st->claims, &old, &val), "get claim");
+		err = lmdb_mdb_error(mdb_get(txn, st->claims.big, &old, &val), "get claim");
 	if (err != 0)
 		return err;
 	if (lmdb_claim_decode(val.mv_data, val.mv_size, c) != 0) {
@@ -213,14 +197,13 @@ void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) base;
-	struct lmdb_stage sg = claim_stage(t->st);
 	uint8_t rec[STORE_CLAIM_REC_LEN], k[STORE_CLAIM_KEY_LEN];
 	MDB_val key = { sizeof(k), k }, val = { lmdb_claim_encode(rec, c), rec };
 	int err, staged;
 
 	lmdb_claim_key(k, keyhash, hash);
-	if ((err = lmdb_stage_put(t, &sg, &key, &val, 0, &staged)) == 0 && staged)
-		err = lmdb_stage_move(t, &sg);
+	if ((err = lmdb_stage_put(t, &t->st->claims, &key, &val, 0, &staged)) == 0 && staged)
+		err = lmdb_stage_move(t, &t->st->claims);
 	if (err != 0)
 		store_txn_fail(&t->base, err);
 }

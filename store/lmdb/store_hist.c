@@ -56,7 +56,6 @@
 #include "../../util/log.h"
 #include "store_int.h"
 
-#define HNEW_DEPTH		2	/* hnew moves to hist once its B-tree is this deep */
 #define HEXPIRY_KEY_MAX		(8 + STORE_QID_SIZE)
 
 /* hexpiry_key - sortable expiry time, then the QID; returns the length */
@@ -96,23 +95,6 @@ static int story_of_spool(struct lmdb_store *st, MDB_txn *txn, const MDB_val *ke
 	return 0;
 }
 
-static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
-
-/* story_stage - stories are staged in hnew (store_stage.c) */
-static struct lmdb_stage story_stage(struct lmdb_store *st)
-{
-	return (struct lmdb_stage) { st->hnew, st->hist, st->has_hnew, HNEW_DEPTH, "story",
-				     story_move };
-}
-
-/* lmdb_hist_get - a story's record in hnew or else hist, *dbi (if wanted) which; an LMDB code */
-int lmdb_hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi)
-{
-	struct lmdb_stage sg = story_stage(st);
-
-	return lmdb_stage_get(&sg, txn, key, val, dbi);
-}
-
 /*
  * lmdb_hist_read - a QID's story from txn: its record, or made from
  * the spool while the message is queued and has none; 0,
@@ -128,7 +110,7 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 		return STORE_ENOTFOUND;
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	err = lmdb_mdb_error(lmdb_hist_get(st, txn, &key, &val, NULL), "get hist");
+	err = lmdb_mdb_error(lmdb_stage_get(&st->hist, txn, &key, &val, NULL), "get hist");
 	if (err == STORE_ENOTFOUND)
 		return story_of_spool(st, txn, &key, s);
 	if (err != 0)
@@ -154,11 +136,11 @@ static int hexpiry_put(struct lmdb_txn *t, int64_t expires, const char *qid)
 }
 
 /*
- * story_move - a story about to move from hnew to hist: its expiry entry
- * once it has one; STORE_EINVAL if it is corrupt (then deleted: the
+ * lmdb_story_move - a story about to move from hnew to hist: its expiry
+ * entry once it has one; STORE_EINVAL if it is corrupt (then deleted: the
  * greatest QID must outlive it, as it does an expired story)
  */
-static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
+int lmdb_story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val)
 {
 	struct store_story s;
 	char qid[STORE_QID_SIZE];
@@ -183,18 +165,17 @@ static int story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val
  */
 int lmdb_hist_write(struct lmdb_txn *t, const struct store_story *s)
 {
-	struct lmdb_stage sg = story_stage(t->st);
 	MDB_val key, val = { lmdb_hist_rec_size(s), NULL };	/* reserved, then written there */
 	int err, staged;
 
 	if (t->base.err)
 		return t->base.err;
 	if ((err = lmdb_qid_key(s->m.qid, &key)) != 0
-	    || (err = lmdb_stage_put(t, &sg, &key, &val, MDB_RESERVE, &staged)) != 0)
+	    || (err = lmdb_stage_put(t, &t->st->hist, &key, &val, MDB_RESERVE, &staged)) != 0)
 		return store_txn_fail(&t->base, err);
 	lmdb_hist_rec_encode(val.mv_data, val.mv_size, s);
 	if (staged)
-		err = lmdb_stage_move(t, &sg);
+		err = lmdb_stage_move(t, &t->st->hist);
 	else if (s->expires != 0)
 		err = hexpiry_put(t, s->expires, s->m.qid);
 	return err ? store_txn_fail(&t->base, err) : 0;
@@ -360,9 +341,9 @@ static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max
 
 	*qids = NULL;
 	*n = 0;
-	if (!st->has_hnew || max == 0)
+	if (!st->hist.has_small || max == 0)
 		return 0;
-	if ((rc = mdb_cursor_open(txn, st->hnew, &cur)) != 0)
+	if ((rc = mdb_cursor_open(txn, st->hist.small, &cur)) != 0)
 		return lmdb_mdb_error(rc, "cursor");
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && *n < max;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
@@ -425,7 +406,7 @@ static int story_del(struct lmdb_txn *t, const char *qid)
 
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
-	if ((err = lmdb_mdb_error(lmdb_hist_get(st, t->txn, &key, &val, &dbi), "get hist")) != 0
+	if ((err = lmdb_mdb_error(lmdb_stage_get(&st->hist, t->txn, &key, &val, &dbi), "get hist")) != 0
 	    || (err = lmdb_mdb_error(lmdb_del(t, dbi, &key, NULL), "delete hist")) != 0)
 		return err;
 	/* the greatest QID must outlive its story */
@@ -536,7 +517,7 @@ static int unwritten(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 		return rc;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-		if (lmdb_hist_get(st, txn, &key, &val, NULL) == MDB_NOTFOUND)
+		if (lmdb_stage_get(&st->hist, txn, &key, &val, NULL) == MDB_NOTFOUND)
 			(*n)++;
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : rc;
@@ -549,8 +530,8 @@ int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n)
 	int rc;
 
 	*n = 0;
-	if ((rc = mdb_stat(txn, st->hist, &h)) == 0
-	    && (!st->has_hnew || (rc = mdb_stat(txn, st->hnew, &hn)) == 0)
+	if ((rc = mdb_stat(txn, st->hist.big, &h)) == 0
+	    && (!st->hist.has_small || (rc = mdb_stat(txn, st->hist.small, &hn)) == 0)
 	    && (rc = unwritten(st, txn, n)) == 0)
 		*n += h.ms_entries + hn.ms_entries;
 	return lmdb_mdb_error(rc, "stat");

@@ -21,22 +21,29 @@
 #include "../../util/buf.h"
 
 struct journal;
+struct lmdb_txn;
+
+/* store_stage.c: a small B-tree that records are written to, moved to a big one in bulk */
+struct lmdb_stage {
+	MDB_dbi big;		/* the B-tree it stages for: claims, hist */
+	MDB_dbi small;		/* cnew, hnew */
+	int has_small;		/* small is open (a read-only open of an older store lacks it) */
+	const char *what;	/* its records, for the log: "claim", "story" */
+	/* move - a record about to move: 0 (what goes with it written), STORE_EINVAL corrupt */
+	int (*move) (struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
+};
 
 struct lmdb_store {
 	struct store base;	/* the interface's table: first */
 	MDB_env *env;		/* owned */
-	MDB_dbi claims;		/* hash -> claim record */
+	struct lmdb_stage claims;	/* claims: hash -> claim record, staged in cnew */
 	MDB_dbi msg;		/* qid -> immutable message record */
 	MDB_dbi queue;		/* qid -> mutable delivery state record */
 	MDB_dbi meta;		/* name -> value ("last_qid") */
-	MDB_dbi hist;		/* qid -> history record (the story) */
+	struct lmdb_stage hist;	/* hist: qid -> history record (the story), staged in hnew */
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
 	MDB_dbi keys;		/* old claims' key index: key hash -> claim hash + qid (dups) */
-	int has_hist;		/* the three above are open (a read-only open may lack them) */
-	MDB_dbi hnew;		/* qid -> story written lately, moved to hist in bulk */
-	int has_hnew;		/* hnew is open (a read-only open of an older store lacks it) */
-	MDB_dbi cnew;		/* claims written lately, moved to claims in bulk (store_claim.c) */
-	int has_cnew;		/* cnew is open (a read-only open of an older store lacks it) */
+	int has_hist;		/* hist, hexpiry, keys are open (a read-only open may lack them) */
 	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
@@ -178,16 +185,7 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m);	/* 0 or STOR
 /* store_txn.c */
 int lmdb_begin(struct lmdb_store *st, struct lmdb_txn **out);
 
-/* store_stage.c: a small B-tree that records are written to, moved to a big one in bulk */
-struct lmdb_stage {
-	MDB_dbi small;		/* cnew, hnew */
-	MDB_dbi big;		/* the B-tree it stages for: claims, hist */
-	int has_small;		/* small is open (a read-only open of an older store lacks it) */
-	unsigned depth;		/* its records move once small is this many levels deep */
-	const char *what;	/* its records, for the log: "claim", "story" */
-	/* move - a record about to move: 0 (what goes with it written), STORE_EINVAL corrupt */
-	int (*move) (struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
-};
+/* store_stage.c: a record read from, put in, moved out of the small B-tree */
 int lmdb_stage_get(const struct lmdb_stage *sg, MDB_txn *txn, MDB_val *key, MDB_val *val,
 		   MDB_dbi *dbi);
 int lmdb_stage_put(struct lmdb_txn *t, const struct lmdb_stage *sg, MDB_val *key, MDB_val *val,
@@ -226,7 +224,7 @@ int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 		    struct store_msg *m, int with_data);
 
 /* store_hist.c: the story, kept in step by the spool's own transactions */
-int lmdb_hist_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi);
+int lmdb_story_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);	/* hnew's */
 void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued);
 void lmdb_hist_drop(struct lmdb_txn *t, const char *qid);
 int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct store_story *s);
@@ -238,7 +236,7 @@ int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n);
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
 int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly);
-int lmdb_claim_get(struct lmdb_store *st, MDB_txn *txn, MDB_val *key, MDB_val *val, MDB_dbi *dbi);
+int lmdb_claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);	/* cnew's */
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */
 int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

@@ -148,8 +148,8 @@ static uint64_t align(uint64_t n)
 /* db_slot, db_code - a database as the journal names it, and back */
 static MDB_dbi *db_slot(struct lmdb_store *st, unsigned code)
 {
-	MDB_dbi *dbs[] = { &st->claims, &st->msg, &st->queue, &st->meta,
-		&st->hist, &st->hexpiry, &st->keys, &st->hnew, &st->cnew
+	MDB_dbi *dbs[] = { &st->claims.big, &st->msg, &st->queue, &st->meta,
+		&st->hist.big, &st->hexpiry, &st->keys, &st->hist.small, &st->claims.small
 	};
 
 	return code < sizeof(dbs) / sizeof(dbs[0]) ? dbs[code] : NULL;

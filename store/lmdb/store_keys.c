@@ -94,8 +94,8 @@ static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhas
 
 	*out = NULL;
 	*n = 0;
-	if ((st->has_cnew && (rc = filed_in(txn, st->cnew, keyhash, out, n, &cap)) != 0)
-	    || (rc = filed_in(txn, st->claims, keyhash, out, n, &cap)) != 0 || !st->has_hist
+	if ((st->claims.has_small && (rc = filed_in(txn, st->claims.small, keyhash, out, n, &cap)) != 0)
+	    || (rc = filed_in(txn, st->claims.big, keyhash, out, n, &cap)) != 0 || !st->has_hist
 	    || (rc = lmdb_mdb_error(mdb_cursor_open(txn, st->keys, &cur), "cursor")) != 0)
 		return rc;
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
@@ -211,7 +211,7 @@ static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			return err;
 	} else
 		lmdb_claim_key(k, keyhash, e->claim);
-	err = lmdb_mdb_error(lmdb_claim_get(t->st, t->txn, &key, &val, &dbi), "get claim");
+	err = lmdb_mdb_error(lmdb_stage_get(&t->st->claims, t->txn, &key, &val, &dbi), "get claim");
 	if (err == STORE_ENOTFOUND)
 		return 0;
 	if (err != 0)

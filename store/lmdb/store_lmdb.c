@@ -264,23 +264,23 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	if ((rc = mdb_txn_begin(st->env, NULL, rdonly, &txn)) != 0)
 		return rc;
 	*step = "mdb_dbi_open";
-	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims)) != 0
+	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims.big)) != 0
 	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
 	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
 	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0)
 		goto fail;
-	if ((rc = mdb_dbi_open(txn, "hist", create, &st->hist)) == 0
+	if ((rc = mdb_dbi_open(txn, "hist", create, &st->hist.big)) == 0
 	    && (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) == 0
 	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
 		st->has_hist = 1;
 	else if (!rdonly)
 		goto fail;
-	if (st->has_hist && (rc = mdb_dbi_open(txn, "hnew", create, &st->hnew)) == 0)
-		st->has_hnew = 1;
+	if (st->has_hist && (rc = mdb_dbi_open(txn, "hnew", create, &st->hist.small)) == 0)
+		st->hist.has_small = 1;
 	else if (!rdonly)
 		goto fail;
-	if ((rc = mdb_dbi_open(txn, "cnew", create, &st->cnew)) == 0)
-		st->has_cnew = 1;
+	if ((rc = mdb_dbi_open(txn, "cnew", create, &st->claims.small)) == 0)
+		st->claims.has_small = 1;
 	else if (!rdonly)
 		goto fail;
 	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
@@ -311,6 +311,8 @@ static struct lmdb_store *lmdb_new(const char *path)
 	struct lmdb_store *st = xcalloc(1, sizeof(*st));
 
 	st->base.ops = &lmdb_ops;
+	st->claims = (struct lmdb_stage) { .what = "claim", .move = lmdb_claim_move };
+	st->hist = (struct lmdb_stage) { .what = "story", .move = lmdb_story_move };
 
 	pthread_rwlock_init(&st->gate, NULL);	/* readers first: see the header */
 	st->path = xstrdup(path);
@@ -606,9 +608,9 @@ static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE
 		return err;
 	}
 	if ((rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
-		rc = last_key_max(txn, st->hist, qid);
-	if (rc == 0 && st->has_hnew)
-		rc = last_key_max(txn, st->hnew, qid);
+		rc = last_key_max(txn, st->hist.big, qid);
+	if (rc == 0 && st->hist.has_small)
+		rc = last_key_max(txn, st->hist.small, qid);
 	return lmdb_mdb_error(rc, "last qid");
 }
 
@@ -625,8 +627,8 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 	memset(s, 0, sizeof(*s));
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
-	if ((rc = mdb_stat(txn, st->claims, &claims)) == 0
-	    && (!st->has_cnew || (rc = mdb_stat(txn, st->cnew, &cnew)) == 0)
+	if ((rc = mdb_stat(txn, st->claims.big, &claims)) == 0
+	    && (!st->claims.has_small || (rc = mdb_stat(txn, st->claims.small, &cnew)) == 0)
 	    && (rc = mdb_stat(txn, st->queue, &queue)) == 0
 	    && (rc = mdb_env_stat(st->env, &env)) == 0
 	    && (rc = mdb_env_info(st->env, &info)) == 0) {

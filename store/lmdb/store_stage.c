@@ -16,7 +16,7 @@
  *	store_hist.c) are written to a small B-tree first, so that the
  *	commit that writes one copies a page or two of it instead of a page
  *	on every level of the big B-tree, where a record lands on a random
- *	leaf (issue 27). Once the small B-tree is sg->depth levels deep,
+ *	leaf (issue 27). Once the small B-tree is STAGE_DEPTH levels deep,
  *	every record in it moves to the big one in the same transaction: the
  *	move pays for the big B-tree's levels once for a page of records.
  *
@@ -42,6 +42,8 @@
 #include "../../util/log.h"
 #include "store_int.h"
 
+#define STAGE_DEPTH	2	/* a small B-tree moves once it is this many levels deep */
+
 /* a record of a staging B-tree, copied: key and value in one block */
 struct staged {
 	MDB_val key, val;
@@ -58,7 +60,7 @@ static void staged_free(struct staged *mv, size_t n)
 }
 
 /*
- * staged_copy - once sg's small B-tree is sg->depth levels deep, a copy
+ * staged_copy - once sg's small B-tree is STAGE_DEPTH levels deep, a copy
  * of each of its records (the puts of the move shift pages under any
  * pointer into the map); none before
  */
@@ -76,7 +78,7 @@ static int staged_copy(struct lmdb_txn *t, const struct lmdb_stage *sg, struct s
 	*n = 0;
 	if ((rc = mdb_stat(t->txn, sg->small, &sb)) != 0)
 		return lmdb_mdb_error(rc, "stat staged");
-	if (sb.ms_depth < sg->depth)
+	if (sb.ms_depth < STAGE_DEPTH)
 		return 0;
 	if ((rc = mdb_cursor_open(t->txn, sg->small, &cur)) != 0)
 		return lmdb_mdb_error(rc, "cursor");
