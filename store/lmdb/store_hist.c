@@ -366,31 +366,6 @@ static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max
 	return 0;
 }
 
-/* hist_due - is any story due at now? (a read transaction: no writer lock for nothing) */
-static int hist_due(struct lmdb_store *st, int64_t now)
-{
-	char (*qids)[STORE_QID_SIZE];
-	MDB_cursor *cur;
-	MDB_val key, val;
-	MDB_txn *txn;
-	size_t n = 0;
-	int due = 0;
-
-	if (lmdb_read_begin(st, &txn) != 0)
-		return 0;
-	if (mdb_cursor_open(txn, st->hexpiry, &cur) == 0) {
-		if (mdb_cursor_get(cur, &key, &val, MDB_FIRST) == 0)
-			due = key.mv_size < 8 || hexpiry_time(key.mv_data) <= now;
-		mdb_cursor_close(cur);
-	}
-	if (!due && hnew_due(st, txn, now, 1, &qids, &n) == 0) {
-		due = n > 0;
-		free(qids);
-	}
-	lmdb_read_end(st, txn);
-	return due;
-}
-
 struct due {
 	uint8_t key[HEXPIRY_KEY_MAX];
 	size_t len;
@@ -456,54 +431,66 @@ static int counted(int rc, size_t *done)
 	return rc < 0 ? rc : 0;
 }
 
+/* hexpiry_due - the index's entries due at now, up to max, copied into due */
+static int hexpiry_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max,
+		       struct due *due, size_t *n)
+{
+	MDB_cursor *cur;
+	MDB_val key, val;
+	int rc;
+
+	*n = 0;
+	if ((rc = mdb_cursor_open(txn, st->hexpiry, &cur)) != 0)
+		return lmdb_mdb_error(rc, "cursor");
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && *n < max;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+		if (key.mv_size >= 8 && hexpiry_time(key.mv_data) > now)
+			break;
+		due[*n].len = key.mv_size < HEXPIRY_KEY_MAX ? key.mv_size : HEXPIRY_KEY_MAX;
+		memcpy(due[*n].key, key.mv_data, due[*n].len);
+		(*n)++;
+	}
+	mdb_cursor_close(cur);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "hexpiry walk");
+}
+
 /*
  * lmdb_hist_expire - delete the stories whose time is over, up to max due
  * entries (of the index, and of hnew) in one transaction: how many
- * stories it deleted. An index entry no longer current (its story gone,
- * or due at another time) is deleted but not counted, so fewer than max
- * may be returned while more are due: the next call takes those.
+ * stories it deleted. What is due is read first, in a read transaction
+ * (no writer lock for nothing); the write transaction checks each story
+ * again. An index entry no longer current (its story gone, or due at
+ * another time) is deleted but not counted, so fewer than max may be
+ * returned while more are due: the next call takes those.
  */
 int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
-	struct due *due = NULL;
+	struct due *due;
 	char (*qids)[STORE_QID_SIZE] = NULL;
-	MDB_cursor *cur = NULL;
-	MDB_val key, val;
+	MDB_txn *txn;
 	size_t n = 0, nq = 0, done = 0, i;
-	int rc, err;
+	int err;
 
-	if (max == 0 || !st->has_hist || !hist_due(st, now))
+	if (max == 0 || !st->has_hist)
 		return 0;
-	if ((err = lmdb_begin(st, &t)) != 0)
+	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	due = xcalloc(max, sizeof(*due));
-	if ((err = lmdb_mdb_error(mdb_cursor_open(t->txn, st->hexpiry, &cur), "cursor")) != 0)
-		goto out;
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0 && n < max;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (key.mv_size >= 8 && hexpiry_time(key.mv_data) > now)
-			break;
-		due[n].len = key.mv_size < HEXPIRY_KEY_MAX ? key.mv_size : HEXPIRY_KEY_MAX;
-		memcpy(due[n].key, key.mv_data, due[n].len);
-		n++;
+	if ((err = hexpiry_due(st, txn, now, max, due, &n)) == 0 && n < max)
+		err = hnew_due(st, txn, now, max - n, &qids, &nq);
+	lmdb_read_end(st, txn);
+	if (err == 0 && n + nq > 0 && (err = lmdb_begin(st, &t)) == 0) {
+		for (i = 0; i < n && t->base.err == 0; i++)
+			store_txn_fail(&t->base, counted(expire_one(t, &due[i]), &done));
+		for (i = 0; i < nq && t->base.err == 0; i++)
+			store_txn_fail(&t->base, counted(story_expire(t, qids[i], 0, now), &done));
+		err = lmdb_txn_commit(&t->base);	/* rolled back if it failed */
 	}
-	mdb_cursor_close(cur);
-	if (rc != 0 && rc != MDB_NOTFOUND && (err = lmdb_mdb_error(rc, "hexpiry walk")) != 0)
-		goto out;
-	for (i = 0; i < n && err == 0; i++)
-		err = counted(expire_one(t, &due[i]), &done);
-	if (err == 0 && n < max && (err = hnew_due(st, t->txn, now, max - n, &qids, &nq)) == 0)
-		for (i = 0; i < nq && err == 0; i++)
-			err = counted(story_expire(t, qids[i], 0, now), &done);
-out:
 	free(qids);
 	free(due);
-	if (err == 0 && n + nq > 0)
-		return (err = lmdb_txn_commit(&t->base)) != 0 ? err : (int) done;
-	lmdb_txn_abort(&t->base);
-	return err;
+	return err != 0 ? err : (int) done;
 }
 
 /* unwritten - queued messages whose story has no record yet (a walk of the queue) */
