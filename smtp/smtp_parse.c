@@ -47,7 +47,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../util/hash.h"
+#include <openssl/crypto.h>
+
 #include "smtp_parse.h"
 
 #define SMTP_LOWER(c)	((c) >= 'a' && (c) <= 'z')
@@ -317,7 +318,8 @@ static int smtp_xtext_hex(const char *p, size_t left, enum smtp_xtext how)
 {
 	int hi, lo;
 
-	if (left < 3 || (hi = hash_hexdigit(p[1])) < 0 || (lo = hash_hexdigit(p[2])) < 0)
+	if (left < 3 || (hi = OPENSSL_hexchar2int((unsigned char) p[1])) < 0
+	    || (lo = OPENSSL_hexchar2int((unsigned char) p[2])) < 0)
 		return -1;
 	if (how == SMTP_XTEXT_STRICT && (SMTP_LOWER(p[1]) || SMTP_LOWER(p[2])))
 		return -1;

@@ -4,6 +4,7 @@
  * SUMMARY
  *	SHA-256 via OpenSSL's EVP interface; hex, the one encoder and decoder
  */
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include "hash.h"
@@ -68,16 +69,6 @@ void hash_hex(const uint8_t *in, size_t n, char *out)
 	out[2 * n] = 0;
 }
 
-/* hash_hexdigit - one hex digit's value, either case, or -1 */
-int hash_hexdigit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-		return (c | 0x20) - 'a' + 10;
-	return -1;
-}
-
 /* hash_unhex - 2n hex digits, pairs maybe ':'-separated, to n bytes */
 int hash_unhex(const char *s, uint8_t *out, size_t n)
 {
@@ -87,7 +78,8 @@ int hash_unhex(const char *s, uint8_t *out, size_t n)
 	for (i = 0; i < n; i++) {
 		if (i > 0 && *s == ':' && s[1] != 0)
 			s++;
-		if ((hi = hash_hexdigit(s[0])) < 0 || (lo = hash_hexdigit(s[1])) < 0)
+		if ((hi = OPENSSL_hexchar2int((unsigned char) s[0])) < 0
+		    || (lo = OPENSSL_hexchar2int((unsigned char) s[1])) < 0)
 			return -1;
 		out[i] = (uint8_t) (hi << 4 | lo);
 		s += 2;

@@ -39,7 +39,4 @@ void hash_hex(const uint8_t *in, size_t n, char *out);
  */
 int hash_unhex(const char *s, uint8_t *out, size_t n);
 
-/* hash_hexdigit - one hex digit's value, either case, or -1 (xtext uses it too) */
-int hash_hexdigit(char c);
-
 #endif
