@@ -27,6 +27,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/evp.h>
+
 #include "../util/log.h"
 #include "smtp_session.h"
 
@@ -38,46 +40,28 @@ static const char *const smtp_mech_names[] = {
 	[SMTP_MECH_LOGIN] = "LOGIN",
 };
 
-/* smtp_b64_value - the value of one base64 digit (its place in the alphabet), or -1 */
-static int smtp_b64_value(char c)
-{
-	static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	const char *p = c ? strchr(digits, c) : NULL;
-
-	return p ? (int) (p - digits) : -1;
-}
-
 /*
  * smtp_b64_decode - strict RFC 4648 base64 (padding required, nothing
  * else allowed) into out, NUL-terminated. out has room for len * 3 / 4
- * + 1 octets. Returns the decoded length, or -1.
+ * + 1 octets. Returns the decoded length, or -1. OpenSSL decodes what
+ * is checked here first: it would take blanks around the text and a '='
+ * anywhere (as a zero digit), and counts the padding as octets.
  */
 static long smtp_b64_decode(const char *in, size_t len, char *out)
 {
-	size_t i, n = 0;
-	int v[4], k, pad;
+	static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t i, pad = len >= 2 && in[len - 1] == '=' ? 1 + (in[len - 2] == '=') : 0;
+	int n;
 
 	if (len % 4)
 		return -1;
-	for (i = 0; i < len; i += 4) {
-		pad = 0;
-		for (k = 0; k < 4; k++) {
-			if (in[i + k] == '=' && i + 4 == len && k >= 2
-			    && (k == 3 || in[i + 3] == '=')) {
-				v[k] = 0;
-				pad++;
-			} else if ((v[k] = smtp_b64_value(in[i + k])) < 0) {
-				return -1;
-			}
-		}
-		out[n++] = (char) (v[0] << 2 | v[1] >> 4);
-		if (pad < 2)
-			out[n++] = (char) ((v[1] & 15) << 4 | v[2] >> 2);
-		if (pad < 1)
-			out[n++] = (char) ((v[2] & 3) << 6 | v[3]);
-	}
-	out[n] = 0;
-	return (long) n;
+	for (i = 0; i < len - pad; i++)
+		if (in[i] == 0 || strchr(digits, in[i]) == NULL)
+			return -1;
+	if ((n = EVP_DecodeBlock((unsigned char *) out, (const unsigned char *) in, (int) len)) < 0)
+		return -1;
+	out[n - pad] = 0;
+	return (long) n - (long) pad;
 }
 
 /* smtp_auth_name_ok - a name a users file can hold and a log line can show */
