@@ -1,7 +1,8 @@
 /*
  * test_smtp - what the SMTP session tests (test_smtp_session,
- * test_smtp_auth) share: the replies they expect, the ways a scripted
- * row is fed, and feeding and checking a session.
+ * test_smtp_bdat, test_smtp_events, test_smtp_limits, test_smtp_auth)
+ * share: the replies they expect, the ways a scripted row is fed, and
+ * feeding and checking a session.
  */
 #ifndef TESTS_UNIT_TEST_SMTP_H
 #define TESTS_UNIT_TEST_SMTP_H
