@@ -518,26 +518,21 @@ static void cat_json(const struct store_msg *m)
 	struct buf b = BUF_INIT;
 	size_t i;
 
-	buf_printf(&b, "{\"ok\":true,\"qid\":\"%s\",\"accepted\":", m->qid);
-	json_time(&b, m->accepted);
-	buf_printf(&b, ",\"held\":%s,\"size\":%zu,\"from\":", m->held ? "true" : "false",
-		   m->data_len);
-	json_str(&b, m->from);
-	buf_printf(&b, ",\"envid\":");
-	json_str(&b, m->envid);
-	buf_printf(&b, ",\"route\":");
-	json_str(&b, m->route);
+	buf_printf(&b, "{\"ok\":true,\"qid\":\"%s\"", m->qid);
+	json_time(&b, ",\"accepted\":", m->accepted);
+	buf_printf(&b, ",\"held\":%s,\"size\":%zu", m->held ? "true" : "false", m->data_len);
+	json_str(&b, ",\"from\":", m->from);
+	json_str(&b, ",\"envid\":", m->envid);
+	json_str(&b, ",\"route\":", m->route);
 	buf_printf(&b, ",\"recipients\":[");
 	for (i = 0; i < m->n_rcpts; i++) {
-		buf_printf(&b, "%s{\"addr\":", i ? "," : "");
-		json_str(&b, m->rcpts[i].addr);
-		buf_printf(&b, ",\"pending\":%s,\"orcpt\":",
+		json_str(&b, i ? ",{\"addr\":" : "{\"addr\":", m->rcpts[i].addr);
+		buf_printf(&b, ",\"pending\":%s",
 			   m->rcpts[i].state == STORE_RCPT_QUEUED ? "true" : "false");
-		json_str(&b, m->rcpts[i].orcpt);
+		json_str(&b, ",\"orcpt\":", m->rcpts[i].orcpt);
 		buf_putc(&b, '}');
 	}
-	buf_printf(&b, "],\"message\":");
-	json_str(&b, m->data);
+	json_str(&b, "],\"message\":", m->data);
 	printf("%s}\n", b.data);
 	buf_free(&b);
 }

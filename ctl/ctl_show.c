@@ -112,17 +112,15 @@ static const char *fmt_when(char *out, size_t len, const struct store_msg *m, in
  */
 static void json_msg(struct buf *b, const struct ctl *x, const struct store_story *s)
 {
-	buf_printf(b, "{\"qid\":\"%s\",\"state\":\"%s\",\"accepted\":", s->m.qid, msg_state(s));
-	json_time(b, s->m.accepted);
-	buf_printf(b, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d,\"next_attempt\":",
+	buf_printf(b, "{\"qid\":\"%s\",\"state\":\"%s\"", s->m.qid, msg_state(s));
+	json_time(b, ",\"accepted\":", s->m.accepted);
+	buf_printf(b, ",\"age\":%lld,\"size\":%zu,\"attempts\":%d",
 		   (long long) ((x->now - s->m.accepted) / US), s->m.data_len, s->m.attempts);
-	json_time(b, s->queued ? s->m.next_attempt : 0);
-	buf_printf(b, ",\"held\":%s,\"node\":", s->m.held ? "true" : "false");
-	json_str(b, s->m.lease_node);
-	buf_printf(b, ",\"active_since\":");
-	json_time(b, s->m.lease_node ? s->m.lease_since : 0);
-	buf_printf(b, ",\"from\":");
-	json_str(b, s->m.from);
+	json_time(b, ",\"next_attempt\":", s->queued ? s->m.next_attempt : 0);
+	buf_printf(b, ",\"held\":%s", s->m.held ? "true" : "false");
+	json_str(b, ",\"node\":", s->m.lease_node);
+	json_time(b, ",\"active_since\":", s->m.lease_node ? s->m.lease_since : 0);
+	json_str(b, ",\"from\":", s->m.from);
 }
 
 /* json_rcpts_end - ,"recipients":[...]} : the end of a message's object */
@@ -132,10 +130,9 @@ static void json_rcpts_end(struct buf *b, const struct store_story *s)
 
 	buf_printf(b, ",\"recipients\":[");
 	for (i = 0; i < s->m.n_rcpts; i++) {
-		buf_printf(b, "%s{\"addr\":", i ? "," : "");
-		json_str(b, s->m.rcpts[i].addr);
-		buf_printf(b, ",\"state\":\"%s\",\"reply\":", rcpt_state(s, &s->m.rcpts[i]));
-		json_str(b, s->m.rcpts[i].reply);
+		json_str(b, i ? ",{\"addr\":" : "{\"addr\":", s->m.rcpts[i].addr);
+		buf_printf(b, ",\"state\":\"%s\"", rcpt_state(s, &s->m.rcpts[i]));
+		json_str(b, ",\"reply\":", s->m.rcpts[i].reply);
 		buf_putc(b, '}');
 	}
 	buf_printf(b, "]}");
@@ -232,22 +229,17 @@ static void live_counts(struct ctl *x, struct store_story *s)
 static void story_json(struct buf *b, struct ctl *x, const struct store_story *s)
 {
 	json_msg(b, x, s);
-	buf_printf(b, ",\"queued\":%s,\"client\":", s->queued ? "true" : "false");
-	json_str(b, s->m.client);
-	buf_printf(b, ",\"user\":");
-	json_str(b, s->m.user);
-	buf_printf(b, ",\"route\":");
-	json_str(b, s->m.route);
-	buf_printf(b, ",\"envid\":");
-	json_str(b, s->m.envid);
-	buf_printf(b, ",\"smtputf8\":%s,\"updated\":", s->m.smtputf8 ? "true" : "false");
-	json_time(b, s->updated);
-	buf_printf(b, ",\"finished\":");
-	json_time(b, s->finished);
-	buf_printf(b, ",\"story_expires\":");
-	json_time(b, s->expires);
-	buf_printf(b, ",\"key\":%s,\"key_forgotten\":", s->has_key ? "true" : "false");
-	json_time(b, s->forgotten);
+	buf_printf(b, ",\"queued\":%s", s->queued ? "true" : "false");
+	json_str(b, ",\"client\":", s->m.client);
+	json_str(b, ",\"user\":", s->m.user);
+	json_str(b, ",\"route\":", s->m.route);
+	json_str(b, ",\"envid\":", s->m.envid);
+	buf_printf(b, ",\"smtputf8\":%s", s->m.smtputf8 ? "true" : "false");
+	json_time(b, ",\"updated\":", s->updated);
+	json_time(b, ",\"finished\":", s->finished);
+	json_time(b, ",\"story_expires\":", s->expires);
+	buf_printf(b, ",\"key\":%s", s->has_key ? "true" : "false");
+	json_time(b, ",\"key_forgotten\":", s->forgotten);
 	buf_printf(b, ",\"duplicates\":%u,\"mismatches\":%u", s->duplicates, s->mismatches);
 	json_rcpts_end(b, s);
 }
@@ -442,18 +434,15 @@ int ctl_stats(struct ctl *x, const char *arg)
 
 		buf_printf(&b, "{\"ok\":%s,", unread[0] ? "false" : "true");
 		if (unread[0]) {
-			buf_printf(&b, "\"error\":");
-			json_str(&b, unread);
+			json_str(&b, "\"error\":", unread);
 			buf_putc(&b, ',');
 		}
 		buf_printf(&b, "\"store\":{\"backend\":\"%s\",", store_name(&x->cf));
 		if (unread[0]) {
-			buf_printf(&b, "\"readable\":false,\"error\":");
-			json_str(&b, unread);
+			json_str(&b, "\"readable\":false,\"error\":", unread);
 			buf_printf(&b, ",");
 		}
-		buf_printf(&b, "\"path\":");
-		json_str(&b, x->cf.store.path);
+		json_str(&b, "\"path\":", x->cf.store.path);
 		buf_printf(&b, ",\"queued\":%llu,\"oldest_seconds\":%lld,\"claims\":%llu,"
 			   "\"stories\":%llu,\"key_entries\":%llu,\"map_size\":%llu,"
 			   "\"map_used\":%llu,\"map_ceiling\":%llu,\"full_percent\":%.1f},"

@@ -36,12 +36,13 @@ static size_t utf8_len(const unsigned char *p)
 	return n;
 }
 
-/* json_str - a JSON string, or null */
-void json_str(struct buf *b, const char *s)
+/* json_str - lead as it is, then a JSON string, or null */
+void json_str(struct buf *b, const char *lead, const char *s)
 {
 	const unsigned char *p = (const unsigned char *) s;
 	size_t n;
 
+	buf_append(b, lead, strlen(lead));
 	if (s == NULL) {
 		buf_append(b, "null", 4);
 		return;
@@ -76,16 +77,16 @@ void json_error(struct buf *b, const char *fmt, ...)
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	buf_reset(b);
-	buf_printf(b, "{\"ok\":false,\"error\":");
-	json_str(b, text);
+	json_str(b, "{\"ok\":false,\"error\":", text);
 	buf_putc(b, '}');
 }
 
-/* json_time - RFC 3339 UTC, or null */
-void json_time(struct buf *b, int64_t us)
+/* json_time - lead as it is, then RFC 3339 UTC, or null */
+void json_time(struct buf *b, const char *lead, int64_t us)
 {
 	char s[40];
 
+	buf_append(b, lead, strlen(lead));
 	if (us == 0)
 		buf_append(b, "null", 4);
 	else

@@ -22,8 +22,9 @@
 
 #include "buf.h"
 
-void json_str(struct buf *b, const char *s);	/* NULL: null */
-void json_time(struct buf *b, int64_t us);		/* 0: null */
+/* a member's value, after lead (its ",\"name\":", written as it is) */
+void json_str(struct buf *b, const char *lead, const char *s);	/* NULL: null */
+void json_time(struct buf *b, const char *lead, int64_t us);	/* 0: null */
 /* json_error - {"ok":false,"error":TEXT} in b, replacing what it held */
 void json_error(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -286,15 +286,15 @@ static void test_json_write(void **state)
 	(void) state;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		buf_reset(&b);
-		json_str(&b, cases[i].in);
+		json_str(&b, "", cases[i].in);
 		if (strcmp(b.data, cases[i].want) != 0)
 			fail_msg("json_str case %zu: got %s, want %s", i, b.data, cases[i].want);
 	}
 	buf_reset(&b);
-	json_time(&b, 1700000000LL * 1000000 + 5);
+	json_time(&b, "", 1700000000LL * 1000000 + 5);
 	assert_string_equal(b.data, "\"2023-11-14T22:13:20Z\"");
 	buf_reset(&b);
-	json_time(&b, 0);
+	json_time(&b, "", 0);
 	assert_string_equal(b.data, "null");
 	json_error(&b, "cannot %s \"%s\"", "drop", "Q1");	/* replaces what b held */
 	assert_string_equal(b.data, "{\"ok\":false,\"error\":\"cannot drop \\\"Q1\\\"\"}");
