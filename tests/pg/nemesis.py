@@ -111,9 +111,19 @@ QID_RE = re.compile(r"queued as ([0-9A-Z]{12,20})\b")
 UNCONFIRMED_RE = re.compile(r"\b([0-9A-Z]{12,20}): to=<[^>]*>, relay=(?!none)\S+ .*"
                             r"status=unconfirmed \(delivered-unconfirmed: no reply .* after the final dot")
 
-# what the nodes logged, counted in the summary
-LOGGED = ("status=unconfirmed", "revived:", "cannot set the inflight mark",
-          "PostgreSQL unreachable", "read back")
+# what the nodes logged, counted in the summary: (what it is, the words of its line
+# and of no other). An outage is the line a node logs once when it finds PostgreSQL
+# unreachable (harness.PG_OUTAGE): one a cut of its database link (faults' db and
+# mark) if it tries the database meanwhile, again if it restarts during the cut, and
+# one a node at the failover. A commit answered 451 because its outcome could not be
+# read (settled later) says "(PostgreSQL unreachable)" too, but is another event.
+LOGGED = (("status=unconfirmed", "status=unconfirmed"),
+          ("revived", ": revived: "),
+          ("cannot set the inflight mark", ": cannot set the inflight mark: "),
+          ("PostgreSQL outages", harness.PG_OUTAGE),
+          ("commits answered 451 to settle later", " (PostgreSQL unreachable): its "),
+          ("commits of unknown outcome read back",
+           "a commit's outcome was unknown (connection lost): read back: "))
 
 # kind -> weight in the draw
 KINDS = (("kill9", 2), ("db", 4), ("mark", 2), ("upstream", 3), ("sink", 1.5),
@@ -503,7 +513,9 @@ class Run:
         try:
             self.event("begin " + str(ep).strip())
             self.begin(ep)
-            self.faults[ep.kind] = self.faults.get(ep.kind, 0) + 1
+            # a kill that found the node down, a mark that never fired: no fault
+            if (ep.kind != "kill9" or ep.killed) and (ep.kind != "mark" or ep.fired is not None):
+                self.faults[ep.kind] = self.faults.get(ep.kind, 0) + 1
             if ep.kind not in ("mark", "failover"):
                 self.quiesce.wait(max(0, self.t0 + ep.at + ep.dur - time.monotonic()))
                 self.end(ep)
@@ -710,10 +722,10 @@ class Run:
                            len(replylost), len(self.crashes)))
         seen = {}
         for _, node, line in self.timeline:
-            for word in LOGGED:
-                if word in line:
-                    seen[word] = seen.get(word, 0) + 1
-        self.summary += "; logged %s" % ", ".join("%s %d" % (w, seen.get(w, 0)) for w in LOGGED)
+            for what, words in LOGGED:
+                if words in line:
+                    seen[what] = seen.get(what, 0) + 1
+        self.summary += "; logged %s" % ", ".join("%s %d" % (w, seen.get(w, 0)) for w, _ in LOGGED)
         print(self.summary, flush=True)
         for what, xs in (("unconfirmed after a kill", allowed),
                          ("unconfirmed, the upstream's reply lost", replylost)):
