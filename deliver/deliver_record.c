@@ -12,10 +12,10 @@
  *	the outcome first, at once (not with the next mark), so that either
  *	both are recorded or neither: a kill -9 or a refused write between
  *	them would leave the notice queued and the recipient too, to be
- *	asked again and bounced with a second notice. Put after a delivery
- *	update, the notice may use the room a store keeps for delivery
- *	writes but the floor kept for outcomes (store_txn_msg_put), so a
- *	store full to its reserve still bounces and drains.
+ *	asked again and bounced with a second notice. Marked a notice, it
+ *	may use the room a store keeps for delivery writes but the floor
+ *	kept for outcomes (store_txn_msg_put), so a store full to its
+ *	reserve still bounces and drains.
  *	A notice returning the whole original that finds no room is made
  *	again with its headers alone (RFC 3461 and 3464 let a notice return
  *	the headers only; its text says so). A notice the store cannot take
@@ -157,8 +157,7 @@ struct notice {
  * notice_queue - j's outcome, decided, and an RFC 3464 notification of
  * dr[0..k) to the sender under a new QID, returning what RET says (or
  * the original's headers alone: nt->hdrs_only), in one transaction.
- * The outcome goes first: a message put after a delivery update is that
- * delivery's, and may use the room kept for delivery writes but its
+ * Marked a notice, it may use the room kept for delivery writes but its
  * floor (store_txn_msg_put). 0, or the store's error (STORE_ENOSPC,
  * PostgreSQL away, the lease lost): then neither is written.
  */
@@ -209,6 +208,7 @@ static int notice_queue(struct deliver *d, const struct deliver_job *j,
 	b.data_len = text.len;
 	b.next_attempt = now;
 	b.ttl = (int64_t) d->c->store.key_ttl * 1000000;	/* its story's, like any other's */
+	b.notice = 1;
 
 	if ((err = store_txn_begin(d->st, NULL, 0, &t)) == 0) {
 		store_txn_msg_update(t, &j->m);

@@ -242,7 +242,6 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 	buf_free(&keys);
 	if (err != 0)
 		return err;
-	/* submissions first: a message put after a delivery update is its notice (store.h) */
 	for (req = batch; req && store_txn_error(t) == 0; req = req->next, n++)
 		commit_one(t, req, now);
 	for (; ops && store_txn_error(t) == 0; ops = ops->next)

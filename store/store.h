@@ -101,6 +101,9 @@ struct store_msg {
 	int has_key;
 	uint8_t keyhash[STORE_HASH_LEN];	/* key index hash, if has_key */
 	int64_t ttl;		/* story kept this long once finished; 0: the default */
+	int notice;		/* a bounce's non-delivery notice, put with its
+				 * outcome: the room it may use (store_txn_msg_put),
+				 * its commit never voided (STORE_CAP_SHARED); not stored */
 
 	/* delivery state, rewritten by store_msg_update() */
 	int attempts;
@@ -214,11 +217,9 @@ void store_txn_replay(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN]
  * with STORE_ENOSPC if m, with a claim for each recipient if it has a
  * key, would use the room kept for the delivery writes of what is queued;
  * delivery writes may use that room, so an outcome can always be recorded,
- * and so may a message put after a delivery update in the same transaction
- * (store_txn_msg_update: a bounce's non-delivery notice, written with its
- * outcome), all but the reserve's floor, which stays for the outcomes: a
- * notice that would touch it fails with STORE_ENOSPC. So a transaction
- * that carries both puts its submissions first (queue/commit.c does).
+ * and so may a bounce's non-delivery notice (m->notice), all but the
+ * reserve's floor, which stays for the outcomes: a notice that would
+ * touch it fails with STORE_ENOSPC.
  */
 void store_txn_msg_put(struct store_txn *t, const struct store_msg *m);
 int store_txn_error(const struct store_txn *t);

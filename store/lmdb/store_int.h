@@ -78,8 +78,6 @@ struct lmdb_txn {
 	uint64_t room_queued;	/* ... messages queued before this transaction */
 	uint64_t room_rcpts;	/* ... their recipients, and those asked for since */
 	int64_t rcpt_delta;	/* recipients it adds to the queue (or takes away) */
-	int outcome;		/* a delivery update written: a message put after it
-				 * is that delivery's notice (store_space.c) */
 	uint64_t room_pages;	/* ... pages those messages may take */
 	uint64_t room_free;	/* ... free pages (tail and freelist), once counted */
 	int room_free_known;

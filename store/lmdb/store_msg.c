@@ -77,8 +77,8 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 /*
  * lmdb_txn_msg_put - spool a new message: message and delivery state,
  * if the room kept for the delivery writes of what is queued stays
- * (store_space.c); one put after a delivery update (t->outcome, a
- * bounce's non-delivery notice) may use that room, all but its floor
+ * (store_space.c); a bounce's non-delivery notice (m->notice) may use
+ * that room, all but its floor
  */
 void lmdb_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
@@ -175,7 +175,6 @@ static inline int queue_get(struct lmdb_txn *t, const char *qid, MDB_val *key, M
 /*
  * lmdb_txn_msg_update - rewrite one message's delivery state inside t,
  * and its story unless t is bare; all final: it leaves the spool. A
- * message t puts from now on is that outcome's notice (store_space.c). A
  * deferral of a message rerouted during its attempt (the reroute made it
  * due now) keeps it due now: a restart would wait out the old route's
  * retry, as every node did on PostgreSQL (store_pg_txn.c).
@@ -189,7 +188,6 @@ void lmdb_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 	size_t i, n;
 	int err, queued = 0;
 
-	t->outcome = 1;
 	if (queue_get(t, m->qid, &key, &val) != 0)
 		return;
 	for (i = 0; i < m->n_rcpts; i++)

@@ -29,11 +29,9 @@
  *	(deliver_record.c), is part of the bounce's outcome, as Postfix's
  *	queue_minfree holds back incoming mail only: held to the whole
  *	reserve, a store full after a long upstream outage could never
- *	bounce what is past retry.give_up, and so never drain. It is written
- *	in its outcome's transaction, after the update: a message put after
- *	a delivery update (lmdb_txn.outcome) is taken for such a notice, and
- *	no submission is (a group commit puts its submissions before its
- *	delivery writes). But a notice is a message, about as large as its
+ *	bounce what is past retry.give_up, and so never drain. Delivery
+ *	marks it (store_msg.notice) and writes it in its outcome's
+ *	transaction. But a notice is a message, about as large as its
  *	original (plus some 2.5 KB), whose original's pages come back only
  *	once that transaction has committed: taken without a check, notices
  *	can fill the map for real, and then no outcome commits at all. So a
@@ -45,7 +43,7 @@
  *	bounce with their notice at a later attempt: in a store full to its
  *	reserve only the first notices may fit, the rest wait for their
  *	next attempt.
-
+ *
  *	Free pages are the map's untouched tail plus LMDB's freelist (the
  *	pages of older snapshots, reused by later commits); the freelist is
  *	only walked when the tail alone is too short, which is rare.
@@ -191,9 +189,8 @@ static uint64_t room_need(uint64_t psize, const struct store_msg *m)
 /*
  * lmdb_space_room - may t spool m: 0, or STORE_ENOSPC if m with a claim
  * for each recipient (if it has a key) would leave fewer free pages than
- * the reserve; for a notice (put after a delivery update: t->outcome),
- * than the floor and its own delivery writes. The transaction's earlier
- * messages count.
+ * the reserve; for a notice (m->notice), than the floor and its own
+ * delivery writes. The transaction's earlier messages count.
  */
 int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 {
@@ -215,7 +212,7 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 	t->room_pages += room_need(psize, m);
 	t->room_msgs++;
 	t->room_rcpts += m->n_rcpts;
-	if (t->outcome)
+	if (m->notice)
 		want = t->room_pages + space_floor(psize, pages) + space_writes(psize, 1, m->n_rcpts);
 	else
 		want = t->room_pages + lmdb_space_reserve(psize, pages,

@@ -27,13 +27,13 @@
  *	whose submissions got 250 is delivered.
  *
  *	A delivery's puts. A bounce's non-delivery notice is put in one
- *	transaction with the bounce's outcome, after it (deliver_record.c; a
- *	group commit puts its submissions first, store.h). No client was
- *	answered 451 for it: voided, it was dropped by the settle once the
- *	COMMIT went through, the outcome bounced and its notice lost. So a
- *	batch whose puts follow a delivery write is neither voided nor kept:
- *	still in progress, or its outcome not readable, its decision is
- *	waited for (store_pg_delivery_decided()). The transaction holds the
+ *	transaction with the bounce's outcome (deliver_record.c), marked so
+ *	(store_msg.notice). No client was answered 451 for it: voided, it
+ *	was dropped by the settle once the COMMIT went through, the outcome
+ *	bounced and its notice lost. So a batch that put a notice
+ *	(pg_txn.notice) is neither voided nor kept: still in progress, or
+ *	its outcome not readable, its decision is waited for
+ *	(store_pg_delivery_decided()). The transaction holds the
  *	rows it updated until it ends: they are looked at every PG_SLICE_MS,
  *	locked without a wait, and once free the notice's row tells,
  *	committed (0) or not (STORE_EAGAIN: the delivery writes its
@@ -113,22 +113,6 @@ static const char SQL_END_STUCK[] =
 	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
 	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
 	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " PG_BACKEND_IS("a");
-
-/*
- * store_pg_delivery_puts - were t's messages put after a delivery write (a
- * bounce's notice, with its outcome: see the header)? The first put
- * makes the batch's first run of messages (store_pg_seg_for), so the
- * runs before it tell.
- */
-int store_pg_delivery_puts(const struct pg_txn *t)
-{
-	size_t i;
-
-	for (i = 0; i < t->n_segs && t->segs[i].kind != PG_SEG_MSGS; i++)
-		if (t->segs[i].kind == PG_SEG_UPDATES)
-			return 1;
-	return 0;
-}
 
 /*
  * undecided - t put a delivery's messages and its outcome could not be

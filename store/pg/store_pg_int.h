@@ -211,6 +211,7 @@ struct pg_txn {
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
 	struct store_msg **copies;	/* owned: their copies (store_pg_keep.c), or NULLs */
 	int wrote_put;			/* a delivery write of a message put: no copy kept */
+	int notice;			/* a bounce's notice put: never voided (store_pg_decide.c) */
 	size_t n_put, cap_put;
 	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
 	size_t n_gone, cap_gone;
@@ -413,7 +414,6 @@ int store_pg_commit_resolve(struct pg_txn *t);
 void store_pg_voids_settle(struct pg_store *st);
 
 /* store_pg_decide.c: a COMMIT's outcome decided without its answer */
-int store_pg_delivery_puts(const struct pg_txn *t);	/* a delivery's puts: never voided */
 int store_pg_delivery_decided(struct pg_txn *t);	/* 0, STORE_EAGAIN, STORE_ELEASE */
 int store_pg_replays_read_back(struct pg_txn *t);	/* a batch of replays only: 0, STORE_EAGAIN */
 extern const char store_pg_sql_key_locks[];	/* $1's locks, waited for: store_pg_pend.c's too */

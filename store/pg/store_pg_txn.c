@@ -324,6 +324,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
 	strcpy(t->put_qids[t->n_put], m->qid);
 	t->copies[t->n_put++] = store_pg_keep_copy(t->st, m);
+	t->notice |= m->notice;
 }
 
 /*

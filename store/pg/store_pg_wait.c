@@ -515,7 +515,7 @@ static int not_known(struct pg_txn *t, int rc)
 {
 	if (rc != PG_NOT_KNOWN)
 		return rc;
-	if (store_pg_delivery_puts(t))
+	if (t->notice)
 		return store_pg_delivery_decided(t);
 	store_pg_pend_add(t, 0);
 	return STORE_EAGAIN;
@@ -558,7 +558,7 @@ int store_pg_commit_resolve(struct pg_txn *t)
 		return STORE_EAGAIN;
 	if (x == XACT_UNKNOWN)
 		return not_known(t, store_pg_read_back(t));
-	if (store_pg_delivery_puts(t))		/* still in progress, or committed where it cannot be read */
+	if (t->notice)		/* still in progress, or committed where it cannot be read */
 		return store_pg_delivery_decided(t);
 	if (x == XACT_COMMITTED)
 		voided_warn(t, "a commit reads as committed, but its messages cannot be read back", "");

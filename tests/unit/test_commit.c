@@ -8,9 +8,7 @@
  * submission may be committed on the caller's thread (commit_now), a
  * failed one handing its delivery writes back to the writer; a
  * transaction takes at most COMMIT_BATCH_BYTES of message data (one
- * submission at least), the rest going first in the next; its
- * submissions go before its delivery writes, so that at the reserve one
- * beside an outcome is refused, not taken for that outcome's notice.
+ * submission at least), the rest going first in the next.
  */
 #include <ftw.h>
 #include <pthread.h>
@@ -102,8 +100,7 @@ static void committed(void *arg, const char *qid)
 	__atomic_add_fetch(&f->n_committed, 1, __ATOMIC_SEQ_CST);
 }
 
-/* setup_map - a fresh store of map bytes, which grows up to max (0: the disk), and its writer */
-static int setup_map(void **state, uint64_t map, uint64_t max)
+static int setup(void **state)
 {
 	struct fx *f = xcalloc(1, sizeof(*f));
 	char err[256], path[96];
@@ -111,23 +108,11 @@ static int setup_map(void **state, uint64_t map, uint64_t max)
 	strcpy(f->dir, "/tmp/test_commit.XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
 	snprintf(path, sizeof(path), "%s/store", f->dir);
-	if (store_lmdb_open(&f->st, path, map, err, sizeof(err)) != 0)
+	if (store_lmdb_open(&f->st, path, 64u << 20, err, sizeof(err)) != 0)
 		fail_msg("store_open: %s", err);
-	store_lmdb_set_map_max(f->st, max);
 	f->cm = commit_start(f->st, committed, f);
 	*state = f;
 	return 0;
-}
-
-static int setup(void **state)
-{
-	return setup_map(state, 64u << 20, 0);
-}
-
-/* setup_small - a 2 MB map that never grows: soon at its reserve */
-static int setup_small(void **state)
-{
-	return setup_map(state, 2u << 20, 2u << 20);
 }
 
 static int teardown(void **state)
@@ -962,98 +947,6 @@ static void test_batch_cap(void **state)
 	}
 }
 
-/* want_int - fail with got and want unless they are equal */
-static void want_int(const char *what, long long got, long long want)
-{
-	if (got != want)
-		fail_msg("%s: got %lld, want %lld", what, got, want);
-}
-
-/* a delivery update (a deferral) handed to the writer from a delivery thread: update_thread */
-struct update_arg {
-	struct commit *cm;
-	struct store_msg *m;
-	int err;
-};
-
-/* update_thread - commit_run() of the update, its answer in err */
-static void *update_thread(void *arg)
-{
-	struct update_arg *u = arg;
-
-	u->err = commit_run(u->cm, update_fn, u->m);
-	return NULL;
-}
-
-/*
- * A submission that shares a group commit with a delivery update, at
- * the reserve: the store takes a message put after a delivery update in
- * its transaction for that outcome's notice (LMDB, store.h), which may
- * use the reserve; the writer puts submissions first, so the submission
- * is refused for room (452 at the client), and the deferral is recorded.
- * With the updates first, the submission took the delivery writes' room.
- */
-static void test_reserve_submission_first(void **state)
-{
-	struct fx *f = *state;
-	struct commit_req *r = NULL;
-	struct update_arg u;
-	struct store_msg m;
-	struct block b;
-	pthread_t th, tu;
-	char qid[STORE_QID_SIZE];
-	int n;
-
-	n_done = 0;
-	for (n = 0; n < 4000; n++) {	/* filled until a submission is refused */
-		snprintf(qid, sizeof(qid), "FULL%08d", n);
-		r = req_sized(qid, 1500);
-		commit_submit(f->cm, r);
-		wait_done(f, n + 1);
-		if (r->outcome != COMMIT_QUEUED)
-			break;
-		req_free(r);
-		r = NULL;
-	}
-	if (r == NULL || n < 50)
-		fail_msg("filling: %d messages taken, want at least 50 and then a refusal", n);
-	want_int("filling ends in", r->error, STORE_ENOSPC);
-	req_free(r);
-
-	assert_int_equal(store_msg_load(f->st, "FULL00000000", &m), 0);
-	m.rcpts[0].state = STORE_RCPT_QUEUED;	/* a deferral */
-	m.rcpts[0].reply = xstrdup("451 4.3.0 the upstream is busy, try again later");
-	m.attempts++;
-	assert_int_equal(sem_init(&b.started, 0, 0), 0);
-	assert_int_equal(sem_init(&b.go, 0, 0), 0);
-	b.cm = f->cm;
-	assert_int_equal(pthread_create(&th, NULL, block_thread, &b), 0);
-	sem_wait(&b.started);		/* the writer held: both are pending when it looks */
-	u.cm = f->cm;
-	u.m = &m;
-	u.err = -1;
-	assert_int_equal(pthread_create(&tu, NULL, update_thread, &u), 0);
-	mark_queued(f->cm);
-	r = req_sized("FULLSHARED01", 1500);
-	commit_submit(f->cm, r);
-	sem_post(&b.go);
-	wait_done(f, n + 2);
-	pthread_join(th, NULL);
-	pthread_join(tu, NULL);
-	sem_destroy(&b.started);
-	sem_destroy(&b.go);
-	store_msg_free(&m);
-	want_int("the submission beside a delivery update, at the reserve", r->error,
-		 STORE_ENOSPC);
-	want_int("the deferral recorded", u.err, 0);
-	want_int("the submission not spooled", store_msg_load(f->st, "FULLSHARED01", &m),
-		 STORE_ENOTFOUND);
-	assert_int_equal(store_msg_load(f->st, "FULL00000000", &m), 0);
-	want_int("the deferral's attempt counted", m.attempts, 1);
-	store_msg_free(&m);
-	req_free(r);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1070,7 +963,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_commit_now, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_now_fails_writes_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch_cap, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reserve_submission_first, setup_small, teardown),
 	};
 
 	return cmocka_run_group_tests_name("commit", tests, NULL, NULL);

@@ -137,40 +137,45 @@ static void drain(struct store *st, int n)
 
 /*
  * keyless_one - a new message without a key or claim, as a non-delivery
- * notice is spooled: alone, or (notice) in the transaction of a delivery
- * update, after it (message 0's deferral), as a bounce writes its notice
- * with its outcome
+ * notice is spooled, marked one (notice) or not: alone (with 0), or in
+ * the transaction of a delivery update (message 0's deferral), after it
+ * (with 1: as a bounce writes its notice with its outcome) or before it
+ * (with -1)
  */
-static int keyless_one(struct store *st, int i, size_t len, int notice)
+static int keyless_one(struct store *st, int i, size_t len, int notice, int with)
 {
 	struct store_msg m, o;
 	struct store_txn *t;
 	int rc;
 
-	if (notice && (rc = outcome_load(st, 0, STORE_RCPT_QUEUED,
-					 "451 4.3.0 the upstream is busy, try again later", &o)) != 0)
+	if (with && (rc = outcome_load(st, 0, STORE_RCPT_QUEUED,
+				       "451 4.3.0 the upstream is busy, try again later", &o)) != 0)
 		return rc;
 	msg_make(&m, i, len);
 	m.has_key = 0;
+	m.notice = notice;
 	if ((rc = store_txn_begin(st, NULL, 0, &t)) == 0) {
-		if (notice)
+		if (with > 0)
 			store_txn_msg_update(t, &o);
 		store_txn_msg_put(t, &m);
+		if (with < 0)
+			store_txn_msg_update(t, &o);
 		rc = store_txn_commit(t);
 	}
 	store_msg_free(&m);
-	if (notice)
+	if (with)
 		store_msg_free(&o);
 	return rc;
 }
 
 /*
  * test_reserve - acceptance stops while every queued message's deferral,
- * outcome and removal still fit, a keyless new message too; a message
- * put after a delivery update in its transaction (a bounce's
- * non-delivery notice, written with its outcome) is taken there, as
- * delivery's other writes are; then they all do, and acceptance resumes. Without the reserve the map fills and
- * outcomes are refused.
+ * outcome and removal still fit, a keyless new message too, even in the
+ * transaction of a delivery update; a bounce's non-delivery notice (the
+ * mark, with its outcome whatever the order of the writes) is taken
+ * there, as delivery's other writes are; then they all do, and
+ * acceptance resumes. Without the reserve the map fills and outcomes
+ * are refused.
  */
 static void test_reserve(void **state)
 {
@@ -180,13 +185,19 @@ static void test_reserve(void **state)
 	n = fill(f->st, 1500);
 	if (n < 50)
 		fail_msg("accepted: got %d messages into a 2 MB map, want at least 50", n);
-	CHECK_INT("a keyless acceptance in the reserve", keyless_one(f->st, MAX_MSGS + 2, 1500, 0),
-		  STORE_ENOSPC);
-	CHECK_INT("a notice in the reserve", keyless_one(f->st, MAX_MSGS + 3, 1500, 1), 0);
+	CHECK_INT("a keyless acceptance in the reserve",
+		  keyless_one(f->st, MAX_MSGS + 2, 1500, 0, 0), STORE_ENOSPC);
+	CHECK_INT("an acceptance after a delivery update, in the reserve",
+		  keyless_one(f->st, MAX_MSGS + 2, 1500, 0, 1), STORE_ENOSPC);
+	CHECK_INT("a notice in the reserve", keyless_one(f->st, MAX_MSGS + 3, 1500, 1, 1), 0);
+	CHECK_INT("a notice put before its outcome, in the reserve",
+		  keyless_one(f->st, MAX_MSGS + 5, 1500, 1, -1), 0);
 	CHECK_INT("acceptance, still at the reserve", accept_one(f->st, MAX_MSGS + 4, 1500),
 		  STORE_ENOSPC);
 	CHECK_INT("the notice delivered", outcome(f->st, MAX_MSGS + 3, STORE_RCPT_SENT,
 						  "250 2.0.0 Ok"), 0);
+	CHECK_INT("the other notice delivered", outcome(f->st, MAX_MSGS + 5, STORE_RCPT_SENT,
+							"250 2.0.0 Ok"), 0);
 	drain(f->st, n);
 	CHECK_INT("acceptance after the drain", accept_one(f->st, MAX_MSGS + 1, 1500), 0);
 }
@@ -196,7 +207,7 @@ static int notices_until_refused(struct store *st, int *next, size_t len)
 {
 	int k, rc = 0;
 
-	for (k = 0; k < 2000 && (rc = keyless_one(st, *next, len, 1)) == 0; k++)
+	for (k = 0; k < 2000 && (rc = keyless_one(st, *next, len, 1, 1)) == 0; k++)
 		(*next)++;
 	CHECK_INT("notices end in", rc, STORE_ENOSPC);
 	return k;

@@ -3519,11 +3519,14 @@ static long long notices_of(struct fx *f)
 	return sql_int(f->url, q);
 }
 
+static int notice_first;	/* notice_bounce() puts the notice before the outcome */
+
 /*
  * notice_bounce - the transaction of a bounce (deliver_record.c): m's
  * outcome, its recipient 0 bounced and 1 deferred (due now, its lease
- * kept; or later, given up), then its notice, whose COMMIT is held past
- * the hold (for the test's lock, hook NULL), or hook cuts it; its rc
+ * kept; or later, given up), then (or first: notice_first) its notice,
+ * marked so, whose COMMIT is held past the hold (for the test's lock,
+ * hook NULL), or hook cuts it; its rc
  */
 static int notice_bounce(struct fx *f, struct store_msg *m, const char *notice, int later,
 			 void (*hook) (PGconn *c))
@@ -3542,9 +3545,13 @@ static int notice_bounce(struct fx *f, struct store_msg *m, const char *notice, 
 	m->inflight = 0;
 	msg_new(&n, notice, 1, 100);
 	n.from[0] = 0;
+	n.notice = 1;
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	store_txn_msg_update(t, m);
+	if (!notice_first)
+		store_txn_msg_update(t, m);
 	store_txn_msg_put(t, &n);
+	if (notice_first)
+		store_txn_msg_update(t, m);
 	hook_fx = f;
 	hook_qid = notice;
 	commit_hook = hook;
@@ -3764,6 +3771,22 @@ static void test_notice_commit_waits(void **state)
 	notice_decided(f, "NOTICEWAIT01", "NOTICEWAIT91", 0, 4243, 0);
 	commit_held(f, 0);
 	notice_decided(f, "NOTICEWAIT02", "NOTICEWAIT92", 1, 4243, 0);
+}
+
+/*
+ * The same with the notice put before its outcome: the mark
+ * (store_msg.notice), not the order of the writes, tells a delivery's
+ * puts, waited for. Told by the order, the batch was voided at the hold
+ * (STORE_EAGAIN), then its notice dropped by the settle.
+ */
+static void test_notice_first_commit_waits(void **state)
+{
+	struct fx *f = *state;
+
+	notice_first = 1;
+	commit_held(f, 0);
+	notice_decided(f, "NOTICEFRST01", "NOTICEFRST91", 0, 4243, 0);
+	notice_first = 0;
 }
 
 /*
@@ -4591,6 +4614,7 @@ int main(void)
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
 		T(test_notice_commit_waits),
+		T(test_notice_first_commit_waits),
 		T(test_notice_commit_aborts),
 		T(test_notice_commit_taken),
 		T(test_notice_commit_unreachable),
