@@ -84,12 +84,6 @@
  */
 #define INLINE		static inline __attribute__((always_inline))
 
-/* a string as it lies in a record: p NULL for a NULL string */
-struct span {
-	const uint8_t *p;
-	uint32_t n;
-};
-
 /*
  * One pass over a record. Encoding, the fields are read from the struct
  * (never written) and written to out, or only counted while out is NULL.
@@ -103,9 +97,7 @@ struct rec {
 	size_t len;
 	size_t pos;
 	int err;
-	int peek;		/* decoding: check strings and recipients, allocate nothing */
 	int nodata;		/* decoding: leave the message's data (m->data NULL) */
-	struct span route;	/* decoding: where the route lies (p NULL: none) */
 };
 
 /*
@@ -168,13 +160,13 @@ INLINE uint64_t rec_uint(struct rec *r, uint64_t v, int n)
 #define rec_u64(r, p)	REC_INT(r, p, uint64_t, uint64_t)
 
 /*
- * rec_str_at - a string, which may be NULL only if nullable: a 32-bit
- * length (STR_NULL for NULL), then the bytes. Read: *s a new allocation
- * of it unless peeking, *at where it lies in the record.
+ * rec_str - a string, which may be NULL only if nullable: a 32-bit
+ * length (STR_NULL for NULL), then the bytes. Read: *s a new allocation.
  */
-INLINE void rec_str_at(struct rec *r, char **s, int nullable, struct span *at)
+INLINE void rec_str(struct rec *r, char **s, int nullable)
 {
 	uint32_t n = !r->dec && *s ? (uint32_t) strlen(*s) : STR_NULL;
+	const uint8_t *p;
 
 	rec_u32(r, &n);
 	if (!r->dec) {
@@ -183,30 +175,17 @@ INLINE void rec_str_at(struct rec *r, char **s, int nullable, struct span *at)
 		return;
 	}
 	*s = NULL;
-	at->p = NULL;
 	if (r->err == 0 && n == STR_NULL && !nullable)
 		r->err = STORE_EINVAL;
-	if (r->err || n == STR_NULL || (at->p = rec_bytes(r, NULL, n)) == NULL)
+	if (r->err || n == STR_NULL || (p = rec_bytes(r, NULL, n)) == NULL)
 		return;
-	if (memchr(at->p, 0, n) != NULL) {
+	if (memchr(p, 0, n) != NULL) {
 		r->err = STORE_EINVAL;
-		at->p = NULL;
 		return;
 	}
-	at->n = n;
-	if (!r->peek) {
-		*s = xmalloc((size_t) n + 1);
-		memcpy(*s, at->p, n);
-		(*s)[n] = 0;
-	}
-}
-
-/* rec_str - a string that may be NULL only if nullable */
-INLINE void rec_str(struct rec *r, char **s, int nullable)
-{
-	struct span at;
-
-	rec_str_at(r, s, nullable, &at);
+	*s = xmalloc((size_t) n + 1);
+	memcpy(*s, p, n);
+	(*s)[n] = 0;
 }
 
 /* rec_version - the version byte: v written; read, REC_VERSION or also v; the one read */
@@ -304,7 +283,6 @@ INLINE uint32_t rec_rcpt_count(struct rec *r, size_t n_rcpts, unsigned int field
  */
 INLINE void rec_envelope(struct rec *r, struct store_msg *m, unsigned int fields)
 {
-	struct store_rcpt scratch;	/* a peek's recipients */
 	uint32_t i, n;
 
 	if (fields & F_SENDER) {
@@ -320,12 +298,12 @@ INLINE void rec_envelope(struct rec *r, struct store_msg *m, unsigned int fields
 	n = rec_rcpt_count(r, m->n_rcpts, fields);
 	if (r->dec && r->err == 0 && !(fields & F_ADDR) && n != m->n_rcpts)
 		r->err = STORE_EINVAL;
-	if (r->dec && r->err == 0 && (fields & F_ADDR) && !r->peek) {
+	if (r->dec && r->err == 0 && (fields & F_ADDR)) {
 		m->rcpts = xcalloc(n, sizeof(*m->rcpts));
 		m->n_rcpts = n;
 	}
 	for (i = 0; r->err == 0 && i < n; i++)
-		rec_rcpt(r, r->peek ? &scratch : &m->rcpts[i], fields);
+		rec_rcpt(r, &m->rcpts[i], fields);
 }
 
 /* a variable-length record's one description (rec points to its struct) */
@@ -419,7 +397,7 @@ INLINE void msg_codec(struct rec *r, void *rec)
 		rec_bytes(r, m->keyhash, STORE_HASH_LEN);
 		rec_i64(r, &m->ttl);
 		if (flags & MSG_ROUTE)
-			rec_str_at(r, &m->route, 0, &r->route);
+			rec_str(r, &m->route, 0);
 	}
 	rec_u64(r, &dlen);
 	if (r->dec && r->err == 0 && dlen != r->len - r->pos)
@@ -430,7 +408,7 @@ INLINE void msg_codec(struct rec *r, void *rec)
 	m->has_key = (flags & MSG_HAS_KEY) != 0;
 	m->smtputf8 = (flags & MSG_SMTPUTF8) != 0;
 	m->data_len = dlen;
-	if (!r->peek && !r->nodata) {
+	if (!r->nodata) {
 		m->data = xmalloc(dlen + 1);
 		memcpy(m->data, b, dlen);
 		m->data[dlen] = 0;
@@ -460,27 +438,6 @@ int lmdb_msg_rec_decode(const void *p, size_t len, struct store_msg *m, int with
 	struct rec r = { .dec = 1, .in = p, .len = len, .nodata = !with_data };
 
 	return rec_decode(msg_codec, &r, m, m);
-}
-
-/*
- * lmdb_msg_rec_peek_route - does the message record name route (NULL:
- * the default upstream)? *same says, compared where it lies: nothing is
- * allocated. A record lmdb_msg_rec_decode() refuses, this refuses too.
- */
-int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same)
-{
-	struct rec r = { .dec = 1, .in = p, .len = len, .peek = 1 };
-	struct store_msg m;
-	struct span *at = &r.route;
-
-	memset(&m, 0, sizeof(m));
-	if (rec_decode(msg_codec, &r, &m, &m) != 0)
-		return STORE_EINVAL;
-	if (at->p == NULL || route == NULL)
-		*same = at->p == NULL && route == NULL;
-	else
-		*same = strlen(route) == at->n && memcmp(at->p, route, at->n) == 0;
-	return 0;
 }
 
 /* queue_head - the delivery state record up to its recipients */
@@ -606,7 +563,7 @@ INLINE void hist_codec(struct rec *r, void *rec)
 	rec_u64(r, &size);
 	rec_envelope(r, m, HIST_FIELDS);
 	if (flags & HIST_ROUTE)
-		rec_str_at(r, &m->route, 0, &r->route);
+		rec_str(r, &m->route, 0);
 	if (r->dec) {
 		s->has_key = (flags & HIST_HAS_KEY) != 0;
 		s->dropped = (flags & HIST_DROPPED) != 0;

@@ -210,8 +210,6 @@ int lmdb_queue_rec_peek(const void *p, size_t len, size_t *n_rcpts, int64_t *nex
 #define LMDB_QUEUE_DUE		0	/* no flag: its next attempt */
 int lmdb_queue_rec_patch(void *p, size_t len, unsigned what, int64_t v);
 
-int lmdb_msg_rec_peek_route(const void *p, size_t len, const char *route, int *same);
-
 size_t lmdb_hist_rec_size(const struct store_story *s);
 void lmdb_hist_rec_encode(void *out, size_t len, const struct store_story *s);
 int lmdb_hist_rec_decode(const void *p, size_t len, struct store_story *s);

@@ -155,11 +155,17 @@ int lmdb_msg_load(struct store *base, const char *qid, struct store_msg *m)
  */
 static int rerouted(struct lmdb_txn *t, MDB_val *key, const char *route)
 {
+	struct store_msg m;
 	MDB_val val;
-	int same;
+	int other = 0;
 
-	return mdb_get(t->txn, t->st->msg, key, &val) == 0
-	    && lmdb_msg_rec_peek_route(val.mv_data, val.mv_size, route, &same) == 0 && !same;
+	memset(&m, 0, sizeof(m));
+	if (mdb_get(t->txn, t->st->msg, key, &val) == 0
+	    && lmdb_msg_rec_decode(val.mv_data, val.mv_size, &m, 0) == 0) {
+		other = (m.route == NULL) != (route == NULL) || (route && strcmp(m.route, route) != 0);
+		store_msg_free(&m);
+	}
+	return other;
 }
 
 /* queue_get - qid's key and delivery state record in t: 0, or the STORE_E* code t now fails with */

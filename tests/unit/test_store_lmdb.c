@@ -546,82 +546,6 @@ static void test_msg_record_route(void **state)
 	store_msg_free(&m);
 }
 
-/* route_differs - what a deferral asked before lmdb_msg_rec_peek_route(): the record decoded */
-static int route_differs(const uint8_t *rec, size_t len, const char *route, int *differs)
-{
-	struct store_msg got;
-	int rc;
-
-	memset(&got, 0, sizeof(got));
-	if ((rc = lmdb_msg_rec_decode(rec, len, &got, 0)) != 0)
-		return rc;
-	*differs = (got.route == NULL) != (route == NULL)
-	    || (route != NULL && strcmp(got.route, route) != 0);
-	store_msg_free(&got);
-	return 0;
-}
-
-/*
- * test_msg_record_peek_route - a deferral compares the stored route in
- * place (lmdb_msg_rec_peek_route) and agrees with the full decode: on no
- * route, an empty one, a long one, one that is a prefix of the other, a
- * version-1 record (no route); every truncation is refused by both
- */
-static void test_msg_record_peek_route(void **state)
-{
-	char lng[400], lng2[400];
-	const char *routes[] = { NULL, "", "tenant-a", "tenant-ab", "tenant-", lng, lng2 };
-	const size_t nr = sizeof(routes) / sizeof(routes[0]);
-	struct store_msg m;
-	uint8_t *rec, *copy;
-	size_t len, i, j, seed = 1 + STORE_HASH_LEN + 8;
-	int same, differs, rc;
-
-	(void) state;
-	memset(lng, 'r', sizeof(lng) - 1);
-	lng[sizeof(lng) - 1] = 0;
-	memcpy(lng2, lng, sizeof(lng));
-	lng2[sizeof(lng2) - 2] = 's';
-	msg_new(&m, "PEEK00000001", 3, 100);
-	for (i = 0; i < nr; i++) {
-		m.route = (char *) routes[i];
-		len = lmdb_msg_rec_size(&m);
-		rec = xmalloc(len);
-		lmdb_msg_rec_encode(rec, len, &m);
-		for (j = 0; j < nr; j++) {
-			same = -1;
-			CHECK_INT("peek", lmdb_msg_rec_peek_route(rec, len, routes[j], &same), 0);
-			CHECK_INT("decode", route_differs(rec, len, routes[j], &differs), 0);
-			if (same != !differs)
-				fail_msg("stored route %zu, asked %zu: peek says same=%d, decode %d",
-					 i, j, same, !differs);
-			CHECK_INT("same as itself", same, i == j);
-		}
-		for (j = 0; j < len; j++) {
-			copy = xmalloc(j + 1);
-			memcpy(copy, rec, j);
-			rc = lmdb_msg_rec_peek_route(copy, j, routes[i], &same);
-			if (rc != STORE_EINVAL || route_differs(copy, j, routes[i], &differs) != rc)
-				fail_msg("route %zu cut at %zu of %zu: peek got %d, want EINVAL as decode",
-					 i, j, len, rc);
-			free(copy);
-		}
-		if (i == 0) {	/* version 1: no flags, key hash, ttl, and so no route */
-			memmove(rec + len - m.data_len - 8 - seed, rec + len - m.data_len - 8,
-				m.data_len + 8);
-			rec[0] = 1;
-			CHECK_INT("v1 peek", lmdb_msg_rec_peek_route(rec, len - seed, NULL, &same), 0);
-			CHECK_INT("v1 has no route", same, 1);
-			CHECK_INT("v1 peek routed", lmdb_msg_rec_peek_route(rec, len - seed, "t", &same),
-				  0);
-			CHECK_INT("v1 is not routed", same, 0);
-		}
-		free(rec);
-	}
-	m.route = NULL;
-	store_msg_free(&m);
-}
-
 /*
  * test_queue_flags - the delivery state record's flags byte: inflight and
  * held each round-trip, each patch leaves the other alone, the held bit
@@ -1247,7 +1171,6 @@ int main(void)
 		cmocka_unit_test(test_codec_truncated),
 		cmocka_unit_test(test_queue_flags),
 		cmocka_unit_test(test_msg_record_route),
-		cmocka_unit_test(test_msg_record_peek_route),
 		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
 		T(test_last_qid_in_stories),
