@@ -202,15 +202,11 @@ static size_t tls_pending(const struct io *io)
 	return io->read_wants ? 0 : (size_t) SSL_has_pending(t->ssl);
 }
 
-/* tls_describe - protocol and cipher, for logs */
+/* tls_describe - protocol and cipher, for logs (relay/conn.c: once the handshake is done) */
 static void tls_describe(const struct io *io, char *buf, size_t len)
 {
 	const struct tls_io *t = (const struct tls_io *) io;
 
-	if (!io->ready) {
-		snprintf(buf, len, "tls=handshake");
-		return;
-	}
 	snprintf(buf, len, "tls=%s cipher=%s bits=%d", SSL_get_version(t->ssl),
 		 SSL_get_cipher_name(t->ssl), SSL_get_cipher_bits(t->ssl, NULL));
 }
