@@ -572,46 +572,24 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	return 0;
 }
 
-/* conf_places - record where each setting under s was written (conf_where) */
-static void conf_places(struct conf_ctx *x, struct conf *c, const config_setting_t *s,
-			const char *prefix)
-{
-	struct buf name = BUF_INIT, where = BUF_INIT;
-	config_setting_t *e;
-	int i, n = config_setting_length(s);
-
-	for (i = 0; i < n; i++) {
-		e = config_setting_get_elem(s, (unsigned) i);
-		buf_reset(&name);
-		buf_reset(&where);
-		if (config_setting_name(e))
-			buf_printf(&name, "%s%s%s", prefix, *prefix ? "." : "",
-				   config_setting_name(e));
-		else
-			buf_printf(&name, "%s[%d]", prefix, i);
-		conf_file_name(x, config_setting_source_file(e), &where);
-		buf_printf(&where, ":%u", config_setting_source_line(e));
-		c->places = xrealloc(c->places, (c->n_places + 1) * sizeof(*c->places));
-		c->places[c->n_places].name = xstrdup(name.data);
-		c->places[c->n_places++].where = xstrdup(where.data);
-		if (config_setting_is_aggregate(e))
-			conf_places(x, c, e, name.data);
-	}
-	buf_free(&name);
-	buf_free(&where);
-}
-
 /* conf_where - "FILE:LINE: name" as written, or "FILE: name (default)" */
 const char *conf_where(const struct conf *c, const char *name, char *out, size_t len)
 {
-	size_t i;
+	struct conf_ctx x = {c->file ? c->file : CONF_DEFAULT_NAME, c->dir, NULL, 0};
+	struct buf path = BUF_INIT, file = BUF_INIT;
+	const config_setting_t *s;
+	const char *p;
 
-	for (i = 0; i < c->n_places; i++)
-		if (strcmp(c->places[i].name, name) == 0) {
-			snprintf(out, len, "%s: %s", c->places[i].where, name);
-			return out;
-		}
-	snprintf(out, len, "%s: %s (default)", c->file ? c->file : CONF_DEFAULT_NAME, name);
+	for (p = name; *p; p++)		/* libconfig 1.5 finds listen[0] as "listen.[0]" */
+		buf_printf(&path, "%s%c", *p == '[' ? "." : "", *p);
+	s = c->tree && path.data ? config_lookup(c->tree, path.data) : NULL;
+	conf_file_name(&x, s ? config_setting_source_file(s) : NULL, &file);
+	if (s)
+		snprintf(out, len, "%s:%u: %s", file.data, config_setting_source_line(s), name);
+	else
+		snprintf(out, len, "%s: %s (default)", file.data, name);
+	buf_free(&path);
+	buf_free(&file);
 	return out;
 }
 
@@ -742,16 +720,16 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	char   *dir = NULL, *slash;
 	const char *text;
 	FILE   *fp = NULL;
-	config_t cfg;
+	config_t *cfg = xmalloc(sizeof(*cfg));
 	char    why[1200];
 	int     ok, rc = -1;
 
 	memset(c, 0, sizeof(*c));
 	if (errlen > 0)
 		err[0] = 0;
-	config_init(&cfg);
+	config_init(cfg);
 	if (path == NULL) {
-		ok = config_read_string(&cfg, conf_default_text);
+		ok = config_read_string(cfg, conf_default_text);
 	} else {
 		if ((fp = fopen(path, "r")) == NULL) {
 			conf_error(&x, NULL, NULL, "cannot open: %s", strerror(errno));
@@ -761,36 +739,40 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		dir = xstrdup(path);
 		if ((slash = strrchr(dir, '/')) != NULL) {
 			slash[slash == dir] = 0;
-			config_set_include_dir(&cfg, dir);
+			config_set_include_dir(cfg, dir);
 			x.dir = dir;
 		}
-		ok = config_read(&cfg, fp);
+		ok = config_read(cfg, fp);
 	}
 	if (!ok) {
 		/* libconfig's own text is often just "syntax error": say it once */
-		text = config_error_text(&cfg) ? config_error_text(&cfg) : "";
+		text = config_error_text(cfg) ? config_error_text(cfg) : "";
 		if (strcmp(text, "syntax error") == 0)
 			text = "";
-		conf_file_name(&x, config_error_file(&cfg), &file);
+		conf_file_name(&x, config_error_file(cfg), &file);
 		if (strcmp(text, "cannot open include file") == 0
-		    && conf_include_error(config_error_file(&cfg) ? config_error_file(&cfg) : path,
-					  config_error_line(&cfg), x.dir, why, sizeof(why)) == 0) {
-			snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(&cfg), why);
+		    && conf_include_error(config_error_file(cfg) ? config_error_file(cfg) : path,
+					  config_error_line(cfg), x.dir, why, sizeof(why)) == 0) {
+			snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(cfg), why);
 			goto fail;
 		}
 		snprintf(err, errlen, "%s:%d: syntax error%s%s", file.data,
-			 config_error_line(&cfg), *text ? ": " : "", text);
+			 config_error_line(cfg), *text ? ": " : "", text);
 		goto fail;
 	}
-	if (conf_walk(&x, c, config_root_setting(&cfg)) < 0)
+	if (conf_walk(&x, c, config_root_setting(cfg)) < 0)
 		goto fail;
 	c->file = xstrdup(x.file);
-	conf_places(&x, c, config_root_setting(&cfg), "");
-	conf_restart_digests(c, config_root_setting(&cfg));
+	c->dir = x.dir ? xstrdup(x.dir) : NULL;
+	conf_restart_digests(c, config_root_setting(cfg));
+	c->tree = cfg;			/* conf_where() reads it */
+	cfg = NULL;
 	rc = 0;
 
 fail:
-	config_destroy(&cfg);
+	if (cfg)
+		config_destroy(cfg);
+	free(cfg);
 	if (fp)
 		fclose(fp);
 	free(dir);
@@ -807,12 +789,11 @@ void    conf_free(struct conf *c)
 
 	if (c == NULL)
 		return;
-	for (i = 0; i < c->n_places; i++) {
-		free(c->places[i].name);
-		free(c->places[i].where);
-	}
-	free(c->places);
+	if (c->tree)
+		config_destroy(c->tree);
+	free(c->tree);
 	free(c->file);
+	free(c->dir);
 	free(c->hostname);
 	free(c->node);
 	free(c->store.url);

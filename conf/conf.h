@@ -80,19 +80,13 @@ struct conf_route {
 	struct conf_upstream up;
 };
 
-/* where a setting was written: "listen[1].port" at "FILE:LINE" */
-struct conf_place {
-	char *name;
-	char *where;
-};
-
 /* the settings SIGHUP cannot apply (conf.c's restart_settings[]) */
 #define CONF_RESTART_MAX 13
 
 struct conf {
 	char *file;		/* the file loaded; "<default>" for the embedded text */
-	struct conf_place *places;	/* every setting written, for conf_where() */
-	size_t n_places;
+	char *dir;		/* its folder, where its @includes are; NULL: the cwd */
+	void *tree;		/* owned: libconfig's config_t as loaded, for conf_where() */
 	uint64_t restart_digest[CONF_RESTART_MAX];	/* of each restart_settings[] as
 							 * written (0: not written) */
 
