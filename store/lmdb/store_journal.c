@@ -493,28 +493,11 @@ static int meta_put(struct lmdb_store *st, MDB_txn *txn, uint64_t id, uint64_t b
 	return mdb_put(txn, st->meta, &key, &val, 0);
 }
 
-/* make - a new region at j->base, its place and id in the store */
-static int make(struct lmdb_store *st, struct journal *j)
-{
-	MDB_txn *txn;
-	int rc;
-
-	if ((rc = region(j, j->base, &j->id)) != 0)
-		return rc;
-	j->size = J_SIZE;
-	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
-		return rc;
-	if ((rc = meta_put(st, txn, j->id, j->base)) != 0) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	return synced(st, txn);
-}
-
 /*
  * journal_region_new - the first step of moving the journal when the map
- * grows over it (store_grow.c): a new region at base, past the new end of
- * LMDB's map, that nothing refers to yet. 0 or errno.
+ * grows over it (store_map.c), or of making one where there was none or
+ * the map ends elsewhere (journal_open()): a new region at base, past the
+ * end of LMDB's map, that nothing refers to yet. 0 or errno.
  */
 int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id)
 {
@@ -542,6 +525,7 @@ int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint
 		return rc;
 	j->base = base;
 	j->id = id;
+	j->size = J_SIZE;
 	j->next = J_BLOCK;
 	j->need_start = j->need_end = 0;
 	return 0;
@@ -570,7 +554,8 @@ int journal_open(struct lmdb_store *st)
 	char file[4096], why[128];
 	uint8_t head[24];
 	uint64_t have = meta_u64(st, META_JOURNAL_ID), at = meta_u64(st, META_JOURNAL_AT);
-	uint64_t psize, map, last, jbase = lmdb_map_jbase(st->total);
+	uint64_t psize, map, last, id, jbase = lmdb_map_jbase(st->total);
+	MDB_txn *txn;
 	int rc = 0;
 
 	if (jbase == 0)
@@ -604,18 +589,19 @@ int journal_open(struct lmdb_store *st)
 		msg_warn("store %s: the journal is missing or is another store's:"
 			 " a transaction acknowledged just before a crash may be lost", st->path);
 	}
-	if (j->base != jbase) {		/* new, or the map size changed: the store is synced */
-		j->base = jbase;
-		if ((rc = make(st, j)) != 0) {
-			snprintf(why, sizeof(why), "cannot make the journal (%s)", mdb_strerror(rc));
-			goto none;
-		}
+	st->j = j;
+	if (j->base != jbase		/* new, or the map size changed: the store is synced */
+	    && ((rc = journal_region_new(st, jbase, &id)) != 0
+		|| (rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0
+		|| (rc = journal_move_commit(st, txn, jbase, id)) != 0)) {
+		snprintf(why, sizeof(why), "cannot make the journal (%s)", mdb_strerror(rc));
+		goto none;
 	}
 	j->next = J_BLOCK;
-	st->j = j;
 	return 0;
 
 none:
+	st->j = NULL;
 	msg_warn("store %s: %s: every commit is synced without it", st->path, why);
 	journal_free(j);
 	return 0;
