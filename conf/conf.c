@@ -598,7 +598,7 @@ const char *conf_where(const struct conf *c, const char *name, char *out, size_t
  * auth.cache_ttl, and the upstream groups' rates (conf_reloadable_member();
  * and the certificate and users files read again); the
  * rest takes a restart, as master.cf's changes take postfix reload. Each
- * of these is remembered by a digest of what was written, so that a
+ * of these is compared by a digest of what the two files wrote, so that a
  * reload can say which changed instead of ignoring them without a word.
  */
 static const char *const restart_settings[] = {"hostname", "node", "user", "control",
@@ -655,15 +655,12 @@ static uint64_t conf_digest(const config_setting_t *s, uint64_t h)
 	return h;
 }
 
-/* conf_restart_digests - remember what the restart-only settings say */
-static void conf_restart_digests(struct conf *c, config_setting_t *root)
+/* conf_written - the digest of what c's file wrote for a setting; 0: nothing */
+static uint64_t conf_written(const struct conf *c, const char *name)
 {
-	const config_setting_t *s;
-	size_t i;
+	const config_setting_t *s = c->tree ? config_lookup(c->tree, name) : NULL;
 
-	for (i = 0; restart_settings[i] && i < CONF_RESTART_MAX; i++)
-		c->restart_digest[i] = (s = config_setting_lookup(root, restart_settings[i]))
-		    ? conf_digest(s, HASH_FNV_INIT) | 1 : 0;
+	return s ? conf_digest(s, HASH_FNV_INIT) | 1 : 0;
 }
 
 /* conf_restart_changed - the restart-only settings that differ, by name */
@@ -672,8 +669,9 @@ size_t conf_restart_changed(const struct conf *old, const struct conf *nw,
 {
 	size_t i, n = 0;
 
-	for (i = 0; restart_settings[i] && i < CONF_RESTART_MAX; i++)
-		if (old->restart_digest[i] != nw->restart_digest[i] && n < max)
+	for (i = 0; restart_settings[i]; i++)
+		if (conf_written(old, restart_settings[i]) != conf_written(nw, restart_settings[i])
+		    && n < max)
 			names[n++] = restart_settings[i];
 	return n;
 }
@@ -764,7 +762,6 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		goto fail;
 	c->file = xstrdup(x.file);
 	c->dir = x.dir ? xstrdup(x.dir) : NULL;
-	conf_restart_digests(c, config_root_setting(cfg));
 	c->tree = cfg;			/* conf_where() reads it */
 	cfg = NULL;
 	rc = 0;

@@ -86,9 +86,7 @@ struct conf_route {
 struct conf {
 	char *file;		/* the file loaded; "<default>" for the embedded text */
 	char *dir;		/* its folder, where its @includes are; NULL: the cwd */
-	void *tree;		/* owned: libconfig's config_t as loaded, for conf_where() */
-	uint64_t restart_digest[CONF_RESTART_MAX];	/* of each restart_settings[] as
-							 * written (0: not written) */
+	void *tree;		/* owned: libconfig's config_t as loaded (conf_where, a reload) */
 
 	char *hostname;		/* default: gethostname() */
 	char *node;		/* this node's name in a shared store; default: hostname */
