@@ -358,18 +358,11 @@ int conf_parse_net(const char *text, struct conf_net *net,
 	net->prefix = bits;
 	if (slash != NULL) {
 		const char *p = slash + 1;
-		int v = 0;
 
-		if (*p == 0 || strlen(p) > 3)
+		/* 1 to 3 digits, no more than the address has bits */
+		if (*p == 0 || strlen(p) > 3 || strspn(p, "0123456789") != strlen(p) || atoi(p) > bits)
 			return -1;
-		for (; *p; p++) {
-			if (!isdigit((unsigned char) *p))
-				return -1;
-			v = v * 10 + (*p - '0');
-		}
-		if (v > bits)
-			return -1;
-		net->prefix = v;
+		net->prefix = atoi(p);
 	}
 	/* 10.0.0.1/8 is a typo more often than a wish: refuse, as Postfix does */
 	for (i = net->prefix; i < bits; i++) {
