@@ -352,7 +352,7 @@ static void conn_handshake(struct conn *c)
 		conn_interest(c);
 		return;
 	}
-	io_describe(c->io, desc, sizeof(desc));
+	tls_io_describe(c->io, desc, sizeof(desc));
 	msg_info("tls: client=[%s] %s", c->addr, desc);
 	smtp_session_set_tls(c->s);
 	pace_arm(c);

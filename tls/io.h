@@ -41,7 +41,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/types.h>
 
 #define IO_AGAIN	(-1)
@@ -58,7 +57,6 @@ struct io_ops {				/* NULL: the transport has none (plain TCP) */
 	int     (*flush) (struct io *io);	/* 0 nothing held, IO_AGAIN, IO_ERROR */
 	int     (*goodbye) (struct io *io);	/* as flush, after saying goodbye */
 	size_t  (*pending) (const struct io *io);
-	void    (*describe) (const struct io *io, char *buf, size_t len);	/* for logs */
 	void    (*trim) (struct io *io);	/* idle: give its buffers' memory back */
 	void    (*close) (struct io *io);	/* goodbye, close(fd), free */
 };
@@ -111,14 +109,6 @@ static inline void io_trim(struct io *io)
 {
 	if (io->ops->trim)
 		io->ops->trim(io);
-}
-
-static inline void io_describe(const struct io *io, char *buf, size_t len)
-{
-	if (io->ops->describe)
-		io->ops->describe(io, buf, len);
-	else
-		snprintf(buf, len, "%s", io->ops->name);
 }
 
 static inline void io_close(struct io *io)	/* NULL-safe */

@@ -40,5 +40,6 @@ int tls_reload(struct tls *t, char *err, size_t errlen);	/* 0, or -1 and the old
 void tls_free(struct tls *t);				/* NULL-safe */
 const char *tls_fingerprint(const struct tls *t);	/* SHA-256 of the certificate in use, hex */
 struct io *tls_io_new(struct tls *t, int fd, const char *addr);	/* takes the socket */
+void tls_io_describe(const struct io *io, char *buf, size_t len);	/* its handshake done */
 
 #endif

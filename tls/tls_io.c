@@ -202,8 +202,8 @@ static size_t tls_pending(const struct io *io)
 	return io->read_wants ? 0 : (size_t) SSL_has_pending(t->ssl);
 }
 
-/* tls_describe - protocol and cipher, for logs (relay/conn.c: once the handshake is done) */
-static void tls_describe(const struct io *io, char *buf, size_t len)
+/* tls_io_describe - protocol and cipher, for logs */
+void tls_io_describe(const struct io *io, char *buf, size_t len)
 {
 	const struct tls_io *t = (const struct tls_io *) io;
 
@@ -260,7 +260,6 @@ static const struct io_ops tls_ops = {
 	.flush = tls_flush,
 	.goodbye = tls_goodbye,
 	.pending = tls_pending,
-	.describe = tls_describe,
 	.trim = tls_trim,
 	.close = tls_close,
 };
