@@ -46,10 +46,16 @@
  *	node (store_pg_claim.c) treats a claim of a void QID as absent, so a
  *	retry of the key is a new message (250 with a new QID, or 451 while
  *	the voided transaction still holds the key's lock); the take of due
- *	messages (store_pg_lease.c) skips it, so no node delivers it. But a
- *	void of a message taken for delivery (a take that raced with a kept
- *	batch's void, below) is one the settle will delete alone: the claim
- *	counts as soon as the take is seen.
+ *	messages (store_pg_lease.c) skips it, so no node delivers it. A take
+ *	racing with the void waits for it, or the void for the take, which
+ *	it then sees (a message taken first is not voided); and a take that
+ *	began before the void committed and reaches the row after it finds
+ *	the row held by the void under its accepting node's lease, tested
+ *	again on the row's last version (store_pg_sql_void, for VOID_HOLD:
+ *	past the end of any take under way). A void of a message taken for
+ *	delivery all the same (a take that outlasted the hold) is one the
+ *	settle will delete alone: the claim counts as soon as the take is
+ *	seen.
  *
  *	A message whose claim another node replayed (messages.replayed,
  *	store_pg_claim.c) is not voided: a later submission of its key was
@@ -121,11 +127,6 @@
  *	gives up its leases): either delivers a message answered 451; as
  *	does a replay's mark that stands though its batch got 451
  *	(store_pg_decide.c).
- *	A take racing with such a batch's void waits for it, or the void for
- *	the take (store_pg_sql_void: FOR SHARE), but for a take whose
- *	snapshot was taken before the void committed that reaches the row
- *	after: the claims lookup sees it once it commits, and a retry of the
- *	key read in the moment between is a new message, sent beside it.
  *	Delivery writes that ride in a voided or kept batch are only told
  *	it failed.
  * DIAGNOSTICS
@@ -162,6 +163,15 @@ const char store_pg_sql_backend_xid[] =
 const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 
 /*
+ * How long a void holds its messages under their accepting node's lease
+ * (store_pg_sql_void): past the end of any take that began before it, a
+ * statement being given up at PG_RESULT_US (10 s), its backend ending
+ * within a second once its connection is cut (store_pg.c's
+ * client_connection_check_interval). In microseconds, as lease_until.
+ */
+#define VOID_HOLD	"60000000"
+
+/*
  * xid 0: not known, and the transaction over: the void's own, decided
  * once it commits. A message whose claim another node replayed
  * (store_pg_claim.c), or that a node took for delivery since its
@@ -169,11 +179,20 @@ const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)"
  * store_pg_pend.c), is not voided: its QIDs are the rows returned. Each
  * message is read FOR SHARE: a take in flight (its row updated, not yet
  * committed) is waited for, and seen; a take that comes meanwhile passes
- * the row by (SKIP LOCKED), and the next sees the void.
+ * the row by (SKIP LOCKED), and the next sees the void. A take that
+ * began before the void committed and reaches the row after it reads
+ * voids in its snapshot, so each message voided is held under its
+ * accepting node's lease for VOID_HOLD (u): the row updated, READ
+ * COMMITTED has that take test the lease again on its last version, and
+ * pass it by; a row only share-locked, it took the message. The settle
+ * drops the message with its void (the lease is its own node's); one
+ * left to be delivered (replayed meanwhile) is taken once the hold ends.
  */
 const char store_pg_sql_void[] =
 	"WITH r AS (SELECT q, coalesce((SELECT m.replayed OR m.lease_since IS NOT NULL "
 	"FROM messages m WHERE m.qid = q FOR SHARE), false) AS kept FROM unnest($1::text[]) AS q), "
+	"u AS (UPDATE messages m SET lease_owner = m.node, lease_until = " PG_DB_NOW " + " VOID_HOLD
+	" FROM r WHERE m.qid = r.q AND NOT r.kept), "
 	"i AS (INSERT INTO voids (qid, xid, node, made) "
 	"SELECT q, coalesce(nullif($2::int8, 0)::text::xid8, pg_current_xact_id()), $3, "
 	PG_DB_NOW " FROM r WHERE NOT kept ON CONFLICT (qid) DO NOTHING) SELECT q FROM r WHERE kept";

@@ -17,7 +17,8 @@
  * passing reason, a cancel, as its COMMIT still waits; settled at a clean
  * stop, and by a take it was kept during; a void's settle waits for a
  * replay in flight, and leaves a message whose take commits while it
- * deletes), what a batch of duplicates and the counts' flush
+ * deletes; a take begun before a void committed leaves its message),
+ * what a batch of duplicates and the counts' flush
  * write (rows, and whether it commits), a result that
  * never comes, statements prepared per connection (a
  * batch's BEGIN and COMMIT too), a message and its recipients read in
@@ -4548,6 +4549,98 @@ static void test_notice_commit_aborted_capped(void **state)
 	aborted_away(*state, "NOTICEGONE02", 2 * (AWAY_LIMIT + AWAY_LIMIT / 2), AWAY_LIMIT / 2);
 }
 
+/* the gates of take_gates(): a take's first read of a message, a take's COMMIT */
+#define TAKE_GATE	"4245"
+#define TAKEN_GATE	"4246"
+
+/* a session waits at TAKEN_GATE, or a take is over (its connection idle) */
+#define TAKEN_WAIT "SELECT count(*) FROM pg_stat_activity a WHERE datname = current_database() " \
+	"AND query LIKE 'UPDATE messages m SET lease_owner%' AND (state = 'idle' OR pid IN " \
+	"(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = " TAKEN_GATE \
+	" AND NOT granted))"
+
+/*
+ * take_gates - a take (store_pg_lease.c's statement) waits at TAKE_GATE
+ * where it first reads a message, after its snapshot, before it locks a
+ * row (a row-level security policy, forced on the tables' owner); and a
+ * COMMIT of a take of a message (lease_since written) at TAKEN_GATE (a
+ * deferred trigger). The connection returned holds both until it ends.
+ */
+static PGconn *take_gates(struct fx *f)
+{
+	PGconn *g = PQconnectdb(f->url);
+	PGresult *r;
+
+	sql(f, "CREATE FUNCTION take_gate(k int8, always bool) RETURNS bool LANGUAGE plpgsql "
+	    "AS $$ BEGIN IF always OR current_query() LIKE 'UPDATE messages m SET lease_owner%%' "
+	    "THEN PERFORM pg_advisory_xact_lock_shared(k); END IF; RETURN true; END $$; "
+	    "CREATE FUNCTION taken_waits() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+	    "PERFORM take_gate(" TAKEN_GATE ", true); RETURN NULL; END $$; "
+	    "CREATE CONSTRAINT TRIGGER taken_waits AFTER UPDATE ON messages "
+	    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+	    "WHEN (OLD.lease_since IS DISTINCT FROM NEW.lease_since) EXECUTE FUNCTION taken_waits(); "
+	    "CREATE POLICY take_waits ON messages USING (take_gate(" TAKE_GATE ", false)); "
+	    "ALTER TABLE messages ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY", NULL);
+	r = PQexec(g, "SELECT pg_advisory_lock(" TAKE_GATE "), pg_advisory_lock(" TAKEN_GATE ")");
+	CHECK_INT("the test holds the gates", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	return g;
+}
+
+/*
+ * A take whose snapshot was taken before a kept batch's void committed,
+ * and which reaches the message's row after it (held here at a gate in
+ * between), leaves the message: the void holds it under its accepting
+ * node's lease, which the take tests again on the row's last version.
+ * The void only share-locked the row, which a committed locker leaves
+ * as it was: the take took the message, reading voids in its snapshot,
+ * and until it committed (held at a second gate) a retry of the key
+ * was a new message (the void seen, the take not: store_pg_claim.c's
+ * SQL_VOID), sent beside the message answered 451.
+ */
+static void test_void_beats_older_take(void **state)
+{
+	struct fx *f = *state;
+	struct pg_store *a = (struct pg_store *) f->st;
+	struct store *other;
+	struct store_claim c;
+	uint8_t h[STORE_HASH_LEN];
+	struct held tk;
+	PGresult *r;
+	PGconn *g;
+	long long voids;
+	int settled, in_gap, found;
+
+	kept_batch(f, "AWAYVOIDED01", 82, 1, h, cut_off);
+	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'AWAYVOIDED01'", NULL);
+	g = take_gates(f);
+	other = node_open(f, "other");
+	held_start(&tk, held_take, other, NULL, "SELECT count(*) FROM pg_stat_activity WHERE "
+		   "datname = current_database() AND wait_event = 'advisory'");
+	back(a);
+	settled = take_within(a, "the kept batch settled");	/* its void, committed */
+	voids = void_count(f);
+	r = PQexec(g, "SELECT pg_advisory_unlock(" TAKE_GATE ")");
+	PQclear(r);
+	in_gap = seen_within(TAKEN_WAIT);
+	found = claim_found(f->st, 82, NOW, &c);	/* a retry of the key, in the gap */
+	PQfinish(g);
+	pthread_join(tk.th, NULL);
+	CHECK_INT("settled", settled, 0);
+	CHECK_INT("voided", voids, 1);
+	CHECK_INT("the take at its commit, or over", in_gap, 1);
+	CHECK_INT("the other node's take", tk.rc, 0);
+	CHECK_INT("a retry of its key, in the gap, is a new message", found, 0);
+	CHECK_INT("a take whose snapshot predates the void leaves its message (else sent "
+		  "beside that retry)", tk.n, 0);
+	a->settle_at = 0;		/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("the void settled", void_count(f), 0);
+	CHECK_INT("its message dropped, never delivered", msg_count(f, "AWAYVOIDED01"), 0);
+	CHECK_INT("nothing for the other node", taken(other, NOW + SEC), 0);
+	store_close(other);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4628,6 +4721,7 @@ int main(void)
 		T(test_revive_lock_waits_bounded),
 		T(test_notice_commit_aborted_away),
 		T(test_notice_commit_aborted_capped),
+		T(test_void_beats_older_take),
 	};
 
 	if (fx_pg() == NULL) {
