@@ -71,18 +71,46 @@ static inline MDB_env *raw_env(const char *path)
 	return env;
 }
 
-/* raw_put - write one record behind the store's back */
-static inline void raw_put(MDB_env *env, const char *db, const void *k, size_t klen,
-			   const void *v, size_t vlen)
+/* raw_shut - close the fixture's store, so that its files can be handled behind its back */
+static inline void raw_shut(struct fx *f)
+{
+	store_close(f->st);
+	f->st = NULL;
+}
+
+/* raw_open - the fixture's store closed and its environment opened directly */
+static inline MDB_env *raw_open(struct fx *f)
+{
+	raw_shut(f);
+	return raw_env(f->path);
+}
+
+/* raw_close - the environment closed and the fixture's store opened again */
+static inline void raw_close(struct fx *f, MDB_env *env)
+{
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+}
+
+/* raw_op - put (v non-NULL) or delete one record of db opened with flags, behind the store's back */
+static inline void raw_op(MDB_env *env, const char *db, unsigned flags, const void *k,
+			  size_t klen, const void *v, size_t vlen)
 {
 	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
 	MDB_txn *txn;
 	MDB_dbi dbi;
 
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
-	assert_int_equal(mdb_put(txn, dbi, &key, &val, 0), 0);
+	assert_int_equal(mdb_dbi_open(txn, db, flags, &dbi), 0);
+	assert_int_equal(v ? mdb_put(txn, dbi, &key, &val, 0) : mdb_del(txn, dbi, &key, NULL), 0);
 	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* raw_put - write one record behind the store's back */
+static inline void raw_put(MDB_env *env, const char *db, const void *k, size_t klen,
+			   const void *v, size_t vlen)
+{
+	raw_op(env, db, 0, k, klen, v, vlen);
 }
 
 /* env_put_expiry - an expiry index entry written behind the store's back (closed) */

@@ -1,9 +1,11 @@
 /*
  * test_store_lmdb - what only the LMDB backend has (store/lmdb/): its map
- * as stats see it, opens that fail, a full map, records corrupted under
- * its feet, its record codecs and their older versions, stores from
- * before claims were filed under their key, and the read-only open
- * idemrelayctl uses. Always on LMDB, whatever IDEMRELAY_PG_URL says.
+ * as stats see it, opens that fail, a full map, the read-only open
+ * idemrelayctl uses, and the staging B-trees (cnew, hnew): the pages a
+ * commit writes on a large store, the greatest QID outliving its story,
+ * corrupt staged records, the expiry's count. Its record codecs are
+ * test_store_codec's, databases written under its feet test_store_raw's.
+ * Always on LMDB, whatever IDEMRELAY_PG_URL says.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,21 +20,6 @@
 #include "../../util/buf.h"
 #include "test_store_files.h"
 #include "test_store_help.h"
-
-/* raw_exists - is there a named database? the store must be closed */
-static int raw_exists(const char *path, const char *db)
-{
-	MDB_env *env = raw_env(path);
-	MDB_txn *txn;
-	MDB_dbi dbi;
-	int rc;
-
-	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
-	rc = mdb_dbi_open(txn, db, 0, &dbi);
-	mdb_txn_abort(txn);
-	mdb_env_close(env);
-	return rc == 0;
-}
 
 /* test_open_lmdb - the map as stats see it, and opens that fail */
 static void test_open_lmdb(void **state)
@@ -59,220 +46,6 @@ static void test_open_lmdb(void **state)
 	if (store_lmdb_open(&st, bad, TEST_MAP, err, sizeof(err)) == 0)
 		fail_msg("store_open on a file: got success, want failure");
 	store_close(NULL);
-}
-
-/* test_old_expiry_index - a store from before claims went with their stories */
-static void test_old_expiry_index(void **state)
-{
-	struct fx *f = *state;
-	MDB_env *env;
-	MDB_txn *txn;
-	MDB_dbi dbi;
-
-	store_close(f->st);
-	f->st = NULL;
-	CHECK_INT("a new store has none", raw_exists(f->path, "expiry"), 0);
-	env = raw_env(f->path);
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "expiry", MDB_CREATE, &dbi), 0);
-	assert_int_equal(mdb_txn_commit(txn), 0);
-	raw_put(env, "expiry", "0123456789abcdef", 16, "", 0);
-	mdb_env_close(env);
-	CHECK_INT("made one", raw_exists(f->path, "expiry"), 1);
-	fx_reopen(f, TEST_MAP);
-	store_close(f->st);
-	f->st = NULL;
-	CHECK_INT("the open dropped it", raw_exists(f->path, "expiry"), 0);
-	fx_reopen(f, TEST_MAP);
-}
-
-/* a version-1 message record reads without what a story starts from */
-static void test_msg_record_versions(void **state)
-{
-	struct store_msg m, got;
-	uint8_t *rec, *v1;
-	size_t len, seed = 1 + STORE_HASH_LEN + 8, at;
-
-	(void) state;
-	msg_new(&m, "SEED00000001", 2, 300);
-	m.has_key = 1;
-	memset(m.keyhash, 0xa5, STORE_HASH_LEN);
-	m.ttl = 7200LL * 1000000;
-	m.smtputf8 = 1;
-	/* the same record as version 1 wrote it: no flags, key hash or ttl */
-	len = lmdb_msg_rec_size(&m);
-	rec = xmalloc(len);
-	lmdb_msg_rec_encode(rec, len, &m);
-	at = len - m.data_len - 8 - seed;
-	v1 = xmalloc(len - seed);
-	memcpy(v1, rec, at);
-	memcpy(v1 + at, rec + at + seed, len - at - seed);
-	v1[0] = 1;
-	memset(&got, 0, sizeof(got));
-	strcpy(got.qid, m.qid);
-	CHECK_INT("version 1", lmdb_msg_rec_decode(v1, len - seed, &got, 1), 0);
-	CHECK_INT("v1 has_key", got.has_key, 0);
-	CHECK_INT("v1 smtputf8", got.smtputf8, 0);
-	CHECK_INT("v1 ttl", got.ttl, 0);
-	CHECK_INT("v1 data_len", got.data_len, m.data_len);
-	CHECK_INT("v1 data", memcmp(got.data, m.data, m.data_len), 0);
-	CHECK_STR("v1 from", got.from, m.from);
-	store_msg_free(&got);
-	/* version 2 as written before SMTPUTF8: the flags byte had only has_key */
-	rec[at] = 1;
-	memset(&got, 0, sizeof(got));
-	strcpy(got.qid, m.qid);
-	CHECK_INT("pre-SMTPUTF8 v2", lmdb_msg_rec_decode(rec, len, &got, 1), 0);
-	CHECK_INT("pre-SMTPUTF8 has_key", got.has_key, 1);
-	CHECK_INT("pre-SMTPUTF8 smtputf8", got.smtputf8, 0);
-	store_msg_free(&got);
-	v1[0] = 3;
-	CHECK_INT("version 3", lmdb_msg_rec_decode(v1, len - seed, &got, 1), STORE_EINVAL);
-	free(v1);
-	free(rec);
-	store_msg_free(&m);
-}
-
-
-/* raw_op - put (v non-NULL) or delete one record of db opened with flags, store closed */
-static void raw_op(MDB_env *env, const char *db, unsigned flags, const void *k, size_t klen,
-		   const void *v, size_t vlen)
-{
-	MDB_val key = { klen, (void *) k }, val = { vlen, (void *) v };
-	MDB_txn *txn;
-	MDB_dbi dbi;
-
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, db, flags, &dbi), 0);
-	assert_int_equal(v ? mdb_put(txn, dbi, &key, &val, 0) : mdb_del(txn, dbi, &key, NULL), 0);
-	assert_int_equal(mdb_txn_commit(txn), 0);
-}
-
-/*
- * A store from before claims were filed under their key: a claim under
- * its claim hash alone, listed by a key index entry. It is still found,
- * listed under its key, and forgotten with its entry; a new claim for the
- * same recipient is filed under the key and shadows it.
- */
-static void test_old_claims(void **state)
-{
-	struct fx *f = *state;
-	uint8_t h[1][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
-	struct store_forget out;
-	struct store_claim c, got;
-	struct store_txn *t;
-	char (*qids)[STORE_QID_SIZE];
-	size_t n, len;
-	int found = 0;
-	MDB_env *env;
-
-	store_close(f->st);
-	f->st = NULL;
-	env = raw_env(f->path);
-	hash_of(h[0], 77);
-	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
-	len = lmdb_claim_encode(rec, &c);
-	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
-	memcpy(entry, h[0], STORE_HASH_LEN);
-	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
-	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
-	raw_op(env, "meta", 0, "claims_by_key", 13, NULL, 0);	/* as before the mark */
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
-
-	CHECK_INT("old claim found", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h,
-						      1, NOW, &got, &found), 0);
-	CHECK_INT("found", found, 1);
-	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
-	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
-	CHECK_INT("one", n, 1);
-	CHECK_STR("qid", qids[0], "OLDCLAIM0001");
-	free(qids);
-	/* the store still has old claims: reopening does not mark it */
-	fx_reopen(f, TEST_MAP);
-	CHECK_INT("still found", claim_found_under(f->st, KH, 77, NOW, NULL), 1);
-
-	/* a new claim for the same recipient is filed under the key and wins */
-	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
-	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	store_txn_claim_put(t, KH, h[0], &c);
-	CHECK_INT("renew", store_txn_commit(t), 0);
-	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
-					      NOW, &got, &found), 0);
-	CHECK_STR("new qid", got.qid, "NEWCLAIM0001");
-
-	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
-	CHECK_INT("both claims deleted", out.claims, 2);
-	CHECK_INT("two messages", out.n_qids, 2);
-	store_forget_free(&out);
-	CHECK_INT("gone", claim_found_under(f->st, KH, 77, NOW, NULL), 0);
-	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
-}
-
-/* raw_meta - the meta record named name as a string ("" if none); the store must be closed */
-static void raw_meta(const char *path, const char *name, char *out, size_t outlen)
-{
-	MDB_env *env = raw_env(path);
-	MDB_val key = { strlen(name), (void *) name }, val;
-	MDB_txn *txn;
-	MDB_dbi dbi;
-
-	out[0] = 0;
-	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
-	if (mdb_get(txn, dbi, &key, &val) == 0 && val.mv_size < outlen) {
-		memcpy(out, val.mv_data, val.mv_size);
-		out[val.mv_size] = 0;
-	}
-	mdb_txn_abort(txn);
-	mdb_env_close(env);
-}
-
-/*
- * test_format - a store records the format it was written in; one of a
- * greater format (a newer idemrelay's, whose claims this build might not
- * see) is refused by both opens, saying why, and left as it was
- */
-static void test_format(void **state)
-{
-	struct fx *f = *state;
-	struct store *st = NULL;
-	char err[256] = "", got[16];
-	MDB_env *env;
-
-	store_close(f->st);
-	f->st = NULL;
-	raw_meta(f->path, META_FORMAT, got, sizeof(got));
-	CHECK_STR("the format recorded", got, "2");
-
-	env = raw_env(f->path);
-	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);	/* an older one */
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
-	store_close(f->st);
-	f->st = NULL;
-	raw_meta(f->path, META_FORMAT, got, sizeof(got));
-	CHECK_STR("a writable open records its own", got, "2");
-
-	env = raw_env(f->path);
-	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "3", 1);	/* a newer one */
-	mdb_env_close(env);
-	CHECK_INT("open refused", store_lmdb_open(&st, f->path, TEST_MAP, err, sizeof(err)),
-		  STORE_EINVAL);
-	if (st != NULL || strstr(err, "written by a newer idemrelay") == NULL)
-		fail_msg("open of a newer store: \"%s\"", err);
-	err[0] = 0;
-	CHECK_INT("read-only open refused", store_lmdb_open_readonly(&st, f->path, err,
-								     sizeof(err)), STORE_EINVAL);
-	if (strstr(err, "written by a newer idemrelay") == NULL)
-		fail_msg("read-only open of a newer store: \"%s\"", err);
-	raw_meta(f->path, META_FORMAT, got, sizeof(got));
-	CHECK_STR("left as it was", got, "3");
-
-	env = raw_env(f->path);
-	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "2", 1);
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
 }
 
 static void test_map_full(void **state)
@@ -331,337 +104,6 @@ static void test_map_full(void **state)
 	if (s.space.used > s.space.size)
 		fail_msg("map_used: got %llu, want <= %llu", (unsigned long long) s.space.used,
 			 (unsigned long long) s.space.size);
-}
-
-/* test_corrupt_records - garbage written under the store's feet */
-static void test_corrupt_records(void **state)
-{
-	struct fx *f = *state;
-	struct store_msg m, got;
-	struct store_txn *t;
-	struct store_claim c, claims[2];
-	struct list_acc a;
-	uint8_t h[2][STORE_HASH_LEN], ck[2 * STORE_HASH_LEN], *orphan;
-	int found[2], hash = 1;
-	MDB_env *env;
-	char qid[STORE_QID_SIZE];
-	size_t orphan_len;
-
-	msg_new(&m, "GOOD00000001", 1, 10);
-	assert_int_equal(spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	msg_new(&m, "QBAD00000001", 1, 10);
-	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
-	store_msg_free(&m);
-	msg_new(&m, "MBAD00000001", 1, 10);
-	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
-	orphan_len = lmdb_queue_rec_size(&m);
-	orphan = xmalloc(orphan_len);
-	lmdb_queue_rec_encode(orphan, orphan_len, &m);
-	store_msg_free(&m);
-	store_close(f->st);
-	f->st = NULL;
-
-	env = raw_env(f->path);
-	hash_of(h[1], 2);
-	memcpy(ck, KH, STORE_HASH_LEN);		/* filed under its key, then its hash */
-	memcpy(ck + STORE_HASH_LEN, h[1], STORE_HASH_LEN);
-	raw_put(env, "claims", ck, sizeof(ck), "\x01\x05junk", 7);
-	raw_put(env, "queue", "QBAD00000001", 12, "\x01\xff", 2);
-	raw_put(env, "msg", "MBAD00000001", 12, "\x02garbage", 8);
-	raw_put(env, "queue", "ORPHAN000001", 12, orphan, orphan_len);
-	free(orphan);
-	raw_put(env, "meta", "last_qid", 8, "", 0);
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
-
-	hash_of(h[0], 1);
-	CHECK_INT("claims_get with a corrupt one",
-		  store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
-				   claims, found),
-		  STORE_EINVAL);
-	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
-	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
-	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
-	txn_abort(t);
-
-	CHECK_INT("corrupt queue record", store_msg_load(f->st, "QBAD00000001", &got), STORE_EINVAL);
-	CHECK_INT("corrupt msg record", store_msg_load(f->st, "MBAD00000001", &got), STORE_EINVAL);
-	CHECK_INT("queue without msg", store_msg_load(f->st, "ORPHAN000001", &got), STORE_EINVAL);
-	CHECK_INT("inflight on corrupt", store_msg_set_inflight(f->st, "QBAD00000001", 1),
-		  STORE_EINVAL);
-	CHECK_INT("good message", store_msg_load(f->st, "GOOD00000001", &got), 0);
-	store_msg_free(&got);
-	/* a corrupt last_qid is ignored: the keys give the greatest QID, the other figures stand */
-	CHECK_INT("last_qid corrupt", last_qid_of(f->st, qid), 0);
-	CHECK_STR("last_qid from the keys", qid, "QBAD00000001");
-
-	memset(&a, 0, sizeof(a));
-	a.stop_at = -1;
-	CHECK_INT("queue_list skips corrupt", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a),
-		  0);
-	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
-	memset(&a, 0, sizeof(a));
-	a.stop_at = -1;
-	CHECK_INT("queue walk skips corrupt", store_queue_walk(f->st, 0, list_cb, &a), 0);
-	CHECK_INT("walked", a.n, 1);
-	CHECK_STR("walked the good one", a.seen[0], "GOOD00000001");
-	/* held: not for delivery's start, still in the whole walk */
-	CHECK_INT("hold", store_msg_change(f->st, "GOOD00000001",
-					   &(struct store_change) { 1, 0, NULL, 0 }), 0);
-	memset(&a, 0, sizeof(a));
-	a.stop_at = -1;
-	CHECK_INT("list with one held", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
-	CHECK_INT("listed, not the held one", a.n, 2);
-	memset(&a, 0, sizeof(a));
-	a.stop_at = -1;
-	CHECK_INT("walk with one held", store_queue_walk(f->st, 0, list_cb, &a), 0);
-	CHECK_INT("walked the held one", a.n, 1);
-
-	/* a corrupt claim can be replaced */
-	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	claim_of(&c, "GOOD00000001", 1, NOW - SEC);
-	store_txn_claim_put(t, KH, h[1], &c);
-	CHECK_INT("overwrite corrupt claim", store_txn_commit(t), 0);
-	CHECK_INT("dropped orphan", store_msg_drop(f->st, "ORPHAN000001"), 0);
-	CHECK_INT("dropped corrupt", store_msg_drop(f->st, "MBAD00000001"), 0);
-}
-
-static void test_codec_truncated(void **state)
-{
-	struct store_msg m, got;
-	struct store_claim c, cg;
-	uint8_t crec[STORE_CLAIM_REC_LEN], *rec, *q, *copy;
-	size_t len, qlen, clen, i, bit;
-	int rc;
-
-	(void) state;
-	msg_new(&m, "CODEC0000001", 3, 40);
-	m.rcpts[1].reply = xstrdup("250 ok");
-	len = lmdb_msg_rec_size(&m);
-	rec = xmalloc(len);
-	lmdb_msg_rec_encode(rec, len, &m);
-	qlen = lmdb_queue_rec_size(&m);
-	q = xmalloc(qlen);
-	lmdb_queue_rec_encode(q, qlen, &m);
-	claim_of(&c, "CODEC0000001", 4, NOW);
-	clen = lmdb_claim_encode(crec, &c);
-
-	for (i = 0; i < len; i++) {
-		memset(&got, 0, sizeof(got));
-		copy = xmalloc(i + 1);
-		memcpy(copy, rec, i);
-		if (lmdb_msg_rec_decode(copy, i, &got, 1) != STORE_EINVAL)
-			fail_msg("msg record cut at %zu of %zu: got success, want EINVAL", i, len);
-		if (got.rcpts || got.from || got.data)
-			fail_msg("msg record cut at %zu: left allocations behind", i);
-		free(copy);
-	}
-	for (i = 0; i < qlen; i++) {
-		memset(&got, 0, sizeof(got));
-		assert_int_equal(lmdb_msg_rec_decode(rec, len, &got, 1), 0);
-		if (lmdb_queue_rec_decode(q, i, &got) != STORE_EINVAL)
-			fail_msg("queue record cut at %zu of %zu: got success, want EINVAL", i, qlen);
-		store_msg_free(&got);
-	}
-	for (i = 0; i < clen; i++)
-		if (lmdb_claim_decode(crec, i, &cg) != STORE_EINVAL)
-			fail_msg("claim record cut at %zu of %zu: got success, want EINVAL", i, clen);
-	CHECK_INT("whole claim", lmdb_claim_decode(crec, clen, &cg), 0);
-	CHECK_STR("whole claim qid", cg.qid, c.qid);
-
-	/* flips: must not crash or leak; success is fine when the flip hit data */
-	for (bit = 0; bit < len * 8; bit++) {
-		copy = xmalloc(len);
-		memcpy(copy, rec, len);
-		copy[bit / 8] ^= (uint8_t) (1u << (bit % 8));
-		memset(&got, 0, sizeof(got));
-		rc = lmdb_msg_rec_decode(copy, len, &got, 1);
-		if (rc != 0 && rc != STORE_EINVAL)
-			fail_msg("flip %zu: got %d, want 0 or EINVAL", bit, rc);
-		if (rc == 0 && lmdb_queue_rec_decode(q, qlen, &got) == 0
-		    && got.n_rcpts != m.n_rcpts)
-			fail_msg("flip %zu: queue record accepted with the wrong count", bit);
-		store_msg_free(&got);
-		free(copy);
-	}
-	free(rec);
-	free(q);
-	store_msg_free(&m);
-}
-/*
- * test_msg_record_route - the route chosen at acceptance rides in the
- * message record behind flag 4: it round-trips, every truncation of it is
- * refused, and a record without it (any record written before routes) is
- * the one written before, byte for byte but for nothing, and reads as the
- * default upstream
- */
-static void test_msg_record_route(void **state)
-{
-	struct store_msg m, got;
-	uint8_t *with, *without, *copy;
-	size_t wlen, nlen, i, flags_at;
-
-	(void) state;
-	msg_new(&m, "ROUTE0000001", 2, 30);
-	nlen = lmdb_msg_rec_size(&m);
-	without = xmalloc(nlen);
-	lmdb_msg_rec_encode(without, nlen, &m);
-	m.route = xstrdup("tenant-a");
-	wlen = lmdb_msg_rec_size(&m);
-	with = xmalloc(wlen);
-	lmdb_msg_rec_encode(with, wlen, &m);
-	CHECK_INT("the route's bytes", wlen - nlen, 4 + strlen("tenant-a"));
-	/* the flags byte comes 1 + 32 + 8 + 8 + data bytes before the end */
-	flags_at = nlen - m.data_len - 8 - 8 - STORE_HASH_LEN - 1;
-	CHECK_INT("no flag 4 without a route", without[flags_at] & 4, 0);
-	CHECK_INT("flag 4 with one", with[flags_at] & 4, 4);
-	CHECK_INT("the same record before the flags",
-		  memcmp(with, without, flags_at), 0);
-	memset(&got, 0, sizeof(got));
-	strcpy(got.qid, m.qid);
-	CHECK_INT("decode with", lmdb_msg_rec_decode(with, wlen, &got, 1), 0);
-	CHECK_STR("route", got.route, "tenant-a");
-	CHECK_STR("from", got.from, m.from);
-	CHECK_INT("routed data", memcmp(got.data, m.data, m.data_len), 0);
-	store_msg_free(&got);
-	strcpy(got.qid, m.qid);
-	CHECK_INT("decode without", lmdb_msg_rec_decode(without, nlen, &got, 1), 0);
-	CHECK_STR("no route", got.route, NULL);
-	CHECK_INT("data", memcmp(got.data, m.data, m.data_len), 0);
-	store_msg_free(&got);
-	for (i = 0; i < wlen; i++) {
-		memset(&got, 0, sizeof(got));
-		copy = xmalloc(i + 1);
-		memcpy(copy, with, i);
-		if (lmdb_msg_rec_decode(copy, i, &got, 1) != STORE_EINVAL)
-			fail_msg("routed record cut at %zu of %zu: want EINVAL", i, wlen);
-		if (got.route || got.from || got.rcpts)
-			fail_msg("routed record cut at %zu: left allocations behind", i);
-		free(copy);
-	}
-	free(with);
-	free(without);
-	store_msg_free(&m);
-}
-
-/*
- * test_queue_flags - the delivery state record's flags byte: inflight and
- * held each round-trip, each patch leaves the other alone, the held bit
- * peeks cheaply, and a bit no version wrote is refused
- */
-static void test_queue_flags(void **state)
-{
-	static const struct {
-		int inflight, held;
-	} cases[] = { {0, 0}, {1, 0}, {0, 1}, {1, 1} };
-	struct store_msg m, got;
-	uint8_t *q;
-	size_t qlen, i, flags_at = 1 + 4 + 8;
-	int held;
-
-	(void) state;
-	msg_new(&m, "FLAGS0000001", 2, 10);
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		m.inflight = cases[i].inflight;
-		m.held = cases[i].held;
-		qlen = lmdb_queue_rec_size(&m);
-		q = xmalloc(qlen);
-		lmdb_queue_rec_encode(q, qlen, &m);
-		memset(&got, 0, sizeof(got));
-		got.n_rcpts = m.n_rcpts;
-		got.rcpts = xcalloc(m.n_rcpts, sizeof(*got.rcpts));
-		CHECK_INT("decode", lmdb_queue_rec_decode(q, qlen, &got), 0);
-		if (got.inflight != m.inflight || got.held != m.held)
-			fail_msg("case %zu: got inflight %d held %d, want %d %d", i, got.inflight,
-				 got.held, m.inflight, m.held);
-		CHECK_INT("peek", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
-		CHECK_INT("peek held", held, m.held);
-		CHECK_INT("clear inflight", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_INFLIGHT, 0), 0);
-		CHECK_INT("peek after", lmdb_queue_rec_peek(q, qlen, NULL, NULL, &held), 0);
-		CHECK_INT("held kept by the inflight patch", held, m.held);
-		CHECK_INT("release", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_HELD, 0), 0);
-		CHECK_INT("set inflight", lmdb_queue_rec_patch(q, qlen, LMDB_QUEUE_INFLIGHT, 1), 0);
-		CHECK_INT("decode patched", lmdb_queue_rec_decode(q, qlen, &got), 0);
-		if (got.inflight != 1 || got.held != 0)
-			fail_msg("case %zu patched: got inflight %d held %d, want 1 0", i,
-				 got.inflight, got.held);
-		q[flags_at] |= 4;		/* no version writes it */
-		CHECK_INT("unknown flag", lmdb_queue_rec_decode(q, qlen, &got), STORE_EINVAL);
-		store_msg_free(&got);
-		free(q);
-	}
-	store_msg_free(&m);
-}
-
-/* test_story_codec - the history record, every field; truncations refused */
-static void test_story_codec(void **state)
-{
-	struct store_story s, got;
-	struct store_rcpt r[2] = { { "a@x", 0, NULL, STORE_RCPT_SENT, "250 ok" },
-				   { "b@x", 0, NULL, STORE_RCPT_QUEUED, NULL } };
-	uint8_t *buf;
-	size_t len, i;
-
-	(void) state;
-	memset(&s, 0, sizeof(s));
-	strcpy(s.m.qid, "0123456789AB");
-	s.m.accepted = 11;
-	s.m.from = "";
-	s.m.client = "c [1.2.3.4]";
-	s.m.user = "alice";
-	s.m.rcpts = r;
-	s.m.n_rcpts = 2;
-	s.m.attempts = 3;
-	s.m.data_len = 1234;
-	s.updated = 12;
-	s.finished = 13;
-	s.expires = 14;
-	s.forgotten = 15;
-	s.ttl = 16;
-	s.has_key = 1;
-	memset(s.keyhash, 7, STORE_HASH_LEN);
-	s.dropped = 1;
-	s.m.smtputf8 = 1;
-	s.duplicates = 5;
-	s.mismatches = 6;
-	s.m.route = "tenant-a";
-	len = lmdb_hist_rec_size(&s);
-	buf = xmalloc(len);
-	lmdb_hist_rec_encode(buf, len, &s);
-	memset(&got, 0, sizeof(got));
-	CHECK_INT("decode", lmdb_hist_rec_decode(buf, len, &got), 0);
-	CHECK_INT("accepted", got.m.accepted, 11);
-	CHECK_STR("from", got.m.from, "");
-	CHECK_STR("client", got.m.client, "c [1.2.3.4]");
-	CHECK_STR("user", got.m.user, "alice");
-	CHECK_STR("route", got.m.route, "tenant-a");
-	CHECK_STR("envid", got.m.envid, NULL);
-	CHECK_INT("n_rcpts", got.m.n_rcpts, 2);
-	CHECK_STR("rcpt 1", got.m.rcpts[1].addr, "b@x");
-	CHECK_INT("rcpt 0 state", got.m.rcpts[0].state, STORE_RCPT_SENT);
-	CHECK_STR("rcpt 0 reply", got.m.rcpts[0].reply, "250 ok");
-	CHECK_STR("rcpt 1 reply", got.m.rcpts[1].reply, NULL);
-	CHECK_INT("attempts", got.m.attempts, 3);
-	CHECK_INT("size", got.m.data_len, 1234);
-	CHECK_INT("times", got.updated + got.finished + got.expires + got.forgotten + got.ttl,
-		  12 + 13 + 14 + 15 + 16);
-	CHECK_INT("flags", got.has_key * 10 + got.dropped, 11);
-	CHECK_INT("smtputf8", got.m.smtputf8, 1);
-	CHECK_INT("keyhash", got.keyhash[31], 7);
-	CHECK_INT("counts", got.duplicates * 10 + got.mismatches, 56);
-	store_story_free(&got);
-	/* every truncation, and a trailing byte, is refused without a leak */
-	for (i = 0; i < len; i++)
-		if (lmdb_hist_rec_decode(buf, i, &got) != STORE_EINVAL)
-			fail_msg("decode of %zu of %zu bytes: want STORE_EINVAL", i, len);
-	buf = xrealloc(buf, len + 1);
-	buf[len] = 0;
-	CHECK_INT("trailing byte", lmdb_hist_rec_decode(buf, len + 1, &got), STORE_EINVAL);
-	buf[0] = 9;
-	CHECK_INT("version", lmdb_hist_rec_decode(buf, len, &got), STORE_EINVAL);
-	free(buf);
 }
 
 static int walk_cb(void *arg, const struct store_msg *m)
@@ -1009,8 +451,7 @@ static void test_staged_corrupt(void **state)
 	MDB_env *env;
 	int i, old;
 
-	store_close(f->st);
-	f->st = NULL;
+	raw_shut(f);
 	memset(longkey, 'L', sizeof(longkey));
 	memset(ck, 0xc5, sizeof(ck));
 	env = raw_env(f->path);
@@ -1018,8 +459,7 @@ static void test_staged_corrupt(void **state)
 	raw_put(env, "hnew", longkey, sizeof(longkey), "\x7fgarbage", 8);
 	raw_put(env, "cnew", ck, sizeof(ck), "\x01\x05junk", 7);
 	raw_put(env, "cnew", "short", 5, "\x01\x05junk", 7);
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
+	raw_close(f, env);
 
 	/* enough stories and claims for hnew and cnew to move at least once */
 	msg_new(&m, "000000000000", 1, 10);
@@ -1045,8 +485,7 @@ static void test_staged_corrupt(void **state)
 	CHECK_INT("hist stats", stories_of(f->st, &stories, &keys), 0);
 	CHECK_INT("no story left", stories, 0);
 	CHECK_INT("no claim left", keys, 0);
-	store_close(f->st);
-	f->st = NULL;
+	raw_shut(f);
 	CHECK_INT("corrupt story left in hnew", raw_has(f->path, "hnew", "HBAD00000001", 12), 0);
 	CHECK_INT("corrupt story moved to hist", raw_has(f->path, "hist", "HBAD00000001", 12), 0);
 	CHECK_INT("long key left in hnew", raw_has(f->path, "hnew", longkey, sizeof(longkey)), 0);
@@ -1079,8 +518,7 @@ static void test_expire_counts(void **state)
 	int64_t later;
 	int i;
 
-	store_close(f->st);
-	f->st = NULL;
+	raw_shut(f);
 	for (i = 0; i < 8; i++)
 		ik[i] = (uint8_t) (v >> (56 - 8 * i));
 	memcpy(ik + 8, "STALE0000001", 12);	/* no story */
@@ -1100,8 +538,7 @@ static void test_expire_counts(void **state)
 	}
 	CHECK_INT("commit", store_txn_commit(t), 0);
 	store_msg_free(&m);
-	store_close(f->st);
-	f->st = NULL;
+	raw_shut(f);
 	if (raw_count(f->path, "hist") == 0 || raw_count(f->path, "hnew") == 0)
 		fail_msg("want stories both moved to hist and still in hnew");
 	fx_reopen(f, TEST_MAP);
@@ -1109,8 +546,7 @@ static void test_expire_counts(void **state)
 	later = (int64_t) tv.tv_sec * SEC + 3 * 86400 * SEC;
 	CHECK_INT("expired: the stories alone", store_hist_expire(f->st, later, 2 * N), N);
 	CHECK_INT("nothing left", store_hist_expire(f->st, later, 2 * N), 0);
-	store_close(f->st);
-	f->st = NULL;
+	raw_shut(f);
 	CHECK_INT("expiry entries left", raw_count(f->path, "hexpiry"), 0);
 	CHECK_INT("stories left in hist", raw_count(f->path, "hist"), 0);
 	CHECK_INT("stories left in hnew", raw_count(f->path, "hnew"), 0);
@@ -1119,66 +555,17 @@ static void test_expire_counts(void **state)
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
-/*
- * test_walk_corrupt_key - the walk's warning for a corrupt record names its
- * QID when its key is one, and leaves a key that cannot be one (control
- * characters, a byte past ASCII) out of the log: its bytes were printed
- * as they were
- */
-static void test_walk_corrupt_key(void **state)
-{
-	static const char bad[] = "BAD\nKEY\x1b[2J\xff";
-	struct fx *f = *state;
-	struct list_acc a;
-	char text[4096];
-	FILE *tmp;
-	MDB_env *env;
-	int old, rc;
-
-	store_close(f->st);
-	f->st = NULL;
-	env = raw_env(f->path);
-	raw_put(env, "queue", "QBAD00000002", 12, "\x01\xff", 2);
-	raw_put(env, "queue", bad, sizeof(bad) - 1, "\x01\xff", 2);
-	mdb_env_close(env);
-	fx_reopen(f, TEST_MAP);
-
-	memset(&a, 0, sizeof(a));
-	a.stop_at = -1;
-	old = log_capture(&tmp);
-	rc = store_queue_walk(f->st, 0, list_cb, &a);
-	log_captured(old, tmp, text, sizeof(text));
-	CHECK_INT("the walk skips both", rc, 0);
-	CHECK_INT("walked", a.n, 0);
-	if (strstr(text, "QBAD00000002: store: corrupt queue or message record skipped") == NULL)
-		fail_msg("no warning naming the QID: %s", text);
-	if (strstr(text, "warning: store: corrupt queue or message record skipped") == NULL)
-		fail_msg("no warning without a QID for the other: %s", text);
-	if (strchr(text, '\x1b') != NULL || strchr(text, '\xff') != NULL || strstr(text, "KEY") != NULL)
-		fail_msg("the corrupt key's bytes logged: %s", text);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_open_lmdb),
-		T(test_old_expiry_index),
-		cmocka_unit_test(test_msg_record_versions),
-		T(test_old_claims),
-		T(test_format),
 		cmocka_unit_test_setup_teardown(test_map_full, fx_setup_tiny, fx_teardown),
-		T(test_corrupt_records),
-		cmocka_unit_test(test_codec_truncated),
-		cmocka_unit_test(test_queue_flags),
-		cmocka_unit_test(test_msg_record_route),
-		cmocka_unit_test(test_story_codec),
 		T(test_readonly),
 		T(test_last_qid_in_stories),
 		T(test_outcome_pages),
 		T(test_accept_pages),
 		T(test_staged_corrupt),
 		T(test_expire_counts),
-		T(test_walk_corrupt_key),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */

@@ -1,0 +1,321 @@
+/*
+ * test_store_raw - what the LMDB backend makes of databases written
+ * under its feet, the store closed meanwhile: stores of older formats
+ * (an expiry index, claims filed under their hash alone, an older format
+ * number) read and brought up to date, one of a newer format refused by
+ * both opens, records corrupted refused, skipped, logged safely or
+ * replaced. Always on LMDB, whatever IDEMRELAY_PG_URL says.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <lmdb.h>
+
+#include "../../store/store.h"
+#include "../../store/lmdb/store_int.h"
+#include "../../util/buf.h"
+#include "test_store_files.h"
+#include "test_store_help.h"
+
+/* raw_exists - is there a named database? the store must be closed */
+static int raw_exists(const char *path, const char *db)
+{
+	MDB_env *env = raw_env(path);
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	int rc;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	rc = mdb_dbi_open(txn, db, 0, &dbi);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return rc == 0;
+}
+
+/* test_old_expiry_index - a store from before claims went with their stories */
+static void test_old_expiry_index(void **state)
+{
+	struct fx *f = *state;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	raw_shut(f);
+	CHECK_INT("a new store has none", raw_exists(f->path, "expiry"), 0);
+	env = raw_env(f->path);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "expiry", MDB_CREATE, &dbi), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	raw_put(env, "expiry", "0123456789abcdef", 16, "", 0);
+	mdb_env_close(env);
+	CHECK_INT("made one", raw_exists(f->path, "expiry"), 1);
+	fx_reopen(f, TEST_MAP);
+	raw_shut(f);
+	CHECK_INT("the open dropped it", raw_exists(f->path, "expiry"), 0);
+	fx_reopen(f, TEST_MAP);
+}
+
+/*
+ * A store from before claims were filed under their key: a claim under
+ * its claim hash alone, listed by a key index entry. It is still found,
+ * listed under its key, and forgotten with its entry; a new claim for the
+ * same recipient is filed under the key and shadows it.
+ */
+static void test_old_claims(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[1][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	struct store_forget out;
+	struct store_claim c, got;
+	struct store_txn *t;
+	char (*qids)[STORE_QID_SIZE];
+	size_t n, len;
+	int found = 0;
+	MDB_env *env;
+
+	env = raw_open(f);
+	hash_of(h[0], 77);
+	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+	len = lmdb_claim_encode(rec, &c);
+	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
+	memcpy(entry, h[0], STORE_HASH_LEN);
+	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
+	raw_op(env, "meta", 0, "claims_by_key", 13, NULL, 0);	/* as before the mark */
+	raw_close(f, env);
+
+	CHECK_INT("old claim found", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h,
+						      1, NOW, &got, &found), 0);
+	CHECK_INT("found", found, 1);
+	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
+	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
+	CHECK_INT("one", n, 1);
+	CHECK_STR("qid", qids[0], "OLDCLAIM0001");
+	free(qids);
+	/* the store still has old claims: reopening does not mark it */
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("still found", claim_found_under(f->st, KH, 77, NOW, NULL), 1);
+
+	/* a new claim for the same recipient is filed under the key and wins */
+	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	store_txn_claim_put(t, KH, h[0], &c);
+	CHECK_INT("renew", store_txn_commit(t), 0);
+	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
+					      NOW, &got, &found), 0);
+	CHECK_STR("new qid", got.qid, "NEWCLAIM0001");
+
+	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
+	CHECK_INT("both claims deleted", out.claims, 2);
+	CHECK_INT("two messages", out.n_qids, 2);
+	store_forget_free(&out);
+	CHECK_INT("gone", claim_found_under(f->st, KH, 77, NOW, NULL), 0);
+	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
+}
+
+/* raw_meta - the meta record named name as a string ("" if none); the store must be closed */
+static void raw_meta(const char *path, const char *name, char *out, size_t outlen)
+{
+	MDB_env *env = raw_env(path);
+	MDB_val key = { strlen(name), (void *) name }, val;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	out[0] = 0;
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	if (mdb_get(txn, dbi, &key, &val) == 0 && val.mv_size < outlen) {
+		memcpy(out, val.mv_data, val.mv_size);
+		out[val.mv_size] = 0;
+	}
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+}
+
+/*
+ * test_format - a store records the format it was written in; one of a
+ * greater format (a newer idemrelay's, whose claims this build might not
+ * see) is refused by both opens, saying why, and left as it was
+ */
+static void test_format(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	char err[256] = "", got[16];
+	MDB_env *env;
+
+	raw_shut(f);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("the format recorded", got, "2");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);	/* an older one */
+	raw_close(f, env);
+	raw_shut(f);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("a writable open records its own", got, "2");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "3", 1);	/* a newer one */
+	mdb_env_close(env);
+	CHECK_INT("open refused", store_lmdb_open(&st, f->path, TEST_MAP, err, sizeof(err)),
+		  STORE_EINVAL);
+	if (st != NULL || strstr(err, "written by a newer idemrelay") == NULL)
+		fail_msg("open of a newer store: \"%s\"", err);
+	err[0] = 0;
+	CHECK_INT("read-only open refused", store_lmdb_open_readonly(&st, f->path, err,
+								     sizeof(err)), STORE_EINVAL);
+	if (strstr(err, "written by a newer idemrelay") == NULL)
+		fail_msg("read-only open of a newer store: \"%s\"", err);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("left as it was", got, "3");
+
+	env = raw_env(f->path);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "2", 1);
+	raw_close(f, env);
+}
+
+/* test_corrupt_records - garbage written under the store's feet */
+static void test_corrupt_records(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg m, got;
+	struct store_txn *t;
+	struct store_claim c, claims[2];
+	struct list_acc a;
+	uint8_t h[2][STORE_HASH_LEN], ck[2 * STORE_HASH_LEN], *orphan;
+	int found[2], hash = 1;
+	MDB_env *env;
+	char qid[STORE_QID_SIZE];
+	size_t orphan_len;
+
+	msg_new(&m, "GOOD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	msg_new(&m, "QBAD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	store_msg_free(&m);
+	msg_new(&m, "MBAD00000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	orphan_len = lmdb_queue_rec_size(&m);
+	orphan = xmalloc(orphan_len);
+	lmdb_queue_rec_encode(orphan, orphan_len, &m);
+	store_msg_free(&m);
+	env = raw_open(f);
+	hash_of(h[1], 2);
+	memcpy(ck, KH, STORE_HASH_LEN);		/* filed under its key, then its hash */
+	memcpy(ck + STORE_HASH_LEN, h[1], STORE_HASH_LEN);
+	raw_put(env, "claims", ck, sizeof(ck), "\x01\x05junk", 7);
+	raw_put(env, "queue", "QBAD00000001", 12, "\x01\xff", 2);
+	raw_put(env, "msg", "MBAD00000001", 12, "\x02garbage", 8);
+	raw_put(env, "queue", "ORPHAN000001", 12, orphan, orphan_len);
+	free(orphan);
+	raw_put(env, "meta", "last_qid", 8, "", 0);
+	raw_close(f, env);
+
+	hash_of(h[0], 1);
+	CHECK_INT("claims_get with a corrupt one",
+		  store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
+				   claims, found),
+		  STORE_EINVAL);
+	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
+	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
+	txn_abort(t);
+
+	CHECK_INT("corrupt queue record", store_msg_load(f->st, "QBAD00000001", &got), STORE_EINVAL);
+	CHECK_INT("corrupt msg record", store_msg_load(f->st, "MBAD00000001", &got), STORE_EINVAL);
+	CHECK_INT("queue without msg", store_msg_load(f->st, "ORPHAN000001", &got), STORE_EINVAL);
+	CHECK_INT("inflight on corrupt", store_msg_set_inflight(f->st, "QBAD00000001", 1),
+		  STORE_EINVAL);
+	CHECK_INT("good message", store_msg_load(f->st, "GOOD00000001", &got), 0);
+	store_msg_free(&got);
+	/* a corrupt last_qid is ignored: the keys give the greatest QID, the other figures stand */
+	CHECK_INT("last_qid corrupt", last_qid_of(f->st, qid), 0);
+	CHECK_STR("last_qid from the keys", qid, "QBAD00000001");
+
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("queue_list skips corrupt", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a),
+		  0);
+	CHECK_INT("listed", a.n, 3);	/* GOOD, MBAD (its queue record is fine), ORPHAN */
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("queue walk skips corrupt", store_queue_walk(f->st, 0, list_cb, &a), 0);
+	CHECK_INT("walked", a.n, 1);
+	CHECK_STR("walked the good one", a.seen[0], "GOOD00000001");
+	/* held: not for delivery's start, still in the whole walk */
+	CHECK_INT("hold", store_msg_change(f->st, "GOOD00000001",
+					   &(struct store_change) { 1, 0, NULL, 0 }), 0);
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("list with one held", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
+	CHECK_INT("listed, not the held one", a.n, 2);
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	CHECK_INT("walk with one held", store_queue_walk(f->st, 0, list_cb, &a), 0);
+	CHECK_INT("walked the held one", a.n, 1);
+
+	/* a corrupt claim can be replaced */
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	claim_of(&c, "GOOD00000001", 1, NOW - SEC);
+	store_txn_claim_put(t, KH, h[1], &c);
+	CHECK_INT("overwrite corrupt claim", store_txn_commit(t), 0);
+	CHECK_INT("dropped orphan", store_msg_drop(f->st, "ORPHAN000001"), 0);
+	CHECK_INT("dropped corrupt", store_msg_drop(f->st, "MBAD00000001"), 0);
+}
+
+/*
+ * test_walk_corrupt_key - the walk's warning for a corrupt record names its
+ * QID when its key is one, and leaves a key that cannot be one (control
+ * characters, a byte past ASCII) out of the log: its bytes were printed
+ * as they were
+ */
+static void test_walk_corrupt_key(void **state)
+{
+	static const char bad[] = "BAD\nKEY\x1b[2J\xff";
+	struct fx *f = *state;
+	struct list_acc a;
+	char text[4096];
+	FILE *tmp;
+	MDB_env *env;
+	int old, rc;
+
+	env = raw_open(f);
+	raw_put(env, "queue", "QBAD00000002", 12, "\x01\xff", 2);
+	raw_put(env, "queue", bad, sizeof(bad) - 1, "\x01\xff", 2);
+	raw_close(f, env);
+
+	memset(&a, 0, sizeof(a));
+	a.stop_at = -1;
+	old = log_capture(&tmp);
+	rc = store_queue_walk(f->st, 0, list_cb, &a);
+	log_captured(old, tmp, text, sizeof(text));
+	CHECK_INT("the walk skips both", rc, 0);
+	CHECK_INT("walked", a.n, 0);
+	if (strstr(text, "QBAD00000002: store: corrupt queue or message record skipped") == NULL)
+		fail_msg("no warning naming the QID: %s", text);
+	if (strstr(text, "warning: store: corrupt queue or message record skipped") == NULL)
+		fail_msg("no warning without a QID for the other: %s", text);
+	if (strchr(text, '\x1b') != NULL || strchr(text, '\xff') != NULL || strstr(text, "KEY") != NULL)
+		fail_msg("the corrupt key's bytes logged: %s", text);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_old_expiry_index),
+		T(test_old_claims),
+		T(test_format),
+		T(test_corrupt_records),
+		T(test_walk_corrupt_key),
+	};
+
+	unsetenv("IDEMRELAY_PG_URL");	/* these are LMDB's: never the PostgreSQL fixture */
+	return cmocka_run_group_tests_name("store_raw", tests, NULL, NULL);
+}
