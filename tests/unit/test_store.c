@@ -4,7 +4,8 @@
  * expiry, the spool and its delivery state, durability across reopen,
  * bad arguments and concurrent use. Each test gets a fresh store,
  * removed afterwards. What only one backend has is tested in
- * test_store_lmdb.c and test_store_pg.c.
+ * test_store_lmdb.c (with test_store_codec.c and test_store_raw.c) and
+ * test_store_pg.c.
  */
 #include <stdint.h>
 #include <stdio.h>

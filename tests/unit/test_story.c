@@ -3,7 +3,8 @@
  * (test_store_fx.h): a story through spool, delivery updates, drop,
  * duplicate counts (and relay/dupcount.c, which holds them until they are
  * written) and expiry, forgetting a key. Each test gets a fresh store.
- * LMDB's history record codec and read-only open are in test_store_lmdb.c.
+ * LMDB's history record codec is in test_store_codec.c, its read-only
+ * open in test_store_lmdb.c.
  */
 #include <stdint.h>
 #include <stdio.h>
