@@ -185,7 +185,7 @@ static int read_reply(int fd, struct buf *reply)
 /* ctl_request - a line to the control socket, its JSON reply back */
 int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen)
 {
-	struct sockaddr_un sun;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	size_t len = strlen(line);
 	int fd;
 
@@ -194,8 +194,6 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 		snprintf(why, whylen, "no control socket is configured (control = \"...\")");
 		return -1;
 	}
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
 	if (strlen(x->cf.control) >= sizeof(sun.sun_path))
 		ctl_fail(x, "control socket path too long: %s", x->cf.control);
 	strcpy(sun.sun_path, x->cf.control);

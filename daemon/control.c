@@ -246,7 +246,7 @@ static void tick(void *arg)
  */
 int control_socket_check(const char *path, char *why, size_t whylen)
 {
-	struct sockaddr_un sun;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct stat sb;
 	int probe, live;
 
@@ -262,8 +262,6 @@ int control_socket_check(const char *path, char *why, size_t whylen)
 			 "another path", path);
 		return -1;
 	}
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
 	strcpy(sun.sun_path, path);
 	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	live = probe >= 0 && connect(probe, (struct sockaddr *) &sun, sizeof(sun)) == 0;
@@ -280,15 +278,13 @@ int control_socket_check(const char *path, char *why, size_t whylen)
 /* control_listen - the UNIX socket, mode 0600; a stale one is replaced */
 static int control_listen(const char *path)
 {
-	struct sockaddr_un sun;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct stat sb;
 	char why[512];
 	int fd;
 
 	if (control_socket_check(path, why, sizeof(why)) < 0)
 		msg_fatal("control: %s", why);
-	memset(&sun, 0, sizeof(sun));
-	sun.sun_family = AF_UNIX;
 	strcpy(sun.sun_path, path);
 	if (lstat(path, &sb) == 0 && unlink(path) < 0)
 		msg_fatal("control: cannot remove stale socket %s: %m", path);
