@@ -162,12 +162,9 @@ struct queue_acc {
 static int queue_cb(void *arg, const struct store_msg *m)
 {
 	struct queue_acc *a = arg;
-	struct store_story s;
+	struct store_story s = { .m = *m, .queued = 1 };	/* m borrowed */
 	char t[64], n[160];
 
-	memset(&s, 0, sizeof(s));
-	s.m = *m;			/* borrowed */
-	s.queued = 1;
 	if (a->x->json) {
 		buf_printf(&a->out, "%s", a->n ? "," : "");
 		json_msg(&a->out, a->x, &s);

@@ -22,7 +22,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -42,11 +41,8 @@
 /* server_ep_set - add or change a descriptor's epoll interest */
 void server_ep_set(struct server *srv, int op, int fd, uint32_t events, void *ptr)
 {
-	struct epoll_event ev;
+	struct epoll_event ev = { .events = events, .data.ptr = ptr };
 
-	memset(&ev, 0, sizeof(ev));
-	ev.events = events;
-	ev.data.ptr = ptr;
 	if (epoll_ctl(srv->epfd, op, fd, &ev) < 0)
 		msg_panic("epoll_ctl(%d, fd %d): %m", op, fd);
 }
