@@ -432,9 +432,8 @@ int store_hist_count(struct store *st, const struct store_count *c, size_t n);
 
 /*
  * store_hist_expire - delete up to max stories past their expiry, with
- * their claims (and an old store's key index entries), in one short
- * transaction: how many it deleted (max: call again, more may be due),
- * or a STORE_E* code
+ * their claims, in one short transaction: how many it deleted (max: call
+ * again, more may be due), or a STORE_E* code
  */
 int store_hist_expire(struct store *st, int64_t now, size_t max);
 

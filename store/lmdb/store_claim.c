@@ -14,10 +14,8 @@
  *	claims share a leaf, and the accepting commit copies one path of
  *	pages for them instead of two. A store from before this filed each
  *	claim under its claim hash alone, with a separate key index (keys
- *	DB); those claims are still found, looked up by their old key when
- *	the new one has none, until they expire. A new store, or one whose
- *	claims B-tree was empty at open, is marked so that no lookup tries
- *	the old key (meta "claims_by_key").
+ *	DB): the first writable open moves those claims under their key and
+ *	empties the index (lmdb_claims_format()).
  *
  *	When a claim is live is the rule of store_rule.c; this file reads
  *	the claim, and whether its message is still in the queue when the
@@ -51,8 +49,6 @@
 #include "../../util/log.h"
 #include "store_int.h"
 
-#define META_CLAIMS_BY_KEY	"claims_by_key"
-
 /* lmdb_claim_key - where a claim is filed: its key's hash, then its own */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN])
@@ -61,27 +57,43 @@ void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STOR
 	memcpy(out + STORE_HASH_LEN, hash, STORE_HASH_LEN);
 }
 
-/* lmdb_claims_format - at open: may claims under the old key be left? An LMDB code */
-int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
+/*
+ * lmdb_claims_format - at a writable open, in its transaction: each claim
+ * of a store from before claims went under their key (under its claim
+ * hash alone, listed by the keys DB: key hash -> claim hash, QID) moves
+ * under its key, unless one was written there since, and the keys DB is
+ * emptied; a store without such claims is not written to. An LMDB code
+ */
+int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn)
 {
-	MDB_val key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY }, val;
-	MDB_stat sb;
+	uint8_t k[STORE_CLAIM_KEY_LEN], h[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
+	MDB_val key, val, nkey = { sizeof(k), k }, old = { sizeof(h), h };
+	MDB_cursor *cur;
+	size_t n = 0;
 	int rc;
 
-	st->old_claims = 1;
-	if ((rc = mdb_get(txn, st->meta, &key, &val)) == 0) {
-		st->old_claims = 0;
-		return 0;
-	}
-	if (rc != MDB_NOTFOUND || rdonly)
-		return rc == MDB_NOTFOUND ? 0 : rc;
-	if ((rc = mdb_stat(txn, st->claims.big, &sb)) != 0 || sb.ms_entries != 0)
+	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0)
 		return rc;
-	val.mv_size = 1;
-	val.mv_data = "1";
-	if ((rc = mdb_put(txn, st->meta, &key, &val, 0)) == 0)
-		st->old_claims = 0;
-	return rc;
+	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT), n++) {
+		if (key.mv_size != STORE_HASH_LEN || val.mv_size <= STORE_HASH_LEN)
+			continue;		/* corrupt: emptied with the rest */
+		memcpy(h, val.mv_data, sizeof(h));
+		lmdb_claim_key(k, key.mv_data, h);
+		if ((rc = mdb_get(txn, st->claims.big, &old, &val)) == 0 && val.mv_size <= sizeof(rec)) {
+			memcpy(rec, val.mv_data, val.mv_size);
+			val.mv_data = rec;	/* the put may move the page it lay on */
+			if ((rc = mdb_put(txn, st->claims.big, &nkey, &val, MDB_NOOVERWRITE)) == MDB_KEYEXIST)
+				rc = 0;		/* a claim written since under the key wins */
+		}
+		if ((rc == 0 && (rc = mdb_del(txn, st->claims.big, &old, NULL)) != 0)
+		    || (rc != 0 && rc != MDB_NOTFOUND))
+			break;
+	}
+	mdb_cursor_close(cur);
+	if (rc == MDB_NOTFOUND && n > 0)
+		rc = mdb_drop(txn, st->keys, 0);
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 /* lmdb_claim_move - a claim about to move from cnew to claims: 0, or STORE_EINVAL if corrupt */
@@ -100,15 +112,12 @@ static int claim_read(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
 		      const uint8_t hash[STORE_HASH_LEN], struct store_claim *c)
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN];
-	MDB_val key = { sizeof(k), k }, old = { STORE_HASH_LEN, (void *) hash }, val;
+	MDB_val key = { sizeof(k), k }, val;
 	int err;
 
 	memset(c, 0, sizeof(*c));
 	lmdb_claim_key(k, keyhash, hash);
-	err = lmdb_mdb_error(lmdb_stage_get(&st->claims, txn, &key, &val, NULL), "get claim");
-	if (err == STORE_ENOTFOUND && st->old_claims)
-		err = lmdb_mdb_error(mdb_get(txn, st->claims.big, &old, &val), "get claim");
-	if (err != 0)
+	if ((err = lmdb_mdb_error(lmdb_stage_get(&st->claims, txn, &key, &val, NULL), "get claim")) != 0)
 		return err;
 	if (lmdb_claim_decode(val.mv_data, val.mv_size, c) != 0) {
 		msg_warn("store: corrupt claim record");
@@ -190,8 +199,8 @@ int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_
 }
 
 /*
- * lmdb_txn_claim_put - write a claim under its key, replacing any there
- * (an old-key one stays, unseen): in claims if it is there, else in cnew
+ * lmdb_txn_claim_put - write a claim under its key, replacing any there:
+ * in claims if it is there, else in cnew
  */
 void lmdb_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)

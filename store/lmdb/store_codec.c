@@ -41,7 +41,8 @@
  *	    expires (u64 big-endian, sign bit flipped so that byte order is
  *	    time order), qid
  *	key index (keys DB, key: 32-byte key hash, sorted duplicates), of
- *	an older store's claims, read and deleted, no longer written:
+ *	an older store's claims, moved under their key by the first writable
+ *	open (store_claim.c), no longer written:
  *	    claim hash[32], qid
  *
  *	Each record is described once, by one function that writes it or

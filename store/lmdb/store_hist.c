@@ -38,8 +38,8 @@
  *	index in time order (hexpiry DB); a story still in hnew has no
  *	entry yet, and expiry reads hnew's few stories for the due ones. Claims live ttl after acceptance,
  *	or until the message leaves, whichever is later: so a story always
- *	outlives the claims it explains, and expiring a story deletes them,
- *	with its key index entries (store_keys.c).
+ *	outlives the claims it explains, and expiring a story deletes them
+ *	(store_keys.c).
  *
  *	Duplicate counts are not written per duplicate: the daemon counts
  *	them in memory and adds them in batches (store_hist_count).

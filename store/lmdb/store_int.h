@@ -42,9 +42,8 @@ struct lmdb_store {
 	MDB_dbi meta;		/* name -> value ("last_qid") */
 	struct lmdb_stage hist;	/* hist: qid -> history record (the story), staged in hnew */
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
-	MDB_dbi keys;		/* old claims' key index: key hash -> claim hash + qid (dups) */
+	MDB_dbi keys;		/* old claims' key index, emptied at open (store_claim.c) */
 	int has_hist;		/* hist, hexpiry, keys are open (a read-only open may lack them) */
-	int old_claims;		/* claims under their own hash alone may be left (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */
@@ -231,7 +230,7 @@ int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n);
 #define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
-int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int rdonly);
+int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn);	/* old claims moved, at open */
 int lmdb_claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);	/* cnew's */
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */

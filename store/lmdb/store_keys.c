@@ -9,18 +9,16 @@
  *	A key's claims are filed under the hash of the key alone, then each
  *	claim's own hash (store_claim.c): they are one range of the claims
  *	B-tree, walked from the key hash (in cnew, then in claims: a claim
- *	is in one of them, store_claim.c). A store from before that also has
- *	a key index (keys DB, sorted duplicates) for the claims it filed
- *	under their claim hash alone: key hash -> claim hash (32 bytes)
- *	followed by the QID that took it. Both are read as one list of
- *	entries (key_entries), told apart by where the claim is filed.
+ *	is in one of them, store_claim.c), as one list of entries
+ *	(key_entries). A store from before that had a key index (keys DB)
+ *	for the claims it filed under their claim hash alone: its first
+ *	writable open moves them under their key (store_claim.c).
  *
  *	A claim goes when its story expires (store_hist.c), which is after
  *	the claim itself expired (store_keys_expire); lmdb_key_forget()
  *	deletes a key's claims at once. A claim since renewed for another
- *	message (on_mismatch = "accept") names the new QID, and an old index
- *	entry then names the old one: either way it is skipped for the old
- *	message, whose claim it no longer is.
+ *	message (on_mismatch = "accept") names the new QID: it is skipped
+ *	for the old message, whose claim it no longer is.
  * DIAGNOSTICS
  *	0, STORE_ENOTFOUND for a key with no entry, or a STORE_E* failure.
  */
@@ -34,8 +32,6 @@
 struct key_entry {
 	uint8_t claim[STORE_HASH_LEN];
 	char qid[STORE_QID_SIZE];
-	int old;			/* filed under its claim hash alone, with an index entry */
-	uint8_t raw[STORE_HASH_LEN + STORE_QID_SIZE];	/* old: the index entry */
 };
 
 /* entry_add - room for one more entry */
@@ -79,41 +75,18 @@ static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "claims walk");
 }
 
-/*
- * key_entries - every claim of a key: filed under it (its range in cnew,
- * then in claims: each claim is in one), or listed by an old index entry
- */
+/* key_entries - every claim of a key: its range in cnew, then in claims (each claim is in one) */
 static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		       struct key_entry **out, size_t *n)
 {
-	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
-	MDB_cursor *cur;
-	struct key_entry *x;
-	size_t cap = 0, qlen;
-	int rc;
+	size_t cap = 0;
+	int rc = 0;
 
 	*out = NULL;
 	*n = 0;
-	if ((st->claims.has_small && (rc = filed_in(txn, st->claims.small, keyhash, out, n, &cap)) != 0)
-	    || (rc = filed_in(txn, st->claims.big, keyhash, out, n, &cap)) != 0 || !st->has_hist
-	    || (rc = lmdb_mdb_error(mdb_cursor_open(txn, st->keys, &cur), "cursor")) != 0)
-		return rc;
-	for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY); rc == 0;
-	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT_DUP)) {
-		if (val.mv_size <= STORE_HASH_LEN
-		    || (qlen = val.mv_size - STORE_HASH_LEN) >= STORE_QID_SIZE) {
-			msg_warn("store: corrupt key index entry skipped");
-			continue;
-		}
-		x = entry_add(out, n, &cap);
-		x->old = 1;
-		memcpy(x->raw, val.mv_data, val.mv_size);
-		memcpy(x->claim, val.mv_data, STORE_HASH_LEN);
-		memcpy(x->qid, (uint8_t *) val.mv_data + STORE_HASH_LEN, qlen);
-		x->qid[qlen] = 0;
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "key index walk");
+	if (st->claims.has_small)
+		rc = filed_in(txn, st->claims.small, keyhash, out, n, &cap);
+	return rc != 0 ? rc : filed_in(txn, st->claims.big, keyhash, out, n, &cap);
 }
 
 /* qid_cmp - QIDs sort by time */
@@ -190,27 +163,18 @@ static int story_forgotten(struct lmdb_txn *t, const char *qid, int64_t now)
 
 /*
  * claim_del - delete an entry's claim if it still belongs to qid and, when
- * live_at is not 0, has expired by then; 1 if deleted. An old entry's
- * index entry goes too, whatever became of its claim.
+ * live_at is not 0, has expired by then; 1 if deleted
  */
 static int claim_del(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     struct key_entry *e, const char *qid, int64_t live_at)
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN];
-	MDB_val key = { sizeof(k), k }, ikey = { STORE_HASH_LEN, (void *) keyhash }, val;
-	MDB_val entry = { STORE_HASH_LEN + strlen(e->qid), e->raw };
+	MDB_val key = { sizeof(k), k }, val;
 	struct store_claim c;
 	MDB_dbi dbi;
 	int err, ok;
 
-	if (e->old) {
-		key.mv_size = STORE_HASH_LEN;
-		key.mv_data = (void *) e->claim;
-		err = lmdb_mdb_error(lmdb_del(t, t->st->keys, &ikey, &entry), "delete key");
-		if (err != 0 && err != STORE_ENOTFOUND)
-			return err;
-	} else
-		lmdb_claim_key(k, keyhash, e->claim);
+	lmdb_claim_key(k, keyhash, e->claim);
 	err = lmdb_mdb_error(lmdb_stage_get(&t->st->claims, t->txn, &key, &val, &dbi), "get claim");
 	if (err == STORE_ENOTFOUND)
 		return 0;
@@ -251,7 +215,7 @@ int lmdb_keys_expire(struct lmdb_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	return err < 0 ? store_txn_fail(&t->base, err) : 0;
 }
 
-/* lmdb_key_forget - delete a key's claims and index entries */
+/* lmdb_key_forget - delete a key's claims */
 int lmdb_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
 		     const char *user, int64_t now, struct store_forget *out)
 {

@@ -286,8 +286,8 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
 	if ((rc = lmdb_format(st, txn, rdonly)) != 0)
 		goto fail;
-	*step = "claims format";
-	if ((rc = lmdb_claims_format(st, txn, rdonly)) != 0)
+	*step = "claims moved under their key";
+	if (!rdonly && (rc = lmdb_claims_format(st, txn)) != 0)
 		goto fail;
 	/* a store from before claims went with their stories: its expiry index goes */
 	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
@@ -639,7 +639,7 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->txns = info.me_last_txnid;
 		lmdb_queue_oldest(st, txn, &s->oldest);
 		err = last_qid(st, txn, s->last_qid);
-		/* every claim is filed under its key (an old store's index names old claims) */
+		/* every claim is filed under its key */
 		if (err == 0 && (what & STORE_STATS_STORIES) && st->has_hist) {
 			s->keys = s->claims;
 			err = lmdb_hist_stories(st, txn, &s->stories);

@@ -58,54 +58,57 @@ static void test_old_expiry_index(void **state)
 }
 
 /*
- * A store from before claims were filed under their key: a claim under
- * its claim hash alone, listed by a key index entry. It is still found,
- * listed under its key, and forgotten with its entry; a new claim for the
- * same recipient is filed under the key and shadows it.
+ * A store from before claims were filed under their key: claims under
+ * their claim hash alone, each listed by a key index entry. The first
+ * writable open moves them under their key, where a claim written since
+ * for the same recipient wins, and empties the index; they are then
+ * found, listed and forgotten as any claim.
  */
 static void test_old_claims(void **state)
 {
 	struct fx *f = *state;
-	uint8_t h[1][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	uint8_t h[2][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	uint8_t k[STORE_CLAIM_KEY_LEN];
+	const char *old[2] = { "OLDCLAIM0001", "OLDCLAIM0002" };
 	struct store_forget out;
 	struct store_claim c, got;
-	struct store_txn *t;
 	char (*qids)[STORE_QID_SIZE];
-	size_t n, len;
-	int found = 0;
+	size_t n, len, before;
+	int i;
 	MDB_env *env;
 
 	env = raw_open(f);
-	hash_of(h[0], 77);
-	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+	for (i = 0; i < 2; i++) {
+		hash_of(h[i], 77 + i);
+		claim_of(&c, old[i], 5, NOW + SEC);
+		len = lmdb_claim_encode(rec, &c);
+		raw_op(env, "claims", 0, h[i], STORE_HASH_LEN, rec, len);
+		memcpy(entry, h[i], STORE_HASH_LEN);
+		memcpy(entry + STORE_HASH_LEN, old[i], 12);
+		raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
+	}
+	/* the second recipient claimed again since, under the key */
+	claim_of(&c, "NEWCLAIM0002", 6, NOW + SEC);
 	len = lmdb_claim_encode(rec, &c);
-	raw_op(env, "claims", 0, h[0], STORE_HASH_LEN, rec, len);
-	memcpy(entry, h[0], STORE_HASH_LEN);
-	memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
-	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
-	raw_op(env, "meta", 0, "claims_by_key", 13, NULL, 0);	/* as before the mark */
-	raw_close(f, env);
-
-	CHECK_INT("old claim found", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h,
-						      1, NOW, &got, &found), 0);
-	CHECK_INT("found", found, 1);
-	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
-	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
-	CHECK_INT("one", n, 1);
-	CHECK_STR("qid", qids[0], "OLDCLAIM0001");
-	free(qids);
-	/* the store still has old claims: reopening does not mark it */
+	lmdb_claim_key(k, KH, h[1]);
+	raw_op(env, "claims", 0, k, sizeof(k), rec, len);
+	mdb_env_close(env);
+	before = raw_count(f->path, "claims");
 	fx_reopen(f, TEST_MAP);
-	CHECK_INT("still found", claim_found_under(f->st, KH, 77, NOW, NULL), 1);
+	raw_shut(f);
+	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+	CHECK_INT("two old keys gone, one moved", raw_count(f->path, "claims"), before - 1);
+	fx_reopen(f, TEST_MAP);
 
-	/* a new claim for the same recipient is filed under the key and wins */
-	claim_of(&c, "NEWCLAIM0001", 6, NOW + SEC);
-	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	store_txn_claim_put(t, KH, h[0], &c);
-	CHECK_INT("renew", store_txn_commit(t), 0);
-	CHECK_INT("new one", store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 1,
-					      NOW, &got, &found), 0);
-	CHECK_STR("new qid", got.qid, "NEWCLAIM0001");
+	CHECK_INT("moved claim found", claim_found_under(f->st, KH, 77, NOW, &got), 1);
+	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
+	CHECK_INT("newer claim found", claim_found_under(f->st, KH, 78, NOW, &got), 1);
+	CHECK_STR("the newer one wins", got.qid, "NEWCLAIM0002");
+	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
+	CHECK_INT("two", n, 2);
+	CHECK_STR("newer", qids[0], "NEWCLAIM0002");
+	CHECK_STR("moved", qids[1], "OLDCLAIM0001");
+	free(qids);
 
 	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
 	CHECK_INT("both claims deleted", out.claims, 2);
