@@ -298,13 +298,16 @@ int lmdb_story_get(struct store *base, const char *qid, struct store_story *s)
 	return err == STORE_ENOTFOUND ? herr : err;
 }
 
-/* lmdb_hist_count - add counts to stories in one transaction; unknown QIDs are skipped */
+/*
+ * lmdb_hist_count - add counts to stories in one transaction; unknown
+ * QIDs are skipped (with none known, the commit writes nothing)
+ */
 int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
 	struct store_story s;
-	size_t i, changed = 0;
+	size_t i;
 	int err;
 
 	if (n == 0 || !st->has_hist)
@@ -321,11 +324,6 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 		s.mismatches += c[i].mismatches;
 		lmdb_hist_write(t, &s);
 		store_story_free(&s);
-		changed++;
-	}
-	if (changed == 0 && t->base.err == 0) {
-		lmdb_txn_abort(&t->base);
-		return 0;
 	}
 	return lmdb_txn_commit(&t->base);
 }

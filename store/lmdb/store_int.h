@@ -102,7 +102,6 @@ STORE_ENTRY(txn_msg_put) lmdb_txn_msg_put;
 STORE_ENTRY(txn_msg_set_inflight) lmdb_txn_msg_set_inflight;
 STORE_ENTRY(txn_msg_update) lmdb_txn_msg_update;
 STORE_ENTRY(txn_commit) lmdb_txn_commit;
-void lmdb_txn_abort(struct store_txn *base);
 STORE_ENTRY(msg_load) lmdb_msg_load;
 STORE_ENTRY(msg_change) lmdb_msg_change;
 STORE_ENTRY(msg_drop) lmdb_msg_drop;

@@ -95,10 +95,3 @@ int lmdb_txn_commit(struct store_txn *base)
 	lmdb_gate_leave(st);
 	return err;
 }
-
-/* lmdb_txn_abort - forget the transaction: a failed one's commit */
-void lmdb_txn_abort(struct store_txn *base)
-{
-	store_txn_fail(base, STORE_EINVAL);
-	(void) lmdb_txn_commit(base);
-}
