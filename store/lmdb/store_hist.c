@@ -106,8 +106,6 @@ int lmdb_hist_read(struct lmdb_store *st, MDB_txn *txn, const char *qid, struct 
 	int err;
 
 	memset(s, 0, sizeof(*s));
-	if (!st->has_hist)
-		return STORE_ENOTFOUND;
 	if (lmdb_qid_key(qid, &key) != 0)
 		return STORE_EINVAL;
 	err = lmdb_mdb_error(lmdb_stage_get(&st->hist, txn, &key, &val, NULL), "get hist");
@@ -207,7 +205,7 @@ void lmdb_hist_update(struct lmdb_txn *t, const struct store_msg *m, int queued)
 	size_t i;
 	int err;
 
-	if (t->base.err || !t->st->has_hist)
+	if (t->base.err)
 		return;
 	err = lmdb_hist_read(t->st, t->txn, m->qid, &old);
 	if (err != 0 && err != STORE_ENOTFOUND && err != STORE_EINVAL) {
@@ -252,7 +250,7 @@ void lmdb_hist_drop(struct lmdb_txn *t, const char *qid)
 	int64_t now = clock_us();
 	int err;
 
-	if (t->base.err || !t->st->has_hist)
+	if (t->base.err)
 		return;
 	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0) {
 		if (err != STORE_ENOTFOUND && err != STORE_EINVAL)
@@ -310,7 +308,7 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 	size_t i;
 	int err;
 
-	if (n == 0 || !st->has_hist)
+	if (n == 0)
 		return 0;
 	if ((err = lmdb_begin(st, &t)) != 0)
 		return err;
@@ -471,7 +469,7 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 	size_t n = 0, nq = 0, done = 0, i;
 	int err;
 
-	if (max == 0 || !st->has_hist)
+	if (max == 0)
 		return 0;
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;

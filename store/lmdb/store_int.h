@@ -43,7 +43,6 @@ struct lmdb_store {
 	struct lmdb_stage hist;	/* hist: qid -> history record (the story), staged in hnew */
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
 	MDB_dbi keys;		/* old claims' key index, emptied at open (store_claim.c) */
-	int has_hist;		/* hist, hexpiry, keys are open (a read-only open may lack them) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */

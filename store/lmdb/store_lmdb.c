@@ -225,10 +225,10 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
  * lmdb_env_open - open the environment at st->path with flags (and LMDB's
  * map in st->total, if set), then its databases in one transaction: the
  * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
- * Writable, every database is created if missing. Read-only, the story
- * databases may be missing from a store no recent daemon opened: then
- * the store reads as having no stories. On failure *step names the LMDB
- * call that failed; st->env, if set, is the caller's to close.
+ * Writable, every database is created if missing. Read-only, the staging
+ * ones (cnew, hnew) may be missing from a store no daemon has opened
+ * since they came: then nothing is staged. On failure *step names the
+ * LMDB call that failed; st->env, if set, is the caller's to close.
  */
 static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char **step)
 {
@@ -267,15 +267,12 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims.big)) != 0
 	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
 	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
-	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0)
+	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0
+	    || (rc = mdb_dbi_open(txn, "hist", create, &st->hist.big)) != 0
+	    || (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) != 0
+	    || (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) != 0)
 		goto fail;
-	if ((rc = mdb_dbi_open(txn, "hist", create, &st->hist.big)) == 0
-	    && (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) == 0
-	    && (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) == 0)
-		st->has_hist = 1;
-	else if (!rdonly)
-		goto fail;
-	if (st->has_hist && (rc = mdb_dbi_open(txn, "hnew", create, &st->hist.small)) == 0)
+	if ((rc = mdb_dbi_open(txn, "hnew", create, &st->hist.small)) == 0)
 		st->hist.has_small = 1;
 	else if (!rdonly)
 		goto fail;
@@ -607,7 +604,7 @@ static int last_qid(struct lmdb_store *st, MDB_txn *txn, char qid[STORE_QID_SIZE
 	} else if (err != 0 && err != STORE_ENOTFOUND) {
 		return err;
 	}
-	if ((rc = last_key_max(txn, st->msg, qid)) == 0 && st->has_hist)
+	if ((rc = last_key_max(txn, st->msg, qid)) == 0)
 		rc = last_key_max(txn, st->hist.big, qid);
 	if (rc == 0 && st->hist.has_small)
 		rc = last_key_max(txn, st->hist.small, qid);
@@ -640,7 +637,7 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		lmdb_queue_oldest(st, txn, &s->oldest);
 		err = last_qid(st, txn, s->last_qid);
 		/* every claim is filed under its key */
-		if (err == 0 && (what & STORE_STATS_STORIES) && st->has_hist) {
+		if (err == 0 && (what & STORE_STATS_STORIES)) {
 			s->keys = s->claims;
 			err = lmdb_hist_stories(st, txn, &s->stories);
 		}

@@ -64,7 +64,7 @@ int lmdb_last_qid_note(struct lmdb_txn *t, const MDB_val *key, int story)
 	MDB_val mkey = { sizeof(META_LAST_QID) - 1, META_LAST_QID }, last, rec;
 	int err;
 
-	if (story && st->has_hist && lmdb_stage_get(&st->hist, t->txn, (MDB_val *) key, &rec, NULL) == 0)
+	if (story && lmdb_stage_get(&st->hist, t->txn, (MDB_val *) key, &rec, NULL) == 0)
 		return 0;
 	err = lmdb_mdb_error(mdb_get(t->txn, st->meta, &mkey, &last), "get last_qid");
 	if (err == 0 && mdb_cmp(t->txn, st->meta, key, &last) <= 0)	/* as keys sort */
