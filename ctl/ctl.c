@@ -702,13 +702,12 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	struct ctl x;
+	struct ctl x = { 0 };
 	const char *path = NULL, *arg;
 	ctl_run *run;
 	char err[512];
 	int ch, rc;
 
-	memset(&x, 0, sizeof(x));
 	while ((ch = getopt_long(argc, argv, "c:ju:h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':

@@ -391,7 +391,7 @@ static void print_group(const char *j, int is_route)
 /* ctl_stats - store figures, and the daemon's counters when it runs */
 int ctl_stats(struct ctl *x, const char *arg)
 {
-	struct store_stats s;
+	struct store_stats s = { 0 };
 	struct buf reply = BUF_INIT;
 	char why[512] = "", d[32];
 	const char *counters = NULL;
@@ -408,7 +408,6 @@ int ctl_stats(struct ctl *x, const char *arg)
 	 * it is still worth showing, then the exit status says stats failed
 	 */
 	(void) arg;
-	memset(&s, 0, sizeof(s));
 	if (dir == NULL && ctl_store_try(x, unread, sizeof(unread)) == NULL) {
 		/* unread says why */
 	} else if ((err = store_stats(ctl_store(x), &s, STORE_STATS_STORIES)) != 0) {

@@ -84,12 +84,11 @@ static void do_count(struct control *ctl, const char *qid, struct buf *out)
 static void do_stats(struct control *ctl, struct buf *out)
 {
 	struct metrics_snapshot s;
-	struct store_stats ss;
+	struct store_stats ss = { 0 };
 	size_t i;
 	int up;
 
 	metrics_snapshot(&s);
-	memset(&ss, 0, sizeof(ss));
 	up = store_stats(ctl->st, &ss, 0) == 0;	/* the store as this daemon sees it */
 	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"store\":{\"backend\":\"%s\","
 		   "\"up\":%s,\"outages\":%llu,\"replication_waiting\":%llu,"

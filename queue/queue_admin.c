@@ -563,14 +563,13 @@ static int parse_keys(char *words, char **save, struct queue_admin_sel *sel,
 
 /*
  * parse_sel - a request's selection: QID, ALL, "key USER|- HEX...",
- * "from PATTERN", "to PATTERN" (both may be given); -1 if malformed
+ * "from PATTERN", "to PATTERN" (both may be given), into sel (zeroed); -1 if malformed
  */
 static int parse_sel(char *args, struct queue_admin_sel *sel,
 		     uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
 {
 	char *save = NULL, *w = strtok_r(args, " ", &save), *v;
 
-	memset(sel, 0, sizeof(*sel));
 	if (w == NULL)
 		return -1;
 	if (strcmp(w, "ALL") == 0) {
@@ -607,11 +606,10 @@ void queue_admin_request(struct store *st, const struct queue_admin_sched *s,
 {
 	uint8_t keys[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN];
 	enum queue_admin_forget mode = QUEUE_ADMIN_REFUSE;
-	struct queue_admin_sel sel;
+	struct queue_admin_sel sel = { 0 };
 	char *save = NULL;
 	int forget = strcmp(cmd, "forget") == 0;
 
-	memset(&sel, 0, sizeof(sel));
 	if (forget && strncmp(args, "--force ", 8) == 0) {
 		mode = QUEUE_ADMIN_FORCE;
 		args += 8;
