@@ -122,11 +122,8 @@ void commit_decide(struct commit_req *req, const int *found,
 	for (i = 0; i < n && !found[i]; i++)
 		 /* void */ ;
 	strcpy(req->orig_qid, claims[mismatch >= 0 ? (size_t) mismatch : i].qid);
-	if (req->shadow) {			/* count it, relay it anyway */
-		req->shadow_hit = 1;
-		memset(req->claimed, 0, n);
-		req->outcome = COMMIT_QUEUED;
-	} else if (mismatch >= 0 && req->mismatch_accept) {
+	if (req->shadow || (mismatch >= 0 && req->mismatch_accept)) {
+		req->shadow_hit = req->shadow != 0;	/* shadow: count it, relay it anyway */
 		memset(req->claimed, 0, n);
 		req->outcome = COMMIT_QUEUED;
 	} else if (mismatch >= 0) {
