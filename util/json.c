@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "json.h"
 
-/* utf8_len - length of a valid UTF-8 sequence at p, 0 if invalid */
+/* utf8_len - length of a valid UTF-8 sequence at p (RFC 3629), 0 if invalid */
 static size_t utf8_len(const unsigned char *p)
 {
 	size_t n, i;
@@ -33,6 +33,10 @@ static size_t utf8_len(const unsigned char *p)
 	for (i = 1; i < n; i++)
 		if ((p[i] & 0xc0) != 0x80)
 			return 0;
+	/* RFC 3629's table: no overlong form, no surrogate, nothing past U+10FFFF */
+	if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f)
+	    || (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
+		return 0;
 	return n;
 }
 

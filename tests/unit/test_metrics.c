@@ -278,6 +278,12 @@ static void test_json_write(void **state)
 		{ "a\nb\tc\x01", "\"a\\nb\\u0009c\\u0001\"" },
 		{ "caf\xc3\xa9", "\"caf\xc3\xa9\"" },		/* valid UTF-8 kept */
 		{ "bad\xff\xc3", "\"bad\\u00ff\\u00c3\"" },	/* invalid bytes escaped */
+		/* well-formed in shape only (RFC 3629's table): a surrogate, an overlong form, past U+10FFFF */
+		{ "\xed\xa0\x80", "\"\\u00ed\\u00a0\\u0080\"" },
+		{ "\xe0\x80\xaf", "\"\\u00e0\\u0080\\u00af\"" },
+		{ "\xf4\x90\x80\x80", "\"\\u00f4\\u0090\\u0080\\u0080\"" },
+		{ "\xf0\x8f\xbf\xbf", "\"\\u00f0\\u008f\\u00bf\\u00bf\"" },
+		{ "\xed\x9f\xbf\xf4\x8f\xbf\xbf", "\"\xed\x9f\xbf\xf4\x8f\xbf\xbf\"" },	/* the edges kept */
 		{ NULL, "null" },
 	};
 	struct buf b = BUF_INIT;
