@@ -275,10 +275,7 @@ static int synced(struct lmdb_store *st, MDB_txn *txn)
 /* void_record - zero the transaction id of a record whose commit failed */
 static void void_record(struct journal *j, uint64_t off)
 {
-	uint8_t zero[8] = { 0 };
-
-	if (pwrite(j->fd, zero, sizeof(zero), (off_t) (j->base + off + 8)) != (ssize_t) sizeof(zero)
-	    || fdatasync(j->fd) != 0)
+	if (lmdb_fill_zeros(j->fd, j->base + off + 8, j->base + off + 16) != 0 || fdatasync(j->fd) != 0)
 		msg_warn("store journal: cannot void a failed record: %m");
 }
 

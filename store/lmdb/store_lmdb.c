@@ -513,16 +513,14 @@ static void lmdb_close(struct store *base)
  */
 static int reopen_flush(struct lmdb_store *st)
 {
-	static const uint8_t zero[8];
 	char file[4096];
 	int fd, rc = 0;
 
 	snprintf(file, sizeof(file), "%s/data.mdb", st->path);
 	if ((fd = open(file, O_RDWR | O_CLOEXEC)) < 0)
 		return errno;
-	if (st->void_pos != 0 && pwrite(fd, zero, sizeof(zero), (off_t) st->void_pos)
-	    != (ssize_t) sizeof(zero))
-		rc = errno ? errno : EIO;
+	if (st->void_pos != 0)
+		rc = lmdb_fill_zeros(fd, st->void_pos, st->void_pos + 8);
 	/* a descriptor opened after the failure reports only new ones */
 	if (rc == 0 && fdatasync(fd) != 0)
 		rc = errno;
