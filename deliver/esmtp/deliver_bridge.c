@@ -232,6 +232,7 @@ static int pending_write(struct pending *p, struct io *io, short *ev)
  */
 static void bridge_settle(struct deliver_bridge *b, const char *ended)
 {
+	atomic_store(&b->over, 1);	/* for libesmtp's thread: deliver_bridge_over() */
 	if (b->ended[0] == 0 && ended)
 		snprintf(b->ended, sizeof(b->ended), "%s", ended);
 	deliver_watch_settle(&b->watch);
@@ -505,6 +506,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
+	atomic_init(&b->over, 0);
 	deliver_filter_init(&b->filter);
 	deliver_gate_init(&b->gate);
 	b->timeout_ms = timeout_ms;
@@ -586,10 +588,22 @@ void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *wan
 	deliver_filter_mail_utf8(&b->filter, want, n);
 }
 
+/* deliver_bridge_utf8_offered - did the server offer SMTPUTF8 (its EHLO reply, as filtered)? */
+int deliver_bridge_utf8_offered(const struct deliver_bridge *b)
+{
+	return atomic_load(&b->filter.utf8_offered);
+}
+
 /* deliver_bridge_rewind - libesmtp's content starts with the next byte it writes */
 void deliver_bridge_rewind(struct deliver_bridge *b)
 {
 	atomic_fetch_add(&b->rewinds, 1);
+}
+
+/* deliver_bridge_over - has the upstream side ended? */
+int deliver_bridge_over(const struct deliver_bridge *b)
+{
+	return atomic_load(&b->over);
 }
 
 /* deliver_bridge_cut - forward nothing more from libesmtp; hang up */

@@ -112,12 +112,25 @@ const char *deliver_bridge_tls(const struct deliver_bridge *b);
 void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n);
 
 /*
+ * deliver_bridge_utf8_offered - did the server's EHLO reply list SMTPUTF8
+ * (the filter's reading, deliver_filter.h)? Final once libesmtp has read
+ * that reply, which reached it through the filter.
+ */
+int deliver_bridge_utf8_offered(const struct deliver_bridge *b);
+
+/*
  * deliver_bridge_rewind - libesmtp rewound a message (its message callback
  * called with no length pointer, on libesmtp's thread): the next bytes it
  * writes are that message's content, for the filter to cut
  * (deliver_filter_rewind())
  */
 void deliver_bridge_rewind(struct deliver_bridge *b);
+
+/*
+ * deliver_bridge_over - has the upstream side ended (reset, closed, timed
+ * out, cut)? Then nothing more libesmtp writes reaches the server.
+ */
+int deliver_bridge_over(const struct deliver_bridge *b);
 
 /* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
 void deliver_bridge_cut(struct deliver_bridge *b);

@@ -44,6 +44,7 @@ struct deliver_bridge {
 	struct deliver_watch watch;	/* the upstream's TCP; the thread's until joined */
 	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
 	int timed_out;			/* it ended on a deadline */
+	atomic_int over;		/* the upstream side ended (bridge_settle) */
 	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */

@@ -80,6 +80,7 @@
 #ifndef DELIVER_ESMTP_DELIVER_FILTER_H
 #define DELIVER_ESMTP_DELIVER_FILTER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -113,7 +114,8 @@ struct deliver_filter {
 	int verb_done;			/* past that word */
 	char why[128];			/* why the filter failed; "" while it has not */
 	/* SMTPUTF8 */
-	int utf8_offered;		/* the server's EHLO reply listed SMTPUTF8 */
+	atomic_int utf8_offered;	/* the server's EHLO reply listed SMTPUTF8 (read
+					 * on libesmtp's thread too: the bridge's) */
 	const unsigned char *mail_utf8;	/* not owned; per message: append SMTPUTF8 */
 	size_t n_mail_utf8;
 	unsigned mails;			/* MAIL FROM lines passed */

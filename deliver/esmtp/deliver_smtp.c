@@ -18,10 +18,11 @@
  *	the upstream does not, a message that needs it (a UTF-8 address in
  *	the envelope, or UTF-8 in its header block) bounces 5.6.7, and one
  *	that does not (all ASCII there) goes out without it, as Postfix does.
- *	The monitor reads the EHLO reply; when it lacks SMTPUTF8 and the batch
- *	holds a message that needs it, the bridge is cut before the next
- *	command (nothing of any message was sent), those messages bounce, and
- *	the rest of the batch is run again, as below for 8BITMIME.
+ *	The filter reads the EHLO reply; when it lacked SMTPUTF8 (or libesmtp
+ *	fell back to HELO) and the batch holds a message that needs it, the
+ *	monitor cuts the bridge before the first MAIL is written (nothing of
+ *	any message was sent), those messages bounce, and the rest of the
+ *	batch is run again, as below for 8BITMIME.
  *
  *	If the upstream does not offer 8BITMIME, libesmtp refuses the whole
  *	session when any message asks for BODY=8BITMIME; the batch is then
@@ -118,32 +119,17 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 }
 
 /*
- * xsess_ehlo_line - what libesmtp read of its EHLO reply: SMTPUTF8 listed?
- * At the reply's last line, without it, a batch that needs it is cut
- * before libesmtp writes anything more (no message started).
+ * xsess_utf8 - libesmtp is about to write a MAIL: where the batch holds a
+ * message that needs SMTPUTF8 and the server did not offer it (the
+ * bridge's filter read its EHLO reply, deliver_bridge_utf8_offered), the
+ * bridge is cut first, so that nothing of any message goes out
  */
-static void xsess_ehlo_line(struct xsess *xs, const char *buf, int len)
+static void xsess_utf8(struct xsess *xs, const char *buf, int len)
 {
-	const char *p = buf, *end = buf + len, *nl;
-	size_t n;
-
-	for (; p < end; p = nl + 1) {
-		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
-			nl = end;
-		n = (size_t) (nl - p);
-		if (n > 0 && p[n - 1] == '\r')
-			n--;
-		if (n >= 12 && (p[3] == '-' || p[3] == ' ') && strncasecmp(p + 4, "SMTPUTF8", 8) == 0
-		    && (n == 12 || p[12] == ' '))
-			xs->utf8_seen = 1;
-		if (n < 4 || p[3] != '-') {
-			xs->in_ehlo = 0;	/* the last line */
-			if (strncmp(p, "250", 3) == 0 && !xs->utf8_seen && xs->utf8_needed) {
-				xs->no_utf8 = 1;
-				deliver_bridge_cut(xs->bridge);
-			}
-			return;
-		}
+	if (xs->utf8_needed && !xs->no_utf8 && !xs->guard.cut && len >= 10
+	    && strncasecmp(buf, "MAIL FROM:", 10) == 0 && !deliver_bridge_utf8_offered(xs->bridge)) {
+		xs->no_utf8 = 1;
+		deliver_bridge_cut(xs->bridge);
 	}
 }
 
@@ -156,7 +142,7 @@ static void xsess_pace(struct xsess *xs, const char *buf, int len)
 {
 	const char *p = buf, *end = buf + len, *nl;
 
-	for (; p < end && !xs->throttled && !xs->guard.cut; p = nl + 1) {
+	for (; p < end && !xs->throttled && !xs->guard.cut && !xs->no_utf8; p = nl + 1) {
 		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
 			nl = end;
 		if (nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0)
@@ -214,13 +200,11 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		deliver_bridge_cut(xs->bridge);
 	}
 	if (writing == SMTP_CB_WRITING) {
+		xsess_utf8(xs, buf, buflen);
 		if (xs->rate)
 			xsess_pace(xs, buf, buflen);
 		xs->wrote = 1;
-		xs->in_ehlo |= buflen >= 5 && strncasecmp(buf, "EHLO ", 5) == 0;
 	} else if (writing == SMTP_CB_READING) {
-		if (xs->in_ehlo)
-			xsess_ehlo_line(xs, buf, buflen);
 		while (end > 0 && (buf[end - 1] == '\r' || buf[end - 1] == '\n'))
 			end--;
 		for (start = end; start > 0 && buf[start - 1] != '\n'; start--)
@@ -414,9 +398,8 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 	xs->ended[0] = 0;
 	xs->timed_out = 0;
 	xs->dots = 0;
-	xs->in_ehlo = xs->utf8_seen = xs->no_utf8 = xs->wrote = 0;
+	xs->no_utf8 = xs->wrote = 0;
 	deliver_auth_guard_init(&xs->guard, u->user != NULL);
-	(void) deliver_smtp_broken_pipe();	/* forget earlier sessions' */
 	ERR_clear_error();
 	if (xs->tls_ctx && tls_client_ctx_host(xs->tls_ctx, host) < 0)
 		return xsess_failed(xs, "4.7.0", "cannot set the host name TLS checks");
@@ -583,7 +566,7 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 	size_t i;
 	struct deliver_job **own = xmalloc((n ? n : 1) * sizeof(*own));
 
-	/* see deliver_smtp_broken_pipe(): SIGPIPE stays pending in this thread */
+	/* a write to a bridge that hung up fails with EPIPE: libesmtp's, a handshake's */
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);

@@ -28,7 +28,7 @@ enum xmsg_state {
 	XMSG_CONTENT,			/* libesmtp is reading the content */
 	XMSG_MARKED,			/* end of content: mark durable, final dot follows */
 	XMSG_NOMARK,			/* mark not written: transfer abandoned before the dot */
-	XMSG_LOST,			/* a write failed first: abandoned before the dot */
+	XMSG_LOST,			/* the server was gone first: abandoned before the dot */
 	XMSG_REPLIED,			/* reply to the final dot read */
 	XMSG_REFUSED,			/* DATA refused before the end */
 	XMSG_CUT,			/* marked, but the bridge refused the content: no dot */
@@ -64,10 +64,9 @@ struct xsess {
 	int no8bit;			/* upstream said it has no 8BITMIME */
 	unsigned char *utf8_want;	/* owned, per message: declared SMTPUTF8 */
 	int utf8_needed;		/* some message needs SMTPUTF8 (deliver_smtp_msg.c) */
-	int in_ehlo;			/* libesmtp wrote EHLO, its reply is being read */
 	int wrote;			/* libesmtp wrote a command: the greeting is read */
-	int utf8_seen;			/* that reply listed SMTPUTF8 */
-	int no_utf8;			/* it did not, and utf8_needed: bridge cut */
+	int no_utf8;			/* the server did not offer it, and utf8_needed:
+					 * bridge cut before the first MAIL */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port" */
 	char host[256];			/* upstream host name of relay */
 	char why[DELIVER_REPLY_MAX];	/* why no session ran */
@@ -108,11 +107,5 @@ void deliver_smtp_msg_collect(struct xmsg *x);
  * the jobs that need it, keep the others in jobs; how many are left
  */
 size_t deliver_smtp_utf8_bounce(struct deliver_job **jobs, size_t n, const char *relay);
-
-/*
- * deliver_smtp_broken_pipe - did a write on the upstream connection fail
- * since the last call (a SIGPIPE pending for this thread)? Clears it.
- */
-int deliver_smtp_broken_pipe(void);
 
 #endif

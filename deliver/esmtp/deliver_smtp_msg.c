@@ -50,13 +50,13 @@
  *
  *	LOST: libesmtp ignores write errors, so a server that hangs up in
  *	the middle of the content would otherwise look, at the end, like
- *	one that may have the whole message. The delivery threads block
- *	SIGPIPE; a pending SIGPIPE at the end of the content says a write
- *	failed (deliver_smtp_broken_pipe()), and the attempt is simply
- *	deferred. A message small enough to sit in the socket buffers goes
- *	out with its final dot before any write can fail: whether a hang-up
- *	then is ambiguous (Postfix: "message may be sent more than once") is
- *	the bridge's to say (UNACKED above).
+ *	one that may have the whole message. The bridge knows: when its
+ *	upstream side has ended by the end of the content
+ *	(deliver_bridge_over()), no mark is made and the attempt is simply
+ *	deferred. A message small enough to sit in the socket buffers reaches
+ *	its end before the bridge can tell: whether a hang-up then is
+ *	ambiguous (Postfix: "message may be sent more than once") is the
+ *	bridge's to say (UNACKED above).
  *
  *	SMTPUTF8 (RFC 6531): a message needs it if it was submitted with it
  *	and has a UTF-8 address in the envelope or UTF-8 in its header block;
@@ -64,11 +64,9 @@
  *	5.6.7, as Postfix does, and keeps the others for another round.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <libesmtp.h>
 
@@ -96,26 +94,6 @@ void deliver_smtp_msg_enter(struct xmsg *x, enum xmsg_state to)
 	msg_debug("%s: smtp %s -> %s", x->job->m.qid, xmsg_state_name[x->state],
 		  xmsg_state_name[to]);
 	x->state = to;
-}
-
-/*
- * deliver_smtp_broken_pipe - did a write on the upstream connection fail
- * since the last call? libesmtp ignores write errors, but the delivery
- * threads block SIGPIPE, so a write on a connection the server has
- * closed leaves one pending for this thread (Linux never discards a
- * blocked signal, even an ignored one). Taking it clears it.
- */
-int deliver_smtp_broken_pipe(void)
-{
-	struct timespec zero = { 0, 0 };
-	sigset_t set;
-	int seen = 0;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGPIPE);
-	while (sigtimedwait(&set, NULL, &zero) == SIGPIPE)
-		seen = 1;
-	return seen;
 }
 
 /*
@@ -155,7 +133,7 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 		return m->data + x->pos - n;
 	}
 	*len = 0;
-	if (x->state == XMSG_CONTENT && (deliver_smtp_broken_pipe() || x->xs->guard.cut)) {
+	if (x->state == XMSG_CONTENT && (deliver_bridge_over(x->xs->bridge) || x->xs->guard.cut)) {
 		/* the server is gone before the end, or we cut it: no mark, and no dot */
 		deliver_smtp_msg_enter(x, XMSG_LOST);
 	} else if (x->state == XMSG_CONTENT) {

@@ -227,6 +227,24 @@ def test_smtputf8_upstream_lacks_it(t):
 
 
 @case()
+def test_smtputf8_upstream_helo_only(t):
+    """upstream that refuses EHLO (libesmtp falls back to HELO) offers no SMTPUTF8
+    either: a UTF-8 envelope bounces 5.6.7, never goes out without SMTPUTF8; an
+    ASCII one is sent"""
+    sink = t.sink(ehlo="refuse")
+    d = u8_daemon(t, sink)
+    q_env = sent_raw(d, "s@example.org", [U8_TO], make_msg(key="u8-helo-env"))
+    q_ok = sent_raw(d, "s@example.org", ["b@example.com"], make_msg(key="u8-helo-ascii"))
+    line = d.wait_log(q_env, "status=bounced")[0]
+    check("dsn=5.6.7" in line and "SMTPUTF8 is required, but was not offered" in line,
+          "bounce line: %r" % line)
+    d.wait_log(q_ok, "status=sent")
+    recs = sink.wait_count(2)      # q_ok and the DSN to s@example.org
+    eq([r["to"] for r in recs if r["mail_from"] == "s@example.org"], [["b@example.com"]],
+       "only the ASCII message went upstream")
+
+
+@case()
 def test_smtputf8_dsn_to_utf8_sender(t):
     """a bounce for an SMTPUTF8 message is RFC 6533's, and goes to the UTF-8 sender
     with SMTPUTF8 itself"""

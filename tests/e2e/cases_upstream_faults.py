@@ -73,6 +73,24 @@ def test_reset_before_dot_retry(t):
 
 
 @case()
+def test_reset_mid_content_no_mark(t):
+    """A reset long before the end of a message larger than every socket buffer on
+    the way: the bridge's upstream side is over when libesmtp reaches the end of the
+    content, so no inflight mark is made and no dot follows (LOST, deliver_smtp_msg.c):
+    deferred "while sending the message", then sent once."""
+    sink = t.sink(rcvbuf=RCVBUF)
+    d = t.daemon(sink, {"upstream": {"connections": 1}})
+    rcpt = "reset-after-1000-first-1-a@example.com"
+    msg = big_msg("reset-mid", size=8 * 1024 * 1024)
+    qid = submit_ok(d.port, rcpt, msg)
+    line = d.wait_log(qid, "status=deferred", timeout=30)[0]
+    check("while sending the message" in line, "deferred before the end of the content: %s" % line)
+    rec = sink.wait_count(1, timeout=30, what="the message on a later try")[0]
+    check_relayed(rec["data"], msg, qid)
+    exactly(sink, 1, 2, "reset mid-content")
+
+
+@case()
 def test_acked_dot_close_unconfirmed(t):
     """The sink reads the final dot (its TCP acknowledges it) and closes cleanly
     without a reply: ambiguous; assume-delivered never sends it again."""

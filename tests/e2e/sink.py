@@ -121,7 +121,8 @@ FAULTS
     (default "421 4.7.0 sink: too many messages, slow down"; a 421
     closes the connection) and counted as a "throttled" event.
 
-    "pipelining": false leaves PIPELINING out of the EHLO reply.
+    "pipelining": false leaves PIPELINING out of the EHLO reply; "ehlo":
+    "refuse" answers EHLO "502 5.5.1" (a server that knows only HELO).
     "data_delay": S waits S seconds before the 354 to DATA, an event
     "data-delay" at its start (a test can act while the client waits
     there, before its content and final dot).
@@ -539,6 +540,9 @@ class Conn:
         await handler(arg)
 
     async def do_EHLO(self, arg):
+        if self.sink.control.get("ehlo") == "refuse":
+            await self.reply("502 5.5.1 EHLO not implemented, say HELO")
+            return
         self.helo, self.tx = arg, None
         lines = ["250-%s" % self.sink.hostname]
         if self.sink.control.get("pipelining", True):
