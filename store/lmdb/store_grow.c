@@ -2,11 +2,13 @@
  * NAME
  *	store_grow 3
  * SUMMARY
- *	keep written, allocated space ahead of LMDB's last page
+ *	the store's upkeep: written, allocated space ahead of LMDB's last page
  * SYNOPSIS
- *	#include "store/store.h"
+ *	#include "store/lmdb/store_int.h"
  *
- *	int lmdb_grow(struct lmdb_store *st);
+ *	unsigned lmdb_health(struct store *st);
+ *
+ *	int lmdb_upkeep(struct store *st);
  * DESCRIPTION
  *	Without MDB_WRITEMAP, LMDB grows data.mdb one commit at a time:
  *	every page written past the end of the file makes the file system
@@ -15,7 +17,7 @@
  *	journal, the inode and the block bitmap, scattered). Measured here,
  *	that is a quarter of a fresh message's commit while the spool grows.
  *
- *	lmdb_grow() writes zeros past the end of the file, fdatasync()s
+ *	lmdb_upkeep() writes zeros past the end of the file, fdatasync()s
  *	them once, and so keeps between half a step and a step of file
  *	beyond LMDB's last page: later commits only overwrite blocks that
  *	exist, inside the size the file already has. This is what databases
@@ -116,23 +118,26 @@ static int grow_due(uint64_t used, uint64_t end, uint64_t map)
 	return end < map && end < used + grow_step(used) / 2;
 }
 
-/* lmdb_grow_due - would lmdb_grow() write now? (cheap, any thread) */
-int lmdb_grow_due(struct store *base)
+/*
+ * lmdb_health - refusing after a failed sync, with a reopen to do; upkeep
+ * due when the file or the map should grow (cheap, any thread)
+ */
+unsigned lmdb_health(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	uint64_t used, map;
 	int due;
 
-	if (lmdb_gate_enter(st) != 0)	/* broken: nothing to do until reopened */
-		return 0;
+	if (lmdb_broken(base) || lmdb_gate_enter(st) != 0)
+		return STORE_HREFUSING | STORE_HUPKEEP;
 	due = grow_used(st, &used, &map) == 0
 	    && (grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map)
 		|| lmdb_map_due(st, map / 4096, used / 4096));	/* the map itself */
 	lmdb_gate_leave(st);
-	return due;
+	return due ? STORE_HUPKEEP : 0;
 }
 
-/* grow_run - lmdb_grow() with the store's gate held */
+/* grow_run - lmdb_upkeep()'s zeros, with the store's gate held */
 static int grow_run(struct lmdb_store *st)
 {
 	uint64_t used, map, size, want;
@@ -172,16 +177,19 @@ static int grow_run(struct lmdb_store *st)
 }
 
 /*
- * lmdb_grow - keep half a step to a step of zeros past LMDB's last page.
- * A failed try (a full disk) is not tried again before the store has
- * grown by another half step, so that a full disk costs the writer no
- * write per batch, and the warning comes that often at most.
+ * lmdb_upkeep - reopen a store that a failed sync broke (store_lmdb.c);
+ * else grow the map if due, and keep half a step to a step of zeros past
+ * LMDB's last page. A failed try (a full disk) is not tried again before
+ * the store has grown by another half step, so that a full disk costs
+ * the writer no write per batch, and the warning comes that often at most.
  */
-int lmdb_grow(struct store *base)
+int lmdb_upkeep(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	int err;
 
+	if (lmdb_broken(base))
+		return lmdb_reopen(base);
 	(void) lmdb_map_check(st);	/* the map first (the gate alone): zeros go up to its end */
 	if ((err = lmdb_gate_enter(st)) != 0)
 		return err;

@@ -87,10 +87,11 @@ static inline struct lmdb_store *lmdb_of(struct store *st)
 	return (struct lmdb_store *) st;
 }
 
-/* what store_upkeep() and store_health() are made of: store_grow.c's, and lmdb_broken() */
-int lmdb_grow(struct store *base);
-int lmdb_grow_due(struct store *base);
+/* store_health() and store_upkeep() (store_grow.c), and store_lmdb.c's failed sync */
+STORE_ENTRY(health) lmdb_health;
+STORE_ENTRY(upkeep) lmdb_upkeep;
 int lmdb_broken(struct store *base);
+int lmdb_reopen(struct store *base);	/* 0 serving again, or STORE_EIO */
 
 /* the interface's entries (store_backend.h) that live outside store_lmdb.c */
 STORE_ENTRY(claims_get) lmdb_claims_get;

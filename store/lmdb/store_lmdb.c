@@ -535,7 +535,7 @@ static int reopen_flush(struct lmdb_store *st)
  * the store serves again; STORE_EIO when it is still broken (the disk
  * still fails): try again later.
  */
-static int lmdb_reopen(struct store *base)
+int lmdb_reopen(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	const char *step = "flush";
@@ -650,22 +650,6 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 	if (s->space.ceiling < s->space.size)
 		s->space.ceiling = s->space.size;
 	return 0;
-}
-
-/* lmdb_health - refusing after a failed sync, with a reopen to do; upkeep due when the file or map should grow */
-static unsigned lmdb_health(struct store *base)
-{
-	if (lmdb_broken(base))
-		return STORE_HREFUSING | STORE_HUPKEEP;
-	return lmdb_grow_due(base) ? STORE_HUPKEEP : 0;
-}
-
-/* lmdb_upkeep - reopen a store that a failed sync broke, else grow the file and map ahead */
-static int lmdb_upkeep(struct store *base)
-{
-	if (lmdb_broken(base))
-		return lmdb_reopen(base);
-	return lmdb_grow(base);
 }
 
 /* the interface's table for LMDB */

@@ -12,7 +12,7 @@
  *	it is left beyond the reserve (store_space.c; the untouched tail and
  *	LMDB's freelist together count as left), or an acceptance
  *	was refused for room (store_space.c), the writer thread doubles it
- *	between two commits (lmdb_grow() calls lmdb_map_check()), up to
+ *	between two commits (lmdb_upkeep() calls lmdb_map_check()), up to
  *	the ceiling: store.map_size_max if set, and never past what the
  *	disk holding the store can still give (nine tenths of its free space
  *	plus what the file has). The map so grows as far as the disk, which

@@ -25,7 +25,7 @@
  *	A transaction holds the store's gate from begin to its end, and is
  *	refused (STORE_EIO) while the store is broken by a failed sync
  *	(store_lmdb.c); the check is made again once LMDB's writer lock is held,
- *	since lmdb_grow() may break the store while it holds that lock.
+ *	since lmdb_upkeep() may break the store while it holds that lock.
  * DIAGNOSTICS
  *	0 or a STORE_E* code. A step after a failure returns the sticky code.
  */
