@@ -67,7 +67,7 @@ void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STOR
 int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn)
 {
 	uint8_t k[STORE_CLAIM_KEY_LEN], h[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
-	MDB_val key, val, nkey = { sizeof(k), k }, old = { sizeof(h), h };
+	MDB_val key, val, newer, nkey = { sizeof(k), k }, old = { sizeof(h), h };
 	MDB_cursor *cur;
 	size_t n = 0;
 	int rc;
@@ -80,14 +80,16 @@ int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn)
 			continue;		/* corrupt: emptied with the rest */
 		memcpy(h, val.mv_data, sizeof(h));
 		lmdb_claim_key(k, key.mv_data, h);
-		if ((rc = mdb_get(txn, st->claims.big, &old, &val)) == 0 && val.mv_size <= sizeof(rec)) {
+		if ((rc = mdb_get(txn, st->claims.big, &old, &val)) == MDB_NOTFOUND)
+			continue;		/* gone already */
+		/* a claim written since under the key (in claims or cnew) wins */
+		if (rc == 0 && val.mv_size <= sizeof(rec)
+		    && (rc = lmdb_stage_get(&st->claims, txn, &nkey, &newer, NULL)) == MDB_NOTFOUND) {
 			memcpy(rec, val.mv_data, val.mv_size);
 			val.mv_data = rec;	/* the put may move the page it lay on */
-			if ((rc = mdb_put(txn, st->claims.big, &nkey, &val, MDB_NOOVERWRITE)) == MDB_KEYEXIST)
-				rc = 0;		/* a claim written since under the key wins */
+			rc = mdb_put(txn, st->claims.big, &nkey, &val, 0);
 		}
-		if ((rc == 0 && (rc = mdb_del(txn, st->claims.big, &old, NULL)) != 0)
-		    || (rc != 0 && rc != MDB_NOTFOUND))
+		if (rc != 0 || (rc = mdb_del(txn, st->claims.big, &old, NULL)) != 0)
 			break;
 	}
 	mdb_cursor_close(cur);

@@ -61,15 +61,16 @@ static void test_old_expiry_index(void **state)
  * A store from before claims were filed under their key: claims under
  * their claim hash alone, each listed by a key index entry. The first
  * writable open moves them under their key, where a claim written since
- * for the same recipient wins, and empties the index; they are then
- * found, listed and forgotten as any claim.
+ * for the same recipient wins (in claims, or staged in cnew), and empties
+ * the index; they are then found, listed and forgotten as any claim, and
+ * none comes back once forgotten.
  */
 static void test_old_claims(void **state)
 {
 	struct fx *f = *state;
-	uint8_t h[2][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	uint8_t h[3][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
 	uint8_t k[STORE_CLAIM_KEY_LEN];
-	const char *old[2] = { "OLDCLAIM0001", "OLDCLAIM0002" };
+	const char *old[3] = { "OLDCLAIM0001", "OLDCLAIM0002", "OLDCLAIM0003" };
 	struct store_forget out;
 	struct store_claim c, got;
 	char (*qids)[STORE_QID_SIZE];
@@ -78,7 +79,7 @@ static void test_old_claims(void **state)
 	MDB_env *env;
 
 	env = raw_open(f);
-	for (i = 0; i < 2; i++) {
+	for (i = 0; i < 3; i++) {
 		hash_of(h[i], 77 + i);
 		claim_of(&c, old[i], 5, NOW + SEC);
 		len = lmdb_claim_encode(rec, &c);
@@ -92,29 +93,38 @@ static void test_old_claims(void **state)
 	len = lmdb_claim_encode(rec, &c);
 	lmdb_claim_key(k, KH, h[1]);
 	raw_op(env, "claims", 0, k, sizeof(k), rec, len);
+	/* and the third, its claim still staged */
+	claim_of(&c, "NEWCLAIM0003", 7, NOW + SEC);
+	len = lmdb_claim_encode(rec, &c);
+	lmdb_claim_key(k, KH, h[2]);
+	raw_op(env, "cnew", 0, k, sizeof(k), rec, len);
 	mdb_env_close(env);
 	before = raw_count(f->path, "claims");
 	fx_reopen(f, TEST_MAP);
 	raw_shut(f);
 	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
-	CHECK_INT("two old keys gone, one moved", raw_count(f->path, "claims"), before - 1);
+	CHECK_INT("three old keys gone, one moved", raw_count(f->path, "claims"), before - 2);
 	fx_reopen(f, TEST_MAP);
 
 	CHECK_INT("moved claim found", claim_found_under(f->st, KH, 77, NOW, &got), 1);
 	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
 	CHECK_INT("newer claim found", claim_found_under(f->st, KH, 78, NOW, &got), 1);
 	CHECK_STR("the newer one wins", got.qid, "NEWCLAIM0002");
+	CHECK_INT("staged claim found", claim_found_under(f->st, KH, 79, NOW, &got), 1);
+	CHECK_STR("the staged one wins", got.qid, "NEWCLAIM0003");
 	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
-	CHECK_INT("two", n, 2);
+	CHECK_INT("three", n, 3);
 	CHECK_STR("newer", qids[0], "NEWCLAIM0002");
-	CHECK_STR("moved", qids[1], "OLDCLAIM0001");
+	CHECK_STR("staged", qids[1], "NEWCLAIM0003");
+	CHECK_STR("moved", qids[2], "OLDCLAIM0001");
 	free(qids);
 
 	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
-	CHECK_INT("both claims deleted", out.claims, 2);
-	CHECK_INT("two messages", out.n_qids, 2);
+	CHECK_INT("the three claims deleted", out.claims, 3);
+	CHECK_INT("three messages", out.n_qids, 3);
 	store_forget_free(&out);
-	CHECK_INT("gone", claim_found_under(f->st, KH, 77, NOW, NULL), 0);
+	for (i = 0; i < 3; i++)
+		CHECK_INT("gone", claim_found_under(f->st, KH, 77 + i, NOW, NULL), 0);
 	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
 }
 
