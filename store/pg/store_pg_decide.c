@@ -62,12 +62,14 @@
  *	doubling may put the node's next try past the limit, and an outage
  *	over before it was then found only after it, the decision left to
  *	PostgreSQL, and an aborted COMMIT's inflight mark left without a
- *	notice), and one not decided once half store.lease less that limit
+ *	notice), one not decided once half store.lease less that limit
  *	has gone by since it was sent (the leases of the rows it holds locked
- *	are not renewed, and past them another node may take the messages; a
- *	stop waits no longer either; PostgreSQL away then is tried once more
- *	too, since at the defaults this cap comes before the limit), are left
- *	to PostgreSQL (undecided()): the node
+ *	are not renewed, and past them another node may take the messages;
+ *	PostgreSQL away then is tried once more too, since at the defaults
+ *	this cap comes before the limit), and one not decided when the
+ *	delivery stops (its thread's stop descriptor, deadline_stop_fd(), as
+ *	a connect's wait watches it: the daemon's exit waited for the cap),
+ *	are left to PostgreSQL (undecided()): the node
  *	forgets the leases of the messages it wrote and returns
  *	STORE_ELEASE, so that the deferral the
  *	delivery then writes is refused, where it could land once the COMMIT
@@ -81,10 +83,11 @@
  *	committed) or STORE_ELEASE (left to PostgreSQL); store_pg_replays_read_back()
  *	0 (every mark there) or STORE_EAGAIN.
  */
+#include <poll.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #include "../../util/clock.h"
+#include "../../util/deadline.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
@@ -116,10 +119,10 @@ static const char SQL_END_STUCK[] =
 
 /*
  * undecided - t put a delivery's messages and its outcome could not be
- * learnt (see the header): nothing voided, the leases of the messages
- * it wrote forgotten; STORE_ELEASE
+ * learnt (see the header), why: nothing voided, the leases of the
+ * messages it wrote forgotten; STORE_ELEASE
  */
-static int undecided(struct pg_txn *t, int waits)
+static int undecided(struct pg_txn *t, const char *why)
 {
 	const struct pg_seg *s;
 	size_t i, j;
@@ -128,10 +131,8 @@ static int undecided(struct pg_txn *t, int waits)
 		for (s = &t->segs[i], j = 0; s->kind == PG_SEG_UPDATES && j < s->n; j++)
 			store_pg_lease_del(t->st, s->qids[j], 0);
 	msg_warn("store: a delivery's commit %s: its %zu message%s (%s%s) not voided, the leases "
-		 "of those it wrote given up: the next take reads what PostgreSQL decided",
-		 waits ? "is written and waits for the synchronous standby"
-		 : "is still in progress or cannot be read", t->n_put, t->n_put == 1 ? "" : "s",
-		 t->put_qids[0], t->n_put > 1 ? ", ..." : "");
+		 "of those it wrote given up: the next take reads what PostgreSQL decided", why,
+		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 	return STORE_ELEASE;
 }
 
@@ -200,12 +201,24 @@ static int end_stuck(struct pg_txn *t)
 }
 
 /*
+ * stopped - has this thread's stop come (deadline_stop_fd(): a delivery
+ * thread's), waited for at most PG_SLICE_MS? Without one, a pause.
+ */
+static int stopped(void)
+{
+	struct pollfd p = { .fd = deadline_stop_fd(), .events = POLLIN };
+
+	return poll(&p, 1, PG_SLICE_MS) > 0 && (p.revents & POLLIN);
+}
+
+/*
  * store_pg_delivery_decided - t put a delivery's messages and its COMMIT's outcome is not
  * known: PostgreSQL's decision waited for (see the header), until half
  * store.lease less a statement's limit has gone by (the hold, at most
  * that limit, came before this), or PostgreSQL has been away for that
- * limit, whichever comes first; away then, it is tried once more. 0
- * committed, STORE_EAGAIN not; STORE_ELEASE left undecided.
+ * limit, whichever comes first; away then, it is tried once more; or
+ * until this thread's stop. 0 committed, STORE_EAGAIN not; STORE_ELEASE
+ * left undecided.
  */
 int store_pg_delivery_decided(struct pg_txn *t)
 {
@@ -238,9 +251,11 @@ int store_pg_delivery_decided(struct pg_txn *t)
 			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "
 				 "synchronous standby: PostgreSQL decides it once the standby answers",
 				 t->put_qids[0]);
-		usleep(PG_SLICE_MS * 1000);
+		if (stopped())
+			return undecided(t, "is not decided at stop");
 	}
-	return undecided(t, waits == 1);
+	return undecided(t, waits == 1 ? "is written and waits for the synchronous standby"
+			 : "is still in progress or cannot be read");
 }
 
 /* a batch's key locks (sorted: the order every batch takes them in), waited for (lock_timeout) */

@@ -39,7 +39,8 @@
  * skipped when the server has no slot for its connections; a bounce's
  * notice, put with its outcome, whose COMMIT waits past the hold, or
  * whose answer is lost with PostgreSQL away: not voided, and the deferral
- * its delivery writes next refused.
+ * its delivery writes next refused; its wait ended by the delivery's
+ * stop.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -51,6 +52,7 @@
 #include <errno.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,6 +60,7 @@
 #include "../../store/pg/store_pg_int.h"
 #include "../../util/buf.h"
 #include "../../util/clock.h"
+#include "../../util/deadline.h"
 #include "test_store_help.h"
 #include "test_commit_help.h"
 
@@ -3589,11 +3592,15 @@ static void notice_once(struct fx *f, struct store_msg *m, const char *notice, i
 	CHECK_INT("nothing voided", void_count(f), 0);
 }
 
-/* the test's lock, released by a thread once the store waits for the bounce's outcome */
+/*
+ * the test's lock, released by a thread once the store waits for the
+ * bounce's outcome; or, with stop, kept, and the delivery stopped then
+ */
 struct release {
 	PGconn *c;			/* owned: the test's connection, which holds the lock */
 	FILE *log;			/* not owned: where the log goes meanwhile (log_capture) */
 	int lock;
+	int stop;			/* -1, or the committing thread's stop (deadline_stop_on()) */
 };
 
 /* logged_within - has log (log_capture) said what within 10 s? */
@@ -3609,7 +3616,10 @@ static int logged_within(FILE *log, const char *what)
 	return n >= 0 && strstr(text, what) != NULL;
 }
 
-/* release_run - release r's lock once the store says it waits for the outcome, or after 10 s */
+/*
+ * release_run - release r's lock once the store says it waits for the
+ * outcome, or after 10 s; or then make r's stop readable
+ */
 static void *release_run(void *arg)
 {
 	struct release *r = arg;
@@ -3617,6 +3627,10 @@ static void *release_run(void *arg)
 	PGresult *res;
 
 	(void) logged_within(r->log, "has no outcome yet");
+	if (r->stop >= 0) {
+		(void) !eventfd_write(r->stop, 1);	/* as deliver_stop() */
+		return NULL;
+	}
 	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", r->lock);
 	res = PQexec(r->c, q);
 	PQclear(res);
@@ -3681,19 +3695,22 @@ static void bounce_ended(struct fx *f, struct store_msg *m, const char *notice, 
  * notice_decided - the bounce of qid, inflight-marked (its dot answered
  * 550), whose COMMIT the trigger holds on the test's lock, released once
  * the store waits for the outcome (or after 10 s), or kept until the
- * store has answered (keep: its backend stuck); then the delivery goes
- * on (bounce_ended)
+ * store has answered (keep: its backend stuck; keep 2, the delivery
+ * stopped once the store waits, as deliver_stop() does: the answer must
+ * come at the stop, well before the cap); then the delivery goes on
+ * (bounce_ended)
  */
 static void notice_decided(struct fx *f, const char *qid, const char *notice, int later,
 			   int lock, int keep)
 {
-	struct release rel = { PQconnectdb(f->url), NULL, lock };
+	struct release rel = { PQconnectdb(f->url), NULL, lock, -1 };
 	struct store_msg m;
 	PGresult *r;
 	pthread_t th;
 	char q[512], text[8192];
 	int hash = 90 + lock % 8, rc, fd;
 	long long leased = 0;
+	int64_t began;
 
 	msg_new(&m, qid, 2, 100);
 	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
@@ -3705,17 +3722,27 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
 	PQclear(r);
 	fd = log_capture(&rel.log);
-	if (!keep)
+	if (keep == 2) {
+		assert_true((rel.stop = eventfd(0, EFD_CLOEXEC)) >= 0);
+		deadline_stop_on(rel.stop);
+	}
+	if (keep != 1)
 		assert_int_equal(pthread_create(&th, NULL, release_run, &rel), 0);
+	began = clock_mono_us();
 	rc = notice_bounce(f, &m, notice, later, NULL);
+	began = clock_mono_us() - began;
 	if (keep) {
 		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
 			 "WHERE qid = '%s' AND lease_until > %s", f->schema, qid, PG_DB_NOW);
 		leased = sql_int(f->url, q);
 		snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", lock);
 		PQclear(PQexec(rel.c, q));
-	} else {
+	}
+	if (keep != 1)
 		pthread_join(th, NULL);
+	if (keep == 2) {
+		deadline_stop_on(-1);
+		close(rel.stop);
 	}
 	log_captured(fd, rel.log, text, sizeof(text));
 	PQfinish(rel.c);
@@ -3726,6 +3753,9 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 		CHECK_INT("left before the lease of the row it holds ran out", leased, 1);
 		CHECK_INT("the COMMIT that ran, not ended", qid_rows(f, "messages", notice), 1);
 	}
+	if (keep == 2 && began >= 10 * SEC)
+		fail_msg("the store answered %.1f s after the bounce began, past its stop",
+			 (double) began / SEC);
 	bounce_ended(f, &m, notice, later, rc);
 	store_msg_free(&m);
 }
@@ -3879,7 +3909,7 @@ static void *taken_run(void *arg)
 static void test_notice_commit_taken(void **state)
 {
 	struct fx *f = *state;
-	struct taken x = { { PQconnectdb(f->url), NULL, 4243 }, f, "TAKENBOUNCE1", "TAKENNOTICE1", "" };
+	struct taken x = { { PQconnectdb(f->url), NULL, 4243, -1 }, f, "TAKENBOUNCE1", "TAKENNOTICE1", "" };
 	struct store_story s;
 	struct store_msg m;
 	char text[8192], q[512];
@@ -4645,6 +4675,25 @@ static void test_void_beats_older_take(void **state)
 	store_close(other);
 }
 
+/*
+ * The delivery stopping (the daemon's SIGTERM: deliver_stop() makes the
+ * thread's stop readable, deadline_stop_on()) while the store waits for
+ * a bounce's COMMIT that runs (held for good, as in
+ * test_notice_commit_aborts): the wait ends at the stop, the COMMIT left
+ * to PostgreSQL as at the cap (STORE_ELEASE), and it goes through once
+ * the lock comes. The wait went on to its cap, half store.lease less a
+ * statement's limit (60 s here), holding up the daemon's exit.
+ */
+static void test_notice_commit_stopped(void **state)
+{
+	struct fx *f = *state;
+
+	commit_held(f, 2);
+	((struct pg_store *) f->st)->lease_us = 120 * SEC;	/* the spool's lease, and the cap */
+	notice_decided(f, "NOTICESTOP01", "NOTICESTOP91", 0, 4243, 2);
+	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4726,6 +4775,7 @@ int main(void)
 		T(test_notice_commit_aborted_away),
 		T(test_notice_commit_aborted_capped),
 		T(test_void_beats_older_take),
+		T(test_notice_commit_stopped),
 	};
 
 	if (fx_pg() == NULL) {
