@@ -25,25 +25,6 @@
 
 static pthread_once_t auth_once = PTHREAD_ONCE_INIT;
 
-/*
- * auth_init - once per process: libesmtp's SASL client, and whether the
- * PLAIN and LOGIN plugins can be loaded at all
- */
-static void auth_init(void)
-{
-	auth_context_t a;
-
-	auth_client_init();
-	if ((a = auth_create_context()) == NULL)
-		return;
-	auth_set_mechanism_flags(a, AUTH_PLUGIN_PLAIN, 0);
-	if (!auth_set_mechanism(a, "PLAIN") && !auth_set_mechanism(a, "LOGIN"))
-		msg_error("libesmtp's SASL plugins PLAIN and LOGIN cannot be loaded"
-			  " (sasl-plain.so, sasl-login.so: package libesmtp6):"
-			  " upstream AUTH will fail");
-	auth_destroy_context(a);
-}
-
 /* auth_interact - libesmtp's SASL plugins ask for the credentials */
 static int auth_interact(auth_client_request_t req, char **result, int fields, void *arg)
 {
@@ -69,7 +50,7 @@ auth_context_t deliver_auth_context(const struct conf_upstream *u)
 {
 	auth_context_t a;
 
-	pthread_once(&auth_once, auth_init);
+	pthread_once(&auth_once, auth_client_init);	/* libesmtp's SASL client */
 	if ((a = auth_create_context()) == NULL)
 		return NULL;
 	/* PLAIN and LOGIN are "plain text" mechanisms: allowed, as TLS is required */
@@ -171,7 +152,8 @@ int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size
 					 g->auth_reply[0] ? g->auth_reply : "no reply");
 		if (g->auth_offered[0])
 			return guard_cut(g, "4.7.0", "no SASL mechanism in common (the server offers"
-					 " %s; are libesmtp's PLAIN and LOGIN plugins installed?)",
+					 " %s; are libesmtp's PLAIN and LOGIN plugins installed,"
+					 " sasl-plain.so and sasl-login.so of package libesmtp6?)",
 					 g->auth_offered);
 		return guard_cut(g, "4.7.0", "%s", "the server does not offer AUTH, and"
 				 " upstream.user is set");
