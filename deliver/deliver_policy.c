@@ -42,14 +42,6 @@ int64_t deliver_backoff(int64_t first, int64_t max, int attempts)
 	return wait < max ? wait : max;
 }
 
-/* verdict - build a verdict */
-static struct deliver_verdict verdict(enum deliver_outcome o, enum deliver_source s)
-{
-	struct deliver_verdict v = { o, s };
-
-	return v;
-}
-
 /* deliver_classify - one recipient's outcome; the table is in the file header */
 struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_code,
 					int marked, int final)
@@ -57,27 +49,27 @@ struct deliver_verdict deliver_classify(int mail_code, int rcpt_code, int data_c
 	int mail = mail_code / 100, rcpt = rcpt_code / 100, data = data_code / 100;
 
 	if (rcpt == 5)
-		return verdict(DELIVER_BOUNCED, DELIVER_SRC_RCPT);
+		return (struct deliver_verdict) { DELIVER_BOUNCED, DELIVER_SRC_RCPT };
 	if (rcpt == 4)
-		return verdict(DELIVER_DEFERRED, DELIVER_SRC_RCPT);
+		return (struct deliver_verdict) { DELIVER_DEFERRED, DELIVER_SRC_RCPT };
 	if (marked) {
 		if (final && data == 2 && rcpt == 2)
-			return verdict(DELIVER_SENT, DELIVER_SRC_DATA);
+			return (struct deliver_verdict) { DELIVER_SENT, DELIVER_SRC_DATA };
 		if (final && data == 5)
-			return verdict(DELIVER_BOUNCED, DELIVER_SRC_DATA);
+			return (struct deliver_verdict) { DELIVER_BOUNCED, DELIVER_SRC_DATA };
 		if (final && data == 4)
-			return verdict(DELIVER_DEFERRED, DELIVER_SRC_DATA);
-		return verdict(DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION);
+			return (struct deliver_verdict) { DELIVER_DEFERRED, DELIVER_SRC_DATA };
+		return (struct deliver_verdict) { DELIVER_AMBIGUOUS, DELIVER_SRC_SESSION };
 	}
 	if (mail == 5)
-		return verdict(DELIVER_BOUNCED, DELIVER_SRC_MAIL);
+		return (struct deliver_verdict) { DELIVER_BOUNCED, DELIVER_SRC_MAIL };
 	if (mail == 4)
-		return verdict(DELIVER_DEFERRED, DELIVER_SRC_MAIL);
+		return (struct deliver_verdict) { DELIVER_DEFERRED, DELIVER_SRC_MAIL };
 	if (final && data == 5 && rcpt == 2)
-		return verdict(DELIVER_BOUNCED, DELIVER_SRC_DATA);
+		return (struct deliver_verdict) { DELIVER_BOUNCED, DELIVER_SRC_DATA };
 	if (final && data == 4)
-		return verdict(DELIVER_DEFERRED, DELIVER_SRC_DATA);
-	return verdict(DELIVER_DEFERRED, DELIVER_SRC_SESSION);
+		return (struct deliver_verdict) { DELIVER_DEFERRED, DELIVER_SRC_DATA };
+	return (struct deliver_verdict) { DELIVER_DEFERRED, DELIVER_SRC_SESSION };
 }
 
 /* deliver_reply_format - one clean line: "code [x.y.z] text" */
