@@ -84,14 +84,8 @@
  * new inflight and queued (the lease token unchanged), and leaves them
  * alone where inflight does not change: every statement that writes
  * inflight uses it (schema 8 dropped the trigger that kept them for
- * older nodes). PG_MARK_SET is that trigger's WHEN of schema 4, for the
- * migration that made it: NEW already holds what idemrelay_mark() would
- * set.
+ * older nodes).
  */
-#define PG_MARK_SET "(CASE WHEN NEW.inflight THEN NEW.mark_token IS NOT DISTINCT FROM " \
-	"NEW.lease_token AND NEW.verdict_on IS NULL WHEN NOT NEW.queued AND OLD.mark_token IS " \
-	"DISTINCT FROM NEW.lease_token THEN NEW.verdict_on IS NOT DISTINCT FROM OLD.mark_token " \
-	"ELSE NEW.verdict_on IS NULL END)"
 #define PG_MARK_COLS(inflight, queued) \
 	"mark_token = CASE WHEN (" inflight ") AND NOT m.inflight THEN m.lease_token " \
 	"ELSE m.mark_token END, verdict_on = CASE WHEN (" inflight ") = m.inflight " \

@@ -30,22 +30,25 @@
  *
  *	Version 2 adds who made a message's inflight mark (mark_token, the
  *	lease's token) and, when another lease's update finished the message
- *	clearing that mark, on whose mark that verdict was made (verdict_on),
- *	kept by a trigger (idemrelay_mark()) whatever statement writes the
- *	flag.
+ *	clearing that mark, on whose mark that verdict was made (verdict_on).
+ *	The releases of versions 2 to 7 kept them by a trigger
+ *	(idemrelay_mark()) whatever statement wrote the flag, for nodes of
+ *	versions 1 to 3 still running.
  *
  *	Version 3 adds voids: the QIDs of batches answered 451 4.3.0 while
  *	their commit still waited, which count for nothing until settled
  *	(store_pg_wait.c).
  *
- *	Version 4 runs that trigger's function only for a statement that
- *	did not write the two columns itself as the function would have
- *	(PG_MARK_SET): this build's statements write them (PG_MARK_COLS,
- *	store_pg_txn.c), so that a mark or an outcome costs no PL/pgSQL
- *	call (the trigger was 5.5% of the node's backends' CPU in a fresh
- *	run, 3.1% after: the WHEN clause and the old row's fetch), while a
- *	node of an older version, during an upgrade, still gets the
- *	columns kept.
+ *	Version 4's release ran that trigger's function only for a statement
+ *	that did not write the two columns itself as the function would
+ *	have: its statements wrote them (PG_MARK_COLS, store_pg_txn.c), so
+ *	that a mark or an outcome cost no PL/pgSQL call (the trigger was
+ *	5.5% of the node's backends' CPU in a fresh run, 3.1% after: the
+ *	WHEN clause and the old row's fetch), while a node of an older
+ *	version, during an upgrade, still got the columns kept. Such a node
+ *	cannot run beside this build (version 8 drops the trigger, below;
+ *	idemrelay(8)), so this build's migrations to versions 2 and 4 make
+ *	no trigger, and the one to 8 drops it where an older release made it.
  *
  *	Version 5 adds held (the operator's hold: no node takes the message
  *	until released) and lease_since (when a node took its lease from
@@ -174,20 +177,11 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 * and an update under another lease that clears it while finishing
 	 * the message (a verdict on a mark found at load) keeps that name
 	 * (verdict_on): store_pg_revive.c undoes such a verdict for the node
-	 * that made the mark and knows it sent no final dot. A trigger, not
-	 * the statements, so that whatever writes the flag (a node of any
-	 * version during an upgrade) writes these two with it; it runs only
-	 * when the flag changes.
+	 * that made the mark and knows it sent no final dot. The statements
+	 * write them (PG_MARK_COLS); the trigger its release added for older
+	 * nodes is not made (see the header)
 	 */
-	"ALTER TABLE messages ADD COLUMN mark_token bigint, ADD COLUMN verdict_on bigint;"
-	"CREATE FUNCTION idemrelay_mark() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN"
-	"  IF NEW.inflight THEN NEW.mark_token := NEW.lease_token; NEW.verdict_on := NULL;"
-	"  ELSIF NOT NEW.queued AND OLD.mark_token IS DISTINCT FROM NEW.lease_token THEN"
-	"    NEW.verdict_on := OLD.mark_token;"
-	"  ELSE NEW.verdict_on := NULL; END IF;"
-	"  RETURN NEW; END $f$;"
-	"CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
-	"  WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight) EXECUTE FUNCTION idemrelay_mark();",
+	"ALTER TABLE messages ADD COLUMN mark_token bigint, ADD COLUMN verdict_on bigint;",
 	/*
 	 * 2 -> 3: the QIDs of batches answered 451 while their commit still
 	 * waited (for a synchronous standby), with that transaction's id:
@@ -196,13 +190,10 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"CREATE TABLE voids (qid text COLLATE \"C\" PRIMARY KEY, xid xid8 NOT NULL,"
 	"  node text NOT NULL, made bigint NOT NULL);",
 	/*
-	 * 3 -> 4: the mark's trigger runs its function only where the
-	 * statement left the two columns other than the function sets them
+	 * 3 -> 4: nothing here; its release gave the mark's trigger a WHEN
+	 * clause, and this build makes no trigger (see the header)
 	 */
-	"DROP TRIGGER messages_mark ON messages;"
-	"CREATE TRIGGER messages_mark BEFORE UPDATE OF inflight ON messages FOR EACH ROW"
-	"  WHEN (OLD.inflight IS DISTINCT FROM NEW.inflight AND NOT " PG_MARK_SET ")"
-	"  EXECUTE FUNCTION idemrelay_mark();",
+	"",
 	/*
 	 * 4 -> 5: the operator's hold (idemrelayctl hold), and when a lease
 	 * was taken, for idemrelayctl's "active on NODE since TIME"
@@ -220,8 +211,8 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	 * 7 -> 8: the statements of builds of schema 4 on keep the mark's
 	 * columns themselves, and a lease is found by its QID
 	 */
-	"DROP TRIGGER messages_mark ON messages;"
-	"DROP FUNCTION idemrelay_mark();"
+	"DROP TRIGGER IF EXISTS messages_mark ON messages;"
+	"DROP FUNCTION IF EXISTS idemrelay_mark();"
 	"DROP INDEX messages_lease;",
 	/*
 	 * 8 -> 9: recipients go with their message by the statements that
