@@ -121,6 +121,13 @@ static char *one_line(char *s)
 	return s;
 }
 
+/* store_pg_conn_error - libpq's account of c's last failure (c NULL: no memory), on one line */
+char *store_pg_conn_error(PGconn *c, char *out, size_t len)
+{
+	snprintf(out, len, "%s", c ? PQerrorMessage(c) : "out of memory");
+	return one_line(out);
+}
+
 /*
  * The connection's server backend, as pg_stat_activity names it: a commit
  * whose answer does not come is looked up there (store_pg_wait.c) by pid
@@ -167,8 +174,7 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 				return c;
 		}
 	}
-	snprintf(err, errlen, "%s", c ? PQerrorMessage(c) : "out of memory");
-	one_line(err);
+	store_pg_conn_error(c, err, errlen);
 	PQfinish(c);
 	return NULL;
 }

@@ -226,6 +226,7 @@ struct pg_txn {
 
 /* store_pg.c: the pool, reconnects, errors */
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen);	/* NULL: err says */
+char *store_pg_conn_error(PGconn *c, char *out, size_t len);	/* libpq's account, one line */
 int store_pg_slots_taken(const char *why);	/* a refusal for want of connection slots? */
 int store_pg_take(struct pg_store *st, PGconn **out);	/* 0 or STORE_EAGAIN */
 int store_pg_take_beside(struct pg_store *st, PGconn **out);	/* the same, settling nothing */

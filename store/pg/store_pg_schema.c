@@ -274,16 +274,14 @@ static int schema_version(struct pg_store *st, PGconn *c, int *version)
  */
 static void drop_due_10(struct pg_store *st, PGconn *c)
 {
-	char state[6] = "";
+	char state[6] = "", why[256];
 	PGresult *r;
-	const char *why;
 
 	if (store_pg_simple(st, c, "SET lock_timeout = " DUE_DROP_WAIT, DUE_KEPT) != 0
 	    || store_pg_exec_state(st, c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due", NULL,
 				   &r, DUE_KEPT, state) != 0) {
-		why = PQerrorMessage(c);
 		if (strcmp(state, "55P03") != 0)	/* a lock timeout: store_pg_result() said it */
-			msg_warn("store: " DUE_KEPT ": %.*s", (int) strcspn(why, "\n"), why);
+			msg_warn("store: " DUE_KEPT ": %s", store_pg_conn_error(c, why, sizeof(why)));
 	} else {
 		PQclear(r);
 	}

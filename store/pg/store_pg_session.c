@@ -77,22 +77,6 @@ struct probe_seen {
 	char value[64];			/* idemrelay.probe there, "" if none */
 };
 
-/* flat - the first line of libpq's account of c's last failure, into out */
-static const char *flat(PGconn *c, char *out, size_t len)
-{
-	char *p;
-
-	snprintf(out, len, "%s", c ? PQerrorMessage(c) : "out of memory");
-	if ((p = strchr(out, '\n')) != NULL)
-		*p = 0;
-	for (p = out; *p; p++)
-		if (*p == '\t')
-			*p = ' ';
-	while (p > out && p[-1] == ' ')
-		*--p = 0;
-	return out;
-}
-
 /* probe_read - one statement of the probe on c, with what it saw; 0 or -1 */
 static int probe_read(struct pg_store *st, PGconn *c, const char *sql, struct probe_seen *seen)
 {
@@ -121,7 +105,7 @@ static int probe_other(struct pg_store *st, const struct probe_seen *a, PGconn *
 
 	if (store_pg_simple(st, b, "BEGIN", "pooler probe") != 0
 	    || probe_read(st, b, PROBE_READ, &seen) != 0) {
-		flat(b, msg, sizeof(msg));
+		store_pg_conn_error(b, msg, sizeof(msg));
 		if (PQstatus(b) == CONNECTION_OK) {
 			snprintf(err, errlen, "store: pooler probe: %s", msg);
 			return STORE_EAGAIN;
@@ -154,7 +138,8 @@ static int probe_again(struct pg_store *st, const struct probe_seen *a, PGconn *
 	char why[160], msg[160];
 
 	if (probe_read(st, c, PROBE_READ, &seen) != 0) {
-		snprintf(err, errlen, "store: pooler probe: %s", flat(c, msg, sizeof(msg)));
+		snprintf(err, errlen, "store: pooler probe: %s",
+			 store_pg_conn_error(c, msg, sizeof(msg)));
 		return STORE_EAGAIN;
 	}
 	if (seen.pid != a->pid) {
@@ -215,7 +200,8 @@ int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t err
 	snprintf(sql, sizeof(sql), "SELECT pg_backend_pid(), set_config('idemrelay.probe', "
 		 "'%ld%lld', false)", (long) getpid(), (long long) clock_us());
 	if (probe_read(st, c, sql, &a) != 0) {
-		snprintf(err, errlen, "store: pooler probe: %s", flat(c, msg, sizeof(msg)));
+		snprintf(err, errlen, "store: pooler probe: %s",
+			 store_pg_conn_error(c, msg, sizeof(msg)));
 		rc = STORE_EAGAIN;
 		goto done;
 	}
