@@ -204,13 +204,12 @@ struct pg_txn {
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
 	struct store_msg **copies;	/* owned: their copies (store_pg_keep.c), or NULLs */
+	int64_t *tokens;		/* owned: their leases' tokens as read, or 0s */
 	int wrote_put;			/* a delivery write of a message put: no copy kept */
 	int notice;			/* a bounce's notice put: never voided (store_pg_decide.c) */
 	size_t n_put, cap_put;
 	struct pg_lease *gone;		/* owned: leases given up at commit, with their tokens */
 	size_t n_gone, cap_gone;
-	struct pg_lease *got;		/* owned: the leases of messages put, held once committed */
-	size_t n_got, cap_got;
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */

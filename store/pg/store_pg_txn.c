@@ -322,7 +322,9 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	}
 	t->put_qids = store_pg_grow(t->put_qids, t->n_put, &t->cap_put, sizeof(*t->put_qids));
 	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
+	t->tokens = xrealloc(t->tokens, t->cap_put * sizeof(*t->tokens));
 	strcpy(t->put_qids[t->n_put], m->qid);
+	t->tokens[t->n_put] = 0;
 	t->copies[t->n_put++] = store_pg_keep_copy(t->st, m);
 	t->notice |= m->notice;
 }
@@ -447,7 +449,7 @@ static void txn_free(struct pg_txn *t)
 	free(t->copies);
 	free(t->put_qids);
 	free(t->gone);
-	free(t->got);
+	free(t->tokens);
 	free(t);
 }
 
@@ -479,25 +481,23 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 }
 
 /*
- * leases_read - the leases got by messages put (qid, lease_token rows):
- * held at once (now: a commit read back), or from t's commit on. Recorded
- * before it, a lease renewal meanwhile (another connection, which cannot
- * see the rows yet) found them gone and forgot them, and the node then
- * refused its own inflight marks and outcomes on them as another node's.
+ * leases_read - the leases got by messages put (qid, lease_token rows),
+ * noted beside their QIDs: held from t's commit on (txn_commit()), or
+ * its outcome read back. Recorded before it, a lease renewal meanwhile
+ * (another connection, which cannot see the rows yet) found them gone
+ * and forgot them, and the node then refused its own inflight marks and
+ * outcomes on them as another node's.
  */
-static void leases_read(struct pg_txn *t, const PGresult *r, int now)
+static void leases_read(struct pg_txn *t, const PGresult *r)
 {
 	char qid[STORE_QID_SIZE];
+	size_t j;
 	int i;
 
-	for (i = 0; i < PQntuples(r); i++) {
-		if (store_pg_qid(r, i, 0, qid) != 0)
-			continue;
-		if (now)
-			store_pg_lease_set(t->st, qid, store_pg_int(r, i, 1));
-		else
-			lease_add(&t->got, &t->n_got, &t->cap_got, qid, store_pg_int(r, i, 1));
-	}
+	for (i = 0; i < PQntuples(r); i++)
+		for (j = 0; store_pg_qid(r, i, 0, qid) == 0 && j < t->n_put; j++)
+			if (strcmp(t->put_qids[j], qid) == 0)
+				t->tokens[j] = store_pg_int(r, i, 1);
 }
 
 /*
@@ -529,8 +529,7 @@ int store_pg_read_back(struct pg_txn *t)
 	if (err != 0)
 		return PG_NOT_KNOWN;
 	found = PQntuples(r) > 0;
-	if (found)
-		leases_read(t, r, 1);
+	leases_read(t, r);
 	PQclear(r);
 	msg_warn("store: a commit's outcome was unknown (connection lost): read back: %s",
 		 found ? "committed" : "not committed");
@@ -600,25 +599,6 @@ static int commit_send(struct pg_txn *t, int *sent)
 }
 
 /*
- * keep_file - the copy of qid, put by the committed t with the lease of
- * token, kept for its first delivery (store_pg_keep.c); not when t also
- * wrote its delivery state
- */
-static void keep_file(struct pg_txn *t, const char *qid, int64_t token)
-{
-	size_t i;
-
-	for (i = 0; i < t->n_put; i++)
-		if (t->copies[i] != NULL && strcmp(t->put_qids[i], qid) == 0) {
-			if (!t->wrote_put)
-				store_pg_keep_add(t->st, t->copies[i], token);
-			else
-				store_pg_keep_drop(t->copies[i]);
-			t->copies[i] = NULL;
-		}
-}
-
-/*
  * txn_commit - send the buffered writes and COMMIT in one round trip;
  * resolve an unknown outcome (see the header). Frees t.
  */
@@ -659,7 +639,7 @@ static int txn_commit(struct pg_txn *t)
 		if (k == sent - 1)
 			committed = 1;
 		if (PQnfields(r) == 2 && PQftype(r, 1) == PG_OID_INT8 && err == 0)
-			leases_read(t, r, 0);	/* a run of messages put: their leases */
+			leases_read(t, r);	/* a run of messages put: their leases */
 		PQclear(r);
 	}
 	if (!failed)
@@ -670,9 +650,15 @@ static int txn_commit(struct pg_txn *t)
 		committed = (err = store_pg_commit_resolve(t)) == 0;
 	/* else an error was reported: nothing was committed */
 	if (committed) {		/* the leases got, then those given up (maybe the same) */
-		for (i = 0; i < t->n_got; i++) {
-			store_pg_lease_set(st, t->got[i].qid, t->got[i].token);
-			keep_file(t, t->got[i].qid, t->got[i].token);
+		for (i = 0; i < t->n_put; i++) {
+			if (t->tokens[i] == 0)
+				continue;
+			store_pg_lease_set(st, t->put_qids[i], t->tokens[i]);
+			/* its copy kept for its first delivery, unless t wrote its delivery state */
+			if (t->copies[i] != NULL && !t->wrote_put) {
+				store_pg_keep_add(st, t->copies[i], t->tokens[i]);
+				t->copies[i] = NULL;
+			}
 		}
 		for (i = 0; i < t->n_gone; i++)
 			store_pg_lease_del(st, t->gone[i].qid, t->gone[i].token);
