@@ -465,44 +465,39 @@ int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGre
 	return err;
 }
 
-/* error_code - an SQLSTATE as a STORE_E* code */
-static int error_code(const char *sqlstate)
-{
-	static const struct {
-		const char *prefix;
-		int err;
-	} map[] = {
-		{ PG_SQLSTATE_FENCE, STORE_ELEASE },	/* our fence: the lease went elsewhere */
-		{ "53100", STORE_ENOSPC },	/* disk_full */
-		{ "53", STORE_EAGAIN },		/* out of memory, too many connections */
-		{ "40", STORE_EAGAIN },		/* serialization failure, deadlock: retry the batch */
-		{ "08", STORE_EAGAIN },		/* connection exceptions */
-		{ "57", STORE_EAGAIN },		/* shutting down, cannot connect now, cancelled */
-		{ "25006", STORE_EAGAIN },	/* read-only transaction: a standby, after a failover */
-		{ "55P03", STORE_EAGAIN },	/* lock not available */
-		{ "23", STORE_EINVAL },		/* integrity: the same QID twice */
-		{ "22", STORE_EINVAL },		/* data exception: bad text */
-	};
-	size_t i;
-
-	if (sqlstate == NULL)
-		return STORE_EAGAIN;
-	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (strncmp(sqlstate, map[i].prefix, strlen(map[i].prefix)) == 0)
-			return map[i].err;
-	return STORE_EIO;
-}
+/*
+ * The SQLSTATEs, by prefix, first match: the STORE_E* code, and whether
+ * the pool is reset (ERR_RESET) or the server's message logged (ERR_LOG)
+ */
+#define ERR_RESET	1
+#define ERR_LOG		2
+static const struct {
+	const char *prefix;
+	int err, how;
+} sqlstates[] = {
+	{ PG_SQLSTATE_FENCE, STORE_ELEASE, 0 },	/* our fence: the lease went elsewhere */
+	{ "53100", STORE_ENOSPC, ERR_LOG },	/* disk_full */
+	{ "53", STORE_EAGAIN, 0 },		/* out of memory, too many connections */
+	{ "40", STORE_EAGAIN, ERR_LOG },	/* serialization failure, deadlock: retry the batch */
+	{ "08", STORE_EAGAIN, 0 },		/* connection exceptions */
+	{ "57", STORE_EAGAIN, ERR_RESET },	/* shutting down, cannot connect now, cancelled */
+	{ "25006", STORE_EAGAIN, ERR_RESET },	/* read-only transaction: a standby, after a failover */
+	{ "55P03", STORE_EAGAIN, ERR_LOG },	/* lock not available */
+	{ "23", STORE_EINVAL, 0 },		/* integrity: the same QID twice */
+	{ "22", STORE_EINVAL, 0 },		/* data exception: bad text */
+	{ "", STORE_EIO, ERR_LOG },		/* any other */
+};
 
 /*
  * store_pg_result - a statement's result as 0 or a STORE_E* code: no
- * result or a lost connection is STORE_EAGAIN; a server shutting down
- * or read-only resets the pool (see the header)
+ * result, a lost connection or no SQLSTATE is STORE_EAGAIN; a server
+ * shutting down or read-only resets the pool (see the header)
  */
 int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *what)
 {
 	const char *state;
 	char *msg;
-	int err;
+	size_t i;
 
 	if (r != NULL && (PQresultStatus(r) == PGRES_COMMAND_OK
 			  || PQresultStatus(r) == PGRES_TUPLES_OK))
@@ -511,20 +506,21 @@ int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *wha
 		return STORE_EAGAIN;
 	if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
 		return STORE_EIO;	/* an earlier statement failed: its error is the one */
-	state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-	err = error_code(state);
-	if (state && (strncmp(state, "57", 2) == 0 || strcmp(state, "25006") == 0)) {
+	if ((state = PQresultErrorField(r, PG_DIAG_SQLSTATE)) == NULL)
+		return STORE_EAGAIN;
+	for (i = 0; strncmp(state, sqlstates[i].prefix, strlen(sqlstates[i].prefix)) != 0; i++)
+		;			/* the last matches any */
+	if (sqlstates[i].how & ERR_RESET) {
 		pthread_mutex_lock(&st->mu);
 		st->reset = 1;
 		pthread_mutex_unlock(&st->mu);
 	}
-	if (err == STORE_EIO || err == STORE_ENOSPC
-	    || (state && (strncmp(state, "40", 2) == 0 || strcmp(state, "55P03") == 0))) {
+	if (sqlstates[i].how & ERR_LOG) {
 		msg = xstrdup(PQresultErrorMessage(r));
 		msg_warn("store: %s: %s", what, one_line(msg));
 		free(msg);
 	}
-	return err;
+	return sqlstates[i].err;
 }
 
 /* node_lock - take the slot's session lock on the anchor: 1 taken, 0 held elsewhere, <0 error */
