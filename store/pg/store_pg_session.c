@@ -113,21 +113,16 @@ static int probe_other(struct pg_store *st, const struct probe_seen *a, PGconn *
 		/* statement mode: PgBouncer ends the connection once BEGIN is done */
 		snprintf(why, sizeof(why), "a transaction across statements ended the connection: %s",
 			 msg);
-		snprintf(err, errlen, SHARED_FMT, why);
-		return 1;
-	}
-	if (seen.pid == a->pid) {
+	} else if (seen.pid == a->pid) {
 		snprintf(why, sizeof(why), "two connections had server process %lld",
 			 (long long) seen.pid);
-		snprintf(err, errlen, SHARED_FMT, why);
-		return 1;
+	} else if (strcmp(seen.value, a->value) == 0) {
+		snprintf(why, sizeof(why), "a setting made on one connection was seen on another");
+	} else {
+		return 0;
 	}
-	if (strcmp(seen.value, a->value) == 0) {
-		snprintf(err, errlen, SHARED_FMT, "a setting made on one connection was seen "
-			 "on another");
-		return 1;
-	}
-	return 0;
+	snprintf(err, errlen, SHARED_FMT, why);
+	return 1;
 }
 
 /* probe_again - steps 3 and 5 on a's connection c: 0 the same session, 1 not, <0 an error */
@@ -142,18 +137,16 @@ static int probe_again(struct pg_store *st, const struct probe_seen *a, PGconn *
 			 store_pg_conn_error(c, msg, sizeof(msg)));
 		return STORE_EAGAIN;
 	}
-	if (seen.pid != a->pid) {
+	if (seen.pid != a->pid)
 		snprintf(why, sizeof(why), "one connection's server process went from %lld to %lld "
 			 "between two statements", (long long) a->pid, (long long) seen.pid);
-		snprintf(err, errlen, SHARED_FMT, why);
-		return 1;
-	}
-	if (strcmp(seen.value, a->value) != 0) {
-		snprintf(err, errlen, SHARED_FMT, "one connection lost a setting it made between "
-			 "two statements");
-		return 1;
-	}
-	return 0;
+	else if (strcmp(seen.value, a->value) != 0)
+		snprintf(why, sizeof(why), "one connection lost a setting it made between two "
+			 "statements");
+	else
+		return 0;
+	snprintf(err, errlen, SHARED_FMT, why);
+	return 1;
 }
 
 /* keep - b, its probe over, rolled back and into the pool, or closed (its transaction ends with it) */
