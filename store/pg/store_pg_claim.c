@@ -195,7 +195,7 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 	struct pg_arr locks, keys;
 	size_t i, k = 0;
 	PGresult *r;
-	int err = 0, sent_begin = 0;
+	int err = 0, begin = !t->begun;
 
 	store_pg_arr_init(&locks, PG_OID_INT8);
 	store_pg_arr_init(&keys, PG_OID_BYTEA);
@@ -222,26 +222,18 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 	store_pg_p_arr(&lp, &locks);
 	store_pg_p_arr(&cp, &keys);
 	store_pg_p_text(&cp, t->st->node ? t->st->node : "");
-	if (PQenterPipelineMode(t->c) != 1)
+	if (PQenterPipelineMode(t->c) != 1 || (begin && store_pg_send(t->c, "BEGIN", &none) != 0)
+	    || store_pg_send(t->c, SQL_LOCK, &lp) != 0 || store_pg_send(t->c, SQL_KEY_CLAIMS, &cp) != 0
+	    || PQpipelineSync(t->c) != 1)
 		err = STORE_EAGAIN;
-	if (err == 0 && !t->begun) {
-		sent_begin = 1;
-		err = store_pg_send(t->c, "BEGIN", &none);
-	}
-	if (err == 0)
-		err = store_pg_send(t->c, SQL_LOCK, &lp);
-	if (err == 0)
-		err = store_pg_send(t->c, SQL_KEY_CLAIMS, &cp);
-	if (err == 0 && PQpipelineSync(t->c) != 1)
-		err = -1;
 	store_pg_params_free(&lp);
 	store_pg_params_free(&cp);
 	if (err != 0) {
-		store_txn_fail(&t->base, STORE_EAGAIN);
+		store_txn_fail(&t->base, err);
 		goto out;
 	}
 	t->begun = 1;
-	if (sent_begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
+	if (begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
 		PQclear(r);
 	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0) {
 		if (t->xid == 0 && PQntuples(r) > 0 && PQnfields(r) == 2)

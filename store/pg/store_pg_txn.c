@@ -191,15 +191,6 @@ void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size)
 	return xrealloc(v, *cap * size);
 }
 
-/* lease_add - append (qid, token) to an owned array */
-static void lease_add(struct pg_lease **v, size_t *n, size_t *cap, const char *qid, int64_t token)
-{
-	*v = store_pg_grow(*v, *n, cap, sizeof(**v));
-	memset(&(*v)[*n], 0, sizeof(**v));
-	strcpy((*v)[*n].qid, qid);
-	(*v)[(*n)++].token = token;
-}
-
 /* store_pg_qids_has - is qid in the array? */
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid)
 {
@@ -397,8 +388,12 @@ void store_pg_txn_msg_update(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_text(&s->r[3], m->rcpts[i].reply);
 	}
 	/* qid's lease, of token (0: put in this transaction), is given up at commit */
-	if (!queued || m->next_attempt > clock_us())
-		lease_add(&t->gone, &t->n_gone, &t->cap_gone, m->qid, token);
+	if (!queued || m->next_attempt > clock_us()) {
+		t->gone = store_pg_grow(t->gone, t->n_gone, &t->cap_gone, sizeof(*t->gone));
+		memset(&t->gone[t->n_gone], 0, sizeof(*t->gone));
+		strcpy(t->gone[t->n_gone].qid, m->qid);
+		t->gone[t->n_gone++].token = token;
+	}
 }
 
 /* store_pg_txn_msg_set_inflight - buffer the inflight mark, fenced: a row of the updates (above) */
@@ -571,30 +566,21 @@ static int commit_send(struct pg_txn *t, int *sent)
 	struct pg_params none;		/* prepared, without parameters (store_pg_stmt.c) */
 	size_t i;
 
-	*sent = 0;
 	store_pg_params_init(&none);
-	if (PQenterPipelineMode(t->c) != 1)
+	*sent = !t->begun + (int) t->n_segs + (t->n_replays > 0) + 1;	/* COMMIT the last */
+	if (PQenterPipelineMode(t->c) != 1
+	    || (!t->begun && store_pg_send(t->c, "BEGIN", &none) != 0))
 		return -1;
-	if (!t->begun) {
-		if (store_pg_send(t->c, "BEGIN", &none) != 0)
-			return -1;
-		(*sent)++;
-	}
 	t->begun = 1;
 	for (i = 0; i < t->n_segs; i++)
 		if (seg_send(t, &t->segs[i]) != 0)
 			return -1;
-	*sent += (int) t->n_segs;
-	if (t->n_replays > 0) {
-		if (replays_send(t) != 0)
-			return -1;
-		(*sent)++;
-	}
+	if (t->n_replays > 0 && replays_send(t) != 0)
+		return -1;
 	/* nothing written: the id read with the key locks would make COMMIT wait for the standby */
 	if (store_pg_send(t->c, t->n_segs || t->n_replays ? "COMMIT" : "ROLLBACK", &none) != 0
 	    || PQpipelineSync(t->c) != 1)
 		return -1;
-	(*sent)++;
 	return 0;
 }
 
