@@ -51,18 +51,10 @@ static int qids_of(const PGresult *r, char (**qids)[STORE_QID_SIZE], size_t *n)
 /* store_pg_story_get - a QID's story; the spool's live state while queued */
 int store_pg_story_get(struct store *base, const char *qid, struct store_story *s)
 {
-	PGresult *r;
-	int err, row = 0;
+	int err = store_pg_msg_fetch((struct pg_store *) base, qid, 0, s);
 
-	memset(s, 0, sizeof(*s));
-	if ((err = store_pg_msg_fetch((struct pg_store *) base, qid, 0, &r)) != 0)
-		return err;
-	if ((err = store_pg_msg_row(r, 0, s)) == 0
-	    && (err = store_pg_rcpts_fill(r, &row, PG_FETCH_RCPT(0), &s->m)) != 0)
-		store_story_free(s);
 	if (err == 0 && s->queued)
 		s->finished = s->expires = 0;
-	PQclear(r);
 	return err;
 }
 

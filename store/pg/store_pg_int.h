@@ -332,19 +332,7 @@ int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE]);
 int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN]);
 
 /* store_pg_queue.c: the spool's rows, leases */
-#define PG_MSG_COLS	"m.qid, m.accepted, m.sender, m.envid, m.ret, m.body, m.smtputf8, " \
-	"m.client, m.auth_user, m.data_len, m.has_key, m.keyhash, m.ttl, m.attempts, " \
-	"m.next_attempt, m.inflight, m.queued, m.updated, m.finished, m.expires, " \
-	"m.forgotten, m.dropped, m.duplicates, m.mismatches, m.held, " \
-	"CASE WHEN m.lease_until >= " PG_DB_NOW " THEN m.lease_owner END, " \
-	"coalesce(m.lease_since, m.accepted), m.route"
-#define PG_MSG_NCOLS	28
-#define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
-int store_pg_msg_row(const PGresult *r, int row, struct store_story *s);
-int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m);
-/* a message and its recipients, a row each; theirs from this column on (load: after the data) */
-#define PG_FETCH_RCPT(load)	(PG_MSG_NCOLS + ((load) ? 1 : 0))
-int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r);
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, struct store_story *s);
 int store_pg_lease_get(struct pg_store *st, const char *qid, int64_t *token);
 void store_pg_lease_set(struct pg_store *st, const char *qid, int64_t token);
 void store_pg_lease_del(struct pg_store *st, const char *qid, int64_t token);	/* token 0: any */

@@ -38,8 +38,18 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
-/* store_pg_msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no recipients */
-int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
+/* a message's columns (msg_row()), and a recipient's (rcpts_fill()) */
+#define PG_MSG_COLS	"m.qid, m.accepted, m.sender, m.envid, m.ret, m.body, m.smtputf8, " \
+	"m.client, m.auth_user, m.data_len, m.has_key, m.keyhash, m.ttl, m.attempts, " \
+	"m.next_attempt, m.inflight, m.queued, m.updated, m.finished, m.expires, " \
+	"m.forgotten, m.dropped, m.duplicates, m.mismatches, m.held, " \
+	"CASE WHEN m.lease_until >= " PG_DB_NOW " THEN m.lease_owner END, " \
+	"coalesce(m.lease_since, m.accepted), m.route"
+#define PG_MSG_NCOLS	28
+#define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
+
+/* msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no recipients */
+static int msg_row(const PGresult *r, int row, struct store_story *s)
 {
 	struct store_msg *m = &s->m;
 
@@ -85,11 +95,11 @@ int store_pg_msg_row(const PGresult *r, int row, struct store_story *s)
 }
 
 /*
- * store_pg_rcpts_fill - m's recipients from rows of PG_RCPT_COLS, from
+ * rcpts_fill - m's recipients from rows of PG_RCPT_COLS, from
  * column col on (ordered by qid, idx), starting at *row, which moves past
  * them; each index once, from 0 up, or STORE_EINVAL
  */
-int store_pg_rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m)
+static int rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m)
 {
 	char qid[STORE_QID_SIZE];
 	size_t n = 0, cap = 0;
@@ -127,7 +137,7 @@ bad:
 /*
  * A message and its recipients in one statement, a row per recipient:
  * the message's columns on each (the data on the first only), then the
- * recipient's, from PG_FETCH_RCPT(load) on. Two statements before, in
+ * recipient's. Two statements before, in
  * one round trip: the second was a fifth of a fresh message's statements.
  */
 #define SQL_FETCH_FROM " FROM messages m JOIN rcpts r ON r.qid = m.qid WHERE m.qid = $1"
@@ -138,36 +148,49 @@ static const char SQL_FETCH_STORY[] =
 	"SELECT " PG_MSG_COLS ", " PG_RCPT_COLS SQL_FETCH_FROM " ORDER BY r.idx";
 
 /*
- * store_pg_msg_fetch - a message's row and its recipients, for
- * store_pg_msg_load() (load: queued only, with its data) and
- * store_pg_story_get(), in one statement; 0 with the result the caller
- * clears (the recipients' columns from PG_FETCH_RCPT(load) on), or
- * STORE_ENOTFOUND / an error with none
+ * store_pg_msg_fetch - a message and its recipients into s, in one
+ * statement, for store_pg_msg_load() (load: queued only, with its data)
+ * and store_pg_story_get(); 0, or STORE_ENOTFOUND, STORE_EINVAL (a row
+ * that cannot be a message, logged) or an error with s empty
  */
-int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, PGresult **r)
+int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, struct store_story *s)
 {
 	struct pg_params p;
+	PGresult *r = NULL;
 	PGconn *c;
-	int err;
+	size_t len = 0;
+	int err, row = 0;
 
-	*r = NULL;
+	memset(s, 0, sizeof(*s));
 	if (!store_qid_ok(qid))
 		return STORE_EINVAL;
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
-	err = store_pg_exec(st, c, load ? SQL_FETCH_LOAD : SQL_FETCH_STORY, &p, r,
+	err = store_pg_exec(st, c, load ? SQL_FETCH_LOAD : SQL_FETCH_STORY, &p, &r,
 			    load ? "load" : "story");
 	store_pg_params_free(&p);
-	store_pg_give_sized(st, c, err == 0 && load && PQntuples(*r) > 0
-			    ? (size_t) PQgetlength(*r, 0, PG_MSG_NCOLS) : 0);
-	if (err == 0 && PQntuples(*r) == 0)
+	if (err == 0 && PQntuples(r) == 0)
 		err = STORE_ENOTFOUND;
-	if (err != 0) {
-		PQclear(*r);
-		*r = NULL;
+	if (err == 0 && load)		/* the data: on the first row, after the message's columns */
+		len = (size_t) PQgetlength(r, 0, PG_MSG_NCOLS);
+	store_pg_give_sized(st, c, len);
+	if (err == 0 && (err = msg_row(r, 0, s)) == 0 && load) {
+		if (PQgetisnull(r, 0, PG_MSG_NCOLS) || len != s->m.data_len) {
+			msg_warn("%s: store: message data missing or of the wrong size", qid);
+			err = STORE_EINVAL;
+		} else {
+			s->m.data = xmalloc(len + 1);
+			memcpy(s->m.data, PQgetvalue(r, 0, PG_MSG_NCOLS), len);
+			s->m.data[len] = 0;
+		}
 	}
+	if (err == 0)			/* the recipients' columns come after */
+		err = rcpts_fill(r, &row, PG_MSG_NCOLS + (load != 0), &s->m);
+	if (err != 0)
+		store_story_free(s);
+	PQclear(r);
 	return err;
 }
 
@@ -180,33 +203,14 @@ int store_pg_msg_load(struct store *base, const char *qid, struct store_msg *m)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct store_story s;
-	PGresult *r;
-	int err, row = 0;
-	size_t len;
+	int err;
 
 	if (store_pg_keep_take(st, qid, m) == 0)
 		return 0;	/* just put by this node, its lease still held */
-	memset(m, 0, sizeof(*m));
-	if ((err = store_pg_msg_fetch(st, qid, 1, &r)) != 0)
-		return err;
-	if ((err = store_pg_msg_row(r, 0, &s)) == 0) {
-		*m = s.m;
-		len = (size_t) PQgetlength(r, 0, PG_MSG_NCOLS);
-		if (PQgetisnull(r, 0, PG_MSG_NCOLS) || len != m->data_len) {
-			msg_warn("%s: store: message data missing or of the wrong size", qid);
-			err = STORE_EINVAL;
-		} else {
-			m->data = xmalloc(len + 1);
-			memcpy(m->data, PQgetvalue(r, 0, PG_MSG_NCOLS), len);
-			m->data[len] = 0;
-			err = store_pg_rcpts_fill(r, &row, PG_FETCH_RCPT(1), m);
-		}
-		if (err != 0)
-			store_msg_free(m);
-		else		/* 0 (the row's) unless leased to this node */
-			(void) store_pg_lease_get(st, qid, &m->lease);
-	}
-	PQclear(r);
+	err = store_pg_msg_fetch(st, qid, 1, &s);
+	*m = s.m;
+	if (err == 0)		/* 0 (the row's) unless leased to this node */
+		(void) store_pg_lease_get(st, qid, &m->lease);
 	return err;
 }
 
@@ -340,8 +344,8 @@ int store_pg_queue_walk(struct store *base, unsigned how,
 		return err;
 	for (i = 0; i < PQntuples(r) && err == 0; i = row) {
 		row = i;
-		if (store_pg_msg_row(r, i, &s) == 0
-		    && store_pg_rcpts_fill(r, &row, PG_MSG_NCOLS, &s.m) == 0)
+		if (msg_row(r, i, &s) == 0
+		    && rcpts_fill(r, &row, PG_MSG_NCOLS, &s.m) == 0)
 			err = cb(arg, &s.m);
 		else
 			msg_warn("%s: store: corrupt message row skipped", PQgetvalue(r, i, 0));
