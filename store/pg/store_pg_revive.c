@@ -52,17 +52,18 @@
 
 #define REVIVE_LOCK	"'2s'"		/* the longest wait for the message's row */
 
-/* what the locked row says */
-struct found {
-	int queued, inflight, dropped, data_gone;
-	int64_t mark_token, verdict_on, forgotten, data_len;
-};
-
-/* the message's row, locked */
+/*
+ * the message's row, locked, and whether its verdict may be undone for
+ * the caller's mark ($2) and data ($3): 0; 1 not yet (another node holds
+ * it queued on that mark: its verdict is to come); 2 no (queued, marked,
+ * dropped, its key forgotten, the verdict on another mark, other data).
+ * Then whether the verdict let its data go.
+ */
 static const char SQL_ROW[] =
-	"SELECT m.queued, m.inflight, coalesce(m.mark_token, 0), coalesce(m.verdict_on, 0), "
-	"m.dropped, m.forgotten, m.data IS NULL, m.data_len FROM messages m WHERE m.qid = $1 "
-	"FOR UPDATE";
+	"SELECT CASE WHEN m.queued AND m.inflight AND m.mark_token = $2 THEN 1 "
+	"WHEN m.queued OR m.inflight OR m.dropped OR m.forgotten <> 0 OR m.verdict_on "
+	"IS DISTINCT FROM $2 OR m.data_len <> $3 THEN 2 ELSE 0 END, m.data IS NULL "
+	"FROM messages m WHERE m.qid = $1 FOR UPDATE";
 
 /*
  * its recipients, read once the row is locked, in a statement of its
@@ -81,45 +82,29 @@ static const char SQL_RCPTS[] =
  * it (rs) the recipients that rcpts_back() found get the caller's state
  */
 #define SQL_QUEUE "WITH rs AS (UPDATE rcpts r SET state = v.state, reply = v.reply FROM " \
-	"unnest($2::int4[], $3::int4[], $4::text[]) AS v(idx, state, reply) WHERE r.qid = $1 " \
+	"unnest($4::int4[], $5::int4[], $6::text[]) AS v(idx, state, reply) WHERE r.qid = $1 " \
 	"AND r.idx = v.idx) UPDATE messages SET queued = true, verdict_on = NULL, " \
-	"next_attempt = $5, attempts = $6, updated = $5, finished = 0, expires = 0, lease_owner = NULL"
+	"next_attempt = $7, attempts = $8, updated = $7, finished = 0, expires = 0, lease_owner = NULL"
 static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
-static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $7 WHERE qid = $1";
+static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $9 WHERE qid = $1";
 
-/* row_read - the message's row, locked; STORE_ENOTFOUND if there is none */
-static int row_read(struct pg_store *st, PGconn *c, struct pg_params *q, struct found *f)
+/*
+ * row_verdict - lock the message's row (SQL_ROW, p its $1 to $3): may its
+ * verdict be undone? 0, STORE_ELEASE (not yet), STORE_ENOTFOUND; and in
+ * *data_gone whether the verdict let its data go
+ */
+static int row_verdict(struct pg_store *st, PGconn *c, struct pg_params *p, int *data_gone)
 {
 	PGresult *r;
+	int64_t v;
 	int err;
 
-	if ((err = store_pg_exec(st, c, SQL_ROW, q, &r, "revive")) != 0)
+	if ((err = store_pg_exec(st, c, SQL_ROW, p, &r, "revive")) != 0)
 		return err;
-	if (PQntuples(r) == 0) {
-		PQclear(r);
-		return STORE_ENOTFOUND;
-	}
-	f->queued = (int) store_pg_int(r, 0, 0);
-	f->inflight = (int) store_pg_int(r, 0, 1);
-	f->mark_token = store_pg_int(r, 0, 2);
-	f->verdict_on = store_pg_int(r, 0, 3);
-	f->dropped = (int) store_pg_int(r, 0, 4);
-	f->forgotten = store_pg_int(r, 0, 5);
-	f->data_gone = (int) store_pg_int(r, 0, 6);
-	f->data_len = store_pg_int(r, 0, 7);
+	v = PQntuples(r) == 1 ? store_pg_int(r, 0, 0) : 2;	/* no row: nothing to revive */
+	*data_gone = v == 0 && store_pg_int(r, 0, 1);
 	PQclear(r);
-	return 0;
-}
-
-/* row_verdict - may the row's verdict be undone for m? 0, STORE_ELEASE (not yet), STORE_ENOTFOUND */
-static int row_verdict(const struct found *f, const struct store_msg *m)
-{
-	if (f->queued && f->inflight && f->mark_token == m->lease)
-		return STORE_ELEASE;		/* another node holds it on this mark: to decide */
-	if (f->queued || f->inflight || f->dropped || f->forgotten != 0
-	    || f->verdict_on != m->lease || f->data_len != (int64_t) m->data_len)
-		return STORE_ENOTFOUND;
-	return 0;
+	return v == 0 ? 0 : v == 1 ? STORE_ELEASE : STORE_ENOTFOUND;
 }
 
 /*
@@ -159,26 +144,27 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	struct pg_arr idx, state, reply;
 	struct pg_params p;
 	PGresult *r = NULL;
-	struct found f = { 0 };
-	int err;
+	int err, data_gone = 0;
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, m->qid);
+	store_pg_p_i64(&p, m->lease);
+	store_pg_p_i64(&p, (int64_t) m->data_len);
 	store_pg_arr_init(&idx, PG_OID_INT4);
 	store_pg_arr_init(&state, PG_OID_INT4);
 	store_pg_arr_init(&reply, PG_OID_TEXT);
-	if ((err = row_read(st, c, &p, &f)) == 0 && (err = row_verdict(&f, m)) == 0
+	if ((err = row_verdict(st, c, &p, &data_gone)) == 0
 	    && (err = store_pg_exec(st, c, SQL_RCPTS, &p, &r, "revive")) == 0)
 		err = rcpts_back(r, m, &idx, &state, &reply);
 	PQclear(r);
-	store_pg_p_arr(&p, &idx);	/* $2, $3, $4 beside the QID */
+	store_pg_p_arr(&p, &idx);	/* $4, $5, $6 after the row's */
 	store_pg_p_arr(&p, &state);
 	store_pg_p_arr(&p, &reply);
 	store_pg_p_i64(&p, clock_us());
 	store_pg_p_i32(&p, m->attempts);
-	if (f.data_gone)
+	if (data_gone)
 		store_pg_p_bytes(&p, m->data ? m->data : "", m->data_len);
-	if (err == 0 && (err = store_pg_exec(st, c, f.data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP,
+	if (err == 0 && (err = store_pg_exec(st, c, data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP,
 					     &p, &r, "revive")) == 0)
 		PQclear(r);
 	store_pg_params_free(&p);

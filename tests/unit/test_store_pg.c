@@ -4345,7 +4345,7 @@ static void test_revive_racing_verdict(void **state)
 	g = gate_shut(f);
 	held_start(&vd, held_update, b, &m, "SELECT count(*) FROM pg_stat_activity WHERE "
 		   "datname = current_database() AND wait_event = 'advisory'");
-	held_start(&rv, held_revive, f->st, &a, ROW_WAIT("SELECT m.queued, m.inflight"));
+	held_start(&rv, held_revive, f->st, &a, ROW_WAIT("SELECT CASE WHEN m.queued AND m.inflight"));
 	gate_open(g);
 	pthread_join(vd.th, NULL);
 	pthread_join(rv.th, NULL);
