@@ -92,9 +92,27 @@ static const char *const conn_vals[] = {
  * custom plan of a one-key array costs less on paper); every statement
  * here finds its rows by an index whatever its parameters, but the
  * expiry, which says so itself (store_pg_hist.c).
+ *
+ * A backend idle in one of our transactions for a statement's limit
+ * (the %lld, in milliseconds) is ended by the server: its node is cut
+ * off or dead without its connection closed (a network gone, a host
+ * down), and it held the locks it had taken (a batch's keys, after its
+ * first round trip; a settling's or a revival's rows, between their
+ * statements) until TCP keepalive ended it, hours later at the
+ * system's defaults. PostgreSQL counts a backend idle only once it has
+ * answered a sync, never between the statements of one pipeline; a node
+ * leaves its transaction idle only between two of its round trips, for
+ * its own work (a batch's writes made ready between its keys and its
+ * COMMIT): far less than the limit, past which it gives up waiting for
+ * a statement's result itself. Ended, the transaction aborts (25P03):
+ * nothing of it committed. In the same statement as the others, once a
+ * connection: no round trip more. Through PgBouncer too, in the session
+ * pooling the node needs (store_pg_session.c): the server session is
+ * the connection's while it lasts, and DISCARD ALL resets the setting.
  */
 #define OUR_SETTINGS "SELECT set_config(o.name, o.value, false) FROM (VALUES " \
-	"('client_connection_check_interval', '1000'), ('plan_cache_mode', 'force_generic_plan')) " \
+	"('client_connection_check_interval', '1000'), ('plan_cache_mode', 'force_generic_plan'), " \
+	"('idle_in_transaction_session_timeout', '%lld')) " \
 	"o(name, value) WHERE NOT EXISTS (SELECT 1 FROM pg_settings s " \
 	"WHERE s.name = o.name AND s.source = 'client')"
 
@@ -160,14 +178,17 @@ static int backend_note(struct pg_store *st, PGconn *c)
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
+	char settings[sizeof(OUR_SETTINGS) + 20];
 	PGconn *c;
 
 	memcpy(vals, conn_vals, sizeof(vals));
 	vals[CONN_URL] = st->url;
+	snprintf(settings, sizeof(settings), OUR_SETTINGS,
+		 (long long) (store_pg_result_limit() / 1000));
 	c = PQconnectdbParams(conn_keys, vals, 1);
 	if (c != NULL && PQstatus(c) == CONNECTION_OK) {
 		PQsetNoticeProcessor(c, quiet, NULL);
-		if (store_pg_simple(st, c, OUR_SETTINGS, "session settings") == 0) {
+		if (store_pg_simple(st, c, settings, "session settings") == 0) {
 			if (store_pg_stmt_attach(c) != 0)
 				msg_warn("store: cannot keep prepared statements: every statement unprepared");
 			if (backend_note(st, c) == 0)
@@ -482,6 +503,7 @@ static const struct {
 	{ "08", STORE_EAGAIN, 0 },		/* connection exceptions */
 	{ "57", STORE_EAGAIN, ERR_RESET },	/* shutting down, cannot connect now, cancelled */
 	{ "25006", STORE_EAGAIN, ERR_RESET },	/* read-only transaction: a standby, after a failover */
+	{ "25P03", STORE_EAGAIN, ERR_LOG },	/* idle in a transaction too long: ended, uncommitted */
 	{ "55P03", STORE_EAGAIN, ERR_LOG },	/* lock not available */
 	{ "23", STORE_EINVAL, 0 },		/* integrity: the same QID twice */
 	{ "22", STORE_EINVAL, 0 },		/* data exception: bad text */

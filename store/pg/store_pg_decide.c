@@ -43,8 +43,8 @@
  *	COMMIT that failed later left the inflight mark of the bounced
  *	message's dot, read by the next take as an ambiguous delivery:
  *	delivered-unconfirmed, no notice. A backend still idle in the
- *	transaction after PG_LOOK_US (its connection cut before COMMIT
- *	arrived) is ended, which aborts it: decided, and read as above. Only
+ *	transaction after PG_LOOK_US (its COMMIT never came; but see Not
+ *	covered below) is ended, which aborts it: decided, and read as above. Only
  *	the transaction of the id read for the batch is ended (a pooler may
  *	have given that backend to another client), and never one that runs
  *	a statement: ended in its COMMIT past the point where it can abort,
@@ -77,7 +77,19 @@
  *	with a second notice; the next take reads what PostgreSQL decided.
  *	One of those that did not go through after all (unreachable past the
  *	limit and lost on the way; a failover to a standby without it)
- *	leaves the inflight mark, read as after a crash.
+ *	leaves the inflight mark, read as after a crash. A backend left idle
+ *	in the transaction, not ended here (the cap came before PG_LOOK_US,
+ *	at a store.lease under about 22 s; the node cut off), is ended by
+ *	PostgreSQL once idle for a statement's limit
+ *	(idle_in_transaction_session_timeout, store_pg.c).
+ *
+ *	Not covered: a delivery's transaction sends BEGIN and COMMIT in one
+ *	pipeline, with no sync between, so its backend is never idle in it
+ *	as PostgreSQL counts it: one whose connection was cut after part of
+ *	the pipeline came, its COMMIT not, waits for the rest ('active',
+ *	ClientRead, its transaction's id still shown), ended neither by
+ *	end_stuck() nor by that timeout; it holds the rows until TCP
+ *	keepalive ends it, and the wait here is left at its cap.
  * DIAGNOSTICS
  *	store_pg_delivery_decided() returns 0 (committed), STORE_EAGAIN (not
  *	committed) or STORE_ELEASE (left to PostgreSQL); store_pg_replays_read_back()

@@ -40,7 +40,8 @@
  * notice, put with its outcome, whose COMMIT waits past the hold, or
  * whose answer is lost with PostgreSQL away: not voided, and the deferral
  * its delivery writes next refused; its wait ended by the delivery's
- * stop.
+ * stop; a backend left idle in a node's transaction (the node cut off)
+ * ended by the server.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -4694,6 +4695,83 @@ static void test_notice_commit_stopped(void **state)
 	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
 }
 
+/* key_put - a batch of st under KH: a message put with its claim (hash), the key read new */
+static int key_put(struct store *st, const char *qid, int hash, struct store_txn **t)
+{
+	struct store_claim c;
+	struct store_msg m;
+	uint8_t h[STORE_HASH_LEN];
+	int rc;
+
+	hash_of(h, hash);
+	msg_new(&m, qid, 1, 100);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, t), 0);
+	rc = store_txn_claim_get(*t, KH, h, NOW, &c);
+	store_txn_msg_put(*t, &m);
+	claim_of(&c, qid, 1, NOW + SEC);
+	store_txn_claim_put(*t, KH, h, &c);
+	store_msg_free(&m);
+	return rc;
+}
+
+/*
+ * A node cut off without its connections closed (its network gone, its
+ * host down) while its backend is idle in a transaction: a batch's, its
+ * key locked and read, its writes and COMMIT not sent yet; or one that
+ * holds a row between two statements (a settling's void, a revival).
+ * The backend kept its locks until TCP keepalive ended it (hours, at the
+ * system's defaults): another node's batch of the key waited for its
+ * statement's limit and got 451, again and again, and the row could not
+ * be had. Now the server ends a backend idle in a node's transaction for
+ * its statement's limit (1 s for the cut node here): the other node's
+ * batch gets the key and commits, the row is free, and the cut node's
+ * batch, its writes sent after all, is not committed.
+ */
+static void test_idle_transaction_ended(void **state)
+{
+	struct fx *f = *state;
+	struct store *cut;
+	struct pg_store *cst;
+	struct store_txn *t, *u;
+	PGconn *held, *o = PQconnectdb(f->url);
+	PGresult *r;
+	int key, other, free_row, late;
+
+	result_us = SEC;		/* the cut node's limit, and its backends' idle limit */
+	cut = node_open(f, "cut");
+	result_us = PG_RESULT_US;
+	cst = (struct pg_store *) cut;
+	spool_one(f->st, "IDLEROW00001", 41);
+	CHECK_INT("the cut node's key is new", key_put(cut, "IDLEKEY00001", 42, &t),
+		  STORE_ENOTFOUND);
+	CHECK_INT("a connection", store_pg_take(cst, &held), 0);
+	CHECK_INT("the cut node holds a row", store_pg_simple(cst, held, "BEGIN; SELECT 1 FROM "
+							      "messages WHERE qid = 'IDLEROW00001' "
+							      "FOR UPDATE", "row held"), 0);
+
+	/* read first, checked once the cut node is gone: its locks would hold the teardown */
+	key = key_put(f->st, "IDLEKEY00002", 43, &u);
+	other = store_txn_commit(u);
+	r = PQexec(o, "SET lock_timeout = '5s'; SELECT 1 FROM messages WHERE qid = 'IDLEROW00001' "
+		   "FOR UPDATE");
+	free_row = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+	PQclear(r);
+	PQfinish(o);
+	late = store_txn_commit(t);
+	(void) store_pg_simple(cst, held, "ROLLBACK", "row held");
+	store_pg_give(cst, held);
+	store_close(cut);
+
+	CHECK_INT("the other node gets the key: new", key, STORE_ENOTFOUND);
+	CHECK_INT("and commits", other, 0);
+	CHECK_INT("the row free", free_row, 1);
+	CHECK_INT("the cut node's batch, sent late: not committed", late, STORE_EAGAIN);
+	CHECK_INT("its message not there", qid_rows(f, "messages", "IDLEKEY00001"), 0);
+	CHECK_INT("the other's there", qid_rows(f, "messages", "IDLEKEY00002"), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4776,6 +4854,7 @@ int main(void)
 		T(test_notice_commit_aborted_capped),
 		T(test_void_beats_older_take),
 		T(test_notice_commit_stopped),
+		T(test_idle_transaction_ended),
 	};
 
 	if (fx_pg() == NULL) {
