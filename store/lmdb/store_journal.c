@@ -25,7 +25,9 @@
  *	sparse between the two. At the next open, a record whose LMDB
  *	transaction id follows the store's last one is the lost transaction:
  *	its puts and deletes are applied again on the snapshot they were
- *	made on, which gives the same result, and the open syncs it.
+ *	made on, which gives the same result, and the open syncs it. No
+ *	commit may come before that at the open, or it takes the record's
+ *	id: the open's own changes to the store follow it (store_lmdb.c).
  *
  *	Only the newest record is ever needed: the next commit's flush also
  *	writes the previous meta page. Records follow each other from the

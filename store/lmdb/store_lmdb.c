@@ -11,7 +11,8 @@
  *	queue, meta, and for the stories hist, hexpiry, hnew and keys
  *	(store_hist.c). A store made
  *	before claims went with their stories also has a claims expiry
- *	index; store_lmdb_open() drops it. store_lmdb_open_readonly() opens an
+ *	index; store_lmdb_open() drops it, after the journal's replay, as it
+ *	makes every other change of format. store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
  *	idemrelayctl. A writable open first has the kernel drop the pages
  *	of data.mdb it has cached (lmdb_cache_drop()): another program's
@@ -225,16 +226,16 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
  * lmdb_env_open - open the environment at st->path with flags (and LMDB's
  * map in st->total, if set), then its databases in one transaction: the
  * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
- * Writable, every database is created if missing. Read-only, the staging
- * ones (cnew, hnew) may be missing from a store no daemon has opened
- * since they came: then nothing is staged. On failure *step names the
- * LMDB call that failed; st->env, if set, is the caller's to close.
+ * Writable, a new store's databases are created. The staging ones (cnew,
+ * hnew) may be missing from a store no daemon has opened since they
+ * came: then nothing is staged, until lmdb_upgrade(). A store that has
+ * its databases is not written to. On failure *step names the LMDB call
+ * that failed; st->env, if set, is the caller's to close.
  */
 static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char **step)
 {
 	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
 	MDB_txn *txn;
-	MDB_dbi old;
 	int rc, dead;
 
 	*step = "mdb_env_create";
@@ -272,27 +273,53 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	    || (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) != 0
 	    || (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) != 0)
 		goto fail;
-	if ((rc = mdb_dbi_open(txn, "hnew", create, &st->hist.small)) == 0)
-		st->hist.has_small = 1;
-	else if (!rdonly)
-		goto fail;
-	if ((rc = mdb_dbi_open(txn, "cnew", create, &st->claims.small)) == 0)
-		st->claims.has_small = 1;
-	else if (!rdonly)
-		goto fail;
+	st->hist.has_small = mdb_dbi_open(txn, "hnew", 0, &st->hist.small) == 0;
+	st->claims.has_small = mdb_dbi_open(txn, "cnew", 0, &st->claims.small) == 0;
 	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
-	if ((rc = lmdb_format(st, txn, rdonly)) != 0)
-		goto fail;
-	*step = "claims moved under their key";
-	if (!rdonly && (rc = lmdb_claims_format(st, txn)) != 0)
-		goto fail;
-	/* a store from before claims went with their stories: its expiry index goes */
-	if (!rdonly && mdb_dbi_open(txn, "expiry", 0, &old) == 0
-	    && (rc = mdb_drop(txn, old, 1)) != 0)
+	if ((rc = lmdb_format(st, txn, 1)) != 0)
 		goto fail;
 	/* handles opened in a transaction outlive it only if it commits */
 	*step = "mdb_txn_commit";
-	if ((rc = mdb_txn_commit(txn)) != 0 || rdonly)
+	return mdb_txn_commit(txn);
+
+fail:
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+/*
+ * lmdb_upgrade - opened for writing, once the journal has replayed what it
+ * must: the staging databases made if missing, our format recorded, old
+ * claims moved under their key, an old expiry index dropped, in one
+ * transaction, synced. Committed before the replay, it would take the
+ * transaction id the journal's record is found by, and the commit that
+ * record stands for would be lost. An LMDB code, *step saying which step
+ */
+static int lmdb_upgrade(struct lmdb_store *st, const char **step)
+{
+	MDB_txn *txn;
+	MDB_dbi old;
+	int rc;
+
+	*step = "mdb_txn_begin";
+	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
+		return rc;
+	*step = "mdb_dbi_open";
+	if ((rc = mdb_dbi_open(txn, "hnew", MDB_CREATE, &st->hist.small)) != 0
+	    || (rc = mdb_dbi_open(txn, "cnew", MDB_CREATE, &st->claims.small)) != 0)
+		goto fail;
+	st->hist.has_small = st->claims.has_small = 1;
+	*step = "format recorded";
+	if ((rc = lmdb_format(st, txn, 0)) != 0)
+		goto fail;
+	*step = "claims moved under their key";
+	if ((rc = lmdb_claims_format(st, txn)) != 0)
+		goto fail;
+	/* a store from before claims went with their stories: its expiry index goes */
+	if (mdb_dbi_open(txn, "expiry", 0, &old) == 0 && (rc = mdb_drop(txn, old, 1)) != 0)
+		goto fail;
+	*step = "mdb_txn_commit";
+	if ((rc = mdb_txn_commit(txn)) != 0)
 		return rc;
 	*step = "mdb_env_sync";
 	return mdb_env_sync(st->env, 1);
@@ -394,7 +421,8 @@ void lmdb_env_shut(struct lmdb_store *st)
  * st->total (store.map_size), or at the total the map was grown to at
  * run time (store_map.c) when that is larger (what it holds may lie past
  * map_size, and its journal's region lies past the grown map), with its
- * journal, which replays what it must. An LMDB code or errno, *step
+ * journal, which replays what it must, and only then brought up to date
+ * (lmdb_upgrade()). An LMDB code or errno, *step
  * saying which step failed; the environment is then closed.
  */
 int lmdb_env_again(struct lmdb_store *st, const char **step)
@@ -413,7 +441,7 @@ int lmdb_env_again(struct lmdb_store *st, const char **step)
 			goto fail;
 	}
 	*step = "journal";
-	if ((rc = journal_open(st)) == 0)
+	if ((rc = journal_open(st)) == 0 && (rc = lmdb_upgrade(st, step)) == 0)
 		return 0;
 fail:
 	lmdb_env_shut(st);

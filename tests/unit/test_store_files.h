@@ -3,7 +3,7 @@
  * commit or compact a store handle them: a file's path in the store,
  * a whole copy, a range copied over (each flushed, as a disk would have
  * it); and its environment opened directly, the store closed, to write
- * records behind its back
+ * records behind its back or read them
  */
 #ifndef TESTS_UNIT_TEST_STORE_FILES_H
 #define TESTS_UNIT_TEST_STORE_FILES_H
@@ -136,6 +136,25 @@ static inline size_t raw_count(const char *path, const char *db)
 	mdb_txn_abort(txn);
 	mdb_env_close(env);
 	return sb.ms_entries;
+}
+
+/* raw_meta - the meta record named name as a string ("" if none); the store must be closed */
+static inline void raw_meta(const char *path, const char *name, char *out, size_t outlen)
+{
+	MDB_env *env = raw_env(path);
+	MDB_val key = { strlen(name), (void *) name }, val;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+
+	out[0] = 0;
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	if (mdb_get(txn, dbi, &key, &val) == 0 && val.mv_size < outlen) {
+		memcpy(out, val.mv_data, val.mv_size);
+		out[val.mv_size] = 0;
+	}
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
 }
 
 #endif

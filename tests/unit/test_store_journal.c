@@ -124,6 +124,48 @@ static void test_replay(void **state)
 	CHECK_INT("B still queued", queued(f->st, "JRNB00000001"), 1);
 }
 
+/*
+ * A store of an older format whose last commit lost its meta page: this
+ * build's first open records its format, a commit of its own, but only
+ * after the journal gave the lost commit back, since the record is found
+ * by the transaction id that commit would take. The commit that brought
+ * the store to this format stands for an older build's commit before B.
+ */
+static void test_replay_old_store(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg b;
+	struct store_txn *t;
+	MDB_env *env;
+	char got[16];
+
+	env = raw_open(f);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
+	mdb_env_close(env);
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.before"));
+	fx_reopen(f, TEST_MAP);
+	msg_new(&b, "JRNB00000001", 1, 100);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	accept(t, &b, 2);
+	assert_int_equal(store_txn_commit(t), 0);
+	raw_shut(f);
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.after"));
+	copy_file(in_store(f, "data.mdb.before"), in_store(f, "data.mdb"));
+	copy_range(in_store(f, "data.mdb.after"), in_store(f, "data.mdb"), REGION,
+		   STORE_JOURNAL_SIZE);
+	env = raw_env(f->path);		/* the older format again, one commit later */
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
+	mdb_env_close(env);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B queued", queued(f->st, "JRNB00000001"), 1);
+	CHECK_INT("B claim", tag_live(f->st, 2), 1);
+	raw_shut(f);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("then its format recorded", got, LMDB_TEXT(LMDB_FORMAT));
+	fx_reopen(f, TEST_MAP);
+	store_msg_free(&b);
+}
+
 /* a record torn by the crash was never acknowledged: the store opens without it */
 static void test_torn_record(void **state)
 {
@@ -251,6 +293,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_replay, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_old_store, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_torn_record, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_other_store, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),

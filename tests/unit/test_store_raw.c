@@ -128,25 +128,6 @@ static void test_old_claims(void **state)
 	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
 }
 
-/* raw_meta - the meta record named name as a string ("" if none); the store must be closed */
-static void raw_meta(const char *path, const char *name, char *out, size_t outlen)
-{
-	MDB_env *env = raw_env(path);
-	MDB_val key = { strlen(name), (void *) name }, val;
-	MDB_txn *txn;
-	MDB_dbi dbi;
-
-	out[0] = 0;
-	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
-	if (mdb_get(txn, dbi, &key, &val) == 0 && val.mv_size < outlen) {
-		memcpy(out, val.mv_data, val.mv_size);
-		out[val.mv_size] = 0;
-	}
-	mdb_txn_abort(txn);
-	mdb_env_close(env);
-}
-
 /*
  * test_format - a store records the format it was written in; one of a
  * greater format (a newer idemrelay's, whose claims this build might not
