@@ -316,6 +316,10 @@ static void test_auth(void **state)
 				"AGFsaWNlAHNlY3JldA== \r\nNOOP\r\n")},
 		 .want = GREET UNDECODABLE UNDECODABLE USERNAME UNDECODABLE USERNAME UNDECODABLE
 		 "334 \r\n" UNDECODABLE OK},
+		{.name = "padding out of place, a tab inside", .listener = L_IMPLICIT,
+		 .steps = {FEED("AUTH PLAIN ====\r\nAUTH PLAIN A===\r\nAUTH PLAIN AB==CD==\r\n"
+				"AUTH LOGIN\r\nYWxp\tY2U=\r\nNOOP\r\n")},
+		 .want = GREET UNDECODABLE UNDECODABLE UNDECODABLE USERNAME UNDECODABLE OK},
 		{.name = "wrong password, then right", .listener = L_IMPLICIT,
 		 .steps = {FEED("AUTH PLAIN " PLAIN_WRONG "\r\nAUTH LOGIN YWxpY2U=\r\nd3Jvbmc=\r\n"
 				"AUTH PLAIN " PLAIN_ALICE "\r\n")},

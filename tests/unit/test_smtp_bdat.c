@@ -28,11 +28,12 @@
 static int run_scripts_cut(const struct script *cases, size_t n)
 {
 	char how[64];
-	size_t i, cut;
+	size_t i, cut, len;
 	int fails = run_scripts(cases, n);
 
 	for (i = 0; i < n; i++) {
-		for (cut = 1; cut < cases[i].len; cut++) {
+		len = cases[i].len ? cases[i].len : strlen(cases[i].in);
+		for (cut = 1; cut < len; cut++) {
 			snprintf(how, sizeof(how), "cut at %zu", cut);
 			if (run_script(cases + i, cut, 0, how)) {
 				fails++;
