@@ -284,8 +284,8 @@ void store_pg_cut(PGconn *c, const char *what, int64_t limit)
  * that drops packets) costs the caller a bounded wait and the
  * connection, never a hang. A connection whose backend waits for
  * replication is kept instead (closing it would not end the wait,
- * store_pg_wait.c), and gives no result. 0, or -1 with the connection
- * cut or kept.
+ * store_pg_wait.c), and gives no result: 1. Else 0, the connection cut
+ * or failed if it has to be (PQgetResult says so).
  */
 static int ready(PGconn *c)
 {
@@ -294,26 +294,23 @@ static int ready(PGconn *c)
 	struct pollfd p;
 
 	if (n != NULL && (n->flags & PG_CONN_KEPT))
-		return -1;
+		return 1;
 	while (PQisBusy(c)) {
-		if ((left = deadline - clock_mono_us()) <= 0) {
-			if (n != NULL && n->owner != NULL && store_pg_repl_check(n->owner, c)) {
-				store_pg_repl_note(n->owner, c, 1);
-				n->flags |= PG_CONN_KEPT;
-				return -1;
-			}
-			store_pg_cut(c, "from PostgreSQL", store_pg_result_limit());
-			return -1;
+		if ((left = deadline - clock_mono_us()) <= 0 && n != NULL && n->owner != NULL
+		    && store_pg_repl_check(n->owner, c)) {
+			store_pg_repl_note(n->owner, c, 1);
+			n->flags |= PG_CONN_KEPT;
+			return 1;
 		}
 		p.fd = PQsocket(c);
 		p.events = POLLIN;
 		p.revents = 0;
-		if (poll(&p, 1, (int) ((left + 999) / 1000)) < 0 && errno != EINTR) {
+		if (left <= 0 || (poll(&p, 1, (int) ((left + 999) / 1000)) < 0 && errno != EINTR)) {
 			store_pg_cut(c, "from PostgreSQL", store_pg_result_limit());
-			return -1;
+			return 0;
 		}
 		if (PQconsumeInput(c) != 1)
-			return -1;	/* the connection failed: PQgetResult says so */
+			return 0;	/* the connection failed: PQgetResult says so */
 	}
 	return 0;
 }
@@ -324,11 +321,7 @@ static int ready(PGconn *c)
  */
 static PGresult *next(PGconn *c)
 {
-	struct pg_conn *n = store_pg_conn(c);
-
-	if (ready(c) != 0 && n != NULL && (n->flags & PG_CONN_KEPT))
-		return NULL;	/* PQgetResult would block */
-	return PQgetResult(c);
+	return ready(c) ? NULL : PQgetResult(c);	/* kept: PQgetResult would block */
 }
 
 /* last - the last result of what was sent; NULL if nothing came */
