@@ -321,8 +321,7 @@ int store_pg_stmt_find(PGconn *c, const char *sql, const struct pg_params *p,
 void store_pg_stmt_prepared(PGconn *c, int i, int ok);
 #define PG_OWED_STMT	(-1)	/* an entry of the pipeline owed: a statement's results */
 void store_pg_stmt_sent(PGconn *c, int i);	/* i: a prepare's, or PG_OWED_STMT */
-int store_pg_stmt_owed(PGconn *c);
-void store_pg_stmt_paid(PGconn *c);
+int store_pg_stmt_owed(PGconn *c, int pay);	/* pay: the entry is read */
 void store_pg_stmt_settled(PGconn *c);
 
 int64_t store_pg_int(const PGresult *r, int row, int col);	/* int2/4/8 or bool; NULL: 0 */

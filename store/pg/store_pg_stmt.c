@@ -177,24 +177,16 @@ void store_pg_stmt_sent(PGconn *c, int i)
 
 /*
  * store_pg_stmt_owed - what c's pipeline owes next: a prepare (its
- * statement's index, >= 0), a statement (-1), or nothing (-2)
+ * statement's index, >= 0), a statement (-1), or nothing (-2); with pay,
+ * that entry is being read, and the one after it is owed from now on
  */
-int store_pg_stmt_owed(PGconn *c)
+int store_pg_stmt_owed(PGconn *c, int pay)
 {
 	struct stmts *d = stmts_of(c);
 
 	if (d == NULL || d->head >= d->n_owed)
 		return -2;
-	return d->owed[d->head];
-}
-
-/* store_pg_stmt_paid - the entry owed next was read */
-void store_pg_stmt_paid(PGconn *c)
-{
-	struct stmts *d = stmts_of(c);
-
-	if (d != NULL && d->head < d->n_owed)
-		d->head++;
+	return d->owed[pay ? d->head++ : d->head];
 }
 
 /*

@@ -437,12 +437,11 @@ int store_pg_send(PGconn *c, const char *sql, struct pg_params *p)
  */
 static PGresult *entry(PGconn *c)
 {
-	int owed = store_pg_stmt_owed(c);
+	int owed = store_pg_stmt_owed(c, 1);
 	PGresult *r = next(c), *extra;
 
 	while (r && (extra = next(c)) != NULL)	/* one result per statement here */
 		PQclear(extra);
-	store_pg_stmt_paid(c);
 	if (owed >= 0)
 		store_pg_stmt_prepared(c, owed, r != NULL && PQresultStatus(r) == PGRES_COMMAND_OK);
 	return r;
@@ -459,7 +458,7 @@ int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const cha
 
 	*out = NULL;
 	/* a prepare's result comes before its statement's: its error is the statement's */
-	while (store_pg_stmt_owed(c) >= 0 && PQstatus(c) == CONNECTION_OK) {
+	while (store_pg_stmt_owed(c, 0) >= 0 && PQstatus(c) == CONNECTION_OK) {
 		r = entry(c);
 		if (failed == NULL && r != NULL && PQresultStatus(r) == PGRES_FATAL_ERROR)
 			failed = r;
@@ -485,7 +484,7 @@ int store_pg_pipe_end(PGconn *c)
 	PGresult *r;
 	int nulls = 0, sync = 0;
 
-	while (store_pg_stmt_owed(c) != -2 && PQstatus(c) == CONNECTION_OK)
+	while (store_pg_stmt_owed(c, 0) != -2 && PQstatus(c) == CONNECTION_OK)
 		PQclear(entry(c));	/* what the caller did not read, prepares included */
 	store_pg_stmt_settled(c);
 	while (!sync && nulls < 64) {
