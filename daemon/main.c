@@ -30,6 +30,7 @@
 #include "../conf/conf.h"
 #include "../store/store.h"
 #include "../util/buf.h"
+#include "../util/dir.h"
 #include "../util/log.h"
 #include "check.h"
 #include "control.h"
@@ -43,14 +44,14 @@
 /* mkdir_parents - create the directories above the setting's path, as mkdir -p would */
 static void mkdir_parents(const struct conf *cf, const char *setting, const char *path)
 {
-	char *p = xstrdup(path), *s, where[512];
+	char *p = xstrdup(path), *s = strrchr(p, '/'), where[512];
+	int err;
 
-	for (s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+	if (s != NULL && s != p) {
 		*s = 0;
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			msg_fatal("%s: mkdir %s: %m: choose another path",
-				  conf_where(cf, setting, where, sizeof(where)), p);
-		*s = '/';
+		if ((err = dir_make(p, 0755)) < 0)
+			msg_fatal("%s: mkdir -p %s: %s: choose another path",
+				  conf_where(cf, setting, where, sizeof(where)), p, strerror(-err));
 	}
 	free(p);
 }

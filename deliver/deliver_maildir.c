@@ -29,37 +29,16 @@
 
 #define MAILDIR_CHUNK	65536
 
-/* mkdir_p - create a directory and its parents; EEXIST is fine */
-static int mkdir_p(const char *path)
-{
-	char tmp[4096];
-	size_t len = strlen(path), i;
-
-	if (len == 0 || len >= sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	memcpy(tmp, path, len + 1);
-	for (i = 1; i <= len; i++) {
-		if (tmp[i] != '/' && tmp[i] != 0)
-			continue;
-		tmp[i] = 0;
-		if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
-			return -1;
-		tmp[i] = i < len ? '/' : 0;
-	}
-	return 0;
-}
-
 /* maildir_dirs - DIR, DIR/tmp, DIR/new, DIR/cur */
 static int maildir_dirs(const char *dir, char *why, size_t whylen)
 {
 	static const char *const sub[] = { "tmp", "new", "cur" };
 	char path[4096];
 	size_t i;
+	int err;
 
-	if (mkdir_p(dir) < 0) {
-		snprintf(why, whylen, "cannot create maildir %.300s: %s", dir, strerror(errno));
+	if ((err = dir_make(dir, 0700)) < 0) {
+		snprintf(why, whylen, "cannot create maildir %.300s: %s", dir, strerror(-err));
 		return -1;
 	}
 	for (i = 0; i < 3; i++) {
