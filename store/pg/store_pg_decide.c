@@ -42,9 +42,15 @@
  *	run out first). Left to PostgreSQL, the leases given up (84cce52), a
  *	COMMIT that failed later left the inflight mark of the bounced
  *	message's dot, read by the next take as an ambiguous delivery:
- *	delivered-unconfirmed, no notice. A backend still idle in the
- *	transaction after PG_LOOK_US (its COMMIT never came; but see Not
- *	covered below) is ended, which aborts it: decided, and read as above. Only
+ *	delivered-unconfirmed, no notice. A backend still waiting for the
+ *	node in the transaction after PG_LOOK_US (its COMMIT never came: its
+ *	connection cut before that, or the pipeline's rest lost on the way)
+ *	is ended, which aborts it: decided, and read as above. The
+ *	transaction's BEGIN and COMMIT go in one pipeline with no sync
+ *	between, so such a backend is never idle in it as PostgreSQL counts
+ *	it: having got part of the pipeline it waits for the rest ('active',
+ *	wait event ClientRead, as an idle one does), and only a look for an
+ *	idle one left it holding the rows until TCP keepalive ended it. Only
  *	the transaction of the id read for the batch is ended (a pooler may
  *	have given that backend to another client), and never one that runs
  *	a statement: ended in its COMMIT past the point where it can abort,
@@ -77,19 +83,12 @@
  *	with a second notice; the next take reads what PostgreSQL decided.
  *	One of those that did not go through after all (unreachable past the
  *	limit and lost on the way; a failover to a standby without it)
- *	leaves the inflight mark, read as after a crash. A backend left idle
- *	in the transaction, not ended here (the cap came before PG_LOOK_US,
- *	at a store.lease under about 22 s; the node cut off), is ended by
- *	PostgreSQL once idle for a statement's limit
- *	(idle_in_transaction_session_timeout, store_pg.c).
- *
- *	Not covered: a delivery's transaction sends BEGIN and COMMIT in one
- *	pipeline, with no sync between, so its backend is never idle in it
- *	as PostgreSQL counts it: one whose connection was cut after part of
- *	the pipeline came, its COMMIT not, waits for the rest ('active',
- *	ClientRead, its transaction's id still shown), ended neither by
- *	end_stuck() nor by that timeout; it holds the rows until TCP
- *	keepalive ends it, and the wait here is left at its cap.
+ *	leaves the inflight mark, read as after a crash. A backend waiting
+ *	for the rest of the pipeline that is not ended here (the cap came
+ *	before PG_LOOK_US, at a store.lease under about 22 s; the node cut
+ *	off) holds the rows until TCP keepalive ends it: PostgreSQL's
+ *	idle_in_transaction_session_timeout (store_pg.c) does not count it
+ *	idle.
  * DIAGNOSTICS
  *	store_pg_delivery_decided() returns 0 (committed), STORE_EAGAIN (not
  *	committed) or STORE_ELEASE (left to PostgreSQL); store_pg_replays_read_back()
@@ -116,15 +115,15 @@ static const char SQL_ENDED[] =
 
 /*
  * A delivery's backend: does it wait for the standby, or behind one that
- * does (a lock its transaction waits for)? If it is idle in the
- * delivery's transaction ($3: the id's low bits), its COMMIT never came,
- * it is ended; never one that runs a statement, its COMMIT perhaps,
- * which, ended, could skip the standby (see the header).
+ * does (a lock its transaction waits for)? If it waits for the node in
+ * the delivery's transaction ($3: the id's low bits), idle in it or for
+ * the rest of its pipeline (ClientRead, either way), its COMMIT never
+ * came, it is ended; never one that runs a statement, its COMMIT
+ * perhaps, which, ended, could skip the standby (see the header).
  */
 static const char SQL_END_STUCK[] =
-	"SELECT w.waits, w.behind, CASE WHEN a.state IN ('idle in transaction', "
-	"'idle in transaction (aborted)') AND a.backend_xid::text::int8 = $3 "
-	"THEN pg_terminate_backend(a.pid) END, a.pid "
+	"SELECT w.waits, w.behind, CASE WHEN a.wait_event = 'ClientRead' "
+	"AND a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid "
 	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
 	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
 	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " PG_BACKEND_IS("a");
@@ -202,8 +201,8 @@ static int end_stuck(struct pg_txn *t)
 			if (PQntuples(r) == 1)
 				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
 			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
-				msg_warn("store: a delivery's COMMIT never reached its backend, idle "
-					 "in its transaction: the backend (pid %d) ended",
+				msg_warn("store: a delivery's COMMIT never reached its backend, "
+					 "waiting in its transaction: the backend (pid %d) ended",
 					 (int) store_pg_int(r, 0, 3));
 			PQclear(r);
 		}

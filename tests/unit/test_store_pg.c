@@ -40,8 +40,9 @@
  * notice, put with its outcome, whose COMMIT waits past the hold, or
  * whose answer is lost with PostgreSQL away: not voided, and the deferral
  * its delivery writes next refused; its wait ended by the delivery's
- * stop; a backend left idle in a node's transaction (the node cut off)
- * ended by the server.
+ * stop, its backend ended when its pipeline was cut in its middle; a
+ * backend left idle in a node's transaction (the node cut off) ended by
+ * the server.
  * Each test has a schema of its own (test_store_fx.h); a second
  * node is a second handle on it. Skipped without IDEMRELAY_PG_URL.
  */
@@ -53,7 +54,10 @@
 #include <errno.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -3526,6 +3530,8 @@ static long long notices_of(struct fx *f)
 
 static int notice_first;	/* notice_bounce() puts the notice before the outcome */
 
+static size_t notice_size = 100;	/* the data of notice_bounce()'s notice */
+
 /*
  * notice_bounce - the transaction of a bounce (deliver_record.c): m's
  * outcome, its recipient 0 bounced and 1 deferred (due now, its lease
@@ -3548,7 +3554,7 @@ static int notice_bounce(struct fx *f, struct store_msg *m, const char *notice, 
 	m->attempts = 1;
 	m->next_attempt = clock_us() + (later ? 3600 * SEC : 0);
 	m->inflight = 0;
-	msg_new(&n, notice, 1, 100);
+	msg_new(&n, notice, 1, notice_size);
 	n.from[0] = 0;
 	n.notice = 1;
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
@@ -4772,6 +4778,117 @@ static void test_idle_transaction_ended(void **state)
 	CHECK_INT("the other's there", qid_rows(f, "messages", "IDLEKEY00002"), 1);
 }
 
+/* a bounce's pipeline cut after its UPDATE: the test's lock on the row, the node's socket */
+struct partial {
+	PGconn *lock;			/* owned: the test's connection, which holds the row */
+	const char *url;
+	int kept;			/* the node's socket, kept open (a cut that closes nothing); -1 */
+};
+
+/* sock_of_port - this process's descriptor of a socket at local port port; -1 none */
+static int sock_of_port(int port)
+{
+	struct sockaddr_in a;
+	socklen_t n;
+	int fd;
+
+	for (fd = 3; fd < 1024; fd++) {
+		n = sizeof(a);
+		if (getsockname(fd, (struct sockaddr *) &a, &n) == 0 && a.sin_family == AF_INET
+		    && ntohs(a.sin_port) == port)
+			return fd;
+	}
+	return -1;
+}
+
+/*
+ * partial_run - once the bounce's UPDATE waits for the test's row lock
+ * and the rest of its pipeline (the notice's INSERT) sits unsent in the
+ * node's socket, that socket is cut where nothing closes it (kept), and
+ * the row released: the backend gets the part sent, runs it and waits
+ * for the rest, its COMMIT never coming. Each wait 10 s at most.
+ */
+static void *partial_run(void *arg)
+{
+	struct partial *x = arg;
+	int64_t deadline = clock_mono_us() + 10 * SEC;
+	PGconn *o = PQconnectdb(x->url);
+	PGresult *r;
+	char q[256];
+	int port = -1, fd = -1, queued = 0, last = -1, sv[2];
+
+	snprintf(q, sizeof(q), "SELECT client_port FROM pg_stat_activity WHERE %d = ANY"
+		 "(pg_blocking_pids(pid))", PQbackendPID(x->lock));
+	while (port < 0 && clock_mono_us() < deadline) {
+		r = PQexec(o, q);
+		if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+			port = atoi(PQgetvalue(r, 0, 0));
+		PQclear(r);
+		usleep(10000);
+	}
+	fd = port > 0 ? sock_of_port(port) : -1;
+	while (fd >= 0 && clock_mono_us() < deadline
+	       && !(ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0 && queued == last)) {
+		last = queued;
+		usleep(100000);
+	}
+	if (fd >= 0 && queued > 0 && queued == last
+	    && socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+		x->kept = dup(fd);	/* the connection stays open: PostgreSQL sees no end */
+		(void) dup2(sv[0], fd);	/* the node's next write fails */
+		close(sv[0]);
+		close(sv[1]);
+	}
+	PQclear(PQexec(x->lock, "ROLLBACK"));
+	PQfinish(o);
+	return NULL;
+}
+
+/*
+ * A bounce's pipeline (its outcome's UPDATE, its notice's INSERT, COMMIT)
+ * cut after part of it reached PostgreSQL (here the UPDATE and part of a
+ * 24 MB notice, the rest unsent when the node's connection went; in life
+ * a network gone in mid-send): the backend runs what came and waits for
+ * the rest, the transaction open and the bounced row locked. It is not
+ * idle in its transaction as PostgreSQL counts it ('active', ClientRead):
+ * the store, which ended only an idle one, waited for the cap and left
+ * it to PostgreSQL, the bounced message's inflight mark kept without a
+ * notice (an ambiguous delivery at the next take, no notice ever); and
+ * the backend held the row until TCP keepalive. Now it is ended as an
+ * idle one is: decided, not committed (STORE_EAGAIN), and the recipient
+ * deferred, to be bounced again with one notice.
+ */
+static void test_notice_commit_partial(void **state)
+{
+	struct fx *f = *state;
+	struct partial x = { PQconnectdb(f->url), f->url, -1 };
+	struct store_msg m;
+	PGresult *r;
+	pthread_t th;
+	int hash = 88, rc;
+
+	msg_new(&m, "NOTICEPART01", 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEPART01", 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, "NOTICEPART01", &m), 0);
+	r = PQexec(x.lock, "BEGIN; SELECT 1 FROM messages WHERE qid = 'NOTICEPART01' FOR UPDATE");
+	CHECK_INT("the test holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	assert_int_equal(pthread_create(&th, NULL, partial_run, &x), 0);
+	notice_size = 24u << 20;	/* more than the sockets hold between the two */
+	rc = notice_bounce(f, &m, "NOTICEPART91", 0, NULL);
+	notice_size = 100;
+	pthread_join(th, NULL);
+	if (x.kept >= 0)
+		close(x.kept);		/* the backend, if it is still there, sees the end */
+	PQfinish(x.lock);
+	CHECK_INT("the pipeline was cut in its middle", x.kept >= 0, 1);
+	bounce_ended(f, &m, "NOTICEPART91", 0, rc);
+	CHECK_INT("decided: its COMMIT never came, its backend ended", rc, STORE_EAGAIN);
+	store_msg_free(&m);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4855,6 +4972,7 @@ int main(void)
 		T(test_void_beats_older_take),
 		T(test_notice_commit_stopped),
 		T(test_idle_transaction_ended),
+		T(test_notice_commit_partial),
 	};
 
 	if (fx_pg() == NULL) {
