@@ -8,7 +8,6 @@
  *	in CRLF. The header block ends at the first empty line; a message
  *	with no empty line is all header and has an empty body.
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -219,27 +218,20 @@ void keys_free(struct keys_result *r)
 	r->n_strip = r->cap_strip = 0;
 }
 
-/* keys_claim_hash - SHA-256 over scope, key and recipient (domain folded to lower case) */
-void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
+/*
+ * keys_claim_hash - SHA-256 over scope, key and the recipient's identity:
+ * the caller gives the identity (smtp_rcpt_id(), the engine's rule for one
+ * recipient), so that the claims and the SMTP engine cannot disagree
+ */
+void keys_claim_hash(const char *scope, const char *key, const char *rcpt_id,
 		     uint8_t out[HASH_LEN])
 {
 	struct hash_ctx h;
-	const char *at = strrchr(rcpt, '@');
-	char dom[256];
-	size_t i, n;
 
 	hash_init(&h);
 	hash_update(&h, scope, strlen(scope) + 1);
 	hash_update(&h, key, strlen(key) + 1);
-	if (at == NULL || strlen(at) >= sizeof(dom)) {
-		hash_update(&h, rcpt, strlen(rcpt));
-	} else {
-		n = strlen(at);
-		for (i = 0; i < n; i++)
-			dom[i] = (char) tolower((unsigned char) at[i]);
-		hash_update(&h, rcpt, (size_t) (at - rcpt));
-		hash_update(&h, dom, n);
-	}
+	hash_update(&h, rcpt_id, strlen(rcpt_id));
 	hash_final(&h, out);
 }
 

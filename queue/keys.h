@@ -13,7 +13,8 @@
  *	releases that list.
  *
  *	Only hashes reach the store: keys_claim_hash() hashes (scope, key,
- *	recipient) into the 32 bytes a claim is filed under.
+ *	recipient's identity) into the 32 bytes a claim is filed under; the
+ *	identity (domain case folded) is the SMTP engine's smtp_rcpt_id().
  */
 #ifndef QUEUE_KEYS_H
 #define QUEUE_KEYS_H
@@ -49,7 +50,7 @@ int keys_derive(const struct conf *c, const char *data, size_t len,
 		const char *from, const char *envid, struct keys_result *r);
 /* keys_free - release what keys_derive() left in r (whatever it returned) */
 void keys_free(struct keys_result *r);
-void keys_claim_hash(const char *scope, const char *key, const char *rcpt,
+void keys_claim_hash(const char *scope, const char *key, const char *rcpt_id,
 		     uint8_t out[HASH_LEN]);
 const char *keys_source_name(enum keys_source s);
 /*

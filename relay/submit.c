@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "../smtp/smtp_data.h"
@@ -260,18 +259,7 @@ static void received_header(struct buf *b, const struct conn *c, const char *qid
 	buf_printf(b, "; %s\r\n", date);
 }
 
-/* same_rcpt - one mailbox given twice (domain case folded) */
-static int same_rcpt(const char *a, const char *b)
-{
-	const char *da = strrchr(a, '@'), *db = strrchr(b, '@');
-
-	if (da == NULL || db == NULL)
-		return strcmp(a, b) == 0;
-	return da - a == db - b && strncmp(a, b, (size_t) (da - a)) == 0
-	    && strcasecmp(da, db) == 0;
-}
-
-/* submission_new - envelope, recipients (each once) and claim hashes */
+/* submission_new - envelope, recipients and their claim hashes */
 static struct submission *submission_new(struct conn *c, const struct smtp_tx *tx,
 					 const struct keys_result *kr)
 {
@@ -282,7 +270,8 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	const char *user = smtp_session_user(c->s);
 	const char *scope = cf->keys.scope_user && user ? user : "";	/* per-tenant keys */
 	const struct conf_route *route = conf_route_match(cf, user, tx->from, c->l->cf);
-	size_t i, j;
+	char id[SMTP_RCPT_ID_MAX];
+	size_t i;
 
 	sub->c = c;
 	sub->source = kr->source;
@@ -303,21 +292,21 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	m->body = tx->body;
 	m->smtputf8 = tx->smtputf8;
 	m->rcpts = xcalloc(tx->n_rcpts, sizeof(*m->rcpts));
-	for (i = 0; i < tx->n_rcpts; i++) {
-		for (j = 0; j < m->n_rcpts && !same_rcpt(m->rcpts[j].addr, tx->rcpts[i].addr); j++)
-			 /* void */ ;
-		if (j < m->n_rcpts)
-			continue;
-		m->rcpts[m->n_rcpts].addr = xstrdup(tx->rcpts[i].addr);
-		m->rcpts[m->n_rcpts].notify = tx->rcpts[i].notify;
-		m->rcpts[m->n_rcpts].orcpt = tx->rcpts[i].orcpt ? xstrdup(tx->rcpts[i].orcpt) : NULL;
-		m->n_rcpts++;
+	for (i = 0; i < tx->n_rcpts; i++) {	/* each identity once: the engine saw to it */
+		m->rcpts[i].addr = xstrdup(tx->rcpts[i].addr);
+		m->rcpts[i].notify = tx->rcpts[i].notify;
+		m->rcpts[i].orcpt = tx->rcpts[i].orcpt ? xstrdup(tx->rcpts[i].orcpt) : NULL;
 	}
+	m->n_rcpts = tx->n_rcpts;
 	req->claimed = xcalloc(m->n_rcpts ? m->n_rcpts : 1, 1);
 	if (kr->source != KEYS_NONE) {
 		req->hashes = xcalloc(m->n_rcpts ? m->n_rcpts : 1, sizeof(*req->hashes));
-		for (i = 0; i < m->n_rcpts; i++)
-			keys_claim_hash(scope, kr->key, m->rcpts[i].addr, req->hashes[i]);
+		for (i = 0; i < m->n_rcpts; i++) {
+			if (smtp_rcpt_id(m->rcpts[i].addr, id) < 0)
+				msg_panic("recipient longer than the parser takes: %.100s",
+					  m->rcpts[i].addr);
+			keys_claim_hash(scope, kr->key, id, req->hashes[i]);
+		}
 		keys_index_hash(kr->key, req->keyhash);
 	}
 	return sub;

@@ -71,6 +71,19 @@ struct smtp_rcpt {
 	char *orcpt;		/* owned; ORCPT value as given ("rfc822;x"), or NULL */
 };
 
+/*
+ * smtp_rcpt_id - a recipient's identity, the one rule for "the same
+ * recipient": its local part byte for byte, its domain (after the last @)
+ * with ASCII letters in lower case (RFC 5321 section 2.4: a local part may
+ * be case-sensitive, a domain is not). The engine takes a RCPT whose
+ * identity the transaction holds already as decided (250, not counted
+ * against max_rcpts), so a tx holds each identity once; a claim is filed
+ * under it (SPEC section 4). 0, or -1 if addr is longer than the parser
+ * takes an address (out is then no identity).
+ */
+#define SMTP_RCPT_ID_MAX	256
+int smtp_rcpt_id(const char *addr, char out[SMTP_RCPT_ID_MAX]);
+
 struct smtp_tx {
 	char *from;		/* owned; reverse-path without brackets, "" for <> */
 	enum smtp_body body;
@@ -78,7 +91,7 @@ struct smtp_tx {
 	char *envid;		/* owned; ENVID xtext-decoded, or NULL */
 	uint64_t size;		/* SIZE= as declared, 0 if absent */
 	int smtputf8;		/* MAIL declared SMTPUTF8 (RFC 6531) */
-	struct smtp_rcpt *rcpts;	/* owned array */
+	struct smtp_rcpt *rcpts;	/* owned array; each identity once (smtp_rcpt_id) */
 	size_t n_rcpts;
 	size_t cap_rcpts;
 	struct buf data;	/* message content: dot-unstuffed (DATA) or as

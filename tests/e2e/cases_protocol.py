@@ -158,6 +158,34 @@ def test_too_many_recipients(t):
     eq({q for x in recs for q in received_qids(x["data"])}, {qid}, "QIDs")
 
 
+
+@case()
+def test_recipient_in_two_cases(t):
+    """One mailbox given twice, its domain in two cases (RFC 5321 2.4: the local
+    part is exact, the domain is not), is one recipient everywhere: the engine
+    takes the repeat as decided (250, not counted against limits.recipients),
+    one claim, one RCPT upstream, the Received header's "for", and a retry of
+    the key in the other spelling is the same message."""
+    sink = t.sink()
+    d = t.daemon(sink, {"limits": {"recipients": 2}})
+    msg = make_msg(key="cases-1")
+    r = submit(d.port, ["a@EXAMPLE.com", "a@example.com", "b@example.com"], msg)
+    eq([c for c, _ in r.rcpts], [250, 250, 250], "RCPT replies with recipients=2")
+    qid = qid_of_result(r)
+    rec = sink.wait_count(1)[0]
+    eq(sorted(rec["to"]), ["a@EXAMPLE.com", "b@example.com"], "recipients upstream")
+    eq(submit_ok(d.port, ["a@example.com", "b@example.com"], msg), qid, "QID of the retry")
+    msg2 = make_msg(key="cases-2")
+    qid2 = submit_ok(d.port, ["a@example.COM", "a@example.com"], msg2)
+    recs = sink.wait_count(2)
+    got = [x for x in recs if qid2 in received_qids(x["data"])]
+    eq([x["to"] for x in got], [["a@example.COM"]], "upstream RCPTs of the second message")
+    check(b"for <a@example.COM>;" in got[0]["data"].replace(b"\r\n\t", b" "),
+          "the Received header lacks for <a@example.COM>")
+    time.sleep(1.5)
+    eq(len(sink.accepted()), 2, "messages upstream")
+
+
 def qid_of_result(r):
     expect_reply(r.data, 250, "2.0.0", "end of DATA")
     return r.qid

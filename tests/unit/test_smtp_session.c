@@ -121,6 +121,15 @@ static void test_recipients(void **state)
 		 .calls = 1,
 		 MSG("hi\r\n"),
 		 .rcpts = "r1@x.y,r2@x.y,r3@x.y,"},
+		/* one mailbox, its domain in two cases: not counted twice (local parts are exact) */
+		{.name = "one recipient, two spellings", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<r1@X.y>\r\n"
+		   "RCPT TO:<r1@x.Y>\r\nRCPT TO:<R1@x.y>\r\nRCPT TO:<r2@x.y>\r\nRCPT TO:<r3@x.y>\r\n"
+		   "DATA\r\nhi\r\n.\r\n"),
+		 .want = GREET OK_MAIL OK_RCPT OK_RCPT OK_RCPT OK_RCPT "452 4.5.3 Too many recipients\r\n"
+		 GO QUEUED,
+		 .calls = 1,
+		 MSG("hi\r\n"),
+		 .rcpts = "r1@X.y,R1@x.y,r2@x.y,"},
 		{.name = "rcpt hook refuses", IN("MAIL FROM:<a@b.c>\r\nRCPT TO:<deny@x.y>\r\nDATA\r\nRCPT TO:<ok@x.y>\r\n"),
 		 .want = GREET OK_MAIL "554 5.7.1 <deny@x.y>: Relay access denied\r\n" NEED_RCPT OK_RCPT},
 	};
@@ -132,6 +141,42 @@ static void test_recipients(void **state)
  /*
   * DATA through the session: smuggling, size, bare LF, pipelining.
   */
+struct rcpt_id_case {
+	const char *addr, *id;		/* id NULL: -1 */
+};
+
+/* smtp_rcpt_id: the one rule for one recipient, which the claims use too */
+static void test_rcpt_id(void **state)
+{
+	static const struct rcpt_id_case cases[] = {
+		{"u@Example.COM", "u@example.com"},
+		{"U@x.y", "U@x.y"},			/* the local part is kept */
+		{"\"A@B\"@C.d", "\"A@B\"@c.d"},		/* the last @ starts the domain */
+		{"\xc3\x9c@\xc3\x84X.de", "\xc3\x9c@\xc3\x84x.de"},	/* UTF-8 octets as they are */
+		{"", ""},
+	};
+	char id[SMTP_RCPT_ID_MAX], lng[SMTP_RCPT_ID_MAX + 1];
+	size_t i;
+	int rc;
+
+	(void) state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		rc = smtp_rcpt_id(cases[i].addr, id);
+		if (rc != 0 || strcmp(id, cases[i].id) != 0)
+			fail_msg("smtp_rcpt_id(\"%s\"): got %d \"%s\", want 0 \"%s\"", cases[i].addr,
+				 rc, rc == 0 ? id : "", cases[i].id);
+	}
+	memset(lng, 'A', sizeof(lng) - 1);
+	lng[sizeof(lng) - 2] = 0;		/* 255 octets: the longest */
+	lng[100] = '@';
+	assert_int_equal(smtp_rcpt_id(lng, id), 0);
+	assert_int_equal(id[101], 'a');
+	assert_int_equal(id[99], 'A');
+	lng[sizeof(lng) - 2] = 'A';
+	lng[sizeof(lng) - 1] = 0;		/* 256 */
+	assert_int_equal(smtp_rcpt_id(lng, id), -1);
+}
+
 static void test_data(void **state)
 {
 	static const struct script cases[] = {
@@ -339,6 +384,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_commands),
 		cmocka_unit_test(test_recipients),
+		cmocka_unit_test(test_rcpt_id),
 		cmocka_unit_test(test_data),
 		cmocka_unit_test(test_long_lines),
 		cmocka_unit_test(test_smtputf8),
