@@ -583,7 +583,8 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 			break;
 		}
 		if (xs.no_utf8 && !xs.throttled) {
-			/* cut after EHLO: nothing was sent; bounce what needs it, go again */
+			/* cut at the first MAIL (after AUTH): no message was sent; bounce
+			 * what needs it, go again */
 			msg_info("upstream %s does not offer SMTPUTF8", xs.relay);
 			n = deliver_smtp_utf8_bounce(jobs, n, xs.relay);
 			xsess_free(&xs);

@@ -31,7 +31,7 @@
  *	    ENVELOPE -> CONTENT -> MARKED -> REPLIED	normal
  *	    ENVELOPE or CONTENT -> REFUSED		DATA refused
  *	    CONTENT -> NOMARK				mark not written: no dot
- *	    CONTENT -> LOST				a write failed: no mark, no dot
+ *	    CONTENT -> LOST				the server gone first: no mark, no dot
  *	    MARKED -> CUT				the filter refused: no dot
  *	    MARKED -> UNACKED				the dot never reached the peer
  *

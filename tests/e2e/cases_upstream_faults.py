@@ -91,6 +91,32 @@ def test_reset_mid_content_no_mark(t):
 
 
 @case()
+def test_reset_mid_content_batch(t):
+    """One batch of three on one connection, the middle one (8 MB) reset after 1000
+    octets: the first sent once, the second deferred "while sending" (no mark), the
+    third never begun and deferred; then each sent once, none ambiguous (the bridge's
+    "over" flag is its connection's, not a message's)."""
+    sink = t.sink(rcvbuf=RCVBUF, data_hold=60)
+    d = t.daemon(sink, {"upstream": {"connections": 1}})
+    h = submit_ok(d.port, "h@example.com", make_msg(key="batch-hold"))
+    wait_until(lambda: sink.events("data-hold"), 20, "the first session held")
+    a = submit_ok(d.port, "a@example.com", make_msg(key="batch-a"))
+    b = submit_ok(d.port, "reset-after-1000-first-1-b@example.com",
+                  big_msg("batch-b", size=8 * 1024 * 1024))
+    c = submit_ok(d.port, "c@example.com", make_msg(key="batch-c"))
+    sink.control(rcvbuf=RCVBUF)             # the hold let go
+    line = d.wait_log(b, "status=deferred", timeout=30)[0]
+    check("while sending the message" in line, "b: %s" % line)
+    d.wait_log(a, "status=sent", timeout=30)
+    for q in (h, b, c):
+        d.wait_log(q, "status=sent", timeout=40)
+    got = exactly(sink, 4, 2, "a batch with a reset mid-content")
+    eq(sorted(r["to"][0] for r in got), sorted(["h@example.com", "a@example.com",
+       "reset-after-1000-first-1-b@example.com", "c@example.com"]), "each once")
+    eq(d.log_lines(b, "unconfirmed") + d.log_lines(b, "ambiguous"), [], "b never ambiguous")
+
+
+@case()
 def test_acked_dot_close_unconfirmed(t):
     """The sink reads the final dot (its TCP acknowledges it) and closes cleanly
     without a reply: ambiguous; assume-delivered never sends it again."""
