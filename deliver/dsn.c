@@ -25,29 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../smtp/smtp.h"
+#include "../util/clock.h"
 #include "dsn.h"
-
-/* dsn_date - RFC 5322 date in UTC, independent of the locale */
-void dsn_date(int64_t us, char *out, size_t outlen)
-{
-	static const char *const days[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
-	static const char *const months[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-		"Jul", "Aug", "Sep", "Oct", "Nov", "Dec"
-	};
-	time_t t = (time_t) (us / 1000000);
-	struct tm tm;
-
-	if (gmtime_r(&t, &tm) == NULL) {
-		snprintf(out, outlen, "Thu, 1 Jan 1970 00:00:00 +0000");
-		return;
-	}
-	snprintf(out, outlen, "%s, %d %s %d %02d:%02d:%02d +0000", days[tm.tm_wday],
-		 tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-		 tm.tm_sec);
-}
 
 /*
  * put_text - append text with controls and 8-bit bytes made harmless;
@@ -178,8 +159,7 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 	put_field(b, "Reporting-MTA: dns; ", r->hostname);
 	put_field(b, "X-Idemrelay-Queue-ID: ", r->qid);
 	put_field(b, "Original-Envelope-Id: ", r->envid);
-	dsn_date(r->arrival, date, sizeof(date));
-	buf_printf(b, "Arrival-Date: %s\r\n", date);
+	buf_printf(b, "Arrival-Date: %s\r\n", clock_date(date, sizeof(date), r->arrival));
 	for (i = 0; i < r->n_rcpts; i++) {
 		const struct dsn_rcpt *rc = &r->rcpts[i];
 
@@ -220,14 +200,13 @@ int dsn_build(const struct dsn_report *r, struct buf *out)
 	ret_len = full ? r->msg_len : header_len(r->msg, r->msg_len);
 	eight = !smtp_ascii(r->msg, ret_len);
 	make_boundary(r, bnd, sizeof(bnd));
-	dsn_date(r->now, date, sizeof(date));
 
 	buf_printf(out, "From: MAILER-DAEMON@");
 	put_text(out, r->hostname, 0);
 	buf_printf(out, " (Mail Delivery System)\r\nTo: <");
 	put_text(out, r->sender, r->utf8);
 	buf_printf(out, ">\r\nSubject: Undelivered Mail Returned to Sender\r\n");
-	buf_printf(out, "Date: %s\r\nMessage-ID: <", date);
+	buf_printf(out, "Date: %s\r\nMessage-ID: <", clock_date(date, sizeof(date), r->now));
 	put_text(out, r->dsn_qid, 0);
 	buf_printf(out, "@");
 	put_text(out, r->hostname, 0);

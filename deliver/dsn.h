@@ -58,7 +58,4 @@ int dsn_build(const struct dsn_report *r, struct buf *out);
 /* dsn_returns_full - 1 if r returns the whole original, 0 if its headers only */
 int dsn_returns_full(const struct dsn_report *r);
 
-/* dsn_date - RFC 5322 date-time in UTC, e.g. "Sun, 29 Nov 2026 13:27:41 +0000" */
-void dsn_date(int64_t us, char *out, size_t outlen);
-
 #endif

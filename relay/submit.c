@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../smtp/smtp_data.h"
 #include "../util/clock.h"
@@ -241,11 +240,7 @@ static void received_header(struct buf *b, const struct conn *c, const char *qid
 {
 	const char *helo = smtp_session_helo(c->s);
 	char date[64];
-	time_t now = time(NULL);
-	struct tm tm;
 
-	gmtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
 	/*
 	 * RFC 3848: ESMTPS over TLS, ESMTPSA authenticated too (AUTH needs
 	 * TLS here); RFC 6531 section 4.3: UTF8SMTP* for an SMTPUTF8 tx
@@ -256,7 +251,7 @@ static void received_header(struct buf *b, const struct conn *c, const char *qid
 		   !smtp_session_tls(c->s) ? "" : smtp_session_user(c->s) ? "SA" : "S", qid);
 	if (tx->n_rcpts == 1)
 		buf_printf(b, "\r\n\tfor <%s>", tx->rcpts[0].addr);
-	buf_printf(b, "; %s\r\n", date);
+	buf_printf(b, "; %s\r\n", clock_date(date, sizeof(date), clock_us()));
 }
 
 /* submission_new - envelope, recipients and their claim hashes */

@@ -5,6 +5,7 @@
  *	the wall clock as the store keeps time
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -31,6 +32,32 @@ const char *clock_iso(char *out, size_t len, int64_t us)
 
 	gmtime_r(&t, &tm);
 	strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return out;
+}
+
+/*
+ * clock_date - an RFC 5322 date-time in UTC, for the Received header and
+ * a bounce's Date: and Arrival-Date:. The names are written here, not by
+ * strftime(), so that no locale can change them. The day has two digits,
+ * as Postfix's mail_date() documents it ("Mon, 09 Dec 1996"): each FWS a
+ * single space, as RFC 5322 section 3.3 recommends. A time gmtime_r()
+ * cannot give is written as the epoch.
+ */
+const char *clock_date(char *out, size_t len, int64_t us)
+{
+	static const char *const days[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+	static const char *const months[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+		"Jul", "Aug", "Sep", "Oct", "Nov", "Dec"
+	};
+	time_t t = (time_t) (us / 1000000);
+	struct tm tm;
+
+	if (gmtime_r(&t, &tm) == NULL) {
+		t = 0;
+		gmtime_r(&t, &tm);
+	}
+	snprintf(out, len, "%s, %02d %s %d %02d:%02d:%02d +0000", days[tm.tm_wday], tm.tm_mday,
+		 months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	return out;
 }
 

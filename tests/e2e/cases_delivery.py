@@ -3,8 +3,8 @@
 import re
 import time
 
-from harness import (case, check, check_relayed, eq, make_msg, received_qids, submit_ok,
-                     wait_until)
+from harness import (MAIL_DATE, case, check, check_relayed, eq, make_msg, received_qids,
+                     submit_ok, wait_until)
 
 
 def log_order(d, qid, first, then):
@@ -98,6 +98,9 @@ def test_bounce_on_rcpt_5xx(t):
                           what="a DSN (multipart/report) to %s" % sender)
     check(bad.encode() in dsn[0]["data"], "the DSN does not name %s" % bad)
     check(b"Remote-MTA: dns; 127.0.0.1" in dsn[0]["data"], "the DSN names no Remote-MTA")
+    for field in (b"Date: ", b"Arrival-Date: "):
+        check(re.search(b"\r\n" + field + MAIL_DATE + b"\r\n", dsn[0]["data"]),
+              "the DSN's %s is not the RFC 5322 form" % field.decode().rstrip())
     d.wait_log(qid, "status=bounced")
     # no retry of the permanent failure: one RCPT attempt, after a few retry periods
     time.sleep(3)

@@ -51,6 +51,10 @@ STORE = os.environ.get("E2E_STORE", "lmdb")     # the backend of this run's daem
 STORES = ("lmdb", "postgresql")
 LMDB_ONLY = ("lmdb",)               # map, store files, powerfs: the embedded store's own
 PG_ONLY = ("postgresql",)           # several nodes on one database
+# the one date form idemrelay writes (util/clock.c): RFC 5322, UTC, the day in two digits
+MAIL_DATE = (rb"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{2} "
+             rb"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [0-9]{4} "
+             rb"[0-9]{2}:[0-9]{2}:[0-9]{2} \+0000")
 
 
 def pg_lock_key(what, slot_sql=None):
@@ -239,6 +243,8 @@ def check_relayed(got, sent, qid, strip=("x-idempotency-key", "idempotency-key")
     rcv = ours[0][1].decode("latin-1")
     check(qid in rcv, "Received header lacks the QID %s: %r" % (qid, rcv))
     check(HOSTNAME in rcv, "Received header lacks 'by %s': %r" % (HOSTNAME, rcv))
+    check(re.search(rb"; " + MAIL_DATE + rb"$", ours[0][1]),
+          "Received header's date is not the RFC 5322 form: %r" % rcv)
     for name in strip:
         check(not any(f[0] == name for f in gf), "key header %s was relayed" % name)
     rest = [f[1] for f in gf if f is not ours[0]]
