@@ -65,7 +65,8 @@
  * DIAGNOSTICS
  *	Warnings when the journal cannot be used and commits are synced
  *	without it; an error, and a failed open, when a record that must be
- *	applied cannot be, since opening without it would lose mail.
+ *	applied cannot be, since opening without it would lose mail, or when
+ *	the commit naming a new region fails its sync (the store is broken).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -544,7 +545,9 @@ static void journal_free(struct journal *j)
  * region of data.mdb past LMDB's map (at lmdb_map_jbase(st->total); 0:
  * the map is too small to spare one), apply what it holds, and make a
  * new one where the map now ends if it was elsewhere. 0, or a code when
- * a record that must be applied cannot be; a journal that cannot be used
+ * a record that must be applied cannot be, or when the commit naming the
+ * new region failed to write or sync (an errno: the store is broken, and
+ * what it built on may not be on the disk); a journal that cannot be used
  * only leaves st->j NULL, with a warning.
  */
 int journal_open(struct lmdb_store *st)
@@ -589,15 +592,19 @@ int journal_open(struct lmdb_store *st)
 			 " a transaction acknowledged just before a crash may be lost", st->path);
 	}
 	st->j = j;
+	j->next = J_BLOCK;
 	if (j->base != jbase		/* new, or the map size changed: the store is synced */
 	    && ((rc = journal_region_new(st, jbase, &id)) != 0
 		|| (rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0
-		|| (rc = journal_move_commit(st, txn, jbase, id)) != 0)) {
+		|| (rc = journal_move_commit(st, txn, jbase, id)) < 0)) {
 		snprintf(why, sizeof(why), "cannot make the journal (%s)", mdb_strerror(rc));
 		goto none;
 	}
-	j->next = J_BLOCK;
-	return 0;
+	if (rc > 0) {			/* that commit's write or sync failed: the open fails */
+		st->j = NULL;
+		journal_free(j);
+	}
+	return rc;
 
 none:
 	st->j = NULL;

@@ -4,12 +4,15 @@
  * page is made by putting back LMDB's part of a copy of data.mdb taken
  * before that commit: the journal must then give the commit back, whole,
  * on the next open; a torn record, a record of another store, or a
- * record whose commit failed must not be applied.
+ * record whose commit failed must not be applied. A failed sync is made
+ * by this file's own fsync() and fdatasync(), which LMDB calls too.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "test_store_files.h"
@@ -19,6 +22,26 @@
 #define J_BLOCK		4096	/* the first record's offset in the region */
 #define REGION		(TEST_MAP - STORE_JOURNAL_SIZE)	/* where the region starts */
 
+static int sync_armed, fail_next;	/* armed: the first fdatasync after an fsync fails */
+
+/* fsync - the system's; armed, it makes the next fdatasync fail (region_write's fsync) */
+int fsync(int fd)
+{
+	if (sync_armed)
+		fail_next = 1;
+	return (int) syscall(SYS_fsync, fd);
+}
+
+/* fdatasync - the system's, or EIO once when fsync said so */
+int fdatasync(int fd)
+{
+	if (fail_next) {
+		fail_next = sync_armed = 0;
+		errno = EIO;
+		return -1;
+	}
+	return (int) syscall(SYS_fdatasync, fd);
+}
 
 /* accept - what the commit of a submission writes: message, claim, key index */
 static void accept(struct store_txn *t, struct store_msg *m, int tag)
@@ -289,6 +312,60 @@ static void test_record_cut(void **state)
 	store_msg_free(&b);
 }
 
+/* region_lost - the journal's region header overwritten: the next open makes one anew */
+static void region_lost(struct fx *f)
+{
+	int fd;
+
+	assert_true((fd = open(in_store(f, "data.mdb"), O_RDWR)) >= 0);
+	assert_int_equal(pwrite(fd, "XXXXXXXX", 8, REGION), 8);
+	close(fd);
+}
+
+/*
+ * An open whose own commit (naming a journal region made anew: the old
+ * one's header is gone) fails its sync must not serve on it. A reopen
+ * after a failed sync stays refusing, and the next upkeep opens it; a
+ * first open fails, or opens refusing.
+ */
+static void test_reopen_sync_fails(void **state)
+{
+	struct fx *f = *state;
+	struct store_msg a;
+	struct store_txn *t;
+	struct store *st = NULL;
+	char err[512];
+	int rc;
+
+	msg_new(&a, "JRNA00000001", 1, 100);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	accept(t, &a, 1);
+	assert_int_equal(store_txn_commit(t), 0);
+	region_lost(f);
+	lmdb_break(lmdb_of(f->st), "a test's failed sync");
+	sync_armed = 1;
+	CHECK_INT("the reopen's own sync failed: upkeep", store_upkeep(f->st) != 0, 1);
+	CHECK_INT("the sync failed (armed and fired)", sync_armed, 0);
+	CHECK_INT("still refusing", store_health(f->st) & STORE_HREFUSING, STORE_HREFUSING);
+	CHECK_INT("the next upkeep opens it", store_upkeep(f->st), 0);
+	CHECK_INT("refusing no more", store_health(f->st) & STORE_HREFUSING, 0);
+	CHECK_INT("A queued", queued(f->st, "JRNA00000001"), 1);
+
+	store_close(f->st);
+	f->st = NULL;
+	region_lost(f);
+	sync_armed = 1;
+	rc = store_lmdb_open(&st, f->path, TEST_MAP, err, sizeof(err));
+	CHECK_INT("the first open's own sync failed (armed and fired)", sync_armed, 0);
+	CHECK_INT("the first open fails or refuses",
+		  rc != 0 || (store_health(st) & STORE_HREFUSING) != 0, 1);
+	if (st)
+		store_close(st);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("A queued after", queued(f->st, "JRNA00000001"), 1);
+	store_msg_free(&a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -298,6 +375,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_store, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_record_cut, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_reopen_sync_fails, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
