@@ -72,7 +72,12 @@
  *	has gone by since it was sent (the leases of the rows it holds locked
  *	are not renewed, and past them another node may take the messages;
  *	PostgreSQL away then is tried once more too, since at the defaults
- *	this cap comes before the limit), and one not decided when the
+ *	this cap comes before the limit; but while the rows are held, never
+ *	before its backend was looked at once and two looks more could see
+ *	its end, PG_LOOK_US and two PG_SLICE_MS: at a store.lease under
+ *	about 22 s the cap came first, and a backend waiting for the rest of
+ *	the pipeline was left to keepalive, the inflight mark then read
+ *	without a notice), and one not decided when the
  *	delivery stops (its thread's stop descriptor, deadline_stop_fd(), as
  *	a connect's wait watches it: the daemon's exit waited for the cap),
  *	are left to PostgreSQL (undecided()): the node
@@ -84,11 +89,10 @@
  *	One of those that did not go through after all (unreachable past the
  *	limit and lost on the way; a failover to a standby without it)
  *	leaves the inflight mark, read as after a crash. A backend waiting
- *	for the rest of the pipeline that is not ended here (the cap came
- *	before PG_LOOK_US, at a store.lease under about 22 s; the node cut
- *	off) holds the rows until TCP keepalive ends it: PostgreSQL's
- *	idle_in_transaction_session_timeout (store_pg.c) does not count it
- *	idle.
+ *	for the rest of the pipeline that is not ended here (PostgreSQL away
+ *	from the node, or a stop first) holds the rows until TCP keepalive
+ *	ends it: PostgreSQL's idle_in_transaction_session_timeout
+ *	(store_pg.c) does not count it idle.
  * DIAGNOSTICS
  *	store_pg_delivery_decided() returns 0 (committed), STORE_EAGAIN (not
  *	committed) or STORE_ELEASE (left to PostgreSQL); store_pg_replays_read_back()
@@ -226,15 +230,17 @@ static int stopped(void)
  * store_pg_delivery_decided - t put a delivery's messages and its COMMIT's outcome is not
  * known: PostgreSQL's decision waited for (see the header), until half
  * store.lease less a statement's limit has gone by (the hold, at most
- * that limit, came before this), or PostgreSQL has been away for that
- * limit, whichever comes first; away then, it is tried once more; or
- * until this thread's stop. 0 committed, STORE_EAGAIN not; STORE_ELEASE
- * left undecided.
+ * that limit, came before this; while the rows are held, no sooner than
+ * its backend was looked at and its end could be seen), or
+ * PostgreSQL has been away for that limit, whichever comes first; away
+ * then, it is tried once more; or until this thread's stop. 0
+ * committed, STORE_EAGAIN not; STORE_ELEASE left undecided.
  */
 int store_pg_delivery_decided(struct pg_txn *t)
 {
 	int64_t start = clock_mono_us(), now, away = 0, end;
 	int64_t cap = start + t->st->lease_us / 2 - store_pg_result_limit();
+	int64_t held = start + PG_LOOK_US + 2 * PG_SLICE_MS * 1000LL;
 	int over, waits = 0, behind = 0, last = 0, rc;
 
 	msg_warn("store: a delivery's commit (%s%s) has no outcome yet: waiting for PostgreSQL's",
@@ -243,6 +249,8 @@ int store_pg_delivery_decided(struct pg_txn *t)
 		if ((over = ended(t)) == 1 && (rc = store_pg_read_back(t)) != PG_NOT_KNOWN)
 			return rc;
 		now = clock_mono_us();
+		if (over == 0 && cap < held)
+			cap = held;	/* the rows held: its backend looked at once, and its end */
 		away = over >= 0 ? 0 : away ? away : now;
 		if (!away)
 			last = 0;

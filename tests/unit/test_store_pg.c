@@ -4845,6 +4845,45 @@ static void *partial_run(void *arg)
 }
 
 /*
+ * partial_cut - the bounce of qid whose pipeline is cut after part of it
+ * (partial_run), its store.lease lease_us while the store waits (the
+ * spool's is the fixture's); then the delivery goes on (bounce_ended)
+ */
+static void partial_cut(struct fx *f, const char *qid, const char *notice, int64_t lease_us)
+{
+	struct partial x = { PQconnectdb(f->url), f->url, -1 };
+	struct store_msg m;
+	PGresult *r;
+	pthread_t th;
+	char q[128];
+	int hash = 88, rc;
+
+	msg_new(&m, qid, 2, 100);
+	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(&m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
+	snprintf(q, sizeof(q), "BEGIN; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", qid);
+	r = PQexec(x.lock, q);
+	CHECK_INT("the test holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	assert_int_equal(pthread_create(&th, NULL, partial_run, &x), 0);
+	notice_size = 24u << 20;	/* more than the sockets hold between the two */
+	((struct pg_store *) f->st)->lease_us = lease_us;
+	rc = notice_bounce(f, &m, notice, 0, NULL);
+	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
+	notice_size = 100;
+	pthread_join(th, NULL);
+	if (x.kept >= 0)
+		close(x.kept);		/* the backend, if it is still there, sees the end */
+	PQfinish(x.lock);
+	CHECK_INT("the pipeline was cut in its middle", x.kept >= 0, 1);
+	bounce_ended(f, &m, notice, 0, rc);
+	CHECK_INT("decided: its COMMIT never came, its backend ended", rc, STORE_EAGAIN);
+	store_msg_free(&m);
+}
+
+/*
  * A bounce's pipeline (its outcome's UPDATE, its notice's INSERT, COMMIT)
  * cut after part of it reached PostgreSQL (here the UPDATE and part of a
  * 24 MB notice, the rest unsent when the node's connection went; in life
@@ -4860,33 +4899,19 @@ static void *partial_run(void *arg)
  */
 static void test_notice_commit_partial(void **state)
 {
-	struct fx *f = *state;
-	struct partial x = { PQconnectdb(f->url), f->url, -1 };
-	struct store_msg m;
-	PGresult *r;
-	pthread_t th;
-	int hash = 88, rc;
+	partial_cut(*state, "NOTICEPART01", "NOTICEPART91", TEST_LEASE);
+}
 
-	msg_new(&m, "NOTICEPART01", 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEPART01", 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, "NOTICEPART01", &m), 0);
-	r = PQexec(x.lock, "BEGIN; SELECT 1 FROM messages WHERE qid = 'NOTICEPART01' FOR UPDATE");
-	CHECK_INT("the test holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
-	PQclear(r);
-	assert_int_equal(pthread_create(&th, NULL, partial_run, &x), 0);
-	notice_size = 24u << 20;	/* more than the sockets hold between the two */
-	rc = notice_bounce(f, &m, "NOTICEPART91", 0, NULL);
-	notice_size = 100;
-	pthread_join(th, NULL);
-	if (x.kept >= 0)
-		close(x.kept);		/* the backend, if it is still there, sees the end */
-	PQfinish(x.lock);
-	CHECK_INT("the pipeline was cut in its middle", x.kept >= 0, 1);
-	bounce_ended(f, &m, "NOTICEPART91", 0, rc);
-	CHECK_INT("decided: its COMMIT never came, its backend ended", rc, STORE_EAGAIN);
-	store_msg_free(&m);
+/*
+ * The same at a short store.lease (2 s here: half of it less the limit,
+ * 0.5 s, comes before the backend is looked at, after PG_LOOK_US): the
+ * store left at the cap without looking at the backend once (note 16:
+ * under about 22 s at the defaults); now, while the rows are held, it
+ * waits until it has looked and could see the end.
+ */
+static void test_notice_commit_partial_short(void **state)
+{
+	partial_cut(*state, "NOTICEPART02", "NOTICEPART92", 2 * SEC);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -4973,6 +4998,7 @@ int main(void)
 		T(test_notice_commit_stopped),
 		T(test_idle_transaction_ended),
 		T(test_notice_commit_partial),
+		T(test_notice_commit_partial_short),
 	};
 
 	if (fx_pg() == NULL) {
