@@ -222,6 +222,14 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 	return mdb_put(txn, st->meta, &key, &val, 0);
 }
 
+/* dbi_open - mdb_dbi_open of name, *step naming the database (a failure's step) */
+static int dbi_open(MDB_txn *txn, const char *name, unsigned flags, MDB_dbi *dbi,
+		    const char **step)
+{
+	*step = name;
+	return mdb_dbi_open(txn, name, flags, dbi);
+}
+
 /*
  * lmdb_env_open - open the environment at st->path with flags (and LMDB's
  * map in st->total, if set), then its databases in one transaction: the
@@ -230,7 +238,8 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
  * hnew) may be missing from a store no daemon has opened since they
  * came: then nothing is staged, until lmdb_upgrade(). A store that has
  * its databases is not written to. On failure *step names the LMDB call
- * that failed; st->env, if set, is the caller's to close.
+ * that failed, or the database that could not be opened (one missing from
+ * a store opened read-only); st->env, if set, is the caller's to close.
  */
 static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char **step)
 {
@@ -264,14 +273,13 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	*step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, rdonly, &txn)) != 0)
 		return rc;
-	*step = "mdb_dbi_open";
-	if ((rc = mdb_dbi_open(txn, "claims", create, &st->claims.big)) != 0
-	    || (rc = mdb_dbi_open(txn, "msg", create, &st->msg)) != 0
-	    || (rc = mdb_dbi_open(txn, "queue", create, &st->queue)) != 0
-	    || (rc = mdb_dbi_open(txn, "meta", create, &st->meta)) != 0
-	    || (rc = mdb_dbi_open(txn, "hist", create, &st->hist.big)) != 0
-	    || (rc = mdb_dbi_open(txn, "hexpiry", create, &st->hexpiry)) != 0
-	    || (rc = mdb_dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys)) != 0)
+	if ((rc = dbi_open(txn, "claims", create, &st->claims.big, step)) != 0
+	    || (rc = dbi_open(txn, "msg", create, &st->msg, step)) != 0
+	    || (rc = dbi_open(txn, "queue", create, &st->queue, step)) != 0
+	    || (rc = dbi_open(txn, "meta", create, &st->meta, step)) != 0
+	    || (rc = dbi_open(txn, "hist", create, &st->hist.big, step)) != 0
+	    || (rc = dbi_open(txn, "hexpiry", create, &st->hexpiry, step)) != 0
+	    || (rc = dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys, step)) != 0)
 		goto fail;
 	st->hist.has_small = mdb_dbi_open(txn, "hnew", 0, &st->hist.small) == 0;
 	st->claims.has_small = mdb_dbi_open(txn, "cnew", 0, &st->claims.small) == 0;
@@ -304,9 +312,8 @@ static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 	*step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
 		return rc;
-	*step = "mdb_dbi_open";
-	if ((rc = mdb_dbi_open(txn, "hnew", MDB_CREATE, &st->hist.small)) != 0
-	    || (rc = mdb_dbi_open(txn, "cnew", MDB_CREATE, &st->claims.small)) != 0)
+	if ((rc = dbi_open(txn, "hnew", MDB_CREATE, &st->hist.small, step)) != 0
+	    || (rc = dbi_open(txn, "cnew", MDB_CREATE, &st->claims.small, step)) != 0)
 		goto fail;
 	st->hist.has_small = st->claims.has_small = 1;
 	*step = "format recorded";

@@ -127,6 +127,9 @@ static void test_readonly(void **state)
 	struct store_stats ss;
 	size_t n = 0;
 	int hash = 30;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
 
 	snprintf(absent, sizeof(absent), "%s/nothing", f->dir);
 	CHECK_INT("absent", store_lmdb_open_readonly(&ro, absent, err, sizeof(err)), STORE_ENOTFOUND);
@@ -149,6 +152,22 @@ static void test_readonly(void **state)
 	}
 	store_close(ro);
 	store_msg_free(&m);
+
+	/* a store missing a database the daemon's open makes: the read-only open names it */
+	env = raw_open(f);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "hist", 0, &dbi), 0);
+	assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	CHECK_INT("hist missing", store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)),
+		  STORE_ENOTFOUND);
+	if (strstr(err, ": hist: ") == NULL)
+		fail_msg("hist missing: got \"%s\", want the database named", err);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("made again by the daemon's open",
+		  store_lmdb_open_readonly(&ro, f->path, err, sizeof(err)), 0);
+	store_close(ro);
 }
 
 /* meta_last_qid - meta's last_qid record, "" when there is none */
