@@ -567,9 +567,14 @@ static int commit_send(struct pg_txn *t, int *sent)
 	size_t i;
 
 	store_pg_params_init(&none);
-	*sent = !t->begun + (int) t->n_segs + (t->n_replays > 0) + 1;	/* COMMIT the last */
+	*sent = 1 + (int) t->n_segs + (t->n_replays > 0) + 1;	/* COMMIT the last */
+	/*
+	 * BEGIN, or after the keys' sync a no-op: PostgreSQL counts the
+	 * backend idle in the transaction until the first message after a
+	 * sync is read whole, and a run's Bind carries the batch's data
+	 */
 	if (PQenterPipelineMode(t->c) != 1
-	    || (!t->begun && store_pg_send(t->c, "BEGIN", &none) != 0))
+	    || store_pg_send(t->c, t->begun ? "SELECT" : "BEGIN", &none) != 0)
 		return -1;
 	t->begun = 1;
 	for (i = 0; i < t->n_segs; i++)

@@ -52,6 +52,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <linux/sockios.h>
@@ -4914,6 +4916,121 @@ static void test_notice_commit_partial_short(void **state)
 	partial_cut(*state, "NOTICEPART02", "NOTICEPART92", 2 * SEC);
 }
 
+/* a node's connection through a link of rate bytes a second toward its server */
+struct slow_link {
+	int app, real;			/* our end of the node's socketpair; the server's socket */
+	long rate;
+};
+
+/* slow_write - all of n bytes to fd (blocking) */
+static int slow_write(int fd, const char *b, ssize_t n)
+{
+	ssize_t w;
+
+	while (n > 0) {
+		if ((w = write(fd, b, (size_t) n)) < 0 && errno != EINTR)
+			return -1;
+		if (w > 0) {
+			b += w;
+			n -= w;
+		}
+	}
+	return 0;
+}
+
+/* slow_run - relay both ways until either end closes, the node's bytes throttled */
+static void *slow_run(void *arg)
+{
+	struct slow_link *s = arg;
+	char b[65536];
+	struct pollfd p[2];
+	ssize_t n;
+
+	for (;;) {
+		p[0].fd = s->app;
+		p[0].events = POLLIN;
+		p[1].fd = s->real;
+		p[1].events = POLLIN;
+		if (poll(p, 2, 1000) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents && ((n = read(s->real, b, sizeof(b))) <= 0
+				     || slow_write(s->app, b, n) != 0))
+			break;
+		if (p[0].revents) {
+			if ((n = read(s->app, b, 16384)) <= 0 || slow_write(s->real, b, n) != 0)
+				break;
+			usleep((useconds_t) (n * 1000000 / s->rate));
+		}
+	}
+	close(s->app);
+	close(s->real);
+	return NULL;
+}
+
+/* slow_start - put fd (a node's connection) behind a slow link */
+static void slow_start(struct slow_link *s, int fd, pthread_t *th)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	s->real = dup(fd);
+	(void) fcntl(s->real, F_SETFL, fcntl(s->real, F_GETFL) & ~O_NONBLOCK);
+	(void) fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);	/* as libpq had it */
+	assert_int_equal(dup2(sv[0], fd), fd);
+	close(sv[0]);
+	s->app = sv[1];
+	assert_int_equal(pthread_create(th, NULL, slow_run, s), 0);
+}
+
+/*
+ * review5: a keyed batch's key round trip ends with a sync, so its
+ * backend is 'idle in transaction' until the first message of the
+ * commit's pipeline has been read whole; PostgreSQL disables
+ * idle_in_transaction_session_timeout only once ReadCommand() returns.
+ * That message is the messages INSERT's Bind (prepared on the
+ * connection), which carries every body of the batch: a batch whose
+ * data takes longer than the limit to send is ended (25P03) and answered
+ * 451, again at every retry. Here a 1 s limit and a 6 MB body over a
+ * 2 MB/s link (in life: 10 s, a batch of 25 MB messages on a slower link).
+ */
+static void test_idle_limit_slow_send(void **state)
+{
+	struct fx *f = *state;
+	struct slow_link s = { -1, -1, 2L << 20 };
+	struct store *st;
+	struct store_txn *t;
+	struct store_claim c;
+	struct store_msg m;
+	uint8_t h[STORE_HASH_LEN];
+	PGconn *first;
+	pthread_t th;
+	int rc;
+
+	result_us = SEC;		/* the node's limit, and its backends' idle limit */
+	st = node_open(f, "slow");
+	result_us = PG_RESULT_US;
+	CHECK_INT("a first batch (prepares the INSERT)", key_put(st, "SLOWKEY00001", 61, &t),
+		  STORE_ENOTFOUND);
+	first = ((struct pg_txn *) t)->c;
+	CHECK_INT("commits", store_txn_commit(t), 0);
+	msg_new(&m, "SLOWKEY00002", 1, 6u << 20);
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the same connection (its INSERT prepared)", ((struct pg_txn *) t)->c == first, 1);
+	slow_start(&s, PQsocket(((struct pg_txn *) t)->c), &th);
+	hash_of(h, 62);
+	store_txn_msg_put(t, &m);
+	claim_of(&c, "SLOWKEY00002", 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h, &c);
+	store_msg_free(&m);
+	rc = store_txn_commit(t);
+	store_close(st);
+	pthread_join(th, NULL);
+	CHECK_INT("a batch whose data takes 3 s to send commits", rc, 0);
+	CHECK_INT("its message there", qid_rows(f, "messages", "SLOWKEY00002"), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -4999,6 +5116,7 @@ int main(void)
 		T(test_idle_transaction_ended),
 		T(test_notice_commit_partial),
 		T(test_notice_commit_partial_short),
+		T(test_idle_limit_slow_send),
 	};
 
 	if (fx_pg() == NULL) {
