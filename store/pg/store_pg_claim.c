@@ -12,8 +12,8 @@
  *	node lock in one order, so racers on a key serialise and never
  *	deadlock) with the transaction's id (pg_current_xact_id(), for
  *	store_pg_wait.c), and every claim under those keys, with whether its
- *	message is still queued, read into the transaction's cache (a list
- *	of the batch's claims). Claim lookups are answered from it and
+ *	message is still queued, read into the transaction's cache (open
+ *	addressing on the claim hash). Claim lookups are answered from it and
  *	from the claims the transaction put. A key not given beforehand is
  *	locked and read when first asked for: a round trip, correct and
  *	slower (then a deadlock with another batch is possible, and
@@ -55,10 +55,7 @@
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
-/*
- * a claim of the transaction's cache (pg_txn.cache, in the order filed):
- * looked through as the keys read are (key_loaded()), a batch's few
- */
+/* a claim of the transaction's cache (pg_txn.cache, open addressing on the claim hash) */
 struct pg_claim_ent {
 	uint8_t hash[STORE_HASH_LEN];
 	uint8_t keyhash[STORE_HASH_LEN];
@@ -67,6 +64,7 @@ struct pg_claim_ent {
 	int foreign;			/* ... under another node's acceptance lease, its replay
 					 * not recorded yet: marked if the batch answers
 					 * with it (store_pg_txn_replay) */
+	int used;			/* the slot is taken */
 };
 
 /*
@@ -109,34 +107,56 @@ static const char SQL_KEY_CLAIMS[] =
 	"coalesce((" SQL_QUEUED "), 0), " SQL_VOID " FROM claims c "
 	"WHERE c.keyhash = ANY($1::bytea[])";
 
-/* cache_find - the cached claim under hash, if under keyhash (NULL: any), or NULL */
-static struct pg_claim_ent *cache_find(struct pg_txn *t, const uint8_t *keyhash,
-				       const uint8_t hash[STORE_HASH_LEN])
+/* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
+static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STORE_HASH_LEN])
 {
-	size_t i;
+	size_t mask = t->cap_cache - 1, i;
+	uint64_t h = (uint64_t) store_pg_key_lock(hash);
 
-	for (i = 0; i < t->n_cache; i++)
-		if (memcmp(t->cache[i].hash, hash, STORE_HASH_LEN) == 0)
-			return keyhash == NULL || memcmp(t->cache[i].keyhash, keyhash,
-							 STORE_HASH_LEN) == 0 ? &t->cache[i] : NULL;
-	return NULL;
+	for (i = (size_t) (h ^ (h >> 29)) & mask;; i = (i + 1) & mask)
+		if (!t->cache[i].used || memcmp(t->cache[i].hash, hash, STORE_HASH_LEN) == 0)
+			return &t->cache[i];
 }
 
 /* cache_put - file a claim in the cache, replacing any under its hash */
 static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c, int state)
 {
-	struct pg_claim_ent *e = cache_find(t, NULL, hash);
+	struct pg_claim_ent *old = t->cache, *e;
+	size_t oldcap = t->cap_cache, i;
 
-	if (e == NULL) {
-		t->cache = store_pg_grow(t->cache, t->n_cache, &t->cap_cache, sizeof(*t->cache));
-		e = &t->cache[t->n_cache++];
+	if (2 * (t->n_cache + 1) > t->cap_cache) {	/* at most half full */
+		t->cap_cache = t->cap_cache ? 2 * t->cap_cache : 64;
+		t->cache = xcalloc(t->cap_cache, sizeof(*t->cache));
+		t->n_cache = 0;
+		for (i = 0; i < oldcap; i++)
+			if (old[i].used) {
+				*cache_slot(t, old[i].hash) = old[i];
+				t->n_cache++;
+			}
+		free(old);
 	}
+	e = cache_slot(t, hash);
+	if (!e->used)
+		t->n_cache++;
+	e->used = 1;
 	memcpy(e->hash, hash, STORE_HASH_LEN);
 	memcpy(e->keyhash, keyhash, STORE_HASH_LEN);
 	e->c = *c;
 	e->queued = state != 0;
 	e->foreign = state == 2;
+}
+
+/* cache_find - the cached claim under keyhash and hash, or NULL */
+static struct pg_claim_ent *cache_find(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+				       const uint8_t hash[STORE_HASH_LEN])
+{
+	struct pg_claim_ent *e;
+
+	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
+	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
+		return NULL;
+	return e;
 }
 
 /* key_loaded - were the claims under keyhash read in this transaction? */
@@ -179,7 +199,7 @@ static int claims_read(struct pg_txn *t, const PGresult *r)
 		if (store_pg_int(r, i, 7))
 			continue;	/* void: its message was refused; the key is new */
 		/* a claim this transaction put before its key was read stays */
-		if (cache_find(t, NULL, hash) == NULL)
+		if (t->cap_cache == 0 || !cache_slot(t, hash)->used)
 			cache_put(t, keyhash, hash, &c, (int) store_pg_int(r, i, 6));	/* SQL_QUEUED */
 	}
 	return 0;
