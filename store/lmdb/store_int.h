@@ -229,7 +229,8 @@ int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n);
 #define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
-int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn);	/* old claims moved, at open */
+/* old claims moved, at open, a part at a time */
+int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int *left);
 int lmdb_claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);	/* cnew's */
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */

@@ -297,17 +297,20 @@ fail:
 
 /*
  * lmdb_upgrade - opened for writing, once the journal has replayed what it
- * must: the staging databases made if missing, our format recorded, old
- * claims moved under their key, an old expiry index dropped, in one
- * transaction, synced. Committed before the replay, it would take the
- * transaction id the journal's record is found by, and the commit that
- * record stands for would be lost. An LMDB code, *step saying which step
+ * must: the staging databases made if missing, our format recorded, an
+ * old expiry index dropped, old claims moved under their key (in as many
+ * transactions as lmdb_claims_format() needs), then synced. Committed
+ * before the replay, it would take the transaction id the journal's
+ * record is found by, and the commit that record stands for would be
+ * lost. A crash between two of its commits leaves claims to move, which
+ * the next open moves before the store serves. An LMDB code, *step saying
+ * which step
  */
 static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 {
 	MDB_txn *txn;
 	MDB_dbi old;
-	int rc;
+	int rc, left;
 
 	*step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
@@ -319,15 +322,22 @@ static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 	*step = "format recorded";
 	if ((rc = lmdb_format(st, txn, 0)) != 0)
 		goto fail;
-	*step = "claims moved under their key";
-	if ((rc = lmdb_claims_format(st, txn)) != 0)
-		goto fail;
 	/* a store from before claims went with their stories: its expiry index goes */
 	if (mdb_dbi_open(txn, "expiry", 0, &old) == 0 && (rc = mdb_drop(txn, old, 1)) != 0)
 		goto fail;
-	*step = "mdb_txn_commit";
-	if ((rc = mdb_txn_commit(txn)) != 0)
-		return rc;
+	for (;;) {
+		*step = "claims moved under their key";
+		if ((rc = lmdb_claims_format(st, txn, &left)) != 0)
+			goto fail;
+		*step = "mdb_txn_commit";
+		if ((rc = mdb_txn_commit(txn)) != 0)
+			return rc;
+		if (!left)
+			break;
+		*step = "mdb_txn_begin";
+		if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
+			return rc;
+	}
 	*step = "mdb_env_sync";
 	return mdb_env_sync(st->env, 1);
 

@@ -298,6 +298,93 @@ static void test_walk_corrupt_key(void **state)
 		fail_msg("the corrupt key's bytes logged: %s", text);
 }
 
+#define OLD_CLAIMS	20000		/* moved in one transaction: 4 to 6 MB more */
+#define ROOM		(2u << 20)	/* left in the map; moved in parts, under 1 MB */
+
+/*
+ * old_claims_filled - OLD_CLAIMS claims of the format before claims went
+ * under their key, each under a key of its own, then LMDB's map (the
+ * store's, the journal's region past it) filled but for about ROOM bytes
+ */
+static void old_claims_filled(struct fx *f)
+{
+	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
+	uint8_t entry[STORE_HASH_LEN + 12], pad[65536] = { 0 };
+	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
+	MDB_val pkey = { sizeof(int), NULL }, pval = { sizeof(pad), pad };
+	struct store_claim c;
+	MDB_env *env = raw_open(f);
+	MDB_dbi claims, keys, pads;
+	MDB_txn *txn;
+	int i, n, rc;
+
+	assert_int_equal(mdb_env_set_mapsize(env, lmdb_map_size(TEST_MAP)), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
+	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
+	assert_int_equal(mdb_dbi_open(txn, "pad", MDB_CREATE | MDB_INTEGERKEY, &pads), 0);
+	for (i = 0; i < OLD_CLAIMS; i++) {
+		hash_of(h, i);
+		hash_of(kh, OLD_CLAIMS + i);
+		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+		val.mv_size = lmdb_claim_encode(rec, &c);
+		memcpy(entry, h, STORE_HASH_LEN);
+		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
+		key.mv_data = kh;
+		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
+		key.mv_data = h;
+	}
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	for (n = 0, rc = 0; rc == 0; n++) {	/* the map filled, a pad at a time */
+		pkey.mv_data = &n;
+		assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+		if ((rc = mdb_put(txn, pads, &pkey, &pval, 0)) == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+	}
+	assert_int_equal(rc, MDB_MAP_FULL);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	/* the last pads put taken away again */
+	for (i = n - 2; i > n - 2 - (int) (ROOM / sizeof(pad)); i--) {
+		pkey.mv_data = &i;
+		assert_int_equal(mdb_del(txn, pads, &pkey, NULL), 0);
+	}
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	/* one commit more: LMDB gives pages freed by a commit to the one after the next */
+	i = -1;
+	pkey.mv_data = &i;
+	pval.mv_size = sizeof(i);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_put(txn, pads, &pkey, &pval, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/*
+ * Old claims at a nearly full map: moved in transactions of their own,
+ * each reusing what the one before last freed, they leave room for the
+ * store to open; moved in one, they did not (MDB_MAP_FULL: no start)
+ */
+static void test_old_claims_full_map(void **state)
+{
+	struct fx *f = *state;
+	struct store_claim got;
+	uint8_t kh[STORE_HASH_LEN];
+	int i;
+
+	old_claims_filled(f);
+	fx_open(f, TEST_MAP);
+	for (i = 0; i < OLD_CLAIMS; i += OLD_CLAIMS / 7) {
+		hash_of(kh, OLD_CLAIMS + i);
+		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &got), 1);
+	}
+	raw_shut(f);
+	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+	fx_open(f, TEST_MAP);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -305,6 +392,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_old_expiry_index),
 		T(test_old_claims),
+		T(test_old_claims_full_map),
 		T(test_format),
 		T(test_corrupt_records),
 		T(test_walk_corrupt_key),
