@@ -94,6 +94,7 @@ struct smtp_tx {
 	struct smtp_rcpt *rcpts;	/* owned array; each identity once (smtp_rcpt_id) */
 	size_t n_rcpts;
 	size_t cap_rcpts;
+	void *ids;		/* owned tsearch tree of the rcpts' identities, each owned */
 	struct buf data;	/* message content: dot-unstuffed (DATA) or as
 				 * chunked (BDAT); every line ends CRLF */
 	int bare_eol;		/* a bare CR or LF was seen in the message */

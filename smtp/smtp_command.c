@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/log.h"
 #include "smtp_parse.h"
 #include "smtp_session.h"
 #include "smtp_tx.h"
@@ -190,7 +191,7 @@ static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
 /* smtp_cmd_rcpt - RCPT TO:<path> [params] */
 static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 {
-	char reply[SMTP_REPLY_MAX];
+	char reply[SMTP_REPLY_MAX], id[SMTP_RCPT_ID_MAX];
 	struct smtp_rcpt r = {NULL, 0, NULL};
 	const char *verdict;
 
@@ -206,8 +207,10 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply(s, "%s", reply);
 		goto done;
 	}
-	/* a repeated recipient was decided already; claims are per recipient */
-	if (smtp_tx_has_rcpt(s->tx, r.addr)) {
+	if (smtp_rcpt_id(r.addr, id) < 0)	/* the parser bounds an address */
+		msg_panic("recipient longer than the parser takes: %.100s", r.addr);
+	/* a repeat was decided already (claims are per recipient): the first NOTIFY, ORCPT hold */
+	if (smtp_tx_has_rcpt(s->tx, id)) {
 		smtp_reply(s, "250 2.1.5 Ok");
 		goto done;
 	}
@@ -219,7 +222,7 @@ static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 		smtp_reply_external(s, verdict);
 		goto done;
 	}
-	smtp_tx_add_rcpt(s->tx, &r);
+	smtp_tx_add_rcpt(s->tx, &r, id);
 	smtp_reply(s, "250 2.1.5 Ok");
 done:
 	smtp_rcpt_clear(&r);

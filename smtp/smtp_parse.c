@@ -33,6 +33,9 @@
  *	ASCII); such a path is accepted only in a transaction whose MAIL
  *	declared SMTPUTF8. Lengths stay in octets.
  *	xtext and the ORCPT split serve delivery too, leniently (smtp.h).
+ *	smtp_rcpt_id() gives a recipient's identity (smtp.h); it lives here,
+ *	apart from its callers, so that a test counts every call (ld's
+ *	--wrap sees calls between files only: test_smtp_limits).
  * DIAGNOSTICS
  *	501 5.5.4 for syntax, 501 5.1.7 / 501 5.1.3 for a bad sender /
  *	recipient address (invalid UTF-8 included), 553 5.6.7 for a valid
@@ -50,6 +53,8 @@
 #include <openssl/crypto.h>
 
 #include "smtp_parse.h"
+
+_Static_assert(SMTP_ADDR_MAX < SMTP_RCPT_ID_MAX, "an address the parser takes has an identity");
 
 #define SMTP_LOWER(c)	((c) >= 'a' && (c) <= 'z')
 #define SMTP_ALPHA(c)	(SMTP_LOWER(c) || ((c) >= 'A' && (c) <= 'Z'))
@@ -757,4 +762,18 @@ int smtp_parse_bdat(const char *args, size_t len, uint64_t *size, int *last,
 syntax:
 	snprintf(reply, SMTP_REPLY_MAX, "501 5.5.4 Syntax: BDAT chunk-size [LAST]");
 	return -1;
+}
+
+/* smtp_rcpt_id - local part as given, domain in ASCII lower case: 0, or -1 if too long */
+int smtp_rcpt_id(const char *addr, char out[SMTP_RCPT_ID_MAX])
+{
+	size_t len = strlen(addr), i;
+	const char *at = strrchr(addr, '@');
+
+	if (len >= SMTP_RCPT_ID_MAX)
+		return -1;
+	for (i = 0; i <= len; i++)
+		out[i] = at && addr + i > at && addr[i] >= 'A' && addr[i] <= 'Z'
+		    ? (char) (addr[i] - 'A' + 'a') : addr[i];
+	return 0;
 }

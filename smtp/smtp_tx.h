@@ -16,7 +16,7 @@
 struct smtp_tx *smtp_tx_new(void);
 void smtp_tx_free(struct smtp_tx *tx);	/* NULL-safe */
 void smtp_rcpt_clear(struct smtp_rcpt *r);	/* free the fields, keep the struct */
-int smtp_tx_has_rcpt(const struct smtp_tx *tx, const char *addr);
-void smtp_tx_add_rcpt(struct smtp_tx *tx, struct smtp_rcpt *r);	/* takes the fields */
+int smtp_tx_has_rcpt(const struct smtp_tx *tx, const char *id);	/* id: smtp_rcpt_id() */
+void smtp_tx_add_rcpt(struct smtp_tx *tx, struct smtp_rcpt *r, const char *id);	/* takes r's fields */
 
 #endif

@@ -9,7 +9,9 @@
  *	Scripted sessions and event rows (test_smtp_script.h), fed in one
  *	call, one byte per call and in chunks of 7, and tables of the counts
  *	a session keeps; then loops that no table says better: 1001
- *	recipients, a client that never reads, random input under valgrind.
+ *	recipients (and the identities they cost: smtp_rcpt_id() is wrapped,
+ *	the Makefile's test_smtp_limits_LDFLAGS), a client that never reads,
+ *	random input under valgrind.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,16 @@
 #include "../../smtp/smtp.h"
 #include "../../util/log.h"
 #include "test_smtp_script.h"
+
+int __real_smtp_rcpt_id(const char *addr, char out[SMTP_RCPT_ID_MAX]);
+static unsigned long rcpt_ids;		/* smtp_rcpt_id() calls */
+
+/* __wrap_smtp_rcpt_id - count the recipient identities computed (ld's --wrap) */
+int __wrap_smtp_rcpt_id(const char *addr, char out[SMTP_RCPT_ID_MAX])
+{
+	rcpt_ids++;
+	return __real_smtp_rcpt_id(addr, out);
+}
 
  /*
   * The error limits (Postfix's hard error and junk command limits), with
@@ -213,6 +225,10 @@ static void test_bdat_memory(void **state)
  /*
   * A limit of 0 is none (the configuration never gives one): 30 errors
   * and 30 NOOPs close nothing, and a recipient past any count is taken.
+  * Each RCPT computes one identity, never one per recipient held (the
+  * repeat check ran on the thread that serves every session: N recipients
+  * cost N²/2), and a repeat in another case is still seen, the first
+  * RCPT's NOTIFY and ORCPT kept (idemrelay.conf(5)).
   */
 static void test_zero_limits(void **state)
 {
@@ -227,6 +243,7 @@ static void test_zero_limits(void **state)
 	assert_false(smtp_session_closing(s));
 	buf_reset(smtp_session_out(s));
 	smtp_session_feed(s, S("MAIL FROM:<a@b.c>\r\n"));
+	rcpt_ids = 0;
 	for (i = 0; i < 1001; i++) {
 		char line[64];
 
@@ -236,6 +253,14 @@ static void test_zero_limits(void **state)
 		if (strcmp(smtp_session_out(s)->data, OK_RCPT) != 0)
 			fail_msg("recipient %d: got %s, want %s", i, smtp_session_out(s)->data, OK_RCPT);
 	}
+	buf_reset(smtp_session_out(s));
+	smtp_session_feed(s, S("RCPT TO:<r7@Y.z> NOTIFY=NEVER ORCPT=rfc822;o@y.z\r\n"));
+	assert_string_equal(smtp_session_out(s)->data, OK_RCPT);
+	assert_int_equal(s->tx->rcpts[7].notify, 0);	/* the first RCPT's DSN parameters */
+	assert_null(s->tx->rcpts[7].orcpt);
+	if (rcpt_ids != 1002 || s->tx->n_rcpts != 1001)
+		fail_msg("1002 RCPTs, one a repeat: got %lu identities, %zu recipients, want 1002, 1001",
+			 rcpt_ids, s->tx->n_rcpts);
 	smtp_session_free(s);
 }
 
