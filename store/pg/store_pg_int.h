@@ -212,6 +212,9 @@ struct pg_txn {
 	size_t n_gone, cap_gone;
 	struct pg_seg *segs;		/* owned: buffered writes, in order */
 	size_t n_segs, cap_segs;
+	size_t seg_last[PG_SEG_UPDATES + 1];	/* each kind's last run: its index + 1, 0 none */
+	struct pg_key_run *key_runs;	/* owned: each key's last run (store_pg_txn.c) */
+	size_t n_key_runs, cap_key_runs;
 	size_t data_bytes;		/* message data put: the connection's buffers grow so */
 	int64_t fenced;			/* the token the last write buffered was fenced with, or 0 */
 	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
@@ -274,7 +277,8 @@ struct pg_seg {
 	int marks;			/* updates: some rows are inflight marks */
 	struct pg_arr a[SEG_COLS];	/* owned: the rows, a column each */
 	struct pg_arr r[7];		/* owned: their recipients (messages, updates) */
-	char (*qids)[STORE_QID_SIZE];	/* owned: each row's QID or claim hash prefix, to see repeats */
+	char (*qids)[STORE_QID_SIZE];	/* owned: each row's QID or claim hash prefix */
+	size_t cap_qids;
 };
 
 void store_pg_params_init(struct pg_params *p);
@@ -350,6 +354,7 @@ void store_pg_keep_free(struct pg_store *st);
 
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
+void store_pg_segs_free(struct pg_txn *t);
 int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
 int store_pg_read_back(struct pg_txn *t);	/* 0 committed, STORE_EAGAIN, PG_NOT_KNOWN */
 void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size);	/* room for one more */
