@@ -51,12 +51,15 @@
  */
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
 
 #include "../util/clock.h"
 #include "../util/buf.h"
+#include "../util/deadline.h"
 #include "../util/log.h"
 #include "commit.h"
 #include "metrics.h"
@@ -78,6 +81,7 @@ struct commit {
 	struct commit_op *ops;		/* LIFO, under lock: delivery writes to carry */
 	pthread_cond_t marked;		/* a batch of ops is durable */
 	int stop;			/* under lock */
+	int stopping_fd;		/* the writer's stop (deadline_stop_on()): commit_stopping() */
 	char (*spooled)[STORE_QID_SIZE];	/* owned, writer thread's: a batch's new QIDs */
 	size_t spooled_cap;
 	int64_t last_batch;		/* under lock: clock_mono_us() when submissions were last committed */
@@ -491,6 +495,7 @@ static void *commit_main(void *arg)
 	int upkeep, stop;
 
 	log_service("cleanup");		/* as Postfix's: writes what smtpd took into the queue */
+	deadline_stop_on(cm->stopping_fd);	/* a hold for the standby ends at the stop */
 	for (;;) {
 		pthread_mutex_lock(&cm->lock);
 		wait_work(cm);
@@ -548,6 +553,8 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	cm->committed = committed;
 	cm->arg = arg;
 	cm->hold_us = COMMIT_HOLD_US;
+	if ((cm->stopping_fd = eventfd(0, EFD_CLOEXEC)) < 0)
+		msg_fatal("eventfd: %m");
 	cm->busy_us = COMMIT_BUSY_US;
 	pthread_mutex_init(&cm->lock, NULL);
 	pthread_condattr_init(&attr);
@@ -659,6 +666,13 @@ void commit_told_flush(struct commit *cm)
 	pthread_mutex_unlock(&cm->lock);
 }
 
+/* commit_stopping - the daemon stops: the writer's waits end (deadline_stop_on()); NULL-safe */
+void commit_stopping(struct commit *cm)
+{
+	if (cm != NULL)
+		(void) !eventfd_write(cm->stopping_fd, 1);	/* stays readable */
+}
+
 /* commit_stop - drain, stop and join the writer */
 void commit_stop(struct commit *cm)
 {
@@ -670,6 +684,7 @@ void commit_stop(struct commit *cm)
 	pthread_mutex_unlock(&cm->lock);
 	pthread_join(cm->thread, NULL);
 	workq_stop(cm->back);		/* reaps what is left */
+	close(cm->stopping_fd);
 	free(cm->spooled);
 	pthread_mutex_destroy(&cm->lock);
 	pthread_cond_destroy(&cm->wake);

@@ -84,6 +84,13 @@ void commit_told_flush(struct commit *cm);
 int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void *arg);
 int commit_fd(const struct commit *cm);		/* readable when requests are done */
 void commit_reap(struct commit *cm);		/* run done callbacks */
+/*
+ * commit_stopping - the daemon stops (SIGTERM): the writer's waits end
+ * early (its deadline_stop_fd(): a commit held while it waits for a
+ * synchronous standby is answered as at store.commit_wait); it goes on
+ * writing until commit_stop()
+ */
+void commit_stopping(struct commit *cm);	/* NULL-safe */
 void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
 
 /*

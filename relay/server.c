@@ -269,6 +269,7 @@ static void server_stop(struct server *srv)
 	size_t i;
 
 	srv->stopping = clock_us();
+	commit_stopping(srv->cm);	/* a commit held for the standby is answered now */
 	for (i = 0; i < srv->n_ls; i++) {
 		close(srv->ls[i].fd);
 		srv->ls[i].fd = -1;

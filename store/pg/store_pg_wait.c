@@ -22,8 +22,12 @@
  *	anchor connection: a pooled one may all be taken): if its backend
  *	waits for replication, the reply is held for up to store.commit_wait
  *	(default 15 s, well within a client's 10 minutes at the end of
- *	DATA), and the outcome is PostgreSQL's when it comes. Anything else
- *	that does not answer is given up after PG_RESULT_US, as before.
+ *	DATA), and the outcome is PostgreSQL's when it comes. The hold ends
+ *	at the committing thread's stop as at its limit (deadline_stop_fd():
+ *	the writer's at the daemon's SIGTERM, queue/commit.c; a delivery
+ *	thread's at deliver_stop()): the daemon's exit waited for it.
+ *	Anything else that does not answer is given up after PG_RESULT_US,
+ *	as before.
  *	The hold is at most half of store.lease (conf/conf.c): the batch's
  *	messages were put under a lease of the accepting node, taken at
  *	their INSERT, which is still live when they are voided, so that no
@@ -140,6 +144,7 @@
 
 #include "../../util/buf.h"
 #include "../../util/clock.h"
+#include "../../util/deadline.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
 
@@ -407,8 +412,11 @@ void store_pg_reap(struct pg_store *st)
 /*
  * store_pg_commit_hold - wait for the answer to t's COMMIT: up to
  * PG_RESULT_US, or store.commit_wait while its backend waits for
- * replication. 0 the answer can be read; -1 not: the connection is
- * kept (it waits for replication) or cut, or failed.
+ * replication, that hold ending at this thread's stop too (its stop
+ * descriptor, deadline_stop_fd(): the writer's at the daemon's SIGTERM,
+ * a delivery thread's at deliver_stop()), as at its limit. 0 the answer
+ * can be read; -1 not: the connection is kept (it waits for
+ * replication) or cut, or failed.
  */
 int store_pg_commit_hold(struct pg_txn *t)
 {
@@ -416,8 +424,8 @@ int store_pg_commit_hold(struct pg_txn *t)
 	PGconn *c = t->c;
 	int64_t start = clock_mono_us(), now, limit = store_pg_result_limit(), looked = 0;
 	struct pg_conn *n;
-	int waits = 0;
-	struct pollfd p;
+	int waits = 0, stop = 0;
+	struct pollfd p[2] = { { .events = POLLIN }, { .fd = deadline_stop_fd(), .events = POLLIN } };
 
 	while (PQisBusy(c)) {
 		now = clock_mono_us();
@@ -428,17 +436,18 @@ int store_pg_commit_hold(struct pg_txn *t)
 				limit = st->commit_wait_us;
 			}
 		}
-		if (now - start >= limit) {
+		if (now - start >= limit || stop) {
 			if (waits && (n = store_pg_conn(c)) != NULL)
 				n->flags |= PG_CONN_KEPT;
 			else if (!waits)
 				store_pg_cut(c, "to a COMMIT", limit);
 			return -1;
 		}
-		p.fd = PQsocket(c);
-		p.events = POLLIN;
-		p.revents = 0;
-		(void) poll(&p, 1, PG_SLICE_MS);
+		p[0].fd = PQsocket(c);
+		p[0].revents = p[1].revents = 0;
+		/* the stop once the COMMIT is seen to wait for the standby: it stays readable */
+		(void) poll(p, waits ? 2 : 1, PG_SLICE_MS);
+		stop = (p[1].revents & POLLIN) != 0;
 		if (PQconsumeInput(c) != 1)
 			break;		/* failed: PQgetResult says so */
 	}

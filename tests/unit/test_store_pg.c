@@ -5031,6 +5031,130 @@ static void test_idle_limit_slow_send(void **state)
 	CHECK_INT("its message there", qid_rows(f, "messages", "SLOWKEY00002"), 1);
 }
 
+/*
+ * standby_away - every commit of the cluster that wrote waits for a
+ * synchronous standby that never comes (away 1: seen so on a probe,
+ * whose wait is then cancelled, within 5 s), or no longer (away 0: those
+ * waiting go on); as the superuser (cluster.py's IDEMRELAY_PG_ADMIN)
+ */
+static void standby_away(int away)
+{
+	const char *url = getenv("IDEMRELAY_PG_ADMIN");
+	int64_t deadline = clock_mono_us() + 5 * SEC;
+	PGconn *a, *p;
+	PGresult *r;
+	PGcancel *k;
+	char q[160], e[64];
+	int seen = 0, tries = 0;
+
+	if (url == NULL)
+		fail_msg("IDEMRELAY_PG_ADMIN is not set (tests/pg/cluster.py run sets it)");
+	a = PQconnectdb(url);
+	PQclear(PQexec(a, away ? "ALTER SYSTEM SET synchronous_standby_names = 'nobody'"
+		       : "ALTER SYSTEM RESET synchronous_standby_names"));
+	PQclear(PQexec(a, "SELECT pg_reload_conf()"));
+	p = PQconnectdb(url);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid = %d "
+		 "AND wait_event = 'SyncRep'", PQbackendPID(p));
+	while (away && !seen && clock_mono_us() < deadline) {
+		/* a commit that wrote: it waits once the server has taken the setting */
+		snprintf(e, sizeof(e), "CREATE TEMP TABLE away_probe%d ()", tries++);
+		if (PQsendQuery(p, e) != 1)
+			break;
+		while (!seen && PQisBusy(p) && clock_mono_us() < deadline) {
+			seen = sql_int(url, q) == 1;
+			(void) PQconsumeInput(p);
+		}
+		if (PQisBusy(p) && (k = PQgetCancel(p)) != NULL) {
+			(void) PQcancel(k, e, sizeof(e));	/* committed locally, with a warning */
+			PQfreeCancel(k);
+		}
+		while ((r = PQgetResult(p)) != NULL)
+			PQclear(r);
+	}
+	PQfinish(p);
+	PQfinish(a);
+	if (away && !seen) {
+		standby_away(0);	/* else the fixture's teardown would wait */
+		fail_msg("a commit did not wait for the synchronous standby within 5 s");
+	}
+}
+
+/* a writer to stop once its commit waits for the standby (stop_run) */
+struct stopper {
+	FILE *log;			/* not owned: where the log goes meanwhile (log_capture) */
+	struct commit *cm;
+};
+
+/* stop_run - the writer told the daemon stops once the store says its commits wait */
+static void *stop_run(void *arg)
+{
+	struct stopper *s = arg;
+
+	(void) logged_within(s->log, "commits wait for replication");
+	commit_stopping(s->cm);		/* as the daemon's SIGTERM (server_stop()) */
+	return NULL;
+}
+
+/*
+ * The daemon stopping (SIGTERM: server_stop() makes the writer's stop
+ * descriptor readable, commit_stopping(); deliver_stop() a delivery
+ * thread's) while a submission's COMMIT waits for the synchronous
+ * standby (here one that never comes: synchronous_standby_names names
+ * none that runs): the hold ends at the stop as at store.commit_wait,
+ * the submission answered 451 and voided; once the standby is back the
+ * COMMIT goes through and the settle drops the message, never
+ * delivered. The hold went on to store.commit_wait (60 s here), and the
+ * daemon's exit, which waits for every commit's answer, with it.
+ */
+static void test_commit_hold_stopped(void **state)
+{
+	static const char *const a[] = { "a@example.com" };
+	struct fx *f = *state;
+	struct pg_store *st = (struct pg_store *) f->st;
+	struct commit_req *r = req_make("HOLDSTOP0001", "hs", "x\r\n", a, 1, gc_done);
+	struct stopper s = { NULL, commit_start(f->st, gc_committed, NULL) };
+	pthread_t th;
+	char text[8192];
+	int fd, i;
+	int64_t began;
+	long long voids;
+
+	st->commit_wait_us = 60 * SEC;
+	gc_answered = 0;
+	standby_away(1);
+	fd = log_capture(&s.log);
+	assert_int_equal(pthread_create(&th, NULL, stop_run, &s), 0);
+	began = clock_mono_us();
+	commit_submit(s.cm, r);
+	for (i = 0; i < 1200 && gc_answered < 1; i++) {	/* 120 s at most */
+		usleep(100000);
+		commit_reap(s.cm);
+	}
+	began = clock_mono_us() - began;
+	pthread_join(th, NULL);
+	log_captured(fd, s.log, text, sizeof(text));
+	voids = void_count(f);
+	standby_away(0);		/* before any check: the COMMIT goes through */
+	commit_stop(s.cm);
+	st->commit_wait_us = PG_COMMIT_WAIT_US;
+	if (began >= 10 * SEC)
+		fail_msg("the submission was answered %.1f s after it came, past the stop",
+			 (double) began / SEC);
+	CHECK_INT("held for the standby", strstr(text, "commits wait for replication") != NULL, 1);
+	CHECK_INT("answered at the stop", r->outcome, COMMIT_FAILED);
+	CHECK_INT("451", r->error, STORE_EAGAIN);
+	CHECK_INT("voided", voids, 1);
+	req_free(r);
+	hook_fx = f;
+	if (!seen_within("SELECT count(*) = 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"))
+		fail_msg("the COMMIT still waits for the standby after 5 s");
+	st->settle_at = 0;		/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("the void settled", void_count(f), 0);
+	CHECK_INT("its message dropped, never delivered", msg_count(f, "HOLDSTOP0001"), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -5117,6 +5241,7 @@ int main(void)
 		T(test_notice_commit_partial),
 		T(test_notice_commit_partial_short),
 		T(test_idle_limit_slow_send),
+		T(test_commit_hold_stopped),
 	};
 
 	if (fx_pg() == NULL) {
