@@ -75,7 +75,8 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # retry settings, test_store_pg the locks of the store's mutexes, its
 # key locks and the integers it decodes from results, test_smtp_limits
 # the recipient identities the engine computes, test_store_pg_runs the
-# key comparisons (strcmp) of a batch's runs. A test may include
+# key comparisons (strcmp) of a batch's runs, test_store_pg_slots those
+# of a batch of claims chosen to collide. A test may include
 # a source file to reach its static functions (test_control): what it
 # includes is a dependency (its .d file), never compiled again.
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
@@ -83,6 +84,7 @@ test_deliver_reload_LDFLAGS = -Wl,--wrap=deliver_retry_settings
 test_smtp_limits_LDFLAGS = -Wl,--wrap=smtp_rcpt_id
 test_store_pg_LDFLAGS = -Wl,--wrap=pthread_mutex_lock -Wl,--wrap=store_pg_key_lock -Wl,--wrap=store_pg_int
 test_store_pg_runs_LDFLAGS = -Wl,--wrap=strcmp
+test_store_pg_slots_LDFLAGS = -Wl,--wrap=strcmp
 $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $($*_LDFLAGS) -o $@ $< $(filter %.a,$^) $(LDLIBS) -lcmocka

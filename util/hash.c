@@ -2,8 +2,12 @@
  * NAME
  *	hash 3
  * SUMMARY
- *	SHA-256 via OpenSSL's EVP interface; hex, the one encoder and decoder
+ *	SHA-256 via OpenSSL's EVP interface; hex, the one encoder and decoder;
+ *	tables' slots
  */
+#include <pthread.h>
+#include <sys/random.h>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -54,6 +58,24 @@ uint64_t hash_fnv(uint64_t h, const void *p, size_t n)
 	for (i = 0; i < n; i++)
 		h = (h ^ b[i]) * 1099511628211ULL;
 	return h;
+}
+
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static uint64_t slot_mult;		/* odd, random, drawn once */
+
+/* slot_init - draw the multiplier of hash_slot() */
+static void slot_init(void)
+{
+	if (getrandom(&slot_mult, sizeof(slot_mult), 0) != sizeof(slot_mult))
+		msg_panic("hash_slot: getrandom: %m");
+	slot_mult |= 1;
+}
+
+/* hash_slot - multiply-shift: the product's top log2(cap) bits */
+size_t hash_slot(uint64_t x, size_t cap)
+{
+	pthread_once(&slot_once, slot_init);
+	return (size_t) ((x * slot_mult) >> (64 - __builtin_ctzll(cap)));
 }
 
 /* hash_hex - lower-case hex form */

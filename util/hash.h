@@ -3,7 +3,8 @@
  *	hash 3h
  * SUMMARY
  *	SHA-256 over byte strings, incremental or in one call (OpenSSL EVP);
- *	FNV-1a for tables; digests to hex and back
+ *	FNV-1a for tables; a table's slot, keyed per process; digests to hex
+ *	and back
  */
 #ifndef UTIL_HASH_H
 #define UTIL_HASH_H
@@ -28,6 +29,14 @@ void hash_once(const void *p, size_t n, uint8_t out[HASH_LEN]);
  */
 #define HASH_FNV_INIT	14695981039346656037ULL
 uint64_t hash_fnv(uint64_t h, const void *p, size_t n);
+
+/*
+ * hash_slot - the slot of a table of cap entries (a power of two, >= 2)
+ * for x (a digest's 64 bits, or FNV of a key): multiply-shift by a random
+ * odd multiplier drawn once a process, so that keys a client chooses (by
+ * trial, offline) cannot be aimed at one slot's probe chain
+ */
+size_t hash_slot(uint64_t x, size_t cap);
 
 /* hash_hex - n bytes (a digest, or its first n) as 2n lower-case hex digits and a NUL */
 void hash_hex(const uint8_t *in, size_t n, char *out);

@@ -107,13 +107,16 @@ static const char SQL_KEY_CLAIMS[] =
 	"coalesce((" SQL_QUEUED "), 0), " SQL_VOID " FROM claims c "
 	"WHERE c.keyhash = ANY($1::bytea[])";
 
-/* cache_slot - the cache entry of a claim hash, or the empty slot it would go in */
+/*
+ * cache_slot - the cache entry of a claim hash, or the empty slot it would
+ * go in: its first 8 bytes are hash_slot()'s, as a client could choose them
+ * by trial (a few thousand hashes a key) to make a batch one probe chain
+ */
 static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STORE_HASH_LEN])
 {
 	size_t mask = t->cap_cache - 1, i;
-	uint64_t h = (uint64_t) store_pg_key_lock(hash);
 
-	for (i = (size_t) (h ^ (h >> 29)) & mask;; i = (i + 1) & mask)
+	for (i = hash_slot((uint64_t) store_pg_key_lock(hash), t->cap_cache);; i = (i + 1) & mask)
 		if (!t->cache[i].used || memcmp(t->cache[i].hash, hash, STORE_HASH_LEN) == 0)
 			return &t->cache[i];
 }

@@ -227,10 +227,11 @@ void store_pg_segs_free(struct pg_txn *t)
 }
 
 /*
- * a key's last run (pg_txn.key_runs, open addressing on the key's FNV):
- * the keys are QIDs this node made and hex of SHA-256 claim hashes, which
- * a client could crowd into one slot only by grinding SHA-256 for them,
- * as it could the claims cache's (store_pg_claim.c)
+ * a key's last run (pg_txn.key_runs, open addressing on hash_slot() of the
+ * key's FNV): the keys are QIDs this node made and hex of SHA-256 claim
+ * hashes, whose FNV a client could aim at one slot by trying claim keys
+ * (FNV is unkeyed, the table's size a power of two), hash_slot() keyed
+ * per process, as the claims cache's (store_pg_claim.c)
  */
 struct pg_key_run {
 	char key[STORE_QID_SIZE];
@@ -240,7 +241,7 @@ struct pg_key_run {
 /* key_slot - the entry of key in v (cap a power of two), or the empty slot it would go in */
 static struct pg_key_run *key_slot(struct pg_key_run *v, size_t cap, const char *key)
 {
-	size_t i = hash_fnv(HASH_FNV_INIT, key, strlen(key)) & (cap - 1);
+	size_t i = hash_slot(hash_fnv(HASH_FNV_INIT, key, strlen(key)), cap);
 
 	while (v[i].run != 0 && strcmp(v[i].key, key) != 0)
 		i = (i + 1) & (cap - 1);
