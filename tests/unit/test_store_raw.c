@@ -2,10 +2,13 @@
  * test_store_raw - what the LMDB backend makes of databases written
  * under its feet, the store closed meanwhile: stores of older formats
  * (an expiry index, claims filed under their hash alone, an older format
- * number) read and brought up to date, one of a newer format refused by
- * both opens, records corrupted refused, skipped, logged safely or
- * replaced. Always on LMDB, whatever IDEMRELAY_PG_URL says.
+ * number) read and brought up to date, also after a crash amid that
+ * (mdb_txn_commit interposed: its fail_at-th call fails), one of a newer
+ * format refused by both opens, records corrupted refused, skipped, logged
+ * safely or replaced. Always on LMDB, whatever IDEMRELAY_PG_URL says.
  */
+#include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,22 @@
 #include "../../util/buf.h"
 #include "test_store_files.h"
 #include "test_store_help.h"
+
+static int commits, fail_at;	/* mdb_txn_commit calls since armed; the one to fail, 0 none */
+
+/* mdb_txn_commit - LMDB's, but the fail_at-th call aborts instead (EIO): a crash before it */
+int mdb_txn_commit(MDB_txn *txn)
+{
+	static int (*real)(MDB_txn *);
+
+	if (real == NULL)
+		real = (int (*)(MDB_txn *)) dlsym(RTLD_NEXT, "mdb_txn_commit");
+	if (fail_at && ++commits == fail_at) {
+		mdb_txn_abort(txn);
+		return EIO;
+	}
+	return real(txn);
+}
 
 /* raw_exists - is there a named database? the store must be closed */
 static int raw_exists(const char *path, const char *db)
@@ -385,6 +404,74 @@ static void test_old_claims_full_map(void **state)
 	fx_open(f, TEST_MAP);
 }
 
+#define PART_CLAIMS	1024		/* store_claim.c's CLAIMS_MOVED: old claims moved a part */
+#define CRASH_CLAIMS	(2 * PART_CLAIMS + 100)	/* three parts */
+
+/*
+ * An old store (format 1, CRASH_CLAIMS claims under their hash alone)
+ * whose first writable open crashed after the first part of the move (its
+ * next commit failed): the format record still says 1, as some claims are
+ * still to move; the next open moves them and records 2. The commit to
+ * fail is found by trial, one more each open, the store as it was until a
+ * part commits (the keys index shorter by one part)
+ */
+static void test_old_claims_crash(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
+	uint8_t entry[STORE_HASH_LEN + 12];
+	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
+	char err[512], got[16];
+	struct store_claim c;
+	size_t left = CRASH_CLAIMS;
+	MDB_env *env = raw_open(f);
+	MDB_dbi claims, keys;
+	MDB_txn *txn;
+	int i;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
+	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
+	for (i = 0; i < CRASH_CLAIMS; i++) {
+		hash_of(h, i);
+		hash_of(kh, CRASH_CLAIMS + i);
+		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+		val.mv_size = lmdb_claim_encode(rec, &c);
+		memcpy(entry, h, STORE_HASH_LEN);
+		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
+		key.mv_data = kh;
+		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
+		key.mv_data = h;
+	}
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
+	mdb_env_close(env);
+
+	for (fail_at = 1; fail_at < 20 && left == CRASH_CLAIMS; fail_at++) {
+		commits = 0;
+		CHECK_INT("the open crashed", store_lmdb_open(&f->st, f->path, TEST_MAP, err,
+							      sizeof(err)) != 0, 1);
+		left = raw_count(f->path, "keys");
+	}
+	fail_at = 0;
+	CHECK_INT("a crash after the first part: claims left to move", left,
+		  CRASH_CLAIMS - PART_CLAIMS);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("the old format recorded", got, "1");
+
+	fx_open(f, TEST_MAP);
+	for (i = 0; i < CRASH_CLAIMS; i += CRASH_CLAIMS / 7) {
+		hash_of(kh, CRASH_CLAIMS + i);
+		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &c), 1);
+	}
+	raw_shut(f);
+	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+	raw_meta(f->path, META_FORMAT, got, sizeof(got));
+	CHECK_STR("then ours", got, "2");
+	fx_open(f, TEST_MAP);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -393,6 +480,7 @@ int main(void)
 		T(test_old_expiry_index),
 		T(test_old_claims),
 		T(test_old_claims_full_map),
+		T(test_old_claims_crash),
 		T(test_format),
 		T(test_corrupt_records),
 		T(test_walk_corrupt_key),
