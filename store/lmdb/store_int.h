@@ -129,7 +129,9 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way
  * LMDB_FORMAT - the format this build writes. 2: claims and stories are
  * staged in cnew and hnew, which a build before them would not read (it
  * would find no claim there, and send a retried message again). A store
- * of a greater format is refused at open; a writable open records ours.
+ * of a greater format is refused at open; a writable open records ours
+ * before anything a build of the older format would misread (with the
+ * first part of a move: a store half moved is refused by such a build).
  */
 #define LMDB_FORMAT	2
 #define LMDB_TEXT_(n)	#n

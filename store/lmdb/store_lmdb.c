@@ -297,16 +297,14 @@ fail:
 
 /*
  * lmdb_upgrade - opened for writing, once the journal has replayed what it
- * must: the staging databases made if missing, an old expiry index
- * dropped, old claims moved under their key (in as many transactions as
- * lmdb_claims_format() needs), our format recorded with the last of them,
- * then synced. Committed before the replay, it would take the transaction
- * id the journal's record is found by, and the commit that record stands
- * for would be lost. A crash between two of its commits leaves claims to
- * move, which the next writable open moves before the store serves, and
- * the old format recorded: until then idemrelayctl reads a store some of
- * whose claims are under their hash alone, and the format says so. An
- * LMDB code, *step saying which step
+ * must: the staging databases made if missing, our format recorded, an
+ * old expiry index dropped, old claims moved under their key (in as many
+ * transactions as lmdb_claims_format() needs), then synced. Committed
+ * before the replay, it would take the transaction id the journal's
+ * record is found by, and the commit that record stands for would be
+ * lost. A crash between two of its commits leaves claims to move, which
+ * the next open moves before the store serves. An LMDB code, *step saying
+ * which step
  */
 static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 {
@@ -321,15 +319,15 @@ static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 	    || (rc = dbi_open(txn, "cnew", MDB_CREATE, &st->claims.small, step)) != 0)
 		goto fail;
 	st->hist.has_small = st->claims.has_small = 1;
+	*step = "format recorded";
+	if ((rc = lmdb_format(st, txn, 0)) != 0)
+		goto fail;
 	/* a store from before claims went with their stories: its expiry index goes */
 	if (mdb_dbi_open(txn, "expiry", 0, &old) == 0 && (rc = mdb_drop(txn, old, 1)) != 0)
 		goto fail;
 	for (;;) {
 		*step = "claims moved under their key";
 		if ((rc = lmdb_claims_format(st, txn, &left)) != 0)
-			goto fail;
-		*step = "format recorded";	/* with the last part: never before its claims */
-		if (!left && (rc = lmdb_format(st, txn, 0)) != 0)
 			goto fail;
 		*step = "mdb_txn_commit";
 		if ((rc = mdb_txn_commit(txn)) != 0)
