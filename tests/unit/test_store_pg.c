@@ -5155,6 +5155,69 @@ static void test_commit_hold_stopped(void **state)
 	CHECK_INT("its message dropped, never delivered", msg_count(f, "HOLDSTOP0001"), 0);
 }
 
+/*
+ * A submission batch's pipeline (its claim's INSERT, waiting here for the
+ * test's lock in a trigger, then a 24 MB message's INSERT and COMMIT) cut
+ * after part of it reached PostgreSQL, as partial_run() cuts a bounce's:
+ * the backend runs what came and waits for the rest ('active',
+ * ClientRead), the transaction open with the key's lock. The batch was
+ * answered 451 and voided, its backend left holding the key until TCP
+ * keepalive ended it (hours at the system's defaults; never while the
+ * socket is open, as here): another node's batch of the key, or a retry,
+ * waited for its limit and got 451, again and again. Now the node ends
+ * the backend when it resolves the batch: the other node gets the key
+ * (new) and commits.
+ */
+static void test_batch_commit_partial(void **state)
+{
+	struct fx *f = *state;
+	struct partial x = { PQconnectdb(f->url), f->url, -1 };
+	struct store_claim c;
+	struct store_txn *t, *u;
+	struct store_msg m;
+	struct store *other;
+	uint8_t h[STORE_HASH_LEN];
+	pthread_t th;
+	PGresult *r;
+	int rc, key, committed;
+
+	sql(f, "CREATE FUNCTION claim_waits() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+	    "PERFORM pg_advisory_xact_lock(4247); RETURN NEW; END $$; CREATE TRIGGER claim_waits "
+	    "BEFORE INSERT ON claims FOR EACH ROW EXECUTE FUNCTION claim_waits()", NULL);
+	r = PQexec(x.lock, "BEGIN; SELECT pg_advisory_xact_lock(4247)");
+	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	hash_of(h, 45);
+	msg_new(&m, "PARTKEY00001", 1, 24u << 20);	/* more than the sockets hold */
+	m.has_key = 1;
+	memcpy(m.keyhash, KH, STORE_HASH_LEN);
+	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the key is new", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	claim_of(&c, "PARTKEY00001", 1, NOW + SEC);
+	store_txn_claim_put(t, KH, h, &c);	/* first: its INSERT waits, the message's unsent */
+	store_txn_msg_put(t, &m);
+	store_msg_free(&m);
+	assert_int_equal(pthread_create(&th, NULL, partial_run, &x), 0);
+	rc = store_txn_commit(t);
+	pthread_join(th, NULL);
+
+	result_us = 2 * SEC;		/* the other node's limit: its wait for the key */
+	other = node_open(f, "other");
+	result_us = PG_RESULT_US;
+	key = key_put(other, "PARTKEY00002", 46, &u);
+	committed = store_txn_commit(u);
+	store_close(other);
+	if (x.kept >= 0)
+		close(x.kept);		/* the backend, if it is still there, sees the end */
+	PQfinish(x.lock);
+	CHECK_INT("the pipeline was cut in its middle", x.kept >= 0, 1);
+	CHECK_INT("the cut batch: 451", rc, STORE_EAGAIN);
+	CHECK_INT("the other node gets the key: new (else its limit, then 451)", key,
+		  STORE_ENOTFOUND);
+	CHECK_INT("and commits", committed, 0);
+	CHECK_INT("the cut batch's message not there", qid_rows(f, "messages", "PARTKEY00001"), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -5242,6 +5305,7 @@ int main(void)
 		T(test_notice_commit_partial_short),
 		T(test_idle_limit_slow_send),
 		T(test_commit_hold_stopped),
+		T(test_batch_commit_partial),
 	};
 
 	if (fx_pg() == NULL) {
