@@ -5218,6 +5218,30 @@ static void test_batch_commit_partial(void **state)
 	CHECK_INT("the cut batch's message not there", qid_rows(f, "messages", "PARTKEY00001"), 0);
 }
 
+/*
+ * The server's TCP keepalive on a node's connection is the node's own
+ * (5 s idle, then 2 s apart, 3 unanswered), read back from the server's
+ * socket: a node gone without its connection closed while its backend
+ * waits for the rest of a pipeline (test_batch_commit_partial's, with
+ * no node left to end it) left that backend holding its locks for the
+ * system's keepalive: hours (Linux: 7200 s idle, 75 s apart, 9).
+ */
+static void test_server_keepalive(void **state)
+{
+	struct fx *f = *state;
+	PGconn *c;
+	PGresult *r;
+
+	assert_int_equal(store_pg_take((struct pg_store *) f->st, &c), 0);
+	r = PQexec(c, "SELECT current_setting('tcp_keepalives_idle') || ' ' || "
+		   "current_setting('tcp_keepalives_interval') || ' ' || "
+		   "current_setting('tcp_keepalives_count')");
+	CHECK_INT("read", PQresultStatus(r), PGRES_TUPLES_OK);
+	CHECK_STR("the server's keepalive: idle, interval, count", PQgetvalue(r, 0, 0), "5 2 3");
+	PQclear(r);
+	store_pg_give((struct pg_store *) f->st, c);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -5306,6 +5330,7 @@ int main(void)
 		T(test_idle_limit_slow_send),
 		T(test_commit_hold_stopped),
 		T(test_batch_commit_partial),
+		T(test_server_keepalive),
 	};
 
 	if (fx_pg() == NULL) {
