@@ -111,19 +111,22 @@ static const char *const conn_vals[] = {
  * the connection's while it lasts, and DISCARD ALL resets the setting.
  *
  * The server's TCP keepalive on the connection is the node's own
- * (conn_vals: 5 s idle, then 2 s apart, 3 unanswered): a node gone
- * without its connection closed while its backend waits for the rest of
- * a pipeline ('active', ClientRead: not idle as the timeout above
- * counts it) left the backend holding its locks for the system's
- * keepalive, hours; now about 11 s. A node that lives ends such a
- * backend itself (store_pg_wait.c); this is for one that does not.
+ * (conn_vals: 5 s idle, then 2 s apart, 3 unanswered; tcp_user_timeout
+ * 10 s, as libpq's, for data the node never acknowledged, which keepalive
+ * waits behind): a node gone without its connection closed while its
+ * backend waits for the rest of a pipeline ('active', ClientRead: not
+ * idle as the timeout above counts it) left the backend holding its
+ * locks for the system's keepalive, hours; now about 11 s. A living node
+ * ends a bounce's such backend itself (store_pg_decide.c), never a
+ * submission batch's (store_pg_wait.c): this is for those.
  * Through PgBouncer it holds between the server and PgBouncer only,
  * both alive: PgBouncer's own (tcp_keepidle) is what sees a node gone.
  */
 #define OUR_SETTINGS "SELECT set_config(o.name, o.value, false) FROM (VALUES " \
 	"('client_connection_check_interval', '1000'), ('plan_cache_mode', 'force_generic_plan'), " \
 	"('idle_in_transaction_session_timeout', '%lld'), ('tcp_keepalives_idle', '5'), " \
-	"('tcp_keepalives_interval', '2'), ('tcp_keepalives_count', '3')) " \
+	"('tcp_keepalives_interval', '2'), ('tcp_keepalives_count', '3'), " \
+	"('tcp_user_timeout', '10000')) " \
 	"o(name, value) WHERE NOT EXISTS (SELECT 1 FROM pg_settings s " \
 	"WHERE s.name = o.name AND s.source = 'client')"
 

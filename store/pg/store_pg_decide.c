@@ -89,9 +89,7 @@
  *	One of those that did not go through after all (unreachable past the
  *	limit and lost on the way; a failover to a standby without it)
  *	leaves the inflight mark, read as after a crash. A backend waiting
- *	for the rest of the pipeline is ended by store_pg_commit_resolve()
- *	already, before this wait, with store_pg_end_stuck() as for any batch
- *	(store_pg_wait.c); one not ended there nor here (PostgreSQL away
+ *	for the rest of the pipeline that is not ended here (PostgreSQL away
  *	from the node, or a stop first) holds the rows until TCP keepalive
  *	ends it: PostgreSQL's idle_in_transaction_session_timeout
  *	(store_pg.c) does not count it idle.
@@ -120,19 +118,17 @@ static const char SQL_ENDED[] =
 	"SELECT (SELECT count(*) FROM ended), cardinality($1::text[])";
 
 /*
- * A batch's backend: does it wait for the standby, or behind one that
+ * A delivery's backend: does it wait for the standby, or behind one that
  * does (a lock its transaction waits for)? If it waits for the node in
- * the batch's transaction ($3: the id's low bits), idle in it or for
+ * the delivery's transaction ($3: the id's low bits), idle in it or for
  * the rest of its pipeline (ClientRead, either way), its COMMIT never
  * came, it is ended; never one that runs a statement, its COMMIT
- * perhaps, which, ended, could skip the standby (see the header): does
- * it run one of the transaction before its COMMIT?
+ * perhaps, which, ended, could skip the standby (see the header).
  */
 static const char SQL_END_STUCK[] =
 	"SELECT w.waits, w.behind, CASE WHEN a.wait_event = 'ClientRead' "
-	"AND a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid, "
-	"a.state = 'active' AND a.wait_event IS DISTINCT FROM 'ClientRead' AND a.query <> 'COMMIT' "
-	"AND a.backend_xid::text::int8 = $3 FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
+	"AND a.backend_xid::text::int8 = $3 THEN pg_terminate_backend(a.pid) END, a.pid "
+	"FROM pg_stat_activity a, LATERAL (SELECT coalesce(a.wait_event = 'SyncRep', false) AS "
 	"waits, EXISTS (SELECT 1 FROM pg_stat_activity b WHERE b.pid = ANY "
 	"(pg_blocking_pids(a.pid)) AND b.wait_event = 'SyncRep') AS behind) w WHERE " PG_BACKEND_IS("a");
 
@@ -194,11 +190,10 @@ static int ended(struct pg_txn *t)
 }
 
 /*
- * store_pg_end_stuck - t's backend ended if it waits for the node in t's
- * transaction (see the header): 1 it waits for the standby, 2 behind
- * one, 3 it runs a statement of t's before its COMMIT, else 0
+ * end_stuck - t's backend ended if it is idle in t's transaction (see
+ * the header): 1 it waits for the standby, 2 behind one, else 0
  */
-int store_pg_end_stuck(struct pg_txn *t)
+static int end_stuck(struct pg_txn *t)
 {
 	struct pg_params p;
 	PGresult *r;
@@ -206,14 +201,12 @@ int store_pg_end_stuck(struct pg_txn *t)
 
 	if (store_pg_backend_param(t->c, &p) == 0) {
 		store_pg_p_i64(&p, t->xid ? t->xid & 0xffffffffLL : -1);
-		if (store_pg_side_run(t->st, 0, SQL_END_STUCK, &p, &r, "a COMMIT's backend") == 0) {
+		if (store_pg_side_run(t->st, 0, SQL_END_STUCK, &p, &r, "delivery's backend") == 0) {
 			if (PQntuples(r) == 1)
-				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2
-				    : store_pg_int(r, 0, 4) ? 3 : 0;
+				rc = store_pg_int(r, 0, 0) ? 1 : store_pg_int(r, 0, 1) ? 2 : 0;
 			if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 2))
-				msg_warn("store: a COMMIT (%s) never reached its backend, waiting "
-					 "in its transaction: the backend (pid %d) ended",
-					 t->n_put ? t->put_qids[0] : "no message put",
+				msg_warn("store: a delivery's COMMIT never reached its backend, "
+					 "waiting in its transaction: the backend (pid %d) ended",
 					 (int) store_pg_int(r, 0, 3));
 			PQclear(r);
 		}
@@ -271,7 +264,7 @@ int store_pg_delivery_decided(struct pg_txn *t)
 			pthread_mutex_unlock(&t->st->mu);
 			continue;
 		}
-		if (over == 0 && now - start >= PG_LOOK_US && (waits = store_pg_end_stuck(t)) == 1)
+		if (over == 0 && now - start >= PG_LOOK_US && (waits = end_stuck(t)) == 1)
 			break;
 		if (waits == 2 && !behind++)
 			msg_warn("store: a delivery's commit (%s) waits behind one that waits for the "

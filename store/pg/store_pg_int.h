@@ -402,7 +402,6 @@ void store_pg_voids_settle(struct pg_store *st);
 /* store_pg_decide.c: a COMMIT's outcome decided without its answer */
 int store_pg_delivery_decided(struct pg_txn *t);	/* 0, STORE_EAGAIN, STORE_ELEASE */
 int store_pg_replays_read_back(struct pg_txn *t);	/* a batch of replays only: 0, STORE_EAGAIN */
-int store_pg_end_stuck(struct pg_txn *t);	/* its backend waiting for the node: ended */
 extern const char store_pg_sql_key_locks[];	/* $1's locks, waited for: store_pg_pend.c's too */
 
 /* store_pg_stats.c: the figures */

@@ -118,26 +118,19 @@
  *	batch, are decided otherwise (store_pg_decide.c).
  *
  *	Cut in mid-send. A batch whose connection went after part of its
- *	pipeline reached the server (a network gone in mid-send; the rest
- *	lost) leaves a backend that ran what came and waits for the rest
- *	('active', wait event ClientRead), holding the key's locks and the
- *	rows it wrote: not idle in its transaction as PostgreSQL counts it
- *	(store_pg.c's idle_in_transaction_session_timeout), so it held them
- *	until TCP keepalive ended it, hours at the system's defaults, and
- *	every retry of the key on any node waited for its limit and got
- *	451. So before it reads the status, store_pg_commit_resolve() ends a
- *	backend of the batch's transaction id that waits in ClientRead
- *	(store_pg_end_stuck(): its COMMIT never came; never one that runs a
- *	statement, see store_pg_decide.c), found by the server's pid and
- *	backend_start as below, so through PgBouncer too; one that still
- *	runs a statement of the transaction before its COMMIT (what came
- *	before the cut) is looked at again every PG_SLICE_MS for up to
- *	PG_LOOK_US: looked at once, it was seen running the last of what
- *	came, and left. A COMMIT that runs is left as before (its answer
- *	waited for by the hold; a cut connection's ended by PostgreSQL
- *	within client_connection_check_interval, store_pg.c). Round trips
- *	on this path only. PostgreSQL unreachable then, it is left to
- *	keepalive.
+ *	pipeline reached the server leaves a backend that ran what came and
+ *	waits for the rest ('active', ClientRead), holding the key's locks:
+ *	the batch is voided or answered 451 as above, and so is a retry of
+ *	the key until the server's TCP keepalive ends that backend (store_pg.c's
+ *	settings: about 11 s). The node does not end it itself, as it does a
+ *	bounce's (store_pg_decide.c): the rest of the pipeline may still be on
+ *	the way (a shutdown() sends what was queued; PgBouncer forwards until
+ *	it reads the end), and a COMMIT reaching the backend between the look
+ *	at pg_stat_activity and the signal would be ended in its wait for the
+ *	synchronous standby, committed here but perhaps not there, its status
+ *	read committed and the batch answered 250 though a failover could
+ *	lose it (review 9 showed it; no statement can end a backend only if
+ *	its COMMIT has not come).
  *
  *	Unreachable. When PostgreSQL cannot be reached to read the outcome
  *	or to write the void, the batch is answered 451 all the same, and
@@ -579,20 +572,6 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
 }
 
 /*
- * stuck_end - t's backend ended if it waits for the rest of its pipeline
- * (store_pg_end_stuck()), looked at again every PG_SLICE_MS while it
- * still runs a statement of what came before its COMMIT, for up to
- * PG_LOOK_US
- */
-static void stuck_end(struct pg_txn *t)
-{
-	int64_t until = clock_mono_us() + PG_LOOK_US;
-
-	while (store_pg_end_stuck(t) == 3 && clock_mono_us() < until)
-		usleep(PG_SLICE_MS * 1000);
-}
-
-/*
  * store_pg_commit_resolve - t's COMMIT got no answer: 0 committed (the
  * batch is answered 250), STORE_EAGAIN not, or voided, or kept to be
  * settled; a delivery's is waited for (STORE_ELEASE: left undecided, see
@@ -604,12 +583,10 @@ int store_pg_commit_resolve(struct pg_txn *t)
 	struct pg_store *st = t->st;
 	enum pg_xact x;
 
-	if (t->n_put > 0 && t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
-		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
-	if (t->xid != 0)	/* waiting for the rest of its pipeline: ended, its locks let go */
-		stuck_end(t);
 	if (t->n_put == 0)	/* nothing put: the marks tell, if it wrote nothing else */
 		return t->n_replays > 0 && t->n_segs == 0 ? store_pg_replays_read_back(t) : STORE_EAGAIN;
+	if (t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
+		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
 	x = xact_status(st, t->xid);
 	/*
 	 * Committed, and its rows are there (their leases read): a status read
