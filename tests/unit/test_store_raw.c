@@ -317,6 +317,39 @@ static void test_walk_corrupt_key(void **state)
 		fail_msg("the corrupt key's bytes logged: %s", text);
 }
 
+/*
+ * old_claims_put - n claims of the format before claims went under their
+ * key (under their claim hash alone, hash_of(i), each with its keys index
+ * entry under a key of its own, hash_of(n + i)), in one transaction
+ */
+static void old_claims_put(MDB_env *env, int n)
+{
+	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
+	uint8_t entry[STORE_HASH_LEN + 12];
+	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
+	struct store_claim c;
+	MDB_dbi claims, keys;
+	MDB_txn *txn;
+	int i;
+
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
+	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
+	for (i = 0; i < n; i++) {
+		hash_of(h, i);
+		hash_of(kh, n + i);
+		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+		val.mv_size = lmdb_claim_encode(rec, &c);
+		memcpy(entry, h, STORE_HASH_LEN);
+		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
+		key.mv_data = h;
+		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
+		key.mv_data = kh;
+		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
+	}
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
 #define OLD_CLAIMS	20000		/* moved in one transaction: 4 to 6 MB more */
 #define ROOM		(2u << 20)	/* left in the map; moved in parts, under 1 MB */
 
@@ -327,33 +360,17 @@ static void test_walk_corrupt_key(void **state)
  */
 static void old_claims_filled(struct fx *f)
 {
-	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
-	uint8_t entry[STORE_HASH_LEN + 12], pad[65536] = { 0 };
-	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
+	uint8_t pad[65536] = { 0 };
 	MDB_val pkey = { sizeof(int), NULL }, pval = { sizeof(pad), pad };
-	struct store_claim c;
 	MDB_env *env = raw_open(f);
-	MDB_dbi claims, keys, pads;
+	MDB_dbi pads;
 	MDB_txn *txn;
 	int i, n, rc;
 
 	assert_int_equal(mdb_env_set_mapsize(env, lmdb_map_size(TEST_MAP)), 0);
+	old_claims_put(env, OLD_CLAIMS);
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
-	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
 	assert_int_equal(mdb_dbi_open(txn, "pad", MDB_CREATE | MDB_INTEGERKEY, &pads), 0);
-	for (i = 0; i < OLD_CLAIMS; i++) {
-		hash_of(h, i);
-		hash_of(kh, OLD_CLAIMS + i);
-		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
-		val.mv_size = lmdb_claim_encode(rec, &c);
-		memcpy(entry, h, STORE_HASH_LEN);
-		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
-		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
-		key.mv_data = kh;
-		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
-		key.mv_data = h;
-	}
 	assert_int_equal(mdb_txn_commit(txn), 0);
 	for (n = 0, rc = 0; rc == 0; n++) {	/* the map filled, a pad at a time */
 		pkey.mv_data = &n;
@@ -420,33 +437,14 @@ static void test_old_claims_full_map(void **state)
 static void test_old_claims_crash(void **state)
 {
 	struct fx *f = *state;
-	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
-	uint8_t entry[STORE_HASH_LEN + 12];
-	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
+	uint8_t kh[STORE_HASH_LEN];
 	char err[512], got[16];
 	struct store_claim c;
 	size_t left = CRASH_CLAIMS;
 	MDB_env *env = raw_open(f);
-	MDB_dbi claims, keys;
-	MDB_txn *txn;
 	int i;
 
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
-	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
-	for (i = 0; i < CRASH_CLAIMS; i++) {
-		hash_of(h, i);
-		hash_of(kh, CRASH_CLAIMS + i);
-		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
-		val.mv_size = lmdb_claim_encode(rec, &c);
-		memcpy(entry, h, STORE_HASH_LEN);
-		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
-		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
-		key.mv_data = kh;
-		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
-		key.mv_data = h;
-	}
-	assert_int_equal(mdb_txn_commit(txn), 0);
+	old_claims_put(env, CRASH_CLAIMS);
 	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
 	mdb_env_close(env);
 
