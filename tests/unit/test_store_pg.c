@@ -3701,6 +3701,19 @@ static void bounce_ended(struct fx *f, struct store_msg *m, const char *notice, 
 }
 
 /*
+ * marked_load - qid spooled (two recipients, one claim of hash) with its
+ * inflight mark, loaded into m as a delivery holds it
+ */
+static void marked_load(struct fx *f, const char *qid, int hash, struct store_msg *m)
+{
+	msg_new(m, qid, 2, 100);
+	CHECK_INT("spool", spool(f->st, m, &hash, 1, NOW + SEC), 0);
+	store_msg_free(m);
+	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
+	CHECK_INT("the load", store_msg_load(f->st, qid, m), 0);
+}
+
+/*
  * notice_decided - the bounce of qid, inflight-marked (its dot answered
  * 550), whose COMMIT the trigger holds on the test's lock, released once
  * the store waits for the outcome (or after 10 s), or kept until the
@@ -3721,11 +3734,7 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 	long long leased = 0;
 	int64_t began;
 
-	msg_new(&m, qid, 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
+	marked_load(f, qid, hash, &m);
 	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%d)", lock);
 	r = PQexec(rel.c, q);
 	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
@@ -3926,11 +3935,7 @@ static void test_notice_commit_taken(void **state)
 	int hash = 77, rc, fd;
 
 	commit_held(f, 2);
-	msg_new(&m, x.qid, 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, x.qid, 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, x.qid, &m), 0);
+	marked_load(f, x.qid, hash, &m);
 	PQclear(PQexec(x.rel.c, "SELECT pg_advisory_lock(4243)"));
 	fd = log_capture(&x.rel.log);
 	assert_int_equal(pthread_create(&th, NULL, taken_run, &x), 0);
@@ -3970,11 +3975,7 @@ static void test_notice_commit_unreachable(void **state)
 	struct store_msg m;
 	int hash = 99;
 
-	msg_new(&m, "NOTICEAWAY01", 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, "NOTICEAWAY01", 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, "NOTICEAWAY01", &m), 0);
+	marked_load(f, "NOTICEAWAY01", hash, &m);
 	CHECK_INT("left to PostgreSQL", notice_bounce(f, &m, "NOTICEAWAY91", 0, cut_off),
 		  STORE_ELEASE);
 	back(st);
@@ -4543,11 +4544,7 @@ static void aborted_away(struct fx *f, const char *qid, int64_t lease_us, int64_
 	int hash = 96, fd, waited, aborted;
 
 	st->lease_us = lease_us;
-	msg_new(&m, qid, 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
+	marked_load(f, qid, hash, &m);
 	hook_fx = f;
 	g = gate_shut(f);
 	fd = log_capture(&log);
@@ -4860,11 +4857,7 @@ static void partial_cut(struct fx *f, const char *qid, const char *notice, int64
 	char q[128];
 	int hash = 88, rc;
 
-	msg_new(&m, qid, 2, 100);
-	CHECK_INT("spool", spool(f->st, &m, &hash, 1, NOW + SEC), 0);
-	store_msg_free(&m);
-	CHECK_INT("its mark", store_msg_set_inflight(f->st, qid, 1), 0);
-	CHECK_INT("the load", store_msg_load(f->st, qid, &m), 0);
+	marked_load(f, qid, hash, &m);
 	snprintf(q, sizeof(q), "BEGIN; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", qid);
 	r = PQexec(x.lock, q);
 	CHECK_INT("the test holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
