@@ -350,6 +350,25 @@ static void old_claims_put(MDB_env *env, int n)
 	assert_int_equal(mdb_txn_commit(txn), 0);
 }
 
+/*
+ * moved_all - the store opened: every seventh of old_claims_put()'s n
+ * claims found under its key; then shut, its keys index empty
+ */
+static void moved_all(struct fx *f, int n)
+{
+	struct store_claim got;
+	uint8_t kh[STORE_HASH_LEN];
+	int i;
+
+	fx_open(f, TEST_MAP);
+	for (i = 0; i < n; i += n / 7) {
+		hash_of(kh, n + i);
+		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &got), 1);
+	}
+	raw_shut(f);
+	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+}
+
 #define OLD_CLAIMS	20000		/* moved in one transaction: 4 to 6 MB more */
 #define ROOM		(2u << 20)	/* left in the map; moved in parts, under 1 MB */
 
@@ -406,18 +425,9 @@ static void old_claims_filled(struct fx *f)
 static void test_old_claims_full_map(void **state)
 {
 	struct fx *f = *state;
-	struct store_claim got;
-	uint8_t kh[STORE_HASH_LEN];
-	int i;
 
 	old_claims_filled(f);
-	fx_open(f, TEST_MAP);
-	for (i = 0; i < OLD_CLAIMS; i += OLD_CLAIMS / 7) {
-		hash_of(kh, OLD_CLAIMS + i);
-		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &got), 1);
-	}
-	raw_shut(f);
-	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+	moved_all(f, OLD_CLAIMS);
 	fx_open(f, TEST_MAP);
 }
 
@@ -437,12 +447,9 @@ static void test_old_claims_full_map(void **state)
 static void test_old_claims_crash(void **state)
 {
 	struct fx *f = *state;
-	uint8_t kh[STORE_HASH_LEN];
 	char err[512], got[16];
-	struct store_claim c;
 	size_t left = CRASH_CLAIMS;
 	MDB_env *env = raw_open(f);
-	int i;
 
 	old_claims_put(env, CRASH_CLAIMS);
 	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
@@ -460,13 +467,7 @@ static void test_old_claims_crash(void **state)
 	raw_meta(f->path, META_FORMAT, got, sizeof(got));
 	CHECK_STR("ours recorded with the first part", got, "2");
 
-	fx_open(f, TEST_MAP);
-	for (i = 0; i < CRASH_CLAIMS; i += CRASH_CLAIMS / 7) {
-		hash_of(kh, CRASH_CLAIMS + i);
-		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &c), 1);
-	}
-	raw_shut(f);
-	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
+	moved_all(f, CRASH_CLAIMS);
 	raw_meta(f->path, META_FORMAT, got, sizeof(got));
 	CHECK_STR("then ours", got, "2");
 	fx_open(f, TEST_MAP);
