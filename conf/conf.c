@@ -49,7 +49,7 @@ static int conf_listen(struct conf_ctx *x, struct conf *c,
 	if (ls == NULL) {
 		c->listen = xcalloc(1, sizeof(*c->listen));
 		c->n_listen = 1;
-		c->listen[0].address = xstrdup("127.0.0.1");
+		c->listen[0].address = "127.0.0.1";
 		c->listen[0].port = 2525;
 		c->listen[0].smtputf8 = 1;
 		return 0;
@@ -169,7 +169,7 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 			 &c->keys.mismatch_accept) < 0)
 		return -1;
 	n = a ? config_setting_length(a) : 2;
-	c->keys.headers = xcalloc(n, sizeof(char *));
+	c->keys.headers = xcalloc(n, sizeof(*c->keys.headers));
 	for (i = 0; i < n; i++) {
 		const char *v = a ? config_setting_get_string_elem(a, i) : def[i];
 
@@ -182,7 +182,7 @@ static int conf_keys(struct conf_ctx *x, struct conf *c,
 				return conf_error(x, config_setting_get_elem(a, i), NULL,
 						  "\"%s\" repeats keys.headers[%d] \"%s\": "
 						  "remove one", v, j, c->keys.headers[j]);
-		c->keys.headers[i] = xstrdup(v);
+		c->keys.headers[i] = v;
 		c->keys.n_headers = i + 1;
 	}
 	return 0;
@@ -242,7 +242,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	static const char *const trust_names[] = {"tls_ca", "tls_servername",
 		"tls_fingerprint", 0};
 	config_setting_t *g, *s, *a = NULL;
-	const char *host;
+	const char *host = NULL;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
 
 	u->tls = CONF_TLS_NONE;
@@ -256,7 +256,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 				  : "missing (needs host, hosts or maildir)");
 	u->hosts = xcalloc(1, sizeof(*u->hosts));	/* host's, if it is the one given */
 	u->n_hosts = 1;
-	if (conf_string(x, g, "host", 1, &u->hosts[0].host) < 0
+	if (conf_string(x, g, "host", 1, &host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
 	    || conf_strings(x, g, "hosts", &a) < 0
 	    || conf_string(x, g, "maildir", 0, &u->maildir) < 0
@@ -274,7 +274,6 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 			 &u->ambiguous_retry) < 0)
 		return -1;
 	u->tls = tls;
-	host = u->hosts[0].host;
 	if ((host != NULL) + (a != NULL) + (u->maildir != NULL) != 1)
 		return conf_error(x, g, NULL, route ? "needs exactly one of host or hosts"
 				  : "needs exactly one of host, hosts or maildir");
@@ -297,6 +296,7 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 				  "requires tls = \"starttls\" or \"implicit\"");
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
+	u->hosts[0].host = host ? xstrdup(host) : NULL;	/* as the list's, parsed */
 	u->hosts[0].port = port;
 	if (host != NULL)
 		return 0;
@@ -482,7 +482,6 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		"error", 0};
 	static const char *const target_words[] = {"stderr", "syslog", 0};
 	config_setting_t *g;
-	char host[256];
 
 	conf_defaults(c);
 	if (conf_check_names(x, root, top) < 0
@@ -499,7 +498,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	if (g != NULL && c->metrics_port == 0)
 		return conf_error(x, g, "port", "missing setting");
 	if (g != NULL && c->metrics_address == NULL)
-		c->metrics_address = xstrdup("127.0.0.1");
+		c->metrics_address = "127.0.0.1";
 	if (c->metrics_address && !conf_numeric_addr(c->metrics_address))
 		return conf_error(x, g, "address", "not a numeric IP address: "
 				  "\"%s\"", c->metrics_address);
@@ -539,7 +538,7 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 	    || conf_store_backend(x, c, g) < 0)
 		return -1;
 	if (c->store.path == NULL)
-		c->store.path = xstrdup("var/store");
+		c->store.path = "var/store";
 
 	if (conf_keys(x, c, root) < 0 || conf_upstream_group(x, &c->upstream, root, 0) < 0
 	    || conf_routes(x, c, root) < 0)
@@ -562,13 +561,13 @@ static int conf_walk(struct conf_ctx *x, struct conf *c, config_setting_t *root)
 		return -1;
 
 	if (c->hostname == NULL) {
-		if (gethostname(host, sizeof(host)) < 0 || host[0] == 0)
-			strcpy(host, "localhost");
-		host[sizeof(host) - 1] = 0;
-		c->hostname = xstrdup(host);
+		if (gethostname(c->host, sizeof(c->host)) < 0 || c->host[0] == 0)
+			strcpy(c->host, "localhost");
+		c->host[sizeof(c->host) - 1] = 0;
+		c->hostname = c->host;
 	}
 	if (c->node == NULL)
-		c->node = xstrdup(c->hostname);
+		c->node = c->hostname;
 	return 0;
 }
 
@@ -791,27 +790,12 @@ void    conf_free(struct conf *c)
 	free(c->tree);
 	free(c->file);
 	free(c->dir);
-	free(c->hostname);
-	free(c->node);
-	free(c->store.url);
-	free(c->user);
-	free(c->control);
-	free(c->metrics_address);
-	for (i = 0; i < c->n_listen; i++)
-		free(c->listen[i].address), free(c->listen[i].name);
 	free(c->listen);
-	free(c->tls_cert);
-	free(c->tls_key);
-	free(c->tls_groups);
-	free(c->auth_users);
 	free(c->networks);
-	free(c->store.path);
-	for (i = 0; i < c->keys.n_headers; i++)
-		free(c->keys.headers[i]);
 	free(c->keys.headers);
 	conf_upstream_free(&c->upstream);
 	for (i = 0; i < c->n_routes; i++)
-		conf_route_free(&c->routes[i]);
+		conf_upstream_free(&c->routes[i].up);
 	free(c->routes);
 	memset(c, 0, sizeof(*c));
 }

@@ -10,7 +10,7 @@
  *	file, line and setting, e.g.
  *	    "conf/x.conf:12: store.key_ttl: bad duration \"5 parsecs\"".
  *	Durations are kept in seconds, sizes in bytes.
- *	The struct owns all its strings; conf_free() releases them.
+ *	Its strings are those of the parsed tree it keeps; conf_free() frees it.
  */
 #ifndef CONF_CONF_H
 #define CONF_CONF_H
@@ -25,8 +25,8 @@ enum conf_backend { CONF_STORE_LMDB, CONF_STORE_POSTGRESQL };
 enum conf_long_lines { CONF_LONG_LINES_FOLD, CONF_LONG_LINES_REJECT, CONF_LONG_LINES_PASS };
 
 struct conf_listen {
-	char *name;		/* NULL: none; for routes' listener */
-	char *address;		/* numeric IPv4/IPv6 address */
+	const char *name;	/* NULL: none; for routes' listener */
+	const char *address;	/* numeric IPv4/IPv6 address */
 	int port;
 	int starttls_required;	/* starttls = "required" */
 	int tls_implicit;	/* tls = "implicit" */
@@ -52,14 +52,14 @@ struct conf_upstream_host {
 struct conf_upstream {
 	struct conf_upstream_host *hosts;	/* host+port or hosts[] */
 	size_t n_hosts;
-	char *maildir;		/* set: deliver into this Maildir */
+	const char *maildir;	/* set: deliver into this Maildir */
 	enum conf_tls tls;	/* default none */
 	int tls_verify;		/* default 1 */
-	char *tls_ca;		/* CA file or hashed directory; NULL: system store */
-	char *tls_servername;	/* name to verify and send (SNI); NULL: host */
+	const char *tls_ca;	/* CA file or hashed directory; NULL: system store */
+	const char *tls_servername;	/* name to verify and send (SNI); NULL: host */
 	uint8_t (*tls_fingerprint)[32];	/* SHA-256 pins, certificate or SPKI */
 	size_t n_tls_fingerprint;	/* set: a matching pin is all that counts */
-	char *user, *password;
+	const char *user, *password;
 	int connections;	/* default 4 */
 	int rate;		/* messages a second, the cluster's; default 0: none */
 	int recipient_rate;	/* recipients a second, the same; default 0: none */
@@ -72,10 +72,10 @@ struct conf_upstream {
  * a route matches when every one of its match settings does
  */
 struct conf_route {
-	char *name;		/* what a message stores and the log shows */
-	char *auth_user;	/* NULL: any (and a message without AUTH too) */
-	char *sender;		/* NULL: any; the whole address, case-insensitive */
-	char *sender_domain;	/* NULL: any; the sender's domain, case-insensitive */
+	const char *name;	/* what a message stores and the log shows */
+	const char *auth_user;	/* NULL: any (and a message without AUTH too) */
+	const char *sender;	/* NULL: any; the whole address, case-insensitive */
+	const char *sender_domain;	/* NULL: any; the sender's domain, case-insensitive */
 	int listener;		/* index into listen[] (its name); -1: any */
 	struct conf_upstream up;
 };
@@ -86,21 +86,22 @@ struct conf_route {
 struct conf {
 	char *file;		/* the file loaded; "<default>" for the embedded text */
 	char *dir;		/* its folder, where its @includes are; NULL: the cwd */
-	void *tree;		/* owned: libconfig's config_t as loaded (conf_where, a reload) */
+	void *tree;		/* owned: libconfig's config_t as loaded: the strings, conf_where */
 
-	char *hostname;		/* default: gethostname() */
-	char *node;		/* this node's name in a shared store; default: hostname */
-	char *user;		/* NULL: no privilege drop */
-	char *control;		/* NULL: no control socket */
-	char *metrics_address;	/* NULL: no metrics listener */
+	const char *hostname;	/* default: gethostname(), into host */
+	const char *node;	/* this node's name in a shared store; default: hostname */
+	const char *user;	/* NULL: no privilege drop */
+	const char *control;	/* NULL: no control socket */
+	const char *metrics_address;	/* NULL: no metrics listener */
 	int metrics_port;
+	char host[256];		/* this host's name, when hostname is not set */
 
 	struct conf_listen *listen;	/* default: one, 127.0.0.1:2525 */
 	size_t n_listen;
 
-	char *tls_cert, *tls_key;	/* NULL: no TLS */
-	char *tls_groups;		/* key exchange groups; NULL: tls.c's default */
-	char *auth_users;		/* NULL: no AUTH */
+	const char *tls_cert, *tls_key;	/* NULL: no TLS */
+	const char *tls_groups;		/* key exchange groups; NULL: tls.c's default */
+	const char *auth_users;		/* NULL: no AUTH */
 	int64_t auth_cache_ttl;		/* seconds a success is remembered, default 1h; 0: never */
 
 	struct conf_net *networks;	/* default: 127.0.0.0/8, ::1/128 */
@@ -108,18 +109,18 @@ struct conf {
 
 	struct {
 		int backend;		/* enum conf_backend, default lmdb */
-		char *url;		/* postgresql: the libpq connection string */
+		const char *url;	/* postgresql: the libpq connection string */
 		int64_t lease;		/* postgresql: seconds a delivery lease lasts, default 30 */
 		int64_t commit_wait;	/* postgresql: seconds a reply is held while its commit
 					 * waits for replication, default 15, at most lease / 2 */
-		char *path;		/* default "var/store" */
+		const char *path;	/* default "var/store" */
 		uint64_t map_size;	/* default 1G: where the map starts */
 		uint64_t map_size_max;	/* how far it grows; default 0: as far as the disk */
 		int64_t key_ttl;	/* seconds, default 24h */
 	} store;
 
 	struct {
-		char **headers;		/* default X-Idempotency-Key, Idempotency-Key */
+		const char **headers;	/* default X-Idempotency-Key, Idempotency-Key */
 		size_t n_headers;
 		int shadow;		/* mode = "shadow" (default "enforce") */
 		int message_id;		/* default 1 */

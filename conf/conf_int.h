@@ -45,9 +45,9 @@ int conf_check_names(struct conf_ctx *x, const config_setting_t *g,
 int conf_group(struct conf_ctx *x, const config_setting_t *parent,
 		const char *name, const char *const *names,
 		config_setting_t **out);
-/* conf_string - optional string setting; replaces *out when present */
+/* conf_string - optional string setting; *out the tree's when present */
 int conf_string(struct conf_ctx *x, const config_setting_t *g,
-		const char *name, int token, char **out);
+		const char *name, int token, const char **out);
 /* conf_int - optional integer setting within [min, max] */
 int conf_int(struct conf_ctx *x, const config_setting_t *g,
 		const char *name, long long min, long long max, int *out);
@@ -77,11 +77,9 @@ int conf_parse_hostport(const char *text, int defport,
 /* conf_upstream_group - the upstream group in parent: the default's (route 0) or a route's */
 int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 		const config_setting_t *parent, int route);
-/* conf_upstream_free - what an upstream group owns (the password wiped) */
+/* conf_upstream_free - what an upstream group owns */
 void conf_upstream_free(struct conf_upstream *u);
 /* conf_routes - routes = ( ... ), after listen and upstream (conf_route.c) */
 int conf_routes(struct conf_ctx *x, struct conf *c, const config_setting_t *root);
-/* conf_route_free - what a route owns */
-void conf_route_free(struct conf_route *r);
 
 #endif

@@ -45,7 +45,7 @@ static int route_name_ok(const char *v)
 static int route_listener(struct conf_ctx *x, const struct conf *c,
 			  const config_setting_t *g, struct conf_route *r)
 {
-	char *name = NULL;
+	const char *name = NULL;
 	size_t i;
 
 	r->listener = -1;
@@ -57,9 +57,8 @@ static int route_listener(struct conf_ctx *x, const struct conf *c,
 		if (c->listen[i].name && strcmp(c->listen[i].name, name) == 0)
 			r->listener = (int) i;
 	if (r->listener < 0)
-		conf_error(x, g, "listener", "no listen entry has name = \"%s\"", name);
-	free(name);
-	return r->listener < 0 ? -1 : 0;
+		return conf_error(x, g, "listener", "no listen entry has name = \"%s\"", name);
+	return 0;
 }
 
 /* conf_route - one route, routes[i] as g */
@@ -123,7 +122,7 @@ int conf_routes(struct conf_ctx *x, struct conf *c, const config_setting_t *root
 	return 0;
 }
 
-/* conf_upstream_free - what an upstream group owns (the password wiped) */
+/* conf_upstream_free - what an upstream group owns: its host list, its pins */
 void conf_upstream_free(struct conf_upstream *u)
 {
 	size_t i;
@@ -131,25 +130,8 @@ void conf_upstream_free(struct conf_upstream *u)
 	for (i = 0; i < u->n_hosts; i++)
 		free(u->hosts[i].host);
 	free(u->hosts);
-	free(u->maildir);
-	free(u->tls_ca);
-	free(u->tls_servername);
 	free(u->tls_fingerprint);
-	free(u->user);
-	if (u->password)
-		explicit_bzero(u->password, strlen(u->password));
-	free(u->password);
 	memset(u, 0, sizeof(*u));
-}
-
-/* conf_route_free - what a route owns */
-void conf_route_free(struct conf_route *r)
-{
-	free(r->name);
-	free(r->auth_user);
-	free(r->sender);
-	free(r->sender_domain);
-	conf_upstream_free(&r->up);
 }
 
 /* route_matches - does every match setting of r hold? */

@@ -159,9 +159,9 @@ static int conf_text_ok(const char *v, int token)
 	return 1;
 }
 
-/* conf_string - optional string setting; replaces *out when present */
+/* conf_string - optional string setting; *out the tree's when present */
 int conf_string(struct conf_ctx *x, const config_setting_t *g,
-		       const char *name, int token, char **out)
+		       const char *name, int token, const char **out)
 {
 	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
 	const char *v;
@@ -175,8 +175,7 @@ int conf_string(struct conf_ctx *x, const config_setting_t *g,
 		return conf_error(x, s, NULL, "empty value");
 	if (!conf_text_ok(v, token))
 		return conf_error(x, s, NULL, "bad value \"%s\"", v);
-	free(*out);
-	*out = xstrdup(v);
+	*out = v;
 	return 1;
 }
 

@@ -32,11 +32,11 @@ static int auth_interact(auth_client_request_t req, char **result, int fields, v
 	const struct conf_upstream *u = arg;
 	int i;
 
-	for (i = 0; i < fields; i++) {
+	for (i = 0; i < fields; i++) {	/* libesmtp's plugins only read them */
 		if (req[i].flags & AUTH_USER)
-			result[i] = u->user;
+			result[i] = (char *) u->user;
 		else if (req[i].flags & AUTH_PASS)
-			result[i] = u->password;
+			result[i] = (char *) u->password;
 		else if (req[i].flags & AUTH_REALM)
 			result[i] = empty;
 		else
