@@ -290,8 +290,9 @@ static ssize_t conn_fill(struct conn *c)
 }
 
 /*
- * conn_process - feed buffered input; answers decided inside the hook
- * resume the session. TLS may hold decrypted input that no epoll event
+ * conn_process - feed buffered input; a hook that answers at once (a
+ * duplicate, a remembered password) replies inside the feed, which goes
+ * on with the next command (smtp.h). TLS may hold decrypted input that no epoll event
  * will announce: it is read here while the engine takes input, and its
  * octets count for the data rate as the caller's read does. When the
  * engine stops for unread replies (out_max), they are written as far as
@@ -306,16 +307,6 @@ int conn_process(struct conn *c)
 	for (;;) {
 		n = smtp_session_feed(c->s, c->in.data, c->in.len);
 		buf_consume(&c->in, n);
-		if (c->sync_reply != NULL) {
-			smtp_session_reply(c->s, c->sync_reply);
-			c->sync_reply = NULL;
-			continue;
-		}
-		if (c->sync_auth) {
-			smtp_session_auth_reply(c->s, c->sync_auth);
-			c->sync_auth = 0;
-			continue;
-		}
 		if (c->in.len && smtp_session_out(c->s)->len >= OUT_MAX) {
 			if (conn_write(c) < 0)
 				return -1;

@@ -59,8 +59,8 @@ static void conn_auth_next(struct conn *c)
 
 /*
  * conn_auth_done - a password check came back (or was decided at once): 235
- * now, 535 after the delay. Inside the hook, the 235 waits in sync_auth
- * for conn_process(), which is the one that feeds the engine.
+ * now, 535 after the delay. Inside the hook the engine's feed, which
+ * conn_process() runs, goes on after the 235 by itself.
  */
 static void conn_auth_done(struct auth_req *req)
 {
@@ -73,11 +73,10 @@ static void conn_auth_done(struct auth_req *req)
 			 req->cached ? " (remembered)" : "");
 	else
 		msg_warn("auth: client=[%s] sasl_username=%s status=failed", c->addr, req->user);
-	if (!c->dead && req->ok && c->in_auth_hook) {
-		c->sync_auth = 1;
-	} else if (!c->dead && req->ok) {
+	if (!c->dead && req->ok) {
 		smtp_session_auth_reply(c->s, 1);
-		conn_process(c);
+		if (!c->in_auth_hook)
+			conn_process(c);
 	} else if (!c->dead) {
 		c->auth_due = clock_us() + AUTH_FAIL_DELAY;
 		c->srv->n_auth_delayed++;
@@ -113,7 +112,6 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 	struct auth_req *req;
 	size_t ulen = strlen(user), plen = strlen(pass);
 
-	(void) s;
 	(void) mech;
 	req = xcalloc(1, sizeof(*req));
 	req->done = conn_auth_done;
@@ -124,7 +122,7 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 		msg_warn("auth: client=[%s] sasl_username=%s status=refused (AUTH rate limit)",
 			 c->addr, req->user);
 		free(req);
-		c->sync_auth = -1;		/* 454 once the hook returns */
+		smtp_session_auth_reply(s, -1);	/* 454, no check */
 		return;
 	}
 	c->auth = req;

@@ -226,11 +226,13 @@ static void commit_done(struct commit_req *req)
 	req_free(req);
 }
 
-/* answer_now - a request decided on the event loop: its reply for conn_process(), the log */
+/* answer_now - a request decided inside the hook: the reply (the engine goes on), the log */
 static void answer_now(struct conn *c, struct submission *sub)
 {
-	c->sync_reply = reply_text(&sub->req, c->sync_buf, sizeof(c->sync_buf));
-	answered(&sub->req, c->sync_reply);
+	char reply[256];
+
+	smtp_session_reply(c->s, reply_text(&sub->req, reply, sizeof(reply)));
+	answered(&sub->req, reply);
 	req_free(&sub->req);
 }
 
@@ -369,7 +371,7 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	metrics_inc(METRICS_SUBMISSIONS);
 	if (keys_derive(srv->cf, text, tx->data.len, tx->from, tx->envid, &kr) < 0) {
 		conn_reject_log(c, "END-OF-MESSAGE", kr.error, tx, NULL);
-		c->sync_reply = kr.error;
+		smtp_session_reply(s, kr.error);	/* tx goes with it */
 		keys_free(&kr);
 		return;
 	}
@@ -393,8 +395,8 @@ void submit_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 		log_client(&received, sub, 0);
 		msg_warn("%s status=refused (key header spans out of order)", received.data);
 		buf_free(&received);
-		c->sync_reply = "451 4.3.0 Error: internal error";
 		req_free(&sub->req);
+		smtp_session_reply(s, "451 4.3.0 Error: internal error");
 		return;
 	}
 	sub->long_lines = tx->long_lines;
