@@ -23,12 +23,13 @@
  *	the bridge keeps bound, so that no one else can take it. Its
  *	connect() never gets there: connect() (deliver_connect.c)
  *	hands it to deliver_bridge_attach(), which turns libesmtp's socket
- *	into one end of an AF_UNIX socketpair and gives the other end to the
- *	bridge that this thread opened last. libesmtp connects on the thread
- *	that called deliver_bridge_open(), so a thread-local pointer is all
- *	the bookkeeping; a connect() from anywhere else, another process
- *	included, is refused by the kernel. One TCP connection per delivery,
- *	not two (measured in BENCHMARKS.md), no listener, no accept.
+ *	into one end of an AF_UNIX socketpair and starts the thread of the
+ *	bridge that this thread opened last on the other end. libesmtp
+ *	connects on the thread that called deliver_bridge_open(), so a
+ *	thread-local pointer is all the bookkeeping; a connect() from
+ *	anywhere else, another process included, is refused by the kernel.
+ *	One TCP connection per delivery, not two (measured in BENCHMARKS.md),
+ *	no listener, no accept.
  *
  *	When the bridge could go is in deliver_bridge.h: a libESMTP release
  *	with the STARTTLS fix and a way to send a message untouched (or an
@@ -163,25 +164,6 @@ static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 {
 	return a->sin_family == AF_INET && b->sin_family == AF_INET
 	    && a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-}
-
-/*
- * bridge_wait - libesmtp's end, once attached, or -1 (stopped, timed out).
- * This thread has no stop descriptor of its own (deadline_stop_on()):
- * deadline_wait() watches the bridge's pipe alone.
- */
-static int bridge_wait(struct deliver_bridge *b)
-{
-	struct timespec deadline = deadline_in(b->timeout_ms + 1000);
-	int cfd;
-	char c;
-
-	if (!deadline_wait(b->stop[0], POLLIN, &deadline))
-		return -1;
-	/* deliver_bridge_attach() handed libesmtp over, or a stop */
-	if ((cfd = atomic_exchange(&b->attached, -1)) >= 0)
-		(void) !read(b->stop[0], &c, 1);	/* its wake-up byte */
-	return cfd;
 }
 
 /* a direction of the copy: bytes waiting to be written */
@@ -468,42 +450,35 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	free(pm);
 }
 
-/* bridge_main - the bridge thread: wait for libesmtp, copy, hang up on both */
+/* bridge_main - the bridge thread: copy between libesmtp and the upstream, hang up on both */
 static void *bridge_main(void *arg)
 {
 	struct deliver_bridge *b = arg;
-	struct io *client;
+	struct io *client = io_plain_new(b->cfd);
 	sigset_t block;
-	int cfd;
 
 	log_service("smtp");
 	/* a write to a side that has gone fails with EPIPE instead */
 	sigemptyset(&block);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, NULL);
-	cfd = bridge_wait(b);
-	if (cfd >= 0) {
-		client = io_plain_new(cfd);
-		bridge_pump(b, client);
-		io_close(client);
-	}
+	bridge_pump(b, client);
+	io_close(client);
 	io_close(b->up);
 	b->up = NULL;
 	return NULL;
 }
 
-/* deliver_bridge_open - connect, set up TLS if asked, listen, start the thread */
+/* deliver_bridge_open - connect, set up TLS if asked, reserve the address libesmtp is told */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,
 					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE])
 {
 	struct deliver_bridge *b = xcalloc(1, sizeof(*b));
 	struct timespec deadline = deadline_in(timeout_ms);
-	int err;
 
 	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
 	b->stopping_fd = deadline_stop_fd();	/* the opener's: its thread's stop is the bridge's */
-	atomic_init(&b->attached, -1);
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
 	atomic_init(&b->over, 0);
@@ -530,11 +505,6 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
 		goto fail;
 	}
-	if ((err = pthread_create(&b->thread, NULL, bridge_main, b)) != 0) {
-		snprintf(why, whylen, "cannot start the bridge: %s", strerror(err));
-		goto fail;
-	}
-	b->running = 1;
 	current = b;
 	return b;
 
@@ -543,29 +513,33 @@ fail:
 	return NULL;
 }
 
-/* deliver_bridge_attach - libesmtp's connect() to this thread's bridge, done in-process */
+/*
+ * deliver_bridge_attach - libesmtp's connect() to this thread's bridge, done
+ * in-process: the thread starts on the other end before fd becomes this
+ * end (a failure after that leaves it an end of file: it hangs up)
+ */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct deliver_bridge *b = current;
-	int sp[2], fl, fdfl, done = 0;
+	int sp[2], fl, fdfl, err, done = 0;
 
 	if (b == NULL || sa == NULL || len < sizeof(struct sockaddr_in)
 	    || !same_in((const struct sockaddr_in *) sa, &b->laddr))
 		return 0;
-	/* fd becomes our end of a socketpair, its flags kept; on failure, connect as asked */
-	if ((fl = fcntl(fd, F_GETFL)) >= 0 && (fdfl = fcntl(fd, F_GETFD)) >= 0
-	    && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0) {
-		if (dup2(sp[0], fd) >= 0 && fcntl(fd, F_SETFL, fl) == 0
-		    && fcntl(fd, F_SETFD, fdfl) == 0 && fcntl(sp[1], F_SETFL, O_NONBLOCK) == 0) {
-			current = NULL;
-			atomic_store(&b->attached, sp[1]);
-			done = 1;
-			(void) !write(b->stop[1], "a", 1);	/* wake the bridge */
-		} else {
-			close(sp[1]);
-		}
-		close(sp[0]);
+	current = NULL;			/* one connect() takes it, whatever comes of it */
+	if ((fl = fcntl(fd, F_GETFL)) < 0 || (fdfl = fcntl(fd, F_GETFD)) < 0
+	    || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sp) < 0)
+		return 0;
+	b->cfd = sp[1];
+	if ((err = pthread_create(&b->thread, NULL, bridge_main, b)) != 0) {
+		msg_warn("bridge %s: cannot start the thread: %s", b->address, strerror(err));
+		close(sp[1]);
+	} else {
+		b->running = 1;		/* the thread owns sp[1] */
+		done = dup2(sp[0], fd) >= 0 && fcntl(fd, F_SETFL, fl) == 0
+		    && fcntl(fd, F_SETFD, fdfl) == 0;
 	}
+	close(sp[0]);
 	return done;
 }
 
@@ -584,7 +558,7 @@ const char *deliver_bridge_tls(const struct deliver_bridge *b)
 /* deliver_bridge_mail_utf8 - which MAIL lines get SMTPUTF8 (before libesmtp attaches) */
 void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n)
 {
-	/* the attach's atomic hand-over orders this before the bridge thread reads it */
+	/* the thread starts at the attach, after this: pthread_create() orders it */
 	deliver_filter_mail_utf8(&b->filter, want, n);
 }
 
@@ -650,8 +624,6 @@ void deliver_bridge_close(struct deliver_bridge *b)
 	if (current == b)
 		current = NULL;
 	(void) deliver_bridge_end(b);
-	if (atomic_load(&b->attached) >= 0)
-		close(atomic_load(&b->attached));
 	io_close(b->up);
 	if (b->tfd >= 0)
 		close(b->tfd);

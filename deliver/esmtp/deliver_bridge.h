@@ -91,10 +91,11 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 /*
  * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
  * of the bridge this thread opened last and that no connect() took yet,
- * make fd one end of an AF_UNIX socketpair (its file flags kept), hand the
- * other end to that bridge, and return 1: fd is connected. 0: not that
- * bridge, or it could not be done; connect as asked (and be refused, if
- * it was a bridge's address). For libesmtp's connect() (deliver_connect.c).
+ * make fd one end of an AF_UNIX socketpair (its file flags kept), start
+ * that bridge's thread on the other end, and return 1: fd is connected.
+ * 0: not that bridge, or it could not be done; connect as asked (and be
+ * refused, if it was a bridge's address). For libesmtp's connect()
+ * (deliver_connect.c).
  */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
 

@@ -28,7 +28,9 @@
 
 struct deliver_bridge {
 	pthread_t thread;
-	int running;			/* thread started, not joined */
+	int running;			/* thread started (at the attach), not joined */
+	int cfd;			/* the bridge's end of libesmtp's socketpair: the
+					 * thread's */
 	int rfd;			/* bound, never listening: reserves the address; owned */
 	int tfd;			/* TCP to the upstream until up has it; owned */
 	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
@@ -51,7 +53,6 @@ struct deliver_bridge {
 	char tls[160];			/* tls_client_describe(); "" for plain */
 	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
-	atomic_int attached;		/* the bridge's end of libesmtp's socketpair, until taken */
 	int stopping_fd;		/* readable when delivery stops (deadline_stop_fd()); -1 none */
 };
 
