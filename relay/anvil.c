@@ -5,9 +5,12 @@
  *	per-client connection limits: how many at once, how many a minute
  * DESCRIPTION
  *	See anvil.h. Clients live in a hash table keyed by their address as
- *	16 octets (IPv4 mapped into IPv6, an IPv6 address cut to its prefix),
- *	hashed with a key drawn at start, so that no client can choose
- *	addresses that share a chain. A client is remembered while it has a
+ *	16 octets (IPv4 mapped into IPv6, an IPv6 address cut to its prefix).
+ *	Its two halves, XORed, place it with hash_slot() (util/hash.h), keyed
+ *	per process, so that no client can choose addresses that share a
+ *	chain: an IPv4 address fills the second half and an IPv6 prefix up to
+ *	/64 the first, and within one longer prefix the second half alone
+ *	differs. A client is remembered while it has a
  *	connection open or its minute has not ended; anvil_sweep() forgets
  *	the others, so the table holds at most the clients of the last
  *	minute. Rates count in fixed minutes from a client's first
@@ -19,9 +22,9 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "../util/buf.h"
+#include "../util/hash.h"
 #include "../util/log.h"
 #include "anvil.h"
 
@@ -44,18 +47,15 @@ struct anvil_client {
 
 struct anvil {
 	struct anvil_client *bucket[ANVIL_BUCKETS];
-	uint64_t seed[2];
 	size_t n;
 	int count, rate, auth_rate, prefix;
 };
 
-/* anvil_new - an empty table with a random hash key */
+/* anvil_new - an empty table */
 struct anvil *anvil_new(void)
 {
 	struct anvil *a = xcalloc(1, sizeof(*a));
 
-	if (getrandom(a->seed, sizeof(a->seed), 0) != sizeof(a->seed))
-		a->seed[0] = (uint64_t) (uintptr_t) a ^ 0x9e3779b97f4a7c15ULL;
 	a->prefix = 64;
 	return a;
 }
@@ -106,26 +106,15 @@ static void anvil_key(const struct anvil *a, const struct sockaddr *sa, uint8_t 
 		key[i] = bits >= 8 ? v6[i] : (uint8_t) (v6[i] & (0xff << (8 - bits)));
 }
 
-/* anvil_hash - the key's bucket, under the table's secret */
-static size_t anvil_hash(const struct anvil *a, const uint8_t key[16])
-{
-	uint64_t h = a->seed[0], w;
-	int i;
-
-	for (i = 0; i < 16; i += 8) {
-		memcpy(&w, key + i, 8);
-		h ^= w + a->seed[1];
-		h *= 0xff51afd7ed558ccdULL;
-		h ^= h >> 33;
-	}
-	return (size_t) (h & (ANVIL_BUCKETS - 1));
-}
-
 /* anvil_find - the client of key, made if new */
 static struct anvil_client *anvil_find(struct anvil *a, const uint8_t key[16])
 {
-	size_t b = anvil_hash(a, key);
+	uint64_t w[2];
+	size_t b;
 	struct anvil_client *cl;
+
+	memcpy(w, key, 16);
+	b = hash_slot(w[0] ^ w[1], ANVIL_BUCKETS);
 
 	for (cl = a->bucket[b]; cl; cl = cl->next)
 		if (memcmp(cl->key, key, 16) == 0)
