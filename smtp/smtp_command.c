@@ -371,17 +371,18 @@ static const struct smtp_cmd smtp_cmd_table[] = {
 
 #define SMTP_CMD_COUNT (sizeof(smtp_cmd_table) / sizeof(smtp_cmd_table[0]))
 
-/* smtp_cmd_help - HELP [topic]: the verbs we know */
+/* smtp_cmd_help - HELP [topic]: the verbs we know, one reply line */
 static void smtp_cmd_help(struct smtp_session *s, const char *args, size_t len)
 {
+	struct buf line = BUF_INIT;
 	size_t i;
 
 	(void) args;
 	(void) len;
-	buf_append(&s->out, "214 2.0.0 Commands:", 19);
 	for (i = 0; i < SMTP_CMD_COUNT; i++)
-		buf_printf(&s->out, " %s", smtp_cmd_table[i].name);
-	buf_append(&s->out, "\r\n", 2);
+		buf_printf(&line, " %s", smtp_cmd_table[i].name);
+	smtp_reply(s, "214 2.0.0 Commands:%s", line.data);
+	buf_free(&line);
 }
 
 /* smtp_cmd_find - look a verb up in the table */
@@ -402,7 +403,7 @@ static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
 {
 	const struct smtp_cmd *cmd;
 	const char *sp;
-	size_t verb_len, mark;
+	size_t verb_len;
 
 	if (len == 0) {
 		smtp_reply(s, "500 5.5.2 Error: bad syntax");
@@ -422,14 +423,10 @@ static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
 	}
 	if (!(cmd->flags & (SMTP_CMD_PRE_TLS | SMTP_CMD_GATE_SELF)) && smtp_tls_gate(s))
 		return;
-	mark = s->out.len;
 	if (sp)
 		cmd->handler(s, sp + 1, len - verb_len - 1);
 	else
 		cmd->handler(s, line + len, 0);
-	/* a reply written around smtp_reply() (HELP's) still ends the command */
-	if (s->state == SMTP_STATE_COMMAND && s->out.len > mark)
-		smtp_stats_reply(&s->stats, s->out.data + mark, s->out.len - mark);
 }
 
 /*

@@ -154,6 +154,7 @@ struct script {
 	const char *data;		/* last message stored, NULL: unchecked */
 	size_t data_len;
 	const char *rcpts;		/* last recipients, NULL: unchecked */
+	const char *stats;		/* the disconnect line's counts, NULL: unchecked */
 };
 
 /* run_script - feed first octets, then chunks of step (0: all); check */
@@ -193,6 +194,13 @@ static inline int run_script(const struct script *c, size_t first, size_t step, 
 	if (c->rcpts)
 		bad |= check_bytes(c->name, how, "recipients", f.rcpts.data, f.rcpts.len,
 				   c->rcpts, strlen(c->rcpts));
+	if (c->stats) {
+		char got[256];
+
+		smtp_session_stats(s, got, sizeof(got));
+		bad |= check_bytes(c->name, how, "stats", got, strlen(got), c->stats,
+				   strlen(c->stats));
+	}
 	smtp_session_free(s);
 	fake_free(&f);
 	return bad;

@@ -70,7 +70,8 @@ static void test_commands(void **state)
 		 "252 2.5.0 Cannot VRFY user, but will accept message and attempt delivery\r\n"
 		 "501 5.5.4 Syntax: VRFY address\r\n"
 		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP STARTTLS AUTH\r\n"
-		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP STARTTLS AUTH\r\n"},
+		 "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP STARTTLS AUTH\r\n",
+		 .stats = " noop=2 vrfy=1/2 help=2 commands=5/6"},
 		{.name = "unknown and empty", IN("FOO\r\n\r\nEXPN x\r\nSTARTTLS\r\nAUTH PLAIN\r\nmail FROM:<a@b.c>\r\n"),
 		 .want = GREET UNKNOWN "500 5.5.2 Error: bad syntax\r\n" UNKNOWN
 		 "502 5.5.1 Error: command not implemented\r\n"
