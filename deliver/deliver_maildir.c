@@ -51,40 +51,33 @@ static int maildir_dirs(const char *dir, char *why, size_t whylen)
 	return 0;
 }
 
-/* write_all - write everything or fail */
-static int write_all(int fd, const char *p, size_t n)
+/*
+ * write_lf - the message into a new file at path (mode 0600), every CRLF
+ * written as LF, fsync'ed: 0, or -1 with errno set
+ */
+static int write_lf(const char *path, const char *data, size_t len)
 {
-	ssize_t w;
+	char buf[MAILDIR_CHUNK];
+	const char *p = data, *end = data + len, *cr;
+	FILE *f;
+	int fd, err;
 
-	while (n > 0) {
-		if ((w = write(fd, p, n)) < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t) w;
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
+		return -1;
+	if ((f = fdopen(fd, "w")) == NULL) {
+		close(fd);
+		return -1;
 	}
-	return 0;
-}
-
-/* write_lf - the message with every CRLF written as LF */
-static int write_lf(int fd, const char *data, size_t len)
-{
-	char out[MAILDIR_CHUNK];
-	size_t i, n = 0;
-
-	for (i = 0; i < len; i++) {
-		if (data[i] == '\r' && i + 1 < len && data[i + 1] == '\n')
-			continue;
-		out[n++] = data[i];
-		if (n == sizeof(out)) {
-			if (write_all(fd, out, n) < 0)
-				return -1;
-			n = 0;
-		}
-	}
-	return write_all(fd, out, n);
+	setvbuf(f, buf, _IOFBF, sizeof(buf));
+	/* up to each CR, and the CR too unless an LF follows it */
+	for (; (cr = memchr(p, '\r', (size_t) (end - p))) != NULL && cr + 1 < end; p = cr + 1)
+		fwrite_unlocked(p, 1, (size_t) (cr - p) + (cr[1] != '\n'), f);
+	fwrite_unlocked(p, 1, (size_t) (end - p), f);
+	err = fflush(f) != 0 || fsync(fd) != 0 ? errno : 0;
+	if (fclose(f) != 0 && err == 0)
+		err = errno;
+	errno = err;
+	return err ? -1 : 0;
 }
 
 /* unique_name - "sec.MusecPpidQqid.host", host with '/' and ':' escaped */
@@ -115,7 +108,7 @@ static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *
 	char name[512], tmp[4096 + 600], new[4096 + 600], newdir[4096 + 8];
 	char why[DELIVER_REPLY_MAX];
 	const char *dsn = "4.3.0";
-	int fd = -1, err;
+	int err;
 
 	snprintf(j->relay, sizeof(j->relay), "maildir");
 	if (maildir_dirs(dir, why, sizeof(why)) < 0)
@@ -125,19 +118,12 @@ static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *
 	snprintf(new, sizeof(new), "%s/new/%s", dir, name);
 	snprintf(newdir, sizeof(newdir), "%s/new", dir);
 
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0
-	    || write_lf(fd, j->m.data, j->m.data_len) < 0 || fsync(fd) < 0) {
+	if (write_lf(tmp, j->m.data, j->m.data_len) < 0) {
 		if (errno == ENOSPC || errno == EDQUOT)
 			dsn = "4.3.1";
 		snprintf(why, sizeof(why), "cannot write %.300s: %s", tmp, strerror(errno));
 		goto fail_unlink;
 	}
-	if (close(fd) < 0) {
-		fd = -1;
-		snprintf(why, sizeof(why), "cannot write %.300s: %s", tmp, strerror(errno));
-		goto fail_unlink;
-	}
-	fd = -1;
 	if ((err = deliver_mark(d, j->m.qid, NULL, 0)) != 0) {
 		j->no_dot = 1;		/* not renamed: not delivered */
 		snprintf(why, sizeof(why), "cannot set the inflight mark: %s", store_strerror(err));
@@ -155,8 +141,6 @@ static void maildir_one(struct deliver *d, const char *dir, struct deliver_job *
 	return;
 
 fail_unlink:
-	if (fd >= 0)
-		close(fd);
 	unlink(tmp);
 fail:
 	deliver_set_all(j, DELIVER_DEFERRED, dsn, why);

@@ -146,6 +146,8 @@ def test_default_config_maildir(t):
         check(b"(idemrelay)" in data and q1.encode() in data,
               "the Maildir message lacks the Received header with %s" % q1)
         check(b"X-Idempotency-Key" not in data, "key header kept in the Maildir copy")
+        check(b"\r" not in data and data.count(b"\n") > 5,
+              "the Maildir copy's lines do not end in LF alone")
         p.send_signal(signal.SIGTERM)
         eq(p.wait(10), 0, "exit status after SIGTERM")
     finally:
