@@ -407,14 +407,22 @@ static void hold(struct deliver *d, struct deliver_job **jobs, size_t n, int g,
 /*
  * send_group - one upstream group's jobs to the transport, in a session
  * take_batch admitted (admitted), or admitted here by the group's own
- * limits (deliver_rate.h); if it may not start, the jobs wait (hold)
+ * limits (deliver_rate.h); if it may not start, the jobs wait (hold).
+ * Their queue entries know their group from now on.
  */
 static void send_group(struct deliver *d, const struct conf_upstream *up, int g,
 		       struct deliver_job **jobs, size_t n, int admitted)
 {
 	enum deliver_admit a;
 	int64_t when;
+	size_t i;
 
+	if (g >= 0) {
+		pthread_mutex_lock(&d->lock);
+		for (i = 0; i < n; i++)
+			dq_set_group(&d->q, jobs[i]->m.qid, g);
+		pthread_mutex_unlock(&d->lock);
+	}
 	if (g >= 0 && !admitted
 	    && (a = deliver_rate_admit(d->rates[g], clock_us(), &when)) != DELIVER_ADMITTED) {
 		hold(d, jobs, n, g, a);
@@ -477,21 +485,6 @@ static size_t send_routes(struct deliver *d, struct deliver_job **jobs, size_t n
 	return j;
 }
 
-/* remember_groups - each loaded message's queue entry knows its group from now on */
-static void remember_groups(struct deliver *d, struct deliver_job **jobs, size_t n)
-{
-	const struct conf_upstream *up;
-	size_t i;
-
-	if (d->rates == NULL)
-		return;
-	pthread_mutex_lock(&d->lock);
-	for (i = 0; i < n; i++)
-		if ((up = conf_route_upstream(d->c, jobs[i]->m.route)) != NULL)
-			dq_set_group(&d->q, jobs[i]->m.qid, group_of(d, up));
-	pthread_mutex_unlock(&d->lock);
-}
-
 /* deliver_thread - take due batches and deliver them until stopped */
 static void *deliver_thread(void *arg)
 {
@@ -523,7 +516,6 @@ static void *deliver_thread(void *arg)
 			ready[n_ready] = &jobs[n_ready];
 			n_ready++;
 		}
-		remember_groups(d, ready, n_ready);
 		if ((n_sent = send_routes(d, ready, n_ready, admitted)) > 0)
 			deliver_record_batch(d, ready, n_sent);
 		for (i = 0; i < n_ready; i++)
