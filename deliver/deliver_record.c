@@ -77,23 +77,27 @@
 #include "deliver_impl.h"
 #include "dsn.h"
 
-/* a mark and the outcomes that go with it */
-struct mark {
+/*
+ * the writes of one group commit: the outcomes of jobs[0..n) decided and
+ * not written yet, then the inflight mark of qid (NULL: none)
+ */
+struct writes {
 	const char *qid;
 	struct deliver_job *const *jobs;
 	size_t n;
 };
 
-/* mark_fn - commit_run() step: the outcomes decided and unwritten, then the mark */
-static void mark_fn(struct store_txn *t, void *arg)
+/* writes_fn - commit_run() step: a batch's outcomes, with a mark or at its end */
+static void writes_fn(struct store_txn *t, void *arg)
 {
-	const struct mark *mk = arg;
+	const struct writes *w = arg;
 	size_t i;
 
-	for (i = 0; i < mk->n; i++)
-		if (mk->jobs[i]->decided && !mk->jobs[i]->recorded)
-			store_txn_msg_update(t, &mk->jobs[i]->m);
-	store_txn_msg_set_inflight(t, mk->qid, 1);
+	for (i = 0; i < w->n; i++)
+		if (w->jobs[i]->decided && !w->jobs[i]->recorded && !w->jobs[i]->reviving)
+			store_txn_msg_update(t, &w->jobs[i]->m);
+	if (w->qid)
+		store_txn_msg_set_inflight(t, w->qid, 1);
 }
 
 /*
@@ -105,13 +109,13 @@ static void mark_fn(struct store_txn *t, void *arg)
 int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs,
 		 size_t n)
 {
-	struct mark mk = { qid, jobs, n };
+	struct writes w = { qid, jobs, n };
 	size_t i;
 	int err;
 
 	if (d->cm == NULL)
 		return store_msg_set_inflight(d->st, qid, 1);
-	err = commit_run(d->cm, mark_fn, &mk);
+	err = commit_run(d->cm, writes_fn, &w);
 	if (err == STORE_ELEASE)
 		return store_msg_set_inflight(d->st, qid, 1);
 	if (err == 0)
@@ -420,22 +424,6 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 	free(bounced);
 }
 
-/* a batch of outcomes to write in one transaction */
-struct record {
-	struct store_msg **ms;
-	size_t n;
-};
-
-/* record_fn - commit_run() step: every outcome of the batch */
-static void record_fn(struct store_txn *t, void *arg)
-{
-	struct record *r = arg;
-	size_t i;
-
-	for (i = 0; i < r->n; i++)
-		store_txn_msg_update(t, r->ms[i]);
-}
-
 /*
  * job_revive - the outcome of an attempt that sent no final dot, though
  * its mark may be durable (its commit's outcome was unknown), was refused:
@@ -490,7 +478,7 @@ static int job_revive(struct deliver *d, struct deliver_job *j, int refused)
  */
 static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
-	struct record record;
+	struct writes w = { NULL, jobs, n };
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
 	int *errs = xcalloc(n, sizeof(*errs)), err;
 	int64_t retry = deliver_retry_settings(d).first;
@@ -499,10 +487,8 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 	for (i = k = 0; i < n; i++)
 		if (!jobs[i]->recorded && !jobs[i]->reviving)
 			ms[k++] = &jobs[i]->m;
-	record.ms = ms;
-	record.n = k;
 	/* in the group commit if there is one; else, or if that fails, as many as it can */
-	if (k > 0 && (d->cm == NULL || commit_run(d->cm, record_fn, &record) != 0))
+	if (k > 0 && (d->cm == NULL || commit_run(d->cm, writes_fn, &w) != 0))
 		store_msg_update_many(d->st, ms, k, errs);
 	for (i = k = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
