@@ -72,8 +72,9 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # A unit test links with flags of its own, NAME_LDFLAGS, if it has any:
 # test_deliver_admit watches two of deliver.c's calls (ld's --wrap),
 # test_deliver_reload reloads between deliver_record.c's reads of the
-# retry settings, test_store_pg the locks of the store's mutexes, its
-# key locks and the integers it decodes from results, test_smtp_limits
+# retry settings, test_store_pg_settle the locks of the store's mutexes
+# and its key locks, test_store_pg_lease the integers it decodes from
+# results, test_smtp_limits
 # the recipient identities the engine computes, test_store_pg_runs the
 # key comparisons (strcmp) of a batch's runs, test_store_pg_slots those
 # of a batch of claims chosen to collide. A test may include
@@ -82,7 +83,8 @@ $(B)/conf_default.o: $(B)/conf_default.c
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 test_deliver_reload_LDFLAGS = -Wl,--wrap=deliver_retry_settings
 test_smtp_limits_LDFLAGS = -Wl,--wrap=smtp_rcpt_id
-test_store_pg_LDFLAGS = -Wl,--wrap=pthread_mutex_lock -Wl,--wrap=store_pg_key_lock -Wl,--wrap=store_pg_int
+test_store_pg_lease_LDFLAGS = -Wl,--wrap=store_pg_int
+test_store_pg_settle_LDFLAGS = -Wl,--wrap=pthread_mutex_lock -Wl,--wrap=store_pg_key_lock
 test_store_pg_runs_LDFLAGS = -Wl,--wrap=strcmp
 test_store_pg_slots_LDFLAGS = -Wl,--wrap=strcmp
 $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
@@ -157,6 +159,9 @@ test: check-layers check-docs all unit fuzz-replay e2e test-pg
 # reported skipped): about 2.5 minutes on the 2-core test machine.
 PG_CLUSTER   = python3 tests/pg/cluster.py
 PG_UNIT      = $(filter $(UNIT_BIN),$(B)/tests/test_store $(B)/tests/test_story $(B)/tests/test_store_pg \
+	       $(B)/tests/test_store_pg_schema $(B)/tests/test_store_pg_lease $(B)/tests/test_store_pg_commit \
+	       $(B)/tests/test_store_pg_unreachable $(B)/tests/test_store_pg_settle \
+	       $(B)/tests/test_store_pg_revive $(B)/tests/test_store_pg_notice \
 	       $(B)/tests/test_store_rule $(B)/tests/test_queue_admin $(B)/tests/test_deliver_notice)
 test-pg: all $(PG_UNIT)
 	$(PG_CLUSTER) selftest

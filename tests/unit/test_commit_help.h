@@ -1,7 +1,7 @@
 /*
  * test_commit_help - a group-commit submission for the tests that drive
- * queue/commit.c (test_commit and test_commit_hold on LMDB, test_store_pg
- * on PostgreSQL)
+ * queue/commit.c (test_commit and test_commit_hold on LMDB,
+ * test_store_pg_commit on PostgreSQL)
  */
 #ifndef TESTS_UNIT_TEST_COMMIT_HELP_H
 #define TESTS_UNIT_TEST_COMMIT_HELP_H

@@ -5,7 +5,7 @@
  * bad arguments and concurrent use. Each test gets a fresh store,
  * removed afterwards. What only one backend has is tested in
  * test_store_lmdb.c (with test_store_codec.c and test_store_raw.c) and
- * test_store_pg.c.
+ * test_store_pg.c (with test_store_pg_*.c).
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * test_store_fx - the fixture the store's unit tests share (test_store,
- * test_story, test_store_pg): each test gets a fresh store, which it may
+ * test_story, test_store_pg_*): each test gets a fresh store, which it may
  * reopen, removed afterwards; and the got/want checks they report with.
  *
  * The backend: LMDB by default, in a new temporary directory

@@ -1,6 +1,6 @@
 /*
  * test_store_help - what the store's tests build messages and claims with
- * (test_store, test_store_lmdb, test_store_pg): a distinct hash per
+ * (test_store, test_store_lmdb, test_store_pg_*): a distinct hash per
  * number, a claim, a message with every field owned, spooling one in a
  * transaction, a transaction aborted, a deferral after a reroute,
  * looking a claim up, comparing two messages field by field, the stories'
@@ -123,7 +123,7 @@ static inline int spool(struct store *st, const struct store_msg *m, const int *
 
 /*
  * reroute_then_defer - the shape of test_defer_after_reroute (test_store,
- * test_store_pg): qid spooled on st under route from (NULL: the default
+ * test_store_pg_lease): qid spooled on st under route from (NULL: the default
  * upstream), rerouted to to (due now) through changer, st or another node,
  * while its attempt is under way, then deferred by that attempt to later
  * under the route it was loaded with; to NULL: not rerouted, deferred on
