@@ -190,10 +190,6 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 	struct tls *t;
 
 	*out = NULL;
-	if (tls_hold_init() < 0) {
-		tls_errtext(err, errlen, "BIO_meth_new");
-		return -1;
-	}
 	t = xcalloc(1, sizeof(*t));
 	t->cert = cert;
 	t->key = key;
@@ -229,7 +225,6 @@ void tls_free(struct tls *t)
 	SSL_CTX_free(t->ctx);
 	free(t->tkt);
 	free(t);
-	tls_hold_done();
 }
 
 /* tls_fingerprint - SHA-256 of the certificate new connections get, in hex */

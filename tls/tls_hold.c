@@ -23,14 +23,15 @@
  *	buffers go back when the session is idle (tls_hold_trim).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "../util/buf.h"
 #include "io.h"
 #include "tls_hold.h"
 
-static BIO_METHOD *hold_method;		/* while a struct tls lives */
-static int hold_users;
+static BIO_METHOD *hold_method;		/* made once, for the process's life */
+static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 
 /* tls_hold_send - write what is held: 0 when all is out, IO_AGAIN with the rest held, IO_ERROR */
 int tls_hold_send(struct tls_hold *h)
@@ -124,39 +125,25 @@ static int hold_create(BIO *b)
 	return 1;
 }
 
-/* tls_hold_init - the holding BIO's method, made by the first struct tls */
-int tls_hold_init(void)
+/* hold_method_make - the holding BIO's method, once; left NULL if OpenSSL fails */
+static void hold_method_make(void)
 {
-	if (hold_users++ > 0)
-		return 0;
-	if ((hold_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
-					"idemrelay hold")) == NULL
-	    || BIO_meth_set_write(hold_method, hold_write) != 1
-	    || BIO_meth_set_ctrl(hold_method, hold_ctrl) != 1
-	    || BIO_meth_set_create(hold_method, hold_create) != 1) {
-		BIO_meth_free(hold_method);
-		hold_method = NULL;
-		hold_users--;
-		return -1;
-	}
-	return 0;
-}
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "idemrelay hold");
 
-/* tls_hold_done - the last struct tls is gone */
-void tls_hold_done(void)
-{
-	if (--hold_users > 0)
-		return;
-	BIO_meth_free(hold_method);
-	hold_method = NULL;
+	if (m == NULL || BIO_meth_set_write(m, hold_write) != 1
+	    || BIO_meth_set_ctrl(m, hold_ctrl) != 1 || BIO_meth_set_create(m, hold_create) != 1)
+		BIO_meth_free(m);
+	else
+		hold_method = m;
 }
 
 /* tls_hold_bio - a holding BIO that writes into h */
 BIO *tls_hold_bio(struct tls_hold *h)
 {
-	BIO    *b = BIO_new(hold_method);
+	BIO    *b = NULL;
 
-	if (b)
+	pthread_once(&hold_once, hold_method_make);
+	if (hold_method && (b = BIO_new(hold_method)) != NULL)
 		BIO_set_data(b, h);
 	return b;
 }

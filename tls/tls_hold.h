@@ -8,8 +8,7 @@
  *	through tls_hold_bio(); tls_hold_send() writes what is held to the
  *	socket in one write(2). TLS_HOLD_MAX and the buffer's room bound
  *	what a session whose client stops reading keeps (tls_hold.c).
- *	tls_hold_init() makes the BIO method, tls_hold_done() frees it
- *	(counted: one pair per struct tls).
+ *	The BIO method is made at the first tls_hold_bio(), once a process.
  */
 #ifndef TLS_TLS_HOLD_H
 #define TLS_TLS_HOLD_H
@@ -29,8 +28,6 @@ struct tls_hold {
 	struct buf held;		/* owned: records written, not yet sent */
 };
 
-int tls_hold_init(void);			/* 0, or -1 (OpenSSL's error queued) */
-void tls_hold_done(void);
 BIO *tls_hold_bio(struct tls_hold *h);		/* a BIO writing into h; NULL if OpenSSL fails */
 int tls_hold_send(struct tls_hold *h);		/* 0 all sent, IO_AGAIN, IO_ERROR (errno) */
 int tls_hold_room(struct tls_hold *h, size_t len);	/* 1 yes, 0 not now, IO_ERROR */
