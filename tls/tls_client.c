@@ -63,10 +63,10 @@
 /* what a context knows of the connection it is for (SSL_CTX ex_data) */
 struct tls_peer {
 	char host[256];			/* the name checked: servername, or host */
-	char servername[256];		/* upstream.tls_servername; "" for none */
+	const char *servername;		/* upstream.tls_servername, or NULL */
 	int verify;
 	int is_ip;			/* no SNI for an address (RFC 6066) */
-	uint8_t (*pins)[32];		/* owned; n_pins set: only a pin counts */
+	uint8_t (*pins)[32];		/* upstream.tls_fingerprint; n_pins set: only a pin counts */
 	size_t n_pins;
 	uint8_t seen_crt[32], seen_spki[32];	/* the last certificate pins were held to */
 	int seen;
@@ -79,12 +79,8 @@ static pthread_once_t tls_peer_once = PTHREAD_ONCE_INIT;
 static void tls_peer_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
 			  void *argp)
 {
-	struct tls_peer *p = ptr;
-
 	(void) parent, (void) ad, (void) idx, (void) argl, (void) argp;
-	if (p)
-		free(p->pins);
-	free(p);
+	free(ptr);
 }
 
 /* tls_peer_init - once: the ex_data slot */
@@ -196,12 +192,10 @@ SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t er
 	if ((ctx = tls_ctx_base(u->tls_verify || npins || u->tls_ca, err, errlen)) == NULL)
 		return NULL;
 	p = tls_peer_of(ctx);
-	if (u->tls_servername)
-		snprintf(p->servername, sizeof(p->servername), "%s", u->tls_servername);
+	p->servername = u->tls_servername;	/* the configuration's, which outlives ctx */
+	p->pins = u->tls_fingerprint;
+	p->n_pins = npins;
 	if (npins) {
-		p->pins = xcalloc(npins, sizeof(*p->pins));
-		memcpy(p->pins, u->tls_fingerprint, npins * sizeof(*p->pins));
-		p->n_pins = npins;
 		SSL_CTX_set_cert_verify_callback(ctx, tls_pin_verify, p);
 	} else if (u->tls_ca && tls_load_ca(ctx, u->tls_ca, err, errlen) < 0) {
 		SSL_CTX_free(ctx);
@@ -225,7 +219,7 @@ int tls_client_ctx_host(SSL_CTX *ctx, const char *host)
 
 	if (p == NULL || strlen(host) >= sizeof(p->host))
 		return -1;
-	if (p->servername[0])
+	if (p->servername)
 		host = p->servername;
 	snprintf(p->host, sizeof(p->host), "%s", host);
 	p->is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;

@@ -37,7 +37,8 @@
  * tls_fingerprint, a certificate is accepted if and only if it or its
  * public key matches a pin; else with tls_verify, its chain must lead to
  * tls_ca (or the system store) and name the host (or tls_servername).
- * NULL with err (naming the setting) when tls_ca cannot be loaded.
+ * NULL with err (naming the setting) when tls_ca cannot be loaded. The
+ * context keeps u's servername and pins: u must outlive it (a conf's does).
  */
 SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t errlen);
 
