@@ -169,8 +169,9 @@ static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 /* a direction of the copy: bytes waiting to be written */
 struct pending {
 	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD + DELIVER_GATE_REPLY_MAX];
-					/* the filter adds what it held, or SMTPUTF8
-					 * (GROW <= HOLD); the gate a reply it held */
+					/* the filter adds what it held, or MAIL
+					 * parameters (GROW <= HOLD); the gate a reply
+					 * it held */
 	size_t off, len;
 	size_t dot;			/* just past a final dot in buf; 0 if none */
 };
@@ -555,17 +556,17 @@ const char *deliver_bridge_tls(const struct deliver_bridge *b)
 	return b->tls;
 }
 
-/* deliver_bridge_mail_utf8 - which MAIL lines get SMTPUTF8 (before libesmtp attaches) */
-void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n)
+/* deliver_bridge_mail_params - which MAIL lines get which parameters (before libesmtp attaches) */
+void deliver_bridge_mail_params(struct deliver_bridge *b, const unsigned char *want, size_t n)
 {
 	/* the thread starts at the attach, after this: pthread_create() orders it */
-	deliver_filter_mail_utf8(&b->filter, want, n);
+	deliver_filter_mail_params(&b->filter, want, n);
 }
 
-/* deliver_bridge_utf8_offered - did the server offer SMTPUTF8 (its EHLO reply, as filtered)? */
-int deliver_bridge_utf8_offered(const struct deliver_bridge *b)
+/* deliver_bridge_offered - the parameters the server offered (its EHLO reply, as filtered) */
+int deliver_bridge_offered(const struct deliver_bridge *b)
 {
-	return atomic_load(&b->filter.utf8_offered);
+	return atomic_load(&b->filter.offered);
 }
 
 /* deliver_bridge_rewind - libesmtp's content starts with the next byte it writes */

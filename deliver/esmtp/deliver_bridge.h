@@ -106,18 +106,19 @@ const char *deliver_bridge_address(const struct deliver_bridge *b);
 const char *deliver_bridge_tls(const struct deliver_bridge *b);
 
 /*
- * deliver_bridge_mail_utf8 - before libesmtp connects: per message, in the
- * order of its session, 1 to send the MAIL with SMTPUTF8 if the server
- * offers it (deliver_filter.h); want stays the caller's until the end
+ * deliver_bridge_mail_params - before libesmtp connects: per message, in
+ * the order of its session, the MAIL parameters to send where the server
+ * offers them (DELIVER_FILTER_UTF8, _8BIT: deliver_filter.h); want stays
+ * the caller's until the end
  */
-void deliver_bridge_mail_utf8(struct deliver_bridge *b, const unsigned char *want, size_t n);
+void deliver_bridge_mail_params(struct deliver_bridge *b, const unsigned char *want, size_t n);
 
 /*
- * deliver_bridge_utf8_offered - did the server's EHLO reply list SMTPUTF8
+ * deliver_bridge_offered - which of those the server's EHLO reply listed
  * (the filter's reading, deliver_filter.h)? Final once libesmtp has read
  * that reply, which reached it through the filter.
  */
-int deliver_bridge_utf8_offered(const struct deliver_bridge *b);
+int deliver_bridge_offered(const struct deliver_bridge *b);
 
 /*
  * deliver_bridge_rewind - libesmtp rewound a message (its message callback

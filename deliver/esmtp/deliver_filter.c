@@ -24,11 +24,13 @@ static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CR
 #define KW		"CHUNKING"
 #define KW_LEN		(sizeof(KW) - 1)
 #define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
-#define KW_UTF8		"SMTPUTF8"	/* same length as KW: one hold rule serves both */
+#define KW_UTF8		"SMTPUTF8"	/* same length as KW: one hold rule serves all three */
+#define KW_8BIT		"8BITMIME"
 
 static const char mail_from[] = "MAIL FROM:";
 #define SENTINEL_KEY	16	/* "X-Idemrelay-Cut:": no command starts so */
 _Static_assert(SENTINEL_KEY < sizeof(DELIVER_FILTER_SENTINEL) - 1, "the key is a prefix");
+_Static_assert(DELIVER_FILTER_GROW <= DELIVER_FILTER_HOLD, "the room callers give");
 
 /* deliver_filter_init - a filter for a new connection */
 void deliver_filter_init(struct deliver_filter *f)
@@ -69,11 +71,11 @@ int deliver_filter_dot_owed(const struct deliver_filter *f, unsigned long replie
 	return 0;
 }
 
-/* deliver_filter_mail_utf8 - which messages' MAIL gets SMTPUTF8 where offered */
-void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n)
+/* deliver_filter_mail_params - which messages' MAIL gets which parameters where offered */
+void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *want, size_t n)
 {
-	f->mail_utf8 = want;
-	f->n_mail_utf8 = n;
+	f->mail_params = want;
+	f->n_mail_params = n;
 }
 
 /*
@@ -92,10 +94,11 @@ static int head_open(const struct deliver_filter *f)
 		return 0;
 	return n <= 3 || ((h[3] == '-' || h[3] == ' ')
 			  && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0
-			      || strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0));
+			      || strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0
+			      || strncasecmp(h + KW_AT, KW_8BIT, n - KW_AT) == 0));
 }
 
-/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8 (EHLO keywords) */
+/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8, 8BITMIME (EHLO keywords) */
 static void head_decide(struct deliver_filter *f)
 {
 	char after = f->head[KW_AT + KW_LEN];
@@ -107,7 +110,9 @@ static void head_decide(struct deliver_filter *f)
 	if (strncasecmp(f->head + KW_AT, KW, KW_LEN) == 0)
 		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
 	else if (strncasecmp(f->head + KW_AT, KW_UTF8, KW_LEN) == 0)
-		f->utf8_offered = 1;
+		f->offered |= DELIVER_FILTER_UTF8;
+	else if (strncasecmp(f->head + KW_AT, KW_8BIT, KW_LEN) == 0)
+		f->offered |= DELIVER_FILTER_8BIT;
 }
 
 /* deliver_filter_down - the server's bytes as libesmtp gets them, in out */
@@ -234,14 +239,15 @@ static ssize_t body_scan(struct deliver_filter *f, const char *buf, size_t len)
 }
 
 /*
- * cmd_scan - libesmtp's command lines in buf[from..len): SMTPUTF8 added
- * to the MAIL line of a marked message where offered, in place (room for
- * DELIVER_FILTER_GROW more). The new length, or -1 (f->why).
+ * cmd_scan - libesmtp's command lines in buf[from..len): the MAIL line of
+ * a marked message gets what it wants of the parameters offered, in place
+ * (room for DELIVER_FILTER_GROW more). The new length, or -1 (f->why).
  */
 static ssize_t cmd_scan(struct deliver_filter *f, char *buf, size_t from, size_t len)
 {
+	char c, add[DELIVER_FILTER_GROW + 1];
 	size_t i, grown = 0;
-	char c;
+	int want;
 
 	for (i = from; i < len; i++) {
 		c = buf[i];
@@ -264,15 +270,18 @@ static ssize_t cmd_scan(struct deliver_filter *f, char *buf, size_t from, size_t
 		if (c != '\r' && c != '\n')
 			continue;
 		if (f->cmd_match == (int) sizeof(mail_from) - 1) {
-			if (f->utf8_offered && f->mails < f->n_mail_utf8 && f->mail_utf8[f->mails]) {
-				if (grown) {
-					snprintf(f->why, sizeof(f->why), "two MAIL commands to mark"
-						 " with SMTPUTF8 in one write");
-					return -1;
-				}
-				memmove(buf + i + DELIVER_FILTER_GROW, buf + i, len - i);
-				memcpy(buf + i, DELIVER_FILTER_UTF8, DELIVER_FILTER_GROW);
-				grown = DELIVER_FILTER_GROW;
+			want = f->mails < f->n_mail_params ? f->mail_params[f->mails] & f->offered : 0;
+			if (want && grown) {
+				snprintf(f->why, sizeof(f->why), "two MAIL commands to add"
+					 " parameters to in one write");
+				return -1;
+			}
+			if (want) {
+				grown = (size_t) snprintf(add, sizeof(add), "%s%s",
+							  want & DELIVER_FILTER_8BIT ? " BODY=8BITMIME" : "",
+							  want & DELIVER_FILTER_UTF8 ? " SMTPUTF8" : "");
+				memmove(buf + i + grown, buf + i, len - i);
+				memcpy(buf + i, add, grown);
 				len += grown;
 				i += grown;
 			}

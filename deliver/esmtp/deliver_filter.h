@@ -57,15 +57,18 @@
  *	server's TCP acknowledged every byte up to it (deliver_bridge.h).
  *	The lone "." has no block and is not counted.
  *
- *	SMTPUTF8 (RFC 6531), which libesmtp 1.1.0 does not know: the filter
- *	notes an SMTPUTF8 line in the server's EHLO reply (utf8_offered), and
- *	where it was offered appends " SMTPUTF8" to libesmtp's MAIL FROM line
- *	of each message the caller marked (deliver_filter_mail_utf8(): one flag
- *	per message, in the order they were added to libesmtp's session, which
- *	is the order libesmtp sends them in). That makes the output longer
- *	than the input, by DELIVER_FILTER_GROW at most per call: more than one
- *	such MAIL line in one write fails the filter (libesmtp writes its next
- *	MAIL only after the reply to the last message's dot).
+ *	The MAIL parameters SMTPUTF8 (RFC 6531), which libesmtp 1.1.0 does
+ *	not know, and BODY=8BITMIME (RFC 6152), for which libesmtp would
+ *	refuse a whole session where the server does not offer it: the filter
+ *	notes the SMTPUTF8 and 8BITMIME lines of the server's EHLO reply
+ *	(offered), and appends what was offered of " BODY=8BITMIME" and
+ *	" SMTPUTF8" to libesmtp's MAIL FROM line of each message the caller
+ *	marked so (deliver_filter_mail_params(): flags per message, in the
+ *	order they were added to libesmtp's session, which is the order
+ *	libesmtp sends them in). That makes the output longer than the input,
+ *	by DELIVER_FILTER_GROW at most per call: more than one such MAIL line
+ *	in one write fails the filter (libesmtp writes its next MAIL only
+ *	after the reply to the last message's dot).
  *
  *	And it keeps count of the replies the server owes, for the bridge's
  *	reply deadline: one for the greeting, one per command line libesmtp
@@ -86,9 +89,11 @@
 
 #define DELIVER_FILTER_SENTINEL	"X-Idemrelay-Cut: 1\r\n"
 #define DELIVER_FILTER_BLOCK_MAX 4096	/* sentinel, Date:, From: <sender>, Message-Id: */
-#define DELIVER_FILTER_HOLD	16	/* the most bytes a reply line's start is held */
-#define DELIVER_FILTER_UTF8	" SMTPUTF8"
-#define DELIVER_FILTER_GROW	(sizeof(DELIVER_FILTER_UTF8) - 1)	/* <= HOLD */
+#define DELIVER_FILTER_HOLD	24	/* room past a call's input: a reply line's
+					 * start held (13 octets), or GROW */
+#define DELIVER_FILTER_UTF8	1	/* a message's MAIL wants SMTPUTF8 */
+#define DELIVER_FILTER_8BIT	2	/* ... BODY=8BITMIME */
+#define DELIVER_FILTER_GROW	(sizeof(" BODY=8BITMIME SMTPUTF8") - 1)	/* <= HOLD */
 #define DELIVER_FILTER_VERBS	16	/* owed replies named (more pipelined: unnamed) */
 #define DELIVER_FILTER_VERB	16
 #define DELIVER_FILTER_DOT	"the final dot"	/* what a final dot's reply is called */
@@ -113,11 +118,12 @@ struct deliver_filter {
 	size_t verb_len;
 	int verb_done;			/* past that word */
 	char why[128];			/* why the filter failed; "" while it has not */
-	/* SMTPUTF8 */
-	atomic_int utf8_offered;	/* the server's EHLO reply listed SMTPUTF8 (read
-					 * on libesmtp's thread too: the bridge's) */
-	const unsigned char *mail_utf8;	/* not owned; per message: append SMTPUTF8 */
-	size_t n_mail_utf8;
+	/* MAIL parameters: SMTPUTF8, BODY=8BITMIME */
+	atomic_int offered;		/* DELIVER_FILTER_UTF8, _8BIT: what the server's
+					 * EHLO reply listed (read on libesmtp's thread
+					 * too: the bridge's) */
+	const unsigned char *mail_params;	/* not owned; per message: what it wants */
+	size_t n_mail_params;
 	unsigned mails;			/* MAIL FROM lines passed */
 	int cmd_mid;			/* inside a command line */
 	int cmd_match;			/* octets of "MAIL FROM:" matched; -1: not MAIL */
@@ -128,11 +134,11 @@ struct deliver_filter {
 void deliver_filter_init(struct deliver_filter *f);
 
 /*
- * deliver_filter_mail_utf8 - per message, in libesmtp's order: 1 to send
- * its MAIL with SMTPUTF8 where offered. want stays the caller's, and must
- * outlive the filter's use.
+ * deliver_filter_mail_params - per message, in libesmtp's order: the MAIL
+ * parameters (DELIVER_FILTER_UTF8, _8BIT) to send where offered. want stays
+ * the caller's, and must outlive the filter's use.
  */
-void deliver_filter_mail_utf8(struct deliver_filter *f, const unsigned char *want, size_t n);
+void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *want, size_t n);
 
 /*
  * deliver_filter_rewind - libesmtp rewound the message: what it writes
@@ -149,7 +155,7 @@ size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len,
 
 /*
  * deliver_filter_up - libesmtp's bytes as the server gets them, in place
- * (buf has room for len + DELIVER_FILTER_HOLD: SMTPUTF8 may be added);
+ * (buf has room for len + DELIVER_FILTER_HOLD: MAIL parameters may be added);
  * returns how many, or -1 when the filter has failed (why in f->why).
  * f->dot_end says where a message's final dot ended in them, if it did.
  */

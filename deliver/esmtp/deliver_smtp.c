@@ -22,12 +22,12 @@
  *	fell back to HELO) and the batch holds a message that needs it, the
  *	monitor cuts the bridge before the first MAIL is written (nothing of
  *	any message was sent), those messages bounce, and the rest of the
- *	batch is run again, as below for 8BITMIME.
+ *	batch is run again.
  *
- *	If the upstream does not offer 8BITMIME, libesmtp refuses the whole
- *	session when any message asks for BODY=8BITMIME; the batch is then
- *	run again without BODY= (the content is sent unchanged, as Postfix
- *	does with MIME conversion disabled).
+ *	BODY=8BITMIME is the filter's to add too, where the upstream offers
+ *	8BITMIME; where it does not, the content goes unchanged without it,
+ *	as Postfix does with MIME conversion disabled (libesmtp, told, would
+ *	refuse the whole session).
  *
  *	The bridge, TLS and AUTH (xsess_security, xsess_connect,
  *	deliver_bridge.h, tls/tls_client.h, deliver_auth.h). Every connection
@@ -69,6 +69,7 @@
 #include "deliver_auth.h"
 #include "deliver_bridge.h"
 #include "deliver_esmtp.h"
+#include "deliver_filter.h"
 #include "deliver_gate.h"
 #include "deliver_smtp_impl.h"
 #include "../../tls/tls_client.h"
@@ -87,7 +88,6 @@ static int upstream_timeout_ms(const struct conf_upstream *u)
 /* xsess_event - libesmtp events; the variable arguments depend on the event */
 static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 {
-	struct xsess *xs = arg;
 	struct xmsg *x;	/* a message's: its application data (deliver_smtp_msg_add) */
 	va_list ap;
 	int *ok;
@@ -104,9 +104,6 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 		} else if (x->state == XMSG_ENVELOPE || x->state == XMSG_CONTENT)
 			deliver_smtp_msg_enter(x, XMSG_REFUSED);
 		break;
-	case SMTP_EV_EXTNA_8BITMIME:	/* EHLO is over when libesmtp says this */
-		xs->no8bit = 1;
-		break;
 	case SMTP_EV_EXTNA_DSN:
 		/* go on without DSN parameters, as Postfix does */
 		if ((ok = va_arg(ap, int *)) != NULL)
@@ -121,13 +118,14 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 /*
  * xsess_utf8 - libesmtp is about to write a MAIL: where the batch holds a
  * message that needs SMTPUTF8 and the server did not offer it (the
- * bridge's filter read its EHLO reply, deliver_bridge_utf8_offered), the
+ * bridge's filter read its EHLO reply, deliver_bridge_offered), the
  * bridge is cut first, so that nothing of any message goes out
  */
 static void xsess_utf8(struct xsess *xs, const char *buf, int len)
 {
 	if (xs->utf8_needed && !xs->no_utf8 && !xs->guard.cut && len >= 10
-	    && strncasecmp(buf, "MAIL FROM:", 10) == 0 && !deliver_bridge_utf8_offered(xs->bridge)) {
+	    && strncasecmp(buf, "MAIL FROM:", 10) == 0
+	    && !(deliver_bridge_offered(xs->bridge) & DELIVER_FILTER_UTF8)) {
 		xs->no_utf8 = 1;
 		deliver_bridge_cut(xs->bridge);
 	}
@@ -259,7 +257,7 @@ static int xsess_security(struct xsess *xs)
 
 /* xsess_init - a libesmtp session holding every job */
 static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_upstream *up,
-		      struct deliver_job **jobs, size_t n, int body8)
+		      struct deliver_job **jobs, size_t n)
 {
 	const struct conf *c = d->c;
 	char why[64 + STORE_QID_SIZE];
@@ -270,12 +268,11 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 	xs->d = d;
 	xs->up = up;
 	xs->rate = deliver_group_rate(d, up);
-	xs->body8 = body8;
 	snprintf(xs->why_dsn, sizeof(xs->why_dsn), "4.4.1");
 	if ((xs->s = smtp_create_session()) == NULL)
 		return xsess_refuse(xs, "4.3.0", "cannot create a libesmtp session");
 	xs->msgs = xcalloc(n, sizeof(*xs->msgs));
-	xs->utf8_want = xcalloc(n ? n : 1, 1);
+	xs->params = xcalloc(n ? n : 1, 1);
 	xs->jobs = jobs;
 	xs->n = n;
 	if (c->hostname)
@@ -320,7 +317,7 @@ static void xsess_free(struct xsess *xs)
 	for (i = 0; xs->msgs && i < xs->n; i++)
 		free(xs->msgs[i].sr);
 	free(xs->msgs);
-	free(xs->utf8_want);
+	free(xs->params);
 }
 
 struct xaddr {
@@ -420,7 +417,7 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 			 u->tls_verify ? "Verified" : "Unverified",
 			 u->tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
 			 deliver_bridge_tls(xs->bridge));
-	deliver_bridge_mail_utf8(xs->bridge, xs->utf8_want, xs->n);
+	deliver_bridge_mail_params(xs->bridge, xs->params, xs->n);
 	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge)))
 		return xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
 	return 0;
@@ -561,7 +558,7 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 		      struct deliver_job **jobs, size_t n)
 {
 	struct xsess xs;
-	int body8 = 1, round;
+	int round;
 	sigset_t block;
 	size_t i;
 	struct deliver_job **own = xmalloc((n ? n : 1) * sizeof(*own));
@@ -573,8 +570,8 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 
 	memcpy(own, jobs, n * sizeof(*own));
 	jobs = own;		/* deliver_smtp_utf8_bounce() takes jobs out of it */
-	for (round = 0; round < 3 && n > 0; round++) {
-		if (xsess_init(&xs, d, up, jobs, n, body8) < 0 || xsess_run(&xs) < 0) {
+	for (round = 0; round < 2 && n > 0; round++) {	/* again without what needs SMTPUTF8 */
+		if (xsess_init(&xs, d, up, jobs, n) < 0 || xsess_run(&xs) < 0) {
 			for (i = 0; i < n; i++) {
 				snprintf(jobs[i]->relay, sizeof(jobs[i]->relay), "none");
 				deliver_set_all(jobs[i], DELIVER_DEFERRED, xs.why_dsn, xs.why);
@@ -588,14 +585,6 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 			msg_info("upstream %s does not offer SMTPUTF8", xs.relay);
 			n = deliver_smtp_utf8_bounce(jobs, n, xs.relay);
 			xsess_free(&xs);
-			continue;
-		}
-		if (xs.no8bit && xs.any8 && body8 && !xs.throttled) {
-			/* libesmtp quit after EHLO: nothing was sent; go again without BODY= */
-			msg_warn("upstream %s does not offer 8BITMIME: sending 8-bit messages"
-				 " without BODY=8BITMIME", xs.relay);
-			xsess_free(&xs);
-			body8 = 0;
 			continue;
 		}
 		for (i = 0; i < n; i++)

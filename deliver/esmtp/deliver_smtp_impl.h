@@ -59,10 +59,8 @@ struct xsess {
 	struct xmsg *msgs;		/* owned array */
 	struct deliver_job **jobs;	/* not owned; msgs[i].job is jobs[i] */
 	size_t n;
-	int body8;			/* pass BODY=8BITMIME on */
-	int any8;			/* some message asked for it */
-	int no8bit;			/* upstream said it has no 8BITMIME */
-	unsigned char *utf8_want;	/* owned, per message: declared SMTPUTF8 */
+	unsigned char *params;		/* owned, per message: the MAIL parameters it
+					 * wants where offered (deliver_filter.h) */
 	int utf8_needed;		/* some message needs SMTPUTF8 (deliver_smtp_msg.c) */
 	int wrote;			/* libesmtp wrote a command: the greeting is read */
 	int no_utf8;			/* the server did not offer it, and utf8_needed:

@@ -6,8 +6,9 @@
  * DESCRIPTION
  *	deliver_smtp_msg_add() puts a job into the batch's libesmtp session
  *	(deliver_smtp.c): the envelope sender, the queued recipients, DSN
- *	(RET, ENVID per message; NOTIFY, ORCPT per recipient), BODY=8BITMIME,
- *	SIZE (the stored size, which is what goes out). The content is read
+ *	(RET, ENVID per message; NOTIFY, ORCPT per recipient), SIZE (the
+ *	stored size, which is what goes out), and which of SMTPUTF8 and
+ *	BODY=8BITMIME the bridge's filter adds where offered. The content is read
  *	from the stored data by xmsg_read(), in chunks, after a throw-away
  *	header block of our own: libesmtp 1.1.0 edits the header block of
  *	every message (adds Date:, From:, Message-Id:, strips Return-Path:,
@@ -229,7 +230,8 @@ int deliver_smtp_msg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j
 	x->job = j;
 	x->state = XMSG_ENVELOPE;
 	x->sr = xcalloc(m->n_rcpts, sizeof(*x->sr));
-	xs->utf8_want[x - xs->msgs] = (unsigned char) (m->smtputf8 != 0);
+	xs->params[x - xs->msgs] = (unsigned char) ((m->smtputf8 ? DELIVER_FILTER_UTF8 : 0)
+		| (m->body == SMTP_BODY_8BITMIME ? DELIVER_FILTER_8BIT : 0));
 	xs->utf8_needed |= xmsg_needs_utf8(m);
 	if ((x->sm = smtp_add_message(xs->s)) == NULL)
 		return -1;
@@ -237,12 +239,6 @@ int deliver_smtp_msg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j
 	ok &= smtp_set_reverse_path(x->sm, m->from);
 	ok &= smtp_set_messagecb(x->sm, xmsg_read, x);
 	ok &= smtp_size_set_estimate(x->sm, (unsigned long) m->data_len);
-	if (m->body == SMTP_BODY_8BITMIME) {
-		xs->any8 = 1;
-		/* not BODY=7BIT: libesmtp would then require 8BITMIME of the server */
-		if (xs->body8)
-			ok &= smtp_8bitmime_set_body(x->sm, E8bitmime_8BITMIME);
-	}
 	if (m->ret == SMTP_RET_FULL)
 		ok &= smtp_dsn_set_ret(x->sm, Ret_FULL);
 	else if (m->ret == SMTP_RET_HDRS)

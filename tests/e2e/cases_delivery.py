@@ -260,6 +260,23 @@ def test_dsn_params_passed_on(t):
 
 
 @case()
+def test_8bitmime_upstream_lacks_it(t):
+    """upstream without 8BITMIME: an 8-bit message submitted with BODY=8BITMIME goes
+    unchanged without BODY= (Postfix with MIME conversion disabled), on the first
+    connection, its other parameters kept"""
+    sink = t.sink(**{"8bitmime": False})
+    d = t.daemon(sink)
+    body = "Gr\u00fc\u00dfe, caf\u00e9\r\n".encode("utf-8")
+    msg = make_msg(key="8bit-lack", body=body, extra=["Content-Transfer-Encoding: 8bit"])
+    qid = submit_ok(d.port, "a@example.com", msg, mail_opts=["BODY=8BITMIME", "ENVID=env-8"])
+    rec = sink.wait_count(1)[0]
+    check_relayed(rec["data"], msg, qid)
+    eq([p for p in rec["mail_params"] if p.upper().startswith("BODY=")], [], "BODY upstream")
+    check("ENVID=env-8" in rec["mail_params"], "ENVID upstream: %r" % rec["mail_params"])
+    eq(len(sink.events("connect")), 1, "connections to the sink")
+
+
+@case()
 def test_orcpt_xtext_upstream_and_in_dsn(t):
     """An xtext ORCPT is decoded once (smtp_orcpt_split) for both of delivery's uses:
     the upstream gets it encoded again by libesmtp, the bounce's Original-Recipient

@@ -121,7 +121,8 @@ FAULTS
     (default "421 4.7.0 sink: too many messages, slow down"; a 421
     closes the connection) and counted as a "throttled" event.
 
-    "pipelining": false leaves PIPELINING out of the EHLO reply; "ehlo":
+    "pipelining": false leaves PIPELINING out of the EHLO reply, "8bitmime":
+    false 8BITMIME (the sink takes BODY= either way); "ehlo":
     "refuse" answers EHLO "502 5.5.1" (a server that knows only HELO).
     "data_delay": S waits S seconds before the 354 to DATA, an event
     "data-delay" at its start (a test can act while the client waits
@@ -547,9 +548,10 @@ class Conn:
         lines = ["250-%s" % self.sink.hostname]
         if self.sink.control.get("pipelining", True):
             lines.append("250-PIPELINING")
-        lines += ["250-SIZE %d" % SIZE_LIMIT,
-                 "250-8BITMIME",
-                 "250-DSN"]
+        lines.append("250-SIZE %d" % SIZE_LIMIT)
+        if self.sink.control.get("8bitmime", True):
+            lines.append("250-8BITMIME")
+        lines.append("250-DSN")
         if self.sink.ssl_ctx and not self.tls and self.sink.control.get("starttls") != "off":
             lines.append("250-STARTTLS")
         if self.sink.auth and (self.tls or not self.sink.ssl_ctx):

@@ -24,7 +24,7 @@
  *   7 SHUT	stop writing (FIN), go on reading
  *
  * When the script runs out the server closes. A second connection of the
- * batch (libesmtp is run again without BODY= or SMTPUTF8) gets a greeting
+ * batch (libesmtp is run again without what needs SMTPUTF8) gets a greeting
  * and a proper server. Then, properties (abort()):
  *
  *   - the process is alive (libESMTP 1.1.0 crashed here, issue 25);

@@ -224,7 +224,8 @@ static void test_up(void **state)
 struct utf8_case {
 	const char *name;
 	const char *ehlo;		/* the server's EHLO reply, fed first */
-	const char *want_flags;		/* per message: '1' SMTPUTF8 wanted */
+	const char *want_flags;		/* per message: '1' SMTPUTF8 wanted, '2'
+					 * BODY=8BITMIME, '3' both */
 	const char *in;			/* libesmtp's commands */
 	const char *want;
 };
@@ -246,6 +247,14 @@ static const struct utf8_case utf8_cases[] = {
 	  "XMAIL FROM:<a@b>\r\nRCPT TO:<MAIL FROM:x@y>\r\n",
 	  "XMAIL FROM:<a@b>\r\nRCPT TO:<MAIL FROM:x@y>\r\n" },
 	{ "more messages than flags", EHLO_U8, "", "MAIL FROM:<a@b>\r\n", "MAIL FROM:<a@b>\r\n" },
+	{ "8BITMIME offered, wanted", EHLO_NO, "2", "MAIL FROM:<a@b> SIZE=10\r\n",
+	  "MAIL FROM:<a@b> SIZE=10 BODY=8BITMIME\r\n" },
+	{ "both offered, both wanted", EHLO_U8, "3", "MAIL FROM:<a@b>\r\n",
+	  "MAIL FROM:<a@b> BODY=8BITMIME SMTPUTF8\r\n" },
+	{ "8BITMIME not offered", "250-sink\r\n250 SMTPUTF8\r\n", "3", "MAIL FROM:<a@b>\r\n",
+	  "MAIL FROM:<a@b> SMTPUTF8\r\n" },
+	{ "8BITMIME in lower case, last", "250-sink\r\n250 8bitmime\r\n", "2",
+	  "MAIL FROM:<a@b>\r\n", "MAIL FROM:<a@b> BODY=8BITMIME\r\n" },
 };
 
 /* utf8_check - one row, one way of feeding libesmtp's side */
@@ -259,9 +268,9 @@ static void utf8_check(const void *row, size_t first, size_t step)
 	ssize_t n;
 
 	for (i = 0; i < nf; i++)
-		want[i] = c->want_flags[i] == '1';
+		want[i] = (unsigned char) (c->want_flags[i] - '0');
 	deliver_filter_init(&f);
-	deliver_filter_mail_utf8(&f, want, nf);
+	deliver_filter_mail_params(&f, want, nf);
 	down_feed(&f, c->ehlo, strlen(c->ehlo), 0, 0, out);
 	n = up_feed(&f, c->in, strlen(c->in), first, step, out);
 	if (n < 0 || (size_t) n != strlen(c->want) || memcmp(out, c->want, (size_t) n) != 0)
@@ -283,7 +292,7 @@ static void test_smtputf8(void **state)
 		each_way(&utf8_cases[i], strlen(utf8_cases[i].in), utf8_check);
 	/* two MAIL lines to mark in one write: more than the room there is */
 	deliver_filter_init(&f);
-	deliver_filter_mail_utf8(&f, both, 2);
+	deliver_filter_mail_params(&f, both, 2);
 	down_feed(&f, EHLO_U8, strlen(EHLO_U8), 0, 0, out);
 	memcpy(out, two, sizeof(two) - 1);
 	assert_int_equal(deliver_filter_up(&f, out, sizeof(two) - 1), -1);
