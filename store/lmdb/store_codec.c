@@ -479,22 +479,13 @@ void lmdb_queue_rec_encode(void *out, size_t len, const struct store_msg *m)
 /*
  * lmdb_queue_rec_decode - read delivery state into a message already
  * decoded by lmdb_msg_rec_decode(); the recipient counts must agree.
- * On failure the replies read so far are freed and set to NULL.
+ * On failure m, the message record's part too, holds nothing to free.
  */
 int lmdb_queue_rec_decode(const void *p, size_t len, struct store_msg *m)
 {
 	struct rec r = { .dec = 1, .in = p, .len = len };
-	size_t i;
 
-	queue_codec(&r, m);
-	if (rec_end(&r) != 0) {
-		for (i = 0; i < m->n_rcpts; i++) {
-			free(m->rcpts[i].reply);
-			m->rcpts[i].reply = NULL;
-		}
-		return STORE_EINVAL;
-	}
-	return 0;
+	return rec_decode(queue_codec, &r, m, m);
 }
 
 /* lmdb_queue_rec_peek - the recipient count, next attempt and hold, cheaply */

@@ -113,13 +113,10 @@ int lmdb_spool_read(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
 	if ((err = lmdb_mdb_error(mdb_get(txn, st->queue, (MDB_val *) key, &qval), "get queue")) != 0
 	    || (err = lmdb_mdb_error(mdb_get(txn, st->msg, (MDB_val *) key, &mval), "get msg")) != 0)
 		return err;
-	if (lmdb_key_qid(key, m->qid) != 0)
-		return STORE_EINVAL;
-	if (lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, m, with_data) != 0
-	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0) {
-		store_msg_free(m);
-		return STORE_EINVAL;
-	}
+	if (lmdb_key_qid(key, m->qid) != 0
+	    || lmdb_msg_rec_decode(mval.mv_data, mval.mv_size, m, with_data) != 0
+	    || lmdb_queue_rec_decode(qval.mv_data, qval.mv_size, m) != 0)
+		return STORE_EINVAL;	/* each decoder leaves nothing to free */
 	return 0;
 }
 
