@@ -452,16 +452,6 @@ static int region_write(int fd, uint64_t base, uint64_t id)
 	return 0;
 }
 
-/* region - a new region of zeros at base with its header and a new id; not yet the store's */
-static int region(struct journal *j, uint64_t base, uint64_t *id)
-{
-	do {
-		if (getrandom(id, sizeof(*id), 0) != sizeof(*id))
-			return errno;
-	} while (*id == 0);
-	return region_write(j->fd, base, *id);
-}
-
 /*
  * journal_region_copy - the journal's region, empty, where it is and under
  * its id, in fd: a compacted copy of data.mdb (store_compact.c), which
@@ -496,12 +486,17 @@ static int meta_put(struct lmdb_store *st, MDB_txn *txn, uint64_t id, uint64_t b
 /*
  * journal_region_new - the first step of moving the journal when the map
  * grows over it (store_map.c), or of making one where there was none or
- * the map ends elsewhere (journal_open()): a new region at base, past the
- * end of LMDB's map, that nothing refers to yet. 0 or errno.
+ * the map ends elsewhere (journal_open()): a new region of zeros at base,
+ * past the end of LMDB's map, with its header and a new id, that nothing
+ * refers to yet. With a journal only. 0 or errno.
  */
 int journal_region_new(struct lmdb_store *st, uint64_t base, uint64_t *id)
 {
-	return st->j ? region(st->j, base, id) : 0;
+	do {
+		if (getrandom(id, sizeof(*id), 0) != sizeof(*id))
+			return errno;
+	} while (*id == 0);
+	return region_write(st->j->fd, base, *id);
 }
 
 /*
