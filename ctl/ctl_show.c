@@ -446,7 +446,8 @@ int ctl_stats(struct ctl *x, const char *arg)
 			   (unsigned long long) s.queued,
 			   (long long) (s.oldest ? (x->now - s.oldest) / US : 0),
 			   (unsigned long long) s.claims, (unsigned long long) s.stories,
-			   (unsigned long long) s.keys, (unsigned long long) s.space.size,
+			   /* key_entries: every claim is filed under its key */
+			   (unsigned long long) s.claims, (unsigned long long) s.space.size,
 			   (unsigned long long) s.space.used, (unsigned long long) s.space.ceiling,
 			   s.space.ceiling ? 100.0 * s.space.used / s.space.ceiling : 0.0);
 		if (live)	/* the daemon's own reply, but for its "ok" */
@@ -482,7 +483,7 @@ int ctl_stats(struct ctl *x, const char *arg)
 		printf(", oldest %s", fmt_dur(d, sizeof(d), x->now - s.oldest));
 	printf("\nclaims       %llu\n", (unsigned long long) s.claims);
 	printf("stories      %llu (key index entries %llu)\n", (unsigned long long) s.stories,
-	       (unsigned long long) s.keys);
+	       (unsigned long long) s.claims);
 	if (store_caps(x->st) & STORE_CAP_OWN_SPACE)	/* LMDB's map */
 		printf("map          %.1f MiB used of %.1f MiB, growing up to %.1f MiB"
 		       " (%.1f%% full)\n", s.space.used / 1048576.0, s.space.size / 1048576.0,

@@ -317,10 +317,9 @@ void store_lease_release(struct store *st, const char *qid, int64_t lease);
  * oldest queued message, 0 if none). last_qid: the greatest QID ever
  * spooled ("" if none), for monotonic QIDs. nodes: how many nodes run on
  * the store now, this one included (a shared store: those holding their
- * node's lock); 1 on a store of one node. stories and keys only when what has
- * STORE_STATS_STORIES (they may cost a walk of the queue, so a scrape
- * does not ask): how many stories are kept, and claims findable by their
- * key. STORE_STATS_NODES alone: nodes only (and reach), without reading
+ * node's lock); 1 on a store of one node. stories only when what has
+ * STORE_STATS_STORIES (it may cost a walk of the queue, so a scrape
+ * does not ask): how many stories are kept. STORE_STATS_NODES alone: nodes only (and reach), without reading
  * anything else, for delivery's count every few seconds. space: the room a store manages itself (LMDB's map: its size now,
  * what of it is in use, how far it may grow: store.map_size_max, the
  * disk); all 0 where the room is the database's own (PostgreSQL). reach:
@@ -344,7 +343,7 @@ struct store_stats {
 	int64_t oldest;			/* accepted, of the oldest queued message; 0 none */
 	char last_qid[STORE_QID_SIZE];	/* the greatest ever spooled; "" none */
 	int nodes;			/* running on it now */
-	uint64_t stories, keys;		/* STORE_STATS_STORIES only */
+	uint64_t stories;		/* STORE_STATS_STORIES only */
 	uint64_t txns;			/* write transactions committed, ever */
 	struct store_space space;
 	struct store_reach reach;

@@ -679,11 +679,8 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->txns = info.me_last_txnid;
 		lmdb_queue_oldest(st, txn, &s->oldest);
 		err = last_qid(st, txn, s->last_qid);
-		/* every claim is filed under its key */
-		if (err == 0 && (what & STORE_STATS_STORIES)) {
-			s->keys = s->claims;
+		if (err == 0 && (what & STORE_STATS_STORIES))
 			err = lmdb_hist_stories(st, txn, &s->stories);
-		}
 	}
 	lmdb_read_end(st, txn);
 	if (err != 0 || (err = lmdb_mdb_error(rc, "stat")) != 0)

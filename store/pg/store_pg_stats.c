@@ -73,10 +73,8 @@ int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 		msg_warn("store: the greatest QID is not one, ignored");	/* the rest stand */
 		s->last_qid[0] = 0;
 	}
-	if (what & STORE_STATS_STORIES) {
+	if (what & STORE_STATS_STORIES)
 		s->stories = (uint64_t) store_pg_int(r, 0, 5);
-		s->keys = s->claims;
-	}
 	PQclear(r);
 	return 0;
 }

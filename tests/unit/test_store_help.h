@@ -35,14 +35,14 @@ static inline void hash_of(uint8_t h[STORE_HASH_LEN], int i)
 	h[1] = (uint8_t) (i >> 8);
 }
 
-/* stories_of - store_stats()' stories and key index entries */
+/* stories_of - store_stats()' stories and key index entries (a claim each: every one is under its key) */
 static inline int stories_of(struct store *st, uint64_t *stories, uint64_t *keys)
 {
 	struct store_stats s;
 	int err = store_stats(st, &s, STORE_STATS_STORIES);
 
 	*stories = err == 0 ? s.stories : 0;	/* s is not filled in when it fails */
-	*keys = err == 0 ? s.keys : 0;
+	*keys = err == 0 ? s.claims : 0;
 	return err;
 }
 
