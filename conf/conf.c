@@ -684,7 +684,7 @@ static int conf_include_error(const char *file, int line, const char *dir, char 
 {
 	char text[1024], path[1024], *q, *end;
 	FILE *fp;
-	int n = 0, err;
+	int n = 0;
 
 	if (file == NULL || (fp = fopen(file, "r")) == NULL)
 		return -1;
@@ -699,13 +699,8 @@ static int conf_include_error(const char *file, int line, const char *dir, char 
 		snprintf(path, sizeof(path), "%s/%s", dir, q);
 	else
 		snprintf(path, sizeof(path), "%s", q);
-	errno = 0;
-	fp = fopen(path, "r");
-	err = errno;
-	if (fp)
-		fclose(fp);
 	snprintf(out, len, "cannot open include file %s: %s", path,
-		 err ? strerror(err) : "not a readable file");
+		 access(path, R_OK) < 0 ? strerror(errno) : "not a readable file");
 	return 0;
 }
 
