@@ -65,17 +65,6 @@ static void check_fail(struct check *k, const char *setting, const char *fmt, ..
 	k->n++;
 }
 
-/* check_readable - can this file be opened for reading? 0, or -1 with errno */
-static int check_readable(const char *path)
-{
-	FILE *fp = fopen(path, "r");
-
-	if (fp == NULL)
-		return -1;
-	fclose(fp);
-	return 0;
-}
-
 /* check_tls - tls.cert and tls.key: readable, PEM, and one pair */
 static void check_tls(struct check *k)
 {
@@ -85,12 +74,12 @@ static void check_tls(struct check *k)
 
 	if (c->tls_cert == NULL)
 		return;
-	if (check_readable(c->tls_cert) < 0) {
+	if (access(c->tls_cert, R_OK) < 0) {
 		check_fail(k, "tls.cert", "cannot read %s: %s: point it at the server's PEM "
 			   "certificate (chain) file", c->tls_cert, strerror(errno));
 		return;
 	}
-	if (check_readable(c->tls_key) < 0) {
+	if (access(c->tls_key, R_OK) < 0) {
 		check_fail(k, "tls.key", "cannot read %s: %s: point it at the certificate's "
 			   "PEM private key file", c->tls_key, strerror(errno));
 		return;

@@ -89,12 +89,8 @@ static void privdrop(const struct conf *cf, const char *made_control_dir)
 	if ((pw = getpwnam(cf->user)) == NULL)
 		msg_fatal("%s: no such user \"%s\"", conf_where(cf, "user", where, sizeof(where)),
 			  cf->user);
-	if (getuid() != 0) {
-		if (getuid() != pw->pw_uid)
-			msg_fatal("%s: becoming \"%s\" needs idemrelay to start as root",
-				  conf_where(cf, "user", where, sizeof(where)), cf->user);
+	if (getuid() != 0)		/* already the user: check_user() refused any other */
 		return;
-	}
 	if ((dir = store_dir(cf)) != NULL)	/* a database has no directory here */
 		own_dir(cf, "store.path", dir, pw);
 	if (cf->upstream.maildir) {
