@@ -129,24 +129,12 @@ static struct dq_item *dq_find(const struct dq *q, const char *qid)
 	return found ? *(struct dq_item *const *) found : NULL;
 }
 
-/* heaps_for - make room for group g's heap (0 and up) */
-static void heaps_for(struct dq *q, int g)
-{
-	size_t want = (size_t) g + 2;
-
-	if (want <= q->n_heaps)
-		return;
-	q->heaps = xrealloc(q->heaps, want * sizeof(*q->heaps));
-	memset(q->heaps + q->n_heaps, 0, (want - q->n_heaps) * sizeof(*q->heaps));
-	q->n_heaps = want;
-}
-
-/* dq_init - empty queue */
-void dq_init(struct dq *q)
+/* dq_init - empty queue: the heap of no known group, and one for each of groups */
+void dq_init(struct dq *q, size_t groups)
 {
 	memset(q, 0, sizeof(*q));
-	q->heaps = xcalloc(1, sizeof(*q->heaps));	/* group unknown */
-	q->n_heaps = 1;
+	q->n_heaps = groups + 1;
+	q->heaps = xcalloc(q->n_heaps, sizeof(*q->heaps));
 }
 
 /* dq_free - release everything; the struct can be reused after dq_init */
@@ -301,7 +289,6 @@ void dq_set_group(struct dq *q, const char *qid, int group)
 
 	if (it == NULL || it->group == group)
 		return;
-	heaps_for(q, group);
 	if (!(busy = it->slot == DQ_BUSY))
 		heap_remove(q, it);
 	it->group = group;
@@ -350,7 +337,6 @@ void dq_put_back(struct dq *q, const char *qid)
 /* dq_close - pass a group over, or not */
 void dq_close(struct dq *q, int group, int closed)
 {
-	heaps_for(q, group);
 	q->heaps[group + 1].closed = closed;
 }
 

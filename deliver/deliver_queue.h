@@ -50,7 +50,8 @@ struct dq {
 	size_t n_items;			/* in the index, busy or not */
 };
 
-void dq_init(struct dq *q);
+/* dq_init - an empty queue for QIDs of upstream groups 0 .. groups - 1, or of none known */
+void dq_init(struct dq *q, size_t groups);
 void dq_free(struct dq *q);
 
 /* dq_add - schedule qid at next, or earlier if already scheduled; busy: ignored. 1 if changed */

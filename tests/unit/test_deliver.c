@@ -169,7 +169,7 @@ static void test_queue_order(void **state)
 	size_t n;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	assert_int_equal(next_due(&q), INT64_MAX);
 	assert_int_equal(dq_add(&q, "C", 30), 1);
 	assert_int_equal(dq_add(&q, "A", 10), 1);
@@ -212,7 +212,7 @@ static void test_queue_batch_start(void **state)
 	size_t i;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	assert_int_equal(dq_batch_start(&q, 0, 100, 8), INT64_MAX);
 	dq_add(&q, "E", 200);
 	dq_add(&q, "B", 20);
@@ -237,7 +237,7 @@ static void test_queue_busy(void **state)
 	struct dq q;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	dq_add(&q, "A", 10);
 	assert_int_equal(dq_take_due(&q, 10, out, 8, NULL), 1);
 	/* busy: not handed out again, enqueue ignored, flush ignores it */
@@ -290,7 +290,7 @@ static void test_queue_again(void **state)
 
 	(void) state;
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		dq_init(&q);
+		dq_init(&q, 0);
 		dq_add(&q, "A", 10);
 		assert_int_equal(dq_take_due(&q, 10, out, 4, NULL), 1);
 		if (cases[i].again1 >= 0)
@@ -311,7 +311,7 @@ static void test_queue_again(void **state)
 		dq_free(&q);
 	}
 	/* not busy: as dq_add */
-	dq_init(&q);
+	dq_init(&q, 0);
 	assert_int_equal(dq_again(&q, "B", 50), 1);
 	assert_int_equal(dq_again(&q, "B", 20), 1);
 	assert_int_equal(dq_again(&q, "B", 30), 0);
@@ -325,7 +325,7 @@ static void test_queue_enqueue_earlier(void **state)
 	struct dq q;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	dq_add(&q, "A", 100);
 	dq_add(&q, "B", 50);
 	assert_int_equal(dq_add(&q, "A", 200), 0);	/* later: unchanged */
@@ -344,7 +344,7 @@ static void test_queue_flush(void **state)
 	size_t n;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	dq_add(&q, "Z", 5);
 	dq_add(&q, "M", 500);
 	dq_add(&q, "A", 900);
@@ -371,7 +371,7 @@ static void test_queue_random(void **state)
 	size_t i, n, k, want;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 0);
 	memset(busy, 0, sizeof(busy));
 	memset(known, 0, sizeof(known));
 	for (k = 0; k < 20000; k++) {
@@ -436,7 +436,7 @@ static void test_queue_groups(void **state)
 	int g = 99;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 2);
 	dq_add(&q, "A1", 10);
 	dq_add(&q, "A2", 20);
 	dq_add(&q, "B1", 15);
@@ -492,7 +492,7 @@ static void test_queue_regroup(void **state)
 	int g = 99;
 
 	(void) state;
-	dq_init(&q);
+	dq_init(&q, 1);
 	dq_add(&q, "W1", 50);
 	dq_set_group(&q, "W1", 0);
 	dq_close(&q, 0, 1);
