@@ -619,7 +619,7 @@ static void *take_thread(void *arg)
 		if (now >= renew_at) {
 			if ((err = store_lease_renew(d->st, now)) != 0)
 				msg_debug("delivery: leases not renewed: %s", store_strerror(err));
-			renew_at = now + d->lease / 3;
+			renew_at = now + d->c->store.lease * US / 3;
 		}
 		if (now >= count_at) {
 			count_nodes(d);
@@ -657,11 +657,10 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->st = st;
 	d->cm = cm;
 	d->shared = (store_caps(st) & STORE_CAP_SHARED) != 0;
-	d->lease = c->store.lease * US;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	pthread_cond_init(&d->take_wake, NULL);
-	dq_init(&d->q);
+	dq_init(&d->q, t->limited ? c->n_routes + 1 : 0);
 	if ((d->stopping_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		msg_fatal("delivery: eventfd: %s", strerror(errno));
 	/* conf.c: upstream.connections is 1 at least; a maildir, or a host at least */

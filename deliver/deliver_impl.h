@@ -43,7 +43,6 @@ struct deliver {
 	pthread_cond_t wake;		/* new work, earlier work, or stop */
 	/* a shared store (STORE_CAP_SHARED): the taker thread leases due mail from it */
 	int shared;
-	int64_t lease;			/* us: store.lease */
 	pthread_t taker;
 	pthread_cond_t take_wake;	/* flush, or stop */
 	int take_now;			/* a flush asked the taker to look at once */
@@ -77,8 +76,8 @@ struct deliver_job {
 	struct deliver_result *res;	/* owned; one per m.rcpts[] */
 	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
-	int queued;			/* after deliver_replied: a recipient is left to try */
-	int64_t next;			/* after deliver_replied: next attempt, -1 if none */
+	int queued;			/* after deliver_replied: a recipient is left to try,
+					 * at m.next_attempt */
 	int decided;			/* deliver_replied done: the outcome is final */
 	int recorded;			/* and written to the store */
 	int64_t unwritten;		/* job_record: the store refused it since then; 0 not */

@@ -321,8 +321,8 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 
 /*
  * job_schedule - j's delivery state after this attempt, in j->m (the
- * inflight mark cleared; attempts from tried, one more if charged) and
- * j->queued, j->next: the next attempt if queued, -1 if not. The backoff
+ * inflight mark cleared; attempts from tried, one more if charged; the
+ * next attempt if queued) and j->queued. The backoff
  * is retry's, the set its caller decided give_up by: read again, a
  * SIGHUP in between would mix two sets (B's wait after A's give_up).
  */
@@ -334,20 +334,17 @@ static void job_schedule(const struct conf_retry *retry, struct deliver_job *j, 
 	m->inflight = 0;
 	m->attempts = tried;
 	j->queued = queued;
-	j->next = -1;
 	if (queued && j->postponed) {
 		m->next_attempt = j->until > now ? j->until : now;
-		j->next = m->next_attempt;
 	} else if (queued) {
 		m->attempts += charged;
 		m->next_attempt = now + deliver_backoff(retry->first, retry->max, m->attempts) * US;
-		j->next = m->next_attempt;
 	}
 }
 
 /*
  * deliver_replied - the outcome of one attempt, decided once: log each
- * recipient, set the new delivery state in j->m and j->queued, j->next,
+ * recipient, set the new delivery state in j->m and j->queued,
  * and bounce: a bounce with a notice is written at once, with it
  * (job_bounce); any other outcome job_record() writes, with the next
  * mark or the batch.
@@ -455,7 +452,7 @@ static int job_revive(struct deliver *d, struct deliver_job *j, int refused)
 		return 0;
 	default:
 		/* a verdict to come is made as soon as a node loads the message */
-		if (now - j->reviving > 2 * d->lease + 60 * US) {
+		if (now - j->reviving > (2 * d->c->store.lease + 60) * US) {
 			msg_warn("%s: not revived within %lld s (%s): left to the node that took it",
 				 j->m.qid, (long long) ((now - j->reviving) / US), store_strerror(err));
 			return 0;
@@ -492,6 +489,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		store_msg_update_many(d->st, ms, k, errs);
 	for (i = k = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
+		int64_t next = j->queued ? j->m.next_attempt : -1;
 
 		err = j->recorded || j->reviving ? 0 : errs[k++];
 		if (j->reviving || (d->shared && j->no_dot
@@ -520,12 +518,12 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		} else if (err == STORE_ENOTFOUND) {
 			msg_info("%s: no longer queued when its outcome was written again (the"
 				 " first write had been taken, or it was dropped)", j->m.qid);
-			j->next = -1;
+			next = -1;
 		} else if (err != 0) {
 			/* a record the store cannot take: the next load says what it finds */
 			msg_error("%s: cannot record the delivery outcome: %s", j->m.qid,
 				  store_strerror(err));
-			j->next = clock_us() + retry * US;
+			next = clock_us() + retry * US;
 		} else if (j->unwritten) {
 			msg_info("%s: delivery outcome recorded after %.1f s", j->m.qid,
 				 (double) (clock_us() - j->unwritten) / US);
@@ -533,7 +531,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		if (err == 0 && !j->queued)
 			msg_info_as("qmgr", "%s: removed", j->m.qid);
 		j->unwritten = 0;
-		deliver_job_finished(d, j, j->next);
+		deliver_job_finished(d, j, next);
 	}
 	free(errs);
 	free(ms);
