@@ -292,7 +292,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct model m;
 	char names[NAMES_MAX][NAME_LEN_MAX + 1];
-	char *list[NAMES_MAX];
+	const char *list[NAMES_MAX];
 	const uint8_t *p = data, *flags;
 	size_t left = size, i;
 	struct conf c;

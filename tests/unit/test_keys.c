@@ -15,7 +15,7 @@
 #include "../../queue/keys.h"
 #include "../../queue/qid.h"
 
-static char *hdrs[] = { "X-Idempotency-Key", "Idempotency-Key" };
+static const char *hdrs[] = { "X-Idempotency-Key", "Idempotency-Key" };
 
 static void conf_keys(struct conf *c)
 {
@@ -223,7 +223,7 @@ static void test_rewrite(void **state)
 /* issue 31: a list naming one header twice notes each field once */
 static void test_duplicate_names(void **state)
 {
-	static char *twice[] = { "X-Idempotency-Key", "Idempotency-Key", "x-IDEMPOTENCY-key" };
+	static const char *twice[] = { "X-Idempotency-Key", "Idempotency-Key", "x-IDEMPOTENCY-key" };
 	struct conf c;
 	struct keys_result r;
 	struct buf out = BUF_INIT;
