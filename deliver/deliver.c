@@ -274,7 +274,7 @@ done:
 }
 
 /* deliver_wait - sleep on cv until when (DELIVER_MAX_SLEEP at most), or a signal (lock held) */
-void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when)
+static void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when)
 {
 	int64_t now = clock_us();
 	struct timespec ts;

@@ -156,9 +156,6 @@ void deliver_record_batch(struct deliver *d, struct deliver_job **jobs, size_t n
  */
 struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up);
 
-/* deliver_wait - sleep on cv until when (clock_us), a minute at most, or a signal (lock held) */
-void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when);
-
 /* deliver_stopping - has deliver_stop() been called? */
 int deliver_stopping(struct deliver *d);
 

@@ -61,7 +61,7 @@
  *	QID: removed  (as qmgr's)
  *	QID: revived: its inflight mark was never followed by a final dot; ...
  */
-#include <pthread.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -556,10 +556,8 @@ static void job_wait_written(struct deliver *d, struct deliver_job *const *batch
 				jobs[k++] = jobs[i];
 		if ((n = k) == 0)
 			break;
-		pthread_mutex_lock(&d->lock);
-		if (!d->stop)
-			deliver_wait(d, &d->wake, clock_us() + US);
-		pthread_mutex_unlock(&d->lock);
+		/* a second, or less at a stop; not on d->wake, whose signals are for idle threads */
+		(void) poll(&(struct pollfd) { .fd = d->stopping_fd, .events = POLLIN }, 1, 1000);
 		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
 			for (i = 0; i < n; i++)
 				if (jobs[i]->reviving)
