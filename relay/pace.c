@@ -114,7 +114,7 @@ static void pace_timeout(struct conn *c, const char *why)
 		return;
 	}
 	msg_info("timeout after %s from unknown[%s]%s", smtp_session_where(c->s), c->addr, why);
-	smtp_session_timeout(c->s);
+	smtp_session_close(c->s, SMTP_CLOSE_TIMEOUT);
 	c->armed = now;
 	c->deadline = now + PACE_FLUSH_US;
 	conn_flush(c);

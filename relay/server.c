@@ -258,7 +258,7 @@ static void server_goodbye(struct server *srv)
 			conn_close(c);
 			continue;
 		}
-		smtp_session_shutdown(c->s);
+		smtp_session_close(c->s, SMTP_CLOSE_SHUTDOWN);
 		conn_flush(c);
 	}
 }

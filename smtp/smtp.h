@@ -196,12 +196,6 @@ void smtp_session_auth_reply(struct smtp_session *s, int ok);
  */
 void smtp_session_set_tls(struct smtp_session *s);
 
-/* smtp_session_timeout - queue "421 4.4.2 ... timeout" and close */
-void smtp_session_timeout(struct smtp_session *s);
-
-/* smtp_session_shutdown - queue "421 4.3.2 ... shutting down" and close */
-void smtp_session_shutdown(struct smtp_session *s);
-
 /* pending output: the caller writes it and buf_consume()s what was written */
 struct buf *smtp_session_out(struct smtp_session *s);
 
@@ -218,10 +212,17 @@ const char *smtp_session_user(const struct smtp_session *s);	/* AUTH user, or NU
 enum smtp_close {
 	SMTP_CLOSE_NONE,		/* open, or closed by the caller */
 	SMTP_CLOSE_QUIT,		/* the client said QUIT */
-	SMTP_CLOSE_TIMEOUT,		/* smtp_session_timeout() */
+	SMTP_CLOSE_TIMEOUT,		/* the caller's deadline: 421 4.4.2 */
 	SMTP_CLOSE_ERRORS,		/* too many errors (failed AUTH, hard_errors) */
-	SMTP_CLOSE_SHUTDOWN,		/* smtp_session_shutdown() */
+	SMTP_CLOSE_SHUTDOWN,		/* the daemon stops: 421 4.3.2 */
 };
+
+/*
+ * smtp_session_close - queue the 421 of why (SMTP_CLOSE_TIMEOUT or
+ * SMTP_CLOSE_SHUTDOWN) and close; while a hook holds the session, after
+ * its answer, so that a message taken is never answered 421 alone
+ */
+void smtp_session_close(struct smtp_session *s, enum smtp_close why);
 
 /*
  * For the caller's deadlines and logs: records counts what the client

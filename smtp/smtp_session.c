@@ -76,8 +76,6 @@ static const char *const smtp_state_names[] = {
 	[SMTP_STATE_CLOSED] = "closed",
 };
 
-static void smtp_session_close(struct smtp_session *s, enum smtp_close why,
-			       const char *code, const char *text);
 static void smtp_chunk_end(struct smtp_session *s);
 
 /* smtp_enter_state - the one place the session state changes */
@@ -368,7 +366,7 @@ void smtp_session_count(struct smtp_session *s, const char *reply, int junk)
 		s->errors++;
 	/* once: a closed session stays as it is */
 	if (s->errors >= s->cfg.hard_errors && s->cfg.hard_errors)
-		smtp_session_close(s, SMTP_CLOSE_ERRORS, "4.7.0", "Error: too many errors");
+		smtp_session_close(s, SMTP_CLOSE_ERRORS);
 }
 
 /* smtp_session_reply - the message hook's answer; resume input */
@@ -390,15 +388,12 @@ void smtp_session_reply(struct smtp_session *s, const char *reply)
 	smtp_session_resume(s);
 }
 
-/* smtp_session_resume - a hook answered: take commands, or close if a 421 waited */
+/* smtp_session_resume - a hook answered: take commands, or close if a 421 waited (why) */
 void smtp_session_resume(struct smtp_session *s)
 {
-	if (s->close_after[0]) {
-		smtp_reply(s, "%s", s->close_after);
-		smtp_enter_state(s, SMTP_STATE_CLOSED);
-	} else {
-		smtp_enter_state(s, SMTP_STATE_COMMAND);
-	}
+	smtp_enter_state(s, SMTP_STATE_COMMAND);
+	if (s->why != SMTP_CLOSE_NONE)
+		smtp_session_close(s, s->why);
 }
 
 /* smtp_session_set_tls - TLS is up: start over (RFC 3207 section 4.2) */
@@ -426,39 +421,33 @@ void smtp_session_set_tls(struct smtp_session *s)
 	smtp_enter_state(s, SMTP_STATE_COMMAND);
 }
 
+/* what the 421 of each way to close says (a failed AUTH's is smtp_auth.c's) */
+static const struct {
+	const char *code, *text;
+} smtp_close_421[] = {
+	[SMTP_CLOSE_TIMEOUT] = {"4.4.2", "Error: timeout exceeded"},
+	[SMTP_CLOSE_ERRORS] = {"4.7.0", "Error: too many errors"},
+	[SMTP_CLOSE_SHUTDOWN] = {"4.3.2", "Service shutting down"},
+};
+
 /*
- * smtp_session_close - "421 code hostname text" and close, saying why, or
- * after the pending hook reply
+ * smtp_session_close - "421 code hostname text" for why, and close; while
+ * a hook holds the session, once it has answered (smtp_session_resume()).
+ * The first why stays.
  */
-static void smtp_session_close(struct smtp_session *s, enum smtp_close why,
-			       const char *code, const char *text)
+void smtp_session_close(struct smtp_session *s, enum smtp_close why)
 {
 	if (s->state == SMTP_STATE_CLOSED)
 		return;
 	if (s->why == SMTP_CLOSE_NONE)
 		s->why = why;
-	if (s->state == SMTP_STATE_WAIT || s->state == SMTP_STATE_AUTH_WAIT) {
-		if (s->close_after[0] == 0)
-			snprintf(s->close_after, sizeof(s->close_after), "421 %s %s %s", code,
-				 s->cfg.hostname, text);
+	if (s->state == SMTP_STATE_WAIT || s->state == SMTP_STATE_AUTH_WAIT)
 		return;
-	}
-	smtp_reply(s, "421 %s %s %s", code, s->cfg.hostname, text);
+	smtp_reply(s, "421 %s %s %s", smtp_close_421[s->why].code, s->cfg.hostname,
+		   smtp_close_421[s->why].text);
 	smtp_tx_end(s);
 	smtp_auth_clear(s);
 	smtp_enter_state(s, SMTP_STATE_CLOSED);
-}
-
-/* smtp_session_timeout - idle or stalled client */
-void smtp_session_timeout(struct smtp_session *s)
-{
-	smtp_session_close(s, SMTP_CLOSE_TIMEOUT, "4.4.2", "Error: timeout exceeded");
-}
-
-/* smtp_session_shutdown - the daemon is stopping */
-void smtp_session_shutdown(struct smtp_session *s)
-{
-	smtp_session_close(s, SMTP_CLOSE_SHUTDOWN, "4.3.2", "Service shutting down");
 }
 
 /* smtp_session_out - replies for the caller to write */

@@ -69,14 +69,14 @@ struct smtp_session {
 	struct smtp_auth auth;		/* AUTH exchange state */
 	struct buf line;		/* owned; partial command line */
 	int     line_long;		/* past SMTP_LINE_MAX: discard to LF */
-	char    close_after[SMTP_REPLY_LINE_MAX];	/* 421 due after the hook's reply */
 	struct buf out;			/* owned; replies not yet written */
 	struct smtp_stats stats;	/* command counts, the last command */
 	int     errors;			/* 4xx/5xx replies since a message was accepted */
 	int     junk;			/* junk commands since a message was accepted */
 	unsigned long records;		/* command lines, AUTH lines, messages
 					 * and BDAT chunks received in full */
-	enum smtp_close why;		/* why CLOSED, once it is */
+	enum smtp_close why;		/* why CLOSED, once it is; before: its 421 is
+					 * due after the hook's answer */
 };
 
 void smtp_enter_state(struct smtp_session *s, enum smtp_state state);

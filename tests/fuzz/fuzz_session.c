@@ -176,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		buf_reset(smtp_session_out(s));
 	}
-	smtp_session_timeout(s);
+	smtp_session_close(s, SMTP_CLOSE_TIMEOUT);
 	smtp_session_free(s);
 	return 0;
 }

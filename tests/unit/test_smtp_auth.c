@@ -426,8 +426,8 @@ static void test_auth_async(void **state)
 	s = new_session(&f, L_IMPLICIT);
 	smtp_session_feed(s, S("AUTH LOGIN YWxpY2U=\r\nd3Jvbmc=\r\n"));
 	assert_true(smtp_session_waiting(s));
-	smtp_session_shutdown(s);
-	smtp_session_timeout(s);
+	smtp_session_close(s, SMTP_CLOSE_SHUTDOWN);
+	smtp_session_close(s, SMTP_CLOSE_TIMEOUT);
 	assert_false(smtp_session_closing(s));
 	smtp_session_auth_reply(s, 0);
 	assert_true(smtp_session_closing(s));
@@ -438,7 +438,7 @@ static void test_auth_async(void **state)
 	/* a timeout in the middle of an exchange; freeing while waiting */
 	s = new_session(&f, L_IMPLICIT);
 	smtp_session_feed(s, S("AUTH LOGIN\r\nYWxpY2U=\r\n"));
-	smtp_session_timeout(s);
+	smtp_session_close(s, SMTP_CLOSE_TIMEOUT);
 	assert_true(smtp_session_closing(s));
 	assert_string_equal(smtp_session_out(s)->data, GREET USERNAME PASSWORD TIMEOUT);
 	smtp_session_free(s);

@@ -227,8 +227,8 @@ enum event {
 	EV_FEED,		/* in (len octets) fed */
 	EV_REST,		/* what the last EV_FEED left, fed again */
 	EV_REPLY,		/* smtp_session_reply(in): the hook answers */
-	EV_TIMEOUT,		/* smtp_session_timeout() */
-	EV_SHUTDOWN,		/* smtp_session_shutdown() */
+	EV_TIMEOUT,		/* smtp_session_close(s, SMTP_CLOSE_TIMEOUT) */
+	EV_SHUTDOWN,		/* smtp_session_close(s, SMTP_CLOSE_SHUTDOWN) */
 	EV_WRITTEN,		/* len octets of output written (consumed) */
 	EV_JUNK_LINE,		/* a MiB of 'x' with no line end */
 	EV_JUNK_CHUNK,		/* a MiB of 'x' inside a chunk */
@@ -298,10 +298,10 @@ static inline void run_step(struct smtp_session *s, const struct step *st, size_
 		smtp_session_reply(s, st->in);
 		break;
 	case EV_TIMEOUT:
-		smtp_session_timeout(s);
+		smtp_session_close(s, SMTP_CLOSE_TIMEOUT);
 		break;
 	case EV_SHUTDOWN:
-		smtp_session_shutdown(s);
+		smtp_session_close(s, SMTP_CLOSE_SHUTDOWN);
 		break;
 	case EV_WRITTEN:
 		buf_consume(smtp_session_out(s), st->len);

@@ -32,7 +32,7 @@ int smtp_session_closing(const struct smtp_session *s) { (void) s; return 0; }
 int smtp_session_in_data(const struct smtp_session *s) { (void) s; return 0; }
 unsigned long smtp_session_records(const struct smtp_session *s) { (void) s; return 7; }
 const char *smtp_session_where(const struct smtp_session *s) { (void) s; return "EHLO"; }
-void smtp_session_timeout(struct smtp_session *s) { (void) s; fail_msg("timed out"); }
+void smtp_session_close(struct smtp_session *s, enum smtp_close why) { (void) s, (void) why; fail_msg("timed out"); }
 void conn_close(struct conn *c) { (void) c; fail_msg("closed"); }
 int conn_flush(struct conn *c) { (void) c; return 0; }
 
