@@ -326,18 +326,25 @@ int lmdb_hist_count(struct store *base, const struct store_count *c, size_t n)
 	return lmdb_txn_commit(&t->base);
 }
 
-/* hnew_due - the QIDs of hnew's stories due at now, up to max (owned array) */
+struct due {
+	uint8_t key[HEXPIRY_KEY_MAX];
+	size_t len;
+};
+
+/*
+ * hnew_due - add hnew's stories due at now to due, as the index entries
+ * they will have in hist, until *n is max: a story still in hnew has no
+ * entry, and expires through the one it would have (expire_one())
+ */
 static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max,
-		    char (**qids)[STORE_QID_SIZE], size_t *n)
+		    struct due *due, size_t *n)
 {
 	struct store_story s;
 	MDB_cursor *cur;
 	MDB_val key, val;
 	int rc;
 
-	*qids = NULL;
-	*n = 0;
-	if (!st->hist.has_small || max == 0)
+	if (!st->hist.has_small || *n >= max)
 		return 0;
 	if ((rc = mdb_cursor_open(txn, st->hist.small, &cur)) != 0)
 		return lmdb_mdb_error(rc, "cursor");
@@ -347,25 +354,14 @@ static int hnew_due(struct lmdb_store *st, MDB_txn *txn, int64_t now, size_t max
 		if (lmdb_key_qid(&key, s.m.qid) == 0
 		    && lmdb_hist_rec_decode(val.mv_data, val.mv_size, &s) == 0
 		    && s.expires != 0 && s.expires <= now) {
-			*qids = xrealloc(*qids, (*n + 1) * sizeof(**qids));
-			strcpy((*qids)[(*n)++], s.m.qid);
+			due[*n].len = hexpiry_key(due[*n].key, s.expires, s.m.qid);
+			(*n)++;
 		}
 		store_story_free(&s);
 	}
 	mdb_cursor_close(cur);
-	if (rc != 0 && rc != MDB_NOTFOUND) {
-		free(*qids);
-		*qids = NULL;
-		*n = 0;
-		return lmdb_mdb_error(rc, "hnew walk");
-	}
-	return 0;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "hnew walk");
 }
-
-struct due {
-	uint8_t key[HEXPIRY_KEY_MAX];
-	size_t len;
-};
 
 /* story_del - delete a story, from whichever of hnew and hist holds it */
 static int story_del(struct lmdb_txn *t, const char *qid)
@@ -384,19 +380,15 @@ static int story_del(struct lmdb_txn *t, const char *qid)
 	return lmdb_last_qid_note(t, &key, 0);
 }
 
-/*
- * story_expire - delete qid's story with its claims if it is due: its
- * expiry is at (an index entry's time), or with at 0 (a story of hnew,
- * which has no entry) any time up to now. 1 if deleted, 0 if not due.
- */
-static int story_expire(struct lmdb_txn *t, const char *qid, int64_t at, int64_t now)
+/* story_expire - delete qid's story with its claims if it expires at at: 1 if deleted, 0 if not due */
+static int story_expire(struct lmdb_txn *t, const char *qid, int64_t at)
 {
 	struct store_story s;
 	int err;
 
 	if ((err = lmdb_hist_read(t->st, t->txn, qid, &s)) != 0)
 		return err == STORE_ENOTFOUND || err == STORE_EINVAL ? 0 : err;
-	if (at != 0 ? s.expires == at : s.expires != 0 && s.expires <= now) {
+	if (at != 0 && s.expires == at) {
 		err = s.has_key ? lmdb_keys_expire(t, s.keyhash, qid, s.expires) : 0;
 		if (err == 0 && (err = story_del(t, qid)) == 0)
 			err = 1;
@@ -405,7 +397,10 @@ static int story_expire(struct lmdb_txn *t, const char *qid, int64_t at, int64_t
 	return err;
 }
 
-/* expire_one - delete one due index entry, and its story if the entry is current: 1 if so */
+/*
+ * expire_one - delete one due index entry (if there: one of hnew's stories
+ * has none), and its story if the entry is current: 1 if so
+ */
 static int expire_one(struct lmdb_txn *t, const struct due *d)
 {
 	MDB_val ikey = { d->len, (void *) d->key };
@@ -413,18 +408,10 @@ static int expire_one(struct lmdb_txn *t, const struct due *d)
 	char qid[STORE_QID_SIZE];
 	int err, gone = 0;
 
-	if (lmdb_key_qid(&q, qid) == 0 && (gone = story_expire(t, qid, hexpiry_time(d->key), 0)) < 0)
+	if (lmdb_key_qid(&q, qid) == 0 && (gone = story_expire(t, qid, hexpiry_time(d->key))) < 0)
 		return gone;
 	err = lmdb_mdb_error(lmdb_del(t, t->st->hexpiry, &ikey, NULL), "delete hexpiry");
 	return err == 0 || err == STORE_ENOTFOUND ? gone : err;
-}
-
-/* counted - what expire_one() and story_expire() said, a story deleted counted in *done */
-static int counted(int rc, size_t *done)
-{
-	if (rc > 0)
-		(*done)++;
-	return rc < 0 ? rc : 0;
 }
 
 /* hexpiry_due - the index's entries due at now, up to max, copied into due */
@@ -464,27 +451,26 @@ int lmdb_hist_expire(struct store *base, int64_t now, size_t max)
 	struct lmdb_store *st = (struct lmdb_store *) base;
 	struct lmdb_txn *t;
 	struct due *due;
-	char (*qids)[STORE_QID_SIZE] = NULL;
 	MDB_txn *txn;
-	size_t n = 0, nq = 0, done = 0, i;
-	int err;
+	size_t n = 0, done = 0, i;
+	int err, gone;
 
 	if (max == 0)
 		return 0;
 	if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
 	due = xcalloc(max, sizeof(*due));
-	if ((err = hexpiry_due(st, txn, now, max, due, &n)) == 0 && n < max)
-		err = hnew_due(st, txn, now, max - n, &qids, &nq);
+	if ((err = hexpiry_due(st, txn, now, max, due, &n)) == 0)
+		err = hnew_due(st, txn, now, max, due, &n);
 	lmdb_read_end(st, txn);
-	if (err == 0 && n + nq > 0 && (err = lmdb_begin(st, &t)) == 0) {
+	if (err == 0 && n > 0 && (err = lmdb_begin(st, &t)) == 0) {
 		for (i = 0; i < n && t->base.err == 0; i++)
-			store_txn_fail(&t->base, counted(expire_one(t, &due[i]), &done));
-		for (i = 0; i < nq && t->base.err == 0; i++)
-			store_txn_fail(&t->base, counted(story_expire(t, qids[i], 0, now), &done));
+			if ((gone = expire_one(t, &due[i])) < 0)
+				store_txn_fail(&t->base, gone);
+			else
+				done += (size_t) gone;
 		err = lmdb_txn_commit(&t->base);	/* rolled back if it failed */
 	}
-	free(qids);
 	free(due);
 	return err != 0 ? err : (int) done;
 }
