@@ -48,6 +48,7 @@
  *	cannot be written fails the transaction (the caller retries without
  *	it: see store_msg.c); a corrupt story is logged and replaced.
  */
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,11 +62,10 @@
 /* hexpiry_key - sortable expiry time, then the QID; returns the length */
 static size_t hexpiry_key(uint8_t out[HEXPIRY_KEY_MAX], int64_t expires, const char *qid)
 {
-	uint64_t v = (uint64_t) expires ^ 0x8000000000000000ull;
-	size_t i, n = strnlen(qid, STORE_QID_SIZE - 1);
+	uint64_t v = htobe64((uint64_t) expires ^ 0x8000000000000000ull);
+	size_t n = strnlen(qid, STORE_QID_SIZE - 1);
 
-	for (i = 0; i < 8; i++)
-		out[i] = (uint8_t) (v >> (56 - 8 * i));
+	memcpy(out, &v, 8);
 	memcpy(out + 8, qid, n);
 	return 8 + n;
 }
@@ -73,12 +73,10 @@ static size_t hexpiry_key(uint8_t out[HEXPIRY_KEY_MAX], int64_t expires, const c
 /* hexpiry_time - the time in an index key */
 static int64_t hexpiry_time(const uint8_t *k)
 {
-	uint64_t v = 0;
-	int i;
+	uint64_t v;
 
-	for (i = 0; i < 8; i++)
-		v = (v << 8) | k[i];
-	return (int64_t) (v ^ 0x8000000000000000ull);
+	memcpy(&v, k, 8);
+	return (int64_t) (be64toh(v) ^ 0x8000000000000000ull);
 }
 
 /* story_of_spool - the story of a queued message (key its QID) that has no record yet */
