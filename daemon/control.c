@@ -93,7 +93,7 @@ static void do_stats(struct control *ctl, struct buf *out)
 	buf_printf(out, "{\"ok\":true,\"pid\":%ld,\"uptime\":%lld,\"store\":{\"backend\":\"%s\","
 		   "\"up\":%s,\"outages\":%llu,\"replication_waiting\":%llu,"
 		   "\"replication_waits\":%llu,\"voided\":%llu},\"counters\":{", (long) getpid(),
-		   (long long) ((clock_us() - ctl->started) / 1000000), store_backend(ctl->st),
+		   (long long) ((clock_us() - ctl->started) / 1000000), store_name(ctl->c),
 		   up ? "true" : "false", (unsigned long long) ss.reach.outages,
 		   (unsigned long long) ss.reach.repl_waiting, (unsigned long long) ss.reach.repl_waits,
 		   (unsigned long long) ss.reach.voided);

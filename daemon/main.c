@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 	ctl = control_start(&cf, st, dl, dc);
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",
-		 store_dir(&cf) ? store_dir(&cf) : store_backend(st),
+		 store_dir(&cf) ? store_dir(&cf) : store_name(&cf),
 		 cf.upstream.maildir ? cf.upstream.maildir : cf.upstream.hosts[0].host);
 	rc = server_run(srv);
 	commit_told_flush(cm);		/* delivery writes its last reap did not announce */

@@ -23,12 +23,6 @@
 #define TOPS(t)		((t)->ops)
 #define SHARED(st)	(OPS(st)->caps & STORE_CAP_SHARED)
 
-/* store_backend - the backend's name */
-const char *store_backend(const struct store *st)
-{
-	return OPS(st)->name;
-}
-
 /* store_caps - what the backend declared it can do */
 unsigned store_caps(const struct store *st)
 {

@@ -129,9 +129,8 @@ int store_open(struct store **out, const struct conf *cf, enum store_role role,
 	       char *err, size_t errlen);
 /* store_dir - the directory on this node's disk the store lives in (store.path); NULL: none */
 const char *store_dir(const struct conf *cf);
-/* store_name - what store_backend() will say of the store cf names, before it is open */
+/* store_name - the backend of the store cf names, open or not: "lmdb", "postgresql" */
 const char *store_name(const struct conf *cf);
-const char *store_backend(const struct store *st);	/* "lmdb", "postgresql" */
 
 /*
  * store_caps - what the backend declares it can do, STORE_CAP_* bits.

@@ -39,7 +39,6 @@
 #define STORE_ENTRY(name)	__typeof__(store_##name)
 
 struct store_ops {
-	const char *name;		/* "lmdb", "postgresql" */
 	unsigned caps;			/* STORE_CAP_* */
 	STORE_ENTRY(close) *close;
 

@@ -30,8 +30,8 @@
  *	store_dir() is the directory on this node's disk that the store
  *	lives in (store.path), for the start to make and hand to the
  *	daemon's user and for -t to check; NULL for a store that lives
- *	elsewhere (a database). store_name() is what store_backend() will
- *	say, for a store not open (idemrelayctl's stats, when it cannot be).
+ *	elsewhere (a database). store_name() names its backend, open or
+ *	not (idemrelayctl's stats, when it cannot be opened).
  * DIAGNOSTICS
  *	0, or a STORE_E* code and why in err: "FILE:LINE: store.url: ..."
  *	for a database that will not let us in; for a directory, the
@@ -112,7 +112,7 @@ const char *store_dir(const struct conf *cf)
 	return cf->store.backend == CONF_STORE_LMDB ? cf->store.path : NULL;
 }
 
-/* store_name - the backend's name, as store_backend() says it once open */
+/* store_name - the backend's name */
 const char *store_name(const struct conf *cf)
 {
 	return cf->store.backend == CONF_STORE_POSTGRESQL ? "postgresql" : "lmdb";

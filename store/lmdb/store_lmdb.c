@@ -696,7 +696,6 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 
 /* the interface's table for LMDB */
 const struct store_ops lmdb_ops = {
-	.name = "lmdb",
 	.caps = STORE_CAP_LOCAL_READS | STORE_CAP_OWN_SPACE,
 	.close = lmdb_close,
 	.health = lmdb_health,

@@ -820,7 +820,6 @@ static unsigned pg_health(struct store *base)
 }
 
 const struct store_ops store_pg_ops = {
-	.name = "postgresql",
 	.caps = STORE_CAP_SHARED,
 	.close = pg_close,
 	.health = pg_health,

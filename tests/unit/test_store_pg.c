@@ -22,7 +22,6 @@ static void test_nodes(void **state)
 	char err[512] = "";
 	int i;
 
-	CHECK_STR("backend", store_backend(f->st), "postgresql");
 	CHECK_INT("shared", store_caps(f->st), STORE_CAP_SHARED);
 	CHECK_INT("first node's slot", store_node_id(f->st), 0);
 	CHECK_INT("same name again", store_pg_open(&again, f->url, TEST_NODE, TEST_LEASE, err,
