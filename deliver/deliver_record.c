@@ -356,7 +356,8 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 	int64_t now = clock_us();
 	int expired = now - m->accepted >= retry.give_up * US;
 	size_t i, n_bounced = 0, *bounced;
-	int queued = 0, tried = m->attempts;
+	int tried = m->attempts;
+	int queued = 0;			/* one deferred: all still queued were in the attempt */
 
 	if (j->decided)
 		return;
@@ -408,10 +409,6 @@ void deliver_replied(struct deliver *d, struct deliver_job *j)
 		free(m->rcpts[i].reply);
 		m->rcpts[i].reply = xstrdup(r->reply);
 	}
-	for (i = 0; i < m->n_rcpts; i++)
-		if (m->rcpts[i].state == STORE_RCPT_QUEUED)
-			queued = 1;
-
 	/* the outcome the notices are written with; an attempt charged if anything is deferred */
 	job_schedule(&retry, j, queued, queued, tried, now);
 	if (n_bounced > 0 && job_bounce(d, j, bounced, n_bounced, now) > 0)
