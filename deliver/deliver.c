@@ -250,7 +250,6 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 	}
 	if (j->m.inflight) {
 		if (!c->upstream.ambiguous_retry) {
-			snprintf(j->relay, sizeof(j->relay), "none");
 			deliver_set_all(j, DELIVER_AMBIGUOUS, "4.4.2",
 					"delivery was interrupted after the final dot may have"
 					" been sent; not sending again");
@@ -471,7 +470,6 @@ static size_t send_routes(struct deliver *d, struct deliver_job **jobs, size_t n
 			 jobs[i]->m.route);
 		for (j = i; j < k; j++) {
 			msg_warn("%s: %s: deferred", jobs[j]->m.qid, why);
-			snprintf(jobs[j]->relay, sizeof(jobs[j]->relay), "none");
 			deliver_set_all(jobs[j], DELIVER_DEFERRED, "4.3.5", why);
 		}
 	}

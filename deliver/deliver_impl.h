@@ -74,7 +74,7 @@ struct deliver_result {
 struct deliver_job {
 	struct store_msg m;		/* owned: store_msg_free() */
 	struct deliver_result *res;	/* owned; one per m.rcpts[] */
-	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir" or "none" */
+	char relay[DELIVER_RELAY_MAX];	/* "host[ip]:port", "maildir"; "": logged "none" */
 	char remote_mta[256];		/* upstream host for the DSN, "" if none */
 	int queued;			/* after deliver_replied: a recipient is left to try,
 					 * at m.next_attempt */
