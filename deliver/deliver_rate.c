@@ -208,10 +208,7 @@ static void publish(struct deliver_rate *r)
 	u.throttled = r->fb.throttled;
 	u.nodes = r->nodes;
 	u.episodes = r->episodes;
-	if (r->name[0])
-		metrics_route_set(r->name, &u);
-	else
-		metrics_upstream_set(&u);
+	metrics_upstream_set(r->name, &u);
 }
 
 /* apply - the buckets' rates after a change of the feedback (lock held) */

@@ -186,27 +186,23 @@ const char *metrics_name(enum metrics_counter c)
 	return counter_info[c].name;
 }
 
-/* metrics_upstream_set - the upstream's limits and throttling now */
-void metrics_upstream_set(const struct metrics_upstream *u)
-{
-	pthread_mutex_lock(&upstream_lock);
-	upstream = *u;
-	upstream.on = 1;
-	pthread_mutex_unlock(&upstream_lock);
-}
-
-/* metrics_route_set - a route's upstream group's limits and throttling now */
-void metrics_route_set(const char *route, const struct metrics_upstream *u)
+/* metrics_upstream_set - an upstream group's limits and throttling now: the default's (""), or a route's */
+void metrics_upstream_set(const char *route, const struct metrics_upstream *u)
 {
 	size_t i;
 
 	pthread_mutex_lock(&upstream_lock);
-	for (i = 0; i < n_routes && strcmp(routes[i].name, route) != 0; i++)
-		continue;
-	if (i == n_routes && n_routes < METRICS_ROUTES)
-		snprintf(routes[n_routes++].name, sizeof(routes[i].name), "%s", route);
-	if (i < n_routes)
-		routes[i].u = *u;
+	if (route[0] == 0) {
+		upstream = *u;
+		upstream.on = 1;
+	} else {
+		for (i = 0; i < n_routes && strcmp(routes[i].name, route) != 0; i++)
+			continue;
+		if (i == n_routes && n_routes < METRICS_ROUTES)
+			snprintf(routes[n_routes++].name, sizeof(routes[i].name), "%s", route);
+		if (i < n_routes)
+			routes[i].u = *u;
+	}
 	pthread_mutex_unlock(&upstream_lock);
 }
 

@@ -91,11 +91,12 @@ void metrics_answered(int outcome, int shadow_hit, int64_t latency_us);
 /* metrics_delivered - deliver/deliver_record.c: one recipient's logged status ("sent", "deferred", ...) */
 void metrics_delivered(const char *status, int64_t since_accept_us);
 
-/* metrics_upstream_set - deliver/deliver_rate.c: the upstream's state changed */
-void metrics_upstream_set(const struct metrics_upstream *u);
-
-/* metrics_route_set - the same for a route's upstream group (the first METRICS_ROUTES) */
-void metrics_route_set(const char *route, const struct metrics_upstream *u);
+/*
+ * metrics_upstream_set - deliver/deliver_rate.c: an upstream group's state
+ * changed, the default upstream's (route "") or a route's (the first
+ * METRICS_ROUTES)
+ */
+void metrics_upstream_set(const char *route, const struct metrics_upstream *u);
 
 void metrics_snapshot(struct metrics_snapshot *s);
 

@@ -193,7 +193,7 @@ static void test_upstream(void **state)
 	render(&out, &g);
 	if (strstr(out.data, "idemrelay_upstream_") != NULL)
 		fail_msg("upstream gauges with no upstream:\n%s", out.data);
-	metrics_upstream_set(&u);
+	metrics_upstream_set("", &u);
 	render(&out, &g);
 	has_line(out.data, "# TYPE idemrelay_upstream_rate gauge");
 	has_line(out.data, "idemrelay_upstream_rate 11.5");
@@ -255,9 +255,9 @@ static void test_upstream_groups(void **state)
 	(void) state;
 	metrics_reset();
 	memset(&g, 0, sizeof(g));
-	metrics_upstream_set(&u);
-	metrics_route_set("a", &a);
-	metrics_route_set("b", &b);
+	metrics_upstream_set("", &u);
+	metrics_upstream_set("a", &a);
+	metrics_upstream_set("b", &b);
 	render(&out, &g);
 	p = strstr(out.data, "# HELP idemrelay_upstream_rate ");
 	q = strstr(out.data, "# HELP idemrelay_store_up ");
