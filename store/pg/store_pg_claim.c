@@ -278,7 +278,7 @@ out:
 
 /* a cached claim's message: queued as read, or put by the transaction since */
 struct txn_claim {
-	const struct pg_txn *t;
+	struct pg_txn *t;
 	int queued;
 };
 
@@ -287,7 +287,7 @@ static int txn_queued(void *arg, const char *qid)
 {
 	const struct txn_claim *tc = arg;
 
-	return tc->queued || store_pg_qids_has(tc->t->put_qids, tc->t->n_put, qid);
+	return tc->queued || store_pg_put_of(tc->t, qid);
 }
 
 /* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
@@ -317,7 +317,8 @@ int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_H
  * duplicate, the replayed part of a partial): if it is another node's
  * acceptance not marked yet, marked replayed at commit. A claim read but
  * not handed back (a mismatch refused, a new QID queued over it) stays
- * unmarked: that node's settling voids its message.
+ * unmarked: that node's settling voids its message. Claims in a row
+ * list their QID once; one listed again is counted again (store_pg_decide.c).
  */
 void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN])
@@ -327,7 +328,7 @@ void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HAS
 
 	if ((e = cache_find(t, keyhash, hash)) == NULL || !e->foreign)
 		return;
-	if (!store_pg_qids_has(t->replays, t->n_replays, e->c.qid)) {
+	if (t->n_replays == 0 || strcmp(t->replays[t->n_replays - 1], e->c.qid) != 0) {
 		t->replays = store_pg_grow(t->replays, t->n_replays, &t->cap_replays,
 					   sizeof(*t->replays));
 		memcpy(t->replays[t->n_replays++], e->c.qid, STORE_QID_SIZE);

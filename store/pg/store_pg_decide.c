@@ -308,8 +308,8 @@ static int64_t replays_count(struct pg_txn *t, PGconn *c)
 	if (err == 0 && (err = store_pg_exec(t->st, c, store_pg_sql_key_locks, &lp, &r,
 					     "replays' key locks")) == 0)
 		PQclear(r);
-	if (err == 0 && store_pg_exec(t->st, c, "SELECT count(*) FROM messages WHERE "
-				      "qid = ANY($1::text[]) AND replayed", &p, &r,
+	if (err == 0 && store_pg_exec(t->st, c, "SELECT count(*) FROM unnest($1::text[]) AS q "
+				      "WHERE (SELECT replayed FROM messages m WHERE m.qid = q)", &p, &r,
 				      "replays read back") == 0) {
 		n = store_pg_int(r, 0, 0);
 		PQclear(r);

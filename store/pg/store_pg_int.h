@@ -186,7 +186,7 @@ struct pg_kept {
 	int64_t at;			/* monotonic us: filed */
 };
 
-/* a run of buffered writes of one kind, sent as one or two statements (store_pg_txn.c) */
+/* a run of buffered writes of one kind, sent as one statement (store_pg_txn.c) */
 enum pg_seg_kind { PG_SEG_CLAIMS, PG_SEG_MSGS, PG_SEG_UPDATES };	/* marks are updates */
 
 struct pg_params;
@@ -355,7 +355,7 @@ void store_pg_keep_free(struct pg_store *st);
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 void store_pg_segs_free(struct pg_txn *t);
-int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid);
+size_t store_pg_put_of(struct pg_txn *t, const char *qid);	/* index + 1 of a message put; 0 */
 int store_pg_read_back(struct pg_txn *t);	/* 0 committed, STORE_EAGAIN, PG_NOT_KNOWN */
 void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size);	/* room for one more */
 

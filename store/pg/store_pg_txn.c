@@ -13,7 +13,7 @@
  *
  *	Writes are buffered as runs of one kind (segments), each a set of
  *	arrays, one per column; store_pg_txn_commit() sends every run as one
- *	or two statements, in order, then COMMIT, in one pipeline. A row
+ *	statement, in order, then COMMIT, in one pipeline. A row
  *	joins the last run of its kind unless a run from there on holds its
  *	key (one statement cannot update a row twice, and the rows of one
  *	message keep their order): mostly one statement a kind a batch.
@@ -192,17 +192,6 @@ void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size)
 	return xrealloc(v, *cap * size);
 }
 
-/* store_pg_qids_has - is qid in the array? */
-int store_pg_qids_has(char (*v)[STORE_QID_SIZE], size_t n, const char *qid)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (strcmp(v[i], qid) == 0)
-			return 1;
-	return 0;
-}
-
 /* seg_free - release a run's arrays */
 static void seg_free(struct pg_seg *s)
 {
@@ -231,11 +220,14 @@ void store_pg_segs_free(struct pg_txn *t)
  * key's FNV): the keys are QIDs this node made and hex of SHA-256 claim
  * hashes, whose FNV a client could aim at one slot by trying claim keys
  * (FNV is unkeyed, the table's size a power of two), hash_slot() keyed
- * per process, as the claims cache's (store_pg_claim.c)
+ * per process, as the claims cache's (store_pg_claim.c). A message put
+ * is found here too (put): a delivery write of it, a claim naming it and
+ * its lease's row cost one lookup each, not a scan of the messages put.
  */
 struct pg_key_run {
 	char key[STORE_QID_SIZE];
 	size_t run;			/* the run's index + 1; 0: an empty slot */
+	size_t put;			/* the message put under key: its index + 1; 0 none */
 };
 
 /* key_slot - the entry of key in v (cap a power of two), or the empty slot it would go in */
@@ -268,6 +260,16 @@ static struct pg_key_run *key_run(struct pg_txn *t, const char *key)
 		snprintf(e->key, sizeof(e->key), "%s", key);
 	}
 	return e;
+}
+
+/* store_pg_put_of - the index + 1 of the message qid that t put, or 0 */
+size_t store_pg_put_of(struct pg_txn *t, const char *qid)
+{
+	struct pg_key_run *e;
+
+	if (t->cap_key_runs == 0 || (e = key_slot(t->key_runs, t->cap_key_runs, qid))->run == 0)
+		return 0;
+	return e->put;
 }
 
 /*
@@ -372,6 +374,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
 	t->tokens = xrealloc(t->tokens, t->cap_put * sizeof(*t->tokens));
 	strcpy(t->put_qids[t->n_put], m->qid);
+	key_run(t, m->qid)->put = t->n_put + 1;
 	t->tokens[t->n_put] = 0;
 	t->copies[t->n_put++] = store_pg_keep_copy(t->st, m);
 	t->notice |= m->notice;
@@ -393,7 +396,7 @@ static struct pg_seg *update_row(struct pg_txn *t, const char *qid, size_t n_rcp
 	*token = 0;		/* a lease's token is never 0 (lease_seq) */
 	snprintf(t->fenced_qid, sizeof(t->fenced_qid), "%s", qid);
 	t->fenced_rcpts = n_rcpts;
-	if (store_pg_qids_has(t->put_qids, t->n_put, qid)) {
+	if (store_pg_put_of(t, qid)) {
 		t->wrote_put = 1;	/* no copy is kept: it would be what was put */
 	} else {
 		store_pg_keep_forget(t->st, qid);	/* written: read from the database from now on */
@@ -545,9 +548,8 @@ static void leases_read(struct pg_txn *t, const PGresult *r)
 	int i;
 
 	for (i = 0; i < PQntuples(r); i++)
-		for (j = 0; store_pg_qid(r, i, 0, qid) == 0 && j < t->n_put; j++)
-			if (strcmp(t->put_qids[j], qid) == 0)
-				t->tokens[j] = store_pg_int(r, i, 1);
+		if (store_pg_qid(r, i, 0, qid) == 0 && (j = store_pg_put_of(t, qid)) > 0)
+			t->tokens[j - 1] = store_pg_int(r, i, 1);
 }
 
 /*
