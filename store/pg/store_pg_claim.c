@@ -13,7 +13,8 @@
  *	deadlock) with the transaction's id (pg_current_xact_id(), for
  *	store_pg_wait.c), and every claim under those keys, with whether its
  *	message is still queued, read into the transaction's cache (open
- *	addressing on the claim hash). Claim lookups are answered from it and
+ *	addressing on the claim hash; each key read marked there, under its
+ *	own hash, so that a key is read once). Claim lookups are answered from it and
  *	from the claims the transaction put. A key not given beforehand is
  *	locked and read when first asked for: a round trip, correct and
  *	slower (then a deadlock with another batch is possible, and
@@ -64,7 +65,7 @@ struct pg_claim_ent {
 	int foreign;			/* ... under another node's acceptance lease, its replay
 					 * not recorded yet: marked if the batch answers
 					 * with it (store_pg_txn_replay) */
-	int used;			/* the slot is taken */
+	int used;			/* 1 a claim, 2 a key read (hash: the key's); 0 free */
 };
 
 /*
@@ -121,7 +122,7 @@ static struct pg_claim_ent *cache_slot(struct pg_txn *t, const uint8_t hash[STOR
 			return &t->cache[i];
 }
 
-/* cache_put - file a claim in the cache, replacing any under its hash */
+/* cache_put - file a claim in the cache, replacing any under its hash; c NULL: a key read */
 static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		      const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c, int state)
 {
@@ -142,10 +143,11 @@ static void cache_put(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 	e = cache_slot(t, hash);
 	if (!e->used)
 		t->n_cache++;
-	e->used = 1;
+	e->used = c != NULL ? 1 : 2;
 	memcpy(e->hash, hash, STORE_HASH_LEN);
 	memcpy(e->keyhash, keyhash, STORE_HASH_LEN);
-	e->c = *c;
+	if (c != NULL)
+		e->c = *c;
 	e->queued = state != 0;
 	e->foreign = state == 2;
 }
@@ -156,21 +158,16 @@ static struct pg_claim_ent *cache_find(struct pg_txn *t, const uint8_t keyhash[S
 {
 	struct pg_claim_ent *e;
 
-	if (t->cap_cache == 0 || !(e = cache_slot(t, hash))->used
+	if (t->cap_cache == 0 || (e = cache_slot(t, hash))->used != 1
 	    || memcmp(e->keyhash, keyhash, STORE_HASH_LEN) != 0)
 		return NULL;
 	return e;
 }
 
-/* key_loaded - were the claims under keyhash read in this transaction? */
-static int key_loaded(const struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN])
+/* key_loaded - were the claims under keyhash read in this transaction? (its mark in the cache) */
+static int key_loaded(struct pg_txn *t, const uint8_t keyhash[STORE_HASH_LEN])
 {
-	size_t i;
-
-	for (i = 0; i < t->n_loaded; i++)
-		if (memcmp(t->loaded[i], keyhash, STORE_HASH_LEN) == 0)
-			return 1;
-	return 0;
+	return t->cap_cache > 0 && cache_slot(t, keyhash)->used == 2;
 }
 
 /* i64_cmp - int64_t in order, for qsort and bsearch */
@@ -229,8 +226,7 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 		t->locked[t->n_locked++] = store_pg_key_lock(keyhashes[i]);
 		k++;
 		store_pg_a_bytes(&keys, keyhashes[i], STORE_HASH_LEN);
-		t->loaded = store_pg_grow(t->loaded, t->n_loaded, &t->cap_loaded, sizeof(*t->loaded));
-		memcpy(t->loaded[t->n_loaded++], keyhashes[i], STORE_HASH_LEN);
+		cache_put(t, keyhashes[i], keyhashes[i], NULL, 0);
 	}
 	if (k == 0)
 		goto out;

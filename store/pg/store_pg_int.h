@@ -198,9 +198,7 @@ struct pg_txn {
 	int begun;			/* BEGIN was sent: locks are held */
 	int64_t *locked;		/* owned, sorted: key locks held (first 8 bytes of a keyhash) */
 	size_t n_locked, cap_locked;
-	uint8_t (*loaded)[STORE_HASH_LEN];	/* owned: keys whose claims were read */
-	size_t n_loaded, cap_loaded;
-	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put */
+	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put; keys read */
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
 	struct store_msg **copies;	/* owned: their copies (store_pg_keep.c), or NULLs */

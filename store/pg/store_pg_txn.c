@@ -495,7 +495,6 @@ static void txn_free(struct pg_txn *t)
 	store_pg_segs_free(t);
 	free(t->cache);
 	free(t->locked);
-	free(t->loaded);
 	free(t->replays);
 	for (i = 0; i < t->n_put; i++)
 		store_pg_keep_drop(t->copies[i]);
