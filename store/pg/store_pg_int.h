@@ -404,10 +404,10 @@ extern const char store_pg_sql_key_locks[];	/* $1's locks, waited for: store_pg_
 
 /* store_pg_stats.c: the figures */
 STORE_ENTRY(stats) store_pg_stats;
-/* statements shared with store_pg_pend.c */
-extern const char store_pg_sql_backend_xid[], store_pg_sql_status[], store_pg_sql_void[];
+/* store_pg_wait.c's, shared with store_pg_pend.c */
+extern const char store_pg_sql_backend_xid[], store_pg_sql_void[];
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
-enum pg_xact store_pg_xact_of(const PGresult *r);	/* store_pg_sql_status's answer */
+int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid);	/* XACT_*, -1; c NULL: beside */
 
 /* store_pg_pend.c: batches answered 451 while the database could not be asked, settled first */
 void store_pg_pend_add(struct pg_txn *t, int read);	/* kept; read: only its void failed */

@@ -147,73 +147,45 @@ void store_pg_pend_add(struct pg_txn *t, int read)
 		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 }
 
-enum pend_rc { PEND_OK, PEND_REFUSED, PEND_LOST };
-
-/* pend_exec - one statement of a settling on c: PEND_LOST if c failed, a refusal told apart */
-static enum pend_rc pend_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
-			      PGresult **r, const char *what)
-{
-	if (store_pg_exec(st, c, sql, p, r, what) == 0)
-		return PEND_OK;
-	return PQstatus(c) == CONNECTION_OK ? PEND_REFUSED : PEND_LOST;
-}
-
 /*
  * pend_xid - b's transaction id, when it was not known: its backend's,
  * if it still runs a transaction (a COMMIT that waits for the standby;
  * through PgBouncer maybe another client's since, which only delays the
- * settling); else 0, the transaction is over. Not PEND_OK: c failed, or
- * the read was refused (b stays: read as "over", a COMMIT still waiting
+ * settling); else 0, the transaction is over. 0, or an error: c failed,
+ * or the read was refused (b stays: read as "over", a COMMIT still waiting
  * would have been voided with the void's own id and settled at once).
  */
-static enum pend_rc pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
+static int pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
 {
 	struct pg_params p;
 	PGresult *r;
-	enum pend_rc rc;
+	int err;
 
 	if (b->xid != 0 || b->pid == 0)
-		return PEND_OK;
+		return 0;
 	store_pg_params_init(&p);
 	store_pg_p_i32(&p, b->pid);
 	store_pg_p_i64(&p, b->started);
-	if ((rc = pend_exec(st, c, store_pg_sql_backend_xid, &p, &r, "backend transaction")) == PEND_OK) {
+	if ((err = store_pg_exec(st, c, store_pg_sql_backend_xid, &p, &r, "backend transaction")) == 0) {
 		if (PQntuples(r) == 1 && store_pg_int(r, 0, 0))
 			b->xid = store_pg_int(r, 0, 1);
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
-	return rc;
+	return err;
 }
 
 /*
  * pend_status - what became of b's transaction: XACT_UNKNOWN when its id
- * is not known or is in the future (SQLSTATE 22023: the server is another
- * since, a standby promoted; voided with the void's own id then, as one
- * over), else as read; -1 c failed or the read was refused otherwise (a
+ * is not known or is in the future (the server is another since, a
+ * standby promoted; voided with the void's own id then, as one over),
+ * else as read; -1 c failed or the read was refused otherwise (a
  * statement timeout, a cancel, a recovery conflict: b stays, for a COMMIT
  * still waiting would be voided with the void's own id, settled at once)
  */
 static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
 {
-	struct pg_params p;
-	PGresult *r;
-	char state[6];
-	int x = XACT_UNKNOWN;
-
-	if (b->xid == 0)
-		return XACT_UNKNOWN;
-	store_pg_params_init(&p);
-	store_pg_p_i64(&p, b->xid);
-	if (store_pg_exec_state(st, c, store_pg_sql_status, &p, &r, "transaction status",
-				state) == 0) {
-		x = store_pg_xact_of(r);
-		PQclear(r);
-	} else if (PQstatus(c) != CONNECTION_OK || strcmp(state, "22023") != 0) {
-		x = -1;
-	}
-	store_pg_params_free(&p);
-	return x;
+	return b->xid == 0 ? XACT_UNKNOWN : store_pg_xact(st, c, b->xid);
 }
 
 /* pend_kept - the QIDs the void left, replayed or taken by another node: logged */
@@ -241,20 +213,17 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 		     int locked, size_t *kept)
 {
 	struct pg_params p, lp;
-	struct pg_arr a, l;
+	struct pg_arr l;
 	PGresult *r = NULL;
 	size_t i;
 	int err;
 
 	store_pg_params_init(&p);
 	store_pg_params_init(&lp);
-	store_pg_arr_init(&a, PG_OID_TEXT);
 	store_pg_arr_init(&l, PG_OID_INT8);
-	for (i = 0; i < b->n; i++)
-		store_pg_a_text(&a, b->qids[i]);
 	for (i = 0; i < b->n_locks; i++)
 		store_pg_a_i64(&l, b->locks[i]);
-	store_pg_p_arr(&p, &a);
+	store_pg_p_qids(&p, b->qids, b->n);
 	store_pg_p_i64(&p, xid);
 	store_pg_p_text(&p, st->node ? st->node : "");
 	store_pg_p_arr(&lp, &l);
@@ -289,7 +258,7 @@ static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 	size_t kept;
 	int x;
 
-	if (pend_xid(st, c, b) != PEND_OK || (x = pend_status(st, c, b)) < 0)
+	if (pend_xid(st, c, b) != 0 || (x = pend_status(st, c, b)) < 0)
 		return STORE_EAGAIN;
 	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid, x != XACT_RUNNING, &kept) != 0)
 		return STORE_EAGAIN;

@@ -180,7 +180,6 @@ const char store_pg_sql_backend_xid[] =
 	"(s.x & 4294967295) + 2147483648) & 4294967295) - 2147483648) FROM pg_stat_activity a, "
 	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE " PG_BACKEND_IS("a");
 
-const char store_pg_sql_status[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 
 /*
  * How long a void holds its messages under their accepting node's lease
@@ -471,33 +470,32 @@ int store_pg_commit_hold(struct pg_txn *t)
 	return PQstatus(c) == CONNECTION_OK ? 0 : -1;
 }
 
-/* store_pg_xact_of - the answer of store_pg_sql_status (NULL: an id too old to be known) */
-enum pg_xact store_pg_xact_of(const PGresult *r)
+/*
+ * store_pg_xact - pg_xact_status() of xid, read on c (NULL: beside,
+ * store_pg_side_run()): XACT_UNKNOWN too for an id too old to be known or
+ * in the future (SQLSTATE 22023, STORE_EINVAL: a server another since);
+ * -1 the read failed otherwise
+ */
+int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid)
 {
-	const char *v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
-
-	if (strcmp(v, "committed") == 0)
-		return XACT_COMMITTED;
-	if (strcmp(v, "aborted") == 0)
-		return XACT_ABORTED;
-	return strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
-}
-
-/* xact_status - pg_xact_status() of xid */
-static enum pg_xact xact_status(struct pg_store *st, int64_t xid)
-{
+	static const char sql[] = "SELECT pg_xact_status($1::int8::text::xid8)";
 	struct pg_params p;
-	enum pg_xact x = XACT_UNKNOWN;
+	const char *v;
 	PGresult *r;
+	int err;
 
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, xid);
-	if (store_pg_side_run(st, 0, store_pg_sql_status, &p, &r, "transaction status") == 0) {
-		x = store_pg_xact_of(r);
-		PQclear(r);
-	}
+	err = c ? store_pg_exec(st, c, sql, &p, &r, "transaction status")
+	    : store_pg_side_run(st, 0, sql, &p, &r, "transaction status");
 	store_pg_params_free(&p);
-	return x;
+	if (err != 0)
+		return err == STORE_EINVAL ? XACT_UNKNOWN : -1;
+	v = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "";
+	err = strcmp(v, "committed") == 0 ? XACT_COMMITTED : strcmp(v, "aborted") == 0
+	    ? XACT_ABORTED : strcmp(v, "in progress") == 0 ? XACT_RUNNING : XACT_UNKNOWN;
+	PQclear(r);
+	return err;
 }
 
 /*
@@ -581,13 +579,14 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
 int store_pg_commit_resolve(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
-	enum pg_xact x;
+	int x;
 
 	if (t->n_put == 0)	/* nothing put: the marks tell, if it wrote nothing else */
 		return t->n_replays > 0 && t->n_segs == 0 ? store_pg_replays_read_back(t) : STORE_EAGAIN;
 	if (t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
 		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
-	x = xact_status(st, t->xid);
+	if ((x = store_pg_xact(st, NULL, t->xid)) < 0)
+		x = XACT_UNKNOWN;	/* the read failed: its rows tell */
 	/*
 	 * Committed, and its rows are there (their leases read): a status read
 	 * on another server than the one the COMMIT went to (a standby promoted
