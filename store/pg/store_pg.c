@@ -696,7 +696,7 @@ static void pg_free(struct pg_store *st)
 	PQfinish(st->anchor);
 	pthread_mutex_destroy(&st->mu);
 	pthread_mutex_destroy(&st->amu);
-	store_pg_keep_free(st);		/* under lmu, before the map it hangs on */
+	store_pg_keep_forget(st, NULL);	/* under lmu, before the map it hangs on */
 	pthread_mutex_destroy(&st->lmu);
 	pthread_mutex_destroy(&st->pmu);
 	pthread_cond_destroy(&st->freed);
@@ -750,7 +750,6 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	pthread_mutex_init(&st->lmu, NULL);
 	pthread_mutex_init(&st->pmu, NULL);
 	pthread_cond_init(&st->freed, NULL);
-	store_pg_keep_init(st);
 	if (node && (*node == 0 || strlen(node) > 255)) {
 		snprintf(err, errlen, "store: node name must be 1 to 255 bytes");
 		rc = STORE_EINVAL;

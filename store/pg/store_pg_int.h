@@ -110,6 +110,7 @@ struct pg_lease {
 	int64_t token;
 	struct store_msg *copy;		/* in the map: owned, the message as put (store_pg_keep.c) */
 	size_t copy_bytes;		/* the memory it takes */
+	int64_t copy_at;		/* monotonic us: kept since */
 };
 
 /* why connecting fails: the server cannot be reached, or it has no slot free */
@@ -153,10 +154,8 @@ struct pg_store {
 	pthread_mutex_t pmu;		/* held by the one caller settling pend (store_pg_pend.c) */
 	int64_t pend_warn_at;		/* monotonic us: a settling refused is logged again then */
 
-	pthread_mutex_t lmu;		/* guards the lease map, the copies on it and their ring */
-	struct pg_kept *keep;		/* owned: a ring of PG_KEEP_MAX; NULL for a client */
-	size_t keep_head, n_keep;	/* the oldest's slot; entries from it, stale ones too */
-	size_t keep_bytes;		/* the memory the copies take (store_pg_keep.c) */
+	pthread_mutex_t lmu;		/* guards the lease map and the copies on it */
+	size_t n_keep, keep_bytes;	/* the copies, and the memory they take (store_pg_keep.c) */
 	struct pg_lease *leases;	/* owned: open addressing, cap a power of two */
 	size_t n_leases, n_used, cap_leases;	/* live; live + deleted; slots */
 };
@@ -177,13 +176,6 @@ struct pg_pend {
 	size_t n_locks;
 	int pid;			/* its backend (BACKEND_IS), to read the id; 0 not known */
 	int64_t started;
-};
-
-/* the ring's entry of a copy kept for a first delivery, oldest first (store_pg_keep.c) */
-struct pg_kept {
-	char qid[STORE_QID_SIZE];
-	const struct store_msg *m;	/* not owned: its lease entry's copy, unless taken since */
-	int64_t at;			/* monotonic us: filed */
 };
 
 /* a run of buffered writes of one kind, sent as one statement (store_pg_txn.c) */
@@ -347,8 +339,6 @@ void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token);
 int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m);
 void store_pg_keep_forget(struct pg_store *st, const char *qid);	/* NULL: all */
 void store_pg_keep_unhang(struct pg_store *st, struct pg_lease *e);	/* lmu held */
-void store_pg_keep_init(struct pg_store *st);
-void store_pg_keep_free(struct pg_store *st);
 
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);

@@ -24,7 +24,7 @@
  *	handle forget the message's copy first: a delivery write (one without
  *	a load before it: the tests'), the operator's hold, reroute, drop and
  *	retry (idemrelayctl through this node's control socket), a revive. Another node's operator action
- *	cannot reach the copy, so a copy is kept PG_KEEP_US at most: a hold
+ *	cannot reach the copy, so a copy is used PG_KEEP_US at most: a hold
  *	from elsewhere within that time of the acceptance finds the message
  *	in the attempt of the node whose lease it is under since then (as
  *	idemrelayctl shows it: "active on NODE"), and that attempt goes on,
@@ -35,13 +35,16 @@
  *	there in one lookup, under the map's lock, and dies with its lease
  *	(given up, lost at a renewal, or taken anew with another token). A
  *	delivery write forgot it by scanning every copy kept, under the lock
- *	acceptance takes to file one. The ring below only says which is
- *	oldest: at most PG_KEEP_MAX copies and PG_KEEP_BYTES of memory, the
- *	oldest dropped first, a copy counted whole (kept_size(): its body,
+ *	acceptance takes to file one. A copy older than PG_KEEP_US is dropped
+ *	by the take that finds it. At most PG_KEEP_MAX copies are kept and
+ *	PG_KEEP_BYTES of memory, a copy counted whole (kept_size(): its body,
  *	envelope and recipients, a thousand recipients with long ORCPTs
- *	weighing more than many a body); a message larger than PG_KEEP_ONE is
- *	not kept. An entry of the ring whose copy was taken or dropped since
- *	is passed over when it becomes the oldest.
+ *	weighing more than many a body): past either, a new copy is not
+ *	kept, until loads take (or drop) the copies of the backlog; a
+ *	message larger than PG_KEEP_ONE is not kept. A ring of the copies,
+ *	oldest first, dropped them by age and the oldest past a bound: a
+ *	second record of what the lease map holds, its work at every copy
+ *	kept and taken.
  * DIAGNOSTICS
  *	store_pg_keep_take() returns 0 or STORE_ENOTFOUND.
  */
@@ -124,97 +127,68 @@ void store_pg_keep_drop(struct store_msg *k)
 	free(k);
 }
 
-/* slot - the ring's i-th entry from the oldest (lmu held) */
-static struct pg_kept *slot(struct pg_store *st, size_t i)
+/* unhook - the copy hanging on lease entry e, or NULL, off it and no longer counted (lmu held) */
+static struct store_msg *unhook(struct pg_store *st, struct pg_lease *e)
 {
-	return &st->keep[(st->keep_head + i) % PG_KEEP_MAX];
+	struct store_msg *k = e->copy;
+
+	if (k != NULL) {
+		st->keep_bytes -= e->copy_bytes;
+		st->n_keep--;
+		e->copy = NULL;
+		e->copy_bytes = 0;
+	}
+	return k;
 }
 
 /* store_pg_keep_unhang - drop the copy hanging on lease entry e, if any (lmu held) */
 void store_pg_keep_unhang(struct pg_store *st, struct pg_lease *e)
 {
-	if (e->copy == NULL)
-		return;
-	st->keep_bytes -= e->copy_bytes;
-	store_pg_keep_drop(e->copy);
-	e->copy = NULL;
-	e->copy_bytes = 0;
-}
-
-/* pop - the oldest entry of the ring goes, and its copy if still kept (lmu held) */
-static void pop(struct pg_store *st)
-{
-	struct pg_kept *o = slot(st, 0);
-	struct pg_lease *e = store_pg_lease_entry(st, o->qid);
-
-	if (e != NULL && e->copy == o->m)
-		store_pg_keep_unhang(st, e);
-	st->keep_head = (st->keep_head + 1) % PG_KEEP_MAX;
-	st->n_keep--;
-}
-
-/* expire - drop the copies kept too long, and the oldest beyond the bounds (lmu held) */
-static void expire(struct pg_store *st, int64_t now, size_t room)
-{
-	while (st->n_keep > 0 && (now - slot(st, 0)->at > PG_KEEP_US || st->n_keep == PG_KEEP_MAX
-				  || st->keep_bytes + room > PG_KEEP_BYTES))
-		pop(st);
+	store_pg_keep_drop(unhook(st, e));
 }
 
 /*
  * store_pg_keep_add - file k (owned from here), put by a transaction
- * committed with the lease of token, on that lease's entry
+ * committed with the lease of token, on that lease's entry, if the
+ * bounds leave room for it
  */
 void store_pg_keep_add(struct pg_store *st, struct store_msg *k, int64_t token)
 {
-	int64_t now = clock_mono_us();
+	size_t bytes = kept_size(k);
 	struct pg_lease *e;
-	struct pg_kept *o;
-	size_t bytes;
 
-	if (st->keep == NULL || (bytes = kept_size(k)) > PG_KEEP_BYTES) {
-		store_pg_keep_drop(k);
-		return;
-	}
 	k->lease = token;
 	pthread_mutex_lock(&st->lmu);
-	expire(st, now, bytes);
-	if ((e = store_pg_lease_entry(st, k->qid)) == NULL || e->token != token) {
-		pthread_mutex_unlock(&st->lmu);
-		store_pg_keep_drop(k);	/* the lease is gone already */
-		return;
+	if ((e = store_pg_lease_entry(st, k->qid)) != NULL && e->token == token
+	    && st->n_keep < PG_KEEP_MAX && st->keep_bytes + bytes <= PG_KEEP_BYTES) {
+		store_pg_keep_unhang(st, e);
+		e->copy = k;
+		e->copy_bytes = bytes;
+		e->copy_at = clock_mono_us();
+		st->keep_bytes += bytes;
+		st->n_keep++;
+		k = NULL;
 	}
-	store_pg_keep_unhang(st, e);
-	e->copy = k;
-	e->copy_bytes = bytes;
-	st->keep_bytes += bytes;
-	o = slot(st, st->n_keep++);
-	memcpy(o->qid, k->qid, sizeof(o->qid));
-	o->m = k;
-	o->at = now;
 	pthread_mutex_unlock(&st->lmu);
+	store_pg_keep_drop(k);	/* the lease gone already, or no room: not kept */
 }
 
 /*
  * store_pg_keep_take - qid's copy into m (its fields owned by m from
- * here), if one is kept and this node still holds the lease it was
- * filed with; 0, or STORE_ENOTFOUND (then m is untouched)
+ * here), if one is kept, not past PG_KEEP_US, and this node still holds
+ * the lease it was filed with; 0, or STORE_ENOTFOUND (then m is untouched)
  */
 int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m)
 {
 	struct store_msg *k = NULL;
 	struct pg_lease *e;
 
-	if (st->keep == NULL)
-		return STORE_ENOTFOUND;
 	pthread_mutex_lock(&st->lmu);
-	expire(st, clock_mono_us(), 0);
 	/* hung only under its own token, and unhung when the token changes */
-	if ((e = store_pg_lease_entry(st, qid)) != NULL && e->copy != NULL) {
-		k = e->copy;
-		st->keep_bytes -= e->copy_bytes;
-		e->copy = NULL;
-		e->copy_bytes = 0;
+	if ((e = store_pg_lease_entry(st, qid)) != NULL && (k = unhook(st, e)) != NULL
+	    && clock_mono_us() - e->copy_at > PG_KEEP_US) {
+		store_pg_keep_drop(k);	/* kept too long: another node may have written the row */
+		k = NULL;
 	}
 	pthread_mutex_unlock(&st->lmu);
 	if (k == NULL)
@@ -224,34 +198,16 @@ int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m
 	return 0;
 }
 
-/* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL */
+/* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL (the handle closes) */
 void store_pg_keep_forget(struct pg_store *st, const char *qid)
 {
 	struct pg_lease *e;
+	size_t i;
 
-	if (st->keep == NULL)
-		return;
 	pthread_mutex_lock(&st->lmu);
-	if (qid == NULL) {
-		while (st->n_keep > 0)
-			pop(st);
-	} else if ((e = store_pg_lease_entry(st, qid)) != NULL) {
+	if (qid != NULL && (e = store_pg_lease_entry(st, qid)) != NULL)
 		store_pg_keep_unhang(st, e);
-	}
+	for (i = 0; qid == NULL && i < st->cap_leases; i++)
+		store_pg_keep_unhang(st, &st->leases[i]);
 	pthread_mutex_unlock(&st->lmu);
-}
-
-/* store_pg_keep_init - a node's ring; a client's store keeps nothing */
-void store_pg_keep_init(struct pg_store *st)
-{
-	if (st->node != NULL)
-		st->keep = xcalloc(PG_KEEP_MAX, sizeof(*st->keep));
-}
-
-/* store_pg_keep_free - drop every copy and the ring (before the lease map goes) */
-void store_pg_keep_free(struct pg_store *st)
-{
-	store_pg_keep_forget(st, NULL);
-	free(st->keep);
-	st->keep = NULL;
 }

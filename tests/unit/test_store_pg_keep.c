@@ -2,11 +2,11 @@
  * test_store_pg_keep - the copies a PostgreSQL node keeps of what it just
  * accepted (store/pg/store_pg_keep.c): they are bounded by the memory they
  * take, counted whole (messages of a thousand recipients with long ORCPTs
- * and small bodies are dropped oldest first once PG_KEEP_BYTES is reached,
- * not kept four thousand at a time because their bodies are small); and a
+ * and small bodies are no longer kept once PG_KEEP_BYTES is reached, not
+ * kept four thousand at a time because their bodies are small); and a
  * copy hangs on its lease: taken once, forgotten, dropped with its lease
- * or with a lease of another token. No server: the lease map and the ring
- * are filled and read directly.
+ * or with a lease of another token. No server: the lease map is filled
+ * and read directly.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,13 +43,12 @@ static void node(struct pg_store *st)
 	memset(st, 0, sizeof(*st));
 	st->node = "n1";
 	pthread_mutex_init(&st->lmu, NULL);
-	store_pg_keep_init(st);
 }
 
 /* node_free - its copies, then its lease map */
 static void node_free(struct pg_store *st)
 {
-	store_pg_keep_free(st);
+	store_pg_keep_forget(st, NULL);
 	free(st->leases);
 	pthread_mutex_destroy(&st->lmu);
 }
@@ -140,11 +139,28 @@ static void test_keep_hangs_on_lease(void **state)
 	node_free(&st);
 }
 
+/* a copy kept past PG_KEEP_US is not taken (another node may have written its row): dropped */
+static void test_keep_stale_dropped(void **state)
+{
+	struct pg_store st;
+	struct store_msg m;
+
+	(void) state;
+	node(&st);
+	put(&st, "KEEPSTALE001", 7);
+	store_pg_lease_entry(&st, "KEEPSTALE001")->copy_at = 0;	/* filed long ago */
+	assert_int_equal(store_pg_keep_take(&st, "KEEPSTALE001", &m), STORE_ENOTFOUND);
+	assert_int_equal(copies(&st), 0);
+	assert_int_equal(st.keep_bytes, 0);
+	node_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_keep_bounded_by_memory),
 		cmocka_unit_test(test_keep_hangs_on_lease),
+		cmocka_unit_test(test_keep_stale_dropped),
 	};
 
 	return cmocka_run_group_tests_name("store_pg_keep", tests, NULL, NULL);
