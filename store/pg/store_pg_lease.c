@@ -67,14 +67,18 @@ static struct pg_lease *slot_of(struct pg_store *st, const char *qid, int for_in
 	}
 }
 
-/* grow - twice the slots, without the deleted ones (lmu held) */
+/*
+ * grow - the map rebuilt without the deleted ones, at four times the
+ * live at least: as large as the leases held, where twice the slots at
+ * every rebuild grew it with every lease ever held (lmu held)
+ */
 static void grow(struct pg_store *st)
 {
 	struct pg_lease *old = st->leases;
 	size_t oldcap = st->cap_leases, i;
 
-	st->cap_leases = oldcap ? 2 * oldcap : 64;
-	while (st->n_leases * 2 >= st->cap_leases)
+	st->cap_leases = 64;
+	while (st->n_leases * 4 >= st->cap_leases)
 		st->cap_leases *= 2;
 	st->leases = xcalloc(st->cap_leases, sizeof(*st->leases));
 	st->n_used = st->n_leases;

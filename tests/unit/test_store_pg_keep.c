@@ -5,8 +5,8 @@
  * and small bodies are no longer kept once PG_KEEP_BYTES is reached, not
  * kept four thousand at a time because their bodies are small); and a
  * copy hangs on its lease: taken once, forgotten, dropped with its lease
- * or with a lease of another token. No server: the lease map is filled
- * and read directly.
+ * or with a lease of another token; and the lease map stays as large as
+ * the leases held. No server: the lease map is filled and read directly.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,12 +155,37 @@ static void test_keep_stale_dropped(void **state)
 	node_free(&st);
 }
 
+/*
+ * the lease map stays as large as the leases held: 100,000 leases taken
+ * and given up one at a time leave it at its first size, where each
+ * rebuild doubled it (the slots of given-up leases filling it as live
+ * ones would), a node's map growing with every lease it ever held
+ */
+static void test_lease_map_bounded(void **state)
+{
+	char qid[STORE_QID_SIZE];
+	struct pg_store st;
+	int i;
+
+	(void) state;
+	node(&st);
+	for (i = 0; i < 100000; i++) {
+		snprintf(qid, sizeof(qid), "LEASE%07d", i);
+		store_pg_lease_set(&st, qid, i + 1);
+		store_pg_lease_del(&st, qid, i + 1);
+	}
+	if (st.cap_leases > 256)
+		fail_msg("a lease map of %zu slots for %zu leases held", st.cap_leases, st.n_leases);
+	node_free(&st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_keep_bounded_by_memory),
 		cmocka_unit_test(test_keep_hangs_on_lease),
 		cmocka_unit_test(test_keep_stale_dropped),
+		cmocka_unit_test(test_lease_map_bounded),
 	};
 
 	return cmocka_run_group_tests_name("store_pg_keep", tests, NULL, NULL);
