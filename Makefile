@@ -96,13 +96,14 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # through a plain driver, so it needs no clang.
 FUZZERS   = session parse filter keys deliver
 FUZZ_TIME ?= 60
-FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c queue/keys.c
+FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c \
+	    deliver/esmtp/deliver_gate.c queue/keys.c
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # fuzz_deliver runs the delivery client and libesmtp against a scripted
 # upstream: the store's side (deliver.c, deliver_record.c) is stubbed in
 # the harness
 FUZZ_DELIVER = $(filter-out deliver/deliver.c deliver/deliver_record.c \
-	       deliver/esmtp/deliver_filter.c,$(deliver_SRC)) \
+	       deliver/esmtp/deliver_filter.c deliver/esmtp/deliver_gate.c,$(deliver_SRC)) \
 	       $(foreach l,queue tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)

@@ -168,10 +168,9 @@ static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
 
 /* a direction of the copy: bytes waiting to be written */
 struct pending {
-	char buf[BRIDGE_BUF + DELIVER_FILTER_HOLD + DELIVER_GATE_REPLY_MAX];
-					/* the filter adds what it held, or MAIL
-					 * parameters (GROW <= HOLD); the gate a reply
-					 * it held */
+	char buf[BRIDGE_BUF + DELIVER_FILTER_GROW + DELIVER_GATE_REPLY_MAX];
+					/* the filter adds MAIL parameters; the gate
+					 * a reply it held */
 	size_t off, len;
 	size_t dot;			/* just past a final dot in buf; 0 if none */
 };
@@ -244,7 +243,6 @@ struct pump {
 	struct pending up;		/* libesmtp's bytes for the server */
 	struct pending down;		/* the server's (or the gate's) for libesmtp */
 	char raw[BRIDGE_BUF];		/* read from the server */
-	char mid[BRIDGE_BUF + DELIVER_FILTER_HOLD];	/* through the filter, for the gate */
 	int client_eof;
 	int client_dry;			/* a short read emptied libesmtp's socket: poll first */
 	int server_dry;			/* the same for a plain upstream */
@@ -262,12 +260,10 @@ static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *w
 	pm->up.off = pm->up.len = pm->up.dot = 0;	/* never written: the watch knows */
 }
 
-/* bridge_down - the server's bytes through the filter and the gate into pm->down */
+/* bridge_down - the server's bytes through the gate (and the filter's EHLO lines) into pm->down */
 static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *in, size_t n)
 {
-	size_t k = deliver_filter_down(&b->filter, in, n, pm->mid);
-
-	pm->down.len = deliver_gate_down(&b->gate, &b->filter, pm->mid, k, pm->down.buf);
+	pm->down.len = deliver_gate_down(&b->gate, &b->filter, in, n, pm->down.buf);
 	if (b->gate.gone)		/* it refused a reply (never called once gone) */
 		bridge_gone(b, pm, b->gate.why);
 }

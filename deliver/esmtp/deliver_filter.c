@@ -24,13 +24,12 @@ static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CR
 #define KW		"CHUNKING"
 #define KW_LEN		(sizeof(KW) - 1)
 #define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
-#define KW_UTF8		"SMTPUTF8"	/* same length as KW: one hold rule serves all three */
+#define KW_UTF8		"SMTPUTF8"	/* same length as KW */
 #define KW_8BIT		"8BITMIME"
 
 static const char mail_from[] = "MAIL FROM:";
 #define SENTINEL_KEY	16	/* "X-Idemrelay-Cut:": no command starts so */
 _Static_assert(SENTINEL_KEY < sizeof(DELIVER_FILTER_SENTINEL) - 1, "the key is a prefix");
-_Static_assert(DELIVER_FILTER_GROW <= DELIVER_FILTER_HOLD, "the room callers give");
 
 /* deliver_filter_init - a filter for a new connection */
 void deliver_filter_init(struct deliver_filter *f)
@@ -78,64 +77,23 @@ void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *w
 	f->n_mail_params = n;
 }
 
-/*
- * head_open - may the held start of a line still need more bytes? Only a
- * "250" line can be the EHLO keyword looked for; anything else goes on at
- * once (a trickled reply is not held up a byte at a time)
- */
-static int head_open(const struct deliver_filter *f)
+/* deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING, note SMTPUTF8, 8BITMIME */
+void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len)
 {
-	const char *h = f->head;
-	size_t n = f->head_len;
+	char *kw = line + KW_AT, after;
 
-	if (h[n - 1] == '\n' || n > KW_AT + KW_LEN || n >= sizeof(f->head))
-		return 0;
-	if (memcmp(h, "250", n < 3 ? n : 3) != 0)
-		return 0;
-	return n <= 3 || ((h[3] == '-' || h[3] == ' ')
-			  && (n <= KW_AT || strncasecmp(h + KW_AT, KW, n - KW_AT) == 0
-			      || strncasecmp(h + KW_AT, KW_UTF8, n - KW_AT) == 0
-			      || strncasecmp(h + KW_AT, KW_8BIT, n - KW_AT) == 0));
-}
-
-/* head_decide - act on a line's start: hide CHUNKING, note SMTPUTF8, 8BITMIME (EHLO keywords) */
-static void head_decide(struct deliver_filter *f)
-{
-	char after = f->head[KW_AT + KW_LEN];
-
-	if (f->head_len != KW_AT + KW_LEN + 1 || memcmp(f->head, "250", 3) != 0
-	    || (f->head[3] != '-' && f->head[3] != ' ')
-	    || (after != ' ' && after != '\t' && after != '\r' && after != '\n'))
+	if (len <= KW_AT + KW_LEN || memcmp(line, "250", 3) != 0
+	    || (line[3] != '-' && line[3] != ' '))
 		return;
-	if (strncasecmp(f->head + KW_AT, KW, KW_LEN) == 0)
-		memcpy(f->head + KW_AT, KW_HIDDEN, KW_LEN);
-	else if (strncasecmp(f->head + KW_AT, KW_UTF8, KW_LEN) == 0)
+	after = kw[KW_LEN];
+	if (after != ' ' && after != '\t' && after != '\r' && after != '\n')
+		return;
+	if (strncasecmp(kw, KW, KW_LEN) == 0)
+		memcpy(kw, KW_HIDDEN, KW_LEN);
+	else if (strncasecmp(kw, KW_UTF8, KW_LEN) == 0)
 		f->offered |= DELIVER_FILTER_UTF8;
-	else if (strncasecmp(f->head + KW_AT, KW_8BIT, KW_LEN) == 0)
+	else if (strncasecmp(kw, KW_8BIT, KW_LEN) == 0)
 		f->offered |= DELIVER_FILTER_8BIT;
-}
-
-/* deliver_filter_down - the server's bytes as libesmtp gets them, in out */
-size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len, char *out)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < len; i++) {
-		if (f->in_line) {
-			out[n++] = in[i];
-			f->in_line = in[i] != '\n';
-			continue;
-		}
-		f->head[f->head_len++] = in[i];
-		if (head_open(f))
-			continue;
-		head_decide(f);
-		memcpy(out + n, f->head, f->head_len);
-		n += f->head_len;
-		f->in_line = in[i] != '\n';
-		f->head_len = 0;
-	}
-	return n;
 }
 
 /*

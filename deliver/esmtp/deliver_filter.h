@@ -15,8 +15,9 @@
  *	line DELIVER_FILTER_SENTINEL and an empty line. The stored message
  *	follows, headers and body, and libesmtp takes all of it for body,
  *	which it copies unchanged (dot-stuffed). The bridge (deliver_bridge.h)
- *	passes both directions of the conversation through this filter, which
- *	takes libesmtp's block out again:
+ *	passes libesmtp's writes through this filter, which takes libesmtp's
+ *	block out again, and the server's EHLO reply, line by line as the gate
+ *	(deliver_gate.h) holds it:
  *
  *	deliver_filter_rewind(), libesmtp rewound the message: it calls the
  *	message callback so (length pointer NULL) once per message it sends,
@@ -41,14 +42,12 @@
  *	with it is a content that came with no rewind, and fails the filter
  *	the same way, so that its block never reaches a server's mailbox.
  *
- *	deliver_filter_down(), the server's replies to libesmtp: CHUNKING in
- *	an EHLO reply is hidden (the keyword overwritten, same length):
+ *	deliver_filter_ehlo_line(), a whole line of the server's EHLO reply,
+ *	before libesmtp gets any of it (the gate passes on whole replies
+ *	only): CHUNKING is hidden (the keyword overwritten, same length):
  *	libesmtp sends BDAT whenever the server offers it, and the cut would
  *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
- *	only when asked to, and deliver_smtp_msg.c never asks. The start of a
- *	"250" line is held back until it tells whether it is that keyword;
- *	what is held when the server goes is a line it never finished, which
- *	the gate would drop (deliver_gate.h), so it is never handed on.
+ *	only when asked to, and deliver_smtp_msg.c never asks.
  *
  *	It also finds where each message's content ends: the first
  *	<CRLF>.<CRLF> after a cut block (libesmtp dot-stuffs the content, so
@@ -76,9 +75,10 @@
  *	final dot. deliver_filter_verb() names each; the gate (deliver_gate.h)
  *	counts the whole replies libesmtp was given.
  *
- *	Both work a byte at a time across calls: reads may split the streams
- *	anywhere. The SIZE= libesmtp sends is deliver_smtp_msg.c's estimate, the
- *	stored message's size: exactly what goes out once the block is cut.
+ *	deliver_filter_up() works a byte at a time across calls: reads may
+ *	split libesmtp's stream anywhere. The SIZE= libesmtp sends is
+ *	deliver_smtp_msg.c's estimate, the stored message's size: exactly what
+ *	goes out once the block is cut.
  */
 #ifndef DELIVER_ESMTP_DELIVER_FILTER_H
 #define DELIVER_ESMTP_DELIVER_FILTER_H
@@ -89,20 +89,14 @@
 
 #define DELIVER_FILTER_SENTINEL	"X-Idemrelay-Cut: 1\r\n"
 #define DELIVER_FILTER_BLOCK_MAX 4096	/* sentinel, Date:, From: <sender>, Message-Id: */
-#define DELIVER_FILTER_HOLD	24	/* room past a call's input: a reply line's
-					 * start held (13 octets), or GROW */
 #define DELIVER_FILTER_UTF8	1	/* a message's MAIL wants SMTPUTF8 */
 #define DELIVER_FILTER_8BIT	2	/* ... BODY=8BITMIME */
-#define DELIVER_FILTER_GROW	(sizeof(" BODY=8BITMIME SMTPUTF8") - 1)	/* <= HOLD */
+#define DELIVER_FILTER_GROW	(sizeof(" BODY=8BITMIME SMTPUTF8") - 1)
 #define DELIVER_FILTER_VERBS	16	/* owed replies named (more pipelined: unnamed) */
 #define DELIVER_FILTER_VERB	16
 #define DELIVER_FILTER_DOT	"the final dot"	/* what a final dot's reply is called */
 
 struct deliver_filter {
-	/* the server's replies */
-	char head[DELIVER_FILTER_HOLD];	/* the start of the current line, held back */
-	size_t head_len;
-	int in_line;			/* past a line's start: copy up to its end */
 	/* libesmtp's writes */
 	int armed;			/* libesmtp rewound: the block comes next */
 	size_t cut;			/* bytes of the block dropped so far */
@@ -148,14 +142,15 @@ void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *w
 void deliver_filter_rewind(struct deliver_filter *f);
 
 /*
- * deliver_filter_down - the server's bytes as libesmtp gets them, in out
- * (room for len + DELIVER_FILTER_HOLD); returns how many
+ * deliver_filter_ehlo_line - one whole line of the server's EHLO reply
+ * (len octets, its line end included), in place: CHUNKING hidden,
+ * SMTPUTF8 and 8BITMIME noted in f->offered
  */
-size_t deliver_filter_down(struct deliver_filter *f, const char *in, size_t len, char *out);
+void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len);
 
 /*
  * deliver_filter_up - libesmtp's bytes as the server gets them, in place
- * (buf has room for len + DELIVER_FILTER_HOLD: MAIL parameters may be added);
+ * (buf has room for len + DELIVER_FILTER_GROW: MAIL parameters may be added);
  * returns how many, or -1 when the filter has failed (why in f->why).
  * f->dot_end says where a message's final dot ended in them, if it did.
  */

@@ -111,7 +111,7 @@ static size_t release(struct deliver_gate *g, const char *verb, char *out)
 }
 
 /* line_end - a whole line: check it, hold it, release its reply if it is the last */
-static size_t line_end(struct deliver_gate *g, const struct deliver_filter *f, char *out)
+static size_t line_end(struct deliver_gate *g, struct deliver_filter *f, char *out)
 {
 	const char *bad = line_form(g->line, g->line_len);
 	const char *verb = deliver_filter_verb(f, g->released);	/* what it answers */
@@ -126,8 +126,11 @@ static size_t line_end(struct deliver_gate *g, const struct deliver_filter *f, c
 		gate_bad(g, bad);
 		return 0;
 	}
-	if (strcmp(verb, "EHLO") == 0 && strcasestr(g->line, "ENHANCEDSTATUSCODES"))
-		g->ehlo_enh = 1;	/* anywhere: checking more than libesmtp is safe */
+	if (strcmp(verb, "EHLO") == 0) {
+		if (strcasestr(g->line, "ENHANCEDSTATUSCODES"))
+			g->ehlo_enh = 1;	/* anywhere: checking more than libesmtp is safe */
+		deliver_filter_ehlo_line(f, g->line, g->line_len);
+	}
 	memcpy(g->held + g->held_len, g->line, g->line_len);
 	g->held_len += g->line_len;
 	g->lines++;
@@ -136,7 +139,7 @@ static size_t line_end(struct deliver_gate *g, const struct deliver_filter *f, c
 }
 
 /* deliver_gate_down - the server's bytes: whole replies libesmtp takes, in out */
-size_t deliver_gate_down(struct deliver_gate *g, const struct deliver_filter *f,
+size_t deliver_gate_down(struct deliver_gate *g, struct deliver_filter *f,
 			 const char *in, size_t len, char *out)
 {
 	size_t i, n = 0;

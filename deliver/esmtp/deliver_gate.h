@@ -34,8 +34,9 @@
  *	pipelining), so no end of file given "early enough" is safe. The gate
  *	makes sure a failed read never happens with more than one reply owed:
  *
- *	deliver_gate_down(): what the server sends (after the filter,
- *	deliver_filter.h) reaches libesmtp one whole reply at a time, and
+ *	deliver_gate_down(): what the server sends reaches libesmtp one whole
+ *	reply at a time (each line of an EHLO reply through the filter first,
+ *	deliver_filter_ehlo_line()), and
  *	only if libesmtp 1.1.0's reader takes it: lines of at most
  *	DELIVER_GATE_LINE_MAX octets ending in LF, no NUL, a code of three
  *	digits from 200 to 599 and a space or "-", every line with the first
@@ -99,12 +100,13 @@ struct deliver_gate {
 void deliver_gate_init(struct deliver_gate *g);
 
 /*
- * deliver_gate_down - the server's bytes (after the filter, which counts
- * the replies owed): whole replies libesmtp takes, in out (room for len +
- * DELIVER_GATE_REPLY_MAX); how many. A reply it would not take, or one
- * not owed, makes the server gone (g->gone, g->why); nothing more passes.
+ * deliver_gate_down - the server's bytes (the filter counts the replies
+ * owed, and edits the EHLO reply's lines): whole replies libesmtp takes, in
+ * out (room for len + DELIVER_GATE_REPLY_MAX); how many. A reply it would
+ * not take, or one not owed, makes the server gone (g->gone, g->why);
+ * nothing more passes.
  */
-size_t deliver_gate_down(struct deliver_gate *g, const struct deliver_filter *f,
+size_t deliver_gate_down(struct deliver_gate *g, struct deliver_filter *f,
 			 const char *in, size_t len, char *out);
 
 /* deliver_gate_gone - the server is gone (why): what it had not finished is dropped */

@@ -1,13 +1,14 @@
 /*
  * fuzz_filter - the bridge's stream filter (deliver/esmtp/deliver_filter.h) on an
- * arbitrary conversation. The input is a list of chunks: one byte whose
+ * arbitrary conversation, the server's side through the reply gate
+ * (deliver_gate.h) as in the bridge. The input is a list of chunks: one byte whose
  * high bit says the direction (set: the server's replies, down to
  * libesmtp; clear: libesmtp's writes, up to the server) and whose low
  * bits give a length, then that many bytes. An empty chunk up (a 0 byte)
  * is libesmtp's rewind (deliver_filter_rewind()), which arms the cut.
  *
- * The same conversation goes through two filters: one gets each chunk
- * whole, the other one byte at a time, in the same order. Properties:
+ * The same conversation goes through two filters and gates: one gets each
+ * chunk whole, the other one byte at a time, in the same order. Properties:
  *
  *   - where reads split the streams never matters: both filters give
  *     the same bytes in each direction, and fail at the same point;
@@ -16,8 +17,9 @@
  *     filter has passed on what came before in that write, and the
  *     line's first 15 octets, which fed whole it has not (the line
  *     never ends: nothing of it is a command, or content);
- *   - down, the filter only ever rewrites a keyword in place: as many
- *     bytes come out as went in, once what it held is flushed;
+ *   - down, the gate passes whole replies only, the filter only ever
+ *     rewrites a keyword in place: never more bytes come out than went
+ *     in, and both give up on the server at the same point;
  *   - up, what a call passes on is the end of what it was given (the
  *     cut is always a prefix of one write), and once the filter has
  *     failed it passes nothing more;
@@ -31,12 +33,14 @@
 #include <string.h>
 
 #include "../../deliver/esmtp/deliver_filter.h"
+#include "../../deliver/esmtp/deliver_gate.h"
 
 #define OUT_MAX	(64 * 1024)
 
 struct side {
 	struct deliver_filter f;
-	char down[OUT_MAX + DELIVER_FILTER_HOLD], up[OUT_MAX];
+	struct deliver_gate g;
+	char down[OUT_MAX + DELIVER_GATE_REPLY_MAX], up[OUT_MAX];
 	size_t down_len, up_len, down_in;
 	int failed;			/* the chunk index at which up failed, or -1 */
 	char cut[OUT_MAX];		/* what the block being cut has dropped so far */
@@ -59,7 +63,7 @@ static void check_block(const struct side *s)
 static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, size_t step,
 		 int chunk)
 {
-	char buf[256 + DELIVER_FILTER_HOLD];
+	char buf[256 + DELIVER_FILTER_GROW];
 	size_t off, n;
 	ssize_t kept;
 	int armed;
@@ -70,8 +74,8 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 		n = step && len - off > step ? step : len - off;
 		if (!to_server) {
 			s->down_in += n;
-			s->down_len += deliver_filter_down(&s->f, (const char *) p + off, n,
-							   s->down + s->down_len);
+			s->down_len += deliver_gate_down(&s->g, &s->f, (const char *) p + off, n,
+							 s->down + s->down_len);
 			continue;
 		}
 		memcpy(buf, p + off, n);
@@ -97,13 +101,6 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 	}
 }
 
-/* held - the start of a line the filter still holds back, after the rest */
-static void held(struct side *s)
-{
-	memcpy(s->down + s->down_len, s->f.head, s->f.head_len);
-	s->down_len += s->f.head_len;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static struct side whole, bytes;
@@ -117,6 +114,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&bytes, 0, sizeof(bytes));
 	deliver_filter_init(&whole.f);
 	deliver_filter_init(&bytes.f);
+	deliver_gate_init(&whole.g);
+	deliver_gate_init(&bytes.g);
 	whole.failed = bytes.failed = -1;
 	while (i < size) {
 		dir = data[i] & 0x80;
@@ -131,11 +130,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		i += len;
 		chunk++;
 	}
-	held(&whole);
-	held(&bytes);
-	if (whole.down_len != whole.down_in || bytes.down_len != bytes.down_in)
-		abort();		/* down may rewrite, never add or drop */
-	if (whole.down_len != bytes.down_len || memcmp(whole.down, bytes.down, whole.down_len))
+	if (whole.down_len > whole.down_in || bytes.down_len > bytes.down_in)
+		abort();		/* down may rewrite or hold back, never add */
+	if (whole.down_len != bytes.down_len || memcmp(whole.down, bytes.down, whole.down_len)
+	    || whole.g.gone != bytes.g.gone)
 		abort();
 	if (whole.failed != bytes.failed || whole.up_len > bytes.up_len
 	    || memcmp(whole.up, bytes.up, whole.up_len))

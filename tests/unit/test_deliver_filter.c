@@ -7,9 +7,9 @@
  *	Every row is fed whole, one byte per call, and cut in two at every
  *	position; each way must give the same output and the same verdict
  *	(refused or not). The cut is armed by libesmtp's rewind alone
- *	(deliver_filter_rewind()), never by a reply. Then whole
- *	conversations: two messages on one connection, replies split
- *	anywhere.
+ *	(deliver_filter_rewind()), never by a reply; the server's replies go
+ *	through the gate, as in the bridge. Then whole conversations: two
+ *	messages on one connection, replies split anywhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,57 +50,80 @@ static void each_way(const void *c, size_t len, void (*check)(const void *, size
 
 /* ---------------------------------------------------------------- server to libesmtp */
 
+/*
+ * the server's replies reach the filter only as whole lines of an EHLO
+ * reply, through the gate (deliver_gate.h), as in the bridge: each row is
+ * what libesmtp wrote, then the server's bytes, after a greeting, and what
+ * libesmtp gets of them; no reply arms the cut
+ */
 struct down_case {
 	const char *name;
-	const char *in;
-	const char *want;
-	int armed;			/* always 0: no reply arms the cut */
+	const char *up;			/* libesmtp's commands: the replies owed */
+	const char *in;			/* the server's, after "220 hi" */
+	const char *want;		/* what libesmtp gets of them */
 };
+
+#define EHLO	"EHLO relay\r\n"
 
 static const struct down_case down_cases[] = {
-	{ "greeting", "220 sink ESMTP\r\n", "220 sink ESMTP\r\n", 0 },
-	{ "354 does not arm", "354 go ahead\r\n", "354 go ahead\r\n", 0 },
-	{ "354 alone", "354\r\n", "354\r\n", 0 },
-	{ "pipelined replies, 354 last", "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n",
-	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n", 0 },
-	{ "multi-line 354", "354-one\r\n354 two\r\n", "354-one\r\n354 two\r\n", 0 },
-	{ "another 3xx", "350 whatever\r\n", "350 whatever\r\n", 0 },
-	{ "334 is AUTH", "334 VXNlcm5hbWU6\r\n", "334 VXNlcm5hbWU6\r\n", 0 },
-	{ "a 3xx line in a 250 reply", "250-sink\r\n354-x\r\n250 ok\r\n",
-	  "250-sink\r\n354-x\r\n250 ok\r\n", 0 },
-	{ "354 inside a line", "250 354 ok\r\n250-x 354\r\n", "250 354 ok\r\n250-x 354\r\n", 0 },
-	{ "554 to DATA", "554 5.5.1 no valid recipients\r\n",
-	  "554 5.5.1 no valid recipients\r\n", 0 },
-	{ "EHLO with CHUNKING",
+	{ "greeting", "", "", "" },
+	{ "354 does not arm", "DATA\r\n", "354 go ahead\r\n", "354 go ahead\r\n" },
+	{ "354 alone: no text, refused (the gate)", "DATA\r\n", "354\r\n", "" },
+	{ "pipelined replies, 354 last", "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
+	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n",
+	  "250 2.1.0 ok\r\n250 2.1.5 ok\r\n354 go\r\n" },
+	{ "multi-line 354", "DATA\r\n", "354-one\r\n354 two\r\n", "354-one\r\n354 two\r\n" },
+	{ "another 3xx", "DATA\r\n", "350 whatever\r\n", "350 whatever\r\n" },
+	{ "334 is AUTH", "AUTH LOGIN\r\n", "334 VXNlcm5hbWU6\r\n", "334 VXNlcm5hbWU6\r\n" },
+	{ "a 3xx line in a 250 reply: refused (the gate)", EHLO, "250-sink\r\n354-x\r\n250 ok\r\n",
+	  "" },
+	{ "354 inside a line", "NOOP\r\nNOOP\r\n", "250 354 ok\r\n250-x 354\r\n250 y\r\n",
+	  "250 354 ok\r\n250-x 354\r\n250 y\r\n" },
+	{ "554 to DATA", "DATA\r\n", "554 5.5.1 no valid recipients\r\n",
+	  "554 5.5.1 no valid recipients\r\n" },
+	{ "EHLO with CHUNKING", EHLO,
 	  "250-sink\r\n250-PIPELINING\r\n250-CHUNKING\r\n250-SIZE 1000\r\n250 8BITMIME\r\n",
-	  "250-sink\r\n250-PIPELINING\r\n250-X-HIDDEN\r\n250-SIZE 1000\r\n250 8BITMIME\r\n", 0 },
-	{ "CHUNKING last, lower case", "250-sink\r\n250 chunking\r\n",
-	  "250-sink\r\n250 X-HIDDEN\r\n", 0 },
-	{ "CHUNKING with a parameter", "250-CHUNKING x\r\n250 ok\r\n",
-	  "250-X-HIDDEN x\r\n250 ok\r\n", 0 },
-	{ "CHUNKING, bare LF", "250-CHUNKING\n250 ok\n", "250-X-HIDDEN\n250 ok\n", 0 },
-	{ "CHUNKINGS is another word", "250-CHUNKINGS\r\n250 ok\r\n",
-	  "250-CHUNKINGS\r\n250 ok\r\n", 0 },
-	{ "CHUNKING in text", "250-sink CHUNKING\r\n250 CHUNK\r\n",
-	  "250-sink CHUNKING\r\n250 CHUNK\r\n", 0 },
-	{ "BINARYMIME left alone", "250-BINARYMIME\r\n250 ok\r\n",
-	  "250-BINARYMIME\r\n250 ok\r\n", 0 },
-	{ "354 then a line that does not end", "354 go\r\n25", "354 go\r\n25", 0 },
+	  "250-sink\r\n250-PIPELINING\r\n250-X-HIDDEN\r\n250-SIZE 1000\r\n250 8BITMIME\r\n" },
+	{ "CHUNKING last, lower case", EHLO, "250-sink\r\n250 chunking\r\n",
+	  "250-sink\r\n250 X-HIDDEN\r\n" },
+	{ "CHUNKING with a parameter", EHLO, "250-CHUNKING x\r\n250 ok\r\n",
+	  "250-X-HIDDEN x\r\n250 ok\r\n" },
+	{ "CHUNKING, bare LF", EHLO, "250-CHUNKING\n250 ok\n", "250-X-HIDDEN\n250 ok\n" },
+	{ "CHUNKINGS is another word", EHLO, "250-CHUNKINGS\r\n250 ok\r\n",
+	  "250-CHUNKINGS\r\n250 ok\r\n" },
+	{ "CHUNKING in text", EHLO, "250-sink CHUNKING\r\n250 CHUNK\r\n",
+	  "250-sink CHUNKING\r\n250 CHUNK\r\n" },
+	{ "CHUNKING outside an EHLO reply is text", "NOOP\r\n", "250 CHUNKING\r\n",
+	  "250 CHUNKING\r\n" },
+	{ "BINARYMIME left alone", EHLO, "250-BINARYMIME\r\n250 ok\r\n",
+	  "250-BINARYMIME\r\n250 ok\r\n" },
+	{ "354 then a line that does not end", "DATA\r\nNOOP\r\n", "354 go\r\n25", "354 go\r\n" },
 };
 
-/* down_feed - feed in at first, then in pieces of step (0: the rest at once) */
-static size_t down_feed(struct deliver_filter *f, const char *in, size_t len, size_t first,
-			size_t step, char *out)
+/* down_feed - the server's bytes through the gate: in at first, then in pieces of step */
+static size_t down_feed(struct deliver_filter *f, struct deliver_gate *g, const char *in,
+			size_t len, size_t first, size_t step, char *out)
 {
 	size_t i = 0, n = 0, k;
 
 	while (i < len) {
 		k = piece(i, len, first, step);
-		n += deliver_filter_down(f, in + i, k, out + n);
+		n += deliver_gate_down(g, f, in + i, k, out + n);
 		i += k;
 	}
-	memcpy(out + n, f->head, f->head_len);	/* a line's start, held back */
-	return n + f->head_len;
+	return n;
+}
+
+/* ehlo_feed - libesmtp's EHLO and the greeting, then the server's EHLO reply, whole */
+static void ehlo_feed(struct deliver_filter *f, struct deliver_gate *g, const char *reply)
+{
+	char buf[OUT_MAX];
+
+	memcpy(buf, EHLO, strlen(EHLO));
+	assert_true(deliver_filter_up(f, buf, strlen(EHLO)) >= 0);
+	down_feed(f, g, "220 hi\r\n", 8, 0, 0, buf);
+	down_feed(f, g, reply, strlen(reply), 0, 0, buf);
+	assert_false(g->gone);
 }
 
 /* down_check - one row, one way of feeding it */
@@ -108,17 +131,21 @@ static void down_check(const void *row, size_t first, size_t step)
 {
 	const struct down_case *c = row;
 	struct deliver_filter f;
-	char out[OUT_MAX];
+	struct deliver_gate g;
+	char buf[OUT_MAX], out[OUT_MAX];
 	size_t n;
 
 	deliver_filter_init(&f);
-	n = down_feed(&f, c->in, strlen(c->in), first, step, out);
+	deliver_gate_init(&g);
+	memcpy(buf, c->up, strlen(c->up));
+	assert_true(deliver_filter_up(&f, buf, strlen(c->up)) >= 0);
+	assert_int_equal(down_feed(&f, &g, "220 hi\r\n", 8, 0, 0, out), 8);
+	n = down_feed(&f, &g, c->in, strlen(c->in), first, step, out);
 	if (n != strlen(c->want) || memcmp(out, c->want, n) != 0)
 		fail_msg("%s (first %zu, step %zu): got \"%s\", want \"%s\"", c->name, first,
 			 step, esc(out, n), esc(c->want, strlen(c->want)));
-	if (f.armed != c->armed)
-		fail_msg("%s (first %zu, step %zu): armed %d, want %d", c->name, first, step,
-			 f.armed, c->armed);
+	if (f.armed)
+		fail_msg("%s (first %zu, step %zu): armed", c->name, first, step);
 }
 
 static void test_down(void **state)
@@ -162,7 +189,7 @@ static const struct up_case up_cases[] = {
 	  "X-Idemrelay-Cu\r\nX-Idemrelay-Cut\r\n" },
 };
 
-/* up_feed - like down_feed: the bytes forwarded, -1 once refused */
+/* up_feed - libesmtp's bytes like down_feed's: the bytes forwarded, -1 once refused */
 static ssize_t up_feed(struct deliver_filter *f, const char *in, size_t len, size_t first,
 		       size_t step, char *out)
 {
@@ -263,6 +290,7 @@ static void utf8_check(const void *row, size_t first, size_t step)
 	const struct utf8_case *c = row;
 	unsigned char want[8];
 	struct deliver_filter f;
+	struct deliver_gate g;
 	char out[OUT_MAX];
 	size_t i, nf = strlen(c->want_flags);
 	ssize_t n;
@@ -270,8 +298,9 @@ static void utf8_check(const void *row, size_t first, size_t step)
 	for (i = 0; i < nf; i++)
 		want[i] = (unsigned char) (c->want_flags[i] - '0');
 	deliver_filter_init(&f);
+	deliver_gate_init(&g);
 	deliver_filter_mail_params(&f, want, nf);
-	down_feed(&f, c->ehlo, strlen(c->ehlo), 0, 0, out);
+	ehlo_feed(&f, &g, c->ehlo);
 	n = up_feed(&f, c->in, strlen(c->in), first, step, out);
 	if (n < 0 || (size_t) n != strlen(c->want) || memcmp(out, c->want, (size_t) n) != 0)
 		fail_msg("%s (first %zu, step %zu): got %s\"%s\", want \"%s\"", c->name, first,
@@ -283,6 +312,7 @@ static void test_smtputf8(void **state)
 {
 	static const unsigned char both[2] = {1, 1};
 	struct deliver_filter f;
+	struct deliver_gate g;
 	char out[OUT_MAX];
 	size_t i;
 	static const char two[] = "MAIL FROM:<a@b>\r\nRSET\r\nMAIL FROM:<c@d>\r\n";
@@ -292,8 +322,9 @@ static void test_smtputf8(void **state)
 		each_way(&utf8_cases[i], strlen(utf8_cases[i].in), utf8_check);
 	/* two MAIL lines to mark in one write: more than the room there is */
 	deliver_filter_init(&f);
+	deliver_gate_init(&g);
 	deliver_filter_mail_params(&f, both, 2);
-	down_feed(&f, EHLO_U8, strlen(EHLO_U8), 0, 0, out);
+	ehlo_feed(&f, &g, EHLO_U8);
 	memcpy(out, two, sizeof(two) - 1);
 	assert_int_equal(deliver_filter_up(&f, out, sizeof(two) - 1), -1);
 	assert_true(f.why[0] != 0);
@@ -443,7 +474,7 @@ static void owed_run(size_t step)
 {
 	struct deliver_filter f;
 	struct deliver_gate g;
-	char out[OUT_MAX], buf[OUT_MAX], gated[OUT_MAX + DELIVER_GATE_REPLY_MAX];
+	char buf[OUT_MAX], gated[OUT_MAX + DELIVER_GATE_REPLY_MAX];
 	const char *got;
 	size_t i, at, k, len;
 
@@ -457,8 +488,7 @@ static void owed_run(size_t step)
 			k = piece(at, len, 0, step);
 			memcpy(buf, owed_steps[i].in + at, k);
 			if (owed_steps[i].down)
-				deliver_gate_down(&g, &f, out, deliver_filter_down(&f, buf, k, out),
-						  gated);
+				deliver_gate_down(&g, &f, buf, k, gated);
 			else
 				assert_true(deliver_filter_up(&f, buf, k) >= 0);
 		}
@@ -503,14 +533,14 @@ static void test_block_too_long(void **state)
 /* ---------------------------------------------------------------- conversations */
 
 /*
- * a step of a conversation: the server's bytes, or libesmtp's and what
- * must pass, or libesmtp's rewind (as deliver_smtp_msg.c's message callback
- * tells the bridge)
+ * a step of a conversation: the server's bytes and what libesmtp gets of
+ * them through the gate, or libesmtp's and what must pass, or libesmtp's
+ * rewind (as deliver_smtp_msg.c's message callback tells the bridge)
  */
 struct step {
 	int down;			/* 1: the server's; 0: libesmtp's; 2: it rewinds */
 	const char *in;
-	const char *want;		/* up: what reaches the server (NULL: refused) */
+	const char *want;		/* what passes (up, NULL: refused) */
 };
 
 #define S_DOWN(x)	{ 1, x, x }
@@ -524,10 +554,10 @@ static const struct step two_messages[] = {
 	  "250-sink\r\n250-X-HIDDEN\r\n250 PIPELINING\r\n" },
 	S_UP("MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n",
 	     "MAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nDATA\r\n"),
-	{ 1, "250 ok\r\n2", "250 ok\r\n" },	/* "2" held: it may be 250 CHUNKING */
+	{ 1, "250 ok\r\n2", "250 ok\r\n" },	/* a line is held until it ends */
 	{ 1, "5", "" },
-	{ 1, "0 ok\r\n35", "250 ok\r\n35" },	/* "35": no keyword, not held */
-	{ 1, "4 go\r\n", "4 go\r\n" },
+	{ 1, "0 ok\r\n35", "250 ok\r\n" },
+	{ 1, "4 go\r\n", "354 go\r\n" },
 	S_REWIND,
 	S_UP(BLOCK "Subject: one\r\n", "Subject: one\r\n"),
 	S_UP("\r\nfirst\r\n.\r\n", "\r\nfirst\r\n.\r\n"),
@@ -557,14 +587,14 @@ static const struct step refused_second[] = {
 };
 
 /*
- * the cut is armed by the rewind, not by a reply: 3xx lines where no
- * content follows (inside an EHLO reply, to AUTH besides 334) arm
- * nothing, and a rewind arms the cut whatever the reply before it was
+ * the cut is armed by the rewind, not by a reply: 3xx where no content
+ * follows (in an EHLO reply's text, to AUTH besides 334) arms nothing,
+ * and a rewind arms the cut whatever the reply before it was
  */
 static const struct step replies_do_not_arm[] = {
 	S_DOWN("220 sink ESMTP\r\n"),
 	S_UP("EHLO relay\r\n", "EHLO relay\r\n"),
-	S_DOWN("250-sink\r\n354-looks like a go-ahead\r\n250 AUTH LOGIN\r\n"),
+	S_DOWN("250-sink\r\n250-354 looks like a go-ahead\r\n250 AUTH LOGIN\r\n"),
 	S_UP("AUTH LOGIN\r\n", "AUTH LOGIN\r\n"),
 	S_DOWN("334 VXNlcm5hbWU6\r\n"),
 	S_UP("dXNlcg==\r\n", "dXNlcg==\r\n"),
@@ -588,10 +618,11 @@ static const struct step rewind_alone_arms[] = {
 	     "Subject: s\r\n\r\nbody\r\n.\r\nQUIT\r\n"),
 };
 
-/* run_steps - a conversation through one filter; returns the blocks cut (armed no more) */
+/* run_steps - a conversation through one filter and gate; returns the blocks cut (armed no more) */
 static unsigned run_steps(const struct step *steps, size_t n)
 {
 	struct deliver_filter f;
+	struct deliver_gate g;
 	char out[OUT_MAX];
 	size_t i, len;
 	ssize_t got;
@@ -599,6 +630,7 @@ static unsigned run_steps(const struct step *steps, size_t n)
 	int armed;
 
 	deliver_filter_init(&f);
+	deliver_gate_init(&g);
 	for (i = 0; i < n; i++) {
 		len = strlen(steps[i].in);
 		memcpy(out, steps[i].in, len);
@@ -607,7 +639,7 @@ static unsigned run_steps(const struct step *steps, size_t n)
 			continue;
 		}
 		if (steps[i].down)
-			got = (ssize_t) deliver_filter_down(&f, steps[i].in, len, out);
+			got = (ssize_t) deliver_gate_down(&g, &f, steps[i].in, len, out);
 		else {
 			armed = f.armed;
 			got = deliver_filter_up(&f, out, len);
