@@ -19,7 +19,7 @@
 #define DQ_BUSY	((size_t) -1)
 
 struct dq_item {
-	char qid[STORE_QID_SIZE];
+	char qid[STORE_QID_SIZE];	/* first: a QID string is an item's key (item_cmp) */
 	int64_t next;
 	size_t slot;			/* index in its heap, or DQ_BUSY */
 	int group;			/* its heap is heaps[group + 1] */
@@ -28,10 +28,10 @@ struct dq_item {
 	int64_t regroup_at;		/* then due at this time at the latest */
 };
 
-/* item_cmp - tsearch order: by QID */
+/* item_cmp - tsearch order: by QID, an item or a QID string (an item starts with its QID) */
 static int item_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct dq_item *) a)->qid, ((const struct dq_item *) b)->qid);
+	return strcmp(a, b);
 }
 
 /* item_before - heap order: next_attempt, then QID (older first) */
@@ -119,13 +119,8 @@ static void heap_remove(struct dq *q, struct dq_item *it)
 /* dq_find - the item for a QID, or NULL */
 static struct dq_item *dq_find(const struct dq *q, const char *qid)
 {
-	struct dq_item key;
-	void *const *found;
+	void *const *found = tfind(qid, &q->index, item_cmp);
 
-	if (strlen(qid) >= STORE_QID_SIZE)
-		return NULL;
-	strcpy(key.qid, qid);
-	found = tfind(&key, &q->index, item_cmp);
 	return found ? *(struct dq_item *const *) found : NULL;
 }
 
