@@ -126,10 +126,10 @@ void deliver_reload(struct deliver *d, const struct conf *nc)
 	 * routes in use stay until a restart: each takes the rates of its
 	 * namesake in nc, one nc no longer has keeps its own.
 	 */
-	deliver_rate_configure(d->rates[0], nc->upstream.rate, nc->upstream.recipient_rate);
+	deliver_rate_configure(d->rates[0], &nc->upstream);
 	for (i = 0; i < d->c->n_routes; i++)
 		if ((r = conf_route_named(nc, d->c->routes[i].name)) != NULL)
-			deliver_rate_configure(d->rates[i + 1], r->up.rate, r->up.recipient_rate);
+			deliver_rate_configure(d->rates[i + 1], &r->up);
 }
 
 /* deliver_retry_settings - a copy of the retry settings in force */
@@ -665,13 +665,9 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 	d->n_threads = t->one_thread ? 1 : (size_t) c->upstream.connections;
 	if (t->limited) {
 		d->rates = xcalloc(c->n_routes + 1, sizeof(*d->rates));
-		d->rates[0] = deliver_rate_new(NULL, c->upstream.connections, c->upstream.rate,
-					       c->upstream.recipient_rate);
+		d->rates[0] = deliver_rate_new(NULL, &c->upstream);
 		for (i = 0; i < c->n_routes; i++) {
-			d->rates[i + 1] = deliver_rate_new(c->routes[i].name,
-							   c->routes[i].up.connections,
-							   c->routes[i].up.rate,
-							   c->routes[i].up.recipient_rate);
+			d->rates[i + 1] = deliver_rate_new(c->routes[i].name, &c->routes[i].up);
 			/* a thread for each of its sessions: no group waits for another's */
 			d->n_threads += (size_t) c->routes[i].up.connections;
 		}

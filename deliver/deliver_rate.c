@@ -241,7 +241,7 @@ static void tick(struct deliver_rate *r, int64_t now)
 }
 
 /* deliver_rate_new - the configured limits */
-struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, int rcpt_rate)
+struct deliver_rate *deliver_rate_new(const char *route, const struct conf_upstream *up)
 {
 	struct deliver_rate *r = xcalloc(1, sizeof(*r));
 
@@ -251,8 +251,8 @@ struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, in
 	}
 	pthread_mutex_init(&r->lock, NULL);
 	r->nodes = 1;
-	r->fb.conc_max = conns;		/* limits() passes it on */
-	deliver_rate_configure(r, rate, rcpt_rate);	/* fb not throttled: all of them */
+	r->fb.conc_max = up->connections;	/* limits() passes it on */
+	deliver_rate_configure(r, up);	/* fb not throttled: all of them */
 	return r;
 }
 
@@ -273,11 +273,11 @@ static void limits(struct deliver_rate *r)
 }
 
 /* deliver_rate_configure - new rates */
-void deliver_rate_configure(struct deliver_rate *r, int rate, int rcpt_rate)
+void deliver_rate_configure(struct deliver_rate *r, const struct conf_upstream *up)
 {
 	pthread_mutex_lock(&r->lock);
-	r->rate = rate;
-	r->rcpt_rate = rcpt_rate;
+	r->rate = up->rate;
+	r->rcpt_rate = up->recipient_rate;
 	limits(r);
 	pthread_mutex_unlock(&r->lock);
 }

@@ -41,6 +41,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "../conf/conf.h"
+
 /* a token bucket of one token (GCRA) */
 struct deliver_bucket {
 	double rate;			/* tokens a second; 0: no limit */
@@ -110,14 +112,14 @@ struct deliver_rate {
 };
 
 /*
- * deliver_rate_new - the limits of an upstream group's connections, rate
+ * deliver_rate_new - the limits of an upstream group, up's connections, rate
  * and recipient_rate; route: its route's name, NULL for the default upstream
  */
-struct deliver_rate *deliver_rate_new(const char *route, int conns, int rate, int rcpt_rate);
+struct deliver_rate *deliver_rate_new(const char *route, const struct conf_upstream *up);
 void deliver_rate_free(struct deliver_rate *r);	/* NULL-safe */
 
-/* deliver_rate_configure - new rate and recipient_rate (SIGHUP); connections stay */
-void deliver_rate_configure(struct deliver_rate *r, int rate, int rcpt_rate);
+/* deliver_rate_configure - up's rate and recipient_rate (SIGHUP); connections stay */
+void deliver_rate_configure(struct deliver_rate *r, const struct conf_upstream *up);
 
 /* deliver_rate_nodes - n nodes alive share the limits */
 void deliver_rate_nodes(struct deliver_rate *r, int n);

@@ -317,7 +317,7 @@ static void test_reply(void **state)
  */
 static void test_admit(void **state)
 {
-	struct deliver_rate *r = deliver_rate_new(NULL, 2, 0, 0);
+	struct deliver_rate *r = deliver_rate_new(NULL, &(struct conf_upstream) { .connections = 2 });
 	int64_t now = clock_us(), when = 0, until;
 
 	(void) state;
