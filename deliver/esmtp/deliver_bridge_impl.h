@@ -24,8 +24,6 @@
 #include "deliver_gate.h"
 #include "deliver_watch.h"
 
-#define SMTP_REPLY_MAX	4096		/* one whole reply before TLS */
-
 struct deliver_bridge {
 	pthread_t thread;
 	int running;			/* thread started (at the attach), not joined */
@@ -51,7 +49,7 @@ struct deliver_bridge {
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
 	char tls[160];			/* tls_client_describe(); "" for plain */
-	char greeting[SMTP_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
+	char greeting[DELIVER_GATE_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
 	int stopping_fd;		/* readable when delivery stops (deadline_stop_fd()); -1 none */
 };

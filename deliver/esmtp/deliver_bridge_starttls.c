@@ -12,7 +12,8 @@
  *	must offer STARTTLS; STARTTLS, which must be answered 220 with nothing
  *	after it (anything else the server sent then was injected before TLS).
  *	Each failure is known with its reason and its RFC 3463 code before
- *	libesmtp starts.
+ *	libesmtp starts. The replies are read by a gate of their own
+ *	(deliver_gate.h), so they are held to the rules libesmtp's are.
  * DIAGNOSTICS
  *	None logged: failures are returned as text and a code for the
  *	caller's log line and deferral reason.
@@ -29,18 +30,28 @@
 #include "../../util/deadline.h"
 #include "deliver_bridge_impl.h"
 
-/* what was read before TLS and not yet used */
-struct plain_in {
-	char buf[SMTP_REPLY_MAX];
+/*
+ * the conversation before TLS, read as libesmtp's is: the filter counts
+ * the replies owed, the gate passes each whole, well-formed and owed
+ * (deliver_gate.h); one reply at a time, as one command is written at a
+ * time
+ */
+struct plain {
+	struct deliver_filter f;
+	struct deliver_gate g;
+	char reply[DELIVER_GATE_REPLY_MAX * 2];	/* the last reply the gate passed */
 	size_t len;
 };
 
-/* plain_send - a whole command before TLS, within the deadline */
-static int plain_send(int fd, const char *cmd, const struct timespec *deadline)
+/* plain_send - a whole command before TLS, within the deadline; the reply it is owed counted */
+static int plain_send(int fd, struct plain *in, const char *cmd, const struct timespec *deadline)
 {
+	char line[300];
 	size_t off = 0, len = strlen(cmd);
 	ssize_t n;
 
+	memcpy(line, cmd, len);
+	(void) deliver_filter_up(&in->f, line, len);	/* a command: passed as it is */
 	while (off < len) {
 		n = send(fd, cmd + off, len - off, MSG_NOSIGNAL);
 		if (n > 0)
@@ -54,69 +65,45 @@ static int plain_send(int fd, const char *cmd, const struct timespec *deadline)
 }
 
 /*
- * plain_reply - one whole reply before TLS, within the deadline: its code,
- * its last line (for messages) in last, whether a line announced STARTTLS,
- * and, if raw is set, its bytes appended there. -1: no reply (why set).
+ * plain_reply - the next whole reply before TLS, within the deadline, in
+ * in->reply: its code, its last line (for messages) in last, whether a
+ * line announced STARTTLS. -1: no reply (why set).
  */
-static int plain_reply(int fd, struct plain_in *in, const struct timespec *deadline,
-		       char *last, size_t lastlen, int *starttls,
-		       struct deliver_bridge *raw, char *why, size_t whylen)
+static int plain_reply(int fd, struct plain *in, const struct timespec *deadline,
+		       char *last, size_t lastlen, int *starttls, char *why, size_t whylen)
 {
-	int code = -1, c;
-	size_t n, text;
+	char buf[DELIVER_GATE_REPLY_MAX], *line, *nl, *end;
 	ssize_t got;
-	char *nl;
+	size_t text;
 
-	for (;;) {
-		if ((nl = memchr(in->buf, '\n', in->len)) == NULL) {
-			if (in->len == sizeof(in->buf)) {
-				snprintf(why, whylen, "reply line too long");
-				return -1;
-			}
-			got = recv(fd, in->buf + in->len, sizeof(in->buf) - in->len, 0);
-			if (got > 0) {
-				in->len += (size_t) got;
-			} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-				snprintf(why, whylen, "lost connection (%s)",
-					 got == 0 ? "closed by the server" : strerror(errno));
-				return -1;
-			} else if (!deadline_wait(fd, POLLIN, deadline)) {
-				snprintf(why, whylen, "timed out waiting for the server");
-				return -1;
-			}
-			continue;
-		}
-		n = (size_t) (nl + 1 - in->buf);
-		if (n < 4 || in->buf[0] < '2' || in->buf[0] > '5' || in->buf[1] < '0'
-		    || in->buf[1] > '9' || in->buf[2] < '0' || in->buf[2] > '9'
-		    || (in->buf[3] != ' ' && in->buf[3] != '-' && in->buf[3] != '\r'
-			&& in->buf[3] != '\n')) {
-			snprintf(why, whylen, "malformed reply \"%.*s\"",
-				 (int) (n > 80 ? 80 : n - 1), in->buf);
+	for (in->len = 0; in->len == 0;) {
+		if (in->g.gone) {
+			snprintf(why, whylen, "%s", in->g.why);
 			return -1;
 		}
-		c = (in->buf[0] - '0') * 100 + (in->buf[1] - '0') * 10 + (in->buf[2] - '0');
-		if (code >= 0 && c != code) {
-			snprintf(why, whylen, "malformed multi-line reply");
+		got = recv(fd, buf, sizeof(buf), 0);
+		if (got > 0) {
+			in->len = deliver_gate_down(&in->g, &in->f, buf, (size_t) got, in->reply);
+		} else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+			snprintf(why, whylen, "lost connection (%s)",
+				 got == 0 ? "closed by the server" : strerror(errno));
+			return -1;
+		} else if (!deadline_wait(fd, POLLIN, deadline)) {
+			snprintf(why, whylen, "timed out waiting for the server");
 			return -1;
 		}
-		code = c;
-		for (text = 4; text < n && (in->buf[text] == ' ' || in->buf[text] == '\t'); text++)
-			continue;
-		if (starttls && n - text >= 8 && strncasecmp(in->buf + text, "STARTTLS", 8) == 0
-		    && (n - text == 8 || in->buf[text + 8] <= ' '))
-			*starttls = 1;
-		if (raw && raw->greeting_len + n <= sizeof(raw->greeting)) {
-			memcpy(raw->greeting + raw->greeting_len, in->buf, n);
-			raw->greeting_len += n;
-		}
-		snprintf(last, lastlen, "%.*s", (int) (n - (n > 1 && in->buf[n - 2] == '\r' ? 2 : 1)),
-			 in->buf);
-		memmove(in->buf, in->buf + n, in->len - n);
-		in->len -= n;
-		if (last[3] != '-')
-			return code;		/* "250 text" or "250" alone: the last line */
 	}
+	end = in->reply + in->len;
+	for (line = in->reply; line < end; line = nl + 1) {
+		nl = memchr(line, '\n', (size_t) (end - line));
+		for (text = 4; line + text < nl && (line[text] == ' ' || line[text] == '\t'); text++)
+			continue;
+		if (starttls && nl - line - text >= 8 && strncasecmp(line + text, "STARTTLS", 8) == 0
+		    && (unsigned char) line[text + 8] <= ' ')
+			*starttls = 1;
+		snprintf(last, lastlen, "%.*s", (int) (nl - line - (nl[-1] == '\r')), line);
+	}
+	return (in->reply[0] - '0') * 100 + (in->reply[1] - '0') * 10 + (in->reply[2] - '0');
 }
 
 /*
@@ -127,24 +114,28 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 			    const struct timespec *deadline, char *why, size_t whylen,
 			    char dsn[DELIVER_DSN_SIZE])
 {
-	struct plain_in *in = xcalloc(1, sizeof(*in));
-	char cmd[300], last[SMTP_REPLY_MAX], err[200];
+	struct plain *in = xcalloc(1, sizeof(*in));
+	char cmd[300], last[DELIVER_GATE_REPLY_MAX], err[200];
 	int code = -1, offered = 0, rc = -1;
 
+	deliver_filter_init(&in->f);
+	deliver_gate_init(&in->g);
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.2");
-	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, b, err,
+	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, err,
 				sizeof(err))) < 0) {
 		snprintf(why, whylen, "no greeting: %s", err);
 		goto out;
 	}
+	memcpy(b->greeting, in->reply, in->len);	/* for libesmtp: the pump's start */
+	b->greeting_len = in->len;
 	if (code != 220) {
 		snprintf(dsn, DELIVER_DSN_SIZE, "4.4.1");	/* as a refused connection: try the next */
 		snprintf(why, whylen, "refused to talk to me: %.300s", last);
 		goto out;
 	}
 	snprintf(cmd, sizeof(cmd), "EHLO %.250s\r\n", helo);
-	if (plain_send(b->tfd, cmd, deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), &offered, NULL,
+	if (plain_send(b->tfd, in, cmd, deadline) < 0
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), &offered,
 				   err, sizeof(err))) < 0) {
 		snprintf(why, whylen, "EHLO: %s", code < 0 ? err : "lost connection");
 		goto out;
@@ -158,8 +149,8 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 		snprintf(why, whylen, "TLS is required, but was not offered");
 		goto out;
 	}
-	if (plain_send(b->tfd, "STARTTLS\r\n", deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, NULL,
+	if (plain_send(b->tfd, in, "STARTTLS\r\n", deadline) < 0
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL,
 				   err, sizeof(err))) < 0) {
 		snprintf(why, whylen, "STARTTLS: %s", code < 0 ? err : "lost connection");
 		goto out;
@@ -169,7 +160,7 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 		snprintf(why, whylen, "STARTTLS refused: %.300s", last);
 		goto out;
 	}
-	if (in->len > 0) {
+	if (in->g.gone || in->g.line_len > 0) {
 		/* only the handshake may follow: anything else was injected before TLS */
 		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.0");
 		snprintf(why, whylen, "the server sent data after its 220 to STARTTLS, before"
