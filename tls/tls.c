@@ -194,7 +194,6 @@ int tls_new(struct tls **out, const char *cert, const char *key, const char *gro
 	t->cert = cert;
 	t->key = key;
 	t->groups = groups;
-	t->tkt = xcalloc(TLS_TKT_SLOTS, sizeof(*t->tkt));
 	if (tls_reload(t, err, errlen) < 0) {	/* the first load */
 		tls_free(t);
 		return -1;
@@ -223,7 +222,6 @@ void tls_free(struct tls *t)
 	if (t == NULL)
 		return;
 	SSL_CTX_free(t->ctx);
-	free(t->tkt);
 	free(t);
 }
 

@@ -28,7 +28,7 @@ struct tls {
 	SSL_CTX *ctx;			/* owned reference; each SSL holds its own */
 	const char *cert, *key, *groups;	/* the configuration's (it outlives us); groups NULL: default */
 	char    fingerprint[TLS_FP_LEN];
-	struct tls_tkt *tkt;		/* owned: TLS_TKT_SLOTS */
+	struct tls_tkt tkt[TLS_TKT_SLOTS];	/* the client addresses' ticket counts */
 };
 
 struct tls_io {
