@@ -17,9 +17,18 @@
 
 static void test_nodes(void **state)
 {
+	static const struct {
+		const char *what, *name;	/* a node opened and closed, in turn */
+		int slot;
+	} nodes[] = {
+		{ "second node's slot", "node-b", 1 },
+		{ "third node's slot", "node-c", 2 },
+		{ "a name keeps its slot", "node-b", 1 },
+	};
 	struct fx *f = *state;
 	struct store *b, *again = NULL;
 	char err[512] = "";
+	size_t n;
 	int i;
 
 	CHECK_INT("shared", store_caps(f->st), STORE_CAP_SHARED);
@@ -28,15 +37,11 @@ static void test_nodes(void **state)
 						   sizeof(err)), STORE_EINVAL);
 	if (again != NULL || strstr(err, "node " TEST_NODE " is running already") == NULL)
 		fail_msg("second node of one name: got \"%s\", want it refused as running", err);
-	b = node_open(f, "node-b");
-	CHECK_INT("second node's slot", store_node_id(b), 1);
-	store_close(b);
-	b = node_open(f, "node-c");
-	CHECK_INT("third node's slot", store_node_id(b), 2);
-	store_close(b);
-	b = node_open(f, "node-b");
-	CHECK_INT("a name keeps its slot", store_node_id(b), 1);
-	store_close(b);
+	for (n = 0; n < sizeof(nodes) / sizeof(nodes[0]); n++) {
+		b = node_open(f, nodes[n].name);
+		CHECK_INT(nodes[n].what, store_node_id(b), nodes[n].slot);
+		store_close(b);
+	}
 	fx_reopen(f, TEST_MAP);
 	CHECK_INT("after a restart", store_node_id(f->st), 0);
 	/* a restart at once finds the slot's lock given up, every time */
@@ -682,8 +687,6 @@ static void test_server_keepalive(void **state)
 	store_pg_give((struct pg_store *) f->st, c);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -702,9 +705,5 @@ int main(void)
 		T(test_server_keepalive),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg", tests, NULL, NULL);
+	return PG_RUN("store_pg", tests);
 }

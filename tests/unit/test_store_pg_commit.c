@@ -729,8 +729,6 @@ static void test_commit_hold_stopped(void **state)
 	CHECK_INT("its message dropped, never delivered", msg_count(f, "HOLDSTOP0001"), 0);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -747,9 +745,5 @@ int main(void)
 		T(test_commit_hold_stopped),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_commit: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_commit", tests, NULL, NULL);
+	return PG_RUN("store_pg_commit", tests);
 }

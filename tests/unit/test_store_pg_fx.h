@@ -235,7 +235,7 @@ static inline void back(struct pg_store *st)
  * hook: the commit hook that cuts (cut_off: once the commit is visible).
  */
 static inline void kept_batch(struct fx *f, const char *qid, int hash, int keyed,
-		       uint8_t h[STORE_HASH_LEN], void (*hook) (PGconn *c))
+			      uint8_t h[STORE_HASH_LEN], void (*hook) (PGconn *c))
 {
 	struct store_txn *t;
 	struct store_claim c;
@@ -352,7 +352,7 @@ static inline void *held_main(void *arg)
 
 /* held_start - call on st (m) begun in a thread; fails if it is not seen waiting as query says */
 static inline void held_start(struct held *h, int (*call)(struct held *h), struct store *st,
-		       struct store_msg *m, const char *query)
+			      struct store_msg *m, const char *query)
 {
 	h->call = call;
 	h->st = st;
@@ -395,5 +395,19 @@ static inline void gate_open(PGconn *g)
 /* a session of the database waits for a row another holds (not for the gate) */
 #define ROW_WAIT(what) "SELECT count(*) FROM pg_stat_activity WHERE datname = " \
 	"current_database() AND wait_event = 'transactionid' AND query LIKE '" what "%'"
+
+/* T - a test on a store of its own (test_store_fx.h) */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+/* PG_RUN - main()'s end: the tests of group name run, or skipped without a server */
+#define PG_RUN(name, tests) \
+	(fx_pg() == NULL ? pg_skipped(name) : cmocka_run_group_tests_name(name, tests, NULL, NULL))
+
+/* pg_skipped - say that test_<name> did not run: IDEMRELAY_PG_URL is not set */
+static inline int pg_skipped(const char *name)
+{
+	printf("test_%s: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n", name);
+	return 0;
+}
 
 #endif

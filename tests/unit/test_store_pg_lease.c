@@ -586,8 +586,6 @@ static void test_renew_reads_lost(void **state)
 			 "at most 50", decoded);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,9 +605,5 @@ int main(void)
 		T(test_renew_reads_lost),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_lease: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_lease", tests, NULL, NULL);
+	return PG_RUN("store_pg_lease", tests);
 }

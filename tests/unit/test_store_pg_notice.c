@@ -90,6 +90,9 @@ static void notice_once(struct fx *f, struct store_msg *m, const char *notice, i
 	CHECK_INT("nothing voided", void_count(f), 0);
 }
 
+/* the test's lock that commit_held()'s trigger waits for */
+#define HELD_LOCK	"4243"
+
 /*
  * the test's lock, released by a thread once the store waits for the
  * bounce's outcome; or, with stop, kept, and the delivery stopped then
@@ -97,7 +100,6 @@ static void notice_once(struct fx *f, struct store_msg *m, const char *notice, i
 struct release {
 	PGconn *c;			/* owned: the test's connection, which holds the lock */
 	FILE *log;			/* not owned: where the log goes meanwhile (log_capture) */
-	int lock;
 	int stop;			/* -1, or the committing thread's stop (deadline_stop_on()) */
 };
 
@@ -108,7 +110,6 @@ struct release {
 static void *release_run(void *arg)
 {
 	struct release *r = arg;
-	char q[64];
 	PGresult *res;
 
 	(void) logged_within(r->log, "has no outcome yet");
@@ -116,8 +117,7 @@ static void *release_run(void *arg)
 		(void) !eventfd_write(r->stop, 1);	/* as deliver_stop() */
 		return NULL;
 	}
-	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", r->lock);
-	res = PQexec(r->c, q);
+	res = PQexec(r->c, "SELECT pg_advisory_unlock(" HELD_LOCK ")");
 	PQclear(res);
 	return NULL;
 }
@@ -198,21 +198,19 @@ static void marked_load(struct fx *f, const char *qid, int hash, struct store_ms
  * come at the stop, well before the cap); then the delivery goes on
  * (bounce_ended)
  */
-static void notice_decided(struct fx *f, const char *qid, const char *notice, int later,
-			   int lock, int keep)
+static void notice_decided(struct fx *f, const char *qid, const char *notice, int later, int keep)
 {
-	struct release rel = { PQconnectdb(f->url), NULL, lock, -1 };
+	struct release rel = { PQconnectdb(f->url), NULL, -1 };
 	struct store_msg m;
 	PGresult *r;
 	pthread_t th;
 	char q[512], text[8192];
-	int hash = 90 + lock % 8, rc, fd;
+	int hash = 93, rc, fd;
 	long long leased = 0;
 	int64_t began;
 
 	marked_load(f, qid, hash, &m);
-	snprintf(q, sizeof(q), "SELECT pg_advisory_lock(%d)", lock);
-	r = PQexec(rel.c, q);
+	r = PQexec(rel.c, "SELECT pg_advisory_lock(" HELD_LOCK ")");
 	CHECK_INT("the test holds the lock", PQresultStatus(r), PGRES_TUPLES_OK);
 	PQclear(r);
 	fd = log_capture(&rel.log);
@@ -229,8 +227,7 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 		snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT count(*) FROM messages "
 			 "WHERE qid = '%s' AND lease_until > %s", f->schema, qid, PG_DB_NOW);
 		leased = sql_int(f->url, q);
-		snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", lock);
-		PQclear(PQexec(rel.c, q));
+		PQclear(PQexec(rel.c, "SELECT pg_advisory_unlock(" HELD_LOCK ")"));
 	}
 	if (keep != 1)
 		pthread_join(th, NULL);
@@ -255,7 +252,7 @@ static void notice_decided(struct fx *f, const char *qid, const char *notice, in
 }
 
 /*
- * commit_held - the trigger that holds a bounce's COMMIT on lock 4243,
+ * commit_held - the trigger that holds a bounce's COMMIT on HELD_LOCK,
  * then passes or fails (1); or polls it (2), its client not checked: a
  * COMMIT that runs, where PostgreSQL itself ends one of a cut connection
  * within a second (client_connection_check_interval, store_pg.c)
@@ -269,11 +266,34 @@ static void commit_held(struct fx *f, int fails)
 		 "END IF; RETURN NULL; END $$; "
 		 "DROP TRIGGER IF EXISTS commit_held ON messages; CREATE CONSTRAINT TRIGGER "
 		 "commit_held AFTER INSERT ON messages DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-		 "EXECUTE FUNCTION commit_held()", fails == 2 ? "PERFORM set_config('client_connection_check_interval', "
-		 "'0', true); WHILE NOT pg_try_advisory_xact_lock(4243) LOOP PERFORM pg_sleep(0.05); "
-		 "END LOOP;" : "PERFORM pg_advisory_xact_lock(4243);",
+		 "EXECUTE FUNCTION commit_held()", fails == 2 ? "PERFORM set_config("
+		 "'client_connection_check_interval', '0', true); WHILE NOT pg_try_advisory_xact_lock("
+		 HELD_LOCK ") LOOP PERFORM pg_sleep(0.05); END LOOP;"
+		 : "PERFORM pg_advisory_xact_lock(" HELD_LOCK ");",
 		 fails == 1 ? "RAISE EXCEPTION 'the COMMIT fails';" : "");
 	sql(f, "%s", q);
+}
+
+/* a bounce decided (notice_decided) under a COMMIT held (commit_held): a test's row */
+struct decided {
+	const char *qid, *notice;
+	int later;			/* recipient 1 deferred to later (its lease given up) */
+	int held;			/* commit_held()'s: the COMMIT passes, fails, is polled */
+	int keep;			/* notice_decided()'s: the lock released, kept, stopped */
+	int64_t lease_us;		/* the spool's lease and the cap; 0: TEST_LEASE */
+};
+
+/* decided_rows - each of n bounces decided in turn, as its row says */
+static void decided_rows(struct fx *f, const struct decided *rows, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		commit_held(f, rows[i].held);
+		((struct pg_store *) f->st)->lease_us = rows[i].lease_us ? rows[i].lease_us : TEST_LEASE;
+		notice_decided(f, rows[i].qid, rows[i].notice, rows[i].later, rows[i].keep);
+		((struct pg_store *) f->st)->lease_us = TEST_LEASE;
+	}
 }
 
 /*
@@ -290,12 +310,12 @@ static void commit_held(struct fx *f, int fails)
  */
 static void test_notice_commit_waits(void **state)
 {
-	struct fx *f = *state;
+	static const struct decided rows[] = {
+		{ "NOTICEWAIT01", "NOTICEWAIT91", 0, 0, 0, 0 },
+		{ "NOTICEWAIT02", "NOTICEWAIT92", 1, 0, 0, 0 },
+	};
 
-	commit_held(f, 0);
-	notice_decided(f, "NOTICEWAIT01", "NOTICEWAIT91", 0, 4243, 0);
-	commit_held(f, 0);
-	notice_decided(f, "NOTICEWAIT02", "NOTICEWAIT92", 1, 4243, 0);
+	decided_rows(*state, rows, 2);
 }
 
 /*
@@ -306,11 +326,10 @@ static void test_notice_commit_waits(void **state)
  */
 static void test_notice_first_commit_waits(void **state)
 {
-	struct fx *f = *state;
+	static const struct decided row = { "NOTICEFRST01", "NOTICEFRST91", 0, 0, 0, 0 };
 
 	notice_first = 1;
-	commit_held(f, 0);
-	notice_decided(f, "NOTICEFRST01", "NOTICEFRST91", 0, 4243, 0);
+	decided_rows(*state, &row, 1);
 	notice_first = 0;
 }
 
@@ -330,14 +349,12 @@ static void test_notice_first_commit_waits(void **state)
  */
 static void test_notice_commit_aborts(void **state)
 {
-	struct fx *f = *state;
+	static const struct decided rows[] = {
+		{ "NOTICEFAIL01", "NOTICEFAIL91", 0, 1, 0, 0 },
+		{ "NOTICEFAIL02", "NOTICEFAIL92", 0, 2, 1, 8 * SEC },
+	};
 
-	commit_held(f, 1);
-	notice_decided(f, "NOTICEFAIL01", "NOTICEFAIL91", 0, 4243, 0);
-	commit_held(f, 2);
-	((struct pg_store *) f->st)->lease_us = 8 * SEC;	/* the spool's lease, and the cap */
-	notice_decided(f, "NOTICEFAIL02", "NOTICEFAIL92", 0, 4243, 1);
-	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
+	decided_rows(*state, rows, 2);
 }
 
 /*
@@ -357,23 +374,17 @@ struct taken {
 static void *taken_run(void *arg)
 {
 	struct taken *x = arg;
-	int64_t deadline = clock_mono_us() + 10 * SEC;
-	char text[8192], q[512];
+	char q[512];
 	PGconn *t2 = PQconnectdb(x->f->url);
 	PGresult *res;
-	ssize_t n;
 
-	while ((n = pread(fileno(x->rel.log), text, sizeof(text) - 1, 0)) >= 0
-	       && (text[n] = 0, strstr(text, "has no outcome yet") == NULL)
-	       && clock_mono_us() < deadline)
-		usleep(10000);
+	(void) logged_within(x->rel.log, "has no outcome yet");
 	/* another node's statement that locks the bounced row (a renewal, an operator's change) */
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; BEGIN; SELECT 1 FROM messages "
 		 "WHERE qid = '%s' FOR UPDATE", x->f->schema, x->qid);
 	PQsendQuery(t2, q);
 	usleep(300000);			/* it queues behind the bounce's transaction */
-	snprintf(q, sizeof(q), "SELECT pg_advisory_unlock(%d)", x->rel.lock);
-	PQclear(PQexec(x->rel.c, q));
+	PQclear(PQexec(x->rel.c, "SELECT pg_advisory_unlock(" HELD_LOCK ")"));
 	while ((res = PQgetResult(t2)) != NULL) {
 		if (PQresultStatus(res) == PGRES_FATAL_ERROR)
 			snprintf(x->err, sizeof(x->err), "%s", PQerrorMessage(t2));
@@ -403,7 +414,7 @@ static void *taken_run(void *arg)
 static void test_notice_commit_taken(void **state)
 {
 	struct fx *f = *state;
-	struct taken x = { { PQconnectdb(f->url), NULL, 4243, -1 }, f, "TAKENBOUNCE1", "TAKENNOTICE1", "" };
+	struct taken x = { { PQconnectdb(f->url), NULL, -1 }, f, "TAKENBOUNCE1", "TAKENNOTICE1", "" };
 	struct store_story s;
 	struct store_msg m;
 	char text[8192], q[512];
@@ -412,7 +423,7 @@ static void test_notice_commit_taken(void **state)
 
 	commit_held(f, 2);
 	marked_load(f, x.qid, hash, &m);
-	PQclear(PQexec(x.rel.c, "SELECT pg_advisory_lock(4243)"));
+	PQclear(PQexec(x.rel.c, "SELECT pg_advisory_lock(" HELD_LOCK ")"));
 	fd = log_capture(&x.rel.log);
 	assert_int_equal(pthread_create(&th, NULL, taken_run, &x), 0);
 	rc = notice_bounce(f, &m, x.notice, 0, NULL);
@@ -598,12 +609,9 @@ static void test_notice_commit_aborted_capped(void **state)
  */
 static void test_notice_commit_stopped(void **state)
 {
-	struct fx *f = *state;
+	static const struct decided row = { "NOTICESTOP01", "NOTICESTOP91", 0, 2, 2, 120 * SEC };
 
-	commit_held(f, 2);
-	((struct pg_store *) f->st)->lease_us = 120 * SEC;	/* the spool's lease, and the cap */
-	notice_decided(f, "NOTICESTOP01", "NOTICESTOP91", 0, 4243, 2);
-	((struct pg_store *) f->st)->lease_us = TEST_LEASE;
+	decided_rows(*state, &row, 1);
 }
 
 /* a bounce's pipeline cut after its UPDATE: the test's lock on the row, the node's socket */
@@ -738,8 +746,6 @@ static void test_notice_commit_partial_short(void **state)
 	partial_cut(*state, "NOTICEPART02", "NOTICEPART92", 2 * SEC);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -755,9 +761,5 @@ int main(void)
 		T(test_notice_commit_partial_short),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_notice: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_notice", tests, NULL, NULL);
+	return PG_RUN("store_pg_notice", tests);
 }

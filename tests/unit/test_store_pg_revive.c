@@ -130,41 +130,62 @@ static void test_revive_not_its_mark(void **state)
 	store_close(b);
 }
 
+/* since_sent - B delivered it, clearing A's mark without taking it for ambiguous */
+static void since_sent(struct store *b, const char *qid)
+{
+	CHECK_INT("B sends it", sent(b, qid), 0);
+}
+
+/* since_dropped - the operator dropped it once A's lease had run out */
+static void since_dropped(struct store *b, const char *qid)
+{
+	CHECK_INT("drop", store_msg_drop(b, qid), 0);
+}
+
+/* since_forgotten - B's verdict, then the operator forgot its key (its sender may send again) */
+static void since_forgotten(struct store *b, const char *qid)
+{
+	struct store_forget fg;
+
+	verdict(b, qid);
+	CHECK_INT("forget", store_key_forget(b, KH, NULL, clock_us(), &fg), 0);
+	store_forget_free(&fg);
+}
+
 /* delivered, dropped, its key forgotten since: the revive is refused, nothing changed */
 static void test_revive_refused(void **state)
 {
+	static const struct {
+		const char *qid, *what;
+		int hash;
+		void (*since) (struct store *b, const char *qid);
+		const char *still;	/* what the revive left as it was, read after it */
+		long long want;
+	} rows[] = {
+		{ "REVIVE000003", "delivered since", 3, since_sent,
+		  "SELECT state FROM rcpts WHERE qid = 'REVIVE000003'", STORE_RCPT_SENT },
+		{ "REVIVE000004", "dropped since", 4, since_dropped,
+		  "SELECT count(*) FROM messages WHERE qid = 'REVIVE000004' AND queued", 0 },
+		{ "REVIVE000005", "forgotten since", 5, since_forgotten,
+		  "SELECT count(*) FROM messages WHERE qid = 'REVIVE000005' AND queued", 0 },
+	};
 	struct fx *f = *state;
 	struct store *b = node_open(f, "node-b");
-	struct store_forget fg;
-	struct store_msg a, d, k;
+	struct store_msg a;
+	char what[64];
+	size_t i;
 
-	/* B delivered it, clearing A's mark without taking it for ambiguous */
-	marked_and_lost(f, b, "REVIVE000003", 3, &a);
-	CHECK_INT("B sends it", sent(b, "REVIVE000003"), 0);
-	deferral(&a);
-	CHECK_INT("delivered since", store_msg_revive(f->st, &a), STORE_ENOTFOUND);
-	CHECK_INT("still delivered", sql_int(f->url, "SELECT state FROM rcpts WHERE "
-					     "qid = 'REVIVE000003'"), STORE_RCPT_SENT);
-
-	/* the operator dropped it once A's lease had run out */
-	marked_and_lost(f, b, "REVIVE000004", 4, &d);
-	CHECK_INT("drop", store_msg_drop(b, "REVIVE000004"), 0);
-	deferral(&d);
-	CHECK_INT("dropped since", store_msg_revive(f->st, &d), STORE_ENOTFOUND);
-
-	/* B's verdict, then the operator forgot its key (its application may send it again) */
-	marked_and_lost(f, b, "REVIVE000005", 5, &k);
-	verdict(b, "REVIVE000005");
-	CHECK_INT("forget", store_key_forget(b, KH, NULL, clock_us(), &fg), 0);
-	store_forget_free(&fg);
-	deferral(&k);
-	CHECK_INT("forgotten since", store_msg_revive(f->st, &k), STORE_ENOTFOUND);
-
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		marked_and_lost(f, b, rows[i].qid, rows[i].hash, &a);
+		rows[i].since(b, rows[i].qid);
+		deferral(&a);
+		CHECK_INT(rows[i].what, store_msg_revive(f->st, &a), STORE_ENOTFOUND);
+		snprintf(what, sizeof(what), "%s: as it was", rows[i].qid);
+		CHECK_INT(what, sql_int(f->url, rows[i].still), rows[i].want);
+		store_msg_free(&a);
+	}
 	CHECK_INT("none queued again", sql_int(f->url, "SELECT count(*) FROM messages WHERE queued"),
 		  0);
-	store_msg_free(&a);
-	store_msg_free(&d);
-	store_msg_free(&k);
 	store_close(b);
 }
 
@@ -295,8 +316,6 @@ static void test_revive_lock_waits_bounded(void **state)
 	store_close(b);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -308,9 +327,5 @@ int main(void)
 		T(test_revive_lock_waits_bounded),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_revive: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_revive", tests, NULL, NULL);
+	return PG_RUN("store_pg_revive", tests);
 }

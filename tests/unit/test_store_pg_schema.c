@@ -350,14 +350,17 @@ static void *migrator_run(void *arg)
 	return NULL;
 }
 
-/* lock_waits - whether a lock on the messages of schema s is waited for, within 30 s */
-static int lock_waits(const char *s)
+/*
+ * messages_locked - whether a lock on the messages of schema s, one that
+ * cond says (of pg_locks), is seen within 30 s
+ */
+static int messages_locked(const char *s, const char *cond)
 {
 	char q[256];
 	int i;
 
-	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
-		 "'\"%s\".messages'::regclass", s);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE %s AND relation = "
+		 "'\"%s\".messages'::regclass", cond, s);
 	for (i = 0; i < 3000; i++) {
 		if (sql_int(fx_pg(), q) > 0)
 			return 1;
@@ -451,7 +454,7 @@ static void test_schema_11_reads_go_on(void **state)
 	PQclear(r);
 	sem_init(&g->done, 0, 0);
 	assert_int_equal(pthread_create(&th, NULL, migrator_run, g), 0);
-	waited = lock_waits(old);
+	waited = messages_locked(old, "NOT granted");	/* a lock waited for */
 
 	rd = PQconnectdb(g->url);		/* a node of version 10 reading */
 	r = PQexec(rd, "SET lock_timeout = '500ms'; "
@@ -471,22 +474,6 @@ static void test_schema_11_reads_go_on(void **state)
 	migrated_11(g, th, old);
 }
 
-/* migration_locks - whether a session other than pid locks the messages of schema s, within 30 s */
-static int migration_locks(const char *s, int pid)
-{
-	char q[256];
-	int i;
-
-	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_locks WHERE pid <> %d AND relation = "
-		 "'\"%s\".messages'::regclass", pid, s);
-	for (i = 0; i < 3000; i++) {
-		if (sql_int(fx_pg(), q) > 0)
-			return 1;
-		usleep(10000);
-	}
-	return 0;
-}
-
 /*
  * test_schema_11_no_deadlock - migration 10 -> 11 beside a transaction
  * of a node of version 10 that read messages (session R: ACCESS SHARE)
@@ -502,7 +489,7 @@ static void test_schema_11_no_deadlock(void **state)
 {
 	struct fx *f = *state;
 	struct migrator *g = calloc(1, sizeof(*g));
-	char old[96], rerr[256] = "";
+	char old[96], rerr[256] = "", cond[32];
 	PGconn *rd;
 	PGresult *r;
 	pthread_t th;
@@ -519,7 +506,8 @@ static void test_schema_11_no_deadlock(void **state)
 	PQclear(r);
 	sem_init(&g->done, 0, 0);
 	assert_int_equal(pthread_create(&th, NULL, migrator_run, g), 0);
-	locked = migration_locks(old, PQbackendPID(rd));
+	snprintf(cond, sizeof(cond), "pid <> %d", PQbackendPID(rd));	/* the migration's */
+	locked = messages_locked(old, cond);
 	r = PQexec(rd, "UPDATE messages SET attempts = 2 WHERE qid = 'MIGRATE00001'");
 	write_ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	snprintf(rerr, sizeof(rerr), "%s", PQerrorMessage(rd));
@@ -625,8 +613,6 @@ static void test_schema_11_drop_bounded(void **state)
 	fx_pg_sql(q);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -640,9 +626,5 @@ int main(void)
 		T(test_schema_11_drop_bounded),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_schema: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_schema", tests, NULL, NULL);
+	return PG_RUN("store_pg_schema", tests);
 }

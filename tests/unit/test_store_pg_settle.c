@@ -2,13 +2,13 @@
  * test_store_pg_settle - a batch kept as answered 451 settled
  * (store/pg/store_pg_pend.c): a settling whose void stalls never hangs
  * the node; a take waits for another caller's settle holding no
- * connection, and locks the pool's mutex once when nothing is kept; a batch kept during a take settled
- * before the caller has its connection; one whose id reads as aborted
- * voided; settled at a clean stop; a void skips a key another batch
- * holds, and spares a message another node took, also when that take
- * commits while the void deletes, and when it began before the void
- * committed; a void's settle waits for a take in flight. Skipped without
- * IDEMRELAY_PG_URL.
+ * connection, and locks the pool's mutex once when nothing is kept; a
+ * batch kept during a take settled before the caller has its
+ * connection; one whose id reads as aborted voided; settled at a clean
+ * stop; a void skips a key another batch holds, and spares a message
+ * another node took, also when that take commits while the void
+ * deletes, and when it began before the void committed; a void's settle
+ * waits for a take in flight. Skipped without IDEMRELAY_PG_URL.
  */
 #include "test_store_pg_fx.h"
 
@@ -612,8 +612,6 @@ static void test_void_beats_older_take(void **state)
 	store_close(other);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -631,9 +629,5 @@ int main(void)
 		T(test_void_beats_older_take),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_settle: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_settle", tests, NULL, NULL);
+	return PG_RUN("store_pg_settle", tests);
 }

@@ -132,6 +132,56 @@ static void test_commit_unreachable(void **state)
 }
 
 /*
+ * replay_on - a retry of the kept batch's key (claim hash h) on node st,
+ * a duplicate answered with its QID: the claim found, its replay
+ * committed (hook: the commit hook meanwhile); the commit's rc
+ */
+static int replay_on(struct store *st, const uint8_t h[STORE_HASH_LEN], void (*hook) (PGconn *c))
+{
+	struct store_txn *t;
+	struct store_claim c;
+	int rc;
+
+	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
+	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	CHECK_STR("its QID", c.qid, hook_qid);
+	store_txn_replay(t, KH, h);
+	commit_hook = hook;
+	rc = store_txn_commit(t);
+	commit_hook = NULL;
+	return rc;
+}
+
+/*
+ * settled_back - the node back, its kept batch (hook_qid, claim hash)
+ * settled by its next take, then its voids by the one after: the message
+ * kept to be delivered, its claim replaying it (kept), or voided and
+ * dropped, its key new or (key_qid) another QID's
+ */
+static void settled_back(struct fx *f, int hash, int kept, const char *key_qid)
+{
+	struct store_claim c;
+	char what[96];
+
+	back((struct pg_store *) f->st);
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
+	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
+	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
+	snprintf(what, sizeof(what), "%s: %s", hook_qid,
+		 kept ? "its message kept, to be delivered" : "voided and dropped");
+	CHECK_INT(what, qid_rows(f, "messages", hook_qid), kept);
+	snprintf(what, sizeof(what), "%s: its claim %s", hook_qid, kept ? "kept" : "gone");
+	CHECK_INT(what, qid_rows(f, "claims", hook_qid), kept);
+	CHECK_INT("no void left", void_count(f), 0);
+	snprintf(what, sizeof(what), "%s: the key %s", hook_qid,
+		 kept ? "replays it" : key_qid ? "another QID's" : "is new");
+	CHECK_INT(what, claim_found(f->st, hash, NOW, &c), kept || key_qid);
+	if (kept || key_qid)
+		CHECK_STR("under its QID", c.qid, kept ? hook_qid : key_qid);
+}
+
+/*
  * A batch answered 451 and kept (its commit's outcome could not be read)
  * whose claim another node replayed before this one settled: that node
  * answered a retry of the key 250 with its QID, so the settling leaves
@@ -140,8 +190,6 @@ static void test_commit_unreachable(void **state)
 static void test_commit_unreachable_replayed(void **state)
 {
 	struct fx *f = *state;
-	struct store_txn *t;
-	struct store_claim c;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
 
@@ -150,23 +198,9 @@ static void test_commit_unreachable_replayed(void **state)
 
 	/* a retry of the key, on another node, before this one settles: its 250 replays the QID */
 	other = node_open(f, "other");
-	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
-	CHECK_STR("its QID", c.qid, "AWAYREPLAY01");
-	store_txn_replay(t, KH, h);	/* a duplicate: answered with it */
-	CHECK_INT("the replay committed", store_txn_commit(t), 0);
+	CHECK_INT("the replay committed", replay_on(other, h, NULL), 0);
 	store_close(other);
-
-	back((struct pg_store *) f->st);
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY01"), 1);
-	CHECK_INT("its claim kept", qid_rows(f, "claims", "AWAYREPLAY01"), 1);
-	CHECK_INT("not void", void_count(f), 0);
-	CHECK_INT("the key replays it", claim_found(f->st, 71, NOW, &c), 1);
-	CHECK_STR("under its QID", c.qid, "AWAYREPLAY01");
+	settled_back(f, 71, 1, NULL);
 }
 
 /* lost_after_mark - the commit hook: once hook_qid is marked replayed, the answer lost */
@@ -191,27 +225,15 @@ static void lost_after_mark(PGconn *c)
 static void test_commit_unreachable_replay_lost(void **state)
 {
 	struct fx *f = *state;
-	struct store_txn *t;
-	struct store_claim c;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
 
 	kept_batch(f, "AWAYREPLAY02", 75, 1, h, cut_off);
 	other = node_open(f, "other");
-	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
-	store_txn_replay(t, KH, h);
-	commit_hook = lost_after_mark;
-	CHECK_INT("the replay's answer lost, its mark read back: 250", store_txn_commit(t), 0);
-	commit_hook = NULL;
+	CHECK_INT("the replay's answer lost, its mark read back: 250",
+		  replay_on(other, h, lost_after_mark), 0);
 	store_close(other);
-
-	back((struct pg_store *) f->st);
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY02"), 1);
-	CHECK_INT("the key replays it", claim_found(f->st, 75, NOW, &c), 1);
-	CHECK_STR("under its QID", c.qid, "AWAYREPLAY02");
+	settled_back(f, 75, 1, NULL);
 }
 
 /*
@@ -224,13 +246,13 @@ static void test_commit_unreachable_replay_lost(void **state)
 static void test_commit_unreachable_not_replayed(void **state)
 {
 	static const char *const qids[] = { "AWAYNOREP001", "AWAYNOREP002" };
+	static const char *const new_qids[] = { NULL, "AWAYNEWQID01" };
 	struct fx *f = *state;
 	struct store_txn *t;
 	struct store_claim c;
 	struct store_msg m;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
-	char what[96];
 	int v;
 
 	for (v = 0; v < 2; v++) {
@@ -243,8 +265,8 @@ static void test_commit_unreachable_not_replayed(void **state)
 						 &t), 0);
 		CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
 		CHECK_STR("its QID", c.qid, hook_qid);
-		if (v == 1) {
-			msg_new(&m, "AWAYNEWQID01", 1, 100);
+		if (new_qids[v] != NULL) {
+			msg_new(&m, new_qids[v], 1, 100);
 			m.has_key = 1;
 			memcpy(m.keyhash, KH, STORE_HASH_LEN);
 			store_txn_msg_put(t, &m);
@@ -254,19 +276,7 @@ static void test_commit_unreachable_not_replayed(void **state)
 		}
 		CHECK_INT("the other node committed", store_txn_commit(t), 0);
 		store_close(other);
-
-		back((struct pg_store *) f->st);
-		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-		CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
-		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-		snprintf(what, sizeof(what), "%s: voided and dropped", hook_qid);
-		CHECK_INT(what, qid_rows(f, "messages", hook_qid), 0);
-		CHECK_INT("settled", void_count(f), 0);
-		snprintf(what, sizeof(what), "%s: the key no longer replays it", hook_qid);
-		CHECK_INT(what, claim_found(f->st, 72 + v, NOW, &c), v);
-		if (v == 1)
-			CHECK_STR("the new QID's", c.qid, "AWAYNEWQID01");
+		settled_back(f, 72 + v, 0, new_qids[v]);
 	}
 }
 
@@ -288,8 +298,6 @@ static void test_commit_unreachable_taken(void **state)
 {
 	static const char *const qids[] = { "AWAYTAKEN001", "AWAYTAKEN002" };
 	struct fx *f = *state;
-	struct store_txn *t;
-	struct store_claim c;
 	struct store_msg m;
 	struct store *other;
 	uint8_t h[STORE_HASH_LEN];
@@ -312,26 +320,9 @@ static void test_commit_unreachable_taken(void **state)
 		}
 		CHECK_INT(v ? "deferred" : "sent", store_msg_update(other, &m), 0);
 		store_msg_free(&m);
-		if (v == 1) {	/* a retry of the key, answered 250 with its QID */
-			assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH,
-							 1, &t), 0);
-			CHECK_INT("the other node finds the claim",
-				  store_txn_claim_get(t, KH, h, NOW, &c), 0);
-			store_txn_replay(t, KH, h);
-			CHECK_INT("the replay committed", store_txn_commit(t), 0);
-		}
-
-		back((struct pg_store *) f->st);
-		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-		CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-		((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
-		CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-		snprintf(what, sizeof(what), "%s: its message kept", hook_qid);
-		CHECK_INT(what, qid_rows(f, "messages", hook_qid), 1);
-		CHECK_INT("not void", void_count(f), 0);
-		snprintf(what, sizeof(what), "%s: the key replays it", hook_qid);
-		CHECK_INT(what, claim_found(f->st, 91 + v, NOW, &c), 1);
-		CHECK_STR("under its QID", c.qid, hook_qid);
+		if (v == 1)	/* a retry of the key, answered 250 with its QID */
+			CHECK_INT("the replay committed", replay_on(other, h, NULL), 0);
+		settled_back(f, 91 + v, 1, NULL);
 		if (v == 1) {
 			CHECK_INT("due: one node takes it", taken(f->st, later), 1);
 			CHECK_INT("once", taken(other, later), 0);
@@ -471,8 +462,6 @@ static void cut_at_gate(PGconn *c)
 static void test_replay_commit_running(void **state)
 {
 	struct fx *f = *state;
-	struct store_txn *t;
-	struct store_claim c;
 	struct store *other;
 	struct gate g = { PQconnectdb(f->url), 0 };
 	uint8_t h[STORE_HASH_LEN];
@@ -490,27 +479,14 @@ static void test_replay_commit_running(void **state)
 	PQclear(r);
 
 	other = node_open(f, "other");
-	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
-	store_txn_replay(t, KH, h);
 	assert_int_equal(pthread_create(&th, NULL, gate_run, &g), 0);
-	commit_hook = cut_at_gate;
-	rc = store_txn_commit(t);
-	commit_hook = NULL;
+	rc = replay_on(other, h, cut_at_gate);
 	pthread_join(th, NULL);
 	PQfinish(g.c);
 	store_close(other);
 	CHECK_INT("the COMMIT ended committed: 250", rc, 0);
 	CHECK_INT("the read-back waited for the key locks", g.seen, 1);
-
-	back((struct pg_store *) f->st);
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("its message kept, to be delivered", qid_rows(f, "messages", "AWAYREPLAY09"), 1);
-	CHECK_INT("the key replays it", claim_found(f->st, 77, NOW, &c), 1);
-	CHECK_STR("under its QID", c.qid, "AWAYREPLAY09");
+	settled_back(f, 77, 1, NULL);
 }
 
 /*
@@ -541,8 +517,6 @@ static void cut_and_end(PGconn *c)
 static void test_replay_commit_unrun(void **state)
 {
 	struct fx *f = *state;
-	struct store_txn *t;
-	struct store_claim c;
 	struct store *other;
 	PGconn *blocker = PQconnectdb(f->url);
 	PGresult *r;
@@ -554,27 +528,12 @@ static void test_replay_commit_unrun(void **state)
 	CHECK_INT("the blocker holds its row", PQresultStatus(r), PGRES_TUPLES_OK);
 	PQclear(r);
 	other = node_open(f, "other");
-	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
-	store_txn_replay(t, KH, h);
-	commit_hook = cut_and_end;
-	rc = store_txn_commit(t);
-	commit_hook = NULL;
+	rc = replay_on(other, h, cut_and_end);
 	store_close(other);
 	PQfinish(blocker);		/* before any check: its row lock would hold the teardown */
 	CHECK_INT("no mark read back: 451", rc, STORE_EAGAIN);
-
-	back((struct pg_store *) f->st);
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("settled", (int) ((struct pg_store *) f->st)->n_pend, 0);
-	((struct pg_store *) f->st)->settle_at = 0;	/* the next take settles voids */
-	CHECK_INT("nothing taken", taken(f->st, NOW + SEC), 0);
-	CHECK_INT("voided and dropped", qid_rows(f, "messages", "AWAYREPLAY10"), 0);
-	CHECK_INT("the void settled", void_count(f), 0);
-	CHECK_INT("the key is new", claim_found(f->st, 78, NOW, &c), 0);
+	settled_back(f, 78, 0, NULL);
 }
-
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
 {
@@ -590,9 +549,5 @@ int main(void)
 		T(test_replay_commit_unrun),
 	};
 
-	if (fx_pg() == NULL) {
-		printf("test_store_pg_unreachable: IDEMRELAY_PG_URL is not set: skipped (make test-pg runs it)\n");
-		return 0;
-	}
-	return cmocka_run_group_tests_name("store_pg_unreachable", tests, NULL, NULL);
+	return PG_RUN("store_pg_unreachable", tests);
 }
