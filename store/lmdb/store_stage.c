@@ -35,7 +35,6 @@
  *	others: 0 or a STORE_E* code, for the caller to fail its
  *	transaction with.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "../../util/buf.h"
@@ -44,38 +43,19 @@
 
 #define STAGE_DEPTH	2	/* a small B-tree moves once it is this many levels deep */
 
-/* a record of a staging B-tree, copied: key and value in one block */
-struct staged {
-	MDB_val key, val;
-};
-
-/* staged_free - what staged_copy() gave */
-static void staged_free(struct staged *mv, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		free(mv[i].key.mv_data);
-	free(mv);
-}
-
 /*
  * staged_copy - once sg's small B-tree is STAGE_DEPTH levels deep, a copy
- * of each of its records (the puts of the move shift pages under any
+ * of each of its records in b, one after the other: the sizes of its key
+ * and value, then their bytes (the puts of the move shift pages under any
  * pointer into the map); none before
  */
-static int staged_copy(struct lmdb_txn *t, const struct lmdb_stage *sg, struct staged **out,
-		       size_t *n)
+static int staged_copy(struct lmdb_txn *t, const struct lmdb_stage *sg, struct buf *b)
 {
 	MDB_cursor *cur;
 	MDB_stat sb;
 	MDB_val key, val;
-	size_t cap = 0;
-	char *rec;
 	int rc;
 
-	*out = NULL;
-	*n = 0;
 	if ((rc = mdb_stat(t->txn, sg->small, &sb)) != 0)
 		return lmdb_mdb_error(rc, "stat staged");
 	if (sb.ms_depth < STAGE_DEPTH)
@@ -84,16 +64,11 @@ static int staged_copy(struct lmdb_txn *t, const struct lmdb_stage *sg, struct s
 		return lmdb_mdb_error(rc, "cursor");
 	for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 32;
-			*out = xrealloc(*out, cap * sizeof(**out));
-		}
-		rec = xmalloc(key.mv_size + val.mv_size + 1);
-		memcpy(rec, key.mv_data, key.mv_size);
-		memcpy(rec + key.mv_size, val.mv_data, val.mv_size);
-		(*out)[*n].key = (MDB_val) { key.mv_size, rec };
-		(*out)[*n].val = (MDB_val) { val.mv_size, rec + key.mv_size };
-		(*n)++;
+		size_t len[2] = { key.mv_size, val.mv_size };
+
+		buf_append(b, len, sizeof(len));
+		buf_append(b, key.mv_data, key.mv_size);
+		buf_append(b, val.mv_data, val.mv_size);
 	}
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : lmdb_mdb_error(rc, "staged walk");
@@ -137,24 +112,25 @@ int lmdb_stage_put(struct lmdb_txn *t, const struct lmdb_stage *sg, MDB_val *key
 /* lmdb_stage_move - when the small B-tree has grown deep enough: its records move to the big one */
 int lmdb_stage_move(struct lmdb_txn *t, const struct lmdb_stage *sg)
 {
-	struct staged *mv;
-	size_t n, i, corrupt = 0;
-	int err;
+	struct buf mv = BUF_INIT;
+	MDB_val key, val;
+	size_t len[2], off, corrupt = 0;
+	int err = staged_copy(t, sg, &mv);
 
-	if ((err = staged_copy(t, sg, &mv, &n)) != 0)
-		return err;
-	for (i = 0; i < n && err == 0; i++) {
-		if ((err = sg->move(t, &mv[i].key, &mv[i].val)) == 0)
-			err = lmdb_mdb_error(lmdb_put(t, sg->big, &mv[i].key, &mv[i].val, 0),
-					     "put moved");
+	for (off = 0; err == 0 && off < mv.len; off += sizeof(len) + len[0] + len[1]) {
+		memcpy(len, mv.data + off, sizeof(len));
+		key = (MDB_val) { len[0], mv.data + off + sizeof(len) };
+		val = (MDB_val) { len[1], mv.data + off + sizeof(len) + len[0] };
+		if ((err = sg->move(t, &key, &val)) == 0)
+			err = lmdb_mdb_error(lmdb_put(t, sg->big, &key, &val, 0), "put moved");
 		else if (err == STORE_EINVAL) {
 			corrupt++;
 			err = 0;
 		}
 		if (err == 0)
-			err = lmdb_mdb_error(lmdb_del(t, sg->small, &mv[i].key, NULL), "delete staged");
+			err = lmdb_mdb_error(lmdb_del(t, sg->small, &key, NULL), "delete staged");
 	}
-	staged_free(mv, n);
+	buf_free(&mv);
 	if (err == 0 && corrupt > 0)
 		msg_warn("store: %zu corrupt %s record%s deleted from staging", corrupt, sg->what,
 			 corrupt == 1 ? "" : "s");
