@@ -463,20 +463,9 @@ static void print_list(const char *reply, const char *name, const char *done, in
  */
 static int cmd_select(struct ctl *x, const char *arg)
 {
-	static const struct {
-		const char *cmd, *list, *done;
-	} says[] = {
-		{"drop", "dropped", "dropped from the queue"},
-		{"hold", "held", "on hold"},
-		{"release", "released", "released from hold"},
-		{"reroute", "rerouted", "rerouted"},
-	};
 	struct buf reply = BUF_INIT, line = BUF_INIT;
 	char err[1024];
-	size_t i;
 
-	for (i = 0; strcmp(says[i].cmd, x->cmd) != 0; i++)
-		;
 	buf_printf(&line, "%s", x->cmd);
 	sel_line(x, arg, &line);
 	act(x, x->cmd, &line, &reply);
@@ -485,13 +474,13 @@ static int cmd_select(struct ctl *x, const char *arg)
 			printf("%s\n", reply.data);	/* with what was done and what was not */
 			exit(1);
 		}
-		print_list(reply.data, says[i].list, says[i].done, 0);
+		print_list(reply.data, x->list, x->done, 0);
 		ctl_fail(x, "%s", err);
 	}
 	if (x->json)
 		printf("%s\n", reply.data);
 	else
-		print_list(reply.data, says[i].list, says[i].done, arg == NULL || !qid_valid(arg));
+		print_list(reply.data, x->list, x->done, arg == NULL || !qid_valid(arg));
 	buf_free(&reply);
 	buf_free(&line);
 	return 0;
@@ -656,16 +645,17 @@ static ctl_run *ctl_command(struct ctl *x, int nargs)
 {
 	static const struct {
 		const char *name, *arg;		/* arg NULL: none */
-		int sel;			/* takes --from/--to instead of arg */
 		ctl_run *run;
+		const char *list, *done;	/* set: a selection (--from/--to instead of arg) */
 	} cmds[] = {
-		{"queue", NULL, 0, ctl_queue}, {"show", "a QID or a key", 0, ctl_show},
-		{"cat", "a QID", 0, cmd_cat}, {"stats", NULL, 0, ctl_stats},
-		{"flush", NULL, 0, cmd_flush}, {"retry", "a QID", 0, cmd_retry},
-		{"drop", "a QID, a key or ALL", 1, cmd_select},
-		{"hold", "a QID, a key or ALL", 1, cmd_select},
-		{"release", "a QID, a key or ALL", 1, cmd_select}, {"forget", "a key", 0, cmd_forget},
-		{"reroute", "a QID, a key or ALL", 1, cmd_select},
+		{"queue", NULL, ctl_queue, NULL, NULL}, {"show", "a QID or a key", ctl_show, NULL, NULL},
+		{"cat", "a QID", cmd_cat, NULL, NULL}, {"stats", NULL, ctl_stats, NULL, NULL},
+		{"flush", NULL, cmd_flush, NULL, NULL}, {"retry", "a QID", cmd_retry, NULL, NULL},
+		{"forget", "a key", cmd_forget, NULL, NULL},
+		{"drop", "a QID, a key or ALL", cmd_select, "dropped", "dropped from the queue"},
+		{"hold", "a QID, a key or ALL", cmd_select, "held", "on hold"},
+		{"release", "a QID, a key or ALL", cmd_select, "released", "released from hold"},
+		{"reroute", "a QID, a key or ALL", cmd_select, "rerouted", "rerouted"},
 	};
 	const char *cmd = x->cmd;
 	size_t i;
@@ -673,7 +663,7 @@ static ctl_run *ctl_command(struct ctl *x, int nargs)
 	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		if (strcmp(cmd, cmds[i].name) != 0)
 			continue;
-		if ((x->from || x->to) && !cmds[i].sel)
+		if ((x->from || x->to) && !cmds[i].list)
 			ctl_misuse(x, "--from and --to go with drop, hold, release and reroute only");
 		if ((x->from || x->to) && nargs != 0)
 			ctl_misuse(x, "%s takes --from/--to or one argument, not both", cmd);
@@ -683,6 +673,8 @@ static ctl_run *ctl_command(struct ctl *x, int nargs)
 			ctl_misuse(x, "%s takes no argument; %d given", cmd, nargs);
 		if (x->forget && strcmp(cmd, "forget") != 0)
 			ctl_misuse(x, "--force and --drop go with forget only");
+		x->list = cmds[i].list;
+		x->done = cmds[i].done;
 		return cmds[i].run;
 	}
 	ctl_misuse(x, "unknown command \"%.100s\": one of %s (idemrelayctl -h)", cmd,

@@ -28,6 +28,7 @@ struct ctl {
 	const char *user;		/* -u: AUTH user, or NULL */
 	const char *from, *to;		/* --from, --to: patterns, or NULL */
 	const char *forget;		/* --force or --drop, or NULL */
+	const char *list, *done;	/* a selection's reply list, what it did ("held", "on hold") */
 	struct store *st;		/* owned, opened on demand */
 	int64_t now;			/* microseconds, one clock for the whole run */
 };
