@@ -686,7 +686,7 @@ static int conf_include_error(const char *file, int line, const char *dir, char 
 	FILE *fp;
 	int n = 0;
 
-	if (file == NULL || (fp = fopen(file, "r")) == NULL)
+	if ((fp = fopen(file, "r")) == NULL)
 		return -1;
 	while (fgets(text, sizeof(text), fp) && ++n < line)
 		;
@@ -743,8 +743,8 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 			text = "";
 		conf_file_name(&x, config_error_file(cfg), &file);
 		if (strcmp(text, "cannot open include file") == 0
-		    && conf_include_error(config_error_file(cfg) ? config_error_file(cfg) : path,
-					  config_error_line(cfg), x.dir, why, sizeof(why)) == 0) {
+		    && conf_include_error(file.data, config_error_line(cfg), x.dir, why,
+					  sizeof(why)) == 0) {
 			snprintf(err, errlen, "%s:%d: %s", file.data, config_error_line(cfg), why);
 			goto fail;
 		}

@@ -552,6 +552,17 @@ static void test_include(void **state)
 		fail_msg("conf_load: %s", err);
 	assert_true(c.store.map_size == 8ULL << 30);
 	conf_free(&c);
+
+	/* an include's missing include is named, whatever the working directory */
+	assert_non_null(fp = fopen(sub_conf, "w"));
+	fputs("# sub\n@include \"missing.conf\"\n", fp);
+	fclose(fp);
+	assert_int_equal(conf_load(&c, main_conf, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s:2: cannot open include file %s/missing.conf: No such "
+		 "file or directory", sub_conf, dir);
+	if (strcmp(err, want) != 0)
+		fail_msg("got \"%s\", want \"%s\"", err, want);
+	conf_free(&c);
 	unlink(sub_conf);
 	unlink(main_conf);
 	rmdir(dir);
