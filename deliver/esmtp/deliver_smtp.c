@@ -116,37 +116,32 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 }
 
 /*
- * xsess_utf8 - libesmtp is about to write a MAIL: where the batch holds a
- * message that needs SMTPUTF8 and the server did not offer it (the
- * bridge's filter read its EHLO reply, deliver_bridge_offered), the
- * bridge is cut first, so that nothing of any message goes out
+ * xsess_commands - the commands libesmtp is about to write. At a MAIL,
+ * where the batch holds a message that needs SMTPUTF8 and the server did
+ * not offer it (the bridge's filter read its EHLO reply,
+ * deliver_bridge_offered), the bridge is cut first, so that nothing of any
+ * message goes out. upstream.rate and upstream.recipient_rate: each MAIL
+ * and RCPT waits for its token (deliver_rate.h), unless the upstream
+ * throttled the session. Nothing is looked at once it is being cut.
  */
-static void xsess_utf8(struct xsess *xs, const char *buf, int len)
-{
-	if (xs->utf8_needed && !xs->no_utf8 && !xs->guard.cut && len >= 10
-	    && strncasecmp(buf, "MAIL FROM:", 10) == 0
-	    && !(deliver_bridge_offered(xs->bridge) & DELIVER_FILTER_UTF8)) {
-		xs->no_utf8 = 1;
-		deliver_bridge_cut(xs->bridge);
-	}
-}
-
-/*
- * xsess_pace - upstream.rate and upstream.recipient_rate: each MAIL and
- * RCPT command about to be written waits for its token (deliver_rate.h);
- * nothing waits once the session is being cut
- */
-static void xsess_pace(struct xsess *xs, const char *buf, int len)
+static void xsess_commands(struct xsess *xs, const char *buf, int len)
 {
 	const char *p = buf, *end = buf + len, *nl;
+	int mail, pace = xs->rate != NULL;
 
-	for (; p < end && !xs->throttled && !xs->guard.cut && !xs->no_utf8; p = nl + 1) {
+	for (; p < end && !xs->guard.cut && !xs->no_utf8; p = nl + 1) {
 		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
 			nl = end;
-		if (nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0)
+		mail = nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0;
+		if (mail && xs->utf8_needed
+		    && !(deliver_bridge_offered(xs->bridge) & DELIVER_FILTER_UTF8)) {
+			xs->no_utf8 = 1;
+			deliver_bridge_cut(xs->bridge);
+		} else if (mail && pace && !xs->throttled) {
 			deliver_rate_take(xs->rate, &xs->rate->msgs);
-		else if (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0)
+		} else if (pace && !xs->throttled && nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0) {
 			deliver_rate_take(xs->rate, &xs->rate->rcpts);
+		}
 	}
 }
 
@@ -198,9 +193,7 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		deliver_bridge_cut(xs->bridge);
 	}
 	if (writing == SMTP_CB_WRITING) {
-		xsess_utf8(xs, buf, buflen);
-		if (xs->rate)
-			xsess_pace(xs, buf, buflen);
+		xsess_commands(xs, buf, buflen);
 		xs->wrote = 1;
 	} else if (writing == SMTP_CB_READING) {
 		while (end > 0 && (buf[end - 1] == '\r' || buf[end - 1] == '\n'))
