@@ -295,7 +295,7 @@ static int bridge_server_read(struct deliver_bridge *b, struct pump *pm, short *
 		bridge_gone(b, pm, err);	/* a line it left unfinished is no reply */
 		return 1;
 	}
-	pm->server_dry = b->up_plain && n < BRIDGE_BUF;
+	pm->server_dry = b->tls[0] == 0 && n < BRIDGE_BUF;	/* plain: its socket is empty */
 	bridge_down(b, pm, pm->raw, (size_t) n);
 	return 1;
 }
@@ -494,7 +494,6 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 		goto fail;
 	}
 	b->tfd = -1;			/* b->up has it */
-	b->up_plain = ctx == NULL;
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.3.0");
 	if (bridge_reserve(b, why, whylen) < 0)
 		goto fail;

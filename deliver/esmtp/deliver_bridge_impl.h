@@ -33,7 +33,6 @@ struct deliver_bridge {
 	int tfd;			/* TCP to the upstream until up has it; owned */
 	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
 					 * once it runs */
-	int up_plain;			/* up is plain TCP: a short read empties its socket */
 	int stop[2];			/* pipe: a byte asks the thread to end; owned */
 	atomic_int cut;			/* forward nothing more from libesmtp */
 	atomic_uint rewinds;		/* libesmtp's rewinds (deliver_bridge_rewind) */
