@@ -48,8 +48,7 @@
 static const char *log_prog = "idemrelay";
 static int log_syslog;
 static enum log_level log_min = LOG_LEVEL_INFO;
-static long log_pid;		/* the daemon never forks after log_setup() */
-static char log_pid_text[32];	/* "[PID]: " */
+static char log_pid_text[32];	/* "[PID]: ", once log_setup() ran (no fork after it) */
 static int log_stamped;		/* stderr lines start with the time and host */
 static int log_fell_back;	/* syslog was asked for, /dev/log is missing: said once */
 static char log_host[256] = "localhost";
@@ -57,7 +56,7 @@ static const char *log_svc_default;	/* a thread's that names none; NULL: none */
 static __thread const char *log_svc;	/* this thread's service */
 
 static int log_dev_fd = -1;	/* a datagram socket for /dev/log */
-static struct sockaddr_un log_dev = { .sun_family = AF_UNIX };
+static const struct sockaddr_un log_dev = { .sun_family = AF_UNIX, .sun_path = LOG_DEVLOG };
 
 /* log_syslog_reachable - is there a /dev/log socket for syslog to write to? */
 int log_syslog_reachable(void)
@@ -95,8 +94,7 @@ void log_setup(const char *progname, int use_syslog, enum log_level level)
 
 	if (progname)
 		log_prog = progname;
-	log_pid = (long) getpid();
-	snprintf(log_pid_text, sizeof(log_pid_text), "[%ld]: ", log_pid);
+	snprintf(log_pid_text, sizeof(log_pid_text), "[%ld]: ", (long) getpid());
 	log_min = level;
 	if (gethostname(log_host, sizeof(log_host)) < 0 || log_host[0] == 0)
 		snprintf(log_host, sizeof(log_host), "localhost");
@@ -105,7 +103,6 @@ void log_setup(const char *progname, int use_syslog, enum log_level level)
 		*dot = 0;		/* as a syslog daemon writes it */
 	log_syslog = use_syslog && log_syslog_reachable();
 	if (log_syslog && log_dev_fd < 0) {
-		snprintf(log_dev.sun_path, sizeof(log_dev.sun_path), "%s", LOG_DEVLOG);
 		/* each line addressed: a restarted syslog daemon is found again */
 		if ((log_dev_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
 			log_syslog = 0;
@@ -214,9 +211,9 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 		log_put(line, &n, "/");
 		log_put(line, &n, svc);
 	}
-	if (log_pid == 0)
+	if (log_pid_text[0] == 0)
 		snprintf(pid, sizeof(pid), "[%ld]: ", (long) getpid());
-	log_put(line, &n, log_pid ? log_pid_text : pid);
+	log_put(line, &n, log_pid_text[0] ? log_pid_text : pid);
 	if (tag) {
 		log_put(line, &n, tag);
 		log_put(line, &n, ": ");
@@ -225,7 +222,7 @@ static void log_vwrite(enum log_level level, const char *svc, const char *tag,
 	if ((size_t) n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
 	if (log_syslog) {
-		(void) !sendto(log_dev_fd, line, n, MSG_NOSIGNAL, (struct sockaddr *) &log_dev,
+		(void) !sendto(log_dev_fd, line, n, MSG_NOSIGNAL, (const struct sockaddr *) &log_dev,
 			       sizeof(log_dev));
 		return;
 	}
