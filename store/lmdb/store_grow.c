@@ -68,17 +68,6 @@ static uint64_t grow_step(uint64_t used)
 	return step < GROW_MIN ? GROW_MIN : step > GROW_MAX ? GROW_MAX : step;
 }
 
-/* grow_used - bytes LMDB uses: up to and including its last page; the map's bytes */
-static int grow_used(struct lmdb_store *st, uint64_t *used, uint64_t *map)
-{
-	uint64_t psize, last;
-	int err;
-
-	if ((err = lmdb_space_geometry(st, &psize, map, &last)) == 0)
-		*used = last * psize;
-	return err;
-}
-
 /* lmdb_fill_zeros - write zeros from from to to, a page per pwrite; 0 or errno */
 int lmdb_fill_zeros(int fd, uint64_t from, uint64_t to)
 {
@@ -125,14 +114,14 @@ static int grow_due(uint64_t used, uint64_t end, uint64_t map)
 unsigned lmdb_health(struct store *base)
 {
 	struct lmdb_store *st = (struct lmdb_store *) base;
-	uint64_t used, map;
+	uint64_t psize, map, last;
 	int due;
 
-	if (lmdb_broken(base) || lmdb_gate_enter(st) != 0)
+	if (lmdb_gate_enter(st) != 0)	/* broken: see store_lmdb.c */
 		return STORE_HREFUSING | STORE_HUPKEEP;
-	due = grow_used(st, &used, &map) == 0
-	    && (grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map)
-		|| lmdb_map_due(st, map / 4096, used / 4096));	/* the map itself */
+	due = lmdb_space_geometry(st, &psize, &map, &last) == 0
+	    && (grow_due(last * psize, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map)
+		|| lmdb_map_due(st, map / psize, last));	/* the map itself */
 	lmdb_gate_leave(st);
 	return due ? STORE_HUPKEEP : 0;
 }
@@ -140,24 +129,25 @@ unsigned lmdb_health(struct store *base)
 /* grow_run - lmdb_upkeep()'s zeros, with the store's gate held */
 static int grow_run(struct lmdb_store *st)
 {
-	uint64_t used, map, size, want;
+	uint64_t psize, last, used, map, size, want;
 	struct stat sb;
 	MDB_txn *txn;
 	off_t hole;
 	int fd, rc, err;
 
-	if ((err = grow_used(st, &used, &map)) != 0)
+	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0)
 		return err;
-	if (!grow_due(used, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map))
+	if (!grow_due(last * psize, __atomic_load_n(&st->grown_to, __ATOMIC_RELAXED), map))
 		return 0;			/* the common case: no lock, no syscall */
 	if ((err = lmdb_mdb_error(mdb_txn_begin(st->env, NULL, 0, &txn), "begin")) != 0)
 		return err;
-	if ((err = grow_used(st, &used, &map)) == 0
+	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) == 0
 	    && (rc = mdb_env_get_fd(st->env, &fd)) != 0)
 		err = lmdb_mdb_error(rc, "env fd");
 	if (err == 0 && fstat(fd, &sb) != 0)
 		err = STORE_EIO;
 	if (err == 0) {
+		used = last * psize;		/* up to and including LMDB's last page */
 		/* written up to the first hole: the journal's region lies past one */
 		hole = lseek(fd, (off_t) used, SEEK_HOLE);
 		size = hole >= 0 && (uint64_t) hole < (uint64_t) sb.st_size ? (uint64_t) hole
