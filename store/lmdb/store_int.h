@@ -72,11 +72,10 @@ struct lmdb_txn {
 	void *resv_ptr;		/* ... and where LMDB has it; NULL: none pending */
 	size_t resv_len;
 	int no_redo;		/* ... too large to journal: synced at commit */
-	uint64_t room_msgs;	/* store_space.c: messages spooled so far */
-	uint64_t room_queued;	/* ... messages queued before this transaction */
-	uint64_t room_rcpts;	/* ... their recipients, and those asked for since */
+	uint64_t room_queued;	/* store_space.c: messages queued before it, and those it spools */
+	uint64_t room_rcpts;	/* ... their recipients */
 	int64_t rcpt_delta;	/* recipients it adds to the queue (or takes away) */
-	uint64_t room_pages;	/* ... pages those messages may take */
+	uint64_t room_pages;	/* ... pages those it spools may take; 0 before the first */
 	uint64_t room_free;	/* ... free pages (tail and freelist), once counted */
 	int room_free_known;
 };

@@ -202,7 +202,7 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 	if ((err = lmdb_space_geometry(st, &psize, &map, &last)) != 0)
 		return err;
 	pages = map / psize;
-	if (t->room_msgs == 0) {		/* the first message: what was queued before */
+	if (t->room_pages == 0) {		/* the first message: what was queued before */
 		if ((rc = mdb_stat(t->txn, st->queue, &qs)) != 0)
 			return lmdb_mdb_error(rc, "stat queue");
 		t->room_queued = qs.ms_entries;
@@ -210,13 +210,12 @@ int lmdb_space_room(struct lmdb_txn *t, const struct store_msg *m)
 		t->room_pages = ROOM_TXN;
 	}
 	t->room_pages += room_need(psize, m);
-	t->room_msgs++;
+	t->room_queued++;
 	t->room_rcpts += m->n_rcpts;
 	if (m->notice)
 		want = t->room_pages + space_floor(psize, pages) + space_writes(psize, 1, m->n_rcpts);
 	else
-		want = t->room_pages + lmdb_space_reserve(psize, pages,
-							  t->room_queued + t->room_msgs, t->room_rcpts);
+		want = t->room_pages + lmdb_space_reserve(psize, pages, t->room_queued, t->room_rcpts);
 	if (last + want <= pages)
 		return 0;			/* the common case: the tail is enough */
 	if (!t->room_free_known) {
