@@ -201,7 +201,7 @@ int store_lmdb_compact(struct store *base)
 	if ((rc = swap(st, tmp, data, &step)) != 0) {
 		msg_error("store %s: compacting it: %s: %s", st->path, step, mdb_strerror(rc));
 		shared(st);
-		return lmdb_open_error(rc);
+		return lmdb_mdb_error(rc, NULL);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	(void) lmdb_space_freelist(st, &left);

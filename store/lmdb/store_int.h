@@ -136,7 +136,6 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way
 #define LMDB_TEXT_(n)	#n
 #define LMDB_TEXT(n)	LMDB_TEXT_(n)	/* a macro's value as a string literal */
 
-int lmdb_open_error(int rc);	/* an open's LMDB code or errno as a STORE_E* code */
 int lmdb_meta8(struct lmdb_store *st, const char *name, uint8_t v[8]);	/* an 8-byte meta value */
 
 /* store_compact.c: the lock every open holds, and the compaction at start */

@@ -75,7 +75,10 @@
 #define STORE_MAX_DBS		12
 #define STORE_MAX_READERS	256
 
-/* lmdb_mdb_error - translate an LMDB or errno code at the boundary */
+/*
+ * lmdb_mdb_error - translate an LMDB or errno code at the boundary; what
+ * names the step in the warning, NULL for none (an open says why itself)
+ */
 int lmdb_mdb_error(int rc, const char *what)
 {
 	switch (rc) {
@@ -90,9 +93,11 @@ int lmdb_mdb_error(int rc, const char *what)
 	case EFBIG:			/* the file size limit: no space, not an I/O error */
 		return STORE_ENOSPC;
 	default:			/* in LMDB's words: its code is lost below */
-		msg_warn("store: %s: %s", what, mdb_strerror(rc));
-		return rc == MDB_BAD_VALSIZE || rc == MDB_KEYEXIST || rc == EINVAL ? STORE_EINVAL
-		    : STORE_EIO;
+		if (what)
+			msg_warn("store: %s: %s", what, mdb_strerror(rc));
+		/* a bad argument or record; a store not ours to read (corrupt, or a newer format) */
+		return rc == MDB_BAD_VALSIZE || rc == MDB_KEYEXIST || rc == EINVAL || rc == MDB_INVALID
+		    || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
 	}
 }
 
@@ -372,17 +377,6 @@ static void lmdb_free(struct lmdb_store *st)
 }
 
 /*
- * lmdb_open_error - why an open failed (an LMDB code or errno) as a
- * STORE_E* code: a full disk, a store that is not ours to read (corrupt,
- * or of a newer format), else an I/O failure
- */
-int lmdb_open_error(int rc)
-{
-	return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? STORE_ENOSPC
-	    : rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH ? STORE_EINVAL : STORE_EIO;
-}
-
-/*
  * lmdb_cache_drop - before a writable open: the kernel drops the clean
  * pages of data.mdb it has cached (dirty ones are written first, never
  * lost). Whatever filled the cache with a large read or write (fill -a's
@@ -472,7 +466,7 @@ static int lmdb_open_failed(struct lmdb_store *st, const char *step, int rc, cha
 	snprintf(err, errlen, "store %s: %s: %s", st->path, step, mdb_strerror(rc));
 	lmdb_env_shut(st);
 	lmdb_free(st);
-	return lmdb_open_error(rc);
+	return lmdb_mdb_error(rc, NULL);
 }
 
 /* store_lmdb_open - open or create the store at path: one sequence, one failure path */
@@ -522,17 +516,15 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 {
 	struct lmdb_store *st;
 	const char *step;
-	int rc, err2;
+	int rc;
 
 	*out = NULL;
 	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
 		return rc;
 	st = lmdb_new(path);
 	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
-	if ((rc = lmdb_env_open(st, MDB_RDONLY, &step)) != 0) {
-		err2 = lmdb_open_failed(st, step, rc, err, errlen);
-		return rc == MDB_NOTFOUND ? STORE_ENOTFOUND : err2;	/* a database missing */
-	}
+	if ((rc = lmdb_env_open(st, MDB_RDONLY, &step)) != 0)	/* ENOTFOUND: a database missing */
+		return lmdb_open_failed(st, step, rc, err, errlen);
 	*out = &st->base;
 	return 0;
 }
