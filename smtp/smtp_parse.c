@@ -50,6 +50,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/asn1.h>
 #include <openssl/crypto.h>
 
 #include "smtp_parse.h"
@@ -82,33 +83,16 @@ static int smtp_atext(unsigned char c)
  * US-ASCII (RFC 6531 UTF8-non-ascii, RFC 3629 section 4), or 0: an
  * overlong form, a surrogate, a code point past U+10FFFF, a truncated
  * sequence or a C1 control (U+0080-U+009F) is refused, so that no
- * next hop can read the octets as something else.
+ * next hop can read the octets as something else. OpenSSL's decoder
+ * refuses the first four (its longest form is 4 octets); the rest is
+ * said here.
  */
 size_t smtp_utf8_len(const char *p, size_t len)
 {
-	const unsigned char *u = (const unsigned char *) p;
-	size_t n, i;
-	uint32_t cp, min;
+	unsigned long cp;
+	int n = UTF8_getc((const unsigned char *) p, len > 4 ? 4 : (int) len, &cp);
 
-	if (len == 0 || u[0] < 0xc2 || u[0] > 0xf4)
-		return 0;		/* ASCII, continuation, C0/C1 lead, overlong 2-octet */
-	if (u[0] < 0xe0)
-		n = 2, cp = u[0] & 0x1f, min = 0x80;
-	else if (u[0] < 0xf0)
-		n = 3, cp = u[0] & 0x0f, min = 0x800;
-	else
-		n = 4, cp = u[0] & 0x07, min = 0x10000;
-	if (len < n)
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((u[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (u[i] & 0x3f);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)
-	    || (cp >= 0x80 && cp <= 0x9f))
-		return 0;
-	return n;
+	return n > 1 && cp >= 0xa0 ? (size_t) n : 0;	/* not ASCII, not C1 */
 }
 
 /* smtp_ascii - no octet above 127? */
