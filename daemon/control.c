@@ -181,8 +181,7 @@ static int line_cut(char *req, size_t len)
 }
 
 /* serve - admin_ops: a line in, a line out */
-static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
-		  struct buf *out)
+static void serve(void *arg, int fd, char *req, size_t len, int cut, struct buf *out)
 {
 	struct control *ctl = arg;
 	struct ucred cred;
@@ -192,7 +191,7 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0
 	    && cred.uid != 0 && cred.uid != geteuid()) {
 		json_error(out, "permission denied");
-	} else if (end == ADMIN_CUT || req[0] == 0) {
+	} else if (cut || req[0] == 0) {
 		json_error(out, "no request line");
 	} else if (line_cut(req, len) != 0) {
 		json_error(out, "a control character in the request line: none is allowed");

@@ -393,7 +393,7 @@ static int head_complete(const char *req, size_t len)
 }
 
 /* serve - admin_ops: answer one request, whole or as much of it as came */
-static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
+static void serve(void *arg, int fd, char *req, size_t len, int cut,
 		  struct buf *resp)
 {
 	struct metrics *m = arg;
@@ -404,7 +404,7 @@ static void serve(void *arg, int fd, char *req, size_t len, enum admin_end end,
 	const char *status = "200 OK", *type = "text/plain";
 
 	(void) fd;
-	(void) end;
+	(void) cut;
 	if (len == 0 || sscanf(req, "%15s %255s", method, path) != 2) {
 		status = "400 Bad Request";
 		buf_printf(&body, "bad request\n");

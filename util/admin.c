@@ -63,10 +63,10 @@ static void client_close(struct admin *a, size_t i)
 	a->c[i] = a->c[--a->n];
 }
 
-/* client_serve - the request is in (or all there will be; NUL-terminated): answer it */
-static void client_serve(struct admin *a, struct admin_client *c, enum admin_end end)
+/* client_serve - answer the request (NUL-terminated), or all of it there will be */
+static void client_serve(struct admin *a, struct admin_client *c, int cut)
 {
-	a->ops.serve(a->ops.arg, c->fd, c->req, c->len, end, &c->out);
+	a->ops.serve(a->ops.arg, c->fd, c->req, c->len, cut, &c->out);
 	c->writing = 1;
 	c->deadline = clock_mono_us() + ADMIN_DEADLINE_MS * 1000LL;
 }
@@ -80,15 +80,15 @@ static int client_read(struct admin *a, struct admin_client *c)
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -1;
 	if (n == 0) {
-		client_serve(a, c, ADMIN_EOF);
+		client_serve(a, c, 0);
 		return 0;
 	}
 	c->len += (size_t) n;
 	c->req[c->len] = 0;
 	if (a->ops.complete(c->req, c->len))
-		client_serve(a, c, ADMIN_WHOLE);
+		client_serve(a, c, 0);
 	else if (c->len + 1 >= sizeof(c->req))
-		client_serve(a, c, ADMIN_CUT);
+		client_serve(a, c, 1);
 	return 0;
 }
 
@@ -180,7 +180,7 @@ static void *admin_main(void *arg)
 				if (c->writing)
 					rc = -1;	/* the response was not taken in time */
 				else {
-					client_serve(a, c, ADMIN_CUT);
+					client_serve(a, c, 1);
 					rc = client_write(c);
 				}
 			}

@@ -14,9 +14,9 @@
  *	ops->complete says when the bytes read so far are a whole request;
  *	ops->serve then answers it into a buffer (on the admin thread: it
  *	must be quick), which the loop writes without blocking. A request
- *	cut short (by the deadline, by ADMIN_REQUEST_MAX, or by the client
- *	closing its side) is served too, and ops->serve is told how it
- *	ended, so that each listener decides what a partial request means.
+ *	the client ended by closing its side is served as it came; one cut
+ *	short (by the deadline or by ADMIN_REQUEST_MAX) is served too, with
+ *	cut set, so that each listener decides what a partial request means.
  *	A response that was not taken by the deadline is dropped with its
  *	connection. ops->tick, if set, runs about every ops->tick_ms,
  *	whether or not clients come.
@@ -32,16 +32,10 @@
 #define ADMIN_DEADLINE_MS	2000	/* per connection, request and response together */
 #define ADMIN_REQUEST_MAX	4096	/* bytes of one request */
 
-enum admin_end {
-	ADMIN_WHOLE,			/* ops->complete said so */
-	ADMIN_EOF,			/* the client closed its side first */
-	ADMIN_CUT,			/* the deadline passed, or the request filled the buffer */
-};
-
 struct admin_ops {
 	const char *name;		/* in log lines */
 	int (*complete) (const char *req, size_t len);	/* req is NUL-terminated */
-	void (*serve) (void *arg, int fd, char *req, size_t len, enum admin_end end,
+	void (*serve) (void *arg, int fd, char *req, size_t len, int cut,
 		       struct buf *out);	/* req NUL-terminated; out empty: close */
 	void (*tick) (void *arg);	/* NULL: none */
 	int tick_ms;

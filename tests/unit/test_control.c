@@ -99,7 +99,7 @@ static void ask(struct control *ctl, const char *req, struct buf *out)
 
 	snprintf(line, sizeof(line), "%s", req);
 	buf_reset(out);
-	serve(ctl, -1, line, strlen(line), ADMIN_WHOLE, out);
+	serve(ctl, -1, line, strlen(line), 0, out);
 }
 
 /* queued - is qid in the queue? */
