@@ -34,25 +34,13 @@ struct key_entry {
 	char qid[STORE_QID_SIZE];
 };
 
-/* entry_add - room for one more entry */
-static struct key_entry *entry_add(struct key_entry **e, size_t *n, size_t *cap)
-{
-	if (*n == *cap) {
-		*cap = *cap ? 2 * *cap : 8;
-		*e = xrealloc(*e, *cap * sizeof(**e));
-	}
-	memset(*e + *n, 0, sizeof(**e));
-	return *e + (*n)++;
-}
-
-/* filed_in - the claims filed under a key in one B-tree (cnew or claims): its range */
-static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_LEN],
-		    struct key_entry **e, size_t *n, size_t *cap)
+/* filed_in - the claims filed under a key in one B-tree (cnew or claims): its range, added to b */
+static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_LEN], struct buf *b)
 {
 	MDB_val key = { STORE_HASH_LEN, (void *) keyhash }, val;
 	MDB_cursor *cur;
 	struct store_claim c;
-	struct key_entry *x;
+	struct key_entry x;
 	int rc;
 
 	if ((rc = mdb_cursor_open(txn, dbi, &cur)) != 0)
@@ -67,9 +55,10 @@ static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_
 			msg_warn("store: corrupt claim record skipped");
 			continue;
 		}
-		x = entry_add(e, n, cap);
-		memcpy(x->claim, (uint8_t *) key.mv_data + STORE_HASH_LEN, STORE_HASH_LEN);
-		strcpy(x->qid, c.qid);
+		memset(&x, 0, sizeof(x));
+		memcpy(x.claim, (uint8_t *) key.mv_data + STORE_HASH_LEN, STORE_HASH_LEN);
+		strcpy(x.qid, c.qid);
+		buf_append(b, &x, sizeof(x));
 	}
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND || rc == 0 ? 0 : lmdb_mdb_error(rc, "claims walk");
@@ -79,14 +68,16 @@ static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_
 static int key_entries(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash[STORE_HASH_LEN],
 		       struct key_entry **out, size_t *n)
 {
-	size_t cap = 0;
+	struct buf b = BUF_INIT;	/* struct key_entry, one after the other */
 	int rc = 0;
 
-	*out = NULL;
-	*n = 0;
 	if (st->claims.has_small)
-		rc = filed_in(txn, st->claims.small, keyhash, out, n, &cap);
-	return rc != 0 ? rc : filed_in(txn, st->claims.big, keyhash, out, n, &cap);
+		rc = filed_in(txn, st->claims.small, keyhash, &b);
+	if (rc == 0)
+		rc = filed_in(txn, st->claims.big, keyhash, &b);
+	*out = (struct key_entry *) b.data;
+	*n = b.len / sizeof(**out);
+	return rc;
 }
 
 /* qid_cmp - QIDs sort by time */
