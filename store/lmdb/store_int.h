@@ -116,7 +116,7 @@ extern const struct store_ops lmdb_ops;
 /* store_lmdb.c */
 int lmdb_mdb_error(int rc, const char *what);
 int lmdb_read_begin(struct lmdb_store *st, MDB_txn **txn);
-void lmdb_read_end(struct lmdb_store *st, MDB_txn *txn);	/* ends what store_read_begin began */
+void lmdb_read_end(struct lmdb_store *st, MDB_txn *txn);	/* ends what lmdb_read_begin began */
 int lmdb_gate_enter(struct lmdb_store *st);	/* 0, or STORE_EIO when broken */
 void lmdb_gate_leave(struct lmdb_store *st);
 void lmdb_break(struct lmdb_store *st, const char *why);	/* a sync failed: stop, reopen */

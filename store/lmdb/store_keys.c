@@ -15,7 +15,7 @@
  *	writable open moves them under their key (store_claim.c).
  *
  *	A claim goes when its story expires (store_hist.c), which is after
- *	the claim itself expired (store_keys_expire); lmdb_key_forget()
+ *	the claim itself expired (lmdb_keys_expire); lmdb_key_forget()
  *	deletes a key's claims at once. A claim since renewed for another
  *	message (on_mismatch = "accept") names the new QID: it is skipped
  *	for the old message, whose claim it no longer is.
