@@ -81,25 +81,15 @@ conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
 /* conf_type_name - a setting's type, as the operator wrote it */
 static const char *conf_type_name(const config_setting_t *s)
 {
-	switch (config_setting_type(s)) {
-	case CONFIG_TYPE_GROUP:
-		return "a group";
-	case CONFIG_TYPE_INT:
-	case CONFIG_TYPE_INT64:
-		return "an integer";
-	case CONFIG_TYPE_FLOAT:
-		return "a float";
-	case CONFIG_TYPE_STRING:
-		return "a string";
-	case CONFIG_TYPE_BOOL:
-		return "a boolean";
-	case CONFIG_TYPE_ARRAY:
-		return "an array";
-	case CONFIG_TYPE_LIST:
-		return "a list";
-	default:
-		return "something else";
-	}
+	static const char *const names[] = {
+		[CONFIG_TYPE_GROUP] = "a group", [CONFIG_TYPE_INT] = "an integer",
+		[CONFIG_TYPE_INT64] = "an integer", [CONFIG_TYPE_FLOAT] = "a float",
+		[CONFIG_TYPE_STRING] = "a string", [CONFIG_TYPE_BOOL] = "a boolean",
+		[CONFIG_TYPE_ARRAY] = "an array", [CONFIG_TYPE_LIST] = "a list",
+	};
+	unsigned t = (unsigned) config_setting_type(s);
+
+	return t < sizeof(names) / sizeof(names[0]) && names[t] ? names[t] : "something else";
 }
 
 /* conf_wrong_type - "expected X, got Y" */
