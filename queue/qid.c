@@ -33,14 +33,7 @@ void qid_encode(uint64_t v, char out[QID_LEN + 1])
  */
 int qid_valid(const char *s)
 {
-	int i;
-
-	if (s == NULL)
-		return 0;
-	for (i = 0; i < QID_LEN; i++)
-		if (s[i] == 0 || strchr(qid_digits, s[i]) == NULL)
-			return 0;
-	return s[QID_LEN] == 0;
+	return s != NULL && strspn(s, qid_digits) == QID_LEN && s[QID_LEN] == 0;
 }
 
 /* qid_decode - inverse of qid_encode */
