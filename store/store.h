@@ -343,7 +343,6 @@ struct store_stats {
 	char last_qid[STORE_QID_SIZE];	/* the greatest ever spooled; "" none */
 	int nodes;			/* running on it now */
 	uint64_t stories;		/* STORE_STATS_STORIES only */
-	uint64_t txns;			/* write transactions committed, ever */
 	struct store_space space;
 	struct store_reach reach;
 };

@@ -668,7 +668,6 @@ static int lmdb_stats(struct store *base, struct store_stats *s, unsigned what)
 		s->queued = queue.ms_entries;
 		s->space.size = info.me_mapsize;
 		s->space.used = ((uint64_t) info.me_last_pgno + 1) * env.ms_psize;
-		s->txns = info.me_last_txnid;
 		lmdb_queue_oldest(st, txn, &s->oldest);
 		err = last_qid(st, txn, s->last_qid);
 		if (err == 0 && (what & STORE_STATS_STORIES))

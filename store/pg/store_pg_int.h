@@ -138,7 +138,6 @@ struct pg_store {
 	int64_t backoff;		/* next wait between tries, us */
 	int64_t next_try;		/* monotonic us: no connection attempt before */
 	uint64_t outages;
-	uint64_t txns;			/* transactions committed by this handle */
 	int64_t commit_wait_us;		/* store.commit_wait: a commit's hold while it waits */
 	PGconn *kept[PG_POOL_MAX];	/* owned, counted in n_open: their backends wait for
 					 * replication; closed once the wait ends (store_pg_wait.c) */

@@ -50,7 +50,6 @@ int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&st->mu);
 	s->reach.outages = st->outages;
-	s->txns = st->txns;
 	s->reach.repl_waiting = st->repl_waiting;
 	s->reach.repl_waits = st->repl_waits;
 	s->reach.voided = st->voided;

@@ -712,9 +712,6 @@ static int txn_commit(struct pg_txn *t)
 		}
 		for (i = 0; i < t->n_gone; i++)
 			store_pg_lease_del(st, t->gone[i].qid, t->gone[i].token);
-		pthread_mutex_lock(&st->mu);
-		st->txns++;
-		pthread_mutex_unlock(&st->mu);
 	}
 	txn_free(t);
 	return err;

@@ -67,7 +67,6 @@ static inline int rm_one(const char *p, const struct stat *sb, int flag, struct 
 static inline void committed(void *arg, const char *qid)
 {
 	struct fx *f = arg;
-	struct store_stats s;
 	size_t i;
 	int n = f->n_committed;
 
@@ -76,7 +75,7 @@ static inline void committed(void *arg, const char *qid)
 	/* between the batch's commit and the next: its transaction, as counted */
 	if (n < 16) {
 		snprintf(f->log_qid[n], sizeof(f->log_qid[n]), "%s", qid);
-		f->log_txn[n] = store_stats(f->st, &s, 0) == 0 ? s.txns : 0;
+		f->log_txn[n] = lmdb_txns(f->st);
 	}
 	for (i = 0; i < f->n_late; i++)	/* after this batch was taken, before the next */
 		commit_submit(f->cm, f->late[i]);

@@ -1,7 +1,8 @@
 /*
  * test_commit_help - a group-commit submission for the tests that drive
  * queue/commit.c (test_commit and test_commit_hold on LMDB,
- * test_store_pg_commit on PostgreSQL)
+ * test_store_pg_commit on PostgreSQL); how many write transactions an
+ * LMDB store has committed (those two, and test_story)
  */
 #ifndef TESTS_UNIT_TEST_COMMIT_HELP_H
 #define TESTS_UNIT_TEST_COMMIT_HELP_H
@@ -11,7 +12,22 @@
 
 #include "../../queue/commit.h"
 #include "../../queue/keys.h"
+#include "../../store/lmdb/store_int.h"
 #include "../../util/buf.h"
+
+/* lmdb_txns - an LMDB store's write transactions committed, ever: its last transaction id; 0 unread */
+static inline uint64_t lmdb_txns(struct store *base)
+{
+	struct lmdb_store *st = (struct lmdb_store *) base;
+	MDB_txn *txn;
+	uint64_t id;
+
+	if (lmdb_read_begin(st, &txn) != 0)
+		return 0;
+	id = mdb_txn_id(txn);
+	lmdb_read_end(st, txn);
+	return id;
+}
 
 /* req_make - a submission of one message to rcpts under key, answered through done */
 static inline struct commit_req *req_make(const char *qid, const char *key, const char *body,

@@ -17,6 +17,7 @@
 #include "../../queue/commit.h"
 #include "../../relay/dupcount.h"
 #include "../../util/buf.h"
+#include "test_commit_help.h"
 #include "test_store_help.h"
 
 #define TTL		(3600 * SEC)
@@ -139,7 +140,8 @@ static void test_drop_and_counts(void **state)
 	struct store_msg m;
 	struct store_story s;
 	struct store_count c[2];
-	struct store_stats before, after;
+	struct store_stats ss;
+	uint64_t before = 0;
 	int claims[1] = { 3 };
 
 	story_msg(&m, "0000000000B1", 1, NULL);
@@ -152,11 +154,13 @@ static void test_drop_and_counts(void **state)
 	c[1].duplicates = 9;
 	CHECK_INT("count", store_hist_count(f->st, c, 2), 0);
 	CHECK_INT("count again", store_hist_count(f->st, c, 1), 0);
-	CHECK_INT("stats", store_stats(f->st, &before, 0), 0);
-	CHECK_INT("count of the unknown alone", store_hist_count(f->st, c + 1, 1), 0);
-	CHECK_INT("stats after", store_stats(f->st, &after, 0), 0);
+	CHECK_INT("stats", store_stats(f->st, &ss, 0), 0);
 	if (!fx_pg())	/* LMDB: its transactions, as LMDB counts them */
-		CHECK_INT("nothing written", after.txns, before.txns);
+		before = lmdb_txns(f->st);
+	CHECK_INT("count of the unknown alone", store_hist_count(f->st, c + 1, 1), 0);
+	CHECK_INT("stats after", store_stats(f->st, &ss, 0), 0);
+	if (!fx_pg())
+		CHECK_INT("nothing written", lmdb_txns(f->st), before);
 	CHECK_INT("drop", store_msg_drop(f->st, m.qid), 0);
 	CHECK_INT("story", store_story_get(f->st, m.qid, &s), 0);
 	CHECK_INT("dropped", s.dropped, 1);
