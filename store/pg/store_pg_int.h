@@ -192,8 +192,6 @@ struct pg_txn {
 	struct pg_claim_ent *cache;	/* owned: claims read under the locks, and put; keys read */
 	size_t n_cache, cap_cache;
 	char (*put_qids)[STORE_QID_SIZE];	/* owned: messages put, in order */
-	struct store_msg **copies;	/* owned: their copies (store_pg_keep.c), or NULLs */
-	int64_t *tokens;		/* owned: their leases' tokens as read, or 0s */
 	int wrote_put;			/* a delivery write of a message put: no copy kept */
 	int notice;			/* a bounce's notice put: never voided (store_pg_decide.c) */
 	size_t n_put, cap_put;
@@ -342,7 +340,7 @@ void store_pg_keep_unhang(struct pg_store *st, struct pg_lease *e);	/* lmu held 
 /* store_pg_txn.c: the interface's transaction */
 struct pg_seg *store_pg_seg_for(struct pg_txn *t, enum pg_seg_kind kind, const char *key);
 void store_pg_segs_free(struct pg_txn *t);
-size_t store_pg_put_of(struct pg_txn *t, const char *qid);	/* index + 1 of a message put; 0 */
+struct pg_key_run *store_pg_put_of(struct pg_txn *t, const char *qid);	/* a message put; NULL */
 int store_pg_read_back(struct pg_txn *t);	/* 0 committed, STORE_EAGAIN, PG_NOT_KNOWN */
 void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size);	/* room for one more */
 

@@ -192,6 +192,24 @@ void *store_pg_grow(void *v, size_t n, size_t *cap, size_t size)
 	return xrealloc(v, *cap * size);
 }
 
+/*
+ * a key's last run (pg_txn.key_runs, open addressing on hash_slot() of the
+ * key's FNV): the keys are QIDs this node made and hex of SHA-256 claim
+ * hashes, whose FNV a client could aim at one slot by trying claim keys
+ * (FNV is unkeyed, the table's size a power of two), hash_slot() keyed
+ * per process, as the claims cache's (store_pg_claim.c). A message put
+ * is found here too, with its copy and lease: a delivery write of it, a
+ * claim naming it and its lease's row cost one lookup each, not a scan
+ * of the messages put.
+ */
+struct pg_key_run {
+	char key[STORE_QID_SIZE];
+	size_t run;			/* the run's index + 1; 0: an empty slot */
+	int put;			/* a message put under key: */
+	int64_t token;			/* its lease's token as read, or 0 */
+	struct store_msg *copy;		/* owned: its copy (store_pg_keep.c), or NULL */
+};
+
 /* seg_free - release a run's arrays */
 static void seg_free(struct pg_seg *s)
 {
@@ -204,31 +222,18 @@ static void seg_free(struct pg_seg *s)
 	free(s->qids);
 }
 
-/* store_pg_segs_free - release the runs and their index of keys */
+/* store_pg_segs_free - release the runs and their index of keys, with the copies on it */
 void store_pg_segs_free(struct pg_txn *t)
 {
 	size_t i;
 
 	for (i = 0; i < t->n_segs; i++)
 		seg_free(&t->segs[i]);
+	for (i = 0; i < t->cap_key_runs; i++)
+		store_pg_keep_drop(t->key_runs[i].copy);
 	free(t->segs);
 	free(t->key_runs);
 }
-
-/*
- * a key's last run (pg_txn.key_runs, open addressing on hash_slot() of the
- * key's FNV): the keys are QIDs this node made and hex of SHA-256 claim
- * hashes, whose FNV a client could aim at one slot by trying claim keys
- * (FNV is unkeyed, the table's size a power of two), hash_slot() keyed
- * per process, as the claims cache's (store_pg_claim.c). A message put
- * is found here too (put): a delivery write of it, a claim naming it and
- * its lease's row cost one lookup each, not a scan of the messages put.
- */
-struct pg_key_run {
-	char key[STORE_QID_SIZE];
-	size_t run;			/* the run's index + 1; 0: an empty slot */
-	size_t put;			/* the message put under key: its index + 1; 0 none */
-};
 
 /* key_slot - the entry of key in v (cap a power of two), or the empty slot it would go in */
 static struct pg_key_run *key_slot(struct pg_key_run *v, size_t cap, const char *key)
@@ -262,14 +267,14 @@ static struct pg_key_run *key_run(struct pg_txn *t, const char *key)
 	return e;
 }
 
-/* store_pg_put_of - the index + 1 of the message qid that t put, or 0 */
-size_t store_pg_put_of(struct pg_txn *t, const char *qid)
+/* store_pg_put_of - the entry of the message qid that t put, or NULL */
+struct pg_key_run *store_pg_put_of(struct pg_txn *t, const char *qid)
 {
 	struct pg_key_run *e;
 
 	if (t->cap_key_runs == 0 || (e = key_slot(t->key_runs, t->cap_key_runs, qid))->run == 0)
-		return 0;
-	return e->put;
+		return NULL;
+	return e->put ? e : NULL;
 }
 
 /*
@@ -338,6 +343,7 @@ int store_pg_txn_begin(struct store *base, const uint8_t (*keys)[STORE_HASH_LEN]
 void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 {
 	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_key_run *e;
 	struct pg_seg *s;
 	size_t i;
 
@@ -371,12 +377,11 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 		store_pg_a_text(&s->r[6], m->rcpts[i].reply);
 	}
 	t->put_qids = store_pg_grow(t->put_qids, t->n_put, &t->cap_put, sizeof(*t->put_qids));
-	t->copies = xrealloc(t->copies, t->cap_put * sizeof(*t->copies));
-	t->tokens = xrealloc(t->tokens, t->cap_put * sizeof(*t->tokens));
-	strcpy(t->put_qids[t->n_put], m->qid);
-	key_run(t, m->qid)->put = t->n_put + 1;
-	t->tokens[t->n_put] = 0;
-	t->copies[t->n_put++] = store_pg_keep_copy(t->st, m);
+	strcpy(t->put_qids[t->n_put++], m->qid);
+	e = key_run(t, m->qid);
+	e->put = 1;
+	store_pg_keep_drop(e->copy);	/* a QID put twice: its INSERT fails */
+	e->copy = store_pg_keep_copy(t->st, m);
 	t->notice |= m->notice;
 }
 
@@ -486,8 +491,6 @@ static int conn_lost(PGconn *c)
 /* txn_free - give the connection back (rolled back if a transaction is open) and free */
 static void txn_free(struct pg_txn *t)
 {
-	size_t i;
-
 	if (t->c && !conn_lost(t->c) && PQtransactionStatus(t->c) != PQTRANS_IDLE
 	    && PQpipelineStatus(t->c) == PQ_PIPELINE_OFF)
 		(void) store_pg_simple(t->st, t->c, "ROLLBACK", "rollback");
@@ -496,12 +499,8 @@ static void txn_free(struct pg_txn *t)
 	free(t->cache);
 	free(t->locked);
 	free(t->replays);
-	for (i = 0; i < t->n_put; i++)
-		store_pg_keep_drop(t->copies[i]);
-	free(t->copies);
 	free(t->put_qids);
 	free(t->gone);
-	free(t->tokens);
 	free(t);
 }
 
@@ -543,12 +542,12 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 static void leases_read(struct pg_txn *t, const PGresult *r)
 {
 	char qid[STORE_QID_SIZE];
-	size_t j;
+	struct pg_key_run *e;
 	int i;
 
 	for (i = 0; i < PQntuples(r); i++)
-		if (store_pg_qid(r, i, 0, qid) == 0 && (j = store_pg_put_of(t, qid)) > 0)
-			t->tokens[j - 1] = store_pg_int(r, i, 1);
+		if (store_pg_qid(r, i, 0, qid) == 0 && (e = store_pg_put_of(t, qid)) != NULL)
+			e->token = store_pg_int(r, i, 1);
 }
 
 /*
@@ -655,6 +654,7 @@ static int commit_send(struct pg_txn *t, int *sent)
 static int txn_commit(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
+	struct pg_key_run *e;
 	PGresult *r;
 	int sent = 0, err = 0, failed = 0, committed = 0, k, j;
 	size_t i;
@@ -701,13 +701,13 @@ static int txn_commit(struct pg_txn *t)
 	/* else an error was reported: nothing was committed */
 	if (committed) {		/* the leases got, then those given up (maybe the same) */
 		for (i = 0; i < t->n_put; i++) {
-			if (t->tokens[i] == 0)
+			if ((e = store_pg_put_of(t, t->put_qids[i]))->token == 0)
 				continue;
-			store_pg_lease_set(st, t->put_qids[i], t->tokens[i]);
+			store_pg_lease_set(st, e->key, e->token);
 			/* its copy kept for its first delivery, unless t wrote its delivery state */
-			if (t->copies[i] != NULL && !t->wrote_put) {
-				store_pg_keep_add(st, t->copies[i], t->tokens[i]);
-				t->copies[i] = NULL;
+			if (e->copy != NULL && !t->wrote_put) {
+				store_pg_keep_add(st, e->copy, e->token);
+				e->copy = NULL;
 			}
 		}
 		for (i = 0; i < t->n_gone; i++)

@@ -230,8 +230,6 @@ static void test_puts_found_a_lookup_each(void **state)
 			 N_PUTS * N_PUTS / 8);
 	store_pg_segs_free(&t);
 	free(t.put_qids);
-	free(t.copies);
-	free(t.tokens);
 }
 
 int main(void)
