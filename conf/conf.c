@@ -254,8 +254,6 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	if (n == 0)
 		return conf_error(x, route ? parent : NULL, "upstream", route ? "missing setting"
 				  : "missing (needs host, hosts or maildir)");
-	u->hosts = xcalloc(1, sizeof(*u->hosts));	/* host's, if it is the one given */
-	u->n_hosts = 1;
 	if (conf_string(x, g, "host", 1, &host) < 0
 	    || conf_int(x, g, "port", 1, 65535, &port) < 0
 	    || conf_strings(x, g, "hosts", &a) < 0
@@ -296,16 +294,16 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 				  "requires tls = \"starttls\" or \"implicit\"");
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
-	u->hosts[0].host = host ? xstrdup(host) : NULL;	/* as the list's, parsed */
-	u->hosts[0].port = port;
-	if (host != NULL)
+	if (host != NULL) {		/* a copy, as the list's are parsed */
+		u->hosts = xcalloc(1, sizeof(*u->hosts));
+		u->hosts[0] = (struct conf_upstream_host) { xstrdup(host), port };
+		u->n_hosts = 1;
 		return 0;
-	u->n_hosts = 0;			/* a Maildir's group has none */
+	}
 	if (a == NULL)
-		return 0;
+		return 0;			/* a Maildir's group has no host */
 	if ((n = config_setting_length(a)) == 0)
 		return conf_error(x, a, NULL, "empty list");
-	free(u->hosts);
 	u->hosts = xcalloc(n, sizeof(*u->hosts));
 	for (i = 0; i < n; i++) {
 		const char *v = config_setting_get_string_elem(a, i);
