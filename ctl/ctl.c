@@ -343,13 +343,13 @@ static void mail_log(struct ctl *x)
 
 /*
  * act - an action through the daemon when it runs, else the same request
- * line run by the same code (queue_admin_request()) on the store itself.
- * The reply either way, marked "offline" in the second case.
+ * line ("x->cmd args") run by the same code (queue_admin_request()) on the
+ * store itself, its args cut up in place. The reply either way, marked
+ * "offline" in the second case.
  */
-static void act(struct ctl *x, const char *cmd, const struct buf *line, struct buf *reply)
+static void act(struct ctl *x, struct buf *line, struct buf *reply)
 {
 	char why[1024];
-	char *args;
 
 	if (ctl_request(x, line->data, reply, why, sizeof(why)) == 0)
 		return;
@@ -359,10 +359,9 @@ static void act(struct ctl *x, const char *cmd, const struct buf *line, struct b
 	x->st = NULL;
 	if (store_open(&x->st, &x->cf, STORE_WRITER, why, sizeof(why)) != 0)
 		ctl_fail(x, "%s", why);
-	args = xstrdup(line->data + strlen(cmd) + 1);	/* "CMD args": cut up in place */
 	/* a reroute: with the routes the next start uses */
-	queue_admin_request(x->st, NULL, &x->cf, cmd, args, x->now, reply);
-	free(args);
+	queue_admin_request(x->st, NULL, &x->cf, x->cmd, line->data + strlen(x->cmd) + 1, x->now,
+			    reply);
 	if (reply->len && reply->data[reply->len - 1] == '}') {
 		reply->data[--reply->len] = 0;
 		buf_printf(reply, ",\"offline\":true}");
@@ -468,7 +467,7 @@ static int cmd_select(struct ctl *x, const char *arg)
 
 	buf_printf(&line, "%s", x->cmd);
 	sel_line(x, arg, &line);
-	act(x, x->cmd, &line, &reply);
+	act(x, &line, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (x->json) {
 			printf("%s\n", reply.data);	/* with what was done and what was not */
@@ -604,7 +603,7 @@ static int cmd_forget(struct ctl *x, const char *key)
 	buf_printf(&line, "forget %s%s%s", x->forget ? x->forget : "", x->forget ? " " : "",
 		   x->user ? x->user : "-");
 	line_keys(key, &line);
-	act(x, "forget", &line, &reply);
+	act(x, &line, &reply);
 	if (!reply_ok(x, &reply, err, sizeof(err))) {
 		if (strncmp(err, "unknown key", 11) == 0)
 			ctl_fail(x, "unknown key %s%s%s", key, x->user ? " for user " : "",
