@@ -44,13 +44,15 @@
  *	TLS, which no libESMTP has, for upstream.tls = "implicit".
  *
  *	And the rest the bridge carries: SMTPUTF8 on MAIL (RFC 6531, which
- *	libESMTP does not know); the connect within upstream.timeout, to any
- *	address; every reply's deadline and whether the final dot reached
- *	the server's TCP (deliver_watch.h). Those need only the upstream
- *	socket, so they could move to libesmtp's connect() (deliver_connect.c),
- *	which has libESMTP's, and a watchdog over it. Until all of this is
- *	there the bridge stays; with the header cut gone it would shrink to
- *	TLS and the watch.
+ *	libESMTP does not know) and BODY=8BITMIME where offered (libESMTP
+ *	refuses a session that asks for it where it is not); the connect
+ *	within upstream.timeout, to any address; every reply's deadline and
+ *	whether the final dot reached the server's TCP (deliver_watch.h).
+ *	The last three need only the upstream socket, so they could move to
+ *	libesmtp's connect() (deliver_connect.c), which has libESMTP's, and a
+ *	watchdog over it. Until all of this is there the bridge stays; with
+ *	the header cut gone it would shrink to TLS, the MAIL parameters and
+ *	the watch.
  *
  *	A thread per bridge, not one event loop for all of them: weighed
  *	and kept (issue 13). There are upstream.connections bridges at most
