@@ -14,26 +14,17 @@
  *	socket becomes one end of a socketpair whose other end the bridge
  *	copies from. So the hand-over is delivery's own, whatever program
  *	links it (the daemon, the tests, fuzz_deliver). Any other connection
- *	is connected as asked: libesmtp's always goes through the bridge,
- *	whose own connection upstream sets TCP_NODELAY itself
- *	(deliver_bridge.c), and libpq sets its own.
+ *	is connected as asked, by the system call that libc's connect()
+ *	wraps: libesmtp's always goes through the bridge, whose own
+ *	connection upstream sets TCP_NODELAY itself (deliver_bridge.c), and
+ *	libpq sets its own.
  */
-#include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "deliver_bridge.h"
-
-static int (*real_connect)(int, const struct sockaddr *, socklen_t);
-static pthread_once_t real_once = PTHREAD_ONCE_INIT;
-
-/* find_real - libc's connect(), the next definition after ours */
-static void find_real(void)
-{
-	real_connect = (int (*)(int, const struct sockaddr *, socklen_t))
-	    dlsym(RTLD_NEXT, "connect");
-}
 
 /* connect - the bridge's, or connect as asked */
 int connect(int fd, const struct sockaddr *sa, socklen_t len)
@@ -44,11 +35,6 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = saved;
 		return 0;
 	}
-	pthread_once(&real_once, find_real);
-	if (real_connect == NULL) {
-		errno = ENOSYS;
-		return -1;
-	}
 	errno = saved;
-	return real_connect(fd, sa, len);
+	return (int) syscall(SYS_connect, fd, sa, len);
 }
