@@ -50,13 +50,13 @@ static void put_text(struct buf *b, const char *s, int utf8)
 	}
 }
 
-/* put_field - "Name: value" and CRLF, the value cleaned to ASCII; nothing when there is no value */
-static void put_field(struct buf *b, const char *name, const char *value)
+/* put_field - "Name: value" and CRLF, the value cleaned (put_text); nothing when there is none */
+static void put_field(struct buf *b, const char *name, const char *value, int utf8)
 {
 	if (value == NULL)
 		return;
 	buf_printf(b, "%s", name);
-	put_text(b, value, 0);
+	put_text(b, value, utf8);
 	buf_printf(b, "\r\n");
 }
 
@@ -156,9 +156,9 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 	buf_printf(b, "--%s\r\n", bnd);
 	buf_printf(b, "Content-Description: Delivery report\r\n"
 		   "Content-Type: message/%sdelivery-status\r\n\r\n", r->utf8 ? "global-" : "");
-	put_field(b, "Reporting-MTA: dns; ", r->hostname);
-	put_field(b, "X-Idemrelay-Queue-ID: ", r->qid);
-	put_field(b, "Original-Envelope-Id: ", r->envid);
+	put_field(b, "Reporting-MTA: dns; ", r->hostname, 0);
+	put_field(b, "X-Idemrelay-Queue-ID: ", r->qid, 0);
+	put_field(b, "Original-Envelope-Id: ", r->envid, 0);
 	buf_printf(b, "Arrival-Date: %s\r\n", clock_date(date, sizeof(date), r->arrival));
 	for (i = 0; i < r->n_rcpts; i++) {
 		const struct dsn_rcpt *rc = &r->rcpts[i];
@@ -170,13 +170,9 @@ static void put_status_part(const struct dsn_report *r, struct buf *b, const cha
 		if (rc->orcpt)
 			put_orcpt(b, rc->orcpt);
 		buf_printf(b, "Action: failed\r\n");
-		put_field(b, "Status: ", rc->status);
-		put_field(b, "Remote-MTA: dns; ", rc->remote_mta);
-		if (rc->diag) {
-			buf_printf(b, "Diagnostic-Code: smtp; ");
-			put_text(b, rc->diag, r->utf8);
-			buf_printf(b, "\r\n");
-		}
+		put_field(b, "Status: ", rc->status, 0);
+		put_field(b, "Remote-MTA: dns; ", rc->remote_mta, 0);
+		put_field(b, "Diagnostic-Code: smtp; ", rc->diag, r->utf8);
 	}
 	buf_printf(b, "\r\n");
 }
