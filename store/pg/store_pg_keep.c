@@ -198,7 +198,7 @@ int store_pg_keep_take(struct pg_store *st, const char *qid, struct store_msg *m
 	return 0;
 }
 
-/* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL (the handle closes) */
+/* store_pg_keep_forget - drop qid's copy, or every copy when qid is NULL (a flush, a close) */
 void store_pg_keep_forget(struct pg_store *st, const char *qid)
 {
 	struct pg_lease *e;
