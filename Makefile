@@ -72,7 +72,8 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # A unit test links with flags of its own, NAME_LDFLAGS, if it has any:
 # test_deliver_admit watches two of deliver.c's calls (ld's --wrap),
 # test_deliver_reload reloads between deliver_record.c's reads of the
-# retry settings, test_store_pg_settle the locks of the store's mutexes
+# retry settings, test_deliver_maildir the Maildir copy's writes (one
+# made to fail) and its mark, test_store_pg_settle the locks of the store's mutexes
 # and its key locks, test_store_pg_lease the integers it decodes from
 # results, test_smtp_limits
 # the recipient identities the engine computes, test_store_pg_runs the
@@ -82,6 +83,7 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # includes is a dependency (its .d file), never compiled again.
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 test_deliver_reload_LDFLAGS = -Wl,--wrap=deliver_retry_settings
+test_deliver_maildir_LDFLAGS = -Wl,--wrap=fwrite_unlocked -Wl,--wrap=deliver_mark
 test_smtp_limits_LDFLAGS = -Wl,--wrap=smtp_rcpt_id
 test_store_pg_lease_LDFLAGS = -Wl,--wrap=store_pg_int
 test_store_pg_settle_LDFLAGS = -Wl,--wrap=pthread_mutex_lock -Wl,--wrap=store_pg_key_lock

@@ -60,6 +60,7 @@ static int write_lf(const char *path, const char *data, size_t len)
 	char buf[MAILDIR_CHUNK];
 	const char *p = data, *end = data + len, *cr;
 	FILE *f;
+	size_t n;
 	int fd, err;
 
 	if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0)
@@ -69,11 +70,19 @@ static int write_lf(const char *path, const char *data, size_t len)
 		return -1;
 	}
 	setvbuf(f, buf, _IOFBF, sizeof(buf));
-	/* up to each CR, and the CR too unless an LF follows it */
-	for (; (cr = memchr(p, '\r', (size_t) (end - p))) != NULL && cr + 1 < end; p = cr + 1)
-		fwrite_unlocked(p, 1, (size_t) (cr - p) + (cr[1] != '\n'), f);
-	fwrite_unlocked(p, 1, (size_t) (end - p), f);
-	err = fflush(f) != 0 || fsync(fd) != 0 ? errno : 0;
+	/*
+	 * Up to each CR, and the CR too unless an LF follows it. A short
+	 * fwrite is a write(2) that failed, its errno the reason: stdio
+	 * dropped that piece, and what follows may all succeed.
+	 */
+	for (err = 0; !err && (cr = memchr(p, '\r', (size_t) (end - p))) != NULL
+	     && cr + 1 < end; p = cr + 1) {
+		n = (size_t) (cr - p) + (cr[1] != '\n');
+		err = fwrite_unlocked(p, 1, n, f) != n;
+	}
+	n = (size_t) (end - p);
+	err = err || fwrite_unlocked(p, 1, n, f) != n || fflush(f) != 0 || fsync(fd) != 0 ?
+	    errno : 0;
 	if (fclose(f) != 0 && err == 0)
 		err = errno;
 	errno = err;
