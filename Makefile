@@ -70,6 +70,7 @@ $(B)/conf_default.o: $(B)/conf_default.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # A unit test links with flags of its own, NAME_LDFLAGS, if it has any:
+# test_anvil sees the slots of anvil's client table (hash_slot),
 # test_deliver_admit watches two of deliver.c's calls (ld's --wrap),
 # test_deliver_reload reloads between deliver_record.c's reads of the
 # retry settings, test_deliver_maildir the Maildir copy's writes (one
@@ -81,6 +82,7 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # of a batch of claims chosen to collide. A test may include
 # a source file to reach its static functions (test_control): what it
 # includes is a dependency (its .d file), never compiled again.
+test_anvil_LDFLAGS = -Wl,--wrap=hash_slot
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 test_deliver_reload_LDFLAGS = -Wl,--wrap=deliver_retry_settings
 test_deliver_maildir_LDFLAGS = -Wl,--wrap=fwrite_unlocked -Wl,--wrap=deliver_mark

@@ -113,8 +113,13 @@ static struct anvil_client *anvil_find(struct anvil *a, const uint8_t key[16])
 	size_t b;
 	struct anvil_client *cl;
 
+	/*
+	 * The first half through the keyed multiply before the second is
+	 * mixed in: w[0] ^ w[1] alone would put every key of one XOR in one
+	 * chain, whatever the key (a /48 at a prefix past 64 has 65,536).
+	 */
 	memcpy(w, key, 16);
-	b = hash_slot(w[0] ^ w[1], ANVIL_BUCKETS);
+	b = hash_slot(hash_slot(w[0], (size_t) 1 << 63) ^ w[1], ANVIL_BUCKETS);
 
 	for (cl = a->bucket[b]; cl; cl = cl->next)
 		if (memcmp(cl->key, key, 16) == 0)

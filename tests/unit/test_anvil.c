@@ -1,17 +1,36 @@
 /*
  * test_anvil - per-client connection limits (relay/anvil.c): a table of
  * connection sequences, each step an address, connect or disconnect, and
- * the verdict wanted.
+ * the verdict wanted; and clients a peer chooses spread over the table
+ * (test_chosen_clients: every slot it picks is seen through a --wrap of
+ * hash_slot, Makefile).
  */
 #include <arpa/inet.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "../../relay/anvil.h"
+
+#define BUCKETS		4096		/* anvil.c's ANVIL_BUCKETS */
+#define CHAIN_MAX	32		/* 3,000 random keys: some 6 at most */
+
+size_t __real_hash_slot(uint64_t x, size_t cap);
+static size_t load[BUCKETS];		/* clients placed in each slot */
+
+/* __wrap_hash_slot - hash_slot, each slot of anvil's table counted */
+size_t __wrap_hash_slot(uint64_t x, size_t cap)
+{
+	size_t b = __real_hash_slot(x, cap);
+
+	if (cap == BUCKETS)
+		load[b]++;
+	return b;
+}
 
 #define MIN	60000000LL
 
@@ -114,6 +133,44 @@ static void test_limits(void **state)
 	}
 }
 
+/*
+ * the clients of one /16, and of one IPv6 /48 at prefix 128 whose two
+ * halves XOR to one value (ed96749 hashed w[0] ^ w[1]: all in one chain),
+ * are spread over the table
+ */
+static void test_chosen_clients(void **state)
+{
+	struct sockaddr_storage ss;
+	struct anvil_client *cl;
+	char addr[64];
+	size_t i, b, most;
+	int v6;
+
+	(void) state;
+	for (v6 = 0; v6 <= 1; v6++) {
+		struct anvil *a = anvil_new();
+
+		anvil_set(a, 50, 0, 0, 128);
+		memset(load, 0, sizeof(load));
+		for (i = 0; i < 3000; i++) {
+			if (v6)
+				snprintf(addr, sizeof(addr), "2001:db8:1:%zx:2001:db8:1:%zx", i, i);
+			else
+				snprintf(addr, sizeof(addr), "10.0.%zu.%zu", i / 256, i % 256);
+			sa_of(addr, &ss);
+			assert_int_equal(anvil_connect(a, (struct sockaddr *) &ss, addr, 0, 0, &cl),
+					 ANVIL_OK);
+		}
+		assert_int_equal(anvil_clients(a), 3000);
+		for (b = most = 0; b < BUCKETS; b++)
+			most = load[b] > most ? load[b] : most;
+		if (most > CHAIN_MAX)
+			print_error("%s: %zu clients in one slot\n", v6 ? "IPv6" : "IPv4", most);
+		assert_true(most <= CHAIN_MAX);
+		anvil_free(a);
+	}
+}
+
 /* the top client, and a sweep that forgets only idle ones past their minute */
 static void test_top_and_sweep(void **state)
 {
@@ -177,6 +234,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_chosen_clients),
 		cmocka_unit_test(test_top_and_sweep),
 		cmocka_unit_test(test_auth_rate),
 	};
