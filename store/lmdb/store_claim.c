@@ -42,10 +42,8 @@
  *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* failure. A
  *	failure inside a write transaction is also its sticky error.
  */
-#include <stdlib.h>
 #include <string.h>
 
-#include "../../util/buf.h"
 #include "../../util/log.h"
 #include "store_int.h"
 

@@ -58,7 +58,6 @@
  * DIAGNOSTICS
  *	Decoders return STORE_EINVAL on any malformed record.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "../../util/buf.h"

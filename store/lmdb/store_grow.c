@@ -42,7 +42,6 @@
  *	itself is unchanged and usable).
  */
 #include <errno.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -71,7 +71,6 @@
  */
 #include <string.h>
 
-#include "../../util/log.h"
 #include "store_int.h"
 
 #define FREE_DBI	0		/* LMDB's freelist database */

@@ -30,10 +30,8 @@
  *	0 or a STORE_E* code. A step after a failure returns the sticky code.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "../../util/buf.h"
-#include "../../util/log.h"
 #include "store_int.h"
 
 /* lmdb_begin - start a write transaction; waits for the writer lock */
