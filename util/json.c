@@ -12,32 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/asn1.h>
+
 #include "clock.h"
 #include "json.h"
 
-/* utf8_len - length of a valid UTF-8 sequence at p (RFC 3629), 0 if invalid */
+/*
+ * utf8_len - length of a valid UTF-8 sequence at p (RFC 3629), 0 if
+ * invalid: OpenSSL's decoder, which smtp_utf8_len() asks too, refuses
+ * overlong forms, surrogates, code points past U+10FFFF and truncated ones
+ */
 static size_t utf8_len(const unsigned char *p)
 {
-	size_t n, i;
+	unsigned long cp;
+	int n = UTF8_getc(p, (int) strnlen((const char *) p, 4), &cp);
 
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		n = 2;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		n = 3;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	for (i = 1; i < n; i++)
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-	/* RFC 3629's table: no overlong form, no surrogate, nothing past U+10FFFF */
-	if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f)
-	    || (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))
-		return 0;
-	return n;
+	return n > 0 ? (size_t) n : 0;
 }
 
 /* json_str - lead as it is, then a JSON string, or null */
@@ -204,31 +194,14 @@ int json_next(const char **at, const char **val, size_t *len)
 	return 0;
 }
 
-/* put_utf8 - one code point */
-static size_t put_utf8(char *o, unsigned c)
-{
-	if (c < 0x80) {
-		o[0] = (char) c;
-		return 1;
-	}
-	if (c < 0x800) {
-		o[0] = (char) (0xc0 | c >> 6);
-		o[1] = (char) (0x80 | (c & 0x3f));
-		return 2;
-	}
-	o[0] = (char) (0xe0 | c >> 12);
-	o[1] = (char) (0x80 | ((c >> 6) & 0x3f));
-	o[2] = (char) (0x80 | (c & 0x3f));
-	return 3;
-}
-
 /* json_get_str - a string member, decoded (truncated to fit) */
 int json_get_str(const char *json, const char *name, char *out, size_t outlen)
 {
 	const char *p, *end;
-	size_t len, o = 0, n;
-	char u[4];
+	size_t len, o = 0;
+	unsigned char u[4];
 	unsigned c;
+	int n;
 
 	if (outlen == 0 || json_get(json, name, &p, &len) != 0 || *p != '"')
 		return -1;
@@ -244,9 +217,10 @@ int json_get_str(const char *json, const char *name, char *out, size_t outlen)
 			case 'b': u[0] = '\b'; break;
 			case 'f': u[0] = '\f'; break;
 			case 'u':
-				if (end - p < 5 || sscanf(p + 1, "%4x", &c) != 1)
+				/* OpenSSL's encoder; a lone surrogate is no character */
+				if (end - p < 5 || sscanf(p + 1, "%4x", &c) != 1
+				    || (n = UTF8_putc(u, sizeof(u), c)) < 0)
 					return -1;
-				n = put_utf8(u, c);
 				p += 4;
 				break;
 			default: u[0] = *p; break;

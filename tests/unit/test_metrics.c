@@ -350,6 +350,10 @@ static void test_json_read(void **state)
 	assert_int_equal(json_get_str(j, "claims", s, sizeof(s)), -1);
 	assert_int_equal(json_get_str(j, "error", s, 8), 0);	/* truncated to fit */
 	assert_string_equal(s, "unknown");
+	/* \u escapes of one, two and three octets; a lone surrogate is no character */
+	assert_int_equal(json_get_str("{\"s\":\"\\u0041\\u00e9\\u20ac\"}", "s", s, sizeof(s)), 0);
+	assert_string_equal(s, "A\xc3\xa9\xe2\x82\xac");
+	assert_int_equal(json_get_str("{\"s\":\"\\ud800\"}", "s", s, sizeof(s)), -1);
 	/* malformed input never reads past its end */
 	assert_int_equal(json_get(j + 1, "ok", &v, &len), -1);
 	assert_int_equal(json_get("{\"ok\":", "ok", &v, &len), -1);
