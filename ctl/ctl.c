@@ -248,15 +248,9 @@ static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
 size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN])
 {
 	char hex[2 * HASH_LEN + 1];
-	size_t n = strlen(key), a = 0;
 
 	keys_index_hash(key, out[0]);
-	/* as a Message-ID: the header's value, its blanks outside <> gone as a header's are */
-	while (a < n && (key[a] == ' ' || key[a] == '\t'))
-		a++;
-	while (n > a && (key[n - 1] == ' ' || key[n - 1] == '\t'))
-		n--;
-	if (keys_msgid_key(key + a, n - a, hex) != 0)
+	if (keys_msgid_key(key, strlen(key), hex) != 0)	/* as a Message-ID */
 		return 1;
 	keys_index_hash(hex, out[1]);
 	return 2;

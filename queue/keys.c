@@ -96,11 +96,15 @@ static void strip_add(struct keys_result *r, size_t off, size_t len)
 	r->n_strip++;
 }
 
-/* msgid_bounds - where a Message-ID's key part is in s[0..n): one <>, then the blanks inside them */
+/* msgid_bounds - the key part of a Message-ID s[0..n): blanks, one <>, the blanks inside off */
 static void msgid_bounds(const char *s, size_t n, size_t *a, size_t *b)
 {
 	size_t p = 0, q = n;
 
+	while (p < q && (s[p] == ' ' || s[p] == '\t'))
+		p++;
+	while (q > p && (s[q - 1] == ' ' || s[q - 1] == '\t'))
+		q--;
 	if (p < q && s[p] == '<')
 		p++;
 	if (q > p && s[q - 1] == '>')

@@ -54,8 +54,8 @@ void keys_claim_hash(const char *scope, const char *key, const char *rcpt_id,
 		     uint8_t out[HASH_LEN]);
 const char *keys_source_name(enum keys_source s);
 /*
- * keys_msgid_key - the key a Message-ID gives (SPEC 3): the hex SHA-256 of
- * the ID with its one pair of <> and the blanks inside them taken off;
+ * keys_msgid_key - the key a Message-ID gives (SPEC 3): the hex SHA-256 of the
+ * ID without the blanks around it, its one pair of <> and the blanks inside;
  * 0, or -1 if nothing is left. For keys_derive() and idemrelayctl alike
  */
 int keys_msgid_key(const char *id, size_t len, char key[2 * HASH_LEN + 1]);

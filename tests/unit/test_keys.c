@@ -138,7 +138,8 @@ static void test_message_id_normalised(void **state)
 
 /*
  * test_msgid_key - the key of a Message-ID, one function for keys_derive()
- * and idemrelayctl: one pair of <> and the blanks inside them go, no more
+ * and idemrelayctl: the blanks around, one pair of <> and the blanks inside
+ * them go, no more
  * (idemrelayctl stripped every '<' and '>', and found no claim for "<<a@x>>")
  */
 static void test_msgid_key(void **state)
@@ -146,6 +147,7 @@ static void test_msgid_key(void **state)
 	static const struct { const char *id, *part; } t[] = {
 		{ "<a@x>", "a@x" }, { "< a@x >", "a@x" }, { "a@x", "a@x" },
 		{ "<<a@x>>", "<a@x>" }, { "<a@x", "a@x" }, { "<>", NULL }, { "< >", NULL },
+		{ " \t<a@x> ", "a@x" }, { "\t< a@x >\t", "a@x" },	/* as typed: blanks around */
 	};
 	char key[2 * HASH_LEN + 1], want[2 * HASH_LEN + 1], msg[200];
 	uint8_t d[HASH_LEN];
