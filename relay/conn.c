@@ -40,7 +40,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,7 +425,7 @@ void conn_accept(struct server *srv, struct listener *l)
 	socklen_t sl;
 	struct conn *c;
 	struct io *io;
-	int fd, one = 1, relay_ok;
+	int fd, relay_ok;
 
 	for (;;) {
 		sl = sizeof(ss);
@@ -454,7 +453,6 @@ void conn_accept(struct server *srv, struct listener *l)
 			pace_refused(srv);
 			continue;
 		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		io = l->cf->tls_implicit ? tls_io_new(srv->tls, fd, addr) : io_plain_new(fd);
 		if (io == NULL) {
 			anvil_disconnect(srv->anvil, client);

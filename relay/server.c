@@ -19,6 +19,8 @@
  *	answered and its session told goodbye (10 s at most).
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +215,7 @@ void server_listen(struct server *srv)
 {
 	struct listener *l;
 	sigset_t set;
+	int one = 1;
 
 	srv->ls = xcalloc(srv->cf->n_listen, sizeof(*srv->ls));
 	for (l = srv->ls; l < srv->ls + srv->cf->n_listen; l++) {
@@ -227,6 +230,8 @@ void server_listen(struct server *srv)
 		if ((l->cf->tls_implicit || l->cf->starttls_required) && !srv->tls)
 			msg_fatal("listen %s port %d: TLS without tls { }", l->cf->address, l->cf->port);
 		l->fd = listen_tcp("listen", l->cf->address, l->cf->port, 1024);
+		/* replies go out at once; Linux gives it to every socket accepted */
+		setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		server_ep_set(srv, EPOLL_CTL_ADD, l->fd, EPOLLIN, l);
 		msg_info("listening on %s port %d", l->cf->address, l->cf->port);
 	}
