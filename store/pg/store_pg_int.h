@@ -392,7 +392,9 @@ extern const char store_pg_sql_key_locks[];	/* $1's locks, waited for: store_pg_
 /* store_pg_stats.c: the figures */
 STORE_ENTRY(stats) store_pg_stats;
 /* store_pg_wait.c's, shared with store_pg_pend.c */
-extern const char store_pg_sql_backend_xid[], store_pg_sql_void[];
+extern const char store_pg_sql_void[];
+int store_pg_backend_xid(struct pg_store *st, PGconn *c, int pid, int64_t started, int tries,
+			 int64_t *xid);	/* a backend's transaction: 1, 0 none, -1; c NULL: beside */
 enum pg_xact { XACT_UNKNOWN, XACT_COMMITTED, XACT_ABORTED, XACT_RUNNING };
 int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid);	/* XACT_*, -1; c NULL: beside */
 

@@ -148,34 +148,6 @@ void store_pg_pend_add(struct pg_txn *t, int read)
 }
 
 /*
- * pend_xid - b's transaction id, when it was not known: its backend's,
- * if it still runs a transaction (a COMMIT that waits for the standby;
- * through PgBouncer maybe another client's since, which only delays the
- * settling); else 0, the transaction is over. 0, or an error: c failed,
- * or the read was refused (b stays: read as "over", a COMMIT still waiting
- * would have been voided with the void's own id and settled at once).
- */
-static int pend_xid(struct pg_store *st, PGconn *c, struct pg_pend *b)
-{
-	struct pg_params p;
-	PGresult *r;
-	int err;
-
-	if (b->xid != 0 || b->pid == 0)
-		return 0;
-	store_pg_params_init(&p);
-	store_pg_p_i32(&p, b->pid);
-	store_pg_p_i64(&p, b->started);
-	if ((err = store_pg_exec(st, c, store_pg_sql_backend_xid, &p, &r, "backend transaction")) == 0) {
-		if (PQntuples(r) == 1 && store_pg_int(r, 0, 0))
-			b->xid = store_pg_int(r, 0, 1);
-		PQclear(r);
-	}
-	store_pg_params_free(&p);
-	return err;
-}
-
-/*
  * pend_status - what became of b's transaction: XACT_UNKNOWN when its id
  * is not known or is in the future (the server is another since, a
  * standby promoted; voided with the void's own id then, as one over),
@@ -250,15 +222,22 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
  * voided, an abort too: an id read from a backend long after the fact
  * (through PgBouncer, another client's since) may have aborted while
  * b's committed. Under its key locks, unless it still runs (it holds
- * them; its rows are seen by none). 0 settled; else c failed or a read
- * or the void was refused: b stays.
+ * them; its rows are seen by none). An id not known is its backend's,
+ * if it still runs a transaction (a COMMIT that waits for the standby;
+ * through PgBouncer maybe another client's since, which only delays the
+ * settling); else the transaction is over. 0 settled; else c failed or
+ * a read or the void was refused: b stays (a backend's id not read taken
+ * for "over", a COMMIT still waiting would have been voided with the
+ * void's own id and settled at once).
  */
 static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 {
 	size_t kept;
 	int x;
 
-	if (pend_xid(st, c, b) != 0 || (x = pend_status(st, c, b)) < 0)
+	if ((b->xid == 0 && b->pid != 0
+	     && store_pg_backend_xid(st, c, b->pid, b->started, 1, &b->xid) < 0)
+	    || (x = pend_status(st, c, b)) < 0)
 		return STORE_EAGAIN;
 	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid, x != XACT_RUNNING, &kept) != 0)
 		return STORE_EAGAIN;

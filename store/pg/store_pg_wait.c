@@ -175,7 +175,7 @@ static const char SQL_WAITS[] =
  * id 2^32 back, which pg_xact_status() does not know, and a commit still
  * waiting was read back as not committed (answered 451, then delivered).
  */
-const char store_pg_sql_backend_xid[] =
+static const char SQL_BACKEND_XID[] =
 	"SELECT a.backend_xid IS NOT NULL, s.x + (((coalesce(a.backend_xid::text::int8, 0) - "
 	"(s.x & 4294967295) + 2147483648) & 4294967295) - 2147483648) FROM pg_stat_activity a, "
 	"(SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8 AS x) s WHERE " PG_BACKEND_IS("a");
@@ -499,25 +499,26 @@ int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid)
 }
 
 /*
- * backend_xid - the id of the transaction c's backend runs, for a batch
- * that read no key (its id was not read with their locks): 1 found, 0
- * the backend is gone (its transaction is over: its rows tell), -1 not
- * known
+ * store_pg_backend_xid - the id of the transaction the backend (pid,
+ * started) runs (SQL_BACKEND_XID), read on c (NULL: beside), up to tries
+ * times 0.1 s apart while it has none yet: 1 found, 0 the backend is gone
+ * or runs none (its transaction is over: its rows tell), -1 the read failed
  */
-static int backend_xid(struct pg_store *st, PGconn *c, int64_t *xid)
+int store_pg_backend_xid(struct pg_store *st, PGconn *c, int pid, int64_t started, int tries,
+			 int64_t *xid)
 {
 	struct pg_params p;
 	PGresult *r;
-	int tries, found = -1;
+	int i, found = -1;
 
-	if (store_pg_backend_param(c, &p) != 0) {
-		store_pg_params_free(&p);
-		return -1;
-	}
-	for (tries = 0; tries < 20 && found < 0; tries++) {
-		if (tries)
+	store_pg_params_init(&p);
+	store_pg_p_i32(&p, pid);
+	store_pg_p_i64(&p, started);
+	for (i = 0; i < tries && found < 0; i++) {
+		if (i)
 			usleep(100000);
-		if (store_pg_side_run(st, 0, store_pg_sql_backend_xid, &p, &r, "backend transaction") != 0)
+		if ((c ? store_pg_exec(st, c, SQL_BACKEND_XID, &p, &r, "backend transaction")
+		     : store_pg_side_run(st, 0, SQL_BACKEND_XID, &p, &r, "backend transaction")) != 0)
 			break;
 		if (PQntuples(r) == 0)
 			found = 0;
@@ -528,7 +529,7 @@ static int backend_xid(struct pg_store *st, PGconn *c, int64_t *xid)
 		PQclear(r);
 	}
 	store_pg_params_free(&p);
-	return found;
+	return found < 0 && i == tries ? 0 : found;
 }
 
 /* void_batch - the batch's QIDs made void, in a commit that does not wait for the standby */
@@ -579,11 +580,14 @@ static void voided_warn(const struct pg_txn *t, const char *why, const char *the
 int store_pg_commit_resolve(struct pg_txn *t)
 {
 	struct pg_store *st = t->st;
+	struct pg_conn *n = store_pg_conn(t->c);
 	int x;
 
 	if (t->n_put == 0)	/* nothing put: the marks tell, if it wrote nothing else */
 		return t->n_replays > 0 && t->n_segs == 0 ? store_pg_replays_read_back(t) : STORE_EAGAIN;
-	if (t->xid == 0 && backend_xid(st, t->c, &t->xid) <= 0)
+	/* a batch that read no key: its id was not read with their locks */
+	if (t->xid == 0 && (n == NULL || n->pid == 0
+			    || store_pg_backend_xid(st, NULL, n->pid, n->started, 20, &t->xid) <= 0))
 		return not_known(t, store_pg_read_back(t));	/* over: its rows tell, or not known */
 	if ((x = store_pg_xact(st, NULL, t->xid)) < 0)
 		x = XACT_UNKNOWN;	/* the read failed: its rows tell */
