@@ -150,9 +150,9 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	if (req->hashes) {
 		claims = xcalloc(n, sizeof(*claims));
 		found = xcalloc(n, sizeof(*found));
-		for (i = 0; i < n; i++)
-			found[i] = store_txn_claim_get(t, req->keyhash, req->hashes[i], now,
-							claims + i) == 0;
+		(void) store_claims_get(NULL, t, req->keyhash,	/* a failure is t's */
+					(const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n, now,
+					claims, found);
 	}
 	commit_decide(req, found, claims);
 	if (req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_PARTIAL)

@@ -328,7 +328,7 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 		return 0;
 	claims = xcalloc(n, sizeof(*claims));
 	found = xcalloc(n, sizeof(*found));
-	if (store_claims_get(c->srv->st, req->keyhash,
+	if (store_claims_get(c->srv->st, NULL, req->keyhash,
 			     (const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n,
 			     clock_us(), claims, found) == 0) {
 		commit_decide(req, found, claims);

@@ -71,14 +71,21 @@ int store_upkeep(struct store *st)
 	return OPS(st)->caps & STORE_CAP_OWN_SPACE ? OPS(st)->upkeep(st) : 0;
 }
 
-/* store_claims_get - a read of the event loop's: only where reads are local */
-int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+/*
+ * store_claims_get - in t, unless a step failed before; or in a read of
+ * st's own (the event loop's), only where reads are local
+ */
+int store_claims_get(struct store *st, struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found)
 {
-	if (!(OPS(st)->caps & STORE_CAP_LOCAL_READS))
-		return STORE_EINVAL;
-	return OPS(st)->claims_get(st, keyhash, hashes, n, now, claims, found);
+	if (t ? t->err != 0 : !(OPS(st)->caps & STORE_CAP_LOCAL_READS))
+		return t ? t->err : STORE_EINVAL;
+	if (n == 0)
+		return 0;
+	memset(claims, 0, n * sizeof(*claims));
+	memset(found, 0, n * sizeof(*found));
+	return (t ? TOPS(t) : OPS(st))->claims_get(st, t, keyhash, hashes, n, now, claims, found);
 }
 
 int store_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
@@ -92,13 +99,6 @@ static int step(struct store_txn *t, int valid)
 {
 	t->steps++;
 	return store_txn_fail(t, valid ? 0 : STORE_EINVAL) == 0;
-}
-
-int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
-{
-	memset(c, 0, sizeof(*c));
-	return t->err ? t->err : TOPS(t)->txn_claim_get(t, keyhash, hash, now, c);
 }
 
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],

@@ -176,12 +176,16 @@ int store_upkeep(struct store *st);
 const char *store_strerror(int err);
 
 /*
- * store_claims_get - look claims up in a read transaction (never waits
- * for the writer). found[i] is set to 1 and claims[i] filled for each
- * live claim, 0 otherwise. Only with STORE_CAP_LOCAL_READS (else
- * STORE_EINVAL): elsewhere a claim is read in the writer's transaction.
+ * store_claims_get - look n claims of a key up (a claim is filed under
+ * its key's index hash, then its own hash; live as store_rule.c says).
+ * found[i] is set to 1 and claims[i] filled for each live claim, 0
+ * otherwise. t: inside that write transaction, seeing its own writes,
+ * a failure being its sticky error (st is not used). t NULL: in a read
+ * transaction of st's own, which never waits for the writer; only with
+ * STORE_CAP_LOCAL_READS (else STORE_EINVAL): elsewhere a claim is read
+ * in the writer's transaction.
  */
-int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
+int store_claims_get(struct store *st, struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
 		     struct store_claim *claims, int *found);
 
@@ -195,15 +199,11 @@ int store_claims_get(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
  */
 int store_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,
 		    struct store_txn **out);
-/* a claim is filed under its key's index hash, then its own hash; live as store_rule.c says */
-int store_txn_claim_get(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t hash[STORE_HASH_LEN], int64_t now,
-			struct store_claim *c);	/* 0 or STORE_ENOTFOUND */
 void store_txn_claim_put(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			 const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c);
 /*
  * store_txn_replay - the batch answers with the claim under hash, which
- * store_txn_claim_get() found (a duplicate, the replayed part of a
+ * store_claims_get() found (a duplicate, the replayed part of a
  * partial; not a mismatch refused, nor a claim a new QID replaces).
  * STORE_CAP_SHARED: another node that answered that claim's batch 451
  * (its commit's outcome unknown) leaves its message to be delivered

@@ -16,9 +16,10 @@
  *	What a backend can do is declared in caps (STORE_CAP_*), never
  *	guessed from its entries: the entries marked "shared" are called
  *	only with STORE_CAP_SHARED, and must be there then; those marked
- *	"own space" only with STORE_CAP_OWN_SPACE, "local reads" only with
- *	STORE_CAP_LOCAL_READS. No entry is optional otherwise. txn_commit ends every transaction: one whose
- *	sticky error is set is rolled back, which is how one is aborted. A
+ *	"own space" only with STORE_CAP_OWN_SPACE; claims_get without a
+ *	transaction only with STORE_CAP_LOCAL_READS. No entry is optional
+ *	otherwise. txn_commit ends every transaction: one whose sticky
+ *	error is set is rolled back, which is how one is aborted. A
  *	transaction marked bare (store.c, a store full of its own space)
  *	takes its delivery updates without their messages' stories.
  *
@@ -47,9 +48,8 @@ struct store_ops {
 	STORE_ENTRY(upkeep) *upkeep;	/* own space */
 
 	/* claims and messages, written by a batch's transaction */
-	STORE_ENTRY(claims_get) *claims_get;	/* local reads */
 	STORE_ENTRY(txn_begin) *txn_begin;
-	STORE_ENTRY(txn_claim_get) *txn_claim_get;
+	STORE_ENTRY(claims_get) *claims_get;
 	STORE_ENTRY(txn_claim_put) *txn_claim_put;
 	STORE_ENTRY(txn_replay) *txn_replay;	/* shared */
 	STORE_ENTRY(txn_msg_put) *txn_msg_put;

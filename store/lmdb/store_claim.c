@@ -178,41 +178,34 @@ static int claim_live(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
 	return live == 0 ? STORE_ENOTFOUND : live;
 }
 
-/* lmdb_claims_get - look n claims up in one read transaction */
-int lmdb_claims_get(struct store *base, const uint8_t keyhash[STORE_HASH_LEN],
-		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-		     struct store_claim *claims, int *found)
+/*
+ * lmdb_claims_get - look n claims up: in tb, seeing its own writes (a
+ * failure is its sticky error), else in one read transaction
+ */
+int lmdb_claims_get(struct store *base, struct store_txn *tb,
+		    const uint8_t keyhash[STORE_HASH_LEN], const uint8_t (*hashes)[STORE_HASH_LEN],
+		    size_t n, int64_t now, struct store_claim *claims, int *found)
 {
-	struct lmdb_store *st = (struct lmdb_store *) base;
+	struct lmdb_txn *t = (struct lmdb_txn *) tb;
+	struct lmdb_store *st = t ? t->st : (struct lmdb_store *) base;
 	MDB_txn *txn;
 	size_t i;
 	int err = 0;
 
-	if (n == 0)
-		return 0;
-	if ((err = lmdb_read_begin(st, &txn)) != 0)
+	if (t)
+		txn = t->txn;
+	else if ((err = lmdb_read_begin(st, &txn)) != 0)
 		return err;
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && err == 0; i++) {
 		err = claim_live(st, txn, keyhash, hashes[i], now, claims + i);
 		found[i] = err == 0;
 		if (err == STORE_ENOTFOUND)
 			err = 0;
-		if (err != 0)
-			break;
 	}
-	lmdb_read_end(st, txn);
-	return err;
-}
-
-/* lmdb_txn_claim_get - look a claim up, seeing this transaction's own writes */
-int lmdb_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
-			const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
-{
-	struct lmdb_txn *t = (struct lmdb_txn *) base;
-	int err;
-
-	if ((err = claim_live(t->st, t->txn, keyhash, hash, now, c)) != 0 && err != STORE_ENOTFOUND)
-		store_txn_fail(&t->base, err);
+	if (t)
+		store_txn_fail(tb, err);
+	else
+		lmdb_read_end(st, txn);
 	return err;
 }
 

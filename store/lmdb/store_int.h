@@ -95,7 +95,6 @@ int lmdb_reopen(struct store *base);	/* 0 serving again, or STORE_EIO */
 /* the interface's entries (store_backend.h) that live outside store_lmdb.c */
 STORE_ENTRY(claims_get) lmdb_claims_get;
 STORE_ENTRY(txn_begin) lmdb_txn_begin;
-STORE_ENTRY(txn_claim_get) lmdb_txn_claim_get;
 STORE_ENTRY(txn_claim_put) lmdb_txn_claim_put;
 STORE_ENTRY(txn_msg_put) lmdb_txn_msg_put;
 STORE_ENTRY(txn_msg_set_inflight) lmdb_txn_msg_set_inflight;

@@ -693,7 +693,6 @@ const struct store_ops lmdb_ops = {
 	.upkeep = lmdb_upkeep,
 	.claims_get = lmdb_claims_get,
 	.txn_begin = lmdb_txn_begin,
-	.txn_claim_get = lmdb_txn_claim_get,
 	.txn_claim_put = lmdb_txn_claim_put,
 	.txn_msg_put = lmdb_txn_msg_put,
 	.txn_msg_set_inflight = lmdb_txn_msg_set_inflight,

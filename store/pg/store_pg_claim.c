@@ -43,7 +43,8 @@
  *	ended with ROLLBACK; once marked, or once taken for delivery, no
  *	further replay writes.
  *	There is no lookup outside a transaction: reads are not local
- *	(store_claims_get()), so the writer answers duplicates in its batch.
+ *	(store_claims_get() without one), so the writer answers duplicates
+ *	in its batch.
  * DIAGNOSTICS
  *	0, STORE_ENOTFOUND for no live claim, or a STORE_E* code; inside a
  *	transaction a failure is also its sticky error.
@@ -286,26 +287,26 @@ static int txn_queued(void *arg, const char *qid)
 	return tc->queued || store_pg_put_of(tc->t, qid);
 }
 
-/* store_pg_txn_claim_get - a claim from the cache, reading its key first if not read yet */
-int store_pg_txn_claim_get(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
-			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+/* store_pg_claims_get - claims from tb's cache, reading their key first if not read yet */
+int store_pg_claims_get(struct store *base, struct store_txn *tb,
+			const uint8_t keyhash[STORE_HASH_LEN], const uint8_t (*hashes)[STORE_HASH_LEN],
+			size_t n, int64_t now, struct store_claim *claims, int *found)
 {
-	struct pg_txn *t = (struct pg_txn *) base;
+	struct pg_txn *t = (struct pg_txn *) tb;
+	struct txn_claim tc = { t, 0 };
 	struct pg_claim_ent *e;
-	struct txn_claim tc;
+	size_t i;
 
+	(void) base;			/* always in a transaction: reads are not local */
 	if (!key_loaded(t, keyhash))
 		store_pg_txn_keys(t, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1);
-	if (t->base.err)
-		return t->base.err;
-	if ((e = cache_find(t, keyhash, hash)) == NULL)
-		return STORE_ENOTFOUND;
-	tc.t = t;
-	tc.queued = e->queued;
-	if (store_claim_live(&e->c, now, txn_queued, &tc) != 1)
-		return STORE_ENOTFOUND;
-	*c = e->c;
-	return 0;
+	for (i = 0; i < n && t->base.err == 0; i++)
+		if ((e = cache_find(t, keyhash, hashes[i])) != NULL) {
+			tc.queued = e->queued;
+			if ((found[i] = store_claim_live(&e->c, now, txn_queued, &tc) == 1))
+				claims[i] = e->c;
+		}
+	return t->base.err;
 }
 
 /*

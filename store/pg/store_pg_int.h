@@ -349,7 +349,7 @@ int64_t store_pg_result_limit(void);	/* PG_RESULT_US; a test's may be shorter */
 void store_pg_commit_sent(PGconn *c);	/* a commit's pipeline is sent: nothing */
 STORE_ENTRY(txn_begin) store_pg_txn_begin;
 void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_LEN], size_t n);
-STORE_ENTRY(txn_claim_get) store_pg_txn_claim_get;
+STORE_ENTRY(claims_get) store_pg_claims_get;
 STORE_ENTRY(txn_replay) store_pg_txn_replay;
 STORE_ENTRY(txn_claim_put) store_pg_txn_claim_put;
 STORE_ENTRY(txn_msg_put) store_pg_txn_msg_put;

@@ -87,7 +87,7 @@ static void test_claims(void **state)
 	}
 	CHECK_INT("claims_get n=0", claims_of(f->st, KH, NULL, 0, NOW, NULL, NULL), 0);
 	if (!(store_caps(f->st) & STORE_CAP_LOCAL_READS))	/* not the event loop's to read */
-		CHECK_INT("claims_get, reads not local", store_claims_get(f->st, KH,
+		CHECK_INT("claims_get, reads not local", store_claims_get(f->st, NULL, KH,
 			  (const uint8_t (*)[STORE_HASH_LEN]) h, n, NOW, got, found), STORE_EINVAL);
 	free(h);
 	free(got);
@@ -104,11 +104,11 @@ static void test_txn_sees_own_claims(void **state)
 	hash_of(h, 7);
 	claim_of(&c, "AAAAAAAAAAAA", 9, NOW + SEC);
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	CHECK_INT("before put", store_txn_claim_get(t, KH, h, NOW, &got), STORE_ENOTFOUND);
+	CHECK_INT("before put", claim_in(t, KH, h, NOW, &got), STORE_ENOTFOUND);
 	store_txn_claim_put(t, KH, h, &c);
-	CHECK_INT("after put", store_txn_claim_get(t, KH, h, NOW, &got), 0);
+	CHECK_INT("after put", claim_in(t, KH, h, NOW, &got), 0);
 	CHECK_STR("qid", got.qid, "AAAAAAAAAAAA");
-	CHECK_INT("after put, expired", store_txn_claim_get(t, KH, h, NOW + SEC, &got),
+	CHECK_INT("after put, expired", claim_in(t, KH, h, NOW + SEC, &got),
 		  STORE_ENOTFOUND);
 	CHECK_INT("no sticky error", store_txn_error(t), 0);
 	if (store_caps(f->st) & STORE_CAP_LOCAL_READS)	/* else a read waits for t's key lock */
@@ -510,7 +510,7 @@ static void test_bad_arguments(void **state)
 	CHECK_INT("sticky after NULL from", store_txn_error(t), STORE_EINVAL);
 	claim_of(&c, m.qid, 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h, &c);		/* a no-op now */
-	CHECK_INT("claim_get after failure", store_txn_claim_get(t, KH, h, NOW, &c), STORE_EINVAL);
+	CHECK_INT("claim_get after failure", claim_in(t, KH, h, NOW, &c), STORE_EINVAL);
 	CHECK_INT("commit of failed txn", store_txn_commit(t), STORE_EINVAL);
 	CHECK_INT("nothing written", claim_found(f->st, hash, NOW, NULL), 0);
 	m.from = xstrdup("x@y");

@@ -147,26 +147,35 @@ static inline void reroute_then_defer(struct store *st, struct store *changer, c
 }
 
 /*
- * claims_of - store_claims_get() where reads are local, else the same
- * lookup in a transaction of its own, as the writer makes it
+ * claims_of - store_claims_get() in a read of its own where reads are
+ * local, else in a transaction of its own, as the writer makes it
  */
 static inline int claims_of(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			    const uint8_t (*h)[STORE_HASH_LEN], size_t n, int64_t now,
 			    struct store_claim *c, int *found)
 {
 	struct store_txn *t;
-	size_t i;
-	int rc = 0;
+	int rc;
 
 	if (store_caps(st) & STORE_CAP_LOCAL_READS)
-		return store_claims_get(st, keyhash, h, n, now, c, found);
-	if (n > 0 && (rc = store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1,
-					   &t)) == 0) {
-		for (i = 0; i < n && (rc == 0 || rc == STORE_ENOTFOUND); i++)
-			found[i] = (rc = store_txn_claim_get(t, keyhash, h[i], now, c + i)) == 0;
+		return store_claims_get(st, NULL, keyhash, h, n, now, c, found);
+	if ((rc = store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1, &t)) == 0) {
+		rc = store_claims_get(st, t, keyhash, h, n, now, c, found);
 		txn_abort(t);
 	}
-	return rc == STORE_ENOTFOUND ? 0 : rc;
+	return rc;
+}
+
+/* claim_in - one claim inside t: 0 live (in *c), STORE_ENOTFOUND, or t's error */
+static inline int claim_in(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
+			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
+{
+	int found = 0, rc;
+
+	memset(c, 0, sizeof(*c));
+	rc = store_claims_get(NULL, t, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) hash, 1, now,
+			      c, &found);
+	return rc != 0 ? rc : found ? 0 : STORE_ENOTFOUND;
 }
 
 /* claim_found_under - 1 live, 0 absent, for a claim filed under keyhash; fails on an error */

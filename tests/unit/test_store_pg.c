@@ -481,7 +481,7 @@ static int key_put(struct store *st, const char *qid, int hash, struct store_txn
 	m.has_key = 1;
 	memcpy(m.keyhash, KH, STORE_HASH_LEN);
 	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, t), 0);
-	rc = store_txn_claim_get(*t, KH, h, NOW, &c);
+	rc = claim_in(*t, KH, h, NOW, &c);
 	store_txn_msg_put(*t, &m);
 	claim_of(&c, qid, 1, NOW + SEC);
 	store_txn_claim_put(*t, KH, h, &c);

@@ -40,7 +40,7 @@ static int race_round(struct racer *w, int r)
 	snprintf(qid, sizeof(qid), "RACE%02d%.6s", r, w->node);
 	if ((rc = store_txn_begin(w->st, (const uint8_t (*)[STORE_HASH_LEN]) kh, 1, &t)) != 0)
 		return rc;
-	if ((rc = store_txn_claim_get(t, kh[0], h, NOW, &c)) == 0) {
+	if ((rc = claim_in(t, kh[0], h, NOW, &c)) == 0) {
 		strcpy(w->qids[r], c.qid);	/* a duplicate: the other node's */
 		txn_abort(t);
 		return 0;
@@ -369,7 +369,7 @@ static long long dup_batch(struct fx *f, struct store *st, const int *hashes, si
 	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	for (i = 0; i < n; i++) {
 		hash_of(h, hashes[i]);
-		CHECK_INT("a duplicate", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+		CHECK_INT("a duplicate", claim_in(t, KH, h, NOW, &c), 0);
 		store_txn_replay(t, KH, h);
 	}
 	snprintf(q, sizeof(q), "SELECT pg_xact_status('%lld'::xid8) = 'committed'",

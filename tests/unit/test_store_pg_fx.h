@@ -250,7 +250,7 @@ static inline void kept_batch(struct fx *f, const char *qid, int hash, int keyed
 	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH,
 					 keyed ? 1 : 0, &t), 0);
 	if (keyed)
-		CHECK_INT("a new key", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+		CHECK_INT("a new key", claim_in(t, KH, h, NOW, &c), STORE_ENOTFOUND);
 	store_txn_msg_put(t, &m);
 	claim_of(&c, qid, 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h, &c);

@@ -364,7 +364,7 @@ static void test_settle_skips_held_key(void **state)
 	other = node_open(f, "other");	/* its batch reads the claim: a replay */
 	hash_of(h, 81);
 	assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	CHECK_INT("the other node finds the claim", claim_in(t, KH, h, NOW, &c), 0);
 	store_txn_replay(t, KH, h);	/* a duplicate: answered with it */
 	void_decided(f, "VOIDREPLAY01");
 	void_decided(f, "VOIDOTHER001");

@@ -48,9 +48,9 @@ static void test_voids(void **state)
 
 	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
 	hash_of(h, 31);
-	CHECK_INT("its claim, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	CHECK_INT("its claim, in a batch", claim_in(t, KH, h, NOW, &c), STORE_ENOTFOUND);
 	hash_of(h, 32);
-	CHECK_INT("the other, in a batch", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	CHECK_INT("the other, in a batch", claim_in(t, KH, h, NOW, &c), 0);
 	txn_abort(t);
 	CHECK_INT("only the other message taken", taken(f->st, NOW + SEC), 1);
 	CHECK_INT("the void stays while its transaction runs", void_count(f), 1);
@@ -121,7 +121,7 @@ static void test_commit_unreachable(void **state)
 	memcpy(m.keyhash, KH, STORE_HASH_LEN);
 	hash_of(h, 51);
 	assert_int_equal(store_txn_begin(f->st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the key is new", store_txn_claim_get(t, KH, h, NOW, &c), STORE_ENOTFOUND);
+	CHECK_INT("the key is new", claim_in(t, KH, h, NOW, &c), STORE_ENOTFOUND);
 	store_txn_msg_put(t, &m);
 	claim_of(&c, m.qid, 1, NOW + SEC);
 	store_txn_claim_put(t, KH, h, &c);
@@ -143,7 +143,7 @@ static int replay_on(struct store *st, const uint8_t h[STORE_HASH_LEN], void (*h
 	int rc;
 
 	assert_int_equal(store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1, &t), 0);
-	CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+	CHECK_INT("the other node finds the claim", claim_in(t, KH, h, NOW, &c), 0);
 	CHECK_STR("its QID", c.qid, hook_qid);
 	store_txn_replay(t, KH, h);
 	commit_hook = hook;
@@ -263,7 +263,7 @@ static void test_commit_unreachable_not_replayed(void **state)
 		other = node_open(f, "other");
 		assert_int_equal(store_txn_begin(other, (const uint8_t (*)[STORE_HASH_LEN]) KH, 1,
 						 &t), 0);
-		CHECK_INT("the other node finds the claim", store_txn_claim_get(t, KH, h, NOW, &c), 0);
+		CHECK_INT("the other node finds the claim", claim_in(t, KH, h, NOW, &c), 0);
 		CHECK_STR("its QID", c.qid, hook_qid);
 		if (new_qids[v] != NULL) {
 			msg_new(&m, new_qids[v], 1, 100);

@@ -230,12 +230,12 @@ static void test_corrupt_records(void **state)
 
 	hash_of(h[0], 1);
 	CHECK_INT("claims_get with a corrupt one",
-		  store_claims_get(f->st, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
+		  store_claims_get(f->st, NULL, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
 				   claims, found),
 		  STORE_EINVAL);
 	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
-	CHECK_INT("txn_claim_get corrupt", store_txn_claim_get(t, KH, h[1], NOW, &c), STORE_EINVAL);
+	CHECK_INT("in a transaction, corrupt", claim_in(t, KH, h[1], NOW, &c), STORE_EINVAL);
 	CHECK_INT("sticky", store_txn_error(t), STORE_EINVAL);
 	txn_abort(t);
 

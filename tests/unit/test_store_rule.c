@@ -312,7 +312,6 @@ static const struct {
 	unsigned cap;
 } may_lack[] = {
 	{ "upkeep", offsetof(struct store_ops, upkeep), STORE_CAP_OWN_SPACE },
-	{ "claims_get", offsetof(struct store_ops, claims_get), STORE_CAP_LOCAL_READS },
 	{ "txn_replay", offsetof(struct store_ops, txn_replay), STORE_CAP_SHARED },
 	{ "queue_take", offsetof(struct store_ops, queue_take), STORE_CAP_SHARED },
 	{ "lease_renew", offsetof(struct store_ops, lease_renew), STORE_CAP_SHARED },
