@@ -615,7 +615,7 @@ static void *take_thread(void *arg)
 			break;
 		now = clock_us();
 		if (now >= renew_at) {
-			if ((err = store_lease_renew(d->st, now)) != 0)
+			if ((err = store_lease_renew(d->st)) != 0)
 				msg_debug("delivery: leases not renewed: %s", store_strerror(err));
 			renew_at = now + d->c->store.lease * US / 3;
 		}

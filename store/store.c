@@ -162,9 +162,9 @@ int store_queue_take(struct store *st, int64_t now, size_t max, const char *cons
 	return SHARED(st) ? OPS(st)->queue_take(st, now, max, skip, n_skip, cb, arg) : 0;
 }
 
-int store_lease_renew(struct store *st, int64_t now)
+int store_lease_renew(struct store *st)
 {
-	return SHARED(st) ? OPS(st)->lease_renew(st, now) : 0;
+	return SHARED(st) ? OPS(st)->lease_renew(st) : 0;
 }
 
 void store_lease_release(struct store *st, const char *qid, int64_t lease)

@@ -301,7 +301,7 @@ int store_msg_revive(struct store *st, const struct store_msg *m);
  */
 int store_queue_take(struct store *st, int64_t now, size_t max, const char *const *skip,
 		     size_t n_skip, int (*cb) (void *arg, const struct store_msg *m), void *arg);
-int store_lease_renew(struct store *st, int64_t now);
+int store_lease_renew(struct store *st);
 /*
  * store_lease_release - this node is done with qid without a write that
  * gave its lease up: let it go. lease: the one it was loaded under

@@ -273,8 +273,8 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	return err;
 }
 
-/* store_pg_lease_renew - extend every lease this node holds; forget those lost */
-int store_pg_lease_renew(struct store *base, int64_t now)
+/* store_pg_lease_renew - extend every lease held, on the database's clock; forget those lost */
+int store_pg_lease_renew(struct store *base)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
@@ -282,7 +282,6 @@ int store_pg_lease_renew(struct store *base, int64_t now)
 	PGresult *r;
 	int err, i, lost;
 
-	(void) now;			/* leases run on the database's clock */
 	if (st->node == NULL)
 		return 0;
 	store_pg_anchor_check(st);

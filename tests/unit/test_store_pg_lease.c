@@ -59,14 +59,14 @@ static void test_lease_renew(void **state)
 
 	spool_one(f->st, "RENEW0000001", 1);
 	spool_one(f->st, "RENEW0000002", 2);
-	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("renew", store_lease_renew(f->st), 0);
 	CHECK_INT("A holds both", listed(f->st), 2);
 	CHECK_INT("B takes none", taken(b, clock_us()), 0);
 	sql(f, "UPDATE messages SET lease_until = 0 WHERE qid = 'RENEW0000002'", NULL);
 	CHECK_INT("B takes the one whose lease ran out", taken(b, clock_us()), 1);
-	CHECK_INT("renew again", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("renew again", store_lease_renew(f->st), 0);
 	CHECK_INT("A holds what it renewed", listed(f->st), 1);
-	CHECK_INT("B renews", store_lease_renew(b, clock_us()), 0);
+	CHECK_INT("B renews", store_lease_renew(b), 0);
 	CHECK_INT("B holds its own", listed(b), 1);
 	store_lease_release(f->st, "RENEW0000001", 0);
 	CHECK_INT("A released it", listed(f->st), 0);
@@ -102,7 +102,7 @@ static void test_lease_renew_skips_locked(void **state)
 	before = atoll(PQgetvalue(r, 0, 0));
 	PQclear(r);
 	began = clock_us();
-	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("renew", store_lease_renew(f->st), 0);
 	if (clock_us() - began > 2 * SEC)
 		fail_msg("the renewal waited %.1f s for the locked row",
 			 (double) (clock_us() - began) / SEC);
@@ -157,7 +157,7 @@ static void test_renew_during_commit(void **state)
 	if (i == 1000)
 		fail_msg("the COMMIT never waited in the trigger");
 	usleep(200000);			/* the INSERT's result, flushed before COMMIT, is read */
-	CHECK_INT("renew while the COMMIT waits", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("renew while the COMMIT waits", store_lease_renew(f->st), 0);
 	pthread_join(th, NULL);
 	PQfinish(o);
 	sql(f, "DROP TRIGGER slow_commit ON messages", NULL);
@@ -401,7 +401,7 @@ static void test_defer_retaken(void **state)
 	commit_hook = NULL;
 	CHECK_INT("taken again as the deferral committed", retake_n, 1);
 	CHECK_INT("the new lease is held", listed(f->st), 1);
-	CHECK_INT("and renewed", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("and renewed", store_lease_renew(f->st), 0);
 	CHECK_INT("held after the renewal", listed(f->st), 1);
 	CHECK_INT("a write under it", store_msg_set_inflight(f->st, "RETAKE000001", 1), 0);
 	/* the deferred attempt finishes (deliver_job_finished): its lease alone goes */
@@ -576,7 +576,7 @@ static void test_renew_reads_lost(void **state)
 	sql(f, "UPDATE messages SET lease_owner = 'gone' WHERE qid = 'RENEWMANY049'", NULL);
 	counter = pthread_self();
 	n_ints = 0;
-	rc = store_lease_renew(f->st, clock_us());
+	rc = store_lease_renew(f->st);
 	decoded = n_ints;
 	n_ints = -1;
 	CHECK_INT("renew", rc, 0);

@@ -168,7 +168,7 @@ static void plans_work(struct fx *f, struct store *b)
 	CHECK_INT("defer", store_msg_update(f->st, &m), 0);
 	CHECK_INT("flush one", store_msg_change(b, "PLANS0A00001", &due_now), 0);
 	CHECK_INT("take", taken(f->st, clock_us()), 1);
-	CHECK_INT("renew", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("renew", store_lease_renew(f->st), 0);
 	CHECK_INT("list", listed(f->st) > 0, 1);
 	m.rcpts[0].state = STORE_RCPT_SENT;
 	CHECK_INT("sent", store_msg_update(f->st, &m), 0);
@@ -218,7 +218,7 @@ static void plans_analyzed(struct fx *f, const char *queued)
 	spool_one(f->st, "PLANSEED0001", 1);
 	plans_fill(f, queued);
 	sql(f, "ANALYZE messages; ANALYZE rcpts; ANALYZE claims", NULL);
-	CHECK_INT("the seed's lease outlives a slow fill", store_lease_renew(f->st, clock_us()), 0);
+	CHECK_INT("the seed's lease outlives a slow fill", store_lease_renew(f->st), 0);
 	plans_work(f, b);
 	plans_check(f, b, 0);
 	store_close(b);
