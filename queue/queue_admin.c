@@ -77,18 +77,25 @@ enum queue_admin_forget {
 /* a set of QIDs, each once, in the order found */
 struct qids {
 	char (*q)[STORE_QID_SIZE];	/* owned */
-	size_t n;
+	size_t n, cap;
 };
 
-/* qids_add - one more QID, unless the set has it */
-static void qids_add(struct qids *s, const char *qid)
+/*
+ * qids_add - one more QID; check: unless the set has it (a key's forms may
+ * name one message twice), else the caller knows it is new (a walk gives
+ * each message once): ALL over a long queue searched n times n/2
+ */
+static void qids_add(struct qids *s, const char *qid, int check)
 {
 	size_t i;
 
-	for (i = 0; i < s->n; i++)
+	for (i = 0; check && i < s->n; i++)
 		if (strcmp(s->q[i], qid) == 0)
 			return;
-	s->q = xrealloc(s->q, (s->n + 1) * sizeof(*s->q));
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 16;
+		s->q = xrealloc(s->q, s->cap * sizeof(*s->q));
+	}
 	snprintf(s->q[s->n++], STORE_QID_SIZE, "%s", qid);
 }
 
@@ -175,7 +182,7 @@ static int walk_match(void *arg, const struct store_msg *m)
 	for (i = 0; !to && i < m->n_rcpts; i++)
 		to = glob(w->sel->to, m->rcpts[i].addr);
 	if (to && glob(w->sel->from, m->from))
-		qids_add(w->set, m->qid);
+		qids_add(w->set, m->qid, 0);
 	return 0;
 }
 
@@ -197,7 +204,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 			not_queued(st, out, sel->qid);
 			return -1;
 		}
-		qids_add(set, sel->qid);
+		qids_add(set, sel->qid, 0);
 		return 0;
 	}
 	for (i = 0; i < sel->n_keys; i++) {
@@ -206,7 +213,7 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 			return -1;
 		}
 		for (j = 0; j < n; j++)
-			qids_add(set, q[j]);
+			qids_add(set, q[j], 1);
 		free(q);
 	}
 	if (sel->n_keys)
@@ -255,7 +262,7 @@ static void drop_refused(struct store *st, struct buf *out, const char *qid, int
 static void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
 			     const struct queue_admin_sel *sel, struct buf *out)
 {
-	struct qids set = { NULL, 0 }, done = { NULL, 0 }, busy = { NULL, 0 };
+	struct qids set = { 0 }, done = { 0 }, busy = { 0 };
 	size_t i;
 	int err, failed = 0;
 
@@ -264,12 +271,12 @@ static void queue_admin_drop(struct store *st, const struct queue_admin_sched *s
 		goto done;
 	for (i = 0; i < set.n; i++) {
 		if ((err = drop_one(st, s, set.q[i], "drop")) == 0) {
-			qids_add(&done, set.q[i]);
+			qids_add(&done, set.q[i], 0);
 		} else if (sel->qid) {		/* the one asked for: why not */
 			drop_refused(st, out, sel->qid, err);
 			goto done;
 		} else if (err == STORE_ELEASE) {
-			qids_add(&busy, set.q[i]);
+			qids_add(&busy, set.q[i], 0);
 		} else if (err != STORE_ENOTFOUND) {
 			failed = err;
 		}
@@ -368,7 +375,7 @@ static void queue_admin_each(struct store *st, const struct queue_admin_sched *s
 			     const struct conf *cf, const struct queue_admin_sel *sel,
 			     const char *cmd, struct buf *out)
 {
-	struct qids set = { NULL, 0 }, done = { NULL, 0 };
+	struct qids set = { 0 }, done = { 0 };
 	int reroute = strcmp(cmd, "reroute") == 0, on = strcmp(cmd, "hold") == 0;
 	size_t i;
 	int err;
@@ -379,7 +386,7 @@ static void queue_admin_each(struct store *st, const struct queue_admin_sched *s
 	for (i = 0; i < set.n; i++) {
 		err = reroute ? reroute_one(st, s, cf, set.q[i]) : hold_one(st, s, set.q[i], on);
 		if (err == 0)
-			qids_add(&done, set.q[i]);
+			qids_add(&done, set.q[i], 0);
 		else if (err == STORE_EINVAL && sel->qid && !reroute)
 			json_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
 		else if (err == STORE_ENOTFOUND && sel->qid)
@@ -457,7 +464,7 @@ static int forget_keys(struct store *st, const struct queue_admin_sel *sel, int6
 		for (j = 0; j < f.n_qids; j++) {
 			msg_info_as(QUEUE_ADMIN_SERVICE, "%s: key forgotten by the operator "
 				    "(idemrelayctl forget%s)", f.qids[j], how);
-			qids_add(qids, f.qids[j]);
+			qids_add(qids, f.qids[j], 1);
 		}
 		store_forget_free(&f);
 	}
@@ -475,7 +482,7 @@ static void queue_admin_forget(struct store *st, const struct queue_admin_sched 
 			       const struct queue_admin_sel *sel, enum queue_admin_forget mode,
 			       int64_t now, struct buf *out)
 {
-	struct qids queued = { NULL, 0 }, qids = { NULL, 0 };
+	struct qids queued = { 0 }, qids = { 0 };
 	size_t claims = 0, i;
 	int err;
 
