@@ -356,8 +356,8 @@ int store_stats(struct store *st, struct store_stats *s, unsigned what);
  * message, envelope and delivery state (m->data is NULL, m->data_len its
  * size), decoded in one read transaction; cb must not call the store.
  * STORE_WALK_MINE: what this node is to deliver at start (on a shared
- * store: what it holds leased), not what is held; m has its qid and
- * next_attempt only, and cb may call the store.
+ * store nothing: its taker leases what is due), not what is held; m has
+ * its qid and next_attempt only, and cb may call the store.
  */
 #define STORE_WALK_MINE	0x1
 int store_queue_walk(struct store *st, unsigned how,

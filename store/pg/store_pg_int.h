@@ -358,7 +358,6 @@ STORE_ENTRY(txn_msg_update) store_pg_txn_msg_update;
 STORE_ENTRY(txn_commit) store_pg_txn_commit;
 
 /* store_pg_queue.c: the spool and delivery */
-int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg);
 STORE_ENTRY(queue_take) store_pg_queue_take;
 STORE_ENTRY(lease_renew) store_pg_lease_renew;
 STORE_ENTRY(lease_release) store_pg_lease_release;

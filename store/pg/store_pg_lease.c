@@ -31,9 +31,6 @@
  *	(SKIP LOCKED: never a wait, so never a deadlock; the next renewal
  *	comes a third of a lease later); those no longer this node's (taken
  *	by another node since, or finished) are forgotten.
- *
- *	store_pg_queue_mine() is what this node holds leased: nothing after a start, since
- *	store_pg_open() gives up the previous life's leases.
  * DIAGNOSTICS
  *	0 or a STORE_E* code; a non-zero return of a callback stops the
  *	calls and is returned.
@@ -348,27 +345,4 @@ void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 			 "AND lease_token = $2 AND " PG_ROW_QUEUED(""), &p, &r, "lease release") == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
-}
-
-/* store_pg_queue_mine - the messages this node holds leased, not held, in QID order */
-int store_pg_queue_mine(struct pg_store *st, int (*cb) (void *, const struct store_msg *), void *arg)
-{
-	struct pg_params p;
-	PGresult *r;
-	int err;
-
-	store_pg_params_init(&p);
-	if (held(st, &p) == 0) {
-		store_pg_params_free(&p);
-		return 0;
-	}
-	err = store_pg_run(st, "SELECT qid, next_attempt FROM messages WHERE qid = ANY($3::text[]) "
-		  "AND lease_token = ANY($1::int8[]) AND lease_owner = $2 AND " PG_ROW_QUEUED("")
-		  " AND NOT held ORDER BY qid", &p, &r, "queue list");
-	store_pg_params_free(&p);
-	if (err != 0)
-		return err;
-	err = call_back(r, cb, arg);
-	PQclear(r);
-	return err;
 }

@@ -328,7 +328,9 @@ static const char SQL_WALK[] =
 
 /*
  * store_pg_queue_walk - every queued message of every node, envelope and
- * state, in QID order; or what this node holds (store_pg_queue_mine)
+ * state, in QID order; for delivery's start (STORE_WALK_MINE) nothing: a
+ * node just started holds no lease (store_pg_open() gave up those of its
+ * previous life, before any commit), and its taker leases what is due
  */
 int store_pg_queue_walk(struct store *base, unsigned how,
 			int (*cb) (void *, const struct store_msg *), void *arg)
@@ -339,7 +341,7 @@ int store_pg_queue_walk(struct store *base, unsigned how,
 	int i, row, err;
 
 	if (how & STORE_WALK_MINE)
-		return store_pg_queue_mine(st, cb, arg);
+		return 0;
 	if ((err = store_pg_run(st, SQL_WALK, NULL, &r, "queue walk")) != 0)
 		return err;
 	for (i = 0; i < PQntuples(r) && err == 0; i = row) {

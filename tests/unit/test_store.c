@@ -404,6 +404,8 @@ static void test_queue_list_drop(void **state)
 	static const char *want[] = { "000000000001", "000000000003", "000000000005",
 		"00000000000A", "0000000000ZZ" };
 	struct fx *f = *state;
+	/* a shared store starts delivery with nothing (its taker leases): the whole walk there */
+	unsigned how = store_caps(f->st) & STORE_CAP_SHARED ? 0 : STORE_WALK_MINE;
 	struct list_acc a;
 	struct store_msg m, got;
 	char what[64];
@@ -417,7 +419,11 @@ static void test_queue_list_drop(void **state)
 	}
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
-	CHECK_INT("list", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
+	if (how == 0) {
+		CHECK_INT("start's list", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
+		CHECK_INT("nothing at start", a.n, 0);
+	}
+	CHECK_INT("list", store_queue_walk(f->st, how, list_cb, &a), 0);
 	CHECK_INT("listed", a.n, 5);
 	for (i = 0; i < 5; i++) {
 		snprintf(what, sizeof(what), "entry %d", i);
@@ -426,7 +432,7 @@ static void test_queue_list_drop(void **state)
 	CHECK_INT("next_attempt of 000000000001", a.next[0], NOW + 2);
 	memset(&a, 0, sizeof(a));
 	a.stop_at = 2;
-	CHECK_INT("stopped list", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 99);
+	CHECK_INT("stopped list", store_queue_walk(f->st, how, list_cb, &a), 99);
 	CHECK_INT("stopped after", a.n, 2);
 
 	CHECK_INT("drop", store_msg_drop(f->st, "000000000005"), 0);
@@ -443,7 +449,7 @@ static void test_queue_list_drop(void **state)
 	store_lease_release(f->st, "", 0);	/* nothing to let go of */
 	memset(&a, 0, sizeof(a));
 	a.stop_at = -1;
-	CHECK_INT("list after drop", store_queue_walk(f->st, STORE_WALK_MINE, list_cb, &a), 0);
+	CHECK_INT("list after drop", store_queue_walk(f->st, how, list_cb, &a), 0);
 	CHECK_INT("listed after drop", a.n, 4);
 	CHECK_STR("entry 2 after drop", a.seen[2], "00000000000A");
 }
