@@ -64,7 +64,7 @@
  *	hangs up on both sides and says so (deliver_bridge_ended).
  * DIAGNOSTICS
  *	Failures to set up are returned as text for the caller's log line
- *	and deferral reason; a connection from another process is logged.
+ *	and deferral reason; another process's connect() is refused, unlogged.
  */
 #include <arpa/inet.h>
 #include <errno.h>
