@@ -10,8 +10,12 @@
  * Input: byte 0: messages (bits 0-1), whether the mark of the second
  * message fails (bit 2, STORE_EAGAIN: no final dot), and whether it fails
  * only after a wait longer than upstream.timeout (bits 3-7 are 00001:
- * rare, for the fuzzer's pace), byte 1: recipients of
- * each message (two bits each). Then the server's script, one step per
+ * rare, for the fuzzer's pace) or upstream.tls is "starttls" (00010: the
+ * bridge's plain STARTTLS dialogue, deliver_bridge_starttls.c, reads the
+ * script; a handshake with it fails), byte 1: recipients of each message
+ * (two bits each, bits 0-5), whether the messages are BODY=8BITMIME
+ * (bit 6) and SMTPUTF8 with a UTF-8 Subject (bit 7: the filter adds those
+ * parameters where offered). Then the server's script, one step per
  * byte (low 3 bits), some with an argument byte:
  *
  *   0 READ	read one line from the client (waits 5 ms at most)
@@ -56,6 +60,7 @@
 
 #include "../../deliver/deliver_impl.h"
 #include "../../deliver/esmtp/deliver_esmtp.h"
+#include "../../smtp/smtp.h"
 #include "../../util/log.h"
 
 #define MSGS_MAX	3
@@ -68,7 +73,7 @@ static const char *const canned[] = {
 	"220 fuzz ESMTP\r\n",
 	"250-fuzz\r\n250-PIPELINING\r\n250-ENHANCEDSTATUSCODES\r\n250-8BITMIME\r\n"
 	"250-SIZE 1000000\r\n250 DSN\r\n",
-	"250-fuzz\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n250 PIPELINING\r\n",
+	"250-fuzz\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n250-STARTTLS\r\n250 PIPELINING\r\n",
 	"250 fuzz\r\n",
 	"250 2.1.0 ok\r\n",
 	"250 2.1.5 ok\r\n",
@@ -336,8 +341,8 @@ static void setup(void)
 	conf.upstream.timeout = 1;	/* the bridge's deadlines, for a script that stalls */
 }
 
-/* job_init - message i of the batch, with r recipients */
-static void job_init(struct deliver_job *j, size_t i, size_t r)
+/* job_init - message i of the batch, with r recipients; params: byte 1's bits 6-7 */
+static void job_init(struct deliver_job *j, size_t i, size_t r, unsigned params)
 {
 	char text[128];
 	size_t k;
@@ -353,7 +358,10 @@ static void job_init(struct deliver_job *j, size_t i, size_t r)
 		j->m.rcpts[k].addr = strdup(text);
 		j->res[k].attempted = 1;
 	}
-	snprintf(text, sizeof(text), "From: sender@example.org\r\nSubject: fuzz %zu\r\n\r\nbody\r\n", i);
+	j->m.body = params & 1 ? SMTP_BODY_8BITMIME : SMTP_BODY_NONE;
+	j->m.smtputf8 = (params & 2) != 0;
+	snprintf(text, sizeof(text), "From: sender@example.org\r\nSubject: fuzz %zu%s\r\n\r\nbody\r\n",
+		 i, params & 2 ? " \xc3\xa9t\xc3\xa9" : "");
 	j->m.data = strdup(text);
 	j->m.data_len = strlen(text);
 }
@@ -439,8 +447,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	seen.fail_mark = data[0] & 4 ? 1 : -1;
 	seen.slow_mark = (data[0] & 0xf8) == 0x08;
 	seen.n = n;
+	conf.upstream.tls = (data[0] & 0xf8) == 0x10 ? CONF_TLS_STARTTLS : CONF_TLS_NONE;
 	for (i = 0; i < n; i++) {
-		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1);
+		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1,
+			 data[1] >> 6);
 		memcpy(seen.qid[i], jobs[i].m.qid, sizeof(seen.qid[i]));
 		ptrs[i] = &jobs[i];
 	}

@@ -2,6 +2,13 @@
  * fuzz_parse - the MAIL/RCPT argument parsers (paths, ESMTP parameters,
  * xtext) on arbitrary bytes. A successful parse must yield an address
  * free of CR, LF and NUL, the property the rest of the relay relies on.
+ *
+ * The same bytes (up to a NUL) also go through util/json.c, which reads
+ * and writes UTF-8 with OpenSSL as smtp_utf8_len() does: read as a
+ * control reply ({"a": and the bytes), and written as a string member
+ * (json_str), which must read back (json_get_str) as the bytes
+ * themselves where they are all ASCII (an invalid octet is written as
+ * its Latin-1 \u00XX by design, and valid UTF-8 as it is).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -10,11 +17,39 @@
 
 #include "../../smtp/smtp_parse.h"
 #include "../../smtp/smtp_tx.h"
+#include "../../util/buf.h"
+#include "../../util/json.h"
+
+#define JSON_IN_MAX	4096
 
 static void check_clean(const char *s)
 {
 	if (s && strpbrk(s, "\r\n"))
 		abort();
+}
+
+/* check_json - the bytes as a control reply's text, and as a string written and read back */
+static void check_json(const uint8_t *data, size_t size)
+{
+	static char in[JSON_IN_MAX + 8], out[6 * JSON_IN_MAX + 1];
+	struct buf b = BUF_INIT;
+	size_t len = strnlen((const char *) data, size < JSON_IN_MAX ? size : JSON_IN_MAX), i;
+	int ascii = 1;
+
+	memcpy(in, "{\"a\":", 5);
+	memcpy(in + 5, data, len);
+	in[5 + len] = 0;
+	(void) json_get_str(in, "a", out, 16);	/* short: truncated to fit */
+	memcpy(in, data, len);
+	in[len] = 0;
+	for (i = 0; i < len; i++)
+		ascii &= data[i] < 0x80;
+	json_str(&b, "{\"a\":", in);
+	buf_putc(&b, '}');
+	if (json_get_str(b.data, "a", out, sizeof(out)) != 0
+	    || (ascii && strcmp(out, in) != 0))
+		abort();		/* what it writes always reads back */
+	buf_free(&b);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -46,5 +81,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	free(r.addr);
 	free(r.orcpt);
+	check_json(data, size);
 	return 0;
 }

@@ -7,15 +7,20 @@
  * implicit TLS, no SMTPUTF8, long lines and NULs refused (STARTTLS and
  * AUTH are offered on all). TLS comes up as
  * soon as a STARTTLS is pending, as after a handshake.
- * The message hook answers at once, alternating 250 and 554, the auth
- * hook alike with success and failure, and the
+ * The message hook answers after the feed, alternating 250 and 554, the
+ * auth hook alike with success and failure; every third answer is given
+ * inside the hook instead (the engine goes on with the next command; an
+ * auth verdict there is sometimes "not now", 454), and before every
+ * eighth answer given after the feed the session is closed
+ * (SMTP_CLOSE_SHUTDOWN) while the hook holds it. The
  * output buffer is drained after each feed as the server does. Checks:
  * no crash, no sanitizer report, bounded memory, the engine never
  * consumes more than it was given, a UTF-8 address reaches the
  * hooks only in a transaction that declared SMTPUTF8, a message's count
  * of lines over 998 octets and its NUL flag are what it holds (none of
- * either where they are refused), and folding it leaves no line over
- * 998 octets and nothing but CRLF SPACE added.
+ * either where they are refused), folding it leaves no line over
+ * 998 octets and nothing but CRLF SPACE added, and a close while a hook
+ * holds the session comes after the hook's answer: one 421, last.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -30,8 +35,12 @@ struct fuzz_ctx {
 	int refuse_lines;		/* long_lines_reject and nul_reject */
 	int waiting;
 	int auth_waiting;
-	unsigned n;
+	unsigned n;			/* answers given */
 };
+
+#define AT_ONCE(n)	((n) % 3 == 2)	/* the nth answer is given inside the hook */
+#define CLOSE_FIRST(n)	((n) % 8 == 6)	/* ... closed while waiting for it */
+#define MSG_REPLY(n)	((n) & 1 ? "554 5.7.0 no" : "250 2.0.0 Ok: queued as X")
 
 /* ascii - no octet above 127 */
 static int ascii(const char *p)
@@ -109,7 +118,12 @@ static void fuzz_message(void *ctx, struct smtp_session *s, struct smtp_tx *tx)
 	if (f->refuse_lines && (tx->long_lines || tx->nul))
 		abort();		/* refused at the end of data, never handed over */
 	check_fold(tx);
-	f->waiting = 1;
+	if (AT_ONCE(f->n)) {
+		smtp_session_reply(s, MSG_REPLY(f->n));	/* tx goes with it */
+		f->n++;
+	} else {
+		f->waiting = 1;
+	}
 }
 
 static void fuzz_auth(void *ctx, struct smtp_session *s, const char *mech,
@@ -117,10 +131,36 @@ static void fuzz_auth(void *ctx, struct smtp_session *s, const char *mech,
 {
 	struct fuzz_ctx *f = ctx;
 
-	(void) s;
 	if (strlen(mech) != 5 || *user == 0 || strlen(user) > 255 || pass == NULL)
 		abort();		/* the engine promised a name and a password */
-	f->auth_waiting = 1;
+	if (AT_ONCE(f->n)) {
+		smtp_session_auth_reply(s, f->n % 9 == 8 ? -1 : (int) (f->n & 1));
+		f->n++;
+	} else {
+		f->auth_waiting = 1;
+	}
+}
+
+/*
+ * closed_after - the session was closed while a hook held it: what its
+ * answer added to out (from mark) ends with one 421, and nothing follows
+ */
+static void closed_after(struct smtp_session *s, size_t mark)
+{
+	const struct buf *out = smtp_session_out(s);
+	const char *p = out->data + mark, *end = out->data + out->len, *lf, *last = NULL;
+	int n421 = 0;
+
+	if (!smtp_session_closing(s) || out->len <= mark)
+		abort();
+	for (; p < end; p = lf + 1) {
+		if ((lf = memchr(p, '\n', (size_t) (end - p))) == NULL)
+			abort();
+		n421 += strncmp(p, "421 ", 4) == 0;
+		last = p;
+	}
+	if (n421 != 1 || strncmp(last, "421 ", 4) != 0 || last == out->data + mark)
+		abort();		/* the hook's answer first, then one 421 */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -134,8 +174,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	};
 	struct fuzz_ctx f = { 0, 0, 0, 0 };
 	struct smtp_session *s;
-	size_t off = 0, step, n, chunk;
-	int stalls = 0;
+	size_t off = 0, step, n, chunk, mark;
+	int stalls = 0, closing;
 	uint8_t mode;
 
 	if (size < 1)
@@ -163,9 +203,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		off += n;
 		if (smtp_session_starttls(s))
 			smtp_session_set_tls(s);	/* the handshake went well */
+		mark = smtp_session_out(s)->len;
+		if ((closing = (f.waiting || f.auth_waiting) && CLOSE_FIRST(f.n)))
+			smtp_session_close(s, SMTP_CLOSE_SHUTDOWN);	/* waits for the answer */
 		if (f.waiting) {
 			f.waiting = 0;
-			smtp_session_reply(s, (f.n++ & 1) ? "554 5.7.0 no" : "250 2.0.0 Ok: queued as X");
+			smtp_session_reply(s, MSG_REPLY(f.n));
+			f.n++;
 			stalls = 0;
 		} else if (f.auth_waiting) {
 			f.auth_waiting = 0;
@@ -174,6 +218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else if (n < chunk && !smtp_session_closing(s) && ++stalls > 2) {
 			abort();	/* consumed nothing while neither waiting nor closing */
 		}
+		if (closing)
+			closed_after(s, mark);
 		buf_reset(smtp_session_out(s));
 	}
 	smtp_session_close(s, SMTP_CLOSE_TIMEOUT);

@@ -12,11 +12,13 @@ GREET, EHLO_PIPE, EHLO_UTF8, EHLO_PLAIN, MAIL_OK, RCPT_OK, TEMP, PERM, GO, QUEUE
     GOING, NOVALID, MULTI, WHAT, BARE = range(16)
 
 
-def header(msgs, rcpts, fail_second=False, slow=False):
-    b1 = 0
+def header(msgs, rcpts, fail_second=False, slow=False, starttls=False, params=0):
+    """params: 1 BODY=8BITMIME, 2 SMTPUTF8 (with a UTF-8 Subject)"""
+    b1 = params << 6
     for i, r in enumerate(rcpts):
         b1 |= (r - 1) << (2 * i)
-    return bytes([(msgs - 1) | (4 if fail_second else 0) | (8 if slow else 0), b1])
+    return bytes([(msgs - 1) | (4 if fail_second else 0) | (8 if slow else 0)
+                  | (16 if starttls else 0), b1])
 
 
 def raw(data):
@@ -96,6 +98,22 @@ def seeds():
     out["multi-line-rcpt"] = base + bytes([REPLY, MULTI, REPLY, RCPT_OK, REPLY, GO, CONTENT,
                                            REPLY, QUEUED, AUTO, 3])
     out["utf8-chunking-ehlo"] = header(1, [1]) + opening(EHLO_UTF8) + bytes([AUTO, 15])
+    # the bridge's own STARTTLS dialogue (EHLO_UTF8 offers STARTTLS); the script
+    # never does TLS, so the handshake fails after a 220
+    tls = header(1, [1], starttls=True) + opening(EHLO_UTF8)
+    out["starttls-220-then-garbage"] = tls + bytes([REPLY, GREET]) + raw(b"not TLS\r\n") + \
+        bytes([CLOSE])
+    out["starttls-220-then-injected"] = tls + raw(b"220 go\r\n250 injected\r\n") + bytes([CLOSE])
+    out["starttls-refused"] = tls + bytes([REPLY, TEMP, READ])
+    out["starttls-not-offered"] = header(1, [1], starttls=True) + opening(EHLO_PIPE) + \
+        bytes([READ])
+    out["starttls-bad-greeting"] = header(1, [1], starttls=True) + raw(b"220-a\r\n221 b\r\n")
+    # BODY=8BITMIME and SMTPUTF8 added by the filter where offered (EHLO_PIPE: 8BITMIME,
+    # EHLO_UTF8: SMTPUTF8), and a message that needs SMTPUTF8 where it is not
+    out["params-8bit"] = header(2, [1, 2], params=1) + bytes([REPLY, GREET, AUTO, 15])
+    out["params-utf8-offered"] = header(1, [2], params=3) + opening(EHLO_UTF8) + \
+        bytes([AUTO, 15])
+    out["params-utf8-not-offered"] = header(2, [1, 1], params=2) + bytes([REPLY, GREET, AUTO, 15])
     return out
 
 
