@@ -32,9 +32,10 @@ uint64_t hash_fnv(uint64_t h, const void *p, size_t n);
 
 /*
  * hash_slot - the slot of a table of cap entries (a power of two, >= 2)
- * for x (a digest's 64 bits, or FNV of a key): multiply-shift by a random
- * odd multiplier drawn once a process, so that keys a client chooses (by
- * trial, offline) cannot be aimed at one slot's probe chain
+ * for x (a digest's 64 bits, or FNV of a key): a fixed mix, then
+ * multiply-shift by a random odd multiplier drawn once a process, so
+ * that keys a client chooses (by trial, offline) cannot be aimed at one
+ * slot's probe chain, and keys in sequence (QIDs) spread for every draw
  */
 size_t hash_slot(uint64_t x, size_t cap);
 
