@@ -26,6 +26,15 @@
  *   - each block cut out is the sentinel line, then header lines, then
  *     the empty line, and nothing past it: "\r\n\r\n" ends it and
  *     appears nowhere before its end.
+ *
+ * A third filter and gate get the chunks whole too, with every message
+ * marked for BODY=8BITMIME and SMTPUTF8 (deliver_filter_mail_params()),
+ * each up chunk in a buffer of exactly its length plus
+ * DELIVER_FILTER_GROW: what it passes up is the first filter's output
+ * with what the EHLO reply offered of " BODY=8BITMIME" and " SMTPUTF8"
+ * inserted before line ends only, at most DELIVER_FILTER_GROW octets a
+ * call, up to where it failed (two such MAIL lines in one write fail it),
+ * and the same bytes down unless it failed.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +46,8 @@
 
 #define OUT_MAX	(64 * 1024)
 
+#define MAILS_MAX	256
+
 struct side {
 	struct deliver_filter f;
 	struct deliver_gate g;
@@ -45,7 +56,70 @@ struct side {
 	int failed;			/* the chunk index at which up failed, or -1 */
 	char cut[OUT_MAX];		/* what the block being cut has dropped so far */
 	size_t cut_len;
+	int over;			/* up outgrew OUT_MAX (the third filter's): not compared */
 };
+
+/* feed_params - one chunk whole through the filter with MAIL parameters */
+static void feed_params(struct side *s, int to_server, const uint8_t *p, size_t len, int chunk)
+{
+	char *buf;
+	ssize_t kept;
+
+	if (!to_server) {
+		s->down_len += deliver_gate_down(&s->g, &s->f, (const char *) p, len,
+						 s->down + s->down_len);
+		return;
+	}
+	if (len == 0)
+		deliver_filter_rewind(&s->f);
+	buf = malloc(len + DELIVER_FILTER_GROW);	/* exactly the room promised */
+	memcpy(buf, p, len);
+	if ((kept = deliver_filter_up(&s->f, buf, len)) < 0) {
+		if (s->failed < 0)
+			s->failed = chunk;
+	} else if ((size_t) kept > len + DELIVER_FILTER_GROW || s->failed >= 0) {
+		abort();
+	} else if (s->up_len + (size_t) kept > sizeof(s->up)) {
+		s->over = 1;
+	} else {
+		memcpy(s->up + s->up_len, buf, (size_t) kept);
+		s->up_len += (size_t) kept;
+	}
+	free(buf);
+}
+
+/*
+ * check_params - the third filter's output is the first's with parameters
+ * inserted before line ends, as offered; all of it unless it failed
+ */
+static void check_params(const struct side *w, const struct side *m)
+{
+	static const char *const adds[] = { " BODY=8BITMIME SMTPUTF8", " BODY=8BITMIME", " SMTPUTF8" };
+	static const int need[] = { DELIVER_FILTER_8BIT | DELIVER_FILTER_UTF8, DELIVER_FILTER_8BIT,
+				    DELIVER_FILTER_UTF8 };
+	size_t i = 0, j = 0, k, n;
+
+	if (m->over || (w->failed >= 0 && (m->failed < 0 || m->failed > w->failed)))
+		abort();
+	while (j < m->up_len) {
+		if (i < w->up_len && w->up[i] == m->up[j]) {
+			i++, j++;
+			continue;
+		}
+		if (i == w->up_len || (w->up[i] != '\r' && w->up[i] != '\n'))
+			abort();	/* changed, not inserted before a line end */
+		for (k = 0; k < 3; k++) {
+			n = strlen(adds[k]);
+			if (m->up_len - j >= n && memcmp(m->up + j, adds[k], n) == 0)
+				break;
+		}
+		if (k == 3 || (m->f.offered & need[k]) != need[k])
+			abort();	/* not a parameter, or one not offered */
+		j += n;
+	}
+	if (m->failed < 0 && i != w->up_len)
+		abort();		/* it dropped what the first passed */
+}
 
 /* check_block - a block the filter has just finished cutting */
 static void check_block(const struct side *s)
@@ -103,7 +177,8 @@ static void feed(struct side *s, int to_server, const uint8_t *p, size_t len, si
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct side whole, bytes;
+	static struct side whole, bytes, params;
+	static unsigned char want[MAILS_MAX];
 	static const char key[] = "X-Idemrelay-Cut:";	/* the filter's SENTINEL_KEY */
 	size_t i = 0, len, extra, failed_len = 0;
 	int chunk = 0, dir;
@@ -112,11 +187,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memset(&whole, 0, sizeof(whole));
 	memset(&bytes, 0, sizeof(bytes));
+	memset(&params, 0, sizeof(params));
+	memset(want, DELIVER_FILTER_8BIT | DELIVER_FILTER_UTF8, sizeof(want));
 	deliver_filter_init(&whole.f);
 	deliver_filter_init(&bytes.f);
+	deliver_filter_init(&params.f);
+	deliver_filter_mail_params(&params.f, want, sizeof(want));
 	deliver_gate_init(&whole.g);
 	deliver_gate_init(&bytes.g);
-	whole.failed = bytes.failed = -1;
+	deliver_gate_init(&params.g);
+	whole.failed = bytes.failed = params.failed = -1;
 	while (i < size) {
 		dir = data[i] & 0x80;
 		len = data[i] & 0x7f;
@@ -125,6 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			len = size - i;
 		feed(&whole, dir == 0, data + i, len, 0, chunk);
 		feed(&bytes, dir == 0, data + i, len, 1, chunk);
+		feed_params(&params, dir == 0, data + i, len, chunk);
 		if (whole.failed == chunk)
 			failed_len = len;
 		i += len;
@@ -143,5 +224,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			  || memcmp(bytes.up + bytes.up_len - (sizeof(key) - 2), key,
 				    sizeof(key) - 2) != 0))
 		abort();		/* more than the failed write up to a sentinel's key */
+	if (params.failed < 0 && (params.down_len != whole.down_len
+				  || memcmp(params.down, whole.down, whole.down_len)))
+		abort();		/* the parameters change nothing down (failed: it counts no more) */
+	check_params(&whole, &params);
 	return 0;
 }
