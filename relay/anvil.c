@@ -6,11 +6,12 @@
  * DESCRIPTION
  *	See anvil.h. Clients live in a hash table keyed by their address as
  *	16 octets (IPv4 mapped into IPv6, an IPv6 address cut to its prefix).
- *	Its two halves, XORed, place it with hash_slot() (util/hash.h), keyed
- *	per process, so that no client can choose addresses that share a
- *	chain: an IPv4 address fills the second half and an IPv6 prefix up to
- *	/64 the first, and within one longer prefix the second half alone
- *	differs. A client is remembered while it has a
+ *	hash_slot() (util/hash.h), keyed per process, places it: the first
+ *	half through it, then the second half XORed in and the sum through it
+ *	again, so that no client can choose addresses that share a chain (an
+ *	IPv4 address fills the second half, an IPv6 prefix up to /64 the
+ *	first, a longer one both; the two halves XORed alone would put every
+ *	pair of one XOR in one chain). A client is remembered while it has a
  *	connection open or its minute has not ended; anvil_sweep() forgets
  *	the others, so the table holds at most the clients of the last
  *	minute. Rates count in fixed minutes from a client's first
