@@ -16,6 +16,7 @@
 
 #include "../../queue/qid.h"
 #include "../../util/hash.c"
+#include "test_rand.h"
 
 #define SLOT_MULTS	2000		/* multipliers tried */
 #define SLOT_KEYS	1000		/* a batch's QIDs ... */
@@ -106,17 +107,6 @@ static void test_hex_round_trip(void **state)
 	assert_memory_equal(back, d, HASH_LEN);
 	hash_hex(d, 11, hex);
 	assert_string_equal(hex, "ba7816bf8f01cfea414140");
-}
-
-/* rand64 - 64 bits of rand() */
-static uint64_t rand64(void)
-{
-	uint64_t x = 0;
-	int i;
-
-	for (i = 0; i < 4; i++)
-		x = x << 16 | (uint64_t) (rand() & 0xffff);
-	return x;
 }
 
 /* probes - key comparisons to find each of n FNVs again in SLOT_CAP slots, probed in turn */

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "../../store/pg/store_pg_claim.c"
+#include "test_rand.h"
 
 #define N_CLAIMS	256		/* a batch's claims, all in one probe chain before */
 #define OLD_BITS	12		/* the low bits they agree in: tables up to 4096 */
@@ -38,17 +39,6 @@ int __wrap_strcmp(const char *a, const char *b)
 {
 	compares++;
 	return __real_strcmp(a, b);
-}
-
-/* rand64 - 64 bits of rand() */
-static uint64_t rand64(void)
-{
-	uint64_t x = 0;
-	int i;
-
-	for (i = 0; i < 4; i++)
-		x = x << 16 | (uint64_t) (rand() & 0xffff);
-	return x;
 }
 
 /*
