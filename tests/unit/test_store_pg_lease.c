@@ -75,6 +75,22 @@ static void test_lease_renew(void **state)
 }
 
 /*
+ * row_held - o's transaction holds qid's row (FOR UPDATE) until o ends it;
+ * the server ends it after 5 s idle, if a failed check leaves it behind
+ */
+static void row_held(struct fx *f, PGconn *o, const char *qid)
+{
+	char q[256];
+	PGresult *r;
+
+	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
+		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = '%s' FOR UPDATE", f->schema, qid);
+	r = PQexec(o, q);
+	CHECK_INT(qid, PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+}
+
+/*
  * a renewal does not wait for a row a delivery write holds (it deadlocked
  * with marks that also wrote the previous outcome): that lease is kept,
  * unrenewed this time, and the others are renewed at once
@@ -89,13 +105,8 @@ static void test_lease_renew_skips_locked(void **state)
 
 	spool_one(f->st, "RENEWLK00001", 1);
 	spool_one(f->st, "RENEWLK00002", 2);
-	/* the server ends the holder if a failed check leaves it behind */
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
-		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'RENEWLK00001' FOR UPDATE",
-		 f->schema);
-	r = PQexec(o, q);
-	CHECK_INT("the other transaction holds the row", PQresultStatus(r), PGRES_TUPLES_OK);
-	PQclear(r);
+	/* another transaction holds the first one's row */
+	row_held(f, o, "RENEWLK00001");
 	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SELECT lease_until FROM messages "
 		 "WHERE qid = 'RENEWLK00002'", f->schema);
 	r = PQexec(o, q);			/* text results: PQexec */
@@ -521,8 +532,6 @@ static void test_flush_all_skips_due(void **state)
 	struct fx *f = *state;
 	PGconn *o = PQconnectdb(f->url);
 	struct store_msg m;
-	PGresult *r;
-	char q[256];
 	int64_t began;
 
 	msg_new(&m, "FLUSHDUE0001", 1, 100);
@@ -539,12 +548,7 @@ static void test_flush_all_skips_due(void **state)
 	store_msg_free(&m);
 	CHECK_INT("hold it", store_msg_change(f->st, "FLUSHHELD001", &(struct store_change) { 1, 0, NULL, 0 }),
 		  0);
-	snprintf(q, sizeof(q), "SET search_path = \"%s\"; SET idle_in_transaction_session_timeout"
-		 " = '5s'; BEGIN; SELECT 1 FROM messages WHERE qid = 'FLUSHDUE0001' FOR UPDATE",
-		 f->schema);
-	r = PQexec(o, q);
-	CHECK_INT("a delivery holds the due one", PQresultStatus(r), PGRES_TUPLES_OK);
-	PQclear(r);
+	row_held(f, o, "FLUSHDUE0001");		/* as a delivery holds the due one */
 	began = clock_us();
 	CHECK_INT("flush all", store_msg_change(f->st, NULL, &due_now), 0);
 	if (clock_us() - began > 2 * SEC)
