@@ -34,9 +34,11 @@
  *	them, as Postfix's smtpd_hard_error_limit does; a junk command
  *	(NOOP, RSET, VRFY, HELP) past junk_commands counts as one such error
  *	whatever its reply (smtpd_junk_command_limit), so a session that
- *	only keeps itself alive ends too. A message accepted (a 2xx at its
- *	end) clears both counts. A message refused (too big, bare CR or LF,
- *	by the hook) counts once, whether DATA or BDAT carried it: a message
+ *	only keeps itself alive ends too. The reply to a line of an AUTH
+ *	exchange counts as a command's does, so AUTH's refusals count alike
+ *	whether the credentials came with the command or after its 334.
+ *	A message accepted (a 2xx at its end) clears both counts. A message
+ *	refused (too big, bare CR or LF, by the hook) counts once, whether DATA or BDAT carried it: a message
  *	too big counts at its first 552, which for BDAT may be a chunk's
  *	before LAST, and not again for the chunks after it (RFC 3030 has
  *	those read and discarded). A BDAT refused when announced (no
@@ -178,7 +180,7 @@ void smtp_session_greet(struct smtp_session *s)
 static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 {
 	const char *lf = memchr(in, '\n', len);
-	size_t n = lf ? (size_t) (lf - in) + 1 : len, end;
+	size_t n = lf ? (size_t) (lf - in) + 1 : len, end, mark;
 
 	if (!s->line_long) {
 		if (s->line.len + n > SMTP_LINE_MAX) {
@@ -199,16 +201,21 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 			smtp_enter_state(s, SMTP_STATE_COMMAND);
 		} else {
 			smtp_reply(s, "500 5.5.2 Line too long");
-			smtp_session_count(s, "500", 0);
 		}
+		smtp_session_count(s, "500", 0);
 	} else {
 		end = s->line.len - 1;	/* the LF, and a CR before it (a bare LF ends it too) */
 		if (end && s->line.data[end - 1] == '\r')
 			end--;
-		if (s->state == SMTP_STATE_AUTH)
+		if (s->state == SMTP_STATE_AUTH) {
+			mark = s->out.len;
 			smtp_auth_response(s, s->line.data, end);
-		else
+			/* its reply counts as a command's would (an initial response's does) */
+			if (s->out.len > mark)
+				smtp_session_count(s, s->out.data + mark, 0);
+		} else {
 			smtp_command(s, s->line.data, end);
+		}
 	}
 	buf_reset(&s->line);
 	if (s->state == SMTP_STATE_CHUNK && s->chunk.left == 0)

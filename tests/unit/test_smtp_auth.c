@@ -43,7 +43,9 @@ static void fake_auth(void *ctx, struct smtp_session *s, const char *mech,
 	    || (strcmp(user, "bob") == 0 && strcmp(pass, "hunter2") == 0);
 
 	buf_printf(&f->checks, "%s %s %s;", mech, user, pass);
-	if (!f->async)
+	if (strcmp(user, "carol") == 0)
+		smtp_session_auth_reply(s, -1);	/* over the rate limit: no verdict */
+	else if (!f->async)
 		smtp_session_auth_reply(s, ok);
 }
 
@@ -79,6 +81,7 @@ struct step {
 #define L_SUBMIT	2	/* starttls and auth required (587) */
 #define L_IMPLICIT	3	/* TLS before the greeting, auth required (465) */
 #define L_NOAUTH	4	/* STARTTLS offered, no AUTH */
+#define L_STRICT	5	/* L_IMPLICIT with hard_errors 3 */
 
 struct script {
 	const char *name;
@@ -100,10 +103,11 @@ static struct smtp_session *new_session(struct fake *f, int listener)
 
 	cfg.starttls = listener == L_PLAIN || listener == L_SUBMIT || listener == L_NOAUTH;
 	cfg.starttls_required = listener == L_SUBMIT;
-	cfg.auth = listener == L_PLAIN || listener == L_SUBMIT || listener == L_IMPLICIT;
-	cfg.auth_required = listener == L_SUBMIT || listener == L_IMPLICIT;
+	cfg.auth = listener != L_NOTLS && listener != L_NOAUTH;
+	cfg.auth_required = listener == L_SUBMIT || listener == L_IMPLICIT || listener == L_STRICT;
+	cfg.hard_errors = listener == L_STRICT ? 3 : 0;
 	s = smtp_session_new(&cfg, &fake_hooks, f);
-	if (listener == L_IMPLICIT)
+	if (listener == L_IMPLICIT || listener == L_STRICT)
 		smtp_session_set_tls(s);
 	smtp_session_greet(s);
 	return s;
@@ -126,6 +130,7 @@ static struct smtp_session *new_session(struct fake *f, int listener)
 #define PLAIN_ALICE	"AGFsaWNlAHNlY3JldA=="	/* \0alice\0secret */
 #define PLAIN_WRONG	"AGFsaWNlAHdyb25n"	/* \0alice\0wrong */
 #define PLAIN_BOB	"AGJvYgBodW50ZXIy"	/* \0bob\0hunter2 */
+#define PLAIN_CAROL	"AGNhcm9sAHg="	/* \0carol\0x */
 #define TLS_EHLO	"EHLO c\r\nSTARTTLS\r\n"	/* then TLS_UP, "EHLO c\r\n" */
 #define TLS_EHLO_R	GREET EHLO_STARTTLS READY EHLO_AUTH
 
@@ -392,6 +397,57 @@ static void test_auth_long_line(void **state)
 }
 
  /*
+  * hard_errors (idemrelay.conf(5): every 4xx and 5xx reply counts) sees an
+  * AUTH exchange's replies alike whether the credentials came with the
+  * command or after its 334: the AUTH rate limit's 454, an undecodable
+  * response, a line too long.
+  */
+#define LIMITED	"454 4.7.0 Error: too many AUTH attempts, try again later\r\n"
+#define ERRORS	"421 4.7.0 mx.test Error: too many errors\r\n"
+#define CAROL3	"PLAIN carol x;PLAIN carol x;PLAIN carol x;"
+
+static void test_auth_errors_count(void **state)
+{
+	static const struct script cases[] = {
+		{.name = "454s with an initial response", .listener = L_STRICT,
+		 .steps = {FEED("AUTH PLAIN " PLAIN_CAROL "\r\nAUTH PLAIN " PLAIN_CAROL
+				"\r\nAUTH PLAIN " PLAIN_CAROL "\r\nNOOP\r\n")},
+		 .want = GREET LIMITED LIMITED LIMITED ERRORS, .checks = CAROL3, .closing = 1},
+		{.name = "454s after a 334", .listener = L_STRICT,
+		 .steps = {FEED("AUTH PLAIN\r\n" PLAIN_CAROL "\r\nAUTH PLAIN\r\n" PLAIN_CAROL
+				"\r\nAUTH PLAIN\r\n" PLAIN_CAROL "\r\nNOOP\r\n")},
+		 .want = GREET "334 \r\n" LIMITED "334 \r\n" LIMITED "334 \r\n" LIMITED ERRORS,
+		 .checks = CAROL3, .closing = 1},
+		{.name = "undecodable responses after a 334", .listener = L_STRICT,
+		 .steps = {FEED("AUTH LOGIN\r\n!\r\nAUTH PLAIN\r\n!\r\nAUTH PLAIN\r\n!\r\nNOOP\r\n")},
+		 .want = GREET USERNAME UNDECODABLE "334 \r\n" UNDECODABLE "334 \r\n" UNDECODABLE
+		 ERRORS, .closing = 1},
+		{.name = "aborted exchanges (501 too)", .listener = L_STRICT,
+		 .steps = {FEED("AUTH PLAIN\r\n*\r\nAUTH PLAIN\r\n*\r\nAUTH PLAIN\r\n*\r\nNOOP\r\n")},
+		 .want = GREET "334 \r\n" ABORTED "334 \r\n" ABORTED "334 \r\n" ABORTED ERRORS,
+		 .closing = 1},
+	};
+	char in[3 * 1014 + 7];
+	struct script c = {.name = "response lines too long", .listener = L_STRICT,
+		.want = GREET "334 \r\n500 5.5.6 Authentication exchange line is too long\r\n"
+		"334 \r\n500 5.5.6 Authentication exchange line is too long\r\n"
+		"334 \r\n500 5.5.6 Authentication exchange line is too long\r\n" ERRORS,
+		.closing = 1};
+	size_t i;
+
+	(void) state;
+	assert_int_equal(run_scripts(cases, sizeof(cases) / sizeof(cases[0])), 0);
+	for (i = 0; i < 3; i++) {
+		memcpy(in + i * 1014, "AUTH PLAIN\r\n", 12);
+		memset(in + i * 1014 + 12, 'A', 1000);
+		memcpy(in + i * 1014 + 1012, "\r\n", 2);
+	}
+	memcpy(in + 3 * 1014, "NOOP\r\n", 7);
+	c.steps[0] = (struct step) {IN, in, sizeof(in)};
+	assert_int_equal(run_scripts(&c, 1), 0);
+}
+
+ /*
   * The hook answers later: nothing is consumed meanwhile; a 421 due in
   * the meantime comes after the answer.
   */
@@ -537,6 +593,7 @@ int main(void)
 		cmocka_unit_test(test_auth),
 		cmocka_unit_test(test_auth_long_line),
 		cmocka_unit_test(test_auth_async),
+		cmocka_unit_test(test_auth_errors_count),
 		cmocka_unit_test(test_set_tls_misuse),
 		cmocka_unit_test(test_random_input),
 	};
