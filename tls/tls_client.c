@@ -55,6 +55,7 @@
 #include "../util/hash.h"
 #include "../util/deadline.h"
 #include "../util/log.h"
+#include "tls.h"
 #include "tls_client.h"
 #include "tls_int.h"
 
@@ -236,16 +237,6 @@ int tls_client_ctx_host(SSL_CTX *ctx, const char *host)
 	return 0;
 }
 
-/* tls_client_describe - "TLSv1.3 with cipher X (256/256 bits)" */
-static void tls_client_describe(const SSL *ssl, char *out, size_t outlen)
-{
-	const SSL_CIPHER *c = SSL_get_current_cipher(ssl);
-	int alg = 0, bits = c ? SSL_CIPHER_get_bits(c, &alg) : 0;
-
-	snprintf(out, outlen, "%s with cipher %s (%d/%d bits)", SSL_get_version(ssl),
-		 c ? SSL_CIPHER_get_name(c) : "none", bits, alg);
-}
-
 /* ---------------------------------------------------------------- handshake */
 
 /*
@@ -281,6 +272,7 @@ struct io *tls_client_connect(SSL_CTX *ctx, int fd, const struct timespec *deadl
 			      char *desc, size_t desclen, char *why, size_t whylen)
 {
 	struct tls_peer *p = tls_peer_of(ctx);
+	struct io *io;
 	SSL *ssl;
 	long vr;
 	int r, e;
@@ -314,8 +306,9 @@ struct io *tls_client_connect(SSL_CTX *ctx, int fd, const struct timespec *deadl
 		snprintf(why, whylen, "server certificate missing");
 		goto fail;
 	}
-	tls_client_describe(ssl, desc, desclen);
-	return tls_io_wrap(ssl, fd);
+	io = tls_io_wrap(ssl, fd);
+	tls_io_describe(io, desc, desclen);	/* as the server's sessions are logged */
+	return io;
 
 fail:
 	SSL_free(ssl);

@@ -52,7 +52,7 @@ int tls_client_ctx_host(SSL_CTX *ctx, const char *host);
  * tls_client_connect - the client handshake on the connected non-blocking
  * socket fd, within the deadline (CLOCK_MONOTONIC), the certificate checked
  * as the context says. Returns a transport that owns fd, described in desc
- * ("TLSv1.3 with cipher X (256/256 bits)"); NULL on failure, with why (fd
+ * as tls_io_describe() describes the server's (tls.h); NULL on failure, with why (fd
  * still the caller's).
  */
 struct io *tls_client_connect(SSL_CTX *ctx, int fd, const struct timespec *deadline,

@@ -47,7 +47,7 @@ struct deliver_bridge {
 	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
 	char address[32];		/* "127.0.0.1:PORT" */
-	char tls[160];			/* tls_client_describe(); "" for plain */
+	char tls[160];			/* tls_io_describe(); "" for plain */
 	char greeting[DELIVER_GATE_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
 	int stopping_fd;		/* readable when delivery stops (deadline_stop_fd()); -1 none */
