@@ -267,7 +267,6 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	const char *user = smtp_session_user(c->s);
 	const char *scope = cf->keys.scope_user && user ? user : "";	/* per-tenant keys */
 	const struct conf_route *route = conf_route_match(cf, user, tx->from, c->l->cf);
-	char id[SMTP_RCPT_ID_MAX];
 	size_t i;
 
 	sub->c = c;
@@ -298,12 +297,8 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 	req->claimed = xcalloc(m->n_rcpts ? m->n_rcpts : 1, 1);
 	if (kr->source != KEYS_NONE) {
 		req->hashes = xcalloc(m->n_rcpts ? m->n_rcpts : 1, sizeof(*req->hashes));
-		for (i = 0; i < m->n_rcpts; i++) {
-			if (smtp_rcpt_id(m->rcpts[i].addr, id) < 0)
-				msg_panic("recipient longer than the parser takes: %.100s",
-					  m->rcpts[i].addr);
-			keys_claim_hash(scope, kr->key, id, req->hashes[i]);
-		}
+		for (i = 0; i < m->n_rcpts; i++)	/* filed as the engine told them apart */
+			keys_claim_hash(scope, kr->key, tx->rcpts[i].id, req->hashes[i]);
 		keys_index_hash(kr->key, req->keyhash);
 	}
 	return sub;

@@ -69,6 +69,7 @@ struct smtp_rcpt {
 	char *addr;		/* owned; mailbox without angle brackets */
 	int notify;		/* SMTP_NOTIFY_* bits */
 	char *orcpt;		/* owned; ORCPT value as given ("rfc822;x"), or NULL */
+	const char *id;		/* in a tx: its identity (smtp_rcpt_id), tx->ids' */
 };
 
 /*

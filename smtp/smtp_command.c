@@ -192,7 +192,7 @@ static void smtp_cmd_mail(struct smtp_session *s, const char *args, size_t len)
 static void smtp_cmd_rcpt(struct smtp_session *s, const char *args, size_t len)
 {
 	char reply[SMTP_REPLY_MAX], id[SMTP_RCPT_ID_MAX];
-	struct smtp_rcpt r = {NULL, 0, NULL};
+	struct smtp_rcpt r = {NULL, 0, NULL, NULL};
 	const char *verdict;
 
 	if (s->tx == NULL) {

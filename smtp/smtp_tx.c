@@ -8,9 +8,9 @@
  *	it with everything it owns. Recipients are appended with
  *	smtp_tx_add_rcpt(), which takes ownership of the strings in the
  *	given struct smtp_rcpt, and files its identity (smtp_rcpt_id(),
- *	smtp.h: the engine and the claims share it) in a tsearch tree, so
- *	that smtp_tx_has_rcpt() costs O(log n) string comparisons and no
- *	identity is computed twice: a client may give limits.recipients
+ *	smtp.h: the engine and the claims share it) in a tsearch tree, which
+ *	owns it (the recipient's id points there), so that smtp_tx_has_rcpt()
+ *	costs O(log n) string comparisons and no identity is computed twice: a client may give limits.recipients
  *	(up to 100000) recipients, on the thread that serves every session.
  *	A balanced tree, not a hash table: recipients are the client's
  *	choice, and a tree has no worst case for it to aim at. The recipient
@@ -78,7 +78,8 @@ void smtp_tx_add_rcpt(struct smtp_tx *tx, struct smtp_rcpt *r, const char *id)
 		tx->cap_rcpts = tx->cap_rcpts ? 2 * tx->cap_rcpts : 4;
 		tx->rcpts = xrealloc(tx->rcpts, tx->cap_rcpts * sizeof(*tx->rcpts));
 	}
-	tx->rcpts[tx->n_rcpts++] = *r;
+	tx->rcpts[tx->n_rcpts] = *r;
+	tx->rcpts[tx->n_rcpts++].id = own;
 	r->addr = r->orcpt = NULL;
 	r->notify = 0;
 }
