@@ -104,39 +104,57 @@ static const char *skip_string(const char *p)
 	return *p == '"' ? p + 1 : NULL;
 }
 
-/* skip_value - past one value; NULL if malformed */
-static const char *skip_value(const char *p, int depth)
-{
-	char close;
+static const char *skip_value(const char *p, int depth);
 
-	p = ws(p);
-	if (*p == '"')
-		return skip_string(p);
-	if (*p == '{' || *p == '[') {
-		if (depth > 32)
-			return NULL;
-		close = *p == '{' ? '}' : ']';
-		p = ws(p + 1);
-		if (*p == close)
-			return p + 1;
-		for (;;) {
-			if (close == '}') {
-				if (*p != '"' || (p = skip_string(p)) == NULL)
-					return NULL;
-				p = ws(p);
-				if (*p++ != ':')
-					return NULL;
-			}
-			if ((p = skip_value(p, depth + 1)) == NULL)
+/*
+ * walk - through the object or array opening at p, its members' values at
+ * depth: past its end, or, given name, to the value of the member of that
+ * name (*val, *len: where it is and how long). NULL if malformed, or if
+ * name is given and no member has it.
+ */
+static const char *walk(const char *p, int depth, const char *name, const char **val,
+			size_t *len)
+{
+	char close = *p == '{' ? '}' : ']';
+	const char *k = NULL, *v;
+
+	p = ws(p + 1);
+	if (*p == close)
+		return name ? NULL : p + 1;
+	for (;;) {
+		if (close == '}') {
+			if (*p != '"' || (v = skip_string(p)) == NULL)
 				return NULL;
-			p = ws(p);
-			if (*p == close)
-				return p + 1;
-			if (*p++ != ',')
+			k = p + 1;	/* our names carry no escapes */
+			p = ws(v);
+			if (*p++ != ':')
 				return NULL;
 			p = ws(p);
 		}
+		if ((v = skip_value(p, depth)) == NULL)
+			return NULL;
+		if (name && k && strncmp(k, name, strlen(name)) == 0 && k[strlen(name)] == '"') {
+			*val = p;
+			*len = (size_t) (v - p);
+			return v;
+		}
+		p = ws(v);
+		if (*p == close)
+			return name ? NULL : p + 1;
+		if (*p++ != ',')
+			return NULL;
+		p = ws(p);
 	}
+}
+
+/* skip_value - past one value; NULL if malformed */
+static const char *skip_value(const char *p, int depth)
+{
+	p = ws(p);
+	if (*p == '"')
+		return skip_string(p);
+	if (*p == '{' || *p == '[')
+		return depth > 32 ? NULL : walk(p, depth + 1, NULL, NULL, NULL);
 	if (*p == 0 || strchr(",:]}", *p))
 		return NULL;
 	while (*p && !strchr(",]} \t\r\n", *p))
@@ -147,35 +165,9 @@ static const char *skip_value(const char *p, int depth)
 /* json_get - the raw text of a top-level member */
 int json_get(const char *json, const char *name, const char **val, size_t *len)
 {
-	const char *p = ws(json), *k, *v;
-	size_t n = strlen(name), klen;
+	const char *p = ws(json);
 
-	if (*p++ != '{')
-		return -1;
-	p = ws(p);
-	if (*p == '}')
-		return -1;
-	for (;;) {
-		if (*p != '"' || (v = skip_string(p)) == NULL)
-			return -1;
-		k = p + 1;
-		klen = (size_t) (v - 1 - k);	/* our names carry no escapes */
-		p = ws(v);
-		if (*p++ != ':')
-			return -1;
-		p = ws(p);
-		if ((v = skip_value(p, 0)) == NULL)
-			return -1;
-		if (klen == n && strncmp(k, name, n) == 0) {
-			*val = p;
-			*len = (size_t) (v - p);
-			return 0;
-		}
-		p = ws(v);
-		if (*p++ != ',')
-			return -1;
-		p = ws(p);
-	}
+	return *p == '{' && walk(p, 0, name, val, len) ? 0 : -1;
 }
 
 /* json_next - the next element of an array whose text *at walks */
