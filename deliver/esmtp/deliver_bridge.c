@@ -19,9 +19,10 @@
  *	upstream, both non-blocking transports (io.h: plain, or TLS), in one
  *	loop for both kinds: each transport says what it waits for.
  *
- *	libesmtp is told a loopback address that nothing listens on: a port
- *	the bridge keeps bound, so that no one else can take it. Its
- *	connect() never gets there: connect() (deliver_connect.c)
+ *	libesmtp is told a loopback address that nothing can listen on:
+ *	127.0.0.1 port 0 (a bind to port 0 takes an ephemeral port, so no
+ *	socket ever has it), which needs no reserving. Its connect() never
+ *	gets there: connect() (deliver_connect.c)
  *	hands it to deliver_bridge_attach(), which turns libesmtp's socket
  *	into one end of an AF_UNIX socketpair and starts the thread of the
  *	bridge that this thread opened last on the other end. libesmtp
@@ -136,34 +137,20 @@ static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
 }
 
 /*
- * bridge_reserve - an ephemeral loopback port, bound and never listened
- * on: the address libesmtp is told. Only this thread's connect() to it
- * reaches the bridge (deliver_bridge_attach); anyone else's, or one
- * without deliver_connect.c's connect(), is refused by the kernel.
+ * The address libesmtp is told: only this thread's connect() to it reaches
+ * the bridge (deliver_bridge_attach); anyone else's, or one without
+ * deliver_connect.c's connect(), is refused by the kernel: no socket can
+ * listen on port 0.
  */
-static int bridge_reserve(struct deliver_bridge *b, char *why, size_t whylen)
-{
-	socklen_t len = sizeof(b->laddr);
+#define BRIDGE_ADDRESS	"127.0.0.1:0"
 
-	memset(&b->laddr, 0, sizeof(b->laddr));
-	b->laddr.sin_family = AF_INET;
-	b->laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((b->rfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0
-	    || bind(b->rfd, (struct sockaddr *) &b->laddr, sizeof(b->laddr)) < 0
-	    || getsockname(b->rfd, (struct sockaddr *) &b->laddr, &len) < 0) {
-		snprintf(why, whylen, "cannot reserve a loopback port for the bridge: %s",
-			 strerror(errno));
-		return -1;
-	}
-	snprintf(b->address, sizeof(b->address), "127.0.0.1:%u", ntohs(b->laddr.sin_port));
-	return 0;
-}
-
-/* same_in - the same IPv4 address and port? */
-static int same_in(const struct sockaddr_in *a, const struct sockaddr_in *b)
+/* bridge_address - is sa BRIDGE_ADDRESS? */
+static int bridge_address(const struct sockaddr *sa, socklen_t len)
 {
-	return a->sin_family == AF_INET && b->sin_family == AF_INET
-	    && a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+	const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
+
+	return sa != NULL && len >= sizeof(*in) && in->sin_family == AF_INET
+	    && in->sin_port == 0 && in->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
 }
 
 /* a direction of the copy: bytes waiting to be written */
@@ -466,7 +453,7 @@ static void *bridge_main(void *arg)
 	return NULL;
 }
 
-/* deliver_bridge_open - connect, set up TLS if asked, reserve the address libesmtp is told */
+/* deliver_bridge_open - connect, set up TLS if asked; libesmtp's connect() comes next */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,
 					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE])
@@ -474,7 +461,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	struct deliver_bridge *b = xcalloc(1, sizeof(*b));
 	struct timespec deadline = deadline_in(timeout_ms);
 
-	b->rfd = b->tfd = b->stop[0] = b->stop[1] = -1;
+	b->tfd = b->stop[0] = b->stop[1] = -1;
 	b->stopping_fd = deadline_stop_fd();	/* the opener's: its thread's stop is the bridge's */
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
@@ -495,8 +482,6 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	}
 	b->tfd = -1;			/* b->up has it */
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.3.0");
-	if (bridge_reserve(b, why, whylen) < 0)
-		goto fail;
 	if (pipe2(b->stop, O_CLOEXEC | O_NONBLOCK) < 0) {
 		snprintf(why, whylen, "pipe: %s", strerror(errno));
 		goto fail;
@@ -519,8 +504,7 @@ int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 	struct deliver_bridge *b = current;
 	int sp[2], fl, fdfl, err, done = 0;
 
-	if (b == NULL || sa == NULL || len < sizeof(struct sockaddr_in)
-	    || !same_in((const struct sockaddr_in *) sa, &b->laddr))
+	if (b == NULL || !bridge_address(sa, len))
 		return 0;
 	current = NULL;			/* one connect() takes it, whatever comes of it */
 	if ((fl = fcntl(fd, F_GETFL)) < 0 || (fdfl = fcntl(fd, F_GETFD)) < 0
@@ -528,7 +512,7 @@ int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 		return 0;
 	b->cfd = sp[1];
 	if ((err = pthread_create(&b->thread, NULL, bridge_main, b)) != 0) {
-		msg_warn("bridge %s: cannot start the thread: %s", b->address, strerror(err));
+		msg_warn("bridge: cannot start the thread: %s", strerror(err));
 		close(sp[1]);
 	} else {
 		b->running = 1;		/* the thread owns sp[1] */
@@ -539,10 +523,11 @@ int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 	return done;
 }
 
-/* deliver_bridge_address - where libesmtp connects: "127.0.0.1:PORT" */
+/* deliver_bridge_address - where libesmtp connects: BRIDGE_ADDRESS */
 const char *deliver_bridge_address(const struct deliver_bridge *b)
 {
-	return b->address;
+	(void) b;
+	return BRIDGE_ADDRESS;
 }
 
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */
@@ -589,8 +574,7 @@ const char *deliver_bridge_end(struct deliver_bridge *b)
 {
 	if (b->running) {
 		if (write(b->stop[1], "x", 1) < 0 && errno != EAGAIN)
-			msg_warn("bridge %s: cannot stop the thread: %s", b->address,
-				 strerror(errno));
+			msg_warn("bridge: cannot stop the thread: %s", strerror(errno));
 		pthread_join(b->thread, NULL);
 		b->running = 0;
 	}
@@ -623,8 +607,6 @@ void deliver_bridge_close(struct deliver_bridge *b)
 	io_close(b->up);
 	if (b->tfd >= 0)
 		close(b->tfd);
-	if (b->rfd >= 0)
-		close(b->rfd);
 	if (b->stop[0] >= 0)
 		close(b->stop[0]);
 	if (b->stop[1] >= 0)

@@ -13,8 +13,8 @@
  *	deliver_bridge_open() connects to the upstream itself, within the
  *	timeout, and with a TLS context establishes TLS: from the first byte
  *	(implicit TLS, port 465) or after the server's greeting, EHLO and
- *	STARTTLS (required: no STARTTLS, no bridge). It reserves a loopback
- *	address (bound, never listening) for libesmtp to connect to; the
+ *	STARTTLS (required: no STARTTLS, no bridge). libesmtp is told a
+ *	loopback address no socket can listen on (port 0); the
  *	next connect() to it on the same thread goes to deliver_bridge_attach()
  *	(libesmtp's connect(), deliver_connect.c) and gets the server's
  *	greeting. A connect() from anywhere else is refused.
@@ -91,8 +91,8 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 					   char *why, size_t whylen, char dsn[DELIVER_DSN_SIZE]);
 
 /*
- * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the address
- * of the bridge this thread opened last and that no connect() took yet,
+ * deliver_bridge_attach - for a connect(fd, sa, len): if sa is the bridges'
+ * address and this thread opened a bridge that no connect() took yet,
  * make fd one end of an AF_UNIX socketpair (its file flags kept), start
  * that bridge's thread on the other end, and return 1: fd is connected.
  * 0: not that bridge, or it could not be done; connect as asked (and be
@@ -101,7 +101,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
  */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
 
-/* deliver_bridge_address - where libesmtp is told to connect: "127.0.0.1:PORT" */
+/* deliver_bridge_address - where libesmtp is told to connect: "127.0.0.1:0" */
 const char *deliver_bridge_address(const struct deliver_bridge *b);
 
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */

@@ -12,7 +12,6 @@
 #ifndef DELIVER_ESMTP_DELIVER_BRIDGE_IMPL_H
 #define DELIVER_ESMTP_DELIVER_BRIDGE_IMPL_H
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -29,7 +28,6 @@ struct deliver_bridge {
 	int running;			/* thread started (at the attach), not joined */
 	int cfd;			/* the bridge's end of libesmtp's socketpair: the
 					 * thread's */
-	int rfd;			/* bound, never listening: reserves the address; owned */
 	int tfd;			/* TCP to the upstream until up has it; owned */
 	struct io *up;			/* the upstream, plain or TLS; owned, by the thread
 					 * once it runs */
@@ -44,9 +42,7 @@ struct deliver_bridge {
 	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
 	int timed_out;			/* it ended on a deadline */
 	atomic_int over;		/* the upstream side ended (bridge_settle) */
-	struct sockaddr_in laddr;	/* the reserved address libesmtp is told */
 	int timeout_ms;
-	char address[32];		/* "127.0.0.1:PORT" */
 	char tls[160];			/* tls_io_describe(); "" for plain */
 	char greeting[DELIVER_GATE_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */
 	size_t greeting_len;
