@@ -31,7 +31,7 @@
 /* conn_auth_cancel - a connection closes: a check still waiting in its client's line is dropped */
 void conn_auth_cancel(struct conn *c)
 {
-	if (!c->auth_queued)		/* submitted or none: conn_auth_done() frees it */
+	if (!c->auth_queued)		/* submitted or none: conn_auth_checked() frees it */
 		return;
 	anvil_auth_cancel(c->client, &c->auth_wait);
 	c->auth_queued = 0;
@@ -40,49 +40,48 @@ void conn_auth_cancel(struct conn *c)
 	c->auth = NULL;
 }
 
-/* conn_auth_next - the client's check is over: the next of its line goes to the threads */
-static void conn_auth_next(struct conn *c)
-{
-	struct anvil_wait *w;
-	struct conn *n;
-
-	if (!c->auth_turn)
-		return;
-	c->auth_turn = 0;
-	if ((w = anvil_auth_end(c->client)) == NULL)
-		return;
-	n = (struct conn *) ((char *) w - offsetof(struct conn, auth_wait));
-	n->auth_queued = 0;
-	n->auth_turn = 1;
-	auth_submit(n->srv->auth, n->auth);
-}
-
 /*
- * conn_auth_done - a password check came back (or was decided at once): 235
- * now, 535 after the delay. Inside the hook the engine's feed, which
- * conn_process() runs, goes on after the 235 by itself.
+ * conn_auth_verdict - credentials decided, by a check or at once: 235 now,
+ * 535 after the delay; 1 if a 235 went to a live session
  */
-static void conn_auth_done(struct auth_req *req)
+static int conn_auth_verdict(struct conn *c, struct auth_req *req)
 {
-	struct conn *c = req->ctx;
+	int ok = req->ok && !c->dead;
 
 	c->auth = NULL;
-	conn_auth_next(c);
 	if (req->ok)
 		msg_info("auth: client=[%s] sasl_username=%s status=ok%s", c->addr, req->user,
 			 req->cached ? " (remembered)" : "");
 	else
 		msg_warn("auth: client=[%s] sasl_username=%s status=failed", c->addr, req->user);
-	if (!c->dead && req->ok) {
+	if (ok) {
 		smtp_session_auth_reply(c->s, 1);
-		if (!c->in_auth_hook)
-			conn_process(c);
 	} else if (!c->dead) {
 		c->auth_due = clock_us() + AUTH_FAIL_DELAY;
 		c->srv->n_auth_delayed++;
 	}
 	explicit_bzero(req->pass, sizeof(req->pass));
 	free(req);
+	return ok;
+}
+
+/*
+ * conn_auth_checked - a check came back from the threads, where it held its
+ * client's turn: the next in the client's line goes now. Outside the hook,
+ * a 235 must set the session's input going again itself.
+ */
+static void conn_auth_checked(struct auth_req *req)
+{
+	struct conn *n, *c = req->ctx;
+	struct anvil_wait *w;
+
+	if ((w = anvil_auth_end(c->client)) != NULL) {
+		n = (struct conn *) ((char *) w - offsetof(struct conn, auth_wait));
+		n->auth_queued = 0;
+		auth_submit(n->srv->auth, n->auth);
+	}
+	if (conn_auth_verdict(c, req))
+		conn_process(c);
 }
 
 /* conn_auth_delayed - send the 535s whose delay is over */
@@ -114,7 +113,7 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 
 	(void) mech;
 	req = xcalloc(1, sizeof(*req));
-	req->done = conn_auth_done;
+	req->done = conn_auth_checked;
 	req->ctx = c;
 	memcpy(req->user, user, ulen < AUTH_NAME_MAX ? ulen : AUTH_NAME_MAX);
 	if (!anvil_auth_rate(c->srv->anvil, c->client, c->addr, clock_mono_us())) {
@@ -126,22 +125,19 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 		return;
 	}
 	c->auth = req;
-	c->in_auth_hook = 1;
+	/* decided at once, inside the hook: the engine's feed goes on after a 235 by itself */
 	if (plen > AUTH_PASS_MAX) {
 		req->ok = 0;			/* cannot be right: refused unhashed, after the delay */
-		conn_auth_done(req);
+		conn_auth_verdict(c, req);
 	} else if (auth_cached(c->srv->auth, req, pass)) {
 		req->ok = req->cached = 1;	/* this very user and password passed before */
-		conn_auth_done(req);
+		conn_auth_verdict(c, req);
 	} else {
 		memcpy(req->pass, pass, plen);
 		/* one check at a time per client: its others wait behind it, not before others */
-		if (anvil_auth_begin(c->client, &c->auth_wait)) {
-			c->auth_turn = 1;
+		if (anvil_auth_begin(c->client, &c->auth_wait))
 			auth_submit(c->srv->auth, req);
-		} else {
+		else
 			c->auth_queued = 1;
-		}
 	}
-	c->in_auth_hook = 0;
 }

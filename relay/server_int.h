@@ -57,8 +57,6 @@ struct conn {
 	struct auth_req *auth;		/* password check in flight, owned */
 	struct anvil_wait auth_wait;	/* in its client's line (auth_queued) */
 	int auth_queued;		/* auth waits in that line, not yet submitted */
-	int auth_turn;			/* auth holds its client's turn (anvil_auth_end) */
-	int in_auth_hook;		/* conn_auth() runs: its feed goes on by itself */
 	int64_t auth_due;		/* when the delayed 535 goes out, 0: none */
 	int dead;			/* socket gone; free when req and auth return */
 	struct conn *prev, *next;	/* server's list */
