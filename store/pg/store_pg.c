@@ -121,14 +121,23 @@ static const char *const conn_vals[] = {
  * submission batch's (store_pg_wait.c): this is for those.
  * Through PgBouncer it holds between the server and PgBouncer only,
  * both alive: PgBouncer's own (tcp_keepidle) is what sees a node gone.
+ *
+ * The same statement reads the connection's server backend, as
+ * pg_stat_activity names it (a row of NULLs if it is not there): a commit
+ * whose answer does not come is looked up there (store_pg_wait.c) by pid
+ * and backend_start, both the server's: through PgBouncer PQbackendPID()
+ * is the pooler's own number, and a pid alone may be another backend's
+ * by then (reused after a restart, or a standby promoted).
  */
-#define OUR_SETTINGS "SELECT set_config(o.name, o.value, false) FROM (VALUES " \
+#define OUR_SETTINGS "WITH s AS (SELECT set_config(o.name, o.value, false) FROM (VALUES " \
 	"('client_connection_check_interval', '1000'), ('plan_cache_mode', 'force_generic_plan'), " \
 	"('idle_in_transaction_session_timeout', '%lld'), ('tcp_keepalives_idle', '5'), " \
 	"('tcp_keepalives_interval', '2'), ('tcp_keepalives_count', '3'), " \
 	"('tcp_user_timeout', '10000')) " \
 	"o(name, value) WHERE NOT EXISTS (SELECT 1 FROM pg_settings s " \
-	"WHERE s.name = o.name AND s.source = 'client')"
+	"WHERE s.name = o.name AND s.source = 'client')) " \
+	"SELECT a.pid, " PG_BACKEND_START("a") " FROM (SELECT count(*) FROM s) n " \
+	"LEFT JOIN pg_stat_activity a ON a.pid = pg_backend_pid()"
 
 /* quiet - the server's notices are not ours to print on stderr */
 static void quiet(void *arg, const char *message)
@@ -160,39 +169,13 @@ char *store_pg_conn_error(PGconn *c, char *out, size_t len)
 	return one_line(out);
 }
 
-/*
- * The connection's server backend, as pg_stat_activity names it: a commit
- * whose answer does not come is looked up there (store_pg_wait.c) by pid
- * and backend_start, both the server's: through PgBouncer PQbackendPID()
- * is the pooler's own number, and a pid alone may be another backend's
- * by then (reused after a restart, or a standby promoted).
- */
-#define SQL_BACKEND "SELECT pid, " PG_BACKEND_START("a") " FROM pg_stat_activity a " \
-	"WHERE pid = pg_backend_pid()"
-
-/* backend_note - read and keep c's server backend (above); 0 or -1 */
-static int backend_note(struct pg_store *st, PGconn *c)
-{
-	struct pg_conn *n = store_pg_conn(c);
-	PGresult *r;
-
-	if (store_pg_exec(st, c, SQL_BACKEND, NULL, &r, "backend") != 0)
-		return -1;
-	if (PQntuples(r) == 1 && n != NULL) {
-		n->pid = (int) store_pg_int(r, 0, 0);
-		n->started = store_pg_int(r, 0, 1);
-	} else if (PQntuples(r) != 1)
-		msg_warn("store: a connection's backend is not in pg_stat_activity: a commit of it "
-			 "waiting for a standby cannot be told from one lost");
-	PQclear(r);
-	return 0;
-}
-
 /* store_pg_connect - a new connection to the store's URL, with our settings; NULL and why in err */
 PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 {
 	const char *vals[sizeof(conn_keys) / sizeof(conn_keys[0])];
 	char settings[sizeof(OUR_SETTINGS) + 20];
+	struct pg_conn *n;
+	PGresult *r;
 	PGconn *c;
 
 	memcpy(vals, conn_vals, sizeof(vals));
@@ -202,11 +185,18 @@ PGconn *store_pg_connect(struct pg_store *st, char *err, size_t errlen)
 	c = PQconnectdbParams(conn_keys, vals, 1);
 	if (c != NULL && PQstatus(c) == CONNECTION_OK) {
 		PQsetNoticeProcessor(c, quiet, NULL);
-		if (store_pg_simple(st, c, settings, "session settings") == 0) {
-			if (store_pg_stmt_attach(c) != 0)
-				msg_warn("store: cannot keep prepared statements: every statement unprepared");
-			if (backend_note(st, c) == 0)
-				return c;
+		if (store_pg_stmt_attach(c) != 0)
+			msg_warn("store: cannot keep prepared statements: every statement unprepared");
+		if (store_pg_exec(st, c, settings, NULL, &r, "session settings") == 0) {
+			if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+				msg_warn("store: a connection's backend is not in pg_stat_activity: a "
+					 "commit of it waiting for a standby cannot be told from one lost");
+			else if ((n = store_pg_conn(c)) != NULL) {
+				n->pid = (int) store_pg_int(r, 0, 0);
+				n->started = store_pg_int(r, 0, 1);
+			}
+			PQclear(r);
+			return c;
 		}
 	}
 	store_pg_conn_error(c, err, errlen);
