@@ -12,10 +12,7 @@
  *	B-tree, which is how they are found to show, forget or expire
  *	(store_keys.c), with no index of their own to write: one message's
  *	claims share a leaf, and the accepting commit copies one path of
- *	pages for them instead of two. A store from before this filed each
- *	claim under its claim hash alone, with a separate key index (keys
- *	DB): the first writable open moves those claims under their key and
- *	empties the index (lmdb_claims_format()).
+ *	pages for them instead of two.
  *
  *	When a claim is live is the rule of store_rule.c; this file reads
  *	the claim, and whether its message is still in the queue when the
@@ -47,71 +44,12 @@
 #include "../../util/log.h"
 #include "store_int.h"
 
-#define CLAIMS_MOVED	1024	/* old claims moved a transaction, at most */
-
 /* lmdb_claim_key - where a claim is filed: its key's hash, then its own */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN])
 {
 	memcpy(out, keyhash, STORE_HASH_LEN);
 	memcpy(out + STORE_HASH_LEN, hash, STORE_HASH_LEN);
-}
-
-/*
- * claim_moved - one entry of the keys DB of a store from before claims
- * went under their key (key hash -> claim hash, QID): its claim, filed
- * under its claim hash alone, moves under its key, unless one was written
- * there since. An entry that is corrupt, or whose claim is gone, is passed
- * over. An LMDB code
- */
-static int claim_moved(struct lmdb_store *st, MDB_txn *txn, const MDB_val *key,
-		       const MDB_val *entry)
-{
-	uint8_t k[STORE_CLAIM_KEY_LEN], h[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
-	MDB_val val, newer, nkey = { sizeof(k), k }, old = { sizeof(h), h };
-	int rc;
-
-	if (key->mv_size != STORE_HASH_LEN || entry->mv_size <= STORE_HASH_LEN)
-		return 0;
-	memcpy(h, entry->mv_data, sizeof(h));
-	lmdb_claim_key(k, key->mv_data, h);
-	if ((rc = mdb_get(txn, st->claims.big, &old, &val)) == MDB_NOTFOUND)
-		return 0;
-	/* a claim written since under the key (in claims or cnew) wins */
-	if (rc == 0 && val.mv_size <= sizeof(rec)
-	    && (rc = lmdb_stage_get(&st->claims, txn, &nkey, &newer, NULL)) == MDB_NOTFOUND) {
-		memcpy(rec, val.mv_data, val.mv_size);
-		val.mv_data = rec;	/* the put may move the page it lay on */
-		rc = mdb_put(txn, st->claims.big, &nkey, &val, 0);
-	}
-	return rc != 0 ? rc : mdb_del(txn, st->claims.big, &old, NULL);
-}
-
-/*
- * lmdb_claims_format - at a writable open, in txn: the claims of up to
- * CLAIMS_MOVED entries of the keys DB moved (claim_moved()), each entry
- * deleted after; *left says whether any is still there. In transactions
- * of that size, each reuses the pages the one before last freed, where one
- * transaction for every claim needed room for the old and the new at once.
- * A store without such claims is not written to. An LMDB code
- */
-int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int *left)
-{
-	MDB_val key, entry;
-	MDB_cursor *cur;
-	size_t n;
-	int rc;
-
-	if ((rc = mdb_cursor_open(txn, st->keys, &cur)) != 0)
-		return rc;
-	for (n = 0; n < CLAIMS_MOVED; n++)
-		if ((rc = mdb_cursor_get(cur, &key, &entry, MDB_FIRST)) != 0
-		    || (rc = claim_moved(st, txn, &key, &entry)) != 0
-		    || (rc = mdb_cursor_del(cur, 0)) != 0)
-			break;
-	mdb_cursor_close(cur);
-	*left = rc == 0;
-	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 /* lmdb_claim_move - a claim about to move from cnew to claims: 0, or STORE_EINVAL if corrupt */

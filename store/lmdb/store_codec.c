@@ -10,7 +10,7 @@
  *	be told apart from this one.
  *
  *	claim (claims DB, key: the key's 32-byte index hash, then the
- *	claim's 32-byte hash; an older store's claims, the claim hash alone):
+ *	claim's 32-byte hash):
  *	    version=1, qid length (u8), qid, fingerprint[32],
  *	    accepted (i64), expires (i64)
  *	message (msg DB, key: qid), written once:
@@ -19,9 +19,10 @@
  *	    flags (u8: 1 has key, 2 SMTPUTF8, 4 route), keyhash[32], ttl (i64),
  *	    route (if flag 4: the name of the route chosen at acceptance),
  *	    data length (u64), data
- *	    (version 1, still read, lacks the flags, keyhash and ttl: what
- *	    the message's story starts from, before it has a record of its own;
- *	    a version 2 record written before SMTPUTF8 has flag 2 clear,
+ *	    (the flags, keyhash and ttl are what the message's story starts
+ *	    from, before it has a record of its own; version 1, which lacked
+ *	    them, was written only before idemrelay 0.1, and is refused; a
+ *	    version 2 record written before SMTPUTF8 has flag 2 clear,
  *	    which is what it meant, so the flag needed no new version; so
  *	    with flag 4: a record without it, older or not, took the default
  *	    upstream)
@@ -40,10 +41,6 @@
  *	history expiry key (hexpiry DB, empty value):
  *	    expires (u64 big-endian, sign bit flipped so that byte order is
  *	    time order), qid
- *	key index (keys DB, key: 32-byte key hash, sorted duplicates), of
- *	an older store's claims, moved under their key by the first writable
- *	open (store_claim.c), no longer written:
- *	    claim hash[32], qid
  *
  *	Each record is described once, by one function that writes it or
  *	reads it, as struct rec says (as XDR's routines do). An encoder runs
@@ -65,7 +62,7 @@
 #include "store_int.h"
 
 #define REC_VERSION	1
-#define MSG_VERSION	2	/* the message record's: 1 is still read */
+#define MSG_VERSION	2	/* the message record's */
 #define STR_NULL	0xffffffffu
 #define MSG_HAS_KEY	1	/* the message record's flags */
 #define MSG_SMTPUTF8	2
@@ -188,15 +185,14 @@ INLINE void rec_str(struct rec *r, char **s, int nullable)
 	(*s)[n] = 0;
 }
 
-/* rec_version - the version byte: v written; read, REC_VERSION or also v; the one read */
-INLINE int rec_version(struct rec *r, uint8_t v)
+/* rec_version - the version byte: v written; read, refused unless v */
+INLINE void rec_version(struct rec *r, uint8_t v)
 {
 	uint8_t got = v;
 
 	rec_u8(r, &got);
-	if (got != REC_VERSION && got != v)
+	if (got != v)
 		r->err = STORE_EINVAL;
-	return got;
 }
 
 /* rec_flags - a flags byte: written from on; read, into on, refused if it has a bit not in known */
@@ -388,17 +384,15 @@ INLINE void msg_codec(struct rec *r, void *rec)
 	    | (m->smtputf8 ? MSG_SMTPUTF8 : 0) | (m->route ? MSG_ROUTE : 0);
 	uint64_t dlen = r->dec ? 0 : m->data_len;
 	const uint8_t *b;
-	int v = rec_version(r, MSG_VERSION);
 
+	rec_version(r, MSG_VERSION);
 	rec_i64(r, &m->accepted);
 	rec_envelope(r, m, MSG_FIELDS);
-	if (v == MSG_VERSION) {		/* what the message's story starts from */
-		rec_u8(r, &flags);
-		rec_bytes(r, m->keyhash, STORE_HASH_LEN);
-		rec_i64(r, &m->ttl);
-		if (flags & MSG_ROUTE)
-			rec_str(r, &m->route, 0);
-	}
+	rec_u8(r, &flags);		/* what the message's story starts from */
+	rec_bytes(r, m->keyhash, STORE_HASH_LEN);
+	rec_i64(r, &m->ttl);
+	if (flags & MSG_ROUTE)
+		rec_str(r, &m->route, 0);
 	rec_u64(r, &dlen);
 	if (r->dec && r->err == 0 && dlen != r->len - r->pos)
 		r->err = STORE_EINVAL;

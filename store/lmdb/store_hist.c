@@ -20,8 +20,7 @@
  *	lmdb_msg_drop() call lmdb_hist_update() and lmdb_hist_drop()
  *	inside the spool's own transactions, so a story never disagrees
  *	with the spool; counting duplicates and forgetting a key write it
- *	too. A bounce, or a message from before message records kept a key
- *	hash, has a story without a key and the default ttl.
+ *	too. A bounce has a story without a key and the default ttl.
  *
  *	A story is written to a small B-tree first (hnew DB, by QID), and
  *	once that is more than a page deep, every story in it moves to hist

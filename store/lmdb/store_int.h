@@ -42,7 +42,6 @@ struct lmdb_store {
 	MDB_dbi meta;		/* name -> value ("last_qid") */
 	struct lmdb_stage hist;	/* hist: qid -> history record (the story), staged in hnew */
 	MDB_dbi hexpiry;	/* history expiry key -> empty, in time order */
-	MDB_dbi keys;		/* old claims' key index, emptied at open (store_claim.c) */
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */
@@ -123,13 +122,14 @@ int lmdb_qid_key(const char *qid, MDB_val *key);
 int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way */
 #define META_LAST_QID	"last_qid"	/* meta DB: the greatest QID that left with no story */
 #define META_FORMAT	"format"	/* meta DB: the store's format, decimal text */
+#define META_CLAIMS_BY_KEY "claims_by_key"	/* meta DB: written by 0.1 (lmdb_format()) */
 /*
  * LMDB_FORMAT - the format this build writes. 2: claims and stories are
  * staged in cnew and hnew, which a build before them would not read (it
- * would find no claim there, and send a retried message again). A store
- * of a greater format is refused at open; a writable open records ours
- * before anything a build of the older format would misread (with the
- * first part of a move: a store half moved is refused by such a build).
+ * would find no claim there, and send a retried message again); 1, not
+ * recorded, is idemrelay 0.1's. A store of a greater format is refused at
+ * open; a writable open records ours before anything a build of the
+ * older format would misread.
  */
 #define LMDB_FORMAT	2
 #define LMDB_TEXT_(n)	#n
@@ -228,8 +228,6 @@ int lmdb_hist_stories(struct lmdb_store *st, MDB_txn *txn, uint64_t *n);
 #define STORE_CLAIM_KEY_LEN	(2 * STORE_HASH_LEN)	/* key index hash, claim hash */
 void lmdb_claim_key(uint8_t out[STORE_CLAIM_KEY_LEN], const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t hash[STORE_HASH_LEN]);
-/* old claims moved, at open, a part at a time */
-int lmdb_claims_format(struct lmdb_store *st, MDB_txn *txn, int *left);
 int lmdb_claim_move(struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);	/* cnew's */
 
 /* store_keys.c: a story expired at when: its claims and its entries under the key go */

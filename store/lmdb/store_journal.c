@@ -148,22 +148,28 @@ static uint64_t align(uint64_t n)
 	return (n + J_BLOCK - 1) / J_BLOCK * J_BLOCK;
 }
 
-/* db_slot, db_code - a database as the journal names it, and back */
+/*
+ * db_slot, db_code - a database as the journal names it, and back; NULL
+ * past the last, and for 6, the keys DB that stores before idemrelay 0.1
+ * had (a record naming it is corrupt)
+ */
+#define DB_CODES	9
+
 static MDB_dbi *db_slot(struct lmdb_store *st, unsigned code)
 {
-	MDB_dbi *dbs[] = { &st->claims.big, &st->msg, &st->queue, &st->meta,
-		&st->hist.big, &st->hexpiry, &st->keys, &st->hist.small, &st->claims.small
+	MDB_dbi *dbs[DB_CODES] = { &st->claims.big, &st->msg, &st->queue, &st->meta,
+		&st->hist.big, &st->hexpiry, NULL, &st->hist.small, &st->claims.small
 	};
 
-	return code < sizeof(dbs) / sizeof(dbs[0]) ? dbs[code] : NULL;
+	return code < DB_CODES ? dbs[code] : NULL;
 }
 
 static unsigned db_code(struct lmdb_store *st, MDB_dbi dbi)
 {
 	unsigned c;
 
-	for (c = 0; db_slot(st, c); c++)
-		if (*db_slot(st, c) == dbi)
+	for (c = 0; c < DB_CODES; c++)
+		if (db_slot(st, c) && *db_slot(st, c) == dbi)
 			return c;
 	msg_panic("store journal: a write to an unknown database");
 }

@@ -10,9 +10,7 @@
  *	claim's own hash (store_claim.c): they are one range of the claims
  *	B-tree, walked from the key hash (in cnew, then in claims: a claim
  *	is in one of them, store_claim.c), as one list of entries
- *	(key_entries). A store from before that had a key index (keys DB)
- *	for the claims it filed under their claim hash alone: its first
- *	writable open moves them under their key (store_claim.c).
+ *	(key_entries).
  *
  *	A claim goes when its story expires (store_hist.c), which is after
  *	the claim itself expired (lmdb_keys_expire); lmdb_key_forget()
@@ -50,7 +48,7 @@ static int filed_in(MDB_txn *txn, MDB_dbi dbi, const uint8_t keyhash[STORE_HASH_
 		if (key.mv_size < STORE_HASH_LEN || memcmp(key.mv_data, keyhash, STORE_HASH_LEN) != 0)
 			break;
 		if (key.mv_size != STORE_CLAIM_KEY_LEN)
-			continue;		/* an old claim whose hash is the key's: not filed here */
+			continue;		/* not a claim's key: corrupt */
 		if (lmdb_claim_decode(val.mv_data, val.mv_size, &c) != 0) {
 			msg_warn("store: corrupt claim record skipped");
 			continue;

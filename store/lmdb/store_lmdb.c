@@ -7,12 +7,10 @@
  *	#include "store/store.h"
  * DESCRIPTION
  *	store_lmdb_open() creates the environment directory if it is missing
- *	and opens nine named databases: claims and cnew (store_claim.c), msg,
- *	queue, meta, and for the stories hist, hexpiry, hnew and keys
- *	(store_hist.c). A store made
- *	before claims went with their stories also has a claims expiry
- *	index; store_lmdb_open() drops it, after the journal's replay, as it
- *	makes every other change of format. store_lmdb_open_readonly() opens an
+ *	and opens eight named databases: claims and cnew (store_claim.c), msg,
+ *	queue, meta, and for the stories hist, hexpiry and hnew
+ *	(store_hist.c). A store written before idemrelay 0.1, the first
+ *	package, is refused (lmdb_format()). store_lmdb_open_readonly() opens an
  *	existing store without creating or writing anything, for
  *	idemrelayctl. A writable open first has the kernel drop the pages
  *	of data.mdb it has cached (lmdb_cache_drop()): another program's
@@ -198,17 +196,24 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE])
 }
 
 /*
- * lmdb_format - at open: refuse a store of a format greater than ours
- * (MDB_VERSION_MISMATCH); opened for writing, record ours where the
- * store's is less or unrecorded. An LMDB code
+ * lmdb_format - the store's format: refuse one greater than ours, and a
+ * store written before idemrelay 0.1 (MDB_VERSION_MISMATCH, *step saying
+ * which); with write, record ours where the store's is less or
+ * unrecorded. 0.1 recorded none, but wrote claims_by_key into every store
+ * it opened for writing whose claims were filed under their key; a store
+ * with neither record is older, unless fresh (made by this open). An
+ * LMDB code
  */
-static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
+static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int write, int fresh,
+		       const char **step)
 {
 	MDB_val key = { sizeof(META_FORMAT) - 1, META_FORMAT }, val;
+	MDB_val by_key = { sizeof(META_CLAIMS_BY_KEY) - 1, META_CLAIMS_BY_KEY };
 	char text[16];
 	long have = 0;
 	int rc;
 
+	*step = "format";
 	if ((rc = mdb_get(txn, st->meta, &key, &val)) == 0) {
 		if (val.mv_size == 0 || val.mv_size >= sizeof(text))
 			return MDB_INVALID;
@@ -217,10 +222,16 @@ static int lmdb_format(struct lmdb_store *st, MDB_txn *txn, int rdonly)
 		have = strtol(text, NULL, 10);
 	} else if (rc != MDB_NOTFOUND) {
 		return rc;
+	} else if (!fresh && (rc = mdb_get(txn, st->meta, &by_key, &val)) != 0) {
+		*step = "written by an idemrelay older than 0.1, the first package,"
+		    " which this one does not read";
+		return rc == MDB_NOTFOUND ? MDB_VERSION_MISMATCH : rc;
 	}
+	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
 	if (have > LMDB_FORMAT)
 		return MDB_VERSION_MISMATCH;
-	if (rdonly || have == LMDB_FORMAT)
+	*step = "format recorded";
+	if (!write || have == LMDB_FORMAT)
 		return 0;
 	val.mv_size = sizeof(LMDB_TEXT(LMDB_FORMAT)) - 1;
 	val.mv_data = LMDB_TEXT(LMDB_FORMAT);
@@ -239,10 +250,11 @@ static int dbi_open(MDB_txn *txn, const char *name, unsigned flags, MDB_dbi *dbi
  * lmdb_env_open - open the environment at st->path with flags (and LMDB's
  * map in st->total, if set), then its databases in one transaction: the
  * sequence store_lmdb_open() and store_lmdb_open_readonly() share.
- * Writable, a new store's databases are created. The staging ones (cnew,
- * hnew) may be missing from a store no daemon has opened since they
- * came: then nothing is staged, until lmdb_upgrade(). A store that has
- * its databases is not written to. On failure *step names the LMDB call
+ * Writable, a new store's databases are created, with its format. The
+ * staging ones (cnew, hnew) may be missing from a store no daemon has
+ * opened since they came (0.1's): then nothing is staged, until
+ * lmdb_upgrade(). A store that has its databases is not written to.
+ * On failure *step names the LMDB call
  * that failed, or the database that could not be opened (one missing from
  * a store opened read-only); st->env, if set, is the caller's to close.
  */
@@ -250,7 +262,8 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 {
 	unsigned int rdonly = flags & MDB_RDONLY, create = rdonly ? 0 : MDB_CREATE;
 	MDB_txn *txn;
-	int rc, dead;
+	MDB_dbi meta;
+	int rc, dead, fresh;
 
 	*step = "mdb_env_create";
 	if ((rc = mdb_env_create(&st->env)) != 0)
@@ -278,18 +291,17 @@ static int lmdb_env_open(struct lmdb_store *st, unsigned int flags, const char *
 	*step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, rdonly, &txn)) != 0)
 		return rc;
+	fresh = !rdonly && mdb_dbi_open(txn, "meta", 0, &meta) == MDB_NOTFOUND;
 	if ((rc = dbi_open(txn, "claims", create, &st->claims.big, step)) != 0
 	    || (rc = dbi_open(txn, "msg", create, &st->msg, step)) != 0
 	    || (rc = dbi_open(txn, "queue", create, &st->queue, step)) != 0
 	    || (rc = dbi_open(txn, "meta", create, &st->meta, step)) != 0
 	    || (rc = dbi_open(txn, "hist", create, &st->hist.big, step)) != 0
-	    || (rc = dbi_open(txn, "hexpiry", create, &st->hexpiry, step)) != 0
-	    || (rc = dbi_open(txn, "keys", create | MDB_DUPSORT, &st->keys, step)) != 0)
+	    || (rc = dbi_open(txn, "hexpiry", create, &st->hexpiry, step)) != 0)
 		goto fail;
 	st->hist.has_small = mdb_dbi_open(txn, "hnew", 0, &st->hist.small) == 0;
 	st->claims.has_small = mdb_dbi_open(txn, "cnew", 0, &st->claims.small) == 0;
-	*step = "written by a newer idemrelay (its format is greater than " LMDB_TEXT(LMDB_FORMAT) ")";
-	if ((rc = lmdb_format(st, txn, 1)) != 0)
+	if ((rc = lmdb_format(st, txn, fresh, fresh, step)) != 0)
 		goto fail;
 	/* handles opened in a transaction outlive it only if it commits */
 	*step = "mdb_txn_commit";
@@ -302,20 +314,15 @@ fail:
 
 /*
  * lmdb_upgrade - opened for writing, once the journal has replayed what it
- * must: the staging databases made if missing, our format recorded, an
- * old expiry index dropped, old claims moved under their key (in as many
- * transactions as lmdb_claims_format() needs), then synced. Committed
- * before the replay, it would take the transaction id the journal's
- * record is found by, and the commit that record stands for would be
- * lost. A crash between two of its commits leaves claims to move, which
- * the next open moves before the store serves. An LMDB code, *step saying
- * which step
+ * must: the staging databases made if missing and our format recorded, in
+ * a commit synced. Committed before the replay, it would take the
+ * transaction id the journal's record is found by, and the commit that
+ * record stands for would be lost. An LMDB code, *step saying which step
  */
 static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 {
 	MDB_txn *txn;
-	MDB_dbi old;
-	int rc, left;
+	int rc;
 
 	*step = "mdb_txn_begin";
 	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
@@ -324,25 +331,11 @@ static int lmdb_upgrade(struct lmdb_store *st, const char **step)
 	    || (rc = dbi_open(txn, "cnew", MDB_CREATE, &st->claims.small, step)) != 0)
 		goto fail;
 	st->hist.has_small = st->claims.has_small = 1;
-	*step = "format recorded";
-	if ((rc = lmdb_format(st, txn, 0)) != 0)
+	if ((rc = lmdb_format(st, txn, 1, 0, step)) != 0)
 		goto fail;
-	/* a store from before claims went with their stories: its expiry index goes */
-	if (mdb_dbi_open(txn, "expiry", 0, &old) == 0 && (rc = mdb_drop(txn, old, 1)) != 0)
-		goto fail;
-	for (;;) {
-		*step = "claims moved under their key";
-		if ((rc = lmdb_claims_format(st, txn, &left)) != 0)
-			goto fail;
-		*step = "mdb_txn_commit";
-		if ((rc = mdb_txn_commit(txn)) != 0)
-			return rc;
-		if (!left)
-			break;
-		*step = "mdb_txn_begin";
-		if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0)
-			return rc;
-	}
+	*step = "mdb_txn_commit";
+	if ((rc = mdb_txn_commit(txn)) != 0)
+		return rc;
 	*step = "mdb_env_sync";
 	return mdb_env_sync(st->env, 1);
 

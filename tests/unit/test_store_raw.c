@@ -1,11 +1,9 @@
 /*
  * test_store_raw - what the LMDB backend makes of databases written
- * under its feet, the store closed meanwhile: stores of older formats
- * (an expiry index, claims filed under their hash alone, an older format
- * number) read and brought up to date, also after a crash amid that
- * (mdb_txn_commit interposed: its fail_at-th call fails), one of a newer
- * format refused by both opens, records corrupted refused, skipped, logged
- * safely or replaced. Always on LMDB, whatever IDEMRELAY_PG_URL says.
+ * under its feet, the store closed meanwhile: a store of an older format
+ * (0.1's) read and brought up to date, one from before 0.1 and one of a
+ * newer format refused by both opens, records corrupted refused, skipped,
+ * logged safely or replaced. Always on LMDB, whatever IDEMRELAY_PG_URL says.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,98 +51,135 @@ static int raw_exists(const char *path, const char *db)
 	return rc == 0;
 }
 
-/* test_old_expiry_index - a store from before claims went with their stories */
-static void test_old_expiry_index(void **state)
+/*
+ * raw_as_01 - the store made as idemrelay 0.1 left it: no format
+ * recorded, no staging databases (cnew, hnew), an empty keys DB, and
+ * meta's claims_by_key if by_key (0.1 wrote it into every store whose
+ * claims were filed under their key; a store without it is older)
+ */
+static void raw_as_01(MDB_env *env, int by_key)
 {
-	struct fx *f = *state;
-	MDB_env *env;
-	MDB_txn *txn;
+	MDB_val fmt = { strlen(META_FORMAT), META_FORMAT };
+	MDB_val bk = { strlen(META_CLAIMS_BY_KEY), META_CLAIMS_BY_KEY }, one = { 1, "1" };
 	MDB_dbi dbi;
+	MDB_txn *txn;
 
-	raw_shut(f);
-	CHECK_INT("a new store has none", raw_exists(f->path, "expiry"), 0);
-	env = raw_env(f->path);
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "expiry", MDB_CREATE, &dbi), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	assert_int_equal(mdb_del(txn, dbi, &fmt, NULL), 0);
+	if (by_key)
+		assert_int_equal(mdb_put(txn, dbi, &bk, &one, 0), 0);
+	assert_int_equal(mdb_dbi_open(txn, "cnew", 0, &dbi), 0);
+	assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+	assert_int_equal(mdb_dbi_open(txn, "hnew", 0, &dbi), 0);
+	assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_CREATE | MDB_DUPSORT, &dbi), 0);
 	assert_int_equal(mdb_txn_commit(txn), 0);
-	raw_put(env, "expiry", "0123456789abcdef", 16, "", 0);
-	mdb_env_close(env);
-	CHECK_INT("made one", raw_exists(f->path, "expiry"), 1);
-	fx_reopen(f, TEST_MAP);
-	raw_shut(f);
-	CHECK_INT("the open dropped it", raw_exists(f->path, "expiry"), 0);
-	fx_reopen(f, TEST_MAP);
 }
 
 /*
- * A store from before claims were filed under their key: claims under
- * their claim hash alone, each listed by a key index entry. The first
- * writable open moves them under their key, where a claim written since
- * for the same recipient wins (in claims, or staged in cnew), and empties
- * the index; they are then found, listed and forgotten as any claim, and
- * none comes back once forgotten.
+ * test_store_01 - a store as idemrelay 0.1, the first package, wrote it:
+ * read by the read-only open as it is (nothing staged), then brought to
+ * this format by the first writable open (cnew and hnew made, format 2
+ * recorded)
  */
-static void test_old_claims(void **state)
+static void test_store_01(void **state)
 {
 	struct fx *f = *state;
-	uint8_t h[3][STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
-	uint8_t k[STORE_CLAIM_KEY_LEN];
-	const char *old[3] = { "OLDCLAIM0001", "OLDCLAIM0002", "OLDCLAIM0003" };
-	struct store_forget out;
-	struct store_claim c, got;
-	char (*qids)[STORE_QID_SIZE];
-	size_t n, len, before;
-	int i;
+	struct store *st = NULL;
+	struct store_msg m, got;
+	char err[256] = "", fmt[16];
+	MDB_env *env;
+
+	msg_new(&m, "VZERO0000001", 1, 10);
+	assert_int_equal(spool(f->st, &m, NULL, 0, 0), 0);
+	env = raw_open(f);
+	raw_as_01(env, 1);
+	mdb_env_close(env);
+
+	if (store_lmdb_open_readonly(&st, f->path, err, sizeof(err)) != 0)
+		fail_msg("read-only open of 0.1's store: \"%s\"", err);
+	CHECK_INT("its message read", store_msg_load(st, m.qid, &got), 0);
+	store_msg_free(&got);
+	store_close(st);
+	CHECK_INT("nothing staged yet", raw_exists(f->path, "cnew"), 0);
+
+	fx_open(f, TEST_MAP);
+	CHECK_INT("its message, writable", store_msg_load(f->st, m.qid, &got), 0);
+	store_msg_free(&got);
+	raw_shut(f);
+	raw_meta(f->path, META_FORMAT, fmt, sizeof(fmt));
+	CHECK_STR("our format recorded", fmt, "2");
+	CHECK_INT("cnew made", raw_exists(f->path, "cnew"), 1);
+	CHECK_INT("hnew made", raw_exists(f->path, "hnew"), 1);
+	fx_open(f, TEST_MAP);
+	store_msg_free(&m);
+}
+
+/*
+ * test_before_01 - a store written before idemrelay 0.1 (here one claim
+ * filed under its claim hash alone, with its keys DB entry, as such a
+ * store had them) is refused by both opens, one message saying so, and
+ * left as it was
+ */
+static void test_before_01(void **state)
+{
+	struct fx *f = *state;
+	struct store *st = NULL;
+	struct store_claim c;
+	uint8_t h[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN], entry[STORE_HASH_LEN + 12];
+	char err[256] = "", fmt[16];
 	MDB_env *env;
 
 	env = raw_open(f);
-	for (i = 0; i < 3; i++) {
-		hash_of(h[i], 77 + i);
-		claim_of(&c, old[i], 5, NOW + SEC);
-		len = lmdb_claim_encode(rec, &c);
-		raw_op(env, "claims", 0, h[i], STORE_HASH_LEN, rec, len);
-		memcpy(entry, h[i], STORE_HASH_LEN);
-		memcpy(entry + STORE_HASH_LEN, old[i], 12);
-		raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
-	}
-	/* the second recipient claimed again since, under the key */
-	claim_of(&c, "NEWCLAIM0002", 6, NOW + SEC);
-	len = lmdb_claim_encode(rec, &c);
-	lmdb_claim_key(k, KH, h[1]);
-	raw_op(env, "claims", 0, k, sizeof(k), rec, len);
-	/* and the third, its claim still staged */
-	claim_of(&c, "NEWCLAIM0003", 7, NOW + SEC);
-	len = lmdb_claim_encode(rec, &c);
-	lmdb_claim_key(k, KH, h[2]);
-	raw_op(env, "cnew", 0, k, sizeof(k), rec, len);
+	raw_as_01(env, 0);
+	hash_of(h, 77);
+	claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
+	raw_op(env, "claims", 0, h, STORE_HASH_LEN, rec, lmdb_claim_encode(rec, &c));
+	memcpy(entry, h, STORE_HASH_LEN);
+	memcpy(entry + STORE_HASH_LEN, c.qid, 12);
+	raw_op(env, "keys", MDB_DUPSORT, KH, STORE_HASH_LEN, entry, sizeof(entry));
 	mdb_env_close(env);
-	before = raw_count(f->path, "claims");
-	fx_reopen(f, TEST_MAP);
+
+	CHECK_INT("open refused", store_lmdb_open(&st, f->path, TEST_MAP, err, sizeof(err)),
+		  STORE_EINVAL);
+	if (st != NULL || strstr(err, "written by an idemrelay older than 0.1, the first package,"
+				 " which this one does not read") == NULL)
+		fail_msg("open of a store from before 0.1: \"%s\"", err);
+	err[0] = 0;
+	CHECK_INT("read-only open refused", store_lmdb_open_readonly(&st, f->path, err,
+								     sizeof(err)), STORE_EINVAL);
+	if (strstr(err, "older than 0.1") == NULL)
+		fail_msg("read-only open of a store from before 0.1: \"%s\"", err);
+	raw_meta(f->path, META_FORMAT, fmt, sizeof(fmt));
+	CHECK_STR("no format recorded", fmt, "");
+	CHECK_INT("its key index left", raw_count(f->path, "keys"), 1);
+	CHECK_INT("no staging made", raw_exists(f->path, "cnew"), 0);
+}
+
+/*
+ * test_new_store_crash - a new store's first open, cut short after the
+ * commit that made its databases (the journal's commit fails): that
+ * commit recorded the format, so the next open takes the store as ours,
+ * not as one from before 0.1
+ */
+static void test_new_store_crash(void **state)
+{
+	struct fx *f = *state;
+	char err[256] = "", fmt[16];
+
 	raw_shut(f);
-	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
-	CHECK_INT("three old keys gone, one moved", raw_count(f->path, "claims"), before - 2);
-	fx_reopen(f, TEST_MAP);
-
-	CHECK_INT("moved claim found", claim_found_under(f->st, KH, 77, NOW, &got), 1);
-	CHECK_STR("its qid", got.qid, "OLDCLAIM0001");
-	CHECK_INT("newer claim found", claim_found_under(f->st, KH, 78, NOW, &got), 1);
-	CHECK_STR("the newer one wins", got.qid, "NEWCLAIM0002");
-	CHECK_INT("staged claim found", claim_found_under(f->st, KH, 79, NOW, &got), 1);
-	CHECK_STR("the staged one wins", got.qid, "NEWCLAIM0003");
-	CHECK_INT("listed under its key", store_key_qids(f->st, KH, &qids, &n), 0);
-	CHECK_INT("three", n, 3);
-	CHECK_STR("newer", qids[0], "NEWCLAIM0002");
-	CHECK_STR("staged", qids[1], "NEWCLAIM0003");
-	CHECK_STR("moved", qids[2], "OLDCLAIM0001");
-	free(qids);
-
-	CHECK_INT("forget", store_key_forget(f->st, KH, NULL, NOW, &out), 0);
-	CHECK_INT("the three claims deleted", out.claims, 3);
-	CHECK_INT("three messages", out.n_qids, 3);
-	store_forget_free(&out);
-	for (i = 0; i < 3; i++)
-		CHECK_INT("gone", claim_found_under(f->st, KH, 77 + i, NOW, NULL), 0);
-	CHECK_INT("nothing listed", store_key_qids(f->st, KH, &qids, &n), STORE_ENOTFOUND);
+	assert_int_equal(unlink(in_store(f, "data.mdb")), 0);
+	assert_int_equal(unlink(in_store(f, "lock.mdb")), 0);
+	commits = 0;
+	fail_at = 2;
+	CHECK_INT("the first open crashed", store_lmdb_open(&f->st, f->path, TEST_MAP, err,
+							     sizeof(err)) != 0, 1);
+	fail_at = 0;
+	CHECK_INT("after its databases were made", raw_exists(f->path, "claims"), 1);
+	raw_meta(f->path, META_FORMAT, fmt, sizeof(fmt));
+	CHECK_STR("with its format", fmt, "2");
+	fx_open(f, TEST_MAP);
 }
 
 /*
@@ -317,171 +352,14 @@ static void test_walk_corrupt_key(void **state)
 		fail_msg("the corrupt key's bytes logged: %s", text);
 }
 
-/*
- * old_claims_put - n claims of the format before claims went under their
- * key (under their claim hash alone, hash_of(i), each with its keys index
- * entry under a key of its own, hash_of(n + i)), in one transaction
- */
-static void old_claims_put(MDB_env *env, int n)
-{
-	uint8_t h[STORE_HASH_LEN], kh[STORE_HASH_LEN], rec[STORE_CLAIM_REC_LEN];
-	uint8_t entry[STORE_HASH_LEN + 12];
-	MDB_val key = { sizeof(h), h }, val = { 0, rec }, ent = { sizeof(entry), entry };
-	struct store_claim c;
-	MDB_dbi claims, keys;
-	MDB_txn *txn;
-	int i;
-
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "claims", 0, &claims), 0);
-	assert_int_equal(mdb_dbi_open(txn, "keys", MDB_DUPSORT, &keys), 0);
-	for (i = 0; i < n; i++) {
-		hash_of(h, i);
-		hash_of(kh, n + i);
-		claim_of(&c, "OLDCLAIM0001", 5, NOW + SEC);
-		val.mv_size = lmdb_claim_encode(rec, &c);
-		memcpy(entry, h, STORE_HASH_LEN);
-		memcpy(entry + STORE_HASH_LEN, "OLDCLAIM0001", 12);
-		key.mv_data = h;
-		assert_int_equal(mdb_put(txn, claims, &key, &val, 0), 0);
-		key.mv_data = kh;
-		assert_int_equal(mdb_put(txn, keys, &key, &ent, 0), 0);
-	}
-	assert_int_equal(mdb_txn_commit(txn), 0);
-}
-
-/*
- * moved_all - the store opened: every seventh of old_claims_put()'s n
- * claims found under its key; then shut, its keys index empty
- */
-static void moved_all(struct fx *f, int n)
-{
-	struct store_claim got;
-	uint8_t kh[STORE_HASH_LEN];
-	int i;
-
-	fx_open(f, TEST_MAP);
-	for (i = 0; i < n; i += n / 7) {
-		hash_of(kh, n + i);
-		CHECK_INT("moved claim found", claim_found_under(f->st, kh, i, NOW, &got), 1);
-	}
-	raw_shut(f);
-	CHECK_INT("index emptied", raw_count(f->path, "keys"), 0);
-}
-
-#define OLD_CLAIMS	20000		/* moved in one transaction: 4 to 6 MB more */
-#define ROOM		(2u << 20)	/* left in the map; moved in parts, under 1 MB */
-
-/*
- * old_claims_filled - OLD_CLAIMS claims of the format before claims went
- * under their key, each under a key of its own, then LMDB's map (the
- * store's, the journal's region past it) filled but for about ROOM bytes
- */
-static void old_claims_filled(struct fx *f)
-{
-	uint8_t pad[65536] = { 0 };
-	MDB_val pkey = { sizeof(int), NULL }, pval = { sizeof(pad), pad };
-	MDB_env *env = raw_open(f);
-	MDB_dbi pads;
-	MDB_txn *txn;
-	int i, n, rc;
-
-	assert_int_equal(mdb_env_set_mapsize(env, lmdb_map_size(TEST_MAP)), 0);
-	old_claims_put(env, OLD_CLAIMS);
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_dbi_open(txn, "pad", MDB_CREATE | MDB_INTEGERKEY, &pads), 0);
-	assert_int_equal(mdb_txn_commit(txn), 0);
-	for (n = 0, rc = 0; rc == 0; n++) {	/* the map filled, a pad at a time */
-		pkey.mv_data = &n;
-		assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-		if ((rc = mdb_put(txn, pads, &pkey, &pval, 0)) == 0)
-			rc = mdb_txn_commit(txn);
-		else
-			mdb_txn_abort(txn);
-	}
-	assert_int_equal(rc, MDB_MAP_FULL);
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	/* the last pads put taken away again */
-	for (i = n - 2; i > n - 2 - (int) (ROOM / sizeof(pad)); i--) {
-		pkey.mv_data = &i;
-		assert_int_equal(mdb_del(txn, pads, &pkey, NULL), 0);
-	}
-	assert_int_equal(mdb_txn_commit(txn), 0);
-	/* one commit more: LMDB gives pages freed by a commit to the one after the next */
-	i = -1;
-	pkey.mv_data = &i;
-	pval.mv_size = sizeof(i);
-	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-	assert_int_equal(mdb_put(txn, pads, &pkey, &pval, 0), 0);
-	assert_int_equal(mdb_txn_commit(txn), 0);
-	mdb_env_close(env);
-}
-
-/*
- * Old claims at a nearly full map: moved in transactions of their own,
- * each reusing what the one before last freed, they leave room for the
- * store to open; moved in one, they did not (MDB_MAP_FULL: no start)
- */
-static void test_old_claims_full_map(void **state)
-{
-	struct fx *f = *state;
-
-	old_claims_filled(f);
-	moved_all(f, OLD_CLAIMS);
-	fx_open(f, TEST_MAP);
-}
-
-#define PART_CLAIMS	1024		/* store_claim.c's CLAIMS_MOVED: old claims moved a part */
-#define CRASH_CLAIMS	(2 * PART_CLAIMS + 100)	/* three parts */
-
-/*
- * An old store (format 1, CRASH_CLAIMS claims under their hash alone)
- * whose first writable open crashed after the first part of the move (its
- * next commit failed): the format record says 2 already, written with the
- * first part, so that a build of an older format refuses a store half
- * moved (LMDB_FORMAT); the next writable open moves the rest, found by the
- * keys index, not by the record. The commit to
- * fail is found by trial, one more each open, the store as it was until a
- * part commits (the keys index shorter by one part)
- */
-static void test_old_claims_crash(void **state)
-{
-	struct fx *f = *state;
-	char err[512], got[16];
-	size_t left = CRASH_CLAIMS;
-	MDB_env *env = raw_open(f);
-
-	old_claims_put(env, CRASH_CLAIMS);
-	raw_op(env, "meta", 0, META_FORMAT, strlen(META_FORMAT), "1", 1);
-	mdb_env_close(env);
-
-	for (fail_at = 1; fail_at < 20 && left == CRASH_CLAIMS; fail_at++) {
-		commits = 0;
-		CHECK_INT("the open crashed", store_lmdb_open(&f->st, f->path, TEST_MAP, err,
-							      sizeof(err)) != 0, 1);
-		left = raw_count(f->path, "keys");
-	}
-	fail_at = 0;
-	CHECK_INT("a crash after the first part: claims left to move", left,
-		  CRASH_CLAIMS - PART_CLAIMS);
-	raw_meta(f->path, META_FORMAT, got, sizeof(got));
-	CHECK_STR("ours recorded with the first part", got, "2");
-
-	moved_all(f, CRASH_CLAIMS);
-	raw_meta(f->path, META_FORMAT, got, sizeof(got));
-	CHECK_STR("then ours", got, "2");
-	fx_open(f, TEST_MAP);
-}
-
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		T(test_old_expiry_index),
-		T(test_old_claims),
-		T(test_old_claims_full_map),
-		T(test_old_claims_crash),
+		T(test_store_01),
+		T(test_before_01),
+		T(test_new_store_crash),
 		T(test_format),
 		T(test_corrupt_records),
 		T(test_walk_corrupt_key),
