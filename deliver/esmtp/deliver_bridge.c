@@ -137,14 +137,11 @@ static int bridge_connect(const struct sockaddr *sa, socklen_t salen,
 }
 
 /*
- * The address libesmtp is told: only this thread's connect() to it reaches
- * the bridge (deliver_bridge_attach); anyone else's, or one without
- * deliver_connect.c's connect(), is refused by the kernel: no socket can
- * listen on port 0.
+ * bridge_address - is sa DELIVER_BRIDGE_ADDRESS? Only this thread's
+ * connect() to it reaches the bridge (deliver_bridge_attach); anyone
+ * else's, or one without deliver_connect.c's connect(), is refused by the
+ * kernel: no socket can listen on port 0.
  */
-#define BRIDGE_ADDRESS	"127.0.0.1:0"
-
-/* bridge_address - is sa BRIDGE_ADDRESS? */
 static int bridge_address(const struct sockaddr *sa, socklen_t len)
 {
 	const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
@@ -521,13 +518,6 @@ int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	close(sp[0]);
 	return done;
-}
-
-/* deliver_bridge_address - where libesmtp connects: BRIDGE_ADDRESS */
-const char *deliver_bridge_address(const struct deliver_bridge *b)
-{
-	(void) b;
-	return BRIDGE_ADDRESS;
 }
 
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */

@@ -101,8 +101,8 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
  */
 int deliver_bridge_attach(int fd, const struct sockaddr *sa, socklen_t len);
 
-/* deliver_bridge_address - where libesmtp is told to connect: "127.0.0.1:0" */
-const char *deliver_bridge_address(const struct deliver_bridge *b);
+/* where libesmtp is told to connect, for every bridge: no socket can listen there */
+#define DELIVER_BRIDGE_ADDRESS	"127.0.0.1:0"
 
 /* deliver_bridge_tls - the TLS connection's description; "" for plain */
 const char *deliver_bridge_tls(const struct deliver_bridge *b);

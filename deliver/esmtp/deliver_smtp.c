@@ -280,6 +280,7 @@ static int xsess_init(struct xsess *xs, struct deliver *d, const struct conf_ups
 	ms = ms >= (INT_MAX - 5000) / 2 ? INT_MAX : ms * 2 + 5000;
 	for (w = Timeout_GREETING; w <= Timeout_DATA2; w++)
 		ok &= smtp_set_timeout(xs->s, w | Timeout_OVERRIDE_RFC2822_MINIMUM, ms) != 0;
+	ok &= smtp_set_server(xs->s, DELIVER_BRIDGE_ADDRESS);	/* every attempt's bridge */
 	ok &= smtp_set_eventcb(xs->s, xsess_event, xs);
 	ok &= smtp_set_monitorcb(xs->s, xsess_monitor, xs, 0);
 	if (!ok)
@@ -411,8 +412,6 @@ static int xsess_connect(struct xsess *xs, const char *host, struct xaddr *a)
 			 u->tls == CONF_TLS_STARTTLS ? " (STARTTLS)" : "",
 			 deliver_bridge_tls(xs->bridge));
 	deliver_bridge_mail_params(xs->bridge, xs->params, xs->n);
-	if (!smtp_set_server(xs->s, deliver_bridge_address(xs->bridge)))
-		return xsess_failed(xs, "4.3.0", "libesmtp refused the server address");
 	return 0;
 }
 

@@ -285,18 +285,18 @@ static void test_bridge_implicit(void **state)
 	 * refusal, the same for any process, so no fork: a child would take
 	 * the server thread's allocations for leaks under valgrind)
 	 */
-	if ((fd = dial(deliver_bridge_address(b))) >= 0 || errno != ECONNREFUSED)
+	if ((fd = dial(DELIVER_BRIDGE_ADDRESS)) >= 0 || errno != ECONNREFUSED)
 		fail_msg("a connection not handed over was not refused: %s",
 			 fd >= 0 ? "connected" : strerror(errno));
 	/* another thread of this process: not its bridge */
 	assert_int_equal(pthread_create(&th, NULL, other_thread,
-					(void *) deliver_bridge_address(b)), 0);
+					(void *) DELIVER_BRIDGE_ADDRESS), 0);
 	assert_int_equal(pthread_join(th, &took), 0);
 	if (took != NULL)
 		fail_msg("a thread that did not open the bridge was handed it");
 
 	/* this process: the server's greeting, over TLS behind the bridge */
-	fd = connect_to(deliver_bridge_address(b));
+	fd = connect_to(DELIVER_BRIDGE_ADDRESS);
 	assert_true(fd >= 0);
 	n = recv(fd, buf, sizeof(buf) - 1, 0);
 	assert_true(n > 0);
@@ -396,7 +396,7 @@ static struct deliver_bridge *plain_bridge(struct tserver *t, int *fd)
 		fail_msg("deliver_bridge_open: %s (%s)", why, dsn);
 	assert_string_equal(deliver_bridge_tls(b), "");
 	upstream_nodelay(&t->addr);
-	*fd = connect_to(deliver_bridge_address(b));
+	*fd = connect_to(DELIVER_BRIDGE_ADDRESS);
 	assert_true(*fd >= 0);
 	expect(*fd, "220 pserver\r\n");
 	return b;
@@ -527,9 +527,9 @@ static void test_bridge_attach(void **state)
 	assert_true((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0);
 	assert_int_equal(attach_to(fd, server), 0);	/* not a bridge: connect as asked */
 	/* libesmtp's call: the library's own connect() hands it over */
-	bridge = address_of(deliver_bridge_address(b));
+	bridge = address_of(DELIVER_BRIDGE_ADDRESS);
 	assert_int_equal(connect(fd, (struct sockaddr *) &bridge, sizeof(bridge)), 0);
-	assert_int_equal(attach_to(fd, deliver_bridge_address(b)), 0);	/* taken */
+	assert_int_equal(attach_to(fd, DELIVER_BRIDGE_ADDRESS), 0);	/* taken */
 	assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
 	assert_int_equal(domain, AF_UNIX);
 	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
