@@ -239,8 +239,9 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	/* in enum conf_tls order */
 	static const char *const tls_words[] = {"none", "starttls", "implicit", 0};
 	static const char *const amb_words[] = {"assume-delivered", "retry", 0};
-	static const char *const trust_names[] = {"tls_ca", "tls_servername",
-		"tls_fingerprint", 0};
+	/* what needs TLS: the trust settings, and credentials, never sent in clear */
+	static const char *const tls_names[] = {"tls_ca", "tls_servername",
+		"tls_fingerprint", "user", 0};
 	config_setting_t *g, *s, *a = NULL;
 	const char *host = NULL;
 	int tls = CONF_TLS_NONE, port = 0, i, n;
@@ -283,15 +284,12 @@ int conf_upstream_group(struct conf_ctx *x, struct conf_upstream *u,
 	if ((u->user != NULL) != (u->password != NULL))
 		return conf_error(x, g, u->user ? "password" : "user",
 				  "missing setting (user and password go together)");
-	for (i = 0; tls == CONF_TLS_NONE && trust_names[i]; i++)
-		if ((s = config_setting_get_member(g, trust_names[i])) != NULL)
+	for (i = 0; tls == CONF_TLS_NONE && tls_names[i]; i++)
+		if ((s = config_setting_get_member(g, tls_names[i])) != NULL)
 			return conf_error(x, s, NULL, "requires tls = \"starttls\" or \"implicit\"");
 	if (!u->tls_verify && (u->tls_ca || u->n_tls_fingerprint))
 		return conf_error(x, config_setting_get_member(g, u->tls_ca ? "tls_ca" :
 				  "tls_fingerprint"), NULL, "makes no sense with tls_verify = false");
-	if (u->user != NULL && tls == CONF_TLS_NONE)	/* credentials are never sent in clear */
-		return conf_error(x, config_setting_get_member(g, "user"), NULL,
-				  "requires tls = \"starttls\" or \"implicit\"");
 	if (port == 0)
 		port = tls == CONF_TLS_IMPLICIT ? CONF_SMTPS_PORT : CONF_SMTP_PORT;
 	if (host != NULL) {		/* a copy, as the list's are parsed */
