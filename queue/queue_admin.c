@@ -243,65 +243,6 @@ static int drop_one(struct store *st, const struct queue_admin_sched *s, const c
 	return err;
 }
 
-/* drop_refused - the error reply for a message drop_one() did not drop (err) */
-static void drop_refused(struct store *st, struct buf *out, const char *qid, int err)
-{
-	if (err == STORE_ELEASE)
-		json_error(out, "%s is being delivered right now; try again in a moment", qid);
-	else if (err == STORE_ENOTFOUND)
-		not_queued(st, out, qid);
-	else
-		json_error(out, "cannot drop %s: %s", qid, store_strerror(err));
-}
-
-/*
- * queue_admin_drop - out of the queue, never delivered. Each message
- * alone: one being delivered right now stays (named in "busy"), one
- * gone meanwhile is not missed.
- */
-static void queue_admin_drop(struct store *st, const struct queue_admin_sched *s,
-			     const struct queue_admin_sel *sel, struct buf *out)
-{
-	struct qids set = { 0 }, done = { 0 }, busy = { 0 };
-	size_t i;
-	int err, failed = 0;
-
-	buf_reset(out);
-	if (select_qids(st, sel, &set, out) != 0)
-		goto done;
-	for (i = 0; i < set.n; i++) {
-		if ((err = drop_one(st, s, set.q[i], "drop")) == 0) {
-			qids_add(&done, set.q[i], 0);
-		} else if (sel->qid) {		/* the one asked for: why not */
-			drop_refused(st, out, sel->qid, err);
-			goto done;
-		} else if (err == STORE_ELEASE) {
-			qids_add(&busy, set.q[i], 0);
-		} else if (err != STORE_ENOTFOUND) {
-			failed = err;
-		}
-	}
-	buf_printf(out, "{\"ok\":%s", busy.n || failed ? "false" : "true");
-	if (sel->qid)
-		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
-	if (busy.n)
-		buf_printf(out, ",\"error\":\"%zu of %zu messages being delivered right now, not "
-			   "dropped; try again in a moment\"", busy.n, set.n);
-	else if (failed)
-		buf_printf(out, ",\"error\":\"not every message dropped: %s\"",
-			   store_strerror(failed));
-	buf_printf(out, ",\"count\":%zu,\"dropped\":", done.n);
-	qids_json(out, &done);
-	buf_printf(out, ",\"busy\":");
-	qids_json(out, &busy);
-	buf_putc(out, '}');
-done:
-	admin_count("Deleted", done.n);
-	free(set.q);
-	free(done.q);
-	free(busy.q);
-}
-
 /*
  * hold_one - one message held or released: 0, STORE_EINVAL if it already
  * was, STORE_ENOTFOUND if it is not queued, or an error
@@ -365,49 +306,93 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 	return err;
 }
 
+/* the actions on each message of a selection (queue_admin_each()) */
+enum each { EACH_DROP, EACH_HOLD, EACH_RELEASE, EACH_REROUTE, EACH_N };
+static const struct {
+	const char *cmd, *list;		/* the reply's list of those acted on */
+	const char *summary;		/* postsuper's count line, NULL none */
+} each[EACH_N] = {
+	[EACH_DROP] = { "drop", "dropped", "Deleted" },
+	[EACH_HOLD] = { "hold", "held", "Placed on hold" },
+	[EACH_RELEASE] = { "release", "released", "Released from hold" },
+	[EACH_REROUTE] = { "reroute", "rerouted", NULL },
+};
+
 /*
- * queue_admin_each - hold, release or reroute (cmd) each message sel
- * names. A hold or release of a QID asked for that already is (or is
- * not on hold) is said so; among several, those are passed over, as are
- * the messages a reroute leaves on their route (reroute_one).
+ * refused - the error reply for the one message asked for that action a
+ * left as it was (err); none for one a reroute leaves on its route
+ */
+static void refused(struct store *st, struct buf *out, enum each a, const char *qid, int err)
+{
+	if (err == STORE_ELEASE)	/* a drop's alone */
+		json_error(out, "%s is being delivered right now; try again in a moment", qid);
+	else if (err == STORE_ENOTFOUND)
+		not_queued(st, out, qid);
+	else if (err == STORE_EINVAL && (a == EACH_HOLD || a == EACH_RELEASE))
+		json_error(out, "%s is %s on hold", qid, a == EACH_HOLD ? "already" : "not");
+	else if (err != STORE_EINVAL || a != EACH_REROUTE)
+		json_error(out, "cannot %s %s: %s", each[a].cmd, qid, store_strerror(err));
+}
+
+/*
+ * queue_admin_each - drop, hold, release or reroute (a) each message sel
+ * names, each alone; one gone meanwhile is not missed. For a QID asked
+ * for, why not is the reply (refused()). Among several, a drop leaves one
+ * being delivered right now (named in "busy") and goes on past one it
+ * could not drop; the others pass over the messages that already are (or
+ * are not) on hold, or that a reroute leaves on their route
+ * (reroute_one), and stop at a failure.
  */
 static void queue_admin_each(struct store *st, const struct queue_admin_sched *s,
-			     const struct conf *cf, const struct queue_admin_sel *sel,
-			     const char *cmd, struct buf *out)
+			     const struct conf *cf, const struct queue_admin_sel *sel, enum each a,
+			     struct buf *out)
 {
-	struct qids set = { 0 }, done = { 0 };
-	int reroute = strcmp(cmd, "reroute") == 0, on = strcmp(cmd, "hold") == 0;
+	struct qids set = { 0 }, done = { 0 }, busy = { 0 };
 	size_t i;
-	int err;
+	int err, failed = 0;
 
 	buf_reset(out);
 	if (select_qids(st, sel, &set, out) != 0)
 		goto done;
-	for (i = 0; i < set.n; i++) {
-		err = reroute ? reroute_one(st, s, cf, set.q[i]) : hold_one(st, s, set.q[i], on);
+	for (i = 0; i < set.n && out->len == 0; i++) {
+		err = a == EACH_DROP ? drop_one(st, s, set.q[i], "drop")
+		    : a == EACH_REROUTE ? reroute_one(st, s, cf, set.q[i])
+		    : hold_one(st, s, set.q[i], a == EACH_HOLD);
 		if (err == 0)
 			qids_add(&done, set.q[i], 0);
-		else if (err == STORE_EINVAL && sel->qid && !reroute)
-			json_error(out, "%s is %s on hold", sel->qid, on ? "already" : "not");
-		else if (err == STORE_ENOTFOUND && sel->qid)
-			not_queued(st, out, sel->qid);
-		else if (err != STORE_EINVAL && err != STORE_ENOTFOUND)
-			json_error(out, "cannot %s %s: %s", cmd, set.q[i], store_strerror(err));
-		if (out->len)
-			goto done;
+		else if (sel->qid)
+			refused(st, out, a, sel->qid, err);
+		else if (err == STORE_ELEASE)
+			qids_add(&busy, set.q[i], 0);
+		else if (a == EACH_DROP && err != STORE_ENOTFOUND)
+			failed = err;
+		else if (a != EACH_DROP && err != STORE_EINVAL && err != STORE_ENOTFOUND)
+			json_error(out, "cannot %s %s: %s", each[a].cmd, set.q[i], store_strerror(err));
 	}
-	buf_printf(out, "{\"ok\":true");
+	if (out->len)
+		goto done;
+	buf_printf(out, "{\"ok\":%s", busy.n || failed ? "false" : "true");
 	if (sel->qid)
 		buf_printf(out, ",\"qid\":\"%s\"", sel->qid);
-	buf_printf(out, ",\"count\":%zu,\"%s\":", done.n,
-		   reroute ? "rerouted" : on ? "held" : "released");
+	if (busy.n)
+		buf_printf(out, ",\"error\":\"%zu of %zu messages being delivered right now, not "
+			   "dropped; try again in a moment\"", busy.n, set.n);
+	else if (failed)
+		buf_printf(out, ",\"error\":\"not every message dropped: %s\"",
+			   store_strerror(failed));
+	buf_printf(out, ",\"count\":%zu,\"%s\":", done.n, each[a].list);
 	qids_json(out, &done);
+	if (a == EACH_DROP) {
+		buf_printf(out, ",\"busy\":");
+		qids_json(out, &busy);
+	}
 	buf_putc(out, '}');
 done:
-	if (!reroute)
-		admin_count(on ? "Placed on hold" : "Released from hold", done.n);
+	if (each[a].summary)
+		admin_count(each[a].summary, done.n);
 	free(set.q);
 	free(done.q);
+	free(busy.q);
 }
 
 /* queue_admin_retry - one queued message attempted now (needs a scheduler) */
@@ -502,7 +487,7 @@ static void queue_admin_forget(struct store *st, const struct queue_admin_sched 
 	for (i = 0; mode == QUEUE_ADMIN_DROP && i < queued.n; i++) {
 		err = drop_one(st, s, queued.q[i], "forget --drop");
 		if (err != 0 && err != STORE_ENOTFOUND) {
-			drop_refused(st, out, queued.q[i], err);
+			refused(st, out, EACH_DROP, queued.q[i], err);
 			goto done;
 		}
 	}
@@ -536,13 +521,14 @@ static void queue_admin_act(struct store *st, const struct queue_admin_sched *s,
 			    const struct queue_admin_sel *sel, enum queue_admin_forget mode,
 			    int64_t now, struct buf *out)
 {
-	if (strcmp(cmd, "drop") == 0)
-		queue_admin_drop(st, s, sel, out);
+	enum each a;
+
+	for (a = 0; a < EACH_N && strcmp(cmd, each[a].cmd) != 0; a++)
+		 /* void */ ;
+	if (a < EACH_N)
+		queue_admin_each(st, s, cf, sel, a, out);
 	else if (strcmp(cmd, "forget") == 0)
 		queue_admin_forget(st, s, sel, mode, now, out);
-	else if (strcmp(cmd, "hold") == 0 || strcmp(cmd, "release") == 0
-		 || strcmp(cmd, "reroute") == 0)
-		queue_admin_each(st, s, cf, sel, cmd, out);
 	else
 		json_error(out, "unknown request %.40s", cmd);	/* as the daemon says it */
 }

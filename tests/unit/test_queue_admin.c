@@ -186,6 +186,37 @@ static void test_drop_request(void **state)
 }
 
 /*
+ * test_not_queued - each action on one QID that is not queued says why:
+ * a dropped message was dropped, an unknown QID is unknown; nothing else
+ * is done (the count line is logged for none)
+ */
+static void test_not_queued(void **state)
+{
+	static const char *const cmds[] = { "drop", "hold", "release", "reroute" };
+	static const struct {
+		const char *qid, *want;
+	} cases[] = {
+		{ "ADMINGONE001", "ADMINGONE001 is not queued: it was dropped" },
+		{ "ADMINNONE001", "unknown QID ADMINNONE001" },
+	};
+	struct fx *f = *state;
+	struct store_msg m;
+	struct buf out = BUF_INIT;
+	size_t i, j;
+
+	msg_new(&m, "ADMINGONE001", 1, 50);
+	CHECK_INT("spool", spool(f->st, &m, NULL, 0, 0), 0);
+	request(f, "drop", m.qid, &out);
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		for (j = 0; j < sizeof(cases) / sizeof(cases[0]); j++) {
+			request(f, cmds[i], cases[j].qid, &out);
+			want_error(cmds[i], &out, cases[j].want);
+		}
+	store_msg_free(&m);
+	buf_free(&out);
+}
+
+/*
  * test_all_linear - hold ALL, then drop ALL, over QA_MANY messages: each
  * message is compared a few times at most (a walk gives each once, and
  * nothing searches the set for it: the search made n * n / 2 comparisons
@@ -229,6 +260,7 @@ int main(void)
 		T(test_act_unknown),
 		T(test_retry_answers),
 		T(test_drop_request),
+		T(test_not_queued),
 		T(test_all_linear),
 	};
 
