@@ -239,7 +239,6 @@ int store_pg_session_check(struct pg_store *st, PGconn *c, char *err, size_t err
 /* store_pg_schema.c: made current under this session lock, one starter at a time */
 #define PG_SCHEMA_LOCK	"hashtextextended('idemrelay schema ' || coalesce(current_schema(), ''), 0)"
 int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen);
-const char *store_pg_migration(int v);	/* migration v's text (v to v + 1); tests */
 
 /* store_pg_wire.c: binary parameters, arrays, results */
 struct pg_params {

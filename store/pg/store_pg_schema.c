@@ -234,12 +234,6 @@ static const char *const migrations[PG_SCHEMA_VERSION] = {
 	"CREATE INDEX messages_take ON messages ((coalesce(route, '')), next_attempt) WHERE queued;",
 };
 
-/* store_pg_migration - the text of migration v (v to v + 1), or NULL; for the tests of upgrades */
-const char *store_pg_migration(int v)
-{
-	return v >= 0 && v < PG_SCHEMA_VERSION ? migrations[v] : NULL;
-}
-
 /* schema_version - the schema's version; 0 if there is none yet */
 static int schema_version(struct pg_store *st, PGconn *c, int *version)
 {

@@ -5,9 +5,11 @@
  * queue and on young tables; a version 1 schema upgraded; one of version
  * 10 whose reads go on while migration 11 builds its index, with no
  * deadlock beside a node of version 10, and its drop of the old index
- * bounded. Skipped without IDEMRELAY_PG_URL.
+ * bounded. Skipped without IDEMRELAY_PG_URL. store_pg_schema.c is
+ * included for its migrations' texts, which build the old schemas.
  */
 #include "test_store_pg_fx.h"
+#include "../../store/pg/store_pg_schema.c"
 
 static void test_schema_version(void **state)
 {
@@ -297,7 +299,7 @@ static void test_schema_upgrade(void **state)
 		 "data, data_len, has_key, ttl, attempts, next_attempt, inflight, queued) VALUES "
 		 "('UPGRADE00001', 'old', 0, 's@example.com', 0, 0, false, 'c', '\\x61', 1, false, "
 		 "0, 0, 0, true, true); INSERT INTO rcpts VALUES ('UPGRADE00001', 0, "
-		 "'r@example.net', 0, NULL, 0, NULL)", old, store_pg_migration(0));
+		 "'r@example.net', 0, NULL, 0, NULL)", old, migrations[0]);
 	fx_pg_sql(q.data);
 	url = fx_pg_url(fx_pg(), old);
 	CHECK_INT("version 1", sql_int(url, "SELECT max(version) FROM idemrelay_schema"), 1);
@@ -380,7 +382,7 @@ static const char *schema_10(struct fx *f, char *old, size_t len)
 	sql(f, "CREATE SCHEMA %s", old);
 	buf_printf(&q, "SET search_path = \"%s\"; ", old);
 	for (v = 0; v < 10; v++)
-		buf_printf(&q, "%s; ", store_pg_migration(v));
+		buf_printf(&q, "%s; ", migrations[v]);
 	buf_printf(&q, "UPDATE idemrelay_schema SET version = 10; "
 		 "INSERT INTO messages (qid, node, accepted, sender, ret, body, smtputf8, client, "
 		 "data, data_len, has_key, ttl, attempts, next_attempt, inflight, queued) VALUES "
