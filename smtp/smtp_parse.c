@@ -116,37 +116,38 @@ static int smtp_mem_caseeq(const char *p, size_t len, const char *s)
 }
 
 /*
- * smtp_hostname_ok - RFC 5321 Domain: dot-separated Let-dig [Ldh-str];
- * a label may hold UTF-8 characters too (RFC 6531 section 3.3 U-label,
+ * smtp_hostname - length of the RFC 5321 Domain at p, read up to the first
+ * octet that cannot be in one, or -1: dot-separated Let-dig [Ldh-str]; a
+ * label may hold UTF-8 characters too (RFC 6531 section 3.3 U-label,
  * checked for valid UTF-8, not for IDNA2008). Limits are in octets.
  */
-static int smtp_hostname_ok(const char *p, size_t len)
+static ssize_t smtp_hostname(const char *p, size_t len)
 {
 	size_t i, n, label = 0;
 	unsigned char c;
 
-	if (len == 0 || len > SMTP_DOMAIN_MAX)
-		return 0;
 	for (i = 0; i < len; i++) {
 		c = (unsigned char) p[i];
 		if (c == '.') {
 			if (label == 0 || p[i - 1] == '-')
-				return 0;
+				return -1;
 			label = 0;
 			continue;
 		}
 		if (c >= 0x80) {
 			if ((n = smtp_utf8_len(p + i, len - i)) == 0)
-				return 0;
+				return -1;
 			i += n - 1;
 			label += n - 1;
-		} else if (!SMTP_ALNUM(c) && !(c == '-' && label > 0)) {
-			return 0;
+		} else if (c == '-' && label == 0) {
+			return -1;
+		} else if (!SMTP_ALNUM(c) && c != '-') {
+			break;
 		}
 		if (++label > SMTP_LABEL_MAX)
-			return 0;
+			return -1;
 	}
-	return label > 0 && p[len - 1] != '-';
+	return label > 0 && p[i - 1] != '-' && i <= SMTP_DOMAIN_MAX ? (ssize_t) i : -1;
 }
 
 /* smtp_literal_ok - "[1.2.3.4]" or "[IPv6:...]" */
@@ -172,7 +173,6 @@ static int smtp_literal_ok(const char *p, size_t len)
 static ssize_t smtp_path_domain(const char *p, size_t len)
 {
 	size_t i = 0;
-	unsigned char c;
 
 	if (len > 0 && p[0] == '[') {
 		while (i < len && p[i] != ']')
@@ -181,13 +181,7 @@ static ssize_t smtp_path_domain(const char *p, size_t len)
 			return -1;
 		return (ssize_t) i + 1;
 	}
-	while (i < len) {
-		c = (unsigned char) p[i];
-		if (!SMTP_ALNUM(c) && c != '-' && c != '.' && c < 0x80)
-			break;
-		i++;
-	}
-	return smtp_hostname_ok(p, i) ? (ssize_t) i : -1;
+	return smtp_hostname(p, len);
 }
 
 /* smtp_path_at_domain - length of "@" and a domain or literal at p, or -1 */
