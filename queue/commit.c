@@ -76,7 +76,8 @@ struct commit {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	struct commit_req *pending;	/* LIFO, under lock */
+	struct commit_req *pending;	/* in submission order, under lock */
+	struct commit_req **pending_end;	/* under lock: the last one's next */
 	struct workq *back;		/* owned: decided requests, to the event loop */
 	struct commit_op *ops;		/* LIFO, under lock: delivery writes to carry */
 	pthread_cond_t marked;		/* a batch of ops is durable */
@@ -461,28 +462,21 @@ static void wait_work(struct commit *cm)
  */
 static struct commit_req *take_fifo(struct commit *cm)
 {
-	struct commit_req *fifo = NULL, *next, *req, *rest, *back = NULL;
+	struct commit_req *fifo = cm->pending, *req;
 	size_t bytes = 0;
 
-	for (req = cm->pending; req; req = next) {	/* submission order */
-		next = req->next;
-		req->next = fifo;
-		fifo = req;
-	}
-	cm->pending = NULL;
 	for (req = fifo; req; req = req->next) {
 		bytes += req->msg.data_len;
 		if (req->next && bytes + req->next->msg.data_len > COMMIT_BATCH_BYTES)
 			break;
 	}
-	if (req == NULL)
-		return fifo;
-	for (rest = req->next, req->next = NULL; rest; rest = next) {
-		next = rest->next;		/* back to newest first */
-		rest->next = back;
-		back = rest;
+	if (req == NULL) {
+		cm->pending = NULL;
+		cm->pending_end = &cm->pending;
+	} else {
+		cm->pending = req->next;
+		req->next = NULL;
 	}
-	cm->pending = back;
 	return fifo;
 }
 
@@ -552,6 +546,7 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 	cm->st = st;
 	cm->committed = committed;
 	cm->arg = arg;
+	cm->pending_end = &cm->pending;
 	cm->hold_us = COMMIT_HOLD_US;
 	if ((cm->stopping_fd = eventfd(0, EFD_CLOEXEC)) < 0)
 		msg_fatal("eventfd: %m");
@@ -572,9 +567,10 @@ struct commit *commit_start(struct store *st, void (*committed) (void *, const c
 /* commit_submit - queue a request for the next transaction */
 void commit_submit(struct commit *cm, struct commit_req *req)
 {
+	req->next = NULL;
 	pthread_mutex_lock(&cm->lock);
-	req->next = cm->pending;
-	cm->pending = req;
+	*cm->pending_end = req;
+	cm->pending_end = &req->next;
 	pthread_cond_signal(&cm->wake);
 	pthread_mutex_unlock(&cm->lock);
 }
