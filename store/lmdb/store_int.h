@@ -27,7 +27,7 @@ struct lmdb_txn;
 struct lmdb_stage {
 	MDB_dbi big;		/* the B-tree it stages for: claims, hist */
 	MDB_dbi small;		/* cnew, hnew */
-	int has_small;		/* small is open (a read-only open of an older store lacks it) */
+	int has_small;		/* small is open (0.1's store, read-only, has none yet) */
 	const char *what;	/* its records, for the log: "claim", "story" */
 	/* move - a record about to move: 0 (what goes with it written), STORE_EINVAL corrupt */
 	int (*move) (struct lmdb_txn *t, const MDB_val *key, const MDB_val *val);
