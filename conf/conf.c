@@ -707,7 +707,6 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	struct buf file = BUF_INIT;
 	char   *dir = NULL, *slash;
 	const char *text;
-	FILE   *fp = NULL;
 	config_t *cfg = xmalloc(sizeof(*cfg));
 	char    why[1200];
 	int     ok, rc = -1;
@@ -719,10 +718,6 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	if (path == NULL) {
 		ok = config_read_string(cfg, conf_default_text);
 	} else {
-		if ((fp = fopen(path, "r")) == NULL) {
-			conf_error(&x, NULL, NULL, "cannot open: %s", strerror(errno));
-			goto fail;
-		}
 		/* @include "x" is relative to the including file, not the cwd */
 		dir = xstrdup(path);
 		if ((slash = strrchr(dir, '/')) != NULL) {
@@ -730,7 +725,11 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 			config_set_include_dir(cfg, dir);
 			x.dir = dir;
 		}
-		ok = config_read(cfg, fp);
+		ok = config_read_file(cfg, path);
+	}
+	if (!ok && config_error_type(cfg) == CONFIG_ERR_FILE_IO) {	/* fopen()'s errno */
+		conf_error(&x, NULL, NULL, "cannot open: %s", strerror(errno));
+		goto fail;
 	}
 	if (!ok) {
 		/* libconfig's own text is often just "syntax error": say it once */
@@ -760,8 +759,6 @@ fail:
 	if (cfg)
 		config_destroy(cfg);
 	free(cfg);
-	if (fp)
-		fclose(fp);
 	free(dir);
 	buf_free(&file);
 	if (rc < 0)
