@@ -146,18 +146,20 @@ struct conf_retry deliver_retry_settings(struct deliver *d)
 /*
  * deliver_schedule - (re)queue a QID, and wake a thread if that moves when the
  * next batch may start: a message joining a batch that is gathering
- * wakes no one (the caller does not hold the lock). A QID leased from
- * the shared queue (leased) may still be busy: the attempt before let
- * its lease go and is about to be done with it; then it comes back when
- * done (dq_again), else this lease would be renewed and never delivered.
+ * wakes no one (the caller does not hold the lock). The QID may still be
+ * busy, its attempt before about to be done with it: leased from the
+ * shared queue again (that attempt let its lease go), or released from
+ * hold by the operator (that attempt's load found it held). Then it
+ * comes back when done (dq_add), else it would wait for no one: a lease
+ * renewed and never delivered, a queued message no thread takes.
  */
-void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leased)
+void deliver_schedule(struct deliver *d, const char *qid, int64_t when)
 {
 	int64_t now = clock_us(), before;
 
 	pthread_mutex_lock(&d->lock);
 	before = dq_batch_start(&d->q, now, DELIVER_GATHER, d->t->batch);
-	if ((leased ? dq_again : dq_add) (&d->q, qid, when)
+	if (dq_add(&d->q, qid, when)
 	    && dq_batch_start(&d->q, now, DELIVER_GATHER, d->t->batch) != before)
 		pthread_cond_signal(&d->wake);
 	pthread_mutex_unlock(&d->lock);
@@ -175,7 +177,7 @@ void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leas
  * The flag is read where the entry is done with, under one hold of the
  * lock: a reroute in between would mark an entry about to be forgotten,
  * and think it announced. The lease goes first, as before: this node's
- * taker leasing the message again meanwhile finds it busy (dq_again).
+ * taker leasing the message again meanwhile finds it busy (dq_add).
  */
 static void finished(struct deliver *d, const char *qid, int64_t lease, int64_t next)
 {
@@ -550,7 +552,7 @@ static void count_nodes(struct deliver *d)
 /* take_one - store_queue_take() callback: leased to this node, due now */
 static int take_one(void *arg, const struct store_msg *m)
 {
-	deliver_schedule(arg, m->qid, clock_us(), 1);
+	deliver_schedule(arg, m->qid, clock_us());
 	return 0;
 }
 
@@ -691,7 +693,7 @@ struct deliver *deliver_start(const struct conf *c, struct store *st, struct com
 /* deliver_enqueue - a message was just committed: deliver it now */
 void deliver_enqueue(struct deliver *d, const char *qid)
 {
-	deliver_schedule(d, qid, clock_us(), 0);
+	deliver_schedule(d, qid, clock_us());
 }
 
 /* deliver_stop - stop taking work, let sessions in progress end, join */

@@ -78,8 +78,8 @@ static enum queue_admin_retry deliver_retry(void *arg, const char *qid, const ch
 
 /*
  * deliver_release - a message released from hold (idemrelayctl release):
- * scheduled at when; on a shared store the shared queue has it, for
- * whichever node takes it first
+ * scheduled at when (still busy, once done: deliver_schedule); on a
+ * shared store the shared queue has it, for whichever node takes it first
  */
 static void deliver_release(void *arg, const char *qid, int64_t when)
 {
@@ -88,7 +88,7 @@ static void deliver_release(void *arg, const char *qid, int64_t when)
 	if (d->shared)
 		deliver_wake_taker(d);
 	else
-		deliver_schedule(d, qid, when, 0);
+		deliver_schedule(d, qid, when);
 }
 
 /*

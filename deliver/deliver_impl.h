@@ -131,8 +131,8 @@ int deliver_job_postpone(struct deliver_job *j, int64_t until, const char *dsn,
 
 /* deliver.c: the scheduler's side of a job's end */
 
-/* deliver_schedule - (re)queue a QID due at when (leased: taken from the shared queue) */
-void deliver_schedule(struct deliver *d, const char *qid, int64_t when, int leased);
+/* deliver_schedule - (re)queue a QID due at when; a busy one once its attempt is done */
+void deliver_schedule(struct deliver *d, const char *qid, int64_t when);
 
 /* deliver_job_finished - the same for a loaded job: the lease it was loaded under alone is let go */
 void deliver_job_finished(struct deliver *d, const struct deliver_job *j, int64_t next);

@@ -23,7 +23,7 @@ struct dq_item {
 	int64_t next;
 	size_t slot;			/* index in its heap, or DQ_BUSY */
 	int group;			/* its heap is heaps[group + 1] */
-	int again;			/* busy, and due again at next when done (dq_again) */
+	int again;			/* busy, and due again at next when done (dq_add) */
 	int regroup;			/* busy, and of no known group when done (dq_regroup) */
 	int64_t regroup_at;		/* then due at this time at the latest */
 };
@@ -146,15 +146,21 @@ void dq_free(struct dq *q)
 	memset(q, 0, sizeof(*q));
 }
 
-/* dq_add - schedule a QID, or move it earlier */
+/* dq_add - schedule a QID, or move it earlier; a busy one comes back at next when done */
 int dq_add(struct dq *q, const char *qid, int64_t next)
 {
 	struct dq_item *it;
 
 	if (strlen(qid) == 0 || strlen(qid) >= STORE_QID_SIZE)
 		return 0;
-	if ((it = dq_find(q, qid)) != NULL) {
-		if (it->slot == DQ_BUSY || it->next <= next)
+	if ((it = dq_find(q, qid)) != NULL && it->slot == DQ_BUSY) {
+		if (!it->again || next < it->next)
+			it->next = next;
+		it->again = 1;
+		return 0;
+	}
+	if (it != NULL) {
+		if (it->next <= next)
 			return 0;
 		it->next = next;
 		heap_up(heap_of(q, it), it->slot);
@@ -169,19 +175,6 @@ int dq_add(struct dq *q, const char *qid, int64_t next)
 	q->n_items++;
 	heap_push(q, it);
 	return 1;
-}
-
-/* dq_again - dq_add, and a busy QID comes back at next when done */
-int dq_again(struct dq *q, const char *qid, int64_t next)
-{
-	struct dq_item *it = dq_find(q, qid);
-
-	if (it == NULL || it->slot != DQ_BUSY)
-		return dq_add(q, qid, next);
-	if (!it->again || next < it->next)
-		it->next = next;
-	it->again = 1;
-	return 0;
 }
 
 /* first_heap - the heap not closed whose top is earliest, or NULL if all are empty */
@@ -253,7 +246,7 @@ void dq_done(struct dq *q, const char *qid, int64_t next)
 
 	if (it == NULL)
 		return;
-	if (it->again) {			/* leased again meanwhile: due then, or sooner */
+	if (it->again) {			/* scheduled again meanwhile: due then, or sooner */
 		if (next < 0 || next > it->next)
 			next = it->next;
 		it->again = 0;

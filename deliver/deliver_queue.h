@@ -8,10 +8,10 @@
  *	(tsearch) so that an enqueue of a QID already known only moves it
  *	earlier. A QID handed out by dq_take_due() is busy: it leaves the
  *	heap, stays in the index, and is not handed out again until
- *	dq_done() puts it back (or forgets it). dq_again() of a busy QID
- *	(a shared store leased it to this node again while its last attempt
- *	was finishing) is kept for its dq_done(), which then puts it back
- *	whatever it is told. Not thread-safe: the
+ *	dq_done() puts it back (or forgets it). dq_add() of a busy QID (a
+ *	shared store leased it to this node again, or the operator released
+ *	it, while its last attempt was finishing) is kept for its dq_done(),
+ *	which then puts it back whatever it is told. Not thread-safe: the
  *	caller holds the scheduler's mutex. Times are opaque int64s (the
  *	store's microseconds).
  *
@@ -54,11 +54,11 @@ struct dq {
 void dq_init(struct dq *q, size_t groups);
 void dq_free(struct dq *q);
 
-/* dq_add - schedule qid at next, or earlier if already scheduled; busy: ignored. 1 if changed */
+/*
+ * dq_add - schedule qid at next, or earlier if already scheduled; busy: back
+ * at next (or earlier) when done, even if forgotten then. 1 if it moved
+ */
 int dq_add(struct dq *q, const char *qid, int64_t next);
-
-/* dq_again - dq_add(); of a busy qid: back at next (or earlier) when done, even if forgotten then */
-int dq_again(struct dq *q, const char *qid, int64_t next);
 
 /*
  * dq_take_due - hand out up to max QIDs due at now, earliest first, of one

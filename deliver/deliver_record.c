@@ -313,7 +313,7 @@ static size_t job_bounce(struct deliver *d, struct deliver_job *j, const size_t 
 			    j->m.qid);
 		msg_info_as("qmgr", "%s: from=<>, size=%zu, nrcpt=1 (queue active)", nt.qid,
 			    nt.size);
-		deliver_schedule(d, nt.qid, now, 0);
+		deliver_schedule(d, nt.qid, now);
 	}
 	free(dr);
 	return again;

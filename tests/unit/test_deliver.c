@@ -240,14 +240,14 @@ static void test_queue_busy(void **state)
 	dq_init(&q, 0);
 	dq_add(&q, "A", 10);
 	assert_int_equal(dq_take_due(&q, 10, out, 8, NULL), 1);
-	/* busy: not handed out again, enqueue ignored, flush ignores it */
+	/* busy: not handed out again, enqueue kept for its end, flush ignores it */
 	assert_int_equal(dq_add(&q, "A", 0), 0);
 	dq_flush(&q, 100);
 	assert_int_equal(dq_take_due(&q, 1000, out, 8, NULL), 0);
-	/* done with a retry time: back in the heap */
+	/* done with a retry time: back in the heap, at the enqueue's earlier one */
 	dq_done(&q, "A", 50);
 	assert_int_equal(busy(&q), 0);
-	assert_int_equal(next_due(&q), 50);
+	assert_int_equal(next_due(&q), 0);
 	assert_int_equal(dq_take_due(&q, 50, out, 8, NULL), 1);
 	/* done for good: forgotten */
 	dq_done(&q, "A", -1);
@@ -265,15 +265,17 @@ static void test_queue_busy(void **state)
 }
 
 /*
- * A shared store leases a QID to this node again while its last attempt,
- * which let the lease go, is finishing: dq_again keeps it for dq_done,
- * which puts it back whatever it is told (forgotten, the lease would be
- * renewed forever and the message never delivered).
+ * A QID is scheduled again while its last attempt is finishing (a shared
+ * store leases it to this node again, the attempt having let the lease
+ * go; the operator releases it, the attempt having found it held):
+ * dq_add keeps it for dq_done, which puts it back whatever it is told
+ * (forgotten, the lease would be renewed forever and the message never
+ * delivered; the released message never taken).
  */
 static void test_queue_again(void **state)
 {
 	static const struct {
-		int64_t again1, again2;	/* dq_again times while busy (-1: none) */
+		int64_t again1, again2;	/* dq_add times while busy (-1: none) */
 		int64_t done;		/* dq_done's next */
 		int64_t want;		/* next due after, -1: forgotten */
 	} cases[] = {
@@ -294,9 +296,9 @@ static void test_queue_again(void **state)
 		dq_add(&q, "A", 10);
 		assert_int_equal(dq_take_due(&q, 10, out, 4, NULL), 1);
 		if (cases[i].again1 >= 0)
-			assert_int_equal(dq_again(&q, "A", cases[i].again1), 0);
+			assert_int_equal(dq_add(&q, "A", cases[i].again1), 0);
 		if (cases[i].again2 >= 0)
-			assert_int_equal(dq_again(&q, "A", cases[i].again2), 0);
+			assert_int_equal(dq_add(&q, "A", cases[i].again2), 0);
 		assert_int_equal(dq_take_due(&q, 1000, out, 4, NULL), 0);	/* still busy */
 		dq_done(&q, "A", cases[i].done);
 		if (cases[i].want < 0) {
@@ -310,11 +312,11 @@ static void test_queue_again(void **state)
 		}
 		dq_free(&q);
 	}
-	/* not busy: as dq_add */
+	/* not busy: scheduled, or moved earlier */
 	dq_init(&q, 0);
-	assert_int_equal(dq_again(&q, "B", 50), 1);
-	assert_int_equal(dq_again(&q, "B", 20), 1);
-	assert_int_equal(dq_again(&q, "B", 30), 0);
+	assert_int_equal(dq_add(&q, "B", 50), 1);
+	assert_int_equal(dq_add(&q, "B", 20), 1);
+	assert_int_equal(dq_add(&q, "B", 30), 0);
 	assert_int_equal(next_due(&q), 20);
 	dq_free(&q);
 }

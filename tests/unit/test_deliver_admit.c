@@ -247,9 +247,9 @@ static struct deliver *start(struct fx *f, struct conf *c, struct conf_route *r,
 static void two_due(struct fx *f, struct deliver *d, int64_t due)
 {
 	spool_one(f->st, 2, NULL, due);
-	deliver_schedule(d, "D000000000002", clock_us() + FAR, 0);
+	deliver_schedule(d, "D000000000002", clock_us() + FAR);
 	spool_one(f->st, 3, "tenant-a", due);
-	deliver_schedule(d, "D000000000003", clock_us() + FAR, 0);
+	deliver_schedule(d, "D000000000003", clock_us() + FAR);
 	deliver_flush(d);
 }
 
