@@ -210,18 +210,6 @@ struct commit_op {
 	struct commit_op *next;
 };
 
-/* commit_op_alone - one op in a transaction of its own */
-static int commit_op_alone(struct commit *cm, struct commit_op *op)
-{
-	struct store_txn *t;
-	int err;
-
-	if ((err = store_txn_begin(cm->st, NULL, 0, &t)) != 0)
-		return err;
-	op->fn(t, op->arg);
-	return store_txn_commit(t);
-}
-
 /*
  * commit_batch - one transaction for the whole batch; 0 or a STORE_E*
  * code. It begins with every key the batch will claim: a shared store
@@ -313,15 +301,19 @@ static void hold_ops(struct commit *cm)
 /* ops_done - delivery writes of a committed (err 0) or failed batch: failed, each alone */
 static void ops_done(struct commit *cm, struct commit_op *ops, int err)
 {
-	struct commit_op *op;
+	struct commit_op *op, *next;
 	int alone;
 
 	if (ops == NULL)
 		return;
 	/* commits that wait for a standby: each alone would wait as long again */
 	alone = err != 0 && !(err == STORE_EAGAIN && (store_health(cm->st) & STORE_HSTALLED));
-	for (op = ops; op; op = op->next)
-		op->err = err == 0 ? 0 : alone ? commit_op_alone(cm, op) : err;
+	for (op = ops; op; op = next) {
+		next = op->next;
+		op->next = NULL;	/* alone: a transaction of this op, no submission */
+		op->err = err == 0 ? 0 : alone ? commit_batch(cm, NULL, op) : err;
+		op->next = next;
+	}
 	pthread_mutex_lock(&cm->lock);
 	for (op = ops; op; op = op->next)
 		op->done = 1;
@@ -633,7 +625,7 @@ int commit_run(struct commit *cm, void (*fn) (struct store_txn *, void *), void 
 	pthread_mutex_lock(&cm->lock);
 	if (cm->stop) {			/* the writer is draining: write it here */
 		pthread_mutex_unlock(&cm->lock);
-		return commit_op_alone(cm, &op);
+		return commit_batch(cm, NULL, &op);
 	}
 	ops_push(cm, &op);
 	while (!op.done)		/* announced by ops_done(), or announce() */
