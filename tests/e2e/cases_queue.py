@@ -167,7 +167,7 @@ def test_drop_all_and_patterns(t):
     eq((j["dropped"], j["busy"]), ([q[3]], [qd]), "drop ALL while one is being delivered")
     check("being delivered right now" in j["error"], "drop ALL error: %r" % j["error"])
     d.wait_log(qd, "status=sent", timeout=20)
-    eq(queued_qids(d), [], "the queue after drop ALL")
+    wait_until(lambda: queued_qids(d) == [], 10, "the queue empty after drop ALL")
 
     # the daemon stopped: drop ALL on the store itself
     qe = submit_ok(d.port, "tempfail-5@example.com", make_msg(key="q-drop-5"))
