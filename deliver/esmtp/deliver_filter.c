@@ -19,8 +19,14 @@ static const char sentinel[] = DELIVER_FILTER_SENTINEL;
 static const char eoh[] = "\r\n\r\n";
 static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CRLF */
 
-/* "250-CHUNKING" or "250 CHUNKING", then a space or the end of the line */
+/*
+ * "250-CHUNKING" or "250 CHUNKING", read as libESMTP 1.1.0 reads a keyword
+ * (protocol.c, cb_ehlo(); tokens.c): after blanks, up to an octet that
+ * cannot be in one (KW_END: anything but printable ASCII, and these)
+ */
 #define KW_AT		4
+#define KW_BLANKS	" \t\r\n\v"
+#define KW_END		"\"()<>[]@,;:\\."
 #define KW		"CHUNKING"
 #define KW_LEN		(sizeof(KW) - 1)
 #define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
@@ -80,14 +86,17 @@ void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *w
 /* deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING, note SMTPUTF8, 8BITMIME */
 void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len)
 {
-	char *kw = line + KW_AT, after;
+	char *kw = line + KW_AT, *end = line + len, after;
 
-	if (len <= KW_AT + KW_LEN || memcmp(line, "250", 3) != 0
-	    || (line[3] != '-' && line[3] != ' '))
+	if (len <= KW_AT || memcmp(line, "250", 3) != 0 || (line[3] != '-' && line[3] != ' '))
+		return;
+	while (kw < end && memchr(KW_BLANKS, *kw, sizeof(KW_BLANKS) - 1))
+		kw++;
+	if ((size_t) (end - kw) <= KW_LEN)
 		return;
 	after = kw[KW_LEN];
-	if (after != ' ' && after != '\t' && after != '\r' && after != '\n')
-		return;
+	if (after > ' ' && after <= '~' && strchr(KW_END, after) == NULL)
+		return;			/* a longer keyword ("CHUNKINGS") */
 	if (strncasecmp(kw, KW, KW_LEN) == 0)
 		memcpy(kw, KW_HIDDEN, KW_LEN);
 	else if (strncasecmp(kw, KW_UTF8, KW_LEN) == 0)

@@ -44,7 +44,9 @@
  *
  *	deliver_filter_ehlo_line(), a whole line of the server's EHLO reply,
  *	before libesmtp gets any of it (the gate passes on whole replies
- *	only): CHUNKING is hidden (the keyword overwritten, same length):
+ *	only), each keyword read as libESMTP reads one (after blanks, up to an
+ *	octet that cannot be in one): CHUNKING is hidden (the keyword
+ *	overwritten, same length):
  *	libesmtp sends BDAT whenever the server offers it, and the cut would
  *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
  *	only when asked to, and deliver_smtp_msg.c never asks.

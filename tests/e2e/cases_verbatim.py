@@ -45,10 +45,10 @@ def messages(tag):
     ]
 
 
-def relay_verbatim(t, sink, conf, tag):
+def relay_verbatim(t, sink, conf, tag, chunking=True):
     """relay_verbatim - submit each message while the only delivery thread waits on
     a slow one; each arrives byte for byte, by DATA, all over one connection"""
-    sink.control(chunking=True)
+    sink.control(chunking=chunking)
     conf["upstream"]["connections"] = 1
     d = t.daemon(sink, conf)
     submit_ok(d.port, "delay-2-first@example.com", make_msg(key="verbatim-%s-first" % tag))
@@ -94,3 +94,12 @@ def test_verbatim_implicit(t):
     trust(certs["ca"])
     got = relay_verbatim(t, sink, upstream(sink, tls="implicit"), "implicit")
     check(all(r["tls"] for r in got.values()), "a message came without TLS")
+
+
+@case()
+def test_verbatim_chunking_after_blanks(t):
+    """CHUNKING offered as "250-  CHUNKING": libESMTP reads a keyword after blanks
+    (cb_ehlo), so the filter must hide it there too. It did not: libesmtp sent BDAT,
+    the filter refused that content and hung up with replies owed, and libESMTP 1.1.0
+    crashed the daemon (seen: SIGSEGV at address 0)."""
+    relay_verbatim(t, t.sink(), {"upstream": {}}, "blanks", chunking="  CHUNKING")

@@ -106,7 +106,8 @@ FAULTS
     The control file (JSON, re-read before every command, rewritten
     atomically by the tests) may also say "greeting": 421 to refuse new
     connections with "421 4.3.2" ("hang": accept them and never greet), and "chunking": true to offer CHUNKING
-    (RFC 3030) in EHLO and take BDAT; records then say "via": "BDAT"
+    (RFC 3030) in EHLO and take BDAT (a string instead: that line's text after
+    "250-", as a loose server spells it); records then say "via": "BDAT"
     for a message that came that way ("DATA" otherwise); "smtputf8": true
     offers SMTPUTF8 (the sink takes any MAIL parameter either way, so the
     records' mail_params show what was sent). "rcvbuf": N sets
@@ -556,8 +557,9 @@ class Conn:
             lines.append("250-STARTTLS")
         if self.sink.auth and (self.tls or not self.sink.ssl_ctx):
             lines.append("250-AUTH PLAIN LOGIN")
-        if self.sink.control.get("chunking"):
-            lines.append("250-CHUNKING")
+        chunking = self.sink.control.get("chunking")
+        if chunking:
+            lines.append("250-" + (chunking if isinstance(chunking, str) else "CHUNKING"))
         if self.sink.control.get("smtputf8"):
             lines.append("250-SMTPUTF8")
         lines.append("250 ENHANCEDSTATUSCODES")

@@ -95,6 +95,13 @@ static const struct down_case down_cases[] = {
 	  "250-sink CHUNKING\r\n250 CHUNK\r\n" },
 	{ "CHUNKING outside an EHLO reply is text", "NOOP\r\n", "250 CHUNKING\r\n",
 	  "250 CHUNKING\r\n" },
+	{ "CHUNKING after blanks, as libESMTP reads it (cb_ehlo: skipblank)", EHLO,
+	  "250-sink\r\n250-  CHUNKING\r\n250 \tchunking\r\n",
+	  "250-sink\r\n250-  X-HIDDEN\r\n250 \tX-HIDDEN\r\n" },
+	{ "CHUNKING ended by a special, as libESMTP reads it", EHLO, "250-CHUNKING;x\r\n250 ok\r\n",
+	  "250-X-HIDDEN;x\r\n250 ok\r\n" },
+	{ "CHUNKING=x is another word", EHLO, "250-CHUNKING=x\r\n250 ok\r\n",
+	  "250-CHUNKING=x\r\n250 ok\r\n" },
 	{ "BINARYMIME left alone", EHLO, "250-BINARYMIME\r\n250 ok\r\n",
 	  "250-BINARYMIME\r\n250 ok\r\n" },
 	{ "354 then a line that does not end", "DATA\r\nNOOP\r\n", "354 go\r\n25", "354 go\r\n" },
@@ -282,6 +289,8 @@ static const struct utf8_case utf8_cases[] = {
 	  "MAIL FROM:<a@b> SMTPUTF8\r\n" },
 	{ "8BITMIME in lower case, last", "250-sink\r\n250 8bitmime\r\n", "2",
 	  "MAIL FROM:<a@b>\r\n", "MAIL FROM:<a@b> BODY=8BITMIME\r\n" },
+	{ "both after blanks", "250-sink\r\n250- 8BITMIME\r\n250 \t SMTPUTF8\r\n", "3",
+	  "MAIL FROM:<a@b>\r\n", "MAIL FROM:<a@b> BODY=8BITMIME SMTPUTF8\r\n" },
 };
 
 /* utf8_check - one row, one way of feeding libesmtp's side */
