@@ -272,7 +272,7 @@ void store_pg_params_free(struct pg_params *p);
 void store_pg_p_i64(struct pg_params *p, int64_t v);
 void store_pg_p_i32(struct pg_params *p, int32_t v);
 void store_pg_p_text(struct pg_params *p, const char *s);	/* NULL: SQL NULL */
-void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len);
+void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len);	/* NULL: SQL NULL */
 uint32_t store_pg_p_arr(struct pg_params *p, struct pg_arr *a);	/* takes a's bytes; how many */
 void store_pg_p_qids(struct pg_params *p, char (*qids)[STORE_QID_SIZE], size_t n);	/* text[] */
 

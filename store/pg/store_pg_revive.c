@@ -79,14 +79,14 @@ static const char SQL_RCPTS[] =
 
 /*
  * the message queued again, no lease: any node takes it when due; with
- * it (rs) the recipients that rcpts_back() found get the caller's state
+ * it (rs) the recipients that rcpts_back() found get the caller's state;
+ * its data the caller's ($9) if the verdict let it go, else NULL
  */
-#define SQL_QUEUE "WITH rs AS (UPDATE rcpts r SET state = v.state, reply = v.reply FROM " \
-	"unnest($4::int4[], $5::int4[], $6::text[]) AS v(idx, state, reply) WHERE r.qid = $1 " \
-	"AND r.idx = v.idx) UPDATE messages SET queued = true, verdict_on = NULL, " \
-	"next_attempt = $7, attempts = $8, updated = $7, finished = 0, expires = 0, lease_owner = NULL"
-static const char SQL_QUEUE_KEEP[] = SQL_QUEUE " WHERE qid = $1";
-static const char SQL_QUEUE_DATA[] = SQL_QUEUE ", data = $9 WHERE qid = $1";
+static const char SQL_QUEUE[] = "WITH rs AS (UPDATE rcpts r SET state = v.state, "
+	"reply = v.reply FROM unnest($4::int4[], $5::int4[], $6::text[]) AS v(idx, state, reply) "
+	"WHERE r.qid = $1 AND r.idx = v.idx) UPDATE messages SET queued = true, verdict_on = NULL, "
+	"next_attempt = $7, attempts = $8, updated = $7, finished = 0, expires = 0, "
+	"lease_owner = NULL, data = coalesce($9, data) WHERE qid = $1";
 
 /*
  * row_verdict - lock the message's row (SQL_ROW, p its $1 to $3): may its
@@ -162,10 +162,8 @@ static int revive_in(struct pg_store *st, PGconn *c, const struct store_msg *m)
 	store_pg_p_arr(&p, &reply);
 	store_pg_p_i64(&p, clock_us());
 	store_pg_p_i32(&p, m->attempts);
-	if (data_gone)
-		store_pg_p_bytes(&p, m->data ? m->data : "", m->data_len);
-	if (err == 0 && (err = store_pg_exec(st, c, data_gone ? SQL_QUEUE_DATA : SQL_QUEUE_KEEP,
-					     &p, &r, "revive")) == 0)
+	store_pg_p_bytes(&p, !data_gone ? NULL : m->data ? m->data : "", m->data_len);
+	if (err == 0 && (err = store_pg_exec(st, c, SQL_QUEUE, &p, &r, "revive")) == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
 	return err;

@@ -129,11 +129,14 @@ void store_pg_p_text(struct pg_params *p, const char *s)
 	param_done(p, s == NULL);
 }
 
-/* store_pg_p_bytes - a bytea */
+/* store_pg_p_bytes - a bytea, or NULL */
 void store_pg_p_bytes(struct pg_params *p, const void *v, size_t len)
 {
-	buf_append(param_add(p, PG_OID_BYTEA), v, len);
-	param_done(p, 0);
+	struct buf *b = param_add(p, PG_OID_BYTEA);
+
+	if (v)
+		buf_append(b, v, len);
+	param_done(p, v == NULL);
 }
 
 /* array_oid - the array type of an element type */
