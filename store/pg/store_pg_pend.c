@@ -135,10 +135,7 @@ void store_pg_pend_add(struct pg_txn *t, int read)
 		b.started = n->started;
 	}
 	pthread_mutex_lock(&st->mu);	/* not pmu: a settling holds it over network I/O */
-	if (st->n_pend == st->cap_pend) {
-		st->cap_pend = st->cap_pend ? 2 * st->cap_pend : 4;
-		st->pend = xrealloc(st->pend, st->cap_pend * sizeof(*st->pend));
-	}
+	st->pend = store_pg_grow(st->pend, st->n_pend, &st->cap_pend, sizeof(*st->pend));
 	st->pend[st->n_pend++] = b;
 	pthread_mutex_unlock(&st->mu);
 	msg_warn("store: a commit's %s (PostgreSQL unreachable): its %zu message%s answered "

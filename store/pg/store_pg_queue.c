@@ -111,10 +111,7 @@ static int rcpts_fill(const PGresult *r, int *row, int col, struct store_msg *m)
 			break;		/* the next message's */
 		if (store_pg_int(r, *row, col + 1) != (int64_t) n || PQgetisnull(r, *row, col + 2))
 			goto bad;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 4;
-			v = xrealloc(v, cap * sizeof(*v));
-		}
+		v = store_pg_grow(v, n, &cap, sizeof(*v));
 		v[n].addr = store_pg_strdup(r, *row, col + 2);
 		v[n].notify = (int) store_pg_int(r, *row, col + 3);
 		v[n].orcpt = store_pg_strdup(r, *row, col + 4);
