@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include "../../util/buf.h"
@@ -66,15 +65,14 @@ static int plain_send(int fd, struct plain *in, const char *cmd, const struct ti
 
 /*
  * plain_reply - the next whole reply before TLS, within the deadline, in
- * in->reply: its code, its last line (for messages) in last, whether a
- * line announced STARTTLS. -1: no reply (why set).
+ * in->reply (an EHLO reply's keywords noted by the filter, in->f.offered):
+ * its code, its last line (for messages) in last. -1: no reply (why set).
  */
 static int plain_reply(int fd, struct plain *in, const struct timespec *deadline,
-		       char *last, size_t lastlen, int *starttls, char *why, size_t whylen)
+		       char *last, size_t lastlen, char *why, size_t whylen)
 {
 	char buf[DELIVER_GATE_REPLY_MAX], *line, *nl, *end;
 	ssize_t got;
-	size_t text;
 
 	for (in->len = 0; in->len == 0;) {
 		if (in->g.gone) {
@@ -96,11 +94,6 @@ static int plain_reply(int fd, struct plain *in, const struct timespec *deadline
 	end = in->reply + in->len;
 	for (line = in->reply; line < end; line = nl + 1) {
 		nl = memchr(line, '\n', (size_t) (end - line));
-		for (text = 4; line + text < nl && (line[text] == ' ' || line[text] == '\t'); text++)
-			continue;
-		if (starttls && nl - line - text >= 8 && strncasecmp(line + text, "STARTTLS", 8) == 0
-		    && (unsigned char) line[text + 8] <= ' ')
-			*starttls = 1;
 		snprintf(last, lastlen, "%.*s", (int) (nl - line - (nl[-1] == '\r')), line);
 	}
 	return (in->reply[0] - '0') * 100 + (in->reply[1] - '0') * 10 + (in->reply[2] - '0');
@@ -116,13 +109,12 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 {
 	struct plain *in = xcalloc(1, sizeof(*in));
 	char cmd[300], last[DELIVER_GATE_REPLY_MAX], err[200];
-	int code = -1, offered = 0, rc = -1;
+	int code = -1, rc = -1;
 
 	deliver_filter_init(&in->f);
 	deliver_gate_init(&in->g);
 	snprintf(dsn, DELIVER_DSN_SIZE, "4.4.2");
-	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL, err,
-				sizeof(err))) < 0) {
+	if ((code = plain_reply(b->tfd, in, deadline, last, sizeof(last), err, sizeof(err))) < 0) {
 		snprintf(why, whylen, "no greeting: %s", err);
 		goto out;
 	}
@@ -135,8 +127,8 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 	}
 	snprintf(cmd, sizeof(cmd), "EHLO %.250s\r\n", helo);
 	if (plain_send(b->tfd, in, cmd, deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), &offered,
-				   err, sizeof(err))) < 0) {
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), err,
+				   sizeof(err))) < 0) {
 		snprintf(why, whylen, "EHLO: %s", code < 0 ? err : "lost connection");
 		goto out;
 	}
@@ -144,14 +136,14 @@ int deliver_bridge_starttls(struct deliver_bridge *b, const char *helo,
 		snprintf(why, whylen, "EHLO refused: %.300s", last);
 		goto out;
 	}
-	if (!offered) {
+	if (!(atomic_load(&in->f.offered) & DELIVER_FILTER_TLS)) {
 		snprintf(dsn, DELIVER_DSN_SIZE, "4.7.4");
 		snprintf(why, whylen, "TLS is required, but was not offered");
 		goto out;
 	}
 	if (plain_send(b->tfd, in, "STARTTLS\r\n", deadline) < 0
-	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), NULL,
-				   err, sizeof(err))) < 0) {
+	    || (code = plain_reply(b->tfd, in, deadline, last, sizeof(last), err,
+				   sizeof(err))) < 0) {
 		snprintf(why, whylen, "STARTTLS: %s", code < 0 ? err : "lost connection");
 		goto out;
 	}

@@ -32,6 +32,7 @@ static const char eod[] = "\r\n.\r\n";	/* end of data; content starts after a CR
 #define KW_HIDDEN	"X-HIDDEN"	/* same length: no extension libesmtp knows */
 #define KW_UTF8		"SMTPUTF8"	/* same length as KW */
 #define KW_8BIT		"8BITMIME"
+#define KW_TLS		"STARTTLS"
 
 static const char mail_from[] = "MAIL FROM:";
 #define SENTINEL_KEY	16	/* "X-Idemrelay-Cut:": no command starts so */
@@ -83,7 +84,7 @@ void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *w
 	f->n_mail_params = n;
 }
 
-/* deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING, note SMTPUTF8, 8BITMIME */
+/* deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING, note the rest offered */
 void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len)
 {
 	char *kw = line + KW_AT, *end = line + len, after;
@@ -103,6 +104,8 @@ void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len)
 		f->offered |= DELIVER_FILTER_UTF8;
 	else if (strncasecmp(kw, KW_8BIT, KW_LEN) == 0)
 		f->offered |= DELIVER_FILTER_8BIT;
+	else if (strncasecmp(kw, KW_TLS, KW_LEN) == 0)
+		f->offered |= DELIVER_FILTER_TLS;
 }
 
 /*

@@ -93,6 +93,7 @@
 #define DELIVER_FILTER_BLOCK_MAX 4096	/* sentinel, Date:, From: <sender>, Message-Id: */
 #define DELIVER_FILTER_UTF8	1	/* a message's MAIL wants SMTPUTF8 */
 #define DELIVER_FILTER_8BIT	2	/* ... BODY=8BITMIME */
+#define DELIVER_FILTER_TLS	4	/* offered: STARTTLS (deliver_bridge_starttls.c) */
 #define DELIVER_FILTER_GROW	(sizeof(" BODY=8BITMIME SMTPUTF8") - 1)
 #define DELIVER_FILTER_VERBS	16	/* owed replies named (more pipelined: unnamed) */
 #define DELIVER_FILTER_VERB	16
@@ -115,7 +116,7 @@ struct deliver_filter {
 	int verb_done;			/* past that word */
 	char why[128];			/* why the filter failed; "" while it has not */
 	/* MAIL parameters: SMTPUTF8, BODY=8BITMIME */
-	atomic_int offered;		/* DELIVER_FILTER_UTF8, _8BIT: what the server's
+	atomic_int offered;		/* DELIVER_FILTER_UTF8, _8BIT, _TLS: what the server's
 					 * EHLO reply listed (read on libesmtp's thread
 					 * too: the bridge's) */
 	const unsigned char *mail_params;	/* not owned; per message: what it wants */
@@ -146,7 +147,7 @@ void deliver_filter_rewind(struct deliver_filter *f);
 /*
  * deliver_filter_ehlo_line - one whole line of the server's EHLO reply
  * (len octets, its line end included), in place: CHUNKING hidden,
- * SMTPUTF8 and 8BITMIME noted in f->offered
+ * SMTPUTF8, 8BITMIME and STARTTLS noted in f->offered
  */
 void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len);
 

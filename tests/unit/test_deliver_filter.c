@@ -339,6 +339,33 @@ static void test_smtputf8(void **state)
 	assert_true(f.why[0] != 0);
 }
 
+/* STARTTLS offered (deliver_bridge_starttls.c asks), read as any keyword */
+static void test_offered_starttls(void **state)
+{
+	static const struct {
+		const char *ehlo;
+		int want;
+	} rows[] = {
+		{ "250-sink\r\n250-STARTTLS\r\n250 8BITMIME\r\n", DELIVER_FILTER_TLS | DELIVER_FILTER_8BIT },
+		{ "250-sink\r\n250 \tstarttls\r\n", DELIVER_FILTER_TLS },
+		{ "250-sink\r\n250-STARTTLSX\r\n250 X-STARTTLS\r\n", 0 },
+		{ "250-sink STARTTLS\r\n250 8BITMIME\r\n", DELIVER_FILTER_8BIT },
+	};
+	struct deliver_filter f;
+	struct deliver_gate g;
+	size_t i;
+
+	(void) state;
+	for (i = 0; i < N(rows); i++) {
+		deliver_filter_init(&f);
+		deliver_gate_init(&g);
+		ehlo_feed(&f, &g, rows[i].ehlo);
+		if (atomic_load(&f.offered) != rows[i].want)
+			fail_msg("row %zu: offered got %d, want %d", i, atomic_load(&f.offered),
+				 rows[i].want);
+	}
+}
+
 /*
  * a block with no rewind before it: refused by its sentinel's 16th octet
  * however it is split, so neither the block nor a final dot gets through
@@ -695,6 +722,7 @@ int main(void)
 		cmocka_unit_test(test_rewind_arms),
 		cmocka_unit_test(test_final_dot),
 		cmocka_unit_test(test_smtputf8),
+		cmocka_unit_test(test_offered_starttls),
 		cmocka_unit_test(test_owed),
 	};
 
