@@ -472,11 +472,7 @@ static void queue_admin_forget(struct store *st, const struct queue_admin_sched 
 	int err;
 
 	buf_reset(out);
-	if (sel->n_keys == 0) {
-		json_error(out, "forget: no key given");
-		return;
-	}
-	if (select_qids(st, sel, &queued, out) != 0)
+	if (select_qids(st, sel, &queued, out) != 0)	/* parse_keys() gave a key at least */
 		goto done;
 	if (queued.n > 0 && mode == QUEUE_ADMIN_REFUSE) {
 		buf_printf(out, "{\"ok\":false,\"error\":\"still queued\",\"queued\":");
