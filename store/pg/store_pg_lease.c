@@ -180,21 +180,6 @@ static size_t held(struct pg_store *st, struct pg_params *p)
 	return n;
 }
 
-/* call_back - cb for each (qid, next_attempt) of r's first two columns; a non-zero stops */
-static int call_back(const PGresult *r, int (*cb) (void *, const struct store_msg *), void *arg)
-{
-	struct store_msg m;
-	int i, err = 0;
-
-	memset(&m, 0, sizeof(m));
-	for (i = 0; i < PQntuples(r) && err == 0; i++)
-		if (store_pg_qid(r, i, 0, m.qid) == 0) {
-			m.next_attempt = store_pg_int(r, i, 1);
-			err = cb(arg, &m);
-		}
-	return err;
-}
-
 /*
  * store_pg_queue_take - lease up to max due messages to this node, but
  * those of the routes skipped; cb for each
@@ -205,7 +190,7 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
 	struct pg_arr names;
-	char qid[STORE_QID_SIZE];
+	struct store_msg m;
 	PGresult *r;
 	size_t k;
 	int err, i;
@@ -262,10 +247,15 @@ int store_pg_queue_take(struct store *base, int64_t now, size_t max, const char 
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
+	/* every lease taken is held, the callbacks' stop or not: cb for each until a non-zero */
+	memset(&m, 0, sizeof(m));
 	for (i = 0; i < PQntuples(r); i++)
-		if (store_pg_qid(r, i, 0, qid) == 0)
-			store_pg_lease_set(st, qid, store_pg_int(r, i, 2));
-	err = call_back(r, cb, arg);
+		if (store_pg_qid(r, i, 0, m.qid) == 0) {
+			store_pg_lease_set(st, m.qid, store_pg_int(r, i, 2));
+			m.next_attempt = store_pg_int(r, i, 1);
+			if (err == 0)
+				err = cb(arg, &m);
+		}
 	PQclear(r);
 	return err;
 }
