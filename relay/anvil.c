@@ -256,18 +256,19 @@ struct anvil_wait *anvil_auth_end(struct anvil_client *cl)
 	return w;
 }
 
-/* anvil_auth_cancel - a check waiting in line is not wanted any more */
-void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w)
+/* anvil_auth_cancel - a check not wanted any more leaves the line: 1, or 0 if not in it */
+int anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w)
 {
 	struct anvil_wait **p;
 
-	for (p = &cl->wait; *p; p = &(*p)->next)
+	for (p = cl ? &cl->wait : NULL; p && *p; p = &(*p)->next)
 		if (*p == w) {
 			*p = w->next;
 			if (*p == NULL)
 				cl->wait_tail = p;
-			return;
+			return 1;
 		}
+	return 0;
 }
 
 /* anvil_auth_rate - one more AUTH of the client this minute, or 0 past the limit */

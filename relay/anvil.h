@@ -69,8 +69,8 @@ int anvil_auth_rate(struct anvil *a, struct anvil_client *cl, const char *addr, 
 int anvil_auth_begin(struct anvil_client *cl, struct anvil_wait *w);
 /* anvil_auth_end - cl's check is done: the next in line, whose turn it now is, or NULL */
 struct anvil_wait *anvil_auth_end(struct anvil_client *cl);
-/* anvil_auth_cancel - w, waiting in cl's line (anvil_auth_begin said 0), goes away */
-void anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w);
+/* anvil_auth_cancel - w leaves cl's line: 1; 0 if not in it (its turn came, or never waited) */
+int anvil_auth_cancel(struct anvil_client *cl, struct anvil_wait *w);
 size_t anvil_clients(const struct anvil *a);		/* remembered now */
 
 #endif

@@ -31,10 +31,9 @@
 /* conn_auth_cancel - a connection closes: a check still waiting in its client's line is dropped */
 void conn_auth_cancel(struct conn *c)
 {
-	if (!c->auth_queued)		/* submitted or none: conn_auth_checked() frees it */
+	/* submitted (out of the line) or none: conn_auth_checked() frees it */
+	if (c->auth == NULL || !anvil_auth_cancel(c->client, &c->auth_wait))
 		return;
-	anvil_auth_cancel(c->client, &c->auth_wait);
-	c->auth_queued = 0;
 	explicit_bzero(c->auth->pass, sizeof(c->auth->pass));
 	free(c->auth);
 	c->auth = NULL;
@@ -77,7 +76,6 @@ static void conn_auth_checked(struct auth_req *req)
 
 	if ((w = anvil_auth_end(c->client)) != NULL) {
 		n = (struct conn *) ((char *) w - offsetof(struct conn, auth_wait));
-		n->auth_queued = 0;
 		auth_submit(n->srv->auth, n->auth);
 	}
 	if (conn_auth_verdict(c, req))
@@ -137,7 +135,5 @@ void conn_auth(void *ctx, struct smtp_session *s, const char *mech,
 		/* one check at a time per client: its others wait behind it, not before others */
 		if (anvil_auth_begin(c->client, &c->auth_wait))
 			auth_submit(c->srv->auth, req);
-		else
-			c->auth_queued = 1;
 	}
 }

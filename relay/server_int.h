@@ -55,8 +55,7 @@ struct conn {
 	int in_unwanted;		/* EPOLLIN came while not taken: off for real */
 	struct commit_req *req;		/* in flight, owned */
 	struct auth_req *auth;		/* password check in flight, owned */
-	struct anvil_wait auth_wait;	/* in its client's line (auth_queued) */
-	int auth_queued;		/* auth waits in that line, not yet submitted */
+	struct anvil_wait auth_wait;	/* auth in its client's line, until its turn */
 	int64_t auth_due;		/* when the delayed 535 goes out, 0: none */
 	int dead;			/* socket gone; free when req and auth return */
 	struct conn *prev, *next;	/* server's list */

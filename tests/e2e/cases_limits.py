@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -481,29 +482,38 @@ def test_client_shed_under_pressure(t):
     d.wait_log("the client holding the most, 20, gives one up")
 
 
+def chat(sock, line=None):
+    """chat - send line (if any) and read the reply to its end (or to EOF)"""
+    if line is not None:
+        sock.sendall(line.encode() + b"\r\n")
+    out = b""
+    while True:
+        got = sock.recv(4096)
+        if not got:
+            return out.decode("latin-1")
+        out += got
+        last = out.rstrip(b"\r\n").split(b"\r\n")[-1]
+        if out.endswith(b"\r\n") and len(last) >= 4 and last[3:4] == b" ":
+            return out.decode("latin-1")
+
+
+def tls_from(src, port):
+    """tls_from - from loopback address src: EHLO, STARTTLS, EHLO; the TLS socket"""
+    s, greet = connect_from(src, port)
+    check(greet.startswith("220 "), "greeting from %s: %r" % (src, greet))
+    chat(s, "EHLO client.test")
+    check(chat(s, "STARTTLS").startswith("220 "), "STARTTLS from %s" % src)
+    s = client_ctx().wrap_socket(s)
+    chat(s, "EHLO client.test")
+    return s
+
+
 def auth_from(src, port, user, pw):
     """auth_from - from loopback address src: EHLO, STARTTLS, EHLO, AUTH PLAIN;
     (the AUTH reply's code, seconds it took, the socket)"""
-    s, greet = connect_from(src, port)
-    check(greet.startswith("220 "), "greeting from %s: %r" % (src, greet))
-
-    def cmd(sock, line):
-        sock.sendall(line.encode() + b"\r\n")
-        out = b""
-        while True:
-            got = sock.recv(4096)
-            if not got:
-                return out.decode("latin-1")
-            out += got
-            last = out.rstrip(b"\r\n").split(b"\r\n")[-1]
-            if out.endswith(b"\r\n") and len(last) >= 4 and last[3:4] == b" ":
-                return out.decode("latin-1")
-    cmd(s, "EHLO client.test")
-    check(cmd(s, "STARTTLS").startswith("220 "), "STARTTLS from %s" % src)
-    s = client_ctx().wrap_socket(s)
-    cmd(s, "EHLO client.test")
+    s = tls_from(src, port)
     t0 = time.monotonic()
-    reply = cmd(s, "AUTH PLAIN " + plain(user, pw))
+    reply = chat(s, "AUTH PLAIN " + plain(user, pw))
     return reply[:3], time.monotonic() - t0, s
 
 
@@ -576,6 +586,39 @@ def test_auth_cost_bounded(t):
           % ", ".join("%.2f" % x for x in took))
     check(max(took) < 1.0, "another client's AUTH took %.2f s during the flood" % max(took))
     check(len(d.log_lines("sasl_username=victim status=failed")) > 10, "the flood's failures")
+
+
+@case(timeout=120)
+def test_auth_line_left_when_reset(t):
+    """A connection reset while its AUTH waits in its client's line (one check
+    on the threads at a time per client, issue 30 part 4) leaves the line: its
+    password is never checked, the checks behind it run in their turn, and
+    the client's next AUTH is answered. (A FIN is heard only after the hook's
+    answer; a reset at once, as its socket fails.) Eight connections of one
+    client, each a user of its own whose hash takes a second or more: one is
+    checked while the others wait, then five are reset; of those, only the
+    one whose check may have been running already is checked."""
+    sink = t.sink()
+    h = run(["openssl", "passwd", "-6", "wrong-anyway"]).stdout.strip()
+    slow = h.replace("$6$", "$6$rounds=1000000$", 1)
+    d = tls_daemon(t, sink, users=dict({"v%d" % i: slow for i in range(8)}, app="secret"),
+                   conf={"access": {"networks": ["127.0.0.1/32"]}})
+    socks = [tls_from("127.0.0.2", d.port) for _ in range(8)]
+    for i, s in enumerate(socks):
+        s.sendall(("AUTH PLAIN " + plain("v%d" % i, "wrong") + "\r\n").encode())
+    time.sleep(0.5)                     # one check runs (a second or more), the others wait
+    for s in socks[1:6]:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+    for i in (0, 6, 7):
+        socks[i].settimeout(60)
+        eq(chat(socks[i])[:3], "535", "connection %d's AUTH" % i)
+        socks[i].close()
+    checked = [i for i in range(1, 6) if d.log_lines("sasl_username=v%d status=failed" % i)]
+    check(len(checked) <= 1, "reset connections whose passwords were checked: %s" % checked)
+    code, _, s = auth_from("127.0.0.2", d.port, "app", "secret")
+    eq(code, "235", "the client's next AUTH, its line empty again")
+    s.close()
 
 
 @case()
