@@ -436,13 +436,8 @@ static void *bridge_main(void *arg)
 {
 	struct deliver_bridge *b = arg;
 	struct io *client = io_plain_new(b->cfd);
-	sigset_t block;
 
-	log_service("smtp");
-	/* a write to a side that has gone fails with EPIPE instead */
-	sigemptyset(&block);
-	sigaddset(&block, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &block, NULL);
+	log_service("smtp");		/* SIGPIPE blocked: its opener's mask (deliver_bridge_open) */
 	bridge_pump(b, client);
 	io_close(client);
 	io_close(b->up);
@@ -457,7 +452,13 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 {
 	struct deliver_bridge *b = xcalloc(1, sizeof(*b));
 	struct timespec deadline = deadline_in(timeout_ms);
+	sigset_t block;
 
+	/* writes to a side gone fail, EPIPE: this thread's (the handshake, libesmtp's) and
+	 * the bridge's, which libesmtp's connect() starts here and which inherits the mask */
+	sigemptyset(&block);
+	sigaddset(&block, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &block, NULL);
 	b->tfd = b->stop[0] = b->stop[1] = -1;
 	b->stopping_fd = deadline_stop_fd();	/* the opener's: its thread's stop is the bridge's */
 	atomic_init(&b->cut, 0);

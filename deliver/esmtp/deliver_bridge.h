@@ -85,6 +85,7 @@ struct deliver_bridge;
  * dsn ("4.4.1": no connection). The bridge stops with the thread that
  * opens it (deadline_stop_on()): once that descriptor is readable it
  * hangs up, unless the reply to a final dot is owed, which it waits for.
+ * SIGPIPE is blocked on the calling thread (and so on the bridge's).
  */
 struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *sa,
 					   socklen_t salen, const char *helo, int timeout_ms,

@@ -51,8 +51,6 @@
  */
 #include <limits.h>
 #include <netdb.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -551,14 +549,8 @@ static void smtp_send(struct deliver *d, const struct conf_upstream *up,
 {
 	struct xsess xs;
 	int round;
-	sigset_t block;
 	size_t i;
 	struct deliver_job **own = xmalloc((n ? n : 1) * sizeof(*own));
-
-	/* a write to a bridge that hung up fails with EPIPE: libesmtp's, a handshake's */
-	sigemptyset(&block);
-	sigaddset(&block, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &block, NULL);
 
 	memcpy(own, jobs, n * sizeof(*own));
 	jobs = own;		/* deliver_smtp_utf8_bounce() takes jobs out of it */
