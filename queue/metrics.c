@@ -32,6 +32,7 @@
 #include "metrics.h"
 
 #define METRICS_BACKLOG	64
+#define METRICS_MAX_BUCKETS	16
 
 static _Atomic uint64_t counters[METRICS_N_COUNTERS];
 
@@ -206,10 +207,10 @@ void metrics_upstream_set(const char *route, const struct metrics_upstream *u)
 	pthread_mutex_unlock(&upstream_lock);
 }
 
-/* metrics_snapshot - copy every counter and histogram */
+/* metrics_snapshot - copy every counter and the upstream groups */
 void metrics_snapshot(struct metrics_snapshot *s)
 {
-	size_t i, h;
+	size_t i;
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&upstream_lock);
@@ -219,13 +220,6 @@ void metrics_snapshot(struct metrics_snapshot *s)
 	pthread_mutex_unlock(&upstream_lock);
 	for (i = 0; i < METRICS_N_COUNTERS; i++)
 		s->counters[i] = atomic_load_explicit(&counters[i], memory_order_relaxed);
-	for (h = 0; h < METRICS_N_HISTOGRAMS; h++) {
-		for (i = 0; i <= hists[h].n_bounds; i++)
-			s->hist[h].buckets[i] = atomic_load_explicit(&hists[h].buckets[i],
-								    memory_order_relaxed);
-		s->hist[h].count = atomic_load_explicit(&hists[h].count, memory_order_relaxed);
-		s->hist[h].sum = atomic_load_explicit(&hists[h].sum, memory_order_relaxed);
-	}
 }
 
 /* metrics_gauges_read - what the store says now */
@@ -241,23 +235,24 @@ static void metrics_gauges_read(struct store *st, struct metrics_gauges *g)
 	}
 }
 
-/* render_histogram - one histogram, buckets cumulative */
-static void render_histogram(struct buf *out, const struct histogram *x,
-			     const struct metrics_snapshot *s, size_t h)
+/* render_histogram - one histogram as it is now, buckets cumulative */
+static void render_histogram(struct buf *out, struct histogram *x)
 {
 	uint64_t acc = 0;
 	size_t i;
 
 	buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", x->name, x->help, x->name);
 	for (i = 0; i < x->n_bounds; i++) {
-		acc += s->hist[h].buckets[i];
+		acc += atomic_load_explicit(&x->buckets[i], memory_order_relaxed);
 		buf_printf(out, "%s_bucket{le=\"%.10g\"} %llu\n", x->name, x->bounds[i] / x->unit,
 			   (unsigned long long) acc);
 	}
-	acc += s->hist[h].buckets[x->n_bounds];
+	acc += atomic_load_explicit(&x->buckets[x->n_bounds], memory_order_relaxed);
 	buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n", x->name, (unsigned long long) acc);
-	buf_printf(out, "%s_sum %.10g\n", x->name, s->hist[h].sum / x->unit);
-	buf_printf(out, "%s_count %llu\n", x->name, (unsigned long long) s->hist[h].count);
+	buf_printf(out, "%s_sum %.10g\n", x->name,
+		   atomic_load_explicit(&x->sum, memory_order_relaxed) / x->unit);
+	buf_printf(out, "%s_count %llu\n", x->name,
+		   (unsigned long long) atomic_load_explicit(&x->count, memory_order_relaxed));
 }
 
 /* sample - one metric of a type ("gauge", "counter") with its help */
@@ -328,8 +323,9 @@ static void render_groups(struct buf *out, const struct metrics_snapshot *s)
 }
 
 /*
- * metrics_render - the Prometheus text exposition (format 0.0.4); pure (a
- * snapshot and gauges in, text out), so that test_metrics pins it down
+ * metrics_render - the Prometheus text exposition (format 0.0.4) of a
+ * snapshot, the histograms as they are and the gauges given: it reads no
+ * store, so that test_metrics pins it down
  */
 static void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 			   const struct metrics_gauges *g)
@@ -348,7 +344,7 @@ static void metrics_render(struct buf *out, const struct metrics_snapshot *s,
 		buf_printf(out, "idemrelay_deliveries_total{status=\"%s\"} %llu\n",
 			   counter_info[i].label, (unsigned long long) s->counters[i]);
 	for (i = 0; i < METRICS_N_HISTOGRAMS; i++)
-		render_histogram(out, &hists[i], s, i);
+		render_histogram(out, &hists[i]);
 	render_groups(out, s);
 	gauge(out, "idemrelay_store_up", "1 if the store could be read for this scrape.",
 	      g->store_ok);

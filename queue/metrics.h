@@ -51,8 +51,6 @@ enum metrics_histogram {
 	METRICS_N_HISTOGRAMS
 };
 
-#define METRICS_MAX_BUCKETS	16
-
 /* the upstream's limits and throttling now (deliver/deliver_rate.c) */
 struct metrics_upstream {
 	int on;				/* delivery upstream runs (not a Maildir); a route
@@ -77,10 +75,6 @@ struct metrics_snapshot {
 	struct metrics_upstream upstream;	/* the default upstream's */
 	struct metrics_route routes[METRICS_ROUTES];
 	size_t n_routes;
-	struct {
-		uint64_t buckets[METRICS_MAX_BUCKETS];	/* not cumulative; last is +Inf */
-		uint64_t count, sum;			/* sum in the histogram's unit */
-	} hist[METRICS_N_HISTOGRAMS];
 };
 
 void metrics_inc(enum metrics_counter c);
