@@ -314,8 +314,7 @@ static int64_t replays_count(struct pg_txn *t, PGconn *c)
 		n = store_pg_int(r, 0, 0);
 		PQclear(r);
 	}
-	if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) != PQTRANS_IDLE)
-		(void) store_pg_simple(t->st, c, "ROLLBACK", "replays read back");
+	(void) store_pg_end(t->st, c, err, NULL, "replays read back");	/* it read only */
 	store_pg_params_free(&lp);
 	store_pg_params_free(&p);
 	return n;

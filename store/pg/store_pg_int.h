@@ -368,7 +368,7 @@ STORE_ENTRY(queue_walk) store_pg_queue_walk;
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
 int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replication: keep it */
 #define PG_LOCAL_BEGIN	"BEGIN; SET LOCAL synchronous_commit = local"	/* not waiting for the standby */
-int store_pg_local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what);
+int store_pg_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what);
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_repl_set(struct pg_store *st, PGconn *c, int waits);	/* the same, mu held */
 void store_pg_reap(struct pg_store *st);	/* mu held: close kept connections whose wait ended */

@@ -204,7 +204,7 @@ static int pend_void(struct pg_store *st, PGconn *c, const struct pg_pend *b, in
 	}
 	if (err == 0)
 		err = store_pg_exec(st, c, store_pg_sql_void, &p, &r, "void");
-	err = store_pg_local_end(st, c, err, &r, "void");
+	err = store_pg_end(st, c, err, &r, "void");
 	*kept = err == 0 ? pend_kept(r) : 0;
 	PQclear(r);
 	store_pg_params_free(&p);

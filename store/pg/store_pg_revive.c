@@ -174,7 +174,7 @@ int store_pg_msg_revive(struct store *base, const struct store_msg *m)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	PGconn *c;
-	int err, end;
+	int err;
 
 	if (st->node == NULL || m->lease == 0 || !store_msg_valid(m))
 		return STORE_ENOTFOUND;
@@ -182,13 +182,10 @@ int store_pg_msg_revive(struct store *base, const struct store_msg *m)
 	if ((err = store_pg_take(st, &c)) != 0)
 		return err;
 	if ((err = store_pg_simple(st, c, "BEGIN; SET LOCAL lock_timeout = " REVIVE_LOCK,
-				   "revive")) == 0) {
+				   "revive")) == 0)
 		err = revive_in(st, c, m);
-		/* a COMMIT whose outcome is unknown: asked again, verdict_on says if it took */
-		end = store_pg_simple(st, c, err == 0 ? "COMMIT" : "ROLLBACK", "revive");
-		if (err == 0)
-			err = end;
-	}
+	/* a COMMIT whose outcome is unknown: asked again, verdict_on says if it took */
+	err = store_pg_end(st, c, err, NULL, "revive");
 	store_pg_give_sized(st, c, m->data_len);
 	return err;
 }

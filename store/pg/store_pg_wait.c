@@ -283,12 +283,13 @@ static void side_give(struct pg_store *st, PGconn *c)
 }
 
 /*
- * store_pg_local_end - commit PG_LOCAL_BEGIN's transaction if err is 0,
- * else roll it back; *r goes if the commit fails
+ * store_pg_end - commit the transaction open on c if err is 0 (as it
+ * began: PG_LOCAL_BEGIN's without waiting for the standby), else roll it
+ * back; *r, if r is given, goes if the commit fails
  */
-int store_pg_local_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what)
+int store_pg_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what)
 {
-	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0) {
+	if (err == 0 && (err = store_pg_simple(st, c, "COMMIT", what)) != 0 && r != NULL) {
 		PQclear(*r);
 		*r = NULL;
 	}
@@ -315,7 +316,7 @@ int store_pg_side_run(struct pg_store *st, int local, const char *sql, struct pg
 	if (err == 0)
 		err = store_pg_exec(st, c, sql, p, r, what);
 	if (local)
-		err = store_pg_local_end(st, c, err, r, what);
+		err = store_pg_end(st, c, err, r, what);
 	side_give(st, c);
 	return err;
 }
@@ -688,7 +689,7 @@ static int settle_run(struct pg_store *st, const PGresult *d, PGresult **r)
 	if (err == 0 && settle_qids(keys > 0 ? lr : d, &p) > 0)
 		err = store_pg_exec(st, c, SQL_SETTLE, &p, r, "voids settled");
 	PQclear(lr);
-	err = store_pg_local_end(st, c, err, r, "voids settled");
+	err = store_pg_end(st, c, err, r, "voids settled");
 	side_give(st, c);
 	store_pg_params_free(&p);
 	store_pg_params_free(&lp);
