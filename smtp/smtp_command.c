@@ -431,17 +431,15 @@ static void smtp_command_run(struct smtp_session *s, char *line, size_t len,
 
 /*
  * smtp_command - one line, its CRLF (or LF) gone, at most SMTP_LINE_MAX
- * octets; its reply and kind counted towards the error limits
+ * octets; 1 if its verb is junk (smtp_session_count(), which its caller runs)
  */
-void smtp_command(struct smtp_session *s, char *line, size_t len)
+int smtp_command(struct smtp_session *s, char *line, size_t len)
 {
 	const struct smtp_cmd *cmd = NULL;
-	size_t mark = s->out.len;
 
 	while (len && line[len - 1] == ' ')
 		len--;
 	line[len] = 0;
 	smtp_command_run(s, line, len, &cmd);
-	if (s->out.len > mark)
-		smtp_session_count(s, s->out.data + mark, cmd && (cmd->flags & SMTP_CMD_JUNK));
+	return cmd && (cmd->flags & SMTP_CMD_JUNK);
 }

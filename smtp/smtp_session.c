@@ -181,6 +181,7 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 {
 	const char *lf = memchr(in, '\n', len);
 	size_t n = lf ? (size_t) (lf - in) + 1 : len, end, mark;
+	int junk = 0;
 
 	if (!s->line_long) {
 		if (s->line.len + n > SMTP_LINE_MAX) {
@@ -207,15 +208,14 @@ static size_t smtp_feed_line(struct smtp_session *s, const char *in, size_t len)
 		end = s->line.len - 1;	/* the LF, and a CR before it (a bare LF ends it too) */
 		if (end && s->line.data[end - 1] == '\r')
 			end--;
-		if (s->state == SMTP_STATE_AUTH) {
-			mark = s->out.len;
+		mark = s->out.len;
+		if (s->state == SMTP_STATE_AUTH)
 			smtp_auth_response(s, s->line.data, end);
-			/* its reply counts as a command's would (an initial response's does) */
-			if (s->out.len > mark)
-				smtp_session_count(s, s->out.data + mark, 0);
-		} else {
-			smtp_command(s, s->line.data, end);
-		}
+		else
+			junk = smtp_command(s, s->line.data, end);
+		/* an AUTH response's reply counts as a command's (an initial response's does) */
+		if (s->out.len > mark)
+			smtp_session_count(s, s->out.data + mark, junk);
 	}
 	buf_reset(&s->line);
 	if (s->state == SMTP_STATE_CHUNK && s->chunk.left == 0)
@@ -301,7 +301,7 @@ static void smtp_chunk_end(struct smtp_session *s)
 /*
  * smtp_chunk_start - read (or skip) a BDAT chunk of size octets; the input
  * loop ends it (an empty one right after its command line), never inside
- * the command, whose own reply smtp_command() counts
+ * the command, whose own reply smtp_feed_line() counts
  */
 void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip)
 {

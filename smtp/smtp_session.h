@@ -92,8 +92,8 @@ void smtp_session_resume(struct smtp_session *s);	/* after a hook's answer */
 /* smtp_chunk_start - read (or skip) a BDAT chunk of size octets */
 void smtp_chunk_start(struct smtp_session *s, uint64_t size, int last, int skip);
 
-/* smtp_command - dispatch one command line, its CRLF gone (smtp_command.c) */
-void smtp_command(struct smtp_session *s, char *line, size_t len);
+/* smtp_command - dispatch one command line, its CRLF gone; 1 if junk (smtp_command.c) */
+int smtp_command(struct smtp_session *s, char *line, size_t len);
 
 /* AUTH (smtp_auth.c): the command, a response line, the end of an exchange */
 void smtp_cmd_auth(struct smtp_session *s, const char *args, size_t len);
