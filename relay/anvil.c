@@ -52,22 +52,19 @@ struct anvil {
 	int count, rate, auth_rate, prefix;
 };
 
-/* anvil_new - an empty table */
+/* anvil_new - an empty table, counting nothing until anvil_set() */
 struct anvil *anvil_new(void)
 {
-	struct anvil *a = xcalloc(1, sizeof(*a));
-
-	a->prefix = 64;
-	return a;
+	return xcalloc(1, sizeof(struct anvil));
 }
 
-/* anvil_set - the limits; 0: off */
+/* anvil_set - the limits; 0: off (the prefix is 1-128: conf.c says so) */
 void anvil_set(struct anvil *a, int count, int rate, int auth_rate, int ipv6_prefix)
 {
 	a->count = count;
 	a->rate = rate;
 	a->auth_rate = auth_rate;
-	a->prefix = ipv6_prefix > 0 && ipv6_prefix <= 128 ? ipv6_prefix : 64;
+	a->prefix = ipv6_prefix;
 }
 
 /* anvil_free - every client, then the table; NULL-safe */

@@ -47,7 +47,7 @@ struct anvil_wait {
 
 struct anvil *anvil_new(void);
 void anvil_free(struct anvil *a);			/* NULL-safe */
-/* anvil_set - the limits (start, SIGHUP); 0: that limit is off */
+/* anvil_set - the limits (start, SIGHUP); 0: that limit is off; ipv6_prefix 1-128 */
 void anvil_set(struct anvil *a, int count, int rate, int auth_rate, int ipv6_prefix);
 
 /*

@@ -227,8 +227,6 @@ void server_listen(struct server *srv)
 		l->smtp_cf.auth = srv->users != NULL;
 		l->smtp_cf.auth_required = l->cf->auth_required;
 		l->smtp_cf.smtputf8 = l->cf->smtputf8;
-		if ((l->cf->tls_implicit || l->cf->starttls_required) && !srv->tls)
-			msg_fatal("listen %s port %d: TLS without tls { }", l->cf->address, l->cf->port);
 		l->fd = listen_tcp("listen", l->cf->address, l->cf->port, 1024);
 		/* replies go out at once; Linux gives it to every socket accepted */
 		setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
