@@ -138,25 +138,17 @@ static void not_queued(struct store *st, struct buf *out, const char *qid)
 }
 
 /*
- * queued_state - a queued message's hold, next attempt and route (if
- * route: the caller's to free): 0, or STORE_ENOTFOUND if not queued
+ * queued - qid's story, its envelope and state without its data, if it is
+ * queued (then the caller's to free): 0, STORE_ENOTFOUND if it is not
  */
-static int queued_state(struct store *st, const char *qid, int *held, int64_t *next,
-			char **route)
+static int queued(struct store *st, const char *qid, struct store_story *s)
 {
-	struct store_story s;
 	int err;
 
-	if ((err = store_story_get(st, qid, &s)) != 0)
-		return err;
-	err = s.queued ? 0 : STORE_ENOTFOUND;
-	*held = s.m.held;
-	*next = s.m.next_attempt;
-	if (route) {
-		*route = s.m.route;
-		s.m.route = NULL;
+	if ((err = store_story_get(st, qid, s)) == 0 && !s->queued) {
+		store_story_free(s);
+		err = STORE_ENOTFOUND;
 	}
-	store_story_free(&s);
 	return err;
 }
 
@@ -196,14 +188,15 @@ static int select_qids(struct store *st, const struct queue_admin_sel *sel, stru
 	char (*q)[STORE_QID_SIZE];
 	size_t i, j, n;
 	struct walk w = { sel, set };
-	int64_t next;
-	int err, held;
+	struct store_story one;
+	int err;
 
 	if (sel->qid) {
-		if (queued_state(st, sel->qid, &held, &next, NULL) != 0) {
+		if (queued(st, sel->qid, &one) != 0) {
 			not_queued(st, out, sel->qid);
 			return -1;
 		}
+		store_story_free(&one);
 		qids_add(set, sel->qid, 0);
 		return 0;
 	}
@@ -251,22 +244,23 @@ static int hold_one(struct store *st, const struct queue_admin_sched *s, const c
 		    int on)
 {
 	struct store_change c = { on, 0, NULL, 0 };
-	int64_t next;
-	int err, held;
+	struct store_story q;
+	int err;
 
-	if ((err = queued_state(st, qid, &held, &next, NULL)) != 0)
+	if ((err = queued(st, qid, &q)) != 0)
 		return err;
-	if (held == on)
-		return STORE_EINVAL;
-	if ((err = store_msg_change(st, qid, &c)) != 0)
-		return err;
-	if (s && on)
-		(void) s->unschedule(s->arg, qid);	/* an attempt under way ends as it would */
-	else if (s)
-		s->release(s->arg, qid, next);
-	msg_info_as(QUEUE_ADMIN_SERVICE, "%s: %s by the operator (idemrelayctl %s)", qid,
-		    on ? "placed on hold" : "released from hold", on ? "hold" : "release");
-	return 0;
+	if (q.m.held == on)
+		err = STORE_EINVAL;
+	else if ((err = store_msg_change(st, qid, &c)) == 0) {
+		if (s && on)		/* an attempt under way ends as it would */
+			(void) s->unschedule(s->arg, qid);
+		else if (s)
+			s->release(s->arg, qid, q.m.next_attempt);
+		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: %s by the operator (idemrelayctl %s)", qid,
+			    on ? "placed on hold" : "released from hold", on ? "hold" : "release");
+	}
+	store_story_free(&q);
+	return err;
 }
 
 /*
@@ -286,23 +280,23 @@ static int reroute_one(struct store *st, const struct queue_admin_sched *s,
 {
 	const struct conf_route *r, *now;
 	struct store_change c = { -1, 1, NULL, clock_us() };
-	struct store_msg m;
+	struct store_story q;
 	int err;
 
-	if ((err = store_msg_load(st, qid, &m)) != 0)
+	if ((err = queued(st, qid, &q)) != 0)
 		return err;
-	now = conf_route_named(cf, m.route);
-	r = conf_route_match(cf, m.user, m.from, NULL);
+	now = conf_route_named(cf, q.m.route);
+	r = conf_route_match(cf, q.m.user, q.m.from, NULL);
 	c.route = r ? r->name : NULL;
-	if ((now && now->listener >= 0) || conf_route_same(c.route, m.route))
+	if ((now && now->listener >= 0) || conf_route_same(c.route, q.m.route))
 		err = STORE_EINVAL;
 	else if ((err = store_msg_change(st, qid, &c)) == 0) {
 		msg_info_as(QUEUE_ADMIN_SERVICE, "%s: route %s -> %s (idemrelayctl reroute)", qid,
-			    m.route ? m.route : "default", c.route ? c.route : "default");
-		if (s != NULL && !m.held)
+			    q.m.route ? q.m.route : "default", c.route ? c.route : "default");
+		if (s != NULL && !q.m.held)
 			s->reroute(s->arg, qid);
 	}
-	store_msg_free(&m);
+	store_story_free(&q);
 	return err;
 }
 
@@ -406,17 +400,17 @@ void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, cons
 		[QUEUE_ADMIN_DUE] = "", [QUEUE_ADMIN_ACTIVE] = " (being delivered already)",
 		[QUEUE_ADMIN_WAITING] = " (waits for its upstream)"};
 	enum queue_admin_retry rc;
-	char *route = NULL;
-	int64_t next;
-	int held;
+	struct store_story q;
 
 	buf_reset(out);
-	if (queued_state(st, qid, &held, &next, &route) != 0)
+	if (queued(st, qid, &q) != 0) {
 		not_queued(st, out, qid);
-	else if (held)
+		return;
+	}
+	if (q.m.held)
 		json_error(out, "%s is on hold: release it first (idemrelayctl release %s)", qid,
 			   qid);
-	else if ((rc = s->retry(s->arg, qid, route)) == QUEUE_ADMIN_UNKNOWN)
+	else if ((rc = s->retry(s->arg, qid, q.m.route)) == QUEUE_ADMIN_UNKNOWN)
 		not_queued(st, out, qid);
 	else if (rc != QUEUE_ADMIN_DUE && rc != QUEUE_ADMIN_ACTIVE && rc != QUEUE_ADMIN_WAITING)
 		json_error(out, "%s: the scheduler's answer %d is not known", qid, (int) rc);
@@ -425,7 +419,7 @@ void queue_admin_retry(struct store *st, const struct queue_admin_sched *s, cons
 		buf_printf(out, "{\"ok\":true,\"qid\":\"%s\",\"state\":\"%s\"}", qid,
 			   state[rc]);
 	}
-	free(route);
+	store_story_free(&q);
 }
 
 /*
