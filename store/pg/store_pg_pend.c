@@ -144,19 +144,6 @@ void store_pg_pend_add(struct pg_txn *t, int read)
 		 t->n_put, t->n_put == 1 ? "" : "s", t->put_qids[0], t->n_put > 1 ? ", ..." : "");
 }
 
-/*
- * pend_status - what became of b's transaction: XACT_UNKNOWN when its id
- * is not known or is in the future (the server is another since, a
- * standby promoted; voided with the void's own id then, as one over),
- * else as read; -1 c failed or the read was refused otherwise (a
- * statement timeout, a cancel, a recovery conflict: b stays, for a COMMIT
- * still waiting would be voided with the void's own id, settled at once)
- */
-static int pend_status(struct pg_store *st, PGconn *c, const struct pg_pend *b)
-{
-	return b->xid == 0 ? XACT_UNKNOWN : store_pg_xact(st, c, b->xid);
-}
-
 /* pend_kept - the QIDs the void left, replayed or taken by another node: logged */
 static size_t pend_kept(const PGresult *r)
 {
@@ -234,7 +221,7 @@ static int pend_one(struct pg_store *st, PGconn *c, struct pg_pend *b)
 
 	if ((b->xid == 0 && b->pid != 0
 	     && store_pg_backend_xid(st, c, b->pid, b->started, 1, &b->xid) < 0)
-	    || (x = pend_status(st, c, b)) < 0)
+	    || (x = store_pg_xact(st, c, b->xid)) < 0)
 		return STORE_EAGAIN;
 	if (pend_void(st, c, b, x == XACT_UNKNOWN ? 0 : b->xid, x != XACT_RUNNING, &kept) != 0)
 		return STORE_EAGAIN;

@@ -473,9 +473,10 @@ int store_pg_commit_hold(struct pg_txn *t)
 
 /*
  * store_pg_xact - pg_xact_status() of xid, read on c (NULL: beside,
- * store_pg_side_run()): XACT_UNKNOWN too for an id too old to be known or
- * in the future (SQLSTATE 22023, STORE_EINVAL: a server another since);
- * -1 the read failed otherwise
+ * store_pg_side_run()): XACT_UNKNOWN too for an id not known (0, nothing
+ * read), too old to be known or in the future (SQLSTATE 22023,
+ * STORE_EINVAL: a server another since); -1 the read failed otherwise (a
+ * statement timeout, a cancel, a recovery conflict)
  */
 int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid)
 {
@@ -485,6 +486,8 @@ int store_pg_xact(struct pg_store *st, PGconn *c, int64_t xid)
 	PGresult *r;
 	int err;
 
+	if (xid == 0)
+		return XACT_UNKNOWN;
 	store_pg_params_init(&p);
 	store_pg_p_i64(&p, xid);
 	err = c ? store_pg_exec(st, c, sql, &p, &r, "transaction status")
