@@ -33,6 +33,7 @@
  *	store_pg_exec() and store_pg_pipe_next() return 0 or a STORE_E*
  *	code through store_pg_result() (store_pg.c).
  */
+#include <endian.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -47,22 +48,18 @@
 
 #define ARR_HEADER	20	/* dimensions, has-null, element type, size, lower bound */
 
-/* be - n bytes of v in network order at x */
-static void be(void *x, uint64_t v, int n)
+/* be - v in network order at x (4 bytes) */
+static void be(void *x, uint32_t v)
 {
-	int i;
-
-	for (i = 0; i < n; i++)
-		((uint8_t *) x)[i] = (uint8_t) (v >> (8 * (n - 1 - i)));
+	v = htobe32(v);
+	memcpy(x, &v, 4);
 }
 
-/* put_be - n bytes of v in network order, appended */
+/* put_be - the low n bytes (4 or 8) of v in network order, appended */
 static void put_be(struct buf *b, uint64_t v, int n)
 {
-	uint8_t x[8];
-
-	be(x, v, n);
-	buf_append(b, x, (size_t) n);
+	v = htobe64(v << (64 - 8 * n));
+	buf_append(b, &v, (size_t) n);
 }
 
 /* store_pg_params_init - no parameters yet */
@@ -180,12 +177,12 @@ uint32_t store_pg_p_arr(struct pg_params *p, struct pg_arr *a)
 	Oid elem = a->elem;
 
 	arr_room(a);
-	be(a->b.data + off, a->n ? 1 : 0, 4);
-	be(a->b.data + off + 4, (uint32_t) a->has_null, 4);
-	be(a->b.data + off + 8, a->elem, 4);
+	be(a->b.data + off, a->n ? 1 : 0);
+	be(a->b.data + off + 4, (uint32_t) a->has_null);
+	be(a->b.data + off + 8, a->elem);
 	if (a->n) {
-		be(a->b.data + 12, a->n, 4);
-		be(a->b.data + 16, 1, 4);	/* lower bound */
+		be(a->b.data + 12, a->n);
+		be(a->b.data + 16, 1);	/* lower bound */
 	}
 	*b = a->b;			/* moved, not copied: it may hold megabytes of data */
 	p->vals[p->n] = b->data + off;
@@ -508,16 +505,16 @@ int store_pg_pipe_end(PGconn *c)
 /* store_pg_int - an int2, int4, int8 or bool column in binary; NULL or odd: 0 */
 int64_t store_pg_int(const PGresult *r, int row, int col)
 {
-	const uint8_t *v = (const uint8_t *) PQgetvalue(r, row, col);
-	int len = PQgetlength(r, row, col), i;
+	const char *v = PQgetvalue(r, row, col);
+	int len = PQgetlength(r, row, col);
 	uint64_t x = 0;
 
 	if (PQgetisnull(r, row, col) || (len != 1 && len != 2 && len != 4 && len != 8))
 		return 0;
 	if (len == 1)
 		return v[0] != 0;
-	for (i = 0; i < len; i++)
-		x = (x << 8) | v[i];
+	memcpy(&x, v, (size_t) len);
+	x = be64toh(x) >> (64 - 8 * len);
 	if (len == 2)
 		return (int16_t) x;
 	if (len == 4)
@@ -558,10 +555,8 @@ int store_pg_qid(const PGresult *r, int row, int col, char qid[STORE_QID_SIZE])
 /* store_pg_key_lock - a key's advisory lock: the first 8 bytes of its hash, as a bigint */
 int64_t store_pg_key_lock(const uint8_t keyhash[STORE_HASH_LEN])
 {
-	uint64_t x = 0;
-	int i;
+	uint64_t x;
 
-	for (i = 0; i < 8; i++)
-		x = (x << 8) | keyhash[i];
-	return (int64_t) x;
+	memcpy(&x, keyhash, 8);
+	return (int64_t) be64toh(x);
 }
