@@ -5,7 +5,9 @@
  *
  * The same bytes (up to a NUL) also go through util/json.c, which reads
  * and writes UTF-8 with OpenSSL as smtp_utf8_len() does: read as a
- * control reply ({"a": and the bytes), and written as a string member
+ * control reply ({"a": and the bytes, and the bytes alone; for the member
+ * "a" and for "b", which the walk looks for past every member), and
+ * written as a string member
  * (json_str), which must read back (json_get_str) as the bytes
  * themselves where they are all ASCII (an invalid octet is written as
  * its Latin-1 \u00XX by design, and valid UTF-8 as it is).
@@ -40,8 +42,10 @@ static void check_json(const uint8_t *data, size_t size)
 	memcpy(in + 5, data, len);
 	in[5 + len] = 0;
 	(void) json_get_str(in, "a", out, 16);	/* short: truncated to fit */
+	(void) json_get_str(in, "b", out, 16);	/* past every member */
 	memcpy(in, data, len);
 	in[len] = 0;
+	(void) json_get_str(in, "b", out, 16);	/* the bytes alone as a reply */
 	for (i = 0; i < len; i++)
 		ascii &= data[i] < 0x80;
 	json_str(&b, "{\"a\":", in);

@@ -114,6 +114,15 @@ def seeds():
     out["params-utf8-offered"] = header(1, [2], params=3) + opening(EHLO_UTF8) + \
         bytes([AUTO, 15])
     out["params-utf8-not-offered"] = header(2, [1, 1], params=2) + bytes([REPLY, GREET, AUTO, 15])
+    # EHLO keywords after blanks, which libESMTP reads (8d0cc3d): CHUNKING hidden there
+    # too, and STARTTLS offered there to the bridge's own dialogue
+    out["ehlo-keywords-after-blanks"] = header(2, [2, 1], params=1) + \
+        bytes([REPLY, GREET, READ]) + \
+        raw(b"250-x\r\n250-  CHUNKING\r\n250- \tPIPELINING\r\n250 8BITMIME\r\n") + \
+        bytes([AUTO, 15])
+    out["starttls-after-blanks"] = header(1, [1], starttls=True) + bytes([REPLY, GREET, READ]) + \
+        raw(b"250-x\r\n250-\t STARTTLS\r\n250 PIPELINING\r\n") + bytes([READ]) + \
+        raw(b"220 go\r\n") + bytes([CLOSE])
     return out
 
 
