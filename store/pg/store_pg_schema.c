@@ -134,6 +134,8 @@
 
 /* drop_due_10()'s longest wait for the transactions that use messages */
 #define DUE_DROP_WAIT	"'3s'"
+/* a migration's longest wait for another transaction's lock (patient()) */
+#define MIGRATION_WAIT	"'10s'"
 #define DUE_KEPT	"the index schema 11 replaced (messages_due) stays, dropped at a later start"
 
 static const char *const migrations[PG_SCHEMA_VERSION] = {
@@ -283,6 +285,24 @@ static void drop_due_10(struct pg_store *st, PGconn *c)
 }
 
 /*
+ * patient - statements on c waited for as long as they take: a migration
+ * building an index over a large table outlasts a statement's limit
+ * (store_pg_wire.c), and cut there it rolled back at every start; a
+ * start behind it waits for the schema lock as long. A migration's wait
+ * for another transaction's lock is bounded (MIGRATION_WAIT), as the cut
+ * bounded it; a server gone is still noticed (TCP keepalive and user
+ * timeout, store_pg.c)
+ */
+static int patient(struct pg_store *st, PGconn *c, const char *sql, const char *what)
+{
+	PGresult *r = PQexec(c, sql);
+	int err = store_pg_result(st, c, r, what);
+
+	PQclear(r);
+	return err;
+}
+
+/*
  * store_pg_schema - make the schema current, or refuse one newer than
  * this build; a client (idemrelayctl, a node's start-up check) only reads
  * it: STORE_ENOTFOUND if there is none or it is older (a node's start
@@ -294,8 +314,8 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 	char what[64];
 	int version, rc;
 
-	if ((!client && (rc = store_pg_simple(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
-				     "schema lock")) != 0)
+	if ((!client && (rc = patient(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
+				      "schema lock")) != 0)
 	    || (rc = schema_version(st, c, &version)) != 0) {
 		snprintf(err, errlen, "store: cannot read the schema version: %s",
 			 PQerrorMessage(c)[0] ? PQerrorMessage(c) : store_strerror(rc));
@@ -318,10 +338,10 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 	for (; version < PG_SCHEMA_VERSION; version++) {
 		/* the migration and the version it reaches, in one transaction */
 		buf_reset(&sql);
-		buf_printf(&sql, "%s;UPDATE idemrelay_schema SET version = %d", migrations[version],
-			   version + 1);
+		buf_printf(&sql, "SET LOCAL lock_timeout = " MIGRATION_WAIT ";%s;UPDATE "
+			   "idemrelay_schema SET version = %d", migrations[version], version + 1);
 		snprintf(what, sizeof(what), "schema migration to version %d", version + 1);
-		if ((rc = store_pg_simple(st, c, sql.data, what)) != 0) {
+		if ((rc = patient(st, c, sql.data, what)) != 0) {
 			snprintf(err, errlen, "store: schema migration to version %d failed: %s",
 				 version + 1, store_strerror(rc));
 			buf_free(&sql);

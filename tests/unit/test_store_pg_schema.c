@@ -615,6 +615,51 @@ static void test_schema_11_drop_bounded(void **state)
 	fx_pg_sql(q);
 }
 
+/*
+ * test_schema_migration_past_limit - a migration that takes longer than a
+ * statement's limit (here 1 s; its build waits 2 s for the write of a node
+ * of version 10, as on a large table the build itself takes longer than
+ * 10 s) ends, and the node starts at version 11; a node starting meanwhile
+ * waits for the schema lock as long, and starts too. The limit cut the
+ * anchor in the middle of the migration, which rolled back, and the start
+ * failed, again at every start: a large store could not be upgraded.
+ */
+static void test_schema_migration_past_limit(void **state)
+{
+	struct fx *f = *state;
+	struct migrator *g = calloc(1, sizeof(*g));
+	struct store *st = NULL;
+	char old[96], err[512] = "";
+	pthread_t th;
+	PGconn *w;
+	PGresult *r;
+	int rc, waited;
+
+	assert_non_null(g);
+	g->url = schema_10(f, old, sizeof(old));
+	w = PQconnectdb(g->url);	/* a node of version 10 writing, for 2 s */
+	r = PQexec(w, "BEGIN; UPDATE messages SET attempts = 1 WHERE qid = 'MIGRATE00001'");
+	CHECK_INT("W's write", PQresultStatus(r), PGRES_COMMAND_OK);
+	PQclear(r);
+	CHECK_INT("W's commit 2 s later", PQsendQuery(w, "SELECT pg_sleep(2); COMMIT"), 1);
+	result_us = 1000000;
+	sem_init(&g->done, 0, 0);
+	assert_int_equal(pthread_create(&th, NULL, migrator_run, g), 0);
+	waited = messages_locked(old, "NOT granted");	/* the migration waits for W */
+	rc = store_pg_open(&st, g->url, "node-slow", TEST_LEASE, err, sizeof(err));
+	result_us = PG_RESULT_US;
+	while ((r = PQgetResult(w)) != NULL)
+		PQclear(r);
+	PQfinish(w);
+	CHECK_INT("the migration waited for W", waited, 1);
+	if (rc != 0)
+		fail_msg("a start behind a migration of 2 s, past a limit of 1 s: got %d (%s), "
+			 "want 0", rc, err);
+	store_close(st);
+	CHECK_INT("W's write kept", sql_int(g->url, "SELECT attempts FROM messages"), 1);
+	migrated_11(g, th, old);	/* the migrating start's: past the limit too */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -626,6 +671,7 @@ int main(void)
 		T(test_schema_11_reads_go_on),
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
+		T(test_schema_migration_past_limit),
 	};
 
 	return PG_RUN("store_pg_schema", tests);
