@@ -286,8 +286,6 @@ void store_pg_a_bytes(struct pg_arr *a, const void *v, size_t len);	/* NULL: SQL
 
 int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
 		  PGresult **out, const char *what);
-int store_pg_exec_state(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
-			PGresult **out, const char *what, char *state);	/* state[6]: SQLSTATE */
 int store_pg_simple(struct pg_store *st, PGconn *c, const char *sql, const char *what);
 int store_pg_send(PGconn *c, const char *sql, struct pg_params *p);
 int store_pg_pipe_next(struct pg_store *st, PGconn *c, PGresult **out, const char *what);

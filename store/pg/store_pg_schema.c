@@ -270,17 +270,17 @@ static int schema_version(struct pg_store *st, PGconn *c, int *version)
  */
 static void drop_due_10(struct pg_store *st, PGconn *c)
 {
-	char state[6] = "", why[256];
-	PGresult *r;
+	PGresult *r = NULL;
+	const char *state;
+	char why[256];
 
-	if (store_pg_simple(st, c, "SET lock_timeout = " DUE_DROP_WAIT, DUE_KEPT) != 0
-	    || store_pg_exec_state(st, c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due", NULL,
-				   &r, DUE_KEPT, state) != 0) {
-		if (strcmp(state, "55P03") != 0)	/* a lock timeout: store_pg_result() said it */
-			msg_warn("store: " DUE_KEPT ": %s", store_pg_conn_error(c, why, sizeof(why)));
-	} else {
-		PQclear(r);
-	}
+	if (store_pg_simple(st, c, "SET lock_timeout = " DUE_DROP_WAIT, DUE_KEPT) == 0)
+		r = PQexec(c, "DROP INDEX CONCURRENTLY IF EXISTS messages_due");	/* lock_timeout */
+	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	if ((r == NULL || store_pg_result(st, c, r, DUE_KEPT) != 0)
+	    && (state == NULL || strcmp(state, "55P03") != 0))	/* a lock timeout: said already */
+		msg_warn("store: " DUE_KEPT ": %s", store_pg_conn_error(c, why, sizeof(why)));
+	PQclear(r);
 	(void) store_pg_simple(st, c, "RESET lock_timeout", DUE_KEPT);
 }
 

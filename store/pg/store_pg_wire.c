@@ -346,35 +346,20 @@ int store_pg_simple(struct pg_store *st, PGconn *c, const char *sql, const char 
 	return err;
 }
 
-/*
- * store_pg_exec_state - store_pg_exec, and a refusal's SQLSTATE in state
- * (6 bytes; "" when none came: the connection failed, or no refusal)
- */
-int store_pg_exec_state(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
-			PGresult **out, const char *what, char *state)
+/* store_pg_exec - one statement, binary in and out; *out is the caller's to PQclear */
+int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
+		  PGresult **out, const char *what)
 {
 	PGresult *r = store_pg_send(c, sql, p) == 0 ? last(c) : NULL;
-	const char *s;
 	int err;
 
 	*out = NULL;
-	if (state != NULL)
-		state[0] = '\0';
 	if ((err = store_pg_result(st, c, r, what)) != 0) {
-		if (state != NULL && r != NULL && (s = PQresultErrorField(r, PG_DIAG_SQLSTATE)))
-			snprintf(state, 6, "%.5s", s);
 		PQclear(r);
 		return err;
 	}
 	*out = r;
 	return 0;
-}
-
-/* store_pg_exec - one statement, binary in and out; *out is the caller's to PQclear */
-int store_pg_exec(struct pg_store *st, PGconn *c, const char *sql, struct pg_params *p,
-		  PGresult **out, const char *what)
-{
-	return store_pg_exec_state(st, c, sql, p, out, what, NULL);
 }
 
 /*
