@@ -27,6 +27,16 @@
  *	name instead of the host: an address in host still gets a name
  *	checked and sent.
  *
+ *	The CAs (tls_ca, or the system store) are not the context's own:
+ *	loading the system's (some 150 certificates) took 50-80 ms of CPU,
+ *	paid by every delivery batch. An X509_STORE per CA source is loaded
+ *	once and handed to each new context (reference counted; OpenSSL
+ *	locks lookups in it, so threads verify against it at once), and
+ *	loaded again after a minute, so that edits to the CA files and the
+ *	system's updates still reach new connections, as they reach
+ *	Postfix's reused smtp(8) processes. Nothing of a connection is in
+ *	the store: the host name is in the context's verify parameters.
+ *
  *	Pins (upstream.tls_fingerprint) replace OpenSSL's whole chain check
  *	through the context's certificate verify callback, so a self-signed
  *	or expired certificate that matches is accepted and nothing else is,
@@ -52,6 +62,7 @@
 
 #include "../conf/conf.h"
 #include "../util/buf.h"
+#include "../util/clock.h"
 #include "../util/hash.h"
 #include "../util/deadline.h"
 #include "../util/log.h"
@@ -161,21 +172,74 @@ static int tls_pin_verify(X509_STORE_CTX *sctx, void *arg)
 	return 0;
 }
 
-/* tls_load_ca - upstream.tls_ca: a PEM file, or a directory of c_rehash links */
-static int tls_load_ca(SSL_CTX *ctx, const char *ca, char *err, size_t errlen)
+/*
+ * the trust stores, one for each CA source (a tls_ca path, or NULL: the
+ * system's), shared by the contexts made within TLS_CA_AGE of its loading
+ */
+#define TLS_CA_AGE	(60 * 1000000LL)	/* microseconds */
+
+struct tls_ca {
+	char *ca;			/* owned; NULL: the system store */
+	X509_STORE *store;		/* one reference; each context holds its own; NULL: failed */
+	int64_t loaded;			/* clock_mono_us() */
+	struct tls_ca *next;
+};
+
+static struct tls_ca *tls_cas;
+static pthread_mutex_t tls_ca_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* tls_ca_load - a store of tls_ca (a PEM file, or a directory of c_rehash links), or the system's */
+static X509_STORE *tls_ca_load(const char *ca, char *err, size_t errlen)
 {
+	X509_STORE *store = X509_STORE_new();
 	struct stat st;
 
-	if (stat(ca, &st) < 0) {
+	if (store == NULL) {
+		tls_errtext(err, errlen, "cannot create a CA store");
+		return NULL;
+	}
+	if (ca == NULL) {
+		if (X509_STORE_set_default_paths(store))
+			return store;
+		tls_errtext(err, errlen, "cannot load the system CA store");
+	} else if (stat(ca, &st) < 0) {
 		snprintf(err, errlen, "upstream.tls_ca %.256s: %s", ca, strerror(errno));
-		return -1;
-	}
-	if (!SSL_CTX_load_verify_locations(ctx, S_ISDIR(st.st_mode) ? NULL : ca,
-					   S_ISDIR(st.st_mode) ? ca : NULL)) {
+	} else if (S_ISDIR(st.st_mode) ? X509_STORE_load_path(store, ca)
+		   : X509_STORE_load_file(store, ca)) {
+		return store;
+	} else {
 		tls_errtext(err, errlen, "upstream.tls_ca %.256s", ca);
-		return -1;
 	}
-	return 0;
+	X509_STORE_free(store);
+	return NULL;
+}
+
+/* tls_ca_store - a reference to ca's store, loaded again when older than TLS_CA_AGE */
+static X509_STORE *tls_ca_store(const char *ca, char *err, size_t errlen)
+{
+	int64_t now = clock_mono_us();
+	X509_STORE *store;
+	struct tls_ca *e;
+
+	pthread_mutex_lock(&tls_ca_lock);
+	for (e = tls_cas; e && (ca ? !e->ca || strcmp(e->ca, ca) != 0 : e->ca != NULL); e = e->next)
+		;
+	if (e == NULL) {		/* the sources are the configuration's: a few, for good */
+		e = xcalloc(1, sizeof(*e));
+		e->ca = ca ? xstrdup(ca) : NULL;
+		e->next = tls_cas;
+		tls_cas = e;
+	}
+	/* loaded under the lock: once, however many deliveries want it at that moment */
+	if (e->store == NULL || now - e->loaded >= TLS_CA_AGE) {
+		X509_STORE_free(e->store);	/* the contexts that hold it keep it */
+		e->store = tls_ca_load(ca, err, errlen);
+		e->loaded = now;
+	}
+	if ((store = e->store) != NULL)
+		X509_STORE_up_ref(store);	/* the context's (an atomic add) */
+	pthread_mutex_unlock(&tls_ca_lock);
+	return store;
 }
 
 /*
@@ -187,6 +251,7 @@ SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t er
 {
 	size_t npins = u->n_tls_fingerprint;
 	struct tls_peer *p;
+	X509_STORE *store;
 	SSL_CTX *ctx;
 
 	/* pins and tls_ca need verification on (conf.c) */
@@ -198,13 +263,14 @@ SSL_CTX *tls_client_ctx_conf(const struct conf_upstream *u, char *err, size_t er
 	p->n_pins = npins;
 	if (npins) {
 		SSL_CTX_set_cert_verify_callback(ctx, tls_pin_verify, p);
-	} else if (u->tls_ca && tls_load_ca(ctx, u->tls_ca, err, errlen) < 0) {
+	} else if (p->verify && (store = tls_ca_store(u->tls_ca, err, errlen)) != NULL) {
+		SSL_CTX_set_cert_store(ctx, store);	/* takes the reference given */
+	} else if (u->tls_ca) {
 		SSL_CTX_free(ctx);
 		ERR_clear_error();
 		return NULL;
-	} else if (!u->tls_ca && p->verify && !SSL_CTX_set_default_verify_paths(ctx)) {
+	} else if (p->verify) {
 		/* no CA store: every certificate will be refused, with a reason */
-		tls_errtext(err, errlen, "cannot load the system CA store");
 		msg_warn("%s", err);
 	}
 	ERR_clear_error();

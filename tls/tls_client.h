@@ -11,7 +11,8 @@
  *	tls_client_ctx_conf() makes the client context from upstream.tls_*:
  *	TLS 1.2 or later, upstream.tls_ca or else the system CA store
  *	(OpenSSL's default paths, so SSL_CERT_FILE and SSL_CERT_DIR apply)
- *	unless verification is off, or only the pins of
+ *	unless verification is off (the CAs loaded at most once a minute,
+ *	shared by the contexts made meanwhile), or only the pins of
  *	upstream.tls_fingerprint; and, per connection attempt
  *	(tls_client_ctx_host), the configured host name, checked against
  *	the certificate by OpenSSL and sent as SNI.

@@ -1,7 +1,11 @@
 /*
- * test_tls_client - the client TLS context of tls/tls_client.c. (The
- * handshake through the bridge in test_deliver_bridge.c; STARTTLS, AUTH
- * and the rest end to end, in tests/e2e/cases_upstream_tls.py.)
+ * test_tls_client - the client TLS context of tls/tls_client.c, and its
+ * trust stores: loaded once per CA source and shared by the contexts (the
+ * loads counted with ld's --wrap), again after a minute (the clock moved
+ * by the same means), and verifying through the shared store with
+ * tls_client_connect() against an in-process server. (The handshake
+ * through the bridge in test_deliver_bridge.c; STARTTLS, AUTH and the
+ * rest end to end, in tests/e2e/cases_upstream_tls.py.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,10 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/pem.h>
+#include <openssl/x509v3.h>
 
 #include "../../tls/tls_client.h"
+#include "../../util/deadline.h"
 #include "../../util/hash.h"
 
 /* a fixed self-signed certificate, and its digests as the openssl command gives them */
@@ -145,13 +158,267 @@ static void test_ctx_host(void **state)
 	SSL_CTX_free(ctx);
 }
 
+/* ld --wrap: the CA stores tls_client.c loads, and its clock, moved on by ahead_us */
+static int loads;
+static int64_t ahead_us;
+
+int __real_X509_STORE_load_file(X509_STORE *st, const char *file);
+int __real_X509_STORE_load_path(X509_STORE *st, const char *dir);
+int __real_X509_STORE_set_default_paths(X509_STORE *st);
+int64_t __real_clock_mono_us(void);
+
+int __wrap_X509_STORE_load_file(X509_STORE *st, const char *file)
+{
+	loads++;
+	return __real_X509_STORE_load_file(st, file);
+}
+
+int __wrap_X509_STORE_load_path(X509_STORE *st, const char *dir)
+{
+	loads++;
+	return __real_X509_STORE_load_path(st, dir);
+}
+
+int __wrap_X509_STORE_set_default_paths(X509_STORE *st)
+{
+	loads++;
+	return __real_X509_STORE_set_default_paths(st);
+}
+
+int64_t __wrap_clock_mono_us(void)
+{
+	return __real_clock_mono_us() + ahead_us;
+}
+
+#define MINUTE_US	(60 * 1000000LL)
+
+/* cert_new - a certificate for cn (a CA if ca), signed by issuer's key (NULL: its own) */
+static X509 *cert_new(EVP_PKEY *key, const char *cn, int ca, X509 *issuer, EVP_PKEY *ikey)
+{
+	X509 *x = X509_new();
+	X509_EXTENSION *ext;
+	X509V3_CTX v3;
+	char san[64];
+
+	assert_non_null(x);
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), ca ? 1 : 2);
+	X509_gmtime_adj(X509_getm_notBefore(x), -60);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	X509_set_pubkey(x, key);
+	X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+				   (const unsigned char *) cn, -1, -1, 0);
+	X509_set_issuer_name(x, X509_get_subject_name(issuer ? issuer : x));
+	X509V3_set_ctx(&v3, issuer ? issuer : x, x, NULL, NULL, 0);
+	snprintf(san, sizeof(san), "DNS:%s", cn);
+	ext = X509V3_EXT_conf_nid(NULL, &v3, ca ? NID_basic_constraints : NID_subject_alt_name,
+				  ca ? "critical,CA:TRUE" : san);
+	assert_non_null(ext);
+	X509_add_ext(x, ext, -1);
+	X509_EXTENSION_free(ext);
+	assert_true(X509_sign(x, ikey ? ikey : key, EVP_sha256()) > 0);
+	return x;
+}
+
+/* the CA as a file and as a c_rehash directory, a certificate it signed, and one it did not */
+static char ca_dir[] = "/tmp/test_tls_client.XXXXXX";
+static char ca_file[64], ca_hashed[64];
+static X509 *signed_crt, *other_crt;
+static EVP_PKEY *server_key;
+
+static int ca_setup(void **state)
+{
+	EVP_PKEY *ca_key = EVP_EC_gen("P-256");
+	X509 *ca;
+	FILE *f;
+	char link[128];
+
+	(void) state;
+	signal(SIGPIPE, SIG_IGN);	/* the server hangs up after its handshake */
+	server_key = EVP_EC_gen("P-256");
+	assert_non_null(ca_key);
+	assert_non_null(server_key);
+	ca = cert_new(ca_key, "Test CA", 1, NULL, NULL);
+	signed_crt = cert_new(server_key, "mx.test", 0, ca, ca_key);
+	other_crt = cert_new(server_key, "mx.test", 0, NULL, NULL);
+	assert_non_null(mkdtemp(ca_dir));
+	snprintf(ca_file, sizeof(ca_file), "%s/ca.pem", ca_dir);
+	snprintf(ca_hashed, sizeof(ca_hashed), "%s/hashed", ca_dir);
+	assert_int_equal(mkdir(ca_hashed, 0700), 0);
+	assert_non_null(f = fopen(ca_file, "w"));
+	assert_true(PEM_write_X509(f, ca));
+	fclose(f);
+	/* as c_rehash names it: a lookup by the issuer's name finds it */
+	snprintf(link, sizeof(link), "%s/%08lx.0", ca_hashed, X509_subject_name_hash(ca));
+	assert_int_equal(symlink(ca_file, link), 0);
+	X509_free(ca);
+	EVP_PKEY_free(ca_key);
+	return 0;
+}
+
+static int ca_teardown(void **state)
+{
+	char link[sizeof(ca_hashed) + 256 + 2];
+	DIR *d;
+	struct dirent *de;
+
+	(void) state;
+	if ((d = opendir(ca_hashed)) != NULL) {
+		while ((de = readdir(d)) != NULL)
+			if (de->d_name[0] != '.') {
+				snprintf(link, sizeof(link), "%s/%s", ca_hashed, de->d_name);
+				unlink(link);
+			}
+		closedir(d);
+	}
+	rmdir(ca_hashed);
+	unlink(ca_file);
+	rmdir(ca_dir);
+	X509_free(signed_crt);
+	X509_free(other_crt);
+	EVP_PKEY_free(server_key);
+	return 0;
+}
+
+/* a server that offers crt for one handshake */
+struct server {
+	int fd;
+	X509 *crt;
+};
+
+static void *server_main(void *arg)
+{
+	struct server *sv = arg;
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	SSL *ssl;
+
+	if (ctx && SSL_CTX_use_certificate(ctx, sv->crt) == 1
+	    && SSL_CTX_use_PrivateKey(ctx, server_key) == 1 && (ssl = SSL_new(ctx)) != NULL) {
+		SSL_set_fd(ssl, sv->fd);
+		SSL_accept(ssl);
+		SSL_free(ssl);
+	}
+	SSL_CTX_free(ctx);
+	close(sv->fd);
+	return NULL;
+}
+
+/* handshake - ctx's handshake with a server offering crt, as host: "" if accepted, else why */
+static const char *handshake(SSL_CTX *ctx, X509 *crt, const char *host)
+{
+	static char why[256];
+	struct server sv = {.crt = crt};
+	struct timespec deadline = deadline_in(10000);
+	pthread_t th;
+	struct io *io;
+	char desc[128];
+	int sv_fd[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv_fd), 0);
+	sv.fd = sv_fd[1];
+	assert_int_equal(pthread_create(&th, NULL, server_main, &sv), 0);
+	fcntl(sv_fd[0], F_SETFL, O_NONBLOCK);
+	assert_int_equal(tls_client_ctx_host(ctx, host), 0);
+	why[0] = 0;
+	if ((io = tls_client_connect(ctx, sv_fd[0], &deadline, desc, sizeof(desc), why,
+				     sizeof(why))) != NULL)
+		io_close(io);
+	else
+		close(sv_fd[0]);
+	pthread_join(th, NULL);
+	return why;
+}
+
+/* ctx_for - a verifying context whose CAs are ca (NULL: the system's) */
+static SSL_CTX *ctx_for(const char *ca)
+{
+	struct conf_upstream u = {.tls_verify = 1, .tls_ca = (char *) ca};
+	char err[256];
+	SSL_CTX *ctx;
+
+	if ((ctx = tls_client_ctx_conf(&u, err, sizeof(err))) == NULL)
+		fail_msg("tls_client_ctx_conf(%s): %s", ca ? ca : "system", err);
+	return ctx;
+}
+
+/*
+ * test_ca_shared - each CA source is loaded once for any number of
+ * contexts, which share its store; a minute on, it is loaded again
+ */
+static void test_ca_shared(void **state)
+{
+	const char *sources[] = {NULL, ca_file, ca_hashed};
+	SSL_CTX *ctx[10], *later;
+	size_t s, i;
+
+	(void) state;
+	for (s = 0; s < 3; s++) {
+		ahead_us += MINUTE_US;	/* what earlier tests loaded is old now */
+		loads = 0;
+		for (i = 0; i < 10; i++) {
+			ctx[i] = ctx_for(sources[s]);
+			if (SSL_CTX_get_cert_store(ctx[i]) != SSL_CTX_get_cert_store(ctx[0]))
+				fail_msg("%s: context %zu has a store of its own",
+					 sources[s] ? sources[s] : "system", i);
+		}
+		assert_int_equal(loads, 1);
+		ahead_us += MINUTE_US - 1000000;	/* 59 s on: still the same */
+		later = ctx_for(sources[s]);
+		assert_ptr_equal(SSL_CTX_get_cert_store(later), SSL_CTX_get_cert_store(ctx[0]));
+		SSL_CTX_free(later);
+		assert_int_equal(loads, 1);
+		ahead_us += 1000000;	/* a minute: loaded again */
+		later = ctx_for(sources[s]);
+		assert_ptr_not_equal(SSL_CTX_get_cert_store(later), SSL_CTX_get_cert_store(ctx[0]));
+		assert_int_equal(loads, 2);
+		/* the contexts made before keep the store they were given */
+		for (i = 0; i < 10; i++)
+			SSL_CTX_free(ctx[i]);
+		SSL_CTX_free(later);
+	}
+}
+
+/*
+ * test_ca_verifies - contexts sharing a store (a file's, a directory's)
+ * accept the certificate its CA signed and refuse another, each checking
+ * its own host name
+ */
+static void test_ca_verifies(void **state)
+{
+	const char *sources[] = {ca_file, ca_hashed};
+	const char *why;
+	SSL_CTX *a, *b;
+	size_t s;
+
+	(void) state;
+	for (s = 0; s < 2; s++) {
+		a = ctx_for(sources[s]);
+		b = ctx_for(sources[s]);
+		assert_ptr_equal(SSL_CTX_get_cert_store(a), SSL_CTX_get_cert_store(b));
+		if (*(why = handshake(a, signed_crt, "mx.test")))
+			fail_msg("%s: the CA's certificate refused: %s", sources[s], why);
+		why = handshake(b, other_crt, "mx.test");
+		if (strncmp(why, "certificate verify failed: ", 27) != 0)
+			fail_msg("%s: another certificate: \"%s\", want it refused", sources[s], why);
+		why = handshake(b, signed_crt, "other.test");
+		if (strcmp(why, "certificate name mismatch: wanted other.test") != 0)
+			fail_msg("%s: another name: \"%s\", want a mismatch", sources[s], why);
+		if (*(why = handshake(a, signed_crt, "mx.test")))
+			fail_msg("%s: the CA's certificate refused again: %s", sources[s], why);
+		SSL_CTX_free(a);
+		SSL_CTX_free(b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctx_host),
 		cmocka_unit_test(test_digests),
 		cmocka_unit_test(test_ctx_conf),
+		cmocka_unit_test(test_ca_shared),
+		cmocka_unit_test(test_ca_verifies),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, ca_setup, ca_teardown);
 }
