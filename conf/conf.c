@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -709,6 +710,7 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 	const char *text;
 	config_t *cfg = xmalloc(sizeof(*cfg));
 	char    why[1200];
+	struct stat st;
 	int     ok, rc = -1;
 
 	memset(c, 0, sizeof(*c));
@@ -728,6 +730,9 @@ int     conf_load(struct conf *c, const char *path, char *err, size_t errlen)
 		ok = config_read_file(cfg, path);
 	}
 	if (!ok && config_error_type(cfg) == CONFIG_ERR_FILE_IO) {	/* fopen()'s errno */
+		/* a directory opens, and libconfig refuses it without an errno */
+		if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+			errno = EISDIR;
 		conf_error(&x, NULL, NULL, "cannot open: %s", strerror(errno));
 		goto fail;
 	}

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -508,6 +509,12 @@ static void test_file_errors(void **state)
 				   sizeof(err)), -1);
 	assert_string_equal(err, "/nonexistent/idemrelay.conf: cannot open: "
 			    "No such file or directory");
+	conf_free(&c);
+
+	/* a directory opens: its reason is not an errno left by an earlier call */
+	errno = EACCES;
+	assert_int_equal(conf_load(&c, "/", err, sizeof(err)), -1);
+	assert_string_equal(err, "/: cannot open: Is a directory");
 	conf_free(&c);
 
 	/* messages are truncated, never overflowed */
