@@ -282,8 +282,7 @@ static void deliver_wait(struct deliver *d, pthread_cond_t *cv, int64_t when)
 
 	if (when > now + DELIVER_MAX_SLEEP * US)
 		when = now + DELIVER_MAX_SLEEP * US;
-	ts.tv_sec = (time_t) (when / US);
-	ts.tv_nsec = (long) (when % US) * 1000;
+	ts = clock_ts(when);
 	pthread_cond_timedwait(cv, &d->lock, &ts);
 }
 

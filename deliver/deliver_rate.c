@@ -393,8 +393,7 @@ void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b)
 	wait = deliver_bucket_take(b, clock_mono_us());
 	pthread_mutex_unlock(&r->lock);
 	for (until = clock_mono_us() + wait; wait > 0; wait = until - clock_mono_us()) {
-		ts.tv_sec = (time_t) (wait / US);
-		ts.tv_nsec = (long) (wait % US) * 1000;
+		ts = clock_ts(wait);
 		if (ppoll(&p, 1, &ts, NULL) > 0)	/* microseconds: poll()'s are too coarse */
 			return;
 	}

@@ -292,8 +292,7 @@ static void hold_ops(struct commit *cm)
 		until = cm->now_busy ? now : cm->ops_at > cm->last_batch ? cm->ops_at : cm->last_batch;
 		if ((until += cm->hold_us) <= now)
 			return;
-		ts.tv_sec = (time_t) (until / 1000000);
-		ts.tv_nsec = (long) (until % 1000000) * 1000;
+		ts = clock_ts(until);
 		(void) pthread_cond_timedwait(&cm->wake, &cm->lock, &ts);
 	}
 }
@@ -441,8 +440,7 @@ static void wait_work(struct commit *cm)
 		}
 		if (clock_mono_us() >= cm->upkeep_at)
 			return;
-		ts.tv_sec = (time_t) (cm->upkeep_at / 1000000);
-		ts.tv_nsec = (long) (cm->upkeep_at % 1000000) * 1000;
+		ts = clock_ts(cm->upkeep_at);
 		(void) pthread_cond_timedwait(&cm->wake, &cm->lock, &ts);
 	}
 }

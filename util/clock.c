@@ -20,6 +20,12 @@ int64_t clock_us(void)
 	return (int64_t) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+/* clock_ts - us microseconds (either clock) as a struct timespec, for a timed wait */
+struct timespec clock_ts(int64_t us)
+{
+	return (struct timespec) { .tv_sec = us / 1000000, .tv_nsec = us % 1000000 * 1000 };
+}
+
 /*
  * clock_iso - UTC in ISO 8601 with its Z, as idemrelayctl and every JSON
  * reply write times: the same in every TZ, so two operators (or a log

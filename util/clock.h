@@ -16,12 +16,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* clock_us - the wall clock in Unix microseconds */
 int64_t clock_us(void);
 
 /* clock_mono_us - CLOCK_MONOTONIC in microseconds */
 int64_t clock_mono_us(void);
+/* clock_ts - us microseconds (either clock) as a struct timespec, for a timed wait */
+struct timespec clock_ts(int64_t us);
+
 /* clock_iso - us as UTC in ISO 8601 with its Z ("2026-12-05T08:40:00Z"); out */
 const char *clock_iso(char *out, size_t len, int64_t us);
 /*

@@ -19,9 +19,7 @@ static __thread int stop_fd = -1;	/* deadline_stop_on() */
 /* deadline_in - now plus ms milliseconds (CLOCK_MONOTONIC) */
 struct timespec deadline_in(int ms)
 {
-	int64_t us = clock_mono_us() + (int64_t) ms * 1000;
-
-	return (struct timespec) { .tv_sec = us / 1000000, .tv_nsec = us % 1000000 * 1000 };
+	return clock_ts(clock_mono_us() + (int64_t) ms * 1000);
 }
 
 /* deadline_left - milliseconds until the deadline, at least 0 */

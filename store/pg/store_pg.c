@@ -310,15 +310,12 @@ static int holding_back(const struct pg_store *st)
 static struct timespec wake_at(const struct pg_store *st, int64_t deadline)
 {
 	int64_t t = deadline, next;
-	struct timespec ts;
 
 	if ((next = clock_us() + PG_REAP_US) < t)
 		t = next;
 	if (holding_back(st) && (next = clock_us() + st->next_try - clock_mono_us()) < t)
 		t = next;
-	ts.tv_sec = (time_t) (t / 1000000);
-	ts.tv_nsec = (long) (t % 1000000) * 1000;
-	return ts;
+	return clock_ts(t);
 }
 
 /*

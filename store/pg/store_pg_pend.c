@@ -260,10 +260,8 @@ static void pend_done(struct pg_store *st, const struct pg_pend *b, int settled)
 /* pmu_lock - pmu by deadline (clock_us()): 0, or STORE_EAGAIN */
 static int pmu_lock(struct pg_store *st, int64_t deadline)
 {
-	struct timespec ts;
+	struct timespec ts = clock_ts(deadline);
 
-	ts.tv_sec = (time_t) (deadline / 1000000);
-	ts.tv_nsec = (long) (deadline % 1000000) * 1000;
 	return pthread_mutex_timedlock(&st->pmu, &ts) == 0 ? 0 : STORE_EAGAIN;
 }
 
