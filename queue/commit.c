@@ -151,7 +151,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	if (req->hashes) {
 		claims = xcalloc(n, sizeof(*claims));
 		found = xcalloc(n, sizeof(*found));
-		(void) store_claims_get(NULL, t, req->keyhash,	/* a failure is t's */
+		(void) store_claims_get(NULL, t, req->msg.keyhash,	/* a failure is t's */
 					(const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n, now,
 					claims, found);
 	}
@@ -159,7 +159,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	if (req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_PARTIAL)
 		for (i = 0; i < n; i++)		/* answered with these claims' QIDs */
 			if (req->claimed[i])
-				store_txn_replay(t, req->keyhash, req->hashes[i]);
+				store_txn_replay(t, req->msg.keyhash, req->hashes[i]);
 	if (req->outcome != COMMIT_QUEUED && req->outcome != COMMIT_PARTIAL)
 		goto out;
 
@@ -171,8 +171,6 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	req->msg.n_rcpts = kept;
 	req->msg.accepted = now;
 	req->msg.has_key = req->hashes != NULL;	/* what its story starts from */
-	if (req->hashes)
-		memcpy(req->msg.keyhash, req->keyhash, STORE_HASH_LEN);
 	req->msg.ttl = req->ttl;
 	store_txn_msg_put(t, &req->msg);
 	free(req->msg.rcpts);
@@ -190,7 +188,7 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 		/* shadow mode keeps the first claim, so the duplicate rate stays measurable */
 		if (found[i] && (req->shadow || !req->mismatch_accept))
 			continue;
-		store_txn_claim_put(t, req->keyhash, req->hashes[i], &claim);
+		store_txn_claim_put(t, req->msg.keyhash, req->hashes[i], &claim);
 	}
 out:
 	free(claims);
@@ -226,7 +224,7 @@ static int commit_batch(struct commit *cm, struct commit_req *batch, struct comm
 
 	for (req = batch; req; req = req->next)
 		if (req->hashes)
-			buf_append(&keys, req->keyhash, STORE_HASH_LEN);
+			buf_append(&keys, req->msg.keyhash, STORE_HASH_LEN);
 	err = store_txn_begin(cm->st, (const uint8_t (*)[STORE_HASH_LEN]) keys.data,
 			      keys.len / STORE_HASH_LEN, &t);
 	buf_free(&keys);

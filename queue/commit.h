@@ -47,11 +47,10 @@ struct commit_req {
 	/* input, owned by the submitter */
 	uint8_t (*hashes)[HASH_LEN];	/* one per msg.rcpts[i]; NULL: no key */
 	uint8_t fingerprint[HASH_LEN];
-	uint8_t keyhash[HASH_LEN];	/* keys_index_hash(key), when hashes is set */
 	int shadow;			/* keys.mode = "shadow" */
 	int mismatch_accept;		/* keys.on_mismatch = "accept" */
 	int64_t ttl;			/* claim lifetime, microseconds */
-	struct store_msg msg;		/* qid preset; the recipients that are new get spooled */
+	struct store_msg msg;		/* qid, keyhash with hashes preset; new recipients spooled */
 
 	/* output */
 	enum commit_outcome outcome;

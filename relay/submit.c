@@ -299,7 +299,7 @@ static struct submission *submission_new(struct conn *c, const struct smtp_tx *t
 		req->hashes = xcalloc(m->n_rcpts ? m->n_rcpts : 1, sizeof(*req->hashes));
 		for (i = 0; i < m->n_rcpts; i++)	/* filed as the engine told them apart */
 			keys_claim_hash(scope, kr->key, tx->rcpts[i].id, req->hashes[i]);
-		keys_index_hash(kr->key, req->keyhash);
+		keys_index_hash(kr->key, req->msg.keyhash);
 	}
 	return sub;
 }
@@ -323,7 +323,7 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 		return 0;
 	claims = xcalloc(n, sizeof(*claims));
 	found = xcalloc(n, sizeof(*found));
-	if (store_claims_get(c->srv->st, NULL, req->keyhash,
+	if (store_claims_get(c->srv->st, NULL, req->msg.keyhash,
 			     (const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n,
 			     clock_us(), claims, found) == 0) {
 		commit_decide(req, found, claims);
