@@ -98,8 +98,7 @@ struct commit {
 };
 
 /* commit_decide - SPEC section 4's table for one submission */
-void commit_decide(struct commit_req *req, const int *found,
-		   const struct store_claim *claims)
+void commit_decide(struct commit_req *req, const struct store_claim *claims)
 {
 	size_t i, n = req->msg.n_rcpts;
 	size_t n_found = 0;
@@ -113,7 +112,7 @@ void commit_decide(struct commit_req *req, const int *found,
 		return;
 	}
 	for (i = 0; i < n; i++) {
-		if (!found[i])
+		if (claims[i].qid[0] == '\0')	/* none live (store_claims_get) */
 			continue;
 		n_found++;
 		req->claimed[i] = 1;
@@ -124,7 +123,7 @@ void commit_decide(struct commit_req *req, const int *found,
 		req->outcome = COMMIT_QUEUED;
 		return;
 	}
-	for (i = 0; i < n && !found[i]; i++)
+	for (i = 0; i < n && claims[i].qid[0] == '\0'; i++)
 		 /* void */ ;
 	strcpy(req->orig_qid, claims[mismatch >= 0 ? (size_t) mismatch : i].qid);
 	if (req->shadow || (mismatch >= 0 && req->mismatch_accept)) {
@@ -146,16 +145,14 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	size_t i, n = req->msg.n_rcpts, kept = 0;
 	struct store_claim *claims = NULL, claim;
 	struct store_rcpt *all = req->msg.rcpts;
-	int *found = NULL;
 
 	if (req->hashes) {
 		claims = xcalloc(n, sizeof(*claims));
-		found = xcalloc(n, sizeof(*found));
 		(void) store_claims_get(NULL, t, req->msg.keyhash,	/* a failure is t's */
 					(const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n, now,
-					claims, found);
+					claims);
 	}
-	commit_decide(req, found, claims);
+	commit_decide(req, claims);
 	if (req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_PARTIAL)
 		for (i = 0; i < n; i++)		/* answered with these claims' QIDs */
 			if (req->claimed[i])
@@ -186,13 +183,12 @@ static void commit_one(struct store_txn *t, struct commit_req *req, int64_t now)
 	claim.expires = now + req->ttl;
 	for (i = 0; i < n; i++) {
 		/* shadow mode keeps the first claim, so the duplicate rate stays measurable */
-		if (found[i] && (req->shadow || !req->mismatch_accept))
+		if (claims[i].qid[0] != '\0' && (req->shadow || !req->mismatch_accept))
 			continue;
 		store_txn_claim_put(t, req->msg.keyhash, req->hashes[i], &claim);
 	}
 out:
 	free(claims);
-	free(found);
 }
 
 /*

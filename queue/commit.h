@@ -94,11 +94,10 @@ void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
 
 /*
  * commit_decide - the acceptance rules of SPEC section 4 for one request,
- * given its claims as found (found[i], claims[i]). Shared by the writer
- * and the event loop's read-only fast path for duplicates. Sets outcome,
- * orig_qid, claimed[] and shadow_hit.
+ * given its claims as found (claims[i], an empty QID where none is live)
+ * Shared by the writer and the event loop's read-only fast path for
+ * duplicates. Sets outcome, orig_qid, claimed[] and shadow_hit.
  */
-void commit_decide(struct commit_req *req, const int *found,
-		   const struct store_claim *claims);
+void commit_decide(struct commit_req *req, const struct store_claim *claims);
 
 #endif

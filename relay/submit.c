@@ -315,22 +315,19 @@ static int fast_duplicate(struct conn *c, struct commit_req *req)
 {
 	size_t n = req->msg.n_rcpts;
 	struct store_claim *claims;
-	int *found;
 	int answered = 0;
 
 	if (req->hashes == NULL || req->shadow
 	    || !(store_caps(c->srv->st) & STORE_CAP_LOCAL_READS))
 		return 0;
 	claims = xcalloc(n, sizeof(*claims));
-	found = xcalloc(n, sizeof(*found));
 	if (store_claims_get(c->srv->st, NULL, req->msg.keyhash,
 			     (const uint8_t (*)[STORE_HASH_LEN]) req->hashes, n,
-			     clock_us(), claims, found) == 0) {
-		commit_decide(req, found, claims);
+			     clock_us(), claims) == 0) {
+		commit_decide(req, claims);
 		answered = req->outcome == COMMIT_DUPLICATE || req->outcome == COMMIT_MISMATCH;
 	}
 	free(claims);
-	free(found);
 	return answered;
 }
 

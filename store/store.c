@@ -77,15 +77,14 @@ int store_upkeep(struct store *st)
  */
 int store_claims_get(struct store *st, struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-		     struct store_claim *claims, int *found)
+		     struct store_claim *claims)
 {
 	if (t ? t->err != 0 : !(OPS(st)->caps & STORE_CAP_LOCAL_READS))
 		return t ? t->err : STORE_EINVAL;
 	if (n == 0)
 		return 0;
 	memset(claims, 0, n * sizeof(*claims));
-	memset(found, 0, n * sizeof(*found));
-	return (t ? TOPS(t) : OPS(st))->claims_get(st, t, keyhash, hashes, n, now, claims, found);
+	return (t ? TOPS(t) : OPS(st))->claims_get(st, t, keyhash, hashes, n, now, claims);
 }
 
 int store_txn_begin(struct store *st, const uint8_t (*keys)[STORE_HASH_LEN], size_t n,

@@ -178,7 +178,7 @@ const char *store_strerror(int err);
 /*
  * store_claims_get - look n claims of a key up (a claim is filed under
  * its key's index hash, then its own hash; live as store_rule.c says).
- * found[i] is set to 1 and claims[i] filled for each live claim, 0
+ * claims[i] is filled for each live claim, and zeroed (an empty QID)
  * otherwise. t: inside that write transaction, seeing its own writes,
  * a failure being its sticky error (st is not used). t NULL: in a read
  * transaction of st's own, which never waits for the writer; only with
@@ -187,7 +187,7 @@ const char *store_strerror(int err);
  */
 int store_claims_get(struct store *st, struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 		     const uint8_t (*hashes)[STORE_HASH_LEN], size_t n, int64_t now,
-		     struct store_claim *claims, int *found);
+		     struct store_claim *claims);
 
 /*
  * write transactions: begin, steps with sticky error, commit (fsync) or

@@ -122,7 +122,7 @@ static int claim_live(struct lmdb_store *st, MDB_txn *txn, const uint8_t keyhash
  */
 int lmdb_claims_get(struct store *base, struct store_txn *tb,
 		    const uint8_t keyhash[STORE_HASH_LEN], const uint8_t (*hashes)[STORE_HASH_LEN],
-		    size_t n, int64_t now, struct store_claim *claims, int *found)
+		    size_t n, int64_t now, struct store_claim *claims)
 {
 	struct lmdb_txn *t = (struct lmdb_txn *) tb;
 	struct lmdb_store *st = t ? t->st : (struct lmdb_store *) base;
@@ -136,7 +136,6 @@ int lmdb_claims_get(struct store *base, struct store_txn *tb,
 		return err;
 	for (i = 0; i < n && err == 0; i++) {
 		err = claim_live(st, txn, keyhash, hashes[i], now, claims + i);
-		found[i] = err == 0;
 		if (err == STORE_ENOTFOUND)
 			err = 0;
 	}

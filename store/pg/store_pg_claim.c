@@ -290,7 +290,7 @@ static int txn_queued(void *arg, const char *qid)
 /* store_pg_claims_get - claims from tb's cache, reading their key first if not read yet */
 int store_pg_claims_get(struct store *base, struct store_txn *tb,
 			const uint8_t keyhash[STORE_HASH_LEN], const uint8_t (*hashes)[STORE_HASH_LEN],
-			size_t n, int64_t now, struct store_claim *claims, int *found)
+			size_t n, int64_t now, struct store_claim *claims)
 {
 	struct pg_txn *t = (struct pg_txn *) tb;
 	struct txn_claim tc = { t, 0 };
@@ -303,7 +303,7 @@ int store_pg_claims_get(struct store *base, struct store_txn *tb,
 	for (i = 0; i < n && t->base.err == 0; i++)
 		if ((e = cache_find(t, keyhash, hashes[i])) != NULL) {
 			tc.queued = e->queued;
-			if ((found[i] = store_claim_live(&e->c, now, txn_queued, &tc) == 1))
+			if (store_claim_live(&e->c, now, txn_queued, &tc) == 1)
 				claims[i] = e->c;
 		}
 	return t->base.err;

@@ -152,15 +152,15 @@ static inline void reroute_then_defer(struct store *st, struct store *changer, c
  */
 static inline int claims_of(struct store *st, const uint8_t keyhash[STORE_HASH_LEN],
 			    const uint8_t (*h)[STORE_HASH_LEN], size_t n, int64_t now,
-			    struct store_claim *c, int *found)
+			    struct store_claim *c)
 {
 	struct store_txn *t;
 	int rc;
 
 	if (store_caps(st) & STORE_CAP_LOCAL_READS)
-		return store_claims_get(st, NULL, keyhash, h, n, now, c, found);
+		return store_claims_get(st, NULL, keyhash, h, n, now, c);
 	if ((rc = store_txn_begin(st, (const uint8_t (*)[STORE_HASH_LEN]) keyhash, 1, &t)) == 0) {
-		rc = store_claims_get(st, t, keyhash, h, n, now, c, found);
+		rc = store_claims_get(st, t, keyhash, h, n, now, c);
 		txn_abort(t);
 	}
 	return rc;
@@ -170,12 +170,11 @@ static inline int claims_of(struct store *st, const uint8_t keyhash[STORE_HASH_L
 static inline int claim_in(struct store_txn *t, const uint8_t keyhash[STORE_HASH_LEN],
 			   const uint8_t hash[STORE_HASH_LEN], int64_t now, struct store_claim *c)
 {
-	int found = 0, rc;
+	int rc;
 
 	memset(c, 0, sizeof(*c));
-	rc = store_claims_get(NULL, t, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) hash, 1, now,
-			      c, &found);
-	return rc != 0 ? rc : found ? 0 : STORE_ENOTFOUND;
+	rc = store_claims_get(NULL, t, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) hash, 1, now, c);
+	return rc != 0 ? rc : c->qid[0] != '\0' ? 0 : STORE_ENOTFOUND;
 }
 
 /* claim_found_under - 1 live, 0 absent, for a claim filed under keyhash; fails on an error */
@@ -184,15 +183,14 @@ static inline int claim_found_under(struct store *st, const uint8_t keyhash[STOR
 {
 	uint8_t h[1][STORE_HASH_LEN];
 	struct store_claim c;
-	int found = -1, rc;
+	int rc;
 
 	hash_of(h[0], hash);
-	if ((rc = claims_of(st, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c,
-			    &found)) != 0)
+	if ((rc = claims_of(st, keyhash, (const uint8_t (*)[STORE_HASH_LEN]) h, 1, now, &c)) != 0)
 		fail_msg("claims_get(%d): got %d (%s), want 0", hash, rc, store_strerror(rc));
 	if (out)
 		*out = c;
-	return found;
+	return c.qid[0] != '\0';
 }
 
 /* claim_found - the same under KH */

@@ -234,7 +234,7 @@ static void test_corrupt_records(void **state)
 	struct store_claim c, claims[2];
 	struct list_acc a;
 	uint8_t h[2][STORE_HASH_LEN], ck[2 * STORE_HASH_LEN], *orphan;
-	int found[2], hash = 1;
+	int hash = 1;
 	MDB_env *env;
 	char qid[STORE_QID_SIZE];
 	size_t orphan_len;
@@ -266,7 +266,7 @@ static void test_corrupt_records(void **state)
 	hash_of(h[0], 1);
 	CHECK_INT("claims_get with a corrupt one",
 		  store_claims_get(f->st, NULL, KH, (const uint8_t (*)[STORE_HASH_LEN]) h, 2, NOW,
-				   claims, found),
+				   claims),
 		  STORE_EINVAL);
 	CHECK_INT("good claim alone", claim_found(f->st, 1, NOW, NULL), 1);
 	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
