@@ -94,7 +94,7 @@ void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
 
 /*
  * commit_decide - the acceptance rules of SPEC section 4 for one request,
- * given its claims as found (claims[i], an empty QID where none is live)
+ * given its claims as found (claims[i], an empty QID where none is live).
  * Shared by the writer and the event loop's read-only fast path for
  * duplicates. Sets outcome, orig_qid, claimed[] and shadow_hit.
  */
