@@ -80,9 +80,10 @@ $(B)/conf_default.o: $(B)/conf_default.c
 # the recipient identities the engine computes, test_store_pg_runs the
 # key comparisons (strcmp) of a batch's runs, test_store_pg_slots those
 # of a batch of claims chosen to collide, test_tls_client the loads of
-# the CA stores and the clock that ages them. A test may include
-# a source file to reach its static functions (test_control): what it
-# includes is a dependency (its .d file), never compiled again.
+# the CA stores, the clock that ages them and the uid they are loaded
+# under. A test may include a source file to reach its static
+# functions (test_control): what it includes is a dependency (its .d
+# file), never compiled again.
 test_anvil_LDFLAGS = -Wl,--wrap=hash_slot
 test_deliver_admit_LDFLAGS = -Wl,--wrap=deliver_rate_admit -Wl,--wrap=deliver_rate_check
 test_deliver_reload_LDFLAGS = -Wl,--wrap=deliver_retry_settings
@@ -93,7 +94,7 @@ test_store_pg_settle_LDFLAGS = -Wl,--wrap=pthread_mutex_lock -Wl,--wrap=store_pg
 test_store_pg_runs_LDFLAGS = -Wl,--wrap=strcmp
 test_store_pg_slots_LDFLAGS = -Wl,--wrap=strcmp
 test_tls_client_LDFLAGS = -Wl,--wrap=X509_STORE_load_file -Wl,--wrap=X509_STORE_load_path \
-	-Wl,--wrap=X509_STORE_set_default_paths -Wl,--wrap=clock_mono_us
+	-Wl,--wrap=X509_STORE_set_default_paths -Wl,--wrap=clock_mono_us -Wl,--wrap=geteuid
 $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $($*_LDFLAGS) -o $@ $< $(filter %.a,$^) $(LDLIBS) -lcmocka

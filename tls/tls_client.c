@@ -34,8 +34,11 @@
  *	locks lookups in it, so threads verify against it at once), and
  *	loaded again after a minute, so that edits to the CA files and the
  *	system's updates still reach new connections, as they reach
- *	Postfix's reused smtp(8) processes. Nothing of a connection is in
- *	the store: the host name is in the context's verify parameters.
+ *	Postfix's reused smtp(8) processes; and again under another
+ *	effective uid: the start-up check loads it as root, and a tls_ca
+ *	that the user the daemon drops to cannot read must defer the first
+ *	delivery. Nothing of a connection is in the store: the host name is
+ *	in the context's verify parameters.
  *
  *	Pins (upstream.tls_fingerprint) replace OpenSSL's whole chain check
  *	through the context's certificate verify callback, so a self-signed
@@ -55,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -182,6 +186,7 @@ struct tls_ca {
 	char *ca;			/* owned; NULL: the system store */
 	X509_STORE *store;		/* one reference; each context holds its own; NULL: failed */
 	int64_t loaded;			/* clock_mono_us() */
+	uid_t euid;			/* geteuid() it was loaded under */
 	struct tls_ca *next;
 };
 
@@ -214,10 +219,15 @@ static X509_STORE *tls_ca_load(const char *ca, char *err, size_t errlen)
 	return NULL;
 }
 
-/* tls_ca_store - a reference to ca's store, loaded again when older than TLS_CA_AGE */
+/*
+ * tls_ca_store - a reference to ca's store, loaded again when older than
+ * TLS_CA_AGE or loaded under another effective uid (what root could read,
+ * the user the daemon drops to may not)
+ */
 static X509_STORE *tls_ca_store(const char *ca, char *err, size_t errlen)
 {
 	int64_t now = clock_mono_us();
+	uid_t euid = geteuid();
 	X509_STORE *store;
 	struct tls_ca *e;
 
@@ -231,10 +241,11 @@ static X509_STORE *tls_ca_store(const char *ca, char *err, size_t errlen)
 		tls_cas = e;
 	}
 	/* loaded under the lock: once, however many deliveries want it at that moment */
-	if (e->store == NULL || now - e->loaded >= TLS_CA_AGE) {
+	if (e->store == NULL || now - e->loaded >= TLS_CA_AGE || e->euid != euid) {
 		X509_STORE_free(e->store);	/* the contexts that hold it keep it */
 		e->store = tls_ca_load(ca, err, errlen);
 		e->loaded = now;
+		e->euid = euid;
 	}
 	if ((store = e->store) != NULL)
 		X509_STORE_up_ref(store);	/* the context's (an atomic add) */

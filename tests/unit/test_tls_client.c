@@ -2,8 +2,9 @@
  * test_tls_client - the client TLS context of tls/tls_client.c, and its
  * trust stores: loaded once per CA source and shared by the contexts (the
  * loads counted with ld's --wrap), again after a minute (the clock moved
- * by the same means), and verifying through the shared store with
- * tls_client_connect() against an in-process server. (The handshake
+ * by the same means) and under another effective uid, and verifying
+ * through the shared store with tls_client_connect() against an
+ * in-process server. (The handshake
  * through the bridge in test_deliver_bridge.c; STARTTLS, AUTH and the
  * rest end to end, in tests/e2e/cases_upstream_tls.py.)
  */
@@ -159,17 +160,20 @@ static void test_ctx_host(void **state)
 }
 
 /*
- * ld --wrap: the CA stores tls_client.c loads, and its clock, moved on by
- * ahead_us and standing still at frozen_us when that is set, so that the
- * time the loads and contexts take (valgrind's too) ages no store
+ * ld --wrap: the CA stores tls_client.c loads; its clock, moved on by
+ * ahead_us, and standing still at frozen_us when that is set, so that
+ * the time the loads and contexts take (valgrind's too) ages no store;
+ * and its effective uid, euid_as when that is set
  */
 static int loads;
 static int64_t ahead_us, frozen_us;
+static uid_t euid_as = (uid_t) -1;
 
 int __real_X509_STORE_load_file(X509_STORE *st, const char *file);
 int __real_X509_STORE_load_path(X509_STORE *st, const char *dir);
 int __real_X509_STORE_set_default_paths(X509_STORE *st);
 int64_t __real_clock_mono_us(void);
+uid_t __real_geteuid(void);
 
 int __wrap_X509_STORE_load_file(X509_STORE *st, const char *file)
 {
@@ -192,6 +196,11 @@ int __wrap_X509_STORE_set_default_paths(X509_STORE *st)
 int64_t __wrap_clock_mono_us(void)
 {
 	return (frozen_us ? frozen_us : __real_clock_mono_us()) + ahead_us;
+}
+
+uid_t __wrap_geteuid(void)
+{
+	return euid_as != (uid_t) -1 ? euid_as : __real_geteuid();
 }
 
 #define MINUTE_US	(60 * 1000000LL)
@@ -226,7 +235,7 @@ static X509 *cert_new(EVP_PKEY *key, const char *cn, int ca, X509 *issuer, EVP_P
 
 /* the CA as a file and as a c_rehash directory, a certificate it signed, and one it did not */
 static char ca_dir[] = "/tmp/test_tls_client.XXXXXX";
-static char ca_file[64], ca_hashed[64];
+static char ca_file[64], ca_hashed[64], ca_root[64];
 static X509 *signed_crt, *other_crt;
 static EVP_PKEY *server_key;
 
@@ -248,6 +257,7 @@ static int ca_setup(void **state)
 	assert_non_null(mkdtemp(ca_dir));
 	snprintf(ca_file, sizeof(ca_file), "%s/ca.pem", ca_dir);
 	snprintf(ca_hashed, sizeof(ca_hashed), "%s/hashed", ca_dir);
+	snprintf(ca_root, sizeof(ca_root), "%s/root.pem", ca_dir);	/* test_ca_uid's */
 	assert_int_equal(mkdir(ca_hashed, 0700), 0);
 	assert_non_null(f = fopen(ca_file, "w"));
 	assert_true(PEM_write_X509(f, ca));
@@ -277,6 +287,7 @@ static int ca_teardown(void **state)
 	}
 	rmdir(ca_hashed);
 	unlink(ca_file);
+	unlink(ca_root);
 	rmdir(ca_dir);
 	X509_free(signed_crt);
 	X509_free(other_crt);
@@ -385,6 +396,66 @@ static void test_ca_shared(void **state)
 }
 
 /*
+ * test_ca_uid - a store loaded under another effective uid is loaded
+ * again: the start-up check runs as root, the deliveries after the
+ * privilege drop, and a tls_ca root alone can read must defer the first
+ * of them, not serve them from root's store for a minute
+ */
+static void test_ca_uid(void **state)
+{
+	const char *sources[] = {NULL, ca_file, ca_hashed};
+	struct conf_upstream u = {.tls_verify = 1};
+	char err[256];
+	SSL_CTX *ctx, *later;
+	FILE *f;
+	size_t s;
+
+	(void) state;
+	frozen_us = __real_clock_mono_us();
+	for (s = 0; s < 3; s++) {
+		ahead_us += MINUTE_US;	/* what earlier tests loaded is old now */
+		loads = 0;
+		euid_as = 0;
+		ctx = ctx_for(sources[s]);
+		euid_as = 65534;
+		later = ctx_for(sources[s]);
+		if (SSL_CTX_get_cert_store(later) == SSL_CTX_get_cert_store(ctx))
+			fail_msg("%s: uid 65534 was given uid 0's store",
+				 sources[s] ? sources[s] : "system");
+		assert_int_equal(loads, 2);
+		SSL_CTX_free(later);
+		later = ctx_for(sources[s]);	/* and keeps its own */
+		assert_int_equal(loads, 2);
+		SSL_CTX_free(later);
+		SSL_CTX_free(ctx);
+	}
+	euid_as = (uid_t) -1;
+	frozen_us = 0;
+
+	/* a file mode 0600 root, loaded by root: refused at once to the uid the daemon drops to */
+	if (__real_geteuid() != 0) {
+		print_message("test_ca_uid: not root: skipped a tls_ca only root can read\n");
+		return;
+	}
+	assert_non_null(f = fopen(ca_root, "w"));
+	assert_true(PEM_write_X509(f, signed_crt));
+	fclose(f);
+	assert_int_equal(chmod(ca_root, 0600), 0);
+	assert_int_equal(chmod(ca_dir, 0711), 0);
+	u.tls_ca = ca_root;
+	ctx = ctx_for(ca_root);
+	assert_int_equal(seteuid(65534), 0);
+	later = tls_client_ctx_conf(&u, err, sizeof(err));
+	assert_int_equal(seteuid(0), 0);
+	chmod(ca_dir, 0700);
+	SSL_CTX_free(ctx);
+	if (later != NULL)
+		fail_msg("%s unreadable to uid 65534, and it had a context", ca_root);
+	if (strncmp(err, "upstream.tls_ca ", 16) != 0 || strstr(err, "Permission denied") == NULL)
+		fail_msg("%s unreadable to uid 65534: \"%s\", want the reason", ca_root, err);
+}
+
+/*
  * test_ca_verifies - contexts sharing a store (a file's, a directory's)
  * accept the certificate its CA signed and refuse another, each checking
  * its own host name
@@ -423,6 +494,7 @@ int main(void)
 		cmocka_unit_test(test_digests),
 		cmocka_unit_test(test_ctx_conf),
 		cmocka_unit_test(test_ca_shared),
+		cmocka_unit_test(test_ca_uid),
 		cmocka_unit_test(test_ca_verifies),
 	};
 
