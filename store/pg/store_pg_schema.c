@@ -127,6 +127,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../util/buf.h"
 #include "../../util/log.h"
@@ -134,7 +135,7 @@
 
 /* drop_due_10()'s longest wait for the transactions that use messages */
 #define DUE_DROP_WAIT	"'3s'"
-/* a migration's longest wait for another transaction's lock (patient()) */
+/* a migration's longest wait for another transaction's lock */
 #define MIGRATION_WAIT	"'10s'"
 #define DUE_KEPT	"the index schema 11 replaced (messages_due) stays, dropped at a later start"
 
@@ -285,21 +286,27 @@ static void drop_due_10(struct pg_store *st, PGconn *c)
 }
 
 /*
- * patient - statements on c waited for as long as they take: a migration
- * building an index over a large table outlasts a statement's limit
- * (store_pg_wire.c), and cut there it rolled back at every start; a
- * start behind it waits for the schema lock as long. A migration's wait
- * for another transaction's lock is bounded (MIGRATION_WAIT), as the cut
- * bounded it; a server gone is still noticed (TCP keepalive and user
- * timeout, store_pg.c)
+ * schema_lock - the schema lock, asked for once a second, each time
+ * within a statement's limit: a start behind another node's migration
+ * waits as long as that takes, and fails at the limit if the server
+ * stops answering (a hung server still answers TCP keepalives)
  */
-static int patient(struct pg_store *st, PGconn *c, const char *sql, const char *what)
+static int schema_lock(struct pg_store *st, PGconn *c)
 {
-	PGresult *r = PQexec(c, sql);
-	int err = store_pg_result(st, c, r, what);
+	PGresult *r;
+	int rc, got, waits = 0;
 
-	PQclear(r);
-	return err;
+	while ((rc = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" PG_SCHEMA_LOCK ")", NULL,
+				   &r, "schema lock")) == 0) {
+		got = store_pg_int(r, 0, 0);
+		PQclear(r);
+		if (got)
+			break;
+		if (!waits++)
+			msg_info("store: waiting for another node's PostgreSQL schema migration");
+		sleep(1);
+	}
+	return rc;
 }
 
 /*
@@ -312,10 +319,10 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 {
 	struct buf sql = BUF_INIT;
 	char what[64];
+	PGresult *r;
 	int version, rc;
 
-	if ((!client && (rc = patient(st, c, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK ")",
-				      "schema lock")) != 0)
+	if ((!client && (rc = schema_lock(st, c)) != 0)
 	    || (rc = schema_version(st, c, &version)) != 0) {
 		snprintf(err, errlen, "store: cannot read the schema version: %s",
 			 PQerrorMessage(c)[0] ? PQerrorMessage(c) : store_strerror(rc));
@@ -335,13 +342,24 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 			 "start a node to upgrade it", version, PG_SCHEMA_VERSION);
 		return STORE_ENOTFOUND;
 	}
+	if (version < PG_SCHEMA_VERSION)	/* said first: a migration has no limit */
+		msg_info("store: PostgreSQL schema at version %d, migrating to version %d", version,
+			 PG_SCHEMA_VERSION);
 	for (; version < PG_SCHEMA_VERSION; version++) {
-		/* the migration and the version it reaches, in one transaction */
+		/*
+		 * the migration and the version it reaches, in one transaction,
+		 * with no limit (an index built over a large table outlasts it, and
+		 * cut it rolled back at every start); its waits for other
+		 * transactions' locks last MIGRATION_WAIT at most
+		 */
 		buf_reset(&sql);
 		buf_printf(&sql, "SET LOCAL lock_timeout = " MIGRATION_WAIT ";%s;UPDATE "
 			   "idemrelay_schema SET version = %d", migrations[version], version + 1);
 		snprintf(what, sizeof(what), "schema migration to version %d", version + 1);
-		if ((rc = patient(st, c, sql.data, what)) != 0) {
+		r = PQexec(c, sql.data);
+		rc = store_pg_result(st, c, r, what);
+		PQclear(r);
+		if (rc != 0) {
 			snprintf(err, errlen, "store: schema migration to version %d failed: %s",
 				 version + 1, store_strerror(rc));
 			buf_free(&sql);

@@ -953,6 +953,8 @@ def test_nodes_renewal_during_commit(t):
 SCHEMA_LOCK = pg_lock_key("schema")
 SCHEMA_LOCK_ROWS = ("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) "
                     "FROM pg_locks l WHERE " + pg_lock_row(SCHEMA_LOCK))
+# a start's word that it waits for the schema lock (asked for once a second)
+WAITS = "waiting for another node's PostgreSQL schema migration"
 
 
 @case(timeout=90, stores=PG_ONLY)
@@ -1005,8 +1007,9 @@ def test_nodes_start_upgrades_older_schema(t):
         threads = [threading.Thread(target=start, args=(d,), daemon=True) for d in (a, b)]
         for th in threads:
             th.start()
-        wait_until(lambda: failed or pg.sql(SCHEMA_LOCK_ROWS, db) == "1|2", 20,
-                   "both nodes to wait for the schema lock")
+        wait_until(lambda: failed or all(WAITS in d.log().rsplit("=== e2e: start", 1)[-1]
+                                         for d in (a, b)), 20,
+                   "both nodes to wait for the schema lock (%r)" % WAITS)
         eq(failed, [], "nodes that exited at their start on the older schema")
     finally:
         holder.stdin.close()            # psql ends: its session's lock goes

@@ -5,9 +5,14 @@
  * queue and on young tables; a version 1 schema upgraded; one of version
  * 10 whose reads go on while migration 11 builds its index, with no
  * deadlock beside a node of version 10, and its drop of the old index
- * bounded. Skipped without IDEMRELAY_PG_URL. store_pg_schema.c is
- * included for its migrations' texts, which build the old schemas.
+ * bounded; a migration past a statement's limit, and a start waiting for
+ * it that fails within the limit when the server hangs. Skipped without
+ * IDEMRELAY_PG_URL. store_pg_schema.c is included for its migrations'
+ * texts, which build the old schemas.
  */
+#include <dirent.h>
+#include <signal.h>
+
 #include "test_store_pg_fx.h"
 #include "../../store/pg/store_pg_schema.c"
 
@@ -660,6 +665,115 @@ static void test_schema_migration_past_limit(void **state)
 	migrated_11(g, th, old);	/* the migrating start's: past the limit too */
 }
 
+/* parent_of - pid's parent, from /proc; 0 if it is not on this machine */
+static int parent_of(int pid)
+{
+	char path[64], line[512], *p;
+	FILE *fp;
+	int ppid = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((fp = fopen(path, "r")) == NULL)
+		return 0;
+	if (fgets(line, sizeof(line), fp) != NULL && (p = strrchr(line, ')')) != NULL)
+		(void) sscanf(p + 2, "%*c %d", &ppid);
+	fclose(fp);
+	return ppid;
+}
+
+/*
+ * freeze - sig (SIGSTOP, SIGCONT) to the server of backend, its postmaster
+ * first, then every backend and helper of it (as tests/pg/cluster.py's
+ * freeze); 0, or -1 if the server is not on this machine (the process of
+ * that pid is no postgres) or not ours
+ */
+static int freeze(int backend, int sig)
+{
+	int post = parent_of(backend), pid;
+	char path[64], name[32] = "";
+	struct dirent *e;
+	FILE *fp;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", post);
+	if ((fp = fopen(path, "r")) != NULL) {
+		if (fgets(name, sizeof(name), fp) == NULL)
+			name[0] = 0;
+		fclose(fp);
+	}
+	if (post <= 1 || strncmp(name, "postgres", 8) != 0 || kill(post, sig) != 0
+	    || (d = opendir("/proc")) == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if ((pid = atoi(e->d_name)) > 0 && parent_of(pid) == post)
+			(void) kill(pid, sig);
+	closedir(d);
+	return 0;
+}
+
+/*
+ * test_schema_lock_frozen - a start that waits for the schema lock (held
+ * by another session, as by a node migrating) while the server hangs (its
+ * processes stopped; the kernel still answers TCP keepalives) fails
+ * within the limit (here 1 s) with a reason, and said that it waited.
+ * It waited in pg_advisory_lock with no limit (d668bd1), nothing logged,
+ * until the server came back.
+ */
+static void test_schema_lock_frozen(void **state)
+{
+	struct fx *f = *state;
+	struct migrator g = { .url = f->url };
+	PGconn *h = PQconnectdb(f->url);
+	PGresult *r = PQexec(h, "SELECT pg_advisory_lock(" PG_SCHEMA_LOCK "); SELECT 1");
+	char text[8192], q[192];
+	struct timespec ts;
+	pthread_t th;
+	int64_t t0, took;
+	int fd, seen, frozen, ended;
+	FILE *tmp;
+
+	CHECK_INT("the holder's lock", PQresultStatus(r), PGRES_TUPLES_OK);
+	PQclear(r);
+	hook_fx = f;
+	result_us = SEC;
+	sem_init(&g.done, 0, 0);
+	fd = log_capture(&tmp);
+	assert_int_equal(pthread_create(&th, NULL, migrator_run, &g), 0);
+	snprintf(q, sizeof(q), "SELECT count(*) FROM pg_stat_activity WHERE pid NOT IN "
+		 "(pg_backend_pid(), %d) AND query LIKE '%%advisory_lock(hashtextextended(%%'",
+		 PQbackendPID(h));
+	seen = seen_within(q);
+	frozen = seen ? freeze(PQbackendPID(h), SIGSTOP) : -1;
+	t0 = clock_mono_us();
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 8;
+	ended = frozen == 0 && sem_timedwait(&g.done, &ts) == 0;
+	took = clock_mono_us() - t0;
+	if (frozen == 0)
+		(void) freeze(PQbackendPID(h), SIGCONT);
+	r = PQexec(h, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")");
+	PQclear(r);
+	PQfinish(h);
+	if (!ended)
+		(void) sem_wait(&g.done);	/* the lock released: it ends */
+	pthread_join(th, NULL);
+	log_captured(fd, tmp, text, sizeof(text));
+	result_us = PG_RESULT_US;
+	if (g.rc == 0)
+		store_close(g.st);
+	CHECK_INT("the start seen at the schema lock", seen, 1);
+	if (frozen != 0)
+		skip();			/* the server is not on this machine */
+	if (!ended)
+		fail_msg("a start at the schema lock, the server frozen: no answer in 8 s "
+			 "(limit 1 s)");
+	if (g.rc == 0 || strstr(g.err, "schema") == NULL)
+		fail_msg("a start at the schema lock, the server frozen: got %d (%s) after "
+			 "%.1f s", g.rc, g.err, (double) took / 1e6);
+	if (strstr(text, "waiting for another node's PostgreSQL schema migration") == NULL)
+		fail_msg("the start did not say that it waited: %s", text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -672,6 +786,7 @@ int main(void)
 		T(test_schema_11_no_deadlock),
 		T(test_schema_11_drop_bounded),
 		T(test_schema_migration_past_limit),
+		T(test_schema_lock_frozen),
 	};
 
 	return PG_RUN("store_pg_schema", tests);
