@@ -356,7 +356,7 @@ static void queue_admin_each(struct store *st, const struct queue_admin_sched *s
 			qids_add(&done, set.q[i], 0);
 		else if (sel->qid)
 			refused(st, out, a, sel->qid, err);
-		else if (err == STORE_ELEASE)
+		else if (a == EACH_DROP && err == STORE_ELEASE)
 			qids_add(&busy, set.q[i], 0);
 		else if (a == EACH_DROP && err != STORE_ENOTFOUND)
 			failed = err;
