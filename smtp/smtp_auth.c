@@ -265,6 +265,8 @@ void smtp_auth_response(struct smtp_session *s, char *line, size_t len)
 /* smtp_session_auth_reply - the auth hook's verdict; resume input */
 void smtp_session_auth_reply(struct smtp_session *s, int ok)
 {
+	size_t mark = s->out.len;
+
 	if (s->state != SMTP_STATE_AUTH_WAIT) {
 		msg_warn("smtp: auth verdict while not waiting for one");
 		return;
@@ -273,15 +275,20 @@ void smtp_session_auth_reply(struct smtp_session *s, int ok)
 		smtp_auth_clear(s);
 		smtp_reply(s, "454 4.7.0 Error: too many AUTH attempts, try again later");
 		smtp_session_resume(s);
-		return;
-	}
-	if (!ok) {
+	} else if (!ok) {
 		smtp_auth_fail(s);
-		return;
+	} else {
+		free(s->user);
+		s->user = s->auth.user;
+		s->auth.user = NULL;
+		smtp_reply(s, "235 2.7.0 Authentication successful");
+		smtp_session_resume(s);
 	}
-	free(s->user);
-	s->user = s->auth.user;
-	s->auth.user = NULL;
-	smtp_reply(s, "235 2.7.0 Authentication successful");
-	smtp_session_resume(s);
+	/*
+	 * the verdict is the reply to the line that carried the credentials:
+	 * given inside the hook, smtp_feed_line() counts it with that line,
+	 * which it still holds; given later, with the line gone, it counts here
+	 */
+	if (s->line.len == 0)
+		smtp_session_count(s, s->out.data + mark, 0);
 }

@@ -36,7 +36,8 @@
  *	whatever its reply (smtpd_junk_command_limit), so a session that
  *	only keeps itself alive ends too. The reply to a line of an AUTH
  *	exchange counts as a command's does, so AUTH's refusals count alike
- *	whether the credentials came with the command or after its 334.
+ *	whether the credentials came with the command or after its 334, and
+ *	the hook's verdict alike whether it came inside the hook or later.
  *	A message accepted (a 2xx at its end) clears both counts. A message
  *	refused (too big, bare CR or LF, by the hook) counts once, whether DATA or BDAT carried it: a message
  *	too big counts at its first 552, which for BDAT may be a chunk's

@@ -718,6 +718,27 @@ def test_auth_failures(t):
 
 
 @case()
+def test_auth_failure_counts_as_error(t):
+    """A failed AUTH's 535, which the checking threads give after the failure
+    delay, counts toward limits.hard_errors as every 4xx and 5xx reply does
+    (idemrelay.conf(5); Postfix counts a failed AUTH as an error), once, as an
+    AUTH refused at once does (a user name no users file can hold)."""
+    sink = t.sink()
+    d = tls_daemon(t, sink, listeners=({"tls": "implicit"},), users={"alice": "secret"},
+                   conf={"limits": {"hard_errors": 3}})
+    too_many = (421, "4.7.0 %s Error: too many errors" % d.conf.get("hostname", "localhost"))
+    for name, ir in (("a wrong password", plain("alice", "wrong")),
+                     ("a name with a space", plain("al ice", "secret"))):
+        with tls_raw(d.port, timeout=20) as c:
+            expect_reply(c.cmd("FROB"), 500, "5.5.2", name)
+            eq(c.cmd("AUTH PLAIN " + ir)[0], 535, name)
+            expect_reply(c.cmd("NOOP"), 250, "2.0.0", "%s: two errors so far" % name)
+            expect_reply(c.cmd("FROB"), 500, "5.5.2", name)
+            eq(c.reply(), too_many, "%s: the third error" % name)
+            eq(c.rest(timeout=5), "", "%s: the connection is closed" % name)
+
+
+@case()
 def test_auth_required_submission(t):
     sink = t.sink()
     d = tls_daemon(t, sink, listeners=({"starttls": "required", "auth": "required"},),

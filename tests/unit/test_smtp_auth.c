@@ -448,6 +448,46 @@ static void test_auth_errors_count(void **state)
 }
 
  /*
+  * A 535 counts toward hard_errors once, whether the hook gave it at once
+  * or later (the relay's checking threads, after the failure delay): with
+  * hard_errors 3, an unknown command, a failed AUTH and a NOOP leave the
+  * session open, and the next unknown command closes it.
+  */
+#define UNKNOWN	"500 5.5.2 Error: command not recognized\r\n"
+
+static void test_auth_failure_counts(void **state)
+{
+	static const char before[] = "XXXX\r\nAUTH PLAIN " PLAIN_WRONG "\r\n", after[] =
+	    "NOOP\r\nXXXX\r\nNOOP\r\n";
+	static const char want[] = GREET UNKNOWN AUTH_NO OK UNKNOWN ERRORS;
+	struct script c = {.name = "a 535 at once", .listener = L_STRICT,
+		.steps = {FEED("XXXX\r\nAUTH PLAIN " PLAIN_WRONG "\r\nNOOP\r\nXXXX\r\nNOOP\r\n")},
+		.want = want, .checks = "PLAIN alice wrong;", .closing = 1};
+	struct fake f;
+	struct smtp_session *s;
+	size_t m, step;
+	int bad = 0;
+
+	(void) state;
+	assert_int_equal(run_scripts(&c, 1), 0);
+	for (m = 0; m < sizeof(feed_modes) / sizeof(feed_modes[0]); m++) {
+		step = feed_modes[m].step;
+		memset(&f, 0, sizeof(f));
+		f.async = 1;
+		s = new_session(&f, L_STRICT);
+		feed_chunks(s, S(before), 0, step);
+		assert_true(smtp_session_waiting(s));
+		smtp_session_auth_reply(s, 0);	/* the 535, later */
+		feed_chunks(s, S(after), 0, step);
+		bad |= check_output(s, "a 535 later", feed_modes[m].how, want);
+		assert_true(smtp_session_closing(s));
+		smtp_session_free(s);
+		buf_free(&f.checks);
+	}
+	assert_int_equal(bad, 0);
+}
+
+ /*
   * The hook answers later: nothing is consumed meanwhile; a 421 due in
   * the meantime comes after the answer.
   */
@@ -594,6 +634,7 @@ int main(void)
 		cmocka_unit_test(test_auth_long_line),
 		cmocka_unit_test(test_auth_async),
 		cmocka_unit_test(test_auth_errors_count),
+		cmocka_unit_test(test_auth_failure_counts),
 		cmocka_unit_test(test_set_tls_misuse),
 		cmocka_unit_test(test_random_input),
 	};
