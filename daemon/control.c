@@ -20,6 +20,7 @@
  *	control: flush
  *	and the actions' lines (queue/queue_admin.c)
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,8 @@ struct control {
 	struct store *st;		/* not owned */
 	struct deliver *dl;		/* not owned */
 	struct dupcount *dc;		/* not owned */
-	struct admin *admin;		/* owned: the thread, the socket */
+	int lfd;			/* owned: the socket, listening, or -1 */
+	struct admin *admin;		/* owned: the thread, a copy of lfd */
 	struct queue_admin_sched sched;	/* the operator's actions' view of dl */
 	int64_t started;
 	int64_t last_persist, last_expire;	/* admin thread only */
@@ -298,37 +300,50 @@ static int control_listen(const char *path)
 	return fd;
 }
 
-/* control_start - the admin thread, with the control socket if configured */
-struct control *control_start(const struct conf *c, struct store *st, struct deliver *dl,
-			      struct dupcount *dc)
+/* control_open - the socket, listening, if configured; nothing served yet */
+struct control *control_open(const struct conf *c)
 {
 	struct control *ctl = xcalloc(1, sizeof(*ctl));
-	int lfd = -1;
 
 	ctl->c = c;
+	ctl->lfd = c->control ? control_listen(c->control) : -1;
+	return ctl;
+}
+
+/* control_start - the admin thread, serving the socket if there is one */
+void control_start(struct control *ctl, struct store *st, struct deliver *dl,
+		   struct dupcount *dc)
+{
+	/* a copy for the thread, which closes it at its stop: this one keeps listening */
+	int lfd = ctl->lfd < 0 ? -1 : fcntl(ctl->lfd, F_DUPFD_CLOEXEC, 0);
+
+	if (ctl->lfd >= 0 && lfd < 0)
+		msg_fatal("control: dup: %m");
 	ctl->st = st;
 	ctl->dl = dl;
 	ctl->dc = dc;
 	ctl->sched = deliver_admin_sched(dl);
 	ctl->started = ctl->last_persist = clock_us();
-	if (c->control) {
-		lfd = control_listen(c->control);
-		msg_info("control socket %s", c->control);
-	}
+	if (ctl->c->control)
+		msg_info("control socket %s", ctl->c->control);
 	ctl->admin = admin_start(lfd, &(struct admin_ops) {
 		.name = "control", .complete = line_complete, .serve = serve,
 		.tick = tick, .tick_ms = TICK_MS, .arg = ctl });
-	return ctl;
 }
 
-/* control_stop - stop, write the last counts, remove the socket */
+/* control_stop - stop serving, write the last counts */
 void control_stop(struct control *ctl)
 {
-	if (ctl == NULL)
-		return;
 	admin_stop(ctl->admin);
 	persist(ctl);
-	if (ctl->c->control)
+}
+
+/* control_close - close and remove the socket */
+void control_close(struct control *ctl)
+{
+	if (ctl->lfd >= 0) {
+		close(ctl->lfd);
 		unlink(ctl->c->control);
+	}
 	free(ctl);
 }

@@ -46,9 +46,20 @@
 
 struct control;
 
-struct control *control_start(const struct conf *c, struct store *st, struct deliver *dl,
-			      struct dupcount *dc);
-void control_stop(struct control *ctl);		/* writes pending counts, joins; NULL-safe */
+/*
+ * control_open() binds the socket before the store is opened, and
+ * control_close() removes it after the store is closed: from the one to
+ * the other a request waits in the socket's backlog until served (from
+ * control_start() to control_stop()) or given up, so that idemrelayctl
+ * never finds no daemon and acts on the store beside one starting or
+ * stopping (where nothing would refuse a drop of a message being
+ * delivered, nor schedule a release written after the queue was read).
+ */
+struct control *control_open(const struct conf *c);
+void control_start(struct control *ctl, struct store *st, struct deliver *dl,
+		   struct dupcount *dc);
+void control_stop(struct control *ctl);		/* writes pending counts, joins */
+void control_close(struct control *ctl);
 
 /* control_socket_check - can the socket be made at path? 0, or -1 with why */
 int control_socket_check(const char *path, char *why, size_t whylen);

@@ -12,9 +12,10 @@
  *
  *	Start-up order: configuration, the checks -t makes (check.h: the
  *	first problem is fatal, in -t's words), store and control
- *	directories, listeners, privilege drop, store, QID seed, delivery
- *	threads, control and metrics, event loop. Shutdown runs it backwards, after the event
- *	loop has answered or aborted every transaction in progress.
+ *	directories, listeners, privilege drop, control socket, store, QID
+ *	seed, delivery threads, control thread and metrics, event loop.
+ *	Shutdown runs it backwards, after the event loop has answered or
+ *	aborted every transaction in progress.
  */
 #include <errno.h>
 #include <grp.h>
@@ -228,6 +229,7 @@ int main(int argc, char **argv)
 	if (cf.user)
 		privdrop(&cf, made);
 	free(made);
+	ctl = control_open(&cf);	/* before the store: control.h says why */
 	if (store_open(&st, &cf, STORE_NODE, err, sizeof(err)) != 0)
 		msg_fatal("%s", err);		/* the store the configuration names */
 	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
@@ -237,7 +239,7 @@ int main(int argc, char **argv)
 	dl = deliver_start(&cf, st, cm, cf.upstream.maildir ? &deliver_maildir : &deliver_esmtp);
 	dc = dupcount_new();		/* the event loop counts, the admin thread writes */
 	server_set_queue(srv, st, cm, dc, &(struct server_delivery) { reload, dl });
-	ctl = control_start(&cf, st, dl, dc);
+	control_start(ctl, st, dl, dc);
 	mx = metrics_start(&cf, st);
 	msg_info("started: store=%s upstream=%s",
 		 store_dir(&cf) ? store_dir(&cf) : store_name(&cf),
@@ -251,6 +253,7 @@ int main(int argc, char **argv)
 	server_free(srv);
 	dupcount_free(dc);
 	store_close(st);
+	control_close(ctl);		/* a request waiting till now is told no reply */
 	msg_info("stopped");
 	conf_free(&cf);
 	return rc;

@@ -1,9 +1,11 @@
 """Operations (issue 5): idemrelayctl against a running daemon, and /metrics."""
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
 import smtplib
 import socket
 import subprocess
@@ -14,6 +16,7 @@ import urllib.error
 import urllib.request
 
 from harness import (BIN, LMDB_ONLY, PG_OUTAGE, base_conf, case, check, eq, free_port, make_msg,
+                     port_open,
                      recv_line, render_conf, run, submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
@@ -614,3 +617,62 @@ def test_ctl_errors_say_what_is_wrong(t):
               "run as root or as the user the daemon runs as" in r.stderr,
               "%s as nobody says what is wrong: %r" % (args[0], r.stderr))
     shutil.rmtree(base, ignore_errors=True)
+
+
+@case(timeout=90)
+def test_ctl_while_daemon_stops(t):
+    """idemrelayctl while the daemon stops: its event loop is done and a
+    delivery still waits for the reply to its final dot. A drop of that
+    message must not be carried out on the store beside the daemon, where
+    the daemon's scheduler cannot refuse it as being delivered (it would be
+    delivered and said dropped): idemrelayctl fails, nothing changes, and
+    the message is recorded sent before the exit."""
+    sink = t.sink()
+    d = ops_daemon(t, sink, {"upstream": {"timeout": "30s"}})
+    qid = submit_ok(d.port, "delay-4-stopping@example.com", make_msg(key="stop-ctl"))
+    wait_until(lambda: sink.events("dot"), 15, "the final dot at the sink")
+    d.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: not port_open(d.port), 5, "the listeners closed after SIGTERM")
+    time.sleep(0.5)                     # the control thread's stop follows the event loop's
+    check(d.running(), "the daemon waits for the dot's reply")
+    r = ctl(d, "--json", "drop", qid, want=1)
+    check("offline" not in r.stdout, "a drop beside the stopping daemon: %r" % r.stdout)
+    eq(d.stop(timeout=30), 0, "exit status after SIGTERM")
+    lines = d.log_lines(qid, "relay=", "status=")
+    check(len(lines) == 1 and "status=sent" in lines[0], "the outcome: %s" % lines)
+    check(not d.log_lines(qid, "removed by the operator"), "said dropped: %s" % d.log_lines(qid))
+
+
+@case(timeout=90, stores=LMDB_ONLY)
+def test_ctl_while_daemon_starts(t):
+    """idemrelayctl while the daemon starts and has not opened its store yet
+    (here held up by a lock on lock.mdb, as a compaction would hold it): a
+    release goes to the daemon, which serves it once started, and is not
+    carried out on the store beside it (a release written after the start
+    read the queue would leave the message unscheduled until a restart)."""
+    sink = t.sink()
+    sink.control(rcpt={"held-start@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "held-start@example.com", make_msg(key="start-ctl"))
+    d.wait_log(qid, "status=deferred")
+    eq(ctl_json(d, "hold", qid)["held"], [qid], "hold")
+    eq(d.stop(), 0, "exit status")
+    lock = os.open(os.path.join(d.store, "lock.mdb"), os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with open(d.log_path, "ab") as logf:
+            d.proc = subprocess.Popen([BIN, "-c", d.conf_path], cwd=d.dir,
+                                      stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        d.stopped = False
+        wait_until(lambda: port_open(d.port), 10, "the listeners bound")
+        time.sleep(0.5)
+        r = subprocess.Popen([CTL, "-c", d.conf_path, "--json", "release", qid],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+    finally:
+        os.close(lock)
+    out, err = r.communicate(timeout=30)
+    eq(r.returncode, 0, "release during the start: %r %r" % (out, err))
+    j = json.loads(out)
+    eq((j["released"], j.get("offline")), ([qid], None), "release during the start")
+    wait_until(lambda: "started: " in d.log(), 10, "the daemon started")
