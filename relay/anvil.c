@@ -52,7 +52,7 @@ struct anvil {
 	int count, rate, auth_rate, prefix;
 };
 
-/* anvil_new - an empty table, counting nothing until anvil_set() */
+/* anvil_new - an empty table; anvil_set() gives it the limits and the prefix before a client */
 struct anvil *anvil_new(void)
 {
 	return xcalloc(1, sizeof(struct anvil));
@@ -138,7 +138,7 @@ enum anvil_verdict anvil_connect(struct anvil *a, const struct sockaddr *sa, con
 	uint8_t key[16];
 
 	*out = NULL;
-	if (exempt || (a->count == 0 && a->rate == 0 && a->auth_rate == 0))
+	if (exempt)
 		return ANVIL_OK;
 	anvil_key(a, sa, key);
 	cl = anvil_find(a, key);

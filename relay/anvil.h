@@ -23,7 +23,8 @@
  *	Password checks: a client has one on the checking threads at a time;
  *	its others wait in line behind it (anvil_auth_begin, anvil_auth_end),
  *	so that one address sending many AUTHs at once cannot take every
- *	checking thread from the others.
+ *	checking thread from the others. So every client but the exempt is
+ *	counted, with every limit off too.
  * DIAGNOSTICS
  *	One warning per episode and client ("ADDR: connection count limit N
  *	exceeded"), until its count falls below the limit, or its minute ends.

@@ -598,11 +598,26 @@ def test_auth_line_left_when_reset(t):
     client, each a user of its own whose hash takes a second or more: one is
     checked while the others wait, then five are reset; of those, only the
     one whose check may have been running already is checked."""
+    auth_line_reset(t, {})
+
+
+@case(timeout=120)
+def test_auth_line_without_client_limits(t):
+    """The same with every per-client limit off (client_connections,
+    client_connection_rate and client_auth_rate 0): a client still has one
+    password check at a time (idemrelay.conf(5), auth), where it had as many
+    as there are checking threads, and the reset ones were checked anyway."""
+    auth_line_reset(t, {"client_connections": 0, "client_connection_rate": 0,
+                        "client_auth_rate": 0})
+
+
+def auth_line_reset(t, limits):
+    """auth_line_reset - test_auth_line_left_when_reset under these limits"""
     sink = t.sink()
     h = run(["openssl", "passwd", "-6", "wrong-anyway"]).stdout.strip()
     slow = h.replace("$6$", "$6$rounds=1000000$", 1)
     d = tls_daemon(t, sink, users=dict({"v%d" % i: slow for i in range(8)}, app="secret"),
-                   conf={"access": {"networks": ["127.0.0.1/32"]}})
+                   conf={"access": {"networks": ["127.0.0.1/32"]}, "limits": limits})
     socks = [tls_from("127.0.0.2", d.port) for _ in range(8)]
     for i, s in enumerate(socks):
         s.sendall(("AUTH PLAIN " + plain("v%d" % i, "wrong") + "\r\n").encode())

@@ -230,6 +230,37 @@ static void test_auth_rate(void **state)
 	anvil_free(a);
 }
 
+/*
+ * With every limit off, a client is still counted: its password checks go
+ * one at a time (idemrelay.conf(5), auth), and the one holding the most
+ * connections is still the one to give one up at limits.connections
+ */
+static void test_limits_off(void **state)
+{
+	struct anvil *a = anvil_new();
+	struct anvil_client *c1, *c2;
+	struct anvil_wait w1, w2;
+	struct sockaddr_storage ss;
+
+	(void) state;
+	anvil_set(a, 0, 0, 0, 64);
+	sa_of("10.0.0.1", &ss);
+	assert_int_equal(anvil_connect(a, (struct sockaddr *) &ss, "a", 0, 0, &c1), ANVIL_OK);
+	assert_int_equal(anvil_connect(a, (struct sockaddr *) &ss, "a", 0, 0, &c2), ANVIL_OK);
+	assert_non_null(c1);
+	assert_ptr_equal(c1, c2);
+	assert_ptr_equal(anvil_top(a), c1);
+	assert_int_equal(anvil_auth_begin(c1, &w1), 1);
+	assert_int_equal(anvil_auth_begin(c2, &w2), 0);	/* behind the first */
+	assert_ptr_equal(anvil_auth_end(c1), &w2);
+	assert_null(anvil_auth_end(c2));
+	anvil_disconnect(a, c1);
+	anvil_disconnect(a, c2);
+	anvil_sweep(a, MIN);
+	assert_int_equal(anvil_clients(a), 0);
+	anvil_free(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -237,6 +268,7 @@ int main(void)
 		cmocka_unit_test(test_chosen_clients),
 		cmocka_unit_test(test_top_and_sweep),
 		cmocka_unit_test(test_auth_rate),
+		cmocka_unit_test(test_limits_off),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
