@@ -200,7 +200,9 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		ctl_fail(x, "socket: %s", strerror(errno));
 	if (connect(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0) {
-		if (errno == EACCES || errno == EPERM)	/* it runs: we may not talk to it */
+		int there = errno == EACCES || errno == EPERM;	/* it runs: we may not talk to it */
+
+		if (there)
 			snprintf(why, whylen, "cannot reach the daemon: control socket %s: %s: run "
 				 "as root or as the user the daemon runs as", x->cf.control,
 				 strerror(errno));
@@ -208,7 +210,7 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 			snprintf(why, whylen, "the daemon is not running (control socket %s: %s)",
 				 x->cf.control, strerror(errno));
 		close(fd);
-		return -1;
+		return there ? -2 : -1;
 	}
 	if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
 	    || read_reply(fd, reply) != 0) {
@@ -344,9 +346,12 @@ static void mail_log(struct ctl *x)
 static void act(struct ctl *x, struct buf *line, struct buf *reply)
 {
 	char why[1024];
+	int rc = ctl_request(x, line->data, reply, why, sizeof(why));
 
-	if (ctl_request(x, line->data, reply, why, sizeof(why)) == 0)
+	if (rc == 0)
 		return;
+	if (rc == -2)		/* a daemon we may not reach is not none */
+		ctl_fail(x, "%s", why);
 	mail_log(x);
 	/* for writing: no daemon to race, the store alone knows the queue */
 	store_close(x->st);	/* a reader open before: one environment a process */

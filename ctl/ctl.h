@@ -42,7 +42,10 @@ struct store *ctl_store(struct ctl *x);
 /* ctl_store_try - ctl_store() that says why in err and returns NULL instead of failing */
 struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 
-/* ctl_request - one request to the daemon: 0 and its reply, or -1 (why) if unreachable */
+/*
+ * ctl_request - one request to the daemon: 0 and its reply; -1 (why) if
+ * none listens, -2 (why) if one does that this user may not reach
+ */
 int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);
 
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */

@@ -676,3 +676,54 @@ def test_ctl_while_daemon_starts(t):
     j = json.loads(out)
     eq((j["released"], j.get("offline")), ([qid], None), "release during the start")
     wait_until(lambda: "started: " in d.log(), 10, "the daemon started")
+
+
+@case(timeout=90)
+def test_ctl_unreachable_daemon_not_bypassed(t):
+    """A user who may not connect to the running daemon's control socket
+    (Permission denied) is told so (exit 1, "cannot reach the daemon", run
+    as root or as the daemon's user), and a drop is not carried out on the
+    store instead, beside the daemon, as if none ran; here the store is one
+    that user can write (a database whose URL the configuration gives, or
+    an LMDB directory opened to everyone)."""
+    if os.getuid() != 0:
+        return                          # it needs another user to be
+    sink = t.sink()
+    sink.control(rcpt={"unreach@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "unreach@example.com", make_msg(key="unreach-1"))
+    d.wait_log(qid, "status=deferred")
+    base = tempfile.mkdtemp(prefix="idemrelay-ctl-")
+    os.chmod(base, 0o755)
+    ctl_bin, conf = os.path.join(base, "idemrelayctl"), os.path.join(base, "idemrelay.conf")
+    shutil.copy2(CTL, ctl_bin)
+    shutil.copy2(d.conf_path, conf)
+    os.chmod(ctl_bin, 0o755)
+    os.chmod(conf, 0o644)
+    opened = []
+    if d.store:                         # the path to the store, and the store, for anyone
+        p = d.store
+        while p != "/" and p != tempfile.gettempdir():
+            opened.append((p, os.stat(p).st_mode & 0o7777))
+            p = os.path.dirname(p)
+        for p, _ in opened:
+            os.chmod(p, 0o777 if p == d.store else 0o755)
+        for f in ("data.mdb", "lock.mdb"):
+            os.chmod(os.path.join(d.store, f), 0o666)
+    os.chmod(os.path.dirname(d.conf["control"]), 0o755)
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        r = subprocess.run([ctl_bin, "-c", conf, "--json", "drop", qid], capture_output=True,
+                           text=True, timeout=30, preexec_fn=as_nobody)
+    finally:
+        for p, mode in opened:
+            os.chmod(p, mode)
+        shutil.rmtree(base, ignore_errors=True)
+    check(r.returncode == 1 and "cannot reach the daemon" in r.stderr
+          and "run as root or as the user the daemon runs as" in r.stderr,
+          "drop as nobody: exit %d %r %r" % (r.returncode, r.stdout, r.stderr))
+    eq(queued_qids(d), [qid], "the queue after the refused drop")
