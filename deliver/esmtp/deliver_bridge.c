@@ -43,7 +43,8 @@
  *	libesmtp reads the server through the gate (deliver_gate.h): whole
  *	replies that libESMTP 1.1.0 can read, and only those owed. When the
  *	server side is over (closed, reset, a write failed, a reply's
- *	deadline passed, a reply the gate refused, delivery stopping) the
+ *	deadline passed, a reply the gate refused, delivery stopping, or the
+ *	session cut by the delivery thread: deliver_bridge_cut) the
  *	bridge does not hang up on libesmtp then: with replies to pipelined
  *	commands owed, a hang-up crashes libESMTP 1.1.0 (issue 25; the
  *	mechanism is in deliver_gate.h). It stops reading and writing the
@@ -244,6 +245,19 @@ static void bridge_gone(struct deliver_bridge *b, struct pump *pm, const char *w
 	pm->up.off = pm->up.len = pm->up.dot = 0;	/* never written: the watch knows */
 }
 
+/*
+ * bridge_cut_seen - libesmtp's caller cut the session (deliver_bridge_cut):
+ * for libesmtp the server is gone from now, so that the gate answers what
+ * it is owed, as when the server hangs up. A hang-up instead, with three
+ * replies owed (pipelined RCPTs and DATA, and a throttling reply to the
+ * first RCPT), crashed libESMTP 1.1.0 (deliver_gate.h).
+ */
+static void bridge_cut_seen(struct deliver_bridge *b, struct pump *pm)
+{
+	if (atomic_load(&b->cut) && !b->gate.gone)
+		bridge_gone(b, pm, "the session was cut short");
+}
+
 /* bridge_down - the server's bytes through the gate (and the filter's EHLO lines) into pm->down */
 static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *in, size_t n)
 {
@@ -306,9 +320,10 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 		pm->client_eof = 1;
 		return 1;
 	}
-	if (n < 0 || atomic_load(&b->cut))
-		return -1;		/* written after the cut: never forwarded */
+	if (n < 0)
+		return -1;
 	pm->client_dry = n < BRIDGE_BUF;	/* a socketpair, plain */
+	bridge_cut_seen(b, pm);		/* written after the cut: never forwarded */
 	bridge_rewound(b);
 	if ((kept = deliver_filter_up(&b->filter, pm->up.buf, (size_t) n)) < 0) {
 		snprintf(b->broke, sizeof(b->broke), "%s", b->filter.why);
@@ -340,8 +355,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 	for (;;) {
 		moved = wrote = 0;
 		p[0].events = p[1].events = 0;
-		if (atomic_load(&b->cut))
-			break;
+		bridge_cut_seen(b, pm);
 		/*
 		 * Delivery stops: a connection owed no final dot's reply has
 		 * nothing out there, so it goes now (a message marked but not
@@ -412,6 +426,11 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 			pm->client_dry = 0;
 		if (r > 0 && p[1].revents)
 			pm->server_dry = 0;
+		if (r > 0 && p[2].revents && atomic_load(&b->cut)) {
+			/* a cut, not an end: the loop's head makes the server gone */
+			(void) !read(b->stop[0], err, sizeof(err));
+			p[2].revents = 0;
+		}
 		if (r > 0 && p[3].revents) {
 			stopping = 1;		/* the loop's head decides */
 			if (r == 1)
@@ -552,7 +571,7 @@ int deliver_bridge_over(const struct deliver_bridge *b)
 	return atomic_load(&b->over);
 }
 
-/* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
+/* deliver_bridge_cut - forward nothing more from libesmtp; the gate answers it */
 void deliver_bridge_cut(struct deliver_bridge *b)
 {
 	atomic_store(&b->cut, 1);

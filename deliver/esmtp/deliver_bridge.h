@@ -137,7 +137,11 @@ void deliver_bridge_rewind(struct deliver_bridge *b);
  */
 int deliver_bridge_over(const struct deliver_bridge *b);
 
-/* deliver_bridge_cut - forward nothing more from libesmtp; hang up */
+/*
+ * deliver_bridge_cut - forward nothing more from libesmtp (from the next
+ * byte it writes): the server is gone for it, and the gate answers what
+ * it is owed (deliver_gate.h) until it quits
+ */
 void deliver_bridge_cut(struct deliver_bridge *b);
 
 /*

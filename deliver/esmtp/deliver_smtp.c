@@ -146,9 +146,10 @@ static void xsess_commands(struct xsess *xs, const char *buf, int len)
 /*
  * xsess_throttle - the server's reply line asks us to slow down: the
  * upstream's limits come down and it pauses (deliver_rate.h), and this
- * session ends before libesmtp writes anything more, unless a final dot
- * awaits its reply (a cut then would make that message ambiguous): the
- * rest of the batch waits for the pause's end (smtp_send)
+ * session is cut, nothing more libesmtp writes reaching the server (the
+ * bridge answers it), unless a final dot awaits its reply (a cut then
+ * would make that message ambiguous): the rest of the batch waits for the
+ * pause's end (smtp_send)
  */
 static void xsess_throttle(struct xsess *xs, const char *line)
 {

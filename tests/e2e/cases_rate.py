@@ -275,6 +275,26 @@ def test_throttled_at_the_dot(t):
 
 
 @case()
+def test_throttled_at_a_pipelined_rcpt(t):
+    """a throttling reply to the first of three pipelined RCPTs (the sink pauses a
+    second before the others' replies): the bridge cuts the session and answers
+    libesmtp for the server, where it hung up with three replies owed and
+    libESMTP 1.1.0 crashed the daemon (SIGSEGV); the message is postponed, not
+    charged, and delivered once to all three"""
+    sink = t.sink()
+    d = rate_daemon(t, sink)
+    rcpts = ["throttle-first-1-a@example.com", "b@example.com", "c@example.com"]
+    qid = submit_ok(d.port, rcpts, make_msg(key="rate-rcpt-1", subject="rate-rcpt-1"))
+    line = d.wait_log(qid, "status=deferred")[0]
+    check("delivery temporarily suspended" in line and "451 4.7.0" in line,
+          "a throttling reply to RCPT charged as a failed attempt: %s" % line)
+    recs = delivered_once(sink, ["rate-rcpt-1"], timeout=30)
+    eq(sorted(recs[0]["to"]), sorted(rcpts), "recipients of the one copy")
+    for r in rcpts:
+        d.wait_log(qid, "to=<%s>" % r, "status=sent")
+
+
+@case()
 def test_too_many_recipients_not_throttling(t):
     """452 4.5.3 too many recipients is the message's, not a rate: the others are
     sent in the same session, the refused one deferred as usual, no throttling"""

@@ -61,6 +61,9 @@ FAULTS
         tempfail            RCPT -> 451 4.3.0
         permfail            RCPT -> 550 5.1.1
         toomany             RCPT -> 452 4.5.3 too many recipients
+        throttle            RCPT -> 451 4.7.0 ... sending rate exceeded, then
+                            a pause of a second before the next reply (a
+                            server that tarpits what was pipelined behind)
         fail-first-N        RCPT -> 451 4.3.0 for the first N attempts
         data-tempfail       final dot -> 451 4.3.0
         data-permfail       final dot -> 554 5.6.0
@@ -157,10 +160,10 @@ FAULT_RE = re.compile(
     r"^(?P<kind>tempfail|permfail|fail|toomany|data-tempfail|data-permfail|data-throttle|"
     r"drop-after-dot|close-after-dot|hang-after-dot|reset-after-(?P<reset>\d+)|"
     r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+)|"
-    r"reset-reply-(?P<rreply>\d+))"
+    r"reset-reply-(?P<rreply>\d+)|throttle)"
     r"(?:-first-(?P<first>\d+))?(?=-|$)")
 
-RCPT_FAULTS = ("tempfail", "permfail", "toomany")
+RCPT_FAULTS = ("tempfail", "permfail", "toomany", "throttle")
 DATA_FAULTS = ("data-tempfail", "data-permfail", "data-throttle", "drop-after-dot", "close-after-dot",
                "hang-after-dot", "trickle-dot", "delay")
 
@@ -696,7 +699,8 @@ class Conn:
         if fault and fault.kind in RCPT_FAULTS:
             if self.sink.active(addr, fault):
                 reply = {"tempfail": "451 4.3.0 sink: %s",
-                         "toomany": "452 4.5.3 sink: too many recipients (%s)"}.get(
+                         "toomany": "452 4.5.3 sink: too many recipients (%s)",
+                         "throttle": "451 4.7.0 sink: %s, sending rate exceeded"}.get(
                              fault.kind, "550 5.1.1 sink: %s") % fault.spec
         elif fault:
             self.tx["faults"].append((addr, fault))
@@ -704,6 +708,8 @@ class Conn:
             self.tx["rcpts"].append({"addr": addr, "params": params})
         self.sink.event(ev="rcpt", conn=self.id, addr=addr, reply=reply)
         await self.reply(reply)
+        if fault and fault.kind == "throttle" and not reply.startswith("2"):
+            await asyncio.sleep(1)
 
     def data_fault(self, tx, kinds):
         """data_fault - the first active fault of these kinds among the recipients"""
