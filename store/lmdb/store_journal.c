@@ -396,7 +396,14 @@ static int replay(struct lmdb_store *st, const uint8_t *rec, size_t len, uint64_
 	return synced(st, txn);
 }
 
-/* recover - find the record of the transaction after the store's last, and apply it */
+/*
+ * recover - find the record of the transaction after the store's last, and
+ * apply it. Every block is looked at: a walk from record to record lost
+ * its way where the commit that wrapped to the first block wrote over the
+ * head of the records there, and stopped short of the record still needed
+ * (the previous commit's, at the region's end) when a crash in that
+ * commit's flush kept its record but not the previous meta page.
+ */
 static int recover(struct lmdb_store *st, struct journal *j)
 {
 	MDB_envinfo info;
@@ -413,12 +420,11 @@ static int recover(struct lmdb_store *st, struct journal *j)
 	map = mmap(NULL, j->size, PROT_READ, MAP_SHARED, j->fd, (off_t) j->base);
 	if (map == MAP_FAILED)
 		return errno;
-	for (off = J_BLOCK; off + J_HDR <= j->size; off += align(J_HDR + len)) {
+	for (off = J_BLOCK; off + J_HDR <= j->size; off += J_BLOCK) {
 		r = map + off;
 		len = rd32(r + 24);
-		if (rd32(r) != J_REC_MAGIC || rd64(r + 16) != j->id || len > j->size - off - J_HDR)
-			break;
-		if (rd64(r + 8) != want || rec_crc(r, J_HDR + len) != rd32(r + 4))
+		if (rd32(r) != J_REC_MAGIC || rd64(r + 16) != j->id || rd64(r + 8) != want
+		    || len > j->size - off - J_HDR || rec_crc(r, J_HDR + len) != rd32(r + 4))
 			continue;
 		if ((rc = replay(st, r, J_HDR + len, want)) == 0)
 			msg_info("store %s: transaction %llu replayed from the journal (%llu bytes)",

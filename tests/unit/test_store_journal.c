@@ -3,8 +3,9 @@
  * of data.mdb past LMDB's map. A crash that loses the last commit's meta
  * page is made by putting back LMDB's part of a copy of data.mdb taken
  * before that commit: the journal must then give the commit back, whole,
- * on the next open; a torn record, a record of another store, or a
- * record whose commit failed must not be applied. A failed sync is made
+ * on the next open, even past the commit that wrapped to the region's
+ * start; a torn record, a record of another store, or a record whose
+ * commit failed must not be applied. A failed sync is made
  * by this file's own fsync() and fdatasync(), which LMDB calls too.
  */
 #include <errno.h>
@@ -312,6 +313,71 @@ static void test_record_cut(void **state)
 	store_msg_free(&b);
 }
 
+/* put_one - one message of len bytes, with the claim of tag, spooled in a commit of its own */
+static void put_one(struct fx *f, const char *qid, int tag, size_t len)
+{
+	struct store_txn *t;
+	struct store_msg m;
+
+	msg_new(&m, qid, 1, len);
+	assert_int_equal(store_txn_begin(f->st, NULL, 0, &t), 0);
+	accept(t, &m, tag);
+	assert_int_equal(store_txn_commit(t), 0);
+	store_msg_free(&m);
+}
+
+/* rec_txnid - the transaction id of the record at off in the journal's region */
+static uint64_t rec_txnid(const struct fx *f, uint64_t off)
+{
+	uint8_t b[8];
+	uint64_t v = 0;
+	int fd, i;
+
+	assert_true((fd = open(in_store(f, "data.mdb"), O_RDONLY)) >= 0);
+	assert_int_equal(pread(fd, b, 8, (off_t) (REGION + off + 8)), 8);
+	close(fd);
+	for (i = 7; i >= 0; i--)
+		v = v << 8 | b[i];
+	return v;
+}
+
+/*
+ * The commit that wraps the journal to the region's start writes its
+ * record over the head of the records before it. A crash in its flush
+ * that loses the previous commit's meta page (that commit acknowledged,
+ * its record at the region's far end) must still find that record. Seven
+ * records of about 1 MB, then P of one block, then N of 1.5 MB, which no
+ * longer fits after P: it goes to the first block and ends inside the
+ * old second record, where a walk from record to record stopped.
+ */
+static void test_replay_after_wrap(void **state)
+{
+	struct fx *f = *state;
+	char qid[STORE_QID_SIZE];
+	uint64_t first;
+	int i;
+
+	for (i = 0; i < 7; i++) {
+		snprintf(qid, sizeof(qid), "JRNW%08d", i);
+		put_one(f, qid, 10 + i, 1000000);
+	}
+	/* the store open and idle: LMDB has written all of it to the file */
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.before"));
+	first = rec_txnid(f, J_BLOCK);
+	put_one(f, "JRNP00000001", 1, 100);
+	put_one(f, "JRNN00000001", 2, 1500000);
+	CHECK_INT("N's record went to the region's start", rec_txnid(f, J_BLOCK) > first, 1);
+	raw_shut(f);
+	copy_file(in_store(f, "data.mdb"), in_store(f, "data.mdb.after"));
+	copy_file(in_store(f, "data.mdb.before"), in_store(f, "data.mdb"));
+	copy_range(in_store(f, "data.mdb.after"), in_store(f, "data.mdb"), REGION,
+		   STORE_JOURNAL_SIZE);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("P, acknowledged, queued", queued(f->st, "JRNP00000001"), 1);
+	CHECK_INT("P's claim", tag_live(f->st, 1), 1);
+	CHECK_INT("the seventh queued", queued(f->st, "JRNW00000006"), 1);
+}
+
 /* region_lost - the journal's region header overwritten: the next open makes one anew */
 static void region_lost(struct fx *f)
 {
@@ -375,6 +441,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_store, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_record_cut, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_after_wrap, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_sync_fails, fx_setup, fx_teardown),
 	};
 
