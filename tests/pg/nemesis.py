@@ -66,7 +66,12 @@ DESCRIPTION
     recipient of a message finished unconfirmed because the node holding
     its inflight mark was killed (its final dot may have gone out; or its
     mark's reply was lost, it was cut off past its lease, and it was killed
-    before it was back to undo the verdict: all it knew died with it), and
+    before it was back to undo the verdict: all it knew died with it):
+    its row says so, the recipient unconfirmed by another lease's verdict
+    on the mark of a lease the node held when it was killed (read then,
+    since a mark whose commit waits for the stopped standby is not visible
+    yet, and is finished by another node before the killed one restarts),
+    or of a mark whose reply the schedule lost; and
     one whose final dot the upstream received and refused (4xx, its
     record says) while the node, which never got that reply (a reset, or
     a frozen link), finished it unconfirmed. A node that says "no reply
@@ -101,6 +106,7 @@ import harness  # noqa: E402
 from harness import check, make_msg, received_qids, wait_until  # noqa: E402
 
 LEASE = 4                       # store.lease, seconds
+RCPT_UNCONFIRMED = 3            # rcpts.state: store.h's STORE_RCPT_UNCONFIRMED
 NODES = ("n1", "n2", "n3")
 CLIENTS = 3
 # libpq's connect_timeout per node: a connection opened during a partition (held,
@@ -269,7 +275,8 @@ class Run:
         self.timeline = []              # (t, node, log line)
         self.crashes = []
         self.notes = []
-        self.killed_marks = set()       # QIDs inflight-marked by a node when it was killed
+        self.dead_leases = set()        # lease tokens a node held when it was killed
+        self.orphaned = set()           # QIDs of orphans() when their node was killed
         self.keys = []
         self.stopping = threading.Event()
         self.quiesce = threading.Event()
@@ -391,13 +398,17 @@ class Run:
                 out |= ep.qids
         return out
 
-    def marks_of(self, i):
-        """marks_of - QIDs inflight-marked under node i's lease, on the primary"""
+    def leases_of(self, i):
+        """leases_of - the tokens of the leases node i holds on queued messages, on
+        the primary: read once it is dead, they are every lease it can have made an
+        inflight mark under, its last one's commit still waiting for the synchronous
+        standby included (not visible yet, and then finished by another node before
+        the node's restart): the node's lease was visible when its mark was sent"""
         try:
-            out = self.primary.sql("SELECT qid FROM messages WHERE queued AND inflight "
+            out = self.primary.sql("SELECT lease_token FROM messages WHERE queued "
                                    "AND lease_owner = '%s'" % NODES[i], self.db, timeout=10)
         except Exception as e:
-            self.event("cannot read %s's marks: %s" % (NODES[i], e))
+            self.event("cannot read %s's leases: %s" % (NODES[i], e))
             return set()
         return set(out.split())
 
@@ -415,7 +426,8 @@ class Run:
                 d.down = True
                 d.kill9()
                 ep.killed = True
-            self.killed_marks |= self.marks_of(i) | self.orphans(i)
+            self.dead_leases |= self.leases_of(i)
+            self.orphaned |= self.orphans(i)
         elif ep.kind == "db":
             for p in self.dbp[i]:
                 p.cut(refuse=ep.mode == "refuse", hold=ep.mode == "hold",
@@ -449,7 +461,7 @@ class Run:
             # failed on its control socket, and was taken for a crash
             if not ep.killed:
                 return
-            self.killed_marks |= self.marks_of(i)
+            self.dead_leases |= self.leases_of(i)
             self.restart(i).join(120)
         elif ep.kind == "db":
             for p in self.dbp[i]:
@@ -656,7 +668,7 @@ class Run:
         # QIDs a node finished unconfirmed after its final dot (an upstream's reply lost)
         upstream_unconfirmed = {m.group(1) for m in (
             UNCONFIRMED_RE.search(l) for _, _, l in self.timeline) if m}
-        lost, dup, allowed, replylost = [], [], [], []
+        lost, dup, allowed, replylost, missing = [], [], [], [], []
         for k in self.keys:
             copies = got.get(k.name, {})
             qids = {q for cs in copies.values() for q in cs}
@@ -673,12 +685,10 @@ class Run:
                     n = copies.get(a, []).count(q)
                     if n > 1:
                         dup.append((k, a, q, n))
-                    elif n == 0 and q in self.killed_marks:
-                        allowed.append((k, a, q))
                     elif n == 0 and (q, a) in refused and q in upstream_unconfirmed:
                         replylost.append((k, a, q))
                     elif n == 0:
-                        lost.append((k, a, q))
+                        missing.append((k, a, q))
             else:
                 if k.only_refused() and copies:
                     bad.append("key %s: only ever refused (%s), delivered as %s" % (
@@ -688,6 +698,15 @@ class Run:
                         dup.append((k, a, "/".join(cs), len(cs)))
                 if len(qids) > 1:
                     bad.append("key %s (no 250): copies name %s" % (k.name, sorted(qids)))
+        rows = self.verdicts({q for _, _, q in missing})
+        for k, a, q in missing:
+            state, on = rows.get((q, a), (None, None))
+            # finished unconfirmed on the inflight mark of a lease its node held
+            # when killed (or of a mark orphaned by a kill), by another lease
+            if state == RCPT_UNCONFIRMED and on and (on in self.dead_leases or q in self.orphaned):
+                allowed.append((k, a, q))
+            else:
+                lost.append((k, a, q))
         for k, a, q in lost:
             bad.append("LOST: key %s, QID %s, recipient %s (answered 250: %s)" % (
                 k.name, q, a, "; ".join("%.1f %s %s" % (x[0], x[1], x[2]) for x in k.tries)))
@@ -734,6 +753,26 @@ class Run:
         if bad:
             self.explain(lost, dup)
         return bad
+
+    def verdicts(self, qids):
+        """verdicts - (qid, recipient) -> (its state, its message's verdict_on: the
+        token of the lease whose inflight mark another lease's verdict cleared)"""
+        out = {}
+        qids = sorted(q for q in qids if re.fullmatch(r"[0-9A-Z]{12,20}", q))
+        if not qids:
+            return out
+        try:
+            text = self.primary.sql(
+                "SELECT r.qid, r.addr, r.state, coalesce(m.verdict_on::text, '') FROM messages m "
+                "JOIN rcpts r USING (qid) WHERE qid IN (%s)" % ", ".join("'%s'" % q for q in qids),
+                self.db, timeout=30)
+        except Exception as e:
+            self.notes.append("cannot read the missing recipients' rows: %s" % e)
+            return out
+        for line in text.splitlines():
+            q, a, state, on = line.split("|")
+            out[(q, a)] = (int(state), on or None)
+        return out
 
     def explain_crash(self, when, node):
         """explain_crash - the crashed node's last log lines and the events before"""
