@@ -25,7 +25,11 @@
 
 static pthread_once_t auth_once = PTHREAD_ONCE_INIT;
 
-/* auth_interact - libesmtp's SASL plugins ask for the credentials */
+/*
+ * auth_interact - libesmtp's SASL plugins ask for the credentials. None
+ * longer than a plugin asks for (its size, 0: any): PLAIN copies them
+ * into 2 * 255 + 3 octets, and longer ones overran its heap block.
+ */
 static int auth_interact(auth_client_request_t req, char **result, int fields, void *arg)
 {
 	static char empty[] = "";
@@ -40,6 +44,8 @@ static int auth_interact(auth_client_request_t req, char **result, int fields, v
 		else if (req[i].flags & AUTH_REALM)
 			result[i] = empty;
 		else
+			return 0;
+		if (req[i].size > 0 && strlen(result[i]) > req[i].size)
 			return 0;
 	}
 	return 1;

@@ -122,11 +122,43 @@ static void test_guard_redact(void **state)
 	assert_string_equal(g.auth_mech, "LOGIN");
 }
 
+/*
+ * credentials longer than a mechanism takes (the size its plugin asks
+ * for) are refused, never handed over: libESMTP's PLAIN copies user and
+ * password into 2 * 255 + 3 octets of its own
+ */
+static void test_credentials_fit(void **state)
+{
+	struct conf_upstream u = { .user = "relay@example.org" };
+	char pass[600];
+	auth_context_t a;
+	const char *r;
+	int len = -1;
+
+	(void) state;
+	memset(pass, 'p', sizeof(pass) - 1);
+	pass[sizeof(pass) - 1] = 0;
+	u.password = pass;
+	assert_non_null(a = deliver_auth_context(&u));
+	if (!auth_set_mechanism(a, "PLAIN")) {
+		auth_destroy_context(a);
+		skip();			/* libesmtp6's sasl-plain.so is not installed */
+	}
+	r = auth_response(a, NULL, &len);
+	if (r != NULL)
+		fail_msg("a password of %zu octets went to PLAIN (%d octets)", strlen(pass), len);
+	pass[255] = 0;			/* one that fits */
+	assert_non_null(r = auth_response(a, NULL, &len));
+	assert_int_equal(len, 1 + strlen(u.user) + 1 + 255);
+	auth_destroy_context(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_guard),
 		cmocka_unit_test(test_guard_redact),
+		cmocka_unit_test(test_credentials_fit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
