@@ -6,9 +6,10 @@
  * DESCRIPTION
  *	A connection (struct conn) joins a socket to an smtp_session. Input
  *	is read into conn->in and fed to the engine, which consumes all of it
- *	unless it waits for the answer to a message; while it waits, nothing
- *	is read (EPOLLIN goes off at its first event: conn_interest()), so
- *	the buffer stays bounded by one read.
+ *	unless it waits for the answer to a message, or for its client to
+ *	read the replies (out_max); until it has taken the rest, nothing is
+ *	read (EPOLLIN goes off at its first event: conn_interest()), so the
+ *	buffer stays bounded by one read.
  *
  *	conn_accept() takes new sockets: the client's own limits first
  *	(anvil.h), then limits.connections, where pace_make_room() may drop
@@ -144,8 +145,20 @@ static int conn_accepting(struct conn *c)
 }
 
 /*
+ * conn_reading - read from the socket: the engine takes input and took all
+ * of the last read. Input it left (replies unread, out_max) is fed first,
+ * once they are written (conn_flush): a client that pipelines and reads a
+ * little at a time must not have its commands read on into our memory,
+ * a read each time its replies fall below OUT_MAX.
+ */
+static int conn_reading(struct conn *c)
+{
+	return c->in.len == 0 && conn_accepting(c);
+}
+
+/*
  * conn_interest - during a handshake, what it waits for; else EPOLLIN while
- * accepting input, EPOLLOUT while output is pending. A TLS read may wait
+ * reading input, EPOLLOUT while output is pending. A TLS read may wait
  * for EPOLLOUT, and a TLS write for EPOLLIN.
  *
  * EPOLLIN that the engine stops taking (a message being committed, most
@@ -168,7 +181,7 @@ void conn_interest(struct conn *c)
 	if (!c->io->ready) {
 		ev = c->io->hs_wants;
 	} else {
-		if (conn_accepting(c))
+		if (conn_reading(c))
 			ev |= c->io->read_wants ? c->io->read_wants : EPOLLIN;
 		if (smtp_session_out(c->s)->len)
 			ev |= c->io->write_wants ? c->io->write_wants : EPOLLOUT;
@@ -496,15 +509,16 @@ static void conn_read(struct conn *c)
 
 /*
  * conn_event - epoll says the socket is ready. Hang-ups and errors are
- * found by reading. Input is read only while the engine takes it (a TLS
- * write waiting for EPOLLIN is retried by flushing, not by reading more),
- * and a TLS read waiting for EPOLLOUT is retried on it.
+ * found by reading. Input is read only while the engine takes it, all of
+ * the last read (conn_reading: a TLS write waiting for EPOLLIN is retried
+ * by flushing, not by reading more), and a TLS read waiting for EPOLLOUT
+ * is retried on it.
  */
 void conn_event(struct conn *c, uint32_t ev)
 {
 	if (!c->io->ready)
 		conn_handshake(c);
-	else if ((ev & (EPOLLHUP | EPOLLERR)) || ((ev & EPOLLIN) && conn_accepting(c))
+	else if ((ev & (EPOLLHUP | EPOLLERR)) || ((ev & EPOLLIN) && conn_reading(c))
 		 || ((ev & EPOLLOUT) && c->io->read_wants == EPOLLOUT))
 		conn_read(c);
 	else {
