@@ -548,14 +548,15 @@ static void journal_free(struct journal *j)
 }
 
 /*
- * journal_open - after the environment is open for writing: take the
- * region of data.mdb past LMDB's map (at lmdb_map_jbase(st->total); 0:
- * the map is too small to spare one), apply what it holds, and make a
- * new one where the map now ends if it was elsewhere. 0, or a code when
- * a record that must be applied cannot be, or when the commit naming the
- * new region failed to write or sync (an errno: the store is broken, and
- * what it built on may not be on the disk); a journal that cannot be used
- * only leaves st->j NULL, with a warning.
+ * journal_open - after the environment is open for writing: apply what
+ * the region the store's meta DB names holds (past the map the store had:
+ * a store.map_size lowered since leaves it there), then take the region
+ * of data.mdb past LMDB's map (at lmdb_map_jbase(st->total); 0: the map
+ * is too small to spare one), made new there if it was elsewhere. 0, or
+ * a code when a record that must be applied cannot be, or when the
+ * commit naming the new region failed to write or sync (an errno: the
+ * store is broken, and what it built on may not be on the disk); a
+ * journal that cannot be used only leaves st->j NULL, with a warning.
  */
 int journal_open(struct lmdb_store *st)
 {
@@ -567,8 +568,6 @@ int journal_open(struct lmdb_store *st)
 	MDB_txn *txn;
 	int rc = 0;
 
-	if (jbase == 0)
-		return 0;
 	j = xcalloc(1, sizeof(*j));
 	pthread_mutex_init(&j->commit, NULL);
 	snprintf(file, sizeof(file), "%s/data.mdb", st->path);
@@ -580,10 +579,7 @@ int journal_open(struct lmdb_store *st)
 		snprintf(why, sizeof(why), "the journal is in use by another process");
 		goto none;
 	}
-	if (lmdb_space_geometry(st, &psize, &map, &last) != 0 || last * psize > jbase) {
-		snprintf(why, sizeof(why), "the store reaches past where the journal goes");
-		goto none;
-	}
+	/* what the region the store names holds first, wherever the journal goes now */
 	if (have != 0 && at != 0
 	    && pread(j->fd, head, sizeof(head), (off_t) at) == (ssize_t) sizeof(head)
 	    && memcmp(head, J_MAGIC, 8) == 0 && rd64(head + 16) == have
@@ -597,6 +593,14 @@ int journal_open(struct lmdb_store *st)
 	} else if (have != 0) {
 		msg_warn("store %s: the journal is missing or is another store's:"
 			 " a transaction acknowledged just before a crash may be lost", st->path);
+	}
+	if (jbase == 0) {		/* a map too small to spare one */
+		journal_free(j);
+		return 0;
+	}
+	if (lmdb_space_geometry(st, &psize, &map, &last) != 0 || last * psize > jbase) {
+		snprintf(why, sizeof(why), "the store reaches past where the journal goes");
+		goto none;
 	}
 	st->j = j;
 	j->next = J_BLOCK;

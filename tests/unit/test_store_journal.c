@@ -342,6 +342,27 @@ static uint64_t rec_txnid(const struct fx *f, uint64_t off)
 }
 
 /*
+ * A store that lost its last commit's meta page, opened next with a map
+ * too small to spare a journal (store.map_size lowered under 32 MB): the
+ * region its meta DB names, past the map it had, still gives the commit
+ * back, and commits then go synced without a journal.
+ */
+static void test_replay_smaller_map(void **state)
+{
+	struct fx *f = *state;
+
+	before_and_after(f);
+	fx_reopen(f, 16u << 20);
+	CHECK_INT("B queued", queued(f->st, "JRNB00000001"), 1);
+	CHECK_INT("B claim", tag_live(f->st, 2), 1);
+	CHECK_INT("A left the spool", queued(f->st, "JRNA00000001"), 0);
+	put_one(f, "JRNC00000001", 3, 100);
+	fx_reopen(f, TEST_MAP);
+	CHECK_INT("B queued at the map it had", queued(f->st, "JRNB00000001"), 1);
+	CHECK_INT("C queued", queued(f->st, "JRNC00000001"), 1);
+}
+
+/*
  * The commit that wraps the journal to the region's start writes its
  * record over the head of the records before it. A crash in its flush
  * that loses the previous commit's meta page (that commit acknowledged,
@@ -442,6 +463,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_failed_commit, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_record_cut, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_after_wrap, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_smaller_map, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_sync_fails, fx_setup, fx_teardown),
 	};
 
