@@ -258,6 +258,20 @@ static void bridge_cut_seen(struct deliver_bridge *b, struct pump *pm)
 		bridge_gone(b, pm, "the session was cut short");
 }
 
+/*
+ * bridge_late - a deadline passed (why): the server is gone for libesmtp,
+ * unless a final dot's reply is owed, which is never made up; then 1:
+ * hang up on it (it owes just that one)
+ */
+static int bridge_late(struct deliver_bridge *b, struct pump *pm, const char *why)
+{
+	b->timed_out = 1;
+	if (deliver_filter_dot_owed(&b->filter, b->gate.released))
+		return 1;
+	bridge_gone(b, pm, why);
+	return 0;
+}
+
 /* bridge_down - the server's bytes through the gate (and the filter's EHLO lines) into pm->down */
 static void bridge_down(struct deliver_bridge *b, struct pump *pm, const char *in, size_t n)
 {
@@ -336,11 +350,12 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
 
 /*
  * bridge_pump - copy between libesmtp and the upstream through the filter
- * and the gate until libesmtp ends, the bridge is cut, the filter refuses
- * libesmtp's bytes, or the gate says to hang up once the server side is
- * over. Each transport says, after IO_AGAIN, what it waits for (TLS may
- * need to read to write). A deadline passed while the reply to a final
- * dot is owed, or nothing moved for the timeout, hangs up at once.
+ * and the gate until libesmtp ends, the filter refuses libesmtp's bytes,
+ * or the gate says to hang up once the server side is over. Each
+ * transport says, after IO_AGAIN, what it waits for (TLS may need to read
+ * to write). A reply's deadline passed, or nothing moved for the timeout,
+ * is the server's end (bridge_late), or the bridge's while the reply to a
+ * final dot is owed.
  */
 static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
@@ -404,12 +419,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 						  deliver_filter_verb(&b->filter, b->gate.released),
 						  b->gate.released, wrote);
 			if (wait == 0) {
-				b->timed_out = 1;
-				if (deliver_filter_dot_owed(&b->filter, b->gate.released)) {
-					ended = b->watch.why;	/* the dot's reply is never made up */
+				if (bridge_late(b, pm, b->watch.why)) {
+					ended = b->watch.why;
 					break;
 				}
-				bridge_gone(b, pm, b->watch.why);
 				continue;
 			}
 		}
@@ -438,12 +451,16 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		}
 		if (r == 0 && wait > 0)
 			continue;	/* the watch decides */
-		if (r == 0) {
-			b->timed_out = 1;
+		if (r == 0 && !b->gate.gone) {
+			/* a transfer stalled, or libesmtp paced its RCPTs (deliver_rate_take) */
 			snprintf(err, sizeof(err), "timeout: nothing moved for %d s", b->timeout_ms / 1000);
-			ended = err;
+			if (bridge_late(b, pm, err)) {
+				ended = err;
+				break;
+			}
+			continue;
 		}
-		if (r <= 0 || p[2].revents)
+		if (r < 0 || p[2].revents)
 			break;
 	}
 	bridge_settle(b, ended);
