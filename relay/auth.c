@@ -15,10 +15,12 @@
  *	by an HMAC-SHA-256 of user and password under a key drawn at start,
  *	never the password, for auth.cache_ttl, in a table of AUTH_CACHE_SLOTS
  *	where a newer success replaces an older one; a new users file
- *	forgets them all. The HMAC context is made once, key set, and each
- *	MAC starts it over: OpenSSL 3's one-shot HMAC() looks the algorithm
- *	and the digest up by name on every call (22,000 instructions a MAC,
- *	against 7,000). A failure is never remembered, so every wrong guess
+ *	forgets them all, and a check submitted before it is answered but
+ *	not remembered (auth_forget(): it may have read the old file). The
+ *	HMAC context is made once, key set, and each MAC starts it over:
+ *	OpenSSL 3's one-shot HMAC() looks the algorithm and the digest up
+ *	by name on every call (22,000 instructions a MAC, against 7,000).
+ *	A failure is never remembered, so every wrong guess
  *	still costs the hash and its delay. The table is the event loop's:
  *	auth_cached() and the done callback run there.
  *
@@ -283,6 +285,7 @@ struct auth {
 	EVP_MAC_CTX *mac;		/* owned: HMAC-SHA-256 under a key drawn at start */
 	int64_t ttl;			/* microseconds; 0: nothing remembered */
 	struct auth_seen *seen;		/* owned, AUTH_CACHE_SLOTS */
+	unsigned forgot;		/* times seen was emptied */
 };
 
 /* check - workq_ops: one password check, on a checking thread */
@@ -365,13 +368,13 @@ int auth_cached(struct auth *a, struct auth_req *req, const char *pass)
 	return s->until > clock_mono_us() && CRYPTO_memcmp(s->mac, req->mac, sizeof(s->mac)) == 0;
 }
 
-/* auth_remember - a success, for auth.cache_ttl (event loop) */
+/* auth_remember - a success, for auth.cache_ttl, unless submitted before a forget (event loop) */
 static void auth_remember(struct auth *a, const struct auth_req *req)
 {
 	static const uint8_t none[AUTH_MAC_LEN];
 	struct auth_seen *s;
 
-	if (a->ttl == 0 || memcmp(req->mac, none, sizeof(none)) == 0)
+	if (a->ttl == 0 || req->forgot != a->forgot || memcmp(req->mac, none, sizeof(none)) == 0)
 		return;
 	s = auth_slot(a, req->mac);
 	memcpy(s->mac, req->mac, sizeof(s->mac));
@@ -388,11 +391,18 @@ static void checked(void *arg, struct workq_item *it)
 	req->done(req);
 }
 
+/* auth_forget - no success remembered, nor any check running now when it comes back */
+static void auth_forget(struct auth *a)
+{
+	memset(a->seen, 0, AUTH_CACHE_SLOTS * sizeof(*a->seen));
+	a->forgot++;
+}
+
 /* auth_cache_ttl - how long successes are remembered; 0: not at all */
 void auth_cache_ttl(struct auth *a, int64_t ttl_us)
 {
 	if (ttl_us != a->ttl)
-		memset(a->seen, 0, AUTH_CACHE_SLOTS * sizeof(*a->seen));
+		auth_forget(a);
 	a->ttl = ttl_us > 0 ? ttl_us : 0;
 }
 
@@ -422,12 +432,13 @@ void auth_set_users(struct auth *a, struct auth_users *users)
 		auth_users_free(old);
 	pthread_mutex_unlock(&a->lock);
 	/* passwords may have changed: what was right is checked again */
-	memset(a->seen, 0, AUTH_CACHE_SLOTS * sizeof(*a->seen));
+	auth_forget(a);
 }
 
-/* auth_submit - queue a check */
+/* auth_submit - queue a check (event loop) */
 void auth_submit(struct auth *a, struct auth_req *req)
 {
+	req->forgot = a->forgot;
 	workq_submit(a->q, &req->item);
 }
 

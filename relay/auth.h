@@ -20,7 +20,8 @@
  *	submits requests and gets them back through an eventfd, as with
  *	queue/commit.h: auth_reap() runs each request's done callback in the
  *	loop's thread. auth_set_users() swaps the table (SIGHUP) under the
- *	threads' feet; checks already running finish with the old one.
+ *	threads' feet; checks already running finish with the old one, and
+ *	their successes are answered but not remembered.
  */
 #ifndef RELAY_AUTH_H
 #define RELAY_AUTH_H
@@ -49,6 +50,7 @@ struct auth_req {
 	char    user[AUTH_NAME_MAX + 1];
 	char    pass[AUTH_PASS_MAX + 1];	/* wiped by the checker */
 	uint8_t mac[AUTH_MAC_LEN];	/* auth_cached(): remembered if ok */
+	unsigned forgot;		/* auth_submit()'s: the cache as it was then */
 	/* output */
 	int     ok;
 	int     cached;			/* ok from auth_cached(), not a check */

@@ -10,7 +10,7 @@ import threading
 import time
 
 from cases_protocol import reply_codes
-from cases_tls import client_ctx, plain, starttls, tls_daemon, write_users
+from cases_tls import client_ctx, hash_y, plain, starttls, tls_daemon, write_users
 from harness import LMDB_ONLY
 from harness import (Raw, case, check, eq, expect_reply, free_port, make_msg, recv_line, run,
                      submit_ok, wait_until)
@@ -586,6 +586,43 @@ def test_auth_cost_bounded(t):
           % ", ".join("%.2f" % x for x in took))
     check(max(took) < 1.0, "another client's AUTH took %.2f s during the flood" % max(took))
     check(len(d.log_lines("sasl_username=victim status=failed")) > 10, "the flood's failures")
+
+
+@case(timeout=120)
+def test_auth_reload_forgets_checks_in_flight(t):
+    """a users file read again on SIGHUP forgets every success (idemrelay.conf(5)
+    auth.cache_ttl), those of checks running at the reload too: alice's check
+    (a hash of 1,500,000 rounds, about a second) runs when her password changes;
+    its 235 stands, raced with the reload, but her old password is checked
+    against the new file after it, not let in from the cache."""
+    slow = hash_y("oldpass", "$6$", 1500000)
+    check(slow is not None, "libcrypt made no $6$ hash")
+    sink = t.sink()
+    d = tls_daemon(t, sink, users={"alice": slow})
+    got = {}
+
+    def first():
+        code, _, s = auth_from("127.0.0.3", d.port, "alice", "oldpass")
+        got["code"], got["at"] = code, time.monotonic()
+        s.close()
+    th = threading.Thread(target=first)
+    th.start()
+    time.sleep(0.3)
+    write_users(t, {"alice": "newpass"})
+    hup_at = time.monotonic()
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_log("reload: auth:")
+    th.join()
+    eq(got["code"], "235", "alice's AUTH running at the reload")
+    check(got["at"] > hup_at, "alice's check was over before the reload: nothing raced")
+    code, _, s = auth_from("127.0.0.3", d.port, "alice", "oldpass")
+    s.close()
+    eq(code, "535", "the old password after the users file changed")
+    code, _, s = auth_from("127.0.0.3", d.port, "alice", "newpass")
+    s.close()
+    eq(code, "235", "the new password")
+    eq(len(d.log_lines("sasl_username=alice status=ok (remembered)")), 0,
+       "successes let in from the cache")
 
 
 @case(timeout=120)

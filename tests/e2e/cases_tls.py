@@ -45,8 +45,9 @@ def hash6(password):
     return r.stdout.strip()
 
 
-def hash_y(password):
-    """hash_y - a $y$ (yescrypt) hash from libcrypt, or None where it has none"""
+def hash_y(password, method="$y$", cost=0):
+    """hash_y - a $y$ (yescrypt) hash from libcrypt, or None where it has none;
+    another method and cost if told (0: libcrypt's default)"""
     try:
         lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
         lib.crypt_gensalt.restype = ctypes.c_char_p
@@ -54,11 +55,11 @@ def hash_y(password):
                                       ctypes.c_int]
         lib.crypt.restype = ctypes.c_char_p
         lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-        setting = lib.crypt_gensalt(b"$y$", 0, None, 0)
+        setting = lib.crypt_gensalt(method.encode(), cost, None, 0)
         h = lib.crypt(password.encode(), setting) if setting else None
     except (OSError, AttributeError):
         return None
-    return h.decode() if h and h.startswith(b"$y$") else None
+    return h.decode() if h and h.startswith(method.encode()) else None
 
 
 def write_users(t, users, name="users"):

@@ -342,6 +342,80 @@ static void test_cache_failure(void **state)
 	free(h6);
 }
 
+/*
+ * a check answered after the cache was cleared is not remembered: alice's
+ * password is checked against the old users file, the file changes while
+ * the answer waits to be reaped; the answer stands (it raced the change),
+ * but her old password is not let in from the cache after it, unchecked
+ * against the new file. The same when auth.cache_ttl changes, which
+ * forgets every success too (bob's check, in the new file).
+ */
+static void test_cache_cleared_in_flight(void **state)
+{
+	char   *hold = make_hash("$6$", 0, "oldpass");
+	char   *hnew = make_hash("$6$", 0, "newpass");
+	char   *hbob = make_hash("$6$", 0, "bobpass");
+	struct buf text = BUF_INIT;
+	struct auth_users *u, *u2;
+	struct auth_req r;
+	struct pollfd pfd;
+	struct auth *a;
+	char    err[256];
+	int     step, done;
+	static const char *const user[] = {"alice", "bob"}, *const pass[] = {"oldpass", "bobpass"};
+
+	(void) state;
+	buf_printf(&text, "alice:%s\n", hold);
+	assert_int_equal(auth_users_parse(&u, text.data, text.len, "old", err, sizeof(err)), 0);
+	a = auth_start(u, 1);
+	auth_cache_ttl(a, 60 * 1000000LL);
+	pfd.fd = auth_fd(a);
+	pfd.events = POLLIN;
+	for (step = 0; step < 2; step++) {
+		memset(&r, 0, sizeof(r));
+		snprintf(r.user, sizeof(r.user), "%s", user[step]);
+		assert_int_equal(auth_cached(a, &r, pass[step]), 0);
+		snprintf(r.pass, sizeof(r.pass), "%s", pass[step]);
+		r.ok = -1;
+		r.done = req_done;
+		r.ctx = &done;
+		done = 0;
+		auth_submit(a, &r);
+		assert_true(poll(&pfd, 1, 10000) == 1);	/* checked, not reaped yet */
+		if (step == 0) {		/* SIGHUP: a new users file */
+			buf_reset(&text);
+			buf_printf(&text, "alice:%s\nbob:%s\n", hnew, hbob);
+			assert_int_equal(auth_users_parse(&u2, text.data, text.len, "new", err,
+							  sizeof(err)), 0);
+			auth_set_users(a, u2);
+		} else {			/* SIGHUP: another auth.cache_ttl */
+			auth_cache_ttl(a, 30 * 1000000LL);
+		}
+		while (done < 1) {
+			assert_true(poll(&pfd, 1, 10000) == 1);
+			auth_reap(a);
+		}
+		assert_int_equal(r.ok, 1);
+		memset(&r, 0, sizeof(r));
+		snprintf(r.user, sizeof(r.user), "%s", user[step]);
+		if (auth_cached(a, &r, pass[step]))
+			fail_msg("%s checked before the %s changed, let in from the cache after it",
+				 pass[step], step ? "cache_ttl" : "users file");
+		/* alice's new password, checked after the change, is remembered */
+		memset(&r, 0, sizeof(r));
+		snprintf(r.user, sizeof(r.user), "alice");
+		assert_int_equal(auth_cached(a, &r, "newpass"), 0);
+		slow_path(a, &r, "newpass");
+		assert_int_equal(r.ok, 1);
+		assert_int_equal(auth_cached(a, &r, "newpass"), 1);
+	}
+	auth_stop(a);
+	buf_free(&text);
+	free(hold);
+	free(hnew);
+	free(hbob);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -350,6 +424,7 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_cache),
 		cmocka_unit_test(test_cache_failure),
+		cmocka_unit_test(test_cache_cleared_in_flight),
 	};
 
 	log_setup("test_auth", 0, LOG_LEVEL_ERROR);	/* expected warnings */
