@@ -71,7 +71,6 @@
 #include "../queue/keys.h"
 #include "../queue/qid.h"
 
-#define REPLY_MAX	(1u << 20)
 #define TIMEOUT_MS	10000
 
 #define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, reroute, forget"
@@ -176,8 +175,6 @@ static int read_reply(int fd, struct buf *reply)
 			return -1;
 		if (n == 0)
 			return reply->len ? 0 : -1;
-		if (reply->len + (size_t) n > REPLY_MAX)
-			return -1;
 		buf_append(reply, chunk, (size_t) n);
 	}
 }

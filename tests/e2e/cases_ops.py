@@ -727,3 +727,39 @@ def test_ctl_unreachable_daemon_not_bypassed(t):
           and "run as root or as the user the daemon runs as" in r.stderr,
           "drop as nobody: exit %d %r %r" % (r.returncode, r.stdout, r.stderr))
     eq(queued_qids(d), [qid], "the queue after the refused drop")
+
+
+@case(needs_daemon=False)
+def test_ctl_long_reply(t):
+    """The daemon's reply to hold ALL over a long queue (80,000 messages, as a
+    day's outage upstream can leave: 1.4 MB of QIDs) is read whole and
+    listed, not taken for no reply (the daemon has held them all). The daemon
+    here is a stand-in on the control socket that answers as control.c does."""
+    sock = os.path.join(t.tmp, "ctl.sock")
+    conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
+    conf["control"] = sock
+    path = os.path.join(t.tmp, "idemrelay.conf")
+    with open(path, "w") as f:
+        f.write(render_conf(conf))
+    qids = ["01J1%08d" % i for i in range(80000)]
+    reply = json.dumps({"ok": True, "count": len(qids), "held": qids, "busy": []},
+                       separators=(",", ":")).encode() + b"\n"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock)
+    srv.listen(1)
+    got = []
+
+    def serve():
+        c, _ = srv.accept()
+        with c:
+            got.append(recv_line(c))
+            c.sendall(reply)
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    r = ctl(None, "hold", "ALL", conf=path)
+    th.join(5)
+    srv.close()
+    eq(got, [b"hold ALL\n"], "the request")
+    lines = r.stdout.splitlines()
+    eq((len(lines), lines[0], lines[-1]), (80001, "%s: on hold" % qids[0],
+                                           "-- 80000 messages on hold"), "the listing")
