@@ -91,6 +91,15 @@ static void guard_copy(char *out, size_t outlen, const char *line, size_t len)
 	snprintf(out, outlen, "%.*s", (int) len, line);
 }
 
+/* guard_cut - decide to cut the connection */
+static int guard_cut(struct deliver_auth_guard *g, const char *dsn, const char *fmt, const char *arg)
+{
+	g->cut = 1;
+	snprintf(g->dsn, sizeof(g->dsn), "%s", dsn);
+	snprintf(g->why, sizeof(g->why), fmt, arg);
+	return 1;
+}
+
 /* guard_reply_line - one complete line read from the server */
 static void guard_reply_line(struct deliver_auth_guard *g, const char *line, size_t len)
 {
@@ -100,6 +109,9 @@ static void guard_reply_line(struct deliver_auth_guard *g, const char *line, siz
 	if (len >= 9 && prefix(line, len, "250") && prefix(line + 4, len - 4, "AUTH")
 	    && (line[8] == ' ' || line[8] == '='))
 		guard_copy(g->auth_offered, sizeof(g->auth_offered), line + 9, len - 9);
+	if (g->in_auth && final && code == 334 && g->cancelled)
+		(void) guard_cut(g, "4.7.0", "%s", "the server went on with AUTH after it was"
+				 " cancelled (334 to \"*\")");
 	if (g->in_auth && final && code != 334) {
 		g->in_auth = 0;
 		if (code >= 200 && code < 300)
@@ -124,15 +136,6 @@ void deliver_auth_guard_read(struct deliver_auth_guard *g, const char *buf, size
 	}
 }
 
-/* guard_cut - decide to cut the connection */
-static int guard_cut(struct deliver_auth_guard *g, const char *dsn, const char *fmt, const char *arg)
-{
-	g->cut = 1;
-	snprintf(g->dsn, sizeof(g->dsn), "%s", dsn);
-	snprintf(g->why, sizeof(g->why), fmt, arg);
-	return 1;
-}
-
 /* deliver_auth_guard_write - bytes about to be written; 1: cut before they go */
 int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size_t len)
 {
@@ -145,8 +148,11 @@ int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size
 		if ((nl = memchr(line, '\n', (size_t) (end - line))) == NULL)
 			nl = end - 1;
 		n = (size_t) (nl + 1 - line);
+		if (g->in_auth && n <= 3 && line[0] == '*')
+			g->cancelled = 1;	/* "*", its CRLF */
 		if (prefix(line, n, "AUTH ")) {
 			g->auth_sent = g->in_auth = 1;
+			g->cancelled = 0;
 			m = deliver_auth_guard_redact(g, line, n);	/* "AUTH MECH" */
 			snprintf(g->auth_mech, sizeof(g->auth_mech), "%.*s", (int) (m - 5), line + 5);
 			g->auth_reply[0] = 0;

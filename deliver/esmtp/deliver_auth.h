@@ -14,6 +14,10 @@
  *	written, and says when the connection must be cut first: MAIL when
  *	upstream.user is set and AUTH has not succeeded. It also says which
  *	written lines are secrets, and writes the debug trace without them.
+ *	And it cuts a server that answers a cancelled exchange ("*", what
+ *	libesmtp answers a challenge its mechanism is done with) with another
+ *	334 instead of the 501 of RFC 4954: libesmtp would cancel again, for
+ *	as long as the server went on.
  */
 #ifndef DELIVER_ESMTP_DELIVER_AUTH_H
 #define DELIVER_ESMTP_DELIVER_AUTH_H
@@ -35,6 +39,7 @@ struct deliver_auth_guard {
 	int need_auth;			/* configuration: no MAIL before AUTH succeeded */
 	int auth_sent;			/* an AUTH command was written */
 	int in_auth;			/* AUTH exchange running: client lines are secrets */
+	int cancelled;			/* the client answered "*": only a refusal may follow */
 	int authed;			/* 2xx to AUTH read */
 	char auth_mech[32];		/* mechanism of the last AUTH */
 	char auth_offered[128];		/* the server's last AUTH capability line */

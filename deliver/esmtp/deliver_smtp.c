@@ -176,7 +176,7 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 {
 	struct xsess *xs = arg;
 	char line[sizeof(xs->last_reply)];
-	int end = buflen, start;
+	int end = buflen, start, was_cut = xs->guard.cut;
 
 	if (!xs->guard.need_auth || xs->guard.cut) {
 		/* nothing to watch */
@@ -185,9 +185,11 @@ static void xsess_monitor(const char *buf, int buflen, int writing, void *arg)
 		if (xs->guard.authed)
 			msg_info("upstream %s: authenticated as %s (%s)", xs->relay,
 				 xs->up->user, xs->guard.auth_mech);
-	} else if (writing == SMTP_CB_WRITING
-		   && deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen)) {
-		/* the conversation ends before this write: the bridge forwards nothing more */
+	} else if (writing == SMTP_CB_WRITING) {
+		(void) deliver_auth_guard_write(&xs->guard, buf, (size_t) buflen);
+	}
+	if (xs->guard.cut && !was_cut) {
+		/* before this write, or after this reply: the bridge forwards nothing more */
 		msg_info("upstream %s: %s", xs->relay, xs->guard.why);
 		deliver_bridge_cut(xs->bridge);
 	}

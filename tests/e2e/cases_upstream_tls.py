@@ -232,6 +232,26 @@ def test_upstream_auth_wrong_password(t):
 
 
 @case()
+def test_upstream_auth_334_after_cancel(t):
+    """A server that answers libesmtp's "*" (its answer to a challenge its mechanism is
+    done with) with another 334, for ever (RFC 4954 wants 501): the session is cut at
+    the first such reply, deferred 4.7.0, no MAIL. libesmtp cancelled again and again
+    for as long as the server went on: the session never ended, nothing was logged."""
+    certs = make_certs(t)
+    sink = tls_sink(t, certs)
+    sink.control(auth_loop=True)
+    trust(certs["ca"])
+    d = t.daemon(sink, upstream(sink))
+    qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-334"))
+    deferred_only(t, d, sink, qid, "dsn=4.7.0", "went on with AUTH after it was cancelled")
+    per_conn = {}
+    for e in sink.events("auth-334"):
+        per_conn[e["conn"]] = per_conn.get(e["conn"], 0) + 1
+    check(per_conn and max(per_conn.values()) <= 2, "334s a connection: %r" % per_conn)
+    check(not sink_saw(sink, "MAIL"), "the sink saw MAIL")
+
+
+@case()
 def test_upstream_auth_not_offered(t):
     """upstream.user set, the upstream offers no AUTH: deferred rather than sent unauthenticated."""
     certs = make_certs(t)

@@ -50,7 +50,10 @@ TLS AND AUTH
     man in the middle, stripping it), "abort" answers it 220 and resets
     the connection before the handshake; "auth_reply": TEXT refuses every
     AUTH, once its credentials are read, with TEXT (say "535 5.7.8 ...":
-    an account suspended, a password changed at the provider).
+    an account suspended, a password changed at the provider); "auth_loop":
+    true answers every AUTH and every line after it with another 334, the
+    client's "*" included (a broken server: RFC 4954 wants 501 there),
+    for as long as the client goes on, each an "auth-334" event.
 
     Records then also carry tls (the protocol version, or null), sni
     (the server name the client sent, or null) and auth (the user, or
@@ -615,6 +618,10 @@ class Conn:
             return
         mech, _, initial = arg.partition(" ")
         mech = mech.upper()
+        while self.sink.control.get("auth_loop"):
+            self.sink.event(ev="auth-334", conn=self.id)
+            await self.reply("334 ")
+            await self.read_line()
         try:
             if mech == "PLAIN":
                 if initial and initial != "=":

@@ -25,8 +25,9 @@ struct step {
 struct guard_case {
 	const char *name;
 	int need_auth;
-	struct step steps[8];
-	int cut_at;			/* index of the write that must be cut, -1 none */
+	struct step steps[10];
+	int cut_at;			/* index of the write that must be cut, or of the
+					 * reply that cuts; -1 none */
 	const char *dsn;		/* when cut */
 	const char *why;		/* substring of g.why when cut */
 	int authed;			/* at the end */
@@ -63,6 +64,15 @@ static const struct guard_case guard_cases[] = {
 	  { { 'r', EHLO_AUTH }, { 'w', "AUTH PLAIN AHUAcA==\r\n" },
 	    { 'r', "454 4.7.0 try later\r\n" }, { 'w', "RSET\r\n" MAIL "RCPT TO:<b@c>\r\n" } },
 	  3, "4.7.8", "454 4.7.0 try later", 0 },
+	{ "a 334 to the cancelling \"*\": cut at that reply", 1,
+	  { { 'r', EHLO_AUTH }, { 'w', "AUTH PLAIN AHUAcA==\r\n" }, { 'r', "334 \r\n" },
+	    { 'w', "*\r\n" }, { 'r', "334 \r\n" }, { 'w', "*\r\n" } },
+	  4, "4.7.0", "went on with AUTH after it was cancelled", 0 },
+	{ "a 501 to \"*\", then a new exchange with a 334 of its own", 1,
+	  { { 'r', EHLO_AUTH }, { 'w', "AUTH PLAIN AHUAcA==\r\n" }, { 'r', "334 \r\n" },
+	    { 'w', "*\r\n" }, { 'r', "501 5.7.0 cancelled\r\n" }, { 'w', "AUTH PLAIN\r\n" },
+	    { 'r', "334 \r\n" }, { 'w', "AHUAcA==\r\n" }, { 'r', "235 2.7.0 ok\r\n" },
+	    { 'w', MAIL } }, -1, NULL, NULL, 1 },
 	{ "a 235 outside AUTH authenticates nothing", 1,
 	  { { 'r', EHLO_AUTH }, { 'r', "235 2.7.0 unasked\r\n" }, { 'w', MAIL } },
 	  2, "4.7.0", "server offers PLAIN LOGIN", 0 },
@@ -85,6 +95,8 @@ static void test_guard(void **state)
 
 			if (c->steps[k].dir == 'r') {
 				deliver_auth_guard_read(&g, t, strlen(t));
+				if (g.cut && cut_at < 0)
+					cut_at = (int) k;
 				continue;
 			}
 			cut = deliver_auth_guard_write(&g, t, strlen(t));
