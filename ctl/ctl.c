@@ -52,7 +52,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +70,6 @@
 #include "../queue/keys.h"
 #include "../queue/qid.h"
 
-#define TIMEOUT_MS	10000
 
 #define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, reroute, forget"
 
@@ -159,16 +157,18 @@ struct store *ctl_store(struct ctl *x)
 	return x->st;
 }
 
-/* read_reply - everything the daemon sends until it closes */
+/*
+ * read_reply - everything the daemon sends until it closes, however long
+ * it takes: an action over a long queue (hold ALL) takes about a second
+ * every 2,000 messages, and a reply given up on would be an action said
+ * not done that the daemon carries out. A daemon that exits closes it.
+ */
 static int read_reply(int fd, struct buf *reply)
 {
-	struct pollfd p = { fd, POLLIN, 0 };
 	char chunk[4096];
 	ssize_t n;
 
 	for (;;) {
-		if (poll(&p, 1, TIMEOUT_MS) <= 0)
-			return -1;
 		if ((n = read(fd, chunk, sizeof(chunk))) < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
