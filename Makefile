@@ -102,16 +102,18 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
 # through a plain driver, so it needs no clang.
-FUZZERS   = session parse filter keys deliver dsn conf
+FUZZERS   = session parse filter keys deliver dsn conf starttls
 FUZZ_TIME ?= 60
 FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c \
-	    deliver/esmtp/deliver_gate.c deliver/dsn.c queue/keys.c $(conf_SRC) $(B)/conf_default.o
+	    deliver/esmtp/deliver_gate.c deliver/esmtp/deliver_bridge_starttls.c deliver/dsn.c \
+	    queue/keys.c $(conf_SRC) $(B)/conf_default.o
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # fuzz_deliver runs the delivery client and libesmtp against a scripted
 # upstream: the store's side (deliver.c, deliver_record.c) is stubbed in
 # the harness; deliver_admin.c, the operator's entry points, is no part of it
 FUZZ_DELIVER = $(filter-out deliver/deliver.c deliver/deliver_record.c deliver/deliver_admin.c \
-	       deliver/esmtp/deliver_filter.c deliver/esmtp/deliver_gate.c deliver/dsn.c,$(deliver_SRC)) \
+	       deliver/esmtp/deliver_filter.c deliver/esmtp/deliver_gate.c \
+	       deliver/esmtp/deliver_bridge_starttls.c deliver/dsn.c,$(deliver_SRC)) \
 	       $(foreach l,queue tls smtp store conf util,$(call lib,$(l))) $(LDLIBS)
 
 $(B)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(LIBS_ALL)
