@@ -177,6 +177,22 @@ static enum notify_flags notify_flags(int notify)
 	return (enum notify_flags) f;
 }
 
+/*
+ * xtext_fits - does s fit the 256 octets into which libESMTP 1.1.0
+ * xtext-encodes ENVID and ORCPT (tokens.c, encode_xtext(): "+XX" for
+ * octets outside "!"-"~" and for "+" and "=")? One longer went out as
+ * "(null)" (up to 3 octets written past the buffer on the way): such a
+ * parameter is not passed on.
+ */
+static int xtext_fits(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += *s > ' ' && *s <= '~' && *s != '+' && *s != '=' ? 1 : 3;
+	return n < 256;
+}
+
 /* xmsg_add_rcpt - one recipient with its DSN parameters */
 static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 {
@@ -191,7 +207,8 @@ static int xmsg_add_rcpt(struct xmsg *x, size_t i)
 	/* ORCPT is kept as given (xtext); libesmtp encodes it again */
 	if (r->orcpt
 	    && smtp_orcpt_split(r->orcpt, strlen(r->orcpt), SMTP_XTEXT_LENIENT, &type, &addr) == 0) {
-		ok &= smtp_dsn_set_orcpt(x->sr[i], type, addr);
+		if (xtext_fits(addr))
+			ok &= smtp_dsn_set_orcpt(x->sr[i], type, addr);
 		free(type);
 		free(addr);
 	}
@@ -243,7 +260,7 @@ int deliver_smtp_msg_add(struct xsess *xs, struct xmsg *x, struct deliver_job *j
 		ok &= smtp_dsn_set_ret(x->sm, Ret_FULL);
 	else if (m->ret == SMTP_RET_HDRS)
 		ok &= smtp_dsn_set_ret(x->sm, Ret_HDRS);
-	if (m->envid)
+	if (m->envid && xtext_fits(m->envid))
 		ok &= smtp_dsn_set_envid(x->sm, m->envid);
 	for (i = 0; i < m->n_rcpts; i++)
 		if (j->res[i].attempted && xmsg_add_rcpt(x, i) < 0)

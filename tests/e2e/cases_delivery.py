@@ -260,6 +260,26 @@ def test_dsn_params_passed_on(t):
 
 
 @case()
+def test_dsn_params_past_libesmtp(t):
+    """an ENVID and an ORCPT whose xtext is longer than the 255 octets libESMTP
+    1.1.0 encodes them into (its own "+XX" for each "+": 87 of them, 261 octets;
+    an ORCPT address of 262 octets) are not passed on, where they went out as
+    "ENVID=(null)" and "ORCPT=rfc822;(null)"; the other parameters still go"""
+    sink = t.sink()
+    d = t.daemon(sink)
+    msg = make_msg(key="dsn-long")
+    qid = submit_ok(d.port, "a@example.com", msg,
+                    mail_opts=["ENVID=" + "+2B" * 87, "RET=HDRS"],
+                    rcpt_opts=["NOTIFY=FAILURE", "ORCPT=rfc822;" + "o" * 250 + "@example.com"])
+    rec = sink.wait_count(1)[0]
+    check_relayed(rec["data"], msg, qid)
+    params = [p.upper() for p in rec["mail_params"]]
+    check(not any(p.startswith("ENVID=") for p in params), "ENVID upstream: %r" % params)
+    check("RET=HDRS" in params, "RET upstream: %r" % params)
+    eq([p.upper() for p in rec["rcpts"][0]["params"]], ["NOTIFY=FAILURE"], "RCPT parameters")
+
+
+@case()
 def test_8bitmime_upstream_lacks_it(t):
     """upstream without 8BITMIME: an 8-bit message submitted with BODY=8BITMIME goes
     unchanged without BODY= (Postfix with MIME conversion disabled), on the first
