@@ -337,8 +337,8 @@ static void mail_log(struct ctl *x)
 /*
  * act - an action through the daemon when it runs, else the same request
  * line ("x->cmd args") run by the same code (queue_admin_request()) on the
- * store itself, its args cut up in place. The reply either way, marked
- * "offline" in the second case.
+ * store itself, its args cut up in place (on LMDB only if no other process
+ * has it open). The reply either way, marked "offline" in the second case.
  */
 static void act(struct ctl *x, struct buf *line, struct buf *reply)
 {
@@ -353,8 +353,11 @@ static void act(struct ctl *x, struct buf *line, struct buf *reply)
 	/* for writing: no daemon to race, the store alone knows the queue */
 	store_close(x->st);	/* a reader open before: one environment a process */
 	x->st = NULL;
-	if (store_open(&x->st, &x->cf, STORE_WRITER, why, sizeof(why)) != 0)
-		ctl_fail(x, "%s", why);
+	/* on LMDB a daemon with no control socket still has the store open: refused */
+	if ((rc = store_open(&x->st, &x->cf, STORE_WRITER, why, sizeof(why))) != 0)
+		ctl_fail(x, "%s%s", why, rc == STORE_EAGAIN && store_dir(&x->cf) && !x->cf.control
+			 ? ": configure the control socket (control = \"...\") to act through"
+			 " a running daemon" : "");
 	/* a reroute: with the routes the next start uses */
 	queue_admin_request(x->st, NULL, &x->cf, x->cmd, line->data + strlen(x->cmd) + 1, x->now,
 			    reply);

@@ -53,7 +53,8 @@
 #define STORE_EIO	(-4)	/* I/O failure, or the store refuses until store_upkeep() */
 #define STORE_EINVAL	(-5)	/* corrupt record, bad argument */
 #define STORE_ELEASE	(-6)	/* shared store: the message's lease went to another node */
-#define STORE_EAGAIN	(-7)	/* the database is unreachable, or a commit's outcome unknown */
+#define STORE_EAGAIN	(-7)	/* the database is unreachable, or a commit's outcome unknown;
+				 * STORE_WRITER: another process has the store open */
 
 struct store;
 struct store_txn;
@@ -121,7 +122,8 @@ struct store_msg {
  * store_open - the backend store.backend names (store_open.c, the one
  * place that knows them), opened for the daemon's node (STORE_NODE), for
  * reading only (STORE_READER: idemrelayctl, -t) or for writing an
- * existing store while the daemon is stopped (STORE_WRITER)
+ * existing store while the daemon is stopped (STORE_WRITER; on LMDB,
+ * STORE_EAGAIN while another process has it open)
  */
 struct conf;
 enum store_role { STORE_NODE, STORE_READER, STORE_WRITER };

@@ -25,7 +25,10 @@
  *	first, store_compact.c). STORE_READER is idemrelayctl's and -t's: nothing
  *	created, no node registered (STORE_ENOTFOUND if there is no
  *	store yet). STORE_WRITER is idemrelayctl writing while the daemon
- *	is stopped: an existing store, never a new one.
+ *	is stopped: an existing store, never a new one; on LMDB one that no
+ *	other process has open (STORE_EAGAIN: the daemon may be running).
+ *	PostgreSQL's nodes take the queue from the shared database, so a
+ *	client's write there is seen by them as another node's would be.
  *
  *	store_dir() is the directory on this node's disk that the store
  *	lives in (store.path), for the start to make and hand to the
@@ -95,10 +98,9 @@ static int open_lmdb(struct store **out, const struct conf *cf, enum store_role 
 		if ((rc = store_lmdb_open_readonly(out, cf->store.path, err, errlen)) != 0)
 			return rc;
 		break;
-	case STORE_WRITER:		/* never make one */
-		if ((rc = store_lmdb_present(cf->store.path, err, errlen)) != 0
-		    || (rc = store_lmdb_open(out, cf->store.path, cf->store.map_size, err,
-					     errlen)) != 0)
+	case STORE_WRITER:		/* never make one, nor write beside a daemon */
+		if ((rc = store_lmdb_open_alone(out, cf->store.path, cf->store.map_size, err,
+						errlen)) != 0)
 			return rc;
 		break;
 	}

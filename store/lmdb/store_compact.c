@@ -41,7 +41,9 @@
  *	the next start (compactors take turns on the store's directory,
  *	alone()). LMDB's own locks on that file are fcntl() locks,
  *	which Linux keeps apart from flock() ones. An idemrelayctl started
- *	during a compaction waits for it.
+ *	during a compaction waits for it. The same lock tells idemrelayctl,
+ *	about to write the store itself, whether a daemon has it open: it
+ *	takes it exclusively without waiting, and holds it while it writes.
  * DIAGNOSTICS
  *	0 when the store serves (compacted, not worth it, or put off; each
  *	logged), or a STORE_E* code when it could not be opened again after
@@ -62,8 +64,12 @@
 #define COMPACT_MIN_FREE	(16u << 20)	/* bytes on the free list, at least */
 #define COMPACT_SUFFIX		".compact"
 
-/* lmdb_lock - lock.mdb of the store at path, flock'd shared; its descriptor, or -1 */
-int lmdb_lock(const char *path)
+/*
+ * lmdb_lock - lock.mdb of the store at path, flock'd shared (waiting), or
+ * exclusively without waiting if alone; its descriptor, or -1 (EWOULDBLOCK:
+ * another process has the store open)
+ */
+int lmdb_lock(const char *path, int alone)
 {
 	char file[4096];
 	int fd, rc;
@@ -71,7 +77,7 @@ int lmdb_lock(const char *path)
 	snprintf(file, sizeof(file), "%s/lock.mdb", path);
 	if ((fd = open(file, O_RDONLY | O_CREAT | O_CLOEXEC, 0600)) < 0)
 		return -1;		/* LMDB's own open says why */
-	while ((rc = flock(fd, LOCK_SH)) != 0 && errno == EINTR)
+	while ((rc = flock(fd, alone ? LOCK_EX | LOCK_NB : LOCK_SH)) != 0 && errno == EINTR)
 		;
 	if (rc != 0) {
 		close(fd);

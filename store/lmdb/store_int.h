@@ -138,7 +138,8 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way
 int lmdb_meta8(struct lmdb_store *st, const char *name, uint8_t v[8]);	/* an 8-byte meta value */
 
 /* store_compact.c: the lock every open holds, and the compaction at start */
-int lmdb_lock(const char *path);	/* lock.mdb, flock'd shared (waits out a compaction); -1 */
+/* lock.mdb, flock'd shared (waits out a compaction) or, alone, exclusively if free; -1 */
+int lmdb_lock(const char *path, int alone);
 /* store_lmdb.c: the environment opened again, as it was, with its journal; *step why not */
 int lmdb_env_again(struct lmdb_store *st, const char **step);
 void lmdb_env_shut(struct lmdb_store *st);	/* the journal and the environment closed */

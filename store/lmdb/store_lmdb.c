@@ -462,9 +462,12 @@ static int lmdb_open_failed(struct lmdb_store *st, const char *step, int rc, cha
 	return lmdb_mdb_error(rc, NULL);
 }
 
-/* store_lmdb_open - open or create the store at path: one sequence, one failure path */
-int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
-	       char *err, size_t errlen)
+/*
+ * lmdb_open - open or create the store at path: one sequence, one failure
+ * path; alone, STORE_EAGAIN if another process has it open
+ */
+static int lmdb_open(struct store **out, const char *path, uint64_t map_size, int alone,
+		     char *err, size_t errlen)
 {
 	struct lmdb_store *st = lmdb_new(path);
 	const char *step = "mkdir";
@@ -476,12 +479,34 @@ int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
 	/* the directory, if missing; anything else in its place fails LMDB's open (ENOTDIR) */
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return lmdb_open_failed(st, step, errno, err, errlen);
-	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
+	/* shared, it waits while a starting daemon compacts it; alone, it waits for none */
+	if ((st->lockfd = lmdb_lock(path, alone)) < 0 && alone && errno == EWOULDBLOCK) {
+		snprintf(err, errlen, "the store at %s is open in another process (the daemon, "
+			 "or another idemrelayctl)", path);
+		lmdb_free(st);
+		return STORE_EAGAIN;
+	}
 	if ((rc = lmdb_env_again(st, &step)) != 0
 	    || (step = "count queue", rc = lmdb_space_count(st)) != 0)
 		return lmdb_open_failed(st, step, rc, err, errlen);
 	*out = &st->base;
 	return 0;
+}
+
+/* store_lmdb_open - open or create the store at path */
+int store_lmdb_open(struct store **out, const char *path, uint64_t map_size,
+		    char *err, size_t errlen)
+{
+	return lmdb_open(out, path, map_size, 0, err, errlen);
+}
+
+/* store_lmdb_open_alone - open an existing store that no other process has open */
+int store_lmdb_open_alone(struct store **out, const char *path, uint64_t map_size,
+			  char *err, size_t errlen)
+{
+	int rc = store_lmdb_present(path, err, errlen);
+
+	return rc ? rc : lmdb_open(out, path, map_size, 1, err, errlen);
 }
 
 /*
@@ -515,7 +540,7 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
 		return rc;
 	st = lmdb_new(path);
-	st->lockfd = lmdb_lock(path);	/* waits while a starting daemon compacts it */
+	st->lockfd = lmdb_lock(path, 0);	/* waits while a starting daemon compacts it */
 	if ((rc = lmdb_env_open(st, MDB_RDONLY, &step)) != 0)	/* ENOTFOUND: a database missing */
 		return lmdb_open_failed(st, step, rc, err, errlen);
 	*out = &st->base;

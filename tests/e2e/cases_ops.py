@@ -15,8 +15,8 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import (BIN, LMDB_ONLY, PG_OUTAGE, base_conf, case, check, eq, free_port, make_msg,
-                     port_open,
+from harness import (BIN, LMDB_ONLY, PG_OUTAGE, STORE, base_conf, case, check, eq, free_port,
+                     make_msg, port_open,
                      recv_line, render_conf, run, submit, submit_ok, wait_until)
 
 CTL = os.path.join(os.path.dirname(os.path.abspath(BIN)), "idemrelayctl")
@@ -727,6 +727,37 @@ def test_ctl_unreachable_daemon_not_bypassed(t):
           and "run as root or as the user the daemon runs as" in r.stderr,
           "drop as nobody: exit %d %r %r" % (r.returncode, r.stdout, r.stderr))
     eq(queued_qids(d), [qid], "the queue after the refused drop")
+
+
+@case(timeout=90)
+def test_ctl_without_control_socket(t):
+    """With no control socket configured (the default), idemrelayctl cannot
+    ask the running daemon. On LMDB the daemon schedules what it read at
+    start: a release written on the store beside it would never be
+    attempted until a restart, and a drop could race its delivery, so hold,
+    release and drop are refused while it has the store open (exit 1, "open
+    in another process", configure control) and the daemon delivers the
+    message as before. On PostgreSQL the nodes take due messages from the
+    database, so a hold and a release carried out there by idemrelayctl
+    (offline) are kept to: not delivered while held, delivered once
+    released."""
+    sink = t.sink()
+    d = t.daemon(sink, {"retry": {"first": "2s", "max": "2s", "give_up": "5d"}})
+    qid = submit_ok(d.port, "fail-first-1-noctl@example.com", make_msg(key="noctl-1"))
+    d.wait_log(qid, "status=deferred")
+    if STORE == "lmdb":
+        for cmd in ("hold", "release", "drop"):
+            r = ctl(d, cmd, qid, want=1)
+            check("open in another process" in r.stderr and "control" in r.stderr,
+                  "%s beside the daemon: %r" % (cmd, r.stderr))
+        sink.wait_count(1, timeout=20, what="the message, neither held nor dropped")
+        return
+    eq((ctl_json(d, "hold", qid)["held"], ctl_json(d, "queue")["queue"][0]["state"]),
+       ([qid], "held"), "a hold on the database")
+    time.sleep(4)                   # two attempts would have been due
+    eq(sink.accepted(), [], "delivered while held")
+    eq(ctl_json(d, "release", qid).get("offline"), True, "a release on the database")
+    sink.wait_count(1, timeout=20, what="the released message")
 
 
 @case(needs_daemon=False)

@@ -247,12 +247,15 @@ static int open_teardown(void **state)
 	return 0;
 }
 
-/* test_open_roles - LMDB: a reader or writer never makes a store, the node does */
+/*
+ * test_open_roles - LMDB: a reader or writer never makes a store, the node
+ * does; a writer is refused while another has the store open
+ */
 static void test_open_roles(void **state)
 {
 	struct open_fx *f = *state;
 	struct store_stats s;
-	struct store *st;
+	struct store *st, *w;
 	struct stat sb;
 	char err[512];
 
@@ -271,6 +274,12 @@ static void test_open_roles(void **state)
 	CHECK_INT("a store of one node has no number", store_node_id(st), -1);
 	CHECK_INT("stats", store_stats(st, &s, 0), 0);
 	CHECK_INT("store.map_size_max applied at open", s.space.ceiling <= 16u << 20, 1);
+	/* idemrelayctl writing beside a daemon that has it open: refused, nothing opened */
+	CHECK_INT("writer beside the node", store_open(&w, &f->cf, STORE_WRITER, err, sizeof(err)),
+		  STORE_EAGAIN);
+	assert_null(w);
+	if (strstr(err, "is open in another process") == NULL)
+		fail_msg("writer beside the node: got \"%s\"", err);
 	store_close(st);
 
 	CHECK_INT("reader", store_open(&st, &f->cf, STORE_READER, err, sizeof(err)), 0);
