@@ -10,6 +10,9 @@
  *	so what -t said is what the start says, and the later steps (which
  *	still stop on an error) are left with races only.
  *
+ *	Run as root with a user to become, upstream tls_ca files are read
+ *	with that user's ids, as delivery reads them after the drop.
+ *
  *	Directories the start creates (the store, the Maildir, the control
  *	socket's directory, and above them, mkdir -p style) are checked
  *	where they would be created: the nearest existing ancestor must be
@@ -19,6 +22,7 @@
  *	"FILE:LINE: setting: what is wrong: what to do", one per problem.
  */
 #include <errno.h>
+#include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,7 +37,9 @@
 #include "../relay/auth.h"
 #include "../store/store.h"
 #include "../tls/tls.h"
+#include "../util/buf.h"
 #include "../util/listen.h"
+#include "../util/log.h"
 #include "check.h"
 #include "control.h"
 
@@ -268,8 +274,12 @@ static void check_ports(struct check *k)
 		check_port(k, "metrics.port", c->metrics_address, c->metrics_port);
 }
 
-/* check_group - an upstream group's tls_ca (name: "upstream" or "routes[N].upstream") */
-static void check_group(struct check *k, const char *name, const struct conf_upstream *u)
+/*
+ * check_group - an upstream group's tls_ca (name: "upstream" or
+ * "routes[N].upstream"), read as user (NULL: as we are)
+ */
+static void check_group(struct check *k, const char *name, const struct conf_upstream *u,
+			const char *user)
 {
 	static const char prefix[] = "upstream.tls_ca ";	/* the loader's; setting says it */
 	char err[512], setting[128];
@@ -280,28 +290,46 @@ static void check_group(struct check *k, const char *name, const struct conf_ups
 	snprintf(setting, sizeof(setting), "%s.tls_ca", name);
 	if ((ctx = tls_client_ctx_conf(u, err, sizeof(err))) == NULL)
 		check_fail(k, setting, "%s: want a PEM file of CA certificates or a "
-			   "directory hashed with openssl rehash",
-			   err + (strncmp(err, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0));
+			   "directory hashed with openssl rehash%s%s",
+			   err + (strncmp(err, prefix, sizeof(prefix) - 1) == 0 ? sizeof(prefix) - 1 : 0),
+			   user ? ", readable by user " : "", user ? user : "");
 	SSL_CTX_free(ctx);
 }
 
 /*
  * check_upstream - the Maildir, and each upstream group's tls_ca (the
- * default's and every route's) loads as the delivery threads will load it
+ * default's and every route's) loads as the delivery threads will load it:
+ * as root, with the user's ids (privdrop(): its uid and gid, no other
+ * group) until done, since they read it after the privilege drop
  */
 static void check_upstream(struct check *k)
 {
 	const struct conf *c = k->c;
+	const char *user = NULL;
+	struct passwd *pw;
+	gid_t gid = getegid(), *groups = NULL;
 	char name[64];
 	size_t i;
+	int n = 0;
 
 	if (c->upstream.maildir)
 		check_dir(k, "upstream.maildir", c->upstream.maildir);
-	check_group(k, "upstream", &c->upstream);
+	if (c->user && geteuid() == 0 && (pw = getpwnam(c->user)) != NULL) {
+		n = getgroups(0, NULL);
+		groups = xcalloc(n > 0 ? (size_t) n : 1, sizeof(*groups));
+		if ((n = getgroups(n, groups)) < 0 || setgroups(0, NULL) < 0
+		    || setegid(pw->pw_gid) < 0 || seteuid(pw->pw_uid) < 0)
+			msg_fatal("cannot take the ids of user %s: %m", c->user);
+		user = c->user;
+	}
+	check_group(k, "upstream", &c->upstream, user);
 	for (i = 0; i < c->n_routes; i++) {
 		snprintf(name, sizeof(name), "routes[%zu].upstream", i);
-		check_group(k, name, &c->routes[i].up);
+		check_group(k, name, &c->routes[i].up, user);
 	}
+	if (user && (seteuid(0) < 0 || setegid(gid) < 0 || setgroups((size_t) n, groups) < 0))
+		msg_fatal("cannot take root's ids back: %m");
+	free(groups);
 }
 
 /* check_store - the store's directory, or that its database answers */

@@ -263,6 +263,16 @@ def row_tls_ca(t, d):
     return {"upstream": {"tls": "starttls", "tls_ca": os.path.join(d, "no-ca.pem")}}
 
 
+def row_tls_ca_root_only(t, d):
+    """a CA file only root may read, for a daemon that runs as nobody: delivery reads it
+    after the privilege drop, so -t, as root, must read it as nobody"""
+    cert, _ = pem_pair(t, "ca")
+    ca = os.path.join(d, "root-only-ca.pem")
+    shutil.copyfile(cert, ca)
+    os.chmod(ca, 0o600)
+    return {"user": "nobody", "upstream": {"tls": "starttls", "tls_ca": ca}}
+
+
 def row_route_tls_ca(t, d):
     return {"routes": [{"name": "ok", "auth_user": "a", "upstream": {"host": "localhost"}},
                        {"name": "t", "auth_user": "b", "upstream": {
@@ -281,6 +291,8 @@ CHECK_ROWS = [
      row_control_dir),
     ("listen port taken", "listen[0].port", "Address already in use", row_port_taken),
     ("upstream.tls_ca missing", "upstream.tls_ca", "No such file or directory", row_tls_ca),
+    ("upstream.tls_ca only root may read, user nobody", "upstream.tls_ca",
+     "Permission denied", row_tls_ca_root_only),
     ("a route's tls_ca missing", "routes[1].upstream.tls_ca", "No such file or directory",
      row_route_tls_ca),
 ]
