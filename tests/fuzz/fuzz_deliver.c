@@ -12,7 +12,12 @@
  * only after a wait longer than upstream.timeout (bits 3-7 are 00001:
  * rare, for the fuzzer's pace) or upstream.tls is "starttls" (00010: the
  * bridge's plain STARTTLS dialogue, deliver_bridge_starttls.c, reads the
- * script; a handshake with it fails), byte 1: recipients of each message
+ * script; a handshake with it fails) or the messages carry DSN parameters
+ * (00011: bytes 2 and 3 give the lengths of an ENVID, up to 100 octets of
+ * what a client may send, 32-126, and of an ORCPT address, each octet
+ * written as itself or as "+XX", the ORCPT up to its 500 octets; their
+ * octets follow, then the script; every message has that ENVID, every
+ * recipient that ORCPT), byte 1: recipients of each message
  * (two bits each, bits 0-5), whether the messages are BODY=8BITMIME
  * (bit 6) and SMTPUTF8 with a UTF-8 Subject (bit 7: the filter adds those
  * parameters where offered). Then the server's script, one step per
@@ -41,7 +46,10 @@
  *   - after the second message's mark failed, the messages after it are
  *     deferred and postponed: not charged an attempt for it;
  *   - the message whose mark failed is deferred for that, not for the
- *     bridge's deadline that passed while the store was asked.
+ *     bridge's deadline that passed while the store was asked;
+ *   - with DSN parameters: no "(null)" went to the server, and every
+ *     ENVID= and ORCPT= it read is strict xtext standing for the message's
+ *     ENVID and the recipient's address (libESMTP encodes them again).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,6 +69,8 @@
 #include "../../deliver/deliver_impl.h"
 #include "../../deliver/esmtp/deliver_esmtp.h"
 #include "../../smtp/smtp.h"
+#include "../../smtp/smtp_parse.h"
+#include "../../util/buf.h"
 #include "../../util/log.h"
 
 #define MSGS_MAX	3
@@ -317,6 +327,99 @@ static void *srv_main(void *arg)
 	return NULL;
 }
 
+/* the DSN parameters of an input (byte 0 bits 3-7 = 00011), "" for none */
+static struct {
+	char envid[SMTP_ENVID_MAX + 1];
+	char orcpt[SMTP_ORCPT_MAX + 1];
+	char orcpt_addr[SMTP_ORCPT_MAX + 1];	/* what the ORCPT stands for */
+} dsn;
+
+/*
+ * dsn_params - ENVID and ORCPT from the input at data[0..size) (lengths at
+ * data[0] and data[1]); how many octets they took
+ */
+static size_t dsn_params(const uint8_t *data, size_t size)
+{
+	size_t el, ol, i, o = 0, a = 0;
+	unsigned char c;
+
+	if (size < 2)
+		return size;
+	el = data[0] % (SMTP_ENVID_MAX + 1);
+	ol = data[1];
+	data += 2;
+	size -= 2;
+	el = el > size ? size : el;
+	for (i = 0; i < el; i++)
+		dsn.envid[i] = (char) (32 + data[i] % 95);
+	dsn.envid[el] = 0;
+	data += el;
+	size -= el;
+	ol = ol > size ? size : ol;
+	o = (size_t) snprintf(dsn.orcpt, sizeof(dsn.orcpt), "%s", ol ? "rfc822;" : "");
+	for (i = 0; i < ol && o + 3 < sizeof(dsn.orcpt); i++) {
+		c = (unsigned char) (32 + data[i] % 95);
+		if (c > 32 && c != '+' && c != '=' && !(data[i] & 0x80))
+			dsn.orcpt[o++] = (char) c;
+		else
+			o += (size_t) snprintf(dsn.orcpt + o, 4, "+%02X", c);
+		dsn.orcpt_addr[a++] = (char) c;
+	}
+	dsn.orcpt[o] = 0;
+	dsn.orcpt_addr[a] = 0;
+	return 2 + el + ol;
+}
+
+/* param - the value of " NAME=" in a command line l[0..n), or NULL (its length in *vl) */
+static const char *param(const char *l, size_t n, const char *name, size_t *vl)
+{
+	size_t k = strlen(name), i;
+
+	for (i = 0; i + k + 1 < n; i++)
+		if (l[i] == ' ' && strncasecmp(l + i + 1, name, k) == 0) {
+			l += i + 1 + k;
+			n -= i + 1 + k;
+			for (*vl = 0; *vl < n && l[*vl] != ' ' && l[*vl] != '\r'; (*vl)++)
+				continue;
+			return l;
+		}
+	return NULL;
+}
+
+/* dsn_check - the DSN parameters in every MAIL and RCPT line the server read */
+static void dsn_check(const struct server *s)
+{
+	const char *l = s->got, *end = s->got + s->got_len, *nl, *v;
+	struct buf b = BUF_INIT;
+	char *type, *addr;
+	size_t n, vl, i;
+
+	for (; l < end; l = nl + 1) {
+		if ((nl = memchr(l, '\n', (size_t) (end - l))) == NULL)
+			nl = end;
+		n = (size_t) (nl - l);
+		for (i = 0; i + 6 <= n; i++)
+			if (strncasecmp(l + i, "(null)", 6) == 0)
+				abort();	/* a parameter libESMTP could not encode */
+		if (n >= 10 && strncasecmp(l, "MAIL FROM:", 10) == 0
+		    && (v = param(l, n, "ENVID=", &vl)) != NULL) {
+			buf_reset(&b);
+			if (smtp_xtext_decode(&b, v, vl, SMTP_XTEXT_STRICT) != 0
+			    || b.len != strlen(dsn.envid) || memcmp(b.data, dsn.envid, b.len) != 0)
+				abort();
+		}
+		if (n >= 8 && strncasecmp(l, "RCPT TO:", 8) == 0
+		    && (v = param(l, n, "ORCPT=", &vl)) != NULL) {
+			if (smtp_orcpt_split(v, vl, SMTP_XTEXT_STRICT, &type, &addr) != 0
+			    || strcasecmp(type, "rfc822") != 0 || strcmp(addr, dsn.orcpt_addr) != 0)
+				abort();
+			free(type);
+			free(addr);
+		}
+	}
+	buf_free(&b);
+}
+
 /* ---------------------------------------------------------------- the client */
 
 /* setup - the listener and the configuration, once */
@@ -356,8 +459,10 @@ static void job_init(struct deliver_job *j, size_t i, size_t r, unsigned params)
 	for (k = 0; k < r; k++) {
 		snprintf(text, sizeof(text), "r%zu-m%zu@example.com", k, i);
 		j->m.rcpts[k].addr = strdup(text);
+		j->m.rcpts[k].orcpt = dsn.orcpt[0] ? strdup(dsn.orcpt) : NULL;
 		j->res[k].attempted = 1;
 	}
+	j->m.envid = dsn.envid[0] ? strdup(dsn.envid) : NULL;
 	j->m.body = params & 1 ? SMTP_BODY_8BITMIME : SMTP_BODY_NONE;
 	j->m.smtputf8 = (params & 2) != 0;
 	snprintf(text, sizeof(text), "From: sender@example.org\r\nSubject: fuzz %zu%s\r\n\r\nbody\r\n",
@@ -408,9 +513,12 @@ static void job_free(struct deliver_job *j)
 {
 	size_t k;
 
-	for (k = 0; k < j->m.n_rcpts; k++)
+	for (k = 0; k < j->m.n_rcpts; k++) {
 		free(j->m.rcpts[k].addr);
+		free(j->m.rcpts[k].orcpt);
+	}
 	free(j->m.rcpts);
+	free(j->m.envid);
 	free(j->m.from);
 	free(j->m.data);
 	free(j->res);
@@ -436,7 +544,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct deliver_job jobs[MSGS_MAX], *ptrs[MSGS_MAX];
 	struct deliver d;
 	pthread_t srv;
-	size_t i, n, marks = 0;
+	size_t i, n, marks = 0, off = 2;
 
 	if (lfd < 0)
 		setup();
@@ -448,6 +556,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	seen.slow_mark = (data[0] & 0xf8) == 0x08;
 	seen.n = n;
 	conf.upstream.tls = (data[0] & 0xf8) == 0x10 ? CONF_TLS_STARTTLS : CONF_TLS_NONE;
+	memset(&dsn, 0, sizeof(dsn));
+	if ((data[0] & 0xf8) == 0x18)
+		off += dsn_params(data + 2, size - 2);
 	for (i = 0; i < n; i++) {
 		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1,
 			 data[1] >> 6);
@@ -455,8 +566,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ptrs[i] = &jobs[i];
 	}
 	memset(&s, 0, sizeof(s));
-	s.script = data + 2;
-	s.len = size - 2;
+	s.script = data + off;
+	s.len = size - off;
 	s.fd = -1;
 	memset(&d, 0, sizeof(d));
 	d.c = &conf;
@@ -476,5 +587,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (dots(&s) > marks)
 		abort();		/* a final dot with no mark before it */
+	dsn_check(&s);
 	return 0;
 }

@@ -123,6 +123,20 @@ def seeds():
     out["starttls-after-blanks"] = header(1, [1], starttls=True) + bytes([REPLY, GREET, READ]) + \
         raw(b"250-x\r\n250-\t STARTTLS\r\n250 PIPELINING\r\n") + bytes([READ]) + \
         raw(b"220 go\r\n") + bytes([CLOSE])
+    # DSN parameters (byte 0 bits 3-7 = 00011): an ENVID and an ORCPT libESMTP can
+    # encode again, and ones it cannot (c75f62c: 87 "+" in the ENVID, 90 blanks in the
+    # ORCPT address, each 3 octets as xtext, past its 256: "(null)" upstream before)
+    def dsn(msgs, rcpts, envid, orcpt):
+        h = bytearray(header(msgs, rcpts))
+        h[0] |= 0x18
+        return bytes(h) + bytes([len(envid), len(orcpt)]) + envid + orcpt
+    out["dsn-params"] = dsn(1, [2], bytes(b - 32 for b in b"env-1"),
+                            bytes(b - 32 for b in b"x+y=z@example.org")) + \
+        bytes([REPLY, GREET, AUTO, 15])
+    out["dsn-envid-past-libesmtp"] = dsn(1, [1], bytes([ord("+") - 32]) * 87, b"") + \
+        bytes([REPLY, GREET, AUTO, 15])
+    out["dsn-orcpt-past-libesmtp"] = dsn(1, [1], b"", bytes([0]) * 90) + \
+        bytes([REPLY, GREET, AUTO, 15])
     return out
 
 
