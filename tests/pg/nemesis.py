@@ -71,7 +71,8 @@ DESCRIPTION
     on the mark of a lease the node held when it was killed (read then,
     since a mark whose commit waits for the stopped standby is not visible
     yet, and is finished by another node before the killed one restarts),
-    or of a mark whose reply the schedule lost; and
+    or when it was cut off from the database, if it was killed during the
+    cut or just after; and
     one whose final dot the upstream received and refused (4xx, its
     record says) while the node, which never got that reply (a reset, or
     a frozen link), finished it unconfirmed. A node that says "no reply
@@ -146,7 +147,8 @@ class Episode:
         self.res = res
         self.fired = None               # a mark: when its trigger went off
         self.qids = set()               # ... the QIDs its statement named
-        self.healed = None              # ... when its cut ended
+        self.leases = None              # a cut (db, mark): the node's leases then
+        self.healed = None              # ... when it ended
         self.killed = False             # a kill9: it killed a running node
 
     def __str__(self):
@@ -275,8 +277,7 @@ class Run:
         self.timeline = []              # (t, node, log line)
         self.crashes = []
         self.notes = []
-        self.dead_leases = set()        # lease tokens a node held when it was killed
-        self.orphaned = set()           # QIDs of orphans() when their node was killed
+        self.dead_leases = set()        # lease tokens of killed nodes' marks (leases_of, orphans)
         self.keys = []
         self.stopping = threading.Event()
         self.quiesce = threading.Event()
@@ -388,14 +389,17 @@ class Run:
         return th
 
     def orphans(self, i):
-        """orphans - QIDs whose inflight mark node i made, never heard of, and had
-        no time to revive yet (cut off still, or just back): killed now, it cannot
-        know it sent no final dot, so the mark is a dead node's (SPEC 7)"""
+        """orphans - the tokens of the leases node i held when it was cut off from
+        the database (a db or mark episode), cut off still or just back: a mark
+        whose commit's outcome it never heard of (the mark episode's, or one a cut
+        met), finished unconfirmed by the node that took the message past the
+        lease, is one it had no time to revive yet; killed now, it cannot know it
+        sent no final dot, so the mark is a dead node's (SPEC 7)"""
         out = set()
         for ep in self.schedule:
-            if ep.kind == "mark" and ep.node == i and ep.fired is not None and (
+            if ep.kind in ("db", "mark") and ep.node == i and ep.leases is not None and (
                     ep.healed is None or self.now() < ep.healed + 2 * LEASE):
-                out |= ep.qids
+                out |= ep.leases
         return out
 
     def leases_of(self, i):
@@ -426,12 +430,12 @@ class Run:
                 d.down = True
                 d.kill9()
                 ep.killed = True
-            self.dead_leases |= self.leases_of(i)
-            self.orphaned |= self.orphans(i)
+            self.dead_leases |= self.leases_of(i) | self.orphans(i)
         elif ep.kind == "db":
             for p in self.dbp[i]:
                 p.cut(refuse=ep.mode == "refuse", hold=ep.mode == "hold",
                       freeze=ep.mode == "freeze")
+            ep.leases = self.leases_of(i)
         elif ep.kind == "mark":
             self.mark(ep)
         elif ep.kind == "upstream" and ep.mode.startswith("pipeline"):
@@ -466,6 +470,7 @@ class Run:
         elif ep.kind == "db":
             for p in self.dbp[i]:
                 p.heal()
+            ep.healed = self.now()
         elif ep.kind == "upstream":
             self.upp[i].heal()
         elif ep.kind == "sink":
@@ -513,8 +518,10 @@ class Run:
         time.sleep(0.5)
         for p in ps:
             p.cut(hold=ep.mode == "hold")
+        until = time.monotonic() + ep.dur
+        ep.leases = self.leases_of(ep.node)
         self.event("mark %s: the reply dropped, cut off for %.1fs" % (NODES[ep.node], ep.dur))
-        self.quiesce.wait(ep.dur)
+        self.quiesce.wait(max(0, until - time.monotonic()))
         for p in ps:
             p.heal()
         ep.healed = self.now()
@@ -701,9 +708,9 @@ class Run:
         rows = self.verdicts({q for _, _, q in missing})
         for k, a, q in missing:
             state, on = rows.get((q, a), (None, None))
-            # finished unconfirmed on the inflight mark of a lease its node held
-            # when killed (or of a mark orphaned by a kill), by another lease
-            if state == RCPT_UNCONFIRMED and on and (on in self.dead_leases or q in self.orphaned):
+            # finished unconfirmed by another lease's verdict on the inflight mark
+            # of a lease its node held when killed, or when cut off just before
+            if state == RCPT_UNCONFIRMED and on in self.dead_leases:
                 allowed.append((k, a, q))
             else:
                 lost.append((k, a, q))
