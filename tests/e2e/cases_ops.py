@@ -798,3 +798,36 @@ def test_ctl_long_reply(t):
     lines = r.stdout.splitlines()
     eq((len(lines), lines[0], lines[-1]), (80001, "%s: on hold" % qids[0],
                                            "-- 80000 messages on hold"), "the listing")
+
+
+@case(timeout=90, stores=LMDB_ONLY)
+def test_second_daemon_on_one_store(t):
+    """A second daemon started on the store of one that runs (another
+    configuration naming the same store.path: other ports, another control
+    socket) does not start: it would deliver every message queued at its
+    start beside the first, each one twice. It exits 1 saying the store is in
+    use, and the first delivers each message once."""
+    sink = t.sink()
+    sink.control(rcpt={"twice@example.com": "tempfail"})
+    a = t.daemon(sink, {"retry": {"first": "1s", "max": "1s", "give_up": "1h"}})
+    qid = submit_ok(a.port, "twice@example.com", make_msg(key="two-daemons"))
+    a.wait_log(qid, "status=deferred")
+    b = t.daemon(sink, {"store": {"path": a.store},
+                        "retry": {"first": "1s", "max": "1s", "give_up": "1h"}}, start=False)
+    with open(b.log_path, "ab") as logf:
+        b.proc = subprocess.Popen([BIN, "-c", b.conf_path], cwd=b.dir,
+                                  stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+    b.stopped = False
+    try:
+        rc = b.proc.wait(timeout=15)
+        b.stopped = True                # its exit is what the test wants
+    except subprocess.TimeoutExpired:
+        rc = None
+    sink.control()
+    a.wait_log(qid, "status=sent")
+    time.sleep(3)
+    eq(len(sink.accepted()), 1, "copies at the sink")
+    eq(rc, 1, "the second daemon's exit status")
+    check("store.path" in b.log() and "in use" in b.log(), "the second daemon says why:\n%s"
+          % b.log())
+
