@@ -120,24 +120,27 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
  * deliver_bridge_offered), the bridge is cut first, so that nothing of any
  * message goes out. upstream.rate and upstream.recipient_rate: each MAIL
  * and RCPT waits for its token (deliver_rate.h), unless the upstream
- * throttled the session. Nothing is looked at once it is being cut.
+ * throttled the session or its side of the bridge is over (the gate
+ * answers what follows: nothing goes out to take a token for). Nothing
+ * is looked at once it is being cut.
  */
 static void xsess_commands(struct xsess *xs, const char *buf, int len)
 {
 	const char *p = buf, *end = buf + len, *nl;
-	int mail, pace = xs->rate != NULL;
+	int mail, pace;
 
 	for (; p < end && !xs->guard.cut && !xs->no_utf8; p = nl + 1) {
 		if ((nl = memchr(p, '\n', (size_t) (end - p))) == NULL)
 			nl = end;
 		mail = nl - p >= 10 && strncasecmp(p, "MAIL FROM:", 10) == 0;
+		pace = xs->rate != NULL && !xs->throttled && !deliver_bridge_over(xs->bridge);
 		if (mail && xs->utf8_needed
 		    && !(deliver_bridge_offered(xs->bridge) & DELIVER_FILTER_UTF8)) {
 			xs->no_utf8 = 1;
 			deliver_bridge_cut(xs->bridge);
-		} else if (mail && pace && !xs->throttled) {
+		} else if (mail && pace) {
 			deliver_rate_take(xs->rate, &xs->rate->msgs);
-		} else if (pace && !xs->throttled && nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0) {
+		} else if (pace && nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0) {
 			deliver_rate_take(xs->rate, &xs->rate->rcpts);
 		}
 	}

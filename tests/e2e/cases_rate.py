@@ -297,17 +297,23 @@ def test_throttled_at_a_pipelined_rcpt(t):
 @case()
 def test_recipient_pacing_past_the_timeout(t):
     """upstream.recipient_rate 1 and upstream.timeout 2 s, six recipients: the
-    RCPTs wait 5 s for their tokens while libesmtp holds them, the bridge has
+    RCPTs wait for their tokens while libesmtp holds them, the bridge has
     nothing to move for 2 s and ends the upstream side, and libesmtp is
     answered for the server (deliver_gate.h) where the bridge hung up on it
-    with seven replies owed and libESMTP 1.1.0 crashed the daemon (SIGSEGV);
-    the message is deferred, no RCPT reached the sink"""
+    with thirteen replies owed and libESMTP 1.1.0 crashed the daemon (SIGSEGV);
+    the message is deferred, no RCPT reached the sink. The RCPTs after that wait for
+    no token (nothing goes out): deferred 2-3 s after the session began, where the
+    twelve recipients' tokens took 11 s at least"""
     sink = t.sink()
     d = t.daemon(sink, {"upstream": {"recipient_rate": 1, "timeout": "2s"}})
-    rcpts = ["r%d@example.com" % i for i in range(6)]
+    rcpts = ["r%d@example.com" % i for i in range(12)]
     qid = submit_ok(d.port, rcpts, make_msg(key="rate-pace-1", subject="rate-pace-1"))
+    start = time.monotonic()
     for r in rcpts:
-        d.wait_log(qid, "to=<%s>" % r, "status=deferred", "timeout: nothing moved for 2 s")
+        d.wait_log(qid, "to=<%s>" % r, "status=deferred", "timeout: nothing moved for 2 s",
+                   timeout=30)
+    took = time.monotonic() - start
+    check(took < 8, "deferred %.1f s after submission: tokens taken for nothing" % took)
     eq(sink.events("rcpt"), [], "RCPTs at the sink")
     check(d.running(), "the daemon died")
 
