@@ -10,8 +10,9 @@
  *	so what -t said is what the start says, and the later steps (which
  *	still stop on an error) are left with races only.
  *
- *	Run as root with a user to become, upstream tls_ca files are read
- *	with that user's ids, as delivery reads them after the drop.
+ *	Run as root with a user to become, upstream tls_ca files are read,
+ *	and a control socket's directory that is there is looked at, with
+ *	that user's ids, as the daemon uses them after the drop.
  *
  *	Directories the start creates (the store, the Maildir, the control
  *	socket's directory, and above them, mkdir -p style) are checked
@@ -215,21 +216,63 @@ static void check_dir(struct check *k, const char *setting, const char *path)
 			   "another path, or remount it", path);
 		return;
 	}
-	if (access(dir, W_OK | X_OK) < 0 && strcmp(dir, path) == 0)
+	if (euidaccess(dir, W_OK | X_OK) < 0 && strcmp(dir, path) == 0)
 		check_fail(k, setting, "%s is not writable by uid %u: %s: make it writable "
-			   "(chown, chmod) or choose another path", dir, (unsigned) getuid(),
+			   "(chown, chmod) or choose another path", dir, (unsigned) geteuid(),
 			   strerror(errno));
-	else if (access(dir, W_OK | X_OK) < 0)
+	else if (euidaccess(dir, W_OK | X_OK) < 0)
 		check_fail(k, setting, "%s would be created in %s, which is not writable by uid "
 			   "%u: %s: make it writable (chown, chmod) or choose another path", path,
-			   dir, (unsigned) getuid(), strerror(errno));
+			   dir, (unsigned) geteuid(), strerror(errno));
 }
 
-/* check_control - control: a socket we can make, in a directory we can make */
+/* root's ids, while check_as() has taken the configured user's */
+struct check_ids {
+	const char *user;		/* whose ids were taken, or NULL: none */
+	gid_t gid, *groups;
+	int n;
+};
+
+/*
+ * check_as - run as root with a user to become: take the user's ids
+ * (privdrop()'s: its uid and gid, no other group) until check_back(),
+ * for what the daemon reads or writes after the drop; the user, or NULL
+ */
+static const char *check_as(const struct conf *c, struct check_ids *s)
+{
+	struct passwd *pw;
+
+	*s = (struct check_ids) { NULL, getegid(), NULL, 0 };
+	if (c->user == NULL || geteuid() != 0 || (pw = getpwnam(c->user)) == NULL)
+		return NULL;
+	s->n = getgroups(0, NULL);
+	s->groups = xcalloc(s->n > 0 ? (size_t) s->n : 1, sizeof(*s->groups));
+	if ((s->n = getgroups(s->n, s->groups)) < 0 || setgroups(0, NULL) < 0
+	    || setegid(pw->pw_gid) < 0 || seteuid(pw->pw_uid) < 0)
+		msg_fatal("cannot take the ids of user %s: %m", c->user);
+	return s->user = c->user;
+}
+
+/* check_back - root's ids again after check_as() */
+static void check_back(struct check_ids *s)
+{
+	if (s->user && (seteuid(0) < 0 || setegid(s->gid) < 0
+			|| setgroups((size_t) s->n, s->groups) < 0))
+		msg_fatal("cannot take root's ids back: %m");
+	free(s->groups);
+}
+
+/*
+ * check_control - control: a socket we can make, in a directory we can
+ * make; one that is there already as the user (the socket is bound after
+ * the privilege drop, in a directory the start hands over if it made it)
+ */
 static void check_control(struct check *k)
 {
 	const struct conf *c = k->c;
 	char dir[CHECK_PATH_MAX], why[512], *slash;
+	struct check_ids ids = { 0 };
+	struct stat st;
 
 	if (c->control == NULL)
 		return;
@@ -237,11 +280,13 @@ static void check_control(struct check *k)
 		check_fail(k, "control", "%s", why);
 		return;
 	}
-	snprintf(dir, sizeof(dir), "%s", c->control);
-	if ((slash = strrchr(dir, '/')) == NULL)
-		return;			/* in the working directory, checked as the store's */
-	slash[slash == dir] = 0;
+	snprintf(dir, sizeof(dir), "%s", (slash = strrchr(c->control, '/')) ? c->control : ".");
+	if (slash)
+		dir[slash - c->control + (slash == c->control)] = 0;
+	if (stat(dir, &st) == 0)
+		check_as(c, &ids);
 	check_dir(k, "control", dir);
+	check_back(&ids);
 }
 
 /* check_port - can address:port be bound now (as listen_tcp() binds)? setting says where */
@@ -305,31 +350,20 @@ static void check_group(struct check *k, const char *name, const struct conf_ups
 static void check_upstream(struct check *k)
 {
 	const struct conf *c = k->c;
-	const char *user = NULL;
-	struct passwd *pw;
-	gid_t gid = getegid(), *groups = NULL;
+	struct check_ids ids;
+	const char *user;
 	char name[64];
 	size_t i;
-	int n = 0;
 
 	if (c->upstream.maildir)
 		check_dir(k, "upstream.maildir", c->upstream.maildir);
-	if (c->user && geteuid() == 0 && (pw = getpwnam(c->user)) != NULL) {
-		n = getgroups(0, NULL);
-		groups = xcalloc(n > 0 ? (size_t) n : 1, sizeof(*groups));
-		if ((n = getgroups(n, groups)) < 0 || setgroups(0, NULL) < 0
-		    || setegid(pw->pw_gid) < 0 || seteuid(pw->pw_uid) < 0)
-			msg_fatal("cannot take the ids of user %s: %m", c->user);
-		user = c->user;
-	}
+	user = check_as(c, &ids);
 	check_group(k, "upstream", &c->upstream, user);
 	for (i = 0; i < c->n_routes; i++) {
 		snprintf(name, sizeof(name), "routes[%zu].upstream", i);
 		check_group(k, name, &c->routes[i].up, user);
 	}
-	if (user && (seteuid(0) < 0 || setegid(gid) < 0 || setgroups((size_t) n, groups) < 0))
-		msg_fatal("cannot take root's ids back: %m");
-	free(groups);
+	check_back(&ids);
 }
 
 /* check_store - the store's directory, or that its database answers */

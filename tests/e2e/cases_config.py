@@ -273,6 +273,16 @@ def row_tls_ca_root_only(t, d):
     return {"user": "nobody", "upstream": {"tls": "starttls", "tls_ca": ca}}
 
 
+def row_control_dir_root_only(t, d):
+    """the control socket's directory is there, root's (0755), for a daemon that runs as
+    nobody: the start binds the socket after the privilege drop, so -t, as root, must
+    look at the directory as nobody"""
+    run_dir = os.path.join(d, "run")
+    os.makedirs(run_dir)
+    os.chmod(run_dir, 0o755)
+    return {"user": "nobody", "control": os.path.join(run_dir, "ctl.sock")}
+
+
 def row_route_tls_ca(t, d):
     return {"routes": [{"name": "ok", "auth_user": "a", "upstream": {"host": "localhost"}},
                        {"name": "t", "auth_user": "b", "upstream": {
@@ -289,6 +299,8 @@ CHECK_ROWS = [
     ("no such user", "user", 'no such user "nosuchuser"', row_user),
     ("control in a directory that cannot be made", "control", "which is not a directory",
      row_control_dir),
+    ("control in a directory of root's, user nobody", "control",
+     "run is not writable by uid", row_control_dir_root_only),
     ("listen port taken", "listen[0].port", "Address already in use", row_port_taken),
     ("upstream.tls_ca missing", "upstream.tls_ca", "No such file or directory", row_tls_ca),
     ("upstream.tls_ca only root may read, user nobody", "upstream.tls_ca",
