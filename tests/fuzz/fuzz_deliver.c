@@ -17,7 +17,12 @@
  * what a client may send, 32-126, and of an ORCPT address, each octet
  * written as itself or as "+XX", the ORCPT up to its 500 octets; their
  * octets follow, then the script; every message has that ENVID, every
- * recipient that ORCPT), byte 1: recipients of each message
+ * recipient that ORCPT) or the upstream group has a rate object, new
+ * for the input (00100: what the real deliver_group_rate() gives once
+ * upstream.rate is set, here with no limits, so that a reply that reads
+ * as throttling, "4xx 4.7.0" or "rate" in it, or a greeting's 421, makes
+ * the session cut and the batch postponed: 8e78f96's crash, a throttled
+ * RCPT with more replies owed), byte 1: recipients of each message
  * (two bits each, bits 0-5), whether the messages are BODY=8BITMIME
  * (bit 6) and SMTPUTF8 with a UTF-8 Subject (bit 7: the filter adds those
  * parameters where offered). Then the server's script, one step per
@@ -125,6 +130,7 @@ static struct {
 	int fail_mark;			/* index of a message whose mark fails, or -1 */
 	int slow_mark;			/* ... after SLOW_MARK_MS, past upstream.timeout */
 	size_t n;
+	struct deliver_rate *rate;	/* the upstream group's, or NULL (no upstream.rate) */
 } seen;
 
 /* ---------------------------------------------------------------- stubs of deliver.c, deliver_record.c */
@@ -135,11 +141,14 @@ int deliver_stopping(struct deliver *d)
 	return 0;
 }
 
-/* no upstream.rate: the real one's answer for a deliver with no limits */
+/*
+ * no upstream.rate: the real one's answer for a deliver with no limits;
+ * or, in the throttling mode, a rate object of the input's own
+ */
 struct deliver_rate *deliver_group_rate(struct deliver *d, const struct conf_upstream *up)
 {
 	(void) d, (void) up;
-	return NULL;
+	return seen.rate;
 }
 
 int deliver_mark(struct deliver *d, const char *qid, struct deliver_job *const *jobs, size_t n)
@@ -559,6 +568,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&dsn, 0, sizeof(dsn));
 	if ((data[0] & 0xf8) == 0x18)
 		off += dsn_params(data + 2, size - 2);
+	if ((data[0] & 0xf8) == 0x20)
+		seen.rate = deliver_rate_new(NULL, &conf.upstream);
 	for (i = 0; i < n; i++) {
 		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1,
 			 data[1] >> 6);
@@ -579,6 +590,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pthread_join(srv, NULL);
 	close(s.done[0]);
 	close(s.done[1]);
+	deliver_rate_free(seen.rate);
 	rest_check(jobs, n);
 	for (i = 0; i < n; i++) {
 		job_check(&jobs[i], seen.marks[i] > 0);

@@ -137,6 +137,20 @@ def seeds():
         bytes([REPLY, GREET, AUTO, 15])
     out["dsn-orcpt-past-libesmtp"] = dsn(1, [1], b"", bytes([0]) * 90) + \
         bytes([REPLY, GREET, AUTO, 15])
+    # the upstream group has a rate object (byte 0 bits 3-7 = 00100): a throttling
+    # reply to the first of three pipelined RCPTs cuts the session with three replies
+    # owed (8e78f96: libESMTP crashed when the bridge hung up then), one to MAIL, and
+    # a greeting's 421
+    def throttled(msgs, rcpts):
+        h = bytearray(header(msgs, rcpts))
+        h[0] |= 0x20
+        return bytes(h)
+    out["throttle-first-of-three-rcpts"] = throttled(1, [3]) + opening(EHLO_PIPE) + \
+        bytes([REPLY, MAIL_OK, READ]) + raw(b"451 4.7.0 rate exceeded\r\n") + \
+        bytes([READ] * 8)
+    out["throttle-at-mail"] = throttled(2, [1, 1]) + opening(EHLO_PIPE) + \
+        raw(b"450 4.2.1 receiving mail at a rate that prevents delivery\r\n") + bytes([AUTO, 15])
+    out["throttle-greeting-421"] = throttled(1, [1]) + bytes([REPLY, GOING, READ, AUTO, 15])
     return out
 
 
