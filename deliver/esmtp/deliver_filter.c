@@ -51,6 +51,8 @@ void deliver_filter_init(struct deliver_filter *f)
 static void owe(struct deliver_filter *f, const char *what)
 {
 	snprintf(f->verbs[f->cmds % DELIVER_FILTER_VERBS], DELIVER_FILTER_VERB, "%s", what);
+	if (strcmp(what, DOT_OWED) == 0)
+		f->dot_reply = f->cmds + 1;
 	f->cmds++;
 }
 
@@ -64,17 +66,17 @@ const char *deliver_filter_verb(const struct deliver_filter *f, unsigned long nt
 	return f->verbs[nth % DELIVER_FILTER_VERBS];
 }
 
-/* deliver_filter_dot_owed - is the reply to a final dot among those owed after replies? */
+/*
+ * deliver_filter_dot_owed - is the reply to a final dot among those owed
+ * after replies? The last dot's is, if any is: replies come in order. Not
+ * read from the names, which more than DELIVER_FILTER_VERBS pipelined
+ * commands overwrite: "it may be" then hung up on libesmtp with all their
+ * replies owed at a reply's deadline, and libESMTP 1.1.0 crashed
+ * (deliver_gate.h).
+ */
 int deliver_filter_dot_owed(const struct deliver_filter *f, unsigned long replies)
 {
-	unsigned long i;
-
-	if (f->cmds - replies > DELIVER_FILTER_VERBS)
-		return 1;			/* names overwritten: it may be */
-	for (i = replies; i < f->cmds; i++)
-		if (strcmp(f->verbs[i % DELIVER_FILTER_VERBS], DOT_OWED) == 0)
-			return 1;
-	return 0;
+	return f->dot_reply > replies;
 }
 
 /* deliver_filter_mail_params - which messages' MAIL gets which parameters where offered */

@@ -111,6 +111,7 @@ struct deliver_filter {
 	/* the replies owed */
 	unsigned long cmds;		/* replies due: the greeting, commands, final dots */
 	char verbs[DELIVER_FILTER_VERBS][DELIVER_FILTER_VERB];	/* by cmds % VERBS */
+	unsigned long dot_reply;	/* 1 + the number of the last final dot's reply; 0 none */
 	char verb[DELIVER_FILTER_VERB];	/* the first word of the command being written */
 	size_t verb_len;
 	int verb_done;			/* past that word */

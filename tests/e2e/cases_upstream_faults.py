@@ -338,3 +338,23 @@ def test_stop_waits_for_dot_reply(t):
     time.sleep(2)
     eq(len(sink.accepted()), 1, "copies at the sink after the restart")
     check(not d.log_lines(qid, "unconfirmed"), "logged unconfirmed: %s" % d.log_lines(qid))
+
+
+@case()
+def test_stalled_rcpt_many_pipelined(t):
+    """a server that stops answering at the first of twenty pipelined RCPTs: the
+    reply's deadline ends the upstream side and the gate answers libesmtp's 21
+    commands owed. With more owed than the bridge keeps names of (16) it took a
+    final dot's reply to be among them, hung up on libesmtp, and libESMTP 1.1.0
+    crashed the daemon (SIGSEGV). Deferred, then delivered once to all twenty."""
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"timeout": "2s"}})
+    rcpts = ["stall-first-1-a@example.com"] + ["r%d@example.com" % i for i in range(19)]
+    msg = make_msg(key="stall-many")
+    qid = submit_ok(d.port, rcpts, msg)
+    line = d.wait_log(qid, "to=<r18@example.com>", "status=deferred")[0]
+    check("timeout waiting for the reply to" in line, "deferred for: %s" % line)
+    rec = sink.wait_count(1, timeout=30)[0]
+    check_relayed(rec["data"], msg, qid)
+    eq(sorted(r["addr"] for r in rec["rcpts"]), sorted(rcpts), "recipients of the one copy")
+    check(d.running(), "the daemon died")

@@ -67,6 +67,8 @@ FAULTS
         throttle            RCPT -> 451 4.7.0 ... sending rate exceeded, then
                             a pause of a second before the next reply (a
                             server that tarpits what was pipelined behind)
+        stall               RCPT -> no reply, nor to anything after it, until
+                            the client goes
         fail-first-N        RCPT -> 451 4.3.0 for the first N attempts
         data-tempfail       final dot -> 451 4.3.0
         data-permfail       final dot -> 554 5.6.0
@@ -163,7 +165,7 @@ FAULT_RE = re.compile(
     r"^(?P<kind>tempfail|permfail|fail|toomany|data-tempfail|data-permfail|data-throttle|"
     r"drop-after-dot|close-after-dot|hang-after-dot|reset-after-(?P<reset>\d+)|"
     r"trickle-data|trickle-dot|drop-before-data|delay-(?P<delay>\d+)|"
-    r"reset-reply-(?P<rreply>\d+)|throttle)"
+    r"reset-reply-(?P<rreply>\d+)|throttle|stall)"
     r"(?:-first-(?P<first>\d+))?(?=-|$)")
 
 RCPT_FAULTS = ("tempfail", "permfail", "toomany", "throttle")
@@ -702,6 +704,9 @@ class Conn:
             return
         addr, params = p
         fault = self.sink.fault_for(addr)
+        if fault and fault.kind == "stall" and self.sink.active(addr, fault):
+            self.sink.event(ev="rcpt", conn=self.id, addr=addr, reply="stall")
+            await self.hang()
         reply = "250 2.1.5 ok"
         if fault and fault.kind in RCPT_FAULTS:
             if self.sink.active(addr, fault):

@@ -549,6 +549,34 @@ static void test_owed(void **state)
 	owed_run(3);
 }
 
+/*
+ * more commands pipelined than the names kept (DELIVER_FILTER_VERBS): no
+ * final dot's reply is owed among them, and one is once a dot is written
+ */
+static void test_owed_many(void **state)
+{
+	struct deliver_filter f;
+	char buf[OUT_MAX];
+	size_t len = 0;
+	int i;
+
+	(void) state;
+	deliver_filter_init(&f);
+	len += (size_t) snprintf(buf, sizeof(buf), "MAIL FROM:<a@b>\r\n");
+	for (i = 0; i < DELIVER_FILTER_VERBS + 4; i++)
+		len += (size_t) snprintf(buf + len, sizeof(buf) - len, "RCPT TO:<r%d@b>\r\n", i);
+	len += (size_t) snprintf(buf + len, sizeof(buf) - len, "DATA\r\n");
+	assert_true(deliver_filter_up(&f, buf, len) >= 0);
+	assert_string_equal(deliver_filter_verb(&f, 1), "a pipelined command");
+	assert_int_equal(deliver_filter_dot_owed(&f, 1), 0);
+	deliver_filter_rewind(&f);
+	len = (size_t) snprintf(buf, sizeof(buf), BLOCK "x\r\n.\r\n");
+	assert_true(deliver_filter_up(&f, buf, len) >= 0);
+	assert_int_equal(deliver_filter_dot_owed(&f, 1), 1);
+	assert_int_equal(deliver_filter_dot_owed(&f, f.cmds - 1), 1);
+	assert_int_equal(deliver_filter_dot_owed(&f, f.cmds), 0);
+}
+
 static void test_block_too_long(void **state)
 {
 	struct deliver_filter f;
@@ -724,6 +752,7 @@ int main(void)
 		cmocka_unit_test(test_smtputf8),
 		cmocka_unit_test(test_offered_starttls),
 		cmocka_unit_test(test_owed),
+		cmocka_unit_test(test_owed_many),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
