@@ -52,6 +52,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,8 @@
 #include "../queue/keys.h"
 #include "../queue/qid.h"
 
+
+#define QUESTION_MS	10000	/* a question (stats, count) unanswered so long: none */
 
 #define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, reroute, forget"
 
@@ -158,17 +161,21 @@ struct store *ctl_store(struct ctl *x)
 }
 
 /*
- * read_reply - everything the daemon sends until it closes, however long
- * it takes: an action over a long queue (hold ALL) takes about a second
- * every 2,000 messages, and a reply given up on would be an action said
- * not done that the daemon carries out. A daemon that exits closes it.
+ * read_reply - everything the daemon sends until it closes; ms: -1,
+ * however long it takes (an action over a long queue, hold ALL, takes
+ * about a second every 2,000 messages, and a reply given up on would be
+ * an action said not done that the daemon carries out; a daemon that
+ * exits closes it), else at most that long a wait for each read
  */
-static int read_reply(int fd, struct buf *reply)
+static int read_reply(int fd, struct buf *reply, int ms)
 {
+	struct pollfd p = { fd, POLLIN, 0 };
 	char chunk[4096];
 	ssize_t n;
 
 	for (;;) {
+		if (ms >= 0 && poll(&p, 1, ms) <= 0)
+			return -1;
 		if ((n = read(fd, chunk, sizeof(chunk))) < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -180,13 +187,19 @@ static int read_reply(int fd, struct buf *reply)
 }
 
 /* ctl_request - a line to the control socket, its JSON reply back */
-int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen)
+int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply, char *why,
+		size_t whylen)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	size_t len = strlen(line);
 	int fd;
 
 	buf_reset(reply);
+	if (x->silent) {
+		snprintf(why, whylen, "no answer from the daemon on %s: it is starting, stopping or"
+			 " busy", x->cf.control);
+		return -1;
+	}
 	if (x->cf.control == NULL) {
 		snprintf(why, whylen, "no control socket is configured (control = \"...\")");
 		return -1;
@@ -210,9 +223,12 @@ int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, s
 		return there ? -2 : -1;
 	}
 	if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
-	    || read_reply(fd, reply) != 0) {
+	    || read_reply(fd, reply, question ? QUESTION_MS : -1) != 0) {
 		close(fd);
-		ctl_fail(x, "no reply from the daemon on %s", x->cf.control);
+		if (!question)
+			ctl_fail(x, "no reply from the daemon on %s", x->cf.control);
+		x->silent = 1;		/* and asked no more */
+		return ctl_request(x, line, question, reply, why, whylen);
 	}
 	close(fd);
 	while (reply->len && (reply->data[reply->len - 1] == '\n'))
@@ -237,7 +253,7 @@ static void need_daemon(struct ctl *x, const char *line, struct buf *reply)
 {
 	char why[512], err[1024];
 
-	if (ctl_request(x, line, reply, why, sizeof(why)) != 0)
+	if (ctl_request(x, line, 0, reply, why, sizeof(why)) != 0)
 		ctl_fail(x, "%s", why);
 	if (!reply_ok(x, reply, err, sizeof(err)))
 		ctl_fail(x, "%s", err);
@@ -343,7 +359,7 @@ static void mail_log(struct ctl *x)
 static void act(struct ctl *x, struct buf *line, struct buf *reply)
 {
 	char why[1024];
-	int rc = ctl_request(x, line->data, reply, why, sizeof(why));
+	int rc = ctl_request(x, line->data, 0, reply, why, sizeof(why));
 
 	if (rc == 0)
 		return;

@@ -31,6 +31,7 @@ struct ctl {
 	const char *list, *done;	/* a selection's reply list, what it did ("held", "on hold") */
 	struct store *st;		/* owned, opened on demand */
 	int64_t now;			/* microseconds, one clock for the whole run */
+	int silent;			/* the daemon did not answer a question */
 };
 
 /* ctl_fail - say why (stderr, and stdout as JSON with --json), exit 1 */
@@ -44,9 +45,13 @@ struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 
 /*
  * ctl_request - one request to the daemon: 0 and its reply; -1 (why) if
- * none listens, -2 (why) if one does that this user may not reach
+ * none listens, -2 (why) if one does that this user may not reach. An
+ * action's reply is waited for however long it takes, and fails the run
+ * if none comes; a question's (stats, count) for 10 s, then -1 (why),
+ * and the daemon is asked nothing more: it is starting, stopping or busy.
  */
-int ctl_request(struct ctl *x, const char *line, struct buf *reply, char *why, size_t whylen);
+int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply, char *why,
+		size_t whylen);
 
 /* ctl_key_hashes - the key index hashes an operator's KEY may stand for */
 size_t ctl_key_hashes(const char *key, uint8_t out[QUEUE_ADMIN_MAX_KEYS][STORE_HASH_LEN]);

@@ -211,7 +211,7 @@ static void live_counts(struct ctl *x, struct store_story *s)
 	int ok = 0;
 
 	buf_printf(&line, "count %s", s->m.qid);
-	if (ctl_request(x, line.data, &reply, why, sizeof(why)) == 0
+	if (ctl_request(x, line.data, 1, &reply, why, sizeof(why)) == 0
 	    && json_get_bool(reply.data, "ok", &ok) == 0 && ok
 	    && json_get_int(reply.data, "duplicates", &d) == 0
 	    && json_get_int(reply.data, "mismatches", &m) == 0) {
@@ -415,7 +415,7 @@ int ctl_stats(struct ctl *x, const char *arg)
 			ctl_fail(x, "cannot read the store: %s", store_strerror(err));
 		snprintf(unread, sizeof(unread), "%s", store_strerror(err));
 	}
-	live = ctl_request(x, "stats", &reply, why, sizeof(why)) == 0
+	live = ctl_request(x, "stats", 1, &reply, why, sizeof(why)) == 0
 	    && strncmp(reply.data, "{\"ok\":true,", 11) == 0	/* control.c's do_stats() */
 	    && json_get(reply.data, "counters", &counters, &clen) == 0;
 	if (live) {		/* json_get() leaves what it does not find NULL */

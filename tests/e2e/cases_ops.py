@@ -831,3 +831,34 @@ def test_second_daemon_on_one_store(t):
     check("store.path" in b.log() and "in use" in b.log(), "the second daemon says why:\n%s"
           % b.log())
 
+
+
+@case(timeout=120)
+def test_ctl_questions_while_daemon_silent(t):
+    """While the daemon's control socket is there but nothing is served yet
+    (a start binds it before it opens the store, which may take minutes: a
+    migration, a compaction), stats and show, which only ask the daemon for
+    its figures, wait 10 s for an answer, then show what the store says and
+    that the daemon did not answer (exit 0); they do not hang. The daemon
+    here is a socket that listens and never accepts."""
+    sink = t.sink()
+    sink.control(rcpt={"silent@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "silent@example.com", make_msg(key="silent-1"))
+    d.wait_log(qid, "status=deferred")
+    eq(d.stop(), 0, "exit status")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(d.conf["control"])
+    srv.listen(16)
+    try:
+        silent = "daemon       no answer from the daemon on %s" % d.conf["control"]
+        for args, words in ((["stats"], ("queue        1 message", silent)),
+                            (["show", qid], (qid + ": deferred",))):
+            t0 = time.monotonic()
+            r = run([CTL, "-c", d.conf_path] + args, timeout=40)
+            took = time.monotonic() - t0
+            eq(r.returncode, 0, "%s: exit status (%r)" % (args[0], r.stderr))
+            check(all(w in r.stdout for w in words) and took < 25,
+                  "%s in %.1f s: %r" % (args[0], took, r.stdout))
+    finally:
+        srv.close()
