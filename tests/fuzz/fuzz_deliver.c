@@ -22,7 +22,11 @@
  * upstream.rate is set, here with no limits, so that a reply that reads
  * as throttling, "4xx 4.7.0" or "rate" in it, or a greeting's 421, makes
  * the session cut and the batch postponed: 8e78f96's crash, a throttled
- * RCPT with more replies owed), byte 1: recipients of each message
+ * RCPT with more replies owed) or the upstream is implicit TLS with
+ * upstream.user set (00101: the server thread does the handshake, with a
+ * self-signed certificate made at start, tls_verify off, then runs the
+ * script inside TLS, a READ waiting up to 300 ms, not 5; libesmtp's SASL
+ * client logs in as it is offered, watched by the AUTH guard), byte 1: recipients of each message
  * (two bits each, bits 0-5), whether the messages are BODY=8BITMIME
  * (bit 6) and SMTPUTF8 with a UTF-8 Subject (bit 7: the filter adds those
  * parameters where offered). Then the server's script, one step per
@@ -52,6 +56,8 @@
  *     deferred and postponed: not charged an attempt for it;
  *   - the message whose mark failed is deferred for that, not for the
  *     bridge's deadline that passed while the store was asked;
+ *   - with upstream.user: no connection carried a MAIL before an AUTH
+ *     command (the guard cuts first);
  *   - with DSN parameters: no "(null)" went to the server, and every
  *     ENVID= and ORCPT= it read is strict xtext standing for the message's
  *     ENVID and the recipient's address (libESMTP encodes them again).
@@ -71,6 +77,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include "../../deliver/deliver_impl.h"
 #include "../../deliver/esmtp/deliver_esmtp.h"
 #include "../../smtp/smtp.h"
@@ -81,7 +90,9 @@
 #define MSGS_MAX	3
 #define RCPTS_MAX	3
 #define WAIT_MS		5		/* a READ waits no longer for a line */
+#define WAIT_TLS_MS	300		/* ... in the TLS mode: a SASL login can take 50 ms */
 #define GOT_MAX		(64 * 1024)	/* what the server keeps of what it read */
+#define CONN_MARK	"\n--connection--\n"	/* in got between connections: no client writes it */
 #define SLOW_MARK_MS	1300		/* a slow mark's wait: upstream.timeout is 1 s */
 
 static const char *const canned[] = {
@@ -121,7 +132,11 @@ struct server {
 	size_t got_len;
 	int wrote_eof;
 	int done[2];			/* pipe: the batch is over */
+	SSL *ssl;			/* the connection's TLS, in the TLS mode; else NULL */
 };
+
+static SSL_CTX *srv_ctx;		/* the server's side of TLS: a self-signed certificate */
+static int srv_tls;			/* the input's mode: every connection is TLS at once */
 
 /* what the stubs saw */
 static struct {
@@ -183,7 +198,9 @@ static void srv_send(struct server *s, const void *p, size_t n)
 {
 	ssize_t k;
 
-	while (n > 0 && !s->wrote_eof && (k = send(s->fd, p, n, MSG_NOSIGNAL)) > 0) {
+	while (n > 0 && !s->wrote_eof
+	       && (k = s->ssl ? SSL_write(s->ssl, p, (int) (n > 16384 ? 16384 : n))
+		   : send(s->fd, p, n, MSG_NOSIGNAL)) > 0) {
 		p = (const char *) p + k;
 		n -= (size_t) k;
 	}
@@ -195,9 +212,11 @@ static int srv_fill(struct server *s, int ms)
 	struct pollfd p = { .fd = s->fd, .events = POLLIN };
 	ssize_t n;
 
-	if (s->in_len == sizeof(s->in) || poll(&p, 1, ms) <= 0)
+	if (s->in_len == sizeof(s->in)
+	    || ((!s->ssl || SSL_pending(s->ssl) == 0) && poll(&p, 1, ms) <= 0))
 		return 0;
-	n = recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
+	n = s->ssl ? SSL_read(s->ssl, s->in + s->in_len, (int) (sizeof(s->in) - s->in_len))
+	    : recv(s->fd, s->in + s->in_len, sizeof(s->in) - s->in_len, 0);
 	if (n <= 0)
 		return 0;
 	if (s->got_len + (size_t) n <= sizeof(s->got)) {
@@ -215,7 +234,7 @@ static int srv_take(struct server *s, const char *end, char *out, size_t outlen)
 	size_t n;
 
 	while ((e = memmem(s->in, s->in_len, end, strlen(end))) == NULL)
-		if (!srv_fill(s, WAIT_MS))
+		if (!srv_fill(s, srv_tls ? WAIT_TLS_MS : WAIT_MS))
 			return 0;
 	n = (size_t) (e - s->in) + strlen(end);
 	if (out)
@@ -307,6 +326,46 @@ static void srv_run(struct server *s)
 	}
 }
 
+/* srv_tls_accept - the handshake on a new connection (1 s at most); 1 if done */
+static int srv_tls_accept(struct server *s)
+{
+	struct timeval tv = { 1, 0 };
+
+	(void) setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if ((s->ssl = SSL_new(srv_ctx)) == NULL || !SSL_set_fd(s->ssl, s->fd))
+		return 0;
+	return SSL_accept(s->ssl) == 1;
+}
+
+/* srv_tls_end - the connection's TLS, if any, goes */
+static void srv_tls_end(struct server *s)
+{
+	SSL_free(s->ssl);
+	s->ssl = NULL;
+}
+
+/* srv_tls_setup - the server's context: a new P-256 key, a self-signed certificate */
+static void srv_tls_setup(void)
+{
+	EVP_PKEY *k = EVP_EC_gen("P-256");
+	X509 *x = X509_new();
+	X509_NAME *n;
+
+	if (k == NULL || x == NULL || !X509_set_version(x, 2)
+	    || !ASN1_INTEGER_set(X509_get_serialNumber(x), 1)
+	    || !X509_gmtime_adj(X509_getm_notBefore(x), -3600)
+	    || !X509_gmtime_adj(X509_getm_notAfter(x), 30L * 86400) || !X509_set_pubkey(x, k)
+	    || (n = X509_get_subject_name(x)) == NULL
+	    || !X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *) "fuzz",
+					   -1, -1, 0)
+	    || !X509_set_issuer_name(x, n) || !X509_sign(x, k, EVP_sha256())
+	    || (srv_ctx = SSL_CTX_new(TLS_server_method())) == NULL
+	    || !SSL_CTX_use_certificate(srv_ctx, x) || !SSL_CTX_use_PrivateKey(srv_ctx, k))
+		abort();
+	X509_free(x);
+	EVP_PKEY_free(k);
+}
+
 /*
  * srv_main - the server thread: each connection the bridge makes, the
  * script on the first, a proper server on the others; until the batch is
@@ -323,6 +382,16 @@ static void *srv_main(void *arg)
 			continue;
 		s->in_len = 0;
 		s->wrote_eof = 0;
+		if (s->got_len + sizeof(CONN_MARK) - 1 <= sizeof(s->got)) {
+			memcpy(s->got + s->got_len, CONN_MARK, sizeof(CONN_MARK) - 1);
+			s->got_len += sizeof(CONN_MARK) - 1;
+		}
+		if (srv_tls && !srv_tls_accept(s)) {
+			srv_tls_end(s);
+			close(s->fd);
+			s->fd = -1;
+			continue;
+		}
 		if (conns++ == 0) {
 			srv_run(s);
 		} else {
@@ -330,6 +399,7 @@ static void *srv_main(void *arg)
 			while (srv_auto(s))
 				continue;
 		}
+		srv_tls_end(s);
 		close(s->fd);
 		s->fd = -1;
 	}
@@ -429,6 +499,24 @@ static void dsn_check(const struct server *s)
 	buf_free(&b);
 }
 
+/* auth_check - with upstream.user, no connection's MAIL came before an AUTH command */
+static void auth_check(const struct server *s)
+{
+	const char *l = s->got, *end = s->got + s->got_len, *nl;
+	int authed = 0;
+
+	for (; l < end; l = nl + 1) {
+		if ((nl = memchr(l, '\n', (size_t) (end - l))) == NULL)
+			nl = end;
+		if (nl - l == 14 && memcmp(l, "--connection--", 14) == 0)
+			authed = 0;
+		else if (nl - l >= 5 && strncasecmp(l, "AUTH ", 5) == 0)
+			authed = 1;
+		else if (nl - l >= 10 && strncasecmp(l, "MAIL FROM:", 10) == 0 && !authed)
+			abort();	/* a message without AUTH: the guard let it go */
+	}
+}
+
 /* ---------------------------------------------------------------- the client */
 
 /* setup - the listener and the configuration, once */
@@ -451,6 +539,7 @@ static void setup(void)
 	conf.upstream.tls = CONF_TLS_NONE;
 	conf.upstream.tls_verify = 1;
 	conf.upstream.timeout = 1;	/* the bridge's deadlines, for a script that stalls */
+	srv_tls_setup();
 }
 
 /* job_init - message i of the batch, with r recipients; params: byte 1's bits 6-7 */
@@ -570,6 +659,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		off += dsn_params(data + 2, size - 2);
 	if ((data[0] & 0xf8) == 0x20)
 		seen.rate = deliver_rate_new(NULL, &conf.upstream);
+	srv_tls = (data[0] & 0xf8) == 0x28;
+	if (srv_tls)
+		conf.upstream.tls = CONF_TLS_IMPLICIT;
+	conf.upstream.tls_verify = !srv_tls;
+	conf.upstream.user = srv_tls ? "fuzzuser" : NULL;
+	conf.upstream.password = srv_tls ? "fuzzpass" : NULL;
 	for (i = 0; i < n; i++) {
 		job_init(&jobs[i], i, (size_t) ((data[1] >> (2 * i)) & 3) % RCPTS_MAX + 1,
 			 data[1] >> 6);
@@ -599,6 +694,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (dots(&s) > marks)
 		abort();		/* a final dot with no mark before it */
+	if (getenv("FUZZ_SAY"))		/* what the server read, for a person */
+		fprintf(stderr, "%.*s\n", (int) s.got_len, s.got);
 	dsn_check(&s);
+	if (srv_tls)
+		auth_check(&s);
 	return 0;
 }

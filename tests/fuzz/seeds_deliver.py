@@ -151,6 +151,26 @@ def seeds():
     out["throttle-at-mail"] = throttled(2, [1, 1]) + opening(EHLO_PIPE) + \
         raw(b"450 4.2.1 receiving mail at a rate that prevents delivery\r\n") + bytes([AUTO, 15])
     out["throttle-greeting-421"] = throttled(1, [1]) + bytes([REPLY, GOING, READ, AUTO, 15])
+    # implicit TLS and upstream.user (byte 0 bits 3-7 = 00101): the script runs inside
+    # TLS; libesmtp's SASL client logs in with what the EHLO reply offers, the guard
+    # cuts a MAIL before a 2xx to AUTH, and a 334 after the client's "*" (895e749)
+    def auth(msgs, rcpts):
+        h = bytearray(header(msgs, rcpts))
+        h[0] |= 0x28
+        return bytes(h)
+    offer = raw(b"250-fuzz\r\n250-AUTH PLAIN LOGIN\r\n250 PIPELINING\r\n")
+    out["auth-plain-ok"] = auth(1, [2]) + bytes([REPLY, GREET, READ]) + offer + \
+        bytes([READ]) + raw(b"235 2.7.0 ok\r\n") + bytes([AUTO, 15])
+    out["auth-login-challenges"] = auth(1, [1]) + bytes([REPLY, GREET, READ]) + \
+        raw(b"250-fuzz\r\n250 AUTH LOGIN\r\n") + bytes([READ]) + \
+        raw(b"334 VXNlcm5hbWU6\r\n") + bytes([READ]) + raw(b"334 UGFzc3dvcmQ6\r\n") + \
+        bytes([READ]) + raw(b"235 2.7.0 ok\r\n") + bytes([AUTO, 15])
+    out["auth-refused"] = auth(1, [3]) + bytes([REPLY, GREET, READ]) + offer + \
+        bytes([READ]) + raw(b"535 5.7.8 bad credentials\r\n") + bytes([AUTO, 15])
+    out["auth-not-offered"] = auth(1, [1]) + opening(EHLO_PIPE) + bytes([AUTO, 15])
+    out["auth-334-after-cancel"] = auth(1, [1]) + bytes([REPLY, GREET, READ]) + \
+        raw(b"250-fuzz\r\n250 AUTH LOGIN\r\n") + bytes([READ]) + raw(b"334 ?=?=\r\n") + \
+        bytes([READ]) + raw(b"334 again\r\n") + bytes([READ, AUTO, 15])
     return out
 
 
