@@ -4,10 +4,11 @@
  * SUMMARY
  *	the daemon's control socket, and the stories' duplicate counts
  * DESCRIPTION
- *	control_start() starts the admin thread. If `control` is set it
- *	listens on that UNIX socket (mode 0600; a stale socket is removed,
- *	a live one is fatal) for idemrelayctl: one request line in, one
- *	JSON object line out, then the connection closes. A line with a
+ *	If `control` is set, control_open() listens on that UNIX socket
+ *	(mode 0600; a stale socket is removed, a live one is fatal), and
+ *	control_start() starts the admin thread, which serves it for
+ *	idemrelayctl: one request line in, one JSON object line out, then
+ *	the connection closes. A line with a
  *	control character before its end (LF or CR LF) is refused whole.
  *
  *	    ping                  {"ok":true,"pid":N}
