@@ -145,7 +145,7 @@ class Episode:
     def __init__(self, at, kind, node=None, mode=None, dur=0.0, res=None):
         self.at, self.kind, self.node, self.mode, self.dur = at, kind, node, mode, dur
         self.res = res
-        self.fired = None               # a mark: when its trigger went off
+        self.fired = None               # a mark: when its trigger went off; a kill9: when
         self.qids = set()               # ... the QIDs its statement named
         self.leases = None              # a cut (db, mark): the node's leases then
         self.healed = None              # ... when it ended
@@ -277,7 +277,7 @@ class Run:
         self.timeline = []              # (t, node, log line)
         self.crashes = []
         self.notes = []
-        self.dead_leases = set()        # lease tokens of killed nodes' marks (leases_of, orphans)
+        self.dead_leases = {}           # lease token of a killed node's marks -> how (leases_of, orphans)
         self.keys = []
         self.stopping = threading.Event()
         self.quiesce = threading.Event()
@@ -395,12 +395,19 @@ class Run:
         met), finished unconfirmed by the node that took the message past the
         lease, is one it had no time to revive yet; killed now, it cannot know it
         sent no final dot, so the mark is a dead node's (SPEC 7)"""
-        out = set()
+        out = {}
         for ep in self.schedule:
             if ep.kind in ("db", "mark") and ep.node == i and ep.leases is not None and (
                     ep.healed is None or self.now() < ep.healed + 2 * LEASE):
-                out |= ep.leases
+                out.update((tok, "cut off by %s" % " ".join(str(ep).split())) for tok in ep.leases)
         return out
+
+    def dead(self, i, leases, when):
+        """dead - leases (token -> how node i had it) are those of node i, killed
+        at `when`"""
+        for tok, how in leases.items():
+            self.dead_leases.setdefault(tok, "lease %s of %s (%s), killed at %.1fs"
+                                        % (tok, NODES[i], how, when))
 
     def leases_of(self, i):
         """leases_of - the tokens of the leases node i holds on queued messages, on
@@ -430,7 +437,10 @@ class Run:
                 d.down = True
                 d.kill9()
                 ep.killed = True
-            self.dead_leases |= self.leases_of(i) | self.orphans(i)
+            ep.fired = self.now()
+            leases = self.orphans(i)
+            leases.update(dict.fromkeys(self.leases_of(i), "held"))
+            self.dead(i, leases, ep.fired)
         elif ep.kind == "db":
             for p in self.dbp[i]:
                 p.cut(refuse=ep.mode == "refuse", hold=ep.mode == "hold",
@@ -465,7 +475,7 @@ class Run:
             # failed on its control socket, and was taken for a crash
             if not ep.killed:
                 return
-            self.dead_leases |= self.leases_of(i)
+            self.dead(i, dict.fromkeys(self.leases_of(i), "held while down"), ep.fired)
             self.restart(i).join(120)
         elif ep.kind == "db":
             for p in self.dbp[i]:
@@ -711,7 +721,7 @@ class Run:
             # finished unconfirmed by another lease's verdict on the inflight mark
             # of a lease its node held when killed, or when cut off just before
             if state == RCPT_UNCONFIRMED and on in self.dead_leases:
-                allowed.append((k, a, q))
+                allowed.append((k, a, q, "on the mark of " + self.dead_leases[on]))
             else:
                 lost.append((k, a, q))
         for k, a, q in lost:
@@ -755,8 +765,8 @@ class Run:
         print(self.summary, flush=True)
         for what, xs in (("unconfirmed after a kill", allowed),
                          ("unconfirmed, the upstream's reply lost", replylost)):
-            for k, a, q in xs:
-                print("  %s: %s (key %s) %s" % (what, q, k.name, a))
+            for k, a, q, *why in xs:
+                print("  %s: %s (key %s) %s%s" % (what, q, k.name, a, "".join(": " + w for w in why)))
         if bad:
             self.explain(lost, dup)
         return bad
