@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -192,7 +193,7 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	size_t len = strlen(line);
-	int fd;
+	int fd, rc;
 
 	buf_reset(reply);
 	if (x->silent) {
@@ -209,7 +210,10 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 	strcpy(sun.sun_path, x->cf.control);
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		ctl_fail(x, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0) {
+	if (question)		/* a connect waits while the backlog is full: as long */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &(struct timeval) { QUESTION_MS / 1000, 0 },
+			   sizeof(struct timeval));
+	if ((rc = connect(fd, (struct sockaddr *) &sun, sizeof(sun))) < 0 && errno != EAGAIN) {
 		int there = errno == EACCES || errno == EPERM;	/* it runs: we may not talk to it */
 
 		if (there)
@@ -222,7 +226,7 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 		close(fd);
 		return there ? -2 : -1;
 	}
-	if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
+	if (rc < 0 || write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
 	    || read_reply(fd, reply, question ? QUESTION_MS : -1) != 0) {
 		close(fd);
 		if (!question)

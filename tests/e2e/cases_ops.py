@@ -839,8 +839,9 @@ def test_ctl_questions_while_daemon_silent(t):
     (a start binds it before it opens the store, which may take minutes: a
     migration, a compaction), stats and show, which only ask the daemon for
     its figures, wait 10 s for an answer, then show what the store says and
-    that the daemon did not answer (exit 0); they do not hang. The daemon
-    here is a socket that listens and never accepts."""
+    that the daemon did not answer (exit 0); they do not hang, not even
+    when requests fill the socket's backlog. The daemon here is a socket
+    that listens and never accepts."""
     sink = t.sink()
     sink.control(rcpt={"silent@example.com": "tempfail"})
     d = ops_daemon(t, sink)
@@ -849,7 +850,17 @@ def test_ctl_questions_while_daemon_silent(t):
     eq(d.stop(), 0, "exit status")
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(d.conf["control"])
-    srv.listen(16)
+    srv.listen(1)
+    waiting = []                        # and its backlog full: a connect waits too
+    while True:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setblocking(False)
+        try:
+            c.connect(d.conf["control"])
+        except BlockingIOError:
+            c.close()
+            break
+        waiting.append(c)
     try:
         silent = "daemon       no answer from the daemon on %s" % d.conf["control"]
         for args, words in ((["stats"], ("queue        1 message", silent)),
@@ -861,4 +872,6 @@ def test_ctl_questions_while_daemon_silent(t):
             check(all(w in r.stdout for w in words) and took < 25,
                   "%s in %.1f s: %r" % (args[0], took, r.stdout))
     finally:
+        for c in waiting:
+            c.close()
         srv.close()
