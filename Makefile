@@ -102,11 +102,11 @@ $(B)/tests/%: tests/unit/%.c $(LIBS_ALL)
 # Fuzz harnesses: `make fuzz` runs each under libFuzzer (clang) for FUZZ_TIME
 # seconds; `make test` replays the seed corpus (and any crash saved into it)
 # through a plain driver, so it needs no clang.
-FUZZERS   = session parse filter keys deliver dsn conf starttls
+FUZZERS   = session parse filter keys deliver dsn conf starttls control
 FUZZ_TIME ?= 60
 FUZZ_SRC  = $(wildcard util/*.c smtp/*.c) deliver/esmtp/deliver_filter.c \
 	    deliver/esmtp/deliver_gate.c deliver/esmtp/deliver_bridge_starttls.c deliver/dsn.c \
-	    queue/keys.c $(conf_SRC) $(B)/conf_default.o
+	    queue/keys.c queue/qid.c $(conf_SRC) $(B)/conf_default.o
 REPLAY_BIN = $(FUZZERS:%=$(B)/fuzz/replay_%)
 # fuzz_deliver runs the delivery client and libesmtp against a scripted
 # upstream: the store's side (deliver.c, deliver_record.c) is stubbed in
