@@ -63,6 +63,28 @@ def ctl_json(d, *args, want=0, conf=None):
     return out
 
 
+def ctl_as_nobody(d, *args):
+    """ctl_as_nobody - idemrelayctl run as nobody (uid 65534) on the daemon's configuration,
+    both copied into a directory of their own that nobody may reach (a test's is 0700)"""
+    base = tempfile.mkdtemp(prefix="idemrelay-ctl-")
+    os.chmod(base, 0o755)
+    ctl_bin, conf = os.path.join(base, "idemrelayctl"), os.path.join(base, "idemrelay.conf")
+    shutil.copy2(CTL, ctl_bin)
+    shutil.copy2(d.conf_path, conf)
+    os.chmod(ctl_bin, 0o755)
+    os.chmod(conf, 0o644)
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        return subprocess.run([ctl_bin, "-c", conf] + list(args), capture_output=True,
+                              text=True, timeout=30, preexec_fn=as_nobody)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def queued_qids(d):
     return [m["qid"] for m in ctl_json(d, "queue")["queue"]]
 
@@ -595,28 +617,14 @@ def test_ctl_errors_say_what_is_wrong(t):
     if os.getuid() != 0:
         return                          # the rest needs another user to be
     # the store and the socket exist, and nobody may read or reach them (the test's
-    # directory is 0700); nobody gets a copy of the program and of the configuration
-    base = tempfile.mkdtemp(prefix="idemrelay-ctl-")
-    os.chmod(base, 0o755)
-    ctl_bin, conf = os.path.join(base, "idemrelayctl"), os.path.join(base, "idemrelay.conf")
-    shutil.copy2(CTL, ctl_bin)
-    shutil.copy2(d.conf_path, conf)
-    os.chmod(ctl_bin, 0o755)
-    os.chmod(conf, 0o644)
-
-    def as_nobody():
-        os.setgroups([])
-        os.setgid(65534)
-        os.setuid(65534)
+    # directory is 0700)
     for args, words in ((["queue"], "cannot read the store at"),
                         (["flush"], "cannot reach the daemon: control socket")):
-        r = subprocess.run([ctl_bin, "-c", conf] + args, capture_output=True, text=True,
-                           timeout=30, preexec_fn=as_nobody)
+        r = ctl_as_nobody(d, *args)
         eq(r.returncode, 1, "%s as nobody: %r" % (args[0], r.stderr))
         check(words in r.stderr and "Permission denied" in r.stderr and
               "run as root or as the user the daemon runs as" in r.stderr,
               "%s as nobody says what is wrong: %r" % (args[0], r.stderr))
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @case(timeout=90)
@@ -693,13 +701,6 @@ def test_ctl_unreachable_daemon_not_bypassed(t):
     d = ops_daemon(t, sink)
     qid = submit_ok(d.port, "unreach@example.com", make_msg(key="unreach-1"))
     d.wait_log(qid, "status=deferred")
-    base = tempfile.mkdtemp(prefix="idemrelay-ctl-")
-    os.chmod(base, 0o755)
-    ctl_bin, conf = os.path.join(base, "idemrelayctl"), os.path.join(base, "idemrelay.conf")
-    shutil.copy2(CTL, ctl_bin)
-    shutil.copy2(d.conf_path, conf)
-    os.chmod(ctl_bin, 0o755)
-    os.chmod(conf, 0o644)
     opened = []
     if d.store:                         # the path to the store, and the store, for anyone
         p = d.store
@@ -711,18 +712,11 @@ def test_ctl_unreachable_daemon_not_bypassed(t):
         for f in ("data.mdb", "lock.mdb"):
             os.chmod(os.path.join(d.store, f), 0o666)
     os.chmod(os.path.dirname(d.conf["control"]), 0o755)
-
-    def as_nobody():
-        os.setgroups([])
-        os.setgid(65534)
-        os.setuid(65534)
     try:
-        r = subprocess.run([ctl_bin, "-c", conf, "--json", "drop", qid], capture_output=True,
-                           text=True, timeout=30, preexec_fn=as_nobody)
+        r = ctl_as_nobody(d, "--json", "drop", qid)
     finally:
         for p, mode in opened:
             os.chmod(p, mode)
-        shutil.rmtree(base, ignore_errors=True)
     check(r.returncode == 1 and "cannot reach the daemon" in r.stderr
           and "run as root or as the user the daemon runs as" in r.stderr,
           "drop as nobody: exit %d %r %r" % (r.returncode, r.stdout, r.stderr))
