@@ -60,6 +60,20 @@ struct control {
 	int expire_failed;			/* logged once until a pass works */
 };
 
+static const char *bound;	/* the socket this process bound and has not removed */
+
+/*
+ * unbind - remove the socket this process bound: at control_close(), or
+ * at an exit before it (a fatal error anywhere, from the bind on), which
+ * would leave it there with nothing listening, refusing non-root users
+ */
+static void unbind(void)
+{
+	if (bound)
+		unlink(bound);
+	bound = NULL;
+}
+
 /* persist - move the pending duplicate counts into the stories */
 static void persist(struct control *ctl)
 {
@@ -292,6 +306,8 @@ static int control_listen(const char *path)
 		msg_fatal("control: socket: %m");
 	if (bind(fd, (struct sockaddr *) &sun, sizeof(sun)) < 0)
 		msg_fatal("control: bind %s: %m", path);
+	bound = path;
+	atexit(unbind);
 	/* the umask left it at most 0777 & ~umask for a moment; connect needs write */
 	if (chmod(path, 0600) < 0)
 		msg_fatal("control: chmod %s: %m", path);
@@ -341,9 +357,8 @@ void control_stop(struct control *ctl)
 /* control_close - close and remove the socket */
 void control_close(struct control *ctl)
 {
-	if (ctl->lfd >= 0) {
+	if (ctl->lfd >= 0)
 		close(ctl->lfd);
-		unlink(ctl->c->control);
-	}
+	unbind();
 	free(ctl);
 }

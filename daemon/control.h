@@ -49,7 +49,8 @@ struct control;
 
 /*
  * control_open() binds the socket before the store is opened, and
- * control_close() removes it after the store is closed: from the one to
+ * control_close() removes it after the store is closed (an exit before
+ * that, a fatal error, removes it too): from the one to
  * the other a request waits in the socket's backlog until served (from
  * control_start() to control_stop()) or given up, so that idemrelayctl
  * never finds no daemon and acts on the store beside one starting or

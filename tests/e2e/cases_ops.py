@@ -869,3 +869,38 @@ def test_ctl_questions_while_daemon_silent(t):
         for c in waiting:
             c.close()
         srv.close()
+
+
+@case(timeout=90, stores=LMDB_ONLY)
+def test_control_socket_gone_after_failed_start(t):
+    """A start that fails once its control socket is bound (it is bound
+    before the store is opened) removes it: left there, mode 0600, with
+    nothing listening, it told a non-root idemrelayctl 'cannot reach the
+    daemon ... Permission denied: run as root' though no daemon ran. Two
+    failures after the bind: the store cannot be opened (data.mdb is a
+    directory), and another daemon has the store."""
+    sink = t.sink()
+
+    def failed_start(d, why):
+        with open(d.log_path, "ab") as logf:
+            d.proc = subprocess.Popen([BIN, "-c", d.conf_path], cwd=d.dir,
+                                      stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        rc = d.proc.wait(timeout=20)
+        d.stopped = True
+        eq(rc, 1, "exit status, %s:\n%s" % (why, d.log()))
+        check(not os.path.lexists(d.conf["control"]),
+              "the control socket is left, %s:\n%s" % (why, d.log()))
+        r = run([CTL, "-c", d.conf_path, "flush"])
+        check(r.returncode == 1 and "the daemon is not running" in r.stderr,
+              "idemrelayctl flush, %s: %d %r" % (why, r.returncode, r.stderr))
+
+    a = t.daemon(sink, {"control": os.path.join(t.tmp, "a.sock")}, start=False)
+    os.makedirs(os.path.join(a.store, "data.mdb"))
+    failed_start(a, "the store cannot be opened")
+    check("fatal" in a.log(), "the store's open failed:\n%s" % a.log())
+    b = t.daemon(sink, {"control": os.path.join(t.tmp, "b.sock")})
+    c = t.daemon(sink, {"store": {"path": b.store}, "control": os.path.join(t.tmp, "c.sock")},
+                 start=False)
+    failed_start(c, "another daemon has the store")
+    check("in use by another idemrelay" in c.log(), "the second daemon says why:\n%s" % c.log())
+    check(os.path.exists(b.conf["control"]), "the running daemon's socket is there")

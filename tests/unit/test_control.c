@@ -11,6 +11,7 @@
 
 #include <lmdb.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 
 #include "test_store_files.h"
 #include "test_store_help.h"
@@ -161,11 +162,45 @@ static void test_request_control_chars(void **state)
 	buf_free(&out);
 }
 
+/*
+ * test_socket_gone_at_a_fatal - a start that fails once the socket is
+ * bound (the store cannot be opened, another daemon has it, delivery
+ * cannot start) removes it: left there with nothing listening, it told
+ * a non-root idemrelayctl "Permission denied: run as root" (mode 0600),
+ * and root ECONNREFUSED. A child binds it, then dies of msg_fatal().
+ */
+static void test_socket_gone_at_a_fatal(void **state)
+{
+	char dir[] = "/tmp/test_control.XXXXXX", path[64];
+	struct conf c = { 0 };
+	struct stat sb;
+	pid_t pid;
+	int status;
+
+	(void) state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+	c.control = path;
+	if ((pid = fork()) == 0) {
+		(void) control_open(&c);
+		if (lstat(path, &sb) != 0)
+			_exit(2);	/* not bound */
+		msg_fatal("a fatal error after the bind, as the store's open may be");
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	CHECK_INT("the child's exit status", WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+	if (lstat(path, &sb) == 0)
+		fail_msg("%s is left after the fatal error, with nothing listening", path);
+	(void) unlink(path);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_expire_past_stale, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_request_control_chars, fx_setup, fx_teardown),
+		cmocka_unit_test(test_socket_gone_at_a_fatal),
 	};
 
 	unsetenv("IDEMRELAY_PG_URL");	/* LMDB's index: never the PostgreSQL fixture */
