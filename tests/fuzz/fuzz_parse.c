@@ -1,7 +1,11 @@
 /*
  * fuzz_parse - the MAIL/RCPT argument parsers (paths, ESMTP parameters,
  * xtext) on arbitrary bytes. A successful parse must yield an address
- * free of CR, LF and NUL, the property the rest of the relay relies on.
+ * free of CR, LF and NUL, the property the rest of the relay relies on;
+ * more: an address holds printable US-ASCII (a blank, inside quotes)
+ * and valid UTF-8 characters only (smtp_utf8_len()), never another
+ * control or a stray 8-bit octet, and a kept ENVID (decoded) and ORCPT
+ * (as given) printable US-ASCII only.
  *
  * The same bytes (up to a NUL) also go through util/json.c, which reads
  * and writes UTF-8 with OpenSSL as smtp_utf8_len() does: read as a
@@ -28,6 +32,19 @@ static void check_clean(const char *s)
 {
 	if (s && strpbrk(s, "\r\n"))
 		abort();
+}
+
+/* check_text - s (NULL: none) is printable US-ASCII, and UTF-8 characters where utf8 */
+static void check_text(const char *s, int utf8)
+{
+	size_t n;
+
+	for (; s && *s; s++) {
+		if ((unsigned char) *s >= 0x80 && utf8 && (n = smtp_utf8_len(s, strlen(s))) > 0)
+			s += n - 1;
+		else if ((unsigned char) *s < 0x20 || (unsigned char) *s >= 0x7f)
+			abort();
+	}
 }
 
 /* check_json - the bytes as a control reply's text, and as a string written and read back */
@@ -68,12 +85,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (used > size)
 			abort();
 		check_clean(addr);
+		check_text(addr, 1);
 		free(addr);
 	}
 	tx = smtp_tx_new();
 	if (smtp_parse_mail((const char *) data, size, 1000, 1, tx, reply) == 0) {
 		check_clean(tx->from);
 		check_clean(tx->envid);
+		check_text(tx->from, 1);
+		check_text(tx->envid, 0);
 	} else if (strncmp(reply, "5", 1) != 0 && strncmp(reply, "4", 1) != 0) {
 		abort();
 	}
@@ -82,6 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (smtp_parse_rcpt((const char *) data, size, 1, &r, reply) == 0) {
 		check_clean(r.addr);
 		check_clean(r.orcpt);
+		check_text(r.addr, 1);
+		check_text(r.orcpt, 0);
 	}
 	free(r.addr);
 	free(r.orcpt);
