@@ -353,14 +353,15 @@ static int bridge_client_read(struct deliver_bridge *b, struct pump *pm, struct 
  * and the gate until libesmtp ends, the filter refuses libesmtp's bytes,
  * or the gate says to hang up once the server side is over. Each
  * transport says, after IO_AGAIN, what it waits for (TLS may need to read
- * to write). A reply's deadline passed, or nothing moved for the timeout,
- * is the server's end (bridge_late), or the bridge's while the reply to a
- * final dot is owed.
+ * to write). A reply's deadline passed, or nothing moved for the timeout
+ * (libesmtp's waits for rate tokens aside), is the server's end
+ * (bridge_late), or the bridge's while the reply to a final dot is owed.
  */
 static void bridge_pump(struct deliver_bridge *b, struct io *client)
 {
 	struct pump *pm = xcalloc(1, sizeof(*pm));	/* too large for a thread's stack */
 	int stopping = 0, moved, wrote, r, wait;
+	unsigned paced;
 	struct pollfd p[4];
 	const char *ended = NULL;
 	char err[IO_ERR_MAX + 64];
@@ -433,6 +434,7 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		p[1].fd = p[1].events && !b->gate.gone ? b->up->fd : -1;
 		p[2] = (struct pollfd) { .fd = b->stop[0], .events = POLLIN };
 		p[3] = (struct pollfd) { .fd = stopping ? -1 : b->stopping_fd, .events = POLLIN };
+		paced = atomic_load(&b->paced);
 		while ((r = poll(p, 4, wait > 0 ? wait : b->timeout_ms)) < 0 && errno == EINTR)
 			continue;
 		if (r > 0 && p[0].revents)
@@ -452,7 +454,10 @@ static void bridge_pump(struct deliver_bridge *b, struct io *client)
 		if (r == 0 && wait > 0)
 			continue;	/* the watch decides */
 		if (r == 0 && !b->gate.gone) {
-			/* a transfer stalled, or libesmtp paced its RCPTs (deliver_rate_take) */
+			/* libesmtp's thread waited for rate tokens: our own pacing, not idleness */
+			if ((paced & 1) || atomic_load(&b->paced) != paced)
+				continue;
+			/* a transfer stalled, or libesmtp is held up (a slow inflight mark) */
 			snprintf(err, sizeof(err), "timeout: nothing moved for %d s", b->timeout_ms / 1000);
 			if (bridge_late(b, pm, err)) {
 				ended = err;
@@ -500,6 +505,7 @@ struct deliver_bridge *deliver_bridge_open(SSL_CTX *ctx, const struct sockaddr *
 	atomic_init(&b->cut, 0);
 	atomic_init(&b->rewinds, 0);
 	atomic_init(&b->over, 0);
+	atomic_init(&b->paced, 0);
 	deliver_filter_init(&b->filter);
 	deliver_gate_init(&b->gate);
 	b->timeout_ms = timeout_ms;
@@ -586,6 +592,12 @@ void deliver_bridge_rewind(struct deliver_bridge *b)
 int deliver_bridge_over(const struct deliver_bridge *b)
 {
 	return atomic_load(&b->over);
+}
+
+/* deliver_bridge_pacing - a wait for a rate token starts or ends */
+void deliver_bridge_pacing(struct deliver_bridge *b)
+{
+	atomic_fetch_add(&b->paced, 1);
 }
 
 /* deliver_bridge_cut - forward nothing more from libesmtp; the gate answers it */

@@ -138,6 +138,14 @@ void deliver_bridge_rewind(struct deliver_bridge *b);
 int deliver_bridge_over(const struct deliver_bridge *b);
 
 /*
+ * deliver_bridge_pacing - libesmtp's thread starts, or ends, a wait for a
+ * rate token (deliver_rate_take), called before and after it: the upstream
+ * is not idle while we hold our own commands back, so the wait is no
+ * part of "nothing moved for upstream.timeout"
+ */
+void deliver_bridge_pacing(struct deliver_bridge *b);
+
+/*
  * deliver_bridge_cut - forward nothing more from libesmtp (from the next
  * byte it writes): the server is gone for it, and the gate answers what
  * it is owed (deliver_gate.h) until it quits

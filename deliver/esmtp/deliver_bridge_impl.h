@@ -42,6 +42,8 @@ struct deliver_bridge {
 	char ended[IO_ERR_MAX + 64];	/* how the upstream side ended; "" if it did not */
 	int timed_out;			/* it ended on a deadline */
 	atomic_int over;		/* the upstream side ended (bridge_settle) */
+	atomic_uint paced;		/* deliver_bridge_pacing() calls: odd while libesmtp's
+					 * thread waits for a rate token */
 	int timeout_ms;
 	char tls[160];			/* tls_io_describe(); "" for plain */
 	char greeting[DELIVER_GATE_REPLY_MAX];	/* STARTTLS: the server's 220, for libesmtp */

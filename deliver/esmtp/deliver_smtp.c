@@ -119,9 +119,10 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
  * not offer it (the bridge's filter read its EHLO reply,
  * deliver_bridge_offered), the bridge is cut first, so that nothing of any
  * message goes out. upstream.rate and upstream.recipient_rate: each MAIL
- * and RCPT waits for its token (deliver_rate.h), unless the upstream
- * throttled the session or its side of the bridge is over (the gate
- * answers what follows: nothing goes out to take a token for). Nothing
+ * and RCPT waits for its token (deliver_rate.h), which the bridge does not
+ * count as the upstream idle, unless the upstream throttled the session
+ * or its side of the bridge is over (the gate answers what follows:
+ * nothing goes out to take a token for). Nothing
  * is looked at once it is being cut.
  */
 static void xsess_commands(struct xsess *xs, const char *buf, int len)
@@ -138,10 +139,10 @@ static void xsess_commands(struct xsess *xs, const char *buf, int len)
 		    && !(deliver_bridge_offered(xs->bridge) & DELIVER_FILTER_UTF8)) {
 			xs->no_utf8 = 1;
 			deliver_bridge_cut(xs->bridge);
-		} else if (mail && pace) {
-			deliver_rate_take(xs->rate, &xs->rate->msgs);
-		} else if (pace && nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0) {
-			deliver_rate_take(xs->rate, &xs->rate->rcpts);
+		} else if (pace && (mail || (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0))) {
+			deliver_bridge_pacing(xs->bridge);	/* not the upstream's idleness */
+			deliver_rate_take(xs->rate, mail ? &xs->rate->msgs : &xs->rate->rcpts);
+			deliver_bridge_pacing(xs->bridge);
 		}
 	}
 }

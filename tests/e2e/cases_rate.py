@@ -296,26 +296,74 @@ def test_throttled_at_a_pipelined_rcpt(t):
 
 @case()
 def test_recipient_pacing_past_the_timeout(t):
-    """upstream.recipient_rate 1 and upstream.timeout 2 s, six recipients: the
-    RCPTs wait for their tokens while libesmtp holds them, the bridge has
-    nothing to move for 2 s and ends the upstream side, and libesmtp is
-    answered for the server (deliver_gate.h) where the bridge hung up on it
-    with thirteen replies owed and libESMTP 1.1.0 crashed the daemon (SIGSEGV);
-    the message is deferred, no RCPT reached the sink. The RCPTs after that wait for
-    no token (nothing goes out): deferred 2-3 s after the session began, where the
-    twelve recipients' tokens took 11 s at least"""
+    """upstream.recipient_rate 1 and upstream.timeout 2 s, twelve recipients: the
+    RCPTs wait 11 s for their tokens while libesmtp holds them and the bridge has
+    nothing to move, and that is our own pacing, not the upstream going idle: the
+    message goes in one transaction, no deferral. Each attempt timed out ('timeout:
+    nothing moved for 2 s') and the message was never delivered"""
     sink = t.sink()
     d = t.daemon(sink, {"upstream": {"recipient_rate": 1, "timeout": "2s"}})
     rcpts = ["r%d@example.com" % i for i in range(12)]
     qid = submit_ok(d.port, rcpts, make_msg(key="rate-pace-1", subject="rate-pace-1"))
     start = time.monotonic()
     for r in rcpts:
-        d.wait_log(qid, "to=<%s>" % r, "status=deferred", "timeout: nothing moved for 2 s",
-                   timeout=30)
+        d.wait_log(qid, "to=<%s>" % r, "status=sent", timeout=40)
+    took = time.monotonic() - start
+    check(took >= 10.5, "twelve recipients at 1 a second in %.1f s" % took)
+    eq(d.log_lines(qid, "status=deferred"), [], "deferrals")
+    eq([sorted(r["to"]) for r in sink.accepted()], [sorted(rcpts)], "one copy to all twelve")
+    check(d.running(), "the daemon died")
+
+
+@case()
+def test_recipient_pacing_server_gone(t):
+    """upstream.recipient_rate 1, twelve recipients, the sink resets the first
+    connection right after its reply to MAIL, while the RCPTs wait for their
+    tokens: the RCPTs after that wait for no token (nothing goes out), so the
+    message is deferred within 8 s of submission where the twelve tokens took
+    11 s at least; it then goes in one copy on the next attempt"""
+    sink = t.sink()
+    sink.control(reset_after_reply=3, resets=1)
+    d = t.daemon(sink, {"upstream": {"recipient_rate": 1},
+                        "retry": {"first": "1s", "max": "2s", "give_up": "1h"}})
+    rcpts = ["r%d@example.com" % i for i in range(12)]
+    qid = submit_ok(d.port, rcpts, make_msg(key="rate-gone-1", subject="rate-gone-1"))
+    start = time.monotonic()
+    for r in rcpts:
+        d.wait_log(qid, "to=<%s>" % r, "status=deferred", timeout=30)
     took = time.monotonic() - start
     check(took < 8, "deferred %.1f s after submission: tokens taken for nothing" % took)
-    eq(sink.events("rcpt"), [], "RCPTs at the sink")
-    check(d.running(), "the daemon died")
+    for r in rcpts:
+        d.wait_log(qid, "to=<%s>" % r, "status=sent", timeout=60)
+    eq([sorted(r["to"]) for r in sink.accepted()], [sorted(rcpts)], "one copy to all twelve")
+
+
+@case(timeout=120)
+def test_recipient_pacing_shared_by_sessions(t):
+    """upstream.recipient_rate 2, timeout 3 s, three messages of five recipients
+    submitted 0.4 s apart go in parallel sessions, whose RCPTs share the group's
+    tokens: each session waits for the others' too, past the timeout, and that is
+    not the upstream going idle: all three are delivered at the first attempt,
+    fifteen recipients in 7 s at least. Two were deferred ('timeout: nothing moved
+    for 3 s'), the tokens they had taken wasted"""
+    sink = t.sink()
+    d = t.daemon(sink, {"upstream": {"recipient_rate": 2, "timeout": "3s"},
+                        "retry": {"first": "1h", "max": "1h", "give_up": "5d"}})
+    want = {}
+    start = time.monotonic()
+    for k in range(3):
+        rcpts = ["m%d-%d@example.com" % (k, i) for i in range(5)]
+        want[submit_ok(d.port, rcpts, make_msg(key="rate-par-%d" % k,
+                                                subject="rate-par-%d" % k))] = rcpts
+        time.sleep(0.4)
+    for qid, rcpts in want.items():
+        for r in rcpts:
+            d.wait_log(qid, "to=<%s>," % r, "relay=", timeout=40)
+    took = time.monotonic() - start
+    eq(d.log_lines("status=deferred"), [], "deferrals")
+    check(took >= 6.5, "fifteen recipients at 2 a second in %.1f s" % took)
+    eq(sorted(sorted(r["to"]) for r in sink.accepted()), sorted(sorted(v) for v in want.values()),
+       "one copy of each message")
 
 
 @case()
