@@ -53,6 +53,8 @@
  *	disk, a lost lease nor a bad argument are logged with the server's
  *	message, once each.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +149,8 @@ static void quiet(void *arg, const char *message)
 }
 
 #define NODE_LOCK_TRIES	30	/* 0.1 s apart: a dead backend's lock outlives it that long */
+#define NODE_SLOT_TRIES	16	/* names registering at once: each try sees those that did */
+#define REGISTER_WAIT_MS 5000	/* a new name's row waits this long for the standby */
 
 /* one_line - libpq's message without its newlines and tabs, in place */
 static char *one_line(char *s)
@@ -565,22 +569,34 @@ static int node_lock(struct pg_store *st, PGconn *c)
 	return err;
 }
 
-/* node_slot - the node's slot: the lowest free one, given once to a new name */
-static int node_slot(struct pg_store *st, PGconn *c, char *err, size_t errlen)
+/*
+ * node_slot - the node's slot: the lowest free one, given once to a new
+ * name (*fresh then). Its row commits without waiting for a synchronous
+ * standby (PG_LOCAL_COMMIT), and names registering at once (no lock
+ * orders them) each take another slot: a try that met one registering
+ * the slot it chose waits for it, inserts nothing, and is made again
+ */
+static int node_slot(struct pg_store *st, PGconn *c, int *fresh, char *err, size_t errlen)
 {
 	struct pg_params p;
-	PGresult *r;
-	int rc;
+	PGresult *r = NULL;
+	int rc = 0, tries;
 
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, st->node);
 	/* the slot given now (i), or the one the name has (the statement's snapshot is before i) */
-	rc = store_pg_exec(st, c, "WITH i AS (INSERT INTO nodes (name, slot) SELECT $1, s "
-			   "FROM generate_series(0, 255) s WHERE NOT EXISTS "
-			   "(SELECT 1 FROM nodes WHERE slot = s) AND NOT EXISTS "
-			   "(SELECT 1 FROM nodes WHERE name = $1) ORDER BY s LIMIT 1 RETURNING slot) "
-			   "SELECT slot FROM i UNION ALL SELECT slot FROM nodes WHERE name = $1", &p, &r,
-			   "node slot");
+	for (tries = 0; tries < NODE_SLOT_TRIES && rc == 0; tries++) {
+		PQclear(r);
+		rc = store_pg_exec(st, c, "WITH i AS (INSERT INTO nodes (name, slot) SELECT $1, s "
+				   "FROM generate_series(0, 255) s WHERE NOT EXISTS "
+				   "(SELECT 1 FROM nodes WHERE slot = s) AND NOT EXISTS "
+				   "(SELECT 1 FROM nodes WHERE name = $1) AND " PG_LOCAL_COMMIT
+				   " ORDER BY s LIMIT 1 ON CONFLICT DO NOTHING RETURNING slot) "
+				   "SELECT slot, true FROM i UNION ALL "
+				   "SELECT slot, false FROM nodes WHERE name = $1", &p, &r, "node slot");
+		if (rc == 0 && PQntuples(r) == 1)
+			break;
+	}
 	store_pg_params_free(&p);
 	if (rc != 0) {
 		snprintf(err, errlen, "store: node %s: cannot register: %s", st->node,
@@ -594,21 +610,88 @@ static int node_slot(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 		return STORE_EINVAL;
 	}
 	st->base.node_id = (int) store_pg_int(r, 0, 0);
+	*fresh = (int) store_pg_int(r, 0, 1);
 	PQclear(r);
 	return 0;
 }
 
+/* answered - wait up to ms for c's answer: 1 there to read, 0 not (or the connection failed) */
+static int answered(PGconn *c, int ms)
+{
+	int64_t deadline = clock_mono_us() + ms * 1000LL;
+	struct pollfd p = { PQsocket(c), POLLIN, 0 };
+
+	while (PQisBusy(c)) {
+		if (clock_mono_us() >= deadline || (poll(&p, 1, 100) < 0 && errno != EINTR)
+		    || PQconsumeInput(c) != 1)
+			return 0;
+	}
+	return 1;
+}
+
 /*
- * node_start - under the schema lock: the node's slot, its lock, and the
- * leases of its previous life given up
+ * replicated - is what this node committed so far on the synchronous
+ * standby (if the server has one)? A transaction that writes a WAL
+ * record and nothing else (a logical decoding message: a transaction
+ * with only its id writes no commit record to wait for), so that its
+ * COMMIT waits for the standby as the server's synchronous_commit says
+ * while it holds no lock anyone waits for, on a connection of its own
+ * (the anchor's session locks stay out of it).
+ * Not answered within REGISTER_WAIT_MS, its wait is cancelled (nothing
+ * of the store's in it) and the connection closed: no backend is left
+ * waiting.
+ * The connection goes to the pool: 1 replicated, 0 not
+ */
+static int replicated(struct pg_store *st)
+{
+	char why[256];
+	PGcancel *k;
+	PGresult *r;
+	PGconn *c;
+	int ok;
+
+	if ((c = store_pg_connect(st, why, sizeof(why))) == NULL)
+		return 0;
+	ok = PQsendQuery(c, "SELECT pg_logical_emit_message(true, 'idemrelay', 'node registered')")
+		== 1 && answered(c, REGISTER_WAIT_MS);
+	if (!ok && (k = PQgetCancel(c)) != NULL) {
+		(void) PQcancel(k, why, sizeof(why));
+		PQfreeCancel(k);
+	}
+	while (answered(c, 2000) && (r = PQgetResult(c)) != NULL) {
+		ok = ok && PQresultStatus(r) == PGRES_TUPLES_OK;
+		PQclear(r);
+	}
+	if (!ok || PQisBusy(c)) {
+		PQfinish(c);
+		return 0;
+	}
+	st->idle[st->n_idle++] = c;
+	st->n_open++;
+	return 1;
+}
+
+/*
+ * node_start - the node's slot, its lock, and the leases of its previous
+ * life given up. A name registered now runs only once the synchronous
+ * standby has its row: lost in a failover, its slot would be free to the
+ * next new name while this node runs on it (their QIDs and slot lock
+ * one). Else its row is deleted again, and the start fails, so that a
+ * standby away refuses a new name plainly, and no backend is left
+ * waiting for it with a lock (a name known already starts without it).
+ * The leases are given up without waiting for the standby, and rows
+ * locked (a delivery write of the previous life, its COMMIT waiting for
+ * the standby) passed over: a lease promises no client anything, runs
+ * out anyway, and the fence guards every write of a delivery. That
+ * failing only warns: those leases then run out
  */
 static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 {
 	struct pg_params p;
 	PGresult *r;
-	int rc, tries;
+	int rc, tries, fresh;
 
-	if ((rc = node_slot(st, c, err, errlen)) != 0)
+	if ((rc = node_slot(st, c, &fresh, err, errlen)) != 0)
 		return rc;
 	/* a previous life killed a moment ago: its backend may not have ended yet */
 	for (tries = 0; (rc = node_lock(st, c)) == 0 && tries < NODE_LOCK_TRIES; tries++)
@@ -623,14 +706,25 @@ static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 	}
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, st->node);
-	rc = store_pg_exec(st, c, "UPDATE messages SET lease_owner = NULL "
-			   "WHERE lease_owner = $1", &p, &r, "leases of a previous life");
+	if (fresh && !replicated(st)) {
+		snprintf(err, errlen, "store: node %s: cannot register: the synchronous standby did not "
+			 "confirm the new name's slot within %d s; start it again once the standby is "
+			 "back", st->node, REGISTER_WAIT_MS / 1000);
+		if (store_pg_exec(st, c, "DELETE FROM nodes WHERE name = $1 AND " PG_LOCAL_COMMIT, &p,
+				  &r, "node unregistered") == 0)
+			PQclear(r);
+		store_pg_params_free(&p);
+		return STORE_EAGAIN;
+	}
+	if ((rc = store_pg_exec(st, c, "UPDATE messages SET lease_owner = NULL WHERE qid = ANY("
+				"ARRAY(SELECT qid FROM messages WHERE lease_owner = $1 FOR UPDATE SKIP "
+				"LOCKED)) AND " PG_LOCAL_COMMIT, &p, &r, "leases of a previous life")) == 0)
+		PQclear(r);
+	else
+		msg_warn("store: node %s: cannot give up the leases of its previous life (%s): they "
+			 "run out (store.lease)", st->node, store_strerror(rc));
 	store_pg_params_free(&p);
-	PQclear(r);
-	if (rc != 0)
-		snprintf(err, errlen, "store: node %s: cannot give up old leases: %s", st->node,
-			 store_strerror(rc));
-	return rc;
+	return 0;
 }
 
 /*
@@ -759,13 +853,8 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		return 0;
 	}
 	st->anchor = c;
-	if ((rc = store_pg_schema(st, st->anchor, 0, err, errlen)) != 0)
-		goto fail;
-	rc = node_start(st, st->anchor, err, errlen);
-	/* the schema lock store_pg_schema() took: other starters may go on */
-	(void) store_pg_simple(st, st->anchor, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")",
-			       "schema unlock");
-	if (rc != 0)
+	if ((rc = store_pg_schema(st, st->anchor, 0, err, errlen)) != 0
+	    || (rc = node_start(st, st->anchor, err, errlen)) != 0)
 		goto fail;
 	st->anchor_checked = clock_mono_us();
 	for (i = st->n_open; i < PG_POOL_START; i++) {	/* the probe's are in it */

@@ -366,6 +366,14 @@ STORE_ENTRY(queue_walk) store_pg_queue_walk;
 /* store_pg_wait.c: commits that wait for replication, held, voided, settled */
 int store_pg_repl_check(struct pg_store *st, PGconn *c);	/* waits for replication: keep it */
 #define PG_LOCAL_BEGIN	"BEGIN; SET LOCAL synchronous_commit = local"	/* not waiting for the standby */
+/*
+ * PG_LOCAL_COMMIT - a condition, always true, that makes the transaction
+ * of the autocommit statement it is in commit with synchronous_commit =
+ * local (SET LOCAL's effect, no round trip more): evaluated before any
+ * row the statement writes. For writes that promise no client anything:
+ * a lease taken back, renewed or given up, a node's slot (store_pg.c)
+ */
+#define PG_LOCAL_COMMIT	"(SELECT set_config('synchronous_commit', 'local', true)) IS NOT NULL"
 int store_pg_end(struct pg_store *st, PGconn *c, int err, PGresult **r, const char *what);
 void store_pg_repl_note(struct pg_store *st, PGconn *c, int waits);
 void store_pg_repl_set(struct pg_store *st, PGconn *c, int waits);	/* the same, mu held */

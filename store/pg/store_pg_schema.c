@@ -13,9 +13,13 @@
  *	migration the schema lacks, in order, each in one transaction with
  *	the version it reaches; a schema newer than this build knows is
  *	refused, since an older node would write rows the newer schema
- *	does not expect. The lock is left held: store_pg_open() gives it up
- *	once the node is registered. The tables are described in
- *	idemrelay(8), "PostgreSQL schema".
+ *	does not expect. The lock is held for that alone: no write of the
+ *	node's own (its slot, its old leases: store_pg.c) is made under it,
+ *	so that a start whose COMMIT waits for a synchronous standby that
+ *	is away never holds up the starts of other nodes. A start waiting
+ *	for it says which backend holds it and what that one is doing, and
+ *	gives up at a stop. The tables are described in idemrelay(8),
+ *	"PostgreSQL schema".
  *
  *	The tables live in the connection's current schema (search_path):
  *	several idemrelay installations, or tests, may share a database in
@@ -125,6 +129,7 @@
  * DIAGNOSTICS
  *	0, or a STORE_E* code with the reason in err.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -285,13 +290,46 @@ static void drop_due_10(struct pg_store *st, PGconn *c)
 	(void) store_pg_simple(st, c, "RESET lock_timeout", DUE_KEPT);
 }
 
+/* holder - log who holds the schema lock, as pg_locks and pg_stat_activity show it */
+static void holder(struct pg_store *st, PGconn *c)
+{
+	PGresult *r;
+
+	if (store_pg_exec(st, c, "SELECT a.pid::text, coalesce(a.application_name, ''), "
+			  "coalesce(a.state || coalesce(', waiting for ' || a.wait_event, ''), "
+			  "'its state not shown to this role'), coalesce(a.wait_event, '') FROM pg_locks l JOIN "
+			  "pg_stat_activity a ON a.pid = l.pid, (SELECT " PG_SCHEMA_LOCK " k) x "
+			  "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND "
+			  "l.classid = ((x.k >> 32) & 4294967295)::oid AND l.objid = (x.k & 4294967295)::oid "
+			  "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+			  NULL, &r, "schema lock holder") != 0)
+		return;
+	if (PQntuples(r) == 1 && PQnfields(r) == 4)
+		msg_info("store: waiting for the PostgreSQL schema lock (a node's schema migration): "
+			 "backend %s (%s) holds it, %s%s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+			 PQgetvalue(r, 0, 2), strcmp(PQgetvalue(r, 0, 3), "SyncRep") == 0 ?
+			 " (its COMMIT waits for the synchronous standby)" : "");
+	else
+		msg_info("store: waiting for the PostgreSQL schema lock (a node's schema migration)");
+	PQclear(r);
+}
+
+/* stopping - is a stop pending (SIGTERM, SIGINT: blocked by the daemon from its listen on)? */
+static int stopping(void)
+{
+	sigset_t set;
+
+	return sigpending(&set) == 0 && (sigismember(&set, SIGTERM) || sigismember(&set, SIGINT));
+}
+
 /*
  * schema_lock - the schema lock, asked for once a second, each time
  * within a statement's limit: a start behind another node's migration
- * waits as long as that takes, and fails at the limit if the server
- * stops answering (a hung server still answers TCP keepalives)
+ * waits as long as that takes, fails at the limit if the server stops
+ * answering (a hung server still answers TCP keepalives), and ends at
+ * a stop
  */
-static int schema_lock(struct pg_store *st, PGconn *c)
+static int schema_lock(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 {
 	PGresult *r;
 	int rc, got, waits = 0;
@@ -301,29 +339,29 @@ static int schema_lock(struct pg_store *st, PGconn *c)
 		got = store_pg_int(r, 0, 0);
 		PQclear(r);
 		if (got)
-			break;
-		if (!waits++)
-			msg_info("store: waiting for another node's PostgreSQL schema migration");
+			return 0;
+		if (stopping()) {
+			snprintf(err, errlen, "store: stopped while waiting for the PostgreSQL schema lock");
+			return STORE_EAGAIN;
+		}
+		if (waits++ % 60 == 0)	/* once a minute */
+			holder(st, c);
 		sleep(1);
 	}
+	snprintf(err, errlen, "store: cannot take the schema lock: %s",
+		 PQerrorMessage(c)[0] ? PQerrorMessage(c) : store_strerror(rc));
 	return rc;
 }
 
-/*
- * store_pg_schema - make the schema current, or refuse one newer than
- * this build; a client (idemrelayctl, a node's start-up check) only reads
- * it: STORE_ENOTFOUND if there is none or it is older (a node's start
- * makes it current), STORE_EINVAL if it is newer
- */
-int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen)
+/* schema_current - store_pg_schema's work, under the schema lock if not a client */
+static int schema_current(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen)
 {
 	struct buf sql = BUF_INIT;
 	char what[64];
 	PGresult *r;
 	int version, rc;
 
-	if ((!client && (rc = schema_lock(st, c)) != 0)
-	    || (rc = schema_version(st, c, &version)) != 0) {
+	if ((rc = schema_version(st, c, &version)) != 0) {
 		snprintf(err, errlen, "store: cannot read the schema version: %s",
 			 PQerrorMessage(c)[0] ? PQerrorMessage(c) : store_strerror(rc));
 		return rc;
@@ -372,4 +410,24 @@ int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_
 	if (!client)
 		drop_due_10(st, c);
 	return 0;
+}
+
+/*
+ * store_pg_schema - make the schema current, or refuse one newer than
+ * this build, under the schema lock, given up before return; a client
+ * (idemrelayctl, a node's start-up check) only reads it: STORE_ENOTFOUND
+ * if there is none or it is older (a node's start makes it current),
+ * STORE_EINVAL if it is newer
+ */
+int store_pg_schema(struct pg_store *st, PGconn *c, int client, char *err, size_t errlen)
+{
+	int rc;
+
+	if (client)
+		return schema_current(st, c, 1, err, errlen);
+	if ((rc = schema_lock(st, c, err, errlen)) != 0)
+		return rc;
+	rc = schema_current(st, c, 0, err, errlen);
+	(void) store_pg_simple(st, c, "SELECT pg_advisory_unlock(" PG_SCHEMA_LOCK ")", "schema unlock");
+	return rc;
 }

@@ -954,7 +954,7 @@ SCHEMA_LOCK = pg_lock_key("schema")
 SCHEMA_LOCK_ROWS = ("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) "
                     "FROM pg_locks l WHERE " + pg_lock_row(SCHEMA_LOCK))
 # a start's word that it waits for the schema lock (asked for once a second)
-WAITS = "waiting for another node's PostgreSQL schema migration"
+WAITS = "waiting for the PostgreSQL schema lock"
 
 
 @case(timeout=90, stores=PG_ONLY)

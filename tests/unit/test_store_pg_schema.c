@@ -770,7 +770,7 @@ static void test_schema_lock_frozen(void **state)
 	if (g.rc == 0 || strstr(g.err, "schema") == NULL)
 		fail_msg("a start at the schema lock, the server frozen: got %d (%s) after "
 			 "%.1f s", g.rc, g.err, (double) took / 1e6);
-	if (strstr(text, "waiting for another node's PostgreSQL schema migration") == NULL)
+	if (strstr(text, "waiting for the PostgreSQL schema lock") == NULL)
 		fail_msg("the start did not say that it waited: %s", text);
 }
 
