@@ -192,6 +192,21 @@ nemesis: all
 	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay NEMESIS_S=$(NEMESIS_S) NEMESIS_SEED=$(NEMESIS_SEED) \
 	    nice -n 10 python3 tests/pg/nemesis.py
 
+# The randomized power-cut test (tests/powerfs/powercut.py): one daemon on
+# LMDB on powerfs, under load, through POWERCUT_ROUNDS rounds drawn from
+# POWERCUT_SEED (a new one, printed, when empty): power cuts (nothing, a part
+# or a part at a sync written back), kill -9, starts cut, store.map_size
+# changed, a full map, SIGHUP; then every 250 must be kept and delivered once.
+# No round starts after POWERCUT_S seconds. e2e runs a short one
+# (test_powercut_random_short, cases_powercut_random.py, a fixed seed).
+POWERCUT_ROUNDS ?= 12
+POWERCUT_S      ?= 900
+POWERCUT_SEED   ?=
+powercut: all $(POWERFS)
+	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay POWERFS_BIN=$(abspath $(POWERFS)) \
+	    POWERCUT_SEED=$(POWERCUT_SEED) POWERCUT_ROUNDS=$(POWERCUT_ROUNDS) POWERCUT_S=$(POWERCUT_S) \
+	    nice -n 10 python3 tests/powerfs/powercut.py
+
 # Sanitizer build in its own tree, then the whole suite against it, PostgreSQL's too.
 asan:
 	$(MAKE) B=build-asan BIN=build-asan/bin CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
@@ -203,7 +218,7 @@ run: all
 clean:
 	rm -rf build build-asan build-fuzz bin
 
-.PHONY: all unit e2e test test-pg nemesis asan run clean fuzz fuzz-replay check-layers check-docs
+.PHONY: all unit e2e test test-pg nemesis powercut asan run clean fuzz fuzz-replay check-layers check-docs
 -include $(LIB_OBJ:.o=.d) $(DAEMON_OBJ:.o=.d) $(CTL_OBJ:.o=.d) $(UNIT_BIN:=.d) $(REPLAY_BIN:=.d) $(POWERFS).d
 
 # Install: programs in sbin (as Postfix does), man pages, the example

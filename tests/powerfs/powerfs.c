@@ -13,7 +13,8 @@
  *	in memory over the backing file, as a program sees the page cache.
  *	fsync() and fdatasync() of a file write its pages and its size to
  *	the backing file: from then on they are durable. Nothing else ever
- *	writes them back (no flusher thread, no writeback at unmount).
+ *	writes them back (no flusher thread, no writeback at unmount), but
+ *	SIGPWR, below.
  *
  *	A power cut is this process dying: the test kills the program under
  *	test with SIGKILL, then this one, then unmounts the dead mount and
@@ -34,12 +35,29 @@
  *	So a commit can fail and yet be on the disk, whole, and nothing
  *	written after it, such as a void of its redo record, gets there.
  *
+ *	SIGPWR is a cut in the middle of the kernel's writeback: a part of
+ *	the unsynced pages, a 4 KB page at a time, reach the disk and the
+ *	rest does not, whatever their order. Each unsynced page of every
+ *	file is written to the backing file with a probability drawn anew
+ *	at each cut, from rand_r() seeded with POWERFS_SEED (the process
+ *	id if unset); a page past the backing file's end extends it. The
+ *	test then kills the program under test and this one, as for a cut
+ *	("powerfs: power: N of M unsynced pages written back" says when it
+ *	is done; SIGPWR must come after the program is killed).
+ *
+ *	SIGRTMIN arms such a cut at the next sync of any file, the moment
+ *	a commit's writes are all issued and none is yet durable: the sync
+ *	never returns, a part of what it would have written reaches the
+ *	disk as above, and from then on nothing does (every later sync
+ *	hangs as well; create, unlink, rename, mkdir, rmdir and symlink
+ *	fail with EIO). The test waits for the line, then kills as above.
+ *
  *	What it models: lost unsynced data and sizes of regular files,
- *	whatever their writes' order; a failed sync and what it drops.
+ *	whatever their writes' order; a part of them written back (SIGPWR);
+ *	a failed sync and what it drops.
  *	What it does not: directory operations (create, unlink, rename,
  *	mkdir, symlink, chmod) are durable at once, as if the directory
- *	were synced; no torn or reordered writes inside a sync, no partial
- *	writeback before a cut, no slow or full disk. lseek's SEEK_HOLE and
+ *	were synced; no torn write inside a page, no slow or full disk. lseek's SEEK_HOLE and
  *	SEEK_DATA are not implemented (the kernel then takes the whole file
  *	as data), nor fallocate(); O_DIRECT goes through the same memory.
  *	POSIX and flock() locks are the kernel's own (no lock operation).
@@ -98,6 +116,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile sig_atomic_t fail_next;	/* SIGUSR1 */
 static volatile sig_atomic_t die_next;	/* SIGUSR2 */
 static int dead;			/* under lock: every sync fails */
+static volatile sig_atomic_t power_next;	/* SIGRTMIN */
+static int power_off;			/* under lock: the power went at a sync */
+static unsigned power_seed;		/* under lock: rand_r()'s */
 
 /* rel - a FUSE path as one relative to the backing root */
 static const char *rel(const char *path)
@@ -297,6 +318,65 @@ static void invalidate(const char *path)
 		pthread_detach(th);
 }
 
+/* power_cut - a random part of every unsynced page written back (lock held) */
+static void power_cut(const char *when)
+{
+	double prob = (double) rand_r(&power_seed) / RAND_MAX;
+	unsigned long written = 0, total = 0;
+	struct node *n;
+	struct page *p;
+	uint64_t len;
+	int fd;
+
+	for (n = nodes; n; n = n->next) {
+		if (!n->dirty || n->buckets == NULL
+		    || (fd = openat(root_fd, rel(n->path), O_WRONLY | O_CLOEXEC)) < 0)
+			continue;
+		for (unsigned b = 0; b < NBUCKETS; b++)
+			for (p = n->buckets[b]; p; p = p->next) {
+				total++;
+				if (p->index * PAGE >= n->size
+				    || (double) rand_r(&power_seed) / RAND_MAX >= prob)
+					continue;
+				len = n->size - p->index * PAGE < PAGE ? n->size - p->index * PAGE : PAGE;
+				if (pwrite(fd, p->data, len, (off_t) (p->index * PAGE)) == (ssize_t) len)
+					written++;
+			}
+		close(fd);
+	}
+	fprintf(stderr, "powerfs: power: %lu of %lu unsynced pages written back%s\n",
+		written, total, when);
+}
+
+/* power_main - SIGPWR, taken by this thread alone: a cut now */
+static void *power_main(void *arg)
+{
+	sigset_t *set = arg;
+	int sig;
+
+	for (;;)
+		if (sigwait(set, &sig) == 0) {
+			pthread_mutex_lock(&lock);
+			power_cut("");
+			pthread_mutex_unlock(&lock);
+		}
+	return NULL;
+}
+
+/* power_at_sync - SIGRTMIN: the cut at this sync, which never returns */
+static void power_at_sync(const char *path)
+{
+	pthread_mutex_lock(&lock);
+	if (!power_off) {
+		power_off = 1;
+		power_cut(" at a sync");
+		fprintf(stderr, "powerfs: %s: the power went at its sync\n", path);
+	}
+	pthread_mutex_unlock(&lock);
+	for (;;)
+		pause();
+}
+
 static int pfs_getattr(const char *path, struct stat *sb, struct fuse_file_info *fi)
 {
 	struct node *n;
@@ -349,6 +429,8 @@ static int pfs_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
 	int flags = (fi->flags & ~(O_TRUNC | O_ACCMODE | O_APPEND | O_DIRECT)) | O_RDWR;
 
+	if (power_off)
+		return -EIO;
 	return pfs_open_common(path, fi, openat(root_fd, rel(path), flags | O_CREAT | O_CLOEXEC, mode));
 }
 
@@ -444,6 +526,8 @@ static int pfs_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 	(void) datasync;			/* the size is written either way */
 	if (path == NULL)
 		return 0;
+	if (power_next || power_off)
+		power_at_sync(path);
 	pthread_mutex_lock(&lock);
 	n = node_get(path, h->fd);
 	if (die_next) {				/* written, and yet reported failed */
@@ -488,6 +572,8 @@ static int pfs_release(const char *path, struct fuse_file_info *fi)
 
 static int pfs_unlink(const char *path)
 {
+	if (power_off)
+		return -EIO;
 	if (unlinkat(root_fd, rel(path), 0) != 0)
 		return -errno;
 	pthread_mutex_lock(&lock);
@@ -500,6 +586,8 @@ static int pfs_rename(const char *from, const char *to, unsigned int flags)
 {
 	struct node *n;
 
+	if (power_off)
+		return -EIO;
 	if (flags != 0)
 		return -EINVAL;
 	if (renameat(root_fd, rel(from), root_fd, rel(to)) != 0)
@@ -516,16 +604,22 @@ static int pfs_rename(const char *from, const char *to, unsigned int flags)
 
 static int pfs_mkdir(const char *path, mode_t mode)
 {
+	if (power_off)
+		return -EIO;
 	return mkdirat(root_fd, rel(path), mode) == 0 ? 0 : -errno;
 }
 
 static int pfs_rmdir(const char *path)
 {
+	if (power_off)
+		return -EIO;
 	return unlinkat(root_fd, rel(path), AT_REMOVEDIR) == 0 ? 0 : -errno;
 }
 
 static int pfs_symlink(const char *target, const char *path)
 {
+	if (power_off)
+		return -EIO;
 	return symlinkat(target, root_fd, rel(path)) == 0 ? 0 : -errno;
 }
 
@@ -622,7 +716,8 @@ static const struct fuse_operations ops = {
 };
 
 /*
- * on_signal - SIGUSR1 arms a failed sync, SIGUSR2 a dying disk; says so
+ * on_signal - SIGUSR1 arms a failed sync, SIGUSR2 a dying disk, SIGRTMIN a
+ * power cut at a sync; says so
  * (write(2) is async-signal-safe), so that a test waits until it is armed:
  * on a loaded machine another thread's sync can come before the handler
  */
@@ -630,10 +725,14 @@ static void on_signal(int sig)
 {
 	static const char fail[] = "powerfs: armed: the next sync fails\n";
 	static const char die[] = "powerfs: armed: the disk dies at the next sync\n";
+	static const char power[] = "powerfs: armed: the power goes at the next sync\n";
 
 	if (sig == SIGUSR1) {
 		fail_next = 1;
 		(void) !write(STDERR_FILENO, fail, sizeof(fail) - 1);
+	} else if (sig == SIGRTMIN) {
+		power_next = 1;
+		(void) !write(STDERR_FILENO, power, sizeof(power) - 1);
 	} else {
 		die_next = 1;
 		(void) !write(STDERR_FILENO, die, sizeof(die) - 1);
@@ -644,6 +743,8 @@ int main(int argc, char **argv)
 {
 	char *fargv[] = { argv[0], "-f", "-o", "fsname=powerfs,subtype=powerfs", NULL, NULL };
 	struct sigaction sa;
+	static sigset_t power;
+	pthread_t th;
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: powerfs BACKING MOUNTPOINT\n");
@@ -658,6 +759,15 @@ int main(int argc, char **argv)
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGUSR2, &sa, NULL);
+	sigaction(SIGRTMIN, &sa, NULL);
+	power_seed = getenv("POWERFS_SEED") ? (unsigned) strtoul(getenv("POWERFS_SEED"), NULL, 10)
+	    : (unsigned) getpid();
+	/* every thread, FUSE's too, leaves SIGPWR to power_main() */
+	sigemptyset(&power);
+	sigaddset(&power, SIGPWR);
+	pthread_sigmask(SIG_BLOCK, &power, NULL);
+	if (pthread_create(&th, NULL, power_main, &power) == 0)
+		pthread_detach(th);
 	fargv[4] = argv[2];
 	return fuse_main(5, fargv, &ops, NULL);
 }
