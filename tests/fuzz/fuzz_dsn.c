@@ -15,7 +15,11 @@
  * original message, NULs and all. Properties (abort()):
  *
  *   - xtext: whatever STRICT accepts, LENIENT accepts and reads alike
- *     (smtp.h), for the bare xtext and for an ORCPT's split;
+ *     (smtp.h), for the bare xtext and for an ORCPT's split; and STRICT
+ *     accepts exactly RFC 3461's xtext (xchar: 33-126 but "+" and "=";
+ *     hexchar: "+" and two of 0-9 A-F) whose decoded octets are
+ *     printable US-ASCII (32-126, sections 4.2 and 4.4), read as a
+ *     reference written here from the grammar decodes it;
  *   - the header block is the fields dsn.c writes, each line CRLF-ended,
  *     nothing else (no value starts a field or a line of its own);
  *   - the boundary occurs at a line's start exactly four times: the
@@ -61,16 +65,51 @@ static int named(const char *l, size_t n, const char *const *names)
 	return 0;
 }
 
-/* xtext - STRICT's reading is LENIENT's wherever STRICT reads at all */
+/* hexval - an upper-case hex digit's value, or -1 */
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* ref_xtext - RFC 3461 xtext decoded to printable US-ASCII into out (len at most); -1 if not */
+static int ref_xtext(const char *v, size_t len, char *out, size_t *n)
+{
+	size_t i;
+	int c;
+
+	for (*n = 0, i = 0; i < len; i++) {
+		if (v[i] == '+') {
+			if (i + 2 >= len || hexval(v[i + 1]) < 0 || hexval(v[i + 2]) < 0)
+				return -1;
+			c = hexval(v[i + 1]) * 16 + hexval(v[i + 2]);
+			if (c < 32 || c > 126)
+				return -1;
+			i += 2;
+		} else if ((unsigned char) v[i] < 33 || (unsigned char) v[i] > 126 || v[i] == '=') {
+			return -1;
+		} else {
+			c = v[i];
+		}
+		out[(*n)++] = (char) c;
+	}
+	return 0;
+}
+
+/* xtext - STRICT's reading is LENIENT's wherever STRICT reads at all, and the grammar's */
 static void xtext(const char *v, size_t len)
 {
+	static char ref[1 << 16];
 	struct buf s = BUF_INIT, l = BUF_INIT;
 	char *st, *sa, *lt, *la;
+	size_t rn;
+	int rrc = ref_xtext(v, len, ref, &rn), src;
 
-	if (smtp_xtext_decode(&s, v, len, SMTP_XTEXT_STRICT) == 0
-	    && (smtp_xtext_decode(&l, v, len, SMTP_XTEXT_LENIENT) != 0 || s.len != l.len
-		|| (s.len && memcmp(s.data, l.data, s.len) != 0)))
+	src = smtp_xtext_decode(&s, v, len, SMTP_XTEXT_STRICT);
+	if (src == 0 && (smtp_xtext_decode(&l, v, len, SMTP_XTEXT_LENIENT) != 0 || s.len != l.len
+			 || (s.len && memcmp(s.data, l.data, s.len) != 0)))
 		abort();
+	if ((src == 0) != (rrc == 0) || (src == 0 && (s.len != rn || (rn && memcmp(s.data, ref, rn)))))
+		abort();			/* STRICT is not RFC 3461's xtext */
 	buf_free(&s);
 	buf_free(&l);
 	if (smtp_orcpt_split(v, len, SMTP_XTEXT_STRICT, &st, &sa) != 0)
