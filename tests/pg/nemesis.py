@@ -78,6 +78,13 @@ DESCRIPTION
     a frozen link), finished it unconfirmed. A node that says "no reply
     after the final dot" when the upstream never read that dot is a loss:
     the proxies never acknowledge what they do not pass on.
+    A key only ever refused and yet delivered (once) is counted apart too
+    when it is one of the two cases idemrelay(8) leaves open beside SPEC 4:
+    its 451 came from a batch whose commit's outcome the node could neither
+    read nor void (it keeps the QIDs to settle them, and logs the batch
+    under its first QID, this one), and the node then either left it to be
+    delivered (another node took it past store.lease from its acceptance,
+    the node cut off meanwhile) or was killed before settling anything.
 
     The seed is printed first. A failure prints, per failing QID, the
     merged timeline of the nodes' log lines naming it (stamped when the
@@ -89,6 +96,7 @@ EXIT STATUS
 """
 
 import argparse
+import datetime
 import os
 import random
 import re
@@ -117,6 +125,13 @@ SUBJECT_RE = re.compile(rb"^Subject: nemesis (\S+)\r?$", re.M)
 QID_RE = re.compile(r"queued as ([0-9A-Z]{12,20})\b")
 UNCONFIRMED_RE = re.compile(r"\b([0-9A-Z]{12,20}): to=<[^>]*>, relay=(?!none)\S+ .*"
                             r"status=unconfirmed \(delivered-unconfirmed: no reply .* after the final dot")
+# a batch answered 451 whose commit's outcome the node could not read or void (it keeps
+# its QIDs to settle them), the first of them; a QID refused so; one it later left to
+# be delivered; a settle that voided a kept batch (idemrelay(8), store/pg/store_pg_pend.c)
+KEPT_RE = re.compile(r"\(PostgreSQL unreachable\): its \d+ messages? answered 451 \(([0-9A-Z]{12,20})")
+IN_DOUBT = " status=refused store: store unreachable, or a commit's outcome unknown"
+KEPT_DELIVERED = ": answered 451 while PostgreSQL was unreachable, but another node took it"
+KEPT_VOIDED = "store: a commit answered 451 while PostgreSQL was unreachable: its "
 
 # what the nodes logged, counted in the summary: (what it is, the words of its line
 # and of no other). An outage is the line a node logs once when it finds PostgreSQL
@@ -437,7 +452,7 @@ class Run:
                 d.down = True
                 d.kill9()
                 ep.killed = True
-            ep.fired = self.now()
+            ep.fired, ep.fired_wall = self.now(), time.time() - self.wall0
             leases = self.orphans(i)
             leases.update(dict.fromkeys(self.leases_of(i), "held"))
             self.dead(i, leases, ep.fired)
@@ -627,7 +642,7 @@ class Run:
         for ep in schedule:
             print("  " + str(ep))
         self.setup()
-        self.t0 = time.monotonic()
+        self.t0, self.wall0 = time.monotonic(), time.time()
         watchers = [threading.Thread(target=f, daemon=True)
                     for f in (self.tail_logs, self.watch_nodes)]
         for th in watchers:
@@ -685,7 +700,7 @@ class Run:
         # QIDs a node finished unconfirmed after its final dot (an upstream's reply lost)
         upstream_unconfirmed = {m.group(1) for m in (
             UNCONFIRMED_RE.search(l) for _, _, l in self.timeline) if m}
-        lost, dup, allowed, replylost, missing = [], [], [], [], []
+        lost, dup, allowed, replylost, missing, kept = [], [], [], [], [], []
         for k in self.keys:
             copies = got.get(k.name, {})
             qids = {q for cs in copies.values() for q in cs}
@@ -707,7 +722,10 @@ class Run:
                     elif n == 0:
                         missing.append((k, a, q))
             else:
-                if k.only_refused() and copies:
+                why = k.only_refused() and copies and self.kept_451(k, qids)
+                if why:
+                    kept.append((k, ", ".join(sorted(copies)), next(iter(qids)), why))
+                elif k.only_refused() and copies:
                     bad.append("key %s: only ever refused (%s), delivered as %s" % (
                         k.name, ", ".join("%s %s" % (x[2], x[1]) for x in k.tries), sorted(qids)))
                 for a, cs in copies.items():
@@ -750,12 +768,12 @@ class Run:
         self.summary = ("nemesis: seed %d, %d s: %d keys (%d answered 250, %d only refused, "
                         "%d unknown), %d tries %s; faults %s; lost %d, duplicated %d, "
                         "unconfirmed after a kill %d, unconfirmed with the upstream's reply lost %d, "
-                        "crashes %d"
+                        "delivered though answered 451 (kept by its node) %d, crashes %d"
                         % (self.seed, self.seconds, len(self.keys), ok250, refused,
                            len(self.keys) - ok250 - refused, tries,
                            dict(sorted(codes.items(), key=str)),
                            dict(sorted(self.faults.items())), len(lost), len(dup), len(allowed),
-                           len(replylost), len(self.crashes)))
+                           len(replylost), len(kept), len(self.crashes)))
         seen = {}
         for _, node, line in self.timeline:
             for what, words in LOGGED:
@@ -764,12 +782,51 @@ class Run:
         self.summary += "; logged %s" % ", ".join("%s %d" % (w, seen.get(w, 0)) for w, _ in LOGGED)
         print(self.summary, flush=True)
         for what, xs in (("unconfirmed after a kill", allowed),
-                         ("unconfirmed, the upstream's reply lost", replylost)):
+                         ("unconfirmed, the upstream's reply lost", replylost),
+                         ("delivered though answered 451", kept)):
             for k, a, q, *why in xs:
                 print("  %s: %s (key %s) %s%s" % (what, q, k.name, a, "".join(": " + w for w in why)))
         if bad:
             self.explain(lost, dup)
         return bad
+
+    def logged_at(self, line):
+        """logged_at - a node's log line's own time, in the run's seconds"""
+        try:
+            wall = datetime.datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return wall.timestamp() - self.wall0
+
+    def kept_451(self, k, qids):
+        """kept_451 - why key k, only ever refused, was delivered, if idemrelay(8)
+        says it may be: its 451 came from a batch whose commit's outcome its node
+        could not read nor void, so it kept the QIDs to settle them (the batch's
+        log line names its first QID, which must be this one), and then either
+        left it to be delivered (another node took it past store.lease from its
+        acceptance, the node cut off meanwhile, or answered a retry 250) or was
+        killed before it settled anything (the kept QIDs are in its memory only);
+        else None (a failure)"""
+        if len(qids) != 1:
+            return None
+        q = next(iter(qids))
+        for t, node, code, _, _ in k.tries:
+            if code is None or code // 100 != 4:
+                continue
+            lines = [(self.logged_at(l), l) for _, n, l in self.timeline if n == node]
+            refused = [w for w, l in lines if l.find(q + ": ") >= 0 and IN_DOUBT in l]
+            batch = [w for w, l in lines if (KEPT_RE.search(l) or [None, None])[1] == q]
+            if not refused or not batch or None in batch:
+                continue
+            if any(q + KEPT_DELIVERED in l for _, l in lines):
+                return "%s kept it and left it to be delivered (taken by another node)" % node
+            settled = [w for w, l in lines if KEPT_VOIDED in l and w is not None and w > batch[0]]
+            for ep in self.schedule:
+                if (ep.kind == "kill9" and ep.killed and NODES[ep.node] == node
+                        and ep.fired_wall > batch[0] and not any(w < ep.fired_wall for w in settled)):
+                    return "%s killed at %.1fs while keeping it (answered 451 at %.1fs)" % (
+                        node, ep.fired_wall, batch[0])
+        return None
 
     def verdicts(self, qids):
         """verdicts - (qid, recipient) -> (its state, its message's verdict_on: the
