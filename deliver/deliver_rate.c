@@ -7,7 +7,7 @@
  *	See deliver_rate.h. The bucket is GCRA with a burst of one: tat is
  *	when the next token is free; taking one moves it on by 1/rate, and
  *	a taker that comes before tat waits until then. Several connections
- *	taking at once each get their own, later, slot.
+ *	taking at once each get their own, later, slot, however far ahead.
  *
  *	The feedback's "rate seen" is the upstream's: deliveries in the
  *	second before the refusal, counted in 10 ms slots (a count, not a
@@ -44,7 +44,6 @@
 #define FB_CUT		0.8		/* the rate after a refusal, of the rate seen */
 #define FB_RAISE	1.05		/* a recovery step's rate: a probe, not a burst */
 #define FB_RATE_MIN	0.1		/* messages a second, at least */
-#define BUCKET_AHEAD	(60 * US)	/* a slot further ahead is a clock step: reset */
 
 /* deliver_bucket_take - the next token's slot, and the wait for it */
 int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now)
@@ -53,7 +52,7 @@ int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now)
 
 	if (b->rate <= 0)
 		return 0;
-	if (b->tat < now || b->tat > now + BUCKET_AHEAD)
+	if (b->tat < now)
 		b->tat = now;
 	wait = b->tat - now;
 	b->tat += (int64_t) ((double) US / b->rate);

@@ -59,8 +59,8 @@ static const struct bucket_case bucket_cases[] = {
 	{ "14/s (SES): 71 ms apart", 14, { { 0, 0 }, { 0, 71428 }, { 0, 142856 } }, 3 },
 	{ "a taker late for its slot waits for the rest of it", 4,
 	  { { 0, 0 }, { 0, 250 * MS }, { 400 * MS, 100 * MS } }, 3 },
-	{ "a slot over a minute ahead is a clock step: reset", 1,
-	  { { 100 * SEC, 0 }, { 0, 0 }, { 0, 1 * SEC } }, 3 },
+	{ "0.005/s (recipient_rate 1, rate 20 throttled to 0.1/s): two at once, 200 s apart",
+	  0.005, { { 0, 0 }, { 0, 200 * SEC }, { 1 * SEC, 399 * SEC } }, 3 },
 };
 
 /* test_bucket - every row's waits */
@@ -97,6 +97,24 @@ static void test_bucket_rate(void **state)
 		now += wait;
 	}
 	assert_int_equal(now, 999 * 20 * MS);
+}
+
+/*
+ * demand far ahead of the rate (sessions taking at once): each take gets
+ * the next slot, however far ahead, never one at once (take 61, a minute
+ * ahead, went at once)
+ */
+static void test_bucket_demand(void **state)
+{
+	struct deliver_bucket b = { 1, 0 };
+	int64_t now = 1000 * SEC, wait;
+	int i;
+
+	(void) state;
+	for (i = 0; i < 400; i++)
+		if ((wait = deliver_bucket_take(&b, now)) != i * SEC)
+			fail_msg("take %d at once at 1/s: wait %lld us, want %d s", i,
+				 (long long) wait, i);
 }
 
 enum ev_kind {
@@ -355,6 +373,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bucket),
 		cmocka_unit_test(test_bucket_rate),
+		cmocka_unit_test(test_bucket_demand),
 		cmocka_unit_test(test_feedback),
 		cmocka_unit_test(test_seen),
 		cmocka_unit_test(test_reply),
