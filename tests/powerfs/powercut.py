@@ -275,10 +275,11 @@ class Run:
             self.event("the daemon did not start: %s" % e)
             return False
 
-    def cut(self, power=True, how="", seed=0):
+    def cut(self, power=True, how="", seed=0, stop=None):
         """cut - kill -9; then a power cut: how "" with nothing written back,
         "~" with a part of the unsynced pages, "#" at the daemon's next sync
-        with a part of them (powerfs's SIGPWR and SIGRTMIN)"""
+        with a part of them (powerfs's SIGPWR and SIGRTMIN). The load's
+        clients (stop) take no new op from the moment of the cut on."""
         said = "powerfs: power: "
         n = self.fs.log().count(said)
         if power and how == "#":
@@ -288,6 +289,8 @@ class Run:
                 self.counts["cuts at a sync"] += 1
             except AssertionError:
                 how = "~"               # no sync came: now
+        if stop is not None:
+            stop.set()
         if self.d.running():
             # a thread of it waits for that sync, which powerfs never answers: it can
             # only be reaped once powerfs is gone (it never runs again after SIGKILL)
@@ -405,11 +408,9 @@ class Run:
         time.sleep(rnd.jitter)
         nxt = self.schedule[rnd.i] if rnd.i < len(self.schedule) else None
         self.died("at the end of round %d" % rnd.i)
-        stop.set()                      # the tries under way go on until the cut
         if rnd.end == "kill9":
             self.counts["kill -9"] += 1
-        self.cut(rnd.end != "kill9", rnd.how[0], rnd.seed)
-        stop.set()
+        self.cut(rnd.end != "kill9", rnd.how[0], rnd.seed, stop)
         for th in ths:
             th.join(120)
         check(not any(th.is_alive() for th in ths), "a client did not finish")
