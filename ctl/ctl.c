@@ -47,12 +47,12 @@
  *	Exit 0 on success; 1 with a message for an unknown QID or key, an
  *	absent store ("no store at PATH"), a PostgreSQL store that cannot be
  *	reached ("FILE:LINE: store.url: why", as idemrelay -t says it), a
- *	daemon that is needed and not running, a store stats cannot read
+ *	daemon that is needed and not running or said nothing for 10 s
+ *	(SILENCE_S), a store stats cannot read
  *	(after what the daemon sees of it), or any failure; 2 for bad usage.
  */
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +73,12 @@
 #include "../queue/qid.h"
 
 
-#define QUESTION_MS	10000	/* a question (stats, count) unanswered so long: none */
+/*
+ * the daemon said nothing so long (not even the blank line it sends every
+ * second while it serves a request, control.h), or took so long to take
+ * the connection (its backlog full): it is not serving this request
+ */
+#define SILENCE_S	10
 
 #define CTL_COMMANDS "queue, show, cat, stats, flush, retry, drop, hold, release, reroute, forget"
 
@@ -162,28 +167,29 @@ struct store *ctl_store(struct ctl *x)
 }
 
 /*
- * read_reply - everything the daemon sends until it closes; ms: -1,
- * however long it takes (an action over a long queue, hold ALL, takes
+ * read_reply - everything the daemon sends until it closes: 0; -1 if it
+ * closed with nothing (it exited), -2 if it said nothing for SILENCE_S
+ * (SO_RCVTIMEO). The blank lines it sends while it serves are left out,
+ * *began set. So an action waits as long as it takes (over a long queue
  * about a second every 2,000 messages, and a reply given up on would be
- * an action said not done that the daemon carries out; a daemon that
- * exits closes it), else at most that long a wait for each read
+ * an action said not done that the daemon carries out), but not for
+ * ever on a daemon that is stopped or hung.
  */
-static int read_reply(int fd, struct buf *reply, int ms)
+static int read_reply(int fd, struct buf *reply, int *began)
 {
-	struct pollfd p = { fd, POLLIN, 0 };
-	char chunk[4096];
+	char chunk[4096], *p;
 	ssize_t n;
 
 	for (;;) {
-		if (ms >= 0 && poll(&p, 1, ms) <= 0)
-			return -1;
 		if ((n = read(fd, chunk, sizeof(chunk))) < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return -1;
+			return errno == EAGAIN ? -2 : -1;
 		if (n == 0)
 			return reply->len ? 0 : -1;
-		buf_append(reply, chunk, (size_t) n);
+		for (p = chunk; reply->len == 0 && n > 0 && *p == '\n'; p++, n--)
+			*began = 1;
+		buf_append(reply, p, (size_t) n);
 	}
 }
 
@@ -192,13 +198,14 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 		size_t whylen)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct timeval silence = { SILENCE_S, 0 };
 	size_t len = strlen(line);
-	int fd, rc;
+	int fd, rc, began = 0;
 
 	buf_reset(reply);
 	if (x->silent) {
-		snprintf(why, whylen, "no answer from the daemon on %s: it is starting, stopping or"
-			 " busy", x->cf.control);
+		snprintf(why, whylen, "no answer from the daemon on %s: it is starting, stopping,"
+			 " busy or stopped", x->cf.control);
 		return -1;
 	}
 	if (x->cf.control == NULL) {
@@ -210,9 +217,9 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 	strcpy(sun.sun_path, x->cf.control);
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		ctl_fail(x, "socket: %s", strerror(errno));
-	if (question)		/* a connect waits while the backlog is full: as long */
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &(struct timeval) { QUESTION_MS / 1000, 0 },
-			   sizeof(struct timeval));
+	/* a connect waits while the backlog is full, a read while nothing comes */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &silence, sizeof(silence));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &silence, sizeof(silence));
 	if ((rc = connect(fd, (struct sockaddr *) &sun, sizeof(sun))) < 0 && errno != EAGAIN) {
 		int there = errno == EACCES || errno == EPERM;	/* it runs: we may not talk to it */
 
@@ -226,15 +233,26 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 		close(fd);
 		return there ? -2 : -1;
 	}
-	if (rc < 0 || write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1
-	    || read_reply(fd, reply, question ? QUESTION_MS : -1) != 0) {
-		close(fd);
-		if (!question)
-			ctl_fail(x, "no reply from the daemon on %s", x->cf.control);
+	if (rc < 0)
+		rc = -2;	/* not taken: the backlog stayed full */
+	else if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1)
+		rc = -1;
+	else
+		rc = read_reply(fd, reply, &began);
+	close(fd);		/* a request not taken yet never will be (util/admin.h) */
+	if (rc != 0 && question) {
 		x->silent = 1;		/* and asked no more */
 		return ctl_request(x, line, question, reply, why, whylen);
 	}
-	close(fd);
+	if (rc == -1)
+		ctl_fail(x, "no reply from the daemon on %s", x->cf.control);
+	if (rc == -2 && began)
+		ctl_fail(x, "the daemon on %s began and then said nothing for %d s: it is stopped"
+			 " or hung, and may have done part of it (see the mail log)", x->cf.control,
+			 SILENCE_S);
+	if (rc == -2)
+		ctl_fail(x, "no answer from the daemon on %s in %d s: it is stopped, hung, or busy"
+			 " starting or stopping; nothing was done", x->cf.control, SILENCE_S);
 	while (reply->len && (reply->data[reply->len - 1] == '\n'))
 		reply->data[--reply->len] = 0;
 	return 0;

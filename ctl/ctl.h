@@ -45,10 +45,11 @@ struct store *ctl_store_try(struct ctl *x, char *err, size_t errlen);
 
 /*
  * ctl_request - one request to the daemon: 0 and its reply; -1 (why) if
- * none listens, -2 (why) if one does that this user may not reach. An
- * action's reply is waited for however long it takes, and fails the run
- * if none comes; a question's (stats, count) for 10 s, then -1 (why),
- * and the daemon is asked nothing more: it is starting, stopping or busy.
+ * none listens, -2 (why) if one does that this user may not reach. A
+ * reply is waited for as long as the daemon says it is at it, and for
+ * 10 s of silence (one stopped, hung, or not serving yet); then an
+ * action fails the run, and a question (stats, count) is -1 (why) and
+ * the daemon is asked nothing more.
  */
 int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply, char *why,
 		size_t whylen);

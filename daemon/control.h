@@ -8,7 +8,9 @@
  *	(mode 0600; a stale socket is removed, a live one is fatal), and
  *	control_start() starts the admin thread, which serves it for
  *	idemrelayctl: one request line in, one JSON object line out, then
- *	the connection closes. A line with a
+ *	the connection closes; before it, a blank line as the request's
+ *	serve begins and one a second while it runs (util/admin.h: a
+ *	client tells a daemon at it from one stopped). A line with a
  *	control character before its end (LF or CR LF) is refused whole.
  *
  *	    ping                  {"ok":true,"pid":N}

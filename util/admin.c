@@ -50,7 +50,37 @@ struct admin {
 	struct admin_ops ops;
 	struct admin_client *c[ADMIN_CLIENTS];	/* owned; the first n are open */
 	size_t n;
+	pthread_t pulser;		/* with ops.pulse: the blank lines' thread */
+	pthread_mutex_t lock;		/* serving, which the pulser reads */
+	int serving;			/* the connection being served, or -1 */
 };
+
+/*
+ * pulse - a blank line to the connection being served, fd from now on
+ * (-1: none; PULSE_SAME: the same): it goes before the answer, which the
+ * admin thread writes once it has set none under the lock
+ */
+#define PULSE_SAME	(-2)
+static void pulse(struct admin *a, int fd)
+{
+	pthread_mutex_lock(&a->lock);
+	if (fd != PULSE_SAME)
+		a->serving = fd;
+	if (a->serving >= 0)
+		(void) send(a->serving, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* pulser - the thread: pulse() every ADMIN_PULSE_MS until the stop */
+static void *pulser(void *arg)
+{
+	struct admin *a = arg;
+	struct pollfd p = { a->stopfd, POLLIN, 0 };
+
+	while (poll(&p, 1, ADMIN_PULSE_MS) <= 0)
+		pulse(a, PULSE_SAME);
+	return NULL;
+}
 
 /* client_close - close and forget connection i (the last takes its place) */
 static void client_close(struct admin *a, size_t i)
@@ -63,10 +93,21 @@ static void client_close(struct admin *a, size_t i)
 	a->c[i] = a->c[--a->n];
 }
 
-/* client_serve - answer the request (NUL-terminated), or all of it there will be */
+/*
+ * client_serve - answer the request (NUL-terminated), or all of it there
+ * will be, unless its client has gone: it gave up on it
+ */
 static void client_serve(struct admin *a, struct admin_client *c, int cut)
 {
-	a->ops.serve(a->ops.arg, c->fd, c->req, c->len, cut, &c->out);
+	struct pollfd gone = { c->fd, 0, 0 };
+
+	if (poll(&gone, 1, 0) != 1 || !(gone.revents & POLLHUP)) {
+		if (a->ops.pulse)
+			pulse(a, c->fd);
+		a->ops.serve(a->ops.arg, c->fd, c->req, c->len, cut, &c->out);
+		if (a->ops.pulse)
+			pulse(a, -1);
+	}
 	c->writing = 1;
 	c->deadline = clock_mono_us() + ADMIN_DEADLINE_MS * 1000LL;
 }
@@ -209,7 +250,10 @@ struct admin *admin_start(int lfd, const struct admin_ops *ops)
 	a->ops = *ops;
 	if ((a->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
 		msg_fatal("%s: eventfd: %m", ops->name);
-	if ((err = pthread_create(&a->thread, NULL, admin_main, a)) != 0)
+	a->serving = -1;
+	pthread_mutex_init(&a->lock, NULL);
+	if ((err = pthread_create(&a->thread, NULL, admin_main, a)) != 0
+	    || (ops->pulse && (err = pthread_create(&a->pulser, NULL, pulser, a)) != 0))
 		msg_fatal("%s: cannot start a thread: %s", ops->name, strerror(err));
 	return a;
 }
@@ -223,6 +267,9 @@ void admin_stop(struct admin *a)
 		return;
 	(void) !write(a->stopfd, &one, sizeof(one));
 	pthread_join(a->thread, NULL);
+	if (a->ops.pulse)
+		pthread_join(a->pulser, NULL);
+	pthread_mutex_destroy(&a->lock);
 	if (a->lfd >= 0)
 		close(a->lfd);
 	close(a->stopfd);

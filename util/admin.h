@@ -20,6 +20,14 @@
  *	A response that was not taken by the deadline is dropped with its
  *	connection. ops->tick, if set, runs about every ops->tick_ms,
  *	whether or not clients come.
+ *
+ *	With ops->pulse, a connection gets a blank line as its request's
+ *	serve begins and one every ADMIN_PULSE_MS while it runs, from a
+ *	thread of their own: a client can tell a daemon that is at it (an
+ *	action over a long queue) from one that is stopped or hung, or has
+ *	not taken its request yet. A request whose client has gone (closed,
+ *	not only its side) by the time it would be served is not: no one
+ *	reads the answer, and the client gave up on what it asked.
  */
 #ifndef UTIL_ADMIN_H
 #define UTIL_ADMIN_H
@@ -31,6 +39,7 @@
 #define ADMIN_CLIENTS		16	/* connections served at once; more wait in the backlog */
 #define ADMIN_DEADLINE_MS	2000	/* per connection, request and response together */
 #define ADMIN_REQUEST_MAX	4096	/* bytes of one request */
+#define ADMIN_PULSE_MS		1000	/* with ops->pulse: a blank line so often while serving */
 
 struct admin_ops {
 	const char *name;		/* in log lines */
@@ -39,6 +48,7 @@ struct admin_ops {
 		       struct buf *out);	/* req NUL-terminated; out empty: close */
 	void (*tick) (void *arg);	/* NULL: none */
 	int tick_ms;
+	int pulse;			/* blank lines while serving (see above) */
 	void *arg;
 };
 

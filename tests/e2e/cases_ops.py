@@ -26,12 +26,16 @@ SLOW_RETRY = {"retry": {"first": "1h", "max": "1h", "give_up": "5d"}}
 
 
 def control_line(d, line):
-    """control_line - one raw request line to the control socket, its reply"""
+    """control_line - one raw request line to the control socket, its reply
+    (the blank lines the daemon sends while it serves left out)"""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect(d.conf["control"])
         s.sendall(line)
-        return recv_line(s).decode()
+        got = recv_line(s)
+        while got == b"\n":
+            got = recv_line(s)
+        return got.decode()
 
 
 def ops_daemon(t, sink, extra=None):
@@ -762,7 +766,9 @@ def test_ctl_long_reply(t):
     on a 2-core machine: 20,000 took more than 10 s), and read whole and
     listed, not taken for no reply (the daemon has held them all). The daemon
     here is a stand-in on the control socket that answers as control.c does,
-    after 11 s."""
+    after 11 s, with a blank line every second meanwhile, as the daemon says
+    it is at it (util/admin.h): idemrelayctl gives up only after 10 s of
+    silence."""
     sock = os.path.join(t.tmp, "ctl.sock")
     conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
     conf["control"] = sock
@@ -781,7 +787,9 @@ def test_ctl_long_reply(t):
         c, _ = srv.accept()
         with c:
             got.append(recv_line(c))
-            time.sleep(11)
+            for _ in range(11):
+                c.sendall(b"\n")
+                time.sleep(1)
             c.sendall(reply)
     th = threading.Thread(target=serve, daemon=True)
     th.start()
@@ -904,3 +912,97 @@ def test_control_socket_gone_after_failed_start(t):
     failed_start(c, "another daemon has the store")
     check("in use by another idemrelay" in c.log(), "the second daemon says why:\n%s" % c.log())
     check(os.path.exists(b.conf["control"]), "the running daemon's socket is there")
+
+
+def ctl_start(d, *args):
+    """ctl_start - idemrelayctl --json ARGS on the daemon's config, running"""
+    return subprocess.Popen([CTL, "-c", d.conf_path, "--json"] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@case(timeout=120)
+def test_ctl_daemon_stopped(t):
+    """A daemon that is stopped (SIGSTOP) or hung takes no request and sends
+    nothing: idemrelayctl gives up after 10 s of silence, where it waited for
+    ever. Twenty holds at once (past the control socket's backlog: the last
+    ones wait in connect()) and a flush exit 1 with 'no answer from the
+    daemon ... nothing was done'; stats shows the store's figures (exit 0).
+    Once the daemon goes on, none of the requests given up on is carried
+    out: the message is not held."""
+    sink = t.sink()
+    sink.control(rcpt={"stopped@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "stopped@example.com", make_msg(key="stopped-1"))
+    d.wait_log(qid, "status=deferred")
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        holds = [ctl_start(d, "hold", qid) for _ in range(20)]
+        flush, stats = ctl_start(d, "flush"), ctl_start(d, "stats")
+        outs = [p.communicate(timeout=40) for p in holds + [flush, stats]]
+        took = time.monotonic() - t0
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    for p, (out, err) in zip(holds + [flush], outs):
+        check(p.returncode == 1 and "no answer from the daemon on %s in 10 s" % d.conf["control"]
+              in err and "nothing was done" in err,
+              "%s: exit %d %r" % (" ".join(p.args[3:]), p.returncode, err))
+    eq(stats.returncode, 0, "stats: %r" % (outs[-1],))
+    check(json.loads(outs[-1][0])["store"]["queued"] == 1, "stats: %r" % (outs[-1][0],))
+    check(took < 30, "the requests took %.1f s" % took)
+    time.sleep(3)                       # the daemon takes what waited in its backlog
+    check(not d.log_lines(qid, "placed on hold"), "a hold given up on was carried out:\n%s"
+          % "\n".join(d.log_lines(qid)))
+    eq(ctl_json(d, "hold", qid)["held"], [qid], "a hold once the daemon goes on")
+
+
+@case(timeout=120, stores=LMDB_ONLY)
+def test_ctl_action_outlasts_silence(t):
+    """An action the daemon takes longer than 10 s over (here its write waits
+    for LMDB's writer lock, which mdb_load holds as a long action would keep
+    the daemon busy) is waited for: the daemon sends a blank line every
+    second while it serves it, and idemrelayctl gives up only after 10 s of
+    silence. One stopped in the middle of an action (SIGSTOP after it
+    began) is given up on after 10 s, saying it may have done part of it."""
+    sink = t.sink()
+    sink.control(rcpt={"long@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "long@example.com", make_msg(key="long-1"))
+    d.wait_log(qid, "status=deferred")
+
+    def writer_lock():
+        lock = subprocess.Popen(["mdb_load", d.store], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        lock.stdin.write(b"VERSION=3\nformat=bytevalue\ntype=btree\nHEADER=END\n")
+        lock.stdin.flush()              # its write transaction is begun; no record follows
+        time.sleep(1)
+        check(lock.poll() is None, "mdb_load holds the writer lock")
+        return lock
+
+    lock = writer_lock()
+    try:
+        t0 = time.monotonic()
+        hold = ctl_start(d, "hold", qid)
+        time.sleep(13)
+    finally:
+        lock.kill()
+        lock.wait()
+    out, err = hold.communicate(timeout=20)
+    took = time.monotonic() - t0
+    eq(hold.returncode, 0, "hold over 13 s: %r" % err)
+    eq(json.loads(out)["held"], [qid], "held")
+    check(took > 12, "the hold took %.1f s: the writer lock did not hold it up" % took)
+
+    lock = writer_lock()
+    release = ctl_start(d, "release", qid)
+    time.sleep(2)
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        out, err = release.communicate(timeout=20)
+    finally:
+        lock.kill()
+        lock.wait()
+        os.kill(d.proc.pid, signal.SIGCONT)
+    check(release.returncode == 1 and "began and then said nothing for 10 s" in err,
+          "release stopped in the middle: exit %d %r" % (release.returncode, err))
+    d.wait_log(qid, "released from hold")
