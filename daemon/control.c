@@ -344,7 +344,7 @@ void control_start(struct control *ctl, struct store *st, struct deliver *dl,
 		msg_info("control socket %s", ctl->c->control);
 	ctl->admin = admin_start(lfd, &(struct admin_ops) {
 		.name = "control", .complete = line_complete, .serve = serve,
-		.tick = tick, .tick_ms = TICK_MS, .pulse = 1, .arg = ctl });
+		.tick = tick, .tick_ms = TICK_MS, .pulse = lfd >= 0, .arg = ctl });
 }
 
 /* control_stop - stop serving, write the last counts */
