@@ -286,12 +286,34 @@ int store_pg_lease_renew(struct store *base)
 	 * it answers with the others, lost, each a row (a scalar subquery, an
 	 * index lookup each): the node forgets them as they are read, where it
 	 * matched every lease held against every row still held (O(held x
-	 * rows), under lmu)
+	 * rows), under lmu).
+	 *
+	 * It commits without waiting for a synchronous standby
+	 * (PG_LOCAL_COMMIT): with the standby away, a renewal whose COMMIT
+	 * waited kept every row it renewed locked for the whole outage, so
+	 * that each delivery write of those messages (a mark, an outcome)
+	 * waited behind it, was cut at a statement's limit and tried again,
+	 * and a stop waited for those cuts; and it committed, once the
+	 * standby was back, an expiry reckoned when it began, maybe past.
+	 * A renewal lost in a failover (a standby promoted without it) is a
+	 * lease that runs out sooner than this node believes: another node
+	 * may take the message while this one delivers it, as when a node
+	 * is slow. The fence and the mark cover that: every delivery write
+	 * of this node checks its token (the other node's take gave a new
+	 * one), and the inflight mark, committed as the server says (waiting
+	 * for the standby) before the final dot, is on any standby promoted:
+	 * a dot sent means a mark the taker reads as an ambiguous delivery
+	 * (upstream.ambiguous), never a message sent again blindly.
+	 * The take stays synchronous: its token comes from lease_seq, whose
+	 * WAL runs up to 32 values ahead of its uses, so a take lost in a
+	 * failover may have used a token the new primary issues again, to
+	 * another node's take of the same message, which the fence could not
+	 * tell from this one's
 	 */
 	err = store_pg_run(st, "WITH c AS (SELECT qid FROM messages "
 		  "WHERE qid = ANY($4::text[]) AND lease_token = ANY($2::int8[]) AND lease_owner = $3 "
 		  "AND " PG_ROW_QUEUED("") " FOR UPDATE SKIP LOCKED), u AS (UPDATE messages m SET "
-		  "lease_until = " PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid) "
+		  "lease_until = " PG_DB_NOW " + $1 FROM c WHERE m.qid = c.qid AND " PG_LOCAL_COMMIT ") "
 		  "SELECT h.q, h.t FROM unnest($4::text[], $2::int8[]) AS h(q, t) "
 		  "WHERE (SELECT true FROM messages m WHERE m.qid = h.q AND m.lease_token = h.t "
 		  "AND m.lease_owner = $3 AND " PG_ROW_QUEUED("m.") ") IS NULL",
@@ -316,7 +338,8 @@ int store_pg_lease_renew(struct store *base)
  * for any node to take when due, rather than at its expiry. Only that of
  * token lease, unless 0: one the taker took since (the write that gave
  * the loaded one up committed, and the message was due) is a new
- * delivery's, already scheduled here
+ * delivery's, already scheduled here. Committed without waiting for a
+ * standby, as the renewal: lost in a failover, the lease runs out
  */
 void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 {
@@ -331,8 +354,8 @@ void store_pg_lease_release(struct store *base, const char *qid, int64_t lease)
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, qid);
 	store_pg_p_i64(&p, token);
-	if (store_pg_run(st, "UPDATE messages SET lease_owner = NULL WHERE qid = $1 "
-			 "AND lease_token = $2 AND " PG_ROW_QUEUED(""), &p, &r, "lease release") == 0)
+	if (store_pg_run(st, "UPDATE messages SET lease_owner = NULL WHERE qid = $1 AND lease_token "
+			 "= $2 AND " PG_ROW_QUEUED("") " AND " PG_LOCAL_COMMIT, &p, &r, "lease release") == 0)
 		PQclear(r);
 	store_pg_params_free(&p);
 }

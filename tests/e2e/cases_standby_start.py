@@ -126,3 +126,30 @@ def test_start_at_schema_lock_stops(t):
     finally:
         holder.stdin.close()
         holder.wait(10)
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_standby_away_leases_renewed(t):
+    """Node a's leases are renewed while the standby is away, without waiting for it:
+    the renewal is seen by others at once and holds no row locked. Before, its
+    COMMIT waited in SyncRep for the whole outage with every leased row locked,
+    each delivery write of those messages waiting behind it, cut at 10 s (the
+    lease's expiry others saw was the last one before the standby went)."""
+    pg = t.pg_cluster(standby=True)
+    url = t.pg_database(pg)
+    db = url.rsplit("/", 1)[1]
+    sink = t.sink()
+    a = t.daemon(sink, {"store": {"url": url, "lease": LEASE}, "upstream": {"timeout": "60s"}},
+                 node="a")
+    submit_ok(a.port, "hang-after-dot-x@example.com", make_msg(key="standby-renew-1"))
+    time.sleep(2)
+    pg.standbys[0].stop()
+    time.sleep(9)                       # one and a half leases: renewals every 2 s
+    left = int(pg.sql("SELECT (lease_until - (extract(epoch from clock_timestamp()) * 1000000)"
+                      "::bigint) / 1000 FROM messages WHERE queued", db))
+    check(left > 0, "the lease seen by others ran out %d ms ago, while node a still holds it"
+          % -left)
+    waiting = pg.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                     "AND datname = '%s'" % db)
+    eq(waiting, "0", "backends of node a waiting for the standby (nothing but renewals wrote)")
+    a.kill9()                           # it would wait for the dot's reply (upstream.timeout)
