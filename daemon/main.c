@@ -18,7 +18,6 @@
  *	aborted every transaction in progress.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <getopt.h>
@@ -26,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,28 +130,6 @@ static char *control_dir(const struct conf *cf)
 	return dir;
 }
 
-/*
- * store_alone - hold the store's directory locked as long as the daemon
- * runs (a store on this node's disk; a database's nodes share theirs): a
- * second daemon on it would deliver, beside this one, every message
- * queued at its start. Taken after the open, whose compaction takes turns
- * on the same lock (store_compact.c).
- */
-static void store_alone(const struct conf *cf)
-{
-	char where[512];
-	int fd;
-
-	if (store_dir(cf) == NULL)
-		return;
-	/* the descriptor stays open, and the directory locked, until the exit */
-	if ((fd = open(store_dir(cf), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0
-	    || flock(fd, LOCK_EX | LOCK_NB) != 0)
-		msg_fatal("%s: %s: %s", conf_where(cf, "store.path", where, sizeof(where)),
-			  store_dir(cf), errno == EWOULDBLOCK ? "in use by another idemrelay:"
-			  " stop it, or choose another path" : strerror(errno));
-}
-
 /* check_print - -t: every problem on stderr */
 static void check_print(const char *problem)
 {
@@ -256,7 +232,6 @@ int main(int argc, char **argv)
 	ctl = control_open(&cf);	/* before the store: control.h says why */
 	if (store_open(&st, &cf, STORE_NODE, err, sizeof(err)) != 0)
 		msg_fatal("%s", err);		/* the store the configuration names */
-	store_alone(&cf);
 	qid_set_node(store_node_id(st));	/* QIDs of nodes sharing a store never collide */
 	if (store_stats(st, &ss, 0) == 0)
 		qid_seed(ss.last_qid);

@@ -54,7 +54,8 @@
 #define STORE_EINVAL	(-5)	/* corrupt record, bad argument */
 #define STORE_ELEASE	(-6)	/* shared store: the message's lease went to another node */
 #define STORE_EAGAIN	(-7)	/* the database is unreachable, or a commit's outcome unknown;
-				 * STORE_WRITER: another process has the store open */
+				 * STORE_WRITER: another process has the store open;
+				 * STORE_NODE on LMDB: another daemon has it */
 
 struct store;
 struct store_txn;

@@ -22,7 +22,8 @@
  *	STORE_NODE is the daemon: this node, read-write, creating what is
  *	missing (the LMDB environment, the PostgreSQL schema and the
  *	node's slot; an LMDB store whose free list is long is compacted
- *	first, store_compact.c). STORE_READER is idemrelayctl's and -t's: nothing
+ *	first, store_compact.c); on LMDB one daemon a store (STORE_EAGAIN:
+ *	another daemon writes it). STORE_READER is idemrelayctl's and -t's: nothing
  *	created, no node registered (STORE_ENOTFOUND if there is no
  *	store yet). STORE_WRITER is idemrelayctl writing while the daemon
  *	is stopped: an existing store, never a new one; on LMDB one that no
@@ -81,9 +82,11 @@ static int open_lmdb(struct store **out, const struct conf *cf, enum store_role 
 	case STORE_NODE:
 		if ((rc = store_lmdb_open(out, cf->store.path, cf->store.map_size, why,
 					  sizeof(why))) != 0) {
-			snprintf(err, errlen, "%s: %s: check the directory and its permissions, "
-				 "or choose another path",
-				 conf_where(cf, "store.path", where, sizeof(where)), why);
+			snprintf(err, errlen, "%s: %s: %s, or choose another path",
+				 conf_where(cf, "store.path", where, sizeof(where)),
+				 rc == STORE_EAGAIN ? cf->store.path : why, rc == STORE_EAGAIN
+				 ? "in use by another idemrelay: stop it"
+				 : "check the directory and its permissions");
 			return rc;
 		}
 		if ((rc = store_lmdb_compact(*out)) != 0) {	/* its free list, if long */

@@ -37,13 +37,23 @@
  *	transaction ids. So every open (store_lmdb.c, for the daemon and
  *	idemrelayctl alike) holds lock.mdb with flock() shared while it is
  *	open (lmdb_lock()), and a compaction takes it exclusively without
- *	waiting: with idemrelayctl or another daemon there, it is put off to
- *	the next start (compactors take turns on the store's directory,
- *	alone()). LMDB's own locks on that file are fcntl() locks,
- *	which Linux keeps apart from flock() ones. An idemrelayctl started
- *	during a compaction waits for it. The same lock tells idemrelayctl,
- *	about to write the store itself, whether a daemon has it open: it
- *	takes it exclusively without waiting, and holds it while it writes.
+ *	waiting: with idemrelayctl reading there, it is put off to the next
+ *	start. LMDB's own locks on that file are fcntl() locks, which Linux
+ *	keeps apart from flock() ones. An idemrelayctl started during a
+ *	compaction waits for it.
+ *
+ *	Only the store's owner compacts. Every open that writes (the daemon,
+ *	idemrelayctl's writes) owns the store while it is open: its
+ *	directory flock'd exclusively, without waiting (STORE_EAGAIN: a
+ *	second daemon, whose start would deliver every queued message
+ *	twice). So no two compactions meet, nor a compaction and another
+ *	writer, nor two writers' journals (store_journal.c). Linux converts
+ *	a flock() by letting the shared lock go first: a conversion that
+ *	fails leaves us with none for a moment, in which only a reader or a
+ *	writer that then finds the store owned can take it. idemrelayctl
+ *	about to write takes lock.mdb exclusively without waiting as well,
+ *	and holds it while it writes: refused while a daemon has the store
+ *	open, and a daemon starting meanwhile waits for it.
  * DIAGNOSTICS
  *	0 when the store serves (compacted, not worth it, or put off; each
  *	logged), or a STORE_E* code when it could not be opened again after
@@ -65,19 +75,19 @@
 #define COMPACT_SUFFIX		".compact"
 
 /*
- * lmdb_lock - lock.mdb of the store at path, flock'd shared (waiting), or
- * exclusively without waiting if alone; its descriptor, or -1 (EWOULDBLOCK:
- * another process has the store open)
+ * lmdb_lock - name in the store at path ("lock.mdb", made if missing, or
+ * "" for the directory), flock'd how; its descriptor, or -1 (EWOULDBLOCK:
+ * held by another process, or by another open in this one)
  */
-int lmdb_lock(const char *path, int alone)
+int lmdb_lock(const char *path, const char *name, int how)
 {
 	char file[4096];
 	int fd, rc;
 
-	snprintf(file, sizeof(file), "%s/lock.mdb", path);
-	if ((fd = open(file, O_RDONLY | O_CREAT | O_CLOEXEC, 0600)) < 0)
+	snprintf(file, sizeof(file), "%s/%s", path, name);
+	if ((fd = open(file, O_RDONLY | O_CLOEXEC | (*name ? O_CREAT : O_DIRECTORY), 0600)) < 0)
 		return -1;		/* LMDB's own open says why */
-	while ((rc = flock(fd, alone ? LOCK_EX | LOCK_NB : LOCK_SH)) != 0 && errno == EINTR)
+	while ((rc = flock(fd, how)) != 0 && errno == EINTR)
 		;
 	if (rc != 0) {
 		close(fd);
@@ -93,29 +103,13 @@ static void shared(struct lmdb_store *st)
 		;
 }
 
-/*
- * alone - take the store's lock exclusively, without waiting: 1 if taken.
- * Linux converts a flock() by letting the old lock go first, so a failed
- * conversion leaves us with none for a moment: another daemon starting
- * beside us could then take it exclusively and swap data.mdb under our
- * open environment. Compactors therefore take turns on the store's
- * directory (flock'd by nobody else) from the attempt until the shared
- * lock is back; a turn that is taken means another compactor: put off.
- */
+/* alone - lock.mdb exclusively, without waiting: 1 if taken, else shared again */
 static int alone(struct lmdb_store *st)
 {
-	int turn, won;
-
-	if ((turn = open(st->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return 0;
-	if (flock(turn, LOCK_EX | LOCK_NB) != 0) {
-		close(turn);
-		return 0;
-	}
-	if (!(won = flock(st->lockfd, LOCK_EX | LOCK_NB) == 0))
-		shared(st);
-	close(turn);			/* the turn goes with it */
-	return won;
+	if (flock(st->lockfd, LOCK_EX | LOCK_NB) == 0)
+		return 1;
+	shared(st);
+	return 0;
 }
 
 /* due - is the free list worth a copy? its pages and those in use */

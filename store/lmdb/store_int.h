@@ -45,6 +45,7 @@ struct lmdb_store {
 	uint64_t grown_to;	/* store_grow.c: file size last seen, made or tried for */
 	struct journal *j;	/* store_journal.c; NULL: every commit synced without it */
 	int lockfd;		/* store_compact.c: lock.mdb, flock'd shared while open; -1 none */
+	int ownfd;		/* the directory, flock'd by an open that writes; -1 none */
 
 	/* store_lmdb.c: a failed sync and the reopen that follows it */
 	pthread_rwlock_t gate;	/* every transaction holds it shared; lmdb_reopen() alone */
@@ -138,8 +139,8 @@ int lmdb_key_qid(const MDB_val *key, char qid[STORE_QID_SIZE]);	/* the other way
 int lmdb_meta8(struct lmdb_store *st, const char *name, uint8_t v[8]);	/* an 8-byte meta value */
 
 /* store_compact.c: the lock every open holds, and the compaction at start */
-/* lock.mdb, flock'd shared (waits out a compaction) or, alone, exclusively if free; -1 */
-int lmdb_lock(const char *path, int alone);
+/* name ("lock.mdb", or "" for the directory) in the store at path, flock'd how; -1 */
+int lmdb_lock(const char *path, const char *name, int how);
 /* store_lmdb.c: the environment opened again, as it was, with its journal; *step why not */
 int lmdb_env_again(struct lmdb_store *st, const char **step);
 void lmdb_env_shut(struct lmdb_store *st);	/* the journal and the environment closed */

@@ -34,9 +34,10 @@
  *	region's first block on and wrap to the start when the end is
  *	reached; a record never overwrites the one still needed. A
  *	transaction whose record does not fit, or any commit when the
- *	journal cannot be used (another process holds it, the map is too
- *	small to spare the region), is synced the way LMDB does it without
- *	NOMETASYNC, so durability never depends on the journal being there.
+ *	journal cannot be used (the map is too small to spare the region),
+ *	is synced the way LMDB does it without NOMETASYNC, so durability
+ *	never depends on the journal being there. One process at a time
+ *	writes the store, and so the journal (store_compact.c: its owner).
  *
  *	The region begins with a block naming it (magic, size, and a random
  *	id that the store's meta DB also keeps, with the region's offset, so
@@ -74,7 +75,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -97,7 +97,7 @@
 enum { OP_PUT = 1, OP_DEL = 2, OP_DEL_VAL = 3 };
 
 struct journal {
-	int fd;				/* owned: data.mdb again, flock'd while it is open */
+	int fd;				/* owned: data.mdb again */
 	uint64_t base;			/* where the region starts in data.mdb */
 	uint64_t id;			/* this store's journal id */
 	uint64_t size;
@@ -538,7 +538,7 @@ int journal_move_commit(struct lmdb_store *st, MDB_txn *txn, uint64_t base, uint
 	return 0;
 }
 
-/* journal_free - close the journal's descriptor (its flock goes with it) */
+/* journal_free - close the journal's descriptor */
 static void journal_free(struct journal *j)
 {
 	pthread_mutex_destroy(&j->commit);
@@ -573,10 +573,6 @@ int journal_open(struct lmdb_store *st)
 	snprintf(file, sizeof(file), "%s/data.mdb", st->path);
 	if ((j->fd = open(file, O_RDWR | O_CLOEXEC)) < 0) {
 		snprintf(why, sizeof(why), "no journal (%s)", strerror(errno));
-		goto none;
-	}
-	if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
-		snprintf(why, sizeof(why), "the journal is in use by another process");
 		goto none;
 	}
 	/* what the region the store names holds first, wherever the journal goes now */

@@ -63,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -355,7 +356,7 @@ static struct lmdb_store *lmdb_new(const char *path)
 
 	pthread_rwlock_init(&st->gate, NULL);	/* readers first: see the header */
 	st->path = xstrdup(path);
-	st->lockfd = -1;
+	st->lockfd = st->ownfd = -1;
 	return st;
 }
 
@@ -365,6 +366,8 @@ static void lmdb_free(struct lmdb_store *st)
 	pthread_rwlock_destroy(&st->gate);
 	if (st->lockfd >= 0)
 		close(st->lockfd);	/* its flock goes with it */
+	if (st->ownfd >= 0)
+		close(st->ownfd);
 	free(st->path);
 	free(st);
 }
@@ -463,8 +466,9 @@ static int lmdb_open_failed(struct lmdb_store *st, const char *step, int rc, cha
 }
 
 /*
- * lmdb_open - open or create the store at path: one sequence, one failure
- * path; alone, STORE_EAGAIN if another process has it open
+ * lmdb_open - open or create the store at path, ours to write: one sequence,
+ * one failure path; STORE_EAGAIN if another process writes it, or, alone,
+ * has it open
  */
 static int lmdb_open(struct store **out, const char *path, uint64_t map_size, int alone,
 		     char *err, size_t errlen)
@@ -476,11 +480,19 @@ static int lmdb_open(struct store **out, const char *path, uint64_t map_size, in
 	*out = NULL;
 	/* the journal's region goes past the end of LMDB's map, inside map_size */
 	st->total = map_size;
-	/* the directory, if missing; anything else in its place fails LMDB's open (ENOTDIR) */
+	/* the directory, if missing; anything else in its place fails its lock (ENOTDIR) */
 	if (mkdir(path, 0700) != 0 && errno != EEXIST)
 		return lmdb_open_failed(st, step, errno, err, errlen);
-	/* shared, it waits while a starting daemon compacts it; alone, it waits for none */
-	if ((st->lockfd = lmdb_lock(path, alone)) < 0 && alone && errno == EWOULDBLOCK) {
+	/*
+	 * lock.mdb shared waits out a compaction or idemrelayctl's write; alone,
+	 * it waits for none; then the store is ours to write (store_compact.c)
+	 */
+	if ((st->lockfd = lmdb_lock(path, "lock.mdb", alone ? LOCK_EX | LOCK_NB : LOCK_SH)) >= 0
+	    || errno != EWOULDBLOCK)
+		st->ownfd = lmdb_lock(path, "", LOCK_EX | LOCK_NB);
+	if (st->ownfd < 0 && errno != EWOULDBLOCK)
+		return lmdb_open_failed(st, "locking it", errno, err, errlen);
+	if (st->ownfd < 0) {
 		snprintf(err, errlen, "the store at %s is open in another process (the daemon, "
 			 "or another idemrelayctl)", path);
 		lmdb_free(st);
@@ -540,7 +552,7 @@ int store_lmdb_open_readonly(struct store **out, const char *path, char *err, si
 	if ((rc = store_lmdb_present(path, err, errlen)) != 0)
 		return rc;
 	st = lmdb_new(path);
-	st->lockfd = lmdb_lock(path, 0);	/* waits while a starting daemon compacts it */
+	st->lockfd = lmdb_lock(path, "lock.mdb", LOCK_SH);	/* waits out a compaction */
 	if ((rc = lmdb_env_open(st, MDB_RDONLY, &step)) != 0)	/* ENOTFOUND: a database missing */
 		return lmdb_open_failed(st, step, rc, err, errlen);
 	*out = &st->base;

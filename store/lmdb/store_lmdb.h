@@ -8,7 +8,9 @@
  *	(store_int.h holds the handles, for store/lmdb/ alone).
  *
  *	store_lmdb_open() opens or creates the environment at path with a
- *	map of map_size to start with. store_lmdb_open_readonly() is for
+ *	map of map_size to start with, for the daemon: STORE_EAGAIN if
+ *	another process writes it (store_compact.c: its owner).
+ *	store_lmdb_open_readonly() is for
  *	idemrelayctl: MDB_RDONLY, nothing created; STORE_ENOTFOUND if there
  *	is no store at path. store_lmdb_open_alone() is for idemrelayctl
  *	writing with no daemon running: an existing store, which no other

@@ -183,21 +183,6 @@ static void test_compact_put_off(void **state)
 }
 
 /*
- * test_compact_turns - another daemon is in its turn to compact (its
- * flock on the store's directory): put off, for a failed conversion of
- * that daemon's may have let its shared lock go, and a compaction now
- * would swap data.mdb under its open environment
- */
-static void test_compact_turns(void **state)
-{
-	struct fx *f = *state;
-	int fd;
-
-	assert_true((fd = open(f->path, O_RDONLY | O_DIRECTORY)) >= 0);
-	put_off_by(f, fd, LOCK_EX);
-}
-
-/*
  * test_compact_copy_fails - the copy cannot be written (here: its name is
  * taken by a directory; on a full disk, no room): the store serves as it
  * was, the same file, its messages there, and it takes a commit
@@ -283,7 +268,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compact_backlog, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_not_due, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_put_off, fx_setup, fx_teardown),
-		cmocka_unit_test_setup_teardown(test_compact_turns, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_copy_fails, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_crash_copy, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_compact_journal, fx_setup, fx_teardown),

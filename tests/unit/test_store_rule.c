@@ -280,6 +280,12 @@ static void test_open_roles(void **state)
 	assert_null(w);
 	if (strstr(err, "is open in another process") == NULL)
 		fail_msg("writer beside the node: got \"%s\"", err);
+	/* a second daemon on it: refused, nothing opened (each message would go twice) */
+	CHECK_INT("node beside the node", store_open(&w, &f->cf, STORE_NODE, err, sizeof(err)),
+		  STORE_EAGAIN);
+	assert_null(w);
+	if (strstr(err, "store.path") == NULL || strstr(err, "in use by another idemrelay") == NULL)
+		fail_msg("node beside the node: got \"%s\"", err);
 	store_close(st);
 
 	CHECK_INT("reader", store_open(&st, &f->cf, STORE_READER, err, sizeof(err)), 0);
