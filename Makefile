@@ -196,15 +196,18 @@ nemesis: all
 # LMDB on powerfs, under load, through POWERCUT_ROUNDS rounds drawn from
 # POWERCUT_SEED (a new one, printed, when empty): power cuts (nothing, a part
 # or a part at a sync written back), kill -9, starts cut, store.map_size
-# changed, a full map, SIGHUP; then every 250 must be kept and delivered once.
+# changed, a full map, SIGHUP, and a share POWERCUT_STORM of short rounds (a
+# few big messages and a cut); then every 250 must be kept and delivered once.
 # No round starts after POWERCUT_S seconds. e2e runs a short one
 # (test_powercut_random_short, cases_powercut_random.py, a fixed seed).
 POWERCUT_ROUNDS ?= 12
 POWERCUT_S      ?= 900
 POWERCUT_SEED   ?=
+POWERCUT_STORM  ?= 0.5
 powercut: all $(POWERFS)
 	IDEMRELAY_BIN=$(abspath $(BIN))/idemrelay POWERFS_BIN=$(abspath $(POWERFS)) \
 	    POWERCUT_SEED=$(POWERCUT_SEED) POWERCUT_ROUNDS=$(POWERCUT_ROUNDS) POWERCUT_S=$(POWERCUT_S) \
+	    POWERCUT_STORM=$(POWERCUT_STORM) \
 	    nice -n 10 python3 tests/powerfs/powercut.py
 
 # Sanitizer build in its own tree, then the whole suite against it, PostgreSQL's too.

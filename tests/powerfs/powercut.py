@@ -5,7 +5,7 @@ NAME
     LMDB, and a check of what the clients were told against what was delivered
 
 SYNOPSIS
-    python3 tests/powerfs/powercut.py [--seed N] [--rounds R] [--seconds S] [--keep]
+    python3 tests/powerfs/powercut.py [--seed N] [--rounds R] [--seconds S] [--storm P] [--keep]
     make powercut POWERCUT_SEED=7 POWERCUT_ROUNDS=12
     python3 tests/e2e/run.py test_powercut_random_short
 
@@ -46,6 +46,11 @@ DESCRIPTION
                         spool's pages go to the free list, which the next
                         start compacts if it holds 16 MB and a quarter of
                         the store (after a backlog of 24M or 40M)
+        short           with probability P (--storm, 0.5; the e2e case's 0): 3-12
+                        big messages, no extra, and a power cut with a
+                        writeback (power~ or power#) at 0.3-1.0 of them:
+                        many cuts a minute, so that one lands, now and
+                        then, in the commit that wraps the journal's region
         END@F           how the round ends, once a fraction F of the ops
                         is done (plus a random moment up to 0.3 s): power
                         (kill -9 and a power cut), kill9 (the daemon alone),
@@ -127,7 +132,7 @@ LOGGED = (("journal replays", "replayed from the journal"),
 class Round:
     """One round of the schedule: the start's map, the load, the extras, the end."""
 
-    def __init__(self, i, rng, prev_map):
+    def __init__(self, i, rng, prev_map, storm=0.0):
         self.i = i
         self.backlog = rng.random() < 0.2          # the sink answers 451: the spool grows
         self.full = self.backlog and rng.random() < 0.6
@@ -148,10 +153,19 @@ class Round:
         # each cut: "" nothing written back, "~" a part, "#" a part, at the next sync
         self.how = [rng.choice(("", "~", "#", "#")), rng.choice(("", "~", "#", "#"))]
         self.seed = rng.randrange(1 << 30)
+        # a short round (storm): a few big messages and a cut with a writeback, many
+        # cuts a minute; drawn apart, so that storm 0 leaves the schedule as it was
+        own = random.Random(self.seed)
+        self.short = not self.backlog and own.random() < storm
+        if self.short:
+            self.ops, self.retry, self.profile = own.randint(3, 12), 0.0, "big"
+            self.hup = self.stop = None
+            self.drain = False
+            self.end, self.at, self.how[0] = "power", own.uniform(0.3, 1.0), own.choice("~##")
 
     def __str__(self):
-        s = "round %2d: map %s%s, clients %d, ops %d, retry %.2f, sizes %s" % (
-            self.i, self.map, " max %s full" % self.map if self.full else
+        s = "round %2d%s: map %s%s, clients %d, ops %d, retry %.2f, sizes %s" % (
+            self.i, " short" if self.short else "", self.map, " max %s full" % self.map if self.full else
             " backlog" if self.backlog else "", self.clients,
             self.ops, self.retry, self.profile)
         if self.hup is not None:
@@ -167,12 +181,12 @@ class Round:
         return s
 
 
-def draw(seed, rounds):
-    """draw - the whole schedule from the seed alone"""
+def draw(seed, rounds, storm=0.0):
+    """draw - the whole schedule from the seed alone (and the storm's share)"""
     rng = random.Random(seed)
     out, prev = [], "64M"
     for i in range(1, rounds + 1):
-        r = Round(i, rng, prev)
+        r = Round(i, rng, prev, storm)
         out.append(r)
         prev = r.map
     return out
@@ -231,9 +245,9 @@ def draw_size(rng, profile):
 class Run:
     """The power-cut file system, the sink, the daemon, the clients and the schedule."""
 
-    def __init__(self, t, seed, rounds, seconds):
-        self.t, self.seed, self.seconds = t, seed, seconds
-        self.schedule = draw(seed, rounds)
+    def __init__(self, t, seed, rounds, seconds, storm=0.0):
+        self.t, self.seed, self.seconds, self.storm = t, seed, seconds, storm
+        self.schedule = draw(seed, rounds, storm)
         self.lock = threading.Lock()
         self.keys = []
         self.bad = []
@@ -466,8 +480,9 @@ class Run:
 
     def go(self):
         print("powercut: seed %d, %d rounds, at most %d s (replay: python3 tests/powerfs/powercut.py"
-              " --seed %d --rounds %d)" % (self.seed, len(self.schedule), self.seconds, self.seed,
-                                           len(self.schedule)), flush=True)
+              " --seed %d --rounds %d --storm %g)" % (self.seed, len(self.schedule), self.seconds,
+                                                      self.seed, len(self.schedule), self.storm),
+              flush=True)
         for rnd in self.schedule:
             print("  " + str(rnd))
         t = self.t
@@ -611,9 +626,9 @@ def start_nowait(d):
                                   stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
 
 
-def run(t, seed, rounds, seconds):
+def run(t, seed, rounds, seconds, storm=0.0):
     """run - one run on the harness's T; raises AssertionError naming every failure"""
-    r = Run(t, seed, rounds, seconds)
+    r = Run(t, seed, rounds, seconds, storm)
     bad = r.go()
     if bad:
         raise AssertionError("powercut seed %d: %d failure(s):\n  %s"
@@ -627,6 +642,8 @@ def main(argv):
                                                     random.SystemRandom().randrange(1, 10 ** 6)))
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("POWERCUT_ROUNDS") or 12))
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("POWERCUT_S") or 900))
+    ap.add_argument("--storm", type=float, default=float(os.environ.get("POWERCUT_STORM") or 0.5),
+                    help="the share of short rounds (a few big messages, a cut with a writeback)")
     ap.add_argument("--keep", action="store_true", help="keep the run's directory")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="powercut-%d-" % args.seed, dir=os.environ.get("E2E_TMP"))
@@ -635,7 +652,7 @@ def main(argv):
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     rc = 1
     try:
-        run(t, args.seed, args.rounds, args.seconds)
+        run(t, args.seed, args.rounds, args.seconds, args.storm)
         t.finish()
         rc = 0
     except AssertionError as e:
