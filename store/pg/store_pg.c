@@ -18,7 +18,9 @@
  *	The anchor is a connection of its own, kept for the node's life, that
  *	holds the slot's session advisory lock; it is checked now and then
  *	(store_pg_anchor_check(), from the delivery poller's calls) and the
- *	lock taken again after a reconnect.
+ *	lock taken again after a reconnect. It reads the database's clock at
+ *	the start and every PG_CLOCK_US, as every batch's key locks do: the
+ *	times that decide across nodes are kept on it (store_pg_int.h).
  *
  *	Any thread may call any function: each call takes a connection from
  *	a pool (PG_POOL_START opened at start, grown on demand up to
@@ -727,9 +729,62 @@ static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* store_pg_clock_off - the database's clock less this host's (see store_pg_int.h) */
+int64_t store_pg_clock_off(struct pg_store *st)
+{
+	return __atomic_load_n(&st->clock_off, __ATOMIC_RELAXED);
+}
+
+/*
+ * store_pg_clock_seen - the database's clock read db, at this host's at:
+ * the offset to correct by from now on, said in the log when it appears,
+ * changes by PG_SKEW_US or more, or goes (under half of PG_SKEW_US: a
+ * host near the limit is not said to come and go)
+ */
+void store_pg_clock_seen(struct pg_store *st, int64_t db, int64_t at)
+{
+	int64_t off = db - at, old = store_pg_clock_off(st), within = old ? PG_SKEW_US / 2 : PG_SKEW_US;
+
+	if (off > -within && off < within)
+		off = 0;
+	old = __atomic_exchange_n(&st->clock_off, off, __ATOMIC_RELAXED);
+	if (off != 0 && (old == 0 || off - old >= PG_SKEW_US || old - off >= PG_SKEW_US))
+		msg_warn("store: this host's clock is %.1f s %s the database's: claims and stories "
+			 "are kept on the database's", (double) (off < 0 ? -off : off) / 1e6,
+			 off < 0 ? "ahead of" : "behind");
+	else if (off == 0 && old != 0)
+		msg_info("store: this host's clock agrees with the database's again");
+}
+
+/*
+ * clock_read - read the database's clock on c, for store_pg_clock_seen(),
+ * unless PostgreSQL is known to be away (a statement would wait for the
+ * network's timeouts); 0 or STORE_E*
+ */
+static int clock_read(struct pg_store *st, PGconn *c)
+{
+	int64_t t0 = clock_us();
+	PGresult *r;
+	int err, down;
+
+	st->clock_read = clock_mono_us();
+	pthread_mutex_lock(&st->mu);
+	down = st->down;
+	pthread_mutex_unlock(&st->mu);
+	if (down)
+		return STORE_EAGAIN;
+	if ((err = store_pg_exec(st, c, "SELECT " PG_DB_NOW, NULL, &r, "clock")) != 0)
+		return err;
+	if (PQntuples(r) == 1)
+		store_pg_clock_seen(st, store_pg_int(r, 0, 0), t0 + (clock_us() - t0) / 2);
+	PQclear(r);
+	return 0;
+}
+
 /*
  * store_pg_anchor_check - at most once a second: is the anchor still
- * connected? If not, connect again and take the slot's lock again
+ * connected? If not, connect again and take the slot's lock again. Every
+ * PG_CLOCK_US the database's clock is read on it.
  */
 void store_pg_anchor_check(struct pg_store *st)
 {
@@ -746,6 +801,8 @@ void store_pg_anchor_check(struct pg_store *st)
 	}
 	st->anchor_checked = now;
 	if (st->anchor && idle_alive(st->anchor)) {
+		if (now - st->clock_read >= PG_CLOCK_US)
+			(void) clock_read(st, st->anchor);
 		pthread_mutex_unlock(&st->amu);
 		return;
 	}
@@ -755,6 +812,7 @@ void store_pg_anchor_check(struct pg_store *st)
 		if ((rc = node_lock(st, c)) == 1) {
 			st->anchor = c;
 			msg_info("store: node %s: slot lock taken again after a reconnect", st->node);
+			(void) clock_read(st, c);
 		} else {
 			if (rc == 0)
 				msg_error("store: node %s: its slot lock is held by another process: "
@@ -849,6 +907,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 		st->n_open++;
 		if ((rc = store_pg_schema(st, c, 1, err, errlen)) != 0)
 			goto fail;
+		(void) clock_read(st, c);
 		*out = &st->base;
 		return 0;
 	}
@@ -856,6 +915,7 @@ int store_pg_open(struct store **out, const char *url, const char *node, int64_t
 	if ((rc = store_pg_schema(st, st->anchor, 0, err, errlen)) != 0
 	    || (rc = node_start(st, st->anchor, err, errlen)) != 0)
 		goto fail;
+	(void) clock_read(st, st->anchor);
 	st->anchor_checked = clock_mono_us();
 	for (i = st->n_open; i < PG_POOL_START; i++) {	/* the probe's are in it */
 		if ((c = store_pg_connect(st, err, errlen)) == NULL) {

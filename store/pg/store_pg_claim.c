@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../../util/buf.h"
+#include "../../util/clock.h"
 #include "../../util/hash.h"
 #include "../../util/log.h"
 #include "store_pg_int.h"
@@ -97,11 +98,13 @@ struct pg_claim_ent {
 /*
  * The locks' statement also reads the transaction's id (one per row, the
  * same): a commit whose answer does not come is decided by it
- * (store_pg_wait.c). Its reply comes back before COMMIT anyway, so the id
- * costs neither a statement nor a reply of its own.
+ * (store_pg_wait.c); and the database's clock, the last row's once every
+ * lock is held, which the claims are compared on (store_pg_clock_seen()).
+ * Its reply comes back before COMMIT anyway, so neither costs a statement
+ * nor a reply of its own.
  */
 static const char SQL_LOCK[] =
-	"SELECT pg_advisory_xact_lock(k), pg_current_xact_id()::text::int8 "
+	"SELECT pg_advisory_xact_lock(k), pg_current_xact_id()::text::int8, " PG_DB_NOW " "
 	"FROM unnest($1::int8[]) AS k";
 
 static const char SQL_KEY_CLAIMS[] =
@@ -256,8 +259,11 @@ void store_pg_txn_keys(struct pg_txn *t, const uint8_t (*keyhashes)[STORE_HASH_L
 	if (begin && (err = store_pg_pipe_next(t->st, t->c, &r, "begin")) == 0)
 		PQclear(r);
 	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "key locks")) == 0) {
-		if (t->xid == 0 && PQntuples(r) > 0 && PQnfields(r) == 2)
+		if (t->xid == 0 && PQntuples(r) > 0 && PQnfields(r) == 3)
 			t->xid = store_pg_int(r, 0, 1);
+		if (PQntuples(r) > 0 && PQnfields(r) == 3)
+			store_pg_clock_seen(t->st, store_pg_int(r, PQntuples(r) - 1, 2), clock_us());
+		t->clock_off = store_pg_clock_off(t->st);
 		PQclear(r);
 	}
 	if (err == 0 && (err = store_pg_pipe_next(t->st, t->c, &r, "read claims")) == 0) {
@@ -287,7 +293,11 @@ static int txn_queued(void *arg, const char *qid)
 	return tc->queued || store_pg_put_of(tc->t, qid);
 }
 
-/* store_pg_claims_get - claims from tb's cache, reading their key first if not read yet */
+/*
+ * store_pg_claims_get - claims from tb's cache, reading their key first if
+ * not read yet; compared at now on the database's clock, handed back on
+ * this host's
+ */
 int store_pg_claims_get(struct store *base, struct store_txn *tb,
 			const uint8_t keyhash[STORE_HASH_LEN], const uint8_t (*hashes)[STORE_HASH_LEN],
 			size_t n, int64_t now, struct store_claim *claims)
@@ -303,8 +313,11 @@ int store_pg_claims_get(struct store *base, struct store_txn *tb,
 	for (i = 0; i < n && t->base.err == 0; i++)
 		if ((e = cache_find(t, keyhash, hashes[i])) != NULL) {
 			tc.queued = e->queued;
-			if (store_claim_live(&e->c, now, txn_queued, &tc) == 1)
+			if (store_claim_live(&e->c, now + t->clock_off, txn_queued, &tc) == 1) {
 				claims[i] = e->c;
+				claims[i].accepted -= t->clock_off;
+				claims[i].expires -= t->clock_off;
+			}
 		}
 	return t->base.err;
 }
@@ -333,13 +346,20 @@ void store_pg_txn_replay(struct store_txn *base, const uint8_t keyhash[STORE_HAS
 	e->foreign = 0;
 }
 
-/* store_pg_txn_claim_put - buffer a claim, replacing any under its hash */
+/*
+ * store_pg_txn_claim_put - buffer a claim, its times moved to the
+ * database's clock, replacing any under its hash
+ */
 void store_pg_txn_claim_put(struct store_txn *base, const uint8_t keyhash[STORE_HASH_LEN],
-			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *c)
+			    const uint8_t hash[STORE_HASH_LEN], const struct store_claim *given)
 {
 	struct pg_txn *t = (struct pg_txn *) base;
+	struct store_claim moved = *given, *c = &moved;
 	char key[STORE_QID_SIZE];
 	struct pg_seg *s;
+
+	moved.accepted += t->clock_off;
+	moved.expires += t->clock_off;
 
 	hash_hex(hash, 11, key);	/* the hash's first 11 bytes in hex tell repeats apart */
 	s = store_pg_seg_for(t, PG_SEG_CLAIMS, key);

@@ -17,7 +17,8 @@
  *	one is expiring, the others return at once (0 done). It deletes up to max
  *	expired stories, with their recipients and those of their claims
  *	that still name them and expired by then (a claim renewed for
- *	another message is that message's), in one short transaction.
+ *	another message is that message's), in one short transaction. Its
+ *	now is moved to the database's clock, as every story's end was.
  * DIAGNOSTICS
  *	0 (store_pg_hist_expire: how many it deleted), STORE_ENOTFOUND where
  *	the interface says, or a STORE_E* code.
@@ -95,7 +96,7 @@ int store_pg_key_forget(struct store *base, const uint8_t keyhash[STORE_HASH_LEN
 	store_pg_params_init(&p);
 	store_pg_p_bytes(&p, keyhash, STORE_HASH_LEN);
 	store_pg_p_text(&p, user);
-	store_pg_p_i64(&p, now);
+	store_pg_p_i64(&p, now + store_pg_clock_off((struct pg_store *) base));
 	err = store_pg_run((struct pg_store *) base,
 		  "WITH d AS (DELETE FROM claims c WHERE c.keyhash = $1 AND ($2::text IS NULL "
 		  "OR EXISTS (SELECT 1 FROM messages m WHERE m.qid = c.qid AND m.auth_user = $2)) "
@@ -180,6 +181,7 @@ int store_pg_hist_expire(struct store *base, int64_t now, size_t max)
 
 	if (max == 0)
 		return 0;
+	now += store_pg_clock_off((struct pg_store *) base);	/* stories end on the database's */
 	snprintf(sql, sizeof(sql), SQL_EXPIRE, (long long) now, max);
 	if ((err = store_pg_run((struct pg_store *) base, sql, NULL, &r, "expire")) != 0)
 		return err;

@@ -130,6 +130,9 @@ struct pg_store {
 	size_t n_open;			/* idle plus taken */
 	PGconn *anchor;			/* owned: holds the node's slot lock (store_pg.c) */
 	int64_t anchor_checked;		/* monotonic us of its last check (amu) */
+	int64_t clock_read;		/* monotonic us: the anchor last read the database's clock */
+	int64_t clock_off;		/* the database's clock less this host's, 0 within
+					 * PG_SKEW_US (atomic; store_pg_clock_seen()) */
 	pthread_mutex_t amu;		/* one anchor check at a time */
 	int reset;			/* close the pool's connections as they come back */
 	int down;			/* PostgreSQL unreachable: connecting failed */
@@ -207,6 +210,8 @@ struct pg_txn {
 	char fenced_qid[STORE_QID_SIZE];	/* ... its message, and recipients (0: a mark) */
 	size_t fenced_rcpts;
 	int64_t xid;			/* pg_current_xact_id(), read with the key locks; 0 not known */
+	int64_t clock_off;		/* store_pg_clock_off() as it began, then as its key
+					 * locks read it: the one its times are moved by */
 	char (*replays)[STORE_QID_SIZE];	/* owned: claims of other nodes' acceptances
 					 * replayed: recorded at commit (store_pg_claim.c) */
 	size_t n_replays, cap_replays;
@@ -225,6 +230,17 @@ int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *wha
 extern const struct store_ops store_pg_ops;
 
 void store_pg_anchor_check(struct pg_store *st);
+/*
+ * The times that decide across nodes (a claim's acceptance and expiry, a
+ * message's acceptance, a story's end and expiry, and the now they are
+ * compared with) are kept on the database's clock: the node's own
+ * corrected by clock_off, as written (+) and as read back (-). A host
+ * clock within PG_SKEW_US of the database's is taken as it is.
+ */
+#define PG_SKEW_US	1000000
+#define PG_CLOCK_US	(10 * 1000000LL)	/* the anchor reads the database's clock this often */
+void store_pg_clock_seen(struct pg_store *st, int64_t db, int64_t at);	/* db read at at */
+int64_t store_pg_clock_off(struct pg_store *st);
 int store_pg_run(struct pg_store *st, const char *sql, struct pg_params *p, PGresult **r,
 		 const char *what);
 

@@ -48,15 +48,26 @@
 #define PG_MSG_NCOLS	28
 #define PG_RCPT_COLS	"r.qid, r.idx, r.addr, r.notify, r.orcpt, r.state, r.reply"
 
-/* msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no recipients */
-static int msg_row(const PGresult *r, int row, struct store_story *s)
+/* when - a time of the database's clock (0: none) on this host's, off the difference */
+static int64_t when(const PGresult *r, int row, int col, int64_t off)
+{
+	int64_t t = store_pg_int(r, row, col);
+
+	return t != 0 ? t - off : 0;
+}
+
+/*
+ * msg_row - a row of PG_MSG_COLS into s (and s->m): owned copies, no
+ * recipients; its times on this host's clock (off: store_pg_clock_off())
+ */
+static int msg_row(const PGresult *r, int row, struct store_story *s, int64_t off)
 {
 	struct store_msg *m = &s->m;
 
 	memset(s, 0, sizeof(*s));
 	if (store_pg_qid(r, row, 0, m->qid) != 0)
 		return STORE_EINVAL;
-	m->accepted = store_pg_int(r, row, 1);
+	m->accepted = when(r, row, 1, off);
 	m->from = store_pg_strdup(r, row, 2);
 	m->envid = store_pg_strdup(r, row, 3);
 	m->ret = (int) store_pg_int(r, row, 4);
@@ -76,16 +87,16 @@ static int msg_row(const PGresult *r, int row, struct store_story *s)
 	s->has_key = m->has_key;
 	memcpy(s->keyhash, m->keyhash, STORE_HASH_LEN);
 	s->ttl = store_story_ttl(m);
-	s->updated = store_pg_int(r, row, 17);
-	s->finished = store_pg_int(r, row, 18);
-	s->expires = store_pg_int(r, row, 19);
-	s->forgotten = store_pg_int(r, row, 20);
+	s->updated = when(r, row, 17, off);
+	s->finished = when(r, row, 18, off);
+	s->expires = when(r, row, 19, off);
+	s->forgotten = when(r, row, 20, off);
 	s->dropped = (int) store_pg_int(r, row, 21);
 	s->duplicates = (uint32_t) store_pg_int(r, row, 22);
 	s->mismatches = (uint32_t) store_pg_int(r, row, 23);
 	m->held = (int) store_pg_int(r, row, 24);
 	m->lease_node = store_pg_strdup(r, row, 25);
-	m->lease_since = m->lease_node ? store_pg_int(r, row, 26) : 0;
+	m->lease_since = m->lease_node ? when(r, row, 26, off) : 0;
 	m->route = store_pg_strdup(r, row, 27);
 	if (m->from == NULL || m->client == NULL) {
 		store_msg_free(m);
@@ -173,7 +184,7 @@ int store_pg_msg_fetch(struct pg_store *st, const char *qid, int load, struct st
 	if (err == 0 && load)		/* the data: on the first row, after the message's columns */
 		len = (size_t) PQgetlength(r, 0, PG_MSG_NCOLS);
 	store_pg_give_sized(st, c, len);
-	if (err == 0 && (err = msg_row(r, 0, s)) == 0 && load) {
+	if (err == 0 && (err = msg_row(r, 0, s, store_pg_clock_off(st))) == 0 && load) {
 		if (PQgetisnull(r, 0, PG_MSG_NCOLS) || len != s->m.data_len) {
 			msg_warn("%s: store: message data missing or of the wrong size", qid);
 			err = STORE_EINVAL;
@@ -248,7 +259,8 @@ int store_pg_msg_drop(struct store *base, const char *qid)
 {
 	struct pg_store *st = (struct pg_store *) base;
 	struct pg_params p;
-	int64_t now = clock_us(), token = 0;	/* 0: this node holds no lease on it */
+	int64_t now = clock_us() + store_pg_clock_off(st);	/* its story's end */
+	int64_t token = 0;	/* 0: this node holds no lease on it */
 	PGresult *r;
 	int err;
 
@@ -343,7 +355,7 @@ int store_pg_queue_walk(struct store *base, unsigned how,
 		return err;
 	for (i = 0; i < PQntuples(r) && err == 0; i = row) {
 		row = i;
-		if (msg_row(r, i, &s) == 0
+		if (msg_row(r, i, &s, store_pg_clock_off(st)) == 0
 		    && rcpts_fill(r, &row, PG_MSG_NCOLS, &s.m) == 0)
 			err = cb(arg, &s.m);
 		else

@@ -67,7 +67,7 @@ int store_pg_stats(struct store *base, struct store_stats *s, unsigned what)
 	}
 	s->claims = (uint64_t) store_pg_int(r, 0, 1);
 	s->queued = (uint64_t) store_pg_int(r, 0, 2);
-	s->oldest = PQgetisnull(r, 0, 3) ? 0 : store_pg_int(r, 0, 3);
+	s->oldest = PQgetisnull(r, 0, 3) ? 0 : store_pg_int(r, 0, 3) - store_pg_clock_off(st);
 	if (!PQgetisnull(r, 0, 4) && store_pg_qid(r, 0, 4, s->last_qid) != 0) {
 		msg_warn("store: the greatest QID is not one, ignored");	/* the rest stand */
 		s->last_qid[0] = 0;

@@ -334,6 +334,7 @@ int store_pg_txn_begin(struct store *base, const uint8_t (*keys)[STORE_HASH_LEN]
 	t->base.ops = &store_pg_ops;
 	t->st = (struct pg_store *) base;
 	t->c = c;
+	t->clock_off = store_pg_clock_off(t->st);
 	*out = &t->base;
 	store_pg_txn_keys(t, keys, n);
 	return 0;
@@ -349,7 +350,7 @@ void store_pg_txn_msg_put(struct store_txn *base, const struct store_msg *m)
 
 	s = store_pg_seg_for(t, PG_SEG_MSGS, m->qid);
 	store_pg_a_text(&s->a[0], m->qid);
-	store_pg_a_i64(&s->a[1], m->accepted);
+	store_pg_a_i64(&s->a[1], m->accepted + t->clock_off);
 	store_pg_a_text(&s->a[2], m->from);
 	store_pg_a_text(&s->a[3], m->envid);
 	store_pg_a_i32(&s->a[4], m->ret);
@@ -514,7 +515,7 @@ static int seg_send(struct pg_txn *t, struct pg_seg *s)
 	store_pg_params_init(&p);
 	if (s->kind != PG_SEG_CLAIMS) {
 		store_pg_p_text(&p, t->st->node);
-		store_pg_p_i64(&p, upd ? clock_us() : t->st->lease_us);
+		store_pg_p_i64(&p, upd ? clock_us() + t->clock_off : t->st->lease_us);
 	}
 	for (i = 0; i < seg_shape[s->kind].cols; i++)
 		store_pg_p_arr(&p, &s->a[i]);

@@ -1037,3 +1037,69 @@ def test_nodes_start_upgrades_older_schema(t):
     eq(len(migrated), 1, "nodes that migrated to version 11 (%r)" % migrated)
     qs = [submit_ok(d.port, "x@example.com", make_msg(key="upgrade-" + d.node)) for d in (a, b)]
     check_exactly_once([sink], qs, timeout=30)
+
+
+# a host clock SKEW_S seconds off (LD_PRELOAD): the wall clock moved, the monotonic one not
+SKEW_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+int gettimeofday(struct timeval *restrict tv, void *restrict tz)
+{
+	static int (*real)(struct timeval *, void *);
+	int rc;
+
+	if (!real)
+		real = (int (*)(struct timeval *, void *)) dlsym(RTLD_NEXT, "gettimeofday");
+	rc = real(tv, tz);
+	if (rc == 0 && tv)
+		tv->tv_sec += atol(getenv("SKEW_S"));
+	return rc;
+}
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	static int (*real)(clockid_t, struct timespec *);
+	int rc;
+
+	if (!real)
+		real = (int (*)(clockid_t, struct timespec *)) dlsym(RTLD_NEXT, "clock_gettime");
+	rc = real(id, ts);
+	if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
+		ts->tv_sec += atol(getenv("SKEW_S"));
+	return rc;
+}
+"""
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_nodes_clock_skew(t):
+    """Node b's clock is an hour and a bit ahead (a host before NTP's first
+    sync, a VM resumed): SPEC 7 wants sections 3-5 across nodes exactly as on
+    one, so a key node a accepted stays claimed for key_ttl on both nodes: b's
+    expiry (every 10 s) leaves a's claims and story, a retry to either node
+    gets a's QID, and the message is delivered once. Each node's claims and
+    stories are kept on the database's clock; b says its clock is off."""
+    src = os.path.join(t.tmp, "skew.c")
+    with open(src, "w") as f:
+        f.write(SKEW_SHIM)
+    shim = os.path.join(t.tmp, "skew.so")
+    eq(run(["cc", "-shared", "-fPIC", "-o", shim, src, "-ldl"]).returncode, 0, "cc skew.c")
+    sink = t.sink()
+    conf = {"store": {"key_ttl": "1h"}}
+    a = t.daemon(sink, dict(conf), node="a")
+    b = t.daemon(sink, dict(conf), start=False, node="b")
+    b.env["LD_PRELOAD"] = shim
+    b.env["SKEW_S"] = "3700"
+    b.start()
+    msg = make_msg(key="skew-1")
+    qa = submit_ok(a.port, "x@example.com", msg)
+    check_exactly_once([sink], [qa])
+    time.sleep(22)                      # b's expiry runs twice (daemon/control.c)
+    for d in (a, b):
+        r = submit(d.port, "x@example.com", msg)
+        expect_reply(r.data, 250, "2.0.0", "the retry on node %s" % d.node)
+        eq(r.qid, qa, "the QID of the retry on node %s (a's, a duplicate)" % d.node)
+    check_exactly_once([sink], [qa], settle=3)
+    b.wait_log("this host's clock is 3700", "ahead of the database's")
