@@ -18,9 +18,11 @@
  *	The anchor is a connection of its own, kept for the node's life, that
  *	holds the slot's session advisory lock; it is checked now and then
  *	(store_pg_anchor_check(), from the delivery poller's calls) and the
- *	lock taken again after a reconnect. It reads the database's clock at
- *	the start and every PG_CLOCK_US, as every batch's key locks do: the
- *	times that decide across nodes are kept on it (store_pg_int.h).
+ *	lock taken again after a reconnect, or the process exits if another
+ *	holds it (one started under its name meanwhile). It reads the
+ *	database's clock at the start and every PG_CLOCK_US, as every
+ *	batch's key locks do: the times that decide across nodes are kept
+ *	on it (store_pg_int.h).
  *
  *	Any thread may call any function: each call takes a connection from
  *	a pool (PG_POOL_START opened at start, grown on demand up to
@@ -552,8 +554,13 @@ int store_pg_result(struct pg_store *st, PGconn *c, PGresult *r, const char *wha
 	return sqlstates[i].err;
 }
 
-/* node_lock - take the slot's session lock on the anchor: 1 taken, 0 held elsewhere, <0 error */
-static int node_lock(struct pg_store *st, PGconn *c)
+/*
+ * node_lock - take the slot's session lock on the anchor: 1 taken (the
+ * server process holding it noted, st->anchor_pid), 0 held elsewhere, <0
+ * error. Held elsewhere, the server process that holds it is in *holder
+ * (0 none by then).
+ */
+static int node_lock(struct pg_store *st, PGconn *c, int *holder)
 {
 	struct pg_params p;
 	PGresult *r;
@@ -561,12 +568,20 @@ static int node_lock(struct pg_store *st, PGconn *c)
 
 	store_pg_params_init(&p);
 	store_pg_p_i32(&p, st->base.node_id);
-	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" PG_NODE_LOCK("$1::int") ")", &p, &r,
-			    "node lock");
+	err = store_pg_exec(st, c, "SELECT pg_try_advisory_lock(" PG_NODE_LOCK("$1::int") "), "
+			    "pg_backend_pid(), coalesce((SELECT l.pid FROM pg_locks l "
+			    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+			    "AND l.database = (SELECT oid FROM pg_database WHERE datname = "
+			    "current_database()) AND ((l.classid::bigint << 32) | l.objid::bigint) = "
+			    PG_NODE_LOCK("$1::int") " LIMIT 1), 0)", &p, &r, "node lock");
 	store_pg_params_free(&p);
 	if (err != 0)
 		return err;
 	err = PQntuples(r) == 1 ? (int) store_pg_int(r, 0, 0) : STORE_EIO;
+	if (err == 1)
+		st->anchor_pid = (int) store_pg_int(r, 0, 1);
+	else if (err == 0 && holder != NULL)
+		*holder = (int) store_pg_int(r, 0, 2);
 	PQclear(r);
 	return err;
 }
@@ -696,7 +711,7 @@ static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 	if ((rc = node_slot(st, c, &fresh, err, errlen)) != 0)
 		return rc;
 	/* a previous life killed a moment ago: its backend may not have ended yet */
-	for (tries = 0; (rc = node_lock(st, c)) == 0 && tries < NODE_LOCK_TRIES; tries++)
+	for (tries = 0; (rc = node_lock(st, c, NULL)) == 0 && tries < NODE_LOCK_TRIES; tries++)
 		usleep(100000);
 	if (rc != 1) {
 		if (rc == 0)
@@ -785,13 +800,22 @@ static int clock_read(struct pg_store *st, PGconn *c)
  * store_pg_anchor_check - at most once a second: is the anchor still
  * connected? If not, connect again and take the slot's lock again. Every
  * PG_CLOCK_US the database's clock is read on it.
+ *
+ * The lock held by the server process of the anchor lost (the server has
+ * not seen its connection go yet: up to the keepalive's 11 s after a
+ * network cut) is waited for. Held by any other, another process runs
+ * as this node: one started while this one was cut off from the
+ * database, which its start let in, and which gave up this one's leases.
+ * Two processes of one name would give out QIDs of one slot and deliver
+ * under one name's leases: this one exits, and a supervisor's restart
+ * is refused while the other runs.
  */
 void store_pg_anchor_check(struct pg_store *st)
 {
 	int64_t now = clock_mono_us();
 	char err[512];
 	PGconn *c;
-	int rc;
+	int rc, holder = 0;
 
 	if (pthread_mutex_trylock(&st->amu) != 0)
 		return;
@@ -809,14 +833,20 @@ void store_pg_anchor_check(struct pg_store *st)
 	PQfinish(st->anchor);
 	st->anchor = NULL;
 	if ((c = store_pg_connect(st, err, sizeof(err))) != NULL) {
-		if ((rc = node_lock(st, c)) == 1) {
+		if ((rc = node_lock(st, c, &holder)) == 1) {
 			st->anchor = c;
 			msg_info("store: node %s: slot lock taken again after a reconnect", st->node);
 			(void) clock_read(st, c);
 		} else {
+			if (rc == 0 && holder != 0 && holder != st->anchor_pid)
+				msg_fatal("store: node %s: its slot lock is held by another process "
+					  "(PostgreSQL backend %d): a second node of that name started "
+					  "while this one was cut off from the database; this one stops",
+					  st->node, holder);
 			if (rc == 0)
-				msg_error("store: node %s: its slot lock is held by another process: "
-					  "is a second node of that name running?", st->node);
+				msg_info("store: node %s: its slot lock is still held by its lost "
+					 "connection's server process %d, until the server ends it",
+					 st->node, holder);
 			PQfinish(c);
 		}
 	}

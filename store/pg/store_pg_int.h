@@ -130,6 +130,7 @@ struct pg_store {
 	size_t n_open;			/* idle plus taken */
 	PGconn *anchor;			/* owned: holds the node's slot lock (store_pg.c) */
 	int64_t anchor_checked;		/* monotonic us of its last check (amu) */
+	int anchor_pid;			/* its server process when it took the slot's lock */
 	int64_t clock_read;		/* monotonic us: the anchor last read the database's clock */
 	int64_t clock_off;		/* the database's clock less this host's, 0 within
 					 * PG_SKEW_US (atomic; store_pg_clock_seen()) */

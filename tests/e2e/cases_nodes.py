@@ -1103,3 +1103,30 @@ def test_nodes_clock_skew(t):
         eq(r.qid, qa, "the QID of the retry on node %s (a's, a duplicate)" % d.node)
     check_exactly_once([sink], [qa], settle=3)
     b.wait_log("this host's clock is 3700", "ahead of the database's")
+
+
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_same_name_after_cut(t):
+    """Node a is cut off from PostgreSQL (its connections reset, its slot lock
+    with them) while a second process of the name a starts, as an operator
+    or a supervisor replacing a node that looked dead would: the start lets
+    it in. Once the first is back it finds its slot lock held by another
+    process, says so and exits 1 (idemrelay(8)): two processes of one name
+    would give out QIDs of one slot and deliver under one name's leases.
+    The second serves on, and what each accepted is delivered once."""
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    a1, = nodes(t, sink, names=("a",), url=proxy.url_of(t.pg_url()))
+    q1 = submit_ok(a1.port, "x@example.com", make_msg(key="same-name-1"))
+    check_exactly_once([sink], [q1])
+    proxy.cut(refuse=True)
+    time.sleep(2)
+    a2 = t.daemon(sink, {"control": os.path.join(t.tmp, "ctl-a2.sock")}, node="a")
+    proxy.heal()
+    wait_until(lambda: not a1.running(), 30, "the first process of node a to exit")
+    a1.stopped = True
+    eq(a1.proc.returncode, 1, "the first process's exit status")
+    a1.wait_log("its slot lock is held by another process", "a second node of that name "
+                "started while this one was cut off from the database; this one stops")
+    q2 = submit_ok(a2.port, "x@example.com", make_msg(key="same-name-2"))
+    check_exactly_once([sink], [q1, q2])
