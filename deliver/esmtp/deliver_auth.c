@@ -162,6 +162,9 @@ int deliver_auth_guard_write(struct deliver_auth_guard *g, const char *buf, size
 		if (g->auth_sent)
 			return guard_cut(g, "4.7.8", "SASL authentication failed: %s",
 					 g->auth_reply[0] ? g->auth_reply : "no reply");
+		if (g->auth_offered[0] && !g->auth_offered[strspn(g->auth_offered, " \t")])
+			return guard_cut(g, "4.7.0", "%s", "no SASL mechanism in common (the server"
+					 " offers neither PLAIN nor LOGIN)");
 		if (g->auth_offered[0])
 			return guard_cut(g, "4.7.0", "no SASL mechanism in common (the server offers"
 					 " %s; are libesmtp's PLAIN and LOGIN plugins installed,"

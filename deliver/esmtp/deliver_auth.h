@@ -6,7 +6,11 @@
  * DESCRIPTION
  *	deliver_auth_context() makes the libesmtp SASL context that logs in
  *	as upstream.user with PLAIN or LOGIN (libesmtp's plugins, Debian
- *	package libesmtp6), answering from the configuration.
+ *	package libesmtp6), answering from the configuration. libesmtp would
+ *	try any mechanism it has a plugin for (CRAM-MD5 and NTLM too) in the
+ *	server's order, and no flag of its auth-client API leaves those out:
+ *	the bridge's filter blanks the others in the server's AUTH line
+ *	before libesmtp reads it (deliver_filter.h).
  *
  *	libesmtp goes on to MAIL when AUTH fails or when the server offers
  *	no mechanism it can use. The guard watches the conversation through
@@ -42,7 +46,7 @@ struct deliver_auth_guard {
 	int cancelled;			/* the client answered "*": only a refusal may follow */
 	int authed;			/* 2xx to AUTH read */
 	char auth_mech[32];		/* mechanism of the last AUTH */
-	char auth_offered[128];		/* the server's last AUTH capability line */
+	char auth_offered[128];		/* the server's last AUTH line, as the filter left it */
 	char auth_reply[256];		/* last refusal of AUTH */
 	int cut;			/* the guard asked to cut the connection */
 	char why[384];			/* why, for the log and the deferral */

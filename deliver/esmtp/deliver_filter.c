@@ -86,19 +86,57 @@ void deliver_filter_mail_params(struct deliver_filter *f, const unsigned char *w
 	f->n_mail_params = n;
 }
 
-/* deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING, note the rest offered */
+/* is_atom - can c be in a keyword or a mechanism's name, as libESMTP reads one? */
+static int is_atom(char c)
+{
+	return c > ' ' && c <= '~' && strchr(KW_END, c) == NULL;
+}
+
+/* blanks - past the blanks from p */
+static char *blanks(char *p, const char *end)
+{
+	while (p < end && memchr(KW_BLANKS, *p, sizeof(KW_BLANKS) - 1))
+		p++;
+	return p;
+}
+
+/*
+ * auth_mechanisms - blank the mechanisms of an AUTH line (from p) but
+ * PLAIN and LOGIN, read as libESMTP's set_auth_mechanisms() reads them
+ * (blanks, atoms): it loads a plugin for any it knows (CRAM-MD5, NTLM
+ * in package libesmtp6) and tries them in the server's order
+ */
+static void auth_mechanisms(char *p, const char *end)
+{
+	char *m;
+
+	for (;;) {
+		for (m = p = blanks(p, end); p < end && is_atom(*p); p++)
+			continue;
+		if (p == m)
+			return;
+		if (p - m != 5 || (strncasecmp(m, "PLAIN", 5) != 0 && strncasecmp(m, "LOGIN", 5) != 0))
+			memset(m, ' ', (size_t) (p - m));
+	}
+}
+
+/*
+ * deliver_filter_ehlo_line - a line of the EHLO reply: hide CHUNKING and
+ * AUTH mechanisms but PLAIN and LOGIN, note the rest offered
+ */
 void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len)
 {
 	char *kw = line + KW_AT, *end = line + len, after;
 
 	if (len <= KW_AT || memcmp(line, "250", 3) != 0 || (line[3] != '-' && line[3] != ' '))
 		return;
-	while (kw < end && memchr(KW_BLANKS, *kw, sizeof(KW_BLANKS) - 1))
-		kw++;
+	kw = blanks(kw, end);
+	if (end - kw > 4 && strncasecmp(kw, "AUTH", 4) == 0 && (kw[4] == '=' || !is_atom(kw[4])))
+		auth_mechanisms(kw + 5, end);	/* "AUTH=" too: libESMTP's AUTH_ID_HACK */
 	if ((size_t) (end - kw) <= KW_LEN)
 		return;
 	after = kw[KW_LEN];
-	if (after > ' ' && after <= '~' && strchr(KW_END, after) == NULL)
+	if (is_atom(after))
 		return;			/* a longer keyword ("CHUNKINGS") */
 	if (strncasecmp(kw, KW, KW_LEN) == 0)
 		memcpy(kw, KW_HIDDEN, KW_LEN);

@@ -49,7 +49,11 @@
  *	overwritten, same length):
  *	libesmtp sends BDAT whenever the server offers it, and the cut would
  *	break BDAT's byte counts. BINARYMIME is left alone: libesmtp uses it
- *	only when asked to, and deliver_smtp_msg.c never asks.
+ *	only when asked to, and deliver_smtp_msg.c never asks. And the AUTH
+ *	line's mechanisms but PLAIN and LOGIN are blanked (read as libESMTP
+ *	reads them, "AUTH=" too): libesmtp tries every mechanism it has a
+ *	plugin for in the server's order, CRAM-MD5 and NTLM among them, and
+ *	upstream AUTH uses only those two (deliver_auth.h).
  *
  *	It also finds where each message's content ends: the first
  *	<CRLF>.<CRLF> after a cut block (libesmtp dot-stuffs the content, so
@@ -147,8 +151,9 @@ void deliver_filter_rewind(struct deliver_filter *f);
 
 /*
  * deliver_filter_ehlo_line - one whole line of the server's EHLO reply
- * (len octets, its line end included), in place: CHUNKING hidden,
- * SMTPUTF8, 8BITMIME and STARTTLS noted in f->offered
+ * (len octets, its line end included), in place: CHUNKING and AUTH
+ * mechanisms but PLAIN and LOGIN hidden, SMTPUTF8, 8BITMIME and STARTTLS
+ * noted in f->offered
  */
 void deliver_filter_ehlo_line(struct deliver_filter *f, char *line, size_t len);
 

@@ -252,6 +252,35 @@ def test_upstream_auth_334_after_cancel(t):
 
 
 @case()
+def test_upstream_auth_only_plain_and_login(t):
+    """An upstream offering CRAM-MD5 or NTLM before PLAIN or LOGIN (an on-prem Exchange's
+    "AUTH NTLM LOGIN"): upstream AUTH uses PLAIN and LOGIN only, as deliver_auth.h says,
+    where libesmtp tried every mechanism it has a plugin for, in the server's order, with
+    the password meant for LOGIN. Offering only those: deferred 4.7.0, no MAIL."""
+    certs = make_certs(t)
+    sink = tls_sink(t, certs)
+    trust(certs["ca"])
+    d = t.daemon(sink, upstream(sink))
+    for n, (mechs, want) in enumerate((("CRAM-MD5 PLAIN", "PLAIN"), ("NTLM LOGIN", "LOGIN"),
+                                       ("ntlm cram-md5 login", "LOGIN"))):
+        sink.control(auth_mechs=mechs)
+        qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-mech-%d" % n))
+        sink.wait_count(n + 1, timeout=20)
+        d.wait_log(qid, "status=sent")
+        eq([a["mech"] for a in sink.events("auth-command")][-1:], [want],
+           "AUTH commands against %r" % mechs)
+    eq(sorted({a["mech"] for a in sink.events("auth-command")}), ["LOGIN", "PLAIN"],
+       "mechanisms tried")
+    sink.control(auth_mechs="CRAM-MD5 NTLM")
+    before = len(sink.events("auth-command"))
+    qid = submit_ok(d.port, "rcpt@example.com", make_msg(key="tls-mech-none"))
+    d.wait_log(qid, "status=deferred", "dsn=4.7.0", "offers neither PLAIN nor LOGIN")
+    eq(sink.events("auth-command")[before:], [], "AUTH commands against CRAM-MD5 NTLM")
+    check(not d.log_lines(qid, "status=sent"), "sent without AUTH")
+    eq(len(sink.records()), 3, "messages at the sink")
+
+
+@case()
 def test_upstream_auth_not_offered(t):
     """upstream.user set, the upstream offers no AUTH: deferred rather than sent unauthenticated."""
     certs = make_certs(t)

@@ -53,7 +53,10 @@ TLS AND AUTH
     an account suspended, a password changed at the provider); "auth_loop":
     true answers every AUTH and every line after it with another 334, the
     client's "*" included (a broken server: RFC 4954 wants 501 there),
-    for as long as the client goes on, each an "auth-334" event.
+    for as long as the client goes on, each an "auth-334" event;
+    "auth_mechs": TEXT offers AUTH TEXT instead of "PLAIN LOGIN" (only PLAIN
+    and LOGIN are ever accepted; others get 504). Every AUTH command is an
+    "auth-command" event (with mech).
 
     Records then also carry tls (the protocol version, or null), sni
     (the server name the client sent, or null) and auth (the user, or
@@ -564,7 +567,7 @@ class Conn:
         if self.sink.ssl_ctx and not self.tls and self.sink.control.get("starttls") != "off":
             lines.append("250-STARTTLS")
         if self.sink.auth and (self.tls or not self.sink.ssl_ctx):
-            lines.append("250-AUTH PLAIN LOGIN")
+            lines.append("250-AUTH " + self.sink.control.get("auth_mechs", "PLAIN LOGIN"))
         chunking = self.sink.control.get("chunking")
         if chunking:
             lines.append("250-" + (chunking if isinstance(chunking, str) else "CHUNKING"))
@@ -620,6 +623,7 @@ class Conn:
             return
         mech, _, initial = arg.partition(" ")
         mech = mech.upper()
+        self.sink.event(ev="auth-command", conn=self.id, mech=mech)
         while self.sink.control.get("auth_loop"):
             self.sink.event(ev="auth-334", conn=self.id)
             await self.reply("334 ")

@@ -102,6 +102,14 @@ static const struct down_case down_cases[] = {
 	  "250-X-HIDDEN;x\r\n250 ok\r\n" },
 	{ "CHUNKING=x is another word", EHLO, "250-CHUNKING=x\r\n250 ok\r\n",
 	  "250-CHUNKING=x\r\n250 ok\r\n" },
+	{ "AUTH: mechanisms but PLAIN and LOGIN blanked, as libESMTP reads them", EHLO,
+	  "250-sink\r\n250-AUTH NTLM LOGIN\r\n250-auth  cram-md5\tplain GSSAPI\r\n"
+	  "250 AUTH=CRAM-MD5 Login PLAINX\r\n",
+	  "250-sink\r\n250-AUTH      LOGIN\r\n250-auth          \tplain       \r\n"
+	  "250 AUTH=         Login       \r\n" },
+	{ "AUTH: a special ends the list; AUTHX and text left alone", EHLO,
+	  "250-AUTH NTLM;x\r\n250-AUTHX NTLM\r\n250 sink AUTH NTLM\r\n",
+	  "250-AUTH     ;x\r\n250-AUTHX NTLM\r\n250 sink AUTH NTLM\r\n" },
 	{ "BINARYMIME left alone", EHLO, "250-BINARYMIME\r\n250 ok\r\n",
 	  "250-BINARYMIME\r\n250 ok\r\n" },
 	{ "354 then a line that does not end", "DATA\r\nNOOP\r\n", "354 go\r\n25", "354 go\r\n" },
