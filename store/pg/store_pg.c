@@ -657,21 +657,23 @@ static int answered(PGconn *c, int ms)
  * Not answered within REGISTER_WAIT_MS, its wait is cancelled (nothing
  * of the store's in it) and the connection closed: no backend is left
  * waiting.
- * The connection goes to the pool: 1 replicated, 0 not
+ * The connection goes to the pool: 1 replicated, 0 not (why in err)
  */
-static int replicated(struct pg_store *st)
+static int replicated(struct pg_store *st, char *err, size_t errlen)
 {
 	char why[256];
 	PGcancel *k;
 	PGresult *r;
 	PGconn *c;
-	int ok;
+	int ok, late;
 
-	if ((c = store_pg_connect(st, why, sizeof(why))) == NULL)
+	if ((c = store_pg_connect(st, why, sizeof(why))) == NULL) {
+		snprintf(err, errlen, "store: node %s: cannot register: %s", st->node, why);
 		return 0;
+	}
 	ok = PQsendQuery(c, "SELECT pg_logical_emit_message(true, 'idemrelay', 'node registered')")
 		== 1 && answered(c, REGISTER_WAIT_MS);
-	if (!ok && (k = PQgetCancel(c)) != NULL) {
+	if ((late = !ok) && (k = PQgetCancel(c)) != NULL) {
 		(void) PQcancel(k, why, sizeof(why));
 		PQfreeCancel(k);
 	}
@@ -680,6 +682,13 @@ static int replicated(struct pg_store *st)
 		PQclear(r);
 	}
 	if (!ok || PQisBusy(c)) {
+		if (late)
+			snprintf(err, errlen, "store: node %s: cannot register: the synchronous standby "
+				 "did not confirm the new name's slot within %d s; start it again once "
+				 "the standby is back", st->node, REGISTER_WAIT_MS / 1000);
+		else
+			snprintf(err, errlen, "store: node %s: cannot register: %s", st->node,
+				 store_pg_conn_error(c, why, sizeof(why)));
 		PQfinish(c);
 		return 0;
 	}
@@ -723,10 +732,7 @@ static int node_start(struct pg_store *st, PGconn *c, char *err, size_t errlen)
 	}
 	store_pg_params_init(&p);
 	store_pg_p_text(&p, st->node);
-	if (fresh && !replicated(st)) {
-		snprintf(err, errlen, "store: node %s: cannot register: the synchronous standby did not "
-			 "confirm the new name's slot within %d s; start it again once the standby is "
-			 "back", st->node, REGISTER_WAIT_MS / 1000);
+	if (fresh && !replicated(st, err, errlen)) {
 		if (store_pg_exec(st, c, "DELETE FROM nodes WHERE name = $1 AND " PG_LOCAL_COMMIT, &p,
 				  &r, "node unregistered") == 0)
 			PQclear(r);

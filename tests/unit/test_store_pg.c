@@ -51,6 +51,75 @@ static void test_nodes(void **state)
 	}
 }
 
+/*
+ * admin_sql - sql as the cluster's superuser (cluster.py's
+ * IDEMRELAY_PG_ADMIN), in the tests' database (a function's rights are
+ * the database's); 0 or -1
+ */
+static int admin_sql(const char *sql)
+{
+	const char *keys[] = { "dbname", "dbname", NULL }, *url = getenv("IDEMRELAY_PG_ADMIN");
+	PGconn *t = PQconnectdb(fx_pg()), *c;
+	const char *vals[] = { url ? url : "", PQdb(t), NULL };
+	PGresult *r;
+	int ok;
+
+	c = PQconnectdbParams(keys, vals, 1);
+	r = PQexec(c, sql);
+	ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	PQfinish(c);
+	PQfinish(t);
+	return ok ? 0 : -1;
+}
+
+/* count_rows - the one integer sql returns on the fixture's schema; -1 if it fails */
+static int count_rows(struct fx *f, const char *sql)
+{
+	PGconn *c = PQconnectdb(f->url);
+	PGresult *r = PQexec(c, sql);
+	int n = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1
+		? atoi(PQgetvalue(r, 0, 0)) : -1;
+
+	PQclear(r);
+	PQfinish(c);
+	return n;
+}
+
+/*
+ * test_register_refused - a new name whose slot the server does not
+ * confirm (here the statement that waits for the standby is refused:
+ * its function's EXECUTE revoked) is refused with the server's reason,
+ * its row taken back, and starts once it is confirmed. The reason was
+ * said to be a synchronous standby that did not answer, whatever it was.
+ */
+static void test_register_refused(void **state)
+{
+	struct fx *f = *state;
+	struct store *b = NULL;
+	char err[512] = "";
+	int rc, rows;
+
+	if (admin_sql("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+		      "FROM PUBLIC") != 0)
+		fail_msg("cannot revoke pg_logical_emit_message (IDEMRELAY_PG_ADMIN: cluster.py run)");
+	rc = store_pg_open(&b, f->url, "node-new", TEST_LEASE, err, sizeof(err));
+	(void) admin_sql("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+			 "TO PUBLIC");
+	if (rc == 0) {
+		store_close(b);
+		fail_msg("a new name whose slot the server did not confirm was started");
+	}
+	if (strstr(err, "node node-new: cannot register: ") == NULL
+	    || strstr(err, "permission denied") == NULL)
+		fail_msg("refused: got \"%s\", want the server's reason", err);
+	rows = count_rows(f, "SELECT count(*) FROM nodes WHERE name = 'node-new'");
+	CHECK_INT("its row taken back", rows, 0);
+	b = node_open(f, "node-new");
+	CHECK_INT("its slot, once confirmed", store_node_id(b), 1);
+	store_close(b);
+}
+
 static void test_unreachable(void **state)
 {
 	struct store *st = NULL;
@@ -691,6 +760,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_nodes),
+		T(test_register_refused),
 		T(test_stats_estimate),
 		cmocka_unit_test(test_unreachable),
 		T(test_slots_taken),
