@@ -235,8 +235,9 @@ int ctl_request(struct ctl *x, const char *line, int question, struct buf *reply
 	}
 	if (rc < 0)
 		rc = -2;	/* not taken: the backlog stayed full */
-	else if (write(fd, line, len) != (ssize_t) len || write(fd, "\n", 1) != 1)
-		rc = -1;
+	else if (send(fd, line, len, MSG_NOSIGNAL) != (ssize_t) len
+		 || send(fd, "\n", 1, MSG_NOSIGNAL) != 1)
+		rc = -1;	/* closed since the connect: no SIGPIPE, "no reply" */
 	else
 		rc = read_reply(fd, reply, &began);
 	close(fd);		/* a request not taken yet never will be (util/admin.h) */

@@ -802,6 +802,37 @@ def test_ctl_long_reply(t):
                                            "-- 80000 messages on hold"), "the listing")
 
 
+@case(needs_daemon=False)
+def test_ctl_daemon_gone_before_the_request(t):
+    """A daemon that goes away between idemrelayctl's connect and its request
+    (a stop, a crash) is 'no reply' (exit 1), not idemrelayctl killed by
+    SIGPIPE with nothing said. Here a stand-in on the control socket accepts
+    and closes at once, and strace holds idemrelayctl for 0.5 s after its
+    connect returns, so that its write always comes after the close."""
+    check(shutil.which("strace"), "strace is missing (package strace)")
+    sock = os.path.join(t.tmp, "ctl.sock")
+    conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
+    conf["control"] = sock
+    path = os.path.join(t.tmp, "idemrelay.conf")
+    with open(path, "w") as f:
+        f.write(render_conf(conf))
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock)
+    srv.listen(1)
+
+    def serve():
+        c, _ = srv.accept()
+        c.close()
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    r = run(["strace", "-qq", "-f", "-o", os.devnull, "-e", "trace=connect",
+             "-e", "inject=connect:delay_exit=500000", CTL, "-c", path, "flush"])
+    th.join(5)
+    srv.close()
+    eq(r.returncode, 1, "exit status (-13: killed by SIGPIPE)")
+    eq(r.stderr.strip(), "idemrelayctl: no reply from the daemon on %s" % sock, "stderr")
+
+
 @case(timeout=90, stores=LMDB_ONLY)
 def test_second_daemon_on_one_store(t):
     """A second daemon started on the store of one that runs (another
