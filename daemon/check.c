@@ -10,9 +10,11 @@
  *	so what -t said is what the start says, and the later steps (which
  *	still stop on an error) are left with races only.
  *
- *	Run as root with a user to become, upstream tls_ca files are read,
- *	and a control socket's directory that is there is looked at, with
- *	that user's ids, as the daemon uses them after the drop.
+ *	Run as root with a user to become, the TLS certificate and key, the
+ *	AUTH users file and upstream tls_ca files are read, and a control
+ *	socket's directory that is there is looked at, with that user's ids,
+ *	as the daemon uses them after the drop (the first three the start
+ *	reads as root, and SIGHUP again as the user).
  *
  *	Directories the start creates (the store, the Maildir, the control
  *	socket's directory, and above them, mkdir -p style) are checked
@@ -72,8 +74,11 @@ static void check_fail(struct check *k, const char *setting, const char *fmt, ..
 	k->n++;
 }
 
-/* check_tls - tls.cert and tls.key: readable, PEM, and one pair */
-static void check_tls(struct check *k)
+/*
+ * check_tls - tls.cert and tls.key: readable (by user, if not NULL: with
+ * its ids, check_as()), PEM, and one pair
+ */
+static void check_tls(struct check *k, const char *user)
 {
 	const struct conf *c = k->c;
 	struct tls *t = NULL;
@@ -81,14 +86,16 @@ static void check_tls(struct check *k)
 
 	if (c->tls_cert == NULL)
 		return;
-	if (access(c->tls_cert, R_OK) < 0) {
+	if (euidaccess(c->tls_cert, R_OK) < 0) {
 		check_fail(k, "tls.cert", "cannot read %s: %s: point it at the server's PEM "
-			   "certificate (chain) file", c->tls_cert, strerror(errno));
+			   "certificate (chain) file%s%s", c->tls_cert, strerror(errno),
+			   user ? ", readable by user " : "", user ? user : "");
 		return;
 	}
-	if (access(c->tls_key, R_OK) < 0) {
+	if (euidaccess(c->tls_key, R_OK) < 0) {
 		check_fail(k, "tls.key", "cannot read %s: %s: point it at the certificate's "
-			   "PEM private key file", c->tls_key, strerror(errno));
+			   "PEM private key file%s%s", c->tls_key, strerror(errno),
+			   user ? ", readable by user " : "", user ? user : "");
 		return;
 	}
 	if (tls_new(&t, c->tls_cert, c->tls_key, c->tls_groups, err, sizeof(err)) == 0) {
@@ -114,8 +121,8 @@ static void check_tls(struct check *k)
 			   "then its chain", err);
 }
 
-/* check_users - auth.users: readable and every line name:hash */
-static void check_users(struct check *k)
+/* check_users - auth.users: readable (by user, as check_tls()) and every line name:hash */
+static void check_users(struct check *k, const char *user)
 {
 	struct auth_users *u = NULL;
 	char err[512];
@@ -123,8 +130,9 @@ static void check_users(struct check *k)
 	if (k->c->auth_users == NULL)
 		return;
 	if (auth_users_load(&u, k->c->auth_users, err, sizeof(err)) < 0)
-		check_fail(k, "auth.users", "%s: want a readable file of name:hash lines "
-			   "(openssl passwd -6)", err);
+		check_fail(k, "auth.users", "%s: want a %sfile of name:hash lines (openssl "
+			   "passwd -6)%s%s", err, user ? "" : "readable ",
+			   user ? ", readable by user " : "", user ? user : "");
 	auth_users_free(u);
 }
 
@@ -391,9 +399,12 @@ static void check_store(struct check *k)
 int check_startup(const struct conf *c, check_report report)
 {
 	struct check k = {c, report, 0};
+	struct check_ids ids;
+	const char *user = check_as(c, &ids);	/* SIGHUP reads them after the drop */
 
-	check_tls(&k);
-	check_users(&k);
+	check_tls(&k, user);
+	check_users(&k, user);
+	check_back(&ids);
 	check_user(&k);
 	check_store(&k);
 	check_control(&k);

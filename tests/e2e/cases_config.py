@@ -273,6 +273,33 @@ def row_tls_ca_root_only(t, d):
     return {"user": "nobody", "upstream": {"tls": "starttls", "tls_ca": ca}}
 
 
+def readable_pair(t, d, key_mode=0o644):
+    """readable_pair - a certificate and key in d, mode 0644 (the key key_mode)"""
+    cert, key = pem_pair(t, "a")
+    cert = shutil.copyfile(cert, os.path.join(d, "cert.pem"))
+    key = shutil.copyfile(key, os.path.join(d, "key.pem"))
+    os.chmod(cert, 0o644)
+    os.chmod(key, key_mode)
+    return cert, key
+
+
+def row_key_root_only(t, d):
+    """a TLS key only root may read (mode 0600, not idemrelay.conf(5)'s 0640 with the
+    user's group), for a daemon that runs as nobody: the start reads it as root, but
+    SIGHUP reads it again after the privilege drop, and a renewed certificate would be
+    refused then with only a warning; so -t, as root, reads it as nobody"""
+    cert, key = readable_pair(t, d, 0o600)
+    return {"user": "nobody", "tls": {"cert": cert, "key": key}}
+
+
+def row_users_root_only(t, d):
+    """the same for auth.users"""
+    cert, key = readable_pair(t, d)
+    users = write(os.path.join(d, "users"), "u:$6$salt$hash\n")
+    os.chmod(users, 0o600)
+    return {"user": "nobody", "tls": {"cert": cert, "key": key}, "auth": {"users": users}}
+
+
 def row_control_dir_root_only(t, d):
     """the control socket's directory is there, root's (0755), for a daemon that runs as
     nobody: the start binds the socket after the privilege drop, so -t, as root, must
@@ -296,6 +323,10 @@ CHECK_ROWS = [
     ("key does not match", "tls.key", "is not the private key of the certificate",
      row_key_mismatch),
     ("users file missing", "auth.users", "No such file or directory", row_users_missing),
+    ("tls.key only root may read, user nobody", "tls.key", "Permission denied",
+     row_key_root_only),
+    ("auth.users only root may read, user nobody", "auth.users", "Permission denied",
+     row_users_root_only),
     ("no such user", "user", 'no such user "nosuchuser"', row_user),
     ("control in a directory that cannot be made", "control", "which is not a directory",
      row_control_dir),
