@@ -230,7 +230,20 @@ static int job_load(struct deliver *d, const char *qid, struct deliver_job *j)
 			return 0;
 		}
 		msg_warn("%s: cannot load for delivery: %s", qid, store_strerror(err));
-		finished(d, qid, 0, now + deliver_retry_settings(d).first * US);
+		now += deliver_retry_settings(d).first * US;
+		if (!d->shared || err != STORE_EINVAL) {	/* the database away: anyone's once back */
+			finished(d, qid, 0, now);
+			return 0;
+		}
+		/*
+		 * a shared row that cannot be a message, which no write can say
+		 * when to try again: its lease kept, it is this node's to try
+		 * after retry.first, as on one node, not every node's at once,
+		 * again and again
+		 */
+		pthread_mutex_lock(&d->lock);
+		dq_done(&d->q, qid, now);
+		pthread_mutex_unlock(&d->lock);
 		return 0;
 	}
 	if (j->m.held)		/* held since it was scheduled: its release schedules it */

@@ -1130,3 +1130,26 @@ def test_nodes_same_name_after_cut(t):
                 "started while this one was cut off from the database; this one stops")
     q2 = submit_ok(a2.port, "x@example.com", make_msg(key="same-name-2"))
     check_exactly_once([sink], [q1, q2])
+
+
+@case(timeout=90, stores=PG_ONLY)
+def test_nodes_load_error_waits_its_retry(t):
+    """A queued message that cannot be loaded (its row broken: data of the
+    wrong size, EINVAL) is tried again after retry.first, as on one node,
+    by the node that took it: where the node gave its lease up, and every
+    node took it and failed again about once a second."""
+    sink = t.sink(default="tempfail")
+    a, b = nodes(t, sink, conf=SLOW_RETRY)
+    q = submit_ok(a.port, "x@example.com", make_msg(key="load-error"))
+    wait_until(lambda: any(d.log_lines(q, "status=deferred") for d in (a, b)), 20,
+               "the first attempt's deferral")
+    pg = t.pg_shared()
+    db = t.pg_url().rsplit("/", 1)[1]
+    eq(pg.sql("UPDATE messages SET data_len = data_len + 1, next_attempt = 0 WHERE qid = '%s' "
+              "RETURNING qid" % q, db), q, "the row broken and made due")
+    wait_until(lambda: any(d.log_lines(q, "cannot load for delivery") for d in (a, b)), 20,
+               "a load that fails")
+    time.sleep(8)
+    fails = [len(d.log_lines(q, "cannot load for delivery")) for d in (a, b)]
+    check(sum(fails) == 1, "loads that failed in 8 s on nodes a and b: %r, want one, then "
+          "retry.first (1 h)" % fails)
