@@ -45,18 +45,54 @@
 #define FB_RAISE	1.05		/* a recovery step's rate: a probe, not a burst */
 #define FB_RATE_MIN	0.1		/* messages a second, at least */
 
+/* step - us between two tokens at rate */
+static int64_t step(double rate)
+{
+	return (int64_t) ((double) US / rate);
+}
+
 /* deliver_bucket_take - the next token's slot, and the wait for it */
 int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now)
 {
 	int64_t wait;
 
+	b->taken++;
 	if (b->rate <= 0)
 		return 0;
 	if (b->tat < now)
 		b->tat = now;
 	wait = b->tat - now;
-	b->tat += (int64_t) ((double) US / b->rate);
+	b->tat += step(b->rate);
 	return wait;
+}
+
+/*
+ * deliver_bucket_rate - a new rate at now: the slots taken ahead of now
+ * are spread at it (tat moves; deliver_bucket_slot() moves each with it),
+ * so that a reload or the end of throttling frees what a lower rate had
+ * reserved, and a lower rate holds back what a higher one had
+ */
+void deliver_bucket_rate(struct deliver_bucket *b, double rate, int64_t now)
+{
+	if (rate == b->rate)
+		return;
+	if (rate <= 0)
+		b->tat = 0;
+	else if (b->rate > 0 && b->tat > now)
+		b->tat = now + (int64_t) ((double) (b->tat - now) * b->rate / rate);
+	b->rate = rate;
+}
+
+/*
+ * deliver_bucket_slot - when the token of the take that made b->taken
+ * ticket is free, at the bucket's rate now: the slots after it are
+ * contiguous up to tat (a take that found tat past found every slot past)
+ */
+int64_t deliver_bucket_slot(const struct deliver_bucket *b, int64_t ticket)
+{
+	if (b->rate <= 0)
+		return 0;
+	return b->tat - (b->taken - ticket + 1) * step(b->rate);
 }
 
 /* deliver_feedback_limits - new limits; a throttled state keeps below them */
@@ -214,12 +250,13 @@ static void publish(struct deliver_rate *r)
 static void apply(struct deliver_rate *r)
 {
 	double rcpt = share(r->rcpt_rate, r->nodes);
+	int64_t now = clock_mono_us();
 
-	r->msgs.rate = r->fb.rate;
+	deliver_bucket_rate(&r->msgs, r->fb.rate, now);
 	/* recipients slow down with the messages */
 	if (rcpt > 0 && r->fb.rate_max > 0 && r->fb.rate > 0)
 		rcpt *= r->fb.rate / r->fb.rate_max;
-	r->rcpts.rate = rcpt;
+	deliver_bucket_rate(&r->rcpts, rcpt, now);
 	publish(r);
 }
 
@@ -379,22 +416,30 @@ void deliver_rate_done(struct deliver_rate *r)
 }
 
 /*
- * deliver_rate_take - sleep for a token of b, or until delivery stops (the
- * thread's deadline_stop_fd(): a stop ends the bridge, and so the session, too)
+ * deliver_rate_take - sleep for a token of b, until delivery stops (the
+ * thread's deadline_stop_fd(): a stop ends the bridge, and so the session,
+ * too) or gone(arg) says the session is over. The slot is looked at again
+ * at least every second: a rate changed meanwhile (a reload, throttling or
+ * its end: apply()) moves it.
  */
-void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b)
+void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b,
+		       int (*gone)(const void *), const void *arg)
 {
 	struct pollfd p = { .fd = deadline_stop_fd(), .events = POLLIN };
 	struct timespec ts;
-	int64_t wait, until;
+	int64_t wait, ticket;
 
 	pthread_mutex_lock(&r->lock);
 	wait = deliver_bucket_take(b, clock_mono_us());
+	ticket = b->taken;
 	pthread_mutex_unlock(&r->lock);
-	for (until = clock_mono_us() + wait; wait > 0; wait = until - clock_mono_us()) {
-		ts = clock_ts(wait);
+	while (wait > 0 && !(gone && gone(arg))) {
+		ts = clock_ts(wait < US ? wait : US);
 		if (ppoll(&p, 1, &ts, NULL) > 0)	/* microseconds: poll()'s are too coarse */
 			return;
+		pthread_mutex_lock(&r->lock);
+		wait = deliver_bucket_slot(b, ticket) - clock_mono_us();
+		pthread_mutex_unlock(&r->lock);
 	}
 }
 

@@ -9,6 +9,9 @@
  *	each RCPT, takes a token before it is written, waiting for it if
  *	need be. A bucket holds one token at most: messages go out evenly
  *	spaced, never in a burst that a provider's own limit would refuse.
+ *	A change of rate (a reload, throttling, a recovery step, the nodes
+ *	alive) moves the tokens already taken ahead of now to it, and their
+ *	sleepers with them, within a second (deliver_bucket_rate()).
  *	On a store shared by several nodes each node takes its share of the
  *	limit: the rate divided by the nodes alive (deliver_rate_nodes()).
  *
@@ -47,10 +50,17 @@
 struct deliver_bucket {
 	double rate;			/* tokens a second; 0: no limit */
 	int64_t tat;			/* us: when the next token is free */
+	int64_t taken;			/* takes so far: a take's ticket */
 };
 
 /* deliver_bucket_take - take the next token at now: us to wait for it (0: at once) */
 int64_t deliver_bucket_take(struct deliver_bucket *b, int64_t now);
+
+/* deliver_bucket_rate - a new rate at now; the slots taken ahead move with it */
+void deliver_bucket_rate(struct deliver_bucket *b, double rate, int64_t now);
+
+/* deliver_bucket_slot - when the take whose ticket (taken after it) is may go */
+int64_t deliver_bucket_slot(const struct deliver_bucket *b, int64_t ticket);
 
 #define DELIVER_FB_SLOTS	100	/* the second before now, in 10 ms slots */
 
@@ -155,8 +165,13 @@ void deliver_rate_done(struct deliver_rate *r);
 /* deliver_rate_unpause - end a pause now (idemrelayctl flush); the limits stay down */
 void deliver_rate_unpause(struct deliver_rate *r);
 
-/* deliver_rate_take - sleep until a MAIL (b: r->msgs), a RCPT (r->rcpts) may be written */
-void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b);
+/*
+ * deliver_rate_take - sleep until a MAIL (b: r->msgs), a RCPT (r->rcpts)
+ * may be written, delivery stops, or gone(arg) (NULL: never) says the
+ * session is over; a change of rate while it sleeps moves its slot
+ */
+void deliver_rate_take(struct deliver_rate *r, struct deliver_bucket *b,
+		       int (*gone)(const void *), const void *arg);
 
 /* deliver_rate_sent - the upstream took a message */
 void deliver_rate_sent(struct deliver_rate *r);

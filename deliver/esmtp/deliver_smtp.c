@@ -113,6 +113,12 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
 	va_end(ap);
 }
 
+/* bridge_over - deliver_rate_take()'s gone: the upstream side ended while it waits */
+static int bridge_over(const void *bridge)
+{
+	return deliver_bridge_over(bridge);
+}
+
 /*
  * xsess_commands - the commands libesmtp is about to write. At a MAIL,
  * where the batch holds a message that needs SMTPUTF8 and the server did
@@ -122,7 +128,8 @@ static void xsess_event(smtp_session_t s, int event, void *arg, ...)
  * and RCPT waits for its token (deliver_rate.h), which the bridge does not
  * count as the upstream idle, unless the upstream throttled the session
  * or its side of the bridge is over (the gate answers what follows:
- * nothing goes out to take a token for). Nothing
+ * nothing goes out to take a token for; a wait ends within a second of
+ * it). Nothing
  * is looked at once it is being cut.
  */
 static void xsess_commands(struct xsess *xs, const char *buf, int len)
@@ -141,7 +148,8 @@ static void xsess_commands(struct xsess *xs, const char *buf, int len)
 			deliver_bridge_cut(xs->bridge);
 		} else if (pace && (mail || (nl - p >= 8 && strncasecmp(p, "RCPT TO:", 8) == 0))) {
 			deliver_bridge_pacing(xs->bridge);	/* not the upstream's idleness */
-			deliver_rate_take(xs->rate, mail ? &xs->rate->msgs : &xs->rate->rcpts);
+			deliver_rate_take(xs->rate, mail ? &xs->rate->msgs : &xs->rate->rcpts,
+					  bridge_over, xs->bridge);
 			deliver_bridge_pacing(xs->bridge);
 		}
 	}

@@ -13,6 +13,8 @@
  *	(but the pause test_admit's throttling reply starts, which is now).
  *	Admission: why a session may not start, and when to ask again.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "../../deliver/deliver_rate.h"
@@ -71,7 +74,7 @@ static void test_bucket(void **state)
 	(void) state;
 	for (i = 0; i < N(bucket_cases); i++) {
 		const struct bucket_case *c = &bucket_cases[i];
-		struct deliver_bucket b = { c->rate, 0 };
+		struct deliver_bucket b = { .rate = c->rate };
 
 		for (k = 0; k < c->n; k++) {
 			int64_t got = deliver_bucket_take(&b, c->takes[k].t);
@@ -87,7 +90,7 @@ static void test_bucket(void **state)
 /* the bucket's rate over many takes: 1000 takes at 50/s span 19.98 s */
 static void test_bucket_rate(void **state)
 {
-	struct deliver_bucket b = { 50, 0 };
+	struct deliver_bucket b = { .rate = 50 };
 	int64_t now = 0, wait;
 	int i;
 
@@ -106,7 +109,7 @@ static void test_bucket_rate(void **state)
  */
 static void test_bucket_demand(void **state)
 {
-	struct deliver_bucket b = { 1, 0 };
+	struct deliver_bucket b = { .rate = 1 };
 	int64_t now = 1000 * SEC, wait;
 	int i;
 
@@ -115,6 +118,134 @@ static void test_bucket_demand(void **state)
 		if ((wait = deliver_bucket_take(&b, now)) != i * SEC)
 			fail_msg("take %d at once at 1/s: wait %lld us, want %d s", i,
 				 (long long) wait, i);
+}
+
+/*
+ * a change of rate moves the slots taken ahead of it: at 10/s, twenty
+ * taken at once reach 2 s ahead; at 1/s from 0 they reach 20 s, each in
+ * its place, and a new take waits for all of them (no burst over the new
+ * rate); back to 10/s at 10 s, what is left (10 s) takes 1 s
+ */
+static void test_bucket_rate_change(void **state)
+{
+	struct deliver_bucket b = { .rate = 10 };
+	int i;
+
+	(void) state;
+	for (i = 0; i < 20; i++)
+		assert_int_equal(deliver_bucket_take(&b, 0), i * 100 * MS);
+	deliver_bucket_rate(&b, 1, 0);
+	for (i = 1; i <= 20; i++)
+		assert_int_equal(deliver_bucket_slot(&b, i), (i - 1) * SEC);
+	deliver_bucket_rate(&b, 10, 10 * SEC);
+	assert_int_equal(deliver_bucket_slot(&b, 20), 10 * SEC + 900 * MS);
+	assert_int_equal(deliver_bucket_take(&b, 10 * SEC), 1 * SEC);
+	deliver_bucket_rate(&b, 0, 10 * SEC);
+	assert_int_equal(deliver_bucket_slot(&b, 21), 0);
+	assert_int_equal(deliver_bucket_take(&b, 11 * SEC), 0);
+}
+
+/*
+ * review D: a throttle (421 4.7.0) cuts upstream.rate 1000 to 0.8/s, and
+ * recipient_rate 10 with it to 0.008/s (125 s a token); twenty sessions
+ * each take a RCPT token, the last 2375 s ahead. A reload without
+ * upstream.rate (or the end of throttling) brings 10/s back, and the
+ * twenty reserved slots with it (2 s), so that a session's next RCPT a
+ * second later waits a second, where it waited 2499 s
+ */
+static void test_rate_reload_frees_reservations(void **state)
+{
+	struct conf_upstream up = { .connections = 20, .rate = 1000, .recipient_rate = 10 };
+	struct deliver_rate *r = deliver_rate_new(NULL, &up);
+	int64_t now, wait;
+	int i;
+
+	(void) state;
+	deliver_rate_sent(r);
+	deliver_rate_throttled(r, "mx.example", "421 4.7.0 rate limited, try later");
+	assert_true(r->rcpts.rate > 0.0079 && r->rcpts.rate < 0.0081);
+	now = clock_mono_us();
+	for (i = 0; i < 20; i++)
+		wait = deliver_bucket_take(&r->rcpts, now);
+	assert_int_equal(wait, 2375 * SEC);
+	up.rate = 0;
+	deliver_rate_configure(r, &up);
+	assert_true(r->rcpts.rate == 10);
+	wait = deliver_bucket_take(&r->rcpts, now + SEC);
+	if (wait > 1100 * MS)
+		fail_msg("next RCPT after the reload waits %.0f s, want about 1 s", (double) wait / SEC);
+	deliver_rate_free(r);
+}
+
+struct sleeper {
+	struct deliver_rate *r;
+	atomic_int gone, done;
+};
+
+/* sleeper_gone - the session's gone() */
+static int sleeper_gone(const void *arg)
+{
+	return atomic_load(&((const struct sleeper *) arg)->gone);
+}
+
+/* sleeper_main - a RCPT waiting for its token */
+static void *sleeper_main(void *arg)
+{
+	struct sleeper *s = arg;
+
+	deliver_rate_take(s->r, &s->r->rcpts, sleeper_gone, s);
+	atomic_store(&s->done, 1);
+	return NULL;
+}
+
+/* sleeper_waits - ms until the sleeper is done (up to limit) */
+static int sleeper_waits(struct sleeper *s, int limit)
+{
+	int ms;
+
+	for (ms = 0; ms < limit && !atomic_load(&s->done); ms += 10)
+		usleep(10 * 1000);
+	return ms;
+}
+
+/*
+ * a token's sleeper follows the rate: asleep for a slot 100 s ahead (at
+ * 0.01/s), it goes within a second or so of a reload to 100/s (its slot
+ * is now), and of its session's end (gone); a reload to a lower rate
+ * keeps it asleep
+ */
+static void test_take_follows_the_rate(void **state)
+{
+	struct conf_upstream up = { .connections = 1, .recipient_rate = 1 };
+	struct sleeper s = { 0 };
+	pthread_t t;
+	int pass;
+
+	(void) state;
+	for (pass = 0; pass < 2; pass++) {
+		s.r = deliver_rate_new(NULL, &up);
+		atomic_store(&s.gone, 0);
+		atomic_store(&s.done, 0);
+		s.r->rcpts.rate = 0.01;
+		assert_int_equal(deliver_bucket_take(&s.r->rcpts, clock_mono_us()), 0);
+		assert_int_equal(pthread_create(&t, NULL, sleeper_main, &s), 0);
+		usleep(300 * 1000);
+		pthread_mutex_lock(&s.r->lock);
+		deliver_bucket_rate(&s.r->rcpts, 0.005, clock_mono_us());
+		pthread_mutex_unlock(&s.r->lock);
+		assert_int_equal(sleeper_waits(&s, 1500), 1500);
+		if (pass == 0) {
+			up.recipient_rate = 100;
+			deliver_rate_configure(s.r, &up);
+		} else
+			atomic_store(&s.gone, 1);
+		if (sleeper_waits(&s, 2500) >= 2500)
+			fail_msg("pass %d: the sleeper still sleeps 2.5 s after the %s", pass,
+				 pass ? "session ended" : "reload to 100/s");
+		pthread_join(t, NULL);
+		deliver_rate_free(s.r);
+		up.recipient_rate = 1;
+	}
 }
 
 enum ev_kind {
@@ -374,6 +505,9 @@ int main(void)
 		cmocka_unit_test(test_bucket),
 		cmocka_unit_test(test_bucket_rate),
 		cmocka_unit_test(test_bucket_demand),
+		cmocka_unit_test(test_bucket_rate_change),
+		cmocka_unit_test(test_rate_reload_frees_reservations),
+		cmocka_unit_test(test_take_follows_the_rate),
 		cmocka_unit_test(test_feedback),
 		cmocka_unit_test(test_seen),
 		cmocka_unit_test(test_reply),
