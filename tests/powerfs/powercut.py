@@ -46,11 +46,13 @@ DESCRIPTION
                         spool's pages go to the free list, which the next
                         start compacts if it holds 16 MB and a quarter of
                         the store (after a backlog of 24M or 40M)
-        short           with probability P (--storm, 0.5; the e2e case's 0): 3-12
-                        big messages, no extra, and a power cut with a
-                        writeback (power~ or power#) at 0.3-1.0 of them:
-                        many cuts a minute, so that one lands, now and
-                        then, in the commit that wraps the journal's region
+        short           with probability P (--storm, 0.5; the e2e case's 0): 12-30
+                        messages of mostly 200 KB-1.1 MB, no extra, and a
+                        power cut with a writeback (power~ or power#) at
+                        0.4-1.0 of them: several cuts a minute, each after
+                        8 MB or more since the start (a start begins the
+                        journal's region again), so that one lands, now and
+                        then, in the commit that wraps it
         END@F           how the round ends, once a fraction F of the ops
                         is done (plus a random moment up to 0.3 s): power
                         (kill -9 and a power cut), kill9 (the daemon alone),
@@ -64,8 +66,10 @@ DESCRIPTION
                         issued, its flush not done)
 
     After each cut the daemon must start (within 60 s). After the last round
-    the sink accepts everything, every key answered 250 is submitted again,
-    the spool drains, and the history is checked:
+    the sink accepts everything, every key answered 250 is submitted again
+    (a key of more than 50 KB with other content: the 554 of keys.on_mismatch
+    = "reject" names its QID, and the run's retries sent the same bytes), the
+    spool drains, and the history is checked:
       - every 250 of a key names one QID, and a retry of it now gets it;
       - every recipient of every key answered 250 reached the sink exactly
         once under that QID (Received:), or the daemon logged it
@@ -116,9 +120,11 @@ PROFILES = {                    # sizes: (tiny, small, medium, big) weights
     "tiny": (8, 2, 0, 0),
     "mixed": (4, 3, 2, 1),
     "big": (1, 1, 2, 4),
+    "huge": (0, 0, 1, 6),
 }
 ENDS = (("power", 6), ("kill9", 2), ("power+start", 3))
 START_S = 60                    # a start after a cut, at most
+PROBE_OVER = 50000              # the final retry of a bigger key sends other content
 LOGGED = (("journal replays", "replayed from the journal"),
           ("compactions", ": compacted: "),
           ("no journal", "every commit is synced without it"),
@@ -153,15 +159,16 @@ class Round:
         # each cut: "" nothing written back, "~" a part, "#" a part, at the next sync
         self.how = [rng.choice(("", "~", "#", "#")), rng.choice(("", "~", "#", "#"))]
         self.seed = rng.randrange(1 << 30)
-        # a short round (storm): a few big messages and a cut with a writeback, many
+        # a short round (storm): 8-20 MB of big messages (a start begins the journal's
+        # region again: a wrap needs 8 MB since) and a cut with a writeback, several
         # cuts a minute; drawn apart, so that storm 0 leaves the schedule as it was
         own = random.Random(self.seed)
         self.short = not self.backlog and own.random() < storm
         if self.short:
-            self.ops, self.retry, self.profile = own.randint(3, 12), 0.0, "big"
+            self.ops, self.retry, self.profile = own.randint(12, 30), 0.0, "huge"
             self.hup = self.stop = None
             self.drain = False
-            self.end, self.at, self.how[0] = "power", own.uniform(0.3, 1.0), own.choice("~##")
+            self.end, self.at, self.how[0] = "power", own.uniform(0.4, 1.0), own.choice("~##")
 
     def __str__(self):
         s = "round %2d%s: map %s%s, clients %d, ops %d, retry %.2f, sizes %s" % (
@@ -509,12 +516,26 @@ class Run:
         return self.verify()
 
     def final(self):
-        """final - every key answered 250 again, the spool drained"""
+        """final - every key answered 250 again (the same bytes up to PROBE_OVER
+        octets, else a few others: the 554 of keys.on_mismatch = "reject" names
+        the QID too), the spool drained"""
         self.event("final: the sink accepts, every key answered 250 is submitted again")
         self.sink.control()
         with self.lock:
             ok = [k for k in self.keys if k.ok]
         for k in ok:
+            if k.size > PROBE_OVER:
+                probe = Key(k.name, k.rcpts, 0)
+                probe._msg = make_msg(key=k.name, subject="powercut-probe " + k.name,
+                                      to=k.rcpts[0], body="probe\r\n")
+                code, text, sent = try_once(self.d.port, probe, timeout=60)
+                m = QID_RE.search(text)
+                if code != 554 or not m or m.group(1) != k.qids[0][1]:
+                    self.bad.append("RETRY: key %s (250 %s) with other content at the end: "
+                                    "%s %s" % (k.name, k.qids[0][1], code, text))
+                    if code == 250:
+                        k.qids.append((0, m.group(1) if m else "?" + text))
+                continue
             code, text, sent = try_once(self.d.port, k, timeout=60)
             k.tries.append((0, code, text, sent))
             if code == 250:
