@@ -47,6 +47,7 @@ struct admin {
 	pthread_t thread;
 	int lfd;			/* owned, or -1 */
 	int stopfd;			/* owned eventfd */
+	int endfd;			/* owned eventfd: the pulser's stop, once the thread is joined */
 	struct admin_ops ops;
 	struct admin_client *c[ADMIN_CLIENTS];	/* owned; the first n are open */
 	size_t n;
@@ -71,11 +72,14 @@ static void pulse(struct admin *a, int fd)
 	pthread_mutex_unlock(&a->lock);
 }
 
-/* pulser - the thread: pulse() every ADMIN_PULSE_MS until the stop */
+/*
+ * pulser - the thread: pulse() every ADMIN_PULSE_MS until the admin thread
+ * has ended (a stop while a request is served waits for its answer)
+ */
 static void *pulser(void *arg)
 {
 	struct admin *a = arg;
-	struct pollfd p = { a->stopfd, POLLIN, 0 };
+	struct pollfd p = { a->endfd, POLLIN, 0 };
 
 	while (poll(&p, 1, ADMIN_PULSE_MS) <= 0)
 		pulse(a, PULSE_SAME);
@@ -248,7 +252,7 @@ struct admin *admin_start(int lfd, const struct admin_ops *ops)
 
 	a->lfd = lfd;
 	a->ops = *ops;
-	if ((a->stopfd = eventfd(0, EFD_CLOEXEC)) < 0)
+	if ((a->stopfd = eventfd(0, EFD_CLOEXEC)) < 0 || (a->endfd = eventfd(0, EFD_CLOEXEC)) < 0)
 		msg_fatal("%s: eventfd: %m", ops->name);
 	a->serving = -1;
 	pthread_mutex_init(&a->lock, NULL);
@@ -267,11 +271,13 @@ void admin_stop(struct admin *a)
 		return;
 	(void) !write(a->stopfd, &one, sizeof(one));
 	pthread_join(a->thread, NULL);
+	(void) !write(a->endfd, &one, sizeof(one));
 	if (a->ops.pulse)
 		pthread_join(a->pulser, NULL);
 	pthread_mutex_destroy(&a->lock);
 	if (a->lfd >= 0)
 		close(a->lfd);
 	close(a->stopfd);
+	close(a->endfd);
 	free(a);
 }

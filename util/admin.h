@@ -23,7 +23,8 @@
  *
  *	With ops->pulse, a connection gets a blank line as its request's
  *	serve begins and one every ADMIN_PULSE_MS while it runs, from a
- *	thread of their own: a client can tell a daemon that is at it (an
+ *	thread of their own, until the answer, a stop (admin_stop) too: a
+ *	client can tell a daemon that is at it (an
  *	action over a long queue) from one that is stopped or hung, or has
  *	not taken its request yet. A request whose client has gone (closed,
  *	not only its side) by the time it would be served is not: no one

@@ -1037,3 +1037,37 @@ def test_ctl_action_outlasts_silence(t):
     check(release.returncode == 1 and "began and then said nothing for 10 s" in err,
           "release stopped in the middle: exit %d %r" % (release.returncode, err))
     d.wait_log(qid, "released from hold")
+
+
+@case(timeout=120, stores=LMDB_ONLY)
+def test_ctl_action_outlasts_a_stop(t):
+    """A stop (SIGTERM) while an action is served waits for it, and the
+    blank lines go on until its answer: idemrelayctl waits and says what was
+    done (review D: the pulses ended at the stop, and after 10 s of silence
+    idemrelayctl said 'began and then said nothing for 10 s' and exit 1
+    while the daemon carried the hold out). The hold waits for LMDB's
+    writer lock, held by mdb_load for 13 s; the SIGTERM comes 2 s in."""
+    sink = t.sink()
+    sink.control(rcpt={"long@example.com": "tempfail"})
+    d = ops_daemon(t, sink)
+    qid = submit_ok(d.port, "long@example.com", make_msg(key="long-1"))
+    d.wait_log(qid, "status=deferred")
+    lock = subprocess.Popen(["mdb_load", d.store], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lock.stdin.write(b"VERSION=3\nformat=bytevalue\ntype=btree\nHEADER=END\n")
+        lock.stdin.flush()              # its write transaction is begun; no record follows
+        time.sleep(1)
+        check(lock.poll() is None, "mdb_load holds the writer lock")
+        hold = ctl_start(d, "hold", qid)
+        time.sleep(2)
+        d.proc.send_signal(signal.SIGTERM)
+        time.sleep(11)
+    finally:
+        lock.kill()
+        lock.wait()
+    out, err = hold.communicate(timeout=20)
+    eq(hold.returncode, 0, "hold across a stop: %r" % err)
+    eq(json.loads(out)["held"], [qid], "held")
+    eq(d.stop(timeout=20), 0, "the daemon's exit status")
+    check(d.log_lines(qid, "placed on hold"), "the hold is logged")
