@@ -459,6 +459,23 @@ static int job_revive(struct deliver *d, struct deliver_job *j, int refused)
 }
 
 /*
+ * held_at_stop - the daemon stops while commits wait for the synchronous
+ * standby: a write that failed then was held and given up at the stop of
+ * the thread that committed it (the writer's, at SIGTERM, before
+ * delivery's: store_pg_wait.c), and its transaction, which can only
+ * commit, still holds the rows it wrote. A retry would wait for their
+ * locks, no hold (a lock, not the standby) and cut at a statement's
+ * limit each time, so none is made: the outcome is PostgreSQL's, and the
+ * next start reads what it decided (the outcome, or after a failover the
+ * inflight mark).
+ */
+static int held_at_stop(struct deliver *d)
+{
+	return (store_health(d->st) & STORE_HSTALLED)
+	    && (deliver_stopping(d) || (d->cm != NULL && commit_stopped(d->cm)));
+}
+
+/*
  * job_record - write the decided outcomes of a batch not yet written in
  * one transaction, then reschedule or forget each message. An outcome
  * the store refused stays with its job (unwritten): the message is
@@ -474,7 +491,7 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 {
 	struct writes w = { NULL, jobs, n };
 	struct store_msg **ms = xcalloc(n, sizeof(*ms));
-	int *errs = xcalloc(n, sizeof(*errs)), err;
+	int *errs = xcalloc(n, sizeof(*errs)), err = 0;
 	int64_t retry = deliver_retry_settings(d).first;
 	size_t i, k, left = 0;
 
@@ -482,7 +499,12 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 		if (!jobs[i]->recorded && !jobs[i]->reviving)
 			ms[k++] = &jobs[i]->m;
 	/* in the group commit if there is one; else, or if that fails, as many as it can */
-	if (k > 0 && (d->cm == NULL || commit_run(d->cm, writes_fn, &w) != 0))
+	if (k > 0 && d->cm != NULL)
+		err = commit_run(d->cm, writes_fn, &w);
+	if (k > 0 && d->cm != NULL && err == STORE_EAGAIN && held_at_stop(d))
+		for (i = 0; i < k; i++)
+			errs[i] = err;	/* held, given up at the stop: not again */
+	else if (k > 0 && (d->cm == NULL || err != 0))
 		store_msg_update_many(d->st, ms, k, errs);
 	for (i = k = 0; i < n; i++) {
 		struct deliver_job *j = jobs[i];
@@ -538,13 +560,15 @@ static size_t job_record(struct deliver *d, struct deliver_job **jobs, size_t n)
 /*
  * job_wait_written - write the outcomes job_record() could not, once a
  * second, until they are written or delivery stops (then the next start
- * finds their inflight marks, as after a crash). The thread takes no
- * other work meanwhile: its store refuses writes.
+ * finds their inflight marks, as after a crash), not again once held at
+ * the stop (held_at_stop()). The thread takes no other work meanwhile:
+ * its store refuses writes.
  */
 static void job_wait_written(struct deliver *d, struct deliver_job *const *batch, size_t n)
 {
 	struct deliver_job **jobs = xcalloc(n, sizeof(*jobs));
 	size_t i, k;
+	int held;
 
 	memcpy(jobs, batch, n * sizeof(*jobs));
 	for (;;) {
@@ -555,14 +579,18 @@ static void job_wait_written(struct deliver *d, struct deliver_job *const *batch
 			break;
 		/* a second, or less at a stop; not on d->wake, whose signals are for idle threads */
 		(void) poll(&(struct pollfd) { .fd = d->stopping_fd, .events = POLLIN }, 1, 1000);
-		if (job_record(d, jobs, n) > 0 && deliver_stopping(d)) {
+		if ((held = held_at_stop(d)) && !deliver_stopping(d))
+			continue;	/* not again: delivery's stop comes after the writer's */
+		if (held || (job_record(d, jobs, n) > 0 && deliver_stopping(d))) {
 			for (i = 0; i < n; i++)
 				if (jobs[i]->reviving)
 					msg_error("%s: not revived at stop: left as the node that took"
 						  " it leaves it", jobs[i]->m.qid);
 				else if (jobs[i]->unwritten)
 					msg_error("%s: delivery outcome not recorded at stop: the next"
-						  " start finds its inflight mark", jobs[i]->m.qid);
+						  " start finds %s", jobs[i]->m.qid, held ? "what"
+						  " PostgreSQL decided (commits wait for the synchronous"
+						  " standby)" : "its inflight mark");
 			break;
 		}
 	}

@@ -49,6 +49,7 @@
  *	the store as the disk has it. commit_now() leaves a refusing store,
  *	and any upkeep, to the writer.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <sys/eventfd.h>
@@ -651,6 +652,12 @@ void commit_stopping(struct commit *cm)
 {
 	if (cm != NULL)
 		(void) !eventfd_write(cm->stopping_fd, 1);	/* stays readable */
+}
+
+/* commit_stopped - has commit_stopping() been called? (its descriptor stays readable) */
+int commit_stopped(const struct commit *cm)
+{
+	return poll(&(struct pollfd) { .fd = cm->stopping_fd, .events = POLLIN }, 1, 0) == 1;
 }
 
 /* commit_stop - drain, stop and join the writer */

@@ -90,6 +90,7 @@ void commit_reap(struct commit *cm);		/* run done callbacks */
  * writing until commit_stop()
  */
 void commit_stopping(struct commit *cm);	/* NULL-safe */
+int commit_stopped(const struct commit *cm);	/* has commit_stopping() been called? */
 void commit_stop(struct commit *cm);		/* finish pending work, join; NULL-safe */
 
 /*

@@ -18,7 +18,7 @@ import threading
 import time
 
 from harness import PG_ONLY, case, check, eq, make_msg, pgcluster, submit_ok, wait_until
-from cases_nodes import SCHEMA_LOCK, SCHEMA_LOCK_ROWS, WAITS
+from cases_nodes import SCHEMA_LOCK, SCHEMA_LOCK_ROWS, WAITS, deliveries, queued_qids
 
 LEASE = "6s"
 
@@ -153,3 +153,34 @@ def test_standby_away_leases_renewed(t):
                      "AND datname = '%s'" % db)
     eq(waiting, "0", "backends of node a waiting for the standby (nothing but renewals wrote)")
     a.kill9()                           # it would wait for the dot's reply (upstream.timeout)
+
+
+@case(timeout=150, stores=PG_ONLY)
+def test_standby_away_node_stops(t):
+    """Node a is stopped (SIGTERM) while its dot's reply hangs and the synchronous
+    standby is away: the delivery's outcome, written in the group commit, waits
+    for the standby and its hold ends at the stop, so node a exits within a few
+    seconds (idemrelay(8)), as with the standby there; started again, it never
+    sends the message twice, and once the standby is back the message is done
+    (its outcome, or its inflight mark read as an ambiguous delivery). Before,
+    the write was tried again alone at the stop, waited for the row lock of its
+    own first attempt (still waiting for the standby), and was cut at 10 s,
+    twice: the exit took about 30 s."""
+    pg, url, sink, a = _leased_then_standby_away(t)
+    db = url.rsplit("/", 1)[1]
+    qid = queued_qids(a).pop()
+    t0 = time.monotonic()
+    a.stop(timeout=60)
+    took = time.monotonic() - t0
+    check(took < 5, "node a exited %.1f s after SIGTERM with the standby away; its last "
+          "lines: %s" % (took, a.log().splitlines()[-6:]))
+    t0 = time.monotonic()
+    a.start(timeout=30)
+    check(time.monotonic() - t0 < 15, "node a's start took %.1f s" % (time.monotonic() - t0))
+    time.sleep(3)                       # retry.first: a copy sent again would come now
+    eq(deliveries([sink]), {qid: 1}, "deliveries with the standby away")
+    pg.standbys[0].start()
+    wait_until(lambda: pg.sql("SELECT count(*) FROM messages WHERE queued", db) == "0", 30,
+               "node a done with the message once the standby is back", interval=0.5)
+    time.sleep(2)
+    eq(deliveries([sink]), {qid: 1}, "deliveries")
