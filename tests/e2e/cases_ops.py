@@ -641,7 +641,7 @@ def test_ctl_while_daemon_stops(t):
     the message is recorded sent before the exit."""
     sink = t.sink()
     d = ops_daemon(t, sink, {"upstream": {"timeout": "30s"}})
-    qid = submit_ok(d.port, "delay-4-stopping@example.com", make_msg(key="stop-ctl"))
+    qid = submit_ok(d.port, "delay-12-stopping@example.com", make_msg(key="stop-ctl"))
     wait_until(lambda: sink.events("dot"), 15, "the final dot at the sink")
     d.proc.send_signal(signal.SIGTERM)
     wait_until(lambda: not port_open(d.port), 5, "the listeners closed after SIGTERM")
