@@ -196,8 +196,8 @@ nemesis: all
 # LMDB on powerfs, under load, through POWERCUT_ROUNDS rounds drawn from
 # POWERCUT_SEED (a new one, printed, when empty): power cuts (nothing, a part
 # or a part at a sync written back), kill -9, starts cut, store.map_size
-# changed, a full map, SIGHUP, and a share POWERCUT_STORM of short rounds (a
-# few big messages and a cut); then every 250 must be kept and delivered once.
+# changed, a full map, SIGHUP, and a share POWERCUT_STORM of short rounds (8-20
+# MB of big messages and a cut); then every 250 must be kept and delivered once.
 # No round starts after POWERCUT_S seconds. e2e runs a short one
 # (test_powercut_random_short, cases_powercut_random.py, a fixed seed).
 POWERCUT_ROUNDS ?= 12

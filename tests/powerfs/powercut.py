@@ -664,7 +664,7 @@ def main(argv):
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("POWERCUT_ROUNDS") or 12))
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("POWERCUT_S") or 900))
     ap.add_argument("--storm", type=float, default=float(os.environ.get("POWERCUT_STORM") or 0.5),
-                    help="the share of short rounds (a few big messages, a cut with a writeback)")
+                    help="the share of short rounds (8-20 MB of big messages, a cut with a writeback)")
     ap.add_argument("--keep", action="store_true", help="keep the run's directory")
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="powercut-%d-" % args.seed, dir=os.environ.get("E2E_TMP"))
