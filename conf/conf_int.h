@@ -57,7 +57,10 @@ int conf_bool(struct conf_ctx *x, const config_setting_t *g,
 /* conf_enum - optional string setting from a fixed word list; *out = index */
 int conf_enum(struct conf_ctx *x, const config_setting_t *g,
 		const char *name, const char *const *words, int *out);
-/* conf_duration - optional duration setting, in seconds, at least min */
+/* the longest duration, 100 years: microseconds from now stay far from overflow */
+#define CONF_DURATION_MAX (36500LL * 86400)
+
+/* conf_duration - optional duration setting, in seconds, min to CONF_DURATION_MAX */
 int conf_duration(struct conf_ctx *x, const config_setting_t *g,
 		const char *name, int64_t min, int64_t *out);
 /* conf_size - optional size setting, in bytes, at least min */

@@ -231,11 +231,11 @@ int conf_enum(struct conf_ctx *x, const config_setting_t *g,
 	return -1;
 }
 
-/* conf_number - shared by durations and sizes: integer or string */
+/* conf_number - shared by durations and sizes: integer or string, min to max */
 static int conf_number(struct conf_ctx *x, const config_setting_t *g,
 		       const char *name, const char *what,
 		       int64_t (*parse)(const char *), int64_t min,
-		       int64_t *out)
+		       int64_t max, int64_t *out)
 {
 	config_setting_t *s = g ? config_setting_get_member(g, name) : NULL;
 	int64_t v;
@@ -265,15 +265,23 @@ static int conf_number(struct conf_ctx *x, const config_setting_t *g,
 	if (v < min)
 		return conf_error(x, s, NULL, "%s must be at least %lld", what,
 				  (long long) min);
+	if (v > max)
+		return conf_error(x, s, NULL, "%s must be at most %lld", what,
+				  (long long) max);
 	*out = v;
 	return 1;
 }
 
-/* conf_duration - optional duration setting, in seconds, at least min */
+/*
+ * conf_duration - optional duration setting, in seconds, at least min and
+ * at most 100 years: its users count in microseconds from now, which a
+ * larger one would overflow (key_ttl = "200000000d" turned deduplication off)
+ */
 int conf_duration(struct conf_ctx *x, const config_setting_t *g,
 			 const char *name, int64_t min, int64_t *out)
 {
-	return conf_number(x, g, name, "duration", conf_parse_duration, min, out);
+	return conf_number(x, g, name, "duration", conf_parse_duration, min,
+			   CONF_DURATION_MAX, out);
 }
 
 /* conf_size - optional size setting, in bytes, at least min */
@@ -281,7 +289,8 @@ int conf_size(struct conf_ctx *x, const config_setting_t *g,
 		     const char *name, int64_t min, uint64_t *out)
 {
 	int64_t v;
-	int rc = conf_number(x, g, name, "size", conf_parse_size, min, &v);
+	int rc = conf_number(x, g, name, "size", conf_parse_size, min,
+			      INT64_MAX, &v);
 
 	if (rc == 1)
 		*out = (uint64_t) v;
