@@ -66,13 +66,15 @@ static int plain_send(int fd, struct plain *in, const char *cmd, const struct ti
 /*
  * plain_reply - the next whole reply before TLS, within the deadline, in
  * in->reply (an EHLO reply's keywords noted by the filter, in->f.offered):
- * its code, its last line (for messages) in last. -1: no reply (why set).
+ * its code, its last line (for messages) in last, cleaned by
+ * deliver_reply_format(). -1: no reply (why set).
  */
 static int plain_reply(int fd, struct plain *in, const struct timespec *deadline,
 		       char *last, size_t lastlen, char *why, size_t whylen)
 {
 	char buf[DELIVER_GATE_REPLY_MAX], *line, *nl, *end;
 	ssize_t got;
+	int code;
 
 	for (in->len = 0; in->len == 0;) {
 		if (in->g.gone) {
@@ -94,9 +96,12 @@ static int plain_reply(int fd, struct plain *in, const struct timespec *deadline
 	end = in->reply + in->len;
 	for (line = in->reply; line < end; line = nl + 1) {
 		nl = memchr(line, '\n', (size_t) (end - line));
-		snprintf(last, lastlen, "%.*s", (int) (nl - line - (nl[-1] == '\r')), line);
+		snprintf(buf, sizeof(buf), "%.*s", (int) (nl - line), line);
 	}
-	return (in->reply[0] - '0') * 100 + (in->reply[1] - '0') * 10 + (in->reply[2] - '0');
+	code = (in->reply[0] - '0') * 100 + (in->reply[1] - '0') * 10 + (in->reply[2] - '0');
+	/* one clean line, as every other reply's text (the code and all: "554 5.3.0 ...") */
+	deliver_reply_format(last, lastlen, code, 0, 0, 0, buf + 3);
+	return code;
 }
 
 /*

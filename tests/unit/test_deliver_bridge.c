@@ -7,7 +7,8 @@
  * from libesmtp's rewind on (deliver_bridge_rewind), hides CHUNKING, and
  * makes the bridge hang up when the block is missing.
  * The test plays libesmtp's part on the loopback side. (STARTTLS, AUTH and
- * libesmtp itself end to end, in tests/e2e.)
+ * libesmtp itself end to end, in tests/e2e; here only that a refusal's
+ * text before STARTTLS reaches the reason cleaned of controls.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,9 +34,11 @@
 #include <openssl/x509v3.h>
 
 #include "../../deliver/esmtp/deliver_bridge.h"
+#include "../../deliver/esmtp/deliver_bridge_impl.h"
 #include "../../deliver/esmtp/deliver_filter.h"
 #include "../../deliver/esmtp/deliver_gate.h"
 #include "../../tls/tls_client.h"
+#include "../../util/deadline.h"
 #include "test_util.h"
 
 #define BLOCK	DELIVER_FILTER_SENTINEL "Date: Mon, 1 Jan 2024 00:00:00 +0000\r\n" \
@@ -561,6 +564,32 @@ static void test_bridge_attach(void **state)
 	plain_finish(b, &t, fd, want);
 }
 
+/*
+ * STARTTLS: a refused greeting's text reaches the reason on one clean
+ * line, as every other reply's does (deliver_reply_format): no escape
+ * sequence, CR or BEL for the log, the store and idemrelayctl
+ */
+static void test_bridge_starttls_reply_controls(void **state)
+{
+	static const char greet[] = "554 5.3.2 \033[2J\033[31mgo away\rFAKE\007\r\n";
+	struct deliver_bridge b = { .tfd = -1 };
+	struct timespec deadline = deadline_in(2000);
+	char why[512], dsn[DELIVER_DSN_SIZE];
+	int sv[2];
+
+	(void) state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(send(sv[1], greet, strlen(greet), 0), (ssize_t) strlen(greet));
+	shutdown(sv[1], SHUT_WR);
+	b.tfd = sv[0];
+	assert_int_equal(deliver_bridge_starttls(&b, "relay.example", &deadline, why,
+						 sizeof(why), dsn), -1);
+	assert_string_equal(why, "refused to talk to me: 554 5.3.2 [2J [31mgo away FAKE");
+	assert_string_equal(dsn, "4.4.1");
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -570,6 +599,7 @@ int main(void)
 		cmocka_unit_test(test_bridge_plain_refused),
 		cmocka_unit_test(test_bridge_plain_cut),
 		cmocka_unit_test(test_bridge_attach),
+		cmocka_unit_test(test_bridge_starttls_reply_controls),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
