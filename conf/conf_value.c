@@ -49,14 +49,15 @@ static void conf_path(const config_setting_t *s, struct buf *b)
 		buf_printf(b, "[%d]", config_setting_index(s));
 }
 
-/* conf_error - format "FILE:LINE: path[.child]: problem", return -1 */
+/* conf_error - format "FILE:LINE: path[.child]: problem" on one line (controls escaped), return -1 */
 int
 conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
 	   const char *fmt, ...)
 {
-	struct buf path = BUF_INIT, file = BUF_INIT;
+	struct buf path = BUF_INIT, file = BUF_INIT, all = BUF_INIT, esc = BUF_INIT;
 	unsigned line = 0;
 	char msg[512], lbuf[16] = "";
+	const char *p;
 	va_list ap;
 
 	if (s != NULL) {
@@ -71,10 +72,24 @@ conf_error(struct conf_ctx *x, const config_setting_t *s, const char *child,
 	va_end(ap);
 	if (line > 0)
 		snprintf(lbuf, sizeof(lbuf), ":%u", line);
-	snprintf(x->err, x->errlen, "%s%s: %s%s%s", file.data, lbuf,	/* errlen 0: nothing */
-		 path.len ? path.data : "", path.len ? ": " : "", msg);
+	buf_printf(&all, "%s%s: %s%s%s", file.data, lbuf,
+		   path.len ? path.data : "", path.len ? ": " : "", msg);
+	/* one line: a control character (a value's "\n" or "\033") as it is written */
+	for (p = all.data; *p; p++) {
+		unsigned char c = (unsigned char) *p;
+
+		if (c == '\n' || c == '\r' || c == '\t')
+			buf_printf(&esc, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+		else if (c < 0x20 || c == 0x7f)
+			buf_printf(&esc, "\\x%02x", c);
+		else
+			buf_putc(&esc, (char) c);
+	}
+	snprintf(x->err, x->errlen, "%s", esc.len ? esc.data : "");	/* errlen 0: nothing */
 	buf_free(&path);
 	buf_free(&file);
+	buf_free(&all);
+	buf_free(&esc);
 	return -1;
 }
 

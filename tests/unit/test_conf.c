@@ -359,6 +359,8 @@ static const struct {
 	 "%s:4: listen[1].tsl: unknown setting"},
 	{"bad duration", MINIMAL "store = { key_ttl = \"5 parsecs\"; };\n",
 	 "%s:2: store.key_ttl: bad duration \"5 parsecs\""},
+	{"controls in a value quoted escaped", MINIMAL "store = { key_ttl = \"5\\n\\x1b[2J\\t\"; };\n",
+	 "%s:2: store.key_ttl: bad duration \"5\\n\\x1b[2J\\t\""},
 	{"negative duration", MINIMAL "retry = { first = -5; };\n",
 	 "%s:2: retry.first: bad duration -5"},
 	{"zero timeout", MINIMAL "limits = { data_timeout = \"0s\"; };\n",
