@@ -81,9 +81,11 @@ struct deliver_job {
 	int decided;			/* deliver_replied done: the outcome is final */
 	int recorded;			/* and written to the store */
 	int64_t unwritten;		/* job_record: the store refused it since then; 0 not */
-	int no_dot;			/* its mark failed, so no final dot went out; the
-					 * mark may be durable all the same (an unknown
-					 * outcome, then a refused retry): job_revive */
+	int no_dot;			/* no final dot went out, yet the mark may be
+					 * durable: it failed (an unknown outcome, then a
+					 * refused retry), or it was set after the bridge
+					 * was over or cut (nothing goes up after those):
+					 * job_revive */
 	int64_t reviving;		/* job_revive: asked since then (us); 0 not */
 	int64_t until;			/* postponed: due again then (clock_us) */
 	int postponed;			/* deliver_job_postpone: deferred to until,

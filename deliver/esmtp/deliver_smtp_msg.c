@@ -140,8 +140,22 @@ static const char *xmsg_read(void **ctx, int *len, void *arg)
 	} else if (x->state == XMSG_CONTENT) {
 		if ((err = deliver_mark(x->xs->d, m->qid, x->xs->jobs, x->xs->n)) == 0) {
 			__atomic_store_n(&x->xs->d->marks_refused, 0, __ATOMIC_RELAXED);
-			x->dot_nth = ++x->xs->dots;
-			deliver_smtp_msg_enter(x, XMSG_MARKED);
+			if (deliver_bridge_over(x->xs->bridge) || x->xs->guard.cut) {
+				/*
+				 * The mark's reply came after the server was gone
+				 * (the bridge's watch ended it while we waited, or
+				 * we cut it): the dot would go nowhere, yet another
+				 * node may have found the mark and given its
+				 * verdict. Lost, and undone as for a refused mark.
+				 */
+				msg_warn("%s: the upstream session ended while the inflight mark"
+					 " was set; no final dot", m->qid);
+				x->job->no_dot = 1;
+				deliver_smtp_msg_enter(x, XMSG_LOST);
+			} else {
+				x->dot_nth = ++x->xs->dots;
+				deliver_smtp_msg_enter(x, XMSG_MARKED);
+			}
 		} else {
 			__atomic_add_fetch(&x->xs->d->marks_refused, 1, __ATOMIC_RELAXED);
 			msg_error("%s: cannot set the inflight mark: %s; abandoning the transfer"

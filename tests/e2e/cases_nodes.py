@@ -643,6 +643,41 @@ def test_nodes_mark_retried_past_lease(t):
     mark_past_lease(t, hold=True)
 
 
+@case(timeout=120, stores=PG_ONLY)
+def test_nodes_mark_reply_late(t):
+    """Node a's inflight mark commits, but its reply is held up (the proxy
+    between a and PostgreSQL holds the server's replies, then freezes a's
+    link) for longer than upstream.timeout (2 s) and store.lease (3 s): a's
+    bridge ends the upstream session while libesmtp waits for the mark, and
+    node b takes the message, finds the mark and finishes it unconfirmed.
+    When the link thaws, the mark's reply says it is set, but the session it
+    was for is over: no final dot reached the sink, so a must abandon the
+    message and revive it (its deferral is refused), not write its dot into
+    the dead bridge (the message was lost so: the nemesis, directed replay
+    200114). The sink gets it exactly once in the end."""
+    proxy = t.pg_proxy()
+    sink = t.sink()
+    conf = {"upstream": {"timeout": "2s"}}
+    a, = nodes(t, sink, names=("a",), conf=conf, url=proxy.url_of(t.pg_url()), lease=FAST_LEASE)
+    b, = nodes(t, sink, names=("b",), conf=conf, lease=FAST_LEASE)
+    proxy.cut_after(b"SET inflight = v.flag", delay=0.5, freeze=True)
+    q = submit_ok(a.port, "late@example.com", make_msg(key="mark-reply-late-1"))
+    wait_until(lambda: proxy.triggered, 15, "a's inflight mark through the proxy")
+    # a's lease (3 s) runs out during the freeze: its bridge's 2 s ran out first
+    b.wait_log(q, "status=unconfirmed", timeout=30)
+    time.sleep(1)
+    eq(sink.accepted(), [], "delivered while a's mark was unanswered")
+    proxy.heal()
+    try:
+        check_exactly_once([sink], [q], timeout=30, what="after a's link thawed")
+    finally:
+        print("\n".join(a.log_lines(q) + b.log_lines(q)))
+    check(a.log_lines(q, "revived: its inflight mark was never followed by a final dot"),
+          "a did not log the revive")
+    s = ctl_json(b, "show", q)["messages"][0]
+    eq((s["state"], s["queued"]), ("sent", False), "the story in the end")
+
+
 def proxied_node(t):
     """proxied_node - node a on the shared PostgreSQL through a proxy, with
     FAST_LEASE: the database, its name, the proxy, a sink and a"""

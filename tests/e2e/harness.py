@@ -648,6 +648,8 @@ class Proxy:
         self.lines_left = 0             # ... but for so many lines (cut_after)
         self.flowing = threading.Event()    # clear while a cut(freeze=True) lasts
         self.flowing.set()
+        self.replies = threading.Event()    # clear: the server's replies wait (cut_after freeze)
+        self.replies.set()
         self.triggered = 0
         self.fired_with = None          # the client's bytes that fired the trigger last
         self.closing = False
@@ -730,6 +732,8 @@ class Proxy:
                     eof = True
                     break
                 self.flowing.wait()     # frozen after the read: it waits here
+                if not upward:
+                    self.replies.wait()
                 if upward:
                     # the trigger fires before its bytes go on, so that the
                     # server's reply to them cannot pass the mute (it did
@@ -777,11 +781,13 @@ class Proxy:
                 for m in self.BIND.finditer(data))):
             self._fire(data)
 
-    def cut_after(self, pattern, delay=0.5, refuse=False, hold=False, lines=0):
+    def cut_after(self, pattern, delay=0.5, refuse=False, hold=False, lines=0, freeze=False):
         """cut_after - arm the trigger (see the class): pattern as bytes; the cut
         (cut(refuse, hold)) comes delay seconds after the bytes went through;
-        lines more lines of the server's reach the client before its replies stop"""
-        self.trigger = (pattern, delay, refuse, hold, lines)
+        lines more lines of the server's reach the client before its replies stop.
+        freeze: the server's replies wait instead of being dropped, and the cut is
+        cut(freeze=True): heal() lets them through, late (a reply held up)"""
+        self.trigger = (pattern, delay, refuse, hold, lines, freeze)
 
     def _let_through(self, data):
         """_let_through - the part of the server's bytes that the trigger's lines
@@ -800,15 +806,18 @@ class Proxy:
             if self.trigger is None:
                 return
             self.fired_with = data
-            _, delay, refuse, hold, lines = self.trigger
+            _, delay, refuse, hold, lines, freeze = self.trigger
             self.lines_left = lines
             self.trigger = None
-            self.muted = True
+            if freeze:
+                self.replies.clear()
+            else:
+                self.muted = True
             self.triggered += 1
 
         def later():
             time.sleep(delay)
-            self.cut(refuse, hold)
+            self.cut(refuse, hold, freeze)
             self.muted = False
         threading.Thread(target=later, daemon=True).start()
 
@@ -847,6 +856,7 @@ class Proxy:
             forward = self.mode == "hold"
             self.mode = "pass"
             self.flowing.set()
+            self.replies.set()
             held, self.held = self.held, []
         for c in held:
             if forward:
