@@ -29,12 +29,14 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import smtplib
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -1053,6 +1055,35 @@ class T:
         if self._pg_shared is not None and self._pg_shared not in self.pg_clusters:
             for db in self.pg_dbs:       # the run's cluster logs the database (%d)
                 out.write(self._pg_shared.log_tail(40, " %s " % db) + "\n")
+
+
+def standalone(name, store, seed, keep, body):
+    """A seeded runner outside run.py (tests/pg/nemesis.py,
+    tests/powerfs/powercut.py): body(t) on a test of its own on store, its
+    logs' tails printed if a check fails, its directory kept then or with
+    keep. 0 when every check held, else 1."""
+    global STORE
+    tmp = tempfile.mkdtemp(prefix="%s-%d-" % (name, seed), dir=os.environ.get("E2E_TMP"))
+    STORE = store
+    t = T("test_" + name, tmp, store=store)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    rc = 1
+    try:
+        body(t)
+        t.finish()
+        rc = 0
+    except AssertionError as e:
+        print("FAILED: %s" % e)
+    finally:
+        if rc != 0:
+            t.dump_logs(sys.stdout, tail=60)
+        t.cleanup()
+    if rc == 0 and not keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("%s: the run's directory: %s" % (name, tmp))
+    print("%s: %s (seed %d)" % (name, "passed" if rc == 0 else "FAILED", seed))
+    return rc
 
 
 # ---------------------------------------------------------------- clients

@@ -100,11 +100,9 @@ import datetime
 import os
 import random
 import re
-import shutil
 import signal
 import smtplib
 import sys
-import tempfile
 import threading
 import time
 
@@ -896,27 +894,8 @@ def main(argv):
                     default=int(os.environ.get("NEMESIS_SEED") or random.SystemRandom().randrange(1, 10 ** 6)))
     ap.add_argument("--keep", action="store_true", help="keep the run's directory")
     args = ap.parse_args(argv)
-    tmp = tempfile.mkdtemp(prefix="nemesis-%d-" % args.seed, dir=os.environ.get("E2E_TMP"))
-    harness.STORE = "postgresql"
-    t = harness.T("test_nemesis", tmp, store="postgresql")
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    rc = 1
-    try:
-        run(t, args.seconds, args.seed)
-        t.finish()
-        rc = 0
-    except AssertionError as e:
-        print("FAILED: %s" % e)
-    finally:
-        if rc != 0:
-            t.dump_logs(sys.stdout, tail=60)
-        t.cleanup()
-    if rc == 0 and not args.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        print("nemesis: the run's directory: %s" % tmp)
-    print("nemesis: %s (seed %d)" % ("passed" if rc == 0 else "FAILED", args.seed))
-    return rc
+    return harness.standalone("nemesis", "postgresql", args.seed, args.keep,
+                              lambda t: run(t, args.seconds, args.seed))
 
 
 if __name__ == "__main__":

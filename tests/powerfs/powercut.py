@@ -96,11 +96,9 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -667,27 +665,8 @@ def main(argv):
                     help="the share of short rounds (8-20 MB of big messages, a cut with a writeback)")
     ap.add_argument("--keep", action="store_true", help="keep the run's directory")
     args = ap.parse_args(argv)
-    tmp = tempfile.mkdtemp(prefix="powercut-%d-" % args.seed, dir=os.environ.get("E2E_TMP"))
-    harness.STORE = "lmdb"
-    t = harness.T("test_powercut", tmp, store="lmdb")
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
-    rc = 1
-    try:
-        run(t, args.seed, args.rounds, args.seconds, args.storm)
-        t.finish()
-        rc = 0
-    except AssertionError as e:
-        print("FAILED: %s" % e)
-    finally:
-        if rc != 0:
-            t.dump_logs(sys.stdout, tail=60)
-        t.cleanup()
-    if rc == 0 and not args.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        print("powercut: the run's directory: %s" % tmp)
-    print("powercut: %s (seed %d)" % ("passed" if rc == 0 else "FAILED", args.seed))
-    return rc
+    return harness.standalone("powercut", "lmdb", args.seed, args.keep,
+                              lambda t: run(t, args.seed, args.rounds, args.seconds, args.storm))
 
 
 if __name__ == "__main__":
