@@ -588,6 +588,21 @@ def test_nodes_mark_unknown_prepared(t):
     mark_unknown(t, warm=True)
 
 
+def revived_once(proxy, sink, a, b, q, what):
+    """The end of a mark no dot followed, once a's link to PostgreSQL heals:
+    a revives q, the sink gets it exactly once, and b's story says sent."""
+    proxy.heal()
+    try:
+        check_exactly_once([sink], [q], timeout=30, what=what)
+    finally:
+        print("\n".join(a.log_lines(q) + b.log_lines(q)))
+    check(a.log_lines(q, "revived: its inflight mark was never followed by a final dot"),
+          "a did not log the revive")
+    s = ctl_json(b, "show", q)["messages"][0]
+    eq((s["state"], s["queued"]), ("sent", False), "the story in the end")
+    eq([r["state"] for r in s["recipients"]], ["sent"], "recipients in the end")
+
+
 def mark_past_lease(t, hold):
     """Node a's inflight mark commits but a never hears (the proxy between a and
     PostgreSQL drops the reply, then cuts a off), so it sends no final dot; the
@@ -616,16 +631,7 @@ def mark_past_lease(t, hold):
     # a's lease (3 s) runs out during the cut; b's verdict on a's mark
     b.wait_log(q, "status=unconfirmed", timeout=30)
     eq(sink.accepted(), [], "delivered while a was cut off")
-    proxy.heal()
-    try:
-        check_exactly_once([sink], [q], timeout=30, what="after a's link came back")
-    finally:
-        print("\n".join(a.log_lines(q) + b.log_lines(q)))
-    check(a.log_lines(q, "revived: its inflight mark was never followed by a final dot"),
-          "a did not log the revive")
-    s = ctl_json(b, "show", q)["messages"][0]
-    eq((s["state"], s["queued"]), ("sent", False), "the story in the end")
-    eq([r["state"] for r in s["recipients"]], ["sent"], "recipients in the end")
+    revived_once(proxy, sink, a, b, q, "after a's link came back")
     eq(ctl_json(a, "stats")["daemon"]["counters"]["revived"], 1, "a's revived counter")
 
 
@@ -667,15 +673,7 @@ def test_nodes_mark_reply_late(t):
     b.wait_log(q, "status=unconfirmed", timeout=30)
     time.sleep(1)
     eq(sink.accepted(), [], "delivered while a's mark was unanswered")
-    proxy.heal()
-    try:
-        check_exactly_once([sink], [q], timeout=30, what="after a's link thawed")
-    finally:
-        print("\n".join(a.log_lines(q) + b.log_lines(q)))
-    check(a.log_lines(q, "revived: its inflight mark was never followed by a final dot"),
-          "a did not log the revive")
-    s = ctl_json(b, "show", q)["messages"][0]
-    eq((s["state"], s["queued"]), ("sent", False), "the story in the end")
+    revived_once(proxy, sink, a, b, q, "after a's link thawed")
 
 
 def proxied_node(t):

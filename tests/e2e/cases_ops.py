@@ -67,6 +67,18 @@ def ctl_json(d, *args, want=0, conf=None):
     return out
 
 
+def stand_in_conf(t):
+    """A configuration whose control socket a test's stand-in serves, no
+    daemon started: the socket's path and the configuration's."""
+    sock = os.path.join(t.tmp, "ctl.sock")
+    conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
+    conf["control"] = sock
+    path = os.path.join(t.tmp, "idemrelay.conf")
+    with open(path, "w") as f:
+        f.write(render_conf(conf))
+    return sock, path
+
+
 def ctl_as_nobody(d, *args):
     """ctl_as_nobody - idemrelayctl run as nobody (uid 65534) on the daemon's configuration,
     both copied into a directory of their own that nobody may reach (a test's is 0700)"""
@@ -769,12 +781,7 @@ def test_ctl_long_reply(t):
     after 11 s, with a blank line every second meanwhile, as the daemon says
     it is at it (util/admin.h): idemrelayctl gives up only after 10 s of
     silence."""
-    sock = os.path.join(t.tmp, "ctl.sock")
-    conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
-    conf["control"] = sock
-    path = os.path.join(t.tmp, "idemrelay.conf")
-    with open(path, "w") as f:
-        f.write(render_conf(conf))
+    sock, path = stand_in_conf(t)
     qids = ["01J1%08d" % i for i in range(80000)]
     reply = json.dumps({"ok": True, "count": len(qids), "held": qids, "busy": []},
                        separators=(",", ":")).encode() + b"\n"
@@ -810,12 +817,7 @@ def test_ctl_daemon_gone_before_the_request(t):
     and closes at once, and strace holds idemrelayctl for 0.5 s after its
     connect returns, so that its write always comes after the close."""
     check(shutil.which("strace"), "strace is missing (package strace)")
-    sock = os.path.join(t.tmp, "ctl.sock")
-    conf = base_conf(os.path.join(t.tmp, "store"), free_port(), free_port())
-    conf["control"] = sock
-    path = os.path.join(t.tmp, "idemrelay.conf")
-    with open(path, "w") as f:
-        f.write(render_conf(conf))
+    sock, path = stand_in_conf(t)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(sock)
     srv.listen(1)
